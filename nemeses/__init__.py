@@ -1,0 +1,1 @@
+"""Faults injected on test hosts: partitions, packet faults, crashes, pauses, clocks, disks."""

@@ -1,0 +1,1 @@
+"""Judging histories: checkers, the Spark analysis job, and HTML reports."""

@@ -1,0 +1,1 @@
+"""Workloads: clients, op generators and the models their histories are checked against."""
