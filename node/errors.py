@@ -1,0 +1,16 @@
+"""The engine's error hierarchy: callers catch by kind (corruption is never retried or skipped)."""
+
+from __future__ import annotations
+
+
+class TesseraError(Exception):
+    """Base of every error the engine raises on purpose."""
+
+
+class CorruptionError(TesseraError):
+    """Bytes on disk are not what was written: the owner must refuse to serve, never guess."""
+
+    def __init__(self, path: str, offset: int | None, reason: str):
+        self.path, self.offset, self.reason = str(path), offset, reason
+        where = self.path if offset is None else f"{self.path} at offset {offset}"
+        super().__init__(f"corruption in {where}: {reason}")
