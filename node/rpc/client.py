@@ -1,0 +1,126 @@
+"""The RPC client: one multiplexed connection per peer address, reused across callers."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from node.rpc import wire
+from node.rpc.errors import ErrorCode, RpcError
+
+# Server-side codes after which the request may have taken effect.
+_MAYBE_APPLIED = {ErrorCode.DEADLINE_EXCEEDED, ErrorCode.REMOTE_ERROR, ErrorCode.SHUTTING_DOWN}
+
+
+class _Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_frame: int,
+                 max_inflight: int):
+        self.reader, self.writer = reader, writer
+        self.max_frame = max_frame
+        self.pending: dict[int, asyncio.Future] = {}
+        self.slots = asyncio.Semaphore(max_inflight)
+        self.closed = False
+        self.reader_task = asyncio.create_task(self._read_loop())
+
+    async def _read_loop(self) -> None:
+        reason = "connection closed by peer"
+        try:
+            while True:
+                (n,) = wire.LENGTH.unpack(await self.reader.readexactly(wire.LENGTH.size))
+                if n > self.max_frame:
+                    reason = f"response frame of {n} bytes > {self.max_frame}"
+                    return
+                resp = wire.decode_response(await self.reader.readexactly(n))
+                fut = self.pending.pop(resp.call_id, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(resp)
+        except (asyncio.IncompleteReadError, ConnectionError, RpcError) as e:
+            reason = str(e) or reason
+        except asyncio.CancelledError:
+            reason = "client closed"
+        finally:
+            self._fail_all(reason)
+
+    def _fail_all(self, reason: str) -> None:
+        self.closed = True
+        self.writer.close()
+        for fut in self.pending.values():
+            if not fut.done():
+                fut.set_exception(RpcError(ErrorCode.NETWORK, reason, maybe_delivered=True))
+        self.pending.clear()
+
+    async def call(self, call_id: int, data: bytes, timeout: float) -> wire.Response:
+        async with self.slots:
+            if self.closed:
+                raise RpcError(ErrorCode.NETWORK, "connection closed")
+            fut = asyncio.get_running_loop().create_future()
+            self.pending[call_id] = fut
+            try:
+                self.writer.write(data)
+                async with asyncio.timeout(timeout):
+                    await self.writer.drain()
+                    return await fut
+            except TimeoutError:
+                raise RpcError(ErrorCode.DEADLINE_EXCEEDED, f"no reply within {timeout:.3f}s",
+                               maybe_delivered=True) from None
+            except ConnectionError as e:
+                raise RpcError(ErrorCode.NETWORK, str(e), maybe_delivered=True) from None
+            finally:
+                self.pending.pop(call_id, None)
+
+    async def close(self) -> None:
+        self.reader_task.cancel()
+        await asyncio.gather(self.reader_task, return_exceptions=True)
+
+
+class RpcClient:
+    def __init__(self, *, connect_timeout: float = 3.0, max_frame: int = wire.DEFAULT_MAX_FRAME,
+                 max_inflight_per_conn: int = 1024):
+        self.connect_timeout = connect_timeout
+        self.max_frame = max_frame
+        self.max_inflight = max_inflight_per_conn
+        self._conns: dict[tuple[str, int], _Connection] = {}
+        self._connecting: dict[tuple[str, int], asyncio.Lock] = {}
+        self._ids = itertools.count(1)
+
+    async def _connection(self, addr: tuple[str, int]) -> _Connection:
+        conn = self._conns.get(addr)
+        if conn is not None and not conn.closed:
+            return conn
+        lock = self._connecting.setdefault(addr, asyncio.Lock())
+        async with lock:
+            conn = self._conns.get(addr)
+            if conn is not None and not conn.closed:
+                return conn
+            try:
+                async with asyncio.timeout(self.connect_timeout):
+                    reader, writer = await asyncio.open_connection(*addr)
+            except (OSError, TimeoutError) as e:
+                raise RpcError(ErrorCode.NETWORK, f"cannot connect to {addr[0]}:{addr[1]}: {e}") from None
+            conn = _Connection(reader, writer, self.max_frame, self.max_inflight)
+            self._conns[addr] = conn
+            return conn
+
+    async def call(self, addr: tuple[str, int], method: str, request: object, response_type: type,
+                   *, to_uuid: str, timeout: float) -> object:
+        """Call `method` on the server at `addr` that must be `to_uuid`; raises RpcError."""
+        if timeout <= 0:
+            raise RpcError(ErrorCode.DEADLINE_EXCEEDED, "deadline already passed")
+        conn = await self._connection(addr)
+        call_id = next(self._ids)
+        req = wire.Request(wire.WIRE_VERSION, call_id, method, max(1, int(timeout * 1000)), to_uuid,
+                           wire.encode_body(request))
+        resp = await conn.call(call_id, wire.frame(req), timeout)
+        if resp.code != ErrorCode.OK:
+            code = ErrorCode(resp.code) if resp.code in ErrorCode._value2member_map_ else ErrorCode.REMOTE_ERROR
+            raise RpcError(code, resp.message, maybe_delivered=code in _MAYBE_APPLIED,
+                           detail=resp.detail)
+        try:
+            return wire.decode_body(resp.body, response_type)
+        except RpcError as e:  # the server acted but answered in a shape we cannot read
+            raise RpcError(ErrorCode.MALFORMED, f"bad {method} reply: {e.message}",
+                           maybe_delivered=True) from None
+
+    async def close(self) -> None:
+        conns, self._conns = list(self._conns.values()), {}
+        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)

@@ -1,0 +1,206 @@
+"""The RPC transport over real TCP on loopback: typed calls, refusals, deadlines, bad bytes."""
+
+import asyncio
+import socket
+import struct
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
+from node.rpc import wire
+
+
+class Echo(msgspec.Struct):
+    text: str
+    delay: float = 0.0
+
+
+class EchoReply(msgspec.Struct):
+    text: str
+
+
+async def _echo(req: Echo) -> EchoReply:
+    if req.delay:
+        await asyncio.sleep(req.delay)
+    if req.text == "boom":
+        raise ValueError("handler bug")
+    return EchoReply(req.text.upper())
+
+
+async def _server(uuid="srv-1", **kw):
+    srv = RpcServer(uuid, **kw)
+    srv.register("echo", Echo, _echo)
+    addr = await srv.start("127.0.0.1", 0)
+    return srv, addr
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+def test_round_trip_and_out_of_order_multiplexing():
+    async def go():
+        srv, addr = await _server()
+        cli = RpcClient()
+        try:
+            calls = [cli.call(addr, "echo", Echo(f"m{i}", delay=0.05 * (5 - i)), EchoReply,
+                              to_uuid="srv-1", timeout=5) for i in range(5)]
+            replies = await asyncio.gather(*calls)
+            assert [r.text for r in replies] == [f"M{i}" for i in range(5)]
+            assert len(cli._conns) == 1  # one reused connection
+        finally:
+            await cli.close()
+            await srv.stop()
+    run(go())
+
+
+@pytest.mark.parametrize("method,body,to_uuid,code,maybe", [
+    ("echo", Echo("x"), "someone-else", ErrorCode.WRONG_SERVER_UUID, False),
+    ("nope", Echo("x"), "srv-1", ErrorCode.NO_SUCH_METHOD, False),
+    ("echo", {"wrong": 1}, "srv-1", ErrorCode.INVALID_REQUEST, False),
+    ("echo", Echo("boom"), "srv-1", ErrorCode.REMOTE_ERROR, True),
+    ("echo", Echo("slow", delay=2), "srv-1", ErrorCode.DEADLINE_EXCEEDED, True),
+])
+def test_refusals_say_whether_the_request_may_have_applied(method, body, to_uuid, code, maybe):
+    async def go():
+        srv, addr = await _server()
+        cli = RpcClient()
+        try:
+            with pytest.raises(RpcError) as ei:
+                await cli.call(addr, method, body, EchoReply, to_uuid=to_uuid, timeout=0.3)
+            assert ei.value.code == code
+            assert ei.value.maybe_delivered is maybe
+            # the connection and server survive every refusal
+            r = await cli.call(addr, "echo", Echo("ok"), EchoReply, to_uuid="srv-1", timeout=5)
+            assert r.text == "OK"
+        finally:
+            await cli.close()
+            await srv.stop()
+    run(go())
+
+
+def test_connect_refused_is_definitely_not_delivered():
+    async def go():
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()  # nobody listens here now
+        cli = RpcClient()
+        with pytest.raises(RpcError) as ei:
+            await cli.call(("127.0.0.1", port), "echo", Echo("x"), EchoReply, to_uuid="a", timeout=2)
+        assert ei.value.code == ErrorCode.NETWORK and not ei.value.maybe_delivered
+        await cli.close()
+    run(go())
+
+
+def test_server_stop_mid_call_is_maybe_delivered_and_clean():
+    async def go():
+        srv, addr = await _server()
+        cli = RpcClient()
+        call = asyncio.create_task(
+            cli.call(addr, "echo", Echo("x", delay=10), EchoReply, to_uuid="srv-1", timeout=20))
+        await asyncio.sleep(0.2)
+        await srv.stop()
+        with pytest.raises(RpcError) as ei:
+            await call
+        assert ei.value.code == ErrorCode.NETWORK and ei.value.maybe_delivered
+        await cli.close()
+    run(go())
+
+
+def _raw_exchange(addr, payload: bytes, read_reply: bool) -> bytes:
+    with socket.create_connection(addr, timeout=5) as s:
+        s.sendall(payload)
+        if not read_reply:
+            return b""
+        s.shutdown(socket.SHUT_WR)
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _decode_replies(data: bytes) -> list[wire.Response]:
+    out = []
+    while len(data) >= 4:
+        (n,) = struct.unpack(">I", data[:4])
+        out.append(wire.decode_response(data[4:4 + n]))
+        data = data[4 + n:]
+    return out
+
+
+class _Live:
+    """A server running on its own loop thread, so sync tests can hit it with raw sockets."""
+
+    def __init__(self, **kw):
+        import threading
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.srv, self.addr = asyncio.run_coroutine_threadsafe(_server(**kw), self.loop).result(10)
+
+    def ping(self) -> str:
+        async def go():
+            cli = RpcClient()
+            try:
+                return (await cli.call(self.addr, "echo", Echo("ping"), EchoReply,
+                                       to_uuid="srv-1", timeout=5)).text
+            finally:
+                await cli.close()
+        return asyncio.run_coroutine_threadsafe(go(), self.loop).result(10)
+
+    def close(self):
+        asyncio.run_coroutine_threadsafe(self.srv.stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def live():
+    s = _Live(max_frame=1 << 16)
+    yield s
+    s.close()
+
+
+def test_malformed_envelope_gets_error_reply_and_stream_stays_usable(live):
+    good = wire.frame(wire.Request(1, 7, "echo", 1000, "srv-1", wire.encode_body(Echo("a"))))
+    garbage = struct.pack(">I", 5) + b"\xc1\xc1\xc1\xc1\xc1"
+    replies = _decode_replies(_raw_exchange(live.addr, garbage + good, read_reply=True))
+    codes = sorted(r.code for r in replies)
+    assert codes == [ErrorCode.OK, ErrorCode.MALFORMED]
+
+
+def test_unknown_wire_version_is_refused(live):
+    bad = wire.frame(wire.Request(99, 3, "echo", 1000, "srv-1", wire.encode_body(Echo("a"))))
+    (reply,) = _decode_replies(_raw_exchange(live.addr, bad, read_reply=True))
+    assert reply.code == ErrorCode.UNSUPPORTED_VERSION and reply.call_id == 0
+
+
+def test_oversized_frame_is_refused_and_closed(live):
+    data = _raw_exchange(live.addr, struct.pack(">I", 1 << 30) + b"x" * 100, read_reply=True)
+    (reply,) = _decode_replies(data)
+    assert reply.code == ErrorCode.TOO_LARGE
+    assert live.ping() == "PING"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(junk=st.one_of(
+    st.binary(max_size=300),
+    st.binary(max_size=200).map(lambda b: struct.pack(">I", len(b) + 50) + b),  # truncated frame
+    st.binary(max_size=200).map(lambda b: struct.pack(">I", len(b)) + b),  # framed garbage
+))
+def test_fuzz_random_bytes_never_crash_or_hang_the_server(live, junk):
+    _raw_exchange(live.addr, junk, read_reply=False)
+    assert live.ping() == "PING"
+
+
+@given(st.binary(max_size=200))
+def test_fuzz_decoders_raise_only_rpc_errors(data):
+    for decode in (wire.decode_request, wire.decode_response):
+        try:
+            decode(data)
+        except RpcError as e:
+            assert e.code in (ErrorCode.MALFORMED, ErrorCode.UNSUPPORTED_VERSION)
