@@ -1,0 +1,433 @@
+"""Operation histories: the op record, and reading/writing them as JSON lines, Jepsen EDN and
+`jepsen.log` text.
+
+The harness writes `history.jsonl` with `HistoryWriter`; checkers read any of the three formats
+with `read_history`. Every reader validates as it goes (op types, invoke/completion pairing) and
+raises `HistoryError` naming the line, because a malformed history must never yield a verdict.
+
+Public API: `Op`, `Keyword`, `HistoryError`, `read_history`, `parse_edn_history`,
+`parse_jepsen_log`, `read_jsonl`, `HistoryWriter`, `write_jsonl`, `to_edn`, `write_edn`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+OP_TYPES = frozenset({"invoke", "ok", "fail", "info"})
+NEMESIS = "nemesis"
+
+
+class Op(msgspec.Struct, omit_defaults=True):
+    """One history event. `time` is ns since the run began; `process` an int or "nemesis"."""
+
+    index: int
+    type: str
+    f: Any = None
+    value: Any = None
+    process: int | str = 0
+    time: int | None = None
+    key: Any = None
+    node: str | None = None
+    error: Any = None
+
+
+class Keyword(str):
+    """An EDN keyword read as a string (equal to it), remembered so EDN output stays keywords."""
+
+    __slots__ = ()
+
+
+class HistoryError(ValueError):
+    """A malformed history; `line` is 1-based in the source file (0 when unknown)."""
+
+    def __init__(self, message: str, line: int = 0, source: str = ""):
+        where = f"{source}:{line}: " if source and line else (f"line {line}: " if line else "")
+        super().__init__(where + message)
+        self.line = line
+        self.source = source
+
+
+def _enc_hook(obj: Any) -> Any:
+    if isinstance(obj, str):
+        return str(obj)
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj, key=repr)
+    raise NotImplementedError(type(obj))
+
+
+_encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
+
+
+# --------------------------------------------------------------------------------- validation
+
+
+class _Validator:
+    """Checks op types and invoke/completion pairing incrementally, so readers can name lines."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.open: dict[Any, int] = {}  # process -> line of its outstanding invoke
+
+    def check(self, op: Op, line: int) -> None:
+        if op.type not in OP_TYPES:
+            raise HistoryError(f"unknown op type {op.type!r}", line, self.source)
+        if op.process == NEMESIS:  # nemesis ops are :info pairs; they carry no pairing rule
+            return
+        pending = self.open.get(op.process)
+        if op.type == "invoke":
+            if pending is not None:
+                raise HistoryError(
+                    f"process {op.process} invokes again while its invoke on line {pending} is open",
+                    line,
+                    self.source,
+                )
+            self.open[op.process] = line
+        elif pending is None:
+            raise HistoryError(
+                f"{op.type} completion for process {op.process} without an invoke", line, self.source
+            )
+        else:
+            del self.open[op.process]
+
+
+def _as_op(fields: dict, index: int, line: int, source: str) -> Op:
+    def text(v: Any) -> Any:
+        return str(v) if isinstance(v, str) else v
+
+    try:
+        op_type = fields["type"]
+    except KeyError:
+        raise HistoryError("op has no :type", line, source) from None
+    process = fields.get("process", 0)
+    if isinstance(process, str):
+        process = str(process)
+    elif not isinstance(process, int):
+        raise HistoryError(f"bad process {process!r}", line, source)
+    time = fields.get("time")
+    if time is not None and not isinstance(time, int):
+        raise HistoryError(f"bad time {time!r}", line, source)
+    op_index = fields.get("index", index)
+    return Op(
+        index=op_index if isinstance(op_index, int) else index,
+        type=text(op_type) if isinstance(op_type, str) else repr(op_type),
+        f=text(fields.get("f")),
+        value=fields.get("value"),
+        process=process,
+        time=time,
+        key=fields.get("key"),
+        node=fields.get("node"),
+        error=fields.get("error"),
+    )
+
+
+# -------------------------------------------------------------------------------- JSON lines
+
+
+def read_jsonl(path: str | Path) -> list[Op]:
+    """Read `history.jsonl` (one op object per line; blank lines ignored)."""
+    source = str(path)
+    validator = _Validator(source)
+    decoder = msgspec.json.Decoder(Op)
+    ops: list[Op] = []
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                op = decoder.decode(raw)
+            except msgspec.DecodeError as e:
+                raise HistoryError(f"bad op record: {e}", lineno, source) from None
+            validator.check(op, lineno)
+            ops.append(op)
+    return ops
+
+
+def write_jsonl(ops: Iterable[Op], path: str | Path) -> None:
+    with HistoryWriter(path) as w:
+        for op in ops:
+            w.write(op)
+
+
+class HistoryWriter:
+    """Appends ops to a `history.jsonl` as they happen, one flushed line each, so a crashed run
+    still leaves a readable history."""
+
+    def __init__(self, path: str | Path):
+        self._fh = open(path, "ab")
+
+    def write(self, op: Op) -> None:
+        self._fh.write(_encoder.encode(op) + b"\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> HistoryWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ------------------------------------------------------------------------------------- EDN
+
+_TOKEN = re.compile(
+    r"""(?P<ws>[\s,]+|;[^\n]*)
+      |(?P<open>\#\{|[\[({])
+      |(?P<close>[\])}])
+      |(?P<string>"(?:[^"\\]|\\.)*")
+      |(?P<discard>\#_)
+      |(?P<tag>\#[A-Za-z][^\s,\[\](){}"]*)
+      |(?P<char>\\(?:newline|space|tab|return|[^\s]))
+      |(?P<atom>[^\s,\[\](){}";]+)
+    """,
+    re.VERBOSE,
+)
+_INT = re.compile(r"[+-]?\d+N?$")
+_FLOAT = re.compile(r"[+-]?\d+(\.\d*)?([eE][+-]?\d+)?M?$")
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\"}
+_CHARS = {"newline": "\n", "space": " ", "tab": "\t", "return": "\r"}
+
+
+class _EdnReader:
+    """A small recursive EDN reader: enough of the spec for Jepsen histories, with line numbers."""
+
+    def __init__(self, text: str, source: str):
+        self.text = text
+        self.source = source
+        self.pos = 0
+        self.line = 1
+
+    def _token(self) -> tuple[str, str, int] | None:
+        while self.pos < len(self.text):
+            m = _TOKEN.match(self.text, self.pos)
+            if m is None:
+                raise HistoryError(f"unreadable EDN near {self.text[self.pos:self.pos + 20]!r}", self.line, self.source)
+            self.pos = m.end()
+            kind = m.lastgroup
+            tok = m.group()
+            line = self.line
+            self.line += tok.count("\n")
+            if kind != "ws":
+                return kind, tok, line
+        return None
+
+    def read(self) -> tuple[Any, int] | None:
+        """Next form and the line it starts on, or None at end of input."""
+        tok = self._token()
+        if tok is None:
+            return None
+        return self._form(tok), tok[2]
+
+    def _form(self, tok: tuple[str, str, int]) -> Any:
+        kind, text, line = tok
+        if kind == "open":
+            closer = {"[": "]", "(": ")", "{": "}", "#{": "}"}[text]
+            items = []
+            while True:
+                t = self._token()
+                if t is None:
+                    raise HistoryError(f"truncated EDN: {text!r} opened here is never closed", line, self.source)
+                if t[0] == "close":
+                    if t[1] != closer:
+                        raise HistoryError(f"mismatched {t[1]!r} (expected {closer!r})", t[2], self.source)
+                    break
+                items.append(self._form(t))
+            if text == "{":
+                if len(items) % 2:
+                    raise HistoryError("map with an odd number of forms", line, self.source)
+                return {_hashable(items[i]): items[i + 1] for i in range(0, len(items), 2)}
+            if text == "#{":
+                return frozenset(_hashable(i) for i in items)
+            return items
+        if kind == "close":
+            raise HistoryError(f"unexpected {text!r}", line, self.source)
+        if kind == "string":
+            return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), text[1:-1])
+        if kind in ("discard", "tag"):
+            nxt = self._token()
+            if nxt is None:
+                raise HistoryError(f"truncated EDN after {text}", line, self.source)
+            value = self._form(nxt)
+            return _DISCARDED if kind == "discard" else value
+        if kind == "char":
+            return _CHARS.get(text[1:], text[1:])
+        return self._atom(text, line)
+
+    def _atom(self, text: str, line: int) -> Any:
+        if text == "nil":
+            return None
+        if text == "true":
+            return True
+        if text == "false":
+            return False
+        if text.startswith(":"):
+            return Keyword(text[1:])
+        if _INT.match(text):
+            return int(text.rstrip("N"))
+        if _FLOAT.match(text):
+            return float(text.rstrip("M"))
+        return Keyword(text)  # a symbol; histories only use them as names
+
+
+_DISCARDED = object()
+
+
+def _hashable(v: Any) -> Any:
+    return tuple(_hashable(x) for x in v) if isinstance(v, list) else v
+
+
+def parse_edn_history(text: str, source: str = "") -> list[Op]:
+    """Parse a Jepsen EDN history: one vector/list of op maps, or op maps one after another."""
+    reader = _EdnReader(text, source)
+    validator = _Validator(source)
+    ops: list[Op] = []
+
+    def add(form: Any, line: int) -> None:
+        if form is _DISCARDED:
+            return
+        if not isinstance(form, dict):
+            raise HistoryError(f"expected an op map, got {form!r}", line, source)
+        op = _as_op(form, len(ops), line, source)
+        validator.check(op, line)
+        ops.append(op)
+
+    while (tok := reader._token()) is not None:
+        if tok[0] == "open" and tok[1] in "[(":  # a vector of ops: read element by element
+            closer = "]" if tok[1] == "[" else ")"
+            while (t := reader._token()) is None or t[0] != "close":
+                if t is None:
+                    raise HistoryError(f"truncated EDN: {tok[1]!r} opened here is never closed", tok[2], source)
+                add(reader._form(t), t[2])
+            if t[1] != closer:
+                raise HistoryError(f"mismatched {t[1]!r} (expected {closer!r})", t[2], source)
+        else:
+            add(reader._form(tok), tok[2])
+    return ops
+
+
+def to_edn(value: Any, keyword_strings: bool = False) -> str:
+    """EDN text for a value; `Keyword`s (and every string, if `keyword_strings`) become keywords."""
+    if value is None:
+        return "nil"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, Keyword) or (keyword_strings and isinstance(value, str)):
+        return ":" + value
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{to_edn(k)} {to_edn(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (set, frozenset)):
+        return "#{" + " ".join(to_edn(v) for v in value) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + " ".join(to_edn(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} as EDN")
+
+
+def _value_edn(op: Op) -> str:
+    # transaction micro-ops [f k v]: Jepsen's checkers expect f as a keyword
+    v = op.value
+    if op.f == "txn" and isinstance(v, (list, tuple)):
+        return "[" + " ".join(
+            "[" + " ".join([to_edn(m[0], True)] + [to_edn(x) for x in m[1:]]) + "]"
+            if isinstance(m, (list, tuple)) and m else to_edn(m)
+            for m in v
+        ) + "]"
+    return to_edn(v)
+
+
+def op_to_edn(op: Op) -> str:
+    parts = [
+        f":index {op.index}",
+        f":type :{op.type}",
+        f":process {to_edn(op.process, True) if op.process == NEMESIS else op.process}",
+        f":f {to_edn(op.f, True)}",
+        f":value {_value_edn(op)}",
+    ]
+    if op.time is not None:
+        parts.append(f":time {op.time}")
+    if op.key is not None:
+        parts.append(f":key {to_edn(op.key)}")
+    if op.node is not None:
+        parts.append(f":node {to_edn(op.node)}")
+    if op.error is not None:
+        parts.append(f":error {to_edn(op.error)}")
+    return "{" + ", ".join(parts) + "}"
+
+
+def write_edn(ops: Iterable[Op], path: str | Path) -> None:
+    """Write `history.edn`: one op map per line, as Jepsen's store does."""
+    with open(path, "w") as fh:
+        for op in ops:
+            fh.write(op_to_edn(op) + "\n")
+
+
+# ------------------------------------------------------------------------------- jepsen.log
+
+_LOG_LINE = re.compile(
+    r"jepsen\.util\s+-\s+(?P<process>\S+)\t(?P<type>:\S+)\t(?P<f>\S+)(?:\t(?P<value>[^\t]*))?(?:\t(?P<error>.*))?$"
+)
+
+
+def parse_jepsen_log(text: str, source: str = "") -> list[Op]:
+    """Ops from `jepsen.log` lines like `INFO jepsen.util - 3\t:invoke\t:cas\t[1 2]`; other lines
+    are log noise and skipped. A `:timed-out` value is an unknown outcome (Jepsen logs crashed
+    reads that way)."""
+    validator = _Validator(source)
+    ops: list[Op] = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        m = _LOG_LINE.search(raw)
+        if m is None:
+            continue
+
+        def edn(s: str | None) -> Any:
+            if s is None or not s.strip():
+                return None
+            form = _EdnReader(s, source).read()
+            return None if form is None else form[0]
+
+        try:
+            process = edn(m["process"])
+            fields = {"type": edn(m["type"]), "f": edn(m["f"]), "process": process}
+            value = edn(m["value"])
+            error = edn(m["error"])
+        except HistoryError as e:
+            raise HistoryError(str(e).split(": ", 1)[-1], lineno, source) from None
+        if value == "timed-out":
+            value, error = None, error or Keyword("timed-out")
+            fields["type"] = "info"
+        fields["value"], fields["error"] = value, error
+        op = _as_op(fields, len(ops), lineno, source)
+        validator.check(op, lineno)
+        ops.append(op)
+    return ops
+
+
+# ------------------------------------------------------------------------------------ any
+
+def read_history(path: str | Path) -> list[Op]:
+    """Read a history in any supported format, chosen by content (JSON object lines, EDN,
+    or jepsen.log text). Raises HistoryError (or OSError) for unreadable input."""
+    path = Path(path)
+    text = path.read_text(errors="replace")
+    first = next((ln.lstrip() for ln in text.splitlines() if ln.strip()), "")
+    if first.startswith("{\"") or path.suffix == ".jsonl":
+        return read_jsonl(path)
+    if "jepsen.util" in text[:100_000] and not first.startswith(("[", "(", "{", ";")):
+        return parse_jepsen_log(text, str(path))
+    return parse_edn_history(text, str(path))
+
+
+def client_ops(ops: Iterable[Op]) -> Iterator[Op]:
+    """The ops a checker judges: everything but the nemesis's."""
+    return (op for op in ops if op.process != NEMESIS)
