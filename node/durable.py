@@ -1,0 +1,122 @@
+"""Atomic, durable, self-verifying small files (consensus metadata, superblocks, snapshots).
+
+A crash leaves either the old file or the new one, never a mix (temp file in the same directory,
+fsync, rename, fsync the directory). Every file is wrapped in a checksummed envelope so that a
+reader detects any flipped byte, truncation or appended garbage and refuses with a
+`CorruptionError` naming the file, instead of serving state that was never written.
+
+Envelope (little-endian), 24-byte header then the payload:
+    magic b"TSDF" | version u16 | reserved u16 | payload length u64 | payload CRC32C u32 |
+    header CRC32C u32 (over the 20 bytes before it)
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+from pathlib import Path
+from typing import TypeVar
+
+import crc32c
+import msgspec
+
+from node.errors import CorruptionError
+
+MAGIC = b"TSDF"
+VERSION = 1
+_PREFIX = struct.Struct("<4sHHQI")  # covered by the header CRC
+HEADER_SIZE = _PREFIX.size + 4
+TEMP_SUFFIX = ".tmp"
+
+T = TypeVar("T")
+_encoder = msgspec.msgpack.Encoder()
+
+
+def encode_envelope(payload: bytes) -> bytes:
+    prefix = _PREFIX.pack(MAGIC, VERSION, 0, len(payload), crc32c.crc32c(payload))
+    return prefix + struct.pack("<I", crc32c.crc32c(prefix)) + payload
+
+
+def decode_envelope(data: bytes, path: str | os.PathLike) -> bytes:
+    """The payload of a whole file's bytes; any damage raises CorruptionError naming `path`."""
+    if len(data) < HEADER_SIZE:
+        raise CorruptionError(path, len(data), f"truncated: {len(data)} bytes, header needs {HEADER_SIZE}")
+    magic, version, _reserved, length, payload_crc = _PREFIX.unpack_from(data)
+    if magic != MAGIC:
+        raise CorruptionError(path, 0, f"bad magic {magic!r}, expected {MAGIC!r}")
+    (header_crc,) = struct.unpack_from("<I", data, _PREFIX.size)
+    if crc32c.crc32c(data[: _PREFIX.size]) != header_crc:
+        raise CorruptionError(path, 0, "header checksum mismatch")
+    if version != VERSION:
+        raise CorruptionError(path, 4, f"unsupported envelope version {version}")
+    end = HEADER_SIZE + length
+    if len(data) < end:
+        raise CorruptionError(path, len(data), f"truncated: {len(data)} bytes, envelope says {end}")
+    if len(data) > end:
+        raise CorruptionError(path, end, f"{len(data) - end} unexpected trailing bytes")
+    payload = data[HEADER_SIZE:]
+    if crc32c.crc32c(payload) != payload_crc:
+        raise CorruptionError(path, HEADER_SIZE, "payload checksum mismatch")
+    return payload
+
+
+def fsync_dir(directory: str | os.PathLike) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def ensure_dir(directory: str | os.PathLike) -> Path:
+    """mkdir -p whose new entries survive a crash (each created level's parent is fsynced)."""
+    directory = Path(directory)
+    if directory.is_dir():
+        return directory
+    ensure_dir(directory.parent)
+    try:
+        directory.mkdir()
+    except FileExistsError:
+        pass  # another thread of this process made it between our check and mkdir
+    fsync_dir(directory.parent)
+    return directory
+
+
+def write_atomic(path: str | os.PathLike, payload: bytes) -> None:
+    """Replace `path` with an enveloped `payload`; readers see the old or the new file, whole."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(encode_envelope(payload))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def read_verified(path: str | os.PathLike) -> bytes:
+    """The payload written by write_atomic; FileNotFoundError if absent, CorruptionError if damaged."""
+    return decode_envelope(Path(path).read_bytes(), path)
+
+
+def save_struct(path: str | os.PathLike, value: object) -> None:
+    write_atomic(path, _encoder.encode(value))
+
+
+def load_struct(path: str | os.PathLike, type_: type[T]) -> T:
+    """Decode a verified payload; a payload of the wrong shape is corruption too (misplaced file)."""
+    payload = read_verified(path)
+    try:
+        return msgspec.msgpack.decode(payload, type=type_)
+    except msgspec.DecodeError as e:  # ValidationError is a DecodeError
+        raise CorruptionError(path, HEADER_SIZE, f"payload is not a valid {type_.__name__}: {e}") from e
+
+
+def is_temp_file(name: str) -> bool:
+    """Leftover of a write_atomic interrupted by a crash: never a valid file, safe to delete."""
+    return name.startswith(".") and name.endswith(TEMP_SUFFIX)

@@ -1,0 +1,66 @@
+"""Consensus metadata (`consensus-meta/<tablet>`): Raft's durable term, vote and committed config.
+
+Raft is only safe if these survive crashes and never go backwards, so every save is atomic and
+fsynced, regressions are refused here rather than trusted to callers, and `create` refuses to
+overwrite an existing file (overwriting would be the "amnesia" the tablet-copy seed warns about).
+The committed config is opaque bytes: its type belongs to the Raft core, which encodes it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+
+from node import durable
+from node.errors import CorruptionError
+from node.tablet.paths import check_tablet_id
+
+
+class _Record(msgspec.Struct):
+    tablet_id: str
+    current_term: int
+    voted_for: str | None
+    committed_config: bytes
+
+
+class ConsensusMetadata:
+    def __init__(self, path: str | os.PathLike, record: _Record):
+        self.path = Path(path)
+        self.tablet_id = record.tablet_id
+        self.current_term = record.current_term
+        self.voted_for = record.voted_for
+        self.committed_config = record.committed_config
+
+    @classmethod
+    def create(cls, path: str | os.PathLike, tablet_id: str, committed_config: bytes) -> ConsensusMetadata:
+        """Write the first metadata of a new replica (term 0, no vote)."""
+        path = Path(path)
+        if path.exists():
+            raise FileExistsError(f"{path}: consensus metadata exists; overwriting it would lose votes")
+        durable.ensure_dir(path.parent)
+        cmeta = cls(path, _Record(check_tablet_id(tablet_id), 0, None, committed_config))
+        cmeta.save()
+        return cmeta
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> ConsensusMetadata:
+        record = durable.load_struct(path, _Record)
+        if record.tablet_id != Path(path).name:
+            raise CorruptionError(path, None, f"holds metadata of tablet {record.tablet_id!r}")
+        return cls(path, record)
+
+    def set_hard_state(self, term: int, voted_for: str | None) -> None:
+        """Adopt the Raft core's term and vote; a lower term or a second vote in a term is a bug."""
+        if term < self.current_term:
+            raise ValueError(f"term would go back from {self.current_term} to {term}")
+        if term == self.current_term and self.voted_for is not None and voted_for != self.voted_for:
+            raise ValueError(f"term {term}: already voted for {self.voted_for!r}, not {voted_for!r}")
+        self.current_term, self.voted_for = term, voted_for
+
+    def save(self) -> None:
+        durable.save_struct(
+            self.path,
+            _Record(self.tablet_id, self.current_term, self.voted_for, self.committed_config),
+        )

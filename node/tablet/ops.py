@@ -1,0 +1,147 @@
+"""The tablet's operations: the payload of a REPLICATE log entry, and the results of applying them.
+
+Schema version 1. A Command carries its `version`; a replica refuses a newer version rather than
+apply it wrongly. Fields added later must have defaults so that older payloads still decode.
+
+Every mutating Command names its client session and a per-client sequence number, so that a
+retried command is answered from the session's results instead of being applied twice (Raft
+thesis §6.3). Sessions are opened and closed through the log like any other command.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from node.errors import TesseraError
+
+COMMAND_VERSION = 1
+
+Key = str
+Value = Any  # any msgpack value; lists are what `append` builds
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class Read(msgspec.Struct, frozen=True, tag="read"):
+    key: Key
+
+
+class Write(msgspec.Struct, frozen=True, tag="write"):
+    key: Key
+    value: Value
+
+
+class Cas(msgspec.Struct, frozen=True, tag="cas"):
+    """Set `new` if the current value equals `expected` (None matches a missing key)."""
+
+    key: Key
+    expected: Value
+    new: Value
+
+
+class Append(msgspec.Struct, frozen=True, tag="append"):
+    """Append `element` to the list at `key` (a missing key is an empty list)."""
+
+    key: Key
+    element: Value
+
+
+class MicroOp(msgspec.Struct, frozen=True, array_like=True):
+    """One step of a transaction, encoded [f, key, value] as Elle writes them.
+
+    r          read (value ignored; the result carries what was read)
+    w          write value
+    append     append value to the list at key
+    add        add the integer value to the integer at key (missing is 0)
+    require_ge abort the whole transaction unless the integer at key is >= value (missing is 0);
+               with `add` this makes a bank transfer that refuses to overdraw:
+               [add from -n] [require_ge from 0] [add to n]
+    Later steps see earlier steps' writes.
+    """
+
+    f: Literal["r", "w", "append", "add", "require_ge"]
+    key: Key
+    value: Value = None
+
+
+class Txn(msgspec.Struct, frozen=True, tag="txn"):
+    """Micro-ops applied all or nothing."""
+
+    ops: list[MicroOp]
+
+
+class OpenSession(msgspec.Struct, frozen=True, tag="open_session"):
+    """Start deduplicating this client's commands; a client opens one per tablet before writing."""
+
+
+class CloseSession(msgspec.Struct, frozen=True, tag="close_session"):
+    """Forget this client's session (its later retries get NO_SESSION)."""
+
+
+Op = Read | Write | Cas | Append | Txn | OpenSession | CloseSession
+
+
+class Command(msgspec.Struct, frozen=True):
+    version: int
+    client_id: str
+    seq: NonNegative  # per client and tablet, increasing from 1 (0 for read-only and session ops)
+    op: Op
+    # The client has the results of all its seqs below this one: the session may forget them.
+    acked_below: NonNegative = 0
+    # Hybrid time assigned by the leader when it proposed the command (node.clock).
+    timestamp: NonNegative = 0
+
+
+class Rejection(enum.StrEnum):
+    """Why an op had no effect. The first three are definite failures; for the last two the
+    outcome of the original attempt is UNKNOWN (it may have been applied before its result was
+    forgotten), so a client must report such an op as indeterminate, never as failed."""
+
+    CAS_MISMATCH = "cas_mismatch"  # value = the current value
+    PRECONDITION_FAILED = "precondition_failed"  # value = index of the failing micro-op
+    WRONG_TYPE = "wrong_type"  # value = index of the failing micro-op (0 for single ops)
+    NO_SESSION = "no_session"  # session never opened, closed, or evicted
+    STALE_SEQ = "stale_seq"  # seq older than the results the session still keeps
+
+    @property
+    def outcome_unknown(self) -> bool:
+        return self in (Rejection.NO_SESSION, Rejection.STALE_SEQ)
+
+
+class Result(msgspec.Struct, frozen=True, omit_defaults=True):
+    """ok=True: value is what a read returned (a txn returns its micro-ops with reads filled in).
+    ok=False: `error` says why, `detail` says it in words."""
+
+    ok: bool
+    value: Value = None
+    error: Rejection | None = None
+    detail: str = ""
+
+
+class UnsupportedCommand(TesseraError):
+    """A REPLICATE payload this replica cannot decode: applying anything else would diverge."""
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Command)
+
+
+def encode_command(client_id: str, seq: int, op: Op, *, acked_below: int = 0, timestamp: int = 0) -> bytes:
+    return _encoder.encode(Command(COMMAND_VERSION, client_id, seq, op, acked_below, timestamp))
+
+
+def decode_command(payload: bytes) -> Command:
+    try:
+        command = _decoder.decode(payload)
+    except msgspec.DecodeError as e:
+        raise UnsupportedCommand(f"undecodable tablet command: {e}") from e
+    if command.version > COMMAND_VERSION:
+        raise UnsupportedCommand(f"command version {command.version} > supported {COMMAND_VERSION}")
+    return command
+
+
+def is_read_only(op: Op) -> bool:
+    """Read-only ops need no session and need not go through the log (ReadIndex / lease reads)."""
+    return isinstance(op, Read) or (isinstance(op, Txn) and all(m.f == "r" for m in op.ops))

@@ -1,0 +1,63 @@
+"""Snapshots of the state machine on disk (`data/<tablet>/snapshot-<index>`).
+
+Only the newest snapshot is kept: log GC removes the WAL below it, so an older one could not be
+caught up anyway. For the same reason a damaged newest snapshot is a hard error naming the file,
+never a silent fall-back to an older snapshot or an empty state.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from node import durable
+from node.errors import CorruptionError
+from node.tablet.state import Snapshot
+
+_NAME = re.compile(r"snapshot-(\d+)")
+
+
+class SnapshotStore:
+    def __init__(self, directory: str | os.PathLike, tablet_id: str):
+        self.directory = Path(directory)
+        self.tablet_id = tablet_id
+
+    def path_for(self, index: int) -> Path:
+        return self.directory / f"snapshot-{index}"
+
+    def indexes(self) -> list[int]:
+        """Indexes of the snapshot files present, oldest first."""
+        if not self.directory.is_dir():
+            return []
+        found = (_NAME.fullmatch(name) for name in os.listdir(self.directory))
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def save(self, snap: Snapshot) -> Path:
+        """Write `snap` durably, then delete older snapshots and leftovers of crashed writes."""
+        if snap.tablet_id != self.tablet_id:
+            raise ValueError(f"snapshot of tablet {snap.tablet_id!r} saved into {self.tablet_id!r}")
+        durable.ensure_dir(self.directory)
+        path = self.path_for(snap.last_applied_index)
+        durable.save_struct(path, snap)
+        for index in self.indexes():
+            if index < snap.last_applied_index:
+                self.path_for(index).unlink()
+        for name in os.listdir(self.directory):
+            if durable.is_temp_file(name):
+                (self.directory / name).unlink(missing_ok=True)
+        durable.fsync_dir(self.directory)
+        return path
+
+    def load_latest(self) -> Snapshot | None:
+        """The newest snapshot, or None if there is none; CorruptionError if it is damaged."""
+        indexes = self.indexes()
+        if not indexes:
+            return None
+        path = self.path_for(indexes[-1])
+        snap = durable.load_struct(path, Snapshot)
+        if snap.tablet_id != self.tablet_id or snap.last_applied_index != indexes[-1]:
+            raise CorruptionError(
+                path, None, f"holds tablet {snap.tablet_id!r} at index {snap.last_applied_index}"
+            )
+        return snap

@@ -1,0 +1,217 @@
+"""The tablet replica's state machine: a key-value map plus the client sessions that deduplicate.
+
+`apply` is deterministic: replicas that apply the same log end in the same state with the same
+results, so everything that influences a result (data, sessions, their limits) is replicated
+state and part of every snapshot. Stored values are never mutated in place (append builds a new
+list), so results and snapshots can share them without copying.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import msgspec
+
+from node.entry import Entry, EntryType
+from node.tablet.ops import (
+    Append,
+    Cas,
+    CloseSession,
+    Command,
+    MicroOp,
+    Op,
+    OpenSession,
+    Read,
+    Rejection,
+    Result,
+    Txn,
+    Write,
+    decode_command,
+    is_read_only,
+)
+
+_OK = Result(ok=True)
+
+
+class Session(msgspec.Struct):
+    """One client's deduplication record: results of its recent seqs (Raft thesis §6.3)."""
+
+    client_id: str
+    forgotten_below: int = 0  # results of seqs below this are gone: retries get STALE_SEQ
+    results: dict[int, Result] = {}
+
+
+class Limits(msgspec.Struct, frozen=True):
+    """Bounds of the dedup table. Replicated with the state: every replica must evict alike."""
+
+    max_sessions: int = 1024  # least recently used sessions beyond this are evicted
+    max_results_per_session: int = 128  # a client pipelining more than this loses the oldest
+
+
+class Snapshot(msgspec.Struct, frozen=True):
+    tablet_id: str
+    last_applied_index: int
+    last_applied_term: int
+    last_timestamp: int  # highest hybrid time applied: a restarted leader's clock must pass it
+    limits: Limits
+    data: dict[str, Any]
+    sessions: list[Session]  # least recently used first
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int  # not bool
+
+
+class StateMachine:
+    def __init__(self, tablet_id: str, limits: Limits | None = None):
+        self.tablet_id = tablet_id
+        self.limits = limits or Limits()
+        self.data: dict[str, Any] = {}
+        self.sessions: OrderedDict[str, Session] = OrderedDict()
+        self.last_applied_index = 0
+        self.last_applied_term = 0
+        self.last_timestamp = 0
+
+    def apply(self, entry: Entry) -> Result | None:
+        """Apply the next committed entry; a REPLICATE entry returns its command's result."""
+        if entry.index <= self.last_applied_index:
+            raise ValueError(f"entry {entry.index} already applied (last {self.last_applied_index})")
+        if entry.type == EntryType.COMMIT:
+            raise ValueError("COMMIT markers are WAL bookkeeping, not state-machine input")
+        command = decode_command(entry.payload) if entry.type == EntryType.REPLICATE else None
+        self.last_applied_index, self.last_applied_term = entry.index, entry.term
+        if command is None:
+            return None
+        self.last_timestamp = max(self.last_timestamp, command.timestamp)
+        return self._apply_command(command)
+
+    def query(self, op: Op) -> Result:
+        """Serve a read-only op from the current state, outside the log."""
+        if not is_read_only(op):
+            raise ValueError(f"{type(op).__name__} mutates: it must go through the log")
+        return self._execute(op)
+
+    def snapshot(self) -> Snapshot:
+        """A copy of the whole state, safe to encode in another thread while applying goes on."""
+        sessions = [Session(s.client_id, s.forgotten_below, dict(s.results)) for s in self.sessions.values()]
+        return Snapshot(
+            self.tablet_id,
+            self.last_applied_index,
+            self.last_applied_term,
+            self.last_timestamp,
+            self.limits,
+            dict(self.data),
+            sessions,
+        )
+
+    @classmethod
+    def from_snapshot(cls, snap: Snapshot) -> StateMachine:
+        sm = cls(snap.tablet_id, snap.limits)
+        sm.data = dict(snap.data)
+        sm.sessions = OrderedDict(
+            (s.client_id, Session(s.client_id, s.forgotten_below, dict(s.results))) for s in snap.sessions
+        )
+        sm.last_applied_index, sm.last_applied_term = snap.last_applied_index, snap.last_applied_term
+        sm.last_timestamp = snap.last_timestamp
+        return sm
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def _apply_command(self, c: Command) -> Result:
+        op = c.op
+        if is_read_only(op):
+            return self._execute(op)
+        if isinstance(op, OpenSession):
+            self._open_session(c.client_id)
+            return _OK
+        if isinstance(op, CloseSession):
+            self.sessions.pop(c.client_id, None)
+            return _OK
+        session = self.sessions.get(c.client_id)
+        if session is None:
+            return Result(False, error=Rejection.NO_SESSION, detail=f"no session for client {c.client_id!r}")
+        self.sessions.move_to_end(c.client_id)
+        result = session.results.get(c.seq)
+        if result is None:
+            if c.seq < session.forgotten_below:
+                result = Result(
+                    False,
+                    error=Rejection.STALE_SEQ,
+                    detail=f"seq {c.seq} < {session.forgotten_below}: its result is forgotten",
+                )
+            else:
+                result = session.results[c.seq] = self._execute(op)
+        self._forget(session, c.acked_below)
+        return result
+
+    def _open_session(self, client_id: str) -> None:
+        if client_id in self.sessions:
+            self.sessions.move_to_end(client_id)
+            return
+        self.sessions[client_id] = Session(client_id)
+        if len(self.sessions) > self.limits.max_sessions:
+            self.sessions.popitem(last=False)
+
+    def _forget(self, session: Session, acked_below: int) -> None:
+        if acked_below > session.forgotten_below:
+            session.forgotten_below = acked_below
+            session.results = {s: r for s, r in session.results.items() if s >= acked_below}
+        while len(session.results) > self.limits.max_results_per_session:
+            oldest = min(session.results)
+            del session.results[oldest]
+            session.forgotten_below = max(session.forgotten_below, oldest + 1)
+
+    # -- operations ----------------------------------------------------------------------------
+
+    def _execute(self, op: Op) -> Result:
+        match op:
+            case Read(key=key):
+                return Result(True, self.data.get(key))
+            case Write(key=key, value=value):
+                self.data[key] = value
+                return _OK
+            case Cas(key=key, expected=expected, new=new):
+                current = self.data.get(key)
+                if current != expected:
+                    return Result(False, current, Rejection.CAS_MISMATCH, f"{key!r} is {current!r}")
+                self.data[key] = new
+                return _OK
+            case Append(key=key, element=element):
+                current = self.data.get(key)
+                if current is not None and not isinstance(current, list):
+                    return Result(False, 0, Rejection.WRONG_TYPE, f"{key!r} holds no list")
+                self.data[key] = [*(current or ()), element]
+                return _OK
+            case Txn(ops=micro_ops):
+                return self._transaction(micro_ops)
+        raise TypeError(f"not a state-machine op: {op!r}")
+
+    def _transaction(self, micro_ops: list[MicroOp]) -> Result:
+        """All micro-ops or none: writes go to an overlay that is merged only at the end."""
+        overlay: dict[str, Any] = {}
+        completed = []
+        for i, m in enumerate(micro_ops):
+            current = overlay[m.key] if m.key in overlay else self.data.get(m.key)
+            if m.f == "r":
+                completed.append([m.f, m.key, current])
+                continue
+            if m.f == "w":
+                overlay[m.key] = m.value
+            elif m.f == "append":
+                if current is not None and not isinstance(current, list):
+                    return Result(False, i, Rejection.WRONG_TYPE, f"micro-op {i}: {m.key!r} holds no list")
+                overlay[m.key] = [*(current or ()), m.value]
+            else:  # add, require_ge: integer arithmetic, a missing key counts as 0
+                current = 0 if current is None else current
+                if not (_is_int(current) and _is_int(m.value)):
+                    return Result(False, i, Rejection.WRONG_TYPE, f"micro-op {i}: {m.f} needs integers")
+                if m.f == "add":
+                    overlay[m.key] = current + m.value
+                elif current < m.value:
+                    return Result(
+                        False, i, Rejection.PRECONDITION_FAILED, f"micro-op {i}: {m.key!r} is {current} < {m.value}"
+                    )
+            completed.append([m.f, m.key, m.value])
+        self.data.update(overlay)
+        return Result(True, completed)

@@ -1,0 +1,101 @@
+"""The tablet superblock (`tablet-meta/<tablet>`): the file whose presence means the tablet exists.
+
+It records which table and partition the replica serves and the state of its data, following
+the tablet-copy seed: READY (normal), COPYING (tablet copy in progress; deleted again if we
+crash), TOMBSTONED (removed: the data is gone but the consensus metadata is kept forever and the
+last logged OpId is remembered so the replica can still vote without its WAL).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from pathlib import Path
+
+import crc32c
+import msgspec
+
+from node import durable
+from node.errors import CorruptionError
+from node.tablet.paths import check_tablet_id
+
+
+class DataState(enum.IntEnum):
+    READY = 1
+    COPYING = 2
+    TOMBSTONED = 3
+
+
+class OpId(msgspec.Struct, frozen=True, array_like=True):
+    term: int
+    index: int
+
+
+class KeyRange(msgspec.Struct, frozen=True, tag="range"):
+    """Keys in [start, end); end None means unbounded."""
+
+    start: str = ""
+    end: str | None = None
+
+    def contains(self, key: str) -> bool:
+        return self.start <= key and (self.end is None or key < self.end)
+
+
+class HashBucket(msgspec.Struct, frozen=True, tag="hash"):
+    """Keys whose CRC32C (stable across processes, unlike hash()) falls in this bucket."""
+
+    bucket: int
+    num_buckets: int
+
+    def contains(self, key: str) -> bool:
+        return crc32c.crc32c(key.encode()) % self.num_buckets == self.bucket
+
+
+Partition = KeyRange | HashBucket
+
+# (from, to) pairs the seed's deletion, tablet-copy and startup procedures use.
+_TRANSITIONS = {
+    (DataState.READY, DataState.TOMBSTONED),  # delete tablet
+    (DataState.READY, DataState.COPYING),  # tablet copy over a running replica
+    (DataState.TOMBSTONED, DataState.COPYING),  # tablet copy onto a tombstone
+    (DataState.COPYING, DataState.READY),  # copy finished
+    (DataState.COPYING, DataState.TOMBSTONED),  # startup found an unfinished copy
+}
+
+
+class Superblock(msgspec.Struct, frozen=True):
+    tablet_id: str
+    table_name: str
+    partition: Partition
+    data_state: DataState
+    tombstone_last_opid: OpId | None = None  # last OpId logged before the WAL was deleted
+
+    def __post_init__(self) -> None:
+        check_tablet_id(self.tablet_id)
+
+    def with_state(self, state: DataState, last_logged: OpId | None = None) -> Superblock:
+        """The next superblock; only the seed's transitions are allowed.
+
+        Tombstoning needs the last logged OpId (the vote depends on it). Going to COPYING keeps a
+        tombstone's OpId, in case we crash mid-copy and tombstone ourselves again at startup.
+        """
+        if (self.data_state, state) not in _TRANSITIONS:
+            raise ValueError(f"tablet {self.tablet_id}: no transition {self.data_state.name} -> {state.name}")
+        if state is DataState.TOMBSTONED:
+            last = last_logged or self.tombstone_last_opid
+            if last is None:
+                raise ValueError("tombstoning needs the last logged OpId")
+        else:
+            last = self.tombstone_last_opid if state is DataState.COPYING else None
+        return msgspec.structs.replace(self, data_state=state, tombstone_last_opid=last)
+
+    def save(self, path: str | os.PathLike) -> None:
+        durable.ensure_dir(Path(path).parent)
+        durable.save_struct(path, self)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Superblock:
+        sb = durable.load_struct(path, cls)
+        if sb.tablet_id != Path(path).name:
+            raise CorruptionError(path, None, f"holds the superblock of tablet {sb.tablet_id!r}")
+        return sb
