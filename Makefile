@@ -4,9 +4,19 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint clean setup
+# Debian packages the tests and the demo use (sshd per netns host, iptables/tc for nemeses).
+SYSPKGS := openssh-server iproute2 iptables util-linux
 
-setup: $(STAMP)
+.PHONY: demo test bench lint clean setup sysdeps
+
+setup: sysdeps $(STAMP)
+
+sysdeps:
+	@missing=$$(for p in $(SYSPKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:" $$missing; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
 # Debian's python3 needs python3-venv; pyenv or other Pythons already have venv.
 $(VENV)/bin/python:
@@ -19,10 +29,10 @@ $(STAMP): $(VENV)/bin/python pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-test: $(STAMP)
+test: setup
 	$(PY) -m pytest
 
-demo: $(STAMP)
+demo: setup
 	$(PY) bench/wal.py --json --quick
 
 bench: $(STAMP)

@@ -13,6 +13,7 @@ import sys
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "cluster": ("harness.cluster.cli", "create, repair, inspect or remove the local netns test cluster"),
     "wal": ("node.wal.cli", "inspect write-ahead log segments (dump)"),
 }
 

@@ -1,0 +1,51 @@
+"""`tessera cluster up|down|status`: the local netns cluster."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.description = ("Manage the local test cluster: hosts n1..nN as network namespaces on bridge "
+                     "tsbr0 in 10.77.0.0/24 (n1 = 10.77.0.11), each with its own sshd. Needs root.")
+    p.add_argument("action", choices=["up", "down", "status"],
+                   help="up: create or repair the hosts; down: remove everything up made; "
+                        "status: show each host")
+    p.add_argument("--hosts", type=int, default=5, metavar="N", help="number of hosts (default 5)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from harness.cluster import ClusterError
+    from harness.cluster.netns import NetnsCluster
+
+    say = (lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr))
+    try:
+        cluster = NetnsCluster(args.hosts)
+        if args.action == "up":
+            hosts = cluster.up(say)
+            if args.json:
+                print(json.dumps([h.__dict__ for h in hosts]))
+            else:
+                for h in hosts:
+                    print(f"{h.name}\t{h.address}\tssh -i {h.key_file} root@{h.address}")
+        elif args.action == "down":
+            cluster.down(say)
+        else:
+            rows = cluster.status()
+            if args.json:
+                print(json.dumps(rows))
+            elif not rows:
+                print("no netns cluster is up")
+            for r in rows:
+                ok = r["namespace"] and r["process"] and r["sshd"]
+                print(f"{r['name']}\t{r['address']}\t{'up' if ok else 'DOWN'}\t"
+                      f"namespace={r['namespace']} process={r['process']} sshd={r['sshd']}")
+            return 0 if rows and all(r["sshd"] for r in rows) else 1
+    except ClusterError as e:
+        print(f"tessera cluster: {e}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,100 @@
+"""The netns provider on the real machine: namespaces, bridge, sshd per host, SSH control.
+
+Needs root; CI runs as root. `down` must leave the machine exactly as it found it.
+"""
+
+import os
+import signal
+import subprocess
+
+import pytest
+
+from harness.cluster import ClusterError, Host
+from harness.cluster.netns import NetnsCluster, _links, _namespaces, _our_host_pids
+from harness.control import Remote
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+if os.geteuid() != 0:  # pragma: no cover - CI is root
+    pytest.fail("the netns tests need root", pytrace=False)
+
+
+def machine_state(state_dir):
+    mounts = open("/proc/self/mountinfo").read()
+    return {
+        "netns": sorted(_namespaces()),
+        "links": sorted(_links()),
+        "host_pids": sorted(_our_host_pids(state_dir)),
+        "tessera_mounts": sorted(line for line in mounts.splitlines() if "tessera" in line),
+        "iptables": subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout,
+    }
+
+
+@pytest.fixture
+def cluster():
+    if any(ns.startswith("tessera-") for ns in _namespaces()):
+        pytest.fail("a tessera netns cluster is already up: `tessera cluster down` first")
+    state_dir = f"/run/tessera-netns-test-{os.getpid()}"
+    c = NetnsCluster(3, state_dir=state_dir)
+    before = machine_state(state_dir)
+    yield c
+    c.down(lambda *_: None)
+    assert machine_state(state_dir) == before
+    assert not os.path.exists(state_dir)
+
+
+def test_up_reach_repair_down(cluster):
+    hosts = cluster.up(lambda *_: None)
+    assert [h.address for h in hosts] == ["10.77.0.11", "10.77.0.12", "10.77.0.13"]
+    remotes = [Remote(h) for h in hosts]
+    try:
+        for h, r in zip(hosts, remotes, strict=True):
+            assert r.run(["hostname"]).stdout.strip() == h.name
+            # each host has its own process tree with sshd as pid 1, and private dirs
+            assert "sshd" in r.run(["cat", "/proc/1/cmdline"]).stdout
+            r.run(["touch", f"/var/lib/tessera/mine-{h.name}"])
+        assert remotes[0].run(["ls", "/var/lib/tessera"]).stdout.split() == ["mine-n1"]
+        # hosts reach each other over the bridge
+        probe = "import socket; socket.create_connection(('10.77.0.12', 22), 2); print('ok')"
+        assert remotes[0].run(["python3", "-c", probe]).stdout.strip() == "ok"
+
+        # up twice is fine and keeps running hosts
+        pids = {r["name"]: r for r in cluster.status()}
+        assert all(r["sshd"] and r["process"] for r in pids.values())
+        first = {h["name"]: h["pid"] for h in cluster._load_state()["hosts"]}
+        cluster.up(lambda *_: None)
+        assert {h["name"]: h["pid"] for h in cluster._load_state()["hosts"]} == first
+
+        # a dead host is repaired by the next up, the others are left alone
+        os.kill(first["n2"], signal.SIGKILL)
+        cluster.up(lambda *_: None)
+        again = {h["name"]: h["pid"] for h in cluster._load_state()["hosts"]}
+        assert again["n1"] == first["n1"] and again["n3"] == first["n3"]
+        assert again["n2"] != first["n2"]
+        assert Remote(cluster.hosts()[1]).run(["hostname"]).stdout.strip() == "n2"
+    finally:
+        for r in remotes:
+            r.close()
+
+
+def test_unreachable_host_is_a_clear_error(cluster):
+    hosts = cluster.up(lambda *_: None)
+    wrong_port = Host("n1", hosts[0].address, 2222, key_file=hosts[0].key_file)
+    with pytest.raises(ClusterError, match=r"n1 \(10\.77\.0\.11:2222\): unreachable over SSH"):
+        Remote(wrong_port).run(["true"])
+
+
+def test_wrong_key_is_a_clear_error(cluster, tmp_path):
+    hosts = cluster.up(lambda *_: None)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")],
+                   check=True)
+    h = Host("n1", hosts[0].address, 22, key_file=str(tmp_path / "k"), host_key=hosts[0].host_key)
+    with pytest.raises(ClusterError, match="authentication failed"):
+        Remote(h).run(["true"])
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ClusterError, match="between 1 and"):
+        NetnsCluster(0)
+    with pytest.raises(ClusterError, match="would be hidden"):
+        NetnsCluster(3, state_dir="/tmp/x")
