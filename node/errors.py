@@ -14,3 +14,11 @@ class CorruptionError(TesseraError):
         self.path, self.offset, self.reason = str(path), offset, reason
         where = self.path if offset is None else f"{self.path} at offset {offset}"
         super().__init__(f"corruption in {where}: {reason}")
+
+
+class OpFailed(TesseraError):
+    """The operation definitely did not take effect (a history records it as `fail`)."""
+
+
+class OpUnknown(TesseraError):
+    """The operation may or may not have taken effect (a history records it as `info`)."""
