@@ -1,0 +1,140 @@
+"""On-disk format of a WAL segment (little-endian throughout).
+
+    segment  = header batch* [footer]
+    header   = magic "TSRWALSG" | version u16 | tablet-id length u16 | sequence u64
+               | tablet id (utf-8) | crc32c(all of the above) u32
+    batch    = data length u32 | kind u16 | reserved u16 (0) | crc32c(data) u32
+               | crc32c(the 12 bytes before) u32 | data
+    footer   = magic "TSRWALFT" | entry count u64 | min index i64 | max index i64
+               | crc32c(all of the above) u32                      (last 36 bytes of the file)
+
+A batch of kind ENTRIES holds a msgpack list of `Entry`; a batch of kind TRUNCATE holds one
+msgpack int, `after_index`: every entry above it, earlier in the log, is replaced by what follows.
+The header CRC lets a reader trust a batch's length before it reads the data, so a torn length
+can never make it skip over good batches. Zeros never form a valid batch header (the CRC of
+zeros is not zero), which is how the preallocated, unwritten end of a segment is recognised.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+
+import msgspec
+from crc32c import crc32c
+
+from node.entry import Entry
+
+FORMAT_VERSION = 1
+SEGMENT_MAGIC = b"TSRWALSG"
+FOOTER_MAGIC = b"TSRWALFT"
+
+_SEGMENT_HEADER_FIXED = struct.Struct("<8sHHQ")
+_U32 = struct.Struct("<I")
+BATCH_HEADER = struct.Struct("<IHHII")
+_BATCH_HEADER_BODY = struct.Struct("<IHHI")
+FOOTER = struct.Struct("<8sQqqI")
+
+BATCH_HEADER_SIZE = BATCH_HEADER.size
+FOOTER_SIZE = FOOTER.size
+MAX_BATCH_DATA = 256 << 20  # a header claiming more is corrupt even if its CRC matches
+
+
+class BatchKind(enum.IntEnum):
+    ENTRIES = 1
+    TRUNCATE = 2
+
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode_entries = msgspec.msgpack.Decoder(list[Entry]).decode
+_decode_int = msgspec.msgpack.Decoder(int).decode
+_pack_body = _BATCH_HEADER_BODY.pack
+_pack_u32 = _U32.pack
+
+
+def encode_segment_header(tablet_id: str, seq: int) -> bytes:
+    tid = tablet_id.encode()
+    body = _SEGMENT_HEADER_FIXED.pack(SEGMENT_MAGIC, FORMAT_VERSION, len(tid), seq) + tid
+    return body + _pack_u32(crc32c(body))
+
+
+class SegmentHeader(msgspec.Struct, frozen=True):
+    tablet_id: str
+    seq: int
+    size: int  # bytes, where the first batch starts
+
+
+def parse_segment_header(buf: bytes) -> SegmentHeader:
+    """Raises ValueError with the reason; the caller adds file and offset."""
+    fixed = _SEGMENT_HEADER_FIXED.size
+    if len(buf) < fixed:
+        raise ValueError("segment header truncated")
+    magic, version, tid_len, seq = _SEGMENT_HEADER_FIXED.unpack_from(buf)
+    if magic != SEGMENT_MAGIC:
+        raise ValueError(f"bad segment magic {magic!r}")
+    if version != FORMAT_VERSION:
+        raise ValueError(f"unknown format version {version} (this build reads {FORMAT_VERSION})")
+    end = fixed + tid_len
+    if len(buf) < end + 4:
+        raise ValueError("segment header truncated")
+    if _U32.unpack_from(buf, end)[0] != crc32c(buf[:end]):
+        raise ValueError("segment header CRC mismatch")
+    return SegmentHeader(buf[fixed:end].decode(), seq, end + 4)
+
+
+def encode_batch(kind: BatchKind, data: bytes) -> bytes:
+    """Header and data of one batch, ready to write."""
+    body = _pack_body(len(data), kind, 0, crc32c(data))
+    return body + _pack_u32(crc32c(body)) + data
+
+
+def encode_entries(entries: list[Entry]) -> bytes:
+    return encode_batch(BatchKind.ENTRIES, _encode(entries))
+
+
+def encode_truncate(after_index: int) -> bytes:
+    return encode_batch(BatchKind.TRUNCATE, _encode(after_index))
+
+
+def parse_batch_header(buf: bytes, offset: int, end: int) -> tuple[int, BatchKind, int] | str:
+    """(data length, kind, data crc), or the reason this is not a valid batch header."""
+    if end - offset < BATCH_HEADER_SIZE:
+        return "incomplete batch header"
+    length, kind, reserved, data_crc, header_crc = BATCH_HEADER.unpack_from(buf, offset)
+    if header_crc != crc32c(buf[offset : offset + BATCH_HEADER_SIZE - 4]):
+        return "batch header CRC mismatch"
+    if reserved != 0 or kind not in (BatchKind.ENTRIES, BatchKind.TRUNCATE):
+        return f"unknown batch kind {kind}/{reserved}"
+    if length > MAX_BATCH_DATA:
+        return f"batch length {length} too large"
+    return length, BatchKind(kind), data_crc
+
+
+def decode_entries(data: bytes) -> list[Entry]:
+    return _decode_entries(data)
+
+
+def decode_truncate(data: bytes) -> int:
+    return _decode_int(data)
+
+
+class Footer(msgspec.Struct, frozen=True):
+    num_entries: int
+    min_index: int  # -1 when the segment holds no entries
+    max_index: int
+
+
+def encode_footer(f: Footer) -> bytes:
+    body = FOOTER.pack(FOOTER_MAGIC, f.num_entries, f.min_index, f.max_index, 0)[:-4]
+    return body + _pack_u32(crc32c(body))
+
+
+def parse_footer(buf: bytes) -> Footer | str | None:
+    """None when the bytes are not a footer at all; a reason string when they are a footer
+    (magic present) that fails its CRC."""
+    if len(buf) != FOOTER_SIZE or not buf.startswith(FOOTER_MAGIC):
+        return None
+    _, count, lo, hi, crc = FOOTER.unpack(buf)
+    if crc != crc32c(buf[:-4]):
+        return "footer CRC mismatch"
+    return Footer(count, lo, hi)

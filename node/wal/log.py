@@ -1,0 +1,390 @@
+"""The log: bootstrap on open, group commit, segment roll, suffix truncation, anchors and GC.
+
+Threads: the caller's (reserve/async_append, under the caller's own ordering), one appender
+thread (the only writer of segment files), and a short-lived preallocation thread per roll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections.abc import Callable
+
+import msgspec
+
+from node.entry import Entry
+from node.wal import format as fmt
+from node.wal.errors import WalClosed, WalError
+from node.wal.reader import UnclosedTail, read_log
+from node.wal.segment import WritableSegment, entry_stats, finish_file, fsync_dir
+
+logger = logging.getLogger("tessera.wal")
+
+Callback = Callable[[BaseException | None], None]
+
+
+class LogOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """Kudu's flag names and (except for fsync, which is safe by default here) its defaults."""
+
+    log_force_fsync_all: bool = True  # sync every group before its callbacks run
+    log_segment_size_mb: float = 8  # roll to a new segment past this size
+    log_preallocate_segments: bool = True  # fallocate segments to their full size up front
+    log_min_segments_to_retain: int = 1  # closed segments gc() always keeps
+    log_queue_max_bytes: int = 8 << 20  # reserve() blocks while this much is queued, unwritten
+
+    @property
+    def segment_bytes(self) -> int:
+        return int(self.log_segment_size_mb * (1 << 20))
+
+
+class Reservation:
+    """A slot in the append queue, in reserve() order. Filled by async_append/append_future."""
+
+    __slots__ = ("entries", "data", "callback", "future", "first", "last", "count")
+
+    def __init__(self, entries: list[Entry], data: bytes | None, first: int, last: int) -> None:
+        self.entries = entries
+        self.data = data
+        self.callback: Callback | None = None
+        self.future: asyncio.Future[None] | None = None
+        self.first, self.last, self.count = first, last, len(entries)
+
+
+class ClosedSegment(msgspec.Struct, frozen=True):
+    path: str
+    seq: int
+    footer: fmt.Footer
+
+
+class Recovery(msgspec.Struct, frozen=True):
+    """What Log.open had to repair, for the caller to report."""
+
+    unclosed: UnclosedTail | None  # the newest segment was cut here and given a footer
+    removed: list[str]  # files deleted: leftover temporary segments, an empty unclosed segment
+
+
+class Log:
+    """See the package docstring for the contract."""
+
+    def __init__(self, directory: str, tablet_id: str, options: LogOptions) -> None:
+        """Use Log.open."""
+        self.directory = directory
+        self.tablet_id = tablet_id
+        self.options = options
+        self.recovered: list[Entry] = []
+        self.recovery = Recovery(None, [])
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)  # appender: queue has a ready slot
+        self._space = threading.Condition(self._lock)  # reserve(): queue below its byte bound
+        self._queue: list[Reservation] = []
+        self._queued_bytes = 0
+        self._space_futures: list[asyncio.Future[None]] = []
+        self._idle = False
+        self._closing = False
+        self._failed: BaseException | None = None
+        self._last_index: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._segments_lock = threading.Lock()
+        self._closed: list[ClosedSegment] = []
+        self._segment: WritableSegment
+        self._next_thread: threading.Thread | None = None
+        self._next: WritableSegment | BaseException | None = None
+        self._anchors: dict[str, int] = {}
+        self._anchor_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._append_loop, name=f"wal-appender-{tablet_id}", daemon=True)
+
+    # ---- open and close ----
+
+    @classmethod
+    def open(cls, directory: str, tablet_id: str, options: LogOptions | None = None) -> Log:
+        """Bootstrap the log in `directory` (created if missing) and start appending after it.
+        Raises WalCorruption (file and offset) for anything but a torn tail of the newest segment."""
+        log = cls(directory, tablet_id, options or LogOptions())
+        if not os.path.isdir(directory):
+            os.makedirs(directory)
+            fsync_dir(os.path.dirname(os.path.abspath(directory)))
+        contents = read_log(directory, tablet_id)
+        removed = list(contents.leftovers)
+        segments = contents.segments
+        unclosed = contents.unclosed
+        if unclosed is not None:
+            last = segments[-1]
+            if last.records:
+                finish_file(last.path, unclosed.offset, entry_stats(last.records))
+                last.footer = entry_stats(last.records)
+            else:
+                removed.append(last.path)
+                segments = segments[:-1]
+            if unclosed.garbage_bytes:
+                logger.warning("%s: cut a torn tail at offset %d (%d bytes: %s)", unclosed.path,
+                               unclosed.offset, unclosed.garbage_bytes, unclosed.reason)
+        for path in removed:
+            os.unlink(path)
+        if removed:
+            fsync_dir(directory)
+        log._closed = [ClosedSegment(s.path, s.header.seq, s.footer) for s in segments]  # type: ignore[arg-type]
+        log.recovered = contents.entries
+        log.recovery = Recovery(unclosed, removed)
+        if contents.next_index is not None:
+            log._last_index = contents.next_index - 1
+        log._segment = log._new_segment(segments[-1].header.seq + 1 if segments else 1)
+        log._segment.activate()
+        log._thread.start()
+        return log
+
+    def close(self) -> None:
+        """Write out everything appended so far, finish the segment with its footer."""
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            self._wake.notify()
+            self._space.notify_all()
+        self._thread.join()
+        if self._next_thread is not None:
+            self._next_thread.join()
+            if isinstance(self._next, WritableSegment):
+                self._next.discard()
+        if self._failed is None:
+            self._segment.finish()
+        else:
+            os.close(self._segment.fd)
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- appending ----
+
+    @property
+    def last_index(self) -> int | None:
+        """Index of the last entry reserved (durable or not); None for a log that never had one."""
+        return self._last_index
+
+    def reserve(self, entries: list[Entry]) -> Reservation:
+        """Take the next place in the log. Call under the caller's ordering lock: reservation
+        order is disk order. Indexes must continue the log without a gap. Blocks while the
+        queue holds log_queue_max_bytes (an asyncio caller awaits wait_for_space() first)."""
+        if not entries:
+            raise ValueError("reserve() needs at least one entry")
+        first = entries[0].index
+        for i, e in enumerate(entries):
+            if e.index != first + i:
+                raise ValueError(f"entry indexes must be consecutive: {[e.index for e in entries]}")
+        with self._lock:
+            self._wait_for_space_locked()
+            if self._last_index is not None and first != self._last_index + 1:
+                raise ValueError(f"index {first} does not follow the last index {self._last_index}")
+            res = Reservation(entries, None, first, first + len(entries) - 1)
+            self._queue.append(res)
+            self._last_index = res.last
+        return res
+
+    def reserve_truncation(self, after_index: int) -> Reservation:
+        """Reserve a record that replaces every entry above `after_index` (Raft overwriting a
+        divergent tail). The next reserve() must start at after_index + 1. The truncation is
+        durable when its reservation's callback/future completes; until then a crash keeps the
+        old tail, which is safe because nothing after the truncation can be durable before it."""
+        with self._lock:
+            self._wait_for_space_locked()
+            if self._last_index is not None and after_index > self._last_index:
+                raise ValueError(f"cannot truncate after {after_index}: the last index is {self._last_index}")
+            res = Reservation([], fmt.encode_truncate(after_index), 0, 0)
+            self._queue.append(res)
+            self._last_index = after_index
+        return res
+
+    def async_append(self, res: Reservation, callback: Callback) -> None:
+        """Serialize `res` (outside any lock) and hand it to the appender. `callback(None)` runs
+        on the appender thread once the entries are durable (in reservation order), or
+        `callback(error)` if the write or sync failed. It must be quick and must not block."""
+        res.callback = callback
+        self._fill(res)
+
+    def append_future(self, res: Reservation) -> asyncio.Future[None]:
+        """async_append for asyncio callers: a future resolved on the running loop when `res` is
+        durable. Completions are delivered once per group, not once per entry."""
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop:
+            raise WalError("a Log serves futures to one event loop only")
+        res.future = loop.create_future()
+        self._fill(res)
+        return res.future
+
+    async def wait_for_space(self) -> None:
+        """Return once the queue is below its byte bound, without blocking the event loop."""
+        while True:
+            with self._lock:
+                if self._queued_bytes < self.options.log_queue_max_bytes or self._closing:
+                    return
+                fut = asyncio.get_running_loop().create_future()
+                self._space_futures.append(fut)
+                self._loop = self._loop or fut.get_loop()
+            await fut
+
+    def _fill(self, res: Reservation) -> None:
+        data = res.data if res.data is not None else fmt.encode_entries(res.entries)
+        with self._lock:
+            res.data = data
+            self._queued_bytes += len(data)
+            if self._idle:
+                self._wake.notify()
+
+    def _wait_for_space_locked(self) -> None:
+        while True:
+            if self._closing:
+                raise WalClosed("log is closed")
+            if self._failed is not None:
+                raise WalClosed(f"log failed: {self._failed!r}")
+            if self._queued_bytes < self.options.log_queue_max_bytes:
+                return
+            self._space.wait()
+
+    # ---- the appender thread ----
+
+    def _append_loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queue or self._queue[0].data is None:
+                    if self._closing and not self._queue:
+                        return
+                    self._idle = True
+                    self._wake.wait()
+                    self._idle = False
+                queue = self._queue
+                ready = len(queue)
+                if queue[-1].data is None:
+                    ready = next(i for i, r in enumerate(queue) if r.data is None)
+                group, self._queue = queue[:ready], queue[ready:]
+            self._commit(group)
+
+    def _commit(self, group: list[Reservation]) -> None:
+        bufs = [r.data for r in group]
+        nbytes = sum(map(len, bufs))  # type: ignore[arg-type]
+        error = self._failed
+        if error is None:
+            try:
+                self._write(group, bufs)  # type: ignore[arg-type]
+            except BaseException as e:
+                logger.exception("WAL %s: write failed; the log is now failed", self.directory)
+                error = self._failed = e
+        with self._lock:
+            self._queued_bytes -= nbytes
+            self._space.notify_all()
+            space, self._space_futures = self._space_futures, []
+        futures = []
+        for r in group:
+            if r.future is not None:
+                futures.append(r.future)
+            else:
+                try:
+                    r.callback(error)  # type: ignore[misc]
+                except Exception:
+                    logger.exception("WAL append callback raised")
+        if (futures or space) and self._loop is not None:
+            try:
+                self._loop.call_soon_threadsafe(_resolve, futures, space, error)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                pass
+
+    def _write(self, group: list[Reservation], bufs: list[bytes]) -> None:
+        self._swap_if_ready()
+        seg = self._segment
+        seg.write(bufs)
+        for r in group:
+            if r.count:
+                seg.count(r.count, r.first, r.last)
+        if self.options.log_force_fsync_all:
+            seg.sync()
+        if seg.offset >= self.options.segment_bytes and self._next_thread is None:
+            self._next_thread = threading.Thread(
+                target=self._preallocate, args=(seg.seq + 1,), name="wal-preallocate", daemon=True
+            )
+            self._next_thread.start()
+
+    # ---- segment roll ----
+
+    def _new_segment(self, seq: int) -> WritableSegment:
+        prealloc = self.options.segment_bytes if self.options.log_preallocate_segments else 0
+        return WritableSegment(self.directory, self.tablet_id, seq, prealloc)
+
+    def _preallocate(self, seq: int) -> None:
+        try:
+            self._next = self._new_segment(seq)
+        except BaseException as e:
+            self._next = e
+
+    def _swap_if_ready(self) -> None:
+        """Roll once the preallocation thread is done: finish the old segment (footer, sync),
+        then rename the new one into place. A crash between the two leaves a finished newest
+        segment plus a temporary file, which bootstrap deletes."""
+        if self._next_thread is None or self._next_thread.is_alive():
+            return
+        self._next_thread.join()
+        nxt, self._next, self._next_thread = self._next, None, None
+        if isinstance(nxt, BaseException):
+            raise WalError("creating the next segment failed") from nxt
+        assert nxt is not None
+        old = self._segment
+        old.finish()
+        nxt.activate()
+        with self._segments_lock:
+            self._closed.append(ClosedSegment(old.path, old.seq, old.footer()))
+            self._segment = nxt
+
+    # ---- anchors and GC ----
+
+    def register_anchor(self, name: str, index: int) -> None:
+        """Keep entries from `index` on (register again to move it). Holders: durability,
+        peers catching up, tablet copy sessions."""
+        with self._anchor_lock:
+            self._anchors[name] = index
+
+    def release_anchor(self, name: str) -> None:
+        with self._anchor_lock:
+            del self._anchors[name]
+
+    def gc(self) -> list[str]:
+        """Delete the oldest closed segments whose entries all lie below every anchor, keeping
+        log_min_segments_to_retain closed segments. With no anchor registered nothing is
+        deleted: an unanchored log is one nobody has said it may forget. Returns deleted paths."""
+        with self._anchor_lock:
+            if not self._anchors:
+                return []
+            floor = min(self._anchors.values())
+        with self._segments_lock:
+            limit = len(self._closed) - self.options.log_min_segments_to_retain
+            doomed: list[ClosedSegment] = []
+            for seg in self._closed[: max(0, limit)]:
+                if seg.footer.num_entries and seg.footer.max_index >= floor:
+                    break
+                doomed.append(seg)
+            for seg in doomed:  # oldest first: a crash midway still leaves a gap-free log
+                os.unlink(seg.path)
+            if doomed:
+                fsync_dir(self.directory)
+                del self._closed[: len(doomed)]
+        return [s.path for s in doomed]
+
+    def segments(self) -> list[str]:
+        """Paths of the segments on disk, oldest first, the one being written last."""
+        with self._segments_lock:
+            return [s.path for s in self._closed] + [self._segment.path]
+
+
+def _resolve(futures: list[asyncio.Future[None]], space: list[asyncio.Future[None]], error: BaseException | None) -> None:
+    for f in futures:
+        if not f.done():
+            if error is None:
+                f.set_result(None)
+            else:
+                f.set_exception(error)
+    for f in space:
+        if not f.done():
+            f.set_result(None)

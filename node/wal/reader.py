@@ -1,0 +1,113 @@
+"""Bootstrap: read every segment of a log directory in order, judge what was found, and
+replay it into the list of entries the log holds.
+
+The judgement is deliberately narrow. The only damage accepted is a torn tail: at the end of
+the newest segment, and only if that segment has no footer (it was still being written) and
+no intact batch follows the damage (a crash can only cut a write short; it cannot leave a
+good batch behind a bad one). Everything else names the file and offset and stops.
+"""
+
+from __future__ import annotations
+
+import os
+
+import msgspec
+
+from node.entry import Entry
+from node.wal import format as fmt
+from node.wal.errors import WalCorruption, WalError
+from node.wal.segment import TMP_PREFIX, Scan, entry_stats, parse_segment_name, scan_segment
+
+
+class UnclosedTail(msgspec.Struct, frozen=True):
+    path: str
+    offset: int  # where the good data ends and the segment will be cut
+    garbage_bytes: int  # non-zero bytes after it (0: just unwritten preallocated space)
+    reason: str
+
+
+class LogContents(msgspec.Struct):
+    segments: list[Scan]  # in sequence order
+    entries: list[Entry]  # the replayed log: contiguous indexes, truncations applied
+    next_index: int | None  # the index the next entry must have (None: anything may start)
+    unclosed: UnclosedTail | None  # the newest segment was never finished (a crash)
+    leftovers: list[str]  # temporary files of a segment that was being created
+
+
+def judge_segment(scan: Scan, is_last: bool) -> UnclosedTail | None:
+    """Raise WalCorruption unless `scan` is intact, or is the newest segment with a torn tail."""
+    path = scan.path
+    if scan.footer is not None:
+        if scan.problem is not None:
+            raise WalCorruption(path, scan.end, scan.problem)
+        expected = entry_stats(scan.records)
+        if expected != scan.footer:
+            raise WalCorruption(
+                path, scan.size - fmt.FOOTER_SIZE, f"footer says {scan.footer}, batches hold {expected}"
+            )
+        return None
+    if not is_last:
+        if scan.footer_problem:
+            raise WalCorruption(path, scan.size - fmt.FOOTER_SIZE, scan.footer_problem)
+        raise WalCorruption(path, scan.size, "segment has no footer but is not the newest segment")
+    if scan.problem is None:
+        return UnclosedTail(path, scan.end, 0, "no footer")
+    if scan.valid_batch_after is not None:
+        raise WalCorruption(
+            path,
+            scan.end,
+            f"{scan.problem}, yet an intact batch follows at offset {scan.valid_batch_after}: "
+            "corruption, not a torn write",
+        )
+    return UnclosedTail(path, scan.end, scan.garbage_end - scan.end, scan.problem)
+
+
+def read_log(directory: str, tablet_id: str | None = None) -> LogContents:
+    """Read and replay a log directory without modifying it."""
+    seqs: list[tuple[int, str]] = []
+    leftovers: list[str] = []
+    for name in sorted(os.listdir(directory)):
+        seq = parse_segment_name(name)
+        if seq is not None:
+            seqs.append((seq, os.path.join(directory, name)))
+        elif name.startswith(TMP_PREFIX):
+            leftovers.append(os.path.join(directory, name))
+        else:
+            raise WalError(f"{os.path.join(directory, name)}: unexpected file in a WAL directory")
+    seqs.sort()
+    segments: list[Scan] = []
+    unclosed: UnclosedTail | None = None
+    for i, (seq, path) in enumerate(seqs):
+        if i and seq != seqs[i - 1][0] + 1:
+            raise WalCorruption(path, 0, f"segment sequence gap: {seqs[i - 1][0]} then {seq}")
+        scan = scan_segment(path)
+        if scan.header.seq != seq:
+            raise WalCorruption(path, 0, f"header sequence {scan.header.seq} does not match the file name")
+        if tablet_id is not None and scan.header.tablet_id != tablet_id:
+            raise WalCorruption(path, 0, f"segment of tablet {scan.header.tablet_id!r}, expected {tablet_id!r}")
+        unclosed = judge_segment(scan, is_last=i == len(seqs) - 1)
+        segments.append(scan)
+    entries, next_index = replay(segments)
+    return LogContents(segments, entries, next_index, unclosed, leftovers)
+
+
+def replay(segments: list[Scan]) -> tuple[list[Entry], int | None]:
+    """Apply the records in order, checking that indexes never skip."""
+    entries: list[Entry] = []
+    expected: int | None = None
+    for scan in segments:
+        for rec in scan.records:
+            if rec.kind is fmt.BatchKind.TRUNCATE:
+                n = rec.after_index
+                if expected is not None and n >= expected:
+                    raise WalCorruption(scan.path, rec.offset, f"truncation after {n}, past the last index {expected - 1}")
+                if entries:
+                    del entries[max(0, n - entries[0].index + 1) :]
+                expected = n + 1
+                continue
+            for e in rec.entries:
+                if expected is not None and e.index != expected:
+                    raise WalCorruption(scan.path, rec.offset, f"index gap: expected {expected}, found {e.index}")
+                expected = e.index + 1
+            entries.extend(rec.entries)
+    return entries, expected
