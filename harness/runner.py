@@ -1,0 +1,120 @@
+"""Drives a workload's logical processes against a client, Jepsen style.
+
+Each worker thread of the run is an asyncio task that acts as one logical process at a time:
+invoke, then ok / fail / info. After `info` (outcome unknown) the process is retired, since it may
+still be running the op, and the thread continues as process `p + concurrency`. Ops are paced to
+`rate` per second overall, with jitter, and stop at the time limit; then the nemesis heals, and the
+workload's final ops run on a healed cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from harness.recorder import Recorder
+from workloads.base import Completion, Invocation, KVClient, Workload
+
+Nemesis = Callable[[Recorder, float], Awaitable[None]]  # runs until the deadline, then heals
+
+
+@dataclass
+class RunOptions:
+    concurrency: int = 10
+    time_limit: float = 60.0
+    rate: float = 200.0  # ops/s over all processes; 0 = as fast as they go
+    seed: int = 0
+    op_timeout: float = 5.0
+    final_timeout: float = 30.0
+
+
+@dataclass
+class Progress:
+    """One status line, rewritten in place on a terminal and silent otherwise."""
+
+    active_faults: set = field(default_factory=set)
+    enabled: bool = field(default_factory=lambda: sys.stderr.isatty())
+
+    def show(self, rec: Recorder, time_limit: float) -> None:
+        if not self.enabled:
+            return
+        t = rec.elapsed_s()
+        c = rec.counts
+        done = c["ok"] + c["fail"] + c["info"]
+        faults = ",".join(sorted(self.active_faults)) or "none"
+        sys.stderr.write(f"\r{t:6.1f}/{time_limit:.0f}s  {done / max(t, 1e-9):7.1f} ops/s  "
+                         f"ok {c['ok']}  fail {c['fail']}  info {c['info']}  faults: {faults}   ")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+async def _call(workload: Workload, client: KVClient, inv: Invocation, timeout: float):
+    try:
+        return await asyncio.wait_for(workload.invoke(client, inv), timeout)
+    except TimeoutError:
+        return Completion("info", error="timeout")
+
+
+async def _thread(thread: int, opts: RunOptions, workload: Workload, client: KVClient,
+                  rec: Recorder, deadline: float, loop: asyncio.AbstractEventLoop) -> None:
+    rng = random.Random(f"{opts.seed}/{thread}")
+    process = thread
+    stream = workload.ops(thread, opts.concurrency, rng)
+    mean_gap = opts.concurrency / opts.rate if opts.rate > 0 else 0.0
+    while loop.time() < deadline:
+        if mean_gap:
+            await asyncio.sleep(min(rng.uniform(0, 2 * mean_gap), max(0.0, deadline - loop.time())))
+            if loop.time() >= deadline:
+                break
+        inv = next(stream)
+        rec.record(process, "invoke", inv.f, inv.value, key=inv.key)
+        done = await _call(workload, client, inv, opts.op_timeout)
+        rec.record(process, done.type, inv.f, done.value if done.type == "ok" else inv.value,
+                   key=inv.key, error=done.error)
+        if done.type == "info":
+            process += opts.concurrency
+
+
+async def _sequential(ops: list[Invocation], workload: Workload, client: KVClient, rec: Recorder,
+                      process: int, timeout: float) -> None:
+    for inv in ops:
+        rec.record(process, "invoke", inv.f, inv.value, key=inv.key)
+        done = await _call(workload, client, inv, timeout)
+        rec.record(process, done.type, inv.f, done.value if done.type == "ok" else inv.value,
+                   key=inv.key, error=done.error)
+        if done.type == "info":
+            process += 1
+
+
+async def run(workload: Workload, client: KVClient, rec: Recorder, opts: RunOptions,
+              nemesis: Nemesis | None = None, progress: Progress | None = None) -> None:
+    """Setup ops, the timed main phase with the nemesis alongside, then final ops."""
+    progress = progress or Progress(enabled=False)
+    loop = asyncio.get_running_loop()
+    # Setup and final ops use process ids above any worker's, so they never collide.
+    await _sequential(workload.setup(), workload, client, rec, 10**6, opts.final_timeout)
+    deadline = loop.time() + opts.time_limit
+
+    async def ticker():
+        while True:
+            progress.show(rec, opts.time_limit)
+            await asyncio.sleep(0.5)
+
+    tick = asyncio.create_task(ticker())
+    try:
+        tasks = [asyncio.create_task(_thread(t, opts, workload, client, rec, deadline, loop))
+                 for t in range(opts.concurrency)]
+        if nemesis is not None:
+            tasks.append(asyncio.create_task(nemesis(rec, deadline)))
+        await asyncio.gather(*tasks)
+        await _sequential(workload.final(), workload, client, rec, 2 * 10**6, opts.final_timeout)
+    finally:
+        tick.cancel()
+        progress.show(rec, opts.time_limit)
+        progress.done()

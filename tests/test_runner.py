@@ -1,0 +1,106 @@
+"""The runner's op lifecycle against an in-process fake client (a unit test: no cluster here)."""
+
+import asyncio
+import random
+
+from harness.recorder import Recorder
+from harness.runner import RunOptions, run
+from harness.store import new_run_dir
+from node.errors import OpFailed, OpUnknown
+from reports.history import read_jsonl
+from workloads import make
+from workloads.base import Invocation
+
+
+class FlakyRegisterClient:
+    """A single-copy register map that sometimes fails definitely and sometimes ambiguously."""
+
+    def __init__(self, seed):
+        self.data, self.rng = {}, random.Random(seed)
+
+    async def _maybe_fail(self):
+        await asyncio.sleep(0)
+        roll = self.rng.random()
+        if roll < 0.05:
+            raise OpFailed("refused")
+        if roll < 0.10:
+            raise OpUnknown("connection lost after send")
+        if roll < 0.12:
+            raise RuntimeError("surprise")
+
+    async def read(self, key):
+        await self._maybe_fail()
+        return self.data.get(key)
+
+    async def write(self, key, value):
+        await self._maybe_fail()
+        self.data[key] = value
+
+    async def cas(self, key, expected, new):
+        await self._maybe_fail()
+        if self.data.get(key) != expected:
+            return False
+        self.data[key] = new
+        return True
+
+
+def _run(tmp_path, seed, concurrency=6, time_limit=0.3):
+    rec = Recorder(tmp_path / f"h{seed}.jsonl")
+    opts = RunOptions(concurrency=concurrency, time_limit=time_limit, rate=0, seed=seed)
+    asyncio.run(run(make("register"), FlakyRegisterClient(seed), rec, opts))
+    rec.close()
+    return read_jsonl(tmp_path / f"h{seed}.jsonl")
+
+
+def test_every_invoke_completes_and_info_retires_the_process(tmp_path):
+    ops = _run(tmp_path, seed=1)
+    assert [o.index for o in ops] == list(range(len(ops)))
+    assert all(a.time <= b.time for a, b in zip(ops, ops[1:], strict=False))
+    open_ = {}
+    retired = set()
+    for o in ops:
+        if o.type == "invoke":
+            assert o.process not in open_ and o.process not in retired
+            open_[o.process] = o
+        else:
+            inv = open_.pop(o.process)
+            assert (o.f, o.key) == (inv.f, inv.key)
+            if o.type == "info":
+                retired.add(o.process)
+    assert not open_
+    types = {o.type for o in ops}
+    assert {"ok", "fail", "info"} <= types, types
+    # an unexpected client exception is unknown, never a failure
+    assert any(o.type == "info" and "surprise" in (o.error or "") for o in ops)
+    # a cas that did not match is a definite failure
+    assert any(o.type == "fail" and o.f == "cas" for o in ops)
+
+
+def test_op_streams_are_reproducible_from_the_seed():
+    w = make("register")
+    a = [next(s) for s in [w.ops(3, 10, random.Random("7/3"))] for _ in range(50)]
+    b = [next(s) for s in [w.ops(3, 10, random.Random("7/3"))] for _ in range(50)]
+    c = [next(s) for s in [w.ops(3, 10, random.Random("8/3"))] for _ in range(50)]
+    assert a == b and a != c
+    assert all(isinstance(i, Invocation) for i in a)
+
+
+def test_register_keys_rotate():
+    w = make("register", ops_per_key=20, threads_per_key=5)
+    stream = w.ops(0, 10, random.Random(1))
+    keys = [next(stream).key for _ in range(40)]
+    assert keys[:4] == ["r0"] * 4 and keys[4] == "r2"
+    assert len(set(keys)) == 10
+
+
+def test_store_layout_and_latest_link(tmp_path):
+    a = new_run_dir(tmp_path, "register")
+    b = new_run_dir(tmp_path, "register")
+    assert a != b and a.parent == b.parent == tmp_path / "register"
+    assert (tmp_path / "latest").resolve() == b.resolve()
+
+
+def test_unknown_workload_is_a_clear_error():
+    import pytest
+    with pytest.raises(ValueError, match="unknown workload 'nope'"):
+        make("nope")

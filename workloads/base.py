@@ -1,0 +1,74 @@
+"""What a workload is: a stream of operations per logical process, a final phase, the mapping of
+each operation onto the client, and the name of the checker that judges its history.
+
+Op streams are generated per worker thread from a seed, so the sequence of operations each thread
+issues is reproducible from the run's seed no matter how the threads interleave in time.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from node.errors import OpFailed, OpUnknown
+
+
+@dataclass(frozen=True)
+class Invocation:
+    f: str
+    value: Any = None
+    key: Any = None
+
+
+@dataclass(frozen=True)
+class Completion:
+    type: str  # ok | fail | info
+    value: Any = None
+    error: str | None = None
+
+
+class KVClient(Protocol):
+    """The client surface workloads need; node.client implements it against a real cluster."""
+
+    async def read(self, key: str) -> Any: ...
+    async def write(self, key: str, value: Any) -> None: ...
+    async def cas(self, key: str, expected: Any, new: Any) -> bool: ...
+    async def append(self, key: str, element: Any) -> None: ...
+    async def txn(self, ops: list[list]) -> list[list]: ...
+
+
+@dataclass
+class Workload:
+    """Base class; subclasses override `ops`, `apply`, and optionally `setup` / `final`."""
+
+    name: str = "workload"
+    checker: str = ""  # the `tessera check --model` that judges this workload
+    tablets: int = 1  # tablets of the test table (transactions need their keys in one tablet)
+    options: dict = field(default_factory=dict)
+
+    def ops(self, thread: int, threads: int, rng: random.Random) -> Iterator[Invocation]:
+        raise NotImplementedError
+
+    def setup(self) -> list[Invocation]:
+        """Ops run once, before the clock starts (e.g. initial bank balances)."""
+        return []
+
+    def final(self) -> list[Invocation]:
+        """Ops run after the nemesis healed (e.g. the set's final read)."""
+        return []
+
+    async def apply(self, client: KVClient, inv: Invocation) -> Any:
+        raise NotImplementedError
+
+    async def invoke(self, client: KVClient, inv: Invocation) -> Completion:
+        """Run one op; classify errors the Jepsen way: only a definite failure is `fail`."""
+        try:
+            return Completion("ok", await self.apply(client, inv))
+        except OpFailed as e:
+            return Completion("fail", error=str(e) or type(e).__name__)
+        except OpUnknown as e:
+            return Completion("info", error=str(e) or type(e).__name__)
+        except Exception as e:  # an unexpected error leaves the outcome unknown, never failed
+            return Completion("info", error=f"{type(e).__name__}: {e}")
