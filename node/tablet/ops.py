@@ -3,9 +3,11 @@
 Schema version 1. A Command carries its `version`; a replica refuses a newer version rather than
 apply it wrongly. Fields added later must have defaults so that older payloads still decode.
 
-Every mutating Command names its client session and a per-client sequence number, so that a
+Every mutating Command names its client session and a per-session sequence number, so that a
 retried command is answered from the session's results instead of being applied twice (Raft
-thesis §6.3). Sessions are opened and closed through the log like any other command.
+thesis §6.3). Sessions are opened and closed through the log like any other command; a session's
+id is the log index of its OpenSession entry, so ids are never reused and a session the tablet
+does not know is certainly one it forgot (closed or evicted), never one it has yet to see.
 """
 
 from __future__ import annotations
@@ -73,11 +75,12 @@ class Txn(msgspec.Struct, frozen=True, tag="txn"):
 
 
 class OpenSession(msgspec.Struct, frozen=True, tag="open_session"):
-    """Start deduplicating this client's commands; a client opens one per tablet before writing."""
+    """Start a session; the result's value is its id. A client opens one per tablet before its
+    first write, and a new one (with a new id) whenever the tablet answers NO_SESSION."""
 
 
 class CloseSession(msgspec.Struct, frozen=True, tag="close_session"):
-    """Forget this client's session (its later retries get NO_SESSION)."""
+    """Forget the command's session (its later retries get NO_SESSION)."""
 
 
 Op = Read | Write | Cas | Append | Txn | OpenSession | CloseSession
@@ -85,9 +88,9 @@ Op = Read | Write | Cas | Append | Txn | OpenSession | CloseSession
 
 class Command(msgspec.Struct, frozen=True):
     version: int
-    client_id: str
-    seq: NonNegative  # per client and tablet, increasing from 1 (0 for read-only and session ops)
     op: Op
+    session: NonNegative = 0  # OpenSession's result; 0 for read-only ops and OpenSession
+    seq: NonNegative = 0  # per session, increasing from 1
     # The client has the results of all its seqs below this one: the session may forget them.
     acked_below: NonNegative = 0
     # Hybrid time assigned by the leader when it proposed the command (node.clock).
@@ -102,7 +105,7 @@ class Rejection(enum.StrEnum):
     CAS_MISMATCH = "cas_mismatch"  # value = the current value
     PRECONDITION_FAILED = "precondition_failed"  # value = index of the failing micro-op
     WRONG_TYPE = "wrong_type"  # value = index of the failing micro-op (0 for single ops)
-    NO_SESSION = "no_session"  # session never opened, closed, or evicted
+    NO_SESSION = "no_session"  # session closed or evicted: open a new one
     STALE_SEQ = "stale_seq"  # seq older than the results the session still keeps
 
     @property
@@ -128,8 +131,8 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Command)
 
 
-def encode_command(client_id: str, seq: int, op: Op, *, acked_below: int = 0, timestamp: int = 0) -> bytes:
-    return _encoder.encode(Command(COMMAND_VERSION, client_id, seq, op, acked_below, timestamp))
+def encode_command(op: Op, *, session: int = 0, seq: int = 0, acked_below: int = 0, timestamp: int = 0) -> bytes:
+    return _encoder.encode(Command(COMMAND_VERSION, op, session, seq, acked_below, timestamp))
 
 
 def decode_command(payload: bytes) -> Command:

@@ -37,7 +37,7 @@ _OK = Result(ok=True)
 class Session(msgspec.Struct):
     """One client's deduplication record: results of its recent seqs (Raft thesis §6.3)."""
 
-    client_id: str
+    session_id: int
     forgotten_below: int = 0  # results of seqs below this are gone: retries get STALE_SEQ
     results: dict[int, Result] = {}
 
@@ -68,7 +68,7 @@ class StateMachine:
         self.tablet_id = tablet_id
         self.limits = limits or Limits()
         self.data: dict[str, Any] = {}
-        self.sessions: OrderedDict[str, Session] = OrderedDict()
+        self.sessions: OrderedDict[int, Session] = OrderedDict()
         self.last_applied_index = 0
         self.last_applied_term = 0
         self.last_timestamp = 0
@@ -84,7 +84,7 @@ class StateMachine:
         if command is None:
             return None
         self.last_timestamp = max(self.last_timestamp, command.timestamp)
-        return self._apply_command(command)
+        return self._apply_command(command, entry.index)
 
     def query(self, op: Op) -> Result:
         """Serve a read-only op from the current state, outside the log."""
@@ -94,7 +94,7 @@ class StateMachine:
 
     def snapshot(self) -> Snapshot:
         """A copy of the whole state, safe to encode in another thread while applying goes on."""
-        sessions = [Session(s.client_id, s.forgotten_below, dict(s.results)) for s in self.sessions.values()]
+        sessions = [Session(s.session_id, s.forgotten_below, dict(s.results)) for s in self.sessions.values()]
         return Snapshot(
             self.tablet_id,
             self.last_applied_index,
@@ -110,7 +110,7 @@ class StateMachine:
         sm = cls(snap.tablet_id, snap.limits)
         sm.data = dict(snap.data)
         sm.sessions = OrderedDict(
-            (s.client_id, Session(s.client_id, s.forgotten_below, dict(s.results))) for s in snap.sessions
+            (s.session_id, Session(s.session_id, s.forgotten_below, dict(s.results))) for s in snap.sessions
         )
         sm.last_applied_index, sm.last_applied_term = snap.last_applied_index, snap.last_applied_term
         sm.last_timestamp = snap.last_timestamp
@@ -118,20 +118,20 @@ class StateMachine:
 
     # -- sessions ------------------------------------------------------------------------------
 
-    def _apply_command(self, c: Command) -> Result:
+    def _apply_command(self, c: Command, index: int) -> Result:
         op = c.op
         if is_read_only(op):
             return self._execute(op)
         if isinstance(op, OpenSession):
-            self._open_session(c.client_id)
-            return _OK
-        if isinstance(op, CloseSession):
-            self.sessions.pop(c.client_id, None)
-            return _OK
-        session = self.sessions.get(c.client_id)
+            self._open_session(index)
+            return Result(True, index)
+        session = self.sessions.get(c.session)
         if session is None:
-            return Result(False, error=Rejection.NO_SESSION, detail=f"no session for client {c.client_id!r}")
-        self.sessions.move_to_end(c.client_id)
+            return Result(False, error=Rejection.NO_SESSION, detail=f"no session {c.session}")
+        if isinstance(op, CloseSession):
+            del self.sessions[c.session]
+            return _OK
+        self.sessions.move_to_end(c.session)
         result = session.results.get(c.seq)
         if result is None:
             if c.seq < session.forgotten_below:
@@ -145,11 +145,8 @@ class StateMachine:
         self._forget(session, c.acked_below)
         return result
 
-    def _open_session(self, client_id: str) -> None:
-        if client_id in self.sessions:
-            self.sessions.move_to_end(client_id)
-            return
-        self.sessions[client_id] = Session(client_id)
+    def _open_session(self, session_id: int) -> None:
+        self.sessions[session_id] = Session(session_id)
         if len(self.sessions) > self.limits.max_sessions:
             self.sessions.popitem(last=False)
 

@@ -1,0 +1,150 @@
+"""Properties: replaying a log with client retries is deterministic and applies each op once."""
+
+import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from node.entry import Entry, EntryType
+from node.tablet.ops import (
+    Append,
+    Cas,
+    MicroOp,
+    OpenSession,
+    Read,
+    Rejection,
+    Txn,
+    Write,
+    encode_command,
+    is_read_only,
+)
+from node.tablet.state import Limits, Snapshot, StateMachine
+
+CLIENTS = ("a", "b", "c")
+KEYS = st.sampled_from(["k0", "k1", "k2"])
+SMALL = st.integers(-3, 3)
+micro_ops = st.one_of(
+    st.builds(MicroOp, st.just("r"), KEYS),
+    st.builds(MicroOp, st.just("w"), KEYS, SMALL),
+    st.builds(MicroOp, st.just("append"), KEYS, SMALL),
+    st.builds(MicroOp, st.just("add"), KEYS, SMALL),
+    st.builds(MicroOp, st.just("require_ge"), KEYS, SMALL),
+)
+ops = st.one_of(
+    st.builds(Read, KEYS),
+    st.builds(Write, KEYS, SMALL),
+    st.builds(Cas, KEYS, st.one_of(st.none(), SMALL), SMALL),
+    st.builds(Append, KEYS, SMALL),
+    st.builds(Txn, st.lists(micro_ops, max_size=5)),
+)
+
+
+@st.composite
+def schedules(draw):
+    """Committed commands in log order: each client's ops in seq order, interleaved, and some
+    re-delivered later (a client retrying after a lost reply or a leader change)."""
+    pending = {c: draw(st.lists(ops, max_size=12)) for c in CLIENTS}
+    log = [(c, 0, OpenSession()) for c in CLIENTS]
+    sent = []
+    next_seq = dict.fromkeys(CLIENTS, 1)
+    while any(pending.values()):
+        if sent and draw(st.integers(0, 3)) == 0:
+            log.append(draw(st.sampled_from(sent)))
+            continue
+        client = draw(st.sampled_from([c for c in CLIENTS if pending[c]]))
+        command = (client, next_seq[client], pending[client].pop(0))
+        next_seq[client] += 1
+        log.append(command)
+        sent.append(command)
+    return log
+
+
+def replay(commands, sm=None, first_index=1, ids=None):
+    """Apply (client, seq, op) commands; `ids` maps each client to the session id it was given."""
+    sm = sm or StateMachine("t")
+    ids = {} if ids is None else dict(ids)
+    results = []
+    for i, (client, seq, op) in enumerate(commands, first_index):
+        # interleave the log's other entry kinds, which must not disturb the state
+        if i % 7 == 0:
+            sm.apply(Entry(1, 2 * i, EntryType.NO_OP))
+        payload = encode_command(op, session=ids.get(client, 0), seq=seq)
+        result = sm.apply(Entry(1, 2 * i + 1, EntryType.REPLICATE, payload))
+        if isinstance(op, OpenSession):
+            ids[client] = result.value
+        results.append(result)
+    return sm, results, ids
+
+
+@settings(max_examples=150, deadline=None)
+@given(schedules())
+def test_replicas_replaying_the_same_log_agree(log):
+    sm1, results1, _ = replay(log)
+    sm2, results2, _ = replay(log)
+    assert results1 == results2
+    assert sm1.snapshot() == sm2.snapshot()
+
+
+@settings(max_examples=150, deadline=None)
+@given(schedules())
+def test_retries_return_the_original_result_and_never_reapply(log):
+    first_position = {}
+    for position, (client, seq, _) in enumerate(log):
+        first_position.setdefault((client, seq), position)
+    first_deliveries = [log[p] for p in sorted(first_position.values())]
+    once, once_results, _ = replay(first_deliveries)
+    original = {(c, s): r for (c, s, _), r in zip(first_deliveries, once_results, strict=True)}
+    retried, results, _ = replay(log)
+    assert retried.data == once.data
+    for (client, seq, op), result in zip(log, results, strict=True):
+        if not is_read_only(op) and not isinstance(op, OpenSession):
+            assert result == original[client, seq], (client, seq, op)
+
+
+@settings(max_examples=100, deadline=None)
+@given(schedules(), st.data())
+def test_snapshot_restore_then_replay_equals_the_live_replica(log, data):
+    cut = data.draw(st.integers(0, len(log)))
+    live, live_results, _ = replay(log)
+    head, _, ids = replay(log[:cut])
+    wire = msgspec.msgpack.encode(head.snapshot())  # what the snapshot file holds
+    restored = StateMachine.from_snapshot(msgspec.msgpack.decode(wire, type=Snapshot))
+    assert restored.snapshot() == head.snapshot()
+    restored, tail_results, _ = replay(log[cut:], restored, first_index=cut + 1, ids=ids)
+    assert tail_results == live_results[cut:]
+    assert restored.snapshot() == live.snapshot()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(CLIENTS), st.integers(0, 5), st.booleans()), max_size=80))
+def test_with_tight_limits_an_op_applies_at_most_once_and_retries_are_original_or_unknown(steps):
+    """Sessions forget (acks, the per-session bound, LRU eviction of sessions): a retry then gets
+    an outcome-unknown rejection and the client opens a new session, but nothing applies twice."""
+    sm = StateMachine("t", Limits(max_sessions=2, max_results_per_session=2))
+    index = 0
+
+    def apply(op, session=0, seq=0, acked_below=0):
+        nonlocal index
+        index += 1
+        payload = encode_command(op, session=session, seq=seq, acked_below=acked_below)
+        return sm.apply(Entry(1, index, EntryType.REPLICATE, payload))
+
+    session = {c: apply(OpenSession()).value for c in CLIENTS}
+    sent = {c: [] for c in CLIENTS}  # per client: (session, seq, first result)
+    for client, back, ack in steps:
+        history = sent[client]
+        if back and len(history) >= back:  # retry an earlier op under the session it was sent in
+            sid, seq, first = history[-back]
+            result = apply(Append(client, seq), sid, seq)
+            assert result == first or (not result.ok and result.error.outcome_unknown)
+        else:  # a new op; acking everything before it when `ack`
+            seq = len(history) + 1
+            acked = seq if ack else 0
+            result = apply(Append(client, seq), session[client], seq, acked_below=acked)
+            history.append((session[client], seq, result))
+        if not result.ok:
+            assert result.error.outcome_unknown
+            if result.error is Rejection.NO_SESSION:
+                session[client] = apply(OpenSession()).value
+    for client in CLIENTS:
+        elements = sm.data.get(client, [])
+        assert len(elements) == len(set(elements))  # no op applied twice
