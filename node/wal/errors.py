@@ -1,19 +1,19 @@
-"""WAL errors. `WalCorruption` always names the file and byte offset, because an operator
-must be able to find (and keep, for a post-mortem) the exact bytes that failed."""
+"""WAL errors, in the engine's hierarchy (node.errors). `WalCorruption` always names the file
+and byte offset, because an operator must be able to find the exact bytes that failed."""
 
 from __future__ import annotations
 
+from node.errors import CorruptionError, TesseraError
 
-class WalError(Exception):
+
+class WalError(TesseraError):
     """Base of every error the write-ahead log raises."""
 
 
-class WalCorruption(WalError):
-    def __init__(self, path: str, offset: int, reason: str) -> None:
-        super().__init__(f"{path}: offset {offset}: {reason}")
-        self.path = path
-        self.offset = offset
-        self.reason = reason
+class WalCorruption(WalError, CorruptionError):
+    """The log's bytes are not what was written (and not a torn tail): never skipped."""
+
+    offset: int
 
 
 class WalClosed(WalError):

@@ -52,6 +52,8 @@ def judge_segment(scan: Scan, is_last: bool) -> UnclosedTail | None:
         raise WalCorruption(path, scan.size, "segment has no footer but is not the newest segment")
     if scan.problem is None:
         return UnclosedTail(path, scan.end, 0, "no footer")
+    if scan.valid_batch_after == scan.end:
+        raise WalCorruption(path, scan.end, f"{scan.problem}, though its CRCs match: written so, not torn")
     if scan.valid_batch_after is not None:
         raise WalCorruption(
             path,

@@ -60,7 +60,7 @@ class Scan(msgspec.Struct):
     end: int  # offset just past the last good batch
     problem: str | None  # why scanning stopped before the end of the batch area
     garbage_end: int  # offset just past the last non-zero byte from `end` (== end if all zero)
-    valid_batch_after: int | None  # offset of an intact batch found after the problem, if any
+    valid_batch_after: int | None  # offset of an intact batch at or after the problem, if any
 
 
 def scan_segment(path: str) -> Scan:
@@ -84,7 +84,7 @@ def scan_segment(path: str) -> Scan:
     if problem is not None:
         tail = buf[end:area_end].rstrip(b"\x00")
         garbage_end = end + len(tail)
-        valid_after = _find_valid_batch(buf, end + 1, area_end)
+        valid_after = _find_valid_batch(buf, end, area_end)
     return Scan(path, size, header, footer, footer_problem, records, end, problem, garbage_end, valid_after)
 
 
