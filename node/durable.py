@@ -41,7 +41,9 @@ def encode_envelope(payload: bytes) -> bytes:
 def decode_envelope(data: bytes, path: str | os.PathLike) -> bytes:
     """The payload of a whole file's bytes; any damage raises CorruptionError naming `path`."""
     if len(data) < HEADER_SIZE:
-        raise CorruptionError(path, len(data), f"truncated: {len(data)} bytes, header needs {HEADER_SIZE}")
+        raise CorruptionError(
+            path, len(data), f"truncated: {len(data)} bytes, header needs {HEADER_SIZE}"
+        )
     magic, version, _reserved, length, payload_crc = _PREFIX.unpack_from(data)
     if magic != MAGIC:
         raise CorruptionError(path, 0, f"bad magic {magic!r}, expected {MAGIC!r}")
@@ -114,7 +116,9 @@ def load_struct(path: str | os.PathLike, type_: type[T]) -> T:
     try:
         return msgspec.msgpack.decode(payload, type=type_)
     except msgspec.DecodeError as e:  # ValidationError is a DecodeError
-        raise CorruptionError(path, HEADER_SIZE, f"payload is not a valid {type_.__name__}: {e}") from e
+        raise CorruptionError(
+            path, HEADER_SIZE, f"payload is not a valid {type_.__name__}: {e}"
+        ) from e
 
 
 def is_temp_file(name: str) -> bool:

@@ -33,7 +33,7 @@ def test_now_follows_physical_time():
     assert clock.physical_us(c.now()) == t.ns // 1000
 
 
-@given(steps=st.lists(st.integers(-10**9, 10**9), max_size=200))
+@given(steps=st.lists(st.integers(-(10**9), 10**9), max_size=200))
 def test_now_strictly_increases_whatever_the_physical_clock_does(steps):
     t = FakeTime()
     c = HybridClock(max_error_us=0, now_ns=t)

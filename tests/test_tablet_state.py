@@ -32,7 +32,9 @@ class Log:
 
     def apply(self, session, seq, op, acked_below=0, timestamp=0):
         self.index += 1
-        payload = encode_command(op, session=session, seq=seq, acked_below=acked_below, timestamp=timestamp)
+        payload = encode_command(
+            op, session=session, seq=seq, acked_below=acked_below, timestamp=timestamp
+        )
         return self.sm.apply(Entry(2, self.index, EntryType.REPLICATE, payload))
 
     def session(self):
@@ -85,10 +87,24 @@ def test_txn_reads_its_own_writes_and_returns_elle_style_micro_ops(log):
     r = log.apply(
         log.c,
         2,
-        Txn([MicroOp("r", "x"), MicroOp("w", "x", 2), MicroOp("r", "x"), MicroOp("append", "l", 9), MicroOp("r", "l")]),
+        Txn(
+            [
+                MicroOp("r", "x"),
+                MicroOp("w", "x", 2),
+                MicroOp("r", "x"),
+                MicroOp("append", "l", 9),
+                MicroOp("r", "l"),
+            ]
+        ),
     )
     assert r.ok
-    assert r.value == [["r", "x", 1], ["w", "x", 2], ["r", "x", 2], ["append", "l", 9], ["r", "l", [9]]]
+    assert r.value == [
+        ["r", "x", 1],
+        ["w", "x", 2],
+        ["r", "x", 2],
+        ["append", "l", 9],
+        ["r", "l", [9]],
+    ]
     assert log.sm.data == {"x": 2, "l": [9]}
 
 
@@ -107,7 +123,12 @@ def test_a_failing_micro_op_aborts_the_whole_txn(log):
 
 def test_unknown_micro_op_is_refused_at_decode():
     bad = msgspec.msgpack.encode(
-        {"version": 1, "op": {"type": "txn", "ops": [["delete", "k", None]]}, "session": 1, "seq": 1}
+        {
+            "version": 1,
+            "op": {"type": "txn", "ops": [["delete", "k", None]]},
+            "session": 1,
+            "seq": 1,
+        }
     )
     with pytest.raises(UnsupportedCommand):
         StateMachine("t").apply(Entry(1, 1, EntryType.REPLICATE, bad))
@@ -183,7 +204,9 @@ def test_least_recently_used_sessions_are_evicted():
 
 
 def test_entries_must_come_in_increasing_index_order(log):
-    entry = Entry(2, log.index, EntryType.REPLICATE, encode_command(Write("k", 1), session=log.c, seq=9))
+    entry = Entry(
+        2, log.index, EntryType.REPLICATE, encode_command(Write("k", 1), session=log.c, seq=9)
+    )
     with pytest.raises(ValueError, match="already applied"):
         log.sm.apply(entry)
     with pytest.raises(ValueError, match="COMMIT"):
@@ -215,7 +238,12 @@ def test_last_timestamp_is_the_highest_applied(log):
 
 def test_query_serves_only_read_only_ops(log):
     assert is_read_only(Txn([MicroOp("r", "a"), MicroOp("r", "b")]))
-    for op in (Write("k", 1), Append("k", 1), Cas("k", 1, 2), Txn([MicroOp("r", "a"), MicroOp("w", "a", 1)])):
+    for op in (
+        Write("k", 1),
+        Append("k", 1),
+        Cas("k", 1, 2),
+        Txn([MicroOp("r", "a"), MicroOp("w", "a", 1)]),
+    ):
         assert not is_read_only(op)
         with pytest.raises(ValueError, match="through the log"):
             log.sm.query(op)

@@ -21,7 +21,14 @@ def test_round_trip_with_each_partition_kind(tmp_path):
 
 def test_key_range_is_half_open():
     r = KeyRange("b", "d")
-    assert [r.contains(k) for k in ("a", "b", "c", "czz", "d", "e")] == [False, True, True, True, False, False]
+    assert [r.contains(k) for k in ("a", "b", "c", "czz", "d", "e")] == [
+        False,
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
     assert KeyRange().contains("") and KeyRange("x").contains("zzz")
 
 

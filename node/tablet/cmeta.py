@@ -34,11 +34,15 @@ class ConsensusMetadata:
         self.committed_config = record.committed_config
 
     @classmethod
-    def create(cls, path: str | os.PathLike, tablet_id: str, committed_config: bytes) -> ConsensusMetadata:
+    def create(
+        cls, path: str | os.PathLike, tablet_id: str, committed_config: bytes
+    ) -> ConsensusMetadata:
         """Write the first metadata of a new replica (term 0, no vote)."""
         path = Path(path)
         if path.exists():
-            raise FileExistsError(f"{path}: consensus metadata exists; overwriting it would lose votes")
+            raise FileExistsError(
+                f"{path}: consensus metadata exists; overwriting it would lose votes"
+            )
         durable.ensure_dir(path.parent)
         cmeta = cls(path, _Record(check_tablet_id(tablet_id), 0, None, committed_config))
         cmeta.save()
@@ -56,7 +60,9 @@ class ConsensusMetadata:
         if term < self.current_term:
             raise ValueError(f"term would go back from {self.current_term} to {term}")
         if term == self.current_term and self.voted_for is not None and voted_for != self.voted_for:
-            raise ValueError(f"term {term}: already voted for {self.voted_for!r}, not {voted_for!r}")
+            raise ValueError(
+                f"term {term}: already voted for {self.voted_for!r}, not {voted_for!r}"
+            )
         self.current_term, self.voted_for = term, voted_for
 
     def save(self) -> None:

@@ -131,7 +131,9 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Command)
 
 
-def encode_command(op: Op, *, session: int = 0, seq: int = 0, acked_below: int = 0, timestamp: int = 0) -> bytes:
+def encode_command(
+    op: Op, *, session: int = 0, seq: int = 0, acked_below: int = 0, timestamp: int = 0
+) -> bytes:
     return _encoder.encode(Command(COMMAND_VERSION, op, session, seq, acked_below, timestamp))
 
 

@@ -14,7 +14,9 @@ _TABLET_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
 
 def check_tablet_id(tablet_id: str) -> str:
     if not _TABLET_ID.fullmatch(tablet_id):
-        raise ValueError(f"invalid tablet id {tablet_id!r}: want 1-128 of [A-Za-z0-9_.-], no leading dot")
+        raise ValueError(
+            f"invalid tablet id {tablet_id!r}: want 1-128 of [A-Za-z0-9_.-], no leading dot"
+        )
     return tablet_id
 
 

@@ -76,7 +76,9 @@ class StateMachine:
     def apply(self, entry: Entry) -> Result | None:
         """Apply the next committed entry; a REPLICATE entry returns its command's result."""
         if entry.index <= self.last_applied_index:
-            raise ValueError(f"entry {entry.index} already applied (last {self.last_applied_index})")
+            raise ValueError(
+                f"entry {entry.index} already applied (last {self.last_applied_index})"
+            )
         if entry.type == EntryType.COMMIT:
             raise ValueError("COMMIT markers are WAL bookkeeping, not state-machine input")
         command = decode_command(entry.payload) if entry.type == EntryType.REPLICATE else None
@@ -94,7 +96,10 @@ class StateMachine:
 
     def snapshot(self) -> Snapshot:
         """A copy of the whole state, safe to encode in another thread while applying goes on."""
-        sessions = [Session(s.session_id, s.forgotten_below, dict(s.results)) for s in self.sessions.values()]
+        sessions = [
+            Session(s.session_id, s.forgotten_below, dict(s.results))
+            for s in self.sessions.values()
+        ]
         return Snapshot(
             self.tablet_id,
             self.last_applied_index,
@@ -110,9 +115,13 @@ class StateMachine:
         sm = cls(snap.tablet_id, snap.limits)
         sm.data = dict(snap.data)
         sm.sessions = OrderedDict(
-            (s.session_id, Session(s.session_id, s.forgotten_below, dict(s.results))) for s in snap.sessions
+            (s.session_id, Session(s.session_id, s.forgotten_below, dict(s.results)))
+            for s in snap.sessions
         )
-        sm.last_applied_index, sm.last_applied_term = snap.last_applied_index, snap.last_applied_term
+        sm.last_applied_index, sm.last_applied_term = (
+            snap.last_applied_index,
+            snap.last_applied_term,
+        )
         sm.last_timestamp = snap.last_timestamp
         return sm
 
@@ -197,17 +206,24 @@ class StateMachine:
                 overlay[m.key] = m.value
             elif m.f == "append":
                 if current is not None and not isinstance(current, list):
-                    return Result(False, i, Rejection.WRONG_TYPE, f"micro-op {i}: {m.key!r} holds no list")
+                    return Result(
+                        False, i, Rejection.WRONG_TYPE, f"micro-op {i}: {m.key!r} holds no list"
+                    )
                 overlay[m.key] = [*(current or ()), m.value]
             else:  # add, require_ge: integer arithmetic, a missing key counts as 0
                 current = 0 if current is None else current
                 if not (_is_int(current) and _is_int(m.value)):
-                    return Result(False, i, Rejection.WRONG_TYPE, f"micro-op {i}: {m.f} needs integers")
+                    return Result(
+                        False, i, Rejection.WRONG_TYPE, f"micro-op {i}: {m.f} needs integers"
+                    )
                 if m.f == "add":
                     overlay[m.key] = current + m.value
                 elif current < m.value:
                     return Result(
-                        False, i, Rejection.PRECONDITION_FAILED, f"micro-op {i}: {m.key!r} is {current} < {m.value}"
+                        False,
+                        i,
+                        Rejection.PRECONDITION_FAILED,
+                        f"micro-op {i}: {m.key!r} is {current} < {m.value}",
                     )
             completed.append([m.f, m.key, m.value])
         self.data.update(overlay)

@@ -80,7 +80,9 @@ class Superblock(msgspec.Struct, frozen=True):
         tombstone's OpId, in case we crash mid-copy and tombstone ourselves again at startup.
         """
         if (self.data_state, state) not in _TRANSITIONS:
-            raise ValueError(f"tablet {self.tablet_id}: no transition {self.data_state.name} -> {state.name}")
+            raise ValueError(
+                f"tablet {self.tablet_id}: no transition {self.data_state.name} -> {state.name}"
+            )
         if state is DataState.TOMBSTONED:
             last = last_logged or self.tombstone_last_opid
             if last is None:
