@@ -76,7 +76,8 @@ class Txn(msgspec.Struct, frozen=True, tag="txn"):
 
 class OpenSession(msgspec.Struct, frozen=True, tag="open_session"):
     """Start a session; the result's value is its id. A client opens one per tablet before its
-    first write, and a new one (with a new id) whenever the tablet answers NO_SESSION."""
+    first write, and a new one (with a new id) whenever the tablet answers NO_SESSION. Retrying
+    an OpenSession is harmless: the extra session is never used and is evicted in time."""
 
 
 class CloseSession(msgspec.Struct, frozen=True, tag="close_session"):

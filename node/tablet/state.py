@@ -41,6 +41,9 @@ class Session(msgspec.Struct):
     forgotten_below: int = 0  # results of seqs below this are gone: retries get STALE_SEQ
     results: dict[int, Result] = {}
 
+    def copy(self) -> Session:
+        return Session(self.session_id, self.forgotten_below, dict(self.results))
+
 
 class Limits(msgspec.Struct, frozen=True):
     """Bounds of the dedup table. Replicated with the state: every replica must evict alike."""
@@ -95,11 +98,9 @@ class StateMachine:
         return self._execute(op)
 
     def snapshot(self) -> Snapshot:
-        """A copy of the whole state, safe to encode in another thread while applying goes on."""
-        sessions = [
-            Session(s.session_id, s.forgotten_below, dict(s.results))
-            for s in self.sessions.values()
-        ]
+        """A copy of the whole state. Take it between two applies; encoding and writing it can
+        then run in another thread while applying goes on (stored values are never mutated)."""
+        sessions = [s.copy() for s in self.sessions.values()]
         return Snapshot(
             self.tablet_id,
             self.last_applied_index,
@@ -114,10 +115,7 @@ class StateMachine:
     def from_snapshot(cls, snap: Snapshot) -> StateMachine:
         sm = cls(snap.tablet_id, snap.limits)
         sm.data = dict(snap.data)
-        sm.sessions = OrderedDict(
-            (s.session_id, Session(s.session_id, s.forgotten_below, dict(s.results)))
-            for s in snap.sessions
-        )
+        sm.sessions = OrderedDict((s.session_id, s.copy()) for s in snap.sessions)
         sm.last_applied_index, sm.last_applied_term = (
             snap.last_applied_index,
             snap.last_applied_term,
