@@ -1,0 +1,124 @@
+"""`tessera kv ...` and `tessera table ...`: the client from the command line.
+
+Masters come from --masters, else $TESSERA_MASTERS, else the local cluster's cluster.json.
+Values are JSON (`tessera kv put k '[1,2]'`); a bare word is taken as a string.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--masters", default=os.environ.get("TESSERA_MASTERS", ""),
+                   help="comma-separated master HOST:PORT list (default: $TESSERA_MASTERS or "
+                        "the local cluster)")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per operation (default 10)")
+
+
+def _masters(text: str) -> list[tuple[str, int]]:
+    from node.client import parse_addrs
+    from node.tools.local_cluster import LocalCluster
+    from node.tools.local_cluster_cli import DEFAULT_DIR
+
+    if text:
+        return parse_addrs(text, 7051)
+    return LocalCluster.load(DEFAULT_DIR).master_addrs
+
+
+def _value(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def configure_kv(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument("--table", default="kv", help="table (default kv)")
+    sub = p.add_subparsers(dest="verb", required=True)
+    sub.add_parser("get", help="read a key").add_argument("key")
+    put = sub.add_parser("put", help="write a key")
+    put.add_argument("key")
+    put.add_argument("value")
+    cas = sub.add_parser("cas", help="set NEW if the key holds EXPECTED (null: absent)")
+    cas.add_argument("key")
+    cas.add_argument("expected")
+    cas.add_argument("new")
+    app = sub.add_parser("append", help="append an element to the list at a key")
+    app.add_argument("key")
+    app.add_argument("element")
+
+
+def configure_table(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    sub = p.add_subparsers(dest="verb", required=True)
+    c = sub.add_parser("create", help="create a table")
+    c.add_argument("name")
+    c.add_argument("--tablets", type=int, default=1, help="hash partitions (default 1)")
+    c.add_argument("--replication-factor", type=int, default=3, help="replicas per tablet (default 3)")
+    sub.add_parser("delete", help="delete a table").add_argument("name")
+    sub.add_parser("list", help="list tables")
+    sub.add_parser("locations", help="show where a table's tablets live").add_argument("name")
+
+
+async def _kv(args, client) -> int:
+    t = client.table(args.table)
+    if args.verb == "get":
+        print(json.dumps(await t.read(args.key)))
+    elif args.verb == "put":
+        await t.write(args.key, _value(args.value))
+    elif args.verb == "append":
+        await t.append(args.key, _value(args.element))
+    elif not await t.cas(args.key, _value(args.expected), _value(args.new)):
+        print("cas failed: the value differs", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _table(args, client) -> int:
+    if args.verb == "create":
+        locs = await client.create_table(args.name, args.tablets, args.replication_factor)
+        print(f"created {args.name} with {len(locs.tablets)} tablets")
+    elif args.verb == "delete":
+        await client.delete_table(args.name)
+    elif args.verb == "list":
+        for name in await client.list_tables():
+            print(name)
+    else:
+        locs = await client.locations(args.name)
+        for t in locs.tablets:
+            reps = " ".join(f"{p.host}:{p.port}{'*' if p.uuid == t.leader else ''}" for p in t.replicas)
+            print(f"{t.tablet_id}\t{reps}")
+    return 0
+
+
+def _run(args, body) -> int:
+    from node.client import TesseraClient
+    from node.errors import TesseraError
+    from node.rpc import RpcError
+
+    async def go():
+        client = TesseraClient(_masters(args.masters), timeout=args.timeout)
+        try:
+            return await body(args, client)
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(go())
+    except (TesseraError, RpcError, ValueError) as e:
+        print(f"tessera: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+
+
+def run_kv(args) -> int:
+    return _run(args, _kv)
+
+
+def run_table(args) -> int:
+    return _run(args, _table)

@@ -1,0 +1,103 @@
+"""What tablet servers and masters share: their identity on disk, the address book of peers,
+the outbox that carries Raft messages to them, and hosting replicas by tablet id."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid as uuidlib
+from pathlib import Path
+
+import msgspec
+
+from node import durable
+from node.errors import CorruptionError
+from node.protocol import Ack, Consensus, Peer
+from node.rpc import RpcClient, RpcError
+
+log = logging.getLogger(__name__)
+
+
+class Instance(msgspec.Struct, frozen=True):
+    uuid: str
+    kind: str  # "tserver" | "master": a data dir never changes role
+
+
+def load_or_create_instance(data_dir: Path, kind: str) -> str:
+    """The server's permanent UUID, created with the data dir (tablet-copy seed: `instance`)."""
+    path = data_dir / "instance"
+    if path.exists():
+        inst = durable.load_struct(path, Instance)
+        if inst.kind != kind:
+            raise CorruptionError(path, None, f"data dir belongs to a {inst.kind}, not a {kind}")
+        return inst.uuid
+    durable.ensure_dir(data_dir)
+    inst = Instance(uuidlib.uuid4().hex, kind)
+    durable.save_struct(path, inst)
+    return inst.uuid
+
+
+class PeerBook:
+    """UUID -> address of every server we may need to reach, persisted so a restarted server can
+    reach its peers before any master tells it where they are."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.peers: dict[str, Peer] = {}
+        if path.exists():
+            self.peers = {p.uuid: p for p in durable.load_struct(path, list[Peer])}
+
+    def get(self, uuid: str) -> Peer | None:
+        return self.peers.get(uuid)
+
+    async def learn(self, peers: list[Peer]) -> None:
+        changed = [p for p in peers if self.peers.get(p.uuid) != p]
+        if not changed:
+            return
+        for p in changed:
+            self.peers[p.uuid] = p
+        snapshot = list(self.peers.values())
+        await asyncio.to_thread(durable.save_struct, self.path, snapshot)
+
+
+class Outbox:
+    """Delivers Raft messages: one sender task per (peer, tablet), each carrying everything queued
+    since its last call in one RPC, so a slow peer batches instead of piling up calls."""
+
+    def __init__(self, rpc: RpcClient, book: PeerBook, me: Peer, timeout: float = 2.0):
+        self.rpc, self.book, self.me, self.timeout = rpc, book, me, timeout
+        self._queues: dict[tuple[str, str], list] = {}
+        self._events: dict[tuple[str, str], asyncio.Event] = {}
+        self._tasks: dict[tuple[str, str], asyncio.Task] = {}
+
+    def sender(self, tablet_id: str):
+        return lambda to_uuid, messages: self.send(tablet_id, to_uuid, messages)
+
+    def send(self, tablet_id: str, to_uuid: str, messages: list) -> None:
+        key = (to_uuid, tablet_id)
+        self._queues.setdefault(key, []).extend(messages)
+        if key not in self._tasks:
+            self._events[key] = asyncio.Event()
+            self._tasks[key] = asyncio.create_task(self._run(key))
+        self._events[key].set()
+
+    async def _run(self, key: tuple[str, str]) -> None:
+        to_uuid, tablet_id = key
+        event = self._events[key]
+        while True:
+            await event.wait()
+            event.clear()
+            batch, self._queues[key] = self._queues[key], []
+            peer = self.book.get(to_uuid)
+            if not batch or peer is None:
+                continue  # Raft resends what matters; an unknown peer is learned from masters
+            try:
+                await self.rpc.call(peer.addr, "consensus", Consensus(tablet_id, batch, [self.me]),
+                                    Ack, to_uuid=to_uuid, timeout=self.timeout)
+            except RpcError as e:
+                log.debug("consensus to %s for %s failed: %s", to_uuid, tablet_id, e)
+
+    async def close(self) -> None:
+        for t in self._tasks.values():
+            t.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)

@@ -1,0 +1,140 @@
+"""The command line shared by `tessera tserver` and `tessera master`.
+
+Flags use Kudu's names (with dashes) and defaults where the seeds give them; `--config FILE`
+reads a TOML file with the same keys (dashes or underscores), and flags given on the command
+line win over the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import tomllib
+from pathlib import Path
+
+from node.consensus import TICK_MS
+from node.replica import ReplicaOptions
+from node.wal import LogOptions
+
+# flag -> (type, default, help). Defaults are Kudu's unless noted.
+FLAGS: dict[str, tuple[type, object, str]] = {
+    "data-dir": (str, None, "data directory (instance, wals/, tablet-meta/, consensus-meta/, data/)"),
+    "rpc-addr": (str, None, "HOST:PORT to serve RPC on (default port 7050 tserver, 7051 master)"),
+    "http-port": (int, 0, "port of /metrics and /status on the RPC host (0: any free port)"),
+    "masters": (str, "", "comma-separated master HOST:PORT list (for a master: all masters, "
+                         "itself included; empty = a single master)"),
+    "log-force-fsync-all": (bool, True, "fsync every WAL group before acknowledging "
+                                        "(Kudu's default is false; Tessera is safe by default)"),
+    "log-segment-size-mb": (float, 8.0, "WAL segment size"),
+    "log-preallocate-segments": (bool, True, "fallocate WAL segments ahead of use"),
+    "raft-heartbeat-interval-ms": (int, 500, "leader heartbeat period"),
+    "leader-failure-max-missed-heartbeat-periods": (int, 3, "missed heartbeats before an election"),
+    "heartbeat-interval-ms": (int, 1000, "tablet server -> master heartbeat period"),
+    "read-mode": (str, "linearizable", "linearizable (ReadIndex round per read) or lease "
+                                       "(leader lease; assumes bounded clock drift)"),
+    "max-clock-drift": (float, 0.05, "lease reads: assumed bound on clock rate differences"),
+    "log-level": (str, "INFO", "DEBUG, INFO, WARNING or ERROR"),
+}
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+
+
+def configure(p: argparse.ArgumentParser, kind: str) -> None:
+    p.add_argument("--config", metavar="FILE", help="TOML file with any of the keys below")
+    for name, (typ, default, help_) in FLAGS.items():
+        shown = f" (default: {default})" if default not in (None, "") else ""
+        p.add_argument(f"--{name}", type=_bool if typ is bool else typ, default=None,
+                       metavar=name.split("-")[-1].upper() if typ is not bool else "BOOL",
+                       help=help_ + shown)
+    p.set_defaults(kind=kind)
+
+
+def resolve(args: argparse.Namespace) -> dict:
+    """Flags over TOML over defaults; raises ValueError with a one-line reason."""
+    values = {name: default for name, (_, default, _) in FLAGS.items()}
+    if args.config:
+        try:
+            doc = tomllib.loads(Path(args.config).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise ValueError(f"cannot read config {args.config}: {e}") from None
+        for key, value in doc.items():
+            name = key.replace("_", "-")
+            if name not in FLAGS:
+                raise ValueError(f"{args.config}: unknown key {key!r}")
+            values[name] = ",".join(value) if name == "masters" and isinstance(value, list) else value
+    for name in FLAGS:
+        given = getattr(args, name.replace("-", "_"))
+        if given is not None:
+            values[name] = given
+    if not values["data-dir"]:
+        raise ValueError("--data-dir is required")
+    if values["read-mode"] not in ("linearizable", "lease"):
+        raise ValueError(f"--read-mode must be linearizable or lease, not {values['read-mode']!r}")
+    if values["raft-heartbeat-interval-ms"] % TICK_MS:
+        raise ValueError(f"--raft-heartbeat-interval-ms must be a multiple of {TICK_MS}")
+    return values
+
+
+def build_options(values: dict, kind: str):
+    from node.client import parse_addrs
+    from node.tserver.server import TServerOptions
+
+    port = 7051 if kind == "master" else 7050
+    rpc = parse_addrs(values["rpc-addr"] or f"127.0.0.1:{port}", port)[0]
+    masters = parse_addrs(values["masters"], 7051) if values["masters"] else []
+    replica = ReplicaOptions(
+        heartbeat_interval_ticks=values["raft-heartbeat-interval-ms"] // TICK_MS,
+        leader_failure_max_missed_heartbeat_periods=values["leader-failure-max-missed-heartbeat-periods"],
+        read_mode=values["read-mode"],
+        max_clock_drift=values["max-clock-drift"],
+        log=LogOptions(log_force_fsync_all=values["log-force-fsync-all"],
+                       log_segment_size_mb=values["log-segment-size-mb"],
+                       log_preallocate_segments=values["log-preallocate-segments"]),
+    )
+    return TServerOptions(Path(values["data-dir"]), rpc[0], rpc[1], values["http-port"], masters,
+                          values["heartbeat-interval-ms"], replica)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        values = resolve(args)
+        opts = build_options(values, args.kind)
+    except ValueError as e:
+        print(f"tessera {args.kind}: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=values["log-level"].upper(), stream=sys.stderr,
+                        format=f"%(asctime)s {args.kind} %(levelname)s %(name)s: %(message)s")
+    return asyncio.run(_serve(opts, args.kind))
+
+
+async def _serve(opts, kind: str) -> int:
+    from node.errors import TesseraError
+
+    if kind == "master":
+        from node.master.server import Master as Server
+    else:
+        from node.tserver.server import TabletServer as Server
+    server = Server(opts)
+    try:
+        await server.start()
+    except (OSError, TesseraError) as e:
+        print(f"tessera {kind}: cannot start: {e}", file=sys.stderr)
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"{kind} {server.uuid} ready on {server.me.host}:{server.me.port} "
+          f"http {server.http_port}", flush=True)
+    await stop.wait()
+    await server.stop()
+    return 0

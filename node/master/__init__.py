@@ -1,0 +1,1 @@
+"""The master daemon and its Raft-replicated catalog."""

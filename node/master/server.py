@@ -1,0 +1,301 @@
+"""The master: the catalog of tables and tablets, kept in one system tablet (`sys.catalog`) that
+the masters replicate with Raft. One master is a config of one (f=0); three tolerate one failure.
+
+The catalog is the ordinary tablet state machine (keys `table/<name>` and `tablet/<id>`), so the
+masters reuse the replica, WAL and Raft code of the tablet servers. Only the leader master
+mutates it, under one lock, in the multi-master seed's order: lock, check, replicate, commit,
+then send RPCs to tablet servers. A reconciler on the leader re-sends creations that have not
+been reported yet and deletes replicas that tablet servers report but the catalog no longer has.
+
+On first start each master asks every other master for its UUID (they answer before they have a
+catalog) and all of them build the same initial config from the sorted UUIDs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid as uuidlib
+from dataclasses import dataclass
+
+from node.consensus import Member, MemberType, RaftConfig, Role
+from node.protocol import (
+    Ack,
+    Consensus,
+    CreateTable,
+    CreateTablet,
+    DeleteTablet,
+    Empty,
+    MasterInfo,
+    Peer,
+    TableList,
+    TableLocations,
+    TableName,
+    TabletLocation,
+    TSHeartbeat,
+    TSHeartbeatResponse,
+)
+from node.replica import Replica, ReplicaError, bootstrap_replica
+from node.rpc import ErrorCode, RpcError, RpcServer
+from node.tablet.ops import MicroOp, OpenSession, Txn
+from node.tablet.superblock import DataState, HashBucket, KeyRange, Superblock
+from node.tserver.server import TabletServer, TServerOptions, replica_error
+
+log = logging.getLogger(__name__)
+
+CATALOG = "sys.catalog"
+
+
+@dataclass
+class _TServerState:
+    peer: Peer
+    last_seen: float
+    tablets: dict[str, object]  # tablet id -> TabletReport
+
+
+class Master(TabletServer):
+    kind = "master"
+
+    def __init__(self, opts: TServerOptions, *, unresponsive_after_s: float = 10.0,
+                 reconcile_interval_s: float = 2.0):
+        super().__init__(opts)
+        self.unresponsive_after_s = unresponsive_after_s
+        self.reconcile_interval_s = reconcile_interval_s
+        self.tservers: dict[str, _TServerState] = {}
+        self._catalog_lock = asyncio.Lock()
+        self._session: tuple[int, int] | None = None  # (term, session id) of our catalog session
+        self._seq = 0
+        self._leaders: dict[str, tuple[int, str]] = {}  # tablet -> (term, leader uuid)
+        self.master_peers: list[Peer] = []
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        masters, self.opts.masters = self.opts.masters, []  # masters do not heartbeat masters
+        await super().start()
+        self.opts.masters = masters
+        self._tasks.append(asyncio.create_task(self._bootstrap_then_reconcile()))
+
+    async def _bootstrap_then_reconcile(self) -> None:
+        if CATALOG not in self.replicas and CATALOG not in self.failed:
+            await self._create_catalog()
+        while True:
+            await asyncio.sleep(self.reconcile_interval_s)
+            try:
+                await self._reconcile()
+            except (ReplicaError, RpcError) as e:
+                log.debug("reconcile: %s", e)
+
+    async def _create_catalog(self) -> None:
+        peers: dict[tuple[str, int], Peer] = {}
+        addrs = self.opts.masters or [(self.me.host, self.me.port)]
+        while len(peers) < len(addrs):
+            for addr in addrs:
+                if addr in peers:
+                    continue
+                if addr == (self.me.host, self.me.port):
+                    peers[addr] = self.me
+                    continue
+                try:
+                    info = await self.rpc_client.call(addr, "master.info", Empty(), MasterInfo,
+                                                      to_uuid="", timeout=1.0)
+                    peers[addr] = Peer(info.uuid, addr[0], addr[1])
+                except RpcError:
+                    pass
+            if len(peers) < len(addrs):
+                log.info("waiting for masters: %d of %d answered", len(peers), len(addrs))
+                await asyncio.sleep(0.5)
+        members = sorted(peers.values(), key=lambda p: p.uuid)
+        await self.book.learn(members)
+        paths = self._paths(CATALOG)
+        config = RaftConfig(0, tuple(Member(p.uuid, MemberType.VOTER) for p in members))
+
+        def create():
+            if not paths.consensus_meta.exists():
+                bootstrap_replica(paths, config)
+            Superblock(CATALOG, CATALOG, KeyRange(), DataState.READY).save(paths.superblock)
+
+        await asyncio.to_thread(create)
+        self._start_replica(CATALOG, CATALOG)
+        log.info("catalog created with masters %s", [p.uuid for p in members])
+
+    @property
+    def catalog(self) -> Replica:
+        r = self.replicas.get(CATALOG)
+        if r is None:
+            reason = self.failed.get(CATALOG, ("", "not created yet"))[1]
+            raise RpcError(ErrorCode.TABLET_NOT_RUNNING, f"catalog unavailable: {reason}")
+        return r
+
+    # -- RPC ---------------------------------------------------------------------------------
+    def _register(self, s: RpcServer) -> None:
+        s.register("consensus", Consensus, self.on_consensus)
+        s.register("master.info", Empty, self.on_info)
+        s.register("master.ts_heartbeat", TSHeartbeat, self.on_heartbeat)
+        s.register("master.create_table", CreateTable, self.on_create_table)
+        s.register("master.delete_table", TableName, self.on_delete_table)
+        s.register("master.list_tables", Empty, self.on_list_tables)
+        s.register("master.table_locations", TableName, self.on_locations)
+
+    async def on_info(self, _req: Empty) -> MasterInfo:
+        r = self.replicas.get(CATALOG)
+        members = []
+        if r is not None:
+            members = [p for m in r.core.status().active_config.members
+                       if (p := self.book.get(m.uuid)) is not None]
+        live = [t.peer for t in self._live_tservers()]
+        if r is None:
+            return MasterInfo(self.uuid, "INITIALIZING", None, 0, members, live)
+        return MasterInfo(self.uuid, r.role.name, r.leader, r.term, members, live)
+
+    async def on_heartbeat(self, req: TSHeartbeat) -> TSHeartbeatResponse:
+        st = req.server
+        peer = Peer(st.uuid, st.host, st.port)
+        self.tservers[st.uuid] = _TServerState(peer, time.monotonic(),
+                                               {t.tablet_id: t for t in st.tablets})
+        await self.book.learn([peer])
+        for t in st.tablets:
+            if t.role == "LEADER":
+                known = self._leaders.get(t.tablet_id)
+                if known is None or known[0] <= t.term:
+                    self._leaders[t.tablet_id] = (t.term, st.uuid)
+        r = self.replicas.get(CATALOG)
+        leader = r is not None and r.role == Role.LEADER
+        return TSHeartbeatResponse(leader, [t.peer for t in self.tservers.values()] if leader else [])
+
+    def _leader_catalog(self) -> Replica:
+        r = self.catalog
+        if r.role != Role.LEADER:
+            raise RpcError(ErrorCode.NOT_LEADER, "not the leader master", detail=r.leader)
+        return r
+
+    def _live_tservers(self) -> list[_TServerState]:
+        now = time.monotonic()
+        return [t for t in self.tservers.values() if now - t.last_seen < self.unresponsive_after_s]
+
+    async def _mutate(self, micro_ops: list[list]) -> None:
+        """Replicate one catalog transaction through our session (opened once per term)."""
+        r = self._leader_catalog()
+        try:
+            if self._session is None or self._session[0] != r.term:
+                res = await r.write(OpenSession(), session=0, seq=0, acked_below=0)
+                self._session, self._seq = (r.term, res.value), 0
+            self._seq += 1
+            res = await r.write(Txn([MicroOp(*m) for m in micro_ops]), session=self._session[1],
+                                seq=self._seq, acked_below=self._seq)
+        except ReplicaError as e:
+            raise replica_error(e) from None
+        if not res.ok:
+            raise RpcError(ErrorCode.REMOTE_ERROR, f"catalog write refused: {res.error} {res.detail}")
+
+    def _data(self) -> dict:
+        return self._leader_catalog().state.data
+
+    async def on_create_table(self, req: CreateTable) -> TableLocations:
+        if not req.name or req.name.startswith("sys."):
+            raise RpcError(ErrorCode.INVALID_ARGUMENT, f"invalid table name {req.name!r}")
+        if not 1 <= req.num_tablets <= 1000 or req.replication_factor not in (1, 3, 5, 7):
+            raise RpcError(ErrorCode.INVALID_ARGUMENT,
+                           "num_tablets must be 1..1000 and replication_factor odd (1, 3, 5, 7)")
+        async with self._catalog_lock:
+            await self._await_ready()
+            if self._data().get(f"table/{req.name}") is not None:
+                raise RpcError(ErrorCode.ALREADY_EXISTS, f"table {req.name} exists")
+            live = self._live_tservers()
+            if len(live) < req.replication_factor:
+                raise RpcError(ErrorCode.ILLEGAL_STATE,
+                               f"need {req.replication_factor} live tablet servers, have {len(live)}")
+            load = {t.peer.uuid: len(t.tablets) for t in live}
+            table_id = uuidlib.uuid4().hex
+            tablets = []
+            for i in range(req.num_tablets):
+                chosen = sorted(live, key=lambda t: (load[t.peer.uuid], random.random()))
+                chosen = chosen[:req.replication_factor]
+                for t in chosen:
+                    load[t.peer.uuid] += 1
+                tablets.append({"id": f"{table_id[:12]}-{i:04d}", "bucket": [i, req.num_tablets],
+                                "replicas": [[t.peer.uuid, t.peer.host, t.peer.port] for t in chosen]})
+            ops = [["w", f"table/{req.name}", {"id": table_id, "name": req.name,
+                                                 "tablets": [t["id"] for t in tablets]}]]
+            ops += [["w", f"tablet/{t['id']}", {"table": req.name, **t}] for t in tablets]
+            await self._mutate(ops)
+        await asyncio.gather(*(self._create_replicas(req.name, t) for t in tablets),
+                             return_exceptions=True)
+        return self._locations(req.name)
+
+    async def _await_ready(self) -> None:
+        r = self._leader_catalog()
+        try:
+            await r._await_leader_ready()
+        except ReplicaError as e:
+            raise replica_error(e) from None
+
+    async def _create_replicas(self, table: str, t: dict) -> None:
+        peers = [Peer(*p) for p in t["replicas"]]
+        req = CreateTablet(t["id"], table, HashBucket(*t["bucket"]), peers)
+        await asyncio.gather(*(self.rpc_client.call(p.addr, "ts.create_tablet", req, Ack,
+                                                    to_uuid=p.uuid, timeout=5.0)
+                               for p in peers), return_exceptions=True)
+
+    async def on_delete_table(self, req: TableName) -> Ack:
+        async with self._catalog_lock:
+            await self._await_ready()
+            table = self._data().get(f"table/{req.name}")
+            if table is None:
+                raise RpcError(ErrorCode.NOT_FOUND, f"no table {req.name}")
+            # Deleted records are written as None; the reconciler deletes the replicas.
+            await self._mutate([["w", f"table/{req.name}", None]]
+                               + [["w", f"tablet/{tid}", None] for tid in table["tablets"]])
+        return Ack(True)
+
+    async def on_list_tables(self, _req: Empty) -> TableList:
+        await self._await_ready()
+        return TableList(sorted(k[6:] for k, v in self._data().items()
+                                if k.startswith("table/") and v is not None))
+
+    async def on_locations(self, req: TableName) -> TableLocations:
+        await self._await_ready()
+        return self._locations(req.name)
+
+    def _locations(self, name: str) -> TableLocations:
+        data = self._data()
+        table = data.get(f"table/{name}")
+        if table is None:
+            raise RpcError(ErrorCode.NOT_FOUND, f"no table {name}")
+        tablets = []
+        for tid in table["tablets"]:
+            t = data[f"tablet/{tid}"]
+            leader = self._leaders.get(tid)
+            tablets.append(TabletLocation(tid, HashBucket(*t["bucket"]),
+                                          [Peer(*p) for p in t["replicas"]],
+                                          leader[1] if leader else None))
+        return TableLocations(name, table["id"], tablets)
+
+    async def _reconcile(self) -> None:
+        r = self.replicas.get(CATALOG)
+        if r is None or r.role != Role.LEADER or not r._leader_ready.is_set():
+            return
+        data = r.state.data
+        reported: dict[str, set[str]] = {}
+        for ts in self._live_tservers():
+            for tid, rep in ts.tablets.items():
+                if rep.state == "TOMBSTONED":
+                    continue
+                reported.setdefault(tid, set()).add(ts.peer.uuid)
+                if data.get(f"tablet/{tid}") is None:  # an orphan: its table is gone
+                    await _quietly(self.rpc_client.call(ts.peer.addr, "ts.delete_tablet",
+                                                        DeleteTablet(tid), Ack, to_uuid=ts.peer.uuid,
+                                                        timeout=5.0))
+        for key, t in list(data.items()):
+            if key.startswith("tablet/") and t is not None:
+                missing = {p[0] for p in t["replicas"]} - reported.get(t["id"], set())
+                if missing:
+                    await self._create_replicas(t["table"], t)
+
+
+async def _quietly(coro) -> None:
+    try:
+        await coro
+    except RpcError as e:
+        log.debug("%s", e)

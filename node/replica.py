@@ -1,0 +1,377 @@
+"""One running tablet replica: the pure Raft core driven with real I/O.
+
+The core may not be fed while a Ready is in flight, and handling a Ready awaits fsyncs, so every
+input (ticks, peer messages, proposals, read-index requests) goes through one inbox drained by a
+single driver task. That task handles each Ready in the core's order: persist entries (WAL) and
+hard state / committed config (consensus metadata), then send messages, then apply committed
+entries and answer reads, then advance. Proposals that arrive during an fsync pile up in the
+inbox and go to disk together in the next Ready: group commit at the replica level.
+
+Writes are answered when their entry is applied here. If a different entry is applied at a
+proposal's index, the proposal was overwritten by a new leader and definitely did not happen.
+A leader accepts writes only once it has applied an entry of its own term: then every earlier
+entry is applied, its hybrid clock has witnessed every earlier timestamp, and the timestamps it
+assigns are greater than any its predecessors issued (seed 02's commit-wait rule).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from node.clock import HybridClock
+from node.consensus import (
+    TICK_MS,
+    CoreConfig,
+    HardState,
+    NotLeader,
+    PersistedState,
+    ProposalError,
+    RaftConfig,
+    RaftCore,
+    Ready,
+    Role,
+    decode_config,
+    encode_config,
+)
+from node.entry import Entry, EntryType
+from node.errors import CorruptionError, TesseraError
+from node.tablet.cmeta import ConsensusMetadata
+from node.tablet.ops import Op, Result, decode_command, encode_command
+from node.tablet.paths import TabletPaths
+from node.tablet.snapshot import SnapshotStore
+from node.tablet.state import StateMachine
+from node.wal import Log, LogOptions
+
+log = logging.getLogger(__name__)
+
+Send = Callable[[str, list], None]  # (to_uuid, messages): queue for delivery, never block
+
+
+class ReplicaError(TesseraError):
+    """A request this replica cannot serve now; `retryable` says if trying elsewhere may work,
+    `leader` is the current leader's UUID when known."""
+
+    def __init__(self, message: str, *, leader: str | None = None, maybe_applied: bool = False):
+        super().__init__(message)
+        self.leader = leader
+        self.maybe_applied = maybe_applied
+
+
+@dataclass(frozen=True)
+class ReplicaOptions:
+    tick_ms: int = TICK_MS
+    heartbeat_interval_ticks: int = 5  # raft_heartbeat_interval_ms = 500
+    leader_failure_max_missed_heartbeat_periods: int = 3
+    read_mode: str = "linearizable"  # or "lease": see `read`
+    max_clock_drift: float = 0.05  # lease reads assume clocks run within ±5% of each other
+    clock_max_error_us: int = 500_000
+    snapshot_interval_entries: int = 20_000  # applied entries between snapshots
+    log_retain_entries: int = 5_000  # entries kept after a snapshot for lagging followers
+    log: LogOptions = field(default_factory=LogOptions)
+
+    def core_config(self, uuid: str) -> CoreConfig:
+        return CoreConfig(
+            uuid,
+            heartbeat_interval_ticks=self.heartbeat_interval_ticks,
+            leader_failure_max_missed_heartbeat_periods=self.leader_failure_max_missed_heartbeat_periods,
+        )
+
+
+def bootstrap_replica(paths: TabletPaths, config: RaftConfig) -> None:
+    """Create the consensus metadata of a brand-new replica (its first config, term 0)."""
+    ConsensusMetadata.create(paths.consensus_meta, paths.tablet_id, encode_config(config))
+
+
+class Replica:
+    def __init__(self, uuid: str, paths: TabletPaths, send: Send, options: ReplicaOptions):
+        self.uuid = uuid
+        self.tablet_id = paths.tablet_id
+        self.paths = paths
+        self.options = options
+        self._send = send
+        self.clock = HybridClock(options.clock_max_error_us)
+        self.snapshots = SnapshotStore(paths.snapshot_dir, paths.tablet_id)
+        self._inbox: list[tuple[Callable[[], Any], asyncio.Future | None]] = []
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._waiters: dict[int, tuple[int, asyncio.Future]] = {}  # index -> (term, future)
+        self._reads: dict[bytes, asyncio.Future] = {}  # read-index ctx -> future of index
+        self._applied_waiters: list[tuple[int, asyncio.Future]] = []
+        self._ctx = itertools.count(1)
+        self._leader_ready_term = -1  # term in which we, as leader, applied our own entry
+        self._leader_ready = asyncio.Event()
+        self._lease_until = 0.0
+        self._last_snapshot = 0
+        self.role, self.leader, self.term = Role.FOLLOWER, None, 0
+        self.stats = {"leader_changes": 0, "applied": 0, "wal_groups": 0, "wal_entries": 0}
+        self.failed: str | None = None
+
+    # -- start-up ----------------------------------------------------------------------------
+    def open(self) -> None:
+        """Bootstrap from disk. Corruption anywhere raises CorruptionError naming the file."""
+        cmeta = ConsensusMetadata.load(self.paths.consensus_meta)
+        snap = self.snapshots.load_latest()
+        self.state = StateMachine.from_snapshot(snap) if snap else StateMachine(self.tablet_id)
+        self.clock.update(self.state.last_timestamp)
+        self._last_snapshot = self.state.last_applied_index
+        self.cmeta = cmeta
+        self.wal = Log.open(str(self.paths.wal_dir), self.tablet_id, self.options.log)
+        entries = [e for e in self.wal.recovered if e.index > self.state.last_applied_index]
+        if entries and entries[0].index != self.state.last_applied_index + 1:
+            raise CorruptionError(self.paths.wal_dir, None,
+                                  f"log starts at index {entries[0].index} but the snapshot ends "
+                                  f"at {self.state.last_applied_index}: entries are missing")
+        applied = self.state.last_applied_index
+        persisted = PersistedState(
+            hard_state=HardState(cmeta.current_term, cmeta.voted_for, applied),
+            committed_config=decode_config(cmeta.committed_config),
+            entries=tuple(entries),
+            snapshot_index=applied,
+            snapshot_term=self.state.last_applied_term,
+            applied=applied,
+        )
+        self.core = RaftCore(self.options.core_config(self.uuid), random.Random(), persisted)
+        self.term = cmeta.current_term
+        self.wal.register_anchor("core", self.state.last_applied_index + 1)
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._drive(), name=f"drive-{self.tablet_id}"),
+                       asyncio.create_task(self._ticker(), name=f"tick-{self.tablet_id}")]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._fail_pending(ReplicaError("replica shutting down", maybe_applied=True))
+        await asyncio.to_thread(self.wal.close)
+
+    # -- inputs ------------------------------------------------------------------------------
+    def _submit(self, fn: Callable[[], Any], want_result: bool = False) -> asyncio.Future | None:
+        fut = asyncio.get_running_loop().create_future() if want_result else None
+        self._inbox.append((fn, fut))
+        self._wake.set()
+        return fut
+
+    def step(self, messages: list) -> None:
+        for m in messages:
+            self._submit(lambda m=m: self.core.step(m))
+
+    async def _ticker(self) -> None:
+        period = self.options.tick_ms / 1000
+        while True:
+            await asyncio.sleep(period)
+            self._submit(self.core.tick)
+
+    # -- the driver --------------------------------------------------------------------------
+    async def _drive(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                inbox, self._inbox = self._inbox, []
+                for fn, fut in inbox:
+                    try:
+                        result = fn()
+                        if fut is not None and not fut.done():
+                            fut.set_result(result)
+                    except ProposalError as e:
+                        if fut is not None and not fut.done():
+                            fut.set_exception(e)
+                while self.core.has_ready():
+                    await self._handle(self.core.ready())
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a failed fsync or a safety violation: stop serving, loudly
+            log.exception("tablet %s: replica failed", self.tablet_id)
+            self.failed = f"{type(e).__name__}: {e}"
+            self._fail_pending(ReplicaError(f"replica failed: {self.failed}", maybe_applied=True))
+
+    async def _handle(self, rd: Ready) -> None:
+        if rd.entries_to_persist:
+            first = rd.entries_to_persist[0].index
+            last = self.wal.last_index
+            pending = []
+            if last is not None and first <= last:
+                pending.append(self.wal.append_future(self.wal.reserve_truncation(first - 1)))
+            await self.wal.wait_for_space()
+            pending.append(self.wal.append_future(self.wal.reserve(list(rd.entries_to_persist))))
+            await asyncio.gather(*pending)
+            self.stats["wal_groups"] += 1
+            self.stats["wal_entries"] += len(rd.entries_to_persist)
+        # The commit index is not persisted (it is re-learned from the leader and the snapshot),
+        # so only a new term or vote, or a newly committed config, costs a metadata fsync.
+        hs = rd.hard_state
+        if hs is not None and (hs.term, hs.voted_for) == (self.cmeta.current_term,
+                                                          self.cmeta.voted_for):
+            hs = None
+        if hs is not None or rd.committed_config is not None:
+            await asyncio.to_thread(self._save_cmeta, hs, rd.committed_config)
+        for m in rd.messages:
+            self._send(m.to_uuid, [m])
+        if rd.soft_state is not None:
+            self._on_soft_state(rd.soft_state)
+        for e in rd.committed_entries:
+            self._apply(e)
+        for rs in rd.read_states:
+            fut = self._reads.pop(rs.ctx, None)
+            if fut is not None and not fut.done():
+                fut.set_result(rs.index)
+        self.core.advance(rd)
+        self._wake_applied()
+        self._maybe_snapshot()
+
+    def _save_cmeta(self, hs: HardState | None, config: RaftConfig | None) -> None:
+        if hs is not None:
+            self.cmeta.set_hard_state(hs.term, hs.voted_for)
+        if config is not None:
+            self.cmeta.committed_config = encode_config(config)
+        self.cmeta.save()
+
+    def _on_soft_state(self, ss) -> None:
+        if ss.leader != self.leader:
+            self.stats["leader_changes"] += 1
+        if ss.role != Role.LEADER or ss.term != self.term:
+            self._leader_ready.clear()
+            self._lease_until = 0.0
+        self.role, self.leader, self.term = ss.role, ss.leader, ss.term
+        for ctx, fut in list(self._reads.items()):  # read-index requests die with leadership
+            if self.role != Role.LEADER and not fut.done():
+                fut.set_exception(ReplicaError("leadership lost", leader=self.leader))
+                self._reads.pop(ctx)
+
+    def _apply(self, e: Entry) -> None:
+        result = None
+        if e.type == EntryType.REPLICATE:
+            result = self.state.apply(e)
+            self.clock.update(decode_command(e.payload).timestamp)
+        elif e.type != EntryType.COMMIT:
+            self.state.apply(e)  # NO_OP / CONFIG_CHANGE only advance the applied index
+        self.stats["applied"] += 1
+        waiter = self._waiters.pop(e.index, None)
+        if waiter is not None:
+            term, fut = waiter
+            if fut.done():
+                pass
+            elif term == e.term:
+                fut.set_result(result)
+            else:
+                fut.set_exception(ReplicaError("overwritten by a new leader before commit",
+                                               leader=self.leader))
+        if self.role == Role.LEADER and e.term == self.term and self._leader_ready_term != e.term:
+            self._leader_ready_term = e.term
+            self._leader_ready.set()
+
+    def _wake_applied(self) -> None:
+        applied = self.state.last_applied_index
+        keep = []
+        for index, fut in self._applied_waiters:
+            if index <= applied:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((index, fut))
+        self._applied_waiters = keep
+
+    def _maybe_snapshot(self) -> None:
+        applied = self.state.last_applied_index
+        if applied - self._last_snapshot < self.options.snapshot_interval_entries:
+            return
+        self._last_snapshot = applied
+        snap = self.state.snapshot()
+        keep_from = max(1, applied - self.options.log_retain_entries)
+
+        async def save():
+            await asyncio.to_thread(self.snapshots.save, snap)
+            self._submit(lambda: self.core.compact(keep_from - 1))
+            self.wal.register_anchor("core", keep_from)
+            await asyncio.to_thread(self.wal.gc)
+
+        asyncio.create_task(save())
+
+    def _fail_pending(self, err: Exception) -> None:
+        for _, fut in self._waiters.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self._waiters.clear()
+        for fut in self._reads.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self._reads.clear()
+
+    # -- client-facing -----------------------------------------------------------------------
+    def _check_serving(self) -> None:
+        if self.failed:
+            raise ReplicaError(f"replica failed: {self.failed}")
+        if self.role != Role.LEADER:
+            raise ReplicaError("not the leader", leader=self.leader)
+
+    async def _await_leader_ready(self) -> None:
+        self._check_serving()
+        if not self._leader_ready.is_set():
+            await self._leader_ready.wait()
+            self._check_serving()
+
+    async def write(self, op: Op, *, session: int, seq: int, acked_below: int) -> Result:
+        """Replicate one command and return its result once applied here."""
+        await self._await_leader_ready()
+        fut = asyncio.get_running_loop().create_future()
+
+        def propose():  # runs in the driver, so timestamps increase in log order
+            payload = encode_command(op, session=session, seq=seq, acked_below=acked_below,
+                                     timestamp=self.clock.now())
+            index = self.core.propose(payload)
+            self._waiters[index] = (self.core.status().term, fut)
+            return index
+
+        try:
+            await self._submit(propose, want_result=True)
+        except NotLeader as e:
+            raise ReplicaError("not the leader", leader=e.leader) from None
+        except ProposalError as e:
+            raise ReplicaError(str(e), leader=self.leader) from None
+        return await fut
+
+    async def read(self, op: Op) -> Result:
+        """Linearizable read: confirm leadership for this read (ReadIndex), wait until applied
+        that far, then read locally. In lease mode a confirmation also grants a lease of the
+        shortest election timeout shrunk by the drift bound, during which reads skip the round:
+        safe only while clocks advance at rates within `max_clock_drift` of each other."""
+        await self._await_leader_ready()
+        loop = asyncio.get_running_loop()
+        if self.options.read_mode == "lease" and loop.time() < self._lease_until:
+            return self.state.query(op)
+        started = loop.time()
+        ctx = next(self._ctx).to_bytes(8, "big")
+        fut = loop.create_future()
+        self._reads[ctx] = fut
+        self._submit(lambda: self.core.read_index(ctx))
+        index = await fut
+        if index > self.state.last_applied_index:
+            done = loop.create_future()
+            self._applied_waiters.append((index, done))
+            await done
+        if self.options.read_mode == "lease":
+            o = self.options
+            min_election_s = (o.heartbeat_interval_ticks * o.leader_failure_max_missed_heartbeat_periods
+                              * 0.75 * o.tick_ms / 1000)
+            self._lease_until = started + min_election_s * (1 - o.max_clock_drift)
+        return self.state.query(op)
+
+    def status(self) -> dict:
+        s = self.core.status()
+        return {
+            "tablet_id": self.tablet_id, "role": s.role.name, "term": s.term, "leader": s.leader,
+            "commit": s.commit, "applied": self.state.last_applied_index,
+            "last_index": s.last_index, "first_index": s.first_index,
+            "config": [[m.uuid, m.member_type.name] for m in s.active_config.members],
+            "committed_config_index": s.committed_config.opid_index,
+            "peers": {u: {"match": p.match, "next": p.next, "needs_tablet_copy": p.needs_tablet_copy}
+                      for u, p in s.peers.items()},
+            "failed": self.failed,
+        }

@@ -1,0 +1,1 @@
+"""Admin and development tools built on the engine."""

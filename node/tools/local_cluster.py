@@ -1,0 +1,181 @@
+"""A development cluster of real daemons on 127.0.0.1: masters and tablet servers as separate
+processes, each with its own data dir, log file and pid file under one directory.
+
+The directory's `cluster.json` records every daemon's address and pid, so `down` (or a test's
+teardown) stops exactly the processes `up` started, by pid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from node.errors import TesseraError
+
+
+class LocalClusterError(TesseraError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Daemon:
+    name: str  # m1.. / t1..
+    kind: str  # master | tserver
+    port: int
+    pid: int = 0
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@dataclass
+class LocalCluster:
+    root: Path
+    masters: int = 1
+    tservers: int = 3
+    flags: list[str] = field(default_factory=list)  # extra daemon flags, e.g. fsync off
+    daemons: dict[str, Daemon] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, root: Path) -> LocalCluster:
+        try:
+            doc = json.loads((Path(root) / "cluster.json").read_text())
+        except FileNotFoundError:
+            raise LocalClusterError(f"no local cluster in {root} (run `tessera local-cluster up`)") from None
+        c = cls(Path(root), doc["masters"], doc["tservers"], doc["flags"])
+        c.daemons = {d["name"]: Daemon(**d) for d in doc["daemons"]}
+        return c
+
+    def save(self) -> None:
+        doc = {"masters": self.masters, "tservers": self.tservers, "flags": self.flags,
+               "daemons": [asdict(d) for d in self.daemons.values()]}
+        tmp = self.root / "cluster.json.tmp"
+        tmp.write_text(json.dumps(doc, indent=1))
+        tmp.replace(self.root / "cluster.json")
+
+    @property
+    def master_addrs(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", d.port) for d in self.daemons.values() if d.kind == "master"]
+
+    def up(self, timeout: float = 30.0) -> None:
+        if self.masters not in (1, 3, 5) or not 1 <= self.tservers <= 20:
+            raise LocalClusterError("--masters must be 1, 3 or 5 and --tservers 1..20")
+        self.root.mkdir(parents=True, exist_ok=True)
+        if not self.daemons:
+            for i in range(1, self.masters + 1):
+                self.daemons[f"m{i}"] = Daemon(f"m{i}", "master", free_port())
+            for i in range(1, self.tservers + 1):
+                self.daemons[f"t{i}"] = Daemon(f"t{i}", "tserver", free_port())
+        for name in self.daemons:
+            if not self.alive(name):
+                self.start(name)
+        self.save()
+        self.wait_ready(timeout)
+
+    def _argv(self, d: Daemon) -> list[str]:
+        masters = ",".join(f"127.0.0.1:{m.port}" for m in self.daemons.values() if m.kind == "master")
+        return [sys.executable, "-m", "harness.cli", d.kind, "--data-dir", str(self.root / d.name),
+                "--rpc-addr", d.addr, "--masters", masters, *self.flags]
+
+    def start(self, name: str) -> None:
+        d = self.daemons[name]
+        log = open(self.root / f"{name}.log", "ab")
+        proc = subprocess.Popen(self._argv(d), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True)
+        log.close()
+        d.pid = proc.pid
+        (self.root / f"{name}.pid").write_text(f"{proc.pid}\n")
+        self.save()
+
+    def alive(self, name: str) -> bool:
+        pid = self.daemons[name].pid
+        if not pid:
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        # a zombie child of ours counts as dead
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            return state != "Z"
+        except OSError:
+            return False
+
+    def signal(self, name: str, sig: int) -> None:
+        d = self.daemons[name]
+        if d.pid and self.alive(name):
+            os.kill(d.pid, sig)
+        if sig == signal.SIGKILL:
+            _reap(d.pid)
+
+    def kill(self, name: str) -> None:
+        self.signal(name, signal.SIGKILL)
+
+    def down(self, timeout: float = 10.0) -> None:
+        for name in self.daemons:
+            self.signal(name, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for name, d in self.daemons.items():
+            while self.alive(name) and time.monotonic() < deadline:
+                _reap(d.pid)
+                time.sleep(0.05)
+            if self.alive(name):
+                self.kill(name)
+            _reap(d.pid)
+
+    def wait_ready(self, timeout: float) -> None:
+        """Until the leader master sees every tablet server."""
+        import asyncio
+
+        from node.client import TesseraClient
+        from node.protocol import Empty, MasterInfo
+
+        want = sum(1 for n, d in self.daemons.items() if d.kind == "tserver" and self.alive(n))
+
+        async def check() -> bool:
+            c = TesseraClient(self.master_addrs, timeout=2.0)
+            try:
+                for addr in self.master_addrs:
+                    try:
+                        info = await c.rpc.call(addr, "master.info", Empty(), MasterInfo,
+                                                to_uuid="", timeout=1.0)
+                    except Exception:
+                        continue
+                    if info.role == "LEADER" and len(info.tservers) >= want:
+                        return True
+                return False
+            finally:
+                await c.close()
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if asyncio.run(check()):
+                return
+            dead = [n for n in self.daemons if not self.alive(n)]
+            if dead:
+                tail = (self.root / f"{dead[0]}.log").read_text()[-800:]
+                raise LocalClusterError(f"{dead[0]} exited during start-up:\n{tail}")
+            time.sleep(0.2)
+        raise LocalClusterError(f"cluster not ready after {timeout}s (see {self.root}/*.log)")
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass

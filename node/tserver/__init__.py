@@ -1,0 +1,1 @@
+"""The tablet server daemon."""

@@ -1,0 +1,300 @@
+"""The tablet server: hosts many tablet replicas, one Raft config each, behind one RPC port.
+
+A replica whose files are corrupt is reported FAILED with the reason (naming the file) and
+refuses requests; the server and its other tablets keep serving. Tablet servers heartbeat to
+every master (multi-master seed) and learn their peers' addresses from the leader's answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from node.consensus import Member, MemberType, RaftConfig
+from node.daemon import Outbox, PeerBook, load_or_create_instance
+from node.errors import TesseraError
+from node.http import StatusHttp
+from node.protocol import (
+    Ack,
+    Consensus,
+    CreateTablet,
+    DeleteTablet,
+    Empty,
+    OpResult,
+    Peer,
+    Read,
+    ServerStatus,
+    TabletReport,
+    TSHeartbeat,
+    TSHeartbeatResponse,
+    Write,
+)
+from node.replica import Replica, ReplicaError, ReplicaOptions, bootstrap_replica
+from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
+from node.tablet.ops import is_read_only
+from node.tablet.paths import TabletPaths
+from node.tablet.superblock import DataState, OpId, Superblock
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TServerOptions:
+    data_dir: Path
+    rpc_host: str = "127.0.0.1"
+    rpc_port: int = 7050  # Kudu's tablet server RPC port
+    http_port: int = 0  # 0: pick a free port (Kudu uses 8050)
+    masters: list[tuple[str, int]] = field(default_factory=list)
+    heartbeat_interval_ms: int = 1000  # Kudu: heartbeat_interval_ms
+    replica: ReplicaOptions = field(default_factory=ReplicaOptions)
+
+
+def replica_error(e: ReplicaError) -> RpcError:
+    if e.maybe_applied:
+        return RpcError(ErrorCode.REMOTE_ERROR, str(e))
+    return RpcError(ErrorCode.NOT_LEADER, str(e), detail=e.leader)
+
+
+class TabletServer:
+    kind = "tserver"
+
+    def __init__(self, opts: TServerOptions):
+        self.opts = opts
+        self.data_dir = Path(opts.data_dir)
+        self.replicas: dict[str, Replica] = {}
+        self.failed: dict[str, tuple[str, str]] = {}  # tablet -> (table, reason)
+        self.tombstoned: dict[str, str] = {}  # tablet -> table
+        self.tables: dict[str, str] = {}  # tablet -> table
+        self._tasks: list[asyncio.Task] = []
+        self._lock = asyncio.Lock()  # create/delete of tablets
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.uuid = load_or_create_instance(self.data_dir, self.kind)
+        self.book = PeerBook(self.data_dir / "peers")
+        self.rpc_client = RpcClient()
+        self.server = RpcServer(self.uuid)
+        self._register(self.server)
+        host, port = await self.server.start(self.opts.rpc_host, self.opts.rpc_port)
+        self.me = Peer(self.uuid, self.opts.rpc_host, port)
+        await self.book.learn([self.me])
+        self.outbox = Outbox(self.rpc_client, self.book, self.me)
+        for sb_path in sorted((self.data_dir / "tablet-meta").glob("*")):
+            if not sb_path.name.startswith("."):
+                self._open_existing(sb_path.name)
+        self.registry = CollectorRegistry()
+        self.registry.register(_Collector(self))
+        self.http = StatusHttp(self.registry, self.status_dict)
+        self.http_port = await self.http.start(self.opts.rpc_host, self.opts.http_port)
+        if self.opts.masters:
+            self._tasks.append(asyncio.create_task(self._heartbeat_loop()))
+        log.info("%s %s serving on %s:%d (http %d), %d tablets", self.kind, self.uuid, host, port,
+                 self.http_port, len(self.replicas))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.server.stop()
+        await asyncio.gather(*(r.stop() for r in self.replicas.values()), return_exceptions=True)
+        await self.outbox.close()
+        await self.rpc_client.close()
+        await self.http.stop()
+
+    def _paths(self, tablet_id: str) -> TabletPaths:
+        return TabletPaths(self.data_dir, tablet_id)
+
+    def _open_existing(self, tablet_id: str) -> None:
+        table = "?"
+        try:
+            sb = Superblock.load(self._paths(tablet_id).superblock)
+            table = sb.table_name
+            if sb.data_state == DataState.TOMBSTONED:
+                self.tombstoned[tablet_id] = table
+                return
+            if sb.data_state != DataState.READY:
+                raise TesseraError(f"tablet {tablet_id} is {sb.data_state.name}: unfinished copy")
+            self._start_replica(tablet_id, table)
+        except Exception as e:  # corrupt or unreadable: this tablet fails, the server goes on
+            log.error("tablet %s failed to open: %s", tablet_id, e)
+            self.failed[tablet_id] = (table, f"{type(e).__name__}: {e}")
+
+    def _start_replica(self, tablet_id: str, table: str) -> Replica:
+        r = Replica(self.uuid, self._paths(tablet_id), self.outbox.sender(tablet_id),
+                    self.opts.replica)
+        r.open()
+        r.start()
+        self.replicas[tablet_id] = r
+        self.tables[tablet_id] = table
+        return r
+
+    # -- RPC ---------------------------------------------------------------------------------
+    def _register(self, s: RpcServer) -> None:
+        s.register("consensus", Consensus, self.on_consensus)
+        s.register("ts.create_tablet", CreateTablet, self.on_create_tablet)
+        s.register("ts.delete_tablet", DeleteTablet, self.on_delete_tablet)
+        s.register("ts.write", Write, self.on_write)
+        s.register("ts.read", Read, self.on_read)
+        s.register("ts.status", Empty, self.on_status)
+
+    def _replica(self, tablet_id: str) -> Replica:
+        r = self.replicas.get(tablet_id)
+        if r is not None and not r.failed:
+            return r
+        if tablet_id in self.failed or (r is not None and r.failed):
+            reason = self.failed[tablet_id][1] if tablet_id in self.failed else r.failed
+            raise RpcError(ErrorCode.TABLET_NOT_RUNNING, f"tablet {tablet_id} failed: {reason}")
+        raise RpcError(ErrorCode.TABLET_NOT_FOUND, f"tablet {tablet_id} is not on {self.uuid}")
+
+    async def on_consensus(self, req: Consensus) -> Ack:
+        if req.peers:
+            await self.book.learn(req.peers)
+        r = self.replicas.get(req.tablet_id)
+        if r is None or r.failed:
+            return Ack(False)  # a tombstoned or failed replica takes no part
+        r.step(req.messages)
+        return Ack(True)
+
+    async def on_create_tablet(self, req: CreateTablet) -> Ack:
+        async with self._lock:
+            if req.tablet_id in self.replicas or req.tablet_id in self.failed:
+                return Ack(False)  # idempotent: the master retries creations
+            if req.tablet_id in self.tombstoned:
+                raise RpcError(ErrorCode.ALREADY_EXISTS, f"tablet {req.tablet_id} is tombstoned here")
+            if self.uuid not in {p.uuid for p in req.peers}:
+                raise RpcError(ErrorCode.INVALID_ARGUMENT, f"{self.uuid} is not among the peers")
+            await self.book.learn(req.peers)
+            paths = self._paths(req.tablet_id)
+            config = RaftConfig(0, tuple(Member(p.uuid, MemberType.VOTER) for p in req.peers))
+
+            def create():
+                # cmeta first: the superblock's presence is what makes the tablet exist.
+                if not paths.consensus_meta.exists():
+                    bootstrap_replica(paths, config)
+                Superblock(req.tablet_id, req.table_name, req.partition, DataState.READY).save(
+                    paths.superblock)
+
+            await asyncio.to_thread(create)
+            self._start_replica(req.tablet_id, req.table_name)
+            log.info("created tablet %s of %s", req.tablet_id, req.table_name)
+            return Ack(True)
+
+    async def on_delete_tablet(self, req: DeleteTablet) -> Ack:
+        """Tombstone: the data and WAL go, the consensus metadata stays so the replica can never
+        vote twice in a term; the last logged OpId is kept in the superblock."""
+        async with self._lock:
+            r = self.replicas.pop(req.tablet_id, None)
+            self.failed.pop(req.tablet_id, None)
+            if r is None:
+                return Ack(req.tablet_id in self.tombstoned)
+            last = OpId(r.core.log.last_term(), r.core.log.last_index())
+            await r.stop()
+            paths = self._paths(req.tablet_id)
+
+            def tombstone():
+                sb = Superblock.load(paths.superblock)
+                sb.with_state(DataState.TOMBSTONED, last).save(paths.superblock)
+                shutil.rmtree(paths.wal_dir, ignore_errors=True)
+                shutil.rmtree(paths.snapshot_dir, ignore_errors=True)
+
+            await asyncio.to_thread(tombstone)
+            self.tombstoned[req.tablet_id] = self.tables.pop(req.tablet_id, "?")
+            return Ack(True)
+
+    async def on_write(self, req: Write) -> OpResult:
+        r = self._replica(req.tablet_id)
+        try:
+            if is_read_only(req.op):
+                return OpResult(await r.read(req.op))
+            return OpResult(await r.write(req.op, session=req.session, seq=req.seq,
+                                          acked_below=req.acked_below))
+        except ReplicaError as e:
+            raise replica_error(e) from None
+
+    async def on_read(self, req: Read) -> OpResult:
+        r = self._replica(req.tablet_id)
+        if not is_read_only(req.op):
+            raise RpcError(ErrorCode.INVALID_ARGUMENT, "ts.read takes read-only ops; use ts.write")
+        try:
+            return OpResult(await r.read(req.op))
+        except ReplicaError as e:
+            raise replica_error(e) from None
+
+    async def on_status(self, _req: Empty) -> ServerStatus:
+        return self.server_status()
+
+    # -- reporting ---------------------------------------------------------------------------
+    def reports(self) -> list[TabletReport]:
+        out = []
+        for tid, r in sorted(self.replicas.items()):
+            s = r.status()
+            out.append(TabletReport(tid, self.tables.get(tid, "?"),
+                                    "FAILED" if r.failed else "RUNNING", s["role"], s["term"],
+                                    s["leader"], s["commit"], s["applied"], s["config"], r.failed))
+        for tid, (table, reason) in sorted(self.failed.items()):
+            out.append(TabletReport(tid, table, "FAILED", error=reason))
+        for tid, table in sorted(self.tombstoned.items()):
+            out.append(TabletReport(tid, table, "TOMBSTONED"))
+        return out
+
+    def server_status(self) -> ServerStatus:
+        return ServerStatus(self.uuid, self.me.host, self.me.port, self.reports())
+
+    def status_dict(self) -> dict:
+        return {"uuid": self.uuid, "kind": self.kind, "rpc": f"{self.me.host}:{self.me.port}",
+                "tablets": {tid: r.status() for tid, r in self.replicas.items()},
+                "failed": {tid: reason for tid, (_, reason) in self.failed.items()},
+                "tombstoned": sorted(self.tombstoned)}
+
+    async def _heartbeat_loop(self) -> None:
+        period = self.opts.heartbeat_interval_ms / 1000
+        while True:
+            hb = TSHeartbeat(self.server_status(), self.http_port)
+            results = await asyncio.gather(*(
+                self.rpc_client.call(addr, "master.ts_heartbeat", hb, TSHeartbeatResponse,
+                                     to_uuid="", timeout=max(period, 1.0))
+                for addr in self.opts.masters), return_exceptions=True)
+            for res in results:
+                if isinstance(res, TSHeartbeatResponse) and res.leader:
+                    await self.book.learn(res.tservers)
+            await asyncio.sleep(period)
+
+
+class _Collector:
+    """Metrics read from live state at scrape time: nothing to update on the hot path."""
+
+    def __init__(self, server: TabletServer):
+        self.s = server
+
+    def collect(self):
+        term = GaugeMetricFamily("tessera_raft_term", "current Raft term", labels=["tablet"])
+        leader = GaugeMetricFamily("tessera_raft_is_leader", "1 if this replica leads",
+                                   labels=["tablet"])
+        commit = GaugeMetricFamily("tessera_raft_commit_index", "commit index", labels=["tablet"])
+        lag = GaugeMetricFamily("tessera_replica_lag_entries",
+                                "leader: entries a peer is behind", labels=["tablet", "peer"])
+        changes = CounterMetricFamily("tessera_leader_changes", "leader changes seen",
+                                      labels=["tablet"])
+        applied = CounterMetricFamily("tessera_ops_applied", "entries applied", labels=["tablet"])
+        groups = CounterMetricFamily("tessera_wal_groups", "WAL group commits", labels=["tablet"])
+        entries = CounterMetricFamily("tessera_wal_entries", "WAL entries", labels=["tablet"])
+        failed = GaugeMetricFamily("tessera_tablets_failed", "replicas that failed to open")
+        for tid, r in self.s.replicas.items():
+            st = r.status()
+            term.add_metric([tid], st["term"])
+            leader.add_metric([tid], 1 if st["role"] == "LEADER" else 0)
+            commit.add_metric([tid], st["commit"])
+            for peer, p in st["peers"].items():
+                lag.add_metric([tid, peer], max(0, st["last_index"] - p["match"]))
+            changes.add_metric([tid], r.stats["leader_changes"])
+            applied.add_metric([tid], r.stats["applied"])
+            groups.add_metric([tid], r.stats["wal_groups"])
+            entries.add_metric([tid], r.stats["wal_entries"])
+        failed.add_metric([], len(self.s.failed) + sum(1 for r in self.s.replicas.values() if r.failed))
+        yield from (term, leader, commit, lag, changes, applied, groups, entries, failed)
