@@ -148,6 +148,9 @@ class LocalCluster:
         want = sum(1 for n, d in self.daemons.items() if d.kind == "tserver" and self.alive(n))
 
         async def check() -> bool:
+            for name, d in self.daemons.items():
+                if self.alive(name) and not _listening(d.port):
+                    return False
             c = TesseraClient(self.master_addrs, timeout=2.0)
             try:
                 for addr in self.master_addrs:
@@ -172,6 +175,14 @@ class LocalCluster:
                 raise LocalClusterError(f"{dead[0]} exited during start-up:\n{tail}")
             time.sleep(0.2)
         raise LocalClusterError(f"cluster not ready after {timeout}s (see {self.root}/*.log)")
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 def _reap(pid: int) -> None:
