@@ -3,7 +3,7 @@
 Per key, ops become calls with an invoke position and (for ok ops) a return position, kept in a
 doubly linked event list as in Lowe's algorithm: only calls before the first remaining return are
 candidates, so ops are linearized "just in time". Each (linearized-set bitset, model state) is
-searched at most once (the cache). Jepsen semantics: `fail` ops did not happen and are dropped;
+searched at most once (the cache), and pending ops get a subsumption cache (see `_search`). Jepsen semantics: `fail` ops did not happen and are dropped;
 `info` ops and invokes without completion stay pending to the end of the history — they may take
 effect anywhere after their invoke, or never, so the search succeeds once every ok op is placed.
 Pending ops that are equal (same f and value) are interchangeable, so they are placed in invoke
@@ -143,9 +143,14 @@ def _search(calls: list[Call], events: list[tuple[int, int]], model: Model, dead
 
     step = model.step
     state = model.init()
-    linearized = 0
+    done = 0  # bitset of linearized ok calls
+    used = 0  # bitset of linearized pending calls
     remaining = sum(1 for c in calls if not c.pending)
-    cache: set = set()
+    # (done, state) -> the pending-call sets it was reached with. A configuration reached again
+    # with a superset of pending calls already spent has no future the earlier one lacked
+    # (pending calls have no deadline), so it is pruned: subsumption, not just equality.
+    cache: dict[tuple, list[int]] = {}
+    states = 0
     stack: list[tuple[int, Any]] = []
     chain: tuple | None = None  # persistent list of (call id, state after, parent) for reports
     best_depth = -1
@@ -156,24 +161,37 @@ def _search(calls: list[Call], events: list[tuple[int, int]], model: Model, dead
         iterations += 1
         if not iterations & 0x3FFF:
             if time.monotonic() > deadline:
-                return {"verdict": "unknown", "reason": "time limit", "states": len(cache)}
-            if len(cache) > max_states:
-                return {"verdict": "unknown", "reason": f"more than {max_states} states", "states": len(cache)}
+                return {"verdict": "unknown", "reason": "time limit", "states": states}
+            if states > max_states:
+                return {"verdict": "unknown", "reason": f"more than {max_states} states", "states": states}
         if entry >= 0:
             if not ev_is_ret[entry]:
                 cid = ev_call[entry]
                 p = prev_equal[cid]
-                if p < 0 or (linearized >> p) & 1:
+                if p < 0 or (used >> p) & 1:
                     new_state = step(state, f_of[cid], val_of[cid])
                     if new_state is not INCONSISTENT:
-                        new_lin = linearized | (1 << cid)
-                        key = (new_lin, new_state)
-                        if key not in cache:
-                            cache.add(key)
+                        if pending_of[cid]:
+                            new_done, new_used = done, used | (1 << cid)
+                        else:
+                            new_done, new_used = done | (1 << cid), used
+                        key = (new_done, new_state)
+                        seen = cache.get(key)
+                        fresh = seen is None
+                        if fresh:
+                            cache[key] = [new_used]
+                        else:
+                            for earlier in seen:
+                                if not earlier & ~new_used:
+                                    break
+                            else:
+                                seen.append(new_used)
+                                fresh = True
+                        if fresh:
+                            states += 1
                             stack.append((entry, state))
                             chain = (cid, new_state, chain)
-                            linearized = new_lin
-                            state = new_state
+                            done, used, state = new_done, new_used, new_state
                             if not pending_of[cid]:
                                 remaining -= 1
                             # lift the call and its return out of the list
@@ -199,13 +217,15 @@ def _search(calls: list[Call], events: list[tuple[int, int]], model: Model, dead
                 best.append((chain, ev_call[entry], state))
         # backtrack: undo the most recent placement and try the next candidate after it
         if not stack:
-            return {"verdict": "invalid", "states": len(cache),
+            return {"verdict": "invalid", "states": states,
                     "counterexample": _counterexample(calls, model, best)}
         entry, state = stack.pop()
         cid = ev_call[entry]
         chain = chain[2]  # type: ignore[index]
-        linearized ^= 1 << cid
-        if not pending_of[cid]:
+        if pending_of[cid]:
+            used ^= 1 << cid
+        else:
+            done ^= 1 << cid
             remaining += 1
         r = ret_event[cid]
         if r >= 0:
@@ -216,7 +236,7 @@ def _search(calls: list[Call], events: list[tuple[int, int]], model: Model, dead
         if nxt[entry] >= 0:
             prv[nxt[entry]] = entry
         entry = nxt[entry]
-    return {"verdict": "valid", "states": len(cache)}
+    return {"verdict": "valid", "states": states}
 
 
 def _counterexample(calls: list[Call], model: Model, best: list) -> dict:

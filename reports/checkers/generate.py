@@ -1,0 +1,99 @@
+"""Random concurrent histories produced by running a real sequential model, for property tests
+and benchmarks: each op takes effect at one instant between its invoke and its completion, so
+the history is linearizable by construction (unless deliberately corrupted afterwards)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from reports.history import Op
+
+
+def register_history(
+    seed: int,
+    n_ops: int,
+    processes: int = 5,
+    keys: int = 1,
+    cas: bool = True,
+    values: int = 5,
+    pending: int = 0,
+    pending_f: tuple[str, ...] = ("write", "cas"),
+) -> list[Op]:
+    """A (cas-)register history of `n_ops` ops over `keys` keys. `pending` of the write/cas ops
+    never return (half of them logged as :info, half simply without completion); each may or
+    may not have taken effect. Processes that crash are replaced by fresh process ids."""
+    rng = random.Random(seed)
+    state: dict[int, Any] = {}
+    ops: list[Op] = []
+    pending_left = pending
+    fs = ("read", "write", "cas") if cas else ("read", "write")
+    idle = list(range(processes))
+    next_process = processes
+    # in flight: process -> [f, key, invoke value, applied?, result]
+    flight: dict[int, list] = {}
+    invoked = 0
+    t = 0
+
+    def emit(type_: str, process: int, f: str, key: int, value: Any) -> None:
+        nonlocal t
+        t += rng.randint(1, 1000)
+        ops.append(Op(index=len(ops), type=type_, f=f, value=value, process=process, time=t,
+                      key=key if keys > 1 else None))
+
+    while invoked < n_ops or flight:
+        choice = rng.random()
+        if idle and invoked < n_ops and (choice < 0.4 or not flight):
+            p = idle.pop(rng.randrange(len(idle)))
+            f = rng.choice(fs)
+            k = rng.randrange(keys)
+            v = None if f == "read" else rng.randrange(values)
+            if f == "cas":
+                v = [rng.randrange(values), rng.randrange(values)]
+            flight[p] = [f, k, v, False, None]
+            invoked += 1
+            emit("invoke", p, f, k, v)
+            continue
+        p = rng.choice(list(flight))
+        f, k, v, applied, result = flight[p]
+        if not applied and choice < 0.75:
+            cur = state.get(k)
+            if f == "read":
+                result = ("ok", cur)
+            elif f == "write":
+                state[k], result = v, ("ok", v)
+            elif cur == v[0]:
+                state[k], result = v[1], ("ok", v)
+            else:
+                result = ("fail", v)
+            flight[p][3:] = [True, result]
+            continue
+        if f in pending_f and pending_left and rng.random() < 0.5:
+            # the op never returns; whether it took effect is left as it is now
+            pending_left -= 1
+            del flight[p]
+            if rng.random() < 0.5:
+                emit("info", p, f, k, v)
+            idle.append(next_process)
+            next_process += 1
+            continue
+        if not applied:
+            continue
+        del flight[p]
+        emit(result[0], p, f, k, result[1])
+        idle.append(p)
+    return ops
+
+
+def corrupt_one_read(ops: list[Op], seed: int) -> list[Op]:
+    """The same history with one ok read's value changed to a value never written."""
+    rng = random.Random(seed)
+    reads = [i for i, op in enumerate(ops) if op.type == "ok" and op.f == "read"]
+    if not reads:
+        raise ValueError("history has no ok read to corrupt")
+    i = rng.choice(reads)
+    out = list(ops)
+    bad = ops[i]
+    out[i] = Op(index=bad.index, type=bad.type, f=bad.f, value=-1, process=bad.process,
+                time=bad.time, key=bad.key)
+    return out
