@@ -1,0 +1,78 @@
+"""The pure Raft core: one replica's consensus state machine, with no I/O, clock, threads or
+global randomness, so a simulator can run whole clusters deterministically.
+
+Driver contract (the tablet server does this with asyncio and the WAL; node.sim does it in memory):
+
+    core = RaftCore(CoreConfig(uuid), random.Random(seed), persisted)   # persisted: from disk
+    loop:
+        feed inputs:  core.tick()                 every TICK_MS (100 ms) of real time
+                      core.step(message)          for each message received from a peer
+                      core.propose(payload)       -> index            (leader only)
+                      core.propose_config_change(change, cas_config_index) -> index
+                      core.transfer_leadership(uuid) / core.step_down()
+                      core.read_index(ctx)        -> later a ReadState(ctx, index) in a Ready
+                      core.compact(index)         after snapshotting the state machine
+        while core.has_ready():
+            rd = core.ready()
+            1. persist rd.entries_to_persist (an index already on disk replaces that entry and
+               everything after it), rd.hard_state, rd.committed_config (consensus metadata);
+            2. send rd.messages — ONLY after step 1 is durable: they may carry a vote, a term
+               or an acknowledgement that promises step 1 survives a crash;
+            3. apply rd.committed_entries in order; answer rd.read_states once applied that far;
+            4. core.advance(rd).
+        No input may be fed between ready() and advance(): the core raises RuntimeError.
+
+Timing is in ticks (CoreConfig): heartbeats every 5 ticks (500 ms); a follower campaigns after
+3 missed heartbeat periods ±25% jitter, doubled after each failed election (at most 8x); votes
+are withheld for the shortest election timeout after hearing from a live leader. Pre-vote is on.
+
+Proposals the core refuses raise a ProposalError subclass (NotLeader, CasMismatch,
+ChangePending, InvalidChange, SteppingDown). A follower whose next entry is below the leader's
+first retained index shows `needs_tablet_copy` in `status().peers` instead of being retried.
+Messages are msgspec Structs: encode with msgspec.msgpack, decode with `type=Message`.
+"""
+
+from .core import RaftCore
+from .messages import (
+    AppendEntries,
+    AppendResponse,
+    Heartbeat,
+    HeartbeatResponse,
+    Message,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+from .types import (
+    TICK_MS,
+    CasMismatch,
+    ChangeOp,
+    ChangePending,
+    ConfigChange,
+    CoreConfig,
+    HardState,
+    InvalidChange,
+    Member,
+    MemberType,
+    NotLeader,
+    PersistedState,
+    ProposalError,
+    RaftConfig,
+    ReadState,
+    Ready,
+    Role,
+    SafetyError,
+    SoftState,
+    Status,
+    SteppingDown,
+    decode_config,
+    encode_config,
+)
+
+__all__ = [
+    "TICK_MS", "AppendEntries", "AppendResponse", "CasMismatch", "ChangeOp", "ChangePending",
+    "ConfigChange", "CoreConfig", "HardState", "Heartbeat", "HeartbeatResponse", "InvalidChange",
+    "Member", "MemberType", "Message", "NotLeader", "PersistedState", "ProposalError", "RaftConfig",
+    "RaftCore", "ReadState", "Ready", "Role", "SafetyError", "SoftState", "SteppingDown", "Status",
+    "TimeoutNow", "VoteRequest", "VoteResponse", "decode_config", "encode_config",
+]

@@ -1,0 +1,724 @@
+"""RaftCore: one replica's Raft state machine, driven by inputs and drained through Ready.
+
+See the package docstring for the driver contract. Method names follow the Raft paper; the
+small `_`-methods that decide safety questions (log up to date, commit rule, quorum counting,
+config-change gate, hard state) are separate so tests can substitute wrong variants.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from node.entry import Entry, EntryType
+
+from .log import RaftLog
+from .messages import (
+    AppendEntries,
+    AppendResponse,
+    Heartbeat,
+    HeartbeatResponse,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+from .types import (
+    CasMismatch,
+    ChangeOp,
+    ChangePending,
+    ConfigChange,
+    CoreConfig,
+    HardState,
+    InvalidChange,
+    Member,
+    MemberType,
+    NotLeader,
+    PeerStatus,
+    PersistedState,
+    RaftConfig,
+    ReadState,
+    Ready,
+    Role,
+    SafetyError,
+    SoftState,
+    Status,
+    SteppingDown,
+    decode_config,
+    encode_config,
+)
+
+
+@dataclass
+class Progress:
+    """The leader's view of one peer. One AppendEntries in flight at a time (Kudu's queue)."""
+
+    next: int
+    match: int = 0
+    inflight: bool = False
+    recent_active: bool = False
+    needs_copy: bool = False
+
+
+@dataclass
+class _PendingRead:
+    ctx: bytes
+    index: int
+    acks: set[str] = field(default_factory=set)
+
+
+class RaftCore:
+    def __init__(self, config: CoreConfig, rng: random.Random, persisted: PersistedState):
+        self.cfg = config
+        self.id = config.uuid
+        self._rng = rng
+        hs = persisted.hard_state
+        self.term = hs.term
+        self.voted_for = hs.voted_for
+        self.log = RaftLog(persisted.snapshot_index, persisted.snapshot_term, persisted.entries)
+        self.commit = min(hs.commit, self.log.last_index())
+        self.applied = max(persisted.applied, persisted.snapshot_index)
+        self.committed_config = persisted.committed_config
+        # config entries above the committed config, oldest first: the last one is in effect
+        self._pending_configs: list[RaftConfig] = []
+        for e in self.log.entries:
+            if e.type == EntryType.CONFIG_CHANGE and e.index > self.committed_config.opid_index:
+                self._pending_configs.append(decode_config(e.payload))
+        self._commit_configs()
+        self.lead: str | None = None
+        self.role = Role.FOLLOWER
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self.failed_elections = 0
+        self.randomized_timeout = 0
+        self.votes: dict[str, bool] = {}
+        self.progress: dict[str, Progress] = {}
+        self.transferee: str | None = None
+        self.transfer_elapsed = 0
+        self.misaddressed = 0
+        self.withheld_votes = 0
+        self._reads: list[_PendingRead] = []
+        self._reads_waiting: list[bytes] = []  # until an entry of this term commits
+        self._read_states: list[ReadState] = []
+        self._msgs: list = []
+        self._prev_hard = HardState(self.term, self.voted_for, self.commit)
+        self._prev_soft: SoftState | None = None
+        self._reported_config = self.committed_config
+        self._outstanding: Ready | None = None
+        self._reset_election_timer()
+        self._refresh_role()
+
+    # ---------------------------------------------------------------- config helpers
+
+    @property
+    def active_config(self) -> RaftConfig:
+        return self._pending_configs[-1] if self._pending_configs else self.committed_config
+
+    def _commit_configs(self) -> None:
+        while self._pending_configs and self._pending_configs[0].opid_index <= self.commit:
+            self.committed_config = self._pending_configs.pop(0)
+
+    def _refresh_role(self) -> None:
+        """A replica that is not a voter in its own active config is a LEARNER and never campaigns."""
+        voter = self.active_config.is_voter(self.id)
+        if not voter and self.role != Role.LEADER:
+            if self.role != Role.LEARNER:
+                self.role = Role.LEARNER
+                self.votes = {}
+        elif voter and self.role == Role.LEARNER:
+            self.role = Role.FOLLOWER
+
+    def _on_config_changed(self) -> None:
+        self._refresh_role()
+        if self.role != Role.LEADER:
+            return
+        members = [m.uuid for m in self.active_config.members]  # a list: iteration order is the
+        for uuid in list(self.progress):  # order messages go out in, which must not depend on hashing
+            if uuid not in members:
+                del self.progress[uuid]
+        for uuid in members:
+            if uuid != self.id and uuid not in self.progress:
+                self.progress[uuid] = Progress(next=self.log.last_index() + 1)
+        if self.transferee is not None and not self.active_config.is_voter(self.transferee):
+            self.transferee = None
+        self._maybe_commit()
+
+    # ---------------------------------------------------------------- timers
+
+    def _reset_election_timer(self) -> None:
+        base = self.cfg.election_timeout_ticks << min(self.failed_elections, self.cfg.max_backoff_exponent)
+        spread = base * self.cfg.jitter
+        self.randomized_timeout = max(1, round(base + self._rng.uniform(-spread, spread)))
+        self.election_elapsed = 0
+
+    def _lease_ticks(self) -> int:
+        """Votes are withheld this long after hearing from a leader: the shortest election timeout."""
+        return max(1, int(self.cfg.election_timeout_ticks * (1 - self.cfg.jitter)))
+
+    def _in_lease(self) -> bool:
+        if self.role == Role.LEADER:
+            return True
+        return self.lead is not None and self.election_elapsed < self._lease_ticks()
+
+    # ---------------------------------------------------------------- inputs
+
+    def _check_idle(self) -> None:
+        if self._outstanding is not None:
+            raise RuntimeError("input while a Ready is outstanding: call advance() first")
+
+    def tick(self) -> None:
+        self._check_idle()
+        if self.role == Role.LEADER:
+            self._tick_leader()
+        else:
+            self._tick_election()
+
+    def _tick_election(self) -> None:
+        self.election_elapsed += 1
+        if self.role == Role.LEARNER or self.election_elapsed < self.randomized_timeout:
+            return
+        if self.role in (Role.PRE_CANDIDATE, Role.CANDIDATE):
+            self._note_failed_election()
+        self._campaign(pre_vote=self.cfg.pre_vote)
+
+    def _tick_leader(self) -> None:
+        self.heartbeat_elapsed += 1
+        self.election_elapsed += 1
+        if self.transferee is not None:
+            self.transfer_elapsed += 1
+            if self.transfer_elapsed >= self.cfg.election_timeout_ticks:
+                self.transferee = None  # the target did not take over in time
+        if self.election_elapsed >= self.cfg.election_timeout_ticks:
+            self.election_elapsed = 0
+            if not self._quorum_active():
+                self._become_follower(self.term, None)  # check-quorum: we may be partitioned
+                return
+            for pr in self.progress.values():
+                pr.recent_active = False
+        if self.heartbeat_elapsed >= self.cfg.heartbeat_interval_ticks:
+            self.heartbeat_elapsed = 0
+            self._broadcast_heartbeat()
+
+    def _quorum_active(self) -> bool:
+        voters = self.active_config.voters()
+        active = sum(
+            1 for v in voters if v == self.id or (v in self.progress and self.progress[v].recent_active)
+        )
+        return active >= len(voters) // 2 + 1
+
+    def propose(self, payload: bytes) -> int:
+        """Append a REPLICATE entry; returns its index. Raises NotLeader."""
+        self._check_idle()
+        self._require_leader()
+        return self._append(EntryType.REPLICATE, payload)
+
+    def propose_config_change(self, change: ConfigChange, cas_config_index: int) -> int:
+        """One-by-one membership change, refused unless `cas_config_index` is the committed
+        config's opid index. Removing the leader hands leadership to the most up-to-date voter
+        and raises SteppingDown: the driver retries against the new leader."""
+        self._check_idle()
+        self._require_leader()
+        if cas_config_index != self.committed_config.opid_index:
+            raise CasMismatch(cas_config_index, self.committed_config.opid_index)
+        self._check_change_allowed()
+        new_config = self._changed_config(change)
+        if change.op == ChangeOp.REMOVE and change.uuid == self.id:
+            target = self._most_up_to_date_voter()
+            if target is None:
+                raise InvalidChange("cannot remove the only voter")
+            self.transfer_leadership(target)
+            raise SteppingDown(target)
+        index = self.log.last_index() + 1
+        return self._append(
+            EntryType.CONFIG_CHANGE,
+            encode_config(RaftConfig(opid_index=index, members=new_config)),
+        )
+
+    def _check_change_allowed(self) -> None:
+        if self._pending_configs:
+            raise ChangePending("a config change is not committed yet")
+        if self.log.term_at(self.commit) != self.term:
+            # Without an entry of its own term committed, a new leader could still have an
+            # uncommitted change of a deposed leader in flight (Ongaro's one-by-one bug).
+            raise ChangePending("leader has not committed an entry in its term yet")
+
+    def _changed_config(self, change: ConfigChange) -> tuple[Member, ...]:
+        config = self.active_config
+        current = config.member(change.uuid)
+        if change.op == ChangeOp.ADD_NON_VOTER:
+            if current is not None:
+                raise InvalidChange(f"{change.uuid} is already a member")
+            return config.members + (Member(change.uuid, MemberType.NON_VOTER, change.promote),)
+        if current is None:
+            raise InvalidChange(f"{change.uuid} is not a member")
+        if change.op == ChangeOp.PROMOTE:
+            if current.member_type != MemberType.NON_VOTER:
+                raise InvalidChange(f"{change.uuid} is already a voter")
+            return tuple(
+                Member(m.uuid, MemberType.VOTER) if m.uuid == change.uuid else m for m in config.members
+            )
+        remaining = tuple(m for m in config.members if m.uuid != change.uuid)
+        if not any(m.member_type == MemberType.VOTER for m in remaining):
+            raise InvalidChange("cannot remove the last voter")
+        return remaining
+
+    def _most_up_to_date_voter(self) -> str | None:
+        best = None
+        for uuid in self.active_config.voters():
+            if uuid != self.id and (best is None or self.progress[uuid].match > self.progress[best].match):
+                best = uuid
+        return best
+
+    def transfer_leadership(self, to: str) -> None:
+        """Bring `to` up to date, then tell it to campaign at once (TimeoutNow). Proposals are
+        refused meanwhile; the attempt is abandoned after an election timeout."""
+        self._check_idle()
+        self._require_leader(allow_transfer=True)
+        if to == self.id:
+            return
+        if not self.active_config.is_voter(to):
+            raise InvalidChange(f"{to} is not a voter")
+        self.transferee = to
+        self.transfer_elapsed = 0
+        self.election_elapsed = 0
+        pr = self.progress[to]
+        if pr.match == self.log.last_index():
+            self._send(TimeoutNow(self.term, self.id, to))
+        else:
+            self._send_append(to)
+
+    def step_down(self) -> None:
+        """Leader gives up leadership without a successor; others elect after a timeout."""
+        self._check_idle()
+        if self.role == Role.LEADER:
+            self._become_follower(self.term, None)
+
+    def read_index(self, ctx: bytes) -> None:
+        """etcd's ReadIndex: a ReadState(ctx, commit) is reported once a heartbeat round proves
+        we are still leader; requests wait until an entry of this term is committed, as only then
+        is our commit index at least every index committed before. Lost on leader change."""
+        self._check_idle()
+        self._require_leader(allow_transfer=True)
+        if self.log.term_at(self.commit) != self.term:
+            self._reads_waiting.append(ctx)
+        else:
+            self._start_read(ctx)
+
+    def compact(self, index: int) -> None:
+        """The driver snapshotted the state machine up to `index`: drop entries up to it."""
+        self._check_idle()
+        self.log.compact(min(index, self.applied, self.log.stable))
+
+    def _require_leader(self, allow_transfer: bool = False) -> None:
+        if self.role != Role.LEADER:
+            raise NotLeader(self.lead)
+        if self.transferee is not None and not allow_transfer:
+            raise NotLeader(self.transferee)
+
+    # ---------------------------------------------------------------- role transitions
+
+    def _become_follower(self, term: int, lead: str | None) -> None:
+        if term > self.term:
+            self.term = term
+            self.voted_for = None
+        self.role = Role.FOLLOWER
+        self.lead = lead
+        self.votes = {}
+        self.progress = {}
+        self.transferee = None
+        self._reads = []
+        self._reads_waiting = []
+        self._reset_election_timer()
+        self._refresh_role()
+
+    def _campaign(self, pre_vote: bool, transfer: bool = False) -> None:
+        if pre_vote:
+            self.role = Role.PRE_CANDIDATE
+            vote_term = self.term + 1
+        else:
+            self.role = Role.CANDIDATE
+            self.term += 1
+            self.voted_for = self.id
+            vote_term = self.term
+        self.lead = None
+        self.votes = {self.id: True}
+        self._reset_election_timer()
+        if self._tally_won():
+            self._election_won(pre_vote)
+            return
+        last_index, last_term = self.log.last_index(), self.log.last_term()
+        for uuid in self.active_config.voters():
+            if uuid != self.id:
+                self._send(VoteRequest(vote_term, self.id, uuid, last_index, last_term, pre_vote, transfer))
+
+    def _tally_won(self) -> bool:
+        voters = self.active_config.voters()
+        return sum(1 for v in voters if self.votes.get(v)) >= len(voters) // 2 + 1
+
+    def _tally_lost(self) -> bool:
+        voters = self.active_config.voters()
+        return sum(1 for v in voters if self.votes.get(v) is False) >= len(voters) // 2 + 1
+
+    def _election_won(self, pre_vote: bool) -> None:
+        if pre_vote:
+            self._campaign(pre_vote=False)
+        else:
+            self._become_leader()
+
+    def _become_leader(self) -> None:
+        self.role = Role.LEADER
+        self.lead = self.id
+        self.failed_elections = 0
+        self.heartbeat_elapsed = 0
+        self.election_elapsed = 0
+        self.votes = {}
+        self.transferee = None
+        self.progress = {}
+        self._on_config_changed()  # builds progress for every member
+        self._append(EntryType.NO_OP, b"")
+
+    # ---------------------------------------------------------------- leader: log and replication
+
+    def _append(self, type_: EntryType, payload: bytes) -> int:
+        entry = Entry(self.term, self.log.last_index() + 1, type_, payload)
+        self.log.append(entry)
+        if type_ == EntryType.CONFIG_CHANGE:
+            self._pending_configs.append(decode_config(payload))
+            self._on_config_changed()
+        for uuid in self.progress:
+            self._send_append(uuid)
+        return entry.index
+
+    def _send(self, msg) -> None:
+        self._msgs.append(msg)
+
+    def _send_append(self, uuid: str, copy_probe: bool = False) -> None:
+        pr = self.progress[uuid]
+        if pr.inflight:
+            return
+        prev = pr.next - 1
+        if prev < self.log.offset:
+            # The entries it needs are compacted away: only a tablet copy can help. Probe at our
+            # compaction point, at heartbeat pace only, to notice when a copy has landed.
+            pr.needs_copy = True
+            if not copy_probe:
+                return
+            prev = self.log.offset
+            entries: tuple[Entry, ...] = ()
+        else:
+            entries = self.log.batch(pr.next, self.cfg.max_batch_bytes)
+        prev_term = self.log.term_at(prev)
+        pr.inflight = True
+        self._send(AppendEntries(self.term, self.id, uuid, prev, prev_term, entries, self.commit))
+
+    def _broadcast_heartbeat(self) -> None:
+        ctx = self._reads[-1].ctx if self._reads else b""
+        for uuid, pr in self.progress.items():
+            self._send(Heartbeat(self.term, self.id, uuid, min(pr.match, self.commit), ctx))
+
+    def _quorum_index(self) -> int:
+        """Highest index stored by a majority of voters (our own entries count once durable)."""
+        voters = self.active_config.voters()
+        matches = sorted(
+            (self.log.stable if v == self.id else self.progress[v].match for v in voters), reverse=True
+        )
+        return matches[len(voters) // 2]
+
+    def _maybe_commit(self) -> None:
+        n = self._quorum_index()
+        # Only an entry of the current term commits by counting (Raft §5.4.2, figure 8);
+        # earlier entries commit with it.
+        if n > self.commit and self.log.term_at(n) == self.term:
+            self._commit_to(n)
+            self._on_leader_commit()
+
+    def _on_leader_commit(self) -> None:
+        for uuid in self.progress:
+            self._send_append(uuid)
+        if self._reads_waiting and self.log.term_at(self.commit) == self.term:
+            waiting, self._reads_waiting = self._reads_waiting, []
+            for ctx in waiting:
+                self._start_read(ctx)
+        self._maybe_promote()
+
+    def _commit_to(self, index: int) -> None:
+        if index > self.commit:
+            self.commit = index
+            self._commit_configs()
+
+    def _maybe_promote(self) -> None:
+        """Promote a NON_VOTER with `promote` once it holds every committed entry: what it still
+        lacks is the tail the leader is replicating in the current round."""
+        if self.transferee is not None:
+            return
+        for m in self.active_config.members:
+            if m.member_type == MemberType.NON_VOTER and m.promote and self.progress[m.uuid].match >= self.commit:
+                try:
+                    self._check_change_allowed()
+                except ChangePending:
+                    return
+                self.propose_config_change(ConfigChange(ChangeOp.PROMOTE, m.uuid), self.committed_config.opid_index)
+                return
+
+    def _start_read(self, ctx: bytes) -> None:
+        self._reads.append(_PendingRead(ctx, self.commit, {self.id}))
+        self._release_reads()
+        if self._reads:
+            self._broadcast_heartbeat()
+
+    def _release_reads(self) -> None:
+        """A quorum acknowledging a read's heartbeat also confirms every earlier read."""
+        voters = self.active_config.voters()
+        quorum = len(voters) // 2 + 1
+        for i in range(len(self._reads) - 1, -1, -1):
+            if sum(1 for v in voters if v in self._reads[i].acks) >= quorum:
+                done, self._reads = self._reads[: i + 1], self._reads[i + 1 :]
+                self._read_states.extend(ReadState(r.ctx, r.index) for r in done)
+                return
+
+    # ---------------------------------------------------------------- step
+
+    def step(self, m) -> None:
+        """Handle one message from a peer."""
+        self._check_idle()
+        if m.to_uuid != self.id:
+            self.misaddressed += 1
+            return
+        if m.term > self.term:
+            if type(m) is VoteRequest:
+                if not m.transfer and self._in_lease():
+                    self.withheld_votes += 1  # a live leader exists: do not let this node disrupt it
+                    return
+                if not m.pre_vote:
+                    self._become_follower(m.term, None)
+            elif type(m) is VoteResponse and m.pre_vote and m.granted:
+                pass  # carries the term we would campaign in
+            else:
+                leads = type(m) in (AppendEntries, Heartbeat, TimeoutNow)
+                self._become_follower(m.term, m.from_uuid if leads else None)
+        elif m.term < self.term:
+            if type(m) in (AppendEntries, Heartbeat):
+                # A deposed leader: tell it our term so it steps down.
+                self._send(AppendResponse(self.term, self.id, m.from_uuid, False))
+            elif type(m) is VoteRequest and m.pre_vote:
+                self._send(VoteResponse(self.term, self.id, m.from_uuid, False, True))
+            return
+        getattr(self, _HANDLERS[type(m)])(m)
+
+    def _log_up_to_date(self, last_term: int, last_index: int) -> bool:
+        mine = self.log.last_term()
+        return last_term > mine or (last_term == mine and last_index >= self.log.last_index())
+
+    def _on_vote_request(self, m: VoteRequest) -> None:
+        can_vote = (
+            self.voted_for == m.from_uuid
+            or (self.voted_for is None and self.lead is None)
+            or (m.pre_vote and m.term > self.term)
+        )
+        if can_vote and self._log_up_to_date(m.last_term, m.last_index):
+            self._send(VoteResponse(m.term, self.id, m.from_uuid, True, m.pre_vote))
+            if not m.pre_vote:
+                self.voted_for = m.from_uuid
+                self.election_elapsed = 0
+        else:
+            self._send(VoteResponse(self.term, self.id, m.from_uuid, False, m.pre_vote))
+
+    def _on_vote_response(self, m: VoteResponse) -> None:
+        if m.pre_vote:
+            if self.role != Role.PRE_CANDIDATE or (m.granted and m.term != self.term + 1):
+                return
+        elif self.role != Role.CANDIDATE:
+            return
+        self.votes[m.from_uuid] = m.granted
+        if self._tally_won():
+            self._election_won(m.pre_vote)
+        elif self._tally_lost():
+            self._note_failed_election()
+            self._become_follower(self.term, None)
+
+    def _note_failed_election(self) -> None:
+        """Each failed election doubles the next timeout (bounded), so competing candidates
+        spread out instead of splitting votes forever."""
+        self.failed_elections = min(self.failed_elections + 1, self.cfg.max_backoff_exponent)
+
+    def _heard_from_leader(self, m) -> None:
+        if self.role != Role.FOLLOWER and self.role != Role.LEARNER or self.lead != m.from_uuid:
+            self._become_follower(self.term, m.from_uuid)
+        self.failed_elections = 0
+        self.election_elapsed = 0
+
+    def _log_matches(self, index: int, term: int) -> bool:
+        return self.log.term_at(index) == term
+
+    def _on_append(self, m: AppendEntries) -> None:
+        self._heard_from_leader(m)
+        if m.prev_index < self.commit:
+            self._send(AppendResponse(self.term, self.id, m.from_uuid, True, match_index=self.commit))
+            return
+        if not self._log_matches(m.prev_index, m.prev_term):
+            hint = self.log.find_conflict_by_term(min(m.prev_index, self.log.last_index()), m.prev_term)
+            self._send(
+                AppendResponse(
+                    self.term, self.id, m.from_uuid, False,
+                    reject_index=m.prev_index, hint_index=hint, hint_term=self.log.term_at(hint) or 0,
+                )
+            )
+            return
+        self._append_from_leader(m.entries)
+        last_new = m.prev_index + len(m.entries)
+        self._commit_to(min(m.commit, last_new))
+        self._send(AppendResponse(self.term, self.id, m.from_uuid, True, match_index=last_new))
+
+    def _append_from_leader(self, entries: tuple[Entry, ...]) -> None:
+        config_changed = False
+        for pos, e in enumerate(entries):
+            t = self.log.term_at(e.index)
+            if t == e.term:
+                continue
+            if t is not None:
+                if e.index <= self.commit:
+                    raise SafetyError(f"{self.id}: conflict at committed index {e.index}")
+                self.log.truncate_from(e.index)
+                while self._pending_configs and self._pending_configs[-1].opid_index >= e.index:
+                    self._pending_configs.pop()  # the change is rolled back with its entry
+                    config_changed = True
+            for new in entries[pos:]:
+                self.log.append(new)
+                if new.type == EntryType.CONFIG_CHANGE:
+                    self._pending_configs.append(decode_config(new.payload))
+                    config_changed = True
+            break
+        if config_changed:
+            self._on_config_changed()
+
+    def _on_append_response(self, m: AppendResponse) -> None:
+        pr = self.progress.get(m.from_uuid)
+        if pr is None or self.role != Role.LEADER:
+            return
+        pr.recent_active = True
+        if m.success:
+            if m.match_index < pr.match:
+                return  # stale duplicate
+            pr.inflight = False
+            pr.needs_copy = False
+            if m.match_index > pr.match:
+                pr.match = m.match_index
+                pr.next = max(pr.next, pr.match + 1)
+                self._maybe_commit()
+                self._maybe_promote()
+            pr.next = max(pr.next, pr.match + 1)
+            if m.from_uuid == self.transferee and pr.match == self.log.last_index():
+                self._send(TimeoutNow(self.term, self.id, m.from_uuid))
+        else:
+            if m.reject_index != pr.next - 1:
+                return  # stale: not the answer to our outstanding request
+            pr.inflight = False
+            probe = m.hint_index
+            if m.hint_term > 0:
+                probe = self.log.find_conflict_by_term(m.hint_index, m.hint_term)
+            pr.next = max(min(pr.next - 1, probe + 1), pr.match + 1)
+        if pr.next <= self.log.last_index():
+            self._send_append(m.from_uuid)
+
+    def _on_heartbeat(self, m: Heartbeat) -> None:
+        self._heard_from_leader(m)
+        self._commit_to(min(m.commit, self.log.last_index()))
+        self._send(HeartbeatResponse(self.term, self.id, m.from_uuid, m.ctx))
+
+    def _on_heartbeat_response(self, m: HeartbeatResponse) -> None:
+        pr = self.progress.get(m.from_uuid)
+        if pr is None or self.role != Role.LEADER:
+            return
+        pr.recent_active = True
+        pr.inflight = False  # the request or its answer may have been lost: retry
+        if pr.match < self.log.last_index() or pr.needs_copy:
+            self._send_append(m.from_uuid, copy_probe=True)
+        if m.ctx:
+            for r in self._reads:
+                if r.ctx == m.ctx:
+                    r.acks.add(m.from_uuid)
+                    self._release_reads()
+                    break
+
+    def _on_timeout_now(self, m: TimeoutNow) -> None:
+        if self.active_config.is_voter(self.id):
+            self._campaign(pre_vote=False, transfer=True)
+
+    # ---------------------------------------------------------------- Ready
+
+    def _hard_state(self) -> HardState:
+        return HardState(self.term, self.voted_for, self.commit)
+
+    def _soft_state(self) -> SoftState:
+        return SoftState(self.role, self.lead, self.term)
+
+    def has_ready(self) -> bool:
+        return bool(
+            self._msgs
+            or self.log.stable < self.log.last_index()
+            or self.applied < self.commit
+            or self._read_states
+            or self._hard_state() != self._prev_hard
+            or self._soft_state() != self._prev_soft
+            or self.committed_config is not self._reported_config
+        )
+
+    def ready(self) -> Ready:
+        """Everything the driver must do now; no input is accepted until advance(ready)."""
+        self._check_idle()
+        hs = self._hard_state()
+        ss = self._soft_state()
+        rd = Ready(
+            messages=self._msgs,
+            entries_to_persist=self.log.unstable(),
+            hard_state=hs if hs != self._prev_hard else None,
+            committed_entries=self.log.slice(self.applied + 1, self.commit),
+            committed_config=self.committed_config if self.committed_config is not self._reported_config else None,
+            soft_state=ss if ss != self._prev_soft else None,
+            read_states=self._read_states,
+        )
+        self._msgs = []
+        self._read_states = []
+        self._outstanding = rd
+        return rd
+
+    def advance(self, rd: Ready) -> None:
+        """The driver persisted, sent and applied `rd`."""
+        if rd is not self._outstanding:
+            raise RuntimeError("advance() with a Ready that is not the outstanding one")
+        self._outstanding = None
+        if rd.entries_to_persist:
+            self.log.stable_to(rd.entries_to_persist[-1].index)
+        if rd.hard_state is not None:
+            self._prev_hard = rd.hard_state
+        if rd.soft_state is not None:
+            self._prev_soft = rd.soft_state
+        if rd.committed_entries:
+            self.applied = rd.committed_entries[-1].index
+        if rd.committed_config is not None:
+            self._reported_config = rd.committed_config
+        if self.role == Role.LEADER and rd.entries_to_persist:
+            self._maybe_commit()  # our own entries now count toward the quorum
+
+    def status(self) -> Status:
+        peers = {
+            uuid: PeerStatus(
+                self.active_config.member(uuid).member_type, pr.match, pr.next, pr.needs_copy
+            )
+            for uuid, pr in self.progress.items()
+        }
+        return Status(
+            self.id, self.role, self.term, self.lead, self.commit, self.applied,
+            self.log.last_index(), self.log.first_index(), self.active_config,
+            self.committed_config, peers, self.misaddressed,
+        )
+
+
+_HANDLERS = {  # by name, so a test can substitute one handler on the class
+    VoteRequest: "_on_vote_request",
+    VoteResponse: "_on_vote_response",
+    AppendEntries: "_on_append",
+    AppendResponse: "_on_append_response",
+    Heartbeat: "_on_heartbeat",
+    HeartbeatResponse: "_on_heartbeat_response",
+    TimeoutNow: "_on_timeout_now",
+}

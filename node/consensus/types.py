@@ -1,0 +1,213 @@
+"""Value types shared by the core and its driver: configs, durable state, Ready and errors.
+
+Configs are msgspec Structs because they travel inside CONFIG_CHANGE log entries and are written to
+consensus metadata by the caller; everything else is plain data the driver reads.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import msgspec
+
+from node.entry import Entry
+
+
+class Role(enum.Enum):
+    FOLLOWER = "FOLLOWER"
+    PRE_CANDIDATE = "PRE_CANDIDATE"  # running a pre-vote; term not bumped yet
+    CANDIDATE = "CANDIDATE"
+    LEADER = "LEADER"
+    LEARNER = "LEARNER"  # not a voter in its own active config: never campaigns
+
+
+class MemberType(enum.IntEnum):
+    VOTER = 1
+    NON_VOTER = 2  # Kudu's PRE_VOTER/learner: replicates, never votes or counts in a quorum
+
+
+class Member(msgspec.Struct, frozen=True, array_like=True):
+    uuid: str
+    member_type: MemberType
+    promote: bool = False  # leader turns this NON_VOTER into a VOTER once it has caught up
+
+
+class RaftConfig(msgspec.Struct, frozen=True, array_like=True):
+    opid_index: int  # log index of the CONFIG_CHANGE entry that created it (0: bootstrap config)
+    members: tuple[Member, ...]
+
+    def member(self, uuid: str) -> Member | None:
+        for m in self.members:
+            if m.uuid == uuid:
+                return m
+        return None
+
+    def voters(self) -> list[str]:
+        return [m.uuid for m in self.members if m.member_type == MemberType.VOTER]
+
+    def is_voter(self, uuid: str) -> bool:
+        m = self.member(uuid)
+        return m is not None and m.member_type == MemberType.VOTER
+
+
+class ChangeOp(enum.IntEnum):
+    ADD_NON_VOTER = 1
+    PROMOTE = 2
+    REMOVE = 3
+
+
+class ConfigChange(msgspec.Struct, frozen=True):
+    op: ChangeOp
+    uuid: str
+    promote: bool = True  # only for ADD_NON_VOTER
+
+
+_config_encoder = msgspec.msgpack.Encoder()
+_config_decoder = msgspec.msgpack.Decoder(RaftConfig)
+
+
+def encode_config(config: RaftConfig) -> bytes:
+    return _config_encoder.encode(config)
+
+
+def decode_config(payload: bytes) -> RaftConfig:
+    return _config_decoder.decode(payload)
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    """Timing is in ticks so the core needs no clock. The driver calls tick() every TICK_MS."""
+
+    uuid: str
+    heartbeat_interval_ticks: int = 5  # Kudu: raft_heartbeat_interval_ms = 500
+    leader_failure_max_missed_heartbeat_periods: int = 3
+    jitter: float = 0.25  # election timeout is randomised by ±25%
+    max_backoff_exponent: int = 3  # failed elections double the timeout, at most 2**3 times
+    pre_vote: bool = True
+    max_batch_bytes: int = 1 << 20  # AppendEntries payload bound (at least one entry is sent)
+
+    @property
+    def election_timeout_ticks(self) -> int:
+        return self.heartbeat_interval_ticks * self.leader_failure_max_missed_heartbeat_periods
+
+
+TICK_MS = 100
+
+
+@dataclass(frozen=True)
+class HardState:
+    term: int = 0
+    voted_for: str | None = None
+    commit: int = 0
+
+
+@dataclass(frozen=True)
+class PersistedState:
+    """What the driver read back from disk at start-up.
+
+    `entries` are the durably stored log entries after the compaction point
+    (`snapshot_index`, `snapshot_term`); `applied` is how far the state machine already is.
+    """
+
+    hard_state: HardState
+    committed_config: RaftConfig
+    entries: tuple[Entry, ...] = ()
+    snapshot_index: int = 0
+    snapshot_term: int = 0
+    applied: int = 0
+
+
+@dataclass(frozen=True)
+class SoftState:
+    role: Role
+    leader: str | None
+    term: int
+
+
+@dataclass(frozen=True)
+class ReadState:
+    """A linearizable read may be served once the local state machine has applied `index`."""
+
+    ctx: bytes
+    index: int
+
+
+@dataclass(frozen=True)
+class Ready:
+    """One batch of work for the driver. Handle it in this order, then call advance(ready):
+
+    1. persist `entries_to_persist` (an entry whose index is already stored replaces that entry
+       and everything after it) and `hard_state` if not None, and `committed_config` if not None;
+    2. only then send `messages` (they may depend on the state just persisted: a vote, a term,
+       an acknowledged entry — sending first would let a crash break Raft's promises);
+    3. apply `committed_entries` in order and serve `read_states`.
+    """
+
+    messages: list = field(default_factory=list)
+    entries_to_persist: list[Entry] = field(default_factory=list)
+    hard_state: HardState | None = None
+    committed_entries: list[Entry] = field(default_factory=list)
+    committed_config: RaftConfig | None = None
+    soft_state: SoftState | None = None
+    read_states: list[ReadState] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PeerStatus:
+    member_type: MemberType
+    match: int
+    next: int
+    needs_tablet_copy: bool  # its next entry is below our first retained index
+
+
+@dataclass(frozen=True)
+class Status:
+    uuid: str
+    role: Role
+    term: int
+    leader: str | None
+    commit: int
+    applied: int
+    last_index: int
+    first_index: int
+    active_config: RaftConfig
+    committed_config: RaftConfig
+    peers: dict[str, PeerStatus]  # filled only on the leader
+    misaddressed: int  # messages dropped because to_uuid named someone else
+
+
+class ProposalError(Exception):
+    """A proposal the core refused; nothing was appended."""
+
+
+class NotLeader(ProposalError):
+    def __init__(self, leader: str | None):
+        super().__init__(f"not the leader (leader: {leader})")
+        self.leader = leader
+
+
+class CasMismatch(ProposalError):
+    def __init__(self, expected: int, committed: int):
+        super().__init__(f"cas_config_index {expected} != committed config index {committed}")
+        self.committed = committed
+
+
+class ChangePending(ProposalError):
+    """A config change is uncommitted, or the leader has not committed an entry of its term."""
+
+
+class InvalidChange(ProposalError):
+    pass
+
+
+class SteppingDown(ProposalError):
+    """The leader was asked to remove itself: it is handing leadership to `transferee` first."""
+
+    def __init__(self, transferee: str | None):
+        super().__init__(f"leader removal: transferring leadership to {transferee}")
+        self.transferee = transferee
+
+
+class SafetyError(AssertionError):
+    """The core was asked to do something Raft forbids (e.g. truncate a committed entry)."""

@@ -1,0 +1,485 @@
+"""One simulated cluster run: cores on a virtual clock, a seeded scheduler of faults.
+
+Everything random comes from one `random.Random(seed)` (and per-core RNGs derived from the seed),
+and events are ordered by (virtual time, sequence number), so a seed replays bit for bit.
+
+A node's "disk" holds exactly what Ready asked to persist; Readys are handled atomically
+(persist, send, apply, advance), so a crash between events loses everything else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import random
+from dataclasses import dataclass, field
+
+from node.consensus import (
+    TICK_MS,
+    CasMismatch,
+    ChangeOp,
+    ConfigChange,
+    CoreConfig,
+    HardState,
+    Member,
+    MemberType,
+    PersistedState,
+    ProposalError,
+    RaftConfig,
+    RaftCore,
+    Role,
+    VoteResponse,
+)
+from node.entry import Entry, EntryType
+
+from .invariants import Invariants, Violation
+
+_TICK, _DELIVER, _NEMESIS, _CLIENT, _RESTART, _CRASH, _ISOLATE, _HEAL = range(8)
+LIVENESS_BOUND_MS = 60_000
+
+
+@dataclass
+class Disk:
+    hard: HardState = field(default_factory=HardState)
+    config: RaftConfig = field(default_factory=lambda: RaftConfig(0, ()))
+    log: list[Entry] = field(default_factory=list)
+    applied: int = 0
+    config_indexes: list[int] = field(default_factory=list)  # CONFIG_CHANGE entries in `log`
+
+
+@dataclass
+class Node:
+    slot: int
+    uuid: str
+    disk: Disk
+    core: RaftCore | None = None
+    commit: int = 0
+    term: int = 0
+    leader_since: int = 0
+    power_cycles: int = 0  # messages sent before a power loss never leave the machine
+
+
+@dataclass
+class RunResult:
+    seed: int
+    steps: int
+    violation: str | None
+    leader_ms: int | None  # after the final heal: until the committing leader was elected
+    commit_ms: int | None  # after the final heal: until a fresh proposal committed
+    digest: str = ""
+    trace: list[str] = field(default_factory=list)
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+class Simulation:
+    def __init__(self, seed: int, nodes: int = 3, steps: int = 3000, trace: bool = False):
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.steps = steps
+        self.tracing = trace
+        self.trace: list[str] = []
+        self.now = 0
+        self._seq = 0
+        self._events: list = []
+        self.inv = Invariants()
+        uuids = [f"n{i + 1}" for i in range(nodes)]
+        bootstrap = RaftConfig(0, tuple(Member(u, MemberType.VOTER) for u in uuids))
+        self.nodes = [Node(i, u, Disk(config=bootstrap)) for i, u in enumerate(uuids)]
+        self.slot_of = {u: i for i, u in enumerate(uuids)}
+        self.min_voters = 2 if nodes <= 3 else 3
+        # small batches make a new leader's old-term entries travel apart from its NO_OP
+        self.batch_bytes = self.rng.choice((1, 1, 64, 1 << 20))
+        # how often a fresh leader, a commit or a vote is followed at once by a crash or cut
+        self.targeted = self.rng.choice((0.02, 0.1, 0.3))
+        # network state, changed by the nemesis
+        self.partition: list[int] | None = None  # group id per slot
+        self.drop = 0.0
+        self.dup = 0.0
+        self.slow = 0.0  # share of messages delayed long enough to be reordered
+        self.faults = True
+        self.read_anchor: dict[bytes, int] = {}
+        self.stats = {k: 0 for k in ("crashes", "partitions", "proposals", "config_changes",
+                                     "cas_refused", "transfers", "reads", "dropped", "duplicated")}
+        self.probe: tuple[int, int] | None = None  # (term, index) of the liveness proposal
+        for node in self.nodes:
+            self._start(node)
+            self._schedule(self.rng.randrange(TICK_MS), _TICK, node.slot)
+        self._schedule(self.rng.randrange(500, 2000), _NEMESIS)
+        self._schedule(self.rng.randrange(50, 300), _CLIENT)
+
+    # ------------------------------------------------------------ plumbing
+
+    def _schedule(self, delay: int, kind: int, a=None, b=None) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (self.now + delay, self._seq, kind, a, b))
+
+    def _log(self, text: str) -> None:
+        self.trace.append(f"{self.now:>8}ms {text}")
+
+    def _start(self, node: Node) -> None:
+        d = node.disk
+        persisted = PersistedState(d.hard, d.config, tuple(d.log), applied=d.applied)
+        rng = random.Random(self.seed * 7919 + node.slot * 104729 + self._seq)
+        node.core = RaftCore(CoreConfig(node.uuid, max_batch_bytes=self.batch_bytes), rng, persisted)
+        node.commit = node.core.commit
+        node.term = node.core.term
+        self._drain(node)
+
+    def _leaders(self) -> list[Node]:
+        return [n for n in self.nodes if n.core is not None and n.core.role == Role.LEADER]
+
+    # ------------------------------------------------------------ handling one node's output
+
+    def _drain(self, node: Node) -> None:
+        core = node.core
+        pre_config = core.active_config
+        while core.has_ready():
+            rd = core.ready()
+            d = node.disk
+            if rd.entries_to_persist:
+                first = rd.entries_to_persist[0].index
+                del d.log[first - 1 :]
+                d.log.extend(rd.entries_to_persist)
+                while d.config_indexes and d.config_indexes[-1] >= first:
+                    d.config_indexes.pop()
+                d.config_indexes.extend(
+                    e.index for e in rd.entries_to_persist if e.type == EntryType.CONFIG_CHANGE
+                )
+                self.inv.on_persist(node.uuid, d.log, first)
+            if rd.hard_state is not None:
+                d.hard = rd.hard_state
+            if rd.committed_config is not None:
+                d.config = rd.committed_config
+            for msg in rd.messages:
+                self._send(node, msg)
+                if type(msg) is VoteResponse and msg.granted and not msg.pre_vote:
+                    self._maybe_crash_soon(node)
+            for e in rd.committed_entries:
+                self.inv.on_apply(node.uuid, e)
+            if rd.committed_entries:
+                d.applied = rd.committed_entries[-1].index
+            for rs in rd.read_states:
+                self.inv.on_read(node.uuid, rs.ctx, rs.index, self.read_anchor.pop(rs.ctx))
+            core.advance(rd)
+            if rd.soft_state is not None:
+                if self.tracing:
+                    self._log(f"{node.uuid} is {rd.soft_state.role.name} term {rd.soft_state.term} "
+                              f"(leader {rd.soft_state.leader}, log {core.log.last_index()}/{core.log.last_term()})")
+                if rd.soft_state.role == Role.LEADER:
+                    node.leader_since = self.now
+                    if self.faults and self.rng.random() < self.targeted:
+                        # a fresh leader lost before its NO_OP spreads leaves a divergent tail
+                        kind = _ISOLATE if self.rng.random() < 0.5 else _CRASH
+                        self._schedule(self.rng.randrange(0, 10), kind, node.slot, node.uuid)
+                self.inv.on_role(node.uuid, core.role, core.term, core.log.term_at)
+        if core.term < node.term:
+            raise Violation(f"term monotonicity: {node.uuid} term {node.term} -> {core.term}")
+        node.term = core.term
+        if core.commit != node.commit:
+            if core.role == Role.LEADER:
+                self._maybe_crash_soon(node)
+            old, node.commit = node.commit, core.commit
+            self.inv.on_commit(node.uuid, old, core.commit, core.log.term_at)
+            if core.role == Role.LEADER:
+                self.inv.on_leader_commit(
+                    node.uuid, core.commit, core.log.term_at(core.commit),
+                    (pre_config, core.active_config), self._holds,
+                )
+        if core.role == Role.LEADER:
+            self.inv.on_leader_configs(node.uuid, node.disk.config_indexes)
+
+    def _maybe_crash_soon(self, node: Node) -> None:
+        """Targeted faults: crash right after a vote or a commit, where Raft's durability
+        promises matter most, and come back quickly enough to take part again."""
+        if self.faults and self.rng.random() < self.targeted:
+            self._schedule(self.rng.randrange(0, 30), _CRASH, node.slot, node.uuid)
+
+    def _isolate(self, slot: int) -> None:
+        """Cut one node off (a fresh leader, typically) until a scheduled heal."""
+        if not self.faults:
+            return
+        self.partition = [1 if i == slot else 0 for i in range(len(self.nodes))]
+        self.stats["partitions"] += 1
+        self._log_if(f"isolate {self.nodes[slot].uuid}")
+        self._schedule(self.rng.randrange(100, 3000), _HEAL)
+
+    def _heal_partition(self) -> None:
+        if self.partition is not None:
+            self.partition = None
+            self._log_if("heal partition")
+
+    def _crash(self, slot: int, uuid: str) -> None:
+        node = self.nodes[slot]
+        if node.core is None or node.uuid != uuid:
+            return
+        node.core = None
+        self.stats["crashes"] += 1
+        if self.rng.random() < 0.5:
+            node.power_cycles += 1
+        self._log_if(f"crash {node.uuid} (power cycles {node.power_cycles})")
+        self._schedule(self.rng.randrange(1, 3000), _RESTART, slot)
+
+    def _holds(self, uuid: str, index: int, term: int) -> bool:
+        slot = self.slot_of.get(uuid)
+        if slot is None or self.nodes[slot].uuid != uuid:
+            return False
+        log = self.nodes[slot].disk.log
+        return len(log) >= index and log[index - 1].term == term
+
+    def _send(self, src: Node, msg) -> None:
+        rng = self.rng
+        if self.faults and rng.random() < self.drop:
+            self.stats["dropped"] += 1
+            return
+        dst = self.slot_of[msg.to_uuid]
+        copies = 1
+        if self.faults and rng.random() < self.dup:
+            copies = 2
+            self.stats["duplicated"] += 1
+        for _ in range(copies):
+            delay = rng.randrange(1, 20)
+            if self.faults and rng.random() < self.slow:
+                delay += rng.randrange(100, 1500)
+            self._schedule(delay, _DELIVER, dst, (src.slot, src.power_cycles, msg))
+
+    # ------------------------------------------------------------ events
+
+    def _deliver(self, slot: int, payload) -> None:
+        src, cycles, msg = payload
+        node = self.nodes[slot]
+        if node.core is None or self.nodes[src].power_cycles != cycles:
+            return
+        if self.partition is not None and self.partition[src] != self.partition[slot]:
+            return
+        if self.tracing:
+            self._log(f"{msg.from_uuid}->{msg.to_uuid} {_describe(msg)}")
+        node.core.step(msg)
+        self._drain(node)
+
+    def _tick(self, slot: int) -> None:
+        self._schedule(TICK_MS, _TICK, slot)
+        node = self.nodes[slot]
+        if node.core is not None:
+            node.core.tick()
+            self._drain(node)
+
+    def _restart(self, slot: int) -> None:
+        node = self.nodes[slot]
+        if node.core is None:
+            if self.tracing:
+                self._log(f"restart {node.uuid} (disk: term {node.disk.hard.term}, "
+                          f"vote {node.disk.hard.voted_for}, log {len(node.disk.log)})")
+            self._start(node)
+
+    def _nemesis(self) -> None:
+        self._schedule(self.rng.randrange(200, 2000), _NEMESIS)
+        if not self.faults:
+            return
+        rng = self.rng
+        action = rng.randrange(10)
+        if action == 0:
+            groups = [rng.randrange(2) for _ in self.nodes]
+            self.partition = groups
+            self.stats["partitions"] += 1
+            self._log_if(f"partition {groups}")
+            self._schedule(rng.randrange(100, 5000), _HEAL)
+        elif action == 1:
+            leaders = self._leaders()
+            if leaders:
+                node = rng.choice(leaders)
+                self._isolate(node.slot)
+        elif action in (2, 3):
+            up = [n for n in self.nodes if n.core is not None]
+            if up:
+                node = rng.choice(up)
+                self._crash(node.slot, node.uuid)
+        elif action == 4:
+            self.drop = rng.choice((0.0, 0.0, 0.05, 0.2, 0.4))
+            self.dup = rng.choice((0.0, 0.05, 0.2))
+            self.slow = rng.choice((0.0, 0.05, 0.3))
+            self._log_if(f"network drop {self.drop} dup {self.dup} slow {self.slow}")
+        elif action in (5, 6, 7):
+            self._config_change()
+        elif action == 8:
+            self._transfer()
+        else:
+            leaders = self._leaders()
+            if leaders:
+                node = rng.choice(leaders)
+                self._log_if(f"step down {node.uuid}")
+                node.core.step_down()
+                self._drain(node)
+
+    def _log_if(self, text: str) -> None:
+        if self.tracing:
+            self._log(text)
+
+    def _transfer(self) -> None:
+        leaders = self._leaders()
+        if not leaders:
+            return
+        node = self.rng.choice(leaders)
+        voters = [v for v in node.core.active_config.voters() if v != node.uuid]
+        if not voters:
+            return
+        to = self.rng.choice(voters)
+        self._log_if(f"transfer leadership {node.uuid} -> {to}")
+        try:
+            node.core.transfer_leadership(to)
+            self.stats["transfers"] += 1
+        except ProposalError:
+            pass
+        self._drain(node)
+
+    def _config_change(self) -> None:
+        leaders = self._leaders()
+        if not leaders:
+            return
+        rng = self.rng
+        node = rng.choice(leaders)
+        core = node.core
+        committed = core.committed_config
+        config = core.active_config
+        right = committed.opid_index
+        cas = right if rng.random() < 0.8 else right + rng.choice((-1, 1, 2))
+        voters = config.voters()
+        outside = [n for n in self.nodes if config.member(n.uuid) is None and committed.member(n.uuid) is None]
+        choice = rng.randrange(3)
+        if choice == 0 and outside:
+            slot = rng.choice(outside)
+            if cas == right and config == committed:
+                self._wipe(slot)  # a replacement server: empty disk, new UUID
+            change = ConfigChange(ChangeOp.ADD_NON_VOTER, slot.uuid, promote=rng.random() < 0.8)
+        elif choice == 1 and len(voters) > self.min_voters:
+            change = ConfigChange(ChangeOp.REMOVE, rng.choice(voters))
+        else:
+            learners = [m.uuid for m in config.members if m.member_type == MemberType.NON_VOTER]
+            if not learners:
+                return
+            op = ChangeOp.PROMOTE if rng.random() < 0.5 else ChangeOp.REMOVE
+            change = ConfigChange(op, rng.choice(learners))
+        self._log_if(f"config change at {node.uuid}: {change.op.name} {change.uuid} cas {cas} (committed {right})")
+        try:
+            core.propose_config_change(change, cas)
+            self.stats["config_changes"] += 1
+            if cas != right:
+                raise Violation(f"config change with cas {cas} accepted; committed config is {right}")
+        except CasMismatch:
+            self.stats["cas_refused"] += 1
+        except ProposalError as e:
+            self._log_if(f"  refused: {e}")
+        self._drain(node)
+
+    def _wipe(self, node: Node) -> None:
+        gen = 2
+        while f"n{node.slot + 1}.{gen}" in self.slot_of:
+            gen += 1
+        node.uuid = f"n{node.slot + 1}.{gen}"
+        self.slot_of[node.uuid] = node.slot
+        node.disk = Disk()
+        node.core = None
+        self._log_if(f"wipe slot {node.slot}: new replica {node.uuid}")
+        self._start(node)
+
+    def _client(self) -> None:
+        self._schedule(self.rng.randrange(50, 300), _CLIENT)
+        leaders = self._leaders()
+        if not leaders:
+            return
+        node = self.rng.choice(leaders)
+        core = node.core
+        try:
+            if self.probe is None and not self.faults:
+                self.probe = (core.term, core.propose(b"probe"))
+                self._log_if(f"liveness probe at {node.uuid}: index {self.probe[1]} term {self.probe[0]}")
+            elif self.rng.random() < 0.2:
+                ctx = b"r%d" % self._seq
+                self.read_anchor[ctx] = self.inv.max_commit
+                core.read_index(ctx)
+                self.stats["reads"] += 1
+            else:
+                core.propose(b"w%d" % self._seq)
+                self.stats["proposals"] += 1
+        except ProposalError:
+            pass
+        self._drain(node)
+
+    # ------------------------------------------------------------ run
+
+    def _step(self) -> None:
+        self.now, _, kind, a, b = heapq.heappop(self._events)
+        if kind == _TICK:
+            self._tick(a)
+        elif kind == _DELIVER:
+            self._deliver(a, b)
+        elif kind == _NEMESIS:
+            self._nemesis()
+        elif kind == _CLIENT:
+            self._client()
+        elif kind == _CRASH:
+            self._crash(a, b)
+        elif kind == _ISOLATE:
+            if self.nodes[a].uuid == b:
+                self._isolate(a)
+        elif kind == _HEAL:
+            self._heal_partition()
+        else:
+            self._restart(a)
+
+    def _heal(self) -> None:
+        self.faults = False
+        self.partition = None
+        self._log_if("heal everything: restart all, reliable network")
+        for node in self.nodes:
+            if node.core is None:
+                self._start(node)
+
+    def _probe_committed(self) -> Node | None:
+        if self.probe is None:
+            return None
+        term, index = self.probe
+        for node in self._leaders():
+            if node.core.commit >= index and node.core.log.term_at(index) == term:
+                return node
+        if not any(n.core.term == term and n.core.role == Role.LEADER for n in self._leaders()):
+            self.probe = None  # its leader is gone: propose again at the next leader
+        return None
+
+    def run(self) -> RunResult:
+        violation = None
+        leader_ms = commit_ms = None
+        steps = 0
+        try:
+            while steps < self.steps:
+                self._step()
+                steps += 1
+            self._heal()
+            healed_at = self.now
+            while self.now - healed_at < LIVENESS_BOUND_MS:
+                self._step()
+                steps += 1
+                winner = self._probe_committed()
+                if winner is not None:
+                    leader_ms = max(0, winner.leader_since - healed_at)
+                    commit_ms = self.now - healed_at
+                    break
+        except Violation as e:
+            violation = str(e)
+        except Exception as e:  # the core raising is itself a failure worth a trace
+            violation = f"core raised {type(e).__name__}: {e}"
+        digest = hashlib.sha256("\n".join(self.trace).encode()).hexdigest() if self.tracing else ""
+        if violation and self.tracing:
+            self._log(f"VIOLATION: {violation}")
+        return RunResult(self.seed, steps, violation, leader_ms, commit_ms, digest, self.trace, self.stats)
+
+    def leaders_by_term(self) -> dict[int, str]:
+        return dict(sorted(self.inv.leader_of_term.items()))
+
+
+def _describe(msg) -> str:
+    name = type(msg).__name__
+    fields = {k: getattr(msg, k) for k in msg.__struct_fields__ if k not in ("from_uuid", "to_uuid")}
+    if "entries" in fields:
+        es = fields.pop("entries")
+        fields["entries"] = f"[{es[0].index}..{es[-1].index}]" if es else "[]"
+    return name + " " + " ".join(f"{k}={v}" for k, v in fields.items() if v not in (b"", False))

@@ -1,0 +1,104 @@
+"""Raft's safety properties, checked incrementally as the simulated cluster runs.
+
+Each check looks only at what one step changed, so checking after every step stays cheap:
+entries are checked when persisted, commits when they advance, leaders when elected.
+"""
+
+from __future__ import annotations
+
+from node.consensus import RaftConfig, Role
+from node.entry import Entry, EntryType
+
+
+class Violation(Exception):
+    """A safety property failed; the message says which and where."""
+
+
+class Invariants:
+    def __init__(self) -> None:
+        self.leader_of_term: dict[int, str] = {}
+        self.committed_term: dict[int, int] = {}  # index -> term, from every node's commit index
+        self.max_commit = 0
+        self.applied: dict[int, Entry] = {}
+        self.entry_prev: dict[tuple[int, int], tuple[int, EntryType, bytes]] = {}
+
+    def on_persist(self, uuid: str, log: list[Entry], first: int) -> None:
+        """Log matching: an (index, term) pair names one entry and one predecessor, everywhere."""
+        for e in log[first - 1 :]:
+            prev_term = log[e.index - 2].term if e.index > 1 else 0
+            key = (e.index, e.term)
+            seen = self.entry_prev.get(key)
+            mine = (prev_term, e.type, e.payload)
+            if seen is None:
+                self.entry_prev[key] = mine
+            elif seen != mine:
+                raise Violation(
+                    f"log matching: {uuid} holds entry (index {e.index}, term {e.term}) with "
+                    f"previous term {prev_term} / {e.type.name} {e.payload!r}, another replica "
+                    f"has previous term {seen[0]} / {seen[1].name} {seen[2]!r}"
+                )
+
+    def on_role(self, uuid: str, role: Role, term: int, term_at) -> None:
+        if role != Role.LEADER:
+            return
+        holder = self.leader_of_term.setdefault(term, uuid)
+        if holder != uuid:
+            raise Violation(f"election safety: {holder} and {uuid} both leader in term {term}")
+        for index in range(1, self.max_commit + 1):
+            if term_at(index) != self.committed_term[index]:
+                raise Violation(
+                    f"leader completeness: {uuid} leader of term {term} has term "
+                    f"{term_at(index)} at index {index}, committed entry there has term "
+                    f"{self.committed_term[index]}"
+                )
+
+    def on_commit(self, uuid: str, old: int, new: int, term_at) -> None:
+        if new < old:
+            raise Violation(f"commit monotonicity: {uuid} commit went from {old} back to {new}")
+        for index in range(old + 1, new + 1):
+            t = term_at(index)
+            seen = self.committed_term.setdefault(index, t)
+            if seen != t:
+                raise Violation(
+                    f"state machine safety: {uuid} committed term {t} at index {index}, "
+                    f"another replica committed term {seen} there"
+                )
+        self.max_commit = max(self.max_commit, new)
+
+    def on_apply(self, uuid: str, entry: Entry) -> None:
+        seen = self.applied.setdefault(entry.index, entry)
+        if seen != entry:
+            raise Violation(
+                f"state machine safety: {uuid} applied {entry} at index {entry.index}, "
+                f"another replica applied {seen}"
+            )
+
+    def on_leader_commit(
+        self, uuid: str, index: int, term: int, configs: tuple[RaftConfig, ...], holds
+    ) -> None:
+        """No learner counted: a majority of voters really stores what the leader commits."""
+        for config in configs:
+            voters = config.voters()
+            if sum(1 for v in voters if holds(v, index, term)) >= len(voters) // 2 + 1:
+                return
+        raise Violation(
+            f"quorum: leader {uuid} committed index {index} (term {term}) but no voter majority "
+            f"of its config {[c.voters() for c in configs]} stores it"
+        )
+
+    def on_leader_configs(self, uuid: str, config_indexes: list[int]) -> None:
+        """One change at a time: a leader's log never holds two config entries above the
+        highest index anyone has committed."""
+        pending = [i for i in config_indexes if i > self.max_commit]
+        if len(pending) > 1:
+            raise Violation(
+                f"one change at a time: leader {uuid} has config entries {pending} above "
+                f"commit index {self.max_commit}"
+            )
+
+    def on_read(self, uuid: str, ctx: bytes, index: int, anchor: int) -> None:
+        if index < anchor:
+            raise Violation(
+                f"read index: {uuid} answered read {ctx!r} at index {index}, but index {anchor} "
+                "was already committed when the read was requested"
+            )
