@@ -35,8 +35,9 @@ test: setup
 demo: setup
 	$(PY) bench/wal.py --json --quick
 
-bench: $(STAMP)
-	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b --json || exit 1; done
+bench: setup
+	$(PY) -m pip install -q -e '.[test,bench]'
+	@for b in bench/[a-z]*.py; do echo "== $$b"; $(PY) $$b --json || exit 1; done
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
