@@ -15,6 +15,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "cluster": ("harness.cluster.cli", "create, repair, inspect or remove the local netns test cluster"),
     "wal": ("node.wal.cli", "inspect write-ahead log segments (dump)"),
+    "sim": ("node.sim.cli", "run the deterministic Raft cluster simulator"),
     "tserver": ("node.tserver.cli", "run a tablet server daemon"),
     "master": ("node.master.cli", "run a master daemon (the Raft-replicated catalog)"),
     "local-cluster": ("node.tools.local_cluster_cli", "run masters and tablet servers as local processes"),

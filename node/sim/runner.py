@@ -1,0 +1,85 @@
+"""Runs many seeds and summarises them; replays a failing seed with its readable trace."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from .cluster import LIVENESS_BOUND_MS, RunResult, Simulation
+
+
+@dataclass
+class Summary:
+    seeds: int = 0
+    steps: int = 0
+    seconds: float = 0.0
+    failures: list[RunResult] = field(default_factory=list)  # safety violations
+    liveness_failures: list[int] = field(default_factory=list)  # seeds that did not recover
+    leader_ms: list[int] = field(default_factory=list)
+    commit_ms: list[int] = field(default_factory=list)
+
+    def as_json(self) -> dict:
+        out = {
+            "seeds": self.seeds,
+            "violations": len(self.failures),
+            "seconds": round(self.seconds, 2),
+            "steps_per_s": round(self.steps / self.seconds) if self.seconds else 0,
+            "steps": self.steps,
+            "liveness_bound_ms": LIVENESS_BOUND_MS,
+            "liveness_failures": len(self.liveness_failures),
+        }
+        for name, values in (("leader_ms", self.leader_ms), ("commit_ms", self.commit_ms)):
+            for label, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+                out[f"{name}_{label}"] = _quantile(values, q)
+            out[f"{name}_max"] = max(values) if values else None
+        if self.failures:
+            out["violating_seeds"] = [r.seed for r in self.failures]
+        return out
+
+
+def _quantile(values: list[int], q: float) -> int | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run_seeds(
+    seeds: int, first_seed: int = 0, nodes: int = 3, steps: int = 3000, stop_at_first: bool = False
+) -> Summary:
+    summary = Summary()
+    start = time.perf_counter()
+    for seed in range(first_seed, first_seed + seeds):
+        result = Simulation(seed, nodes=nodes, steps=steps).run()
+        summary.seeds += 1
+        summary.steps += result.steps
+        if result.violation is not None:
+            summary.failures.append(result)
+            if stop_at_first:
+                break
+        elif result.commit_ms is None:
+            summary.liveness_failures.append(seed)
+        else:
+            summary.leader_ms.append(result.leader_ms)
+            summary.commit_ms.append(result.commit_ms)
+    summary.seconds = time.perf_counter() - start
+    return summary
+
+
+def replay_report(seed: int, nodes: int, steps: int, tail: int = 80) -> str:
+    """Re-run one seed with tracing on (same seed, same run) and describe what went wrong."""
+    sim = Simulation(seed, nodes=nodes, steps=steps, trace=True)
+    result = sim.run()
+    lines = [
+        f"seed {seed} ({nodes} nodes, {steps} steps): {result.violation or 'no violation'}",
+        "leaders by term: " + ", ".join(f"{t}:{u}" for t, u in sim.leaders_by_term().items()),
+        "final logs (last index/term, commit): " + ", ".join(
+            f"{n.uuid} {len(n.disk.log)}/{n.disk.log[-1].term if n.disk.log else 0} c{n.commit}"
+            for n in sim.nodes
+        ),
+        f"last {tail} trace lines (heartbeats omitted):",
+    ]
+    events = [line for line in result.trace if "Heartbeat" not in line]
+    lines.extend(events[-tail:])
+    lines.append(f"replay: tessera sim --seeds 1 --seed {seed} --nodes {nodes} --steps {steps}")
+    return "\n".join(lines)
