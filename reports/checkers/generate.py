@@ -97,3 +97,70 @@ def corrupt_one_read(ops: list[Op], seed: int) -> list[Op]:
     out[i] = Op(index=bad.index, type=bad.type, f=bad.f, value=-1, process=bad.process,
                 time=bad.time, key=bad.key)
     return out
+
+
+def list_append_history(seed: int, n_txns: int, processes: int = 5, keys: int = 5,
+                        max_mops: int = 4, corrupt: bool = False) -> list[Op]:
+    """List-append transactions against a serializable in-memory store: each txn applies
+    atomically between its invoke and completion; some fail (no effect) or crash (:info, with or
+    without effect). With `corrupt`, a few reads drop their last element (stale reads)."""
+    rng = random.Random(seed)
+    db: dict[int, list[int]] = {}
+    counter = 0
+    ops: list[Op] = []
+    flight: dict[int, list] = {}  # process -> [invoke mops, applied?, result mops or None]
+    idle = list(range(processes))
+    next_process = processes
+    invoked = 0
+
+    def emit(type_: str, process: int, value: Any) -> None:
+        ops.append(Op(index=len(ops), type=type_, f="txn", value=value, process=process, time=len(ops)))
+
+    while invoked < n_txns or flight:
+        if idle and invoked < n_txns and (rng.random() < 0.4 or not flight):
+            p = idle.pop(rng.randrange(len(idle)))
+            mops = []
+            for _ in range(rng.randint(1, max_mops)):
+                k = rng.randrange(keys)
+                if rng.random() < 0.5:
+                    counter += 1
+                    mops.append(["append", k, counter])
+                else:
+                    mops.append(["r", k, None])
+            flight[p] = [mops, False, None]
+            invoked += 1
+            emit("invoke", p, mops)
+            continue
+        p = rng.choice(list(flight))
+        mops, applied, result = flight[p]
+        roll = rng.random()
+        if not applied and roll < 0.7:
+            if rng.random() < 0.05:
+                flight[p][1:] = [True, None]  # aborted: no effect
+                continue
+            result = []
+            for f, k, v in mops:
+                if f == "append":
+                    db.setdefault(k, []).append(v)
+                    result.append([f, k, v])
+                else:
+                    result.append([f, k, list(db.get(k, []))])
+            flight[p][1:] = [True, result]
+            continue
+        if roll > 0.97:  # crash: outcome unknown
+            del flight[p]
+            emit("info", p, mops)
+            idle.append(next_process)
+            next_process += 1
+            continue
+        if not applied:
+            continue
+        del flight[p]
+        emit("ok" if result is not None else "fail", p, result if result is not None else mops)
+        idle.append(p)
+    if corrupt:
+        reads = [(i, j) for i, op in enumerate(ops) if op.type == "ok"
+                 for j, m in enumerate(op.value) if m[0] == "r" and len(m[2]) > 1]
+        for i, j in rng.sample(reads, min(5, len(reads))):
+            ops[i].value[j][2] = ops[i].value[j][2][:-1]
+    return ops
