@@ -138,7 +138,7 @@ def test_list_append_anomaly_found(anomaly):
     bad, _ = LIST_APPEND_CASES[anomaly]
     result = check_list_append(bad)
     assert result["verdict"] == "invalid"
-    assert anomaly in result["anomaly_types"], result["anomaly_types"]
+    assert result["anomaly_types"] == [anomaly]
     found = next(a for a in result["anomalies"] if a["type"] == anomaly)
     assert found["explanation"]
     assert result["ruled_out"]

@@ -146,6 +146,20 @@ def _cycle_in(graph: Graph, comp: list[int], kinds: frozenset[str], steps: list[
     return None
 
 
+def _cycle_through(graph: Graph, kind: str, comp: list[int], members: set[int],
+                   back: frozenset[str], steps: list[int], deadline: float) -> list[int] | None:
+    """A cycle made of one `kind` edge a→b and a path b→a over `back` edges."""
+    for a in comp:
+        for b, kinds in graph.out.get(a, {}).items():
+            if kind in kinds and b in members:
+                if time.monotonic() > deadline:
+                    raise _Budget
+                path = _path(graph, b, a, back, members, steps)
+                if path is not None:
+                    return [a] + path
+    return None
+
+
 def _edge_kind(graph: Graph, a: int, b: int, allowed: tuple[str, ...]) -> str:
     kinds = graph.out[a][b]
     return next(k for k in allowed if k in kinds)
@@ -173,32 +187,21 @@ def find_anomalies(graph: Graph, nodes: Iterable[int], describe_txn: Callable[[i
         deadline = time.monotonic() + seconds_per_component
         try:
             classes_here = 0
-            for cls, kinds in (("G0", frozenset(("ww",))), ("G1c", ww_wr)):
-                cycle = _cycle_in(graph, comp, kinds, steps)
+            members = set(comp)
+            cycle = _cycle_in(graph, comp, frozenset(("ww",)), steps)
+            if cycle:
+                report("G0", cycle, DATA)
+                classes_here += 1
+            cycle = _cycle_through(graph, "wr", comp, members, ww_wr, steps, deadline)
+            if cycle:
+                report("G1c", cycle, ("wr", "ww"))
+                classes_here += 1
+            for cls, back in (("G-single", ww_wr), ("G2-item", data)):
+                cycle = _cycle_through(graph, "rw", comp, members, back, steps, deadline)
                 if cycle:
                     report(cls, cycle, DATA)
                     classes_here += 1
-            members = set(comp)
-            single = None
-            for a in comp:
-                for b, ks in graph.out.get(a, {}).items():
-                    if "rw" in ks and b in members and time.monotonic() < deadline:
-                        path = _path(graph, b, a, ww_wr, members, steps)
-                        if path is not None:
-                            single = [a] + path
-                            break
-                if single or time.monotonic() > deadline:
                     break
-            if time.monotonic() > deadline:
-                raise _Budget
-            if single:
-                report("G-single", single, ("ww", "wr", "rw"))
-                classes_here += 1
-            else:
-                cycle = _cycle_in(graph, comp, data, steps)
-                if cycle:
-                    report("G2-item", cycle, DATA)
-                    classes_here += 1
             if not classes_here:  # the cycle needs order edges
                 for suffix, kinds in (("process", with_process), ("realtime", everything)):
                     cycle = _cycle_in(graph, comp, kinds, steps)
