@@ -36,6 +36,9 @@ FLAGS: dict[str, tuple[type, object, str]] = {
     "read-mode": (str, "linearizable", "linearizable (ReadIndex round per read) or lease "
                                        "(leader lease; assumes bounded clock drift)"),
     "max-clock-drift": (float, 0.05, "lease reads: assumed bound on clock rate differences"),
+    "snapshot-interval-entries": (int, 20000, "applied entries between state-machine snapshots "
+                                             "(after each, older WAL segments are collected)"),
+    "log-retain-entries": (int, 5000, "entries kept behind a snapshot for lagging followers"),
     "log-level": (str, "INFO", "DEBUG, INFO, WARNING or ERROR"),
 }
 
@@ -96,6 +99,8 @@ def build_options(values: dict, kind: str):
         leader_failure_max_missed_heartbeat_periods=values["leader-failure-max-missed-heartbeat-periods"],
         read_mode=values["read-mode"],
         max_clock_drift=values["max-clock-drift"],
+        snapshot_interval_entries=values["snapshot-interval-entries"],
+        log_retain_entries=values["log-retain-entries"],
         log=LogOptions(log_force_fsync_all=values["log-force-fsync-all"],
                        log_segment_size_mb=values["log-segment-size-mb"],
                        log_preallocate_segments=values["log-preallocate-segments"]),

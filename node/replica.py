@@ -109,7 +109,8 @@ class Replica:
         self._lease_until = 0.0
         self._last_snapshot = 0
         self.role, self.leader, self.term = Role.FOLLOWER, None, 0
-        self.stats = {"leader_changes": 0, "applied": 0, "wal_groups": 0, "wal_entries": 0}
+        self.stats = {"leader_changes": 0, "applied": 0, "wal_groups": 0, "wal_entries": 0,
+                      "wal_seconds": 0.0, "snapshots": 0}
         self.failed: str | None = None
 
     # -- start-up ----------------------------------------------------------------------------
@@ -194,6 +195,7 @@ class Replica:
 
     async def _handle(self, rd: Ready) -> None:
         if rd.entries_to_persist:
+            started = asyncio.get_running_loop().time()
             first = rd.entries_to_persist[0].index
             last = self.wal.last_index
             pending = []
@@ -204,6 +206,7 @@ class Replica:
             await asyncio.gather(*pending)
             self.stats["wal_groups"] += 1
             self.stats["wal_entries"] += len(rd.entries_to_persist)
+            self.stats["wal_seconds"] += asyncio.get_running_loop().time() - started
         # The commit index is not persisted (it is re-learned from the leader and the snapshot),
         # so only a new term or vote, or a newly committed config, costs a metadata fsync.
         hs = rd.hard_state
@@ -288,6 +291,7 @@ class Replica:
 
         async def save():
             await asyncio.to_thread(self.snapshots.save, snap)
+            self.stats["snapshots"] += 1
             self._submit(lambda: self.core.compact(keep_from - 1))
             self.wal.register_anchor("core", keep_from)
             await asyncio.to_thread(self.wal.gc)

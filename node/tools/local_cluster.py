@@ -121,7 +121,7 @@ class LocalCluster:
         if d.pid and self.alive(name):
             os.kill(d.pid, sig)
         if sig == signal.SIGKILL:
-            _reap(d.pid)
+            _wait_gone(d.pid)
 
     def kill(self, name: str) -> None:
         self.signal(name, signal.SIGKILL)
@@ -183,6 +183,18 @@ def _listening(port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def _wait_gone(pid: int, timeout: float = 10.0) -> None:
+    """Block until a killed daemon is really gone, so a restart cannot race its death."""
+    try:
+        os.waitpid(pid, 0)  # our child: reap it
+        return
+    except ChildProcessError:
+        pass
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _reap(pid: int) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
 from node.consensus import Member, MemberType, RaftConfig
 from node.daemon import Outbox, PeerBook, load_or_create_instance
@@ -282,8 +282,14 @@ class _Collector:
         changes = CounterMetricFamily("tessera_leader_changes", "leader changes seen",
                                       labels=["tablet"])
         applied = CounterMetricFamily("tessera_ops_applied", "entries applied", labels=["tablet"])
-        groups = CounterMetricFamily("tessera_wal_groups", "WAL group commits", labels=["tablet"])
-        entries = CounterMetricFamily("tessera_wal_entries", "WAL entries", labels=["tablet"])
+        wal = SummaryMetricFamily("tessera_wal_append_seconds",
+                                  "time to write and sync one WAL group", labels=["tablet"])
+        entries = CounterMetricFamily("tessera_wal_entries", "WAL entries (entries / groups = "
+                                      "mean group size)", labels=["tablet"])
+        copy = GaugeMetricFamily("tessera_peer_needs_tablet_copy",
+                                 "leader: 1 if a peer is behind the retained log", labels=["tablet", "peer"])
+        snaps = CounterMetricFamily("tessera_snapshots", "state-machine snapshots taken",
+                                    labels=["tablet"])
         failed = GaugeMetricFamily("tessera_tablets_failed", "replicas that failed to open")
         for tid, r in self.s.replicas.items():
             st = r.status()
@@ -292,9 +298,11 @@ class _Collector:
             commit.add_metric([tid], st["commit"])
             for peer, p in st["peers"].items():
                 lag.add_metric([tid, peer], max(0, st["last_index"] - p["match"]))
+                copy.add_metric([tid, peer], 1 if p["needs_tablet_copy"] else 0)
             changes.add_metric([tid], r.stats["leader_changes"])
             applied.add_metric([tid], r.stats["applied"])
-            groups.add_metric([tid], r.stats["wal_groups"])
+            wal.add_metric([tid], r.stats["wal_groups"], r.stats["wal_seconds"])
             entries.add_metric([tid], r.stats["wal_entries"])
+            snaps.add_metric([tid], r.stats["snapshots"])
         failed.add_metric([], len(self.s.failed) + sum(1 for r in self.s.replicas.values() if r.failed))
-        yield from (term, leader, commit, lag, changes, applied, groups, entries, failed)
+        yield from (term, leader, commit, lag, copy, changes, applied, wal, entries, snaps, failed)

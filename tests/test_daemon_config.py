@@ -1,0 +1,59 @@
+"""Daemon configuration: Kudu-named flags, a TOML file with the same keys, flags win."""
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from node import daemon_cli
+
+
+def parse(argv):
+    p = argparse.ArgumentParser()
+    daemon_cli.configure(p, "tserver")
+    return p.parse_args(argv)
+
+
+def test_defaults_follow_kudu_and_fsync_is_on():
+    v = daemon_cli.resolve(parse(["--data-dir", "/d"]))
+    opts = daemon_cli.build_options(v, "tserver")
+    assert opts.rpc_port == 7050 and opts.heartbeat_interval_ms == 1000
+    assert opts.replica.heartbeat_interval_ticks * 100 == 500
+    assert opts.replica.leader_failure_max_missed_heartbeat_periods == 3
+    assert opts.replica.log.log_force_fsync_all is True
+    assert opts.replica.log.log_segment_size_mb == 8
+
+
+def test_toml_file_and_flags_override(tmp_path):
+    cfg = tmp_path / "ts.toml"
+    cfg.write_text('data_dir = "/x"\nmasters = ["a:1", "b:2"]\nlog_force_fsync_all = false\n'
+                   'read-mode = "lease"\n')
+    v = daemon_cli.resolve(parse(["--config", str(cfg), "--read-mode", "linearizable"]))
+    opts = daemon_cli.build_options(v, "tserver")
+    assert str(opts.data_dir) == "/x" and opts.masters == [("a", 1), ("b", 2)]
+    assert opts.replica.log.log_force_fsync_all is False
+    assert opts.replica.read_mode == "linearizable"
+
+
+@pytest.mark.parametrize("toml,argv,message", [
+    ('bogus_key = 1\n', ["--data-dir", "/d"], "unknown key 'bogus_key'"),
+    ('', [], "--data-dir is required"),
+    ('', ["--data-dir", "/d", "--read-mode", "sloppy"], "--read-mode must be"),
+    ('', ["--data-dir", "/d", "--raft-heartbeat-interval-ms", "250"], "multiple of 100"),
+    ('data_dir = [', ["--data-dir", "/d"], "cannot read config"),
+])
+def test_bad_configuration_is_a_clear_error(tmp_path, toml, argv, message):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(toml)
+    with pytest.raises(ValueError, match=message):
+        daemon_cli.resolve(parse(["--config", str(cfg), *argv]))
+
+
+def test_cli_reports_bad_flags_with_exit_2():
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "tserver", "--data-dir", "/d",
+                          "--log-force-fsync-all", "maybe"], capture_output=True, text=True)
+    assert out.returncode == 2 and "not a boolean" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "tserver", "--data-dir", "/d",
+                          "--rpc-addr", "host:notaport"], capture_output=True, text=True)
+    assert out.returncode == 2 and "bad address" in out.stderr
