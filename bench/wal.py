@@ -1,0 +1,124 @@
+"""WAL benchmark: durable appends per second and p99 latency with 1 and 32 writers, against
+the disk's raw limit for one unbatched writer (64-byte write + fdatasync), all measured in the
+same run in the same directory.
+
+Writers are asyncio tasks on one loop, as in the tablet server. An append counts only when its
+durability future resolves, i.e. after the appender thread's sync of its group.
+
+    python bench/wal.py --json [--quick] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from node.entry import Entry, EntryType  # noqa: E402
+from node.wal import Log, LogOptions  # noqa: E402
+
+PAYLOAD = b"p" * 100
+
+
+def raw_fsync_per_s(directory: str, seconds: float) -> float:
+    path = os.path.join(directory, "raw")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, 64 << 20)
+        os.fsync(fd)
+        buf = b"r" * 64
+        n, start = 0, time.perf_counter()
+        deadline = start + seconds
+        while True:
+            os.write(fd, buf)
+            os.fdatasync(fd)
+            n += 1
+            if n % 64 == 0 and time.perf_counter() >= deadline:
+                break
+        return n / (time.perf_counter() - start)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def durable_appends(directory: str, writers: int, seconds: float) -> tuple[float, float]:
+    """(appends per second, p99 latency in ms) for `writers` concurrent asyncio writers."""
+    wal_dir = os.path.join(directory, f"wal-{writers}")
+    log = Log.open(wal_dir, "bench", LogOptions())
+    latencies: list[float] = []
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        stop_at = loop.time() + seconds
+        next_index = iter(range(1, 1 << 62))
+        clock = time.perf_counter
+
+        async def writer() -> None:
+            record = latencies.append
+            while loop.time() < stop_at:
+                await log.wait_for_space()
+                t0 = clock()
+                await log.append_future(log.reserve([Entry(1, next(next_index), EntryType.REPLICATE, PAYLOAD)]))
+                record(clock() - t0)
+
+        start = clock()
+        await asyncio.gather(*(writer() for _ in range(writers)))
+        return clock() - start
+
+    try:
+        elapsed = asyncio.run(main())
+    finally:
+        log.close()
+        shutil.rmtree(wal_dir)
+    latencies.sort()
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    return len(latencies) / elapsed, p99 * 1000
+
+
+def check_disk(directory: str) -> str:
+    out = subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "-T", directory], capture_output=True, text=True)
+    fstype = out.stdout.strip() or "unknown"
+    if fstype in ("tmpfs", "ramfs"):
+        sys.exit(f"bench/wal.py: {directory} is on {fstype}; fsync numbers would be meaningless")
+    return fstype
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="print one JSON line (the only output mode)")
+    parser.add_argument("--quick", action="store_true", help="short phases: the whole run under 20 s")
+    parser.add_argument("--dir", default="/var/tmp", help="where to create the temporary files (a real disk)")
+    args = parser.parse_args()
+    seconds = 3.0 if args.quick else 10.0
+    fstype = check_disk(args.dir)
+    directory = tempfile.mkdtemp(prefix="tessera-bench-wal-", dir=args.dir)
+    try:
+        fsync_per_s = raw_fsync_per_s(directory, seconds)
+        durable_appends(directory, 32, min(1.0, seconds))  # warm-up: page cache, allocator, imports
+        appends_1, p99_1 = durable_appends(directory, 1, seconds)
+        appends_32, p99_32 = durable_appends(directory, 32, seconds)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    result = {
+        "fsync_per_s": round(fsync_per_s, 1),
+        "appends_per_s_1": round(appends_1, 1),
+        "p99_ms_1": round(p99_1, 3),
+        "appends_per_s_32": round(appends_32, 1),
+        "p99_ms_32": round(p99_32, 3),
+        "group_speedup": round(appends_32 / fsync_per_s, 2),
+    }
+    print(f"# {args.dir} ({fstype}), {seconds:.0f} s per phase", file=sys.stderr)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,242 @@
+"""The Log: group commit (order, one vectored write and one sync per group), asyncio
+completions, byte-bounded back-pressure, sync policy, roll, truncation, anchors and GC,
+and failure handling."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+import pytest
+
+from node.entry import Entry, EntryType
+from node.wal import Log, LogOptions, WalClosed, read_log
+from node.wal import format as fmt
+from node.wal import segment as segment_mod
+from node.wal.segment import scan_segment
+
+TABLET = "t-log"
+TINY = LogOptions(log_segment_size_mb=4 / 1024)  # 4 KiB segments: rolls happen quickly
+
+
+def entry(index: int, term: int = 1, size: int = 16) -> Entry:
+    return Entry(term, index, EntryType.REPLICATE, index.to_bytes(8, "little") * (size // 8))
+
+
+def append_durably(log: Log, entries: list[Entry]) -> None:
+    done = threading.Event()
+    errors: list[BaseException | None] = []
+    log.async_append(log.reserve(entries), lambda err: (errors.append(err), done.set()))
+    assert done.wait(30)
+    assert errors == [None]
+
+
+class Counting:
+    """Counts the syscalls the appender makes (a unit test: no real crash involved)."""
+
+    def __init__(self, monkeypatch):
+        self.calls: list[str] = []
+        for name in ("pwritev", "fdatasync", "fsync"):
+            real = getattr(os, name)
+            monkeypatch.setattr(segment_mod.os, name, self._wrap(name, real))
+
+    def _wrap(self, name, real):
+        def call(*args):
+            self.calls.append(name)
+            return real(*args)
+
+        return call
+
+
+def test_threads_append_in_reservation_order_and_everything_is_recovered(tmp_path):
+    log = Log.open(str(tmp_path), TABLET, TINY)
+    order_lock = threading.Lock()
+    acked: list[int] = []
+    state = {"next": 1}
+
+    def writer():
+        for _ in range(150):
+            with order_lock:
+                i = state["next"]
+                state["next"] += 1
+                res = log.reserve([entry(i)])
+            log.async_append(res, lambda err, i=i: acked.append(i if err is None else -i))
+
+    threads = [threading.Thread(target=writer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    log.close()
+    assert acked == list(range(1, 1201))
+    with Log.open(str(tmp_path), TABLET, TINY) as again:
+        assert again.recovered == [entry(i) for i in range(1, 1201)]
+
+
+def test_a_group_is_one_vectored_write_and_one_sync_with_callbacks_in_order(tmp_path, monkeypatch):
+    log = Log.open(str(tmp_path), TABLET)
+    counter = Counting(monkeypatch)
+    acked: list[int] = []
+    reservations = [log.reserve([entry(i)]) for i in range(1, 11)]
+    # Fill them in reverse: the appender must wait for the first before writing any.
+    for i, res in reversed(list(enumerate(reservations, 1))):
+        log.async_append(res, lambda err, i=i: acked.append(i))
+    log.close()
+    assert acked == list(range(1, 11))
+    writes_and_syncs = counter.calls[: counter.calls.index("pwritev", 1)]  # before the footer
+    assert writes_and_syncs == ["pwritev", "fdatasync"]
+
+
+def test_asyncio_writers_get_durability_futures(tmp_path):
+    log = Log.open(str(tmp_path), TABLET, TINY)
+
+    async def main():
+        counter = iter(range(1, 10**9))
+
+        async def writer():
+            for _ in range(40):
+                await log.wait_for_space()
+                await log.append_future(log.reserve([entry(next(counter))]))
+
+        await asyncio.gather(*(writer() for _ in range(16)))
+
+    asyncio.run(main())
+    log.close()
+    assert read_log(str(tmp_path), TABLET).entries == [entry(i) for i in range(1, 641)]
+
+
+def test_reserve_blocks_while_the_queue_is_full_of_bytes(tmp_path):
+    log = Log.open(str(tmp_path), TABLET, LogOptions(log_queue_max_bytes=1000))
+    head = log.reserve([entry(1)])  # not filled yet: the appender waits for it
+    for i in range(2, 20):
+        log.async_append(log.reserve([entry(i, size=200)]), lambda err: None)
+        if log._queued_bytes >= 1000:
+            break
+    blocked = threading.Thread(target=lambda: log.async_append(log.reserve([entry(i + 1)]), lambda err: None))
+    blocked.start()
+    blocked.join(0.3)
+    assert blocked.is_alive(), "reserve() went past the byte bound"
+    log.async_append(head, lambda err: None)
+    blocked.join(30)
+    assert not blocked.is_alive()
+    log.close()
+    assert [e.index for e in read_log(str(tmp_path), TABLET).entries] == list(range(1, i + 2))
+
+
+def test_wait_for_space_waits_for_the_appender_to_drain(tmp_path):
+    log = Log.open(str(tmp_path), TABLET, LogOptions(log_queue_max_bytes=500))
+
+    async def main():
+        head = log.reserve([entry(1)])
+        tail = log.append_future(log.reserve([entry(2, size=800)]))
+        waiter = asyncio.ensure_future(log.wait_for_space())
+        await asyncio.sleep(0.2)
+        assert not waiter.done()
+        first = log.append_future(head)
+        await asyncio.wait_for(asyncio.gather(first, tail, waiter), 30)
+
+    asyncio.run(main())
+    log.close()
+
+
+def test_fdatasync_inside_the_preallocated_region_fsync_beyond_it(tmp_path, monkeypatch):
+    log = Log.open(str(tmp_path / "pre"), TABLET)
+    counter = Counting(monkeypatch)
+    append_durably(log, [entry(1)])
+    assert counter.calls == ["pwritev", "fdatasync"]
+    log.close()
+    log = Log.open(str(tmp_path / "nopre"), TABLET, LogOptions(log_preallocate_segments=False))
+    counter.calls.clear()
+    append_durably(log, [entry(1)])
+    assert counter.calls == ["pwritev", "fsync"]
+    log.close()
+
+
+def test_without_force_fsync_groups_are_not_synced(tmp_path, monkeypatch):
+    log = Log.open(str(tmp_path), TABLET, LogOptions(log_force_fsync_all=False))
+    counter = Counting(monkeypatch)
+    for i in range(1, 20):
+        append_durably(log, [entry(i)])
+    assert set(counter.calls) == {"pwritev"}
+    log.close()
+    assert "fsync" in counter.calls  # the footer is still synced on close
+
+
+def test_segments_roll_preallocated_and_are_cut_to_their_length_when_finished(tmp_path):
+    log = Log.open(str(tmp_path), TABLET, TINY)
+    active = log.segments()[-1]
+    assert os.path.getsize(active) == TINY.segment_bytes  # preallocated
+    i = 0
+    while len(log.segments()) < 4:
+        i += 1
+        append_durably(log, [entry(i, size=256)])
+    log.close()
+    for path in log.segments():
+        scan = scan_segment(path)
+        assert scan.footer is not None and scan.problem is None
+        assert scan.size == scan.end + fmt.FOOTER_SIZE  # no preallocated slack left behind
+    assert [e.index for e in read_log(str(tmp_path), TABLET).entries] == list(range(1, i + 1))
+
+
+def test_truncate_suffix_replaces_the_tail_durably(tmp_path):
+    with Log.open(str(tmp_path), TABLET, TINY) as log:
+        append_durably(log, [entry(i) for i in range(1, 11)])
+        with pytest.raises(ValueError):
+            log.reserve_truncation(11)
+        log.async_append(log.reserve_truncation(6), lambda err: None)
+        with pytest.raises(ValueError, match="does not follow"):
+            log.reserve([entry(8, term=2)])
+        append_durably(log, [entry(7, term=2), entry(8, term=2)])
+    with Log.open(str(tmp_path), TABLET, TINY) as log:
+        assert log.recovered == [entry(i) for i in range(1, 7)] + [entry(7, term=2), entry(8, term=2)]
+        assert log.last_index == 8
+
+
+def test_gc_deletes_only_segments_below_every_anchor_and_keeps_the_retained(tmp_path):
+    log = Log.open(str(tmp_path), TABLET, TINY)
+    i = 0
+    while len(log.segments()) < 8:
+        i += 1
+        append_durably(log, [entry(i, size=256)])
+    assert log.gc() == []  # no anchor: nothing may be forgotten
+    footers = {p: scan_segment(p).footer for p in log.segments()[:-1]}
+    log.register_anchor("durability", i)
+    log.register_anchor("peer", footers[log.segments()[3]].min_index)  # pins segment 4 onwards
+    deleted = log.gc()
+    assert deleted == list(footers)[:3]
+    assert all(footers[p].max_index < footers[log.segments()[0]].min_index for p in deleted)
+    log.release_anchor("peer")
+    deleted = log.gc()
+    assert len(log.segments()) == 2  # one retained closed segment and the active one
+    assert not any(os.path.exists(p) for p in deleted)
+    log.close()
+    with Log.open(str(tmp_path), TABLET, TINY) as again:
+        indexes = [e.index for e in again.recovered]
+        assert indexes == list(range(indexes[0], i + 1)) and indexes[0] > 1
+
+
+def test_a_failed_sync_fails_the_group_and_the_log(tmp_path, monkeypatch):
+    log = Log.open(str(tmp_path), TABLET)
+
+    def broken(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(segment_mod.os, "fdatasync", broken)
+    done = threading.Event()
+    errors = []
+    log.async_append(log.reserve([entry(1)]), lambda err: (errors.append(err), done.set()))
+    assert done.wait(30)
+    assert isinstance(errors[0], OSError)
+    with pytest.raises(WalClosed, match="failed"):
+        log.reserve([entry(2)])
+    log.close()
+
+
+def test_closed_log_refuses_appends(tmp_path):
+    log = Log.open(str(tmp_path), TABLET)
+    log.close()
+    with pytest.raises(WalClosed):
+        log.reserve([entry(1)])
+    scan = scan_segment(log.segments()[-1])
+    assert scan.footer == fmt.Footer(0, -1, -1)
