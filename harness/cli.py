@@ -15,6 +15,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "cluster": ("harness.cluster.cli", "create, repair, inspect or remove the local netns test cluster"),
     "wal": ("node.wal.cli", "inspect write-ahead log segments (dump)"),
+    "check": ("reports.checkers.cli", "check a history (linearizability, Elle anomalies, bank, set)"),
     "sim": ("node.sim.cli", "run the deterministic Raft cluster simulator"),
     "tserver": ("node.tserver.cli", "run a tablet server daemon"),
     "master": ("node.master.cli", "run a master daemon (the Raft-replicated catalog)"),
