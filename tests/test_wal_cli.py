@@ -21,7 +21,7 @@ def make_log(directory, n: int = 5) -> list[str]:
     with Log.open(str(directory), "cli-tablet", LogOptions(log_preallocate_segments=False)) as log:
         for i in range(1, n + 1):
             log.async_append(log.reserve([Entry(1, i, EntryType.REPLICATE, b"v%d" % i)]), lambda err: None)
-        log.async_append(log.reserve_truncation(3), lambda err: None)
+        log.async_append(log.truncate_suffix(3), lambda err: None)
         log.async_append(log.reserve([Entry(2, 4, EntryType.NO_OP)]), lambda err: None)
         return log.segments()
 

@@ -51,7 +51,7 @@ while True:
     if last > 5 and rng.random() < 0.03:
         after = last - rng.randint(0, 5)
         out(f"I {op} T {after}\n")
-        res = log.reserve_truncation(after)
+        res = log.truncate_suffix(after)
         last = after
     else:
         n = rng.randint(1, 4)

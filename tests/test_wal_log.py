@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from node.entry import Entry, EntryType
-from node.wal import Log, LogOptions, WalClosed, read_log
+from node.wal import Log, LogOptions, WalClosed, WalCorruption, read_log
 from node.wal import format as fmt
 from node.wal import segment as segment_mod
 from node.wal.segment import scan_segment
@@ -183,8 +183,8 @@ def test_truncate_suffix_replaces_the_tail_durably(tmp_path):
     with Log.open(str(tmp_path), TABLET, TINY) as log:
         append_durably(log, [entry(i) for i in range(1, 11)])
         with pytest.raises(ValueError):
-            log.reserve_truncation(11)
-        log.async_append(log.reserve_truncation(6), lambda err: None)
+            log.truncate_suffix(11)
+        log.async_append(log.truncate_suffix(6), lambda err: None)
         with pytest.raises(ValueError, match="does not follow"):
             log.reserve([entry(8, term=2)])
         append_durably(log, [entry(7, term=2), entry(8, term=2)])
@@ -240,3 +240,40 @@ def test_closed_log_refuses_appends(tmp_path):
         log.reserve([entry(1)])
     scan = scan_segment(log.segments()[-1])
     assert scan.footer == fmt.Footer(0, -1, -1)
+
+
+def test_read_entries_serves_a_lagging_peer_from_disk(tmp_path):
+    log = Log.open(str(tmp_path), TABLET, TINY)
+    i = 0
+    while len(log.segments()) < 5:
+        i += 1
+        append_durably(log, [entry(i, size=256)])
+    log.async_append(log.truncate_suffix(i - 3), lambda err: None)
+    append_durably(log, [entry(i - 2, term=2)])
+    expected = [entry(n, size=256) for n in range(1, i - 2)] + [entry(i - 2, term=2)]
+    for first in (1, 2, i // 2, i - 3, i - 2):
+        assert log.read_entries(first) == expected[first - 1 :]
+    assert log.read_entries(i + 5) == []
+    log.register_anchor("peer", i // 2)
+    log.gc()
+    assert log.read_entries(i // 2) == expected[i // 2 - 1 :]
+    log.close()
+
+
+def test_read_entries_refuses_a_corrupt_segment(tmp_path):
+    log = Log.open(str(tmp_path), TABLET, TINY)
+    i = 0
+    while len(log.segments()) < 3:
+        i += 1
+        append_durably(log, [entry(i, size=256)])
+    first = log.segments()[0]
+    victim = scan_segment(first).records[1].offset
+    with open(first, "r+b") as f:
+        f.seek(victim + 20)
+        byte = f.read(1)
+        f.seek(victim + 20)
+        f.write(bytes([byte[0] ^ 1]))
+    with pytest.raises(WalCorruption) as err:
+        log.read_entries(1)
+    assert (err.value.path, err.value.offset) == (first, victim)
+    log.close()

@@ -12,8 +12,10 @@
     await log.wait_for_space()          # back-pressure: the queue is bounded in bytes
     await log.append_future(log.reserve(entries))
 
-    log.reserve_truncation(after_index) # Raft replacing a divergent tail; append it like entries
+    res = log.truncate_suffix(after_index)  # Raft replacing a divergent tail: a reservation,
+    log.async_append(res, callback)         # appended like entries (or append_future)
     log.register_anchor("peer-2", 120)  # keep entries >= 120; release_anchor(name) to drop
+    log.read_entries(120)               # the log from index 120 on, read back from disk
     log.gc()                            # delete closed segments wholly below every anchor
     log.close()                         # footer on the last segment
 

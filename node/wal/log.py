@@ -16,9 +16,9 @@ import msgspec
 
 from node.entry import Entry
 from node.wal import format as fmt
-from node.wal.errors import WalClosed, WalError
-from node.wal.reader import UnclosedTail, read_log
-from node.wal.segment import WritableSegment, entry_stats, finish_file, fsync_dir
+from node.wal.errors import WalClosed, WalCorruption, WalError
+from node.wal.reader import UnclosedTail, judge_segment, read_log, replay
+from node.wal.segment import WritableSegment, entry_stats, finish_file, fsync_dir, scan_segment
 
 logger = logging.getLogger("tessera.wal")
 
@@ -76,11 +76,15 @@ class Log:
         self.recovered: list[Entry] = []
         self.recovery = Recovery(None, [])
         self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)  # appender: queue has a ready slot
+        # The appender sleeps on this lock while idle; whoever makes a slot ready releases it.
+        # A bare lock, not a Condition: the wake-up is on every single-writer append's path.
+        self._doorbell = threading.Lock()
+        self._doorbell.acquire()
         self._space = threading.Condition(self._lock)  # reserve(): queue below its byte bound
         self._queue: list[Reservation] = []
         self._queued_bytes = 0
         self._space_futures: list[asyncio.Future[None]] = []
+        self._space_waiters = 0  # threads blocked in reserve()
         self._idle = False
         self._closing = False
         self._failed: BaseException | None = None
@@ -140,7 +144,7 @@ class Log:
             if self._closing:
                 return
             self._closing = True
-            self._wake.notify()
+            self._ring()
             self._space.notify_all()
         self._thread.join()
         if self._next_thread is not None:
@@ -184,7 +188,7 @@ class Log:
             self._last_index = res.last
         return res
 
-    def reserve_truncation(self, after_index: int) -> Reservation:
+    def truncate_suffix(self, after_index: int) -> Reservation:
         """Reserve a record that replaces every entry above `after_index` (Raft overwriting a
         divergent tail). The next reserve() must start at after_index + 1. The truncation is
         durable when its reservation's callback/future completes; until then a crash keeps the
@@ -233,8 +237,13 @@ class Log:
         with self._lock:
             res.data = data
             self._queued_bytes += len(data)
-            if self._idle:
-                self._wake.notify()
+            self._ring()
+
+    def _ring(self) -> None:
+        """Wake the appender if it sleeps. Call with self._lock held."""
+        if self._idle:
+            self._idle = False
+            self._doorbell.release()
 
     def _wait_for_space_locked(self) -> None:
         while True:
@@ -244,24 +253,31 @@ class Log:
                 raise WalClosed(f"log failed: {self._failed!r}")
             if self._queued_bytes < self.options.log_queue_max_bytes:
                 return
-            self._space.wait()
+            self._space_waiters += 1
+            try:
+                self._space.wait()
+            finally:
+                self._space_waiters -= 1
 
     # ---- the appender thread ----
 
     def _append_loop(self) -> None:
         while True:
             with self._lock:
-                while not self._queue or self._queue[0].data is None:
-                    if self._closing and not self._queue:
+                queue = self._queue
+                sleep = not queue or queue[0].data is None
+                if sleep:
+                    if self._closing and not queue:
                         return
                     self._idle = True
-                    self._wake.wait()
-                    self._idle = False
-                queue = self._queue
-                ready = len(queue)
-                if queue[-1].data is None:
-                    ready = next(i for i, r in enumerate(queue) if r.data is None)
-                group, self._queue = queue[:ready], queue[ready:]
+                else:
+                    ready = len(queue)
+                    if queue[-1].data is None:
+                        ready = next(i for i, r in enumerate(queue) if r.data is None)
+                    group, self._queue = queue[:ready], queue[ready:]
+            if sleep:
+                self._doorbell.acquire()  # released exactly once by _ring()
+                continue
             self._commit(group)
 
     def _commit(self, group: list[Reservation]) -> None:
@@ -276,7 +292,8 @@ class Log:
                 error = self._failed = e
         with self._lock:
             self._queued_bytes -= nbytes
-            self._space.notify_all()
+            if self._space_waiters:
+                self._space.notify_all()
             space, self._space_futures = self._space_futures, []
         futures = []
         for r in group:
@@ -302,6 +319,7 @@ class Log:
                 seg.count(r.count, r.first, r.last)
         if self.options.log_force_fsync_all:
             seg.sync()
+        seg.readable_end = seg.offset
         if seg.offset >= self.options.segment_bytes and self._next_thread is None:
             self._next_thread = threading.Thread(
                 target=self._preallocate, args=(seg.seq + 1,), name="wal-preallocate", daemon=True
@@ -371,6 +389,27 @@ class Log:
                 fsync_dir(self.directory)
                 del self._closed[: len(doomed)]
         return [s.path for s in doomed]
+
+    def read_entries(self, first_index: int) -> list[Entry]:
+        """The log from `first_index` to its last written entry, read back from disk (for a
+        peer catching up). Hold an anchor at or below `first_index` so GC keeps the segments."""
+        with self._segments_lock:
+            closed = list(self._closed)
+            active, active_end = self._segment.path, self._segment.readable_end
+        start = 0  # the newest segment starting at or below first_index: a replay from there
+        for i, seg in enumerate(closed):  # is exact for every index >= its first entry
+            if seg.footer.num_entries and seg.footer.min_index <= first_index:
+                start = i
+        scans = [scan_segment(s.path) for s in closed[start:]]
+        for scan in scans:
+            judge_segment(scan, is_last=False)
+        scans.append(scan_segment(active, active_end))
+        if scans[-1].problem is not None:  # the written part of the active segment is whole
+            raise WalCorruption(active, scans[-1].end, scans[-1].problem)
+        entries, _ = replay(scans)
+        if entries and entries[0].index < first_index:
+            del entries[: first_index - entries[0].index]
+        return entries
 
     def segments(self) -> list[str]:
         """Paths of the segments on disk, oldest first, the one being written last."""

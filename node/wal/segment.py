@@ -63,10 +63,11 @@ class Scan(msgspec.Struct):
     valid_batch_after: int | None  # offset of an intact batch at or after the problem, if any
 
 
-def scan_segment(path: str) -> Scan:
-    """Read a whole segment. Raises WalCorruption only when its header is unusable."""
+def scan_segment(path: str, limit: int = -1) -> Scan:
+    """Read a segment (its first `limit` bytes if given: the written part of one still being
+    appended to). Raises WalCorruption only when its header is unusable."""
     with open(path, "rb") as f:
-        buf = f.read()
+        buf = f.read(limit)
     try:
         header = fmt.parse_segment_header(buf)
     except ValueError as e:
@@ -186,6 +187,7 @@ class WritableSegment:
             if prealloc_bytes:
                 os.posix_fallocate(self.fd, 0, prealloc_bytes)
             self.offset = _pwrite_all(self.fd, [fmt.encode_segment_header(tablet_id, seq)], 0)
+            self.readable_end = self.offset  # written and (with fsync on) synced: readers stop here
             os.fsync(self.fd)
         except BaseException:
             os.close(self.fd)
