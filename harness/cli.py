@@ -13,6 +13,7 @@ import sys
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "test": ("harness.test_cmd", "run one chaos test: deploy, workload, nemeses, history, check"),
     "cluster": ("harness.cluster.cli", "create, repair, inspect or remove the local netns test cluster"),
     "wal": ("node.wal.cli", "inspect write-ahead log segments (dump)"),
     "check": ("reports.checkers.cli", "check a history (linearizability, Elle anomalies, bank, set)"),

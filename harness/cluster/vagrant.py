@@ -1,0 +1,43 @@
+"""The `vagrant` provider: the VMs of the project's Vagrantfile, reached as `vagrant ssh-config`
+describes them (run from the directory holding the Vagrantfile, after `vagrant up`)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from harness.cluster import ClusterError, Host
+
+
+def parse_ssh_config(text: str) -> list[Host]:
+    hosts, cur = [], None
+    for raw in text.splitlines():
+        parts = raw.strip().split(None, 1)
+        if len(parts) != 2:
+            continue
+        key, value = parts[0].lower(), parts[1].strip().strip('"')
+        if key == "host":
+            cur = {"name": value}
+            hosts.append(cur)
+        elif cur is not None:
+            cur[key] = value
+    out = []
+    for h in hosts:
+        if "hostname" not in h:
+            raise ClusterError(f"vagrant ssh-config: host {h['name']} has no HostName")
+        out.append(Host(h["name"], h["hostname"], int(h.get("port", 22)), h.get("user", "vagrant"),
+                        h.get("identityfile", "")))
+    return out
+
+
+def hosts(directory: Path) -> list[Host]:
+    if not shutil.which("vagrant"):
+        raise ClusterError("vagrant is not installed (apt-get install vagrant), or use --provider netns")
+    p = subprocess.run(["vagrant", "ssh-config"], cwd=directory, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise ClusterError(f"vagrant ssh-config failed (is `vagrant up` done?): {p.stderr.strip()[-400:]}")
+    found = parse_ssh_config(p.stdout)
+    if not found:
+        raise ClusterError("vagrant ssh-config listed no hosts")
+    return found

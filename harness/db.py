@@ -1,0 +1,198 @@
+"""The DB adapter, in the spirit of Jepsen's: how to install, start, stop, crash, pause and
+inspect the system under test on a set of hosts. `TesseraDB` deploys Tessera; testing another
+system means writing another class with the same methods.
+
+Deployment never needs the hosts to reach a package index: the control machine builds a
+wheelhouse (the project's wheel and the engine's dependencies) once, and every host installs
+from its uploaded copy with `pip --no-index`. Daemons run under `setsid` with pid files, so they
+outlive the SSH session that started them and every later command finds them by pid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from harness.cluster import ClusterError, Host
+from harness.control import Remote
+
+ROOT = "/opt/tessera"
+DATA = "/var/lib/tessera"
+MASTER_PORT, TSERVER_PORT = 7051, 7050
+
+
+class DB(Protocol):
+    def setup(self) -> None: ...
+    def teardown(self) -> None: ...
+    def start(self, host: str, daemon: str | None = None) -> None: ...
+    def kill(self, host: str, daemon: str | None = None) -> None: ...
+    def pause(self, host: str, daemon: str | None = None) -> None: ...
+    def resume(self, host: str, daemon: str | None = None) -> None: ...
+    def collect(self, host: str, dest: Path) -> None: ...
+
+
+def build_wheelhouse(dest: Path, project: Path, log=print) -> list[Path]:
+    """Wheels for the project and its engine dependencies, built on this machine."""
+    dest.mkdir(parents=True, exist_ok=True)
+    log(f"building wheels into {dest}")
+    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(dest), str(project)],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise ClusterError(f"building the wheelhouse failed: {p.stderr.strip()[-800:]}")
+    return check_wheelhouse(dest)
+
+
+def check_wheelhouse(path: Path) -> list[Path]:
+    wheels = sorted(Path(path).glob("*.whl"))
+    if not any(w.name.startswith("tessera-") for w in wheels):
+        raise ClusterError(f"no tessera wheel in {path} (build one with `pip wheel -w {path} .`)")
+    return wheels
+
+
+@dataclass
+class TesseraDB:
+    hosts: list[Host]
+    wheels: list[Path]
+    remotes: dict[str, Remote]
+    masters: int = 3
+    flags: dict[str, object] = field(default_factory=dict)  # extra daemon config keys
+    env: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> env for daemons
+    log: object = print
+
+    @property
+    def master_hosts(self) -> list[Host]:
+        return self.hosts[: self.masters]
+
+    @property
+    def master_addrs(self) -> list[tuple[str, int]]:
+        return [(h.address, MASTER_PORT) for h in self.master_hosts]
+
+    def daemons(self, host: str) -> list[str]:
+        is_master = any(h.name == host for h in self.master_hosts)
+        return (["master"] if is_master else []) + ["tserver"]
+
+    def _each(self, fn, hosts: list[Host] | None = None) -> None:
+        hosts = hosts or self.hosts
+        with ThreadPoolExecutor(len(hosts)) as pool:
+            for f in [pool.submit(fn, h) for h in hosts]:
+                f.result()  # re-raise the first failure with its host's message
+
+    # -- install -----------------------------------------------------------------------------
+    def setup(self) -> None:
+        self.log(f"installing Tessera on {len(self.hosts)} hosts")
+        self._each(self._install)
+        self._each(self._write_configs)
+        for h in self.hosts:
+            for d in self.daemons(h.name):
+                self.start(h.name, d)
+
+    def _install(self, h: Host) -> None:
+        r = self.remotes[h.name]
+        r.run(["mkdir", "-p", f"{ROOT}/wheels", f"{DATA}/logs"])
+        digest = hashlib.sha256()
+        for w in self.wheels:
+            r.put(str(w), f"{ROOT}/wheels/{w.name}")
+            digest.update(w.read_bytes())
+        stamp = digest.hexdigest()[:16]
+        have = r.run(["cat", f"{ROOT}/venv/.installed"], check=False).stdout.strip()
+        if have == stamp:
+            return
+        r.run(["python3", "-m", "venv", f"{ROOT}/venv"], timeout=120)
+        tessera = next(w for w in self.wheels if w.name.startswith("tessera-"))
+        r.run([f"{ROOT}/venv/bin/pip", "install", "-q", "--no-index", "--find-links",
+               f"{ROOT}/wheels", "--force-reinstall", f"{ROOT}/wheels/{tessera.name}"], timeout=300)
+        r.sh(f"echo {stamp} > {ROOT}/venv/.installed")
+
+    def _config(self, h: Host, daemon: str) -> str:
+        port = MASTER_PORT if daemon == "master" else TSERVER_PORT
+        keys = {"data_dir": f"{DATA}/{daemon}", "rpc_addr": f"{h.address}:{port}",
+                "masters": [f"{a}:{p}" for a, p in self.master_addrs], **self.flags}
+        lines = []
+        for k, v in keys.items():
+            if isinstance(v, bool):
+                lines.append(f"{k} = {'true' if v else 'false'}")
+            elif isinstance(v, (int, float)):
+                lines.append(f"{k} = {v}")
+            elif isinstance(v, list):
+                lines.append(f"{k} = [{', '.join(_toml_str(x) for x in v)}]")
+            else:
+                lines.append(f"{k} = {_toml_str(str(v))}")
+        return "\n".join(lines) + "\n"
+
+    def _write_configs(self, h: Host) -> None:
+        for d in self.daemons(h.name):
+            self.remotes[h.name].run(["tee", f"{ROOT}/{d}.toml"],
+                                     stdin=self._config(h, d).encode())
+
+    # -- process control ---------------------------------------------------------------------
+    def _targets(self, host: str, daemon: str | None) -> list[str]:
+        return [daemon] if daemon else self.daemons(host)
+
+    def start(self, host: str, daemon: str | None = None) -> None:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.get(host, {}).items())
+        for d in self._targets(host, daemon):
+            pid, log = f"{DATA}/{d}.pid", f"{DATA}/logs/{d}.log"
+            cmd = (f"env {env} {ROOT}/venv/bin/tessera {d} --config {ROOT}/{d}.toml"
+                   f" >>{log} 2>&1")
+            # Already running? Leave it. Otherwise the shell records its pid, then becomes the
+            # daemon (exec), in a new session so it outlives this SSH connection.
+            script = (f"if [ -f {pid} ] && kill -0 $(cat {pid}) 2>/dev/null; then exit 0; fi; "
+                      f"setsid sh -c {shlex.quote(f'echo $$ > {pid}; exec {cmd}')} "
+                      f"</dev/null >/dev/null 2>&1 &")
+            self.remotes[host].sh(script)
+
+    def _signal(self, host: str, daemon: str | None, sig: str) -> None:
+        for d in self._targets(host, daemon):
+            pid = f"{DATA}/{d}.pid"
+            self.remotes[host].sh(f"[ -f {pid} ] && kill -{sig} $(cat {pid}) 2>/dev/null; true")
+
+    def kill(self, host: str, daemon: str | None = None) -> None:
+        self._signal(host, daemon, "KILL")
+        for d in self._targets(host, daemon):  # wait until gone, so a restart cannot race it
+            pid = f"{DATA}/{d}.pid"
+            self.remotes[host].sh(f"[ -f {pid} ] || exit 0; p=$(cat {pid}); "
+                                  f"for i in $(seq 100); do kill -0 $p 2>/dev/null || exit 0; "
+                                  f"sleep 0.05; done")
+
+    def pause(self, host: str, daemon: str | None = None) -> None:
+        self._signal(host, daemon, "STOP")
+
+    def resume(self, host: str, daemon: str | None = None) -> None:
+        self._signal(host, daemon, "CONT")
+
+    def running(self, host: str, daemon: str) -> bool:
+        pid = f"{DATA}/{daemon}.pid"
+        res = self.remotes[host].sh(f"[ -f {pid} ] && kill -0 $(cat {pid})", check=False)
+        return res.exit_status == 0
+
+    # -- end of run --------------------------------------------------------------------------
+    def collect(self, host: str, dest: Path) -> None:
+        """Daemon logs and a listing of the data dirs, into the run's store."""
+        dest.mkdir(parents=True, exist_ok=True)
+        r = self.remotes[host]
+        for d in self.daemons(host):
+            try:
+                r.get(f"{DATA}/logs/{d}.log", str(dest / f"{d}.log"))
+            except OSError as e:
+                (dest / f"{d}.log.missing").write_text(f"{e}\n")
+        listing = r.sh(f"ls -laR {DATA} 2>&1 | head -n 2000", check=False).stdout
+        (dest / "data-dir.txt").write_text(listing)
+
+    def teardown(self) -> None:
+        """Stop every daemon and remove its data, so the next run starts clean."""
+        def stop(h: Host) -> None:
+            self.kill(h.name)
+            self.remotes[h.name].run(["rm", "-rf", f"{DATA}/master", f"{DATA}/tserver",
+                                      f"{DATA}/logs", f"{DATA}/master.pid", f"{DATA}/tserver.pid"])
+            self.remotes[h.name].run(["mkdir", "-p", f"{DATA}/logs"])
+        self._each(stop)
+
+
+def _toml_str(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -1,0 +1,239 @@
+"""`tessera test`: one chaos test, end to end.
+
+Brings up (or reuses) the hosts, deploys Tessera over SSH, creates the test table, runs the
+workload's logical processes with the nemesis schedule alongside for --time-limit seconds,
+heals every fault, runs the final reads, collects the nodes' logs, checks the history, and
+prints the run's store directory. Everything is recorded as it happens under
+store/<test>/<timestamp>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import time
+from pathlib import Path
+
+NEMESES = ("kill", "pause")  # what exists today; `all` means all of these
+PROVIDERS = ("netns", "hosts", "vagrant")
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    from workloads import WORKLOADS
+
+    p.description = __doc__.split("\n\n")[1].replace("\n", " ")
+    p.add_argument("--workload", default="register", help=f"one of {', '.join(WORKLOADS)} (default register)")
+    p.add_argument("--nemesis", default="none",
+                   help=f"none, all, or a comma list of: {', '.join(NEMESES)} (default none)")
+    p.add_argument("--nemesis-interval", type=float, default=10.0, metavar="S",
+                   help="seconds between a fault's start and stop (default 10)")
+    p.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="seconds of workload (default 60)")
+    p.add_argument("--concurrency", type=int, default=0, metavar="N",
+                   help="logical processes (default 2 x hosts)")
+    p.add_argument("--rate", type=float, default=100.0, help="ops/s over all processes (default 100; 0 = unlimited)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the op and fault schedule (default: random, recorded)")
+    p.add_argument("--provider", default="netns", choices=PROVIDERS, help="where the hosts come from (default netns)")
+    p.add_argument("--hosts", type=int, default=5, help="netns: number of hosts (default 5)")
+    p.add_argument("--hosts-file", type=Path, help="hosts provider: TOML file of hosts")
+    p.add_argument("--store", type=Path, default=Path("store"), help="store directory (default ./store)")
+    p.add_argument("--wheelhouse", type=Path, help="use these prebuilt wheels instead of building them")
+    p.add_argument("--flag", action="append", default=[], metavar="KEY=VALUE",
+                   help="daemon config key for every node, e.g. log_force_fsync_all=false (repeatable)")
+    p.add_argument("--op-timeout", type=float, default=5.0, help="seconds before an op is recorded as info (default 5)")
+
+
+def _parse_flag(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"--flag wants KEY=VALUE, got {text!r}")
+    low = value.lower()
+    if low in ("true", "false"):
+        return key.replace("-", "_"), low == "true"
+    for cast in (int, float):
+        try:
+            return key.replace("-", "_"), cast(value)
+        except ValueError:
+            pass
+    return key.replace("-", "_"), value
+
+
+def validate(args: argparse.Namespace) -> dict:
+    """Every argument checked before anything touches a host."""
+    from workloads import WORKLOADS
+
+    if args.workload not in WORKLOADS:
+        raise ValueError(f"unknown workload {args.workload!r} (known: {', '.join(WORKLOADS)})")
+    names = [] if args.nemesis == "none" else list(NEMESES) if args.nemesis == "all" else \
+        [n.strip() for n in args.nemesis.split(",") if n.strip()]
+    for n in names:
+        if n not in NEMESES:
+            raise ValueError(f"unknown nemesis {n!r} (known: {', '.join(NEMESES)}, all, none)")
+    if args.time_limit <= 0:
+        raise ValueError(f"--time-limit must be > 0, got {args.time_limit:g}")
+    if args.nemesis_interval <= 0:
+        raise ValueError("--nemesis-interval must be > 0")
+    if args.concurrency < 0 or args.rate < 0 or args.op_timeout <= 0:
+        raise ValueError("--concurrency, --rate must be >= 0 and --op-timeout > 0")
+    if args.provider == "hosts" and not args.hosts_file:
+        raise ValueError("--provider hosts needs --hosts-file")
+    if args.wheelhouse is not None:
+        from harness.db import check_wheelhouse
+        check_wheelhouse(args.wheelhouse)
+    flags = dict(_parse_flag(f) for f in args.flag)
+    seed = args.seed if args.seed is not None else random.randrange(2**31)
+    return {"nemeses": names, "flags": flags, "seed": seed}
+
+
+def _hosts(args):
+    from harness.cluster import hostsfile, vagrant
+    from harness.cluster.netns import NetnsCluster
+
+    if args.provider == "netns":
+        return NetnsCluster(args.hosts).up(lambda m: print(m, file=sys.stderr))
+    if args.provider == "hosts":
+        return hostsfile.load(args.hosts_file)
+    return vagrant.hosts(Path.cwd())
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.cluster import ClusterError
+
+    try:
+        plan = validate(args)
+    except (ValueError, ClusterError) as e:
+        print(f"tessera test: {e}", file=sys.stderr)
+        return 2
+    try:
+        run_dir = _run(args, plan)
+    except ClusterError as e:
+        print(f"tessera test: {e}", file=sys.stderr)
+        return 1
+    print(run_dir)
+    return 0
+
+
+def _run(args, plan) -> Path:
+    from harness.cluster import ClusterError
+    from harness.control import Remote
+    from harness.db import TesseraDB, build_wheelhouse, check_wheelhouse
+    from harness.store import new_run_dir, write_json
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    hosts = _hosts(args)
+    run_dir = new_run_dir(args.store, args.workload)
+    control_log = open(run_dir / "control.log", "a")
+
+    def log_line(line: str) -> None:
+        control_log.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+        control_log.flush()
+
+    concurrency = args.concurrency or 2 * len(hosts)
+    test = {"workload": args.workload, "nemesis": plan["nemeses"], "nemesis_interval": args.nemesis_interval,
+            "time_limit": args.time_limit, "concurrency": concurrency, "rate": args.rate,
+            "seed": plan["seed"], "provider": args.provider,
+            "hosts": [{"name": h.name, "address": h.address} for h in hosts],
+            "flags": plan["flags"], "op_timeout": args.op_timeout,
+            "command": "tessera test " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["test"] else None}
+    write_json(run_dir / "test.json", test)
+    say(f"run {run_dir} (seed {plan['seed']})")
+    remotes = {h.name: Remote(h, log_line) for h in hosts}
+    db = None
+    try:
+        if args.wheelhouse:
+            wheels = check_wheelhouse(args.wheelhouse)
+        else:
+            wheels = build_wheelhouse(args.store / ".wheelhouse", Path(__file__).resolve().parents[1],
+                                      say)
+        db = TesseraDB(hosts, wheels, remotes, masters=min(3, len(hosts)), flags=plan["flags"],
+                       log=say)
+        db.teardown()
+        db.setup()
+        asyncio.run(_drive(args, plan, db, hosts, run_dir, concurrency, say))
+    finally:
+        if db is not None:
+            for h in hosts:
+                try:
+                    db.collect(h.name, run_dir / "nodes" / h.name)
+                except ClusterError as e:
+                    say(f"could not collect logs from {h.name}: {e}")
+            try:
+                db.teardown()
+            except ClusterError as e:
+                say(f"teardown: {e}")
+        for r in remotes.values():
+            r.close()
+        control_log.close()
+    return run_dir
+
+
+async def _drive(args, plan, db, hosts, run_dir: Path, concurrency: int, say) -> None:
+    from harness.recorder import Recorder
+    from harness.runner import Progress, RunOptions, run
+    from harness.store import write_json
+    from nemeses.process import Kill, Pause
+    from nemeses.schedule import Schedule
+    from node.client import TesseraClient
+    from reports.history import read_jsonl, write_edn
+    from workloads import make
+
+    workload = make(args.workload)
+    client = TesseraClient(db.master_addrs, timeout=min(args.op_timeout, 10.0))
+    say("waiting for the cluster to accept the test table")
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            await client.create_table("test", num_tablets=workload.tablets,
+                                      replication_factor=min(3, len(hosts)))
+            break
+        except Exception as e:
+            if "exists" in str(e):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"cluster never accepted the test table: {e}") from e
+            await asyncio.sleep(1)
+    table = client.table("test")
+    names = [h.name for h in hosts]
+    kinds = {"kill": lambda: Kill(db=db, hosts=names), "pause": lambda: Pause(db=db, hosts=names)}
+    progress = Progress()
+    schedule = Schedule([kinds[n]() for n in plan["nemeses"]], args.nemesis_interval, plan["seed"],
+                        progress.active_faults)
+    rec = Recorder(run_dir / "history.jsonl")
+    opts = RunOptions(concurrency=concurrency, time_limit=args.time_limit, rate=args.rate,
+                      seed=plan["seed"], op_timeout=args.op_timeout + 1)
+    say(f"running {args.workload} for {args.time_limit:g}s, nemesis: {','.join(plan['nemeses']) or 'none'}")
+
+    async def nemesis(rec_, deadline_):
+        await schedule.run(rec_, deadline_)
+        await schedule.heal(rec_)
+
+    try:
+        await run(workload, table, rec, opts, nemesis=nemesis, progress=progress)
+    finally:
+        rec.close()
+        await client.close()
+    ops = read_jsonl(run_dir / "history.jsonl")
+    write_edn(ops, run_dir / "history.edn")
+    results = _results(ops, workload, schedule)
+    write_json(run_dir / "results.json", results)
+    say(f"{len(ops)} history events; verdict: {results['verdict']}")
+
+
+def _results(ops, workload, schedule) -> dict:
+    from collections import Counter
+
+    from reports.checkers.check import check_history
+
+    client_ops = [o for o in ops if o.process != "nemesis"]
+    counts = Counter(f"{o.f}:{o.type}" for o in client_ops if o.type != "invoke")
+    kw = {"total": workload.total} if workload.checker == "bank" else {}
+    try:
+        check = check_history(client_ops, workload.checker, **kw)
+        verdict = check["verdict"]
+    except Exception as e:  # an unreadable history is reported, never turned into a verdict
+        check, verdict = {"error": f"{type(e).__name__}: {e}"}, "unknown"
+    return {"verdict": verdict, "checker": workload.checker, "check": check,
+            "counts": dict(counts), "nemesis": schedule.summary()}

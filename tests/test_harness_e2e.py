@@ -1,0 +1,107 @@
+"""`tessera test` end to end as a user runs it: netns hosts, deploy over SSH, a register
+workload with kills, the store's contents, and `cluster down` leaving the machine as it was."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness.cluster.netns import _links, _namespaces, _our_host_pids
+from reports.history import read_history, read_jsonl
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def tessera(*argv, env, timeout=600):
+    return subprocess.run([sys.executable, "-m", "harness.cli", *argv], capture_output=True,
+                          text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def env(tmp_path):
+    if any(ns.startswith("tessera-") for ns in _namespaces()):
+        pytest.fail("a tessera netns cluster is already up: `tessera cluster down` first")
+    state = f"/run/tessera-netns-e2e-{os.getpid()}"
+    e = dict(os.environ, TESSERA_NETNS_STATE=state)
+    before = (sorted(_namespaces()), sorted(_links()))
+    yield e
+    down = tessera("cluster", "down", env=e)
+    assert down.returncode == 0, down.stderr
+    assert (sorted(_namespaces()), sorted(_links())) == before
+    assert not _our_host_pids(state) and not os.path.exists(state)
+
+
+def test_register_with_kills_records_a_complete_history(env, tmp_path):
+    store = tmp_path / "store"
+    out = tessera("test", "--workload", "register", "--nemesis", "kill", "--time-limit", "20",
+                  "--nemesis-interval", "5", "--seed", "42", "--store", str(store), env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = out.stdout.strip().splitlines()[-1]
+    assert os.path.realpath(store / "latest") == os.path.realpath(run_dir)
+    for f in ("test.json", "history.jsonl", "history.edn", "results.json", "control.log"):
+        assert os.path.exists(os.path.join(run_dir, f)), f
+    test = json.load(open(os.path.join(run_dir, "test.json")))
+    assert test["seed"] == 42 and test["nemesis"] == ["kill"]
+    for h in ("n1", "n2", "n3", "n4", "n5"):
+        assert os.path.getsize(os.path.join(run_dir, "nodes", h, "tserver.log")) > 0
+    assert os.path.exists(os.path.join(run_dir, "nodes", "n1", "master.log"))
+
+    ops = read_jsonl(os.path.join(run_dir, "history.jsonl"))  # validates invoke/completion pairing
+    client = [o for o in ops if o.process != "nemesis"]
+    completions = [o for o in client if o.type != "invoke"]
+    assert sum(o.type == "ok" for o in completions) > 100
+    open_, retired = {}, set()
+    for o in client:
+        if o.type == "invoke":
+            assert o.process not in retired, f"process {o.process} reused after info"
+            open_[o.process] = o
+        else:
+            open_.pop(o.process)
+            if o.type == "info":
+                retired.add(o.process)
+    assert not open_, "an invoke never completed"
+    nemesis = [o for o in ops if o.process == "nemesis"]
+    started = [o for o in nemesis if o.f == "start-kill" and o.value]
+    assert started and all(o.value["killed"] for o in started)
+    assert any(o.f == "stop-kill" and o.value for o in nemesis)
+    # the EDN export reads back to the same client history
+    edn = read_history(os.path.join(run_dir, "history.edn"))
+    assert [(o.type, o.f, o.process) for o in edn if o.process != "nemesis"] == \
+        [(o.type, o.f, o.process) for o in client]
+    results = json.load(open(os.path.join(run_dir, "results.json")))
+    assert results["nemesis"]["fired"]["kill"] >= 1 and not results["nemesis"]["never_fired"]
+    assert results["verdict"] in ("valid", "invalid", "unknown")
+    assert results["verdict"] == "valid", results["check"]
+
+
+def test_bad_input_is_one_clear_line_and_nonzero(env, tmp_path):
+    cases = [
+        (["--workload", "nope"], "unknown workload 'nope'"),
+        (["--nemesis", "kill,meteor"], "unknown nemesis 'meteor'"),
+        (["--time-limit", "0"], "--time-limit must be > 0"),
+        (["--wheelhouse", str(tmp_path)], "no tessera wheel in"),
+        (["--flag", "novalue"], "--flag wants KEY=VALUE"),
+    ]
+    for argv, message in cases:
+        out = tessera("test", "--store", str(tmp_path / "s"), *argv, env=env)
+        assert out.returncode == 2, (argv, out.stderr)
+        assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert not _namespaces() - {n for n in _namespaces() if not n.startswith("tessera-")}
+
+
+def test_unreachable_host_and_wrong_key(env, tmp_path):
+    key = tmp_path / "key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(f'[[host]]\naddress = "127.0.0.1"\nport = 1\nkey = "{key}"\n')
+    out = tessera("test", "--provider", "hosts", "--hosts-file", str(hosts), "--time-limit", "5",
+                  "--store", str(tmp_path / "s"), env=env)
+    assert out.returncode == 1 and "unreachable over SSH" in out.stderr, out.stderr
+    up = tessera("cluster", "up", "--hosts", "1", env=env)
+    assert up.returncode == 0, up.stderr
+    hosts.write_text(f'[[host]]\naddress = "10.77.0.11"\nkey = "{key}"\n')
+    out = tessera("test", "--provider", "hosts", "--hosts-file", str(hosts), "--time-limit", "5",
+                  "--store", str(tmp_path / "s"), env=env)
+    assert out.returncode == 1 and "authentication failed" in out.stderr, out.stderr

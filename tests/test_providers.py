@@ -1,0 +1,52 @@
+"""Host providers other than netns: parsing only (no VMs or remote machines here)."""
+
+import pytest
+
+from harness.cluster import ClusterError
+from harness.cluster.hostsfile import load
+from harness.cluster.vagrant import parse_ssh_config
+
+SSH_CONFIG = """Host n1
+  HostName 192.168.121.11
+  User vagrant
+  Port 22
+  IdentityFile "/home/u/.vagrant/machines/n1/libvirt/private_key"
+  StrictHostKeyChecking no
+
+Host n2
+  HostName 127.0.0.1
+  User vagrant
+  Port 2201
+  IdentityFile /k2
+"""
+
+
+def test_vagrant_ssh_config():
+    n1, n2 = parse_ssh_config(SSH_CONFIG)
+    assert (n1.name, n1.address, n1.port, n1.user) == ("n1", "192.168.121.11", 22, "vagrant")
+    assert n1.key_file.endswith("n1/libvirt/private_key")
+    assert (n2.address, n2.port, n2.key_file) == ("127.0.0.1", 2201, "/k2")
+
+
+def test_hosts_file(tmp_path):
+    key = tmp_path / "k"
+    key.write_text("x")
+    f = tmp_path / "h.toml"
+    f.write_text(f'[[host]]\naddress = "a"\nkey = "{key}"\n[[host]]\nname = "db2"\naddress = "b"\nport = 2222\n')
+    a, b = load(f)
+    assert (a.name, a.address, a.port, a.user, a.key_file) == ("n1", "a", 22, "root", str(key))
+    assert (b.name, b.port) == ("db2", 2222)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("", "no \\[\\[host\\]\\] entries"),
+    ('[[host]]\nname = "x"\n', "has no address"),
+    ('[[host]]\naddress = "a"\nkey = "/nonexistent/key"\n', "does not exist"),
+    ('[[host]]\naddress = "a"\npassword = "x"\n', "unknown keys"),
+    ("[[host]\n", "cannot read hosts file"),
+])
+def test_bad_hosts_file(tmp_path, text, message):
+    f = tmp_path / "h.toml"
+    f.write_text(text)
+    with pytest.raises(ClusterError, match=message):
+        load(f)
