@@ -199,9 +199,9 @@ class Replica:
             first = rd.entries_to_persist[0].index
             last = self.wal.last_index
             pending = []
+            await self.wal.wait_for_space()  # reserve() blocks the thread when the queue is full
             if last is not None and first <= last:
-                pending.append(self.wal.append_future(self.wal.reserve_truncation(first - 1)))
-            await self.wal.wait_for_space()
+                pending.append(self.wal.append_future(self.wal.truncate_suffix(first - 1)))
             pending.append(self.wal.append_future(self.wal.reserve(list(rd.entries_to_persist))))
             await asyncio.gather(*pending)
             self.stats["wal_groups"] += 1
