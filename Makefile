@@ -26,17 +26,20 @@ $(VENV)/bin/python:
 
 $(STAMP): $(VENV)/bin/python pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[harness,test]'
 	touch $(STAMP)
 
 test: setup
 	$(PY) -m pytest
 
+# The product's main job: a 5-host netns cluster, a 60 s register test with every nemesis that
+# exists, the verdict, and the run's store directory (printed last).
 demo: setup
-	$(PY) bench/wal.py --json --quick
+	$(VENV)/bin/tessera cluster up
+	$(VENV)/bin/tessera test --workload register --nemesis all --time-limit 60 --store store
 
 bench: setup
-	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) -m pip install -q -e '.[harness,test,bench]'
 	@for b in bench/[a-z]*.py; do echo "== $$b"; $(PY) $$b --json || exit 1; done
 
 lint: $(STAMP)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import shlex
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +41,9 @@ class DB(Protocol):
 def build_wheelhouse(dest: Path, project: Path, log=print) -> list[Path]:
     """Wheels for the project and its engine dependencies, built on this machine."""
     dest.mkdir(parents=True, exist_ok=True)
+    for old in dest.glob("tessera-*.whl"):
+        old.unlink()  # the project's wheel is rebuilt each time; dependencies are reused
+    shutil.rmtree(project / "build", ignore_errors=True)  # stale build/lib would leak into it
     log(f"building wheels into {dest}")
     p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(dest), str(project)],
                        capture_output=True, text=True)
