@@ -239,6 +239,10 @@ class Replica:
     def _on_soft_state(self, ss) -> None:
         if ss.leader != self.leader:
             self.stats["leader_changes"] += 1
+        if (ss.role, ss.leader, ss.term) != (self.role, self.leader, self.term):
+            # One parseable line per change: the HTML report draws the leader/term track from it.
+            log.info("raft tablet=%s term=%d role=%s leader=%s", self.tablet_id, ss.term,
+                     ss.role.name, ss.leader)
         if ss.role != Role.LEADER or ss.term != self.term:
             self._leader_ready.clear()
             self._lease_until = 0.0
