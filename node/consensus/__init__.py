@@ -11,6 +11,7 @@ Driver contract (the tablet server does this with asyncio and the WAL; node.sim 
                       core.propose_config_change(change, cas_config_index) -> index
                       core.transfer_leadership(uuid) / core.step_down()
                       core.read_index(ctx)        -> later a ReadState(ctx, index) in a Ready
+                      core.campaign()             start an election now (RunLeaderElection)
                       core.compact(index)         after snapshotting the state machine
         while core.has_ready():
             rd = core.ready()

@@ -131,33 +131,39 @@ class RaftCore:
         self._refresh_role()
         if self.role != Role.LEADER:
             return
-        members = [m.uuid for m in self.active_config.members]  # a list: iteration order is the
-        for uuid in list(self.progress):  # order messages go out in, which must not depend on hashing
-            if uuid not in members:
+        self._sync_progress()
+        if self.transferee is not None and not self.active_config.is_voter(self.transferee):
+            self.transferee = None
+        self._maybe_commit()
+
+    def _sync_progress(self) -> None:
+        """Track every member of the active config, and a removed member until its removal
+        commits, so that it learns of its own removal and stops campaigning."""
+        members = [m.uuid for m in self.active_config.members + self.committed_config.members]
+        for uuid in list(self.progress):  # lists, not sets: the order messages go out in
+            if uuid not in members:  # must not depend on string hashing
                 del self.progress[uuid]
         for uuid in members:
             if uuid != self.id and uuid not in self.progress:
                 self.progress[uuid] = Progress(next=self.log.last_index() + 1)
-        if self.transferee is not None and not self.active_config.is_voter(self.transferee):
-            self.transferee = None
-        self._maybe_commit()
 
     # ---------------------------------------------------------------- timers
 
     def _reset_election_timer(self) -> None:
         base = self.cfg.election_timeout_ticks << min(self.failed_elections, self.cfg.max_backoff_exponent)
         spread = base * self.cfg.jitter
-        self.randomized_timeout = max(1, round(base + self._rng.uniform(-spread, spread)))
+        # never before our own vote lease ends: a node that times out is free to vote for others
+        self.randomized_timeout = max(self.vote_lease_ticks() + 1, round(base + self._rng.uniform(-spread, spread)))
         self.election_elapsed = 0
 
-    def _lease_ticks(self) -> int:
+    def vote_lease_ticks(self) -> int:
         """Votes are withheld this long after hearing from a leader: the shortest election timeout."""
         return max(1, int(self.cfg.election_timeout_ticks * (1 - self.cfg.jitter)))
 
     def _in_lease(self) -> bool:
         if self.role == Role.LEADER:
             return True
-        return self.lead is not None and self.election_elapsed < self._lease_ticks()
+        return self.lead is not None and self.election_elapsed < self.vote_lease_ticks()
 
     # ---------------------------------------------------------------- inputs
 
@@ -204,6 +210,12 @@ class RaftCore:
             1 for v in voters if v == self.id or (v in self.progress and self.progress[v].recent_active)
         )
         return active >= len(voters) // 2 + 1
+
+    def campaign(self) -> None:
+        """Start an election now, as if the election timer fired (Kudu's RunLeaderElection)."""
+        self._check_idle()
+        if self.role not in (Role.LEADER, Role.LEARNER):
+            self._campaign(pre_vote=self.cfg.pre_vote)
 
     def propose(self, payload: bytes) -> int:
         """Append a REPLICATE entry; returns its index. Raises NotLeader."""
@@ -443,7 +455,10 @@ class RaftCore:
     def _commit_to(self, index: int) -> None:
         if index > self.commit:
             self.commit = index
+            committed = self.committed_config
             self._commit_configs()
+            if self.role == Role.LEADER and self.committed_config is not committed:
+                self._sync_progress()
 
     def _maybe_promote(self) -> None:
         """Promote a NON_VOTER with `promote` once it holds every committed entry: what it still

@@ -34,7 +34,7 @@ from node.entry import Entry, EntryType
 
 from .invariants import Invariants, Violation
 
-_TICK, _DELIVER, _NEMESIS, _CLIENT, _RESTART, _CRASH, _ISOLATE, _HEAL = range(8)
+_TICK, _DELIVER, _NEMESIS, _CLIENT, _RESTART, _CRASH, _ISOLATE, _HEAL, _MEMBERSHIP = range(9)
 LIVENESS_BOUND_MS = 60_000
 
 
@@ -106,6 +106,7 @@ class Simulation:
             self._schedule(self.rng.randrange(TICK_MS), _TICK, node.slot)
         self._schedule(self.rng.randrange(500, 2000), _NEMESIS)
         self._schedule(self.rng.randrange(50, 300), _CLIENT)
+        self._schedule(self.rng.randrange(100, 1000), _MEMBERSHIP)
 
     # ------------------------------------------------------------ plumbing
 
@@ -184,6 +185,10 @@ class Simulation:
                 self.inv.on_leader_commit(
                     node.uuid, core.commit, core.log.term_at(core.commit),
                     (pre_config, core.active_config), self._holds,
+                )
+                self.inv.on_commit_electable(
+                    node.uuid, core.commit, core.log.term_at(core.commit),
+                    (pre_config, core.active_config), {n.uuid: n.disk.log for n in self.nodes},
                 )
         if core.role == Role.LEADER:
             self.inv.on_leader_configs(node.uuid, node.disk.config_indexes)
@@ -276,7 +281,7 @@ class Simulation:
         if not self.faults:
             return
         rng = self.rng
-        action = rng.randrange(10)
+        action = rng.randrange(7)
         if action == 0:
             groups = [rng.randrange(2) for _ in self.nodes]
             self.partition = groups
@@ -298,9 +303,7 @@ class Simulation:
             self.dup = rng.choice((0.0, 0.05, 0.2))
             self.slow = rng.choice((0.0, 0.05, 0.3))
             self._log_if(f"network drop {self.drop} dup {self.dup} slow {self.slow}")
-        elif action in (5, 6, 7):
-            self._config_change()
-        elif action == 8:
+        elif action == 5:
             self._transfer()
         else:
             leaders = self._leaders()
@@ -332,6 +335,9 @@ class Simulation:
         self._drain(node)
 
     def _config_change(self) -> None:
+        self._schedule(self.rng.randrange(100, 1000), _MEMBERSHIP)
+        if not self.faults:
+            return
         leaders = self._leaders()
         if not leaders:
             return
@@ -423,6 +429,8 @@ class Simulation:
                 self._isolate(a)
         elif kind == _HEAL:
             self._heal_partition()
+        elif kind == _MEMBERSHIP:
+            self._config_change()
         else:
             self._restart(a)
 

@@ -86,6 +86,23 @@ class Invariants:
             f"of its config {[c.voters() for c in configs]} stores it"
         )
 
+    def on_commit_electable(
+        self, uuid: str, index: int, term: int, configs: tuple[RaftConfig, ...], logs: dict
+    ) -> None:
+        """Commit durability: when a leader commits (index, term), any replica lacking that entry
+        must be less up to date than a voter majority, so it can never win an election and
+        overwrite the entry (the figure-8 hazard). `logs` maps uuid -> disk log."""
+        for other, log in logs.items():
+            if len(log) >= index and log[index - 1].term == term:
+                continue
+            mine = (log[-1].term, len(log)) if log else (0, 0)
+            if not any(_refused_by_majority(mine, config, logs) for config in configs):
+                raise Violation(
+                    f"commit durability: leader {uuid} committed index {index} (term {term}) but "
+                    f"{other}, which lacks it (last term/index {mine[0]}/{mine[1]}), could still "
+                    "collect a voter majority and overwrite it"
+                )
+
     def on_leader_configs(self, uuid: str, config_indexes: list[int]) -> None:
         """One change at a time: a leader's log never holds two config entries above the
         highest index anyone has committed."""
@@ -102,3 +119,13 @@ class Invariants:
                 f"read index: {uuid} answered read {ctx!r} at index {index}, but index {anchor} "
                 "was already committed when the read was requested"
             )
+
+
+def _refused_by_majority(candidate: tuple[int, int], config: RaftConfig, logs: dict) -> bool:
+    voters = config.voters()
+    refusing = 0
+    for v in voters:
+        log = logs.get(v)
+        if log and (log[-1].term, len(log)) > candidate:
+            refusing += 1
+    return refusing >= len(voters) // 2 + 1

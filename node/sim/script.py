@@ -1,0 +1,166 @@
+"""A hand-driven cluster for scenario tests, in the spirit of etcd/raft's interaction tests:
+messages wait in one FIFO queue until the script delivers them, and time passes only when the
+script ticks. Disks keep exactly what each Ready asked to persist."""
+
+from __future__ import annotations
+
+import random
+
+from node.consensus import (
+    CoreConfig,
+    HardState,
+    Member,
+    MemberType,
+    PersistedState,
+    RaftConfig,
+    RaftCore,
+    Role,
+    VoteRequest,
+    VoteResponse,
+)
+from node.entry import Entry
+
+
+class ScriptCluster:
+    def __init__(
+        self,
+        voters: tuple[str, ...] = ("n1", "n2", "n3"),
+        *,
+        learners: tuple[str, ...] = (),
+        pre_vote: bool = True,
+        batch_bytes: int = 1 << 20,
+        seed: int = 0,
+    ):
+        members = tuple(Member(u, MemberType.VOTER) for u in voters)
+        members += tuple(Member(u, MemberType.NON_VOTER, True) for u in learners)
+        self.bootstrap = RaftConfig(0, members)
+        self.pre_vote = pre_vote
+        self.batch_bytes = batch_bytes
+        self.seed = seed
+        self.cores: dict[str, RaftCore | None] = {}
+        self.disks: dict[str, dict] = {}
+        self.queue: list = []  # (src, msg) in send order
+        self.groups: dict[str, int] = {}
+        self.applied: dict[str, list[Entry]] = {}
+        self.read_states: dict[str, list] = {}
+        self.max_commit: dict[str, int] = {}  # highest commit each node ever reported
+        for u in voters + learners:
+            self.add_node(u, self.bootstrap)
+
+    # ------------------------------------------------------------ nodes
+
+    def add_node(self, uuid: str, config: RaftConfig | None = None) -> None:
+        """A server with an empty disk; `config` None means it knows no config yet (a new replica)."""
+        self.disks[uuid] = {"hard": HardState(), "config": config or RaftConfig(0, ()), "log": [], "applied": 0}
+        self.applied[uuid] = []
+        self.read_states[uuid] = []
+        self.max_commit[uuid] = 0
+        self.restart(uuid)
+
+    def restart(self, uuid: str) -> None:
+        d = self.disks[uuid]
+        persisted = PersistedState(d["hard"], d["config"], tuple(d["log"]), applied=d["applied"])
+        cfg = CoreConfig(uuid, pre_vote=self.pre_vote, max_batch_bytes=self.batch_bytes)
+        self.cores[uuid] = RaftCore(cfg, random.Random(f"{self.seed}/{uuid}"), persisted)
+        self._drain(uuid)
+
+    def crash(self, uuid: str) -> None:
+        """Power loss: the process and its unsent or undelivered messages are gone."""
+        self.cores[uuid] = None
+        self.queue = [(s, m) for s, m in self.queue if s != uuid and m.to_uuid != uuid]
+
+    def core(self, uuid: str) -> RaftCore:
+        core = self.cores[uuid]
+        assert core is not None, f"{uuid} is down"
+        return core
+
+    def _drain(self, uuid: str) -> None:
+        core = self.core(uuid)
+        d = self.disks[uuid]
+        while core.has_ready():
+            rd = core.ready()
+            if rd.entries_to_persist:
+                del d["log"][rd.entries_to_persist[0].index - 1 :]
+                d["log"].extend(rd.entries_to_persist)
+            if rd.hard_state is not None:
+                d["hard"] = rd.hard_state
+            if rd.committed_config is not None:
+                d["config"] = rd.committed_config
+            self.queue.extend((uuid, m) for m in rd.messages)
+            self.applied[uuid].extend(rd.committed_entries)
+            if rd.committed_entries:
+                d["applied"] = rd.committed_entries[-1].index
+            self.read_states[uuid].extend(rd.read_states)
+            core.advance(rd)
+        self.max_commit[uuid] = max(self.max_commit[uuid], core.commit)
+
+    def do(self, uuid: str, method: str, *args):
+        """Call an input of one core, then handle its Ready."""
+        try:
+            return getattr(self.core(uuid), method)(*args)
+        finally:
+            self._drain(uuid)
+
+    # ------------------------------------------------------------ network and time
+
+    def partition(self, *groups: tuple[str, ...]) -> None:
+        self.groups = {u: i for i, g in enumerate(groups) for u in g}
+
+    def isolate(self, uuid: str) -> None:
+        self.partition((uuid,), tuple(u for u in self.cores if u != uuid))
+
+    def heal(self) -> None:
+        self.groups = {}
+
+    def _connected(self, a: str, b: str) -> bool:
+        return self.groups.get(a, -1) == self.groups.get(b, -1)
+
+    def deliver(self, src: str | None = None, dst: str | None = None, types=None, limit: int | None = None) -> int:
+        """Deliver queued messages matching the filter, in send order, including the ones they
+        cause, until none match or `limit` were delivered; messages across a partition or to a
+        crashed node are dropped. Returns how many were delivered."""
+        delivered = 0
+        while delivered < (limit or 10_000):
+            for pos, (s, m) in enumerate(self.queue):
+                if (src is None or s == src) and (dst is None or m.to_uuid == dst) and (
+                    types is None or isinstance(m, types)
+                ):
+                    del self.queue[pos]
+                    break
+            else:
+                return delivered
+            target = self.cores.get(m.to_uuid)
+            if target is None or not self._connected(s, m.to_uuid):
+                continue
+            target.step(m)
+            self._drain(m.to_uuid)
+            delivered += 1
+        if limit is None:
+            raise AssertionError("messages keep flowing: the cluster does not settle")
+        return delivered
+
+    def stabilize(self) -> int:
+        return self.deliver()
+
+    def drop(self, src: str) -> None:
+        self.queue = [(s, m) for s, m in self.queue if s != src]
+
+    def tick(self, uuid: str, times: int = 1) -> None:
+        for _ in range(times):
+            self.do(uuid, "tick")
+
+    def elect(self, uuid: str) -> None:
+        """Let the other followers' vote leases run out, then have `uuid` campaign and deliver
+        only election traffic until it leads."""
+        for _ in range(3):  # a stale term costs an attempt: the rejection teaches us the term
+            for other, core in self.cores.items():
+                if other != uuid and core is not None and core.role != Role.LEADER:
+                    self.tick(other, core.vote_lease_ticks())
+            self.do(uuid, "campaign")
+            self.deliver(types=(VoteRequest, VoteResponse))
+            if self.core(uuid).role == Role.LEADER:
+                return
+        raise AssertionError(f"{uuid} did not win: {self.core(uuid).role}")
+
+    def log_terms(self, uuid: str) -> list[int]:
+        return [e.term for e in self.disks[uuid]["log"]]

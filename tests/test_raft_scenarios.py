@@ -1,0 +1,248 @@
+"""Raft scenarios as little scripts over a hand-driven cluster (etcd/raft interaction-test style).
+
+Each script is a list of steps `(op, *args)`; `expect` steps check one fact about one node.
+"""
+
+import pytest
+
+from node.consensus import (
+    AppendResponse,
+    CasMismatch,
+    ChangeOp,
+    ChangePending,
+    ConfigChange,
+    HeartbeatResponse,
+    MemberType,
+    Role,
+    SteppingDown,
+    VoteResponse,
+)
+from node.consensus.core import RaftCore
+from node.sim.script import ScriptCluster
+
+ADD, PROMOTE, REMOVE = ChangeOp.ADD_NON_VOTER, ChangeOp.PROMOTE, ChangeOp.REMOVE
+
+
+def _fact(c: ScriptCluster, uuid: str, what: str):
+    core = c.cores[uuid]
+    return {
+        "role": lambda: core.role,
+        "term": lambda: core.term,
+        "commit": lambda: core.commit,
+        "max_commit": lambda: c.max_commit[uuid],
+        "leader": lambda: core.lead,
+        "log_terms": lambda: c.log_terms(uuid),
+        "voters": lambda: core.active_config.voters(),
+        "learners": lambda: [
+            m.uuid for m in core.active_config.members if m.member_type == MemberType.NON_VOTER
+        ],
+        "committed_voters": lambda: c.disks[uuid]["config"].voters(),
+        "committed_config_index": lambda: c.disks[uuid]["config"].opid_index,
+        "disk_term": lambda: c.disks[uuid]["hard"].term,
+        "disk_vote": lambda: c.disks[uuid]["hard"].voted_for,
+    }[what]()
+
+
+def _change(c, uuid, op, target, cas, promote=True):
+    return c.do(uuid, "propose_config_change", ConfigChange(op, target, promote), cas)
+
+
+OPS = {
+    "elect": lambda c, u: c.elect(u),
+    "stabilize": lambda c: c.stabilize(),
+    "deliver": lambda c, src, dst, n: c.deliver(src, dst, limit=n),
+    "drop": lambda c, u: c.drop(u),
+    "tick": lambda c, u, n: c.tick(u, n),
+    "isolate": lambda c, u: c.isolate(u),
+    "heal": lambda c: c.heal(),
+    "crash": lambda c, u: c.crash(u),
+    "restart": lambda c, u: c.restart(u),
+    "add_node": lambda c, u: c.add_node(u),
+    "propose": lambda c, u, payload: c.do(u, "propose", payload),
+    "change": _change,
+}
+
+
+def run(c: ScriptCluster, script) -> None:
+    for n, (op, *args) in enumerate(script):
+        if op == "expect":
+            uuid, what, want = args
+            got = _fact(c, uuid, what)
+            assert got == want, f"step {n}: {uuid} {what} is {got!r}, expected {want!r}"
+        elif op == "refused":
+            uuid, error, inner, *rest = args
+            with pytest.raises(error):
+                OPS[inner](c, uuid, *rest)
+        else:
+            OPS[op](c, *args)
+
+
+ELECTED = [("elect", "n1"), ("stabilize",), ("expect", "n1", "commit", 1)]
+
+# A node cut off from the cluster times out again and again. With pre-vote it never bumps its
+# term, so when it comes back the leader of term 1 carries on.
+PARTITIONED_NODE = ELECTED + [
+    ("isolate", "n3"),
+    ("tick", "n3", 300),
+    ("stabilize",),
+    ("heal",),
+    ("tick", "n1", 5),  # a heartbeat round
+    ("stabilize",),
+]
+
+
+def test_pre_vote_keeps_a_partitioned_node_from_disrupting_the_cluster():
+    c = ScriptCluster()
+    run(c, PARTITIONED_NODE + [
+        ("expect", "n3", "term", 1),
+        ("expect", "n1", "role", Role.LEADER),
+        ("expect", "n1", "term", 1),
+        ("expect", "n3", "leader", "n1"),
+    ])
+
+
+def test_without_pre_vote_the_same_partition_deposes_the_leader():
+    c = ScriptCluster(pre_vote=False)
+    run(c, PARTITIONED_NODE)
+    assert c.core("n3").term > 2
+    assert not (c.core("n1").role == Role.LEADER and c.core("n1").term == 1)
+
+
+# Raft figure 8 with three nodes and one-entry batches. n1 (term 3) re-replicates its term-1
+# entry at index 2 to n2: a majority holds it, but it must not count as committed, because n3
+# (last entry of term 2) can still win and overwrite it.
+FIGURE_8 = ELECTED + [
+    ("isolate", "n1"), ("propose", "n1", b"x"), ("stabilize",),  # index 2, term 1: only on n1
+    ("crash", "n1"), ("heal",),
+    ("elect", "n3"), ("drop", "n3"),  # term 2: n3's NO_OP at index 2 never leaves n3
+    ("crash", "n3"), ("restart", "n1"),
+    ("elect", "n1"),  # term 3
+    ("expect", "n1", "term", 3),
+    ("deliver", "n1", "n2", 1), ("deliver", "n2", "n1", 1),  # probe rejected, back off
+    ("deliver", "n1", "n2", 1), ("deliver", "n2", "n1", 1),  # index 2 (term 1) acknowledged
+    ("expect", "n2", "log_terms", [1, 1]),
+    ("expect", "n1", "commit", 1),  # majority-replicated, yet not committed
+    ("crash", "n1"), ("restart", "n3"),
+    ("elect", "n3"), ("stabilize",),
+    ("expect", "n2", "log_terms", [1, 2, 4]),  # the term-1 entry is legitimately overwritten
+    ("expect", "n2", "max_commit", 3),
+]
+
+
+def test_figure_8_previous_term_entry_commits_only_with_a_current_term_entry():
+    run(ScriptCluster(batch_bytes=1), FIGURE_8)
+
+
+def test_figure_8_script_catches_counting_previous_term_entries(monkeypatch):
+    def commit_by_counting(self):
+        n = self._quorum_index()
+        if n > self.commit:
+            self._commit_to(n)
+            self._on_leader_commit()
+
+    monkeypatch.setattr(RaftCore, "_maybe_commit", commit_by_counting)
+    with pytest.raises(AssertionError, match="n1 commit is 2, expected 1"):
+        run(ScriptCluster(batch_bytes=1), FIGURE_8)
+
+
+CAS = ELECTED + [
+    ("refused", "n1", CasMismatch, "change", ADD, "n4", 7, False),
+    ("add_node", "n4"),
+    ("change", "n1", ADD, "n4", 0, False),  # appended at index 2
+    ("refused", "n1", ChangePending, "change", ADD, "n5", 0, False),
+    ("expect", "n1", "learners", ["n4"]),  # in effect as soon as appended
+    ("expect", "n1", "committed_config_index", 0),
+    ("stabilize",),
+    ("expect", "n1", "committed_config_index", 2),
+    ("expect", "n4", "committed_config_index", 2),
+    ("refused", "n1", CasMismatch, "change", REMOVE, "n4", 0),  # stale index
+    ("change", "n1", REMOVE, "n4", 2),
+    ("stabilize",),
+    ("expect", "n1", "learners", []),
+]
+
+
+def test_config_change_is_refused_unless_cas_matches_and_nothing_is_pending():
+    run(ScriptCluster(), CAS)
+
+
+PROMOTION = ELECTED + [
+    ("add_node", "n4"),
+    ("change", "n1", ADD, "n4", 0, True),
+    ("isolate", "n4"),
+    ("propose", "n1", b"a"), ("propose", "n1", b"b"), ("stabilize",),
+    ("expect", "n1", "learners", ["n4"]),  # not caught up: stays a learner
+    ("expect", "n1", "commit", 4),  # and the three voters commit without it
+    ("heal",), ("tick", "n1", 5), ("stabilize",),
+    ("tick", "n1", 5), ("stabilize",),  # the next heartbeat carries the commit index
+    ("expect", "n1", "voters", ["n1", "n2", "n3", "n4"]),
+    ("expect", "n4", "committed_voters", ["n1", "n2", "n3", "n4"]),
+    ("expect", "n4", "role", Role.FOLLOWER),
+]
+
+
+def test_learner_is_promoted_once_caught_up():
+    run(ScriptCluster(), PROMOTION)
+
+
+def test_learner_without_promote_flag_stays_a_learner():
+    run(ScriptCluster(), ELECTED + [
+        ("add_node", "n4"), ("change", "n1", ADD, "n4", 0, False), ("stabilize",),
+        ("tick", "n1", 10), ("stabilize",),
+        ("expect", "n1", "learners", ["n4"]),
+        ("expect", "n4", "role", Role.LEARNER),
+        ("tick", "n4", 300), ("expect", "n4", "term", 1),  # never campaigns
+    ])
+
+
+def test_learner_acknowledgement_does_not_make_a_quorum():
+    c = ScriptCluster(voters=("n1", "n2", "n3"), learners=("n4",))
+    c.elect("n1")
+    c.stabilize()
+    c.partition(("n1", "n4"), ("n2", "n3"))
+    c.do("n1", "propose", b"w")
+    c.stabilize()
+    assert c.disks["n4"]["log"][-1].payload == b"w"  # the learner has it...
+    assert c.core("n1").commit == c.core("n1").log.last_index() - 1  # ...but it is not committed
+
+
+LEADER_REMOVAL = ELECTED + [
+    ("refused", "n1", SteppingDown, "change", REMOVE, "n1", 0),
+    ("stabilize",),  # TimeoutNow: the most up-to-date voter (n2, first in config order) takes over
+    ("expect", "n2", "role", Role.LEADER),
+    ("expect", "n1", "role", Role.FOLLOWER),
+    ("change", "n2", REMOVE, "n1", 0),
+    ("stabilize",),
+    ("expect", "n2", "committed_voters", ["n2", "n3"]),
+    ("expect", "n1", "role", Role.LEARNER),  # it applied its own removal: never campaigns
+    ("tick", "n1", 300), ("stabilize",),
+    ("expect", "n2", "role", Role.LEADER),
+    ("expect", "n2", "term", 2),
+]
+
+
+def test_removing_the_leader_transfers_leadership_first():
+    run(ScriptCluster(), LEADER_REMOVAL)
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        AppendResponse(7, "n2", "n1", False),
+        AppendResponse(7, "n2", "n1", True, match_index=1),
+        VoteResponse(7, "n2", "n1", False),
+        HeartbeatResponse(7, "n2", "n1"),
+    ],
+    ids=lambda m: type(m).__name__,
+)
+def test_higher_term_response_makes_the_leader_step_down_and_persist_the_term(response):
+    c = ScriptCluster()
+    run(c, ELECTED)
+    c.core("n1").step(response)
+    c._drain("n1")
+    run(c, [
+        ("expect", "n1", "role", Role.FOLLOWER),
+        ("expect", "n1", "term", 7),
+        ("expect", "n1", "disk_term", 7),
+        ("expect", "n1", "disk_vote", None),
+    ])
