@@ -5,6 +5,10 @@ same run in the same directory.
 Writers are asyncio tasks on one loop, as in the tablet server. An append counts only when its
 durability future resolves, i.e. after the appender thread's sync of its group.
 
+The three measurements alternate in short rounds (raw, 1 writer, 32 writers, raw, ...) so that
+noise from other work on the machine, which can change the disk's fsync rate severalfold within
+seconds, falls on all three alike; each figure is the total over its rounds.
+
     python bench/wal.py --json [--quick] [--dir DIR]
 """
 
@@ -28,7 +32,8 @@ from node.wal import Log, LogOptions  # noqa: E402
 PAYLOAD = b"p" * 100
 
 
-def raw_fsync_per_s(directory: str, seconds: float) -> float:
+def raw_fsync(directory: str, seconds: float) -> tuple[int, float]:
+    """(syncs, elapsed seconds) of a loop of 64-byte write + fdatasync in a preallocated file."""
     path = os.path.join(directory, "raw")
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -41,19 +46,19 @@ def raw_fsync_per_s(directory: str, seconds: float) -> float:
             os.write(fd, buf)
             os.fdatasync(fd)
             n += 1
-            if n % 64 == 0 and time.perf_counter() >= deadline:
+            if n % 16 == 0 and time.perf_counter() >= deadline:
                 break
-        return n / (time.perf_counter() - start)
+        return n, time.perf_counter() - start
     finally:
         os.close(fd)
         os.unlink(path)
 
 
-def durable_appends(directory: str, writers: int, seconds: float) -> tuple[float, float]:
-    """(appends per second, p99 latency in ms) for `writers` concurrent asyncio writers."""
+def durable_appends(directory: str, writers: int, seconds: float, latencies: list[float]) -> float:
+    """Run `writers` concurrent asyncio writers for `seconds`; add each append's latency to
+    `latencies`; return the elapsed time."""
     wal_dir = os.path.join(directory, f"wal-{writers}")
     log = Log.open(wal_dir, "bench", LogOptions())
-    latencies: list[float] = []
 
     async def main() -> float:
         loop = asyncio.get_running_loop()
@@ -74,13 +79,15 @@ def durable_appends(directory: str, writers: int, seconds: float) -> tuple[float
         return clock() - start
 
     try:
-        elapsed = asyncio.run(main())
+        return asyncio.run(main())
     finally:
         log.close()
         shutil.rmtree(wal_dir)
+
+
+def p99_ms(latencies: list[float]) -> float:
     latencies.sort()
-    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-    return len(latencies) / elapsed, p99 * 1000
+    return latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000
 
 
 def check_disk(directory: str) -> str:
@@ -97,25 +104,33 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="short phases: the whole run under 20 s")
     parser.add_argument("--dir", default="/var/tmp", help="where to create the temporary files (a real disk)")
     args = parser.parse_args()
-    seconds = 3.0 if args.quick else 10.0
+    rounds, seconds = (5, 1.0) if args.quick else (10, 3.0)
     fstype = check_disk(args.dir)
     directory = tempfile.mkdtemp(prefix="tessera-bench-wal-", dir=args.dir)
+    syncs, raw_time = 0, 0.0
+    lat_1: list[float] = []
+    lat_32: list[float] = []
+    time_1 = time_32 = 0.0
     try:
-        fsync_per_s = raw_fsync_per_s(directory, seconds)
-        durable_appends(directory, 32, min(1.0, seconds))  # warm-up: page cache, allocator, imports
-        appends_1, p99_1 = durable_appends(directory, 1, seconds)
-        appends_32, p99_32 = durable_appends(directory, 32, seconds)
+        durable_appends(directory, 32, 0.5, [])  # warm-up: page cache, allocator, imports
+        for _ in range(rounds):
+            n, elapsed = raw_fsync(directory, seconds)
+            syncs, raw_time = syncs + n, raw_time + elapsed
+            time_1 += durable_appends(directory, 1, seconds, lat_1)
+            time_32 += durable_appends(directory, 32, seconds, lat_32)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+    fsync_per_s = syncs / raw_time
+    appends_32 = len(lat_32) / time_32
     result = {
         "fsync_per_s": round(fsync_per_s, 1),
-        "appends_per_s_1": round(appends_1, 1),
-        "p99_ms_1": round(p99_1, 3),
+        "appends_per_s_1": round(len(lat_1) / time_1, 1),
+        "p99_ms_1": round(p99_ms(lat_1), 3),
         "appends_per_s_32": round(appends_32, 1),
-        "p99_ms_32": round(p99_32, 3),
+        "p99_ms_32": round(p99_ms(lat_32), 3),
         "group_speedup": round(appends_32 / fsync_per_s, 2),
     }
-    print(f"# {args.dir} ({fstype}), {seconds:.0f} s per phase", file=sys.stderr)
+    print(f"# {args.dir} ({fstype}), {rounds} rounds of {seconds:.0f} s per measurement", file=sys.stderr)
     print(json.dumps(result))
     return 0
 

@@ -169,7 +169,7 @@ def _pwrite_all(fd: int, bufs: list[bytes], offset: int) -> int:
     return total
 
 
-IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+IOV_MAX = os.sysconf("SC_IOV_MAX")
 
 
 class WritableSegment:
