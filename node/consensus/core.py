@@ -715,12 +715,10 @@ class RaftCore:
             self._maybe_commit()  # our own entries now count toward the quorum
 
     def status(self) -> Status:
-        peers = {
-            uuid: PeerStatus(
-                self.active_config.member(uuid).member_type, pr.match, pr.next, pr.needs_copy
-            )
-            for uuid, pr in self.progress.items()
-        }
+        peers = {}
+        for uuid, pr in self.progress.items():
+            member = self.active_config.member(uuid) or self.committed_config.member(uuid)
+            peers[uuid] = PeerStatus(member.member_type, pr.match, pr.next, pr.needs_copy)
         return Status(
             self.id, self.role, self.term, self.lead, self.commit, self.applied,
             self.log.last_index(), self.log.first_index(), self.active_config,

@@ -51,7 +51,9 @@ class ScriptCluster:
 
     def add_node(self, uuid: str, config: RaftConfig | None = None) -> None:
         """A server with an empty disk; `config` None means it knows no config yet (a new replica)."""
-        self.disks[uuid] = {"hard": HardState(), "config": config or RaftConfig(0, ()), "log": [], "applied": 0}
+        self.disks[uuid] = {
+            "hard": HardState(), "config": config or RaftConfig(0, ()), "log": [], "applied": 0, "snapshot": (0, 0)
+        }
         self.applied[uuid] = []
         self.read_states[uuid] = []
         self.max_commit[uuid] = 0
@@ -59,10 +61,20 @@ class ScriptCluster:
 
     def restart(self, uuid: str) -> None:
         d = self.disks[uuid]
-        persisted = PersistedState(d["hard"], d["config"], tuple(d["log"]), applied=d["applied"])
+        persisted = PersistedState(
+            d["hard"], d["config"], tuple(d["log"]), d["snapshot"][0], d["snapshot"][1], d["applied"]
+        )
         cfg = CoreConfig(uuid, pre_vote=self.pre_vote, max_batch_bytes=self.batch_bytes)
         self.cores[uuid] = RaftCore(cfg, random.Random(f"{self.seed}/{uuid}"), persisted)
         self._drain(uuid)
+
+    def restart_from_copy(self, uuid: str, index: int, term: int, entries: list[Entry], config: RaftConfig) -> None:
+        """Stand-in for tablet copy: the replica restarts from a copied snapshot at (index, term)
+        plus the source's log after it, keeping its own term and vote."""
+        d = self.disks[uuid]
+        d["snapshot"], d["log"], d["config"], d["applied"] = (index, term), list(entries), config, index
+        d["hard"] = HardState(d["hard"].term, d["hard"].voted_for, index)
+        self.restart(uuid)
 
     def crash(self, uuid: str) -> None:
         """Power loss: the process and its unsent or undelivered messages are gone."""
@@ -80,7 +92,7 @@ class ScriptCluster:
         while core.has_ready():
             rd = core.ready()
             if rd.entries_to_persist:
-                del d["log"][rd.entries_to_persist[0].index - 1 :]
+                del d["log"][rd.entries_to_persist[0].index - d["snapshot"][0] - 1 :]
                 d["log"].extend(rd.entries_to_persist)
             if rd.hard_state is not None:
                 d["hard"] = rd.hard_state
@@ -163,4 +175,5 @@ class ScriptCluster:
         raise AssertionError(f"{uuid} did not win: {self.core(uuid).role}")
 
     def log_terms(self, uuid: str) -> list[int]:
+        """Terms of the persisted entries after the snapshot point."""
         return [e.term for e in self.disks[uuid]["log"]]

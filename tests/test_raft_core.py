@@ -1,0 +1,232 @@
+"""Behaviours of the core that are not whole scenarios: the Ready contract, message addressing,
+the wire format, vote withholding, back-off, ReadIndex, leadership transfer, tablet-copy
+reporting."""
+
+import random
+
+import msgspec
+import pytest
+
+from node.consensus import (
+    AppendEntries,
+    CoreConfig,
+    HardState,
+    Heartbeat,
+    Member,
+    MemberType,
+    Message,
+    NotLeader,
+    PersistedState,
+    RaftConfig,
+    RaftCore,
+    Role,
+    VoteRequest,
+    VoteResponse,
+)
+from node.entry import Entry, EntryType
+from node.sim.script import ScriptCluster
+
+CONFIG3 = RaftConfig(0, tuple(Member(u, MemberType.VOTER) for u in ("n1", "n2", "n3")))
+
+
+def fresh_core(uuid="n1", **kw) -> RaftCore:
+    return RaftCore(CoreConfig(uuid, **kw), random.Random(1), PersistedState(HardState(), CONFIG3))
+
+
+def drain(core):
+    rd = core.ready()
+    core.advance(rd)
+    return rd
+
+
+def elected() -> ScriptCluster:
+    c = ScriptCluster()
+    c.elect("n1")
+    c.stabilize()
+    return c
+
+
+def test_no_input_is_accepted_while_a_ready_is_outstanding():
+    core = fresh_core()
+    rd = core.ready()
+    with pytest.raises(RuntimeError):
+        core.tick()
+    core.advance(rd)
+    core.tick()
+    with pytest.raises(RuntimeError):
+        core.advance(rd)
+
+
+def test_vote_is_in_the_same_ready_as_the_response_that_reveals_it():
+    core = fresh_core("n2")
+    drain(core)
+    core.step(VoteRequest(1, "n1", "n2", 0, 0))
+    rd = drain(core)
+    assert rd.hard_state == HardState(1, "n1", 0)
+    assert rd.messages == [VoteResponse(1, "n2", "n1", True)]
+
+
+def test_message_for_another_uuid_is_ignored_and_counted():
+    core = fresh_core("n2")
+    drain(core)
+    core.step(VoteRequest(5, "n1", "n2-old-incarnation", 0, 0))
+    assert core.term == 0 and not core.has_ready()
+    assert core.status().misaddressed == 1
+
+
+def test_messages_round_trip_through_msgpack_as_tagged_union():
+    c = elected()
+    c.do("n1", "propose", b"payload")
+    for _, msg in c.queue:
+        assert msgspec.msgpack.decode(msgspec.msgpack.encode(msg), type=Message) == msg
+    assert any(isinstance(m, AppendEntries) and m.entries for _, m in c.queue)
+
+
+def test_restart_recovers_term_vote_log_and_commit_from_persisted_state():
+    c = elected()
+    c.do("n1", "propose", b"x")
+    c.stabilize()
+    before = c.core("n2")
+    c.crash("n2")
+    c.restart("n2")
+    after = c.core("n2")
+    assert (after.term, after.voted_for, after.log.last_index()) == (before.term, before.voted_for, before.log.last_index())
+    assert after.commit == c.disks["n2"]["hard"].commit
+
+
+def test_votes_are_withheld_while_a_leader_is_live_then_granted():
+    c = elected()
+    request = VoteRequest(2, "n3", "n2", 10, 1, pre_vote=True)
+    c.core("n2").step(request)
+    assert c.core("n2").withheld_votes == 1 and not c.core("n2").has_ready()
+    c.tick("n2", c.core("n2").vote_lease_ticks())
+    c.core("n2").step(request)
+    assert c.core("n2").ready().messages == [VoteResponse(2, "n2", "n3", True, True)]
+
+
+def test_transfer_vote_ignores_the_lease():
+    c = elected()
+    c.core("n2").step(VoteRequest(2, "n3", "n2", 10, 1, transfer=True))
+    assert c.core("n2").term == 2 and c.core("n2").voted_for == "n3"
+
+
+def test_failed_elections_back_off_exponentially_up_to_a_bound():
+    c = ScriptCluster()
+    c.isolate("n1")
+    timeouts = []
+    for _ in range(6):
+        c.do("n1", "campaign")
+        timeouts.append(c.core("n1").randomized_timeout)
+        c.tick("n1", c.core("n1").randomized_timeout)
+    base = c.core("n1").cfg.election_timeout_ticks
+    assert timeouts[0] <= base * 1.25 and timeouts[2] >= base * 2 * 0.75
+    assert max(timeouts) <= base * 8 * 1.25 + 1
+    c.heal()
+    c.elect("n2")
+    c.stabilize()
+    assert c.core("n1").failed_elections == 0  # hearing from a leader resets the back-off
+
+
+def test_read_index_confirms_leadership_with_a_heartbeat_round():
+    c = elected()
+    c.do("n1", "read_index", b"r1")
+    assert c.read_states["n1"] == []  # not before a quorum acknowledged
+    c.stabilize()
+    [rs] = c.read_states["n1"]
+    assert (rs.ctx, rs.index) == (b"r1", c.core("n1").commit)
+
+
+def test_read_index_on_an_isolated_leader_never_completes():
+    c = elected()
+    c.isolate("n1")
+    c.do("n1", "read_index", b"r1")
+    c.tick("n1", 5)
+    c.stabilize()
+    assert c.read_states["n1"] == []
+
+
+def test_read_index_waits_for_the_first_commit_of_the_term():
+    c = ScriptCluster()
+    c.elect("n1")  # NO_OP appended, not committed yet
+    c.do("n1", "read_index", b"early")
+    assert c.core("n1").commit == 0
+    c.stabilize()
+    assert [(r.ctx, r.index) for r in c.read_states["n1"]] == [(b"early", 1)]
+
+
+def test_followers_refuse_proposals_and_name_the_leader():
+    c = elected()
+    with pytest.raises(NotLeader) as err:
+        c.do("n2", "propose", b"x")
+    assert err.value.leader == "n1"
+
+
+def test_transfer_leadership_on_request():
+    c = elected()
+    c.isolate("n3")
+    c.do("n1", "propose", b"x")
+    c.stabilize()
+    c.heal()
+    c.do("n1", "transfer_leadership", "n3")  # n3 is behind: caught up first, then TimeoutNow
+    with pytest.raises(NotLeader):
+        c.do("n1", "propose", b"during transfer")
+    c.stabilize()
+    c.tick("n1", 5)  # the heartbeat round resumes replication to n3 (its last request was lost)
+    c.stabilize()
+    assert c.core("n3").role == Role.LEADER and c.core("n1").role == Role.FOLLOWER
+
+
+def test_step_down_leaves_the_cluster_to_elect_again():
+    c = elected()
+    c.do("n1", "step_down")
+    assert c.core("n1").role == Role.FOLLOWER
+    c.elect("n2")
+    assert c.core("n2").term == 2
+
+
+def test_follower_behind_the_compaction_point_is_reported_for_tablet_copy():
+    c = elected()
+    c.isolate("n3")
+    for i in range(5):
+        c.do("n1", "propose", b"w%d" % i)
+    c.stabilize()
+    c.do("n1", "compact", 4)
+    assert c.core("n1").log.first_index() == 5
+    c.heal()
+    for _ in range(3):
+        c.tick("n1", 5)
+        c.stabilize()
+    peers = c.core("n1").status().peers
+    assert peers["n3"].needs_tablet_copy and not peers["n2"].needs_tablet_copy
+    assert c.core("n3").log.last_index() == 1
+    # a copy of the leader's state (here: its log from the compaction point) lets it catch up
+    src = c.core("n1").log
+    c.disks["n3"]["log"] = []
+    c.crash("n3")
+    c.restart_from_copy("n3", src.offset, src.offset_term, list(src.entries), c.disks["n1"]["config"])
+    c.tick("n1", 5)
+    c.stabilize()
+    assert not c.core("n1").status().peers["n3"].needs_tablet_copy
+    assert c.core("n3").log.last_index() == c.core("n1").log.last_index()
+
+
+def test_heartbeat_commit_never_exceeds_the_follower_log():
+    core = fresh_core("n2")
+    drain(core)
+    core.step(Heartbeat(1, "n1", "n2", commit=50))
+    assert core.commit == 0
+
+
+def test_config_entries_take_effect_when_appended_and_roll_back_when_truncated():
+    core = fresh_core("n2")
+    drain(core)
+    new = RaftConfig(2, CONFIG3.members + (Member("n4", MemberType.NON_VOTER, True),))
+    entries = (
+        Entry(1, 1, EntryType.NO_OP),
+        Entry(1, 2, EntryType.CONFIG_CHANGE, msgspec.msgpack.encode(new)),
+    )
+    core.step(AppendEntries(1, "n1", "n2", 0, 0, entries, commit=0))
+    assert core.active_config == new and core.committed_config == CONFIG3
+    drain(core)
+    core.step(AppendEntries(2, "n3", "n2", 1, 1, (Entry(2, 2, EntryType.NO_OP),), commit=0))
+    assert core.active_config == CONFIG3
