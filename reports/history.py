@@ -27,9 +27,9 @@ class Op(msgspec.Struct, omit_defaults=True):
 
     index: int
     type: str
+    process: int | str
     f: Any = None
     value: Any = None
-    process: int | str = 0
     time: int | None = None
     key: Any = None
     node: str | None = None
