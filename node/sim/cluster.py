@@ -490,4 +490,4 @@ def _describe(msg) -> str:
     if "entries" in fields:
         es = fields.pop("entries")
         fields["entries"] = f"[{es[0].index}..{es[-1].index}]" if es else "[]"
-    return name + " " + " ".join(f"{k}={v}" for k, v in fields.items() if v not in (b"", False))
+    return name + " " + " ".join(f"{k}={v}" for k, v in fields.items() if v is not False and v != b"")
