@@ -202,7 +202,9 @@ def test_gc_deletes_only_segments_below_every_anchor_and_keeps_the_retained(tmp_
     assert log.gc() == []  # no anchor: nothing may be forgotten
     footers = {p: scan_segment(p).footer for p in log.segments()[:-1]}
     log.register_anchor("durability", i)
-    log.register_anchor("peer", footers[log.segments()[3]].min_index)  # pins segment 4 onwards
+    log.register_anchor("peer", 1)
+    assert log.gc() == []  # the peer still needs everything
+    log.register_anchor("peer", footers[log.segments()[3]].min_index)  # moved: pins segment 4 on
     deleted = log.gc()
     assert deleted == list(footers)[:3]
     assert all(footers[p].max_index < footers[log.segments()[0]].min_index for p in deleted)
@@ -276,4 +278,16 @@ def test_read_entries_refuses_a_corrupt_segment(tmp_path):
     with pytest.raises(WalCorruption) as err:
         log.read_entries(1)
     assert (err.value.path, err.value.offset) == (first, victim)
+    log.close()
+
+
+def test_gc_keeps_log_min_segments_to_retain(tmp_path):
+    log = Log.open(str(tmp_path), TABLET, LogOptions(log_segment_size_mb=4 / 1024, log_min_segments_to_retain=3))
+    i = 0
+    while len(log.segments()) < 6:
+        i += 1
+        append_durably(log, [entry(i, size=256)])
+    log.register_anchor("all-done", i + 1)
+    log.gc()
+    assert len(log.segments()) == 4  # three closed segments and the active one
     log.close()
