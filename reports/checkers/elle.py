@@ -164,6 +164,9 @@ def check_list_append(ops: Iterable[Op], steps_per_component: int = 200_000,
             if f in APPENDS:
                 (aborted if t.type == "fail" else writer)[(k, v)] = t
                 appends[(t.id, k)].append(v)
+    aborted_by_key: dict[Any, set] = defaultdict(set)
+    for k, x in aborted:
+        aborted_by_key[k].add(x)
     longest: dict[Any, tuple] = {}
     reads: list[tuple[Txn, Any, tuple]] = []
     for t in txns:
@@ -180,7 +183,11 @@ def check_list_append(ops: Iterable[Op], steps_per_component: int = 200_000,
             if f not in READS or v is None:
                 continue
             v = tuple(v) if isinstance(v, (list, tuple)) else (v,)
-            if len(set(v)) != len(v):
+            elements = set(v)
+            for x in aborted_by_key[k] & elements if k in aborted_by_key else ():
+                anomalies.append(_simple("G1a", t, f"T1 read {x!r} in key {k!r}, appended by a transaction "
+                                         f"that failed (index {aborted[(k, x)].invoke.index})", key=_plain(k)))
+            if len(elements) != len(v):
                 dups = sorted({x for x in v if v.count(x) > 1}, key=repr)
                 anomalies.append(_simple("duplicate-elements", t,
                                          f"T1 read key {k!r} = {list(v)!r}, which holds {dups!r} more than once",
@@ -206,10 +213,6 @@ def check_list_append(ops: Iterable[Op], steps_per_component: int = 200_000,
                 anomalies.append(_incompatible(t, k, cur, v))
     graph = Graph()
     for t, k, v in reads:
-        for x in v:
-            if (k, x) in aborted:
-                anomalies.append(_simple("G1a", t, f"T1 read {x!r} in key {k!r}, appended by a transaction "
-                                         f"that failed (index {aborted[(k, x)].invoke.index})", key=_plain(k)))
         if v:
             w = writer.get((k, v[-1]))
             if w is not None and w is not t:
