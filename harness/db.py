@@ -25,7 +25,8 @@ from harness.control import Remote
 
 ROOT = "/opt/tessera"
 DATA = "/var/lib/tessera"
-MASTER_PORT, TSERVER_PORT = 7051, 7050
+MASTER_PORT, TSERVER_PORT = 7051, 7050  # Kudu's RPC ports
+HTTP_PORTS = {"master": 8051, "tserver": 8050}  # Kudu's web UI ports: /status and /metrics
 
 
 class DB(Protocol):
@@ -116,6 +117,7 @@ class TesseraDB:
     def _config(self, h: Host, daemon: str) -> str:
         port = MASTER_PORT if daemon == "master" else TSERVER_PORT
         keys = {"data_dir": f"{DATA}/{daemon}", "rpc_addr": f"{h.address}:{port}",
+                "http_port": HTTP_PORTS[daemon],
                 "masters": [f"{a}:{p}" for a, p in self.master_addrs], **self.flags}
         lines = []
         for k, v in keys.items():
@@ -169,6 +171,30 @@ class TesseraDB:
 
     def resume(self, host: str, daemon: str | None = None) -> None:
         self._signal(host, daemon, "CONT")
+
+    def leader_master(self) -> str | None:
+        """The host of the leader master, asked of every master (None if none says so)."""
+        import asyncio
+
+        from node.protocol import Empty, MasterInfo
+        from node.rpc import RpcClient, RpcError
+
+        async def ask() -> str | None:
+            rpc = RpcClient(connect_timeout=1.0)
+            try:
+                for h in self.master_hosts:
+                    try:
+                        info = await rpc.call((h.address, MASTER_PORT), "master.info", Empty(),
+                                              MasterInfo, to_uuid="", timeout=1.0)
+                    except RpcError:
+                        continue
+                    if info.role == "LEADER":
+                        return h.name
+                return None
+            finally:
+                await rpc.close()
+
+        return asyncio.run(ask())
 
     def running(self, host: str, daemon: str) -> bool:
         pid = f"{DATA}/{daemon}.pid"

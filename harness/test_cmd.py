@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-NEMESES = ("kill", "pause")  # what exists today; `all` means all of these
+NEMESES = ("partition", "packet", "clock", "pause", "kill", "disk")  # `all` means all of these
 PROVIDERS = ("netns", "hosts", "vagrant")
 
 
@@ -141,7 +141,7 @@ def _run(args, plan) -> Path:
     write_json(run_dir / "test.json", test)
     say(f"run {run_dir} (seed {plan['seed']})")
     remotes = {h.name: Remote(h, log_line) for h in hosts}
-    db = None
+    db, nemeses = None, []
     try:
         if args.wheelhouse:
             wheels = check_wheelhouse(args.wheelhouse)
@@ -151,8 +151,9 @@ def _run(args, plan) -> Path:
         db = TesseraDB(hosts, wheels, remotes, masters=min(3, len(hosts)), flags=plan["flags"],
                        log=say)
         db.teardown()
+        nemeses = _nemeses(plan["nemeses"], db, hosts, remotes)
         db.setup()
-        asyncio.run(_drive(args, plan, db, hosts, run_dir, concurrency, say))
+        asyncio.run(_drive(args, plan, db, hosts, run_dir, concurrency, nemeses, say))
     finally:
         if db is not None:
             for h in hosts:
@@ -162,6 +163,8 @@ def _run(args, plan) -> Path:
                     say(f"could not collect logs from {h.name}: {e}")
             try:
                 db.teardown()
+                for n in nemeses:
+                    n.teardown()
             except ClusterError as e:
                 say(f"teardown: {e}")
         for r in remotes.values():
@@ -170,11 +173,35 @@ def _run(args, plan) -> Path:
     return run_dir
 
 
-async def _drive(args, plan, db, hosts, run_dir: Path, concurrency: int, say) -> None:
+def _nemeses(names: list[str], db, hosts, remotes) -> list:
+    """The requested faults, ready to run; clock skew also needs the daemons under faketime."""
+    from nemeses.clock import Clock, daemon_env
+    from nemeses.disk import DiskCorruption
+    from nemeses.net import PacketFaults, Partition
+    from nemeses.process import Kill, Pause
+
+    host_names = [h.name for h in hosts]
+    made = {
+        "partition": lambda: Partition(hosts=hosts, remotes=remotes, leader=db.leader_master),
+        "packet": lambda: PacketFaults(hosts=hosts, remotes=remotes),
+        "clock": lambda: Clock(hosts=host_names, remotes=remotes),
+        "pause": lambda: Pause(db=db, hosts=host_names),
+        "kill": lambda: Kill(db=db, hosts=host_names),
+        "disk": lambda: DiskCorruption(db=db, hosts=host_names, remotes=remotes),
+    }
+    out = [made[n]() for n in names]
+    for n in out:
+        if isinstance(n, Clock):
+            n.prepare()
+            db.env = {h: daemon_env() for h in host_names}
+        n.heal()  # whatever an earlier, crashed run may have left on the hosts
+    return out
+
+
+async def _drive(args, plan, db, hosts, run_dir: Path, concurrency: int, nemeses, say) -> None:
     from harness.recorder import Recorder
     from harness.runner import Progress, RunOptions, run
     from harness.store import write_json
-    from nemeses.process import Kill, Pause
     from nemeses.schedule import Schedule
     from node.client import TesseraClient
     from reports.history import read_jsonl, write_edn
@@ -196,11 +223,8 @@ async def _drive(args, plan, db, hosts, run_dir: Path, concurrency: int, say) ->
                 raise RuntimeError(f"cluster never accepted the test table: {e}") from e
             await asyncio.sleep(1)
     table = client.table("test")
-    names = [h.name for h in hosts]
-    kinds = {"kill": lambda: Kill(db=db, hosts=names), "pause": lambda: Pause(db=db, hosts=names)}
     progress = Progress()
-    schedule = Schedule([kinds[n]() for n in plan["nemeses"]], args.nemesis_interval, plan["seed"],
-                        progress.active_faults)
+    schedule = Schedule(nemeses, args.nemesis_interval, plan["seed"], progress.active_faults)
     rec = Recorder(run_dir / "history.jsonl")
     opts = RunOptions(concurrency=concurrency, time_limit=args.time_limit, rate=args.rate,
                       seed=plan["seed"], op_timeout=args.op_timeout + 1)

@@ -34,3 +34,6 @@ class Nemesis:
 
     def heal(self) -> dict:
         return self.stop() if self.active else {}
+
+    def teardown(self) -> None:
+        """After the daemons are gone: remove any file the fault needed on the hosts."""

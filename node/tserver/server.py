@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -248,6 +249,7 @@ class TabletServer:
 
     def status_dict(self) -> dict:
         return {"uuid": self.uuid, "kind": self.kind, "rpc": f"{self.me.host}:{self.me.port}",
+                "wall_time": time.time(),  # what this process believes the time is (clock faults)
                 "tablets": {tid: r.status() for tid, r in self.replicas.items()},
                 "failed": {tid: reason for tid, (_, reason) in self.failed.items()},
                 "tombstoned": sorted(self.tombstoned)}

@@ -1,0 +1,94 @@
+"""Clock faults. Network-namespace hosts share one kernel clock, so each daemon runs under
+libfaketime with a per-host timestamp file (FAKETIME_TIMESTAMP_FILE, re-read on every call with
+FAKETIME_NO_CACHE=1) and only its wall clock is skewed: the monotonic clock stays real
+(FAKETIME_DONT_FAKE_MONOTONIC=1), which is also why node code never calls time.sleep (measured
+here: it raises EINVAL under faketime) and times everything with the monotonic clock.
+
+Faults, as Jepsen's: bump (jump a host's clock by ± milliseconds to minutes), strobe (flip it back
+and forth quickly for a while), and reset. Every change records each host's offset in
+milliseconds, which the report plots.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from harness.control import Remote
+from nemeses.base import Nemesis, choose_targets
+
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+FAKETIME_FILE = "/var/lib/tessera/faketime"
+STROBE_PID = "/var/lib/tessera/strobe.pid"
+
+
+def daemon_env() -> dict[str, str]:
+    """Environment under which the DB adapter starts daemons when clocks may be skewed."""
+    return {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": FAKETIME_FILE,
+            "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
+
+def _offset_text(ms: float) -> str:
+    return f"{'+' if ms >= 0 else '-'}{abs(ms) / 1000:.3f}"
+
+
+def set_offset(r: Remote, ms: float) -> None:
+    r.sh(f"echo {_offset_text(ms)} > {FAKETIME_FILE}.tmp && mv {FAKETIME_FILE}.tmp {FAKETIME_FILE}")
+
+
+@dataclass
+class Clock(Nemesis):
+    hosts: list[str] = field(default_factory=list)
+    remotes: dict[str, Remote] = field(default_factory=dict)
+    name: str = "clock"
+    offsets: dict[str, float] = field(default_factory=dict)
+
+    def prepare(self) -> None:
+        """Before the daemons start: every host's clock at offset zero."""
+        for h in self.hosts:
+            set_offset(self.remotes[h], 0)
+        self.offsets = {h: 0.0 for h in self.hosts}
+
+    def start(self, rng: random.Random) -> dict:
+        targets = choose_targets(rng.choice(["one", "minority", "majority"]), self.hosts, rng)
+        if rng.random() < 0.6:
+            # bump: ms to minutes, either way, log-uniform so small and large skews both occur
+            for h in targets:
+                ms = rng.choice([-1, 1]) * 10 ** rng.uniform(1, 5.1)
+                set_offset(self.remotes[h], ms)
+                self.offsets[h] = round(ms, 1)
+            self.active = True
+            return {"fault": "bump", "targets": targets, "offsets_ms": dict(self.offsets)}
+        delta = round(10 ** rng.uniform(1, 3.5), 1)
+        period_ms, seconds = rng.choice([10, 50, 200]), rng.uniform(2, 8)
+        for h in targets:
+            self._strobe(self.remotes[h], delta, period_ms, seconds)
+            self.offsets[h] = delta
+        self.active = True
+        return {"fault": "strobe", "targets": targets, "delta_ms": delta, "period_ms": period_ms,
+                "seconds": round(seconds, 2), "offsets_ms": dict(self.offsets)}
+
+    def _strobe(self, r: Remote, delta_ms: float, period_ms: int, seconds: float) -> None:
+        flips = int(seconds * 1000 / period_ms)
+        up, down, f = _offset_text(delta_ms), _offset_text(-delta_ms), FAKETIME_FILE
+        loop = (f"i=0; while [ $i -lt {flips} ]; do "
+                f"if [ $((i % 2)) -eq 0 ]; then echo {up} > {f}.s; else echo {down} > {f}.s; fi; "
+                f"mv {f}.s {f}; i=$((i + 1)); sleep {period_ms / 1000:.3f}; done; echo +0.000 > {f}")
+        r.sh(f"setsid sh -c 'echo $$ > {STROBE_PID}; {loop}' </dev/null >/dev/null 2>&1 &")
+
+    def stop(self) -> dict:
+        for h in self.hosts:
+            r = self.remotes[h]
+            r.sh(f"[ -f {STROBE_PID} ] && kill $(cat {STROBE_PID}) 2>/dev/null; rm -f {STROBE_PID}; true")
+            set_offset(r, 0)
+        self.offsets = {h: 0.0 for h in self.hosts}
+        self.active = False
+        return {"fault": "reset", "offsets_ms": dict(self.offsets)}
+
+    def heal(self) -> dict:
+        return self.stop()
+
+    def teardown(self) -> None:
+        for h in self.hosts:
+            self.remotes[h].run(["rm", "-f", FAKETIME_FILE, f"{FAKETIME_FILE}.tmp",
+                                 f"{FAKETIME_FILE}.s", STROBE_PID])

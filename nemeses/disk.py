@@ -1,0 +1,110 @@
+"""Disk corruption on a stopped node: a flipped bit or a truncation in a WAL segment or in a
+consensus-metadata file, then a restart. The node must refuse the damaged replica with a clear
+message (its WAL CRCs and metadata checksums catch it) and keep serving its other tablets; it must
+never serve wrong data.
+
+Damage is permanent until the test's teardown, so the nemesis corrupts at most a minority of the
+hosts over a whole run: beyond that it would only prove that a majority of failed disks loses
+data, which no replicated system survives.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from harness.control import Remote
+from harness.db import DATA, TesseraDB
+from nemeses.base import Nemesis
+
+# Runs on the host: pick a file, damage it, print what was done as JSON.
+_DAMAGE = r"""
+import json, os, random, sys
+rng = random.Random(int(sys.argv[1]))
+root = sys.argv[2]
+files = []
+for sub, kind in (("wals", "wal"), ("consensus-meta", "cmeta")):
+    base = os.path.join(root, sub)
+    for dirpath, _, names in os.walk(base):
+        files += [(kind, os.path.join(dirpath, n)) for n in names
+                  if not n.startswith(".") and os.path.getsize(os.path.join(dirpath, n)) > 64]
+if not files:
+    print(json.dumps({"skipped": "no WAL or metadata files yet"})); sys.exit(0)
+kind, path = rng.choice(sorted(files))
+data = open(path, "rb").read()
+size = len(data.rstrip(b"\0")) or len(data)  # preallocated zeros hold nothing to damage
+mode = rng.choice(["bitflip", "bitflip", "truncate"])
+if mode == "bitflip":
+    offset, bit = rng.randrange(32, size), rng.randrange(8)
+    with open(path, "r+b") as f:
+        f.seek(offset); b = f.read(1)[0]; f.seek(offset); f.write(bytes([b ^ (1 << bit)]))
+        f.flush(); os.fsync(f.fileno())
+    print(json.dumps({"file": path, "kind": kind, "mode": mode, "offset": offset, "bit": bit}))
+else:
+    length = rng.randrange(16, size)
+    os.truncate(path, length)
+    print(json.dumps({"file": path, "kind": kind, "mode": mode, "from": size, "to": length}))
+"""
+
+
+@dataclass
+class DiskCorruption(Nemesis):
+    db: TesseraDB = None
+    hosts: list[str] = field(default_factory=list)
+    remotes: dict[str, Remote] = field(default_factory=dict)
+    name: str = "disk"
+    damaged: set = field(default_factory=set)
+
+    def start(self, rng: random.Random) -> dict:
+        import json
+
+        budget = (len(self.hosts) - 1) // 2
+        pool = sorted(self.damaged) if len(self.damaged) >= budget else self.hosts
+        host = rng.choice(pool)
+        self.db.kill(host, "tserver")
+        out = self.remotes[host].run(["python3", "-c", _DAMAGE, str(rng.randrange(2**31)),
+                                      f"{DATA}/tserver"]).stdout
+        self.db.start(host, "tserver")
+        done = json.loads(out.strip().splitlines()[-1])
+        if "file" in done:
+            self.damaged.add(host)
+            done["replica"] = self._outcome(host, done["file"])
+        self.active = True
+        return {"host": host, **done}
+
+    def _outcome(self, host: str, path: str) -> dict:
+        """How the restarted server treats the damaged tablet: FAILED naming the file, or
+        RUNNING when the damage was a torn tail that bootstrap may legitimately cut off."""
+        import asyncio
+        import time
+
+        from harness.db import TSERVER_PORT
+        from node.protocol import Empty, ServerStatus
+        from node.rpc import RpcClient, RpcError
+
+        tablet = path.rstrip("/").split("/")[-2 if "/wals/" in path else -1]
+        address = next(h.address for h in self.db.hosts if h.name == host)
+
+        async def ask() -> dict:
+            rpc = RpcClient(connect_timeout=1.0)
+            try:
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    try:
+                        st = await rpc.call((address, TSERVER_PORT), "ts.status", Empty(),
+                                            ServerStatus, to_uuid="", timeout=1.0)
+                        rep = next((t for t in st.tablets if t.tablet_id == tablet), None)
+                        if rep is not None:
+                            return {"tablet": tablet, "state": rep.state, "error": rep.error}
+                    except RpcError:
+                        pass
+                    await asyncio.sleep(0.2)
+                return {"tablet": tablet, "state": "UNKNOWN", "error": "server did not answer"}
+            finally:
+                await rpc.close()
+
+        return asyncio.run(ask())
+
+    def stop(self) -> dict:
+        self.active = False  # the damage stays; the node was restarted right after it
+        return {"damaged_hosts": sorted(self.damaged)}

@@ -1,0 +1,140 @@
+"""Network faults with iptables on the receiving host: partitions and random packet loss, plus
+bandwidth limits with tc tbf (this kernel has no netem; see docs/nemeses.md for delay).
+
+Every rule the nemesis adds lives in its own chains (TESSERA-PART, TESSERA-LOSS) jumped to from
+INPUT, so healing flushes exactly what the nemesis added and nothing an operator put there.
+Only traffic between test hosts is affected: the control machine (the bridge address) keeps
+reaching every host, as a Jepsen control node does.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from harness.cluster import Host
+from harness.control import Remote
+from nemeses.base import Nemesis
+
+PART_CHAIN, LOSS_CHAIN = "TESSERA-PART", "TESSERA-LOSS"
+SHAPES = ("halves", "random-halves", "isolated", "leader-isolated", "bridge", "majorities-ring")
+
+
+def grudge(shape: str, hosts: list[str], rng: random.Random, leader: str | None = None) -> dict:
+    """host -> sorted hosts whose packets it drops (Jepsen's grudges)."""
+    n = len(hosts)
+    if shape == "halves":
+        return _split(hosts[: n // 2], hosts[n // 2:])
+    if shape == "random-halves":
+        shuffled = rng.sample(hosts, n)
+        return _split(shuffled[: n // 2], shuffled[n // 2:])
+    if shape in ("isolated", "leader-isolated"):
+        lone = leader if shape == "leader-isolated" and leader in hosts else rng.choice(hosts)
+        return _split([lone], [h for h in hosts if h != lone])
+    if shape == "bridge":  # two halves that only the middle node talks to
+        shuffled = rng.sample(hosts, n)
+        mid = n // 2
+        left, bridge, right = shuffled[:mid], shuffled[mid], shuffled[mid + 1:]
+        g = _split(left, right)
+        g[bridge] = []
+        return g
+    if shape == "majorities-ring":  # each sees a majority; no two see the same one
+        ring, m = rng.sample(hosts, n), n // 2 + 1
+        back = (m - 1) // 2  # a window of m ring neighbours around each node
+        return {h: sorted(set(hosts) - {ring[(i + d) % n] for d in range(-back, m - back)})
+                for i, h in enumerate(ring)}
+    raise ValueError(f"unknown partition shape {shape!r} (known: {', '.join(SHAPES)})")
+
+
+def _split(a: list[str], b: list[str]) -> dict:
+    g = {h: sorted(b) for h in a}
+    g.update({h: sorted(a) for h in b})
+    return g
+
+
+def _ensure_chain(r: Remote, chain: str) -> None:
+    r.sh(f"iptables -w -N {chain} 2>/dev/null; iptables -w -C INPUT -j {chain} 2>/dev/null || "
+         f"iptables -w -I INPUT -j {chain}")
+
+
+def _remove_chain(r: Remote, chain: str) -> None:
+    r.sh(f"iptables -w -F {chain} 2>/dev/null; iptables -w -D INPUT -j {chain} 2>/dev/null; "
+         f"iptables -w -X {chain} 2>/dev/null; true")
+
+
+@dataclass
+class Partition(Nemesis):
+    hosts: list[Host] = field(default_factory=list)
+    remotes: dict[str, Remote] = field(default_factory=dict)
+    shapes: tuple = SHAPES
+    leader: object = None  # callable -> host name of the leader master, or None
+    name: str = "partition"
+    _cut: dict = field(default_factory=dict)
+
+    def start(self, rng: random.Random) -> dict:
+        shape = rng.choice(self.shapes)
+        leader = self.leader() if shape == "leader-isolated" and self.leader else None
+        names = [h.name for h in self.hosts]
+        self._cut = grudge(shape, names, rng, leader)
+        addr = {h.name: h.address for h in self.hosts}
+        for host, drops in self._cut.items():
+            r = self.remotes[host]
+            _ensure_chain(r, PART_CHAIN)
+            for src in drops:
+                r.run(["iptables", "-w", "-A", PART_CHAIN, "-s", addr[src], "-j", "DROP"])
+        self.active = True
+        return {"shape": shape, "drops": self._cut, **({"leader": leader} if leader else {})}
+
+    def stop(self) -> dict:
+        for h in self.hosts:
+            _remove_chain(self.remotes[h.name], PART_CHAIN)
+        self._cut, self.active = {}, False
+        return {"healed": [h.name for h in self.hosts]}
+
+    def heal(self) -> dict:
+        return self.stop()  # always: a harness crash may have left rules behind
+
+
+@dataclass
+class PacketFaults(Nemesis):
+    """Random loss of packets from other test hosts, and a bandwidth cap on the host's link."""
+
+    hosts: list[Host] = field(default_factory=list)
+    remotes: dict[str, Remote] = field(default_factory=dict)
+    loss: float = 0.2
+    rate: str = "1mbit"
+    modes: tuple = ("loss", "bandwidth")
+    name: str = "packet"
+    _targets: list[str] = field(default_factory=list)
+
+    def start(self, rng: random.Random) -> dict:
+        from nemeses.base import choose_targets
+
+        self._targets = choose_targets(rng.choice(["one", "minority", "all"]),
+                                       [h.name for h in self.hosts], rng)
+        mode = rng.choice(self.modes)
+        peers = [h.address for h in self.hosts]
+        for name in self._targets:
+            r = self.remotes[name]
+            if mode == "loss":
+                _ensure_chain(r, LOSS_CHAIN)
+                for src in peers:
+                    r.run(["iptables", "-w", "-A", LOSS_CHAIN, "-s", src, "-m", "statistic",
+                           "--mode", "random", "--probability", f"{self.loss:g}", "-j", "DROP"])
+            else:
+                r.run(["tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", self.rate,
+                       "burst", "32kbit", "latency", "400ms"])
+        self.active = True
+        detail = {"loss": self.loss} if mode == "loss" else {"rate": self.rate}
+        return {"mode": mode, "targets": self._targets, **detail}
+
+    def stop(self) -> dict:
+        for h in self.hosts:
+            r = self.remotes[h.name]
+            _remove_chain(r, LOSS_CHAIN)
+            r.sh("tc qdisc del dev eth0 root 2>/dev/null; true")
+        healed, self._targets, self.active = self._targets, [], False
+        return {"healed": healed}
+
+    def heal(self) -> dict:
+        return self.stop()

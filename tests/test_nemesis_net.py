@@ -1,0 +1,57 @@
+"""Partition shapes as grudges (who drops whose packets): pure functions, checked exhaustively."""
+
+import itertools
+import random
+
+import pytest
+
+from nemeses.net import SHAPES, grudge
+
+HOSTS = ["n1", "n2", "n3", "n4", "n5"]
+
+
+def components_see(g, host):
+    return {h for h in HOSTS if h not in g.get(host, [])}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_grudges_are_symmetric_except_the_ring(seed):
+    for shape in SHAPES:
+        g = grudge(shape, HOSTS, random.Random(seed), leader="n3")
+        assert set(g) == set(HOSTS)
+        for h, drops in g.items():
+            assert h not in drops
+            if shape != "majorities-ring":
+                for d in drops:
+                    assert h in g[d], (shape, h, d)
+
+
+def test_halves_and_isolation():
+    g = grudge("halves", HOSTS, random.Random(0))
+    assert g["n1"] == ["n3", "n4", "n5"] and g["n5"] == ["n1", "n2"]
+    g = grudge("leader-isolated", HOSTS, random.Random(0), leader="n4")
+    assert g["n4"] == ["n1", "n2", "n3", "n5"] and g["n1"] == ["n4"]
+
+
+def test_bridge_node_sees_everyone_and_the_halves_do_not_see_each_other():
+    g = grudge("bridge", HOSTS, random.Random(1))
+    (bridge,) = [h for h, d in g.items() if not d]
+    others = [h for h in HOSTS if h != bridge]
+    for a, b in itertools.combinations(others, 2):
+        assert (b in g[a]) == (a in g[b])
+    assert all(len(g[h]) == 2 for h in others)
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 7])
+def test_majorities_ring_each_sees_a_majority_and_no_two_the_same(n):
+    hosts = [f"n{i}" for i in range(1, n + 1)]
+    g = grudge("majorities-ring", hosts, random.Random(n))
+    views = [frozenset(h for h in hosts if h not in g[x]) for x in hosts]
+    assert all(len(v) == n // 2 + 1 for v in views)
+    if n >= 4:
+        assert len(set(views)) == n
+
+
+def test_unknown_shape():
+    with pytest.raises(ValueError, match="unknown partition shape"):
+        grudge("donut", HOSTS, random.Random(0))
