@@ -75,8 +75,7 @@ def test_missing_file_exits_2(capsys, tmp_path):
 def test_console_script(tmp_path):
     path = tmp_path / "history.jsonl"
     write_jsonl(register_history(2, 50, keys=3, cas=False), path)
-    tessera = Path(sys.executable).parent / "tessera"
-    proc = subprocess.run([str(tessera), "check", str(path), "--model", "register", "--json"],
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "check", str(path), "--model", "register", "--json"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["verdict"] == "valid"

@@ -194,3 +194,9 @@ def test_cycle_search_budget_reports_unknown():
 def test_generated_serializable_list_append_histories_are_valid(seed):
     ops = list_append_history(seed=seed, n_txns=300, processes=6, keys=4)
     assert check_list_append(ops)["verdict"] == "valid"
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_generated_serializable_rw_register_histories_are_valid(seed):
+    ops = list_append_history(seed=seed, n_txns=300, processes=6, keys=4, registers=True)
+    assert check_rw_register(ops)["verdict"] == "valid"

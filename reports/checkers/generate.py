@@ -100,10 +100,12 @@ def corrupt_one_read(ops: list[Op], seed: int) -> list[Op]:
 
 
 def list_append_history(seed: int, n_txns: int, processes: int = 5, keys: int = 5,
-                        max_mops: int = 4, corrupt: bool = False) -> list[Op]:
+                        max_mops: int = 4, corrupt: bool = False, registers: bool = False) -> list[Op]:
     """List-append transactions against a serializable in-memory store: each txn applies
     atomically between its invoke and completion; some fail (no effect) or crash (:info, with or
-    without effect). With `corrupt`, a few reads drop their last element (stale reads)."""
+    without effect). With `corrupt`, a few reads drop their last element (stale reads). With
+    `registers`, the same as an rw-register history: `w` writes a unique value, `r` reads the
+    latest (None before any write)."""
     rng = random.Random(seed)
     db: dict[int, list[int]] = {}
     counter = 0
@@ -124,7 +126,7 @@ def list_append_history(seed: int, n_txns: int, processes: int = 5, keys: int = 
                 k = rng.randrange(keys)
                 if rng.random() < 0.5:
                     counter += 1
-                    mops.append(["append", k, counter])
+                    mops.append(["w" if registers else "append", k, counter])
                 else:
                     mops.append(["r", k, None])
             flight[p] = [mops, False, None]
@@ -140,9 +142,11 @@ def list_append_history(seed: int, n_txns: int, processes: int = 5, keys: int = 
                 continue
             result = []
             for f, k, v in mops:
-                if f == "append":
+                if f != "r":
                     db.setdefault(k, []).append(v)
                     result.append([f, k, v])
+                elif registers:
+                    result.append([f, k, db[k][-1] if db.get(k) else None])
                 else:
                     result.append([f, k, list(db.get(k, []))])
             flight[p][1:] = [True, result]
