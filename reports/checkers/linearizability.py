@@ -2,14 +2,17 @@
 
 Per key, ops become calls with an invoke position and (for ok ops) a return position, kept in a
 doubly linked event list as in Lowe's algorithm: only calls before the first remaining return are
-candidates, so ops are linearized "just in time". Each (linearized-set bitset, model state) is
-searched at most once (the cache), and pending ops get a subsumption cache (see `_search`). Jepsen semantics: `fail` ops did not happen and are dropped;
-`info` ops and invokes without completion stay pending to the end of the history — they may take
-effect anywhere after their invoke, or never, so the search succeeds once every ok op is placed.
-Pending ops that are equal (same f and value) are interchangeable, so they are placed in invoke
-order only; this symmetry cut is what keeps histories full of timed-out writes tractable.
+candidates, so ops are linearized "just in time". Each (linearized ok-op bitset, model state) is
+searched once, with a subsumption rule for pending ops (see `_search`).
 
-Results are plain JSON-friendly dicts (see `check`), the shape the HTML report and the Spark job read.
+Jepsen semantics: `fail` ops did not happen and are dropped; `info` ops and invokes without a
+completion stay pending to the end of the history — each may take effect anywhere after its
+invoke, or never — so the search succeeds once every ok op is placed. Pending ops that are equal
+(same f and value) are interchangeable, so they are placed in invoke order only; this symmetry cut
+keeps histories full of timed-out writes tractable. A pending read is dropped outright.
+
+Results are plain JSON-friendly dicts (see `check`), the shape the HTML report and the Spark job
+read. Inside a Spark executor call `check(..., processes=1)` or `check_key` directly.
 """
 
 from __future__ import annotations
@@ -115,6 +118,7 @@ def check_key(ops: list[Op], model: Model, time_limit: float = DEFAULT_TIME_LIMI
 
 def _search(calls: list[Call], events: list[tuple[int, int]], model: Model, deadline: float,
             max_states: int) -> dict:
+    """Depth-first WGL over the event list; {verdict, states[, reason][, counterexample]}."""
     n_ev = len(events)
     head = n_ev  # sentinel; events are nodes 0..n_ev-1 of a doubly linked list, -1 ends it
     nxt = list(range(1, n_ev + 1)) + [0 if n_ev else -1]
