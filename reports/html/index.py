@@ -1,0 +1,27 @@
+"""`store/index.html`: every run in the store, newest first, with a trend plot of verdicts and
+throughput over the runs (oldest to newest)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reports.html import plots
+from reports.html.report import ENV, _write
+from reports.spark import results as res
+from reports.spark.runs import ANALYSIS_DIR, Run
+
+
+def render_index(store: Path, runs: list[Run]) -> Path:
+    rows = []
+    for r in runs:
+        row = res.run_row(r, r.previous_results())
+        row["link"] = f"{r.name}/report.html" if r.report.is_file() else None
+        rows.append(row)
+    rows.sort(key=lambda row: (row["started"], row["run"]))
+    out = store / ANALYSIS_DIR
+    out.mkdir(exist_ok=True)
+    trend = f"{ANALYSIS_DIR}/" + plots.trend_plot(rows, out / "trend.png") if rows else None
+    counts = {v: sum(1 for row in rows if row["verdict"] == v) for v in ("valid", "invalid", "unknown")}
+    _write(store / "index.html", ENV.get_template("index.html.j2").render(
+        store=str(store), rows=list(reversed(rows)), trend=trend, counts=counts))
+    return store / "index.html"

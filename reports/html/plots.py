@@ -1,0 +1,164 @@
+"""The report's matplotlib figures, written as PNG files beside the page.
+
+Nemesis periods are shaded by fault kind on every plot over history time, so a latency spike or a
+throughput gap can be read against the fault that caused it."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: executors and CI have no display
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+from reports.history import NEMESIS, Op  # noqa: E402
+
+TYPE_COLORS = {"ok": "#2e9d4a", "fail": "#d6342c", "info": "#f0a020"}
+FAULT_COLORS = ["#9ecae1", "#fdae6b", "#bcbddc", "#a1d99b", "#fc9272", "#d9d9d9", "#c7e9c0"]
+DPI = 80
+MAX_POINTS = 20_000  # latency points drawn; longer runs are sampled evenly
+
+
+def _fault_color(kinds: list[str], kind: str) -> str:
+    return FAULT_COLORS[kinds.index(kind) % len(FAULT_COLORS)]
+
+
+def _shade(ax, periods: list[dict]) -> None:
+    kinds = sorted({p["kind"] for p in periods})
+    labelled = set()
+    for p in periods:
+        label = None if p["kind"] in labelled else p["kind"]
+        labelled.add(p["kind"])
+        ax.axvspan(p["start"], p["end"], color=_fault_color(kinds, p["kind"]), alpha=0.45, lw=0,
+                   label=label, zorder=0)
+
+
+def _save(fig, path: Path) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path.name
+
+
+def completions(ops: list[Op]) -> list[tuple[Op, Op]]:
+    """(invoke, completion) pairs of client ops with times, in completion order."""
+    open_: dict = {}
+    pairs = []
+    for op in ops:
+        if op.process == NEMESIS or op.time is None:
+            continue
+        if op.type == "invoke":
+            open_[op.process] = op
+        elif (inv := open_.pop(op.process, None)) is not None:
+            pairs.append((inv, op))
+    return pairs
+
+
+def latency_plot(pairs: list[tuple[Op, Op]], periods: list[dict], path: Path) -> str:
+    """Latency of every op over time, colored ok/fail/info, with per-second p50/p99 lines."""
+    fig, ax = plt.subplots(figsize=(11, 3.6))
+    _shade(ax, periods)
+    step = max(1, len(pairs) // MAX_POINTS)
+    for t in ("ok", "fail", "info"):
+        xs = [inv.time / 1e9 for inv, c in pairs[::step] if c.type == t]
+        ys = [max(c.time - inv.time, 1) / 1e6 for inv, c in pairs[::step] if c.type == t]
+        if xs:
+            ax.scatter(xs, ys, s=4, c=TYPE_COLORS[t], label=t, alpha=0.7, lw=0, zorder=2)
+    by_second: dict[int, list[float]] = defaultdict(list)
+    for inv, c in pairs:
+        if c.type == "ok":
+            by_second[inv.time // 1_000_000_000].append(max(c.time - inv.time, 1) / 1e6)
+    if by_second:
+        secs = sorted(by_second)
+        for q, style in ((0.5, "-"), (0.99, "--")):
+            qs = [sorted(by_second[s])[min(len(by_second[s]) - 1, int(q * len(by_second[s])))] for s in secs]
+            ax.plot([s + 0.5 for s in secs], qs, style, color="#333", lw=1, label=f"ok p{int(q * 100)}", zorder=3)
+    ax.set_yscale("log")
+    ax.set_xlabel("seconds since the run began")
+    ax.set_ylabel("latency (ms)")
+    ax.set_title("Latency")
+    ax.legend(loc="upper right", fontsize=7, ncol=4, markerscale=3)
+    return _save(fig, path)
+
+
+def throughput_plot(pairs: list[tuple[Op, Op]], periods: list[dict], path: Path) -> str:
+    """Completions per second for each op type (f) and outcome."""
+    fig, ax = plt.subplots(figsize=(11, 3.2))
+    _shade(ax, periods)
+    series: dict[tuple[str, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for _, c in pairs:
+        series[(str(c.f), c.type)][c.time // 1_000_000_000] += 1
+    end = max((c.time // 1_000_000_000 for _, c in pairs), default=0)
+    styles = {"ok": "-", "fail": ":", "info": "--"}
+    for (f, t), counts in sorted(series.items()):
+        xs = list(range(end + 1))
+        ax.plot([x + 0.5 for x in xs], [counts.get(x, 0) for x in xs], styles[t], lw=1.2,
+                label=f"{f} {t}", zorder=2)
+    ax.set_xlabel("seconds since the run began")
+    ax.set_ylabel("ops/s")
+    ax.set_title("Throughput per op type")
+    ax.legend(loc="upper right", fontsize=7, ncol=6)
+    return _save(fig, path)
+
+
+def clock_plot(steps: list[dict], end: float, path: Path) -> str:
+    """Each node's clock offset (a step function) while the clock nemesis skewed them."""
+    fig, ax = plt.subplots(figsize=(11, 2.8))
+    nodes = sorted({n for s in steps for n in s["offsets_ms"]})
+    for n in nodes:
+        xs, ys = [0.0], [0.0]
+        for s in steps:
+            xs.append(s["time"])
+            ys.append(s["offsets_ms"].get(n, ys[-1]))
+        xs.append(max(end, xs[-1]))
+        ys.append(ys[-1])
+        ax.step(xs, ys, where="post", label=n)
+    ax.set_xlabel("seconds since the run began")
+    ax.set_ylabel("clock offset (ms)")
+    ax.set_title("Clock offsets")
+    ax.legend(loc="upper right", fontsize=7, ncol=6)
+    return _save(fig, path)
+
+
+def raft_plot(tracks: dict[str, list[dict]], path: Path, max_tablets: int = 24) -> str:
+    """Per tablet, which host led in which term: one lane per tablet, colored by host."""
+    tablets = sorted(tracks)[:max_tablets]
+    starts = [s["start"] for t in tablets for s in tracks[t]]
+    t0 = min(starts) if starts else 0.0
+    hosts = sorted({s["host"] for t in tablets for s in tracks[t]})
+    cmap = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(11, 0.9 + 0.35 * max(1, len(tablets))))
+    for i, tab in enumerate(tablets):
+        for s in tracks[tab]:
+            color = cmap(hosts.index(s["host"]) % 10)
+            ax.barh(i, max(s["end"] - s["start"], 0.05), left=s["start"] - t0, height=0.6, color=color)
+            ax.text(s["start"] - t0, i, f"t{s['term']}", va="center", fontsize=6)
+    ax.set_yticks(range(len(tablets)), tablets, fontsize=7)
+    ax.set_xlabel("seconds since the first Raft event (node wall clocks)")
+    ax.set_title("Raft leader and term per tablet")
+    for h in hosts:
+        ax.barh([], [], color=cmap(hosts.index(h) % 10), label=h)
+    if hosts:
+        ax.legend(loc="upper right", fontsize=7, ncol=len(hosts))
+    return _save(fig, path)
+
+
+def trend_plot(rows: list[dict], path: Path) -> str:
+    """The nightly view: each run's verdict and throughput, oldest to newest."""
+    fig, ax = plt.subplots(figsize=(11, 3))
+    xs = list(range(len(rows)))
+    ax.bar(xs, [r["throughput"] for r in rows], color="#c6dbef", label="ok ops/s")
+    colors = {"valid": TYPE_COLORS["ok"], "invalid": TYPE_COLORS["fail"], "unknown": TYPE_COLORS["info"]}
+    top = max([r["throughput"] for r in rows] + [1.0]) * 1.08
+    for v, c in colors.items():
+        sel = [x for x, r in zip(xs, rows, strict=True) if r["verdict"] == v]
+        if sel:
+            ax.scatter(sel, [top] * len(sel), c=c, marker="s", s=30, label=v, zorder=3)
+    ax.set_xticks(xs, [r["started"][5:16] for r in rows], rotation=60, fontsize=6)
+    ax.set_ylabel("ok ops/s")
+    ax.set_title("Verdicts and throughput over runs")
+    ax.legend(loc="lower right", fontsize=7, ncol=4)
+    return _save(fig, path)

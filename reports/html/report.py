@@ -1,0 +1,74 @@
+"""A run's `report.html`: the verdict first, then what explains it (counterexample or Elle
+cycle), the plots, the Raft track and the op timeline; plots in `plots/`, timeline pages in
+`timeline/`, beside the page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+
+from reports.history import Op
+from reports.html import plots, timeline
+from reports.html.raftlog import leader_tracks, raft_events
+from reports.html.templates import TEMPLATES
+from reports.spark.runs import Run
+
+ENV = jinja2.Environment(loader=jinja2.DictLoader(TEMPLATES),
+                         autoescape=jinja2.select_autoescape(["html", "j2"]))
+
+
+def reproduce_command(test: dict) -> str:
+    cmd = str(test.get("command", ""))
+    if cmd and "seed" in test and "--seed" not in cmd:
+        cmd += f" --seed {test['seed']}"
+    return cmd
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name("." + path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def render_report(run: Run, results: dict, ops: list[Op] | None) -> Path:
+    plot_dir = run.path / "plots"
+    plot_dir.mkdir(exist_ok=True)
+    ops = ops or []
+    by_index = {op.index: op for op in ops}
+    periods = (results.get("nemesis") or {}).get("periods", [])
+    figures = []
+    pairs = plots.completions(ops)
+    if pairs:
+        figures.append(("Latency", "plots/" + plots.latency_plot(pairs, periods, plot_dir / "latency.png")))
+        figures.append(("Throughput", "plots/" + plots.throughput_plot(pairs, periods, plot_dir / "throughput.png")))
+    if results.get("clock"):
+        figures.append(("Clock offsets", "plots/" + plots.clock_plot(
+            results["clock"], results.get("duration_s") or 0.0, plot_dir / "clock.png")))
+    tracks = leader_tracks(raft_events(run.path))
+    if any(tracks.values()):
+        figures.append(("Raft leaders", "plots/" + plots.raft_plot(tracks, plot_dir / "raft.png")))
+
+    counterexamples = [{"key": cx["key"], "explanation": cx["explanation"],
+                        "svgs": [timeline.counterexample_svg(p, by_index) for p in cx["paths"][:2]]}
+                       for cx in results.get("counterexamples", [])[:10]]
+    cycles = [{**a, "svg": timeline.cycle_svg(a)}
+              for r in (results.get("check") or {}).get("results", [])
+              for a in r.get("anomalies", []) if a.get("edges")]
+    pages, left_out = timeline.pages(ops)
+    page_dir = run.path / "timeline"
+    page_dir.mkdir(exist_ok=True)
+    for i, page in enumerate(pages, 1):
+        _write(page_dir / f"{i}.html", ENV.get_template("timeline.html.j2").render(
+            run=run.name, page=i, pages=len(pages), svg=timeline.process_timeline_svg(page), left_out=left_out))
+
+    test = results.get("test") or {}
+    html = ENV.get_template("report.html.j2").render(
+        run=run.name, r=results, test=test, command=reproduce_command(test),
+        figures=figures, counterexamples=counterexamples, cycles=cycles,
+        other_anomalies=[a for a in results.get("anomalies", []) if a["type"] != "nonlinearizable"
+                         and not any(c["explanation"] == a["explanation"] for c in cycles)],
+        first_page=timeline.process_timeline_svg(pages[0]) if pages else "",
+        pages=len(pages), left_out=left_out, raft_tablets=len(tracks))
+    _write(run.report, html)
+    return run.report

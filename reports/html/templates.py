@@ -1,0 +1,135 @@
+"""The page templates (Jinja2), kept in a module so they ship inside any wheel or zip of the
+package without package-data configuration."""
+
+STYLE = """\
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1060px; color: #222; }
+h1 { margin-bottom: .2em; } h2 { border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 1.6em; }
+.verdict { display: inline-block; padding: .25em .8em; border-radius: 6px; color: #fff; font-weight: bold; font-size: 1.4em; }
+.verdict.valid { background: #2e9d4a; } .verdict.invalid { background: #d6342c; } .verdict.unknown { background: #e69500; }
+table { border-collapse: collapse; font-size: .9em; } td, th { border: 1px solid #ddd; padding: .25em .6em; text-align: left; }
+code, pre { background: #f4f4f4; padding: .1em .3em; border-radius: 3px; } pre { padding: .6em; overflow-x: auto; white-space: pre-wrap; }
+.error { background: #fde8e6; border: 1px solid #d6342c; padding: .6em; border-radius: 4px; }
+img.plot { max-width: 100%; border: 1px solid #eee; } svg { max-width: 100%; height: auto; border: 1px solid #eee; }
+.v-valid { color: #2e9d4a; font-weight: bold; } .v-invalid { color: #d6342c; font-weight: bold; } .v-unknown { color: #e69500; font-weight: bold; }
+"""
+
+REPORT = """\
+<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{{ run }}: {{ r.verdict }}</title>
+<style>{% include "style.css.j2" %}</style></head>
+<body>
+<header id="summary">
+<h1>{{ run }}</h1>
+<p><span id="verdict" class="verdict {{ r.verdict }}">{{ r.verdict | upper }}</span>
+  &nbsp;checked as <b>{{ r.checker }}</b> (checker {{ r.checker_version }}, {{ r.analyzed_at }})</p>
+{% if r.error %}<p class="error" id="unreadable">Unreadable history: {{ r.error }}</p>{% endif %}
+<table>
+<tr><th>workload</th><td>{{ test.workload }}</td></tr>
+<tr><th>nemeses</th><td>{{ (test.nemesis or []) | join(", ") or "none" }}</td></tr>
+<tr><th>seed</th><td>{{ test.seed }}</td></tr>
+<tr><th>duration</th><td>{{ r.duration_s }} s of history (time limit {{ test.time_limit }} s), concurrency {{ test.concurrency }}</td></tr>
+<tr><th>reproduce</th><td><code id="command">{{ command }}</code></td></tr>
+</table>
+</header>
+
+{% if r.verdict == "invalid" %}
+<section id="counterexample">
+<h2>Why it is invalid</h2>
+{% for cx in counterexamples %}
+<h3>Key {{ cx.key }}: not linearizable</h3>
+<p>{{ cx.explanation }}</p>
+<p>The longest partial linearization{{ "s" if cx.svgs|length > 1 }} found: blue bars are ops placed in order (#n, with the
+model state after each), the red bar is the op that cannot be placed. Hover a bar for details.</p>
+{% for svg in cx.svgs %}{{ svg | safe }}{% endfor %}
+{% endfor %}
+{% for c in cycles %}
+<h3>{{ c.type }} cycle</h3>
+{{ c.svg | safe }}
+<p>{{ c.explanation }}</p>
+<table><tr><th>txn</th><th>process</th><th>index</th><th>ops</th></tr>
+{% for t in c.transactions %}<tr><td>{{ t.name }}</td><td>{{ t.process }}</td><td>{{ t.index }}</td><td><code>{{ t.value }}</code></td></tr>{% endfor %}
+</table>
+{% endfor %}
+{% if other_anomalies %}
+<h3>Other anomalies</h3>
+<ul>{% for a in other_anomalies %}<li><b>{{ a.type }}</b> ({{ a.checker }}): {{ a.explanation }}</li>{% endfor %}</ul>
+{% endif %}
+</section>
+{% endif %}
+
+{% for res in (r.check or {}).get("results", []) if res.verdict == "unknown" and res.reason %}
+<p class="error">{{ res.checker }}: unknown ({{ res.reason }})</p>
+{% endfor %}
+
+<section id="plots">
+<h2>Latency and throughput</h2>
+{% if r.nemesis and r.nemesis.periods %}<p>Shaded: nemesis periods by fault kind
+({% for k, n in r.nemesis.fired.items() %}{{ k }} ×{{ n }}{{ ", " if not loop.last }}{% endfor %}).</p>{% endif %}
+{% for title, src in figures %}
+<figure><img class="plot" src="{{ src }}" alt="{{ title }}"><figcaption>{{ title }}</figcaption></figure>
+{% else %}<p>No plots: the history has no completed client ops.</p>{% endfor %}
+{% if raft_tablets == 0 %}<p>No Raft leader/term lines in the node logs.</p>{% endif %}
+</section>
+
+{% if r.stats %}
+<section id="statistics">
+<h2>Statistics</h2>
+<table><tr><th>f</th><th>ok</th><th>fail</th><th>info</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>max ms</th></tr>
+{% for f, c in r.stats.counts.items() %}{% set q = r.stats.latency_ns.get(f, {}) %}
+<tr><td>{{ f }}</td><td>{{ c.ok }}</td><td>{{ c.fail }}</td><td>{{ c.info }}</td>
+{% for k in ["0.5", "0.9", "0.99", "1.0"] %}<td>{{ "%.1f" | format(q[k] / 1e6) if k in q else "" }}</td>{% endfor %}</tr>
+{% endfor %}</table>
+{% if r.nemesis %}<p>Nemesis: {% for k, s in r.nemesis.fault_seconds.items() %}{{ k }} {{ s }} s{{ ", " if not loop.last }}{% else %}no faults fired{% endfor %}
+{% if r.nemesis.never_fired %}; <b>never fired: {{ r.nemesis.never_fired | join(", ") }}</b>{% endif %}.</p>{% endif %}
+</section>
+{% endif %}
+
+<section id="timeline">
+<h2>Op timeline per process</h2>
+{% if pages %}
+<p>Page 1 of {{ pages }} below{% if left_out %}; {{ left_out }} later ops are not drawn (capped){% endif %}.
+Pages: {% for i in range(1, pages + 1) %}<a href="timeline/{{ i }}.html">{{ i }}</a> {% endfor %}</p>
+{{ first_page | safe }}
+{% else %}<p>No client ops.</p>{% endif %}
+</section>
+</body></html>
+"""
+
+TIMELINE = """\
+<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{{ run }}: ops, page {{ page }}</title>
+<style>{% include "style.css.j2" %}</style></head>
+<body><h1>{{ run }}: op timeline, page {{ page }} of {{ pages }}</h1>
+<p><a href="../report.html">report</a>
+{% if page > 1 %} · <a href="{{ page - 1 }}.html">previous</a>{% endif %}
+{% if page < pages %} · <a href="{{ page + 1 }}.html">next</a>{% endif %}
+{% if left_out %} · {{ left_out }} later ops not drawn (capped){% endif %}</p>
+{{ svg | safe }}
+</body></html>
+"""
+
+INDEX = """\
+<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Tessera store</title>
+<style>{% include "style.css.j2" %}</style></head>
+<body><h1>Tessera runs</h1>
+<p>{{ store }}: {{ rows|length }} runs — <span class="v-valid">{{ counts.valid }} valid</span>,
+<span class="v-invalid">{{ counts.invalid }} invalid</span>, <span class="v-unknown">{{ counts.unknown }} unknown</span>.
+Parquet tables: <code>analysis/runs.parquet</code>, <code>analysis/keys.parquet</code>.</p>
+{% if trend %}<img class="plot" id="trend" src="{{ trend }}" alt="verdicts and throughput over runs">{% endif %}
+<table id="runs"><tr><th>date</th><th>test</th><th>workload</th><th>nemeses</th><th>verdict</th><th>ops</th><th>ok ops/s</th><th>report</th></tr>
+{% for row in rows %}
+<tr><td>{{ row.started }}</td><td>{{ row.test }}</td><td>{{ row.workload }}</td><td>{{ row.nemeses or "none" }}</td>
+<td class="v-{{ row.verdict }}">{{ row.verdict }}{% if row.status == "unreadable" %} (unreadable){% endif %}</td>
+<td>{{ row.ops }}</td><td>{{ row.throughput }}</td>
+<td>{% if row.link %}<a href="{{ row.link }}">{{ row.run }}</a>{% else %}{{ row.run }} ({{ row.status }}){% endif %}</td></tr>
+{% endfor %}</table>
+</body></html>
+"""
+
+TEMPLATES = {
+    "style.css.j2": STYLE,
+    "report.html.j2": REPORT,
+    "timeline.html.j2": TIMELINE,
+    "index.html.j2": INDEX,
+}

@@ -1,0 +1,1 @@
+"""`tessera analyze`: the Spark job that checks many stored runs in parallel (see `job`)."""

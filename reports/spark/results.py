@@ -1,0 +1,168 @@
+"""A run's `results.json` (verdict, anomalies, counterexamples, statistics, nemesis coverage) and
+the flat rows the store's Parquet tables and index are built from.
+
+`results.json` is what the report renders and what the next `tessera analyze` reads to skip a run
+already analyzed with the same checker version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+
+from reports.checkers.stats import stats
+from reports.history import NEMESIS, Op
+from reports.spark.runs import Run
+
+ENDS = ("stop-", "heal-")
+
+
+def fault_periods(ops: list[Op]) -> list[dict]:
+    """Nemesis periods: from a fault's completed `start-<kind>` to its completed `stop-`/`heal-`
+    (or the end of the history), in seconds since the run began."""
+    end = max((op.time or 0 for op in ops), default=0) / 1e9
+    open_: dict[str, dict] = {}
+    periods: list[dict] = []
+    for op in ops:
+        if op.process != NEMESIS or op.value is None or not isinstance(op.f, str) or op.time is None:
+            continue
+        if op.f.startswith("start-"):
+            kind = op.f[len("start-"):]
+            if kind not in open_:
+                open_[kind] = {"kind": kind, "start": op.time / 1e9, "value": op.value}
+        elif op.f.startswith(ENDS):
+            kind = op.f.split("-", 1)[1]
+            if kind in open_:
+                periods.append({**open_.pop(kind), "end": op.time / 1e9})
+    periods.extend({**p, "end": end} for p in open_.values())
+    return sorted(periods, key=lambda p: p["start"])
+
+
+def clock_offsets(ops: list[Op]) -> list[dict]:
+    """Clock-skew steps [{time, offsets_ms}] from `start-clock`/`stop-clock` ops (stop resets)."""
+    steps = []
+    for op in ops:
+        if op.process != NEMESIS or op.time is None or not isinstance(op.value, dict):
+            continue
+        if op.f == "start-clock" and isinstance(op.value.get("offsets_ms"), dict):
+            steps.append({"time": op.time / 1e9, "offsets_ms": dict(op.value["offsets_ms"])})
+        elif op.f in ("stop-clock", "heal-clock") and steps:
+            steps.append({"time": op.time / 1e9, "offsets_ms": {n: 0 for n in steps[-1]["offsets_ms"]}})
+    return steps
+
+
+def nemesis_coverage(ops: list[Op], configured: list[str]) -> dict:
+    counts = Counter(str(op.f) for op in ops if op.process == NEMESIS)
+    periods = fault_periods(ops)
+    fired = Counter(p["kind"] for p in periods)
+    seconds: dict[str, float] = {}
+    for p in periods:
+        seconds[p["kind"]] = round(seconds.get(p["kind"], 0.0) + p["end"] - p["start"], 3)
+    return {"counts": dict(counts), "fired": dict(fired), "fault_seconds": seconds,
+            "never_fired": sorted(set(configured) - set(fired)), "periods": periods}
+
+
+def anomalies(check: dict) -> list[dict]:
+    """Every failure a checker found, flattened: {checker, type, key?, explanation}."""
+    found = []
+    for r in check.get("results", []):
+        for k in r.get("keys", []):
+            if k["verdict"] == "invalid":
+                found.append({"checker": r["checker"], "type": "nonlinearizable", "key": k["key"],
+                              "explanation": k.get("counterexample", {}).get("explanation", "")})
+        for a in r.get("anomalies", []) + r.get("errors", []):
+            found.append({"checker": r["checker"], "type": a.get("type", "error"),
+                          "explanation": a.get("explanation", json.dumps(a, default=str)[:300])})
+    return found
+
+
+def counterexamples(check: dict) -> list[dict]:
+    return [{"key": k["key"], **k["counterexample"]}
+            for r in check.get("results", []) for k in r.get("keys", [])
+            if k["verdict"] == "invalid" and "counterexample" in k]
+
+
+def build(run: Run, check: dict, ops: list[Op] | None, error: str | None, version: str) -> dict:
+    test = run.test()
+    client = [op for op in ops or [] if op.process != NEMESIS]
+    st = stats(client) if ops else None
+    unreadable = error or check.get("unreadable")
+    return {
+        "verdict": "unknown" if unreadable else check["verdict"],
+        "status": "unreadable" if unreadable else "analyzed",
+        "error": unreadable,
+        "checker": check.get("model"),
+        "checker_version": version,
+        "analyzed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "test": test,
+        "duration_s": round(max((op.time or 0 for op in ops), default=0) / 1e9, 3) if ops else None,
+        "check": check,
+        "anomalies": anomalies(check),
+        "counterexamples": counterexamples(check),
+        "stats": st,
+        "counts": {f"{f}:{t}": n for f, c in (st or {"counts": {}})["counts"].items() for t, n in c.items() if n},
+        "nemesis": nemesis_coverage(ops, list(test.get("nemesis", []))) if ops else None,
+        "clock": clock_offsets(ops) if ops else [],
+    }
+
+
+def write(path: Path, results: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(results, indent=1, sort_keys=True, default=str) + "\n")
+    tmp.replace(path)  # readers never see half a file
+
+
+def run_row(run: Run, results: dict) -> dict:
+    """One run as a flat row (Parquet `runs` table and the store index)."""
+    test = results.get("test") or run.test()
+    st = results.get("stats") or {}
+    ok = sum(c.get("ok", 0) for c in st.get("counts", {}).values())
+    duration = results.get("duration_s") or 0.0
+    return {
+        "run": run.name,
+        "path": str(run.path),
+        "test": run.path.parent.name,
+        "started": _started(run.path.name),
+        "workload": str(test.get("workload", "")),
+        "nemeses": ",".join(map(str, test.get("nemesis", []))),
+        "seed": int(test["seed"]) if isinstance(test.get("seed"), int) else None,
+        "verdict": results.get("verdict", "unknown"),
+        "status": results.get("status", "not analyzed"),
+        "error": results.get("error"),
+        "ops": int(sum(sum(c.values()) for c in st.get("counts", {}).values())),
+        "ok_ops": int(ok),
+        "duration_s": float(duration),
+        "throughput": round(ok / duration, 3) if duration else 0.0,
+        "anomaly_types": ",".join(sorted({a["type"] for a in results.get("anomalies", [])})),
+        "checker_version": results.get("checker_version"),
+    }
+
+
+def key_rows(run: Run, results: dict) -> list[dict]:
+    """Per key (per-key models) or per checker (whole-run models) verdict rows."""
+    rows = []
+    for r in (results.get("check") or {}).get("results", []):
+        keys = r.get("keys")
+        if keys is None:
+            types = sorted({a.get("type", "error") for a in r.get("anomalies", []) + r.get("errors", [])})
+            keys = [{"key": "", "verdict": r["verdict"], "ops": None, "reason": r.get("reason"),
+                     "anomaly_types": ",".join(types)}]
+        for k in keys:
+            rows.append({"run": run.name, "checker": r["checker"], "key": str(k["key"]),
+                         "verdict": k["verdict"], "ops": k.get("ops"), "states": k.get("states"),
+                         "seconds": k.get("seconds"), "reason": k.get("reason"),
+                         "anomaly_types": k.get("anomaly_types", "nonlinearizable" if k["verdict"] == "invalid" else "")})
+    return rows
+
+
+def _started(stamp: str) -> str:
+    """`20261122T141554` -> `2026-11-22 14:15:54` (the run directory's creation time)."""
+    s = stamp.split("-")[0]
+    if len(s) == 15 and s[8] == "T":
+        return f"{s[:4]}-{s[4:6]}-{s[6:8]} {s[9:11]}:{s[11:13]}:{s[13:15]}"
+    return stamp
+
+

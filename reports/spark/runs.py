@@ -1,0 +1,109 @@
+"""Finding runs in a store and reading what the harness recorded about them.
+
+A run is a directory `store/<test>/<YYYYmmddTHHMMSS>/` holding `test.json` and `history.jsonl`;
+its store is two levels up. Pure Python, shared by the Spark job and the report renderer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import reports
+
+# Workload name -> checker model (the harness's names; the model name itself is accepted too).
+MODELS = {
+    "register": "cas-register",
+    "list-append": "list-append",
+    "bank": "bank",
+    "set": "set",
+}
+PER_KEY = frozenset({"cas-register", "register", "mutex", "queue"})  # P-compositional models
+BANK_TOTAL = 100  # the bank workload's conserved total unless test.json says otherwise
+ANALYSIS_DIR = "analysis"  # Parquet tables under the store root
+
+
+@dataclass(frozen=True)
+class Run:
+    path: Path  # the run directory (absolute)
+
+    @property
+    def store(self) -> Path:
+        return self.path.parent.parent
+
+    @property
+    def name(self) -> str:
+        """`<test>/<timestamp>`: unique within its store."""
+        return f"{self.path.parent.name}/{self.path.name}"
+
+    @property
+    def history(self) -> Path:
+        return self.path / "history.jsonl"
+
+    @property
+    def results(self) -> Path:
+        return self.path / "results.json"
+
+    @property
+    def report(self) -> Path:
+        return self.path / "report.html"
+
+    def test(self) -> dict:
+        """test.json, or {} when missing or unreadable (the report says so)."""
+        try:
+            return json.loads((self.path / "test.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def previous_results(self) -> dict:
+        try:
+            return json.loads(self.results.read_text())
+        except (OSError, ValueError):
+            return {}
+
+
+def model_for(test: dict) -> str:
+    workload = str(test.get("workload", "register"))
+    return MODELS.get(workload, workload)
+
+
+def check_options(test: dict, model: str) -> dict:
+    if model == "bank":
+        return {"total": int(test.get("total", test.get("flags", {}).get("total", BANK_TOTAL)))}
+    return {}
+
+
+def _is_run(path: Path) -> bool:
+    return (path / "history.jsonl").is_file() or (path / "test.json").is_file()
+
+
+def find_runs(paths: list[Path]) -> list[Run]:
+    """Runs under each path (a run directory, a test directory, or a store), oldest first by
+    their timestamp directory name; `latest` links are not followed twice."""
+    found: dict[Path, Run] = {}
+    for path in paths:
+        path = path.resolve()
+        if _is_run(path):
+            candidates = [path]
+        elif any(_is_run(p) for p in path.iterdir() if p.is_dir() and not p.is_symlink()):
+            candidates = [p for p in path.iterdir() if p.is_dir() and not p.is_symlink()]
+        else:
+            candidates = [r for t in path.iterdir() if t.is_dir() and not t.is_symlink()
+                          for r in t.iterdir() if r.is_dir()]
+        for c in candidates:
+            if _is_run(c):
+                found[c.resolve()] = Run(c.resolve())
+    return sorted(found.values(), key=lambda r: (r.path.name, r.name))
+
+
+def checker_version() -> str:
+    """A digest of the code a verdict depends on (checkers, history reader, unit splitting), so
+    a run is re-analyzed exactly when that code changed."""
+    root = Path(reports.__file__).parent
+    files = sorted((root / "checkers").glob("*.py")) + [root / "history.py", root / "spark" / "units.py"]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
