@@ -149,8 +149,11 @@ class TesseraDB:
             # Already running? Leave it. Otherwise the shell records its pid, then becomes the
             # daemon (exec), in a new session so it outlives this SSH connection.
             script = (f"if [ -f {pid} ] && kill -0 $(cat {pid}) 2>/dev/null; then exit 0; fi; "
-                      f"setsid sh -c {shlex.quote(f'echo $$ > {pid}; exec {cmd}')} "
-                      f"</dev/null >/dev/null 2>&1 &")
+                      f"rm -f {pid}; "
+                      f"setsid sh -c {shlex.quote(f'echo $$ > {pid}.new; mv {pid}.new {pid}; exec {cmd}')} "
+                      f"</dev/null >/dev/null 2>&1 & "
+                      f"for i in $(seq 200); do [ -s {pid} ] && exit 0; sleep 0.05; done; "
+                      f"echo '{d} did not start' >&2; exit 1")
             self.remotes[host].sh(script)
 
     def _signal(self, host: str, daemon: str | None, sig: str) -> None:

@@ -41,6 +41,7 @@ class Clock(Nemesis):
     hosts: list[str] = field(default_factory=list)
     remotes: dict[str, Remote] = field(default_factory=dict)
     name: str = "clock"
+    kinds: tuple = ("bump", "bump", "strobe")  # bumps are the common case, as in Jepsen
     offsets: dict[str, float] = field(default_factory=dict)
 
     def prepare(self) -> None:
@@ -51,7 +52,7 @@ class Clock(Nemesis):
 
     def start(self, rng: random.Random) -> dict:
         targets = choose_targets(rng.choice(["one", "minority", "majority"]), self.hosts, rng)
-        if rng.random() < 0.6:
+        if rng.choice(self.kinds) == "bump":
             # bump: ms to minutes, either way, log-uniform so small and large skews both occur
             for h in targets:
                 ms = rng.choice([-1, 1]) * 10 ** rng.uniform(1, 5.1)
