@@ -69,6 +69,7 @@ class TesseraDB:
     flags: dict[str, object] = field(default_factory=dict)  # extra daemon config keys
     env: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> env for daemons
     log: object = print
+    down: set = field(default_factory=set)  # (host, daemon) killed on purpose: not for the watchdog
 
     @property
     def master_hosts(self) -> list[Host]:
@@ -143,6 +144,7 @@ class TesseraDB:
     def start(self, host: str, daemon: str | None = None) -> None:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.get(host, {}).items())
         for d in self._targets(host, daemon):
+            self.down.discard((host, d))
             pid, log = f"{DATA}/{d}.pid", f"{DATA}/logs/{d}.log"
             cmd = (f"env {env} {ROOT}/venv/bin/tessera {d} --config {ROOT}/{d}.toml"
                    f" >>{log} 2>&1")
@@ -162,6 +164,7 @@ class TesseraDB:
             self.remotes[host].sh(f"[ -f {pid} ] && kill -{sig} $(cat {pid}) 2>/dev/null; true")
 
     def kill(self, host: str, daemon: str | None = None) -> None:
+        self.down.update((host, d) for d in self._targets(host, daemon))
         self._signal(host, daemon, "KILL")
         for d in self._targets(host, daemon):  # wait until gone, so a restart cannot race it
             pid = f"{DATA}/{d}.pid"
@@ -198,6 +201,17 @@ class TesseraDB:
                 await rpc.close()
 
         return asyncio.run(ask())
+
+    def revive(self) -> list[tuple[str, str]]:
+        """The watchdog's round: restart every daemon that died without being killed on purpose
+        (a crash is still a finding: the caller records each restart in the history)."""
+        revived = []
+        for h in self.hosts:
+            for d in self.daemons(h.name):
+                if (h.name, d) not in self.down and not self.running(h.name, d):
+                    self.start(h.name, d)
+                    revived.append((h.name, d))
+        return revived
 
     def running(self, host: str, daemon: str) -> bool:
         pid = f"{DATA}/{daemon}.pid"

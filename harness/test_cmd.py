@@ -230,9 +230,17 @@ async def _drive(args, plan, db, hosts, run_dir: Path, concurrency: int, nemeses
                       seed=plan["seed"], op_timeout=args.op_timeout + 1)
     say(f"running {args.workload} for {args.time_limit:g}s, nemesis: {','.join(plan['nemeses']) or 'none'}")
 
+    async def watchdog(rec_, deadline_):
+        while asyncio.get_running_loop().time() < deadline_:
+            await asyncio.sleep(2)
+            for host, daemon in await asyncio.to_thread(db.revive):
+                rec_.record("nemesis", "info", "watchdog-restart", {"host": host, "daemon": daemon})
+
     async def nemesis(rec_, deadline_):
+        dog = asyncio.create_task(watchdog(rec_, deadline_))
         await schedule.run(rec_, deadline_)
         await schedule.heal(rec_)
+        await dog
 
     try:
         await run(workload, table, rec, opts, nemesis=nemesis, progress=progress)

@@ -187,3 +187,15 @@ def test_the_cluster_still_serves_after_the_faults(deployed):
         await c.close()
     asyncio.run(go())
 
+
+
+def test_watchdog_restarts_a_daemon_that_died_on_its_own_but_not_a_killed_one(deployed):
+    db, hosts, remotes, _ = deployed
+    remotes["n2"].sh(f"kill -9 $(cat {DATA}/tserver.pid)")  # not through the DB: a "crash"
+    db.kill("n3", "tserver")  # on purpose: stays down
+    try:
+        assert db.revive() == [("n2", "tserver")]
+        assert db.running("n2", "tserver") and not db.running("n3", "tserver")
+    finally:
+        db.start("n3", "tserver")
+    assert db.revive() == []
