@@ -99,7 +99,7 @@ class Simulation:
         self.faults = True
         self.read_anchor: dict[bytes, int] = {}
         self.stats = {k: 0 for k in ("crashes", "partitions", "proposals", "config_changes",
-                                     "cas_refused", "transfers", "reads", "dropped", "duplicated")}
+                                     "cas_refused", "transfers", "reads", "dropped", "duplicated", "compactions")}
         self.probe: tuple[int, int] | None = None  # (term, index) of the liveness proposal
         for node in self.nodes:
             self._start(node)
@@ -172,7 +172,7 @@ class Simulation:
                         # a fresh leader lost before its NO_OP spreads leaves a divergent tail
                         kind = _ISOLATE if self.rng.random() < 0.5 else _CRASH
                         self._schedule(self.rng.randrange(0, 10), kind, node.slot, node.uuid)
-                self.inv.on_role(node.uuid, core.role, core.term, core.log.term_at)
+                self.inv.on_role(node.uuid, core.role, core.term, core.log.term_at, core.log.first_index())
         if core.term < node.term:
             raise Violation(f"term monotonicity: {node.uuid} term {node.term} -> {core.term}")
         node.term = core.term
@@ -354,7 +354,7 @@ class Simulation:
         if choice == 0 and outside:
             slot = rng.choice(outside)
             if cas == right and config == committed:
-                self._wipe(slot)  # a replacement server: empty disk, new UUID
+                self._replace(slot, node)
             change = ConfigChange(ChangeOp.ADD_NON_VOTER, slot.uuid, promote=rng.random() < 0.8)
         elif choice == 1 and len(voters) > self.min_voters:
             change = ConfigChange(ChangeOp.REMOVE, rng.choice(voters))
@@ -376,19 +376,37 @@ class Simulation:
             self._log_if(f"  refused: {e}")
         self._drain(node)
 
-    def _wipe(self, node: Node) -> None:
+    def _compact(self) -> None:
+        """Every replica snapshots up to what all replicas have applied, so no one ever needs a
+        tablet copy (not simulated). Disks keep the whole log: this trims only memory."""
+        index = min(n.disk.applied for n in self.nodes)
+        for node in self.nodes:
+            if node.core is not None and index > node.core.log.offset:
+                node.core.compact(index)
+                self.stats["compactions"] += 1
+
+    def _replace(self, node: Node, source: Node) -> None:
+        """A replacement server (new UUID: its old self's messages must not reach it) seeded by a
+        tablet copy from the leader, as the config-change seed adds servers: the copy carries
+        the leader's log and applied state, its term and committed config, but no vote."""
         gen = 2
         while f"n{node.slot + 1}.{gen}" in self.slot_of:
             gen += 1
         node.uuid = f"n{node.slot + 1}.{gen}"
         self.slot_of[node.uuid] = node.slot
-        node.disk = Disk()
+        src = source.disk
+        node.disk = Disk(
+            HardState(src.hard.term, None, src.applied), src.config, list(src.log), src.applied,
+            list(src.config_indexes),
+        )
         node.core = None
-        self._log_if(f"wipe slot {node.slot}: new replica {node.uuid}")
+        self._log_if(f"replace slot {node.slot}: new replica {node.uuid} copied from {source.uuid}")
         self._start(node)
 
     def _client(self) -> None:
         self._schedule(self.rng.randrange(50, 300), _CLIENT)
+        if self.rng.random() < 0.05:
+            self._compact()
         leaders = self._leaders()
         if not leaders:
             return

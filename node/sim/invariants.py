@@ -38,13 +38,14 @@ class Invariants:
                     f"has previous term {seen[0]} / {seen[1].name} {seen[2]!r}"
                 )
 
-    def on_role(self, uuid: str, role: Role, term: int, term_at) -> None:
+    def on_role(self, uuid: str, role: Role, term: int, term_at, first_index: int) -> None:
+        """`first_index`: below it the leader's log is compacted (a snapshot of applied entries)."""
         if role != Role.LEADER:
             return
         holder = self.leader_of_term.setdefault(term, uuid)
         if holder != uuid:
             raise Violation(f"election safety: {holder} and {uuid} both leader in term {term}")
-        for index in range(1, self.max_commit + 1):
+        for index in range(max(1, first_index - 1), self.max_commit + 1):
             if term_at(index) != self.committed_term[index]:
                 raise Violation(
                     f"leader completeness: {uuid} leader of term {term} has term "
