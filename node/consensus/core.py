@@ -102,7 +102,7 @@ class RaftCore:
         self._msgs: list = []
         self._prev_hard = HardState(self.term, self.voted_for, self.commit)
         self._prev_soft: SoftState | None = None
-        self._reported_config = self.committed_config
+        self._reported_config = persisted.committed_config  # a config committed by the log is reported
         self._outstanding: Ready | None = None
         self._reset_election_timer()
         self._refresh_role()
