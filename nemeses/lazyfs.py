@@ -4,10 +4,12 @@
     echo lose  > MOUNTPOINT/.lazyfs-control    # drop every unsynced write: a power loss
     echo flush > MOUNTPOINT/.lazyfs-control    # make every write durable
     cat MOUNTPOINT/.lazyfs-control             # JSON: unsynced bytes in total and per file
-    fusermount3 -u MOUNTPOINT                  # flushes, then the lazyfs process exits 0
+    fusermount3 -u MOUNTPOINT                  # lazyfs flushes, then exits 0
 
 Without --foreground the command returns once the mount is up and the filesystem runs detached.
-MOUNTPOINT may be BACKING itself (BACKING is opened before the mount hides it).
+MOUNTPOINT may be BACKING itself (BACKING is opened before the mount hides it). The harness
+builds these lines with mount_command, control_command and unmount_command below; the last
+flushes before fusermount, because lazyfs's own flush at unmount runs after fusermount returns.
 
 Semantics:
 - Data: write() keeps the bytes in memory, per file (per backing inode, so renames and hard
@@ -115,7 +117,6 @@ class LazyFS:
 
     def __init__(self, backing: str) -> None:
         self.root = os.open(backing, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        self.backing = os.path.abspath(backing)
         self._lock = threading.Lock()
         self._handles: dict[int, _Handle] = {}
         self._ids = itertools.count(1)
@@ -164,13 +165,32 @@ class LazyFS:
         """Write a file's unsynced bytes to the backing file; the caller syncs and closes.
         Call with the lock held: readers must never see the bytes in neither place."""
         u = self._unsynced.pop(key, None)
-        if u is not None:
+        if u is None:
+            return None
+        try:
             for offset, chunk in u.extents.items():
                 view = memoryview(chunk)
                 while view:
                     n = os.pwrite(u.fd, view, offset)
                     view, offset = view[n:], offset + n
+        except BaseException:  # like a kernel after a failed writeback: the bytes are gone
+            os.close(u.fd)
+            raise
         return u
+
+    @staticmethod
+    def _sync_and_close(flushed: list[_Unsynced]) -> None:
+        """fsync every flushed file, close them all, then raise the first error."""
+        error: OSError | None = None
+        for u in flushed:
+            try:
+                os.fsync(u.fd)
+            except OSError as e:
+                error = error or e
+            finally:
+                os.close(u.fd)
+        if error is not None:
+            raise error
 
     def _stats(self) -> bytes:
         with self._lock:
@@ -200,13 +220,13 @@ class LazyFS:
                 os.close(u.fd)
 
     def flush_all(self) -> None:
-        with self._lock:
-            flushed = [self._flush_one(key) for key in list(self._unsynced)]
-        for u in flushed:
-            try:
-                os.fsync(u.fd)
-            finally:
-                os.close(u.fd)
+        flushed: list[_Unsynced] = []
+        try:
+            with self._lock:
+                for key in list(self._unsynced):
+                    flushed.append(self._flush_one(key))  # type: ignore[arg-type]
+        finally:
+            self._sync_and_close(flushed)
 
     # ---- lifecycle ----
 
@@ -218,10 +238,11 @@ class LazyFS:
     # ---- attributes and directories ----
 
     def getattr(self, path: str | None, fi=None) -> dict:
-        if path == _CONTROL:
+        handle = self._handle(fi) if fi else None  # fusepy passes a falsy NULL pointer for none
+        if path == _CONTROL or (handle is not None and handle.fd < 0):
             return {"st_mode": stat.S_IFREG | 0o600, "st_nlink": 1, "st_size": 0}
-        if fi:  # fusepy passes a NULL pointer, which is falsy, for a path-only getattr
-            st = os.fstat(self._handle(fi).fd)
+        if handle is not None:
+            st = os.fstat(handle.fd)
         else:
             st = os.stat(self._rel(path), dir_fd=self.root, follow_symlinks=False)
         attrs = {f: getattr(st, f) for f in _STAT_FIELDS}
