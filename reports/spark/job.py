@@ -227,8 +227,11 @@ def write_tables(spark, store: Path, runs: list[Run]) -> Path:
     return out
 
 
-def analyze(paths: list[Path], master: str | None, force: bool, out: TextIO | None = sys.stderr) -> dict:
-    """Analyze the runs under `paths`; returns {"runs": [...], "stores": [...], "checked": n}."""
+def analyze(paths: list[Path], master: str | None, force: bool, out: TextIO | None = sys.stderr,
+            spark=None) -> dict:
+    """Analyze the runs under `paths`; returns {"runs": [...], "stores": [...], "checked": n}.
+    A given `spark` session is used and left running (tests share one); otherwise one is started
+    for `master` when there is work, and stopped."""
     from reports.html.index import render_index
     from reports.spark.runs import find_runs
 
@@ -239,9 +242,9 @@ def analyze(paths: list[Path], master: str | None, force: bool, out: TextIO | No
     stores = sorted({r.store for r in runs})
     store_runs = {s: find_runs([s]) for s in stores}
     started = time.monotonic()
-    spark = None
+    own = spark is None
     try:
-        if todo or any(not (s / ANALYSIS_DIR / "runs.parquet").exists() for s in stores):
+        if own and (todo or any(not (s / ANALYSIS_DIR / "runs.parquet").exists() for s in stores)):
             spark = session(master)
         if todo:
             progress.done(f"analyzing {len(todo)} of {len(runs)} runs "
@@ -252,7 +255,7 @@ def analyze(paths: list[Path], master: str | None, force: bool, out: TextIO | No
                 write_tables(spark, s, store_runs[s])
             render_index(s, store_runs[s])
     finally:
-        if spark is not None:
+        if own and spark is not None:
             spark.stop()
     summary = []
     for r in runs:

@@ -1,0 +1,152 @@
+"""`tessera analyze` on a real local SparkSession over a small store: a valid run, a
+non-linearizable run, a run with an Elle cycle and a run whose history.jsonl is truncated."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reports.history import Op, write_jsonl
+from reports.spark.synth import register_history, write_run
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def g1c_history() -> list[Op]:
+    """Two list-append transactions that each read the other's append: a G1c cycle."""
+    return [Op(0, "invoke", 0, "txn", [["append", "x", 1], ["r", "y", None]], time=1_000),
+            Op(1, "invoke", 1, "txn", [["append", "y", 1], ["r", "x", None]], time=2_000),
+            Op(2, "ok", 0, "txn", [["append", "x", 1], ["r", "y", [1]]], time=3_000),
+            Op(3, "ok", 1, "txn", [["append", "y", 1], ["r", "x", [1]]], time=4_000)]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("store")
+    runs = {
+        "valid": write_run(root, "20260101T000001", register_history(400, seed=1), seed=1),
+        "stale": write_run(root, "20260101T000002", register_history(400, seed=2, stale_read=True), seed=2),
+        "corrupt": write_run(root, "20260101T000003", register_history(400, seed=3), seed=3),
+        "g1c": write_run(root, "20260101T000004", g1c_history(), seed=4, test="append", workload="list-append"),
+    }
+    history = runs["corrupt"] / "history.jsonl"
+    history.write_bytes(history.read_bytes()[:-25])  # cut the last line mid-record
+    return {"root": root, **runs}
+
+
+@pytest.fixture(scope="module")
+def cli(store) -> subprocess.CompletedProcess:
+    """The real command, in its own process with its own JVM."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "harness.cli", "analyze", str(store["root"]),
+                           "--master", "local[2]"], capture_output=True, text=True, env=env,
+                          timeout=300, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from reports.spark.job import session
+
+    s = session("local[2]", app="tessera-tests")
+    yield s
+    s.stop()
+
+
+def results(run: Path) -> dict:
+    return json.loads((run / "results.json").read_text())
+
+
+def test_verdicts_per_run(store, cli):
+    assert cli.returncode == 1, cli.stderr  # an invalid run makes the exit code 1
+    assert results(store["valid"])["verdict"] == "valid"
+    stale = results(store["stale"])
+    assert stale["verdict"] == "invalid"
+    assert [cx["key"] for cx in stale["counterexamples"]] == ["r0"]
+    assert stale["counterexamples"][0]["paths"][0]["blocked_op"]["value"] == 99
+    g1c = results(store["g1c"])
+    assert g1c["verdict"] == "invalid" and g1c["checker"] == "list-append"
+    assert [a["type"] for a in g1c["anomalies"]] == ["G1c"]
+
+
+def test_unreadable_run_is_reported_and_does_not_stop_the_others(store, cli):
+    corrupt = results(store["corrupt"])
+    assert corrupt["verdict"] == "unknown" and corrupt["status"] == "unreadable"
+    assert "unparseable" in corrupt["check"]["unreadable"]
+    assert (store["corrupt"] / "report.html").is_file()
+    assert all((store[k] / "report.html").is_file() for k in ("valid", "stale", "g1c"))
+
+
+def test_results_carry_statistics_and_nemesis_coverage(store, cli):
+    r = results(store["valid"])
+    assert r["stats"]["counts"]["read"]["ok"] > 0
+    assert r["nemesis"]["fired"] == {}  # 400 ops last < 2 s: the first kill is scheduled at 2 s
+    assert r["nemesis"]["never_fired"] == ["kill"]
+    assert r["checker_version"] and r["test"]["seed"] == 1
+
+
+def test_cli_prints_each_report_oldest_first_then_the_index(store, cli):
+    lines = cli.stdout.splitlines()
+    order = ("valid", "stale", "corrupt", "g1c")  # by run timestamp, the newest last
+    assert [line.split()[1] for line in lines[:-1]] == [str(store[k] / "report.html") for k in order]
+    assert [line.split()[0] for line in lines[:-1]] == ["VALID", "INVALID", "UNKNOWN", "INVALID"]
+    assert lines[-1] == str(store["root"] / "index.html")
+    assert "units done" in cli.stderr and "invalid so far" in cli.stderr
+
+
+def test_parquet_tables(store, cli, spark):
+    runs = {r["run"]: r for r in (x.asDict() for x in spark.read.parquet(str(store["root"] / "analysis/runs.parquet")).collect())}
+    assert {k: v["verdict"] for k, v in runs.items()} == {
+        "register/20260101T000001": "valid", "register/20260101T000002": "invalid",
+        "register/20260101T000003": "unknown", "append/20260101T000004": "invalid"}
+    assert runs["register/20260101T000003"]["status"] == "unreadable"
+    assert runs["append/20260101T000004"]["anomaly_types"] == "G1c"
+    keys = spark.read.parquet(str(store["root"] / "analysis/keys.parquet"))
+    invalid = {(r["run"], r["key"]) for r in keys.where("verdict = 'invalid'").collect()}
+    assert invalid == {("register/20260101T000002", "r0"), ("append/20260101T000004", "")}
+    assert keys.where("run = 'register/20260101T000001'").count() == 8  # one row per register
+
+
+def test_incremental_skips_analyzed_runs_unless_forced(store, cli, spark):
+    from reports.spark.job import analyze
+
+    stamp = (store["valid"] / "results.json").stat().st_mtime_ns
+    again = analyze([store["root"]], None, force=False, out=None, spark=spark)
+    assert again["checked"] == 0 and all(r["skipped"] for r in again["runs"])
+    assert (store["valid"] / "results.json").stat().st_mtime_ns == stamp
+    new = write_run(store["root"], "20260101T000005", register_history(100, seed=5), seed=5)
+    more = analyze([store["root"]], None, force=False, out=None, spark=spark)
+    assert more["checked"] == 1 and results(new)["verdict"] == "valid"
+    forced = analyze([store["valid"]], None, force=True, out=None, spark=spark)
+    assert forced["checked"] == 1
+    assert (store["valid"] / "results.json").stat().st_mtime_ns != stamp
+    runs = spark.read.parquet(str(store["root"] / "analysis/runs.parquet")).count()
+    assert runs == 5
+
+
+def test_history_rows_are_read_with_an_explicit_schema(store, spark):
+    from reports.spark.job import OP_FIELDS, schema
+
+    df = spark.read.schema(schema(OP_FIELDS)).json(str(store["valid"] / "history.jsonl"))
+    first = df.orderBy("index").first()
+    assert df.schema == schema(OP_FIELDS)
+    assert first["process"] is not None and first["type"] == "invoke"
+
+
+def test_corrupt_jsonl_written_by_hand_is_unreadable(tmp_path, spark):
+    from reports.spark.job import analyze
+
+    run = tmp_path / "s" / "register" / "20260101T000009"
+    run.mkdir(parents=True)
+    (run / "test.json").write_text(json.dumps({"workload": "register", "nemesis": []}))
+    write_jsonl([Op(0, "invoke", 0, "read", None, key="a", time=1)], run / "history.jsonl")
+    with open(run / "history.jsonl", "a") as fh:
+        fh.write('{"index": 1, "type": "ok", "process"\n')
+    out = analyze([tmp_path / "s"], None, force=False, out=None, spark=spark)
+    assert out["runs"][0]["verdict"] == "unknown" and out["runs"][0]["status"] == "unreadable"
