@@ -29,8 +29,10 @@ Semantics:
 - fallocate: fusepy cannot serve it, so the kernel answers EOPNOTSUPP and glibc's
   posix_fallocate falls back to writing a zero byte per block: preallocated space is unsynced
   data like any other until the file is fsynced.
-- Control: MOUNTPOINT/.lazyfs-control exists only in the mount, hidden from directory listings;
-  a write of an unknown command fails with EINVAL. Each open of it reads a fresh snapshot.
+- Control: MOUNTPOINT/.lazyfs-control is answered by lazyfs, is not in BACKING (a BACKING file
+  of that name would be shadowed) and so not in directory listings. A write of an unknown
+  command fails with EINVAL. Each open of it reads a fresh snapshot of the stats: JSON with
+  unsynced_bytes, files (path at last write -> unsynced bytes), loses and lost_bytes.
 - Unlinked files stay readable and writable through open descriptors, but fstat() on them
   fails with ENOENT (libfuse's path-based API with hard_remove, chosen so that no .fuse_hidden
   files ever appear in BACKING). Extended attributes are not supported; POSIX and flock locks
@@ -259,10 +261,7 @@ class LazyFS:
         return os.open(self._rel(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self.root)
 
     def readdir(self, path: str | None, fh: int) -> list[str]:
-        names = os.listdir(fh)
-        if os.path.samestat(os.fstat(fh), os.fstat(self.root)):
-            names = [n for n in names if n != CONTROL_NAME]
-        return [".", "..", *names]
+        return [".", "..", *os.listdir(fh)]
 
     def releasedir(self, path: str | None, fh: int) -> None:
         os.close(fh)
