@@ -132,6 +132,18 @@ def test_close_is_not_durable_and_fdatasync_is(lazy):
     assert read_file(lazy.path("synced")) == b"kept"
 
 
+def test_append_mode_writes_flush_to_their_offsets(lazy):
+    f = lazy.path("log")
+    write_file(f, b"0123456789", sync=True)
+    with open(f, "ab") as app, open(f, "r+b") as rw:
+        app.write(b"tail")
+        app.flush()
+        rw.write(b"X")  # offset 0, through another handle, unsynced too
+        rw.flush()
+        os.fsync(app.fileno())
+    assert lazy.backing_bytes("log") == b"X123456789tail"
+
+
 def test_o_dsync_writes_are_durable_each(lazy):
     write_file(lazy.path("d"), b"each write synced", flags=os.O_DSYNC)
     assert lazy.backing_bytes("d") == b"each write synced"
