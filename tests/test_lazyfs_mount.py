@@ -505,3 +505,25 @@ def test_mounting_a_missing_directory_fails_with_a_message(tmp_path):
         capture_output=True, text=True, cwd=REPO,
     )
     assert r.returncode == 2 and "not a directory" in r.stderr
+
+
+def test_sigterm_unmounts_cleanly_after_flushing(tmp_path):
+    backing, mnt = tmp_path / "backing", tmp_path / "mnt"
+    backing.mkdir()
+    mnt.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nemeses.lazyfs", str(backing), str(mnt), "--foreground"], cwd=REPO
+    )
+    try:
+        wait_until(lambda: mounted(str(mnt)), "the mount")
+        write_file(str(mnt / "f"), b"shutdown writes back")
+        proc.terminate()
+        assert proc.wait(timeout=DEADLINE) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if mounted(str(mnt)):
+            subprocess.run(["fusermount3", "-uz", str(mnt)], check=False)
+    assert not mounted(str(mnt))
+    assert (backing / "f").read_bytes() == b"shutdown writes back"
