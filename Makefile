@@ -5,7 +5,7 @@ PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 # Debian packages the tests and the demo use (sshd per netns host, iptables/tc for nemeses).
-SYSPKGS := openssh-server iproute2 iptables util-linux fuse3 libfuse2
+SYSPKGS := openssh-server iproute2 iptables util-linux faketime libnetfilter-queue-dev fuse3 libfuse2
 
 .PHONY: demo test bench lint clean setup sysdeps
 
@@ -26,7 +26,7 @@ $(VENV)/bin/python:
 
 $(STAMP): $(VENV)/bin/python pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[harness,test]'
+	$(PY) -m pip install -q -e '.[host,harness,reports,test]'
 	touch $(STAMP)
 
 test: setup
@@ -39,7 +39,7 @@ demo: setup
 	$(VENV)/bin/tessera test --workload register --nemesis all --time-limit 60 --store store
 
 bench: setup
-	$(PY) -m pip install -q -e '.[harness,test,bench]'
+	$(PY) -m pip install -q -e '.[host,harness,reports,test,bench]'
 	@for b in bench/[a-z]*.py; do echo "== $$b"; $(PY) $$b --json || exit 1; done
 
 lint: $(STAMP)

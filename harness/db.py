@@ -46,7 +46,7 @@ def build_wheelhouse(dest: Path, project: Path, log=print) -> list[Path]:
         old.unlink()  # the project's wheel is rebuilt each time; dependencies are reused
     shutil.rmtree(project / "build", ignore_errors=True)  # stale build/lib would leak into it
     log(f"building wheels into {dest}")
-    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(dest), str(project)],
+    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(dest), f"{project}[host]"],
                        capture_output=True, text=True)
     if p.returncode != 0:
         raise ClusterError(f"building the wheelhouse failed: {p.stderr.strip()[-800:]}")
@@ -112,7 +112,8 @@ class TesseraDB:
         r.run(["python3", "-m", "venv", f"{ROOT}/venv"], timeout=120)
         tessera = next(w for w in self.wheels if w.name.startswith("tessera-"))
         r.run([f"{ROOT}/venv/bin/pip", "install", "-q", "--no-index", "--find-links",
-               f"{ROOT}/wheels", "--force-reinstall", f"{ROOT}/wheels/{tessera.name}"], timeout=300)
+               f"{ROOT}/wheels", "--force-reinstall", f"{ROOT}/wheels/{tessera.name}[host]"],
+              timeout=300)
         r.sh(f"echo {stamp} > {ROOT}/venv/.installed")
 
     def _config(self, h: Host, daemon: str) -> str:

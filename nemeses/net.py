@@ -1,5 +1,5 @@
-"""Network faults with iptables on the receiving host: partitions and random packet loss, plus
-bandwidth limits with tc tbf (this kernel has no netem; see docs/nemeses.md for delay).
+"""Network faults on the receiving host: partitions and random loss (iptables), bandwidth caps
+(tc tbf), and delay (an NFQUEUE rule feeding nemeses.delay, since this kernel has no netem).
 
 Every rule the nemesis adds lives in its own chains (TESSERA-PART, TESSERA-LOSS) jumped to from
 INPUT, so healing flushes exactly what the nemesis added and nothing an operator put there.
@@ -16,7 +16,10 @@ from harness.cluster import Host
 from harness.control import Remote
 from nemeses.base import Nemesis
 
-PART_CHAIN, LOSS_CHAIN = "TESSERA-PART", "TESSERA-LOSS"
+PART_CHAIN, LOSS_CHAIN, DELAY_CHAIN = "TESSERA-PART", "TESSERA-LOSS", "TESSERA-DELAY"
+DELAY_QUEUE = 7
+DELAY_PID = "/var/lib/tessera/delay.pid"
+HOST_PYTHON = "/opt/tessera/venv/bin/python"
 SHAPES = ("halves", "random-halves", "isolated", "leader-isolated", "bridge", "majorities-ring")
 
 
@@ -97,13 +100,16 @@ class Partition(Nemesis):
 
 @dataclass
 class PacketFaults(Nemesis):
-    """Random loss of packets from other test hosts, and a bandwidth cap on the host's link."""
+    """Random loss of packets from other test hosts, delay of them, or a bandwidth cap on the
+    host's link."""
 
     hosts: list[Host] = field(default_factory=list)
     remotes: dict[str, Remote] = field(default_factory=dict)
     loss: float = 0.2
     rate: str = "1mbit"
-    modes: tuple = ("loss", "bandwidth")
+    delay_ms: float = 50.0
+    jitter_ms: float = 10.0
+    modes: tuple = ("loss", "delay", "bandwidth")
     name: str = "packet"
     _targets: list[str] = field(default_factory=list)
 
@@ -121,18 +127,31 @@ class PacketFaults(Nemesis):
                 for src in peers:
                     r.run(["iptables", "-w", "-A", LOSS_CHAIN, "-s", src, "-m", "statistic",
                            "--mode", "random", "--probability", f"{self.loss:g}", "-j", "DROP"])
+            elif mode == "delay":
+                # the daemon first, so no packet waits on a queue nobody reads
+                daemon = (f"{HOST_PYTHON} -m nemeses.delay --queue {DELAY_QUEUE} "
+                          f"--delay-ms {self.delay_ms:g} --jitter-ms {self.jitter_ms:g}")
+                r.sh(f"setsid sh -c 'echo $$ > {DELAY_PID}; exec {daemon}' "
+                     f"</dev/null >>/var/lib/tessera/delay.log 2>&1 & sleep 0.3")
+                _ensure_chain(r, DELAY_CHAIN)
+                for src in peers:
+                    r.run(["iptables", "-w", "-A", DELAY_CHAIN, "-s", src, "-p", "tcp", "-j",
+                           "NFQUEUE", "--queue-num", str(DELAY_QUEUE), "--queue-bypass"])
             else:
                 r.run(["tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", self.rate,
                        "burst", "32kbit", "latency", "400ms"])
         self.active = True
-        detail = {"loss": self.loss} if mode == "loss" else {"rate": self.rate}
+        detail = {"loss": {"loss": self.loss}, "bandwidth": {"rate": self.rate},
+                  "delay": {"delay_ms": self.delay_ms, "jitter_ms": self.jitter_ms}}[mode]
         return {"mode": mode, "targets": self._targets, **detail}
 
     def stop(self) -> dict:
         for h in self.hosts:
             r = self.remotes[h.name]
             _remove_chain(r, LOSS_CHAIN)
-            r.sh("tc qdisc del dev eth0 root 2>/dev/null; true")
+            _remove_chain(r, DELAY_CHAIN)  # rules first: then the daemon releases what it holds
+            r.sh(f"[ -f {DELAY_PID} ] && kill $(cat {DELAY_PID}) 2>/dev/null; rm -f {DELAY_PID}; "
+                 "tc qdisc del dev eth0 root 2>/dev/null; true")
         healed, self._targets, self.active = self._targets, [], False
         return {"healed": healed}
 

@@ -76,6 +76,8 @@ def nothing_left(remotes):
         assert "tbf" not in qdisc, (name, qdisc)
         stopped = r.sh("ps -eo stat= | grep -c '^T' || true").stdout.strip()
         assert stopped == "0", (name, "stopped processes")
+        delay = r.sh("pgrep -f 'nemeses[.]delay' || true").stdout.strip()
+        assert not delay, (name, "delay daemon still running")
 
 
 def test_partition_halves_cut_the_pair_and_heal(deployed):
@@ -92,7 +94,7 @@ def test_partition_halves_cut_the_pair_and_heal(deployed):
     nothing_left(remotes)
 
 
-@pytest.mark.parametrize("mode", ["loss", "bandwidth"])
+@pytest.mark.parametrize("mode", ["loss", "bandwidth", "delay"])
 def test_packet_faults_are_installed_and_removed(deployed, mode):
     db, hosts, remotes, _ = deployed
     p = PacketFaults(hosts=hosts, remotes=remotes, modes=(mode,))
@@ -102,11 +104,24 @@ def test_packet_faults_are_installed_and_removed(deployed, mode):
             if mode == "loss":
                 rules = remotes[t].run(["iptables", "-w", "-S", "TESSERA-LOSS"]).stdout
                 assert "statistic" in rules and "0.2" in rules
+            elif mode == "delay":
+                other = next(h for h in hosts if h.name != t)
+                assert rtt_ms(remotes[other.name], next(h.address for h in hosts if h.name == t)) > 30
             else:
                 assert "tbf" in remotes[t].run(["tc", "qdisc", "show", "dev", "eth0"]).stdout
     finally:
         p.stop()
     nothing_left(remotes)
+
+
+def rtt_ms(remote, address) -> float:
+    """Median TCP connect time to the tserver port: the SYN enters the target through its
+    NFQUEUE rule, so a delayed target adds its delay to every connect."""
+    probe = (f"import socket, time\nts = []\nfor i in range(5):\n"
+             f" t = time.perf_counter(); s = socket.create_connection(('{address}', 7050), 5)\n"
+             f" ts.append(time.perf_counter() - t); s.close()\n"
+             f"print(sorted(ts)[2] * 1000)")
+    return float(remote.run(["python3", "-c", probe]).stdout.strip())
 
 
 def proc_state(remote, daemon="tserver") -> str:
