@@ -281,12 +281,21 @@ class Log:
             self._commit(group)
 
     def _commit(self, group: list[Reservation]) -> None:
-        bufs = [r.data for r in group]
-        nbytes = sum(map(len, bufs))  # type: ignore[arg-type]
+        bufs: list[bytes] = []
+        nbytes = count = 0
+        lo, hi = -1, -1
+        for r in group:
+            bufs.append(r.data)  # type: ignore[arg-type]
+            nbytes += len(r.data)  # type: ignore[arg-type]
+            if r.count:
+                if count == 0 or r.first < lo:
+                    lo = r.first
+                hi = max(hi, r.last)
+                count += r.count
         error = self._failed
         if error is None:
             try:
-                self._write(group, bufs)  # type: ignore[arg-type]
+                self._write(bufs, count, lo, hi)
             except BaseException as e:
                 logger.exception("WAL %s: write failed; the log is now failed", self.directory)
                 error = self._failed = e
@@ -310,13 +319,12 @@ class Log:
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 pass
 
-    def _write(self, group: list[Reservation], bufs: list[bytes]) -> None:
+    def _write(self, bufs: list[bytes], count: int, lo: int, hi: int) -> None:
+        """One vectored write and (with log_force_fsync_all) one sync for the whole group."""
         self._swap_if_ready()
         seg = self._segment
         seg.write(bufs)
-        for r in group:
-            if r.count:
-                seg.count(r.count, r.first, r.last)
+        seg.count(count, lo, hi)
         if self.options.log_force_fsync_all:
             seg.sync()
         seg.readable_end = seg.offset
