@@ -70,6 +70,7 @@ class TesseraDB:
     env: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> env for daemons
     log: object = print
     down: set = field(default_factory=set)  # (host, daemon) killed on purpose: not for the watchdog
+    lazyfs: bool = False  # tablet servers' data dirs on lazyfs (lose-unfsynced-writes)
 
     @property
     def master_hosts(self) -> list[Host]:
@@ -94,6 +95,8 @@ class TesseraDB:
         self.log(f"installing Tessera on {len(self.hosts)} hosts")
         self._each(self._install)
         self._each(self._write_configs)
+        if self.lazyfs:
+            self._each(self._mount_lazyfs)
         for h in self.hosts:
             for d in self.daemons(h.name):
                 self.start(h.name, d)
@@ -115,6 +118,13 @@ class TesseraDB:
                f"{ROOT}/wheels", "--force-reinstall", f"{ROOT}/wheels/{tessera.name}[host]"],
               timeout=300)
         r.sh(f"echo {stamp} > {ROOT}/venv/.installed")
+
+    def _mount_lazyfs(self, h: Host) -> None:
+        from nemeses.lazyfs import mount_command
+
+        d = f"{DATA}/tserver"
+        self.remotes[h.name].sh(f"mkdir -p {d}; mountpoint -q {d} || "
+                                + mount_command(d, d, python=f"{ROOT}/venv/bin/python"))
 
     def _config(self, h: Host, daemon: str) -> str:
         port = MASTER_PORT if daemon == "master" else TSERVER_PORT
@@ -235,7 +245,11 @@ class TesseraDB:
     def teardown(self) -> None:
         """Stop every daemon and remove its data, so the next run starts clean."""
         def stop(h: Host) -> None:
+            from nemeses.lazyfs import unmount_command
+
             self.kill(h.name)
+            d = f"{DATA}/tserver"
+            self.remotes[h.name].sh(f"if mountpoint -q {d}; then {unmount_command(d)}; fi")
             self.remotes[h.name].run(["rm", "-rf", f"{DATA}/master", f"{DATA}/tserver",
                                       f"{DATA}/logs", f"{DATA}/master.pid", f"{DATA}/tserver.pid"])
             self.remotes[h.name].run(["mkdir", "-p", f"{DATA}/logs"])

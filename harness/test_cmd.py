@@ -16,7 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-NEMESES = ("partition", "packet", "clock", "pause", "kill", "disk")  # `all` means all of these
+NEMESES = ("partition", "packet", "clock", "pause", "kill", "disk", "lose-unfsynced")
+ALL = NEMESES[:-1]  # `all`: lose-unfsynced is asked for by name (it puts tablet servers on FUSE)
 PROVIDERS = ("netns", "hosts", "vagrant")
 
 
@@ -65,7 +66,7 @@ def validate(args: argparse.Namespace) -> dict:
 
     if args.workload not in WORKLOADS:
         raise ValueError(f"unknown workload {args.workload!r} (known: {', '.join(WORKLOADS)})")
-    names = [] if args.nemesis == "none" else list(NEMESES) if args.nemesis == "all" else \
+    names = [] if args.nemesis == "none" else list(ALL) if args.nemesis == "all" else \
         [n.strip() for n in args.nemesis.split(",") if n.strip()]
     for n in names:
         if n not in NEMESES:
@@ -176,7 +177,7 @@ def _run(args, plan) -> Path:
 def _nemeses(names: list[str], db, hosts, remotes) -> list:
     """The requested faults, ready to run; clock skew also needs the daemons under faketime."""
     from nemeses.clock import Clock, daemon_env
-    from nemeses.disk import DiskCorruption
+    from nemeses.disk import DiskCorruption, LoseUnfsynced
     from nemeses.net import PacketFaults, Partition
     from nemeses.process import Kill, Pause
 
@@ -188,7 +189,9 @@ def _nemeses(names: list[str], db, hosts, remotes) -> list:
         "pause": lambda: Pause(db=db, hosts=host_names),
         "kill": lambda: Kill(db=db, hosts=host_names),
         "disk": lambda: DiskCorruption(db=db, hosts=host_names, remotes=remotes),
+        "lose-unfsynced": lambda: LoseUnfsynced(db=db, hosts=host_names, remotes=remotes),
     }
+    db.lazyfs = "lose-unfsynced" in names
     out = [made[n]() for n in names]
     for n in out:
         if isinstance(n, Clock):
@@ -223,6 +226,7 @@ async def _drive(args, plan, db, hosts, run_dir: Path, concurrency: int, nemeses
                 raise RuntimeError(f"cluster never accepted the test table: {e}") from e
             await asyncio.sleep(1)
     table = client.table("test")
+    await _wait_writable(client, table, deadline)
     progress = Progress()
     schedule = Schedule(nemeses, args.nemesis_interval, plan["seed"], progress.active_faults)
     rec = Recorder(run_dir / "history.jsonl")
@@ -252,6 +256,28 @@ async def _drive(args, plan, db, hosts, run_dir: Path, concurrency: int, nemeses
     results = _results(ops, workload, schedule)
     write_json(run_dir / "results.json", results)
     say(f"{len(ops)} history events; verdict: {results['verdict']}")
+
+
+async def _wait_writable(client, table, deadline: float) -> None:
+    """Until every tablet of the test table has a leader that accepts writes, so the clock (and
+    the first fault) starts on a working cluster. Probe keys live outside every workload's keys."""
+    locs = await client.locations("test", refresh=True)
+    probes = {}
+    for i in range(10_000):
+        key = f"_ready{i}"
+        bucket = next(t.tablet_id for t in locs.tablets if t.partition.contains(key))
+        probes.setdefault(bucket, key)
+        if len(probes) == len(locs.tablets):
+            break
+    for key in probes.values():
+        while True:
+            try:
+                await table.write(key, 1)
+                break
+            except Exception as e:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"test table never became writable: {e}") from e
+                await asyncio.sleep(0.5)
 
 
 def _results(ops, workload, schedule) -> dict:

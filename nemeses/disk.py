@@ -108,3 +108,35 @@ class DiskCorruption(Nemesis):
     def stop(self) -> dict:
         self.active = False  # the damage stays; the node was restarted right after it
         return {"damaged_hosts": sorted(self.damaged)}
+
+
+@dataclass
+class LoseUnfsynced(Nemesis):
+    """Power loss: every tablet server is killed at once and its data dir (a lazyfs mount) drops
+    every write not yet fsynced, then all restart. With log_force_fsync_all=true nothing
+    acknowledged may be lost; with false, acknowledged writes vanish and the checker must say so."""
+
+    db: TesseraDB = None
+    hosts: list[str] = field(default_factory=list)
+    remotes: dict[str, Remote] = field(default_factory=dict)
+    name: str = "lose-unfsynced"
+
+    def start(self, rng: random.Random) -> dict:
+        import json
+
+        from nemeses.lazyfs import control_command
+
+        for h in self.hosts:
+            self.db.kill(h, "tserver")  # waits until gone: no write may land after the loss
+        lost = {}
+        for h in self.hosts:
+            mount = f"{DATA}/tserver"
+            stats = self.remotes[h].sh(f"cat {mount}/.lazyfs-control").stdout
+            self.remotes[h].sh(control_command(mount, "lose"))
+            lost[h] = json.loads(stats).get("unsynced_bytes", 0)
+        for h in self.hosts:
+            self.db.start(h, "tserver")
+        return {"power_loss": self.hosts, "unsynced_bytes_dropped": lost}
+
+    def stop(self) -> dict:
+        return {}

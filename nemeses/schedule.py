@@ -50,7 +50,8 @@ class Schedule:
         loop = asyncio.get_running_loop()
 
         async def package(i: int, n: Nemesis) -> None:
-            await asyncio.sleep(self.interval * i / len(self.nemeses) + self.rng.uniform(0, 1))
+            # the workload runs undisturbed first; packages then start staggered over one interval
+            await asyncio.sleep(self.interval * (i + 1) / len(self.nemeses) + self.rng.uniform(0, 1))
             while loop.time() + self.interval / 2 < deadline:
                 await self._do(rec, n, "start")
                 await asyncio.sleep(min(self.interval, max(0, deadline - loop.time())))

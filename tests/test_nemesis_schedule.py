@@ -30,7 +30,7 @@ class Fake(Nemesis):
         return {"healed": ["n1"]}
 
 
-def run_schedule(tmp_path, nemeses, seconds=0.6, interval=0.1):
+def run_schedule(tmp_path, nemeses, seconds=0.8, interval=0.1):
     rec = Recorder(tmp_path / "h.jsonl")
     s = Schedule(nemeses, interval, seed=1)
 
