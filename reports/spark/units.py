@@ -2,14 +2,11 @@
 verdicts back into one per run. Runs on the executors, so it imports only the checkers.
 
 Per-key (P-compositional) models split a run into one unit per key; transactional and whole-state
-models (list-append, bank, set) are one unit per run. Rows arrive from the DataFrame with `value`
-as raw JSON text (the schema keeps it a string, since its shape differs by workload).
+models (list-append, bank, set) are one unit per run. A unit arrives as its raw JSON records, which
+Python decodes with the project's own `Op` type, so values keep their exact JSON types.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
-from typing import Any
 
 import msgspec
 
@@ -19,37 +16,35 @@ from reports.history import HistoryError, Op, _Validator
 
 CORRUPT = "\0corrupt"  # the unit that collects a run's unparseable lines
 WHOLE_RUN = ""  # the unit of models that are not split per key
+SEPARATOR = "\n"  # between a unit's records: JSON text never holds a raw newline
+
+_records = msgspec.json.Decoder(list[Op])
+_record = msgspec.json.Decoder(Op)
 
 
-def _json(text: str | None) -> Any:
-    if text is None:
-        return None
+def decode(lines: str) -> list[Op]:
+    """A unit's ops, in history (index) order, from its JSON records joined by SEPARATOR in any
+    order; decoded in one call, and on failure the first bad record is named."""
     try:
-        return msgspec.json.decode(text)
+        return sorted(_records.decode("[" + lines.replace(SEPARATOR, ",") + "]"), key=lambda op: op.index)
     except msgspec.DecodeError:
-        return text  # a JSON string: Spark hands it over without its quotes
+        for line in lines.split(SEPARATOR):
+            try:
+                _record.decode(line)
+            except msgspec.DecodeError as e:
+                raise HistoryError(f"bad op record {line[:120]!r}: {e}") from None
+        raise
 
 
-def row_to_op(row: Any) -> Op:
-    process = row["process"]
-    if process is None:
-        raise HistoryError(f"op {row['index']} has no process")
-    return Op(index=row["index"], type=row["type"],
-              process=int(process) if process.lstrip("-").isdigit() else process,
-              f=row["f"], value=_json(row["value"]), time=row["time"], key=row["key"],
-              node=row["node"], error=_json(row["error"]))
-
-
-def check_unit(model: str, options: dict, unit: str, rows: Iterable[Any]) -> dict:
+def check_unit(model: str, options: dict, unit: str, lines: str) -> dict:
     """Verdict of one unit; a malformed unit is `unknown` with `unreadable` saying why, because a
     malformed history must never yield valid or invalid."""
-    rows = list(rows)
     if unit == CORRUPT:
+        bad = lines.split(SEPARATOR)
         return {"verdict": "unknown",
-                "unreadable": f"{len(rows)} unparseable line(s); one reads "
-                              f"{(rows[0]['corrupt'] or '')[:120]!r}"}
+                "unreadable": f"{len(bad)} unparseable line(s); one reads {bad[0][:120]!r}"}
     try:
-        ops = [row_to_op(r) for r in rows]
+        ops = decode(lines)
         validator = _Validator(f"unit {unit!r}")
         for op in ops:
             validator.check(op, op.index)
