@@ -55,17 +55,20 @@ def counterexample_svg(path: dict, by_index: dict[int, Op], max_steps: int = 30)
                     f'<line x1="{LEFT}" x2="{WIDTH - 10}" y1="{y + LANE}" y2="{y + LANE}" stroke="#eee"/>')
     for (n, op, state, kind), (start, end) in zip(items, spans, strict=True):
         lane = processes.index(str(op["process"]))
-        y = 24 + lane * LANE * 2 + (0 if kind == "linearized" else LANE)
+        # neighbours alternate between a lane's two rows so their labels do not overlap
+        y = 24 + lane * LANE * 2 + (LANE if kind == "blocked" or n % 2 else 0)
         x = LEFT + (start - lo) * scale
         w = max(((end if end is not None else hi) - start) * scale, 4)
         dash = ' stroke-dasharray="4 3"' if end is None else ""
         label = f"{'#' + str(n) if n else 'cannot place:'} {op['f']} {_short(op['value'], 18)}"
+        anchor, tx = ("end", x + w - 3) if x > WIDTH * 0.75 else ("start", x + 3)
         title = f"{op['f']} {op['value']!r} by process {op['process']}, history index {op['invoke_index']}" \
                 f"–{op['complete_index']}; model state after: {state!r}"
         body.append(f'<g class="cx-op {kind}"><title>{escape(title)}</title>'
                     f'<rect x="{x:.1f}" y="{y + 2}" width="{w:.1f}" height="{LANE - 6}" rx="3" '
                     f'fill="{COLORS[kind]}" fill-opacity="0.25" stroke="{COLORS[kind]}"{dash}/>'
-                    f'<text x="{x + 3:.1f}" y="{y + 15}">{escape(label)} → {escape(_short(state, 14))}</text></g>')
+                    f'<text x="{tx:.1f}" y="{y + 15}" text-anchor="{anchor}">{escape(label)} → '
+                    f'{escape(_short(state, 14))}</text></g>')
     return _svg(24 + len(processes) * LANE * 2 + 10, body, "counterexample")
 
 
@@ -85,9 +88,11 @@ def cycle_svg(anomaly: dict) -> str:
         dx, dy = x2 - x1, y2 - y1
         d = math.hypot(dx, dy) or 1
         sx, sy, ex, ey = x1 + dx / d * 24, y1 + dy / d * 24, x2 - dx / d * 24, y2 - dy / d * 24
-        body.append(f'<line x1="{sx:.1f}" y1="{sy:.1f}" x2="{ex:.1f}" y2="{ey:.1f}" stroke="#555" '
-                    f'marker-end="url(#arrow)"/><text x="{(sx + ex) / 2 + 4:.1f}" y="{(sy + ey) / 2 - 4:.1f}" '
-                    f'fill="#b03">{escape(str(e["type"]))}</text>')
+        # bend each edge to its right, so A->B and B->A stay apart
+        mx, my = (sx + ex) / 2 - dy / d * 30, (sy + ey) / 2 + dx / d * 30
+        body.append(f'<path d="M{sx:.1f},{sy:.1f} Q{mx:.1f},{my:.1f} {ex:.1f},{ey:.1f}" fill="none" '
+                    f'stroke="#555" marker-end="url(#arrow)"/><text x="{mx:.1f}" y="{my:.1f}" '
+                    f'fill="#b03" text-anchor="middle">{escape(str(e["type"]))}</text>')
     for name, (x, y) in pos.items():
         body.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="20" fill="#fff" stroke="#4a7fc1" stroke-width="2"/>'
                     f'<text x="{x:.1f}" y="{y + 4:.1f}" text-anchor="middle">{escape(name)}</text>')

@@ -1,0 +1,165 @@
+"""Reports opened in a real headless Chromium over `tessera serve`: a screenshot that is not
+blank, the verdict, plots that loaded (no broken image), the counterexample of an invalid run
+and the Elle cycle, the store index. Results come from the checkers directly (no Spark here)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from reports.checkers.check import check_history
+from reports.history import NEMESIS, Op, read_jsonl, write_jsonl
+from reports.html.index import render_index
+from reports.spark.job import analyze_run
+from reports.spark.runs import check_options, find_runs, model_for
+from reports.spark.synth import register_history, write_run
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--no-first-run", "--disable-component-update", "--disable-sync"]
+RUNS = {"valid": "register/20260101T000001", "stale": "register/20260101T000002",
+        "g1c": "append/20260101T000003", "clock": "register/20260101T000004"}
+
+PROBE = """<!doctype html><html><body><pre id="result">pending</pre><script>
+const pages = %s;
+function load(url) {
+  return new Promise(done => {
+    const f = document.createElement('iframe');
+    f.style.width = '1100px'; f.style.height = '900px';
+    f.onload = () => done(f); f.src = url; document.body.appendChild(f);
+  });
+}
+(async () => {
+  const out = {};
+  for (const url of pages) {
+    const d = (await load(url)).contentDocument;
+    const imgs = [...d.images];
+    await Promise.all(imgs.map(i => i.complete ? null : new Promise(r => { i.onload = i.onerror = r; })));
+    const verdict = d.getElementById('verdict');
+    out[url] = {
+      verdict: verdict ? verdict.textContent.trim() : null,
+      images: imgs.length,
+      broken: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute('src')),
+      counterexample: !!d.getElementById('counterexample'),
+      counterexample_svgs: d.querySelectorAll('#counterexample svg.counterexample').length,
+      blocked_ops: d.querySelectorAll('svg.counterexample g.blocked').length,
+      cycles: d.querySelectorAll('svg.cycle').length,
+      timelines: d.querySelectorAll('svg.timeline').length,
+      command: (d.getElementById('command') || {}).textContent || null,
+      runs: d.querySelectorAll('#runs tr').length - 1,
+      links: [...d.querySelectorAll('#runs a')].map(a => a.getAttribute('href')),
+    };
+  }
+  document.getElementById('result').textContent = JSON.stringify(out);
+})();
+</script></body></html>"""
+
+
+def chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.fail("Debian's chromium is not installed (make setup installs it)")
+    return path
+
+
+def g1c_history() -> list[Op]:
+    return [Op(0, "invoke", 0, "txn", [["append", "x", 1], ["r", "y", None]], time=1_000_000),
+            Op(1, "invoke", 1, "txn", [["append", "y", 1], ["r", "x", None]], time=2_000_000),
+            Op(2, "ok", 0, "txn", [["append", "x", 1], ["r", "y", [1]]], time=30_000_000),
+            Op(3, "ok", 1, "txn", [["append", "y", 1], ["r", "x", [1]]], time=40_000_000)]
+
+
+def with_clock_skew(ops: list[Op]) -> list[Op]:
+    end = ops[-1].time
+    skew = [Op(0, "info", NEMESIS, "start-clock", {"offsets_ms": {"n1": 1500, "n2": -700}}, time=end // 4),
+            Op(0, "info", NEMESIS, "stop-clock", {"reset": ["n1", "n2"]}, time=end // 2)]
+    merged = sorted(ops + skew, key=lambda op: op.time)
+    return [Op(i, op.type, op.process, op.f, op.value, time=op.time, key=op.key) for i, op in enumerate(merged)]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("store")
+    write_run(root, "20260101T000001", register_history(3000, seed=11), seed=11)
+    write_run(root, "20260101T000002", register_history(300, seed=12, stale_read=True), seed=12)
+    write_run(root, "20260101T000003", g1c_history(), seed=13, test="append", workload="list-append")
+    clock = write_run(root, "20260101T000004", [], seed=14)
+    write_jsonl(with_clock_skew(register_history(500, seed=14)), clock / "history.jsonl")
+    runs = find_runs([root])
+    for run in runs:
+        test = run.test()
+        model = model_for(test)
+        analyze_run(str(run.path), check_history(read_jsonl(run.history), model, **check_options(test, model)), "test")
+    render_index(root, runs)
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(store):
+    from reports.serve import make_server
+
+    srv = make_server(store, "127.0.0.1", 0)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+def browse(tmp: Path, *args: str) -> subprocess.CompletedProcess:
+    profile = tmp / "chromium-profile"
+    return subprocess.run([chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+                          capture_output=True, text=True, timeout=180)
+
+
+@pytest.fixture(scope="module")
+def probed(store, server, tmp_path_factory) -> dict:
+    pages = [f"{name}/report.html" for name in RUNS.values()] + ["index.html"]
+    (store / "probe.html").write_text(PROBE % json.dumps(pages))
+    out = browse(tmp_path_factory.mktemp("chromium"), "--virtual-time-budget=30000", "--dump-dom",
+                 f"{server}/probe.html")
+    m = re.search(r'<pre id="result">(.*?)</pre>', out.stdout, re.S)
+    assert m and m.group(1) != "pending", out.stderr[-2000:]
+    return json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+
+
+def test_screenshot_of_an_invalid_report_is_not_blank(server, tmp_path):
+    import matplotlib.image
+
+    shot = tmp_path / "shot.png"
+    out = browse(tmp_path, "--window-size=1100,1400", f"--screenshot={shot}", f"{server}/{RUNS['stale']}/report.html")
+    assert shot.is_file(), out.stderr[-2000:]
+    pixels = matplotlib.image.imread(str(shot))[..., :3]
+    not_white = (pixels.min(axis=2) < 0.9).mean()
+    assert pixels.std() > 0.05 and 0.02 < not_white < 0.95
+
+
+def test_reports_show_the_verdict_and_load_every_plot(probed):
+    for name, expected in (("valid", "VALID"), ("stale", "INVALID"), ("g1c", "INVALID"), ("clock", "VALID")):
+        page = probed[f"{RUNS[name]}/report.html"]
+        assert page["verdict"] == expected, name
+        assert page["broken"] == [], name
+        assert page["timelines"] >= 1 and page["command"].startswith("tessera test"), name
+    assert probed[f"{RUNS['valid']}/report.html"]["images"] == 3  # latency, throughput, raft
+    assert probed[f"{RUNS['clock']}/report.html"]["images"] == 4  # and the clock offsets
+
+
+def test_invalid_reports_draw_the_counterexample_and_the_cycle(probed):
+    stale = probed[f"{RUNS['stale']}/report.html"]
+    assert stale["counterexample"] and stale["counterexample_svgs"] >= 1 and stale["blocked_ops"] >= 1
+    g1c = probed[f"{RUNS['g1c']}/report.html"]
+    assert g1c["counterexample"] and g1c["cycles"] == 1
+    assert not probed[f"{RUNS['valid']}/report.html"]["counterexample"]
+
+
+def test_index_lists_every_run_with_a_link(probed):
+    index = probed["index.html"]
+    assert index["runs"] == 4 and index["broken"] == [] and index["images"] == 1
+    assert sorted(index["links"]) == sorted(f"{name}/report.html" for name in RUNS.values())
