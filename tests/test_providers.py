@@ -50,3 +50,23 @@ def test_bad_hosts_file(tmp_path, text, message):
     f.write_text(text)
     with pytest.raises(ClusterError, match=message):
         load(f)
+
+
+def test_vagrant_hosts_use_the_private_network():
+    from harness.cluster.vagrant import private_address
+
+    assert private_address("n1") == "10.77.0.11" and private_address("n5") == "10.77.0.15"
+    with pytest.raises(ClusterError, match="not one of"):
+        private_address("db")
+
+
+def test_vagrantfile_validates():
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    if not shutil.which("vagrant"):  # make test installs it; a missing tool is a failure
+        pytest.fail("vagrant is not installed (apt-get install vagrant)")
+    out = subprocess.run(["vagrant", "validate"], cwd=Path(__file__).resolve().parents[1],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "validated successfully" in out.stdout, out.stdout + out.stderr

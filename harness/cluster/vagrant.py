@@ -1,5 +1,10 @@
-"""The `vagrant` provider: the VMs of the project's Vagrantfile, reached as `vagrant ssh-config`
-describes them (run from the directory holding the Vagrantfile, after `vagrant up`)."""
+"""The `vagrant` provider: the VMs of the project's Vagrantfile (run from the directory holding
+it, after `vagrant up`).
+
+`vagrant ssh-config` gives each VM's key; the harness then logs in as root (the Vagrantfile's
+provisioner authorizes that key for root) on the VM's private-network address, because the
+database's own traffic, the partitions and the client all use that network, not Vagrant's
+forwarded SSH port."""
 
 from __future__ import annotations
 
@@ -31,6 +36,13 @@ def parse_ssh_config(text: str) -> list[Host]:
     return out
 
 
+def private_address(name: str) -> str:
+    """The Vagrantfile's addressing: n1 = 10.77.0.11 ... (the netns cluster's, on purpose)."""
+    if not (name.startswith("n") and name[1:].isdigit()):
+        raise ClusterError(f"vagrant host {name!r} is not one of the Vagrantfile's n1..n5")
+    return f"10.77.0.{10 + int(name[1:])}"
+
+
 def hosts(directory: Path) -> list[Host]:
     if not shutil.which("vagrant"):
         raise ClusterError("vagrant is not installed (apt-get install vagrant), or use --provider netns")
@@ -40,4 +52,4 @@ def hosts(directory: Path) -> list[Host]:
     found = parse_ssh_config(p.stdout)
     if not found:
         raise ClusterError("vagrant ssh-config listed no hosts")
-    return found
+    return [Host(h.name, private_address(h.name), 22, "root", h.key_file) for h in found]
