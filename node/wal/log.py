@@ -86,6 +86,8 @@ class Log:
         self._space_futures: list[asyncio.Future[None]] = []
         self._space_waiters = 0  # threads blocked in reserve()
         self._idle = False
+        self._ring_scheduled = False  # a _deferred_ring is on the event loop's ready queue
+        self._last_group_size = 0
         self._closing = False
         self._failed: BaseException | None = None
         self._last_index: int | None = None
@@ -218,8 +220,24 @@ class Log:
         elif self._loop is not loop:
             raise WalError("a Log serves futures to one event loop only")
         res.future = loop.create_future()
-        self._fill(res)
+        data = fmt.encode_entries(res.entries) if res.data is None else res.data
+        with self._lock:
+            res.data = data
+            self._queued_bytes += len(data)
+            if self._idle and not self._ring_scheduled:
+                if self._last_group_size == 1:  # a lone writer: nobody else to wait for
+                    self._ring()
+                else:
+                    # Many writers: ring once, when this loop iteration has run them all. The
+                    # group is bigger, and the appender does not wake only to wait for the GIL.
+                    self._ring_scheduled = True
+                    loop.call_soon(self._deferred_ring)
         return res.future
+
+    def _deferred_ring(self) -> None:
+        with self._lock:
+            self._ring_scheduled = False
+            self._ring()
 
     async def wait_for_space(self) -> None:
         """Return once the queue is below its byte bound, without blocking the event loop."""
@@ -281,6 +299,7 @@ class Log:
             self._commit(group)
 
     def _commit(self, group: list[Reservation]) -> None:
+        self._last_group_size = len(group)
         bufs: list[bytes] = []
         nbytes = count = 0
         lo, hi = -1, -1
