@@ -32,11 +32,12 @@ $(STAMP): $(VENV)/bin/python pyproject.toml
 test: setup
 	$(PY) -m pytest
 
-# The product's main job: a 5-host netns cluster, a 60 s register test with every nemesis that
-# exists, the verdict, and the run's store directory (printed last).
+# The product's main job: a 5-host netns cluster, a 60 s register test with every nemesis,
+# Spark analysis of the store, and the path of the run's HTML report (printed last).
 demo: setup
 	$(VENV)/bin/tessera cluster up
 	$(VENV)/bin/tessera test --workload register --nemesis all --time-limit 60 --store store
+	$(VENV)/bin/tessera analyze store
 
 bench: setup
 	$(PY) -m pip install -q -e '.[host,harness,reports,test,bench]'
