@@ -10,7 +10,8 @@
 
     # asyncio (one loop): ordering comes from the loop's single thread
     await log.wait_for_space()          # back-pressure: the queue is bounded in bytes
-    await log.append_future(log.reserve(entries))
+    await log.append_future(log.reserve(entries))   # resolved once durable, one wake-up
+                                                    # of the loop per group, not per entry
 
     res = log.truncate_suffix(after_index)  # Raft replacing a divergent tail: a reservation,
     log.async_append(res, callback)         # appended like entries (or append_future)
