@@ -64,6 +64,7 @@ def main() -> None:
             "seconds_local1": round(s1, 2), "seconds_local2": round(s2, 2),
             "speedup": round(s1 / s2, 2), "per_run_ms": round(1000 * s2 / args.runs, 1),
             "checked": [r1["checked"], r2["checked"]], "verdicts": verdicts, "generate_s": round(gen_s, 1),
+            "phases_local1": r1["phases"], "phases_local2": r2["phases"],
             "targets_met": s2 <= 120 and s1 / s2 >= 1.6 and verdicts == ["valid"],
         }
         print(json.dumps(result))

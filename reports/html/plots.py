@@ -19,8 +19,8 @@ from reports.history import NEMESIS, Op  # noqa: E402
 
 TYPE_COLORS = {"ok": "#2e9d4a", "fail": "#d6342c", "info": "#f0a020"}
 FAULT_COLORS = ["#9ecae1", "#fdae6b", "#bcbddc", "#a1d99b", "#fc9272", "#d9d9d9", "#c7e9c0"]
-DPI = 80
-MAX_POINTS = 10_000  # latency points drawn; longer runs are sampled evenly
+DPI = 72
+MAX_POINTS = 6_000  # latency points drawn; longer runs are sampled evenly
 
 
 def _fault_color(kinds: list[str], kind: str) -> str:

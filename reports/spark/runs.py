@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 import reports
@@ -101,9 +102,10 @@ def find_runs(paths: list[Path]) -> list[Run]:
 def checker_version() -> str:
     """A digest of the code a verdict depends on (checkers, history reader, unit splitting), so
     a run is re-analyzed exactly when that code changed."""
-    root = Path(reports.__file__).parent
-    files = sorted((root / "checkers").glob("*.py")) + [root / "history.py", root / "spark" / "units.py"]
+    root = resources.files(reports)  # a directory, or inside the zip spark-submit shipped
+    checkers = sorted((f for f in root.joinpath("checkers").iterdir() if f.name.endswith(".py")),
+                      key=lambda f: f.name)
     h = hashlib.sha256()
-    for f in files:
+    for f in checkers + [root.joinpath("history.py"), root.joinpath("spark", "units.py")]:
         h.update(f.name.encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]

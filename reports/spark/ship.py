@@ -13,6 +13,8 @@ import reports
 
 def package_zip(dest: Path | None = None) -> Path:
     root = Path(reports.__file__).parent
+    if not root.is_dir():  # imported from a zip (spark-submit --py-files): ship that zip again
+        return next(p for p in root.parents if p.is_file())
     dest = dest or Path(tempfile.mkdtemp(prefix="tessera-ship-")) / "tessera-reports.zip"
     with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as z:
         for f in sorted(root.rglob("*")):
