@@ -5,6 +5,10 @@ The judgement is deliberately narrow. The only damage accepted is a torn tail: a
 the newest segment, and only if that segment has no footer (it was still being written) and
 no intact batch follows the damage (a crash can only cut a write short; it cannot leave a
 good batch behind a bad one). Everything else names the file and offset and stops.
+
+Kudu makes the same call. Its one false alarm: a power cut that persisted the pages of the
+last, never-acknowledged group out of order can leave an intact batch behind a hole; that
+is refused as corruption, which errs on the side of stopping rather than losing data.
 """
 
 from __future__ import annotations
