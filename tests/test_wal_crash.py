@@ -85,6 +85,11 @@ def holds(model: list[Entry], on_disk: list[Entry]) -> bool:
     return skip >= 0 and model[-1] == on_disk[-1] and model[skip:] == on_disk
 
 
+def _started(out_path: str) -> bool:
+    with open(out_path, "rb") as f:
+        return f.read(2) == b"R "
+
+
 def run_and_kill(directory: str, out_path: str, rng: random.Random) -> list[str]:
     with open(out_path, "wb") as out:
         child = subprocess.Popen(
@@ -96,7 +101,7 @@ def run_and_kill(directory: str, out_path: str, rng: random.Random) -> list[str]
             time.sleep(rng.uniform(0, 0.3))
         else:
             deadline = time.monotonic() + 60
-            while b"R " not in open(out_path, "rb").read(64):
+            while not _started(out_path):
                 assert child.poll() is None, child.stderr.read().decode()
                 assert time.monotonic() < deadline, "child never got ready"
                 time.sleep(0.005)
