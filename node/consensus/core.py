@@ -453,6 +453,8 @@ class RaftCore:
         self._maybe_promote()
 
     def _commit_to(self, index: int) -> None:
+        if index > self.log.last_index():
+            raise SafetyError(f"{self.id}: commit {index} beyond last log index {self.log.last_index()}")
         if index > self.commit:
             self.commit = index
             committed = self.committed_config

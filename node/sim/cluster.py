@@ -134,7 +134,11 @@ class Simulation:
     def _drain(self, node: Node) -> None:
         core = node.core
         pre_config = core.active_config
+        rounds = 0
         while core.has_ready():
+            rounds += 1
+            if rounds > 1000:
+                raise Violation(f"progress: {node.uuid} keeps producing Readys without settling")
             rd = core.ready()
             d = node.disk
             if rd.entries_to_persist:
