@@ -291,7 +291,6 @@ class RaftCore:
             raise InvalidChange(f"{to} is not a voter")
         self.transferee = to
         self.transfer_elapsed = 0
-        self.election_elapsed = 0
         pr = self.progress[to]
         if pr.match == self.log.last_index():
             self._send(TimeoutNow(self.term, self.id, to))
@@ -558,7 +557,7 @@ class RaftCore:
         self.failed_elections = min(self.failed_elections + 1, self.cfg.max_backoff_exponent)
 
     def _heard_from_leader(self, m) -> None:
-        if self.role != Role.FOLLOWER and self.role != Role.LEARNER or self.lead != m.from_uuid:
+        if self.role not in (Role.FOLLOWER, Role.LEARNER) or self.lead != m.from_uuid:
             self._become_follower(self.term, m.from_uuid)
         self.failed_elections = 0
         self.election_elapsed = 0
