@@ -7,6 +7,7 @@ thread (the only writer of segment files), and a short-lived preallocation threa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -155,8 +156,9 @@ class Log:
                 self._next.discard()
         if self._failed is None:
             self._segment.finish()
-        else:
-            os.close(self._segment.fd)
+        else:  # leave the failed segment as it is: bootstrap judges it next time
+            with contextlib.suppress(OSError):  # the failure may have closed it already
+                os.close(self._segment.fd)
 
     def __enter__(self) -> Log:
         return self
