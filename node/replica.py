@@ -359,7 +359,12 @@ class Replica:
         fut = loop.create_future()
         self._reads[ctx] = fut
         self._submit(lambda: self.core.read_index(ctx))
-        index = await fut
+        try:
+            # The core may drop a request silently (e.g. its heartbeat round never completes):
+            # the RPC deadline cancels us then, and nothing may be left behind.
+            index = await fut
+        finally:
+            self._reads.pop(ctx, None)
         if index > self.state.last_applied_index:
             done = loop.create_future()
             self._applied_waiters.append((index, done))
