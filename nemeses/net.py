@@ -150,7 +150,10 @@ class PacketFaults(Nemesis):
             r = self.remotes[h.name]
             _remove_chain(r, LOSS_CHAIN)
             _remove_chain(r, DELAY_CHAIN)  # rules first: then the daemon releases what it holds
-            r.sh(f"[ -f {DELAY_PID} ] && kill $(cat {DELAY_PID}) 2>/dev/null; rm -f {DELAY_PID}; "
+            # SIGTERM releases the held packets; wait for that, then SIGKILL as a last resort
+            r.sh(f"if [ -f {DELAY_PID} ]; then p=$(cat {DELAY_PID}); kill $p 2>/dev/null; "
+                 f"for i in $(seq 100); do kill -0 $p 2>/dev/null || break; sleep 0.05; done; "
+                 f"kill -9 $p 2>/dev/null; rm -f {DELAY_PID}; fi; "
                  "tc qdisc del dev eth0 root 2>/dev/null; true")
         healed, self._targets, self.active = self._targets, [], False
         return {"healed": healed}
