@@ -3,9 +3,10 @@ consensus-metadata file, then a restart. The node must refuse the damaged replic
 message (its WAL CRCs and metadata checksums catch it) and keep serving its other tablets; it must
 never serve wrong data.
 
-Damage is permanent until the test's teardown, so the nemesis corrupts at most a minority of the
-hosts over a whole run: beyond that it would only prove that a majority of failed disks loses
-data, which no replicated system survives.
+Damage is permanent until the test's teardown (there is no tablet copy to repair a replica yet),
+so the nemesis damages at most one replica of each tablet over a whole run: a minority of a
+3-replica config. Beyond that it would only show that a majority of failed disks loses data,
+which no replicated system survives.
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ _DAMAGE = r"""
 import json, os, random, sys
 rng = random.Random(int(sys.argv[1]))
 root = sys.argv[2]
+spared = set(sys.argv[3].split(",")) if len(sys.argv) > 3 else set()  # tablets damaged elsewhere
 files = []
 for sub, kind in (("wals", "wal"), ("consensus-meta", "cmeta")):
     base = os.path.join(root, sub)
     for dirpath, _, names in os.walk(base):
+        tablet = os.path.basename(dirpath) if kind == "wal" else None
         files += [(kind, os.path.join(dirpath, n)) for n in names
-                  if not n.startswith(".") and os.path.getsize(os.path.join(dirpath, n)) > 64]
+                  if not n.startswith(".") and os.path.getsize(os.path.join(dirpath, n)) > 64
+                  and (tablet or n) not in spared]
 if not files:
     print(json.dumps({"skipped": "no WAL or metadata files yet"})); sys.exit(0)
 kind, path = rng.choice(sorted(files))
@@ -53,22 +57,21 @@ class DiskCorruption(Nemesis):
     hosts: list[str] = field(default_factory=list)
     remotes: dict[str, Remote] = field(default_factory=dict)
     name: str = "disk"
-    damaged: set = field(default_factory=set)
+    damaged: dict = field(default_factory=dict)  # tablet -> the one host whose replica was hit
 
     def start(self, rng: random.Random) -> dict:
         import json
 
-        budget = (len(self.hosts) - 1) // 2
-        pool = sorted(self.damaged) if len(self.damaged) >= budget else self.hosts
-        host = rng.choice(pool)
+        host = rng.choice(self.hosts)
+        spared = sorted(t for t, h in self.damaged.items() if h != host)
         self.db.kill(host, "tserver")
         out = self.remotes[host].run(["python3", "-c", _DAMAGE, str(rng.randrange(2**31)),
-                                      f"{DATA}/tserver"]).stdout
+                                      f"{DATA}/tserver", ",".join(spared)]).stdout
         self.db.start(host, "tserver")
         done = json.loads(out.strip().splitlines()[-1])
         if "file" in done:
-            self.damaged.add(host)
             done["replica"] = self._outcome(host, done["file"])
+            self.damaged[done["replica"]["tablet"]] = host
         self.active = True
         return {"host": host, **done}
 
@@ -107,7 +110,7 @@ class DiskCorruption(Nemesis):
 
     def stop(self) -> dict:
         self.active = False  # the damage stays; the node was restarted right after it
-        return {"damaged_hosts": sorted(self.damaged)}
+        return {"damaged": dict(sorted(self.damaged.items()))}
 
 
 @dataclass
