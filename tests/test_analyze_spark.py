@@ -139,14 +139,17 @@ def test_history_rows_are_read_with_an_explicit_schema(store, spark):
     assert first["index"] == 0 and first["type"] == "invoke" and first["key"].startswith("r")
 
 
-def test_corrupt_jsonl_written_by_hand_is_unreadable(tmp_path, spark):
+def test_store_path_with_spaces_and_a_hand_written_corrupt_line(tmp_path, spark):
     from reports.spark.job import analyze
 
-    run = tmp_path / "s" / "register" / "20260101T000009"
+    store = tmp_path / "my store"
+    run = store / "register" / "20260101T000009"
     run.mkdir(parents=True)
     (run / "test.json").write_text(json.dumps({"workload": "register", "nemesis": []}))
     write_jsonl([Op(0, "invoke", 0, "read", None, key="a", time=1)], run / "history.jsonl")
     with open(run / "history.jsonl", "a") as fh:
         fh.write('{"index": 1, "type": "ok", "process"\n')
-    out = analyze([tmp_path / "s"], None, force=False, out=None, spark=spark)
-    assert out["runs"][0]["verdict"] == "unknown" and out["runs"][0]["status"] == "unreadable"
+    good = write_run(store, "20260101T000010", register_history(50, seed=9), seed=9)
+    out = analyze([store], None, force=False, out=None, spark=spark)
+    assert [(r["verdict"], r["status"]) for r in out["runs"]] == [("unknown", "unreadable"), ("valid", "analyzed")]
+    assert results(good)["check"]["results"][0]["keys"]  # the good run's units were found by path

@@ -57,6 +57,9 @@ def session(master: str | None, app: str = "tessera-analyze"):
          .config("spark.driver.bindAddress", "127.0.0.1")
          .config("spark.driver.memory", "2g")
          .config("spark.sql.adaptive.coalescePartitions.enabled", "false")
+         # histories are a few MB: small input splits spread them over every core
+         .config("spark.sql.files.maxPartitionBytes", str(8 << 20))
+         .config("spark.sql.files.openCostInBytes", str(1 << 20))
          .config("spark.python.worker.reuse", "true"))
     if master:
         b = b.master(master)
@@ -246,8 +249,8 @@ def analyze(paths: list[Path], master: str | None, force: bool, out: TextIO | No
     own = spark is None
     phases: dict[str, float] = {}
 
-    def lap(name: str) -> None:
-        phases[name] = round(time.monotonic() - started - sum(phases.values()), 3)
+    def lap(name: str) -> None:  # seconds since the previous lap, added up per phase
+        phases[name] = round(phases.get(name, 0.0) + time.monotonic() - started - sum(phases.values()), 3)
 
     try:
         if own and (todo or any(not (s / ANALYSIS_DIR / "runs.parquet").exists() for s in stores)):
