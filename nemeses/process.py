@@ -10,44 +10,37 @@ from nemeses.base import Nemesis, choose_targets
 
 
 @dataclass
-class Kill(Nemesis):
+class _ProcessFault(Nemesis):
+    """Signal both daemons of one host or a `targets` share of them; undo it on stop."""
+
     db: DB = None
     hosts: list[str] = field(default_factory=list)
     targets: str = "minority"
-    name: str = "kill"
-    _victims: list[str] = field(default_factory=list)
+    _hit: list[str] = field(default_factory=list)
+    # set by each fault: what to do, and the words its history values use
+    do, undo, done_word, undone_word, signal = "", "", "", "", ""
 
     def start(self, rng: random.Random) -> dict:
-        self._victims = choose_targets(rng.choice(["one", self.targets]), self.hosts, rng)
-        for h in self._victims:
-            self.db.kill(h)
+        self._hit = choose_targets(rng.choice(["one", self.targets]), self.hosts, rng)
+        for h in self._hit:
+            getattr(self.db, self.do)(h)
         self.active = True
-        return {"killed": self._victims, "signal": "SIGKILL"}
+        return {self.done_word: self._hit, "signal": self.signal}
 
     def stop(self) -> dict:
-        for h in self._victims:
-            self.db.start(h)
-        restarted, self._victims, self.active = self._victims, [], False
-        return {"restarted": restarted}
+        for h in self._hit:
+            getattr(self.db, self.undo)(h)
+        undone, self._hit, self.active = self._hit, [], False
+        return {self.undone_word: undone}
 
 
 @dataclass
-class Pause(Nemesis):
-    db: DB = None
-    hosts: list[str] = field(default_factory=list)
-    targets: str = "minority"
+class Kill(_ProcessFault):
+    name: str = "kill"
+    do, undo, done_word, undone_word, signal = "kill", "start", "killed", "restarted", "SIGKILL"
+
+
+@dataclass
+class Pause(_ProcessFault):
     name: str = "pause"
-    _paused: list[str] = field(default_factory=list)
-
-    def start(self, rng: random.Random) -> dict:
-        self._paused = choose_targets(rng.choice(["one", self.targets]), self.hosts, rng)
-        for h in self._paused:
-            self.db.pause(h)
-        self.active = True
-        return {"paused": self._paused, "signal": "SIGSTOP"}
-
-    def stop(self) -> dict:
-        for h in self._paused:
-            self.db.resume(h)
-        resumed, self._paused, self.active = self._paused, [], False
-        return {"resumed": resumed, "signal": "SIGCONT"}
+    do, undo, done_word, undone_word, signal = "pause", "resume", "paused", "resumed", "SIGSTOP"
