@@ -17,6 +17,7 @@ from reports.history import HistoryWriter, Op
 class Recorder:
     def __init__(self, path: Path):
         self._writer = HistoryWriter(path)
+        self.wall_t0 = time.time()  # the wall clock at history time 0, to place node logs on it
         self._t0 = time.monotonic_ns()
         self._index = 0
         self.counts: Counter = Counter()  # type -> count, for the progress line

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import sys
 import time
@@ -230,6 +231,8 @@ async def _drive(args, plan, db, hosts, run_dir: Path, concurrency: int, nemeses
     progress = Progress()
     schedule = Schedule(nemeses, args.nemesis_interval, plan["seed"], progress.active_faults)
     rec = Recorder(run_dir / "history.jsonl")
+    test = json.loads((run_dir / "test.json").read_text())
+    write_json(run_dir / "test.json", {**test, "started_at": rec.wall_t0})
     opts = RunOptions(concurrency=concurrency, time_limit=args.time_limit, rate=args.rate,
                       seed=plan["seed"], op_timeout=args.op_timeout + 1)
     say(f"running {args.workload} for {args.time_limit:g}s, nemesis: {','.join(plan['nemeses']) or 'none'}")

@@ -66,7 +66,7 @@ _encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
 # --------------------------------------------------------------------------------- validation
 
 
-class _Validator:
+class Validator:
     """Checks op types and invoke/completion pairing incrementally, so readers can name lines."""
 
     def __init__(self, source: str):
@@ -131,7 +131,7 @@ def _as_op(fields: dict, index: int, line: int, source: str) -> Op:
 def read_jsonl(path: str | Path) -> list[Op]:
     """Read `history.jsonl` (one op object per line; blank lines ignored)."""
     source = str(path)
-    validator = _Validator(source)
+    validator = Validator(source)
     decoder = msgspec.json.Decoder(Op)
     ops: list[Op] = []
     with open(path, "rb") as fh:
@@ -285,7 +285,7 @@ def _hashable(v: Any) -> Any:
 def parse_edn_history(text: str, source: str = "") -> list[Op]:
     """Parse a Jepsen EDN history: one vector/list of op maps, or op maps one after another."""
     reader = _EdnReader(text, source)
-    validator = _Validator(source)
+    validator = Validator(source)
     ops: list[Op] = []
 
     def add(form: Any, line: int) -> None:
@@ -383,7 +383,7 @@ def parse_jepsen_log(text: str, source: str = "") -> list[Op]:
     """Ops from `jepsen.log` lines like `INFO jepsen.util - 3\t:invoke\t:cas\t[1 2]`; other lines
     are log noise and skipped. A `:timed-out` value is an unknown outcome (Jepsen logs crashed
     reads that way)."""
-    validator = _Validator(source)
+    validator = Validator(source)
     ops: list[Op] = []
     for lineno, raw in enumerate(text.splitlines(), 1):
         m = _LOG_LINE.search(raw)

@@ -131,11 +131,13 @@ def clock_plot(steps: list[dict], end: float, path: Path) -> str:
     return _save(fig, path)
 
 
-def raft_plot(tracks: dict[str, list[dict]], path: Path, max_tablets: int = 24) -> str:
-    """Per tablet, which host led in which term: one lane per tablet, colored by host."""
+def raft_plot(tracks: dict[str, list[dict]], path: Path, max_tablets: int = 24,
+              started_at: float | None = None) -> str:
+    """Per tablet, which host led in which term: one lane per tablet, colored by host. With the
+    run's wall-clock start its x axis is the other plots' (seconds since the run began)."""
     tablets = sorted(tracks)[:max_tablets]
     starts = [s["start"] for t in tablets for s in tracks[t]]
-    t0 = min(starts) if starts else 0.0
+    t0 = started_at if started_at is not None else (min(starts) if starts else 0.0)
     hosts = sorted({s["host"] for t in tablets for s in tracks[t]})
     cmap = plt.get_cmap("tab10")
     fig, ax = _figure(0.9 + 0.35 * max(1, len(tablets)), left=0.14)
@@ -145,7 +147,8 @@ def raft_plot(tracks: dict[str, list[dict]], path: Path, max_tablets: int = 24) 
             ax.barh(i, max(s["end"] - s["start"], 0.05), left=s["start"] - t0, height=0.6, color=color)
             ax.text(s["start"] - t0, i, f"t{s['term']}", va="center", fontsize=6)
     ax.set_yticks(range(len(tablets)), tablets, fontsize=7)
-    ax.set_xlabel("seconds since the first Raft event (node wall clocks)")
+    ax.set_xlabel("seconds since the run began (node wall clocks)" if started_at is not None
+                  else "seconds since the first Raft event (node wall clocks)")
     ax.set_title("Raft leader and term per tablet")
     if hosts:
         ax.legend(handles=[Patch(color=cmap(i % 10), label=h) for i, h in enumerate(hosts)],

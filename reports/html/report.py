@@ -4,6 +4,7 @@ cycle), the plots, the Raft track and the op timeline; plots in `plots/`, timeli
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import jinja2
@@ -47,7 +48,9 @@ def render_report(run: Run, results: dict, ops: list[Op] | None) -> Path:
             results["clock"], results.get("duration_s") or 0.0, plot_dir / "clock.png")))
     tracks = leader_tracks(raft_events(run.path))
     if any(tracks.values()):
-        figures.append(("Raft leaders", "plots/" + plots.raft_plot(tracks, plot_dir / "raft.png")))
+        started = _started_at(run.path)
+        figures.append(("Raft leaders", "plots/" + plots.raft_plot(tracks, plot_dir / "raft.png",
+                                                                   started_at=started)))
 
     counterexamples = [{"key": cx["key"], "explanation": cx["explanation"],
                         "svgs": [timeline.counterexample_svg(p, by_index) for p in cx["paths"][:2]]}
@@ -72,3 +75,11 @@ def render_report(run: Run, results: dict, ops: list[Op] | None) -> Path:
         pages=len(pages), left_out=left_out, raft_tablets=len(tracks))
     _write(run.report, html)
     return run.report
+
+
+def _started_at(run_dir: Path) -> float | None:
+    """The wall-clock time of the history's time 0, recorded by the harness in test.json."""
+    try:
+        return json.loads((run_dir / "test.json").read_text()).get("started_at")
+    except (OSError, ValueError):
+        return None

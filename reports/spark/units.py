@@ -12,7 +12,7 @@ import msgspec
 
 from reports.checkers.check import check_history
 from reports.checkers.linearizability import merge_verdicts
-from reports.history import HistoryError, Op, _Validator
+from reports.history import HistoryError, Op, Validator
 
 CORRUPT = "\0corrupt"  # the unit that collects a run's unparseable lines
 WHOLE_RUN = ""  # the unit of models that are not split per key
@@ -45,7 +45,7 @@ def check_unit(model: str, options: dict, unit: str, lines: str) -> dict:
                 "unreadable": f"{len(bad)} unparseable line(s); one reads {bad[0][:120]!r}"}
     try:
         ops = decode(lines)
-        validator = _Validator(f"unit {unit!r}")
+        validator = Validator(f"unit {unit!r}")
         for op in ops:
             validator.check(op, op.index)
     except HistoryError as e:
