@@ -36,7 +36,10 @@ class DB(Protocol):
     def kill(self, host: str, daemon: str | None = None) -> None: ...
     def pause(self, host: str, daemon: str | None = None) -> None: ...
     def resume(self, host: str, daemon: str | None = None) -> None: ...
+    def log_files(self, host: str) -> list[str]: ...
     def collect(self, host: str, dest: Path) -> None: ...
+    def leader_master(self) -> str | None: ...  # primaries, when the system has them
+    def tablet_leaders(self) -> dict[str, str]: ...
 
 
 def build_wheelhouse(dest: Path, project: Path, log=print) -> list[Path]:
@@ -224,21 +227,50 @@ class TesseraDB:
                     revived.append((h.name, d))
         return revived
 
+    def tablet_leaders(self) -> dict[str, str]:
+        """tablet id -> host of its current leader, as the tablet servers report it."""
+        import asyncio
+
+        from node.protocol import Empty, ServerStatus
+        from node.rpc import RpcClient, RpcError
+
+        async def ask() -> dict[str, str]:
+            rpc, leaders, terms = RpcClient(connect_timeout=1.0), {}, {}
+            try:
+                for h in self.hosts:
+                    try:
+                        st = await rpc.call((h.address, TSERVER_PORT), "ts.status", Empty(),
+                                            ServerStatus, to_uuid="", timeout=1.0)
+                    except RpcError:
+                        continue
+                    for t in st.tablets:
+                        if t.role == "LEADER" and t.term >= terms.get(t.tablet_id, -1):
+                            leaders[t.tablet_id], terms[t.tablet_id] = h.name, t.term
+                return leaders
+            finally:
+                await rpc.close()
+
+        return asyncio.run(ask())
+
     def running(self, host: str, daemon: str) -> bool:
         pid = f"{DATA}/{daemon}.pid"
         res = self.remotes[host].sh(f"[ -f {pid} ] && kill -0 $(cat {pid})", check=False)
         return res.exit_status == 0
 
     # -- end of run --------------------------------------------------------------------------
+    def log_files(self, host: str) -> list[str]:
+        return [f"{DATA}/logs/{d}.log" for d in self.daemons(host)]
+
     def collect(self, host: str, dest: Path) -> None:
         """Daemon logs and a listing of the data dirs, into the run's store."""
         dest.mkdir(parents=True, exist_ok=True)
         r = self.remotes[host]
-        for d in self.daemons(host):
+        for path in self.log_files(host):
+            name = path.rsplit("/", 1)[-1]
             try:
-                r.get(f"{DATA}/logs/{d}.log", str(dest / f"{d}.log"))
+                r.get(path, str(dest / name))
             except OSError as e:
-                (dest / f"{d}.log.missing").write_text(f"{e}\n")
+                (dest / f"{name}.missing").write_text(f"{e}\n")
         listing = r.sh(f"ls -laR {DATA} 2>&1 | head -n 2000", check=False).stdout
         (dest / "data-dir.txt").write_text(listing)
 

@@ -20,12 +20,27 @@ class _ProcessFault(Nemesis):
     # set by each fault: what to do, and the words its history values use
     do, undo, done_word, undone_word, signal = "", "", "", "", ""
 
+    def _choose(self, rng: random.Random) -> tuple[str, list[str]]:
+        """A host share, or the primaries: the leader master's host or a tablet leader's."""
+        spec = rng.choice(["one", self.targets, "leader-master", "tablet-leader"])
+        if spec == "leader-master":
+            leader = self.db.leader_master()
+            if leader:
+                return spec, [leader]
+        elif spec == "tablet-leader":
+            leaders = self.db.tablet_leaders()
+            if leaders:
+                return spec, [leaders[rng.choice(sorted(leaders))]]
+        else:
+            return spec, choose_targets(spec, self.hosts, rng)
+        return "one", choose_targets("one", self.hosts, rng)  # no leader known right now
+
     def start(self, rng: random.Random) -> dict:
-        self._hit = choose_targets(rng.choice(["one", self.targets]), self.hosts, rng)
+        spec, self._hit = self._choose(rng)
         for h in self._hit:
             getattr(self.db, self.do)(h)
         self.active = True
-        return {self.done_word: self._hit, "signal": self.signal}
+        return {self.done_word: self._hit, "targets": spec, "signal": self.signal}
 
     def stop(self) -> dict:
         for h in self._hit:
