@@ -40,6 +40,7 @@ demo: setup
 	$(VENV)/bin/tessera cluster up
 	$(VENV)/bin/tessera test --workload register --nemesis all --time-limit 60 --concurrency 50 --rate 200 --store store
 	$(VENV)/bin/tessera analyze store
+	@echo "report: $$(readlink -f store/latest)/report.html"
 
 bench: setup
 	$(PY) -m pip install -q -e '.[host,harness,reports,test,bench]'
