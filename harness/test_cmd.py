@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 NEMESES = ("partition", "packet", "clock", "pause", "kill", "disk", "lose-unfsynced")
-ALL = NEMESES[:-1]  # `all`: lose-unfsynced is asked for by name (it puts tablet servers on FUSE)
 PROVIDERS = ("netns", "hosts", "vagrant")
 
 
@@ -67,7 +66,7 @@ def validate(args: argparse.Namespace) -> dict:
 
     if args.workload not in WORKLOADS:
         raise ValueError(f"unknown workload {args.workload!r} (known: {', '.join(WORKLOADS)})")
-    names = [] if args.nemesis == "none" else list(ALL) if args.nemesis == "all" else \
+    names = [] if args.nemesis == "none" else list(NEMESES) if args.nemesis == "all" else \
         [n.strip() for n in args.nemesis.split(",") if n.strip()]
     for n in names:
         if n not in NEMESES:

@@ -135,3 +135,27 @@ def test_lose_unfsynced_writes_shows_why_fsync_matters(env, tmp_path, fsync, exp
         r = Remote(h)
         assert "fuse" not in r.run(["cat", "/proc/mounts"]).stdout, h.name
         r.close()
+
+
+def test_nemesis_all_fires_every_fault_and_leaves_no_trace(env, tmp_path):
+    out = tessera("test", "--nemesis", "all", "--time-limit", "40", "--nemesis-interval", "5",
+                  "--seed", "11", "--store", str(tmp_path / "store"), env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = out.stdout.strip().splitlines()[-1]
+    results = json.load(open(os.path.join(run_dir, "results.json")))
+    fired = results["nemesis"]["fired"]
+    assert set(fired) == {"partition", "packet", "clock", "pause", "kill", "disk", "lose-unfsynced"}
+    assert all(n >= 1 for n in fired.values()) and not results["nemesis"]["never_fired"], fired
+    assert results["verdict"] == "valid", results["check"]
+    from harness.cluster.netns import NetnsCluster
+    from harness.control import Remote
+
+    probe = ("iptables -w -S | grep -c TESSERA; tc qdisc show dev eth0 | grep -c tbf; "
+             "grep -c fuse /proc/mounts; ls /var/lib/tessera/ | grep -c faketime; "
+             "ps -eo stat= | grep -c '^T'; pgrep -fc 'nemeses[.]'; true")
+    for h in NetnsCluster(5, state_dir=env["TESSERA_NETNS_STATE"]).hosts():
+        r = Remote(h)
+        left = dict(zip(["iptables", "tbf", "fuse", "faketime", "stopped", "helpers"],
+                        map(int, r.sh(probe).stdout.split()), strict=True))
+        r.close()
+        assert not any(left.values()), (h.name, left)
