@@ -61,6 +61,10 @@ async def _call(workload: Workload, client: KVClient, inv: Invocation, timeout: 
         return Completion("info", error="timeout")
 
 
+def _node(client: KVClient) -> str | None:
+    return getattr(client, "node", None)  # clients that know which server answered say so
+
+
 async def _thread(thread: int, opts: RunOptions, workload: Workload, client: KVClient,
                   rec: Recorder, deadline: float, loop: asyncio.AbstractEventLoop) -> None:
     rng = random.Random(f"{opts.seed}/{thread}")
@@ -76,7 +80,7 @@ async def _thread(thread: int, opts: RunOptions, workload: Workload, client: KVC
         rec.record(process, "invoke", inv.f, inv.value, key=inv.key)
         done = await _call(workload, client, inv, opts.op_timeout)
         rec.record(process, done.type, inv.f, done.value if done.type == "ok" else inv.value,
-                   key=inv.key, error=done.error)
+                   key=inv.key, node=_node(client), error=done.error)
         if done.type == "info":
             process += opts.concurrency
 
@@ -87,18 +91,21 @@ async def _sequential(ops: list[Invocation], workload: Workload, client: KVClien
         rec.record(process, "invoke", inv.f, inv.value, key=inv.key)
         done = await _call(workload, client, inv, timeout)
         rec.record(process, done.type, inv.f, done.value if done.type == "ok" else inv.value,
-                   key=inv.key, error=done.error)
+                   key=inv.key, node=_node(client), error=done.error)
         if done.type == "info":
             process += 1
 
 
-async def run(workload: Workload, client: KVClient, rec: Recorder, opts: RunOptions,
-              nemesis: Nemesis | None = None, progress: Progress | None = None) -> None:
-    """Setup ops, the timed main phase with the nemesis alongside, then final ops."""
+async def run(workload: Workload, clients: Callable[[int], KVClient], rec: Recorder,
+              opts: RunOptions, nemesis: Nemesis | None = None,
+              progress: Progress | None = None) -> None:
+    """Setup ops, the timed main phase with the nemesis alongside, then final ops.
+    `clients(thread)` gives each worker thread its own client handle."""
     progress = progress or Progress(enabled=False)
     loop = asyncio.get_running_loop()
     # Setup and final ops use process ids above any worker's, so they never collide.
-    await _sequential(workload.setup(), workload, client, rec, 10**6, opts.final_timeout)
+    await _sequential(workload.setup(), workload, clients(opts.concurrency), rec, 10**6,
+                      opts.final_timeout)
     deadline = loop.time() + opts.time_limit
 
     async def ticker():
@@ -108,12 +115,13 @@ async def run(workload: Workload, client: KVClient, rec: Recorder, opts: RunOpti
 
     tick = asyncio.create_task(ticker())
     try:
-        tasks = [asyncio.create_task(_thread(t, opts, workload, client, rec, deadline, loop))
+        tasks = [asyncio.create_task(_thread(t, opts, workload, clients(t), rec, deadline, loop))
                  for t in range(opts.concurrency)]
         if nemesis is not None:
             tasks.append(asyncio.create_task(nemesis(rec, deadline)))
         await asyncio.gather(*tasks)
-        await _sequential(workload.final(), workload, client, rec, 2 * 10**6, opts.final_timeout)
+        await _sequential(workload.final(), workload, clients(opts.concurrency), rec, 2 * 10**6,
+                          opts.final_timeout)
     finally:
         tick.cancel()
         progress.show(rec, opts.time_limit)

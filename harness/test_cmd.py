@@ -227,6 +227,7 @@ async def _drive(args, plan, db, hosts, run_dir: Path, concurrency: int, nemeses
             await asyncio.sleep(1)
     table = client.table("test")
     await _wait_writable(client, table, deadline)
+    names = {h.address: h.name for h in hosts}
     progress = Progress()
     schedule = Schedule(nemeses, args.nemesis_interval, plan["seed"], progress.active_faults)
     rec = Recorder(run_dir / "history.jsonl")
@@ -249,7 +250,8 @@ async def _drive(args, plan, db, hosts, run_dir: Path, concurrency: int, nemeses
         await dog
 
     try:
-        await run(workload, table, rec, opts, nemesis=nemesis, progress=progress)
+        await run(workload, lambda _thread: client.table("test", names), rec, opts,
+                  nemesis=nemesis, progress=progress)
     finally:
         rec.close()
         await client.close()

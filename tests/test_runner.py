@@ -47,7 +47,8 @@ class FlakyRegisterClient:
 def _run(tmp_path, seed, concurrency=6, time_limit=0.3):
     rec = Recorder(tmp_path / f"h{seed}.jsonl")
     opts = RunOptions(concurrency=concurrency, time_limit=time_limit, rate=0, seed=seed)
-    asyncio.run(run(make("register"), FlakyRegisterClient(seed), rec, opts))
+    shared = FlakyRegisterClient(seed)
+    asyncio.run(run(make("register"), lambda _thread: shared, rec, opts))
     rec.close()
     return read_jsonl(tmp_path / f"h{seed}.jsonl")
 

@@ -170,8 +170,8 @@ class TesseraClient:
                     self._leaders.setdefault(t.tablet_id, t.leader)
         return self._locations[name]
 
-    def table(self, name: str) -> Table:
-        return Table(self, name)
+    def table(self, name: str, node_names: dict | None = None) -> Table:
+        return Table(self, name, node_names)
 
     # -- tablets -----------------------------------------------------------------------------
     async def _tablet_for(self, table: str, key: str, refresh: bool = False) -> TabletLocation:
@@ -187,20 +187,21 @@ class TesseraClient:
         hint = self._leaders.get(t.tablet_id) or t.leader
         return sorted(t.replicas, key=lambda p: (p.uuid != hint, random.random()))
 
-    async def _session(self, t: TabletLocation, deadline: float) -> _Session:
+    async def _session(self, t: TabletLocation, deadline: float, on_peer=None) -> _Session:
         lock = self._session_locks.setdefault(t.tablet_id, asyncio.Lock())
         async with lock:
             s = self._sessions.get(t.tablet_id)
             if s is None:
                 # An orphaned session from a lost reply is harmless, so this may be retried.
-                res, _ = await self._send(t, OpenSession(), 0, 0, 0, deadline)
+                res, _ = await self._send(t, OpenSession(), 0, 0, 0, deadline, on_peer)
                 s = self._sessions[t.tablet_id] = _Session(res.value)
             return s
 
     async def _send(self, t: TabletLocation, op: Op, session: int, seq: int, acked_below: int,
-                    deadline: float) -> tuple[Result, bool]:
+                    deadline: float, on_peer=None) -> tuple[Result, bool]:
         """One op to the tablet's leader, retried across replicas until the deadline.
-        Returns (result, uncertain) where uncertain means an earlier attempt may have applied."""
+        Returns (result, uncertain) where uncertain means an earlier attempt may have applied.
+        `on_peer(peer)` hears of every replica tried, so callers can tell who answered."""
         loop = asyncio.get_running_loop()
         backoff = _Backoff()
         uncertain = False
@@ -211,6 +212,8 @@ class TesseraClient:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
+                if on_peer is not None:
+                    on_peer(peer)
                 try:
                     if read_only:
                         req = Read(t.tablet_id, op)
@@ -244,19 +247,20 @@ class TesseraClient:
                 return name
         return ""
 
-    async def op(self, table: str, key: str, op: Op) -> Result:
+    async def op(self, table: str, key: str, op: Op, on_peer=None) -> Result:
         """Run one op on the tablet holding `key` and return its Result (ok or a rejection)."""
         deadline = self._deadline()
         t = await self._tablet_for(table, key)
         if is_read_only(op):
-            return (await self._send(t, op, 0, 0, 0, deadline))[0]
+            return (await self._send(t, op, 0, 0, 0, deadline, on_peer))[0]
         for _ in range(3):  # a session evicted before our first attempt: reopen and retry
-            s = await self._session(t, deadline)
+            s = await self._session(t, deadline, on_peer)
             seq = s.next_seq
             s.next_seq += 1
             s.inflight.add(seq)
             try:
-                res, uncertain = await self._send(t, op, s.id, seq, s.acked_below(), deadline)
+                res, uncertain = await self._send(t, op, s.id, seq, s.acked_below(), deadline,
+                                                  on_peer)
             finally:
                 s.inflight.discard(seq)
             if res.ok or res.error not in (Rejection.NO_SESSION, Rejection.STALE_SEQ):
@@ -268,13 +272,22 @@ class TesseraClient:
 
 
 class Table:
-    """One table's key-value operations; implements workloads.base.KVClient."""
+    """One table's key-value operations; implements workloads.base.KVClient.
 
-    def __init__(self, client: TesseraClient, name: str):
+    `node` is the replica this handle last contacted (the one that answered, if any did),
+    named by `node_names` (address -> host name) when given: what a history's `node` records.
+    Give each concurrent caller its own handle for that to mean anything."""
+
+    def __init__(self, client: TesseraClient, name: str, node_names: dict | None = None):
         self.client, self.name = client, name
+        self.node_names = node_names or {}
+        self.node: str | None = None
+
+    def _saw(self, peer: Peer) -> None:
+        self.node = self.node_names.get(peer.host, f"{peer.host}:{peer.port}")
 
     async def _ok(self, key: str, op: Op) -> Any:
-        res = await self.client.op(self.name, key, op)
+        res = await self.client.op(self.name, key, op, self._saw)
         if not res.ok:
             raise OpFailed(f"{res.error}: {res.detail}")
         return res.value
@@ -286,7 +299,7 @@ class Table:
         await self._ok(key, WriteOp(key, value))
 
     async def cas(self, key: str, expected: Any, new: Any) -> bool:
-        res = await self.client.op(self.name, key, Cas(key, expected, new))
+        res = await self.client.op(self.name, key, Cas(key, expected, new), self._saw)
         if res.ok:
             return True
         if res.error == Rejection.CAS_MISMATCH:
