@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from harness.recorder import Recorder
 from workloads.base import Completion, Invocation, KVClient, Workload
 
-Nemesis = Callable[[Recorder, float], Awaitable[None]]  # runs until the deadline, then heals
+Nemesis = Callable[[Recorder, float], Awaitable[None]]  # injects faults until the deadline
+Heal = Callable[[Recorder], Awaitable[None]]  # ends every fault, after the workers stopped
 
 
 @dataclass
@@ -97,9 +98,10 @@ async def _sequential(ops: list[Invocation], workload: Workload, client: KVClien
 
 
 async def run(workload: Workload, clients: Callable[[int], KVClient], rec: Recorder,
-              opts: RunOptions, nemesis: Nemesis | None = None,
+              opts: RunOptions, nemesis: Nemesis | None = None, heal: Heal | None = None,
               progress: Progress | None = None) -> None:
-    """Setup ops, the timed main phase with the nemesis alongside, then final ops.
+    """Setup ops; the timed main phase with the nemesis alongside; once every worker has
+    stopped, the heal; then the final ops, on a healed cluster.
     `clients(thread)` gives each worker thread its own client handle."""
     progress = progress or Progress(enabled=False)
     loop = asyncio.get_running_loop()
@@ -120,6 +122,8 @@ async def run(workload: Workload, clients: Callable[[int], KVClient], rec: Recor
         if nemesis is not None:
             tasks.append(asyncio.create_task(nemesis(rec, deadline)))
         await asyncio.gather(*tasks)
+        if heal is not None:
+            await heal(rec)
         await _sequential(workload.final(), workload, clients(opts.concurrency), rec, 2 * 10**6,
                           opts.final_timeout)
     finally:

@@ -162,12 +162,11 @@ def _run(args, plan) -> Path:
                     db.collect(h.name, run_dir / "nodes" / h.name)
                 except ClusterError as e:
                     say(f"could not collect logs from {h.name}: {e}")
-            try:
-                db.teardown()
-                for n in nemeses:
-                    n.teardown()
-            except ClusterError as e:
-                say(f"teardown: {e}")
+            for step in [db.teardown, *(n.teardown for n in nemeses)]:
+                try:  # every step gets its chance: one failure must not leave the others' mess
+                    step()
+                except ClusterError as e:
+                    say(f"teardown: {e}")
         for r in remotes.values():
             r.close()
         control_log.close()
@@ -244,14 +243,11 @@ async def _drive(args, plan, db, hosts, run_dir: Path, concurrency: int, nemeses
                 rec_.record("nemesis", "info", "watchdog-restart", {"host": host, "daemon": daemon})
 
     async def nemesis(rec_, deadline_):
-        dog = asyncio.create_task(watchdog(rec_, deadline_))
-        await schedule.run(rec_, deadline_)
-        await schedule.heal(rec_)
-        await dog
+        await asyncio.gather(watchdog(rec_, deadline_), schedule.run(rec_, deadline_))
 
     try:
         await run(workload, lambda _thread: client.table("test", names), rec, opts,
-                  nemesis=nemesis, progress=progress)
+                  nemesis=nemesis, heal=schedule.heal, progress=progress)
     finally:
         rec.close()
         await client.close()

@@ -75,7 +75,11 @@ class Clock(Nemesis):
         loop = (f"i=0; while [ $i -lt {flips} ]; do "
                 f"if [ $((i % 2)) -eq 0 ]; then echo {up} > {f}.s; else echo {down} > {f}.s; fi; "
                 f"mv {f}.s {f}; i=$((i + 1)); sleep {period_ms / 1000:.3f}; done; echo +0.000 > {f}")
-        r.sh(f"setsid sh -c 'echo $$ > {STROBE_PID}; {loop}' </dev/null >/dev/null 2>&1 &")
+        # wait for the pid file: a stop() right after this must find the loop to kill it
+        r.sh(f"rm -f {STROBE_PID}; "
+             f"setsid sh -c 'echo $$ > {STROBE_PID}.new; mv {STROBE_PID}.new {STROBE_PID}; {loop}' "
+             f"</dev/null >/dev/null 2>&1 & "
+             f"for i in $(seq 100); do [ -s {STROBE_PID} ] && break; sleep 0.02; done")
 
     def stop(self) -> dict:
         for h in self.hosts:

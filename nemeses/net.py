@@ -160,3 +160,7 @@ class PacketFaults(Nemesis):
 
     def heal(self) -> dict:
         return self.stop()
+
+    def teardown(self) -> None:
+        for h in self.hosts:
+            self.remotes[h.name].run(["rm", "-f", "/var/lib/tessera/delay.log"])

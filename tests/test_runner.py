@@ -105,3 +105,60 @@ def test_unknown_workload_is_a_clear_error():
     import pytest
     with pytest.raises(ValueError, match="unknown workload 'nope'"):
         make("nope")
+
+
+class BankClient:
+    """A single-copy bank: enough for the runner's phases (unit test)."""
+
+    def __init__(self):
+        self.data = {}
+
+    async def txn(self, ops):
+        await asyncio.sleep(0)
+        out = []
+        for f, k, v in ops:
+            if f == "w":
+                self.data[k] = v
+            elif f == "add":
+                self.data[k] = self.data.get(k, 0) + v
+            out.append([f, k, self.data.get(k) if f == "r" else v])
+        return out
+
+
+def test_rate_is_an_upper_bound_and_the_time_limit_stops_invokes(tmp_path):
+    rec = Recorder(tmp_path / "h.jsonl")
+    opts = RunOptions(concurrency=4, time_limit=1.0, rate=40, seed=2)
+    shared = FlakyRegisterClient(2)
+    asyncio.run(run(make("register"), lambda _t: shared, rec, opts))
+    rec.close()
+    ops = read_jsonl(tmp_path / "h.jsonl")
+    invokes = [o for o in ops if o.type == "invoke"]
+    # never faster than asked (a slow machine only makes fewer), and nothing after the limit
+    assert len(invokes) <= 40 * 1.0 * 1.5 + opts.concurrency
+    assert all(o.time <= 1.2e9 for o in invokes)
+
+
+def test_phases_setup_then_main_with_nemesis_then_final(tmp_path):
+    rec = Recorder(tmp_path / "h.jsonl")
+    events = []
+
+    async def nemesis(rec_, deadline):
+        rec_.record("nemesis", "info", "start-fake", {"x": 1})
+        await asyncio.sleep(max(0, deadline - asyncio.get_running_loop().time()))
+
+    async def heal(rec_):
+        rec_.record("nemesis", "info", "heal-fake", {})
+        events.append("healed")
+
+    bank = BankClient()
+    opts = RunOptions(concurrency=3, time_limit=0.5, rate=0, seed=5)
+    asyncio.run(run(make("bank"), lambda _t: bank, rec, opts, nemesis=nemesis, heal=heal))
+    rec.close()
+    ops = read_jsonl(tmp_path / "h.jsonl")
+    fs = [o.f for o in ops if o.process != "nemesis"]
+    assert fs[:2] == ["init", "init"]  # setup first
+    assert fs[-2:] == ["read", "read"] and ops[-1].process == 2 * 10**6  # final read last
+    heal = next(o.index for o in ops if o.f == "heal-fake")
+    main = [o.index for o in ops if o.process not in ("nemesis",) and o.process < 10**6]
+    assert main and max(main) < heal < ops[-2].index  # the final read runs on a healed cluster
+    assert sum(bank.data.values()) == 100 and events == ["healed"]
