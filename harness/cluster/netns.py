@@ -191,14 +191,23 @@ class NetnsCluster:
         if old and old["pid"] in _our_host_pids(self.state_dir) and _port_open(addr, 22, timeout=1):
             progress(f"{name} {addr}: already up")
             return old
-        # Half-made or dead: remove whatever is left of this host, then build it fresh.
+        # Half-made or dead: remove whatever is left of this host, then build it fresh. The
+        # kernel tears a dead namespace's veth down asynchronously, so wait for it to go.
         for pid, cmd in _our_host_pids(self.state_dir).items():
             if f"/{name}/init.sh" in cmd:
                 os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while any(f"/{name}/init.sh" in c for c in _our_host_pids(self.state_dir).values()):
+            if time.monotonic() > deadline:
+                raise ClusterError(f"{name}: its old host process does not die")
+            time.sleep(0.02)
         if ns in _namespaces():
-            _run("ip", "netns", "del", ns)
+            _run("ip", "netns", "del", ns, check=False)
+        while veth in _links() and time.monotonic() < deadline:
+            _run("ip", "link", "del", veth, check=False)  # may already be going: fine
+            time.sleep(0.02)
         if veth in _links():
-            _run("ip", "link", "del", veth)
+            raise ClusterError(f"{name}: link {veth} of the old host does not go away")
         hdir = self.state_dir / name
         for sub in ("lib", "opt", "tmp"):
             (hdir / sub).mkdir(parents=True, exist_ok=True)
