@@ -183,7 +183,7 @@ class TesseraDB:
         for d in self._targets(host, daemon):  # wait until gone, so a restart cannot race it
             pid = f"{DATA}/{d}.pid"
             self.remotes[host].sh(f"[ -f {pid} ] || exit 0; p=$(cat {pid}); "
-                                  f"for i in $(seq 100); do kill -0 $p 2>/dev/null || exit 0; "
+                                  f"for i in $(seq 300); do kill -0 $p 2>/dev/null || exit 0; "
                                   f"sleep 0.05; done")
 
     def pause(self, host: str, daemon: str | None = None) -> None:
@@ -192,29 +192,37 @@ class TesseraDB:
     def resume(self, host: str, daemon: str | None = None) -> None:
         self._signal(host, daemon, "CONT")
 
-    def leader_master(self) -> str | None:
-        """The host of the leader master, asked of every master (None if none says so)."""
+    def ask_each(self, hosts: list[Host], daemon: str, method: str, reply: type) -> dict:
+        """Call a no-argument status `method` on `daemon` of every host, from a harness thread
+        (which has no event loop of its own): host name -> reply, for the hosts that answered."""
         import asyncio
 
-        from node.protocol import Empty, MasterInfo
+        from node.protocol import Empty
         from node.rpc import RpcClient, RpcError
 
-        async def ask() -> str | None:
-            rpc = RpcClient(connect_timeout=1.0)
+        port = MASTER_PORT if daemon == "master" else TSERVER_PORT
+
+        async def ask() -> dict:
+            rpc, out = RpcClient(connect_timeout=1.0), {}
             try:
-                for h in self.master_hosts:
+                for h in hosts:
                     try:
-                        info = await rpc.call((h.address, MASTER_PORT), "master.info", Empty(),
-                                              MasterInfo, to_uuid="", timeout=1.0)
+                        out[h.name] = await rpc.call((h.address, port), method, Empty(), reply,
+                                                     to_uuid="", timeout=1.0)
                     except RpcError:
-                        continue
-                    if info.role == "LEADER":
-                        return h.name
-                return None
+                        pass
+                return out
             finally:
                 await rpc.close()
 
         return asyncio.run(ask())
+
+    def leader_master(self) -> str | None:
+        """The host of the leader master, asked of every master (None if none says so)."""
+        from node.protocol import MasterInfo
+
+        infos = self.ask_each(self.master_hosts, "master", "master.info", MasterInfo)
+        return next((host for host, info in infos.items() if info.role == "LEADER"), None)
 
     def revive(self) -> list[tuple[str, str]]:
         """The watchdog's round: restart every daemon that died without being killed on purpose
@@ -229,28 +237,14 @@ class TesseraDB:
 
     def tablet_leaders(self) -> dict[str, str]:
         """tablet id -> host of its current leader, as the tablet servers report it."""
-        import asyncio
+        from node.protocol import ServerStatus
 
-        from node.protocol import Empty, ServerStatus
-        from node.rpc import RpcClient, RpcError
-
-        async def ask() -> dict[str, str]:
-            rpc, leaders, terms = RpcClient(connect_timeout=1.0), {}, {}
-            try:
-                for h in self.hosts:
-                    try:
-                        st = await rpc.call((h.address, TSERVER_PORT), "ts.status", Empty(),
-                                            ServerStatus, to_uuid="", timeout=1.0)
-                    except RpcError:
-                        continue
-                    for t in st.tablets:
-                        if t.role == "LEADER" and t.term >= terms.get(t.tablet_id, -1):
-                            leaders[t.tablet_id], terms[t.tablet_id] = h.name, t.term
-                return leaders
-            finally:
-                await rpc.close()
-
-        return asyncio.run(ask())
+        leaders, terms = {}, {}
+        for host, st in self.ask_each(self.hosts, "tserver", "ts.status", ServerStatus).items():
+            for t in st.tablets:
+                if t.role == "LEADER" and t.term >= terms.get(t.tablet_id, -1):
+                    leaders[t.tablet_id], terms[t.tablet_id] = host, t.term
+        return leaders
 
     def running(self, host: str, daemon: str) -> bool:
         pid = f"{DATA}/{daemon}.pid"
@@ -281,7 +275,15 @@ class TesseraDB:
 
             self.kill(h.name)
             d = f"{DATA}/tserver"
-            self.remotes[h.name].sh(f"if mountpoint -q {d}; then {unmount_command(d)}; fi")
+            # A daemon killed inside a slow FUSE call may hold the mount a moment longer: retry,
+            # then detach lazily; either way no lazyfs process may outlive the test.
+            self.remotes[h.name].sh(
+                f"for i in $(seq 50); do mountpoint -q {d} || break; "
+                f"{{ {unmount_command(d)}; }} 2>/dev/null && break; sleep 0.2; done; "
+                f"mountpoint -q {d} && fusermount3 -uz {d}; "
+                f"pkill -f 'nemeses[.]lazyfs' ; for i in $(seq 50); do "
+                f"pgrep -f 'nemeses[.]lazyfs' >/dev/null || break; sleep 0.1; done; "
+                f"pkill -9 -f 'nemeses[.]lazyfs'; true", timeout=60)
             self.remotes[h.name].run(["rm", "-rf", f"{DATA}/master", f"{DATA}/tserver",
                                       f"{DATA}/logs", f"{DATA}/master.pid", f"{DATA}/tserver.pid"])
             self.remotes[h.name].run(["mkdir", "-p", f"{DATA}/logs"])

@@ -78,35 +78,20 @@ class DiskCorruption(Nemesis):
     def _outcome(self, host: str, path: str) -> dict:
         """How the restarted server treats the damaged tablet: FAILED naming the file, or
         RUNNING when the damage was a torn tail that bootstrap may legitimately cut off."""
-        import asyncio
         import time
 
-        from harness.db import TSERVER_PORT
-        from node.protocol import Empty, ServerStatus
-        from node.rpc import RpcClient, RpcError
+        from node.protocol import ServerStatus
 
         tablet = path.rstrip("/").split("/")[-2 if "/wals/" in path else -1]
-        address = next(h.address for h in self.db.hosts if h.name == host)
-
-        async def ask() -> dict:
-            rpc = RpcClient(connect_timeout=1.0)
-            try:
-                deadline = time.monotonic() + 10
-                while time.monotonic() < deadline:
-                    try:
-                        st = await rpc.call((address, TSERVER_PORT), "ts.status", Empty(),
-                                            ServerStatus, to_uuid="", timeout=1.0)
-                        rep = next((t for t in st.tablets if t.tablet_id == tablet), None)
-                        if rep is not None:
-                            return {"tablet": tablet, "state": rep.state, "error": rep.error}
-                    except RpcError:
-                        pass
-                    await asyncio.sleep(0.2)
-                return {"tablet": tablet, "state": "UNKNOWN", "error": "server did not answer"}
-            finally:
-                await rpc.close()
-
-        return asyncio.run(ask())
+        target = [h for h in self.db.hosts if h.name == host]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            st = self.db.ask_each(target, "tserver", "ts.status", ServerStatus).get(host)
+            rep = next((t for t in st.tablets if t.tablet_id == tablet), None) if st else None
+            if rep is not None:
+                return {"tablet": tablet, "state": rep.state, "error": rep.error}
+            time.sleep(0.2)
+        return {"tablet": tablet, "state": "UNKNOWN", "error": "server did not answer"}
 
     def stop(self) -> dict:
         self.active = False  # the damage stays; the node was restarted right after it
