@@ -42,7 +42,7 @@ from node.consensus import (
 from node.entry import Entry, EntryType
 from node.errors import CorruptionError, TesseraError
 from node.tablet.cmeta import ConsensusMetadata
-from node.tablet.ops import Op, Result, decode_command, encode_command
+from node.tablet.ops import Op, Result, encode_command
 from node.tablet.paths import TabletPaths
 from node.tablet.snapshot import SnapshotStore
 from node.tablet.state import StateMachine
@@ -256,7 +256,7 @@ class Replica:
         result = None
         if e.type == EntryType.REPLICATE:
             result = self.state.apply(e)
-            self.clock.update(decode_command(e.payload).timestamp)
+            self.clock.update(self.state.last_timestamp)  # the highest timestamp applied so far
         elif e.type != EntryType.COMMIT:
             self.state.apply(e)  # NO_OP / CONFIG_CHANGE only advance the applied index
         self.stats["applied"] += 1
@@ -334,7 +334,7 @@ class Replica:
             payload = encode_command(op, session=session, seq=seq, acked_below=acked_below,
                                      timestamp=self.clock.now())
             index = self.core.propose(payload)
-            self._waiters[index] = (self.core.status().term, fut)
+            self._waiters[index] = (self.core.term, fut)
             return index
 
         try:
