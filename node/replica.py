@@ -319,7 +319,16 @@ class Replica:
         if self.role != Role.LEADER:
             raise ReplicaError("not the leader", leader=self.leader)
 
-    async def _await_leader_ready(self) -> None:
+    @property
+    def leader_ready(self) -> bool:
+        """A leader that has applied an entry of its own term: it may take writes."""
+        return self.role == Role.LEADER and self._leader_ready.is_set()
+
+    def last_logged(self) -> tuple[int, int]:
+        """(term, index) of the last entry in this replica's log: what a tombstone keeps."""
+        return self.core.log.last_term(), self.core.log.last_index()
+
+    async def await_leader_ready(self) -> None:
         self._check_serving()
         if not self._leader_ready.is_set():
             await self._leader_ready.wait()
@@ -327,7 +336,7 @@ class Replica:
 
     async def write(self, op: Op, *, session: int, seq: int, acked_below: int) -> Result:
         """Replicate one command and return its result once applied here."""
-        await self._await_leader_ready()
+        await self.await_leader_ready()
         fut = asyncio.get_running_loop().create_future()
 
         def propose():  # runs in the driver, so timestamps increase in log order
@@ -350,7 +359,7 @@ class Replica:
         that far, then read locally. In lease mode a confirmation also grants a lease of the
         shortest election timeout shrunk by the drift bound, during which reads skip the round:
         safe only while clocks advance at rates within `max_clock_drift` of each other."""
-        await self._await_leader_ready()
+        await self.await_leader_ready()
         loop = asyncio.get_running_loop()
         if self.options.read_mode == "lease" and loop.time() < self._lease_until:
             return self.state.query(op)

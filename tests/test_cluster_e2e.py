@@ -294,3 +294,30 @@ def test_status_and_metrics_endpoints(cluster):
     for name in ("tessera_raft_term", "tessera_wal_append_seconds_count", "tessera_ops_applied_total",
                  "tessera_leader_changes_total"):
         assert name in metrics, name
+
+
+def test_delete_table_tombstones_every_replica_and_keeps_its_consensus_metadata(cluster):
+    async def go():
+        client = TesseraClient(cluster.master_addrs, timeout=10)
+        locs = await client.create_table("gone", num_tablets=1, replication_factor=3)
+        tablet = locs.tablets[0].tablet_id
+        await client.table("gone").write("k", 1)
+        await client.delete_table("gone")
+        assert "gone" not in await client.list_tables()
+        for _ in range(300):  # the leader master's reconciler deletes the orphaned replicas
+            states = []
+            for name, d in cluster.daemons.items():
+                if d.kind == "tserver":
+                    st = await _status(client, cluster, name)
+                    states += [t.state for t in st.tablets if t.tablet_id == tablet]
+            if states == ["TOMBSTONED"] * 3:
+                break
+            await asyncio.sleep(0.1)
+        assert states == ["TOMBSTONED"] * 3, states
+        await client.close()
+        return tablet
+    tablet = run(go())
+    for name in ("t1", "t2", "t3"):
+        root = cluster.root / name
+        assert not (root / "wals" / tablet).exists() and not (root / "data" / tablet).exists()
+        assert (root / "consensus-meta" / tablet).exists()  # votes are never forgotten

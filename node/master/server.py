@@ -227,7 +227,7 @@ class Master(TabletServer):
     async def _await_ready(self) -> None:
         r = self._leader_catalog()
         try:
-            await r._await_leader_ready()
+            await r.await_leader_ready()
         except ReplicaError as e:
             raise replica_error(e) from None
 
@@ -274,7 +274,7 @@ class Master(TabletServer):
 
     async def _reconcile(self) -> None:
         r = self.replicas.get(CATALOG)
-        if r is None or r.role != Role.LEADER or not r._leader_ready.is_set():
+        if r is None or not r.leader_ready:
             return
         data = r.state.data
         reported: dict[str, set[str]] = {}

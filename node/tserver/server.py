@@ -194,7 +194,7 @@ class TabletServer:
             self.failed.pop(req.tablet_id, None)
             if r is None:
                 return Ack(req.tablet_id in self.tombstoned)
-            last = OpId(r.core.log.last_term(), r.core.log.last_index())
+            last = OpId(*r.last_logged())
             await r.stop()
             paths = self._paths(req.tablet_id)
 
