@@ -71,10 +71,10 @@ class Master(TabletServer):
         self.master_peers: list[Peer] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
+    heartbeats_to_masters = False
+
     async def start(self) -> None:
-        masters, self.opts.masters = self.opts.masters, []  # masters do not heartbeat masters
         await super().start()
-        self.opts.masters = masters
         self._tasks.append(asyncio.create_task(self._bootstrap_then_reconcile()))
 
     async def _bootstrap_then_reconcile(self) -> None:

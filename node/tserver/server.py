@@ -64,6 +64,7 @@ def replica_error(e: ReplicaError) -> RpcError:
 
 class TabletServer:
     kind = "tserver"
+    heartbeats_to_masters = True
 
     def __init__(self, opts: TServerOptions):
         self.opts = opts
@@ -93,7 +94,7 @@ class TabletServer:
         self.registry.register(_Collector(self))
         self.http = StatusHttp(self.registry, self.status_dict)
         self.http_port = await self.http.start(self.opts.rpc_host, self.opts.http_port)
-        if self.opts.masters:
+        if self.heartbeats_to_masters and self.opts.masters:
             self._tasks.append(asyncio.create_task(self._heartbeat_loop()))
         log.info("%s %s serving on %s:%d (http %d), %d tablets", self.kind, self.uuid, host, port,
                  self.http_port, len(self.replicas))
