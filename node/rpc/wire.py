@@ -30,6 +30,9 @@ class Response(msgspec.Struct, array_like=True):
     detail: object = None
 
 
+# msgspec raises a plain UnicodeDecodeError (a ValueError) for bad UTF-8 in a str field.
+_UNDECODABLE = (msgspec.DecodeError, msgspec.ValidationError, ValueError)
+
 _enc = msgspec.msgpack.Encoder()
 _req_dec = msgspec.msgpack.Decoder(Request)
 _resp_dec = msgspec.msgpack.Decoder(Response)
@@ -49,14 +52,14 @@ def decode_body(raw: msgspec.Raw, typ: type) -> object:
     """Decode a body with the method's schema; a mismatch is the caller's fault, not a crash."""
     try:
         return msgspec.msgpack.decode(raw, type=typ)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+    except _UNDECODABLE as e:
         raise RpcError(ErrorCode.INVALID_REQUEST, str(e)) from None
 
 
 def decode_request(data: bytes) -> Request:
     try:
         req = _req_dec.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+    except _UNDECODABLE as e:
         raise RpcError(ErrorCode.MALFORMED, f"bad request envelope: {e}") from None
     if req.v != WIRE_VERSION:
         raise RpcError(ErrorCode.UNSUPPORTED_VERSION, f"wire version {req.v}, expected {WIRE_VERSION}")
@@ -66,7 +69,7 @@ def decode_request(data: bytes) -> Request:
 def decode_response(data: bytes) -> Response:
     try:
         return _resp_dec.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+    except _UNDECODABLE as e:
         raise RpcError(ErrorCode.MALFORMED, f"bad response envelope: {e}",
                        maybe_delivered=True) from None
 
