@@ -106,6 +106,45 @@ def test_asyncio_writers_get_durability_futures(tmp_path):
     assert read_log(str(tmp_path), TABLET).entries == [entry(i) for i in range(1, 641)]
 
 
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_closing_on_the_loop_or_after_it_leaves_no_descriptor_behind(tmp_path):
+    """The appender's doorbell and the loop's wake-up descriptor close with the log, whether
+    close() runs on the loop or after asyncio.run() closed it."""
+    before = open_fds()
+    for n, close_on_loop in enumerate([True, False, True, False]):
+        log = Log.open(str(tmp_path / str(n)), TABLET)
+
+        async def main(log=log, close_on_loop=close_on_loop):
+            for i in range(1, 6):
+                await log.append_future(log.reserve([entry(i)]))
+            if close_on_loop:
+                log.close()
+
+        asyncio.run(main())
+        if not close_on_loop:
+            log.close()
+    assert open_fds() == before
+
+
+def test_close_from_another_thread_completes_the_futures_on_the_loop(tmp_path):
+    async def main():
+        before = open_fds()
+        log = Log.open(str(tmp_path), TABLET)
+        futures = [log.append_future(log.reserve([entry(i)])) for i in range(1, 4)]
+        closer = threading.Thread(target=log.close)
+        closer.start()
+        await asyncio.wait_for(asyncio.gather(*futures), 30)
+        await asyncio.get_running_loop().run_in_executor(None, closer.join)
+        await asyncio.sleep(0)  # the unbinding ran on this loop: its descriptor is closed
+        return open_fds() - before
+
+    assert asyncio.run(main()) == 0
+    assert read_log(str(tmp_path), TABLET).entries == [entry(i) for i in range(1, 4)]
+
+
 def test_reserve_blocks_while_the_queue_is_full_of_bytes(tmp_path):
     log = Log.open(str(tmp_path), TABLET, LogOptions(log_queue_max_bytes=1000))
     head = log.reserve([entry(1)])  # not filled yet: the appender waits for it

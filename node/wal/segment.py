@@ -202,11 +202,14 @@ class WritableSegment:
         fsync_dir(self.directory)
         self.path = final
 
-    def write(self, bufs: list[bytes]) -> None:
+    def write(self, bufs: list[bytes], nbytes: int) -> None:
+        """Write `bufs` (`nbytes` in all) at the end of the segment."""
         if len(bufs) > IOV_MAX:
             step = len(bufs) // IOV_MAX + 1
             bufs = [b"".join(bufs[i : i + step]) for i in range(0, len(bufs), step)]
-        self.offset += _pwrite_all(self.fd, bufs, self.offset)
+        if os.pwritev(self.fd, bufs, self.offset) != nbytes:  # short write: a signal or full disk
+            _pwrite_all(self.fd, [b"".join(bufs)], self.offset)
+        self.offset += nbytes
 
     def count(self, num_entries: int, lo: int, hi: int) -> None:
         if num_entries:
