@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-NEMESES = ("partition", "packet", "clock", "pause", "kill", "disk", "lose-unfsynced")
+NEMESES = ("partition", "packet", "clock", "pause", "kill", "membership", "disk", "lose-unfsynced")
 PROVIDERS = ("netns", "hosts", "vagrant")
 
 
@@ -177,6 +177,7 @@ def _nemeses(names: list[str], db, hosts, remotes) -> list:
     """The requested faults, ready to run; clock skew also needs the daemons under faketime."""
     from nemeses.clock import Clock, daemon_env
     from nemeses.disk import DiskCorruption, LoseUnfsynced
+    from nemeses.membership import Membership
     from nemeses.net import PacketFaults, Partition
     from nemeses.process import Kill, Pause
 
@@ -187,6 +188,7 @@ def _nemeses(names: list[str], db, hosts, remotes) -> list:
         "clock": lambda: Clock(hosts=host_names, remotes=remotes),
         "pause": lambda: Pause(db=db, hosts=host_names),
         "kill": lambda: Kill(db=db, hosts=host_names),
+        "membership": lambda: Membership(db=db),
         "disk": lambda: DiskCorruption(db=db, hosts=host_names, remotes=remotes),
         "lose-unfsynced": lambda: LoseUnfsynced(db=db, hosts=host_names, remotes=remotes),
     }

@@ -16,7 +16,7 @@ from collections import Counter
 from harness.recorder import Recorder
 from nemeses.base import Nemesis
 
-HEAL_ORDER = ("partition", "packet", "clock", "pause", "kill", "disk")
+HEAL_ORDER = ("partition", "packet", "clock", "pause", "kill", "membership", "disk")
 
 
 class Schedule:
@@ -34,6 +34,9 @@ class Schedule:
             done = await asyncio.to_thread(n.start, self.rng) if action == "start" else \
                 await asyncio.to_thread(n.stop if action == "stop" else n.heal)
             rec.record("nemesis", "info", f, done)
+            if action == "start" and isinstance(done, dict) and "skipped" in done:
+                self.coverage[f"{f}-skipped"] += 1  # nothing was done: not a firing
+                return
             self.coverage[f] += 1
             if action == "start":
                 self.active.add(n.name)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid as uuidlib
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -64,8 +65,12 @@ class Outbox:
     """Delivers Raft messages: one sender task per (peer, tablet), each carrying everything queued
     since its last call in one RPC, so a slow peer batches instead of piling up calls."""
 
-    def __init__(self, rpc: RpcClient, book: PeerBook, me: Peer, timeout: float = 2.0):
+    def __init__(self, rpc: RpcClient, book: PeerBook, me: Peer, timeout: float = 2.0,
+                 on_refused: Callable[[str, str], None] | None = None):
+        """`on_refused(tablet, peer)`: the peer answered that it has no replica, or only a
+        tombstone (not one that failed: copying over a damaged replica is an operator's call)."""
         self.rpc, self.book, self.me, self.timeout = rpc, book, me, timeout
+        self.on_refused = on_refused
         self._queues: dict[tuple[str, str], list] = {}
         self._events: dict[tuple[str, str], asyncio.Event] = {}
         self._tasks: dict[tuple[str, str], asyncio.Task] = {}
@@ -92,8 +97,11 @@ class Outbox:
             if not batch or peer is None:
                 continue  # Raft resends what matters; an unknown peer is learned from masters
             try:
-                await self.rpc.call(peer.addr, "consensus", Consensus(tablet_id, batch, [self.me]),
-                                    Ack, to_uuid=to_uuid, timeout=self.timeout)
+                ack = await self.rpc.call(peer.addr, "consensus",
+                                          Consensus(tablet_id, batch, [self.me]), Ack,
+                                          to_uuid=to_uuid, timeout=self.timeout)
+                if ack.reason in ("missing", "tombstoned") and self.on_refused is not None:
+                    self.on_refused(tablet_id, to_uuid)
             except RpcError as e:
                 log.debug("consensus to %s for %s failed: %s", to_uuid, tablet_id, e)
 

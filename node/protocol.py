@@ -11,6 +11,7 @@ import msgspec
 
 from node.consensus import Message
 from node.tablet.ops import Op, Result
+from node.tablet.state import Snapshot
 from node.tablet.superblock import Partition
 
 
@@ -60,8 +61,49 @@ class Consensus(msgspec.Struct, frozen=True):
     peers: list[Peer] = []  # addresses the sender knows, so replies find their way back
 
 
+class ChangeConfig(msgspec.Struct, frozen=True):
+    """Config-change seed: add a replica (as a non-voter the leader promotes once caught up) or
+    remove one, refused unless `cas_config_index` is the committed config's opid index."""
+
+    tablet_id: str
+    op: str  # "add" | "remove"
+    peer: Peer
+    cas_config_index: int
+
+
+class ConfigState(msgspec.Struct, frozen=True):
+    opid_index: int
+    members: list[list]  # [uuid, "VOTER" | "NON_VOTER"]
+
+
+class StartTabletCopy(msgspec.Struct, frozen=True):
+    """Tablet-copy seed: the leader asks a peer that lacks the tablet, holds only its tombstone,
+    or is behind the leader's retained log, to copy it from `source`."""
+
+    tablet_id: str
+    source: Peer
+    caller_term: int
+
+
+class TabletName(msgspec.Struct, frozen=True):
+    tablet_id: str
+
+
+class TabletCopyData(msgspec.Struct, frozen=True):
+    """Everything a new replica needs: the state machine at an applied index (standing in for
+    Kudu's data blocks; the entries after it come by AppendEntries), and the consensus metadata
+    to merge."""
+
+    table_name: str
+    partition: Partition
+    term: int
+    committed_config: bytes  # encoded RaftConfig, its opid index <= the snapshot's index
+    snapshot: Snapshot
+
+
 class Ack(msgspec.Struct, frozen=True):
     ok: bool = True
+    reason: str = ""  # a refused Raft message: "missing", "tombstoned", "copying" or "failed"
 
 
 class Empty(msgspec.Struct, frozen=True):
@@ -77,8 +119,18 @@ class TabletReport(msgspec.Struct, frozen=True):
     leader: str | None = None
     commit: int = 0
     applied: int = 0
-    config: list[list] = []
+    config: list[list] = []  # the active config (a pending change included)
     error: str | None = None
+    committed_config: list[list] = []
+    committed_config_index: int = -1
+
+
+class ReplicaChange(msgspec.Struct, frozen=True):
+    """Master admin call (tablet-copy seed's AddReplica / RemoveReplica)."""
+
+    tablet_id: str
+    op: str  # "add" | "remove"
+    ts_uuid: str
 
 
 class ServerStatus(msgspec.Struct, frozen=True):

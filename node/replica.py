@@ -27,6 +27,7 @@ from typing import Any
 from node.clock import HybridClock
 from node.consensus import (
     TICK_MS,
+    ConfigChange,
     CoreConfig,
     HardState,
     NotLeader,
@@ -45,7 +46,7 @@ from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.ops import Op, Result, encode_command
 from node.tablet.paths import TabletPaths
 from node.tablet.snapshot import SnapshotStore
-from node.tablet.state import StateMachine
+from node.tablet.state import Snapshot, StateMachine
 from node.wal import Log, LogOptions
 
 log = logging.getLogger(__name__)
@@ -354,6 +355,32 @@ class Replica:
             raise ReplicaError(str(e), leader=self.leader) from None
         return await fut
 
+    async def change_config(self, change: ConfigChange, cas_config_index: int) -> RaftConfig:
+        """Propose a one-by-one membership change; return the new config once applied here.
+        Raises the core's ProposalError (CasMismatch, ChangePending, InvalidChange, ...)."""
+        await self.await_leader_ready()
+        fut = asyncio.get_running_loop().create_future()
+
+        def propose():
+            index = self.core.propose_config_change(change, cas_config_index)
+            self._waiters[index] = (self.core.term, fut)
+            return index
+
+        await self._submit(propose, want_result=True)
+        await fut
+        return self.core.active_config
+
+    async def copy_source(self) -> tuple[Snapshot, RaftConfig, int]:
+        """(state at the applied index, the committed config, the term) for a tablet copy. The
+        config must not be newer than the snapshot, so wait until it is applied."""
+        if self.failed:
+            raise ReplicaError(f"replica failed: {self.failed}")
+        while (target := self.core.committed_config.opid_index) > self.state.last_applied_index:
+            done = asyncio.get_running_loop().create_future()
+            self._applied_waiters.append((target, done))
+            await done
+        return self.state.snapshot(), self.core.committed_config, self.core.term
+
     async def read(self, op: Op) -> Result:
         """Linearizable read: confirm leadership for this read (ReadIndex), wait until applied
         that far, then read locally. In lease mode a confirmation also grants a lease of the
@@ -392,6 +419,7 @@ class Replica:
             "commit": s.commit, "applied": self.state.last_applied_index,
             "last_index": s.last_index, "first_index": s.first_index,
             "config": [[m.uuid, m.member_type.name] for m in s.active_config.members],
+            "committed_config": [[m.uuid, m.member_type.name] for m in s.committed_config.members],
             "committed_config_index": s.committed_config.opid_index,
             "peers": {u: {"match": p.match, "next": p.next, "needs_tablet_copy": p.needs_tablet_copy}
                       for u, p in s.peers.items()},

@@ -146,7 +146,8 @@ def test_nemesis_all_fires_every_fault_and_leaves_no_trace(env, tmp_path):
     run_dir = out.stdout.strip().splitlines()[-1]
     results = json.load(open(os.path.join(run_dir, "results.json")))
     fired = results["nemesis"]["fired"]
-    assert set(fired) == {"partition", "packet", "clock", "pause", "kill", "disk", "lose-unfsynced"}
+    assert set(fired) == {"partition", "packet", "clock", "pause", "kill", "membership", "disk",
+                          "lose-unfsynced"}
     assert all(n >= 1 for n in fired.values()) and not results["nemesis"]["never_fired"], fired
     assert results["verdict"] == "valid", results["check"]
     from harness.cluster.netns import NetnsCluster

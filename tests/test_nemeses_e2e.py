@@ -17,9 +17,11 @@ from harness.control import Remote
 from harness.db import DATA, HTTP_PORTS, TesseraDB, build_wheelhouse
 from nemeses.clock import FAKETIME_FILE, Clock, daemon_env
 from nemeses.disk import DiskCorruption
+from nemeses.membership import Membership
 from nemeses.net import PacketFaults, Partition
 from nemeses.process import Kill, Pause
 from node.client import TesseraClient
+from node.protocol import ServerStatus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
@@ -176,6 +178,37 @@ def test_clock_bump_is_seen_by_the_daemon_and_reset(deployed):
     for h in hosts:
         assert abs(wall_time(h.address) - time.time()) < 0.5
         assert remotes[h.name].run(["cat", FAKETIME_FILE]).stdout.strip() in ("+0.000", "0")
+
+
+def test_membership_removes_a_replica_then_adds_it_back_by_tablet_copy(deployed):
+    db, hosts, *_ = deployed
+    m = Membership(db=db)
+    done = m.start(random.Random(5))
+    assert "removed" in done, done
+    tablet, host = done["tablet"], done["removed"]
+    by_name = {h.name: h for h in hosts}
+
+    def replica_state() -> str | None:
+        st = db.ask_each([by_name[host]], "tserver", "ts.status", ServerStatus).get(host)
+        rep = next((t for t in st.tablets if t.tablet_id == tablet), None) if st else None
+        return rep.state if rep else None
+
+    def wait_for(state: str) -> None:
+        deadline = time.monotonic() + 60
+        while replica_state() != state:
+            assert time.monotonic() < deadline, f"{host} never reported {tablet} {state}"
+            time.sleep(0.5)
+
+    wait_for("TOMBSTONED")  # the master evicted the removed replica
+    back = m.stop()
+    assert back["added"] == [{"added": host, "tablet": tablet}] and not m.active
+    wait_for("RUNNING")  # copied onto its tombstone by the leader
+
+    async def every_key_still_there():
+        c = TesseraClient(db.master_addrs, timeout=30)
+        assert [await c.table("t").read(f"k{i}") for i in range(50)] == list(range(50))
+        await c.close()
+    asyncio.run(every_key_still_there())
 
 
 def test_disk_corruption_is_refused_by_the_replica(deployed):

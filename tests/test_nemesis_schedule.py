@@ -16,10 +16,13 @@ from reports.history import read_jsonl
 class Fake(Nemesis):
     log: list = field(default_factory=list)
     fail: bool = False
+    skip: bool = False
 
     def start(self, rng):
         if self.fail:
             raise RuntimeError("iptables not found")
+        if self.skip:
+            return {"skipped": "nothing to do"}
         self.active = True
         self.log.append(("start", self.name))
         return {"targets": ["n1"]}
@@ -64,6 +67,12 @@ def test_a_fault_that_fails_is_recorded_and_reported_as_never_fired(tmp_path):
     s, ops = run_schedule(tmp_path, [Fake(name="clock", fail=True)])
     assert any(o.error and "iptables not found" in o.error for o in ops)
     assert s.summary()["never_fired"] == ["clock"]
+
+
+def test_a_fault_that_skips_is_not_counted_as_fired(tmp_path):
+    s, _ = run_schedule(tmp_path, [Fake(name="membership", skip=True)])
+    assert s.summary()["never_fired"] == ["membership"]
+    assert s.coverage["start-membership-skipped"] >= 1
 
 
 def test_choose_targets():

@@ -20,12 +20,14 @@ import crc32c
 from node.errors import OpFailed, OpUnknown
 from node.protocol import (
     Ack,
+    ConfigState,
     CreateTable,
     Empty,
     MasterInfo,
     OpResult,
     Peer,
     Read,
+    ReplicaChange,
     TableList,
     TableLocations,
     TableName,
@@ -153,6 +155,12 @@ class TesseraClient:
                                       TableLocations)
         self._locations[name] = locs
         return locs
+
+    async def change_replica(self, tablet_id: str, op: str, ts_uuid: str) -> ConfigState:
+        """Add ("add") or remove ("remove") the replica of `tablet_id` on tablet server
+        `ts_uuid`, through the leader master; returns the committed config."""
+        return await self.master_call("master.change_replica", ReplicaChange(tablet_id, op, ts_uuid),
+                                      ConfigState)
 
     async def delete_table(self, name: str) -> None:
         await self.master_call("master.delete_table", TableName(name), Ack)

@@ -63,7 +63,15 @@ def configure_table(p: argparse.ArgumentParser) -> None:
     c.add_argument("--replication-factor", type=int, default=3, help="replicas per tablet (default 3)")
     sub.add_parser("delete", help="delete a table").add_argument("name")
     sub.add_parser("list", help="list tables")
-    sub.add_parser("locations", help="show where a table's tablets live").add_argument("name")
+    sub.add_parser("locations", help="show where a table's tablets live (UUID@HOST:PORT, * = "
+                                     "leader)").add_argument("name")
+    for verb, what in (("add-replica", "add a replica of TABLET on tablet server TS_UUID (copied "
+                                       "from the leader, a voter once caught up)"),
+                       ("remove-replica", "remove the replica of TABLET on TS_UUID (it is "
+                                          "tombstoned)")):
+        r = sub.add_parser(verb, help=what)
+        r.add_argument("tablet", metavar="TABLET")
+        r.add_argument("ts_uuid", metavar="TS_UUID")
 
 
 async def _kv(args, client) -> int:
@@ -89,10 +97,15 @@ async def _table(args, client) -> int:
     elif args.verb == "list":
         for name in await client.list_tables():
             print(name)
+    elif args.verb in ("add-replica", "remove-replica"):
+        config = await client.change_replica(args.tablet, args.verb.split("-")[0], args.ts_uuid)
+        members = " ".join(f"{uuid}:{kind}" for uuid, kind in config.members)
+        print(f"config {config.opid_index}: {members}")
     else:
         locs = await client.locations(args.name)
         for t in locs.tablets:
-            reps = " ".join(f"{p.host}:{p.port}{'*' if p.uuid == t.leader else ''}" for p in t.replicas)
+            reps = " ".join(f"{p.uuid}@{p.host}:{p.port}{'*' if p.uuid == t.leader else ''}"
+                            for p in t.replicas)
             print(f"{t.tablet_id}\t{reps}")
     return 0
 

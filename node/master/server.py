@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from node.consensus import Member, MemberType, RaftConfig, Role
 from node.protocol import (
     Ack,
+    ChangeConfig,
+    ConfigState,
     Consensus,
     CreateTable,
     CreateTablet,
@@ -30,6 +32,8 @@ from node.protocol import (
     Empty,
     MasterInfo,
     Peer,
+    ReplicaChange,
+    ServerStatus,
     TableList,
     TableLocations,
     TableName,
@@ -137,6 +141,7 @@ class Master(TabletServer):
         s.register("master.delete_table", TableName, self.on_delete_table)
         s.register("master.list_tables", Empty, self.on_list_tables)
         s.register("master.table_locations", TableName, self.on_locations)
+        s.register("master.change_replica", ReplicaChange, self.on_change_replica)
 
     async def on_info(self, _req: Empty) -> MasterInfo:
         r = self.replicas.get(CATALOG)
@@ -272,26 +277,98 @@ class Master(TabletServer):
                                           leader[1] if leader else None))
         return TableLocations(name, table["id"], tablets)
 
+    async def on_change_replica(self, req: ReplicaChange) -> ConfigState:
+        """Seed 05's AddReplica / RemoveReplica: one idempotent call to the tablet's leader, with
+        the committed config it last reported as the compare-and-set guard."""
+        await self._await_ready()
+        if self._data().get(f"tablet/{req.tablet_id}") is None:
+            raise RpcError(ErrorCode.NOT_FOUND, f"no tablet {req.tablet_id}")
+        leader = self._leader_report(req.tablet_id)
+        if leader is None:
+            raise RpcError(ErrorCode.NOT_LEADER, f"tablet {req.tablet_id}: no leader reported yet")
+        leader_peer = leader[0]
+        target = self.tservers.get(req.ts_uuid)
+        if target is None:
+            raise RpcError(ErrorCode.NOT_FOUND, f"no tablet server {req.ts_uuid}")
+        # The guard is the committed config as the leader has it now, not as it last
+        # heartbeated: a promotion may have committed since. A change committed in between
+        # still fails the compare-and-set.
+        status = await self.rpc_client.call(leader_peer.addr, "ts.status", Empty(), ServerStatus,
+                                            to_uuid=leader_peer.uuid, timeout=5.0)
+        report = next((t for t in status.tablets if t.tablet_id == req.tablet_id), None)
+        if report is None or report.role != "LEADER":
+            raise RpcError(ErrorCode.NOT_LEADER, f"tablet {req.tablet_id}: leadership moved")
+        return await self.rpc_client.call(
+            leader_peer.addr, "ts.change_config",
+            ChangeConfig(req.tablet_id, req.op, target.peer, report.committed_config_index),
+            ConfigState, to_uuid=leader_peer.uuid, timeout=30.0)
+
+    def _leader_report(self, tablet_id: str):
+        """(peer, TabletReport) of the tablet's leader as last heartbeated, if live."""
+        known = self._leaders.get(tablet_id)
+        ts = self.tservers.get(known[1]) if known else None
+        rep = ts.tablets.get(tablet_id) if ts else None
+        if rep is None or rep.role != "LEADER" or ts not in self._live_tservers():
+            return None
+        return ts.peer, rep
+
     async def _reconcile(self) -> None:
         r = self.replicas.get(CATALOG)
         if r is None or not r.leader_ready:
             return
+        await self._follow_config_changes()
         data = r.state.data
         reported: dict[str, set[str]] = {}
         for ts in self._live_tservers():
             for tid, rep in ts.tablets.items():
-                if rep.state == "TOMBSTONED":
+                if rep.state in ("TOMBSTONED", "COPYING"):
                     continue
                 reported.setdefault(tid, set()).add(ts.peer.uuid)
-                if data.get(f"tablet/{tid}") is None:  # an orphan: its table is gone
+                record = data.get(f"tablet/{tid}")
+                if record is None or self._evicted(record, tid, ts.peer.uuid):
+                    # an orphan (its table is gone), or a replica removed from its config
                     await _quietly(self.rpc_client.call(ts.peer.addr, "ts.delete_tablet",
                                                         DeleteTablet(tid), Ack, to_uuid=ts.peer.uuid,
                                                         timeout=5.0))
         for key, t in list(data.items()):
-            if key.startswith("tablet/") and t is not None:
+            # Replicas of the creation config are (re)created here; after a config change, the
+            # leader brings new members in by tablet copy instead.
+            if key.startswith("tablet/") and t is not None and "config_index" not in t:
                 missing = {p[0] for p in t["replicas"]} - reported.get(t["id"], set())
                 if missing:
                     await self._create_replicas(t["table"], t)
+
+    def _evicted(self, record: dict, tablet_id: str, ts_uuid: str) -> bool:
+        """The catalog follows a committed config change that left `ts_uuid` out, and the
+        leader's active config does not have it either."""
+        if "config_index" not in record or ts_uuid in {p[0] for p in record["replicas"]}:
+            return False
+        leader = self._leader_report(tablet_id)
+        return leader is not None and ts_uuid not in {m[0] for m in leader[1].config}
+
+    async def _follow_config_changes(self) -> None:
+        """Write each tablet's newly committed config, as its leader reports it, to the catalog,
+        so locations and the reconciler follow membership changes."""
+        async with self._catalog_lock:
+            data = self._data()
+            ops = []
+            for tid in list(self._leaders):
+                record = data.get(f"tablet/{tid}")
+                leader = self._leader_report(tid)
+                if record is None or leader is None:
+                    continue
+                rep = leader[1]
+                if rep.committed_config_index <= record.get("config_index", 0):
+                    continue
+                peers = [self.tservers[m[0]].peer if m[0] in self.tservers else self.book.get(m[0])
+                         for m in rep.committed_config]
+                if any(p is None for p in peers):
+                    continue
+                ops.append(["w", f"tablet/{tid}", {**record, "config_index": rep.committed_config_index,
+                                                    "replicas": [[p.uuid, p.host, p.port] for p in peers]}])
+            if ops:
+                await self._mutate(ops)
+                log.info("catalog follows %d config change(s)", len(ops))
 
 
 async def _quietly(coro) -> None:

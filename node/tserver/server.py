@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,12 +16,23 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
-from node.consensus import Member, MemberType, RaftConfig
+from node.consensus import (
+    ChangeOp,
+    ConfigChange,
+    Member,
+    MemberType,
+    ProposalError,
+    RaftConfig,
+    Role,
+    SteppingDown,
+    encode_config,
+)
 from node.daemon import Outbox, PeerBook, load_or_create_instance
-from node.errors import TesseraError
 from node.http import StatusHttp
 from node.protocol import (
     Ack,
+    ChangeConfig,
+    ConfigState,
     Consensus,
     CreateTablet,
     DeleteTablet,
@@ -31,6 +41,9 @@ from node.protocol import (
     Peer,
     Read,
     ServerStatus,
+    StartTabletCopy,
+    TabletCopyData,
+    TabletName,
     TabletReport,
     TSHeartbeat,
     TSHeartbeatResponse,
@@ -38,9 +51,11 @@ from node.protocol import (
 )
 from node.replica import Replica, ReplicaError, ReplicaOptions, bootstrap_replica
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
+from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.ops import is_read_only
 from node.tablet.paths import TabletPaths
 from node.tablet.superblock import DataState, OpId, Superblock
+from node.tserver.copy import abandon_copy, install_copy, recover_unfinished_copy, tombstone
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +89,10 @@ class TabletServer:
         self.tombstoned: dict[str, str] = {}  # tablet -> table
         self.tables: dict[str, str] = {}  # tablet -> table
         self._tasks: list[asyncio.Task] = []
-        self._lock = asyncio.Lock()  # create/delete of tablets
+        self._lock = asyncio.Lock()  # create/delete/copy of tablets
+        self.copying: set[str] = set()  # tablets being copied here
+        self._copy_wanted: set[tuple[str, str]] = set()  # (tablet, peer) that refused our Raft
+        self._copies_sent: set[tuple[str, str]] = set()  # StartTabletCopy calls in flight
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -86,7 +104,7 @@ class TabletServer:
         host, port = await self.server.start(self.opts.rpc_host, self.opts.rpc_port)
         self.me = Peer(self.uuid, self.opts.rpc_host, port)
         await self.book.learn([self.me])
-        self.outbox = Outbox(self.rpc_client, self.book, self.me)
+        self.outbox = Outbox(self.rpc_client, self.book, self.me, on_refused=self._on_refused)
         for sb_path in sorted((self.data_dir / "tablet-meta").glob("*")):
             if not sb_path.name.startswith("."):
                 self._open_existing(sb_path.name)
@@ -96,6 +114,7 @@ class TabletServer:
         self.http_port = await self.http.start(self.opts.rpc_host, self.opts.http_port)
         if self.heartbeats_to_masters and self.opts.masters:
             self._tasks.append(asyncio.create_task(self._heartbeat_loop()))
+        self._tasks.append(asyncio.create_task(self._copy_loop()))
         log.info("%s %s serving on %s:%d (http %d), %d tablets", self.kind, self.uuid, host, port,
                  self.http_port, len(self.replicas))
 
@@ -117,11 +136,13 @@ class TabletServer:
         try:
             sb = Superblock.load(self._paths(tablet_id).superblock)
             table = sb.table_name
+            if sb.data_state == DataState.COPYING:
+                log.warning("tablet %s: unfinished tablet copy, tombstoning it", tablet_id)
+                recover_unfinished_copy(self._paths(tablet_id), sb)
+                sb = Superblock.load(self._paths(tablet_id).superblock)
             if sb.data_state == DataState.TOMBSTONED:
                 self.tombstoned[tablet_id] = table
                 return
-            if sb.data_state != DataState.READY:
-                raise TesseraError(f"tablet {tablet_id} is {sb.data_state.name}: unfinished copy")
             self._start_replica(tablet_id, table)
         except Exception as e:  # corrupt or unreadable: this tablet fails, the server goes on
             log.error("tablet %s failed to open: %s", tablet_id, e)
@@ -144,6 +165,9 @@ class TabletServer:
         s.register("ts.write", Write, self.on_write)
         s.register("ts.read", Read, self.on_read)
         s.register("ts.status", Empty, self.on_status)
+        s.register("ts.change_config", ChangeConfig, self.on_change_config)
+        s.register("ts.start_tablet_copy", StartTabletCopy, self.on_start_tablet_copy)
+        s.register("ts.fetch_tablet_copy", TabletName, self.on_fetch_tablet_copy)
 
     def _replica(self, tablet_id: str) -> Replica:
         r = self.replicas.get(tablet_id)
@@ -158,8 +182,12 @@ class TabletServer:
         if req.peers:
             await self.book.learn(req.peers)
         r = self.replicas.get(req.tablet_id)
-        if r is None or r.failed:
-            return Ack(False)  # a tombstoned or failed replica takes no part
+        if r is None or r.failed:  # it takes no part; the leader may copy the tablet here
+            tid = req.tablet_id
+            reason = ("failed" if r is not None or tid in self.failed else "copying"
+                      if tid in self.copying else "tombstoned" if tid in self.tombstoned
+                      else "missing")
+            return Ack(False, reason)
         r.step(req.messages)
         return Ack(True)
 
@@ -191,23 +219,122 @@ class TabletServer:
         """Tombstone: the data and WAL go, the consensus metadata stays so the replica can never
         vote twice in a term; the last logged OpId is kept in the superblock."""
         async with self._lock:
-            r = self.replicas.pop(req.tablet_id, None)
             self.failed.pop(req.tablet_id, None)
-            if r is None:
+            if req.tablet_id not in self.replicas:
                 return Ack(req.tablet_id in self.tombstoned)
-            last = OpId(*r.last_logged())
-            await r.stop()
-            paths = self._paths(req.tablet_id)
-
-            def tombstone():
-                sb = Superblock.load(paths.superblock)
-                sb.with_state(DataState.TOMBSTONED, last).save(paths.superblock)
-                shutil.rmtree(paths.wal_dir, ignore_errors=True)
-                shutil.rmtree(paths.snapshot_dir, ignore_errors=True)
-
-            await asyncio.to_thread(tombstone)
-            self.tombstoned[req.tablet_id] = self.tables.pop(req.tablet_id, "?")
+            await self._tombstone(req.tablet_id)
             return Ack(True)
+
+    async def _tombstone(self, tablet_id: str) -> None:
+        """Stop a running replica and tombstone it. Call under self._lock."""
+        r = self.replicas.pop(tablet_id)
+        last = OpId(*r.last_logged())
+        await r.stop()
+        await asyncio.to_thread(tombstone, self._paths(tablet_id), last)
+        self.tombstoned[tablet_id] = self.tables.pop(tablet_id, "?")
+
+    # -- membership and tablet copy (seeds 03 and 05) ------------------------------------------
+    async def on_change_config(self, req: ChangeConfig) -> ConfigState:
+        r = self._replica(req.tablet_id)
+        if req.op == "add":
+            await self.book.learn([req.peer])
+            change = ConfigChange(ChangeOp.ADD_NON_VOTER, req.peer.uuid, promote=True)
+        elif req.op == "remove":
+            change = ConfigChange(ChangeOp.REMOVE, req.peer.uuid)
+        else:
+            raise RpcError(ErrorCode.INVALID_ARGUMENT, f"op must be add or remove, not {req.op!r}")
+        try:
+            config = await r.change_config(change, req.cas_config_index)
+        except SteppingDown as e:
+            raise RpcError(ErrorCode.NOT_LEADER, f"leader removed: handed over to {e}",
+                           detail=None) from None
+        except ReplicaError as e:
+            raise replica_error(e) from None
+        except ProposalError as e:
+            raise RpcError(ErrorCode.ILLEGAL_STATE, f"{type(e).__name__}: {e}") from None
+        log.info("tablet %s: config change %s %s committed: %s", req.tablet_id, req.op,
+                 req.peer.uuid, config)
+        return ConfigState(config.opid_index,
+                           [[m.uuid, m.member_type.name] for m in config.members])
+
+    async def on_fetch_tablet_copy(self, req: TabletName) -> TabletCopyData:
+        r = self._replica(req.tablet_id)
+        try:
+            snap, config, term = await r.copy_source()
+        except ReplicaError as e:
+            raise replica_error(e) from None
+        sb = await asyncio.to_thread(Superblock.load, self._paths(req.tablet_id).superblock)
+        return TabletCopyData(sb.table_name, sb.partition, term, encode_config(config), snap)
+
+    async def on_start_tablet_copy(self, req: StartTabletCopy) -> Ack:
+        """Seed 05's StartTabletCopy: idempotent for a copy in progress, refused for a caller in
+        an older term; a running replica is tombstoned first (the leader found it hopelessly
+        behind), then the copy is fetched from `source` and installed."""
+        tid, paths = req.tablet_id, self._paths(req.tablet_id)
+        async with self._lock:
+            if tid in self.copying:
+                raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {tid}: a copy is in progress")
+            if tid in self.failed:
+                raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {tid} failed here: {self.failed[tid][1]}")
+            if paths.consensus_meta.exists():
+                cmeta = await asyncio.to_thread(ConsensusMetadata.load, paths.consensus_meta)
+                if req.caller_term < cmeta.current_term:
+                    raise RpcError(ErrorCode.ILLEGAL_STATE, f"caller's term {req.caller_term} is "
+                                   f"older than ours, {cmeta.current_term}")
+            if tid in self.replicas:
+                await self._tombstone(tid)
+            self.copying.add(tid)
+        try:
+            data = await self.rpc_client.call(req.source.addr, "ts.fetch_tablet_copy",
+                                              TabletName(tid), TabletCopyData,
+                                              to_uuid=req.source.uuid, timeout=60.0)
+            async with self._lock:
+                try:
+                    await asyncio.to_thread(install_copy, paths, data)
+                except Exception:  # e.g. a full disk: back to a tombstone, as start-up would
+                    table = await asyncio.to_thread(abandon_copy, paths)
+                    if table is not None:
+                        self.tombstoned[tid] = table
+                    raise
+                self.tombstoned.pop(tid, None)
+                self._start_replica(tid, data.table_name)
+        finally:
+            self.copying.discard(tid)
+        log.info("tablet %s: copied from %s at index %d", tid, req.source.uuid,
+                 data.snapshot.last_applied_index)
+        return Ack(True)
+
+    def _on_refused(self, tablet_id: str, peer_uuid: str) -> None:
+        self._copy_wanted.add((tablet_id, peer_uuid))
+
+    async def _copy_loop(self) -> None:
+        """As leader, start a tablet copy on each peer that refused our Raft messages (it has no
+        replica, or only a tombstone) or is behind the log we retain."""
+        while True:
+            await asyncio.sleep(1.0)
+            wanted, self._copy_wanted = self._copy_wanted, set()
+            for tid, r in self.replicas.items():
+                if r.role == Role.LEADER and not r.failed:
+                    wanted |= {(tid, peer) for peer, p in r.status()["peers"].items()
+                               if p["needs_tablet_copy"]}
+            for tid, peer_uuid in wanted - self._copies_sent:
+                r = self.replicas.get(tid)
+                peer = self.book.get(peer_uuid)
+                if (r is None or r.role != Role.LEADER or peer is None
+                        or r.core.active_config.member(peer_uuid) is None):
+                    continue
+                self._copies_sent.add((tid, peer_uuid))
+                task = asyncio.create_task(self._send_copy(tid, peer, r.term))
+                task.add_done_callback(lambda _t, k=(tid, peer_uuid): self._copies_sent.discard(k))
+
+    async def _send_copy(self, tablet_id: str, peer: Peer, term: int) -> None:
+        try:
+            await self.rpc_client.call(peer.addr, "ts.start_tablet_copy",
+                                       StartTabletCopy(tablet_id, self.me, term), Ack,
+                                       to_uuid=peer.uuid, timeout=90.0)
+            log.info("tablet %s: %s copied it from us", tablet_id, peer.uuid)
+        except RpcError as e:
+            log.info("tablet %s: tablet copy to %s failed: %s", tablet_id, peer.uuid, e)
 
     async def on_write(self, req: Write) -> OpResult:
         r = self._replica(req.tablet_id)
@@ -238,7 +365,10 @@ class TabletServer:
             s = r.status()
             out.append(TabletReport(tid, self.tables.get(tid, "?"),
                                     "FAILED" if r.failed else "RUNNING", s["role"], s["term"],
-                                    s["leader"], s["commit"], s["applied"], s["config"], r.failed))
+                                    s["leader"], s["commit"], s["applied"], s["config"], r.failed,
+                                    s["committed_config"], s["committed_config_index"]))
+        for tid in sorted(self.copying):
+            out.append(TabletReport(tid, self.tables.get(tid, "?"), "COPYING"))
         for tid, (table, reason) in sorted(self.failed.items()):
             out.append(TabletReport(tid, table, "FAILED", error=reason))
         for tid, table in sorted(self.tombstoned.items()):

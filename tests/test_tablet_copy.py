@@ -1,0 +1,99 @@
+"""Tablet copy's files (seed 05): consensus-metadata merge rules, the install sequence, and
+start-up's recovery of a copy that died part-way. Real files, no processes."""
+
+import pytest
+
+from node.consensus import Member, MemberType, RaftConfig, decode_config, encode_config
+from node.protocol import TabletCopyData
+from node.tablet.cmeta import ConsensusMetadata
+from node.tablet.paths import TabletPaths
+from node.tablet.snapshot import SnapshotStore
+from node.tablet.state import StateMachine
+from node.tablet.superblock import DataState, HashBucket, OpId, Superblock
+from node.tserver import copy as copy_mod
+from node.tserver.copy import (
+    abandon_copy,
+    install_copy,
+    merge_consensus_metadata,
+    recover_unfinished_copy,
+)
+
+TABLET = "t-copy"
+CONFIG = encode_config(RaftConfig(7, (Member("a", MemberType.VOTER), Member("b", MemberType.NON_VOTER))))
+
+
+def copy_data(term=4, index=0) -> TabletCopyData:
+    state = StateMachine(TABLET)
+    state.last_applied_index, state.last_applied_term = index, 2
+    return TabletCopyData("tbl", HashBucket(0, 1), term, CONFIG, state.snapshot())
+
+
+@pytest.mark.parametrize(("local", "remote_term", "want"), [
+    ((5, "x"), 3, (5, "x")),  # our term is higher: keep it and our vote
+    ((5, "x"), 5, (5, "x")),  # same term: our vote in it must survive
+    ((5, "x"), 9, (9, None)),  # a newer term: adopt it, no vote in it yet
+    (None, 6, (6, None)),  # a brand-new replica adopts the remote term
+])
+def test_consensus_metadata_merge_keeps_terms_monotonic_and_votes(tmp_path, local, remote_term, want):
+    paths = TabletPaths(tmp_path, TABLET)
+    if local is not None:
+        cmeta = ConsensusMetadata.create(paths.consensus_meta, TABLET, b"old")
+        cmeta.set_hard_state(*local)
+        cmeta.save()
+    merge_consensus_metadata(paths, remote_term, CONFIG)
+    merged = ConsensusMetadata.load(paths.consensus_meta)
+    assert (merged.current_term, merged.voted_for) == want
+    assert decode_config(merged.committed_config) == decode_config(CONFIG)  # always the remote's
+
+
+def test_install_onto_a_tombstone_replaces_its_data_and_ends_ready(tmp_path):
+    paths = TabletPaths(tmp_path, TABLET)
+    Superblock(TABLET, "tbl", HashBucket(0, 1), DataState.TOMBSTONED, OpId(3, 40)).save(paths.superblock)
+    ConsensusMetadata.create(paths.consensus_meta, TABLET, b"old")
+    paths.wal_dir.mkdir(parents=True)
+    (paths.wal_dir / "wal-000000001").write_bytes(b"stale")
+    install_copy(paths, copy_data(index=120))
+    sb = Superblock.load(paths.superblock)
+    assert sb.data_state == DataState.READY and sb.tombstone_last_opid is None
+    assert not paths.wal_dir.exists()  # entries after the snapshot come from the leader
+    assert SnapshotStore(paths.snapshot_dir, TABLET).load_latest().last_applied_index == 120
+
+
+def test_a_copy_that_dies_part_way_is_tombstoned_at_start_up_keeping_the_last_opid(tmp_path, monkeypatch):
+    paths = TabletPaths(tmp_path, TABLET)
+    Superblock(TABLET, "tbl", HashBucket(0, 1), DataState.TOMBSTONED, OpId(3, 40)).save(paths.superblock)
+
+    def disk_full(*_):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(copy_mod.SnapshotStore, "save", disk_full)
+    with pytest.raises(OSError):
+        install_copy(paths, copy_data(index=120))
+    sb = Superblock.load(paths.superblock)
+    assert sb.data_state == DataState.COPYING
+    recover_unfinished_copy(paths, sb)
+    sb = Superblock.load(paths.superblock)
+    assert sb.data_state == DataState.TOMBSTONED and sb.tombstone_last_opid == OpId(3, 40)
+
+
+def test_a_running_server_abandons_a_failed_copy_to_a_tombstone_it_can_copy_onto_again(tmp_path, monkeypatch):
+    paths = TabletPaths(tmp_path, TABLET)
+    real_save = copy_mod.SnapshotStore.save
+    monkeypatch.setattr(copy_mod.SnapshotStore, "save", lambda *_: (_ for _ in ()).throw(OSError(28, "ENOSPC")))
+    with pytest.raises(OSError):
+        install_copy(paths, copy_data())
+    assert abandon_copy(paths) == "tbl"
+    assert abandon_copy(paths) is None  # already a tombstone: nothing to abandon
+    monkeypatch.setattr(copy_mod.SnapshotStore, "save", real_save)
+    install_copy(paths, copy_data(index=9))  # the leader's next attempt succeeds
+    assert Superblock.load(paths.superblock).data_state == DataState.READY
+
+
+def test_an_interrupted_copy_onto_a_new_replica_becomes_a_tombstone_that_logged_nothing(tmp_path, monkeypatch):
+    paths = TabletPaths(tmp_path, TABLET)
+    monkeypatch.setattr(copy_mod.SnapshotStore, "save", lambda *_: (_ for _ in ()).throw(OSError(5, "EIO")))
+    with pytest.raises(OSError):
+        install_copy(paths, copy_data())
+    recover_unfinished_copy(paths, Superblock.load(paths.superblock))
+    sb = Superblock.load(paths.superblock)
+    assert sb.data_state == DataState.TOMBSTONED and sb.tombstone_last_opid == OpId(0, 0)
