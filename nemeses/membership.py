@@ -21,32 +21,52 @@ class Membership(Nemesis):
     db: object = None  # harness.db.TesseraDB
     timeout: float = 30.0  # per change, retrying while another change is pending
     _removed: list[tuple[str, str, str]] = field(default_factory=list)  # (tablet, uuid, host)
+    _hosts: dict[str, str] = field(default_factory=dict)  # tablet-server uuid -> host, as seen
 
     def start(self, rng: random.Random) -> dict:
-        from node.protocol import ServerStatus
-
-        statuses = self.db.ask_each(self.db.hosts, "tserver", "ts.status", ServerStatus)
-        running: dict[str, set[str]] = {}
-        for st in statuses.values():
-            for t in st.tablets:
-                if t.state == "RUNNING":
-                    running.setdefault(t.tablet_id, set()).add(st.uuid)
-        # Only a tablet whose config is settled (nothing pending), with three voters and every
-        # member running: removing one then costs no availability by itself.
-        settled = {t.tablet_id for st in statuses.values() for t in st.tablets
-                   if t.role == "LEADER" and t.config == t.committed_config
-                   and sum(kind == "VOTER" for _, kind in t.committed_config) >= 3
-                   and {uuid for uuid, _ in t.committed_config} <= running[t.tablet_id]}
-        candidates = sorted((t.tablet_id, st.uuid, host) for host, st in statuses.items()
-                            for t in st.tablets
-                            if t.tablet_id in settled and t.state == "RUNNING")
+        """Remove one replica: a running one, or the replica on a host that is down or paused
+        (the eviction an operator would do). Only from a tablet whose config is settled, has
+        three voters, and whose other members all run, so the removal alone costs no quorum.
+        Polls for such a tablet for a while: other faults may be holding every one of them."""
+        deadline = time.monotonic() + min(10.0, self.timeout)
+        while True:
+            candidates = self._candidates()
+            if candidates or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
         if not candidates:
-            return {"skipped": "no tablet has three voters and no change pending"}
+            return {"skipped": "no tablet with a settled three-voter config whose members run"}
         tablet, uuid, host = rng.choice(candidates)
         members = self._change(tablet, "remove", uuid)
         self._removed.append((tablet, uuid, host))
         self.active = True
         return {"removed": host, "tablet": tablet, "config": members}
+
+    def _candidates(self) -> list[tuple[str, str, str]]:
+        """(tablet, uuid, host) that may be removed now."""
+        from node.protocol import ServerStatus
+
+        statuses = self.db.ask_each(self.db.hosts, "tserver", "ts.status", ServerStatus)
+        self._hosts.update({st.uuid: host for host, st in statuses.items()})
+        running: dict[str, set[str]] = {}
+        for st in statuses.values():
+            for t in st.tablets:
+                if t.state == "RUNNING":
+                    running.setdefault(t.tablet_id, set()).add(st.uuid)
+        answered = {st.uuid for st in statuses.values()}
+        out = []
+        for st in statuses.values():
+            for t in st.tablets:
+                if (t.role != "LEADER" or t.config != t.committed_config
+                        or sum(kind == "VOTER" for _, kind in t.committed_config) < 3):
+                    continue
+                members = {uuid for uuid, _ in t.committed_config}
+                for uuid in sorted(members):
+                    others_run = members - {uuid} <= running[t.tablet_id]
+                    target_ok = uuid in running[t.tablet_id] or uuid not in answered
+                    if others_run and target_ok and uuid in self._hosts:
+                        out.append((t.tablet_id, uuid, self._hosts[uuid]))
+        return sorted(out)
 
     def stop(self) -> dict:
         added = []
