@@ -151,6 +151,11 @@ def test_a_follower_behind_the_retained_log_is_caught_up_by_tablet_copy(make_clu
         await _until(caught_up, "the laggard to be copied and catch up")
         log_text = (cluster.root / f"{laggard}.log").read_text()
         assert "copied from" in log_text  # by a tablet copy, not by replaying the log
+        await table.write("after-copy", 1)
+        # A copied replica restarts from its snapshot plus the log written after it.
+        cluster.kill(laggard)
+        cluster.start(laggard)
+        await _until(caught_up, "the copied replica to restart")
         # The copy holds the data: with the leader gone, the laggard and the other
         # follower elect a leader and serve every key.
         leader = next(name for name, (_, r) in (await _reports(client, cluster, tablet)).items()
@@ -158,5 +163,6 @@ def test_a_follower_behind_the_retained_log_is_caught_up_by_tablet_copy(make_clu
         cluster.kill(leader)
         for i in range(400):
             assert await table.read(f"k{i}") == i
+        assert await table.read("after-copy") == 1
         await client.close()
     run(go())
