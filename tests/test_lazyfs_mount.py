@@ -63,14 +63,20 @@ class Mount:
             return json.load(f)
 
 
-@pytest.fixture
-def lazy(tmp_path):
+def start_lazyfs(tmp_path):
+    """(process, backing dir, mount point) of a lazyfs run in the foreground."""
     backing, mnt = tmp_path / "backing", tmp_path / "mnt"
     backing.mkdir()
     mnt.mkdir()
     proc = subprocess.Popen(
         [sys.executable, "-m", "nemeses.lazyfs", str(backing), str(mnt), "--foreground"], cwd=REPO
     )
+    return proc, backing, mnt
+
+
+@pytest.fixture
+def lazy(tmp_path):
+    proc, backing, mnt = start_lazyfs(tmp_path)
     try:
         wait_until(lambda: mounted(str(mnt)) or proc.poll() is not None, "the mount")
         assert proc.poll() is None, "lazyfs exited instead of mounting"
@@ -508,12 +514,7 @@ def test_mounting_a_missing_directory_fails_with_a_message(tmp_path):
 
 
 def test_sigterm_unmounts_cleanly_after_flushing(tmp_path):
-    backing, mnt = tmp_path / "backing", tmp_path / "mnt"
-    backing.mkdir()
-    mnt.mkdir()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nemeses.lazyfs", str(backing), str(mnt), "--foreground"], cwd=REPO
-    )
+    proc, backing, mnt = start_lazyfs(tmp_path)
     try:
         wait_until(lambda: mounted(str(mnt)), "the mount")
         write_file(str(mnt / "f"), b"shutdown writes back")
