@@ -278,8 +278,8 @@ class Master(TabletServer):
         return TableLocations(name, table["id"], tablets)
 
     async def on_change_replica(self, req: ReplicaChange) -> ConfigState:
-        """Seed 05's AddReplica / RemoveReplica: one idempotent call to the tablet's leader, with
-        the committed config it last reported as the compare-and-set guard."""
+        """Seed 05's AddReplica / RemoveReplica: one compare-and-set guarded call to the tablet's
+        leader (found from heartbeats), so a repeated or racing request cannot apply twice."""
         await self._await_ready()
         if self._data().get(f"tablet/{req.tablet_id}") is None:
             raise RpcError(ErrorCode.NOT_FOUND, f"no tablet {req.tablet_id}")

@@ -21,6 +21,7 @@ from node.consensus import (
     ConfigChange,
     Member,
     MemberType,
+    NotLeader,
     ProposalError,
     RaftConfig,
     Role,
@@ -250,6 +251,8 @@ class TabletServer:
                            detail=None) from None
         except ReplicaError as e:
             raise replica_error(e) from None
+        except NotLeader as e:
+            raise RpcError(ErrorCode.NOT_LEADER, "not the leader", detail=e.leader) from None
         except ProposalError as e:
             raise RpcError(ErrorCode.ILLEGAL_STATE, f"{type(e).__name__}: {e}") from None
         log.info("tablet %s: config change %s %s committed: %s", req.tablet_id, req.op,
