@@ -39,6 +39,9 @@ FLAGS: dict[str, tuple[type, object, str]] = {
     "snapshot-interval-entries": (int, 20000, "applied entries between state-machine snapshots "
                                              "(after each, older WAL segments are collected)"),
     "log-retain-entries": (int, 5000, "entries kept behind a snapshot for lagging followers"),
+    "follower-unavailable-considered-failed-sec": (float, 300.0, "masters: a tablet server "
+                                                   "silent this long has failed, and each of its "
+                                                   "replicas is replaced on another server"),
     "log-level": (str, "INFO", "DEBUG, INFO, WARNING or ERROR"),
 }
 
@@ -106,7 +109,8 @@ def build_options(values: dict, kind: str):
                        log_preallocate_segments=values["log-preallocate-segments"]),
     )
     return TServerOptions(Path(values["data-dir"]), rpc[0], rpc[1], values["http-port"], masters,
-                          values["heartbeat-interval-ms"], replica)
+                          values["heartbeat-interval-ms"], replica,
+                          values["follower-unavailable-considered-failed-sec"])
 
 
 def run(args: argparse.Namespace) -> int:

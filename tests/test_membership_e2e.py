@@ -24,9 +24,9 @@ def make_cluster(tmp_path):
     applied entries keeping only `retain` entries of log, so a peer missing more must be copied."""
     made = []
 
-    def make(tservers: int, every: int, retain: int) -> LocalCluster:
+    def make(tservers: int, every: int, retain: int, flags: tuple = ()) -> LocalCluster:
         made.append(LocalCluster(tmp_path / "lc", masters=1, tservers=tservers, flags=[
-            f"--snapshot-interval-entries={every}", f"--log-retain-entries={retain}"]))
+            f"--snapshot-interval-entries={every}", f"--log-retain-entries={retain}", *flags]))
         made[-1].up(timeout=60)
         return made[-1]
 
@@ -164,5 +164,37 @@ def test_a_follower_behind_the_retained_log_is_caught_up_by_tablet_copy(make_clu
         for i in range(400):
             assert await table.read(f"k{i}") == i
         assert await table.read("after-copy") == 1
+        await client.close()
+    run(go())
+
+
+def test_the_master_replaces_the_replica_of_a_failed_server(make_cluster):
+    cluster = make_cluster(tservers=4, every=100, retain=10,
+                           flags=("--follower-unavailable-considered-failed-sec=3",))
+
+    async def go():
+        client, tablet, table = await _one_tablet_table(cluster)
+        for i in range(300):
+            await table.write(f"k{i}", i)
+        reps = await _reports(client, cluster, tablet)
+        spare = next(name for name, (_, r) in reps.items() if r is None)
+        dead = next(name for name, (_, r) in reps.items() if r is not None and r.role != "LEADER")
+        dead_uuid, spare_uuid = reps[dead][0], reps[spare][0]
+        cluster.kill(dead)
+
+        async def replaced():
+            reps = await _reports(client, cluster, tablet)
+            leader = next((r for _, r in reps.values() if r and r.role == "LEADER"), None)
+            return (leader is not None and leader.config == leader.committed_config
+                    and dead_uuid not in {u for u, _ in leader.committed_config}
+                    and [spare_uuid, "VOTER"] in leader.committed_config)
+        await _until(replaced, "the master to replace the failed server's replica", timeout=90)
+        # The replacement carries the quorum with the leader: kill the other original follower.
+        reps = await _reports(client, cluster, tablet)
+        other = next(name for name, (_, r) in reps.items()
+                     if name != spare and r is not None and r.role != "LEADER")
+        cluster.kill(other)
+        await table.write("after", 1)
+        assert [await table.read(f"k{i}") for i in range(300)] == list(range(300))
         await client.close()
     run(go())

@@ -220,6 +220,7 @@ class Master(TabletServer):
                 for t in chosen:
                     load[t.peer.uuid] += 1
                 tablets.append({"id": f"{table_id[:12]}-{i:04d}", "bucket": [i, req.num_tablets],
+                                "rf": req.replication_factor,
                                 "replicas": [[t.peer.uuid, t.peer.host, t.peer.port] for t in chosen]})
             ops = [["w", f"table/{req.name}", {"id": table_id, "name": req.name,
                                                  "tablets": [t["id"] for t in tablets]}]]
@@ -317,6 +318,7 @@ class Master(TabletServer):
         if r is None or not r.leader_ready:
             return
         await self._follow_config_changes()
+        await self._replace_failed_replicas()
         data = r.state.data
         reported: dict[str, set[str]] = {}
         for ts in self._live_tservers():
@@ -337,6 +339,42 @@ class Master(TabletServer):
                 missing = {p[0] for p in t["replicas"]} - reported.get(t["id"], set())
                 if missing:
                     await self._create_replicas(t["table"], t)
+
+    async def _replace_failed_replicas(self) -> None:
+        """Re-replication, add before remove (Kudu's 3-4-3): a member whose tablet server has been
+        silent for follower_unavailable_considered_failed_sec gets a replacement on a live
+        server outside the config; once that one is a voter, the failed member is removed. One
+        CAS-guarded change per tablet per round, only while its config is settled."""
+        now = time.monotonic()
+        limit = self.opts.follower_unavailable_considered_failed_sec
+        data = self._data()
+        live = self._live_tservers()
+        for tid in sorted(self._leaders):
+            record, leader = data.get(f"tablet/{tid}"), self._leader_report(tid)
+            if record is None or leader is None or leader[1].config != leader[1].committed_config:
+                continue
+            members = dict(leader[1].committed_config)  # uuid -> VOTER | NON_VOTER
+            failed = sorted(u for u in members if u in self.tservers
+                            and now - self.tservers[u].last_seen > limit)
+            if not failed:
+                continue
+            healthy_voters = [u for u, kind in members.items() if kind == "VOTER" and u not in failed]
+            if "NON_VOTER" in members.values():
+                continue  # a replacement is catching up; the leader promotes it
+            if len(healthy_voters) >= record.get("rf", len(record["replicas"])):
+                change = ReplicaChange(tid, "remove", failed[0])
+            else:
+                spare = sorted((t for t in live if t.peer.uuid not in members),
+                               key=lambda t: (len(t.tablets), t.peer.uuid))
+                if not spare:
+                    continue
+                change = ReplicaChange(tid, "add", spare[0].peer.uuid)
+            try:
+                await self.on_change_replica(change)
+                log.info("re-replication: tablet %s: %s %s", tid, change.op, change.ts_uuid)
+            except RpcError as e:
+                log.info("re-replication: tablet %s: %s %s failed: %s", tid, change.op,
+                         change.ts_uuid, e)
 
     def _evicted(self, record: dict, tablet_id: str, ts_uuid: str) -> bool:
         """The catalog follows a committed config change that left `ts_uuid` out, and the

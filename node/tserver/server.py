@@ -70,6 +70,8 @@ class TServerOptions:
     masters: list[tuple[str, int]] = field(default_factory=list)
     heartbeat_interval_ms: int = 1000  # Kudu: heartbeat_interval_ms
     replica: ReplicaOptions = field(default_factory=ReplicaOptions)
+    # masters: a tablet server silent this long has failed; its replicas are replaced
+    follower_unavailable_considered_failed_sec: float = 300.0  # Kudu's default
 
 
 def replica_error(e: ReplicaError) -> RpcError:
