@@ -335,39 +335,39 @@ class Replica:
             await self._leader_ready.wait()
             self._check_serving()
 
-    async def write(self, op: Op, *, session: int, seq: int, acked_below: int) -> Result:
-        """Replicate one command and return its result once applied here."""
+    async def _replicate(self, append: Callable[[], int]) -> Any:
+        """Run `append` (a core proposal returning its log index) in the driver, then wait until
+        that entry is applied here: its result. The core's ProposalError passes through."""
         await self.await_leader_ready()
         fut = asyncio.get_running_loop().create_future()
 
-        def propose():  # runs in the driver, so timestamps increase in log order
-            payload = encode_command(op, session=session, seq=seq, acked_below=acked_below,
-                                     timestamp=self.clock.now())
-            index = self.core.propose(payload)
-            self._waiters[index] = (self.core.term, fut)
-            return index
-
-        try:
-            await self._submit(propose, want_result=True)
-        except NotLeader as e:
-            raise ReplicaError("not the leader", leader=e.leader) from None
-        except ProposalError as e:
-            raise ReplicaError(str(e), leader=self.leader) from None
-        return await fut
-
-    async def change_config(self, change: ConfigChange, cas_config_index: int) -> RaftConfig:
-        """Propose a one-by-one membership change; return the new config once applied here.
-        Raises the core's ProposalError (CasMismatch, ChangePending, InvalidChange, ...)."""
-        await self.await_leader_ready()
-        fut = asyncio.get_running_loop().create_future()
-
-        def propose():
-            index = self.core.propose_config_change(change, cas_config_index)
+        def propose():  # in the driver: log order is the order proposals run in
+            index = append()
             self._waiters[index] = (self.core.term, fut)
             return index
 
         await self._submit(propose, want_result=True)
-        await fut
+        return await fut
+
+    async def write(self, op: Op, *, session: int, seq: int, acked_below: int) -> Result:
+        """Replicate one command and return its result once applied here."""
+
+        def append() -> int:  # timestamps taken in the driver increase in log order
+            return self.core.propose(encode_command(op, session=session, seq=seq,
+                                                    acked_below=acked_below,
+                                                    timestamp=self.clock.now()))
+
+        try:
+            return await self._replicate(append)
+        except NotLeader as e:
+            raise ReplicaError("not the leader", leader=e.leader) from None
+        except ProposalError as e:
+            raise ReplicaError(str(e), leader=self.leader) from None
+
+    async def change_config(self, change: ConfigChange, cas_config_index: int) -> RaftConfig:
+        """Propose a one-by-one membership change; return the new config once applied here.
+        Raises the core's ProposalError (CasMismatch, ChangePending, InvalidChange, ...)."""
+        await self._replicate(lambda: self.core.propose_config_change(change, cas_config_index))
         return self.core.active_config
 
     async def copy_source(self) -> tuple[Snapshot, RaftConfig, int]:
