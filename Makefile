@@ -36,11 +36,18 @@ test: setup
 # Spark analysis of the store, and the path of the run's HTML report (printed last).
 # 50 processes: with six fault packages overlapping, a process spends much of the run waiting
 # out an unavailable tablet, and the others keep the history dense (~2,500 ops, measured).
+# A verdict (exit 0 valid, 1 invalid, 2 unknown) of this or an older run never stops the demo,
+# nor does a crash that still left a run (255 with the run directory printed): the report says
+# what happened. Bad arguments (254), a crash before any run was made, or a crashed analysis stop it.
 demo: setup
 	$(VENV)/bin/tessera cluster up
-	$(VENV)/bin/tessera test --workload register --nemesis all --time-limit 60 --concurrency 50 --rate 200 --store store
-	$(VENV)/bin/tessera analyze store
-	@echo "report: $$(readlink -f store/latest)/report.html"
+	@run=$$($(VENV)/bin/tessera test --workload register --nemesis all --time-limit 60 \
+	    --concurrency 50 --rate 200 --store store); code=$$?; run=$$(tail -n1 <<<"$$run"); \
+	if [ -z "$$run" ] || [ ! -d "$$run" ]; then echo "tessera test made no run (exit $$code)" >&2; exit $$(( code ? code : 255 )); fi; \
+	echo "tessera test exit $$code ($$run)"; \
+	$(VENV)/bin/tessera analyze store; code=$$?; \
+	if [ $$code -ge 254 ]; then echo "tessera analyze failed (exit $$code)" >&2; exit $$code; fi; \
+	echo "report: $$(readlink -f "$$run")/report.html"
 
 bench: setup
 	$(PY) -m pip install -q -e '.[host,harness,reports,test,bench]'

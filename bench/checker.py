@@ -1,10 +1,13 @@
 """Checker speed: the Knossos reference corpus (parse + check), single-key cas-register stress
 histories (100 ops, 10 processes, 20 writes/cas that never return), a 1,000,000-op register history
 over 1,000 keys (read from history.jsonl, then checked; time and peak memory measured in a fresh
-process), and 100,000 list-append transactions. Prints one JSON line with --json.
+process), 100,000 list-append transactions, and a huge-scc list-append history (10,000
+transactions whose stale reads tie them into one giant strongly connected component, the shape
+of Elle's huge-scc test). Prints one JSON line with --json.
 
 Targets (issue 6): corpus <= 2 s total; each stress history <= 1 s; the million ops <= 60 s and
-<= 2 GiB on 2 cores; list-append 100k txns <= 60 s."""
+<= 2 GiB on 2 cores; list-append 100k txns <= 60 s; huge-scc decided invalid (not unknown) in
+<= 30 s."""
 
 from __future__ import annotations
 
@@ -20,7 +23,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reports.checkers.elle import check_list_append  # noqa: E402
-from reports.checkers.generate import corrupt_one_read, list_append_history, register_history  # noqa: E402
+from reports.checkers.generate import (  # noqa: E402
+    corrupt_one_read,
+    list_append_history,
+    register_history,
+    stale_read_history,
+)
 from reports.checkers.linearizability import check  # noqa: E402
 from reports.checkers.models import CASRegister, MultiRegister, Mutex  # noqa: E402
 from reports.history import read_history, read_jsonl, write_jsonl  # noqa: E402
@@ -89,6 +97,14 @@ def list_append(n_txns: int) -> dict:
     return {"txns": n_txns, "s": round(time.perf_counter() - t, 2), "verdict": result["verdict"]}
 
 
+def huge_scc(n_txns: int) -> dict:
+    ops = stale_read_history(1, n_txns)
+    t = time.perf_counter()
+    result = check_list_append(ops)
+    return {"txns": n_txns, "s": round(time.perf_counter() - t, 2), "verdict": result["verdict"],
+            "anomaly_types": result["anomaly_types"]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print one JSON line")
@@ -104,6 +120,7 @@ def main() -> None:
         "stress_cas_100ops": stress(5 if args.quick else 20),
         "million_register": million(100_000 if args.quick else 1_000_000),
         "list_append": list_append(10_000 if args.quick else 100_000),
+        "huge_scc": huge_scc(10_000),
     }
     m = out["million_register"]
     out["targets_met"] = (
@@ -111,6 +128,7 @@ def main() -> None:
         and out["stress_cas_100ops"]["max_s"] <= 1
         and m["total_s"] <= 60 and m["peak_rss_mib"] <= 2048 and m["verdict"] == "valid"
         and out["list_append"]["s"] <= 60 and out["list_append"]["verdict"] == "valid"
+        and out["huge_scc"]["s"] <= 30 and out["huge_scc"]["verdict"] == "invalid"
     )
     if args.json:
         print(json.dumps(out))

@@ -3,6 +3,9 @@
 Subcommands are registered by module path and imported only when chosen, so `tessera --help`
 stays fast and a command's heavy dependencies (Spark, SSH) load only for that command.
 Each command module defines `configure(parser)` and `run(args) -> int`.
+
+The commands that give verdicts (test, analyze, check) exit like Jepsen's CLI, so scripts can tell
+a verdict from a broken invocation: 0 valid, 1 invalid, 2 unknown, 254 bad arguments, 255 crashed.
 """
 
 from __future__ import annotations
@@ -10,6 +13,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
+from collections.abc import Iterable
+
+EXIT = {"valid": 0, "invalid": 1, "unknown": 2}
+BAD_ARGS, CRASHED = 254, 255
+VERDICT_COMMANDS = frozenset({"test", "analyze", "check"})
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -28,10 +37,27 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def verdict_exit(verdicts: Iterable[str]) -> int:
+    """Any invalid -> 1, else any unknown (or anything unrecognised) -> 2, else 0."""
+    verdicts = set(verdicts)
+    if "invalid" in verdicts:
+        return EXIT["invalid"]
+    return EXIT["valid"] if verdicts == {"valid"} else EXIT["unknown"]
+
+
+class BadArgsParser(argparse.ArgumentParser):
+    """argparse's usage errors exit 254 (Jepsen's code for bad arguments), not argparse's 2,
+    which a verdict command uses for unknown."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(BAD_ARGS, f"{self.prog}: error: {message}\n")
+
+
 def _top_parser() -> argparse.ArgumentParser:
     width = max(len(n) for n in COMMANDS)
     lines = [f"  {n.ljust(width)}  {h}" for n, (_, h) in COMMANDS.items()]
-    return argparse.ArgumentParser(
+    return BadArgsParser(
         prog="tessera",
         usage="tessera COMMAND [options]",
         description="Tessera: a replicated tablet store and a chaos harness to test it.",
@@ -47,16 +73,25 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument("command", nargs="?")
         parser.parse_args(argv)
         parser.print_help()
-        return 0 if argv else 2
+        return 0 if argv else BAD_ARGS
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"tessera: unknown command {name!r} (known: {', '.join(COMMANDS)})", file=sys.stderr)
-        return 2
+        return BAD_ARGS
     module = importlib.import_module(COMMANDS[name][0])
-    parser = argparse.ArgumentParser(prog=f"tessera {name}", description=COMMANDS[name][1])
+    if name not in VERDICT_COMMANDS:
+        parser = argparse.ArgumentParser(prog=f"tessera {name}", description=COMMANDS[name][1])
+        module.configure(parser)
+        return int(module.run(parser.parse_args(rest)) or 0)
+    parser = BadArgsParser(prog=f"tessera {name}", description=COMMANDS[name][1])
     module.configure(parser)
     args = parser.parse_args(rest)
-    return int(module.run(args) or 0)
+    try:
+        return int(module.run(args) or 0)
+    except (Exception, KeyboardInterrupt):  # a verdict command that broke has no verdict
+        traceback.print_exc()
+        print(f"tessera {name}: crashed", file=sys.stderr)
+        return CRASHED
 
 
 if __name__ == "__main__":

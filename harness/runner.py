@@ -3,8 +3,10 @@
 Each worker thread of the run is an asyncio task that acts as one logical process at a time:
 invoke, then ok / fail / info. After `info` (outcome unknown) the process is retired, since it may
 still be running the op, and the thread continues as process `p + concurrency`. Ops are paced to
-`rate` per second overall, with jitter, and stop at the time limit; then the nemesis heals, and the
-workload's final ops run on a healed cluster.
+`rate` per second overall, with jitter, and stop at the time limit; then the nemesis heals, and,
+after a settle pause, each of the workload's final ops is retried until it is ok or its own
+deadline passes (Jepsen's `gen/until-ok`): a final read that never succeeds proves nothing, so it
+gets every fair chance, and every attempt stays in the history.
 """
 
 from __future__ import annotations
@@ -29,7 +31,15 @@ class RunOptions:
     rate: float = 200.0  # ops/s over all processes; 0 = as fast as they go
     seed: int = 0
     op_timeout: float = 5.0
-    final_timeout: float = 30.0
+    setup_timeout: float = 30.0  # each setup op: one attempt
+    final_settle: float = 5.0  # after the heal, before the final ops: elections and catch-up
+    final_timeout: float = 60.0  # each final op: seconds to keep retrying until one attempt is ok
+    final_backoff: float = 1.0  # between a final op's attempts
+
+    def final_plan(self) -> dict:
+        """What the final phase will try, for test.json."""
+        return {"settle_s": self.final_settle, "deadline_s": self.final_timeout,
+                "attempt_timeout_s": self.op_timeout, "backoff_s": self.final_backoff}
 
 
 @dataclass
@@ -97,17 +107,44 @@ async def _sequential(ops: list[Invocation], workload: Workload, client: KVClien
             process += 1
 
 
+async def _until_ok(inv: Invocation, workload: Workload, client: KVClient, rec: Recorder,
+                    process: int, opts: RunOptions) -> tuple[int, dict]:
+    """Attempts of one final op until one is ok; no attempt starts after `final_timeout`. Each
+    attempt is an op of its own, and an info attempt retires its process. Returns the next free
+    process and what was tried."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    attempts, failures = 0, []
+    while True:
+        rec.record(process, "invoke", inv.f, inv.value, key=inv.key)
+        done = await _call(workload, client, inv, opts.op_timeout)
+        rec.record(process, done.type, inv.f, done.value if done.type == "ok" else inv.value,
+                   key=inv.key, node=_node(client), error=done.error)
+        attempts += 1
+        if done.type == "info":
+            process += 1
+        if done.type == "ok":
+            break
+        failures.append({"type": done.type, "error": done.error})
+        if loop.time() + opts.final_backoff > start + opts.final_timeout:
+            break
+        await asyncio.sleep(opts.final_backoff)
+    return process, {"f": inv.f, "outcome": done.type, "attempts": attempts,
+                     "seconds": round(loop.time() - start, 3), "failures": failures}
+
+
 async def run(workload: Workload, clients: Callable[[int], KVClient], rec: Recorder,
               opts: RunOptions, nemesis: Nemesis | None = None, heal: Heal | None = None,
-              progress: Progress | None = None) -> None:
+              progress: Progress | None = None) -> list[dict]:
     """Setup ops; the timed main phase with the nemesis alongside; once every worker has
-    stopped, the heal; then the final ops, on a healed cluster.
-    `clients(thread)` gives each worker thread its own client handle."""
+    stopped, the heal; then the final ops, on a healed cluster, each until ok (`_until_ok`).
+    `clients(thread)` gives each worker thread its own client handle. Returns what each final
+    op tried."""
     progress = progress or Progress(enabled=False)
     loop = asyncio.get_running_loop()
     # Setup and final ops use process ids above any worker's, so they never collide.
     await _sequential(workload.setup(), workload, clients(opts.concurrency), rec, 10**6,
-                      opts.final_timeout)
+                      opts.setup_timeout)
     deadline = loop.time() + opts.time_limit
 
     async def ticker():
@@ -124,8 +161,14 @@ async def run(workload: Workload, clients: Callable[[int], KVClient], rec: Recor
         await asyncio.gather(*tasks)
         if heal is not None:
             await heal(rec)
-        await _sequential(workload.final(), workload, clients(opts.concurrency), rec, 2 * 10**6,
-                          opts.final_timeout)
+        final, tried = workload.final(), []
+        if final:
+            await asyncio.sleep(opts.final_settle)
+        client, process = clients(opts.concurrency), 2 * 10**6
+        for inv in final:
+            process, summary = await _until_ok(inv, workload, client, rec, process, opts)
+            tried.append(summary)
+        return tried
     finally:
         tick.cancel()
         progress.show(rec, opts.time_limit)

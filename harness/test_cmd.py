@@ -15,6 +15,7 @@ import json
 import random
 import sys
 import time
+import traceback
 from pathlib import Path
 
 NEMESES = ("partition", "packet", "clock", "pause", "kill", "membership", "disk", "lose-unfsynced")
@@ -79,6 +80,9 @@ def validate(args: argparse.Namespace) -> dict:
         raise ValueError("--concurrency, --rate must be >= 0 and --op-timeout > 0")
     if args.provider == "hosts" and not args.hosts_file:
         raise ValueError("--provider hosts needs --hosts-file")
+    if args.provider == "hosts":
+        from harness.cluster import hostsfile
+        hostsfile.load(args.hosts_file)  # a bad file is a bad argument, found before any SSH
     if args.wheelhouse is not None:
         from harness.db import check_wheelhouse
         check_wheelhouse(args.wheelhouse)
@@ -99,33 +103,61 @@ def _hosts(args):
 
 
 def run(args: argparse.Namespace) -> int:
+    """Exit codes as Jepsen's CLI (`harness.cli`): the verdict's 0 / 1 / 2, 254 for bad
+    arguments, 255 when anything stopped the run before a verdict. The run directory is printed
+    last whenever one was made, and a crashed run says so in its test.json."""
+    from harness.cli import BAD_ARGS, CRASHED, EXIT
     from harness.cluster import ClusterError
 
     try:
         plan = validate(args)
     except (ValueError, ClusterError) as e:
         print(f"tessera test: {e}", file=sys.stderr)
-        return 2
+        return BAD_ARGS
+    made: list[Path] = []
     try:
-        run_dir = _run(args, plan)
-    except ClusterError as e:
-        print(f"tessera test: {e}", file=sys.stderr)
-        return 1
-    print(run_dir)
-    return 0
+        verdict = _run(args, plan, made.append)
+    except (Exception, KeyboardInterrupt) as e:
+        if not isinstance(e, ClusterError):  # a cluster error's message is the whole story
+            traceback.print_exc()
+        print(f"tessera test: crashed: {e or type(e).__name__}", file=sys.stderr)
+        if made:
+            try:
+                _update_test(made[0], status="crashed", error=f"{type(e).__name__}: {e}")
+            except OSError as oe:
+                print(f"tessera test: could not mark the run crashed: {oe}", file=sys.stderr)
+            print(made[0])
+        return CRASHED
+    print(made[0])
+    return EXIT[verdict]
 
 
-def _run(args, plan) -> Path:
+def _update_test(run_dir: Path, **fields) -> dict:
+    """test.json with `fields` set: what the run has done so far, for every later reader."""
+    from harness.store import write_json
+
+    test = {**json.loads((run_dir / "test.json").read_text()), **fields}
+    write_json(run_dir / "test.json", test)
+    return test
+
+
+def _run(args, plan, made) -> str:
+    """The run, start to teardown; `made(run_dir)` as soon as the run directory exists.
+    Returns the verdict."""
     from harness.cluster import ClusterError
     from harness.control import Remote
     from harness.db import TesseraDB, build_wheelhouse, check_wheelhouse
+    from harness.runner import RunOptions
     from harness.store import new_run_dir, write_json
+    from workloads import make
 
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
+    workload = make(args.workload)
     hosts = _hosts(args)
     run_dir = new_run_dir(args.store, args.workload)
+    made(run_dir)
     control_log = open(run_dir / "control.log", "a")
 
     def log_line(line: str) -> None:
@@ -133,11 +165,16 @@ def _run(args, plan) -> Path:
         control_log.flush()
 
     concurrency = args.concurrency or 2 * len(hosts)
+    opts = RunOptions(concurrency=concurrency, time_limit=args.time_limit, rate=args.rate,
+                      seed=plan["seed"], op_timeout=args.op_timeout + 1)
     test = {"workload": args.workload, "nemesis": plan["nemeses"], "nemesis_interval": args.nemesis_interval,
             "time_limit": args.time_limit, "concurrency": concurrency, "rate": args.rate,
             "seed": plan["seed"], "provider": args.provider,
             "hosts": [{"name": h.name, "address": h.address} for h in hosts],
             "flags": plan["flags"], "op_timeout": args.op_timeout,
+            # what the checker needs to know about this run (the bank's total), from the workload
+            "checker_options": getattr(workload, "checker_options", {}),
+            "final": opts.final_plan(), "status": "running",
             "command": "tessera test " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["test"] else None}
     write_json(run_dir / "test.json", test)
     say(f"run {run_dir} (seed {plan['seed']})")
@@ -154,7 +191,7 @@ def _run(args, plan) -> Path:
         db.teardown()
         nemeses = _nemeses(plan["nemeses"], db, hosts, remotes)
         db.setup()
-        asyncio.run(_drive(args, plan, db, hosts, run_dir, concurrency, nemeses, say))
+        return asyncio.run(_drive(args, plan, workload, opts, db, hosts, run_dir, nemeses, say))
     finally:
         if db is not None:
             for h in hosts:
@@ -170,7 +207,6 @@ def _run(args, plan) -> Path:
         for r in remotes.values():
             r.close()
         control_log.close()
-    return run_dir
 
 
 def _nemeses(names: list[str], db, hosts, remotes) -> list:
@@ -202,16 +238,15 @@ def _nemeses(names: list[str], db, hosts, remotes) -> list:
     return out
 
 
-async def _drive(args, plan, db, hosts, run_dir: Path, concurrency: int, nemeses, say) -> None:
+async def _drive(args, plan, workload, opts, db, hosts, run_dir: Path, nemeses, say) -> str:
+    """Test table, workload with nemesis, heal, final ops; then the history is checked."""
     from harness.recorder import Recorder
-    from harness.runner import Progress, RunOptions, run
+    from harness.runner import Progress, run
     from harness.store import write_json
     from nemeses.schedule import Schedule
     from node.client import TesseraClient
     from reports.history import read_jsonl, write_edn
-    from workloads import make
 
-    workload = make(args.workload)
     client = TesseraClient(db.master_addrs, timeout=min(args.op_timeout, 10.0))
     say("waiting for the cluster to accept the test table")
     deadline = time.monotonic() + 60
@@ -232,10 +267,7 @@ async def _drive(args, plan, db, hosts, run_dir: Path, concurrency: int, nemeses
     progress = Progress()
     schedule = Schedule(nemeses, args.nemesis_interval, plan["seed"], progress.active_faults)
     rec = Recorder(run_dir / "history.jsonl")
-    test = json.loads((run_dir / "test.json").read_text())
-    write_json(run_dir / "test.json", {**test, "started_at": rec.wall_t0})
-    opts = RunOptions(concurrency=concurrency, time_limit=args.time_limit, rate=args.rate,
-                      seed=plan["seed"], op_timeout=args.op_timeout + 1)
+    _update_test(run_dir, started_at=rec.wall_t0)
     say(f"running {args.workload} for {args.time_limit:g}s, nemesis: {','.join(plan['nemeses']) or 'none'}")
 
     async def watchdog(rec_, deadline_):
@@ -248,16 +280,21 @@ async def _drive(args, plan, db, hosts, run_dir: Path, concurrency: int, nemeses
         await asyncio.gather(watchdog(rec_, deadline_), schedule.run(rec_, deadline_))
 
     try:
-        await run(workload, lambda _thread: client.table("test", names), rec, opts,
-                  nemesis=nemesis, heal=schedule.heal, progress=progress)
+        tried = await run(workload, lambda _thread: client.table("test", names), rec, opts,
+                          nemesis=nemesis, heal=schedule.heal, progress=progress)
     finally:
         rec.close()
         await client.close()
+    for t in tried:
+        if t["outcome"] != "ok":
+            say(f"final {t['f']} never succeeded in {t['attempts']} attempts over {t['seconds']:g}s")
+    test = _update_test(run_dir, status="complete", final={**opts.final_plan(), "ops": tried})
     ops = read_jsonl(run_dir / "history.jsonl")
     write_edn(ops, run_dir / "history.edn")
-    results = _results(ops, workload, schedule)
+    results = _results(ops, workload.checker, test, schedule)
     write_json(run_dir / "results.json", results)
     say(f"{len(ops)} history events; verdict: {results['verdict']}")
+    return results["verdict"]
 
 
 async def _wait_writable(client, table, deadline: float) -> None:
@@ -282,18 +319,23 @@ async def _wait_writable(client, table, deadline: float) -> None:
                 await asyncio.sleep(0.5)
 
 
-def _results(ops, workload, schedule) -> dict:
+def _results(ops, checker: str, test: dict, schedule) -> dict:
+    """The run's verdict, as `tessera analyze` gives it: the workload's checker with the options
+    test.json recorded, composed with Jepsen's stats checker (an f that never succeeded makes
+    the run invalid)."""
     from collections import Counter
 
     from reports.checkers.check import check_history
+    from reports.checkers.stats import stats
+    from reports.spark.results import run_verdict
 
     client_ops = [o for o in ops if o.process != "nemesis"]
     counts = Counter(f"{o.f}:{o.type}" for o in client_ops if o.type != "invoke")
-    kw = {"total": workload.total} if workload.checker == "bank" else {}
     try:
-        check = check_history(client_ops, workload.checker, **kw)
-        verdict = check["verdict"]
+        check = check_history(client_ops, checker, **test.get("checker_options", {}))
     except Exception as e:  # an unreadable history is reported, never turned into a verdict
-        check, verdict = {"error": f"{type(e).__name__}: {e}"}, "unknown"
-    return {"verdict": verdict, "checker": workload.checker, "check": check,
-            "counts": dict(counts), "nemesis": schedule.summary()}
+        check = {"verdict": "unknown", "error": f"{type(e).__name__}: {e}"}
+    st = stats(client_ops)
+    return {"verdict": run_verdict(check, st), "checker": checker, "check": check,
+            "stats": {k: st[k] for k in ("verdict", "never_ok", "counts")}, "counts": dict(counts),
+            "final": test["final"], "nemesis": schedule.summary()}

@@ -1,8 +1,9 @@
 """`tessera analyze [STORE_OR_RUN_DIR ...]`: check stored runs with Spark and write their reports.
 
 Prints the path of each run's report.html (newest last), then each store's index.html; with
---json, one JSON object instead. Exit codes: 0 all analyzed runs valid, 1 some run invalid,
-2 some run unknown or unreadable (and none invalid)."""
+--json, one JSON object instead. Exit codes, as Jepsen's CLI: 0 every run valid, 1 some run
+invalid, 2 none invalid but some unknown (unreadable, crashed or undecided), 254 bad arguments
+(no such directory, no runs under it), 255 the analysis crashed."""
 
 from __future__ import annotations
 
@@ -25,17 +26,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from harness.cli import BAD_ARGS, verdict_exit
     from reports.spark.job import analyze
 
     paths = [Path(p) for p in args.paths]
     missing = [str(p) for p in paths if not p.is_dir()]
     if missing:
         print(f"tessera analyze: no such directory: {', '.join(missing)}", file=sys.stderr)
-        return 2
+        return BAD_ARGS
     summary = analyze(paths, args.master, args.force, out=None if args.quiet else sys.stderr)
     if not summary["runs"]:
         print(f"tessera analyze: no runs under {', '.join(args.paths)}", file=sys.stderr)
-        return 2
+        return BAD_ARGS
     if args.json:
         print(json.dumps(summary))
     else:
@@ -44,5 +46,4 @@ def run(args: argparse.Namespace) -> int:
             print(f"{r['verdict'].upper():8} {r['report']}{note}")
         for index in summary["stores"]:
             print(index)
-    verdicts = {r["verdict"] for r in summary["runs"]}
-    return 1 if "invalid" in verdicts else 0 if verdicts == {"valid"} else 2
+    return verdict_exit(r["verdict"] for r in summary["runs"])

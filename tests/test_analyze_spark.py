@@ -153,3 +153,49 @@ def test_store_path_with_spaces_and_a_hand_written_corrupt_line(tmp_path, spark)
     out = analyze([store], None, force=False, out=None, spark=spark)
     assert [(r["verdict"], r["status"]) for r in out["runs"]] == [("unknown", "unreadable"), ("valid", "analyzed")]
     assert results(good)["check"]["results"][0]["keys"]  # the good run's units were found by path
+
+
+def bank_history(read_total: int) -> list[Op]:
+    """Initial balances, a transfer and a read summing to `read_total`, then the final read."""
+    half = read_total // 2
+    steps = [("init", [["w", "acct0", half], ["w", "acct1", read_total - half]]),
+             ("transfer", {"from": 0, "to": 1, "amount": 5}),
+             ("read", {"0": half - 5, "1": read_total - half + 5}),
+             ("read", {"0": half - 5, "1": read_total - half + 5})]
+    ops = []
+    for p, (f, value) in enumerate(steps):
+        ops.append(Op(len(ops), "invoke", p, f, None if f == "read" else value, time=2 * p * 1_000))
+        ops.append(Op(len(ops), "ok", p, f, value, time=(2 * p + 1) * 1_000))
+    return ops
+
+
+def test_verdicts_never_pass_a_broken_run(tmp_path, spark):
+    """The bank's total comes from test.json (never the first read), an f that never succeeded
+    makes a run invalid, and a run the harness did not finish is unknown."""
+    from reports.spark.job import analyze
+
+    store = tmp_path / "store"
+    runs = {
+        "bank80": write_run(store, "20260101T000001", bank_history(80), seed=1, test="bank",
+                            workload="bank", checker_options={"total": 80}, status="complete"),
+        "bank100": write_run(store, "20260101T000002", bank_history(80), seed=2, test="bank",
+                             workload="bank", checker_options={"total": 100}),
+        "never_ok": write_run(store, "20260101T000003", register_history(10, seed=1), seed=3),
+        "crashed": write_run(store, "20260101T000004", register_history(100, seed=5), seed=4,
+                             status="crashed", error="RuntimeError: boom"),
+    }
+    out = analyze([store], None, force=False, out=None, spark=spark)
+    assert [r["verdict"] for r in out["runs"]] == ["valid", "invalid", "invalid", "unknown"]
+    wrong = results(runs["bank100"])["check"]["results"][0]
+    assert wrong["total"] == 100 and {e["type"] for e in wrong["errors"]} == {"wrong-total"}
+    never = results(runs["never_ok"])
+    assert never["check"]["verdict"] == "valid" and never["stats"]["never_ok"] == ["cas"]
+    assert [a["type"] for a in never["anomalies"]] == ["never-ok"]
+    crashed = results(runs["crashed"])
+    assert crashed["status"] == "incomplete" and "crashed: RuntimeError: boom" in crashed["error"]
+    assert crashed["check"]["verdict"] == "valid"  # its partial history alone would have passed
+
+    test = json.loads((runs["crashed"] / "test.json").read_text())
+    (runs["crashed"] / "test.json").write_text(json.dumps({**test, "status": "complete"}))
+    again = analyze([store], None, force=False, out=None, spark=spark)
+    assert again["checked"] == 1 and results(runs["crashed"])["verdict"] == "valid"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from reports.history import NEMESIS, Op
 from reports.html.raftlog import leader_tracks, raft_events
-from reports.spark.results import clock_offsets, fault_periods
-from reports.spark.runs import checker_version, find_runs
+from reports.spark.results import clock_offsets, fault_periods, incomplete
+from reports.spark.runs import check_options, checker_version, find_runs
 from reports.spark.synth import register_history, write_run
 from reports.spark.units import CORRUPT, check_unit, decode, merge_run
 
@@ -23,6 +23,20 @@ def test_find_runs_in_a_store_a_test_dir_and_a_run_dir_ignoring_latest(tmp_path)
 
 def test_checker_version_is_a_stable_digest():
     assert checker_version() == checker_version() and len(checker_version()) == 16
+
+
+def test_checker_options_are_read_from_test_json():
+    assert check_options({"workload": "bank", "checker_options": {"total": 80}}, "bank") == {"total": 80}
+    assert check_options({"workload": "bank"}, "bank") == {"total": 100}  # recorded before totals were
+    assert check_options({"workload": "register", "checker_options": {}}, "cas-register") == {}
+
+
+def test_only_a_run_the_harness_finished_can_be_judged():
+    assert incomplete({"workload": "register", "status": "complete"}) is None
+    assert incomplete({"workload": "register"}) is None  # recorded before runs had a status
+    assert incomplete({}) == "no readable test.json"
+    assert "running" in incomplete({"status": "running"})
+    assert "crashed: boom" in incomplete({"status": "crashed", "error": "boom"})
 
 
 def test_unit_decode_orders_by_index_and_names_a_bad_record():

@@ -47,7 +47,7 @@ def test_set_lost_unexpected_duplicated_and_recovered():
     assert result["verdict"] == "invalid"
     assert result["lost"] == [2] and result["unexpected"] == [9]
     assert {e["type"] for e in result["errors"]} == {"lost", "unexpected", "duplicated"}
-    assert check_set(ops[:8])["verdict"] == "unknown"  # no final read
+    assert check_set(ops[:8])["verdict"] == "unknown"  # no ok read at all
 
 
 def test_counter_bounds():

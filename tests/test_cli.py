@@ -1,9 +1,16 @@
-"""The `tessera` entry point: help that tells the truth and clear errors for bad input."""
+"""The `tessera` entry point: help that tells the truth, clear errors for bad input, and Jepsen's
+exit codes for the verdict commands (0 valid, 1 invalid, 2 unknown, 254 bad arguments,
+255 crashed)."""
 
+import json
 import subprocess
 import sys
 
-from harness.cli import COMMANDS, main
+import pytest
+
+from harness import test_cmd
+from harness.cli import COMMANDS, main, verdict_exit
+from reports.history import Op
 
 
 def test_help_lists_every_registered_command():
@@ -14,13 +21,16 @@ def test_help_lists_every_registered_command():
 
 
 def test_unknown_command_is_a_clear_error(capsys):
-    assert main(["no-such-command"]) == 2
+    assert main(["no-such-command"]) == 254
     assert "unknown command 'no-such-command'" in capsys.readouterr().err
 
 
 def test_no_command_prints_usage_and_fails(capsys):
-    assert main([]) == 2
+    assert main([]) == 254
     assert "usage: tessera" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["--no-such-option"])
+    assert e.value.code == 254
 
 
 def test_every_registered_command_module_imports():
@@ -29,3 +39,131 @@ def test_every_registered_command_module_imports():
     for module, _ in COMMANDS.values():
         mod = importlib.import_module(module)
         assert callable(mod.configure) and callable(mod.run)
+
+
+@pytest.mark.parametrize("verdicts, code", [
+    (["valid"], 0), (["valid", "valid"], 0), (["invalid"], 1), (["valid", "unknown", "invalid"], 1),
+    (["unknown"], 2), (["valid", "unknown"], 2), (["valid", "bogus"], 2),
+])
+def test_verdicts_map_to_jepsen_exit_codes(verdicts, code):
+    assert verdict_exit(verdicts) == code
+
+
+@pytest.mark.parametrize("argv", [
+    ["test", "--time-limit", "soon"],
+    ["test", "--no-such-option"],
+    ["test", "--provider", "cloud"],
+    ["analyze", "--bogus"],
+    ["check", "history.jsonl"],  # --model is required
+])
+def test_argparse_usage_errors_of_verdict_commands_exit_254(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 254
+    assert "error:" in capsys.readouterr().err
+
+
+def test_other_commands_keep_argparse_exit_2():
+    with pytest.raises(SystemExit) as e:
+        main(["wal", "--no-such-option"])
+    assert e.value.code == 2
+
+
+def test_test_validation_errors_exit_254_before_touching_a_host(capsys, tmp_path):
+    assert main(["test", "--workload", "nope", "--store", str(tmp_path)]) == 254
+    captured = capsys.readouterr()
+    assert "unknown workload 'nope'" in captured.err and captured.out == ""
+    assert not list(tmp_path.iterdir())
+
+
+def _fake_run(tmp_path, outcome):
+    """A stand-in for `test_cmd._run`: makes a run directory, then returns `outcome` or raises it."""
+    def fake(args, plan, made):
+        run_dir = tmp_path / "register" / "20260101T000000"
+        run_dir.mkdir(parents=True)
+        (run_dir / "test.json").write_text(json.dumps({"workload": "register", "status": "running"}))
+        made(run_dir)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+    return fake
+
+
+@pytest.mark.parametrize("verdict, code", [("valid", 0), ("invalid", 1), ("unknown", 2)])
+def test_test_exits_with_its_verdict_and_prints_the_run(monkeypatch, capsys, tmp_path, verdict, code):
+    monkeypatch.setattr(test_cmd, "_run", _fake_run(tmp_path, verdict))
+    assert main(["test", "--store", str(tmp_path)]) == code
+    assert capsys.readouterr().out.splitlines()[-1] == str(tmp_path / "register" / "20260101T000000")
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_a_crashed_test_exits_255_prints_its_run_and_marks_it(monkeypatch, capsys, tmp_path, error):
+    monkeypatch.setattr(test_cmd, "_run", _fake_run(tmp_path, error))
+    assert main(["test", "--store", str(tmp_path)]) == 255
+    run_dir = tmp_path / "register" / "20260101T000000"
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[-1] == str(run_dir) and "crashed" in captured.err
+    test = json.loads((run_dir / "test.json").read_text())
+    assert test["status"] == "crashed" and type(error).__name__ in test["error"]
+
+
+def test_a_test_that_crashed_before_making_a_run_prints_none(monkeypatch, capsys, tmp_path):
+    from harness.cluster import ClusterError
+
+    def unreachable(args, plan, made):
+        raise ClusterError("n1: unreachable over SSH")
+
+    monkeypatch.setattr(test_cmd, "_run", unreachable)
+    assert main(["test", "--store", str(tmp_path)]) == 255
+    captured = capsys.readouterr()
+    assert captured.out == "" and "unreachable over SSH" in captured.err
+
+
+def test_analyze_bad_paths_exit_254_and_a_crash_255(monkeypatch, capsys, tmp_path):
+    assert main(["analyze", str(tmp_path / "missing")]) == 254
+    assert main(["analyze", str(tmp_path)]) == 254  # a directory with no runs in it
+    assert "no runs under" in capsys.readouterr().err
+    (tmp_path / "register" / "20260101T000000").mkdir(parents=True)
+    (tmp_path / "register" / "20260101T000000" / "test.json").write_text("{}")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the JVM went away")
+
+    monkeypatch.setattr("reports.spark.job.analyze", broken)
+    assert main(["analyze", str(tmp_path)]) == 255
+    assert "the JVM went away" in capsys.readouterr().err
+
+
+class _Schedule:
+    def summary(self):
+        return {"counts": {}, "fired": {}, "never_fired": []}
+
+
+def _register_ops(cas_ok: bool) -> list[Op]:
+    """Reads, writes and cas on one register, linearizable either way; the cas always fails
+    unless `cas_ok`."""
+    ops, t = [], 0
+    for i in range(5):
+        for f, inv, out, typ in (("write", i, i, "ok"), ("read", None, i, "ok"),
+                                 ("cas", [i, i + 1] if cas_ok else [99, 1], None, "ok" if cas_ok else "fail")):
+            ops.append(Op(len(ops), "invoke", 0, f, inv, key="r", time=t))
+            ops.append(Op(len(ops), typ, 0, f, out if typ == "ok" and f == "read" else inv, key="r", time=t + 1))
+            t += 2
+    return ops
+
+
+def test_test_verdict_includes_stats_an_f_that_never_succeeded_is_invalid():
+    test = {"checker_options": {}, "final": {"ops": []}}
+    never = test_cmd._results(_register_ops(cas_ok=False), "cas-register", test, _Schedule())
+    assert never["check"]["verdict"] == "valid"  # the model checker alone would pass it
+    assert never["verdict"] == "invalid" and never["stats"]["never_ok"] == ["cas"]
+    some = test_cmd._results(_register_ops(cas_ok=True), "cas-register", test, _Schedule())
+    assert some["verdict"] == "valid" and some["stats"]["never_ok"] == []
+
+
+def test_a_bad_hosts_file_is_a_bad_argument(capsys, tmp_path):
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[[host]]\naddress = "10.0.0.1"\nkey = "/no/such/key"\n')
+    assert main(["test", "--provider", "hosts", "--hosts-file", str(hosts),
+                 "--store", str(tmp_path / "s")]) == 254
+    assert "does not exist" in capsys.readouterr().err and not (tmp_path / "s").exists()

@@ -1,5 +1,6 @@
 """`tessera test` end to end as a user runs it: netns hosts, deploy over SSH, a register
-workload with kills, the store's contents, and `cluster down` leaving the machine as it was."""
+workload with kills, the store's contents, Jepsen's exit codes (0 valid, 1 invalid, 254 bad
+arguments, 255 crashed), and `cluster down` leaving the machine as it was."""
 
 import json
 import os
@@ -43,7 +44,7 @@ def test_register_with_kills_records_a_complete_history(env, tmp_path):
     for f in ("test.json", "history.jsonl", "history.edn", "results.json", "control.log"):
         assert os.path.exists(os.path.join(run_dir, f)), f
     test = json.load(open(os.path.join(run_dir, "test.json")))
-    assert test["seed"] == 42 and test["nemesis"] == ["kill"]
+    assert test["seed"] == 42 and test["nemesis"] == ["kill"] and test["status"] == "complete"
     for h in ("n1", "n2", "n3", "n4", "n5"):
         assert os.path.getsize(os.path.join(run_dir, "nodes", h, "tserver.log")) > 0
     assert os.path.exists(os.path.join(run_dir, "nodes", "n1", "master.log"))
@@ -74,11 +75,11 @@ def test_register_with_kills_records_a_complete_history(env, tmp_path):
         [(o.type, o.f, o.process) for o in client]
     results = json.load(open(os.path.join(run_dir, "results.json")))
     assert results["nemesis"]["fired"]["kill"] >= 1 and not results["nemesis"]["never_fired"]
-    assert results["verdict"] in ("valid", "invalid", "unknown")
+    assert results["stats"]["verdict"] == "valid", results["stats"]  # every f succeeded sometimes
     assert results["verdict"] == "valid", results["check"]
 
 
-def test_bad_input_is_one_clear_line_and_nonzero(env, tmp_path):
+def test_bad_input_is_one_clear_line_and_exit_254(env, tmp_path):
     cases = [
         (["--workload", "nope"], "unknown workload 'nope'"),
         (["--nemesis", "kill,meteor"], "unknown nemesis 'meteor'"),
@@ -88,9 +89,19 @@ def test_bad_input_is_one_clear_line_and_nonzero(env, tmp_path):
     ]
     for argv, message in cases:
         out = tessera("test", "--store", str(tmp_path / "s"), *argv, env=env)
-        assert out.returncode == 2, (argv, out.stderr)
+        assert out.returncode == 254, (argv, out.stderr)
         assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert out.stdout == "" and not (tmp_path / "s").exists()  # no run was made
     assert not _namespaces() - {n for n in _namespaces() if not n.startswith("tessera-")}
+
+
+def _crashed_run(out) -> dict:
+    """A crashed test exits 255, still names its run, and the run's test.json says it crashed."""
+    assert out.returncode == 255, out.stderr[-3000:]
+    run_dir = out.stdout.strip().splitlines()[-1]
+    test = json.load(open(os.path.join(run_dir, "test.json")))
+    assert test["status"] == "crashed", test
+    return test
 
 
 def test_unreachable_host_and_wrong_key(env, tmp_path):
@@ -100,13 +111,13 @@ def test_unreachable_host_and_wrong_key(env, tmp_path):
     hosts.write_text(f'[[host]]\naddress = "127.0.0.1"\nport = 1\nkey = "{key}"\n')
     out = tessera("test", "--provider", "hosts", "--hosts-file", str(hosts), "--time-limit", "5",
                   "--store", str(tmp_path / "s"), env=env)
-    assert out.returncode == 1 and "unreachable over SSH" in out.stderr, out.stderr
+    assert "unreachable over SSH" in out.stderr and "unreachable" in _crashed_run(out)["error"]
     up = tessera("cluster", "up", "--hosts", "1", env=env)
     assert up.returncode == 0, up.stderr
     hosts.write_text(f'[[host]]\naddress = "10.77.0.11"\nkey = "{key}"\n')
     out = tessera("test", "--provider", "hosts", "--hosts-file", str(hosts), "--time-limit", "5",
                   "--store", str(tmp_path / "s"), env=env)
-    assert out.returncode == 1 and "authentication failed" in out.stderr, out.stderr
+    assert "authentication failed" in out.stderr and "authentication" in _crashed_run(out)["error"]
 
 
 @pytest.mark.parametrize("fsync,expect", [("false", "invalid"), ("true", "valid")])
@@ -117,9 +128,11 @@ def test_lose_unfsynced_writes_shows_why_fsync_matters(env, tmp_path, fsync, exp
     out = tessera("test", "--workload", "set", "--nemesis", "lose-unfsynced", "--nemesis-interval",
                   "8", "--time-limit", "20", "--seed", "3", "--flag", f"log_force_fsync_all={fsync}",
                   "--store", str(store), env=env)
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.returncode == {"invalid": 1, "valid": 0}[expect], out.stderr[-3000:]
     run_dir = out.stdout.strip().splitlines()[-1]
     results = json.load(open(os.path.join(run_dir, "results.json")))
+    (final,) = results["final"]["ops"]  # the final read was retried until it succeeded
+    assert final["f"] == "read" and final["outcome"] == "ok", final
     ops = read_jsonl(os.path.join(run_dir, "history.jsonl"))
     (loss,) = [o for o in ops if o.f == "start-lose-unfsynced" and o.value]
     dropped = sum(loss.value["unsynced_bytes_dropped"].values())

@@ -151,7 +151,7 @@ def test_phases_setup_then_main_with_nemesis_then_final(tmp_path):
         events.append("healed")
 
     bank = BankClient()
-    opts = RunOptions(concurrency=3, time_limit=0.5, rate=0, seed=5)
+    opts = RunOptions(concurrency=3, time_limit=0.5, rate=0, seed=5, final_settle=0)
     asyncio.run(run(make("bank"), lambda _t: bank, rec, opts, nemesis=nemesis, heal=heal))
     rec.close()
     ops = read_jsonl(tmp_path / "h.jsonl")
@@ -162,3 +162,63 @@ def test_phases_setup_then_main_with_nemesis_then_final(tmp_path):
     main = [o.index for o in ops if o.process not in ("nemesis",) and o.process < 10**6]
     assert main and max(main) < heal < ops[-2].index  # the final read runs on a healed cluster
     assert sum(bank.data.values()) == 100 and events == ["healed"]
+
+
+class HealingBankClient(BankClient):
+    """A bank whose reads, once healed, go wrong in the order given (a definite failure, an
+    ambiguous one, a hang) and then work: the cluster still recovering from the faults."""
+
+    def __init__(self, after_heal):
+        super().__init__()
+        self.after_heal, self.healed = list(after_heal), False
+
+    async def txn(self, ops):
+        if self.healed and self.after_heal and ops[0][0] == "r":
+            trouble = self.after_heal.pop(0)
+            if trouble == "fail":
+                raise OpFailed("no leader yet")
+            if trouble == "info":
+                raise OpUnknown("connection reset")
+            await asyncio.sleep(3600)  # "hang": only the op timeout ends it
+        return await super().txn(ops)
+
+
+def _final_phase(tmp_path, after_heal, **options):
+    bank = HealingBankClient(after_heal)
+    healed_at = []
+
+    async def heal(rec_):
+        bank.healed = True
+        healed_at.append(rec_.record("nemesis", "info", "heal-fake", {}).time)
+
+    rec = Recorder(tmp_path / "h.jsonl")
+    opts = RunOptions(concurrency=2, time_limit=0.2, rate=0, seed=3, op_timeout=0.2,
+                      final_backoff=0.02, **options)
+    tried = asyncio.run(run(make("bank"), lambda _t: bank, rec, opts, heal=heal))
+    rec.close()
+    ops = read_jsonl(tmp_path / "h.jsonl")  # validates invoke/completion pairing
+    return tried, [o for o in ops if o.process != "nemesis" and o.process >= 2 * 10**6], healed_at[0]
+
+
+def test_final_read_is_retried_until_ok_and_every_attempt_is_in_the_history(tmp_path):
+    tried, final, healed_at = _final_phase(tmp_path, ["fail", "info", "hang", "fail"], final_settle=0.1)
+    completions = [o for o in final if o.type != "invoke"]
+    assert [o.type for o in completions] == ["fail", "info", "info", "fail", "ok"]
+    assert completions[2].error == "timeout"
+    assert sum(completions[-1].value.values()) == 100
+    # an info attempt retires its process; a fail does not
+    assert [o.process for o in completions] == [2 * 10**6, 2 * 10**6, 2 * 10**6 + 1,
+                                                2 * 10**6 + 2, 2 * 10**6 + 2]
+    assert final[0].time - healed_at >= 0.1e9  # the settle pause
+    (summary,) = tried
+    assert summary["f"] == "read" and summary["outcome"] == "ok" and summary["attempts"] == 5
+    assert [f["type"] for f in summary["failures"]] == ["fail", "info", "info", "fail"]
+
+
+def test_a_final_read_that_never_succeeds_stops_at_its_deadline(tmp_path):
+    tried, final, _ = _final_phase(tmp_path, ["info"] * 1000, final_settle=0, final_timeout=0.3)
+    (summary,) = tried
+    assert summary["outcome"] == "info" and summary["attempts"] == len(final) // 2 > 3
+    assert summary["seconds"] < 0.3 + 0.2 + 0.1  # no attempt starts after the deadline
+    assert {o.type for o in final if o.type != "invoke"} == {"info"}
+    assert len({o.process for o in final}) == summary["attempts"]  # each info retired its process

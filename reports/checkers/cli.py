@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from reports.checkers.consistency import DEFAULT_MODEL, MODEL_NAMES
+
 LINEARIZABLE = ("cas-register", "register", "mutex", "queue", "multi-register")
 MODELS = LINEARIZABLE + ("set", "list-append", "rw-register", "bank", "counter")
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2}
@@ -19,6 +21,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="linearizability models: " + ", ".join(LINEARIZABLE) +
                              "; set: Jepsen's set checker plus linearizability of a set; "
                              "list-append, rw-register: Elle-style anomaly search; bank; counter")
+    parser.add_argument("--consistency-model", default=DEFAULT_MODEL, choices=MODEL_NAMES, metavar="MODEL",
+                        help="list-append, rw-register: the consistency model the history must satisfy; "
+                             "only anomalies it proscribes make the verdict invalid (default "
+                             f"{DEFAULT_MODEL}; e.g. serializable, snapshot-isolation, repeatable-read, "
+                             "read-committed; any model of Elle's lattice)")
     parser.add_argument("--json", action="store_true", help="print the full result as one JSON object")
     parser.add_argument("--time-limit", type=float, default=30.0, metavar="S",
                         help="linearizability search seconds per key before 'unknown' (default 30)")
@@ -41,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     except (HistoryError, OSError, UnicodeDecodeError) as e:
         print(f"tessera check: unreadable history: {e}", file=sys.stderr)
         return 2
-    options = {"time_limit": args.time_limit, "max_states": args.max_states, "total": args.total}
+    options = {"time_limit": args.time_limit, "max_states": args.max_states, "total": args.total,
+               "consistency_model": args.consistency_model}
     if args.initial:
         options["initial"] = json.loads(args.initial)
     result = check_history(ops, args.model, **options)
@@ -65,5 +73,9 @@ def _print_summary(result: dict) -> None:
             print(f"  {a['type']}: {a.get('explanation', a)}")
         if r.get("ruled_out"):
             print(f"  ruled out: {', '.join(r['ruled_out'])}")
+        if r.get("possible"):
+            print(f"  still possible: {', '.join(r['possible'])}")
+        if r.get("consistency_model"):
+            print(f"  judged against: {r['consistency_model']}")
         if r["verdict"] == "unknown" and r.get("reason"):
             print(f"  {r['checker']}: unknown ({r['reason']})")

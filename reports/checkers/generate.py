@@ -168,3 +168,62 @@ def list_append_history(seed: int, n_txns: int, processes: int = 5, keys: int = 
         for i, j in rng.sample(reads, min(5, len(reads))):
             ops[i].value[j][2] = ops[i].value[j][2][:-1]
     return ops
+
+
+def stale_read_history(seed: int, n_txns: int, processes: int = 10, keys: int = 3,
+                       stale: float = 0.8, max_lag: int = 200, appends_per_key: int = 200) -> list[Op]:
+    """List-append transactions over a few hot keys (each touched once per transaction; a key
+    is retired for a fresh one after `appends_per_key` appends, as Elle's generator does, so
+    reads stay short). A fraction `stale` of read-only transactions read a consistent snapshot
+    up to `max_lag` transactions old, as a lagging replica would serve: the history stays
+    serializable, but each stale read has an rw edge back to an append that often completed
+    before the read began, so with realtime order the whole history ties into one giant
+    strongly connected component, the shape of Elle's huge-scc test."""
+    rng = random.Random(seed)
+    active = list(range(keys))
+    db: dict[int, list[tuple[int, int]]] = {k: [] for k in active}  # key -> [(sequence, value)]
+    seq = counter = 0
+    commits = [0]  # the sequence number after each transaction: the snapshots a read may see
+    ops: list[Op] = []
+    flight: dict[int, list] = {}  # process -> [invoke mops, result mops once applied]
+    idle = list(range(processes))
+    invoked = 0
+
+    def emit(type_: str, process: int, value: Any) -> None:
+        ops.append(Op(index=len(ops), type=type_, f="txn", value=value, process=process, time=len(ops)))
+
+    while invoked < n_txns or flight:
+        if idle and invoked < n_txns and (rng.random() < 0.5 or not flight):
+            p = idle.pop(rng.randrange(len(idle)))
+            mops = []
+            for k in rng.sample(active, rng.randint(1, min(3, keys))):
+                counter += 1
+                mops.append(["append", k, counter] if rng.random() < 0.5 else ["r", k, None])
+            flight[p] = [mops, None]
+            invoked += 1
+            emit("invoke", p, mops)
+            continue
+        p = rng.choice(list(flight))
+        mops, result = flight[p]
+        if result is None:  # apply atomically now
+            read_only = all(f == "r" for f, _, _ in mops)
+            lag = rng.randint(1, max_lag) if read_only and rng.random() < stale else 0
+            snapshot = commits[max(0, len(commits) - 1 - lag)]
+            result = []
+            for f, k, v in mops:
+                if f == "append":
+                    seq += 1
+                    db[k].append((seq, v))
+                    result.append([f, k, v])
+                    if len(db[k]) >= appends_per_key and k in active:
+                        active[active.index(k)] = fresh = max(db) + 1
+                        db[fresh] = []
+                else:
+                    result.append([f, k, [v for s, v in db[k] if s <= snapshot]])
+            commits.append(seq)
+            flight[p][1] = result
+            continue
+        del flight[p]
+        emit("ok", p, result)
+        idle.append(p)
+    return ops

@@ -57,9 +57,32 @@ model state after each), the red bar is the op that cannot be placed. Hover a ba
 </section>
 {% endif %}
 
-{% for res in (r.check or {}).get("results", []) if res.verdict == "unknown" and res.reason %}
-<p class="error">{{ res.checker }}: unknown ({{ res.reason }})</p>
+{% if (r.check or {}).get("results") %}
+<section id="checkers">
+<h2>Checkers</h2>
+<table><tr><th>checker</th><th>verdict</th><th>what it says</th></tr>
+{% for res in r.check.results %}
+<tr><td>{{ res.checker }}{% if res.advisory %} (advisory: counts only when invalid){% endif %}</td>
+<td class="v-{{ res.verdict }}">{{ res.verdict }}</td>
+<td>{% if res.reason %}{{ res.reason }}{% endif %}
+{% if res.unknown_keys %}undecided keys: {{ res.unknown_keys | join(", ") }}{% endif %}
+{% if res.anomaly_types %}anomalies: {{ res.anomaly_types | join(", ") }}{% endif %}
+{% if res.consistency_model %}; judged against {{ res.consistency_model }}{% endif %}
+{% if res.not %}; rules out {{ res["not"] | join(", ") }}{% endif %}
+{% if res.possible %}; still possible: {{ res.possible | join(", ") }}{% endif %}
+{% if res.checker == "set" and res.reads is defined %}{{ res.reads }} reads; {{ res.stable_count }} stable,
+{{ res.lost_count }} lost, {{ res.stale_count }} stale, {{ res.never_read_count }} never read,
+{{ res.recovered_count }} recovered (of {{ res.attempt_count }} attempted, {{ res.acknowledged_count }} acknowledged){% endif %}</td></tr>
+{% endfor %}</table>
+{% for res in r.check.results if res.checker == "set" and res.stable_latencies is defined %}
+<p>Set latencies (ms; stable: how long after an add was known until every read saw it; lost: until it vanished):</p>
+<table><tr><th></th>{% for q in res.stable_latencies %}<th>q{{ q }}</th>{% endfor %}</tr>
+<tr><th>stable</th>{% for q, v in res.stable_latencies.items() %}<td>{{ v }}</td>{% endfor %}</tr>
+{% if res.lost_latencies %}<tr><th>lost</th>{% for q in res.stable_latencies %}<td>{{ res.lost_latencies.get(q, "") }}</td>{% endfor %}</tr>{% endif %}
+</table>
 {% endfor %}
+</section>
+{% endif %}
 
 <section id="plots">
 <h2>Latency and throughput</h2>

@@ -74,8 +74,11 @@ def session(master: str | None, app: str = "tessera-analyze"):
 
 
 def up_to_date(run: Run, version: str) -> bool:
+    """Analyzed with this checker version, and the harness's record has not changed since (a
+    run analyzed while it ran, or before it was marked crashed, is analyzed again)."""
     prev = run.previous_results()
-    return prev.get("checker_version") == version and run.report.is_file()
+    return (prev.get("checker_version") == version and prev.get("test") == run.test()
+            and run.report.is_file())
 
 
 class Progress:

@@ -2,7 +2,9 @@
 the flat rows the store's Parquet tables and index are built from.
 
 `results.json` is what the report renders and what the next `tessera analyze` reads to skip a run
-already analyzed with the same checker version.
+already analyzed with the same checker version. The verdict never passes a broken run: the stats
+checker is part of it, and a run the harness did not finish (or whose record is unreadable) is
+unknown whatever its partial history shows.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from reports.checkers.linearizability import merge_verdicts
 from reports.checkers.stats import stats
 from reports.history import NEMESIS, Op
 from reports.spark.runs import Run
@@ -65,9 +68,30 @@ def nemesis_coverage(ops: list[Op], configured: list[str]) -> dict:
             "never_fired": sorted(set(configured) - set(fired)), "periods": periods}
 
 
-def anomalies(check: dict) -> list[dict]:
+def run_verdict(check: dict, st: dict | None) -> str:
+    """The model checkers' verdict composed with the stats checker's, as Jepsen's `compose`
+    merges them (invalid beats unknown beats valid): like Jepsen, a run where some f never
+    succeeded is invalid, since a workload that made no progress proves nothing."""
+    return merge_verdicts([check["verdict"], st["verdict"] if st else "unknown"])
+
+
+def incomplete(test: dict) -> str | None:
+    """Why the harness's record says the run cannot be judged, or None. Runs recorded before
+    test.json carried a status count as complete."""
+    if not test:
+        return "no readable test.json"
+    status = test.get("status", "complete")
+    if status == "complete":
+        return None
+    return f"the test did not complete ({status}{': ' + str(test['error']) if test.get('error') else ''})"
+
+
+def anomalies(check: dict, st: dict | None) -> list[dict]:
     """Every failure a checker found, flattened: {checker, type, key?, explanation}."""
-    found = []
+    found = [{"checker": "stats", "type": "never-ok",
+              "explanation": f"no {f} ever succeeded ({st['counts'][f]['fail']} failed, "
+                             f"{st['counts'][f]['info']} unknown)"}
+             for f in (st or {}).get("never_ok", [])]
     for r in check.get("results", []):
         for k in r.get("keys", []):
             if k["verdict"] == "invalid":
@@ -90,17 +114,18 @@ def build(run: Run, check: dict, ops: list[Op] | None, error: str | None, versio
     client = [op for op in ops or [] if op.process != NEMESIS]
     st = stats(client) if ops else None
     unreadable = error or check.get("unreadable")
+    problem = unreadable or incomplete(test)
     return {
-        "verdict": "unknown" if unreadable else check["verdict"],
-        "status": "unreadable" if unreadable else "analyzed",
-        "error": unreadable,
+        "verdict": "unknown" if problem else run_verdict(check, st),
+        "status": "unreadable" if unreadable or not test else "incomplete" if problem else "analyzed",
+        "error": problem,
         "checker": check.get("model"),
         "checker_version": version,
         "analyzed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "test": test,
         "duration_s": round(max((op.time or 0 for op in ops), default=0) / 1e9, 3) if ops else None,
         "check": check,
-        "anomalies": anomalies(check),
+        "anomalies": anomalies(check, st),
         "counterexamples": counterexamples(check),
         "stats": st,
         "counts": {f"{f}:{t}": n for f, c in (st or {"counts": {}})["counts"].items() for t, n in c.items() if n},

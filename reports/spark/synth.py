@@ -78,15 +78,17 @@ def raft_log(seed: int, host: str, seconds: int) -> str:
 
 
 def write_run(store: Path, stamp: str, ops: list[Op], seed: int, test: str = "register",
-              workload: str = "register") -> Path:
-    """A run directory as the harness writes it: test.json, history.jsonl, node logs."""
+              workload: str = "register", **recorded) -> Path:
+    """A run directory as the harness writes it: test.json (plus `recorded` fields),
+    history.jsonl, node logs."""
     run = store / test / stamp
     (run / "nodes").mkdir(parents=True)
     seconds = max((op.time or 0 for op in ops), default=0) // 1_000_000_000 + 1
     (run / "test.json").write_text(json.dumps({
         "command": f"tessera test --workload {workload} --nemesis kill --time-limit {seconds}",
         "workload": workload, "nemesis": ["kill"], "seed": seed, "time_limit": float(seconds),
-        "concurrency": 10, "hosts": [{"name": f"n{i}"} for i in range(1, 6)], "flags": {}}))
+        "concurrency": 10, "hosts": [{"name": f"n{i}"} for i in range(1, 6)], "flags": {},
+        **recorded}))
     write_jsonl(ops, run / "history.jsonl")
     for i in range(1, 6):
         (run / "nodes" / f"n{i}").mkdir()
