@@ -67,9 +67,9 @@ def test_malformed_history_exits_2_naming_the_line(capsys, tmp_path, text, line)
     assert f"bad.edn:{line}:" in err
 
 
-def test_missing_file_exits_2(capsys, tmp_path):
+def test_missing_file_is_a_bad_argument(capsys, tmp_path):
     code, _, err = run(capsys, tmp_path / "nope.jsonl", "--model", "register")
-    assert code == 2 and "nope.jsonl" in err
+    assert code == 254 and "nope.jsonl" in err
 
 
 def test_console_script(tmp_path):

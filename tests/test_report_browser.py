@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--no-first-run", "--disable-component-update", "--disable-sync"]
 RUNS = {"valid": "register/20260101T000001", "stale": "register/20260101T000002",
-        "g1c": "append/20260101T000003", "clock": "register/20260101T000004"}
+        "g1c": "append/20260101T000003", "clock": "register/20260101T000004", "set": "set/20260101T000005"}
 
 PROBE = """<!doctype html><html><body><pre id="result">pending</pre><script>
 const pages = %s;
@@ -54,6 +54,7 @@ function load(url) {
       timelines: d.querySelectorAll('svg.timeline').length,
       command: (d.getElementById('command') || {}).textContent || null,
       runs: d.querySelectorAll('#runs tr').length - 1,
+      checkers: [...d.querySelectorAll('#checkers tr')].slice(1).map(tr => tr.textContent.replace(/\\s+/g, ' ').trim()),
       links: [...d.querySelectorAll('#runs a')].map(a => a.getAttribute('href')),
     };
   }
@@ -76,6 +77,14 @@ def g1c_history() -> list[Op]:
             Op(3, "ok", 1, "txn", [["append", "y", 1], ["r", "x", [1]]], time=40_000_000)]
 
 
+def set_history_with_a_lost_element() -> list[Op]:
+    """Adds of 1 and 2 acknowledged; a read sees both, a later read only 1: 2 is lost."""
+    events = [("invoke", 0, "add", 1), ("ok", 0, "add", 1), ("invoke", 1, "add", 2), ("ok", 1, "add", 2),
+              ("invoke", 2, "read", None), ("ok", 2, "read", [1, 2]),
+              ("invoke", 2, "read", None), ("ok", 2, "read", [1])]
+    return [Op(i, t, p, f, v, time=(i + 1) * 1_000_000) for i, (t, p, f, v) in enumerate(events)]
+
+
 def with_clock_skew(ops: list[Op]) -> list[Op]:
     end = ops[-1].time
     skew = [Op(0, "info", NEMESIS, "start-clock", {"offsets_ms": {"n1": 1500, "n2": -700}}, time=end // 4),
@@ -92,6 +101,7 @@ def store(tmp_path_factory) -> Path:
     write_run(root, "20260101T000003", g1c_history(), seed=13, test="append", workload="list-append")
     clock = write_run(root, "20260101T000004", [], seed=14)
     write_jsonl(with_clock_skew(register_history(500, seed=14)), clock / "history.jsonl")
+    write_run(root, "20260101T000005", set_history_with_a_lost_element(), seed=15, test="set", workload="set")
     runs = find_runs([root])
     for run in runs:
         test = run.test()
@@ -142,7 +152,8 @@ def test_screenshot_of_an_invalid_report_is_not_blank(server, tmp_path):
 
 
 def test_reports_show_the_verdict_and_load_every_plot(probed):
-    for name, expected in (("valid", "VALID"), ("stale", "INVALID"), ("g1c", "INVALID"), ("clock", "VALID")):
+    for name, expected in (("valid", "VALID"), ("stale", "INVALID"), ("g1c", "INVALID"), ("clock", "VALID"),
+                           ("set", "INVALID")):
         page = probed[f"{RUNS[name]}/report.html"]
         assert page["verdict"] == expected, name
         assert page["broken"] == [], name
@@ -159,7 +170,17 @@ def test_invalid_reports_draw_the_counterexample_and_the_cycle(probed):
     assert not probed[f"{RUNS['valid']}/report.html"]["counterexample"]
 
 
+def test_reports_say_what_each_checker_decided(probed):
+    checkers = probed[f"{RUNS['set']}/report.html"]["checkers"]
+    assert probed[f"{RUNS['set']}/report.html"]["verdict"] == "INVALID"
+    set_full = next(row for row in checkers if row.startswith("set "))
+    assert "invalid" in set_full and "1 lost" in set_full and "1 stable" in set_full, checkers
+    assert any(row.startswith("linearizability (advisory") for row in checkers), checkers
+    g1c = probed[f"{RUNS['g1c']}/report.html"]["checkers"]
+    assert any("G1c" in row and "judged against strict-serializable" in row for row in g1c), g1c
+
+
 def test_index_lists_every_run_with_a_link(probed):
     index = probed["index.html"]
-    assert index["runs"] == 4 and index["broken"] == [] and index["images"] == 1
+    assert index["runs"] == len(RUNS) and index["broken"] == [] and index["images"] == 1
     assert sorted(index["links"]) == sorted(f"{name}/report.html" for name in RUNS.values())

@@ -1,18 +1,19 @@
 """`tessera check HISTORY --model M [--json]`: judge one history file.
 
-Exit codes: 0 valid, 1 invalid, 2 unknown or unreadable input (the reason, with the line for
-malformed input, goes to stderr)."""
+Exit codes: 0 valid, 1 invalid, 2 unknown or a malformed history (the reason, with the line,
+goes to stderr), 254 bad arguments, including a history file that does not exist."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
+from harness.cli import BAD_ARGS, EXIT
 from reports.checkers.consistency import DEFAULT_MODEL, MODEL_NAMES
 
 LINEARIZABLE = ("cas-register", "register", "mutex", "queue", "multi-register")
 MODELS = LINEARIZABLE + ("set", "list-append", "rw-register", "bank", "counter")
-EXIT = {"valid": 0, "invalid": 1, "unknown": 2}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +44,9 @@ def run(args: argparse.Namespace) -> int:
     from reports.checkers.check import check_history
     from reports.history import HistoryError, read_history
 
+    if not os.path.isfile(args.history):
+        print(f"tessera check: no such history file: {args.history}", file=sys.stderr)
+        return BAD_ARGS
     try:
         ops = read_history(args.history)
     except (HistoryError, OSError, UnicodeDecodeError) as e:

@@ -22,7 +22,7 @@ REPORT = """\
 <h1>{{ run }}</h1>
 <p><span id="verdict" class="verdict {{ r.verdict }}">{{ r.verdict | upper }}</span>
   &nbsp;checked as <b>{{ r.checker }}</b> (checker {{ r.checker_version }}, {{ r.analyzed_at }})</p>
-{% if r.error %}<p class="error" id="unreadable">Unreadable history: {{ r.error }}</p>{% endif %}
+{% if r.error %}<p class="error" id="unreadable">{{ "Unreadable history" if r.status == "unreadable" else "Not judged" }}: {{ r.error }}</p>{% endif %}
 <table>
 <tr><th>workload</th><td>{{ test.workload }}</td></tr>
 <tr><th>nemeses</th><td>{{ (test.nemesis or []) | join(", ") or "none" }}</td></tr>
@@ -65,7 +65,7 @@ model state after each), the red bar is the op that cannot be placed. Hover a ba
 <tr><td>{{ res.checker }}{% if res.advisory %} (advisory: counts only when invalid){% endif %}</td>
 <td class="v-{{ res.verdict }}">{{ res.verdict }}</td>
 <td>{% if res.reason %}{{ res.reason }}{% endif %}
-{% if res.unknown_keys %}undecided keys: {{ res.unknown_keys | join(", ") }}{% endif %}
+{% if res.unknown_keys %}search budget spent before deciding {{ res.unknown_keys | length }} key(s){% endif %}
 {% if res.anomaly_types %}anomalies: {{ res.anomaly_types | join(", ") }}{% endif %}
 {% if res.consistency_model %}; judged against {{ res.consistency_model }}{% endif %}
 {% if res.not %}; rules out {{ res["not"] | join(", ") }}{% endif %}
