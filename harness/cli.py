@@ -4,7 +4,7 @@ Subcommands are registered by module path and imported only when chosen, so `tes
 stays fast and a command's heavy dependencies (Spark, SSH) load only for that command.
 Each command module defines `configure(parser)` and `run(args) -> int`.
 
-The commands that give verdicts (test, analyze, check) exit like Jepsen's CLI, so scripts can tell
+The commands that give verdicts (test, replay, analyze, check) exit like Jepsen's CLI, so scripts can tell
 a verdict from a broken invocation: 0 valid, 1 invalid, 2 unknown, 254 bad arguments, 255 crashed.
 """
 
@@ -18,11 +18,12 @@ from collections.abc import Iterable
 
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2}
 BAD_ARGS, CRASHED = 254, 255
-VERDICT_COMMANDS = frozenset({"test", "analyze", "check"})
+VERDICT_COMMANDS = frozenset({"test", "replay", "analyze", "check"})
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "test": ("harness.test_cmd", "run one chaos test: deploy, workload, nemeses, history, check"),
+    "test": ("harness.chaos_cli", "run one chaos test: deploy, workload, nemeses, history, check"),
+    "replay": ("harness.replay", "run a recorded test again: same spec, seed and fault schedule"),
     "cluster": ("harness.cluster.cli", "create, repair, inspect or remove the local netns test cluster"),
     "wal": ("node.wal.cli", "inspect write-ahead log segments (dump)"),
     "check": ("reports.checkers.cli", "check a history (linearizability, Elle anomalies, bank, set)"),
@@ -32,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("reports.serve", "serve the store's reports over HTTP for browsing (loopback by default)"),
     "master": ("node.master.cli", "run a master daemon (the Raft-replicated catalog)"),
     "local-cluster": ("node.tools.local_cluster_cli", "run masters and tablet servers as local processes"),
+    "ksck": ("node.tools.ksck", "check tablets' replica health; --checksum-scan compares their rows"),
     "kv": ("node.client.kv_cli", "get, put, cas or append keys of a table"),
     "table": ("node.client.table_cli", "create, delete, list tables or show their locations"),
 }

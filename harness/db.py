@@ -15,6 +15,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +75,12 @@ class TesseraDB:
     log: object = print
     down: set = field(default_factory=set)  # (host, daemon) killed on purpose: not for the watchdog
     lazyfs: bool = False  # tablet servers' data dirs on lazyfs (lose-unfsynced-writes)
+
+    def __post_init__(self) -> None:
+        # One start, kill or watchdog check at a time per host: a nemesis restarting a daemon
+        # while the watchdog finds it not yet up would start it twice, and the second, unable to
+        # bind, would take over the pid file and leave the first running unseen.
+        self._locks = {h.name: threading.RLock() for h in self.hosts}
 
     @property
     def master_hosts(self) -> list[Host]:
@@ -157,20 +164,22 @@ class TesseraDB:
 
     def start(self, host: str, daemon: str | None = None) -> None:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.get(host, {}).items())
-        for d in self._targets(host, daemon):
-            self.down.discard((host, d))
-            pid, log = f"{DATA}/{d}.pid", f"{DATA}/logs/{d}.log"
-            cmd = (f"env {env} {ROOT}/venv/bin/tessera {d} --config {ROOT}/{d}.toml"
-                   f" >>{log} 2>&1")
-            # Already running? Leave it. Otherwise the shell records its pid, then becomes the
-            # daemon (exec), in a new session so it outlives this SSH connection.
-            script = (f"if [ -f {pid} ] && kill -0 $(cat {pid}) 2>/dev/null; then exit 0; fi; "
-                      f"rm -f {pid}; "
-                      f"setsid sh -c {shlex.quote(f'echo $$ > {pid}.new; mv {pid}.new {pid}; exec {cmd}')} "
-                      f"</dev/null >/dev/null 2>&1 & "
-                      f"for i in $(seq 200); do [ -s {pid} ] && exit 0; sleep 0.05; done; "
-                      f"echo '{d} did not start' >&2; exit 1")
-            self.remotes[host].sh(script)
+        with self._locks[host]:
+            for d in self._targets(host, daemon):
+                self.down.discard((host, d))
+                pid, log = f"{DATA}/{d}.pid", f"{DATA}/logs/{d}.log"
+                cmd = (f"env {env} {ROOT}/venv/bin/tessera {d} --config {ROOT}/{d}.toml"
+                       f" >>{log} 2>&1")
+                # Already running? Leave it. Otherwise the shell records its pid, then becomes the
+                # daemon (exec), in a new session so it outlives this SSH connection.
+                script = (f"if [ -f {pid} ] && kill -0 $(cat {pid}) 2>/dev/null; then exit 0; fi; "
+                          f"rm -f {pid}; "
+                          f"setsid sh -c {shlex.quote(f'echo $$ > {pid}.new; mv {pid}.new {pid}; exec {cmd}')} "
+                          f"</dev/null >/dev/null 2>&1 & "
+                          f"for i in $(seq 200); do [ -s {pid} ] && exit 0; sleep 0.05; done; "
+                          f"echo 'tessera {d}: cannot start: no pid file after 10 s' | tee -a {log} >&2; "
+                          f"exit 1")  # in the daemon's log too, where the log checker looks
+                self.remotes[host].sh(script)
 
     def _signal(self, host: str, daemon: str | None, sig: str) -> None:
         for d in self._targets(host, daemon):
@@ -178,13 +187,14 @@ class TesseraDB:
             self.remotes[host].sh(f"[ -f {pid} ] && kill -{sig} $(cat {pid}) 2>/dev/null; true")
 
     def kill(self, host: str, daemon: str | None = None) -> None:
-        self.down.update((host, d) for d in self._targets(host, daemon))
-        self._signal(host, daemon, "KILL")
-        for d in self._targets(host, daemon):  # wait until gone, so a restart cannot race it
-            pid = f"{DATA}/{d}.pid"
-            self.remotes[host].sh(f"[ -f {pid} ] || exit 0; p=$(cat {pid}); "
-                                  f"for i in $(seq 300); do kill -0 $p 2>/dev/null || exit 0; "
-                                  f"sleep 0.05; done")
+        with self._locks[host]:
+            self.down.update((host, d) for d in self._targets(host, daemon))
+            self._signal(host, daemon, "KILL")
+            for d in self._targets(host, daemon):  # wait until gone, so a restart cannot race it
+                pid = f"{DATA}/{d}.pid"
+                self.remotes[host].sh(f"[ -f {pid} ] || exit 0; p=$(cat {pid}); "
+                                      f"for i in $(seq 300); do kill -0 $p 2>/dev/null || exit 0; "
+                                      f"sleep 0.05; done")
 
     def pause(self, host: str, daemon: str | None = None) -> None:
         self._signal(host, daemon, "STOP")
@@ -192,9 +202,11 @@ class TesseraDB:
     def resume(self, host: str, daemon: str | None = None) -> None:
         self._signal(host, daemon, "CONT")
 
-    def ask_each(self, hosts: list[Host], daemon: str, method: str, reply: type) -> dict:
-        """Call a no-argument status `method` on `daemon` of every host, from a harness thread
-        (which has no event loop of its own): host name -> reply, for the hosts that answered."""
+    def ask_each(self, hosts: list[Host], daemon: str, method: str, reply: type,
+                 request: object = None) -> dict:
+        """Call `method` (with `request`, by default none) on `daemon` of every host, from a
+        harness thread (which has no event loop of its own): host name -> reply, for the hosts
+        that answered."""
         import asyncio
 
         from node.protocol import Empty
@@ -207,7 +219,8 @@ class TesseraDB:
             try:
                 for h in hosts:
                     try:
-                        out[h.name] = await rpc.call((h.address, port), method, Empty(), reply,
+                        out[h.name] = await rpc.call((h.address, port), method,
+                                                     Empty() if request is None else request, reply,
                                                      to_uuid="", timeout=1.0)
                     except RpcError:
                         pass
@@ -230,9 +243,10 @@ class TesseraDB:
         revived = []
         for h in self.hosts:
             for d in self.daemons(h.name):
-                if (h.name, d) not in self.down and not self.running(h.name, d):
-                    self.start(h.name, d)
-                    revived.append((h.name, d))
+                with self._locks[h.name]:
+                    if (h.name, d) not in self.down and not self.running(h.name, d):
+                        self.start(h.name, d)
+                        revived.append((h.name, d))
         return revived
 
     def tablet_leaders(self) -> dict[str, str]:

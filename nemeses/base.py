@@ -1,14 +1,20 @@
-"""What a nemesis is: a fault that can be started on targets, stopped, and finally healed.
+"""What a nemesis is: a fault that can be started with choices drawn in advance, stopped, and
+finally healed; and the context it acts on.
 
-`start` and `stop` return a description of exactly what was done, which the scheduler records
-as the value of the nemesis op in the history. `heal` must be safe to call at any time, twice,
-or after a crash of the harness, because it is what leaves the cluster as it was.
+The choices come from the run's plan (`nemeses.plan`), drawn from the seed before the run, so a
+nemesis only does what it is told (Jepsen: the generator decides, the nemesis does). A choice
+that depends on live cluster state is a rule in the plan (a `Target`), resolved when the fault
+fires; `start` returns what was really done, which the history records.
+
+`heal` must be safe to call at any time, twice, or after a crash of the harness, because it is
+what leaves the cluster as it was.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 TARGET_SPECS = ("one", "minority", "majority", "all")
 
@@ -21,12 +27,60 @@ def choose_targets(spec: str, hosts: list[str], rng: random.Random) -> list[str]
     return sorted(rng.sample(hosts, count))
 
 
+def draw_target(rng: random.Random, hosts: list[str], specs: tuple[str, ...]) -> dict:
+    """A target rule for the plan: a host share (hosts chosen now), the leader master, or the
+    leader of the test table's tablet in one hash bucket. Leader rules carry a fallback host,
+    also drawn now, for when no leader is known at the time."""
+    spec = rng.choice(specs)
+    if spec == "leader-master":
+        return {"rule": spec, "fallback": choose_targets("one", hosts, rng)}
+    if spec == "tablet-leader":
+        return {"rule": spec, "bucket": rng.randrange(1 << 16),
+                "fallback": choose_targets("one", hosts, rng)}
+    return {"rule": "hosts", "spec": spec, "hosts": choose_targets(spec, hosts, rng)}
+
+
+@dataclass
+class Context:
+    """What nemeses act on: the DB adapter, the hosts and their SSH remotes, and the test
+    table's tablet ids by hash bucket (filled in once the table exists)."""
+
+    db: Any
+    hosts: list = field(default_factory=list)  # harness.cluster.Host
+    remotes: dict = field(default_factory=dict)  # host name -> harness.control.Remote
+    tablets: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def names(self) -> list[str]:
+        return [h.name for h in self.hosts]
+
+    def tablet(self, bucket: int) -> str | None:
+        """The tablet of a plan's bucket (any int: taken modulo the tablet count)."""
+        if not self.tablets:
+            return None
+        return self.tablets[sorted(self.tablets)[bucket % len(self.tablets)]]
+
+    def leader(self, rule: dict) -> str | None:
+        """The host a leader rule names right now, or None."""
+        if rule["rule"] == "leader-master":
+            return self.db.leader_master()
+        tablet = self.tablet(rule["bucket"])
+        return self.db.tablet_leaders().get(tablet) if tablet else None
+
+    def resolve(self, rule: dict) -> list[str]:
+        """The hosts a target rule names now; a leader nobody knows falls back to its host."""
+        if rule["rule"] == "hosts":
+            return list(rule["hosts"])
+        leader = self.leader(rule)
+        return [leader] if leader else list(rule["fallback"])
+
+
 @dataclass
 class Nemesis:
     name: str = "nemesis"
     active: bool = False
 
-    def start(self, rng: random.Random) -> dict:
+    def start(self, choice: dict) -> dict:
         raise NotImplementedError
 
     def stop(self) -> dict:

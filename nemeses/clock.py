@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from harness.control import Remote
 from nemeses.base import Nemesis, choose_targets
+from nemeses.registry import Package, register
 
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 FAKETIME_FILE = "/var/lib/tessera/faketime"
@@ -26,6 +27,18 @@ def daemon_env() -> dict[str, str]:
     """Environment under which the DB adapter starts daemons when clocks may be skewed."""
     return {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": FAKETIME_FILE,
             "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
+
+def draw_clock(rng: random.Random, hosts: list[str], kinds: tuple = ("bump", "bump", "strobe")) -> dict:
+    """Bumps are the common case, as in Jepsen: ms to minutes, either way, log-uniform so small
+    and large skews both occur. A strobe flips a host's clock back and forth for seconds."""
+    targets = choose_targets(rng.choice(["one", "minority", "majority"]), hosts, rng)
+    if rng.choice(kinds) == "bump":
+        return {"fault": "bump", "targets": targets,
+                "offsets_ms": {h: round(rng.choice([-1, 1]) * 10 ** rng.uniform(1, 5.1), 1)
+                               for h in targets}}
+    return {"fault": "strobe", "targets": targets, "delta_ms": round(10 ** rng.uniform(1, 3.5), 1),
+            "period_ms": rng.choice([10, 50, 200]), "seconds": round(rng.uniform(2, 8), 2)}
 
 
 def _offset_text(ms: float) -> str:
@@ -41,33 +54,23 @@ class Clock(Nemesis):
     hosts: list[str] = field(default_factory=list)
     remotes: dict[str, Remote] = field(default_factory=dict)
     name: str = "clock"
-    kinds: tuple = ("bump", "bump", "strobe")  # bumps are the common case, as in Jepsen
     offsets: dict[str, float] = field(default_factory=dict)
 
-    def prepare(self) -> None:
-        """Before the daemons start: every host's clock at offset zero."""
-        for h in self.hosts:
-            set_offset(self.remotes[h], 0)
-        self.offsets = {h: 0.0 for h in self.hosts}
-
-    def start(self, rng: random.Random) -> dict:
-        targets = choose_targets(rng.choice(["one", "minority", "majority"]), self.hosts, rng)
-        if rng.choice(self.kinds) == "bump":
-            # bump: ms to minutes, either way, log-uniform so small and large skews both occur
-            for h in targets:
-                ms = rng.choice([-1, 1]) * 10 ** rng.uniform(1, 5.1)
+    def start(self, choice: dict) -> dict:
+        targets = choice["targets"]
+        if choice["fault"] == "bump":
+            for h, ms in choice["offsets_ms"].items():
                 set_offset(self.remotes[h], ms)
-                self.offsets[h] = round(ms, 1)
+                self.offsets[h] = ms
             self.active = True
             return {"fault": "bump", "targets": targets, "offsets_ms": dict(self.offsets)}
-        delta = round(10 ** rng.uniform(1, 3.5), 1)
-        period_ms, seconds = rng.choice([10, 50, 200]), rng.uniform(2, 8)
         for h in targets:
-            self._strobe(self.remotes[h], delta, period_ms, seconds)
-            self.offsets[h] = delta
+            self._strobe(self.remotes[h], choice["delta_ms"], choice["period_ms"], choice["seconds"])
+            self.offsets[h] = choice["delta_ms"]
         self.active = True
-        return {"fault": "strobe", "targets": targets, "delta_ms": delta, "period_ms": period_ms,
-                "seconds": round(seconds, 2), "offsets_ms": dict(self.offsets)}
+        return {"fault": "strobe", "targets": targets, "delta_ms": choice["delta_ms"],
+                "period_ms": choice["period_ms"], "seconds": choice["seconds"],
+                "offsets_ms": dict(self.offsets)}
 
     def _strobe(self, r: Remote, delta_ms: float, period_ms: int, seconds: float) -> None:
         flips = int(seconds * 1000 / period_ms)
@@ -91,9 +94,14 @@ class Clock(Nemesis):
         return {"fault": "reset", "offsets_ms": dict(self.offsets)}
 
     def heal(self) -> dict:
+        """Always, also before the daemons start: every clock at offset zero."""
         return self.stop()
 
     def teardown(self) -> None:
         for h in self.hosts:
             self.remotes[h].run(["rm", "-f", FAKETIME_FILE, f"{FAKETIME_FILE}.tmp",
                                  f"{FAKETIME_FILE}.s", STROBE_PID])
+
+
+register(Package("clock", heal_rank=30, draw=draw_clock, daemon_env=daemon_env(),
+                 build=lambda ctx: Clock(hosts=ctx.names, remotes=ctx.remotes)))

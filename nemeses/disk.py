@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from harness.control import Remote
 from harness.db import DATA, TesseraDB
 from nemeses.base import Nemesis
+from nemeses.registry import Package, register
 
 # Runs on the host: pick a file, damage it, print what was done as JSON.
 _DAMAGE = r"""
@@ -59,13 +60,13 @@ class DiskCorruption(Nemesis):
     name: str = "disk"
     damaged: dict = field(default_factory=dict)  # tablet -> the one host whose replica was hit
 
-    def start(self, rng: random.Random) -> dict:
+    def start(self, choice: dict) -> dict:
         import json
 
-        host = rng.choice(self.hosts)
+        host = choice["host"]
         spared = sorted(t for t, h in self.damaged.items() if h != host)
         self.db.kill(host, "tserver")
-        out = self.remotes[host].run(["python3", "-c", _DAMAGE, str(rng.randrange(2**31)),
+        out = self.remotes[host].run(["python3", "-c", _DAMAGE, str(choice["damage_seed"]),
                                       f"{DATA}/tserver", ",".join(spared)]).stdout
         self.db.start(host, "tserver")
         done = json.loads(out.strip().splitlines()[-1])
@@ -109,7 +110,7 @@ class LoseUnfsynced(Nemesis):
     remotes: dict[str, Remote] = field(default_factory=dict)
     name: str = "lose-unfsynced"
 
-    def start(self, rng: random.Random) -> dict:
+    def start(self, choice: dict) -> dict:
         import json
 
         from nemeses.lazyfs import control_command
@@ -128,3 +129,14 @@ class LoseUnfsynced(Nemesis):
 
     def stop(self) -> dict:
         return {}
+
+
+def draw_disk(rng: random.Random, hosts: list[str]) -> dict:
+    """The host, and the seed of the file, offset and mode the damage script picks there."""
+    return {"host": rng.choice(hosts), "damage_seed": rng.randrange(2**31)}
+
+
+register(Package("disk", heal_rank=70, draw=draw_disk, build=lambda ctx: DiskCorruption(
+    db=ctx.db, hosts=ctx.names, remotes=ctx.remotes)))
+register(Package("lose-unfsynced", heal_rank=80, draw=lambda rng, hosts: {}, lazyfs=True,
+                 build=lambda ctx: LoseUnfsynced(db=ctx.db, hosts=ctx.names, remotes=ctx.remotes)))

@@ -8,11 +8,11 @@ races another is retried, never applied twice.
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from dataclasses import dataclass, field
 
 from nemeses.base import Nemesis
+from nemeses.registry import Package, register
 
 
 @dataclass
@@ -23,11 +23,12 @@ class Membership(Nemesis):
     _removed: list[tuple[str, str, str]] = field(default_factory=list)  # (tablet, uuid, host)
     _hosts: dict[str, str] = field(default_factory=dict)  # tablet-server uuid -> host, as seen
 
-    def start(self, rng: random.Random) -> dict:
+    def start(self, choice: dict) -> dict:
         """Remove one replica: a running one, or the replica on a host that is down or paused
         (the eviction an operator would do). Only from a tablet whose config is settled, has
         three voters, and whose other members all run, so the removal alone costs no quorum.
-        Polls for such a tablet for a while: other faults may be holding every one of them."""
+        Polls for such a tablet for a while: other faults may be holding every one of them. The
+        plan's `pick` chooses among the candidates found then (a rule on live state)."""
         deadline = time.monotonic() + min(10.0, self.timeout)
         while True:
             candidates = self._candidates()
@@ -36,8 +37,8 @@ class Membership(Nemesis):
             time.sleep(1.0)
         if not candidates:
             return {"skipped": "no tablet with a settled three-voter config whose members run"}
-        tablet, uuid, host = rng.choice(candidates)
-        members = self._change(tablet, "remove", uuid)
+        tablet, uuid, host = candidates[choice["pick"] % len(candidates)]
+        members = self.change(tablet, "remove", uuid)
         self._removed.append((tablet, uuid, host))
         self.active = True
         return {"removed": host, "tablet": tablet, "config": members}
@@ -72,27 +73,22 @@ class Membership(Nemesis):
         added = []
         while self._removed:
             tablet, uuid, host = self._removed[0]
-            self._change(tablet, "add", uuid)  # raises after `timeout`: heal tries again
+            self.change(tablet, "add", uuid)  # raises after `timeout`: heal tries again
             self._removed.pop(0)
             added.append({"added": host, "tablet": tablet})
         self.active = False
         return {"added": added}
 
-    def _change(self, tablet: str, op: str, uuid: str) -> list[list]:
+    def change(self, tablet: str, op: str, uuid: str) -> list[list]:
         """Apply one change through the master; retried while another is pending or the
         leader moves. Already applied (a retry after a lost reply) counts as done."""
-        from node.client import TesseraClient
         from node.rpc import ErrorCode, RpcError
 
         done_already = "already a member" if op == "add" else "is not a member"
         deadline = time.monotonic() + self.timeout
 
         async def once() -> list[list]:
-            client = TesseraClient(self.db.master_addrs, timeout=10.0)
-            try:
-                return (await client.change_replica(tablet, op, uuid)).members
-            finally:
-                await client.close()
+            return await change_replica(self.db, tablet, op, uuid)
 
         while True:
             try:
@@ -103,3 +99,18 @@ class Membership(Nemesis):
                 if time.monotonic() > deadline:
                     raise
             time.sleep(1.0)
+
+
+async def change_replica(db, tablet: str, op: str, uuid: str, timeout: float = 10.0) -> list[list]:
+    """One change through the leader master, no retries; returns the committed config."""
+    from node.client import TesseraClient
+
+    client = TesseraClient(db.master_addrs, timeout=timeout)
+    try:
+        return (await client.change_replica(tablet, op, uuid)).members
+    finally:
+        await client.close()
+
+
+register(Package("membership", heal_rank=60, draw=lambda rng, hosts: {"pick": rng.randrange(1 << 16)},
+                 build=lambda ctx: Membership(db=ctx.db)))

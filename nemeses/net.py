@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 
 from harness.cluster import Host
 from harness.control import Remote
-from nemeses.base import Nemesis
+from nemeses.base import Context, Nemesis, choose_targets
+from nemeses.registry import Package, register
 
 PART_CHAIN, LOSS_CHAIN, DELAY_CHAIN = "TESSERA-PART", "TESSERA-LOSS", "TESSERA-DELAY"
 DELAY_QUEUE = 7
 DELAY_PID = "/var/lib/tessera/delay.pid"
 HOST_PYTHON = "/opt/tessera/venv/bin/python"
+PACKET_MODES = ("loss", "delay", "bandwidth")
 SHAPES = ("halves", "random-halves", "isolated", "leader-isolated", "bridge", "majorities-ring")
 
 
@@ -49,6 +51,11 @@ def grudge(shape: str, hosts: list[str], rng: random.Random, leader: str | None 
     raise ValueError(f"unknown partition shape {shape!r} (known: {', '.join(SHAPES)})")
 
 
+def isolate(lone: str, hosts: list[str]) -> dict:
+    """The grudge that cuts one host off from all the others."""
+    return _split([lone], [h for h in hosts if h != lone])
+
+
 def _split(a: list[str], b: list[str]) -> dict:
     g = {h: sorted(b) for h in a}
     g.update({h: sorted(a) for h in b})
@@ -65,28 +72,43 @@ def _remove_chain(r: Remote, chain: str) -> None:
          f"iptables -w -X {chain} 2>/dev/null; true")
 
 
+def draw_partition(rng: random.Random, hosts: list[str], shapes: tuple = SHAPES) -> dict:
+    """A shape and its grudge, drawn for the plan; an isolated leader is a rule resolved when
+    the fault fires (the leader master then, or a host drawn now if none is known)."""
+    shape = rng.choice(shapes)
+    if shape == "leader-isolated":
+        return {"shape": shape, "target": {"rule": "leader-master",
+                                           "fallback": [rng.choice(hosts)]}}
+    return {"shape": shape, "drops": grudge(shape, hosts, rng)}
+
+
 @dataclass
 class Partition(Nemesis):
     hosts: list[Host] = field(default_factory=list)
     remotes: dict[str, Remote] = field(default_factory=dict)
-    shapes: tuple = SHAPES
-    leader: object = None  # callable -> host name of the leader master, or None
+    ctx: Context | None = None  # resolves leader rules
     name: str = "partition"
     _cut: dict = field(default_factory=dict)
 
-    def start(self, rng: random.Random) -> dict:
-        shape = rng.choice(self.shapes)
-        leader = self.leader() if shape == "leader-isolated" and self.leader else None
-        names = [h.name for h in self.hosts]
-        self._cut = grudge(shape, names, rng, leader)
+    def start(self, choice: dict) -> dict:
+        shape, leader = choice["shape"], None
+        if "target" in choice:
+            (leader,) = self.ctx.resolve(choice["target"])
+            self.cut(isolate(leader, [h.name for h in self.hosts]))
+        else:
+            self.cut(choice["drops"])
+        return {"shape": shape, "drops": self._cut, **({"leader": leader} if leader else {})}
+
+    def cut(self, drops: dict) -> None:
+        """Install a grudge: host -> the hosts whose packets it drops."""
         addr = {h.name: h.address for h in self.hosts}
-        for host, drops in self._cut.items():
+        self._cut = drops
+        for host, srcs in drops.items():
             r = self.remotes[host]
             _ensure_chain(r, PART_CHAIN)
-            for src in drops:
+            for src in srcs:
                 r.run(["iptables", "-w", "-A", PART_CHAIN, "-s", addr[src], "-j", "DROP"])
         self.active = True
-        return {"shape": shape, "drops": self._cut, **({"leader": leader} if leader else {})}
 
     def stop(self) -> dict:
         for h in self.hosts:
@@ -109,16 +131,11 @@ class PacketFaults(Nemesis):
     rate: str = "1mbit"
     delay_ms: float = 50.0
     jitter_ms: float = 10.0
-    modes: tuple = ("loss", "delay", "bandwidth")
     name: str = "packet"
     _targets: list[str] = field(default_factory=list)
 
-    def start(self, rng: random.Random) -> dict:
-        from nemeses.base import choose_targets
-
-        self._targets = choose_targets(rng.choice(["one", "minority", "all"]),
-                                       [h.name for h in self.hosts], rng)
-        mode = rng.choice(self.modes)
+    def start(self, choice: dict) -> dict:
+        self._targets, mode = list(choice["targets"]), choice["mode"]
         peers = [h.address for h in self.hosts]
         for name in self._targets:
             r = self.remotes[name]
@@ -164,3 +181,14 @@ class PacketFaults(Nemesis):
     def teardown(self) -> None:
         for h in self.hosts:
             self.remotes[h.name].run(["rm", "-f", "/var/lib/tessera/delay.log"])
+
+
+def draw_packet(rng: random.Random, hosts: list[str], modes: tuple = PACKET_MODES) -> dict:
+    return {"targets": choose_targets(rng.choice(["one", "minority", "all"]), hosts, rng),
+            "mode": rng.choice(modes)}
+
+
+register(Package("partition", heal_rank=10, draw=draw_partition,
+                 build=lambda ctx: Partition(hosts=ctx.hosts, remotes=ctx.remotes, ctx=ctx)))
+register(Package("packet", heal_rank=20, draw=draw_packet,
+                 build=lambda ctx: PacketFaults(hosts=ctx.hosts, remotes=ctx.remotes)))

@@ -5,46 +5,37 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from harness.db import DB
-from nemeses.base import Nemesis, choose_targets
+from nemeses.base import Context, Nemesis, draw_target
+from nemeses.registry import Package, register
+
+
+def draw_process(rng: random.Random, hosts: list[str], share: str = "minority") -> dict:
+    """A host share, or a primary: the leader master's host or a tablet leader's."""
+    return {"target": draw_target(rng, hosts, ("one", share, "leader-master", "tablet-leader"))}
 
 
 @dataclass
 class _ProcessFault(Nemesis):
-    """Signal both daemons of one host or a `targets` share of them; undo it on stop."""
+    """Signal both daemons of the target hosts; undo it on stop."""
 
-    db: DB = None
-    hosts: list[str] = field(default_factory=list)
-    targets: str = "minority"
+    ctx: Context = None
+    daemon: str | None = None  # None: every daemon of the host
     _hit: list[str] = field(default_factory=list)
     # set by each fault: what to do, and the words its history values use
     do, undo, done_word, undone_word, signal = "", "", "", "", ""
 
-    def _choose(self, rng: random.Random) -> tuple[str, list[str]]:
-        """A host share, or the primaries: the leader master's host or a tablet leader's."""
-        spec = rng.choice(["one", self.targets, "leader-master", "tablet-leader"])
-        if spec == "leader-master":
-            leader = self.db.leader_master()
-            if leader:
-                return spec, [leader]
-        elif spec == "tablet-leader":
-            leaders = self.db.tablet_leaders()
-            if leaders:
-                return spec, [leaders[rng.choice(sorted(leaders))]]
-        else:
-            return spec, choose_targets(spec, self.hosts, rng)
-        return "one", choose_targets("one", self.hosts, rng)  # no leader known right now
-
-    def start(self, rng: random.Random) -> dict:
-        spec, self._hit = self._choose(rng)
+    def start(self, choice: dict) -> dict:
+        rule = choice["target"]
+        self._hit = self.ctx.resolve(rule)
         for h in self._hit:
-            getattr(self.db, self.do)(h)
+            getattr(self.ctx.db, self.do)(h, self.daemon)
         self.active = True
-        return {self.done_word: self._hit, "targets": spec, "signal": self.signal}
+        return {self.done_word: self._hit, "targets": rule.get("spec", rule["rule"]),
+                "signal": self.signal}
 
     def stop(self) -> dict:
         for h in self._hit:
-            getattr(self.db, self.undo)(h)
+            getattr(self.ctx.db, self.undo)(h, self.daemon)
         undone, self._hit, self.active = self._hit, [], False
         return {self.undone_word: undone}
 
@@ -59,3 +50,7 @@ class Kill(_ProcessFault):
 class Pause(_ProcessFault):
     name: str = "pause"
     do, undo, done_word, undone_word, signal = "pause", "resume", "paused", "resumed", "SIGSTOP"
+
+
+register(Package("pause", heal_rank=40, draw=draw_process, build=lambda ctx: Pause(ctx=ctx)))
+register(Package("kill", heal_rank=50, draw=draw_process, build=lambda ctx: Kill(ctx=ctx)))

@@ -1,74 +1,82 @@
-"""The combined nemesis schedule, like Jepsen's `nemesis.combined`: each fault package
-alternates start and stop every `interval` seconds, packages staggered so faults overlap, and
-at the end every fault heals in a fixed order before the final reads.
+"""Executes a fault plan (`nemeses.plan`): each package's steps in order at their planned times,
+on an injected clock, so a unit test runs a whole schedule on a fake clock in no time.
 
 Every start, stop and heal is a pair of ops in the history (process "nemesis": an `info`
-invoke, then an `info` completion whose value says exactly what was done), and the coverage
-(how often each fault fired and healed) goes into results.json.
+invoke, then an `info` completion whose value says exactly what was done, with any target the
+plan left as a rule resolved), and the coverage (how often each fault fired and healed) goes
+into results.json. A step running late (an earlier start of its package was slow) runs at once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 from collections import Counter
 
 from harness.recorder import Recorder
 from nemeses.base import Nemesis
+from nemeses.plan import Plan, Step
 
-HEAL_ORDER = ("partition", "packet", "clock", "pause", "kill", "membership", "disk")
+
+class Clock:
+    """Seconds on the event loop's clock; a test passes its own `now` and `sleep`."""
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
 
 class Schedule:
-    def __init__(self, nemeses: list[Nemesis], interval: float, seed: int, active: set | None = None):
+    def __init__(self, nemeses: dict[str, Nemesis], plan: Plan, active: set | None = None,
+                 clock: Clock | None = None):
         self.nemeses = nemeses
-        self.interval = interval
-        self.rng = random.Random(f"nemesis/{seed}")
+        self.plan = plan
+        self.clock = clock or Clock()
         self.coverage: Counter = Counter()
         self.active = active if active is not None else set()
 
-    async def _do(self, rec: Recorder, n: Nemesis, action: str) -> None:
-        f = f"{action}-{n.name}"
+    async def _do(self, rec: Recorder, name: str, action: str, choice: dict | None = None) -> None:
+        n, f = self.nemeses[name], f"{action}-{name}"
         rec.record("nemesis", "info", f, None)
         try:
-            done = await asyncio.to_thread(n.start, self.rng) if action == "start" else \
-                await asyncio.to_thread(n.stop if action == "stop" else n.heal)
+            call = {"start": lambda: n.start(choice), "stop": n.stop, "heal": n.heal}[action]
+            done = await asyncio.to_thread(call)  # SSH and RPCs block: off the event loop
             rec.record("nemesis", "info", f, done)
             if action == "start" and isinstance(done, dict) and "skipped" in done:
                 self.coverage[f"{f}-skipped"] += 1  # nothing was done: not a firing
                 return
             self.coverage[f] += 1
             if action == "start":
-                self.active.add(n.name)
+                self.active.add(name)
             else:
-                self.active.discard(n.name)
+                self.active.discard(name)
         except Exception as e:  # a fault that failed to apply is recorded, and the run goes on
             rec.record("nemesis", "info", f, None, error=f"{type(e).__name__}: {e}")
             self.coverage[f"{f}-failed"] += 1
 
-    async def run(self, rec: Recorder, deadline: float) -> None:
-        """Until the deadline: each package's start/stop cycle, offset by i * interval / n."""
-        if not self.nemeses:
-            return
-        loop = asyncio.get_running_loop()
+    async def run(self, rec: Recorder) -> None:
+        """Every step of the plan at its time after this call. One loop waits for the times, so
+        a test's clock only has to advance; each step runs as a task after its package's
+        previous step, so packages overlap and a slow step delays only its own package."""
+        t0 = self.clock.now()
+        last: dict[str, asyncio.Task] = {}
 
-        async def package(i: int, n: Nemesis) -> None:
-            # the workload runs undisturbed first; packages then start staggered over one interval
-            await asyncio.sleep(self.interval * (i + 1) / len(self.nemeses) + self.rng.uniform(0, 1))
-            while loop.time() + self.interval / 2 < deadline:
-                await self._do(rec, n, "start")
-                await asyncio.sleep(min(self.interval, max(0, deadline - loop.time())))
-                await self._do(rec, n, "stop")
-                await asyncio.sleep(min(self.interval, max(0, deadline - loop.time())))
+        async def after(prev: asyncio.Task | None, s: Step) -> None:
+            if prev is not None:
+                await prev
+            await self._do(rec, s.package, s.action, s.choice)
 
-        await asyncio.gather(*(package(i, n) for i, n in enumerate(self.nemeses)))
+        for s in self.plan.steps:
+            await self.clock.sleep(max(0.0, t0 + s.at - self.clock.now()))
+            last[s.package] = asyncio.create_task(after(last.get(s.package), s))
+        await asyncio.gather(*last.values())
 
     async def heal(self, rec: Recorder) -> None:
-        order = {name: i for i, name in enumerate(HEAL_ORDER)}
-        for n in sorted(self.nemeses, key=lambda n: order.get(n.name, len(order))):
-            await self._do(rec, n, "heal")
+        for name in self.plan.heal:
+            await self._do(rec, name, "heal")
 
     def summary(self) -> dict:
-        fired = {n.name: self.coverage[f"start-{n.name}"] for n in self.nemeses}
+        fired = {name: self.coverage[f"start-{name}"] for name in self.nemeses}
         return {"counts": dict(self.coverage), "fired": fired,
                 "never_fired": [name for name, c in fired.items() if c == 0]}

@@ -2,7 +2,8 @@
 
 Flags use Kudu's names (with dashes) and defaults where the seeds give them; `--config FILE`
 reads a TOML file with the same keys (dashes or underscores), and flags given on the command
-line win over the file.
+line win over the file. The fault-* flags are deliberate bugs for harness self-tests (node.faults):
+a daemon refuses them unless unlock-unsafe-flags is set too, and warns about each one it runs with.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+from node import faults
 from node.consensus import TICK_MS
 from node.replica import ReplicaOptions
 from node.wal import LogOptions
@@ -43,7 +45,12 @@ FLAGS: dict[str, tuple[type, object, str]] = {
                                                    "silent this long has failed, and each of its "
                                                    "replicas is replaced on another server"),
     "log-level": (str, "INFO", "DEBUG, INFO, WARNING or ERROR"),
+    # unlock-unsafe-flags and the fault-* flags: deliberate bugs (node.faults)
+    **{name.replace("_", "-"): (bool, default, help_)
+       for name, (default, help_) in faults.flags().items()},
 }
+
+log = logging.getLogger(__name__)
 
 
 def _bool(text: str) -> bool:
@@ -87,7 +94,12 @@ def resolve(args: argparse.Namespace) -> dict:
         raise ValueError(f"--read-mode must be linearizable or lease, not {values['read-mode']!r}")
     if values["raft-heartbeat-interval-ms"] % TICK_MS:
         raise ValueError(f"--raft-heartbeat-interval-ms must be a multiple of {TICK_MS}")
+    _faults(values)  # refuses fault flags that are not unlocked
     return values
+
+
+def _faults(values: dict) -> faults.Faults:
+    return faults.from_config({name.replace("-", "_"): value for name, value in values.items()})
 
 
 def build_options(values: dict, kind: str):
@@ -97,6 +109,7 @@ def build_options(values: dict, kind: str):
     port = 7051 if kind == "master" else 7050
     rpc = parse_addrs(values["rpc-addr"] or f"127.0.0.1:{port}", port)[0]
     masters = parse_addrs(values["masters"], 7051) if values["masters"] else []
+    bugs = _faults(values)
     replica = ReplicaOptions(
         heartbeat_interval_ticks=values["raft-heartbeat-interval-ms"] // TICK_MS,
         leader_failure_max_missed_heartbeat_periods=values["leader-failure-max-missed-heartbeat-periods"],
@@ -106,7 +119,9 @@ def build_options(values: dict, kind: str):
         log_retain_entries=values["log-retain-entries"],
         log=LogOptions(log_force_fsync_all=values["log-force-fsync-all"],
                        log_segment_size_mb=values["log-segment-size-mb"],
-                       log_preallocate_segments=values["log-preallocate-segments"]),
+                       log_preallocate_segments=values["log-preallocate-segments"],
+                       faults=bugs),
+        faults=bugs,
     )
     return TServerOptions(Path(values["data-dir"]), rpc[0], rpc[1], values["http-port"], masters,
                           values["heartbeat-interval-ms"], replica,
@@ -122,11 +137,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=values["log-level"].upper(), stream=sys.stderr,
                         format=f"%(asctime)s {args.kind} %(levelname)s %(name)s: %(message)s")
+    faults.warn_enabled(opts.replica.faults, log)
     return asyncio.run(_serve(opts, args.kind))
 
 
 async def _serve(opts, kind: str) -> int:
-    from node.errors import TesseraError
+    from node import logfmt
+    from node.errors import CorruptionError, TesseraError
 
     if kind == "master":
         from node.master.server import Master as Server
@@ -136,6 +153,8 @@ async def _serve(opts, kind: str) -> int:
     try:
         await server.start()
     except (OSError, TesseraError) as e:
+        if isinstance(e, CorruptionError):
+            log.error("%s", logfmt.corruption(e))
         print(f"tessera {kind}: cannot start: {e}", file=sys.stderr)
         return 1
     stop = asyncio.Event()

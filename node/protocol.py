@@ -140,6 +140,33 @@ class ServerStatus(msgspec.Struct, frozen=True):
     tablets: list[TabletReport]
 
 
+class ChecksumScan(msgspec.Struct, frozen=True):
+    """ts.checksum (Kudu's ksck --checksum_scan): every replica here, or only `tablet_id`.
+    Every field has a default, so an Empty body asks for all tablets without row hashes."""
+
+    tablet_id: str = ""
+    with_keys: bool = False  # add each row's hash, so a caller can name the first differing key
+
+
+class TabletChecksum(msgspec.Struct, frozen=True):
+    tablet_id: str
+    state: str  # RUNNING | FAILED | TOMBSTONED | COPYING, as in TabletReport
+    role: str = ""
+    term: int = 0
+    commit: int = 0
+    applied: int = 0
+    checksum: int | None = None  # CRC32C of the rows at `applied`; None unless RUNNING
+    rows: int = 0
+    members: list[str] = []  # the committed config's uuids
+    keys: list[tuple[str, int]] | None = None  # (key, CRC32C of its row), in key order
+    error: str | None = None
+
+
+class ChecksumReport(msgspec.Struct, frozen=True):
+    uuid: str
+    tablets: list[TabletChecksum]
+
+
 # -- master ---------------------------------------------------------------------------------
 
 class TSHeartbeat(msgspec.Struct, frozen=True):

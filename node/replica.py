@@ -27,8 +27,13 @@ from typing import Any
 from node.clock import HybridClock
 from node.consensus import (
     TICK_MS,
+    ChangeOp,
     ConfigChange,
+    ConfigPending,
+    ConfigRolledBack,
     CoreConfig,
+    Election,
+    Event,
     HardState,
     NotLeader,
     PersistedState,
@@ -37,11 +42,14 @@ from node.consensus import (
     RaftCore,
     Ready,
     Role,
+    VoteCast,
     decode_config,
     encode_config,
 )
 from node.entry import Entry, EntryType
 from node.errors import CorruptionError, TesseraError
+from node.faults import Faults
+from node.logfmt import TabletLog, log_failure
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.ops import Op, Result, encode_command
 from node.tablet.paths import TabletPaths
@@ -75,13 +83,23 @@ class ReplicaOptions:
     snapshot_interval_entries: int = 20_000  # applied entries between snapshots
     log_retain_entries: int = 5_000  # entries kept after a snapshot for lagging followers
     log: LogOptions = field(default_factory=LogOptions)
+    faults: Faults = field(default_factory=Faults)
 
     def core_config(self, uuid: str) -> CoreConfig:
         return CoreConfig(
             uuid,
             heartbeat_interval_ticks=self.heartbeat_interval_ticks,
             leader_failure_max_missed_heartbeat_periods=self.leader_failure_max_missed_heartbeat_periods,
+            check_quorum=not self.faults.fault_read_without_leadership,
+            vote_skip_log_check=self.faults.fault_vote_skip_log_check,
         )
+
+
+def config_text(config: RaftConfig) -> str:
+    """`index N [uuid VOTER, uuid NON_VOTER+promote, ...]`: a config as operators read it."""
+    members = ", ".join(f"{m.uuid} {m.member_type.name}{'+promote' if m.promote else ''}"
+                        for m in config.members)
+    return f"index {config.opid_index} [{members}]"
 
 
 def bootstrap_replica(paths: TabletPaths, config: RaftConfig) -> None:
@@ -95,6 +113,7 @@ class Replica:
         self.tablet_id = paths.tablet_id
         self.paths = paths
         self.options = options
+        self.log = TabletLog(log, paths.tablet_id, uuid)
         self._send = send
         self.clock = HybridClock(options.clock_max_error_us)
         self.snapshots = SnapshotStore(paths.snapshot_dir, paths.tablet_id)
@@ -119,28 +138,49 @@ class Replica:
         """Bootstrap from disk. Corruption anywhere raises CorruptionError naming the file."""
         cmeta = ConsensusMetadata.load(self.paths.consensus_meta)
         snap = self.snapshots.load_latest()
-        self.state = StateMachine.from_snapshot(snap) if snap else StateMachine(self.tablet_id)
+        faults = self.options.faults
+        self.state = (StateMachine.from_snapshot(snap, faults) if snap
+                      else StateMachine(self.tablet_id, faults=faults))
         self.clock.update(self.state.last_timestamp)
         self._last_snapshot = self.state.last_applied_index
         self.cmeta = cmeta
         self.wal = Log.open(str(self.paths.wal_dir), self.tablet_id, self.options.log)
+        tail = self.wal.recovery.unclosed
+        if tail is not None and tail.garbage_bytes:
+            self.log.warning("bootstrap: cut a torn WAL tail of %s at offset %d (%d bytes: %s)",
+                             tail.path, tail.offset, tail.garbage_bytes, tail.reason)
         entries = [e for e in self.wal.recovered if e.index > self.state.last_applied_index]
         if entries and entries[0].index != self.state.last_applied_index + 1:
             raise CorruptionError(self.paths.wal_dir, None,
                                   f"log starts at index {entries[0].index} but the snapshot ends "
                                   f"at {self.state.last_applied_index}: entries are missing")
-        applied = self.state.last_applied_index
+        snapshot_index, snapshot_term = self.state.last_applied_index, self.state.last_applied_term
+        config = decode_config(cmeta.committed_config)
+        self.log.info("bootstrap: term %d, voted for %s, committed config %s, snapshot at index "
+                      "%d, %d WAL entries after it", cmeta.current_term, cmeta.voted_for,
+                      config_text(config), snapshot_index, len(entries))
+        if entries:
+            # The commit index is not persisted: a leader re-establishes it, applying what it
+            # commits and truncating whatever of this suffix it replaces.
+            self.log.info("bootstrap: WAL entries %d..%d are not known committed: pending until "
+                          "a leader commits or truncates them", entries[0].index, entries[-1].index)
+        if faults.fault_apply_uncommitted_at_bootstrap and entries:
+            for e in entries:
+                self._apply(e)
+            self.log.warning("bootstrap: applied WAL entries %d..%d without knowing they are "
+                             "committed (fault_apply_uncommitted_at_bootstrap)",
+                             entries[0].index, entries[-1].index)
         persisted = PersistedState(
-            hard_state=HardState(cmeta.current_term, cmeta.voted_for, applied),
-            committed_config=decode_config(cmeta.committed_config),
+            hard_state=HardState(cmeta.current_term, cmeta.voted_for, snapshot_index),
+            committed_config=config,
             entries=tuple(entries),
-            snapshot_index=applied,
-            snapshot_term=self.state.last_applied_term,
-            applied=applied,
+            snapshot_index=snapshot_index,
+            snapshot_term=snapshot_term,
+            applied=self.state.last_applied_index,
         )
         self.core = RaftCore(self.options.core_config(self.uuid), random.Random(), persisted)
         self.term = cmeta.current_term
-        self.wal.register_anchor("core", self.state.last_applied_index + 1)
+        self.wal.register_anchor("core", snapshot_index + 1)
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._drive(), name=f"drive-{self.tablet_id}"),
@@ -190,8 +230,7 @@ class Replica:
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a failed fsync or a safety violation: stop serving, loudly
-            log.exception("tablet %s: replica failed", self.tablet_id)
-            self.failed = f"{type(e).__name__}: {e}"
+            self.failed = log_failure(self.log, "replica failed", e)
             self._fail_pending(ReplicaError(f"replica failed: {self.failed}", maybe_applied=True))
 
     async def _handle(self, rd: Ready) -> None:
@@ -202,6 +241,9 @@ class Replica:
             pending = []
             await self.wal.wait_for_space()  # reserve() blocks the thread when the queue is full
             if last is not None and first <= last:
+                self.log.info("truncating WAL entries %d..%d: uncommitted, replaced by the "
+                              "leader's entries from term %d", first, last,
+                              rd.entries_to_persist[0].term)
                 pending.append(self.wal.append_future(self.wal.truncate_suffix(first - 1)))
             pending.append(self.wal.append_future(self.wal.reserve(list(rd.entries_to_persist))))
             await asyncio.gather(*pending)
@@ -216,6 +258,10 @@ class Replica:
             hs = None
         if hs is not None or rd.committed_config is not None:
             await asyncio.to_thread(self._save_cmeta, hs, rd.committed_config)
+        if rd.committed_config is not None:
+            self.log.info("config committed: %s", config_text(rd.committed_config))
+        for ev in rd.events:
+            self._log_event(ev)
         for m in rd.messages:
             self._send(m.to_uuid, [m])
         if rd.soft_state is not None:
@@ -241,9 +287,10 @@ class Replica:
         if ss.leader != self.leader:
             self.stats["leader_changes"] += 1
         if (ss.role, ss.leader, ss.term) != (self.role, self.leader, self.term):
-            # One parseable line per change: the HTML report draws the leader/term track from it.
-            log.info("raft tablet=%s term=%d role=%s leader=%s", self.tablet_id, ss.term,
-                     ss.role.name, ss.leader)
+            # One parseable line per change: the HTML report draws the leader/term track from it
+            # (reports/html/raftlog.py).
+            self.log.info("raft tablet=%s term=%d role=%s leader=%s", self.tablet_id, ss.term,
+                          ss.role.name, ss.leader)
         if ss.role != Role.LEADER or ss.term != self.term:
             self._leader_ready.clear()
             self._lease_until = 0.0
@@ -252,6 +299,25 @@ class Replica:
             if self.role != Role.LEADER and not fut.done():
                 fut.set_exception(ReplicaError("leadership lost", leader=self.leader))
                 self._reads.pop(ctx)
+
+    def _log_event(self, ev: Event) -> None:
+        """One line per decision the core reports: votes, elections, config changes."""
+        if isinstance(ev, VoteCast):
+            self.log.info("%s %s to %s for term %d, its last op (%d, %d): %s",
+                          "granted" if ev.granted else "denied",
+                          "pre-vote" if ev.pre_vote else "vote", ev.candidate, ev.term,
+                          ev.last_term, ev.last_index, ev.reason)
+        elif isinstance(ev, Election):
+            kind = "pre-election" if ev.pre_vote else "election"
+            votes = ", ".join(f"{u}={'yes' if g else 'no'}" for u, g in ev.votes)
+            self.log.info("%s %s for term %s: votes %s of voters %s%s", ev.outcome, kind,
+                          ev.term, votes or "none", ", ".join(ev.voters),
+                          f" ({ev.reason})" if ev.reason else "")
+        elif isinstance(ev, ConfigPending):
+            self.log.info("config change pending: %s", config_text(ev.config))
+        elif isinstance(ev, ConfigRolledBack):
+            self.log.info("config change rolled back (its entry was truncated): %s",
+                          config_text(ev.config))
 
     def _apply(self, e: Entry) -> None:
         result = None
@@ -367,7 +433,14 @@ class Replica:
     async def change_config(self, change: ConfigChange, cas_config_index: int) -> RaftConfig:
         """Propose a one-by-one membership change; return the new config once applied here.
         Raises the core's ProposalError (CasMismatch, ChangePending, InvalidChange, ...)."""
-        await self._replicate(lambda: self.core.propose_config_change(change, cas_config_index))
+        promote = change.op == ChangeOp.ADD_NON_VOTER and change.promote
+        what = f"{change.op.name} {change.uuid}{' +promote' if promote else ''}"
+        self.log.info("proposing config change %s (cas config index %d)", what, cas_config_index)
+        try:
+            await self._replicate(lambda: self.core.propose_config_change(change, cas_config_index))
+        except ProposalError as e:
+            self.log.info("config change %s refused: %s: %s", what, type(e).__name__, e)
+            raise
         return self.core.active_config
 
     async def copy_source(self) -> tuple[Snapshot, RaftConfig, int]:
@@ -387,6 +460,8 @@ class Replica:
         shortest election timeout shrunk by the drift bound, during which reads skip the round:
         safe only while clocks advance at rates within `max_clock_drift` of each other."""
         await self.await_leader_ready()
+        if self.options.faults.fault_read_without_leadership:
+            return self.state.query(op)  # unsafe: nothing proves we still lead
         loop = asyncio.get_running_loop()
         if self.options.read_mode == "lease" and loop.time() < self._lease_until:
             return self.state.query(op)

@@ -5,7 +5,7 @@ and the consistency-model lattice the verdicts are judged against."""
 from __future__ import annotations
 
 import pytest
-from test_checker_elle_cases import concurrent, history, serial
+from txn_histories import concurrent, history, serial
 
 from reports.checkers import consistency
 from reports.checkers.elle import check_list_append, check_rw_register

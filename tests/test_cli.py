@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
-from harness import test_cmd
+from harness import chaos
 from harness.cli import COMMANDS, main, verdict_exit
 from reports.history import Op
+from workloads.base import Checker
 
 
 def test_help_lists_every_registered_command():
@@ -77,8 +78,8 @@ def test_test_validation_errors_exit_254_before_touching_a_host(capsys, tmp_path
 
 
 def _fake_run(tmp_path, outcome):
-    """A stand-in for `test_cmd._run`: makes a run directory, then returns `outcome` or raises it."""
-    def fake(args, plan, made):
+    """A stand-in for `chaos.run_test`: makes a run directory, then returns `outcome` or raises it."""
+    def fake(spec, plan, made, **facts):
         run_dir = tmp_path / "register" / "20260101T000000"
         run_dir.mkdir(parents=True)
         (run_dir / "test.json").write_text(json.dumps({"workload": "register", "status": "running"}))
@@ -91,14 +92,14 @@ def _fake_run(tmp_path, outcome):
 
 @pytest.mark.parametrize("verdict, code", [("valid", 0), ("invalid", 1), ("unknown", 2)])
 def test_test_exits_with_its_verdict_and_prints_the_run(monkeypatch, capsys, tmp_path, verdict, code):
-    monkeypatch.setattr(test_cmd, "_run", _fake_run(tmp_path, verdict))
+    monkeypatch.setattr(chaos, "run_test", _fake_run(tmp_path, verdict))
     assert main(["test", "--store", str(tmp_path)]) == code
     assert capsys.readouterr().out.splitlines()[-1] == str(tmp_path / "register" / "20260101T000000")
 
 
 @pytest.mark.parametrize("error", [RuntimeError("boom"), KeyboardInterrupt()])
 def test_a_crashed_test_exits_255_prints_its_run_and_marks_it(monkeypatch, capsys, tmp_path, error):
-    monkeypatch.setattr(test_cmd, "_run", _fake_run(tmp_path, error))
+    monkeypatch.setattr(chaos, "run_test", _fake_run(tmp_path, error))
     assert main(["test", "--store", str(tmp_path)]) == 255
     run_dir = tmp_path / "register" / "20260101T000000"
     captured = capsys.readouterr()
@@ -110,10 +111,10 @@ def test_a_crashed_test_exits_255_prints_its_run_and_marks_it(monkeypatch, capsy
 def test_a_test_that_crashed_before_making_a_run_prints_none(monkeypatch, capsys, tmp_path):
     from harness.cluster import ClusterError
 
-    def unreachable(args, plan, made):
+    def unreachable(spec, plan, made, **facts):
         raise ClusterError("n1: unreachable over SSH")
 
-    monkeypatch.setattr(test_cmd, "_run", unreachable)
+    monkeypatch.setattr(chaos, "run_test", unreachable)
     assert main(["test", "--store", str(tmp_path)]) == 255
     captured = capsys.readouterr()
     assert captured.out == "" and "unreachable over SSH" in captured.err
@@ -153,11 +154,11 @@ def _register_ops(cas_ok: bool) -> list[Op]:
 
 
 def test_test_verdict_includes_stats_an_f_that_never_succeeded_is_invalid():
-    test = {"checker_options": {}, "final": {"ops": []}}
-    never = test_cmd._results(_register_ops(cas_ok=False), "cas-register", test, _Schedule())
+    test = {"final": {"ops": []}}
+    never = chaos._results(_register_ops(cas_ok=False), Checker("cas-register"), test, _Schedule())
     assert never["check"]["verdict"] == "valid"  # the model checker alone would pass it
     assert never["verdict"] == "invalid" and never["stats"]["never_ok"] == ["cas"]
-    some = test_cmd._results(_register_ops(cas_ok=True), "cas-register", test, _Schedule())
+    some = chaos._results(_register_ops(cas_ok=True), Checker("cas-register"), test, _Schedule())
     assert some["verdict"] == "valid" and some["stats"]["never_ok"] == []
 
 

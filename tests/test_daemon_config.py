@@ -23,6 +23,7 @@ def test_defaults_follow_kudu_and_fsync_is_on():
     assert opts.replica.leader_failure_max_missed_heartbeat_periods == 3
     assert opts.replica.log.log_force_fsync_all is True
     assert opts.replica.log.log_segment_size_mb == 8
+    assert opts.replica.faults.enabled() == [] and v["unlock-unsafe-flags"] is False
 
 
 def test_toml_file_and_flags_override(tmp_path):

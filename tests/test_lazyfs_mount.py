@@ -4,93 +4,21 @@ durable, metadata, the WAL on top of it, and a writer SIGKILLed mid-stream."""
 from __future__ import annotations
 
 import errno
-import json
 import os
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
+from lazyfs_helpers import DEADLINE, REPO, Mount, mounted, start_lazyfs, wait_until
 
-from nemeses.lazyfs import CONTROL_NAME, control_command, mount_command, unmount_command
+from nemeses.lazyfs import CONTROL_NAME, mount_command
 from node.wal import Log, LogOptions, read_log
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="needs /dev/fuse"),
 ]
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEADLINE = 30.0  # seconds to wait for a mount to appear or go: only a hang guard
-
-
-def mounted(path: str) -> bool:
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == path for line in f)
-
-
-def wait_until(predicate, what: str) -> None:
-    end = time.monotonic() + DEADLINE
-    while not predicate():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
-def unmount(mnt: str) -> None:
-    if mounted(mnt):
-        subprocess.run(unmount_command(mnt), shell=True, check=True)
-
-
-class Mount:
-    def __init__(self, backing: str, mnt: str) -> None:
-        self.backing, self.mnt = backing, mnt
-        self.control = os.path.join(mnt, CONTROL_NAME)
-
-    def path(self, name: str) -> str:
-        return os.path.join(self.mnt, name)
-
-    def backing_bytes(self, name: str) -> bytes:
-        with open(os.path.join(self.backing, name), "rb") as f:
-            return f.read()
-
-    def command(self, cmd: str) -> None:
-        subprocess.run(control_command(self.mnt, cmd), shell=True, check=True)
-
-    def stats(self) -> dict:
-        with open(self.control) as f:
-            return json.load(f)
-
-
-def start_lazyfs(tmp_path):
-    """(process, backing dir, mount point) of a lazyfs run in the foreground."""
-    backing, mnt = tmp_path / "backing", tmp_path / "mnt"
-    backing.mkdir()
-    mnt.mkdir()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nemeses.lazyfs", str(backing), str(mnt), "--foreground"], cwd=REPO
-    )
-    return proc, backing, mnt
-
-
-@pytest.fixture
-def lazy(tmp_path):
-    proc, backing, mnt = start_lazyfs(tmp_path)
-    try:
-        wait_until(lambda: mounted(str(mnt)) or proc.poll() is not None, "the mount")
-        assert proc.poll() is None, "lazyfs exited instead of mounting"
-        yield Mount(str(backing), str(mnt))
-    finally:
-        try:
-            unmount(str(mnt))
-            assert proc.wait(timeout=DEADLINE) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-                subprocess.run(["fusermount3", "-uz", str(mnt)], check=False)
-    assert not mounted(str(mnt))
 
 
 def write_file(path: str, data: bytes, offset: int = 0, sync: bool = False, flags: int = 0) -> None:

@@ -15,11 +15,12 @@ import pytest
 from harness.cluster.netns import NetnsCluster, _namespaces
 from harness.control import Remote
 from harness.db import DATA, HTTP_PORTS, TesseraDB, build_wheelhouse
-from nemeses.clock import FAKETIME_FILE, Clock, daemon_env
-from nemeses.disk import DiskCorruption
+from nemeses.base import Context
+from nemeses.clock import FAKETIME_FILE, Clock, daemon_env, draw_clock
+from nemeses.disk import DiskCorruption, draw_disk
 from nemeses.membership import Membership
-from nemeses.net import PacketFaults, Partition
-from nemeses.process import Kill, Pause
+from nemeses.net import PacketFaults, Partition, draw_packet, draw_partition
+from nemeses.process import Kill, Pause, draw_process
 from node.client import TesseraClient
 from node.protocol import ServerStatus
 
@@ -39,7 +40,7 @@ def deployed(tmp_path_factory):
     clock = Clock(hosts=[h.name for h in hosts], remotes=remotes)
     try:
         db.teardown()
-        clock.prepare()
+        clock.heal()  # every clock at offset zero before the daemons start
         db.env = {h.name: daemon_env() for h in hosts}
         db.setup()
 
@@ -84,8 +85,8 @@ def nothing_left(remotes):
 
 def test_partition_halves_cut_the_pair_and_heal(deployed):
     db, hosts, remotes, _ = deployed
-    p = Partition(hosts=hosts, remotes=remotes, shapes=("halves",))
-    done = p.start(random.Random(0))
+    p = Partition(hosts=hosts, remotes=remotes)
+    done = p.start(draw_partition(random.Random(0), [h.name for h in hosts], ("halves",)))
     assert done["drops"]["n1"] == ["n3", "n4", "n5"]
     try:
         assert not can_connect(remotes["n1"], "10.77.0.14", 7050)
@@ -99,8 +100,8 @@ def test_partition_halves_cut_the_pair_and_heal(deployed):
 @pytest.mark.parametrize("mode", ["loss", "bandwidth", "delay"])
 def test_packet_faults_are_installed_and_removed(deployed, mode):
     db, hosts, remotes, _ = deployed
-    p = PacketFaults(hosts=hosts, remotes=remotes, modes=(mode,))
-    done = p.start(random.Random(1))
+    p = PacketFaults(hosts=hosts, remotes=remotes)
+    done = p.start(draw_packet(random.Random(1), [h.name for h in hosts], (mode,)))
     try:
         for t in done["targets"]:
             if mode == "loss":
@@ -132,8 +133,8 @@ def proc_state(remote, daemon="tserver") -> str:
 
 def test_pause_stops_the_process_and_resume_continues_it(deployed):
     db, hosts, remotes, _ = deployed
-    p = Pause(db=db, hosts=[h.name for h in hosts], targets="one")
-    done = p.start(random.Random(2))
+    p = Pause(ctx=Context(db, hosts, remotes))
+    done = p.start(draw_process(random.Random(2), [h.name for h in hosts], share="one"))
     (victim,) = done["paused"]
     try:
         assert proc_state(remotes[victim]).startswith("T")
@@ -145,8 +146,8 @@ def test_pause_stops_the_process_and_resume_continues_it(deployed):
 
 def test_kill_and_restart(deployed):
     db, hosts, remotes, _ = deployed
-    k = Kill(db=db, hosts=[h.name for h in hosts], targets="one")
-    done = k.start(random.Random(3))
+    k = Kill(ctx=Context(db, hosts, remotes))
+    done = k.start(draw_process(random.Random(3), [h.name for h in hosts], share="one"))
     (victim,) = done["killed"]
     assert not db.running(victim, "tserver")
     k.stop()
@@ -165,8 +166,7 @@ def wall_time(host_address) -> float:
 
 def test_clock_bump_is_seen_by_the_daemon_and_reset(deployed):
     db, hosts, remotes, clock = deployed
-    clock.kinds = ("bump",)
-    done = clock.start(random.Random(5))
+    done = clock.start(draw_clock(random.Random(5), [h.name for h in hosts], ("bump",)))
     try:
         for name in done["targets"]:
             address = next(h.address for h in hosts if h.name == name)
@@ -183,7 +183,7 @@ def test_clock_bump_is_seen_by_the_daemon_and_reset(deployed):
 def test_membership_removes_a_replica_then_adds_it_back_by_tablet_copy(deployed):
     db, hosts, *_ = deployed
     m = Membership(db=db)
-    done = m.start(random.Random(5))
+    done = m.start({"pick": 5})
     assert "removed" in done, done
     tablet, host = done["tablet"], done["removed"]
     by_name = {h.name: h for h in hosts}
@@ -214,7 +214,7 @@ def test_membership_removes_a_replica_then_adds_it_back_by_tablet_copy(deployed)
 def test_disk_corruption_is_refused_by_the_replica(deployed):
     db, hosts, remotes, _ = deployed
     d = DiskCorruption(db=db, hosts=[h.name for h in hosts], remotes=remotes)
-    done = d.start(random.Random(7))
+    done = d.start(draw_disk(random.Random(7), [h.name for h in hosts]))
     d.stop()
     assert "file" in done, done
     rep = done["replica"]

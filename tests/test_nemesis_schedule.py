@@ -1,4 +1,6 @@
-"""The combined nemesis schedule against in-process fake faults (unit test)."""
+"""The schedule executor runs a fault plan against in-process fake faults on a fake clock (unit
+test): each step at its planned time with its planned choice, packages overlapping, heal in
+order."""
 
 import asyncio
 import random
@@ -8,71 +10,98 @@ import pytest
 
 from harness.recorder import Recorder
 from nemeses.base import Nemesis, choose_targets
+from nemeses.plan import Plan, Step
 from nemeses.schedule import Schedule
 from reports.history import read_jsonl
 
 
+class FakeClock:
+    """Time moves only when the executor sleeps, and only once every step it launched is done:
+    a fake fault takes no time."""
+
+    def __init__(self):
+        self.t = 1000.0
+
+    def now(self):
+        return self.t
+
+    async def sleep(self, seconds):
+        await asyncio.gather(*(asyncio.all_tasks() - {asyncio.current_task()}))
+        self.t += seconds
+
+
 @dataclass
 class Fake(Nemesis):
+    clock: FakeClock = None
     log: list = field(default_factory=list)
     fail: bool = False
     skip: bool = False
 
-    def start(self, rng):
+    def start(self, choice):
         if self.fail:
             raise RuntimeError("iptables not found")
         if self.skip:
             return {"skipped": "nothing to do"}
         self.active = True
-        self.log.append(("start", self.name))
-        return {"targets": ["n1"]}
+        self.log.append((self.clock.t - 1000.0, "start", self.name, choice))
+        return {"targets": choice["targets"]}
 
     def stop(self):
         self.active = False
-        self.log.append(("stop", self.name))
+        self.log.append((self.clock.t - 1000.0, "stop", self.name, None))
         return {"healed": ["n1"]}
 
 
-def run_schedule(tmp_path, nemeses, seconds=0.8, interval=0.1):
+def plan_of(*steps, heal=("partition", "kill")):
+    return Plan(seed=1, interval=5, time_limit=30, hosts=["n1", "n2", "n3"],
+                steps=[Step(*s) for s in steps], heal=list(heal))
+
+
+def execute(tmp_path, plan, **fakes):
+    clock = FakeClock()
+    nemeses = {name: Fake(name=name, clock=clock, **opts) for name, opts in fakes.items()}
     rec = Recorder(tmp_path / "h.jsonl")
-    s = Schedule(nemeses, interval, seed=1)
+    s = Schedule(nemeses, plan, clock=clock)
 
     async def go():
-        deadline = asyncio.get_running_loop().time() + seconds
-        s.rng.uniform = lambda a, b: 0.0  # no start-up jitter in this test
-        await s.run(rec, deadline)
+        await s.run(rec)
         await s.heal(rec)
     asyncio.run(go())
     rec.close()
-    return s, read_jsonl(tmp_path / "h.jsonl")
+    return s, nemeses, read_jsonl(tmp_path / "h.jsonl")
 
 
-def test_packages_alternate_and_heal_in_order(tmp_path):
+def test_steps_run_at_their_planned_times_with_their_choices(tmp_path):
+    plan = plan_of((2.5, "kill", "start", {"targets": ["n2"]}), (4.0, "partition", "start", {"targets": ["n1"]}),
+                   (7.5, "kill", "stop"), (9.0, "partition", "stop"),
+                   (12.5, "kill", "start", {"targets": ["n3"]}), (17.5, "kill", "stop"))
     log = []
-    kill, part = Fake(name="kill", log=log), Fake(name="partition", log=log)
-    s, ops = run_schedule(tmp_path, [kill, part])
-    for name in ("kill", "partition"):
-        mine = [a for a, n in log if n == name]
-        assert mine and mine[0] == "start"
-        assert all(a != b for a, b in zip(mine, mine[1:], strict=False)), mine  # alternates
-    assert not kill.active and not part.active
+    s, nemeses, ops = execute(tmp_path, plan, kill={"log": log}, partition={"log": log})
+    assert log == [(2.5, "start", "kill", {"targets": ["n2"]}), (4.0, "start", "partition", {"targets": ["n1"]}),
+                   (7.5, "stop", "kill", None), (9.0, "stop", "partition", None),
+                   (12.5, "start", "kill", {"targets": ["n3"]}), (17.5, "stop", "kill", None)]
+    assert not any(n.active for n in nemeses.values())
     heals = [o.f for o in ops if o.f.startswith("heal-") and o.value is not None]
-    assert heals == ["heal-partition", "heal-kill"]  # partitions heal first
+    assert heals == ["heal-partition", "heal-kill"]  # the plan's heal order
     assert all(o.process == "nemesis" and o.type == "info" for o in ops)
-    summary = s.summary()
-    assert summary["fired"]["kill"] >= 1 and summary["never_fired"] == []
+    done = [o for o in ops if o.f == "start-kill" and o.value]
+    assert [o.value["targets"] for o in done] == [["n2"], ["n3"]]  # what was done is recorded
+    assert s.summary()["fired"] == {"kill": 2, "partition": 1}
 
 
 def test_a_fault_that_fails_is_recorded_and_reported_as_never_fired(tmp_path):
-    s, ops = run_schedule(tmp_path, [Fake(name="clock", fail=True)])
+    plan = plan_of((1, "clock", "start", {"targets": ["n1"]}), (6, "clock", "stop"), heal=("clock",))
+    s, _, ops = execute(tmp_path, plan, clock={"fail": True})
     assert any(o.error and "iptables not found" in o.error for o in ops)
     assert s.summary()["never_fired"] == ["clock"]
 
 
 def test_a_fault_that_skips_is_not_counted_as_fired(tmp_path):
-    s, _ = run_schedule(tmp_path, [Fake(name="membership", skip=True)])
+    plan = plan_of((1, "membership", "start", {"targets": []}), (6, "membership", "stop"),
+                   heal=("membership",))
+    s, _, _ = execute(tmp_path, plan, membership={"skip": True})
     assert s.summary()["never_fired"] == ["membership"]
-    assert s.coverage["start-membership-skipped"] >= 1
+    assert s.coverage["start-membership-skipped"] == 1
 
 
 def test_choose_targets():

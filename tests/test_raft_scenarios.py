@@ -15,6 +15,7 @@ from node.consensus import (
     MemberType,
     Role,
     SteppingDown,
+    VoteCast,
     VoteResponse,
 )
 from node.consensus.core import RaftCore
@@ -143,6 +144,42 @@ def test_figure_8_script_catches_counting_previous_term_entries(monkeypatch):
     monkeypatch.setattr(RaftCore, "_maybe_commit", commit_by_counting)
     with pytest.raises(AssertionError, match="n1 commit is 2, expected 1"):
         run(ScriptCluster(batch_bytes=1), FIGURE_8)
+
+
+# n3 misses the entry committed at index 2, then the leader dies and n3 asks for votes. The
+# log check refuses it; with the unsafe vote_skip_log_check (fault_vote_skip_log_check) n2
+# elects it, and n3 commits its own entry at index 2, where n2 had committed another.
+STALE_CANDIDATE = ELECTED + [
+    ("isolate", "n3"),
+    ("propose", "n1", b"x"), ("stabilize",),
+    ("expect", "n2", "commit", 2),
+    ("expect", "n3", "log_terms", [1]),
+    ("crash", "n1"), ("heal",),
+]
+
+
+def test_a_candidate_missing_a_committed_entry_gets_no_vote():
+    c = ScriptCluster()
+    run(c, STALE_CANDIDATE + [
+        ("refused", "n3", AssertionError, "elect"),
+    ])
+    refusals = [e for e in c.events["n2"] if isinstance(e, VoteCast) and e.candidate == "n3"]
+    assert refusals and not any(e.granted for e in refusals)
+    assert refusals[0].reason == "log behind ours (1, 2)"
+
+
+def test_vote_skip_log_check_elects_a_stale_candidate_that_commits_over_a_committed_entry():
+    c = ScriptCluster(vote_skip_log_check=True)
+    run(c, STALE_CANDIDATE + [
+        ("elect", "n3"), ("expect", "n3", "term", 2),
+        ("stabilize",),
+        ("expect", "n3", "max_commit", 2),  # index 2 committed twice, with different entries
+        ("expect", "n3", "log_terms", [1, 2]),
+        ("expect", "n2", "log_terms", [1, 1]),
+    ])
+    votes = [e for e in c.events["n2"] if isinstance(e, VoteCast) and e.candidate == "n3"]
+    assert [(e.pre_vote, e.granted) for e in votes] == [(True, True), (False, True)]
+    assert votes[-1].reason == "log behind ours (1, 2), not checked (vote_skip_log_check)"
 
 
 CAS = ELECTED + [

@@ -222,3 +222,27 @@ def test_a_final_read_that_never_succeeds_stops_at_its_deadline(tmp_path):
     assert summary["seconds"] < 0.3 + 0.2 + 0.1  # no attempt starts after the deadline
     assert {o.type for o in final if o.type != "invoke"} == {"info"}
     assert len({o.process for o in final}) == summary["attempts"]  # each info retired its process
+
+
+def test_list_append_txns_keep_their_keys_in_one_tablet_and_cover_every_tablet():
+    from node.tablet.superblock import HashBucket
+
+    w = make("list-append", tablets=4, ops_per_key=20, threads_per_key=2)
+    buckets, keys_seen = set(), set()
+    for thread in range(4):
+        stream = w.ops(thread, 4, random.Random(thread))
+        for _ in range(60):
+            txn = next(stream).value
+            owners = {b for _, k, _ in txn for b in range(4) if HashBucket(b, 4).contains(k)}
+            assert len(owners) == 1, txn  # one tablet per transaction
+            buckets |= owners
+            keys_seen |= {k for _, k, _ in txn}
+    assert buckets == {0, 1, 2, 3}
+    assert len(keys_seen) > 8 * 4  # fresh key sets replace used ones
+
+
+def test_each_workload_carries_its_checker_with_its_parameters():
+    assert make("bank", total=80).checker.to_json() == {"model": "bank", "options": {"total": 80}}
+    assert make("register").checker.model == "cas-register"
+    assert make("list-append").checker.model == "list-append"
+    assert make("set").checker.model == "set"

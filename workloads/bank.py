@@ -11,23 +11,21 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from workloads.base import Invocation, KVClient, Workload
+from workloads.base import Checker, Invocation, KVClient, Workload
 
 
 @dataclass
 class Bank(Workload):
     name: str = "bank"
-    checker: str = "bank"
     tablets: int = 1
     accounts: int = 8
     total: int = 100
     max_transfer: int = 5
 
     @property
-    def checker_options(self) -> dict:
-        """Recorded in test.json when the run starts, so every later check of the run expects
-        the total it really had instead of guessing one."""
-        return {"total": self.total}
+    def checker(self) -> Checker:
+        """With the total this run really had, never a guessed one."""
+        return Checker("bank", {"total": self.total})
 
     def _keys(self) -> list[str]:
         return [f"acct{i}" for i in range(self.accounts)]

@@ -1,5 +1,6 @@
 """What a workload is: a stream of operations per logical process, a final phase, the mapping of
-each operation onto the client, and the name of the checker that judges its history.
+each operation onto the client, and the checker that judges its history (Jepsen's workload map
+of client, generator and checker).
 
 Op streams are generated per worker thread from a seed, so the sequence of operations each thread
 issues is reproducible from the run's seed no matter how the threads interleave in time.
@@ -23,6 +24,23 @@ class Invocation:
 
 
 @dataclass(frozen=True)
+class Checker:
+    """How a workload's history is judged: a `tessera check` model with its options (the bank's
+    total). test.json records it, so every later analysis judges the run the same way."""
+
+    model: str
+    options: dict = field(default_factory=dict)
+
+    def check(self, ops: list) -> dict:
+        from reports.checkers.check import check_history
+
+        return check_history(ops, self.model, **self.options)
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "options": dict(self.options)}
+
+
+@dataclass(frozen=True)
 class Completion:
     type: str  # ok | fail | info
     value: Any = None
@@ -41,12 +59,15 @@ class KVClient(Protocol):
 
 @dataclass
 class Workload:
-    """Base class; subclasses override `ops`, `apply`, and optionally `setup` / `final`."""
+    """Base class; subclasses override `checker`, `ops`, `apply`, and optionally `setup` /
+    `final`."""
 
     name: str = "workload"
-    checker: str = ""  # the `tessera check --model` that judges this workload
     tablets: int = 1  # tablets of the test table (transactions need their keys in one tablet)
-    options: dict = field(default_factory=dict)
+
+    @property
+    def checker(self) -> Checker:
+        raise NotImplementedError
 
     def ops(self, thread: int, threads: int, rng: random.Random) -> Iterator[Invocation]:
         raise NotImplementedError

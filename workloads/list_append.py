@@ -1,37 +1,58 @@
-"""Elle's list-append: transactions of appends and reads over a few keys in one tablet."""
+"""Elle's list-append: transactions of appends and reads over a few keys of one tablet.
+
+Keys come from Jepsen's independent generator (`workloads.independent`): each group of threads
+works on one key set at a time, a fresh set after `ops_per_key` transactions, and successive sets
+lie in successive tablets. A set's keys all hash to its tablet's bucket, since a transaction must
+keep its keys in one tablet.
+"""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from workloads.base import Invocation, KVClient, Workload
+from node.tablet.superblock import HashBucket
+from workloads.base import Checker, Invocation, KVClient, Workload
+from workloads.independent import IndependentKeys
+
+
+@functools.cache
+def key_set(i: int, tablets: int, size: int) -> tuple[str, ...]:
+    """Key set `i`: `size` keys in the tablet of bucket i mod tablets."""
+    bucket = HashBucket(i % tablets, tablets)
+    names = (f"k{i}.{m}" for m in itertools.count())
+    return tuple(itertools.islice((k for k in names if bucket.contains(k)), size))
 
 
 @dataclass
 class ListAppend(Workload):
     name: str = "list-append"
-    checker: str = "list-append"
-    tablets: int = 1
-    active_keys: int = 8
+    tablets: int = 4
+    active_keys: int = 8  # keys per set
     max_txn_len: int = 4
-    appends_per_key: int = 64
+    threads_per_key: int = 5
+    ops_per_key: int = 400  # transactions per key set
+
+    @property
+    def checker(self) -> Checker:
+        return Checker("list-append")
 
     def ops(self, thread: int, threads: int, rng: random.Random) -> Iterator[Invocation]:
-        # Appended values are unique per key across threads: thread + k * threads.
+        # Appended values are unique across threads: thread + n * threads.
+        sets = IndependentKeys(self.threads_per_key, self.ops_per_key)
         counter = itertools.count()
-        for _ in itertools.count():
+        for t in itertools.count():
+            keys = key_set(sets.key(thread, threads, t), self.tablets, self.active_keys)
             txn = []
             for _ in range(rng.randint(1, self.max_txn_len)):
-                n = next(counter)
-                slot = rng.randrange(self.active_keys)
-                key = f"k{slot + self.active_keys * (n // (self.appends_per_key * self.active_keys))}"
+                key = rng.choice(keys)
                 if rng.random() < 0.5:
                     txn.append(["r", key, None])
                 else:
-                    txn.append(["append", key, thread + n * threads])
+                    txn.append(["append", key, thread + next(counter) * threads])
             yield Invocation("txn", txn)
 
     async def apply(self, client: KVClient, inv: Invocation):

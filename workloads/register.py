@@ -1,7 +1,7 @@
 """Independent registers: read, write and cas on many keys, checked per key as a cas-register.
 
-Keys rotate: threads are grouped, each group works on one key at a time and moves to a fresh key
-after `ops_per_key` ops, so each key's history stays small enough for the linearizability search.
+Keys rotate by Jepsen's independent generator (`workloads.independent`), so each key's history
+stays small enough for the linearizability search.
 """
 
 from __future__ import annotations
@@ -12,24 +12,26 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from node.errors import OpFailed
-from workloads.base import Invocation, KVClient, Workload
+from workloads.base import Checker, Invocation, KVClient, Workload
+from workloads.independent import IndependentKeys
 
 
 @dataclass
 class Register(Workload):
     name: str = "register"
-    checker: str = "cas-register"
     tablets: int = 4
     threads_per_key: int = 5
     ops_per_key: int = 200
     values: int = 5
 
+    @property
+    def checker(self) -> Checker:
+        return Checker("cas-register")
+
     def ops(self, thread: int, threads: int, rng: random.Random) -> Iterator[Invocation]:
-        groups = max(1, threads // self.threads_per_key)
-        group = thread % groups
-        per_thread = max(1, self.ops_per_key // self.threads_per_key)
+        keys = IndependentKeys(self.threads_per_key, self.ops_per_key)
         for n in itertools.count():
-            key = f"r{group + groups * (n // per_thread)}"
+            key = f"r{keys.key(thread, threads, n)}"
             roll = rng.random()
             if roll < 0.5:
                 yield Invocation("read", None, key)

@@ -9,7 +9,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from workloads.base import Invocation, KVClient, Workload
+from workloads.base import Checker, Invocation, KVClient, Workload
 
 SET_KEY = "set"
 
@@ -17,11 +17,14 @@ SET_KEY = "set"
 @dataclass
 class SetWorkload(Workload):
     name: str = "set"
-    checker: str = "set"
     tablets: int = 1
     # Each read returns the whole set, so reads cost more as it grows: a tenth of ops keeps many
     # reads per element without their payload dominating the history.
     read_fraction: float = 0.1
+
+    @property
+    def checker(self) -> Checker:
+        return Checker("set")
 
     def ops(self, thread: int, threads: int, rng: random.Random) -> Iterator[Invocation]:
         elements = itertools.count(thread, threads)  # unique across threads

@@ -6,6 +6,24 @@ the tablet's log), every write carries (session, seq), and a retry reuses its se
 answers a duplicate with the first result instead of applying it twice. That is what makes
 retrying after a timeout safe. When the deadline passes, an operation that may have reached a
 leader raises OpUnknown (a history's `info`); only one that certainly did not raises OpFailed.
+
+Node-bound handles (`table(name, names, bind=HOST)`) exist because Jepsen binds each worker
+process to one node: a smart client that always finds the newest leader would hide a deposed
+leader's stale answers, the very bug a test looks for. A bound handle sends every operation on a
+tablet first to that tablet's replica on HOST (or HOST:PORT, to tell apart servers sharing an
+address, as on loopback). That replica answers if it believes it leads, deposed or not; or
+answers NOT_LEADER with a hint, which the handle follows at once, as Kudu's client does; or does
+not answer, and the handle moves on to the other replicas. A tablet with no replica on HOST is
+routed as the shared smart handle (`bind=None`) routes everything.
+
+Faults must not starve a run of operations, so a replica that stopped answering (paused,
+partitioned, down) gets only SILENT_TIMEOUT per attempt, doubling each round up to
+ATTEMPT_TIMEOUT, and goes last in the order unless bound; one that answers gets ATTEMPT_TIMEOUT,
+long enough for a loaded leader's commit, so a slow leader is not retried into more load. Hints
+are followed at once; only a round that found no leader backs off. Locations a replica
+contradicts (a leader we do not know of, a tablet that moved) are fetched again in the
+background while ops go on, and each handle keeps its own sessions, so one op stalled by a
+fault neither waits on an unavailable master nor loses its dedup record to other callers.
 """
 
 from __future__ import annotations
@@ -49,7 +67,10 @@ from node.tablet.ops import (
 from node.tablet.ops import Read as ReadOp
 from node.tablet.ops import Write as WriteOp
 
-ATTEMPT_TIMEOUT = 1.0  # one RPC attempt; a partitioned replica must not eat the whole deadline
+CONNECT_TIMEOUT = 0.25  # a reachable LAN or loopback host completes a TCP handshake in < 1 ms
+ATTEMPT_TIMEOUT = 1.0  # one RPC to a replica that has been answering: a loaded leader's commit
+SILENT_TIMEOUT = 0.25  # one RPC to a replica whose last attempt got no reply
+_NO_REPLY = (ErrorCode.NETWORK, ErrorCode.DEADLINE_EXCEEDED)
 
 
 def parse_addrs(text: str, default_port: int) -> list[tuple[str, int]]:
@@ -63,6 +84,16 @@ def parse_addrs(text: str, default_port: int) -> list[tuple[str, int]]:
     if not out:
         raise ValueError("no addresses given")
     return out
+
+
+def parse_bind(bind: str | None) -> tuple[str, int | None] | None:
+    """'10.0.0.2' -> ('10.0.0.2', None): any port; '127.0.0.1:7051' -> that server only."""
+    if bind is None:
+        return None
+    host, sep, port = bind.rpartition(":")
+    if sep and port.isdigit() and host.count(":") == 0:
+        return host, int(port)
+    return bind, None
 
 
 class _Backoff:
@@ -85,29 +116,44 @@ class _Session:
         return min(self.inflight) if self.inflight else self.next_seq
 
 
+class Sessions:
+    """Client sessions by tablet. Each Table handle keeps its own: a tablet keeps only the last
+    128 results of a session, so on one session shared by many callers, a retry stalled behind
+    a fault finds its result forgotten (STALE_SEQ: an `info`) once the others have run on."""
+
+    def __init__(self):
+        self.by_tablet: dict[str, _Session] = {}
+        self.locks: dict[str, asyncio.Lock] = {}
+
+
 class TesseraClient:
     def __init__(self, masters: list[tuple[str, int]], *, timeout: float = 5.0,
                  rpc: RpcClient | None = None):
         self.masters = list(masters)
         self.timeout = timeout
-        self.rpc = rpc or RpcClient(connect_timeout=ATTEMPT_TIMEOUT)
+        self.rpc = rpc or RpcClient(connect_timeout=CONNECT_TIMEOUT)
         self._master_leader: tuple[str, int] | None = None
         self._master_book: dict[str, Peer] = {}
         self._locations: dict[str, TableLocations] = {}
         self._leaders: dict[str, str] = {}  # tablet -> leader uuid hint
-        self._sessions: dict[str, _Session] = {}
-        self._session_locks: dict[str, asyncio.Lock] = {}
+        self._silent: set[tuple[str, int]] = set()  # addresses whose last attempt got no reply
+        self._refreshing: dict[str, asyncio.Task] = {}  # table -> background locations fetch
+        self._sessions = Sessions()  # for op() calls that bring none
 
     async def close(self) -> None:
+        for task in self._refreshing.values():
+            task.cancel()
+        await asyncio.gather(*self._refreshing.values(), return_exceptions=True)
         await self.rpc.close()
 
     def _deadline(self) -> float:
         return asyncio.get_running_loop().time() + self.timeout
 
     # -- masters -----------------------------------------------------------------------------
-    async def master_call(self, method: str, req: Any, resp_type: type) -> Any:
+    async def master_call(self, method: str, req: Any, resp_type: type,
+                          deadline: float | None = None) -> Any:
         """Call the leader master, finding it first; RpcError if none answers in time."""
-        deadline = self._deadline()
+        deadline = deadline or self._deadline()
         backoff = _Backoff()
         last: Exception | None = None
         loop = asyncio.get_running_loop()
@@ -169,133 +215,200 @@ class TesseraClient:
     async def list_tables(self) -> list[str]:
         return (await self.master_call("master.list_tables", Empty(), TableList)).tables
 
-    async def locations(self, name: str, refresh: bool = False) -> TableLocations:
+    async def locations(self, name: str, refresh: bool = False,
+                        deadline: float | None = None) -> TableLocations:
         if refresh or name not in self._locations:
-            self._locations[name] = await self.master_call("master.table_locations",
-                                                           TableName(name), TableLocations)
+            self._locations[name] = await self.master_call(
+                "master.table_locations", TableName(name), TableLocations, deadline)
             for t in self._locations[name].tablets:
                 if t.leader:
                     self._leaders.setdefault(t.tablet_id, t.leader)
         return self._locations[name]
 
-    def table(self, name: str, node_names: dict | None = None) -> Table:
-        return Table(self, name, node_names)
+    def _refresh_soon(self, name: str) -> None:
+        """A replica contradicted our locations: fetch them again in the background, one fetch
+        at a time. Ops go on with the old ones meanwhile rather than stall on the master,
+        which may be unavailable too; each retry round picks up the new ones (`_latest`)."""
+        task = self._refreshing.get(name)
+        if task is None or task.done():
+            self._refreshing[name] = asyncio.create_task(self._refresh(name))
+
+    async def _refresh(self, name: str) -> None:
+        try:
+            await self.locations(name, refresh=True)
+        except RpcError:
+            pass  # the replicas will contradict us again
+
+    def _latest(self, table: str, t: TabletLocation) -> TabletLocation:
+        locs = self._locations.get(table)
+        return next((x for x in locs.tablets if x.tablet_id == t.tablet_id), t) if locs else t
+
+    def table(self, name: str, names: dict | None = None, bind: str | None = None) -> Table:
+        """A handle on table `name`; `names` maps addresses to host names for `Table.node`, and
+        `bind` (a tablet server's host, or host:port) makes the handle node-bound (see above)."""
+        return Table(self, name, names, bind)
 
     # -- tablets -----------------------------------------------------------------------------
-    async def _tablet_for(self, table: str, key: str, refresh: bool = False) -> TabletLocation:
-        locs = await self.locations(table, refresh)
-        n = len(locs.tablets)
-        bucket = crc32c.crc32c(key.encode()) % n
+    async def _tablet_for(self, table: str, key: str,
+                          deadline: float | None = None) -> TabletLocation:
+        locs = await self.locations(table, deadline=deadline)
         for t in locs.tablets:
             if t.partition.contains(key):
                 return t
-        raise OpFailed(f"no tablet of {table} holds bucket {bucket} of {n}")
+        bucket = crc32c.crc32c(key.encode()) % len(locs.tablets)
+        raise OpFailed(f"no tablet of {table} holds bucket {bucket} of {len(locs.tablets)}")
 
-    def _replica_order(self, t: TabletLocation) -> list[Peer]:
+    def _replica_order(self, t: TabletLocation, bind: tuple[str, int | None] | None) -> list[Peer]:
+        """The bound replica, then the believed leader, then the rest; silent ones last."""
         hint = self._leaders.get(t.tablet_id) or t.leader
-        return sorted(t.replicas, key=lambda p: (p.uuid != hint, random.random()))
+        return sorted(t.replicas, key=lambda p: (not _on(p, bind), p.addr in self._silent,
+                                                 p.uuid != hint, random.random()))
 
-    async def _session(self, t: TabletLocation, deadline: float, on_peer=None) -> _Session:
-        lock = self._session_locks.setdefault(t.tablet_id, asyncio.Lock())
-        async with lock:
-            s = self._sessions.get(t.tablet_id)
+    async def _session(self, sessions: Sessions, table: str, t: TabletLocation, deadline: float,
+                       bind: tuple[str, int | None] | None) -> _Session:
+        lock = sessions.locks.setdefault(t.tablet_id, asyncio.Lock())
+        try:  # another caller may be opening it: wait no longer than our own deadline
+            async with asyncio.timeout_at(deadline):
+                await lock.acquire()
+        except TimeoutError:
+            raise OpFailed(f"no session for tablet {t.tablet_id} within {self.timeout}s") from None
+        try:
+            s = sessions.by_tablet.get(t.tablet_id)
             if s is None:
-                # An orphaned session from a lost reply is harmless, so this may be retried.
-                res, _ = await self._send(t, OpenSession(), 0, 0, 0, deadline, on_peer)
-                s = self._sessions[t.tablet_id] = _Session(res.value)
+                # An orphaned session from a lost reply is harmless, so this may be retried;
+                # the op itself was not sent, so a failure here is OpFailed.
+                try:
+                    res, _, _ = await self._send(table, t, OpenSession(), 0, 0, 0, deadline, bind)
+                except OpUnknown as e:
+                    raise OpFailed(f"could not open a session: {e}") from None
+                s = sessions.by_tablet[t.tablet_id] = _Session(res.value)
             return s
+        finally:
+            lock.release()
 
-    async def _send(self, t: TabletLocation, op: Op, session: int, seq: int, acked_below: int,
-                    deadline: float, on_peer=None) -> tuple[Result, bool]:
-        """One op to the tablet's leader, retried across replicas until the deadline.
-        Returns (result, uncertain) where uncertain means an earlier attempt may have applied.
-        `on_peer(peer)` hears of every replica tried, so callers can tell who answered."""
+    async def _attempt(self, peer: Peer, method: str, req: Any, timeout: float) -> OpResult:
+        """One RPC, connection set-up included, bounded by `timeout`: the RPC client may queue
+        us behind other callers' connects to the same dead host."""
+        try:
+            async with asyncio.timeout(timeout):
+                return await self.rpc.call(peer.addr, method, req, OpResult, to_uuid=peer.uuid,
+                                           timeout=timeout)
+        except TimeoutError:
+            raise RpcError(ErrorCode.DEADLINE_EXCEEDED, f"no reply within {timeout:.3f}s",
+                           maybe_delivered=True) from None
+
+    async def _send(self, table: str, t: TabletLocation, op: Op, session: int, seq: int,
+                    acked_below: int, deadline: float, bind: tuple[str, int | None] | None = None
+                    ) -> tuple[Result, bool, Peer]:
+        """One op to the tablet's leader (the bound replica first), retried across replicas
+        until the deadline. Returns (result, uncertain, the replica that answered), where
+        uncertain means an earlier attempt may have applied."""
         loop = asyncio.get_running_loop()
         backoff = _Backoff()
         uncertain = False
         read_only = is_read_only(op)
+        method = "ts.read" if read_only else "ts.write"
+        req = Read(t.tablet_id, op) if read_only else Write(t.tablet_id, op, session, seq,
+                                                             acked_below)
         last = "no attempt"
+        rounds = 0
         while loop.time() < deadline:
-            for peer in self._replica_order(t):
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                if on_peer is not None:
-                    on_peer(peer)
+            t = self._latest(table, t)
+            order = self._replica_order(t, bind if rounds == 0 else None)
+            tried: set[str] = set()
+            while order and (remaining := deadline - loop.time()) > 0:
+                peer = order.pop(0)
+                if peer.uuid in tried:
+                    continue
+                tried.add(peer.uuid)
+                patience = (min(ATTEMPT_TIMEOUT, SILENT_TIMEOUT * 2 ** rounds)
+                            if peer.addr in self._silent else ATTEMPT_TIMEOUT)
                 try:
-                    if read_only:
-                        req = Read(t.tablet_id, op)
-                        res = await self.rpc.call(peer.addr, "ts.read", req, OpResult,
-                                                  to_uuid=peer.uuid,
-                                                  timeout=min(ATTEMPT_TIMEOUT, remaining))
-                    else:
-                        req = Write(t.tablet_id, op, session, seq, acked_below)
-                        res = await self.rpc.call(peer.addr, "ts.write", req, OpResult,
-                                                  to_uuid=peer.uuid,
-                                                  timeout=min(ATTEMPT_TIMEOUT, remaining))
+                    res = await self._attempt(peer, method, req, min(patience, remaining))
+                    self._silent.discard(peer.addr)
                     self._leaders[t.tablet_id] = peer.uuid
-                    return res.result, uncertain
+                    return res.result, uncertain, peer
                 except RpcError as e:
                     last = f"{peer.host}:{peer.port}: {e}"
                     uncertain |= e.maybe_delivered and not read_only
-                    if e.code == ErrorCode.NOT_LEADER:
-                        if e.detail and e.detail != peer.uuid:
-                            self._leaders[t.tablet_id] = e.detail
-                            break  # go straight to the hinted leader
+                    if e.code in _NO_REPLY:
+                        self._silent.add(peer.addr)
+                        if self._leaders.get(t.tablet_id) == peer.uuid:
+                            del self._leaders[t.tablet_id]
+                        continue
+                    self._silent.discard(peer.addr)
+                    if e.code == ErrorCode.NOT_LEADER and e.detail and e.detail not in tried:
+                        self._leaders[t.tablet_id] = e.detail
+                        hinted = [p for p in t.replicas if p.uuid == e.detail]
+                        if hinted:
+                            order.insert(0, hinted[0])  # straight to the hinted leader
+                        else:  # a leader we do not know of: the config changed
+                            self._refresh_soon(table)
                     elif e.code in (ErrorCode.TABLET_NOT_FOUND, ErrorCode.WRONG_SERVER_UUID):
-                        self._locations.pop(self._table_of(t), None)
+                        self._refresh_soon(table)
+            rounds += 1
             await backoff.wait(deadline)
         if uncertain:
             raise OpUnknown(f"outcome unknown after {self.timeout}s: {last}")
         raise OpFailed(f"not applied within {self.timeout}s: {last}")
 
-    def _table_of(self, t: TabletLocation) -> str:
-        for name, locs in self._locations.items():
-            if any(x.tablet_id == t.tablet_id for x in locs.tablets):
-                return name
-        return ""
-
-    async def op(self, table: str, key: str, op: Op, on_peer=None) -> Result:
-        """Run one op on the tablet holding `key` and return its Result (ok or a rejection)."""
+    async def op(self, table: str, key: str, op: Op, bind: tuple[str, int | None] | None = None,
+                 sessions: Sessions | None = None) -> tuple[Result, Peer]:
+        """Run one op on the tablet holding `key`: its Result (ok or a rejection) and the
+        replica that gave it. `bind` is a parse_bind() value."""
+        sessions = sessions or self._sessions
         deadline = self._deadline()
-        t = await self._tablet_for(table, key)
+        t = await self._tablet_for(table, key, deadline=deadline)
         if is_read_only(op):
-            return (await self._send(t, op, 0, 0, 0, deadline, on_peer))[0]
+            res, _, peer = await self._send(table, t, op, 0, 0, 0, deadline, bind)
+            return res, peer
         for _ in range(3):  # a session evicted before our first attempt: reopen and retry
-            s = await self._session(t, deadline, on_peer)
+            s = await self._session(sessions, table, t, deadline, bind)
             seq = s.next_seq
             s.next_seq += 1
             s.inflight.add(seq)
             try:
-                res, uncertain = await self._send(t, op, s.id, seq, s.acked_below(), deadline,
-                                                  on_peer)
+                res, uncertain, peer = await self._send(table, t, op, s.id, seq, s.acked_below(),
+                                                        deadline, bind)
             finally:
                 s.inflight.discard(seq)
             if res.ok or res.error not in (Rejection.NO_SESSION, Rejection.STALE_SEQ):
-                return res
-            self._sessions.pop(t.tablet_id, None)
+                return res, peer
+            sessions.by_tablet.pop(t.tablet_id, None)
             if uncertain or res.error == Rejection.STALE_SEQ:
                 raise OpUnknown(f"session lost after an uncertain attempt: {res.detail}")
         raise OpFailed("could not keep a session open")
 
 
+def _on(peer: Peer, bind: tuple[str, int | None] | None) -> bool:
+    return bind is not None and peer.host == bind[0] and bind[1] in (None, peer.port)
+
+
 class Table:
     """One table's key-value operations; implements workloads.base.KVClient.
 
-    `node` is the replica this handle last contacted (the one that answered, if any did),
-    named by `node_names` (address -> host name) when given: what a history's `node` records.
-    Give each concurrent caller its own handle for that to mean anything."""
+    `node` is the host name of the replica that answered this handle's last op (after any
+    hints and moves), or None if none did: what a history's `node` records. `names` maps an
+    address ("host:port", or just "host") to its host name. Give each concurrent caller its own
+    handle for that to mean anything."""
 
-    def __init__(self, client: TesseraClient, name: str, node_names: dict | None = None):
+    def __init__(self, client: TesseraClient, name: str, names: dict | None = None,
+                 bind: str | None = None):
         self.client, self.name = client, name
-        self.node_names = node_names or {}
+        self.names = names or {}
+        self.bind = parse_bind(bind)
+        self.sessions = Sessions()
         self.node: str | None = None
 
-    def _saw(self, peer: Peer) -> None:
-        self.node = self.node_names.get(peer.host, f"{peer.host}:{peer.port}")
+    async def _op(self, key: str, op: Op) -> Result:
+        self.node = None
+        res, peer = await self.client.op(self.name, key, op, self.bind, self.sessions)
+        hostport = f"{peer.host}:{peer.port}"
+        self.node = self.names.get(hostport) or self.names.get(peer.host) or hostport
+        return res
 
     async def _ok(self, key: str, op: Op) -> Any:
-        res = await self.client.op(self.name, key, op, self._saw)
+        res = await self._op(key, op)
         if not res.ok:
             raise OpFailed(f"{res.error}: {res.detail}")
         return res.value
@@ -307,7 +420,7 @@ class Table:
         await self._ok(key, WriteOp(key, value))
 
     async def cas(self, key: str, expected: Any, new: Any) -> bool:
-        res = await self.client.op(self.name, key, Cas(key, expected, new), self._saw)
+        res = await self._op(key, Cas(key, expected, new))
         if res.ok:
             return True
         if res.error == Rejection.CAS_MISMATCH:
@@ -321,6 +434,7 @@ class Table:
         """Micro-ops [f, key, value] on keys that must share one tablet."""
         if not ops:
             return []
+        self.node = None
         locs = await self.client.locations(self.name)
         if len(locs.tablets) != 1:
             first = await self.client._tablet_for(self.name, ops[0][1])

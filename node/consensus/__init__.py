@@ -20,6 +20,8 @@ Driver contract (the tablet server does this with asyncio and the WAL; node.sim 
             2. send rd.messages — ONLY after step 1 is durable: they may carry a vote, a term
                or an acknowledgement that promises step 1 survives a crash;
             3. apply rd.committed_entries in order; answer rd.read_states once applied that far;
+               log rd.events if you like (votes, elections, config changes: the core logs
+               nothing itself);
             4. core.advance(rd).
         No input may be fed between ready() and advance(): the core raises RuntimeError.
 
@@ -50,7 +52,11 @@ from .types import (
     ChangeOp,
     ChangePending,
     ConfigChange,
+    ConfigPending,
+    ConfigRolledBack,
     CoreConfig,
+    Election,
+    Event,
     HardState,
     InvalidChange,
     Member,
@@ -66,14 +72,16 @@ from .types import (
     SoftState,
     Status,
     SteppingDown,
+    VoteCast,
     decode_config,
     encode_config,
 )
 
 __all__ = [
     "TICK_MS", "AppendEntries", "AppendResponse", "CasMismatch", "ChangeOp", "ChangePending",
-    "ConfigChange", "CoreConfig", "HardState", "Heartbeat", "HeartbeatResponse", "InvalidChange",
+    "ConfigChange", "ConfigPending", "ConfigRolledBack", "CoreConfig", "Election", "Event",
+    "HardState", "Heartbeat", "HeartbeatResponse", "InvalidChange",
     "Member", "MemberType", "Message", "NotLeader", "PersistedState", "ProposalError", "RaftConfig",
     "RaftCore", "ReadState", "Ready", "Role", "SafetyError", "SoftState", "SteppingDown", "Status",
-    "TimeoutNow", "VoteRequest", "VoteResponse", "decode_config", "encode_config",
+    "TimeoutNow", "VoteCast", "VoteRequest", "VoteResponse", "decode_config", "encode_config",
 ]

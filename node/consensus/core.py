@@ -27,7 +27,11 @@ from .types import (
     ChangeOp,
     ChangePending,
     ConfigChange,
+    ConfigPending,
+    ConfigRolledBack,
     CoreConfig,
+    Election,
+    Event,
     HardState,
     InvalidChange,
     Member,
@@ -43,6 +47,7 @@ from .types import (
     SoftState,
     Status,
     SteppingDown,
+    VoteCast,
     decode_config,
     encode_config,
 )
@@ -100,6 +105,7 @@ class RaftCore:
         self._reads_waiting: list[bytes] = []  # until an entry of this term commits
         self._read_states: list[ReadState] = []
         self._msgs: list = []
+        self._events: list[Event] = []
         self._prev_hard = HardState(self.term, self.voted_for, self.commit)
         self._prev_soft: SoftState | None = None
         self._reported_config = persisted.committed_config  # a config committed by the log is reported
@@ -184,6 +190,7 @@ class RaftCore:
             return
         if self.role in (Role.PRE_CANDIDATE, Role.CANDIDATE):
             self._note_failed_election()
+            self._election_event("lost", self.role == Role.PRE_CANDIDATE, "timed out")
         self._campaign(pre_vote=self.cfg.pre_vote)
 
     def _tick_leader(self) -> None:
@@ -195,7 +202,7 @@ class RaftCore:
                 self.transferee = None  # the target did not take over in time
         if self.election_elapsed >= self.cfg.election_timeout_ticks:
             self.election_elapsed = 0
-            if not self._quorum_active():
+            if self.cfg.check_quorum and not self._quorum_active():
                 self._become_follower(self.term, None)  # check-quorum: we may be partitioned
                 return
             for pr in self.progress.values():
@@ -353,6 +360,7 @@ class RaftCore:
         self.lead = None
         self.votes = {self.id: True}
         self._reset_election_timer()
+        self._election_event("started", pre_vote)
         if self._tally_won():
             self._election_won(pre_vote)
             return
@@ -369,7 +377,14 @@ class RaftCore:
         voters = self.active_config.voters()
         return sum(1 for v in voters if self.votes.get(v) is False) >= len(voters) // 2 + 1
 
+    def _election_event(self, outcome: str, pre_vote: bool, reason: str = "") -> None:
+        voters = self.active_config.voters()
+        votes = tuple((v, self.votes[v]) for v in voters if v in self.votes)
+        term = self.term + 1 if pre_vote else self.term
+        self._events.append(Election(outcome, term, pre_vote, votes, tuple(voters), reason))
+
     def _election_won(self, pre_vote: bool) -> None:
+        self._election_event("won", pre_vote)
         if pre_vote:
             self._campaign(pre_vote=False)
         else:
@@ -394,6 +409,7 @@ class RaftCore:
         self.log.append(entry)
         if type_ == EntryType.CONFIG_CHANGE:
             self._pending_configs.append(decode_config(payload))
+            self._events.append(ConfigPending(self._pending_configs[-1]))
             self._on_config_changed()
         for uuid in self.progress:
             self._send_append(uuid)
@@ -503,6 +519,8 @@ class RaftCore:
             if type(m) is VoteRequest:
                 if not m.transfer and self._in_lease():
                     self.withheld_votes += 1  # a live leader exists: do not let this node disrupt it
+                    self._vote_event(m, False, f"withheld: heard from leader {self.lead} within "
+                                     f"the vote lease")
                     return
                 if not m.pre_vote:
                     self._become_follower(m.term, None)
@@ -515,8 +533,10 @@ class RaftCore:
             if type(m) in (AppendEntries, Heartbeat):
                 # A deposed leader: tell it our term so it steps down.
                 self._send(AppendResponse(self.term, self.id, m.from_uuid, False))
-            elif type(m) is VoteRequest and m.pre_vote:
-                self._send(VoteResponse(self.term, self.id, m.from_uuid, False, True))
+            elif type(m) is VoteRequest:
+                if m.pre_vote:
+                    self._send(VoteResponse(self.term, self.id, m.from_uuid, False, True))
+                self._vote_event(m, False, f"term behind ours ({self.term})")
             return
         getattr(self, _HANDLERS[type(m)])(m)
 
@@ -530,13 +550,24 @@ class RaftCore:
             or (self.voted_for is None and self.lead is None)
             or (m.pre_vote and m.term > self.term)
         )
-        if can_vote and self._log_up_to_date(m.last_term, m.last_index):
+        up_to_date = self._log_up_to_date(m.last_term, m.last_index)
+        behind = f"log behind ours ({self.log.last_term()}, {self.log.last_index()})"
+        if can_vote and (up_to_date or self.cfg.vote_skip_log_check):
             self._send(VoteResponse(m.term, self.id, m.from_uuid, True, m.pre_vote))
             if not m.pre_vote:
                 self.voted_for = m.from_uuid
                 self.election_elapsed = 0
+            self._vote_event(m, True, "log up to date" if up_to_date else
+                             f"{behind}, not checked (vote_skip_log_check)")
         else:
             self._send(VoteResponse(self.term, self.id, m.from_uuid, False, m.pre_vote))
+            self._vote_event(m, False, behind if can_vote else
+                             f"already voted for {self.voted_for}" if self.voted_for is not None
+                             else f"following leader {self.lead}")
+
+    def _vote_event(self, m: VoteRequest, granted: bool, reason: str) -> None:
+        self._events.append(VoteCast(m.from_uuid, m.term, m.pre_vote, m.last_term, m.last_index,
+                                     granted, reason))
 
     def _on_vote_response(self, m: VoteResponse) -> None:
         if m.pre_vote:
@@ -549,6 +580,7 @@ class RaftCore:
             self._election_won(m.pre_vote)
         elif self._tally_lost():
             self._note_failed_election()
+            self._election_event("lost", m.pre_vote, "a majority refused")
             self._become_follower(self.term, None)
 
     def _note_failed_election(self) -> None:
@@ -595,12 +627,14 @@ class RaftCore:
                     raise SafetyError(f"{self.id}: conflict at committed index {e.index}")
                 self.log.truncate_from(e.index)
                 while self._pending_configs and self._pending_configs[-1].opid_index >= e.index:
-                    self._pending_configs.pop()  # the change is rolled back with its entry
+                    # the change is rolled back with its entry
+                    self._events.append(ConfigRolledBack(self._pending_configs.pop()))
                     config_changed = True
             for new in entries[pos:]:
                 self.log.append(new)
                 if new.type == EntryType.CONFIG_CHANGE:
                     self._pending_configs.append(decode_config(new.payload))
+                    self._events.append(ConfigPending(self._pending_configs[-1]))
                     config_changed = True
             break
         if config_changed:
@@ -691,9 +725,11 @@ class RaftCore:
             committed_config=self.committed_config if self.committed_config is not self._reported_config else None,
             soft_state=ss if ss != self._prev_soft else None,
             read_states=self._read_states,
+            events=self._events,
         )
         self._msgs = []
         self._read_states = []
+        self._events = []
         self._outstanding = rd
         return rd
 

@@ -86,6 +86,11 @@ class CoreConfig:
     max_backoff_exponent: int = 3  # failed elections double the timeout, at most 2**3 times
     pre_vote: bool = True
     max_batch_bytes: int = 1 << 20  # AppendEntries payload bound (at least one entry is sent)
+    # A leader that has not heard from a quorum for an election timeout steps down. Off only
+    # for the unsafe fault_read_without_leadership: a partitioned leader then stays leader.
+    check_quorum: bool = True
+    # Unsafe (fault_vote_skip_log_check): grant votes to candidates whose log is behind ours.
+    vote_skip_log_check: bool = False
 
     @property
     def election_timeout_ticks(self) -> int:
@@ -134,6 +139,49 @@ class ReadState:
 
 
 @dataclass(frozen=True)
+class VoteCast:
+    """A vote or pre-vote request this replica answered or ignored, and why."""
+
+    candidate: str
+    term: int
+    pre_vote: bool
+    last_term: int  # the candidate's last logged op
+    last_index: int
+    granted: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Election:
+    """An election (or pre-election) of ours started, was won or was lost. `votes` are the
+    answers counted so far, ours included."""
+
+    outcome: str  # "started" | "won" | "lost"
+    term: int
+    pre_vote: bool
+    votes: tuple[tuple[str, bool], ...]
+    voters: tuple[str, ...]
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ConfigPending:
+    """A config-change entry entered our log: in effect at once, committed later."""
+
+    config: RaftConfig
+
+
+@dataclass(frozen=True)
+class ConfigRolledBack:
+    """A pending config change was truncated from our log with its entry (a new leader)."""
+
+    config: RaftConfig
+
+
+Event = VoteCast | Election | ConfigPending | ConfigRolledBack
+
+
+@dataclass(frozen=True)
 class Ready:
     """One batch of work for the driver. Handle it in this order, then call advance(ready):
 
@@ -142,6 +190,9 @@ class Ready:
     2. only then send `messages` (they may depend on the state just persisted: a vote, a term,
        an acknowledged entry — sending first would let a crash break Raft's promises);
     3. apply `committed_entries` in order and serve `read_states`.
+
+    `events` say what the core decided since the last Ready, for the driver's log. They never
+    make a Ready on their own (has_ready() ignores them): they ride with the next one.
     """
 
     messages: list = field(default_factory=list)
@@ -151,6 +202,7 @@ class Ready:
     committed_config: RaftConfig | None = None
     soft_state: SoftState | None = None
     read_states: list[ReadState] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -30,19 +30,23 @@ class ScriptCluster:
         pre_vote: bool = True,
         batch_bytes: int = 1 << 20,
         seed: int = 0,
+        **core_options,
     ):
+        """`core_options`: further CoreConfig fields for every node (e.g. an unsafe one)."""
         members = tuple(Member(u, MemberType.VOTER) for u in voters)
         members += tuple(Member(u, MemberType.NON_VOTER, True) for u in learners)
         self.bootstrap = RaftConfig(0, members)
         self.pre_vote = pre_vote
         self.batch_bytes = batch_bytes
         self.seed = seed
+        self.core_options = core_options
         self.cores: dict[str, RaftCore | None] = {}
         self.disks: dict[str, dict] = {}
         self.queue: list = []  # (src, msg) in send order
         self.groups: dict[str, int] = {}
         self.applied: dict[str, list[Entry]] = {}
         self.read_states: dict[str, list] = {}
+        self.events: dict[str, list] = {}  # what each core reported deciding (Ready.events)
         self.max_commit: dict[str, int] = {}  # highest commit each node ever reported
         for u in voters + learners:
             self.add_node(u, self.bootstrap)
@@ -56,6 +60,7 @@ class ScriptCluster:
         }
         self.applied[uuid] = []
         self.read_states[uuid] = []
+        self.events[uuid] = []
         self.max_commit[uuid] = 0
         self.restart(uuid)
 
@@ -64,7 +69,8 @@ class ScriptCluster:
         persisted = PersistedState(
             d["hard"], d["config"], tuple(d["log"]), d["snapshot"][0], d["snapshot"][1], d["applied"]
         )
-        cfg = CoreConfig(uuid, pre_vote=self.pre_vote, max_batch_bytes=self.batch_bytes)
+        cfg = CoreConfig(uuid, pre_vote=self.pre_vote, max_batch_bytes=self.batch_bytes,
+                         **self.core_options)
         self.cores[uuid] = RaftCore(cfg, random.Random(f"{self.seed}/{uuid}"), persisted)
         self._drain(uuid)
 
@@ -103,6 +109,7 @@ class ScriptCluster:
             if rd.committed_entries:
                 d["applied"] = rd.committed_entries[-1].index
             self.read_states[uuid].extend(rd.read_states)
+            self.events[uuid].extend(rd.events)
             core.advance(rd)
         self.max_commit[uuid] = max(self.max_commit[uuid], core.commit)
 

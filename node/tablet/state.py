@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from node.entry import Entry, EntryType
+from node.faults import NO_FAULTS, Faults
 from node.tablet.ops import (
     Append,
     Cas,
@@ -67,9 +68,10 @@ def _is_int(value: Any) -> bool:
 
 
 class StateMachine:
-    def __init__(self, tablet_id: str, limits: Limits | None = None):
+    def __init__(self, tablet_id: str, limits: Limits | None = None, faults: Faults = NO_FAULTS):
         self.tablet_id = tablet_id
         self.limits = limits or Limits()
+        self.skip_dedup = faults.fault_skip_dedup
         self.data: dict[str, Any] = {}
         self.sessions: OrderedDict[int, Session] = OrderedDict()
         self.last_applied_index = 0
@@ -112,8 +114,8 @@ class StateMachine:
         )
 
     @classmethod
-    def from_snapshot(cls, snap: Snapshot) -> StateMachine:
-        sm = cls(snap.tablet_id, snap.limits)
+    def from_snapshot(cls, snap: Snapshot, faults: Faults = NO_FAULTS) -> StateMachine:
+        sm = cls(snap.tablet_id, snap.limits, faults)
         sm.data = dict(snap.data)
         sm.sessions = OrderedDict((s.session_id, s.copy()) for s in snap.sessions)
         sm.last_applied_index, sm.last_applied_term = (
@@ -139,9 +141,9 @@ class StateMachine:
             del self.sessions[c.session]
             return _OK
         self.sessions.move_to_end(c.session)
-        result = session.results.get(c.seq)
+        result = None if self.skip_dedup else session.results.get(c.seq)
         if result is None:
-            if c.seq < session.forgotten_below:
+            if c.seq < session.forgotten_below and not self.skip_dedup:
                 result = Result(
                     False,
                     error=Rejection.STALE_SEQ,

@@ -30,9 +30,12 @@ from node.consensus import (
 )
 from node.daemon import Outbox, PeerBook, load_or_create_instance
 from node.http import StatusHttp
+from node.logfmt import TabletLog, log_failure
 from node.protocol import (
     Ack,
     ChangeConfig,
+    ChecksumReport,
+    ChecksumScan,
     ConfigState,
     Consensus,
     CreateTablet,
@@ -43,6 +46,7 @@ from node.protocol import (
     Read,
     ServerStatus,
     StartTabletCopy,
+    TabletChecksum,
     TabletCopyData,
     TabletName,
     TabletReport,
@@ -50,8 +54,9 @@ from node.protocol import (
     TSHeartbeatResponse,
     Write,
 )
-from node.replica import Replica, ReplicaError, ReplicaOptions, bootstrap_replica
+from node.replica import Replica, ReplicaError, ReplicaOptions, bootstrap_replica, config_text
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
+from node.tablet.checksum import row_hashes, table_checksum
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.ops import is_read_only
 from node.tablet.paths import TabletPaths
@@ -134,13 +139,16 @@ class TabletServer:
     def _paths(self, tablet_id: str) -> TabletPaths:
         return TabletPaths(self.data_dir, tablet_id)
 
+    def _log(self, tablet_id: str) -> TabletLog:
+        return TabletLog(log, tablet_id, self.uuid)
+
     def _open_existing(self, tablet_id: str) -> None:
         table = "?"
         try:
             sb = Superblock.load(self._paths(tablet_id).superblock)
             table = sb.table_name
             if sb.data_state == DataState.COPYING:
-                log.warning("tablet %s: unfinished tablet copy, tombstoning it", tablet_id)
+                self._log(tablet_id).warning("unfinished tablet copy: tombstoning it")
                 recover_unfinished_copy(self._paths(tablet_id), sb)
                 sb = Superblock.load(self._paths(tablet_id).superblock)
             if sb.data_state == DataState.TOMBSTONED:
@@ -148,8 +156,8 @@ class TabletServer:
                 return
             self._start_replica(tablet_id, table)
         except Exception as e:  # corrupt or unreadable: this tablet fails, the server goes on
-            log.error("tablet %s failed to open: %s", tablet_id, e)
-            self.failed[tablet_id] = (table, f"{type(e).__name__}: {e}")
+            self.failed[tablet_id] = (table, log_failure(self._log(tablet_id),
+                                                         "cannot open the replica", e))
 
     def _start_replica(self, tablet_id: str, table: str) -> Replica:
         r = Replica(self.uuid, self._paths(tablet_id), self.outbox.sender(tablet_id),
@@ -168,6 +176,7 @@ class TabletServer:
         s.register("ts.write", Write, self.on_write)
         s.register("ts.read", Read, self.on_read)
         s.register("ts.status", Empty, self.on_status)
+        s.register("ts.checksum", ChecksumScan, self.on_checksum)
         s.register("ts.change_config", ChangeConfig, self.on_change_config)
         s.register("ts.start_tablet_copy", StartTabletCopy, self.on_start_tablet_copy)
         s.register("ts.fetch_tablet_copy", TabletName, self.on_fetch_tablet_copy)
@@ -215,7 +224,8 @@ class TabletServer:
 
             await asyncio.to_thread(create)
             self._start_replica(req.tablet_id, req.table_name)
-            log.info("created tablet %s of %s", req.tablet_id, req.table_name)
+            self._log(req.tablet_id).info("created replica of table %s with config %s",
+                                          req.table_name, config_text(config))
             return Ack(True)
 
     async def on_delete_tablet(self, req: DeleteTablet) -> Ack:
@@ -235,6 +245,7 @@ class TabletServer:
         await r.stop()
         await asyncio.to_thread(tombstone, self._paths(tablet_id), last)
         self.tombstoned[tablet_id] = self.tables.pop(tablet_id, "?")
+        self._log(tablet_id).info("tombstoned; last logged op (%d, %d)", last.term, last.index)
 
     # -- membership and tablet copy (seeds 03 and 05) ------------------------------------------
     async def on_change_config(self, req: ChangeConfig) -> ConfigState:
@@ -257,8 +268,8 @@ class TabletServer:
             raise RpcError(ErrorCode.NOT_LEADER, "not the leader", detail=e.leader) from None
         except ProposalError as e:
             raise RpcError(ErrorCode.ILLEGAL_STATE, f"{type(e).__name__}: {e}") from None
-        log.info("tablet %s: config change %s %s committed: %s", req.tablet_id, req.op,
-                 req.peer.uuid, config)
+        self._log(req.tablet_id).info("config change %s %s done: %s", req.op, req.peer.uuid,
+                                      config_text(config))
         return ConfigState(config.opid_index,
                            [[m.uuid, m.member_type.name] for m in config.members])
 
@@ -289,6 +300,8 @@ class TabletServer:
             if tid in self.replicas:
                 await self._tombstone(tid)
             self.copying.add(tid)
+        self._log(tid).info("tablet copy from %s starting (caller term %d)", req.source.uuid,
+                            req.caller_term)
         try:
             data = await self.rpc_client.call(req.source.addr, "ts.fetch_tablet_copy",
                                               TabletName(tid), TabletCopyData,
@@ -303,10 +316,15 @@ class TabletServer:
                     raise
                 self.tombstoned.pop(tid, None)
                 self._start_replica(tid, data.table_name)
+        except Exception as e:
+            self._log(tid).warning("tablet copy from %s failed: %s: %s", req.source.uuid,
+                                   type(e).__name__, e)
+            raise
         finally:
             self.copying.discard(tid)
-        log.info("tablet %s: copied from %s at index %d", tid, req.source.uuid,
-                 data.snapshot.last_applied_index)
+        self._log(tid).info("tablet copy finished: copied from %s at index %d (term %d)",
+                            req.source.uuid, data.snapshot.last_applied_index,
+                            data.snapshot.last_applied_term)
         return Ack(True)
 
     def _on_refused(self, tablet_id: str, peer_uuid: str) -> None:
@@ -333,13 +351,14 @@ class TabletServer:
                 task.add_done_callback(lambda _t, k=(tid, peer_uuid): self._copies_sent.discard(k))
 
     async def _send_copy(self, tablet_id: str, peer: Peer, term: int) -> None:
+        self._log(tablet_id).info("starting tablet copy to %s (term %d)", peer.uuid, term)
         try:
             await self.rpc_client.call(peer.addr, "ts.start_tablet_copy",
                                        StartTabletCopy(tablet_id, self.me, term), Ack,
                                        to_uuid=peer.uuid, timeout=90.0)
-            log.info("tablet %s: %s copied it from us", tablet_id, peer.uuid)
+            self._log(tablet_id).info("tablet copy to %s finished", peer.uuid)
         except RpcError as e:
-            log.info("tablet %s: tablet copy to %s failed: %s", tablet_id, peer.uuid, e)
+            self._log(tablet_id).info("tablet copy to %s failed: %s", peer.uuid, e)
 
     async def on_write(self, req: Write) -> OpResult:
         r = self._replica(req.tablet_id)
@@ -362,6 +381,26 @@ class TabletServer:
 
     async def on_status(self, _req: Empty) -> ServerStatus:
         return self.server_status()
+
+    async def on_checksum(self, req: ChecksumScan) -> ChecksumReport:
+        """Each replica's rows checksummed at its applied index. The rows are copied between two
+        applies (values are never mutated in place, so a shallow copy is exact) and hashed in a
+        thread, so a large tablet does not stall the event loop."""
+        out = []
+        for rep in self.reports():
+            if req.tablet_id and rep.tablet_id != req.tablet_id:
+                continue
+            r = self.replicas.get(rep.tablet_id)
+            if rep.state != "RUNNING" or r is None:
+                out.append(TabletChecksum(rep.tablet_id, rep.state, error=rep.error))
+                continue
+            s, data = r.status(), dict(r.state.data)
+            crc = await asyncio.to_thread(table_checksum, data)
+            keys = await asyncio.to_thread(row_hashes, data) if req.with_keys else None
+            out.append(TabletChecksum(rep.tablet_id, rep.state, s["role"], s["term"], s["commit"],
+                                      s["applied"], crc, len(data),
+                                      [m[0] for m in s["committed_config"]], keys))
+        return ChecksumReport(self.uuid, out)
 
     # -- reporting ---------------------------------------------------------------------------
     def reports(self) -> list[TabletReport]:

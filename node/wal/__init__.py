@@ -21,7 +21,7 @@
     log.close()                         # footer on the last segment
 
 Guarantees: reservation order is disk order; with log_force_fsync_all (default true) nothing
-is acknowledged before it is synced; one appender thread writes each group with one vectored
+is acknowledged before it is synced (unless the unsafe fault_ack_before_fsync is on); one appender thread writes each group with one vectored
 write and one sync, then runs that group's callbacks in order. Bootstrap accepts only one kind
 of damage, a torn tail of the newest unfinished segment, which it cuts off; anything else raises
 WalCorruption naming file and offset. Every reservation must be appended (the appender waits

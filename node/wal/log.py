@@ -16,6 +16,7 @@ from collections.abc import Callable
 import msgspec
 
 from node.entry import Entry
+from node.faults import Faults
 from node.wal import format as fmt
 from node.wal.errors import WalClosed, WalCorruption, WalError
 from node.wal.reader import UnclosedTail, judge_segment, read_log, replay
@@ -34,6 +35,7 @@ class LogOptions(msgspec.Struct, frozen=True, kw_only=True):
     log_preallocate_segments: bool = True  # fallocate segments to their full size up front
     log_min_segments_to_retain: int = 1  # closed segments gc() always keeps
     log_queue_max_bytes: int = 8 << 20  # reserve() blocks while this much is queued, unwritten
+    faults: Faults = msgspec.field(default_factory=Faults)  # fault_ack_before_fsync acts here
 
     @property
     def segment_bytes(self) -> int:
@@ -103,6 +105,7 @@ class Log:
         self._next: WritableSegment | BaseException | None = None
         self._anchors: dict[str, int] = {}
         self._anchor_lock = threading.Lock()
+        self._sync_owed = False  # fault_ack_before_fsync: the last group was acknowledged unsynced
         self._thread = threading.Thread(target=self._append_loop, name=f"wal-appender-{tablet_id}", daemon=True)
 
     # ---- open and close ----
@@ -396,13 +399,21 @@ class Log:
                         logger.exception("WAL append callback raised")
 
     def _write(self, bufs: list[bytes], nbytes: int, count: int, lo: int, hi: int) -> None:
-        """One vectored write and (with log_force_fsync_all) one sync for the whole group."""
+        """One vectored write and (with log_force_fsync_all) one sync for the whole group.
+        With fault_ack_before_fsync the group is acknowledged unsynced and synced only before
+        the next group is written: its callbacks run before its fsync."""
+        if self._sync_owed:
+            self._segment.sync()
+            self._sync_owed = False
         self._swap_if_ready()
         seg = self._segment
         seg.write(bufs, nbytes)
         seg.count(count, lo, hi)
         if self.options.log_force_fsync_all:
-            seg.sync()
+            if self.options.faults.fault_ack_before_fsync:
+                self._sync_owed = True
+            else:
+                seg.sync()
         seg.readable_end = seg.offset
         if seg.offset >= self.options.segment_bytes and self._next_thread is None:
             self._next_thread = threading.Thread(

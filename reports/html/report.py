@@ -19,7 +19,11 @@ ENV = jinja2.Environment(loader=jinja2.DictLoader(TEMPLATES),
                          autoescape=jinja2.select_autoescape(["html", "j2"]))
 
 
-def reproduce_command(test: dict) -> str:
+def reproduce_command(run: Run, test: dict) -> str:
+    """`tessera replay <run dir>` for a run that recorded its fault schedule; before schedules
+    were recorded, the command line with its seed (which replays the op streams only)."""
+    if (run.path / "schedule.json").is_file():
+        return f"tessera replay {run.path}"
     cmd = str(test.get("command", ""))
     if cmd and "seed" in test and "--seed" not in cmd:
         cmd += f" --seed {test['seed']}"
@@ -67,7 +71,7 @@ def render_report(run: Run, results: dict, ops: list[Op] | None) -> Path:
 
     test = results.get("test") or {}
     html = ENV.get_template("report.html.j2").render(
-        run=run.name, r=results, test=test, command=reproduce_command(test),
+        run=run.name, r=results, test=test, command=reproduce_command(run, test),
         figures=figures, counterexamples=counterexamples, cycles=cycles,
         other_anomalies=[a for a in results.get("anomalies", []) if a["type"] != "nonlinearizable"
                          and not any(c["explanation"] == a["explanation"] for c in cycles)],

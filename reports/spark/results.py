@@ -68,6 +68,33 @@ def nemesis_coverage(ops: list[Op], configured: list[str]) -> dict:
             "never_fired": sorted(set(configured) - set(fired)), "periods": periods}
 
 
+def with_checks(check: dict, extra: list[dict]) -> dict:
+    """The history's check result with the run's other checks (replica convergence, node logs)
+    among its results, marked as checks of the whole run, and in its verdict: invalid beats
+    unknown beats valid."""
+    return {**check, "results": list(check.get("results", [])) + [{**r, "scope": "run"} for r in extra],
+            "verdict": merge_verdicts([check["verdict"], *(r["verdict"] for r in extra)])}
+
+
+def run_checks(run: Run, ops: list[Op] | None) -> list[dict]:
+    """What the harness checked beyond the history, for the analysis: the replica convergence it
+    recorded (the cluster is gone by now) and the node logs, checked again from the run dir.
+    Runs recorded before these checks existed have neither."""
+    from reports.checkers.logs import check_logs
+
+    out = []
+    try:
+        out.append(json.loads((run.path / "convergence.json").read_text()))
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError) as e:
+        out.append({"checker": "convergence", "verdict": "unknown",
+                    "errors": [{"type": "unreadable", "explanation": f"convergence.json: {e}"}]})
+    if (run.path / "nodes").is_dir():
+        out.append(check_logs(run.path, ops))
+    return out
+
+
 def run_verdict(check: dict, st: dict | None) -> str:
     """The model checkers' verdict composed with the stats checker's, as Jepsen's `compose`
     merges them (invalid beats unknown beats valid): like Jepsen, a run where some f never
@@ -114,6 +141,8 @@ def build(run: Run, check: dict, ops: list[Op] | None, error: str | None, versio
     client = [op for op in ops or [] if op.process != NEMESIS]
     st = stats(client) if ops else None
     unreadable = error or check.get("unreadable")
+    if not unreadable:
+        check = with_checks(check, run_checks(run, ops))
     problem = unreadable or incomplete(test)
     return {
         "verdict": "unknown" if problem else run_verdict(check, st),
@@ -167,9 +196,12 @@ def run_row(run: Run, results: dict) -> dict:
 
 
 def key_rows(run: Run, results: dict) -> list[dict]:
-    """Per key (per-key models) or per checker (whole-run models) verdict rows."""
+    """Per key (per-key models) or per checker (whole-run models) verdict rows of the history's
+    checks; the run's other checks count in the run's row (verdict, anomaly types)."""
     rows = []
     for r in (results.get("check") or {}).get("results", []):
+        if r.get("scope") == "run":
+            continue
         keys = r.get("keys")
         if keys is None:
             types = sorted({a.get("type", "error") for a in r.get("anomalies", []) + r.get("errors", [])})

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import reports
 
-# Workload name -> checker model (the harness's names; the model name itself is accepted too).
+# Workload name -> checker model, for runs recorded before test.json carried the workload's
+# checker (the model name itself is accepted too).
 MODELS = {
     "register": "cas-register",
     "list-append": "list-append",
@@ -66,6 +67,9 @@ class Run:
 
 
 def model_for(test: dict) -> str:
+    """The model of the checker the workload carried, as test.json recorded it."""
+    if isinstance(test.get("checker"), dict):
+        return str(test["checker"]["model"])
     workload = str(test.get("workload", "register"))
     return MODELS.get(workload, workload)
 
@@ -73,6 +77,8 @@ def model_for(test: dict) -> str:
 def check_options(test: dict, model: str) -> dict:
     """The checker options the harness recorded in test.json when the run started (the bank's
     total), so the check never guesses them from the history."""
+    if isinstance(test.get("checker"), dict):
+        return dict(test["checker"].get("options", {}))
     if "checker_options" in test:
         return dict(test["checker_options"])
     return {"total": LEGACY_BANK_TOTAL} if model == "bank" else {}

@@ -1,0 +1,313 @@
+"""One chaos test, end to end, from a `TestSpec` (and, for a replay, the fault plan to follow).
+
+Brings up (or reuses) the hosts, deploys Tessera over SSH, creates the test table, runs the
+workload's logical processes with the fault plan executing alongside for the time limit, heals
+every fault, runs the final reads, checks replica convergence, collects and checks the nodes'
+logs, checks the history, and records all of it under store/<test>/<timestamp>/ as it happens:
+test.json (the spec and the facts of the run), schedule.json (the fault plan), history.jsonl,
+convergence.json, results.json.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+
+from harness.spec import TestSpec
+from nemeses.plan import Plan
+
+
+def say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def execute(spec: TestSpec, plan: Plan | None = None, **facts) -> int:
+    """Run the test and print its run directory last whenever one was made; the exit code as
+    Jepsen's CLI (`harness.cli`): the verdict's 0 / 1 / 2, or 255 when anything stopped the run
+    before a verdict, which the run's test.json then says. `facts` go into test.json as they are
+    (the command line, the run replayed)."""
+    from harness.cli import CRASHED, EXIT
+    from harness.cluster import ClusterError
+
+    made: list[Path] = []
+    try:
+        verdict = run_test(spec, plan, made.append, **facts)
+    except (Exception, KeyboardInterrupt) as e:
+        if not isinstance(e, ClusterError):  # a cluster error's message is the whole story
+            traceback.print_exc()
+        say(f"tessera test: crashed: {e or type(e).__name__}")
+        if made:
+            try:
+                _update_test(made[0], status="crashed", error=f"{type(e).__name__}: {e}")
+            except OSError as oe:
+                say(f"tessera test: could not mark the run crashed: {oe}")
+            print(made[0])
+        return CRASHED
+    print(made[0])
+    return EXIT[verdict]
+
+
+def _update_test(run_dir: Path, **fields) -> dict:
+    """test.json with `fields` set: what the run has done so far, for every later reader."""
+    import json
+
+    from harness.store import write_json
+
+    test = {**json.loads((run_dir / "test.json").read_text()), **fields}
+    write_json(run_dir / "test.json", test)
+    return test
+
+
+def _hosts(spec: TestSpec):
+    from harness.cluster import hostsfile, vagrant
+    from harness.cluster.netns import NetnsCluster
+
+    if spec.provider == "netns":
+        return NetnsCluster(spec.hosts).up(say)
+    if spec.provider == "hosts":
+        return hostsfile.load(Path(spec.hosts_file))
+    return vagrant.hosts(Path.cwd())
+
+
+def draw_plan(spec: TestSpec, hosts: list[str]) -> Plan:
+    from nemeses.plan import plan
+    from nemeses.registry import packages
+
+    known = packages()
+    return plan([known[n] for n in spec.nemesis], hosts, spec.seed, spec.nemesis_interval,
+                 spec.time_limit)
+
+
+def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **facts) -> str:
+    """The run, start to teardown; `made(run_dir)` as soon as the run directory exists. The
+    fault plan is drawn from the seed unless one is given (a replay). Returns the verdict."""
+    from harness.cluster import ClusterError
+    from harness.control import Remote
+    from harness.convergence import check_convergence
+    from harness.db import TesseraDB, build_wheelhouse, check_wheelhouse
+    from harness.runner import RunOptions
+    from harness.store import new_run_dir, write_json
+    from nemeses import plan as plans
+    from nemeses.base import Context
+    from nemeses.registry import packages
+    from workloads import make
+
+    workload = make(spec.workload, **spec.workload_options)
+    chosen = [packages()[n] for n in spec.nemesis]
+    hosts = _hosts(spec)
+    names = [h.name for h in hosts]
+    for p in chosen:
+        if len(hosts) < p.min_hosts:
+            raise ClusterError(f"nemesis {p.name} needs {p.min_hosts} hosts, not {len(hosts)}")
+    if plan is None:
+        plan = draw_plan(spec, names)
+    elif plan.hosts != names:
+        raise ClusterError(f"the plan was drawn for hosts {plan.hosts}, this cluster has {names}")
+    spec = msgspec.structs.replace(spec, concurrency=spec.concurrency or 2 * len(hosts))
+    run_dir = Path(new_run_dir(Path(spec.store), spec.workload))
+    made(run_dir)
+    (run_dir / "schedule.json").write_bytes(plans.dumps(plan))
+    control_log = open(run_dir / "control.log", "a")
+
+    def log_line(line: str) -> None:
+        control_log.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+        control_log.flush()
+
+    opts = RunOptions(concurrency=spec.concurrency, time_limit=spec.time_limit, rate=spec.rate,
+                      seed=spec.seed, op_timeout=spec.op_timeout + 1)
+    bound = ([names[t % len(names)] for t in range(spec.concurrency + 1)]
+             if spec.client == "node-bound" else None)
+    test = {**spec.to_dict(), **facts, "checker": workload.checker.to_json(),
+            "nodes": [{"name": h.name, "address": h.address} for h in hosts],
+            "bound": bound,  # thread -> its host (the last: setup and final ops), node-bound only
+            "final": opts.final_plan(), "status": "running"}
+    write_json(run_dir / "test.json", test)
+    say(f"run {run_dir} (seed {spec.seed})")
+    remotes = {h.name: Remote(h, log_line) for h in hosts}
+    db, nemeses, collected = None, {}, False
+    try:
+        if spec.wheelhouse:
+            wheels = check_wheelhouse(Path(spec.wheelhouse))
+        else:
+            wheels = build_wheelhouse(Path(spec.store) / ".wheelhouse",
+                                      Path(__file__).resolve().parents[1], say)
+        db = TesseraDB(hosts, wheels, remotes, masters=min(3, len(hosts)),
+                       flags=spec.daemon_flags(), log=say)
+        db.teardown()
+        ctx = Context(db, hosts, remotes)
+        nemeses = {p.name: p.build(ctx) for p in chosen}
+        db.lazyfs = any(p.lazyfs for p in chosen)
+        env = {k: v for p in chosen for k, v in p.daemon_env.items()}
+        db.env = {h: env for h in names} if env else {}
+        for n in nemeses.values():
+            n.heal()  # whatever an earlier, crashed run may have left on the hosts
+        db.setup()
+        schedule = asyncio.run(_drive(spec, workload, opts, db, ctx, run_dir, nemeses, plan))
+        convergence = _run_check("convergence", lambda: check_convergence(db))
+        write_json(run_dir / "convergence.json", convergence)
+        _collect(db, run_dir)
+        collected = True
+        return _judge(run_dir, workload.checker, schedule, convergence)
+    finally:
+        if db is not None:
+            if not collected:
+                _collect(db, run_dir)
+            for step in [db.teardown, *(n.teardown for n in nemeses.values())]:
+                try:  # every step gets its chance: one failure must not leave the others' mess
+                    step()
+                except ClusterError as e:
+                    say(f"teardown: {e}")
+        for r in remotes.values():
+            r.close()
+        control_log.close()
+
+
+def _collect(db, run_dir: Path) -> None:
+    from harness.cluster import ClusterError
+
+    for h in db.hosts:
+        try:
+            db.collect(h.name, run_dir / "nodes" / h.name)
+        except ClusterError as e:
+            say(f"could not collect logs from {h.name}: {e}")
+
+
+def _run_check(checker: str, call) -> dict:
+    """A run-level check that crashed is unknown with the reason, never left out of the verdict."""
+    try:
+        return call()
+    except Exception as e:
+        traceback.print_exc()
+        return {"checker": checker, "verdict": "unknown",
+                "errors": [{"type": "crashed", "explanation": f"{type(e).__name__}: {e}"}]}
+
+
+def _judge(run_dir: Path, checker, schedule, convergence: dict) -> str:
+    """The history checked, with the run's other checks, into results.json; the verdict."""
+    import json
+
+    from harness.store import write_json
+    from reports.checkers.logs import check_logs
+    from reports.history import read_jsonl, write_edn
+
+    ops = read_jsonl(run_dir / "history.jsonl")
+    write_edn(ops, run_dir / "history.edn")
+    logs = _run_check("logs", lambda: check_logs(run_dir, ops))
+    test = json.loads((run_dir / "test.json").read_text())
+    results = _results(ops, checker, test, schedule, extra=[convergence, logs])
+    write_json(run_dir / "results.json", results)
+    say(f"{len(ops)} history events; verdict: {results['verdict']}")
+    return results["verdict"]
+
+
+async def _drive(spec: TestSpec, workload, opts, db, ctx, run_dir: Path, nemeses: dict,
+                 plan: Plan):
+    """Test table, workload with the fault plan, heal, final ops. Returns the schedule run."""
+    from harness.recorder import Recorder
+    from harness.runner import Progress, run
+    from nemeses.schedule import Schedule
+    from node.client import TesseraClient
+
+    client = TesseraClient(db.master_addrs, timeout=min(spec.op_timeout, 10.0))
+    say("waiting for the cluster to accept the test table")
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            await client.create_table("test", num_tablets=workload.tablets,
+                                      replication_factor=min(3, len(ctx.hosts)))
+            break
+        except Exception as e:
+            if "exists" in str(e):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"cluster never accepted the test table: {e}") from e
+            await asyncio.sleep(1)
+    table = client.table("test")
+    locs = await _wait_writable(client, table, deadline)
+    ctx.tablets.update({t.partition.bucket: t.tablet_id for t in locs.tablets})
+    names = {h.address: h.name for h in ctx.hosts}
+    progress = Progress()
+    schedule = Schedule(nemeses, plan, progress.active_faults)
+    rec = Recorder(run_dir / "history.jsonl")
+    _update_test(run_dir, started_at=rec.wall_t0)
+    say(f"running {spec.workload} for {spec.time_limit:g}s, "
+        f"nemesis: {','.join(spec.nemesis) or 'none'}, {spec.client} clients")
+
+    async def watchdog(rec_, deadline_):
+        while asyncio.get_running_loop().time() < deadline_:
+            await asyncio.sleep(2)
+            for host, daemon in await asyncio.to_thread(db.revive):
+                rec_.record("nemesis", "info", "watchdog-restart", {"host": host, "daemon": daemon})
+
+    async def nemesis(rec_, deadline_):
+        await asyncio.gather(watchdog(rec_, deadline_), schedule.run(rec_))
+
+    if spec.client == "node-bound":
+        def clients(thread: int):
+            return client.table("test", names, bind=ctx.hosts[thread % len(ctx.hosts)].address)
+    else:
+        def clients(thread: int):
+            return client.table("test", names)
+    try:
+        tried = await run(workload, clients, rec, opts, nemesis=nemesis, heal=schedule.heal,
+                          progress=progress)
+    finally:
+        rec.close()
+        await client.close()
+    for t in tried:
+        if t["outcome"] != "ok":
+            say(f"final {t['f']} never succeeded in {t['attempts']} attempts over {t['seconds']:g}s")
+    _update_test(run_dir, status="complete", final={**opts.final_plan(), "ops": tried})
+    return schedule
+
+
+async def _wait_writable(client, table, deadline: float):
+    """Until every tablet of the test table has a leader that accepts writes, so the clock (and
+    the first fault) starts on a working cluster. Probe keys live outside every workload's keys.
+    Returns the table's locations."""
+    locs = await client.locations("test", refresh=True)
+    probes = {}
+    for i in range(10_000):
+        key = f"_ready{i}"
+        bucket = next(t.tablet_id for t in locs.tablets if t.partition.contains(key))
+        probes.setdefault(bucket, key)
+        if len(probes) == len(locs.tablets):
+            break
+    for key in probes.values():
+        while True:
+            try:
+                await table.write(key, 1)
+                break
+            except Exception as e:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"test table never became writable: {e}") from e
+                await asyncio.sleep(0.5)
+    return locs
+
+
+def _results(ops, checker, test: dict, schedule, extra: list[dict] = ()) -> dict:
+    """The run's verdict, as `tessera analyze` gives it: the workload's checker composed with the
+    run's other checks (`extra`: convergence, node logs) and Jepsen's stats checker (an f that
+    never succeeded makes the run invalid)."""
+    from collections import Counter
+
+    from reports.checkers.stats import stats
+    from reports.spark.results import run_verdict, with_checks
+
+    client_ops = [o for o in ops if o.process != "nemesis"]
+    counts = Counter(f"{o.f}:{o.type}" for o in client_ops if o.type != "invoke")
+    try:
+        check = checker.check(client_ops)
+    except Exception as e:  # an unreadable history is reported, never turned into a verdict
+        check = {"verdict": "unknown", "results": [], "error": f"{type(e).__name__}: {e}"}
+    check = with_checks(check, list(extra))
+    st = stats(client_ops)
+    return {"verdict": run_verdict(check, st), "checker": checker.model, "check": check,
+            "stats": {k: st[k] for k in ("verdict", "never_ok", "counts")}, "counts": dict(counts),
+            "final": test["final"], "nemesis": schedule.summary()}

@@ -1,0 +1,119 @@
+"""`tessera test`: build a `TestSpec` from the command line, checking every argument before
+anything touches a host, then run it (`harness.chaos`).
+
+Runs one chaos test: deploys Tessera on the hosts, runs the workload with the fault plan for
+--time-limit seconds, heals, runs the final reads, checks, and prints the run's store directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+from harness.spec import CLIENT_MODES, FAST_FAILURE_DETECTION, PROVIDERS, TestSpec
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    from nemeses.registry import packages
+    from workloads import WORKLOADS
+
+    p.description = __doc__.split("\n\n")[1].replace("\n", " ")
+    d = TestSpec()
+    p.add_argument("--workload", default=d.workload, help=f"one of {', '.join(WORKLOADS)} (default register)")
+    p.add_argument("--workload-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a workload parameter, e.g. ops_per_key=100 (repeatable)")
+    p.add_argument("--nemesis", default="none",
+                   help=f"none, all, raft, or a comma list of: {', '.join(packages())} (default none)")
+    p.add_argument("--nemesis-interval", type=float, default=d.nemesis_interval, metavar="S",
+                   help="seconds between a fault's start and stop (default 10)")
+    p.add_argument("--time-limit", type=float, default=d.time_limit, metavar="S",
+                   help="seconds of workload (default 60)")
+    p.add_argument("--concurrency", type=int, default=d.concurrency, metavar="N",
+                   help="logical processes (default 2 x hosts)")
+    p.add_argument("--rate", type=float, default=d.rate, help="ops/s over all processes (default 100; 0 = unlimited)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the op and fault schedule (default: random, recorded)")
+    p.add_argument("--client", default=d.client, choices=CLIENT_MODES,
+                   help="node-bound: worker t sends each op first to its tablet's replica on host "
+                        "t mod n, as Jepsen binds clients to nodes; smart: to the leader it knows "
+                        "(default node-bound)")
+    p.add_argument("--provider", default=d.provider, choices=PROVIDERS, help="where the hosts come from (default netns)")
+    p.add_argument("--hosts", type=int, default=d.hosts, help="netns: number of hosts (default 5)")
+    p.add_argument("--hosts-file", type=Path, help="hosts provider: TOML file of hosts")
+    p.add_argument("--store", type=Path, default=Path(d.store), help="store directory (default ./store)")
+    p.add_argument("--wheelhouse", type=Path, help="use these prebuilt wheels instead of building them")
+    p.add_argument("--flag", action="append", default=[], metavar="KEY=VALUE",
+                   help="daemon config key for every node, e.g. log_force_fsync_all=false (repeatable)")
+    fast = ", ".join(f"{k}={v}" for k, v in FAST_FAILURE_DETECTION.items())
+    p.add_argument("--fast-failure-detection", action="store_true",
+                   help=f"daemons detect failures fast, for many elections per minute ({fast})")
+    p.add_argument("--op-timeout", type=float, default=d.op_timeout, help="seconds before an op is recorded as info (default 5)")
+
+
+def parse_value(text: str, what: str) -> tuple[str, object]:
+    """KEY=VALUE with VALUE read as a bool, int, float or string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"{what} wants KEY=VALUE, got {text!r}")
+    key, low = key.replace("-", "_"), value.lower()
+    if low in ("true", "false"):
+        return key, low == "true"
+    for cast in (int, float):
+        try:
+            return key, cast(value)
+        except ValueError:
+            pass
+    return key, value
+
+
+def spec_from_args(args: argparse.Namespace) -> TestSpec:
+    """Every argument checked before anything touches a host; ValueError says what is wrong."""
+    from nemeses.registry import select
+    from workloads import make
+
+    options = dict(parse_value(o, "--workload-option") for o in args.workload_option)
+    try:
+        make(args.workload, **options)
+    except TypeError as e:
+        raise ValueError(f"bad --workload-option for {args.workload}: {e}") from None
+    if args.time_limit <= 0:
+        raise ValueError(f"--time-limit must be > 0, got {args.time_limit:g}")
+    if args.nemesis_interval <= 0:
+        raise ValueError("--nemesis-interval must be > 0")
+    if args.concurrency < 0 or args.rate < 0 or args.op_timeout <= 0:
+        raise ValueError("--concurrency, --rate must be >= 0 and --op-timeout > 0")
+    if args.provider == "hosts" and not args.hosts_file:
+        raise ValueError("--provider hosts needs --hosts-file")
+    if args.provider == "hosts":
+        from harness.cluster import hostsfile
+        hostsfile.load(args.hosts_file)  # a bad file is a bad argument, found before any SSH
+    if args.wheelhouse is not None:
+        from harness.db import check_wheelhouse
+        check_wheelhouse(args.wheelhouse)
+    return TestSpec(
+        workload=args.workload, workload_options=options, nemesis=select(args.nemesis),
+        nemesis_interval=args.nemesis_interval, time_limit=args.time_limit,
+        concurrency=args.concurrency, rate=args.rate,
+        seed=args.seed if args.seed is not None else random.randrange(2**31),
+        client=args.client, flags=dict(parse_value(f, "--flag") for f in args.flag),
+        fast_failure_detection=args.fast_failure_detection, op_timeout=args.op_timeout,
+        provider=args.provider, hosts=args.hosts,
+        hosts_file=str(args.hosts_file.resolve()) if args.hosts_file else None,
+        store=str(args.store), wheelhouse=str(args.wheelhouse) if args.wheelhouse else None)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit codes as Jepsen's CLI (`harness.cli`): the verdict's 0 / 1 / 2, 254 for bad
+    arguments, 255 when anything stopped the run before a verdict."""
+    from harness import chaos
+    from harness.cli import BAD_ARGS
+    from harness.cluster import ClusterError
+
+    try:
+        spec = spec_from_args(args)
+    except (ValueError, ClusterError) as e:
+        print(f"tessera test: {e}", file=sys.stderr)
+        return BAD_ARGS
+    command = " ".join(["tessera", *sys.argv[1:]]) if sys.argv[1:2] == ["test"] else None
+    return chaos.execute(spec, command=command)

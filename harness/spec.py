@@ -1,0 +1,57 @@
+"""A test is a value (Jepsen's test map): `TestSpec` holds everything needed to run a chaos test
+or run it again. `tessera test` builds one from its arguments, `harness.chaos.run_test` consumes
+it, test.json stores it (beside the facts of the run), and `tessera replay` reads it back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+CLIENT_MODES = ("node-bound", "smart")
+PROVIDERS = ("netns", "hosts", "vagrant")
+
+# `--fast-failure-detection`: the engine's failure detection at Raft-test speed, so a minute of
+# faults holds dozens of elections (Kudu's defaults: 500 ms heartbeats, 1 s tablet server
+# heartbeats). The one source of these values; daemon flags given with --flag win over them.
+FAST_FAILURE_DETECTION: dict[str, Any] = {
+    "raft_heartbeat_interval_ms": 100,
+    "leader_failure_max_missed_heartbeat_periods": 3,
+    "heartbeat_interval_ms": 200,
+}
+
+
+class TestSpec(msgspec.Struct, frozen=True, kw_only=True):
+    __test__ = False  # not a pytest class, whatever its name
+
+    workload: str = "register"
+    workload_options: dict[str, Any] = {}
+    nemesis: list[str] = []  # fault package names (nemeses.registry)
+    nemesis_interval: float = 10.0  # seconds between a fault's start and stop
+    time_limit: float = 60.0  # seconds of workload
+    concurrency: int = 0  # logical processes; 0 = 2 x hosts
+    rate: float = 100.0  # ops/s over all processes; 0 = unlimited
+    seed: int = 0  # of every process's op stream and of the fault plan
+    client: str = "node-bound"  # node-bound: thread t talks to host t mod n; smart: any replica
+    flags: dict[str, Any] = {}  # daemon config keys for every node
+    fast_failure_detection: bool = False
+    op_timeout: float = 5.0
+    provider: str = "netns"
+    hosts: int = 5  # netns: how many
+    hosts_file: str | None = None  # hosts provider: TOML file of hosts
+    store: str = "store"
+    wheelhouse: str | None = None  # prebuilt wheels instead of building them
+
+    def daemon_flags(self) -> dict[str, Any]:
+        """What every daemon's config gets: the fast failure-detection set, then --flag."""
+        return {**(FAST_FAILURE_DETECTION if self.fast_failure_detection else {}), **self.flags}
+
+    def to_dict(self) -> dict:
+        return msgspec.to_builtins(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TestSpec:
+        """The spec within a test.json (which also holds facts of the run, ignored here)."""
+        fields = set(cls.__struct_fields__)
+        return msgspec.convert({k: v for k, v in d.items() if k in fields}, cls)

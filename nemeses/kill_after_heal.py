@@ -1,0 +1,61 @@
+"""Partition a tablet leader away, and right after the partition heals kill that tablet's leader
+(often the one elected meanwhile), while the old leader is still catching up; restart it after a
+moment. Entries committed just before the kill must survive the election that follows."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+from nemeses.base import Context, Nemesis
+from nemeses.net import Partition, isolate
+from nemeses.registry import Package, register
+
+
+def draw(rng: random.Random, hosts: list[str]) -> dict:
+    return {"target": {"rule": "tablet-leader", "bucket": rng.randrange(1 << 16),
+                       "fallback": [rng.choice(hosts)]},
+            "down_s": round(rng.uniform(0.5, 3), 2)}
+
+
+@dataclass
+class KillAfterHeal(Nemesis):
+    ctx: Context = None
+    part: Partition = None
+    name: str = "kill-after-heal"
+    _choice: dict = field(default_factory=dict)
+    _killed: list[str] = field(default_factory=list)
+
+    def start(self, choice: dict) -> dict:
+        (leader,) = self.ctx.resolve(choice["target"])
+        self._choice = choice
+        self.part.cut(isolate(leader, self.ctx.names))
+        self.active = True
+        return {"isolated": leader, "tablet": self.ctx.tablet(choice["target"]["bucket"])}
+
+    def stop(self) -> dict:
+        if not self.active:  # the start failed
+            return self.heal()
+        self.part.stop()
+        (leader,) = self.ctx.resolve(self._choice["target"])
+        self._killed = [leader]
+        self.ctx.db.kill(leader, "tserver")
+        time.sleep(self._choice["down_s"])
+        return {"healed": self.ctx.names, "killed": leader, **self._restart()}
+
+    def _restart(self) -> dict:
+        restarted, self._killed = self._killed, []
+        for h in restarted:
+            self.ctx.db.start(h, "tserver")
+        self.active = False
+        return {"restarted": restarted}
+
+    def heal(self) -> dict:
+        self.part.heal()
+        return self._restart()
+
+
+register(Package("kill-after-heal", heal_rank=14, draw=draw, min_hosts=3, group="raft",
+                 build=lambda ctx: KillAfterHeal(ctx=ctx, part=Partition(
+                     hosts=ctx.hosts, remotes=ctx.remotes, ctx=ctx))))

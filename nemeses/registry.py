@@ -1,0 +1,59 @@
+"""Fault packages, Jepsen's way: each nemesis module registers what the harness needs to know
+about its fault, so adding a fault is one new file and nothing switches on a name."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from nemeses.base import Context, Nemesis
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str
+    build: Callable[[Context], Nemesis]  # the fault, ready to run on these hosts
+    draw: Callable[[random.Random, list[str]], dict]  # one start's choices: pure, from host names
+    heal_rank: int = 50  # the final heal goes from low to high: networks before processes
+    min_hosts: int = 1
+    daemon_env: Mapping[str, str] = field(default_factory=dict)  # every daemon runs with it
+    lazyfs: bool = False  # tablet servers' data dirs must be lazyfs mounts
+    group: str = "all"  # what `--nemesis GROUP` selects: "all" (the classic faults) or "raft"
+
+
+_PACKAGES: dict[str, Package] = {}
+
+
+def register(package: Package) -> Package:
+    _PACKAGES[package.name] = package
+    return package
+
+
+def packages() -> dict[str, Package]:
+    """Every registered package by name, in heal order: importing the modules of `nemeses`
+    registers them."""
+    import nemeses
+
+    for m in pkgutil.iter_modules(nemeses.__path__):
+        importlib.import_module(f"nemeses.{m.name}")
+    return {p.name: p for p in sorted(_PACKAGES.values(), key=lambda p: (p.heal_rank, p.name))}
+
+
+def select(text: str) -> list[str]:
+    """Package names from `--nemesis`: none, a group (all, raft), or a comma list of names.
+    ValueError names what is known."""
+    known = packages()
+    groups = sorted({p.group for p in known.values()})
+    if text == "none":
+        return []
+    if text in groups:
+        return [n for n, p in known.items() if p.group == text]
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for n in names:
+        if n not in known:
+            raise ValueError(f"unknown nemesis {n!r} (known: {', '.join(known)}, "
+                             f"{', '.join(groups)}, none)")
+    return names

@@ -1,0 +1,118 @@
+"""Replica convergence, like Kudu's `ksck --checksum_scan`: once a run is quiet, the live
+replicas of each tablet must reach the same applied index and then hold the same rows.
+
+A history cannot show this: a follower that applied an entry differently (or lost one on disk)
+serves no client read until it leads, and a run can end before it ever does. Replicas are
+compared only at equal applied indexes, since a state machine is only defined per index. Replicas
+that are not RUNNING (failed, tombstoned, copying), are outside the committed config, or whose
+server did not answer are listed but never compared.
+
+`compare` and `first_differing_key` are pure; `converge` polls through an injected `ask`, so the
+harness (netns DB adapter), `tessera ksck` and the loopback tests share one implementation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from node.protocol import ChecksumReport, ChecksumScan, TabletChecksum
+
+Ask = Callable[[ChecksumScan], dict[str, ChecksumReport]]  # host -> reply, for hosts that answered
+
+
+def _members(replicas: dict[str, TabletChecksum]) -> set[str]:
+    """The committed config as the most recent replica knows it (highest term, a leader first):
+    a replica removed while partitioned may still believe it is a member."""
+    running = [t for t in replicas.values() if t.state == "RUNNING"]
+    if not running:
+        return set()
+    newest = max(running, key=lambda t: (t.term, t.role == "LEADER"))
+    return set(newest.members)
+
+
+def _replica(t: TabletChecksum, uuid: str, note: str) -> dict:
+    out = {"uuid": uuid, "state": t.state, "role": t.role, "term": t.term, "commit": t.commit,
+           "applied": t.applied, "checksum": t.checksum, "rows": t.rows, "compared": not note}
+    if note:
+        out["note"] = note
+    if t.error:
+        out["error"] = t.error
+    return out
+
+
+def compare(replies: dict[str, ChecksumReport], asked: list[str]) -> dict:
+    """The convergence result for one round of replies (host -> report) from the `asked` hosts.
+    Invalid if replicas at the same applied index differ; unknown if nobody answered or some live
+    replica is behind the others; else valid."""
+    uuid_of = {host: rep.uuid for host, rep in replies.items()}
+    by_tablet: dict[str, dict[str, TabletChecksum]] = {}
+    for host, rep in replies.items():
+        for t in rep.tablets:
+            by_tablet.setdefault(t.tablet_id, {})[host] = t
+    tablets, errors, behind = [], [], {}
+    for tid in sorted(by_tablet):
+        reps = by_tablet[tid]
+        members = _members(reps)
+        notes = {h: ("not RUNNING" if t.state != "RUNNING" else
+                     "not in the committed config" if uuid_of[h] not in members else "")
+                 for h, t in reps.items()}
+        live = {h: t for h, t in reps.items() if not notes[h]}
+        applied = max((t.applied for t in live.values()), default=None)
+        for h, t in live.items():
+            if t.applied != applied:
+                notes[h] = f"behind: applied {t.applied} < {applied}"
+                behind.setdefault(tid, []).append(h)
+        compared = {h: t for h, t in live.items() if not notes[h]}
+        tablets.append({"tablet": tid, "applied_index": applied,
+                        "replicas": {h: _replica(t, uuid_of[h], notes[h]) for h, t in sorted(reps.items())},
+                        "missing": sorted(members - {uuid_of[h] for h in reps})})
+        if len({t.checksum for t in compared.values()}) > 1:
+            sums = {h: t.checksum for h, t in sorted(compared.items())}
+            errors.append({
+                "type": "divergent-replicas", "tablet": tid, "applied_index": applied,
+                "replicas": sorted(compared), "checksums": sums, "first_differing_key": None,
+                "explanation": f"at applied index {applied} the replicas of tablet {tid} hold "
+                               f"different rows: " + ", ".join(f"{h} CRC32C {c}" for h, c in sums.items())})
+    result = {"checker": "convergence", "tablets": tablets, "errors": errors,
+              "unreachable": sorted(set(asked) - set(replies))}
+    if errors:
+        return {**result, "verdict": "invalid"}
+    if not replies:
+        return {**result, "verdict": "unknown", "reason": "no tablet server answered"}
+    if behind:
+        lag = "; ".join(f"{tid}: {', '.join(sorted(hs))}" for tid, hs in sorted(behind.items()))
+        return {**result, "verdict": "unknown",
+                "reason": f"live replicas never reached the same applied index ({lag})"}
+    return {**result, "verdict": "valid"}
+
+
+def first_differing_key(keys: dict[str, list[tuple[str, int]]]) -> str | None:
+    """The smallest key whose row is missing on, or hashes differently on, some replica."""
+    rows = {host: dict(pairs) for host, pairs in keys.items()}
+    for key in sorted(set().union(*rows.values()) if rows else ()):
+        if len({r.get(key) for r in rows.values()}) > 1:
+            return key
+    return None
+
+
+def converge(ask: Ask, asked: list[str], timeout: float, interval: float = 0.5) -> dict:
+    """Poll until the result is decided (valid or invalid) or `timeout` passes; then name the
+    first differing key of each divergent tablet, from a second scan with row hashes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = compare(ask(ChecksumScan()), asked)
+        if result["verdict"] != "unknown":
+            break
+        if time.monotonic() >= deadline:
+            result["reason"] += f" within {timeout:g} s"
+            break
+        time.sleep(interval)
+    for err in result["errors"]:
+        replies = ask(ChecksumScan(err["tablet"], with_keys=True))
+        scans = {h: replies[h].tablets[0] for h in err["replicas"]
+                 if h in replies and replies[h].tablets and replies[h].tablets[0].keys is not None}
+        if len(scans) >= 2 and len({t.applied for t in scans.values()}) == 1:
+            err["first_differing_key"] = first_differing_key({h: t.keys or [] for h, t in scans.items()})
+            err["explanation"] += f"; first differing key: {err['first_differing_key']!r}"
+    return result

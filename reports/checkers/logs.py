@@ -1,0 +1,162 @@
+"""The node-log checker: like Jepsen's scan of node logs for panics, it finds what no history can
+show, such as an invariant violation a follower noticed or a daemon that never came up.
+
+It reads `run_dir/nodes/<host>/*.log` (what harness.db.TesseraDB.collect fetches) for:
+
+  safety          a line with `SAFETY:` (an invariant violation the engine detected)
+  corruption      a line with `CORRUPTION:` (damaged data found on disk)
+  failed-replica  a line with `FAILED:` (a replica entered FAILED)
+  traceback       `Traceback (most recent call last):` through its exception line (chained
+                  tracebacks included); one right after a marker line belongs to that marker
+  start-failure   a `tessera master|tserver: ...` line: what the daemon prints when it cannot
+                  start (bad config, port in use, unreadable data dir), and what the DB adapter
+                  appends when no daemon process appeared at all
+
+Any of these makes the run invalid, with one exception, the expected-corruption rule: the disk
+nemesis damages a WAL segment or consensus-metadata file on purpose and records, in its
+`start-disk` completion, the host, the file and the tablet it hit. The damage is permanent for
+the run, so on that host every CORRUPTION or FAILED line (with its traceback) naming that tablet
+or that file is the engine reacting correctly: it is reported under "expected", not as an error.
+So is a traceback there whose exception line is a corruption error naming them. Corruption on
+any other host, tablet or file is unexpected and invalid. Log lines are not matched by time:
+hosts' clocks are skewed by the clock nemesis.
+
+The watchdog's restarts (history ops of process "nemesis", f "watchdog-restart") are listed:
+a daemon died without being killed on purpose, which is worth a look but not a violation.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+MARKERS = (("SAFETY:", "safety"), ("CORRUPTION:", "corruption"), ("FAILED:", "failed-replica"))
+TRACEBACK = "Traceback (most recent call last):"
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+START_FAILURE = re.compile(r"^tessera (master|tserver): ")
+MAX_LINES, MAX_CHARS = 40, 4000  # of quoted text per finding
+
+_EXPLAIN = {
+    "safety": "an invariant check failed: the engine reached a state it must never reach",
+    "corruption": "the engine found corrupt data that no nemesis damaged",
+    "failed-replica": "a replica entered FAILED without injected damage to explain it",
+    "traceback": "an unhandled exception",
+    "start-failure": "a daemon could not start",
+}
+
+
+def _get(op, name: str):
+    return op.get(name) if isinstance(op, dict) else getattr(op, name, None)
+
+
+def _quote(lines: list[str]) -> str:
+    text = "\n".join(lines[:MAX_LINES])
+    if len(lines) > MAX_LINES:
+        text += f"\n... ({len(lines) - MAX_LINES} more lines)"
+    return text if len(text) <= MAX_CHARS else text[:MAX_CHARS] + "\n... (cut)"
+
+
+def _traceback_end(lines: list[str], i: int) -> int:
+    """The index after the traceback starting at lines[i]: its exception line ends it, unless a
+    chained traceback follows."""
+    j = i + 1
+    while j < len(lines):
+        line = lines[j]
+        if not line.strip() or line[:1] in (" ", "\t") or line.startswith((TRACEBACK, *_CHAINED)):
+            j += 1
+            continue
+        k = j + 1
+        while k < len(lines) and not lines[k].strip():
+            k += 1
+        if k < len(lines) and lines[k].startswith(_CHAINED):
+            j = k
+            continue
+        return j + 1
+    return j
+
+
+def scan_log(text: str) -> list[dict]:
+    """Findings in one log: {"type", "line" (1-based), "lines" (the quoted ones), "end"}."""
+    lines = text.splitlines()
+    found: list[dict] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if TRACEBACK in line:
+            end = _traceback_end(lines, i)
+            block = lines[i:end]
+            prev = found[-1] if found else None
+            if prev is not None and prev["type"] != "traceback" and prev["end"] == i:
+                prev["lines"] += block  # the marker's own stack (log.exception)
+                prev["end"] = end
+            else:
+                found.append({"type": "traceback", "line": i + 1, "lines": block, "end": end})
+            i = end
+            continue
+        kind = next((k for marker, k in MARKERS if marker in line), None)
+        if kind is None and START_FAILURE.match(line):
+            kind = "start-failure"
+        if kind is not None:
+            found.append({"type": kind, "line": i + 1, "lines": [line], "end": i + 1})
+        i += 1
+    return found
+
+
+def injected_damage(ops) -> dict[str, set[str]]:
+    """host -> the tablet ids and file paths the disk nemesis damaged there."""
+    damaged: dict[str, set[str]] = {}
+    for op in ops or ():
+        value = _get(op, "value")
+        if (_get(op, "process") != "nemesis" or _get(op, "f") != "start-disk"
+                or not isinstance(value, dict) or "file" not in value):
+            continue
+        names = damaged.setdefault(value["host"], set())
+        names.add(value["file"])
+        parts = value["file"].rstrip("/").split("/")
+        names.add((value.get("replica") or {}).get("tablet")
+                  or parts[-2 if "/wals/" in value["file"] else -1])
+    return damaged
+
+
+def _expected(finding: dict, names: set[str]) -> bool:
+    text = "\n".join(finding["lines"])
+    if not any(n in text for n in names):
+        return False
+    if finding["type"] in ("corruption", "failed-replica"):
+        return True
+    return finding["type"] == "traceback" and "corruption" in finding["lines"][-1].lower()
+
+
+def watchdog_restarts(ops) -> list[dict]:
+    return [{"host": (_get(op, "value") or {}).get("host"),
+             "daemon": (_get(op, "value") or {}).get("daemon"),
+             "index": _get(op, "index"), "time_s": round((_get(op, "time") or 0) / 1e9, 3)}
+            for op in ops or ()
+            if _get(op, "process") == "nemesis" and _get(op, "f") == "watchdog-restart"]
+
+
+def check_logs(run_dir: Path, ops=None) -> dict:
+    """{"checker": "logs", "verdict", "errors", "expected", "watchdog_restarts", "logs"}; unknown
+    only when no node log was collected at all."""
+    damaged = injected_damage(ops)
+    errors, expected, scanned, missing = [], [], [], []
+    for host_dir in sorted(p for p in (Path(run_dir) / "nodes").glob("*") if p.is_dir()):
+        host = host_dir.name
+        missing += [f"{host}/{p.name}" for p in sorted(host_dir.glob("*.log.missing"))]
+        for path in sorted(host_dir.glob("*.log")):
+            scanned.append(f"{host}/{path.name}")
+            for f in scan_log(path.read_text(errors="replace")):
+                is_expected = _expected(f, damaged.get(host, set()))
+                explanation = _EXPLAIN[f["type"]]
+                if f["type"] == "traceback":
+                    explanation += f": {f['lines'][-1].strip()}"
+                if is_expected:
+                    explanation = "the engine refused data the disk nemesis damaged on purpose"
+                (expected if is_expected else errors).append({
+                    "type": f["type"], "host": host, "file": path.name, "line": f["line"],
+                    "text": _quote(f["lines"]), "explanation": f"{host}: {explanation}"})
+    result = {"checker": "logs", "errors": errors, "expected": expected,
+              "watchdog_restarts": watchdog_restarts(ops), "logs": scanned, "missing": missing}
+    if not scanned:
+        return {**result, "verdict": "unknown", "reason": f"no node logs under {run_dir}/nodes"}
+    return {**result, "verdict": "invalid" if errors else "valid"}

@@ -1,0 +1,193 @@
+"""The node-log checker on hand-written logs (each marker, tracebacks, the expected-corruption
+rule, watchdog restarts, the report) and on the log of a real daemon whose WAL was damaged."""
+
+import asyncio
+import shutil
+import time
+
+import pytest
+
+from node.client import TesseraClient
+from node.tools.local_cluster import LocalCluster
+from reports.checkers.logs import check_logs
+from reports.history import Op
+from reports.html.report import ENV
+
+T1, T2 = "aaaa-0000", "bbbb-0000"
+WAL = f"/var/lib/tessera/tserver/wals/{T1}/wal-000000001"
+TS = "2026-11-23 03:05:57,850 tserver"
+
+TRACEBACK = """\
+Traceback (most recent call last):
+  File "/x/replica.py", line 10, in _drive
+    await self._handle(rd)
+KeyError: 'gone'
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "/x/replica.py", line 12, in _drive
+    raise RuntimeError("worse")
+RuntimeError: worse"""
+
+
+def write_logs(run_dir, logs: dict[str, str]):
+    for name, text in logs.items():
+        path = run_dir / "nodes" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return run_dir
+
+
+def disk_op(host, path=WAL, tablet=T1):
+    return {"index": 5, "type": "info", "process": "nemesis", "f": "start-disk", "time": 1,
+            "value": {"host": host, "file": path, "kind": "wal", "mode": "bitflip",
+                      "replica": {"tablet": tablet, "state": "FAILED", "error": "WalCorruption"}}}
+
+
+def test_each_marker_is_an_error_with_host_file_and_line(tmp_path):
+    write_logs(tmp_path, {
+        "n1/tserver.log": f"{TS} INFO fine\n{TS} ERROR x: SAFETY: two leaders in term 4\n",
+        "n2/tserver.log": f"{TS} INFO fine\n{TS} INFO fine\n{TS} ERROR x: CORRUPTION: {WAL} crc\n",
+        "n3/tserver.log": f"{TS} ERROR x: FAILED: tablet {T2}: IOError\n",
+        "n3/master.log": "tessera master: cannot start: [Errno 98] address already in use\n",
+        "n3/data-dir.txt": "SAFETY: not a log, not scanned\n",
+    })
+    r = check_logs(tmp_path)
+    assert r["verdict"] == "invalid"
+    found = {(e["type"], e["host"], e["file"], e["line"]) for e in r["errors"]}
+    assert found == {("safety", "n1", "tserver.log", 2), ("corruption", "n2", "tserver.log", 3),
+                     ("failed-replica", "n3", "tserver.log", 1),
+                     ("start-failure", "n3", "master.log", 1)}
+    safety = next(e for e in r["errors"] if e["type"] == "safety")
+    assert safety["text"].endswith("SAFETY: two leaders in term 4") and safety["explanation"]
+
+
+def test_clean_logs_are_valid(tmp_path):
+    write_logs(tmp_path, {"n1/tserver.log": f"{TS} INFO created tablet {T1} of test\n"})
+    assert check_logs(tmp_path)["verdict"] == "valid"
+
+
+def test_no_logs_at_all_is_unknown(tmp_path):
+    write_logs(tmp_path, {"n1/tserver.log.missing": "ssh: gone\n"})
+    r = check_logs(tmp_path)
+    assert r["verdict"] == "unknown" and r["missing"] == ["n1/tserver.log.missing"]
+
+
+def test_a_chained_traceback_is_captured_up_to_its_last_exception_line(tmp_path):
+    write_logs(tmp_path, {"n1/tserver.log": f"{TS} INFO a\n{TRACEBACK}\n{TS} INFO after\n"})
+    [e] = check_logs(tmp_path)["errors"]
+    assert e["type"] == "traceback" and e["line"] == 2
+    assert e["text"] == TRACEBACK
+    assert "RuntimeError: worse" in e["explanation"]
+
+
+def test_a_traceback_after_a_marker_belongs_to_the_marker(tmp_path):
+    write_logs(tmp_path, {"n1/tserver.log": f"{TS} ERROR x: FAILED: tablet {T2}\n{TRACEBACK}\n"})
+    [e] = check_logs(tmp_path)["errors"]
+    assert e["type"] == "failed-replica" and e["text"].endswith("RuntimeError: worse")
+
+
+def test_long_findings_are_capped(tmp_path):
+    frames = "".join(f'  File "f.py", line {i}, in g\n    g()\n' for i in range(500))
+    write_logs(tmp_path, {"n1/tserver.log": f"Traceback (most recent call last):\n{frames}"
+                                            "RecursionError: too deep\n"})
+    [e] = check_logs(tmp_path)["errors"]
+    assert "more lines" in e["text"] and len(e["text"]) < 5000
+
+
+def test_corruption_the_disk_nemesis_injected_is_expected_elsewhere_it_is_invalid(tmp_path):
+    injected = (f"{TS} ERROR x: CORRUPTION: corruption in {WAL} at offset 3142\n"
+                f"{TS} ERROR x: FAILED: tablet {T1}: WalCorruption\n"
+                f"Traceback (most recent call last):\n  File \"a.py\", line 1, in f\n"
+                f"node.wal.WalCorruption: corruption in {WAL} at offset 3142\n")
+    write_logs(tmp_path, {"n2/tserver.log": injected})
+    assert check_logs(tmp_path)["verdict"] == "invalid"  # without the history, nothing explains it
+    r = check_logs(tmp_path, [disk_op("n2")])
+    assert r["verdict"] == "valid", r["errors"]
+    assert [e["type"] for e in r["expected"]] == ["corruption", "failed-replica"]
+    assert "WalCorruption" in r["expected"][1]["text"]
+    # the same lines on a host the nemesis did not touch, or another tablet, are real findings
+    write_logs(tmp_path, {"n3/tserver.log": injected,
+                          "n2/master.log": f"{TS} ERROR x: CORRUPTION: tablet {T2} bad\n"})
+    r = check_logs(tmp_path, [disk_op("n2")])
+    assert r["verdict"] == "invalid"
+    assert {(e["host"], e["type"]) for e in r["errors"]} == {
+        ("n3", "corruption"), ("n3", "failed-replica"), ("n2", "corruption")}
+
+
+def test_watchdog_restarts_are_listed_but_not_invalid(tmp_path):
+    write_logs(tmp_path, {"n1/tserver.log": f"{TS} INFO fine\n"})
+    ops = [Op(index=1, type="info", process=3, f="read", time=5),
+           Op(index=7, type="info", process="nemesis", f="watchdog-restart",
+              value={"host": "n4", "daemon": "tserver"}, time=2_500_000_000)]
+    r = check_logs(tmp_path, ops)
+    assert r["verdict"] == "valid"
+    assert r["watchdog_restarts"] == [{"host": "n4", "daemon": "tserver", "index": 7, "time_s": 2.5}]
+
+
+def test_the_report_quotes_what_the_log_and_convergence_checkers_found(tmp_path):
+    write_logs(tmp_path, {"n1/tserver.log": f"{TS} ERROR x: SAFETY: <two> leaders\n"})
+    logs = check_logs(tmp_path, [{"process": "nemesis", "f": "watchdog-restart", "index": 3,
+                                  "time": 10**9, "value": {"host": "n2", "daemon": "master"}}])
+    conv = {"checker": "convergence", "verdict": "invalid", "tablets": [], "unreachable": [],
+            "errors": [{"type": "divergent-replicas", "tablet": T1, "replicas": ["n1", "n2"],
+                        "first_differing_key": "k7", "explanation": "replicas differ at 'k7'"}]}
+    html = ENV.get_template("report.html.j2").render(
+        run="r", r={"verdict": "invalid", "check": {"results": [logs, conv]}}, test={},
+        command="", figures=[], counterexamples=[], cycles=[], other_anomalies=[],
+        first_page="", pages=0, left_out=0, raft_tablets=0)
+    assert "<pre>" in html and "SAFETY: &lt;two&gt; leaders" in html
+    assert "replicas differ at &#39;k7&#39;" in html
+    assert "master on n2 at 1.0 s" in html
+
+
+# -- end to end: a real daemon meets a damaged WAL ----------------------------------------------
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_real_daemon_logs_the_corruption_and_the_checker_reports_it(tmp_path):
+    c = LocalCluster(tmp_path / "lc", masters=1, tservers=3,
+                     flags=["--log-segment-size-mb=0.005", "--log-preallocate-segments=false"])
+    c.up(timeout=40)
+    try:
+        async def write():
+            client = TesseraClient(c.master_addrs, timeout=10)
+            locs = await client.create_table("t", num_tablets=1, replication_factor=3)
+            table = client.table("t")
+            for i in range(150):  # several small WAL segments
+                await table.write(f"k{i}", "x" * 50)
+            await client.close()
+            return locs.tablets[0].tablet_id
+
+        tablet = asyncio.run(asyncio.wait_for(write(), 30))
+        c.kill("t2")
+        wal_dir = c.root / "t2" / "wals" / tablet
+        segment = sorted(p for p in wal_dir.iterdir() if not p.name.startswith("."))[0]
+        data = bytearray(segment.read_bytes())
+        data[len(data) // 2] ^= 0xFF  # a closed segment: never a torn tail
+        segment.write_bytes(bytes(data))
+        c.start("t2")
+        log = c.root / "t2.log"
+        deadline = time.monotonic() + 20  # "ready" is printed once every tablet was opened
+        while log.read_text().count(" ready on ") < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        c.down()
+    run_dir = tmp_path / "run"
+    for name in ("m1", "t1", "t2", "t3"):
+        kind = "master" if name.startswith("m") else "tserver"
+        (run_dir / "nodes" / name).mkdir(parents=True)
+        shutil.copy(c.root / f"{name}.log", run_dir / "nodes" / name / f"{kind}.log")
+
+    r = check_logs(run_dir)
+    assert r["verdict"] == "invalid", r
+    assert {(e["host"], e["type"]) for e in r["errors"]} == {
+        ("t2", "corruption"), ("t2", "failed-replica")}, r["errors"]
+    [corrupt] = [e for e in r["errors"] if e["type"] == "corruption"]
+    assert f"CORRUPTION: {segment}" in corrupt["text"] and corrupt["file"] == "tserver.log"
+    # As the disk nemesis would record it: the same findings are then expected, not invalid.
+    damage = disk_op("t2", str(segment), tablet)
+    r = check_logs(run_dir, [damage])
+    assert r["verdict"] == "valid", r["errors"]
+    assert {e["host"] for e in r["expected"]} == {"t2"}
