@@ -2,8 +2,11 @@
 
 Each worker thread of the run is an asyncio task that acts as one logical process at a time:
 invoke, then ok / fail / info. After `info` (outcome unknown) the process is retired, since it may
-still be running the op, and the thread continues as process `p + concurrency`. Ops are paced to
-`rate` per second overall, with jitter, and stop at the time limit; then the nemesis heals, and,
+still be running the op, and the thread continues as process `p + concurrency`. Op starts are
+paced to `rate` per second over the whole run, with jitter, by one `Pacer` all workers share (as
+Jepsen's `stagger` spaces a generator's ops): a worker stuck on a slow op leaves its slots to the
+free ones, so faults lower the op density only when every worker is stuck. Ops stop at the time
+limit; then the nemesis heals, and,
 after a settle pause, each of the workload's final ops is retried until it is ok or its own
 deadline passes (Jepsen's `gen/until-ok`): a final read that never succeeds proves nothing, so it
 gets every fair chance, and every attempt stays in the history.
@@ -76,15 +79,32 @@ def _node(client: KVClient) -> str | None:
     return getattr(client, "node", None)  # clients that know which server answered say so
 
 
+class Pacer:
+    """Start slots `uniform(0, 2 / rate)` apart, handed to whichever worker asks next; a slot
+    already past starts at once. Pure: the caller supplies the time."""
+
+    def __init__(self, rate: float, seed: int):
+        self.gap = 2.0 / rate if rate > 0 else 0.0
+        self.rng = random.Random(f"{seed}/pacer")
+        self.next: float | None = None
+
+    def delay(self, now: float) -> float:
+        """Seconds until the caller's slot."""
+        if not self.gap:
+            return 0.0
+        slot = now if self.next is None else max(now, self.next)
+        self.next = slot + self.rng.uniform(0, self.gap)
+        return slot - now
+
+
 async def _thread(thread: int, opts: RunOptions, workload: Workload, client: KVClient,
-                  rec: Recorder, deadline: float, loop: asyncio.AbstractEventLoop) -> None:
+                  rec: Recorder, deadline: float, loop: asyncio.AbstractEventLoop, pacer: Pacer) -> None:
     rng = random.Random(f"{opts.seed}/{thread}")
     process = thread
     stream = workload.ops(thread, opts.concurrency, rng)
-    mean_gap = opts.concurrency / opts.rate if opts.rate > 0 else 0.0
     while loop.time() < deadline:
-        if mean_gap:
-            await asyncio.sleep(min(rng.uniform(0, 2 * mean_gap), max(0.0, deadline - loop.time())))
+        if (wait := pacer.delay(loop.time())) > 0:
+            await asyncio.sleep(min(wait, max(0.0, deadline - loop.time())))
             if loop.time() >= deadline:
                 break
         inv = next(stream)
@@ -154,7 +174,8 @@ async def run(workload: Workload, clients: Callable[[int], KVClient], rec: Recor
 
     tick = asyncio.create_task(ticker())
     try:
-        tasks = [asyncio.create_task(_thread(t, opts, workload, clients(t), rec, deadline, loop))
+        pacer = Pacer(opts.rate, opts.seed)
+        tasks = [asyncio.create_task(_thread(t, opts, workload, clients(t), rec, deadline, loop, pacer))
                  for t in range(opts.concurrency)]
         if nemesis is not None:
             tasks.append(asyncio.create_task(nemesis(rec, deadline)))

@@ -4,7 +4,7 @@ import asyncio
 import random
 
 from harness.recorder import Recorder
-from harness.runner import RunOptions, run
+from harness.runner import Pacer, RunOptions, run
 from harness.store import new_run_dir
 from node.errors import OpFailed, OpUnknown
 from reports.history import read_jsonl
@@ -136,6 +136,15 @@ def test_rate_is_an_upper_bound_and_the_time_limit_stops_invokes(tmp_path):
     # never faster than asked (a slow machine only makes fewer), and nothing after the limit
     assert len(invokes) <= 40 * 1.0 * 1.5 + opts.concurrency
     assert all(o.time <= 1.2e9 for o in invokes)
+
+
+def test_pacer_spreads_slots_at_the_rate_and_never_banks_missed_ones():
+    pacer = Pacer(rate=50, seed=1)
+    delays = [pacer.delay(0.0) for _ in range(1000)]  # everyone asks at once: slots queue up
+    assert delays[0] == 0 and delays == sorted(delays)
+    assert 1000 / 50 * 0.9 < pacer.next < 1000 / 50 * 1.1
+    assert pacer.delay(10_000.0) == 0  # slots missed while all workers were busy are gone
+    assert Pacer(rate=0, seed=1).delay(5.0) == 0
 
 
 def test_phases_setup_then_main_with_nemesis_then_final(tmp_path):
