@@ -17,23 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from node.client import TesseraClient  # noqa: E402
 from node.errors import OpFailed, OpUnknown  # noqa: E402
-from node.protocol import Empty, ServerStatus  # noqa: E402
 from node.tools.local_cluster import LocalCluster  # noqa: E402
-
-
-async def _leader(client: TesseraClient, c: LocalCluster, tablet: str) -> str:
-    while True:
-        for name, d in c.daemons.items():
-            if d.kind != "tserver" or not c.alive(name):
-                continue
-            try:
-                st = await client.rpc.call(("127.0.0.1", d.port), "ts.status", Empty(),
-                                           ServerStatus, to_uuid="", timeout=1)
-            except Exception:
-                continue
-            if any(t.tablet_id == tablet and t.role == "LEADER" for t in st.tablets):
-                return name
-        await asyncio.sleep(0.05)
 
 
 async def _run(c: LocalCluster, kills: int, writers: int) -> list[float]:
@@ -60,7 +44,7 @@ async def _run(c: LocalCluster, kills: int, writers: int) -> list[float]:
     windows = []
     for k in range(kills):
         await asyncio.sleep(1.0)  # steady state before the kill
-        victim = await _leader(client, c, tablet)
+        victim = await c.tablet_leader(client.rpc, tablet, timeout=60)
         t_kill = time.monotonic()
         c.kill(victim)
         # Only writes invoked after the kill count: one already in flight may have been

@@ -12,7 +12,7 @@ import pytest
 
 from node.client import CONNECT_TIMEOUT, TesseraClient, parse_bind
 from node.errors import OpFailed
-from node.protocol import Empty, OpResult, Peer, ServerStatus, TableLocations, TabletLocation
+from node.protocol import OpResult, Peer, TableLocations, TabletLocation
 from node.rpc import ErrorCode, RpcClient, RpcError
 from node.tablet.ops import Append, Result
 from node.tablet.superblock import KeyRange
@@ -154,21 +154,8 @@ async def _setup(c: LocalCluster, table: str, spy: SpyRpc, timeout: float = 5.0)
     client = TesseraClient(c.master_addrs, timeout=timeout, rpc=spy)
     locs = await client.create_table(table, num_tablets=1, replication_factor=3)
     names = {d.addr: n for n, d in c.daemons.items() if d.kind == "tserver"}
-    tablet = locs.tablets[0].tablet_id
-    for _ in range(100):
-        for name, d in c.daemons.items():
-            if d.kind != "tserver" or not c.alive(name):
-                continue
-            try:
-                st = await client.rpc.call(("127.0.0.1", d.port), "ts.status", Empty(),
-                                           ServerStatus, to_uuid="", timeout=1)
-            except RpcError:
-                continue
-            if any(t.tablet_id == tablet and t.role == "LEADER" for t in st.tablets):
-                followers = [n for n in names.values() if n != name]
-                return client, names, name, followers
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no leader for {tablet}")
+    leader = await c.tablet_leader(client.rpc, locs.tablets[0].tablet_id, timeout=10)
+    return client, names, leader, [n for n in names.values() if n != leader]
 
 
 @pytest.mark.e2e

@@ -36,22 +36,6 @@ async def _status(client: TesseraClient, c: LocalCluster, name: str) -> ServerSt
                                  to_uuid="", timeout=5)
 
 
-async def _leader_daemon(client, c, tablet_id: str, exclude=()) -> str:
-    """The daemon name of the tablet's current leader, waiting for one to exist."""
-    for _ in range(200):
-        for name, d in c.daemons.items():
-            if d.kind != "tserver" or name in exclude or not c.alive(name):
-                continue
-            try:
-                st = await _status(client, c, name)
-            except Exception:
-                continue
-            if any(t.tablet_id == tablet_id and t.role == "LEADER" for t in st.tablets):
-                return name
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no leader for {tablet_id}")
-
-
 class Writer:
     """Writes distinct keys in a loop and remembers which were acknowledged."""
 
@@ -85,9 +69,9 @@ def test_writes_survive_leader_kill_and_restart(cluster):
                 break
             await asyncio.sleep(0.05)
         before = len(w.acked)
-        victim = await _leader_daemon(client, cluster, tablet)
+        victim = await cluster.tablet_leader(client.rpc, tablet)
         cluster.kill(victim)
-        new_leader = await _leader_daemon(client, cluster, tablet, exclude={victim})
+        new_leader = await cluster.tablet_leader(client.rpc, tablet, exclude={victim})
         assert new_leader != victim
         t0 = len(w.acked)
         for _ in range(300):  # writes continue under the new leader

@@ -138,6 +138,29 @@ class LocalCluster:
                 self.kill(name)
             _reap(d.pid)
 
+    async def tablet_leader(self, rpc, tablet_id: str, exclude=(), timeout: float = 20.0) -> str:
+        """The name of the live tablet server that reports leading `tablet_id`, waiting up to
+        `timeout` for one; `rpc` is the caller's RpcClient (tests spy on it)."""
+        import asyncio
+
+        from node.protocol import Empty, ServerStatus
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            for name, d in self.daemons.items():
+                if d.kind != "tserver" or name in exclude or not self.alive(name):
+                    continue
+                try:
+                    st = await rpc.call(("127.0.0.1", d.port), "ts.status", Empty(), ServerStatus,
+                                        to_uuid="", timeout=1)
+                except Exception:
+                    continue
+                if any(t.tablet_id == tablet_id and t.role == "LEADER" for t in st.tablets):
+                    return name
+            await asyncio.sleep(0.05)
+        raise LocalClusterError(f"no leader for tablet {tablet_id} within {timeout:g}s")
+
     def wait_ready(self, timeout: float) -> None:
         """Until the leader master sees every tablet server."""
         import asyncio
