@@ -177,9 +177,9 @@ def test_verdicts_never_pass_a_broken_run(tmp_path, spark):
     store = tmp_path / "store"
     runs = {
         "bank80": write_run(store, "20260101T000001", bank_history(80), seed=1, test="bank",
-                            workload="bank", checker_options={"total": 80}, status="complete"),
+                            workload="bank", checker={"model": "bank", "options": {"total": 80}}, status="complete"),
         "bank100": write_run(store, "20260101T000002", bank_history(80), seed=2, test="bank",
-                             workload="bank", checker_options={"total": 100}),
+                             workload="bank", checker={"model": "bank", "options": {"total": 100}}),
         "never_ok": write_run(store, "20260101T000003", register_history(10, seed=1), seed=3),
         "crashed": write_run(store, "20260101T000004", register_history(100, seed=5), seed=4,
                              status="crashed", error="RuntimeError: boom"),

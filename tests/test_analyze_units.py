@@ -26,9 +26,10 @@ def test_checker_version_is_a_stable_digest():
 
 
 def test_checker_options_are_read_from_test_json():
-    assert check_options({"workload": "bank", "checker_options": {"total": 80}}, "bank") == {"total": 80}
+    bank = {"workload": "bank", "checker": {"model": "bank", "options": {"total": 80}}}
+    assert check_options(bank, "bank") == {"total": 80}
     assert check_options({"workload": "bank"}, "bank") == {"total": 100}  # recorded before totals were
-    assert check_options({"workload": "register", "checker_options": {}}, "cas-register") == {}
+    assert check_options({"workload": "register", "checker": {"model": "cas-register"}}, "cas-register") == {}
 
 
 def test_only_a_run_the_harness_finished_can_be_judged():

@@ -79,8 +79,6 @@ def check_options(test: dict, model: str) -> dict:
     total), so the check never guesses them from the history."""
     if isinstance(test.get("checker"), dict):
         return dict(test["checker"].get("options", {}))
-    if "checker_options" in test:
-        return dict(test["checker_options"])
     return {"total": LEGACY_BANK_TOTAL} if model == "bank" else {}
 
 
