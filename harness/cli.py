@@ -4,7 +4,7 @@ Subcommands are registered by module path and imported only when chosen, so `tes
 stays fast and a command's heavy dependencies (Spark, SSH) load only for that command.
 Each command module defines `configure(parser)` and `run(args) -> int`.
 
-The commands that give verdicts (test, replay, analyze, check) exit like Jepsen's CLI, so scripts can tell
+The commands that give verdicts (test, test-all, replay, analyze, check) exit like Jepsen's CLI, so scripts can tell
 a verdict from a broken invocation: 0 valid, 1 invalid, 2 unknown, 254 bad arguments, 255 crashed.
 """
 
@@ -18,11 +18,12 @@ from collections.abc import Iterable
 
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2}
 BAD_ARGS, CRASHED = 254, 255
-VERDICT_COMMANDS = frozenset({"test", "replay", "analyze", "check"})
+VERDICT_COMMANDS = frozenset({"test", "test-all", "replay", "analyze", "check"})
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "test": ("harness.chaos_cli", "run one chaos test: deploy, workload, nemeses, history, check"),
+    "test-all": ("harness.matrix_cli", "run the test matrix (workloads x faults) in a time budget; --self-check"),
     "replay": ("harness.replay", "run a recorded test again: same spec, seed and fault schedule"),
     "cluster": ("harness.cluster.cli", "create, repair, inspect or remove the local netns test cluster"),
     "wal": ("node.wal.cli", "inspect write-ahead log segments (dump)"),

@@ -8,7 +8,9 @@ import time
 from pathlib import Path
 
 
-def new_run_dir(root: Path, test: str) -> Path:
+def new_run_dir(root: Path, test: str, link: bool = True) -> Path:
+    """A new `root/test/<timestamp>` directory; `link`: `root/latest` names it (a run does, a
+    test-all summary does not)."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime())
     base = root / test / stamp
     run = base
@@ -20,11 +22,13 @@ def new_run_dir(root: Path, test: str) -> Path:
         except FileExistsError:  # two runs in one second: keep both
             n += 1
             run = base.with_name(f"{stamp}-{n}")
-    link = root / "latest"
+    if not link:
+        return run
+    latest = root / "latest"
     tmp = root / f".latest.{os.getpid()}"
     tmp.unlink(missing_ok=True)
     tmp.symlink_to(run.relative_to(root))
-    tmp.replace(link)  # atomic: readers see the old or the new run, never none
+    tmp.replace(latest)  # atomic: readers see the old or the new run, never none
     return run
 
 

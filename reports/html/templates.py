@@ -163,6 +163,13 @@ Parquet tables: <code>analysis/runs.parquet</code>, <code>analysis/keys.parquet<
 <td>{{ row.ops }}</td><td>{{ row.throughput }}</td>
 <td>{% if row.link %}<a href="{{ row.link }}">{{ row.run }}</a>{% else %}{{ row.run }} ({{ row.status }}){% endif %}</td></tr>
 {% endfor %}</table>
+{% if matrices %}<h2>Test matrices (tessera test-all)</h2>
+<table id="matrices"><tr><th>date</th><th>mode</th><th>valid</th><th>invalid</th><th>unknown</th><th>not run</th><th>exit</th><th>seconds / budget</th><th>summary</th></tr>
+{% for m in matrices %}
+<tr><td>{{ m.started }}</td><td>{{ m.mode }}</td><td>{{ m.counts.valid }}</td><td>{{ m.counts.invalid }}</td>
+<td>{{ m.counts.unknown }}</td><td>{{ m.counts["not run"] }}</td><td>{{ m.exit }}</td><td>{{ m.seconds }} / {{ m.budget }}</td>
+<td><a href="{{ m.link }}">summary.json</a>{% if m.findings %} — {{ m.findings }}{% endif %}</td></tr>
+{% endfor %}</table>{% endif %}
 </body></html>
 """
 

@@ -1,0 +1,183 @@
+"""The pure parts of `tessera test-all` (harness.matrix_cli): the matrix's cells, the split of one
+time budget into per-run time limits, what each run's results.json says in one row, the summary
+and its exit code. The runner is injected, so a unit test drives a whole matrix on a fake clock.
+
+The budget rule: before each run, the time left is shared evenly among the runs left, after
+setting aside each one's fixed overhead (deploy, heal, final reads, convergence, log collection,
+checks, teardown). A run's overhead is estimated from the runs so far with the same fault
+packages (their heal, mounts and history sizes differ most), else from DEFAULT_OVERHEAD_S. A run
+whose share is below MIN_TIME_LIMIT_S still runs with MIN_TIME_LIMIT_S if that and its overhead
+fit in what is left; otherwise it and every later run are "not run". So the matrix ends past its
+budget by at most the amount one run's overhead exceeded its estimate. Repeats (`--test-count`)
+are ordered round-robin, so a tight budget drops repeats before it drops a cell.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import msgspec
+
+from harness.spec import TestSpec
+
+NOT_RUN = "not run"
+MIN_TIME_LIMIT_S = 10.0  # below this a run is mostly start-up: elections, first faults
+# Fixed overhead of one run on the 5-host netns cluster before any run measured it: deploy and
+# start the daemons, wait for the test table, heal, final reads, convergence, logs, checks,
+# teardown. Measured 12-49 s (more for big set histories and packet faults' heal).
+DEFAULT_OVERHEAD_S = 40.0
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of the matrix: a workload under a set of fault packages, and any other TestSpec
+    fields it sets (the self-check's flags, rate, interval)."""
+
+    name: str
+    workload: str
+    nemesis: tuple[str, ...]
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def spec(self, base: TestSpec, time_limit: float, seed: int) -> TestSpec:
+        """The run's spec. Unless the cell sets it, the nemesis interval is a quarter of the
+        time limit, so each package starts about twice even in a short run (10 s at most, 3 s at
+        least: fast failure detection elects a leader in under a second)."""
+        interval = min(10.0, max(3.0, round(time_limit / 4, 1)))
+        fields = {"nemesis_interval": interval, **self.overrides}
+        flags = {**base.flags, **fields.pop("flags", {})}
+        return msgspec.structs.replace(
+            base, workload=self.workload, nemesis=list(self.nemesis), time_limit=time_limit,
+            seed=seed, flags=flags, **fields)
+
+
+@dataclass
+class Outcome:
+    """One run of a cell, or its place when it was not run."""
+
+    cell: str
+    attempt: int  # 1..test-count
+    verdict: str  # valid | invalid | unknown | not run
+    time_limit: float | None = None
+    run_dir: str | None = None
+    ok_ops: int = 0
+    seconds: float = 0.0  # wall time of the whole run
+    anomalies: list[dict] = field(default_factory=list)  # {checker, type, explanation}
+    why: str = ""  # one line: the first failure, a crash, or why the cell was not run
+
+    @property
+    def overhead(self) -> float:
+        return max(0.0, self.seconds - (self.time_limit or 0.0))
+
+
+def time_limit_for(remaining: float, overheads: list[float],
+                   min_limit: float = MIN_TIME_LIMIT_S) -> float | None:
+    """The next run's time limit, `overheads` being the estimates of the runs left, this one
+    first (see the module docstring); None when it cannot fit."""
+    share = (remaining - sum(overheads)) / len(overheads)
+    if share >= min_limit:
+        return round(share, 1)
+    return min_limit if remaining - overheads[0] >= min_limit else None
+
+
+def overhead_estimate(cell: Cell, done: list[tuple[Cell, Outcome]],
+                      default: float = DEFAULT_OVERHEAD_S) -> float:
+    """The largest overhead measured for runs with the cell's fault packages, not counting the
+    matrix's first run, which alone also installs the wheels on the hosts, unless it is the only
+    one measured; `default` when none was."""
+    same = [(i, o.overhead) for i, (c, o) in enumerate(done)
+            if c.nemesis == cell.nemesis and o.verdict != NOT_RUN]
+    later = [m for i, m in same if i > 0]
+    if later:
+        return max(later)
+    return same[0][1] if same else default
+
+
+def run_matrix(cells: list[Cell], count: int, execute: Callable[[Cell, float, int], Outcome],
+               budget: float, started: float, clock: Callable[[], float] = time.monotonic,
+               log: Callable[[str], None] = print, default_overhead: float = DEFAULT_OVERHEAD_S
+               ) -> list[Outcome]:
+    """Every cell `count` times, round-robin, within `budget` seconds from `started` (on
+    `clock`); `execute(cell, time_limit, attempt)` runs one. Returns every outcome, not-run
+    places included."""
+    runs = [(cell, attempt) for attempt in range(1, count + 1) for cell in cells]
+    done: list[tuple[Cell, Outcome]] = []
+    for i, (cell, attempt) in enumerate(runs):
+        remaining = budget - (clock() - started)
+        overheads = [overhead_estimate(c, done, default_overhead) for c, _ in runs[i:]]
+        limit = time_limit_for(remaining, overheads)
+        tag = f"[{i + 1}/{len(runs)}] {cell.name}" + (f" #{attempt}" if count > 1 else "")
+        if limit is None:
+            why = (f"{remaining:.0f}s of the budget left, less than the {MIN_TIME_LIMIT_S:g}s "
+                   f"minimum time limit plus {overheads[0]:.0f}s estimated overhead")
+            log(f"{tag}: not run: {why}")
+            done.append((cell, Outcome(cell.name, attempt, NOT_RUN, why=why)))
+            continue
+        log(f"{tag}: time limit {limit:g}s ({remaining:.0f}s left, overhead estimates "
+            f"{overheads[0]:.0f}s for this run, {sum(overheads):.0f}s for the {len(runs) - i} left)")
+        o = execute(cell, limit, attempt)
+        log(f"{tag}: {o.verdict} in {o.seconds:.0f}s, {o.ok_ops} ok ops"
+            + (f": {o.why}" if o.why else "") + (f" ({o.run_dir})" if o.run_dir else ""))
+        done.append((cell, o))
+    return [o for _, o in done]
+
+
+def outcome_from_run(cell: Cell, attempt: int, time_limit: float, run_dir: str | None,
+                     results: dict | None, seconds: float, error: str | None = None) -> Outcome:
+    """A finished run's row from its results.json (None: the run crashed before a verdict;
+    `error` says why, from test.json)."""
+    from reports.spark.results import anomalies
+
+    o = Outcome(cell.name, attempt, "unknown", time_limit, run_dir, seconds=round(seconds, 1))
+    if results is None:
+        o.why = f"crashed: {error or 'no results.json'}"
+        return o
+    o.verdict = results["verdict"]
+    o.ok_ops = sum(n for k, n in results.get("counts", {}).items() if k.endswith(":ok"))
+    o.anomalies = [{k: a[k] for k in ("checker", "type", "explanation")}
+                   for a in anomalies(results["check"], results.get("stats"))]
+    o.why = failure_line(o.anomalies) if o.anomalies else (
+        "" if o.verdict == "valid" else results["check"].get("error", "") or "no checker was sure")
+    return o
+
+
+def failure_line(found: list[dict], width: int = 160) -> str:
+    """Which checkers failed and why, in one line: each checker's anomaly types, then the first
+    explanation."""
+    by_checker: dict[str, set[str]] = {}
+    for a in found:
+        by_checker.setdefault(a["checker"], set()).add(a["type"])
+    head = "; ".join(f"{c}: {','.join(sorted(t))}" for c, t in by_checker.items())
+    first = " ".join(str(found[0]["explanation"]).split())
+    line = f"{head} — {first}" if first else head
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def exit_code(outcomes: list[Outcome]) -> int:
+    """0 every run valid, 1 any invalid, else 2 (some unknown, or some cell not run)."""
+    from harness.cli import verdict_exit
+
+    return verdict_exit(o.verdict for o in outcomes)
+
+
+def table(outcomes: list[Outcome]) -> str:
+    """The summary as a plain-text table, one row per run."""
+    rows = [("cell", "run dir", "limit", "verdict", "ok ops", "failure")]
+    for o in outcomes:
+        cell = o.cell + (f" #{o.attempt}" if o.attempt > 1 else "")
+        rows.append((cell, o.run_dir or "-", f"{o.time_limit:g}s" if o.time_limit else "-",
+                     o.verdict, str(o.ok_ops) if o.verdict != NOT_RUN else "-", o.why or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5]
+                     for r in rows)
+
+
+def summary(outcomes: list[Outcome], budget: float, seconds: float, exit_: int,
+            **extra) -> dict:
+    """summary.json: the budget, the wall time, every run's row, the counts and the exit."""
+    counts = {v: sum(o.verdict == v for o in outcomes)
+              for v in ("valid", "invalid", "unknown", NOT_RUN)}
+    return {"budget_s": budget, "seconds": round(seconds, 1), "counts": counts, "exit": exit_,
+            "runs": [asdict(o) for o in outcomes], **extra}

@@ -1,0 +1,168 @@
+"""`tessera test-all`: the nightly matrix, workloads x fault packages, in one time budget.
+
+Brings the netns cluster up once and builds the wheelhouse once, then runs every cell (each
+`--test-count` times) with `tessera test`'s machinery (harness.chaos), splitting the budget into
+per-run time limits as harness.matrix says. Prints a summary table and writes it to
+store/test-all/<timestamp>/summary.json. With --self-check it runs instead one recipe per engine
+fault flag (harness.selfcheck) and reports which flags the harness caught.
+
+Exit: 0 every run valid (self-check: every flag caught), 1 any invalid (self-check: any flag not
+caught), 2 some run unknown or some cell not run, 254 bad arguments, 255 crashed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+from harness.matrix import Cell, Outcome
+
+DEFAULT_NEMESES = "all,raft"  # the classic faults together, and the Raft faults together
+BUDGET = {"matrix": 300.0, "self-check": 600.0}  # default --time-budget, seconds
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    from harness.selfcheck import RECIPES
+    from workloads import WORKLOADS
+
+    p.description = __doc__.split("\n\n")[1].replace("\n", " ")
+    p.add_argument("--workloads", default=",".join(WORKLOADS), metavar="W,...",
+                   help=f"comma list of workloads (default: all, {','.join(WORKLOADS)})")
+    p.add_argument("--nemeses", default=DEFAULT_NEMESES, metavar="N,...",
+                   help="comma list of cells' fault sets: a group (all, raft), a package, or "
+                        "packages joined by + (kill+partition) (default all,raft: every package)")
+    p.add_argument("--time-budget", type=float, metavar="S",
+                   help=f"seconds for the whole matrix, cluster start-up included (default "
+                        f"{BUDGET['matrix']:g}; {BUDGET['self-check']:g} with --self-check)")
+    p.add_argument("--test-count", type=int, default=1, metavar="N", help="runs of each cell (default 1)")
+    p.add_argument("--self-check", action="store_true",
+                   help="one run per engine fault flag with that flag on: is each bug caught?")
+    p.add_argument("--faults", default=",".join(RECIPES), metavar="F,...",
+                   help="--self-check: the fault flags to try (default: all)")
+    p.add_argument("--seed", type=int, help="seed of the first run; run i gets seed + i (default random)")
+    p.add_argument("--rate", type=float, default=100.0, help="ops/s of each run (default 100)")
+    p.add_argument("--concurrency", type=int, default=0, metavar="N", help="processes (default 2 x hosts)")
+    p.add_argument("--flag", action="append", default=[], metavar="KEY=VALUE",
+                   help="daemon config key for every node of every run (repeatable)")
+    p.add_argument("--no-fast-failure-detection", action="store_true",
+                   help="the engine's default failure detection (default: fast, as --fast-failure-detection)")
+    p.add_argument("--hosts", type=int, default=5, help="netns hosts (default 5)")
+    p.add_argument("--store", type=Path, default=Path("store"), help="store directory (default ./store)")
+
+
+def cells_from_args(args: argparse.Namespace) -> list[Cell]:
+    """The cells asked for; ValueError says what is wrong."""
+    from harness.selfcheck import RECIPES
+    from nemeses.registry import select
+    from workloads import WORKLOADS
+
+    if args.self_check:
+        flags = [f.strip() for f in args.faults.split(",") if f.strip()]
+        unknown = [f for f in flags if f not in RECIPES]
+        if unknown or not flags:
+            raise ValueError(f"unknown --faults {unknown} (known: {', '.join(RECIPES)})")
+        return [RECIPES[f][0] for f in flags]
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    for w in workloads:
+        if w not in WORKLOADS:
+            raise ValueError(f"unknown workload {w!r} (known: {', '.join(WORKLOADS)})")
+    nemeses = [n.strip() for n in args.nemeses.split(",") if n.strip()]
+    if not workloads or not nemeses:
+        raise ValueError("--workloads and --nemeses need at least one entry each")
+    chosen = {n: tuple(p for part in n.split("+") for p in select(part)) for n in nemeses}
+    return [Cell(f"{w}/{n}", w, chosen[n]) for w in workloads for n in nemeses]
+
+
+def _base_spec(args: argparse.Namespace, wheelhouse: Path):
+    from harness.chaos_cli import parse_value
+    from harness.spec import TestSpec
+
+    return TestSpec(rate=args.rate, concurrency=args.concurrency, hosts=args.hosts,
+                    flags=dict(parse_value(f, "--flag") for f in args.flag),
+                    fast_failure_detection=not args.no_fast_failure_detection,
+                    store=str(args.store), wheelhouse=str(wheelhouse))
+
+
+def _runner(base, first_seed: int, summary_dir: Path):
+    """execute(cell, time_limit, attempt) for harness.matrix.run_matrix: one `tessera test` run,
+    its outcome read back from the run's results.json."""
+    from harness import chaos
+    from harness.matrix import outcome_from_run
+
+    seeds = iter(range(first_seed, first_seed + 10**6))
+
+    def execute(cell: Cell, time_limit: float, attempt: int) -> Outcome:
+        spec = cell.spec(base, time_limit, next(seeds))
+        t0 = time.monotonic()
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):  # execute prints the run dir last
+            chaos.execute(spec, test_all=str(summary_dir), cell=cell.name)
+        lines = out.getvalue().split()
+        run_dir = Path(lines[-1]) if lines else None
+        results = error = None
+        if run_dir is not None:
+            with contextlib.suppress(OSError, ValueError):
+                results = json.loads((run_dir / "results.json").read_text())
+            with contextlib.suppress(OSError, ValueError):
+                error = json.loads((run_dir / "test.json").read_text()).get("error")
+        if error and error.startswith("KeyboardInterrupt"):
+            raise KeyboardInterrupt  # the run stopped for ^C: so does the matrix
+        return outcome_from_run(cell, attempt, time_limit, str(run_dir) if run_dir else None,
+                                results, time.monotonic() - t0, error)
+
+    return execute
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness import matrix, selfcheck
+    from harness.chaos import say
+    from harness.chaos_cli import parse_value
+    from harness.cli import BAD_ARGS
+    from harness.cluster.netns import NetnsCluster
+    from harness.db import build_wheelhouse
+    from harness.store import new_run_dir, write_json
+
+    started = time.monotonic()
+    mode = "self-check" if args.self_check else "matrix"
+    budget = args.time_budget if args.time_budget is not None else BUDGET[mode]
+    try:
+        cells = cells_from_args(args)
+        if budget <= 0 or args.test_count < 1 or args.hosts < 3:
+            raise ValueError("--time-budget must be > 0, --test-count >= 1, --hosts >= 3")
+        for f in args.flag:
+            parse_value(f, "--flag")
+    except ValueError as e:
+        print(f"tessera test-all: {e}", file=sys.stderr)
+        return BAD_ARGS
+    first_seed = args.seed if args.seed is not None else random.randrange(2**31)
+    summary_dir = new_run_dir(args.store, "test-all", link=False)
+    say(f"test-all {mode}: {len(cells)} cells x {args.test_count}, budget {budget:g}s, "
+        f"first seed {first_seed}; summary in {summary_dir}")
+    NetnsCluster(args.hosts).up(say)
+    wheelhouse = args.store / ".wheelhouse"
+    build_wheelhouse(wheelhouse, Path(__file__).resolve().parents[1], say)
+    execute = _runner(_base_spec(args, wheelhouse), first_seed, summary_dir)
+    outcomes = matrix.run_matrix(cells, args.test_count, execute, budget, started, log=say)
+    print(matrix.table(outcomes))
+    extra = {"mode": mode, "first_seed": first_seed, "argv": sys.argv[1:],
+             "cells": [{"name": c.name, "workload": c.workload, "nemesis": list(c.nemesis),
+                        "overrides": c.overrides} for c in cells]}
+    if args.self_check:
+        findings = [selfcheck.classify(c.name, outcomes) for c in cells]
+        code = selfcheck.exit_code(findings)
+        print(selfcheck.report(findings))
+        extra["findings"] = [{"flag": f.flag, "status": f.status, "caught": f.caught,
+                              "runs": f.runs, "evidence": f.evidence, "why": f.why}
+                             for f in findings]
+    else:
+        code = matrix.exit_code(outcomes)
+    write_json(summary_dir / "summary.json",
+               matrix.summary(outcomes, budget, time.monotonic() - started, code, **extra))
+    print(summary_dir / "summary.json")
+    return code

@@ -1,0 +1,108 @@
+"""`tessera test-all --self-check`: does the harness catch the engine's deliberate bugs?
+
+For each fault flag (node.faults), a recipe: the workload, fault packages and run settings most
+likely to expose that bug within a short run. Each recipe runs with its flag on (and unsafe flags
+unlocked); the flag counts as caught only when the run is invalid because a checker found an
+anomaly a consistency or safety check names. A run that is invalid only because some operation
+never succeeded (the stats checker) or a daemon could not start says nothing about the bug, so
+it counts as missed, as does a valid or unknown run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.matrix import Cell, Outcome
+
+UNLOCK = "unlock_unsafe_flags"
+# Anomalies that do not show a consistency or safety bug: an f that never succeeded, a daemon
+# that never started.
+NOT_EVIDENCE = frozenset({("stats", "never-ok"), ("logs", "start-failure")})
+
+
+def _cell(flag: str, workload: str, nemesis: tuple[str, ...], **overrides) -> Cell:
+    return Cell(flag, workload, nemesis, {"flags": {UNLOCK: True, flag: True}, **overrides})
+
+
+# flag -> the run most likely to expose it, and why. Measured on the 5-host netns cluster with
+# the default 600 s budget (time limits 61-115 s): each recipe caught its flag at the first try.
+RECIPES: dict[str, tuple[Cell, str]] = {
+    "fault_read_without_leadership": (
+        _cell("fault_read_without_leadership", "register", ("leader-isolate", "partition"),
+              nemesis_interval=4.0, rate=200.0),
+        "an isolated old leader keeps answering its node-bound clients' reads: a stale read "
+        "(cas-register linearizability)"),
+    "fault_ack_before_fsync": (
+        _cell("fault_ack_before_fsync", "set", ("lose-unfsynced",), nemesis_interval=4.0,
+              rate=200.0),
+        "power loss drops every replica's last, acknowledged but unsynced group: lost adds "
+        "(set)"),
+    "fault_skip_dedup": (
+        _cell("fault_skip_dedup", "set", ("packet", "partition"), nemesis_interval=4.0,
+              rate=200.0),
+        "writes time out under packet faults and partitions and their retries apply twice: "
+        "duplicated elements (set)"),
+    "fault_apply_uncommitted_at_bootstrap": (
+        _cell("fault_apply_uncommitted_at_bootstrap", "set",
+              ("leader-isolate", "kill-after-heal", "majority-kill"), nemesis_interval=4.0,
+              rate=200.0),
+        "a killed replica applies its uncommitted tail at restart, which the new leader then "
+        "replaces: divergent replicas (convergence) or phantom elements (set)"),
+    "fault_vote_skip_log_check": (
+        _cell("fault_vote_skip_log_check", "list-append", ("leader-isolate", "majority-kill"),
+              nemesis_interval=4.0, rate=200.0),
+        "a lagging node wins an election and overwrites committed entries: lost appends (Elle), "
+        "divergence or a SAFETY line (logs)"),
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What the self-check concluded about one flag over its runs."""
+
+    flag: str
+    caught: int  # runs that caught it
+    runs: int  # runs made
+    evidence: list[str]  # "checker: type" that named it, over the runs
+    why: str  # for a miss: what the runs said instead
+
+    @property
+    def status(self) -> str:
+        if self.runs == 0:
+            return "not run"
+        return "caught" if self.caught == self.runs else "flaky" if self.caught else "missed"
+
+
+def evidence(o: Outcome) -> list[str]:
+    """The checker: anomaly-type pairs of an invalid run that show the bug; [] for any other."""
+    if o.verdict != "invalid":
+        return []
+    return sorted({f"{a['checker']}: {a['type']}" for a in o.anomalies
+                   if (a["checker"], a["type"]) not in NOT_EVIDENCE})
+
+
+def classify(flag: str, outcomes: list[Outcome]) -> Finding:
+    """A flag is caught when every run of its recipe caught it, flaky when some did."""
+    ran = [o for o in outcomes if o.cell == flag and o.verdict != "not run"]
+    caught = [o for o in ran if evidence(o)]
+    named = sorted({e for o in caught for e in evidence(o)})
+    missed = [o for o in ran if not evidence(o)]
+    why = "; ".join(f"{o.verdict}" + (f" ({o.why})" if o.why else "") for o in missed)
+    return Finding(flag, len(caught), len(ran), named, why)
+
+
+def exit_code(findings: list[Finding]) -> int:
+    """0 only when every flag was caught in every run."""
+    return 0 if findings and all(f.status == "caught" for f in findings) else 1
+
+
+def report(findings: list[Finding]) -> str:
+    lines = []
+    for f in findings:
+        line = f"{f.flag}: {f.status} ({f.caught}/{f.runs} runs)"
+        if f.evidence:
+            line += f" by {', '.join(f.evidence)}"
+        if f.why:
+            line += f"; missed runs: {f.why}"
+        lines.append(line)
+    return "\n".join(lines)

@@ -1,0 +1,267 @@
+"""`tessera test-all`: the budget split, the summary and its exit code, and the self-check's
+classification, on a fake runner and clock; then one short real matrix on the netns cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness.matrix import (
+    NOT_RUN,
+    Cell,
+    Outcome,
+    exit_code,
+    failure_line,
+    outcome_from_run,
+    overhead_estimate,
+    run_matrix,
+    summary,
+    table,
+    time_limit_for,
+)
+from harness.selfcheck import RECIPES, classify
+from harness.selfcheck import exit_code as selfcheck_exit
+from harness.spec import TestSpec
+from node.faults import Faults
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def fake_runner(clock: FakeClock, overhead: float, verdicts: dict[str, str] | None = None):
+    """Each run takes its time limit plus `overhead` seconds of the fake clock."""
+    calls = []
+
+    def execute(cell: Cell, limit: float, attempt: int) -> Outcome:
+        calls.append((cell.name, limit, attempt))
+        clock.t += limit + overhead
+        return Outcome(cell.name, attempt, (verdicts or {}).get(cell.name, "valid"), limit,
+                       f"store/x/{len(calls)}", ok_ops=10, seconds=limit + overhead)
+
+    return execute, calls
+
+
+CELLS = [Cell(f"c{i}", "register", ("kill",)) for i in range(4)]
+
+
+def test_time_limit_shares_what_is_left_after_the_overheads():
+    assert time_limit_for(300, [40, 40, 40, 40]) == 35.0
+    assert time_limit_for(300, [60, 20, 20, 20]) == 45.0  # the same share, whatever its overhead
+    assert time_limit_for(100, [40, 40, 40, 40]) == 10.0  # share negative, but min + overhead fits
+    assert time_limit_for(49, [40, 40, 40, 40]) is None
+
+
+def test_overhead_is_estimated_from_runs_with_the_same_faults():
+    lazy, raft = Cell("a", "register", ("all",)), Cell("b", "register", ("raft",))
+    first = (lazy, Outcome("a", 1, "valid", 10, seconds=80))  # installed the wheels: 70 s
+    assert overhead_estimate(lazy, [], 40) == 40
+    assert overhead_estimate(lazy, [first], 40) == 70
+    assert overhead_estimate(raft, [first], 40) == 40
+    done = [first, (raft, Outcome("b", 1, "valid", 10, seconds=15)),
+            (lazy, Outcome("a", 2, "valid", 10, seconds=45)),
+            (lazy, Outcome("a", 3, "invalid", 10, seconds=42)), (lazy, Outcome("a", 4, NOT_RUN))]
+    assert overhead_estimate(lazy, done, 40) == 35  # the first run's install no longer counts
+    assert overhead_estimate(raft, done, 40) == 5
+
+
+@pytest.mark.parametrize("budget,overhead", [(300, 30), (300, 50), (120, 20), (1000, 10)])
+def test_matrix_never_exceeds_its_budget_when_the_overhead_is_as_estimated(budget, overhead):
+    clock = FakeClock()
+    execute, calls = fake_runner(clock, overhead)
+    out = run_matrix(CELLS, 2, execute, budget, 0.0, clock, log=lambda _: None,
+                     default_overhead=overhead)
+    assert clock.t <= budget
+    assert len(out) == 8 and all(limit >= 10 for _, limit, _ in calls)
+    ran = [o for o in out if o.verdict != NOT_RUN]
+    assert [o.verdict for o in out] == ["valid"] * len(ran) + [NOT_RUN] * (8 - len(ran))
+    # round-robin: every cell runs once before any runs twice
+    assert [c for c, _, _ in calls][:4] == ["c0", "c1", "c2", "c3"][: len(calls)]
+
+
+def test_an_underestimated_overhead_overshoots_by_at_most_one_runs_error():
+    clock = FakeClock()
+    execute, calls = fake_runner(clock, 60)
+    run_matrix(CELLS, 1, execute, 300, 0.0, clock, log=lambda _: None, default_overhead=30)
+    assert calls[0][1] == 45.0  # 300 / 4 - 30
+    assert clock.t <= 300 + (60 - 30)
+
+
+def test_each_run_gets_the_same_share_whatever_its_cells_overhead():
+    clock = FakeClock()
+    calls = []
+
+    def execute(cell: Cell, limit: float, attempt: int) -> Outcome:
+        overhead = 50 if cell.nemesis == ("all",) else 10
+        calls.append(limit)
+        clock.t += limit + overhead
+        return Outcome(cell.name, attempt, "valid", limit, seconds=limit + overhead)
+
+    cells = [Cell(f"{w}/{n}", w, (n,)) for w in ("register", "set", "bank") for n in ("all", "raft")]
+    out = run_matrix(cells, 1, execute, 400, 0.0, clock, log=lambda _: None, default_overhead=50)
+    assert all(o.verdict == "valid" for o in out) and clock.t <= 400
+    assert max(calls[2:]) - min(calls[2:]) < 1  # once both kinds were measured
+    assert clock.t > 400 - 10  # and the budget is used, not left idle
+
+
+def test_cells_that_cannot_fit_are_not_run_and_say_why():
+    clock = FakeClock()
+    clock.t = 250.0  # cluster start-up ate most of the budget
+    execute, calls = fake_runner(clock, 30)
+    lines = []
+    out = run_matrix(CELLS, 1, execute, 300, 0.0, clock, log=lines.append, default_overhead=30)
+    assert len(calls) == 1 and calls[0][1] == 10.0
+    assert [o.verdict for o in out] == ["valid", NOT_RUN, NOT_RUN, NOT_RUN]
+    assert "budget left" in out[1].why and any("not run" in line for line in lines)
+    assert exit_code(out) == 2  # never reported as passed
+
+
+@pytest.mark.parametrize("verdicts,code", [
+    (["valid", "valid"], 0), (["valid", "invalid", "unknown"], 1), (["valid", "unknown"], 2),
+    (["valid", NOT_RUN], 2), (["invalid", NOT_RUN], 1)])
+def test_exit_code(verdicts, code):
+    assert exit_code([Outcome("c", 1, v) for v in verdicts]) == code
+
+
+def results(verdict: str, found: list[dict], counts: dict | None = None) -> dict:
+    """A results.json as harness.chaos writes it."""
+    return {"verdict": verdict, "counts": counts or {"read:ok": 5, "write:ok": 3, "write:fail": 2},
+            "check": {"verdict": verdict, "results": [
+                {"checker": c, "verdict": "invalid", "anomalies": [a]} for c, a in found]},
+            "stats": {"verdict": "valid", "never_ok": [], "counts": {}}}
+
+
+def test_outcome_reads_verdict_ok_ops_and_the_failing_checker():
+    cell = Cell("set/all", "set", ("kill",))
+    o = outcome_from_run(cell, 1, 20.0, "store/set/1", results("invalid", [
+        ("set", {"type": "lost", "explanation": "3 acknowledged adds\nnever read"}),
+        ("convergence", {"type": "divergent", "explanation": "n1 and n2 differ"})]), 31.0)
+    assert (o.verdict, o.ok_ops, o.overhead) == ("invalid", 8, 11.0)
+    assert o.why == "set: lost; convergence: divergent — 3 acknowledged adds never read"
+    crashed = outcome_from_run(cell, 1, 20.0, "store/set/2", None, 5.0, "ClusterError: ssh")
+    assert crashed.verdict == "unknown" and crashed.why == "crashed: ClusterError: ssh"
+
+
+def test_failure_line_is_one_bounded_line():
+    line = failure_line([{"checker": "logs", "type": "safety", "explanation": "x" * 500}], 80)
+    assert len(line) == 80 and "\n" not in line and line.startswith("logs: safety — ")
+
+
+def test_table_and_summary_name_every_run_and_its_limit():
+    out = [Outcome("register/all", 1, "valid", 35.0, "store/register/1", 900, 70.0),
+           Outcome("set/raft", 1, "invalid", 35.0, "store/set/1", 500, 70.0, why="set: lost"),
+           Outcome("bank/all", 1, NOT_RUN, why="no time")]
+    text = table(out).splitlines()
+    assert len(text) == 4 and "35s" in text[1] and "set: lost" in text[2] and NOT_RUN in text[3]
+    s = summary(out, 300, 290.5, exit_code(out), mode="matrix")
+    assert s["counts"] == {"valid": 1, "invalid": 1, "unknown": 0, NOT_RUN: 1}
+    assert s["exit"] == 1 and s["runs"][2]["verdict"] == NOT_RUN and s["mode"] == "matrix"
+    json.dumps(s)
+
+
+def test_cell_spec_sets_the_run_and_merges_flags():
+    base = TestSpec(flags={"log_force_fsync_all": True}, wheelhouse="w", rate=100.0)
+    plain = Cell("register/kill", "register", ("kill",)).spec(base, 40.0, 7)
+    assert (plain.workload, plain.nemesis, plain.time_limit, plain.seed) == ("register", ["kill"], 40.0, 7)
+    assert plain.nemesis_interval == 10.0 and plain.wheelhouse == "w"
+    assert Cell("c", "set", ()).spec(base, 14.0, 1).nemesis_interval == 3.5
+    recipe = RECIPES["fault_skip_dedup"][0].spec(base, 60.0, 1)
+    assert recipe.flags == {"log_force_fsync_all": True, "unlock_unsafe_flags": True,
+                            "fault_skip_dedup": True}
+    assert recipe.rate == RECIPES["fault_skip_dedup"][0].overrides["rate"]
+
+
+def test_every_fault_flag_has_a_recipe_that_turns_it_on():
+    assert set(RECIPES) == {f for f in Faults.__dataclass_fields__}
+    for flag, (cell, why) in RECIPES.items():
+        assert cell.name == flag and cell.overrides["flags"][flag] is True and why
+
+
+def anomaly(checker, type_):
+    return {"checker": checker, "type": type_, "explanation": ""}
+
+
+def test_self_check_counts_only_consistency_and_safety_anomalies():
+    flag = "fault_skip_dedup"
+    dup = Outcome(flag, 1, "invalid", anomalies=[anomaly("set", "duplicated"),
+                                                  anomaly("stats", "never-ok")])
+    stats_only = Outcome(flag, 2, "invalid", anomalies=[anomaly("stats", "never-ok")], why="stats")
+    no_start = Outcome(flag, 3, "invalid", anomalies=[anomaly("logs", "start-failure")])
+    valid = Outcome(flag, 4, "valid")
+    assert classify(flag, [dup]).status == "caught"
+    assert classify(flag, [dup]).evidence == ["set: duplicated"]
+    for miss in (stats_only, no_start, valid, Outcome(flag, 1, "unknown")):
+        assert classify(flag, [miss]).status == "missed"
+    mixed = classify(flag, [dup, valid, Outcome("other", 1, "invalid", anomalies=[anomaly("set", "lost")])])
+    assert (mixed.status, mixed.caught, mixed.runs) == ("flaky", 1, 2)
+    assert classify(flag, [Outcome(flag, 1, NOT_RUN)]).status == NOT_RUN
+
+
+def test_self_check_exits_zero_only_when_every_flag_was_caught():
+    caught = classify("a", [Outcome("a", 1, "invalid", anomalies=[anomaly("convergence", "divergent")])])
+    missed = classify("b", [Outcome("b", 1, "valid")])
+    assert selfcheck_exit([caught]) == 0
+    assert selfcheck_exit([caught, missed]) == 1
+    assert selfcheck_exit([caught, classify("c", [])]) == 1
+    assert selfcheck_exit([]) == 1
+
+
+def test_bad_arguments_exit_254():
+    for argv in (["--workloads", "nope"], ["--nemeses", "nope"], ["--time-budget", "0"],
+                 ["--self-check", "--faults", "fault_nope"], ["--test-count", "x"]):
+        p = subprocess.run([sys.executable, "-m", "harness.cli", "test-all", *argv],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 254, (argv, p.stderr)
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_test_all_runs_two_cells_and_writes_the_summary(tmp_path):
+    from harness.cluster.netns import _namespaces
+
+    if any(ns.startswith("tessera-") for ns in _namespaces()):
+        pytest.fail("a tessera netns cluster is already up: `tessera cluster down` first")
+    env = dict(os.environ, TESSERA_NETNS_STATE=f"/run/tessera-netns-e2e-{os.getpid()}")
+    store = tmp_path / "store"
+    try:
+        p = subprocess.run([sys.executable, "-m", "harness.cli", "test-all", "--workloads",
+                            "register,set", "--nemeses", "kill", "--time-budget", "150",
+                            "--seed", "5", "--store", str(store)],
+                           capture_output=True, text=True, env=env, timeout=400,
+                           stdin=subprocess.DEVNULL)
+    finally:
+        down = subprocess.run([sys.executable, "-m", "harness.cli", "cluster", "down"],
+                              capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    path = p.stdout.strip().splitlines()[-1]
+    s = json.loads(open(path).read())
+    assert [r["cell"] for r in s["runs"]] == ["register/kill", "set/kill"]
+    assert all(r["verdict"] == "valid" and r["ok_ops"] > 100 and r["time_limit"] >= 10
+               for r in s["runs"]), s["runs"]
+    assert s["exit"] == 0 and s["seconds"] <= 150 + 60
+    for r in s["runs"]:
+        assert json.loads(open(os.path.join(r["run_dir"], "test.json")).read())["cell"] == r["cell"]
+    assert "time limit" in p.stderr and "register/kill" in p.stdout
+    assert down.returncode == 0, down.stderr
+
+
+def test_store_index_lists_test_all_summaries(tmp_path):
+    from harness.store import new_run_dir, write_json
+    from reports.html.index import render_index
+
+    out = [Outcome("c", 1, "valid", 20.0), Outcome("d", 1, NOT_RUN)]
+    d = new_run_dir(tmp_path, "test-all", link=False)
+    write_json(d / "summary.json", summary(out, 300, 280, exit_code(out), mode="self-check",
+                                           findings=[{"flag": "fault_x", "status": "missed"}]))
+    assert not (tmp_path / "latest").exists()  # `latest` stays a run
+    html = render_index(tmp_path, []).read_text()
+    assert "Test matrices" in html and "fault_x: missed" in html
+    assert f'href="test-all/{d.name}/summary.json"' in html
