@@ -9,14 +9,13 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from nemeses.base import Context, Nemesis
+from nemeses.base import Context, Nemesis, draw_target
 from nemeses.net import Partition, isolate
 from nemeses.registry import Package, register
 
 
 def draw(rng: random.Random, hosts: list[str]) -> dict:
-    return {"target": {"rule": "tablet-leader", "bucket": rng.randrange(1 << 16),
-                       "fallback": [rng.choice(hosts)]},
+    return {"target": draw_target(rng, hosts, ("tablet-leader",)),
             "hold_s": round(rng.uniform(1, 4), 2)}  # the favouring partition's length
 
 
