@@ -64,6 +64,13 @@ def check_wheelhouse(path: Path) -> list[Path]:
     return wheels
 
 
+def _digest(wheels: list[Path]) -> str:
+    h = hashlib.sha256()
+    for w in sorted(wheels):
+        h.update(w.name.encode() + b"\0" + w.read_bytes())
+    return h.hexdigest()[:16]
+
+
 @dataclass
 class TesseraDB:
     hosts: list[Host]
@@ -112,21 +119,28 @@ class TesseraDB:
                 self.start(h.name, d)
 
     def _install(self, h: Host) -> None:
+        """Copy the wheels and install what changed: the dependencies only when theirs did (the
+        slow part: a venv and five packages), Tessera's own wheel whenever its bytes did. Each
+        half is stamped with its wheels' digest in the venv, so an unchanged host is left as is."""
         r = self.remotes[h.name]
         r.run(["mkdir", "-p", f"{ROOT}/wheels", f"{DATA}/logs"])
-        digest = hashlib.sha256()
+        tessera = next(w for w in self.wheels if w.name.startswith("tessera-"))
+        deps = [w for w in self.wheels if w is not tessera]
+        want = {"deps": _digest(deps), "tessera": _digest([tessera])}
+        have = dict(line.split("=", 1) for line in r.run(
+            ["cat", f"{ROOT}/venv/.installed"], check=False).stdout.split() if "=" in line)
+        if have == want:
+            return
         for w in self.wheels:
             r.put(str(w), f"{ROOT}/wheels/{w.name}")
-            digest.update(w.read_bytes())
-        stamp = digest.hexdigest()[:16]
-        have = r.run(["cat", f"{ROOT}/venv/.installed"], check=False).stdout.strip()
-        if have == stamp:
-            return
-        r.run(["python3", "-m", "venv", f"{ROOT}/venv"], timeout=120)
-        tessera = next(w for w in self.wheels if w.name.startswith("tessera-"))
-        r.run([f"{ROOT}/venv/bin/pip", "install", "-q", "--no-index", "--find-links",
-               f"{ROOT}/wheels", "--force-reinstall", f"{ROOT}/wheels/{tessera.name}[host]"],
-              timeout=300)
+        pip = [f"{ROOT}/venv/bin/pip", "install", "-q", "--no-index", "--find-links",
+               f"{ROOT}/wheels", "--force-reinstall"]
+        if have.get("deps") != want["deps"]:
+            r.run(["python3", "-m", "venv", f"{ROOT}/venv"], timeout=120)
+            r.run([*pip, f"{ROOT}/wheels/{tessera.name}[host]"], timeout=300)
+        else:
+            r.run([*pip, "--no-deps", f"{ROOT}/wheels/{tessera.name}"], timeout=300)
+        stamp = " ".join(f"{k}={v}" for k, v in want.items())
         r.sh(f"echo {stamp} > {ROOT}/venv/.installed")
 
     def _mount_lazyfs(self, h: Host) -> None:
