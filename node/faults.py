@@ -33,6 +33,16 @@ class Faults:
         "Raft: grant votes and pre-votes without checking that the candidate's log is at least "
         "as up to date as ours, so a stale candidate can win and commit its own entries where "
         "others were already committed")
+    fault_commit_prior_term_by_count: bool = _fault(
+        "Raft: a leader commits an entry of an earlier term as soon as a majority stores it, "
+        "without an entry of its own term (Raft figure 8), so a node that never had it can "
+        "still win an election and overwrite a committed, acknowledged entry: lost or changed "
+        "writes, divergent replicas")
+    fault_keep_conflicting_suffix: bool = _fault(
+        "Raft: a follower whose uncommitted entries conflict with the leader's keeps its own "
+        "instead of truncating them, and acknowledges the leader's as stored, so once they "
+        "commit it applies different writes than its peers: divergent replicas, lost or "
+        "phantom writes")
     fault_apply_uncommitted_at_bootstrap: bool = _fault(
         "start-up: apply every entry in the local WAL, including the uncommitted tail that a new "
         "leader may later replace, so the replica diverges from its peers")

@@ -92,6 +92,8 @@ class ReplicaOptions:
             leader_failure_max_missed_heartbeat_periods=self.leader_failure_max_missed_heartbeat_periods,
             check_quorum=not self.faults.fault_read_without_leadership,
             vote_skip_log_check=self.faults.fault_vote_skip_log_check,
+            commit_prior_term_by_count=self.faults.fault_commit_prior_term_by_count,
+            keep_conflicting_suffix=self.faults.fault_keep_conflicting_suffix,
         )
 
 

@@ -28,6 +28,8 @@ from node.consensus import Role
 from node.entry import Entry, EntryType
 from node.faults import Faults
 from node.replica import Replica, ReplicaError
+from node.sim.runner import run_seeds
+from node.sim.script import ScriptCluster
 from node.tablet.ops import Append, OpenSession, Read, Write, encode_command
 from node.tablet.state import StateMachine
 from node.wal import Log, LogOptions
@@ -213,3 +215,108 @@ def test_read_fault_disables_check_quorum_and_vote_fault_reaches_the_core():
     assert options().core_config("a").check_quorum is True
     assert options(Faults(fault_read_without_leadership=True)).core_config("a").check_quorum is False
     assert options(Faults(fault_vote_skip_log_check=True)).core_config("a").vote_skip_log_check
+
+
+@pytest.mark.parametrize("flag,option", [
+    ("fault_vote_skip_log_check", "vote_skip_log_check"),
+    ("fault_commit_prior_term_by_count", "commit_prior_term_by_count"),
+    ("fault_keep_conflicting_suffix", "keep_conflicting_suffix"),
+])
+def test_raft_fault_flags_reach_the_core_config_and_only_their_own_option(flag, option):
+    unsafe = ("vote_skip_log_check", "commit_prior_term_by_count", "keep_conflicting_suffix")
+    assert not any(getattr(options().core_config("a"), o) for o in unsafe)
+    on = options(Faults(**{flag: True})).core_config("a")
+    assert [o for o in unsafe if getattr(on, o)] == [option]
+    assert on.check_quorum is True
+
+
+# -- Raft core faults, in the deterministic simulator ------------------------------------------
+# Every node runs with the fault's core option; the simulator's invariants must report a safety
+# violation within the seed budget, and the same seeds must run clean without the option.
+
+SIM_SEEDS = 200
+SIM_STEPS = 4000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("option,violations", [
+    ("commit_prior_term_by_count", ("commit durability", "state machine safety",
+                                    "leader completeness")),
+    ("keep_conflicting_suffix", ("quorum", "state machine safety", "log matching")),
+])
+def test_simulator_reports_a_safety_violation_only_with_the_core_fault(option, violations):
+    bad = run_seeds(SIM_SEEDS, steps=SIM_STEPS, stop_at_first=True, core_options={option: True})
+    assert bad.failures, f"{option} survived {SIM_SEEDS} seeds"
+    assert bad.failures[0].violation.startswith(violations), bad.failures[0].violation
+    good = run_seeds(SIM_SEEDS, steps=SIM_STEPS, core_options={option: False})
+    assert not good.failures, [(r.seed, r.violation) for r in good.failures]
+    assert not good.liveness_failures
+
+
+# -- fault_commit_prior_term_by_count -----------------------------------------------------------
+
+def applied_at(c: ScriptCluster, uuid: str, index: int) -> Entry | None:
+    return next((e for e in c.applied[uuid] if e.index == index), None)
+
+
+@pytest.mark.parametrize("bug", [False, True])
+def test_commit_prior_term_by_count_commits_an_entry_that_is_later_overwritten(bug):
+    """Raft figure 8: n1 (term 3) re-replicates its term-1 entry at index 2 to n2. Counting it
+    as committed is wrong: n3 (last entry of term 2) can still win and overwrite it."""
+    c = ScriptCluster(batch_bytes=1, commit_prior_term_by_count=bug)
+    c.elect("n1")
+    c.stabilize()
+    c.isolate("n1")
+    c.do("n1", "propose", b"x")  # index 2, term 1: only on n1
+    c.stabilize()
+    c.crash("n1")
+    c.heal()
+    c.elect("n3")  # term 2
+    c.drop("n3")  # its NO_OP at index 2 never leaves n3
+    c.crash("n3")
+    c.restart("n1")
+    c.elect("n1")  # term 3
+    for _ in range(2):  # the probe is rejected, then index 2 (term 1) is acknowledged
+        c.deliver("n1", "n2", limit=1)
+        c.deliver("n2", "n1", limit=1)
+    assert c.log_terms("n2") == [1, 1]
+    assert c.core("n1").commit == (2 if bug else 1)
+    c.crash("n1")
+    c.restart("n3")
+    c.elect("n3")  # term 4: n3's log (last term 2) is ahead of n2's (last term 1)
+    c.stabilize()
+    assert c.log_terms("n2") == [1, 2, 4]  # the term-1 entry at index 2 is overwritten
+    assert applied_at(c, "n2", 2).term == 2
+    if bug:  # n1 applied the entry n2 and n3 later replaced: the replicas diverge
+        assert (applied_at(c, "n1", 2).term, applied_at(c, "n1", 2).payload) == (1, b"x")
+    else:
+        assert applied_at(c, "n1", 2) is None
+
+
+# -- fault_keep_conflicting_suffix --------------------------------------------------------------
+
+@pytest.mark.parametrize("bug", [False, True])
+def test_keep_conflicting_suffix_follower_applies_its_own_entry_where_peers_have_another(bug):
+    c = ScriptCluster(keep_conflicting_suffix=bug)
+    c.elect("n1")
+    c.stabilize()
+    c.isolate("n1")
+    c.do("n1", "propose", b"old")  # index 2, term 1: only on n1, never committed
+    c.stabilize()
+    c.elect("n2")  # term 2, with n3: its NO_OP at index 2
+    c.do("n2", "propose", b"new")  # index 3
+    c.stabilize()
+    assert c.core("n2").commit == 3
+    c.heal()
+    c.tick("n2", 5)  # a heartbeat round reaches n1, which then catches up
+    c.stabilize()
+    assert c.core("n1").role == Role.FOLLOWER and c.core("n1").commit == 3
+    assert c.log_terms("n2") == [1, 2, 2]
+    assert c.log_terms("n1") == ([1, 1, 2] if bug else [1, 2, 2])  # kept its conflicting entry
+    mine, theirs = applied_at(c, "n1", 2), applied_at(c, "n2", 2)
+    assert theirs.term == 2 and applied_at(c, "n3", 2) == theirs
+    if bug:  # acknowledged as stored, committed, and applied with the wrong contents
+        assert (mine.term, mine.payload) == (1, b"old")
+    else:
+        assert mine == theirs
+    assert [e.payload for e in c.applied["n1"] if e.index == 3] == [b"new"]

@@ -453,8 +453,8 @@ class RaftCore:
     def _maybe_commit(self) -> None:
         n = self._quorum_index()
         # Only an entry of the current term commits by counting (Raft §5.4.2, figure 8);
-        # earlier entries commit with it.
-        if n > self.commit and self.log.term_at(n) == self.term:
+        # earlier entries commit with it. The unsafe commit_prior_term_by_count skips that check.
+        if n > self.commit and (self.log.term_at(n) == self.term or self.cfg.commit_prior_term_by_count):
             self._commit_to(n)
             self._on_leader_commit()
 
@@ -595,7 +595,12 @@ class RaftCore:
         self.election_elapsed = 0
 
     def _log_matches(self, index: int, term: int) -> bool:
-        return self.log.term_at(index) == term
+        t = self.log.term_at(index)
+        if t is not None and self.cfg.keep_conflicting_suffix:
+            # Unsafe: whatever entry we hold there is taken for the leader's, so we never ask
+            # the leader to back off over entries we kept (no endless reject loop either).
+            return True
+        return t == term
 
     def _on_append(self, m: AppendEntries) -> None:
         self._heard_from_leader(m)
@@ -623,6 +628,8 @@ class RaftCore:
             if t == e.term:
                 continue
             if t is not None:
+                if self.cfg.keep_conflicting_suffix:
+                    continue  # unsafe: keep our conflicting entry instead of truncating
                 if e.index <= self.commit:
                     raise SafetyError(f"{self.id}: conflict at committed index {e.index}")
                 self.log.truncate_from(e.index)

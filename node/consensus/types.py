@@ -91,6 +91,10 @@ class CoreConfig:
     check_quorum: bool = True
     # Unsafe (fault_vote_skip_log_check): grant votes to candidates whose log is behind ours.
     vote_skip_log_check: bool = False
+    # Unsafe (fault_commit_prior_term_by_count): commit an earlier term's entry by counting replicas.
+    commit_prior_term_by_count: bool = False
+    # Unsafe (fault_keep_conflicting_suffix): on a conflict, keep our uncommitted entries, ack theirs.
+    keep_conflicting_suffix: bool = False
 
     @property
     def election_timeout_ticks(self) -> int:

@@ -72,8 +72,11 @@ class RunResult:
 
 
 class Simulation:
-    def __init__(self, seed: int, nodes: int = 3, steps: int = 3000, trace: bool = False):
+    def __init__(self, seed: int, nodes: int = 3, steps: int = 3000, trace: bool = False,
+                 core_options: dict | None = None):
+        """`core_options`: further CoreConfig fields for every node (e.g. an unsafe one)."""
         self.seed = seed
+        self.core_options = dict(core_options or {})
         self.rng = random.Random(seed)
         self.steps = steps
         self.tracing = trace
@@ -121,7 +124,8 @@ class Simulation:
         d = node.disk
         persisted = PersistedState(d.hard, d.config, tuple(d.log), applied=d.applied)
         rng = random.Random(self.seed * 7919 + node.slot * 104729 + self._seq)
-        node.core = RaftCore(CoreConfig(node.uuid, max_batch_bytes=self.batch_bytes), rng, persisted)
+        cfg = CoreConfig(node.uuid, max_batch_bytes=self.batch_bytes, **self.core_options)
+        node.core = RaftCore(cfg, rng, persisted)
         node.commit = node.core.commit
         node.term = node.core.term
         self._drain(node)

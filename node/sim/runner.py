@@ -45,12 +45,14 @@ def _quantile(values: list[int], q: float) -> int | None:
 
 
 def run_seeds(
-    seeds: int, first_seed: int = 0, nodes: int = 3, steps: int = 3000, stop_at_first: bool = False
+    seeds: int, first_seed: int = 0, nodes: int = 3, steps: int = 3000, stop_at_first: bool = False,
+    core_options: dict | None = None,
 ) -> Summary:
+    """`core_options`: further CoreConfig fields for every node (e.g. an unsafe one)."""
     summary = Summary()
     start = time.perf_counter()
     for seed in range(first_seed, first_seed + seeds):
-        result = Simulation(seed, nodes=nodes, steps=steps).run()
+        result = Simulation(seed, nodes=nodes, steps=steps, core_options=core_options).run()
         summary.seeds += 1
         summary.steps += result.steps
         if result.violation is not None:
