@@ -17,10 +17,11 @@ assigns are greater than any its predecessors issued (seed 02's commit-wait rule
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,7 +122,11 @@ class Replica:
         self.snapshots = SnapshotStore(paths.snapshot_dir, paths.tablet_id)
         self._inbox: list[tuple[Callable[[], Any], asyncio.Future | None]] = []
         self._wake = asyncio.Event()
-        self._tasks: list[asyncio.Task] = []
+        # Everything this replica runs in the background, so that stop() can end it all: tasks
+        # (cancelled) and blocking calls in threads (awaited: a thread cannot be cancelled).
+        self._tasks: set[asyncio.Task] = set()
+        self._threads: set[asyncio.Future] = set()
+        self._stopping: asyncio.Task | None = None
         self._waiters: dict[int, tuple[int, asyncio.Future]] = {}  # index -> (term, future)
         self._reads: dict[bytes, asyncio.Future] = {}  # read-index ctx -> future of index
         self._applied_waiters: list[tuple[int, asyncio.Future]] = []
@@ -185,15 +190,48 @@ class Replica:
         self.wal.register_anchor("core", snapshot_index + 1)
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._drive(), name=f"drive-{self.tablet_id}"),
-                       asyncio.create_task(self._ticker(), name=f"tick-{self.tablet_id}")]
+        self._spawn(self._drive(), f"drive-{self.tablet_id}")
+        self._spawn(self._ticker(), f"tick-{self.tablet_id}")
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        """End everything this replica runs and close its WAL. Once this returns nothing of the
+        replica writes to its files any more (a tablet copy may replace them). Safe to call
+        again or concurrently; a caller cancelled meanwhile does not cut the stop short."""
+        if self._stopping is None:
+            self._stopping = asyncio.create_task(self._stop(), name=f"stop-{self.tablet_id}")
+        await asyncio.shield(self._stopping)
+
+    async def _stop(self) -> None:
+        while self._tasks:  # _spawn refuses new tasks from here on
+            tasks = list(self._tasks)
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        while self._threads:  # a save under way finishes before we return; none starts after
+            await asyncio.gather(*list(self._threads), return_exceptions=True)
         self._fail_pending(ReplicaError("replica shutting down", maybe_applied=True))
-        await asyncio.to_thread(self.wal.close)
+        if hasattr(self, "wal"):
+            await asyncio.to_thread(self.wal.close)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task | None:
+        """Run `coro` as a task of this replica: stop() cancels and awaits it."""
+        if self._stopping is not None:
+            coro.close()
+            return None
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """asyncio.to_thread, tracked: cancelling the caller cannot stop a thread, so stop()
+        waits for it rather than return while it may still write."""
+        if self._stopping is not None:
+            raise asyncio.CancelledError()
+        fut = asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args))
+        self._threads.add(fut)
+        fut.add_done_callback(self._threads.discard)
+        return await asyncio.shield(fut)
 
     # -- inputs ------------------------------------------------------------------------------
     def _submit(self, fn: Callable[[], Any], want_result: bool = False) -> asyncio.Future | None:
@@ -259,7 +297,7 @@ class Replica:
                                                           self.cmeta.voted_for):
             hs = None
         if hs is not None or rd.committed_config is not None:
-            await asyncio.to_thread(self._save_cmeta, hs, rd.committed_config)
+            await self._in_thread(self._save_cmeta, hs, rd.committed_config)
         if rd.committed_config is not None:
             self.log.info("config committed: %s", config_text(rd.committed_config))
         for ev in rd.events:
@@ -363,13 +401,17 @@ class Replica:
         keep_from = max(1, applied - self.options.log_retain_entries)
 
         async def save():
-            await asyncio.to_thread(self.snapshots.save, snap)
-            self.stats["snapshots"] += 1
-            self._submit(lambda: self.core.compact(keep_from - 1))
-            self.wal.register_anchor("core", keep_from)
-            await asyncio.to_thread(self.wal.gc)
+            try:
+                await self._in_thread(self.snapshots.save, snap)
+                self.stats["snapshots"] += 1
+                self._submit(lambda: self.core.compact(keep_from - 1))
+                self.wal.register_anchor("core", keep_from)
+                await self._in_thread(self.wal.gc)
+            except Exception as e:  # the WAL keeps everything since the last good snapshot
+                self.log.warning("snapshot at index %d failed: %s: %s", applied,
+                                 type(e).__name__, e, exc_info=e)
 
-        asyncio.create_task(save())
+        self._spawn(save(), f"snapshot-{self.tablet_id}")
 
     def _fail_pending(self, err: Exception) -> None:
         for _, fut in self._waiters.values():
@@ -455,6 +497,11 @@ class Replica:
             self._applied_waiters.append((target, done))
             await done
         return self.state.snapshot(), self.core.committed_config, self.core.term
+
+    def copy_installed(self, peer: str, index: int, term: int) -> None:
+        """As leader in `term`, we had `peer` copy this tablet, which left it holding our log up
+        to `index`: replicate to it from there (the core's reset_progress)."""
+        self._submit(lambda: self.core.reset_progress(peer, index, term))
 
     async def read(self, op: Op) -> Result:
         """Linearizable read: confirm leadership for this read (ReadIndex), wait until applied

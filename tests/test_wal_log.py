@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from node.entry import Entry, EntryType
-from node.wal import Log, LogOptions, WalClosed, WalCorruption, read_log
+from node.wal import Log, LogOptions, WalClosed, WalCorruption, WalError, read_log
 from node.wal import format as fmt
 from node.wal import segment as segment_mod
 from node.wal.segment import scan_segment
@@ -330,3 +330,59 @@ def test_gc_keeps_log_min_segments_to_retain(tmp_path):
     log.gc()
     assert len(log.segments()) == 4  # three closed segments and the active one
     log.close()
+
+
+def test_a_truncation_is_written_only_once_its_callback_is_attached(tmp_path):
+    """A truncation reserved behind an unfilled reservation used to be ready at once: the group
+    that wrote the reservation ahead of it took the truncation too, before its owner attached
+    a callback, and the completion was lost (the appender called a None callback)."""
+    calls: list[str] = []
+    done = {k: threading.Event() for k in ("first", "truncate", "after")}
+
+    def cb(name):
+        return lambda err: (calls.append(f"{name}:{err}"), done[name].set())
+
+    with Log.open(str(tmp_path), TABLET) as log:
+        first = log.reserve([entry(i) for i in range(1, 4)])
+        trunc = log.truncate_suffix(1)
+        log.async_append(first, cb("first"))  # rings the appender: it writes the ready prefix
+        assert done["first"].wait(30)
+        log.async_append(trunc, cb("truncate"))  # attached after that group was written
+        assert done["truncate"].wait(5), "the truncation's completion was lost"
+        log.async_append(log.reserve([entry(2, term=2)]), cb("after"))
+        assert done["after"].wait(30)
+        assert calls == ["first:None", "truncate:None", "after:None"]
+        assert log._queued_bytes == 0
+    with Log.open(str(tmp_path), TABLET) as log:
+        assert log.recovered == [entry(1), entry(2, term=2)]
+
+
+def test_a_truncation_future_resolves_in_order_with_the_appends_after_it(tmp_path):
+    """The asyncio path the replica uses: truncate_suffix then append_future."""
+
+    async def main():
+        with Log.open(str(tmp_path), TABLET) as log:
+            first = log.reserve([entry(i) for i in range(1, 4)])
+            trunc = log.truncate_suffix(2)
+            await asyncio.wait_for(log.append_future(first), 30)
+            resolved: list[str] = []
+            after = log.append_future(log.reserve([entry(3, term=2)]))
+            after.add_done_callback(lambda _f: resolved.append("after"))
+            await asyncio.sleep(0.2)
+            assert not after.done(), "an append was durable before the truncation ahead of it"
+            fut = log.append_future(trunc)
+            fut.add_done_callback(lambda _f: resolved.append("truncate"))
+            await asyncio.wait_for(asyncio.gather(fut, after), 30)
+            assert resolved == ["truncate", "after"]
+        with Log.open(str(tmp_path), TABLET) as log:
+            assert log.recovered == [entry(1), entry(2), entry(3, term=2)]
+
+    asyncio.run(main())
+
+
+def test_a_reservation_handed_over_twice_is_refused(tmp_path):
+    with Log.open(str(tmp_path), TABLET) as log:
+        res = log.reserve([entry(1)])
+        log.async_append(res, lambda err: None)
+        with pytest.raises(WalError, match="twice"):
+            log.async_append(res, lambda err: None)

@@ -43,13 +43,19 @@ class LogOptions(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Reservation:
-    """A slot in the append queue, in reserve() order. Filled by async_append/append_future."""
+    """A slot in the append queue, in reserve() order. Filled by async_append/append_future.
 
-    __slots__ = ("entries", "data", "callback", "future", "first", "last", "count")
+    The appender writes a slot only once `data` is set, and `data` is set (under the log's
+    lock) only after the callback or future is attached: a slot is never written, nor its
+    completion delivered, before its owner can observe it. `record` holds a pre-encoded
+    record (a truncation) until then."""
 
-    def __init__(self, entries: list[Entry], data: bytes | None, first: int, last: int) -> None:
+    __slots__ = ("entries", "data", "record", "callback", "future", "first", "last", "count")
+
+    def __init__(self, entries: list[Entry], record: bytes | None, first: int, last: int) -> None:
         self.entries = entries
-        self.data = data
+        self.data: bytes | None = None
+        self.record = record
         self.callback: Callback | None = None
         self.future: asyncio.Future[None] | None = None
         self.first, self.last, self.count = first, last, len(entries)
@@ -205,7 +211,10 @@ class Log:
         """Reserve a record that replaces every entry above `after_index` (Raft overwriting a
         divergent tail). The next reserve() must start at after_index + 1. The truncation is
         durable when its reservation's callback/future completes; until then a crash keeps the
-        old tail, which is safe because nothing after the truncation can be durable before it."""
+        old tail, which is safe because nothing after the truncation can be durable before it.
+        Like reserve(), the record is written only once async_append/append_future hands it
+        over, so its completion always reaches the caller, and entries reserved after it wait
+        behind it (the appender writes the ready prefix of the queue, in order)."""
         with self._lock:
             self._wait_for_space_locked()
             if self._last_index is not None and after_index > self._last_index:
@@ -219,21 +228,21 @@ class Log:
         """Serialize `res` (outside any lock) and hand it to the appender. `callback(None)` runs
         on the appender thread once the entries are durable (in reservation order), or
         `callback(error)` if the write or sync failed. It must be quick and must not block."""
+        if res.data is not None:
+            raise WalError("reservation handed to the log twice")
         res.callback = callback
-        self._fill(res)
+        self._hand_over(res)
 
     def append_future(self, res: Reservation) -> asyncio.Future[None]:
         """async_append for asyncio callers: a future resolved on the running loop when `res` is
         durable. Completions are delivered once per group, not once per entry."""
+        if res.data is not None:
+            raise WalError("reservation handed to the log twice")
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._bind_loop(loop)
         res.future = loop.create_future()
-        data = fmt.encode_entries(res.entries) if res.data is None else res.data
-        with self._lock:
-            res.data = data
-            self._queued_bytes += len(data)
-            self._ring()
+        self._hand_over(res)
         return res.future
 
     async def wait_for_space(self) -> None:
@@ -289,8 +298,9 @@ class Log:
         else:
             unbind()
 
-    def _fill(self, res: Reservation) -> None:
-        data = res.data if res.data is not None else fmt.encode_entries(res.entries)
+    def _hand_over(self, res: Reservation) -> None:
+        """Make `res` (its callback or future attached) ready for the appender."""
+        data = res.record if res.record is not None else fmt.encode_entries(res.entries)
         with self._lock:
             res.data = data
             self._queued_bytes += len(data)
