@@ -66,9 +66,10 @@ class Outbox:
     since its last call in one RPC, so a slow peer batches instead of piling up calls."""
 
     def __init__(self, rpc: RpcClient, book: PeerBook, me: Peer, timeout: float = 2.0,
-                 on_refused: Callable[[str, str], None] | None = None):
-        """`on_refused(tablet, peer)`: the peer answered that it has no replica, or only a
-        tombstone (not one that failed: copying over a damaged replica is an operator's call)."""
+                 on_refused: Callable[[str, str, str], None] | None = None):
+        """`on_refused(tablet, peer, reason)`: the peer answered that it has no replica
+        ("missing"), or only a tombstone ("tombstoned"); not one that failed: copying over a
+        damaged replica is an operator's call."""
         self.rpc, self.book, self.me, self.timeout = rpc, book, me, timeout
         self.on_refused = on_refused
         self._queues: dict[tuple[str, str], list] = {}
@@ -101,7 +102,7 @@ class Outbox:
                                           Consensus(tablet_id, batch, [self.me]), Ack,
                                           to_uuid=to_uuid, timeout=self.timeout)
                 if ack.reason in ("missing", "tombstoned") and self.on_refused is not None:
-                    self.on_refused(tablet_id, to_uuid)
+                    self.on_refused(tablet_id, to_uuid, ack.reason)
             except RpcError as e:
                 log.debug("consensus to %s for %s failed: %s", to_uuid, tablet_id, e)
 

@@ -12,7 +12,7 @@ import msgspec
 from node.consensus import Message
 from node.tablet.ops import Op, Result
 from node.tablet.state import Snapshot
-from node.tablet.superblock import Partition
+from node.tablet.superblock import OpId, Partition
 
 
 class Peer(msgspec.Struct, frozen=True, array_like=True):
@@ -78,11 +78,30 @@ class ConfigState(msgspec.Struct, frozen=True):
 
 class StartTabletCopy(msgspec.Struct, frozen=True):
     """Tablet-copy seed: the leader asks a peer that lacks the tablet, holds only its tombstone,
-    or is behind the leader's retained log, to copy it from `source`."""
+    or is behind the leader's retained log, to copy it from `source`.
+
+    Seed 05's guards carry what the caller believes, so a stale or mistaken request cannot wipe
+    a healthy replica: `current_state` is the state the caller expects the target's replica in
+    ("MISSING", "TOMBSTONED" or "RUNNING"; "" checks nothing) and a different state is refused;
+    `retained_from` is the oldest OpId the caller's log still holds (its compaction point): a
+    RUNNING replica that holds it, or has a snapshot at or past it, can be caught up by
+    AppendEntries and is never copied over. Without `retained_from` a RUNNING replica is never
+    copied over. `peer_match` is the index the caller believes the target holds (logged only).
+    """
 
     tablet_id: str
     source: Peer
     caller_term: int
+    current_state: str = ""
+    retained_from: OpId | None = None
+    peer_match: int = 0
+
+
+class TabletCopyResult(msgspec.Struct, frozen=True):
+    """StartTabletCopy's answer: the OpId the installed copy ends at (the source's applied
+    index), so the leader restarts that peer's progress from there."""
+
+    installed: OpId
 
 
 class TabletName(msgspec.Struct, frozen=True):

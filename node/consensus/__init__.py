@@ -13,6 +13,7 @@ Driver contract (the tablet server does this with asyncio and the WAL; node.sim 
                       core.read_index(ctx)        -> later a ReadState(ctx, index) in a Ready
                       core.campaign()             start an election now (RunLeaderElection)
                       core.compact(index)         after snapshotting the state machine
+                      core.reset_progress(peer, index, term)   leader: a tablet copy landed
         while core.has_ready():
             rd = core.ready()
             1. persist rd.entries_to_persist (an index already on disk replaces that entry and

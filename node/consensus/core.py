@@ -326,6 +326,27 @@ class RaftCore:
         self._check_idle()
         self.log.compact(min(index, self.applied, self.log.stable))
 
+    def reset_progress(self, uuid: str, match: int, term: int) -> None:
+        """The driver installed a tablet copy on `uuid` (ordered as leader in `term`) that holds
+        our log up to `match`. Whatever we knew of that peer describes a log the copy replaced:
+        its old match may even be above `match` (a tombstoned replica lost entries it had
+        acknowledged), and trusting it would wedge the peer in a reject loop. Start again from
+        the copy. Ignored unless we still lead in `term` and track the peer."""
+        self._check_idle()
+        pr = self.progress.get(uuid)
+        if self.role != Role.LEADER or term != self.term or pr is None:
+            return
+        pr.match = min(match, self.log.last_index())
+        pr.next = pr.match + 1
+        pr.inflight = False
+        pr.needs_copy = False
+        pr.recent_active = True
+        self._maybe_promote()  # as an acknowledgement would: the copy may be all it lacked
+        if pr.next <= self.log.last_index():
+            self._send_append(uuid)
+        elif uuid == self.transferee:
+            self._send(TimeoutNow(self.term, self.id, uuid))
+
     def _require_leader(self, allow_transfer: bool = False) -> None:
         if self.role != Role.LEADER:
             raise NotLeader(self.lead)

@@ -28,6 +28,7 @@ class ErrorCode(enum.IntEnum):
     ALREADY_EXISTS = 24
     NOT_FOUND = 25
     INVALID_ARGUMENT = 26
+    REPLICA_NOT_BEHIND = 27  # StartTabletCopy onto a running replica AppendEntries can catch up
 
 
 class RpcError(TesseraError):

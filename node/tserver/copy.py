@@ -13,6 +13,7 @@ import shutil
 
 import msgspec
 
+from node.consensus import VoteRequest, VoteResponse
 from node.protocol import TabletCopyData
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.paths import TabletPaths
@@ -73,6 +74,48 @@ def abandon_copy(paths: TabletPaths) -> str | None:
         return None
     recover_unfinished_copy(paths, sb)
     return sb.table_name
+
+
+def tombstone_vote(paths: TabletPaths, uuid: str, requests: list[VoteRequest]
+                   ) -> list[tuple[VoteResponse | None, str]]:
+    """Blocking: answer vote requests for a TOMBSTONED or COPYING replica (seed 05: it keeps
+    voting, or a voter being copied plus a leader crash can leave the tablet leaderless).
+
+    The term and vote come from the consensus metadata, the log to compare with from the
+    tombstone's last OpId in the superblock ((0, 0) if it never logged anything). The rules are
+    the core's (`RaftCore._on_vote_request`), without a vote lease: a replica that refuses
+    AppendEntries never hears from a leader. A new term or a granted vote is saved before the
+    answers are returned, so they go out only once durable. Returns (response or None,
+    reason) per request, None where Raft sends nothing (a real vote from an older term)."""
+    cmeta = ConsensusMetadata.load(paths.consensus_meta)
+    sb = Superblock.load(paths.superblock)
+    last = sb.tombstone_last_opid or OpId(0, 0)
+    term, voted_for = cmeta.current_term, cmeta.voted_for
+    out: list[tuple[VoteResponse | None, str]] = []
+    for m in requests:
+        up_to_date = (m.last_term, m.last_index) >= (last.term, last.index)
+        behind = f"log behind the tombstone's last op ({last.term}, {last.index})"
+        if m.term < term:
+            resp = VoteResponse(term, uuid, m.from_uuid, False, True) if m.pre_vote else None
+            out.append((resp, f"term behind ours ({term})"))
+            continue
+        if m.pre_vote:
+            can_vote = m.term > term or voted_for in (None, m.from_uuid)
+        else:
+            if m.term > term:
+                term, voted_for = m.term, None
+            can_vote = voted_for in (None, m.from_uuid)
+        granted = can_vote and up_to_date
+        if granted and not m.pre_vote:
+            voted_for = m.from_uuid
+        out.append((VoteResponse(m.term if granted else term, uuid, m.from_uuid, granted,
+                                 m.pre_vote),
+                    "log up to date" if granted else behind if can_vote
+                    else f"already voted for {voted_for}"))
+    if (term, voted_for) != (cmeta.current_term, cmeta.voted_for):
+        cmeta.set_hard_state(term, voted_for)
+        cmeta.save()
+    return out
 
 
 def _remove_data(paths: TabletPaths) -> None:

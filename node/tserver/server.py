@@ -26,6 +26,7 @@ from node.consensus import (
     RaftConfig,
     Role,
     SteppingDown,
+    VoteRequest,
     encode_config,
 )
 from node.daemon import Outbox, PeerBook, load_or_create_instance
@@ -48,6 +49,7 @@ from node.protocol import (
     StartTabletCopy,
     TabletChecksum,
     TabletCopyData,
+    TabletCopyResult,
     TabletName,
     TabletReport,
     TSHeartbeat,
@@ -61,7 +63,13 @@ from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.ops import is_read_only
 from node.tablet.paths import TabletPaths
 from node.tablet.superblock import DataState, OpId, Superblock
-from node.tserver.copy import abandon_copy, install_copy, recover_unfinished_copy, tombstone
+from node.tserver.copy import (
+    abandon_copy,
+    install_copy,
+    recover_unfinished_copy,
+    tombstone,
+    tombstone_vote,
+)
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +107,8 @@ class TabletServer:
         self._tasks: list[asyncio.Task] = []
         self._lock = asyncio.Lock()  # create/delete/copy of tablets
         self.copying: set[str] = set()  # tablets being copied here
-        self._copy_wanted: set[tuple[str, str]] = set()  # (tablet, peer) that refused our Raft
+        # (tablet, peer) that refused our Raft -> the state it said its replica is in
+        self._copy_wanted: dict[tuple[str, str], str] = {}
         self._copies_sent: set[tuple[str, str]] = set()  # StartTabletCopy calls in flight
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -199,9 +208,41 @@ class TabletServer:
             reason = ("failed" if r is not None or tid in self.failed else "copying"
                       if tid in self.copying else "tombstoned" if tid in self.tombstoned
                       else "missing")
+            if reason in ("copying", "tombstoned"):
+                others = await self._vote_as_tombstone(tid, req.messages)
+                if not others:
+                    return Ack(True)  # only votes, all answered
             return Ack(False, reason)
         r.step(req.messages)
         return Ack(True)
+
+    async def _vote_as_tombstone(self, tablet_id: str, messages: list) -> list:
+        """Seed 05: a TOMBSTONED or COPYING replica still votes, from its consensus metadata and
+        the tombstone's last OpId, so a voter being copied cannot leave its tablet leaderless.
+        Everything else (AppendEntries above all: a copy is what brings it back) is refused;
+        those messages are returned."""
+        votes = [m for m in messages if isinstance(m, VoteRequest) and m.to_uuid == self.uuid]
+        others = [m for m in messages if not isinstance(m, VoteRequest)]
+        if not votes:
+            return others
+        paths = self._paths(tablet_id)
+        async with self._lock:  # not while a copy installs (it merges the metadata)
+            r = self.replicas.get(tablet_id)
+            if r is not None and not r.failed:  # the copy finished meanwhile
+                r.step(votes)
+                return others
+            if not (paths.consensus_meta.exists() and paths.superblock.exists()):
+                return messages  # a copy onto a new replica: no metadata to vote with yet
+            answers = await asyncio.to_thread(tombstone_vote, paths, self.uuid, votes)
+        tlog = self._log(tablet_id)
+        for m, (resp, why) in zip(votes, answers, strict=True):
+            tlog.info("tombstoned replica %s %s to %s for term %d, its last op (%d, %d): %s",
+                      "granted" if resp is not None and resp.granted else "denied",
+                      "pre-vote" if m.pre_vote else "vote", m.from_uuid, m.term, m.last_term,
+                      m.last_index, why)
+            if resp is not None:
+                self.outbox.send(tablet_id, m.from_uuid, [resp])
+        return others
 
     async def on_create_tablet(self, req: CreateTablet) -> Ack:
         async with self._lock:
@@ -282,26 +323,39 @@ class TabletServer:
         sb = await asyncio.to_thread(Superblock.load, self._paths(req.tablet_id).superblock)
         return TabletCopyData(sb.table_name, sb.partition, term, encode_config(config), snap)
 
-    async def on_start_tablet_copy(self, req: StartTabletCopy) -> Ack:
+    async def on_start_tablet_copy(self, req: StartTabletCopy) -> TabletCopyResult:
         """Seed 05's StartTabletCopy: idempotent for a copy in progress, refused for a caller in
-        an older term; a running replica is tombstoned first (the leader found it hopelessly
-        behind), then the copy is fetched from `source` and installed."""
+        an older term or one that expects the replica in another state (ILLEGAL_STATE), and
+        refused for a running replica the caller's retained log can still catch up
+        (REPLICA_NOT_BEHIND): only a replica that is really behind is tombstoned first. Then the
+        copy is fetched from `source` and installed."""
         tid, paths = req.tablet_id, self._paths(req.tablet_id)
         async with self._lock:
             if tid in self.copying:
                 raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {tid}: a copy is in progress")
             if tid in self.failed:
                 raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {tid} failed here: {self.failed[tid][1]}")
+            state = ("RUNNING" if tid in self.replicas else "TOMBSTONED" if tid in self.tombstoned
+                     else "MISSING")
+            if req.current_state and req.current_state != state:
+                raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {tid} is {state} here, not "
+                               f"{req.current_state} as the caller expects")
             if paths.consensus_meta.exists():
                 cmeta = await asyncio.to_thread(ConsensusMetadata.load, paths.consensus_meta)
                 if req.caller_term < cmeta.current_term:
                     raise RpcError(ErrorCode.ILLEGAL_STATE, f"caller's term {req.caller_term} is "
                                    f"older than ours, {cmeta.current_term}")
-            if tid in self.replicas:
+            if state == "RUNNING":
+                up_to_date = self._not_behind(self.replicas[tid], req)
+                if up_to_date is not None:
+                    self._log(tid).info("refused tablet copy from %s (caller term %d): %s",
+                                        req.source.uuid, req.caller_term, up_to_date)
+                    raise RpcError(ErrorCode.REPLICA_NOT_BEHIND, f"tablet {tid}: {up_to_date}")
                 await self._tombstone(tid)
             self.copying.add(tid)
-        self._log(tid).info("tablet copy from %s starting (caller term %d)", req.source.uuid,
-                            req.caller_term)
+        self._log(tid).info("tablet copy from %s starting (caller term %d, replica %s, the "
+                            "caller believes it holds index %d)", req.source.uuid,
+                            req.caller_term, state, req.peer_match)
         try:
             data = await self.rpc_client.call(req.source.addr, "ts.fetch_tablet_copy",
                                               TabletName(tid), TabletCopyData,
@@ -325,40 +379,80 @@ class TabletServer:
         self._log(tid).info("tablet copy finished: copied from %s at index %d (term %d)",
                             req.source.uuid, data.snapshot.last_applied_index,
                             data.snapshot.last_applied_term)
-        return Ack(True)
+        return TabletCopyResult(OpId(data.snapshot.last_applied_term,
+                                     data.snapshot.last_applied_index))
 
-    def _on_refused(self, tablet_id: str, peer_uuid: str) -> None:
-        self._copy_wanted.add((tablet_id, peer_uuid))
+    @staticmethod
+    def _not_behind(r: Replica, req: StartTabletCopy) -> str | None:
+        """Why a running replica must not be copied over, or None if it is really behind the
+        caller's retained log (seed 05: only a replica AppendEntries cannot help is replaced)."""
+        first = req.retained_from
+        if first is None:
+            return "the replica is running and the caller did not say which log it retains"
+        if r.failed:
+            return None  # a replica that stopped serving cannot be caught up either
+        log_ = r.core.log
+        mine = f"its log holds ({log_.offset_term}, {log_.offset})..({log_.last_term()}, " \
+               f"{log_.last_index()})"
+        if log_.offset >= first.index:
+            return f"not behind: {mine}, its snapshot at or past the caller's first retained " \
+                   f"op ({first.term}, {first.index})"
+        if log_.term_at(first.index) == first.term:
+            return f"not behind: {mine}, including the caller's first retained op " \
+                   f"({first.term}, {first.index}); AppendEntries can catch it up"
+        return None
+
+    def _on_refused(self, tablet_id: str, peer_uuid: str, reason: str = "missing") -> None:
+        self._copy_wanted[(tablet_id, peer_uuid)] = reason.upper()
 
     async def _copy_loop(self) -> None:
         """As leader, start a tablet copy on each peer that refused our Raft messages (it has no
         replica, or only a tombstone) or is behind the log we retain."""
         while True:
             await asyncio.sleep(1.0)
-            wanted, self._copy_wanted = self._copy_wanted, set()
+            wanted: dict[tuple[str, str], str] = {}
             for tid, r in self.replicas.items():
                 if r.role == Role.LEADER and not r.failed:
-                    wanted |= {(tid, peer) for peer, p in r.status()["peers"].items()
+                    wanted |= {(tid, peer): "RUNNING" for peer, p in r.status()["peers"].items()
                                if p["needs_tablet_copy"]}
-            for tid, peer_uuid in wanted - self._copies_sent:
+            # a peer's own answer (no replica, a tombstone) is fresher than our progress
+            refused, self._copy_wanted = self._copy_wanted, {}
+            wanted |= refused
+            for (tid, peer_uuid), state in wanted.items():
+                if (tid, peer_uuid) in self._copies_sent:
+                    continue
                 r = self.replicas.get(tid)
                 peer = self.book.get(peer_uuid)
                 if (r is None or r.role != Role.LEADER or peer is None
                         or r.core.active_config.member(peer_uuid) is None):
                     continue
+                log_ = r.core.log
+                pr = r.core.progress.get(peer_uuid)
+                req = StartTabletCopy(tid, self.me, r.term, state,
+                                      OpId(log_.offset_term, log_.offset),
+                                      pr.match if pr is not None else 0)
                 self._copies_sent.add((tid, peer_uuid))
-                task = asyncio.create_task(self._send_copy(tid, peer, r.term))
+                task = asyncio.create_task(self._send_copy(req, peer))
                 task.add_done_callback(lambda _t, k=(tid, peer_uuid): self._copies_sent.discard(k))
 
-    async def _send_copy(self, tablet_id: str, peer: Peer, term: int) -> None:
-        self._log(tablet_id).info("starting tablet copy to %s (term %d)", peer.uuid, term)
+    async def _send_copy(self, req: StartTabletCopy, peer: Peer) -> None:
+        tablet_id, term = req.tablet_id, req.caller_term
+        self._log(tablet_id).info("starting tablet copy to %s (term %d, expecting its replica "
+                                  "%s, our log from (%d, %d))", peer.uuid, term,
+                                  req.current_state, req.retained_from.term,
+                                  req.retained_from.index)
         try:
-            await self.rpc_client.call(peer.addr, "ts.start_tablet_copy",
-                                       StartTabletCopy(tablet_id, self.me, term), Ack,
-                                       to_uuid=peer.uuid, timeout=90.0)
-            self._log(tablet_id).info("tablet copy to %s finished", peer.uuid)
+            res = await self.rpc_client.call(peer.addr, "ts.start_tablet_copy", req,
+                                             TabletCopyResult, to_uuid=peer.uuid, timeout=90.0)
         except RpcError as e:
             self._log(tablet_id).info("tablet copy to %s failed: %s", peer.uuid, e)
+            return
+        self._log(tablet_id).info("tablet copy to %s finished at op (%d, %d): replicating to "
+                                  "it from there", peer.uuid, res.installed.term,
+                                  res.installed.index)
+        r = self.replicas.get(tablet_id)
+        if r is not None and not r.failed:
+            r.copy_installed(peer.uuid, res.installed.index, term)
 
     async def on_write(self, req: Write) -> OpResult:
         r = self._replica(req.tablet_id)

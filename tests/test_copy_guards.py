@@ -1,0 +1,158 @@
+"""Seed 05's StartTabletCopy guards, on real tablet servers over loopback RPC: a copy never
+wipes a running replica that the caller's retained log can still catch up, nor one in another
+state than the caller expects; copies onto a tombstone, or over a replica that is really behind,
+go ahead; and the leader restarts a copied peer's progress from what the copy installed."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from tserver_helpers import TABLET, create, sole_leader, start_server, wait_for, write_rows
+
+from node.protocol import DeleteTablet, Read, StartTabletCopy, TabletCopyResult
+from node.rpc import ErrorCode, RpcError
+from node.sim.script import ScriptCluster
+from node.tablet.ops import Read as Get
+from node.tablet.superblock import DataState, OpId, Superblock
+
+
+def guards(r) -> dict:
+    """What a leader sends: the OpId its retained log starts at, its match for the peer."""
+    log = r.core.log
+    return {"retained_from": OpId(log.offset_term, log.offset), "peer_match": log.last_index()}
+
+
+async def call_copy(ts, target, req: StartTabletCopy) -> TabletCopyResult:
+    return await ts.rpc_client.call(target.me.addr, "ts.start_tablet_copy", req, TabletCopyResult,
+                                    to_uuid=target.me.uuid, timeout=30.0)
+
+
+def test_copy_onto_an_up_to_date_running_replica_is_refused_and_its_data_survives(tmp_path):
+    """The bug: any caller whose term was not older tombstoned a RUNNING replica. Here the
+    only replica of a tablet, leader and fully up to date, is told to copy (from itself, as a
+    confused leader would send): before the fix it was tombstoned and, the copy failing, its
+    rows were gone."""
+
+    async def main():
+        ts = await start_server(tmp_path / "a")
+        try:
+            await create(ts, [ts.me])
+            r = await sole_leader(ts)
+            await write_rows(ts, 3)
+            for req in (StartTabletCopy(TABLET, ts.me, r.term, "RUNNING", **guards(r)),
+                        StartTabletCopy(TABLET, ts.me, r.term + 5)):  # no guards at all
+                with pytest.raises(RpcError) as e:
+                    await call_copy(ts, ts, req)
+                assert e.value.code == ErrorCode.REPLICA_NOT_BEHIND, e.value
+            assert ts.replicas.get(TABLET) is r and TABLET not in ts.tombstoned
+            sb = Superblock.load(ts._paths(TABLET).superblock)
+            assert sb.data_state == DataState.READY
+            got = await ts.on_read(Read(TABLET, Get("k2")))
+            assert got.result.ok and got.result.value == 2
+            # expecting another state than the replica's is ILLEGAL_STATE (seed 05)
+            with pytest.raises(RpcError) as e:
+                await call_copy(ts, ts, StartTabletCopy(TABLET, ts.me, r.term, "TOMBSTONED",
+                                                        **guards(r)))
+            assert e.value.code == ErrorCode.ILLEGAL_STATE
+            assert ts.replicas.get(TABLET) is r
+        finally:
+            await ts.stop()
+
+    asyncio.run(main())
+
+
+def test_copy_over_a_replica_behind_the_leaders_retained_log_goes_ahead(tmp_path):
+    async def main():
+        a = await start_server(tmp_path / "a", snapshot_interval_entries=5, log_retain_entries=2)
+        b = await start_server(tmp_path / "b")
+        try:
+            await create(a, [a.me])
+            ra = await sole_leader(a)
+            await write_rows(a, 12)
+            await wait_for(lambda: ra.core.log.offset > 0, "the leader to compact its log")
+            # b runs a replica of the tablet whose log does not hold a's first retained op
+            await create(b, [b.me])
+            await sole_leader(b)
+            req = StartTabletCopy(TABLET, a.me, ra.term, "RUNNING", **guards(ra))
+            res = await call_copy(a, b, req)
+            assert res.installed.index >= ra.core.log.offset
+            rb = b.replicas[TABLET]
+            assert rb.state.last_applied_index == res.installed.index
+            assert rb.state.data.keys() >= {f"k{i}" for i in range(12)}
+        finally:
+            await b.stop()
+            await a.stop()
+
+    asyncio.run(main())
+
+
+def test_copy_onto_a_tombstone_goes_ahead_when_the_caller_expects_one(tmp_path):
+    async def main():
+        a = await start_server(tmp_path / "a")
+        b = await start_server(tmp_path / "b")
+        try:
+            await create(a, [a.me])
+            ra = await sole_leader(a)
+            await write_rows(a, 4)
+            await create(b, [b.me])
+            await sole_leader(b)
+            await b.on_delete_tablet(DeleteTablet(TABLET))
+            assert TABLET in b.tombstoned
+            with pytest.raises(RpcError) as e:  # the caller thinks b has no replica at all
+                await call_copy(a, b, StartTabletCopy(TABLET, a.me, ra.term, "MISSING", **guards(ra)))
+            assert e.value.code == ErrorCode.ILLEGAL_STATE and TABLET in b.tombstoned
+            # the leader's own path: its copy loop's request, then its progress reset
+            await a._send_copy(StartTabletCopy(TABLET, a.me, ra.term, "TOMBSTONED", **guards(ra)), b.me)
+            rb = b.replicas[TABLET]
+            assert TABLET not in b.tombstoned
+            assert rb.state.data.keys() >= {f"k{i}" for i in range(4)}
+        finally:
+            await b.stop()
+            await a.stop()
+
+    asyncio.run(main())
+
+
+def test_leader_restarts_a_copied_peers_progress_from_the_copy():
+    """A peer that acknowledged index 5, was tombstoned (losing that log) and copied at index 3:
+    the leader's old match (5) rejects every hint below it, a reject loop that never catches
+    the peer up, and counts entries it no longer holds. reset_progress starts again from 3."""
+    c = ScriptCluster()
+    c.elect("n1")
+    c.stabilize()
+    for i in range(4):
+        c.do("n1", "propose", b"w%d" % i)
+    c.stabilize()
+    leader = c.core("n1")
+    assert leader.progress["n3"].match == 5
+    c.crash("n3")
+    c.restart_from_copy("n3", 3, leader.log.term_at(3), [], c.disks["n1"]["config"])
+    c.do("n1", "propose", b"after the copy")
+    c.deliver(limit=300)  # the old progress: n1 and n3 bounce the same rejection forever
+    assert c.queue, "without the reset the rejections never stop"
+    assert c.core("n3").log.last_index() == 3
+    c.do("n1", "reset_progress", "n3", 3, leader.term)
+    c.stabilize()
+    assert c.core("n3").log.last_index() == leader.log.last_index() == 6
+    assert leader.progress["n3"].match == 6 and not leader.progress["n3"].needs_copy
+    c.do("n1", "reset_progress", "n3", 1, leader.term - 1)  # a copy from an older term: ignored
+    assert leader.progress["n3"].match == 6
+
+
+def test_a_copy_that_brings_a_non_voter_up_to_the_commit_index_promotes_it():
+    """The copy's reset is an acknowledgement: a NON_VOTER (+promote) whose copy holds every
+    committed entry is promoted at once, not only after the next write commits."""
+    c = ScriptCluster(learners=("n4",))
+    c.crash("n4")  # it never sees a thing: the leader copies it
+    c.elect("n1")
+    c.do("n1", "propose", b"w")
+    c.stabilize()
+    leader = c.core("n1")
+    assert not leader.active_config.is_voter("n4")
+    c.restart_from_copy("n4", leader.commit, leader.log.term_at(leader.commit), [],
+                        c.disks["n1"]["config"])
+    c.do("n1", "reset_progress", "n4", leader.commit, leader.term)
+    assert leader.active_config.is_voter("n4")  # the promotion is proposed at once
+    c.stabilize()
+    assert leader.committed_config.is_voter("n4")

@@ -1,0 +1,184 @@
+"""Seed 05: a TOMBSTONED or COPYING replica keeps voting, from its consensus metadata and the
+tombstone's last OpId, while still refusing AppendEntries (a copy is what brings it back).
+Without that, a voter being copied plus a leader crash leaves the tablet leaderless. Real
+tablet servers on loopback; fake candidates are bare RPC servers recording what they get."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tserver_helpers import TABLET, create, sole_leader, start_server, wait_for, write_rows
+
+from node.consensus import AppendEntries, Heartbeat, Role, VoteRequest, VoteResponse
+from node.protocol import Ack, Consensus, DeleteTablet, Peer, StartTabletCopy, TabletName
+from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
+from node.tablet.cmeta import ConsensusMetadata
+from node.tablet.superblock import Superblock
+
+
+class FakePeer:
+    """A candidate (or copy source) at its own address: records the Raft messages it receives."""
+
+    def __init__(self, uuid: str):
+        self.uuid = uuid
+        self.got: list = []
+        self.server = RpcServer(uuid)
+        self.server.register("consensus", Consensus, self._on_consensus)
+        self.fetch_started = asyncio.Event()
+        self.release_fetch = asyncio.Event()
+        self.server.register("ts.fetch_tablet_copy", TabletName, self._on_fetch)
+
+    async def start(self) -> None:
+        host, port = await self.server.start("127.0.0.1", 0)
+        self.peer = Peer(self.uuid, host, port)
+
+    async def _on_consensus(self, req: Consensus) -> Ack:
+        self.got.extend(req.messages)
+        return Ack(True)
+
+    async def _on_fetch(self, _req: TabletName):  # a copy source that stalls, then fails
+        self.fetch_started.set()
+        await self.release_fetch.wait()
+        raise RpcError(ErrorCode.ILLEGAL_STATE, "source gave up")
+
+    async def ask(self, rpc: RpcClient, ts, *messages) -> Ack:
+        return await rpc.call(ts.me.addr, "consensus", Consensus(TABLET, list(messages), [self.peer]),
+                              Ack, to_uuid=ts.uuid, timeout=5.0)
+
+    async def answer(self, n: int) -> VoteResponse:
+        await wait_for(lambda: len(self.got) >= n, f"answer {n} at {self.uuid}", timeout=5.0)
+        return self.got[n - 1]
+
+
+def hard_state(ts) -> tuple[int, str | None]:
+    cmeta = ConsensusMetadata.load(ts._paths(TABLET).consensus_meta)
+    return cmeta.current_term, cmeta.voted_for
+
+
+def test_a_tombstoned_voter_votes_from_its_metadata_and_last_opid(tmp_path):
+    async def main():
+        ts = await start_server(tmp_path / "a")
+        c1, c2 = FakePeer("cand-1"), FakePeer("cand-2")
+        rpc = RpcClient()
+        try:
+            await c1.start()
+            await c2.start()
+            await create(ts, [ts.me])
+            r = await sole_leader(ts)
+            await write_rows(ts, 2)
+            term = r.term
+            await ts.on_delete_tablet(DeleteTablet(TABLET))
+            last = Superblock.load(ts._paths(TABLET).superblock).tombstone_last_opid
+            assert last is not None and last.index >= 4 and TABLET in ts.tombstoned
+
+            def vote(c, t, last_term, last_index, pre=False):
+                return VoteRequest(t, c.uuid, ts.uuid, last_index, last_term, pre_vote=pre)
+
+            # pre-vote for a later term, log up to date: granted, nothing persisted
+            assert (await c1.ask(rpc, ts, vote(c1, term + 1, last.term, last.index, True))).ok
+            resp = await c1.answer(1)
+            assert resp.granted and resp.pre_vote and hard_state(ts) == (term, ts.uuid)
+            # the real vote: granted and persisted before it was sent
+            await c1.ask(rpc, ts, vote(c1, term + 1, last.term, last.index + 3))
+            resp = await c1.answer(2)
+            assert resp.granted and not resp.pre_vote and resp.term == term + 1
+            assert hard_state(ts) == (term + 1, "cand-1")
+            # never a second vote in that term
+            await c2.ask(rpc, ts, vote(c2, term + 1, last.term + 1, last.index + 9))
+            assert not (await c2.answer(1)).granted
+            assert hard_state(ts) == (term + 1, "cand-1")
+            # a candidate whose log is behind the tombstone's last op: the term moves on, no vote
+            await c2.ask(rpc, ts, vote(c2, term + 2, last.term, last.index - 1))
+            resp = await c2.answer(2)
+            assert not resp.granted and hard_state(ts) == (term + 2, None)
+            await c2.ask(rpc, ts, vote(c2, term + 3, last.term, last.index - 1, True))
+            assert not (await c2.answer(3)).granted
+            # AppendEntries and heartbeats are still refused: the leader copies the tablet here
+            ack = await c1.ask(rpc, ts, AppendEntries(term + 2, c1.uuid, ts.uuid, 0, 0, (), 0),
+                               Heartbeat(term + 2, c1.uuid, ts.uuid, 0))
+            assert (ack.ok, ack.reason) == (False, "tombstoned")
+            assert TABLET in ts.tombstoned and TABLET not in ts.replicas
+        finally:
+            await rpc.close()
+            await c1.server.stop()
+            await c2.server.stop()
+            await ts.stop()
+
+    asyncio.run(main())
+
+
+def test_a_replica_being_copied_onto_its_tombstone_still_votes(tmp_path):
+    async def main():
+        ts = await start_server(tmp_path / "a")
+        cand = FakePeer("cand")
+        rpc = RpcClient()
+        try:
+            await cand.start()
+            await create(ts, [ts.me])
+            r = await sole_leader(ts)
+            term = r.term
+            await ts.on_delete_tablet(DeleteTablet(TABLET))
+            last = Superblock.load(ts._paths(TABLET).superblock).tombstone_last_opid
+            copy = asyncio.create_task(ts.on_start_tablet_copy(
+                StartTabletCopy(TABLET, cand.peer, term + 1, "TOMBSTONED")))
+            await asyncio.wait_for(cand.fetch_started.wait(), 5)
+            assert TABLET in ts.copying
+            ack = await cand.ask(rpc, ts, VoteRequest(term + 1, cand.uuid, ts.uuid, last.index,
+                                                      last.term))
+            assert ack.ok
+            resp = await cand.answer(1)
+            assert resp.granted and hard_state(ts) == (term + 1, "cand")
+            cand.release_fetch.set()
+            try:
+                await copy
+            except RpcError:
+                pass  # the stalled source gave up: back to a tombstone
+            assert TABLET in ts.tombstoned and hard_state(ts) == (term + 1, "cand")
+        finally:
+            await rpc.close()
+            await cand.server.stop()
+            await ts.stop()
+
+    asyncio.run(main())
+
+
+def test_a_tablet_whose_leader_crashes_while_a_voter_is_tombstoned_elects_a_new_leader(tmp_path):
+    """Three voters; one is tombstoned (as while being copied) and the leader crashes before it
+    copies it back. The survivor needs the tombstoned voter's vote: before the fix nobody could
+    ever win an election."""
+
+    async def main():
+        servers = [await start_server(tmp_path / n) for n in "abc"]
+
+        async def no_copy(*_a, **_k):  # the leader crashes before its copy loop acts
+            return None
+
+        for s in servers:
+            s._send_copy = no_copy
+        stopped = set()
+        try:
+            peers = [s.me for s in servers]
+            for s in servers:
+                await create(s, peers)
+            leader = await wait_for(lambda: next((s for s in servers
+                                                  if s.replicas[TABLET].leader_ready), None),
+                                    "a leader")
+            await write_rows(leader, 3)
+            await wait_for(lambda: len({s.replicas[TABLET].last_logged() for s in servers}) == 1,
+                           "every replica to log everything")
+            survivor, victim = [s for s in servers if s is not leader]
+            await victim.on_delete_tablet(DeleteTablet(TABLET))
+            await leader.stop()
+            stopped.add(leader)
+            old_term = survivor.replicas[TABLET].term
+            r = await wait_for(lambda: survivor.replicas[TABLET].role == Role.LEADER
+                               and survivor.replicas[TABLET], "the survivor to win", timeout=15)
+            assert r.term > old_term
+            assert hard_state(victim) == (r.term, survivor.uuid)
+            assert TABLET in victim.tombstoned
+        finally:
+            for s in servers:
+                if s not in stopped:
+                    await s.stop()
+
+    asyncio.run(main())

@@ -1,0 +1,53 @@
+"""Real tablet servers on loopback for the tablet-copy guard and tombstone-vote tests: fast
+ticks, no masters, each in its own data directory."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+from replica_net import options
+
+from node.protocol import CreateTablet, Peer, Write
+from node.replica import Replica, ReplicaOptions
+from node.tablet.ops import OpenSession
+from node.tablet.ops import Write as Put
+from node.tablet.superblock import KeyRange
+from node.tserver.server import TabletServer, TServerOptions
+
+TABLET = "t-guard"
+
+
+async def start_server(root: Path, **replica_options) -> TabletServer:
+    opts: ReplicaOptions = dataclasses.replace(options(), **replica_options)
+    ts = TabletServer(TServerOptions(root, rpc_port=0, replica=opts))
+    await ts.start()
+    return ts
+
+
+async def wait_for(pred, what: str, timeout: float = 10.0):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < deadline:
+        value = pred()
+        if value:
+            return value
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def create(ts: TabletServer, peers: list[Peer], tablet: str = TABLET) -> None:
+    await ts.on_create_tablet(CreateTablet(tablet, "tbl", KeyRange(), peers))
+
+
+async def write_rows(ts: TabletServer, n: int, tablet: str = TABLET, prefix: str = "k") -> None:
+    session = (await ts.on_write(Write(tablet, OpenSession()))).result.value
+    for i in range(n):
+        res = await ts.on_write(Write(tablet, Put(f"{prefix}{i}", i), session=session, seq=i + 1))
+        assert res.result.ok, res
+
+
+async def sole_leader(ts: TabletServer, tablet: str = TABLET) -> Replica:
+    """A config of one elects itself."""
+    return await wait_for(lambda: ts.replicas[tablet].leader_ready and ts.replicas[tablet],
+                          "the replica to lead")
