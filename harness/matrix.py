@@ -38,9 +38,11 @@ class Cell:
     fields it sets (the self-check's flags, rate, interval)."""
 
     name: str
-    workload: str
+    workload: str  # or harness.sim_cell.KIND: the deterministic simulator, not a chaos run
     nemesis: tuple[str, ...]
     overrides: dict[str, Any] = field(default_factory=dict)
+    max_time: float | None = None  # the cell never needs a longer time limit than this
+    overhead: float | None = None  # its fixed cost before any run measured it (else the default)
 
     def spec(self, base: TestSpec, time_limit: float, seed: int) -> TestSpec:
         """The run's spec. Unless the cell sets it, the nemesis interval is a quarter of the
@@ -85,15 +87,19 @@ def time_limit_for(remaining: float, overheads: list[float],
 
 def overhead_estimate(cell: Cell, done: list[tuple[Cell, Outcome]],
                       default: float = DEFAULT_OVERHEAD_S) -> float:
-    """The largest overhead measured for runs with the cell's fault packages, not counting the
-    matrix's first run, which alone also installs the wheels on the hosts, unless it is the only
-    one measured; `default` when none was."""
+    """The largest overhead measured for runs alike (the same fault packages, and a declared
+    overhead on both or neither: a simulation cell is not a chaos run without faults), not
+    counting the matrix's first run, which alone also installs the wheels on the hosts, unless it
+    is the only one measured; else the cell's declared overhead, else `default`."""
     same = [(i, o.overhead) for i, (c, o) in enumerate(done)
-            if c.nemesis == cell.nemesis and o.verdict != NOT_RUN]
+            if c.nemesis == cell.nemesis and (c.overhead is None) == (cell.overhead is None)
+            and o.verdict != NOT_RUN]
     later = [m for i, m in same if i > 0]
     if later:
         return max(later)
-    return same[0][1] if same else default
+    if same:
+        return same[0][1]
+    return cell.overhead if cell.overhead is not None else default
 
 
 def run_matrix(cells: list[Cell], count: int, execute: Callable[[Cell, float, int], Outcome],
@@ -109,6 +115,8 @@ def run_matrix(cells: list[Cell], count: int, execute: Callable[[Cell, float, in
         remaining = budget - (clock() - started)
         overheads = [overhead_estimate(c, done, default_overhead) for c, _ in runs[i:]]
         limit = time_limit_for(remaining, overheads)
+        if limit is not None and cell.max_time is not None:
+            limit = min(limit, cell.max_time)
         tag = f"[{i + 1}/{len(runs)}] {cell.name}" + (f" #{attempt}" if count > 1 else "")
         if limit is None:
             why = (f"{remaining:.0f}s of the budget left, less than the {MIN_TIME_LIMIT_S:g}s "

@@ -29,11 +29,14 @@ BUDGET = {"matrix": 300.0, "self-check": 600.0}  # default --time-budget, second
 
 def configure(p: argparse.ArgumentParser) -> None:
     from harness.selfcheck import RECIPES
+    from harness.sim_cell import KIND as SIM
     from workloads import WORKLOADS
 
     p.description = __doc__.split("\n\n")[1].replace("\n", " ")
-    p.add_argument("--workloads", default=",".join(WORKLOADS), metavar="W,...",
-                   help=f"comma list of workloads (default: all, {','.join(WORKLOADS)})")
+    p.add_argument("--workloads", default=",".join([SIM, *WORKLOADS]), metavar="W,...",
+                   help=f"comma list of workloads, each run under every --nemeses entry; {SIM} "
+                        f"is one cell of the deterministic Raft simulator (tessera sim) for its "
+                        f"share of the budget (default: all, {','.join([SIM, *WORKLOADS])})")
     p.add_argument("--nemeses", default=DEFAULT_NEMESES, metavar="N,...",
                    help="comma list of cells' fault sets: a group (all, raft), a package, or "
                         "packages joined by + (kill+partition) (default all,raft: every package)")
@@ -59,6 +62,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 def cells_from_args(args: argparse.Namespace) -> list[Cell]:
     """The cells asked for; ValueError says what is wrong."""
     from harness.selfcheck import RECIPES
+    from harness.selfcheck import cells as selfcheck_cells
+    from harness.sim_cell import KIND as SIM
     from nemeses.registry import select
     from workloads import WORKLOADS
 
@@ -67,16 +72,17 @@ def cells_from_args(args: argparse.Namespace) -> list[Cell]:
         unknown = [f for f in flags if f not in RECIPES]
         if unknown or not flags:
             raise ValueError(f"unknown --faults {unknown} (known: {', '.join(RECIPES)})")
-        return [RECIPES[f][0] for f in flags]
+        return selfcheck_cells(flags)
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     for w in workloads:
-        if w not in WORKLOADS:
-            raise ValueError(f"unknown workload {w!r} (known: {', '.join(WORKLOADS)})")
+        if w not in WORKLOADS and w != SIM:
+            raise ValueError(f"unknown workload {w!r} (known: {', '.join(WORKLOADS)}, {SIM})")
     nemeses = [n.strip() for n in args.nemeses.split(",") if n.strip()]
     if not workloads or not nemeses:
         raise ValueError("--workloads and --nemeses need at least one entry each")
     chosen = {n: tuple(p for part in n.split("+") for p in select(part)) for n in nemeses}
-    return [Cell(f"{w}/{n}", w, chosen[n]) for w in workloads for n in nemeses]
+    sim = [Cell(SIM, SIM, (), overhead=1.0)] if SIM in workloads else []
+    return sim + [Cell(f"{w}/{n}", w, chosen[n]) for w in workloads if w != SIM for n in nemeses]
 
 
 def _base_spec(args: argparse.Namespace, wheelhouse: Path):
@@ -92,12 +98,15 @@ def _base_spec(args: argparse.Namespace, wheelhouse: Path):
 def _runner(base, first_seed: int, summary_dir: Path):
     """execute(cell, time_limit, attempt) for harness.matrix.run_matrix: one `tessera test` run,
     its outcome read back from the run's results.json."""
-    from harness import chaos
+    from harness import chaos, sim_cell
     from harness.matrix import outcome_from_run
 
     seeds = iter(range(first_seed, first_seed + 10**6))
 
     def execute(cell: Cell, time_limit: float, attempt: int) -> Outcome:
+        if cell.workload == sim_cell.KIND:
+            out = summary_dir / f"{cell.name.replace('/', '-')}-{attempt}"
+            return sim_cell.run_cell(cell, time_limit, attempt, next(seeds) * 10_000, base.flags, out)
         spec = cell.spec(base, time_limit, next(seeds))
         t0 = time.monotonic()
         out = io.StringIO()

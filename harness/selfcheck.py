@@ -76,10 +76,10 @@ class Finding:
     """What the self-check concluded about one flag over its runs."""
 
     flag: str
-    caught: int  # runs that caught it
-    runs: int  # runs made
+    caught: int  # attempts in which some run of the flag's cells caught it
+    runs: int  # attempts made (each runs every cell of the flag once)
     evidence: list[str]  # "checker: type" that named it, over the runs
-    why: str  # for a miss: what the runs said instead
+    why: str  # every run that did not catch it, and what it said instead
 
     @property
     def status(self) -> str:
@@ -96,14 +96,40 @@ def evidence(o: Outcome) -> list[str]:
                    if (a["checker"], a["type"]) not in NOT_EVIDENCE})
 
 
+def cells(flags: list[str]) -> list[Cell]:
+    """The self-check's cells: each flag's chaos recipe and, for a flag that acts in the Raft
+    core, a simulation cell with the flag on in the simulated cores (harness.sim_cell)."""
+    from dataclasses import fields
+
+    from harness.sim_cell import KIND
+    from node.faults import Faults
+    from node.sim.runner import fault_core_options
+
+    names = {f.name for f in fields(Faults)}
+    out = []
+    for flag in flags:
+        out.append(RECIPES[flag][0])
+        if flag in names and fault_core_options(Faults(**{flag: True})):
+            out.append(Cell(f"{flag}/sim", KIND, (), {"flags": {UNLOCK: True, flag: True}},
+                            max_time=SIM_TIME_S, overhead=1.0))
+    return out
+
+
+SIM_TIME_S = 20.0  # thousands of seeds: a core bug the simulator can see shows in far fewer
+
+
 def classify(flag: str, outcomes: list[Outcome]) -> Finding:
-    """A flag is caught when every run of its recipe caught it, flaky when some did."""
-    ran = [o for o in outcomes if o.cell == flag and o.verdict != "not run"]
-    caught = [o for o in ran if evidence(o)]
-    named = sorted({e for o in caught for e in evidence(o)})
+    """An attempt runs each cell of the flag once (its recipe, and its simulation cell if any)
+    and catches the flag when any of them does. The flag is caught when every attempt caught
+    it, flaky when some did."""
+    ran = [o for o in outcomes if (o.cell == flag or o.cell.startswith(f"{flag}/"))
+           and o.verdict != "not run"]
+    attempts = {o.attempt for o in ran}
+    caught = {o.attempt for o in ran if evidence(o)}
+    named = sorted({e for o in ran for e in evidence(o)})
     missed = [o for o in ran if not evidence(o)]
-    why = "; ".join(f"{o.verdict}" + (f" ({o.why})" if o.why else "") for o in missed)
-    return Finding(flag, len(caught), len(ran), named, why)
+    why = "; ".join(f"{o.cell}: {o.verdict}" + (f" ({o.why})" if o.why else "") for o in missed)
+    return Finding(flag, len(caught), len(attempts), named, why)
 
 
 def exit_code(findings: list[Finding]) -> int:
@@ -118,6 +144,6 @@ def report(findings: list[Finding]) -> str:
         if f.evidence:
             line += f" by {', '.join(f.evidence)}"
         if f.why:
-            line += f"; missed runs: {f.why}"
+            line += f"; runs that did not catch it: {f.why}"
         lines.append(line)
     return "\n".join(lines)

@@ -19,14 +19,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=3000, help="fault-phase steps per seed (default 3000)")
     parser.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
     parser.add_argument("--json", action="store_true", help="print one JSON summary line")
+    parser.add_argument("--fault", action="append", default=[], metavar="FLAG",
+                        help="run with this engine fault flag (node.faults) on, for those that act "
+                             "in the Raft core: fault_vote_skip_log_check, "
+                             "fault_commit_prior_term_by_count, fault_keep_conflicting_suffix, "
+                             "fault_read_without_leadership (repeatable)")
 
 
 def run(args: argparse.Namespace) -> int:
     from .runner import replay_report, run_seeds
 
-    summary = run_seeds(args.seeds, args.seed, args.nodes, args.steps)
+    try:
+        core_options = core_options_for(args.fault)
+    except ValueError as e:
+        print(f"tessera sim: {e}", file=sys.stderr)
+        return 2
+    summary = run_seeds(args.seeds, args.seed, args.nodes, args.steps, core_options=core_options)
     for failure in summary.failures[:3]:
-        print(replay_report(failure.seed, args.nodes, args.steps), file=sys.stderr)
+        print(replay_report(failure.seed, args.nodes, args.steps, core_options=core_options,
+                            faults=args.fault), file=sys.stderr)
     if args.json:
         print(json.dumps(summary.as_json()))
     else:
@@ -38,3 +49,24 @@ def run(args: argparse.Namespace) -> int:
             f"commit p50 {s['commit_ms_p50']} / p99 {s['commit_ms_p99']} / max {s['commit_ms_max']} ms"
         )
     return 1 if summary.failures else 0
+
+
+def core_options_for(names: list[str]) -> dict:
+    """The core options of the named fault flags; ValueError for a name that is not a fault flag
+    or does not act in the Raft core (the simulator runs only the core)."""
+    from dataclasses import fields
+
+    from node.faults import Faults
+
+    from .runner import fault_core_options
+
+    known = [f.name for f in fields(Faults)]
+    options: dict = {}
+    for name in names:
+        if name not in known:
+            raise ValueError(f"unknown fault flag {name!r} (known: {', '.join(known)})")
+        one = fault_core_options(Faults(**{name: True}))
+        if not one:
+            raise ValueError(f"{name} acts outside the Raft core; the simulator runs only the core")
+        options.update(one)
+    return options

@@ -68,9 +68,40 @@ def run_seeds(
     return summary
 
 
-def replay_report(seed: int, nodes: int, steps: int, tail: int = 80) -> str:
-    """Re-run one seed with tracing on (same seed, same run) and describe what went wrong."""
-    sim = Simulation(seed, nodes=nodes, steps=steps, trace=True)
+def run_for(seconds: float, first_seed: int = 0, nodes: int = 3, steps: int = 3000,
+            core_options: dict | None = None, clock=time.perf_counter) -> Summary:
+    """Seeds from `first_seed` on, one after another, until `seconds` have passed (at least one):
+    as many as a time budget holds, for the nightly matrix."""
+    summary, start = Summary(), clock()
+    while summary.seeds == 0 or clock() - start < seconds:
+        one = run_seeds(1, first_seed + summary.seeds, nodes, steps, core_options=core_options)
+        summary.seeds += 1
+        summary.steps += one.steps
+        summary.failures += one.failures
+        summary.liveness_failures += one.liveness_failures
+        summary.leader_ms += one.leader_ms
+        summary.commit_ms += one.commit_ms
+    summary.seconds = clock() - start
+    return summary
+
+
+def fault_core_options(faults) -> dict:
+    """The CoreConfig fields the engine's fault flags (node.faults) change, as node.replica maps
+    them: the simulator then runs the same deliberate bugs in the core it drives."""
+    from dataclasses import fields
+
+    from node.replica import ReplicaOptions
+
+    bad, good = ReplicaOptions(faults=faults).core_config("sim"), ReplicaOptions().core_config("sim")
+    return {f.name: getattr(bad, f.name) for f in fields(bad)
+            if getattr(bad, f.name) != getattr(good, f.name)}
+
+
+def replay_report(seed: int, nodes: int, steps: int, tail: int = 80,
+                  core_options: dict | None = None, faults: list[str] = ()) -> str:
+    """Re-run one seed with tracing on (same seed, same run) and describe what went wrong;
+    `faults` are the fault flag names behind `core_options`, for the replay command."""
+    sim = Simulation(seed, nodes=nodes, steps=steps, trace=True, core_options=core_options)
     result = sim.run()
     lines = [
         f"seed {seed} ({nodes} nodes, {steps} steps): {result.violation or 'no violation'}",
@@ -83,5 +114,10 @@ def replay_report(seed: int, nodes: int, steps: int, tail: int = 80) -> str:
     ]
     events = [line for line in result.trace if "Heartbeat" not in line]
     lines.extend(events[-tail:])
-    lines.append(f"replay: tessera sim --seeds 1 --seed {seed} --nodes {nodes} --steps {steps}")
+    lines.append(f"replay: {replay_command(seed, nodes, steps, faults)}")
     return "\n".join(lines)
+
+
+def replay_command(seed: int, nodes: int, steps: int, faults: list[str] = ()) -> str:
+    return (f"tessera sim --seeds 1 --seed {seed} --nodes {nodes} --steps {steps}"
+            + "".join(f" --fault {f}" for f in faults))

@@ -1,0 +1,69 @@
+"""The matrix's simulation cell: the deterministic Raft simulator (`tessera sim`) run for the
+cell's time limit, seed after seed, on the same core code the chaos runs deploy.
+
+A chaos run on real processes meets Raft's rare interleavings (an earlier term's entry committed
+by counting, Raft's figure 8; a follower keeping a conflicting suffix) only by luck: a 5-minute
+matrix makes a few dozen elections. The simulator makes thousands of seeds a minute, each with
+drops, partitions, crashes and config changes, and checks the Raft invariants after every step,
+so a core bug shows up in seconds. The fault flags of the run that act in the core
+(node.sim.runner.fault_core_options) run in the simulated cores too, so the self-check can
+ask the simulator as well. A violation makes the cell invalid, naming the invariant and a replay
+command; seeds that did not recover after the final heal are listed but do not decide the verdict
+(the chaos cells judge availability).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from harness.matrix import Cell, Outcome
+
+KIND = "sim"  # Cell.workload of a simulation cell
+NODES = 3
+STEPS = 3000
+
+
+def run_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags: dict,
+             out_dir: Path) -> Outcome:
+    """Simulate for `time_limit` seconds from `seed` on; results.json and, for a violation, the
+    first failing seed's trace (replay.txt) go into `out_dir`."""
+    from dataclasses import fields
+
+    from harness.store import write_json
+    from node.faults import Faults
+    from node.sim.runner import fault_core_options, replay_command, replay_report, run_for
+
+    names = {f.name for f in fields(Faults)}
+    on = sorted(k for k, v in {**flags, **cell.overrides.get("flags", {})}.items()
+                if k in names and v is True)
+    core_options = fault_core_options(Faults(**{k: True for k in on}))
+    faults = [f for f in on if fault_core_options(Faults(**{f: True}))]
+    t0 = time.monotonic()
+    summary = run_for(time_limit, seed, NODES, STEPS, core_options=core_options)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    found = [{"checker": "sim", "type": _invariant(r.violation or ""), "seed": r.seed,
+              "explanation": f"seed {r.seed}: {r.violation}",
+              "replay": replay_command(r.seed, NODES, STEPS, faults)}
+             for r in summary.failures]
+    verdict = "invalid" if found else "valid"
+    if found:
+        (out_dir / "replay.txt").write_text(
+            replay_report(found[0]["seed"], NODES, STEPS, core_options=core_options,
+                          faults=faults) + "\n")
+    write_json(out_dir / "results.json", {
+        "verdict": verdict, "summary": summary.as_json(), "anomalies": found,
+        "core_options": core_options, "faults": faults,
+        "liveness_failures": summary.liveness_failures})
+    o = Outcome(cell.name, attempt, verdict, time_limit, str(out_dir),
+                ok_ops=summary.seeds, seconds=round(time.monotonic() - t0, 1),
+                anomalies=[{k: a[k] for k in ("checker", "type", "explanation")} for a in found])
+    o.why = (f"{len(found)} of {summary.seeds} seeds violated an invariant: {found[0]['explanation']}"
+             f"; replay: {found[0]['replay']}" if found else "")
+    return o
+
+
+def _invariant(violation: str) -> str:
+    """`commit durability: leader n1 ...` -> `commit-durability`."""
+    head = violation.split(":", 1)[0].strip()
+    return head.replace(" ", "-") if head else "violation"
