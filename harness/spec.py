@@ -14,11 +14,15 @@ PROVIDERS = ("netns", "hosts", "vagrant")
 
 # `--fast-failure-detection`: the engine's failure detection at Raft-test speed, so a minute of
 # faults holds dozens of elections (Kudu's defaults: 500 ms heartbeats, 1 s tablet server
-# heartbeats). The one source of these values; daemon flags given with --flag win over them.
+# heartbeats), and the masters replace a silent tablet server's replicas after 5 s instead of
+# Kudu's 300 s, so their re-replication (adds, tablet copies, removes) races the nemeses' kills,
+# partitions and membership changes, as Jepsen's membership nemesis races a cluster's own.
+# The one source of these values; daemon flags given with --flag win over them.
 FAST_FAILURE_DETECTION: dict[str, Any] = {
     "raft_heartbeat_interval_ms": 100,
     "leader_failure_max_missed_heartbeat_periods": 3,
     "heartbeat_interval_ms": 200,
+    "follower_unavailable_considered_failed_sec": 5.0,
 }
 
 
