@@ -36,6 +36,7 @@ from node.consensus import (
     Election,
     Event,
     HardState,
+    Heartbeat,
     NotLeader,
     PersistedState,
     ProposalError,
@@ -61,6 +62,32 @@ from node.wal import Log, LogOptions
 log = logging.getLogger(__name__)
 
 Send = Callable[[str, list], None]  # (to_uuid, messages): queue for delivery, never block
+
+LEASE_MARGIN_S = 0.001  # timer and clock resolution: asyncio may fire a timer this much early
+
+
+def leader_lease_s(withhold_ticks: int, tick_ms: int, max_clock_drift: float) -> float:
+    """The one place the leader lease is computed: how long, on the leader's clock and counted
+    from when it SENT a heartbeat round that a quorum acknowledged, it may serve reads locally.
+
+    Why this is safe. Each follower that acknowledged the round received it after we sent it,
+    and from then on withholds (pre-)votes from other candidates until its core has counted
+    `withhold_ticks` ticks (RaftCore.vote_lease_ticks). Ticks are counted, not timed: the first
+    one may come right after the message (worst tick phase), so on the follower's clock the
+    window only lasts longer than `withhold_ticks - 1` tick periods. With every clock running
+    at a rate within ±`max_clock_drift` of real time, that is at least
+    (withhold_ticks - 1) * tick / (1 + drift) real seconds, while a lease of L seconds on our
+    clock lasts at most L / (1 - drift) real seconds. So
+        L = (withhold_ticks - 1) * tick * (1 - drift) / (1 + drift) - LEASE_MARGIN_S
+    ends strictly before any acknowledging follower can vote for someone else; with us (a
+    leader withholds too) they are a quorum, so no other leader is elected before it ends.
+    Leadership transfer bypasses withholding: see RaftCore.lease_reads_allowed. A window of a
+    single tick gives no lease at all (0): every read then confirms leadership (ReadIndex).
+    """
+    if withhold_ticks <= 1:
+        return 0.0
+    window = (withhold_ticks - 1) * tick_ms / 1000
+    return max(0.0, window * (1 - max_clock_drift) / (1 + max_clock_drift) - LEASE_MARGIN_S)
 
 
 class ReplicaError(TesseraError):
@@ -128,12 +155,14 @@ class Replica:
         self._threads: set[asyncio.Future] = set()
         self._stopping: asyncio.Task | None = None
         self._waiters: dict[int, tuple[int, asyncio.Future]] = {}  # index -> (term, future)
-        self._reads: dict[bytes, asyncio.Future] = {}  # read-index ctx -> future of index
+        self._reads: dict[bytes, asyncio.Future] = {}  # read-index ctx -> future (index, term)
         self._applied_waiters: list[tuple[int, asyncio.Future]] = []
         self._ctx = itertools.count(1)
         self._leader_ready_term = -1  # term in which we, as leader, applied our own entry
         self._leader_ready = asyncio.Event()
-        self._lease_until = 0.0
+        self._lease_until = 0.0  # reads are served locally until then (lease read mode) ...
+        self._lease_term = -1  # ... but only as leader of this term: never in another one
+        self._round_sent: dict[bytes, float] = {}  # read-index ctx -> when its round was sent
         self._last_snapshot = 0
         self.role, self.leader, self.term = Role.FOLLOWER, None, 0
         self.stats = {"leader_changes": 0, "applied": 0, "wal_groups": 0, "wal_entries": 0,
@@ -302,7 +331,10 @@ class Replica:
             self.log.info("config committed: %s", config_text(rd.committed_config))
         for ev in rd.events:
             self._log_event(ev)
+        sent_at = asyncio.get_running_loop().time()
         for m in rd.messages:
+            if type(m) is Heartbeat and m.ctx and m.ctx in self._reads:
+                self._round_sent.setdefault(m.ctx, sent_at)  # a lease starts from the send
             self._send(m.to_uuid, [m])
         if rd.soft_state is not None:
             self._on_soft_state(rd.soft_state)
@@ -311,7 +343,9 @@ class Replica:
         for rs in rd.read_states:
             fut = self._reads.pop(rs.ctx, None)
             if fut is not None and not fut.done():
-                fut.set_result(rs.index)
+                # The core releases reads only while it leads; they die with its term, so the
+                # confirmation holds in the term it has now (the Ready freezes it).
+                fut.set_result((rs.index, self.core.term))
         self.core.advance(rd)
         self._wake_applied()
         self._maybe_snapshot()
@@ -333,7 +367,7 @@ class Replica:
                           ss.role.name, ss.leader)
         if ss.role != Role.LEADER or ss.term != self.term:
             self._leader_ready.clear()
-            self._lease_until = 0.0
+            self._lease_until, self._lease_term = 0.0, -1
         self.role, self.leader, self.term = ss.role, ss.leader, ss.term
         for ctx, fut in list(self._reads.items()):  # read-index requests die with leadership
             if self.role != Role.LEADER and not fut.done():
@@ -505,14 +539,15 @@ class Replica:
 
     async def read(self, op: Op) -> Result:
         """Linearizable read: confirm leadership for this read (ReadIndex), wait until applied
-        that far, then read locally. In lease mode a confirmation also grants a lease of the
-        shortest election timeout shrunk by the drift bound, during which reads skip the round:
-        safe only while clocks advance at rates within `max_clock_drift` of each other."""
+        that far, then read locally. In lease mode a confirmation also grants a lease (see
+        `leader_lease_s`) during which reads skip the round: safe only while clocks advance at
+        rates within `max_clock_drift` of real time. A lease belongs to the term it was granted
+        in, and none is served or granted once a leadership transfer started in the term."""
         await self.await_leader_ready()
         if self.options.faults.fault_read_without_leadership:
             return self.state.query(op)  # unsafe: nothing proves we still lead
         loop = asyncio.get_running_loop()
-        if self.options.read_mode == "lease" and loop.time() < self._lease_until:
+        if self.options.read_mode == "lease" and self._lease_valid(loop.time()):
             return self.state.query(op)
         started = loop.time()
         ctx = next(self._ctx).to_bytes(8, "big")
@@ -522,19 +557,34 @@ class Replica:
         try:
             # The core may drop a request silently (e.g. its heartbeat round never completes):
             # the RPC deadline cancels us then, and nothing may be left behind.
-            index = await fut
+            index, term = await fut
         finally:
             self._reads.pop(ctx, None)
+            # No heartbeat of its own went out if a quorum confirmed it at once: the request
+            # time is earlier than any round that did, so still a safe start.
+            sent = self._round_sent.pop(ctx, started)
         if index > self.state.last_applied_index:
             done = loop.create_future()
             self._applied_waiters.append((index, done))
             await done
         if self.options.read_mode == "lease":
-            o = self.options
-            min_election_s = (o.heartbeat_interval_ticks * o.leader_failure_max_missed_heartbeat_periods
-                              * 0.75 * o.tick_ms / 1000)
-            self._lease_until = started + min_election_s * (1 - o.max_clock_drift)
+            self._grant_lease(term, sent)
         return self.state.query(op)
+
+    def _lease_valid(self, now: float) -> bool:
+        return (self._lease_term == self.core.term == self.term and self.role == Role.LEADER
+                and self.core.lease_reads_allowed() and now < self._lease_until)
+
+    def _grant_lease(self, term: int, sent: float) -> None:
+        """A quorum acknowledged a round we sent at `sent` while leading in `term`."""
+        if term != self.core.term or term != self.term or not self.core.lease_reads_allowed():
+            return  # confirmed in an earlier term, or a transfer started since: no lease
+        o = self.options
+        until = sent + leader_lease_s(self.core.vote_lease_ticks(), o.tick_ms, o.max_clock_drift)
+        if self._lease_term != term:
+            self._lease_term, self._lease_until = term, until
+        else:
+            self._lease_until = max(self._lease_until, until)
 
     def status(self) -> dict:
         s = self.core.status()

@@ -99,6 +99,11 @@ class RaftCore:
         self.progress: dict[str, Progress] = {}
         self.transferee: str | None = None
         self.transfer_elapsed = 0
+        # Set once this leader starts a leadership transfer, cleared only by winning a new term:
+        # the transferee's election ignores vote withholding (and a TimeoutNow may arrive late,
+        # even after the attempt is abandoned), so the driver must not serve lease reads for the
+        # rest of this term. See `lease_reads_allowed`.
+        self.transfer_started = False
         self.misaddressed = 0
         self.withheld_votes = 0
         self._reads: list[_PendingRead] = []
@@ -163,8 +168,18 @@ class RaftCore:
         self.election_elapsed = 0
 
     def vote_lease_ticks(self) -> int:
-        """Votes are withheld this long after hearing from a leader: the shortest election timeout."""
+        """Votes are withheld this long after hearing from a leader: the shortest election timeout.
+        Counted in ticks from the last message of the leader, so in wall time the window can be
+        one tick shorter (the first tick may come right after the message): the driver's leader
+        lease (node.replica.leader_lease_s) is derived from this and must stay below it."""
         return max(1, int(self.cfg.election_timeout_ticks * (1 - self.cfg.jitter)))
+
+    def lease_reads_allowed(self) -> bool:
+        """May the driver serve reads from a leader lease in the current term? Only a leader that
+        has not started a leadership transfer in this term: TimeoutNow makes the transferee
+        campaign with `transfer=True`, which followers grant without withholding, so nothing
+        keeps a new leader from being elected while our lease still runs."""
+        return self.role == Role.LEADER and self.transferee is None and not self.transfer_started
 
     def _in_lease(self) -> bool:
         if self.role == Role.LEADER:
@@ -298,6 +313,7 @@ class RaftCore:
             raise InvalidChange(f"{to} is not a voter")
         self.transferee = to
         self.transfer_elapsed = 0
+        self.transfer_started = True  # no lease reads for the rest of this term
         pr = self.progress[to]
         if pr.match == self.log.last_index():
             self._send(TimeoutNow(self.term, self.id, to))
@@ -364,6 +380,7 @@ class RaftCore:
         self.votes = {}
         self.progress = {}
         self.transferee = None
+        self.transfer_started = False
         self._reads = []
         self._reads_waiting = []
         self._reset_election_timer()
@@ -419,6 +436,7 @@ class RaftCore:
         self.election_elapsed = 0
         self.votes = {}
         self.transferee = None
+        self.transfer_started = False
         self.progress = {}
         self._on_config_changed()  # builds progress for every member
         self._append(EntryType.NO_OP, b"")
