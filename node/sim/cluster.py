@@ -3,8 +3,13 @@
 Everything random comes from one `random.Random(seed)` (and per-core RNGs derived from the seed),
 and events are ordered by (virtual time, sequence number), so a seed replays bit for bit.
 
-A node's "disk" holds exactly what Ready asked to persist; Readys are handled atomically
-(persist, send, apply, advance), so a crash between events loses everything else.
+A node's "disk" holds what the real driver (node.replica) makes durable: the term and vote
+(consensus metadata), the committed config, the log (WAL) and the latest snapshot (index, term:
+the simulated state machine is just "applied up to here"). Not the commit index, and not how
+far the state machine got beyond the snapshot: a restarted core starts with commit = applied =
+the snapshot index and learns the rest from a leader, exactly as Replica.open() rebuilds it.
+Readys are handled atomically (persist, send, apply, advance), so a crash between events loses
+everything else.
 """
 
 from __future__ import annotations
@@ -40,11 +45,29 @@ LIVENESS_BOUND_MS = 60_000
 
 @dataclass
 class Disk:
-    hard: HardState = field(default_factory=HardState)
+    """What survives a crash, as node.replica persists it (cmeta: term, vote, committed config;
+    the WAL; snapshots). Deliberately no commit index and no applied index beyond the snapshot."""
+
+    term: int = 0
+    voted_for: str | None = None
     config: RaftConfig = field(default_factory=lambda: RaftConfig(0, ()))
+    # The whole log ever persisted, from index 1: the invariants look at it. The real WAL drops
+    # entries below a snapshot; a restart hands the core only those after `snapshot_index`.
     log: list[Entry] = field(default_factory=list)
-    applied: int = 0
+    snapshot_index: int = 0
+    snapshot_term: int = 0
     config_indexes: list[int] = field(default_factory=list)  # CONFIG_CHANGE entries in `log`
+
+    def persisted_state(self) -> PersistedState:
+        """What Replica.open() hands RaftCore: commit and applied start at the snapshot."""
+        return PersistedState(
+            hard_state=HardState(self.term, self.voted_for, self.snapshot_index),
+            committed_config=self.config,
+            entries=tuple(self.log[self.snapshot_index :]),
+            snapshot_index=self.snapshot_index,
+            snapshot_term=self.snapshot_term,
+            applied=self.snapshot_index,
+        )
 
 
 @dataclass
@@ -53,7 +76,9 @@ class Node:
     uuid: str
     disk: Disk
     core: RaftCore | None = None
-    commit: int = 0
+    commit: int = 0  # the running core's commit index (volatile: restarts at the snapshot)
+    applied: int = 0  # the running core's state machine (volatile too)
+    applied_max: int = 0  # the highest index this replica ever applied, across restarts
     term: int = 0
     leader_since: int = 0
     power_cycles: int = 0  # messages sent before a power loss never leave the machine
@@ -122,11 +147,11 @@ class Simulation:
 
     def _start(self, node: Node) -> None:
         d = node.disk
-        persisted = PersistedState(d.hard, d.config, tuple(d.log), applied=d.applied)
         rng = random.Random(self.seed * 7919 + node.slot * 104729 + self._seq)
         cfg = CoreConfig(node.uuid, max_batch_bytes=self.batch_bytes, **self.core_options)
-        node.core = RaftCore(cfg, rng, persisted)
+        node.core = RaftCore(cfg, rng, d.persisted_state())
         node.commit = node.core.commit
+        node.applied = node.core.applied
         node.term = node.core.term
         self._drain(node)
 
@@ -155,8 +180,8 @@ class Simulation:
                     e.index for e in rd.entries_to_persist if e.type == EntryType.CONFIG_CHANGE
                 )
                 self.inv.on_persist(node.uuid, d.log, first)
-            if rd.hard_state is not None:
-                d.hard = rd.hard_state
+            if rd.hard_state is not None:  # cmeta keeps term and vote; the commit is not persisted
+                d.term, d.voted_for = rd.hard_state.term, rd.hard_state.voted_for
             if rd.committed_config is not None:
                 d.config = rd.committed_config
             for msg in rd.messages:
@@ -166,7 +191,8 @@ class Simulation:
             for e in rd.committed_entries:
                 self.inv.on_apply(node.uuid, e)
             if rd.committed_entries:
-                d.applied = rd.committed_entries[-1].index
+                node.applied = rd.committed_entries[-1].index
+                node.applied_max = max(node.applied_max, node.applied)
             for rs in rd.read_states:
                 self.inv.on_read(node.uuid, rs.ctx, rs.index, self.read_anchor.pop(rs.ctx))
             core.advance(rd)
@@ -280,8 +306,9 @@ class Simulation:
         node = self.nodes[slot]
         if node.core is None:
             if self.tracing:
-                self._log(f"restart {node.uuid} (disk: term {node.disk.hard.term}, "
-                          f"vote {node.disk.hard.voted_for}, log {len(node.disk.log)})")
+                self._log(f"restart {node.uuid} (disk: term {node.disk.term}, "
+                          f"vote {node.disk.voted_for}, log {len(node.disk.log)}, "
+                          f"snapshot {node.disk.snapshot_index})")
             self._start(node)
 
     def _nemesis(self) -> None:
@@ -385,28 +412,40 @@ class Simulation:
         self._drain(node)
 
     def _compact(self) -> None:
-        """Every replica snapshots up to what all replicas have applied, so no one ever needs a
-        tablet copy (not simulated). Disks keep the whole log: this trims only memory."""
-        index = min(n.disk.applied for n in self.nodes)
+        """Every running replica snapshots up to what all replicas have ever applied (so each
+        one's log reaches at least that far and no one ever needs a tablet copy, which is not
+        simulated) and drops the entries below from memory. The snapshot is durable: a restart
+        starts from it, with commit = applied = its index. (The disk log is kept whole for the
+        invariants; a restart hands the core only what follows the snapshot, as the real driver
+        reads only WAL entries after it.)"""
+        index = min(n.applied_max for n in self.nodes)
         for node in self.nodes:
             if node.core is not None and index > node.core.log.offset:
                 node.core.compact(index)
+                log = node.core.log
+                if log.offset > node.disk.snapshot_index:
+                    self.inv.on_snapshot(node.uuid, log.offset, log.offset_term, node.disk.snapshot_index)
+                    node.disk.snapshot_index, node.disk.snapshot_term = log.offset, log.offset_term
                 self.stats["compactions"] += 1
 
     def _replace(self, node: Node, source: Node) -> None:
         """A replacement server (new UUID: its old self's messages must not reach it) seeded by a
         tablet copy from the leader, as the config-change seed adds servers: the copy carries
-        the leader's log and applied state, its term and committed config, but no vote."""
+        the leader's log and applied state (a snapshot at what the leader applied), its term and
+        committed config, but no vote; it starts, like any restart, knowing nothing committed
+        beyond that snapshot."""
         gen = 2
         while f"n{node.slot + 1}.{gen}" in self.slot_of:
             gen += 1
         node.uuid = f"n{node.slot + 1}.{gen}"
         self.slot_of[node.uuid] = node.slot
         src = source.disk
+        index = source.applied
         node.disk = Disk(
-            HardState(src.hard.term, None, src.applied), src.config, list(src.log), src.applied,
+            src.term, None, src.config, list(src.log), index, src.log[index - 1].term if index else 0,
             list(src.config_indexes),
         )
+        node.applied_max = index
         node.core = None
         self._log_if(f"replace slot {node.slot}: new replica {node.uuid} copied from {source.uuid}")
         self._start(node)

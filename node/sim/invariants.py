@@ -54,6 +54,10 @@ class Invariants:
                 )
 
     def on_commit(self, uuid: str, old: int, new: int, term_at) -> None:
+        """`old` is what this incarnation of the node knew committed: the commit index is not
+        durable, so a restart begins again at its snapshot and re-learns (and here re-checks)
+        what lies above. Durability across restarts is about entries any node ever committed
+        (`committed_term`, `max_commit`): leader completeness and commit durability check those."""
         if new < old:
             raise Violation(f"commit monotonicity: {uuid} commit went from {old} back to {new}")
         for index in range(old + 1, new + 1):
@@ -65,6 +69,16 @@ class Invariants:
                     f"another replica committed term {seen} there"
                 )
         self.max_commit = max(self.max_commit, new)
+
+    def on_snapshot(self, uuid: str, index: int, term: int, previous: int) -> None:
+        """A snapshot (what a restart starts from) covers only committed entries, never goes back."""
+        if index < previous:
+            raise Violation(f"snapshot: {uuid} snapshot went from index {previous} back to {index}")
+        if index > self.max_commit or self.committed_term.get(index) != term:
+            raise Violation(
+                f"snapshot: {uuid} snapshotted index {index} (term {term}), but what is committed "
+                f"there is {self.committed_term.get(index)} (highest commit {self.max_commit})"
+            )
 
     def on_apply(self, uuid: str, entry: Entry) -> None:
         seen = self.applied.setdefault(entry.index, entry)
