@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
              "cells": [{"name": c.name, "workload": c.workload, "nemesis": list(c.nemesis),
                         "overrides": c.overrides} for c in cells]}
     if args.self_check:
-        findings = [selfcheck.classify(c.name, outcomes) for c in cells]
+        findings = [selfcheck.classify(f, outcomes) for f in selfcheck.flags_of(cells)]
         code = selfcheck.exit_code(findings)
         print(selfcheck.report(findings))
         extra["findings"] = [{"flag": f.flag, "status": f.status, "caught": f.caught,

@@ -12,7 +12,7 @@ import sys
 from harness.matrix import Cell, Outcome, run_matrix
 from harness.matrix_cli import cells_from_args, configure
 from harness.selfcheck import cells as selfcheck_cells
-from harness.selfcheck import classify
+from harness.selfcheck import classify, flags_of
 from harness.sim_cell import KIND, run_cell
 from node.sim.cli import core_options_for
 from node.sim.cluster import Simulation
@@ -67,6 +67,9 @@ def test_default_matrix_starts_with_one_sim_cell_and_self_check_adds_sim_cells_f
         "register/all", "register/raft"]
     names = [c.name for c in selfcheck_cells([FIGURE_8, "fault_skip_dedup"])]
     assert names == [FIGURE_8, f"{FIGURE_8}/sim", "fault_skip_dedup"]
+    assert flags_of(selfcheck_cells([FIGURE_8, "fault_skip_dedup"])) == [FIGURE_8, "fault_skip_dedup"]
+    assert [c.name for c in selfcheck_cells(["fault_read_without_leadership"])] == [
+        "fault_read_without_leadership"]  # the simulator does not check reads
     sim = selfcheck_cells([FIGURE_8])[1]
     assert sim.workload == KIND and sim.max_time and sim.overrides["flags"][FIGURE_8] is True
 
