@@ -280,7 +280,9 @@ def test_commit_prior_term_by_count_commits_an_entry_that_is_later_overwritten(b
         c.deliver("n1", "n2", limit=1)
         c.deliver("n2", "n1", limit=1)
     assert c.log_terms("n2") == [1, 1]
-    assert c.core("n1").commit == (2 if bug else 1)
+    # n1 restarted with commit 0 (like Replica.open()) and leads term 3 before any entry of
+    # term 3 is replicated: only counting replicas of the term-1 entry commits anything
+    assert c.core("n1").commit == (2 if bug else 0)
     c.crash("n1")
     c.restart("n3")
     c.elect("n3")  # term 4: n3's log (last term 2) is ahead of n2's (last term 1)

@@ -57,11 +57,31 @@ def ticks_until_vote_granted(cfg: CoreConfig, pre_vote: bool) -> int:
     raise AssertionError("never granted")
 
 
-def earliest_vote_s(cfg: CoreConfig, tick_ms: int, drift: float, phase: float) -> float:
+def ticks_until_vote_granted_after_restart(cfg: CoreConfig, pre_vote: bool) -> int:
+    """The same for a follower that acknowledged n1's round in term 1 and then crashed: ticks
+    from its restart (which comes after the acknowledgement) until it grants n3's (pre-)vote."""
+    for k in range(0, 10 * cfg.election_timeout_ticks):
+        core = RaftCore(cfg, random.Random(7), PersistedState(HardState(1, "n1", 0), CONFIG3))
+        while core.has_ready():
+            core.advance(core.ready())
+        for _ in range(k):
+            core.tick()
+            if core.has_ready():
+                core.advance(core.ready())
+            if core.role != Role.FOLLOWER:
+                return k  # it campaigned itself: treat as free to vote from here (conservative)
+        core.step(VoteRequest(2, "n3", cfg.uuid, 10, 1, pre_vote=pre_vote))
+        if core.has_ready() and any(isinstance(m, VoteResponse) and m.granted for m in core.ready().messages):
+            return k
+    raise AssertionError("never granted")
+
+
+def earliest_vote_s(cfg: CoreConfig, tick_ms: int, drift: float, phase: float, ticks=None) -> float:
     """Real seconds from a follower receiving a heartbeat until it may grant a vote, when its
     first tick comes `phase` (fraction of a tick, in (0, 1]) after the heartbeat and its clock
-    runs as fast as the drift bound allows."""
-    k = min(ticks_until_vote_granted(cfg, pre) for pre in (True, False))
+    runs as fast as the drift bound allows. `ticks` counts the ticks to a grant (default: after
+    a heartbeat)."""
+    k = min((ticks or ticks_until_vote_granted)(cfg, pre) for pre in (True, False))
     assert k >= 1
     tick_s = tick_ms / 1000
     return (phase * tick_s + (k - 1) * tick_s) / (1 + drift)
@@ -88,6 +108,20 @@ def test_lease_ends_before_any_acking_follower_can_vote(hb, missed, tick_ms, dri
     lease_end_real = lease / (1 - drift)
     for phase in PHASES:
         assert lease_end_real < earliest_vote_s(cfg, tick_ms, drift, phase), (phase, lease)
+
+
+@pytest.mark.parametrize("hb,missed,tick_ms", SETTINGS)
+@pytest.mark.parametrize("drift", [0.0, 0.2])
+def test_lease_ends_before_a_follower_that_acked_and_restarted_can_vote(hb, missed, tick_ms, drift):
+    """A follower acknowledges the round and restarts at once (the worst case: a restart never
+    comes before its acknowledgement): it comes back with no leader, and must still not vote
+    before the lease ends."""
+    cfg = CoreConfig("n2", heartbeat_interval_ticks=hb, leader_failure_max_missed_heartbeat_periods=missed)
+    withhold = RaftCore(cfg, random.Random(1), PersistedState(HardState(), CONFIG3)).vote_lease_ticks()
+    lease_end_real = leader_lease_s(withhold, tick_ms, drift) / (1 - drift)
+    for phase in PHASES:
+        earliest = earliest_vote_s(cfg, tick_ms, drift, phase, ticks_until_vote_granted_after_restart)
+        assert lease_end_real < earliest, (phase, lease_end_real)
 
 
 def test_lease_at_default_settings_is_still_useful():

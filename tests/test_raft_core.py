@@ -82,16 +82,25 @@ def test_messages_round_trip_through_msgpack_as_tagged_union():
     assert any(isinstance(m, AppendEntries) and m.entries for _, m in c.queue)
 
 
-def test_restart_recovers_term_vote_log_and_commit_from_persisted_state():
+def test_restart_recovers_term_vote_and_log_while_commit_restarts_at_the_snapshot():
     c = elected()
     c.do("n1", "propose", b"x")
     c.stabilize()
     before = c.core("n2")
+    assert before.commit == c.disks["n2"]["hard"].commit == 2
     c.crash("n2")
     c.restart("n2")
     after = c.core("n2")
     assert (after.term, after.voted_for, after.log.last_index()) == (before.term, before.voted_for, before.log.last_index())
-    assert after.commit == c.disks["n2"]["hard"].commit
+    # like Replica.open(): no snapshot here, so commit and applied start at 0 ...
+    assert (after.commit, after.applied) == (0, 0) and c.applied["n2"] == []
+    c.tick("n1", 5)  # ... and the leader's next heartbeat teaches the commit index again
+    c.stabilize()
+    assert after.commit == 2 and [e.index for e in c.applied["n2"]] == [1, 2]
+    # from a snapshot, they start at the snapshot index
+    c.crash("n2")
+    c.restart_from_copy("n2", 1, 1, c.disks["n2"]["log"][1:], c.disks["n2"]["config"])
+    assert (c.core("n2").commit, c.core("n2").applied) == (1, 1)
 
 
 def test_votes_are_withheld_while_a_leader_is_live_then_granted():

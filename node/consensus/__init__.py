@@ -28,7 +28,8 @@ Driver contract (the tablet server does this with asyncio and the WAL; node.sim 
 
 Timing is in ticks (CoreConfig): heartbeats every 5 ticks (500 ms); a follower campaigns after
 3 missed heartbeat periods ±25% jitter, doubled after each failed election (at most 8x); votes
-are withheld for the shortest election timeout after hearing from a live leader. Pre-vote is on.
+are withheld for the shortest election timeout after hearing from a live leader, and for as long
+after a restart (unless the replica never left term 0). Pre-vote is on.
 
 Proposals the core refuses raise a ProposalError subclass (NotLeader, CasMismatch,
 ChangePending, InvalidChange, SteppingDown). A follower whose next entry is below the leader's

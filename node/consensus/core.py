@@ -106,6 +106,12 @@ class RaftCore:
         self.transfer_started = False
         self.misaddressed = 0
         self.withheld_votes = 0
+        # A restart withholds votes for a vote lease from its start, as if it had just heard from
+        # a leader: before the crash it may have acknowledged a leader round that the leader's
+        # lease counts on, and that promise is not on disk. A core that never left term 0 has
+        # acknowledged no leader (a term is persisted before any acknowledgement is sent), so a
+        # brand-new replica does not wait. Counted down by tick(); see `_in_lease`.
+        self.boot_withhold_ticks = self.vote_lease_ticks() if self.term > 0 else 0
         self._reads: list[_PendingRead] = []
         self._reads_waiting: list[bytes] = []  # until an entry of this term commits
         self._read_states: list[ReadState] = []
@@ -182,7 +188,7 @@ class RaftCore:
         return self.role == Role.LEADER and self.transferee is None and not self.transfer_started
 
     def _in_lease(self) -> bool:
-        if self.role == Role.LEADER:
+        if self.role == Role.LEADER or self.boot_withhold_ticks > 0:
             return True
         return self.lead is not None and self.election_elapsed < self.vote_lease_ticks()
 
@@ -194,6 +200,8 @@ class RaftCore:
 
     def tick(self) -> None:
         self._check_idle()
+        if self.boot_withhold_ticks > 0:
+            self.boot_withhold_ticks -= 1
         if self.role == Role.LEADER:
             self._tick_leader()
         else:
@@ -559,7 +567,8 @@ class RaftCore:
                 if not m.transfer and self._in_lease():
                     self.withheld_votes += 1  # a live leader exists: do not let this node disrupt it
                     self._vote_event(m, False, f"withheld: heard from leader {self.lead} within "
-                                     f"the vote lease")
+                                     f"the vote lease" if self.lead is not None else
+                                     "withheld: restarted within a vote lease")
                     return
                 if not m.pre_vote:
                     self._become_follower(m.term, None)

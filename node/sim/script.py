@@ -56,7 +56,7 @@ class ScriptCluster:
     def add_node(self, uuid: str, config: RaftConfig | None = None) -> None:
         """A server with an empty disk; `config` None means it knows no config yet (a new replica)."""
         self.disks[uuid] = {
-            "hard": HardState(), "config": config or RaftConfig(0, ()), "log": [], "applied": 0, "snapshot": (0, 0)
+            "hard": HardState(), "config": config or RaftConfig(0, ()), "log": [], "snapshot": (0, 0)
         }
         self.applied[uuid] = []
         self.read_states[uuid] = []
@@ -65,10 +65,17 @@ class ScriptCluster:
         self.restart(uuid)
 
     def restart(self, uuid: str) -> None:
+        """Like Replica.open() (and node.sim's Disk.persisted_state): term, vote, log and config
+        come from disk, but commit and applied restart at the snapshot index; the state machine
+        is rebuilt from the snapshot and the commit index is relearned from a leader."""
         d = self.disks[uuid]
+        snapshot_index, snapshot_term = d["snapshot"]
+        hard = HardState(d["hard"].term, d["hard"].voted_for, snapshot_index)
         persisted = PersistedState(
-            d["hard"], d["config"], tuple(d["log"]), d["snapshot"][0], d["snapshot"][1], d["applied"]
+            hard, d["config"], tuple(d["log"]), snapshot_index, snapshot_term, snapshot_index
         )
+        # the state machine is volatile: what was applied after the snapshot is applied again
+        self.applied[uuid] = [e for e in self.applied[uuid] if e.index <= snapshot_index]
         cfg = CoreConfig(uuid, pre_vote=self.pre_vote, max_batch_bytes=self.batch_bytes,
                          **self.core_options)
         self.cores[uuid] = RaftCore(cfg, random.Random(f"{self.seed}/{uuid}"), persisted)
@@ -78,7 +85,7 @@ class ScriptCluster:
         """Stand-in for tablet copy: the replica restarts from a copied snapshot at (index, term)
         plus the source's log after it, keeping its own term and vote."""
         d = self.disks[uuid]
-        d["snapshot"], d["log"], d["config"], d["applied"] = (index, term), list(entries), config, index
+        d["snapshot"], d["log"], d["config"] = (index, term), list(entries), config
         d["hard"] = HardState(d["hard"].term, d["hard"].voted_for, index)
         self.restart(uuid)
 
@@ -106,8 +113,6 @@ class ScriptCluster:
                 d["config"] = rd.committed_config
             self.queue.extend((uuid, m) for m in rd.messages)
             self.applied[uuid].extend(rd.committed_entries)
-            if rd.committed_entries:
-                d["applied"] = rd.committed_entries[-1].index
             self.read_states[uuid].extend(rd.read_states)
             self.events[uuid].extend(rd.events)
             core.advance(rd)
