@@ -26,9 +26,10 @@ class Recorder:
         return (time.monotonic_ns() - self._t0) / 1e9
 
     def record(self, process: int | str, type_: str, f: str, value: Any = None, *, key: Any = None,
-               node: str | None = None, error: Any = None) -> Op:
+               node: str | None = None, error: Any = None, hybrid_time: int | None = None) -> Op:
         op = Op(index=self._index, type=type_, f=f, value=value, process=process,
-                time=time.monotonic_ns() - self._t0, key=key, node=node, error=error)
+                time=time.monotonic_ns() - self._t0, key=key, node=node, error=error,
+                hybrid_time=hybrid_time)
         self._index += 1
         if process != "nemesis":
             self.counts[type_] += 1

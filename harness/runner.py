@@ -79,6 +79,11 @@ def _node(client: KVClient) -> str | None:
     return getattr(client, "node", None)  # clients that know which server answered say so
 
 
+def _hybrid_time(client: KVClient, done: Completion) -> int | None:
+    """An ok op's hybrid timestamp, from clients whose writes return one (node.client.Table)."""
+    return getattr(client, "hybrid_time", None) if done.type == "ok" else None
+
+
 class Pacer:
     """Start slots `uniform(0, 2 / rate)` apart, handed to whichever worker asks next; a slot
     already past starts at once. Pure: the caller supplies the time."""
@@ -111,7 +116,8 @@ async def _thread(thread: int, opts: RunOptions, workload: Workload, client: KVC
         rec.record(process, "invoke", inv.f, inv.value, key=inv.key)
         done = await _call(workload, client, inv, opts.op_timeout)
         rec.record(process, done.type, inv.f, done.value if done.type == "ok" else inv.value,
-                   key=inv.key, node=_node(client), error=done.error)
+                   key=inv.key, node=_node(client), error=done.error,
+                   hybrid_time=_hybrid_time(client, done))
         if done.type == "info":
             process += opts.concurrency
 
@@ -122,7 +128,8 @@ async def _sequential(ops: list[Invocation], workload: Workload, client: KVClien
         rec.record(process, "invoke", inv.f, inv.value, key=inv.key)
         done = await _call(workload, client, inv, timeout)
         rec.record(process, done.type, inv.f, done.value if done.type == "ok" else inv.value,
-                   key=inv.key, node=_node(client), error=done.error)
+                   key=inv.key, node=_node(client), error=done.error,
+                   hybrid_time=_hybrid_time(client, done))
         if done.type == "info":
             process += 1
 
@@ -139,7 +146,8 @@ async def _until_ok(inv: Invocation, workload: Workload, client: KVClient, rec: 
         rec.record(process, "invoke", inv.f, inv.value, key=inv.key)
         done = await _call(workload, client, inv, opts.op_timeout)
         rec.record(process, done.type, inv.f, done.value if done.type == "ok" else inv.value,
-                   key=inv.key, node=_node(client), error=done.error)
+                   key=inv.key, node=_node(client), error=done.error,
+                   hybrid_time=_hybrid_time(client, done))
         attempts += 1
         if done.type == "info":
             process += 1

@@ -38,6 +38,9 @@ FLAGS: dict[str, tuple[type, object, str]] = {
     "read-mode": (str, "linearizable", "linearizable (ReadIndex round per read) or lease "
                                        "(leader lease; assumes bounded clock drift)"),
     "max-clock-drift": (float, 0.05, "lease reads: assumed bound on clock rate differences"),
+    "clock-max-error-us": (int, 1000, "bound on clock disagreement between servers; each write "
+                                      "is acknowledged only once now - this bound is past its "
+                                      "hybrid timestamp (commit-wait)"),
     "snapshot-interval-entries": (int, 20000, "applied entries between state-machine snapshots "
                                              "(after each, older WAL segments are collected)"),
     "log-retain-entries": (int, 5000, "entries kept behind a snapshot for lagging followers"),
@@ -92,6 +95,8 @@ def resolve(args: argparse.Namespace) -> dict:
         raise ValueError("--data-dir is required")
     if values["read-mode"] not in ("linearizable", "lease"):
         raise ValueError(f"--read-mode must be linearizable or lease, not {values['read-mode']!r}")
+    if values["clock-max-error-us"] < 0:
+        raise ValueError("--clock-max-error-us must be >= 0")
     if values["raft-heartbeat-interval-ms"] % TICK_MS:
         raise ValueError(f"--raft-heartbeat-interval-ms must be a multiple of {TICK_MS}")
     _faults(values)  # refuses fault flags that are not unlocked
@@ -115,6 +120,7 @@ def build_options(values: dict, kind: str):
         leader_failure_max_missed_heartbeat_periods=values["leader-failure-max-missed-heartbeat-periods"],
         read_mode=values["read-mode"],
         max_clock_drift=values["max-clock-drift"],
+        clock_max_error_us=values["clock-max-error-us"],
         snapshot_interval_entries=values["snapshot-interval-entries"],
         log_retain_entries=values["log-retain-entries"],
         log=LogOptions(log_force_fsync_all=values["log-force-fsync-all"],

@@ -11,7 +11,9 @@ Writes are answered when their entry is applied here. If a different entry is ap
 proposal's index, the proposal was overwritten by a new leader and definitely did not happen.
 A leader accepts writes only once it has applied an entry of its own term: then every earlier
 entry is applied, its hybrid clock has witnessed every earlier timestamp, and the timestamps it
-assigns are greater than any its predecessors issued (seed 02's commit-wait rule).
+assigns are greater than any its predecessors issued (seed 02's commit-wait rule). An ok write's
+result carries its timestamp, and is returned only after commit-wait (`_commit_wait`): once the
+clock minus `clock_max_error_us` is past it, so later writes anywhere get larger timestamps.
 """
 
 from __future__ import annotations
@@ -107,7 +109,11 @@ class ReplicaOptions:
     leader_failure_max_missed_heartbeat_periods: int = 3
     read_mode: str = "linearizable"  # or "lease": see `read`
     max_clock_drift: float = 0.05  # lease reads assume clocks run within ±5% of each other
-    clock_max_error_us: int = 500_000
+    # Bound on how far any two clocks of the cluster may disagree, in µs. A write is acked only
+    # once our clock minus it is past the write's timestamp (commit-wait, `Replica.write`), so
+    # each write costs up to this much latency beyond its replication. Loopback and network-
+    # namespace clusters share one kernel clock: 1 ms is ample there.
+    clock_max_error_us: int = 1_000
     snapshot_interval_entries: int = 20_000  # applied entries between snapshots
     log_retain_entries: int = 5_000  # entries kept after a snapshot for lagging followers
     log: LogOptions = field(default_factory=LogOptions)
@@ -166,7 +172,8 @@ class Replica:
         self._last_snapshot = 0
         self.role, self.leader, self.term = Role.FOLLOWER, None, 0
         self.stats = {"leader_changes": 0, "applied": 0, "wal_groups": 0, "wal_entries": 0,
-                      "wal_seconds": 0.0, "snapshots": 0}
+                      "wal_seconds": 0.0, "snapshots": 0, "commit_waits": 0,
+                      "commit_wait_seconds": 0.0}
         self.failed: str | None = None
 
     # -- start-up ----------------------------------------------------------------------------
@@ -494,19 +501,44 @@ class Replica:
         return await fut
 
     async def write(self, op: Op, *, session: int, seq: int, acked_below: int) -> Result:
-        """Replicate one command and return its result once applied here."""
+        """Replicate one command and return its result once applied here and commit-waited: an
+        ok result carries the command's hybrid timestamp, and is returned only once every clock
+        of the cluster is past it (`_commit_wait`)."""
 
         def append() -> int:  # timestamps taken in the driver increase in log order
+            if self._leader_ready_term != self.core.term:
+                # Leadership changed since await_leader_ready: until an entry of this term is
+                # applied, entries of earlier terms may sit in our log unapplied, and the clock
+                # has not witnessed their timestamps. Nothing is appended: a retry is safe.
+                raise NotLeader(self.core.lead)
             return self.core.propose(encode_command(op, session=session, seq=seq,
                                                     acked_below=acked_below,
                                                     timestamp=self.clock.now()))
 
         try:
-            return await self._replicate(append)
+            result = await self._replicate(append)
         except NotLeader as e:
             raise ReplicaError("not the leader", leader=e.leader) from None
         except ProposalError as e:
             raise ReplicaError(str(e), leader=self.leader) from None
+        if result is not None and result.timestamp:
+            await self._commit_wait(result.timestamp)
+        return result
+
+    async def _commit_wait(self, ts: int) -> None:
+        """Kudu's COMMIT_WAIT (seed 02, KUDU-430): wait until our clock's earliest possible now
+        (physical now - max error) is past `ts`. Any write invoked after we acknowledge is then
+        given a larger timestamp by whichever leader takes it, even one whose clock is behind
+        ours by up to the max error: hybrid timestamps follow real-time order."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        waited = False
+        while (remaining := self.clock.wait_until_after(ts)) > 0:
+            waited = True
+            await asyncio.sleep(remaining)  # timers may fire early: re-check until past
+        if waited:
+            self.stats["commit_waits"] += 1
+            self.stats["commit_wait_seconds"] += loop.time() - started
 
     async def change_config(self, change: ConfigChange, cas_config_index: int) -> RaftConfig:
         """Propose a one-by-one membership change; return the new config once applied here.

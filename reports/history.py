@@ -34,6 +34,9 @@ class Op(msgspec.Struct, omit_defaults=True):
     key: Any = None
     node: str | None = None
     error: Any = None
+    # An ok write's hybrid timestamp as the database returned it (node.clock); absent otherwise
+    # and in histories recorded before writes carried one.
+    hybrid_time: int | None = None
 
 
 class Keyword(str):
@@ -111,6 +114,9 @@ def _as_op(fields: dict, index: int, line: int, source: str) -> Op:
     time = fields.get("time")
     if time is not None and not isinstance(time, int):
         raise HistoryError(f"bad time {time!r}", line, source)
+    hybrid_time = fields.get("hybrid_time")
+    if hybrid_time is not None and (type(hybrid_time) is not int or hybrid_time < 0):
+        raise HistoryError(f"bad hybrid_time {hybrid_time!r}", line, source)
     op_index = fields.get("index", index)
     return Op(
         index=op_index if isinstance(op_index, int) else index,
@@ -122,6 +128,7 @@ def _as_op(fields: dict, index: int, line: int, source: str) -> Op:
         key=fields.get("key"),
         node=fields.get("node"),
         error=fields.get("error"),
+        hybrid_time=hybrid_time,
     )
 
 
@@ -362,6 +369,8 @@ def op_to_edn(op: Op) -> str:
         parts.append(f":node {to_edn(op.node)}")
     if op.error is not None:
         parts.append(f":error {to_edn(op.error)}")
+    if op.hybrid_time is not None:
+        parts.append(f":hybrid_time {op.hybrid_time}")
     return "{" + ", ".join(parts) + "}"
 
 

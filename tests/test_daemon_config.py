@@ -24,6 +24,14 @@ def test_defaults_follow_kudu_and_fsync_is_on():
     assert opts.replica.log.log_force_fsync_all is True
     assert opts.replica.log.log_segment_size_mb == 8
     assert opts.replica.faults.enabled() == [] and v["unlock-unsafe-flags"] is False
+    assert opts.replica.clock_max_error_us == 1000
+
+
+def test_clock_max_error_reaches_the_replica_and_may_not_be_negative():
+    v = daemon_cli.resolve(parse(["--data-dir", "/d", "--clock-max-error-us", "250000"]))
+    assert daemon_cli.build_options(v, "tserver").replica.clock_max_error_us == 250000
+    with pytest.raises(ValueError, match="clock-max-error-us must be >= 0"):
+        daemon_cli.resolve(parse(["--data-dir", "/d", "--clock-max-error-us", "-1"]))
 
 
 def test_toml_file_and_flags_override(tmp_path):

@@ -399,12 +399,15 @@ class Table:
         self.bind = parse_bind(bind)
         self.sessions = Sessions()
         self.node: str | None = None
+        # The hybrid timestamp of this handle's last op if it was an ok write, else None.
+        self.hybrid_time: int | None = None
 
     async def _op(self, key: str, op: Op) -> Result:
-        self.node = None
+        self.node = self.hybrid_time = None
         res, peer = await self.client.op(self.name, key, op, self.bind, self.sessions)
         hostport = f"{peer.host}:{peer.port}"
         self.node = self.names.get(hostport) or self.names.get(peer.host) or hostport
+        self.hybrid_time = res.timestamp if res.ok and res.timestamp else None
         return res
 
     async def _ok(self, key: str, op: Op) -> Any:
@@ -416,8 +419,10 @@ class Table:
     async def read(self, key: str) -> Any:
         return await self._ok(key, ReadOp(key))
 
-    async def write(self, key: str, value: Any) -> None:
+    async def write(self, key: str, value: Any) -> int:
+        """Returns the write's hybrid timestamp."""
         await self._ok(key, WriteOp(key, value))
+        return self.hybrid_time or 0
 
     async def cas(self, key: str, expected: Any, new: Any) -> bool:
         res = await self._op(key, Cas(key, expected, new))
@@ -427,14 +432,16 @@ class Table:
             return False
         raise OpFailed(f"{res.error}: {res.detail}")
 
-    async def append(self, key: str, element: Any) -> None:
+    async def append(self, key: str, element: Any) -> int:
+        """Returns the append's hybrid timestamp."""
         await self._ok(key, Append(key, element))
+        return self.hybrid_time or 0
 
     async def txn(self, ops: list[list]) -> list[list]:
         """Micro-ops [f, key, value] on keys that must share one tablet."""
         if not ops:
             return []
-        self.node = None
+        self.node = self.hybrid_time = None
         locs = await self.client.locations(self.name)
         if len(locs.tablets) != 1:
             first = await self.client._tablet_for(self.name, ops[0][1])

@@ -122,6 +122,9 @@ class Result(msgspec.Struct, frozen=True, omit_defaults=True):
     value: Value = None
     error: Rejection | None = None
     detail: str = ""
+    # An ok mutation's hybrid time (its command's timestamp, node.clock); 0 for reads and
+    # rejections. A retried seq gets its first result back, timestamp included.
+    timestamp: int = 0
 
 
 class UnsupportedCommand(TesseraError):

@@ -150,7 +150,10 @@ class StateMachine:
                     detail=f"seq {c.seq} < {session.forgotten_below}: its result is forgotten",
                 )
             else:
-                result = session.results[c.seq] = self._execute(op)
+                result = self._execute(op)
+                if result.ok and c.timestamp:
+                    result = msgspec.structs.replace(result, timestamp=c.timestamp)
+                session.results[c.seq] = result
         self._forget(session, c.acked_below)
         return result
 

@@ -14,6 +14,7 @@ from reports.checkers.counter import check_counter
 from reports.checkers.elle import check_list_append, check_rw_register
 from reports.checkers.models import MODELS, MultiRegister
 from reports.checkers.sets import check_set
+from reports.checkers.timestamps import check_timestamps
 from reports.history import Op
 
 ADVISORY_TIME_LIMIT = 5.0  # seconds per key for the set's linearizability search
@@ -44,6 +45,10 @@ def check_history(ops: Iterable[Op], model: str, time_limit: float = linearizabi
     else:
         spec = MultiRegister(initial) if model == "multi-register" else MODELS[model]()
         results.append(linearizability.check(ops, spec, time_limit=time_limit, max_states=max_states))
+    if any(op.hybrid_time is not None for op in ops):
+        # Every model: ok writes' hybrid timestamps must follow real time. Histories without
+        # them (recorded before writes returned one) keep their results unchanged.
+        results.append(check_timestamps(ops))
     return {
         "model": model,
         "verdict": linearizability.merge_verdicts(

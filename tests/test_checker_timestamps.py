@@ -1,0 +1,115 @@
+"""The timestamps checker: ok writes' hybrid times must follow real-time order."""
+
+import pytest
+
+from reports.checkers.check import check_history
+from reports.checkers.timestamps import check_timestamps
+from reports.history import Op, parse_edn_history, read_jsonl, write_edn, write_jsonl
+
+
+def history(*ops):
+    """ops: (process, f, invoke time, complete time, hybrid_time or None, type)."""
+    events = []
+    for p, f, t0, t1, ht, typ in ops:
+        events.append((t0, 0, Op(0, "invoke", p, f, 1, time=t0, key="k")))
+        events.append((t1, 1, Op(0, typ, p, f, 1, time=t1, key="k", hybrid_time=ht)))
+    events.sort(key=lambda e: (e[0], e[1]))
+    out = []
+    for i, (_, _, op) in enumerate(events):
+        op.index = i
+        out.append(op)
+    return out
+
+
+def test_real_time_ordered_timestamps_are_valid():
+    ops = history((0, "write", 0, 10, 100, "ok"), (1, "write", 20, 30, 200, "ok"),
+                  (2, "write", 40, 50, 300, "ok"))
+    r = check_timestamps(ops)
+    assert r["verdict"] == "valid" and r["writes"] == 3 and not r["anomalies"]
+
+
+def test_concurrent_writes_may_carry_timestamps_in_any_order():
+    # overlapping in real time: neither precedes the other
+    ops = history((0, "write", 0, 30, 200, "ok"), (1, "write", 10, 40, 100, "ok"))
+    assert check_timestamps(ops)["verdict"] == "valid"
+
+
+def test_a_later_write_with_a_smaller_timestamp_is_an_anomaly_naming_both():
+    ops = history((0, "write", 0, 10, 500, "ok"), (1, "write", 20, 30, 600, "ok"),
+                  (2, "write", 40, 50, 550, "ok"))
+    r = check_timestamps(ops)
+    assert r["verdict"] == "invalid"
+    (a,) = r["anomalies"]
+    assert a["type"] == "timestamp-order"
+    assert (a["before"]["hybrid_time"], a["after"]["hybrid_time"]) == (600, 550)
+    assert a["before"]["process"] == 1 and a["after"]["process"] == 2
+
+
+def test_equal_timestamps_in_real_time_order_are_an_anomaly():
+    ops = history((0, "write", 0, 10, 500, "ok"), (1, "write", 20, 30, 500, "ok"))
+    assert check_timestamps(ops)["verdict"] == "invalid"
+
+
+def test_failed_and_unknown_ops_and_untimestamped_ops_are_not_judged():
+    ops = history((0, "write", 0, 10, 500, "ok"), (1, "write", 20, 30, None, "fail"),
+                  (2, "read", 40, 50, None, "ok"), (3, "write", 60, 70, 600, "ok"))
+    r = check_timestamps(ops)
+    assert r["verdict"] == "valid" and r["writes"] == 2
+
+
+def test_a_history_without_timestamps_is_valid_with_a_note_and_keeps_its_checks():
+    ops = history((0, "write", 0, 10, None, "ok"), (1, "read", 20, 30, None, "ok"))
+    r = check_timestamps(ops)
+    assert r["verdict"] == "valid" and "note" in r
+    # check_history leaves old histories' results exactly as before: no timestamps result
+    assert [x["checker"] for x in check_history(ops, "cas-register")["results"]] != []
+    assert all(x.get("checker") != "timestamps" for x in check_history(ops, "cas-register")["results"])
+
+
+def test_check_history_runs_it_for_any_model_when_writes_carry_timestamps():
+    ops = history((0, "write", 0, 10, 500, "ok"), (1, "write", 20, 30, 400, "ok"))
+    res = check_history(ops, "cas-register")
+    (ts,) = [x for x in res["results"] if x.get("checker") == "timestamps"]
+    assert ts["verdict"] == "invalid" and res["verdict"] == "invalid"
+
+
+def test_sweep_scales_and_finds_the_single_violation():
+    n = 20000
+    ops = history(*[(i, "write", 10 * i, 10 * i + 5, 1000 + i, "ok") for i in range(n)],
+                  (n, "write", 10 * n, 10 * n + 5, 1000 + n // 2, "ok"))
+    r = check_timestamps(ops)
+    assert r["writes"] == n + 1 and len(r["anomalies"]) == 1
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "edn"])
+def test_hybrid_time_round_trips_through_history_files(tmp_path, fmt):
+    ops = history((0, "write", 0, 10, 123456789, "ok"))
+    path = tmp_path / f"h.{fmt}"
+    if fmt == "jsonl":
+        write_jsonl(ops, path)
+        back = read_jsonl(path)
+    else:
+        write_edn(ops, path)
+        back = parse_edn_history(path.read_text())
+    assert [o.hybrid_time for o in back] == [None, 123456789]
+
+
+def test_under_clock_faults_only_per_key_order_is_judged():
+    def keyed(*ops):  # as history(), each op on the key given last
+        out = history(*[o[:6] for o in ops])
+        by_proc = {o[0]: o[6] for o in ops}
+        for op in out:
+            op.key = by_proc[op.process]
+        return out
+
+    # across keys a and b the later write has the smaller timestamp; within key a it is ordered
+    ops = keyed((0, "write", 0, 10, 500, "ok", "a"), (1, "write", 20, 30, 400, "ok", "b"),
+                (2, "write", 40, 50, 600, "ok", "a"))
+    assert check_timestamps(ops)["verdict"] == "invalid"  # no clock faults: judged across keys
+    clock = [Op(len(ops), "info", "nemesis", "start-clock", None, time=5),
+             Op(len(ops) + 1, "info", "nemesis", "start-clock", {"bump": 1}, time=6)]
+    r = check_timestamps(clock + ops)
+    assert r["verdict"] == "valid" and r["scope"] == "per key" and "per key" in r["note"]
+    # a violation within one key is still found under clock faults
+    bad = keyed((0, "write", 0, 10, 500, "ok", "a"), (2, "write", 40, 50, 450, "ok", "a"))
+    assert check_timestamps(clock + bad)["verdict"] == "invalid"
