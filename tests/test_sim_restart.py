@@ -105,7 +105,7 @@ def test_restarts_from_snapshots_happen_and_stay_safe(monkeypatch):
 
 def test_snapshot_invariant_refuses_uncommitted_or_regressing_snapshots():
     inv = Invariants()
-    inv.on_commit("n1", 0, 3, lambda i: 1)
+    inv.on_commit("n1", 0, 3, lambda i: 1, 1)
     inv.on_snapshot("n1", 3, 1, 0)
     with pytest.raises(Violation, match="snapshot"):
         inv.on_snapshot("n1", 4, 1, 3)  # not committed

@@ -94,3 +94,21 @@ def test_cli_fails_and_prints_the_trace_on_violation(monkeypatch, capsys):
     assert json.loads(captured.out)["violations"] >= 1
     assert "leader completeness" in captured.err or "election safety" in captured.err
     assert "replay: tessera sim --seeds 1 --seed" in captured.err
+
+
+def test_a_stale_term_leader_may_lack_entries_committed_in_a_later_term():
+    """Seed 11000361: n2 wins term 2 on votes cast before its voters moved to term 3, after n3
+    committed index 1 in term 3. Raft's leader completeness covers later terms only."""
+    result = Simulation(11000361, steps=3000).run()
+    assert result.violation is None, result.violation
+
+
+def test_leader_completeness_binds_leaders_of_later_terms():
+    from node.consensus import Role
+    from node.sim.invariants import Invariants, Violation
+
+    inv = Invariants()
+    inv.on_commit("n3", 0, 1, lambda i: 3, 3)  # index 1 committed in term 3
+    inv.on_role("n2", Role.LEADER, 2, lambda i: 2, 1)  # a stale term-2 leader: allowed
+    with pytest.raises(Violation, match="leader completeness"):
+        inv.on_role("n1", Role.LEADER, 4, lambda i: 2, 1)

@@ -214,7 +214,7 @@ class Simulation:
             if core.role == Role.LEADER:
                 self._maybe_crash_soon(node)
             old, node.commit = node.commit, core.commit
-            self.inv.on_commit(node.uuid, old, core.commit, core.log.term_at)
+            self.inv.on_commit(node.uuid, old, core.commit, core.log.term_at, core.term)
             if core.role == Role.LEADER:
                 self.inv.on_leader_commit(
                     node.uuid, core.commit, core.log.term_at(core.commit),

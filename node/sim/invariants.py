@@ -18,6 +18,7 @@ class Invariants:
     def __init__(self) -> None:
         self.leader_of_term: dict[int, str] = {}
         self.committed_term: dict[int, int] = {}  # index -> term, from every node's commit index
+        self.committed_in: dict[int, int] = {}  # index -> earliest term in which it was committed
         self.max_commit = 0
         self.applied: dict[int, Entry] = {}
         self.entry_prev: dict[tuple[int, int], tuple[int, EntryType, bytes]] = {}
@@ -39,30 +40,36 @@ class Invariants:
                 )
 
     def on_role(self, uuid: str, role: Role, term: int, term_at, first_index: int) -> None:
-        """`first_index`: below it the leader's log is compacted (a snapshot of applied entries)."""
+        """`first_index`: below it the leader's log is compacted (a snapshot of applied entries).
+        Leader completeness binds leaders of later terms only: a candidate of an older term may
+        still win (its votes were cast before the voters moved on) while lacking an entry a newer
+        leader has since committed; its appends are then refused for their stale term."""
         if role != Role.LEADER:
             return
         holder = self.leader_of_term.setdefault(term, uuid)
         if holder != uuid:
             raise Violation(f"election safety: {holder} and {uuid} both leader in term {term}")
         for index in range(max(1, first_index - 1), self.max_commit + 1):
-            if term_at(index) != self.committed_term[index]:
+            if self.committed_in[index] < term and term_at(index) != self.committed_term[index]:
                 raise Violation(
                     f"leader completeness: {uuid} leader of term {term} has term "
                     f"{term_at(index)} at index {index}, committed entry there has term "
                     f"{self.committed_term[index]}"
                 )
 
-    def on_commit(self, uuid: str, old: int, new: int, term_at) -> None:
+    def on_commit(self, uuid: str, old: int, new: int, term_at, term: int) -> None:
         """`old` is what this incarnation of the node knew committed: the commit index is not
         durable, so a restart begins again at its snapshot and re-learns (and here re-checks)
         what lies above. Durability across restarts is about entries any node ever committed
-        (`committed_term`, `max_commit`): leader completeness and commit durability check those."""
+        (`committed_term`, `max_commit`): leader completeness and commit durability check those.
+        `term` is the node's current term: a node learns of a commit only from a leader of its
+        own term, so the smallest term seen is the term in which the entry was committed."""
         if new < old:
             raise Violation(f"commit monotonicity: {uuid} commit went from {old} back to {new}")
         for index in range(old + 1, new + 1):
             t = term_at(index)
             seen = self.committed_term.setdefault(index, t)
+            self.committed_in[index] = min(self.committed_in.get(index, term), term)
             if seen != t:
                 raise Violation(
                     f"state machine safety: {uuid} committed term {t} at index {index}, "
