@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +16,22 @@ from reports.history import HistoryWriter, Op
 
 
 class Recorder:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, now_ns: Callable[[], int] = time.monotonic_ns):
+        """`now_ns`: the history's clock; the simulator passes its virtual time."""
         self._writer = HistoryWriter(path)
         self.wall_t0 = time.time()  # the wall clock at history time 0, to place node logs on it
-        self._t0 = time.monotonic_ns()
+        self._now_ns = now_ns
+        self._t0 = now_ns()
         self._index = 0
         self.counts: Counter = Counter()  # type -> count, for the progress line
 
     def elapsed_s(self) -> float:
-        return (time.monotonic_ns() - self._t0) / 1e9
+        return (self._now_ns() - self._t0) / 1e9
 
     def record(self, process: int | str, type_: str, f: str, value: Any = None, *, key: Any = None,
                node: str | None = None, error: Any = None, hybrid_time: int | None = None) -> Op:
         op = Op(index=self._index, type=type_, f=f, value=value, process=process,
-                time=time.monotonic_ns() - self._t0, key=key, node=node, error=error,
+                time=self._now_ns() - self._t0, key=key, node=node, error=error,
                 hybrid_time=hybrid_time)
         self._index += 1
         if process != "nemesis":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import uuid as uuidlib
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import msgspec
 
 from node import durable
+from node.disk import Disk
 from node.errors import CorruptionError
 from node.protocol import Ack, Consensus, Peer
 from node.rpc import RpcClient, RpcError
@@ -24,17 +26,22 @@ class Instance(msgspec.Struct, frozen=True):
     kind: str  # "tserver" | "master": a data dir never changes role
 
 
-def load_or_create_instance(data_dir: Path, kind: str) -> str:
+def new_uuid(rng: random.Random) -> str:
+    """A random UUID drawn from `rng`: the simulator seeds it, so ids replay with the seed."""
+    return uuidlib.UUID(int=rng.getrandbits(128), version=4).hex
+
+
+def load_or_create_instance(data_dir: Path, kind: str, rng: random.Random, disk: Disk) -> str:
     """The server's permanent UUID, created with the data dir (tablet-copy seed: `instance`)."""
     path = data_dir / "instance"
-    if path.exists():
-        inst = durable.load_struct(path, Instance)
+    if disk.exists(path):
+        inst = durable.load_struct(path, Instance, disk)
         if inst.kind != kind:
             raise CorruptionError(path, None, f"data dir belongs to a {inst.kind}, not a {kind}")
         return inst.uuid
-    durable.ensure_dir(data_dir)
-    inst = Instance(uuidlib.uuid4().hex, kind)
-    durable.save_struct(path, inst)
+    durable.ensure_dir(data_dir, disk)
+    inst = Instance(new_uuid(rng), kind)
+    durable.save_struct(path, inst, disk)
     return inst.uuid
 
 
@@ -42,11 +49,11 @@ class PeerBook:
     """UUID -> address of every server we may need to reach, persisted so a restarted server can
     reach its peers before any master tells it where they are."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, disk: Disk):
+        self.path, self.disk = path, disk
         self.peers: dict[str, Peer] = {}
-        if path.exists():
-            self.peers = {p.uuid: p for p in durable.load_struct(path, list[Peer])}
+        if disk.exists(path):
+            self.peers = {p.uuid: p for p in durable.load_struct(path, list[Peer], disk)}
 
     def get(self, uuid: str) -> Peer | None:
         return self.peers.get(uuid)
@@ -58,7 +65,7 @@ class PeerBook:
         for p in changed:
             self.peers[p.uuid] = p
         snapshot = list(self.peers.values())
-        await asyncio.to_thread(durable.save_struct, self.path, snapshot)
+        await asyncio.to_thread(durable.save_struct, self.path, snapshot, self.disk)
 
 
 class Outbox:

@@ -12,15 +12,16 @@ Envelope (little-endian), 24-byte header then the payload:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
-import tempfile
 from pathlib import Path
 from typing import TypeVar
 
 import crc32c
 import msgspec
 
+from node.disk import REAL, Disk, pwrite_all
 from node.errors import CorruptionError
 
 MAGIC = b"TSDF"
@@ -63,56 +64,50 @@ def decode_envelope(data: bytes, path: str | os.PathLike) -> bytes:
     return payload
 
 
-def fsync_dir(directory: str | os.PathLike) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def ensure_dir(directory: str | os.PathLike) -> Path:
+def ensure_dir(directory: str | os.PathLike, disk: Disk = REAL) -> Path:
     """mkdir -p whose new entries survive a crash (each created level's parent is fsynced)."""
     directory = Path(directory)
-    if directory.is_dir():
+    if disk.isdir(directory):
         return directory
-    ensure_dir(directory.parent)
+    ensure_dir(directory.parent, disk)
     try:
-        directory.mkdir()
+        disk.mkdir(directory)
     except FileExistsError:
         pass  # another thread of this process made it between our check and mkdir
-    fsync_dir(directory.parent)
+    disk.fsync_dir(directory.parent)
     return directory
 
 
-def write_atomic(path: str | os.PathLike, payload: bytes) -> None:
+def write_atomic(path: str | os.PathLike, payload: bytes, disk: Disk = REAL) -> None:
     """Replace `path` with an enveloped `payload`; readers see the old or the new file, whole."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+    fd, tmp = disk.mkstemp(path.parent, f".{path.name}.", TEMP_SUFFIX)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(encode_envelope(payload))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            pwrite_all(disk, fd, [encode_envelope(payload)], 0)
+            disk.fsync(fd)
+        finally:
+            disk.close(fd)
+        disk.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            disk.unlink(tmp)
         raise
-    fsync_dir(path.parent)
+    disk.fsync_dir(path.parent)
 
 
-def read_verified(path: str | os.PathLike) -> bytes:
+def read_verified(path: str | os.PathLike, disk: Disk = REAL) -> bytes:
     """The payload written by write_atomic; FileNotFoundError if absent, CorruptionError if damaged."""
-    return decode_envelope(Path(path).read_bytes(), path)
+    return decode_envelope(disk.read(path), path)
 
 
-def save_struct(path: str | os.PathLike, value: object) -> None:
-    write_atomic(path, _encoder.encode(value))
+def save_struct(path: str | os.PathLike, value: object, disk: Disk = REAL) -> None:
+    write_atomic(path, _encoder.encode(value), disk)
 
 
-def load_struct(path: str | os.PathLike, type_: type[T]) -> T:
+def load_struct(path: str | os.PathLike, type_: type[T], disk: Disk = REAL) -> T:
     """Decode a verified payload; a payload of the wrong shape is corruption too (misplaced file)."""
-    payload = read_verified(path)
+    payload = read_verified(path, disk)
     try:
         return msgspec.msgpack.decode(payload, type=type_)
     except msgspec.DecodeError as e:  # ValidationError is a DecodeError

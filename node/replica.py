@@ -23,6 +23,7 @@ import functools
 import itertools
 import logging
 import random
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,6 +119,7 @@ class ReplicaOptions:
     log_retain_entries: int = 5_000  # entries kept after a snapshot for lagging followers
     log: LogOptions = field(default_factory=LogOptions)
     faults: Faults = field(default_factory=Faults)
+    wall_ns: Callable[[], int] = time.time_ns  # the hybrid clock's physical source (simulator)
 
     def core_config(self, uuid: str) -> CoreConfig:
         return CoreConfig(
@@ -140,19 +142,22 @@ def config_text(config: RaftConfig) -> str:
 
 def bootstrap_replica(paths: TabletPaths, config: RaftConfig) -> None:
     """Create the consensus metadata of a brand-new replica (its first config, term 0)."""
-    ConsensusMetadata.create(paths.consensus_meta, paths.tablet_id, encode_config(config))
+    ConsensusMetadata.create(paths.consensus_meta, paths.tablet_id, encode_config(config), paths.disk)
 
 
 class Replica:
-    def __init__(self, uuid: str, paths: TabletPaths, send: Send, options: ReplicaOptions):
+    def __init__(self, uuid: str, paths: TabletPaths, send: Send, options: ReplicaOptions,
+                 rng: random.Random | None = None):
+        """`rng` draws election timeouts: seeded by the simulator for replayable runs."""
         self.uuid = uuid
         self.tablet_id = paths.tablet_id
         self.paths = paths
         self.options = options
         self.log = TabletLog(log, paths.tablet_id, uuid)
         self._send = send
-        self.clock = HybridClock(options.clock_max_error_us)
-        self.snapshots = SnapshotStore(paths.snapshot_dir, paths.tablet_id)
+        self.clock = HybridClock(options.clock_max_error_us, options.wall_ns)
+        self._rng = rng or random.Random()
+        self.snapshots = SnapshotStore(paths.snapshot_dir, paths.tablet_id, paths.disk)
         self._inbox: list[tuple[Callable[[], Any], asyncio.Future | None]] = []
         self._wake = asyncio.Event()
         # Everything this replica runs in the background, so that stop() can end it all: tasks
@@ -179,7 +184,7 @@ class Replica:
     # -- start-up ----------------------------------------------------------------------------
     def open(self) -> None:
         """Bootstrap from disk. Corruption anywhere raises CorruptionError naming the file."""
-        cmeta = ConsensusMetadata.load(self.paths.consensus_meta)
+        cmeta = ConsensusMetadata.load(self.paths.consensus_meta, self.paths.disk)
         snap = self.snapshots.load_latest()
         faults = self.options.faults
         self.state = (StateMachine.from_snapshot(snap, faults) if snap
@@ -187,7 +192,8 @@ class Replica:
         self.clock.update(self.state.last_timestamp)
         self._last_snapshot = self.state.last_applied_index
         self.cmeta = cmeta
-        self.wal = Log.open(str(self.paths.wal_dir), self.tablet_id, self.options.log)
+        self.wal = Log.open(str(self.paths.wal_dir), self.tablet_id, self.options.log,
+                            disk=self.paths.disk)
         tail = self.wal.recovery.unclosed
         if tail is not None and tail.garbage_bytes:
             self.log.warning("bootstrap: cut a torn WAL tail of %s at offset %d (%d bytes: %s)",
@@ -221,7 +227,7 @@ class Replica:
             snapshot_term=snapshot_term,
             applied=self.state.last_applied_index,
         )
-        self.core = RaftCore(self.options.core_config(self.uuid), random.Random(), persisted)
+        self.core = RaftCore(self.options.core_config(self.uuid), self._rng, persisted)
         self.term = cmeta.current_term
         self.wal.register_anchor("core", snapshot_index + 1)
 

@@ -97,12 +97,13 @@ def parse_bind(bind: str | None) -> tuple[str, int | None] | None:
 
 
 class _Backoff:
-    def __init__(self):
+    def __init__(self, rng: random.Random):
         self.delay = 0.01
+        self.rng = rng
 
     async def wait(self, deadline: float) -> None:
         loop = asyncio.get_running_loop()
-        await asyncio.sleep(min(self.delay * random.uniform(0.5, 1.5), max(0, deadline - loop.time())))
+        await asyncio.sleep(min(self.delay * self.rng.uniform(0.5, 1.5), max(0, deadline - loop.time())))
         self.delay = min(self.delay * 2, 0.5)
 
 
@@ -128,8 +129,10 @@ class Sessions:
 
 class TesseraClient:
     def __init__(self, masters: list[tuple[str, int]], *, timeout: float = 5.0,
-                 rpc: RpcClient | None = None):
+                 rpc: RpcClient | None = None, rng: random.Random | None = None):
+        """`rng` (jitter, replica order): seeded by the simulator for replayable runs."""
         self.masters = list(masters)
+        self.rng = rng or random.Random()
         self.timeout = timeout
         self.rpc = rpc or RpcClient(connect_timeout=CONNECT_TIMEOUT)
         self._master_leader: tuple[str, int] | None = None
@@ -154,7 +157,7 @@ class TesseraClient:
                           deadline: float | None = None) -> Any:
         """Call the leader master, finding it first; RpcError if none answers in time."""
         deadline = deadline or self._deadline()
-        backoff = _Backoff()
+        backoff = _Backoff(self.rng)
         last: Exception | None = None
         loop = asyncio.get_running_loop()
         while loop.time() < deadline:
@@ -262,7 +265,7 @@ class TesseraClient:
         """The bound replica, then the believed leader, then the rest; silent ones last."""
         hint = self._leaders.get(t.tablet_id) or t.leader
         return sorted(t.replicas, key=lambda p: (not _on(p, bind), p.addr in self._silent,
-                                                 p.uuid != hint, random.random()))
+                                                 p.uuid != hint, self.rng.random()))
 
     async def _session(self, sessions: Sessions, table: str, t: TabletLocation, deadline: float,
                        bind: tuple[str, int | None] | None) -> _Session:
@@ -304,7 +307,7 @@ class TesseraClient:
         until the deadline. Returns (result, uncertain, the replica that answered), where
         uncertain means an earlier attempt may have applied."""
         loop = asyncio.get_running_loop()
-        backoff = _Backoff()
+        backoff = _Backoff(self.rng)
         uncertain = False
         read_only = is_read_only(op)
         method = "ts.read" if read_only else "ts.write"

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
-import time
-import uuid as uuidlib
 from dataclasses import dataclass
 
 from node.consensus import Member, MemberType, RaftConfig, Role
+from node.daemon import new_uuid
 from node.protocol import (
     Ack,
     ChangeConfig,
@@ -116,9 +114,10 @@ class Master(TabletServer):
         config = RaftConfig(0, tuple(Member(p.uuid, MemberType.VOTER) for p in members))
 
         def create():
-            if not paths.consensus_meta.exists():
+            if not paths.disk.exists(paths.consensus_meta):
                 bootstrap_replica(paths, config)
-            Superblock(CATALOG, CATALOG, KeyRange(), DataState.READY).save(paths.superblock)
+            Superblock(CATALOG, CATALOG, KeyRange(), DataState.READY).save(paths.superblock,
+                                                                           paths.disk)
 
         await asyncio.to_thread(create)
         self._start_replica(CATALOG, CATALOG)
@@ -157,7 +156,7 @@ class Master(TabletServer):
     async def on_heartbeat(self, req: TSHeartbeat) -> TSHeartbeatResponse:
         st = req.server
         peer = Peer(st.uuid, st.host, st.port)
-        self.tservers[st.uuid] = _TServerState(peer, time.monotonic(),
+        self.tservers[st.uuid] = _TServerState(peer, asyncio.get_running_loop().time(),
                                                {t.tablet_id: t for t in st.tablets})
         await self.book.learn([peer])
         for t in st.tablets:
@@ -176,7 +175,7 @@ class Master(TabletServer):
         return r
 
     def _live_tservers(self) -> list[_TServerState]:
-        now = time.monotonic()
+        now = asyncio.get_running_loop().time()
         return [t for t in self.tservers.values() if now - t.last_seen < self.unresponsive_after_s]
 
     async def _mutate(self, micro_ops: list[list]) -> None:
@@ -212,10 +211,10 @@ class Master(TabletServer):
                 raise RpcError(ErrorCode.ILLEGAL_STATE,
                                f"need {req.replication_factor} live tablet servers, have {len(live)}")
             load = {t.peer.uuid: len(t.tablets) for t in live}
-            table_id = uuidlib.uuid4().hex
+            table_id = new_uuid(self.rng)
             tablets = []
             for i in range(req.num_tablets):
-                chosen = sorted(live, key=lambda t: (load[t.peer.uuid], random.random()))
+                chosen = sorted(live, key=lambda t: (load[t.peer.uuid], self.rng.random()))
                 chosen = chosen[:req.replication_factor]
                 for t in chosen:
                     load[t.peer.uuid] += 1
@@ -345,7 +344,7 @@ class Master(TabletServer):
         silent for follower_unavailable_considered_failed_sec gets a replacement on a live
         server outside the config; once that one is a voter, the failed member is removed. One
         CAS-guarded change per tablet per round, only while its config is settled."""
-        now = time.monotonic()
+        now = asyncio.get_running_loop().time()
         limit = self.opts.follower_unavailable_considered_failed_sec
         data = self._data()
         live = self._live_tservers()

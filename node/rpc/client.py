@@ -75,10 +75,12 @@ class _Connection:
 
 class RpcClient:
     def __init__(self, *, connect_timeout: float = 3.0, max_frame: int = wire.DEFAULT_MAX_FRAME,
-                 max_inflight_per_conn: int = 1024):
+                 max_inflight_per_conn: int = 1024, local_host: str | None = None):
+        """`local_host`: the address to connect from (the simulator names hosts this way)."""
         self.connect_timeout = connect_timeout
         self.max_frame = max_frame
         self.max_inflight = max_inflight_per_conn
+        self._local_addr = None if local_host is None else (local_host, 0)
         self._conns: dict[tuple[str, int], _Connection] = {}
         self._connecting: dict[tuple[str, int], asyncio.Lock] = {}
         self._ids = itertools.count(1)
@@ -94,7 +96,7 @@ class RpcClient:
                 return conn
             try:
                 async with asyncio.timeout(self.connect_timeout):
-                    reader, writer = await asyncio.open_connection(*addr)
+                    reader, writer = await asyncio.open_connection(*addr, local_addr=self._local_addr)
             except (OSError, TimeoutError) as e:
                 raise RpcError(ErrorCode.NETWORK, f"cannot connect to {addr[0]}:{addr[1]}: {e}") from None
             conn = _Connection(reader, writer, self.max_frame, self.max_inflight)

@@ -14,6 +14,7 @@ from pathlib import Path
 import msgspec
 
 from node import durable
+from node.disk import REAL, Disk
 from node.errors import CorruptionError
 from node.tablet.paths import check_tablet_id
 
@@ -26,8 +27,9 @@ class _Record(msgspec.Struct):
 
 
 class ConsensusMetadata:
-    def __init__(self, path: str | os.PathLike, record: _Record):
+    def __init__(self, path: str | os.PathLike, record: _Record, disk: Disk = REAL):
         self.path = Path(path)
+        self.disk = disk
         self.tablet_id = record.tablet_id
         self.current_term = record.current_term
         self.voted_for = record.voted_for
@@ -35,25 +37,25 @@ class ConsensusMetadata:
 
     @classmethod
     def create(
-        cls, path: str | os.PathLike, tablet_id: str, committed_config: bytes
+        cls, path: str | os.PathLike, tablet_id: str, committed_config: bytes, disk: Disk = REAL
     ) -> ConsensusMetadata:
         """Write the first metadata of a new replica (term 0, no vote)."""
         path = Path(path)
-        if path.exists():
+        if disk.exists(path):
             raise FileExistsError(
                 f"{path}: consensus metadata exists; overwriting it would lose votes"
             )
-        durable.ensure_dir(path.parent)
-        cmeta = cls(path, _Record(check_tablet_id(tablet_id), 0, None, committed_config))
+        durable.ensure_dir(path.parent, disk)
+        cmeta = cls(path, _Record(check_tablet_id(tablet_id), 0, None, committed_config), disk)
         cmeta.save()
         return cmeta
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> ConsensusMetadata:
-        record = durable.load_struct(path, _Record)
+    def load(cls, path: str | os.PathLike, disk: Disk = REAL) -> ConsensusMetadata:
+        record = durable.load_struct(path, _Record, disk)
         if record.tablet_id != Path(path).name:
             raise CorruptionError(path, None, f"holds metadata of tablet {record.tablet_id!r}")
-        return cls(path, record)
+        return cls(path, record, disk)
 
     def set_hard_state(self, term: int, voted_for: str | None) -> None:
         """Adopt the Raft core's term and vote; a lower term or a second vote in a term is a bug."""
@@ -69,4 +71,5 @@ class ConsensusMetadata:
         durable.save_struct(
             self.path,
             _Record(self.tablet_id, self.current_term, self.voted_for, self.committed_config),
+            self.disk,
         )

@@ -6,8 +6,10 @@ The tablet id becomes a file name, so it is validated here once instead of trust
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from node.disk import REAL, Disk
 
 _TABLET_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
 
@@ -24,6 +26,7 @@ def check_tablet_id(tablet_id: str) -> str:
 class TabletPaths:
     data_dir: Path
     tablet_id: str
+    disk: Disk = field(default=REAL, compare=False, repr=False)  # every file below goes through it
 
     def __post_init__(self) -> None:
         check_tablet_id(self.tablet_id)

@@ -7,11 +7,13 @@ never a silent fall-back to an older snapshot or an empty state.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
 
 from node import durable
+from node.disk import REAL, Disk
 from node.errors import CorruptionError
 from node.tablet.state import Snapshot
 
@@ -19,34 +21,36 @@ _NAME = re.compile(r"snapshot-(\d+)")
 
 
 class SnapshotStore:
-    def __init__(self, directory: str | os.PathLike, tablet_id: str):
+    def __init__(self, directory: str | os.PathLike, tablet_id: str, disk: Disk = REAL):
         self.directory = Path(directory)
         self.tablet_id = tablet_id
+        self.disk = disk
 
     def path_for(self, index: int) -> Path:
         return self.directory / f"snapshot-{index}"
 
     def indexes(self) -> list[int]:
         """Indexes of the snapshot files present, oldest first."""
-        if not self.directory.is_dir():
+        if not self.disk.isdir(self.directory):
             return []
-        found = (_NAME.fullmatch(name) for name in os.listdir(self.directory))
+        found = (_NAME.fullmatch(name) for name in self.disk.listdir(self.directory))
         return sorted(int(m.group(1)) for m in found if m)
 
     def save(self, snap: Snapshot) -> Path:
         """Write `snap` durably, then delete older snapshots and leftovers of crashed writes."""
         if snap.tablet_id != self.tablet_id:
             raise ValueError(f"snapshot of tablet {snap.tablet_id!r} saved into {self.tablet_id!r}")
-        durable.ensure_dir(self.directory)
+        durable.ensure_dir(self.directory, self.disk)
         path = self.path_for(snap.last_applied_index)
-        durable.save_struct(path, snap)
+        durable.save_struct(path, snap, self.disk)
         for index in self.indexes():
             if index < snap.last_applied_index:
-                self.path_for(index).unlink()
-        for name in os.listdir(self.directory):
+                self.disk.unlink(self.path_for(index))
+        for name in self.disk.listdir(self.directory):
             if durable.is_temp_file(name):
-                (self.directory / name).unlink(missing_ok=True)
-        durable.fsync_dir(self.directory)
+                with contextlib.suppress(FileNotFoundError):
+                    self.disk.unlink(self.directory / name)
+        self.disk.fsync_dir(self.directory)
         return path
 
     def load_latest(self) -> Snapshot | None:
@@ -55,7 +59,7 @@ class SnapshotStore:
         if not indexes:
             return None
         path = self.path_for(indexes[-1])
-        snap = durable.load_struct(path, Snapshot)
+        snap = durable.load_struct(path, Snapshot, self.disk)
         if snap.tablet_id != self.tablet_id or snap.last_applied_index != indexes[-1]:
             raise CorruptionError(
                 path, None, f"holds tablet {snap.tablet_id!r} at index {snap.last_applied_index}"

@@ -16,6 +16,7 @@ import crc32c
 import msgspec
 
 from node import durable
+from node.disk import REAL, Disk
 from node.errors import CorruptionError
 from node.tablet.paths import check_tablet_id
 
@@ -91,13 +92,13 @@ class Superblock(msgspec.Struct, frozen=True):
             last = self.tombstone_last_opid if state is DataState.COPYING else None
         return msgspec.structs.replace(self, data_state=state, tombstone_last_opid=last)
 
-    def save(self, path: str | os.PathLike) -> None:
-        durable.ensure_dir(Path(path).parent)
-        durable.save_struct(path, self)
+    def save(self, path: str | os.PathLike, disk: Disk = REAL) -> None:
+        durable.ensure_dir(Path(path).parent, disk)
+        durable.save_struct(path, self, disk)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> Superblock:
-        sb = durable.load_struct(path, cls)
+    def load(cls, path: str | os.PathLike, disk: Disk = REAL) -> Superblock:
+        sb = durable.load_struct(path, cls, disk)
         if sb.tablet_id != Path(path).name:
             raise CorruptionError(path, None, f"holds the superblock of tablet {sb.tablet_id!r}")
         return sb

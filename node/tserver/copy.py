@@ -9,8 +9,6 @@ tombstones the replica again (`recover_unfinished_copy`).
 
 from __future__ import annotations
 
-import shutil
-
 import msgspec
 
 from node.consensus import VoteRequest, VoteResponse
@@ -24,28 +22,28 @@ from node.tablet.superblock import DataState, OpId, Superblock
 def install_copy(paths: TabletPaths, data: TabletCopyData) -> None:
     """Blocking: run in a thread. Ends with a READY superblock, or raises part-way and leaves a
     COPYING one for start-up to tombstone."""
-    tablet_id = paths.tablet_id
-    if paths.superblock.exists():
-        sb = Superblock.load(paths.superblock).with_state(DataState.COPYING)
+    tablet_id, disk = paths.tablet_id, paths.disk
+    if disk.exists(paths.superblock):
+        sb = Superblock.load(paths.superblock, disk).with_state(DataState.COPYING)
     else:
         sb = Superblock(tablet_id, data.table_name, data.partition, DataState.COPYING)
-    sb.save(paths.superblock)
+    sb.save(paths.superblock, disk)
     merge_consensus_metadata(paths, data.term, data.committed_config)
     _remove_data(paths)
-    SnapshotStore(paths.snapshot_dir, tablet_id).save(data.snapshot)
+    SnapshotStore(paths.snapshot_dir, tablet_id, disk).save(data.snapshot)
     msgspec.structs.replace(sb, table_name=data.table_name, partition=data.partition).with_state(
         DataState.READY
-    ).save(paths.superblock)
+    ).save(paths.superblock, disk)
 
 
 def merge_consensus_metadata(paths: TabletPaths, remote_term: int, remote_config: bytes) -> None:
     """The seed's merge rules: keep the higher term, keep our vote unless the term moves on,
     adopt the remote committed config. Never overwrite metadata wholesale: that is amnesia."""
     path = paths.consensus_meta
-    if path.exists():
-        cmeta = ConsensusMetadata.load(path)
+    if paths.disk.exists(path):
+        cmeta = ConsensusMetadata.load(path, paths.disk)
     else:
-        cmeta = ConsensusMetadata.create(path, paths.tablet_id, remote_config)
+        cmeta = ConsensusMetadata.create(path, paths.tablet_id, remote_config, paths.disk)
     if remote_term > cmeta.current_term:
         cmeta.set_hard_state(remote_term, None)
     cmeta.committed_config = remote_config
@@ -55,8 +53,8 @@ def merge_consensus_metadata(paths: TabletPaths, remote_term: int, remote_config
 def tombstone(paths: TabletPaths, last_logged: OpId) -> None:
     """Blocking: mark the replica deleted, keeping its consensus metadata and last OpId (so it can
     never vote twice in a term), then remove its data and WAL."""
-    sb = Superblock.load(paths.superblock)
-    sb.with_state(DataState.TOMBSTONED, last_logged).save(paths.superblock)
+    sb = Superblock.load(paths.superblock, paths.disk)
+    sb.with_state(DataState.TOMBSTONED, last_logged).save(paths.superblock, paths.disk)
     _remove_data(paths)
 
 
@@ -69,7 +67,7 @@ def recover_unfinished_copy(paths: TabletPaths, sb: Superblock) -> None:
 def abandon_copy(paths: TabletPaths) -> str | None:
     """Blocking: tombstone a copy that failed part-way (a running server's version of start-up's
     recovery); the table's name if the copy had got as far as its superblock."""
-    sb = Superblock.load(paths.superblock) if paths.superblock.exists() else None
+    sb = Superblock.load(paths.superblock, paths.disk) if paths.disk.exists(paths.superblock) else None
     if sb is None or sb.data_state != DataState.COPYING:
         return None
     recover_unfinished_copy(paths, sb)
@@ -87,8 +85,8 @@ def tombstone_vote(paths: TabletPaths, uuid: str, requests: list[VoteRequest]
     AppendEntries never hears from a leader. A new term or a granted vote is saved before the
     answers are returned, so they go out only once durable. Returns (response or None,
     reason) per request, None where Raft sends nothing (a real vote from an older term)."""
-    cmeta = ConsensusMetadata.load(paths.consensus_meta)
-    sb = Superblock.load(paths.superblock)
+    cmeta = ConsensusMetadata.load(paths.consensus_meta, paths.disk)
+    sb = Superblock.load(paths.superblock, paths.disk)
     last = sb.tombstone_last_opid or OpId(0, 0)
     term, voted_for = cmeta.current_term, cmeta.voted_for
     out: list[tuple[VoteResponse | None, str]] = []
@@ -119,5 +117,5 @@ def tombstone_vote(paths: TabletPaths, uuid: str, requests: list[VoteRequest]
 
 
 def _remove_data(paths: TabletPaths) -> None:
-    shutil.rmtree(paths.wal_dir, ignore_errors=True)
-    shutil.rmtree(paths.snapshot_dir, ignore_errors=True)
+    paths.disk.rmtree(paths.wal_dir)
+    paths.disk.rmtree(paths.snapshot_dir)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ from node.consensus import (
     encode_config,
 )
 from node.daemon import Outbox, PeerBook, load_or_create_instance
+from node.disk import REAL, Disk
 from node.http import StatusHttp
 from node.logfmt import TabletLog, log_failure
 from node.protocol import (
@@ -85,6 +87,11 @@ class TServerOptions:
     replica: ReplicaOptions = field(default_factory=ReplicaOptions)
     # masters: a tablet server silent this long has failed; its replicas are replaced
     follower_unavailable_considered_failed_sec: float = 300.0  # Kudu's default
+    seed: int | None = None  # every random choice of the server and its replicas (simulator)
+    disk: Disk = REAL  # where the data dir lives: the simulator passes a SimDisk
+    # Source address of outgoing connections (None: the kernel picks). The simulator's network
+    # tells hosts apart by it.
+    local_host: str | None = None
 
 
 def replica_error(e: ReplicaError) -> RpcError:
@@ -99,6 +106,7 @@ class TabletServer:
 
     def __init__(self, opts: TServerOptions):
         self.opts = opts
+        self.rng = random.Random(opts.seed)
         self.data_dir = Path(opts.data_dir)
         self.replicas: dict[str, Replica] = {}
         self.failed: dict[str, tuple[str, str]] = {}  # tablet -> (table, reason)
@@ -113,18 +121,20 @@ class TabletServer:
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
-        self.uuid = load_or_create_instance(self.data_dir, self.kind)
-        self.book = PeerBook(self.data_dir / "peers")
-        self.rpc_client = RpcClient()
+        self.uuid = load_or_create_instance(self.data_dir, self.kind, self.rng, self.opts.disk)
+        self.book = PeerBook(self.data_dir / "peers", self.opts.disk)
+        self.rpc_client = RpcClient(local_host=self.opts.local_host)
         self.server = RpcServer(self.uuid)
         self._register(self.server)
         host, port = await self.server.start(self.opts.rpc_host, self.opts.rpc_port)
         self.me = Peer(self.uuid, self.opts.rpc_host, port)
         await self.book.learn([self.me])
         self.outbox = Outbox(self.rpc_client, self.book, self.me, on_refused=self._on_refused)
-        for sb_path in sorted((self.data_dir / "tablet-meta").glob("*")):
-            if not sb_path.name.startswith("."):
-                self._open_existing(sb_path.name)
+        meta_dir = self.data_dir / "tablet-meta"
+        names = self.opts.disk.listdir(meta_dir) if self.opts.disk.isdir(meta_dir) else []
+        for name in names:
+            if not name.startswith("."):
+                self._open_existing(name)
         self.registry = CollectorRegistry()
         self.registry.register(_Collector(self))
         self.http = StatusHttp(self.registry, self.status_dict)
@@ -146,7 +156,7 @@ class TabletServer:
         await self.http.stop()
 
     def _paths(self, tablet_id: str) -> TabletPaths:
-        return TabletPaths(self.data_dir, tablet_id)
+        return TabletPaths(self.data_dir, tablet_id, self.opts.disk)
 
     def _log(self, tablet_id: str) -> TabletLog:
         return TabletLog(log, tablet_id, self.uuid)
@@ -154,12 +164,12 @@ class TabletServer:
     def _open_existing(self, tablet_id: str) -> None:
         table = "?"
         try:
-            sb = Superblock.load(self._paths(tablet_id).superblock)
+            sb = Superblock.load(self._paths(tablet_id).superblock, self.opts.disk)
             table = sb.table_name
             if sb.data_state == DataState.COPYING:
                 self._log(tablet_id).warning("unfinished tablet copy: tombstoning it")
                 recover_unfinished_copy(self._paths(tablet_id), sb)
-                sb = Superblock.load(self._paths(tablet_id).superblock)
+                sb = Superblock.load(self._paths(tablet_id).superblock, self.opts.disk)
             if sb.data_state == DataState.TOMBSTONED:
                 self.tombstoned[tablet_id] = table
                 return
@@ -170,7 +180,7 @@ class TabletServer:
 
     def _start_replica(self, tablet_id: str, table: str) -> Replica:
         r = Replica(self.uuid, self._paths(tablet_id), self.outbox.sender(tablet_id),
-                    self.opts.replica)
+                    self.opts.replica, rng=random.Random(self.rng.getrandbits(64)))
         r.open()
         r.start()
         self.replicas[tablet_id] = r
@@ -231,7 +241,7 @@ class TabletServer:
             if r is not None and not r.failed:  # the copy finished meanwhile
                 r.step(votes)
                 return others
-            if not (paths.consensus_meta.exists() and paths.superblock.exists()):
+            if not (paths.disk.exists(paths.consensus_meta) and paths.disk.exists(paths.superblock)):
                 return messages  # a copy onto a new replica: no metadata to vote with yet
             answers = await asyncio.to_thread(tombstone_vote, paths, self.uuid, votes)
         tlog = self._log(tablet_id)
@@ -258,10 +268,10 @@ class TabletServer:
 
             def create():
                 # cmeta first: the superblock's presence is what makes the tablet exist.
-                if not paths.consensus_meta.exists():
+                if not paths.disk.exists(paths.consensus_meta):
                     bootstrap_replica(paths, config)
                 Superblock(req.tablet_id, req.table_name, req.partition, DataState.READY).save(
-                    paths.superblock)
+                    paths.superblock, paths.disk)
 
             await asyncio.to_thread(create)
             self._start_replica(req.tablet_id, req.table_name)
@@ -320,7 +330,8 @@ class TabletServer:
             snap, config, term = await r.copy_source()
         except ReplicaError as e:
             raise replica_error(e) from None
-        sb = await asyncio.to_thread(Superblock.load, self._paths(req.tablet_id).superblock)
+        sb = await asyncio.to_thread(Superblock.load, self._paths(req.tablet_id).superblock,
+                                     self.opts.disk)
         return TabletCopyData(sb.table_name, sb.partition, term, encode_config(config), snap)
 
     async def on_start_tablet_copy(self, req: StartTabletCopy) -> TabletCopyResult:
@@ -340,8 +351,9 @@ class TabletServer:
             if req.current_state and req.current_state != state:
                 raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {tid} is {state} here, not "
                                f"{req.current_state} as the caller expects")
-            if paths.consensus_meta.exists():
-                cmeta = await asyncio.to_thread(ConsensusMetadata.load, paths.consensus_meta)
+            if paths.disk.exists(paths.consensus_meta):
+                cmeta = await asyncio.to_thread(ConsensusMetadata.load, paths.consensus_meta,
+                                                paths.disk)
                 if req.caller_term < cmeta.current_term:
                     raise RpcError(ErrorCode.ILLEGAL_STATE, f"caller's term {req.caller_term} is "
                                    f"older than ours, {cmeta.current_term}")

@@ -20,6 +20,10 @@
     log.gc()                            # delete closed segments wholly below every anchor
     log.close()                         # footer on the last segment
 
+    Log.open(directory, tablet_id, options, disk=SimDisk())  # node.disk: every file operation
+                                        # goes through `disk`; a SimDisk (inline) runs the log
+                                        # without threads on the event loop, for the simulator
+
 Guarantees: reservation order is disk order; with log_force_fsync_all (default true) nothing
 is acknowledged before it is synced (unless the unsafe fault_ack_before_fsync is on); one appender thread writes each group with one vectored
 write and one sync, then runs that group's callbacks in order. Bootstrap accepts only one kind

@@ -2,12 +2,22 @@
 
 Threads: the caller's (reserve/async_append, under the caller's own ordering), one appender
 thread (the only writer of segment files), and a short-lived preallocation thread per roll.
+
+Inline mode, for the deterministic simulator, is chosen by the disk (`Log.open(..., disk=d)`
+with `d.inline` true, as for SimDisk): no threads and no file descriptors of the log's own. A
+hand-over schedules the appender's step on the running event loop (call_soon); the step
+writes and syncs the ready prefix of the queue through the same _commit/_settle_locked/
+_complete as the thread and delivers completions directly on the loop (after the disk's
+simulated fsync latency, if any); preallocation and close() run inline; the queue's byte
+bound is enforced by wait_for_space() only (reserve() cannot block the only thread). Every
+call must come from the one running loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -15,12 +25,14 @@ from collections.abc import Callable
 
 import msgspec
 
+from node import durable
+from node.disk import REAL, Disk
 from node.entry import Entry
 from node.faults import Faults
 from node.wal import format as fmt
 from node.wal.errors import WalClosed, WalCorruption, WalError
 from node.wal.reader import UnclosedTail, judge_segment, read_log, replay
-from node.wal.segment import WritableSegment, entry_stats, finish_file, fsync_dir, scan_segment
+from node.wal.segment import WritableSegment, entry_stats, finish_file, scan_segment
 
 logger = logging.getLogger("tessera.wal")
 
@@ -77,11 +89,13 @@ class Recovery(msgspec.Struct, frozen=True):
 class Log:
     """See the package docstring for the contract."""
 
-    def __init__(self, directory: str, tablet_id: str, options: LogOptions) -> None:
+    def __init__(self, directory: str, tablet_id: str, options: LogOptions, disk: Disk) -> None:
         """Use Log.open."""
         self.directory = directory
         self.tablet_id = tablet_id
         self.options = options
+        self._disk = disk
+        self._inline = disk.inline
         self.recovered: list[Entry] = []
         self.recovery = Recovery(None, [])
         self._lock = threading.Lock()
@@ -103,6 +117,8 @@ class Log:
         # writes _wake_fd, which the loop watches with add_reader (cheaper than the loop's own
         # call_soon_threadsafe: no Handle and no self-pipe drain loop on the hot path).
         self._wake_fd = -1
+        self._wake_loop: Callable[[], object] = self._deliver  # thread mode: rings _wake_fd
+        self._inflight: tuple[asyncio.TimerHandle, tuple[list[Reservation], int, BaseException | None]] | None = None
         self._done: list[tuple[list[asyncio.Future[None]], list[asyncio.Future[None]], BaseException | None]] = []
         self._segments_lock = threading.Lock()
         self._closed: list[ClosedSegment] = []
@@ -112,26 +128,26 @@ class Log:
         self._anchors: dict[str, int] = {}
         self._anchor_lock = threading.Lock()
         self._sync_owed = False  # fault_ack_before_fsync: the last group was acknowledged unsynced
-        self._thread = threading.Thread(target=self._append_loop, name=f"wal-appender-{tablet_id}", daemon=True)
+        self._thread: threading.Thread | None = None
 
     # ---- open and close ----
 
     @classmethod
-    def open(cls, directory: str, tablet_id: str, options: LogOptions | None = None) -> Log:
+    def open(cls, directory: str, tablet_id: str, options: LogOptions | None = None, *,
+             disk: Disk = REAL) -> Log:
         """Bootstrap the log in `directory` (created if missing) and start appending after it.
-        Raises WalCorruption (file and offset) for anything but a torn tail of the newest segment."""
-        log = cls(directory, tablet_id, options or LogOptions())
-        if not os.path.isdir(directory):
-            os.makedirs(directory)
-            fsync_dir(os.path.dirname(os.path.abspath(directory)))
-        contents = read_log(directory, tablet_id)
+        Raises WalCorruption (file and offset) for anything but a torn tail of the newest segment.
+        A disk with `inline` set runs the log without threads on the caller's event loop."""
+        log = cls(directory, tablet_id, options or LogOptions(), disk)
+        durable.ensure_dir(directory, disk)
+        contents = read_log(directory, tablet_id, disk)
         removed = list(contents.leftovers)
         segments = contents.segments
         unclosed = contents.unclosed
         if unclosed is not None:
             last = segments[-1]
             if last.records:
-                finish_file(last.path, unclosed.offset, entry_stats(last.records))
+                finish_file(last.path, unclosed.offset, entry_stats(last.records), disk)
                 last.footer = entry_stats(last.records)
             else:
                 removed.append(last.path)
@@ -140,9 +156,9 @@ class Log:
                 logger.warning("%s: cut a torn tail at offset %d (%d bytes: %s)", unclosed.path,
                                unclosed.offset, unclosed.garbage_bytes, unclosed.reason)
         for path in removed:
-            os.unlink(path)
+            disk.unlink(path)
         if removed:
-            fsync_dir(directory)
+            disk.fsync_dir(directory)
         log._closed = [ClosedSegment(s.path, s.header.seq, s.footer) for s in segments]  # type: ignore[arg-type]
         log.recovered = contents.entries
         log.recovery = Recovery(unclosed, removed)
@@ -150,8 +166,13 @@ class Log:
             log._last_index = contents.next_index - 1
         log._segment = log._new_segment(segments[-1].header.seq + 1 if segments else 1)
         log._segment.activate()
-        log._doorbell = os.eventfd(0, os.EFD_CLOEXEC)
-        log._thread.start()
+        if log._inline:
+            log._idle = True
+            log._ring = log._ring_inline  # type: ignore[method-assign]
+        else:
+            log._doorbell = os.eventfd(0, os.EFD_CLOEXEC)
+            log._thread = threading.Thread(target=log._append_loop, name=f"wal-appender-{tablet_id}", daemon=True)
+            log._thread.start()
         return log
 
     def close(self) -> None:
@@ -160,20 +181,24 @@ class Log:
             if self._closing:
                 return
             self._closing = True
-            self._ring()
+            if self._thread is not None:
+                self._ring()
             self._space.notify_all()
-        self._thread.join()
-        os.close(self._doorbell)
-        self._unbind_loop()
+        if self._thread is None:
+            self._drain_inline()
+        else:
+            self._thread.join()
+            os.close(self._doorbell)
+            self._unbind_loop()
         if self._next_thread is not None:
             self._next_thread.join()
-            if isinstance(self._next, WritableSegment):
-                self._next.discard()
+        if isinstance(self._next, WritableSegment):
+            self._next.discard()
         if self._failed is None:
             self._segment.finish()
         else:  # leave the failed segment as it is: bootstrap judges it next time
             with contextlib.suppress(OSError):  # the failure may have closed it already
-                os.close(self._segment.fd)
+                self._disk.close(self._segment.fd)
 
     def __enter__(self) -> Log:
         return self
@@ -257,19 +282,26 @@ class Log:
                 self._space_futures.append(fut)
             await fut
 
-    def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop:
         """Make `loop` (the running one) this log's one loop, on first use."""
         if self._loop is None:
-            self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-            loop.add_reader(self._wake_fd, self._on_wake)
+            if not self._inline:
+                self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+                loop.add_reader(self._wake_fd, self._on_wake)
+                self._wake_loop = functools.partial(os.eventfd_write, self._wake_fd, 1)
             self._loop = loop
         elif self._loop is not loop:
             raise WalError("a Log serves futures to one event loop only")
+        return loop
 
     def _on_wake(self) -> None:
         """On the loop: resolve what the appender finished."""
         with contextlib.suppress(BlockingIOError):  # already drained by an earlier call
             os.eventfd_read(self._wake_fd)
+        self._deliver()
+
+    def _deliver(self) -> None:
+        """On the loop: resolve the futures of settled groups."""
         with self._lock:
             done, self._done = self._done, []
         for futures, space, error in done:
@@ -286,10 +318,7 @@ class Log:
         def unbind() -> None:
             loop.remove_reader(fd)
             os.close(fd)
-            with self._lock:
-                done, self._done = self._done, []
-            for futures, space, error in done:
-                _resolve(futures, space, error)
+            self._deliver()
 
         if loop.is_closed():
             os.close(fd)  # nobody is waiting any more
@@ -312,13 +341,20 @@ class Log:
             self._idle = False
             os.eventfd_write(self._doorbell, 1)
 
+    def _ring_inline(self) -> None:
+        """Inline mode's _ring (set on the instance, so the thread path pays no branch):
+        schedule the appender's step unless one is scheduled or in flight."""
+        if self._idle:
+            self._idle = False
+            (self._loop or self._bind_loop(asyncio.get_running_loop())).call_soon(self._step)
+
     def _wait_for_space_locked(self) -> None:
         while True:
             if self._closing:
                 raise WalClosed("log is closed")
             if self._failed is not None:
                 raise WalClosed(f"log failed: {self._failed!r}")
-            if self._queued_bytes < self.options.log_queue_max_bytes:
+            if self._queued_bytes < self.options.log_queue_max_bytes or self._inline:
                 return
             self._space_waiters += 1
             try:
@@ -343,14 +379,9 @@ class Log:
             with self._lock:
                 if written is not None:
                     futures, space = self._settle_locked(*written)
-                queue = self._queue
-                ready = 0
-                while ready < len(queue) and queue[ready].data is not None:
-                    ready += 1
-                group, self._queue = queue[:ready], queue[ready:]
+                group = self._take_ready_locked()
                 if not group:
-                    self._idle = True
-                    stop = self._closing and not queue
+                    stop = self._closing and not self._queue
             if written is not None:
                 self._complete(written[0], futures, space, written[2])
             if group:
@@ -360,6 +391,62 @@ class Log:
             else:
                 written = None
                 os.eventfd_read(self._doorbell)  # written exactly once by _ring()
+
+    def _take_ready_locked(self) -> list[Reservation]:
+        """The next group: the ready prefix of the queue (none: the appender goes idle)."""
+        queue = self._queue
+        ready = 0
+        while ready < len(queue) and queue[ready].data is not None:
+            ready += 1
+        group, self._queue = queue[:ready], queue[ready:]
+        if not group:
+            self._idle = True
+        return group
+
+    # ---- inline mode: the appender's loop as event-loop callbacks ----
+
+    def _step(self) -> None:
+        """Write and sync the ready prefix; complete it after the disk's fsync latency."""
+        if self._closing:  # close() writes the rest itself
+            return
+        with self._lock:
+            group = self._take_ready_locked()
+        if not group:
+            return
+        written = self._commit(group)
+        delay = self._disk.fsync_latency()
+        if delay > 0:
+            assert self._loop is not None
+            self._inflight = (self._loop.call_later(delay, self._finish, written), written)
+        else:
+            self._finish(written)
+
+    def _finish(self, written: tuple[list[Reservation], int, BaseException | None]) -> None:
+        """Settle and complete a written group, then take the next one (scheduled: a callback
+        that appends again must not recurse)."""
+        self._inflight = None
+        with self._lock:
+            futures, space = self._settle_locked(*written)
+        self._complete(written[0], futures, space, written[2])
+        if not self._closing:
+            assert self._loop is not None
+            self._loop.call_soon(self._step)
+
+    def _drain_inline(self) -> None:
+        """close() in inline mode: complete the group in flight, write what is ready."""
+        if self._inflight is not None:
+            handle, written = self._inflight
+            handle.cancel()
+            self._finish(written)
+        while True:
+            with self._lock:
+                group = self._take_ready_locked()
+            if not group:
+                break
+            self._finish(self._commit(group))
+        if self._queue:
+            logger.warning("WAL %s: closed with %d reservations never handed over", self.directory, len(self._queue))
+        self._loop = None
 
     def _commit(self, group: list[Reservation]) -> tuple[list[Reservation], int, BaseException | None]:
         """Write and sync `group`; (group, its bytes, the error if that failed)."""
@@ -399,7 +486,7 @@ class Log:
     def _complete(self, group: list[Reservation], futures: list, space: list, error: BaseException | None) -> None:
         """Outside the lock: wake the loop for the futures, run the thread API's callbacks."""
         if futures or space:
-            os.eventfd_write(self._wake_fd, 1)
+            self._wake_loop()
         if len(futures) < len(group):
             for r in group:
                 if r.future is None:
@@ -425,17 +512,20 @@ class Log:
             else:
                 seg.sync()
         seg.readable_end = seg.offset
-        if seg.offset >= self.options.segment_bytes and self._next_thread is None:
-            self._next_thread = threading.Thread(
-                target=self._preallocate, args=(seg.seq + 1,), name="wal-preallocate", daemon=True
-            )
-            self._next_thread.start()
+        if seg.offset >= self.options.segment_bytes and self._next_thread is None and self._next is None:
+            if self._inline:
+                self._preallocate(seg.seq + 1)
+            else:
+                self._next_thread = threading.Thread(
+                    target=self._preallocate, args=(seg.seq + 1,), name="wal-preallocate", daemon=True
+                )
+                self._next_thread.start()
 
     # ---- segment roll ----
 
     def _new_segment(self, seq: int) -> WritableSegment:
         prealloc = self.options.segment_bytes if self.options.log_preallocate_segments else 0
-        return WritableSegment(self.directory, self.tablet_id, seq, prealloc)
+        return WritableSegment(self.directory, self.tablet_id, seq, prealloc, self._disk)
 
     def _preallocate(self, seq: int) -> None:
         try:
@@ -444,12 +534,13 @@ class Log:
             self._next = e
 
     def _swap_if_ready(self) -> None:
-        """Roll once the preallocation thread is done: finish the old segment (footer, sync),
-        then rename the new one into place. A crash between the two leaves a finished newest
-        segment plus a temporary file, which bootstrap deletes."""
-        if self._next_thread is None or self._next_thread.is_alive():
+        """Roll once the preallocation is done (it sets _next last): finish the old segment
+        (footer, sync), then rename the new one into place. A crash between the two leaves a
+        finished newest segment plus a temporary file, which bootstrap deletes."""
+        if self._next is None:
             return
-        self._next_thread.join()
+        if self._next_thread is not None:
+            self._next_thread.join()
         nxt, self._next, self._next_thread = self._next, None, None
         if isinstance(nxt, BaseException):
             raise WalError("creating the next segment failed") from nxt
@@ -489,9 +580,9 @@ class Log:
                     break
                 doomed.append(seg)
             for seg in doomed:  # oldest first: a crash midway still leaves a gap-free log
-                os.unlink(seg.path)
+                self._disk.unlink(seg.path)
             if doomed:
-                fsync_dir(self.directory)
+                self._disk.fsync_dir(self.directory)
                 del self._closed[: len(doomed)]
         return [s.path for s in doomed]
 
@@ -505,10 +596,10 @@ class Log:
         for i, seg in enumerate(closed):  # is exact for every index >= its first entry
             if seg.footer.num_entries and seg.footer.min_index <= first_index:
                 start = i
-        scans = [scan_segment(s.path) for s in closed[start:]]
+        scans = [scan_segment(s.path, disk=self._disk) for s in closed[start:]]
         for scan in scans:
             judge_segment(scan, is_last=False)
-        scans.append(scan_segment(active, active_end))
+        scans.append(scan_segment(active, active_end, self._disk))
         if scans[-1].problem is not None:  # the written part of the active segment is whole
             raise WalCorruption(active, scans[-1].end, scans[-1].problem)
         entries, _ = replay(scans)

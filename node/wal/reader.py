@@ -17,6 +17,7 @@ import os
 
 import msgspec
 
+from node.disk import REAL, Disk
 from node.entry import Entry
 from node.wal import format as fmt
 from node.wal.errors import WalCorruption, WalError
@@ -68,11 +69,11 @@ def judge_segment(scan: Scan, is_last: bool) -> UnclosedTail | None:
     return UnclosedTail(path, scan.end, scan.garbage_end - scan.end, scan.problem)
 
 
-def read_log(directory: str, tablet_id: str | None = None) -> LogContents:
+def read_log(directory: str, tablet_id: str | None = None, disk: Disk = REAL) -> LogContents:
     """Read and replay a log directory without modifying it."""
     seqs: list[tuple[int, str]] = []
     leftovers: list[str] = []
-    for name in sorted(os.listdir(directory)):
+    for name in disk.listdir(directory):
         seq = parse_segment_name(name)
         if seq is not None:
             seqs.append((seq, os.path.join(directory, name)))
@@ -86,7 +87,7 @@ def read_log(directory: str, tablet_id: str | None = None) -> LogContents:
     for i, (seq, path) in enumerate(seqs):
         if i and seq != seqs[i - 1][0] + 1:
             raise WalCorruption(path, 0, f"segment sequence gap: {seqs[i - 1][0]} then {seq}")
-        scan = scan_segment(path)
+        scan = scan_segment(path, disk=disk)
         if scan.header.seq != seq:
             raise WalCorruption(path, 0, f"header sequence {scan.header.seq} does not match the file name")
         if tablet_id is not None and scan.header.tablet_id != tablet_id:

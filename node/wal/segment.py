@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 import msgspec
 
+from node.disk import REAL, Disk, pwrite_all
 from node.entry import Entry
 from node.wal import format as fmt
 from node.wal.errors import WalCorruption
@@ -31,14 +33,6 @@ def segment_name(seq: int) -> str:
 def parse_segment_name(name: str) -> int | None:
     m = _SEGMENT_NAME.fullmatch(name)
     return int(m.group(1)) if m else None
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Record(msgspec.Struct, frozen=True):
@@ -63,11 +57,10 @@ class Scan(msgspec.Struct):
     valid_batch_after: int | None  # offset of an intact batch at or after the problem, if any
 
 
-def scan_segment(path: str, limit: int = -1) -> Scan:
+def scan_segment(path: str, limit: int = -1, disk: Disk = REAL) -> Scan:
     """Read a segment (its first `limit` bytes if given: the written part of one still being
     appended to). Raises WalCorruption only when its header is unusable."""
-    with open(path, "rb") as f:
-        buf = f.read(limit)
+    buf = disk.read(path, 0, limit)
     try:
         header = fmt.parse_segment_header(buf)
     except ValueError as e:
@@ -138,68 +131,54 @@ def entry_stats(records: list[Record]) -> fmt.Footer:
     return fmt.Footer(len(indexes), min(indexes), max(indexes))
 
 
-def finish_file(path: str, end: int, footer: fmt.Footer) -> None:
+def finish_file(path: str, end: int, footer: fmt.Footer, disk: Disk = REAL) -> None:
     """Close a segment that is not open for writing (a recovered tail): cut it to `end`,
     append the footer, sync."""
-    fd = os.open(path, os.O_RDWR)
+    fd = disk.open(path)
     try:
-        _write_footer(fd, end, footer)
+        _write_footer(disk, fd, end, footer)
     finally:
-        os.close(fd)
+        disk.close(fd)
 
 
-def _write_footer(fd: int, end: int, footer: fmt.Footer) -> None:
-    data = fmt.encode_footer(footer)
-    os.ftruncate(fd, end)
-    _pwrite_all(fd, [data], end)
-    os.fsync(fd)
-
-
-def _pwrite_all(fd: int, bufs: list[bytes], offset: int) -> int:
-    total = sum(len(b) for b in bufs)
-    written = 0
-    while written < total:
-        if written:  # a short write (rare: a signal or a full disk): write the rest
-            rest = b"".join(bufs)[written:]
-            bufs = [rest]
-        n = os.pwritev(fd, bufs, offset + written)
-        if n == 0:
-            raise OSError("pwritev wrote nothing")
-        written += n
-    return total
+def _write_footer(disk: Disk, fd: Any, end: int, footer: fmt.Footer) -> None:
+    disk.ftruncate(fd, end)
+    pwrite_all(disk, fd, [fmt.encode_footer(footer)], end)
+    disk.fsync(fd)
 
 
 IOV_MAX = os.sysconf("SC_IOV_MAX")
 
 
 class WritableSegment:
-    """The segment the appender thread writes. Not thread-safe: one owner at a time (the
+    """The segment the appender writes. Not thread-safe: one owner at a time (the
     preallocation thread builds it, then the appender thread takes it over)."""
 
-    def __init__(self, directory: str, tablet_id: str, seq: int, prealloc_bytes: int) -> None:
+    def __init__(self, directory: str, tablet_id: str, seq: int, prealloc_bytes: int, disk: Disk = REAL) -> None:
         """Create the file under its temporary name: preallocated, header written, synced."""
+        self.disk = disk
         self.directory = directory
         self.seq = seq
         self.path = os.path.join(directory, TMP_PREFIX + segment_name(seq)[len(SEGMENT_PREFIX) :])
         self.prealloc_bytes = prealloc_bytes
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        self.fd = disk.open(self.path, create=True)
         try:
             if prealloc_bytes:
-                os.posix_fallocate(self.fd, 0, prealloc_bytes)
-            self.offset = _pwrite_all(self.fd, [fmt.encode_segment_header(tablet_id, seq)], 0)
+                disk.fallocate(self.fd, 0, prealloc_bytes)
+            self.offset = pwrite_all(disk, self.fd, [fmt.encode_segment_header(tablet_id, seq)], 0)
             self.readable_end = self.offset  # written and (with fsync on) synced: readers stop here
-            os.fsync(self.fd)
+            disk.fsync(self.fd)
         except BaseException:
-            os.close(self.fd)
-            os.unlink(self.path)
+            disk.close(self.fd)
+            disk.unlink(self.path)
             raise
         self.num_entries, self.min_index, self.max_index = 0, -1, -1
 
     def activate(self) -> None:
         """Give the file its real name: from now on bootstrap reads it."""
         final = os.path.join(self.directory, segment_name(self.seq))
-        os.rename(self.path, final)
-        fsync_dir(self.directory)
+        self.disk.replace(self.path, final)
+        self.disk.fsync_dir(self.directory)
         self.path = final
 
     def write(self, bufs: list[bytes], nbytes: int) -> None:
@@ -207,8 +186,8 @@ class WritableSegment:
         if len(bufs) > IOV_MAX:
             step = len(bufs) // IOV_MAX + 1
             bufs = [b"".join(bufs[i : i + step]) for i in range(0, len(bufs), step)]
-        if os.pwritev(self.fd, bufs, self.offset) != nbytes:  # short write: a signal or full disk
-            _pwrite_all(self.fd, [b"".join(bufs)], self.offset)
+        if self.disk.pwritev(self.fd, bufs, self.offset) != nbytes:  # short: a signal or full disk
+            pwrite_all(self.disk, self.fd, [b"".join(bufs)], self.offset)
         self.offset += nbytes
 
     def count(self, num_entries: int, lo: int, hi: int) -> None:
@@ -220,9 +199,9 @@ class WritableSegment:
     def sync(self) -> None:
         """fdatasync inside the preallocated region (no metadata to flush), fsync beyond it."""
         if self.offset <= self.prealloc_bytes:
-            os.fdatasync(self.fd)
+            self.disk.fdatasync(self.fd)
         else:
-            os.fsync(self.fd)
+            self.disk.fsync(self.fd)
 
     def footer(self) -> fmt.Footer:
         return fmt.Footer(self.num_entries, self.min_index, self.max_index)
@@ -230,11 +209,11 @@ class WritableSegment:
     def finish(self) -> None:
         """Clean close: footer, cut to the written length, sync."""
         try:
-            _write_footer(self.fd, self.offset, self.footer())
+            _write_footer(self.disk, self.fd, self.offset, self.footer())
         finally:
-            os.close(self.fd)
+            self.disk.close(self.fd)
 
     def discard(self) -> None:
         """Drop a segment that was never activated."""
-        os.close(self.fd)
-        os.unlink(self.path)
+        self.disk.close(self.fd)
+        self.disk.unlink(self.path)

@@ -1,0 +1,491 @@
+"""The file system as the storage engine uses it, passed in so a simulator can own it.
+
+`RealDisk` maps every call 1:1 onto `os` (production; its methods look `os` up at call time so
+tests that monkeypatch `os` keep working). `SimDisk` holds files in memory and models what a
+crash does to a page cache, with seeded faults, for deterministic whole-stack crash testing.
+Handles are opaque: file descriptors for RealDisk, objects for SimDisk.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+StrPath = str | os.PathLike[str]
+
+
+class Disk(Protocol):
+    """What the storage code does to files. `open` is read-write; `create` means O_EXCL.
+    `inline`: no threads or real file descriptors may be used with it (the simulator)."""
+
+    inline: bool
+
+    def open(self, path: StrPath, *, create: bool = False) -> Any: ...
+    def mkstemp(self, directory: StrPath, prefix: str, suffix: str) -> tuple[Any, str]: ...
+    def close(self, fd: Any) -> None: ...
+    def pwritev(self, fd: Any, bufs: Sequence[bytes], offset: int) -> int: ...
+    def fsync(self, fd: Any) -> None: ...
+    def fdatasync(self, fd: Any) -> None: ...
+    def ftruncate(self, fd: Any, length: int) -> None: ...
+    def fallocate(self, fd: Any, offset: int, length: int) -> None: ...
+    def read(self, path: StrPath, offset: int = 0, length: int = -1) -> bytes: ...
+    def size(self, path: StrPath) -> int: ...
+    def replace(self, src: StrPath, dst: StrPath) -> None: ...
+    def unlink(self, path: StrPath) -> None: ...
+    def listdir(self, path: StrPath) -> list[str]: ...
+    def mkdir(self, path: StrPath) -> None: ...
+    def isdir(self, path: StrPath) -> bool: ...
+    def exists(self, path: StrPath) -> bool: ...
+    def fsync_dir(self, path: StrPath) -> None: ...
+    def rmtree(self, path: StrPath) -> None: ...
+    def fsync_latency(self) -> float: ...
+
+
+def pwrite_all(disk: Disk, fd: Any, bufs: Sequence[bytes], offset: int) -> int:
+    """pwritev that finishes a short write (a signal, a nearly full disk); returns the bytes."""
+    total = sum(len(b) for b in bufs)
+    written = disk.pwritev(fd, bufs, offset)
+    if written != total:
+        rest = b"".join(bufs)
+        while written < total:
+            n = disk.pwritev(fd, [rest[written:]], offset + written)
+            if n == 0:
+                raise OSError("pwritev wrote nothing")
+            written += n
+    return total
+
+
+class RealDisk:
+    """The host's file system."""
+
+    inline = False
+
+    def open(self, path: StrPath, *, create: bool = False) -> int:
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        return os.open(path, flags, 0o644)
+
+    def mkstemp(self, directory: StrPath, prefix: str, suffix: str) -> tuple[int, str]:
+        return tempfile.mkstemp(dir=directory, prefix=prefix, suffix=suffix)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def pwritev(self, fd: int, bufs: Sequence[bytes], offset: int) -> int:
+        return os.pwritev(fd, bufs, offset)
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def fdatasync(self, fd: int) -> None:
+        os.fdatasync(fd)
+
+    def ftruncate(self, fd: int, length: int) -> None:
+        os.ftruncate(fd, length)
+
+    def fallocate(self, fd: int, offset: int, length: int) -> None:
+        os.posix_fallocate(fd, offset, length)
+
+    def read(self, path: StrPath, offset: int = 0, length: int = -1) -> bytes:
+        with open(path, "rb") as f:
+            if offset:
+                f.seek(offset)
+            return f.read(length)
+
+    def size(self, path: StrPath) -> int:
+        return os.stat(path).st_size
+
+    def replace(self, src: StrPath, dst: StrPath) -> None:
+        os.replace(src, dst)
+
+    def unlink(self, path: StrPath) -> None:
+        os.unlink(path)
+
+    def listdir(self, path: StrPath) -> list[str]:
+        return sorted(os.listdir(path))
+
+    def mkdir(self, path: StrPath) -> None:
+        os.mkdir(path)
+
+    def isdir(self, path: StrPath) -> bool:
+        return os.path.isdir(path)
+
+    def exists(self, path: StrPath) -> bool:
+        return os.path.exists(path)
+
+    def fsync_dir(self, path: StrPath) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def rmtree(self, path: StrPath) -> None:
+        """Remove `path` and everything under it if present; errors are ignored (best effort)."""
+        shutil.rmtree(path, ignore_errors=True)
+
+    def fsync_latency(self) -> float:
+        return 0.0  # real syncs take their own time
+
+
+REAL = RealDisk()
+
+
+# ---- the simulated disk ----
+
+
+class Fenced(OSError):
+    """A call through the handle or disk of a process incarnation that has crashed."""
+
+
+@dataclass
+class SimFaults:
+    """Seeded faults; change them at any time (they are shared by all incarnations)."""
+
+    quota_bytes: int | None = None  # writes that would grow the files past this: ENOSPC
+    fsync_eio_rate: float = 0.0  # chance an fsync/fdatasync fails with EIO (and, as on Linux,
+    # the dirty data is dropped from the write-back: a later fsync succeeds without it)
+    fsync_latency: tuple[float, float] = (0.0, 0.0)  # virtual seconds, uniform in [lo, hi]
+    sector_size: int = 512  # a torn write keeps a prefix ending on a multiple of this (1: any byte)
+
+
+class _File:
+    __slots__ = ("data", "durable", "pending")
+
+    def __init__(self) -> None:
+        self.data = bytearray()  # what reads see: the page cache
+        self.durable = b""  # what survives a crash for sure
+        self.pending: list[tuple[int, bytes] | int] = []  # since the last sync: writes, truncations
+
+
+class _Dir:
+    __slots__ = ("entries", "durable", "pending")
+
+    def __init__(self) -> None:
+        self.entries: dict[str, _File | _Dir] = {}
+        self.durable: dict[str, _File | _Dir] = {}
+        # Since the last fsync of this directory; each change is atomic (a rename is one).
+        self.pending: list[tuple[tuple[str, _File | _Dir | None], ...]] = []
+
+    def change(self, *ops: tuple[str, _File | _Dir | None]) -> None:
+        _apply_entries(self.entries, ops)
+        self.pending.append(ops)
+
+
+def _apply_entries(entries: dict, ops: tuple[tuple[str, Any], ...]) -> None:
+    for name, node in ops:
+        if node is None:
+            entries.pop(name, None)
+        else:
+            entries[name] = node
+
+
+def _apply_data(data: bytearray, op: tuple[int, bytes] | int) -> None:
+    if isinstance(op, int):
+        del data[op:]
+        return
+    offset, buf = op
+    if offset > len(data):
+        data.extend(bytes(offset - len(data)))
+    data[offset : offset + len(buf)] = buf
+
+
+class _Handle:
+    __slots__ = ("disk", "file", "closed")
+
+    def __init__(self, disk: SimDisk, file: _File) -> None:
+        self.disk, self.file, self.closed = disk, file, False
+
+
+class SimDisk:
+    """An in-memory file system with a page cache, one object per process incarnation.
+
+    File contents are durable only up to the last fsync/fdatasync of the file (both flush data
+    and size); directory entries (create, rename, unlink, mkdir) only up to the last fsync of
+    their directory. `crash()` keeps the durable state plus, with an rng, a seeded prefix of
+    each file's and each directory's unsynced changes (the last kept write possibly torn at a
+    sector boundary), fences this incarnation and returns the next one. Not modelled: write
+    reordering within a file (the page cache is assumed to write back in order), hard links,
+    permissions, cross-directory renames, and fallocate (a no-op: reads see only written data).
+    """
+
+    inline = True
+
+    def __init__(self, rng: random.Random | None = None, faults: SimFaults | None = None) -> None:
+        self.rng = rng or random.Random(0)
+        self.faults = faults or SimFaults()
+        self._root = _Dir()
+        self._fenced = False
+        self._temp_counter = 0
+
+    # ---- incarnations and faults ----
+
+    def fence(self) -> None:
+        """From now on every call on this disk or its handles raises Fenced."""
+        self._fenced = True
+
+    def crash(self, rng: random.Random | None = None) -> SimDisk:
+        """Power loss: drop what was not synced (all of it without `rng`; a seeded prefix of
+        it with one). Fences this incarnation and returns the disk the restarted process uses."""
+        self.fence()
+        seen: set[int] = set()
+
+        def recover(d: _Dir) -> None:
+            entries = dict(d.durable)
+            for ops in d.pending[: rng.randint(0, len(d.pending)) if rng is not None else 0]:
+                _apply_entries(entries, ops)
+            d.entries = entries
+            d.durable, d.pending = dict(d.entries), []
+            for name in sorted(d.entries):
+                node = d.entries[name]
+                if id(node) in seen:
+                    continue
+                seen.add(id(node))
+                if isinstance(node, _Dir):
+                    recover(node)
+                else:
+                    self._recover_file(node, rng)
+
+        recover(self._root)
+        nxt = SimDisk(self.rng, self.faults)
+        nxt._root, nxt._temp_counter = self._root, self._temp_counter
+        return nxt
+
+    def _recover_file(self, f: _File, rng: random.Random | None) -> None:
+        data = bytearray(f.durable)
+        pending = f.pending
+        keep = rng.randint(0, len(pending)) if rng is not None else 0
+        for op in pending[:keep]:
+            _apply_data(data, op)
+        if rng is not None and keep < len(pending) and not isinstance(pending[keep], int) and rng.random() < 0.5:
+            offset, buf = pending[keep]  # type: ignore[misc]
+            sector = max(1, self.faults.sector_size)
+            cuts = [c - offset for c in range((offset // sector + 1) * sector, offset + len(buf), sector)]
+            if cuts:
+                _apply_data(data, (offset, buf[: rng.choice(cuts)]))
+        f.data, f.durable, f.pending = data, bytes(data), []
+
+    def flip_bit(self, rng: random.Random | None = None, path: StrPath | None = None) -> tuple[str, int]:
+        """Media corruption: flip one bit of a file's durable content (a chosen or a seeded file
+        among those with content), seen by reads too. Returns (path, byte offset)."""
+        self._check()
+        rng = rng or self.rng
+        if path is None:
+            files = [(p, f) for p, f in self._walk() if f.durable]
+            if not files:
+                raise ValueError("no durable file content to corrupt")
+            path, f = files[rng.randrange(len(files))]
+        else:
+            f = self._file(path)
+        offset, bit = rng.randrange(len(f.durable)), 1 << rng.randrange(8)
+        durable = bytearray(f.durable)
+        durable[offset] ^= bit
+        f.durable = bytes(durable)
+        if offset < len(f.data):
+            f.data[offset] ^= bit
+        return os.fspath(path), offset
+
+    def fsync_latency(self) -> float:
+        lo, hi = self.faults.fsync_latency
+        return self.rng.uniform(lo, hi) if hi > 0 else 0.0
+
+    # ---- the Disk interface: files ----
+
+    def open(self, path: StrPath, *, create: bool = False) -> _Handle:
+        self._check()
+        parent, name = self._parent(path)
+        node = parent.entries.get(name)
+        if create:
+            if node is not None:
+                raise FileExistsError(errno.EEXIST, "File exists", os.fspath(path))
+            node = _File()
+            parent.change((name, node))
+        elif node is None:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", os.fspath(path))
+        elif isinstance(node, _Dir):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", os.fspath(path))
+        return _Handle(self, node)
+
+    def mkstemp(self, directory: StrPath, prefix: str, suffix: str) -> tuple[_Handle, str]:
+        """A fresh name from a counter, not a random one: runs must replay bit for bit."""
+        while True:
+            self._temp_counter += 1
+            path = os.path.join(os.fspath(directory), f"{prefix}{self._temp_counter:06d}{suffix}")
+            if not self.exists(path):
+                return self.open(path, create=True), path
+
+    def close(self, fd: _Handle) -> None:
+        self._handle(fd).closed = True
+
+    def pwritev(self, fd: _Handle, bufs: Sequence[bytes], offset: int) -> int:
+        f = self._handle(fd).file
+        buf = b"".join(bufs)
+        quota = self.faults.quota_bytes
+        if quota is not None:
+            growth = max(0, offset + len(buf) - len(f.data))
+            if growth and self._usage() + growth > quota:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        op = (offset, buf)
+        _apply_data(f.data, op)
+        f.pending.append(op)
+        return len(buf)
+
+    def fsync(self, fd: _Handle) -> None:
+        f = self._handle(fd).file
+        if self.faults.fsync_eio_rate and self.rng.random() < self.faults.fsync_eio_rate:
+            f.pending = []  # Linux marks the failed pages clean: that data never reaches the disk
+            raise OSError(errno.EIO, "Input/output error")
+        durable = bytearray(f.durable)  # not f.data: it may hold pages a failed sync dropped
+        for op in f.pending:
+            _apply_data(durable, op)
+        f.durable, f.pending = bytes(durable), []
+
+    fdatasync = fsync
+
+    def ftruncate(self, fd: _Handle, length: int) -> None:
+        f = self._handle(fd).file
+        if length > len(f.data):
+            _apply_data(f.data, (length, b""))
+            f.pending.append((length, b""))
+        else:
+            del f.data[length:]
+            f.pending.append(length)
+
+    def fallocate(self, fd: _Handle, offset: int, length: int) -> None:
+        self._handle(fd)
+
+    def read(self, path: StrPath, offset: int = 0, length: int = -1) -> bytes:
+        data = self._file(path).data
+        return bytes(data[offset:] if length < 0 else data[offset : offset + length])
+
+    def size(self, path: StrPath) -> int:
+        return len(self._file(path).data)
+
+    # ---- the Disk interface: names ----
+
+    def replace(self, src: StrPath, dst: StrPath) -> None:
+        sparent, sname = self._parent(src)
+        dparent, dname = self._parent(dst)
+        if sparent is not dparent:
+            raise OSError(errno.EXDEV, "SimDisk renames within one directory only", os.fspath(src))
+        node = sparent.entries.get(sname)
+        if node is None:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", os.fspath(src))
+        if isinstance(dparent.entries.get(dname), _Dir):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", os.fspath(dst))
+        if sname != dname:
+            sparent.change((sname, None), (dname, node))
+
+    def unlink(self, path: StrPath) -> None:
+        parent, name = self._parent(path)
+        node = parent.entries.get(name)
+        if node is None:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", os.fspath(path))
+        if isinstance(node, _Dir):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", os.fspath(path))
+        parent.change((name, None))
+
+    def listdir(self, path: StrPath) -> list[str]:
+        return sorted(self._dir(path).entries)
+
+    def mkdir(self, path: StrPath) -> None:
+        parent, name = self._parent(path)
+        if name in parent.entries:
+            raise FileExistsError(errno.EEXIST, "File exists", os.fspath(path))
+        parent.change((name, _Dir()))
+
+    def isdir(self, path: StrPath) -> bool:
+        return isinstance(self._lookup(path), _Dir)
+
+    def exists(self, path: StrPath) -> bool:
+        return self._lookup(path) is not None
+
+    def fsync_dir(self, path: StrPath) -> None:
+        d = self._dir(path)
+        d.durable, d.pending = dict(d.entries), []
+
+    def rmtree(self, path: StrPath) -> None:
+        node = self._lookup(path)
+        if not isinstance(node, _Dir):
+            return
+        for name in sorted(node.entries):
+            child = os.path.join(os.fspath(path), name)
+            if isinstance(node.entries[name], _Dir):
+                self.rmtree(child)
+            else:
+                node.change((name, None))
+        parent, name = self._parent(path)
+        parent.change((name, None))
+
+    # ---- internals ----
+
+    def _check(self) -> None:
+        if self._fenced:
+            raise Fenced(errno.EIO, "this process incarnation crashed")
+
+    def _handle(self, fd: _Handle) -> _Handle:
+        if fd.disk._fenced:
+            raise Fenced(errno.EIO, "this process incarnation crashed")
+        if fd.closed:
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        return fd
+
+    def _lookup(self, path: StrPath) -> _File | _Dir | None:
+        self._check()
+        node: _File | _Dir | None = self._root
+        for part in _parts(path):
+            if not isinstance(node, _Dir):
+                return None
+            node = node.entries.get(part)
+        return node
+
+    def _parent(self, path: StrPath) -> tuple[_Dir, str]:
+        parts = _parts(path)
+        if not parts:
+            raise PermissionError(errno.EPERM, "the root cannot be changed", "/")
+        return self._dir("/" + "/".join(parts[:-1])), parts[-1]
+
+    def _dir(self, path: StrPath) -> _Dir:
+        node = self._lookup(path)
+        if node is None:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", os.fspath(path))
+        if not isinstance(node, _Dir):
+            raise NotADirectoryError(errno.ENOTDIR, "Not a directory", os.fspath(path))
+        return node
+
+    def _file(self, path: StrPath) -> _File:
+        node = self._lookup(path)
+        if node is None:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", os.fspath(path))
+        if isinstance(node, _Dir):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", os.fspath(path))
+        return node
+
+    def _walk(self) -> list[tuple[str, _File]]:
+        """Every reachable file, in path order."""
+        out: list[tuple[str, _File]] = []
+
+        def walk(d: _Dir, prefix: str) -> None:
+            for name in sorted(d.entries):
+                node = d.entries[name]
+                if isinstance(node, _Dir):
+                    walk(node, f"{prefix}/{name}")
+                else:
+                    out.append((f"{prefix}/{name}", node))
+
+        walk(self._root, "")
+        return out
+
+    def _usage(self) -> int:
+        return sum(len(f.data) for _, f in self._walk())
+
+
+def _parts(path: StrPath) -> list[str]:
+    """Components of an absolute, normalised path (relative paths resolve against the cwd)."""
+    return [p for p in os.path.abspath(os.fspath(path)).split("/") if p]
+

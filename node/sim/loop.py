@@ -1,0 +1,283 @@
+"""A deterministic asyncio event loop on virtual time, for running the real engine in simulation.
+
+The production coroutines (node.rpc, node.replica, the servers, the client) run unchanged: they
+only ever see `asyncio`, and this loop decides what "now" is, what runs next and what a crash
+kills. Use it as
+
+    net = SimNetwork(seed)
+    loop = SimLoop(net)
+    loop.spawn("10.0.0.1", server_main())        # a "process" on host 10.0.0.1
+    loop.run_until_complete(scenario())
+    loop.crash_host("10.0.0.1")                  # from inside the scenario, at any point
+
+Virtual time: `time()` starts at 0.0. When nothing is ready the loop jumps to the next timer
+instead of sleeping, so `asyncio.sleep(3600)` costs no wall time. When nothing is ready and no
+timer is pending, every task waits for something that cannot happen: `SimDeadlock` is raised.
+
+Determinism rests on:
+- one thread and no real I/O: `run_in_executor` (hence `asyncio.to_thread`) runs the function
+  inline, and sockets exist only in SimNetwork, whose randomness is one seeded random.Random;
+- the ready queue being FIFO (asyncio's own) and timers ordered by (when, creation sequence), so
+  equal deadlines fire in the order they were set;
+- tasks and futures hashing by creation sequence instead of id(): sets of tasks (RpcServer keeps
+  some, asyncio.wait builds them, all_tasks() iterates a WeakSet) then iterate in the same
+  order on every run;
+- the program itself: run with a fixed PYTHONHASHSEED if it iterates sets of strings, and keep
+  wall-clock reads (time.time, time.monotonic) out of decisions.
+
+Crashes: a process is a host's incarnation, carried by the SIM_HOST context variable, which
+every task and callback inherits from the context it was created in. `crash_host` cancels
+every handle (task step, timer, callback) whose context belongs to the host's live incarnation
+and refuses new ones, so its code never runs again, not even `finally` blocks. The dead tasks are
+kept in a graveyard: if they were garbage collected, closing their coroutines would run those
+`finally` blocks. Spawning on the host again starts a new incarnation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import heapq
+import itertools
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from node.sim.network import SimNetwork
+
+
+_CLEANUP_SECONDS = 60.0  # virtual time close() grants the living to finish
+
+
+class SimDeadlock(RuntimeError):
+    """Nothing is ready and no timer is pending: the awaited result can never arrive."""
+
+
+class SimProcess:
+    """One incarnation of a host: the tasks it owns die with it."""
+
+    def __init__(self, host: str, incarnation: int):
+        self.host = host
+        self.incarnation = incarnation
+        self.alive = True
+        self.tasks: dict[asyncio.Task, None] = {}  # insertion-ordered, unlike a set
+
+    def adopt(self, task: asyncio.Task) -> None:
+        self.tasks[task] = None
+        task.add_done_callback(self._release, context=SYSTEM)
+
+    def _release(self, task: asyncio.Task) -> None:
+        self.tasks.pop(task, None)
+
+    def __repr__(self) -> str:
+        state = "alive" if self.alive else "dead"
+        return f"<SimProcess {self.host}#{self.incarnation} {state}>"
+
+
+SIM_HOST: contextvars.ContextVar[SimProcess | None] = contextvars.ContextVar("SIM_HOST", default=None)
+
+# The context of the simulator's own callbacks (network deliveries, bookkeeping): no process
+# owns them, so no crash cancels them.
+SYSTEM = contextvars.Context()
+
+
+def owner(context: contextvars.Context | None) -> SimProcess | None:
+    """The process a callback scheduled with `context` (None: the current one) belongs to."""
+    return SIM_HOST.get() if context is None else context.get(SIM_HOST)
+
+
+def _doomed(context: contextvars.Context | None) -> bool:
+    proc = owner(context)
+    return proc is not None and not proc.alive
+
+
+class _SimFuture(asyncio.Future):
+    def __init__(self, *, loop: asyncio.AbstractEventLoop):
+        super().__init__(loop=loop)
+        self._sim_seq = next(loop._seq)
+
+    def __hash__(self) -> int:
+        return self._sim_seq
+
+
+class _SimTask(asyncio.Task):
+    def __init__(self, coro, *, loop, name=None, context=None):
+        self._sim_seq = next(loop._seq)  # before __init__, which adds the task to a WeakSet
+        super().__init__(coro, loop=loop, name=name, context=context)
+
+    def __hash__(self) -> int:
+        return self._sim_seq
+
+
+class _Timer(asyncio.TimerHandle):
+    """A timer that breaks deadline ties by creation order (asyncio's heap breaks them by luck)."""
+
+    __slots__ = ("_seq",)
+
+    def __init__(self, when, callback, args, loop, context, seq):
+        super().__init__(when, callback, args, loop, context)
+        self._seq = seq
+
+    def _key(self) -> tuple[float, int]:
+        return self._when, self._seq
+
+    def __lt__(self, other):
+        return self._key() < other._key()
+
+    def __le__(self, other):
+        return self._key() <= other._key()
+
+    def __gt__(self, other):
+        return self._key() > other._key()
+
+    def __ge__(self, other):
+        return self._key() >= other._key()
+
+
+class _VirtualClock:
+    """Stands in for the selector: 'waiting for I/O' is advancing virtual time."""
+
+    def __init__(self, loop: SimLoop):
+        self._loop = loop
+
+    def select(self, timeout: float | None) -> list:
+        self._loop._advance(timeout)
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+class SimLoop(asyncio.BaseEventLoop):
+    def __init__(self, network: SimNetwork):
+        super().__init__()
+        self._selector = _VirtualClock(self)
+        self._clock_resolution = 1e-9  # the platform's would differ between machines
+        self._now = 0.0
+        self._seq = itertools.count()  # creation order of timers, tasks and futures
+        self._procs: dict[str, SimProcess] = {}
+        self.graveyard: list[SimProcess] = []
+        self.network = network
+        network.attach(self)
+
+    # -- virtual time ----------------------------------------------------------------------
+    def time(self) -> float:
+        return self._now
+
+    def _advance(self, timeout: float | None) -> None:
+        if timeout is None:
+            raise SimDeadlock(f"at t={self._now:.6f}: nothing is ready and no timer is pending")
+        target = self._now + timeout
+        if self._scheduled:  # land exactly on the deadline, not a rounding error before it
+            target = min(target, self._scheduled[0]._when)
+        self._now = max(self._now, target)
+
+    def _process_events(self, event_list: list) -> None:
+        pass
+
+    def _write_to_self(self) -> None:
+        pass  # single-threaded: nothing to wake
+
+    # -- scheduling ------------------------------------------------------------------------
+    def call_soon(self, callback, *args, context=None):
+        if _doomed(context):
+            return _stillborn(asyncio.Handle(callback, args, self, context))
+        return super().call_soon(callback, *args, context=context)
+
+    def call_at(self, when, callback, *args, context=None):
+        timer = _Timer(when, callback, args, self, context, next(self._seq))
+        if _doomed(context):
+            return _stillborn(timer)
+        self._check_closed()
+        heapq.heappush(self._scheduled, timer)
+        timer._scheduled = True
+        return timer
+
+    def create_future(self) -> asyncio.Future:
+        return _SimFuture(loop=self)
+
+    def create_task(self, coro, *, name=None, context=None) -> asyncio.Task:
+        self._check_closed()
+        task = _SimTask(coro, loop=self, name=name, context=context)
+        proc = owner(context)
+        if proc is not None:
+            proc.adopt(task)
+        return task
+
+    def run_in_executor(self, executor, func: Callable, *args) -> asyncio.Future:
+        """Run `func` now, inline: no threads, no virtual time spent."""
+        self._check_closed()
+        fut = self.create_future()
+        try:
+            fut.set_result(func(*args))
+        except Exception as e:
+            fut.set_exception(e)
+        return fut
+
+    # -- processes -------------------------------------------------------------------------
+    def process(self, host: str) -> SimProcess:
+        """The host's live incarnation, started if the host has none."""
+        proc = self._procs.get(host)
+        if proc is None or not proc.alive:
+            proc = SimProcess(host, proc.incarnation + 1 if proc else 1)
+            self._procs[host] = proc
+        return proc
+
+    def spawn(self, host: str, coro: Coroutine, *, name: str | None = None) -> asyncio.Task:
+        """Run `coro` as a task of `host`; everything it starts belongs to the host too."""
+        context = contextvars.Context()
+        context.run(SIM_HOST.set, self.process(host))
+        return self.create_task(coro, name=name, context=context)
+
+    def crash_host(self, host: str) -> None:
+        """Kill the host's process mid-step: none of its code runs again, no cleanup. Its
+        listeners vanish and its peers see their connections reset."""
+        proc = self._procs.get(host)
+        if proc is not None and proc.alive:
+            proc.alive = False
+            self.graveyard.append(proc)
+            for task in proc.tasks:
+                task._log_destroy_pending = False
+            for handle in itertools.chain(self._ready, self._scheduled):
+                if owner(handle._context) is proc:
+                    handle.cancel()
+        self.network.host_crashed(host)
+
+    def close(self) -> None:
+        """Cancel the live processes' tasks and let them clean up (as asyncio.run does), then
+        close. The dead stay dead: once the loop is gone, collecting their coroutines may run
+        their finally blocks, but whatever those schedule is refused quietly."""
+        if not self.is_closed() and not self.is_running():
+            self._stop_the_living()
+        super().close()
+
+    def _stop_the_living(self) -> None:
+        dead = {task for proc in self.graveyard for task in proc.tasks}
+        tasks = sorted(asyncio.all_tasks(self) - dead, key=hash)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            try:
+                self.run_until_complete(asyncio.wait(tasks, timeout=_CLEANUP_SECONDS))
+            except SimDeadlock:
+                pass  # some cleanup waits for what will never come: abandon it
+        self.run_until_complete(self.shutdown_asyncgens())
+
+    # -- network ---------------------------------------------------------------------------
+    async def create_connection(self, protocol_factory, host=None, port=None, *, ssl=None,
+                                sock=None, local_addr=None, **_options: Any):
+        if ssl or sock is not None:
+            raise NotImplementedError("SimLoop connections have no TLS and no real sockets")
+        return await self.network.connect(protocol_factory, host, port, local_addr)
+
+    async def create_server(self, protocol_factory, host=None, port=None, *, ssl=None,
+                            sock=None, start_serving=True, **_options: Any):
+        if ssl or sock is not None or not start_serving:
+            raise NotImplementedError("SimLoop servers have no TLS, real sockets or deferred start")
+        return self.network.listen(protocol_factory, host, port or 0)
+
+
+def _stillborn(handle: asyncio.Handle) -> asyncio.Handle:
+    """A handle for a dead process's callback: returned to the caller, never run."""
+    handle.cancel()
+    return handle

@@ -1,0 +1,462 @@
+"""An in-memory TCP network for SimLoop: seeded latencies, partitions, resets and crashes.
+
+Just enough TCP for asyncio streams to behave as on a real network: each direction of a
+connection is a FIFO pipe whose segments (data, FIN, RST) arrive after a random latency and in
+order. A partition stalls a pipe instead of dropping its bytes, as retransmission would, and
+the stalled bytes flow again after the heal unless the connection is reset first; a SYN across
+a cut waits the same way, so the caller's connect timeout fires. A closed endpoint answers data
+with RST, as a kernel does for a socket nobody owns. A crashed host's listeners vanish
+(connecting is refused) and its peers receive RST after its in-flight data.
+
+Not modelled: loss, duplication and reordering inside a connection (TCP hides them), send
+buffers and write back-pressure (writes never block; get_write_buffer_size() is 0), bandwidth,
+one-way partitions, TLS, UDP, DNS.
+
+Protocol callbacks run in the context of whoever opened the endpoint (the connecting task, or
+the task that started the server), so the tasks they start belong to that host's process; the
+network's own timers run in SYSTEM, which no crash cancels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import errno
+import functools
+import itertools
+import random
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from node.sim.loop import SYSTEM, SimLoop, owner
+
+Addr = tuple[str, int]
+
+_LISTEN_PORTS = 20000  # where port 0 allocation starts, per host
+_EPHEMERAL_PORTS = 49152
+
+
+class SimNetwork:
+    def __init__(self, seed: int, *, latency: tuple[float, float] = (0.0001, 0.005),
+                 record: bool = False):
+        """`latency`: bounds of the uniform one-way delay in seconds. `record`: keep `log`, a
+        list of (time, kind, src, dst, bytes) for every segment that arrives."""
+        self.rng = random.Random(seed)
+        self.latency = latency
+        self.stats = {"bytes": 0, "messages": 0, "connections": 0, "refused": 0, "resets": 0,
+                      "held": 0}
+        self.log: list[tuple[float, str, str, str, int]] | None = [] if record else None
+        self._loop: SimLoop | None = None
+        self._listeners: dict[Addr, _Listener] = {}
+        self._conns: dict[int, tuple[_Endpoint, _Endpoint]] = {}
+        self._conn_ids = itertools.count(1)
+        self._next_port: dict[tuple[str, int], int] = {}
+        self._group: dict[str, int] = {}
+        self._isolated: set[str] = set()
+        self._stalled: list[_Pipe] = []
+        self._held: list[tuple[str, str, str, Callable[[], None]]] = []
+
+    def attach(self, loop: SimLoop) -> None:
+        self._loop = loop
+
+    # -- faults ----------------------------------------------------------------------------
+    def partition(self, groups: Iterable[Iterable[str]]) -> None:
+        """Only hosts in the same group reach each other; unlisted hosts form one more group."""
+        self._group = {h: i for i, group in enumerate(groups) for h in group}
+        self._topology_changed()
+
+    def isolate(self, host: str) -> None:
+        self._isolated.add(host)
+
+    def heal(self) -> None:
+        self._group.clear()
+        self._isolated.clear()
+        self._topology_changed()
+
+    def reachable(self, a: str, b: str) -> bool:
+        if a == b:
+            return True
+        if a in self._isolated or b in self._isolated:
+            return False
+        return self._group.get(a, -1) == self._group.get(b, -1)
+
+    def reset_random_connection(self) -> tuple[Addr, Addr] | None:
+        """RST both ends of one established connection, as a middlebox would; returns the
+        (client, server) addresses, or None if there is no connection to reset."""
+        live = [pair for pair in self._conns.values() if all(ep._established() for ep in pair)]
+        if not live:
+            return None
+        pair = self.rng.choice(live)
+        for ep in pair:
+            ep._out.clear()
+            ep._rst_sent = True
+            self._loop.call_soon(ep._lose, _reset_error(), context=SYSTEM)
+        return pair[0].get_extra_info("sockname"), pair[1].get_extra_info("sockname")
+
+    def host_crashed(self, host: str) -> None:
+        for addr in [a for a in self._listeners if a[0] == host]:
+            del self._listeners[addr]
+        for pair in list(self._conns.values()):
+            for ep in pair:
+                if ep.host == host:
+                    ep._killed = True
+                    if not ep._rst_sent:
+                        ep._reset_peer()
+            self._forget(pair[0])
+
+    # -- the socket API SimLoop exposes ----------------------------------------------------
+    async def connect(self, protocol_factory, host: str, port: int,
+                      local_addr: Addr | None) -> tuple[_Endpoint, asyncio.BaseProtocol]:
+        if local_addr is None:
+            raise ValueError("a simulated connection needs local_addr=(host, 0): it names the "
+                             "connecting host")
+        src = _own_host(local_addr[0])
+        client = _Endpoint(self, (src, self._port(src, _EPHEMERAL_PORTS)),
+                           contextvars.copy_context())
+        client._extra["peername"] = (host, port)
+        client._waiter = self._loop.create_future()
+        self._packet(src, host, "syn", functools.partial(self._syn, client, host, port))
+        try:
+            await client._waiter
+        except BaseException:
+            client._abandon()
+            raise
+        protocol = protocol_factory()
+        client._attach(protocol)
+        return client, protocol
+
+    def listen(self, protocol_factory, host: str | None, port: int) -> _Listener:
+        proc = owner(None)
+        if not host or host == "0.0.0.0":
+            if proc is None:
+                raise ValueError("listening on a wildcard address needs a process (SimLoop.spawn)")
+            host = proc.host
+        host = _own_host(host)
+        if port == 0:
+            port = self._port(host, _LISTEN_PORTS)
+        if (host, port) in self._listeners:
+            raise OSError(errno.EADDRINUSE, f"address already in use: {host}:{port}")
+        listener = _Listener(self, (host, port), protocol_factory, contextvars.copy_context())
+        self._listeners[(host, port)] = listener
+        return listener
+
+    # -- connection set-up -----------------------------------------------------------------
+    def _syn(self, client: _Endpoint, host: str, port: int) -> None:
+        listener = self._listeners.get((host, port))
+        if listener is None or not _alive(listener.context):
+            self.stats["refused"] += 1
+            self._packet(host, client.host, "refused", client._refused)
+            return
+        server = _Endpoint(self, (host, port), listener.context.copy())
+        server._extra["peername"] = client.get_extra_info("sockname")
+        client._peer, server._peer = server, client
+        client._out, server._out = _Pipe(self, client.host, server), _Pipe(self, host, client)
+        self._conns[next(self._conn_ids)] = (client, server)
+        self.stats["connections"] += 1
+        server._out.send("synack")
+        server._attach(server._ctx.run(listener.protocol_factory))
+
+    def _port(self, host: str, base: int) -> int:
+        port = self._next_port.get((host, base), base)
+        while (host, port) in self._listeners:
+            port += 1
+        self._next_port[(host, base)] = port + 1
+        return port
+
+    def _forget(self, ep: _Endpoint) -> None:
+        """Drop a connection from the books once neither end can act on it."""
+        if all(e._lost or e.dead for e in (ep, ep._peer)):
+            for cid, pair in list(self._conns.items()):
+                if ep in pair:
+                    del self._conns[cid]
+
+    # -- delivery --------------------------------------------------------------------------
+    def _delay(self) -> float:
+        return self.rng.uniform(*self.latency)
+
+    def _packet(self, src: str, dst: str, kind: str, deliver: Callable[[], None]) -> None:
+        """A connectionless segment (SYN, or the RST refusing one)."""
+        self._loop.call_at(self._loop.time() + self._delay(), self._packet_arrives, src, dst,
+                           kind, deliver, context=SYSTEM)
+
+    def _packet_arrives(self, src: str, dst: str, kind: str, deliver: Callable[[], None]) -> None:
+        if not self.reachable(src, dst):
+            self.stats["held"] += 1
+            self._held.append((src, dst, kind, deliver))
+            return
+        self._record(kind, src, dst, 0)
+        deliver()
+
+    def _record(self, kind: str, src: str, dst: str, size: int) -> None:
+        if self.log is not None:
+            self.log.append((self._loop.time(), kind, src, dst, size))
+
+    def _topology_changed(self) -> None:
+        stalled, self._stalled = self._stalled, []
+        for pipe in stalled:
+            if self.reachable(pipe.src, pipe.dst.host):
+                pipe.unstall()
+            else:
+                self._stalled.append(pipe)
+        held, self._held = self._held, []
+        for src, dst, kind, deliver in held:
+            if self.reachable(src, dst):
+                self._packet(src, dst, kind, deliver)
+            else:
+                self._held.append((src, dst, kind, deliver))
+
+
+class _Pipe:
+    """One direction of a connection: segments leave in order and arrive in order."""
+
+    def __init__(self, net: SimNetwork, src: str, dst: _Endpoint):
+        self.net, self.src, self.dst = net, src, dst
+        self.queue: deque[tuple[float, str, bytes]] = deque()
+        self.timer: asyncio.TimerHandle | None = None
+        self.stalled = False
+        self.last_at = 0.0
+
+    def send(self, kind: str, payload: bytes = b"") -> None:
+        self.queue.append((self._stamp(), kind, payload))
+        if self.stalled:
+            self.net.stats["held"] += 1
+        elif self.timer is None:
+            self._arm()
+
+    def clear(self) -> None:
+        self.queue.clear()
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def unstall(self) -> None:
+        self.stalled = False
+        self.queue = deque((self._stamp(), kind, payload) for _, kind, payload in self.queue)
+        if self.queue:
+            self._arm()
+
+    def _stamp(self) -> float:
+        self.last_at = max(self.last_at, self.net._loop.time() + self.net._delay())
+        return self.last_at
+
+    def _arm(self) -> None:
+        self.timer = self.net._loop.call_at(self.queue[0][0], self._arrive, context=SYSTEM)
+
+    def _arrive(self) -> None:
+        self.timer = None
+        if not self.net.reachable(self.src, self.dst.host):
+            self.stalled = True
+            self.net.stats["held"] += len(self.queue)
+            self.net._stalled.append(self)
+            return
+        _, kind, payload = self.queue.popleft()
+        if self.queue:
+            self._arm()
+        self.net._record(kind, self.src, self.dst.host, len(payload))
+        if kind == "data":
+            self.net.stats["messages"] += 1
+        self.dst._receive(kind, payload)
+
+
+class _Endpoint(asyncio.Transport):
+    """One end of a simulated TCP connection, as the protocol on that end sees it."""
+
+    def __init__(self, net: SimNetwork, addr: Addr, context: contextvars.Context):
+        super().__init__({"sockname": addr, "peername": None, "socket": None})
+        self.host = addr[0]
+        self._net, self._loop = net, net._loop
+        self._ctx = context
+        self._proc = owner(context)
+        self._protocol: asyncio.BaseProtocol | None = None
+        self._peer: _Endpoint | None = None
+        self._out: _Pipe | None = None
+        self._waiter: asyncio.Future | None = None  # a connecting client's SYN-ACK
+        self._inbox: deque[tuple[str, bytes]] = deque()  # arrived, not yet handed over
+        self._made = self._paused = self._eof = False
+        self._closing = self._lost = self._killed = self._rst_sent = False
+        self._limits = (16384, 65536)
+
+    @property
+    def dead(self) -> bool:
+        return self._killed or (self._proc is not None and not self._proc.alive)
+
+    def _established(self) -> bool:
+        return self._made and not self._closing and not self.dead
+
+    # -- asyncio.Transport -----------------------------------------------------------------
+    def get_protocol(self):
+        return self._protocol
+
+    def set_protocol(self, protocol) -> None:
+        self._protocol = protocol
+
+    def is_closing(self) -> bool:
+        return self._closing or self.dead
+
+    def is_reading(self) -> bool:
+        return not self._paused
+
+    def pause_reading(self) -> None:
+        self._paused = True
+
+    def resume_reading(self) -> None:
+        if self._paused:
+            self._paused = False
+            self._loop.call_soon(self._flush, context=SYSTEM)
+
+    def write(self, data) -> None:
+        if self._eof:
+            raise RuntimeError("Cannot call write() after write_eof()")
+        if not data or self._closing or self.dead:
+            return  # as asyncio does once the connection is lost
+        data = bytes(data)
+        self._net.stats["bytes"] += len(data)
+        self._out.send("data", data)
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        if not (self._eof or self._closing or self.dead):
+            self._eof = True
+            self._out.send("eof")
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._limits
+
+    def set_write_buffer_limits(self, high=None, low=None) -> None:
+        high = 65536 if high is None else high
+        self._limits = (high // 4 if low is None else low, high)
+
+    def close(self) -> None:
+        if self._closing or self.dead:
+            return
+        self._closing = True
+        self._inbox.clear()
+        if not self._eof:
+            self._out.send("eof")
+        self._loop.call_soon(self._lose, None, context=SYSTEM)
+
+    def abort(self) -> None:
+        if self._lost or self.dead:
+            return
+        self._closing = True
+        self._inbox.clear()
+        self._reset_peer()
+        self._loop.call_soon(self._lose, None, context=SYSTEM)
+
+    # -- the network's side ----------------------------------------------------------------
+    def _attach(self, protocol: asyncio.BaseProtocol) -> None:
+        self._protocol = protocol
+        self._made = True
+        self._ctx.run(protocol.connection_made, self)
+        if self._inbox:
+            self._loop.call_soon(self._flush, context=SYSTEM)
+
+    def _abandon(self) -> None:
+        """The connecting task gave up (timeout, cancellation, refusal)."""
+        self._closing = self._lost = True
+        if self._out is not None:
+            self._reset_peer()
+
+    def _refused(self) -> None:
+        if not self._waiter.done():
+            host, port = self.get_extra_info("peername")
+            self._waiter.set_exception(ConnectionRefusedError(
+                errno.ECONNREFUSED, f"Connect call failed ('{host}', {port})"))
+
+    def _receive(self, kind: str, payload: bytes) -> None:
+        if self.dead or self._closing:  # nobody owns the socket: the kernel answers RST
+            if kind in ("synack", "data") and not self._rst_sent:
+                self._reset_peer()
+        elif kind == "synack":
+            if not self._waiter.done():
+                self._waiter.set_result(None)
+        elif kind == "rst" and self._made:
+            self._inbox.clear()
+            self._lose(_reset_error())
+        elif self._inbox or self._paused or not self._made:
+            self._inbox.append((kind, payload))
+        else:
+            self._deliver(kind, payload)
+
+    def _flush(self) -> None:
+        while self._inbox and not (self._paused or self._closing or self.dead):
+            self._deliver(*self._inbox.popleft())
+
+    def _deliver(self, kind: str, payload: bytes) -> None:
+        if kind == "data":
+            self._ctx.run(self._protocol.data_received, payload)
+        elif kind == "eof":
+            if not self._ctx.run(self._protocol.eof_received):
+                self.close()
+        else:
+            self._lose(_reset_error())
+
+    def _reset_peer(self) -> None:
+        self._rst_sent = True
+        self._out.send("rst")
+
+    def _lose(self, exc: Exception | None) -> None:
+        if self._lost:
+            return
+        self._lost = self._closing = True
+        if exc is not None:
+            self._net.stats["resets"] += 1
+        if self._peer is not None:
+            self._net._forget(self)
+        if not self.dead:
+            self._ctx.run(self._protocol.connection_lost, exc)
+
+
+class _SimSocket:
+    def __init__(self, addr: Addr):
+        self._addr = addr
+
+    def getsockname(self) -> Addr:
+        return self._addr
+
+
+class _Listener(asyncio.AbstractServer):
+    """What create_server returns: enough of asyncio.Server for start_server's callers."""
+
+    def __init__(self, net: SimNetwork, addr: Addr, protocol_factory, context: contextvars.Context):
+        self._net, self.addr = net, addr
+        self.protocol_factory, self.context = protocol_factory, context
+        self.sockets = (_SimSocket(addr),)
+
+    def close(self) -> None:
+        if self.is_serving():
+            del self._net._listeners[self.addr]
+
+    def is_serving(self) -> bool:
+        return self._net._listeners.get(self.addr) is self
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._net._loop
+
+    async def start_serving(self) -> None:
+        pass
+
+    async def wait_closed(self) -> None:
+        pass
+
+
+def _own_host(host: str) -> str:
+    """A process can only use its own host's address."""
+    proc = owner(None)
+    if proc is not None and proc.host != host:
+        raise OSError(errno.EADDRNOTAVAIL, f"{proc.host} cannot use address {host}")
+    return host
+
+
+def _alive(context: contextvars.Context) -> bool:
+    proc = owner(context)
+    return proc is None or proc.alive
+
+
+def _reset_error() -> ConnectionResetError:
+    return ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")

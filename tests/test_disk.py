@@ -1,0 +1,348 @@
+"""SimDisk (page cache, crashes, faults, fencing) and the engine's storage code running on it:
+durable.write_atomic at every crash point, and the real WAL in inline mode."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import random
+
+import pytest
+
+from node import durable
+from node.disk import Fenced, SimDisk, SimFaults
+from node.entry import Entry, EntryType
+from node.errors import CorruptionError
+from node.faults import Faults
+from node.tablet.paths import TabletPaths
+from node.tablet.superblock import DataState, KeyRange, Superblock
+from node.wal import Log, LogOptions, WalClosed, WalCorruption, WalError
+
+SEEDS = range(12)
+TINY = LogOptions(log_segment_size_mb=1 / 1024)  # 1 KiB segments: rolls every few groups
+
+
+def new_disk(**faults) -> SimDisk:
+    disk = SimDisk(random.Random(1), SimFaults(**faults))
+    durable.ensure_dir("/d", disk)
+    return disk
+
+
+def write_file(disk: SimDisk, path: str, data: bytes, *, sync: bool) -> None:
+    fd = disk.open(path, create=True)
+    disk.pwritev(fd, [data], 0)
+    if sync:
+        disk.fsync(fd)
+    disk.close(fd)
+
+
+class CrashAt:
+    """The disk of a process that dies at its k-th disk call: that call and all later ones
+    raise (the disk is fenced), everything before it happened."""
+
+    def __init__(self, disk: SimDisk, k: int) -> None:
+        self.disk, self.k, self.calls = disk, k, 0
+
+    def __getattr__(self, name):
+        attr = getattr(self.disk, name)
+        if not callable(attr) or name == "fsync_latency":
+            return attr
+
+        def call(*args, **kwargs):
+            self.calls += 1
+            if self.calls == self.k:
+                self.disk.fence()
+            return attr(*args, **kwargs)
+
+        return call
+
+
+# ---- SimDisk itself ----
+
+
+def test_crash_drops_unsynced_bytes_and_keeps_synced_ones():
+    disk = new_disk()
+    write_file(disk, "/d/f", b"synced", sync=True)
+    disk.fsync_dir("/d")
+    fd = disk.open("/d/f")
+    disk.pwritev(fd, [b"-lost"], 6)
+    assert disk.read("/d/f") == b"synced-lost"  # the page cache serves unsynced data
+    after = disk.crash()
+    assert after.read("/d/f") == b"synced"
+
+
+def test_a_seeded_crash_keeps_a_prefix_of_the_unsynced_writes_torn_at_a_sector():
+    outcomes = set()
+    for seed in range(60):
+        disk = new_disk(sector_size=4)
+        write_file(disk, "/d/f", b"", sync=True)
+        disk.fsync_dir("/d")
+        fd = disk.open("/d/f")
+        disk.pwritev(fd, [b"aaaaaaaaaa"], 0)
+        disk.pwritev(fd, [b"bbbbbbbbbb"], 10)
+        got = disk.crash(random.Random(seed)).read("/d/f")
+        assert (b"a" * 10 + b"b" * 10).startswith(got)
+        assert len(got) in (0, 4, 8, 10, 12, 16, 20)  # whole writes, or cut on a 4-byte sector
+        outcomes.add(len(got))
+    assert {0, 10, 20} < outcomes and outcomes - {0, 10, 20}  # whole, lost and torn all happen
+
+
+def test_same_seed_same_crash():
+    def run(seed):
+        disk = new_disk()
+        write_file(disk, "/d/f", bytes(range(200)), sync=False)
+        disk.fsync_dir("/d")
+        return disk.crash(random.Random(seed)).read("/d/f")
+
+    assert [run(s) for s in SEEDS] == [run(s) for s in SEEDS]
+
+
+def test_unsynced_create_and_rename_revert_on_crash():
+    disk = new_disk()
+    write_file(disk, "/d/old", b"old", sync=True)
+    disk.fsync_dir("/d")
+    write_file(disk, "/d/new", b"new", sync=True)  # content synced, directory entry not
+    disk.replace("/d/old", "/d/renamed")
+    assert disk.listdir("/d") == ["new", "renamed"]
+    after = disk.crash()
+    assert after.listdir("/d") == ["old"] and after.read("/d/old") == b"old"
+    write_file(after, "/d/kept", b"k", sync=True)
+    after.fsync_dir("/d")
+    assert after.crash().listdir("/d") == ["kept", "old"]
+
+
+def test_a_rename_survives_whole_or_not_at_all():
+    for seed in range(40):
+        disk = new_disk()
+        write_file(disk, "/d/a", b"a", sync=True)
+        disk.fsync_dir("/d")
+        disk.replace("/d/a", "/d/b")
+        assert disk.crash(random.Random(seed)).listdir("/d") in (["a"], ["b"])
+
+
+def test_a_crashed_incarnation_is_fenced():
+    disk = new_disk()
+    fd = disk.open("/d/f", create=True)
+    after = disk.crash()
+    with pytest.raises(Fenced):
+        disk.pwritev(fd, [b"x"], 0)
+    with pytest.raises(Fenced):
+        disk.listdir("/d")
+    assert after.listdir("/d") == []  # and the file it created never made it
+
+
+def test_enospc_past_the_quota_and_eio_on_fsync():
+    disk = new_disk(quota_bytes=10)
+    fd = disk.open("/d/f", create=True)
+    disk.pwritev(fd, [b"0123456789"], 0)
+    disk.pwritev(fd, [b"abc"], 0)  # overwriting needs no space
+    with pytest.raises(OSError) as exc:
+        disk.pwritev(fd, [b"!"], 10)
+    assert exc.value.errno == errno.ENOSPC
+    disk.faults.fsync_eio_rate = 1.0
+    with pytest.raises(OSError) as exc:
+        disk.fsync(fd)
+    assert exc.value.errno == errno.EIO
+    disk.faults.fsync_eio_rate = 0.0
+    disk.fsync(fd)  # succeeds, but (as on Linux) the failed write-back is gone
+    disk.fsync_dir("/d")
+    assert disk.crash().read("/d/f") == b""
+
+
+# ---- durable.py on SimDisk ----
+
+
+def test_write_atomic_leaves_old_or_new_at_every_crash_point():
+    old, new = b"old" * 50, b"new" * 70
+    k = 0
+    while True:
+        k += 1
+        for seed in [None, *SEEDS]:
+            disk = new_disk()
+            durable.write_atomic("/d/meta", old, disk)
+            proxy = CrashAt(disk, k)
+            try:
+                durable.write_atomic("/d/meta", new, proxy)
+                returned = True
+            except Fenced:
+                returned = False
+            after = disk.crash(None if seed is None else random.Random(seed))
+            got = durable.read_verified("/d/meta", after)
+            assert got == new if returned else got in (old, new), (k, seed)
+            assert all(durable.is_temp_file(n) or n == "meta" for n in after.listdir("/d"))
+        if returned:
+            break
+    assert k > 5  # create, write, sync, close, rename, dir sync: every step was a crash point
+
+
+def test_a_flipped_bit_is_corruption_not_data():
+    for seed in SEEDS:
+        disk = new_disk()
+        durable.write_atomic("/d/meta", b"payload" * 20, disk)
+        disk.flip_bit(random.Random(seed), "/d/meta")
+        with pytest.raises(CorruptionError):
+            durable.read_verified("/d/meta", disk)
+
+
+def test_tablet_files_go_through_the_paths_disk():
+    disk = new_disk()
+    paths = TabletPaths("/data", "t1", disk)
+    Superblock("t1", "tbl", KeyRange(), DataState.READY).save(paths.superblock, paths.disk)
+    assert Superblock.load(paths.superblock, disk).table_name == "tbl"
+    assert disk.crash().read("/data/tablet-meta/t1")  # ensure_dir synced every new level
+
+
+# ---- the WAL on SimDisk (inline mode) ----
+
+
+def entry(index: int) -> Entry:
+    return Entry(1, index, EntryType.REPLICATE, index.to_bytes(8, "little") * 4)
+
+
+async def append_all(log: Log, n: int, acked: list[int]) -> None:
+    """n entries from 3 concurrent writers (so groups form); stops at the first failure."""
+    next_index = [1]
+
+    async def writer() -> None:
+        while next_index[0] <= n:
+            i = next_index[0]
+            next_index[0] += 1
+            await log.append_future(log.reserve([entry(i)]))
+            acked.append(i)
+
+    await asyncio.gather(writer(), writer(), writer())
+
+
+def recovered(disk: SimDisk, options: LogOptions = TINY) -> list[int]:
+    log = Log.open("/d/wal", "t", options, disk=disk)
+    try:
+        return [e.index for e in log.recovered]
+    finally:
+        log.close()
+
+
+def test_inline_log_appends_rolls_and_recovers_without_threads():
+    disk = new_disk()
+    acked: list[int] = []
+
+    async def main() -> Log:
+        log = Log.open("/d/wal", "t", TINY, disk=disk)
+        await append_all(log, 60, acked)
+        return log
+
+    log = asyncio.run(main())
+    assert sorted(acked) == list(range(1, 61))
+    assert len(log.segments()) >= 3  # it rolled, preallocating inline
+    log.close()
+    assert recovered(disk.crash()) == list(range(1, 61))
+
+
+def test_inline_log_recovers_exactly_the_durable_prefix_at_every_crash_point():
+    k = 0
+    while True:
+        k += 1
+        for seed in [None, *SEEDS[:4]]:
+            disk = new_disk(sector_size=1 if seed and seed % 2 else 512)  # torn anywhere, or not
+            proxy = CrashAt(disk, k)
+            acked: list[int] = []
+            try:
+                log = Log.open("/d/wal", "t", TINY, disk=proxy)
+            except Fenced:
+                log = None
+            if log is not None:
+                with contextlib.suppress(Fenced, WalError):  # the process died mid-way
+                    asyncio.run(append_all(log, 30, acked))
+            finished = proxy.calls < k
+            got = recovered(disk.crash(None if seed is None else random.Random(seed)))
+            assert got == list(range(1, len(got) + 1)), (k, seed)  # a gap-free prefix
+            if seed is None:
+                assert got == sorted(acked), (k, seed)  # exactly what was synced, i.e. acked
+            else:
+                assert set(acked) <= set(got), (k, seed)  # nothing acknowledged is lost
+        if finished:
+            break
+    assert k > 30  # opening, rolls and every group were crash points
+
+
+def test_the_simulator_catches_ack_before_fsync():
+    disk = new_disk()
+    options = LogOptions(faults=Faults(fault_ack_before_fsync=True))
+    acked: list[int] = []
+
+    async def main() -> None:
+        log = Log.open("/d/wal", "t", options, disk=disk)
+        await append_all(log, 5, acked)
+
+    asyncio.run(main())
+    assert sorted(acked) == [1, 2, 3, 4, 5]
+    assert recovered(disk.crash(), options) != sorted(acked)  # an acknowledged entry is gone
+
+
+def test_a_flipped_bit_in_a_segment_is_walcorruption():
+    for seed in SEEDS:
+        disk = new_disk()
+
+        async def main(d=disk) -> None:
+            log = Log.open("/d/wal", "t", TINY, disk=d)
+            await append_all(log, 40, [])
+            log.close()
+
+        asyncio.run(main())
+        segments = [n for n in disk.listdir("/d/wal")]
+        victim = segments[random.Random(seed).randrange(len(segments) - 1)]  # not the newest
+        disk.flip_bit(random.Random(seed), f"/d/wal/{victim}")
+        with pytest.raises(WalCorruption):
+            recovered(disk.crash())
+
+
+def test_enospc_fails_the_log_instead_of_hanging():
+    disk = new_disk()
+
+    async def main() -> None:
+        log = Log.open("/d/wal", "t", TINY, disk=disk)
+        await log.append_future(log.reserve([entry(1)]))
+        disk.faults.quota_bytes = disk._usage() + 300
+        with pytest.raises(OSError) as exc:
+            for i in range(2, 100):
+                await asyncio.wait_for(log.append_future(log.reserve([entry(i)])), 5)
+        assert exc.value.errno == errno.ENOSPC
+        with pytest.raises(WalClosed, match="failed"):
+            log.reserve([entry(i + 1)])
+        log.close()
+
+    asyncio.run(main())
+
+
+def test_inline_back_pressure_and_sync_latency():
+    disk = new_disk(fsync_latency=(0.001, 0.002))
+    options = LogOptions(log_queue_max_bytes=200)
+
+    async def main() -> None:
+        log = Log.open("/d/wal", "t", options, disk=disk)
+        futures = [log.append_future(log.reserve([entry(i)])) for i in range(1, 20)]
+        assert log._queued_bytes >= 200  # reserve() does not block the only thread
+        await asyncio.wait_for(log.wait_for_space(), 5)
+        assert log._queued_bytes < 200
+        pending = log.append_future(log.reserve([entry(20)]))
+        log.close()  # completes the group in flight and writes the rest, inline
+        await asyncio.gather(*futures, pending)
+
+    asyncio.run(main())
+    assert recovered(disk.crash(), options) == list(range(1, 21))
+
+
+def test_a_simulated_log_run_replays_bit_for_bit():
+    def run(seed: int) -> list[tuple[str, bytes]]:
+        disk = new_disk(fsync_latency=(0.0, 0.0005), sector_size=1)
+
+        async def main() -> None:
+            log = Log.open("/d/wal", "t", TINY, disk=disk)
+            await append_all(log, 20, [])
+            await log.append_future(log.truncate_suffix(15))
+
+        asyncio.run(main())
+        after = disk.crash(random.Random(seed))
+        return [(n, after.read(f"/d/wal/{n}")) for n in after.listdir("/d/wal")]
+
+    assert [run(s) for s in SEEDS[:4]] == [run(s) for s in SEEDS[:4]]
