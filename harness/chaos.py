@@ -216,20 +216,7 @@ async def _drive(spec: TestSpec, workload, opts, db, ctx, run_dir: Path, nemeses
 
     client = TesseraClient(db.master_addrs, timeout=min(spec.op_timeout, 10.0))
     say("waiting for the cluster to accept the test table")
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            await client.create_table("test", num_tablets=workload.tablets,
-                                      replication_factor=min(3, len(ctx.hosts)))
-            break
-        except Exception as e:
-            if "exists" in str(e):
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"cluster never accepted the test table: {e}") from e
-            await asyncio.sleep(1)
-    table = client.table("test")
-    locs = await _wait_writable(client, table, deadline)
+    locs = await accept_test_table(client, workload.tablets, min(3, len(ctx.hosts)))
     ctx.tablets.update({t.partition.bucket: t.tablet_id for t in locs.tablets})
     names = {h.address: h.name for h in ctx.hosts}
     progress = Progress()
@@ -267,10 +254,25 @@ async def _drive(spec: TestSpec, workload, opts, db, ctx, run_dir: Path, nemeses
     return schedule
 
 
-async def _wait_writable(client, table, deadline: float):
-    """Until every tablet of the test table has a leader that accepts writes, so the clock (and
-    the first fault) starts on a working cluster. Probe keys live outside every workload's keys.
-    Returns the table's locations."""
+async def accept_test_table(client, tablets: int, replication_factor: int,
+                            timeout: float = 60.0):
+    """Create the table `test` and wait until every tablet has a leader that accepts writes, so
+    the clock (and the first fault) starts on a working cluster. Probe keys live outside every
+    workload's keys. Returns the table's locations. Event-loop time: the simulator runs it too."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            await client.create_table("test", num_tablets=tablets,
+                                      replication_factor=replication_factor)
+            break
+        except Exception as e:
+            if "exists" in str(e):
+                break
+            if loop.time() > deadline:
+                raise RuntimeError(f"cluster never accepted the test table: {e}") from e
+            await asyncio.sleep(1)
+    table = client.table("test")
     locs = await client.locations("test", refresh=True)
     probes = {}
     for i in range(10_000):
@@ -285,7 +287,7 @@ async def _wait_writable(client, table, deadline: float):
                 await table.write(key, 1)
                 break
             except Exception as e:
-                if time.monotonic() > deadline:
+                if loop.time() > deadline:
                     raise RuntimeError(f"test table never became writable: {e}") from e
                 await asyncio.sleep(0.5)
     return locs
@@ -295,6 +297,14 @@ def _results(ops, checker, test: dict, schedule, extra: list[dict] = ()) -> dict
     """The run's verdict, as `tessera analyze` gives it: the workload's checker composed with the
     run's other checks (`extra`: convergence, node logs) and Jepsen's stats checker (an f that
     never succeeded makes the run invalid)."""
+
+    return {**judge_ops(ops, checker, extra), "final": test["final"],
+            "nemesis": schedule.summary()}
+
+
+def judge_ops(ops, checker, extra: list[dict] = ()) -> dict:
+    """A history's verdict: the workload's checker composed with `extra` checks and Jepsen's
+    stats checker. The chaos runs and the whole-stack simulator both judge this way."""
     from collections import Counter
 
     from reports.checkers.stats import stats
@@ -309,5 +319,4 @@ def _results(ops, checker, test: dict, schedule, extra: list[dict] = ()) -> dict
     check = with_checks(check, list(extra))
     st = stats(client_ops)
     return {"verdict": run_verdict(check, st), "checker": checker.model, "check": check,
-            "stats": {k: st[k] for k in ("verdict", "never_ok", "counts")}, "counts": dict(counts),
-            "final": test["final"], "nemesis": schedule.summary()}
+            "stats": {k: st[k] for k in ("verdict", "never_ok", "counts")}, "counts": dict(counts)}

@@ -46,6 +46,10 @@ class Faults:
     fault_apply_uncommitted_at_bootstrap: bool = _fault(
         "start-up: apply every entry in the local WAL, including the uncommitted tail that a new "
         "leader may later replace, so the replica diverges from its peers")
+    fault_copy_overwrite_cmeta: bool = _fault(
+        "tablet copy: take the source's term with no vote instead of merging with the local "
+        "consensus metadata, so a replica copied over its tombstone can go back in term or "
+        "forget its vote and vote twice in one term")
     fault_skip_dedup: bool = _fault(
         "tablet: ignore the (session, seq) retry deduplication, so a retried write applies twice")
 

@@ -624,6 +624,17 @@ class Replica:
         else:
             self._lease_until = max(self._lease_until, until)
 
+    def durable_vote(self) -> tuple[int, str | None]:
+        """(term, voted for) as saved in the consensus metadata: what this replica promised."""
+        return self.cmeta.current_term, self.cmeta.voted_for
+
+    def committed_terms(self, above: int) -> list[tuple[int, int]]:
+        """(index, term) of each committed entry above `above` still in the in-memory log: what
+        the simulator compares across replicas (state-machine safety)."""
+        log, commit = self.core.log, self.core.commit
+        lo = max(above + 1, log.first_index())
+        return [(i, log.term_at(i)) for i in range(lo, commit + 1)]
+
     def status(self) -> dict:
         s = self.core.status()
         return {

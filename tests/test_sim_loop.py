@@ -14,7 +14,7 @@ from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
 from node.sim.loop import SimDeadlock, SimLoop
 from node.sim.network import SimNetwork
 
-SERVER, CLIENT = "10.0.0.1", "10.0.0.2"
+SERVER, CLIENT = "10.77.0.101", "10.77.0.102"
 
 
 class Echo(msgspec.Struct):
@@ -276,7 +276,7 @@ def _scenario(seed: int) -> list[tuple]:
 
     async def nemesis():
         await asyncio.sleep(1.0)
-        net.partition([[SERVER, "10.0.0.3"], ["10.0.0.4", "10.0.0.5"]])
+        net.partition([[SERVER, "10.77.0.103"], ["10.77.0.104", "10.77.0.105"]])
         trace.append((loop.time(), "partition"))
         await asyncio.sleep(1.5)
         net.heal()

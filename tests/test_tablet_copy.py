@@ -46,6 +46,22 @@ def test_consensus_metadata_merge_keeps_terms_monotonic_and_votes(tmp_path, loca
     assert decode_config(merged.committed_config) == decode_config(CONFIG)  # always the remote's
 
 
+@pytest.mark.parametrize(("local", "remote_term", "want"), [
+    ((5, "x"), 3, (3, None)),  # the term goes back
+    ((5, "x"), 5, (5, None)),  # the vote in term 5 is forgotten: it may vote again
+])
+def test_fault_copy_overwrite_cmeta_loses_term_and_vote(tmp_path, local, remote_term, want):
+    from node.faults import Faults
+
+    paths = TabletPaths(tmp_path, TABLET)
+    cmeta = ConsensusMetadata.create(paths.consensus_meta, TABLET, b"old")
+    cmeta.set_hard_state(*local)
+    cmeta.save()
+    merge_consensus_metadata(paths, remote_term, CONFIG, Faults(fault_copy_overwrite_cmeta=True))
+    merged = ConsensusMetadata.load(paths.consensus_meta)
+    assert (merged.current_term, merged.voted_for) == want
+
+
 def test_install_onto_a_tombstone_replaces_its_data_and_ends_ready(tmp_path):
     paths = TabletPaths(tmp_path, TABLET)
     Superblock(TABLET, "tbl", HashBucket(0, 1), DataState.TOMBSTONED, OpId(3, 40)).save(paths.superblock)

@@ -1,4 +1,6 @@
-"""Deterministic cluster simulator for the pure Raft core (node.consensus).
+"""Deterministic simulators: the pure Raft core (node.consensus), and the whole engine.
+
+The Raft core (`tessera sim`, the default `--stack core`):
 
 - cluster.py: one seeded run. N cores on a virtual clock (ms); a scheduler delivers messages
   with delays (some long enough to reorder), drops and duplicates them, partitions and heals,
@@ -15,6 +17,13 @@
   at a time, no learner counted in a quorum, ReadIndex freshness, term monotonicity.
 - runner.py / cli.py: `tessera sim` over many seeds; a failing seed is replayed with its trace.
 - script.py: a hand-driven cluster for scenario tests.
+
+The whole engine (`tessera sim --stack full`):
+- loop.py / network.py: an asyncio event loop on virtual time whose connections are in-memory
+  TCP (latency, partitions, resets) and whose hosts can crash without running any cleanup.
+- stack.py: one seed = the production masters, tablet servers and client (node.master,
+  node.tserver, node.client) on that loop with SimDisks (node.disk), a workload through the
+  harness runner, a nemesis, the project's checker, and Raft invariants on the live replicas.
 
 The same seed replays the same run bit for bit: all randomness comes from seeded
 random.Random instances and events are ordered by (virtual time, sequence number).

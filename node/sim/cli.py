@@ -1,32 +1,59 @@
-"""`tessera sim`: run the deterministic Raft cluster simulator over many seeds."""
+"""`tessera sim`: the deterministic simulators over many seeds: the Raft core alone
+(`--stack core`, node.sim.cluster) or the whole engine (`--stack full`, node.sim.stack)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
+from pathlib import Path
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Run clusters of Raft cores under a seeded scheduler (drops, duplicates, reordering, "
-        "partitions, crashes, config changes, leadership transfers), check safety invariants "
-        "after every step, then heal and measure how fast a proposal commits. Exits 1 if any "
-        "seed violates an invariant and prints that seed's trace."
+        "--stack core (default): run clusters of Raft cores under a seeded scheduler (drops, "
+        "duplicates, reordering, partitions, crashes, config changes, leadership transfers), "
+        "check safety invariants after every step, then heal and measure how fast a proposal "
+        "commits. --stack full: run the real masters (3), tablet servers (5) and client on "
+        "virtual time, simulated TCP and simulated disks, with a workload through the real "
+        "client while servers crash (losing unfsynced writes), partition, reset connections "
+        "and skew clocks; the project's checker judges each seed's history and Raft invariants "
+        "are checked on the live replicas. Exits 1 if any seed fails and prints how to replay it."
     )
+    parser.add_argument("--stack", choices=("core", "full"), default="core",
+                        help="simulate the Raft core alone (default) or the whole engine")
     parser.add_argument("--seeds", type=int, required=True, help="number of seeds to run")
-    parser.add_argument("--nodes", type=int, choices=(3, 5), default=3, help="cluster size (default 3)")
-    parser.add_argument("--steps", type=int, default=3000, help="fault-phase steps per seed (default 3000)")
+    parser.add_argument("--nodes", type=int, choices=(3, 5), default=3,
+                        help="core: cluster size (default 3)")
+    parser.add_argument("--steps", type=int, default=3000,
+                        help="core: fault-phase steps per seed (default 3000)")
     parser.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    parser.add_argument("--workload", choices=("register", "list-append", "both"), default="both",
+                        help="full: the workload; both (default) alternates by seed parity")
+    parser.add_argument("--seconds", type=float, default=60.0,
+                        help="full: virtual seconds of workload under faults per seed (default 60)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="full: worker processes (default: the number of CPUs)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="full: where failing seeds keep their history (default "
+                             "store/sim/<UTC time>)")
     parser.add_argument("--json", action="store_true", help="print one JSON summary line")
     parser.add_argument("--fault", action="append", default=[], metavar="FLAG",
-                        help="run with this engine fault flag (node.faults) on, for those that act "
-                             "in the Raft core: fault_vote_skip_log_check, "
-                             "fault_commit_prior_term_by_count, fault_keep_conflicting_suffix, "
-                             "fault_read_without_leadership (repeatable)")
+                        help="run with this engine fault flag (node.faults) on (repeatable). The "
+                             "core simulator takes those that act in the Raft core: "
+                             "fault_vote_skip_log_check, fault_commit_prior_term_by_count, "
+                             "fault_keep_conflicting_suffix, fault_read_without_leadership; "
+                             "the full stack takes any")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.seeds < 1:
+        print("tessera sim: --seeds must be at least 1", file=sys.stderr)
+        return 2
+    if args.stack == "full":
+        return run_full(args)
     from .runner import replay_report, run_seeds
 
     try:
@@ -70,3 +97,65 @@ def core_options_for(names: list[str]) -> dict:
             raise ValueError(f"{name} acts outside the Raft core; the simulator runs only the core")
         options.update(one)
     return options
+
+
+def run_full(args: argparse.Namespace) -> int:
+    from dataclasses import fields
+
+    from node.faults import Faults
+
+    from .stack import StackConfig, replay_command, run_seeds
+
+    known = {f.name for f in fields(Faults)}
+    unknown = [f for f in args.fault if f not in known]
+    if unknown:
+        print(f"tessera sim: unknown fault flag {unknown[0]!r} (known: {', '.join(sorted(known))})",
+              file=sys.stderr)
+        return 2
+    if args.seconds <= 0 or args.jobs < 1:
+        print("tessera sim: --seconds must be positive and --jobs at least 1", file=sys.stderr)
+        return 2
+    faults = Faults(**{f: True for f in args.fault})
+    workloads = ("register", "list-append")
+
+    def workload(seed: int) -> str:
+        return workloads[seed % 2] if args.workload == "both" else args.workload
+
+    configs = [StackConfig(seed=s, workload=workload(s), seconds=args.seconds, faults=faults)
+               for s in range(args.seed, args.seed + args.seeds)]
+    out = args.out or Path("store/sim") / time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    t0 = time.monotonic()
+    done = []
+
+    def progress(r) -> None:
+        done.append(r)
+        what = "ok" if r.ok() else f"FAILED: {r.violation or r.verdict} {r.results['anomalies']}"
+        print(f"[{len(done)}/{len(configs)}] seed {r.seed} {configs[len(done) - 1].workload}: "
+              f"{what} ({r.ops} ok ops, {r.virtual_s:g} virtual s, {r.wall_s:.1f} s)",
+              file=sys.stderr, flush=True)
+
+    results = run_seeds(configs, out, args.jobs, on_result=progress)
+    seconds = time.monotonic() - t0
+    failed = [r for r in results if not r.ok()]
+    by_seed = {c.seed: c for c in configs}
+    for r in failed[:5]:
+        print(f"seed {r.seed}: {r.violation or r.verdict}; history in {out}/seed-{r.seed}; "
+              f"replay: {replay_command(by_seed[r.seed], args.fault)}", file=sys.stderr)
+    summary = {
+        "stack": "full", "seeds": len(results), "first_seed": args.seed,
+        "failed": len(failed), "violations": sum(r.violation is not None for r in results),
+        "invalid": sum(r.verdict == "invalid" for r in results),
+        "unknown": sum(r.verdict not in ("valid", "invalid") for r in results),
+        "failed_seeds": [r.seed for r in failed][:50], "faults": args.fault, "jobs": args.jobs,
+        "seconds": round(seconds, 1), "virtual_s": round(sum(r.virtual_s for r in results), 1),
+        "ok_ops": sum(r.ops for r in results),
+        "seeds_per_min": round(60 * len(results) / seconds, 1) if seconds else 0,
+    }
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"{summary['seeds']} seeds ({summary['virtual_s']:g} virtual s, "
+              f"{summary['ok_ops']} ok ops) in {summary['seconds']} s with {args.jobs} jobs: "
+              f"{summary['failed']} failed ({summary['violations']} invariant violations, "
+              f"{summary['invalid']} invalid, {summary['unknown']} unknown)")
+    return 1 if failed else 0

@@ -6,9 +6,9 @@ kills. Use it as
 
     net = SimNetwork(seed)
     loop = SimLoop(net)
-    loop.spawn("10.0.0.1", server_main())        # a "process" on host 10.0.0.1
+    loop.spawn("10.77.0.101", server_main())        # a "process" on host 10.77.0.101
     loop.run_until_complete(scenario())
-    loop.crash_host("10.0.0.1")                  # from inside the scenario, at any point
+    loop.crash_host("10.77.0.101")                  # from inside the scenario, at any point
 
 Virtual time: `time()` starts at 0.0. When nothing is ready the loop jumps to the next timer
 instead of sleeping, so `asyncio.sleep(3600)` costs no wall time. When nothing is ready and no
@@ -157,6 +157,7 @@ class SimLoop(asyncio.BaseEventLoop):
         self._seq = itertools.count()  # creation order of timers, tasks and futures
         self._procs: dict[str, SimProcess] = {}
         self.graveyard: list[SimProcess] = []
+        self.abandoned_futures = 0
         self.network = network
         network.attach(self)
 
@@ -262,6 +263,16 @@ class SimLoop(asyncio.BaseEventLoop):
             except SimDeadlock:
                 pass  # some cleanup waits for what will never come: abandon it
         self.run_until_complete(self.shutdown_asyncgens())
+
+    def call_exception_handler(self, context: dict) -> None:
+        """A plain future failed with no one left to read it: its waiter timed out or died with
+        a crashed host, as happens to every abandoned call. Counted, not printed; a task's
+        unretrieved exception is still reported."""
+        fut = context.get("future")
+        if isinstance(fut, _SimFuture) and "never retrieved" in context.get("message", ""):
+            self.abandoned_futures += 1
+            return
+        super().call_exception_handler(context)
 
     # -- network ---------------------------------------------------------------------------
     async def create_connection(self, protocol_factory, host=None, port=None, *, ssl=None,

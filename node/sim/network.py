@@ -38,9 +38,11 @@ _EPHEMERAL_PORTS = 49152
 
 class SimNetwork:
     def __init__(self, seed: int, *, latency: tuple[float, float] = (0.0001, 0.005),
-                 record: bool = False):
+                 record: bool = False, unpartitioned: Iterable[str] = ()):
         """`latency`: bounds of the uniform one-way delay in seconds. `record`: keep `log`, a
-        list of (time, kind, src, dst, bytes) for every segment that arrives."""
+        list of (time, kind, src, dst, bytes) for every segment that arrives. `unpartitioned`:
+        hosts that reach everyone whatever the cut, like Jepsen's control node, whose clients
+        must still reach a partitioned-away leader to find what it serves."""
         self.rng = random.Random(seed)
         self.latency = latency
         self.stats = {"bytes": 0, "messages": 0, "connections": 0, "refused": 0, "resets": 0,
@@ -53,6 +55,7 @@ class SimNetwork:
         self._next_port: dict[tuple[str, int], int] = {}
         self._group: dict[str, int] = {}
         self._isolated: set[str] = set()
+        self._free = frozenset(unpartitioned)
         self._stalled: list[_Pipe] = []
         self._held: list[tuple[str, str, str, Callable[[], None]]] = []
 
@@ -67,6 +70,7 @@ class SimNetwork:
 
     def isolate(self, host: str) -> None:
         self._isolated.add(host)
+        self._topology_changed()
 
     def heal(self) -> None:
         self._group.clear()
@@ -74,7 +78,7 @@ class SimNetwork:
         self._topology_changed()
 
     def reachable(self, a: str, b: str) -> bool:
-        if a == b:
+        if a == b or a in self._free or b in self._free:
             return True
         if a in self._isolated or b in self._isolated:
             return False
@@ -240,6 +244,8 @@ class _Pipe:
         return self.last_at
 
     def _arm(self) -> None:
+        if self.net._loop.is_closed():
+            return  # a dead coroutine collected after the run, closing its socket: no one hears
         self.timer = self.net._loop.call_at(self.queue[0][0], self._arrive, context=SYSTEM)
 
     def _arrive(self) -> None:

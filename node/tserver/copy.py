@@ -12,6 +12,7 @@ from __future__ import annotations
 import msgspec
 
 from node.consensus import VoteRequest, VoteResponse
+from node.faults import NO_FAULTS, Faults
 from node.protocol import TabletCopyData
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.paths import TabletPaths
@@ -19,7 +20,7 @@ from node.tablet.snapshot import SnapshotStore
 from node.tablet.superblock import DataState, OpId, Superblock
 
 
-def install_copy(paths: TabletPaths, data: TabletCopyData) -> None:
+def install_copy(paths: TabletPaths, data: TabletCopyData, faults: Faults = NO_FAULTS) -> None:
     """Blocking: run in a thread. Ends with a READY superblock, or raises part-way and leaves a
     COPYING one for start-up to tombstone."""
     tablet_id, disk = paths.tablet_id, paths.disk
@@ -28,7 +29,7 @@ def install_copy(paths: TabletPaths, data: TabletCopyData) -> None:
     else:
         sb = Superblock(tablet_id, data.table_name, data.partition, DataState.COPYING)
     sb.save(paths.superblock, disk)
-    merge_consensus_metadata(paths, data.term, data.committed_config)
+    merge_consensus_metadata(paths, data.term, data.committed_config, faults)
     _remove_data(paths)
     SnapshotStore(paths.snapshot_dir, tablet_id, disk).save(data.snapshot)
     msgspec.structs.replace(sb, table_name=data.table_name, partition=data.partition).with_state(
@@ -36,7 +37,8 @@ def install_copy(paths: TabletPaths, data: TabletCopyData) -> None:
     ).save(paths.superblock, disk)
 
 
-def merge_consensus_metadata(paths: TabletPaths, remote_term: int, remote_config: bytes) -> None:
+def merge_consensus_metadata(paths: TabletPaths, remote_term: int, remote_config: bytes,
+                             faults: Faults = NO_FAULTS) -> None:
     """The seed's merge rules: keep the higher term, keep our vote unless the term moves on,
     adopt the remote committed config. Never overwrite metadata wholesale: that is amnesia."""
     path = paths.consensus_meta
@@ -44,7 +46,9 @@ def merge_consensus_metadata(paths: TabletPaths, remote_term: int, remote_config
         cmeta = ConsensusMetadata.load(path, paths.disk)
     else:
         cmeta = ConsensusMetadata.create(path, paths.tablet_id, remote_config, paths.disk)
-    if remote_term > cmeta.current_term:
+    if faults.fault_copy_overwrite_cmeta:  # the remote's metadata wholesale, past the guards
+        cmeta.current_term, cmeta.voted_for = remote_term, None
+    elif remote_term > cmeta.current_term:
         cmeta.set_hard_state(remote_term, None)
     cmeta.committed_config = remote_config
     cmeta.save()

@@ -374,7 +374,8 @@ class TabletServer:
                                               to_uuid=req.source.uuid, timeout=60.0)
             async with self._lock:
                 try:
-                    await asyncio.to_thread(install_copy, paths, data)
+                    await asyncio.to_thread(install_copy, paths, data,
+                                            self.opts.replica.faults)
                 except Exception:  # e.g. a full disk: back to a tombstone, as start-up would
                     table = await asyncio.to_thread(abandon_copy, paths)
                     if table is not None:
