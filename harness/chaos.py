@@ -302,7 +302,7 @@ def _results(ops, checker, test: dict, schedule, extra: list[dict] = ()) -> dict
             "nemesis": schedule.summary()}
 
 
-def judge_ops(ops, checker, extra: list[dict] = ()) -> dict:
+def judge_ops(ops, checker, extra: list[dict] = (), **overrides) -> dict:
     """A history's verdict: the workload's checker composed with `extra` checks and Jepsen's
     stats checker. The chaos runs and the whole-stack simulator both judge this way."""
     from collections import Counter
@@ -313,7 +313,7 @@ def judge_ops(ops, checker, extra: list[dict] = ()) -> dict:
     client_ops = [o for o in ops if o.process != "nemesis"]
     counts = Counter(f"{o.f}:{o.type}" for o in client_ops if o.type != "invoke")
     try:
-        check = checker.check(client_ops)
+        check = checker.check(client_ops, **overrides)
     except Exception as e:  # an unreadable history is reported, never turned into a verdict
         check = {"verdict": "unknown", "results": [], "error": f"{type(e).__name__}: {e}"}
     check = with_checks(check, list(extra))

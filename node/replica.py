@@ -38,6 +38,7 @@ from node.consensus import (
     CoreConfig,
     Election,
     Event,
+    FollowerLostEntries,
     HardState,
     Heartbeat,
     NotLeader,
@@ -54,7 +55,7 @@ from node.consensus import (
 from node.entry import Entry, EntryType
 from node.errors import CorruptionError, TesseraError
 from node.faults import Faults
-from node.logfmt import TabletLog, log_failure
+from node.logfmt import SAFETY, TabletLog, log_failure
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.ops import Op, Result, encode_command
 from node.tablet.paths import TabletPaths
@@ -405,6 +406,10 @@ class Replica:
         elif isinstance(ev, ConfigRolledBack):
             self.log.info("config change rolled back (its entry was truncated): %s",
                           config_text(ev.config))
+        elif isinstance(ev, FollowerLostEntries):
+            self.log.error("%s follower %s lost acknowledged entries: it acknowledged index %d, "
+                           "its log now ends at or before %d; replicating them again", SAFETY,
+                           ev.peer, ev.acknowledged, ev.has)
 
     def _apply(self, e: Entry) -> None:
         result = None

@@ -31,10 +31,11 @@ class Checker:
     model: str
     options: dict = field(default_factory=dict)
 
-    def check(self, ops: list) -> dict:
+    def check(self, ops: list, **overrides) -> dict:
+        """`overrides`: check_history options for this call only (the simulator's time limit)."""
         from reports.checkers.check import check_history
 
-        return check_history(ops, self.model, **self.options)
+        return check_history(ops, self.model, **{**self.options, **overrides})
 
     def to_json(self) -> dict:
         return {"model": self.model, "options": dict(self.options)}

@@ -59,6 +59,7 @@ from .types import (
     CoreConfig,
     Election,
     Event,
+    FollowerLostEntries,
     HardState,
     InvalidChange,
     Member,
@@ -82,7 +83,7 @@ from .types import (
 __all__ = [
     "TICK_MS", "AppendEntries", "AppendResponse", "CasMismatch", "ChangeOp", "ChangePending",
     "ConfigChange", "ConfigPending", "ConfigRolledBack", "CoreConfig", "Election", "Event",
-    "HardState", "Heartbeat", "HeartbeatResponse", "InvalidChange",
+    "FollowerLostEntries", "HardState", "Heartbeat", "HeartbeatResponse", "InvalidChange",
     "Member", "MemberType", "Message", "NotLeader", "PersistedState", "ProposalError", "RaftConfig",
     "RaftCore", "ReadState", "Ready", "Role", "SafetyError", "SoftState", "SteppingDown", "Status",
     "TimeoutNow", "VoteCast", "VoteRequest", "VoteResponse", "decode_config", "encode_config",

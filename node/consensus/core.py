@@ -32,6 +32,7 @@ from .types import (
     CoreConfig,
     Election,
     Event,
+    FollowerLostEntries,
     HardState,
     InvalidChange,
     Member,
@@ -720,6 +721,12 @@ class RaftCore:
             probe = m.hint_index
             if m.hint_term > 0:
                 probe = self.log.find_conflict_by_term(m.hint_index, m.hint_term)
+            if m.reject_index <= pr.match:
+                # It lacks what it acknowledged. Probing only above its match would resend the
+                # same refused append forever; the committed entries it lost are still on a
+                # majority (unless they lied too), so rebuild it from where it now is.
+                self._events.append(FollowerLostEntries(m.from_uuid, pr.match, probe))
+                pr.match = min(pr.match, probe)
             pr.next = max(min(pr.next - 1, probe + 1), pr.match + 1)
         if pr.next <= self.log.last_index():
             self._send_append(m.from_uuid)

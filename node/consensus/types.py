@@ -182,7 +182,18 @@ class ConfigRolledBack:
     config: RaftConfig
 
 
-Event = VoteCast | Election | ConfigPending | ConfigRolledBack
+@dataclass(frozen=True)
+class FollowerLostEntries:
+    """A follower refused an append at an index it had acknowledged storing: its log is shorter
+    than the match it reported, so its storage lost acknowledged entries (an fsync that lied, a
+    disk that lost synced data). The leader starts over from what the follower now has."""
+
+    peer: str
+    acknowledged: int  # the follower's match index before
+    has: int  # where the follower says its log now ends, at most
+
+
+Event = VoteCast | Election | ConfigPending | ConfigRolledBack | FollowerLostEntries
 
 
 @dataclass(frozen=True)
