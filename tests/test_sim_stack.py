@@ -140,9 +140,61 @@ def test_cli_full_stack_contract(tmp_path):
     assert "[2/2]" in ok.stderr
     bad = cli("--seeds", "1", "--fault", "fault_nonsense")
     assert bad.returncode == 2 and "unknown fault flag" in bad.stderr
+    schedule = tmp_path / "schedule.json"
+    schedule.write_text("[]")
+    two = cli("--seeds", "2", "--schedule", str(schedule))
+    assert two.returncode == 2 and "--seeds 1" in two.stderr
+    schedule.write_text("not json")
+    unreadable = cli("--seeds", "1", "--schedule", str(schedule))
+    assert unreadable.returncode == 2 and "cannot read --schedule" in unreadable.stderr
     # seed 100 with acknowledgement before fsync fails (test_each_driver_level_mutant_is_caught)
     caught = cli("--seeds", "1", "--seed", "100", "--fault", "fault_ack_before_fsync",
                  "--out", str(tmp_path / "bad"))
     assert caught.returncode == 1, caught.stderr
     assert "replay: tessera sim --stack full --seeds 1 --seed 100" in caught.stderr
     assert (tmp_path / "bad" / "seed-100" / "history.jsonl").exists()
+
+
+def test_ddmin_finds_the_faults_that_matter():
+    from node.sim.shrink import ddmin
+
+    calls = []
+
+    def fails(cands):
+        calls.append(len(cands))
+        return [{3, 11} <= set(c) for c in cands]
+
+    assert ddmin(list(range(20)), fails) == [3, 11]
+    assert ddmin(list(range(5)), lambda cands: [True] * len(cands)) == []
+    assert max(calls) <= 2 * 20  # candidates come in batches, run in parallel
+
+
+# seed 100 with acknowledgement before fsync, as `tessera sim --shrink` reduced it: two power
+# losses of two tablet servers each
+TWO_POWER_LOSSES = ((31.829655, "power", ["10.77.0.111", "10.77.0.112"]),
+                    (42.966267, "power", ["10.77.0.113", "10.77.0.115"]))
+
+
+def test_a_replayed_schedule_applies_exactly_its_faults(tmp_path):
+    faults = Faults(fault_ack_before_fsync=True)
+    cfg = StackConfig(seed=100, faults=faults)
+    shrunk, none = run_seeds([StackConfig(seed=100, faults=faults, schedule=TWO_POWER_LOSSES),
+                              StackConfig(seed=100, faults=faults, schedule=())],
+                             tmp_path, jobs=2, names=["shrunk", "none"])
+    assert shrunk.violation and "state machine safety" in shrunk.violation
+    assert [e[1:] for e in shrunk.events] == [list(e[1:]) for e in TWO_POWER_LOSSES]
+    assert none.ok() and none.events == []
+    assert cfg.schedule is None  # the random nemesis unless a schedule is given
+
+
+@pytest.mark.slow
+def test_shrinking_keeps_a_failing_schedule_and_drops_the_rest(tmp_path):
+    from node.sim.shrink import shrink
+
+    cfg = StackConfig(seed=100, seconds=30.0, faults=Faults(fault_ack_before_fsync=True))
+    first = run_seeds([cfg], tmp_path, jobs=2)[0]
+    assert not first.ok() and len(first.events) > 4
+    minimal, result = shrink(cfg, first, tmp_path / "shrink", jobs=2)
+    assert 0 < len(minimal) < len(first.events)
+    assert not result.ok()
+    assert (tmp_path / "shrink" / "minimal" / "history.jsonl").exists()

@@ -39,6 +39,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="full: where failing seeds keep their history (default "
                              "store/sim/<UTC time>)")
+    parser.add_argument("--schedule", type=Path, default=None, metavar="FILE",
+                        help="full, with --seeds 1: replay exactly this fault schedule (a JSON list "
+                             "of [virtual time, kind, value], as --shrink writes) instead of "
+                             "random faults")
+    parser.add_argument("--shrink", action="store_true",
+                        help="full: reduce the first failing seed's faults to a minimal schedule "
+                             "that still fails (delta debugging; minutes), write it and print "
+                             "its replay command")
     parser.add_argument("--json", action="store_true", help="print one JSON summary line")
     parser.add_argument("--fault", action="append", default=[], metavar="FLAG",
                         help="run with this engine fault flag (node.faults) on (repeatable). The "
@@ -116,12 +124,23 @@ def run_full(args: argparse.Namespace) -> int:
         print("tessera sim: --seconds must be positive and --jobs at least 1", file=sys.stderr)
         return 2
     faults = Faults(**{f: True for f in args.fault})
+    schedule = None
+    if args.schedule is not None:
+        try:
+            schedule = tuple(tuple(e) for e in json.loads(args.schedule.read_text()))
+        except (OSError, ValueError, TypeError) as e:
+            print(f"tessera sim: cannot read --schedule {args.schedule}: {e}", file=sys.stderr)
+            return 2
+        if args.seeds != 1:
+            print("tessera sim: --schedule replays one seed: use --seeds 1", file=sys.stderr)
+            return 2
     workloads = ("register", "list-append")
 
     def workload(seed: int) -> str:
         return workloads[seed % 2] if args.workload == "both" else args.workload
 
-    configs = [StackConfig(seed=s, workload=workload(s), seconds=args.seconds, faults=faults)
+    configs = [StackConfig(seed=s, workload=workload(s), seconds=args.seconds, faults=faults,
+                           schedule=schedule)
                for s in range(args.seed, args.seed + args.seeds)]
     out = args.out or Path("store/sim") / time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     t0 = time.monotonic()
@@ -140,7 +159,11 @@ def run_full(args: argparse.Namespace) -> int:
     by_seed = {c.seed: c for c in configs}
     for r in failed[:5]:
         print(f"seed {r.seed}: {r.violation or r.verdict}; history in {out}/seed-{r.seed}; "
-              f"replay: {replay_command(by_seed[r.seed], args.fault)}", file=sys.stderr)
+              f"replay: {replay_command(by_seed[r.seed], args.fault, args.schedule)}",
+              file=sys.stderr)
+    shrunk = None
+    if args.shrink and failed:
+        shrunk = _shrink(by_seed[failed[0].seed], failed[0], out, args)
     summary = {
         "stack": "full", "seeds": len(results), "first_seed": args.seed,
         "failed": len(failed), "violations": sum(r.violation is not None for r in results),
@@ -150,6 +173,7 @@ def run_full(args: argparse.Namespace) -> int:
         "seconds": round(seconds, 1), "virtual_s": round(sum(r.virtual_s for r in results), 1),
         "ok_ops": sum(r.ops for r in results),
         "seeds_per_min": round(60 * len(results) / seconds, 1) if seconds else 0,
+        "shrunk": shrunk,
     }
     if args.json:
         print(json.dumps(summary))
@@ -159,3 +183,25 @@ def run_full(args: argparse.Namespace) -> int:
               f"{summary['failed']} failed ({summary['violations']} invariant violations, "
               f"{summary['invalid']} invalid, {summary['unknown']} unknown)")
     return 1 if failed else 0
+
+
+def _shrink(cfg, first, out: Path, args: argparse.Namespace) -> dict:
+    import json as _json
+
+    from .shrink import shrink
+    from .stack import replay_command
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    say(f"shrinking seed {cfg.seed}: {len(first.events)} faults")
+    root = out / f"shrink-{cfg.seed}"
+    minimal, result = shrink(cfg, first, root, args.jobs, say)
+    path = root / "schedule.min.json"
+    path.write_text(_json.dumps(minimal) + "\n")
+    outcome = result.violation or result.verdict if not result.ok() else "passed (not reproduced)"
+    say(f"seed {cfg.seed} shrunk from {len(first.events)} to {len(minimal)} faults: {minimal}")
+    say(f"  it fails with: {outcome}; history in {root}/minimal")
+    say(f"  replay: {replay_command(cfg, args.fault, path)}")
+    return {"seed": cfg.seed, "from": len(first.events), "to": len(minimal), "schedule": str(path),
+            "reproduced": not result.ok()}

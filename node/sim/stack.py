@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import random
 import shutil
@@ -43,6 +44,9 @@ CLOCK_MAX_ERROR_US = 1_000  # the replicas' bound; skew stays within half of it 
 FAILED_AFTER_S = 5.0  # masters re-replicate a silent server's replicas after this (fast, as CI)
 
 
+_SKIPPED = object()  # a nemesis event that did not apply
+
+
 class StackViolation(Exception):
     """A Raft invariant failed on the live replicas; the message says which and where."""
 
@@ -57,6 +61,8 @@ class StackConfig:
     concurrency: int = 5
     rate: float = 50.0  # ops/s over all workers
     fault_every_s: tuple[float, float] = (1.0, 4.0)
+    # Replay exactly these [virtual time, kind, value] faults instead of random ones (shrinking)
+    schedule: tuple | None = None
     faults: Faults = field(default_factory=Faults)  # engine fault flags (mutants)
 
 
@@ -70,6 +76,7 @@ class StackResult:
     virtual_s: float
     history_sha: str
     nemesis: dict
+    events: list  # the faults applied, [virtual time, kind, value]: a replayable schedule
     wall_s: float = 0.0
 
     def ok(self) -> bool:
@@ -109,6 +116,7 @@ class StackSim:
         self.violation: str | None = None
         self.client = None  # the client process's TesseraClient, for the membership nemesis
         self._removed: list[tuple[str, str]] = []  # (tablet, tserver uuid) removed by the nemesis
+        self.events: list[list] = []  # [virtual time, kind, value] of each fault applied
 
     # -- servers -----------------------------------------------------------------------------
     def _wall_ns(self, host: str):
@@ -212,82 +220,113 @@ class StackSim:
         self.nemesis_counts[f] = self.nemesis_counts.get(f, 0) + 1
 
     async def _nemesis(self, rec, deadline: float) -> None:
+        """Random faults every `fault_every_s`, or, with `cfg.schedule`, exactly those events at
+        their times (a shrunk schedule). Every event applied is kept in `events`, as replayable
+        values, and recorded in the history."""
         rng = random.Random(self.rng.getrandbits(64))
-        hosts = self.masters + self.tservers
+        planned = list(self.cfg.schedule) if self.cfg.schedule is not None else None
         while self.loop.time() < deadline:
-            await asyncio.sleep(rng.uniform(*self.cfg.fault_every_s))
+            if planned is None:
+                await asyncio.sleep(rng.uniform(*self.cfg.fault_every_s))
+                kind, value = self._choose(rng)
+            elif planned:
+                at, kind, value = planned.pop(0)
+                await asyncio.sleep(max(0.0, at - self.loop.time()))
+            else:
+                return
             if self.loop.time() >= deadline:
                 return
-            kind = rng.choice(["crash", "crash", "power", "restart", "restart", "partition",
-                               "isolate", "heal", "reset", "skew", "membership", "membership"])
-            value = None
-            if kind == "crash":
-                up = [h for h in hosts if h not in self.down]
-                # never more than one master and two tablet servers down: the final phase must work
-                up = [h for h in up if (len(self.down & set(self.masters)) < 1 if h in self.masters
-                                        else len(self.down & set(self.tservers)) < 2)]
-                if not up:
-                    continue
-                value = rng.choice(up)
-                self._crash(value)
-            elif kind == "power":  # a rack loses power: tablet servers crash together
-                value = sorted(rng.sample(self.tservers, rng.randrange(2, len(self.tservers) + 1)))
-                for host in value:
-                    if host not in self.down:
-                        self._crash(host)
-            elif kind == "restart":
-                if not self.down:
-                    continue
-                value = rng.choice(sorted(self.down))
-                self._boot(value)
-            elif kind == "partition":
-                shuffled = rng.sample(hosts, len(hosts))
-                cut = rng.randrange(1, len(hosts))
-                value = [sorted(shuffled[:cut]), sorted(shuffled[cut:])]
-                self.net.partition(value)
-            elif kind == "isolate":
-                value = rng.choice(hosts)
-                self.net.isolate(value)
-            elif kind == "heal":
-                self.net.heal()
-            elif kind == "reset":
-                value = self.net.reset_random_connection()
-                value = [list(a) for a in value] if value else None
-            elif kind == "membership":
-                value = await self._membership(rng)
-                if value is None:
-                    continue
-            elif kind == "skew":
-                value = rng.choice(hosts)
-                bound = CLOCK_MAX_ERROR_US / 2e6
-                self.skew_s[value] = rng.uniform(-bound, bound)
+            if kind == "membership":
+                value = await self._membership(rng, value)
+            elif kind is not None:
+                value = self._apply(kind, value)
+            if kind is None or value is _SKIPPED:
+                continue
+            self.events.append([round(self.loop.time(), 6), kind, value])
             self._count(kind)
             rec.record("nemesis", "info", kind, value)
 
-    async def _membership(self, rng: random.Random) -> list | None:
+    def _choose(self, rng: random.Random) -> tuple[str | None, object]:
+        """A random fault and its target; (None, None) when none applies now."""
+        hosts = self.masters + self.tservers
+        kind = rng.choice(["crash", "crash", "power", "restart", "restart", "partition",
+                           "isolate", "heal", "reset", "skew", "membership", "membership"])
+        if kind == "crash":
+            # at most one master and two tablet servers down at a time: the final phase must work
+            up = [h for h in hosts if h not in self.down and (
+                not self.down & set(self.masters) if h in self.masters
+                else len(self.down & set(self.tservers)) < 2)]
+            return (kind, rng.choice(up)) if up else (None, None)
+        if kind == "power":  # a rack loses power: tablet servers crash together
+            return kind, sorted(rng.sample(self.tservers, rng.randrange(2, len(self.tservers) + 1)))
+        if kind == "restart":
+            return (kind, rng.choice(sorted(self.down))) if self.down else (None, None)
+        if kind == "partition":
+            shuffled = rng.sample(hosts, len(hosts))
+            cut = rng.randrange(1, len(hosts))
+            return kind, [sorted(shuffled[:cut]), sorted(shuffled[cut:])]
+        if kind == "isolate":
+            return kind, rng.choice(hosts)
+        if kind == "skew":
+            bound = CLOCK_MAX_ERROR_US / 2e6
+            return kind, [rng.choice(hosts), rng.uniform(-bound, bound)]
+        return kind, None  # heal, reset; membership picks its target when it runs
+
+    def _apply(self, kind: str, value):
+        """Apply one fault; _SKIPPED if it cannot apply now (a replayed crash of a host that is
+        already down). Returns the value to record."""
+        if kind == "crash":
+            if value in self.down:
+                return _SKIPPED
+            self._crash(value)
+        elif kind == "power":
+            for host in value:
+                if host not in self.down:
+                    self._crash(host)
+        elif kind == "restart":
+            if value not in self.down:
+                return _SKIPPED
+            self._boot(value)
+        elif kind == "partition":
+            self.net.partition(value)
+        elif kind == "isolate":
+            self.net.isolate(value)
+        elif kind == "heal":
+            self.net.heal()
+        elif kind == "reset":
+            pair = self.net.reset_random_connection()
+            return [list(a) for a in pair] if pair else _SKIPPED
+        elif kind == "skew":
+            self.skew_s[value[0]] = value[1]
+        return value
+
+    async def _membership(self, rng: random.Random, planned: list | None):
         """Remove a voter of a random tablet, or add a removed one back: the re-added replica is
-        copied over its own tombstone (Jepsen's membership nemesis; Kudu's remove/add)."""
+        copied over its own tombstone (Jepsen's membership nemesis; Kudu's remove/add).
+        `planned`: [op, tablet, uuid] to replay instead of choosing."""
         from node.rpc import RpcError
 
-        try:
-            locs = await self.client.locations("test", refresh=True)
-            if self._removed and rng.random() < 0.5:
-                tablet, uuid = self._removed.pop(rng.randrange(len(self._removed)))
-                op = "add"
-            else:
-                t = rng.choice(locs.tablets)
-                if len(t.replicas) < 3:
-                    return None
-                tablet, uuid, op = t.tablet_id, rng.choice(t.replicas).uuid, "remove"
+        if planned is not None:
+            op, tablet, uuid = planned[:3]
+        elif self._removed and rng.random() < 0.5:
+            tablet, uuid = self._removed.pop(rng.randrange(len(self._removed)))
+            op = "add"
+        else:
             try:
-                await asyncio.wait_for(self.client.change_replica(tablet, op, uuid), 5.0)
-            except (RpcError, TimeoutError) as e:
-                return [op, tablet, uuid, f"failed: {e}"]
-            if op == "remove":
-                self._removed.append((tablet, uuid))
-            return [op, tablet, uuid]
+                locs = await self.client.locations("test", refresh=True)
+            except (RpcError, TimeoutError, OSError):
+                return _SKIPPED
+            t = rng.choice(locs.tablets)
+            if len(t.replicas) < 3:
+                return _SKIPPED
+            tablet, uuid, op = t.tablet_id, rng.choice(t.replicas).uuid, "remove"
+        try:
+            await asyncio.wait_for(self.client.change_replica(tablet, op, uuid), 5.0)
         except (RpcError, TimeoutError, OSError) as e:
-            return ["failed", str(e)]
+            return [op, tablet, uuid, f"failed: {e or type(e).__name__}"]
+        if op == "remove" and planned is None:
+            self._removed.append((tablet, uuid))
+        return [op, tablet, uuid]
 
     async def _heal(self, rec) -> None:
         self.net.heal()
@@ -373,13 +412,16 @@ class StackSim:
         results = (judge_ops(ops, workload.checker, time_limit=CHECK_TIME_LIMIT_S)
                    if workload is not None else {"verdict": "unknown"})
         sha = hashlib.sha256(history.read_bytes()).hexdigest() if history.exists() else ""
+        (self.out_dir / "schedule.json").write_text(json.dumps(self.events) + "\n")
         return StackResult(self.cfg.seed, results["verdict"], self.violation, results,
                            sum(1 for o in ops if o.type == "ok"), round(virtual_s, 3), sha,
-                           dict(sorted(self.nemesis_counts.items())))
+                           dict(sorted(self.nemesis_counts.items())), self.events)
 
 
-def replay_command(cfg: StackConfig, faults: list[str] = ()) -> str:
+def replay_command(cfg: StackConfig, faults: list[str] = (), schedule: Path | None = None) -> str:
     flags = "".join(f" --fault {f}" for f in faults)
+    if schedule is not None:
+        flags += f" --schedule {schedule}"
     return (f"tessera sim --stack full --seeds 1 --seed {cfg.seed} --workload {cfg.workload} "
             f"--seconds {cfg.seconds:g}{flags}")
 
@@ -388,7 +430,7 @@ def _run_one(job: tuple[StackConfig, str]) -> StackResult:
     cfg, out = job
     import time
 
-    out_dir = Path(out) / f"seed-{cfg.seed}"
+    out_dir = Path(out)
     t0 = time.monotonic()
     result = StackSim(cfg, out_dir).run()
     result.wall_s = time.monotonic() - t0
@@ -410,10 +452,11 @@ def _anomalies(check: dict) -> list[str]:
     return out
 
 
-def run_seeds(configs: list[StackConfig], out_root: Path, jobs: int, on_result=None
-              ) -> list[StackResult]:
+def run_seeds(configs: list[StackConfig], out_root: Path, jobs: int, on_result=None,
+              names: list[str] | None = None) -> list[StackResult]:
     """Each seed in a fresh worker process started with PYTHONHASHSEED=0, so string hashing,
-    hence set iteration, is the same in every run: a seed replays bit for bit anywhere."""
+    hence set iteration, is the same in every run: a seed replays bit for bit anywhere. Each
+    run's directory is out_root/seed-N, or out_root/NAME with `names`."""
     import multiprocessing
     import os
 
@@ -423,7 +466,9 @@ def run_seeds(configs: list[StackConfig], out_root: Path, jobs: int, on_result=N
     os.environ["PYTHONHASHSEED"] = "0"  # read by each spawned worker at its start-up
     try:
         with multiprocessing.get_context("spawn").Pool(max(1, jobs), maxtasksperchild=20) as pool:
-            for result in pool.imap(_run_one, [(c, str(out_root)) for c in configs]):
+            dirs = names or [f"seed-{c.seed}" for c in configs]
+            for result in pool.imap(_run_one, [(c, str(out_root / d))
+                                               for c, d in zip(configs, dirs, strict=True)]):
                 results.append(result)
                 if on_result is not None:
                     on_result(result)
