@@ -29,14 +29,16 @@ BUDGET = {"matrix": 300.0, "self-check": 600.0}  # default --time-budget, second
 
 def configure(p: argparse.ArgumentParser) -> None:
     from harness.selfcheck import RECIPES
-    from harness.sim_cell import KIND as SIM
+    from harness.sim_cell import FULL_KIND, KIND
     from workloads import WORKLOADS
 
+    every = ",".join([KIND, FULL_KIND, *WORKLOADS])
     p.description = __doc__.split("\n\n")[1].replace("\n", " ")
-    p.add_argument("--workloads", default=",".join([SIM, *WORKLOADS]), metavar="W,...",
-                   help=f"comma list of workloads, each run under every --nemeses entry; {SIM} "
-                        f"is one cell of the deterministic Raft simulator (tessera sim) for its "
-                        f"share of the budget (default: all, {','.join([SIM, *WORKLOADS])})")
+    p.add_argument("--workloads", default=every, metavar="W,...",
+                   help=f"comma list of workloads, each run under every --nemeses entry; {KIND} "
+                        f"is one cell of the deterministic Raft simulator (tessera sim) and "
+                        f"{FULL_KIND} one of the whole-engine simulator (tessera sim --stack "
+                        f"full), each for its share of the budget (default: all, {every})")
     p.add_argument("--nemeses", default=DEFAULT_NEMESES, metavar="N,...",
                    help="comma list of cells' fault sets: a group (all, raft), a package, or "
                         "packages joined by + (kill+partition) (default all,raft: every package)")
@@ -63,6 +65,7 @@ def cells_from_args(args: argparse.Namespace) -> list[Cell]:
     """The cells asked for; ValueError says what is wrong."""
     from harness.selfcheck import RECIPES
     from harness.selfcheck import cells as selfcheck_cells
+    from harness.sim_cell import FULL_KIND
     from harness.sim_cell import KIND as SIM
     from nemeses.registry import select
     from workloads import WORKLOADS
@@ -75,14 +78,16 @@ def cells_from_args(args: argparse.Namespace) -> list[Cell]:
         return selfcheck_cells(flags)
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     for w in workloads:
-        if w not in WORKLOADS and w != SIM:
-            raise ValueError(f"unknown workload {w!r} (known: {', '.join(WORKLOADS)}, {SIM})")
+        if w not in WORKLOADS and w not in (SIM, FULL_KIND):
+            raise ValueError(f"unknown workload {w!r} (known: {', '.join(WORKLOADS)}, {SIM}, "
+                             f"{FULL_KIND})")
     nemeses = [n.strip() for n in args.nemeses.split(",") if n.strip()]
     if not workloads or not nemeses:
         raise ValueError("--workloads and --nemeses need at least one entry each")
     chosen = {n: tuple(p for part in n.split("+") for p in select(part)) for n in nemeses}
-    sim = [Cell(SIM, SIM, (), overhead=1.0)] if SIM in workloads else []
-    return sim + [Cell(f"{w}/{n}", w, chosen[n]) for w in workloads if w != SIM for n in nemeses]
+    sims = [Cell(k, k, (), overhead=1.0) for k in (SIM, FULL_KIND) if k in workloads]
+    return sims + [Cell(f"{w}/{n}", w, chosen[n]) for w in workloads
+                   if w not in (SIM, FULL_KIND) for n in nemeses]
 
 
 def _base_spec(args: argparse.Namespace, wheelhouse: Path):
@@ -104,9 +109,10 @@ def _runner(base, first_seed: int, summary_dir: Path):
     seeds = iter(range(first_seed, first_seed + 10**6))
 
     def execute(cell: Cell, time_limit: float, attempt: int) -> Outcome:
-        if cell.workload == sim_cell.KIND:
+        if cell.workload in (sim_cell.KIND, sim_cell.FULL_KIND):
             out = summary_dir / f"{cell.name.replace('/', '-')}-{attempt}"
-            return sim_cell.run_cell(cell, time_limit, attempt, next(seeds) * 10_000, base.flags, out)
+            run = sim_cell.run_cell if cell.workload == sim_cell.KIND else sim_cell.run_full_cell
+            return run(cell, time_limit, attempt, next(seeds) * 10_000, base.flags, out)
         spec = cell.spec(base, time_limit, next(seeds))
         t0 = time.monotonic()
         out = io.StringIO()

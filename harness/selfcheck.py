@@ -68,6 +68,14 @@ RECIPES: dict[str, tuple[Cell, str]] = {
         "an isolated old leader keeps its uncommitted tail when it rejoins and applies it where "
         "its peers applied other writes: divergent replicas (convergence) or phantom or lost "
         "elements (set)"),
+    "fault_copy_overwrite_cmeta": (
+        _cell("fault_copy_overwrite_cmeta", "list-append",
+              ("membership", "leader-isolate", "kill-after-heal"), nemesis_interval=4.0,
+              rate=200.0),
+        "a replica removed and added back is copied over its tombstone and forgets its vote in "
+        "the term, then votes again: two leaders of one term, lost appends (Elle) or a SAFETY "
+        "line (logs). Not measured on the cluster yet; the whole-stack simulator catches it "
+        "(vote safety)"),
 }
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from harness.matrix import Cell, Outcome
 
 KIND = "sim"  # Cell.workload of a simulation cell
+FULL_KIND = "sim-full"  # Cell.workload of a whole-stack simulation cell (tessera sim --stack full)
 NODES = 3
 STEPS = 3000
 
@@ -60,6 +61,48 @@ def run_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags: dict
                 anomalies=[{k: a[k] for k in ("checker", "type", "explanation")} for a in found])
     o.why = (f"{len(found)} of {summary.seeds} seeds violated an invariant: {found[0]['explanation']}"
              f"; replay: {found[0]['replay']}" if found else "")
+    return o
+
+
+def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags: dict,
+                  out_dir: Path) -> Outcome:
+    """The whole engine simulated (node.sim.stack), seed after seed on every core, until
+    `time_limit`; a seed that fails keeps its history in `out_dir`/seed-N."""
+    import os
+    from dataclasses import fields
+
+    from harness.store import write_json
+    from node.faults import Faults
+    from node.sim.stack import StackConfig, replay_command, run_seeds
+
+    names = {f.name for f in fields(Faults)}
+    on = sorted(k for k, v in {**flags, **cell.overrides.get("flags", {})}.items()
+                if k in names and v is True)
+    faults = Faults(**{k: True for k in on})
+    jobs = os.cpu_count() or 1
+    t0 = time.monotonic()
+    # more seeds than can run in time: the deadline stops the run
+    configs = [StackConfig(seed=s, workload=("register", "list-append")[s % 2], faults=faults)
+               for s in range(seed, seed + jobs * max(1, int(time_limit)))]
+    results = run_seeds(configs, out_dir, jobs, deadline=t0 + time_limit)
+    by_seed = {c.seed: c for c in configs}
+    found = [{"checker": "sim-full",
+              "type": _invariant(r.violation) if r.violation else r.verdict,
+              "seed": r.seed, "explanation": f"seed {r.seed}: {r.violation or r.verdict} "
+                                             f"{r.results.get('anomalies', [])}",
+              "replay": replay_command(by_seed[r.seed], on)}
+             for r in results if not r.ok()]
+    verdict = "invalid" if any(r.violation or r.verdict == "invalid" for r in results) else (
+        "unknown" if found else "valid")
+    write_json(out_dir / "results.json", {
+        "verdict": verdict, "seeds": len(results), "first_seed": seed, "faults": on,
+        "ok_ops": sum(r.ops for r in results), "anomalies": found,
+        "virtual_s": round(sum(r.virtual_s for r in results), 1)})
+    o = Outcome(cell.name, attempt, verdict, time_limit, str(out_dir), ok_ops=len(results),
+                seconds=round(time.monotonic() - t0, 1),
+                anomalies=[{k: a[k] for k in ("checker", "type", "explanation")} for a in found])
+    o.why = (f"{len(found)} of {len(results)} seeds failed: {found[0]['explanation']}; "
+             f"replay: {found[0]['replay']}" if found else "")
     return o
 
 

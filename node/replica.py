@@ -629,6 +629,29 @@ class Replica:
         else:
             self._lease_until = max(self._lease_until, until)
 
+    # -- read-only views for the server, the master and the simulator: not the core's insides --
+    def log_bounds(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """((term, index) of the op our log starts after, i.e. the snapshot point, and (term,
+        index) of the last op logged)."""
+        log_ = self.core.log
+        return (log_.offset_term, log_.offset), (log_.last_term(), log_.last_index())
+
+    def holds(self, index: int, term: int) -> bool:
+        """Whether our log (not compacted there) has the op (term, index)."""
+        return self.core.log.term_at(index) == term
+
+    def active_members(self) -> list[str]:
+        return [m.uuid for m in self.core.active_config.members]
+
+    def peer_match(self, uuid: str) -> int:
+        """As leader: the highest index `uuid` acknowledged (0 if unknown)."""
+        pr = self.core.progress.get(uuid)
+        return pr.match if pr is not None else 0
+
+    @property
+    def commit_index(self) -> int:
+        return self.core.commit
+
     def durable_vote(self) -> tuple[int, str | None]:
         """(term, voted for) as saved in the consensus metadata: what this replica promised."""
         return self.cmeta.current_term, self.cmeta.voted_for

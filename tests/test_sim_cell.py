@@ -13,7 +13,7 @@ from harness.matrix import Cell, Outcome, run_matrix
 from harness.matrix_cli import cells_from_args, configure
 from harness.selfcheck import cells as selfcheck_cells
 from harness.selfcheck import classify, flags_of
-from harness.sim_cell import KIND, run_cell
+from harness.sim_cell import FULL_KIND, KIND, run_cell, run_full_cell
 from node.sim.cli import core_options_for
 from node.sim.cluster import Simulation
 
@@ -59,10 +59,11 @@ def _args(*argv):
     return p.parse_args(list(argv))
 
 
-def test_default_matrix_starts_with_one_sim_cell_and_self_check_adds_sim_cells_for_core_flags():
+def test_default_matrix_starts_with_the_sim_cells_and_self_check_adds_sim_cells_for_core_flags():
     cells = cells_from_args(_args())
-    assert cells[0] == Cell(KIND, KIND, (), overhead=1.0)
-    assert [c.name for c in cells].count(KIND) == 1 and len(cells) == 9
+    assert cells[:2] == [Cell(KIND, KIND, (), overhead=1.0),
+                         Cell(FULL_KIND, FULL_KIND, (), overhead=1.0)]
+    assert [c.name for c in cells].count(KIND) == 1 and len(cells) == 10
     assert [c.name for c in cells_from_args(_args("--workloads", "register"))] == [
         "register/all", "register/raft"]
     names = [c.name for c in selfcheck_cells([FIGURE_8, "fault_skip_dedup"])]
@@ -99,3 +100,17 @@ def test_a_flag_is_caught_in_an_attempt_when_any_of_its_cells_catches_it():
     second = classify(FIGURE_8, [chaos, sim, Outcome(FIGURE_8, 2, "valid"),
                                  Outcome(f"{FIGURE_8}/sim", 2, "valid")])
     assert (second.status, second.caught, second.runs) == ("flaky", 1, 2)
+
+
+def test_whole_stack_cell_runs_seeds_until_its_limit_and_names_a_failing_seed(tmp_path):
+    o = run_full_cell(Cell(FULL_KIND, FULL_KIND, ()), 4.0, 1, 100, {}, tmp_path / "ok")
+    assert o.verdict == "valid" and o.ok_ops >= 1 and o.seconds < 60
+    r = json.loads((tmp_path / "ok" / "results.json").read_text())
+    assert r["seeds"] == o.ok_ops and r["ok_ops"] > 0 and r["anomalies"] == []
+    # seed 100 with acknowledgement before fsync fails (tests/test_sim_stack.py)
+    flags = {"unlock_unsafe_flags": True, "fault_ack_before_fsync": True}
+    bad = run_full_cell(Cell(FULL_KIND, FULL_KIND, ()), 1.0, 1, 100, flags, tmp_path / "bad")
+    assert bad.verdict == "invalid", bad
+    assert "replay: tessera sim --stack full --seeds 1 --seed 100" in bad.why
+    assert "--fault fault_ack_before_fsync" in bad.why
+    assert (tmp_path / "bad" / "seed-100" / "history.jsonl").exists()

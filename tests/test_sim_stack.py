@@ -7,7 +7,6 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -97,8 +96,8 @@ class _Replica:
         return [(i, t) for i, t in self._committed if i > above]
 
     @property
-    def core(self):
-        return SimpleNamespace(commit=max((i for i, _ in self._committed), default=0))
+    def commit_index(self):
+        return max((i for i, _ in self._committed), default=0)
 
 
 class _Server:

@@ -146,8 +146,7 @@ class Master(TabletServer):
         r = self.replicas.get(CATALOG)
         members = []
         if r is not None:
-            members = [p for m in r.core.status().active_config.members
-                       if (p := self.book.get(m.uuid)) is not None]
+            members = [p for u in r.active_members() if (p := self.book.get(u)) is not None]
         live = [t.peer for t in self._live_tservers()]
         if r is None:
             return MasterInfo(self.uuid, "INITIALIZING", None, 0, members, live)

@@ -195,7 +195,7 @@ class StackSim:
                             f"state machine safety: tablet {tablet} index {index} committed with "
                             f"term {term} on {host}, term {seen} elsewhere")
                     done = index
-                self._checked[(host, tablet)] = max(done, r.core.commit)
+                self._checked[(host, tablet)] = max(done, r.commit_index)
                 if states and not r.failed:
                     applied = r.state.last_applied_index
                     crc = table_checksum(dict(r.state.data))
@@ -453,12 +453,15 @@ def _anomalies(check: dict) -> list[str]:
 
 
 def run_seeds(configs: list[StackConfig], out_root: Path, jobs: int, on_result=None,
-              names: list[str] | None = None) -> list[StackResult]:
+              names: list[str] | None = None, deadline: float | None = None
+              ) -> list[StackResult]:
     """Each seed in a fresh worker process started with PYTHONHASHSEED=0, so string hashing,
     hence set iteration, is the same in every run: a seed replays bit for bit anywhere. Each
-    run's directory is out_root/seed-N, or out_root/NAME with `names`."""
+    run's directory is out_root/seed-N, or out_root/NAME with `names`. With `deadline` (a
+    time.monotonic() value), stop at the first result after it; runs in flight are dropped."""
     import multiprocessing
     import os
+    import time
 
     out_root.mkdir(parents=True, exist_ok=True)
     results = []
@@ -472,6 +475,8 @@ def run_seeds(configs: list[StackConfig], out_root: Path, jobs: int, on_result=N
                 results.append(result)
                 if on_result is not None:
                     on_result(result)
+                if deadline is not None and time.monotonic() >= deadline:
+                    break  # leaving the pool's block terminates the workers
     finally:
         if saved is None:
             del os.environ["PYTHONHASHSEED"]

@@ -404,13 +404,12 @@ class TabletServer:
             return "the replica is running and the caller did not say which log it retains"
         if r.failed:
             return None  # a replica that stopped serving cannot be caught up either
-        log_ = r.core.log
-        mine = f"its log holds ({log_.offset_term}, {log_.offset})..({log_.last_term()}, " \
-               f"{log_.last_index()})"
-        if log_.offset >= first.index:
+        (start_term, start), (last_term, last) = r.log_bounds()
+        mine = f"its log holds ({start_term}, {start})..({last_term}, {last})"
+        if start >= first.index:
             return f"not behind: {mine}, its snapshot at or past the caller's first retained " \
                    f"op ({first.term}, {first.index})"
-        if log_.term_at(first.index) == first.term:
+        if r.holds(first.index, first.term):
             return f"not behind: {mine}, including the caller's first retained op " \
                    f"({first.term}, {first.index}); AppendEntries can catch it up"
         return None
@@ -437,13 +436,11 @@ class TabletServer:
                 r = self.replicas.get(tid)
                 peer = self.book.get(peer_uuid)
                 if (r is None or r.role != Role.LEADER or peer is None
-                        or r.core.active_config.member(peer_uuid) is None):
+                        or peer_uuid not in r.active_members()):
                     continue
-                log_ = r.core.log
-                pr = r.core.progress.get(peer_uuid)
-                req = StartTabletCopy(tid, self.me, r.term, state,
-                                      OpId(log_.offset_term, log_.offset),
-                                      pr.match if pr is not None else 0)
+                (start_term, start), _ = r.log_bounds()
+                req = StartTabletCopy(tid, self.me, r.term, state, OpId(start_term, start),
+                                      r.peer_match(peer_uuid))
                 self._copies_sent.add((tid, peer_uuid))
                 task = asyncio.create_task(self._send_copy(req, peer))
                 task.add_done_callback(lambda _t, k=(tid, peer_uuid): self._copies_sent.discard(k))
