@@ -270,9 +270,11 @@ class SimDisk:
                 _apply_data(data, (offset, buf[: rng.choice(cuts)]))
         f.data, f.durable, f.pending = data, bytes(data), []
 
-    def flip_bit(self, rng: random.Random | None = None, path: StrPath | None = None) -> tuple[str, int]:
+    def flip_bit(self, rng: random.Random | None = None, path: StrPath | None = None,
+                 at: tuple[int, int] | None = None) -> tuple[str, int, int]:
         """Media corruption: flip one bit of a file's durable content (a chosen or a seeded file
-        among those with content), seen by reads too. Returns (path, byte offset)."""
+        among those with content; `at`: a chosen (byte offset, bit)), seen by reads too. Returns
+        (path, byte offset, bit)."""
         self._check()
         rng = rng or self.rng
         if path is None:
@@ -282,13 +284,14 @@ class SimDisk:
             path, f = files[rng.randrange(len(files))]
         else:
             f = self._file(path)
-        offset, bit = rng.randrange(len(f.durable)), 1 << rng.randrange(8)
+        offset, bit = at or (rng.randrange(len(f.durable)), rng.randrange(8))
+        offset %= len(f.durable)
         durable = bytearray(f.durable)
-        durable[offset] ^= bit
+        durable[offset] ^= 1 << bit
         f.durable = bytes(durable)
         if offset < len(f.data):
-            f.data[offset] ^= bit
-        return os.fspath(path), offset
+            f.data[offset] ^= 1 << bit
+        return os.fspath(path), offset, bit
 
     def fsync_latency(self) -> float:
         lo, hi = self.faults.fsync_latency

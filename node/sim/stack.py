@@ -41,6 +41,7 @@ CHECK_TIME_LIMIT_S = 5.0
 SETTLE_S = 5.0  # after the last op, before the final state comparison
 STATE_CHECK_EVERY = 2  # invariant rounds between state checksums (they cost O(rows))
 CLOCK_MAX_ERROR_US = 1_000  # the replicas' bound; skew stays within half of it either way
+MAX_FLIPS = 2  # bit flips per seed, each on another tablet server
 FAILED_AFTER_S = 5.0  # masters re-replicate a silent server's replicas after this (fast, as CI)
 
 
@@ -117,6 +118,8 @@ class StackSim:
         self.client = None  # the client process's TesseraClient, for the membership nemesis
         self._removed: list[tuple[str, str]] = []  # (tablet, tserver uuid) removed by the nemesis
         self.events: list[list] = []  # [virtual time, kind, value] of each fault applied
+        self.flipped: set[str] = set()  # tablet servers whose disk had a bit flipped
+        self.start_failures: dict[str, str] = {}  # host -> why its server refused to start
 
     # -- servers -----------------------------------------------------------------------------
     def _wall_ns(self, host: str):
@@ -146,7 +149,17 @@ class StackSim:
         server = Master(opts) if host in self.masters else TabletServer(opts)
         self.servers[host] = server
         self.down.discard(host)
-        self.loop.spawn(host, server.start(), name=f"start-{host}")
+        self.loop.spawn(host, self._start(host, server), name=f"start-{host}")
+
+    async def _start(self, host: str, server) -> None:
+        """A server that refuses to start (a corrupt instance file) fails loudly, as the daemon
+        exits: it stays down, and the run says so."""
+        from node.errors import CorruptionError
+
+        try:
+            await server.start()
+        except CorruptionError as e:
+            self.start_failures[host] = str(e)
 
     def _crash(self, host: str) -> None:
         """The process dies mid-step and its disk forgets what was not fsynced."""
@@ -250,7 +263,7 @@ class StackSim:
         """A random fault and its target; (None, None) when none applies now."""
         hosts = self.masters + self.tservers
         kind = rng.choice(["crash", "crash", "power", "restart", "restart", "partition",
-                           "isolate", "heal", "reset", "skew", "membership", "membership"])
+                           "isolate", "heal", "reset", "skew", "membership", "membership", "flip"])
         if kind == "crash":
             # at most one master and two tablet servers down at a time: the final phase must work
             up = [h for h in hosts if h not in self.down and (
@@ -270,6 +283,9 @@ class StackSim:
         if kind == "skew":
             bound = CLOCK_MAX_ERROR_US / 2e6
             return kind, [rng.choice(hosts), rng.uniform(-bound, bound)]
+        if kind == "flip":  # once per tablet server: a corrupt instance file keeps it down
+            fresh = [h for h in self.tservers if h not in self.flipped]
+            return (kind, [rng.choice(fresh)]) if len(self.flipped) < MAX_FLIPS else (None, None)
         return kind, None  # heal, reset; membership picks its target when it runs
 
     def _apply(self, kind: str, value):
@@ -298,6 +314,15 @@ class StackSim:
             return [list(a) for a in pair] if pair else _SKIPPED
         elif kind == "skew":
             self.skew_s[value[0]] = value[1]
+        elif kind == "flip":  # media corruption, then a reboot that reads it back
+            host = value[0]
+            at = (value[2], value[3]) if len(value) > 1 else None
+            path, offset, bit = self.disks[host].flip_bit(path=value[1] if at else None, at=at)
+            self.flipped.add(host)
+            if host not in self.down:
+                self._crash(host)
+            self._boot(host)
+            return [host, path, offset, bit]
         return value
 
     async def _membership(self, rng: random.Random, planned: list | None):
