@@ -115,10 +115,8 @@ def test_copy_onto_a_tombstone_goes_ahead_when_the_caller_expects_one(tmp_path):
     asyncio.run(main())
 
 
-def test_leader_restarts_a_copied_peers_progress_from_the_copy():
-    """A peer that acknowledged index 5, was tombstoned (losing that log) and copied at index 3:
-    the leader's old match (5) rejects every hint below it, a reject loop that never catches
-    the peer up, and counts entries it no longer holds. reset_progress starts again from 3."""
+def _n3_acknowledged_five_then_crashed() -> tuple[ScriptCluster, object]:
+    """n1 leads; n3 acknowledged index 5, then crashed. Returns (cluster, leader core)."""
     c = ScriptCluster()
     c.elect("n1")
     c.stabilize()
@@ -128,6 +126,14 @@ def test_leader_restarts_a_copied_peers_progress_from_the_copy():
     leader = c.core("n1")
     assert leader.progress["n3"].match == 5
     c.crash("n3")
+    return c, leader
+
+
+def test_leader_restarts_a_copied_peers_progress_from_the_copy():
+    """A peer that acknowledged index 5, was tombstoned (losing that log) and copied at index 3:
+    the leader's old match (5) would count entries it no longer holds. The copy's completion
+    (reset_progress) starts again from 3, so no loss is reported."""
+    c, leader = _n3_acknowledged_five_then_crashed()
     c.restart_from_copy("n3", 3, leader.log.term_at(3), [], c.disks["n1"]["config"])
     c.do("n1", "reset_progress", "n3", 3, leader.term)
     c.do("n1", "propose", b"after the copy")
@@ -145,15 +151,7 @@ def test_a_follower_that_lost_acknowledged_entries_is_rebuilt_not_refused_foreve
     above the old match, so n1 and n3 bounced the same refused append at network speed, for
     ever (the whole-stack simulator spent 40 s of CPU on one seed). Now the leader reports the
     loss and rebuilds n3 from where it is."""
-    c = ScriptCluster()
-    c.elect("n1")
-    c.stabilize()
-    for i in range(4):
-        c.do("n1", "propose", b"w%d" % i)
-    c.stabilize()
-    leader = c.core("n1")
-    assert leader.progress["n3"].match == 5
-    c.crash("n3")
+    c, leader = _n3_acknowledged_five_then_crashed()
     del c.disks["n3"]["log"][3:]  # entries 4 and 5, acknowledged, are gone
     c.restart("n3")
     c.do("n1", "propose", b"after the loss")
