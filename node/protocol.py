@@ -108,6 +108,15 @@ class TabletName(msgspec.Struct, frozen=True):
     tablet_id: str
 
 
+class LeaderStepDown(msgspec.Struct, frozen=True):
+    """Kudu's LeaderStepDown: with `new_leader`, a graceful transfer (the leader brings it up to
+    date, then tells it to campaign at once); without, the leader steps down abruptly and the
+    others elect after a timeout."""
+
+    tablet_id: str
+    new_leader: str | None = None
+
+
 class TabletCopyData(msgspec.Struct, frozen=True):
     """Everything a new replica needs: the state machine at an applied index (standing in for
     Kudu's data blocks; the entries after it come by AppendEntries), and the consensus metadata

@@ -564,6 +564,17 @@ class Replica:
             raise
         return self.core.active_config
 
+    async def step_down(self, new_leader: str | None) -> None:
+        """Hand leadership to `new_leader` (graceful transfer; no lease reads for the rest of the
+        term) or, with None, give it up. Raises the core's NotLeader or InvalidChange."""
+        self._check_serving()
+        self.log.info("stepping down as leader%s",
+                      f": transferring leadership to {new_leader}" if new_leader else "")
+        if new_leader is None:
+            await self._submit(self.core.step_down, want_result=True)
+        else:
+            await self._submit(lambda: self.core.transfer_leadership(new_leader), want_result=True)
+
     async def copy_source(self) -> tuple[Snapshot, RaftConfig, int]:
         """(state at the applied index, the committed config, the term) for a tablet copy. The
         config must not be newer than the snapshot, so wait until it is applied."""

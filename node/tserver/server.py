@@ -44,6 +44,7 @@ from node.protocol import (
     CreateTablet,
     DeleteTablet,
     Empty,
+    LeaderStepDown,
     OpResult,
     Peer,
     Read,
@@ -197,6 +198,7 @@ class TabletServer:
         s.register("ts.status", Empty, self.on_status)
         s.register("ts.checksum", ChecksumScan, self.on_checksum)
         s.register("ts.change_config", ChangeConfig, self.on_change_config)
+        s.register("ts.leader_step_down", LeaderStepDown, self.on_leader_step_down)
         s.register("ts.start_tablet_copy", StartTabletCopy, self.on_start_tablet_copy)
         s.register("ts.fetch_tablet_copy", TabletName, self.on_fetch_tablet_copy)
 
@@ -323,6 +325,18 @@ class TabletServer:
                                       config_text(config))
         return ConfigState(config.opid_index,
                            [[m.uuid, m.member_type.name] for m in config.members])
+
+    async def on_leader_step_down(self, req: LeaderStepDown) -> Ack:
+        r = self._replica(req.tablet_id)
+        try:
+            await r.step_down(req.new_leader)
+        except ReplicaError as e:
+            raise replica_error(e) from None
+        except NotLeader as e:
+            raise RpcError(ErrorCode.NOT_LEADER, "not the leader", detail=e.leader) from None
+        except ProposalError as e:
+            raise RpcError(ErrorCode.ILLEGAL_STATE, f"{type(e).__name__}: {e}") from None
+        return Ack(True)
 
     async def on_fetch_tablet_copy(self, req: TabletName) -> TabletCopyData:
         r = self._replica(req.tablet_id)
