@@ -109,7 +109,7 @@ def _faults(values: dict) -> faults.Faults:
 
 def build_options(values: dict, kind: str):
     from node.client import parse_addrs
-    from node.tserver.server import TServerOptions
+    from node.server_base import ServerOptions
 
     port = 7051 if kind == "master" else 7050
     rpc = parse_addrs(values["rpc-addr"] or f"127.0.0.1:{port}", port)[0]
@@ -129,7 +129,7 @@ def build_options(values: dict, kind: str):
                        faults=bugs),
         faults=bugs,
     )
-    return TServerOptions(Path(values["data-dir"]), rpc[0], rpc[1], values["http-port"], masters,
+    return ServerOptions(Path(values["data-dir"]), rpc[0], rpc[1], values["http-port"], masters,
                           values["heartbeat-interval-ms"], replica,
                           values["follower-unavailable-considered-failed-sec"])
 

@@ -16,6 +16,7 @@ from node.rpc import ErrorCode, RpcError
 from node.sim.script import ScriptCluster
 from node.tablet.ops import Read as Get
 from node.tablet.superblock import DataState, OpId, Superblock
+from node.tserver.tablet_manager import TabletState
 
 
 def guards(r) -> dict:
@@ -46,10 +47,10 @@ def test_copy_onto_an_up_to_date_running_replica_is_refused_and_its_data_survive
                 with pytest.raises(RpcError) as e:
                     await call_copy(ts, ts, req)
                 assert e.value.code == ErrorCode.REPLICA_NOT_BEHIND, e.value
-            assert ts.replicas.get(TABLET) is r and TABLET not in ts.tombstoned
-            sb = Superblock.load(ts._paths(TABLET).superblock)
+            assert ts.replicas.get(TABLET) is r and ts.tablets.state(TABLET) != TabletState.TOMBSTONED
+            sb = Superblock.load(ts.tablets.paths(TABLET).superblock)
             assert sb.data_state == DataState.READY
-            got = await ts.on_read(Read(TABLET, Get("k2")))
+            got = await ts.service.on_read(Read(TABLET, Get("k2")))
             assert got.result.ok and got.result.value == 2
             # expecting another state than the replica's is ILLEGAL_STATE (seed 05)
             with pytest.raises(RpcError) as e:
@@ -98,15 +99,15 @@ def test_copy_onto_a_tombstone_goes_ahead_when_the_caller_expects_one(tmp_path):
             await write_rows(a, 4)
             await create(b, [b.me])
             await sole_leader(b)
-            await b.on_delete_tablet(DeleteTablet(TABLET))
-            assert TABLET in b.tombstoned
+            await b.service.on_delete_tablet(DeleteTablet(TABLET))
+            assert b.tablets.state(TABLET) == TabletState.TOMBSTONED
             with pytest.raises(RpcError) as e:  # the caller thinks b has no replica at all
                 await call_copy(a, b, StartTabletCopy(TABLET, a.me, ra.term, "MISSING", **guards(ra)))
-            assert e.value.code == ErrorCode.ILLEGAL_STATE and TABLET in b.tombstoned
+            assert e.value.code == ErrorCode.ILLEGAL_STATE and b.tablets.state(TABLET) == TabletState.TOMBSTONED
             # the leader's own path: its copy loop's request, then its progress reset
-            await a._send_copy(StartTabletCopy(TABLET, a.me, ra.term, "TOMBSTONED", **guards(ra)), b.me)
+            await a.copies.send(StartTabletCopy(TABLET, a.me, ra.term, "TOMBSTONED", **guards(ra)), b.me)
             rb = b.replicas[TABLET]
-            assert TABLET not in b.tombstoned
+            assert b.tablets.state(TABLET) != TabletState.TOMBSTONED
             assert rb.state.data.keys() >= {f"k{i}" for i in range(4)}
         finally:
             await b.stop()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import re
-from types import SimpleNamespace
 
 import pytest
 from replica_net import (
@@ -19,13 +19,16 @@ from replica_net import (
 )
 
 from node.consensus import CasMismatch, ChangeOp, ConfigChange, ConfigRolledBack, SafetyError
+from node.disk import REAL
 from node.logfmt import CORRUPTION, FAILED, SAFETY
 from node.protocol import CreateTablet, DeleteTablet
-from node.replica import Replica
+from node.replica import Replica, ReplicaOptions
+from node.server_base import ServerOptions
 from node.sim.script import ScriptCluster
 from node.tablet.paths import TabletPaths
 from node.tablet.superblock import DataState, KeyRange, Superblock
-from node.tserver.server import TabletServer, TServerOptions
+from node.tserver.server import TabletServer
+from node.tserver.tablet_manager import TabletManager, TabletState
 from node.wal import format as fmt
 from reports.html.raftlog import LINE
 
@@ -180,30 +183,30 @@ def test_corruption_at_start_up_names_file_and_offset_and_fails_the_replica(tmp_
     data = bytearray(segment.read_bytes())
     data[-fmt.FOOTER_SIZE - 3] ^= 0xFF  # inside the last batch
     segment.write_bytes(bytes(data))
-    ts = TabletServer(TServerOptions(paths.data_dir))
-    ts.uuid, ts.outbox = "u1", SimpleNamespace(sender=lambda _tablet: lambda *_: None)
-    ts._open_existing(TABLET)
-    assert TABLET in ts.failed and TABLET not in ts.replicas
+    tablets = TabletManager("u1", paths.data_dir, REAL, ReplicaOptions(), random.Random(0),
+                            lambda _tablet: lambda *_: None)
+    tablets.open_existing(TABLET)
+    assert tablets.state(TABLET) == TabletState.FAILED and TABLET not in tablets.replicas
     errors = lines(caplog, logging.ERROR)
     assert len(errors) == 2
     assert errors[0].startswith(f"T {TABLET} P u1: {CORRUPTION} {segment} at offset ")
-    assert errors[1] == f"T {TABLET} P u1: {FAILED} cannot open the replica: {ts.failed[TABLET][1]}"
-    assert ts.failed[TABLET][1].startswith("WalCorruption: ")
+    assert errors[1] == f"T {TABLET} P u1: {FAILED} cannot open the replica: {tablets.get(TABLET).error}"
+    assert tablets.get(TABLET).error.startswith("WalCorruption: ")
 
 
 def test_tablet_server_logs_creation_and_tombstoning(tmp_path, caplog):
     caplog.set_level(logging.INFO)
 
     async def main():
-        ts = TabletServer(TServerOptions(tmp_path, rpc_port=0))
+        ts = TabletServer(ServerOptions(tmp_path, rpc_port=0))
         await ts.start()
         try:
-            await ts.on_create_tablet(CreateTablet(TABLET, "tbl", KeyRange(), [ts.me]))
+            await ts.service.on_create_tablet(CreateTablet(TABLET, "tbl", KeyRange(), [ts.me]))
             for _ in range(500):  # a config of one elects itself and commits its NO_OP
                 if ts.replicas[TABLET].last_logged() == (1, 1):
                     break
                 await asyncio.sleep(0.01)
-            await ts.on_delete_tablet(DeleteTablet(TABLET))
+            await ts.service.on_delete_tablet(DeleteTablet(TABLET))
             return ts.uuid
         finally:
             await ts.stop()

@@ -14,6 +14,7 @@ from node.protocol import Ack, Consensus, DeleteTablet, Peer, StartTabletCopy, T
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.superblock import Superblock
+from node.tserver.tablet_manager import TabletState
 
 
 class FakePeer:
@@ -51,7 +52,7 @@ class FakePeer:
 
 
 def hard_state(ts) -> tuple[int, str | None]:
-    cmeta = ConsensusMetadata.load(ts._paths(TABLET).consensus_meta)
+    cmeta = ConsensusMetadata.load(ts.tablets.paths(TABLET).consensus_meta)
     return cmeta.current_term, cmeta.voted_for
 
 
@@ -67,9 +68,9 @@ def test_a_tombstoned_voter_votes_from_its_metadata_and_last_opid(tmp_path):
             r = await sole_leader(ts)
             await write_rows(ts, 2)
             term = r.term
-            await ts.on_delete_tablet(DeleteTablet(TABLET))
-            last = Superblock.load(ts._paths(TABLET).superblock).tombstone_last_opid
-            assert last is not None and last.index >= 4 and TABLET in ts.tombstoned
+            await ts.service.on_delete_tablet(DeleteTablet(TABLET))
+            last = Superblock.load(ts.tablets.paths(TABLET).superblock).tombstone_last_opid
+            assert last is not None and last.index >= 4 and ts.tablets.state(TABLET) == TabletState.TOMBSTONED
 
             def vote(c, t, last_term, last_index, pre=False):
                 return VoteRequest(t, c.uuid, ts.uuid, last_index, last_term, pre_vote=pre)
@@ -97,7 +98,7 @@ def test_a_tombstoned_voter_votes_from_its_metadata_and_last_opid(tmp_path):
             ack = await c1.ask(rpc, ts, AppendEntries(term + 2, c1.uuid, ts.uuid, 0, 0, (), 0),
                                Heartbeat(term + 2, c1.uuid, ts.uuid, 0))
             assert (ack.ok, ack.reason) == (False, "tombstoned")
-            assert TABLET in ts.tombstoned and TABLET not in ts.replicas
+            assert ts.tablets.state(TABLET) == TabletState.TOMBSTONED and TABLET not in ts.replicas
         finally:
             await rpc.close()
             await c1.server.stop()
@@ -117,12 +118,12 @@ def test_a_replica_being_copied_onto_its_tombstone_still_votes(tmp_path):
             await create(ts, [ts.me])
             r = await sole_leader(ts)
             term = r.term
-            await ts.on_delete_tablet(DeleteTablet(TABLET))
-            last = Superblock.load(ts._paths(TABLET).superblock).tombstone_last_opid
-            copy = asyncio.create_task(ts.on_start_tablet_copy(
+            await ts.service.on_delete_tablet(DeleteTablet(TABLET))
+            last = Superblock.load(ts.tablets.paths(TABLET).superblock).tombstone_last_opid
+            copy = asyncio.create_task(ts.service.on_start_tablet_copy(
                 StartTabletCopy(TABLET, cand.peer, term + 1, "TOMBSTONED")))
             await asyncio.wait_for(cand.fetch_started.wait(), 5)
-            assert TABLET in ts.copying
+            assert ts.tablets.state(TABLET) == TabletState.COPYING
             ack = await cand.ask(rpc, ts, VoteRequest(term + 1, cand.uuid, ts.uuid, last.index,
                                                       last.term))
             assert ack.ok
@@ -133,7 +134,7 @@ def test_a_replica_being_copied_onto_its_tombstone_still_votes(tmp_path):
                 await copy
             except RpcError:
                 pass  # the stalled source gave up: back to a tombstone
-            assert TABLET in ts.tombstoned and hard_state(ts) == (term + 1, "cand")
+            assert ts.tablets.state(TABLET) == TabletState.TOMBSTONED and hard_state(ts) == (term + 1, "cand")
         finally:
             await rpc.close()
             await cand.server.stop()
@@ -154,7 +155,7 @@ def test_a_tablet_whose_leader_crashes_while_a_voter_is_tombstoned_elects_a_new_
             return None
 
         for s in servers:
-            s._send_copy = no_copy
+            s.copies.send = no_copy
         stopped = set()
         try:
             peers = [s.me for s in servers]
@@ -167,7 +168,7 @@ def test_a_tablet_whose_leader_crashes_while_a_voter_is_tombstoned_elects_a_new_
             await wait_for(lambda: len({s.replicas[TABLET].last_logged() for s in servers}) == 1,
                            "every replica to log everything")
             survivor, victim = [s for s in servers if s is not leader]
-            await victim.on_delete_tablet(DeleteTablet(TABLET))
+            await victim.service.on_delete_tablet(DeleteTablet(TABLET))
             await leader.stop()
             stopped.add(leader)
             old_term = survivor.replicas[TABLET].term
@@ -175,7 +176,7 @@ def test_a_tablet_whose_leader_crashes_while_a_voter_is_tombstoned_elects_a_new_
                                and survivor.replicas[TABLET], "the survivor to win", timeout=15)
             assert r.term > old_term
             assert hard_state(victim) == (r.term, survivor.uuid)
-            assert TABLET in victim.tombstoned
+            assert victim.tablets.state(TABLET) == TabletState.TOMBSTONED
         finally:
             for s in servers:
                 if s not in stopped:

@@ -11,17 +11,18 @@ from replica_net import options
 
 from node.protocol import CreateTablet, Peer, Write
 from node.replica import Replica, ReplicaOptions
+from node.server_base import ServerOptions
 from node.tablet.ops import OpenSession
 from node.tablet.ops import Write as Put
 from node.tablet.superblock import KeyRange
-from node.tserver.server import TabletServer, TServerOptions
+from node.tserver.server import TabletServer
 
 TABLET = "t-guard"
 
 
 async def start_server(root: Path, **replica_options) -> TabletServer:
     opts: ReplicaOptions = dataclasses.replace(options(), **replica_options)
-    ts = TabletServer(TServerOptions(root, rpc_port=0, replica=opts))
+    ts = TabletServer(ServerOptions(root, rpc_port=0, replica=opts))
     await ts.start()
     return ts
 
@@ -37,13 +38,13 @@ async def wait_for(pred, what: str, timeout: float = 10.0):
 
 
 async def create(ts: TabletServer, peers: list[Peer], tablet: str = TABLET) -> None:
-    await ts.on_create_tablet(CreateTablet(tablet, "tbl", KeyRange(), peers))
+    await ts.service.on_create_tablet(CreateTablet(tablet, "tbl", KeyRange(), peers))
 
 
 async def write_rows(ts: TabletServer, n: int, tablet: str = TABLET, prefix: str = "k") -> None:
-    session = (await ts.on_write(Write(tablet, OpenSession()))).result.value
+    session = (await ts.service.on_write(Write(tablet, OpenSession()))).result.value
     for i in range(n):
-        res = await ts.on_write(Write(tablet, Put(f"{prefix}{i}", i), session=session, seq=i + 1))
+        res = await ts.service.on_write(Write(tablet, Put(f"{prefix}{i}", i), session=session, seq=i + 1))
         assert res.result.ok, res
 
 

@@ -23,7 +23,6 @@ from node.protocol import (
     Ack,
     ChangeConfig,
     ConfigState,
-    Consensus,
     CreateTable,
     CreateTablet,
     DeleteTablet,
@@ -39,11 +38,12 @@ from node.protocol import (
     TSHeartbeat,
     TSHeartbeatResponse,
 )
-from node.replica import Replica, ReplicaError, bootstrap_replica
+from node.replica import Replica, ReplicaError
 from node.rpc import ErrorCode, RpcError, RpcServer
+from node.server_base import ServerBase, ServerOptions
 from node.tablet.ops import MicroOp, OpenSession, Txn
-from node.tablet.superblock import DataState, HashBucket, KeyRange, Superblock
-from node.tserver.server import TabletServer, TServerOptions, replica_error
+from node.tablet.superblock import HashBucket, KeyRange
+from node.tserver.service import replica_error
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +57,10 @@ class _TServerState:
     tablets: dict[str, object]  # tablet id -> TabletReport
 
 
-class Master(TabletServer):
+class Master(ServerBase):
     kind = "master"
 
-    def __init__(self, opts: TServerOptions, *, unresponsive_after_s: float = 10.0,
+    def __init__(self, opts: ServerOptions, *, unresponsive_after_s: float = 10.0,
                  reconcile_interval_s: float = 2.0):
         super().__init__(opts)
         self.unresponsive_after_s = unresponsive_after_s
@@ -73,14 +73,11 @@ class Master(TabletServer):
         self.master_peers: list[Peer] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
-    heartbeats_to_masters = False
-
-    async def start(self) -> None:
-        await super().start()
+    async def _started(self) -> None:
         self._tasks.append(asyncio.create_task(self._bootstrap_then_reconcile()))
 
     async def _bootstrap_then_reconcile(self) -> None:
-        if CATALOG not in self.replicas and CATALOG not in self.failed:
+        if self.tablets.get(CATALOG) is None:
             await self._create_catalog()
         while True:
             await asyncio.sleep(self.reconcile_interval_s)
@@ -110,30 +107,20 @@ class Master(TabletServer):
                 await asyncio.sleep(0.5)
         members = sorted(peers.values(), key=lambda p: p.uuid)
         await self.book.learn(members)
-        paths = self._paths(CATALOG)
         config = RaftConfig(0, tuple(Member(p.uuid, MemberType.VOTER) for p in members))
-
-        def create():
-            if not paths.disk.exists(paths.consensus_meta):
-                bootstrap_replica(paths, config)
-            Superblock(CATALOG, CATALOG, KeyRange(), DataState.READY).save(paths.superblock,
-                                                                           paths.disk)
-
-        await asyncio.to_thread(create)
-        self._start_replica(CATALOG, CATALOG)
+        await self.tablets.create(CATALOG, CATALOG, KeyRange(), config)
         log.info("catalog created with masters %s", [p.uuid for p in members])
 
     @property
     def catalog(self) -> Replica:
-        r = self.replicas.get(CATALOG)
-        if r is None:
-            reason = self.failed.get(CATALOG, ("", "not created yet"))[1]
+        e = self.tablets.get(CATALOG)
+        if e is None or e.replica is None:
+            reason = e.reason if e is not None else "not created yet"
             raise RpcError(ErrorCode.TABLET_NOT_RUNNING, f"catalog unavailable: {reason}")
-        return r
+        return e.replica
 
     # -- RPC ---------------------------------------------------------------------------------
     def _register(self, s: RpcServer) -> None:
-        s.register("consensus", Consensus, self.on_consensus)
         s.register("master.info", Empty, self.on_info)
         s.register("master.ts_heartbeat", TSHeartbeat, self.on_heartbeat)
         s.register("master.create_table", CreateTable, self.on_create_table)
@@ -143,7 +130,7 @@ class Master(TabletServer):
         s.register("master.change_replica", ReplicaChange, self.on_change_replica)
 
     async def on_info(self, _req: Empty) -> MasterInfo:
-        r = self.replicas.get(CATALOG)
+        r = self.tablets.replicas.get(CATALOG)
         members = []
         if r is not None:
             members = [p for u in r.active_members() if (p := self.book.get(u)) is not None]
@@ -163,7 +150,7 @@ class Master(TabletServer):
                 known = self._leaders.get(t.tablet_id)
                 if known is None or known[0] <= t.term:
                     self._leaders[t.tablet_id] = (t.term, st.uuid)
-        r = self.replicas.get(CATALOG)
+        r = self.tablets.replicas.get(CATALOG)
         leader = r is not None and r.role == Role.LEADER
         return TSHeartbeatResponse(leader, [t.peer for t in self.tservers.values()] if leader else [])
 
@@ -312,7 +299,7 @@ class Master(TabletServer):
         return ts.peer, rep
 
     async def _reconcile(self) -> None:
-        r = self.replicas.get(CATALOG)
+        r = self.tablets.replicas.get(CATALOG)
         if r is None or not r.leader_ready:
             return
         await self._follow_config_changes()

@@ -1,0 +1,130 @@
+"""Kudu's ServerBase: what a master and a tablet server share. Each has an instance UUID, a
+book of peer addresses, one RPC port, a TabletManager (a master's only tablet is its catalog),
+the Raft consensus service, the leader's tablet-copy trigger, and an HTTP port with status and
+metrics. TabletServer and Master add their own services on top; neither is the other."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from node.daemon import Outbox, PeerBook, load_or_create_instance
+from node.disk import REAL, Disk
+from node.http import StatusHttp
+from node.protocol import Peer, ServerStatus, TabletReport
+from node.replica import Replica, ReplicaOptions
+from node.rpc import RpcClient, RpcServer
+from node.tserver.copy_trigger import CopyTrigger
+from node.tserver.metrics import TabletMetrics
+from node.tserver.service import ConsensusService
+from node.tserver.tablet_manager import TabletManager
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServerOptions:
+    data_dir: Path
+    rpc_host: str = "127.0.0.1"
+    rpc_port: int = 7050  # Kudu's tablet server RPC port (masters: 7051)
+    http_port: int = 0  # 0: pick a free port (Kudu uses 8050)
+    masters: list[tuple[str, int]] = field(default_factory=list)
+    heartbeat_interval_ms: int = 1000  # Kudu: heartbeat_interval_ms
+    replica: ReplicaOptions = field(default_factory=ReplicaOptions)
+    # masters: a tablet server silent this long has failed; its replicas are replaced
+    follower_unavailable_considered_failed_sec: float = 300.0  # Kudu's default
+    seed: int | None = None  # every random choice of the server and its replicas (simulator)
+    disk: Disk = REAL  # where the data dir lives: the simulator passes a SimDisk
+    # Source address of outgoing connections (None: the kernel picks). The simulator's network
+    # tells hosts apart by it.
+    local_host: str | None = None
+
+
+class ServerBase:
+    kind = "server"
+
+    def __init__(self, opts: ServerOptions):
+        self.opts = opts
+        self.rng = random.Random(opts.seed)
+        self.data_dir = Path(opts.data_dir)
+        self._tasks: list[asyncio.Task] = []
+
+    def _register(self, s: RpcServer) -> None:
+        """Register the server's own services (the consensus service is registered already)."""
+        raise NotImplementedError
+
+    async def _started(self) -> None:
+        """Start the server's own background work, once its tablets are open."""
+
+    async def start(self) -> None:
+        self.uuid = load_or_create_instance(self.data_dir, self.kind, self.rng, self.opts.disk)
+        self.book = PeerBook(self.data_dir / "peers", self.opts.disk)
+        self.rpc_client = RpcClient(local_host=self.opts.local_host)
+        # Replicas send through the outbox, which needs our address: it exists before any
+        # replica starts (open_all, below).
+        self.tablets = TabletManager(self.uuid, self.data_dir, self.opts.disk, self.opts.replica,
+                                     self.rng, lambda tablet_id: self.outbox.sender(tablet_id))
+        self.server = RpcServer(self.uuid)
+        ConsensusService(self.tablets, self.book).register(self.server)
+        self._register(self.server)
+        host, port = await self.server.start(self.opts.rpc_host, self.opts.rpc_port)
+        self.me = Peer(self.uuid, self.opts.rpc_host, port)
+        await self.book.learn([self.me])
+        self.copies = CopyTrigger(self.tablets, self.book, self.rpc_client, self.me)
+        self.outbox = Outbox(self.rpc_client, self.book, self.me, on_refused=self.copies.on_refused)
+        self.tablets.open_all()
+        self.registry = CollectorRegistry()
+        self.registry.register(TabletMetrics(self.tablets))
+        self.http = StatusHttp(self.registry, self.status_dict)
+        self.http_port = await self.http.start(self.opts.rpc_host, self.opts.http_port)
+        self._tasks.append(asyncio.create_task(self.copies.run()))
+        await self._started()
+        log.info("%s %s serving on %s:%d (http %d), %d tablets", self.kind, self.uuid, host, port,
+                 self.http_port, len(self.tablets.entries))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.server.stop()
+        await self.tablets.stop()
+        await self.outbox.close()
+        await self.rpc_client.close()
+        await self.http.stop()
+
+    @property
+    def replicas(self) -> dict[str, Replica]:
+        """Read-only view: every started replica by tablet id (it may have failed since)."""
+        return self.tablets.replicas
+
+    # -- reporting ---------------------------------------------------------------------------
+    def reports(self) -> list[TabletReport]:
+        out = []
+        for tid, e in sorted(self.tablets.entries.items()):
+            state = e.state.value
+            if e.replica is None:
+                out.append(TabletReport(tid, e.table, state, error=e.error))
+                continue
+            s = e.replica.status()
+            out.append(TabletReport(tid, e.table, state, s["role"], s["term"], s["leader"],
+                                    s["commit"], s["applied"], s["config"], e.replica.failed,
+                                    s["committed_config"], s["committed_config_index"]))
+        return out
+
+    def server_status(self) -> ServerStatus:
+        return ServerStatus(self.uuid, self.me.host, self.me.port, self.reports())
+
+    def status_dict(self) -> dict:
+        entries = self.tablets.entries.values()
+        return {"uuid": self.uuid, "kind": self.kind, "rpc": f"{self.me.host}:{self.me.port}",
+                "wall_time": time.time(),  # what this process believes the time is (clock faults)
+                "tablets": {tid: r.status() for tid, r in self.replicas.items()},
+                "failed": {e.tablet_id: e.reason for e in entries if e.state.value == "FAILED"},
+                "tombstoned": sorted(e.tablet_id for e in entries
+                                     if e.state.value == "TOMBSTONED")}

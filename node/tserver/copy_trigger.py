@@ -1,0 +1,78 @@
+"""The leader's side of tablet copy (seed 05): start a copy on each peer that refused our Raft
+messages (no replica, or only a tombstone) or is behind the log we retain, and restart the
+peer's progress from what the copy installed.
+
+Each request carries the state the leader expects the peer's replica in and the first OpId of
+its retained log, so the peer can refuse a copy that would wipe a replica AppendEntries can
+still catch up (the guards are in TabletManager.begin_copy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from node.consensus import Role
+from node.daemon import PeerBook
+from node.protocol import Peer, StartTabletCopy, TabletCopyResult
+from node.rpc import RpcClient, RpcError
+from node.tablet.superblock import OpId
+from node.tserver.tablet_manager import TabletManager
+
+
+class CopyTrigger:
+    def __init__(self, tablets: TabletManager, book: PeerBook, rpc_client: RpcClient, me: Peer):
+        self.tablets, self.book, self.rpc_client, self.me = tablets, book, rpc_client, me
+        # (tablet, peer) that refused our Raft -> the state it said its replica is in
+        self._wanted: dict[tuple[str, str], str] = {}
+        self._sent: set[tuple[str, str]] = set()  # StartTabletCopy calls in flight
+
+    def on_refused(self, tablet_id: str, peer_uuid: str, reason: str = "missing") -> None:
+        """The Outbox's callback: a peer answered our Raft messages with its replica's state."""
+        self._wanted[(tablet_id, peer_uuid)] = reason.upper()
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            self.round()
+
+    def round(self) -> None:
+        wanted: dict[tuple[str, str], str] = {}
+        for tid, r in self.tablets.replicas.items():
+            if r.role == Role.LEADER and not r.failed:
+                wanted |= {(tid, peer): "RUNNING" for peer, p in r.status()["peers"].items()
+                           if p["needs_tablet_copy"]}
+        # a peer's own answer (no replica, a tombstone) is fresher than our progress
+        refused, self._wanted = self._wanted, {}
+        wanted |= refused
+        for (tid, peer_uuid), state in wanted.items():
+            if (tid, peer_uuid) in self._sent:
+                continue
+            r = self.tablets.replicas.get(tid)
+            peer = self.book.get(peer_uuid)
+            if (r is None or r.role != Role.LEADER or peer is None
+                    or peer_uuid not in r.active_members()):
+                continue
+            (start_term, start), _ = r.log_bounds()
+            req = StartTabletCopy(tid, self.me, r.term, state, OpId(start_term, start),
+                                  r.peer_match(peer_uuid))
+            self._sent.add((tid, peer_uuid))
+            task = asyncio.create_task(self.send(req, peer))
+            task.add_done_callback(lambda _t, k=(tid, peer_uuid): self._sent.discard(k))
+
+    async def send(self, req: StartTabletCopy, peer: Peer) -> None:
+        tablet_id, term = req.tablet_id, req.caller_term
+        tlog = self.tablets.log(tablet_id)
+        tlog.info("starting tablet copy to %s (term %d, expecting its replica %s, our log from "
+                  "(%d, %d))", peer.uuid, term, req.current_state, req.retained_from.term,
+                  req.retained_from.index)
+        try:
+            res = await self.rpc_client.call(peer.addr, "ts.start_tablet_copy", req,
+                                             TabletCopyResult, to_uuid=peer.uuid, timeout=90.0)
+        except RpcError as e:
+            tlog.info("tablet copy to %s failed: %s", peer.uuid, e)
+            return
+        tlog.info("tablet copy to %s finished at op (%d, %d): replicating to it from there",
+                  peer.uuid, res.installed.term, res.installed.index)
+        r = self.tablets.replicas.get(tablet_id)
+        if r is not None and not r.failed:
+            r.copy_installed(peer.uuid, res.installed.index, term)

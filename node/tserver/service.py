@@ -1,0 +1,225 @@
+"""The RPC services of a server's tablets, as Kudu splits them: ConsensusService (Raft messages,
+which masters serve too, for their catalog) and TabletService (writes, reads, creation,
+deletion, membership, leadership and tablet copy; tablet servers only). They translate between
+the wire and the TabletManager; the state and its rules live there."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from node.consensus import (
+    ChangeOp,
+    ConfigChange,
+    Member,
+    MemberType,
+    NotLeader,
+    ProposalError,
+    RaftConfig,
+    SteppingDown,
+    encode_config,
+)
+from node.daemon import PeerBook
+from node.protocol import (
+    Ack,
+    ChangeConfig,
+    ChecksumReport,
+    ChecksumScan,
+    ConfigState,
+    Consensus,
+    CreateTablet,
+    DeleteTablet,
+    Empty,
+    LeaderStepDown,
+    OpResult,
+    Read,
+    ServerStatus,
+    StartTabletCopy,
+    TabletChecksum,
+    TabletCopyData,
+    TabletCopyResult,
+    TabletName,
+    Write,
+)
+from node.replica import ReplicaError, config_text
+from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
+from node.tablet.checksum import row_hashes, table_checksum
+from node.tablet.ops import is_read_only
+from node.tablet.superblock import OpId, Superblock
+from node.tserver.tablet_manager import TabletManager, TabletState
+
+
+def replica_error(e: ReplicaError) -> RpcError:
+    if e.maybe_applied:
+        return RpcError(ErrorCode.REMOTE_ERROR, str(e))
+    return RpcError(ErrorCode.NOT_LEADER, str(e), detail=e.leader)
+
+
+def proposal_error(e: Exception) -> RpcError:
+    """A refused proposal (config change, leadership transfer) as the caller should see it."""
+    if isinstance(e, ReplicaError):
+        return replica_error(e)
+    if isinstance(e, NotLeader):
+        return RpcError(ErrorCode.NOT_LEADER, "not the leader", detail=e.leader)
+    return RpcError(ErrorCode.ILLEGAL_STATE, f"{type(e).__name__}: {e}")
+
+
+class ConsensusService:
+    def __init__(self, tablets: TabletManager, book: PeerBook):
+        self.tablets, self.book = tablets, book
+
+    def register(self, s: RpcServer) -> None:
+        s.register("consensus", Consensus, self.on_consensus)
+
+    async def on_consensus(self, req: Consensus) -> Ack:
+        if req.peers:
+            await self.book.learn(req.peers)
+        tid = req.tablet_id
+        e = self.tablets.get(tid)
+        state = e.state if e is not None else None
+        if state == TabletState.RUNNING:
+            e.replica.step(req.messages)
+            return Ack(True)
+        # It takes no part; the leader may copy the tablet here. A tombstone still votes.
+        if state in (TabletState.COPYING, TabletState.TOMBSTONED):
+            others = await self.tablets.vote_as_tombstone(tid, req.messages)
+            if not others:
+                return Ack(True)  # only votes, all answered
+        return Ack(False, state.value.lower() if state is not None else "missing")
+
+
+class TabletService:
+    def __init__(self, tablets: TabletManager, book: PeerBook, rpc_client: RpcClient,
+                 status: Callable[[], ServerStatus]):
+        self.tablets, self.book, self.rpc_client, self._status = tablets, book, rpc_client, status
+
+    def register(self, s: RpcServer) -> None:
+        s.register("ts.create_tablet", CreateTablet, self.on_create_tablet)
+        s.register("ts.delete_tablet", DeleteTablet, self.on_delete_tablet)
+        s.register("ts.write", Write, self.on_write)
+        s.register("ts.read", Read, self.on_read)
+        s.register("ts.status", Empty, self.on_status)
+        s.register("ts.checksum", ChecksumScan, self.on_checksum)
+        s.register("ts.change_config", ChangeConfig, self.on_change_config)
+        s.register("ts.leader_step_down", LeaderStepDown, self.on_leader_step_down)
+        s.register("ts.start_tablet_copy", StartTabletCopy, self.on_start_tablet_copy)
+        s.register("ts.fetch_tablet_copy", TabletName, self.on_fetch_tablet_copy)
+
+    # -- creation and deletion ------------------------------------------------------------------
+    async def on_create_tablet(self, req: CreateTablet) -> Ack:
+        if self.tablets.uuid not in {p.uuid for p in req.peers}:
+            raise RpcError(ErrorCode.INVALID_ARGUMENT, f"{self.tablets.uuid} is not among the peers")
+        await self.book.learn(req.peers)
+        config = RaftConfig(0, tuple(Member(p.uuid, MemberType.VOTER) for p in req.peers))
+        return Ack(await self.tablets.create(req.tablet_id, req.table_name, req.partition, config))
+
+    async def on_delete_tablet(self, req: DeleteTablet) -> Ack:
+        return Ack(await self.tablets.delete(req.tablet_id))
+
+    # -- writes and reads ---------------------------------------------------------------------
+    async def on_write(self, req: Write) -> OpResult:
+        r = self.tablets.serving(req.tablet_id)
+        try:
+            if is_read_only(req.op):
+                return OpResult(await r.read(req.op))
+            return OpResult(await r.write(req.op, session=req.session, seq=req.seq,
+                                          acked_below=req.acked_below))
+        except ReplicaError as e:
+            raise replica_error(e) from None
+
+    async def on_read(self, req: Read) -> OpResult:
+        r = self.tablets.serving(req.tablet_id)
+        if not is_read_only(req.op):
+            raise RpcError(ErrorCode.INVALID_ARGUMENT, "ts.read takes read-only ops; use ts.write")
+        try:
+            return OpResult(await r.read(req.op))
+        except ReplicaError as e:
+            raise replica_error(e) from None
+
+    # -- membership and leadership (seed 03) -----------------------------------------------------
+    async def on_change_config(self, req: ChangeConfig) -> ConfigState:
+        r = self.tablets.serving(req.tablet_id)
+        if req.op == "add":
+            await self.book.learn([req.peer])
+            change = ConfigChange(ChangeOp.ADD_NON_VOTER, req.peer.uuid, promote=True)
+        elif req.op == "remove":
+            change = ConfigChange(ChangeOp.REMOVE, req.peer.uuid)
+        else:
+            raise RpcError(ErrorCode.INVALID_ARGUMENT, f"op must be add or remove, not {req.op!r}")
+        try:
+            config = await r.change_config(change, req.cas_config_index)
+        except SteppingDown as e:
+            raise RpcError(ErrorCode.NOT_LEADER, f"leader removed: handed over to {e}",
+                           detail=None) from None
+        except (ReplicaError, ProposalError) as e:
+            raise proposal_error(e) from None
+        self.tablets.log(req.tablet_id).info("config change %s %s done: %s", req.op,
+                                             req.peer.uuid, config_text(config))
+        return ConfigState(config.opid_index,
+                           [[m.uuid, m.member_type.name] for m in config.members])
+
+    async def on_leader_step_down(self, req: LeaderStepDown) -> Ack:
+        r = self.tablets.serving(req.tablet_id)
+        try:
+            await r.step_down(req.new_leader)
+        except (ReplicaError, ProposalError) as e:
+            raise proposal_error(e) from None
+        return Ack(True)
+
+    # -- tablet copy, the receiving side (seed 05) ----------------------------------------------
+    async def on_fetch_tablet_copy(self, req: TabletName) -> TabletCopyData:
+        r = self.tablets.serving(req.tablet_id)
+        try:
+            snap, config, term = await r.copy_source()
+        except ReplicaError as e:
+            raise replica_error(e) from None
+        paths = self.tablets.paths(req.tablet_id)
+        sb = await asyncio.to_thread(Superblock.load, paths.superblock, paths.disk)
+        return TabletCopyData(sb.table_name, sb.partition, term, encode_config(config), snap)
+
+    async def on_start_tablet_copy(self, req: StartTabletCopy) -> TabletCopyResult:
+        """Seed 05's StartTabletCopy: guarded (TabletManager.begin_copy), then the copy is
+        fetched from `source` and installed."""
+        tid = req.tablet_id
+        before = await self.tablets.begin_copy(req)
+        tlog = self.tablets.log(tid)
+        try:
+            data = await self.rpc_client.call(req.source.addr, "ts.fetch_tablet_copy",
+                                              TabletName(tid), TabletCopyData,
+                                              to_uuid=req.source.uuid, timeout=60.0)
+            await self.tablets.finish_copy(tid, data)
+        except Exception as e:
+            tlog.warning("tablet copy from %s failed: %s: %s", req.source.uuid,
+                         type(e).__name__, e)
+            raise
+        finally:
+            self.tablets.abandon_copy(tid, before)
+        tlog.info("tablet copy finished: copied from %s at index %d (term %d)", req.source.uuid,
+                  data.snapshot.last_applied_index, data.snapshot.last_applied_term)
+        return TabletCopyResult(OpId(data.snapshot.last_applied_term,
+                                     data.snapshot.last_applied_index))
+
+    # -- status -----------------------------------------------------------------------------------
+    async def on_status(self, _req: Empty) -> ServerStatus:
+        return self._status()
+
+    async def on_checksum(self, req: ChecksumScan) -> ChecksumReport:
+        """Each replica's rows checksummed at its applied index. The rows are copied between two
+        applies (values are never mutated in place, so a shallow copy is exact) and hashed in a
+        thread, so a large tablet does not stall the event loop."""
+        out = []
+        for rep in self._status().tablets:
+            if req.tablet_id and rep.tablet_id != req.tablet_id:
+                continue
+            e = self.tablets.get(rep.tablet_id)
+            if rep.state != "RUNNING" or e is None or e.replica is None:
+                out.append(TabletChecksum(rep.tablet_id, rep.state, error=rep.error))
+                continue
+            r = e.replica
+            s, data = r.status(), dict(r.state.data)
+            crc = await asyncio.to_thread(table_checksum, data)
+            keys = await asyncio.to_thread(row_hashes, data) if req.with_keys else None
+            out.append(TabletChecksum(rep.tablet_id, rep.state, s["role"], s["term"], s["commit"],
+                                      s["applied"], crc, len(data),
+                                      [m[0] for m in s["committed_config"]], keys))
+        return ChecksumReport(self.tablets.uuid, out)

@@ -1,0 +1,298 @@
+"""Kudu's TSTabletManager: the tablets of one server, each one entry with one state.
+
+Tablet servers and masters both compose one (a master's only tablet is its catalog). Every
+transition of a tablet's state (create, tombstone, copy in, open at start-up) runs under the
+manager's lock, so a vote answered from a tombstone cannot race a copy installing over it.
+A replica whose files are corrupt is FAILED with the reason (naming the file) and refuses
+requests; the server and its other tablets keep serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from node.consensus import RaftConfig, VoteRequest
+from node.disk import Disk
+from node.logfmt import TabletLog, log_failure
+from node.protocol import StartTabletCopy, TabletCopyData
+from node.replica import Replica, ReplicaOptions, bootstrap_replica, config_text
+from node.rpc import ErrorCode, RpcError
+from node.tablet.cmeta import ConsensusMetadata
+from node.tablet.paths import TabletPaths
+from node.tablet.superblock import DataState, OpId, Superblock
+from node.tserver.copy import (
+    abandon_copy,
+    install_copy,
+    recover_unfinished_copy,
+    tombstone,
+    tombstone_vote,
+)
+
+log = logging.getLogger("node.tserver.server")
+
+
+class TabletState(enum.Enum):
+    RUNNING = "RUNNING"  # a replica serves (it may still fail at run time: see TabletEntry.state)
+    FAILED = "FAILED"  # could not be opened; `error` says why
+    COPYING = "COPYING"  # a tablet copy is being fetched and installed here
+    TOMBSTONED = "TOMBSTONED"  # data and WAL gone; cmeta and the last OpId kept, so it votes
+
+
+@dataclass
+class TabletEntry:
+    tablet_id: str
+    table: str
+    stored: TabletState
+    replica: Replica | None = None
+    error: str | None = None
+
+    @property
+    def state(self) -> TabletState:
+        """A running replica that failed (corrupt data found while serving) is FAILED too."""
+        if self.stored == TabletState.RUNNING and self.replica is not None and self.replica.failed:
+            return TabletState.FAILED
+        return self.stored
+
+    @property
+    def reason(self) -> str | None:
+        return self.replica.failed if self.replica is not None and self.replica.failed else self.error
+
+
+class TabletManager:
+    def __init__(self, uuid: str, data_dir: Path, disk: Disk, options: ReplicaOptions,
+                 rng: random.Random, sender: Callable[[str], Callable[[str, list], None]]):
+        """`sender(tablet_id)` gives the function a replica sends its Raft messages with."""
+        self.uuid, self.data_dir, self.disk = uuid, Path(data_dir), disk
+        self.options, self.rng, self._sender = options, rng, sender
+        self.entries: dict[str, TabletEntry] = {}
+        self.lock = asyncio.Lock()
+
+    # -- lookups ------------------------------------------------------------------------------
+    def paths(self, tablet_id: str) -> TabletPaths:
+        return TabletPaths(self.data_dir, tablet_id, self.disk)
+
+    def log(self, tablet_id: str) -> TabletLog:
+        return TabletLog(log, tablet_id, self.uuid)
+
+    def get(self, tablet_id: str) -> TabletEntry | None:
+        return self.entries.get(tablet_id)
+
+    def state(self, tablet_id: str) -> TabletState | None:
+        e = self.entries.get(tablet_id)
+        return e.state if e is not None else None
+
+    @property
+    def replicas(self) -> dict[str, Replica]:
+        """Every replica that was started (it may have failed since), by tablet id."""
+        return {tid: e.replica for tid, e in self.entries.items()
+                if e.stored == TabletState.RUNNING and e.replica is not None}
+
+    def serving(self, tablet_id: str) -> Replica:
+        """The tablet's replica if it serves; else the RPC error a caller should get."""
+        e = self.entries.get(tablet_id)
+        if e is not None and e.state == TabletState.RUNNING:
+            return e.replica
+        if e is not None and e.state == TabletState.FAILED:
+            raise RpcError(ErrorCode.TABLET_NOT_RUNNING, f"tablet {tablet_id} failed: {e.reason}")
+        raise RpcError(ErrorCode.TABLET_NOT_FOUND, f"tablet {tablet_id} is not on {self.uuid}")
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def open_all(self) -> None:
+        meta_dir = self.data_dir / "tablet-meta"
+        for name in self.disk.listdir(meta_dir) if self.disk.isdir(meta_dir) else []:
+            if not name.startswith("."):
+                self.open_existing(name)
+
+    def open_existing(self, tablet_id: str) -> None:
+        table = "?"
+        try:
+            sb = Superblock.load(self.paths(tablet_id).superblock, self.disk)
+            table = sb.table_name
+            if sb.data_state == DataState.COPYING:
+                self.log(tablet_id).warning("unfinished tablet copy: tombstoning it")
+                recover_unfinished_copy(self.paths(tablet_id), sb)
+                sb = Superblock.load(self.paths(tablet_id).superblock, self.disk)
+            if sb.data_state == DataState.TOMBSTONED:
+                self.entries[tablet_id] = TabletEntry(tablet_id, table, TabletState.TOMBSTONED)
+                return
+            self._start_replica(tablet_id, table)
+        except Exception as e:  # corrupt or unreadable: this tablet fails, the server goes on
+            self.entries[tablet_id] = TabletEntry(
+                tablet_id, table, TabletState.FAILED,
+                error=log_failure(self.log(tablet_id), "cannot open the replica", e))
+
+    def _start_replica(self, tablet_id: str, table: str) -> Replica:
+        r = Replica(self.uuid, self.paths(tablet_id), self._sender(tablet_id), self.options,
+                    rng=random.Random(self.rng.getrandbits(64)))
+        r.open()
+        r.start()
+        self.entries[tablet_id] = TabletEntry(tablet_id, table, TabletState.RUNNING, r)
+        return r
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(r.stop() for r in self.replicas.values()), return_exceptions=True)
+
+    async def create(self, tablet_id: str, table: str, partition, config: RaftConfig) -> bool:
+        """A new replica with its initial config; False if it exists already (creations are
+        retried), ALREADY_EXISTS over a tombstone (only a copy brings one back)."""
+        async with self.lock:
+            state = self.state(tablet_id)
+            if state in (TabletState.RUNNING, TabletState.FAILED):
+                return False
+            if state is not None:
+                raise RpcError(ErrorCode.ALREADY_EXISTS,
+                               f"tablet {tablet_id} is {state.value.lower()} here")
+            paths = self.paths(tablet_id)
+
+            def create():
+                # cmeta first: the superblock's presence is what makes the tablet exist.
+                if not paths.disk.exists(paths.consensus_meta):
+                    bootstrap_replica(paths, config)
+                Superblock(tablet_id, table, partition, DataState.READY).save(
+                    paths.superblock, paths.disk)
+
+            await asyncio.to_thread(create)
+            self._start_replica(tablet_id, table)
+            self.log(tablet_id).info("created replica of table %s with config %s", table,
+                                     config_text(config))
+            return True
+
+    async def delete(self, tablet_id: str) -> bool:
+        """Tombstone: the data and WAL go, the consensus metadata stays so the replica can never
+        vote twice in a term; the last logged OpId is kept in the superblock. True if the
+        tablet is a tombstone now."""
+        async with self.lock:
+            e = self.entries.get(tablet_id)
+            if e is not None and e.stored == TabletState.FAILED:
+                del self.entries[tablet_id]  # nothing runs; its files are left for an operator
+                return False
+            if e is None or e.stored != TabletState.RUNNING:
+                return e is not None and e.stored == TabletState.TOMBSTONED
+            await self._tombstone(e)
+            return True
+
+    async def _tombstone(self, e: TabletEntry) -> None:
+        """Stop a running replica and tombstone it. Call under self.lock."""
+        r = e.replica
+        last = OpId(*r.last_logged())
+        await r.stop()
+        await asyncio.to_thread(tombstone, self.paths(e.tablet_id), last)
+        self.entries[e.tablet_id] = TabletEntry(e.tablet_id, e.table, TabletState.TOMBSTONED)
+        self.log(e.tablet_id).info("tombstoned; last logged op (%d, %d)", last.term, last.index)
+
+    # -- votes from a tombstone (seed 05) -----------------------------------------------------
+    async def vote_as_tombstone(self, tablet_id: str, messages: list) -> list:
+        """Seed 05: a TOMBSTONED or COPYING replica still votes, from its consensus metadata and
+        the tombstone's last OpId, so a voter being copied cannot leave its tablet leaderless.
+        Everything else (AppendEntries above all: a copy is what brings it back) is refused;
+        those messages are returned."""
+        votes = [m for m in messages if isinstance(m, VoteRequest) and m.to_uuid == self.uuid]
+        others = [m for m in messages if not isinstance(m, VoteRequest)]
+        if not votes:
+            return others
+        paths = self.paths(tablet_id)
+        async with self.lock:  # not while a copy installs (it merges the metadata)
+            if self.state(tablet_id) == TabletState.RUNNING:  # the copy finished meanwhile
+                self.entries[tablet_id].replica.step(votes)
+                return others
+            if not (paths.disk.exists(paths.consensus_meta) and paths.disk.exists(paths.superblock)):
+                return messages  # a copy onto a new replica: no metadata to vote with yet
+            answers = await asyncio.to_thread(tombstone_vote, paths, self.uuid, votes)
+        tlog, send = self.log(tablet_id), self._sender(tablet_id)
+        for m, (resp, why) in zip(votes, answers, strict=True):
+            tlog.info("tombstoned replica %s %s to %s for term %d, its last op (%d, %d): %s",
+                      "granted" if resp is not None and resp.granted else "denied",
+                      "pre-vote" if m.pre_vote else "vote", m.from_uuid, m.term, m.last_term,
+                      m.last_index, why)
+            if resp is not None:
+                send(m.from_uuid, [resp])
+        return others
+
+    # -- tablet copy, the receiving side (seed 05) --------------------------------------------
+    async def begin_copy(self, req: StartTabletCopy) -> TabletState | None:
+        """Check StartTabletCopy's guards and mark the tablet COPYING; returns the state it was
+        in (None: no replica). Refused for a caller in an older term or one that expects the
+        replica in another state (ILLEGAL_STATE), and for a running replica the caller's
+        retained log can still catch up (REPLICA_NOT_BEHIND): only a replica that is really
+        behind is tombstoned first."""
+        tid, paths = req.tablet_id, self.paths(req.tablet_id)
+        async with self.lock:
+            e = self.entries.get(tid)
+            if e is not None and e.stored == TabletState.COPYING:
+                raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {tid}: a copy is in progress")
+            if e is not None and e.stored == TabletState.FAILED:
+                raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {tid} failed here: {e.error}")
+            before = e.stored if e is not None else None
+            state = before.value if before is not None else "MISSING"
+            if req.current_state and req.current_state != state:
+                raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {tid} is {state} here, not "
+                               f"{req.current_state} as the caller expects")
+            if paths.disk.exists(paths.consensus_meta):
+                cmeta = await asyncio.to_thread(ConsensusMetadata.load, paths.consensus_meta,
+                                                paths.disk)
+                if req.caller_term < cmeta.current_term:
+                    raise RpcError(ErrorCode.ILLEGAL_STATE, f"caller's term {req.caller_term} is "
+                                   f"older than ours, {cmeta.current_term}")
+            if before == TabletState.RUNNING:
+                up_to_date = _not_behind(e.replica, req)
+                if up_to_date is not None:
+                    self.log(tid).info("refused tablet copy from %s (caller term %d): %s",
+                                       req.source.uuid, req.caller_term, up_to_date)
+                    raise RpcError(ErrorCode.REPLICA_NOT_BEHIND, f"tablet {tid}: {up_to_date}")
+                await self._tombstone(e)
+                before = TabletState.TOMBSTONED
+            table = e.table if e is not None else "?"
+            self.entries[tid] = TabletEntry(tid, table, TabletState.COPYING)
+        self.log(tid).info("tablet copy from %s starting (caller term %d, replica %s, the "
+                           "caller believes it holds index %d)", req.source.uuid,
+                           req.caller_term, state, req.peer_match)
+        return before
+
+    async def finish_copy(self, tablet_id: str, data: TabletCopyData) -> Replica:
+        """Install a fetched copy and start its replica; a failed install (e.g. a full disk)
+        goes back to a tombstone, as start-up would."""
+        paths = self.paths(tablet_id)
+        async with self.lock:
+            try:
+                await asyncio.to_thread(install_copy, paths, data, self.options.faults)
+            except Exception:
+                table = await asyncio.to_thread(abandon_copy, paths)
+                if table is not None:
+                    self.entries[tablet_id] = TabletEntry(tablet_id, table, TabletState.TOMBSTONED)
+                raise
+            return self._start_replica(tablet_id, data.table_name)
+
+    def abandon_copy(self, tablet_id: str, before: TabletState | None) -> None:
+        """A copy that did not install: the tablet is back in the state it was in."""
+        e = self.entries.get(tablet_id)
+        if e is None or e.stored != TabletState.COPYING:
+            return  # installed, or finish_copy already put a tombstone back
+        if before is None:
+            del self.entries[tablet_id]
+        else:
+            self.entries[tablet_id] = TabletEntry(tablet_id, e.table, before)
+
+
+def _not_behind(r: Replica, req: StartTabletCopy) -> str | None:
+    """Why a running replica must not be copied over, or None if it is really behind the
+    caller's retained log (seed 05: only a replica AppendEntries cannot help is replaced)."""
+    first = req.retained_from
+    if first is None:
+        return "the replica is running and the caller did not say which log it retains"
+    if r.failed:
+        return None  # a replica that stopped serving cannot be caught up either
+    (start_term, start), (last_term, last) = r.log_bounds()
+    mine = f"its log holds ({start_term}, {start})..({last_term}, {last})"
+    if start >= first.index:
+        return f"not behind: {mine}, its snapshot at or past the caller's first retained " \
+               f"op ({first.term}, {first.index})"
+    if r.holds(first.index, first.term):
+        return f"not behind: {mine}, including the caller's first retained op " \
+               f"({first.term}, {first.index}); AppendEntries can catch it up"
+    return None
