@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from node.entry import Entry, EntryType
 from node.wal import Log, LogOptions, WalCorruption, WalError, read_log
 from node.wal import format as fmt
-from node.wal.segment import segment_name
+from node.wal.segment import SECTOR, segment_name
 
 TABLET = "tablet-1"
 SMALL = LogOptions(log_segment_size_mb=0.05, log_preallocate_segments=False)
@@ -79,10 +79,18 @@ def test_every_bit_flip_in_a_finished_segment_is_a_hard_error_at_that_batch(tmp_
         assert (err.value.path, err.value.offset) == (path, start), bit
 
 
+def _torn_looking(data: bytes, bit: int, batch_offset: int) -> bool:
+    """A flip the reader cannot tell from a torn write: in the newest batch's header (its
+    length is then untrusted), or one that zeroes the batch's last byte (unwritten space
+    reads as zeros)."""
+    return bit // 8 < batch_offset + fmt.BATCH_HEADER_SIZE or flip(data, bit)[-1] == 0
+
+
 def test_every_bit_flip_in_an_unfinished_segment_is_detected(tmp_path):
     """Before the last batch a flip is corruption (an intact batch follows it, which no crash
-    can produce); in the last batch it is indistinguishable from a torn write, so that batch,
-    never acknowledged as far as the disk can tell, is cut."""
+    can produce). In the last batch a flip in the data is corruption too: the batch was written
+    whole (no zero sector, a non-zero last byte), so cutting it would drop fsynced entries. Only
+    a flip in its header (or one zeroing its last byte) looks torn, and that batch is cut."""
     data, offsets = build(BATCHES, footer=False)
     for bit in range(offsets[0] * 8, len(data) * 8):
         put(tmp_path, 1, flip(data, bit))
@@ -91,10 +99,27 @@ def test_every_bit_flip_in_an_unfinished_segment_is_detected(tmp_path):
             with pytest.raises(WalCorruption) as err:
                 read_log(str(tmp_path), TABLET)
             assert err.value.offset == offsets[victim] and "intact batch follows" in err.value.reason
+        elif not _torn_looking(data, bit, offsets[victim]):
+            with pytest.raises(WalCorruption) as err:
+                read_log(str(tmp_path), TABLET)
+            assert err.value.offset == offsets[victim] and "written whole" in err.value.reason
         else:
             log = read_log(str(tmp_path), TABLET)
             assert log.entries == BATCHES[0] + BATCHES[1]
             assert log.unclosed.offset == offsets[victim] and log.unclosed.garbage_bytes > 0
+
+
+def test_a_torn_last_batch_with_an_unwritten_sector_inside_is_cut_not_refused(tmp_path):
+    """Pages persisted out of order: the batch's end made it to disk, a sector inside did not
+    (it reads as zeros). That is a torn write, so the batch is cut, not refused."""
+    batches = [entries(1, 2), entries(3, 1, size=3000)]
+    data, offsets = build(batches, footer=False)
+    hole = (offsets[1] // SECTOR + 2) * SECTOR
+    torn = data[:hole] + bytes(SECTOR) + data[hole + SECTOR:]
+    assert torn[-1] != 0
+    put(tmp_path, 1, torn)
+    log = read_log(str(tmp_path), TABLET)
+    assert log.entries == batches[0] and log.unclosed.offset == offsets[1]
 
 
 def test_a_flipped_segment_header_bit_is_a_hard_error_at_offset_0(tmp_path):
@@ -122,7 +147,7 @@ def test_property_any_bit_flip_in_any_batch_is_detected(tmp_path, sizes, where, 
     bit = offsets[0] * 8 + int(where * (area_end - offsets[0]) * 8)
     victim = max(i for i, o in enumerate(offsets) if o * 8 <= bit)
     put(tmp_path, 1, flip(data, bit))
-    if finished or victim < len(batches) - 1:
+    if finished or victim < len(batches) - 1 or not _torn_looking(data, bit, offsets[victim]):
         with pytest.raises(WalCorruption) as err:
             read_log(str(tmp_path), TABLET)
         assert err.value.offset == offsets[victim]

@@ -2,9 +2,12 @@
 replay it into the list of entries the log holds.
 
 The judgement is deliberately narrow. The only damage accepted is a torn tail: at the end of
-the newest segment, and only if that segment has no footer (it was still being written) and
-no intact batch follows the damage (a crash can only cut a write short; it cannot leave a
-good batch behind a bad one). Everything else names the file and offset and stops.
+the newest segment, and only if that segment has no footer (it was still being written), no
+intact batch follows the damage (a crash can only cut a write short; it cannot leave a good
+batch behind a bad one), and the damaged batch was not written whole (a torn write leaves
+unwritten, zero sectors; a bad CRC in a batch without any is a bit flip, which must not cut
+fsynced, acknowledged entries). Everything else names the file and offset and stops. A flip
+in the newest batch's 16-byte header still reads as torn: its length cannot be trusted.
 
 Kudu makes the same call. Its one false alarm: a power cut that persisted the pages of the
 last, never-acknowledged group out of order can leave an intact batch behind a hole; that
@@ -21,7 +24,14 @@ from node.disk import REAL, Disk
 from node.entry import Entry
 from node.wal import format as fmt
 from node.wal.errors import WalCorruption, WalError
-from node.wal.segment import TMP_PREFIX, Scan, entry_stats, parse_segment_name, scan_segment
+from node.wal.segment import (
+    TMP_PREFIX,
+    WRITTEN_WHOLE,
+    Scan,
+    entry_stats,
+    parse_segment_name,
+    scan_segment,
+)
 
 
 class UnclosedTail(msgspec.Struct, frozen=True):
@@ -66,6 +76,8 @@ def judge_segment(scan: Scan, is_last: bool) -> UnclosedTail | None:
             f"{scan.problem}, yet an intact batch follows at offset {scan.valid_batch_after}: "
             "corruption, not a torn write",
         )
+    if scan.problem == WRITTEN_WHOLE:
+        raise WalCorruption(path, scan.end, f"{scan.problem}: corruption, not a torn write")
     return UnclosedTail(path, scan.end, scan.garbage_end - scan.end, scan.problem)
 
 

@@ -94,6 +94,8 @@ def _scan_batches(buf: bytes, offset: int, end: int) -> tuple[list[Record], int,
             return records, offset, "batch data extends past the end of the segment"
         data = buf[start : start + length]
         if fmt.crc32c(data) != data_crc:
+            if written_whole(buf, offset, start + length):
+                return records, offset, WRITTEN_WHOLE
             return records, offset, "batch data CRC mismatch"
         try:
             if kind is fmt.BatchKind.ENTRIES:
@@ -106,6 +108,24 @@ def _scan_batches(buf: bytes, offset: int, end: int) -> tuple[list[Record], int,
         records.append(record)
         offset = start + length
     return records, offset, None
+
+
+SECTOR = 512  # the unit a disk writes atomically: a torn write loses whole sectors
+WRITTEN_WHOLE = ("batch data CRC mismatch in a batch written whole (it ends in a non-zero byte "
+                 "and has no unwritten sector)")
+
+
+def written_whole(buf: bytes, start: int, end: int) -> bool:
+    """Whether every sector of buf[start:end] holds written bytes. A crash tears an append into
+    zero-filled or preallocated space: it loses the batch's end, or (pages persisted out of
+    order) a whole sector inside it, and unwritten space reads as zeros. A batch that ends in a
+    non-zero byte and has no all-zero aligned sector was written entirely, so a CRC mismatch
+    in it is corruption (a bit flip), not a torn write, even as the newest batch."""
+    if end <= start or end > len(buf) or buf[end - 1] == 0:
+        return False
+    zero = bytes(SECTOR)
+    first = -(-start // SECTOR) * SECTOR
+    return all(buf[o : o + SECTOR] != zero for o in range(first, end - SECTOR + 1, SECTOR))
 
 
 def _find_valid_batch(buf: bytes, start: int, end: int) -> int | None:
