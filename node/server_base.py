@@ -23,7 +23,7 @@ from node.rpc import RpcClient, RpcServer
 from node.tserver.copy_trigger import CopyTrigger
 from node.tserver.metrics import TabletMetrics
 from node.tserver.service import ConsensusService
-from node.tserver.tablet_manager import TabletManager
+from node.tserver.tablet_manager import TabletManager, TabletState
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +125,7 @@ class ServerBase:
         return {"uuid": self.uuid, "kind": self.kind, "rpc": f"{self.me.host}:{self.me.port}",
                 "wall_time": time.time(),  # what this process believes the time is (clock faults)
                 "tablets": {tid: r.status() for tid, r in self.replicas.items()},
-                "failed": {e.tablet_id: e.reason for e in entries if e.state.value == "FAILED"},
+                "failed": {e.tablet_id: e.reason for e in entries
+                           if e.state == TabletState.FAILED},
                 "tombstoned": sorted(e.tablet_id for e in entries
-                                     if e.state.value == "TOMBSTONED")}
+                                     if e.state == TabletState.TOMBSTONED)}

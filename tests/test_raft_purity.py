@@ -5,7 +5,7 @@ import pathlib
 
 import node.consensus
 
-ALLOWED = {"__future__", "dataclasses", "enum", "random", "collections", "typing", "msgspec", "node.entry"}
+ALLOWED = {"__future__", "dataclasses", "enum", "random", "collections", "collections.abc", "typing", "msgspec", "node.entry"}
 FORBIDDEN = {"asyncio", "socket", "time", "threading", "os", "subprocess", "select", "io", "pathlib", "datetime"}
 
 

@@ -35,6 +35,7 @@ Proposals the core refuses raise a ProposalError subclass (NotLeader, CasMismatc
 ChangePending, InvalidChange, SteppingDown). A follower whose next entry is below the leader's
 first retained index shows `needs_tablet_copy` in `status().peers` instead of being retried.
 Messages are msgspec Structs: encode with msgspec.msgpack, decode with `type=Message`.
+quorum.py, progress.py and confchange.py hold the pure rules the core composes.
 """
 
 from .core import RaftCore

@@ -2,7 +2,8 @@
 
 See the package docstring for the driver contract. Method names follow the Raft paper; the
 small `_`-methods that decide safety questions (log up to date, commit rule, quorum counting,
-config-change gate, hard state) are separate so tests can substitute wrong variants.
+config-change gate, hard state) are separate so tests can substitute wrong variants; the rules
+themselves live in quorum.py, progress.py and confchange.py.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 
 from node.entry import Entry, EntryType
 
+from . import confchange, quorum
 from .log import RaftLog
 from .messages import (
     AppendEntries,
@@ -22,8 +24,9 @@ from .messages import (
     VoteRequest,
     VoteResponse,
 )
+from .progress import Progress
+from .quorum import VoteResult
 from .types import (
-    CasMismatch,
     ChangeOp,
     ChangePending,
     ConfigChange,
@@ -36,7 +39,6 @@ from .types import (
     HardState,
     InvalidChange,
     Member,
-    MemberType,
     NotLeader,
     PeerStatus,
     PersistedState,
@@ -52,17 +54,6 @@ from .types import (
     decode_config,
     encode_config,
 )
-
-
-@dataclass
-class Progress:
-    """The leader's view of one peer. One AppendEntries in flight at a time (Kudu's queue)."""
-
-    next: int
-    match: int = 0
-    inflight: bool = False
-    recent_active: bool = False
-    needs_copy: bool = False
 
 
 @dataclass
@@ -236,11 +227,10 @@ class RaftCore:
             self._broadcast_heartbeat()
 
     def _quorum_active(self) -> bool:
-        voters = self.active_config.voters()
-        active = sum(
-            1 for v in voters if v == self.id or (v in self.progress and self.progress[v].recent_active)
+        return quorum.has_quorum(
+            self.active_config.voters(),
+            lambda v: v == self.id or (v in self.progress and self.progress[v].recent_active),
         )
-        return active >= len(voters) // 2 + 1
 
     def campaign(self) -> None:
         """Start an election now, as if the election timer fired (Kudu's RunLeaderElection)."""
@@ -260,8 +250,7 @@ class RaftCore:
         and raises SteppingDown: the driver retries against the new leader."""
         self._check_idle()
         self._require_leader()
-        if cas_config_index != self.committed_config.opid_index:
-            raise CasMismatch(cas_config_index, self.committed_config.opid_index)
+        confchange.check_cas(cas_config_index, self.committed_config.opid_index)
         self._check_change_allowed()
         new_config = self._changed_config(change)
         if change.op == ChangeOp.REMOVE and change.uuid == self.id:
@@ -277,39 +266,13 @@ class RaftCore:
         )
 
     def _check_change_allowed(self) -> None:
-        if self._pending_configs:
-            raise ChangePending("a config change is not committed yet")
-        if self.log.term_at(self.commit) != self.term:
-            # Without an entry of its own term committed, a new leader could still have an
-            # uncommitted change of a deposed leader in flight (Ongaro's one-by-one bug).
-            raise ChangePending("leader has not committed an entry in its term yet")
+        confchange.check_allowed(bool(self._pending_configs), self.log.term_at(self.commit), self.term)
 
     def _changed_config(self, change: ConfigChange) -> tuple[Member, ...]:
-        config = self.active_config
-        current = config.member(change.uuid)
-        if change.op == ChangeOp.ADD_NON_VOTER:
-            if current is not None:
-                raise InvalidChange(f"{change.uuid} is already a member")
-            return config.members + (Member(change.uuid, MemberType.NON_VOTER, change.promote),)
-        if current is None:
-            raise InvalidChange(f"{change.uuid} is not a member")
-        if change.op == ChangeOp.PROMOTE:
-            if current.member_type != MemberType.NON_VOTER:
-                raise InvalidChange(f"{change.uuid} is already a voter")
-            return tuple(
-                Member(m.uuid, MemberType.VOTER) if m.uuid == change.uuid else m for m in config.members
-            )
-        remaining = tuple(m for m in config.members if m.uuid != change.uuid)
-        if not any(m.member_type == MemberType.VOTER for m in remaining):
-            raise InvalidChange("cannot remove the last voter")
-        return remaining
+        return confchange.apply(self.active_config, change)
 
     def _most_up_to_date_voter(self) -> str | None:
-        best = None
-        for uuid in self.active_config.voters():
-            if uuid != self.id and (best is None or self.progress[uuid].match > self.progress[best].match):
-                best = uuid
-        return best
+        return confchange.successor(self.active_config.voters(), self.id, lambda u: self.progress[u].match)
 
     def transfer_leadership(self, to: str) -> None:
         """Bring `to` up to date, then tell it to campaign at once (TimeoutNow). Proposals are
@@ -361,11 +324,7 @@ class RaftCore:
         pr = self.progress.get(uuid)
         if self.role != Role.LEADER or term != self.term or pr is None:
             return
-        pr.match = min(match, self.log.last_index())
-        pr.next = pr.match + 1
-        pr.inflight = False
-        pr.needs_copy = False
-        pr.recent_active = True
+        pr.reset(min(match, self.log.last_index()))
         self._maybe_promote()  # as an acknowledgement would: the copy may be all it lacked
         if pr.next <= self.log.last_index():
             self._send_append(uuid)
@@ -408,7 +367,7 @@ class RaftCore:
         self.votes = {self.id: True}
         self._reset_election_timer()
         self._election_event("started", pre_vote)
-        if self._tally_won():
+        if self._tally() is VoteResult.WON:
             self._election_won(pre_vote)
             return
         last_index, last_term = self.log.last_index(), self.log.last_term()
@@ -416,13 +375,8 @@ class RaftCore:
             if uuid != self.id:
                 self._send(VoteRequest(vote_term, self.id, uuid, last_index, last_term, pre_vote, transfer))
 
-    def _tally_won(self) -> bool:
-        voters = self.active_config.voters()
-        return sum(1 for v in voters if self.votes.get(v)) >= len(voters) // 2 + 1
-
-    def _tally_lost(self) -> bool:
-        voters = self.active_config.voters()
-        return sum(1 for v in voters if self.votes.get(v) is False) >= len(voters) // 2 + 1
+    def _tally(self) -> VoteResult:
+        return quorum.vote_result(self.active_config.voters(), self.votes)
 
     def _election_event(self, outcome: str, pre_vote: bool, reason: str = "") -> None:
         voters = self.active_config.voters()
@@ -468,22 +422,12 @@ class RaftCore:
 
     def _send_append(self, uuid: str, copy_probe: bool = False) -> None:
         pr = self.progress[uuid]
-        if pr.inflight:
+        prev = pr.start_append(self.log.offset, copy_probe)
+        if prev is None:
             return
-        prev = pr.next - 1
-        if prev < self.log.offset:
-            # The entries it needs are compacted away: only a tablet copy can help. Probe at our
-            # compaction point, at heartbeat pace only, to notice when a copy has landed.
-            pr.needs_copy = True
-            if not copy_probe:
-                return
-            prev = self.log.offset
-            entries: tuple[Entry, ...] = ()
-        else:
-            entries = self.log.batch(pr.next, self.cfg.max_batch_bytes)
-        prev_term = self.log.term_at(prev)
-        pr.inflight = True
-        self._send(AppendEntries(self.term, self.id, uuid, prev, prev_term, entries, self.commit))
+        # a peer that needs a tablet copy gets an empty probe at our compaction point
+        entries = () if pr.needs_copy else self.log.batch(pr.next, self.cfg.max_batch_bytes)
+        self._send(AppendEntries(self.term, self.id, uuid, prev, self.log.term_at(prev), entries, self.commit))
 
     def _broadcast_heartbeat(self) -> None:
         ctx = self._reads[-1].ctx if self._reads else b""
@@ -492,11 +436,10 @@ class RaftCore:
 
     def _quorum_index(self) -> int:
         """Highest index stored by a majority of voters (our own entries count once durable)."""
-        voters = self.active_config.voters()
-        matches = sorted(
-            (self.log.stable if v == self.id else self.progress[v].match for v in voters), reverse=True
+        return quorum.committed_index(
+            self.active_config.voters(),
+            lambda v: self.log.stable if v == self.id else self.progress[v].match,
         )
-        return matches[len(voters) // 2]
 
     def _maybe_commit(self) -> None:
         n = self._quorum_index()
@@ -530,14 +473,14 @@ class RaftCore:
         lacks is the tail the leader is replicating in the current round."""
         if self.transferee is not None:
             return
-        for m in self.active_config.members:
-            if m.member_type == MemberType.NON_VOTER and m.promote and self.progress[m.uuid].match >= self.commit:
-                try:
-                    self._check_change_allowed()
-                except ChangePending:
-                    return
-                self.propose_config_change(ConfigChange(ChangeOp.PROMOTE, m.uuid), self.committed_config.opid_index)
-                return
+        uuid = confchange.promotion_candidate(self.active_config, lambda u: self.progress[u].match, self.commit)
+        if uuid is None:
+            return
+        try:
+            self._check_change_allowed()
+        except ChangePending:
+            return
+        self.propose_config_change(ConfigChange(ChangeOp.PROMOTE, uuid), self.committed_config.opid_index)
 
     def _start_read(self, ctx: bytes) -> None:
         self._reads.append(_PendingRead(ctx, self.commit, {self.id}))
@@ -548,9 +491,8 @@ class RaftCore:
     def _release_reads(self) -> None:
         """A quorum acknowledging a read's heartbeat also confirms every earlier read."""
         voters = self.active_config.voters()
-        quorum = len(voters) // 2 + 1
         for i in range(len(self._reads) - 1, -1, -1):
-            if sum(1 for v in voters if v in self._reads[i].acks) >= quorum:
+            if quorum.has_quorum(voters, self._reads[i].acks.__contains__):
                 done, self._reads = self._reads[: i + 1], self._reads[i + 1 :]
                 self._read_states.extend(ReadState(r.ctx, r.index) for r in done)
                 return
@@ -625,9 +567,10 @@ class RaftCore:
         elif self.role != Role.CANDIDATE:
             return
         self.votes[m.from_uuid] = m.granted
-        if self._tally_won():
+        result = self._tally()
+        if result is VoteResult.WON:
             self._election_won(m.pre_vote)
-        elif self._tally_lost():
+        elif result is VoteResult.LOST:
             self._note_failed_election()
             self._election_event("lost", m.pre_vote, "a majority refused")
             self._become_follower(self.term, None)
@@ -702,32 +645,24 @@ class RaftCore:
             return
         pr.recent_active = True
         if m.success:
-            if m.match_index < pr.match:
-                return  # stale duplicate
-            pr.inflight = False
-            pr.needs_copy = False
-            if m.match_index > pr.match:
-                pr.match = m.match_index
-                pr.next = max(pr.next, pr.match + 1)
+            if pr.stale_ack(m.match_index):
+                return
+            if pr.ack(m.match_index):
                 self._maybe_commit()
                 self._maybe_promote()
-            pr.next = max(pr.next, pr.match + 1)
             if m.from_uuid == self.transferee and pr.match == self.log.last_index():
                 self._send(TimeoutNow(self.term, self.id, m.from_uuid))
         else:
-            if m.reject_index != pr.next - 1:
-                return  # stale: not the answer to our outstanding request
-            pr.inflight = False
+            if pr.stale_reject(m.reject_index):
+                return
             probe = m.hint_index
             if m.hint_term > 0:
                 probe = self.log.find_conflict_by_term(m.hint_index, m.hint_term)
-            if m.reject_index <= pr.match:
-                # It lacks what it acknowledged. Probing only above its match would resend the
-                # same refused append forever; the committed entries it lost are still on a
-                # majority (unless they lied too), so rebuild it from where it now is.
+            if pr.lost_acknowledged(m.reject_index):
+                # The committed entries it lost are still on a majority (unless they lied too),
+                # so it is rebuilt from where it now is.
                 self._events.append(FollowerLostEntries(m.from_uuid, pr.match, probe))
-                pr.match = min(pr.match, probe)
-            pr.next = max(min(pr.next - 1, probe + 1), pr.match + 1)
+            pr.reject(m.reject_index, probe)
         if pr.next <= self.log.last_index():
             self._send_append(m.from_uuid)
 
@@ -740,8 +675,7 @@ class RaftCore:
         pr = self.progress.get(m.from_uuid)
         if pr is None or self.role != Role.LEADER:
             return
-        pr.recent_active = True
-        pr.inflight = False  # the request or its answer may have been lost: retry
+        pr.heartbeat_answered()
         if pr.match < self.log.last_index() or pr.needs_copy:
             self._send_append(m.from_uuid, copy_probe=True)
         if m.ctx:

@@ -1,0 +1,81 @@
+"""One-by-one membership change rules (Raft thesis §4.1, Kudu's ChangeConfig), without joint
+consensus: each change adds, promotes or removes one member, so the old and new voter sets
+differ by at most one voter and any majority of one intersects any majority of the other.
+That argument holds only if changes never overlap, hence the gate in `check_allowed`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .types import (
+    CasMismatch,
+    ChangeOp,
+    ChangePending,
+    ConfigChange,
+    InvalidChange,
+    Member,
+    MemberType,
+    RaftConfig,
+)
+
+
+def check_cas(cas_config_index: int, committed_index: int) -> None:
+    """The caller names the committed config it based its change on (Kudu's cas_config_opid
+    index), so two administrators cannot each apply a change to a config the other replaced."""
+    if cas_config_index != committed_index:
+        raise CasMismatch(cas_config_index, committed_index)
+
+
+def check_allowed(pending: bool, commit_term: int | None, term: int) -> None:
+    """Refuse a change while another is uncommitted (`pending`), or before the leader has
+    committed an entry of its own `term` (`commit_term`: the term of its commit index). Without
+    the second rule a new leader could still hold a deposed leader's uncommitted change and
+    overlap two changes anyway (Ongaro's one-by-one bug)."""
+    if pending:
+        raise ChangePending("a config change is not committed yet")
+    if commit_term != term:
+        raise ChangePending("leader has not committed an entry in its term yet")
+
+
+def apply(config: RaftConfig, change: ConfigChange) -> tuple[Member, ...]:
+    """The members after `change`, or InvalidChange. A new member joins as a NON_VOTER (it
+    catches up without counting in any quorum); only a NON_VOTER can be promoted; the last voter
+    can never be removed, as no quorum would remain."""
+    current = config.member(change.uuid)
+    if change.op == ChangeOp.ADD_NON_VOTER:
+        if current is not None:
+            raise InvalidChange(f"{change.uuid} is already a member")
+        return config.members + (Member(change.uuid, MemberType.NON_VOTER, change.promote),)
+    if current is None:
+        raise InvalidChange(f"{change.uuid} is not a member")
+    if change.op == ChangeOp.PROMOTE:
+        if current.member_type != MemberType.NON_VOTER:
+            raise InvalidChange(f"{change.uuid} is already a voter")
+        return tuple(
+            Member(m.uuid, MemberType.VOTER) if m.uuid == change.uuid else m for m in config.members
+        )
+    remaining = tuple(m for m in config.members if m.uuid != change.uuid)
+    if not any(m.member_type == MemberType.VOTER for m in remaining):
+        raise InvalidChange("cannot remove the last voter")
+    return remaining
+
+
+def successor(voters: Sequence[str], leader: str, match: Callable[[str], int]) -> str | None:
+    """Who takes over when the leader is asked to remove itself: the voter with the highest
+    match (the first such in config order), as it needs the fewest entries before TimeoutNow.
+    None if the leader is the only voter."""
+    best = None
+    for uuid in voters:
+        if uuid != leader and (best is None or match(uuid) > match(best)):
+            best = uuid
+    return best
+
+
+def promotion_candidate(config: RaftConfig, match: Callable[[str], int], commit: int) -> str | None:
+    """The first NON_VOTER marked `promote` that holds every committed entry: what it still
+    lacks is the tail being replicated now, so making it a voter cannot stall commits for long."""
+    for m in config.members:
+        if m.member_type == MemberType.NON_VOTER and m.promote and match(m.uuid) >= commit:
+            return m.uuid
+    return None

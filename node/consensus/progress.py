@@ -1,0 +1,105 @@
+"""The leader's view of one peer (etcd/raft's tracker.Progress), as bookkeeping only: the core
+decides what to send and sends it; Progress says where a peer's log stands and whether an
+AppendEntries may go out.
+
+Kudu's peer queue keeps one request in flight per peer, so etcd's probe and replicate modes
+collapse into one: the only flow-control state is whether a request is out. A peer whose next
+entry is compacted away is a third state, because only a tablet copy can help it and sending it
+entries is pointless until one lands.
+
+Invariants: match < next; in NEEDS_COPY, next - 1 is below the leader's compaction point (the
+log's offset only grows, and next only grows by an acknowledgement or a reset, both of which
+leave NEEDS_COPY).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class PeerState(enum.Enum):
+    IDLE = "IDLE"  # nothing outstanding: the next AppendEntries may go out
+    IN_FLIGHT = "IN_FLIGHT"  # one AppendEntries unanswered; no other until it is (or a heartbeat is)
+    NEEDS_COPY = "NEEDS_COPY"  # its next entry is below our first retained index
+
+
+@dataclass
+class Progress:
+    next: int
+    match: int = 0
+    state: PeerState = PeerState.IDLE
+    # Answered since the last check-quorum round: a leader that hears from no majority for an
+    # election timeout steps down rather than keep serving a minority.
+    recent_active: bool = False
+
+    @property
+    def needs_copy(self) -> bool:
+        return self.state is PeerState.NEEDS_COPY
+
+    def stale_ack(self, match: int) -> bool:
+        """A success below what the peer already acknowledged is a reordered duplicate: the
+        peer's log only gained entries since, so acting on it would move backwards."""
+        return match < self.match
+
+    def ack(self, match: int) -> bool:
+        """A (non-stale) success: the peer holds our log up to `match`. Returns whether match
+        advanced, i.e. whether the commit index may move."""
+        self.state = PeerState.IDLE
+        advanced = match > self.match
+        if advanced:
+            self.match = match
+        self.next = max(self.next, self.match + 1)
+        return advanced
+
+    def stale_reject(self, rejected: int) -> bool:
+        """Only the answer to our outstanding request (prev index next - 1) moves `next`: an
+        older rejection describes a probe we have already moved past."""
+        return rejected != self.next - 1
+
+    def lost_acknowledged(self, rejected: int) -> bool:
+        """The peer refused an append at or below an index it had acknowledged storing: its
+        storage lost acknowledged entries (see FollowerLostEntries)."""
+        return rejected <= self.match
+
+    def reject(self, rejected: int, probe: int) -> None:
+        """A (non-stale) rejection; `probe` is the leader's best guess of the last index where
+        the logs agree (from the peer's hint). Back off to just above it, one entry at least,
+        but never to or below match, unless the peer lost what it acknowledged: then match is
+        no longer true and is lowered to the probe, since probing above a match the peer no
+        longer has would resend the same refused append forever."""
+        if self.state is PeerState.IN_FLIGHT:
+            self.state = PeerState.IDLE
+        if self.lost_acknowledged(rejected):
+            self.match = min(self.match, probe)
+        self.next = max(min(self.next - 1, probe + 1), self.match + 1)
+
+    def heartbeat_answered(self) -> None:
+        """The request in flight or its answer may have been lost: allow a retry."""
+        self.recent_active = True
+        if self.state is PeerState.IN_FLIGHT:
+            self.state = PeerState.IDLE
+
+    def start_append(self, compacted_to: int, copy_probe: bool) -> int | None:
+        """May an AppendEntries go out now, and after which index? None: nothing may be sent.
+
+        If what the peer needs is at or below `compacted_to` (the log's compaction point), the
+        peer needs a tablet copy; then only a `copy_probe` (heartbeat pace) goes out, an empty
+        append at the compaction point whose success shows that a copy has landed. A copy probe
+        leaves the state NEEDS_COPY (status keeps reporting it) rather than IN_FLIGHT."""
+        if self.state is PeerState.IN_FLIGHT:
+            return None
+        prev = self.next - 1
+        if prev < compacted_to:
+            self.state = PeerState.NEEDS_COPY
+            return compacted_to if copy_probe else None
+        self.state = PeerState.IN_FLIGHT
+        return prev
+
+    def reset(self, match: int) -> None:
+        """A tablet copy replaced the peer's log with ours up to `match`: what we knew of its old
+        log (its match may even be higher, if it lost entries) no longer applies."""
+        self.match = match
+        self.next = match + 1
+        self.state = PeerState.IDLE
+        self.recent_active = True

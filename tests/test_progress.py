@@ -1,0 +1,91 @@
+"""Peer progress bookkeeping (node.consensus.progress): each transition in both directions, and
+the answers that must be ignored."""
+
+import pytest
+
+from node.consensus.progress import PeerState, Progress
+
+IDLE, IN_FLIGHT, NEEDS_COPY = PeerState.IDLE, PeerState.IN_FLIGHT, PeerState.NEEDS_COPY
+
+
+def test_a_new_peer_is_idle_and_probed_from_the_leaders_tail():
+    pr = Progress(next=8)
+    assert (pr.match, pr.next, pr.state, pr.recent_active, pr.needs_copy) == (0, 8, IDLE, False, False)
+
+
+@pytest.mark.parametrize("state,next_,compacted,copy_probe,want_prev,want_state", [
+    (IDLE, 8, 0, False, 7, IN_FLIGHT),  # normal send after index 7
+    (IDLE, 8, 7, False, 7, IN_FLIGHT),  # prev is the compaction point itself: still in the log
+    (IN_FLIGHT, 8, 0, False, None, IN_FLIGHT),  # one request at a time
+    (IN_FLIGHT, 8, 0, True, None, IN_FLIGHT),
+    (IDLE, 5, 6, False, None, NEEDS_COPY),  # needs index 5, compacted through 6
+    (IDLE, 5, 6, True, 6, NEEDS_COPY),  # heartbeat pace: an empty probe at the compaction point
+    (NEEDS_COPY, 5, 6, False, None, NEEDS_COPY),
+    (NEEDS_COPY, 5, 6, True, 6, NEEDS_COPY),  # a copy probe out still reports NEEDS_COPY
+])
+def test_start_append(state, next_, compacted, copy_probe, want_prev, want_state):
+    pr = Progress(next=next_, state=state)
+    assert pr.start_append(compacted, copy_probe) == want_prev
+    assert pr.state is want_state and pr.next == next_
+
+
+@pytest.mark.parametrize("match,ack,stale,advanced,want_match,want_next", [
+    (3, 2, True, None, 3, 9),  # a reordered older success: ignored
+    (3, 3, False, False, 3, 9),  # a duplicate: frees the slot, nothing else
+    (3, 5, False, True, 5, 9),  # next stays ahead of what was sent
+    (3, 9, False, True, 9, 10),  # next follows match up
+])
+def test_ack(match, ack, stale, advanced, want_match, want_next):
+    pr = Progress(next=9, match=match, state=IN_FLIGHT)
+    assert pr.stale_ack(ack) is stale
+    if not stale:
+        assert pr.ack(ack) is advanced
+        assert pr.state is IDLE
+    assert (pr.match, pr.next) == (want_match, want_next)
+
+
+def test_an_ack_ends_needs_copy():
+    """Success at the compaction point means a tablet copy landed."""
+    pr = Progress(next=3, state=NEEDS_COPY)
+    pr.ack(6)
+    assert (pr.state, pr.match, pr.next, pr.needs_copy) == (IDLE, 6, 7, False)
+
+
+@pytest.mark.parametrize("match,next_,rejected,probe,want_match,want_next", [
+    (0, 9, 8, 4, 0, 5),  # the hint skips a divergent term: back off to just above the probe
+    (0, 9, 8, 8, 0, 8),  # a useless hint still backs off by one
+    (3, 9, 8, 1, 3, 4),  # never to or below match...
+    (5, 6, 5, 3, 3, 4),  # ...unless it lost what it acknowledged: match drops to the probe
+    (5, 6, 5, 7, 5, 6),  # a probe above match does not raise it
+])
+def test_reject(match, next_, rejected, probe, want_match, want_next):
+    pr = Progress(next=next_, match=match, state=IN_FLIGHT)
+    assert not pr.stale_reject(rejected)
+    assert pr.lost_acknowledged(rejected) is (rejected <= match)
+    pr.reject(rejected, probe)
+    assert (pr.match, pr.next, pr.state) == (want_match, want_next, IDLE)
+
+
+@pytest.mark.parametrize("rejected", [7, 9, 0])
+def test_a_rejection_of_anything_but_the_outstanding_request_is_stale(rejected):
+    assert Progress(next=9, match=2).stale_reject(rejected)
+
+
+def test_a_rejection_keeps_needs_copy():
+    pr = Progress(next=3, state=NEEDS_COPY)
+    pr.reject(2, 0)
+    assert pr.state is NEEDS_COPY and pr.next == 1
+
+
+@pytest.mark.parametrize("state,want", [(IDLE, IDLE), (IN_FLIGHT, IDLE), (NEEDS_COPY, NEEDS_COPY)])
+def test_a_heartbeat_answer_frees_the_slot_and_marks_the_peer_active(state, want):
+    pr = Progress(next=4, state=state)
+    pr.heartbeat_answered()
+    assert pr.state is want and pr.recent_active
+
+
+@pytest.mark.parametrize("state", list(PeerState))
+def test_reset_starts_over_from_the_copy(state):
+    pr = Progress(next=9, match=8, state=state)  # its old match may be above the copy
+    pr.reset(3)
+    assert (pr.match, pr.next, pr.state, pr.recent_active) == (3, 4, IDLE, True)
