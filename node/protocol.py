@@ -10,7 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from node.consensus import Message
-from node.tablet.ops import Op, Result
+from node.tablet.ops import Op, Result, RowOp
 from node.tablet.state import Snapshot
 from node.tablet.superblock import OpId, Partition
 
@@ -44,6 +44,22 @@ class Write(msgspec.Struct, frozen=True):
     session: int = 0
     seq: int = 0
     acked_below: int = 0
+
+
+class WriteBatch(msgspec.Struct, frozen=True):
+    """`ts.write_batch`: many row ops of one session to one tablet, replicated as ONE entry
+    (Kudu's WriteRequestPB). Op i is seq `seq + i` (ops.Batch); at most the tablet's
+    `max_results_per_session` ops, else INVALID_ARGUMENT before anything is proposed."""
+
+    tablet_id: str
+    ops: list[RowOp]
+    session: int
+    seq: int
+    acked_below: int = 0
+
+
+class BatchResult(msgspec.Struct, frozen=True):
+    results: list[Result]  # one per op of the WriteBatch, in order
 
 
 class Read(msgspec.Struct, frozen=True):

@@ -57,7 +57,7 @@ from node.errors import CorruptionError, TesseraError
 from node.faults import Faults
 from node.logfmt import SAFETY, TabletLog, log_failure
 from node.tablet.cmeta import ConsensusMetadata
-from node.tablet.ops import Op, Result, encode_command
+from node.tablet.ops import Batch, Op, Result, RowOp, encode_command
 from node.tablet.paths import TabletPaths
 from node.tablet.snapshot import SnapshotStore
 from node.tablet.state import Snapshot, StateMachine
@@ -515,6 +515,27 @@ class Replica:
         """Replicate one command and return its result once applied here and commit-waited: an
         ok result carries the command's hybrid timestamp, and is returned only once every clock
         of the cluster is past it (`_commit_wait`)."""
+        result = await self._propose_command(op, session, seq, acked_below)
+        if result is not None and result.timestamp:
+            await self._commit_wait(result.timestamp)
+        return result
+
+    async def write_batch(self, ops: list[RowOp], *, session: int, seq: int,
+                          acked_below: int) -> list[Result]:
+        """Replicate many row ops of one session as ONE entry (ops.Batch: op i is seq + i) and
+        return one result per op, commit-waited once: every op shares the entry's timestamp.
+        Raises ValueError, before proposing anything, for a batch the session bound cannot
+        keep (Limits.check_batch)."""
+        batch = Batch(ops)
+        self.state.limits.check_batch(batch)
+        results = await self._propose_command(batch, session, seq, acked_below)
+        ts = max((r.timestamp for r in results), default=0)
+        if ts:
+            await self._commit_wait(ts)
+        return results
+
+    async def _propose_command(self, op: Op, session: int, seq: int, acked_below: int) -> Any:
+        """Propose one command at the leader's hybrid time; what applying it returned."""
 
         def append() -> int:  # timestamps taken in the driver increase in log order
             if self._leader_ready_term != self.core.term:
@@ -527,14 +548,11 @@ class Replica:
                                                     timestamp=self.clock.now()))
 
         try:
-            result = await self._replicate(append)
+            return await self._replicate(append)
         except NotLeader as e:
             raise ReplicaError("not the leader", leader=e.leader) from None
         except ProposalError as e:
             raise ReplicaError(str(e), leader=self.leader) from None
-        if result is not None and result.timestamp:
-            await self._commit_wait(result.timestamp)
-        return result
 
     async def _commit_wait(self, ts: int) -> None:
         """Kudu's COMMIT_WAIT (seed 02, KUDU-430): wait until our clock's earliest possible now

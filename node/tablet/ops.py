@@ -2,6 +2,10 @@
 
 Schema version 1. A Command carries its `version`; a replica refuses a newer version rather than
 apply it wrongly. Fields added later must have defaults so that older payloads still decode.
+`Batch` (issue 15) is a new op variant, not a new version: every payload written before it
+decodes exactly as before, and a replica that predates it cannot decode a batch at all (an
+unknown tag is an UnsupportedCommand, never a misread), so a bump would only make the old
+replica refuse the single ops too.
 
 Every mutating Command names its client session and a per-session sequence number, so that a
 retried command is answered from the session's results instead of being applied twice (Raft
@@ -84,7 +88,32 @@ class CloseSession(msgspec.Struct, frozen=True, tag="close_session"):
     """Forget the command's session (its later retries get NO_SESSION)."""
 
 
-Op = Read | Write | Cas | Append | Txn | OpenSession | CloseSession
+RowOp = Write | Cas | Append | Txn  # what a Batch may carry: the session's mutations
+
+
+class Batch(msgspec.Struct, frozen=True, tag="batch"):
+    """Many row ops in one command, as Kudu replicates one WriteRequest as one Raft entry.
+
+    Op i takes seq `command.seq + i`: each is deduplicated and answered on its own, exactly as
+    if it had been sent alone with that seq (a retried batch, or a retry of one of its ops on
+    its own, gets each op's first result back). A row error (a cas mismatch, a wrong type)
+    fails that row only; the others apply, in order, at the command's timestamp. Sessions
+    cannot be opened or closed inside a batch, and batches do not nest: the type refuses both
+    when a payload is decoded, `__post_init__` when one is built.
+    """
+
+    ops: list[RowOp]
+
+    def __post_init__(self) -> None:
+        if not self.ops:
+            raise ValueError("a Batch needs at least one op")
+        for op in self.ops:
+            if not isinstance(op, Write | Cas | Append | Txn):
+                raise TypeError(f"a Batch carries Write, Cas, Append and Txn ops, not "
+                                f"{type(op).__name__}")
+
+
+Op = Read | Write | Cas | Append | Txn | OpenSession | CloseSession | Batch
 
 
 class Command(msgspec.Struct, frozen=True):

@@ -17,6 +17,7 @@ from node.entry import Entry, EntryType
 from node.faults import NO_FAULTS, Faults
 from node.tablet.ops import (
     Append,
+    Batch,
     Cas,
     CloseSession,
     Command,
@@ -50,7 +51,16 @@ class Limits(msgspec.Struct, frozen=True):
     """Bounds of the dedup table. Replicated with the state: every replica must evict alike."""
 
     max_sessions: int = 1024  # least recently used sessions beyond this are evicted
-    max_results_per_session: int = 128  # a client pipelining more than this loses the oldest
+    # A client pipelining more than this loses the oldest. A Batch takes one result per op, so
+    # a leader refuses a batch larger than this (`check_batch`): it would forget its own.
+    max_results_per_session: int = 128
+
+    def check_batch(self, batch: Batch) -> None:
+        """Refuse, before it is proposed, a batch whose results this session bound cannot keep
+        together: a retry of it would get STALE_SEQ for its first ops."""
+        if len(batch.ops) > self.max_results_per_session:
+            raise ValueError(f"a batch of {len(batch.ops)} ops exceeds the "
+                             f"{self.max_results_per_session} results a session keeps")
 
 
 class Snapshot(msgspec.Struct, frozen=True):
@@ -78,8 +88,9 @@ class StateMachine:
         self.last_applied_term = 0
         self.last_timestamp = 0
 
-    def apply(self, entry: Entry) -> Result | None:
-        """Apply the next committed entry; a REPLICATE entry returns its command's result."""
+    def apply(self, entry: Entry) -> Result | list[Result] | None:
+        """Apply the next committed entry; a REPLICATE entry returns its command's result (a
+        Batch's: one per op)."""
         if entry.index <= self.last_applied_index:
             raise ValueError(
                 f"entry {entry.index} already applied (last {self.last_applied_index})"
@@ -127,7 +138,8 @@ class StateMachine:
 
     # -- sessions ------------------------------------------------------------------------------
 
-    def _apply_command(self, c: Command, index: int) -> Result:
+    def _apply_command(self, c: Command, index: int) -> Result | list[Result]:
+        """A command's result; a Batch's is one Result per op, in order."""
         op = c.op
         if is_read_only(op):
             return self._execute(op)
@@ -136,25 +148,38 @@ class StateMachine:
             return Result(True, index)
         session = self.sessions.get(c.session)
         if session is None:
-            return Result(False, error=Rejection.NO_SESSION, detail=f"no session {c.session}")
+            rejection = Result(False, error=Rejection.NO_SESSION, detail=f"no session {c.session}")
+            return [rejection] * len(op.ops) if isinstance(op, Batch) else rejection
         if isinstance(op, CloseSession):
             del self.sessions[c.session]
             return _OK
         self.sessions.move_to_end(c.session)
-        result = None if self.skip_dedup else session.results.get(c.seq)
-        if result is None:
-            if c.seq < session.forgotten_below and not self.skip_dedup:
-                result = Result(
-                    False,
-                    error=Rejection.STALE_SEQ,
-                    detail=f"seq {c.seq} < {session.forgotten_below}: its result is forgotten",
-                )
-            else:
-                result = self._execute(op)
-                if result.ok and c.timestamp:
-                    result = msgspec.structs.replace(result, timestamp=c.timestamp)
-                session.results[c.seq] = result
+        if isinstance(op, Batch):
+            # Each op through the same per-seq path as a single op: op i is seq c.seq + i. Kept
+            # results are trimmed once, after the whole batch (Limits.check_batch bounds it).
+            result = [self._once(session, c.seq + i, row, c.timestamp)
+                      for i, row in enumerate(op.ops)]
+        else:
+            result = self._once(session, c.seq, op, c.timestamp)
         self._forget(session, c.acked_below)
+        return result
+
+    def _once(self, session: Session, seq: int, op: Op, timestamp: int) -> Result:
+        """Apply `op` as `seq` of `session` unless that seq was applied: then its first result
+        (or STALE_SEQ if that result is forgotten). Applied ops keep their result at `seq`."""
+        result = None if self.skip_dedup else session.results.get(seq)
+        if result is not None:
+            return result
+        if seq < session.forgotten_below and not self.skip_dedup:
+            return Result(
+                False,
+                error=Rejection.STALE_SEQ,
+                detail=f"seq {seq} < {session.forgotten_below}: its result is forgotten",
+            )
+        result = self._execute(op)
+        if result.ok and timestamp:
+            result = msgspec.structs.replace(result, timestamp=timestamp)
+        session.results[seq] = result
         return result
 
     def _open_session(self, session_id: int) -> None:

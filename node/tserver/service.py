@@ -22,6 +22,7 @@ from node.consensus import (
 from node.daemon import PeerBook
 from node.protocol import (
     Ack,
+    BatchResult,
     ChangeConfig,
     ChecksumReport,
     ChecksumScan,
@@ -40,11 +41,12 @@ from node.protocol import (
     TabletCopyResult,
     TabletName,
     Write,
+    WriteBatch,
 )
 from node.replica import ReplicaError, config_text
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
 from node.tablet.checksum import row_hashes, table_checksum
-from node.tablet.ops import is_read_only
+from node.tablet.ops import Batch, is_read_only
 from node.tablet.superblock import OpId, Superblock
 from node.tserver.tablet_manager import TabletManager, TabletState
 
@@ -97,6 +99,7 @@ class TabletService:
         s.register("ts.create_tablet", CreateTablet, self.on_create_tablet)
         s.register("ts.delete_tablet", DeleteTablet, self.on_delete_tablet)
         s.register("ts.write", Write, self.on_write)
+        s.register("ts.write_batch", WriteBatch, self.on_write_batch)
         s.register("ts.read", Read, self.on_read)
         s.register("ts.status", Empty, self.on_status)
         s.register("ts.checksum", ChecksumScan, self.on_checksum)
@@ -124,6 +127,19 @@ class TabletService:
                 return OpResult(await r.read(req.op))
             return OpResult(await r.write(req.op, session=req.session, seq=req.seq,
                                           acked_below=req.acked_below))
+        except ReplicaError as e:
+            raise replica_error(e) from None
+
+    async def on_write_batch(self, req: WriteBatch) -> BatchResult:
+        """One WriteRequest: every op replicated in one entry, each with its own result."""
+        r = self.tablets.serving(req.tablet_id)
+        try:  # empty, or more ops than the session bound keeps: refused before proposing
+            r.state.limits.check_batch(Batch(req.ops))
+        except ValueError as e:
+            raise RpcError(ErrorCode.INVALID_ARGUMENT, str(e)) from None
+        try:
+            return BatchResult(await r.write_batch(req.ops, session=req.session, seq=req.seq,
+                                                   acked_below=req.acked_below))
         except ReplicaError as e:
             raise replica_error(e) from None
 

@@ -1,0 +1,165 @@
+"""Batch commands in the state machine: one entry, many row ops, each deduplicated at its own seq
+(op i of a batch at seq s is seq s + i), each with its own result, row errors confined to
+their row; and the bound that keeps a batch's results together."""
+
+import msgspec
+import pytest
+
+from node.entry import Entry, EntryType
+from node.tablet.ops import (
+    Append,
+    Batch,
+    Cas,
+    OpenSession,
+    Read,
+    Rejection,
+    Txn,
+    UnsupportedCommand,
+    Write,
+    decode_command,
+    encode_command,
+)
+from node.tablet.state import Limits, Snapshot, StateMachine
+
+
+class Log:
+    def __init__(self, limits=None):
+        self.sm = StateMachine("t", limits)
+        self.index = 0
+
+    def apply(self, session, seq, op, acked_below=0, timestamp=0):
+        self.index += 1
+        payload = encode_command(op, session=session, seq=seq, acked_below=acked_below,
+                                 timestamp=timestamp)
+        return self.sm.apply(Entry(2, self.index, EntryType.REPLICATE, payload))
+
+    def session(self):
+        return self.apply(0, 0, OpenSession()).value
+
+
+ROWS = [Write("a", 1), Cas("a", 0, 9), Append("l", "x"), Cas("a", 1, 2)]
+
+
+def test_a_batch_applies_in_order_and_a_row_error_fails_only_its_row():
+    log = Log()
+    c = log.session()
+    results = log.apply(c, 1, Batch(ROWS), timestamp=77)
+    assert [r.ok for r in results] == [True, False, True, True]
+    assert results[1].error == Rejection.CAS_MISMATCH and results[1].value == 1
+    assert [r.timestamp for r in results] == [77, 0, 77, 77]  # all at the entry's time
+    assert log.sm.data == {"a": 2, "l": ["x"]}
+    assert sorted(log.sm.sessions[c].results) == [1, 2, 3, 4]  # op i at seq 1 + i
+
+
+def test_a_wrong_type_row_fails_alone():
+    log = Log()
+    c = log.session()
+    results = log.apply(c, 1, Batch([Write("k", 5), Append("k", "x"), Write("j", 1)]))
+    assert [r.ok for r in results] == [True, False, True]
+    assert results[1].error == Rejection.WRONG_TYPE
+    assert log.sm.data == {"k": 5, "j": 1}
+
+
+def test_a_retried_batch_gets_every_first_result_and_applies_nothing_again():
+    log = Log()
+    c = log.session()
+    first = log.apply(c, 1, Batch(ROWS), timestamp=5)
+    log.apply(c, 5, Write("a", 100))  # the state moved on: re-applying would differ
+    again = log.apply(c, 1, Batch(ROWS), timestamp=9)
+    assert again == first
+    assert log.sm.data == {"a": 100, "l": ["x"]}
+
+
+def test_a_retry_of_one_op_alone_gets_its_result_from_the_batch():
+    log = Log()
+    c = log.session()
+    first = log.apply(c, 10, Batch(ROWS), timestamp=5)
+    assert log.apply(c, 12, Append("l", "x")) == first[2]
+    assert log.apply(c, 11, Cas("a", 0, 9)) == first[1]  # a rejection is a first result too
+    assert log.sm.data["l"] == ["x"]
+
+
+def test_a_batch_retrying_ops_sent_alone_before_gets_their_first_results():
+    """The client sent seq 3 alone, lost the reply, and resent it inside a batch at seq 2."""
+    log = Log()
+    c = log.session()
+    alone = log.apply(c, 3, Append("l", "x"), timestamp=4)
+    results = log.apply(c, 2, Batch([Append("l", "w"), Append("l", "x")]), timestamp=8)
+    assert results[1] == alone
+    assert log.sm.data["l"] == ["x", "w"]
+
+
+def test_forgotten_seqs_of_a_batch_are_stale_not_reapplied():
+    log = Log()
+    c = log.session()
+    log.apply(c, 1, Batch([Append("l", 1), Append("l", 2)]))
+    log.apply(c, 3, Append("l", 3), acked_below=3)  # the client has seqs 1 and 2
+    stale = log.apply(c, 1, Batch([Append("l", 1), Append("l", 2)]))
+    assert [r.error for r in stale] == [Rejection.STALE_SEQ] * 2
+    assert all(r.error.outcome_unknown for r in stale)
+    # a batch straddling the forgotten line: stale below it, deduplicated above it
+    mixed = log.apply(c, 2, Batch([Append("l", 2), Append("l", 3)]))
+    assert mixed[0].error == Rejection.STALE_SEQ and mixed[1].ok
+    assert log.sm.data["l"] == [1, 2, 3]
+
+
+def test_a_batch_on_an_unknown_session_is_refused_row_by_row():
+    log = Log()
+    results = log.apply(99, 1, Batch([Write("a", 1), Write("b", 2)]))
+    assert [r.error for r in results] == [Rejection.NO_SESSION] * 2
+    assert log.sm.data == {}
+
+
+def test_the_session_bound_trims_after_the_whole_batch():
+    """A batch as large as the bound keeps all its results (trimmed once, after the batch),
+    older ones go; the bound check refuses anything larger before it is proposed."""
+    limits = Limits(max_results_per_session=4)
+    log = Log(limits)
+    c = log.session()
+    log.apply(c, 1, Write("old", 1))
+    rows = [Append("l", i) for i in range(4)]
+    first = log.apply(c, 2, Batch(rows))
+    assert sorted(log.sm.sessions[c].results) == [2, 3, 4, 5]
+    assert log.apply(c, 2, Batch(rows)) == first  # every result of the batch kept
+    assert log.apply(c, 1, Write("old", 1)).error == Rejection.STALE_SEQ
+    limits.check_batch(Batch(rows))
+    with pytest.raises(ValueError, match="exceeds the 4 results"):
+        limits.check_batch(Batch([*rows, Append("l", 4)]))
+
+
+def test_batches_replay_deterministically_and_survive_a_snapshot():
+    def run(sm_log, commands):
+        return [sm_log.apply(*c) for c in commands]
+
+    a = Log()
+    c = a.session()
+    commands = [(c, 1, Batch(ROWS), 0, 3), (c, 5, Batch([Txn([]), Append("l", "y")]), 0, 4),
+                (c, 1, Batch(ROWS), 0, 5)]
+    ra = run(a, commands)
+    wire = msgspec.msgpack.encode(a.sm.snapshot())
+    b = Log()
+    b.session()
+    rb = run(b, commands)
+    assert ra == rb and a.sm.snapshot() == b.sm.snapshot()
+    restored = StateMachine.from_snapshot(msgspec.msgpack.decode(wire, type=Snapshot))
+    assert restored.snapshot() == a.sm.snapshot()
+
+
+def test_a_batch_carries_row_ops_only():
+    for bad in (OpenSession(), Read("k"), Batch([Write("k", 1)])):
+        with pytest.raises(TypeError, match="carries Write, Cas, Append and Txn"):
+            Batch([bad])
+    with pytest.raises(ValueError, match="at least one op"):
+        Batch([])
+    nested = msgspec.msgpack.encode(
+        {"version": 1, "op": {"type": "batch", "ops": [{"type": "open_session"}]}})
+    with pytest.raises(UnsupportedCommand):
+        decode_command(nested)
+
+
+def test_single_op_payloads_decode_as_before():
+    """No version bump: a command written before batches existed decodes unchanged."""
+    old = msgspec.msgpack.encode({"version": 1, "op": {"type": "write", "key": "k", "value": 1},
+                                  "session": 3, "seq": 4})
+    command = decode_command(old)
+    assert command.op == Write("k", 1) and (command.session, command.seq) == (3, 4)
