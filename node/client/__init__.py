@@ -35,9 +35,14 @@ from typing import Any
 
 import crc32c
 
+from node.client.session import BufferFull as BufferFull
+from node.client.session import FlushMode as FlushMode
+from node.client.session import RowResult as RowResult
+from node.client.session import Session, SessionOptions
 from node.errors import OpFailed, OpUnknown
 from node.protocol import (
     Ack,
+    BatchResult,
     ConfigState,
     CreateTable,
     Empty,
@@ -51,6 +56,7 @@ from node.protocol import (
     TableName,
     TabletLocation,
     Write,
+    WriteBatch,
 )
 from node.rpc import ErrorCode, RpcClient, RpcError
 from node.tablet.ops import (
@@ -61,6 +67,7 @@ from node.tablet.ops import (
     OpenSession,
     Rejection,
     Result,
+    RowOp,
     Txn,
     is_read_only,
 )
@@ -246,10 +253,12 @@ class TesseraClient:
         locs = self._locations.get(table)
         return next((x for x in locs.tablets if x.tablet_id == t.tablet_id), t) if locs else t
 
-    def table(self, name: str, names: dict | None = None, bind: str | None = None) -> Table:
+    def table(self, name: str, names: dict | None = None, bind: str | None = None,
+              session: Session | None = None) -> Table:
         """A handle on table `name`; `names` maps addresses to host names for `Table.node`, and
-        `bind` (a tablet server's host, or host:port) makes the handle node-bound (see above)."""
-        return Table(self, name, names, bind)
+        `bind` (a tablet server's host, or host:port) makes the handle node-bound (see above).
+        With a batching `session` (`new_session`), the handle's writes go through it."""
+        return Table(self, name, names, bind, session)
 
     # -- tablets -----------------------------------------------------------------------------
     async def _tablet_for(self, table: str, key: str,
@@ -289,12 +298,13 @@ class TesseraClient:
         finally:
             lock.release()
 
-    async def _attempt(self, peer: Peer, method: str, req: Any, timeout: float) -> OpResult:
+    async def _attempt(self, peer: Peer, method: str, req: Any, timeout: float,
+                       resp_type: type = OpResult) -> Any:
         """One RPC, connection set-up included, bounded by `timeout`: the RPC client may queue
         us behind other callers' connects to the same dead host."""
         try:
             async with asyncio.timeout(timeout):
-                return await self.rpc.call(peer.addr, method, req, OpResult, to_uuid=peer.uuid,
+                return await self.rpc.call(peer.addr, method, req, resp_type, to_uuid=peer.uuid,
                                            timeout=timeout)
         except TimeoutError:
             raise RpcError(ErrorCode.DEADLINE_EXCEEDED, f"no reply within {timeout:.3f}s",
@@ -306,13 +316,22 @@ class TesseraClient:
         """One op to the tablet's leader (the bound replica first), retried across replicas
         until the deadline. Returns (result, uncertain, the replica that answered), where
         uncertain means an earlier attempt may have applied."""
-        loop = asyncio.get_running_loop()
-        backoff = _Backoff(self.rng)
-        uncertain = False
         read_only = is_read_only(op)
         method = "ts.read" if read_only else "ts.write"
         req = Read(t.tablet_id, op) if read_only else Write(t.tablet_id, op, session, seq,
                                                              acked_below)
+        res, uncertain, peer = await self._to_leader(table, t, method, req, OpResult,
+                                                     not read_only, deadline, bind)
+        return res.result, uncertain, peer
+
+    async def _to_leader(self, table: str, t: TabletLocation, method: str, req: Any,
+                         resp_type: type, mutating: bool, deadline: float,
+                         bind: tuple[str, int | None] | None) -> tuple[Any, bool, Peer]:
+        """`req` to the tablet's leader, retried unchanged (same session and seqs) across
+        replicas until the deadline: (response, uncertain, the replica that answered)."""
+        loop = asyncio.get_running_loop()
+        backoff = _Backoff(self.rng)
+        uncertain = False
         last = "no attempt"
         rounds = 0
         while loop.time() < deadline:
@@ -327,13 +346,14 @@ class TesseraClient:
                 patience = (min(ATTEMPT_TIMEOUT, SILENT_TIMEOUT * 2 ** rounds)
                             if peer.addr in self._silent else ATTEMPT_TIMEOUT)
                 try:
-                    res = await self._attempt(peer, method, req, min(patience, remaining))
+                    res = await self._attempt(peer, method, req, min(patience, remaining),
+                                              resp_type)
                     self._silent.discard(peer.addr)
                     self._leaders[t.tablet_id] = peer.uuid
-                    return res.result, uncertain, peer
+                    return res, uncertain, peer
                 except RpcError as e:
                     last = f"{peer.host}:{peer.port}: {e}"
-                    uncertain |= e.maybe_delivered and not read_only
+                    uncertain |= e.maybe_delivered and mutating
                     if e.code in _NO_REPLY:
                         self._silent.add(peer.addr)
                         if self._leaders.get(t.tablet_id) == peer.uuid:
@@ -349,6 +369,8 @@ class TesseraClient:
                             self._refresh_soon(table)
                     elif e.code in (ErrorCode.TABLET_NOT_FOUND, ErrorCode.WRONG_SERVER_UUID):
                         self._refresh_soon(table)
+                    elif e.code == ErrorCode.INVALID_ARGUMENT:
+                        raise OpFailed(f"refused: {last}") from None  # no replica will differ
             rounds += 1
             await backoff.wait(deadline)
         if uncertain:
@@ -383,6 +405,48 @@ class TesseraClient:
         raise OpFailed("could not keep a session open")
 
 
+    async def write_batch(self, table: str, t: TabletLocation, ops: list[RowOp],
+                          deadline: float, bind: tuple[str, int | None] | None = None,
+                          sessions: Sessions | None = None
+                          ) -> tuple[list[Result | OpUnknown], Peer]:
+        """Row ops of one tablet as ONE `ts.write_batch` (one Raft entry), retried unchanged
+        (same session, same seqs: exactly-once) through leader changes until `deadline`.
+
+        Returns one item per op: its Result (ok or a row error such as CAS_MISMATCH), or
+        OpUnknown where the tablet forgot whether it applied (a session evicted or results
+        forgotten after an uncertain attempt); and the replica that answered. Raises OpUnknown
+        (the whole batch may have applied) or OpFailed (it certainly did not) when no replica
+        answered by the deadline, as `op` does for one op."""
+        sessions = sessions or self._sessions
+        for _ in range(3):  # a session evicted before our first attempt: reopen and retry
+            s = await self._session(sessions, table, t, deadline, bind)
+            first = s.next_seq
+            seqs = range(first, first + len(ops))
+            s.next_seq += len(ops)
+            s.inflight.update(seqs)
+            try:
+                req = WriteBatch(t.tablet_id, ops, s.id, first, s.acked_below())
+                res, uncertain, peer = await self._to_leader(table, t, "ts.write_batch", req,
+                                                             BatchResult, True, deadline, bind)
+            finally:
+                s.inflight.difference_update(seqs)
+            results = res.results
+            lost = [not r.ok and r.error in (Rejection.NO_SESSION, Rejection.STALE_SEQ)
+                    for r in results]
+            if not any(lost):
+                return results, peer
+            sessions.by_tablet.pop(t.tablet_id, None)
+            if uncertain or not all(r.error == Rejection.NO_SESSION for r in results):
+                return [OpUnknown(f"session lost after an uncertain attempt: {r.detail}")
+                        if gone else r for r, gone in zip(results, lost, strict=True)], peer
+        raise OpFailed("could not keep a session open")
+
+    def new_session(self, table: str, options: SessionOptions | None = None,
+                    bind: str | None = None) -> Session:
+        """A batching session on `table` (see node.client.session)."""
+        return Session(self, table, options or SessionOptions(), parse_bind(bind))
+
+
 def _on(peer: Peer, bind: tuple[str, int | None] | None) -> bool:
     return bind is not None and peer.host == bind[0] and bind[1] in (None, peer.port)
 
@@ -396,8 +460,11 @@ class Table:
     handle for that to mean anything."""
 
     def __init__(self, client: TesseraClient, name: str, names: dict | None = None,
-                 bind: str | None = None):
+                 bind: str | None = None, session: Session | None = None):
+        if session is not None and session.table != name:
+            raise ValueError(f"a session on {session.table} cannot write to {name}")
         self.client, self.name = client, name
+        self.session = session
         self.names = names or {}
         self.bind = parse_bind(bind)
         self.sessions = Sessions()
@@ -405,9 +472,19 @@ class Table:
         # The hybrid timestamp of this handle's last op if it was an ok write, else None.
         self.hybrid_time: int | None = None
 
+    def new_session(self, options: SessionOptions | None = None) -> Session:
+        """A batching session on this table, bound as this handle is."""
+        return Session(self.client, self.name, options or SessionOptions(), self.bind)
+
     async def _op(self, key: str, op: Op) -> Result:
         self.node = self.hybrid_time = None
-        res, peer = await self.client.op(self.name, key, op, self.bind, self.sessions)
+        if self.session is not None and not is_read_only(op):
+            # Through the batching session: this op's own result, whoever else it shared its
+            # batch with. Reads are not buffered (Kudu's sessions carry writes only).
+            row = await (await self.session.apply(key, op))
+            res, peer = row.result, row.peer
+        else:
+            res, peer = await self.client.op(self.name, key, op, self.bind, self.sessions)
         hostport = f"{peer.host}:{peer.port}"
         self.node = self.names.get(hostport) or self.names.get(peer.host) or hostport
         self.hybrid_time = res.timestamp if res.ok and res.timestamp else None

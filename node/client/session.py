@@ -1,0 +1,261 @@
+"""Batching client sessions: Kudu's KuduSession flush modes over Tessera's exactly-once writes.
+
+    AUTO_FLUSH_SYNC        every apply is sent at once, alone (`TesseraClient.op`): today's path.
+    AUTO_FLUSH_BACKGROUND  applies are buffered per tablet; a tablet's buffer is flushed when it
+                           holds `max_batch_ops` ops, when the session's buffered bytes reach
+                           `flush_watermark` of `buffer_bytes` (every tablet is flushed then), or
+                           `flush_interval_s` after the buffer's first op, whichever comes first.
+    MANUAL_FLUSH           applies are buffered until `flush()`; an apply that would pass a
+                           buffer bound raises BufferFull, as Kudu's Apply does.
+
+A flush sends ONE `ts.write_batch` per tablet, which the tablet's leader replicates as ONE Raft
+entry (ops.Batch, as Kudu replicates one WriteRequest). Every apply returns a future of its own
+RowResult: a row error (a cas mismatch, a wrong type) is that row's Result, the other rows apply.
+A batch is retried unchanged through leader changes, with the same session and seqs, so each op
+applies at most once and a retry gets each op's first result; an op whose outcome is unknown at
+the deadline fails its future with OpUnknown, one that certainly did not apply with OpFailed,
+exactly as a single op raises them. `close()` flushes.
+
+Defaults are Kudu's where Kudu has one: 7 MiB of buffer space (SetMutationBufferSpace), a 50 %
+flush watermark (SetMutationBufferFlushWatermark), a 1000 ms flush interval
+(SetMutationBufferFlushInterval) and two buffers per tablet, one filling while one is flushed
+(SetMutationBufferMaxNum): a third waits in `apply` until one is done. Kudu bounds bytes only; the
+op count bound is ours: a tablet keeps the last 128 results of a session
+(Limits.max_results_per_session) and refuses a larger batch, since it would forget its own
+results. A batch of at most 64 leaves the other half of that bound to ops sent alongside on the
+same session (single ops of the same handle), so a retried batch finds its results.
+
+Batches of one tablet go out one at a time, in the order they were cut, so their seqs reach the
+tablet in order and each batch's `acked_below` lets the tablet forget the batches before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from node.errors import OpFailed, OpUnknown, TesseraError
+from node.tablet.ops import Append, Cas, Result, RowOp, Txn, Write
+from node.tablet.state import Limits
+
+if TYPE_CHECKING:
+    from node.client import Sessions, TesseraClient
+    from node.protocol import Peer, TabletLocation
+
+KUDU_BUFFER_BYTES = 7 * 1024 * 1024  # KuduSession::SetMutationBufferSpace default
+KUDU_FLUSH_WATERMARK = 0.5  # SetMutationBufferFlushWatermark default
+KUDU_FLUSH_INTERVAL_S = 1.0  # SetMutationBufferFlushInterval default, 1000 ms
+KUDU_MAX_BUFFERS = 2  # SetMutationBufferMaxNum default
+MAX_BATCH_OPS = Limits().max_results_per_session // 2  # see the module docstring
+
+
+class FlushMode(enum.StrEnum):
+    AUTO_FLUSH_SYNC = "auto_flush_sync"
+    AUTO_FLUSH_BACKGROUND = "auto_flush_background"
+    MANUAL_FLUSH = "manual_flush"
+
+
+class BufferFull(TesseraError):
+    """MANUAL_FLUSH: the op does not fit the session's buffer; flush first. Nothing was sent."""
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    mode: FlushMode = FlushMode.AUTO_FLUSH_SYNC  # Kudu's default mode
+    max_batch_ops: int = MAX_BATCH_OPS  # per tablet and batch
+    buffer_bytes: int = KUDU_BUFFER_BYTES  # encoded ops buffered, all tablets together
+    flush_watermark: float = KUDU_FLUSH_WATERMARK  # of buffer_bytes (AUTO_FLUSH_BACKGROUND)
+    flush_interval_s: float = KUDU_FLUSH_INTERVAL_S  # AUTO_FLUSH_BACKGROUND
+    max_buffers: int = KUDU_MAX_BUFFERS  # per tablet: filling plus flushing
+
+    def __post_init__(self) -> None:
+        bound = Limits().max_results_per_session
+        if not 1 <= self.max_batch_ops <= bound:
+            raise ValueError(f"max_batch_ops must be 1..{bound} (the results a tablet keeps "
+                             f"per session), not {self.max_batch_ops}")
+        if self.buffer_bytes < 1 or not 0 < self.flush_watermark <= 1:
+            raise ValueError("buffer_bytes must be >= 1 and flush_watermark in (0, 1]")
+        if self.flush_interval_s <= 0 or self.max_buffers < 1:
+            raise ValueError("flush_interval_s must be > 0 and max_buffers >= 1")
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """One applied op's outcome: its Result (ok, or a row error) and the replica that gave it."""
+
+    result: Result
+    peer: Peer | None
+
+
+@dataclass
+class _Pending:
+    key: str
+    op: RowOp
+    size: int
+    future: asyncio.Future
+
+
+@dataclass
+class _Buffer:
+    tablet: TabletLocation
+    ops: list[_Pending] = field(default_factory=list)
+    bytes: int = 0
+    timer: asyncio.TimerHandle | None = None
+
+
+_size = msgspec.msgpack.Encoder().encode
+
+
+class Session:
+    """Made by `TesseraClient.new_session` or `Table.new_session`; one per logical writer or
+    shared by many, as Kudu's. Its own client sessions (dedup records) per tablet."""
+
+    def __init__(self, client: TesseraClient, table: str, options: SessionOptions,
+                 bind: tuple[str, int | None] | None = None):
+        from node.client import Sessions
+
+        self.client, self.table, self.options, self.bind = client, table, options, bind
+        self.sessions: Sessions = Sessions()
+        self._buffers: dict[str, _Buffer] = {}  # tablet -> ops not yet flushed
+        self._bytes = 0  # buffered, all tablets
+        self._locks: dict[str, asyncio.Lock] = {}  # one batch in flight per tablet
+        self._queued: Counter = Counter()  # tablet -> batches cut and not yet answered
+        self._done = asyncio.Condition()
+        self._flushes: set[asyncio.Task] = set()
+        self._closed = False
+        self.flush_reasons: Counter = Counter()  # why batches were cut: count, bytes, ...
+
+    @property
+    def buffered(self) -> int:
+        """Ops applied and not yet flushed."""
+        return sum(len(b.ops) for b in self._buffers.values())
+
+    async def apply(self, key: str, op: RowOp) -> asyncio.Future:
+        """Buffer (or, in AUTO_FLUSH_SYNC, send) one row op on the row `key`; a future of its
+        RowResult, failed with OpFailed or OpUnknown when no result came back."""
+        if self._closed:
+            raise OpFailed("session closed")
+        if not isinstance(op, Write | Cas | Append | Txn):
+            raise TypeError(f"a session applies Write, Cas, Append and Txn, not "
+                            f"{type(op).__name__}")
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        o = self.options
+        if o.mode == FlushMode.AUTO_FLUSH_SYNC:
+            try:
+                res, peer = await self.client.op(self.table, key, op, self.bind, self.sessions)
+                future.set_result(RowResult(res, peer))
+            except (OpFailed, OpUnknown) as e:
+                future.set_exception(e)
+            return future
+        t = await self.client._tablet_for(self.table, key, loop.time() + self.client.timeout)
+        size = len(_size(op))
+        buf = self._buffers.get(t.tablet_id)
+        if o.mode == FlushMode.MANUAL_FLUSH:
+            if buf is not None and len(buf.ops) >= o.max_batch_ops:
+                raise BufferFull(f"tablet {t.tablet_id} has {len(buf.ops)} ops buffered, the "
+                                 f"most one batch takes: flush first")
+            if self._bytes + size > o.buffer_bytes:
+                raise BufferFull(f"{self._bytes} + {size} bytes exceed the buffer space of "
+                                 f"{o.buffer_bytes}: flush first")
+        else:
+            # Kudu's Apply blocks while every buffer is in use: max_buffers batches of this
+            # tablet in flight, none free to fill.
+            async with self._done:
+                await self._done.wait_for(
+                    lambda: self._queued[t.tablet_id] < o.max_buffers or self._closed)
+            if self._closed:
+                raise OpFailed("session closed")
+            buf = self._buffers.get(t.tablet_id)
+        if buf is None:
+            buf = self._buffers[t.tablet_id] = _Buffer(t)
+            if o.mode == FlushMode.AUTO_FLUSH_BACKGROUND:
+                buf.timer = loop.call_later(o.flush_interval_s, self._cut, t.tablet_id,
+                                            "interval")
+        buf.ops.append(_Pending(key, op, size, future))
+        buf.bytes += size
+        self._bytes += size
+        if o.mode == FlushMode.AUTO_FLUSH_BACKGROUND:
+            if len(buf.ops) >= o.max_batch_ops:
+                self._cut(t.tablet_id, "count")
+            elif self._bytes >= o.flush_watermark * o.buffer_bytes:
+                for tablet_id in list(self._buffers):
+                    self._cut(tablet_id, "bytes")
+        return future
+
+    async def flush(self) -> None:
+        """Send every buffered op, one batch per tablet, and wait until every batch of this
+        session has its results (each op's future is done)."""
+        for tablet_id in list(self._buffers):
+            self._cut(tablet_id, "flush")
+        while self._flushes:
+            await asyncio.gather(*list(self._flushes), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Flush, then refuse further applies."""
+        self._closed = True
+        for tablet_id in list(self._buffers):
+            self._cut(tablet_id, "close")
+        await self.flush()
+
+    # -- batches ---------------------------------------------------------------------------
+    def _cut(self, tablet_id: str, reason: str) -> None:
+        """Take the tablet's buffer as one batch and send it in the background."""
+        buf = self._buffers.pop(tablet_id, None)
+        if buf is None:
+            return
+        if buf.timer is not None:
+            buf.timer.cancel()
+        self._bytes -= buf.bytes
+        self.flush_reasons[reason] += 1
+        self._queued[tablet_id] += 1
+        deadline = asyncio.get_running_loop().time() + self.client.timeout
+        task = asyncio.create_task(self._send(buf, deadline), name=f"flush-{tablet_id}")
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
+
+    async def _send(self, buf: _Buffer, deadline: float) -> None:
+        tablet_id = buf.tablet.tablet_id
+        try:
+            async with self._locks.setdefault(tablet_id, asyncio.Lock()):
+                # An op its caller gave up on before it was sent is dropped: never applied,
+                # which an indeterminate op may be.
+                pending = [p for p in buf.ops if not p.future.done()]
+                if not pending:
+                    return
+                try:
+                    results, peer = await self.client.write_batch(
+                        self.table, buf.tablet, [p.op for p in pending], deadline, self.bind,
+                        self.sessions)
+                except (OpFailed, OpUnknown) as e:
+                    for p in pending:
+                        _settle(p.future, exception=e)
+                    return
+                except Exception as e:  # the outcome is unknown, never failed
+                    for p in pending:
+                        _settle(p.future, exception=OpUnknown(f"{type(e).__name__}: {e}"))
+                    raise
+                for p, r in zip(pending, results, strict=True):
+                    if isinstance(r, Exception):
+                        _settle(p.future, exception=r)
+                    else:
+                        _settle(p.future, result=RowResult(r, peer))
+        finally:
+            self._queued[tablet_id] -= 1
+            async with self._done:
+                self._done.notify_all()
+
+
+def _settle(future: asyncio.Future, *, result: RowResult | None = None,
+            exception: Exception | None = None) -> None:
+    if future.done():  # its caller stopped waiting (cancelled)
+        return
+    if exception is not None:
+        future.set_exception(exception)
+    else:
+        future.set_result(result)

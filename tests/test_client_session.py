@@ -1,0 +1,437 @@
+"""Batching client sessions (node.client.session): Kudu's flush modes, one ts.write_batch per
+tablet per flush, a result per op, exactly-once retries with the same session and seqs.
+
+Scripted-RPC tests pin down when batches are cut (each bound with a test that fails if that
+bound does nothing) and what a retry resends; tests on a real loopback cluster show row errors,
+a lost reply and a leader change end to end."""
+
+import asyncio
+import signal
+
+import msgspec
+import pytest
+
+from node.client import (
+    CONNECT_TIMEOUT,
+    BufferFull,
+    FlushMode,
+    SessionOptions,
+    TesseraClient,
+)
+from node.errors import OpFailed, OpUnknown
+from node.protocol import (
+    Ack,
+    BatchResult,
+    LeaderStepDown,
+    OpResult,
+    Peer,
+    TableLocations,
+    TabletLocation,
+)
+from node.rpc import ErrorCode, RpcClient, RpcError
+from node.tablet.ops import Append, Cas, OpenSession, Rejection, Result, Write
+from node.tablet.superblock import HashBucket
+from node.tools.local_cluster import LocalCluster
+
+
+def run(coro, timeout=30):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+# -- scripted servers ------------------------------------------------------------------------
+
+class Tablets:
+    """One replica per tablet (uuid = tablet id), answering writes like a tablet would: ok, or
+    CAS_MISMATCH for a Cas expecting "bad"; sessions 1, 2, ... Records every request."""
+
+    def __init__(self, tablets=1, no_session_first=False):
+        self.n = tablets
+        self.batches: list = []  # WriteBatch requests, in order
+        self.writes: list = []  # single-op Write requests
+        self.sessions = 0
+        self.no_session_first = no_session_first
+
+    def locations(self):
+        return TableLocations("t", "id", [
+            TabletLocation(f"tab{i}", HashBucket(i, self.n), [Peer(f"tab{i}", f"h{i}", 1)])
+            for i in range(self.n)])
+
+    def answer(self, op):
+        if isinstance(op, Cas) and op.expected == "bad":
+            return Result(False, None, Rejection.CAS_MISMATCH, "mismatch")
+        return Result(True, timestamp=42)
+
+    async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
+        if method == "master.table_locations":
+            return self.locations()
+        if method == "ts.write" and isinstance(request.op, OpenSession):
+            self.sessions += 1
+            return OpResult(Result(True, self.sessions))
+        if method == "ts.write":
+            self.writes.append(request)
+            return OpResult(self.answer(request.op))
+        if method == "ts.write_batch":
+            self.batches.append(request)
+            if self.no_session_first:
+                self.no_session_first = False
+                return BatchResult([Result(False, error=Rejection.NO_SESSION)] * len(request.ops))
+            return BatchResult([self.answer(op) for op in request.ops])
+        raise RpcError(ErrorCode.NETWORK, f"unexpected {method}")
+
+    async def close(self):
+        pass
+
+
+def client_of(rpc, timeout=3.0):
+    return TesseraClient([("m", 1)], timeout=timeout, rpc=rpc)
+
+
+def background(**kw):
+    kw = {"flush_interval_s": 60.0, **kw}  # no interval flush unless a test asks for one
+    return SessionOptions(FlushMode.AUTO_FLUSH_BACKGROUND, **kw)
+
+
+async def settled(futures, timeout=1.0):
+    done, _ = await asyncio.wait(futures, timeout=timeout)
+    return len(done)
+
+
+def test_sync_mode_sends_each_op_alone_at_once():
+    async def go():
+        rpc = Tablets()
+        session = client_of(rpc).new_session("t")  # Kudu's default mode: AUTO_FLUSH_SYNC
+        fut = await session.apply("k", Write("k", 1))
+        assert fut.done() and fut.result().result.ok
+        assert len(rpc.writes) == 1 and rpc.batches == []
+    run(go())
+
+
+def test_background_flushes_a_tablet_when_its_count_bound_is_reached():
+    async def go():
+        rpc = Tablets()
+        session = client_of(rpc).new_session("t", background(max_batch_ops=3))
+        futs = [await session.apply(f"k{i}", Write(f"k{i}", i)) for i in range(2)]
+        await asyncio.sleep(0.05)
+        assert rpc.batches == [] and await settled(futs, 0.01) == 0
+        futs.append(await session.apply("k2", Write("k2", 2)))
+        assert await settled(futs) == 3  # no flush(), no interval: the count bound sent them
+        [batch] = rpc.batches
+        assert [op.key for op in batch.ops] == ["k0", "k1", "k2"] and batch.seq == 1
+        assert session.flush_reasons == {"count": 1}
+    run(go())
+
+
+def test_background_flushes_every_tablet_when_the_byte_watermark_is_reached():
+    async def go():
+        rpc = Tablets(tablets=2)
+        size = len(msgspec.msgpack.encode(Write("k0", "x" * 30)))
+        # the watermark (50 %) at 1.5 ops: the first op stays buffered, the second flushes
+        session = client_of(rpc).new_session("t", background(buffer_bytes=3 * size))
+        keys = ["k0", "k1"]
+        assert {rpc.locations().tablets[i].partition.contains(k) for i, k in enumerate(keys)} \
+            == {True}  # one key in each tablet
+        first = await session.apply("k0", Write("k0", "x" * 30))
+        await asyncio.sleep(0.05)
+        assert rpc.batches == [] and session.buffered == 1
+        futs = [first, await session.apply("k1", Write("k1", "x" * 30))]
+        assert await settled(futs) == 2
+        assert session.flush_reasons == {"bytes": 2} and session.buffered == 0
+        assert sorted(b.tablet_id for b in rpc.batches) == ["tab0", "tab1"]
+    run(go())
+
+
+def test_background_flushes_a_buffer_when_its_oldest_op_is_older_than_the_interval():
+    async def go():
+        rpc = Tablets()
+        session = client_of(rpc).new_session("t", background(flush_interval_s=0.2))
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        fut = await session.apply("k", Write("k", 1))
+        await asyncio.sleep(0.1)
+        fut2 = await session.apply("j", Write("j", 2))  # joins the buffer: no new interval
+        assert rpc.batches == []
+        assert await settled([fut, fut2]) == 2
+        assert 0.2 <= loop.time() - started < 0.5
+        assert len(rpc.batches) == 1 and session.flush_reasons == {"interval": 1}
+    run(go())
+
+
+def test_manual_flush_sends_nothing_until_flush_then_one_batch_per_tablet():
+    async def go():
+        rpc = Tablets(tablets=2)
+        session = client_of(rpc).new_session("t", SessionOptions(FlushMode.MANUAL_FLUSH))
+        futs = [await session.apply(f"k{i}", Append(f"k{i}", i)) for i in range(10)]
+        await asyncio.sleep(0.1)
+        assert rpc.batches == [] and session.buffered == 10
+        await session.flush()
+        assert all(f.done() and f.result().result.ok for f in futs)
+        assert sorted(b.tablet_id for b in rpc.batches) == ["tab0", "tab1"]
+        assert sum(len(b.ops) for b in rpc.batches) == 10
+    run(go())
+
+
+def test_manual_flush_refuses_an_op_beyond_the_buffer_bounds():
+    async def go():
+        rpc = Tablets()
+        session = client_of(rpc).new_session(
+            "t", SessionOptions(FlushMode.MANUAL_FLUSH, max_batch_ops=2, buffer_bytes=1000))
+        await session.apply("a", Write("a", 1))
+        await session.apply("b", Write("b", 1))
+        with pytest.raises(BufferFull, match="flush first"):
+            await session.apply("c", Write("c", 1))
+        await session.flush()
+        await session.apply("c", Write("c", 1))  # room again
+        with pytest.raises(BufferFull, match="buffer space"):
+            await session.apply("d", Write("d", "x" * 1000))
+        assert len(rpc.batches) == 1
+    run(go())
+
+
+def test_close_flushes_and_then_refuses():
+    async def go():
+        rpc = Tablets()
+        session = client_of(rpc).new_session("t", SessionOptions(FlushMode.MANUAL_FLUSH))
+        fut = await session.apply("k", Write("k", 1))
+        await session.close()
+        assert fut.result().result.ok and len(rpc.batches) == 1
+        assert session.flush_reasons == {"close": 1}
+        with pytest.raises(OpFailed, match="closed"):
+            await session.apply("k", Write("k", 2))
+    run(go())
+
+
+def test_each_op_gets_its_own_result_and_a_row_error_fails_only_its_row():
+    async def go():
+        rpc = Tablets()
+        client = client_of(rpc)
+        batched = client.table("t", session=client.new_session("t", background(max_batch_ops=3)))
+        rows = await asyncio.gather(batched.write("a", 1), batched.cas("b", "bad", 2),
+                                    batched.append("c", 3))
+        assert rows == [42, False, 42]  # hybrid time, cas mismatch (not raised), hybrid time
+        assert len(rpc.batches) == 1
+    run(go())
+
+
+def test_a_batch_on_a_session_evicted_before_any_attempt_is_resent_on_a_new_one():
+    async def go():
+        rpc = Tablets(no_session_first=True)
+        session = client_of(rpc).new_session("t", SessionOptions(FlushMode.MANUAL_FLUSH))
+        futs = [await session.apply(k, Write(k, 1)) for k in "ab"]
+        await session.flush()
+        assert [f.result().result.ok for f in futs] == [True, True]
+        assert [(b.session, b.seq) for b in rpc.batches] == [(1, 1), (2, 1)]
+    run(go())
+
+
+class LosingTablets(Tablets):
+    """Applies the first batch, then loses its reply; answers a retry from its dedup record."""
+
+    def __init__(self):
+        super().__init__()
+        self.applied: dict = {}  # (session, seq) -> result
+        self.lost = False
+
+    async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
+        if method != "ts.write_batch":
+            return await super().call(addr, method, request, response_type, to_uuid=to_uuid,
+                                      timeout=timeout)
+        self.batches.append(request)
+        results = []
+        for i in range(len(request.ops)):
+            key = (request.session, request.seq + i)
+            if key not in self.applied:
+                self.applied[key] = Result(True, timestamp=len(self.applied) + 1)
+            results.append(self.applied[key])
+        if not self.lost:
+            self.lost = True
+            raise RpcError(ErrorCode.DEADLINE_EXCEEDED, "reply lost", maybe_delivered=True)
+        return BatchResult(results)
+
+
+def test_a_lost_batch_reply_is_retried_with_the_same_session_and_seqs():
+    async def go():
+        rpc = LosingTablets()
+        session = client_of(rpc).new_session("t", SessionOptions(FlushMode.MANUAL_FLUSH))
+        futs = [await session.apply(k, Append(k, 1)) for k in "abc"]
+        await session.flush()
+        first, retry = rpc.batches
+        assert first == retry  # unchanged: same session, seqs, ops, acked_below
+        assert [f.result().result.timestamp for f in futs] == [1, 2, 3]  # first results
+        assert len(rpc.applied) == 3
+        # the next batch continues the seqs and acks the first one
+        fut = await session.apply("d", Append("d", 1))
+        await session.flush()
+        assert (rpc.batches[-1].seq, rpc.batches[-1].acked_below) == (4, 4)
+        assert fut.result().result.ok
+    run(go())
+
+
+def test_a_batch_nothing_answers_fails_each_op_unknown_or_failed():
+    class Silent(Tablets):
+        async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
+            if method == "ts.write_batch":
+                self.batches.append(request)
+                raise RpcError(ErrorCode.DEADLINE_EXCEEDED, "no reply", maybe_delivered=True)
+            return await super().call(addr, method, request, response_type, to_uuid=to_uuid,
+                                      timeout=timeout)
+
+    async def go():
+        rpc = Silent()
+        session = client_of(rpc, timeout=0.5).new_session(
+            "t", SessionOptions(FlushMode.MANUAL_FLUSH))
+        futs = [await session.apply(k, Write(k, 1)) for k in "ab"]
+        await session.flush()
+        for f in futs:
+            with pytest.raises(OpUnknown):
+                f.result()
+        assert len({(b.session, b.seq) for b in rpc.batches}) == 1  # only ever the same seqs
+    run(go())
+
+
+def test_background_applies_wait_while_every_buffer_of_the_tablet_is_in_flight():
+    class Slow(Tablets):
+        def __init__(self):
+            super().__init__()
+            self.release = asyncio.Event()
+
+        async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
+            if method == "ts.write_batch":
+                await self.release.wait()
+            return await super().call(addr, method, request, response_type, to_uuid=to_uuid,
+                                      timeout=timeout)
+
+    async def go():
+        rpc = Slow()
+        session = client_of(rpc).new_session("t", background(max_batch_ops=1, max_buffers=2))
+        await session.apply("a", Write("a", 1))  # batch 1 in flight
+        await session.apply("b", Write("b", 1))  # batch 2 queued behind it
+        third = asyncio.ensure_future(session.apply("c", Write("c", 1)))
+        await asyncio.sleep(0.1)
+        assert not third.done()  # both buffers taken: Kudu's Apply blocks
+        rpc.release.set()
+        await asyncio.wait_for(third, 1)
+        await session.flush()
+        assert [b.seq for b in rpc.batches] == [1, 2, 3]  # in order, one at a time
+    run(go())
+
+
+def test_options_keep_a_batch_within_the_tablets_session_bound():
+    with pytest.raises(ValueError, match="max_batch_ops must be 1..128"):
+        SessionOptions(max_batch_ops=129)
+    assert SessionOptions().max_batch_ops == 64
+
+
+# -- a real loopback cluster -----------------------------------------------------------------
+
+class SpyRpc(RpcClient):
+    """Counts write_batch calls; `on_first_batch_reply` runs once, after the first batch's
+    reply arrived, and then that reply is lost."""
+
+    def __init__(self):
+        super().__init__(connect_timeout=CONNECT_TIMEOUT)
+        self.batches: list = []
+        self.on_first_batch_reply = None
+
+    async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
+        res = await super().call(addr, method, request, response_type, to_uuid=to_uuid,
+                                 timeout=timeout)
+        if method == "ts.write_batch":
+            self.batches.append((addr, request, res))
+            if self.on_first_batch_reply is not None:
+                hook, self.on_first_batch_reply = self.on_first_batch_reply, None
+                await hook(addr)
+                raise RpcError(ErrorCode.DEADLINE_EXCEEDED, "reply lost", maybe_delivered=True)
+        return res
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LocalCluster(tmp_path_factory.mktemp("sessions") / "lc", masters=1, tservers=3)
+    c.up(timeout=60)
+    yield c
+    for name in c.daemons:
+        c.signal(name, signal.SIGCONT)
+    c.down()
+
+
+async def _table(c: LocalCluster, name: str, spy: SpyRpc):
+    client = TesseraClient(c.master_addrs, timeout=8.0, rpc=spy)
+    locs = await client.create_table(name, num_tablets=1, replication_factor=3)
+    await c.tablet_leader(client.rpc, locs.tablets[0].tablet_id, timeout=10)
+    return client, client.table(name)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_cluster_row_errors_fail_only_their_rows(cluster):
+    async def go():
+        spy = SpyRpc()
+        client, table = await _table(cluster, "rows", spy)
+        await table.write("x", 1)
+        session = table.new_session(SessionOptions(FlushMode.MANUAL_FLUSH))
+        ops = [Write("a", 1), Cas("x", 99, 2), Append("l", "e"), Cas("x", 1, 3), Append("x", 0)]
+        futs = [await session.apply(op.key, op) for op in ops]
+        await session.flush()
+        results = [f.result().result for f in futs]
+        assert [r.ok for r in results] == [True, False, True, True, False]
+        assert results[1].error == Rejection.CAS_MISMATCH and results[1].value == 1
+        assert results[4].error == Rejection.WRONG_TYPE
+        assert len({r.timestamp for r in results if r.ok}) == 1  # one entry, one timestamp
+        assert len(spy.batches) == 1
+        assert [await table.read(k) for k in ("a", "x", "l")] == [1, 3, ["e"]]
+        await client.close()
+    run(go())
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_cluster_a_lost_batch_reply_is_retried_exactly_once(cluster):
+    async def go():
+        spy = SpyRpc()
+        client, table = await _table(cluster, "lost", spy)
+
+        async def nothing(addr):
+            pass
+
+        spy.on_first_batch_reply = nothing
+        session = table.new_session(SessionOptions(FlushMode.MANUAL_FLUSH))
+        futs = [await session.apply("l", Append("l", i)) for i in range(5)]
+        futs.append(await session.apply("c", Cas("c", None, "set")))
+        await session.flush()
+        (_, sent, first), (_, resent, second) = spy.batches
+        assert sent == resent and first == second  # same seqs; every first result back
+        assert [f.result().result for f in futs] == first.results
+        assert await table.read("l") == [0, 1, 2, 3, 4] and await table.read("c") == "set"
+        await client.close()
+    run(go())
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_cluster_a_batch_retried_after_a_leader_change_applies_once(cluster):
+    async def go():
+        spy = SpyRpc()
+        client, table = await _table(cluster, "moved", spy)
+        tablet = (await client.locations("moved")).tablets[0]
+        old = await cluster.tablet_leader(spy, tablet.tablet_id)
+        others = [p for p in tablet.replicas if p.port != cluster.daemons[old].port]
+
+        async def move_leader(addr):  # the batch applied; its reply is lost; leadership moves
+            leader = next(p for p in tablet.replicas if p.addr == addr)
+            await spy.call(addr, "ts.leader_step_down",
+                           LeaderStepDown(tablet.tablet_id, others[0].uuid), Ack,
+                           to_uuid=leader.uuid, timeout=5)
+            await cluster.tablet_leader(spy, tablet.tablet_id, exclude=(old,), timeout=10)
+
+        spy.on_first_batch_reply = move_leader
+        session = table.new_session(SessionOptions(FlushMode.MANUAL_FLUSH))
+        futs = [await session.apply("l", Append("l", i)) for i in range(4)]
+        await session.flush()
+        addrs = [a for a, _, _ in spy.batches]
+        assert addrs[0] == ("127.0.0.1", cluster.daemons[old].port)
+        assert addrs[-1] != addrs[0]  # answered by the new leader
+        first = spy.batches[0][2].results
+        assert [f.result().result for f in futs] == first
+        assert await table.read("l") == [0, 1, 2, 3]
+        await client.close()
+    run(go())
