@@ -235,16 +235,13 @@ async def _drive(spec: TestSpec, workload, opts, db, ctx, run_dir: Path, nemeses
     async def nemesis(rec_, deadline_):
         await asyncio.gather(watchdog(rec_, deadline_), schedule.run(rec_))
 
-    if spec.client == "node-bound":
-        def clients(thread: int):
-            return client.table("test", names, bind=ctx.hosts[thread % len(ctx.hosts)].address)
-    else:
-        def clients(thread: int):
-            return client.table("test", names)
+    binds = [h.address for h in ctx.hosts] if spec.client == "node-bound" else None
+    clients, close_sessions = workload_clients(client, "test", names, binds, workload)
     try:
         tried = await run(workload, clients, rec, opts, nemesis=nemesis, heal=schedule.heal,
                           progress=progress)
     finally:
+        await close_sessions()
         rec.close()
         await client.close()
     for t in tried:
@@ -252,6 +249,29 @@ async def _drive(spec: TestSpec, workload, opts, db, ctx, run_dir: Path, nemeses
             say(f"final {t['f']} never succeeded in {t['attempts']} attempts over {t['seconds']:g}s")
     _update_test(run_dir, status="complete", final={**opts.final_plan(), "ops": tried})
     return schedule
+
+
+def workload_clients(client, table: str, names: dict, binds: list[str] | None, workload):
+    """(clients(thread) for harness.runner.run, an async close for after it). Node-bound
+    (`binds`): thread t talks to binds[t mod n]; else any replica. With `workload.batch`, the
+    threads of one bind share one batching session, so their concurrent writes go out together,
+    while each op stays one op of the history (the runner records it as before)."""
+    options = workload.session_options()
+    sessions: dict = {}  # bind -> Session
+
+    def clients(thread: int):
+        bind = binds[thread % len(binds)] if binds else None
+        if options is None:
+            return client.table(table, names, bind=bind)
+        if bind not in sessions:
+            sessions[bind] = client.new_session(table, options, bind=bind)
+        return client.table(table, names, bind=bind, session=sessions[bind])
+
+    async def close() -> None:
+        """Flush what is still buffered (ops whose callers gave up are dropped, never sent)."""
+        await asyncio.gather(*(s.close() for s in sessions.values()), return_exceptions=True)
+
+    return clients, close
 
 
 async def accept_test_table(client, tablets: int, replication_factor: int,

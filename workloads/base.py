@@ -65,6 +65,26 @@ class Workload:
 
     name: str = "workload"
     tablets: int = 1  # tablets of the test table (transactions need their keys in one tablet)
+    # Batched writes (issue 15): with batch = N > 0, the workers that share a node send their
+    # writes (cas, append, txn) through one AUTO_FLUSH_BACKGROUND session (node.client.session),
+    # batches of up to N ops per tablet, cut at latest `batch_interval_ms` after their first op.
+    # Each op is still invoked, completed and recorded on its own; reads are never batched.
+    # The interval is shorter than Kudu's 1000 ms default: each worker waits for its own op,
+    # so batches fill from concurrent workers, and a long interval would only idle them.
+    batch: int = 0
+    batch_interval_ms: float = 50.0
+
+    def __post_init__(self) -> None:
+        self.session_options()  # refuses a batch size the tablets' session bound cannot keep
+
+    def session_options(self):
+        """The batching session's options, or None when ops are sent one by one."""
+        if not self.batch:
+            return None
+        from node.client.session import FlushMode, SessionOptions
+
+        return SessionOptions(FlushMode.AUTO_FLUSH_BACKGROUND, max_batch_ops=self.batch,
+                              flush_interval_s=self.batch_interval_ms / 1000)
 
     @property
     def checker(self) -> Checker:

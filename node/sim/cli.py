@@ -47,6 +47,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="full: reduce the first failing seed's faults to a minimal schedule "
                              "that still fails (delta debugging; minutes), write it and print "
                              "its replay command")
+    parser.add_argument("--batch", type=int, default=0, metavar="N",
+                        help="full: writes through batching sessions, up to N ops per tablet "
+                             "batch (Workload.batch; default 0: one op per write)")
     parser.add_argument("--json", action="store_true", help="print one JSON summary line")
     parser.add_argument("--fault", action="append", default=[], metavar="FLAG",
                         help="run with this engine fault flag (node.faults) on (repeatable). The "
@@ -120,6 +123,10 @@ def run_full(args: argparse.Namespace) -> int:
         print(f"tessera sim: unknown fault flag {unknown[0]!r} (known: {', '.join(sorted(known))})",
               file=sys.stderr)
         return 2
+    if not 0 <= args.batch <= 128:
+        print("tessera sim: --batch must be 0..128 (the results a tablet keeps per session)",
+              file=sys.stderr)
+        return 2
     if args.seconds <= 0 or args.jobs < 1:
         print("tessera sim: --seconds must be positive and --jobs at least 1", file=sys.stderr)
         return 2
@@ -140,7 +147,7 @@ def run_full(args: argparse.Namespace) -> int:
         return workloads[seed % 2] if args.workload == "both" else args.workload
 
     configs = [StackConfig(seed=s, workload=workload(s), seconds=args.seconds, faults=faults,
-                           schedule=schedule)
+                           schedule=schedule, batch=args.batch)
                for s in range(args.seed, args.seed + args.seeds)]
     out = args.out or Path("store/sim") / time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     t0 = time.monotonic()

@@ -65,6 +65,7 @@ class StackConfig:
     # Replay exactly these [virtual time, kind, value] faults instead of random ones (shrinking)
     schedule: tuple | None = None
     faults: Faults = field(default_factory=Faults)  # engine fault flags (mutants)
+    batch: int = 0  # > 0: writes through batching sessions (Workload.batch)
 
 
 @dataclass
@@ -364,10 +365,11 @@ class StackSim:
         from workloads.list_append import ListAppend
         from workloads.register import Register
 
-        return {"register": Register, "list-append": ListAppend}[self.cfg.workload]()
+        return {"register": Register, "list-append": ListAppend}[self.cfg.workload](
+            batch=self.cfg.batch)
 
     async def _client_main(self) -> list:
-        from harness.chaos import accept_test_table
+        from harness.chaos import accept_test_table, workload_clients
         from harness.recorder import Recorder
         from harness.runner import RunOptions, run
         from node.client import TesseraClient
@@ -386,12 +388,11 @@ class StackSim:
                           rate=self.cfg.rate, seed=self.cfg.seed, op_timeout=5.0,
                           final_settle=5.0, final_timeout=60.0)
 
-        def clients(thread: int):
-            return client.table("test", names, bind=self.tservers[thread % len(self.tservers)])
-
+        clients, close_sessions = workload_clients(client, "test", names, self.tservers, workload)
         try:
             await run(workload, clients, rec, opts, nemesis=self._nemesis, heal=self._heal)
         finally:
+            await close_sessions()
             rec.close()
             await client.close()
         return workload
@@ -447,6 +448,8 @@ def replay_command(cfg: StackConfig, faults: list[str] = (), schedule: Path | No
     flags = "".join(f" --fault {f}" for f in faults)
     if schedule is not None:
         flags += f" --schedule {schedule}"
+    if cfg.batch:
+        flags += f" --batch {cfg.batch}"
     return (f"tessera sim --stack full --seeds 1 --seed {cfg.seed} --workload {cfg.workload} "
             f"--seconds {cfg.seconds:g}{flags}")
 

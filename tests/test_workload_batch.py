@@ -1,0 +1,114 @@
+"""The harness drives batched sessions (Workload.batch): threads bound to one node share one
+AUTO_FLUSH_BACKGROUND session, each op stays one op of the history, and a run under faults in
+the whole-stack simulator (the production servers and client on virtual time, network and
+disks) comes out valid with real multi-op batches in it."""
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+import node.client as client_module
+from harness.chaos import workload_clients
+from node.client import FlushMode
+from node.sim.stack import StackConfig, StackSim, replay_command
+from reports.history import read_jsonl
+from workloads import make
+
+
+class FakeClient:
+    def __init__(self):
+        self.sessions = []
+
+    def new_session(self, table, options, bind=None):
+        s = FakeSession(table, options, bind)
+        self.sessions.append(s)
+        return s
+
+    def table(self, table, names, bind=None, session=None):
+        return (table, bind, session)
+
+
+class FakeSession:
+    def __init__(self, table, options, bind):
+        self.table, self.options, self.bind, self.closed = table, options, bind, False
+
+    async def close(self):
+        self.closed = True
+
+
+def test_batched_threads_of_one_node_share_one_background_session():
+    client = FakeClient()
+    workload = make("register", batch=16, batch_interval_ms=20)
+    clients, close = workload_clients(client, "test", {}, ["a", "b"], workload)
+    handles = [clients(t) for t in range(5)]
+    assert [h[1] for h in handles] == ["a", "b", "a", "b", "a"]
+    assert handles[0][2] is handles[2][2] is handles[4][2] and handles[1][2] is handles[3][2]
+    assert handles[0][2] is not handles[1][2]
+    options = handles[0][2].options
+    assert (options.mode, options.max_batch_ops, options.flush_interval_s) == (
+        FlushMode.AUTO_FLUSH_BACKGROUND, 16, 0.02)
+    asyncio.run(close())
+    assert all(s.closed for s in client.sessions)
+
+
+def test_unbatched_and_smart_clients_are_as_before():
+    client = FakeClient()
+    clients, _ = workload_clients(client, "test", {}, ["a", "b"], make("list-append"))
+    assert clients(3) == ("test", "b", None) and client.sessions == []
+    clients, _ = workload_clients(client, "test", {}, None, make("register", batch=4))
+    assert clients(0)[1] is None and clients(0)[2] is clients(7)[2]  # one shared session
+
+
+def test_a_batch_the_tablets_cannot_keep_is_refused_when_the_workload_is_made():
+    with pytest.raises(ValueError, match="max_batch_ops must be 1..128"):
+        make("register", batch=129)
+
+
+def test_the_replay_command_carries_the_batch():
+    assert replay_command(StackConfig(seed=3, batch=8)).endswith(" --batch 8")
+    assert "--batch" not in replay_command(StackConfig(seed=3))
+
+
+@pytest.fixture
+def batch_sizes(monkeypatch):
+    """Ops per ts.write_batch the client sent."""
+    sizes = Counter()
+    original = client_module.TesseraClient.write_batch
+
+    async def spy(self, table, t, ops, *args, **kwargs):
+        sizes[len(ops)] += 1
+        return await original(self, table, t, ops, *args, **kwargs)
+
+    monkeypatch.setattr(client_module.TesseraClient, "write_batch", spy)
+    return sizes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workload,seed", [("register", 4), ("list-append", 5)])
+def test_a_batched_run_under_faults_in_the_full_stack_simulator_is_valid(
+        tmp_path, batch_sizes, workload, seed):
+    cfg = StackConfig(seed=seed, workload=workload, seconds=20.0, concurrency=30, rate=300.0,
+                      batch=8)
+    result = StackSim(cfg, tmp_path).run()
+    assert result.ok(), (result.violation, result.verdict, result.results.get("anomalies"))
+    assert sum(result.nemesis.values()) >= 3, result.nemesis  # faults did happen
+    assert any(n > 1 for n in batch_sizes), batch_sizes  # ops did share batches
+    assert max(batch_sizes) <= 8
+    ops = [o for o in read_jsonl(tmp_path / "history.jsonl") if o.process != "nemesis"]
+    writes = [o for o in ops if o.f != "read" and not (o.f == "txn" and all(
+        m[0] == "r" for m in o.value))]
+    invoked = sum(o.type == "invoke" for o in writes)
+    completed = sum(o.type != "invoke" for o in writes)
+    assert invoked == completed  # every op invoked and completed on its own
+    applied = sum(n * k for n, k in batch_sizes.items())
+    # every ok write came back from a batch, and each op sent in a batch is one invoked op
+    # (one whose caller timed out before its batch was cut is dropped, never sent)
+    assert sum(o.type == "ok" for o in writes) <= applied <= invoked
+
+
+def test_a_batched_seed_replays_bit_for_bit(tmp_path):
+    cfg = dict(seed=6, workload="register", seconds=5.0, concurrency=20, rate=200.0, batch=4)
+    a = StackSim(StackConfig(**cfg), tmp_path / "a").run()
+    b = StackSim(StackConfig(**cfg), tmp_path / "b").run()
+    assert a.ok() and a.history_sha == b.history_sha and a.ops == b.ops
