@@ -122,6 +122,8 @@ class TabletService:
     # -- writes and reads ---------------------------------------------------------------------
     async def on_write(self, req: Write) -> OpResult:
         r = self.tablets.serving(req.tablet_id)
+        if isinstance(req.op, Batch):  # one result per op does not fit an OpResult
+            raise RpcError(ErrorCode.INVALID_ARGUMENT, "batches go through ts.write_batch")
         try:
             if is_read_only(req.op):
                 return OpResult(await r.read(req.op))
