@@ -4,6 +4,8 @@ their row; and the bound that keeps a batch's results together."""
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from node.entry import Entry, EntryType
 from node.tablet.ops import (
@@ -163,3 +165,71 @@ def test_single_op_payloads_decode_as_before():
                                   "session": 3, "seq": 4})
     command = decode_command(old)
     assert command.op == Write("k", 1) and (command.session, command.seq) == (3, 4)
+
+
+# -- property: batches and retries of any shape apply each op once ------------------------------
+
+KEYS = st.sampled_from(["k0", "k1", "k2"])
+ROW_OPS = st.one_of(st.builds(Write, KEYS, st.integers(0, 3)),
+                    st.builds(Cas, KEYS, st.one_of(st.none(), st.integers(0, 3)),
+                              st.integers(0, 3)),
+                    st.builds(Append, KEYS, st.integers(0, 3)))
+
+
+@st.composite
+def batched_schedules(draw):
+    """Per client: ops cut into batches of consecutive seqs; the log interleaves the clients'
+    first sends with re-sends of an earlier batch whole, or of one of its ops alone."""
+    clients = ("a", "b")
+    pending = {c: draw(st.lists(ROW_OPS, max_size=10)) for c in clients}
+    next_seq = dict.fromkeys(clients, 1)
+    sent, log = [], []
+    while any(pending.values()):
+        if sent and draw(st.integers(0, 3)) == 0:
+            client, seq, ops = draw(st.sampled_from(sent))
+            if draw(st.booleans()):
+                log.append((client, seq, Batch(ops)))
+            else:
+                i = draw(st.integers(0, len(ops) - 1))
+                log.append((client, seq + i, ops[i]))
+            continue
+        client = draw(st.sampled_from([c for c in clients if pending[c]]))
+        n = draw(st.integers(1, len(pending[client])))
+        ops, pending[client] = pending[client][:n], pending[client][n:]
+        sent.append((client, next_seq[client], ops))
+        log.append((client, next_seq[client], Batch(ops)))
+        next_seq[client] += n
+    return log
+
+
+@settings(max_examples=150, deadline=None)
+@given(batched_schedules())
+def test_every_op_applies_once_and_every_retry_gets_its_first_result(log):
+    """The reference: each op applied alone, once, in the order of its first send."""
+    def run(commands):
+        sm, ids, out = StateMachine("t"), {}, []
+        index = 0
+        for client, seq, op in commands:
+            if client not in ids:
+                index += 1
+                ids[client] = sm.apply(Entry(1, index, EntryType.REPLICATE,
+                                             encode_command(OpenSession()))).value
+            index += 1
+            payload = encode_command(op, session=ids[client], seq=seq)
+            out.append(sm.apply(Entry(1, index, EntryType.REPLICATE, payload)))
+        return sm, out
+
+    singles, seen = [], set()
+    for client, seq, op in log:
+        rows = op.ops if isinstance(op, Batch) else [op]
+        for i, row in enumerate(rows):
+            if (client, seq + i) not in seen:
+                seen.add((client, seq + i))
+                singles.append((client, seq + i, row))
+    reference, ref_results = run(singles)
+    first = {(c, s): r for (c, s, _), r in zip(singles, ref_results, strict=True)}
+    batched, results = run(log)
+    assert batched.data == reference.data
+    for (client, seq, op), result in zip(log, results, strict=True):
+        got = result if isinstance(result, list) else [result]
+        assert got == [first[client, seq + i] for i in range(len(got))], (client, seq, op)
