@@ -16,6 +16,9 @@ answers NOT_LEADER with a hint, which the handle follows at once, as Kudu's clie
 not answer, and the handle moves on to the other replicas. A tablet with no replica on HOST is
 routed as the shared smart handle (`bind=None`) routes everything.
 
+Batching sessions (`new_session`, node.client.session) send many writes of one tablet as one
+`ts.write_batch`, one Raft entry, with Kudu's flush modes; each op keeps its own seq and result.
+
 Faults must not starve a run of operations, so a replica that stopped answering (paused,
 partitioned, down) gets only SILENT_TIMEOUT per attempt, doubling each round up to
 ATTEMPT_TIMEOUT, and goes last in the order unless bound; one that answers gets ATTEMPT_TIMEOUT,

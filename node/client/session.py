@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -46,6 +47,8 @@ from node.tablet.state import Limits
 if TYPE_CHECKING:
     from node.client import Sessions, TesseraClient
     from node.protocol import Peer, TabletLocation
+
+log = logging.getLogger(__name__)
 
 KUDU_BUFFER_BYTES = 7 * 1024 * 1024  # KuduSession::SetMutationBufferSpace default
 KUDU_FLUSH_WATERMARK = 0.5  # SetMutationBufferFlushWatermark default
@@ -237,9 +240,11 @@ class Session:
                         _settle(p.future, exception=e)
                     return
                 except Exception as e:  # the outcome is unknown, never failed
+                    log.warning("batch of %d ops to tablet %s: %s: %s", len(pending), tablet_id,
+                                type(e).__name__, e, exc_info=e)
                     for p in pending:
                         _settle(p.future, exception=OpUnknown(f"{type(e).__name__}: {e}"))
-                    raise
+                    return
                 for p, r in zip(pending, results, strict=True):
                     if isinstance(r, Exception):
                         _settle(p.future, exception=r)
