@@ -211,10 +211,7 @@ class StackSim:
 
         for host, server in self.servers.items():
             for tablet, r in list(getattr(server, "replicas", {}).items()):
-                # A replica that failed (ENOSPC, EIO) may hold in memory a term or vote whose
-                # save failed: it never sent it, and it is judged again once reopened.
-                if not r.failed:
-                    self._check_term_and_vote(host, tablet, r)
+                self._check_term_and_vote(host, tablet, r)
                 if r.role.name == "LEADER":
                     holder = self._leaders.setdefault((tablet, r.term), r.uuid)
                     if holder != r.uuid:
