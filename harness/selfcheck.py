@@ -105,11 +105,13 @@ def evidence(o: Outcome) -> list[str]:
 
 
 def cells(flags: list[str]) -> list[Cell]:
-    """The self-check's cells: each flag's chaos recipe and, for a flag that acts in the Raft
-    core, a simulation cell with the flag on in the simulated cores (harness.sim_cell)."""
+    """The self-check's cells: each flag's chaos recipe; for a flag that acts in the Raft core,
+    a simulation cell with the flag on in the simulated cores (harness.sim_cell); and for a
+    flag the whole-stack simulator catches (SIM_FULL_RECIPES), a whole-stack simulation cell
+    with the flag on in every simulated server."""
     from dataclasses import fields
 
-    from harness.sim_cell import KIND
+    from harness.sim_cell import FULL_KIND, KIND
     from node.faults import Faults
     from node.sim.runner import fault_core_options
 
@@ -120,6 +122,10 @@ def cells(flags: list[str]) -> list[Cell]:
         if flag in names and set(fault_core_options(Faults(**{flag: True}))) - SIM_BLIND:
             out.append(Cell(f"{flag}/sim", KIND, (), {"flags": {UNLOCK: True, flag: True}},
                             max_time=SIM_TIME_S, overhead=1.0))
+        if flag in SIM_FULL_RECIPES:
+            out.append(Cell(f"{flag}/{FULL_KIND}", FULL_KIND, (),
+                            {"flags": {UNLOCK: True, flag: True}},
+                            max_time=SIM_FULL_TIME_S, overhead=SIM_FULL_OVERHEAD_S))
     return out
 
 
@@ -129,6 +135,25 @@ def flags_of(cells: list[Cell]) -> list[str]:
 
 
 SIM_TIME_S = 20.0
+# The whole-stack simulator (tessera sim --stack full) runs seeds until its time is up, on every
+# core. tests/test_sim_stack.py measures each flag below caught within MUTANT_SEED_CAP = 80 seeds
+# from seed 100 (most within 4; apply-uncommitted-at-bootstrap is the rarest, 1 or 2 seeds in
+# 40). A seed takes 2-5 s of one core (60 virtual seconds; a failing seed often stops early), so
+# 80 seeds need about 150 s on 2 cores, less on more.
+SIM_FULL_TIME_S = 150.0
+SIM_FULL_OVERHEAD_S = 5.0  # spawning the worker processes
+# flag -> what the whole-stack simulator sees of it
+SIM_FULL_RECIPES: dict[str, str] = {
+    "fault_ack_before_fsync": "a crash loses an acknowledged WAL group: state machine safety, "
+                              "or a lost write (checker)",
+    "fault_apply_uncommitted_at_bootstrap": "a restarted replica applies its uncommitted tail: "
+                                            "applied state differs at one index",
+    "fault_read_without_leadership": "an isolated old leader answers reads from stale state: "
+                                     "not linearizable (register checker)",
+    "fault_skip_dedup": "a retried write applies twice (checker: duplicated or lost values)",
+    "fault_copy_overwrite_cmeta": "a replica copied over its tombstone forgets its term or vote: "
+                                  "term monotonicity or vote safety",
+}
 # Core options whose bug shows only in what reads return, which the simulator does not check.
 SIM_BLIND = frozenset({"check_quorum"})  # thousands of seeds: a core bug the simulator can see shows in far fewer
 

@@ -139,6 +139,34 @@ REAL = RealDisk()
 # ---- the simulated disk ----
 
 
+class FsyncMeter:
+    """The virtual seconds the SimDisk syncs of one blocking call would have taken."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def __enter__(self) -> FsyncMeter:
+        _meters.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _meters.remove(self)
+
+
+_meters: list[FsyncMeter] = []  # innermost last; the simulator is single-threaded
+
+
+def fsync_meter() -> FsyncMeter:
+    """`with fsync_meter() as m: blocking_call()`: m.seconds is the sum of the sampled
+    `fsync_latency()` of every SimDisk fsync, fdatasync and fsync_dir made inside. The
+    simulator's executor delivers the call's result that much later in virtual time, so slow
+    fsync is slow for cmeta, superblock and snapshot saves too, not only for the WAL (which
+    waits out its own syncs' latency, outside any metered call)."""
+    return FsyncMeter()
+
+
 class Fenced(OSError):
     """A call through the handle or disk of a process incarnation that has crashed."""
 
@@ -155,9 +183,10 @@ class SimFaults:
 
 
 class _File:
-    __slots__ = ("data", "durable", "pending")
+    __slots__ = ("data", "durable", "pending", "serial")
 
-    def __init__(self) -> None:
+    def __init__(self, serial: int = 0) -> None:
+        self.serial = serial  # creation order on its disk: older files have smaller serials
         self.data = bytearray()  # what reads see: the page cache
         self.durable = b""  # what survives a crash for sure
         self.pending: list[tuple[int, bytes] | int] = []  # since the last sync: writes, truncations
@@ -222,6 +251,7 @@ class SimDisk:
         self._root = _Dir()
         self._fenced = False
         self._temp_counter = 0
+        self._serial = 0  # the last file serial handed out (shared by every incarnation)
 
     # ---- incarnations and faults ----
 
@@ -253,7 +283,7 @@ class SimDisk:
 
         recover(self._root)
         nxt = SimDisk(self.rng, self.faults)
-        nxt._root, nxt._temp_counter = self._root, self._temp_counter
+        nxt._root, nxt._temp_counter, nxt._serial = self._root, self._temp_counter, self._serial
         return nxt
 
     def _recover_file(self, f: _File, rng: random.Random | None) -> None:
@@ -297,6 +327,33 @@ class SimDisk:
         lo, hi = self.faults.fsync_latency
         return self.rng.uniform(lo, hi) if hi > 0 else 0.0
 
+    def _meter_sync(self) -> None:
+        """A sync inside `fsync_meter()` owes its sampled latency to the metered call."""
+        if _meters:
+            _meters[-1].seconds += self.fsync_latency()
+
+    def serial_mark(self) -> int:
+        """The newest file's serial: every file created from now on has a larger one."""
+        return self._serial
+
+    def file_serials(self, path: StrPath) -> list[tuple[str, int]]:
+        """(path, creation serial) of every file under the directory `path` ([] if absent)."""
+        node = self._lookup(path)
+        if not isinstance(node, _Dir):
+            return []
+        out: list[tuple[str, int]] = []
+
+        def walk(d: _Dir, prefix: str) -> None:
+            for name in sorted(d.entries):
+                child = d.entries[name]
+                if isinstance(child, _Dir):
+                    walk(child, f"{prefix}/{name}")
+                else:
+                    out.append((f"{prefix}/{name}", child.serial))
+
+        walk(node, os.fspath(path))
+        return out
+
     # ---- the Disk interface: files ----
 
     def open(self, path: StrPath, *, create: bool = False) -> _Handle:
@@ -306,7 +363,8 @@ class SimDisk:
         if create:
             if node is not None:
                 raise FileExistsError(errno.EEXIST, "File exists", os.fspath(path))
-            node = _File()
+            self._serial += 1
+            node = _File(self._serial)
             parent.change((name, node))
         elif node is None:
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", os.fspath(path))
@@ -340,6 +398,7 @@ class SimDisk:
 
     def fsync(self, fd: _Handle) -> None:
         f = self._handle(fd).file
+        self._meter_sync()
         if self.faults.fsync_eio_rate and self.rng.random() < self.faults.fsync_eio_rate:
             f.pending = []  # Linux marks the failed pages clean: that data never reaches the disk
             raise OSError(errno.EIO, "Input/output error")
@@ -410,6 +469,7 @@ class SimDisk:
 
     def fsync_dir(self, path: StrPath) -> None:
         d = self._dir(path)
+        self._meter_sync()
         d.durable, d.pending = dict(d.entries), []
 
     def rmtree(self, path: StrPath) -> None:
@@ -486,6 +546,10 @@ class SimDisk:
 
     def _usage(self) -> int:
         return sum(len(f.data) for _, f in self._walk())
+
+    def usage(self) -> int:
+        """Bytes held by the files (what `SimFaults.quota_bytes` is compared with)."""
+        return self._usage()
 
 
 def _parts(path: StrPath) -> list[str]:

@@ -365,11 +365,8 @@ class Replica:
         self._maybe_snapshot()
 
     def _save_cmeta(self, hs: HardState | None, config: RaftConfig | None) -> None:
-        if hs is not None:
-            self.cmeta.set_hard_state(hs.term, hs.voted_for)
-        if config is not None:
-            self.cmeta.committed_config = encode_config(config)
-        self.cmeta.save()
+        self.cmeta.update(None if hs is None else (hs.term, hs.voted_for),
+                          None if config is None else encode_config(config))
 
     def _on_soft_state(self, ss) -> None:
         if ss.leader != self.leader:

@@ -90,8 +90,7 @@ async def rejoin_with_uncommitted_tail(root: Path, bug: bool) -> tuple[Replica, 
     write_wal(net.paths["a"], TAIL)
     for paths in net.paths.values():  # everyone voted for a in term 1
         cmeta = ConsensusMetadata.load(paths.consensus_meta)
-        cmeta.set_hard_state(1, "a")
-        cmeta.save()
+        cmeta.update((1, "a"))
     net.cut.add("a")
     net.start()
     try:

@@ -346,3 +346,37 @@ def test_a_simulated_log_run_replays_bit_for_bit():
         return [(n, after.read(f"/d/wal/{n}")) for n in after.listdir("/d/wal")]
 
     assert [run(s) for s in SEEDS[:4]] == [run(s) for s in SEEDS[:4]]
+
+
+def test_file_serials_tell_older_files_from_newer_ones_across_crashes():
+    """What the simulator's tombstone invariant reads: each file's creation order, kept by a
+    rename and by a crash, and a mark that every later file is above."""
+    disk = new_disk()
+    durable.ensure_dir("/d/t", disk)
+    write_file(disk, "/d/t/old", b"a", sync=True)
+    disk.fsync_dir("/d/t")
+    mark = disk.serial_mark()
+    durable.write_atomic("/d/t/new", b"b", disk)  # a temp file renamed into place
+    serials = dict(disk.file_serials("/d/t"))
+    assert serials["/d/t/old"] <= mark < serials["/d/t/new"]
+    after = disk.crash()
+    assert dict(after.file_serials("/d/t")) == serials and after.serial_mark() == disk.serial_mark()
+    write_file(after, "/d/t/newer", b"c", sync=False)
+    assert dict(after.file_serials("/d/t"))["/d/t/newer"] > serials["/d/t/new"]
+    assert after.file_serials("/d/none") == [] and after.usage() == 1 + 1 + 1 + durable.HEADER_SIZE
+
+
+def test_fsync_meter_sums_the_sampled_latency_of_the_syncs_inside():
+    from node.disk import fsync_meter
+
+    disk = new_disk(fsync_latency=(0.1, 0.1))
+    with fsync_meter() as outer:
+        write_file(disk, "/d/a", b"x", sync=True)
+        with fsync_meter() as inner:  # the innermost meter is charged
+            disk.fsync_dir("/d")
+    assert outer.seconds == pytest.approx(0.1) and inner.seconds == pytest.approx(0.1)
+    disk.fsync_dir("/d")  # no meter: nothing to charge
+    disk.faults.fsync_latency = (0.0, 0.0)
+    with fsync_meter() as none:
+        durable.write_atomic("/d/b", b"y", disk)
+    assert none.seconds == 0.0

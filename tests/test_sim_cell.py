@@ -67,10 +67,11 @@ def test_default_matrix_starts_with_the_sim_cells_and_self_check_adds_sim_cells_
     assert [c.name for c in cells_from_args(_args("--workloads", "register"))] == [
         "register/all", "register/raft"]
     names = [c.name for c in selfcheck_cells([FIGURE_8, "fault_skip_dedup"])]
-    assert names == [FIGURE_8, f"{FIGURE_8}/sim", "fault_skip_dedup"]
+    assert names == [FIGURE_8, f"{FIGURE_8}/sim", "fault_skip_dedup", "fault_skip_dedup/sim-full"]
     assert flags_of(selfcheck_cells([FIGURE_8, "fault_skip_dedup"])) == [FIGURE_8, "fault_skip_dedup"]
+    # the core simulator does not check reads; the whole-stack one runs the client and checkers
     assert [c.name for c in selfcheck_cells(["fault_read_without_leadership"])] == [
-        "fault_read_without_leadership"]  # the simulator does not check reads
+        "fault_read_without_leadership", "fault_read_without_leadership/sim-full"]
     sim = selfcheck_cells([FIGURE_8])[1]
     assert sim.workload == KIND and sim.max_time and sim.overrides["flags"][FIGURE_8] is True
 

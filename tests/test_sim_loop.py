@@ -297,3 +297,44 @@ def test_a_seed_replays_bit_for_bit():
     assert first == again
     assert any(e[-1] == "DEADLINE_EXCEEDED" or e[-1] == "NETWORK" for e in first if len(e) == 3)
     assert _scenario(8) != first
+
+
+def test_slow_fsync_delays_a_blocking_calls_result_by_its_sampled_latency():
+    """to_thread work that syncs a SimDisk with fsync latency returns that much later in virtual
+    time, its error too; a crash meanwhile leaves the sync done and the caller never told."""
+    from node import durable
+    from node.disk import SimDisk, SimFaults
+
+    loop, _ = _sim()
+    disk = SimDisk(random.Random(1), SimFaults(fsync_latency=(0.25, 0.25)))
+    disk.mkdir("/d")
+    disk.fsync_dir("/")  # outside any blocking call: costs no virtual time
+
+    async def go():
+        t0 = loop.time()
+        await asyncio.to_thread(durable.write_atomic, "/d/f", b"x", disk)
+        took = loop.time() - t0  # a file fsync and a directory fsync
+        disk.faults.fsync_eio_rate = 1.0
+        t1 = loop.time()
+        with pytest.raises(OSError):
+            await asyncio.to_thread(durable.write_atomic, "/d/g", b"y", disk)
+        return took, loop.time() - t1
+
+    took, failed_after = loop.run_until_complete(go())
+    assert took == pytest.approx(0.5) and failed_after == pytest.approx(0.25)
+    disk.faults.fsync_eio_rate = 0.0
+    resumed = []
+
+    async def writer():
+        await asyncio.to_thread(durable.write_atomic, "/d/h", b"z", disk)
+        resumed.append(True)
+
+    async def scenario():
+        loop.spawn(SERVER, writer())
+        await asyncio.sleep(0.1)
+        loop.crash_host(SERVER)
+        await asyncio.sleep(1.0)
+
+    loop.run_until_complete(scenario())
+    assert resumed == [] and durable.read_verified("/d/h", disk.crash()) == b"z"
+    loop.close()

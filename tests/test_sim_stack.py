@@ -18,7 +18,10 @@ from node.tserver.server import TabletServer
 ROOT = Path(__file__).resolve().parents[1]
 MUTANTS = ("fault_ack_before_fsync", "fault_apply_uncommitted_at_bootstrap",
            "fault_read_without_leadership", "fault_skip_dedup", "fault_copy_overwrite_cmeta")
-MUTANT_SEED_CAP = 80  # apply-uncommitted is the rarest: 1 to 2 of 40 seeds
+# apply-uncommitted is the rarest: 1 to 2 of 40 seeds. With the disk, transfer and master-flip
+# faults, from seed 100: ack-before-fsync at seed 100, read-without-leadership 103,
+# copy-overwrite-cmeta 105, skip-dedup 111, apply-uncommitted 131.
+MUTANT_SEED_CAP = 80
 
 
 def _configs(first: int, n: int, **kw) -> list[StackConfig]:
@@ -36,7 +39,7 @@ def test_fifty_seeds_of_the_correct_engine_are_valid(tmp_path):
     for r in results:
         kinds.update(r.nemesis)
     for kind in ("crash", "power", "restart", "partition", "isolate", "reset", "skew",
-                 "membership", "flip"):
+                 "membership", "flip", "disk", "disk-clear", "transfer"):
         assert kinds[kind] > 0, kinds
 
 
@@ -103,6 +106,34 @@ class _Replica:
 class _Server:
     def __init__(self, **replicas):
         self.replicas = replicas
+
+
+class _State:
+    def __init__(self, data=None, applied=0):
+        self.data, self.last_applied_index = data or {}, applied
+
+
+class _Report:
+    def __init__(self, tablet_id, state, committed_config=(), committed_config_index=-1):
+        self.tablet_id, self.state, self.error = tablet_id, state, None
+        self.committed_config = [[u, "VOTER"] for u in committed_config]
+        self.committed_config_index = committed_config_index
+
+
+class _Reporting:
+    """A started server as the report-reading invariants see it: replicas and reports."""
+
+    def __init__(self, replicas=None, reports=()):
+        self.me, self.replicas, self._reports = object(), replicas or {}, list(reports)
+
+    def reports(self):
+        return self._reports
+
+
+def _running(uuid, tablet, paths=None, data=None):
+    r = _Replica(uuid)
+    r.paths, r.state = paths, _State(data)
+    return r
 
 
 def _check(sim, **hosts):
@@ -197,3 +228,139 @@ def test_shrinking_keeps_a_failing_schedule_and_drops_the_rest(tmp_path):
     assert 0 < len(minimal) < len(first.events)
     assert not result.ok()
     assert (tmp_path / "shrink" / "minimal" / "history.jsonl").exists()
+
+
+def _tombstone_case(tmp_path):
+    """A tablet server whose replica of tablet t wrote a WAL segment and a snapshot, and was
+    then tombstoned: the simulator saw the tombstone."""
+    from node import durable
+    from node.tablet.paths import TabletPaths
+
+    sim = StackSim(StackConfig(seed=1), tmp_path)
+    host = sim.tservers[0]
+    disk = sim.disks[host]
+    paths = TabletPaths("/data", "t", disk)
+    for d in (paths.wal_dir, paths.snapshot_dir):
+        durable.ensure_dir(d, disk)
+    durable.write_atomic(paths.wal_dir / "wal-000000001", b"old entries", disk)
+    durable.write_atomic(paths.snapshot_dir / "snap-5", b"old rows", disk)
+    sim.servers = {host: _Reporting(reports=[_Report("t", "TOMBSTONED")])}
+    sim._check_invariants(states=True)
+    return sim, host, disk, paths
+
+
+def test_a_tombstone_reopened_with_its_old_data_is_resurrection(tmp_path):
+    """The bug: a delete that left the data, or a restart that opened a TOMBSTONED tablet as
+    RUNNING; the replica serves its pre-tombstone WAL and rows."""
+    sim, host, _disk, paths = _tombstone_case(tmp_path)
+    sim.servers = {host: _Reporting({"t": _running("a", "t", paths)}, [_Report("t", "RUNNING")])}
+    with pytest.raises(StackViolation, match="tombstone resurrected.*data from before"):
+        sim._check_invariants(states=True)
+    sim.loop.close()
+
+
+def test_a_tombstone_restarted_empty_without_a_copy_is_resurrection(tmp_path):
+    from node import durable
+
+    sim, host, disk, paths = _tombstone_case(tmp_path)
+    disk.rmtree(paths.wal_dir)  # the data went, as a tombstone does, but then a new WAL ...
+    disk.rmtree(paths.snapshot_dir)
+    durable.ensure_dir(paths.wal_dir, disk)
+    durable.write_atomic(paths.wal_dir / "wal-000000001", b"new", disk)
+    sim.servers = {host: _Reporting({"t": _running("a", "t", paths)}, [_Report("t", "RUNNING")])}
+    with pytest.raises(StackViolation, match="tombstone resurrected.*without a tablet copy"):
+        sim._check_invariants(states=True)
+    sim.loop.close()
+
+
+def test_a_tablet_copy_over_a_tombstone_is_no_resurrection(tmp_path):
+    from node import durable
+
+    sim, host, disk, paths = _tombstone_case(tmp_path)
+    disk.rmtree(paths.wal_dir)
+    disk.rmtree(paths.snapshot_dir)
+    durable.ensure_dir(paths.snapshot_dir, disk)
+    durable.write_atomic(paths.snapshot_dir / "snap-9", b"copied rows", disk)
+    durable.ensure_dir(paths.wal_dir, disk)
+    durable.write_atomic(paths.wal_dir / "wal-000000001", b"new", disk)
+    sim.servers = {host: _Reporting({"t": _running("a", "t", paths)}, [_Report("t", "RUNNING")])}
+    sim._check_invariants(states=True)
+    sim.loop.close()
+
+
+def _catalog_case(tmp_path, record, committed=("a", "b", "c"), index=5):
+    sim = StackSim(StackConfig(seed=1), tmp_path)
+    catalog = _running("m", "sys.catalog", data={"tablet/t": record, "tablet/gone": None})
+    sim.servers = {
+        sim.masters[0]: _Reporting({"sys.catalog": catalog}),
+        sim.tservers[0]: _Reporting(reports=[_Report("t", "RUNNING", committed, index)]),
+    }
+    return sim
+
+
+def _record(members, index=None):
+    out = {"replicas": [[u, "10.77.0.1", 7050] for u in members]}
+    return out if index is None else out | {"config_index": index}
+
+
+@pytest.mark.parametrize("record,final,message", [
+    (_record("abd", 5), False, "catalog agreement.*config index 5"),
+    (_record("abd"), False, None),  # the creation config: index 0, never seen here
+    (_record("abc", 7), False, None),  # ahead of what the simulator saw: maybe not seen yet
+    (_record("abc", 7), True, "catalog agreement.*ahead"),
+    (_record("abc", 5), True, None),
+])
+def test_the_catalog_agrees_with_the_committed_configs(tmp_path, record, final, message):
+    sim = _catalog_case(tmp_path, record)
+    if message is None:
+        sim._check_invariants(states=True)
+        sim._check_catalog(final=final)
+    else:
+        with pytest.raises(StackViolation, match=message):
+            sim._check_invariants(states=True)
+            sim._check_catalog(final=final)
+    sim.loop.close()
+
+
+def test_a_lagging_catalog_is_listed_and_two_configs_at_one_index_are_a_violation(tmp_path):
+    sim = _catalog_case(tmp_path, _record("abc", 3))
+    sim._configs[("t", 3)] = frozenset("abc")
+    sim._check_invariants(states=True)
+    sim._check_catalog(final=True)
+    assert sim.catalog_lag == [f"t: catalog 3 < 5 on {sim.masters[0]}"]
+    sim.servers[sim.tservers[1]] = _Reporting(reports=[_Report("t", "RUNNING", "abd", 5)])
+    with pytest.raises(StackViolation, match="config safety"):
+        sim._check_invariants(states=True)
+    sim.loop.close()
+
+
+# Disk faults and a leadership transfer, replayed: ENOSPC and failing fsyncs on a tablet server
+# and a master (each cleared, the server rebooted), slow fsync, and a step-down on a tablet that
+# does not exist (refused, recorded, not raised).
+DISK_SCHEDULE = ((5.0, "disk", ["10.77.0.111", "eio", 1.0]),
+                 (6.5, "disk-clear", ["10.77.0.111"]),
+                 (7.0, "disk", ["10.77.0.101", "enospc", 0]),
+                 (8.0, "disk-clear", ["10.77.0.101"]),
+                 (9.0, "disk", ["10.77.0.112", "slow", 0.05, 0.5]),
+                 (10.0, "transfer", ["10.77.0.113", "no-such-tablet", None]))
+
+
+def test_disk_faults_and_transfers_replay_and_the_run_stays_correct(tmp_path):
+    sim = StackSim(StackConfig(seed=3, seconds=12.0, schedule=DISK_SCHEDULE), tmp_path)
+    failed = set()
+    check = sim._check_reports
+
+    def spy(host, server):  # what the servers report FAILED, and why
+        failed.update((host, r.error.split(":")[0]) for r in server.reports() if r.state == "FAILED")
+        check(host, server)
+
+    sim._check_reports = spy
+    result = sim.run()
+    assert ("10.77.0.111", "OSError") in failed  # the failing fsync failed a replica, loudly
+    assert result.ok(), (result.violation, result.verdict)
+    assert [e[1] for e in result.events] == [e[1] for e in DISK_SCHEDULE]
+    assert result.events[1][2] == ["10.77.0.111", "eio"]
+    assert result.events[-1][2][:3] == ["10.77.0.113", "no-such-tablet", None]
+    assert result.events[-1][2][3].startswith("failed:")
+    assert sim.disk_faults == {}  # the final heal cleared the slow disk
+    assert sim.disks["10.77.0.112"].faults.fsync_latency == (0.0, 0.0)

@@ -1,7 +1,10 @@
 """Consensus metadata: durable term/vote/config that never regress, corruption names the file."""
 
+import errno
+
 import pytest
 
+from node.disk import SimDisk, SimFaults
 from node.errors import CorruptionError
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.paths import TabletPaths
@@ -14,9 +17,7 @@ def path(tmp_path):
 
 def test_create_then_load_round_trip(path):
     cmeta = ConsensusMetadata.create(path, "tablet-1", b"config-v1")
-    cmeta.set_hard_state(3, "peer-b")
-    cmeta.committed_config = b"config-v2"
-    cmeta.save()
+    cmeta.update((3, "peer-b"), b"config-v2")
     loaded = ConsensusMetadata.load(path)
     assert (loaded.tablet_id, loaded.current_term, loaded.voted_for, loaded.committed_config) == (
         "tablet-1",
@@ -32,32 +33,42 @@ def test_a_new_replica_starts_at_term_zero_without_a_vote(path):
 
 
 def test_create_refuses_to_overwrite_existing_metadata(path):
-    ConsensusMetadata.create(path, "tablet-1", b"c").set_hard_state(5, "me")
+    ConsensusMetadata.create(path, "tablet-1", b"c").update((5, "me"))
     with pytest.raises(FileExistsError):
         ConsensusMetadata.create(path, "tablet-1", b"c")
 
 
 def test_term_never_goes_back_and_a_term_has_one_vote(path):
     cmeta = ConsensusMetadata.create(path, "tablet-1", b"c")
-    cmeta.set_hard_state(4, "peer-a")
-    cmeta.set_hard_state(4, "peer-a")  # repeating the same vote is fine
+    cmeta.update((4, "peer-a"))
+    cmeta.update((4, "peer-a"))  # repeating the same vote is fine
     with pytest.raises(ValueError, match="already voted"):
-        cmeta.set_hard_state(4, "peer-b")
+        cmeta.update((4, "peer-b"))
     with pytest.raises(ValueError, match="go back"):
-        cmeta.set_hard_state(3, None)
-    cmeta.set_hard_state(5, None)  # a new term clears the vote
-    cmeta.set_hard_state(5, "peer-b")
+        cmeta.update((3, None))
+    assert ConsensusMetadata.load(path).voted_for == "peer-a"  # nothing refused was written
+    cmeta.update((5, None))  # a new term clears the vote
+    cmeta.update((5, "peer-b"))
     assert (cmeta.current_term, cmeta.voted_for) == (5, "peer-b")
 
 
-def test_unsaved_changes_are_not_on_disk(path):
-    cmeta = ConsensusMetadata.create(path, "tablet-1", b"c")
-    cmeta.set_hard_state(9, "x")
-    assert ConsensusMetadata.load(path).current_term == 0
+def test_a_failed_save_leaves_memory_as_the_disk_has_it():
+    """The bug: memory took the new vote before the save, so a replica whose save hit ENOSPC
+    reported a vote that was never durable (the whole-stack simulator's vote-safety check saw
+    it 'forget' the vote on restart)."""
+    disk = SimDisk(faults=SimFaults())
+    path = TabletPaths("/d", "tablet-1", disk).consensus_meta
+    cmeta = ConsensusMetadata.create(path, "tablet-1", b"c", disk)
+    disk.faults.quota_bytes = disk.usage()
+    with pytest.raises(OSError) as e:
+        cmeta.update((9, "x"), b"config-v2")
+    assert e.value.errno == errno.ENOSPC
+    assert (cmeta.current_term, cmeta.voted_for, cmeta.committed_config) == (0, None, b"c")
+    assert ConsensusMetadata.load(path, disk.crash()).current_term == 0
 
 
 def test_any_flipped_byte_refuses_to_load_naming_the_file(path):
-    ConsensusMetadata.create(path, "tablet-1", b"config").save()
+    ConsensusMetadata.create(path, "tablet-1", b"config")
     good = path.read_bytes()
     for offset in range(len(good)):
         damaged = bytearray(good)

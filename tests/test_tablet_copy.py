@@ -3,7 +3,9 @@ start-up's recovery of a copy that died part-way. Real files, no processes."""
 
 import pytest
 
+from node import durable
 from node.consensus import Member, MemberType, RaftConfig, decode_config, encode_config
+from node.disk import SimDisk
 from node.protocol import TabletCopyData
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.paths import TabletPaths
@@ -38,8 +40,7 @@ def test_consensus_metadata_merge_keeps_terms_monotonic_and_votes(tmp_path, loca
     paths = TabletPaths(tmp_path, TABLET)
     if local is not None:
         cmeta = ConsensusMetadata.create(paths.consensus_meta, TABLET, b"old")
-        cmeta.set_hard_state(*local)
-        cmeta.save()
+        cmeta.update(tuple(local))
     merge_consensus_metadata(paths, remote_term, CONFIG)
     merged = ConsensusMetadata.load(paths.consensus_meta)
     assert (merged.current_term, merged.voted_for) == want
@@ -55,8 +56,7 @@ def test_fault_copy_overwrite_cmeta_loses_term_and_vote(tmp_path, local, remote_
 
     paths = TabletPaths(tmp_path, TABLET)
     cmeta = ConsensusMetadata.create(paths.consensus_meta, TABLET, b"old")
-    cmeta.set_hard_state(*local)
-    cmeta.save()
+    cmeta.update(tuple(local))
     merge_consensus_metadata(paths, remote_term, CONFIG, Faults(fault_copy_overwrite_cmeta=True))
     merged = ConsensusMetadata.load(paths.consensus_meta)
     assert (merged.current_term, merged.voted_for) == want
@@ -113,3 +113,19 @@ def test_an_interrupted_copy_onto_a_new_replica_becomes_a_tombstone_that_logged_
     recover_unfinished_copy(paths, Superblock.load(paths.superblock))
     sb = Superblock.load(paths.superblock)
     assert sb.data_state == DataState.TOMBSTONED and sb.tombstone_last_opid == OpId(0, 0)
+
+
+def test_a_tombstones_removed_wal_stays_removed_across_a_power_cut():
+    """The bug (found by the whole-stack simulator's review): the WAL and snapshot directories
+    were removed without syncing their parent, so a power cut after a tombstone, or after a
+    copy installed over one, brought the old log back under the new snapshot."""
+    disk = SimDisk()
+    paths = TabletPaths("/d", TABLET, disk)
+    Superblock(TABLET, "tbl", HashBucket(0, 1), DataState.READY).save(paths.superblock, disk)
+    for directory in (paths.wal_dir, paths.snapshot_dir):
+        durable.ensure_dir(directory, disk)
+        durable.write_atomic(directory / "old", b"old entries or rows", disk)
+    copy_mod.tombstone(paths, OpId(2, 7))
+    after = disk.crash()
+    assert not after.exists(paths.wal_dir) and not after.exists(paths.snapshot_dir)
+    assert Superblock.load(paths.superblock, after).data_state == DataState.TOMBSTONED

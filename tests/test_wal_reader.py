@@ -81,16 +81,18 @@ def test_every_bit_flip_in_a_finished_segment_is_a_hard_error_at_that_batch(tmp_
 
 def _torn_looking(data: bytes, bit: int, batch_offset: int) -> bool:
     """A flip the reader cannot tell from a torn write: in the newest batch's header (its
-    length is then untrusted), or one that zeroes the batch's last byte (unwritten space
-    reads as zeros)."""
-    return bit // 8 < batch_offset + fmt.BATCH_HEADER_SIZE or flip(data, bit)[-1] == 0
+    length is then untrusted), or one that leaves the batch's last sector reading as zeros
+    (unwritten space does)."""
+    flipped = flip(data, bit)
+    last = max(batch_offset, (len(data) - 1) // SECTOR * SECTOR)
+    return bit // 8 < batch_offset + fmt.BATCH_HEADER_SIZE or not any(flipped[last:])
 
 
 def test_every_bit_flip_in_an_unfinished_segment_is_detected(tmp_path):
     """Before the last batch a flip is corruption (an intact batch follows it, which no crash
     can produce). In the last batch a flip in the data is corruption too: the batch was written
-    whole (no zero sector, a non-zero last byte), so cutting it would drop fsynced entries. Only
-    a flip in its header (or one zeroing its last byte) looks torn, and that batch is cut."""
+    whole (no sector of it reads as zeros), so cutting it would drop fsynced entries. Only a
+    flip in its header (or one zeroing its last sector) looks torn, and that batch is cut."""
     data, offsets = build(BATCHES, footer=False)
     for bit in range(offsets[0] * 8, len(data) * 8):
         put(tmp_path, 1, flip(data, bit))
@@ -158,9 +160,17 @@ def test_property_any_bit_flip_in_any_batch_is_detected(tmp_path, sizes, where, 
 
 @pytest.mark.parametrize("padding", [0, 4096], ids=["cut-at-eof", "cut-then-preallocated-zeros"])
 def test_every_truncation_point_recovers_exactly_the_complete_batches(tmp_path, padding):
-    batches = [entries(1, 3), 1, entries(2, 1, size=40), entries(3, 2)]
+    """A file cut short can end at any byte. Unwritten preallocated space starts at a sector
+    boundary (a disk writes whole sectors), so with padding the cuts are sector-aligned, over
+    batches large enough to span many sectors."""
+    size = 300 if padding else 3
+    batches = [entries(1, 3, size=size), 1, entries(2, 1, size=40), entries(3, 2, size=size)]
     data, offsets = build(batches, footer=False)
-    for cut in range(offsets[0], len(data) + 1):
+    step = SECTOR if padding else 1
+    first = -(-offsets[0] // step) * step
+    cuts = sorted(set(range(first, len(data) + 1, step)) | {len(data)})  # or all of it
+    assert len(cuts) > 3
+    for cut in cuts:
         put(tmp_path, 1, data[:cut] + b"\x00" * padding)
         log = read_log(str(tmp_path), TABLET)
         complete = [i for i, o in enumerate(offsets) if (offsets + [len(data)])[i + 1] <= cut]

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 
@@ -181,6 +182,11 @@ def run_full(args: argparse.Namespace) -> int:
         "ok_ops": sum(r.ops for r in results),
         "seeds_per_min": round(60 * len(results) / seconds, 1) if seconds else 0,
         "shrunk": shrunk,
+        # what bit flips did: a master or tablet server that refused to start, replicas FAILED
+        # naming the corrupt file, or nothing seen (a file never read again)
+        "flips": dict(sorted(Counter(_flip_kind(h, o) for r in results
+                                     for h, o in r.flips.items()).items())),
+        "catalog_lag_seeds": [r.seed for r in results if r.catalog_lag][:50],
     }
     if args.json:
         print(json.dumps(summary))
@@ -190,6 +196,16 @@ def run_full(args: argparse.Namespace) -> int:
               f"{summary['failed']} failed ({summary['violations']} invariant violations, "
               f"{summary['invalid']} invalid, {summary['unknown']} unknown)")
     return 1 if failed else 0
+
+
+def _flip_kind(host: str, outcome: str) -> str:
+    """`master: refused to start`, `tserver: FAILED`, `tserver: no failure seen`, ..."""
+    from .stack import tserver_hosts
+
+    who = "tserver" if host in tserver_hosts(100) else "master"
+    what = next((k for k in ("refused to start", "FAILED") if outcome.startswith(k)),
+                "no failure seen")
+    return f"{who}: {what}"
 
 
 def _shrink(cfg, first, out: Path, args: argparse.Namespace) -> dict:

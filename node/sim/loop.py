@@ -16,7 +16,7 @@ timer is pending, every task waits for something that cannot happen: `SimDeadloc
 
 Determinism rests on:
 - one thread and no real I/O: `run_in_executor` (hence `asyncio.to_thread`) runs the function
-  inline, and sockets exist only in SimNetwork, whose randomness is one seeded random.Random;
+  inline (its result delivered after the simulated disk's fsync latency, if any), and sockets exist only in SimNetwork, whose randomness is one seeded random.Random;
 - the ready queue being FIFO (asyncio's own) and timers ordered by (when, creation sequence), so
   equal deadlines fire in the order they were set;
 - tasks and futures hashing by creation sequence instead of id(): sets of tasks (RpcServer keeps
@@ -41,6 +41,8 @@ import heapq
 import itertools
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
+
+from node.disk import fsync_meter
 
 if TYPE_CHECKING:
     from node.sim.network import SimNetwork
@@ -206,13 +208,21 @@ class SimLoop(asyncio.BaseEventLoop):
         return task
 
     def run_in_executor(self, executor, func: Callable, *args) -> asyncio.Future:
-        """Run `func` now, inline: no threads, no virtual time spent."""
+        """Run `func` now, inline: no threads. No virtual time passes, except that its outcome
+        is delivered only after the latency its SimDisk syncs sampled (`SimFaults.
+        fsync_latency`, metered by node.disk.fsync_meter): a slow fsync delays the caller,
+        and a crash meanwhile leaves the sync done but unacknowledged, as on a real disk."""
         self._check_closed()
         fut = self.create_future()
-        try:
-            fut.set_result(func(*args))
-        except Exception as e:
-            fut.set_exception(e)
+        with fsync_meter() as meter:
+            try:
+                outcome = (True, func(*args))
+            except Exception as e:
+                outcome = (False, e)
+        if meter.seconds > 0:
+            self.call_later(meter.seconds, _settle, fut, outcome)
+        else:
+            _settle(fut, outcome)
         return fut
 
     # -- processes -------------------------------------------------------------------------
@@ -286,6 +296,16 @@ class SimLoop(asyncio.BaseEventLoop):
         if ssl or sock is not None or not start_serving:
             raise NotImplementedError("SimLoop servers have no TLS, real sockets or deferred start")
         return self.network.listen(protocol_factory, host, port or 0)
+
+
+def _settle(fut: asyncio.Future, outcome: tuple[bool, Any]) -> None:
+    if fut.done():  # its caller gave up (cancelled) while the sync was slow
+        return
+    ok, value = outcome
+    if ok:
+        fut.set_result(value)
+    else:
+        fut.set_exception(value)
 
 
 def _stillborn(handle: asyncio.Handle) -> asyncio.Handle:

@@ -5,9 +5,14 @@ transport is SimNetwork (in-memory TCP), their disks are SimDisks (page cache, c
 was not fsynced), their timers and clocks are virtual, and every random choice comes from the
 seed. A seed is one run: boot 3 masters and 5 tablet servers, create the test table through the
 client, run a workload through the real runner with node-bound clients while a nemesis crashes
-servers (losing unfsynced data), partitions, resets connections and skews clocks within the
-bound; heal; final reads; then the project's checker judges the history. Raft invariants are
-checked on the live replicas every `INVARIANT_PERIOD_S` of virtual time.
+servers (losing unfsynced data), partitions, resets connections, skews clocks within the bound,
+changes membership, transfers leadership, flips bits on disk, and gives disks ENOSPC, fsync EIO
+or slow fsync for a while (then reboots the server, as an operator would); heal; final reads;
+then the project's checker judges the history. Invariants are checked on the live servers every
+`INVARIANT_PERIOD_S` of virtual time: Raft's (one leader per term, terms and votes never go
+back, one committed entry per index, one state per applied index, one config per committed
+config index), tombstones never resurrected, and the catalog agreeing with the tablets'
+committed configs (also once more after the final settle, when it must have caught up).
 
 Replay: the same seed gives the same run bit for bit, provided string hashing is fixed
 (PYTHONHASHSEED; `tessera sim --stack full` sets it). Nothing here reads the wall clock.
@@ -24,7 +29,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node.disk import SimDisk
+from node.disk import SimDisk, SimFaults
 from node.faults import Faults
 from node.sim.loop import SYSTEM, SimLoop
 from node.sim.network import SimNetwork
@@ -41,7 +46,15 @@ CHECK_TIME_LIMIT_S = 5.0
 SETTLE_S = 5.0  # after the last op, before the final state comparison
 STATE_CHECK_EVERY = 2  # invariant rounds between state checksums (they cost O(rows))
 CLOCK_MAX_ERROR_US = 1_000  # the replicas' bound; skew stays within half of it either way
-MAX_FLIPS = 2  # bit flips per seed, each on another tablet server
+MAX_FLIPS = 2  # bit flips per seed, each on another server, at most one of them a master
+CATALOG = "sys.catalog"
+DATA_DIR = Path("/data")  # every server's, on its own SimDisk
+# Disk faults: ENOSPC leaves this much room above what the files hold; a failing fsync fails
+# with this chance; a slow fsync's upper bound (virtual seconds; the lower one is a tenth of it)
+ENOSPC_SLACK_BYTES = 16 * 1024
+EIO_RATE = (0.05, 1.0)
+SLOW_FSYNC_S = (0.02, 0.5)
+DISK_CLEAR_P = 0.35  # while a disk fault is on, the chance the next fault clears one instead
 FAILED_AFTER_S = 5.0  # masters re-replicate a silent server's replicas after this (fast, as CI)
 
 
@@ -80,6 +93,10 @@ class StackResult:
     nemesis: dict
     events: list  # the faults applied, [virtual time, kind, value]: a replayable schedule
     wall_s: float = 0.0
+    # each flipped host -> what the flip did: the server refused to start, tablets FAILED (the
+    # corruption was detected), or nothing seen (the bit was in a file never read again)
+    flips: dict = field(default_factory=dict)
+    catalog_lag: list = field(default_factory=list)  # tablets whose catalog config lagged at the end
 
     def ok(self) -> bool:
         return self.violation is None and self.verdict == "valid"
@@ -119,8 +136,18 @@ class StackSim:
         self.client = None  # the client process's TesseraClient, for the membership nemesis
         self._removed: list[tuple[str, str]] = []  # (tablet, tserver uuid) removed by the nemesis
         self.events: list[list] = []  # [virtual time, kind, value] of each fault applied
-        self.flipped: set[str] = set()  # tablet servers whose disk had a bit flipped
+        self.flipped: set[str] = set()  # servers whose disk had a bit flipped
+        self.flip_outcomes: dict[str, str] = {}  # flipped host -> the first loud failure seen
         self.start_failures: dict[str, str] = {}  # host -> why its server refused to start
+        self.disk_faults: dict[str, str] = {}  # host -> enospc | eio | slow, while it is on
+        # tombstones: (host, tablet) -> the disk's file serial mark when seen TOMBSTONED, and
+        # the replica object last checked against it since
+        self._tombs: dict[tuple[str, str], int] = {}
+        self._revived: dict[tuple[str, str], object] = {}
+        # committed configs: (tablet, config index) -> members, and each tablet's highest index
+        self._configs: dict[tuple[str, int], frozenset] = {}
+        self._top_config: dict[str, int] = {}
+        self.catalog_lag: list[str] = []
 
     # -- servers -----------------------------------------------------------------------------
     def _wall_ns(self, host: str):
@@ -128,15 +155,15 @@ class StackSim:
 
     def _options(self, host: str):
         from node.replica import ReplicaOptions
-        from node.tserver.server import TServerOptions
+        from node.server_base import ServerOptions
         from node.wal import LogOptions
 
         master = host in self.masters
         replica = ReplicaOptions(clock_max_error_us=CLOCK_MAX_ERROR_US,
                                  wall_ns=self._wall_ns(host), faults=self.cfg.faults,
                                  log=LogOptions(faults=self.cfg.faults))
-        return TServerOptions(
-            data_dir=Path("/data"), rpc_host=host,
+        return ServerOptions(
+            data_dir=DATA_DIR, rpc_host=host,
             rpc_port=MASTER_PORT if master else TSERVER_PORT,
             masters=[(m, MASTER_PORT) for m in self.masters], replica=replica,
             follower_unavailable_considered_failed_sec=FAILED_AFTER_S,
@@ -159,8 +186,10 @@ class StackSim:
 
         try:
             await server.start()
-        except CorruptionError as e:
-            self.start_failures[host] = str(e)
+        except (CorruptionError, OSError) as e:  # OSError: a full or failing disk
+            self.start_failures[host] = f"{type(e).__name__}: {e}"
+            if host in self.flipped and host not in self.flip_outcomes:
+                self.flip_outcomes[host] = f"refused to start: {self.start_failures[host]}"
 
     def _crash(self, host: str) -> None:
         """The process dies mid-step and its disk forgets what was not fsynced."""
@@ -175,27 +204,15 @@ class StackSim:
     def _check_invariants(self, states: bool = False) -> None:
         """One leader per term; a replica's term never goes back and its vote in a term never
         changes, across restarts, tombstones and copies; one committed entry per index; and
-        with `states`, one state
-        per applied index (a replica that applied something else than the committed log, e.g.
-        an uncommitted suffix at bootstrap, holds different rows at the same index)."""
+        with `states`, one state per applied index (a replica that applied something else than
+        the committed log, e.g. an uncommitted suffix at bootstrap, holds different rows at the
+        same index), one config per committed config index, no tombstone resurrected, and the
+        catalog agreeing with the committed configs."""
         from node.tablet.checksum import table_checksum
 
         for host, server in self.servers.items():
             for tablet, r in list(getattr(server, "replicas", {}).items()):
-                high = self._terms.setdefault((host, tablet), r.term)
-                if r.term < high:
-                    raise StackViolation(f"term monotonicity: tablet {tablet} on {host} went from "
-                                         f"term {high} back to {r.term}")
-                self._terms[(host, tablet)] = r.term
-                term, voted = r.durable_vote()
-                if voted is not None:
-                    promised = self._votes.setdefault((host, tablet, term), voted)
-                    if promised != voted:
-                        raise StackViolation(f"vote safety: tablet {tablet} on {host} voted for "
-                                             f"{promised} and {voted} in term {term}")
-                elif (host, tablet, term) in self._votes:
-                    raise StackViolation(f"vote safety: tablet {tablet} on {host} forgot its vote "
-                                         f"for {self._votes[(host, tablet, term)]} in term {term}")
+                self._check_term_and_vote(host, tablet, r)
                 if r.role.name == "LEADER":
                     holder = self._leaders.setdefault((tablet, r.term), r.uuid)
                     if holder != r.uuid:
@@ -218,6 +235,118 @@ class StackSim:
                         raise StackViolation(
                             f"applied state: tablet {tablet} at applied index {applied} has "
                             f"checksum {crc} on {host}, {seen} on {holder}")
+        if states:  # what the servers report costs as much: on the same rounds
+            for host, server in self.servers.items():
+                if getattr(server, "me", None) is not None:  # started far enough to report
+                    self._check_reports(host, server)
+            self._check_catalog()
+
+    def _check_term_and_vote(self, host: str, tablet: str, r) -> None:
+        """A replica's term never goes back and its saved vote in a term never changes."""
+        high = self._terms.setdefault((host, tablet), r.term)
+        if r.term < high:
+            raise StackViolation(f"term monotonicity: tablet {tablet} on {host} went from "
+                                 f"term {high} back to {r.term}")
+        self._terms[(host, tablet)] = r.term
+        term, voted = r.durable_vote()
+        if voted is not None:
+            promised = self._votes.setdefault((host, tablet, term), voted)
+            if promised != voted:
+                raise StackViolation(f"vote safety: tablet {tablet} on {host} voted for "
+                                     f"{promised} and {voted} in term {term}")
+        elif (host, tablet, term) in self._votes:
+            raise StackViolation(f"vote safety: tablet {tablet} on {host} forgot its vote "
+                                 f"for {self._votes[(host, tablet, term)]} in term {term}")
+
+    def _check_reports(self, host: str, server) -> None:
+        """What the server reports of its tablets: tombstones, committed configs, and whether a
+        flipped bit was detected."""
+        reports = server.reports()
+        states: dict[str, set[str]] = {}
+        for rep in reports:
+            states.setdefault(rep.tablet_id, set()).add(rep.state)
+            if rep.state == "RUNNING" and rep.committed_config_index >= 0:
+                self._saw_config(host, rep.tablet_id, rep.committed_config_index,
+                                 frozenset(m[0] for m in rep.committed_config))
+        if host in self.flipped and host not in self.flip_outcomes:
+            failed = sorted(f"{r.tablet_id}: {r.error}" for r in reports if r.state == "FAILED")
+            if failed:
+                self.flip_outcomes[host] = f"FAILED {'; '.join(failed)}"[:500]
+        disk = self.disks[host]
+        for tablet, seen in states.items():
+            key = (host, tablet)
+            # A tombstone at rest (no copy under way): remember which files existed by then.
+            # A new tombstone after the replica came back replaces the old one.
+            if seen == {"TOMBSTONED"} and (key not in self._tombs or key in self._revived):
+                self._tombs[key] = disk.serial_mark()
+                self._revived.pop(key, None)
+        for tablet, r in list(server.replicas.items()):
+            key = (host, tablet)
+            if key in self._tombs and not r.failed and self._revived.get(key) is not r:
+                self._check_revived(host, tablet, self._tombs[key])
+                self._revived[key] = r
+
+    def _check_revived(self, host: str, tablet: str, mark: int) -> None:
+        """Tombstones are never resurrected: a replica that runs again where it was tombstoned
+        came back through a tablet copy, which removes the tombstoned data and installs the
+        source's snapshot. So none of its data files (WAL, snapshots) may be older than the
+        tombstone (a restart that opened the old data as RUNNING, a delete or a copy that left
+        it behind), and it must hold a snapshot newer than the tombstone (a replica restarted
+        empty over its tombstone, as if created anew, has none)."""
+        from node.tablet.paths import TabletPaths
+
+        disk, paths = self.disks[host], TabletPaths(DATA_DIR, tablet)
+        wal, data = disk.file_serials(paths.wal_dir), disk.file_serials(paths.snapshot_dir)
+        old = [path for path, serial in wal + data if serial <= mark]
+        if old:
+            raise StackViolation(f"tombstone resurrected: tablet {tablet} on {host} runs again "
+                                 f"with data from before its tombstone: {old[:3]}")
+        if not any(serial > mark for _, serial in data):
+            raise StackViolation(f"tombstone resurrected: tablet {tablet} on {host} runs again "
+                                 f"without a tablet copy (no snapshot installed since its "
+                                 f"tombstone)")
+
+    def _saw_config(self, host: str, tablet: str, index: int, members: frozenset) -> None:
+        seen = self._configs.setdefault((tablet, index), members)
+        if seen != members:
+            raise StackViolation(f"config safety: tablet {tablet} committed config index {index} "
+                                 f"has members {sorted(members)} on {host}, {sorted(seen)} "
+                                 f"elsewhere")
+        self._top_config[tablet] = max(index, self._top_config.get(tablet, -1))
+
+    def _check_catalog(self, final: bool = False) -> None:
+        """The catalog agrees with the tablets' committed configs: every tablet record of every
+        master's catalog (its applied state: committed records only) names the members of the
+        committed config at its config_index (0: the creation config), as replicas reported
+        it; it is never ahead of the tablet. The catalog follows configs asynchronously, so a
+        record may lag, and an index no replica was seen at (a config replaced between two
+        looks) is judged only by the other rules. With `final` (healed and settled), a lagging
+        record is listed in `catalog_lag`."""
+        lag = set()
+        for host in self.masters:
+            server = self.servers.get(host)
+            r = getattr(server, "replicas", {}).get(CATALOG)
+            if r is None or r.failed:
+                continue
+            for key, record in list(r.state.data.items()):
+                if not key.startswith("tablet/") or not isinstance(record, dict):
+                    continue
+                tablet, index = key[len("tablet/"):], record.get("config_index", 0)
+                members = frozenset(p[0] for p in record.get("replicas", ()))
+                seen = self._configs.get((tablet, index))
+                if seen is not None and seen != members:
+                    raise StackViolation(
+                        f"catalog agreement: master {host} has tablet {tablet} at config index "
+                        f"{index} with {sorted(members)}, the tablet committed {sorted(seen)}")
+                top = self._top_config.get(tablet)
+                if final and top is not None and index > top:
+                    raise StackViolation(
+                        f"catalog agreement: master {host} has tablet {tablet} at config index "
+                        f"{index}, ahead of any config the tablet committed (highest {top})")
+                if final and top is not None and index < top:
+                    lag.add(f"{tablet}: catalog {index} < {top} on {host}")
+        if final:
+            self.catalog_lag = sorted(lag)
 
     async def _invariant_loop(self) -> None:
         while True:
@@ -227,6 +356,9 @@ class StackSim:
                 self._check_invariants(states=self._rounds % STATE_CHECK_EVERY == 0)
             except StackViolation as e:
                 self.violation = str(e)
+                return
+            except Exception as e:  # a check that cannot run must not pass quietly
+                self.violation = f"invariant check crashed: {type(e).__name__}: {e}"
                 return
 
     # -- nemesis -----------------------------------------------------------------------------
@@ -252,6 +384,8 @@ class StackSim:
                 return
             if kind == "membership":
                 value = await self._membership(rng, value)
+            elif kind == "transfer":
+                value = await self._transfer(value)
             elif kind is not None:
                 value = self._apply(kind, value)
             if kind is None or value is _SKIPPED:
@@ -260,16 +394,27 @@ class StackSim:
             self._count(kind)
             rec.record("nemesis", "info", kind, value)
 
+    def _impaired(self) -> set[str]:
+        """Hosts that cannot serve now: down, with a failing disk, or a master whose disk had a
+        bit flipped (it may never start again)."""
+        return (self.down | {h for h, m in self.disk_faults.items() if m != "slow"}
+                | (self.flipped & set(self.masters)))
+
     def _choose(self, rng: random.Random) -> tuple[str | None, object]:
         """A random fault and its target; (None, None) when none applies now."""
         hosts = self.masters + self.tservers
+        if self.disk_faults and rng.random() < DISK_CLEAR_P:
+            return "disk-clear", [rng.choice(sorted(self.disk_faults))]
         kind = rng.choice(["crash", "crash", "power", "restart", "restart", "partition",
-                           "isolate", "heal", "reset", "skew", "membership", "membership", "flip"])
+                           "isolate", "heal", "reset", "skew", "membership", "membership", "flip",
+                           "disk", "transfer"])
+        impaired = self._impaired()
         if kind == "crash":
-            # at most one master and two tablet servers down at a time: the final phase must work
-            up = [h for h in hosts if h not in self.down and (
-                not self.down & set(self.masters) if h in self.masters
-                else len(self.down & set(self.tservers)) < 2)]
+            # at most one master and two tablet servers impaired at a time: the final phase
+            # must work
+            up = [h for h in hosts if h not in impaired and (
+                not impaired & set(self.masters) if h in self.masters
+                else len(impaired & set(self.tservers)) < 2)]
             return (kind, rng.choice(up)) if up else (None, None)
         if kind == "power":  # a rack loses power: tablet servers crash together
             return kind, sorted(rng.sample(self.tservers, rng.randrange(2, len(self.tservers) + 1)))
@@ -284,10 +429,94 @@ class StackSim:
         if kind == "skew":
             bound = CLOCK_MAX_ERROR_US / 2e6
             return kind, [rng.choice(hosts), rng.uniform(-bound, bound)]
-        if kind == "flip":  # once per tablet server: a corrupt instance file keeps it down
-            fresh = [h for h in self.tservers if h not in self.flipped]
+        if kind == "flip":  # once per server: a corrupt instance file keeps it down
+            fresh = [h for h in hosts if h not in self.flipped and (
+                h in self.tservers or not impaired & set(self.masters))]
             return (kind, [rng.choice(fresh)]) if len(self.flipped) < MAX_FLIPS else (None, None)
+        if kind == "disk":
+            return self._choose_disk(rng, impaired)
+        if kind == "transfer":
+            return self._choose_transfer(rng)
         return kind, None  # heal, reset; membership picks its target when it runs
+
+    def _choose_disk(self, rng: random.Random, impaired: set[str]) -> tuple[str | None, object]:
+        """ENOSPC or failing fsyncs on one server at a time (a master only while the other two
+        are well), or slow fsync on any server without a disk fault."""
+        mode = rng.choice(["enospc", "eio", "slow"])
+        if mode == "slow":
+            free = [h for h in self.masters + self.tservers if h not in self.disk_faults]
+            if not free:
+                return None, None
+            hi = round(rng.uniform(*SLOW_FSYNC_S), 6)
+            return "disk", [rng.choice(free), "slow", round(hi / 10, 6), hi]
+        if any(m != "slow" for m in self.disk_faults.values()):
+            return None, None
+        well = [h for h in self.masters + self.tservers if h not in impaired
+                and h not in self.disk_faults
+                and (h in self.tservers or not impaired & set(self.masters))]
+        if not well:
+            return None, None
+        host = rng.choice(well)
+        if mode == "enospc":
+            return "disk", [host, mode, rng.randrange(ENOSPC_SLACK_BYTES)]
+        return "disk", [host, mode, round(rng.uniform(*EIO_RATE), 3)]
+
+    def _choose_transfer(self, rng: random.Random) -> tuple[str | None, object]:
+        """A leader (of a tablet, or of the catalog on a master) as the simulator sees it, told
+        to hand over to a random other voter, or to step down abruptly."""
+        leaders = [(host, tablet, r) for host in sorted(self.servers)
+                   for tablet, r in sorted(getattr(self.servers[host], "replicas", {}).items())
+                   if r.role.name == "LEADER" and not r.failed]
+        if not leaders:
+            return None, None
+        host, tablet, r = leaders[rng.randrange(len(leaders))]
+        voters = [m[0] for m in r.status()["config"] if m[1] == "VOTER" and m[0] != r.uuid]
+        new = rng.choice(voters) if voters and rng.random() < 0.7 else None
+        return "transfer", [host, tablet, new]
+
+    async def _transfer(self, value: list):
+        """ts.leader_step_down on `host` for `tablet`, as an operator's tool would call it. Its
+        errors (not the leader any more, an unknown voter) are recorded, not raised."""
+        from node.protocol import Ack, LeaderStepDown
+        from node.rpc import RpcError
+
+        host, tablet, new = value[:3]
+        server = self.servers.get(host)
+        if server is None or host in self.down or getattr(server, "uuid", None) is None:
+            return _SKIPPED
+        port = MASTER_PORT if host in self.masters else TSERVER_PORT
+        try:
+            await self.client.rpc.call((host, port), "ts.leader_step_down",
+                                       LeaderStepDown(tablet, new), Ack, to_uuid=server.uuid,
+                                       timeout=5.0)
+        except (RpcError, TimeoutError, OSError) as e:
+            return [host, tablet, new, f"failed: {e or type(e).__name__}"]
+        return [host, tablet, new]
+
+    def _set_disk_fault(self, host: str, mode: str, value: list) -> None:
+        disk = self.disks[host]
+        if mode == "enospc":
+            disk.faults.quota_bytes = disk.usage() + value[2]
+        elif mode == "eio":
+            disk.faults.fsync_eio_rate = value[2]
+        else:
+            disk.faults.fsync_latency = (value[2], value[3])
+        self.disk_faults[host] = mode
+
+    def _clear_disk_fault(self, host: str) -> str | None:
+        """The disk works again; a server whose disk failed is rebooted (its replicas may have
+        failed, loudly, and stay so until they are opened again). The fault's mode, if any."""
+        mode = self.disk_faults.pop(host, None)
+        if mode is None:
+            return None
+        faults = self.disks[host].faults  # shared by the disk's incarnations
+        defaults = SimFaults()
+        faults.quota_bytes, faults.fsync_eio_rate = defaults.quota_bytes, defaults.fsync_eio_rate
+        faults.fsync_latency = defaults.fsync_latency
+        if mode != "slow" and host not in self.down:
+            self._crash(host)
+            self._boot(host)
+        return mode
 
     def _apply(self, kind: str, value):
         """Apply one fault; _SKIPPED if it cannot apply now (a replayed crash of a host that is
@@ -315,6 +544,13 @@ class StackSim:
             return [list(a) for a in pair] if pair else _SKIPPED
         elif kind == "skew":
             self.skew_s[value[0]] = value[1]
+        elif kind == "disk":
+            if value[0] in self.disk_faults:
+                return _SKIPPED
+            self._set_disk_fault(value[0], value[1], value)
+        elif kind == "disk-clear":
+            mode = self._clear_disk_fault(value[0])
+            return [value[0], mode] if mode else _SKIPPED
         elif kind == "flip":  # media corruption, then a reboot that reads it back
             host = value[0]
             at = (value[2], value[3]) if len(value) > 1 else None
@@ -356,9 +592,11 @@ class StackSim:
 
     async def _heal(self, rec) -> None:
         self.net.heal()
-        for host in sorted(self.down):
+        cleared = {host: self._clear_disk_fault(host) for host in sorted(self.disk_faults)}
+        down = sorted(self.down)
+        for host in down:
             self._boot(host)
-        rec.record("nemesis", "info", "heal-all", sorted(self.down))
+        rec.record("nemesis", "info", "heal-all", {"restarted": down, "disks": cleared})
 
     # -- the run -----------------------------------------------------------------------------
     def _workload(self):
@@ -412,8 +650,11 @@ class StackSim:
         checker.cancel()
         try:
             self._check_invariants(states=True)
+            self._check_catalog(final=True)
         except StackViolation as e:
             self.violation = str(e)
+        except Exception as e:
+            self.violation = f"invariant check crashed: {type(e).__name__}: {e}"
         return client.result()
 
     def run(self) -> StackResult:
@@ -439,9 +680,11 @@ class StackSim:
                    if workload is not None else {"verdict": "unknown"})
         sha = hashlib.sha256(history.read_bytes()).hexdigest() if history.exists() else ""
         (self.out_dir / "schedule.json").write_text(json.dumps(self.events) + "\n")
+        flips = {h: self.flip_outcomes.get(h, "no failure seen") for h in sorted(self.flipped)}
         return StackResult(self.cfg.seed, results["verdict"], self.violation, results,
                            sum(1 for o in ops if o.type == "ok"), round(virtual_s, 3), sha,
-                           dict(sorted(self.nemesis_counts.items())), self.events)
+                           dict(sorted(self.nemesis_counts.items())), self.events,
+                           flips=flips, catalog_lag=self.catalog_lag)
 
 
 def replay_command(cfg: StackConfig, faults: list[str] = (), schedule: Path | None = None) -> str:

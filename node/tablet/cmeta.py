@@ -47,7 +47,7 @@ class ConsensusMetadata:
             )
         durable.ensure_dir(path.parent, disk)
         cmeta = cls(path, _Record(check_tablet_id(tablet_id), 0, None, committed_config), disk)
-        cmeta.save()
+        cmeta.update()
         return cmeta
 
     @classmethod
@@ -57,19 +57,20 @@ class ConsensusMetadata:
             raise CorruptionError(path, None, f"holds metadata of tablet {record.tablet_id!r}")
         return cls(path, record, disk)
 
-    def set_hard_state(self, term: int, voted_for: str | None) -> None:
-        """Adopt the Raft core's term and vote; a lower term or a second vote in a term is a bug."""
+    def update(self, hard_state: tuple[int, str | None] | None = None,
+               committed_config: bytes | None = None) -> None:
+        """Durably save a new (term, vote) and/or committed config, then adopt them. Memory
+        changes only once the save is on disk: after a failed save (ENOSPC, EIO) this object
+        still says what the disk says, so nobody reports a vote that was never made durable.
+        A lower term or a second vote in a term is a bug and is refused before any write."""
+        term, voted_for = hard_state if hard_state is not None else (self.current_term,
+                                                                     self.voted_for)
         if term < self.current_term:
             raise ValueError(f"term would go back from {self.current_term} to {term}")
         if term == self.current_term and self.voted_for is not None and voted_for != self.voted_for:
             raise ValueError(
                 f"term {term}: already voted for {self.voted_for!r}, not {voted_for!r}"
             )
-        self.current_term, self.voted_for = term, voted_for
-
-    def save(self) -> None:
-        durable.save_struct(
-            self.path,
-            _Record(self.tablet_id, self.current_term, self.voted_for, self.committed_config),
-            self.disk,
-        )
+        config = self.committed_config if committed_config is None else committed_config
+        durable.save_struct(self.path, _Record(self.tablet_id, term, voted_for, config), self.disk)
+        self.current_term, self.voted_for, self.committed_config = term, voted_for, config

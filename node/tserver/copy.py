@@ -46,12 +46,10 @@ def merge_consensus_metadata(paths: TabletPaths, remote_term: int, remote_config
         cmeta = ConsensusMetadata.load(path, paths.disk)
     else:
         cmeta = ConsensusMetadata.create(path, paths.tablet_id, remote_config, paths.disk)
+    hard_state = (remote_term, None) if remote_term > cmeta.current_term else None
     if faults.fault_copy_overwrite_cmeta:  # the remote's metadata wholesale, past the guards
-        cmeta.current_term, cmeta.voted_for = remote_term, None
-    elif remote_term > cmeta.current_term:
-        cmeta.set_hard_state(remote_term, None)
-    cmeta.committed_config = remote_config
-    cmeta.save()
+        cmeta.current_term, cmeta.voted_for, hard_state = remote_term, None, None
+    cmeta.update(hard_state, remote_config)
 
 
 def tombstone(paths: TabletPaths, last_logged: OpId) -> None:
@@ -115,11 +113,14 @@ def tombstone_vote(paths: TabletPaths, uuid: str, requests: list[VoteRequest]
                     "log up to date" if granted else behind if can_vote
                     else f"already voted for {voted_for}"))
     if (term, voted_for) != (cmeta.current_term, cmeta.voted_for):
-        cmeta.set_hard_state(term, voted_for)
-        cmeta.save()
+        cmeta.update((term, voted_for))
     return out
 
 
 def _remove_data(paths: TabletPaths) -> None:
-    paths.disk.rmtree(paths.wal_dir)
-    paths.disk.rmtree(paths.snapshot_dir)
+    """Remove the WAL and snapshots durably: a removal that a power cut undoes would bring an
+    old log back under a later copy's snapshot (the superblock says READY, the WAL is stale)."""
+    for directory in (paths.wal_dir, paths.snapshot_dir):
+        paths.disk.rmtree(directory)
+        if paths.disk.isdir(directory.parent):
+            paths.disk.fsync_dir(directory.parent)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from node.rpc import RpcServer
-from node.server_base import ServerBase, ServerOptions
+from node.server_base import ServerBase
 from node.tserver.heartbeater import Heartbeater
 from node.tserver.service import TabletService
 
@@ -26,5 +26,3 @@ class TabletServer(ServerBase):
                                            self.server_status, self.http_port, self.book)
             self._tasks.append(asyncio.create_task(self.heartbeater.run()))
 
-
-TServerOptions = ServerOptions  # TEMPORARY: node/sim/stack.py still imports this name

@@ -110,20 +110,24 @@ def _scan_batches(buf: bytes, offset: int, end: int) -> tuple[list[Record], int,
     return records, offset, None
 
 
-SECTOR = 512  # the unit a disk writes atomically: a torn write loses whole sectors
-WRITTEN_WHOLE = ("batch data CRC mismatch in a batch written whole (it ends in a non-zero byte "
-                 "and has no unwritten sector)")
+SECTOR = 512  # a disk writes a sector entirely or not at all; a torn write loses whole sectors
+WRITTEN_WHOLE = ("batch data CRC mismatch in a batch written whole (no sector of it reads as "
+                 "unwritten zeros)")
 
 
 def written_whole(buf: bytes, start: int, end: int) -> bool:
     """Whether every sector of buf[start:end] holds written bytes. A crash tears an append into
-    zero-filled or preallocated space: it loses the batch's end, or (pages persisted out of
-    order) a whole sector inside it, and unwritten space reads as zeros. A batch that ends in a
-    non-zero byte and has no all-zero aligned sector was written entirely, so a CRC mismatch
-    in it is corruption (a bit flip), not a torn write, even as the newest batch."""
-    if end <= start or end > len(buf) or buf[end - 1] == 0:
+    zero-filled or preallocated space at sector granularity (the unit disks write atomically,
+    as TigerBeetle's and our SimDisk's model assumes): it loses the batch's last sectors, or,
+    pages persisted out of order, a sector inside it, and an unwritten sector reads as zeros.
+    A batch in which no sector-aligned piece is all zeros was written entirely, so a CRC
+    mismatch in it is corruption (a bit flip), not a torn write, even as the newest batch."""
+    if end <= start or end > len(buf):
         return False
     zero = bytes(SECTOR)
+    last = max(start, (end - 1) // SECTOR * SECTOR)
+    if not any(buf[last:end]):
+        return False
     first = -(-start // SECTOR) * SECTOR
     return all(buf[o : o + SECTOR] != zero for o in range(first, end - SECTOR + 1, SECTOR))
 
