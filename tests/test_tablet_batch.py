@@ -6,6 +6,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_tablet_state import Log
 
 from node.entry import Entry, EntryType
 from node.tablet.ops import (
@@ -22,22 +23,6 @@ from node.tablet.ops import (
     encode_command,
 )
 from node.tablet.state import Limits, Snapshot, StateMachine
-
-
-class Log:
-    def __init__(self, limits=None):
-        self.sm = StateMachine("t", limits)
-        self.index = 0
-
-    def apply(self, session, seq, op, acked_below=0, timestamp=0):
-        self.index += 1
-        payload = encode_command(op, session=session, seq=seq, acked_below=acked_below,
-                                 timestamp=timestamp)
-        return self.sm.apply(Entry(2, self.index, EntryType.REPLICATE, payload))
-
-    def session(self):
-        return self.apply(0, 0, OpenSession()).value
-
 
 ROWS = [Write("a", 1), Cas("a", 0, 9), Append("l", "x"), Cas("a", 1, 2)]
 
