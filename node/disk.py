@@ -341,18 +341,7 @@ class SimDisk:
         node = self._lookup(path)
         if not isinstance(node, _Dir):
             return []
-        out: list[tuple[str, int]] = []
-
-        def walk(d: _Dir, prefix: str) -> None:
-            for name in sorted(d.entries):
-                child = d.entries[name]
-                if isinstance(child, _Dir):
-                    walk(child, f"{prefix}/{name}")
-                else:
-                    out.append((f"{prefix}/{name}", child.serial))
-
-        walk(node, os.fspath(path))
-        return out
+        return [(p, f.serial) for p, f in self._walk(node, os.fspath(path))]
 
     # ---- the Disk interface: files ----
 
@@ -529,8 +518,8 @@ class SimDisk:
             raise IsADirectoryError(errno.EISDIR, "Is a directory", os.fspath(path))
         return node
 
-    def _walk(self) -> list[tuple[str, _File]]:
-        """Every reachable file, in path order."""
+    def _walk(self, top: _Dir | None = None, prefix: str = "") -> list[tuple[str, _File]]:
+        """Every file reachable from `top` (the root), in path order."""
         out: list[tuple[str, _File]] = []
 
         def walk(d: _Dir, prefix: str) -> None:
@@ -541,7 +530,7 @@ class SimDisk:
                 else:
                     out.append((f"{prefix}/{name}", node))
 
-        walk(self._root, "")
+        walk(self._root if top is None else top, prefix)
         return out
 
     def _usage(self) -> int:
