@@ -10,18 +10,24 @@ better on 2 cores. Here the load is closed loop: for each N in --pysyncobj-sweep
 kept outstanding (split evenly over the issuing nodes) and a command counts when its callback
 reports success inside the measuring window. Its best point, either way, is reported.
 
-Tessera runs as a LocalCluster (1 master, 3 tablet servers, one tablet with 3 replicas) and is
-driven through the asyncio client by C concurrent writers, each issuing one single-op write at a
-time, for each C in --tessera-sweep, with p50/p99 write latency at every step. Its best point is
-reported.
+Tessera runs as a LocalCluster (1 master, 3 tablet servers, one tablet with 3 replicas, fsync
+on), driven through the asyncio client in this process, in three ways:
+  single-op  C concurrent writers, each with one single-op write at a time (--tessera-sweep);
+  batched    S AUTO_FLUSH_BACKGROUND sessions with Kudu's defaults (64 ops a batch, one Raft
+             entry each), each fed by a writer as fast as its buffers take ops (--batched-sweep);
+  reads      C concurrent linearizable readers (ReadIndex), then the same on a second cluster
+             started with --read-mode lease (--reads-sweep).
+Every point has ops/s, p50/p99 latency and the CPU each process spent per op (client, leader,
+followers, master; from /proc), which is the write path's per-op cost profile.
 
 Both systems also get the single-client p50: one writer, one write at a time (PySyncObj: sync=True
 on the leader node).
 
-Prints one JSON line on stdout (progress goes to stderr): pysyncobj_sweep, pysyncobj_best_ops_per_s,
-tessera_sweep, tessera_best_ops_per_s, ratio_single_op (tessera best / pysyncobj best),
-target_single_op, the two single-client p50s. Not measured yet (the fields are absent, not null):
-batched-session writes and reads, which will be added later.
+Prints one JSON line on stdout (progress goes to stderr): the sweeps, pysyncobj_best_ops_per_s,
+tessera_best_ops_per_s (single-op), tessera_batched_best_ops_per_s, tessera_reads_64_ops_per_s,
+ratio_single_op and ratio_batched (against the peer's best), ratio_reads_64_to_single_op_writes,
+the single-client p50s, and the issue's targets with which of them were met. Failover time is
+bench/failover.py.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import queue
 import signal
 import subprocess
@@ -41,10 +48,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from node.client import TesseraClient  # noqa: E402
+from node.client.session import FlushMode, SessionOptions  # noqa: E402
+from node.daemon_cli import event_loop_factory  # noqa: E402
+from node.tablet.ops import Write  # noqa: E402
 from node.tools.local_cluster import LocalCluster, free_port  # noqa: E402
 
-TARGET_SINGLE_OP = 0.6
+TARGETS = {"ratio_single_op": 0.6, "ratio_batched": 2.0, "p50_ms_1client": 1.5,
+           "ratio_reads_64_to_single_op_writes": 2.0}  # issue 15; failover is bench/failover.py
+READS_CLIENTS = 64
 DEFAULT_TESSERA_SWEEP = [1, 8, 64, 512]
+DEFAULT_BATCHED_SWEEP = [1, 8, 64]
+DEFAULT_READS_SWEEP = [1, 8, 64, 512]
 DEFAULT_PYSYNCOBJ_SWEEP = [100, 1000, 5000, 20000]
 
 
@@ -58,57 +72,198 @@ def _pct(sorted_vals: list[float], q: float) -> float:
 
 # ----------------------------------------------------------------------------------- Tessera
 
-async def _tessera_run(masters, sweep: list[int], seconds: float, latency_ops: int) -> dict:
-    client = TesseraClient(masters, timeout=20)
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one process so far (/proc/PID/stat fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+class _CpuMeter:
+    """CPU time each process spent during a measuring window, per committed op: the per-op
+    cost profile of the write path, split into client, leader, followers and master."""
+
+    def __init__(self, roles: dict[str, int]):
+        self.roles = roles  # role -> pid
+        self.start = {r: _cpu_s(p) for r, p in roles.items()}
+
+    def per_op_us(self, ops: int) -> dict[str, float]:
+        used = {r: _cpu_s(p) - self.start[r] for r, p in self.roles.items()}
+        out = {r: round(s / max(ops, 1) * 1e6, 1) for r, s in used.items()}
+        out["total"] = round(sum(used.values()) / max(ops, 1) * 1e6, 1)
+        return out
+
+
+def _point(name: str, x: int, done: list[float], elapsed: float, meter: _CpuMeter) -> dict:
+    done.sort()
+    pt = {name: x, "ops_per_s": round(len(done) / elapsed, 1),
+          "p50_ms": round(_pct(done, 0.50) * 1000, 2) if done else None,
+          "p99_ms": round(_pct(done, 0.99) * 1000, 2) if done else None,
+          "cpu_us_per_op": meter.per_op_us(len(done))}
+    return pt
+
+
+async def _closed_loop(workers: int, seconds: float, op, roles: dict[str, int]) -> tuple[list, float, _CpuMeter]:
+    """`workers` coroutines each awaiting `op(worker, n)` one at a time until the window ends;
+    the latencies of the ops that completed, the window's length and its CPU meter."""
+    loop = asyncio.get_running_loop()
+    stop = loop.time() + seconds
+    lats: list[float] = []
+
+    async def one(w: int):
+        n = 0
+        while loop.time() < stop:
+            t = time.perf_counter()
+            await op(w, n)
+            lats.append(time.perf_counter() - t)
+            n += 1
+
+    meter = _CpuMeter(roles)
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(w) for w in range(workers)))
+    return lats, time.perf_counter() - t0, meter
+
+
+async def _batched(table, sessions: int, seconds: float, roles: dict[str, int]) -> dict:
+    """`sessions` AUTO_FLUSH_BACKGROUND sessions (Kudu's defaults; 64 ops a batch), each fed by
+    one writer as fast as its buffers take ops. An op counts once its own result is ok and came
+    back inside the window; its latency runs from apply to result."""
+    loop = asyncio.get_running_loop()
+    opts = SessionOptions(mode=FlushMode.AUTO_FLUSH_BACKGROUND)
+    ss = [table.new_session(opts) for _ in range(sessions)]
+    stop = loop.time() + seconds
+    lats: list[float] = []
+    failed = 0
+
+    def landed(fut: asyncio.Future, t: float) -> None:
+        nonlocal failed
+        if loop.time() > stop:
+            return
+        if fut.cancelled() or fut.exception() is not None or not fut.result().result.ok:
+            failed += 1
+        else:
+            lats.append(time.perf_counter() - t)
+
+    async def feed(i: int, s) -> None:
+        n = 0
+        while loop.time() < stop:
+            t = time.perf_counter()
+            fut = await s.apply(f"b{i}-{n % 100}", Write(f"b{i}-{n % 100}", n))
+            fut.add_done_callback(lambda f, t=t: landed(f, t))
+            n += 1
+
+    meter = _CpuMeter(roles)
+    t0 = time.perf_counter()
+    await asyncio.gather(*(feed(i, s) for i, s in enumerate(ss)))
+    await asyncio.gather(*(s.close() for s in ss))
+    elapsed = min(time.perf_counter() - t0, seconds + 0.001)
+    pt = _point("sessions", sessions, lats, elapsed, meter)
+    if failed:
+        pt["failed"] = failed
+    return pt
+
+
+async def _tessera_run(c: LocalCluster, a) -> dict:
+    client = TesseraClient(c.master_addrs, timeout=20)
+    out: dict = {}
     try:
-        await client.create_table("bench", num_tablets=1, replication_factor=3)
+        locs = await client.create_table("bench", num_tablets=1, replication_factor=3)
         table = client.table("bench")
         await table.write("warm", 0)
+        leader = await c.tablet_leader(client.rpc, locs.tablets[0].tablet_id)
+        roles = {"client": os.getpid(), "leader": c.daemons[leader].pid}
+        roles.update({f"follower{i}": c.daemons[n].pid for i, n in enumerate(
+            sorted(n for n, d in c.daemons.items() if d.kind == "tserver" and n != leader), 1)})
+        roles["master"] = c.daemons["m1"].pid
+
         lat = []
-        for i in range(latency_ops):
+        for i in range(a.latency_ops):
             t = time.perf_counter()
             await table.write(f"l{i}", i)
             lat.append(time.perf_counter() - t)
         lat.sort()
-        p50_1 = lat[len(lat) // 2] * 1000
-        _log(f"tessera single-client p50 {p50_1:.2f} ms over {latency_ops} writes")
+        out["p50_ms_1client"] = lat[len(lat) // 2] * 1000
+        _log(f"tessera single-client p50 {out['p50_ms_1client']:.2f} ms over {a.latency_ops} writes")
 
-        loop = asyncio.get_running_loop()
+        async def write(w: int, n: int) -> None:
+            await table.write(f"c{w}-{n % 100}", n)
+
+        out["sweep"] = []
+        for clients in a.tessera_sweep:
+            pt = _point("clients", clients, *await _closed_loop(clients, a.seconds, write, roles))
+            out["sweep"].append(pt)
+            _log(f"tessera single-op clients={clients}: {pt['ops_per_s']} ops/s p50 {pt['p50_ms']} ms "
+                 f"p99 {pt['p99_ms']} ms, CPU µs/op {pt['cpu_us_per_op']}")
+
+        out["batched"] = []
+        for sessions in a.batched_sweep:
+            pt = await _batched(table, sessions, a.seconds, roles)
+            out["batched"].append(pt)
+            _log(f"tessera batched sessions={sessions}: {pt['ops_per_s']} ops/s p50 {pt['p50_ms']} ms "
+                 f"p99 {pt['p99_ms']} ms, CPU µs/op {pt['cpu_us_per_op']}")
+
+        async def read(w: int, n: int) -> None:
+            await table.read(f"c{w % max(a.tessera_sweep)}-{n % 100}")
+
+        out["reads"] = []
+        for clients in a.reads_sweep:
+            pt = _point("clients", clients, *await _closed_loop(clients, a.seconds, read, roles))
+            pt["read_mode"] = "linearizable"
+            out["reads"].append(pt)
+            _log(f"tessera linearizable reads clients={clients}: {pt['ops_per_s']} ops/s "
+                 f"p50 {pt['p50_ms']} ms, CPU µs/op {pt['cpu_us_per_op']}")
+    finally:
+        await client.close()
+    return out
+
+
+async def _lease_reads(c: LocalCluster, a) -> list[dict]:
+    client = TesseraClient(c.master_addrs, timeout=20)
+    try:
+        locs = await client.create_table("bench", num_tablets=1, replication_factor=3)
+        table = client.table("bench")
+        for k in range(100):
+            await table.write(f"c0-{k}", k)
+        leader = await c.tablet_leader(client.rpc, locs.tablets[0].tablet_id)
+        roles = {"client": os.getpid(), "leader": c.daemons[leader].pid}
+
+        async def read(w: int, n: int) -> None:
+            await table.read(f"c0-{n % 100}")
+
         points = []
-        for clients in sweep:
-            stop = loop.time() + seconds
-            lats: list[float] = []
-
-            async def one(c: int, stop=stop, lats=lats):
-                n = 0
-                while loop.time() < stop:
-                    t = time.perf_counter()
-                    await table.write(f"c{c}-{n % 100}", n)
-                    lats.append(time.perf_counter() - t)
-                    n += 1
-
-            t0 = time.perf_counter()
-            await asyncio.gather(*(one(c) for c in range(clients)))
-            elapsed = time.perf_counter() - t0
-            lats.sort()
-            pt = {"clients": clients, "ops_per_s": round(len(lats) / elapsed, 1),
-                  "p50_ms": round(_pct(lats, 0.50) * 1000, 2), "p99_ms": round(_pct(lats, 0.99) * 1000, 2)}
+        for clients in a.reads_sweep:
+            pt = _point("clients", clients, *await _closed_loop(clients, a.seconds, read, roles))
+            pt["read_mode"] = "lease"
             points.append(pt)
-            _log(f"tessera clients={clients}: {pt['ops_per_s']} ops/s p50 {pt['p50_ms']} ms p99 {pt['p99_ms']} ms")
-        return {"p50_ms_1client": p50_1, "sweep": points}
+            _log(f"tessera lease reads clients={clients}: {pt['ops_per_s']} ops/s p50 {pt['p50_ms']} ms")
+        return points
     finally:
         await client.close()
 
 
-def tessera(sweep: list[int], seconds: float, latency_ops: int) -> dict:
+def _with_cluster(flags: list[str], event_loop: str, run) -> dict | list:
+    """Run `run(cluster)` on a fresh LocalCluster; the daemons and this client both use
+    `event_loop`, as a user after the best numbers would."""
+    flags = [*flags, "--event-loop", event_loop]
     with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
-        c = LocalCluster(Path(d), masters=1, tservers=3)
+        c = LocalCluster(Path(d), masters=1, tservers=3, flags=flags)
         try:
-            _log("tessera: starting LocalCluster (1 master, 3 tservers)")
+            _log(f"tessera: starting LocalCluster (1 master, 3 tservers, {' '.join(flags)})")
             c.up(timeout=60)
-            return asyncio.run(_tessera_run(c.master_addrs, sweep, seconds, latency_ops))
+            with asyncio.Runner(loop_factory=event_loop_factory(event_loop)) as runner:
+                return runner.run(run(c))
         finally:
             c.down()
+
+
+def tessera(a) -> dict:
+    out = _with_cluster([], a.event_loop, lambda c: _tessera_run(c, a))
+    if a.reads_sweep:
+        out["lease_reads"] = _with_cluster(["--read-mode", "lease"], a.event_loop,
+                                           lambda c: _lease_reads(c, a))
+    return out
 
 
 # --------------------------------------------------------------------------------- PySyncObj
@@ -273,15 +428,18 @@ def _plot_svg(path: Path, series: list[tuple[str, str, list[tuple[float, float]]
 
 def plot(path: Path, doc: dict) -> Path:
     series = [
-        ("Tessera (x = concurrent clients)", "tab:blue",
+        ("Tessera single-op (x = concurrent clients)", "tab:blue",
          [(p["clients"], p["ops_per_s"]) for p in doc["tessera_sweep"]]),
     ]
+    if doc.get("tessera_batched_sweep"):
+        series.append(("Tessera batched, AUTO_FLUSH_BACKGROUND (x = sessions)", "tab:green",
+                       [(p["sessions"], p["ops_per_s"]) for p in doc["tessera_batched_sweep"]]))
     for drive, color in (("all", "tab:orange"), ("leader", "tab:red")):
         pts = [(p["outstanding"], p["ops_per_s"]) for p in doc["pysyncobj_sweep"] if p["drive"] == drive]
         if pts:
             who = "all 3 nodes" if drive == "all" else "leader only"
             series.append((f"PySyncObj, {who} issuing (x = outstanding commands)", color, pts))
-    xlabel = "concurrency (Tessera: clients; PySyncObj: outstanding commands), log scale"
+    xlabel = "concurrency (Tessera: clients or sessions; PySyncObj: outstanding commands), log scale"
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -297,7 +455,7 @@ def plot(path: Path, doc: dict) -> Path:
     ax.set_xlabel(xlabel)
     ax.set_ylabel("committed ops/s")
     ax.set_ylim(bottom=0)
-    ax.set_title("Replicated single-op writes, 3 replicas on one machine")
+    ax.set_title("Replicated writes, 3 replicas on one 2-core machine")
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -318,6 +476,10 @@ def _int_list(s: str) -> list[int]:
     return vals
 
 
+def _int_list_or_none(s: str) -> list[int]:
+    return [] if s == "none" else _int_list(s)
+
+
 def _on_sigterm(_signo, _frame):
     raise KeyboardInterrupt  # unwind through the finally blocks that stop every process
 
@@ -334,6 +496,14 @@ def main() -> int:
                     help="sequential writes for each system's single-client p50 (default 200, 50 with --quick)")
     ap.add_argument("--tessera-sweep", type=_int_list, default=DEFAULT_TESSERA_SWEEP, metavar="C,C,...",
                     help="Tessera concurrent single-op writers per point (default 1,8,64,512)")
+    ap.add_argument("--batched-sweep", type=_int_list_or_none, default=DEFAULT_BATCHED_SWEEP, metavar="S,S,...",
+                    help="Tessera AUTO_FLUSH_BACKGROUND sessions per point (default 1,8,64; 'none' skips)")
+    ap.add_argument("--reads-sweep", type=_int_list_or_none, default=DEFAULT_READS_SWEEP, metavar="C,C,...",
+                    help="Tessera concurrent readers per point, linearizable (ReadIndex) and then lease "
+                         "reads on a second cluster (default 1,8,64,512; 'none' skips)")
+    ap.add_argument("--event-loop", choices=("auto", "asyncio", "uvloop"), default="auto",
+                    help="Tessera's event loop, in the daemons and in this client (default auto: "
+                         "uvloop when installed, as the daemons' own default)")
     ap.add_argument("--pysyncobj-sweep", type=_int_list, default=DEFAULT_PYSYNCOBJ_SWEEP, metavar="N,N,...",
                     help="PySyncObj commands kept outstanding per point (default 100,1000,5000,20000)")
     ap.add_argument("--pysyncobj-drive", choices=("both", "all", "leader"), default="both",
@@ -350,7 +520,8 @@ def main() -> int:
     a = ap.parse_args()
     if a.seconds is None:
         a.seconds = 3.0 if a.quick else 10.0
-    latency_ops = a.latency_ops if a.latency_ops is not None else (50 if a.quick else 200)
+    if a.latency_ops is None:
+        a.latency_ops = 50 if a.quick else 200
     if a.plot and a.only:
         ap.error("--plot needs both systems (drop --only)")
     signal.signal(signal.SIGTERM, _on_sigterm)
@@ -358,13 +529,25 @@ def main() -> int:
     doc: dict = {"seconds_per_point": a.seconds}
     try:
         if a.only != "pysyncobj":
-            t = tessera(a.tessera_sweep, a.seconds, latency_ops)
+            t = tessera(a)
             best = max(t["sweep"], key=lambda p: p["ops_per_s"])
+            doc.update(tessera_event_loop="asyncio" if event_loop_factory(a.event_loop) is None else "uvloop")
             doc.update(tessera_fsync=True, tessera_sweep=t["sweep"], tessera_best_ops_per_s=best["ops_per_s"],
                        tessera_best_clients=best["clients"],
                        tessera_p50_ms_1client=round(t["p50_ms_1client"], 2))
+            if t["batched"]:
+                bb = max(t["batched"], key=lambda p: p["ops_per_s"])
+                doc.update(tessera_batched_sweep=t["batched"], tessera_batched_best_ops_per_s=bb["ops_per_s"],
+                           tessera_batched_best_sessions=bb["sessions"])
+            if t["reads"]:
+                doc.update(tessera_reads_sweep=t["reads"], tessera_lease_reads_sweep=t["lease_reads"])
+                at64 = [p for p in t["reads"] if p["clients"] == READS_CLIENTS]
+                if at64:
+                    doc["tessera_reads_64_ops_per_s"] = at64[0]["ops_per_s"]
+                    doc["ratio_reads_64_to_single_op_writes"] = round(
+                        at64[0]["ops_per_s"] / doc["tessera_best_ops_per_s"], 3)
         if a.only != "tessera":
-            p = pysyncobj(a.pysyncobj_sweep, a.seconds, latency_ops, a.pysyncobj_drive, a.pysyncobj_warmup)
+            p = pysyncobj(a.pysyncobj_sweep, a.seconds, a.latency_ops, a.pysyncobj_drive, a.pysyncobj_warmup)
             best = max(p["sweep"], key=lambda q: q["ops_per_s"])
             doc.update(pysyncobj_fsync=False, pysyncobj_sweep=p["sweep"], pysyncobj_best_ops_per_s=best["ops_per_s"],
                        pysyncobj_best_outstanding=best["outstanding"], pysyncobj_best_drive=best["drive"],
@@ -373,8 +556,21 @@ def main() -> int:
         _log("interrupted; every process started was stopped")
         return 130
     if a.only is None and doc["pysyncobj_best_ops_per_s"] > 0:
-        doc["ratio_single_op"] = round(doc["tessera_best_ops_per_s"] / doc["pysyncobj_best_ops_per_s"], 3)
-    doc["target_single_op"] = TARGET_SINGLE_OP
+        peer = doc["pysyncobj_best_ops_per_s"]
+        doc["ratio_single_op"] = round(doc["tessera_best_ops_per_s"] / peer, 3)
+        if "tessera_batched_best_ops_per_s" in doc:
+            doc["ratio_batched"] = round(doc["tessera_batched_best_ops_per_s"] / peer, 3)
+    doc["targets"] = TARGETS
+    met = {}
+    if "ratio_single_op" in doc:
+        met["single_op"] = doc["ratio_single_op"] >= TARGETS["ratio_single_op"]
+    if "ratio_batched" in doc:
+        met["batched"] = doc["ratio_batched"] >= TARGETS["ratio_batched"]
+    if "tessera_p50_ms_1client" in doc:
+        met["p50_1client"] = doc["tessera_p50_ms_1client"] <= TARGETS["p50_ms_1client"]
+    if "ratio_reads_64_to_single_op_writes" in doc:
+        met["reads_64"] = doc["ratio_reads_64_to_single_op_writes"] >= TARGETS["ratio_reads_64_to_single_op_writes"]
+    doc["targets_met"] = met
     if a.plot:
         written = plot(a.plot, doc)
         _log(f"plot written to {written}")

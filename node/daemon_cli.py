@@ -48,6 +48,8 @@ FLAGS: dict[str, tuple[type, object, str]] = {
                                                    "silent this long has failed, and each of its "
                                                    "replicas is replaced on another server"),
     "log-level": (str, "INFO", "DEBUG, INFO, WARNING or ERROR"),
+    "event-loop": (str, "auto", "asyncio, uvloop, or auto: uvloop when it is installed "
+                                "(the default install has it; docs/benchmarks.md measures both)"),
     # unlock-unsafe-flags and the fault-* flags: deliberate bugs (node.faults)
     **{name.replace("_", "-"): (bool, default, help_)
        for name, (default, help_) in faults.flags().items()},
@@ -95,6 +97,8 @@ def resolve(args: argparse.Namespace) -> dict:
         raise ValueError("--data-dir is required")
     if values["read-mode"] not in ("linearizable", "lease"):
         raise ValueError(f"--read-mode must be linearizable or lease, not {values['read-mode']!r}")
+    if values["event-loop"] not in ("auto", "asyncio", "uvloop"):
+        raise ValueError(f"--event-loop must be auto, asyncio or uvloop, not {values['event-loop']!r}")
     if values["clock-max-error-us"] < 0:
         raise ValueError("--clock-max-error-us must be >= 0")
     if values["raft-heartbeat-interval-ms"] % TICK_MS:
@@ -144,7 +148,28 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=values["log-level"].upper(), stream=sys.stderr,
                         format=f"%(asctime)s {args.kind} %(levelname)s %(name)s: %(message)s")
     faults.warn_enabled(opts.replica.faults, log)
-    return asyncio.run(_serve(opts, args.kind))
+    try:
+        loop_factory = event_loop_factory(values["event-loop"])
+    except ValueError as e:
+        print(f"tessera {args.kind}: {e}", file=sys.stderr)
+        return 2
+    log.info("event loop: %s", "asyncio" if loop_factory is None else "uvloop")
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(_serve(opts, args.kind))
+
+
+def event_loop_factory(choice: str):
+    """The loop to serve on: None for asyncio's own. uvloop cuts the per-message cost of the
+    RPC and WAL paths (docs/benchmarks.md); `auto` falls back to asyncio without it."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise ValueError("--event-loop uvloop: uvloop is not installed") from None
+        return None
+    return uvloop.new_event_loop
 
 
 async def _serve(opts, kind: str) -> int:

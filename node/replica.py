@@ -31,6 +31,7 @@ from typing import Any
 from node.clock import HybridClock
 from node.consensus import (
     TICK_MS,
+    AppendEntries,
     ChangeOp,
     ConfigChange,
     ConfigPending,
@@ -57,7 +58,7 @@ from node.errors import CorruptionError, TesseraError
 from node.faults import Faults
 from node.logfmt import SAFETY, TabletLog, log_failure
 from node.tablet.cmeta import ConsensusMetadata
-from node.tablet.ops import Batch, Op, Result, RowOp, encode_command
+from node.tablet.ops import COMMAND_VERSION, Batch, Command, Op, Result, RowOp, command_payload
 from node.tablet.paths import TabletPaths
 from node.tablet.snapshot import SnapshotStore
 from node.tablet.state import Snapshot, StateMachine
@@ -68,6 +69,9 @@ log = logging.getLogger(__name__)
 Send = Callable[[str, list], None]  # (to_uuid, messages): queue for delivery, never block
 
 LEASE_MARGIN_S = 0.001  # timer and clock resolution: asyncio may fire a timer this much early
+
+
+_LEADER_MESSAGES = (AppendEntries, Heartbeat)  # what only a leader sends: see Replica._handle
 
 
 def leader_lease_s(withhold_ticks: int, tick_ms: int, max_clock_drift: float) -> float:
@@ -167,6 +171,9 @@ class Replica:
         self._threads: set[asyncio.Future] = set()
         self._stopping: asyncio.Task | None = None
         self._waiters: dict[int, tuple[int, asyncio.Future]] = {}  # index -> (term, future)
+        # index -> (term, Command) of the commands we proposed, so that applying them needs
+        # no second decode; an entry of another term at that index is not ours and is decoded.
+        self._proposed: dict[int, tuple[int, Command]] = {}
         self._reads: dict[bytes, asyncio.Future] = {}  # read-index ctx -> future (index, term)
         self._applied_waiters: list[tuple[int, asyncio.Future]] = []
         self._ctx = itertools.count(1)
@@ -317,6 +324,21 @@ class Replica:
             self._fail_pending(ReplicaError(f"replica failed: {self.failed}", maybe_applied=True))
 
     async def _handle(self, rd: Ready) -> None:
+        # The commit index is not persisted (it is re-learned from the leader and the snapshot),
+        # so only a new term or vote, or a newly committed config, costs a metadata fsync.
+        hs = rd.hard_state
+        if hs is not None and (hs.term, hs.voted_for) == (self.cmeta.current_term,
+                                                          self.cmeta.voted_for):
+            hs = None
+        # A leader replicates its new entries while it writes them itself (Raft thesis
+        # 10.2.1): the followers' fsyncs overlap ours instead of following it. Safe because the
+        # leader counts itself toward a commit only once its own write is durable (log.stable),
+        # and nothing here needs our term or vote on disk first. Anything else a Ready sends
+        # (votes, acknowledgements) must wait for the write it reports.
+        early = (rd.entries_to_persist and hs is None and rd.committed_config is None
+                 and all(type(m) in _LEADER_MESSAGES for m in rd.messages))
+        if early:
+            self._send_messages(rd)
         if rd.entries_to_persist:
             started = asyncio.get_running_loop().time()
             first = rd.entries_to_persist[0].index
@@ -333,23 +355,14 @@ class Replica:
             self.stats["wal_groups"] += 1
             self.stats["wal_entries"] += len(rd.entries_to_persist)
             self.stats["wal_seconds"] += asyncio.get_running_loop().time() - started
-        # The commit index is not persisted (it is re-learned from the leader and the snapshot),
-        # so only a new term or vote, or a newly committed config, costs a metadata fsync.
-        hs = rd.hard_state
-        if hs is not None and (hs.term, hs.voted_for) == (self.cmeta.current_term,
-                                                          self.cmeta.voted_for):
-            hs = None
         if hs is not None or rd.committed_config is not None:
             await self._in_thread(self._save_cmeta, hs, rd.committed_config)
         if rd.committed_config is not None:
             self.log.info("config committed: %s", config_text(rd.committed_config))
         for ev in rd.events:
             self._log_event(ev)
-        sent_at = asyncio.get_running_loop().time()
-        for m in rd.messages:
-            if type(m) is Heartbeat and m.ctx and m.ctx in self._reads:
-                self._round_sent.setdefault(m.ctx, sent_at)  # a lease starts from the send
-            self._send(m.to_uuid, [m])
+        if not early:
+            self._send_messages(rd)
         if rd.soft_state is not None:
             self._on_soft_state(rd.soft_state)
         for e in rd.committed_entries:
@@ -363,6 +376,13 @@ class Replica:
         self.core.advance(rd)
         self._wake_applied()
         self._maybe_snapshot()
+
+    def _send_messages(self, rd: Ready) -> None:
+        sent_at = asyncio.get_running_loop().time()
+        for m in rd.messages:
+            if type(m) is Heartbeat and m.ctx and m.ctx in self._reads:
+                self._round_sent.setdefault(m.ctx, sent_at)  # a lease starts from the send
+            self._send(m.to_uuid, [m])
 
     def _save_cmeta(self, hs: HardState | None, config: RaftConfig | None) -> None:
         self.cmeta.update(None if hs is None else (hs.term, hs.voted_for),
@@ -410,8 +430,9 @@ class Replica:
 
     def _apply(self, e: Entry) -> None:
         result = None
+        proposed = self._proposed.pop(e.index, None)
         if e.type == EntryType.REPLICATE:
-            result = self.state.apply(e)
+            result = self.state.apply(e, proposed[1] if proposed and proposed[0] == e.term else None)
             self.clock.update(self.state.last_timestamp)  # the highest timestamp applied so far
         elif e.type != EntryType.COMMIT:
             self.state.apply(e)  # NO_OP / CONFIG_CHANGE only advance the applied index
@@ -463,6 +484,7 @@ class Replica:
         self._spawn(save(), f"snapshot-{self.tablet_id}")
 
     def _fail_pending(self, err: Exception) -> None:
+        self._proposed.clear()
         for _, fut in self._waiters.values():
             if not fut.done():
                 fut.set_exception(err)
@@ -540,9 +562,10 @@ class Replica:
                 # applied, entries of earlier terms may sit in our log unapplied, and the clock
                 # has not witnessed their timestamps. Nothing is appended: a retry is safe.
                 raise NotLeader(self.core.lead)
-            return self.core.propose(encode_command(op, session=session, seq=seq,
-                                                    acked_below=acked_below,
-                                                    timestamp=self.clock.now()))
+            command = Command(COMMAND_VERSION, op, session, seq, acked_below, self.clock.now())
+            index = self.core.propose(command_payload(command))
+            self._proposed[index] = (self.core.term, command)
+            return index
 
         try:
             return await self._replicate(append)

@@ -145,6 +145,38 @@ def test_read_index_confirms_leadership_with_a_heartbeat_round():
     assert (rs.ctx, rs.index) == (b"r1", c.core("n1").commit)
 
 
+def _heartbeats_queued(c: ScriptCluster) -> list[bytes]:
+    return [m.ctx for s, m in c.queue if s == "n1" and isinstance(m, Heartbeat)]
+
+
+def test_reads_that_arrive_during_a_round_share_the_next_round():
+    c = elected()
+    c.do("n1", "read_index", b"r1")
+    for ctx in (b"r2", b"r3", b"r4"):
+        c.do("n1", "read_index", ctx)
+    assert _heartbeats_queued(c) == [b"r1", b"r1"]  # one round out; r2..r4 wait for the next
+    c.deliver(types=Heartbeat)  # the first round reaches both followers
+    assert c.read_states["n1"] == []
+    c.deliver(src="n2", limit=1)  # n2's answer: a quorum for r1 ...
+    assert [r.ctx for r in c.read_states["n1"]] == [b"r1"]
+    assert _heartbeats_queued(c) == [b"r4", b"r4"]  # ... and the round for the rest goes out
+    c.stabilize()
+    assert [r.ctx for r in c.read_states["n1"]] == [b"r1", b"r2", b"r3", b"r4"]
+    assert all(r.index == c.core("n1").commit for r in c.read_states["n1"])
+
+
+def test_a_lost_read_round_is_redone_by_the_next_heartbeat_tick():
+    c = elected()
+    c.do("n1", "read_index", b"r1")
+    c.do("n1", "read_index", b"r2")
+    c.drop("n1")  # the round never arrives
+    c.stabilize()
+    assert c.read_states["n1"] == []
+    c.tick("n1", c.core("n1").cfg.heartbeat_interval_ticks)
+    c.stabilize()
+    assert [r.ctx for r in c.read_states["n1"]] == [b"r1", b"r2"]
+
+
 def test_read_index_on_an_isolated_leader_never_completes():
     c = elected()
     c.isolate("n1")

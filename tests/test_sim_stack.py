@@ -337,16 +337,18 @@ def test_a_lagging_catalog_is_listed_and_two_configs_at_one_index_are_a_violatio
 # Disk faults and a leadership transfer, replayed: ENOSPC and failing fsyncs on a tablet server
 # and a master (each cleared, the server rebooted), slow fsync, and a step-down on a tablet that
 # does not exist (refused, recorded, not raised).
+# The failing fsync lasts 3 s: set-up (elections, the table) takes 3-6.5 virtual seconds
+# depending on how the seed's elections fall, and the window must overlap the writes.
 DISK_SCHEDULE = ((5.0, "disk", ["10.77.0.111", "eio", 1.0]),
-                 (6.5, "disk-clear", ["10.77.0.111"]),
-                 (7.0, "disk", ["10.77.0.101", "enospc", 0]),
-                 (8.0, "disk-clear", ["10.77.0.101"]),
-                 (9.0, "disk", ["10.77.0.112", "slow", 0.05, 0.5]),
-                 (10.0, "transfer", ["10.77.0.113", "no-such-tablet", None]))
+                 (8.0, "disk-clear", ["10.77.0.111"]),
+                 (8.5, "disk", ["10.77.0.101", "enospc", 0]),
+                 (9.5, "disk-clear", ["10.77.0.101"]),
+                 (10.0, "disk", ["10.77.0.112", "slow", 0.05, 0.5]),
+                 (11.0, "transfer", ["10.77.0.113", "no-such-tablet", None]))
 
 
 def test_disk_faults_and_transfers_replay_and_the_run_stays_correct(tmp_path):
-    sim = StackSim(StackConfig(seed=3, seconds=12.0, schedule=DISK_SCHEDULE), tmp_path)
+    sim = StackSim(StackConfig(seed=3, seconds=14.0, schedule=DISK_SCHEDULE), tmp_path)
     failed = set()
     check = sim._check_reports
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,12 +120,28 @@ class _Backoff:
 
 @dataclass
 class _Session:
+    """One tablet session's seqs. Seqs are handed out in increasing order, so the ones in
+    flight form a sorted queue and the lowest (what the tablet may not forget) is its head:
+    O(1) per op, where min() over hundreds of concurrent ops was not."""
+
     id: int
     next_seq: int = 1
-    inflight: set = field(default_factory=set)
+    inflight: deque = field(default_factory=deque)  # ascending; finished ones leave from the head
+    finished: set = field(default_factory=set)  # finished, still behind an unfinished one
+
+    def begin(self, n: int = 1) -> range:
+        seqs = range(self.next_seq, self.next_seq + n)
+        self.next_seq += n
+        self.inflight.extend(seqs)
+        return seqs
+
+    def end(self, seqs: range) -> None:
+        self.finished.update(seqs)
+        while self.inflight and self.inflight[0] in self.finished:
+            self.finished.discard(self.inflight.popleft())
 
     def acked_below(self) -> int:
-        return min(self.inflight) if self.inflight else self.next_seq
+        return self.inflight[0] if self.inflight else self.next_seq
 
 
 class Sessions:
@@ -266,7 +283,7 @@ class TesseraClient:
     # -- tablets -----------------------------------------------------------------------------
     async def _tablet_for(self, table: str, key: str,
                           deadline: float | None = None) -> TabletLocation:
-        locs = await self.locations(table, deadline=deadline)
+        locs = self._locations.get(table) or await self.locations(table, deadline=deadline)
         for t in locs.tablets:
             if t.partition.contains(key):
                 return t
@@ -281,6 +298,9 @@ class TesseraClient:
 
     async def _session(self, sessions: Sessions, table: str, t: TabletLocation, deadline: float,
                        bind: tuple[str, int | None] | None) -> _Session:
+        s = sessions.by_tablet.get(t.tablet_id)
+        if s is not None:
+            return s  # the lock below is for opening one, once
         lock = sessions.locks.setdefault(t.tablet_id, asyncio.Lock())
         try:  # another caller may be opening it: wait no longer than our own deadline
             async with asyncio.timeout_at(deadline):
@@ -392,14 +412,12 @@ class TesseraClient:
             return res, peer
         for _ in range(3):  # a session evicted before our first attempt: reopen and retry
             s = await self._session(sessions, table, t, deadline, bind)
-            seq = s.next_seq
-            s.next_seq += 1
-            s.inflight.add(seq)
+            seqs = s.begin()
             try:
-                res, uncertain, peer = await self._send(table, t, op, s.id, seq, s.acked_below(),
-                                                        deadline, bind)
+                res, uncertain, peer = await self._send(table, t, op, s.id, seqs[0],
+                                                        s.acked_below(), deadline, bind)
             finally:
-                s.inflight.discard(seq)
+                s.end(seqs)
             if res.ok or res.error not in (Rejection.NO_SESSION, Rejection.STALE_SEQ):
                 return res, peer
             sessions.by_tablet.pop(t.tablet_id, None)
@@ -423,16 +441,13 @@ class TesseraClient:
         sessions = sessions or self._sessions
         for _ in range(3):  # a session evicted before our first attempt: reopen and retry
             s = await self._session(sessions, table, t, deadline, bind)
-            first = s.next_seq
-            seqs = range(first, first + len(ops))
-            s.next_seq += len(ops)
-            s.inflight.update(seqs)
+            seqs = s.begin(len(ops))
             try:
-                req = WriteBatch(t.tablet_id, ops, s.id, first, s.acked_below())
+                req = WriteBatch(t.tablet_id, ops, s.id, seqs[0], s.acked_below())
                 res, uncertain, peer = await self._to_leader(table, t, "ts.write_batch", req,
                                                              BatchResult, True, deadline, bind)
             finally:
-                s.inflight.difference_update(seqs)
+                s.end(seqs)
             results = res.results
             lost = [not r.ok and r.error in (Rejection.NO_SESSION, Rejection.STALE_SEQ)
                     for r in results]

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from node.errors import OpFailed, OpUnknown, TesseraError
-from node.tablet.ops import Append, Cas, Result, RowOp, Txn, Write
+from node.tablet.ops import ROW_OP_TYPES, Result, RowOp
 from node.tablet.state import Limits
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ class RowResult:
     peer: Peer | None
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     key: str
     op: RowOp
@@ -143,7 +143,7 @@ class Session:
         RowResult, failed with OpFailed or OpUnknown when no result came back."""
         if self._closed:
             raise OpFailed("session closed")
-        if not isinstance(op, Write | Cas | Append | Txn):
+        if not isinstance(op, ROW_OP_TYPES):
             raise TypeError(f"a session applies Write, Cas, Append and Txn, not "
                             f"{type(op).__name__}")
         loop = asyncio.get_running_loop()
@@ -166,7 +166,7 @@ class Session:
             if self._bytes + size > o.buffer_bytes:
                 raise BufferFull(f"{self._bytes} + {size} bytes exceed the buffer space of "
                                  f"{o.buffer_bytes}: flush first")
-        else:
+        elif self._queued[t.tablet_id] >= o.max_buffers:
             # Kudu's Apply blocks while every buffer is in use: max_buffers batches of this
             # tablet in flight, none free to fill.
             async with self._done:

@@ -483,19 +483,25 @@ class RaftCore:
         self.propose_config_change(ConfigChange(ChangeOp.PROMOTE, uuid), self.committed_config.opid_index)
 
     def _start_read(self, ctx: bytes) -> None:
+        """Reads are confirmed in rounds: a read that arrives while a round is out waits for
+        the next one, which goes out when that round is confirmed (or at the next heartbeat
+        tick if it never is) and confirms every read that waited. Many reads share each
+        confirmation, as in etcd's read loop, instead of a heartbeat broadcast per read."""
+        round_out = bool(self._reads)
         self._reads.append(_PendingRead(ctx, self.commit, {self.id}))
-        self._release_reads()
-        if self._reads:
+        self._release_reads_through(len(self._reads) - 1)  # a single voter confirms at once
+        if self._reads and not round_out:
             self._broadcast_heartbeat()
 
-    def _release_reads(self) -> None:
-        """A quorum acknowledging a read's heartbeat also confirms every earlier read."""
-        voters = self.active_config.voters()
-        for i in range(len(self._reads) - 1, -1, -1):
-            if quorum.has_quorum(voters, self._reads[i].acks.__contains__):
-                done, self._reads = self._reads[: i + 1], self._reads[i + 1 :]
-                self._read_states.extend(ReadState(r.ctx, r.index) for r in done)
-                return
+    def _release_reads_through(self, i: int) -> bool:
+        """A quorum acknowledging read i's round also confirms every earlier read. Only the
+        read a round was sent for gathers acks, so only it needs counting, not every read
+        waiting (hundreds, under load)."""
+        if not quorum.has_quorum(self.active_config.voters(), self._reads[i].acks.__contains__):
+            return False
+        done, self._reads = self._reads[: i + 1], self._reads[i + 1 :]
+        self._read_states.extend(ReadState(r.ctx, r.index) for r in done)
+        return True
 
     # ---------------------------------------------------------------- step
 
@@ -679,10 +685,11 @@ class RaftCore:
         if pr.match < self.log.last_index() or pr.needs_copy:
             self._send_append(m.from_uuid, copy_probe=True)
         if m.ctx:
-            for r in self._reads:
+            for i, r in enumerate(self._reads):
                 if r.ctx == m.ctx:
                     r.acks.add(m.from_uuid)
-                    self._release_reads()
+                    if self._release_reads_through(i) and self._reads:
+                        self._broadcast_heartbeat()  # the round for reads that came meanwhile
                     break
 
     def _on_timeout_now(self, m: TimeoutNow) -> None:

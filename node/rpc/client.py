@@ -6,6 +6,7 @@ import asyncio
 import itertools
 
 from node.rpc import wire
+from node.rpc.coalesce import CoalescingWriter
 from node.rpc.errors import ErrorCode, RpcError
 
 # Server-side codes after which the request may have taken effect.
@@ -16,6 +17,7 @@ class _Connection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_frame: int,
                  max_inflight: int):
         self.reader, self.writer = reader, writer
+        self.out = CoalescingWriter(writer)
         self.max_frame = max_frame
         self.pending: dict[int, asyncio.Future] = {}
         self.slots = asyncio.Semaphore(max_inflight)
@@ -56,9 +58,9 @@ class _Connection:
             fut = asyncio.get_running_loop().create_future()
             self.pending[call_id] = fut
             try:
-                self.writer.write(data)
+                self.out.write(data)
                 async with asyncio.timeout(timeout):
-                    await self.writer.drain()
+                    await self.out.drain()
                     return await fut
             except TimeoutError:
                 raise RpcError(ErrorCode.DEADLINE_EXCEEDED, f"no reply within {timeout:.3f}s",

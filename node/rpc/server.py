@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from node.rpc import wire
+from node.rpc.coalesce import CoalescingWriter
 from node.rpc.errors import ErrorCode, RpcError
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class RpcServer:
     async def _serve_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._conns.add(task)
+        out = CoalescingWriter(writer)
         inflight = asyncio.Semaphore(self.max_inflight)
         handlers: set[asyncio.Task] = set()
         try:
@@ -65,12 +67,13 @@ class RpcServer:
                 if n > self.max_frame:
                     self.stats["malformed"] += 1
                     err = RpcError(ErrorCode.TOO_LARGE, f"frame of {n} bytes > {self.max_frame}")
-                    writer.write(wire.frame(wire.error_response(0, err)))
-                    await writer.drain()
+                    out.write(wire.frame(wire.error_response(0, err)))
+                    out.flush()
+                    await out.drain()
                     return
                 data = await reader.readexactly(n)
                 await inflight.acquire()  # back-pressure: stop reading while saturated
-                t = asyncio.create_task(self._answer(data, writer, inflight))
+                t = asyncio.create_task(self._answer(data, out, inflight))
                 handlers.add(t)
                 t.add_done_callback(handlers.discard)
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -80,10 +83,11 @@ class RpcServer:
         finally:
             for t in handlers:
                 t.cancel()
+            out.flush()  # replies already made still go out (a half-closed peer reads them)
             writer.close()
             self._conns.discard(task)
 
-    async def _answer(self, data: bytes, writer: asyncio.StreamWriter,
+    async def _answer(self, data: bytes, out: CoalescingWriter,
                       inflight: asyncio.Semaphore) -> None:
         call_id = 0
         try:
@@ -100,9 +104,9 @@ class RpcServer:
                 log.exception("handler failed")
                 self.stats["errors"] += 1
                 resp = wire.error_response(call_id, RpcError(ErrorCode.REMOTE_ERROR, repr(e)))
-            if not writer.is_closing():
-                writer.write(wire.frame(resp))
-                await writer.drain()
+            if not out.writer.is_closing():
+                out.write(wire.frame(resp))
+                await out.drain()
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:

@@ -89,6 +89,7 @@ class CloseSession(msgspec.Struct, frozen=True, tag="close_session"):
 
 
 RowOp = Write | Cas | Append | Txn  # what a Batch may carry: the session's mutations
+ROW_OP_TYPES = (Write, Cas, Append, Txn)  # RowOp for isinstance: a union is rebuilt per call
 
 
 class Batch(msgspec.Struct, frozen=True, tag="batch"):
@@ -108,7 +109,7 @@ class Batch(msgspec.Struct, frozen=True, tag="batch"):
         if not self.ops:
             raise ValueError("a Batch needs at least one op")
         for op in self.ops:
-            if not isinstance(op, Write | Cas | Append | Txn):
+            if not isinstance(op, ROW_OP_TYPES):
                 raise TypeError(f"a Batch carries Write, Cas, Append and Txn ops, not "
                                 f"{type(op).__name__}")
 
@@ -167,7 +168,12 @@ _decoder = msgspec.msgpack.Decoder(Command)
 def encode_command(
     op: Op, *, session: int = 0, seq: int = 0, acked_below: int = 0, timestamp: int = 0
 ) -> bytes:
-    return _encoder.encode(Command(COMMAND_VERSION, op, session, seq, acked_below, timestamp))
+    return command_payload(Command(COMMAND_VERSION, op, session, seq, acked_below, timestamp))
+
+
+def command_payload(command: Command) -> bytes:
+    """The REPLICATE entry payload of `command` (decode_command reads it back)."""
+    return _encoder.encode(command)
 
 
 def decode_command(payload: bytes) -> Command:

@@ -88,16 +88,20 @@ class StateMachine:
         self.last_applied_term = 0
         self.last_timestamp = 0
 
-    def apply(self, entry: Entry) -> Result | list[Result] | None:
+    def apply(self, entry: Entry, command: Command | None = None) -> Result | list[Result] | None:
         """Apply the next committed entry; a REPLICATE entry returns its command's result (a
-        Batch's: one per op)."""
+        Batch's: one per op). `command` is the entry's payload already decoded, which a leader
+        has for the entries it proposed itself: decoding it again would be wasted work."""
         if entry.index <= self.last_applied_index:
             raise ValueError(
                 f"entry {entry.index} already applied (last {self.last_applied_index})"
             )
         if entry.type == EntryType.COMMIT:
             raise ValueError("COMMIT markers are WAL bookkeeping, not state-machine input")
-        command = decode_command(entry.payload) if entry.type == EntryType.REPLICATE else None
+        if entry.type != EntryType.REPLICATE:
+            command = None
+        elif command is None:
+            command = decode_command(entry.payload)
         self.last_applied_index, self.last_applied_term = entry.index, entry.term
         if command is None:
             return None
@@ -190,7 +194,9 @@ class StateMachine:
     def _forget(self, session: Session, acked_below: int) -> None:
         if acked_below > session.forgotten_below:
             session.forgotten_below = acked_below
-            session.results = {s: r for s, r in session.results.items() if s >= acked_below}
+            results = session.results
+            for s in [s for s in results if s < acked_below]:  # no new dict on every apply
+                del results[s]
         while len(session.results) > self.limits.max_results_per_session:
             oldest = min(session.results)
             del session.results[oldest]

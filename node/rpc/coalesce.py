@@ -1,0 +1,31 @@
+"""Frames written to one connection in the same turn of the event loop leave in ONE write.
+
+A leader under load answers hundreds of requests per turn of its loop, and a client sends as
+many; one write() each is one send() system call each, the largest single cost of the
+single-op path (docs/benchmarks.md). Order on the connection is the order of `write` calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class CoalescingWriter:
+    def __init__(self, writer: asyncio.StreamWriter):
+        self.writer = writer
+        self._frames: list[bytes] = []
+
+    def write(self, frame: bytes) -> None:
+        if not self._frames:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self._frames.append(frame)
+
+    def flush(self) -> None:
+        frames, self._frames = self._frames, []
+        if frames and not self.writer.is_closing():
+            self.writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
+
+    async def drain(self) -> None:
+        """Back-pressure: wait while the transport holds more than its high-water mark. Frames
+        of this turn are not counted yet; they are at most one turn's worth."""
+        await self.writer.drain()
