@@ -520,14 +520,18 @@ class Replica:
         """Run `append` (a core proposal returning its log index) in the driver, then wait until
         that entry is applied here: its result. The core's ProposalError passes through."""
         await self.await_leader_ready()
-        fut = asyncio.get_running_loop().create_future()
+        fut = asyncio.get_running_loop().create_future()  # one future: refused, or applied
 
         def propose():  # in the driver: log order is the order proposals run in
-            index = append()
+            try:
+                index = append()
+            except ProposalError as e:
+                if not fut.done():
+                    fut.set_exception(e)
+                return
             self._waiters[index] = (self.core.term, fut)
-            return index
 
-        await self._submit(propose, want_result=True)
+        self._submit(propose)
         return await fut
 
     async def write(self, op: Op, *, session: int, seq: int, acked_below: int) -> Result:

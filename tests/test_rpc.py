@@ -205,3 +205,21 @@ def test_fuzz_decoders_raise_only_rpc_errors(data):
             decode(data)
         except RpcError as e:
             assert e.code in (ErrorCode.MALFORMED, ErrorCode.UNSUPPORTED_VERSION)
+
+
+@given(bodies=st.lists(st.binary(max_size=40), max_size=12), cuts=st.lists(st.integers(0, 600)))
+def test_frames_split_back_out_of_any_chunking_of_the_stream(bodies, cuts):
+    stream = b"".join(struct.pack(">I", len(b)) + b for b in bodies)
+    edges = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
+    buf, got = bytearray(), []
+    for a, b in zip(edges, edges[1:]):
+        buf += stream[a:b]
+        got += wire.split_frames(buf, max_frame=64)
+    assert got == bodies and buf == b""
+
+
+def test_a_frame_over_the_limit_is_refused_before_its_body_arrives():
+    buf = bytearray(struct.pack(">I", 65) + b"x")
+    with pytest.raises(RpcError) as e:
+        wire.split_frames(buf, max_frame=64)
+    assert e.value.code == ErrorCode.TOO_LARGE

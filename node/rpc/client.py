@@ -26,17 +26,16 @@ class _Connection:
 
     async def _read_loop(self) -> None:
         reason = "connection closed by peer"
+        buf = bytearray()
         try:
-            while True:
-                (n,) = wire.LENGTH.unpack(await self.reader.readexactly(wire.LENGTH.size))
-                if n > self.max_frame:
-                    reason = f"response frame of {n} bytes > {self.max_frame}"
-                    return
-                resp = wire.decode_response(await self.reader.readexactly(n))
-                fut = self.pending.pop(resp.call_id, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(resp)
-        except (asyncio.IncompleteReadError, ConnectionError, RpcError) as e:
+            while chunk := await self.reader.read(wire.READ_CHUNK):
+                buf += chunk
+                for data in wire.split_frames(buf, self.max_frame):
+                    resp = wire.decode_response(data)
+                    fut = self.pending.pop(resp.call_id, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(resp)
+        except (ConnectionError, RpcError) as e:
             reason = str(e) or reason
         except asyncio.CancelledError:
             reason = "client closed"

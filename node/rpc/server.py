@@ -60,23 +60,25 @@ class RpcServer:
         out = CoalescingWriter(writer)
         inflight = asyncio.Semaphore(self.max_inflight)
         handlers: set[asyncio.Task] = set()
+        buf = bytearray()
         try:
-            while True:
-                header = await reader.readexactly(wire.LENGTH.size)
-                (n,) = wire.LENGTH.unpack(header)
-                if n > self.max_frame:
+            while chunk := await reader.read(wire.READ_CHUNK):
+                buf += chunk
+                try:
+                    frames = wire.split_frames(buf, self.max_frame)
+                except RpcError as err:  # too large: answer once and hang up
                     self.stats["malformed"] += 1
-                    err = RpcError(ErrorCode.TOO_LARGE, f"frame of {n} bytes > {self.max_frame}")
                     out.write(wire.frame(wire.error_response(0, err)))
                     out.flush()
                     await out.drain()
                     return
-                data = await reader.readexactly(n)
-                await inflight.acquire()  # back-pressure: stop reading while saturated
-                t = asyncio.create_task(self._answer(data, out, inflight))
-                handlers.add(t)
-                t.add_done_callback(handlers.discard)
-        except (asyncio.IncompleteReadError, ConnectionError):
+                for data in frames:
+                    await inflight.acquire()  # back-pressure: stop reading while saturated
+                    t = asyncio.create_task(self._answer(data, out, inflight))
+                    handlers.add(t)
+                    t.add_done_callback(handlers.discard)
+            # EOF; a truncated last frame gets no answer
+        except ConnectionError:
             pass  # peer went away or sent a truncated frame: nothing to answer
         except asyncio.CancelledError:
             pass

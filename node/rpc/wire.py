@@ -37,11 +37,35 @@ _enc = msgspec.msgpack.Encoder()
 _req_dec = msgspec.msgpack.Decoder(Request)
 _resp_dec = msgspec.msgpack.Decoder(Response)
 _EMPTY = msgspec.Raw(_enc.encode(None))
+_body_decoders: dict[type, msgspec.msgpack.Decoder] = {}  # one per method schema, built once
 
 
 def frame(obj: object) -> bytes:
     body = _enc.encode(obj)
     return LENGTH.pack(len(body)) + body
+
+
+READ_CHUNK = 256 << 10  # bytes asked of the socket at a time: many frames per read under load
+
+
+def split_frames(buf: bytearray, max_frame: int) -> list[bytes]:
+    """Remove the whole frames at the start of `buf` and return their bodies; a partial frame
+    stays for the next read. Raises RpcError(TOO_LARGE) for a length over `max_frame`: the
+    stream cannot be trusted past it. One read of the socket then serves every frame it
+    brought, where reading a header and a body per frame cost two awaits each."""
+    frames = []
+    pos, end = 0, len(buf)
+    while end - pos >= LENGTH.size:
+        (n,) = LENGTH.unpack_from(buf, pos)
+        if n > max_frame:
+            raise RpcError(ErrorCode.TOO_LARGE, f"frame of {n} bytes > {max_frame}")
+        if end - pos - LENGTH.size < n:
+            break
+        start = pos + LENGTH.size
+        frames.append(bytes(buf[start:start + n]))
+        pos = start + n
+    del buf[:pos]
+    return frames
 
 
 def encode_body(obj: object) -> msgspec.Raw:
@@ -50,8 +74,11 @@ def encode_body(obj: object) -> msgspec.Raw:
 
 def decode_body(raw: msgspec.Raw, typ: type) -> object:
     """Decode a body with the method's schema; a mismatch is the caller's fault, not a crash."""
+    dec = _body_decoders.get(typ)
+    if dec is None:
+        dec = _body_decoders[typ] = msgspec.msgpack.Decoder(typ)
     try:
-        return msgspec.msgpack.decode(raw, type=typ)
+        return dec.decode(raw)
     except _UNDECODABLE as e:
         raise RpcError(ErrorCode.INVALID_REQUEST, str(e)) from None
 

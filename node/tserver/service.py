@@ -135,13 +135,11 @@ class TabletService:
     async def on_write_batch(self, req: WriteBatch) -> BatchResult:
         """One WriteRequest: every op replicated in one entry, each with its own result."""
         r = self.tablets.serving(req.tablet_id)
-        try:  # empty, or more ops than the session bound keeps: refused before proposing
-            r.state.limits.check_batch(Batch(req.ops))
-        except ValueError as e:
-            raise RpcError(ErrorCode.INVALID_ARGUMENT, str(e)) from None
         try:
             return BatchResult(await r.write_batch(req.ops, session=req.session, seq=req.seq,
                                                    acked_below=req.acked_below))
+        except ValueError as e:  # empty, or more ops than the session bound keeps: not proposed
+            raise RpcError(ErrorCode.INVALID_ARGUMENT, str(e)) from None
         except ReplicaError as e:
             raise replica_error(e) from None
 
