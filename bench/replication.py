@@ -57,9 +57,9 @@ TARGETS = {"ratio_single_op": 0.6, "ratio_batched": 2.0, "p50_ms_1client": 1.5,
            "ratio_reads_64_to_single_op_writes": 2.0}  # issue 15; failover is bench/failover.py
 READS_CLIENTS = 64
 DEFAULT_TESSERA_SWEEP = [1, 8, 64, 512]
-DEFAULT_BATCHED_SWEEP = [1, 8, 64]
+DEFAULT_BATCHED_SWEEP = [1, 4, 16, 64]
 DEFAULT_READS_SWEEP = [1, 8, 64, 512]
-DEFAULT_PYSYNCOBJ_SWEEP = [100, 1000, 5000, 20000]
+DEFAULT_PYSYNCOBJ_SWEEP = [1000, 5000, 10000, 20000]
 
 
 def _log(msg: str) -> None:
@@ -497,7 +497,7 @@ def main() -> int:
     ap.add_argument("--tessera-sweep", type=_int_list, default=DEFAULT_TESSERA_SWEEP, metavar="C,C,...",
                     help="Tessera concurrent single-op writers per point (default 1,8,64,512)")
     ap.add_argument("--batched-sweep", type=_int_list_or_none, default=DEFAULT_BATCHED_SWEEP, metavar="S,S,...",
-                    help="Tessera AUTO_FLUSH_BACKGROUND sessions per point (default 1,8,64; 'none' skips)")
+                    help="Tessera AUTO_FLUSH_BACKGROUND sessions per point (default 1,4,16,64; 'none' skips)")
     ap.add_argument("--reads-sweep", type=_int_list_or_none, default=DEFAULT_READS_SWEEP, metavar="C,C,...",
                     help="Tessera concurrent readers per point, linearizable (ReadIndex) and then lease "
                          "reads on a second cluster (default 1,8,64,512; 'none' skips)")
@@ -505,7 +505,7 @@ def main() -> int:
                     help="Tessera's event loop, in the daemons and in this client (default auto: "
                          "uvloop when installed, as the daemons' own default)")
     ap.add_argument("--pysyncobj-sweep", type=_int_list, default=DEFAULT_PYSYNCOBJ_SWEEP, metavar="N,N,...",
-                    help="PySyncObj commands kept outstanding per point (default 100,1000,5000,20000)")
+                    help="PySyncObj commands kept outstanding per point (default 1000,5000,10000,20000)")
     ap.add_argument("--pysyncobj-drive", choices=("both", "all", "leader"), default="both",
                     help="which PySyncObj nodes issue the commands: 'all' three, N split evenly, as "
                          "in its authors' benchmark; only the 'leader'; or 'both' (default): the "

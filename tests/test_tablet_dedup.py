@@ -148,3 +148,43 @@ def test_with_tight_limits_an_op_applies_at_most_once_and_retries_are_original_o
     for client in CLIENTS:
         elements = sm.data.get(client, [])
         assert len(elements) == len(set(elements))  # no op applied twice
+
+
+def _forget_by_scan(results: dict, forgotten_below: int, acked_below: int, bound: int):
+    """The dedup table's forgetting, stated plainly: drop every seq below acked_below, then the
+    oldest until `bound` remain. What StateMachine does with a heap must match it exactly."""
+    if acked_below > forgotten_below:
+        forgotten_below = acked_below
+        results = {s: r for s, r in results.items() if s >= acked_below}
+    while len(results) > bound:
+        oldest = min(results)
+        del results[oldest]
+        forgotten_below = max(forgotten_below, oldest + 1)
+    return results, forgotten_below
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(1, 40), st.integers(0, 45)), max_size=80),
+       bound=st.integers(1, 8))
+def test_forgetting_results_matches_the_plain_scan_for_seqs_in_any_order(steps, bound):
+    """One session shared by concurrent callers applies seqs out of order, repeats some and
+    sends acked_below that may lag: the table keeps exactly the results the scan keeps, and
+    does so again after a snapshot (the heap is rebuilt, not restored)."""
+    sm = StateMachine("t", Limits(max_results_per_session=bound))
+    idx = 1
+    sm.apply(Entry(1, idx, EntryType.REPLICATE, encode_command(OpenSession())))
+    session = 1
+    want: dict = {}
+    forgotten = 0
+    for n, (seq, acked) in enumerate(steps):
+        if n == len(steps) // 2:
+            sm = StateMachine.from_snapshot(msgspec.msgpack.decode(
+                msgspec.msgpack.encode(sm.snapshot()), type=Snapshot))
+        idx += 1
+        res = sm.apply(Entry(1, idx, EntryType.REPLICATE, encode_command(
+            Write("k", n), session=session, seq=seq, acked_below=acked)))
+        if seq not in want and seq >= forgotten:
+            want[seq] = res
+        want, forgotten = _forget_by_scan(want, forgotten, acked, bound)
+        got = sm.sessions[session]
+        assert dict(got.results) == want and got.forgotten_below == forgotten

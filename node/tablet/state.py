@@ -8,6 +8,7 @@ list), so results and snapshots can share them without copying.
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from typing import Any
 
@@ -87,6 +88,10 @@ class StateMachine:
         self.last_applied_index = 0
         self.last_applied_term = 0
         self.last_timestamp = 0
+        # session id -> heap of the seqs in its results: forgetting the oldest is O(log n) per
+        # op, not a scan of up to max_results_per_session. Derived, never snapshotted: built
+        # again from the results when missing. Every removal of a result goes through it.
+        self._seq_heaps: dict[int, list[int]] = {}
 
     def apply(self, entry: Entry, command: Command | None = None) -> Result | list[Result] | None:
         """Apply the next committed entry; a REPLICATE entry returns its command's result (a
@@ -156,6 +161,7 @@ class StateMachine:
             return [rejection] * len(op.ops) if isinstance(op, Batch) else rejection
         if isinstance(op, CloseSession):
             del self.sessions[c.session]
+            self._seq_heaps.pop(c.session, None)
             return _OK
         self.sessions.move_to_end(c.session)
         if isinstance(op, Batch):
@@ -184,23 +190,31 @@ class StateMachine:
         if result.ok and timestamp:
             result = msgspec.structs.replace(result, timestamp=timestamp)
         session.results[seq] = result
+        heap = self._seq_heaps.get(session.session_id)
+        if heap is not None:
+            heapq.heappush(heap, seq)
         return result
 
     def _open_session(self, session_id: int) -> None:
         self.sessions[session_id] = Session(session_id)
         if len(self.sessions) > self.limits.max_sessions:
-            self.sessions.popitem(last=False)
+            evicted, _ = self.sessions.popitem(last=False)
+            self._seq_heaps.pop(evicted, None)
 
     def _forget(self, session: Session, acked_below: int) -> None:
+        results = session.results
+        heap = self._seq_heaps.get(session.session_id)
+        if heap is None:
+            heap = self._seq_heaps[session.session_id] = list(results)
+            heapq.heapify(heap)
         if acked_below > session.forgotten_below:
             session.forgotten_below = acked_below
-            results = session.results
-            for s in [s for s in results if s < acked_below]:  # no new dict on every apply
-                del results[s]
-        while len(session.results) > self.limits.max_results_per_session:
-            oldest = min(session.results)
-            del session.results[oldest]
-            session.forgotten_below = max(session.forgotten_below, oldest + 1)
+            while heap and heap[0] < acked_below:
+                results.pop(heapq.heappop(heap), None)
+        while len(results) > self.limits.max_results_per_session:
+            oldest = heapq.heappop(heap)
+            if results.pop(oldest, None) is not None:
+                session.forgotten_below = max(session.forgotten_below, oldest + 1)
 
     # -- operations ----------------------------------------------------------------------------
 
