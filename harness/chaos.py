@@ -14,6 +14,7 @@ import asyncio
 import sys
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -241,9 +242,13 @@ async def _drive(spec: TestSpec, workload, opts, db, ctx, run_dir: Path, nemeses
         tried = await run(workload, clients, rec, opts, nemesis=nemesis, heal=schedule.heal,
                           progress=progress)
     finally:
-        await close_sessions()
+        batches = await close_sessions()
         rec.close()
         await client.close()
+    if batches is not None:
+        say(f"batched sessions sent {batches['ops']} ops in {batches['batches']} batches "
+            f"({batches['mean_ops_per_batch']} a batch; cut by {batches['cut_by']})")
+        _update_test(run_dir, batches=batches)
     for t in tried:
         if t["outcome"] != "ok":
             say(f"final {t['f']} never succeeded in {t['attempts']} attempts over {t['seconds']:g}s")
@@ -267,9 +272,17 @@ def workload_clients(client, table: str, names: dict, binds: list[str] | None, w
             sessions[bind] = client.new_session(table, options, bind=bind)
         return client.table(table, names, bind=bind, session=sessions[bind])
 
-    async def close() -> None:
-        """Flush what is still buffered (ops whose callers gave up are dropped, never sent)."""
+    async def close() -> dict | None:
+        """Flush what is still buffered (ops whose callers gave up are dropped, never sent);
+        how many batches the sessions sent and why they were cut (None without sessions)."""
         await asyncio.gather(*(s.close() for s in sessions.values()), return_exceptions=True)
+        if not sessions:
+            return None
+        reasons = sum((s.flush_reasons for s in sessions.values()), Counter())
+        batches, ops = sum(reasons.values()), sum(s.ops_cut for s in sessions.values())
+        return {"sessions": len(sessions), "batches": batches, "ops": ops,
+                "mean_ops_per_batch": round(ops / batches, 2) if batches else 0.0,
+                "cut_by": dict(reasons)}
 
     return clients, close
 
@@ -325,8 +338,6 @@ def _results(ops, checker, test: dict, schedule, extra: list[dict] = ()) -> dict
 def judge_ops(ops, checker, extra: list[dict] = (), **overrides) -> dict:
     """A history's verdict: the workload's checker composed with `extra` checks and Jepsen's
     stats checker. The chaos runs and the whole-stack simulator both judge this way."""
-    from collections import Counter
-
     from reports.checkers.stats import stats
     from reports.spark.results import run_verdict, with_checks
 

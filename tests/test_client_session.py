@@ -117,7 +117,7 @@ def test_background_flushes_a_tablet_when_its_count_bound_is_reached():
         assert await settled(futs) == 3  # no flush(), no interval: the count bound sent them
         [batch] = rpc.batches
         assert [op.key for op in batch.ops] == ["k0", "k1", "k2"] and batch.seq == 1
-        assert session.flush_reasons == {"count": 1}
+        assert session.flush_reasons == {"count": 1} and session.ops_cut == 3
     run(go())
 
 

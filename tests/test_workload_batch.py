@@ -32,9 +32,12 @@ class FakeClient:
 class FakeSession:
     def __init__(self, table, options, bind):
         self.table, self.options, self.bind, self.closed = table, options, bind, False
+        self.flush_reasons, self.ops_cut = Counter(), 0
 
     async def close(self):
         self.closed = True
+        self.flush_reasons["close"] += 1  # as if it flushed 3 ops buffered
+        self.ops_cut += 3
 
 
 def test_batched_threads_of_one_node_share_one_background_session():
@@ -48,8 +51,10 @@ def test_batched_threads_of_one_node_share_one_background_session():
     options = handles[0][2].options
     assert (options.mode, options.max_batch_ops, options.flush_interval_s) == (
         FlushMode.AUTO_FLUSH_BACKGROUND, 16, 0.02)
-    asyncio.run(close())
+    stats = asyncio.run(close())
     assert all(s.closed for s in client.sessions)
+    assert stats == {"sessions": 2, "batches": 2, "ops": 6, "mean_ops_per_batch": 3.0,
+                     "cut_by": {"close": 2}}
 
 
 def test_unbatched_and_smart_clients_are_as_before():

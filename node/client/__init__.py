@@ -283,12 +283,25 @@ class TesseraClient:
     # -- tablets -----------------------------------------------------------------------------
     async def _tablet_for(self, table: str, key: str,
                           deadline: float | None = None) -> TabletLocation:
-        locs = self._locations.get(table) or await self.locations(table, deadline=deadline)
-        for t in locs.tablets:
-            if t.partition.contains(key):
-                return t
+        t = self.cached_tablet(table, key)
+        if t is not None:
+            return t
+        locs = await self.locations(table, deadline=deadline)
+        t = self.cached_tablet(table, key)
+        if t is not None:
+            return t
         bucket = crc32c.crc32c(key.encode()) % len(locs.tablets)
         raise OpFailed(f"no tablet of {table} holds bucket {bucket} of {len(locs.tablets)}")
+
+    def cached_tablet(self, table: str, key: str) -> TabletLocation | None:
+        """The tablet holding `key` by the locations we have, without a coroutine: a batching
+        session asks once per op. None when the table's locations are not known yet."""
+        locs = self._locations.get(table)
+        if locs is not None:
+            for t in locs.tablets:
+                if t.partition.contains(key):
+                    return t
+        return None
 
     def _replica_order(self, t: TabletLocation, bind: tuple[str, int | None] | None) -> list[Peer]:
         """The bound replica, then the believed leader, then the rest; silent ones last."""

@@ -36,7 +36,7 @@ import enum
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 
@@ -87,9 +87,9 @@ class SessionOptions:
             raise ValueError("flush_interval_s must be > 0 and max_buffers >= 1")
 
 
-@dataclass(frozen=True)
-class RowResult:
-    """One applied op's outcome: its Result (ok, or a row error) and the replica that gave it."""
+class RowResult(NamedTuple):
+    """One applied op's outcome: its Result (ok, or a row error) and the replica that gave it.
+    A tuple: one is made per op, and a frozen dataclass costs several times as much to build."""
 
     result: Result
     peer: Peer | None
@@ -132,6 +132,7 @@ class Session:
         self._flushes: set[asyncio.Task] = set()
         self._closed = False
         self.flush_reasons: Counter = Counter()  # why batches were cut: count, bytes, ...
+        self.ops_cut = 0  # ops in the batches cut so far (over sum(flush_reasons): per batch)
 
     @property
     def buffered(self) -> int:
@@ -156,7 +157,8 @@ class Session:
             except (OpFailed, OpUnknown) as e:
                 future.set_exception(e)
             return future
-        t = await self.client._tablet_for(self.table, key, loop.time() + self.client.timeout)
+        t = (self.client.cached_tablet(self.table, key)
+             or await self.client._tablet_for(self.table, key, loop.time() + self.client.timeout))
         size = len(_size(op))
         buf = self._buffers.get(t.tablet_id)
         if o.mode == FlushMode.MANUAL_FLUSH:
@@ -216,6 +218,7 @@ class Session:
             buf.timer.cancel()
         self._bytes -= buf.bytes
         self.flush_reasons[reason] += 1
+        self.ops_cut += len(buf.ops)
         self._queued[tablet_id] += 1
         deadline = asyncio.get_running_loop().time() + self.client.timeout
         task = asyncio.create_task(self._send(buf, deadline), name=f"flush-{tablet_id}")
