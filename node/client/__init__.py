@@ -334,18 +334,6 @@ class TesseraClient:
         finally:
             lock.release()
 
-    async def _attempt(self, peer: Peer, method: str, req: Any, timeout: float,
-                       resp_type: type = OpResult) -> Any:
-        """One RPC, connection set-up included, bounded by `timeout`: the RPC client may queue
-        us behind other callers' connects to the same dead host."""
-        try:
-            async with asyncio.timeout(timeout):
-                return await self.rpc.call(peer.addr, method, req, resp_type, to_uuid=peer.uuid,
-                                           timeout=timeout)
-        except TimeoutError:
-            raise RpcError(ErrorCode.DEADLINE_EXCEEDED, f"no reply within {timeout:.3f}s",
-                           maybe_delivered=True) from None
-
     async def _send(self, table: str, t: TabletLocation, op: Op, session: int, seq: int,
                     acked_below: int, deadline: float, bind: tuple[str, int | None] | None = None
                     ) -> tuple[Result, bool, Peer]:
@@ -382,8 +370,9 @@ class TesseraClient:
                 patience = (min(ATTEMPT_TIMEOUT, SILENT_TIMEOUT * 2 ** rounds)
                             if peer.addr in self._silent else ATTEMPT_TIMEOUT)
                 try:
-                    res = await self._attempt(peer, method, req, min(patience, remaining),
-                                              resp_type)
+                    # bounded as a whole, connecting included (RpcClient.call)
+                    res = await self.rpc.call(peer.addr, method, req, resp_type,
+                                              to_uuid=peer.uuid, timeout=min(patience, remaining))
                     self._silent.discard(peer.addr)
                     self._leaders[t.tablet_id] = peer.uuid
                     return res, uncertain, peer
@@ -419,12 +408,13 @@ class TesseraClient:
         replica that gave it. `bind` is a parse_bind() value."""
         sessions = sessions or self._sessions
         deadline = self._deadline()
-        t = await self._tablet_for(table, key, deadline=deadline)
+        t = self.cached_tablet(table, key) or await self._tablet_for(table, key, deadline=deadline)
         if is_read_only(op):
             res, _, peer = await self._send(table, t, op, 0, 0, 0, deadline, bind)
             return res, peer
         for _ in range(3):  # a session evicted before our first attempt: reopen and retry
-            s = await self._session(sessions, table, t, deadline, bind)
+            s = (sessions.by_tablet.get(t.tablet_id)
+                 or await self._session(sessions, table, t, deadline, bind))
             seqs = s.begin()
             try:
                 res, uncertain, peer = await self._send(table, t, op, s.id, seqs[0],

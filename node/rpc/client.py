@@ -109,7 +109,21 @@ class RpcClient:
         """Call `method` on the server at `addr` that must be `to_uuid`; raises RpcError."""
         if timeout <= 0:
             raise RpcError(ErrorCode.DEADLINE_EXCEEDED, "deadline already passed")
-        conn = await self._connection(addr)
+        conn = self._conns.get(addr)
+        if conn is None or conn.closed:
+            # Connecting counts against the call's timeout, waiting behind other callers'
+            # connects to the same (maybe dead) host included; nothing was sent if it runs out.
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            try:
+                async with asyncio.timeout(timeout):
+                    conn = await self._connection(addr)
+            except TimeoutError:
+                raise RpcError(ErrorCode.DEADLINE_EXCEEDED, f"no connection to {addr[0]}:{addr[1]} "
+                               f"within {timeout:.3f}s") from None
+            timeout -= loop.time() - started
+            if timeout <= 0:
+                raise RpcError(ErrorCode.DEADLINE_EXCEEDED, "deadline passed while connecting")
         call_id = next(self._ids)
         req = wire.Request(wire.WIRE_VERSION, call_id, method, max(1, int(timeout * 1000)), to_uuid,
                            wire.encode_body(request))
