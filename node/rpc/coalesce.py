@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 
+DRAIN_ABOVE = 64 << 10  # asyncio's default high-water mark for a transport's buffer
+
 
 class CoalescingWriter:
     def __init__(self, writer: asyncio.StreamWriter):
@@ -26,6 +28,8 @@ class CoalescingWriter:
             self.writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
 
     async def drain(self) -> None:
-        """Back-pressure: wait while the transport holds more than its high-water mark. Frames
-        of this turn are not counted yet; they are at most one turn's worth."""
-        await self.writer.drain()
+        """Back-pressure: wait while the transport holds more than its high-water mark (the
+        socket is not taking our bytes). Frames of this turn are not counted yet; they are at
+        most one turn's worth. Below the mark there is nothing to wait for, so no call."""
+        if self.writer.transport.get_write_buffer_size() > DRAIN_ABOVE:
+            await self.writer.drain()

@@ -96,7 +96,13 @@ class RpcServer:
             try:
                 req = wire.decode_request(data)
                 call_id = req.call_id
-                resp = wire.ok_response(call_id, await self._dispatch(req))
+                handler, body = self._route(req)
+                try:
+                    async with asyncio.timeout(req.timeout_ms / 1000):
+                        resp = wire.ok_response(call_id, await handler(body))
+                except TimeoutError:
+                    raise RpcError(ErrorCode.DEADLINE_EXCEEDED,
+                                   f"{req.method} took over {req.timeout_ms} ms") from None
             except RpcError as e:
                 self.stats["errors"] += 1
                 if e.code in (ErrorCode.MALFORMED, ErrorCode.UNSUPPORTED_VERSION):
@@ -114,7 +120,8 @@ class RpcServer:
         finally:
             inflight.release()
 
-    async def _dispatch(self, req: wire.Request) -> object:
+    def _route(self, req: wire.Request) -> tuple[Handler, object]:
+        """The handler and decoded body for `req`, or the RpcError that refuses it."""
         self.stats["requests"] += 1
         if req.to_uuid and req.to_uuid != self.uuid:
             self.stats["wrong_uuid"] += 1
@@ -125,9 +132,4 @@ class RpcServer:
             raise RpcError(ErrorCode.NO_SUCH_METHOD, req.method)
         if req.timeout_ms <= 0:
             raise RpcError(ErrorCode.DEADLINE_EXCEEDED, "deadline passed before dispatch")
-        body = wire.decode_body(req.body, method.request_type)
-        try:
-            async with asyncio.timeout(req.timeout_ms / 1000):
-                return await method.handler(body)
-        except TimeoutError:
-            raise RpcError(ErrorCode.DEADLINE_EXCEEDED, f"{req.method} took over {req.timeout_ms} ms") from None
+        return method.handler, wire.decode_body(req.body, method.request_type)
