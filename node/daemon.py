@@ -68,15 +68,9 @@ class PeerBook:
         await asyncio.to_thread(durable.save_struct, self.path, snapshot, self.disk)
 
 
-OUTBOX_WINDOW = 4  # consensus RPCs in flight per (peer, tablet)
-
-
 class Outbox:
-    """Delivers Raft messages: one sender task per (peer, tablet), each RPC carrying everything
-    queued since the last one, with up to OUTBOX_WINDOW of them in flight. A slow peer still
-    batches instead of piling up calls, but a heartbeat round or an acknowledgement no longer
-    waits a round trip behind the call before it. Calls leave in order on one connection and a
-    receiver steps them in arrival order; Raft tolerates the rare reordering anyway."""
+    """Delivers Raft messages: one sender task per (peer, tablet), each carrying everything queued
+    since its last call in one RPC, so a slow peer batches instead of piling up calls."""
 
     def __init__(self, rpc: RpcClient, book: PeerBook, me: Peer, timeout: float = 2.0,
                  on_refused: Callable[[str, str, str], None] | None = None):
@@ -88,7 +82,6 @@ class Outbox:
         self._queues: dict[tuple[str, str], list] = {}
         self._events: dict[tuple[str, str], asyncio.Event] = {}
         self._tasks: dict[tuple[str, str], asyncio.Task] = {}
-        self._calls: set[asyncio.Task] = set()
 
     def sender(self, tablet_id: str):
         return lambda to_uuid, messages: self.send(tablet_id, to_uuid, messages)
@@ -104,37 +97,23 @@ class Outbox:
     async def _run(self, key: tuple[str, str]) -> None:
         to_uuid, tablet_id = key
         event = self._events[key]
-        window = asyncio.Semaphore(OUTBOX_WINDOW)
         while True:
             await event.wait()
-            await window.acquire()  # messages queue up meanwhile: the next call carries them
             event.clear()
             batch, self._queues[key] = self._queues[key], []
             peer = self.book.get(to_uuid)
             if not batch or peer is None:
-                window.release()
                 continue  # Raft resends what matters; an unknown peer is learned from masters
-            call = asyncio.create_task(self._call(peer, to_uuid, tablet_id, batch))
-            self._calls.add(call)
-
-            def done(t: asyncio.Task, window=window) -> None:
-                self._calls.discard(t)
-                window.release()
-
-            call.add_done_callback(done)
-
-    async def _call(self, peer: Peer, to_uuid: str, tablet_id: str, batch: list) -> None:
-        try:
-            ack = await self.rpc.call(peer.addr, "consensus",
-                                      Consensus(tablet_id, batch, [self.me]), Ack,
-                                      to_uuid=to_uuid, timeout=self.timeout)
-            if ack.reason in ("missing", "tombstoned") and self.on_refused is not None:
-                self.on_refused(tablet_id, to_uuid, ack.reason)
-        except RpcError as e:
-            log.debug("consensus to %s for %s failed: %s", to_uuid, tablet_id, e)
+            try:
+                ack = await self.rpc.call(peer.addr, "consensus",
+                                          Consensus(tablet_id, batch, [self.me]), Ack,
+                                          to_uuid=to_uuid, timeout=self.timeout)
+                if ack.reason in ("missing", "tombstoned") and self.on_refused is not None:
+                    self.on_refused(tablet_id, to_uuid, ack.reason)
+            except RpcError as e:
+                log.debug("consensus to %s for %s failed: %s", to_uuid, tablet_id, e)
 
     async def close(self) -> None:
-        tasks = [*self._tasks.values(), *self._calls]
-        for t in tasks:
+        for t in self._tasks.values():
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
