@@ -283,10 +283,7 @@ class TesseraClient:
     # -- tablets -----------------------------------------------------------------------------
     async def _tablet_for(self, table: str, key: str,
                           deadline: float | None = None) -> TabletLocation:
-        t = self.cached_tablet(table, key)
-        if t is not None:
-            return t
-        locs = await self.locations(table, deadline=deadline)
+        locs = await self.locations(table, deadline=deadline)  # cached after the first call
         t = self.cached_tablet(table, key)
         if t is not None:
             return t
@@ -294,8 +291,9 @@ class TesseraClient:
         raise OpFailed(f"no tablet of {table} holds bucket {bucket} of {len(locs.tablets)}")
 
     def cached_tablet(self, table: str, key: str) -> TabletLocation | None:
-        """The tablet holding `key` by the locations we have, without a coroutine: a batching
-        session asks once per op. None when the table's locations are not known yet."""
+        """The tablet holding `key` by the locations we have, without a coroutine: callers on
+        the per-op path try this first and await `_tablet_for` only when it is None (the
+        table's locations not known yet)."""
         locs = self._locations.get(table)
         if locs is not None:
             for t in locs.tablets:
@@ -413,8 +411,7 @@ class TesseraClient:
             res, _, peer = await self._send(table, t, op, 0, 0, 0, deadline, bind)
             return res, peer
         for _ in range(3):  # a session evicted before our first attempt: reopen and retry
-            s = (sessions.by_tablet.get(t.tablet_id)
-                 or await self._session(sessions, table, t, deadline, bind))
+            s = await self._session(sessions, table, t, deadline, bind)
             seqs = s.begin()
             try:
                 res, uncertain, peer = await self._send(table, t, op, s.id, seqs[0],
