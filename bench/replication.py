@@ -11,12 +11,14 @@ kept outstanding (split evenly over the issuing nodes) and a command counts when
 reports success inside the measuring window. Its best point, either way, is reported.
 
 Tessera runs as a LocalCluster (1 master, 3 tablet servers, one tablet with 3 replicas, fsync
-on), driven through the asyncio client in this process, in three ways:
+on), driven through the asyncio client from --client-procs load processes (bench/_tessera_load.py;
+a Python client is one thread on one core, as Kudu's loadgen uses threads), in three ways:
   single-op  C concurrent writers, each with one single-op write at a time (--tessera-sweep);
   batched    S AUTO_FLUSH_BACKGROUND sessions with Kudu's defaults (64 ops a batch, one Raft
              entry each), each fed by a writer as fast as its buffers take ops (--batched-sweep);
-  reads      C concurrent linearizable readers (ReadIndex), then the same on a second cluster
+  reads      C concurrent linearizable readers (ReadIndex), then the same on a cluster
              started with --read-mode lease (--reads-sweep).
+Each of the four runs on a fresh cluster, as each of PySyncObj's drive modes does.
 Every point has ops/s, p50/p99 latency and the CPU each process spent per op (client, leader,
 followers, master; from /proc), which is the write path's per-op cost profile.
 
@@ -48,10 +50,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._tessera_load import HIST_RES_S  # noqa: E402
 from node.client import TesseraClient  # noqa: E402
-from node.client.session import FlushMode, SessionOptions  # noqa: E402
 from node.daemon_cli import event_loop_factory  # noqa: E402
-from node.tablet.ops import Write  # noqa: E402
 from node.tools.local_cluster import LocalCluster, free_port  # noqa: E402
 
 TARGETS = {"ratio_single_op": 0.6, "ratio_batched": 2.0, "p50_ms_1client": 1.5,
@@ -61,14 +62,11 @@ DEFAULT_TESSERA_SWEEP = [1, 8, 64, 512]
 DEFAULT_BATCHED_SWEEP = [1, 4, 16, 64]
 DEFAULT_READS_SWEEP = [1, 8, 64, 512]
 DEFAULT_PYSYNCOBJ_SWEEP = [1000, 5000, 10000, 20000]
+DEFAULT_CLIENT_PROCS = 2
 
 
 def _log(msg: str) -> None:
     print(f"[replication] {msg}", file=sys.stderr, flush=True)
-
-
-def _pct(sorted_vals: list[float], q: float) -> float:
-    return sorted_vals[min(len(sorted_vals) - 1, int(len(sorted_vals) * q))]
 
 
 # ----------------------------------------------------------------------------------- Tessera
@@ -84,199 +82,176 @@ def _cpu_s(pid: int) -> float:
 
 class _CpuMeter:
     """CPU time each process spent during a measuring window, per committed op: the per-op
-    cost profile of the write path, split into client, leader, followers and master."""
+    cost profile of the write path, split into client (every load process), leader, followers
+    and master."""
 
-    def __init__(self, roles: dict[str, int]):
-        self.roles = roles  # role -> pid
-        self.start = {r: _cpu_s(p) for r, p in roles.items()}
+    def __init__(self, roles: dict[str, list[int]]):
+        self.roles = roles  # role -> pids
+        self.start = {r: sum(map(_cpu_s, ps)) for r, ps in roles.items()}
 
     def per_op_us(self, ops: int) -> dict[str, float]:
-        used = {r: _cpu_s(p) - self.start[r] for r, p in self.roles.items()}
+        used = {r: sum(map(_cpu_s, ps)) - self.start[r] for r, ps in self.roles.items()}
         out = {r: round(s / max(ops, 1) * 1e6, 1) for r, s in used.items()}
         out["total"] = round(sum(used.values()) / max(ops, 1) * 1e6, 1)
         return out
 
 
-def _point(name: str, x: int, done: list[float], elapsed: float, meter: _CpuMeter) -> dict:
-    done.sort()
-    pt = {name: x, "ops_per_s": round(len(done) / elapsed, 1),
-          "p50_ms": round(_pct(done, 0.50) * 1000, 2) if done else None,
-          "p99_ms": round(_pct(done, 0.99) * 1000, 2) if done else None,
-          "cpu_us_per_op": meter.per_op_us(len(done))}
-    return pt
+def _hist_pct(hist: dict[int, int], q: float) -> float:
+    """The q-quantile, in seconds, of a latency histogram in HIST_RES_S buckets."""
+    rank, seen = int(sum(hist.values()) * q), 0
+    for bucket in sorted(hist):
+        seen += hist[bucket]
+        if seen > rank:
+            return (bucket + 0.5) * HIST_RES_S
+    return 0.0
 
 
-async def _closed_loop(workers: int, seconds: float, op, roles: dict[str, int]) -> tuple[list, float, _CpuMeter]:
-    """`workers` coroutines each awaiting `op(worker, n)` one at a time until the window ends;
-    the latencies of the ops that completed, the window's length and its CPU meter."""
-    loop = asyncio.get_running_loop()
-    stop = loop.time() + seconds
-    lats: list[float] = []
+class _LoadPool:
+    """The client processes (bench/_tessera_load.py) that drive one cluster. A point's clients
+    are split evenly over up to `procs` of them; every one that holds clients runs, and the CPU
+    of all counts as the client's."""
 
-    async def one(w: int):
-        n = 0
-        while loop.time() < stop:
-            t = time.perf_counter()
-            await op(w, n)
-            lats.append(time.perf_counter() - t)
-            n += 1
+    def __init__(self, c: LocalCluster, procs: int, event_loop: str):
+        script = Path(__file__).with_name("_tessera_load.py")
+        argv = [sys.executable, str(script), "--masters", json.dumps(c.master_addrs),
+                "--event-loop", event_loop]
+        self.children = [_Child(f"tessera client {i}", argv) for i in range(procs)]
 
-    meter = _CpuMeter(roles)
-    t0 = time.perf_counter()
-    await asyncio.gather(*(one(w) for w in range(workers)))
-    return lats, time.perf_counter() - t0, meter
+    def close(self) -> None:
+        for ch in self.children:
+            ch.close_stdin()
+        deadline = time.monotonic() + 5
+        for ch in self.children:
+            ch.stop(deadline)
 
-
-async def _batched(table, sessions: int, seconds: float, roles: dict[str, int]) -> dict:
-    """`sessions` AUTO_FLUSH_BACKGROUND sessions (Kudu's defaults; 64 ops a batch), each fed by
-    one writer as fast as its buffers take ops. An op counts once its own result is ok and came
-    back inside the window; its latency runs from apply to result."""
-    loop = asyncio.get_running_loop()
-    opts = SessionOptions(mode=FlushMode.AUTO_FLUSH_BACKGROUND)
-    ss = [table.new_session(opts) for _ in range(sessions)]
-    stop = loop.time() + seconds
-    lats: list[float] = []
-    failed = 0
-
-    def landed(fut: asyncio.Future, t: float) -> None:
-        nonlocal failed
-        if loop.time() > stop:
-            return
-        if fut.cancelled() or fut.exception() is not None or not fut.result().result.ok:
-            failed += 1
-        else:
-            lats.append(time.perf_counter() - t)
-
-    async def feed(i: int, s) -> None:
-        n = 0
-        while loop.time() < stop:
-            t = time.perf_counter()
-            fut = await s.apply(f"b{i}-{n % 100}", Write(f"b{i}-{n % 100}", n))
-            fut.add_done_callback(lambda f, t=t: landed(f, t))
-            n += 1
-
-    meter = _CpuMeter(roles)
-    t0 = time.perf_counter()
-    await asyncio.gather(*(feed(i, s) for i, s in enumerate(ss)))
-    await asyncio.gather(*(s.close() for s in ss))
-    elapsed = min(time.perf_counter() - t0, seconds + 0.001)
-    pt = _point("sessions", sessions, lats, elapsed, meter)
-    if failed:
-        pt["failed"] = failed
-    return pt
+    def point(self, name: str, kind: str, n: int, seconds: float, roles: dict[str, list[int]],
+              count: int | None = None) -> dict:
+        share = [n // len(self.children) + (i < n % len(self.children))
+                 for i in range(min(n, len(self.children)))]
+        used = self.children[:len(share)]
+        first = 0
+        for ch, k in zip(used, share, strict=True):
+            ch.send({"cmd": "prepare", "kind": kind, "n": k, "first": first, "seconds": seconds,
+                     "count": count})
+            first += k
+        for ch in used:
+            ch.recv(timeout=60)  # {"ready": true}
+        meter = _CpuMeter({**roles, "client": [ch.proc.pid for ch in used]})
+        for ch in used:
+            ch.send({"cmd": "go"})
+        results = [ch.recv(timeout=seconds + 120) for ch in used]
+        hist: dict[int, int] = {}
+        for r in results:
+            for k, v in r["hist"].items():
+                hist[int(k)] = hist.get(int(k), 0) + v
+        ops = sum(r["ops"] for r in results)
+        elapsed = max(r["elapsed"] for r in results)
+        pt = {name: n, "ops_per_s": round(ops / elapsed, 1),
+              "p50_ms": round(_hist_pct(hist, 0.50) * 1000, 2) if ops else None,
+              "p99_ms": round(_hist_pct(hist, 0.99) * 1000, 2) if ops else None,
+              "cpu_us_per_op": meter.per_op_us(ops), "client_procs": len(used)}
+        if failed := sum(r["failed"] for r in results):
+            pt["failed"] = failed
+        return pt
 
 
-async def _tessera_run(c: LocalCluster, a) -> dict:
-    client = TesseraClient(c.master_addrs, timeout=20)
-    out: dict = {}
-    try:
-        locs = await client.create_table("bench", num_tablets=1, replication_factor=3)
-        table = client.table("bench")
-        await table.write("warm", 0)
-        leader = await c.tablet_leader(client.rpc, locs.tablets[0].tablet_id)
-        roles = {"client": os.getpid(), "leader": c.daemons[leader].pid}
-        roles.update({f"follower{i}": c.daemons[n].pid for i, n in enumerate(
-            sorted(n for n, d in c.daemons.items() if d.kind == "tserver" and n != leader), 1)})
-        roles["master"] = c.daemons["m1"].pid
-
-        lat = []
-        for i in range(a.latency_ops):
-            t = time.perf_counter()
-            await table.write(f"l{i}", i)
-            lat.append(time.perf_counter() - t)
-        lat.sort()
-        out["p50_ms_1client"] = lat[len(lat) // 2] * 1000
-        _log(f"tessera single-client p50 {out['p50_ms_1client']:.2f} ms over {a.latency_ops} writes")
-
-        async def write(w: int, n: int) -> None:
-            await table.write(f"c{w}-{n % 100}", n)
-
-        out["sweep"] = []
-        for clients in a.tessera_sweep:
-            pt = _point("clients", clients, *await _closed_loop(clients, a.seconds, write, roles))
-            out["sweep"].append(pt)
-            _log(f"tessera single-op clients={clients}: {pt['ops_per_s']} ops/s p50 {pt['p50_ms']} ms "
-                 f"p99 {pt['p99_ms']} ms, CPU µs/op {pt['cpu_us_per_op']}")
-
-        out["batched"] = []
-        for sessions in a.batched_sweep:
-            pt = await _batched(table, sessions, a.seconds, roles)
-            out["batched"].append(pt)
-            _log(f"tessera batched sessions={sessions}: {pt['ops_per_s']} ops/s p50 {pt['p50_ms']} ms "
-                 f"p99 {pt['p99_ms']} ms, CPU µs/op {pt['cpu_us_per_op']}")
-
-        async def read(w: int, n: int) -> None:
-            await table.read(f"c{w % max(a.tessera_sweep)}-{n % 100}")
-
-        out["reads"] = []
-        for clients in a.reads_sweep:
-            pt = _point("clients", clients, *await _closed_loop(clients, a.seconds, read, roles))
-            pt["read_mode"] = "linearizable"
-            out["reads"].append(pt)
-            _log(f"tessera linearizable reads clients={clients}: {pt['ops_per_s']} ops/s "
-                 f"p50 {pt['p50_ms']} ms, CPU µs/op {pt['cpu_us_per_op']}")
-    finally:
-        await client.close()
-    return out
-
-
-async def _lease_reads(c: LocalCluster, a) -> list[dict]:
+async def _create_table(c: LocalCluster, rows: int) -> dict[str, list[int]]:
+    """The one-tablet bench table, `rows` rows written ("c0-<k>"); the daemons' pids by role."""
     client = TesseraClient(c.master_addrs, timeout=20)
     try:
         locs = await client.create_table("bench", num_tablets=1, replication_factor=3)
         table = client.table("bench")
-        for k in range(100):
+        for k in range(rows):
             await table.write(f"c0-{k}", k)
         leader = await c.tablet_leader(client.rpc, locs.tablets[0].tablet_id)
-        roles = {"client": os.getpid(), "leader": c.daemons[leader].pid}
-
-        async def read(w: int, n: int) -> None:
-            await table.read(f"c0-{n % 100}")
-
-        points = []
-        for clients in a.reads_sweep:
-            pt = _point("clients", clients, *await _closed_loop(clients, a.seconds, read, roles))
-            pt["read_mode"] = "lease"
-            points.append(pt)
-            _log(f"tessera lease reads clients={clients}: {pt['ops_per_s']} ops/s p50 {pt['p50_ms']} ms")
-        return points
     finally:
         await client.close()
+    roles = {"leader": [c.daemons[leader].pid]}
+    roles.update({f"follower{i}": [c.daemons[n].pid] for i, n in enumerate(
+        sorted(n for n, d in c.daemons.items() if d.kind == "tserver" and n != leader), 1)})
+    roles["master"] = [c.daemons["m1"].pid]
+    return roles
 
 
-def _with_cluster(flags: list[str], event_loop: str, run) -> dict | list:
-    """Run `run(cluster)` on a fresh LocalCluster; the daemons and this client both use
-    `event_loop`, as a user after the best numbers would."""
-    flags = [*flags, "--event-loop", event_loop]
+def _run_async(a, coro):
+    with asyncio.Runner(loop_factory=event_loop_factory(a.event_loop)) as runner:
+        return runner.run(coro)
+
+
+def _single_op(c: LocalCluster, a, pool: _LoadPool) -> dict:
+    roles = _run_async(a, _create_table(c, 1))
+    one = pool.point("clients", "writes", 1, 600.0, roles, count=a.latency_ops)
+    _log(f"tessera single-client p50 {one['p50_ms']:.2f} ms over {a.latency_ops} writes")
+    sweep = []
+    for clients in a.tessera_sweep:
+        pt = pool.point("clients", "writes", clients, a.seconds, roles)
+        sweep.append(pt)
+        _log(f"tessera single-op clients={clients}: {pt['ops_per_s']} ops/s p50 {pt['p50_ms']} ms "
+             f"p99 {pt['p99_ms']} ms, CPU µs/op {pt['cpu_us_per_op']}")
+    return {"p50_ms_1client": one["p50_ms"], "sweep": sweep}
+
+
+def _batched(c: LocalCluster, a, pool: _LoadPool) -> list[dict]:
+    roles = _run_async(a, _create_table(c, 1))
+    sweep = []
+    for sessions in a.batched_sweep:
+        pt = pool.point("sessions", "batched", sessions, a.seconds, roles)
+        sweep.append(pt)
+        _log(f"tessera batched sessions={sessions}: {pt['ops_per_s']} ops/s p50 {pt['p50_ms']} ms "
+             f"p99 {pt['p99_ms']} ms, CPU µs/op {pt['cpu_us_per_op']}")
+    return sweep
+
+
+def _reads(mode: str):
+    def run(c: LocalCluster, a, pool: _LoadPool) -> list[dict]:
+        roles = _run_async(a, _create_table(c, 100))
+        sweep = []
+        for clients in a.reads_sweep:
+            pt = pool.point("clients", "reads", clients, a.seconds, roles)
+            pt["read_mode"] = mode
+            sweep.append(pt)
+            _log(f"tessera {mode} reads clients={clients}: {pt['ops_per_s']} ops/s "
+                 f"p50 {pt['p50_ms']} ms, CPU µs/op {pt['cpu_us_per_op']}")
+        return sweep
+    return run
+
+
+def _with_cluster(flags: list[str], a, run) -> dict | list:
+    """Run `run(cluster, a, pool)` on a fresh LocalCluster; the daemons and the load processes
+    all use --event-loop, as a user after the best numbers would."""
+    flags = [*flags, "--event-loop", a.event_loop]
     with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
         c = LocalCluster(Path(d), masters=1, tservers=3, flags=flags)
+        pool = None
         try:
-            _log(f"tessera: starting LocalCluster (1 master, 3 tservers, {' '.join(flags)})")
+            _log(f"tessera: starting LocalCluster (1 master, 3 tservers, {' '.join(flags)}), "
+                 f"{a.client_procs} client process(es)")
             c.up(timeout=60)
-            with asyncio.Runner(loop_factory=event_loop_factory(event_loop)) as runner:
-                return runner.run(run(c))
+            pool = _LoadPool(c, a.client_procs, a.event_loop)
+            return run(c, a, pool)
         finally:
+            if pool is not None:
+                pool.close()
             c.down()
 
 
 def tessera(a) -> dict:
-    out = _with_cluster([], a.event_loop, lambda c: _tessera_run(c, a))
-    if a.reads_sweep:
-        out["lease_reads"] = _with_cluster(["--read-mode", "lease"], a.event_loop,
-                                           lambda c: _lease_reads(c, a))
+    """Each way of driving it on a fresh cluster, as each of PySyncObj's drive modes is."""
+    out = _with_cluster([], a, _single_op)
+    out["batched"] = _with_cluster([], a, _batched) if a.batched_sweep else []
+    out["reads"] = _with_cluster([], a, _reads("linearizable")) if a.reads_sweep else []
+    out["lease_reads"] = _with_cluster(["--read-mode", "lease"], a, _reads("lease")) if a.reads_sweep else []
     return out
 
 
 # --------------------------------------------------------------------------------- PySyncObj
 
-class _Node:
-    """One bench/_pysyncobj_node.py subprocess, spoken to in JSON lines."""
+class _Child:
+    """One helper process (a PySyncObj node, a Tessera load process), spoken to in JSON lines."""
 
-    def __init__(self, me: str, peers: list[str]):
-        script = Path(__file__).with_name("_pysyncobj_node.py")
-        self.addr = me
-        self.proc = subprocess.Popen([sys.executable, str(script), "--self", me, "--peers", ",".join(peers)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+    def __init__(self, label: str, argv: list[str], addr: str = ""):
+        self.label, self.addr = label, addr
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -294,15 +269,18 @@ class _Node:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"pysyncobj node {self.addr}: no answer in {timeout:.0f} s")
+                raise TimeoutError(f"{self.label}: no answer in {timeout:.0f} s")
             try:
                 line = self.lines.get(timeout=left)
             except queue.Empty:
                 continue
             if line is None:
-                raise RuntimeError(f"pysyncobj node {self.addr} exited (rc {self.proc.poll()})")
+                raise RuntimeError(f"{self.label} exited (rc {self.proc.poll()})")
             if line.strip().startswith("{"):
-                return json.loads(line)
+                msg = json.loads(line)
+                if "error" in msg:
+                    raise RuntimeError(f"{self.label}: {msg['error']}")
+                return msg
 
     def close_stdin(self) -> None:
         try:
@@ -344,14 +322,18 @@ def pysyncobj(sweep: list[int], seconds: float, latency_ops: int, drive: str, wa
 def _pysyncobj_cluster():
     """Three node processes that agree on a leader: (nodes, the leader's node)."""
     addrs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
-    nodes: list[_Node] = []
+    script = Path(__file__).with_name("_pysyncobj_node.py")
+    by_addr: dict[str, _Child] = {}
+    nodes = []
     try:
         _log("pysyncobj: starting 3 node processes")
         for me in addrs:
-            nodes.append(_Node(me, [a for a in addrs if a != me]))
+            peers = ",".join(a for a in addrs if a != me)
+            by_addr[me] = _Child(f"pysyncobj node {me}",
+                                 [sys.executable, str(script), "--self", me, "--peers", peers], addr=me)
+            nodes.append(by_addr[me])
         for n in nodes:
             n.recv(timeout=60)  # {"event": "ready"}: this node knows a leader
-        by_addr = {n.addr: n for n in nodes}
         deadline = time.monotonic() + 30
         while True:  # wait until all three agree on one leader
             for n in nodes:
@@ -373,7 +355,7 @@ def _pysyncobj_cluster():
             n.stop(deadline)
 
 
-def _pysyncobj_point(nodes: list[_Node], leader: _Node, mode: str, outstanding: int,
+def _pysyncobj_point(nodes: list[_Child], leader: _Child, mode: str, outstanding: int,
                      seconds: float, warmup: float) -> dict:
     drivers = nodes if mode == "all" else [leader]
     start_at = time.time() + 0.5
@@ -526,6 +508,10 @@ def main() -> int:
     ap.add_argument("--reads-sweep", type=_int_list_or_none, default=DEFAULT_READS_SWEEP, metavar="C,C,...",
                     help="Tessera concurrent readers per point, linearizable (ReadIndex) and then lease "
                          "reads on a second cluster (default 1,8,64,512; 'none' skips)")
+    ap.add_argument("--client-procs", type=int, default=DEFAULT_CLIENT_PROCS, metavar="P",
+                    help="Tessera client processes a point's clients are split over (default "
+                         f"{DEFAULT_CLIENT_PROCS}: a Python client is one thread on one core; a "
+                         "point with fewer clients than P uses as many processes as clients)")
     ap.add_argument("--event-loop", choices=("auto", "asyncio", "uvloop"), default="auto",
                     help="Tessera's event loop, in the daemons and in this client (default auto: "
                          "uvloop when installed, as the daemons' own default)")
@@ -558,6 +544,8 @@ def main() -> int:
         a.seconds = 3.0 if a.quick else 10.0
     if a.latency_ops is None:
         a.latency_ops = 50 if a.quick else 200
+    if a.client_procs < 1:
+        ap.error("--client-procs must be at least 1")
     if a.plot and a.only:
         ap.error("--plot needs both systems (drop --only)")
     signal.signal(signal.SIGTERM, _on_sigterm)
@@ -570,7 +558,8 @@ def main() -> int:
             doc.update(tessera_event_loop="asyncio" if event_loop_factory(a.event_loop) is None else "uvloop")
             doc.update(tessera_fsync=True, tessera_sweep=t["sweep"], tessera_best_ops_per_s=best["ops_per_s"],
                        tessera_best_clients=best["clients"],
-                       tessera_p50_ms_1client=round(t["p50_ms_1client"], 2))
+                       tessera_p50_ms_1client=round(t["p50_ms_1client"], 2),
+                       tessera_client_procs=a.client_procs)
             if t["batched"]:
                 bb = max(t["batched"], key=lambda p: p["ops_per_s"])
                 doc.update(tessera_batched_sweep=t["batched"], tessera_batched_best_ops_per_s=bb["ops_per_s"],

@@ -174,7 +174,8 @@ class Replica:
         # index -> (term, Command) of the commands we proposed, so that applying them needs
         # no second decode; an entry of another term at that index is not ours and is decoded.
         self._proposed: dict[int, tuple[int, Command]] = {}
-        self._reads: dict[bytes, asyncio.Future] = {}  # read-index ctx -> future (index, term)
+        self._reads: dict[bytes, asyncio.Future] = {}  # read-index ctx -> its group's future
+        self._open_read: tuple[asyncio.Future, float] | None = None  # the group reads join
         self._applied_waiters: list[tuple[int, asyncio.Future]] = []
         self._ctx = itertools.count(1)
         self._leader_ready_term = -1  # term in which we, as leader, applied our own entry
@@ -369,10 +370,11 @@ class Replica:
             self._apply(e)
         for rs in rd.read_states:
             fut = self._reads.pop(rs.ctx, None)
+            sent = self._round_sent.pop(rs.ctx, None)
             if fut is not None and not fut.done():
                 # The core releases reads only while it leads; they die with its term, so the
                 # confirmation holds in the term it has now (the Ready freezes it).
-                fut.set_result((rs.index, self.core.term))
+                fut.set_result((rs.index, self.core.term, sent))
         self.core.advance(rd)
         self._wake_applied()
         self._maybe_snapshot()
@@ -400,10 +402,13 @@ class Replica:
             self._leader_ready.clear()
             self._lease_until, self._lease_term = 0.0, -1
         self.role, self.leader, self.term = ss.role, ss.leader, ss.term
+        if self.role != Role.LEADER:
+            self._open_read = None  # its reads fail just below; later ones must not join it
         for ctx, fut in list(self._reads.items()):  # read-index requests die with leadership
             if self.role != Role.LEADER and not fut.done():
                 fut.set_exception(ReplicaError("leadership lost", leader=self.leader))
                 self._reads.pop(ctx)
+                self._round_sent.pop(ctx, None)
 
     def _log_event(self, ev: Event) -> None:
         """One line per decision the core reports: votes, elections, config changes."""
@@ -493,6 +498,8 @@ class Replica:
             if not fut.done():
                 fut.set_exception(err)
         self._reads.clear()
+        self._round_sent.clear()
+        self._open_read = None
 
     # -- client-facing -----------------------------------------------------------------------
     def _check_serving(self) -> None:
@@ -645,20 +652,13 @@ class Replica:
         loop = asyncio.get_running_loop()
         if self.options.read_mode == "lease" and self._lease_valid(loop.time()):
             return self.state.query(op)
-        started = loop.time()
-        ctx = next(self._ctx).to_bytes(8, "big")
-        fut = loop.create_future()
-        self._reads[ctx] = fut
-        self._submit(lambda: self.core.read_index(ctx))
-        try:
-            # The core may drop a request silently (e.g. its heartbeat round never completes):
-            # the RPC deadline cancels us then, and nothing may be left behind.
-            index, term = await fut
-        finally:
-            self._reads.pop(ctx, None)
-            # No heartbeat of its own went out if a quorum confirmed it at once: the request
-            # time is earlier than any round that did, so still a safe start.
-            sent = self._round_sent.pop(ctx, started)
+        group, started = self._open_read or self._open_read_group(loop)
+        # Shielded: a reader whose deadline passes leaves the others of its group waiting.
+        index, term, sent = await asyncio.shield(group)
+        if sent is None:
+            # No heartbeat of its own went out if a quorum confirmed it at once: the group's
+            # start is earlier than any round that did, so still a safe start for a lease.
+            sent = started
         if index > self.state.last_applied_index:
             done = loop.create_future()
             self._applied_waiters.append((index, done))
@@ -666,6 +666,28 @@ class Replica:
         if self.options.read_mode == "lease":
             self._grant_lease(term, sent)
         return self.state.query(op)
+
+    def _open_read_group(self, loop: asyncio.AbstractEventLoop) -> tuple[asyncio.Future, float]:
+        """Reads not yet handed to the core share one ReadIndex request: the round that confirms
+        it goes out after every one of them arrived, and its index is at least the commit index
+        each of them saw. Under load that is one request per turn of the loop, not per read.
+        The group closes when the driver hands it to the core; it resolves to (index, term,
+        when its round was sent or None)."""
+        ctx = next(self._ctx).to_bytes(8, "big")
+        group = self._reads[ctx] = loop.create_future()
+        self._open_read = (group, loop.time())
+
+        def hand() -> None:
+            self._open_read = None
+            try:
+                self.core.read_index(ctx)
+            except ProposalError as e:  # not leader after all: nothing would ever answer it
+                self._reads.pop(ctx, None)
+                if not group.done():
+                    group.set_exception(ReplicaError(f"read refused: {e}", leader=self.leader))
+
+        self._submit(hand)
+        return self._open_read
 
     def _lease_valid(self, now: float) -> bool:
         return (self._lease_term == self.core.term == self.term and self.role == Role.LEADER

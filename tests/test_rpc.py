@@ -212,7 +212,7 @@ def test_frames_split_back_out_of_any_chunking_of_the_stream(bodies, cuts):
     stream = b"".join(struct.pack(">I", len(b)) + b for b in bodies)
     edges = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
     buf, got = bytearray(), []
-    for a, b in zip(edges, edges[1:]):
+    for a, b in zip(edges, edges[1:], strict=False):
         buf += stream[a:b]
         got += wire.split_frames(buf, max_frame=64)
     assert got == bodies and buf == b""
