@@ -178,41 +178,35 @@ def _run_async(a, coro):
         return runner.run(coro)
 
 
+def _sweep(pool: _LoadPool, a, roles, label: str, name: str, kind: str, xs: list[int],
+           extra: dict | None = None) -> list[dict]:
+    points = []
+    for x in xs:
+        pt = {**pool.point(name, kind, x, a.seconds, roles), **(extra or {})}
+        points.append(pt)
+        _log(f"tessera {label} {name}={x}: {pt['ops_per_s']} ops/s p50 {pt['p50_ms']} ms "
+             f"p99 {pt['p99_ms']} ms, CPU µs/op {pt['cpu_us_per_op']}")
+    return points
+
+
 def _single_op(c: LocalCluster, a, pool: _LoadPool) -> dict:
     roles = _run_async(a, _create_table(c, 1))
     one = pool.point("clients", "writes", 1, 600.0, roles, count=a.latency_ops)
     _log(f"tessera single-client p50 {one['p50_ms']:.2f} ms over {a.latency_ops} writes")
-    sweep = []
-    for clients in a.tessera_sweep:
-        pt = pool.point("clients", "writes", clients, a.seconds, roles)
-        sweep.append(pt)
-        _log(f"tessera single-op clients={clients}: {pt['ops_per_s']} ops/s p50 {pt['p50_ms']} ms "
-             f"p99 {pt['p99_ms']} ms, CPU µs/op {pt['cpu_us_per_op']}")
-    return {"p50_ms_1client": one["p50_ms"], "sweep": sweep}
+    return {"p50_ms_1client": one["p50_ms"],
+            "sweep": _sweep(pool, a, roles, "single-op", "clients", "writes", a.tessera_sweep)}
 
 
 def _batched(c: LocalCluster, a, pool: _LoadPool) -> list[dict]:
     roles = _run_async(a, _create_table(c, 1))
-    sweep = []
-    for sessions in a.batched_sweep:
-        pt = pool.point("sessions", "batched", sessions, a.seconds, roles)
-        sweep.append(pt)
-        _log(f"tessera batched sessions={sessions}: {pt['ops_per_s']} ops/s p50 {pt['p50_ms']} ms "
-             f"p99 {pt['p99_ms']} ms, CPU µs/op {pt['cpu_us_per_op']}")
-    return sweep
+    return _sweep(pool, a, roles, "batched", "sessions", "batched", a.batched_sweep)
 
 
 def _reads(mode: str):
     def run(c: LocalCluster, a, pool: _LoadPool) -> list[dict]:
         roles = _run_async(a, _create_table(c, 100))
-        sweep = []
-        for clients in a.reads_sweep:
-            pt = pool.point("clients", "reads", clients, a.seconds, roles)
-            pt["read_mode"] = mode
-            sweep.append(pt)
-            _log(f"tessera {mode} reads clients={clients}: {pt['ops_per_s']} ops/s "
-                 f"p50 {pt['p50_ms']} ms, CPU µs/op {pt['cpu_us_per_op']}")
-        return sweep
+        return _sweep(pool, a, roles, f"{mode} reads", "clients", "reads", a.reads_sweep,
+                      {"read_mode": mode})
     return run
 
 

@@ -25,14 +25,20 @@ def _count_read_index(r) -> list[bytes]:
     return calls
 
 
+async def _leader_holding_k(net: Net, value: int):
+    """The elected leader, once it committed k = value."""
+    net.start()
+    leader = await net.leader()
+    session = await open_session(leader)
+    await leader.write(Write("k", value), session=session, seq=1, acked_below=0)
+    return leader
+
+
 def test_reads_of_one_turn_share_one_request_and_each_sees_the_committed_write(tmp_path):
     async def main():
         net = Net(tmp_path)
-        net.start()
         try:
-            leader = await net.leader()
-            session = await open_session(leader)
-            await leader.write(Write("k", 7), session=session, seq=1, acked_below=0)
+            leader = await _leader_holding_k(net, 7)
             calls = _count_read_index(leader)
             results = await asyncio.gather(*(leader.read(Read("k")) for _ in range(50)))
             assert [r.value for r in results] == [7] * 50
@@ -53,11 +59,8 @@ def test_a_reader_that_gives_up_leaves_its_group_waiting(tmp_path):
 
     async def main():
         net = Net(tmp_path)
-        net.start()
         try:
-            leader = await net.leader()
-            session = await open_session(leader)
-            await leader.write(Write("k", 1), session=session, seq=1, acked_below=0)
+            leader = await _leader_holding_k(net, 1)
             real, held = leader.core.read_index, []
             leader.core.read_index = held.append
             impatient = asyncio.create_task(asyncio.wait_for(leader.read(Read("k")), 0.05))
