@@ -678,7 +678,8 @@ class Replica:
         self._open_read = (group, loop.time())
 
         def hand() -> None:
-            self._open_read = None
+            if self._open_read is not None and self._open_read[0] is group:
+                self._open_read = None  # closed (leadership loss may have closed it already)
             try:
                 self.core.read_index(ctx)
             except ProposalError as e:  # not leader after all: nothing would ever answer it
