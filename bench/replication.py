@@ -46,6 +46,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -140,10 +141,9 @@ class _LoadPool:
         for ch in used:
             ch.send({"cmd": "go"})
         results = [ch.recv(timeout=seconds + 120) for ch in used]
-        hist: dict[int, int] = {}
+        hist: Counter[int] = Counter()
         for r in results:
-            for k, v in r["hist"].items():
-                hist[int(k)] = hist.get(int(k), 0) + v
+            hist.update({int(k): v for k, v in r["hist"].items()})
         ops = sum(r["ops"] for r in results)
         elapsed = max(r["elapsed"] for r in results)
         pt = {name: n, "ops_per_s": round(ops / elapsed, 1),
