@@ -150,6 +150,36 @@ def bootstrap_replica(paths: TabletPaths, config: RaftConfig) -> None:
     ConsensusMetadata.create(paths.consensus_meta, paths.tablet_id, encode_config(config), paths.disk)
 
 
+class _ReadGroup:
+    """Reads that share one ReadIndex request. Each reader waits on a future of its own, so a
+    reader whose deadline passes leaves the others waiting, at the cost of one future a read
+    (asyncio.shield costs three callbacks a read)."""
+
+    __slots__ = ("started", "waiters", "done")
+
+    def __init__(self, started: float):
+        self.started = started
+        self.waiters: list[asyncio.Future] = []
+        self.done = False
+
+    def join(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
+        fut = loop.create_future()
+        self.waiters.append(fut)
+        return fut
+
+    def resolve(self, value: Any) -> None:
+        self.done = True
+        for fut in self.waiters:
+            if not fut.done():
+                fut.set_result(value)
+
+    def fail(self, err: Exception) -> None:
+        self.done = True
+        for fut in self.waiters:
+            if not fut.done():
+                fut.set_exception(err)
+
+
 class Replica:
     def __init__(self, uuid: str, paths: TabletPaths, send: Send, options: ReplicaOptions,
                  rng: random.Random | None = None):
@@ -174,8 +204,8 @@ class Replica:
         # index -> (term, Command) of the commands we proposed, so that applying them needs
         # no second decode; an entry of another term at that index is not ours and is decoded.
         self._proposed: dict[int, tuple[int, Command]] = {}
-        self._reads: dict[bytes, asyncio.Future] = {}  # read-index ctx -> its group's future
-        self._open_read: tuple[asyncio.Future, float] | None = None  # the group reads join
+        self._reads: dict[bytes, _ReadGroup] = {}  # read-index ctx -> its group
+        self._open_read: _ReadGroup | None = None  # the group new reads join
         self._applied_waiters: list[tuple[int, asyncio.Future]] = []
         self._ctx = itertools.count(1)
         self._leader_ready_term = -1  # term in which we, as leader, applied our own entry
@@ -369,12 +399,12 @@ class Replica:
         for e in rd.committed_entries:
             self._apply(e)
         for rs in rd.read_states:
-            fut = self._reads.pop(rs.ctx, None)
+            group = self._reads.pop(rs.ctx, None)
             sent = self._round_sent.pop(rs.ctx, None)
-            if fut is not None and not fut.done():
+            if group is not None and not group.done:
                 # The core releases reads only while it leads; they die with its term, so the
                 # confirmation holds in the term it has now (the Ready freezes it).
-                fut.set_result((rs.index, self.core.term, sent))
+                group.resolve((rs.index, self.core.term, sent))
         self.core.advance(rd)
         self._wake_applied()
         self._maybe_snapshot()
@@ -404,9 +434,9 @@ class Replica:
         self.role, self.leader, self.term = ss.role, ss.leader, ss.term
         if self.role != Role.LEADER:
             self._open_read = None  # its reads fail just below; later ones must not join it
-        for ctx, fut in list(self._reads.items()):  # read-index requests die with leadership
-            if self.role != Role.LEADER and not fut.done():
-                fut.set_exception(ReplicaError("leadership lost", leader=self.leader))
+        for ctx, group in list(self._reads.items()):  # read-index requests die with leadership
+            if self.role != Role.LEADER and not group.done:
+                group.fail(ReplicaError("leadership lost", leader=self.leader))
                 self._reads.pop(ctx)
                 self._round_sent.pop(ctx, None)
 
@@ -494,9 +524,8 @@ class Replica:
             if not fut.done():
                 fut.set_exception(err)
         self._waiters.clear()
-        for fut in self._reads.values():
-            if not fut.done():
-                fut.set_exception(err)
+        for group in self._reads.values():
+            group.fail(err)
         self._reads.clear()
         self._round_sent.clear()
         self._open_read = None
@@ -652,13 +681,12 @@ class Replica:
         loop = asyncio.get_running_loop()
         if self.options.read_mode == "lease" and self._lease_valid(loop.time()):
             return self.state.query(op)
-        group, started = self._open_read or self._open_read_group(loop)
-        # Shielded: a reader whose deadline passes leaves the others of its group waiting.
-        index, term, sent = await asyncio.shield(group)
+        group = self._open_read or self._open_read_group(loop)
+        index, term, sent = await group.join(loop)
         if sent is None:
             # No heartbeat of its own went out if a quorum confirmed it at once: the group's
             # start is earlier than any round that did, so still a safe start for a lease.
-            sent = started
+            sent = group.started
         if index > self.state.last_applied_index:
             done = loop.create_future()
             self._applied_waiters.append((index, done))
@@ -667,28 +695,26 @@ class Replica:
             self._grant_lease(term, sent)
         return self.state.query(op)
 
-    def _open_read_group(self, loop: asyncio.AbstractEventLoop) -> tuple[asyncio.Future, float]:
+    def _open_read_group(self, loop: asyncio.AbstractEventLoop) -> _ReadGroup:
         """Reads not yet handed to the core share one ReadIndex request: the round that confirms
         it goes out after every one of them arrived, and its index is at least the commit index
         each of them saw. Under load that is one request per turn of the loop, not per read.
         The group closes when the driver hands it to the core; it resolves to (index, term,
         when its round was sent or None)."""
         ctx = next(self._ctx).to_bytes(8, "big")
-        group = self._reads[ctx] = loop.create_future()
-        self._open_read = (group, loop.time())
+        group = self._reads[ctx] = self._open_read = _ReadGroup(loop.time())
 
         def hand() -> None:
-            if self._open_read is not None and self._open_read[0] is group:
+            if self._open_read is group:
                 self._open_read = None  # closed (leadership loss may have closed it already)
             try:
                 self.core.read_index(ctx)
             except ProposalError as e:  # not leader after all: nothing would ever answer it
                 self._reads.pop(ctx, None)
-                if not group.done():
-                    group.set_exception(ReplicaError(f"read refused: {e}", leader=self.leader))
+                group.fail(ReplicaError(f"read refused: {e}", leader=self.leader))
 
         self._submit(hand)
-        return self._open_read
+        return group
 
     def _lease_valid(self, now: float) -> bool:
         return (self._lease_term == self.core.term == self.term and self.role == Role.LEADER

@@ -149,20 +149,34 @@ def _heartbeats_queued(c: ScriptCluster) -> list[bytes]:
     return [m.ctx for s, m in c.queue if s == "n1" and isinstance(m, Heartbeat)]
 
 
-def test_reads_that_arrive_during_a_round_share_the_next_round():
+def test_reads_that_arrive_while_rounds_are_out_share_the_next_round():
+    c = elected()
+    assert c.core("n1").cfg.max_read_rounds == 2
+    c.do("n1", "read_index", b"r1")
+    c.do("n1", "read_index", b"r2")  # a second round goes out at once (pipelined) ...
+    for ctx in (b"r3", b"r4", b"r5"):
+        c.do("n1", "read_index", ctx)  # ... but no third: r3..r5 wait for the next
+    assert _heartbeats_queued(c) == [b"r1", b"r1", b"r2", b"r2"]
+    c.deliver(types=Heartbeat)  # both rounds reach both followers
+    assert c.read_states["n1"] == []
+    c.deliver(src="n2", limit=1)  # n2's answer to r1: a quorum for r1 ...
+    assert [r.ctx for r in c.read_states["n1"]] == [b"r1"]
+    assert _heartbeats_queued(c) == [b"r5", b"r5"]  # ... and the round for r3..r5 goes out
+    c.stabilize()
+    assert [r.ctx for r in c.read_states["n1"]] == [b"r1", b"r2", b"r3", b"r4", b"r5"]
+    assert all(r.index == c.core("n1").commit for r in c.read_states["n1"])
+
+
+def test_a_later_round_confirms_the_reads_of_an_earlier_one():
     c = elected()
     c.do("n1", "read_index", b"r1")
-    for ctx in (b"r2", b"r3", b"r4"):
-        c.do("n1", "read_index", ctx)
-    assert _heartbeats_queued(c) == [b"r1", b"r1"]  # one round out; r2..r4 wait for the next
-    c.deliver(types=Heartbeat)  # the first round reaches both followers
-    assert c.read_states["n1"] == []
-    c.deliver(src="n2", limit=1)  # n2's answer: a quorum for r1 ...
-    assert [r.ctx for r in c.read_states["n1"]] == [b"r1"]
-    assert _heartbeats_queued(c) == [b"r4", b"r4"]  # ... and the round for the rest goes out
+    c.do("n1", "read_index", b"r2")
+    # r1's round is lost, r2's is not
+    c.queue = [(s, m) for s, m in c.queue if not (isinstance(m, Heartbeat) and m.ctx == b"r1")]
     c.stabilize()
-    assert [r.ctx for r in c.read_states["n1"]] == [b"r1", b"r2", b"r3", b"r4"]
-    assert all(r.index == c.core("n1").commit for r in c.read_states["n1"])
+    assert [r.ctx for r in c.read_states["n1"]] == [b"r1", b"r2"]
+    c.do("n1", "read_index", b"r3")  # no round is left out: r3 gets one at once
+    assert _heartbeats_queued(c) == [b"r3", b"r3"]
 
 
 def test_a_lost_read_round_is_redone_by_the_next_heartbeat_tick():

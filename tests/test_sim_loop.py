@@ -11,6 +11,7 @@ import msgspec
 import pytest
 
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
+from node.rpc.deadlines import GRANULARITY
 from node.sim.loop import SimDeadlock, SimLoop
 from node.sim.network import SimNetwork
 
@@ -115,7 +116,7 @@ def test_rpc_over_the_sim_network_partition_then_heal():
         with pytest.raises(RpcError) as ei:
             await _call(cli, addr, timeout=2.0)
         assert ei.value.code == ErrorCode.DEADLINE_EXCEEDED
-        assert loop.time() - t0 == pytest.approx(2.0)
+        assert 2.0 <= loop.time() - t0 <= 2.0 + GRANULARITY  # deadlines fire in buckets
         assert net.stats["held"] >= 1
 
         net.heal()

@@ -61,6 +61,7 @@ class _PendingRead:
     ctx: bytes
     index: int
     acks: set[str] = field(default_factory=set)
+    round: bool = False  # a heartbeat round was sent for this read (it gathers acks)
 
 
 class RaftCore:
@@ -105,6 +106,7 @@ class RaftCore:
         # brand-new replica does not wait. Counted down by tick(); see `_in_lease`.
         self.boot_withhold_ticks = self.vote_lease_ticks() if self.term > 0 else 0
         self._reads: list[_PendingRead] = []
+        self._rounds_out = 0  # reads in _reads with a round sent
         self._reads_waiting: list[bytes] = []  # until an entry of this term commits
         self._read_states: list[ReadState] = []
         self._msgs: list = []
@@ -350,6 +352,7 @@ class RaftCore:
         self.transferee = None
         self.transfer_started = False
         self._reads = []
+        self._rounds_out = 0
         self._reads_waiting = []
         self._reset_election_timer()
         self._refresh_role()
@@ -430,7 +433,14 @@ class RaftCore:
         self._send(AppendEntries(self.term, self.id, uuid, prev, self.log.term_at(prev), entries, self.commit))
 
     def _broadcast_heartbeat(self) -> None:
-        ctx = self._reads[-1].ctx if self._reads else b""
+        """Every heartbeat is a read round for the newest pending read, if any."""
+        ctx = b""
+        if self._reads:
+            newest = self._reads[-1]
+            ctx = newest.ctx
+            if not newest.round:
+                newest.round = True
+                self._rounds_out += 1
         for uuid, pr in self.progress.items():
             self._send(Heartbeat(self.term, self.id, uuid, min(pr.match, self.commit), ctx))
 
@@ -483,24 +493,30 @@ class RaftCore:
         self.propose_config_change(ConfigChange(ChangeOp.PROMOTE, uuid), self.committed_config.opid_index)
 
     def _start_read(self, ctx: bytes) -> None:
-        """Reads are confirmed in rounds: a read that arrives while a round is out waits for
-        the next one, which goes out when that round is confirmed (or at the next heartbeat
-        tick if it never is) and confirms every read that waited. Many reads share each
-        confirmation, as in etcd's read loop, instead of a heartbeat broadcast per read."""
-        round_out = bool(self._reads)
+        """Reads are confirmed in rounds, at most `max_read_rounds` out at once: a read that
+        arrives while they are all out waits for the next one, which goes out when one of them
+        is confirmed (or at the next heartbeat tick if none is) and confirms every read that
+        waited. Many reads share each confirmation, as in etcd's read loop, instead of a
+        heartbeat broadcast per read; more than one round out pipelines them, so a read waits
+        about one round trip instead of up to two."""
         self._reads.append(_PendingRead(ctx, self.commit, {self.id}))
         self._release_reads_through(len(self._reads) - 1)  # a single voter confirms at once
-        if self._reads and not round_out:
+        self._maybe_send_read_round()
+
+    def _maybe_send_read_round(self) -> None:
+        if self._reads and not self._reads[-1].round and self._rounds_out < self.cfg.max_read_rounds:
             self._broadcast_heartbeat()
 
     def _release_reads_through(self, i: int) -> bool:
         """A quorum acknowledging read i's round also confirms every earlier read. Only the
-        read a round was sent for gathers acks, so only it needs counting, not every read
+        reads rounds were sent for gather acks, so only they need counting, not every read
         waiting (hundreds, under load)."""
         if not quorum.has_quorum(self.active_config.voters(), self._reads[i].acks.__contains__):
             return False
         done, self._reads = self._reads[: i + 1], self._reads[i + 1 :]
-        self._read_states.extend(ReadState(r.ctx, r.index) for r in done)
+        for r in done:
+            self._rounds_out -= r.round
+            self._read_states.append(ReadState(r.ctx, r.index))
         return True
 
     # ---------------------------------------------------------------- step
@@ -688,8 +704,8 @@ class RaftCore:
             for i, r in enumerate(self._reads):
                 if r.ctx == m.ctx:
                     r.acks.add(m.from_uuid)
-                    if self._release_reads_through(i) and self._reads:
-                        self._broadcast_heartbeat()  # the round for reads that came meanwhile
+                    if self._release_reads_through(i):
+                        self._maybe_send_read_round()  # for reads that came meanwhile
                     break
 
     def _on_timeout_now(self, m: TimeoutNow) -> None:

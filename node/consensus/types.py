@@ -86,6 +86,7 @@ class CoreConfig:
     max_backoff_exponent: int = 3  # failed elections double the timeout, at most 2**3 times
     pre_vote: bool = True
     max_batch_bytes: int = 1 << 20  # AppendEntries payload bound (at least one entry is sent)
+    max_read_rounds: int = 2  # ReadIndex heartbeat rounds out at once (see RaftCore._start_read)
     # A leader that has not heard from a quorum for an election timeout steps down. Off only
     # for the unsafe fault_read_without_leadership: a partitioned leader then stays leader.
     check_quorum: bool = True

@@ -7,20 +7,32 @@ import itertools
 
 from node.rpc import wire
 from node.rpc.coalesce import CoalescingWriter
+from node.rpc.deadlines import DeadlineWheel
 from node.rpc.errors import ErrorCode, RpcError
 
 # Server-side codes after which the request may have taken effect.
 _MAYBE_APPLIED = {ErrorCode.DEADLINE_EXCEEDED, ErrorCode.REMOTE_ERROR, ErrorCode.SHUTTING_DOWN}
 
 
+class _Expired(Exception):
+    """A call's deadline passed (set on its future by the client's DeadlineWheel)."""
+
+
+def _expire(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_exception(_Expired())
+
+
 class _Connection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_frame: int,
-                 max_inflight: int):
+                 max_inflight: int, deadlines: DeadlineWheel):
         self.reader, self.writer = reader, writer
         self.out = CoalescingWriter(writer)
         self.max_frame = max_frame
+        self.max_inflight = max_inflight
+        self.deadlines = deadlines
         self.pending: dict[int, asyncio.Future] = {}
-        self.slots = asyncio.Semaphore(max_inflight)
+        self.room = asyncio.Event()  # set when a call ends (callers over max_inflight wait)
         self.closed = False
         self.reader_task = asyncio.create_task(self._read_loop())
 
@@ -51,23 +63,38 @@ class _Connection:
         self.pending.clear()
 
     async def call(self, call_id: int, data: bytes, timeout: float) -> wire.Response:
-        async with self.slots:
-            if self.closed:
-                raise RpcError(ErrorCode.NETWORK, "connection closed")
-            fut = asyncio.get_running_loop().create_future()
-            self.pending[call_id] = fut
+        loop = asyncio.get_running_loop()
+        if len(self.pending) >= self.max_inflight:
+            deadline = loop.time() + timeout
             try:
-                self.out.write(data)
+                async with asyncio.timeout_at(deadline):
+                    while len(self.pending) >= self.max_inflight:
+                        self.room.clear()
+                        await self.room.wait()
+            except TimeoutError:
+                raise RpcError(ErrorCode.DEADLINE_EXCEEDED, f"not sent within {timeout:.3f}s: "
+                               f"{self.max_inflight} calls in flight") from None
+            timeout = deadline - loop.time()
+        if self.closed:
+            raise RpcError(ErrorCode.NETWORK, "connection closed")
+        fut = loop.create_future()
+        self.pending[call_id] = fut
+        key = self.deadlines.add(fut, timeout)
+        try:
+            self.out.write(data)
+            if self.out.must_drain():  # rare: the socket is not taking our bytes
                 async with asyncio.timeout(timeout):
                     await self.out.drain()
-                    return await fut
-            except TimeoutError:
-                raise RpcError(ErrorCode.DEADLINE_EXCEEDED, f"no reply within {timeout:.3f}s",
-                               maybe_delivered=True) from None
-            except ConnectionError as e:
-                raise RpcError(ErrorCode.NETWORK, str(e), maybe_delivered=True) from None
-            finally:
-                self.pending.pop(call_id, None)
+            return await fut
+        except (_Expired, TimeoutError):
+            raise RpcError(ErrorCode.DEADLINE_EXCEEDED, f"no reply within {timeout:.3f}s",
+                           maybe_delivered=True) from None
+        except ConnectionError as e:
+            raise RpcError(ErrorCode.NETWORK, str(e), maybe_delivered=True) from None
+        finally:
+            self.pending.pop(call_id, None)
+            self.deadlines.remove(fut, key)
+            self.room.set()
 
     async def close(self) -> None:
         self.reader_task.cancel()
@@ -85,6 +112,7 @@ class RpcClient:
         self._conns: dict[tuple[str, int], _Connection] = {}
         self._connecting: dict[tuple[str, int], asyncio.Lock] = {}
         self._ids = itertools.count(1)
+        self._deadlines = DeadlineWheel(_expire)
 
     async def _connection(self, addr: tuple[str, int]) -> _Connection:
         conn = self._conns.get(addr)
@@ -100,7 +128,7 @@ class RpcClient:
                     reader, writer = await asyncio.open_connection(*addr, local_addr=self._local_addr)
             except (OSError, TimeoutError) as e:
                 raise RpcError(ErrorCode.NETWORK, f"cannot connect to {addr[0]}:{addr[1]}: {e}") from None
-            conn = _Connection(reader, writer, self.max_frame, self.max_inflight)
+            conn = _Connection(reader, writer, self.max_frame, self.max_inflight, self._deadlines)
             self._conns[addr] = conn
             return conn
 

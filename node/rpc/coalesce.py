@@ -27,9 +27,13 @@ class CoalescingWriter:
         if frames and not self.writer.is_closing():
             self.writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
 
+    def must_drain(self) -> bool:
+        """The transport holds more than its high-water mark: the socket is not taking our
+        bytes. Frames of this turn are not counted yet; they are at most one turn's worth."""
+        return self.writer.transport.get_write_buffer_size() > DRAIN_ABOVE
+
     async def drain(self) -> None:
-        """Back-pressure: wait while the transport holds more than its high-water mark (the
-        socket is not taking our bytes). Frames of this turn are not counted yet; they are at
-        most one turn's worth. Below the mark there is nothing to wait for, so no call."""
-        if self.writer.transport.get_write_buffer_size() > DRAIN_ABOVE:
+        """Back-pressure: wait while `must_drain`. Below the mark there is nothing to wait
+        for, so no call."""
+        if self.must_drain():
             await self.writer.drain()

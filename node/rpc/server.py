@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from node.rpc import wire
 from node.rpc.coalesce import CoalescingWriter
+from node.rpc.deadlines import DeadlineWheel
 from node.rpc.errors import ErrorCode, RpcError
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,8 @@ class RpcServer:
         self._methods: dict[str, _Method] = {}
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task] = set()
+        self._deadlines = DeadlineWheel(self._expire)
+        self._expired: set[asyncio.Task] = set()  # handlers cancelled by their deadline
         self.stats = {"requests": 0, "errors": 0, "wrong_uuid": 0, "malformed": 0}
 
     def register(self, method: str, request_type: type, handler: Handler) -> None:
@@ -58,8 +61,14 @@ class RpcServer:
         task = asyncio.current_task()
         self._conns.add(task)
         out = CoalescingWriter(writer)
-        inflight = asyncio.Semaphore(self.max_inflight)
         handlers: set[asyncio.Task] = set()
+        room = asyncio.Event()  # set when a handler finished and fewer than max_inflight run
+
+        def finished(t: asyncio.Task) -> None:
+            handlers.discard(t)
+            if len(handlers) < self.max_inflight:
+                room.set()
+
         buf = bytearray()
         try:
             while chunk := await reader.read(wire.READ_CHUNK):
@@ -73,10 +82,12 @@ class RpcServer:
                     await out.drain()
                     return
                 for data in frames:
-                    await inflight.acquire()  # back-pressure: stop reading while saturated
-                    t = asyncio.create_task(self._answer(data, out, inflight))
+                    while len(handlers) >= self.max_inflight:  # back-pressure: stop reading
+                        room.clear()
+                        await room.wait()
+                    t = asyncio.create_task(self._answer(data, out))
                     handlers.add(t)
-                    t.add_done_callback(handlers.discard)
+                    t.add_done_callback(finished)
             # EOF; a truncated last frame gets no answer
         except ConnectionError:
             pass  # peer went away or sent a truncated frame: nothing to answer
@@ -89,20 +100,31 @@ class RpcServer:
             writer.close()
             self._conns.discard(task)
 
-    async def _answer(self, data: bytes, out: CoalescingWriter,
-                      inflight: asyncio.Semaphore) -> None:
+    def _expire(self, task: asyncio.Task) -> None:
+        if not task.done():
+            self._expired.add(task)
+            task.cancel()
+
+    async def _answer(self, data: bytes, out: CoalescingWriter) -> None:
         call_id = 0
         try:
             try:
                 req = wire.decode_request(data)
                 call_id = req.call_id
                 handler, body = self._route(req)
+                task = asyncio.current_task()
+                key = self._deadlines.add(task, req.timeout_ms / 1000)
                 try:
-                    async with asyncio.timeout(req.timeout_ms / 1000):
-                        resp = wire.ok_response(call_id, await handler(body))
-                except TimeoutError:
+                    resp = wire.ok_response(call_id, await handler(body))
+                except asyncio.CancelledError:
+                    if task not in self._expired:
+                        raise  # the server is stopping or the connection closed
+                    task.uncancel()
                     raise RpcError(ErrorCode.DEADLINE_EXCEEDED,
                                    f"{req.method} took over {req.timeout_ms} ms") from None
+                finally:
+                    self._deadlines.remove(task, key)
+                    self._expired.discard(task)
             except RpcError as e:
                 self.stats["errors"] += 1
                 if e.code in (ErrorCode.MALFORMED, ErrorCode.UNSUPPORTED_VERSION):
@@ -117,8 +139,6 @@ class RpcServer:
                 await out.drain()
         except (ConnectionError, asyncio.CancelledError):
             pass
-        finally:
-            inflight.release()
 
     def _route(self, req: wire.Request) -> tuple[Handler, object]:
         """The handler and decoded body for `req`, or the RpcError that refuses it."""
