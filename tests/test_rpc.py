@@ -81,6 +81,63 @@ def test_refusals_say_whether_the_request_may_have_applied(method, body, to_uuid
     run(go())
 
 
+def test_the_server_cancels_a_handler_past_its_own_deadline():
+    """The request's deadline (timeout_ms) is enforced by the server itself, not only by the
+    calling client: a raw request whose deadline passes gets DEADLINE_EXCEEDED and its handler
+    is cancelled, within one bucket of the deadline."""
+    cancelled = asyncio.Event()
+
+    async def stuck(req: Echo) -> EchoReply:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return EchoReply("never")
+
+    async def go():
+        srv = RpcServer("srv-1")
+        srv.register("stuck", Echo, stuck)
+        host, port = await srv.start("127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection(host, port)
+        loop = asyncio.get_running_loop()
+        try:
+            started = loop.time()
+            writer.write(wire.frame(wire.Request(wire.WIRE_VERSION, 9, "stuck", 100, "srv-1",
+                                                 wire.encode_body(Echo("x")))))
+            (length,) = struct.unpack(">I", await reader.readexactly(4))
+            reply = wire.decode_response(await reader.readexactly(length))
+            took = loop.time() - started
+            assert reply.call_id == 9 and reply.code == ErrorCode.DEADLINE_EXCEEDED
+            assert cancelled.is_set()
+            assert 0.1 <= took < 5  # not before the deadline; bounded after it
+            assert not srv._expired  # nothing kept once answered
+        finally:
+            writer.close()
+            await srv.stop()
+    run(go())
+
+
+def test_calls_over_the_in_flight_limits_wait_and_all_complete():
+    """Back-pressure on both sides: a server running max_inflight_per_conn handlers stops
+    reading, and a client over its own limit waits to send; nothing is refused or lost."""
+    async def go():
+        srv, addr = await _server(max_inflight_per_conn=2)
+        cli = RpcClient(max_inflight_per_conn=3)
+        try:
+            calls = [cli.call(addr, "echo", Echo(f"m{i}", delay=0.02), EchoReply, to_uuid="srv-1",
+                              timeout=10) for i in range(12)]
+            replies = await asyncio.gather(*calls)
+            assert [r.text for r in replies] == [f"M{i}" for i in range(12)]
+            conn = next(iter(cli._conns.values()))
+            assert conn.pending == {}
+            assert all(not b for b in cli._deadlines._buckets.values())  # deadlines removed
+        finally:
+            await cli.close()
+            await srv.stop()
+    run(go())
+
+
 def test_connect_refused_is_definitely_not_delivered():
     async def go():
         s = socket.socket()
