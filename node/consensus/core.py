@@ -509,7 +509,7 @@ class RaftCore:
 
     def _release_reads_through(self, i: int) -> bool:
         """A quorum acknowledging read i's round also confirms every earlier read. Only the
-        reads rounds were sent for gather acks, so only they need counting, not every read
+        reads that rounds were sent for gather acks, so only they need counting, not every read
         waiting (hundreds, under load)."""
         if not quorum.has_quorum(self.active_config.voters(), self._reads[i].acks.__contains__):
             return False
