@@ -25,6 +25,9 @@ from node.wal import LogOptions
 FLAGS: dict[str, tuple[type, object, str]] = {
     "data-dir": (str, None, "data directory (instance, wals/, tablet-meta/, consensus-meta/, data/)"),
     "rpc-addr": (str, None, "HOST:PORT to serve RPC on (default port 7050 tserver, 7051 master)"),
+    "rpc-outbound-host": (str, "", "source address of outgoing RPC connections (empty: the "
+                                   "kernel picks); daemons that share a machine but each have an "
+                                   "address of their own can then be partitioned by address"),
     "http-port": (int, 0, "port of /metrics and /status on the RPC host (0: any free port)"),
     "masters": (str, "", "comma-separated master HOST:PORT list (for a master: all masters, "
                          "itself included; empty = a single master)"),
@@ -47,6 +50,9 @@ FLAGS: dict[str, tuple[type, object, str]] = {
     "follower-unavailable-considered-failed-sec": (float, 300.0, "masters: a tablet server "
                                                    "silent this long has failed, and each of its "
                                                    "replicas is replaced on another server"),
+    "catalog-manager-bg-task-wait-ms": (int, 1000, "masters: period of the catalog's background "
+                                                   "task, which re-sends tablet creations and "
+                                                   "deletes replicas the catalog deleted or evicted"),
     "log-level": (str, "INFO", "DEBUG, INFO, WARNING or ERROR"),
     "event-loop": (str, "auto", "asyncio, uvloop, or auto: uvloop when it is installed "
                                 "(the default install has it; docs/benchmarks.md measures both)"),
@@ -103,6 +109,8 @@ def resolve(args: argparse.Namespace) -> dict:
         raise ValueError("--clock-max-error-us must be >= 0")
     if values["raft-heartbeat-interval-ms"] % TICK_MS:
         raise ValueError(f"--raft-heartbeat-interval-ms must be a multiple of {TICK_MS}")
+    if values["catalog-manager-bg-task-wait-ms"] < 10:
+        raise ValueError("--catalog-manager-bg-task-wait-ms must be at least 10")
     _faults(values)  # refuses fault flags that are not unlocked
     return values
 
@@ -135,7 +143,9 @@ def build_options(values: dict, kind: str):
     )
     return ServerOptions(Path(values["data-dir"]), rpc[0], rpc[1], values["http-port"], masters,
                           values["heartbeat-interval-ms"], replica,
-                          values["follower-unavailable-considered-failed-sec"])
+                          values["follower-unavailable-considered-failed-sec"],
+                          values["catalog-manager-bg-task-wait-ms"],
+                          local_host=values["rpc-outbound-host"] or None)
 
 
 def run(args: argparse.Namespace) -> int:

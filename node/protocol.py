@@ -35,7 +35,12 @@ class CreateTablet(msgspec.Struct, frozen=True):
 
 
 class DeleteTablet(msgspec.Struct, frozen=True):
+    """Tombstone a replica. With `cas_config_index` (Kudu's
+    cas_config_opid_index_less_or_equal) the server refuses if the replica's committed config
+    is newer: an eviction decided on an old config cannot wipe a member that was re-added."""
+
     tablet_id: str
+    cas_config_index: int | None = None
 
 
 class Write(msgspec.Struct, frozen=True):

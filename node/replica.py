@@ -758,6 +758,11 @@ class Replica:
         """(term, voted for) as saved in the consensus metadata: what this replica promised."""
         return self.cmeta.current_term, self.cmeta.voted_for
 
+    @property
+    def committed_config_index(self) -> int:
+        """Opid index of the committed config: what a DeleteTablet's compare-and-set checks."""
+        return self.core.committed_config.opid_index
+
     def committed_terms(self, above: int) -> list[tuple[int, int]]:
         """(index, term) of each committed entry above `above` still in the in-memory log: what
         the simulator compares across replicas (state-machine safety)."""

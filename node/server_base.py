@@ -39,6 +39,8 @@ class ServerOptions:
     replica: ReplicaOptions = field(default_factory=ReplicaOptions)
     # masters: a tablet server silent this long has failed; its replicas are replaced
     follower_unavailable_considered_failed_sec: float = 300.0  # Kudu's default
+    # masters: period of the reconciler (re-sent creations, deletes of deleted or evicted replicas)
+    catalog_manager_bg_task_wait_ms: int = 1000  # Kudu's default
     seed: int | None = None  # every random choice of the server and its replicas (simulator)
     disk: Disk = REAL  # where the data dir lives: the simulator passes a SimDisk
     # Source address of outgoing connections (None: the kernel picks). The simulator's network

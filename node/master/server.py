@@ -5,7 +5,8 @@ The catalog is the ordinary tablet state machine (keys `table/<name>` and `table
 masters reuse the replica, WAL and Raft code of the tablet servers. Only the leader master
 mutates it, under one lock, in the multi-master seed's order: lock, check, replicate, commit,
 then send RPCs to tablet servers. A reconciler on the leader re-sends creations that have not
-been reported yet and deletes replicas that tablet servers report but the catalog no longer has.
+been reported yet and deletes replicas whose catalog record is deleted or whose config left them
+out (`_deletion` says which, and why a tablet the catalog never saw is left alone).
 
 On first start each master asks every other master for its UUID (they answer before they have a
 catalog) and all of them build the same initial config from the sorted UUIDs.
@@ -60,11 +61,11 @@ class _TServerState:
 class Master(ServerBase):
     kind = "master"
 
-    def __init__(self, opts: ServerOptions, *, unresponsive_after_s: float = 10.0,
-                 reconcile_interval_s: float = 2.0):
+    def __init__(self, opts: ServerOptions, *, unresponsive_after_s: float = 10.0):
         super().__init__(opts)
         self.unresponsive_after_s = unresponsive_after_s
-        self.reconcile_interval_s = reconcile_interval_s
+        self.reconcile_interval_s = opts.catalog_manager_bg_task_wait_ms / 1000
+        self._unknown_reported: set[str] = set()  # tablets reported with no catalog key, logged
         self.tservers: dict[str, _TServerState] = {}
         self._catalog_lock = asyncio.Lock()
         self._session: tuple[int, int] | None = None  # (term, session id) of our catalog session
@@ -311,12 +312,10 @@ class Master(ServerBase):
                 if rep.state in ("TOMBSTONED", "COPYING"):
                     continue
                 reported.setdefault(tid, set()).add(ts.peer.uuid)
-                record = data.get(f"tablet/{tid}")
-                if record is None or self._evicted(record, tid, ts.peer.uuid):
-                    # an orphan (its table is gone), or a replica removed from its config
-                    await _quietly(self.rpc_client.call(ts.peer.addr, "ts.delete_tablet",
-                                                        DeleteTablet(tid), Ack, to_uuid=ts.peer.uuid,
-                                                        timeout=5.0))
+                delete = self._deletion(data, tid, ts.peer.uuid)
+                if delete is not None:
+                    await _quietly(self.rpc_client.call(ts.peer.addr, "ts.delete_tablet", delete,
+                                                        Ack, to_uuid=ts.peer.uuid, timeout=5.0))
         for key, t in list(data.items()):
             # Replicas of the creation config are (re)created here; after a config change, the
             # leader brings new members in by tablet copy instead.
@@ -360,6 +359,28 @@ class Master(ServerBase):
             except RpcError as e:
                 log.info("re-replication: tablet %s: %s %s failed: %s", tid, change.op,
                          change.ts_uuid, e)
+
+    def _deletion(self, data: dict, tablet_id: str, ts_uuid: str) -> DeleteTablet | None:
+        """The DeleteTablet a reported replica earns, if any (multi-master seed, Appendix A):
+        - no catalog key at all: never deleted. Deleted records are kept forever (as None), so
+          a key never seen means this master is behind, e.g. a deposed leader that has not
+          noticed yet and is shown the tablets a newer leader created;
+        - a deleted record: deleted, with no guard, since a deletion is never undone;
+        - a replica the committed config left out: deleted only if its own committed config
+          is no newer than the one the catalog recorded, so a member re-added since survives."""
+        key = f"tablet/{tablet_id}"
+        if key not in data:
+            if tablet_id not in self._unknown_reported:
+                self._unknown_reported.add(tablet_id)
+                log.warning("tablet %s reported by %s has no catalog record; not deleting it "
+                            "(this master may be behind)", tablet_id, ts_uuid)
+            return None
+        record = data[key]
+        if record is None:
+            return DeleteTablet(tablet_id)
+        if self._evicted(record, tablet_id, ts_uuid):
+            return DeleteTablet(tablet_id, cas_config_index=record["config_index"])
+        return None
 
     def _evicted(self, record: dict, tablet_id: str, ts_uuid: str) -> bool:
         """The catalog follows a committed config change that left `ts_uuid` out, and the

@@ -56,6 +56,7 @@ EIO_RATE = (0.05, 1.0)
 SLOW_FSYNC_S = (0.02, 0.5)
 DISK_CLEAR_P = 0.35  # while a disk fault is on, the chance the next fault clears one instead
 FAILED_AFTER_S = 5.0  # masters re-replicate a silent server's replicas after this (fast, as CI)
+RECONCILE_MS = 2000  # masters' background task period (Kudu: 1000)
 
 
 _SKIPPED = object()  # a nemesis event that did not apply
@@ -167,6 +168,8 @@ class StackSim:
             rpc_port=MASTER_PORT if master else TSERVER_PORT,
             masters=[(m, MASTER_PORT) for m in self.masters], replica=replica,
             follower_unavailable_considered_failed_sec=FAILED_AFTER_S,
+            # the reconciler's period when the recorded seeds (tests, replays) were found
+            catalog_manager_bg_task_wait_ms=RECONCILE_MS,
             seed=self.rng.getrandbits(64), disk=self.disks[host], local_host=host)
 
     def _boot(self, host: str) -> None:

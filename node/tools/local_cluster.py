@@ -1,5 +1,7 @@
 """A development cluster of real daemons on 127.0.0.1: masters and tablet servers as separate
-processes, each with its own data dir, log file and pid file under one directory.
+processes, each with its own data dir, log file and pid file under one directory. With
+`own_addresses`, daemon N listens on and sends from 127.0.0.(10+N) instead, so a test in a
+network namespace of its own can partition daemons from each other by address.
 
 The directory's `cluster.json` records every daemon's address and pid, so `down` (or a test's
 teardown) stops exactly the processes `up` started, by pid.
@@ -36,10 +38,11 @@ class Daemon:
     kind: str  # master | tserver
     port: int
     pid: int = 0
+    host: str = "127.0.0.1"
 
     @property
     def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
 
 @dataclass
@@ -49,6 +52,7 @@ class LocalCluster:
     tservers: int = 3
     flags: list[str] = field(default_factory=list)  # extra daemon flags, e.g. fsync off
     daemons: dict[str, Daemon] = field(default_factory=dict)
+    own_addresses: bool = False
 
     @classmethod
     def load(cls, root: Path) -> LocalCluster:
@@ -56,12 +60,14 @@ class LocalCluster:
             doc = json.loads((Path(root) / "cluster.json").read_text())
         except FileNotFoundError:
             raise LocalClusterError(f"no local cluster in {root} (run `tessera local-cluster up`)") from None
-        c = cls(Path(root), doc["masters"], doc["tservers"], doc["flags"])
+        c = cls(Path(root), doc["masters"], doc["tservers"], doc["flags"],
+                own_addresses=doc.get("own_addresses", False))
         c.daemons = {d["name"]: Daemon(**d) for d in doc["daemons"]}
         return c
 
     def save(self) -> None:
         doc = {"masters": self.masters, "tservers": self.tservers, "flags": self.flags,
+               "own_addresses": self.own_addresses,
                "daemons": [asdict(d) for d in self.daemons.values()]}
         tmp = self.root / "cluster.json.tmp"
         tmp.write_text(json.dumps(doc, indent=1))
@@ -69,17 +75,20 @@ class LocalCluster:
 
     @property
     def master_addrs(self) -> list[tuple[str, int]]:
-        return [("127.0.0.1", d.port) for d in self.daemons.values() if d.kind == "master"]
+        return [(d.host, d.port) for d in self.daemons.values() if d.kind == "master"]
 
     def up(self, timeout: float = 30.0) -> None:
         if self.masters not in (1, 3, 5) or not 1 <= self.tservers <= 20:
             raise LocalClusterError("--masters must be 1, 3 or 5 and --tservers 1..20")
         self.root.mkdir(parents=True, exist_ok=True)
         if not self.daemons:
-            for i in range(1, self.masters + 1):
-                self.daemons[f"m{i}"] = Daemon(f"m{i}", "master", free_port())
-            for i in range(1, self.tservers + 1):
-                self.daemons[f"t{i}"] = Daemon(f"t{i}", "tserver", free_port())
+            kinds = [("m", "master")] * self.masters + [("t", "tserver")] * self.tservers
+            counts = {"m": 0, "t": 0}
+            for n, (prefix, kind) in enumerate(kinds, start=1):
+                counts[prefix] += 1
+                host = f"127.0.0.{10 + n}" if self.own_addresses else "127.0.0.1"
+                self.daemons[f"{prefix}{counts[prefix]}"] = Daemon(f"{prefix}{counts[prefix]}",
+                                                                   kind, free_port(), host=host)
         for name in self.daemons:
             if not self.alive(name):
                 self.start(name)
@@ -87,9 +96,10 @@ class LocalCluster:
         self.wait_ready(timeout)
 
     def _argv(self, d: Daemon) -> list[str]:
-        masters = ",".join(f"127.0.0.1:{m.port}" for m in self.daemons.values() if m.kind == "master")
+        masters = ",".join(m.addr for m in self.daemons.values() if m.kind == "master")
+        own = ["--rpc-outbound-host", d.host] if self.own_addresses else []
         return [sys.executable, "-m", "harness.cli", d.kind, "--data-dir", str(self.root / d.name),
-                "--rpc-addr", d.addr, "--masters", masters, *self.flags]
+                "--rpc-addr", d.addr, "--masters", masters, *own, *self.flags]
 
     def start(self, name: str) -> None:
         d = self.daemons[name]
@@ -129,6 +139,7 @@ class LocalCluster:
     def down(self, timeout: float = 10.0) -> None:
         for name in self.daemons:
             self.signal(name, signal.SIGTERM)
+            self.signal(name, signal.SIGCONT)  # a paused daemon acts on the SIGTERM only now
         deadline = time.monotonic() + timeout
         for name, d in self.daemons.items():
             while self.alive(name) and time.monotonic() < deadline:
@@ -152,7 +163,7 @@ class LocalCluster:
                 if d.kind != "tserver" or name in exclude or not self.alive(name):
                     continue
                 try:
-                    st = await rpc.call(("127.0.0.1", d.port), "ts.status", Empty(), ServerStatus,
+                    st = await rpc.call((d.host, d.port), "ts.status", Empty(), ServerStatus,
                                         to_uuid="", timeout=1)
                 except Exception:
                     continue
@@ -172,7 +183,7 @@ class LocalCluster:
 
         async def check() -> bool:
             for name, d in self.daemons.items():
-                if self.alive(name) and not _listening(d.port):
+                if self.alive(name) and not _listening(d.host, d.port):
                     return False
             c = TesseraClient(self.master_addrs, timeout=2.0)
             try:
@@ -200,9 +211,9 @@ class LocalCluster:
         raise LocalClusterError(f"cluster not ready after {timeout}s (see {self.root}/*.log)")
 
 
-def _listening(port: int) -> bool:
+def _listening(host: str, port: int) -> bool:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        with socket.create_connection((host, port), timeout=0.5):
             return True
     except OSError:
         return False

@@ -117,7 +117,7 @@ class TabletService:
         return Ack(await self.tablets.create(req.tablet_id, req.table_name, req.partition, config))
 
     async def on_delete_tablet(self, req: DeleteTablet) -> Ack:
-        return Ack(await self.tablets.delete(req.tablet_id))
+        return Ack(await self.tablets.delete(req.tablet_id, req.cas_config_index))
 
     # -- writes and reads ---------------------------------------------------------------------
     async def on_write(self, req: Write) -> OpResult:

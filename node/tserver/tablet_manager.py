@@ -163,10 +163,11 @@ class TabletManager:
                                      config_text(config))
             return True
 
-    async def delete(self, tablet_id: str) -> bool:
+    async def delete(self, tablet_id: str, cas_config_index: int | None = None) -> bool:
         """Tombstone: the data and WAL go, the consensus metadata stays so the replica can never
         vote twice in a term; the last logged OpId is kept in the superblock. True if the
-        tablet is a tombstone now."""
+        tablet is a tombstone now. With `cas_config_index`, a running replica whose committed
+        config is newer than that index is refused (ILLEGAL_STATE) and left as it is."""
         async with self.lock:
             e = self.entries.get(tablet_id)
             if e is not None and e.stored == TabletState.FAILED:
@@ -174,6 +175,14 @@ class TabletManager:
                 return False
             if e is None or e.stored != TabletState.RUNNING:
                 return e is not None and e.stored == TabletState.TOMBSTONED
+            committed = e.replica.committed_config_index
+            if cas_config_index is not None and committed > cas_config_index:
+                self.log(tablet_id).warning(
+                    "delete refused: committed config index %d is newer than the caller's %d",
+                    committed, cas_config_index)
+                raise RpcError(ErrorCode.ILLEGAL_STATE,
+                               f"tablet {tablet_id}: delete refused, committed config index "
+                               f"{committed} > {cas_config_index} (the replica was re-added)")
             await self._tombstone(e)
             return True
 
