@@ -30,13 +30,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("reports.checkers.cli", "check a history (linearizability, Elle anomalies, bank, set)"),
     "analyze": ("reports.analyze", "check stored runs with Spark; write results, HTML reports and the store index"),
     "sim": ("node.sim.cli", "run the deterministic Raft cluster simulator"),
-    "tserver": ("node.tserver.cli", "run a tablet server daemon"),
+    "tserver": ("node.tserver.cli", "run a tablet server daemon; 'tserver list': the live tablet servers"),
     "serve": ("reports.serve", "serve the store's reports over HTTP for browsing (loopback by default)"),
-    "master": ("node.master.cli", "run a master daemon (the Raft-replicated catalog)"),
+    "master": ("node.master.cli", "run a master daemon (the Raft-replicated catalog); 'master list': roles and terms"),
     "local-cluster": ("node.tools.local_cluster_cli", "run masters and tablet servers as local processes"),
     "ksck": ("node.tools.ksck", "check tablets' replica health; --checksum-scan compares their rows"),
     "kv": ("node.client.kv_cli", "get, put, cas or append keys of a table"),
     "table": ("node.client.table_cli", "create, delete, list tables or show their locations"),
+    "tablet": ("node.tools.tablet_cli", "add, remove or move a tablet's replica; make its leader step down"),
 }
 
 

@@ -1,4 +1,5 @@
-"""`tessera kv ...` and `tessera table ...`: the client from the command line.
+"""`tessera kv ...` and `tessera table ...`: the client from the command line (the operator
+tools in node/tools/admin.py share its options and error handling).
 
 Masters come from --masters, else $TESSERA_MASTERS, else the local cluster's cluster.json.
 Values are JSON (`tessera kv put k '[1,2]'`); a bare word is taken as a string.
@@ -13,7 +14,7 @@ import os
 import sys
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def common_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--masters", default=os.environ.get("TESSERA_MASTERS", ""),
                    help="comma-separated master HOST:PORT list (default: $TESSERA_MASTERS or "
                         "the local cluster)")
@@ -38,7 +39,7 @@ def _value(text: str):
 
 
 def configure_kv(p: argparse.ArgumentParser) -> None:
-    _common(p)
+    common_options(p)
     p.add_argument("--table", default="kv", help="table (default kv)")
     sub = p.add_subparsers(dest="verb", required=True)
     sub.add_parser("get", help="read a key").add_argument("key")
@@ -55,7 +56,7 @@ def configure_kv(p: argparse.ArgumentParser) -> None:
 
 
 def configure_table(p: argparse.ArgumentParser) -> None:
-    _common(p)
+    common_options(p)
     sub = p.add_subparsers(dest="verb", required=True)
     c = sub.add_parser("create", help="create a table")
     c.add_argument("name")
@@ -65,13 +66,6 @@ def configure_table(p: argparse.ArgumentParser) -> None:
     sub.add_parser("list", help="list tables")
     sub.add_parser("locations", help="show where a table's tablets live (UUID@HOST:PORT, * = "
                                      "leader)").add_argument("name")
-    for verb, what in (("add-replica", "add a replica of TABLET on tablet server TS_UUID (copied "
-                                       "from the leader, a voter once caught up)"),
-                       ("remove-replica", "remove the replica of TABLET on TS_UUID (it is "
-                                          "tombstoned)")):
-        r = sub.add_parser(verb, help=what)
-        r.add_argument("tablet", metavar="TABLET")
-        r.add_argument("ts_uuid", metavar="TS_UUID")
 
 
 async def _kv(args, client) -> int:
@@ -97,10 +91,6 @@ async def _table(args, client) -> int:
     elif args.verb == "list":
         for name in await client.list_tables():
             print(name)
-    elif args.verb in ("add-replica", "remove-replica"):
-        config = await client.change_replica(args.tablet, args.verb.split("-")[0], args.ts_uuid)
-        members = " ".join(f"{uuid}:{kind}" for uuid, kind in config.members)
-        print(f"config {config.opid_index}: {members}")
     else:
         locs = await client.locations(args.name)
         for t in locs.tablets:
@@ -110,7 +100,7 @@ async def _table(args, client) -> int:
     return 0
 
 
-def _run(args, body) -> int:
+def run_with_client(args, body) -> int:
     from node.client import TesseraClient
     from node.errors import TesseraError
     from node.rpc import RpcError
@@ -130,8 +120,8 @@ def _run(args, body) -> int:
 
 
 def run_kv(args) -> int:
-    return _run(args, _kv)
+    return run_with_client(args, _kv)
 
 
 def run_table(args) -> int:
-    return _run(args, _table)
+    return run_with_client(args, _table)

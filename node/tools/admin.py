@@ -1,0 +1,164 @@
+"""Kudu's operator tools for a running cluster: `tessera master list`, `tessera tserver list` and
+`tessera tablet add-replica | remove-replica | move-replica | leader-step-down`.
+
+They speak the same RPCs as the daemons and the client (master.info, ts.status,
+master.change_replica, ts.leader_step_down); masters come from --masters, $TESSERA_MASTERS or the
+local cluster, as for `tessera table`. Exit 0 done, 1 refused or failed (the reason on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from node.client.cli import common_options, run_with_client
+from node.errors import TesseraError
+from node.protocol import Ack, Empty, LeaderStepDown, MasterInfo, Peer, ServerStatus, TabletReport
+from node.rpc import RpcError
+
+MOVE_TIMEOUT_S = 300.0  # how long move-replica waits for the new replica to become a voter
+
+
+class AdminError(TesseraError):
+    pass
+
+
+# -- master list / tserver list -------------------------------------------------------------
+def configure_list(sub: argparse._SubParsersAction, kind: str) -> None:
+    what = ("every master: address, UUID, role, term and whether it answers" if kind == "master"
+            else "every tablet server the leader master sees: address, UUID, liveness, "
+                 "tablets and tablet leaders")
+    common_options(sub.add_parser("list", help=what, description=what))
+
+
+async def _ask(client, addr: tuple[str, int], method: str, reply: type):
+    try:
+        return await client.rpc.call(addr, method, Empty(), reply, to_uuid="", timeout=client.timeout)
+    except RpcError as e:
+        return e
+
+
+async def list_masters(args, client) -> int:
+    answers = await asyncio.gather(*(_ask(client, a, "master.info", MasterInfo)
+                                     for a in client.masters))
+    print("ADDRESS\tUUID\tROLE\tTERM\tLIVE")
+    for (host, port), info in zip(client.masters, answers, strict=True):
+        if isinstance(info, RpcError):
+            print(f"{host}:{port}\t-\t-\t-\tno ({info.code.name})")
+        else:
+            print(f"{host}:{port}\t{info.uuid}\t{info.role}\t{info.term}\tyes")
+    return 0 if all(not isinstance(a, RpcError) for a in answers) else 1
+
+
+async def _leader_info(client) -> MasterInfo:
+    answers = await asyncio.gather(*(_ask(client, a, "master.info", MasterInfo)
+                                     for a in client.masters))
+    leaders = [a for a in answers if isinstance(a, MasterInfo) and a.role == "LEADER"]
+    if not leaders:
+        raise AdminError("no leader master answered")
+    return max(leaders, key=lambda i: i.term)
+
+
+async def list_tservers(args, client) -> int:
+    servers = (await _leader_info(client)).tservers
+    answers = await asyncio.gather(*(_ask(client, p.addr, "ts.status", ServerStatus)
+                                     for p in servers))
+    print("ADDRESS\tUUID\tLIVE\tTABLETS\tLEADERS")
+    for p, st in sorted(zip(servers, answers, strict=True), key=lambda x: x[0].uuid):
+        if isinstance(st, RpcError):
+            print(f"{p.host}:{p.port}\t{p.uuid}\tno ({st.code.name})\t-\t-")
+            continue
+        running = [t for t in st.tablets if t.state == "RUNNING"]
+        leaders = sum(t.role == "LEADER" for t in running)
+        print(f"{p.host}:{p.port}\t{p.uuid}\tyes\t{len(running)}\t{leaders}")
+    return 0 if all(not isinstance(a, RpcError) for a in answers) else 1
+
+
+# -- tablet ----------------------------------------------------------------------------------
+def configure_tablet(p: argparse.ArgumentParser) -> None:
+    common_options(p)
+    sub = p.add_subparsers(dest="verb", required=True)
+    for verb, what in (("add-replica", "add a replica of TABLET on tablet server TS_UUID (copied "
+                                       "from the leader, a voter once caught up)"),
+                       ("remove-replica", "remove the replica of TABLET on TS_UUID (the master "
+                                          "tombstones it)")):
+        r = sub.add_parser(verb, help=what, description=what)
+        r.add_argument("tablet", metavar="TABLET")
+        r.add_argument("ts_uuid", metavar="TS_UUID")
+    what = ("move the replica of TABLET from tablet server FROM to TO: add TO, wait until it is "
+            "a voter, then remove FROM (Kudu's move_replica, one command)")
+    m = sub.add_parser("move-replica", help=what, description=what)
+    m.add_argument("tablet", metavar="TABLET")
+    m.add_argument("source", metavar="FROM", help="UUID of the tablet server to move off")
+    m.add_argument("dest", metavar="TO", help="UUID of the tablet server to move to")
+    what = ("make TABLET's leader step down; with --new-leader, hand leadership to that voter "
+            "(a graceful transfer), else the others elect after a timeout")
+    s = sub.add_parser("leader-step-down", help=what, description=what)
+    s.add_argument("tablet", metavar="TABLET")
+    s.add_argument("--new-leader", metavar="TS_UUID", help="the voter to hand leadership to")
+
+
+async def _reports(client, tablet: str) -> dict[str, tuple[Peer, TabletReport | None]]:
+    """uuid -> (server, its report of `tablet` or None) for every live tablet server."""
+    servers = (await _leader_info(client)).tservers
+    answers = await asyncio.gather(*(_ask(client, p.addr, "ts.status", ServerStatus)
+                                     for p in servers))
+    return {p.uuid: (p, next((t for t in st.tablets if t.tablet_id == tablet), None))
+            for p, st in zip(servers, answers, strict=True) if not isinstance(st, RpcError)}
+
+
+def _print_config(config) -> None:
+    members = " ".join(f"{uuid}:{kind}" for uuid, kind in config.members)
+    print(f"config {config.opid_index}: {members}")
+
+
+async def tablet(args, client) -> int:
+    if args.verb in ("add-replica", "remove-replica"):
+        _print_config(await client.change_replica(args.tablet, args.verb.split("-")[0],
+                                                  args.ts_uuid))
+        return 0
+    if args.verb == "leader-step-down":
+        return await _step_down(args, client)
+    return await _move(args, client)
+
+
+async def _step_down(args, client) -> int:
+    leaders = [(p, r) for p, r in (await _reports(client, args.tablet)).values()
+               if r is not None and r.role == "LEADER"]
+    if not leaders:
+        raise AdminError(f"tablet {args.tablet}: no live server reports leading it")
+    peer, rep = max(leaders, key=lambda x: x[1].term)
+    await client.rpc.call(peer.addr, "ts.leader_step_down",
+                          LeaderStepDown(args.tablet, args.new_leader), Ack, to_uuid=peer.uuid,
+                          timeout=client.timeout)
+    target = f", handing over to {args.new_leader}" if args.new_leader else ""
+    print(f"tablet {args.tablet}: leader {peer.uuid} (term {rep.term}) stepped down{target}")
+    return 0
+
+
+async def _move(args, client) -> int:
+    if args.source == args.dest:
+        raise ValueError("FROM and TO are the same server")
+    _print_config(await client.change_replica(args.tablet, "add", args.dest))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + MOVE_TIMEOUT_S
+    print(f"waiting for {args.dest} to be copied and promoted to voter", flush=True)
+    while True:
+        reports = await _reports(client, args.tablet)
+        mine = reports.get(args.dest, (None, None))[1]
+        if mine is not None and mine.state == "RUNNING" and [args.dest, "VOTER"] in mine.committed_config:
+            break
+        if loop.time() > deadline:
+            raise AdminError(f"{args.dest} did not become a voter of {args.tablet} within "
+                             f"{MOVE_TIMEOUT_S:g}s; {args.source} was not removed")
+        await asyncio.sleep(0.5)
+    _print_config(await client.change_replica(args.tablet, "remove", args.source))
+    return 0
+
+
+def run_tablet(args) -> int:
+    return run_with_client(args, tablet)
+
+
+def run_list(args, kind: str) -> int:
+    return run_with_client(args, list_masters if kind == "master" else list_tservers)

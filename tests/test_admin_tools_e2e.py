@@ -1,0 +1,132 @@
+"""The operator tools (`tessera master list`, `tserver list`, `tablet leader-step-down`,
+`tablet move-replica`) as an operator runs them: the real CLI against a real local cluster."""
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from node.client import TesseraClient
+from node.protocol import Empty, ServerStatus
+from node.tools.local_cluster import LocalCluster, free_port
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LocalCluster(tmp_path_factory.mktemp("admin") / "lc", masters=3, tservers=4)
+    c.up(timeout=90)
+    yield c
+    c.down()
+
+
+def tessera(cluster, *args, masters=None):
+    env = {**os.environ, "TESSERA_MASTERS": masters or ",".join(
+        f"{h}:{p}" for h, p in cluster.master_addrs)}
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=400, stdin=subprocess.DEVNULL)
+
+
+async def _reports(cluster, tablet):
+    """uuid -> that server's report of `tablet` (None if it has no replica)."""
+    client = TesseraClient(cluster.master_addrs)
+    out = {}
+    try:
+        for d in cluster.daemons.values():
+            if d.kind == "tserver":
+                st = await client.rpc.call((d.host, d.port), "ts.status", Empty(), ServerStatus,
+                                           to_uuid="", timeout=5)
+                out[st.uuid] = next((t for t in st.tablets if t.tablet_id == tablet), None)
+    finally:
+        await client.close()
+    return out
+
+
+def _until(check, what, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _table(cluster):
+    async def go():
+        client = TesseraClient(cluster.master_addrs, timeout=30)
+        locs = await client.create_table("t", num_tablets=1, replication_factor=3)
+        for i in range(100):
+            await client.table("t").write(f"k{i}", i)
+        await client.close()
+        return locs.tablets[0].tablet_id
+    return asyncio.run(go())
+
+
+def _read_all(cluster):
+    async def go():
+        client = TesseraClient(cluster.master_addrs, timeout=30)
+        values = [await client.table("t").read(f"k{i}") for i in range(100)]
+        await client.close()
+        return values
+    return asyncio.run(go())
+
+
+def test_master_and_tserver_list(cluster):
+    out = tessera(cluster, "master", "list")
+    assert out.returncode == 0, out.stderr
+    rows = [line.split("\t") for line in out.stdout.splitlines()[1:]]
+    assert len(rows) == 3 and all(r[4] == "yes" for r in rows)
+    assert [r[2] for r in rows].count("LEADER") == 1
+
+    out = tessera(cluster, "tserver", "list")
+    assert out.returncode == 0, out.stderr
+    rows = [line.split("\t") for line in out.stdout.splitlines()[1:]]
+    assert len(rows) == 4 and all(r[2] == "yes" for r in rows)
+
+    # An unreachable master is listed as such, and the listing exits 1.
+    addrs = ",".join(f"{h}:{p}" for h, p in cluster.master_addrs) + f",127.0.0.1:{free_port()}"
+    out = tessera(cluster, "master", "list", "--timeout", "2", masters=addrs)
+    assert out.returncode == 1
+    assert out.stdout.count("\tyes") == 3 and "\tno (" in out.stdout
+
+
+def test_leader_step_down_and_move_replica(cluster):
+    tablet = _table(cluster)
+    reps = asyncio.run(_reports(cluster, tablet))
+    leader = next(u for u, r in reps.items() if r is not None and r.role == "LEADER")
+    follower = next(u for u, r in reps.items() if r is not None and r.role == "FOLLOWER")
+    spare = next(u for u, r in reps.items() if r is None)
+
+    out = tessera(cluster, "tablet", "leader-step-down", tablet, "--new-leader", follower)
+    assert out.returncode == 0, out.stderr
+    assert f"leader {leader}" in out.stdout
+
+    def new_leader():
+        r = asyncio.run(_reports(cluster, tablet))[follower]
+        return r is not None and r.role == "LEADER"
+    _until(new_leader, "the named follower to take over")
+
+    # Move the old leader's replica (now a follower) to the spare server.
+    members = {u for u, r in reps.items() if r is not None}
+    out = tessera(cluster, "tablet", "move-replica", tablet, leader, spare)
+    assert out.returncode == 0, out.stderr
+    reps = asyncio.run(_reports(cluster, tablet))
+    config = next(r for r in reps.values() if r is not None and r.role == "LEADER").committed_config
+    assert sorted(config) == sorted([u, "VOTER"] for u in members - {leader} | {spare})
+    assert _read_all(cluster) == list(range(100))
+
+
+def test_bad_requests_fail_with_a_reason(cluster):
+    out = tessera(cluster, "tablet", "move-replica", "some-tablet", "a", "a")
+    assert out.returncode == 1 and "same server" in out.stderr
+    out = tessera(cluster, "tablet", "leader-step-down", "no-such-tablet")
+    assert out.returncode == 1 and "no live server reports leading it" in out.stderr
+    out = tessera(cluster, "tablet", "frobnicate")
+    assert out.returncode == 2 and "invalid choice" in out.stderr
