@@ -129,6 +129,14 @@ class TabletName(msgspec.Struct, frozen=True):
     tablet_id: str
 
 
+class UnsafeChangeConfig(msgspec.Struct, frozen=True):
+    """Kudu's UnsafeChangeConfig (seed 03's recovery after a majority is lost): the replica
+    here appends a config of just `voters` as a new config entry."""
+
+    tablet_id: str
+    voters: list[str]
+
+
 class LeaderStepDown(msgspec.Struct, frozen=True):
     """Kudu's LeaderStepDown: with `new_leader`, a graceful transfer (the leader brings it up to
     date, then tells it to campaign at once); without, the leader steps down abruptly and the

@@ -653,6 +653,15 @@ class Replica:
         else:
             await self._submit(lambda: self.core.transfer_leadership(new_leader), want_result=True)
 
+    async def unsafe_change_config(self, voters: tuple[str, ...]) -> int:
+        """The core's unsafe_change_config (an operator's last resort); returns the new config's
+        index. Raises the core's InvalidChange."""
+        if self.failed:
+            raise ReplicaError(f"replica failed: {self.failed}")
+        self.log.warning("UNSAFE config change to voters %s, requested by an operator",
+                         ", ".join(voters))
+        return await self._submit(lambda: self.core.unsafe_change_config(voters), want_result=True)
+
     async def copy_source(self) -> tuple[Snapshot, RaftConfig, int]:
         """(state at the applied index, the committed config, the term) for a tablet copy. The
         config must not be newer than the snapshot, so wait until it is applied."""

@@ -3,6 +3,7 @@
 
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -34,12 +35,12 @@ def tessera(cluster, *args, masters=None):
 
 
 async def _reports(cluster, tablet):
-    """uuid -> that server's report of `tablet` (None if it has no replica)."""
+    """uuid -> that live server's report of `tablet` (None if it has no replica)."""
     client = TesseraClient(cluster.master_addrs)
     out = {}
     try:
         for d in cluster.daemons.values():
-            if d.kind == "tserver":
+            if d.kind == "tserver" and cluster.alive(d.name):
                 st = await client.rpc.call((d.host, d.port), "ts.status", Empty(), ServerStatus,
                                            to_uuid="", timeout=5)
                 out[st.uuid] = next((t for t in st.tablets if t.tablet_id == tablet), None)
@@ -130,3 +131,49 @@ def test_bad_requests_fail_with_a_reason(cluster):
     assert out.returncode == 1 and "no live server reports leading it" in out.stderr
     out = tessera(cluster, "tablet", "frobnicate")
     assert out.returncode == 2 and "invalid choice" in out.stderr
+
+
+def test_unsafe_change_config_recovers_a_tablet_whose_majority_was_destroyed(tmp_path):
+    c = LocalCluster(tmp_path / "lc", masters=1, tservers=3)
+    c.up(timeout=90)
+    try:
+        tablet = _table(c)
+        reps = asyncio.run(_reports(c, tablet))
+        leader = next(u for u, r in reps.items() if r.role == "LEADER")
+        commit = reps[leader].commit
+        survivor = next(u for u, r in reps.items() if r.role == "FOLLOWER")
+        _until(lambda: asyncio.run(_reports(c, tablet))[survivor].applied >= commit,
+               "the survivor to apply every write")
+        # Two of three replicas destroyed: processes killed, disks wiped.
+        names = {asyncio.run(_status_uuid(c, n)): n for n, d in c.daemons.items()
+                 if d.kind == "tserver"}
+        for uuid, name in names.items():
+            if uuid != survivor:
+                c.kill(name)
+                shutil.rmtree(c.root / name)
+
+        refused = tessera(c, "tablet", "unsafe-change-config", tablet, "--voters", survivor)
+        assert refused.returncode == 1 and "Rerun with --force" in refused.stderr
+        assert len(asyncio.run(_reports(c, tablet))[survivor].config) == 3  # nothing changed
+
+        out = tessera(c, "tablet", "unsafe-change-config", tablet, "--voters", survivor, "--force")
+        assert out.returncode == 0, out.stderr
+
+        def leads_alone():
+            r = asyncio.run(_reports(c, tablet))[survivor]
+            return r.role == "LEADER" and r.committed_config == [[survivor, "VOTER"]]
+        _until(leads_alone, "the survivor to lead a config of one")
+        assert _read_all(c) == list(range(100))  # every acknowledged write is still there
+    finally:
+        c.down()
+
+
+async def _status_uuid(cluster, name):
+    d = cluster.daemons[name]
+    client = TesseraClient(cluster.master_addrs)
+    try:
+        st = await client.rpc.call((d.host, d.port), "ts.status", Empty(), ServerStatus,
+                                   to_uuid="", timeout=5)
+    finally:
+        await client.close()
+    return st.uuid

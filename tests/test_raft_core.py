@@ -12,6 +12,7 @@ from node.consensus import (
     CoreConfig,
     HardState,
     Heartbeat,
+    InvalidChange,
     Member,
     MemberType,
     Message,
@@ -285,3 +286,27 @@ def test_config_entries_take_effect_when_appended_and_roll_back_when_truncated()
     drain(core)
     core.step(AppendEntries(2, "n3", "n2", 1, 1, (Entry(2, 2, EntryType.NO_OP),), commit=0))
     assert core.active_config == CONFIG3
+
+
+def test_unsafe_change_config_lets_the_survivor_of_a_lost_majority_lead_alone():
+    c = elected()
+    c.do("n1", "propose", b"before")
+    c.stabilize()
+    committed = c.core("n2").commit
+    c.crash("n1")
+    c.crash("n3")  # the majority is gone for good
+    core = c.core("n2")
+    with pytest.raises(InvalidChange):
+        c.do("n2", "unsafe_change_config", ("n1", "n3"))  # we must be a voter of it
+    with pytest.raises(InvalidChange):
+        c.do("n2", "unsafe_change_config", ("n2", "n2"))
+    last = core.log.last_index()
+    index = c.do("n2", "unsafe_change_config", ("n2",))
+    assert index == last + 1 and core.log.term_at(index) == core.term
+    assert core.active_config.voters() == ["n2"] and core.committed_config == CONFIG3
+    c.tick("n2", 100)  # a lone voter elects itself and commits its config
+    c.stabilize()
+    assert core.role == Role.LEADER and core.committed_config.voters() == ["n2"]
+    assert core.committed_config.opid_index == index and core.commit > index >= committed
+    with pytest.raises(InvalidChange):
+        c.do("n2", "unsafe_change_config", ("n2",))  # a leader changes its config the safe way

@@ -39,6 +39,7 @@ from .types import (
     HardState,
     InvalidChange,
     Member,
+    MemberType,
     NotLeader,
     PeerStatus,
     PersistedState,
@@ -266,6 +267,22 @@ class RaftCore:
             EntryType.CONFIG_CHANGE,
             encode_config(RaftConfig(opid_index=index, members=new_config)),
         )
+
+    def unsafe_change_config(self, voters: tuple[str, ...]) -> int:
+        """Seed 03's manual recovery after a majority is lost for good (Kudu's
+        UnsafeChangeConfig): append a config of just `voters` at the next index in our term, as
+        a leader would have sent it, so the survivors can elect a leader among themselves.
+        Unsafe: what only the lost replicas held is gone. Refused while we lead, and unless we
+        are one of `voters`."""
+        self._check_idle()
+        if self.role == Role.LEADER:
+            raise InvalidChange("this replica leads: change its config the safe way")
+        if not voters or len(set(voters)) != len(voters) or self.id not in voters:
+            raise InvalidChange(f"voters must be distinct and include this replica ({self.id})")
+        index = self.log.last_index() + 1
+        members = tuple(Member(u, MemberType.VOTER) for u in voters)
+        return self._append(EntryType.CONFIG_CHANGE,
+                            encode_config(RaftConfig(opid_index=index, members=members)))
 
     def _check_change_allowed(self) -> None:
         confchange.check_allowed(bool(self._pending_configs), self.log.term_at(self.commit), self.term)

@@ -1,5 +1,6 @@
 """Kudu's operator tools for a running cluster: `tessera master list`, `tessera tserver list` and
-`tessera tablet add-replica | remove-replica | move-replica | leader-step-down`.
+`tessera tablet add-replica | remove-replica | move-replica | leader-step-down |
+unsafe-change-config`.
 
 They speak the same RPCs as the daemons and the client (master.info, ts.status,
 master.change_replica, ts.leader_step_down); masters come from --masters, $TESSERA_MASTERS or the
@@ -10,10 +11,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 
 from node.client.cli import common_options, run_with_client
 from node.errors import TesseraError
-from node.protocol import Ack, Empty, LeaderStepDown, MasterInfo, Peer, ServerStatus, TabletReport
+from node.protocol import (
+    Ack,
+    ConfigState,
+    Empty,
+    LeaderStepDown,
+    MasterInfo,
+    Peer,
+    ServerStatus,
+    TabletReport,
+    UnsafeChangeConfig,
+)
 from node.rpc import RpcError
 
 MOVE_TIMEOUT_S = 300.0  # how long move-replica waits for the new replica to become a voter
@@ -96,6 +108,16 @@ def configure_tablet(p: argparse.ArgumentParser) -> None:
     s = sub.add_parser("leader-step-down", help=what, description=what)
     s.add_argument("tablet", metavar="TABLET")
     s.add_argument("--new-leader", metavar="TS_UUID", help="the voter to hand leadership to")
+    what = ("seed 03's last resort when a majority of TABLET's voters is lost for good: each "
+            "surviving replica named in --voters appends a config of just those voters as a new "
+            "config entry, so they can elect a leader. Writes only the lost replicas held are "
+            "lost for good; refused without --force")
+    u = sub.add_parser("unsafe-change-config", help="recover a tablet whose majority is lost "
+                                                    "(refused without --force)", description=what)
+    u.add_argument("tablet", metavar="TABLET")
+    u.add_argument("--voters", required=True, metavar="UUID,UUID",
+                   help="the surviving replicas' tablet server UUIDs: the new config")
+    u.add_argument("--force", action="store_true", help="do it (without: say what it would do)")
 
 
 async def _reports(client, tablet: str) -> dict[str, tuple[Peer, TabletReport | None]]:
@@ -119,7 +141,34 @@ async def tablet(args, client) -> int:
         return 0
     if args.verb == "leader-step-down":
         return await _step_down(args, client)
+    if args.verb == "unsafe-change-config":
+        return await _unsafe_change_config(args, client)
     return await _move(args, client)
+
+
+async def _unsafe_change_config(args, client) -> int:
+    voters = [v for v in args.voters.split(",") if v]
+    if not voters or len(set(voters)) != len(voters):
+        raise ValueError("--voters must name distinct tablet server UUIDs")
+    reports = await _reports(client, args.tablet)
+    for uuid in voters:
+        peer, rep = reports.get(uuid, (None, None))
+        if rep is None or rep.state != "RUNNING":
+            raise AdminError(f"{uuid} has no running replica of {args.tablet} (or does not answer)")
+        print(f"{uuid} at {peer.host}:{peer.port}: term {rep.term}, role {rep.role}, "
+              f"applied {rep.applied}, config {rep.config}")
+    if not args.force:
+        print(f"refused: this rewrites {args.tablet}'s config to {', '.join(voters)} outside "
+              "Raft; writes only the lost replicas hold are lost for good. Rerun with --force.",
+              file=sys.stderr)
+        return 1
+    for uuid in voters:
+        peer = reports[uuid][0]
+        state = await client.rpc.call(peer.addr, "ts.unsafe_change_config",
+                                      UnsafeChangeConfig(args.tablet, voters), ConfigState,
+                                      to_uuid=uuid, timeout=client.timeout)
+        print(f"{uuid}: config entry {state.opid_index} appended; voters {', '.join(voters)}")
+    return 0
 
 
 async def _step_down(args, client) -> int:

@@ -40,6 +40,7 @@ from node.protocol import (
     TabletCopyData,
     TabletCopyResult,
     TabletName,
+    UnsafeChangeConfig,
     Write,
     WriteBatch,
 )
@@ -105,6 +106,7 @@ class TabletService:
         s.register("ts.checksum", ChecksumScan, self.on_checksum)
         s.register("ts.change_config", ChangeConfig, self.on_change_config)
         s.register("ts.leader_step_down", LeaderStepDown, self.on_leader_step_down)
+        s.register("ts.unsafe_change_config", UnsafeChangeConfig, self.on_unsafe_change_config)
         s.register("ts.start_tablet_copy", StartTabletCopy, self.on_start_tablet_copy)
         s.register("ts.fetch_tablet_copy", TabletName, self.on_fetch_tablet_copy)
 
@@ -181,6 +183,14 @@ class TabletService:
         except (ReplicaError, ProposalError) as e:
             raise proposal_error(e) from None
         return Ack(True)
+
+    async def on_unsafe_change_config(self, req: UnsafeChangeConfig) -> ConfigState:
+        r = self.tablets.serving(req.tablet_id)
+        try:
+            index = await r.unsafe_change_config(tuple(req.voters))
+        except (ReplicaError, ProposalError) as e:
+            raise proposal_error(e) from None
+        return ConfigState(index, [[u, "VOTER"] for u in req.voters])
 
     # -- tablet copy, the receiving side (seed 05) ----------------------------------------------
     async def on_fetch_tablet_copy(self, req: TabletName) -> TabletCopyData:
