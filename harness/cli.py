@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ksck": ("node.tools.ksck", "check tablets' replica health; --checksum-scan compares their rows"),
     "kv": ("node.client.kv_cli", "get, put, cas or append keys of a table"),
     "table": ("node.client.table_cli", "create, delete, list tables or show their locations"),
+    "local-replica": ("node.tools.local_replica", "offline tools for a stopped server's replicas: list, cmeta print | unsafe-recreate, delete"),
     "tablet": ("node.tools.tablet_cli", "add, remove or move a tablet's replica; make its leader step down"),
 }
 

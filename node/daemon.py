@@ -4,6 +4,7 @@ the outbox that carries Raft messages to them, and hosting replicas by tablet id
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import random
 import uuid as uuidlib
@@ -14,7 +15,7 @@ import msgspec
 
 from node import durable
 from node.disk import Disk
-from node.errors import CorruptionError
+from node.errors import CorruptionError, TesseraError
 from node.protocol import Ack, Consensus, Peer
 from node.rpc import RpcClient, RpcError
 
@@ -29,6 +30,24 @@ class Instance(msgspec.Struct, frozen=True):
 def new_uuid(rng: random.Random) -> str:
     """A random UUID drawn from `rng`: the simulator seeds it, so ids replay with the seed."""
     return uuidlib.UUID(int=rng.getrandbits(128), version=4).hex
+
+
+class DataDirLocked(TesseraError):
+    pass
+
+
+def lock_data_dir(data_dir: Path):
+    """Hold `data_dir/instance.lock` (flock) for as long as the returned file stays open, as
+    Kudu locks its data dirs: a second server, or an offline tool such as `tessera
+    local-replica`, on a data dir in use is refused instead of corrupting it."""
+    f = open(data_dir / "instance.lock", "a+b")  # noqa: SIM115 (held open on purpose)
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise DataDirLocked(f"{data_dir} is in use by a running server (instance.lock is held); "
+                            "stop it first") from None
+    return f
 
 
 def load_or_create_instance(data_dir: Path, kind: str, rng: random.Random, disk: Disk) -> str:

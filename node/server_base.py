@@ -14,7 +14,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from node.daemon import Outbox, PeerBook, load_or_create_instance
+from node.daemon import Outbox, PeerBook, load_or_create_instance, lock_data_dir
 from node.disk import REAL, Disk
 from node.http import StatusHttp
 from node.protocol import Peer, ServerStatus, TabletReport
@@ -66,6 +66,8 @@ class ServerBase:
 
     async def start(self) -> None:
         self.uuid = load_or_create_instance(self.data_dir, self.kind, self.rng, self.opts.disk)
+        if self.opts.disk is REAL:  # a simulated disk has no files to lock
+            self._dir_lock = lock_data_dir(self.data_dir)
         self.book = PeerBook(self.data_dir / "peers", self.opts.disk)
         self.rpc_client = RpcClient(local_host=self.opts.local_host)
         # Replicas send through the outbox, which needs our address: it exists before any
@@ -99,6 +101,9 @@ class ServerBase:
         await self.outbox.close()
         await self.rpc_client.close()
         await self.http.stop()
+        if getattr(self, "_dir_lock", None) is not None:
+            self._dir_lock.close()  # releases the flock: a restart in this process may take it
+            self._dir_lock = None
 
     @property
     def replicas(self) -> dict[str, Replica]:
