@@ -131,7 +131,7 @@ def _wait_running(servers: Servers, name: str, tablet: str, timeout: float = 20)
 
 def _ksck(c: LocalCluster, capsys) -> tuple[int, dict]:
     masters = ",".join(f"{h}:{p}" for h, p in c.master_addrs)
-    code = tessera(["ksck", "--masters", masters, "--checksum-scan", "--json",
+    code = tessera(["cluster", "ksck", "--masters", masters, "--checksum-scan", "--json",
                     "--checksum-timeout", "15"])
     return code, json.loads(capsys.readouterr().out)
 
@@ -181,7 +181,7 @@ def test_real_replicas_converge_then_a_damaged_snapshot_is_named(tmp_path, capsy
         code, report = _ksck(c, capsys)
         assert code == 1 and report["checksum"]["errors"][0]["first_differing_key"] == key
         masters = ",".join(f"{h}:{p}" for h, p in c.master_addrs)
-        assert tessera(["ksck", "--masters", masters, "--checksum-scan"]) == 1
+        assert tessera(["cluster", "ksck", "--masters", masters, "--checksum-scan"]) == 1
         text = capsys.readouterr().out
         assert f"first differing key: {key!r}" in text and text.endswith("problems found\n")
     finally:

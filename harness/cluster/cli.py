@@ -1,4 +1,5 @@
-"""`tessera cluster up|down|status`: the local netns cluster."""
+"""`tessera cluster up|down|status`: the local netns cluster; `tessera cluster ksck`: any
+running cluster's health (node/tools/ksck.py)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,28 @@ import json
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.description = ("Manage the local test cluster: hosts n1..nN as network namespaces on bridge "
-                     "tsbr0 in 10.77.0.0/24 (n1 = 10.77.0.11), each with its own sshd. Needs root.")
-    p.add_argument("action", choices=["up", "down", "status"],
-                   help="up: create or repair the hosts; down: remove everything up made; "
-                        "status: show each host")
-    p.add_argument("--hosts", type=int, default=5, metavar="N", help="number of hosts (default 5)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+                     "tsbr0 in 10.77.0.0/24 (n1 = 10.77.0.11), each with its own sshd (needs "
+                     "root); or check any running Tessera cluster's health (ksck).")
+    sub = p.add_subparsers(dest="action", required=True, metavar="{up,down,status,ksck}")
+    for action, what in (("up", "create or repair the netns hosts"),
+                         ("down", "remove everything up made"),
+                         ("status", "show each netns host")):
+        a = sub.add_parser(action, help=what, description=what)
+        a.add_argument("--hosts", type=int, default=5, metavar="N",
+                       help="number of hosts (default 5)")
+        a.add_argument("--json", action="store_true", help="machine-readable output")
+    from node.tools import ksck
+    ksck.configure(sub.add_parser("ksck", help="Kudu's cluster consistency check: masters, "
+                                               "tablets, replicas; --checksum-scan",
+                                  description=(ksck.__doc__ or "").split("\n\n")[0]))
 
 
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    if args.action == "ksck":
+        from node.tools import ksck
+        return ksck.run(args)
     from harness.cluster import ClusterError
     from harness.cluster.netns import NetnsCluster
 

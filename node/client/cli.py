@@ -21,7 +21,7 @@ def common_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per operation (default 10)")
 
 
-def _masters(text: str) -> list[tuple[str, int]]:
+def master_addrs(text: str) -> list[tuple[str, int]]:
     from node.client import parse_addrs
     from node.tools.local_cluster import LocalCluster
     from node.tools.local_cluster_cli import DEFAULT_DIR
@@ -106,7 +106,7 @@ def run_with_client(args, body) -> int:
     from node.rpc import RpcError
 
     async def go():
-        client = TesseraClient(_masters(args.masters), timeout=args.timeout)
+        client = TesseraClient(master_addrs(args.masters), timeout=args.timeout)
         try:
             return await body(args, client)
         finally:

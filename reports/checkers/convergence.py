@@ -8,7 +8,7 @@ that are not RUNNING (failed, tombstoned, copying), are outside the committed co
 server did not answer are listed but never compared.
 
 `compare` and `first_differing_key` are pure; `converge` polls through an injected `ask`, so the
-harness (netns DB adapter), `tessera ksck` and the loopback tests share one implementation.
+harness (netns DB adapter), `tessera cluster ksck` and the loopback tests share one implementation.
 """
 
 from __future__ import annotations
