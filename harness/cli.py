@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("node.sim.cli", "run the deterministic Raft cluster simulator"),
     "tserver": ("node.tserver.cli", "run a tablet server daemon; 'tserver list': the live tablet servers"),
     "serve": ("reports.serve", "serve the store's reports over HTTP for browsing (loopback by default)"),
-    "master": ("node.master.cli", "run a master daemon (the Raft-replicated catalog); 'master list': roles and terms"),
+    "master": ("node.master.cli", "run a master daemon (the Raft-replicated catalog); 'master list | add | remove': the masters"),
     "local-cluster": ("node.tools.local_cluster_cli", "run masters and tablet servers as local processes"),
     "kv": ("node.client.kv_cli", "get, put, cas or append keys of a table"),
     "table": ("node.client.table_cli", "create, delete, list tables or show their locations"),

@@ -234,6 +234,17 @@ class TSHeartbeat(msgspec.Struct, frozen=True):
 class TSHeartbeatResponse(msgspec.Struct, frozen=True):
     leader: bool  # only the leader master acts on reports; followers record liveness
     tservers: list[Peer] = []
+    masters: list[Peer] = []  # the leader's: the catalog's members, so servers follow changes
+
+
+class AddMaster(msgspec.Struct, frozen=True):
+    """Kudu's AddMaster: `peer` (started, catalog-less) joins the catalog's config."""
+
+    peer: Peer
+
+
+class RemoveMaster(msgspec.Struct, frozen=True):
+    uuid: str
 
 
 class CreateTable(msgspec.Struct, frozen=True):

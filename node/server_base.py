@@ -22,7 +22,7 @@ from node.replica import Replica, ReplicaOptions
 from node.rpc import RpcClient, RpcServer
 from node.tserver.copy_trigger import CopyTrigger
 from node.tserver.metrics import TabletMetrics
-from node.tserver.service import ConsensusService
+from node.tserver.service import ConsensusService, TabletCopyService
 from node.tserver.tablet_manager import TabletManager, TabletState
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,7 @@ class ServerBase:
                                      self.rng, lambda tablet_id: self.outbox.sender(tablet_id))
         self.server = RpcServer(self.uuid)
         ConsensusService(self.tablets, self.book).register(self.server)
+        TabletCopyService(self.tablets, self.rpc_client).register(self.server)
         self._register(self.server)
         host, port = await self.server.start(self.opts.rpc_host, self.opts.rpc_port)
         self.me = Peer(self.uuid, self.opts.rpc_host, port)

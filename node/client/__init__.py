@@ -221,6 +221,7 @@ class TesseraClient:
             info = await self.rpc.call(addr, "master.info", Empty(), MasterInfo, to_uuid="",
                                        timeout=ATTEMPT_TIMEOUT)
             self._master_book.update({p.uuid: p for p in info.masters})
+            self.masters += [p.addr for p in info.masters if p.addr not in self.masters]
         except RpcError:
             pass
 

@@ -1,16 +1,23 @@
-"""`tessera master`: run a master; `tessera master list`: every master's role and term."""
+"""`tessera master`: run a master; `tessera master list | add | remove`: the masters (Kudu's
+`kudu master list | add | remove`)."""
 
 from node import daemon_cli
 
 
 def configure(p):
     daemon_cli.configure(p, "master")
-    from node.tools.admin import configure_list
-    configure_list(p.add_subparsers(dest="verb", metavar="list"), "master")
+    from node.tools.admin import configure_list, configure_master_changes
+    sub = p.add_subparsers(dest="verb", metavar="{list,add,remove}")
+    configure_list(sub, "master")
+    configure_master_changes(sub)
 
 
 def run(args) -> int:
-    if getattr(args, "verb", None) == "list":
+    verb = getattr(args, "verb", None)
+    if verb == "list":
         from node.tools.admin import run_list
         return run_list(args, "master")
+    if verb in ("add", "remove"):
+        from node.tools.admin import run_master_change
+        return run_master_change(args)
     return daemon_cli.run(args)

@@ -9,7 +9,10 @@ been reported yet and deletes replicas whose catalog record is deleted or whose 
 out (`_deletion` says which, and why a tablet the catalog never saw is left alone).
 
 On first start each master asks every other master for its UUID (they answer before they have a
-catalog) and all of them build the same initial config from the sorted UUIDs.
+catalog) and all of them build the same initial config from the sorted UUIDs. A master that
+finds its peers already have a catalog joins it instead: it waits until the leader adds it
+(`tessera master add`, Kudu's AddMaster) as a non-voter, copies it the catalog and promotes it.
+A master removed from the catalog's config stops serving (it answers REMOVED / NOT_LEADER).
 """
 
 from __future__ import annotations
@@ -18,10 +21,20 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from node.consensus import Member, MemberType, RaftConfig, Role
+from node.consensus import (
+    ChangeOp,
+    ConfigChange,
+    Member,
+    MemberType,
+    ProposalError,
+    RaftConfig,
+    Role,
+    SteppingDown,
+)
 from node.daemon import new_uuid
 from node.protocol import (
     Ack,
+    AddMaster,
     ChangeConfig,
     ConfigState,
     CreateTable,
@@ -30,6 +43,7 @@ from node.protocol import (
     Empty,
     MasterInfo,
     Peer,
+    RemoveMaster,
     ReplicaChange,
     ServerStatus,
     TableList,
@@ -44,7 +58,7 @@ from node.rpc import ErrorCode, RpcError, RpcServer
 from node.server_base import ServerBase, ServerOptions
 from node.tablet.ops import MicroOp, OpenSession, Txn
 from node.tablet.superblock import HashBucket, KeyRange
-from node.tserver.service import replica_error
+from node.tserver.service import proposal_error, replica_error
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +97,30 @@ class Master(ServerBase):
         while True:
             await asyncio.sleep(self.reconcile_interval_s)
             try:
+                await self._learn_master_addresses()
                 await self._reconcile()
             except (ReplicaError, RpcError) as e:
                 log.debug("reconcile: %s", e)
+
+    async def _learn_master_addresses(self) -> None:
+        """Every master must reach every member of the catalog's config to campaign, but only
+        the leader learned the address of a master added since we started (or were copied):
+        ask the masters we can reach for the members they know."""
+        r = self.tablets.replicas.get(CATALOG)
+        if r is None or all(self.book.get(u) is not None for u in r.active_members()):
+            return
+        addrs = {p.addr for u in r.active_members() if (p := self.book.get(u)) is not None}
+        addrs |= set(self.opts.masters)
+        addrs.discard((self.me.host, self.me.port))
+        for addr in sorted(addrs):
+            try:
+                info = await self.rpc_client.call(addr, "master.info", Empty(), MasterInfo,
+                                                  to_uuid="", timeout=1.0)
+            except RpcError:
+                continue
+            await self.book.learn(info.masters)
+            if all(self.book.get(u) is not None for u in r.active_members()):
+                return
 
     async def _create_catalog(self) -> None:
         peers: dict[tuple[str, int], Peer] = {}
@@ -102,7 +137,13 @@ class Master(ServerBase):
                                                       to_uuid="", timeout=1.0)
                     peers[addr] = Peer(info.uuid, addr[0], addr[1])
                 except RpcError:
-                    pass
+                    continue
+                if info.role != "INITIALIZING" and self.uuid not in {p.uuid for p in info.masters}:
+                    # its catalog was made without us: we are new to a running cluster
+                    log.info("master %s at %s:%d already has a catalog: joining it; waiting to "
+                             "be added (tessera master add %s:%d)", info.uuid, addr[0], addr[1],
+                             self.me.host, self.me.port)
+                    return
             if len(peers) < len(addrs):
                 log.info("waiting for masters: %d of %d answered", len(peers), len(addrs))
                 await asyncio.sleep(0.5)
@@ -129,6 +170,8 @@ class Master(ServerBase):
         s.register("master.list_tables", Empty, self.on_list_tables)
         s.register("master.table_locations", TableName, self.on_locations)
         s.register("master.change_replica", ReplicaChange, self.on_change_replica)
+        s.register("master.add_master", AddMaster, self.on_add_master)
+        s.register("master.remove_master", RemoveMaster, self.on_remove_master)
 
     async def on_info(self, _req: Empty) -> MasterInfo:
         r = self.tablets.replicas.get(CATALOG)
@@ -138,7 +181,14 @@ class Master(ServerBase):
         live = [t.peer for t in self._live_tservers()]
         if r is None:
             return MasterInfo(self.uuid, "INITIALIZING", None, 0, members, live)
-        return MasterInfo(self.uuid, r.role.name, r.leader, r.term, members, live)
+        role = "REMOVED" if self._removed(r) else r.role.name
+        return MasterInfo(self.uuid, role, r.leader, r.term, members, live)
+
+    def _removed(self, r: Replica) -> bool:
+        """The catalog's config has left this master out: it serves nothing more. The active
+        config, not the committed one: once the removal commits the leader stops writing to
+        us, so we may never hear that it did."""
+        return self.uuid not in r.active_members()
 
     async def on_heartbeat(self, req: TSHeartbeat) -> TSHeartbeatResponse:
         st = req.server
@@ -153,13 +203,54 @@ class Master(ServerBase):
                     self._leaders[t.tablet_id] = (t.term, st.uuid)
         r = self.tablets.replicas.get(CATALOG)
         leader = r is not None and r.role == Role.LEADER
-        return TSHeartbeatResponse(leader, [t.peer for t in self.tservers.values()] if leader else [])
+        if not leader:
+            return TSHeartbeatResponse(False)
+        masters = [p for u in r.active_members() if (p := self.book.get(u)) is not None]
+        return TSHeartbeatResponse(True, [t.peer for t in self.tservers.values()], masters)
 
     def _leader_catalog(self) -> Replica:
         r = self.catalog
+        if self._removed(r):
+            raise RpcError(ErrorCode.NOT_LEADER, "this master was removed from the masters")
         if r.role != Role.LEADER:
             raise RpcError(ErrorCode.NOT_LEADER, "not the leader master", detail=r.leader)
         return r
+
+    # -- the masters' own membership (Kudu's AddMaster / RemoveMaster) --------------------------
+    async def on_add_master(self, req: AddMaster) -> ConfigState:
+        """The new master joins the catalog's config as a non-voter; the leader's copy trigger
+        copies it the catalog, and the core promotes it once it has caught up."""
+        async with self._catalog_lock:
+            await self._await_ready()
+            r = self._leader_catalog()
+            if req.peer.uuid in r.active_members():
+                raise RpcError(ErrorCode.ALREADY_EXISTS, f"master {req.peer.uuid} is a member")
+            await self.book.learn([req.peer])
+            return await self._change_masters(
+                r, ConfigChange(ChangeOp.ADD_NON_VOTER, req.peer.uuid, promote=True))
+
+    async def on_remove_master(self, req: RemoveMaster) -> ConfigState:
+        """Removing the leader itself hands leadership over first (NOT_LEADER with the new
+        leader's UUID): the caller asks again there."""
+        async with self._catalog_lock:
+            await self._await_ready()
+            r = self._leader_catalog()
+            if req.uuid not in r.active_members():
+                raise RpcError(ErrorCode.NOT_FOUND, f"master {req.uuid} is not a member")
+            return await self._change_masters(r, ConfigChange(ChangeOp.REMOVE, req.uuid))
+
+    async def _change_masters(self, r: Replica, change: ConfigChange) -> ConfigState:
+        try:
+            config = await r.change_config(change, r.committed_config_index)
+        except SteppingDown as e:
+            raise RpcError(ErrorCode.NOT_LEADER, f"leadership handed to {e} first",
+                           detail=str(e)) from None
+        except (ReplicaError, ProposalError) as e:
+            raise proposal_error(e) from None
+        log.info("masters changed: %s %s; config %d: %s", change.op.name, change.uuid,
+                 config.opid_index, [m.uuid for m in config.members])
+        return ConfigState(config.opid_index,
+                           [[m.uuid, m.member_type.name] for m in config.members])
 
     def _live_tservers(self) -> list[_TServerState]:
         now = asyncio.get_running_loop().time()

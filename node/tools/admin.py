@@ -1,4 +1,5 @@
-"""Kudu's operator tools for a running cluster: `tessera master list`, `tessera tserver list` and
+"""Kudu's operator tools for a running cluster: `tessera master list | add | remove`,
+`tessera tserver list` and
 `tessera tablet add-replica | remove-replica | move-replica | leader-step-down |
 unsafe-change-config`.
 
@@ -17,11 +18,13 @@ from node.client.cli import common_options, run_with_client
 from node.errors import TesseraError
 from node.protocol import (
     Ack,
+    AddMaster,
     ConfigState,
     Empty,
     LeaderStepDown,
     MasterInfo,
     Peer,
+    RemoveMaster,
     ServerStatus,
     TabletReport,
     UnsafeChangeConfig,
@@ -41,6 +44,61 @@ def configure_list(sub: argparse._SubParsersAction, kind: str) -> None:
             else "every tablet server the leader master sees: address, UUID, liveness, "
                  "tablets and tablet leaders")
     common_options(sub.add_parser("list", help=what, description=what))
+
+
+def configure_master_changes(sub: argparse._SubParsersAction) -> None:
+    what = ("add the master at ADDRESS (HOST:PORT) to the masters: start it first with an empty "
+            "data dir and --masters naming every master and itself; it is copied the catalog "
+            "and promoted to voter, and this waits for that (Kudu's master add)")
+    a = sub.add_parser("add", help="add a master (started, empty) to the masters", description=what)
+    common_options(a)
+    a.add_argument("address", metavar="ADDRESS", help="the new master's HOST:PORT")
+    what = ("remove the master MASTER (its UUID or HOST:PORT) from the masters; removing the "
+            "leader hands leadership over first. Stop the removed master's process afterwards")
+    r = sub.add_parser("remove", help="remove a master from the masters", description=what)
+    common_options(r)
+    r.add_argument("master", metavar="MASTER", help="the master's UUID or HOST:PORT")
+
+
+async def add_master(args, client) -> int:
+    from node.client import parse_addrs
+
+    addr = parse_addrs(args.address, 7051)[0]
+    info = await client.rpc.call(addr, "master.info", Empty(), MasterInfo, to_uuid="",
+                                 timeout=client.timeout)
+    if info.role != "INITIALIZING":
+        raise AdminError(f"{args.address} already has a catalog (role {info.role}); a new master "
+                         "starts with an empty data dir")
+    _print_config(await client.master_call("master.add_master",
+                                           AddMaster(Peer(info.uuid, *addr)), ConfigState))
+    print(f"waiting for {info.uuid} to be copied the catalog and promoted to voter", flush=True)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + MOVE_TIMEOUT_S
+    while (role := await _role(client, addr)) not in ("FOLLOWER", "LEADER"):
+        if loop.time() > deadline:
+            raise AdminError(f"{info.uuid} is {role} after {MOVE_TIMEOUT_S:g}s, not a voter")
+        await asyncio.sleep(0.5)
+    print(f"master {info.uuid} at {args.address} is a voter")
+    return 0
+
+
+async def _role(client, addr: tuple[str, int]) -> str:
+    info = await _ask(client, addr, "master.info", MasterInfo)
+    return info.role if isinstance(info, MasterInfo) else "UNREACHABLE"
+
+
+async def remove_master(args, client) -> int:
+    from node.client import parse_addrs
+
+    uuid = args.master
+    if ":" in uuid:
+        info = await client.rpc.call(parse_addrs(uuid, 7051)[0], "master.info", Empty(),
+                                     MasterInfo, to_uuid="", timeout=client.timeout)
+        uuid = info.uuid
+    _print_config(await client.master_call("master.remove_master", RemoveMaster(uuid),
+                                           ConfigState))
+    print(f"master {uuid} removed; stop its process")
+    return 0
 
 
 async def _ask(client, addr: tuple[str, int], method: str, reply: type):
@@ -211,3 +269,7 @@ def run_tablet(args) -> int:
 
 def run_list(args, kind: str) -> int:
     return run_with_client(args, list_masters if kind == "master" else list_tservers)
+
+
+def run_master_change(args) -> int:
+    return run_with_client(args, add_master if args.verb == "add" else remove_master)

@@ -95,6 +95,17 @@ class LocalCluster:
         self.save()
         self.wait_ready(timeout)
 
+    def add_daemon(self, kind: str) -> str:
+        """Start one more master or tablet server (a new master waits to be added to the
+        masters); its name."""
+        prefix = "m" if kind == "master" else "t"
+        n = 1 + max((int(name[1:]) for name in self.daemons if name[0] == prefix), default=0)
+        host = f"127.0.0.{10 + len(self.daemons) + 1}" if self.own_addresses else "127.0.0.1"
+        name = f"{prefix}{n}"
+        self.daemons[name] = Daemon(name, kind, free_port(), host=host)
+        self.start(name)
+        return name
+
     def _argv(self, d: Daemon) -> list[str]:
         masters = ",".join(m.addr for m in self.daemons.values() if m.kind == "master")
         own = ["--rpc-outbound-host", d.host] if self.own_addresses else []

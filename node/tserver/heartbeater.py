@@ -1,5 +1,6 @@
 """Kudu's Heartbeater: a tablet server reports its tablets to every master (multi-master seed)
-each `heartbeat_interval_ms`, and learns its peers' addresses from the leader master's answer.
+each `heartbeat_interval_ms`, and learns its peers' addresses and the current masters from the
+leader master's answer.
 Reporting to all masters, not just the leader, lets a new leader master know the tablets at
 once instead of after a full heartbeat round."""
 
@@ -33,3 +34,5 @@ class Heartbeater:
         for res in results:
             if isinstance(res, TSHeartbeatResponse) and res.leader:
                 await self.book.learn(res.tservers)
+                if res.masters:  # masters added or removed since we started
+                    self.masters = [p.addr for p in res.masters]

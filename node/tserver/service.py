@@ -91,6 +91,51 @@ class ConsensusService:
         return Ack(False, state.value.lower() if state is not None else "missing")
 
 
+class TabletCopyService:
+    """Both ends of a tablet copy (seed 05): serving our replica as a copy source, and fetching
+    and installing a copy the leader asks for. Masters have it too: a master added to the
+    catalog's config is brought in by a copy of the catalog."""
+
+    def __init__(self, tablets: TabletManager, rpc_client: RpcClient):
+        self.tablets, self.rpc_client = tablets, rpc_client
+
+    def register(self, s: RpcServer) -> None:
+        s.register("ts.start_tablet_copy", StartTabletCopy, self.on_start_tablet_copy)
+        s.register("ts.fetch_tablet_copy", TabletName, self.on_fetch_tablet_copy)
+
+    async def on_fetch_tablet_copy(self, req: TabletName) -> TabletCopyData:
+        r = self.tablets.serving(req.tablet_id)
+        try:
+            snap, config, term = await r.copy_source()
+        except ReplicaError as e:
+            raise replica_error(e) from None
+        paths = self.tablets.paths(req.tablet_id)
+        sb = await asyncio.to_thread(Superblock.load, paths.superblock, paths.disk)
+        return TabletCopyData(sb.table_name, sb.partition, term, encode_config(config), snap)
+
+    async def on_start_tablet_copy(self, req: StartTabletCopy) -> TabletCopyResult:
+        """Seed 05's StartTabletCopy: guarded (TabletManager.begin_copy), then the copy is
+        fetched from `source` and installed."""
+        tid = req.tablet_id
+        before = await self.tablets.begin_copy(req)
+        tlog = self.tablets.log(tid)
+        try:
+            data = await self.rpc_client.call(req.source.addr, "ts.fetch_tablet_copy",
+                                              TabletName(tid), TabletCopyData,
+                                              to_uuid=req.source.uuid, timeout=60.0)
+            await self.tablets.finish_copy(tid, data)
+        except Exception as e:
+            tlog.warning("tablet copy from %s failed: %s: %s", req.source.uuid,
+                         type(e).__name__, e)
+            raise
+        finally:
+            self.tablets.abandon_copy(tid, before)
+        tlog.info("tablet copy finished: copied from %s at index %d (term %d)", req.source.uuid,
+                  data.snapshot.last_applied_index, data.snapshot.last_applied_term)
+        return TabletCopyResult(OpId(data.snapshot.last_applied_term,
+                                     data.snapshot.last_applied_index))
+
+
 class TabletService:
     def __init__(self, tablets: TabletManager, book: PeerBook, rpc_client: RpcClient,
                  status: Callable[[], ServerStatus]):
@@ -107,8 +152,6 @@ class TabletService:
         s.register("ts.change_config", ChangeConfig, self.on_change_config)
         s.register("ts.leader_step_down", LeaderStepDown, self.on_leader_step_down)
         s.register("ts.unsafe_change_config", UnsafeChangeConfig, self.on_unsafe_change_config)
-        s.register("ts.start_tablet_copy", StartTabletCopy, self.on_start_tablet_copy)
-        s.register("ts.fetch_tablet_copy", TabletName, self.on_fetch_tablet_copy)
 
     # -- creation and deletion ------------------------------------------------------------------
     async def on_create_tablet(self, req: CreateTablet) -> Ack:
@@ -191,39 +234,6 @@ class TabletService:
         except (ReplicaError, ProposalError) as e:
             raise proposal_error(e) from None
         return ConfigState(index, [[u, "VOTER"] for u in req.voters])
-
-    # -- tablet copy, the receiving side (seed 05) ----------------------------------------------
-    async def on_fetch_tablet_copy(self, req: TabletName) -> TabletCopyData:
-        r = self.tablets.serving(req.tablet_id)
-        try:
-            snap, config, term = await r.copy_source()
-        except ReplicaError as e:
-            raise replica_error(e) from None
-        paths = self.tablets.paths(req.tablet_id)
-        sb = await asyncio.to_thread(Superblock.load, paths.superblock, paths.disk)
-        return TabletCopyData(sb.table_name, sb.partition, term, encode_config(config), snap)
-
-    async def on_start_tablet_copy(self, req: StartTabletCopy) -> TabletCopyResult:
-        """Seed 05's StartTabletCopy: guarded (TabletManager.begin_copy), then the copy is
-        fetched from `source` and installed."""
-        tid = req.tablet_id
-        before = await self.tablets.begin_copy(req)
-        tlog = self.tablets.log(tid)
-        try:
-            data = await self.rpc_client.call(req.source.addr, "ts.fetch_tablet_copy",
-                                              TabletName(tid), TabletCopyData,
-                                              to_uuid=req.source.uuid, timeout=60.0)
-            await self.tablets.finish_copy(tid, data)
-        except Exception as e:
-            tlog.warning("tablet copy from %s failed: %s: %s", req.source.uuid,
-                         type(e).__name__, e)
-            raise
-        finally:
-            self.tablets.abandon_copy(tid, before)
-        tlog.info("tablet copy finished: copied from %s at index %d (term %d)", req.source.uuid,
-                  data.snapshot.last_applied_index, data.snapshot.last_applied_term)
-        return TabletCopyResult(OpId(data.snapshot.last_applied_term,
-                                     data.snapshot.last_applied_index))
 
     # -- status -----------------------------------------------------------------------------------
     async def on_status(self, _req: Empty) -> ServerStatus:
