@@ -6,10 +6,10 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from waiting import until
 
 from node.client import TesseraClient
 from node.protocol import Empty, ServerStatus
@@ -47,16 +47,6 @@ async def _reports(cluster, tablet):
     finally:
         await client.close()
     return out
-
-
-def _until(check, what, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _table(cluster, name="t"):
@@ -112,7 +102,7 @@ def test_leader_step_down_and_move_replica(cluster):
     def new_leader():
         r = asyncio.run(_reports(cluster, tablet))[follower]
         return r is not None and r.role == "LEADER"
-    _until(new_leader, "the named follower to take over")
+    until(new_leader, "the named follower to take over")
 
     # Move the old leader's replica (now a follower) to the spare server.
     members = {u for u, r in reps.items() if r is not None}
@@ -137,7 +127,7 @@ def test_ksck_healthy_then_names_the_tablet_and_replica_a_kill_took(cluster):
     tablet = _table(cluster, "k")
     # Right after the move above the catalog may still list the removed replica: a settled
     # cluster is healthy.
-    _until(lambda: tessera(cluster, "cluster", "ksck").returncode == 0, "a healthy ksck")
+    until(lambda: tessera(cluster, "cluster", "ksck").returncode == 0, "a healthy ksck")
     out = tessera(cluster, "cluster", "ksck")
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.endswith("healthy\n") and "0 under-replicated, 0 unavailable" in out.stdout
@@ -169,7 +159,7 @@ def test_unsafe_change_config_recovers_a_tablet_whose_majority_was_destroyed(tmp
         leader = next(u for u, r in reps.items() if r.role == "LEADER")
         commit = reps[leader].commit
         survivor = next(u for u, r in reps.items() if r.role == "FOLLOWER")
-        _until(lambda: asyncio.run(_reports(c, tablet))[survivor].applied >= commit,
+        until(lambda: asyncio.run(_reports(c, tablet))[survivor].applied >= commit,
                "the survivor to apply every write")
         # Two of three replicas destroyed: processes killed, disks wiped.
         names = {asyncio.run(_status_uuid(c, n)): n for n, d in c.daemons.items()
@@ -189,7 +179,7 @@ def test_unsafe_change_config_recovers_a_tablet_whose_majority_was_destroyed(tmp
         def leads_alone():
             r = asyncio.run(_reports(c, tablet))[survivor]
             return r.role == "LEADER" and r.committed_config == [[survivor, "VOTER"]]
-        _until(leads_alone, "the survivor to lead a config of one")
+        until(leads_alone, "the survivor to lead a config of one")
         assert _read_all(c) == list(range(100))  # every acknowledged write is still there
     finally:
         c.down()

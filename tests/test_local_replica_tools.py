@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from waiting import until
 
 from node.client import TesseraClient
 from node.protocol import Empty, ServerStatus
@@ -39,16 +40,6 @@ async def _report(cluster, name, tablet):
     return next((t for t in st.tablets if t.tablet_id == tablet), None)
 
 
-def _until(check, what, timeout=60.0):
-    import time
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_local_replica_tools_on_a_stopped_server(tmp_path):
     c = LocalCluster(tmp_path / "lc", masters=1, tservers=3)
     c.up(timeout=90)
@@ -71,7 +62,7 @@ def test_local_replica_tools_on_a_stopped_server(tmp_path):
                                 capture_output=True, text=True, timeout=60)
         assert second.returncode == 1 and "in use by a running server" in second.stderr
 
-        _until(lambda: asyncio.run(_report(c, "t1", tablet)).applied >= 20, "t1 to apply")
+        until(lambda: asyncio.run(_report(c, "t1", tablet)).applied >= 20, "t1 to apply")
         term = asyncio.run(_report(c, "t1", tablet)).term
         c.kill("t1")
         out = tessera("local-replica", "list", "--fs-data-dir", str(data))
@@ -91,7 +82,7 @@ def test_local_replica_tools_on_a_stopped_server(tmp_path):
         out = tessera("local-replica", "list", "--fs-data-dir", str(data))
         assert f"{tablet}\tt\tTOMBSTONED\t{term}" in out.stdout
         c.start("t1")
-        _until(lambda: (r := asyncio.run(_report(c, "t1", tablet))) is not None
+        until(lambda: (r := asyncio.run(_report(c, "t1", tablet))) is not None
                and r.state == "RUNNING" and r.applied >= 20, "t1 to be copied back", 90)
 
         # unsafe-recreate rewrites the committed config and keeps the term.

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from waiting import until_async
 
 from node.client import TesseraClient
 from node.protocol import Ack, DeleteTablet, Empty, MasterInfo, ServerStatus, TableList
@@ -50,17 +51,6 @@ def make_cluster(tmp_path):
     yield make
     for c in made:
         c.down()
-
-
-async def _until(predicate, what, timeout=60.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        result = await predicate()
-        if result:
-            return result
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _names(cluster, kind):
@@ -128,7 +118,7 @@ async def _deposed(cluster: LocalCluster) -> None:
     masters = _names(cluster, "master")
     client = TesseraClient(cluster.master_addrs, timeout=30)
     await client.create_table("before", num_tablets=1, replication_factor=3)
-    old = await _until(lambda: _leader_master(client, cluster, masters), "a leader master")
+    old = await until_async(lambda: _leader_master(client, cluster, masters), "a leader master")
     others = [m for m in masters if m != old]
     host = {n: d.host for n, d in cluster.daemons.items()}
 
@@ -136,7 +126,7 @@ async def _deposed(cluster: LocalCluster) -> None:
     # so it cannot notice: it still leads, by its own account, when it resumes.
     _iptables("-A", host[old], [host[m] for m in others])
     cluster.signal(old, signal.SIGSTOP)
-    await _until(lambda: _leader_master(client, cluster, others), "a new leader master")
+    await until_async(lambda: _leader_master(client, cluster, others), "a new leader master")
     tablet = (await client.create_table("after", num_tablets=1,
                                         replication_factor=3)).tablets[0].tablet_id
     await client.table("after").write("k", 1)
@@ -144,7 +134,7 @@ async def _deposed(cluster: LocalCluster) -> None:
     async def all_running():
         reps = await _replica_states(client, cluster, tablet)
         return all(r is not None and r.state == "RUNNING" for _, r in reps.values())
-    await _until(all_running, "every replica of the new table")
+    await until_async(all_running, "every replica of the new table")
 
     # Resumed, the old leader's reconciler is shown the new tablet, of which its catalog has
     # no record, by the tablet servers' heartbeats.
@@ -155,12 +145,12 @@ async def _deposed(cluster: LocalCluster) -> None:
         reps = await _replica_states(client, cluster, tablet)
         assert [r.state for _, r in reps.values()] == ["RUNNING"] * 3, reps
         return f"tablet {tablet} reported by" in old_log.read_text()
-    await _until(reconciled_with_the_report, "the old leader's reconciler to see the tablet")
+    await until_async(reconciled_with_the_report, "the old leader's reconciler to see the tablet")
 
     async def stepped_down():
         info = await _call(client, cluster, old, "master.info", Empty(), MasterInfo)
         return info.role != "LEADER"
-    await _until(stepped_down, "the old leader to notice it lost its quorum")
+    await until_async(stepped_down, "the old leader to notice it lost its quorum")
     reps = await _replica_states(client, cluster, tablet)
     assert [r.state for _, r in reps.values()] == ["RUNNING"] * 3, reps
 
@@ -192,7 +182,7 @@ def test_a_stale_eviction_cannot_wipe_a_re_added_member(make_cluster):
         async def tombstoned():
             rep = (await _replica_states(client, cluster, tablet))[member][1]
             return rep is not None and rep.state == "TOMBSTONED"
-        await _until(tombstoned, "the master to evict the removed replica")
+        await until_async(tombstoned, "the master to evict the removed replica")
 
         # Re-added: copied back and promoted.
         await client.change_replica(tablet, "add", member_uuid)
@@ -204,7 +194,7 @@ def test_a_stale_eviction_cannot_wipe_a_re_added_member(make_cluster):
             return (leader is not None and mine is not None and mine.state == "RUNNING"
                     and [member_uuid, "VOTER"] in leader.committed_config
                     and mine.committed_config_index > removal.opid_index)
-        await _until(voter_again, "the re-added replica to be a voter")
+        await until_async(voter_again, "the re-added replica to be a voter")
 
         # The eviction decided from the removal's config arrives late (a stale heartbeat, a
         # slow RPC): refused, and the member keeps its data.
@@ -232,7 +222,7 @@ def test_a_leader_master_that_loses_its_quorum_steps_down(make_cluster):
     async def go():
         client = TesseraClient(cluster.master_addrs, timeout=30)
         await client.create_table("t", num_tablets=1, replication_factor=3)
-        leader = await _until(lambda: _leader_master(client, cluster, masters), "a leader master")
+        leader = await until_async(lambda: _leader_master(client, cluster, masters), "a leader master")
         followers = [m for m in masters if m != leader]
         for m in followers:
             cluster.signal(m, signal.SIGSTOP)
@@ -240,7 +230,7 @@ def test_a_leader_master_that_loses_its_quorum_steps_down(make_cluster):
         async def stepped_down():
             info = await _call(client, cluster, leader, "master.info", Empty(), MasterInfo)
             return info.role != "LEADER"
-        await _until(stepped_down, "the leader master to step down")
+        await until_async(stepped_down, "the leader master to step down")
         # It no longer changes the catalog.
         with pytest.raises(RpcError) as refused:
             await _call(client, cluster, leader, "master.list_tables", Empty(), TableList)
@@ -248,7 +238,7 @@ def test_a_leader_master_that_loses_its_quorum_steps_down(make_cluster):
 
         for m in followers:
             cluster.signal(m, signal.SIGCONT)
-        await _until(lambda: _leader_master(client, cluster, masters), "a leader master again")
+        await until_async(lambda: _leader_master(client, cluster, masters), "a leader master again")
         await client.create_table("t2", num_tablets=1, replication_factor=3)
         assert sorted(await client.list_tables()) == ["t", "t2"]
         await client.close()

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from waiting import until
 
 from node.client import TesseraClient
 from node.protocol import Empty, MasterInfo
@@ -44,16 +45,6 @@ def _roles(cluster, names):
     return sorted(i.role if (i := _info(cluster, n)) else "DOWN" for n in names)
 
 
-def _until(check, what, timeout=90.0):
-    import time
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _use(masters, create=None, read_from=()):
     """With a client that knows only `masters`: create table `create` (one write) and read the
     key of each table in `read_from`."""
@@ -82,7 +73,7 @@ def test_masters_grow_to_five_shrink_to_three_and_a_wiped_master_is_replaced(tmp
         for _ in range(2):
             name = c.add_daemon("master")
             addr[name] = c.daemons[name].addr
-            _until(lambda n=name: _info(c, n) is not None, f"{name} to answer")
+            until(lambda n=name: _info(c, n) is not None, f"{name} to answer")
             assert _info(c, name).role == "INITIALIZING"
             out = tessera(first, "master", "add", addr[name])
             assert out.returncode == 0, out.stdout + out.stderr
@@ -99,15 +90,15 @@ def test_masters_grow_to_five_shrink_to_three_and_a_wiped_master_is_replaced(tmp
         for name in ("m1", "m2"):
             out = tessera(five, "master", "remove", addr[name])
             assert out.returncode == 0, out.stdout + out.stderr
-        _until(lambda: _roles(c, ["m1", "m2"]) == ["REMOVED", "REMOVED"], "m1, m2 to stop serving")
+        until(lambda: _roles(c, ["m1", "m2"]) == ["REMOVED", "REMOVED"], "m1, m2 to stop serving")
         for name in ("m1", "m2"):
             c.kill(name)
         three = [addr[n] for n in ("m3", "m4", "m5")]
-        _until(lambda: _roles(c, ["m3", "m4", "m5"]) == ["FOLLOWER", "FOLLOWER", "LEADER"],
+        until(lambda: _roles(c, ["m3", "m4", "m5"]) == ["FOLLOWER", "FOLLOWER", "LEADER"],
                "a leader among the three left")
         assert _use(three, create="t3", read_from=["t0", "t5"]) == ["t0", "t5"]
         # The tablet servers were started knowing m1..m3 only; they heartbeat to m4 and m5 now.
-        _until(lambda: all(len(_info(c, n).tservers) == 3 for n in ("m4", "m5")),
+        until(lambda: all(len(_info(c, n).tservers) == 3 for n in ("m4", "m5")),
                "the tablet servers to heartbeat to the new masters")
 
         # Replace: m3 loses its disk, comes back empty with a new UUID, and takes its own place.
@@ -115,14 +106,14 @@ def test_masters_grow_to_five_shrink_to_three_and_a_wiped_master_is_replaced(tmp
         c.kill("m3")
         shutil.rmtree(c.root / "m3")
         c.start("m3")
-        _until(lambda: (i := _info(c, "m3")) is not None and i.role == "INITIALIZING",
+        until(lambda: (i := _info(c, "m3")) is not None and i.role == "INITIALIZING",
                "the wiped m3 to start empty")
         out = tessera(three, "master", "remove", old_uuid)
         assert out.returncode == 0, out.stdout + out.stderr
         out = tessera(three, "master", "add", addr["m3"])
         assert out.returncode == 0, out.stdout + out.stderr
         assert _info(c, "m3").uuid != old_uuid
-        _until(lambda: _roles(c, ["m3", "m4", "m5"]) == ["FOLLOWER", "FOLLOWER", "LEADER"],
+        until(lambda: _roles(c, ["m3", "m4", "m5"]) == ["FOLLOWER", "FOLLOWER", "LEADER"],
                "three voting masters again")
         assert _use(three, create="t6", read_from=["t0", "t5", "t3"]) == ["t0", "t5", "t3"]
     finally:

@@ -5,6 +5,7 @@ the quorum; a removed replica is tombstoned by the master and the catalog follow
 import asyncio
 
 import pytest
+from waiting import until_async
 
 from node.client import TesseraClient
 from node.protocol import Empty, ServerStatus
@@ -60,17 +61,6 @@ async def _one_tablet_table(cluster):
     return client, locs.tablets[0].tablet_id, client.table("t")
 
 
-async def _until(predicate, what, timeout=60.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        result = await predicate()
-        if result:
-            return result
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_added_replica_is_copied_promoted_and_carries_the_quorum_after_a_removal(make_cluster):
     # The leader cannot replay the tablet's history to the new member, which must be copied.
     cluster = make_cluster(tservers=4, every=200, retain=20)
@@ -93,7 +83,7 @@ def test_added_replica_is_copied_promoted_and_carries_the_quorum_after_a_removal
             return (leader is not None and mine is not None and mine.state == "RUNNING"
                     and [new_uuid, "VOTER"] in leader.committed_config
                     and mine.applied >= 600)
-        await _until(promoted_and_caught_up, "the new replica to be copied and promoted")
+        await until_async(promoted_and_caught_up, "the new replica to be copied and promoted")
         # It was copied, not replayed: its log starts after a snapshot.
         assert list((cluster.root / newcomer / "data" / tablet).glob("snapshot-*"))
 
@@ -110,13 +100,13 @@ def test_added_replica_is_copied_promoted_and_carries_the_quorum_after_a_removal
         async def tombstoned():
             rep = (await _reports(client, cluster, tablet))[doomed][1]
             return rep is not None and rep.state == "TOMBSTONED"
-        await _until(tombstoned, "the master to tombstone the removed replica")
+        await until_async(tombstoned, "the master to tombstone the removed replica")
 
         async def catalog_follows():
             client._locations.pop("t", None)
             replicas = {p.uuid for p in (await client.locations("t")).tablets[0].replicas}
             return new_uuid in replicas and doomed_uuid not in replicas
-        await _until(catalog_follows, "the catalog to follow the config change")
+        await until_async(catalog_follows, "the catalog to follow the config change")
 
         # Kill the remaining original follower: leader + newcomer are the majority now, so
         # writes go on and every key is there.
@@ -148,14 +138,14 @@ def test_a_follower_behind_the_retained_log_is_caught_up_by_tablet_copy(make_clu
         async def caught_up():
             rep = (await _reports(client, cluster, tablet)).get(laggard, (None, None))[1]
             return rep is not None and rep.state == "RUNNING" and rep.applied >= 400
-        await _until(caught_up, "the laggard to be copied and catch up")
+        await until_async(caught_up, "the laggard to be copied and catch up")
         log_text = (cluster.root / f"{laggard}.log").read_text()
         assert "copied from" in log_text  # by a tablet copy, not by replaying the log
         await table.write("after-copy", 1)
         # A copied replica restarts from its snapshot plus the log written after it.
         cluster.kill(laggard)
         cluster.start(laggard)
-        await _until(caught_up, "the copied replica to restart")
+        await until_async(caught_up, "the copied replica to restart")
         # The copy holds the data: with the leader gone, the laggard and the other
         # follower elect a leader and serve every key.
         leader = next(name for name, (_, r) in (await _reports(client, cluster, tablet)).items()
@@ -188,7 +178,7 @@ def test_the_master_replaces_the_replica_of_a_failed_server(make_cluster):
             return (leader is not None and leader.config == leader.committed_config
                     and dead_uuid not in {u for u, _ in leader.committed_config}
                     and [spare_uuid, "VOTER"] in leader.committed_config)
-        await _until(replaced, "the master to replace the failed server's replica", timeout=90)
+        await until_async(replaced, "the master to replace the failed server's replica", timeout=90)
         # The replacement carries the quorum with the leader: kill the other original follower.
         reps = await _reports(client, cluster, tablet)
         other = next(name for name, (_, r) in reps.items()
