@@ -121,6 +121,11 @@ def test_bad_requests_fail_with_a_reason(cluster):
     assert out.returncode == 1 and "no live server reports leading it" in out.stderr
     out = tessera(cluster, "tablet", "frobnicate")
     assert out.returncode == 2 and "invalid choice" in out.stderr
+    # ksck with no master answering cannot decide: exit 2, naming why
+    out = tessera(cluster, "cluster", "ksck", "--timeout", "1",
+                  masters=f"127.0.0.1:{free_port()}")
+    assert out.returncode == 2 and "no master answered as the leader" in out.stdout
+    assert out.stdout.endswith("could not decide\n")
 
 
 def test_ksck_healthy_then_names_the_tablet_and_replica_a_kill_took(cluster):
