@@ -205,7 +205,9 @@ class Master(ServerBase):
         leader = r is not None and r.role == Role.LEADER
         if not leader:
             return TSHeartbeatResponse(False)
-        masters = [p for u in r.active_members() if (p := self.book.get(u)) is not None]
+        masters = [self.book.get(u) for u in r.active_members()]
+        if None in masters:  # an address not learned yet: the servers keep the list they have
+            masters = []
         return TSHeartbeatResponse(True, [t.peer for t in self.tservers.values()], masters)
 
     def _leader_catalog(self) -> Replica:
