@@ -120,7 +120,7 @@ def test_a_replica_being_copied_onto_its_tombstone_still_votes(tmp_path):
             term = r.term
             await ts.service.on_delete_tablet(DeleteTablet(TABLET))
             last = Superblock.load(ts.tablets.paths(TABLET).superblock).tombstone_last_opid
-            copy = asyncio.create_task(ts.service.on_start_tablet_copy(
+            copy = asyncio.create_task(ts.copy_service.on_start_tablet_copy(
                 StartTabletCopy(TABLET, cand.peer, term + 1, "TOMBSTONED")))
             await asyncio.wait_for(cand.fetch_started.wait(), 5)
             assert ts.tablets.state(TABLET) == TabletState.COPYING
