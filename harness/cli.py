@@ -37,7 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "kv": ("node.client.kv_cli", "get, put, cas or append keys of a table"),
     "table": ("node.client.table_cli", "create, delete, list tables or show their locations"),
     "local-replica": ("node.tools.local_replica", "offline tools for a stopped server's replicas: list, cmeta print | unsafe-recreate, delete"),
-    "tablet": ("node.tools.tablet_cli", "add, remove or move a tablet's replica; make its leader step down"),
+    "tablet": ("node.tools.tablet_cli", "add, remove or move a tablet's replica; make its leader step down; unsafe-change-config"),
 }
 
 
