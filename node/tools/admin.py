@@ -31,7 +31,7 @@ from node.protocol import (
 )
 from node.rpc import RpcError
 
-MOVE_TIMEOUT_S = 300.0  # how long move-replica waits for the new replica to become a voter
+VOTER_TIMEOUT_S = 300.0  # how long move-replica and master add wait for a new voter
 
 
 class AdminError(TesseraError):
@@ -73,10 +73,10 @@ async def add_master(args, client) -> int:
                                            AddMaster(Peer(info.uuid, *addr)), ConfigState))
     print(f"waiting for {info.uuid} to be copied the catalog and promoted to voter", flush=True)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + MOVE_TIMEOUT_S
+    deadline = loop.time() + VOTER_TIMEOUT_S
     while (role := await _role(client, addr)) not in ("FOLLOWER", "LEADER"):
         if loop.time() > deadline:
-            raise AdminError(f"{info.uuid} is {role} after {MOVE_TIMEOUT_S:g}s, not a voter")
+            raise AdminError(f"{info.uuid} is {role} after {VOTER_TIMEOUT_S:g}s, not a voter")
         await asyncio.sleep(0.5)
     print(f"master {info.uuid} at {args.address} is a voter")
     return 0
@@ -129,19 +129,25 @@ async def _leader_info(client) -> MasterInfo:
     return max(leaders, key=lambda i: i.term)
 
 
-async def list_tservers(args, client) -> int:
+async def _tserver_statuses(client) -> list[tuple[Peer, ServerStatus | RpcError]]:
+    """Every tablet server the leader master sees live, with its status or why it gave none."""
     servers = (await _leader_info(client)).tservers
     answers = await asyncio.gather(*(_ask(client, p.addr, "ts.status", ServerStatus)
                                      for p in servers))
+    return list(zip(servers, answers, strict=True))
+
+
+async def list_tservers(args, client) -> int:
+    statuses = await _tserver_statuses(client)
     print("ADDRESS\tUUID\tLIVE\tTABLETS\tLEADERS")
-    for p, st in sorted(zip(servers, answers, strict=True), key=lambda x: x[0].uuid):
+    for p, st in sorted(statuses, key=lambda x: x[0].uuid):
         if isinstance(st, RpcError):
             print(f"{p.host}:{p.port}\t{p.uuid}\tno ({st.code.name})\t-\t-")
             continue
         running = [t for t in st.tablets if t.state == "RUNNING"]
         leaders = sum(t.role == "LEADER" for t in running)
         print(f"{p.host}:{p.port}\t{p.uuid}\tyes\t{len(running)}\t{leaders}")
-    return 0 if all(not isinstance(a, RpcError) for a in answers) else 1
+    return 0 if all(not isinstance(st, RpcError) for _, st in statuses) else 1
 
 
 # -- tablet ----------------------------------------------------------------------------------
@@ -180,11 +186,8 @@ def configure_tablet(p: argparse.ArgumentParser) -> None:
 
 async def _reports(client, tablet: str) -> dict[str, tuple[Peer, TabletReport | None]]:
     """uuid -> (server, its report of `tablet` or None) for every live tablet server."""
-    servers = (await _leader_info(client)).tservers
-    answers = await asyncio.gather(*(_ask(client, p.addr, "ts.status", ServerStatus)
-                                     for p in servers))
     return {p.uuid: (p, next((t for t in st.tablets if t.tablet_id == tablet), None))
-            for p, st in zip(servers, answers, strict=True) if not isinstance(st, RpcError)}
+            for p, st in await _tserver_statuses(client) if not isinstance(st, RpcError)}
 
 
 def _print_config(config) -> None:
@@ -248,7 +251,7 @@ async def _move(args, client) -> int:
         raise ValueError("FROM and TO are the same server")
     _print_config(await client.change_replica(args.tablet, "add", args.dest))
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + MOVE_TIMEOUT_S
+    deadline = loop.time() + VOTER_TIMEOUT_S
     print(f"waiting for {args.dest} to be copied and promoted to voter", flush=True)
     while True:
         reports = await _reports(client, args.tablet)
@@ -257,7 +260,7 @@ async def _move(args, client) -> int:
             break
         if loop.time() > deadline:
             raise AdminError(f"{args.dest} did not become a voter of {args.tablet} within "
-                             f"{MOVE_TIMEOUT_S:g}s; {args.source} was not removed")
+                             f"{VOTER_TIMEOUT_S:g}s; {args.source} was not removed")
         await asyncio.sleep(0.5)
     _print_config(await client.change_replica(args.tablet, "remove", args.source))
     return 0
