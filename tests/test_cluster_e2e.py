@@ -13,7 +13,7 @@ import pytest
 from node.client import TesseraClient
 from node.errors import OpFailed, OpUnknown
 from node.protocol import Empty, ServerStatus
-from node.tools.local_cluster import LocalCluster
+from node.tools.local_cluster import LocalCluster, LocalClusterError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -305,3 +305,10 @@ def test_delete_table_tombstones_every_replica_and_keeps_its_consensus_metadata(
         root = cluster.root / name
         assert not (root / "wals" / tablet).exists() and not (root / "data" / tablet).exists()
         assert (root / "consensus-meta" / tablet).exists()  # votes are never forgotten
+
+
+def test_an_up_that_fails_leaves_none_of_its_daemons_running(tmp_path):
+    c = LocalCluster(tmp_path / "lc", masters=1, tservers=3)
+    with pytest.raises(LocalClusterError, match="not ready"):
+        c.up(timeout=0.01)  # no daemon can even import its code that fast
+    assert c.daemons and not any(c.alive(n) for n in c.daemons)

@@ -89,11 +89,18 @@ class LocalCluster:
                 host = f"127.0.0.{10 + n}" if self.own_addresses else "127.0.0.1"
                 self.daemons[f"{prefix}{counts[prefix]}"] = Daemon(f"{prefix}{counts[prefix]}",
                                                                    kind, free_port(), host=host)
-        for name in self.daemons:
-            if not self.alive(name):
-                self.start(name)
-        self.save()
-        self.wait_ready(timeout)
+        started = []
+        try:
+            for name in self.daemons:
+                if not self.alive(name):
+                    self.start(name)
+                    started.append(name)
+            self.save()
+            self.wait_ready(timeout)
+        except BaseException:
+            for name in started:  # an up that failed leaves none of the daemons it started
+                self.kill(name)
+            raise
 
     def add_daemon(self, kind: str) -> str:
         """Start one more master or tablet server (a new master waits to be added to the
