@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import sys
 
+from node.client import parse_addrs
 from node.client.cli import common_options, run_with_client
 from node.errors import TesseraError
 from node.protocol import (
@@ -61,8 +62,6 @@ def configure_master_changes(sub: argparse._SubParsersAction) -> None:
 
 
 async def add_master(args, client) -> int:
-    from node.client import parse_addrs
-
     addr = parse_addrs(args.address, 7051)[0]
     info = await client.rpc.call(addr, "master.info", Empty(), MasterInfo, to_uuid="",
                                  timeout=client.timeout)
@@ -72,24 +71,26 @@ async def add_master(args, client) -> int:
     _print_config(await client.master_call("master.add_master",
                                            AddMaster(Peer(info.uuid, *addr)), ConfigState))
     print(f"waiting for {info.uuid} to be copied the catalog and promoted to voter", flush=True)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + VOTER_TIMEOUT_S
-    while (role := await _role(client, addr)) not in ("FOLLOWER", "LEADER"):
-        if loop.time() > deadline:
-            raise AdminError(f"{info.uuid} is {role} after {VOTER_TIMEOUT_S:g}s, not a voter")
-        await asyncio.sleep(0.5)
+
+    async def voter() -> bool:
+        now = await _ask(client, addr, "master.info", MasterInfo)
+        return isinstance(now, MasterInfo) and now.role in ("FOLLOWER", "LEADER")
+    await _wait_for_voter(voter, f"{info.uuid} is not a voter")
     print(f"master {info.uuid} at {args.address} is a voter")
     return 0
 
 
-async def _role(client, addr: tuple[str, int]) -> str:
-    info = await _ask(client, addr, "master.info", MasterInfo)
-    return info.role if isinstance(info, MasterInfo) else "UNREACHABLE"
+async def _wait_for_voter(voter, failure: str) -> None:
+    """Until `voter()` holds; AdminError(`failure`) after VOTER_TIMEOUT_S."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + VOTER_TIMEOUT_S
+    while not await voter():
+        if loop.time() > deadline:
+            raise AdminError(f"{failure} after {VOTER_TIMEOUT_S:g}s")
+        await asyncio.sleep(0.5)
 
 
 async def remove_master(args, client) -> int:
-    from node.client import parse_addrs
-
     uuid = args.master
     if ":" in uuid:
         info = await client.rpc.call(parse_addrs(uuid, 7051)[0], "master.info", Empty(),
@@ -108,9 +109,14 @@ async def _ask(client, addr: tuple[str, int], method: str, reply: type):
         return e
 
 
+async def _master_infos(client) -> list[MasterInfo | RpcError]:
+    """Each of the client's masters' info, or why it gave none, in the client's order."""
+    return await asyncio.gather(*(_ask(client, a, "master.info", MasterInfo)
+                                  for a in client.masters))
+
+
 async def list_masters(args, client) -> int:
-    answers = await asyncio.gather(*(_ask(client, a, "master.info", MasterInfo)
-                                     for a in client.masters))
+    answers = await _master_infos(client)
     print("ADDRESS\tUUID\tROLE\tTERM\tLIVE")
     for (host, port), info in zip(client.masters, answers, strict=True):
         if isinstance(info, RpcError):
@@ -121,9 +127,7 @@ async def list_masters(args, client) -> int:
 
 
 async def _leader_info(client) -> MasterInfo:
-    answers = await asyncio.gather(*(_ask(client, a, "master.info", MasterInfo)
-                                     for a in client.masters))
-    leaders = [a for a in answers if isinstance(a, MasterInfo) and a.role == "LEADER"]
+    leaders = [a for a in await _master_infos(client) if isinstance(a, MasterInfo) and a.role == "LEADER"]
     if not leaders:
         raise AdminError("no leader master answered")
     return max(leaders, key=lambda i: i.term)
@@ -250,18 +254,14 @@ async def _move(args, client) -> int:
     if args.source == args.dest:
         raise ValueError("FROM and TO are the same server")
     _print_config(await client.change_replica(args.tablet, "add", args.dest))
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + VOTER_TIMEOUT_S
     print(f"waiting for {args.dest} to be copied and promoted to voter", flush=True)
-    while True:
-        reports = await _reports(client, args.tablet)
-        mine = reports.get(args.dest, (None, None))[1]
-        if mine is not None and mine.state == "RUNNING" and [args.dest, "VOTER"] in mine.committed_config:
-            break
-        if loop.time() > deadline:
-            raise AdminError(f"{args.dest} did not become a voter of {args.tablet} within "
-                             f"{VOTER_TIMEOUT_S:g}s; {args.source} was not removed")
-        await asyncio.sleep(0.5)
+
+    async def voter() -> bool:
+        mine = (await _reports(client, args.tablet)).get(args.dest, (None, None))[1]
+        return (mine is not None and mine.state == "RUNNING"
+                and [args.dest, "VOTER"] in mine.committed_config)
+    await _wait_for_voter(voter, f"{args.dest} is not a voter of {args.tablet} ({args.source} "
+                                 "was not removed)")
     _print_config(await client.change_replica(args.tablet, "remove", args.source))
     return 0
 
