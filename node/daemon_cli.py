@@ -19,6 +19,7 @@ from pathlib import Path
 from node import faults
 from node.consensus import TICK_MS
 from node.replica import ReplicaOptions
+from node.tserver.copy_source import MAX_CHUNK_BYTES
 from node.wal import LogOptions
 
 # flag -> (type, default, help). Defaults are Kudu's unless noted.
@@ -53,6 +54,11 @@ FLAGS: dict[str, tuple[type, object, str]] = {
     "catalog-manager-bg-task-wait-ms": (int, 1000, "masters: period of the catalog's background "
                                                    "task, which re-sends tablet creations and "
                                                    "deletes replicas the catalog deleted or evicted"),
+    "tablet-copy-idle-timeout-sec": (float, 600.0, "a tablet copy source ends a session "
+                                                  "nobody fetched from for this long, "
+                                                  "releasing the WAL and snapshot it pinned"),
+    "tablet-copy-transfer-chunk-size-bytes": (int, 4 << 20, "bytes a tablet copy asks for "
+                                                            "per fetch"),
     "log-level": (str, "INFO", "DEBUG, INFO, WARNING or ERROR"),
     "event-loop": (str, "auto", "asyncio, uvloop, or auto: uvloop when it is installed "
                                 "(the default install has it; docs/benchmarks.md measures both)"),
@@ -109,6 +115,10 @@ def resolve(args: argparse.Namespace) -> dict:
         raise ValueError("--clock-max-error-us must be >= 0")
     if values["raft-heartbeat-interval-ms"] % TICK_MS:
         raise ValueError(f"--raft-heartbeat-interval-ms must be a multiple of {TICK_MS}")
+    if not 0 < values["tablet-copy-transfer-chunk-size-bytes"] <= MAX_CHUNK_BYTES:
+        raise ValueError(f"--tablet-copy-transfer-chunk-size-bytes must be 1..{MAX_CHUNK_BYTES}")
+    if values["tablet-copy-idle-timeout-sec"] <= 0:
+        raise ValueError("--tablet-copy-idle-timeout-sec must be positive")
     if values["catalog-manager-bg-task-wait-ms"] < 10:
         raise ValueError("--catalog-manager-bg-task-wait-ms must be at least 10")
     _faults(values)  # refuses fault flags that are not unlocked
@@ -145,6 +155,9 @@ def build_options(values: dict, kind: str):
                           values["heartbeat-interval-ms"], replica,
                           values["follower-unavailable-considered-failed-sec"],
                           values["catalog-manager-bg-task-wait-ms"],
+                          tablet_copy_idle_timeout_sec=values["tablet-copy-idle-timeout-sec"],
+                          tablet_copy_transfer_chunk_size_bytes=values[
+                              "tablet-copy-transfer-chunk-size-bytes"],
                           local_host=values["rpc-outbound-host"] or None)
 
 

@@ -39,8 +39,9 @@ def encode_envelope(payload: bytes) -> bytes:
     return prefix + struct.pack("<I", crc32c.crc32c(prefix)) + payload
 
 
-def decode_envelope(data: bytes, path: str | os.PathLike) -> bytes:
-    """The payload of a whole file's bytes; any damage raises CorruptionError naming `path`."""
+def decode_envelope(data: bytes, path: str | os.PathLike) -> memoryview:
+    """The payload of a whole file's bytes, as a view (a snapshot's payload is the size of the
+    tablet: no copy); any damage raises CorruptionError naming `path`."""
     if len(data) < HEADER_SIZE:
         raise CorruptionError(
             path, len(data), f"truncated: {len(data)} bytes, header needs {HEADER_SIZE}"
@@ -58,7 +59,7 @@ def decode_envelope(data: bytes, path: str | os.PathLike) -> bytes:
         raise CorruptionError(path, len(data), f"truncated: {len(data)} bytes, envelope says {end}")
     if len(data) > end:
         raise CorruptionError(path, end, f"{len(data) - end} unexpected trailing bytes")
-    payload = data[HEADER_SIZE:]
+    payload = memoryview(data)[HEADER_SIZE:]
     if crc32c.crc32c(payload) != payload_crc:
         raise CorruptionError(path, HEADER_SIZE, "payload checksum mismatch")
     return payload
@@ -96,7 +97,7 @@ def write_atomic(path: str | os.PathLike, payload: bytes, disk: Disk = REAL) -> 
     disk.fsync_dir(path.parent)
 
 
-def read_verified(path: str | os.PathLike, disk: Disk = REAL) -> bytes:
+def read_verified(path: str | os.PathLike, disk: Disk = REAL) -> memoryview:
     """The payload written by write_atomic; FileNotFoundError if absent, CorruptionError if damaged."""
     return decode_envelope(disk.read(path), path)
 

@@ -11,7 +11,6 @@ import msgspec
 
 from node.consensus import Message
 from node.tablet.ops import Op, Result, RowOp
-from node.tablet.state import Snapshot
 from node.tablet.superblock import OpId, Partition
 
 
@@ -119,10 +118,14 @@ class StartTabletCopy(msgspec.Struct, frozen=True):
 
 
 class TabletCopyResult(msgspec.Struct, frozen=True):
-    """StartTabletCopy's answer: the OpId the installed copy ends at (the source's applied
-    index), so the leader restarts that peer's progress from there."""
+    """StartTabletCopy's answer. `installed` is the snapshot the copy starts from (its entries
+    are applied everywhere); `last_logged` the last op in the WAL it copied, which the leader
+    replicates on from if its own log holds that op, else from `installed`."""
 
     installed: OpId
+    last_logged: OpId
+    bytes: int = 0  # copied
+    seconds: float = 0.0  # from beginning the session to the replica running
 
 
 class TabletName(msgspec.Struct, frozen=True):
@@ -146,16 +149,47 @@ class LeaderStepDown(msgspec.Struct, frozen=True):
     new_leader: str | None = None
 
 
-class TabletCopyData(msgspec.Struct, frozen=True):
-    """Everything a new replica needs: the state machine at an applied index (standing in for
-    Kudu's data blocks; the entries after it come by AppendEntries), and the consensus metadata
-    to merge."""
+class BeginCopySession(msgspec.Struct, frozen=True):
+    """Kudu's BeginTabletCopySession: the source pins its newest snapshot and the WAL after it
+    for the receiver (`requestor`), until EndCopySession or an idle timeout."""
 
+    tablet_id: str
+    requestor: str
+
+
+class CopyFile(msgspec.Struct, frozen=True):
+    kind: str  # "snapshot" or "wal": the directory it goes to
+    name: str  # the file's name there (snapshot-<index>, wal-<seq>)
+    size: int
+
+
+class CopySession(msgspec.Struct, frozen=True):
+    """BeginCopySession's answer: the files, and the metadata the receiver merges (seed 05)."""
+
+    session_id: str
     table_name: str
     partition: Partition
     term: int
-    committed_config: bytes  # encoded RaftConfig, its opid index <= the snapshot's index
-    snapshot: Snapshot
+    committed_config: bytes  # encoded RaftConfig; its entry is in the copied WAL
+    files: list[CopyFile]
+    idle_timeout_s: float  # the source ends a session nobody fetched from for this long
+
+
+class FetchCopyChunk(msgspec.Struct, frozen=True):
+    session_id: str
+    file: int  # index into CopySession.files
+    offset: int
+    max_length: int
+
+
+class CopyChunk(msgspec.Struct, frozen=True):
+    offset: int
+    data: bytes
+    crc32c: int  # of data: the receiver checks every chunk before writing it
+
+
+class CopySessionId(msgspec.Struct, frozen=True):
+    session_id: str
 
 
 class Ack(msgspec.Struct, frozen=True):

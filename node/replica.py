@@ -19,6 +19,7 @@ clock minus `clock_max_error_us` is past it, so later writes anywhere get larger
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
 import logging
@@ -61,7 +62,8 @@ from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.ops import COMMAND_VERSION, Batch, Command, Op, Result, RowOp, command_payload
 from node.tablet.paths import TabletPaths
 from node.tablet.snapshot import SnapshotStore
-from node.tablet.state import Snapshot, StateMachine
+from node.tablet.state import StateMachine
+from node.tablet.superblock import OpId
 from node.wal import Log, LogOptions
 
 log = logging.getLogger(__name__)
@@ -136,6 +138,17 @@ class ReplicaOptions:
             commit_prior_term_by_count=self.faults.fault_commit_prior_term_by_count,
             keep_conflicting_suffix=self.faults.fault_keep_conflicting_suffix,
         )
+
+
+@dataclass(frozen=True)
+class CopySource:
+    """What a tablet copy sends (`Replica.pin_copy_source`): files, and the metadata to merge."""
+
+    snapshot_index: int  # 0: no snapshot yet, the WAL holds everything
+    snapshot: str | None  # path of the snapshot file
+    wal: list[tuple[str, int]]  # (segment path, bytes to send), oldest first
+    committed_config: RaftConfig
+    term: int
 
 
 def config_text(config: RaftConfig) -> str:
@@ -214,6 +227,8 @@ class Replica:
         self._lease_term = -1  # ... but only as leader of this term: never in another one
         self._round_sent: dict[bytes, float] = {}  # read-index ctx -> when its round was sent
         self._last_snapshot = 0
+        self._snapshotting = False
+        self._copy_floors: dict[str, int] = {}  # tablet copies sending our log: keep from there
         self.role, self.leader, self.term = Role.FOLLOWER, None, 0
         self.stats = {"leader_changes": 0, "applied": 0, "wal_groups": 0, "wal_entries": 0,
                       "wal_seconds": 0.0, "snapshots": 0, "commit_waits": 0,
@@ -498,23 +513,29 @@ class Replica:
         self._applied_waiters = keep
 
     def _maybe_snapshot(self) -> None:
+        """One save at a time: two at once would each delete the other's temporary file."""
         applied = self.state.last_applied_index
-        if applied - self._last_snapshot < self.options.snapshot_interval_entries:
+        if (applied - self._last_snapshot < self.options.snapshot_interval_entries
+                or self._snapshotting):
             return
-        self._last_snapshot = applied
+        self._last_snapshot, self._snapshotting = applied, True
         snap = self.state.snapshot()
-        keep_from = max(1, applied - self.options.log_retain_entries)
 
         async def save():
             try:
                 await self._in_thread(self.snapshots.save, snap)
                 self.stats["snapshots"] += 1
+                # read now, not when the save began: a tablet copy may have started meanwhile
+                keep_from = min([max(1, applied - self.options.log_retain_entries),
+                                 *self._copy_floors.values()])
                 self._submit(lambda: self.core.compact(keep_from - 1))
                 self.wal.register_anchor("core", keep_from)
                 await self._in_thread(self.wal.gc)
             except Exception as e:  # the WAL keeps everything since the last good snapshot
                 self.log.warning("snapshot at index %d failed: %s: %s", applied,
                                  type(e).__name__, e, exc_info=e)
+            finally:
+                self._snapshotting = False
 
         self._spawn(save(), f"snapshot-{self.tablet_id}")
 
@@ -662,21 +683,49 @@ class Replica:
                          ", ".join(voters))
         return await self._submit(lambda: self.core.unsafe_change_config(voters), want_result=True)
 
-    async def copy_source(self) -> tuple[Snapshot, RaftConfig, int]:
-        """(state at the applied index, the committed config, the term) for a tablet copy. The
-        config must not be newer than the snapshot, so wait until it is applied."""
+    async def pin_copy_source(self, holder: str) -> CopySource:
+        """Pin what a tablet copy sends (seed 05; Kudu's source session): the newest snapshot
+        file and the WAL from just after it, anchored so that neither GC nor compaction removes
+        it until unpin_copy_source(holder). The receiver's own bootstrap then rebuilds the
+        state from the files, as a restart does here. The committed config sent with them is
+        in those files (the WAL reaches its entry), so the receiver's log never lacks it."""
         if self.failed:
             raise ReplicaError(f"replica failed: {self.failed}")
-        while (target := self.core.committed_config.opid_index) > self.state.last_applied_index:
-            done = asyncio.get_running_loop().create_future()
-            self._applied_waiters.append((target, done))
-            await done
-        return self.state.snapshot(), self.core.committed_config, self.core.term
+        index = self.snapshots.pin_latest()
+        self.wal.register_anchor(holder, index + 1)
+        self._copy_floors[holder] = index + 1
+        try:
+            for _ in range(200):  # the committed config's entry is durable here within a sync
+                config, term = self.core.committed_config, self.core.term
+                extents, first, last = self.wal.copy_extents(index + 1)
+                if last >= config.opid_index:
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise ReplicaError(f"the committed config's entry {config.opid_index} is not "
+                                   f"in the synced WAL (it ends at {last})")
+            if first > index + 1:
+                raise ReplicaError(f"the WAL starts at {first}, after snapshot {index}")
+        except BaseException:
+            self.unpin_copy_source(holder, index)
+            raise
+        snapshot = str(self.snapshots.path_for(index)) if index else None
+        return CopySource(index, snapshot, extents, config, term)
 
-    def copy_installed(self, peer: str, index: int, term: int) -> None:
-        """As leader in `term`, we had `peer` copy this tablet, which left it holding our log up
-        to `index`: replicate to it from there (the core's reset_progress)."""
-        self._submit(lambda: self.core.reset_progress(peer, index, term))
+    def unpin_copy_source(self, holder: str, snapshot_index: int) -> None:
+        self._copy_floors.pop(holder, None)
+        with contextlib.suppress(KeyError):
+            self.wal.release_anchor(holder)
+        self.snapshots.unpin(snapshot_index)
+
+    def copy_installed(self, peer: str, installed: OpId, last_logged: OpId, term: int) -> None:
+        """As leader in `term`, we had `peer` copy this tablet: it holds our snapshot at
+        `installed` and a WAL to `last_logged`. If our log holds that last op, the peer's log
+        matches ours up to it (Log Matching); else replicate from the snapshot, which is
+        committed. Either way the core's reset_progress starts that peer again from there."""
+        match = last_logged.index if self.holds(last_logged.index, last_logged.term) \
+            else installed.index
+        self._submit(lambda: self.core.reset_progress(peer, match, term))
 
     async def read(self, op: Op) -> Result:
         """Linearizable read: confirm leadership for this read (ReadIndex), wait until applied

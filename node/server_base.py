@@ -20,9 +20,10 @@ from node.http import StatusHttp
 from node.protocol import Peer, ServerStatus, TabletReport
 from node.replica import Replica, ReplicaOptions
 from node.rpc import RpcClient, RpcServer
+from node.tserver.copy_service import TabletCopyService
 from node.tserver.copy_trigger import CopyTrigger
 from node.tserver.metrics import TabletMetrics
-from node.tserver.service import ConsensusService, TabletCopyService
+from node.tserver.service import ConsensusService
 from node.tserver.tablet_manager import TabletManager, TabletState
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,8 @@ class ServerOptions:
     follower_unavailable_considered_failed_sec: float = 300.0  # Kudu's default
     # masters: period of the reconciler (re-sent creations, deletes of deleted or evicted replicas)
     catalog_manager_bg_task_wait_ms: int = 1000  # Kudu's default
+    tablet_copy_idle_timeout_sec: float = 600.0  # Kudu's: a copy source's idle session ends
+    tablet_copy_transfer_chunk_size_bytes: int = 4 << 20  # Kudu's: bytes per fetch
     seed: int | None = None  # every random choice of the server and its replicas (simulator)
     disk: Disk = REAL  # where the data dir lives: the simulator passes a SimDisk
     # Source address of outgoing connections (None: the kernel picks). The simulator's network
@@ -76,7 +79,9 @@ class ServerBase:
                                      self.rng, lambda tablet_id: self.outbox.sender(tablet_id))
         self.server = RpcServer(self.uuid)
         ConsensusService(self.tablets, self.book).register(self.server)
-        self.copy_service = TabletCopyService(self.tablets, self.rpc_client)
+        self.copy_service = TabletCopyService(
+            self.tablets, self.rpc_client, idle_timeout_s=self.opts.tablet_copy_idle_timeout_sec,
+            chunk_bytes=self.opts.tablet_copy_transfer_chunk_size_bytes)
         self.copy_service.register(self.server)
         self._register(self.server)
         host, port = await self.server.start(self.opts.rpc_host, self.opts.rpc_port)
@@ -90,6 +95,7 @@ class ServerBase:
         self.http = StatusHttp(self.registry, self.status_dict)
         self.http_port = await self.http.start(self.opts.rpc_host, self.opts.http_port)
         self._tasks.append(asyncio.create_task(self.copies.run()))
+        self.copy_service.start()
         await self._started()
         log.info("%s %s serving on %s:%d (http %d), %d tablets", self.kind, self.uuid, host, port,
                  self.http_port, len(self.tablets.entries))
@@ -99,6 +105,7 @@ class ServerBase:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.server.stop()
+        await self.copy_service.stop()
         await self.tablets.stop()
         await self.outbox.close()
         await self.rpc_client.close()

@@ -13,6 +13,7 @@ import pytest
 from node.faults import Faults
 from node.master.server import Master
 from node.sim.stack import StackConfig, StackSim, StackViolation, run_seeds
+from node.tablet.superblock import DataState, KeyRange, Superblock
 from node.tserver.server import TabletServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -267,6 +268,7 @@ def test_a_tombstone_restarted_empty_without_a_copy_is_resurrection(tmp_path):
     disk.rmtree(paths.snapshot_dir)
     durable.ensure_dir(paths.wal_dir, disk)
     durable.write_atomic(paths.wal_dir / "wal-000000001", b"new", disk)
+    Superblock("t", "tbl", KeyRange(), DataState.READY).save(paths.superblock, disk)  # anew
     sim.servers = {host: _Reporting({"t": _running("a", "t", paths)}, [_Report("t", "RUNNING")])}
     with pytest.raises(StackViolation, match="tombstone resurrected.*without a tablet copy"):
         sim._check_invariants(states=True)
@@ -283,6 +285,8 @@ def test_a_tablet_copy_over_a_tombstone_is_no_resurrection(tmp_path):
     durable.write_atomic(paths.snapshot_dir / "snap-9", b"copied rows", disk)
     durable.ensure_dir(paths.wal_dir, disk)
     durable.write_atomic(paths.wal_dir / "wal-000000001", b"new", disk)
+    Superblock("t", "tbl", KeyRange(), DataState.READY, copied_from="src").save(paths.superblock,
+                                                                               disk)
     sim.servers = {host: _Reporting({"t": _running("a", "t", paths)}, [_Report("t", "RUNNING")])}
     sim._check_invariants(states=True)
     sim.loop.close()

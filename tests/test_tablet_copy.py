@@ -1,12 +1,14 @@
-"""Tablet copy's files (seed 05): consensus-metadata merge rules, the install sequence, and
-start-up's recovery of a copy that died part-way. Real files, no processes."""
+"""Tablet copy's files on the receiving side (seed 05): consensus-metadata merge rules, the
+install sequence, file names from the source, and start-up's recovery of a copy that died
+part-way. Real files, no processes (tests/test_tablet_copy_e2e.py runs whole copies)."""
 
+import msgspec
 import pytest
 
 from node import durable
 from node.consensus import Member, MemberType, RaftConfig, decode_config, encode_config
 from node.disk import SimDisk
-from node.protocol import TabletCopyData
+from node.protocol import CopyFile, CopySession
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.paths import TabletPaths
 from node.tablet.snapshot import SnapshotStore
@@ -14,9 +16,12 @@ from node.tablet.state import StateMachine
 from node.tablet.superblock import DataState, HashBucket, OpId, Superblock
 from node.tserver import copy as copy_mod
 from node.tserver.copy import (
+    FileWriter,
     abandon_copy,
-    install_copy,
+    complete_install,
+    destination,
     merge_consensus_metadata,
+    prepare_install,
     recover_unfinished_copy,
 )
 
@@ -24,10 +29,20 @@ TABLET = "t-copy"
 CONFIG = encode_config(RaftConfig(7, (Member("a", MemberType.VOTER), Member("b", MemberType.NON_VOTER))))
 
 
-def copy_data(term=4, index=0) -> TabletCopyData:
+def session(term=4) -> CopySession:
+    return CopySession("s-1", "tbl", HashBucket(0, 1), term, CONFIG, [], 600.0)
+
+
+def install(paths: TabletPaths, index: int) -> None:
+    """The receiver's sequence, with a snapshot file standing in for what the source sent."""
+    prepare_install(paths, session())
     state = StateMachine(TABLET)
     state.last_applied_index, state.last_applied_term = index, 2
-    return TabletCopyData("tbl", HashBucket(0, 1), term, CONFIG, state.snapshot())
+    data = durable.encode_envelope(msgspec.msgpack.encode(state.snapshot()))
+    w = FileWriter(paths, destination(paths, CopyFile("snapshot", f"snapshot-{index}", len(data))))
+    w.write(0, data)
+    w.close(sync=True)
+    complete_install(paths, session(), "src-uuid")
 
 
 @pytest.mark.parametrize(("local", "remote_term", "want"), [
@@ -68,11 +83,21 @@ def test_install_onto_a_tombstone_replaces_its_data_and_ends_ready(tmp_path):
     ConsensusMetadata.create(paths.consensus_meta, TABLET, b"old")
     paths.wal_dir.mkdir(parents=True)
     (paths.wal_dir / "wal-000000001").write_bytes(b"stale")
-    install_copy(paths, copy_data(index=120))
+    install(paths, 120)
     sb = Superblock.load(paths.superblock)
     assert sb.data_state == DataState.READY and sb.tombstone_last_opid is None
-    assert not paths.wal_dir.exists()  # entries after the snapshot come from the leader
+    assert sb.copied_from == "src-uuid"
+    assert list(paths.wal_dir.iterdir()) == []  # the stale log went; the copy sent none
     assert SnapshotStore(paths.snapshot_dir, TABLET).load_latest().last_applied_index == 120
+
+
+@pytest.mark.parametrize(("kind", "name"), [
+    ("snapshot", "../../consensus-meta/t-copy"), ("wal", "/etc/passwd"), ("wal", "snapshot-1"),
+    ("snapshot", "wal-000000001"), ("blocks", "wal-000000001"), ("wal", "wal-1"),
+])
+def test_a_file_name_from_the_source_that_is_not_ours_is_refused(tmp_path, kind, name):
+    with pytest.raises(ValueError, match="the copy source sent"):
+        destination(TabletPaths(tmp_path, TABLET), CopyFile(kind, name, 1))
 
 
 def test_a_copy_that_dies_part_way_is_tombstoned_at_start_up_keeping_the_last_opid(tmp_path, monkeypatch):
@@ -82,34 +107,35 @@ def test_a_copy_that_dies_part_way_is_tombstoned_at_start_up_keeping_the_last_op
     def disk_full(*_):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(copy_mod.SnapshotStore, "save", disk_full)
+    monkeypatch.setattr(FileWriter, "write", disk_full)
     with pytest.raises(OSError):
-        install_copy(paths, copy_data(index=120))
+        install(paths, 120)
     sb = Superblock.load(paths.superblock)
     assert sb.data_state == DataState.COPYING
     recover_unfinished_copy(paths, sb)
     sb = Superblock.load(paths.superblock)
     assert sb.data_state == DataState.TOMBSTONED and sb.tombstone_last_opid == OpId(3, 40)
+    assert not paths.snapshot_dir.exists() and not paths.wal_dir.exists()
 
 
 def test_a_running_server_abandons_a_failed_copy_to_a_tombstone_it_can_copy_onto_again(tmp_path, monkeypatch):
     paths = TabletPaths(tmp_path, TABLET)
-    real_save = copy_mod.SnapshotStore.save
-    monkeypatch.setattr(copy_mod.SnapshotStore, "save", lambda *_: (_ for _ in ()).throw(OSError(28, "ENOSPC")))
+    real_write = FileWriter.write
+    monkeypatch.setattr(FileWriter, "write", lambda *_: (_ for _ in ()).throw(OSError(28, "ENOSPC")))
     with pytest.raises(OSError):
-        install_copy(paths, copy_data())
+        install(paths, 5)
     assert abandon_copy(paths) == "tbl"
     assert abandon_copy(paths) is None  # already a tombstone: nothing to abandon
-    monkeypatch.setattr(copy_mod.SnapshotStore, "save", real_save)
-    install_copy(paths, copy_data(index=9))  # the leader's next attempt succeeds
+    monkeypatch.setattr(FileWriter, "write", real_write)
+    install(paths, 9)  # the leader's next attempt succeeds
     assert Superblock.load(paths.superblock).data_state == DataState.READY
 
 
 def test_an_interrupted_copy_onto_a_new_replica_becomes_a_tombstone_that_logged_nothing(tmp_path, monkeypatch):
     paths = TabletPaths(tmp_path, TABLET)
-    monkeypatch.setattr(copy_mod.SnapshotStore, "save", lambda *_: (_ for _ in ()).throw(OSError(5, "EIO")))
+    monkeypatch.setattr(FileWriter, "write", lambda *_: (_ for _ in ()).throw(OSError(5, "EIO")))
     with pytest.raises(OSError):
-        install_copy(paths, copy_data())
+        install(paths, 3)
     recover_unfinished_copy(paths, Superblock.load(paths.superblock))
     sb = Superblock.load(paths.superblock)
     assert sb.data_state == DataState.TOMBSTONED and sb.tombstone_last_opid == OpId(0, 0)

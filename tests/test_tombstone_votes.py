@@ -10,7 +10,7 @@ import asyncio
 from tserver_helpers import TABLET, create, sole_leader, start_server, wait_for, write_rows
 
 from node.consensus import AppendEntries, Heartbeat, Role, VoteRequest, VoteResponse
-from node.protocol import Ack, Consensus, DeleteTablet, Peer, StartTabletCopy, TabletName
+from node.protocol import Ack, BeginCopySession, Consensus, DeleteTablet, Peer, StartTabletCopy
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.superblock import Superblock
@@ -27,7 +27,7 @@ class FakePeer:
         self.server.register("consensus", Consensus, self._on_consensus)
         self.fetch_started = asyncio.Event()
         self.release_fetch = asyncio.Event()
-        self.server.register("ts.fetch_tablet_copy", TabletName, self._on_fetch)
+        self.server.register("ts.begin_copy_session", BeginCopySession, self._on_fetch)
 
     async def start(self) -> None:
         host, port = await self.server.start("127.0.0.1", 0)
@@ -37,7 +37,7 @@ class FakePeer:
         self.got.extend(req.messages)
         return Ack(True)
 
-    async def _on_fetch(self, _req: TabletName):  # a copy source that stalls, then fails
+    async def _on_fetch(self, _req: BeginCopySession):  # a copy source that stalls, then fails
         self.fetch_started.set()
         await self.release_fetch.wait()
         raise RpcError(ErrorCode.ILLEGAL_STATE, "source gave up")

@@ -62,7 +62,8 @@ def split_frames(buf: bytearray, max_frame: int) -> list[bytes]:
         if end - pos - LENGTH.size < n:
             break
         start = pos + LENGTH.size
-        frames.append(bytes(buf[start:start + n]))
+        with memoryview(buf) as view, view[start:start + n] as body:
+            frames.append(bytes(body))  # one copy (a slice of the bytearray would be two)
         pos = start + n
     del buf[:pos]
     return frames

@@ -291,12 +291,14 @@ class StackSim:
 
     def _check_revived(self, host: str, tablet: str, mark: int) -> None:
         """Tombstones are never resurrected: a replica that runs again where it was tombstoned
-        came back through a tablet copy, which removes the tombstoned data and installs the
-        source's snapshot. So none of its data files (WAL, snapshots) may be older than the
-        tombstone (a restart that opened the old data as RUNNING, a delete or a copy that left
-        it behind), and it must hold a snapshot newer than the tombstone (a replica restarted
-        empty over its tombstone, as if created anew, has none)."""
+        came back through a tablet copy, which removes the tombstoned data, installs the
+        source's files and says so in the superblock (`copied_from`, cleared by a tombstone).
+        So none of its data files (WAL, snapshots) may be older than the tombstone (a restart
+        that opened the old data as RUNNING, a delete or a copy that left it behind), and its
+        superblock, rewritten since, must name a copy source (a replica restarted empty over
+        its tombstone, as if created anew, names none)."""
         from node.tablet.paths import TabletPaths
+        from node.tablet.superblock import Superblock
 
         disk, paths = self.disks[host], TabletPaths(DATA_DIR, tablet)
         wal, data = disk.file_serials(paths.wal_dir), disk.file_serials(paths.snapshot_dir)
@@ -304,10 +306,10 @@ class StackSim:
         if old:
             raise StackViolation(f"tombstone resurrected: tablet {tablet} on {host} runs again "
                                  f"with data from before its tombstone: {old[:3]}")
-        if not any(serial > mark for _, serial in data):
+        sb = Superblock.load(paths.superblock, disk)
+        if sb.copied_from is None:
             raise StackViolation(f"tombstone resurrected: tablet {tablet} on {host} runs again "
-                                 f"without a tablet copy (no snapshot installed since its "
-                                 f"tombstone)")
+                                 f"without a tablet copy (its superblock names no copy source)")
 
     def _saw_config(self, host: str, tablet: str, index: int, members: frozenset) -> None:
         seen = self._configs.setdefault((tablet, index), members)

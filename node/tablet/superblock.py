@@ -70,6 +70,9 @@ class Superblock(msgspec.Struct, frozen=True):
     partition: Partition
     data_state: DataState
     tombstone_last_opid: OpId | None = None  # last OpId logged before the WAL was deleted
+    # the server a tablet copy installed this data from (None: created here); evidence, kept
+    # with the data, that a replica back from a tombstone came back by a copy
+    copied_from: str | None = None
 
     def __post_init__(self) -> None:
         check_tablet_id(self.tablet_id)
@@ -79,6 +82,7 @@ class Superblock(msgspec.Struct, frozen=True):
 
         Tombstoning needs the last logged OpId (the vote depends on it). Going to COPYING keeps a
         tombstone's OpId, in case we crash mid-copy and tombstone ourselves again at startup.
+        Leaving READY forgets `copied_from`: the data it spoke of is going.
         """
         if (self.data_state, state) not in _TRANSITIONS:
             raise ValueError(
@@ -90,7 +94,9 @@ class Superblock(msgspec.Struct, frozen=True):
                 raise ValueError("tombstoning needs the last logged OpId")
         else:
             last = self.tombstone_last_opid if state is DataState.COPYING else None
-        return msgspec.structs.replace(self, data_state=state, tombstone_last_opid=last)
+        copied = self.copied_from if state is DataState.READY else None
+        return msgspec.structs.replace(self, data_state=state, tombstone_last_opid=last,
+                                       copied_from=copied)
 
     def save(self, path: str | os.PathLike, disk: Disk = REAL) -> None:
         durable.ensure_dir(Path(path).parent, disk)

@@ -1,40 +1,85 @@
 """Tablet copy (seed 05), the receiving side's files.
 
-A copy installs the leader's state machine at some applied index plus the consensus metadata
-merged with ours; the entries after that index arrive by ordinary AppendEntries, because the
-leader always retains its log after its applied index. Crash safety comes from the superblock:
-it says COPYING from the first change on, and a server that starts with a COPYING superblock
-tombstones the replica again (`recover_unfinished_copy`).
+A copy installs the source's newest snapshot file and its WAL from there on, fetched in chunks
+(node.tserver.copy_client), plus the consensus metadata merged with ours; the replica's own
+bootstrap then rebuilds the state from those files, exactly as after a restart. Crash safety
+comes from the superblock: it says COPYING from the first change on, and a server that starts
+with a COPYING superblock tombstones the replica again (`recover_unfinished_copy`).
 """
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+from typing import Any
+
 import msgspec
 
+from node import durable
 from node.consensus import VoteRequest, VoteResponse
+from node.disk import pwrite_all
 from node.faults import NO_FAULTS, Faults
-from node.protocol import TabletCopyData
+from node.protocol import CopyFile, CopySession
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.paths import TabletPaths
-from node.tablet.snapshot import SnapshotStore
 from node.tablet.superblock import DataState, OpId, Superblock
+from node.wal.segment import parse_segment_name
+
+_SNAPSHOT_NAME = re.compile(r"snapshot-\d{1,20}")
 
 
-def install_copy(paths: TabletPaths, data: TabletCopyData, faults: Faults = NO_FAULTS) -> None:
-    """Blocking: run in a thread. Ends with a READY superblock, or raises part-way and leaves a
-    COPYING one for start-up to tombstone."""
+def prepare_install(paths: TabletPaths, session: CopySession, faults: Faults = NO_FAULTS) -> None:
+    """Blocking: make room for a copy's files. From the first write on the superblock says
+    COPYING, so a failure or crash from here tombstones the replica."""
     tablet_id, disk = paths.tablet_id, paths.disk
     if disk.exists(paths.superblock):
         sb = Superblock.load(paths.superblock, disk).with_state(DataState.COPYING)
     else:
-        sb = Superblock(tablet_id, data.table_name, data.partition, DataState.COPYING)
+        sb = Superblock(tablet_id, session.table_name, session.partition, DataState.COPYING)
     sb.save(paths.superblock, disk)
-    merge_consensus_metadata(paths, data.term, data.committed_config, faults)
+    merge_consensus_metadata(paths, session.term, session.committed_config, faults)
     _remove_data(paths)
-    SnapshotStore(paths.snapshot_dir, tablet_id, disk).save(data.snapshot)
-    msgspec.structs.replace(sb, table_name=data.table_name, partition=data.partition).with_state(
-        DataState.READY
-    ).save(paths.superblock, disk)
+    for directory in (paths.wal_dir, paths.snapshot_dir):
+        durable.ensure_dir(directory, disk)
+
+
+def destination(paths: TabletPaths, f: CopyFile) -> Path:
+    """Where a copied file goes; a name that is not one of ours (a path, say) is refused."""
+    if f.kind == "snapshot" and _SNAPSHOT_NAME.fullmatch(f.name):
+        return paths.snapshot_dir / f.name
+    if f.kind == "wal" and parse_segment_name(f.name) is not None:
+        return paths.wal_dir / f.name
+    raise ValueError(f"the copy source sent a {f.kind!r} file named {f.name!r}")
+
+
+class FileWriter:
+    """One copied file, written at the offsets the chunks give, synced on close."""
+
+    def __init__(self, paths: TabletPaths, path: Path):
+        self.disk = paths.disk
+        self.fd: Any = self.disk.open(path, create=True)
+
+    def write(self, offset: int, data: bytes) -> None:
+        pwrite_all(self.disk, self.fd, [data], offset)
+
+    def close(self, sync: bool) -> None:
+        try:
+            if sync:
+                self.disk.fsync(self.fd)
+        finally:
+            self.disk.close(self.fd)
+
+
+def complete_install(paths: TabletPaths, session: CopySession, source: str) -> None:
+    """Blocking: every file is written and synced; make their names durable, then say READY,
+    naming the `source` server."""
+    disk = paths.disk
+    for directory in (paths.wal_dir, paths.snapshot_dir):
+        disk.fsync_dir(directory)
+    sb = Superblock.load(paths.superblock, disk)
+    msgspec.structs.replace(sb.with_state(DataState.READY), table_name=session.table_name,
+                            partition=session.partition, copied_from=source
+                            ).save(paths.superblock, disk)
 
 
 def merge_consensus_metadata(paths: TabletPaths, remote_term: int, remote_config: bytes,

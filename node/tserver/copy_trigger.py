@@ -18,6 +18,11 @@ from node.rpc import RpcClient, RpcError
 from node.tablet.superblock import OpId
 from node.tserver.tablet_manager import TabletManager
 
+# The receiver answers once the copy is installed, however large. It gives up by itself when
+# the transfer stalls (node.tserver.copy_client), so this only ends the wait on a receiver that
+# hangs outright; until then the tablet is not copied there again.
+COPY_TIMEOUT_S = 3600.0
+
 
 class CopyTrigger:
     def __init__(self, tablets: TabletManager, book: PeerBook, rpc_client: RpcClient, me: Peer):
@@ -67,12 +72,14 @@ class CopyTrigger:
                   req.retained_from.index)
         try:
             res = await self.rpc_client.call(peer.addr, "ts.start_tablet_copy", req,
-                                             TabletCopyResult, to_uuid=peer.uuid, timeout=90.0)
+                                             TabletCopyResult, to_uuid=peer.uuid,
+                                             timeout=COPY_TIMEOUT_S)
         except RpcError as e:
             tlog.info("tablet copy to %s failed: %s", peer.uuid, e)
             return
-        tlog.info("tablet copy to %s finished at op (%d, %d): replicating to it from there",
-                  peer.uuid, res.installed.term, res.installed.index)
+        tlog.info("tablet copy to %s finished: %d bytes in %.1fs, snapshot at (%d, %d), log to "
+                  "(%d, %d)", peer.uuid, res.bytes, res.seconds, res.installed.term,
+                  res.installed.index, res.last_logged.term, res.last_logged.index)
         r = self.tablets.replicas.get(tablet_id)
         if r is not None and not r.failed:
-            r.copy_installed(peer.uuid, res.installed.index, term)
+            r.copy_installed(peer.uuid, res.installed, res.last_logged, term)

@@ -1,7 +1,8 @@
 """The RPC services of a server's tablets, as Kudu splits them: ConsensusService (Raft messages,
 which masters serve too, for their catalog) and TabletService (writes, reads, creation,
-deletion, membership, leadership and tablet copy; tablet servers only). They translate between
-the wire and the TabletManager; the state and its rules live there."""
+deletion, membership and leadership; tablet servers only). Tablet copy has its own
+(node.tserver.copy_service). They translate between the wire and the TabletManager; the state
+and its rules live there."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from node.consensus import (
     ProposalError,
     RaftConfig,
     SteppingDown,
-    encode_config,
 )
 from node.daemon import PeerBook
 from node.protocol import (
@@ -35,11 +35,7 @@ from node.protocol import (
     OpResult,
     Read,
     ServerStatus,
-    StartTabletCopy,
     TabletChecksum,
-    TabletCopyData,
-    TabletCopyResult,
-    TabletName,
     UnsafeChangeConfig,
     Write,
     WriteBatch,
@@ -48,7 +44,6 @@ from node.replica import ReplicaError, config_text
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
 from node.tablet.checksum import row_hashes, table_checksum
 from node.tablet.ops import Batch, is_read_only
-from node.tablet.superblock import OpId, Superblock
 from node.tserver.tablet_manager import TabletManager, TabletState
 
 
@@ -89,51 +84,6 @@ class ConsensusService:
             if not others:
                 return Ack(True)  # only votes, all answered
         return Ack(False, state.value.lower() if state is not None else "missing")
-
-
-class TabletCopyService:
-    """Both ends of a tablet copy (seed 05): serving our replica as a copy source, and fetching
-    and installing a copy the leader asks for. Masters have it too: a master added to the
-    catalog's config is brought in by a copy of the catalog."""
-
-    def __init__(self, tablets: TabletManager, rpc_client: RpcClient):
-        self.tablets, self.rpc_client = tablets, rpc_client
-
-    def register(self, s: RpcServer) -> None:
-        s.register("ts.start_tablet_copy", StartTabletCopy, self.on_start_tablet_copy)
-        s.register("ts.fetch_tablet_copy", TabletName, self.on_fetch_tablet_copy)
-
-    async def on_fetch_tablet_copy(self, req: TabletName) -> TabletCopyData:
-        r = self.tablets.serving(req.tablet_id)
-        try:
-            snap, config, term = await r.copy_source()
-        except ReplicaError as e:
-            raise replica_error(e) from None
-        paths = self.tablets.paths(req.tablet_id)
-        sb = await asyncio.to_thread(Superblock.load, paths.superblock, paths.disk)
-        return TabletCopyData(sb.table_name, sb.partition, term, encode_config(config), snap)
-
-    async def on_start_tablet_copy(self, req: StartTabletCopy) -> TabletCopyResult:
-        """Seed 05's StartTabletCopy: guarded (TabletManager.begin_copy), then the copy is
-        fetched from `source` and installed."""
-        tid = req.tablet_id
-        before = await self.tablets.begin_copy(req)
-        tlog = self.tablets.log(tid)
-        try:
-            data = await self.rpc_client.call(req.source.addr, "ts.fetch_tablet_copy",
-                                              TabletName(tid), TabletCopyData,
-                                              to_uuid=req.source.uuid, timeout=60.0)
-            await self.tablets.finish_copy(tid, data)
-        except Exception as e:
-            tlog.warning("tablet copy from %s failed: %s: %s", req.source.uuid,
-                         type(e).__name__, e)
-            raise
-        finally:
-            self.tablets.abandon_copy(tid, before)
-        tlog.info("tablet copy finished: copied from %s at index %d (term %d)", req.source.uuid,
-                  data.snapshot.last_applied_index, data.snapshot.last_applied_term)
-        return TabletCopyResult(OpId(data.snapshot.last_applied_term,
-                                     data.snapshot.last_applied_index))
 
 
 class TabletService:

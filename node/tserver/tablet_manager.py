@@ -20,7 +20,7 @@ from pathlib import Path
 from node.consensus import RaftConfig, VoteRequest
 from node.disk import Disk
 from node.logfmt import TabletLog, log_failure
-from node.protocol import StartTabletCopy, TabletCopyData
+from node.protocol import CopySession, StartTabletCopy
 from node.replica import Replica, ReplicaOptions, bootstrap_replica, config_text
 from node.rpc import ErrorCode, RpcError
 from node.tablet.cmeta import ConsensusMetadata
@@ -28,7 +28,8 @@ from node.tablet.paths import TabletPaths
 from node.tablet.superblock import DataState, OpId, Superblock
 from node.tserver.copy import (
     abandon_copy,
-    install_copy,
+    complete_install,
+    prepare_install,
     recover_unfinished_copy,
     tombstone,
     tombstone_vote,
@@ -128,11 +129,17 @@ class TabletManager:
                 error=log_failure(self.log(tablet_id), "cannot open the replica", e))
 
     def _start_replica(self, tablet_id: str, table: str) -> Replica:
-        r = Replica(self.uuid, self.paths(tablet_id), self._sender(tablet_id), self.options,
-                    rng=random.Random(self.rng.getrandbits(64)))
+        r = self._new_replica(tablet_id)
         r.open()
+        return self._run_replica(r, table)
+
+    def _new_replica(self, tablet_id: str) -> Replica:
+        return Replica(self.uuid, self.paths(tablet_id), self._sender(tablet_id), self.options,
+                       rng=random.Random(self.rng.getrandbits(64)))
+
+    def _run_replica(self, r: Replica, table: str) -> Replica:
         r.start()
-        self.entries[tablet_id] = TabletEntry(tablet_id, table, TabletState.RUNNING, r)
+        self.entries[r.tablet_id] = TabletEntry(r.tablet_id, table, TabletState.RUNNING, r)
         return r
 
     async def stop(self) -> None:
@@ -263,26 +270,42 @@ class TabletManager:
                            req.caller_term, state, req.peer_match)
         return before
 
-    async def finish_copy(self, tablet_id: str, data: TabletCopyData) -> Replica:
-        """Install a fetched copy and start its replica; a failed install (e.g. a full disk)
-        goes back to a tombstone, as start-up would."""
+    async def prepare_copy(self, tablet_id: str, session: CopySession) -> None:
+        """Make room for a copy's files (node.tserver.copy.prepare_install): from here on a
+        failure leaves a tombstone."""
+        async with self.lock:
+            await asyncio.to_thread(prepare_install, self.paths(tablet_id), session,
+                                    self.options.faults)
+
+    async def finish_copy(self, tablet_id: str, session: CopySession, source: str) -> Replica:
+        """All files are in: mark the replica READY and start it. Its bootstrap (the snapshot,
+        then the WAL) runs in a thread: a big tablet must not stall the other tablets' Raft."""
         paths = self.paths(tablet_id)
         async with self.lock:
+            await asyncio.to_thread(complete_install, paths, session, source)
+            r = self._new_replica(tablet_id)
             try:
-                await asyncio.to_thread(install_copy, paths, data, self.options.faults)
-            except Exception:
-                table = await asyncio.to_thread(abandon_copy, paths)
-                if table is not None:
-                    self.entries[tablet_id] = TabletEntry(tablet_id, table, TabletState.TOMBSTONED)
+                await asyncio.to_thread(r.open)
+            except Exception as e:  # the copied files do not open: never serve them
+                if hasattr(r, "wal"):
+                    r.wal.close()
+                self.entries[tablet_id] = TabletEntry(
+                    tablet_id, session.table_name, TabletState.FAILED,
+                    error=log_failure(self.log(tablet_id), "cannot open the copied replica", e))
                 raise
-            return self._start_replica(tablet_id, data.table_name)
+            return self._run_replica(r, session.table_name)
 
-    def abandon_copy(self, tablet_id: str, before: TabletState | None) -> None:
-        """A copy that did not install: the tablet is back in the state it was in."""
+    async def abandon_copy(self, tablet_id: str, before: TabletState | None) -> None:
+        """A copy that did not install: a tombstone if it had written anything (as start-up
+        would make of it), else the tablet is back in the state it was in."""
         e = self.entries.get(tablet_id)
         if e is None or e.stored != TabletState.COPYING:
-            return  # installed, or finish_copy already put a tombstone back
-        if before is None:
+            return  # installed (or failed to open)
+        async with self.lock:
+            table = await asyncio.to_thread(abandon_copy, self.paths(tablet_id))
+        if table is not None:
+            self.entries[tablet_id] = TabletEntry(tablet_id, table, TabletState.TOMBSTONED)
+        elif before is None:
             del self.entries[tablet_id]
         else:
             self.entries[tablet_id] = TabletEntry(tablet_id, e.table, before)

@@ -511,7 +511,7 @@ class Log:
                 self._sync_owed = True
             else:
                 seg.sync()
-        seg.readable_end = seg.offset
+        seg.readable = (seg.offset, seg.max_index)
         if seg.offset >= self.options.segment_bytes and self._next_thread is None and self._next is None:
             if self._inline:
                 self._preallocate(seg.seq + 1)
@@ -591,7 +591,7 @@ class Log:
         peer catching up). Hold an anchor at or below `first_index` so GC keeps the segments."""
         with self._segments_lock:
             closed = list(self._closed)
-            active, active_end = self._segment.path, self._segment.readable_end
+            active, (active_end, _) = self._segment.path, self._segment.readable
         start = 0  # the newest segment starting at or below first_index: a replay from there
         for i, seg in enumerate(closed):  # is exact for every index >= its first entry
             if seg.footer.num_entries and seg.footer.min_index <= first_index:
@@ -606,6 +606,27 @@ class Log:
         if entries and entries[0].index < first_index:
             del entries[: first_index - entries[0].index]
         return entries
+
+    def copy_extents(self, first_index: int) -> tuple[list[tuple[str, int]], int, int]:
+        """What a tablet copy sends of the log from `first_index` on: each segment file that
+        may hold it, with the length to send, then the lowest and highest index written in
+        those bytes (-1: none). The highest may have been cut by a later truncation, but only
+        above the commit index. The newest segment is sent up to its synced end: bytes below
+        that never change, and the receiver's bootstrap closes such an unfinished tail as it
+        would after a crash. Hold an anchor at or below `first_index` so GC keeps the files."""
+        with self._segments_lock:
+            closed = list(self._closed)
+            active = self._segment
+            (active_end, active_last), active_first = active.readable, active.min_index
+        while closed and closed[0].footer.num_entries and closed[0].footer.max_index < first_index:
+            del closed[0]
+        extents = [(s.path, self._disk.size(s.path)) for s in closed] + [(active.path, active_end)]
+        firsts = [s.footer.min_index for s in closed if s.footer.num_entries]
+        lasts = [s.footer.max_index for s in closed if s.footer.num_entries]
+        if active_last >= 0:
+            firsts.append(active_first)
+            lasts.append(active_last)
+        return extents, min(firsts, default=-1), max(lasts, default=-1)
 
     def segments(self) -> list[str]:
         """Paths of the segments on disk, oldest first, the one being written last."""

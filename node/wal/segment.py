@@ -190,7 +190,9 @@ class WritableSegment:
             if prealloc_bytes:
                 disk.fallocate(self.fd, 0, prealloc_bytes)
             self.offset = pwrite_all(disk, self.fd, [fmt.encode_segment_header(tablet_id, seq)], 0)
-            self.readable_end = self.offset  # written and (with fsync on) synced: readers stop here
+            # (end, last index) of what is written and (with fsync on) synced: readers stop
+            # there. One attribute, so a reader in another thread sees the two agree.
+            self.readable: tuple[int, int] = (self.offset, -1)
             disk.fsync(self.fd)
         except BaseException:
             disk.close(self.fd)

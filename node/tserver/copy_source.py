@@ -1,0 +1,153 @@
+"""Tablet copy (seed 05), the sending side: Kudu's source sessions.
+
+BeginCopySession pins the replica's newest snapshot file and its WAL from there on
+(`Replica.pin_copy_source`: a WAL anchor, a compaction floor, a snapshot pin); FetchCopyChunk
+serves any byte range of those files with its CRC, so a receiver whose connection dropped asks
+again from the offset it has; EndCopySession, or no fetch for `idle_timeout_s`, releases the
+pins. Memory is one chunk per fetch in flight, whatever the tablet's size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+import crc32c
+
+from node.consensus import encode_config
+from node.disk import Disk
+from node.protocol import (
+    BeginCopySession,
+    CopyChunk,
+    CopyFile,
+    CopySession,
+    CopySessionId,
+    Empty,
+    FetchCopyChunk,
+)
+from node.replica import CopySource, Replica, ReplicaError
+from node.rpc import ErrorCode, RpcError
+from node.tablet.superblock import Superblock
+from node.tserver.tablet_manager import TabletManager
+
+log = logging.getLogger(__name__)
+
+MAX_CHUNK_BYTES = 32 << 20  # the most one fetch may ask for: half the RPC frame limit
+
+
+@dataclass
+class _Session:
+    id: str
+    tablet_id: str
+    requestor: str
+    replica: Replica
+    source: CopySource
+    paths: list[str]  # of `files`, in order
+    files: list[CopyFile]
+    last_used: float = field(default_factory=time.monotonic)
+    sent: int = 0
+
+
+class CopySourceSessions:
+    def __init__(self, tablets: TabletManager, idle_timeout_s: float):
+        self.tablets, self.idle_timeout_s = tablets, idle_timeout_s
+        self.sessions: dict[str, _Session] = {}
+        self._ids = itertools.count(1)
+
+    async def begin(self, req: BeginCopySession) -> CopySession:
+        """A new session; one the same receiver still holds on the tablet ends first (it gave
+        up on it: a receiver resumes by fetching again, not by beginning again)."""
+        r = self.tablets.serving(req.tablet_id)
+        for s in [s for s in self.sessions.values()
+                  if (s.tablet_id, s.requestor) == (req.tablet_id, req.requestor)]:
+            self.end(s.id, "superseded by a new session of the same receiver")
+        sid = f"{req.requestor}-{req.tablet_id}-{next(self._ids)}"
+        try:
+            src = await r.pin_copy_source(f"copy:{sid}")
+        except ReplicaError as e:
+            raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {req.tablet_id}: {e}") from None
+        try:
+            paths, files = await asyncio.to_thread(_manifest, src, r.paths.disk)
+            tpaths = self.tablets.paths(req.tablet_id)
+            sb = await asyncio.to_thread(Superblock.load, tpaths.superblock, tpaths.disk)
+        except BaseException:
+            r.unpin_copy_source(f"copy:{sid}", src.snapshot_index)
+            raise
+        self.sessions[sid] = _Session(sid, req.tablet_id, req.requestor, r, src, paths, files)
+        self.tablets.log(req.tablet_id).info(
+            "tablet copy session %s for %s: snapshot at index %d, %d WAL segments, %d bytes",
+            sid, req.requestor, src.snapshot_index, len(src.wal), sum(f.size for f in files))
+        return CopySession(sid, sb.table_name, sb.partition, src.term,
+                           encode_config(src.committed_config), files, self.idle_timeout_s)
+
+    async def fetch(self, req: FetchCopyChunk) -> CopyChunk:
+        s = self._session(req.session_id)
+        if not 0 <= req.file < len(s.files):
+            raise RpcError(ErrorCode.INVALID_ARGUMENT, f"no file {req.file} in the session "
+                           f"({len(s.files)} files)")
+        size = s.files[req.file].size
+        if not 0 <= req.offset <= size or not 0 < req.max_length <= MAX_CHUNK_BYTES:
+            raise RpcError(ErrorCode.INVALID_ARGUMENT, f"offset {req.offset} of a {size}-byte "
+                           f"file, max_length {req.max_length} (at most {MAX_CHUNK_BYTES})")
+        length = min(req.max_length, size - req.offset)
+        data = await asyncio.to_thread(_read, s.replica.paths.disk, s.paths[req.file],
+                                       req.offset, length)
+        s.last_used, s.sent = time.monotonic(), s.sent + len(data)
+        return CopyChunk(req.offset, data, crc32c.crc32c(data))
+
+    async def on_end(self, req: CopySessionId) -> Empty:
+        self._session(req.session_id)
+        self.end(req.session_id, "the receiver ended it")
+        return Empty()
+
+    def end(self, sid: str, why: str) -> None:
+        s = self.sessions.pop(sid, None)
+        if s is None:
+            return
+        s.replica.unpin_copy_source(f"copy:{sid}", s.source.snapshot_index)
+        self.tablets.log(s.tablet_id).info("tablet copy session %s ended (%s): %d bytes sent",
+                                           sid, why, s.sent)
+
+    def end_all(self) -> None:
+        for sid in list(self.sessions):
+            self.end(sid, "the server is stopping")
+
+    async def expire(self) -> None:
+        """End sessions idle past the timeout (Kudu polls likewise), so a receiver that died
+        does not pin the source's WAL for ever."""
+        while True:
+            await asyncio.sleep(min(10.0, self.idle_timeout_s / 4))
+            now = time.monotonic()
+            for s in list(self.sessions.values()):
+                if now - s.last_used > self.idle_timeout_s:
+                    self.end(s.id, f"idle for {self.idle_timeout_s:g}s")
+
+    def _session(self, sid: str) -> _Session:
+        s = self.sessions.get(sid)
+        if s is None:
+            raise RpcError(ErrorCode.NOT_FOUND, f"no tablet copy session {sid!r} (it ended, "
+                           "expired, or this server restarted)")
+        return s
+
+
+def _manifest(src: CopySource, disk: Disk) -> tuple[list[str], list[CopyFile]]:
+    paths, files = [], []
+    if src.snapshot is not None:
+        paths.append(src.snapshot)
+        files.append(CopyFile("snapshot", os.path.basename(src.snapshot), disk.size(src.snapshot)))
+    for path, length in src.wal:
+        paths.append(path)
+        files.append(CopyFile("wal", os.path.basename(path), length))
+    return paths, files
+
+
+def _read(disk: Disk, path: str, offset: int, length: int) -> bytes:
+    data = disk.read(path, offset, length)
+    if len(data) != length:  # a pinned file never shrinks: this is damage, not a race
+        raise RpcError(ErrorCode.ILLEGAL_STATE, f"{path}: read {len(data)} of {length} bytes "
+                       f"at offset {offset}")
+    return data
