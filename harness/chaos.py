@@ -2,10 +2,10 @@
 
 Brings up (or reuses) the hosts, deploys Tessera over SSH, creates the test table, runs the
 workload's logical processes with the fault plan executing alongside for the time limit, heals
-every fault, runs the final reads, checks replica convergence, collects and checks the nodes'
-logs, checks the history, and records all of it under store/<test>/<timestamp>/ as it happens:
-test.json (the spec and the facts of the run), schedule.json (the fault plan), history.jsonl,
-convergence.json, results.json.
+every fault, runs the final reads, checks replica convergence and the masters' agreement,
+collects and checks the nodes' logs, checks the history, and records all of it under
+store/<test>/<timestamp>/ as it happens: test.json (the spec and the facts of the run),
+schedule.json (the fault plan), history.jsonl, convergence.json, masters.json, results.json.
 """
 
 from __future__ import annotations
@@ -92,6 +92,7 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
     from harness.control import Remote
     from harness.convergence import check_convergence
     from harness.db import TesseraDB, build_wheelhouse, check_wheelhouse
+    from harness.masters_check import check_masters
     from harness.runner import RunOptions
     from harness.store import new_run_dir, write_json
     from nemeses import plan as plans
@@ -152,9 +153,11 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
         schedule = asyncio.run(_drive(spec, workload, opts, db, ctx, run_dir, nemeses, plan))
         convergence = _run_check("convergence", lambda: check_convergence(db))
         write_json(run_dir / "convergence.json", convergence)
+        masters = _run_check("masters", lambda: check_masters(db))
+        write_json(run_dir / "masters.json", masters)
         _collect(db, run_dir)
         collected = True
-        return _judge(run_dir, workload.checker, schedule, convergence)
+        return _judge(run_dir, workload.checker, schedule, [convergence, masters])
     finally:
         if db is not None:
             if not collected:
@@ -189,7 +192,7 @@ def _run_check(checker: str, call) -> dict:
                 "errors": [{"type": "crashed", "explanation": f"{type(e).__name__}: {e}"}]}
 
 
-def _judge(run_dir: Path, checker, schedule, convergence: dict) -> str:
+def _judge(run_dir: Path, checker, schedule, cluster_checks: list[dict]) -> str:
     """The history checked, with the run's other checks, into results.json; the verdict."""
     import json
 
@@ -201,7 +204,7 @@ def _judge(run_dir: Path, checker, schedule, convergence: dict) -> str:
     write_edn(ops, run_dir / "history.edn")
     logs = _run_check("logs", lambda: check_logs(run_dir, ops))
     test = json.loads((run_dir / "test.json").read_text())
-    results = _results(ops, checker, test, schedule, extra=[convergence, logs])
+    results = _results(ops, checker, test, schedule, extra=[*cluster_checks, logs])
     write_json(run_dir / "results.json", results)
     say(f"{len(ops)} history events; verdict: {results['verdict']}")
     return results["verdict"]
@@ -328,7 +331,7 @@ async def accept_test_table(client, tablets: int, replication_factor: int,
 
 def _results(ops, checker, test: dict, schedule, extra: list[dict] = ()) -> dict:
     """The run's verdict, as `tessera analyze` gives it: the workload's checker composed with the
-    run's other checks (`extra`: convergence, node logs) and Jepsen's stats checker (an f that
+    run's other checks (`extra`: convergence, masters, node logs) and Jepsen's stats checker (an f that
     never succeeded makes the run invalid)."""
 
     return {**judge_ops(ops, checker, extra), "final": test["final"],

@@ -25,7 +25,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a workload parameter, e.g. ops_per_key=100 (repeatable)")
     p.add_argument("--nemesis", default="none",
-                   help=f"none, all, raft, or a comma list of: {', '.join(packages())} (default none)")
+                   help="none, or a comma list of groups (all: the classic faults; raft: "
+                        "Raft-shaped; masters: the masters' own membership, 3 -> 5 -> 3) and "
+                        f"faults: {', '.join(packages())} (default none)")
     p.add_argument("--nemesis-interval", type=float, default=d.nemesis_interval, metavar="S",
                    help="seconds between a fault's start and stop (default 10)")
     p.add_argument("--time-limit", type=float, default=d.time_limit, metavar="S",

@@ -82,16 +82,21 @@ class TesseraDB:
     log: object = print
     down: set = field(default_factory=set)  # (host, daemon) killed on purpose: not for the watchdog
     lazyfs: bool = False  # tablet servers' data dirs on lazyfs (lose-unfsynced-writes)
+    # hosts given a master during the run (the master-membership nemesis), in order added
+    added_masters: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # One start, kill or watchdog check at a time per host: a nemesis restarting a daemon
         # while the watchdog finds it not yet up would start it twice, and the second, unable to
         # bind, would take over the pid file and leave the first running unseen.
         self._locks = {h.name: threading.RLock() for h in self.hosts}
+        self._had_master = {h.name for h in self.hosts[: self.masters]}  # whose logs to collect
 
     @property
     def master_hosts(self) -> list[Host]:
-        return self.hosts[: self.masters]
+        """The first `masters` hosts, then those a master was added to, in order."""
+        by_name = {h.name: h for h in self.hosts}
+        return self.hosts[: self.masters] + [by_name[n] for n in self.added_masters]
 
     @property
     def master_addrs(self) -> list[tuple[str, int]]:
@@ -216,6 +221,80 @@ class TesseraDB:
     def resume(self, host: str, daemon: str | None = None) -> None:
         self._signal(host, daemon, "CONT")
 
+    def add_master(self, host: str, timeout: float = 60.0) -> str:
+        """Start a master with an empty data dir on `host` (which has none) and add it to the
+        masters (Kudu's master add, node.tools.admin.join_master); its UUID once it is a
+        voter. A master that does not make it is stopped and wiped again."""
+        import asyncio
+
+        from node.client import TesseraClient
+        from node.rpc import ErrorCode, RpcError
+        from node.tools.admin import join_master
+
+        h = next(h for h in self.hosts if h.name == host)
+        if h in self.master_hosts:
+            raise ClusterError(f"{host} runs a master already")
+        current = self.master_addrs
+        with self._locks[host]:
+            self._wipe_master(host)
+            self.added_masters.append(host)
+            self._had_master.add(host)
+            self._write_configs(h)
+            self.start(host, "master")
+
+        async def join() -> str:
+            client = TesseraClient(current, timeout=5.0)
+            try:
+                for _ in range(int(timeout * 2)):  # until it serves master.info
+                    try:
+                        return (await join_master(client, (h.address, MASTER_PORT),
+                                                  timeout=timeout)).uuid
+                    except RpcError as e:
+                        if e.code != ErrorCode.NETWORK:
+                            raise
+                    await asyncio.sleep(0.5)
+                raise ClusterError(f"the new master on {host} never answered")
+            finally:
+                await client.close()
+
+        try:
+            return asyncio.run(join())
+        except BaseException:
+            self._drop_master(host)
+            raise
+
+    def remove_master(self, host: str) -> str:
+        """Remove the master `add_master` put on `host` (Kudu's master remove), then stop it
+        and wipe its data dir; its UUID."""
+        import asyncio
+
+        from node.client import TesseraClient
+        from node.tools.admin import leave_master
+
+        if host not in self.added_masters:
+            raise ClusterError(f"{host} has no added master to remove")
+        h = next(h for h in self.hosts if h.name == host)
+
+        async def leave() -> str:
+            client = TesseraClient(self.master_addrs, timeout=10.0)
+            try:
+                return await leave_master(client, f"{h.address}:{MASTER_PORT}")
+            finally:
+                await client.close()
+        uuid = asyncio.run(leave())
+        self._drop_master(host)
+        return uuid
+
+    def _drop_master(self, host: str) -> None:
+        with self._locks[host]:
+            self.kill(host, "master")
+            self._wipe_master(host)
+            if host in self.added_masters:
+                self.added_masters.remove(host)
+
+    def _wipe_master(self, host: str) -> None:
+        self.remotes[host].run(["rm", "-rf", f"{DATA}/master", f"{DATA}/master.pid"])
+
     def ask_each(self, hosts: list[Host], daemon: str, method: str, reply: type,
                  request: object = None) -> dict:
         """Call `method` (with `request`, by default none) on `daemon` of every host, from a
@@ -281,7 +360,9 @@ class TesseraDB:
 
     # -- end of run --------------------------------------------------------------------------
     def log_files(self, host: str) -> list[str]:
-        return [f"{DATA}/logs/{d}.log" for d in self.daemons(host)]
+        """Every daemon's log, a master's removed during the run included."""
+        kinds = ["master"] if host in self._had_master else []
+        return [f"{DATA}/logs/{d}.log" for d in [*kinds, "tserver"]]
 
     def collect(self, host: str, dest: Path) -> None:
         """Daemon logs and a listing of the data dirs, into the run's store."""
@@ -301,7 +382,8 @@ class TesseraDB:
         def stop(h: Host) -> None:
             from nemeses.lazyfs import unmount_command
 
-            self.kill(h.name)
+            for d in ("master", "tserver"):  # a master added during the run too
+                self.kill(h.name, d)
             d = f"{DATA}/tserver"
             # A daemon killed inside a slow FUSE call may hold the mount a moment longer: retry,
             # then detach lazily; either way no lazyfs process may outlive the test.
@@ -316,6 +398,7 @@ class TesseraDB:
                                       f"{DATA}/logs", f"{DATA}/master.pid", f"{DATA}/tserver.pid"])
             self.remotes[h.name].run(["mkdir", "-p", f"{DATA}/logs"])
         self._each(stop)
+        self.added_masters.clear()
 
 
 def _toml_str(s: str) -> str:

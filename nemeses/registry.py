@@ -43,17 +43,19 @@ def packages() -> dict[str, Package]:
 
 
 def select(text: str) -> list[str]:
-    """Package names from `--nemesis`: none, a group (all, raft), or a comma list of names.
-    ValueError names what is known."""
+    """Package names from `--nemesis`: none, or a comma list of groups (all, raft, masters) and
+    package names, in the order given, each once. ValueError names what is known."""
     known = packages()
     groups = sorted({p.group for p in known.values()})
     if text == "none":
         return []
-    if text in groups:
-        return [n for n, p in known.items() if p.group == text]
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    for n in names:
-        if n not in known:
-            raise ValueError(f"unknown nemesis {n!r} (known: {', '.join(known)}, "
+    names: list[str] = []
+    for item in (n.strip() for n in text.split(",") if n.strip()):
+        if item in groups:
+            names += [n for n, p in known.items() if p.group == item]
+        elif item in known:
+            names.append(item)
+        else:
+            raise ValueError(f"unknown nemesis {item!r} (known: {', '.join(known)}, "
                              f"{', '.join(groups)}, none)")
-    return names
+    return list(dict.fromkeys(names))

@@ -175,3 +175,26 @@ def test_nemesis_all_fires_every_fault_and_leaves_no_trace(env, tmp_path):
                         map(int, r.sh(probe).stdout.split()), strict=True))
         r.close()
         assert not any(left.values()), (h.name, left)
+
+
+def test_masters_grow_to_five_and_back_to_three_while_the_test_runs(env, tmp_path):
+    """Issue 16: the catalog's voters change under load and kills (the leader master among the
+    targets); the history stays valid, the masters end agreeing on the three they began with,
+    and the added masters' logs are collected and checked with the others."""
+    out = tessera("test", "--workload", "register", "--nemesis", "master-membership,kill",
+                  "--time-limit", "40", "--nemesis-interval", "4", "--seed", "5",
+                  "--store", str(tmp_path / "store"), env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = out.stdout.strip().splitlines()[-1]
+    ops = read_jsonl(os.path.join(run_dir, "history.jsonl"))
+    steps = [o.value for o in ops if o.process == "nemesis" and o.type != "invoke"
+             and "master-membership" in o.f and o.value]
+    counts = [s["masters"] for s in steps if "masters" in s]
+    assert 5 in counts and counts[-1] == 3, steps  # grew to five, healed back to three
+    assert any("added" in s for s in steps) and any("removed" in s for s in steps)
+    results = json.load(open(os.path.join(run_dir, "results.json")))
+    assert results["verdict"] == "valid", results["check"]
+    masters = next(r for r in results["check"]["results"] if r.get("checker") == "masters")
+    assert masters["verdict"] == "valid" and len(masters["masters"]) == 3, masters
+    for added in {s.get("added") for s in steps} - {None}:
+        assert os.path.getsize(os.path.join(run_dir, "nodes", added, "master.log")) > 0

@@ -59,6 +59,8 @@ def test_groups_and_unknown_names():
     assert select("none") == []
     assert {"partition", "kill", "lose-unfsynced"} <= set(select("all"))
     assert not set(select("all")) & set(select("raft"))
+    assert "master-membership" not in select("all")  # its own group: it changes the masters
+    assert select("masters,kill,kill") == ["master-membership", "kill"]  # groups mix with names
     with pytest.raises(ValueError, match="unknown nemesis 'meteor'"):
         select("kill,meteor")
 

@@ -62,44 +62,60 @@ def configure_master_changes(sub: argparse._SubParsersAction) -> None:
 
 
 async def add_master(args, client) -> int:
-    addr = parse_addrs(args.address, 7051)[0]
-    info = await client.rpc.call(addr, "master.info", Empty(), MasterInfo, to_uuid="",
-                                 timeout=client.timeout)
-    if info.role != "INITIALIZING":
-        raise AdminError(f"{args.address} already has a catalog (role {info.role}); a new master "
-                         "starts with an empty data dir")
-    _print_config(await client.master_call("master.add_master",
-                                           AddMaster(Peer(info.uuid, *addr)), ConfigState))
-    print(f"waiting for {info.uuid} to be copied the catalog and promoted to voter", flush=True)
-
-    async def voter() -> bool:
-        now = await _ask(client, addr, "master.info", MasterInfo)
-        return isinstance(now, MasterInfo) and now.role in ("FOLLOWER", "LEADER")
-    await _wait_for_voter(voter, f"{info.uuid} is not a voter")
+    info = await join_master(client, parse_addrs(args.address, 7051)[0], progress=print)
     print(f"master {info.uuid} at {args.address} is a voter")
     return 0
 
 
-async def _wait_for_voter(voter, failure: str) -> None:
-    """Until `voter()` holds; AdminError(`failure`) after VOTER_TIMEOUT_S."""
+async def join_master(client, addr: tuple[str, int], *, progress=lambda _: None,
+                      timeout: float = VOTER_TIMEOUT_S) -> MasterInfo:
+    """Kudu's master add: the master at `addr` (started, no catalog yet) joins the catalog's
+    config through the leader master; returns its info once it is a voter. Shared by the CLI
+    and the harness's master-membership nemesis."""
+    info = await client.rpc.call(addr, "master.info", Empty(), MasterInfo, to_uuid="",
+                                 timeout=client.timeout)
+    if info.role != "INITIALIZING":
+        raise AdminError(f"{addr[0]}:{addr[1]} already has a catalog (role {info.role}); a new "
+                         "master starts with an empty data dir")
+    config = await client.master_call("master.add_master", AddMaster(Peer(info.uuid, *addr)),
+                                      ConfigState)
+    progress(config_lines(config))
+    progress(f"waiting for {info.uuid} to be copied the catalog and promoted to voter")
+
+    async def voter() -> bool:
+        now = await _ask(client, addr, "master.info", MasterInfo)
+        return isinstance(now, MasterInfo) and now.role in ("FOLLOWER", "LEADER")
+    await _wait_for_voter(voter, f"{info.uuid} is not a voter", timeout)
+    return info
+
+
+async def _wait_for_voter(voter, failure: str, timeout: float = VOTER_TIMEOUT_S) -> None:
+    """Until `voter()` holds; AdminError(`failure`) after `timeout`."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + VOTER_TIMEOUT_S
+    deadline = loop.time() + timeout
     while not await voter():
         if loop.time() > deadline:
-            raise AdminError(f"{failure} after {VOTER_TIMEOUT_S:g}s")
+            raise AdminError(f"{failure} after {timeout:g}s")
         await asyncio.sleep(0.5)
 
 
 async def remove_master(args, client) -> int:
-    uuid = args.master
-    if ":" in uuid:
-        info = await client.rpc.call(parse_addrs(uuid, 7051)[0], "master.info", Empty(),
-                                     MasterInfo, to_uuid="", timeout=client.timeout)
-        uuid = info.uuid
-    _print_config(await client.master_call("master.remove_master", RemoveMaster(uuid),
-                                           ConfigState))
+    uuid = await leave_master(client, args.master, progress=print)
     print(f"master {uuid} removed; stop its process")
     return 0
+
+
+async def leave_master(client, master: str, *, progress=lambda _: None) -> str:
+    """Kudu's master remove: `master` (a UUID or HOST:PORT) leaves the catalog's config;
+    returns its UUID. Its process is the caller's to stop."""
+    uuid = master
+    if ":" in master:
+        info = await client.rpc.call(parse_addrs(master, 7051)[0], "master.info", Empty(),
+                                     MasterInfo, to_uuid="", timeout=client.timeout)
+        uuid = info.uuid
+    progress(config_lines(await client.master_call("master.remove_master", RemoveMaster(uuid),
+                                                   ConfigState)))
+    return uuid
 
 
 async def _ask(client, addr: tuple[str, int], method: str, reply: type):
@@ -194,15 +210,15 @@ async def _reports(client, tablet: str) -> dict[str, tuple[Peer, TabletReport | 
             for p, st in await _tserver_statuses(client) if not isinstance(st, RpcError)}
 
 
-def _print_config(config) -> None:
+def config_lines(config: ConfigState) -> str:
     members = " ".join(f"{uuid}:{kind}" for uuid, kind in config.members)
-    print(f"config {config.opid_index}: {members}")
+    return f"config {config.opid_index}: {members}"
 
 
 async def tablet(args, client) -> int:
     if args.verb in ("add-replica", "remove-replica"):
-        _print_config(await client.change_replica(args.tablet, args.verb.split("-")[0],
-                                                  args.ts_uuid))
+        print(config_lines(await client.change_replica(args.tablet, args.verb.split("-")[0],
+                                                       args.ts_uuid)))
         return 0
     if args.verb == "leader-step-down":
         return await _step_down(args, client)
@@ -253,7 +269,7 @@ async def _step_down(args, client) -> int:
 async def _move(args, client) -> int:
     if args.source == args.dest:
         raise ValueError("FROM and TO are the same server")
-    _print_config(await client.change_replica(args.tablet, "add", args.dest))
+    print(config_lines(await client.change_replica(args.tablet, "add", args.dest)))
     print(f"waiting for {args.dest} to be copied and promoted to voter", flush=True)
 
     async def voter() -> bool:
@@ -262,7 +278,7 @@ async def _move(args, client) -> int:
                 and [args.dest, "VOTER"] in mine.committed_config)
     await _wait_for_voter(voter, f"{args.dest} is not a voter of {args.tablet} ({args.source} "
                                  "was not removed)")
-    _print_config(await client.change_replica(args.tablet, "remove", args.source))
+    print(config_lines(await client.change_replica(args.tablet, "remove", args.source)))
     return 0
 
 

@@ -77,19 +77,20 @@ def with_checks(check: dict, extra: list[dict]) -> dict:
 
 
 def run_checks(run: Run, ops: list[Op] | None) -> list[dict]:
-    """What the harness checked beyond the history, for the analysis: the replica convergence it
-    recorded (the cluster is gone by now) and the node logs, checked again from the run dir.
-    Runs recorded before these checks existed have neither."""
+    """What the harness checked beyond the history, for the analysis: the replica convergence and
+    the masters' agreement it recorded (the cluster is gone by now) and the node logs, checked
+    again from the run dir. Runs recorded before these checks existed lack them."""
     from reports.checkers.logs import check_logs
 
     out = []
-    try:
-        out.append(json.loads((run.path / "convergence.json").read_text()))
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError) as e:
-        out.append({"checker": "convergence", "verdict": "unknown",
-                    "errors": [{"type": "unreadable", "explanation": f"convergence.json: {e}"}]})
+    for name in ("convergence", "masters"):
+        try:
+            out.append(json.loads((run.path / f"{name}.json").read_text()))
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as e:
+            out.append({"checker": name, "verdict": "unknown",
+                        "errors": [{"type": "unreadable", "explanation": f"{name}.json: {e}"}]})
     if (run.path / "nodes").is_dir():
         out.append(check_logs(run.path, ops))
     return out
