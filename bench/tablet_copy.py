@@ -7,13 +7,18 @@ copy sends a snapshot file of the whole tablet plus the WAL after it. Each round
   disk    write the same number of bytes in 4 MiB writes to one file next to the cluster's
           data, then fsync it: what the receiver's disk can take at best;
   copy    `add-replica` through the master (the operator's path), so the leader copies the
-          tablet to the other server; timed by the receiver from beginning the session to
-          the replica running (the transfer, every fsync, and the replica's bootstrap from
-          the copied files), then `remove-replica` to tombstone it for the next round.
-The rounds alternate so that noise on the machine falls on both alike; medians are reported.
+          tablet to the other server, then `remove-replica` to tombstone it for the next
+          round. The receiver times two spans from beginning the session: until every file is
+          fetched, written and fsynced (copy_mb_s, the rate the target is about: Kudu's
+          bytes fetched per second), and until the replica runs (to_running_mb_s: its
+          bootstrap decodes the whole snapshot into memory on top).
+The rounds alternate so that noise on the machine falls on both alike. The copy's median is
+compared with the disk at its best (the fastest round: this VM's disk rate swings threefold with
+the page cache's state), the harsher of the two; the ratio to the disk's median is given too.
 
-Prints one JSON line on stdout (progress on stderr): copy_mb_s, disk_seq_write_mb_s, ratio,
-the target and whether it was met, every round, and the machine.
+Prints one JSON line on stdout (progress on stderr): copy_mb_s (median), disk_seq_write_mb_s
+(best) and its median, ratio (copy over the best disk round) and ratio_to_median_disk,
+to_running_mb_s, the target and whether `ratio` met it, every round, and the machine.
 
     python bench/tablet_copy.py [--mib 1024] [--rounds 3]
 """
@@ -40,7 +45,8 @@ from node.tools.local_cluster import LocalCluster  # noqa: E402
 
 TARGET_RATIO = 0.5
 MIB = 1 << 20
-FINISHED = re.compile(r"tablet copy finished: (\d+) bytes from \S+ in ([\d.]+)s")
+FINISHED = re.compile(r"tablet copy finished: (\d+) bytes from \S+ in ([\d.]+)s \(\d+ MB/s; "
+                      r"fetching ([\d.]+)s, opening ([\d.]+)s")
 
 
 def _log(msg: str) -> None:
@@ -106,9 +112,11 @@ async def _run(c: LocalCluster, mib: int, rounds: int) -> dict:
         out = []
         for r in range(rounds):
             disk = disk_seq_write(c.root, mib * MIB)
-            nbytes, seconds = await _copy_once(client, c, tablet, dst, uuids[dst])
-            point = {"disk_mb_s": round(disk, 1), "copy_bytes": nbytes, "copy_s": seconds,
-                     "copy_mb_s": round(nbytes / seconds / 1e6, 1)}
+            nbytes, seconds, fetching = await _copy_once(client, c, tablet, dst, uuids[dst])
+            point = {"disk_mb_s": round(disk, 1), "copy_bytes": nbytes,
+                     "fetch_s": fetching, "copy_mb_s": round(nbytes / fetching / 1e6, 1),
+                     "to_running_s": seconds,
+                     "to_running_mb_s": round(nbytes / seconds / 1e6, 1)}
             point["ratio"] = round(point["copy_mb_s"] / point["disk_mb_s"], 3)
             _log(f"round {r + 1}: {point}")
             out.append(point)
@@ -118,10 +126,10 @@ async def _run(c: LocalCluster, mib: int, rounds: int) -> dict:
 
 
 async def _copy_once(client, c: LocalCluster, tablet: str, dst: str, uuid: str
-                     ) -> tuple[int, float]:
+                     ) -> tuple[int, float, float]:
     """Add a replica on `dst` (the leader copies the tablet there), wait for the copy, then
-    remove it again so the next round copies onto its tombstone: (bytes, seconds) as the
-    receiver measured them."""
+    remove it again so the next round copies onto its tombstone: (bytes, seconds to the
+    replica running, seconds fetching) as the receiver measured them."""
     log = c.root / f"{dst}.log"
     seen = len(FINISHED.findall(log.read_text()))
     await client.change_replica(tablet, "add", uuid)
@@ -129,7 +137,7 @@ async def _copy_once(client, c: LocalCluster, tablet: str, dst: str, uuid: str
     async def copied() -> bool:
         return len(FINISHED.findall(log.read_text())) > seen
     await _until(copied, "the copy to finish", 600)
-    nbytes, seconds = FINISHED.findall(log.read_text())[seen]
+    nbytes, seconds, fetching, _opening = FINISHED.findall(log.read_text())[seen]
 
     async def voter() -> bool:
         rep = await _replica(client, c, dst, tablet)
@@ -141,7 +149,7 @@ async def _copy_once(client, c: LocalCluster, tablet: str, dst: str, uuid: str
         rep = await _replica(client, c, dst, tablet)
         return rep is not None and rep.state == "TOMBSTONED"
     await _until(tombstoned, "the removed replica to be tombstoned", 120)
-    return int(nbytes), float(seconds)
+    return int(nbytes), float(seconds), float(fetching)
 
 
 def _machine(directory: Path) -> dict:
@@ -176,11 +184,15 @@ def main() -> int:
             c.down()
         machine = _machine(root)
     pts = res["points"]
-    copy, disk = (statistics.median(p[k] for p in pts) for k in ("copy_mb_s", "disk_mb_s"))
-    ratio = copy / disk
+    copy, disk, running = (statistics.median(p[k] for p in pts)
+                           for k in ("copy_mb_s", "disk_mb_s", "to_running_mb_s"))
+    best_disk = max(p["disk_mb_s"] for p in pts)
+    ratio = copy / best_disk  # against the disk at its best: its rate swings 3x between rounds
     print(json.dumps({"bench": "copy", "mib": a.mib, "rounds": len(pts),
-                      "copy_mb_s": round(copy, 1), "disk_seq_write_mb_s": round(disk, 1),
-                      "ratio": round(ratio, 3), "target_ratio": TARGET_RATIO,
+                      "copy_mb_s": round(copy, 1), "disk_seq_write_mb_s": round(best_disk, 1),
+                      "disk_seq_write_median_mb_s": round(disk, 1),
+                      "to_running_mb_s": round(running, 1), "ratio": round(ratio, 3),
+                      "ratio_to_median_disk": round(copy / disk, 3), "target_ratio": TARGET_RATIO,
                       "target_met": ratio >= TARGET_RATIO, "points": pts,
                       "source_files": res["snapshot_files"], "machine": machine}))
     return 0

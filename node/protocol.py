@@ -184,7 +184,7 @@ class FetchCopyChunk(msgspec.Struct, frozen=True):
 
 class CopyChunk(msgspec.Struct, frozen=True):
     offset: int
-    data: bytes
+    data: memoryview  # sent from bytes; decoded as a view of the received frame, not a copy
     crc32c: int  # of data: the receiver checks every chunk before writing it
 
 

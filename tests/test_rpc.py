@@ -104,7 +104,7 @@ def test_the_server_cancels_a_handler_past_its_own_deadline():
         try:
             started = loop.time()
             writer.write(wire.frame(wire.Request(wire.WIRE_VERSION, 9, "stuck", 100, "srv-1",
-                                                 wire.encode_body(Echo("x")))))
+                                                 Echo("x"))))
             (length,) = struct.unpack(">I", await reader.readexactly(4))
             reply = wire.decode_response(await reader.readexactly(length))
             took = loop.time() - started
@@ -222,7 +222,7 @@ def live():
 
 
 def test_malformed_envelope_gets_error_reply_and_stream_stays_usable(live):
-    good = wire.frame(wire.Request(1, 7, "echo", 1000, "srv-1", wire.encode_body(Echo("a"))))
+    good = wire.frame(wire.Request(1, 7, "echo", 1000, "srv-1", Echo("a")))
     garbage = struct.pack(">I", 5) + b"\xc1\xc1\xc1\xc1\xc1"
     replies = _decode_replies(_raw_exchange(live.addr, garbage + good, read_reply=True))
     codes = sorted(r.code for r in replies)
@@ -230,7 +230,7 @@ def test_malformed_envelope_gets_error_reply_and_stream_stays_usable(live):
 
 
 def test_unknown_wire_version_is_refused(live):
-    bad = wire.frame(wire.Request(99, 3, "echo", 1000, "srv-1", wire.encode_body(Echo("a"))))
+    bad = wire.frame(wire.Request(99, 3, "echo", 1000, "srv-1", Echo("a")))
     (reply,) = _decode_replies(_raw_exchange(live.addr, bad, read_reply=True))
     assert reply.code == ErrorCode.UNSUPPORTED_VERSION and reply.call_id == 0
 

@@ -154,7 +154,7 @@ class RpcClient:
                 raise RpcError(ErrorCode.DEADLINE_EXCEEDED, "deadline passed while connecting")
         call_id = next(self._ids)
         req = wire.Request(wire.WIRE_VERSION, call_id, method, max(1, int(timeout * 1000)), to_uuid,
-                           wire.encode_body(request))
+                           request)  # encoded in place (wire.Request)
         resp = await conn.call(call_id, wire.frame(req), timeout)
         if resp.code != ErrorCode.OK:
             code = ErrorCode(resp.code) if resp.code in ErrorCode._value2member_map_ else ErrorCode.REMOTE_ERROR

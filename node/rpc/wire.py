@@ -14,6 +14,9 @@ DEFAULT_MAX_FRAME = 64 << 20  # well above a WAL batch or a snapshot chunk
 
 
 class Request(msgspec.Struct, array_like=True):
+    """`body` is decoded as Raw (its schema depends on the method) but may be sent as the
+    object itself: msgspec encodes it in place, one copy of its bytes instead of two."""
+
     v: int
     call_id: int
     method: str
@@ -69,10 +72,6 @@ def split_frames(buf: bytearray, max_frame: int) -> list[bytes]:
     return frames
 
 
-def encode_body(obj: object) -> msgspec.Raw:
-    return msgspec.Raw(_enc.encode(obj))
-
-
 def decode_body(raw: msgspec.Raw, typ: type) -> object:
     """Decode a body with the method's schema; a mismatch is the caller's fault, not a crash."""
     dec = _body_decoders.get(typ)
@@ -107,4 +106,4 @@ def error_response(call_id: int, err: RpcError) -> Response:
 
 
 def ok_response(call_id: int, body: object) -> Response:
-    return Response(call_id, int(ErrorCode.OK), "", encode_body(body))
+    return Response(call_id, int(ErrorCode.OK), "", body)  # type: ignore[arg-type]  # in place

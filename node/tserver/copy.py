@@ -59,7 +59,7 @@ class FileWriter:
         self.disk = paths.disk
         self.fd: Any = self.disk.open(path, create=True)
 
-    def write(self, offset: int, data: bytes) -> None:
+    def write(self, offset: int, data: bytes | memoryview) -> None:
         pwrite_all(self.disk, self.fd, [data], offset)
 
     def close(self, sync: bool) -> None:
