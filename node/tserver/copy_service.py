@@ -16,7 +16,7 @@ from node.protocol import (
     StartTabletCopy,
     TabletCopyResult,
 )
-from node.rpc import RpcClient, RpcServer
+from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
 from node.tablet.superblock import OpId
 from node.tserver.copy_client import CHUNK_BYTES, CopyClient
 from node.tserver.copy_source import CopySourceSessions
@@ -56,7 +56,13 @@ class TabletCopyService:
         task = asyncio.create_task(self._copy(req), name=f"copy-{req.tablet_id}")
         self._copies.add(task)
         task.add_done_callback(self._copies.discard)
-        return await asyncio.shield(task)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():
+                raise  # this server is stopping, or the caller's connection closed
+            raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {req.tablet_id}: the copy was "
+                           "aborted (the tablet was deleted meanwhile)") from None
 
     async def _copy(self, req: StartTabletCopy) -> TabletCopyResult:
         """Guarded (TabletManager.begin_copy), then the files are fetched from `source` and

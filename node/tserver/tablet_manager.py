@@ -52,6 +52,7 @@ class TabletEntry:
     stored: TabletState
     replica: Replica | None = None
     error: str | None = None
+    copy: asyncio.Task | None = None  # COPYING: the task fetching it (a delete cancels it)
 
     @property
     def state(self) -> TabletState:
@@ -174,7 +175,13 @@ class TabletManager:
         """Tombstone: the data and WAL go, the consensus metadata stays so the replica can never
         vote twice in a term; the last logged OpId is kept in the superblock. True if the
         tablet is a tombstone now. With `cas_config_index`, a running replica whose committed
-        config is newer than that index is refused (ILLEGAL_STATE) and left as it is."""
+        config is newer than that index is refused (ILLEGAL_STATE) and left as it is. A copy
+        under way is aborted: whatever it wrote goes, as a failed copy's does."""
+        e = self.entries.get(tablet_id)
+        if e is not None and e.stored == TabletState.COPYING and e.copy is not None:
+            self.log(tablet_id).info("delete: aborting the tablet copy under way")
+            e.copy.cancel()
+            await asyncio.gather(e.copy, return_exceptions=True)  # it cleans up as it ends
         async with self.lock:
             e = self.entries.get(tablet_id)
             if e is not None and e.stored == TabletState.FAILED:
@@ -264,7 +271,8 @@ class TabletManager:
                 await self._tombstone(e)
                 before = TabletState.TOMBSTONED
             table = e.table if e is not None else "?"
-            self.entries[tid] = TabletEntry(tid, table, TabletState.COPYING)
+            self.entries[tid] = TabletEntry(tid, table, TabletState.COPYING,
+                                            copy=asyncio.current_task())
         self.log(tid).info("tablet copy from %s starting (caller term %d, replica %s, the "
                            "caller believes it holds index %d)", req.source.uuid,
                            req.caller_term, state, req.peer_match)

@@ -1,0 +1,74 @@
+"""A tablet copy can be aborted: a DeleteTablet that reaches a replica while it is being copied
+cancels the transfer, removes what it wrote and leaves a tombstone, and the leader's
+StartTabletCopy gets a clear error rather than waiting. Real tablet server on loopback; the
+source is a bare RPC server that begins a session and then sends nothing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from tserver_helpers import TABLET, start_server, wait_for
+
+from node.consensus import Member, MemberType, RaftConfig, encode_config
+from node.protocol import (
+    BeginCopySession,
+    CopyChunk,
+    CopyFile,
+    CopySession,
+    DeleteTablet,
+    FetchCopyChunk,
+    Peer,
+    StartTabletCopy,
+    TabletCopyResult,
+)
+from node.rpc import ErrorCode, RpcError, RpcServer
+from node.tablet.superblock import DataState, KeyRange, Superblock
+from node.tserver.tablet_manager import TabletState
+
+
+class StallingSource:
+    def __init__(self):
+        self.server = RpcServer("src")
+        self.fetching = asyncio.Event()
+        self.server.register("ts.begin_copy_session", BeginCopySession, self._begin)
+        self.server.register("ts.fetch_copy_chunk", FetchCopyChunk, self._fetch)
+
+    async def _begin(self, req: BeginCopySession) -> CopySession:
+        config = encode_config(RaftConfig(0, (Member("src", MemberType.VOTER),)))
+        return CopySession("s-1", "tbl", KeyRange(), 3, config,
+                           [CopyFile("wal", "wal-000000001", 64 << 20)], 600.0)
+
+    async def _fetch(self, req: FetchCopyChunk) -> CopyChunk:
+        self.fetching.set()
+        await asyncio.sleep(3600)  # never answers
+        raise AssertionError("unreachable")
+
+
+def test_a_delete_aborts_a_copy_under_way_and_leaves_a_tombstone(tmp_path):
+    async def main():
+        ts = await start_server(tmp_path / "a")
+        src = StallingSource()
+        try:
+            host, port = await src.server.start("127.0.0.1", 0)
+            req = StartTabletCopy(TABLET, Peer("src", host, port), 3, "MISSING")
+            copy = asyncio.create_task(ts.rpc_client.call(ts.me.addr, "ts.start_tablet_copy", req,
+                                                          TabletCopyResult, to_uuid=ts.uuid,
+                                                          timeout=60))
+            await asyncio.wait_for(src.fetching.wait(), 10)
+            await wait_for(lambda: ts.tablets.state(TABLET) == TabletState.COPYING, "copying")
+            paths = ts.tablets.paths(TABLET)
+            assert Superblock.load(paths.superblock).data_state == DataState.COPYING
+            assert (await ts.service.on_delete_tablet(DeleteTablet(TABLET))).ok
+            with pytest.raises(RpcError) as e:
+                await asyncio.wait_for(copy, 10)  # answered at once, not at the timeout
+            assert e.value.code == ErrorCode.ILLEGAL_STATE and "aborted" in e.value.message
+            assert ts.tablets.state(TABLET) == TabletState.TOMBSTONED
+            sb = Superblock.load(paths.superblock)
+            assert sb.data_state == DataState.TOMBSTONED and sb.copied_from is None
+            assert not paths.wal_dir.exists()  # what the copy wrote is gone
+        finally:
+            await src.server.stop()
+            await ts.stop()
+
+    asyncio.run(main())
