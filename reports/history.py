@@ -198,6 +198,13 @@ _TOKEN = re.compile(
 _INT = re.compile(r"[+-]?\d+N?$")
 _FLOAT = re.compile(r"[+-]?\d+(\.\d*)?([eE][+-]?\d+)?M?$")
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\"}
+_STRING_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.DOTALL)
+_SPECIAL_FLOATS = {"##Inf": float("inf"), "##-Inf": float("-inf"), "##NaN": float("nan")}
+
+
+def _unescape(m: re.Match) -> str:
+    esc = m.group(1)
+    return chr(int(esc[1:], 16)) if len(esc) == 5 else _ESCAPES.get(esc, esc)
 _CHARS = {"newline": "\n", "space": " ", "tab": "\t", "return": "\r"}
 
 
@@ -255,7 +262,7 @@ class _EdnReader:
         if kind == "close":
             raise HistoryError(f"unexpected {text!r}", line, self.source)
         if kind == "string":
-            return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), text[1:-1])
+            return _STRING_ESCAPE.sub(_unescape, text[1:-1])
         if kind in ("discard", "tag"):
             nxt = self._token()
             if nxt is None:
@@ -275,6 +282,8 @@ class _EdnReader:
             return False
         if text.startswith(":"):
             return Keyword(text[1:])
+        if text in _SPECIAL_FLOATS:
+            return _SPECIAL_FLOATS[text]
         if _INT.match(text):
             return int(text.rstrip("N"))
         if _FLOAT.match(text):
@@ -290,7 +299,9 @@ def _hashable(v: Any) -> Any:
 
 
 def parse_edn_history(text: str, source: str = "") -> list[Op]:
-    """Parse a Jepsen EDN history: one vector/list of op maps, or op maps one after another."""
+    """Parse a Jepsen EDN history: one vector/list of op maps, or op maps one after another.
+    A history of jepsen.independent tuples (every client op's value `[k v]`) is split per key
+    (`split_independent`), as our own export writes multi-key histories."""
     reader = _EdnReader(text, source)
     validator = Validator(source)
     ops: list[Op] = []
@@ -315,7 +326,38 @@ def parse_edn_history(text: str, source: str = "") -> list[Op]:
                 raise HistoryError(f"mismatched {t[1]!r} (expected {closer!r})", t[2], source)
         else:
             add(reader._form(tok), tok[2])
-    return ops
+    return split_independent(ops)
+
+
+def split_independent(ops: list[Op]) -> list[Op]:
+    """Jepsen's independent histories carry each op's key in its value, `[k v]` (a cas:
+    `[k [old new]]`). When every client op (transactions aside: their keys are in their micro-
+    ops) has that shape, and none has a key of its own, move the key out, so each key is
+    checked as its own register; any other history is returned as it is."""
+    client = [o for o in ops if o.process != NEMESIS and o.f != "txn"]
+
+    def tuple_shaped(o: Op) -> bool:
+        v = o.value
+        return (o.key is None and isinstance(v, list) and len(v) == 2
+                and (o.f != "cas" or (isinstance(v[1], list) and len(v[1]) == 2)))
+
+    if not client or not all(tuple_shaped(o) for o in client):
+        return ops
+    out = []
+    for o in ops:
+        if o.process != NEMESIS and o.f != "txn":
+            o = msgspec.structs.replace(o, key=_hashable(o.value[0]), value=o.value[1])
+        out.append(o)
+    return out
+
+
+_STRING_SPECIALS = re.compile(r'[\\"\x00-\x1f\x7f]')
+_ESCAPE_OUT = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _escape(m: re.Match) -> str:
+    c = m.group()
+    return _ESCAPE_OUT.get(c) or f"\\u{ord(c):04x}"
 
 
 def to_edn(value: Any, keyword_strings: bool = False) -> str:
@@ -329,8 +371,14 @@ def to_edn(value: Any, keyword_strings: bool = False) -> str:
     if isinstance(value, Keyword) or (keyword_strings and isinstance(value, str)):
         return ":" + value
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-    if isinstance(value, (int, float)):
+        return '"' + _STRING_SPECIALS.sub(_escape, value) + '"'
+    if isinstance(value, float):
+        if value != value:
+            return "##NaN"
+        if value in (float("inf"), float("-inf")):
+            return "##Inf" if value > 0 else "##-Inf"
+        return repr(value)
+    if isinstance(value, int):
         return repr(value)
     if isinstance(value, dict):
         return "{" + ", ".join(f"{to_edn(k)} {to_edn(v)}" for k, v in value.items()) + "}"
@@ -359,12 +407,11 @@ def op_to_edn(op: Op) -> str:
         f":type :{op.type}",
         f":process {to_edn(op.process, True) if op.process == NEMESIS else op.process}",
         f":f {to_edn(op.f, True)}",
-        f":value {_value_edn(op)}",
+        # a key of its own goes into the value, as jepsen.independent's [k v] tuple
+        f":value {_value_edn(op) if op.key is None else f'[{to_edn(op.key)} {_value_edn(op)}]'}",
     ]
     if op.time is not None:
         parts.append(f":time {op.time}")
-    if op.key is not None:
-        parts.append(f":key {to_edn(op.key)}")
     if op.node is not None:
         parts.append(f":node {to_edn(op.node)}")
     if op.error is not None:
