@@ -65,13 +65,26 @@ def _top_parser() -> argparse.ArgumentParser:
         prog="tessera",
         usage="tessera COMMAND [options]",
         description="Tessera: a replicated tablet store and a chaos harness to test it.",
-        epilog="commands:\n" + "\n".join(lines) + "\n\nRun 'tessera COMMAND --help' for a command's options.",
+        epilog="commands:\n" + "\n".join(lines) + "\n\nRun 'tessera COMMAND --help' for a command's "
+               "options; 'tessera --version' for the version.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tessera")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--version"]:
+        print(f"tessera {_version()}")
+        return 0
     if not argv or argv[0].startswith("-"):
         parser = _top_parser()
         parser.add_argument("command", nargs="?")

@@ -79,3 +79,34 @@ def test_console_script(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["verdict"] == "valid"
+
+
+def test_a_run_directory_is_judged_by_the_checker_its_test_json_records(capsys, tmp_path):
+    """`tessera check RUN_DIR`: the model (and its options) come from test.json, nemesis ops
+    are left out as the harness leaves them out, and --model still overrides."""
+    from reports.history import Op
+
+    run_dir = tmp_path / "store" / "register" / "20261124T000000"
+    run_dir.mkdir(parents=True)
+    ops = register_history(0, 60, processes=3)
+    nemesis = [Op(index=len(ops), type="info", f="start-kill", value={"killed": ["n1"]},
+                  process="nemesis")]
+    write_jsonl(ops + nemesis, run_dir / "history.jsonl")
+    (run_dir / "test.json").write_text(json.dumps({"checker": {"model": "cas-register",
+                                                               "options": {}}}))
+    code, out, _ = run(capsys, run_dir)
+    assert code == 0 and out.startswith("VALID  (cas-register")
+    write_jsonl(corrupt_one_read(ops, 0) + nemesis, run_dir / "history.jsonl")
+    code, out, _ = run(capsys, run_dir)
+    assert code == 1 and out.startswith("INVALID")
+    code, out, _ = run(capsys, run_dir, "--model", "register")
+    assert code == 1 and out.startswith("INVALID  (register,")  # an explicit model wins
+    code, _, err = run(capsys, run_dir / "history.jsonl")  # a bare file names no model
+    assert code == 254 and "--model is required" in err
+    code, _, err = run(capsys, tmp_path)  # a directory that is no run
+    assert code == 254 and "not a run directory" in err
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("tessera ")

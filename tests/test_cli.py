@@ -55,7 +55,8 @@ def test_verdicts_map_to_jepsen_exit_codes(verdicts, code):
     ["test", "--no-such-option"],
     ["test", "--provider", "cloud"],
     ["analyze", "--bogus"],
-    ["check", "history.jsonl"],  # --model is required
+    ["check"],  # no history
+    ["check", "h.jsonl", "--model", "nonesuch"],
 ])
 def test_argparse_usage_errors_of_verdict_commands_exit_254(argv, capsys):
     with pytest.raises(SystemExit) as e:

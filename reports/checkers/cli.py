@@ -1,4 +1,5 @@
-"""`tessera check HISTORY --model M [--json]`: judge one history file.
+"""`tessera check HISTORY --model M [--json]`: judge one history file; `tessera check RUN_DIR`:
+judge a stored run's history.jsonl by the model and options its test.json records.
 
 Exit codes: 0 valid, 1 invalid, 2 unknown or a malformed history (the reason, with the line,
 goes to stderr), 254 bad arguments, including a history file that does not exist."""
@@ -17,9 +18,12 @@ MODELS = LINEARIZABLE + ("set", "list-append", "rw-register", "bank", "counter")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("history", help="history.jsonl, a Jepsen history.edn, or a jepsen.log")
-    parser.add_argument("--model", required=True, choices=MODELS,
-                        help="linearizability models: " + ", ".join(LINEARIZABLE) +
+    parser.add_argument("history", help="history.jsonl, a Jepsen history.edn, or a jepsen.log; "
+                                        "or a run directory (store/<test>/<time>): its history, "
+                                        "judged by the checker its test.json records")
+    parser.add_argument("--model", choices=MODELS,
+                        help="required for a history file; for a run directory, overrides the "
+                             "recorded one. Linearizability models: " + ", ".join(LINEARIZABLE) +
                              "; set: Jepsen's set checker plus linearizability of a set; "
                              "list-append, rw-register: Elle-style anomaly search; bank; counter")
     parser.add_argument("--consistency-model", default=DEFAULT_MODEL, choices=MODEL_NAMES, metavar="MODEL",
@@ -42,21 +46,38 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from reports.checkers.check import check_history
-    from reports.history import HistoryError, read_history
+    from reports.history import NEMESIS, HistoryError, read_history
 
-    if not os.path.isfile(args.history):
-        print(f"tessera check: no such history file: {args.history}", file=sys.stderr)
+    recorded: dict = {}
+    path = args.history
+    if os.path.isdir(path):
+        try:
+            recorded = json.loads(open(os.path.join(path, "test.json")).read())["checker"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"tessera check: {path} is not a run directory with a test.json naming its "
+                  f"checker: {e}", file=sys.stderr)
+            return BAD_ARGS
+        path = os.path.join(path, "history.jsonl")
+    model = args.model or recorded.get("model")
+    if model is None:
+        print("tessera check: --model is required for a history file", file=sys.stderr)
+        return BAD_ARGS
+    if not os.path.isfile(path):
+        print(f"tessera check: no such history file: {path}", file=sys.stderr)
         return BAD_ARGS
     try:
-        ops = read_history(args.history)
+        ops = [o for o in read_history(path) if o.process != NEMESIS]
     except (HistoryError, OSError, UnicodeDecodeError) as e:
         print(f"tessera check: unreadable history: {e}", file=sys.stderr)
         return 2
-    options = {"time_limit": args.time_limit, "max_states": args.max_states, "total": args.total,
-               "consistency_model": args.consistency_model}
+    options = {"time_limit": args.time_limit, "max_states": args.max_states,
+               "consistency_model": args.consistency_model,
+               **(recorded.get("options", {}) if model == recorded.get("model") else {})}
+    if args.total is not None:
+        options["total"] = args.total
     if args.initial:
         options["initial"] = json.loads(args.initial)
-    result = check_history(ops, args.model, **options)
+    result = check_history(ops, model, **options)
     if args.json:
         print(json.dumps(result, default=str))
     else:
