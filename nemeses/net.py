@@ -9,10 +9,11 @@ reaching every host, as a Jepsen control node does.
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass, field
 
-from harness.cluster import Host
+from harness.cluster import ClusterError, Host
 from harness.control import Remote
 from nemeses.base import Context, Nemesis, choose_targets
 from nemeses.registry import Package, register
@@ -133,6 +134,7 @@ class PacketFaults(Nemesis):
     jitter_ms: float = 10.0
     name: str = "packet"
     _targets: list[str] = field(default_factory=list)
+    _devices: dict[str, str] = field(default_factory=dict)  # host -> its test interface
 
     def start(self, choice: dict) -> dict:
         self._targets, mode = list(choice["targets"]), choice["mode"]
@@ -155,7 +157,8 @@ class PacketFaults(Nemesis):
                     r.run(["iptables", "-w", "-A", DELAY_CHAIN, "-s", src, "-p", "tcp", "-j",
                            "NFQUEUE", "--queue-num", str(DELAY_QUEUE), "--queue-bypass"])
             else:
-                r.run(["tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", self.rate,
+                dev = self._device(name)
+                r.run(["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", self.rate,
                        "burst", "32kbit", "latency", "400ms"])
         self.active = True
         detail = {"loss": {"loss": self.loss}, "bandwidth": {"rate": self.rate},
@@ -171,16 +174,33 @@ class PacketFaults(Nemesis):
             r.sh(f"if [ -f {DELAY_PID} ]; then p=$(cat {DELAY_PID}); kill $p 2>/dev/null; "
                  f"for i in $(seq 100); do kill -0 $p 2>/dev/null || break; sleep 0.05; done; "
                  f"kill -9 $p 2>/dev/null; rm -f {DELAY_PID}; fi; "
-                 "tc qdisc del dev eth0 root 2>/dev/null; true")
+                 f"tc qdisc del dev {self._device(h.name)} root 2>/dev/null; true")
         healed, self._targets, self.active = self._targets, [], False
         return {"healed": healed}
 
     def heal(self) -> dict:
         return self.stop()
 
+    def _device(self, host: str) -> str:
+        """The interface carrying the host's test address, asked of the host once: eth0 in a
+        netns host, but a Vagrant box's is eth1 or enp0s8, and its eth0 is management."""
+        if host not in self._devices:
+            h = next(h for h in self.hosts if h.name == host)
+            listing = self.remotes[host].run(["ip", "-j", "addr"]).stdout
+            self._devices[host] = interface_with(listing, h.address, host)
+        return self._devices[host]
+
     def teardown(self) -> None:
         for h in self.hosts:
             self.remotes[h.name].run(["rm", "-f", "/var/lib/tessera/delay.log"])
+
+
+def interface_with(ip_json: str, address: str, host: str = "") -> str:
+    """The interface that holds `address`, from `ip -j addr` output."""
+    for link in json.loads(ip_json):
+        if any(a.get("local") == address for a in link.get("addr_info", [])):
+            return link["ifname"]
+    raise ClusterError(f"{host or 'host'}: no interface holds {address} (ip -j addr)")
 
 
 def draw_packet(rng: random.Random, hosts: list[str], modes: tuple = PACKET_MODES) -> dict:

@@ -55,3 +55,25 @@ def test_majorities_ring_each_sees_a_majority_and_no_two_the_same(n):
 def test_unknown_shape():
     with pytest.raises(ValueError, match="unknown partition shape"):
         grudge("donut", HOSTS, random.Random(0))
+
+
+# `ip -j addr` of a Vagrant box: eth0 is VirtualBox's NAT (management), the test network is on
+# enp0s8; the bandwidth fault must shape the latter, found by the host's address.
+VAGRANT_IP_J = """[
+ {"ifindex": 1, "ifname": "lo", "addr_info": [{"family": "inet", "local": "127.0.0.1"}]},
+ {"ifindex": 2, "ifname": "eth0", "addr_info": [{"family": "inet", "local": "10.0.2.15"},
+   {"family": "inet6", "local": "fe80::a00:27ff:fe8d:c04d"}]},
+ {"ifindex": 3, "ifname": "enp0s8", "addr_info": [{"family": "inet", "local": "192.168.56.12"}]},
+ {"ifindex": 4, "ifname": "docker0", "addr_info": []}
+]"""
+
+
+def test_the_fault_interface_is_the_one_holding_the_hosts_address():
+    from nemeses.net import interface_with
+
+    assert interface_with(VAGRANT_IP_J, "192.168.56.12", "n2") == "enp0s8"
+    assert interface_with(VAGRANT_IP_J, "10.0.2.15") == "eth0"
+    from harness.cluster import ClusterError
+
+    with pytest.raises(ClusterError, match="n9: no interface holds 192.168.56.99"):
+        interface_with(VAGRANT_IP_J, "192.168.56.99", "n9")
