@@ -37,10 +37,10 @@ def parse_ssh_config(text: str) -> list[Host]:
 
 
 def private_address(name: str) -> str:
-    """The Vagrantfile's addressing: n1 = 10.77.0.11 ... (the netns cluster's, on purpose)."""
+    """The Vagrantfile's addressing: n1 = 192.168.56.11 ... (VirtualBox's host-only range)."""
     if not (name.startswith("n") and name[1:].isdigit()):
         raise ClusterError(f"vagrant host {name!r} is not one of the Vagrantfile's n1..n5")
-    return f"10.77.0.{10 + int(name[1:])}"
+    return f"192.168.56.{10 + int(name[1:])}"
 
 
 def hosts(directory: Path) -> list[Host]:
