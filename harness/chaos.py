@@ -162,7 +162,12 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
         if db is not None:
             if not collected:
                 _collect(db, run_dir)
-            for step in [db.teardown, *(n.teardown for n in nemeses.values())]:
+            steps = [db.teardown, *(n.teardown for n in nemeses.values())]
+            if spec.leave_db_running:
+                say("leaving the daemons running (--leave-db-running); the next test or "
+                    "`tessera cluster down` cleans up")
+                steps = []
+            for step in steps:
                 try:  # every step gets its chance: one failure must not leave the others' mess
                     step()
                 except ClusterError as e:

@@ -50,6 +50,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     fast = ", ".join(f"{k}={v}" for k, v in FAST_FAILURE_DETECTION.items())
     p.add_argument("--fast-failure-detection", action="store_true",
                    help=f"daemons detect failures fast, for many elections per minute ({fast})")
+    p.add_argument("--leave-db-running", action="store_true",
+                   help="leave the daemons running (faults healed) at the end, to inspect them; "
+                        "the next test or `tessera cluster down` cleans up")
     p.add_argument("--op-timeout", type=float, default=d.op_timeout, help="seconds before an op is recorded as info (default 5)")
 
 
@@ -102,7 +105,8 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
         fast_failure_detection=args.fast_failure_detection, op_timeout=args.op_timeout,
         provider=args.provider, hosts=args.hosts,
         hosts_file=str(args.hosts_file.resolve()) if args.hosts_file else None,
-        store=str(args.store), wheelhouse=str(args.wheelhouse) if args.wheelhouse else None)
+        store=str(args.store), wheelhouse=str(args.wheelhouse) if args.wheelhouse else None,
+        leave_db_running=args.leave_db_running)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -46,6 +46,7 @@ class TestSpec(msgspec.Struct, frozen=True, kw_only=True):
     hosts_file: str | None = None  # hosts provider: TOML file of hosts
     store: str = "store"
     wheelhouse: str | None = None  # prebuilt wheels instead of building them
+    leave_db_running: bool = False  # Jepsen's: no teardown at the end, for a post-mortem
 
     def daemon_flags(self) -> dict[str, Any]:
         """What every daemon's config gets: the fast failure-detection set, then --flag."""

@@ -37,8 +37,25 @@ def env(tmp_path):
 def test_register_with_kills_records_a_complete_history(env, tmp_path):
     store = tmp_path / "store"
     out = tessera("test", "--workload", "register", "--nemesis", "kill", "--time-limit", "20",
-                  "--nemesis-interval", "5", "--seed", "42", "--store", str(store), env=env)
+                  "--nemesis-interval", "5", "--seed", "42", "--store", str(store),
+                  "--leave-db-running", env=env)
     assert out.returncode == 0, out.stderr[-3000:]
+    assert "leaving the daemons running" in out.stderr
+    # --leave-db-running: the tablet servers still answer after the run, for a post-mortem
+    import asyncio
+
+    from harness.db import TSERVER_PORT
+    from node.protocol import Empty, ServerStatus
+    from node.rpc import RpcClient
+
+    async def alive():
+        rpc = RpcClient()
+        try:
+            return await rpc.call(("10.77.0.11", TSERVER_PORT), "ts.status", Empty(), ServerStatus,
+                                  to_uuid="", timeout=5)
+        finally:
+            await rpc.close()
+    assert asyncio.run(alive()).tablets
     run_dir = out.stdout.strip().splitlines()[-1]
     assert os.path.realpath(store / "latest") == os.path.realpath(run_dir)
     for f in ("test.json", "history.jsonl", "history.edn", "results.json", "control.log"):

@@ -53,10 +53,10 @@ def test_bad_hosts_file(tmp_path, text, message):
 
 
 def test_vagrant_hosts_use_the_private_network():
-    from harness.cluster.vagrant import private_address
-
     import re
     from pathlib import Path
+
+    from harness.cluster.vagrant import private_address
 
     assert private_address("n1") == "192.168.56.11" and private_address("n5") == "192.168.56.15"
     # the Vagrantfile's own addresses are these (VirtualBox refuses host-only addresses
