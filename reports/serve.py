@@ -1,7 +1,9 @@
 """`tessera serve [STORE] [--port 8080] [--bind 127.0.0.1]`: browse a store's reports.
 
-Static files only (index.html, each run's report.html, plots and timeline pages), from the
-standard library's threading HTTP server; loopback by default because a store holds node logs."""
+Static files only (index.html, each run's report.html, plots and timeline pages, and what a
+report links: histories, logs, JSON), from the standard library's threading HTTP server; logs and
+histories are served as text, so a browser shows them rather than downloading them. Loopback by
+default because a store holds node logs."""
 
 from __future__ import annotations
 
@@ -21,6 +23,10 @@ def make_server(store: Path, bind: str, port: int):
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
     class Handler(SimpleHTTPRequestHandler):
+        extensions_map = {**SimpleHTTPRequestHandler.extensions_map,
+                          **dict.fromkeys((".log", ".jsonl", ".edn", ".txt"),
+                                          "text/plain; charset=utf-8")}
+
         def log_message(self, fmt: str, *args) -> None:  # one short line per request
             sys.stderr.write(f"{self.address_string()} {fmt % args}\n")
 

@@ -56,6 +56,7 @@ function load(url) {
       runs: d.querySelectorAll('#runs tr').length - 1,
       checkers: [...d.querySelectorAll('#checkers tr')].slice(1).map(tr => tr.textContent.replace(/\\s+/g, ' ').trim()),
       links: [...d.querySelectorAll('#runs a')].map(a => a.getAttribute('href')),
+      files: [...d.querySelectorAll('#files a')].map(a => a.getAttribute('href')),
     };
   }
   document.getElementById('result').textContent = JSON.stringify(out);
@@ -102,6 +103,10 @@ def store(tmp_path_factory) -> Path:
     clock = write_run(root, "20260101T000004", [], seed=14)
     write_jsonl(with_clock_skew(register_history(500, seed=14)), clock / "history.jsonl")
     write_run(root, "20260101T000005", set_history_with_a_lost_element(), seed=15, test="set", workload="set")
+    valid = root / RUNS["valid"]  # what a real run leaves beside its history
+    (valid / "control.log").write_text("12:00:00 ssh n1: tessera tserver ...\n")
+    (valid / "nodes" / "n1").mkdir(parents=True, exist_ok=True)
+    (valid / "nodes" / "n1" / "tserver.log").write_text("2026-01-01 tserver INFO started\n")
     runs = find_runs([root])
     for run in runs:
         test = run.test()
@@ -178,6 +183,20 @@ def test_reports_say_what_each_checker_decided(probed):
     assert any(row.startswith("linearizability (advisory") for row in checkers), checkers
     g1c = probed[f"{RUNS['g1c']}/report.html"]["checkers"]
     assert any("G1c" in row and "judged against strict-serializable" in row for row in g1c), g1c
+
+
+def test_a_report_links_the_runs_files_and_logs_open_as_text(probed, server):
+    """Every link resolves over `tessera serve`; logs and histories are shown, not downloaded."""
+    import urllib.request
+
+    files = probed[f"{RUNS['valid']}/report.html"]["files"]
+    assert {"history.jsonl", "test.json", "results.json", "control.log",
+            "nodes/n1/tserver.log"} <= set(files), files
+    for href in files:
+        with urllib.request.urlopen(f"{server}/{RUNS['valid']}/{href}") as resp:
+            assert resp.status == 200 and resp.read(), href
+            if href.endswith((".log", ".jsonl", ".edn")):
+                assert resp.headers["Content-Type"].startswith("text/plain"), href
 
 
 def test_index_lists_every_run_with_a_link(probed):

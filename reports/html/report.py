@@ -76,9 +76,25 @@ def render_report(run: Run, results: dict, ops: list[Op] | None) -> Path:
         other_anomalies=[a for a in results.get("anomalies", []) if a["type"] != "nonlinearizable"
                          and not any(c["explanation"] == a["explanation"] for c in cycles)],
         first_page=timeline.process_timeline_svg(pages[0]) if pages else "",
-        pages=len(pages), left_out=left_out, raft_tablets=len(tracks))
+        pages=len(pages), left_out=left_out, raft_tablets=len(tracks), files=run_files(run.path))
     _write(run.report, html)
     return run.report
+
+
+# What a run directory may hold, in the order a reader wants it (node files are added after).
+RUN_FILES = ("history.jsonl", "history.edn", "test.json", "results.json", "schedule.json",
+             "convergence.json", "masters.json", "control.log")
+
+
+def run_files(run_dir: Path) -> list[tuple[str, str]]:
+    """(label, link relative to the report) of every file the run left that a reader may want:
+    the histories, the spec and results, the fault plan, the control log, each node's logs."""
+    out = [(name, name) for name in RUN_FILES if (run_dir / name).is_file()]
+    nodes = run_dir / "nodes"
+    if nodes.is_dir():
+        out += [(f"{f.parent.name}/{f.name}", f"nodes/{f.parent.name}/{f.name}")
+                for f in sorted(nodes.glob("*/*")) if f.is_file()]
+    return out
 
 
 def _started_at(run_dir: Path) -> float | None:

@@ -30,6 +30,7 @@ REPORT = """\
 <tr><th>duration</th><td>{{ r.duration_s }} s of history (time limit {{ test.time_limit }} s), concurrency {{ test.concurrency }}</td></tr>
 <tr><th>reproduce</th><td><code id="command">{{ command }}</code></td></tr>
 </table>
+{% if files %}<p id="files">Files: {% for label, href in files %}<a href="{{ href }}">{{ label }}</a>{{ " · " if not loop.last }}{% endfor %}</p>{% endif %}
 </header>
 
 {% if r.verdict == "invalid" %}
