@@ -110,3 +110,17 @@ def test_a_run_directory_is_judged_by_the_checker_its_test_json_records(capsys, 
 def test_version(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("tessera ")
+
+
+def test_nil_reads_are_a_value_by_default_and_unknown_as_knossos_reads_them(capsys, tmp_path):
+    """After an acknowledged write of 1, an ok read of nil is stale if nil is a value (a Tessera
+    read of an absent key), and says nothing under Knossos's semantics."""
+    path = tmp_path / "history.edn"
+    path.write_text("{:process 0 :type :invoke :f :write :value 1 :index 0}\n"
+                    "{:process 0 :type :ok :f :write :value 1 :index 1}\n"
+                    "{:process 1 :type :invoke :f :read :value nil :index 2}\n"
+                    "{:process 1 :type :ok :f :read :value nil :index 3}\n")
+    code, out, _ = run(capsys, path, "--model", "cas-register")
+    assert code == 1 and out.startswith("INVALID")
+    code, out, _ = run(capsys, path, "--model", "cas-register", "--nil-reads", "unknown")
+    assert code == 0 and out.startswith("VALID")

@@ -23,9 +23,11 @@ ADVISORY_TIME_LIMIT = 5.0  # seconds per key for the set's linearizability searc
 def check_history(ops: Iterable[Op], model: str, time_limit: float = linearizability.DEFAULT_TIME_LIMIT,
                   max_states: int = linearizability.DEFAULT_MAX_STATES, total: int | None = None,
                   initial: dict[str, Any] | None = None,
-                  consistency_model: str = consistency.DEFAULT_MODEL) -> dict:
+                  consistency_model: str = consistency.DEFAULT_MODEL,
+                  nil_read_unknown: bool = False) -> dict:
     """{"model", "verdict", "ops", "results": [one result dict per checker]}. `consistency_model`
-    is what the Elle checkers (list-append, rw-register) judge the history against."""
+    is what the Elle checkers (list-append, rw-register) judge the history against;
+    `nil_read_unknown`, whether a register's ok read of nil is unknown (Knossos) or a value."""
     ops = list(ops)
     results = []
     if model == "list-append":
@@ -43,7 +45,12 @@ def check_history(ops: Iterable[Op], model: str, time_limit: float = linearizabi
                                     max_states=max_states)
         results += [check_set(ops), {**lin, "advisory": True}]
     else:
-        spec = MultiRegister(initial) if model == "multi-register" else MODELS[model]()
+        if model == "multi-register":
+            spec = MultiRegister(initial)
+        elif model in ("register", "cas-register"):
+            spec = MODELS[model](nil_read_unknown=nil_read_unknown)
+        else:
+            spec = MODELS[model]()
         results.append(linearizability.check(ops, spec, time_limit=time_limit, max_states=max_states))
     if any(op.hybrid_time is not None for op in ops):
         # Every model: ok writes' hybrid timestamps must follow real time. Histories without

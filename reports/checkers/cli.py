@@ -31,6 +31,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "only anomalies it proscribes make the verdict invalid (default "
                              f"{DEFAULT_MODEL}; e.g. serializable, snapshot-isolation, repeatable-read, "
                              "read-committed; any model of Elle's lattice)")
+    parser.add_argument("--nil-reads", choices=("value", "unknown"), default="value",
+                        help="register, cas-register: an ok read of nil means the register holds "
+                             "nil (value, Tessera's reads of an absent key; the default) or "
+                             "nothing at all (unknown, as Knossos's models read Jepsen histories)")
     parser.add_argument("--json", action="store_true", help="print the full result as one JSON object")
     parser.add_argument("--time-limit", type=float, default=30.0, metavar="S",
                         help="linearizability search seconds per key before 'unknown' (default 30)")
@@ -72,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     options = {"time_limit": args.time_limit, "max_states": args.max_states,
                "consistency_model": args.consistency_model,
+               "nil_read_unknown": args.nil_reads == "unknown",
                **(recorded.get("options", {}) if model == recorded.get("model") else {})}
     if args.total is not None:
         options["total"] = args.total

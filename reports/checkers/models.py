@@ -34,12 +34,16 @@ class Model:
 
 class Register(Model):
     """A read/write register; initial value None (absent). An unknown read value is never
-    given here: a read whose outcome is unknown is dropped before the search."""
+    given here: a read whose outcome is unknown is dropped before the search. With
+    `nil_read_unknown`, an ok read of nil says nothing, as in Knossos's models (Jepsen clients
+    record a read they could not parse that way); by default it says the register holds nil,
+    which is what a Tessera read of an absent key returns."""
 
     name = "register"
 
-    def __init__(self, initial: Any = None):
+    def __init__(self, initial: Any = None, nil_read_unknown: bool = False):
         self.initial = initial
+        self.nil_read_unknown = nil_read_unknown
 
     def init(self) -> Any:
         return self.initial
@@ -48,7 +52,9 @@ class Register(Model):
         if f == "write":
             return value
         if f == "read":
-            return state if value == state else INCONSISTENT
+            if value == state or (value is None and self.nil_read_unknown):
+                return state
+            return INCONSISTENT
         return INCONSISTENT
 
 
