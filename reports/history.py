@@ -390,8 +390,14 @@ def to_edn(value: Any, keyword_strings: bool = False) -> str:
 
 
 def _value_edn(op: Op) -> str:
-    # transaction micro-ops [f k v]: Jepsen's checkers expect f as a keyword
     v = op.value
+    if isinstance(v, dict) and op.f == "transfer":  # Jepsen's bank: {:from 0, :to 1, :amount 5}
+        return "{" + ", ".join(f"{to_edn(k, isinstance(k, str))} {to_edn(x)}"
+                               for k, x in v.items()) + "}"
+    if isinstance(v, dict) and op.f == "read" and all(
+            isinstance(k, str) and k.isdigit() for k in v):  # balances {0 10, 1 20}: JSON made
+        return "{" + ", ".join(f"{int(k)} {to_edn(x)}" for k, x in v.items()) + "}"  # keys text
+    # transaction micro-ops [f k v]: Jepsen's checkers expect f as a keyword
     if op.f == "txn" and isinstance(v, (list, tuple)):
         return "[" + " ".join(
             "[" + " ".join([to_edn(m[0], True)] + [to_edn(x) for x in m[1:]]) + "]"

@@ -78,3 +78,27 @@ def test_the_knossos_corpus_round_trips(path, tmp_path):
     out = tmp_path / "again.edn"
     write_edn(ops, out)
     assert read_history(out) == ops
+
+
+def test_bank_values_come_out_as_jepsen_writes_them(tmp_path):
+    """history.jsonl gives a bank's balances string keys (JSON objects have no other kind);
+    the EDN has Jepsen's: keyword fields in a transfer, account numbers in a read. The bank
+    checker judges both the same."""
+    from reports.checkers.bank import check_bank
+    from reports.history import read_jsonl, write_jsonl
+
+    ops = [Op(index=0, type="invoke", f="transfer", value={"from": 0, "to": 1, "amount": 5},
+              process=0),
+           Op(index=1, type="ok", f="transfer", value={"from": 0, "to": 1, "amount": 5}, process=0),
+           Op(index=2, type="invoke", f="read", value=None, process=1),
+           Op(index=3, type="ok", f="read", value={0: 5, 1: 15}, process=1)]
+    write_jsonl(ops, tmp_path / "history.jsonl")
+    from_json = read_jsonl(tmp_path / "history.jsonl")
+    assert from_json[3].value == {"0": 5, "1": 15}  # what JSON does to the account numbers
+    write_edn(from_json, tmp_path / "history.edn")
+    forms = [edn_format.loads(line) for line in (tmp_path / "history.edn").read_text().splitlines()]
+    kw = edn_format.Keyword
+    assert dict(forms[1][kw("value")]) == {kw("from"): 0, kw("to"): 1, kw("amount"): 5}
+    assert dict(forms[3][kw("value")]) == {0: 5, 1: 15}
+    from_edn = read_history(tmp_path / "history.edn")
+    assert check_bank(from_edn, total=20)["verdict"] == check_bank(from_json, total=20)["verdict"]
