@@ -79,7 +79,7 @@ class LocalCluster:
 
     def up(self, timeout: float = 30.0) -> None:
         if self.masters not in (1, 3, 5) or not 1 <= self.tservers <= 20:
-            raise LocalClusterError("--masters must be 1, 3 or 5 and --tservers 1..20")
+            raise LocalClusterError("--num-masters must be 1, 3 or 5 and --num-tservers 1..20")
         self.root.mkdir(parents=True, exist_ok=True)
         if not self.daemons:
             kinds = [("m", "master")] * self.masters + [("t", "tserver")] * self.tservers

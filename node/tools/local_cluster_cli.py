@@ -13,11 +13,25 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.description = ("Start masters and tablet servers as processes on 127.0.0.1 (free ports), "
                      "stop them by pid, or show them.")
     p.add_argument("action", choices=["up", "down", "status"])
-    p.add_argument("--masters", type=int, default=1, help="1, 3 or 5 masters (default 1)")
-    p.add_argument("--tservers", type=int, default=3, help="tablet servers (default 3)")
+    p.add_argument("--num-masters", type=int, default=1, help="1, 3 or 5 masters (default 1)")
+    p.add_argument("--num-tservers", type=int, default=3, help="tablet servers (default 3)")
     p.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"cluster directory (default {DEFAULT_DIR})")
-    p.add_argument("--flag", action="append", default=[], metavar="--NAME=VALUE",
-                   help="extra daemon flag, repeatable (e.g. --flag=--log-force-fsync-all=false)")
+    p.add_argument("--flag", action="append", default=[], metavar="NAME=VALUE",
+                   help="a daemon flag for every daemon, repeatable, as `tessera test --flag` "
+                        "takes it (e.g. --flag log_force_fsync_all=false; dashes or underscores)")
+
+
+def daemon_flag(text: str) -> str:
+    """`NAME=VALUE` as the daemon's command line takes it (`--name=value`); ValueError for a
+    name the daemons do not have."""
+    from node.daemon_cli import FLAGS
+
+    name, sep, value = text.lstrip("-").partition("=")
+    name = name.replace("_", "-")
+    if not sep or name not in FLAGS:
+        raise ValueError(f"--flag {text!r}: want NAME=VALUE with NAME one of the daemon flags "
+                         f"(see `tessera tserver --help`)")
+    return f"--{name}={value}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,10 +40,15 @@ def run(args: argparse.Namespace) -> int:
     from node.tools.local_cluster import LocalCluster, LocalClusterError
 
     try:
+        flags = [daemon_flag(f) for f in args.flag]
+    except ValueError as e:
+        print(f"tessera local-cluster: {e}", file=sys.stderr)
+        return 2
+    try:
         if args.action == "up":
             path = args.dir / "cluster.json"
             c = LocalCluster.load(args.dir) if path.exists() else LocalCluster(
-                args.dir, args.masters, args.tservers, args.flag)
+                args.dir, args.num_masters, args.num_tservers, flags)
             c.up()
             print("masters: " + ",".join(f"{h}:{p}" for h, p in c.master_addrs))
             return 0
