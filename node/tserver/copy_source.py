@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -34,8 +33,6 @@ from node.rpc import ErrorCode, RpcError
 from node.tablet.superblock import Superblock
 from node.tserver.tablet_manager import TabletManager
 
-log = logging.getLogger(__name__)
-
 MAX_CHUNK_BYTES = 32 << 20  # the most one fetch may ask for: half the RPC frame limit
 
 
@@ -50,6 +47,15 @@ class _Session:
     files: list[CopyFile]
     last_used: float = field(default_factory=time.monotonic)
     sent: int = 0
+
+    @property
+    def holder(self) -> str:
+        return _holder(self.id)
+
+
+def _holder(sid: str) -> str:
+    """The name a session's pins go by on the replica (its WAL anchor, its compaction floor)."""
+    return f"copy:{sid}"
 
 
 class CopySourceSessions:
@@ -67,15 +73,14 @@ class CopySourceSessions:
             self.end(s.id, "superseded by a new session of the same receiver")
         sid = f"{req.requestor}-{req.tablet_id}-{next(self._ids)}"
         try:
-            src = await r.pin_copy_source(f"copy:{sid}")
+            src = await r.pin_copy_source(_holder(sid))
         except ReplicaError as e:
             raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {req.tablet_id}: {e}") from None
         try:
             paths, files = await asyncio.to_thread(_manifest, src, r.paths.disk)
-            tpaths = self.tablets.paths(req.tablet_id)
-            sb = await asyncio.to_thread(Superblock.load, tpaths.superblock, tpaths.disk)
+            sb = await asyncio.to_thread(Superblock.load, r.paths.superblock, r.paths.disk)
         except BaseException:
-            r.unpin_copy_source(f"copy:{sid}", src.snapshot_index)
+            r.unpin_copy_source(_holder(sid), src.snapshot_index)
             raise
         self.sessions[sid] = _Session(sid, req.tablet_id, req.requestor, r, src, paths, files)
         self.tablets.log(req.tablet_id).info(
@@ -108,7 +113,7 @@ class CopySourceSessions:
         s = self.sessions.pop(sid, None)
         if s is None:
             return
-        s.replica.unpin_copy_source(f"copy:{sid}", s.source.snapshot_index)
+        s.replica.unpin_copy_source(s.holder, s.source.snapshot_index)
         self.tablets.log(s.tablet_id).info("tablet copy session %s ended (%s): %d bytes sent",
                                            sid, why, s.sent)
 
