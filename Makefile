@@ -26,7 +26,7 @@ $(VENV)/bin/python:
 
 $(STAMP): $(VENV)/bin/python pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[host,harness,reports,test]'
+	$(PY) -m pip install -q -e '.[host,pysyncobj,harness,reports,test]'
 	touch $(STAMP)
 
 test: setup
@@ -51,7 +51,7 @@ demo: setup
 	echo "report: $$(readlink -f "$$run")/report.html"
 
 bench: setup
-	$(PY) -m pip install -q -e '.[host,harness,reports,test,bench]'
+	$(PY) -m pip install -q -e '.[host,pysyncobj,harness,reports,test,bench]'
 	@for b in bench/[a-z]*.py; do echo "== $$b"; $(PY) $$b --json || exit 1; done
 
 lint: $(STAMP)

@@ -1,11 +1,13 @@
 """One chaos test, end to end, from a `TestSpec` (and, for a replay, the fault plan to follow).
 
-Brings up (or reuses) the hosts, deploys Tessera over SSH, creates the test table, runs the
-workload's logical processes with the fault plan executing alongside for the time limit, heals
-every fault, runs the final reads, checks replica convergence and the masters' agreement,
-collects and checks the nodes' logs, checks the history, and records all of it under
-store/<test>/<timestamp>/ as it happens: test.json (the spec and the facts of the run),
-schedule.json (the fault plan), history.jsonl, convergence.json, masters.json, results.json.
+Brings up (or reuses) the hosts, deploys the system under test over SSH (`--db`: a
+harness.db.Deployment), waits until it accepts the workload's ops, runs the workload's logical
+processes with the fault plan executing alongside for the time limit, heals every fault, runs
+the final reads, runs the system's end checks (Tessera: replica convergence and the masters'
+agreement), collects and checks the nodes' logs, checks the history, and records all of it
+under store/<test>/<timestamp>/ as it happens: test.json (the spec and the facts of the run),
+schedule.json (the fault plan), history.jsonl, one JSON per end check (convergence.json,
+masters.json), results.json.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ def _hosts(spec: TestSpec):
 
     if spec.provider == "netns":
         return NetnsCluster(spec.hosts).up(say)
+    if spec.provider == "hosts" and spec.inline_nodes:
+        return hostsfile.from_nodes(spec.inline_nodes, spec.username, spec.ssh_private_key)
     if spec.provider == "hosts":
         return hostsfile.load(Path(spec.hosts_file))
     return vagrant.hosts(Path.cwd())
@@ -90,9 +94,7 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
     fault plan is drawn from the seed unless one is given (a replay). Returns the verdict."""
     from harness.cluster import ClusterError
     from harness.control import Remote
-    from harness.convergence import check_convergence
-    from harness.db import TesseraDB, build_wheelhouse, check_wheelhouse
-    from harness.masters_check import check_masters
+    from harness.db import build_wheelhouse, check_wheelhouse, system
     from harness.runner import RunOptions
     from harness.store import new_run_dir, write_json
     from nemeses import plan as plans
@@ -102,6 +104,7 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
 
     workload = make(spec.workload, **spec.workload_options)
     chosen = [packages()[n] for n in spec.nemesis]
+    kind = system(spec.db)
     hosts = _hosts(spec)
     names = [h.name for h in hosts]
     for p in chosen:
@@ -126,6 +129,7 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
     bound = ([names[t % len(names)] for t in range(spec.concurrency + 1)]
              if spec.client == "node-bound" else None)
     test = {**spec.to_dict(), **facts, "checker": workload.checker.to_json(),
+            "log_rules": list(kind.log_rules),  # how the node-log checker reads this system
             "nodes": [{"name": h.name, "address": h.address} for h in hosts],
             "bound": bound,  # thread -> its host (the last: setup and final ops), node-bound only
             "final": opts.final_plan(), "status": "running"}
@@ -139,8 +143,7 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
         else:
             wheels = build_wheelhouse(Path(spec.store) / ".wheelhouse",
                                       Path(__file__).resolve().parents[1], say)
-        db = TesseraDB(hosts, wheels, remotes, masters=min(3, len(hosts)),
-                       flags=spec.daemon_flags(), log=say)
+        db = kind(hosts, wheels, remotes, flags=spec.daemon_flags(), log=say)
         db.teardown()
         ctx = Context(db, hosts, remotes)
         nemeses = {p.name: p.build(ctx) for p in chosen}
@@ -151,13 +154,13 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
             n.heal()  # whatever an earlier, crashed run may have left on the hosts
         db.setup()
         schedule = asyncio.run(_drive(spec, workload, opts, db, ctx, run_dir, nemeses, plan))
-        convergence = _run_check("convergence", lambda: check_convergence(db))
-        write_json(run_dir / "convergence.json", convergence)
-        masters = _run_check("masters", lambda: check_masters(db))
-        write_json(run_dir / "masters.json", masters)
+        checks = []
+        for name, call in db.end_checks():
+            checks.append(_run_check(name, call))
+            write_json(run_dir / f"{name}.json", checks[-1])
         _collect(db, run_dir)
         collected = True
-        return _judge(run_dir, workload.checker, schedule, [convergence, masters])
+        return _judge(run_dir, workload.checker, schedule, checks)
     finally:
         if db is not None:
             if not collected:
@@ -221,13 +224,11 @@ async def _drive(spec: TestSpec, workload, opts, db, ctx, run_dir: Path, nemeses
     from harness.recorder import Recorder
     from harness.runner import Progress, run
     from nemeses.schedule import Schedule
-    from node.client import TesseraClient
 
-    client = TesseraClient(db.master_addrs, timeout=min(spec.op_timeout, 10.0))
-    say("waiting for the cluster to accept the test table")
-    locs = await accept_test_table(client, workload.tablets, min(3, len(ctx.hosts)))
-    ctx.tablets.update({t.partition.bucket: t.tablet_id for t in locs.tablets})
     names = {h.address: h.name for h in ctx.hosts}
+    binds = [h.address for h in ctx.hosts] if spec.client == "node-bound" else None
+    clients, close, groups = await db.open_clients(workload, names, binds, spec.op_timeout)
+    ctx.tablets.update(groups)
     progress = Progress()
     schedule = Schedule(nemeses, plan, progress.active_faults)
     rec = Recorder(run_dir / "history.jsonl")
@@ -244,15 +245,12 @@ async def _drive(spec: TestSpec, workload, opts, db, ctx, run_dir: Path, nemeses
     async def nemesis(rec_, deadline_):
         await asyncio.gather(watchdog(rec_, deadline_), schedule.run(rec_))
 
-    binds = [h.address for h in ctx.hosts] if spec.client == "node-bound" else None
-    clients, close_sessions = workload_clients(client, "test", names, binds, workload)
     try:
         tried = await run(workload, clients, rec, opts, nemesis=nemesis, heal=schedule.heal,
                           progress=progress)
     finally:
-        batches = await close_sessions()
+        batches = await close()
         rec.close()
-        await client.close()
     if batches is not None:
         say(f"batched sessions sent {batches['ops']} ops in {batches['batches']} batches "
             f"({batches['mean_ops_per_batch']} a batch; cut by {batches['cut_by']})")

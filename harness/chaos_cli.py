@@ -1,8 +1,9 @@
 """`tessera test`: build a `TestSpec` from the command line, checking every argument before
 anything touches a host, then run it (`harness.chaos`).
 
-Runs one chaos test: deploys Tessera on the hosts, runs the workload with the fault plan for
---time-limit seconds, heals, runs the final reads, checks, and prints the run's store directory.
+Runs one chaos test: deploys the system under test (Tessera, or --db pysyncobj) on the hosts,
+runs the workload with the fault plan for --time-limit seconds, heals, runs the final reads,
+checks, and prints the run's store directory.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import random
 import sys
 from pathlib import Path
 
-from harness.spec import CLIENT_MODES, FAST_FAILURE_DETECTION, PROVIDERS, TestSpec
+from harness.spec import CLIENT_MODES, FAST_FAILURE_DETECTION, PROVIDERS, SYSTEMS, TestSpec
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -21,13 +22,18 @@ def configure(p: argparse.ArgumentParser) -> None:
 
     p.description = __doc__.split("\n\n")[1].replace("\n", " ")
     d = TestSpec()
+    p.add_argument("--db", default=d.db, choices=list(SYSTEMS),
+                   help="the system under test: tessera, or pysyncobj (a PySyncObj replicated "
+                        "store; workloads register and set, the faults that apply, node-bound "
+                        "clients) (default tessera)")
     p.add_argument("--workload", default=d.workload, help=f"one of {', '.join(WORKLOADS)} (default register)")
     p.add_argument("--workload-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a workload parameter, e.g. ops_per_key=100 (repeatable)")
     p.add_argument("--nemesis", default="none",
                    help="none, or a comma list of groups (all: the classic faults; raft: "
                         "Raft-shaped; masters: the masters' own membership, 3 -> 5 -> 3) and "
-                        f"faults: {', '.join(packages())} (default none)")
+                        f"faults: {', '.join(packages())}; a group keeps the faults that apply "
+                        "to --db (default none)")
     p.add_argument("--nemesis-interval", type=float, default=d.nemesis_interval, metavar="S",
                    help="seconds between a fault's start and stop (default 10)")
     p.add_argument("--time-limit", type=float, default=d.time_limit, metavar="S",
@@ -43,10 +49,18 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--provider", default=d.provider, choices=PROVIDERS, help="where the hosts come from (default netns)")
     p.add_argument("--hosts", type=int, default=d.hosts, help="netns: number of hosts (default 5)")
     p.add_argument("--hosts-file", type=Path, help="hosts provider: TOML file of hosts")
+    p.add_argument("--nodes", metavar="HOST[:PORT],...",
+                   help="hosts provider, inline as Jepsen's CLI takes them: a comma list of "
+                        "hosts, named n1, n2, ... in order (implies --provider hosts)")
+    p.add_argument("--username", default=d.username,
+                   help="with --nodes: the SSH user (default root)")
+    p.add_argument("--ssh-private-key", type=Path, metavar="FILE",
+                   help="with --nodes: the SSH private key (default: the user's ~/.ssh keys)")
     p.add_argument("--store", type=Path, default=Path(d.store), help="store directory (default ./store)")
     p.add_argument("--wheelhouse", type=Path, help="use these prebuilt wheels instead of building them")
     p.add_argument("--flag", action="append", default=[], metavar="KEY=VALUE",
-                   help="daemon config key for every node, e.g. log_force_fsync_all=false (repeatable)")
+                   help="daemon config key for every node, e.g. log_force_fsync_all=false; with "
+                        "--db pysyncobj a SyncObjConf keyword or reads=log|local (repeatable)")
     fast = ", ".join(f"{k}={v}" for k, v in FAST_FAILURE_DETECTION.items())
     p.add_argument("--fast-failure-detection", action="store_true",
                    help=f"daemons detect failures fast, for many elections per minute ({fast})")
@@ -74,6 +88,7 @@ def parse_value(text: str, what: str) -> tuple[str, object]:
 
 def spec_from_args(args: argparse.Namespace) -> TestSpec:
     """Every argument checked before anything touches a host; ValueError says what is wrong."""
+    from harness.db import system
     from nemeses.registry import select
     from workloads import make
 
@@ -82,29 +97,53 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
         make(args.workload, **options)
     except TypeError as e:
         raise ValueError(f"bad --workload-option for {args.workload}: {e}") from None
+    kind = system(args.db)
+    if args.workload not in kind.workloads:
+        raise ValueError(f"--db {args.db} runs the workloads {', '.join(kind.workloads)}, "
+                         f"not {args.workload}")
+    if args.client not in kind.client_modes:
+        raise ValueError(f"--db {args.db} takes --client {', '.join(kind.client_modes)}, "
+                         f"not {args.client}")
+    flags = dict(parse_value(f, "--flag") for f in args.flag)
+    kind.check_flags(flags)
     if args.time_limit <= 0:
         raise ValueError(f"--time-limit must be > 0, got {args.time_limit:g}")
     if args.nemesis_interval <= 0:
         raise ValueError("--nemesis-interval must be > 0")
     if args.concurrency < 0 or args.rate < 0 or args.op_timeout <= 0:
         raise ValueError("--concurrency, --rate must be >= 0 and --op-timeout > 0")
-    if args.provider == "hosts" and not args.hosts_file:
-        raise ValueError("--provider hosts needs --hosts-file")
-    if args.provider == "hosts":
+    nodes = [n.strip() for n in (args.nodes or "").split(",") if n.strip()]
+    if args.nodes is not None and args.hosts_file:
+        raise ValueError("give --nodes or --hosts-file, not both")
+    if args.nodes is not None:
+        if args.provider not in ("hosts", PROVIDERS[0]):
+            raise ValueError(f"--nodes lists the hosts: it cannot go with --provider {args.provider}")
+        args.provider = "hosts"
+    elif args.username != "root" or args.ssh_private_key:
+        raise ValueError("--username and --ssh-private-key go with --nodes")
+    if args.provider == "hosts" and not (args.hosts_file or nodes):
+        raise ValueError("--provider hosts needs --hosts-file or --nodes")
+    if args.provider == "hosts":  # a bad host list is a bad argument, found before any SSH
         from harness.cluster import hostsfile
-        hostsfile.load(args.hosts_file)  # a bad file is a bad argument, found before any SSH
+        if nodes:
+            hostsfile.from_nodes(nodes, args.username, args.ssh_private_key)
+        else:
+            hostsfile.load(args.hosts_file)
     if args.wheelhouse is not None:
         from harness.db import check_wheelhouse
         check_wheelhouse(args.wheelhouse)
     return TestSpec(
-        workload=args.workload, workload_options=options, nemesis=select(args.nemesis),
+        db=args.db, workload=args.workload, workload_options=options,
+        nemesis=select(args.nemesis, kind.offers),
         nemesis_interval=args.nemesis_interval, time_limit=args.time_limit,
         concurrency=args.concurrency, rate=args.rate,
         seed=args.seed if args.seed is not None else random.randrange(2**31),
-        client=args.client, flags=dict(parse_value(f, "--flag") for f in args.flag),
+        client=args.client, flags=flags,
         fast_failure_detection=args.fast_failure_detection, op_timeout=args.op_timeout,
         provider=args.provider, hosts=args.hosts,
         hosts_file=str(args.hosts_file.resolve()) if args.hosts_file else None,
+        inline_nodes=nodes, username=args.username,
+        ssh_private_key=str(args.ssh_private_key.resolve()) if args.ssh_private_key else None,
         store=str(args.store), wheelhouse=str(args.wheelhouse) if args.wheelhouse else None,
         leave_db_running=args.leave_db_running)
 

@@ -1,6 +1,12 @@
 """The DB adapter, in the spirit of Jepsen's: how to install, start, stop, crash, pause and
-inspect the system under test on a set of hosts. `TesseraDB` deploys Tessera; testing another
-system means writing another class with the same methods.
+inspect the system under test on a set of hosts, how the workloads' clients reach it, and what
+the harness checks of it at the end of a run.
+
+`Deployment` is the one place a system plugs in: it holds what every system shares (the install
+from a wheelhouse, daemons under setsid with pid files, signals, the watchdog's revivals, log
+collection, teardown), and a subclass says what is particular to its system. `TesseraDB` deploys
+Tessera; `harness.pysyncobj_db.PySyncObjDB` deploys PySyncObj; harness.spec.SYSTEMS names them
+for `tessera test --db`. docs/adding-a-db.md walks through writing a third.
 
 Deployment never needs the hosts to reach a package index: the control machine builds a
 wheelhouse (the project's wheel and the engine's dependencies) once, and every host installs
@@ -19,28 +25,29 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar
 
 from harness.cluster import ClusterError, Host
 from harness.control import Remote
+from reports.checkers.logs import TESSERA_RULES
 
 ROOT = "/opt/tessera"
 DATA = "/var/lib/tessera"
 MASTER_PORT, TSERVER_PORT = 7051, 7050  # Kudu's RPC ports
 HTTP_PORTS = {"master": 8051, "tserver": 8050}  # Kudu's web UI ports: /status and /metrics
+HOST_EXTRAS = "host,pysyncobj"  # what every host installs: one wheelhouse serves every system
 
 
-class DB(Protocol):
-    def setup(self) -> None: ...
-    def teardown(self) -> None: ...
-    def start(self, host: str, daemon: str | None = None) -> None: ...
-    def kill(self, host: str, daemon: str | None = None) -> None: ...
-    def pause(self, host: str, daemon: str | None = None) -> None: ...
-    def resume(self, host: str, daemon: str | None = None) -> None: ...
-    def log_files(self, host: str) -> list[str]: ...
-    def collect(self, host: str, dest: Path) -> None: ...
-    def leader_master(self) -> str | None: ...  # primaries, when the system has them
-    def tablet_leaders(self) -> dict[str, str]: ...
+def system(name: str) -> type[Deployment]:
+    """The Deployment class `tessera test --db NAME` uses; ValueError names the known ones."""
+    import importlib
+
+    from harness.spec import SYSTEMS
+
+    if name not in SYSTEMS:
+        raise ValueError(f"unknown --db {name!r} (known: {', '.join(SYSTEMS)})")
+    module, cls = SYSTEMS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 def build_wheelhouse(dest: Path, project: Path, log=print) -> list[Path]:
@@ -50,7 +57,7 @@ def build_wheelhouse(dest: Path, project: Path, log=print) -> list[Path]:
         old.unlink()  # the project's wheel is rebuilt each time; dependencies are reused
     shutil.rmtree(project / "build", ignore_errors=True)  # stale build/lib would leak into it
     log(f"building wheels into {dest}")
-    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(dest), f"{project}[host]"],
+    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(dest), f"{project}[{HOST_EXTRAS}]"],
                        capture_output=True, text=True)
     if p.returncode != 0:
         raise ClusterError(f"building the wheelhouse failed: {p.stderr.strip()[-800:]}")
@@ -64,6 +71,26 @@ def check_wheelhouse(path: Path) -> list[Path]:
     return wheels
 
 
+def check_python(host: str, version_line: str, wheels: list[Path]) -> None:
+    """ClusterError unless `host`'s python3 (`version_line`: "3 11") can install the compiled
+    wheels (cpXY tags): a wheelhouse built by another Python fails there in pip, late and
+    obscurely."""
+    built = sorted({tag[2:] for w in wheels for tag in w.name.split("-")[2].split(".")
+                    if tag.startswith("cp") and tag[2:].isdigit()})
+    parts = version_line.split()
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise ClusterError(f"{host}: no python3 answered ({version_line.strip() or 'no output'}); "
+                           "install python3 and python3-venv there")
+    have = "".join(parts)
+    if built and have not in built:
+        want = " or ".join(f"{v[0]}.{v[1:]}" for v in built)
+        raise ClusterError(
+            f"{host} has Python {parts[0]}.{parts[1]}, but the wheelhouse's compiled wheels are "
+            f"for Python {want}: give the hosts python{want} (the Vagrantfile's Debian 12 boxes "
+            f"have 3.11), or build the wheelhouse with that Python (`python{parts[0]}.{parts[1]} "
+            f"-m pip wheel -w DIR '.[{HOST_EXTRAS}]'`, then --wheelhouse DIR)")
+
+
 def _digest(wheels: list[Path]) -> str:
     h = hashlib.sha256()
     for w in sorted(wheels):
@@ -72,39 +99,85 @@ def _digest(wheels: list[Path]) -> str:
 
 
 @dataclass
-class TesseraDB:
+class Deployment:
+    """A system under test on `hosts`: the shared half of every DB adapter. A subclass sets the
+    class attributes and writes `daemons`, `command`, `configure`, the leader queries,
+    `open_clients` and `end_checks`; everything else here works for any system whose daemons
+    are processes started from the deployed venv."""
+
     hosts: list[Host]
     wheels: list[Path]
     remotes: dict[str, Remote]
-    masters: int = 3
-    flags: dict[str, object] = field(default_factory=dict)  # extra daemon config keys
+    flags: dict[str, object] = field(default_factory=dict)  # daemon config keys (--flag)
     env: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> env for daemons
     log: object = print
     down: set = field(default_factory=set)  # (host, daemon) killed on purpose: not for the watchdog
-    lazyfs: bool = False  # tablet servers' data dirs on lazyfs (lose-unfsynced-writes)
-    # hosts given a master during the run (the master-membership nemesis), in order added
-    added_masters: list[str] = field(default_factory=list)
+    lazyfs: bool = False  # the data daemon's data dir on lazyfs (lose-unfsynced-writes)
+
+    name: ClassVar[str] = ""  # what --db calls it; also the start-failure line's first word
+    # The daemon that holds the replicated data: what lose-unfsynced and majority-kill stop.
+    data_daemon: ClassVar[str] = ""
+    all_daemons: ClassVar[tuple[str, ...]] = ()  # every kind a host may run: what teardown stops
+    # What nemeses may need beyond processes, network and clocks (nemeses.registry.Package.needs):
+    # "tablets" (a catalog of tablets and their replicas), "masters" (a master quorum of its own),
+    # "wal" (Tessera's WAL and metadata files, for the disk nemesis), "leaders" (a leader query),
+    # "faketime" (daemons that run under libfaketime: no time.sleep, which fails with EINVAL).
+    offers: ClassVar[frozenset[str]] = frozenset()
+    workloads: ClassVar[tuple[str, ...]] = ()  # the workloads its client can run
+    client_modes: ClassVar[tuple[str, ...]] = ("node-bound",)
+    # The node-log checker's rules (reports.checkers.logs), recorded in test.json.
+    log_rules: ClassVar[tuple[dict, ...]] = ()
+
+    @classmethod
+    def check_flags(cls, flags: dict) -> None:
+        """ValueError for a --flag the system's daemons would not take (checked before any
+        host is touched); by default every key passes to the daemons' config as it is."""
 
     def __post_init__(self) -> None:
         # One start, kill or watchdog check at a time per host: a nemesis restarting a daemon
         # while the watchdog finds it not yet up would start it twice, and the second, unable to
         # bind, would take over the pid file and leave the first running unseen.
         self._locks = {h.name: threading.RLock() for h in self.hosts}
-        self._had_master = {h.name for h in self.hosts[: self.masters]}  # whose logs to collect
 
-    @property
-    def master_hosts(self) -> list[Host]:
-        """The first `masters` hosts, then those a master was added to, in order."""
-        by_name = {h.name: h for h in self.hosts}
-        return self.hosts[: self.masters] + [by_name[n] for n in self.added_masters]
-
-    @property
-    def master_addrs(self) -> list[tuple[str, int]]:
-        return [(h.address, MASTER_PORT) for h in self.master_hosts]
-
+    # -- what a system says ------------------------------------------------------------------
     def daemons(self, host: str) -> list[str]:
-        is_master = any(h.name == host for h in self.master_hosts)
-        return (["master"] if is_master else []) + ["tserver"]
+        """The daemons `host` runs now."""
+        raise NotImplementedError
+
+    def command(self, host: str, daemon: str) -> str:
+        """The shell words that run `daemon` in the foreground on `host`."""
+        raise NotImplementedError
+
+    def configure(self, h: Host) -> None:
+        """Write the config files of `h`'s daemons."""
+        raise NotImplementedError
+
+    def leader_master(self) -> str | None:
+        """The host of the primary that `leader-master` fault targets mean, or None."""
+        raise NotImplementedError
+
+    def tablet_leaders(self) -> dict[str, str]:
+        """Replication group id -> its leader's host, for `tablet-leader` fault targets."""
+        raise NotImplementedError
+
+    async def open_clients(self, workload, names: dict[str, str], binds: list[str] | None,
+                           op_timeout: float):
+        """Once the system accepts the workload's ops: (clients(thread) for harness.runner.run,
+        an async close returning a summary for test.json or None, the replication groups by
+        hash bucket for the nemeses' tablet rules). `names`: address -> host name; `binds`:
+        the addresses node-bound threads talk to, thread t to binds[t mod n]."""
+        raise NotImplementedError
+
+    def end_checks(self) -> list[tuple[str, object]]:
+        """(name, call) of the checks of the healed cluster after the final ops; each call
+        returns a checker result and is saved as NAME.json in the run."""
+        return []
+
+    def data_dir(self, daemon: str) -> str:
+        return f"{DATA}/{daemon}"
+
+    def log_files(self, host: str) -> list[str]:
+        return [f"{DATA}/logs/{d}.log" for d in self.daemons(host)]
 
     def _each(self, fn, hosts: list[Host] | None = None) -> None:
         hosts = hosts or self.hosts
@@ -114,9 +187,9 @@ class TesseraDB:
 
     # -- install -----------------------------------------------------------------------------
     def setup(self) -> None:
-        self.log(f"installing Tessera on {len(self.hosts)} hosts")
+        self.log(f"installing {self.name} on {len(self.hosts)} hosts")
         self._each(self._install)
-        self._each(self._write_configs)
+        self._each(self.configure)
         if self.lazyfs:
             self._each(self._mount_lazyfs)
         for h in self.hosts:
@@ -128,6 +201,8 @@ class TesseraDB:
         slow part: a venv and five packages), Tessera's own wheel whenever its bytes did. Each
         half is stamped with its wheels' digest in the venv, so an unchanged host is left as is."""
         r = self.remotes[h.name]
+        check_python(h.name, r.run(["python3", "-c", "import sys; print(*sys.version_info[:2])"],
+                                   check=False).stdout, self.wheels)
         r.run(["mkdir", "-p", f"{ROOT}/wheels", f"{DATA}/logs"])
         tessera = next(w for w in self.wheels if w.name.startswith("tessera-"))
         deps = [w for w in self.wheels if w is not tessera]
@@ -142,7 +217,7 @@ class TesseraDB:
                f"{ROOT}/wheels", "--force-reinstall"]
         if have.get("deps") != want["deps"]:
             r.run(["python3", "-m", "venv", f"{ROOT}/venv"], timeout=120)
-            r.run([*pip, f"{ROOT}/wheels/{tessera.name}[host]"], timeout=300)
+            r.run([*pip, f"{ROOT}/wheels/{tessera.name}[{HOST_EXTRAS}]"], timeout=300)
         else:
             r.run([*pip, "--no-deps", f"{ROOT}/wheels/{tessera.name}"], timeout=300)
         stamp = " ".join(f"{k}={v}" for k, v in want.items())
@@ -151,31 +226,9 @@ class TesseraDB:
     def _mount_lazyfs(self, h: Host) -> None:
         from nemeses.lazyfs import mount_command
 
-        d = f"{DATA}/tserver"
+        d = self.data_dir(self.data_daemon)
         self.remotes[h.name].sh(f"mkdir -p {d}; mountpoint -q {d} || "
                                 + mount_command(d, d, python=f"{ROOT}/venv/bin/python"))
-
-    def _config(self, h: Host, daemon: str) -> str:
-        port = MASTER_PORT if daemon == "master" else TSERVER_PORT
-        keys = {"data_dir": f"{DATA}/{daemon}", "rpc_addr": f"{h.address}:{port}",
-                "http_port": HTTP_PORTS[daemon],
-                "masters": [f"{a}:{p}" for a, p in self.master_addrs], **self.flags}
-        lines = []
-        for k, v in keys.items():
-            if isinstance(v, bool):
-                lines.append(f"{k} = {'true' if v else 'false'}")
-            elif isinstance(v, (int, float)):
-                lines.append(f"{k} = {v}")
-            elif isinstance(v, list):
-                lines.append(f"{k} = [{', '.join(_toml_str(x) for x in v)}]")
-            else:
-                lines.append(f"{k} = {_toml_str(str(v))}")
-        return "\n".join(lines) + "\n"
-
-    def _write_configs(self, h: Host) -> None:
-        for d in self.daemons(h.name):
-            self.remotes[h.name].run(["tee", f"{ROOT}/{d}.toml"],
-                                     stdin=self._config(h, d).encode())
 
     # -- process control ---------------------------------------------------------------------
     def _targets(self, host: str, daemon: str | None) -> list[str]:
@@ -187,8 +240,7 @@ class TesseraDB:
             for d in self._targets(host, daemon):
                 self.down.discard((host, d))
                 pid, log = f"{DATA}/{d}.pid", f"{DATA}/logs/{d}.log"
-                cmd = (f"env {env} {ROOT}/venv/bin/tessera {d} --config {ROOT}/{d}.toml"
-                       f" >>{log} 2>&1")
+                cmd = f"env {env} {self.command(host, d)} >>{log} 2>&1"
                 # Already running? Leave it. Otherwise the shell records its pid, then becomes the
                 # daemon (exec), in a new session so it outlives this SSH connection.
                 script = (f"if [ -f {pid} ] && kill -0 $(cat {pid}) 2>/dev/null; then exit 0; fi; "
@@ -196,7 +248,7 @@ class TesseraDB:
                           f"setsid sh -c {shlex.quote(f'echo $$ > {pid}.new; mv {pid}.new {pid}; exec {cmd}')} "
                           f"</dev/null >/dev/null 2>&1 & "
                           f"for i in $(seq 200); do [ -s {pid} ] && exit 0; sleep 0.05; done; "
-                          f"echo 'tessera {d}: cannot start: no pid file after 10 s' | tee -a {log} >&2; "
+                          f"echo '{self.name} {d}: cannot start: no pid file after 10 s' | tee -a {log} >&2; "
                           f"exit 1")  # in the daemon's log too, where the log checker looks
                 self.remotes[host].sh(script)
 
@@ -221,6 +273,154 @@ class TesseraDB:
     def resume(self, host: str, daemon: str | None = None) -> None:
         self._signal(host, daemon, "CONT")
 
+    def running(self, host: str, daemon: str) -> bool:
+        pid = f"{DATA}/{daemon}.pid"
+        res = self.remotes[host].sh(f"[ -f {pid} ] && kill -0 $(cat {pid})", check=False)
+        return res.exit_status == 0
+
+    def revive(self) -> list[tuple[str, str]]:
+        """The watchdog's round: restart every daemon that died without being killed on purpose
+        (a crash is still a finding: the caller records each restart in the history)."""
+        revived = []
+        for h in self.hosts:
+            for d in self.daemons(h.name):
+                with self._locks[h.name]:
+                    if (h.name, d) not in self.down and not self.running(h.name, d):
+                        self.start(h.name, d)
+                        revived.append((h.name, d))
+        return revived
+
+    # -- end of run --------------------------------------------------------------------------
+    def collect(self, host: str, dest: Path) -> None:
+        """Daemon logs and a listing of the data dirs, into the run's store."""
+        dest.mkdir(parents=True, exist_ok=True)
+        r = self.remotes[host]
+        for path in self.log_files(host):
+            name = path.rsplit("/", 1)[-1]
+            try:
+                r.get(path, str(dest / name))
+            except OSError as e:
+                (dest / f"{name}.missing").write_text(f"{e}\n")
+        listing = r.sh(f"ls -laR {DATA} 2>&1 | head -n 2000", check=False).stdout
+        (dest / "data-dir.txt").write_text(listing)
+
+    def teardown(self) -> None:
+        """Stop every daemon and remove its data, so the next run starts clean."""
+        def stop(h: Host) -> None:
+            from nemeses.lazyfs import unmount_command
+
+            for d in self.all_daemons:  # a daemon started during the run too
+                self.kill(h.name, d)
+            d = self.data_dir(self.data_daemon)
+            # A daemon killed inside a slow FUSE call may hold the mount a moment longer: retry,
+            # then detach lazily; either way no lazyfs process may outlive the test.
+            self.remotes[h.name].sh(
+                f"for i in $(seq 50); do mountpoint -q {d} || break; "
+                f"{{ {unmount_command(d)}; }} 2>/dev/null && break; sleep 0.2; done; "
+                f"mountpoint -q {d} && fusermount3 -uz {d}; "
+                f"pkill -f 'nemeses[.]lazyfs' ; for i in $(seq 50); do "
+                f"pgrep -f 'nemeses[.]lazyfs' >/dev/null || break; sleep 0.1; done; "
+                f"pkill -9 -f 'nemeses[.]lazyfs'; true", timeout=60)
+            self.remotes[h.name].run(["rm", "-rf", f"{DATA}/logs", *(
+                p for d in self.all_daemons for p in (self.data_dir(d), f"{DATA}/{d}.pid"))])
+            self.remotes[h.name].run(["mkdir", "-p", f"{DATA}/logs"])
+        self._each(stop)
+        self._torn_down()
+
+    def _torn_down(self) -> None:
+        """What a subclass forgets once its daemons are gone."""
+
+
+@dataclass
+class TesseraDB(Deployment):
+    masters: int = 3
+    # hosts given a master during the run (the master-membership nemesis), in order added
+    added_masters: list[str] = field(default_factory=list)
+
+    name: ClassVar[str] = "tessera"
+    data_daemon: ClassVar[str] = "tserver"
+    all_daemons: ClassVar[tuple[str, ...]] = ("master", "tserver")
+    offers: ClassVar[frozenset[str]] = frozenset({"tablets", "masters", "wal", "leaders",
+                                                   "faketime"})
+    workloads: ClassVar[tuple[str, ...]] = ("register", "list-append", "bank", "set")
+    client_modes: ClassVar[tuple[str, ...]] = ("node-bound", "smart")
+    log_rules: ClassVar[tuple[dict, ...]] = TESSERA_RULES
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.masters = min(self.masters, len(self.hosts))
+        self._had_master = {h.name for h in self.hosts[: self.masters]}  # whose logs to collect
+
+    @property
+    def master_hosts(self) -> list[Host]:
+        """The first `masters` hosts, then those a master was added to, in order."""
+        by_name = {h.name: h for h in self.hosts}
+        return self.hosts[: self.masters] + [by_name[n] for n in self.added_masters]
+
+    @property
+    def master_addrs(self) -> list[tuple[str, int]]:
+        return [(h.address, MASTER_PORT) for h in self.master_hosts]
+
+    def daemons(self, host: str) -> list[str]:
+        is_master = any(h.name == host for h in self.master_hosts)
+        return (["master"] if is_master else []) + ["tserver"]
+
+    def command(self, host: str, daemon: str) -> str:
+        return f"{ROOT}/venv/bin/tessera {daemon} --config {ROOT}/{daemon}.toml"
+
+    def _config(self, h: Host, daemon: str) -> str:
+        port = MASTER_PORT if daemon == "master" else TSERVER_PORT
+        keys = {"data_dir": self.data_dir(daemon), "rpc_addr": f"{h.address}:{port}",
+                "http_port": HTTP_PORTS[daemon],
+                "masters": [f"{a}:{p}" for a, p in self.master_addrs], **self.flags}
+        lines = []
+        for k, v in keys.items():
+            if isinstance(v, bool):
+                lines.append(f"{k} = {'true' if v else 'false'}")
+            elif isinstance(v, (int, float)):
+                lines.append(f"{k} = {v}")
+            elif isinstance(v, list):
+                lines.append(f"{k} = [{', '.join(_toml_str(x) for x in v)}]")
+            else:
+                lines.append(f"{k} = {_toml_str(str(v))}")
+        return "\n".join(lines) + "\n"
+
+    def configure(self, h: Host) -> None:
+        for d in self.daemons(h.name):
+            self.remotes[h.name].run(["tee", f"{ROOT}/{d}.toml"],
+                                     stdin=self._config(h, d).encode())
+
+    async def open_clients(self, workload, names: dict[str, str], binds: list[str] | None,
+                           op_timeout: float):
+        """The test table created and writable, then the workload's clients over one
+        TesseraClient (closed with them)."""
+        from harness.chaos import accept_test_table, workload_clients
+        from node.client import TesseraClient
+
+        client = TesseraClient(self.master_addrs, timeout=min(op_timeout, 10.0))
+        self.log("waiting for the cluster to accept the test table")
+        try:
+            locs = await accept_test_table(client, workload.tablets, min(3, len(self.hosts)))
+        except BaseException:
+            await client.close()
+            raise
+        clients, close_sessions = workload_clients(client, "test", names, binds, workload)
+
+        async def close():
+            try:
+                return await close_sessions()
+            finally:
+                await client.close()
+
+        return clients, close, {t.partition.bucket: t.tablet_id for t in locs.tablets}
+
+    def end_checks(self) -> list[tuple[str, object]]:
+        from harness.convergence import check_convergence
+        from harness.masters_check import check_masters
+
+        return [("convergence", lambda: check_convergence(self)),
+                ("masters", lambda: check_masters(self))]
+
     def add_master(self, host: str, timeout: float = 60.0) -> str:
         """Start a master with an empty data dir on `host` (which has none) and add it to the
         masters (Kudu's master add, node.tools.admin.join_master); its UUID once it is a
@@ -239,7 +439,7 @@ class TesseraDB:
             self._wipe_master(host)
             self.added_masters.append(host)
             self._had_master.add(host)
-            self._write_configs(h)
+            self.configure(h)
             self.start(host, "master")
 
         async def join() -> str:
@@ -330,18 +530,6 @@ class TesseraDB:
         infos = self.ask_each(self.master_hosts, "master", "master.info", MasterInfo)
         return next((host for host, info in infos.items() if info.role == "LEADER"), None)
 
-    def revive(self) -> list[tuple[str, str]]:
-        """The watchdog's round: restart every daemon that died without being killed on purpose
-        (a crash is still a finding: the caller records each restart in the history)."""
-        revived = []
-        for h in self.hosts:
-            for d in self.daemons(h.name):
-                with self._locks[h.name]:
-                    if (h.name, d) not in self.down and not self.running(h.name, d):
-                        self.start(h.name, d)
-                        revived.append((h.name, d))
-        return revived
-
     def tablet_leaders(self) -> dict[str, str]:
         """tablet id -> host of its current leader, as the tablet servers report it."""
         from node.protocol import ServerStatus
@@ -353,51 +541,12 @@ class TesseraDB:
                     leaders[t.tablet_id], terms[t.tablet_id] = host, t.term
         return leaders
 
-    def running(self, host: str, daemon: str) -> bool:
-        pid = f"{DATA}/{daemon}.pid"
-        res = self.remotes[host].sh(f"[ -f {pid} ] && kill -0 $(cat {pid})", check=False)
-        return res.exit_status == 0
-
-    # -- end of run --------------------------------------------------------------------------
     def log_files(self, host: str) -> list[str]:
         """Every daemon's log, a master's removed during the run included."""
         kinds = ["master"] if host in self._had_master else []
         return [f"{DATA}/logs/{d}.log" for d in [*kinds, "tserver"]]
 
-    def collect(self, host: str, dest: Path) -> None:
-        """Daemon logs and a listing of the data dirs, into the run's store."""
-        dest.mkdir(parents=True, exist_ok=True)
-        r = self.remotes[host]
-        for path in self.log_files(host):
-            name = path.rsplit("/", 1)[-1]
-            try:
-                r.get(path, str(dest / name))
-            except OSError as e:
-                (dest / f"{name}.missing").write_text(f"{e}\n")
-        listing = r.sh(f"ls -laR {DATA} 2>&1 | head -n 2000", check=False).stdout
-        (dest / "data-dir.txt").write_text(listing)
-
-    def teardown(self) -> None:
-        """Stop every daemon and remove its data, so the next run starts clean."""
-        def stop(h: Host) -> None:
-            from nemeses.lazyfs import unmount_command
-
-            for d in ("master", "tserver"):  # a master added during the run too
-                self.kill(h.name, d)
-            d = f"{DATA}/tserver"
-            # A daemon killed inside a slow FUSE call may hold the mount a moment longer: retry,
-            # then detach lazily; either way no lazyfs process may outlive the test.
-            self.remotes[h.name].sh(
-                f"for i in $(seq 50); do mountpoint -q {d} || break; "
-                f"{{ {unmount_command(d)}; }} 2>/dev/null && break; sleep 0.2; done; "
-                f"mountpoint -q {d} && fusermount3 -uz {d}; "
-                f"pkill -f 'nemeses[.]lazyfs' ; for i in $(seq 50); do "
-                f"pgrep -f 'nemeses[.]lazyfs' >/dev/null || break; sleep 0.1; done; "
-                f"pkill -9 -f 'nemeses[.]lazyfs'; true", timeout=60)
-            self.remotes[h.name].run(["rm", "-rf", f"{DATA}/master", f"{DATA}/tserver",
-                                      f"{DATA}/logs", f"{DATA}/master.pid", f"{DATA}/tserver.pid"])
-            self.remotes[h.name].run(["mkdir", "-p", f"{DATA}/logs"])
-        self._each(stop)
+    def _torn_down(self) -> None:
         self.added_masters.clear()
 
 

@@ -11,6 +11,8 @@ import msgspec
 
 CLIENT_MODES = ("node-bound", "smart")
 PROVIDERS = ("netns", "hosts", "vagrant")
+# `--db`: the systems under test, each a harness.db.Deployment ("module:class", imported on use).
+SYSTEMS = {"tessera": "harness.db:TesseraDB", "pysyncobj": "harness.pysyncobj_db:PySyncObjDB"}
 
 # `--fast-failure-detection`: the engine's failure detection at Raft-test speed, so a minute of
 # faults holds dozens of elections (Kudu's defaults: 500 ms heartbeats, 1 s tablet server
@@ -29,6 +31,7 @@ FAST_FAILURE_DETECTION: dict[str, Any] = {
 class TestSpec(msgspec.Struct, frozen=True, kw_only=True):
     __test__ = False  # not a pytest class, whatever its name
 
+    db: str = "tessera"  # the system under test (harness.db.SYSTEMS)
     workload: str = "register"
     workload_options: dict[str, Any] = {}
     nemesis: list[str] = []  # fault package names (nemeses.registry)
@@ -38,12 +41,17 @@ class TestSpec(msgspec.Struct, frozen=True, kw_only=True):
     rate: float = 100.0  # ops/s over all processes; 0 = unlimited
     seed: int = 0  # of every process's op stream and of the fault plan
     client: str = "node-bound"  # node-bound: thread t talks to host t mod n; smart: any replica
-    flags: dict[str, Any] = {}  # daemon config keys for every node
+    flags: dict[str, Any] = {}  # daemon config keys for every node (the system's own)
     fast_failure_detection: bool = False
     op_timeout: float = 5.0
     provider: str = "netns"
     hosts: int = 5  # netns: how many
     hosts_file: str | None = None  # hosts provider: TOML file of hosts
+    # hosts provider, inline (Jepsen's --nodes): HOST[:PORT] items. Not "nodes": test.json
+    # uses that key for the hosts the run used.
+    inline_nodes: list[str] = []
+    username: str = "root"  # with inline_nodes: the SSH user
+    ssh_private_key: str | None = None  # with inline_nodes: the SSH key (default: ~/.ssh's)
     store: str = "store"
     wheelhouse: str | None = None  # prebuilt wheels instead of building them
     leave_db_running: bool = False  # Jepsen's: no teardown at the end, for a post-mortem

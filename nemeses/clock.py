@@ -103,5 +103,7 @@ class Clock(Nemesis):
                                  f"{FAKETIME_FILE}.s", STROBE_PID])
 
 
+# needs "faketime": daemons that never call time.sleep, which fails under libfaketime here.
 register(Package("clock", heal_rank=30, draw=draw_clock, daemon_env=daemon_env(),
+                 needs=frozenset({"faketime"}),
                  build=lambda ctx: Clock(hosts=ctx.names, remotes=ctx.remotes)))

@@ -101,11 +101,12 @@ class DiskCorruption(Nemesis):
 
 @dataclass
 class LoseUnfsynced(Nemesis):
-    """Power loss: every tablet server is killed at once and its data dir (a lazyfs mount) drops
-    every write not yet fsynced, then all restart. With log_force_fsync_all=true nothing
-    acknowledged may be lost; with false, acknowledged writes vanish and the checker must say so."""
+    """Power loss: every data daemon (Tessera: tablet server) is killed at once and its data dir
+    (a lazyfs mount) drops every write not yet fsynced, then all restart. With Tessera's
+    log_force_fsync_all=true nothing acknowledged may be lost; with false, or with a system that
+    never fsyncs (PySyncObj), acknowledged writes vanish and the checker must say so."""
 
-    db: TesseraDB = None
+    db: object = None  # harness.db.Deployment
     hosts: list[str] = field(default_factory=list)
     remotes: dict[str, Remote] = field(default_factory=dict)
     name: str = "lose-unfsynced"
@@ -116,15 +117,15 @@ class LoseUnfsynced(Nemesis):
         from nemeses.lazyfs import control_command
 
         for h in self.hosts:
-            self.db.kill(h, "tserver")  # waits until gone: no write may land after the loss
+            self.db.kill(h, self.db.data_daemon)  # until gone: no write may land after the loss
         lost = {}
         for h in self.hosts:
-            mount = f"{DATA}/tserver"
+            mount = self.db.data_dir(self.db.data_daemon)
             stats = self.remotes[h].sh(f"cat {mount}/.lazyfs-control").stdout
             self.remotes[h].sh(control_command(mount, "lose"))
             lost[h] = json.loads(stats).get("unsynced_bytes", 0)
         for h in self.hosts:
-            self.db.start(h, "tserver")
+            self.db.start(h, self.db.data_daemon)
         return {"power_loss": self.hosts, "unsynced_bytes_dropped": lost}
 
     def stop(self) -> dict:
@@ -136,7 +137,8 @@ def draw_disk(rng: random.Random, hosts: list[str]) -> dict:
     return {"host": rng.choice(hosts), "damage_seed": rng.randrange(2**31)}
 
 
-register(Package("disk", heal_rank=70, draw=draw_disk, build=lambda ctx: DiskCorruption(
+register(Package("disk", heal_rank=70, draw=draw_disk, needs=frozenset({"wal"}),
+                 build=lambda ctx: DiskCorruption(
     db=ctx.db, hosts=ctx.names, remotes=ctx.remotes)))
 register(Package("lose-unfsynced", heal_rank=80, draw=lambda rng, hosts: {}, lazyfs=True,
                  build=lambda ctx: LoseUnfsynced(db=ctx.db, hosts=ctx.names, remotes=ctx.remotes)))

@@ -39,14 +39,14 @@ class KillAfterHeal(Nemesis):
         self.part.stop()
         (leader,) = self.ctx.resolve(self._choice["target"])
         self._killed = [leader]
-        self.ctx.db.kill(leader, "tserver")
+        self.ctx.db.kill(leader, self.ctx.db.data_daemon)
         time.sleep(self._choice["down_s"])
         return {"healed": self.ctx.names, "killed": leader, **self._restart()}
 
     def _restart(self) -> dict:
         restarted, self._killed = self._killed, []
         for h in restarted:
-            self.ctx.db.start(h, "tserver")
+            self.ctx.db.start(h, self.ctx.db.data_daemon)
         self.active = False
         return {"restarted": restarted}
 
@@ -56,5 +56,6 @@ class KillAfterHeal(Nemesis):
 
 
 register(Package("kill-after-heal", heal_rank=14, draw=draw, min_hosts=3, group="raft",
+                 needs=frozenset({"leaders"}),
                  build=lambda ctx: KillAfterHeal(ctx=ctx, part=Partition(
                      hosts=ctx.hosts, remotes=ctx.remotes, ctx=ctx))))

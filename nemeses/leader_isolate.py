@@ -54,5 +54,6 @@ class LeaderIsolate(Nemesis):
 
 
 register(Package("leader-isolate", heal_rank=12, draw=draw, min_hosts=3, group="raft",
+                 needs=frozenset({"leaders"}),
                  build=lambda ctx: LeaderIsolate(ctx=ctx, part=Partition(
                      hosts=ctx.hosts, remotes=ctx.remotes, ctx=ctx))))

@@ -1,4 +1,4 @@
-"""Kill the tablet servers of a majority of hosts at once, then restart them: every tablet loses
+"""Kill the data daemons (Tessera: the tablet servers) of a majority of hosts at once, then restart them: every tablet loses
 its quorum, and on restart each replica must recover its log and term from disk and elect a
 leader that holds every committed entry."""
 
@@ -17,4 +17,5 @@ def draw(rng: random.Random, hosts: list[str]) -> dict:
 
 
 register(Package("majority-kill", heal_rank=52, draw=draw, min_hosts=3, group="raft",
-                 build=lambda ctx: Kill(name="majority-kill", ctx=ctx, daemon="tserver")))
+                 needs=frozenset({"leaders"}),
+                 build=lambda ctx: Kill(name="majority-kill", ctx=ctx, daemon=ctx.db.data_daemon)))

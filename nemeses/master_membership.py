@@ -60,5 +60,6 @@ class MasterMembership(Nemesis):
 
 
 register(Package("master-membership", heal_rank=65, group="masters", min_hosts=4,
+                 needs=frozenset({"masters"}),
                  draw=lambda rng, hosts: {"pick": rng.randrange(1 << 16)},
                  build=lambda ctx: MasterMembership(db=ctx.db)))

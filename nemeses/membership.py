@@ -112,5 +112,5 @@ async def change_replica(db, tablet: str, op: str, uuid: str, timeout: float = 1
         await client.close()
 
 
-register(Package("membership", heal_rank=60, draw=lambda rng, hosts: {"pick": rng.randrange(1 << 16)},
+register(Package("membership", heal_rank=60, needs=frozenset({"tablets"}), draw=lambda rng, hosts: {"pick": rng.randrange(1 << 16)},
                  build=lambda ctx: Membership(db=ctx.db)))

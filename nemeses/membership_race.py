@@ -93,4 +93,5 @@ class MembershipRace(Nemesis):
 
 
 register(Package("membership-race", heal_rank=62, draw=draw, min_hosts=3, group="raft",
+                 needs=frozenset({"tablets"}),
                  build=lambda ctx: MembershipRace(ctx=ctx)))

@@ -208,7 +208,7 @@ def draw_packet(rng: random.Random, hosts: list[str], modes: tuple = PACKET_MODE
             "mode": rng.choice(modes)}
 
 
-register(Package("partition", heal_rank=10, draw=draw_partition,
+register(Package("partition", heal_rank=10, draw=draw_partition, needs=frozenset({"leaders"}),
                  build=lambda ctx: Partition(hosts=ctx.hosts, remotes=ctx.remotes, ctx=ctx)))
 register(Package("packet", heal_rank=20, draw=draw_packet,
                  build=lambda ctx: PacketFaults(hosts=ctx.hosts, remotes=ctx.remotes)))

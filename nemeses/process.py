@@ -52,5 +52,7 @@ class Pause(_ProcessFault):
     do, undo, done_word, undone_word, signal = "pause", "resume", "paused", "resumed", "SIGSTOP"
 
 
-register(Package("pause", heal_rank=40, draw=draw_process, build=lambda ctx: Pause(ctx=ctx)))
-register(Package("kill", heal_rank=50, draw=draw_process, build=lambda ctx: Kill(ctx=ctx)))
+register(Package("pause", heal_rank=40, draw=draw_process, needs=frozenset({"leaders"}),
+                 build=lambda ctx: Pause(ctx=ctx)))
+register(Package("kill", heal_rank=50, draw=draw_process, needs=frozenset({"leaders"}),
+                 build=lambda ctx: Kill(ctx=ctx)))

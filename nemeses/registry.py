@@ -22,6 +22,8 @@ class Package:
     daemon_env: Mapping[str, str] = field(default_factory=dict)  # every daemon runs with it
     lazyfs: bool = False  # tablet servers' data dirs must be lazyfs mounts
     group: str = "all"  # what `--nemesis GROUP` selects: "all" (the classic faults) or "raft"
+    # What the system under test must offer (harness.db.Deployment.offers) for this fault.
+    needs: frozenset[str] = frozenset()
 
 
 _PACKAGES: dict[str, Package] = {}
@@ -42,18 +44,28 @@ def packages() -> dict[str, Package]:
     return {p.name: p for p in sorted(_PACKAGES.values(), key=lambda p: (p.heal_rank, p.name))}
 
 
-def select(text: str) -> list[str]:
+def select(text: str, offers: frozenset[str] | None = None) -> list[str]:
     """Package names from `--nemesis`: none, or a comma list of groups (all, raft, masters) and
-    package names, in the order given, each once. ValueError names what is known."""
+    package names, in the order given, each once. With `offers` (what the system under test
+    offers, harness.db.Deployment.offers), a group keeps the faults that apply to the system
+    and a fault named alone must apply. ValueError names what is known."""
     known = packages()
     groups = sorted({p.group for p in known.values()})
     if text == "none":
         return []
+
+    def applies(p: Package) -> bool:
+        return offers is None or p.needs <= offers
+
     names: list[str] = []
     for item in (n.strip() for n in text.split(",") if n.strip()):
         if item in groups:
-            names += [n for n, p in known.items() if p.group == item]
+            names += [n for n, p in known.items() if p.group == item and applies(p)]
         elif item in known:
+            if not applies(known[item]):
+                missing = ", ".join(sorted(known[item].needs - offers))
+                raise ValueError(f"nemesis {item} does not apply to this system: it needs "
+                                 f"{missing}")
             names.append(item)
         else:
             raise ValueError(f"unknown nemesis {item!r} (known: {', '.join(known)}, "

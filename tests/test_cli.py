@@ -169,3 +169,31 @@ def test_a_bad_hosts_file_is_a_bad_argument(capsys, tmp_path):
     assert main(["test", "--provider", "hosts", "--hosts-file", str(hosts),
                  "--store", str(tmp_path / "s")]) == 254
     assert "does not exist" in capsys.readouterr().err and not (tmp_path / "s").exists()
+
+
+def test_inline_nodes_are_checked_before_any_ssh(capsys, tmp_path):
+    """`--nodes` as Jepsen's CLI: each bad list is one clear line and exit 254."""
+    key = tmp_path / "id"
+    key.write_text("k")
+    for argv, words in [(["--nodes", "a,b", "--hosts-file", str(key)], "not both"),
+                        (["--nodes", "127.0.0.1:ssh"], "is not HOST or HOST:PORT"),
+                        (["--nodes", "no-such-host.invalid"], "cannot resolve"),
+                        (["--nodes", "127.0.0.1,127.0.0.1"], "listed twice"),
+                        (["--nodes", "127.0.0.1", "--ssh-private-key", str(tmp_path / "x")],
+                         "does not exist"),
+                        (["--username", "u"], "go with --nodes"),
+                        (["--nodes", "127.0.0.1", "--provider", "vagrant"], "cannot go with")]:
+        assert main(["test", *argv, "--store", str(tmp_path)]) == 254, argv
+        assert words in capsys.readouterr().err, argv
+    import argparse
+
+    from harness.chaos_cli import configure, spec_from_args
+    p = argparse.ArgumentParser()
+    configure(p)
+    spec = spec_from_args(p.parse_args(["--nodes", "127.0.0.1, 127.0.0.2:2222", "--username", "u",
+                                        "--ssh-private-key", str(key)]))
+    assert (spec.provider, spec.inline_nodes, spec.username) == ("hosts", ["127.0.0.1", "127.0.0.2:2222"], "u")
+    from harness.cluster.hostsfile import from_nodes
+    hosts = from_nodes(spec.inline_nodes, spec.username, spec.ssh_private_key)
+    assert [(h.name, h.address, h.port, h.user, h.key_file) for h in hosts] == [
+        ("n1", "127.0.0.1", 22, "u", str(key)), ("n2", "127.0.0.2", 2222, "u", str(key))]

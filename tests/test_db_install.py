@@ -11,14 +11,16 @@ from harness.db import ROOT, TesseraDB
 
 
 class RecordingRemote:
-    def __init__(self, stamp_file: Path):
-        self.stamp_file = stamp_file
+    def __init__(self, stamp_file: Path, python: str = "3 11\n"):
+        self.stamp_file, self.python = stamp_file, python
         self.commands: list[str] = []
 
     def run(self, argv, **kw):
         cmd = " ".join(argv)
         self.commands.append(cmd)
         out = self.stamp_file.read_text() if argv[0] == "cat" and self.stamp_file.exists() else ""
+        if argv[:2] == ["python3", "-c"]:
+            out = self.python
         return Result("h1", cmd, 0, out, "")
 
     def sh(self, script, **kw):
@@ -49,7 +51,7 @@ def test_install_reinstalls_only_what_changed(tmp_path):
     remote = RecordingRemote(tmp_path / "stamp")
     first = _install(tmp_path, remote, _wheels(tmp_path / "a", b"t1", b"d1"))
     assert any("python3 -m venv" in c for c in first), first
-    assert any("[host]" in c and "--no-deps" not in c for c in first), first
+    assert any("[host,pysyncobj]" in c and "--no-deps" not in c for c in first), first
 
     assert _install(tmp_path, remote, _wheels(tmp_path / "b", b"t1", b"d1")) == []
 
@@ -69,3 +71,22 @@ def test_a_host_with_an_old_style_stamp_gets_a_full_install(tmp_path):
     done = _install(tmp_path, remote, _wheels(tmp_path / "a", b"t1", b"d1"))
     assert any("python3 -m venv" in c for c in done), done
     assert ROOT in " ".join(done)
+
+
+def test_a_host_whose_python_cannot_take_the_wheels_is_refused_before_any_copy(tmp_path):
+    import pytest
+
+    from harness.cluster import ClusterError
+
+    d = tmp_path / "w"
+    wheels = _wheels(d, b"t", b"d")
+    (d / "msgspec-0.22.0-any.whl").rename(d / "msgspec-0.18.6-cp311-cp311-manylinux_2_17_x86_64.whl")
+    wheels = sorted(d.iterdir())
+    for python, words in (("3 9\n", "has Python 3.9, but the wheelhouse's compiled wheels are for "
+                                     "Python 3.11"),
+                          ("", "no python3 answered")):
+        remote = RecordingRemote(tmp_path / "stamp", python=python)
+        with pytest.raises(ClusterError, match=words):
+            _install(tmp_path, remote, wheels)
+        assert not any(c.startswith("put") or "pip" in c for c in remote.commands)
+    assert _install(tmp_path, RecordingRemote(tmp_path / "stamp2"), wheels)  # 3.11 installs

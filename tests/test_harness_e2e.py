@@ -215,3 +215,46 @@ def test_masters_grow_to_five_and_back_to_three_while_the_test_runs(env, tmp_pat
     assert masters["verdict"] == "valid" and len(masters["masters"]) == 3, masters
     for added in {s.get("added") for s in steps} - {None}:
         assert os.path.getsize(os.path.join(run_dir, "nodes", added, "master.log")) > 0
+
+
+def test_pysyncobj_loses_acknowledged_adds_to_a_power_loss(env, tmp_path):
+    """Issue 17: the second system. PySyncObj's journal is an mmap it never syncs, so a power
+    loss of every node (lose-unfsynced on lazyfs) takes acknowledged adds with it: the set
+    checker must find them lost, and the run must say invalid. Its nodes still agree after the
+    loss (they all lost the same writes), and nothing in their logs is an error."""
+    store = tmp_path / "store"
+    out = tessera("test", "--db", "pysyncobj", "--workload", "set", "--nemesis", "lose-unfsynced",
+                  "--nemesis-interval", "8", "--time-limit", "20", "--seed", "3",
+                  "--store", str(store), env=env)
+    assert out.returncode == 1, out.stderr[-3000:]
+    run_dir = out.stdout.strip().splitlines()[-1]
+    test = json.load(open(os.path.join(run_dir, "test.json")))
+    assert test["db"] == "pysyncobj" and test["log_rules"], test
+    results = json.load(open(os.path.join(run_dir, "results.json")))
+    (final,) = results["final"]["ops"]
+    assert final["f"] == "read" and final["outcome"] == "ok", final
+    by_checker = {r["checker"]: r for r in results["check"]["results"]}
+    assert results["verdict"] == "invalid"
+    assert by_checker["set"]["verdict"] == "invalid" and by_checker["set"]["lost_count"] > 0
+    assert by_checker["convergence"]["verdict"] == "valid", by_checker["convergence"]
+    assert by_checker["logs"]["verdict"] == "valid", by_checker["logs"]
+    ops = read_jsonl(os.path.join(run_dir, "history.jsonl"))
+    (loss,) = [o for o in ops if o.f == "start-lose-unfsynced" and o.value]
+    assert sum(loss.value["unsynced_bytes_dropped"].values()) > 0, loss.value
+    assert sorted(os.listdir(os.path.join(run_dir, "nodes", "n1"))) == ["data-dir.txt", "node.log"]
+
+
+def test_inline_nodes_as_jepsens_cli_takes_them(env, tmp_path):
+    """`--nodes/--username/--ssh-private-key`: three of the netns hosts given inline, reached
+    over real SSH with the cluster's key; the run records them as n1..n3 by address."""
+    up = tessera("cluster", "up", env=env)
+    assert up.returncode == 0, up.stderr
+    key = os.path.join(env["TESSERA_NETNS_STATE"], "id_ed25519")
+    out = tessera("test", "--nodes", "10.77.0.13,10.77.0.14:22,10.77.0.15", "--username", "root",
+                  "--ssh-private-key", key, "--db", "pysyncobj", "--workload", "register",
+                  "--time-limit", "5", "--seed", "1", "--store", str(tmp_path / "store"), env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    test = json.load(open(os.path.join(out.stdout.strip().splitlines()[-1], "test.json")))
+    assert test["provider"] == "hosts" and test["ssh_private_key"] == key
+    assert test["inline_nodes"] == ["10.77.0.13", "10.77.0.14:22", "10.77.0.15"]
+    assert test["nodes"] == [{"name": f"n{i}", "address": f"10.77.0.{12 + i}"} for i in (1, 2, 3)]

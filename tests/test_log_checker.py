@@ -136,7 +136,7 @@ def test_the_report_quotes_what_the_log_and_convergence_checkers_found(tmp_path)
     html = ENV.get_template("report.html.j2").render(
         run="r", r={"verdict": "invalid", "check": {"results": [logs, conv]}}, test={},
         command="", figures=[], counterexamples=[], cycles=[], other_anomalies=[],
-        first_page="", pages=0, left_out=0, raft_tablets=0)
+        first_page="", pages=0, raft_tablets=0)
     assert "<pre>" in html and "SAFETY: &lt;two&gt; leaders" in html
     assert "replicas differ at &#39;k7&#39;" in html
     assert "master on n2 at 1.0 s" in html

@@ -32,6 +32,8 @@ class FakeRemote:
 
 
 class FakeDB:
+    data_daemon = "tserver"
+
     def __init__(self, log):
         self.log, self.leaders = log, {"t0": "n2"}
 

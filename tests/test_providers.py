@@ -77,3 +77,26 @@ def test_vagrantfile_validates():
     out = subprocess.run(["vagrant", "validate"], cwd=Path(__file__).resolve().parents[1],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "validated successfully" in out.stdout, out.stdout + out.stderr
+
+
+def test_cluster_commands_drive_vagrant(tmp_path):
+    """`tessera cluster status --provider vagrant` asks the real vagrant about the Vagrantfile's
+    VMs (none is created on this machine: no hypervisor, so exit 1); `up` away from a checkout
+    says where to run it. `vagrant up` itself cannot run here."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+
+    def tessera(*argv, cwd):
+        return subprocess.run([sys.executable, "-m", "harness.cli", "cluster", *argv], cwd=cwd,
+                              capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
+                              env={**__import__("os").environ, "PYTHONPATH": str(root)})
+
+    status = tessera("status", "--provider", "vagrant", "--json", cwd=root)
+    assert status.returncode == 1, status.stderr
+    import json
+    assert [r["name"] for r in json.loads(status.stdout)] == ["n1", "n2", "n3", "n4", "n5"]
+    up = tessera("up", "--provider", "vagrant", cwd=tmp_path)
+    assert up.returncode == 1 and f"no Vagrantfile in {tmp_path}: run from the checkout" in up.stderr

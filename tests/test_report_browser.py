@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import threading
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,21 @@ function load(url) {
       checkers: [...d.querySelectorAll('#checkers tr')].slice(1).map(tr => tr.textContent.replace(/\\s+/g, ' ').trim()),
       links: [...d.querySelectorAll('#runs a')].map(a => a.getAttribute('href')),
       files: [...d.querySelectorAll('#files a')].map(a => a.getAttribute('href')),
+      log_links: d.querySelectorAll('svg.timeline a[href^="logs.html?from="]').length,
     };
+    const verdict_filter = d.getElementById('f-verdict');
+    if (verdict_filter) {  // the store index: filter to the invalid runs, then to kill + set
+      const visible = () => [...d.querySelectorAll('#runs tr.run')].filter(tr => !tr.hidden).length;
+      verdict_filter.value = 'invalid';
+      verdict_filter.dispatchEvent(new Event('input'));
+      out[url].invalid_shown = visible();
+      d.getElementById('f-workload').value = 'set';
+      d.getElementById('f-workload').dispatchEvent(new Event('input'));
+      out[url].invalid_set_shown = visible();
+      d.getElementById('f-nemesis').value = 'partition';
+      d.getElementById('f-nemesis').dispatchEvent(new Event('input'));
+      out[url].none_shown = visible();
+    }
   }
   document.getElementById('result').textContent = JSON.stringify(out);
 })();
@@ -97,7 +112,9 @@ def with_clock_skew(ops: list[Op]) -> list[Op]:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("store")
-    write_run(root, "20260101T000001", register_history(3000, seed=11), seed=11)
+    # started_at: history time 0 is 10:00:00 on the nodes' clocks, where synth's logs begin
+    write_run(root, "20260101T000001", register_history(3000, seed=11), seed=11,
+              started_at=datetime(2026, 11, 22, 10, 0, 0).timestamp())
     write_run(root, "20260101T000002", register_history(300, seed=12, stale_read=True), seed=12)
     write_run(root, "20260101T000003", g1c_history(), seed=13, test="append", workload="list-append")
     clock = write_run(root, "20260101T000004", [], seed=14)
@@ -163,8 +180,9 @@ def test_reports_show_the_verdict_and_load_every_plot(probed):
         assert page["verdict"] == expected, name
         assert page["broken"] == [], name
         assert page["timelines"] >= 1 and page["command"].startswith("tessera test"), name
-    assert probed[f"{RUNS['valid']}/report.html"]["images"] == 3  # latency, throughput, raft
-    assert probed[f"{RUNS['clock']}/report.html"]["images"] == 4  # and the clock offsets
+    # latency, its quantiles, throughput, raft
+    assert probed[f"{RUNS['valid']}/report.html"]["images"] == 4
+    assert probed[f"{RUNS['clock']}/report.html"]["images"] == 5  # and the clock offsets
 
 
 def test_invalid_reports_draw_the_counterexample_and_the_cycle(probed):
@@ -203,3 +221,25 @@ def test_index_lists_every_run_with_a_link(probed):
     index = probed["index.html"]
     assert index["runs"] == len(RUNS) and index["broken"] == [] and index["images"] == 1
     assert sorted(index["links"]) == sorted(f"{name}/report.html" for name in RUNS.values())
+
+
+def test_index_filters_by_verdict_workload_and_nemesis(probed):
+    index = probed["index.html"]
+    assert (index["invalid_shown"], index["invalid_set_shown"], index["none_shown"]) == (3, 1, 0)
+
+
+def test_the_log_viewer_shows_the_lines_of_an_ops_time_window(probed, server, tmp_path):
+    """Timeline bars link to logs.html at their op's window; the viewer, served by `tessera
+    serve`, keeps each node log's lines stamped inside the window (synth's Raft lines of this
+    2 s run: two per host at 0.000-0.999 s, one per tablet, n2..n5; n1's log has no stamped
+    line, and a window after the run shows nothing)."""
+    assert probed[f"{RUNS['valid']}/report.html"]["log_links"] > 100
+    out = browse(tmp_path, "--virtual-time-budget=20000", "--dump-dom",
+                 f"{server}/{RUNS['valid']}/logs.html?from=0&to=0.999&margin=0")
+    status = re.search(r'<span id="status">(.*?)</span>', out.stdout)
+    assert status and status.group(1) == "8 lines from 5 logs", out.stdout[-3000:]
+    shown = re.findall(r'<span class="t">\s*([\d.]+)\s*</span>(2026-11-22 10:00:0\d)', out.stdout)
+    assert len(shown) == 8 and all(0 <= float(t) < 1 and s.endswith("00") for t, s in shown), shown
+    later = browse(tmp_path, "--virtual-time-budget=20000", "--dump-dom",
+                   f"{server}/{RUNS['valid']}/logs.html?from=2&to=3&margin=0")
+    assert '<span id="status">0 lines from 5 logs</span>' in later.stdout, later.stdout[-3000:]

@@ -8,16 +8,21 @@ import json
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.description = ("Manage the local test cluster: hosts n1..nN as network namespaces on bridge "
+    p.description = ("Manage the test cluster: hosts n1..nN as network namespaces on bridge "
                      "tsbr0 in 10.77.0.0/24 (n1 = 10.77.0.11), each with its own sshd (needs "
-                     "root); or check any running Tessera cluster's health (ksck).")
+                     "root), or the Vagrantfile's five VMs (--provider vagrant, 192.168.56.11..15); "
+                     "or check any running Tessera cluster's health (ksck).")
     sub = p.add_subparsers(dest="action", required=True, metavar="{up,down,status,ksck}")
     for action, what in (("up", "create or repair the netns hosts"),
                          ("down", "remove everything up made"),
                          ("status", "show each netns host")):
         a = sub.add_parser(action, help=what, description=what)
+        a.add_argument("--provider", choices=("netns", "vagrant"), default="netns",
+                       help="netns (default), or vagrant: `vagrant up`, `vagrant destroy -f` or "
+                            "`vagrant status` in the directory holding the Vagrantfile (up then "
+                            "waits until root answers over SSH on each VM)")
         a.add_argument("--hosts", type=int, default=5, metavar="N",
-                       help="number of hosts (default 5)")
+                       help="netns: number of hosts (default 5)")
         a.add_argument("--json", action="store_true", help="machine-readable output")
     from node.tools import ksck
     ksck.configure(sub.add_parser("ksck", help="Kudu's cluster consistency check: masters, "
@@ -35,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
     from harness.cluster.netns import NetnsCluster
 
     say = (lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr))
+    if args.provider == "vagrant":
+        return _vagrant(args, say)
     try:
         cluster = NetnsCluster(args.hosts)
         if args.action == "up":
@@ -57,6 +64,31 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{r['name']}\t{r['address']}\t{'up' if ok else 'DOWN'}\t"
                       f"namespace={r['namespace']} process={r['process']} sshd={r['sshd']}")
             return 0 if rows and all(r["sshd"] for r in rows) else 1
+    except ClusterError as e:
+        print(f"tessera cluster: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _vagrant(args: argparse.Namespace, say) -> int:
+    import sys
+    from pathlib import Path
+
+    from harness.cluster import ClusterError, vagrant
+
+    try:
+        if args.action == "up":
+            hosts = vagrant.up(Path.cwd(), say)
+            if args.json:
+                print(json.dumps([h.__dict__ for h in hosts]))
+            for h in [] if args.json else hosts:
+                print(f"{h.name}\t{h.address}\tssh -i {h.key_file} root@{h.address}")
+        elif args.action == "down":
+            vagrant.down(Path.cwd(), say)
+        else:
+            rows = vagrant.status(Path.cwd())
+            print(json.dumps(rows) if args.json else "\n".join(f"{r['name']}\t{r['state']}" for r in rows))
+            return 0 if rows and all(r["state"] == "running" for r in rows) else 1
     except ClusterError as e:
         print(f"tessera cluster: {e}", file=sys.stderr)
         return 1

@@ -1,4 +1,5 @@
-"""The `hosts` provider: existing machines listed in a TOML file.
+"""The `hosts` provider: existing machines listed in a TOML file, or inline as Jepsen's CLI
+takes them (`--nodes n1,n2 --username root --ssh-private-key KEY`, `from_nodes`).
 
     [[host]]
     name = "n1"            # optional, defaults to n1, n2, ... in file order
@@ -10,6 +11,7 @@
 
 from __future__ import annotations
 
+import socket
 import tomllib
 from pathlib import Path
 
@@ -36,4 +38,27 @@ def load(path: Path) -> list[Host]:
             raise ClusterError(f"{path}: host #{i}: key file {key} does not exist")
         hosts.append(Host(e.get("name", f"n{i}"), e["address"], int(e.get("port", 22)),
                           e.get("user", "root"), key, e.get("host_key", "")))
+    return hosts
+
+
+def from_nodes(nodes: list[str], user: str = "root", key: str | None = None) -> list[Host]:
+    """Hosts n1..nN from `HOST[:PORT]` items, each HOST resolved to its address here: faults
+    match hosts by address (iptables rules, the interface holding it)."""
+    if not nodes:
+        raise ClusterError("--nodes: no hosts given")
+    key_file = str(Path(key).expanduser()) if key else ""
+    if key_file and not Path(key_file).exists():
+        raise ClusterError(f"--ssh-private-key: {key_file} does not exist")
+    hosts = []
+    for i, item in enumerate(nodes, 1):
+        name, sep, port = item.rpartition(":") if item.count(":") == 1 else (item, "", "")
+        if not name or (sep and not port.isdigit()):
+            raise ClusterError(f"--nodes: {item!r} is not HOST or HOST:PORT")
+        try:
+            address = socket.gethostbyname(name)
+        except OSError as e:
+            raise ClusterError(f"--nodes: cannot resolve {name!r}: {e}") from None
+        hosts.append(Host(f"n{i}", address, int(port or 22), user, key_file))
+    if len({(h.address, h.port) for h in hosts}) != len(hosts):
+        raise ClusterError(f"--nodes: a host is listed twice: {','.join(nodes)}")
     return hosts

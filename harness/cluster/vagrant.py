@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 from harness.cluster import ClusterError, Host
@@ -53,3 +55,59 @@ def hosts(directory: Path) -> list[Host]:
     if not found:
         raise ClusterError("vagrant ssh-config listed no hosts")
     return [Host(h.name, private_address(h.name), 22, "root", h.key_file) for h in found]
+
+
+def _vagrant(directory: Path, *argv: str, capture: bool = True) -> subprocess.CompletedProcess:
+    if not shutil.which("vagrant"):
+        raise ClusterError("vagrant is not installed (apt-get install vagrant), or use --provider netns")
+    if not (Path(directory) / "Vagrantfile").is_file():
+        raise ClusterError(f"no Vagrantfile in {directory}: run from the checkout")
+    out = {"capture_output": True} if capture else {"stdout": sys.stderr}
+    return subprocess.run(["vagrant", *argv], cwd=directory, text=True, stdin=subprocess.DEVNULL,
+                          **out)
+
+
+def up(directory: Path, say=print, timeout: float = 600.0) -> list[Host]:
+    """`vagrant up` (its progress on stderr), then each VM's hosts entry once root answers over
+    SSH on its private address, with the Python it runs (the wheels must match it)."""
+    say("vagrant up (the first boot downloads the box and provisions five VMs)")
+    if _vagrant(directory, "up", capture=False).returncode != 0:
+        raise ClusterError("vagrant up failed: its output above says why")
+    found = hosts(directory)
+    wait_for_ssh(found, timeout, say)
+    return found
+
+
+def wait_for_ssh(found: list[Host], timeout: float, say=print) -> None:
+    from harness.control import Remote
+
+    deadline = time.monotonic() + timeout
+    for h in found:
+        while True:
+            r = Remote(h)
+            try:
+                version = r.run(["python3", "-c", "import sys; print(sys.version.split()[0])"]).stdout
+                say(f"{h.name} {h.address}: ssh ok, python {version.strip()}")
+                break
+            except ClusterError as e:
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"{h.name} ({h.address}) never answered over SSH as root: {e}") from None
+                time.sleep(2)
+            finally:
+                r.close()
+
+
+def down(directory: Path, say=print) -> None:
+    say("vagrant destroy -f")
+    p = _vagrant(directory, "destroy", "-f", capture=False)
+    if p.returncode != 0:
+        raise ClusterError("vagrant destroy failed: its output above says why")
+
+
+def status(directory: Path) -> list[dict]:
+    """[{name, state}] from `vagrant status --machine-readable`."""
+    p = _vagrant(directory, "status", "--machine-readable")
+    if p.returncode != 0:
+        raise ClusterError(f"vagrant status failed: {p.stderr.strip()[-400:]}")
+    return [{"name": f[1], "state": f[3]} for f in (line.split(",") for line in p.stdout.splitlines())
+            if len(f) >= 4 and f[2] == "state"]

@@ -1,18 +1,25 @@
 """The node-log checker: like Jepsen's scan of node logs for panics, it finds what no history can
 show, such as an invariant violation a follower noticed or a daemon that never came up.
 
-It reads `run_dir/nodes/<host>/*.log` (what harness.db.TesseraDB.collect fetches) for:
+It reads `run_dir/nodes/<host>/*.log` (what the DB adapter's `collect` fetches) for Python's
+`Traceback (most recent call last):` through its exception line (chained tracebacks included;
+one right after a rule's line belongs to that line) and for the lines its rules match. The
+rules are the system's (harness.db.Deployment.log_rules), recorded in test.json as
+"log_rules", so every later analysis reads the logs the same way; a run recorded before that
+gets Tessera's, `TESSERA_RULES`:
 
   safety          a line with `SAFETY:` (an invariant violation the engine detected)
   corruption      a line with `CORRUPTION:` (damaged data found on disk)
   failed-replica  a line with `FAILED:` (a replica entered FAILED)
-  traceback       `Traceback (most recent call last):` through its exception line (chained
-                  tracebacks included); one right after a marker line belongs to that marker
   start-failure   a `tessera master|tserver: ...` line: what the daemon prints when it cannot
                   start (bad config, port in use, unreadable data dir), and what the DB adapter
                   appends when no daemon process appeared at all
 
-Any of these makes the run invalid, with one exception, the expected-corruption rule: the disk
+A rule is {"type", "regex" (searched in each line), "explanation", "severity"}: an "error"
+finding makes the run invalid, a "note" is listed (under "notes") and changes nothing, as an
+overloaded node is worth a look but violates nothing.
+
+Errors make the run invalid, with one exception, the expected-corruption rule: the disk
 nemesis damages a WAL segment or consensus-metadata file on purpose and records, in its
 `start-disk` completion, the host, the file and the tablet it hit. The damage is permanent for
 the run, so on that host every CORRUPTION or FAILED line (with its traceback) naming that tablet
@@ -30,19 +37,23 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-MARKERS = (("SAFETY:", "safety"), ("CORRUPTION:", "corruption"), ("FAILED:", "failed-replica"))
-TRACEBACK = "Traceback (most recent call last):"
-_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
-START_FAILURE = re.compile(r"^tessera (master|tserver): ")
-MAX_LINES, MAX_CHARS = 40, 4000  # of quoted text per finding
 
-_EXPLAIN = {
-    "safety": "an invariant check failed: the engine reached a state it must never reach",
-    "corruption": "the engine found corrupt data that no nemesis damaged",
-    "failed-replica": "a replica entered FAILED without injected damage to explain it",
-    "traceback": "an unhandled exception",
-    "start-failure": "a daemon could not start",
-}
+def rule(type_: str, regex: str, explanation: str, severity: str = "error") -> dict:
+    return {"type": type_, "regex": regex, "explanation": explanation, "severity": severity}
+
+
+TESSERA_RULES = (
+    rule("safety", "SAFETY:",
+         "an invariant check failed: the engine reached a state it must never reach"),
+    rule("corruption", "CORRUPTION:", "the engine found corrupt data that no nemesis damaged"),
+    rule("failed-replica", "FAILED:",
+         "a replica entered FAILED without injected damage to explain it"),
+    rule("start-failure", r"^tessera (master|tserver): ", "a daemon could not start"),
+)
+TRACEBACK = "Traceback (most recent call last):"
+TRACEBACK_EXPLANATION = "an unhandled exception"
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+MAX_LINES, MAX_CHARS = 40, 4000  # of quoted text per finding
 
 
 def _get(op, name: str):
@@ -75,8 +86,10 @@ def _traceback_end(lines: list[str], i: int) -> int:
     return j
 
 
-def scan_log(text: str) -> list[dict]:
-    """Findings in one log: {"type", "line" (1-based), "lines" (the quoted ones), "end"}."""
+def scan_log(text: str, rules=TESSERA_RULES) -> list[dict]:
+    """Findings in one log: {"type", "line" (1-based), "lines" (the quoted ones), "end",
+    "rule" (None for a traceback)}; a line counts for its first matching rule."""
+    compiled = [(re.compile(r["regex"]), r) for r in rules]
     lines = text.splitlines()
     found: list[dict] = []
     i = 0
@@ -90,14 +103,14 @@ def scan_log(text: str) -> list[dict]:
                 prev["lines"] += block  # the marker's own stack (log.exception)
                 prev["end"] = end
             else:
-                found.append({"type": "traceback", "line": i + 1, "lines": block, "end": end})
+                found.append({"type": "traceback", "line": i + 1, "lines": block, "end": end,
+                              "rule": None})
             i = end
             continue
-        kind = next((k for marker, k in MARKERS if marker in line), None)
-        if kind is None and START_FAILURE.match(line):
-            kind = "start-failure"
-        if kind is not None:
-            found.append({"type": kind, "line": i + 1, "lines": [line], "end": i + 1})
+        hit = next((r for regex, r in compiled if regex.search(line)), None)
+        if hit is not None:
+            found.append({"type": hit["type"], "line": i + 1, "lines": [line], "end": i + 1,
+                          "rule": hit})
         i += 1
     return found
 
@@ -135,27 +148,42 @@ def watchdog_restarts(ops) -> list[dict]:
             if _get(op, "process") == "nemesis" and _get(op, "f") == "watchdog-restart"]
 
 
-def check_logs(run_dir: Path, ops=None) -> dict:
-    """{"checker": "logs", "verdict", "errors", "expected", "watchdog_restarts", "logs"}; unknown
-    only when no node log was collected at all."""
+def recorded_rules(run_dir: Path) -> tuple[dict, ...]:
+    """The rules test.json recorded for the run's system; Tessera's for older runs."""
+    import json
+
+    try:
+        rules = json.loads((Path(run_dir) / "test.json").read_text()).get("log_rules")
+    except (OSError, ValueError):
+        rules = None
+    return tuple(rules) if rules else TESSERA_RULES
+
+
+def check_logs(run_dir: Path, ops=None, rules=None) -> dict:
+    """{"checker": "logs", "verdict", "errors", "expected", "notes", "watchdog_restarts",
+    "logs"}; unknown only when no node log was collected at all. `rules`: by default those
+    recorded with the run (`recorded_rules`)."""
+    rules = recorded_rules(run_dir) if rules is None else rules
     damaged = injected_damage(ops)
-    errors, expected, scanned, missing = [], [], [], []
+    errors, expected, notes, scanned, missing = [], [], [], [], []
     for host_dir in sorted(p for p in (Path(run_dir) / "nodes").glob("*") if p.is_dir()):
         host = host_dir.name
         missing += [f"{host}/{p.name}" for p in sorted(host_dir.glob("*.log.missing"))]
         for path in sorted(host_dir.glob("*.log")):
             scanned.append(f"{host}/{path.name}")
-            for f in scan_log(path.read_text(errors="replace")):
+            for f in scan_log(path.read_text(errors="replace"), rules):
                 is_expected = _expected(f, damaged.get(host, set()))
-                explanation = _EXPLAIN[f["type"]]
-                if f["type"] == "traceback":
-                    explanation += f": {f['lines'][-1].strip()}"
+                if f["rule"] is None:
+                    explanation = f"{TRACEBACK_EXPLANATION}: {f['lines'][-1].strip()}"
+                else:
+                    explanation = f["rule"]["explanation"]
                 if is_expected:
                     explanation = "the engine refused data the disk nemesis damaged on purpose"
-                (expected if is_expected else errors).append({
+                is_note = not is_expected and (f["rule"] or {}).get("severity") == "note"
+                (expected if is_expected else notes if is_note else errors).append({
                     "type": f["type"], "host": host, "file": path.name, "line": f["line"],
                     "text": _quote(f["lines"]), "explanation": f"{host}: {explanation}"})
-    result = {"checker": "logs", "errors": errors, "expected": expected,
+    result = {"checker": "logs", "errors": errors, "expected": expected, "notes": notes,
               "watchdog_restarts": watchdog_restarts(ops), "logs": scanned, "missing": missing}
     if not scanned:
         return {**result, "verdict": "unknown", "reason": f"no node logs under {run_dir}/nodes"}

@@ -92,6 +92,55 @@ def latency_plot(pairs: list[tuple[Op, Op]], periods: list[dict], path: Path) ->
     return _save(fig, path)
 
 
+QUANTILES = (0.5, 0.95, 0.99, 1.0)
+
+
+def latency_quantiles(pairs: list[tuple[Op, Op]], window_s: float) -> dict[str, list[tuple]]:
+    """Per op type (f), for each `window_s` window of invoke time that has ok ops: (window
+    midpoint in s, {quantile: latency ms}). Nearest-rank quantiles; 1.0 is the maximum."""
+    buckets: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for inv, c in pairs:
+        if c.type == "ok":
+            buckets[str(inv.f)][int(inv.time / 1e9 // window_s)].append(
+                max(c.time - inv.time, 1) / 1e6)
+    out = {}
+    for f, by_window in sorted(buckets.items()):
+        rows = []
+        for w in sorted(by_window):
+            lat = sorted(by_window[w])
+            rows.append(((w + 0.5) * window_s,
+                         {q: lat[min(len(lat) - 1, max(0, int(q * len(lat) + 0.999999) - 1))]
+                          for q in QUANTILES}))
+        out[f] = rows
+    return out
+
+
+def quantile_plot(pairs: list[tuple[Op, Op]], periods: list[dict], path: Path) -> str:
+    """Latency quantiles of ok ops over time, one panel per op type: a tail that grows under a
+    fault, or a p50 that never comes back after it, shows here when the scatter hides it."""
+    end = max((inv.time for inv, _ in pairs), default=0) / 1e9
+    window = max(1.0, round(end / 60))  # about 60 windows, never under a second
+    series = latency_quantiles(pairs, window)
+    fs = list(series) or ["(no ok ops)"]
+    fig, axes = plt.subplots(len(fs), 1, figsize=(11, 1.2 + 1.6 * len(fs)), sharex=True,
+                             squeeze=False)
+    fig.subplots_adjust(left=0.07, right=0.99, top=1 - 0.32 / (1.2 + 1.6 * len(fs)),
+                        bottom=0.55 / (1.2 + 1.6 * len(fs)), hspace=0.25)
+    styles = {0.5: "-", 0.95: "--", 0.99: "-.", 1.0: ":"}
+    for ax, f in zip(axes[:, 0], fs, strict=True):
+        _shade(ax, periods)
+        rows = series.get(f, [])
+        for q in QUANTILES:
+            ax.plot([t for t, _ in rows], [qs[q] for _, qs in rows], styles[q], lw=1.1,
+                    color="#333", label="max" if q == 1.0 else f"p{round(q * 100)}", zorder=3)
+        ax.set_yscale("log")
+        ax.set_ylabel(f"{f} (ms)")
+        ax.legend(loc="upper right", fontsize=7, ncol=8)
+    axes[0, 0].set_title(f"Latency quantiles of ok ops per {window:g} s, per op type")
+    axes[-1, 0].set_xlabel("seconds since the run began")
+    return _save(fig, path)
+
+
 def throughput_plot(pairs: list[tuple[Op, Op]], periods: list[dict], path: Path) -> str:
     """Completions per second for each op type (f) and outcome."""
     fig, ax = _figure(3.2)

@@ -46,6 +46,8 @@ def render_report(run: Run, results: dict, ops: list[Op] | None) -> Path:
     pairs = plots.completions(ops)
     if pairs:
         figures.append(("Latency", "plots/" + plots.latency_plot(pairs, periods, plot_dir / "latency.png")))
+        figures.append(("Latency quantiles", "plots/" + plots.quantile_plot(
+            pairs, periods, plot_dir / "quantiles.png")))
         figures.append(("Throughput", "plots/" + plots.throughput_plot(pairs, periods, plot_dir / "throughput.png")))
     if results.get("clock"):
         figures.append(("Clock offsets", "plots/" + plots.clock_plot(
@@ -62,28 +64,34 @@ def render_report(run: Run, results: dict, ops: list[Op] | None) -> Path:
     cycles = [{**a, "svg": timeline.cycle_svg(a)}
               for r in (results.get("check") or {}).get("results", [])
               for a in r.get("anomalies", []) if a.get("edges")]
-    pages, left_out = timeline.pages(ops)
+    pages = timeline.pages(ops)
     page_dir = run.path / "timeline"
     page_dir.mkdir(exist_ok=True)
+    for old in page_dir.glob("*.html"):  # a re-render of a run whose history shrank
+        old.unlink()
     for i, page in enumerate(pages, 1):
         _write(page_dir / f"{i}.html", ENV.get_template("timeline.html.j2").render(
-            run=run.name, page=i, pages=len(pages), svg=timeline.process_timeline_svg(page), left_out=left_out))
+            run=run.name, page=i, pages=len(pages),
+            svg=timeline.process_timeline_svg(page, periods, logs="../logs.html")))
 
+    logs = [link for _, link in run_files(run.path) if link.startswith("nodes/") and link.endswith(".log")]
+    _write(run.path / "logs.html", ENV.get_template("logs.html.j2").render(
+        run=run.name, start=_wall_stamp(_started_at(run.path)), files=logs))
     test = results.get("test") or {}
     html = ENV.get_template("report.html.j2").render(
         run=run.name, r=results, test=test, command=reproduce_command(run, test),
         figures=figures, counterexamples=counterexamples, cycles=cycles,
         other_anomalies=[a for a in results.get("anomalies", []) if a["type"] != "nonlinearizable"
                          and not any(c["explanation"] == a["explanation"] for c in cycles)],
-        first_page=timeline.process_timeline_svg(pages[0]) if pages else "",
-        pages=len(pages), left_out=left_out, raft_tablets=len(tracks), files=run_files(run.path))
+        first_page=timeline.process_timeline_svg(pages[0], periods) if pages else "",
+        pages=len(pages), raft_tablets=len(tracks), files=run_files(run.path))
     _write(run.report, html)
     return run.report
 
 
 # What a run directory may hold, in the order a reader wants it (node files are added after).
 RUN_FILES = ("history.jsonl", "history.edn", "test.json", "results.json", "schedule.json",
-             "convergence.json", "masters.json", "control.log")
+             "convergence.json", "masters.json", "control.log", "logs.html")
 
 
 def run_files(run_dir: Path) -> list[tuple[str, str]]:
@@ -95,6 +103,16 @@ def run_files(run_dir: Path) -> list[tuple[str, str]]:
         out += [(f"{f.parent.name}/{f.name}", f"nodes/{f.parent.name}/{f.name}")
                 for f in sorted(nodes.glob("*/*")) if f.is_file()]
     return out
+
+
+def _wall_stamp(epoch: float | None) -> str | None:
+    """`epoch` as the daemons stamp their log lines (local time, milliseconds), the same
+    reading raftlog gives their stamps back."""
+    if epoch is None:
+        return None
+    from datetime import datetime
+
+    return datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
 
 
 def _started_at(run_dir: Path) -> float | None:

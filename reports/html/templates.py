@@ -127,7 +127,7 @@ model state after each), the red bar is the op that cannot be placed. Hover a ba
 <section id="timeline">
 <h2>Op timeline per process</h2>
 {% if pages %}
-<p>Page 1 of {{ pages }} below{% if left_out %}; {{ left_out }} later ops are not drawn (capped){% endif %}.
+<p>Page 1 of {{ pages }} below (400 ops a page; grey bands are nemesis periods).
 Pages: {% for i in range(1, pages + 1) %}<a href="timeline/{{ i }}.html">{{ i }}</a> {% endfor %}</p>
 {{ first_page | safe }}
 {% else %}<p>No client ops.</p>{% endif %}
@@ -143,8 +143,76 @@ TIMELINE = """\
 <p><a href="../report.html">report</a>
 {% if page > 1 %} · <a href="{{ page - 1 }}.html">previous</a>{% endif %}
 {% if page < pages %} · <a href="{{ page + 1 }}.html">next</a>{% endif %}
-{% if left_out %} · {{ left_out }} later ops not drawn (capped){% endif %}</p>
+{% if pages > 1 %} · <a href="1.html">first</a> · <a href="{{ pages }}.html">last</a>{% endif %}</p>
 {{ svg | safe }}
+</body></html>
+"""
+
+LOGS = r"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{{ run }}: node logs</title>
+<style>{% include "style.css.j2" %}
+pre.log { font-size: 11px; white-space: pre-wrap; margin: 0 0 1em; }
+pre.log span.t { color: #888; }</style></head>
+<body><h1>{{ run }}: node logs in a time window</h1>
+<p><a href="report.html">report</a> · times are seconds since the run began (the history's
+axis), placed by each node's own wall clock: a host the clock nemesis skewed is off by its
+offset.</p>
+<form id="window">from <input id="from" size="8"> to <input id="to" size="8"> s, with a margin
+of <input id="margin" size="4"> s <button>show</button> <span id="status"></span></form>
+<div id="logs"></div>
+<script>
+const START = {{ start | tojson }};  // history time 0 on the nodes' wall clock, as they log it
+const FILES = {{ files | tojson }};
+// Both stamps are read as UTC on purpose: only their difference matters, whatever this
+// browser's zone.
+function stamp(s) {
+  const m = /^(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d),(\d{3})/.exec(s);
+  return m ? Date.UTC(+m[1], m[2] - 1, +m[3], +m[4], +m[5], +m[6], +m[7]) / 1000 : null;
+}
+const q = new URLSearchParams(location.search);
+const get = id => document.getElementById(id);
+get("from").value = q.get("from") || "0";
+get("to").value = q.get("to") || "10";
+get("margin").value = q.get("margin") || "1";
+(async () => {
+  const t0 = START && stamp(START);
+  if (t0 === null || t0 === undefined) { get("status").textContent = "this run recorded no start time"; return; }
+  const lo = +get("from").value - +get("margin").value, hi = +get("to").value + +get("margin").value;
+  let shown = 0;
+  for (const f of FILES) {
+    let text;
+    try {
+      const r = await fetch(f);
+      if (!r.ok) throw new Error(r.status);
+      text = await r.text();
+    } catch (e) {
+      get("status").textContent = "cannot read the logs here (" + e.message + "): open this page " +
+        "through `tessera serve`, which a browser lets fetch them";
+      return;
+    }
+    const kept = [];
+    let t = null;  // a line without a stamp (a traceback) belongs to the line before it
+    for (const line of text.split("\n")) {
+      const s = stamp(line);
+      if (s !== null) t = s - t0;
+      if (t !== null && t >= lo && t <= hi && line) kept.push([t, line]);
+    }
+    const h = document.createElement("h2");
+    h.textContent = f.replace(/^nodes\//, "") + ": " + kept.length + " lines";
+    const pre = document.createElement("pre");
+    pre.className = "log";
+    for (const [tt, line] of kept) {
+      const span = document.createElement("span");
+      span.className = "t";
+      span.textContent = tt.toFixed(3).padStart(9) + "  ";
+      pre.append(span, line + "\n");
+    }
+    get("logs").append(h, pre);
+    shown += kept.length;
+  }
+  get("status").textContent = shown + " lines from " + FILES.length + " logs";
+})();
+</script>
 </body></html>
 """
 
@@ -157,13 +225,36 @@ INDEX = """\
 <span class="v-invalid">{{ counts.invalid }} invalid</span>, <span class="v-unknown">{{ counts.unknown }} unknown</span>.
 Parquet tables: <code>analysis/runs.parquet</code>, <code>analysis/keys.parquet</code>.</p>
 {% if trend %}<img class="plot" id="trend" src="{{ trend }}" alt="verdicts and throughput over runs">{% endif %}
+<form id="filters" onsubmit="return false">Show runs of workload
+<select id="f-workload"><option value="">any</option>{% for w in rows | map(attribute="workload") | unique | sort %}<option>{{ w }}</option>{% endfor %}</select>
+with nemesis <input id="f-nemesis" size="14" placeholder="e.g. kill">
+and verdict <select id="f-verdict"><option value="">any</option><option>valid</option><option>invalid</option><option>unknown</option></select>
+<span id="f-count">{{ rows|length }}</span> shown.</form>
 <table id="runs"><tr><th>date</th><th>test</th><th>workload</th><th>nemeses</th><th>verdict</th><th>ops</th><th>ok ops/s</th><th>report</th></tr>
 {% for row in rows %}
-<tr><td>{{ row.started }}</td><td>{{ row.test }}</td><td>{{ row.workload }}</td><td>{{ row.nemeses or "none" }}</td>
+<tr class="run" data-workload="{{ row.workload }}" data-nemeses="{{ row.nemeses or "none" }}" data-verdict="{{ row.verdict }}"><td>{{ row.started }}</td><td>{{ row.test }}</td><td>{{ row.workload }}</td><td>{{ row.nemeses or "none" }}</td>
 <td class="v-{{ row.verdict }}">{{ row.verdict }}{% if row.status == "unreadable" %} (unreadable){% endif %}</td>
 <td>{{ row.ops }}</td><td>{{ row.throughput }}</td>
 <td>{% if row.link %}<a href="{{ row.link }}">{{ row.run }}</a>{% else %}{{ row.run }} ({{ row.status }}){% endif %}</td></tr>
 {% endfor %}</table>
+<script>
+(function () {
+  const get = id => document.getElementById(id);
+  function apply() {
+    const w = get("f-workload").value, n = get("f-nemesis").value.trim().toLowerCase(),
+          v = get("f-verdict").value;
+    let shown = 0;
+    for (const tr of document.querySelectorAll("#runs tr.run")) {
+      const ok = (!w || tr.dataset.workload === w) && (!v || tr.dataset.verdict === v) &&
+                 (!n || tr.dataset.nemeses.toLowerCase().includes(n));
+      tr.hidden = !ok;
+      shown += ok;
+    }
+    get("f-count").textContent = shown;
+  }
+  for (const id of ["f-workload", "f-nemesis", "f-verdict"]) get(id).addEventListener("input", apply);
+})();
+</script>
 {% if matrices %}<h2>Test matrices (tessera test-all)</h2>
 <table id="matrices"><tr><th>date</th><th>mode</th><th>valid</th><th>invalid</th><th>unknown</th><th>not run</th><th>exit</th><th>seconds / budget</th><th>summary</th></tr>
 {% for m in matrices %}
@@ -179,4 +270,5 @@ TEMPLATES = {
     "report.html.j2": REPORT,
     "timeline.html.j2": TIMELINE,
     "index.html.j2": INDEX,
+    "logs.html.j2": LOGS,
 }

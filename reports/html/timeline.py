@@ -100,9 +100,9 @@ def cycle_svg(anomaly: dict) -> str:
             f'font-family="sans-serif" font-size="12">' + "".join(body) + "</svg>")
 
 
-def pages(ops: list[Op], per_page: int = 400, max_pages: int = 10) -> tuple[list[list[tuple[Op, Op | None]]], int]:
+def pages(ops: list[Op], per_page: int = 400) -> list[list[tuple[Op, Op | None]]]:
     """Client ops paired (invoke, completion or None), cut into pages of `per_page` ops in invoke
-    order; at most `max_pages` pages, and the number of ops left out."""
+    order: every op is on a page."""
     open_: dict = {}
     pairs: list[list] = []
     for op in ops:
@@ -113,12 +113,19 @@ def pages(ops: list[Op], per_page: int = 400, max_pages: int = 10) -> tuple[list
             pairs.append([op, None])
         elif (at := open_.pop(op.process, None)) is not None:
             pairs[at][1] = op
-    cut = pairs[: per_page * max_pages]
-    return [[tuple(p) for p in cut[i:i + per_page]] for i in range(0, len(cut), per_page)], len(pairs) - len(cut)
+    return [[tuple(p) for p in pairs[i:i + per_page]] for i in range(0, len(pairs), per_page)]
 
 
-def process_timeline_svg(page: list[tuple[Op, Op | None]]) -> str:
-    """One page of the op timeline: a lane per process, a bar per op colored by its outcome."""
+def _window(logs: str, start_s: float, end_s: float) -> str:
+    return escape(f"{logs}?from={start_s:.3f}&to={end_s:.3f}")
+
+
+def process_timeline_svg(page: list[tuple[Op, Op | None]], periods: list[dict] = (),
+                         logs: str = "logs.html") -> str:
+    """One page of the op timeline: a lane per process, a bar per op colored by its outcome,
+    behind them a band for each nemesis period (`results.fault_periods`, seconds) the page's
+    time window overlaps, labelled with its fault. Each bar and band links to the node-log
+    viewer (`logs`) at its time window."""
     if not page:
         return _svg(20, ['<text x="4" y="14">no client ops</text>'], "timeline")
     lo = min(inv.time for inv, _ in page)
@@ -126,8 +133,23 @@ def process_timeline_svg(page: list[tuple[Op, Op | None]]) -> str:
     scale = (WIDTH - LEFT - 20) / max(hi - lo, 1)
     processes = sorted({inv.process for inv, _ in page}, key=lambda p: (not isinstance(p, int), str(p) if not isinstance(p, int) else p))
     lane_h = 16
+    height = 30 + len(processes) * lane_h
     body = [f'<text x="{LEFT}" y="12" fill="#666">{lo / 1e9:.3f} s</text>'
             f'<text x="{WIDTH - 10}" y="12" fill="#666" text-anchor="end">{hi / 1e9:.3f} s</text>']
+    for period in periods:
+        start, end = max(period["start"] * 1e9, lo), min(period["end"] * 1e9, hi)
+        if start >= end:
+            continue
+        x, w = LEFT + (start - lo) * scale, max((end - start) * scale, 2)
+        title = (f"nemesis {period['kind']}: {period['start']:.3f}–{period['end']:.3f} s"
+                 + (f" {_short(period.get('value'), 80)}" if period.get("value") else ""))
+        body.append(f'<a href="{_window(logs, period["start"], period["end"])}">'
+                    f'<g class="nemesis" data-kind="{escape(period["kind"])}" '
+                    f'data-start="{period["start"]:.3f}" data-end="{period["end"]:.3f}">'
+                    f'<title>{escape(title)}</title><rect x="{x:.1f}" y="14" width="{w:.1f}" '
+                    f'height="{height - 14}" fill="#888" fill-opacity="0.12"/>'
+                    f'<text x="{x + 2:.1f}" y="24" fill="#555" font-size="9">'
+                    f'{escape(period["kind"])}</text></g></a>')
     for i, p in enumerate(processes):
         body.append(f'<text x="4" y="{30 + i * lane_h}" font-size="10">{escape(str(p))}</text>')
     for inv, c in page:
@@ -138,7 +160,8 @@ def process_timeline_svg(page: list[tuple[Op, Op | None]]) -> str:
         title = f"process {inv.process} {inv.f} {_short(inv.value, 60)} → {kind}" + \
                 (f" {_short(c.value, 60)}" if c is not None and c.value is not None else "") + \
                 (f" key {inv.key}" if inv.key is not None else "") + f" (index {inv.index})"
-        body.append(f'<rect x="{x:.1f}" y="{y}" width="{max((end - inv.time) * scale, 2):.1f}" '
+        body.append(f'<a href="{_window(logs, inv.time / 1e9, end / 1e9)}">'
+                    f'<rect x="{x:.1f}" y="{y}" width="{max((end - inv.time) * scale, 2):.1f}" '
                     f'height="{lane_h - 4}" fill="{COLORS[kind]}" fill-opacity="0.6">'
-                    f'<title>{escape(title)}</title></rect>')
-    return _svg(30 + len(processes) * lane_h, body, "timeline")
+                    f'<title>{escape(title)}</title></rect></a>')
+    return _svg(height, body, "timeline")

@@ -1,0 +1,149 @@
+"""`tessera analyze --master spark://...` against a real Spark standalone cluster: a master and
+two workers started from the installed pyspark (its bin/spark-class), on loopback, with the
+store on a path the driver and both workers see. The results must equal local mode's."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from reports.spark.synth import register_history, write_run
+from tests.test_analyze_spark import g1c_history
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _alive_workers(ui_port: int) -> list[dict]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as r:
+            return [w for w in json.load(r)["workers"] if w["state"] == "ALIVE"]
+    except OSError:
+        return []
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory):
+    """spark://127.0.0.1:PORT with two one-core workers; every JVM stopped at the end."""
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    work = tmp_path_factory.mktemp("spark")
+    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
+           "SPARK_LOG_DIR": str(work / "logs"), "SPARK_NO_DAEMONIZE": "1"}
+    port, ui = _free_port(), _free_port()
+    url = f"spark://127.0.0.1:{port}"
+    spark_class = [str(home / "bin" / "spark-class")]
+    procs = [subprocess.Popen(
+        [*spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+         "--port", str(port), "--webui-port", str(ui)], env=env, start_new_session=True,
+        stdout=open(work / "master.log", "w"), stderr=subprocess.STDOUT)]
+    for i in (1, 2):
+        procs.append(subprocess.Popen(
+            [*spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
+             "--cores", "1", "--memory", "2g", "--webui-port", str(_free_port()),
+             "--work-dir", str(work / f"worker{i}")], env=env, start_new_session=True,
+            stdout=open(work / f"worker{i}.log", "w"), stderr=subprocess.STDOUT))
+    try:
+        deadline = time.monotonic() + 120
+        while len(_alive_workers(ui)) < 2:
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                logs = "\n".join((work / f).read_text()[-2000:]
+                                 for f in ("master.log", "worker1.log", "worker2.log"))
+                pytest.fail(f"the standalone cluster did not come up:\n{logs}")
+            time.sleep(0.5)
+        yield {"url": url, "ui": ui, "work": work}
+    finally:
+        for p in procs:
+            os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+def _store(root: Path) -> Path:
+    write_run(root, "20260101T000001", register_history(400, seed=1), seed=1)
+    write_run(root, "20260101T000002", register_history(400, seed=2, stale_read=True), seed=2)
+    write_run(root, "20260101T000004", g1c_history(), seed=4, test="append",
+              workload="list-append")
+    return root
+
+
+def _analyze(store: Path, master: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "harness.cli", "analyze", str(store),
+                           "--master", master], capture_output=True, text=True, env=env,
+                          timeout=600, cwd=ROOT, stdin=subprocess.DEVNULL)
+
+
+# What differs between two analyses of the same run by design: when and how fast.
+_TIMING = {"analyzed_at", "seconds", "elapsed_s", "analysis_seconds", "wall_s"}
+
+
+def _comparable(value):
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items() if k not in _TIMING}
+    if isinstance(value, list):
+        return [_comparable(v) for v in value]
+    return value
+
+
+def test_standalone_cluster_gives_local_modes_results(standalone, tmp_path):
+    local = _store(tmp_path / "local")
+    shutil.copytree(local, tmp_path / "cluster")
+    cluster = tmp_path / "cluster"
+    by_local = _analyze(local, "local[2]")
+    by_cluster = _analyze(cluster, standalone["url"])
+    assert by_local.returncode == 1, by_local.stderr[-3000:]  # the stale run is invalid
+    assert by_cluster.returncode == 1, by_cluster.stderr[-3000:]
+    # the work really ran on the standalone workers: each keeps its executors' directories
+    apps = [d for i in (1, 2) for d in (standalone["work"] / f"worker{i}").glob("app-*")]
+    assert apps, "no application ran on the standalone workers"
+    runs = sorted(p.parent.relative_to(local) for p in local.rglob("history.jsonl"))
+    assert len(runs) == 3
+    for run in runs:
+        mine = json.loads((cluster / run / "results.json").read_text())
+        theirs = json.loads((local / run / "results.json").read_text())
+        assert _comparable(mine) == _comparable(theirs), run
+        assert (cluster / run / "report.html").is_file()
+    verdicts = {json.loads((cluster / r / "results.json").read_text())["verdict"] for r in runs}
+    assert verdicts == {"valid", "invalid"}
+
+
+def test_spark_submit_as_the_docs_show_it(standalone, tmp_path):
+    """docs/analysis.md's spark-submit line against the same cluster: the venv's spark-submit,
+    the reports zip as --py-files, `harness/cli.py analyze STORE --master ''`."""
+    store = _store(tmp_path / "store")
+    venv_bin = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}",
+           "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    zipped = subprocess.run([sys.executable, "-c", "from reports.spark.ship import package_zip; "
+                             "print(package_zip())"], capture_output=True, text=True, env=env,
+                            cwd=ROOT, check=True).stdout.strip()
+    out = subprocess.run([str(venv_bin / "spark-submit"), "--master", standalone["url"],
+                          "--py-files", zipped, "harness/cli.py", "analyze", str(store),
+                          "--master", ""], capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=600, stdin=subprocess.DEVNULL)
+    assert out.returncode == 1, out.stderr[-3000:]  # the stale run is invalid
+    verdicts = sorted(json.loads(p.read_text())["verdict"] for p in store.rglob("results.json"))
+    assert verdicts == ["invalid", "invalid", "valid"], verdicts
