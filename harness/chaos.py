@@ -94,7 +94,7 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
     fault plan is drawn from the seed unless one is given (a replay). Returns the verdict."""
     from harness.cluster import ClusterError
     from harness.control import Remote
-    from harness.db import build_wheelhouse, check_wheelhouse, system
+    from harness.db import PYTHON_VERSION, check_wheelhouse, system, wheelhouse_for
     from harness.runner import RunOptions
     from harness.store import new_run_dir, write_json
     from nemeses import plan as plans
@@ -141,8 +141,9 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
         if spec.wheelhouse:
             wheels = check_wheelhouse(Path(spec.wheelhouse))
         else:
-            wheels = build_wheelhouse(Path(spec.store) / ".wheelhouse",
-                                      Path(__file__).resolve().parents[1], say)
+            versions = {n: r.run(PYTHON_VERSION, check=False).stdout for n, r in remotes.items()}
+            wheels = wheelhouse_for(versions, Path(spec.store), Path(__file__).resolve().parents[1],
+                                    say)
         db = kind(hosts, wheels, remotes, flags=spec.daemon_flags(), log=say)
         db.teardown()
         ctx = Context(db, hosts, remotes)

@@ -106,6 +106,12 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
                          f"not {args.client}")
     flags = dict(parse_value(f, "--flag") for f in args.flag)
     kind.check_flags(flags)
+    if args.fast_failure_detection:
+        try:
+            kind.check_flags(dict(FAST_FAILURE_DETECTION))
+        except ValueError:
+            raise ValueError(f"--fast-failure-detection sets Tessera's daemon flags, which --db "
+                             f"{args.db} does not take: set its own with --flag") from None
     if args.time_limit <= 0:
         raise ValueError(f"--time-limit must be > 0, got {args.time_limit:g}")
     if args.nemesis_interval <= 0:

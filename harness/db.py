@@ -50,18 +50,68 @@ def system(name: str) -> type[Deployment]:
     return getattr(importlib.import_module(module), cls)
 
 
-def build_wheelhouse(dest: Path, project: Path, log=print) -> list[Path]:
-    """Wheels for the project and its engine dependencies, built on this machine."""
+def build_wheelhouse(dest: Path, project: Path, log=print, python: str = sys.executable) -> list[Path]:
+    """Wheels for the project and its engine dependencies, built on this machine by `python`
+    (whose version and ABI the compiled ones get)."""
     dest.mkdir(parents=True, exist_ok=True)
     for old in dest.glob("tessera-*.whl"):
         old.unlink()  # the project's wheel is rebuilt each time; dependencies are reused
     shutil.rmtree(project / "build", ignore_errors=True)  # stale build/lib would leak into it
-    log(f"building wheels into {dest}")
-    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(dest), f"{project}[{HOST_EXTRAS}]"],
+    log(f"building wheels into {dest}" + ("" if python == sys.executable else f" with {python}"))
+    p = subprocess.run([python, "-m", "pip", "wheel", "-q", "-w", str(dest), f"{project}[{HOST_EXTRAS}]"],
                        capture_output=True, text=True)
     if p.returncode != 0:
         raise ClusterError(f"building the wheelhouse failed: {p.stderr.strip()[-800:]}")
     return check_wheelhouse(dest)
+
+
+PYTHON_VERSION = ["python3", "-c", "import sys; print(*sys.version_info[:2])"]
+
+
+def wheelhouse_for(hosts_versions: dict[str, str], store: Path, project: Path, log=print,
+                   find=None) -> list[Path]:
+    """The wheelhouse the hosts can install: built by this Python when theirs is the same,
+    else by an interpreter of their version found here (`find_python`), into its own
+    directory. `hosts_versions`: host -> `python3`'s "3 11" line there."""
+    lines = {v.strip() for v in hosts_versions.values()}
+    if len(lines) != 1:
+        raise ClusterError("the hosts run different Pythons: " + ", ".join(
+            f"{h} {v.strip() or 'none'}" for h, v in sorted(hosts_versions.items())))
+    line = lines.pop()
+    parts = line.split()
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise ClusterError(f"no python3 answered on the hosts ({line or 'no output'}); install "
+                           "python3 and python3-venv there")
+    version = ".".join(parts)
+    if version == f"{sys.version_info[0]}.{sys.version_info[1]}":
+        return build_wheelhouse(store / ".wheelhouse", project, log)
+    python = (find or find_python)(version)
+    if python is None:
+        raise ClusterError(
+            f"the hosts run Python {version} and this machine has no python{version} to build "
+            f"wheels for them (looked on PATH and in ~/.pyenv/versions): install one, or build a "
+            f"wheelhouse on a machine with it (`python{version} -m pip wheel -w DIR "
+            f"'.[{HOST_EXTRAS}]'`) and pass --wheelhouse DIR")
+    log(f"the hosts run Python {version}, this machine {sys.version.split()[0]}")
+    return build_wheelhouse(store / f".wheelhouse-py{version}", project, log, python=python)
+
+
+def find_python(version: str) -> str | None:
+    """An interpreter of `version` ("3.12") here that runs and says so: pythonX.Y on PATH (a
+    pyenv shim there may name a version pyenv will not run), else pyenv's newest."""
+    pyenv = sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"),
+                   key=lambda p: [int(x) for x in p.parts[-3].split(".") if x.isdigit()])
+    for candidate in [shutil.which(f"python{version}"), *map(str, reversed(pyenv))]:
+        if candidate is None:
+            continue
+        try:
+            said = subprocess.run([candidate, *PYTHON_VERSION[1:]], capture_output=True,
+                                  text=True, timeout=30).stdout.split()
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if ".".join(said) == version:
+            return candidate
+    return None
 
 
 def check_wheelhouse(path: Path) -> list[Path]:
@@ -201,8 +251,7 @@ class Deployment:
         slow part: a venv and five packages), Tessera's own wheel whenever its bytes did. Each
         half is stamped with its wheels' digest in the venv, so an unchanged host is left as is."""
         r = self.remotes[h.name]
-        check_python(h.name, r.run(["python3", "-c", "import sys; print(*sys.version_info[:2])"],
-                                   check=False).stdout, self.wheels)
+        check_python(h.name, r.run(PYTHON_VERSION, check=False).stdout, self.wheels)
         r.run(["mkdir", "-p", f"{ROOT}/wheels", f"{DATA}/logs"])
         tessera = next(w for w in self.wheels if w.name.startswith("tessera-"))
         deps = [w for w in self.wheels if w is not tessera]
@@ -216,7 +265,7 @@ class Deployment:
         pip = [f"{ROOT}/venv/bin/pip", "install", "-q", "--no-index", "--find-links",
                f"{ROOT}/wheels", "--force-reinstall"]
         if have.get("deps") != want["deps"]:
-            r.run(["python3", "-m", "venv", f"{ROOT}/venv"], timeout=120)
+            r.run(["python3", "-m", "venv", "--clear", f"{ROOT}/venv"], timeout=120)
             r.run([*pip, f"{ROOT}/wheels/{tessera.name}[{HOST_EXTRAS}]"], timeout=300)
         else:
             r.run([*pip, "--no-deps", f"{ROOT}/wheels/{tessera.name}"], timeout=300)

@@ -90,3 +90,53 @@ def test_a_host_whose_python_cannot_take_the_wheels_is_refused_before_any_copy(t
             _install(tmp_path, remote, wheels)
         assert not any(c.startswith("put") or "pip" in c for c in remote.commands)
     assert _install(tmp_path, RecordingRemote(tmp_path / "stamp2"), wheels)  # 3.11 installs
+
+
+def test_the_wheelhouse_is_built_for_the_hosts_python(tmp_path, monkeypatch):
+    """Hosts on this machine's Python get the usual wheelhouse; hosts on another get one built
+    by an interpreter of theirs, in its own directory; none found, or hosts that disagree, is a
+    clear error. (The build itself is stubbed here: tests/test_harness_e2e.py builds one for
+    Python 3.12 hosts for real.)"""
+    import sys
+
+    import pytest
+
+    from harness import db
+    from harness.cluster import ClusterError
+
+    built = []
+    monkeypatch.setattr(db, "build_wheelhouse",
+                        lambda dest, project, log, python=sys.executable: built.append((dest.name, python)))
+    mine = f"{sys.version_info[0]} {sys.version_info[1]}\n"
+    db.wheelhouse_for({"n1": mine, "n2": mine}, tmp_path, tmp_path, log=lambda m: None)
+    db.wheelhouse_for({"n1": "3 99\n"}, tmp_path, tmp_path, log=lambda m: None,
+                      find=lambda v: f"/opt/python{v}")
+    assert built == [(".wheelhouse", sys.executable), (".wheelhouse-py3.99", "/opt/python3.99")]
+    with pytest.raises(ClusterError, match="no python3.99 to build wheels for them"):
+        db.wheelhouse_for({"n1": "3 99\n"}, tmp_path, tmp_path, find=lambda v: None)
+    with pytest.raises(ClusterError, match="different Pythons: n1 3 11, n2 3 12"):
+        db.wheelhouse_for({"n1": "3 11\n", "n2": "3 12\n"}, tmp_path, tmp_path)
+    with pytest.raises(ClusterError, match="no python3 answered"):
+        db.wheelhouse_for({"n1": ""}, tmp_path, tmp_path)
+
+
+def test_find_python_takes_one_that_runs_and_says_its_version(tmp_path, monkeypatch):
+    """PATH first, then pyenv's versions newest first; a candidate that fails (a pyenv shim
+    for a version pyenv will not run) or answers another version is passed over."""
+    from harness.db import find_python
+
+    def exe(path: Path, says: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"#!/bin/sh\n{says}\n")
+        path.chmod(0o755)
+
+    versions = tmp_path / ".pyenv" / "versions"
+    exe(tmp_path / "bin" / "python3.12", "echo 'pyenv: python3.12: command not found' >&2; exit 127")
+    exe(versions / "3.12.10" / "bin" / "python3.12", "echo 3 11")  # lies: passed over
+    exe(versions / "3.12.1" / "bin" / "python3.12", "echo 3 12")
+    exe(versions / "3.9.18" / "bin" / "python3.9", "echo 3 9")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    assert find_python("3.12") == str(versions / "3.12.1/bin/python3.12")
+    assert find_python("3.9") == str(versions / "3.9.18/bin/python3.9")
+    assert find_python("3.7") is None

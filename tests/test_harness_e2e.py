@@ -258,3 +258,37 @@ def test_inline_nodes_as_jepsens_cli_takes_them(env, tmp_path):
     assert test["provider"] == "hosts" and test["ssh_private_key"] == key
     assert test["inline_nodes"] == ["10.77.0.13", "10.77.0.14:22", "10.77.0.15"]
     assert test["nodes"] == [{"name": f"n{i}", "address": f"10.77.0.{12 + i}"} for i in (1, 2, 3)]
+
+
+def test_hosts_on_another_python_get_wheels_built_for_it(env, tmp_path):
+    """Issue 17: hosts whose python3 is not the control machine's. On each netns host, pyenv's
+    Python 3.12 bin dir is bind-mounted on /usr/local/bin (first on root's PATH) in the host's
+    own mount namespace; `tessera test` finds the hosts on 3.12, builds a wheelhouse with this
+    machine's pyenv 3.12, and the engine runs there."""
+    from pathlib import Path
+
+    from harness.cluster.netns import NetnsCluster
+    from harness.control import Remote
+
+    bins = sorted(Path.home().glob(".pyenv/versions/3.12.*/bin"))
+    if not bins:
+        pytest.skip("no pyenv Python 3.12 on this machine to give the hosts")
+    up = tessera("cluster", "up", env=env)
+    assert up.returncode == 0, up.stderr
+    for h in NetnsCluster(5, state_dir=env["TESSERA_NETNS_STATE"]).hosts():
+        r = Remote(h)
+        out = r.sh(f"mount --bind {bins[-1]} /usr/local/bin && "
+                   "python3 -c 'import sys; print(*sys.version_info[:2])'").stdout
+        r.close()
+        assert out.split() == ["3", "12"], (h.name, out)
+    store = tmp_path / "store"
+    out = tessera("test", "--workload", "register", "--time-limit", "5", "--seed", "2",
+                  "--store", str(store), env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "the hosts run Python 3.12" in out.stderr
+    assert any("cp312" in w.name for w in (store / ".wheelhouse-py3.12").glob("*.whl"))
+    h = NetnsCluster(5, state_dir=env["TESSERA_NETNS_STATE"]).hosts()[0]
+    r = Remote(h)
+    venv = r.run(["/opt/tessera/venv/bin/python", "-c", "import sys; print(*sys.version_info[:2])"])
+    r.close()
+    assert venv.stdout.split() == ["3", "12"]

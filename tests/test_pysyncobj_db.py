@@ -170,7 +170,8 @@ def test_what_the_cli_refuses_for_pysyncobj():
                         (["--nemesis", "disk"], "does not apply to this system: it needs wal"),
                         (["--nemesis", "clock"], "needs faketime"),
                         (["--flag", "journalFile=/x"], "not a SyncObjConf keyword"),
-                        (["--flag", "reads=quorum"], "takes log or local")]:
+                        (["--flag", "reads=quorum"], "takes log or local"),
+                        (["--fast-failure-detection"], "sets Tessera's daemon flags")]:
         out = run(*argv)
         assert out.returncode == 254 and words in out.stderr, (argv, out.stderr)
 

@@ -74,11 +74,11 @@ model state after each), the red bar is the op that cannot be placed. Hover a ba
 {% if res.checker == "set" and res.reads is defined %}{{ res.reads }} reads; {{ res.stable_count }} stable,
 {{ res.lost_count }} lost, {{ res.stale_count }} stale, {{ res.never_read_count }} never read,
 {{ res.recovered_count }} recovered (of {{ res.attempt_count }} attempted, {{ res.acknowledged_count }} acknowledged){% endif %}
-{% if res.checker == "convergence" %}{{ res.tablets | length }} tablet(s) compared{% if res.unreachable %}; unreachable: {{ res.unreachable | join(", ") }}{% endif %}{% endif %}
+{% if res.checker == "convergence" %}{% if res.tablets is defined %}{{ res.tablets | length }} tablet(s){% else %}{{ (res.nodes or {}) | length }} node(s){% endif %} compared{% if res.unreachable %}; unreachable: {{ res.unreachable | join(", ") }}{% endif %}{% endif %}
 {% if res.checker == "logs" %}{{ res.errors | length }} finding(s), {{ (res.expected or []) | length }} expected from injected damage,
-{{ (res.watchdog_restarts or []) | length }} watchdog restart(s){% endif %}</td></tr>
+{{ (res.notes or []) | length }} note(s), {{ (res.watchdog_restarts or []) | length }} watchdog restart(s){% endif %}</td></tr>
 {% endfor %}</table>
-{% for res in r.check.results if res.checker in ("convergence", "logs") and (res.errors or res.expected or res.watchdog_restarts) %}
+{% for res in r.check.results if res.checker in ("convergence", "logs") and (res.errors or res.expected or res.notes or res.watchdog_restarts) %}
 <div id="checker-{{ res.checker }}">
 <h3>{{ res.checker }}</h3>
 {% for e in res.errors %}<div class="error"><b>{{ e.type }}</b>{% if e.file %} {{ e.host }}/{{ e.file }}:{{ e.line }}{% endif %}: {{ e.explanation }}
@@ -86,6 +86,9 @@ model state after each), the red bar is the op that cannot be placed. Hover a ba
 {% endfor %}
 {% if res.expected %}<p>Expected: the engine's answer to damage the disk nemesis injected.</p>
 {% for e in res.expected %}<p><b>{{ e.type }}</b> {{ e.host }}/{{ e.file }}:{{ e.line }}</p><pre>{{ e.text }}</pre>
+{% endfor %}{% endif %}
+{% if res.notes %}<p>Notes (worth a look; the verdict does not count them):</p>
+{% for e in res.notes %}<p><b>{{ e.type }}</b> {{ e.host }}/{{ e.file }}:{{ e.line }}: {{ e.explanation }}</p><pre>{{ e.text }}</pre>
 {% endfor %}{% endif %}
 {% if res.watchdog_restarts %}<p>Watchdog restarts (a daemon died without being killed on purpose):
 {% for w in res.watchdog_restarts %}{{ w.daemon }} on {{ w.host }} at {{ w.time_s }} s{{ ", " if not loop.last }}{% endfor %}.</p>{% endif %}
