@@ -68,6 +68,15 @@ def build_wheelhouse(dest: Path, project: Path, log=print, python: str = sys.exe
 PYTHON_VERSION = ["python3", "-c", "import sys; print(*sys.version_info[:2])"]
 
 
+def python_version(where: str, line: str) -> str:
+    """"3.11" from PYTHON_VERSION's answer ("3 11"); ClusterError when none came."""
+    parts = line.split()
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise ClusterError(f"{where}: no python3 answered ({line.strip() or 'no output'}); "
+                           "install python3 and python3-venv there")
+    return ".".join(parts)
+
+
 def wheelhouse_for(hosts_versions: dict[str, str], store: Path, project: Path, log=print,
                    find=None) -> list[Path]:
     """The wheelhouse the hosts can install: built by this Python when theirs is the same,
@@ -77,12 +86,7 @@ def wheelhouse_for(hosts_versions: dict[str, str], store: Path, project: Path, l
     if len(lines) != 1:
         raise ClusterError("the hosts run different Pythons: " + ", ".join(
             f"{h} {v.strip() or 'none'}" for h, v in sorted(hosts_versions.items())))
-    line = lines.pop()
-    parts = line.split()
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
-        raise ClusterError(f"no python3 answered on the hosts ({line or 'no output'}); install "
-                           "python3 and python3-venv there")
-    version = ".".join(parts)
+    version = python_version("the hosts", lines.pop())
     if version == f"{sys.version_info[0]}.{sys.version_info[1]}":
         return build_wheelhouse(store / ".wheelhouse", project, log)
     python = (find or find_python)(version)
@@ -127,18 +131,14 @@ def check_python(host: str, version_line: str, wheels: list[Path]) -> None:
     obscurely."""
     built = sorted({tag[2:] for w in wheels for tag in w.name.split("-")[2].split(".")
                     if tag.startswith("cp") and tag[2:].isdigit()})
-    parts = version_line.split()
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
-        raise ClusterError(f"{host}: no python3 answered ({version_line.strip() or 'no output'}); "
-                           "install python3 and python3-venv there")
-    have = "".join(parts)
-    if built and have not in built:
+    have = python_version(host, version_line)
+    if built and have.replace(".", "") not in built:
         want = " or ".join(f"{v[0]}.{v[1:]}" for v in built)
         raise ClusterError(
-            f"{host} has Python {parts[0]}.{parts[1]}, but the wheelhouse's compiled wheels are "
-            f"for Python {want}: give the hosts python{want} (the Vagrantfile's Debian 12 boxes "
-            f"have 3.11), or build the wheelhouse with that Python (`python{parts[0]}.{parts[1]} "
-            f"-m pip wheel -w DIR '.[{HOST_EXTRAS}]'`, then --wheelhouse DIR)")
+            f"{host} has Python {have}, but the wheelhouse's compiled wheels are for Python "
+            f"{want}: give the hosts python{want} (the Vagrantfile's Debian 12 boxes have 3.11), "
+            f"or build the wheelhouse with that Python (`python{have} -m pip wheel -w DIR "
+            f"'.[{HOST_EXTRAS}]'`, then --wheelhouse DIR)")
 
 
 def _digest(wheels: list[Path]) -> str:
