@@ -183,3 +183,18 @@ def test_nemesis_groups_keep_what_applies():
     assert {"partition", "packet", "pause", "kill", "lose-unfsynced", "leader-isolate",
             "kill-after-heal", "majority-kill"} == set(applies)
     assert {"disk", "membership", "clock"} <= set(select("all"))  # Tessera keeps every fault
+
+
+def test_differing_digests_count_only_once_they_hold_still(monkeypatch):
+    """A digest read while the tick thread applies an entry may differ for a moment: invalid
+    needs two polls in a row with the same digests; a real divergence is still found."""
+    db = PySyncObjDB([Host("n1", "127.0.0.1"), Host("n2", "127.0.0.2")], [], {}, log=print)
+    a = {"last_applied": 9, "term": 1, "digest": "a", "state": 2}
+    polls = iter([{"n1": a, "n2": {**a, "digest": "mid-apply"}},  # one odd read: not yet
+                  {"n1": a, "n2": a}])
+    monkeypatch.setattr(db, "statuses", lambda: next(polls))
+    assert db.converge(interval=0)["verdict"] == "valid"
+    split = {"n1": a, "n2": {**a, "digest": "b"}}
+    polls = iter([split, split])
+    monkeypatch.setattr(db, "statuses", lambda: next(polls))
+    assert db.converge(interval=0)["verdict"] == "invalid"
