@@ -89,8 +89,8 @@ class DiskCorruption(Nemesis):
         while time.monotonic() < deadline:
             st = self.db.ask_each(target, "tserver", "ts.status", ServerStatus).get(host)
             rep = next((t for t in st.tablets if t.tablet_id == tablet), None) if st else None
-            if rep is not None:
-                return {"tablet": tablet, "state": rep.state, "error": rep.error}
+            if rep is not None:  # the server's uuid: how its leaders' log lines name it
+                return {"tablet": tablet, "state": rep.state, "error": rep.error, "uuid": st.uuid}
             time.sleep(0.2)
         return {"tablet": tablet, "state": "UNKNOWN", "error": "server did not answer"}
 

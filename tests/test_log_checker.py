@@ -191,3 +191,26 @@ def test_a_real_daemon_logs_the_corruption_and_the_checker_reports_it(tmp_path):
     r = check_logs(run_dir, [damage])
     assert r["verdict"] == "valid", r["errors"]
     assert {e["host"] for e in r["expected"]} == {"t2"}
+
+
+def test_a_leader_seeing_the_damaged_follower_short_is_expected_only_for_that_replica(tmp_path):
+    """The disk nemesis truncated a follower's WAL tail (the replica restarts RUNNING, shorter
+    than it acknowledged); the leader, on another host, logs that the follower lost acknowledged
+    entries. Expected for that tablet and that server; invalid for any other."""
+    damaged = "b0559dc85a944411a6906ebf259bded5"
+    op = disk_op("n3", tablet=T1)
+    op["value"]["replica"].update(state="RUNNING", error=None, uuid=damaged)
+
+    def line(tablet, follower):
+        return (f"{TS} tserver ERROR node.replica: T {tablet} P e514dc4f: SAFETY: follower "
+                f"{follower} lost acknowledged entries: it acknowledged index 302, its log now "
+                f"ends at or before 230; replicating them again\n")
+
+    write_logs(tmp_path, {"n2/tserver.log": line(T1, damaged)})
+    r = check_logs(tmp_path, [op])
+    assert r["verdict"] == "valid" and [e["type"] for e in r["expected"]] == ["safety"], r
+    assert "short of what it had acknowledged" in r["expected"][0]["explanation"]
+    assert check_logs(tmp_path)["verdict"] == "invalid"  # no damage recorded: a real loss
+    for tablet, follower in ((T2, damaged), (T1, "6c969ad0386f4cf68114813691adff5b")):
+        write_logs(tmp_path, {"n2/tserver.log": line(tablet, follower)})
+        assert check_logs(tmp_path, [op])["verdict"] == "invalid", (tablet, follower)

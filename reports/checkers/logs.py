@@ -24,8 +24,12 @@ nemesis damages a WAL segment or consensus-metadata file on purpose and records,
 `start-disk` completion, the host, the file and the tablet it hit. The damage is permanent for
 the run, so on that host every CORRUPTION or FAILED line (with its traceback) naming that tablet
 or that file is the engine reacting correctly: it is reported under "expected", not as an error.
-So is a traceback there whose exception line is a corruption error naming them. Corruption on
-any other host, tablet or file is unexpected and invalid. Log lines are not matched by time:
+So is a traceback there whose exception line is a corruption error naming them. So is, on any
+host, a leader's `SAFETY: follower U lost acknowledged entries` line for that tablet when U is
+the damaged server (the completion records its uuid): a WAL truncated at a batch boundary reads
+as a torn tail, the replica restarts shorter than it acknowledged, and the leader, seeing it,
+replicates the entries again. Corruption on any other host, tablet or file, and a follower that
+lost entries with no damage injected, are unexpected and invalid. Log lines are not matched by time:
 hosts' clocks are skewed by the clock nemesis.
 
 The watchdog's restarts (history ops of process "nemesis", f "watchdog-restart") are listed:
@@ -131,8 +135,31 @@ def injected_damage(ops) -> dict[str, set[str]]:
     return damaged
 
 
-def _expected(finding: dict, names: set[str]) -> bool:
+# A leader's report that a follower's storage lost entries it had acknowledged (node/replica.py).
+LOST_ENTRIES = re.compile(r"T (\S+) P \S+: SAFETY: follower (\S+) lost acknowledged entries")
+
+
+def damaged_replicas(ops) -> set[tuple[str, str]]:
+    """(tablet, server uuid) of every replica the disk nemesis damaged, where it recorded the
+    server (runs since session 12)."""
+    out = set()
+    for op in ops or ():
+        value = _get(op, "value")
+        if (_get(op, "process") == "nemesis" and _get(op, "f") == "start-disk"
+                and isinstance(value, dict) and (value.get("replica") or {}).get("uuid")):
+            out.add((value["replica"]["tablet"], value["replica"]["uuid"]))
+    return out
+
+
+def _expected(finding: dict, names: set[str], replicas: set[tuple[str, str]] = frozenset()) -> bool:
+    """Whether a finding is the engine answering injected damage: on the damaged host, its
+    corruption and FAILED lines naming the damaged tablet or file; on any host, a leader's
+    SAFETY line that the damaged replica lost acknowledged entries (a truncated WAL tail reads
+    as a torn write, so the replica restarts RUNNING, shorter than it acknowledged)."""
     text = "\n".join(finding["lines"])
+    lost = LOST_ENTRIES.search(finding["lines"][0])
+    if finding["type"] == "safety" and lost and (lost[1], lost[2]) in replicas:
+        return True
     if not any(n in text for n in names):
         return False
     if finding["type"] in ("corruption", "failed-replica"):
@@ -164,7 +191,7 @@ def check_logs(run_dir: Path, ops=None, rules=None) -> dict:
     "logs"}; unknown only when no node log was collected at all. `rules`: by default those
     recorded with the run (`recorded_rules`)."""
     rules = recorded_rules(run_dir) if rules is None else rules
-    damaged = injected_damage(ops)
+    damaged, replicas = injected_damage(ops), damaged_replicas(ops)
     errors, expected, notes, scanned, missing = [], [], [], [], []
     for host_dir in sorted(p for p in (Path(run_dir) / "nodes").glob("*") if p.is_dir()):
         host = host_dir.name
@@ -172,13 +199,16 @@ def check_logs(run_dir: Path, ops=None, rules=None) -> dict:
         for path in sorted(host_dir.glob("*.log")):
             scanned.append(f"{host}/{path.name}")
             for f in scan_log(path.read_text(errors="replace"), rules):
-                is_expected = _expected(f, damaged.get(host, set()))
+                is_expected = _expected(f, damaged.get(host, set()), replicas)
                 if f["rule"] is None:
                     explanation = f"{TRACEBACK_EXPLANATION}: {f['lines'][-1].strip()}"
                 else:
                     explanation = f["rule"]["explanation"]
                 if is_expected:
-                    explanation = "the engine refused data the disk nemesis damaged on purpose"
+                    explanation = ("a leader found the replica the disk nemesis damaged short of "
+                                   "what it had acknowledged, and replicates it again"
+                                   if f["type"] == "safety" else
+                                   "the engine refused data the disk nemesis damaged on purpose")
                 is_note = not is_expected and (f["rule"] or {}).get("severity") == "note"
                 (expected if is_expected else notes if is_note else errors).append({
                     "type": f["type"], "host": host, "file": path.name, "line": f["line"],
