@@ -12,7 +12,7 @@ proposal's index, the proposal was overwritten by a new leader and definitely di
 A leader accepts writes only once it has applied an entry of its own term: then every earlier
 entry is applied, its hybrid clock has witnessed every earlier timestamp, and the timestamps it
 assigns are greater than any its predecessors issued (seed 02's commit-wait rule). An ok write's
-result carries its timestamp, and is returned only after commit-wait (`_commit_wait`): once the
+result carries its timestamp, and is returned only after commit-wait (`_commit_waited`): once the
 clock minus `clock_max_error_us` is past it, so later writes anywhere get larger timestamps.
 """
 
@@ -69,6 +69,17 @@ from node.wal import Log, LogOptions
 log = logging.getLogger(__name__)
 
 Send = Callable[[str, list], None]  # (to_uuid, messages): queue for delivery, never block
+Done = Callable[[Any, BaseException | None], None]  # (result, None) or (None, error), once
+
+
+def settle(fut: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    """A Done that resolves `fut`: how coroutine callers wait for a callback-style result."""
+    if fut.done():
+        return
+    if error is None:
+        fut.set_result(result)
+    else:
+        fut.set_exception(error)
 
 LEASE_MARGIN_S = 0.001  # timer and clock resolution: asyncio may fire a timer this much early
 
@@ -108,6 +119,13 @@ class ReplicaError(TesseraError):
         super().__init__(message)
         self.leader = leader
         self.maybe_applied = maybe_applied
+
+
+def _timestamp(result: Any) -> int:
+    """The hybrid timestamp an applied command's result carries (a batch: its ops' latest)."""
+    if isinstance(result, list):
+        return max((r.timestamp for r in result), default=0)
+    return result.timestamp if result is not None else 0
 
 
 @dataclass(frozen=True)
@@ -213,7 +231,7 @@ class Replica:
         self._tasks: set[asyncio.Task] = set()
         self._threads: set[asyncio.Future] = set()
         self._stopping: asyncio.Task | None = None
-        self._waiters: dict[int, tuple[int, asyncio.Future]] = {}  # index -> (term, future)
+        self._waiters: dict[int, tuple[int, Done]] = {}  # index -> (term, its proposer's done)
         # index -> (term, Command) of the commands we proposed, so that applying them needs
         # no second decode; an entry of another term at that index is not ours and is decoded.
         self._proposed: dict[int, tuple[int, Command]] = {}
@@ -383,8 +401,11 @@ class Replica:
         # (votes, acknowledgements) must wait for the write it reports.
         early = (rd.entries_to_persist and hs is None and rd.committed_config is None
                  and all(type(m) in _LEADER_MESSAGES for m in rd.messages))
+        applied_early = 0
         if early:
             self._send_messages(rd)
+            if rd.soft_state is None:
+                applied_early = self._apply_durable(rd)
         if rd.entries_to_persist:
             started = asyncio.get_running_loop().time()
             first = rd.entries_to_persist[0].index
@@ -411,7 +432,7 @@ class Replica:
             self._send_messages(rd)
         if rd.soft_state is not None:
             self._on_soft_state(rd.soft_state)
-        for e in rd.committed_entries:
+        for e in rd.committed_entries[applied_early:]:
             self._apply(e)
         for rs in rd.read_states:
             group = self._reads.pop(rs.ctx, None)
@@ -423,6 +444,19 @@ class Replica:
         self.core.advance(rd)
         self._wake_applied()
         self._maybe_snapshot()
+
+    def _apply_durable(self, rd: Ready) -> int:
+        """Apply the committed entries already in our WAL, before this Ready's own write: a
+        leader's replies then leave while it writes the next group, not a group later. Only
+        entries below the new ones: those were made durable by an earlier Ready. How many."""
+        first = rd.entries_to_persist[0].index if rd.entries_to_persist else None
+        n = 0
+        for e in rd.committed_entries:
+            if first is not None and e.index >= first:
+                break
+            self._apply(e)
+            n += 1
+        return n
 
     def _send_messages(self, rd: Ready) -> None:
         sent_at = asyncio.get_running_loop().time()
@@ -489,14 +523,12 @@ class Replica:
         self.stats["applied"] += 1
         waiter = self._waiters.pop(e.index, None)
         if waiter is not None:
-            term, fut = waiter
-            if fut.done():
-                pass
-            elif term == e.term:
-                fut.set_result(result)
+            term, done = waiter
+            if term == e.term:
+                done(result, None)
             else:
-                fut.set_exception(ReplicaError("overwritten by a new leader before commit",
-                                               leader=self.leader))
+                done(None, ReplicaError("overwritten by a new leader before commit",
+                                        leader=self.leader))
         if self.role == Role.LEADER and e.term == self.term and self._leader_ready_term != e.term:
             self._leader_ready_term = e.term
             self._leader_ready.set()
@@ -541,10 +573,9 @@ class Replica:
 
     def _fail_pending(self, err: Exception) -> None:
         self._proposed.clear()
-        for _, fut in self._waiters.values():
-            if not fut.done():
-                fut.set_exception(err)
-        self._waiters.clear()
+        waiters, self._waiters = self._waiters, {}
+        for _, done in waiters.values():
+            done(None, err)
         for group in self._reads.values():
             group.fail(err)
         self._reads.clear()
@@ -583,72 +614,79 @@ class Replica:
             try:
                 index = append()
             except ProposalError as e:
-                if not fut.done():
-                    fut.set_exception(e)
+                settle(fut, None, e)
                 return
-            self._waiters[index] = (self.core.term, fut)
+            self._waiters[index] = (self.core.term, functools.partial(settle, fut))
 
         self._submit(propose)
         return await fut
 
+    def submit(self, op: Op, session: int, seq: int, acked_below: int, done: Done) -> None:
+        """Replicate one command (a row op, or a Batch as ONE entry: op i is seq + i) at the
+        leader's hybrid time. `done(result, None)` once it is applied here and commit-waited
+        (an ok result carries the command's timestamp and is answered only once every clock of
+        the cluster is past it, `_commit_waited`); `done(None, ReplicaError)` if it was refused
+        or may not have happened. No coroutine: this is the per-op path (`write` awaits it).
+        Raises ReplicaError at once when not serving; a leader not yet ready refuses in the
+        driver, so callers wait for `leader_ready` first."""
+        self._check_serving()
+        self._submit(functools.partial(self._propose, op, session, seq, acked_below, done))
+
+    def _propose(self, op: Op, session: int, seq: int, acked_below: int, done: Done) -> None:
+        """In the driver: log order is the order proposals run in, and timestamps taken here
+        increase in log order."""
+        term = self.core.term
+        if self._leader_ready_term != term:
+            # Leadership changed since the caller saw leader_ready: until an entry of this term
+            # is applied, entries of earlier terms may sit in our log unapplied, and the clock
+            # has not witnessed their timestamps. Nothing is appended: a retry is safe.
+            done(None, ReplicaError("not the leader", leader=self.core.lead))
+            return
+        command = Command(COMMAND_VERSION, op, session, seq, acked_below, self.clock.now())
+        try:
+            index = self.core.propose(command_payload(command))
+        except NotLeader as e:
+            done(None, ReplicaError("not the leader", leader=e.leader))
+            return
+        except ProposalError as e:
+            done(None, ReplicaError(str(e), leader=self.leader))
+            return
+        self._proposed[index] = (term, command)
+        self._waiters[index] = (term, functools.partial(self._commit_waited, done, False))
+
+    def _commit_waited(self, done: Done, waited: bool, result: Any,
+                       error: BaseException | None) -> None:
+        """Kudu's COMMIT_WAIT (seed 02, KUDU-430): answer once our clock's earliest possible
+        now (physical now - max error) is past the result's timestamp. Any write invoked after
+        we acknowledge is then given a larger timestamp by whichever leader takes it, even one
+        whose clock is behind ours by up to the max error: timestamps follow real-time order."""
+        ts = 0 if error is not None else _timestamp(result)
+        remaining = self.clock.wait_until_after(ts) if ts else 0
+        if remaining > 0:  # timers may fire early: this runs again until past
+            if not waited:
+                self.stats["commit_waits"] += 1
+            self.stats["commit_wait_seconds"] += remaining
+            asyncio.get_running_loop().call_later(remaining, self._commit_waited, done, True,
+                                                  result, None)
+            return
+        done(result, error)
+
     async def write(self, op: Op, *, session: int, seq: int, acked_below: int) -> Result:
-        """Replicate one command and return its result once applied here and commit-waited: an
-        ok result carries the command's hybrid timestamp, and is returned only once every clock
-        of the cluster is past it (`_commit_wait`)."""
-        result = await self._propose_command(op, session, seq, acked_below)
-        if result is not None and result.timestamp:
-            await self._commit_wait(result.timestamp)
-        return result
+        """`submit`, awaited: the command's result once applied here and commit-waited."""
+        await self.await_leader_ready()
+        fut = asyncio.get_running_loop().create_future()
+        self.submit(op, session, seq, acked_below, functools.partial(settle, fut))
+        return await fut
 
     async def write_batch(self, ops: list[RowOp], *, session: int, seq: int,
                           acked_below: int) -> list[Result]:
-        """Replicate many row ops of one session as ONE entry (ops.Batch: op i is seq + i) and
-        return one result per op, commit-waited once: every op shares the entry's timestamp.
-        Raises ValueError, before proposing anything, for a batch the session bound cannot
-        keep (Limits.check_batch)."""
+        """Many row ops of one session as ONE entry (ops.Batch: op i is seq + i): one result
+        per op, commit-waited once, since every op shares the entry's timestamp. Raises
+        ValueError, before proposing anything, for a batch the session bound cannot keep
+        (Limits.check_batch)."""
         batch = Batch(ops)
         self.state.limits.check_batch(batch)
-        results = await self._propose_command(batch, session, seq, acked_below)
-        ts = max((r.timestamp for r in results), default=0)
-        if ts:
-            await self._commit_wait(ts)
-        return results
-
-    async def _propose_command(self, op: Op, session: int, seq: int, acked_below: int) -> Any:
-        """Propose one command at the leader's hybrid time; what applying it returned."""
-
-        def append() -> int:  # timestamps taken in the driver increase in log order
-            if self._leader_ready_term != self.core.term:
-                # Leadership changed since await_leader_ready: until an entry of this term is
-                # applied, entries of earlier terms may sit in our log unapplied, and the clock
-                # has not witnessed their timestamps. Nothing is appended: a retry is safe.
-                raise NotLeader(self.core.lead)
-            command = Command(COMMAND_VERSION, op, session, seq, acked_below, self.clock.now())
-            index = self.core.propose(command_payload(command))
-            self._proposed[index] = (self.core.term, command)
-            return index
-
-        try:
-            return await self._replicate(append)
-        except NotLeader as e:
-            raise ReplicaError("not the leader", leader=e.leader) from None
-        except ProposalError as e:
-            raise ReplicaError(str(e), leader=self.leader) from None
-
-    async def _commit_wait(self, ts: int) -> None:
-        """Kudu's COMMIT_WAIT (seed 02, KUDU-430): wait until our clock's earliest possible now
-        (physical now - max error) is past `ts`. Any write invoked after we acknowledge is then
-        given a larger timestamp by whichever leader takes it, even one whose clock is behind
-        ours by up to the max error: hybrid timestamps follow real-time order."""
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        waited = False
-        while (remaining := self.clock.wait_until_after(ts)) > 0:
-            waited = True
-            await asyncio.sleep(remaining)  # timers may fire early: re-check until past
-        if waited:
-            self.stats["commit_waits"] += 1
-            self.stats["commit_wait_seconds"] += loop.time() - started
+        return await self.write(batch, session=session, seq=seq, acked_below=acked_below)
 
     async def change_config(self, change: ConfigChange, cas_config_index: int) -> RaftConfig:
         """Propose a one-by-one membership change; return the new config once applied here.

@@ -138,6 +138,120 @@ def test_calls_over_the_in_flight_limits_wait_and_all_complete():
     run(go())
 
 
+class _Direct:
+    """Direct handlers (RpcServer.register_direct): answer now, answer later, raise, fall back
+    to an awaitable, or never answer."""
+
+    def __init__(self):
+        self.later: list = []  # replies of "later" calls, for the test to answer
+        self.ran_slow = False
+
+    def handle(self, req: Echo, reply) -> object:
+        if req.text == "now":
+            reply(EchoReply("NOW"), None)
+        elif req.text == "later":
+            self.later.append(reply)
+        elif req.text == "refuse":
+            raise RpcError(ErrorCode.INVALID_ARGUMENT, "refused at once")
+        elif req.text == "bug":
+            raise ValueError("direct handler bug")
+        elif req.text == "slow":
+            return self._slow(req)
+        elif req.text == "answer-then-raise":
+            reply(EchoReply("FIRST"), None)
+            raise ValueError("raised after answering")
+        return None  # "never": only its deadline answers
+
+    async def _slow(self, req: Echo) -> EchoReply:
+        self.ran_slow = True
+        await asyncio.sleep(0.01)
+        return EchoReply("SLOW")
+
+
+def test_direct_handlers_answer_once_by_reply_error_fallback_or_deadline():
+    async def go():
+        d = _Direct()
+        srv = RpcServer("srv-1", max_inflight_per_conn=4)
+        srv.register_direct("direct", Echo, d.handle)
+        addr = await srv.start("127.0.0.1", 0)
+        cli = RpcClient()
+
+        async def call(text, timeout=5.0):
+            return await cli.call(addr, "direct", Echo(text), EchoReply, to_uuid="srv-1",
+                                  timeout=timeout)
+        try:
+            assert (await call("now")).text == "NOW"
+            assert (await call("slow")).text == "SLOW" and d.ran_slow
+            assert (await call("answer-then-raise")).text == "FIRST"
+            for text, code in (("refuse", ErrorCode.INVALID_ARGUMENT),
+                               ("bug", ErrorCode.REMOTE_ERROR)):
+                with pytest.raises(RpcError) as e:
+                    await call(text)
+                assert e.value.code == code
+            # Answered later, out of order: each caller gets its own answer.
+            calls = [asyncio.create_task(call("later")) for _ in range(3)]
+            while len(d.later) < 3:
+                await asyncio.sleep(0.01)
+            for i, reply in reversed(list(enumerate(d.later))):
+                reply(EchoReply(f"L{i}"), None)
+            assert [(await c).text for c in calls] == ["L0", "L1", "L2"]
+            # The server's own deadline answers a call its handler never does; a reply after
+            # that is dropped, and the call no longer counts against the connection's limit.
+            d.later.clear()
+            loop = asyncio.get_running_loop()
+            reader, writer = await asyncio.open_connection(*addr)
+            started = loop.time()
+            writer.write(wire.frame(wire.Request(wire.WIRE_VERSION, 5, "direct", 100, "srv-1",
+                                                 Echo("later"))))
+            (length,) = struct.unpack(">I", await reader.readexactly(4))
+            reply = wire.decode_response(await reader.readexactly(length))
+            assert reply.call_id == 5 and reply.code == ErrorCode.DEADLINE_EXCEEDED
+            assert 0.1 <= loop.time() - started < 5
+            d.later[0](EchoReply("too late"), None)  # ignored: answered once already
+            writer.write(wire.frame(wire.Request(wire.WIRE_VERSION, 6, "direct", 1000, "srv-1",
+                                                 Echo("now"))))
+            (length,) = struct.unpack(">I", await reader.readexactly(4))
+            assert wire.decode_response(await reader.readexactly(length)).call_id == 6
+            writer.close()
+            # Calls never answered hold the connection's room only until their deadlines.
+            with pytest.raises(RpcError) as e:
+                await asyncio.gather(*(call("never", timeout=0.2) for _ in range(6)))
+            assert e.value.code == ErrorCode.DEADLINE_EXCEEDED
+            assert (await call("now")).text == "NOW"
+        finally:
+            await cli.close()
+            await srv.stop()
+    run(go())
+
+
+def test_direct_calls_count_against_the_in_flight_limit():
+    """A connection with max_inflight_per_conn direct calls unanswered stops reading: the next
+    request waits until one is answered, and nothing is lost."""
+    async def go():
+        d = _Direct()
+        srv = RpcServer("srv-1", max_inflight_per_conn=2)
+        srv.register_direct("direct", Echo, d.handle)
+        addr = await srv.start("127.0.0.1", 0)
+        cli = RpcClient()
+        try:
+            calls = [asyncio.create_task(cli.call(addr, "direct", Echo("later"), EchoReply,
+                                                  to_uuid="srv-1", timeout=10))
+                     for _ in range(5)]
+            await asyncio.sleep(0.2)
+            assert len(d.later) == 2  # the reader waits for room
+            answered = 0
+            while answered < 5:
+                while len(d.later) <= answered:
+                    await asyncio.sleep(0.01)
+                d.later[answered](EchoReply(f"L{answered}"), None)
+                answered += 1
+            assert sorted(r.text for r in await asyncio.gather(*calls)) == [f"L{i}" for i in range(5)]
+        finally:
+            await cli.close()
+            await srv.stop()
+    run(go())
+
+
 def test_connect_refused_is_definitely_not_delivered():
     async def go():
         s = socket.socket()

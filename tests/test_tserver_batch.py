@@ -4,7 +4,7 @@ with a result per op, and the refusals that happen before anything is proposed."
 import asyncio
 
 import pytest
-from tserver_helpers import TABLET, create, sole_leader, start_server
+from tserver_helpers import TABLET, create, sole_leader, start_server, ts_write
 
 from node.protocol import Write, WriteBatch
 from node.rpc import ErrorCode, RpcError
@@ -18,7 +18,7 @@ def test_a_batch_is_one_entry_with_a_result_per_op_and_bad_batches_are_refused(t
         try:
             await create(ts, [ts.me])
             r = await sole_leader(ts)
-            session = (await ts.service.on_write(Write(TABLET, OpenSession()))).result.value
+            session = (await ts_write(ts, Write(TABLET, OpenSession()))).result.value
             before = r.state.last_applied_index
             ops = [Put("a", 1), Cas("a", 5, 6), Append("l", "x")]
             res = await ts.service.on_write_batch(WriteBatch(TABLET, ops, session, 1))
@@ -35,7 +35,7 @@ def test_a_batch_is_one_entry_with_a_result_per_op_and_bad_batches_are_refused(t
                 await ts.service.on_write_batch(WriteBatch(TABLET, [], session, 4))
             assert e.value.code == ErrorCode.INVALID_ARGUMENT
             with pytest.raises(RpcError) as e:
-                await ts.service.on_write(Write(TABLET, Batch(ops), session, 4))
+                await ts_write(ts, Write(TABLET, Batch(ops), session, 4))
             assert e.value.code == ErrorCode.INVALID_ARGUMENT
             assert r.state.last_applied_index == before + 2  # nothing refused was proposed
         finally:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from replica_net import options
 
-from node.protocol import CreateTablet, Peer, Write
-from node.replica import Replica, ReplicaOptions
+from node.protocol import CreateTablet, OpResult, Peer, Write
+from node.replica import Replica, ReplicaOptions, settle
 from node.server_base import ServerOptions
 from node.tablet.ops import OpenSession
 from node.tablet.ops import Write as Put
@@ -41,10 +41,17 @@ async def create(ts: TabletServer, peers: list[Peer], tablet: str = TABLET) -> N
     await ts.service.on_create_tablet(CreateTablet(tablet, "tbl", KeyRange(), peers))
 
 
+async def ts_write(ts: TabletServer, req: Write) -> OpResult:
+    """ts.write as the RPC server calls it (a direct handler), awaited."""
+    fut = asyncio.get_running_loop().create_future()
+    slow = ts.service.on_write(req, lambda value, error: settle(fut, value, error))
+    return await (fut if slow is None else slow)
+
+
 async def write_rows(ts: TabletServer, n: int, tablet: str = TABLET, prefix: str = "k") -> None:
-    session = (await ts.service.on_write(Write(tablet, OpenSession()))).result.value
+    session = (await ts_write(ts, Write(tablet, OpenSession()))).result.value
     for i in range(n):
-        res = await ts.service.on_write(Write(tablet, Put(f"{prefix}{i}", i), session=session, seq=i + 1))
+        res = await ts_write(ts, Write(tablet, Put(f"{prefix}{i}", i), session=session, seq=i + 1))
         assert res.result.ok, res
 
 

@@ -308,6 +308,15 @@ class TesseraClient:
         return sorted(t.replicas, key=lambda p: (not _on(p, bind), p.addr in self._silent,
                                                  p.uuid != hint, self.rng.random()))
 
+    def _believed_leader(self, t: TabletLocation) -> Peer | None:
+        """What `_replica_order` puts first when nothing is bound, if not silent: the per-op
+        path tries it before sorting anything."""
+        hint = self._leaders.get(t.tablet_id) or t.leader
+        for p in t.replicas:
+            if p.uuid == hint:
+                return None if p.addr in self._silent else p
+        return None
+
     async def _session(self, sessions: Sessions, table: str, t: TabletLocation, deadline: float,
                        bind: tuple[str, int | None] | None) -> _Session:
         s = sessions.by_tablet.get(t.tablet_id)
@@ -325,27 +334,15 @@ class TesseraClient:
                 # An orphaned session from a lost reply is harmless, so this may be retried;
                 # the op itself was not sent, so a failure here is OpFailed.
                 try:
-                    res, _, _ = await self._send(table, t, OpenSession(), 0, 0, 0, deadline, bind)
+                    method, req, _ = _request(t, OpenSession())
+                    res, _, _ = await self._to_leader(table, t, method, req, OpResult, True,
+                                                      deadline, bind)
                 except OpUnknown as e:
                     raise OpFailed(f"could not open a session: {e}") from None
-                s = sessions.by_tablet[t.tablet_id] = _Session(res.value)
+                s = sessions.by_tablet[t.tablet_id] = _Session(res.result.value)
             return s
         finally:
             lock.release()
-
-    async def _send(self, table: str, t: TabletLocation, op: Op, session: int, seq: int,
-                    acked_below: int, deadline: float, bind: tuple[str, int | None] | None = None
-                    ) -> tuple[Result, bool, Peer]:
-        """One op to the tablet's leader (the bound replica first), retried across replicas
-        until the deadline. Returns (result, uncertain, the replica that answered), where
-        uncertain means an earlier attempt may have applied."""
-        read_only = is_read_only(op)
-        method = "ts.read" if read_only else "ts.write"
-        req = Read(t.tablet_id, op) if read_only else Write(t.tablet_id, op, session, seq,
-                                                             acked_below)
-        res, uncertain, peer = await self._to_leader(table, t, method, req, OpResult,
-                                                     not read_only, deadline, bind)
-        return res.result, uncertain, peer
 
     async def _to_leader(self, table: str, t: TabletLocation, method: str, req: Any,
                          resp_type: type, mutating: bool, deadline: float,
@@ -353,15 +350,24 @@ class TesseraClient:
         """`req` to the tablet's leader, retried unchanged (same session and seqs) across
         replicas until the deadline: (response, uncertain, the replica that answered)."""
         loop = asyncio.get_running_loop()
-        backoff = _Backoff(self.rng)
+        backoff = None
         uncertain = False
         last = "no attempt"
         rounds = 0
         while loop.time() < deadline:
             t = self._latest(table, t)
-            order = self._replica_order(t, bind if rounds == 0 else None)
+            bound = bind if rounds == 0 else None
+            first = None if bound is not None else self._believed_leader(t)
+            order = [first] if first is not None else self._replica_order(t, bound)
+            complete = first is None  # else the rest is ordered only if `first` fails
             tried: set[str] = set()
-            while order and (remaining := deadline - loop.time()) > 0:
+            while (remaining := deadline - loop.time()) > 0:
+                if not order:
+                    if complete:
+                        break
+                    order = [p for p in self._replica_order(t, bound) if p.uuid not in tried]
+                    complete = True
+                    continue
                 peer = order.pop(0)
                 if peer.uuid in tried:
                     continue
@@ -396,6 +402,7 @@ class TesseraClient:
                     elif e.code == ErrorCode.INVALID_ARGUMENT:
                         raise OpFailed(f"refused: {last}") from None  # no replica will differ
             rounds += 1
+            backoff = backoff or _Backoff(self.rng)
             await backoff.wait(deadline)
         if uncertain:
             raise OpUnknown(f"outcome unknown after {self.timeout}s: {last}")
@@ -409,16 +416,21 @@ class TesseraClient:
         deadline = self._deadline()
         t = self.cached_tablet(table, key) or await self._tablet_for(table, key, deadline=deadline)
         if is_read_only(op):
-            res, _, peer = await self._send(table, t, op, 0, 0, 0, deadline, bind)
-            return res, peer
+            method, req, _ = _request(t, op)
+            res, _, peer = await self._to_leader(table, t, method, req, OpResult, False,
+                                                 deadline, bind)
+            return res.result, peer
         for _ in range(3):  # a session evicted before our first attempt: reopen and retry
-            s = await self._session(sessions, table, t, deadline, bind)
+            s = (sessions.by_tablet.get(t.tablet_id)
+                 or await self._session(sessions, table, t, deadline, bind))
             seqs = s.begin()
+            method, req, _ = _request(t, op, s.id, seqs[0], s.acked_below())
             try:
-                res, uncertain, peer = await self._send(table, t, op, s.id, seqs[0],
-                                                        s.acked_below(), deadline, bind)
+                reply, uncertain, peer = await self._to_leader(table, t, method, req, OpResult,
+                                                               True, deadline, bind)
             finally:
                 s.end(seqs)
+            res = reply.result
             if res.ok or res.error not in (Rejection.NO_SESSION, Rejection.STALE_SEQ):
                 return res, peer
             sessions.by_tablet.pop(t.tablet_id, None)
@@ -466,6 +478,14 @@ class TesseraClient:
         return Session(self, table, options or SessionOptions(), parse_bind(bind))
 
 
+def _request(t: TabletLocation, op: Op, session: int = 0, seq: int = 0,
+             acked_below: int = 0) -> tuple[str, Read | Write, bool]:
+    """(method, request, mutating) that carries `op` to tablet `t`."""
+    if is_read_only(op):
+        return "ts.read", Read(t.tablet_id, op), False
+    return "ts.write", Write(t.tablet_id, op, session, seq, acked_below), True
+
+
 def _on(peer: Peer, bind: tuple[str, int | None] | None) -> bool:
     return bind is not None and peer.host == bind[0] and bind[1] in (None, peer.port)
 
@@ -509,18 +529,18 @@ class Table:
         self.hybrid_time = res.timestamp if res.ok and res.timestamp else None
         return res
 
-    async def _ok(self, key: str, op: Op) -> Any:
-        res = await self._op(key, op)
+    @staticmethod
+    def _ok(res: Result) -> Any:
         if not res.ok:
             raise OpFailed(f"{res.error}: {res.detail}")
         return res.value
 
     async def read(self, key: str) -> Any:
-        return await self._ok(key, ReadOp(key))
+        return self._ok(await self._op(key, ReadOp(key)))
 
     async def write(self, key: str, value: Any) -> int:
         """Returns the write's hybrid timestamp."""
-        await self._ok(key, WriteOp(key, value))
+        self._ok(await self._op(key, WriteOp(key, value)))
         return self.hybrid_time or 0
 
     async def cas(self, key: str, expected: Any, new: Any) -> bool:
@@ -533,7 +553,7 @@ class Table:
 
     async def append(self, key: str, element: Any) -> int:
         """Returns the append's hybrid timestamp."""
-        await self._ok(key, Append(key, element))
+        self._ok(await self._op(key, Append(key, element)))
         return self.hybrid_time or 0
 
     async def txn(self, ops: list[list]) -> list[list]:
@@ -548,5 +568,5 @@ class Table:
                 if not first.partition.contains(key):
                     raise OpFailed(f"transaction keys span tablets ({key!r}); "
                                    "use a single-tablet table for transactions")
-        done = await self._ok(ops[0][1], Txn([MicroOp(*m) for m in ops]))
+        done = self._ok(await self._op(ops[0][1], Txn([MicroOp(*m) for m in ops])))
         return [list(m) for m in done]

@@ -62,39 +62,34 @@ class _Connection:
                 fut.set_exception(RpcError(ErrorCode.NETWORK, reason, maybe_delivered=True))
         self.pending.clear()
 
-    async def call(self, call_id: int, data: bytes, timeout: float) -> wire.Response:
-        loop = asyncio.get_running_loop()
-        if len(self.pending) >= self.max_inflight:
-            deadline = loop.time() + timeout
-            try:
-                async with asyncio.timeout_at(deadline):
-                    while len(self.pending) >= self.max_inflight:
-                        self.room.clear()
-                        await self.room.wait()
-            except TimeoutError:
-                raise RpcError(ErrorCode.DEADLINE_EXCEEDED, f"not sent within {timeout:.3f}s: "
-                               f"{self.max_inflight} calls in flight") from None
-            timeout = deadline - loop.time()
-        if self.closed:
-            raise RpcError(ErrorCode.NETWORK, "connection closed")
-        fut = loop.create_future()
+    def send(self, call_id: int, data: bytes, timeout: float) -> tuple[asyncio.Future, int]:
+        """Send one request now: the future of its response (failed with _Expired after
+        `timeout`) and its deadline key. The caller makes room first (`wait_for_room`) and
+        calls `ended` with both once done."""
+        fut = asyncio.get_running_loop().create_future()
         self.pending[call_id] = fut
         key = self.deadlines.add(fut, timeout)
+        self.out.write(data)
+        return fut, key
+
+    def ended(self, call_id: int, fut: asyncio.Future, key: int) -> None:
+        self.pending.pop(call_id, None)
+        self.deadlines.remove(fut, key)
+        self.room.set()
+
+    async def wait_for_room(self, timeout: float) -> float:
+        """Wait while max_inflight calls are in flight; the time left of `timeout`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         try:
-            self.out.write(data)
-            if self.out.must_drain():  # rare: the socket is not taking our bytes
-                async with asyncio.timeout(timeout):
-                    await self.out.drain()
-            return await fut
-        except (_Expired, TimeoutError):
-            raise RpcError(ErrorCode.DEADLINE_EXCEEDED, f"no reply within {timeout:.3f}s",
-                           maybe_delivered=True) from None
-        except ConnectionError as e:
-            raise RpcError(ErrorCode.NETWORK, str(e), maybe_delivered=True) from None
-        finally:
-            self.pending.pop(call_id, None)
-            self.deadlines.remove(fut, key)
-            self.room.set()
+            async with asyncio.timeout_at(deadline):
+                while len(self.pending) >= self.max_inflight:
+                    self.room.clear()
+                    await self.room.wait()
+        except TimeoutError:
+            raise RpcError(ErrorCode.DEADLINE_EXCEEDED, f"not sent within {timeout:.3f}s: "
+                           f"{self.max_inflight} calls in flight") from None
+        return deadline - loop.time()
 
     async def close(self) -> None:
         self.reader_task.cancel()
@@ -155,7 +150,23 @@ class RpcClient:
         call_id = next(self._ids)
         req = wire.Request(wire.WIRE_VERSION, call_id, method, max(1, int(timeout * 1000)), to_uuid,
                            request)  # encoded in place (wire.Request)
-        resp = await conn.call(call_id, wire.frame(req), timeout)
+        if len(conn.pending) >= conn.max_inflight:
+            timeout = await conn.wait_for_room(timeout)
+        if conn.closed:
+            raise RpcError(ErrorCode.NETWORK, "connection closed")
+        fut, key = conn.send(call_id, wire.frame(req), timeout)
+        try:
+            if conn.out.must_drain():  # rare: the socket is not taking our bytes
+                async with asyncio.timeout(timeout):
+                    await conn.out.drain()
+            resp = await fut
+        except (_Expired, TimeoutError):
+            raise RpcError(ErrorCode.DEADLINE_EXCEEDED, f"no reply within {timeout:.3f}s",
+                           maybe_delivered=True) from None
+        except ConnectionError as e:
+            raise RpcError(ErrorCode.NETWORK, str(e), maybe_delivered=True) from None
+        finally:
+            conn.ended(call_id, fut, key)
         if resp.code != ErrorCode.OK:
             code = ErrorCode(resp.code) if resp.code in ErrorCode._value2member_map_ else ErrorCode.REMOTE_ERROR
             raise RpcError(code, resp.message, maybe_delivered=code in _MAYBE_APPLIED,

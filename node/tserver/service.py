@@ -7,7 +7,8 @@ and its rules live there."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import functools
+from collections.abc import Awaitable, Callable
 
 from node.consensus import (
     ChangeOp,
@@ -40,10 +41,11 @@ from node.protocol import (
     Write,
     WriteBatch,
 )
-from node.replica import ReplicaError, config_text
+from node.replica import Replica, ReplicaError, config_text
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
+from node.rpc.server import Reply
 from node.tablet.checksum import row_hashes, table_checksum
-from node.tablet.ops import Batch, is_read_only
+from node.tablet.ops import Batch, Result, is_read_only
 from node.tserver.tablet_manager import TabletManager, TabletState
 
 
@@ -51,6 +53,14 @@ def replica_error(e: ReplicaError) -> RpcError:
     if e.maybe_applied:
         return RpcError(ErrorCode.REMOTE_ERROR, str(e))
     return RpcError(ErrorCode.NOT_LEADER, str(e), detail=e.leader)
+
+
+def _answer_op(reply: Reply, result: Result | None, error: BaseException | None) -> None:
+    """A replica's Done for one op, as the RPC answer."""
+    if error is None:
+        reply(OpResult(result), None)
+    else:
+        reply(None, replica_error(error) if isinstance(error, ReplicaError) else error)
 
 
 def proposal_error(e: Exception) -> RpcError:
@@ -94,7 +104,7 @@ class TabletService:
     def register(self, s: RpcServer) -> None:
         s.register("ts.create_tablet", CreateTablet, self.on_create_tablet)
         s.register("ts.delete_tablet", DeleteTablet, self.on_delete_tablet)
-        s.register("ts.write", Write, self.on_write)
+        s.register_direct("ts.write", Write, self.on_write)
         s.register("ts.write_batch", WriteBatch, self.on_write_batch)
         s.register("ts.read", Read, self.on_read)
         s.register("ts.status", Empty, self.on_status)
@@ -115,13 +125,25 @@ class TabletService:
         return Ack(await self.tablets.delete(req.tablet_id, req.cas_config_index))
 
     # -- writes and reads ---------------------------------------------------------------------
-    async def on_write(self, req: Write) -> OpResult:
+    def on_write(self, req: Write, reply: Reply) -> Awaitable[OpResult] | None:
+        """Direct (RpcServer.register_direct): a leader ready for writes proposes at once and
+        answers from the driver. Reads, and a leader not ready yet, take the awaited path."""
         r = self.tablets.serving(req.tablet_id)
         if isinstance(req.op, Batch):  # one result per op does not fit an OpResult
             raise RpcError(ErrorCode.INVALID_ARGUMENT, "batches go through ts.write_batch")
+        if is_read_only(req.op):
+            return self.on_read(Read(req.tablet_id, req.op))
+        if not r.leader_ready:
+            return self._write_when_ready(r, req)
         try:
-            if is_read_only(req.op):
-                return OpResult(await r.read(req.op))
+            r.submit(req.op, req.session, req.seq, req.acked_below,
+                     functools.partial(_answer_op, reply))
+        except ReplicaError as e:
+            raise replica_error(e) from None
+        return None
+
+    async def _write_when_ready(self, r: Replica, req: Write) -> OpResult:
+        try:
             return OpResult(await r.write(req.op, session=req.session, seq=req.seq,
                                           acked_below=req.acked_below))
         except ReplicaError as e:
