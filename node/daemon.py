@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import functools
 import logging
 import random
 import uuid as uuidlib
@@ -77,6 +78,10 @@ class PeerBook:
     def get(self, uuid: str) -> Peer | None:
         return self.peers.get(uuid)
 
+    def knows(self, peers: list[Peer]) -> bool:
+        """Every one of `peers` is known, at its address: `learn` would change nothing."""
+        return all(self.peers.get(p.uuid) == p for p in peers)
+
     async def learn(self, peers: list[Peer]) -> None:
         changed = [p for p in peers if self.peers.get(p.uuid) != p]
         if not changed:
@@ -88,8 +93,10 @@ class PeerBook:
 
 
 class Outbox:
-    """Delivers Raft messages: one sender task per (peer, tablet), each carrying everything queued
-    since its last call in one RPC, so a slow peer batches instead of piling up calls."""
+    """Delivers Raft messages: at most one RPC in flight per (peer, tablet), each carrying
+    everything queued since the last one left, so a slow peer batches instead of piling up
+    calls. A batch leaves as soon as the one before it is answered (the peer answers on
+    receipt), from the caller's turn of the loop: no sender task stands in between."""
 
     def __init__(self, rpc: RpcClient, book: PeerBook, me: Peer, timeout: float = 2.0,
                  on_refused: Callable[[str, str, str], None] | None = None):
@@ -99,8 +106,9 @@ class Outbox:
         self.rpc, self.book, self.me, self.timeout = rpc, book, me, timeout
         self.on_refused = on_refused
         self._queues: dict[tuple[str, str], list] = {}
-        self._events: dict[tuple[str, str], asyncio.Event] = {}
-        self._tasks: dict[tuple[str, str], asyncio.Task] = {}
+        self._busy: set[tuple[str, str]] = set()  # an RPC is in flight for these
+        self._tasks: set[asyncio.Task] = set()  # calls that had to connect first
+        self._closed = False
 
     def sender(self, tablet_id: str):
         return lambda to_uuid, messages: self.send(tablet_id, to_uuid, messages)
@@ -108,31 +116,46 @@ class Outbox:
     def send(self, tablet_id: str, to_uuid: str, messages: list) -> None:
         key = (to_uuid, tablet_id)
         self._queues.setdefault(key, []).extend(messages)
-        if key not in self._tasks:
-            self._events[key] = asyncio.Event()
-            self._tasks[key] = asyncio.create_task(self._run(key))
-        self._events[key].set()
+        if key not in self._busy:
+            self._flush(key)
 
-    async def _run(self, key: tuple[str, str]) -> None:
+    def _flush(self, key: tuple[str, str]) -> None:
+        batch = self._queues.pop(key, None)
+        if not batch or self._closed:
+            return
         to_uuid, tablet_id = key
-        event = self._events[key]
-        while True:
-            await event.wait()
-            event.clear()
-            batch, self._queues[key] = self._queues[key], []
-            peer = self.book.get(to_uuid)
-            if not batch or peer is None:
-                continue  # Raft resends what matters; an unknown peer is learned from masters
-            try:
-                ack = await self.rpc.call(peer.addr, "consensus",
-                                          Consensus(tablet_id, batch, [self.me]), Ack,
-                                          to_uuid=to_uuid, timeout=self.timeout)
-                if ack.reason in ("missing", "tombstoned") and self.on_refused is not None:
-                    self.on_refused(tablet_id, to_uuid, ack.reason)
-            except RpcError as e:
-                log.debug("consensus to %s for %s failed: %s", to_uuid, tablet_id, e)
+        peer = self.book.get(to_uuid)
+        if peer is None:
+            return  # Raft resends what matters; an unknown peer is learned from masters
+        self._busy.add(key)
+        req = Consensus(tablet_id, batch, [self.me])
+        done = functools.partial(self._answered, key)
+        if not self.rpc.call_nowait(peer.addr, "consensus", req, Ack, to_uuid=to_uuid,
+                                    timeout=self.timeout, done=done):
+            task = asyncio.create_task(self._call(peer, req, done))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _call(self, peer: Peer, req: Consensus, done: Callable) -> None:
+        """The way with a coroutine: connecting first, or waiting for room."""
+        try:
+            ack = await self.rpc.call(peer.addr, "consensus", req, Ack, to_uuid=peer.uuid,
+                                      timeout=self.timeout)
+        except RpcError as e:
+            done(None, e)
+        else:
+            done(ack, None)
+
+    def _answered(self, key: tuple[str, str], ack: Ack | None, error: BaseException | None) -> None:
+        self._busy.discard(key)
+        if error is not None:
+            log.debug("consensus to %s for %s failed: %s", key[0], key[1], error)
+        elif ack.reason in ("missing", "tombstoned") and self.on_refused is not None:
+            self.on_refused(key[1], key[0], ack.reason)
+        self._flush(key)
 
     async def close(self) -> None:
-        for t in self._tasks.values():
+        self._closed = True
+        for t in list(self._tasks):
             t.cancel()
-        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        await asyncio.gather(*self._tasks, return_exceptions=True)

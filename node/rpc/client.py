@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 
 from node.rpc import wire
 from node.rpc.coalesce import CoalescingWriter
@@ -12,6 +13,29 @@ from node.rpc.errors import ErrorCode, RpcError
 
 # Server-side codes after which the request may have taken effect.
 _MAYBE_APPLIED = {ErrorCode.DEADLINE_EXCEEDED, ErrorCode.REMOTE_ERROR, ErrorCode.SHUTTING_DOWN}
+
+
+def _call_error(e: BaseException, timeout: float) -> BaseException:
+    """What a call raises when its response future failed with `e` (RpcErrors pass)."""
+    if isinstance(e, (_Expired, TimeoutError)):
+        return RpcError(ErrorCode.DEADLINE_EXCEEDED, f"no reply within {timeout:.3f}s",
+                        maybe_delivered=True)
+    if isinstance(e, ConnectionError):
+        return RpcError(ErrorCode.NETWORK, str(e), maybe_delivered=True)
+    return e
+
+
+def _response(resp: wire.Response, method: str, response_type: type) -> object:
+    """A response's body, or the RpcError it carries."""
+    if resp.code != ErrorCode.OK:
+        code = ErrorCode(resp.code) if resp.code in ErrorCode._value2member_map_ else ErrorCode.REMOTE_ERROR
+        raise RpcError(code, resp.message, maybe_delivered=code in _MAYBE_APPLIED,
+                       detail=resp.detail)
+    try:
+        return wire.decode_body(resp.body, response_type)
+    except RpcError as e:  # the server acted but answered in a shape we cannot read
+        raise RpcError(ErrorCode.MALFORMED, f"bad {method} reply: {e.message}",
+                       maybe_delivered=True) from None
 
 
 class _Expired(Exception):
@@ -160,22 +184,38 @@ class RpcClient:
                 async with asyncio.timeout(timeout):
                     await conn.out.drain()
             resp = await fut
-        except (_Expired, TimeoutError):
-            raise RpcError(ErrorCode.DEADLINE_EXCEEDED, f"no reply within {timeout:.3f}s",
-                           maybe_delivered=True) from None
-        except ConnectionError as e:
-            raise RpcError(ErrorCode.NETWORK, str(e), maybe_delivered=True) from None
+        except BaseException as e:
+            raise _call_error(e, timeout) from None
         finally:
             conn.ended(call_id, fut, key)
-        if resp.code != ErrorCode.OK:
-            code = ErrorCode(resp.code) if resp.code in ErrorCode._value2member_map_ else ErrorCode.REMOTE_ERROR
-            raise RpcError(code, resp.message, maybe_delivered=code in _MAYBE_APPLIED,
-                           detail=resp.detail)
-        try:
-            return wire.decode_body(resp.body, response_type)
-        except RpcError as e:  # the server acted but answered in a shape we cannot read
-            raise RpcError(ErrorCode.MALFORMED, f"bad {method} reply: {e.message}",
-                           maybe_delivered=True) from None
+        return _response(resp, method, response_type)
+
+    def call_nowait(self, addr: tuple[str, int], method: str, request: object,
+                    response_type: type, *, to_uuid: str, timeout: float,
+                    done: Callable[[object, BaseException | None], None]) -> bool:
+        """`call` without a coroutine, for a connection already open with room: the request
+        is queued at once and `done(response, None)` or `done(None, RpcError)` runs when it
+        ends. False, with nothing sent, when it cannot: then `call`, which connects or waits.
+        Raft's messages go this way, a loop turn sooner than through a sender task."""
+        conn = self._conns.get(addr)
+        if conn is None or conn.closed or len(conn.pending) >= conn.max_inflight or timeout <= 0:
+            return False
+        call_id = next(self._ids)
+        req = wire.Request(wire.WIRE_VERSION, call_id, method, max(1, int(timeout * 1000)), to_uuid,
+                           request)
+        fut, key = conn.send(call_id, wire.frame(req), timeout)
+
+        def ended(f: asyncio.Future) -> None:
+            conn.ended(call_id, f, key)
+            try:
+                body = _response(f.result(), method, response_type)
+            except BaseException as e:
+                done(None, _call_error(e, timeout))
+                return
+            done(body, None)
+
+        fut.add_done_callback(ended)
+        return True
 
     async def close(self) -> None:
         conns, self._conns = list(self._conns.values()), {}

@@ -77,9 +77,20 @@ class ConsensusService:
         self.tablets, self.book = tablets, book
 
     def register(self, s: RpcServer) -> None:
-        s.register("consensus", Consensus, self.on_consensus)
+        s.register_direct("consensus", Consensus, self.on_consensus)
 
-    async def on_consensus(self, req: Consensus) -> Ack:
+    def on_consensus(self, req: Consensus, reply: Reply) -> Awaitable[Ack] | None:
+        """Direct: a running replica takes the messages and the sender hears back at once,
+        from this turn of the loop. Unknown peers (learning them writes the peer book) and
+        replicas that do not run take the awaited path."""
+        e = self.tablets.get(req.tablet_id)
+        if e is None or e.state != TabletState.RUNNING or not self.book.knows(req.peers):
+            return self._consensus(req)
+        e.replica.step(req.messages)
+        reply(Ack(True), None)
+        return None
+
+    async def _consensus(self, req: Consensus) -> Ack:
         if req.peers:
             await self.book.learn(req.peers)
         tid = req.tablet_id
