@@ -182,33 +182,28 @@ def bootstrap_replica(paths: TabletPaths, config: RaftConfig) -> None:
 
 
 class _ReadGroup:
-    """Reads that share one ReadIndex request. Each reader waits on a future of its own, so a
-    reader whose deadline passes leaves the others waiting, at the cost of one future a read
-    (asyncio.shield costs three callbacks a read)."""
+    """Reads that share one ReadIndex request, each with a Done of its own: a reader that
+    gives up (its deadline) leaves the others waiting."""
 
     __slots__ = ("started", "waiters", "done")
 
     def __init__(self, started: float):
         self.started = started
-        self.waiters: list[asyncio.Future] = []
+        self.waiters: list[Done] = []
         self.done = False
 
-    def join(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
-        fut = loop.create_future()
-        self.waiters.append(fut)
-        return fut
+    def join(self, done: Done) -> None:
+        self.waiters.append(done)
 
     def resolve(self, value: Any) -> None:
         self.done = True
-        for fut in self.waiters:
-            if not fut.done():
-                fut.set_result(value)
+        for done in self.waiters:
+            done(value, None)
 
     def fail(self, err: Exception) -> None:
         self.done = True
-        for fut in self.waiters:
-            if not fut.done():
-                fut.set_exception(err)
+        for done in self.waiters:
+            done(None, err)
 
 
 class Replica:
@@ -237,7 +232,7 @@ class Replica:
         self._proposed: dict[int, tuple[int, Command]] = {}
         self._reads: dict[bytes, _ReadGroup] = {}  # read-index ctx -> its group
         self._open_read: _ReadGroup | None = None  # the group new reads join
-        self._applied_waiters: list[tuple[int, asyncio.Future]] = []
+        self._applied_waiters: list[tuple[int, Callable[[], None]]] = []  # (index, then)
         self._ctx = itertools.count(1)
         self._leader_ready_term = -1  # term in which we, as leader, applied our own entry
         self._leader_ready = asyncio.Event()
@@ -536,12 +531,11 @@ class Replica:
     def _wake_applied(self) -> None:
         applied = self.state.last_applied_index
         keep = []
-        for index, fut in self._applied_waiters:
+        for index, then in self._applied_waiters:
             if index <= applied:
-                if not fut.done():
-                    fut.set_result(None)
+                then()
             else:
-                keep.append((index, fut))
+                keep.append((index, then))
         self._applied_waiters = keep
 
     def _maybe_snapshot(self) -> None:
@@ -678,15 +672,14 @@ class Replica:
         self.submit(op, session, seq, acked_below, functools.partial(settle, fut))
         return await fut
 
-    async def write_batch(self, ops: list[RowOp], *, session: int, seq: int,
-                          acked_below: int) -> list[Result]:
-        """Many row ops of one session as ONE entry (ops.Batch: op i is seq + i): one result
-        per op, commit-waited once, since every op shares the entry's timestamp. Raises
-        ValueError, before proposing anything, for a batch the session bound cannot keep
-        (Limits.check_batch)."""
+    def batch(self, ops: list[RowOp]) -> Batch:
+        """Many row ops of one session as ONE command (ops.Batch: op i is seq + i), to `submit`
+        or `write`: one result per op, commit-waited once, since every op shares the entry's
+        timestamp. Raises ValueError for a batch the session bound cannot keep
+        (Limits.check_batch): nothing is proposed."""
         batch = Batch(ops)
         self.state.limits.check_batch(batch)
-        return await self.write(batch, session=session, seq=seq, acked_below=acked_below)
+        return batch
 
     async def change_config(self, change: ConfigChange, cas_config_index: int) -> RaftConfig:
         """Propose a one-by-one membership change; return the new config once applied here.
@@ -766,30 +759,51 @@ class Replica:
         self._submit(lambda: self.core.reset_progress(peer, match, term))
 
     async def read(self, op: Op) -> Result:
-        """Linearizable read: confirm leadership for this read (ReadIndex), wait until applied
-        that far, then read locally. In lease mode a confirmation also grants a lease (see
-        `leader_lease_s`) during which reads skip the round: safe only while clocks advance at
-        rates within `max_clock_drift` of real time. A lease belongs to the term it was granted
-        in, and none is served or granted once a leadership transfer started in the term."""
+        """`submit_read`, awaited."""
         await self.await_leader_ready()
+        fut = asyncio.get_running_loop().create_future()
+        self.submit_read(op, functools.partial(settle, fut))
+        return await fut
+
+    def submit_read(self, op: Op, done: Done) -> None:
+        """Linearizable read: confirm leadership for this read (ReadIndex), wait until applied
+        that far, then read locally: `done(result, None)`, or `done(None, ReplicaError)`. In
+        lease mode a confirmation also grants a lease (see `leader_lease_s`) during which reads
+        skip the round: safe only while clocks advance at rates within `max_clock_drift` of
+        real time. A lease belongs to the term it was granted in, and none is served or granted
+        once a leadership transfer started in the term. No coroutine, as `submit`; callers wait
+        for `leader_ready` first."""
+        self._check_serving()
         if self.options.faults.fault_read_without_leadership:
-            return self.state.query(op)  # unsafe: nothing proves we still lead
+            done(self.state.query(op), None)  # unsafe: nothing proves we still lead
+            return
         loop = asyncio.get_running_loop()
         if self.options.read_mode == "lease" and self._lease_valid(loop.time()):
-            return self.state.query(op)
+            done(self.state.query(op), None)
+            return
         group = self._open_read or self._open_read_group(loop)
-        index, term, sent = await group.join(loop)
+        group.join(functools.partial(self._read_confirmed, op, group, done))
+
+    def _read_confirmed(self, op: Op, group: _ReadGroup, done: Done, confirmed: Any,
+                        error: BaseException | None) -> None:
+        if error is not None:
+            done(None, error)
+            return
+        index, term, sent = confirmed
         if sent is None:
             # No heartbeat of its own went out if a quorum confirmed it at once: the group's
             # start is earlier than any round that did, so still a safe start for a lease.
             sent = group.started
+        then = functools.partial(self._read_applied, op, term, sent, done)
         if index > self.state.last_applied_index:
-            done = loop.create_future()
-            self._applied_waiters.append((index, done))
-            await done
+            self._applied_waiters.append((index, then))
+        else:
+            then()
+
+    def _read_applied(self, op: Op, term: int, sent: float, done: Done) -> None:
         if self.options.read_mode == "lease":
             self._grant_lease(term, sent)
-        return self.state.query(op)
+        done(self.state.query(op), None)
 
     def _open_read_group(self, loop: asyncio.AbstractEventLoop) -> _ReadGroup:
         """Reads not yet handed to the core share one ReadIndex request: the round that confirms

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from tserver_helpers import TABLET, create, sole_leader, start_server, wait_for, write_rows
+from tserver_helpers import TABLET, create, direct, sole_leader, start_server, wait_for, write_rows
 
 from node.consensus import FollowerLostEntries
 from node.protocol import DeleteTablet, Read, StartTabletCopy, TabletCopyResult
@@ -50,7 +50,7 @@ def test_copy_onto_an_up_to_date_running_replica_is_refused_and_its_data_survive
             assert ts.replicas.get(TABLET) is r and ts.tablets.state(TABLET) != TabletState.TOMBSTONED
             sb = Superblock.load(ts.tablets.paths(TABLET).superblock)
             assert sb.data_state == DataState.READY
-            got = await ts.service.on_read(Read(TABLET, Get("k2")))
+            got = await direct(ts.service.on_read, Read(TABLET, Get("k2")))
             assert got.result.ok and got.result.value == 2
             # expecting another state than the replica's is ILLEGAL_STATE (seed 05)
             with pytest.raises(RpcError) as e:

@@ -41,11 +41,15 @@ async def create(ts: TabletServer, peers: list[Peer], tablet: str = TABLET) -> N
     await ts.service.on_create_tablet(CreateTablet(tablet, "tbl", KeyRange(), peers))
 
 
-async def ts_write(ts: TabletServer, req: Write) -> OpResult:
-    """ts.write as the RPC server calls it (a direct handler), awaited."""
+async def direct(handler, req):
+    """A direct handler (RpcServer.register_direct) called as the RPC server calls it, awaited."""
     fut = asyncio.get_running_loop().create_future()
-    slow = ts.service.on_write(req, lambda value, error: settle(fut, value, error))
+    slow = handler(req, lambda value, error: settle(fut, value, error))
     return await (fut if slow is None else slow)
+
+
+async def ts_write(ts: TabletServer, req: Write) -> OpResult:
+    return await direct(ts.service.on_write, req)
 
 
 async def write_rows(ts: TabletServer, n: int, tablet: str = TABLET, prefix: str = "k") -> None:

@@ -45,7 +45,7 @@ from node.replica import Replica, ReplicaError, config_text
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
 from node.rpc.server import Reply
 from node.tablet.checksum import row_hashes, table_checksum
-from node.tablet.ops import Batch, Result, is_read_only
+from node.tablet.ops import Batch, Op, Result, is_read_only
 from node.tserver.tablet_manager import TabletManager, TabletState
 
 
@@ -55,10 +55,11 @@ def replica_error(e: ReplicaError) -> RpcError:
     return RpcError(ErrorCode.NOT_LEADER, str(e), detail=e.leader)
 
 
-def _answer_op(reply: Reply, result: Result | None, error: BaseException | None) -> None:
-    """A replica's Done for one op, as the RPC answer."""
+def _answer(answer: type, reply: Reply, result: Result | list[Result] | None,
+            error: BaseException | None) -> None:
+    """A replica's Done as the RPC answer: `answer(result)` (OpResult, BatchResult)."""
     if error is None:
-        reply(OpResult(result), None)
+        reply(answer(result), None)
     else:
         reply(None, replica_error(error) if isinstance(error, ReplicaError) else error)
 
@@ -116,8 +117,8 @@ class TabletService:
         s.register("ts.create_tablet", CreateTablet, self.on_create_tablet)
         s.register("ts.delete_tablet", DeleteTablet, self.on_delete_tablet)
         s.register_direct("ts.write", Write, self.on_write)
-        s.register("ts.write_batch", WriteBatch, self.on_write_batch)
-        s.register("ts.read", Read, self.on_read)
+        s.register_direct("ts.write_batch", WriteBatch, self.on_write_batch)
+        s.register_direct("ts.read", Read, self.on_read)
         s.register("ts.status", Empty, self.on_status)
         s.register("ts.checksum", ChecksumScan, self.on_checksum)
         s.register("ts.change_config", ChangeConfig, self.on_change_config)
@@ -143,40 +144,56 @@ class TabletService:
         if isinstance(req.op, Batch):  # one result per op does not fit an OpResult
             raise RpcError(ErrorCode.INVALID_ARGUMENT, "batches go through ts.write_batch")
         if is_read_only(req.op):
-            return self.on_read(Read(req.tablet_id, req.op))
-        if not r.leader_ready:
-            return self._write_when_ready(r, req)
+            return self.on_read(Read(req.tablet_id, req.op), reply)
+        return self._submit(r, req, req.op, OpResult, reply)
+
+    def on_write_batch(self, req: WriteBatch, reply: Reply) -> Awaitable[BatchResult] | None:
+        """One WriteRequest: every op replicated in one entry, each with its own result.
+        Direct, as ts.write."""
+        r = self.tablets.serving(req.tablet_id)
         try:
-            r.submit(req.op, req.session, req.seq, req.acked_below,
-                     functools.partial(_answer_op, reply))
+            batch = r.batch(req.ops)
+        except ValueError as e:  # empty, or more ops than the session bound keeps: not proposed
+            raise RpcError(ErrorCode.INVALID_ARGUMENT, str(e)) from None
+        return self._submit(r, req, batch, BatchResult, reply)
+
+    def _submit(self, r: Replica, req: Write | WriteBatch, op: Op, answer: type,
+                reply: Reply) -> Awaitable | None:
+        """Propose `op` for `req`'s session and answer `answer(result)`: from the driver, or
+        once the leader is ready (the awaited path)."""
+        if not r.leader_ready:
+            return self._when_ready(r, req, op, answer)
+        try:
+            r.submit(op, req.session, req.seq, req.acked_below,
+                     functools.partial(_answer, answer, reply))
         except ReplicaError as e:
             raise replica_error(e) from None
         return None
 
-    async def _write_when_ready(self, r: Replica, req: Write) -> OpResult:
+    async def _when_ready(self, r: Replica, req: Write | WriteBatch, op: Op, answer: type):
         try:
-            return OpResult(await r.write(req.op, session=req.session, seq=req.seq,
-                                          acked_below=req.acked_below))
+            return answer(await r.write(op, session=req.session, seq=req.seq,
+                                        acked_below=req.acked_below))
         except ReplicaError as e:
             raise replica_error(e) from None
 
-    async def on_write_batch(self, req: WriteBatch) -> BatchResult:
-        """One WriteRequest: every op replicated in one entry, each with its own result."""
-        r = self.tablets.serving(req.tablet_id)
-        try:
-            return BatchResult(await r.write_batch(req.ops, session=req.session, seq=req.seq,
-                                                   acked_below=req.acked_below))
-        except ValueError as e:  # empty, or more ops than the session bound keeps: not proposed
-            raise RpcError(ErrorCode.INVALID_ARGUMENT, str(e)) from None
-        except ReplicaError as e:
-            raise replica_error(e) from None
-
-    async def on_read(self, req: Read) -> OpResult:
+    def on_read(self, req: Read, reply: Reply) -> Awaitable[OpResult] | None:
+        """Direct, as ts.write: a ready leader answers from its lease or from the driver once
+        the read's ReadIndex round confirmed it."""
         r = self.tablets.serving(req.tablet_id)
         if not is_read_only(req.op):
             raise RpcError(ErrorCode.INVALID_ARGUMENT, "ts.read takes read-only ops; use ts.write")
+        if not r.leader_ready:
+            return self._read_when_ready(r, req.op)
         try:
-            return OpResult(await r.read(req.op))
+            r.submit_read(req.op, functools.partial(_answer, OpResult, reply))
+        except ReplicaError as e:
+            raise replica_error(e) from None
+        return None
+
+    async def _read_when_ready(self, r: Replica, op: Op) -> OpResult:
+        try:
+            return OpResult(await r.read(op))
         except ReplicaError as e:
             raise replica_error(e) from None
 
