@@ -45,14 +45,20 @@ async def _until(pred, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+async def _serve(peer: _Peer, tmp_path) -> tuple[RpcServer, PeerBook]:
+    """`peer` serving consensus as "p1", and a peer book that knows where."""
+    srv = RpcServer("p1")
+    srv.register_direct("consensus", Consensus, peer.on_consensus)
+    host, port = await srv.start("127.0.0.1", 0)
+    book = PeerBook(tmp_path / "peers", RealDisk())
+    await book.learn([Peer("p1", host, port)])
+    return srv, book
+
+
 def test_one_rpc_in_flight_and_what_queues_meanwhile_leaves_as_one_batch(tmp_path):
     async def go():
         peer = _Peer()
-        srv = RpcServer("p1")
-        srv.register_direct("consensus", Consensus, peer.on_consensus)
-        host, port = await srv.start("127.0.0.1", 0)
-        book = PeerBook(tmp_path / "peers", RealDisk())
-        await book.learn([Peer("p1", host, port)])
+        srv, book = await _serve(peer, tmp_path)
         rpc = RpcClient()
         out = Outbox(rpc, book, Peer("me", "127.0.0.1", 1))
         try:
@@ -82,11 +88,7 @@ def test_one_rpc_in_flight_and_what_queues_meanwhile_leaves_as_one_batch(tmp_pat
 def test_a_refusal_reaches_on_refused_and_a_failed_call_frees_the_peer(tmp_path):
     async def go():
         peer = _Peer(reason="tombstoned")
-        srv = RpcServer("p1")
-        srv.register_direct("consensus", Consensus, peer.on_consensus)
-        host, port = await srv.start("127.0.0.1", 0)
-        book = PeerBook(tmp_path / "peers", RealDisk())
-        await book.learn([Peer("p1", host, port)])
+        srv, book = await _serve(peer, tmp_path)
         rpc = RpcClient()
         refused = []
         out = Outbox(rpc, book, Peer("me", "127.0.0.1", 1), timeout=0.3,

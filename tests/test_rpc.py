@@ -167,13 +167,16 @@ class _Direct:
         await asyncio.sleep(0.01)
         return EchoReply("SLOW")
 
+    async def serve(self, max_inflight: int) -> tuple[RpcServer, tuple[str, int]]:
+        srv = RpcServer("srv-1", max_inflight_per_conn=max_inflight)
+        srv.register_direct("direct", Echo, self.handle)
+        return srv, await srv.start("127.0.0.1", 0)
+
 
 def test_direct_handlers_answer_once_by_reply_error_fallback_or_deadline():
     async def go():
         d = _Direct()
-        srv = RpcServer("srv-1", max_inflight_per_conn=4)
-        srv.register_direct("direct", Echo, d.handle)
-        addr = await srv.start("127.0.0.1", 0)
+        srv, addr = await d.serve(max_inflight=4)
         cli = RpcClient()
 
         async def call(text, timeout=5.0):
@@ -229,9 +232,7 @@ def test_direct_calls_count_against_the_in_flight_limit():
     request waits until one is answered, and nothing is lost."""
     async def go():
         d = _Direct()
-        srv = RpcServer("srv-1", max_inflight_per_conn=2)
-        srv.register_direct("direct", Echo, d.handle)
-        addr = await srv.start("127.0.0.1", 0)
+        srv, addr = await d.serve(max_inflight=2)
         cli = RpcClient()
         try:
             calls = [asyncio.create_task(cli.call(addr, "direct", Echo("later"), EchoReply,
