@@ -72,6 +72,15 @@ Send = Callable[[str, list], None]  # (to_uuid, messages): queue for delivery, n
 Done = Callable[[Any, BaseException | None], None]  # (result, None) or (None, error), once
 
 
+def _finish(callback: Callable[..., None], *args: Any) -> None:
+    """Call a caller's callback (a Done) from the driver: a bug in one must not fail the
+    replica, as the driver stops serving on any exception it sees (a failed fsync)."""
+    try:
+        callback(*args)
+    except Exception:
+        log.exception("a result callback raised")
+
+
 def settle(fut: asyncio.Future, result: Any, error: BaseException | None) -> None:
     """A Done that resolves `fut`: how coroutine callers wait for a callback-style result."""
     if fut.done():
@@ -198,12 +207,12 @@ class _ReadGroup:
     def resolve(self, value: Any) -> None:
         self.done = True
         for done in self.waiters:
-            done(value, None)
+            _finish(done, value, None)
 
     def fail(self, err: Exception) -> None:
         self.done = True
         for done in self.waiters:
-            done(None, err)
+            _finish(done, None, err)
 
 
 class Replica:
@@ -520,10 +529,10 @@ class Replica:
         if waiter is not None:
             term, done = waiter
             if term == e.term:
-                done(result, None)
+                _finish(done, result, None)
             else:
-                done(None, ReplicaError("overwritten by a new leader before commit",
-                                        leader=self.leader))
+                _finish(done, None, ReplicaError("overwritten by a new leader before commit",
+                                                leader=self.leader))
         if self.role == Role.LEADER and e.term == self.term and self._leader_ready_term != e.term:
             self._leader_ready_term = e.term
             self._leader_ready.set()
@@ -533,7 +542,7 @@ class Replica:
         keep = []
         for index, then in self._applied_waiters:
             if index <= applied:
-                then()
+                _finish(then)
             else:
                 keep.append((index, then))
         self._applied_waiters = keep
@@ -569,7 +578,7 @@ class Replica:
         self._proposed.clear()
         waiters, self._waiters = self._waiters, {}
         for _, done in waiters.values():
-            done(None, err)
+            _finish(done, None, err)
         for group in self._reads.values():
             group.fail(err)
         self._reads.clear()
@@ -634,16 +643,16 @@ class Replica:
             # Leadership changed since the caller saw leader_ready: until an entry of this term
             # is applied, entries of earlier terms may sit in our log unapplied, and the clock
             # has not witnessed their timestamps. Nothing is appended: a retry is safe.
-            done(None, ReplicaError("not the leader", leader=self.core.lead))
+            _finish(done, None, ReplicaError("not the leader", leader=self.core.lead))
             return
         command = Command(COMMAND_VERSION, op, session, seq, acked_below, self.clock.now())
         try:
             index = self.core.propose(command_payload(command))
         except NotLeader as e:
-            done(None, ReplicaError("not the leader", leader=e.leader))
+            _finish(done, None, ReplicaError("not the leader", leader=e.leader))
             return
         except ProposalError as e:
-            done(None, ReplicaError(str(e), leader=self.leader))
+            _finish(done, None, ReplicaError(str(e), leader=self.leader))
             return
         self._proposed[index] = (term, command)
         self._waiters[index] = (term, functools.partial(self._commit_waited, done, False))
