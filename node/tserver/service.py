@@ -64,6 +64,14 @@ def _answer(answer: type, reply: Reply, result: Result | list[Result] | None,
         reply(None, replica_error(error) if isinstance(error, ReplicaError) else error)
 
 
+async def _awaited(work: Awaitable, answer: type):
+    """The awaited path of a direct handler (a leader not ready yet): `answer(await work)`."""
+    try:
+        return answer(await work)
+    except ReplicaError as e:
+        raise replica_error(e) from None
+
+
 def proposal_error(e: Exception) -> RpcError:
     """A refused proposal (config change, leadership transfer) as the caller should see it."""
     if isinstance(e, ReplicaError):
@@ -162,20 +170,14 @@ class TabletService:
         """Propose `op` for `req`'s session and answer `answer(result)`: from the driver, or
         once the leader is ready (the awaited path)."""
         if not r.leader_ready:
-            return self._when_ready(r, req, op, answer)
+            return _awaited(r.write(op, session=req.session, seq=req.seq,
+                                    acked_below=req.acked_below), answer)
         try:
             r.submit(op, req.session, req.seq, req.acked_below,
                      functools.partial(_answer, answer, reply))
         except ReplicaError as e:
             raise replica_error(e) from None
         return None
-
-    async def _when_ready(self, r: Replica, req: Write | WriteBatch, op: Op, answer: type):
-        try:
-            return answer(await r.write(op, session=req.session, seq=req.seq,
-                                        acked_below=req.acked_below))
-        except ReplicaError as e:
-            raise replica_error(e) from None
 
     def on_read(self, req: Read, reply: Reply) -> Awaitable[OpResult] | None:
         """Direct, as ts.write: a ready leader answers from its lease or from the driver once
@@ -184,18 +186,12 @@ class TabletService:
         if not is_read_only(req.op):
             raise RpcError(ErrorCode.INVALID_ARGUMENT, "ts.read takes read-only ops; use ts.write")
         if not r.leader_ready:
-            return self._read_when_ready(r, req.op)
+            return _awaited(r.read(req.op), OpResult)
         try:
             r.submit_read(req.op, functools.partial(_answer, OpResult, reply))
         except ReplicaError as e:
             raise replica_error(e) from None
         return None
-
-    async def _read_when_ready(self, r: Replica, op: Op) -> OpResult:
-        try:
-            return OpResult(await r.read(op))
-        except ReplicaError as e:
-            raise replica_error(e) from None
 
     # -- membership and leadership (seed 03) -----------------------------------------------------
     async def on_change_config(self, req: ChangeConfig) -> ConfigState:
