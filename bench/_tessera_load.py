@@ -6,12 +6,10 @@ issue, not at what the cluster can commit.
 Speaks JSON lines on stdin/stdout. A "prepare" command builds the point's clients and answers
 {"ready": true}; "go" runs them and answers the counts and a latency histogram:
 
-  writes   N writers, each one single-op write at a time on its own rows ("c<i>-<k>"),
-           issued from callbacks (Table.write_nowait), as PySyncObj's benchmark issues;
+  writes   N writers, each one single-op write at a time on its own rows ("c<i>-<k>");
   batched  N AUTO_FLUSH_BACKGROUND sessions with Kudu's defaults, each fed as fast as its
            buffers take ops (rows "b<i>-<k>"); an op counts once its own result is ok;
-  reads    N readers, each one read at a time of the rows "c0-<k>" (k < 100) the parent wrote,
-           the same way (Table.read_nowait).
+  reads    N readers, each one read at a time of the rows "c0-<k>" (k < 100) the parent wrote.
 
 A point runs for `seconds`, or for `count` ops per client when given (the single-client p50).
 Latencies are counted in buckets of HIST_RES_S, so the parent merges processes exactly.
@@ -61,44 +59,23 @@ class _Point:
             await asyncio.gather(*(self._feed(first + i, s) for i, s in enumerate(self.sessions)))
             await asyncio.gather(*(s.close() for s in self.sessions))
         else:
-            await self._closed(first, req["n"], kind, count)
+            def op(w: int, n: int):
+                if kind == "writes":
+                    return self.table.write(f"c{w}-{n % 100}", n)
+                return self.table.read(f"c0-{n % 100}")
+
+            await asyncio.gather(*(self._closed(first + w, op, count) for w in range(req["n"])))
         elapsed = min(time.perf_counter() - t0, req["seconds"] + 0.001)
         return {"ops": self.ops, "failed": self.failed, "elapsed": elapsed,
                 "hist": {str(k): v for k, v in self.hist.items()}}
 
-    async def _closed(self, first: int, n: int, kind: str, count: int | None) -> None:
-        """n writers (or readers), each keeping one op outstanding: the next is issued from
-        the last one's callback (Table.write_nowait / read_nowait), as PySyncObj's benchmark
-        issues from callback=, not from a coroutine per op."""
-        loop = asyncio.get_running_loop()
-        finished = loop.create_future()
-        running = n
-        table = self.table
-
-        def issue(w: int, k: int) -> None:
-            nonlocal running
-            if loop.time() >= self.stop or (count is not None and k >= count):
-                running -= 1
-                if not running:
-                    finished.set_result(None)
-                return
+    async def _closed(self, w: int, op, count: int | None) -> None:
+        loop, n = asyncio.get_running_loop(), 0
+        while loop.time() < self.stop and (count is None or n < count):
             t = time.perf_counter()
-
-            def ended(_value, err: BaseException | None) -> None:
-                if err is None:
-                    self._landed(time.perf_counter() - t)
-                else:
-                    self.failed += 1
-                issue(w, k + 1)
-
-            if kind == "writes":
-                table.write_nowait(f"c{w}-{k % 100}", k, ended)
-            else:
-                table.read_nowait(f"c0-{k % 100}", ended)
-
-        for w in range(first, first + n):
-            issue(w, 0)
-        await finished
+            await op(w, n)
+            self._landed(time.perf_counter() - t)
+            n += 1
 
     async def _feed(self, i: int, s) -> None:
         loop, n = asyncio.get_running_loop(), 0
@@ -135,9 +112,7 @@ async def _serve(masters: list[tuple[str, int]], table_name: str) -> None:
             req = json.loads(line)
             if req["cmd"] == "prepare":
                 point = _Point(table, req)
-                # the tablet's location, a connection and a session, before timing
-                await table.read("c0-0")
-                await table.write("c0-0", 0)
+                await table.read("c0-0")  # the tablet's location and a connection, before timing
                 _emit({"ready": True})
             elif req["cmd"] == "go" and point is not None:
                 _emit(await point.run())

@@ -16,10 +16,6 @@ answers NOT_LEADER with a hint, which the handle follows at once, as Kudu's clie
 not answer, and the handle moves on to the other replicas. A tablet with no replica on HOST is
 routed as the shared smart handle (`bind=None`) routes everything.
 
-Callers that keep many ops outstanding, as PySyncObj's benchmark and Kudu's asynchronous
-session do, use `op_nowait` / `Table.write_nowait` / `Table.read_nowait`: a callback instead of
-a coroutine per op, with the same retries and the same exactly-once promise.
-
 Batching sessions (`new_session`, node.client.session) send many writes of one tablet as one
 `ts.write_batch`, one Raft entry, with Kudu's flush modes; each op keeps its own seq and result.
 
@@ -38,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import deque
-from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,8 +82,6 @@ CONNECT_TIMEOUT = 0.25  # a reachable LAN or loopback host completes a TCP hands
 ATTEMPT_TIMEOUT = 1.0  # one RPC to a replica that has been answering: a loaded leader's commit
 SILENT_TIMEOUT = 0.25  # one RPC to a replica whose last attempt got no reply
 _NO_REPLY = (ErrorCode.NETWORK, ErrorCode.DEADLINE_EXCEEDED)
-# op_nowait's callback: (result, the replica that gave it, None) or (None, None, error)
-OpDone = Callable[["Result | None", "Peer | None", "BaseException | None"], None]
 
 
 def parse_addrs(text: str, default_port: int) -> list[tuple[str, int]]:
@@ -176,13 +169,11 @@ class TesseraClient:
         self._silent: set[tuple[str, int]] = set()  # addresses whose last attempt got no reply
         self._refreshing: dict[str, asyncio.Task] = {}  # table -> background locations fetch
         self._sessions = Sessions()  # for op() calls that bring none
-        self._op_tasks: set[asyncio.Task] = set()  # op_nowait ops on their awaited path
 
     async def close(self) -> None:
-        tasks = [*self._refreshing.values(), *self._op_tasks]
-        for task in tasks:
+        for task in self._refreshing.values():
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*self._refreshing.values(), return_exceptions=True)
         await self.rpc.close()
 
     def _deadline(self) -> float:
@@ -355,13 +346,12 @@ class TesseraClient:
 
     async def _to_leader(self, table: str, t: TabletLocation, method: str, req: Any,
                          resp_type: type, mutating: bool, deadline: float,
-                         bind: tuple[str, int | None] | None,
-                         uncertain: bool = False) -> tuple[Any, bool, Peer]:
+                         bind: tuple[str, int | None] | None) -> tuple[Any, bool, Peer]:
         """`req` to the tablet's leader, retried unchanged (same session and seqs) across
-        replicas until the deadline: (response, uncertain, the replica that answered).
-        `uncertain`: an earlier attempt of `req` may have been delivered."""
+        replicas until the deadline: (response, uncertain, the replica that answered)."""
         loop = asyncio.get_running_loop()
         backoff = None
+        uncertain = False
         last = "no attempt"
         rounds = 0
         while loop.time() < deadline:
@@ -394,9 +384,23 @@ class TesseraClient:
                 except RpcError as e:
                     last = f"{peer.host}:{peer.port}: {e}"
                     uncertain |= e.maybe_delivered and mutating
-                    hinted = self._learn(table, t, peer, e, tried)
-                    if hinted is not None:
-                        order.insert(0, hinted)  # straight to the hinted leader
+                    if e.code in _NO_REPLY:
+                        self._silent.add(peer.addr)
+                        if self._leaders.get(t.tablet_id) == peer.uuid:
+                            del self._leaders[t.tablet_id]
+                        continue
+                    self._silent.discard(peer.addr)
+                    if e.code == ErrorCode.NOT_LEADER and e.detail and e.detail not in tried:
+                        self._leaders[t.tablet_id] = e.detail
+                        hinted = [p for p in t.replicas if p.uuid == e.detail]
+                        if hinted:
+                            order.insert(0, hinted[0])  # straight to the hinted leader
+                        else:  # a leader we do not know of: the config changed
+                            self._refresh_soon(table)
+                    elif e.code in (ErrorCode.TABLET_NOT_FOUND, ErrorCode.WRONG_SERVER_UUID):
+                        self._refresh_soon(table)
+                    elif e.code == ErrorCode.INVALID_ARGUMENT:
+                        raise OpFailed(f"refused: {last}") from None  # no replica will differ
             rounds += 1
             backoff = backoff or _Backoff(self.rng)
             await backoff.wait(deadline)
@@ -426,135 +430,13 @@ class TesseraClient:
                                                                True, deadline, bind)
             finally:
                 s.end(seqs)
-            if self._session_kept(reply.result, uncertain, t, sessions):
-                return reply.result, peer
+            res = reply.result
+            if res.ok or res.error not in (Rejection.NO_SESSION, Rejection.STALE_SEQ):
+                return res, peer
+            sessions.by_tablet.pop(t.tablet_id, None)
+            if uncertain or res.error == Rejection.STALE_SEQ:
+                raise OpUnknown(f"session lost after an uncertain attempt: {res.detail}")
         raise OpFailed("could not keep a session open")
-
-    def _learn(self, table: str, t: TabletLocation, peer: Peer, e: RpcError,
-               tried: set[str]) -> Peer | None:
-        """What a failed attempt at `peer` says: a silent replica, a location gone stale, or a
-        leader hint (returned when we know that replica and have not tried it). Raises OpFailed
-        for a request no replica would take."""
-        if e.code in _NO_REPLY:
-            self._silent.add(peer.addr)
-            if self._leaders.get(t.tablet_id) == peer.uuid:
-                del self._leaders[t.tablet_id]
-            return None
-        self._silent.discard(peer.addr)
-        if e.code == ErrorCode.NOT_LEADER and e.detail and e.detail not in tried:
-            self._leaders[t.tablet_id] = e.detail
-            for p in t.replicas:
-                if p.uuid == e.detail:
-                    return p
-            self._refresh_soon(table)  # a leader we do not know of: the config changed
-        elif e.code in (ErrorCode.TABLET_NOT_FOUND, ErrorCode.WRONG_SERVER_UUID):
-            self._refresh_soon(table)
-        elif e.code == ErrorCode.INVALID_ARGUMENT:
-            raise OpFailed(f"refused: {peer.host}:{peer.port}: {e}") from None  # no replica will differ
-        return None
-
-    @staticmethod
-    def _session_kept(res: Result, uncertain: bool, t: TabletLocation, sessions: Sessions) -> bool:
-        """False when the tablet had lost our session and did not apply the op: the session is
-        dropped and the op may go again on a new one. OpUnknown when it may have applied it."""
-        if res.ok or res.error not in (Rejection.NO_SESSION, Rejection.STALE_SEQ):
-            return True
-        sessions.by_tablet.pop(t.tablet_id, None)
-        if uncertain or res.error == Rejection.STALE_SEQ:
-            raise OpUnknown(f"session lost after an uncertain attempt: {res.detail}")
-        return False
-
-    def op_nowait(self, table: str, key: str, op: Op, done: OpDone,
-                  bind: tuple[str, int | None] | None = None,
-                  sessions: Sessions | None = None) -> None:
-        """`op` without a coroutine, for callers that keep many ops outstanding (PySyncObj's
-        callback=, Kudu's asynchronous session): `done(result, peer, None)`, or
-        `done(None, None, error)` with what `op` would raise, runs once when it ends.
-
-        In the steady state (the tablet's location, a session and a believed leader known, a
-        connection open with room, no bind) this is one RPC and one callback, which is most of
-        what a coroutine per op costs a client. Anything else, including an attempt that does
-        not settle the op, goes on in a task through `op`'s path with the same request: the same
-        session and seq, so exactly once as `op` is."""
-        sessions = sessions or self._sessions
-        t = self.cached_tablet(table, key) if bind is None else None
-        peer = self._believed_leader(t) if t is not None else None
-        reading = is_read_only(op)
-        s = sessions.by_tablet.get(t.tablet_id) if peer is not None and not reading else None
-        if peer is None or (s is None and not reading):
-            self._in_task(self.op(table, key, op, bind, sessions), done)
-            return
-        if s is None:
-            seqs = range(0)
-            method, req, _ = _request(t, op)
-        else:
-            seqs = s.begin()
-            method, req, _ = _request(t, op, s.id, seqs[0], s.acked_below())
-        deadline = self._deadline()
-
-        def answered(reply: OpResult | None, err: BaseException | None) -> None:
-            if err is not None:
-                self._in_task(self._op_after(table, key, op, t, s, seqs, method, req, peer,
-                                             err, deadline, sessions), done)
-                return
-            if s is not None:
-                s.end(seqs)
-            try:
-                kept = self._session_kept(reply.result, False, t, sessions)
-            except OpUnknown as e:
-                done(None, None, e)
-                return
-            if not kept:
-                self._in_task(self.op(table, key, op, None, sessions), done)
-                return
-            self._silent.discard(peer.addr)
-            self._leaders[t.tablet_id] = peer.uuid
-            done(reply.result, peer, None)
-
-        if not self.rpc.call_nowait(peer.addr, method, req, OpResult, to_uuid=peer.uuid,
-                                    timeout=min(ATTEMPT_TIMEOUT, self.timeout), done=answered):
-            self._in_task(self._op_after(table, key, op, t, s, seqs, method, req, peer, None,
-                                         deadline, sessions), done)
-
-    async def _op_after(self, table: str, key: str, op: Op, t: TabletLocation,
-                        s: _Session | None, seqs: range, method: str, req: Any, peer: Peer,
-                        err: BaseException | None, deadline: float,
-                        sessions: Sessions) -> tuple[Result, Peer]:
-        """An op_nowait op whose one attempt failed with `err` (None: it was not sent): the
-        same request through `_to_leader`, then `op`'s handling of a lost session."""
-        mutating = s is not None
-        uncertain = False
-        try:
-            if err is not None:
-                if not isinstance(err, RpcError):
-                    raise err
-                uncertain = err.maybe_delivered and mutating
-                self._learn(table, t, peer, err, set())
-            reply, uncertain, peer = await self._to_leader(table, t, method, req, OpResult,
-                                                           mutating, deadline, None, uncertain)
-        finally:
-            if s is not None:
-                s.end(seqs)
-        if self._session_kept(reply.result, uncertain, t, sessions):
-            return reply.result, peer
-        return await self.op(table, key, op, None, sessions)
-
-    def _in_task(self, work: Coroutine[Any, Any, tuple[Result, Peer]], done: OpDone) -> None:
-        """Run an op's awaited path for op_nowait; close() cancels it (done gets the
-        CancelledError)."""
-        task = asyncio.get_running_loop().create_task(work)
-        self._op_tasks.add(task)
-
-        def ended(task: asyncio.Task) -> None:
-            self._op_tasks.discard(task)
-            if task.cancelled():
-                done(None, None, asyncio.CancelledError())
-            elif (e := task.exception()) is not None:
-                done(None, None, e)
-            else:
-                done(*task.result(), None)
-
-        task.add_done_callback(ended)
 
 
     async def write_batch(self, table: str, t: TabletLocation, ops: list[RowOp],
@@ -655,29 +537,6 @@ class Table:
 
     async def read(self, key: str) -> Any:
         return self._ok(await self._op(key, ReadOp(key)))
-
-    def write_nowait(self, key: str, value: Any,
-                     done: Callable[[int | None, BaseException | None], None]) -> None:
-        """`write` without a coroutine (TesseraClient.op_nowait): `done(timestamp, None)` or
-        `done(None, error)` once it ends. `node` and `hybrid_time` are not tracked: with many
-        ops outstanding on one handle they would mean nothing."""
-        self._nowait(key, WriteOp(key, value), lambda res: res.timestamp, done)
-
-    def read_nowait(self, key: str, done: Callable[[Any, BaseException | None], None]) -> None:
-        """`read` without a coroutine, as write_nowait: `done(value, None)` or `done(None, error)`."""
-        self._nowait(key, ReadOp(key), lambda res: res.value, done)
-
-    def _nowait(self, key: str, op: Op, value: Callable[[Result], Any],
-                done: Callable[[Any, BaseException | None], None]) -> None:
-        if self.session is not None:
-            raise ValueError("a handle with a batching session applies through the session")
-
-        def ended(res: Result | None, _peer: Peer | None, err: BaseException | None) -> None:
-            if err is None and not res.ok:
-                err = OpFailed(f"{res.error}: {res.detail}")
-            done(None if err is not None else value(res), err)
-
-        self.client.op_nowait(self.name, key, op, ended, self.bind, self.sessions)
 
     async def write(self, key: str, value: Any) -> int:
         """Returns the write's hybrid timestamp."""
