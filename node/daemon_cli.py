@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -62,6 +63,11 @@ FLAGS: dict[str, tuple[type, object, str]] = {
     "log-level": (str, "INFO", "DEBUG, INFO, WARNING or ERROR"),
     "event-loop": (str, "auto", "asyncio, uvloop, or auto: uvloop when it is installed "
                                 "(the default install has it; docs/benchmarks.md measures both)"),
+    "gc-thresholds": (str, "10000,10,100", "Python's cyclic garbage collector thresholds "
+                                           "(gc.set_threshold: GEN0,GEN1,GEN2; 0 turns it "
+                                           "off). Not Kudu's: Python's own 700,10,10 walks "
+                                           "every tracked object ~5 times a second under "
+                                           "load, ~14%% of a leader's CPU (docs/benchmarks.md)"),
     # unlock-unsafe-flags and the fault-* flags: deliberate bugs (node.faults)
     **{name.replace("_", "-"): (bool, default, help_)
        for name, (default, help_) in faults.flags().items()},
@@ -121,8 +127,19 @@ def resolve(args: argparse.Namespace) -> dict:
         raise ValueError("--tablet-copy-idle-timeout-sec must be positive")
     if values["catalog-manager-bg-task-wait-ms"] < 10:
         raise ValueError("--catalog-manager-bg-task-wait-ms must be at least 10")
+    gc_thresholds(values)
     _faults(values)  # refuses fault flags that are not unlocked
     return values
+
+
+def gc_thresholds(values: dict) -> tuple[int, int, int]:
+    """--gc-thresholds as gc.set_threshold's three numbers; ValueError if it is not that."""
+    text = str(values["gc-thresholds"])
+    parts = text.split(",")
+    if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+        raise ValueError(f"--gc-thresholds must be three counts GEN0,GEN1,GEN2 (>= 0), not {text!r}")
+    gen0, gen1, gen2 = (int(p) for p in parts)
+    return gen0, gen1, gen2
 
 
 def _faults(values: dict) -> faults.Faults:
@@ -177,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"tessera {args.kind}: {e}", file=sys.stderr)
         return 2
     log.info("event loop: %s", "asyncio" if loop_factory is None else "uvloop")
+    gc.set_threshold(*gc_thresholds(values))
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         return runner.run(_serve(opts, args.kind))
 

@@ -34,6 +34,13 @@ def test_clock_max_error_reaches_the_replica_and_may_not_be_negative():
         daemon_cli.resolve(parse(["--data-dir", "/d", "--clock-max-error-us", "-1"]))
 
 
+def test_gc_thresholds_default_to_rare_full_collections_and_may_be_set():
+    v = daemon_cli.resolve(parse(["--data-dir", "/d"]))
+    assert daemon_cli.gc_thresholds(v) == (10000, 10, 100)
+    v = daemon_cli.resolve(parse(["--data-dir", "/d", "--gc-thresholds", "700,10,10"]))
+    assert daemon_cli.gc_thresholds(v) == (700, 10, 10)
+
+
 def test_toml_file_and_flags_override(tmp_path):
     cfg = tmp_path / "ts.toml"
     cfg.write_text('data_dir = "/x"\nmasters = ["a:1", "b:2"]\nlog_force_fsync_all = false\n'
@@ -51,6 +58,8 @@ def test_toml_file_and_flags_override(tmp_path):
     ('', ["--data-dir", "/d", "--read-mode", "sloppy"], "--read-mode must be"),
     ('', ["--data-dir", "/d", "--raft-heartbeat-interval-ms", "250"], "multiple of 100"),
     ('data_dir = [', ["--data-dir", "/d"], "cannot read config"),
+    ('', ["--data-dir", "/d", "--gc-thresholds", "700,10"], "--gc-thresholds must be three"),
+    ('', ["--data-dir", "/d", "--gc-thresholds", "700,-1,10"], "--gc-thresholds must be three"),
 ])
 def test_bad_configuration_is_a_clear_error(tmp_path, toml, argv, message):
     cfg = tmp_path / "c.toml"
