@@ -67,13 +67,14 @@ def run_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags: dict
 def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags: dict,
                   out_dir: Path) -> Outcome:
     """The whole engine simulated (node.sim.stack), seed after seed on every core, until
-    `time_limit`; a seed that fails keeps its history in `out_dir`/seed-N."""
+    `time_limit`, each seed with its own swarm fault mix; a seed that fails keeps its history in `out_dir`/seed-N."""
     import os
     from dataclasses import fields
 
     from harness.store import write_json
     from node.faults import Faults
     from node.sim.stack import StackConfig, replay_command, run_seeds
+    from node.sim.swarm import swarm_mix
 
     names = {f.name for f in fields(Faults)}
     on = sorted(k for k, v in {**flags, **cell.overrides.get("flags", {})}.items()
@@ -82,7 +83,9 @@ def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags:
     jobs = os.cpu_count() or 1
     t0 = time.monotonic()
     # more seeds than can run in time: the deadline stops the run
-    configs = [StackConfig(seed=s, workload=("register", "list-append")[s % 2], faults=faults)
+    # each seed its own fault mix and read mode (node.sim.swarm), as `tessera sim` runs them
+    configs = [StackConfig(seed=s, workload=("register", "list-append")[s % 2], faults=faults,
+                           mix=swarm_mix(s))
                for s in range(seed, seed + jobs * max(1, int(time_limit)))]
     results = run_seeds(configs, out_dir, jobs, deadline=t0 + time_limit)
     by_seed = {c.seed: c for c in configs}

@@ -51,6 +51,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=0, metavar="N",
                         help="full: writes through batching sessions, up to N ops per tablet "
                              "batch (Workload.batch; default 0: one op per write)")
+    parser.add_argument("--mix", choices=("swarm", "classic"), default="swarm",
+                        help="full: swarm (default) draws each seed's own fault mix from the "
+                             "seed (which faults are on, their weights, how often faults come, "
+                             "ReadIndex or lease reads) and prints it first, so some seeds "
+                             "hammer a few kinds; classic runs every seed with the fixed mix of "
+                             "earlier releases (the recorded seeds of the tests)")
     parser.add_argument("--json", action="store_true", help="print one JSON summary line")
     parser.add_argument("--fault", action="append", default=[], metavar="FLAG",
                         help="run with this engine fault flag (node.faults) on (repeatable). The "
@@ -117,6 +123,7 @@ def run_full(args: argparse.Namespace) -> int:
     from node.faults import Faults
 
     from .stack import StackConfig, replay_command, run_seeds
+    from .swarm import mix_for
 
     known = {f.name for f in fields(Faults)}
     unknown = [f for f in args.fault if f not in known]
@@ -148,8 +155,10 @@ def run_full(args: argparse.Namespace) -> int:
         return workloads[seed % 2] if args.workload == "both" else args.workload
 
     configs = [StackConfig(seed=s, workload=workload(s), seconds=args.seconds, faults=faults,
-                           schedule=schedule, batch=args.batch)
+                           schedule=schedule, batch=args.batch, mix=mix_for(args.mix, s))
                for s in range(args.seed, args.seed + args.seeds)]
+    for c in configs[:args.jobs]:  # the rest are printed as they start
+        print(f"seed {c.seed} mix {c.mix.describe()}", file=sys.stderr, flush=True)
     out = args.out or Path("store/sim") / time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     t0 = time.monotonic()
     done = []
@@ -157,6 +166,9 @@ def run_full(args: argparse.Namespace) -> int:
     def progress(r) -> None:
         done.append(r)
         what = "ok" if r.ok() else f"FAILED: {r.violation or r.verdict} {r.results['anomalies']}"
+        if len(done) + args.jobs - 1 < len(configs):  # the seed that starts in its place
+            nxt = configs[len(done) + args.jobs - 1]
+            print(f"seed {nxt.seed} mix {nxt.mix.describe()}", file=sys.stderr, flush=True)
         print(f"[{len(done)}/{len(configs)}] seed {r.seed} {configs[len(done) - 1].workload}: "
               f"{what} ({r.ops} ok ops, {r.virtual_s:g} virtual s, {r.wall_s:.1f} s)",
               file=sys.stderr, flush=True)

@@ -55,6 +55,7 @@ class SimNetwork:
         self._next_port: dict[tuple[str, int], int] = {}
         self._group: dict[str, int] = {}
         self._isolated: set[str] = set()
+        self._cut: set[frozenset[str]] = set()  # single links cut (`cut`), both directions
         self._free = frozenset(unpartitioned)
         self._stalled: list[_Pipe] = []
         self._held: list[tuple[str, str, str, Callable[[], None]]] = []
@@ -72,15 +73,23 @@ class SimNetwork:
         self._isolated.add(host)
         self._topology_changed()
 
+    def cut(self, a: str, b: str) -> None:
+        """Cut the one link between `a` and `b`, both ways: each still reaches everyone else,
+        as iptables drops between two hosts make it (a partial partition: the shape in which a
+        leader keeps its lease or its quorum through one follower while another campaigns)."""
+        self._cut.add(frozenset((a, b)))
+        self._topology_changed()
+
     def heal(self) -> None:
         self._group.clear()
         self._isolated.clear()
+        self._cut.clear()
         self._topology_changed()
 
     def reachable(self, a: str, b: str) -> bool:
         if a == b or a in self._free or b in self._free:
             return True
-        if a in self._isolated or b in self._isolated:
+        if a in self._isolated or b in self._isolated or frozenset((a, b)) in self._cut:
             return False
         return self._group.get(a, -1) == self._group.get(b, -1)
 

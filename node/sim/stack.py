@@ -33,6 +33,7 @@ from node.disk import SimDisk, SimFaults
 from node.faults import Faults
 from node.sim.loop import SYSTEM, SimLoop
 from node.sim.network import SimNetwork
+from node.sim.swarm import CLASSIC, Mix
 
 MASTER_PORT, TSERVER_PORT = 7051, 7050
 # Virtual addresses: they exist only in SimNetwork, never on a socket. Taken from the project's
@@ -75,7 +76,9 @@ class StackConfig:
     tservers: int = 5
     concurrency: int = 5
     rate: float = 50.0  # ops/s over all workers
-    fault_every_s: tuple[float, float] = (1.0, 4.0)
+    # Which faults fire, how often, and the read mode (node.sim.swarm): the fixed mix by
+    # default, each seed's own with swarm_mix(seed) (`tessera sim --mix swarm`)
+    mix: Mix = CLASSIC
     # Replay exactly these [virtual time, kind, value] faults instead of random ones (shrinking)
     schedule: tuple | None = None
     faults: Faults = field(default_factory=Faults)  # engine fault flags (mutants)
@@ -98,6 +101,7 @@ class StackResult:
     # corruption was detected), or nothing seen (the bit was in a file never read again)
     flips: dict = field(default_factory=dict)
     catalog_lag: list = field(default_factory=list)  # tablets whose catalog config lagged at the end
+    mix: dict = field(default_factory=dict)  # the fault mix the seed ran (Mix.as_json)
 
     def ok(self) -> bool:
         return self.violation is None and self.verdict == "valid"
@@ -161,6 +165,7 @@ class StackSim:
 
         master = host in self.masters
         replica = ReplicaOptions(clock_max_error_us=CLOCK_MAX_ERROR_US,
+                                 read_mode=self.cfg.mix.read_mode,
                                  wall_ns=self._wall_ns(host), faults=self.cfg.faults,
                                  log=LogOptions(faults=self.cfg.faults))
         return ServerOptions(
@@ -378,7 +383,7 @@ class StackSim:
         planned = list(self.cfg.schedule) if self.cfg.schedule is not None else None
         while self.loop.time() < deadline:
             if planned is None:
-                await asyncio.sleep(rng.uniform(*self.cfg.fault_every_s))
+                await asyncio.sleep(rng.uniform(*self.cfg.mix.fault_every_s))
                 kind, value = self._choose(rng)
             elif planned:
                 at, kind, value = planned.pop(0)
@@ -391,6 +396,10 @@ class StackSim:
                 value = await self._membership(rng, value)
             elif kind == "transfer":
                 value = await self._transfer(value)
+            elif kind == "tombstone":
+                value = await self._tombstone(value)
+            elif kind == "copy-race":
+                value = await self._copy_race(value)
             elif kind is not None:
                 value = self._apply(kind, value)
             if kind is None or value is _SKIPPED:
@@ -410,9 +419,7 @@ class StackSim:
         hosts = self.masters + self.tservers
         if self.disk_faults and rng.random() < DISK_CLEAR_P:
             return "disk-clear", [rng.choice(sorted(self.disk_faults))]
-        kind = rng.choice(["crash", "crash", "power", "restart", "restart", "partition",
-                           "isolate", "heal", "reset", "skew", "membership", "membership", "flip",
-                           "disk", "transfer"])
+        kind = self._draw_kind(rng)
         impaired = self._impaired()
         if kind == "crash":
             # at most one master and two tablet servers impaired at a time: the final phase
@@ -442,7 +449,79 @@ class StackSim:
             return self._choose_disk(rng, impaired)
         if kind == "transfer":
             return self._choose_transfer(rng)
+        if kind in ("cut", "tombstone", "copy-race"):
+            return self._choose_copy_fault(kind, rng)
         return kind, None  # heal, reset; membership picks its target when it runs
+
+    def _draw_kind(self, rng: random.Random) -> str:
+        """The next fault's kind, by the mix's weights. The classic mix draws uniformly from
+        its kinds repeated by weight, as the nemesis always did, so its recorded seeds replay."""
+        mix = self.cfg.mix
+        if mix.name == "classic":
+            return rng.choice([k for k, w in mix.weights for _ in range(w)])
+        kinds, weights = zip(*mix.weights, strict=True)
+        return rng.choices(kinds, weights)[0]
+
+    def _test_tablets(self) -> dict[str, tuple[str, object]]:
+        """Each test-table tablet with a live leader (as the simulator sees the servers): tablet
+        -> (leader's host, its replica)."""
+        out = {}
+        for host in sorted(set(self.servers) & set(self.tservers)):
+            for tablet, r in sorted(getattr(self.servers[host], "replicas", {}).items()):
+                if r.role.name == "LEADER" and not r.failed:
+                    out[tablet] = (host, r)
+        return out
+
+    def _choose_copy_fault(self, kind: str, rng: random.Random) -> tuple[str | None, object]:
+        """Faults aimed at tablet copy, on one test tablet with leader L and voters F, R:
+        - cut: the link L-F is cut (both ways), F still reaches everyone else: F campaigns while
+          L keeps its quorum and lease through R;
+        - tombstone: R's replica is tombstoned (ts.delete_tablet, as a failed disk or an operator
+          leaves it) while still a voter, so L copies the tablet to it again, and until the copy
+          installs R votes from its tombstone;
+        - copy-race: both at once, so F's election races the copy L sends R, and the copy's
+          completion races L's deposition.
+        Value: [tablet, L, F, R] (hosts; cut leaves R out, tombstone L and F)."""
+        leaders = self._test_tablets()
+        if not leaders:
+            return None, None
+        tablet = rng.choice(sorted(leaders))
+        host, r = leaders[tablet]
+        by_uuid = {getattr(self.servers.get(h), "uuid", None): h for h in self.tservers}
+        voters = sorted(by_uuid[m[0]] for m in r.status()["config"]
+                        if m[1] == "VOTER" and m[0] != r.uuid and m[0] in by_uuid)
+        if len(voters) < 2:
+            return None, None
+        f, rr = rng.sample(voters, 2)
+        if kind == "cut":
+            return kind, [tablet, host, f, None]
+        if kind == "tombstone":
+            return kind, [tablet, None, None, rr]
+        return kind, [tablet, host, f, rr]
+
+    async def _tombstone(self, value: list):
+        """ts.delete_tablet on the replica of `value[0]` on host `value[3]`: a voter becomes a
+        tombstone without leaving the config. Errors are recorded, not raised."""
+        from node.protocol import Ack, DeleteTablet
+        from node.rpc import RpcError
+
+        tablet, host = value[0], value[3]
+        server = self.servers.get(host)
+        if server is None or host in self.down or getattr(server, "uuid", None) is None:
+            return _SKIPPED
+        try:
+            await self.client.rpc.call((host, TSERVER_PORT), "ts.delete_tablet",
+                                       DeleteTablet(tablet), Ack, to_uuid=server.uuid,
+                                       timeout=5.0)
+        except (RpcError, TimeoutError, OSError) as e:
+            return [*value[:4], f"failed: {e or type(e).__name__}"]
+        return value[:4]
+
+    async def _copy_race(self, value: list):
+        """Cut L-F, then tombstone R (see `_choose_copy_fault`)."""
+        self.net.cut(value[1], value[2])
+        done = await self._tombstone(value)
+        return value[:4] if done is _SKIPPED else done
 
     def _choose_disk(self, rng: random.Random, impaired: set[str]) -> tuple[str | None, object]:
         """ENOSPC or failing fsyncs on one server at a time (a master only while the other two
@@ -542,6 +621,8 @@ class StackSim:
             self.net.partition(value)
         elif kind == "isolate":
             self.net.isolate(value)
+        elif kind == "cut":
+            self.net.cut(value[1], value[2])
         elif kind == "heal":
             self.net.heal()
         elif kind == "reset":
@@ -689,7 +770,8 @@ class StackSim:
         return StackResult(self.cfg.seed, results["verdict"], self.violation, results,
                            sum(1 for o in ops if o.type == "ok"), round(virtual_s, 3), sha,
                            dict(sorted(self.nemesis_counts.items())), self.events,
-                           flips=flips, catalog_lag=self.catalog_lag)
+                           flips=flips, catalog_lag=self.catalog_lag,
+                           mix=self.cfg.mix.as_json())
 
 
 def replay_command(cfg: StackConfig, faults: list[str] = (), schedule: Path | None = None) -> str:
@@ -698,6 +780,7 @@ def replay_command(cfg: StackConfig, faults: list[str] = (), schedule: Path | No
         flags += f" --schedule {schedule}"
     if cfg.batch:
         flags += f" --batch {cfg.batch}"
+    flags += f" --mix {cfg.mix.name}"
     return (f"tessera sim --stack full --seeds 1 --seed {cfg.seed} --workload {cfg.workload} "
             f"--seconds {cfg.seconds:g}{flags}")
 
