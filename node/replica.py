@@ -311,6 +311,12 @@ class Replica:
         self._spawn(self._drive(), f"drive-{self.tablet_id}")
         self._spawn(self._ticker(), f"tick-{self.tablet_id}")
 
+    @property
+    def stopping(self) -> bool:
+        """stop() was called: the replica is shutting down (or down), e.g. on its way to a
+        tombstone, whatever its tablet's entry still says."""
+        return self._stopping is not None
+
     async def stop(self) -> None:
         """End everything this replica runs and close its WAL. Once this returns nothing of the
         replica writes to its files any more (a tablet copy may replace them). Safe to call

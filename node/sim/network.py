@@ -56,6 +56,7 @@ class SimNetwork:
         self._group: dict[str, int] = {}
         self._isolated: set[str] = set()
         self._cut: set[frozenset[str]] = set()  # single links cut (`cut`), both directions
+        self._slow: dict[frozenset[str], float] = {}  # link -> extra one-way delay (`slow`)
         self._free = frozenset(unpartitioned)
         self._stalled: list[_Pipe] = []
         self._held: list[tuple[str, str, str, Callable[[], None]]] = []
@@ -80,10 +81,23 @@ class SimNetwork:
         self._cut.add(frozenset((a, b)))
         self._topology_changed()
 
+    def uncut(self, a: str, b: str) -> None:
+        self._cut.discard(frozenset((a, b)))
+        self._topology_changed()
+
+    def slow(self, a: str, b: str, seconds: float) -> None:
+        """Add `seconds` to every segment's delay between `a` and `b`, both ways (netem's
+        delay on one link); 0 ends it. Segments keep their order."""
+        if seconds > 0:
+            self._slow[frozenset((a, b))] = seconds
+        else:
+            self._slow.pop(frozenset((a, b)), None)
+
     def heal(self) -> None:
         self._group.clear()
         self._isolated.clear()
         self._cut.clear()
+        self._slow.clear()
         self._topology_changed()
 
     def reachable(self, a: str, b: str) -> bool:
@@ -184,12 +198,13 @@ class SimNetwork:
                     del self._conns[cid]
 
     # -- delivery --------------------------------------------------------------------------
-    def _delay(self) -> float:
-        return self.rng.uniform(*self.latency)
+    def _delay(self, src: str, dst: str) -> float:
+        extra = self._slow.get(frozenset((src, dst)), 0.0) if self._slow else 0.0
+        return self.rng.uniform(*self.latency) + extra
 
     def _packet(self, src: str, dst: str, kind: str, deliver: Callable[[], None]) -> None:
         """A connectionless segment (SYN, or the RST refusing one)."""
-        self._loop.call_at(self._loop.time() + self._delay(), self._packet_arrives, src, dst,
+        self._loop.call_at(self._loop.time() + self._delay(src, dst), self._packet_arrives, src, dst,
                            kind, deliver, context=SYSTEM)
 
     def _packet_arrives(self, src: str, dst: str, kind: str, deliver: Callable[[], None]) -> None:
@@ -249,7 +264,8 @@ class _Pipe:
             self._arm()
 
     def _stamp(self) -> float:
-        self.last_at = max(self.last_at, self.net._loop.time() + self.net._delay())
+        self.last_at = max(self.last_at,
+                           self.net._loop.time() + self.net._delay(self.src, self.dst.host))
         return self.last_at
 
     def _arm(self) -> None:

@@ -55,6 +55,11 @@ DATA_DIR = Path("/data")  # every server's, on its own SimDisk
 ENOSPC_SLACK_BYTES = 16 * 1024
 EIO_RATE = (0.05, 1.0)
 SLOW_FSYNC_S = (0.02, 0.5)
+# copy-race's slow disk on the copy's receiver: its fsyncs' upper bound, so that a copy, a few
+# fsyncs, lasts about as long as an election
+COPY_RACE_SLOW_FSYNC_S = (0.02, 0.6)
+CUT_S = (1.0, 8.0)  # how long a cut link stays cut
+LINK_DELAY_S = (0.05, 0.5)  # copy-race's extra delay on the link between the leader and R
 DISK_CLEAR_P = 0.35  # while a disk fault is on, the chance the next fault clears one instead
 FAILED_AFTER_S = 5.0  # masters re-replicate a silent server's replicas after this (fast, as CI)
 RECONCILE_MS = 2000  # masters' background task period (Kudu: 1000)
@@ -290,7 +295,10 @@ class StackSim:
                 self._revived.pop(key, None)
         for tablet, r in list(server.replicas.items()):
             key = (host, tablet)
-            if key in self._tombs and not r.failed and self._revived.get(key) is not r:
+            # a replica being stopped (a delete tombstoning it: the superblock may say so
+            # before the entry does) is not running again
+            if (key in self._tombs and not r.failed and not r.stopping
+                    and self._revived.get(key) is not r):
                 self._check_revived(host, tablet, self._tombs[key])
                 self._revived[key] = r
 
@@ -479,9 +487,17 @@ class StackSim:
         - tombstone: R's replica is tombstoned (ts.delete_tablet, as a failed disk or an operator
           leaves it) while still a voter, so L copies the tablet to it again, and until the copy
           installs R votes from its tombstone;
-        - copy-race: both at once, so F's election races the copy L sends R, and the copy's
-          completion races L's deposition.
-        Value: [tablet, L, F, R] (hosts; cut leaves R out, tombstone L and F)."""
+        - copy-race: both at once, the link L-R slowed by `delay` s each way (so the append L
+          sends R the moment the copy lands is answered that much later: a leader that counts
+          the copy as an acknowledgement commits in that window), and R's disk made slow (fsyncs of up to `slow` s: the copy
+          fsyncs each file, so it takes seconds, as a real tablet's does, where the simulator's
+          small tablets copy in no virtual time at all), so F's election races the copy L sends
+          R, and the copy's completion races L's deposition.
+        A cut heals by itself after `cut_s` (or at the next heal), as Jepsen's partitions stop:
+        cuts that only ever pile up leave no quorum anywhere, and a seed that is unavailable
+        throughout finds nothing.
+        Value: [tablet, L, F, R, slow, cut_s, delay] (hosts; cut leaves R out, tombstone L and
+        F; slow and delay are None but for copy-race, cut_s None for tombstone)."""
         leaders = self._test_tablets()
         if not leaders:
             return None, None
@@ -493,11 +509,13 @@ class StackSim:
         if len(voters) < 2:
             return None, None
         f, rr = rng.sample(voters, 2)
+        cut_s = round(rng.uniform(*CUT_S), 3)
         if kind == "cut":
-            return kind, [tablet, host, f, None]
+            return kind, [tablet, host, f, None, None, cut_s, None]
         if kind == "tombstone":
-            return kind, [tablet, None, None, rr]
-        return kind, [tablet, host, f, rr]
+            return kind, [tablet, None, None, rr, None, None, None]
+        return kind, [tablet, host, f, rr, round(rng.uniform(*COPY_RACE_SLOW_FSYNC_S), 6), cut_s,
+                      round(rng.uniform(*LINK_DELAY_S), 3)]
 
     async def _tombstone(self, value: list):
         """ts.delete_tablet on the replica of `value[0]` on host `value[3]`: a voter becomes a
@@ -514,14 +532,25 @@ class StackSim:
                                        DeleteTablet(tablet), Ack, to_uuid=server.uuid,
                                        timeout=5.0)
         except (RpcError, TimeoutError, OSError) as e:
-            return [*value[:4], f"failed: {e or type(e).__name__}"]
-        return value[:4]
+            return [*value[:7], f"failed: {e or type(e).__name__}"]
+        return value[:7]
 
     async def _copy_race(self, value: list):
-        """Cut L-F, then tombstone R (see `_choose_copy_fault`)."""
-        self.net.cut(value[1], value[2])
+        """Cut L-F, slow R's disk (unless it has a disk fault already), then tombstone R (see
+        `_choose_copy_fault`)."""
+        tablet, leader, f, r, slow, cut_s, delay = value[:7]
+        self._cut(leader, f, cut_s)
+        self.net.slow(leader, r, delay)
+        self.loop.call_later(cut_s, self.net.slow, leader, r, 0.0, context=SYSTEM)
+        if r not in self.disk_faults:
+            self._set_disk_fault(r, "slow", [r, "slow", round(slow / 10, 6), slow])
         done = await self._tombstone(value)
-        return value[:4] if done is _SKIPPED else done
+        return value[:7] if done is _SKIPPED else done
+
+    def _cut(self, a: str, b: str, seconds: float) -> None:
+        """Cut the link a-b for `seconds` (a heal meanwhile ends it sooner)."""
+        self.net.cut(a, b)
+        self.loop.call_later(seconds, self.net.uncut, a, b, context=SYSTEM)
 
     def _choose_disk(self, rng: random.Random, impaired: set[str]) -> tuple[str | None, object]:
         """ENOSPC or failing fsyncs on one server at a time (a master only while the other two
@@ -622,7 +651,7 @@ class StackSim:
         elif kind == "isolate":
             self.net.isolate(value)
         elif kind == "cut":
-            self.net.cut(value[1], value[2])
+            self._cut(value[1], value[2], value[5])
         elif kind == "heal":
             self.net.heal()
         elif kind == "reset":
