@@ -870,6 +870,11 @@ class Replica:
     def active_members(self) -> list[str]:
         return [m.uuid for m in self.core.active_config.members]
 
+    def committed_members(self) -> list[str]:
+        """Members of the committed config (index: `committed_config_index`): unlike the active
+        config, one that can no longer be rolled back, so others may take it as settled."""
+        return [m.uuid for m in self.core.committed_config.members]
+
     def peer_match(self, uuid: str) -> int:
         """As leader: the highest index `uuid` acknowledged (0 if unknown)."""
         pr = self.core.progress.get(uuid)

@@ -1,13 +1,19 @@
 """`tessera local-cluster`: counts are --num-masters/--num-tservers (--masters is an address
-list everywhere else), and --flag takes NAME=VALUE as `tessera test --flag` does."""
+list everywhere else), and --flag takes NAME=VALUE as `tessera test --flag` does; `down`
+signals a recorded pid only while it is still that daemon (issue 32, bug 6)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+from pathlib import Path
 
 import pytest
 
 from harness.cli import main
+from node.tools.local_cluster import Daemon, LocalCluster
 from node.tools.local_cluster_cli import daemon_flag
 
 
@@ -36,5 +42,90 @@ def test_up_with_counts_and_a_flag_then_down(tmp_path, capsys):
         doc = json.loads((lc / "cluster.json").read_text())
         assert [d["kind"] for d in doc["daemons"]] == ["master", "tserver", "tserver"]
         assert doc["flags"] == ["--log-force-fsync-all=false"]
+        assert all(d["start_time"] > 0 and d["cmdline"] for d in doc["daemons"])
+        capsys.readouterr()
     finally:
         assert main(["local-cluster", "down", "--dir", str(lc)]) == 0
+    assert capsys.readouterr().out == "stopped 3 daemons\n"
+    assert not any(_runs_in(d["pid"], lc) for d in doc["daemons"])
+
+
+def _runs_in(pid: int, lc) -> bool:
+    """Process `pid` is a daemon of the cluster in `lc` (so a test may kill it)."""
+    try:
+        return str(lc) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_down_leaves_a_reused_pid_alone_and_still_stops_the_daemons(tmp_path, capsys):
+    """Two tablet servers die and the kernel hands their pids on, here to two `sleep`s: one
+    record has the daemon's start time and command line (they differ from the sleep's), the
+    other is as an older version wrote it (no identity recorded; the command line is not a
+    daemon's). `down` must stop the master, whose record is also old, and signal no sleep."""
+    lc = tmp_path / "lc"
+    strangers, pids = [], []
+    try:
+        assert main(["local-cluster", "up", "--dir", str(lc), "--num-masters", "1",
+                     "--num-tservers", "2", "--flag", "log_force_fsync_all=false"]) == 0
+        doc = json.loads((lc / "cluster.json").read_text())
+        by = {d["name"]: d for d in doc["daemons"]}
+        pids = [d["pid"] for d in doc["daemons"]]
+        for name in ("t1", "t2"):
+            os.kill(by[name]["pid"], signal.SIGKILL)
+            os.waitpid(by[name]["pid"], 0)  # our child: reaped, so its pid is free
+        strangers = [subprocess.Popen(["sleep", "1000"]) for _ in range(2)]
+        by["t1"]["pid"], by["t2"]["pid"] = strangers[0].pid, strangers[1].pid
+        for name in ("m1", "t2"):
+            by[name].pop("start_time", None)
+            by[name].pop("cmdline", None)
+        (lc / "cluster.json").write_text(json.dumps(doc))
+        capsys.readouterr()
+
+        assert main(["local-cluster", "down", "--dir", str(lc)]) == 0
+        out = capsys.readouterr()
+        assert [s.poll() for s in strangers] == [None, None], "down signalled an unrelated process"
+        assert f"t1: pid {strangers[0].pid} now belongs to another process" in out.err, out.err
+        assert f"t2: pid {strangers[1].pid} does not run this cluster's tserver" in out.err, out.err
+        assert out.err.count("left alone, not signalled") == 2 and "sleep 1000" in out.err
+        assert "stopped 1 daemons; left 2 pid(s) alone" in out.out
+        assert not _runs_in(by["m1"]["pid"], lc), "the master was not stopped"
+        assert not (lc / "cluster.json").exists()
+    finally:
+        for s in strangers:
+            s.kill()
+            s.wait()
+        for pid in pids:
+            if _runs_in(pid, lc):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_pid_is_ours_only_while_its_start_time_and_command_line_match(tmp_path):
+    """The identity rule on a real process: the recorded start time and command line make it
+    ours; another start time, or (for an old record) a command line that is not this
+    cluster's daemon, make it a stranger that is never signalled."""
+    sleep = subprocess.Popen(["sleep", "1000"])
+    try:
+        start = int(Path(f"/proc/{sleep.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        c = LocalCluster(tmp_path)
+        c.daemons["t1"] = Daemon("t1", "tserver", 1, sleep.pid, start_time=start,
+                                 cmdline=["sleep", "1000"])
+        assert c.alive("t1") and c.stranger("t1") is None
+        c.daemons["t1"].start_time = start + 1
+        assert not c.alive("t1") and "now belongs to another process" in c.stranger("t1")
+        c.daemons["t1"].start_time, c.daemons["t1"].cmdline = 0, []
+        assert "does not run this cluster's tserver" in c.stranger("t1")
+        assert not c.signal("t1", signal.SIGTERM) and sleep.poll() is None
+        assert c.down() == [c.stranger("t1")] and sleep.poll() is None
+    finally:
+        sleep.kill()
+        sleep.wait()
+
+
+def test_an_unreadable_cluster_record_is_one_clear_line(tmp_path, capsys):
+    (tmp_path / "cluster.json").write_text('{"masters": 1}')
+    assert main(["local-cluster", "down", "--dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "is not a local cluster's record" in err and "Traceback" not in err

@@ -205,10 +205,14 @@ class Master(ServerBase):
         leader = r is not None and r.role == Role.LEADER
         if not leader:
             return TSHeartbeatResponse(False)
-        masters = [self.book.get(u) for u in r.active_members()]
+        # The committed config, not the active one: a pending change may still be rolled back.
+        # Its index lets the servers ignore it if they already hold a newer one, as they may
+        # when this master is a deposed leader that has not heard of its successor yet.
+        masters = [self.book.get(u) for u in r.committed_members()]
+        tservers = [t.peer for t in self.tservers.values()]
         if None in masters:  # an address not learned yet: the servers keep the list they have
-            masters = []
-        return TSHeartbeatResponse(True, [t.peer for t in self.tservers.values()], masters)
+            return TSHeartbeatResponse(True, tservers, term=r.term)
+        return TSHeartbeatResponse(True, tservers, masters, r.committed_config_index, r.term)
 
     def _leader_catalog(self) -> Replica:
         r = self.catalog

@@ -4,7 +4,11 @@ processes, each with its own data dir, log file and pid file under one directory
 network namespace of its own can partition daemons from each other by address.
 
 The directory's `cluster.json` records every daemon's address and pid, so `down` (or a test's
-teardown) stops exactly the processes `up` started, by pid.
+teardown) stops exactly the processes `up` started, by pid. A pid outlives its process: once a
+daemon has died, the kernel may give its pid to anything else. So each daemon's start time
+(field 22 of /proc/PID/stat) and command line are recorded too, and a pid is signalled only
+while both still match; a record from before they were kept is checked by its command line
+alone, which must be this cluster's daemon for that data dir.
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ class Daemon:
     port: int
     pid: int = 0
     host: str = "127.0.0.1"
+    # The process's identity, beside its pid: its start time in clock ticks since boot and its
+    # command line, as started. 0 / []: a cluster.json written before they were recorded.
+    start_time: int = 0
+    cmdline: list[str] = field(default_factory=list)
 
     @property
     def addr(self) -> str:
@@ -56,13 +64,17 @@ class LocalCluster:
 
     @classmethod
     def load(cls, root: Path) -> LocalCluster:
+        path = Path(root) / "cluster.json"
         try:
-            doc = json.loads((Path(root) / "cluster.json").read_text())
+            doc = json.loads(path.read_text())
+            c = cls(Path(root), doc["masters"], doc["tservers"], doc["flags"],
+                    own_addresses=doc.get("own_addresses", False))
+            c.daemons = {d["name"]: Daemon(**d) for d in doc["daemons"]}
         except FileNotFoundError:
             raise LocalClusterError(f"no local cluster in {root} (run `tessera local-cluster up`)") from None
-        c = cls(Path(root), doc["masters"], doc["tservers"], doc["flags"],
-                own_addresses=doc.get("own_addresses", False))
-        c.daemons = {d["name"]: Daemon(**d) for d in doc["daemons"]}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise LocalClusterError(f"{path} is not a local cluster's record "
+                                    f"({type(e).__name__}: {e})") from None
         return c
 
     def save(self) -> None:
@@ -121,51 +133,114 @@ class LocalCluster:
 
     def start(self, name: str) -> None:
         d = self.daemons[name]
+        argv = self._argv(d)
         log = open(self.root / f"{name}.log", "ab")
-        proc = subprocess.Popen(self._argv(d), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 start_new_session=True)
         log.close()
-        d.pid = proc.pid
+        # The start time is read before anything can reap our child, so it is this process's;
+        # the command line is the argv exec'd, which /proc/PID/cmdline shows unchanged.
+        stat = _proc_stat(proc.pid)
+        d.pid, d.start_time, d.cmdline = proc.pid, (stat[1] if stat else 0), argv
         (self.root / f"{name}.pid").write_text(f"{proc.pid}\n")
         self.save()
 
     def alive(self, name: str) -> bool:
-        pid = self.daemons[name].pid
-        if not pid:
+        """Whether daemon `name` runs: its pid has a process (a zombie child of ours counts as
+        dead) and that process is the daemon, not a later one given the same pid."""
+        return self._identify(name) == "ours"
+
+    def stranger(self, name: str) -> str | None:
+        """Why the process that has daemon `name`'s pid is not that daemon, if it is not."""
+        found = self._identify(name)
+        return found if found not in ("ours", "gone") else None
+
+    def _identify(self, name: str) -> str:
+        """"ours", "gone" (no process has the pid, or a zombie), or why the process at the pid
+        is someone else's: its start time or command line is not the recorded one, or, for a
+        record without them, its command line is not this cluster's daemon for its data dir."""
+        d = self.daemons[name]
+        stat = _proc_stat(d.pid) if d.pid else None
+        if stat is None or stat[0] == "Z":
+            return "gone"
+        cmdline = _cmdline(d.pid)
+        shown = " ".join(cmdline) if cmdline else "(command line unreadable)"
+        if d.start_time:
+            if stat[1] == d.start_time and cmdline == d.cmdline:
+                return "ours"
+            return (f"{name}: pid {d.pid} now belongs to another process, not this cluster's "
+                    f"{d.kind} (its start time or command line differs): {shown}")
+        if cmdline and self._runs_daemon(d, cmdline):
+            return "ours"
+        return (f"{name}: pid {d.pid} does not run this cluster's {d.kind} for "
+                f"{self.root / d.name} (cluster.json written before start times were "
+                f"recorded, so only the command line can tell): {shown}")
+
+    def _runs_daemon(self, d: Daemon, cmdline: list[str]) -> bool:
+        """`cmdline` is `tessera <kind> --data-dir <this cluster's dir for d>`, the data dir
+        resolved against the process's own working directory."""
+        if "harness.cli" not in cmdline or d.kind not in cmdline or "--data-dir" not in cmdline:
+            return False
+        i = cmdline.index("--data-dir") + 1
+        if i >= len(cmdline):
             return False
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        # a zombie child of ours counts as dead
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            return state != "Z"
+            cwd = os.readlink(f"/proc/{d.pid}/cwd")
         except OSError:
             return False
+        return Path(cwd, cmdline[i]).resolve() == (self.root / d.name).resolve()
 
-    def signal(self, name: str, sig: int) -> None:
+    def signal(self, name: str, sig: int) -> bool:
+        """Send `sig` to daemon `name` if it runs; whether it was sent. The identity is checked
+        through a pidfd opened first, so the signal cannot reach a process that took the pid
+        between the check and the kill."""
         d = self.daemons[name]
-        if d.pid and self.alive(name):
-            os.kill(d.pid, sig)
+        if not d.pid:
+            return False
+        try:
+            fd = os.pidfd_open(d.pid)
+        except ProcessLookupError:
+            return False
+        except OSError:  # no pidfds here (an old kernel, a seccomp filter): check, then kill
+            fd = None
+        try:
+            if not self.alive(name):
+                return False
+            if fd is None:
+                os.kill(d.pid, sig)
+            else:
+                signal.pidfd_send_signal(fd, sig)
+        except ProcessLookupError:
+            return False
+        finally:
+            if fd is not None:
+                os.close(fd)
         if sig == signal.SIGKILL:
             _wait_gone(d.pid)
+        return True
 
     def kill(self, name: str) -> None:
         self.signal(name, signal.SIGKILL)
 
-    def down(self, timeout: float = 10.0) -> None:
+    def down(self, timeout: float = 10.0) -> list[str]:
+        """Stop every daemon still running; a pid that another process has now is left alone.
+        Returns one line per pid left alone, saying why."""
+        notes = [note for name in self.daemons if (note := self.stranger(name))]
+        signalled = []
         for name in self.daemons:
-            self.signal(name, signal.SIGTERM)
-            self.signal(name, signal.SIGCONT)  # a paused daemon acts on the SIGTERM only now
+            if self.signal(name, signal.SIGTERM):
+                signalled.append(name)
+                self.signal(name, signal.SIGCONT)  # a paused daemon acts on the SIGTERM only now
         deadline = time.monotonic() + timeout
-        for name, d in self.daemons.items():
+        for name in signalled:
+            pid = self.daemons[name].pid
             while self.alive(name) and time.monotonic() < deadline:
-                _reap(d.pid)
+                _reap(pid)
                 time.sleep(0.05)
             if self.alive(name):
                 self.kill(name)
-            _reap(d.pid)
+            _reap(pid)
+        return notes
 
     async def tablet_leader(self, rpc, tablet_id: str, exclude=(), timeout: float = 20.0) -> str:
         """The name of the live tablet server that reports leading `tablet_id`, waiting up to
@@ -235,6 +310,26 @@ def _listening(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state, start time in clock ticks since boot) of process `pid` from /proc/PID/stat
+    (fields 3 and 22; the command name, field 2, may hold spaces and parentheses); None if
+    there is no such process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[19])
+
+
+def _cmdline(pid: int) -> list[str]:
+    """The argv of process `pid` ([] for a zombie, or if it cannot be read)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return raw.decode(errors="surrogateescape").split("\0")[:-1]
 
 
 def _wait_gone(pid: int, timeout: float = 10.0) -> None:

@@ -54,12 +54,20 @@ def run(args: argparse.Namespace) -> int:
             return 0
         c = LocalCluster.load(args.dir)
         if args.action == "down":
-            c.down()
+            # A daemon whose pid another process has now died earlier; that process is not
+            # ours to stop, so it is named and left alone, and the record goes with the rest.
+            notes = c.down()
+            for note in notes:
+                print(f"tessera local-cluster: {note}: left alone, not signalled", file=sys.stderr)
             (args.dir / "cluster.json").unlink()
-            print(f"stopped {len(c.daemons)} daemons")
+            left = f"; left {len(notes)} pid(s) alone" if notes else ""
+            print(f"stopped {len(c.daemons) - len(notes)} daemons{left}")
             return 0
         for name, d in c.daemons.items():
-            print(f"{name}\t{d.kind}\t{d.addr}\tpid {d.pid}\t{'up' if c.alive(name) else 'DOWN'}")
+            state = "up" if c.alive(name) else "DOWN"
+            if c.stranger(name):
+                state += f" (pid {d.pid} is another process now)"
+            print(f"{name}\t{d.kind}\t{d.addr}\tpid {d.pid}\t{state}")
         return 0
     except LocalClusterError as e:
         print(f"tessera local-cluster: {e}", file=sys.stderr)

@@ -2,16 +2,26 @@
 each `heartbeat_interval_ms`, and learns its peers' addresses and the current masters from the
 leader master's answer.
 Reporting to all masters, not just the leader, lets a new leader master know the tablets at
-once instead of after a full heartbeat round."""
+once instead of after a full heartbeat round.
+
+The master list is taken only from a committed config newer than the one held, ordered by the
+config's opid index as Raft orders configs (two committed configs never share an index). A
+reply that merely claims leadership is not enough: a deposed leader that has not yet heard of
+its successor still says LEADER, with the config it knew, and adopting that would bring back
+removed masters and drop added ones. The leader's term is not the order either: a new leader
+may not know yet that its predecessor's last config committed, and reports an older one."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 from node.daemon import PeerBook
 from node.protocol import ServerStatus, TSHeartbeat, TSHeartbeatResponse
 from node.rpc import RpcClient
+
+log = logging.getLogger(__name__)
 
 
 class Heartbeater:
@@ -19,6 +29,9 @@ class Heartbeater:
                  status: Callable[[], ServerStatus], http_port: int, book: PeerBook):
         self.rpc_client, self.masters, self.period_s = rpc_client, masters, period_s
         self.status, self.http_port, self.book = status, http_port, book
+        # Opid index of the config `masters` came from; -1: the command line's list, which
+        # any committed config replaces.
+        self.masters_config_index = -1
 
     async def run(self) -> None:
         while True:
@@ -34,5 +47,16 @@ class Heartbeater:
         for res in results:
             if isinstance(res, TSHeartbeatResponse) and res.leader:
                 await self.book.learn(res.tservers)
-                if res.masters:  # masters added or removed since we started
-                    self.masters = [p.addr for p in res.masters]
+                self.adopt_masters(res)
+
+    def adopt_masters(self, res: TSHeartbeatResponse) -> bool:
+        """Take the reply's master list if its committed config is newer than ours; whether
+        we did. Replies are taken in any order, so the newest config wins whatever the order."""
+        if not res.masters or res.masters_config_index <= self.masters_config_index:
+            return False
+        self.masters = [p.addr for p in res.masters]
+        self.masters_config_index = res.masters_config_index
+        log.info("masters: config index %d (from a leader at term %d): %s",
+                 res.masters_config_index, res.term,
+                 ", ".join(f"{h}:{p}" for h, p in self.masters))
+        return True
