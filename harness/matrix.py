@@ -107,8 +107,8 @@ def run_matrix(cells: list[Cell], count: int, execute: Callable[[Cell, float, in
                log: Callable[[str], None] = print, default_overhead: float = DEFAULT_OVERHEAD_S
                ) -> list[Outcome]:
     """Every cell `count` times, round-robin, within `budget` seconds from `started` (on
-    `clock`); `execute(cell, time_limit, attempt)` runs one. Returns every outcome, not-run
-    places included."""
+    `clock`); `execute(cell, time_limit, attempt)` runs one, and an exception it raises is that
+    run's outcome (`_execute`). Returns every outcome, not-run places included."""
     runs = [(cell, attempt) for attempt in range(1, count + 1) for cell in cells]
     done: list[tuple[Cell, Outcome]] = []
     for i, (cell, attempt) in enumerate(runs):
@@ -126,11 +126,28 @@ def run_matrix(cells: list[Cell], count: int, execute: Callable[[Cell, float, in
             continue
         log(f"{tag}: time limit {limit:g}s ({remaining:.0f}s left, overhead estimates "
             f"{overheads[0]:.0f}s for this run, {sum(overheads):.0f}s for the {len(runs) - i} left)")
-        o = execute(cell, limit, attempt)
+        o = _execute(execute, cell, limit, attempt, clock)
         log(f"{tag}: {o.verdict} in {o.seconds:.0f}s, {o.ok_ops} ok ops"
             + (f": {o.why}" if o.why else "") + (f" ({o.run_dir})" if o.run_dir else ""))
         done.append((cell, o))
     return [o for _, o in done]
+
+
+def _execute(execute: Callable[[Cell, float, int], Outcome], cell: Cell, limit: float,
+             attempt: int, clock: Callable[[], float]) -> Outcome:
+    """One run; an exception inside it (a harness bug, a simulator that could not start) is
+    that run's outcome, unknown with the error, so the matrix goes on to the next cell and still
+    writes its summary. Only ^C (KeyboardInterrupt) stops the matrix."""
+    import traceback
+
+    t0 = clock()
+    try:
+        return execute(cell, limit, attempt)
+    except Exception as e:
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        return Outcome(cell.name, attempt, "unknown", limit, seconds=round(clock() - t0, 1),
+                       why=f"crashed: {type(e).__name__}: {e} (at {where.filename.split('/')[-1]}"
+                           f":{where.lineno})")
 
 
 def outcome_from_run(cell: Cell, attempt: int, time_limit: float, run_dir: str | None,

@@ -136,13 +136,12 @@ def _runner(base, first_seed: int, summary_dir: Path):
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness import matrix, selfcheck
     from harness.chaos import say
     from harness.chaos_cli import parse_value
     from harness.cli import BAD_ARGS
     from harness.cluster.netns import NetnsCluster
     from harness.db import build_wheelhouse
-    from harness.store import new_run_dir, write_json
+    from harness.store import new_run_dir
 
     started = time.monotonic()
     mode = "self-check" if args.self_check else "matrix"
@@ -164,12 +163,25 @@ def run(args: argparse.Namespace) -> int:
     wheelhouse = args.store / ".wheelhouse"
     build_wheelhouse(wheelhouse, Path(__file__).resolve().parents[1], say)
     execute = _runner(_base_spec(args, wheelhouse), first_seed, summary_dir)
-    outcomes = matrix.run_matrix(cells, args.test_count, execute, budget, started, log=say)
+    return run_cells(cells, args.test_count, execute, budget, started, summary_dir,
+                     {"mode": mode, "first_seed": first_seed, "argv": sys.argv[1:]})
+
+
+def run_cells(cells: list[Cell], count: int, execute, budget: float, started: float,
+              summary_dir: Path, facts: dict) -> int:
+    """Run the matrix (or the self-check, `facts["mode"]`), print its table and write
+    summary.json; the exit code. Apart from `run` so a test can drive it with its own
+    `execute` and no cluster."""
+    from harness import matrix, selfcheck
+    from harness.chaos import say
+    from harness.store import write_json
+
+    outcomes = matrix.run_matrix(cells, count, execute, budget, started, log=say)
     print(matrix.table(outcomes))
-    extra = {"mode": mode, "first_seed": first_seed, "argv": sys.argv[1:],
-             "cells": [{"name": c.name, "workload": c.workload, "nemesis": list(c.nemesis),
-                        "overrides": c.overrides} for c in cells]}
-    if args.self_check:
+    extra = {**facts, "cells": [{"name": c.name, "workload": c.workload,
+                                 "nemesis": list(c.nemesis), "overrides": c.overrides}
+                                for c in cells]}
+    if facts["mode"] == "self-check":
         findings = [selfcheck.classify(f, outcomes) for f in selfcheck.flags_of(cells)]
         code = selfcheck.exit_code(findings)
         print(selfcheck.report(findings))

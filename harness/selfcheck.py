@@ -76,6 +76,13 @@ RECIPES: dict[str, tuple[Cell, str]] = {
         "the term, then votes again: two leaders of one term, lost appends (Elle) or a SAFETY "
         "line (logs). Not measured on the cluster yet; the whole-stack simulator catches it "
         "(vote safety)"),
+    "fault_vote_twice_in_term": (
+        _cell("fault_vote_twice_in_term", "list-append", ("leader-isolate", "kill-after-heal"),
+              nemesis_interval=4.0, rate=200.0),
+        "competing candidates after each isolation and restart ask a replica that already voted "
+        "in the term, which votes again and FAILs on its consensus metadata's guard: a SAFETY "
+        "line (logs). Not measured on the cluster yet; the whole-stack simulator catches it "
+        "(safety guard)"),
 }
 
 
@@ -153,6 +160,9 @@ SIM_FULL_RECIPES: dict[str, str] = {
     "fault_skip_dedup": "a retried write applies twice (checker: duplicated or lost values)",
     "fault_copy_overwrite_cmeta": "a replica copied over its tombstone forgets its term or vote: "
                                   "term monotonicity or vote safety",
+    "fault_vote_twice_in_term": "a replica votes twice in a term and FAILs on its consensus "
+                                "metadata's guard, often before the test table is writable: "
+                                "safety guard (the FAILED replica's error quoted)",
 }
 # Core options whose bug shows only in what reads return, which the simulator does not check.
 SIM_BLIND = frozenset({"check_quorum"})  # thousands of seeds: a core bug the simulator can see shows in far fewer

@@ -91,8 +91,7 @@ def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags:
     by_seed = {c.seed: c for c in configs}
     found = [{"checker": "sim-full",
               "type": _invariant(r.violation) if r.violation else r.verdict,
-              "seed": r.seed, "explanation": f"seed {r.seed}: {r.violation or r.verdict} "
-                                             f"{r.results.get('anomalies', [])}",
+              "seed": r.seed, "explanation": _seed_failure(r),
               "replay": replay_command(by_seed[r.seed], on)}
              for r in results if not r.ok()]
     verdict = "invalid" if any(r.violation or r.verdict == "invalid" for r in results) else (
@@ -107,6 +106,15 @@ def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags:
     o.why = (f"{len(found)} of {len(results)} seeds failed: {found[0]['explanation']}; "
              f"replay: {found[0]['replay']}" if found else "")
     return o
+
+
+def _seed_failure(r) -> str:
+    """What went wrong in one seed (a node.sim.stack.StackResult), in one line: the violated
+    invariant (a safety guard's FAILED replica quoted), else the verdict with why the run
+    stopped (a setup that never worked, a crash) and the checker's anomalies."""
+    what = r.violation or " ".join(filter(None, [r.verdict, r.results.get("error")]))
+    found = r.results.get("anomalies")
+    return f"seed {r.seed}: {what}" + (f" {found}" if found else "")
 
 
 def _invariant(violation: str) -> str:

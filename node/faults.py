@@ -50,6 +50,10 @@ class Faults:
         "tablet copy: take the source's term with no vote instead of merging with the local "
         "consensus metadata, so a replica copied over its tombstone can go back in term or "
         "forget its vote and vote twice in one term")
+    fault_vote_twice_in_term: bool = _fault(
+        "Raft: grant a vote to a second candidate of a term after voting for another; the "
+        "consensus metadata refuses to save the second vote, so the replica goes FAILED on "
+        "that guard (SAFETY) instead of electing two leaders")
     fault_skip_dedup: bool = _fault(
         "tablet: ignore the (session, seq) retry deduplication, so a retried write applies twice")
 

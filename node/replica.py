@@ -164,6 +164,7 @@ class ReplicaOptions:
             vote_skip_log_check=self.faults.fault_vote_skip_log_check,
             commit_prior_term_by_count=self.faults.fault_commit_prior_term_by_count,
             keep_conflicting_suffix=self.faults.fault_keep_conflicting_suffix,
+            vote_twice_in_term=self.faults.fault_vote_twice_in_term,
         )
 
 

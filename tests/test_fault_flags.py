@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import socket
 import subprocess
 import sys
@@ -24,12 +25,24 @@ from replica_net import (
 )
 
 from node import daemon_cli, faults
-from node.consensus import Role
+from node.consensus import (
+    CoreConfig,
+    HardState,
+    Member,
+    MemberType,
+    PersistedState,
+    RaftConfig,
+    RaftCore,
+    Role,
+    SafetyError,
+    VoteRequest,
+)
 from node.entry import Entry, EntryType
 from node.faults import Faults
 from node.replica import Replica, ReplicaError
 from node.sim.runner import run_seeds
 from node.sim.script import ScriptCluster
+from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.ops import Append, OpenSession, Read, Write, encode_command
 from node.tablet.state import StateMachine
 from node.wal import Log, LogOptions
@@ -221,13 +234,41 @@ def test_read_fault_disables_check_quorum_and_vote_fault_reaches_the_core():
     ("fault_vote_skip_log_check", "vote_skip_log_check"),
     ("fault_commit_prior_term_by_count", "commit_prior_term_by_count"),
     ("fault_keep_conflicting_suffix", "keep_conflicting_suffix"),
+    ("fault_vote_twice_in_term", "vote_twice_in_term"),
 ])
 def test_raft_fault_flags_reach_the_core_config_and_only_their_own_option(flag, option):
-    unsafe = ("vote_skip_log_check", "commit_prior_term_by_count", "keep_conflicting_suffix")
+    unsafe = ("vote_skip_log_check", "commit_prior_term_by_count", "keep_conflicting_suffix",
+              "vote_twice_in_term")
     assert not any(getattr(options().core_config("a"), o) for o in unsafe)
     on = options(Faults(**{flag: True})).core_config("a")
     assert [o for o in unsafe if getattr(on, o)] == [option]
     assert on.check_quorum is True
+
+
+@pytest.mark.parametrize("bug", [False, True])
+def test_vote_twice_in_term_grants_a_second_candidate_and_the_metadata_guard_refuses_it(
+        tmp_path, bug):
+    """The core grants n3 after n1 in term 1 only with the bug; the consensus metadata, which
+    the replica saves before any vote goes out, refuses the second vote as a SafetyError (the
+    replica goes FAILED on it, with a SAFETY line)."""
+    voters = tuple(Member(u, MemberType.VOTER) for u in ("n1", "n2", "n3"))
+    core = RaftCore(CoreConfig("n2", vote_twice_in_term=bug), random.Random(1),
+                    PersistedState(HardState(), RaftConfig(0, voters)))
+    cmeta = ConsensusMetadata.create(tmp_path / "t", "t", b"c")
+    granted, refused = [], []
+    for candidate in ("n1", "n3"):
+        core.step(VoteRequest(1, candidate, "n2", 0, 0))
+        rd = core.ready()
+        core.advance(rd)
+        granted += [m.to_uuid for m in rd.messages if m.granted]
+        if rd.hard_state is not None:
+            try:
+                cmeta.update((rd.hard_state.term, rd.hard_state.voted_for))
+            except SafetyError as e:
+                refused.append(str(e))
+    assert granted == (["n1", "n3"] if bug else ["n1"])
+    assert refused == (["term 1: already voted for 'n1', not 'n3'"] if bug else [])
+    assert (cmeta.current_term, cmeta.voted_for) == (1, "n1")
 
 
 # -- Raft core faults, in the deterministic simulator ------------------------------------------

@@ -265,3 +265,78 @@ def test_store_index_lists_test_all_summaries(tmp_path):
     html = render_index(tmp_path, []).read_text()
     assert "Test matrices" in html and "fault_x: missed" in html
     assert f'href="test-all/{d.name}/summary.json"' in html
+
+
+# -- a cell never takes the matrix down (issue 32, item 7) -------------------------------------
+
+VOTE_TWICE = "fault_vote_twice_in_term"
+
+
+def cells_with_a_failing_sim(tmp_path, flags: dict, crash: set[str]):
+    """execute(cell, limit, attempt) for run_cells: the whole-stack simulator cell runs for
+    real from seed 100 (a replica votes twice there and FAILs on its guard before the test
+    table is writable), 1 s whatever its share; the cells named in `crash` raise; any other
+    cell is a fake valid run."""
+    from harness.sim_cell import FULL_KIND, run_full_cell
+
+    ran = []
+
+    def execute(cell: Cell, limit: float, attempt: int) -> Outcome:
+        ran.append(cell.name)
+        if cell.workload == FULL_KIND:
+            return run_full_cell(cell, 1.0, attempt, 100, flags, tmp_path / "sim-full")
+        if cell.name in crash:
+            raise RuntimeError("the cell's own bug")
+        return Outcome(cell.name, attempt, "valid", limit, f"store/{cell.name}", ok_ops=10,
+                       seconds=1.0)
+
+    return execute, ran
+
+
+def test_a_cell_whose_replica_failed_its_vote_guard_is_invalid_and_the_matrix_goes_on(
+        tmp_path, capsys):
+    import time
+
+    from harness.matrix_cli import run_cells
+    from harness.sim_cell import FULL_KIND
+
+    flags = {"unlock_unsafe_flags": True, VOTE_TWICE: True}
+    cells = [Cell("register/kill", "register", ("kill",)), Cell(FULL_KIND, FULL_KIND, ()),
+             Cell("set/kill", "set", ("kill",)), Cell("bank/kill", "bank", ("kill",))]
+    execute, ran = cells_with_a_failing_sim(tmp_path, flags, {"set/kill"})
+    code = run_cells(cells, 1, execute, 600, time.monotonic(), tmp_path,
+                     {"mode": "matrix", "first_seed": 100})
+    assert code == 1
+    assert ran == [c.name for c in cells]  # every cell ran, after the failing ones too
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["verdict"] for r in s["runs"]] == ["valid", "invalid", "unknown", "valid"]
+    assert s["exit"] == 1 and s["counts"]["invalid"] == 1
+    sim, crash = s["runs"][1], s["runs"][2]
+    assert "seed 100: safety guard: tablet " in sim["why"], sim
+    assert "FAILED: SafetyError: term 1: already voted for '" in sim["why"]
+    assert sim["anomalies"][0]["type"] == "safety-guard"
+    assert crash["why"].startswith("crashed: RuntimeError: the cell's own bug (at test_matrix.py:")
+    out = capsys.readouterr().out
+    assert "already voted for" in out and out.strip().endswith("summary.json")
+
+
+def test_the_self_check_judges_every_flag_when_some_of_its_cells_crash(tmp_path):
+    import time
+
+    from harness.matrix_cli import run_cells
+    from harness.selfcheck import cells as selfcheck_cells
+
+    by_count = "fault_commit_prior_term_by_count"  # a chaos recipe and a core simulator cell
+    cells = selfcheck_cells([VOTE_TWICE, by_count])
+    assert [c.name for c in cells] == [VOTE_TWICE, f"{VOTE_TWICE}/sim", f"{VOTE_TWICE}/sim-full",
+                                       by_count, f"{by_count}/sim"]
+    execute, ran = cells_with_a_failing_sim(tmp_path, {}, {VOTE_TWICE, by_count})
+    code = run_cells(cells, 1, execute, 600, time.monotonic(), tmp_path,
+                     {"mode": "self-check", "first_seed": 100})
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert ran == [c.name for c in cells]
+    vote, count = s["findings"]
+    assert vote["status"] == "caught" and vote["evidence"] == ["sim-full: safety-guard"]
+    assert f"{VOTE_TWICE}: unknown (crashed: RuntimeError: the cell's own bug" in vote["why"]
+    assert count["status"] == "missed" and "crashed: RuntimeError" in count["why"]
+    assert code == 1 and s["exit"] == 1  # a flag missed

@@ -18,10 +18,12 @@ from node.tserver.server import TabletServer
 
 ROOT = Path(__file__).resolve().parents[1]
 MUTANTS = ("fault_ack_before_fsync", "fault_apply_uncommitted_at_bootstrap",
-           "fault_read_without_leadership", "fault_skip_dedup", "fault_copy_overwrite_cmeta")
+           "fault_read_without_leadership", "fault_skip_dedup", "fault_copy_overwrite_cmeta",
+           "fault_vote_twice_in_term")
 # apply-uncommitted is the rarest: 1 to 2 of 40 seeds. With the disk, transfer and master-flip
 # faults, from seed 100: ack-before-fsync at seed 100, read-without-leadership 103,
-# copy-overwrite-cmeta 105, skip-dedup 111, apply-uncommitted 131.
+# copy-overwrite-cmeta 105, skip-dedup 111, apply-uncommitted 131; vote-twice-in-term at seed
+# 100 (a replica FAILs on its vote guard before the test table is writable).
 MUTANT_SEED_CAP = 80
 
 
@@ -53,7 +55,11 @@ def test_each_driver_level_mutant_is_caught(tmp_path, flag):
         results = run_seeds(_configs(first, 4, faults=faults), tmp_path, jobs=2)
         failed = [r for r in results if not r.ok()]
         if failed:
-            assert (tmp_path / f"seed-{failed[0].seed}" / "history.jsonl").exists()
+            first = failed[0]
+            if first.ops == 0:  # stopped before the workload: a replica FAILED on its guard
+                assert first.violation.startswith("safety guard: "), first.violation
+            else:
+                assert (tmp_path / f"seed-{first.seed}" / "history.jsonl").exists()
             return
     pytest.fail(f"{flag} not caught in {MUTANT_SEED_CAP} seeds")
 
@@ -370,3 +376,35 @@ def test_disk_faults_and_transfers_replay_and_the_run_stays_correct(tmp_path):
     assert result.events[-1][2][3].startswith("failed:")
     assert sim.disk_faults == {}  # the final heal cleared the slow disk
     assert sim.disks["10.77.0.112"].faults.fsync_latency == (0.0, 0.0)
+
+
+# -- a seed that cannot set up, or breaks, is that seed's outcome (issue 32, item 7) ----------
+
+def test_a_seed_whose_test_table_is_never_created_is_unknown_and_says_why(tmp_path):
+    """Two tablet servers cannot hold a table of replication factor 3: the setup times out,
+    which is the seed's outcome (unknown: nothing was judged), not an exception."""
+    result = StackSim(StackConfig(seed=1, tservers=2), tmp_path).run()
+    assert (result.verdict, result.violation, result.ops) == ("unknown", None, 0)
+    assert result.results["error"].startswith(
+        "RuntimeError: cluster never accepted the test table: ILLEGAL_STATE: need 3 live tablet "
+        "servers, have 2"), result.results
+
+
+def test_a_replica_failed_on_its_vote_guard_at_setup_makes_the_seed_invalid_quoting_it(tmp_path):
+    """Seed 100 with a replica that votes twice: it FAILs on its consensus metadata's guard
+    before the test table is writable; the seed stops there with a violation that quotes the
+    FAILED replica's error."""
+    faults = Faults(fault_vote_twice_in_term=True)
+    [result] = run_seeds(_configs(100, 1, faults=faults), tmp_path, jobs=1)
+    assert result.ops == 0 and not result.ok()
+    assert result.violation.startswith("safety guard: tablet "), result.violation
+    assert "FAILED: SafetyError: term 1: already voted for '" in result.violation
+
+
+def test_a_seed_that_breaks_the_simulator_is_unknown_with_the_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # the seed's directory cannot be made under a file
+    [result] = run_seeds(_configs(7, 1), tmp_path, jobs=1, names=["file/seed"])
+    assert (result.verdict, result.violation) == ("unknown", None)
+    assert result.results["error"].startswith(
+        "the simulation crashed: NotADirectoryError: "), result.results

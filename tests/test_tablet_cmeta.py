@@ -4,6 +4,7 @@ import errno
 
 import pytest
 
+from node.consensus import SafetyError
 from node.disk import SimDisk, SimFaults
 from node.errors import CorruptionError
 from node.tablet.cmeta import ConsensusMetadata
@@ -42,9 +43,9 @@ def test_term_never_goes_back_and_a_term_has_one_vote(path):
     cmeta = ConsensusMetadata.create(path, "tablet-1", b"c")
     cmeta.update((4, "peer-a"))
     cmeta.update((4, "peer-a"))  # repeating the same vote is fine
-    with pytest.raises(ValueError, match="already voted"):
+    with pytest.raises(SafetyError, match="already voted"):
         cmeta.update((4, "peer-b"))
-    with pytest.raises(ValueError, match="go back"):
+    with pytest.raises(SafetyError, match="go back"):
         cmeta.update((3, None))
     assert ConsensusMetadata.load(path).voted_for == "peer-a"  # nothing refused was written
     cmeta.update((5, None))  # a new term clears the vote

@@ -11,7 +11,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from workloads.base import Checker, Invocation, KVClient, Workload
+from workloads.base import Checker, Invocation, KVClient, Workload, answer
 
 
 @dataclass
@@ -50,11 +50,13 @@ class Bank(Workload):
     async def apply(self, client: KVClient, inv: Invocation):
         keys = self._keys()
         if inv.f == "init":
-            await client.txn(inv.value)
+            answer(inv.value, await client.txn(inv.value))
             return inv.value
         if inv.f == "read":
-            done = await client.txn([["r", k, None] for k in keys])
+            reads = [["r", k, None] for k in keys]
+            done = answer(reads, await client.txn(reads))
             return {int(k[4:]): v for _, k, v in done}
         src, dst, n = keys[inv.value["from"]], keys[inv.value["to"]], inv.value["amount"]
-        await client.txn([["add", src, -n], ["require_ge", src, 0], ["add", dst, n]])
+        ops = [["add", src, -n], ["require_ge", src, 0], ["add", dst, n]]
+        answer(ops, await client.txn(ops))
         return inv.value

@@ -45,7 +45,28 @@ class Checker:
 class Completion:
     type: str  # ok | fail | info
     value: Any = None
-    error: str | None = None
+    error: Any = None  # a string; ["wrong-reply", reply] for a reply that was not this op's
+
+
+class WrongReply(Exception):
+    """The server's reply does not answer the invocation (reports.checkers.replies): it is some
+    other op's. The op's effect is unknown, and the history must say so, with the reply."""
+
+    def __init__(self, reply: Any):
+        super().__init__(f"the reply does not answer the invocation: {reply!r}")
+        self.reply = reply
+
+
+def answer(invoked: list[list], reply: Any) -> list[list]:
+    """A transaction's completion value built from its invocation, Jepsen style: the invoked
+    micro-ops with the reply's read results filled in. WrongReply when the reply's micro-ops
+    differ from the invocation in number, kind, key or a written value."""
+    from reports.checkers.replies import answered
+
+    done = answered(invoked, reply)
+    if done is None:
+        raise WrongReply(reply)
+    return done
 
 
 class KVClient(Protocol):
@@ -105,9 +126,15 @@ class Workload:
         raise NotImplementedError
 
     async def invoke(self, client: KVClient, inv: Invocation) -> Completion:
-        """Run one op; classify errors the Jepsen way: only a definite failure is `fail`."""
+        """Run one op; classify errors the Jepsen way: only a definite failure is `fail`. A reply
+        that answers another op is `info` (this op's effect is unknown) and carries the reply,
+        which the checker judges a `wrong-reply`."""
+        from reports.checkers.replies import WRONG_REPLY
+
         try:
             return Completion("ok", await self.apply(client, inv))
+        except WrongReply as e:
+            return Completion("info", error=[WRONG_REPLY, e.reply])
         except OpFailed as e:
             return Completion("fail", error=str(e) or type(e).__name__)
         except OpUnknown as e:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from node.tablet.superblock import HashBucket
-from workloads.base import Checker, Invocation, KVClient, Workload
+from workloads.base import Checker, Invocation, KVClient, Workload, answer
 from workloads.independent import IndependentKeys
 
 
@@ -56,4 +56,4 @@ class ListAppend(Workload):
             yield Invocation("txn", txn)
 
     async def apply(self, client: KVClient, inv: Invocation):
-        return await client.txn(inv.value)
+        return answer(inv.value, await client.txn(inv.value))

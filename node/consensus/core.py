@@ -577,7 +577,7 @@ class RaftCore:
     def _on_vote_request(self, m: VoteRequest) -> None:
         can_vote = (
             self.voted_for == m.from_uuid
-            or (self.voted_for is None and self.lead is None)
+            or ((self.voted_for is None or self.cfg.vote_twice_in_term) and self.lead is None)
             or (m.pre_vote and m.term > self.term)
         )
         up_to_date = self._log_up_to_date(m.last_term, m.last_index)

@@ -96,6 +96,8 @@ class CoreConfig:
     commit_prior_term_by_count: bool = False
     # Unsafe (fault_keep_conflicting_suffix): on a conflict, keep our uncommitted entries, ack theirs.
     keep_conflicting_suffix: bool = False
+    # Unsafe (fault_vote_twice_in_term): grant a vote in a term we already voted in.
+    vote_twice_in_term: bool = False
 
     @property
     def election_timeout_ticks(self) -> int:

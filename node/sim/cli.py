@@ -62,7 +62,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="run with this engine fault flag (node.faults) on (repeatable). The "
                              "core simulator takes those that act in the Raft core: "
                              "fault_vote_skip_log_check, fault_commit_prior_term_by_count, "
-                             "fault_keep_conflicting_suffix, fault_read_without_leadership; "
+                             "fault_keep_conflicting_suffix, fault_vote_twice_in_term, "
+                             "fault_read_without_leadership; "
                              "the full stack takes any")
 
 

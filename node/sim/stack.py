@@ -143,6 +143,7 @@ class StackSim:
         self._votes: dict[tuple[str, str, int], str] = {}  # (host, tablet, term) -> voted for
         self._rounds = 0
         self.violation: str | None = None
+        self.client_error: str | None = None  # why the client's run stopped (setup never worked)
         self.client = None  # the client process's TesseraClient, for the membership nemesis
         self._removed: list[tuple[str, str]] = []  # (tablet, tserver uuid) removed by the nemesis
         self.events: list[list] = []  # [virtual time, kind, value] of each fault applied
@@ -215,7 +216,9 @@ class StackSim:
 
     # -- invariants --------------------------------------------------------------------------
     def _check_invariants(self, states: bool = False) -> None:
-        """One leader per term; a replica's term never goes back and its vote in a term never
+        """No replica FAILED on one of its own safety guards (a SafetyError: the engine caught
+        itself about to break Raft, e.g. the consensus metadata refusing a second vote in a
+        term); one leader per term; a replica's term never goes back and its vote in a term never
         changes, across restarts, tombstones and copies; one committed entry per index; and
         with `states`, one state per applied index (a replica that applied something else than
         the committed log, e.g. an uncommitted suffix at bootstrap, holds different rows at the
@@ -225,6 +228,9 @@ class StackSim:
 
         for host, server in self.servers.items():
             for tablet, r in list(getattr(server, "replicas", {}).items()):
+                if r.failed and r.failed.startswith("SafetyError"):
+                    raise StackViolation(f"safety guard: tablet {tablet} on {host} (replica "
+                                         f"{r.uuid}) FAILED: {r.failed}")
                 self._check_term_and_vote(host, tablet, r)
                 if r.role.name == "LEADER":
                     holder = self._leaders.setdefault((tablet, r.term), r.uuid)
@@ -751,7 +757,8 @@ class StackSim:
         return workload
 
     async def _main(self):
-        """The client's workload (None if an invariant stopped the run first)."""
+        """The client's workload; None if an invariant stopped the run first or the client
+        could not run (`client_error` says why), so the seed has an outcome, never a crash."""
         checker = asyncio.get_running_loop().create_task(self._invariant_loop(), context=SYSTEM)
         for host in self.masters + self.tservers:
             self._boot(host)
@@ -770,7 +777,19 @@ class StackSim:
             self.violation = str(e)
         except Exception as e:
             self.violation = f"invariant check crashed: {type(e).__name__}: {e}"
+        if client.exception() is not None:  # e.g. the test table never became writable
+            self.client_error = self._stopped_because(client.exception())
+            return None
         return client.result()
+
+    def _stopped_because(self, e: BaseException) -> str:
+        """Why the client's run stopped, with every FAILED replica's own error: the evidence a
+        setup that never worked leaves."""
+        failed = [f"{host} {rep.tablet_id}: {rep.error}" for host, server in sorted(self.servers.items())
+                  if getattr(server, "me", None) is not None
+                  for rep in server.reports() if rep.state == "FAILED" or rep.error]
+        return f"{type(e).__name__}: {e}" + (f"; FAILED replicas: {'; '.join(failed)}"
+                                             if failed else "")
 
     def run(self) -> StackResult:
         from harness.chaos import judge_ops
@@ -793,6 +812,8 @@ class StackSim:
         ops = read_jsonl(history) if history.exists() else []
         results = (judge_ops(ops, workload.checker, time_limit=CHECK_TIME_LIMIT_S)
                    if workload is not None else {"verdict": "unknown"})
+        if self.client_error is not None:
+            results["error"] = self.client_error
         sha = hashlib.sha256(history.read_bytes()).hexdigest() if history.exists() else ""
         (self.out_dir / "schedule.json").write_text(json.dumps(self.events) + "\n")
         flips = {h: self.flip_outcomes.get(h, "no failure seen") for h in sorted(self.flipped)}
@@ -820,13 +841,31 @@ def _run_one(job: tuple[StackConfig, str]) -> StackResult:
 
     out_dir = Path(out)
     t0 = time.monotonic()
-    result = StackSim(cfg, out_dir).run()
+    try:
+        result = StackSim(cfg, out_dir).run()
+    except Exception as e:  # a seed that breaks the simulator is that seed's outcome, unknown
+        result = StackResult(cfg.seed, "unknown", None, {"error": _crash(e, out_dir)}, 0, 0.0,
+                             "", {}, [])
     result.wall_s = time.monotonic() - t0
     if result.ok():
         shutil.rmtree(out_dir, ignore_errors=True)  # keep only what a failure needs
     result.results = {k: v for k, v in result.results.items() if k != "check"} | {
         "anomalies": _anomalies(result.results.get("check", {}))}
     return result
+
+
+def _crash(e: Exception, out_dir: Path) -> str:
+    """One line for the seed's result, where it was raised included; the whole traceback in
+    out_dir/crash.txt, which a failed seed keeps."""
+    import contextlib
+    import traceback
+
+    with contextlib.suppress(OSError):  # the directory itself may be what failed
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "crash.txt").write_text("".join(traceback.format_exception(e)))
+    where = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
+    at = f" (at {Path(where.filename).name}:{where.lineno})" if where else ""
+    return f"the simulation crashed: {type(e).__name__}: {e}{at}"
 
 
 def _anomalies(check: dict) -> list[str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 import msgspec
 
 from node import durable
+from node.consensus import SafetyError
 from node.disk import REAL, Disk
 from node.errors import CorruptionError
 from node.tablet.paths import check_tablet_id
@@ -62,13 +63,15 @@ class ConsensusMetadata:
         """Durably save a new (term, vote) and/or committed config, then adopt them. Memory
         changes only once the save is on disk: after a failed save (ENOSPC, EIO) this object
         still says what the disk says, so nobody reports a vote that was never made durable.
-        A lower term or a second vote in a term is a bug and is refused before any write."""
+        A lower term or a second vote in a term is a bug and is refused before any write, as a
+        SafetyError: the replica that asked goes FAILED with a SAFETY line, which the log
+        checker and the simulator judge a safety finding rather than an environmental failure."""
         term, voted_for = hard_state if hard_state is not None else (self.current_term,
                                                                      self.voted_for)
         if term < self.current_term:
-            raise ValueError(f"term would go back from {self.current_term} to {term}")
+            raise SafetyError(f"term would go back from {self.current_term} to {term}")
         if term == self.current_term and self.voted_for is not None and voted_for != self.voted_for:
-            raise ValueError(
+            raise SafetyError(
                 f"term {term}: already voted for {self.voted_for!r}, not {voted_for!r}"
             )
         config = self.committed_config if committed_config is None else committed_config

@@ -13,6 +13,7 @@ from reports.checkers.bank import check_bank
 from reports.checkers.counter import check_counter
 from reports.checkers.elle import check_list_append, check_rw_register
 from reports.checkers.models import MODELS, MultiRegister
+from reports.checkers.replies import check_replies
 from reports.checkers.sets import check_set
 from reports.checkers.timestamps import check_timestamps
 from reports.history import Op
@@ -52,6 +53,11 @@ def check_history(ops: Iterable[Op], model: str, time_limit: float = linearizabi
         else:
             spec = MODELS[model]()
         results.append(linearizability.check(ops, spec, time_limit=time_limit, max_states=max_states))
+    replies = check_replies(ops)
+    if replies["compared"]:
+        # Every model: a completion must answer its own invocation (wrong-reply). Histories
+        # without transactions or recorded mismatches have nothing to compare.
+        results.append(replies)
     if any(op.hybrid_time is not None for op in ops):
         # Every model: ok writes' hybrid timestamps must follow real time. Histories without
         # them (recorded before writes returned one) keep their results unchanged.

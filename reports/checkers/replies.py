@@ -1,0 +1,121 @@
+"""Every completion answers its own invocation (the `wrong-reply` anomaly).
+
+A transaction's reply carries its micro-ops [f, key, value] with the reads filled in. Jepsen's
+clients build the completion from the invocation and take only the read results from the reply;
+a reply whose micro-ops differ from the invocation in kind, key, or a written value answers some
+other operation (a server that handed one proposal's result to another's waiter), and copying it
+into the history would make this op look like a second copy of the other one: Elle then calls the
+history unknown (duplicate appends) when it is in fact wrong.
+
+`answered` is that rule, shared by both sides. The workloads' clients (workloads.base) complete
+an op with `answered(invocation, reply)` and record a reply that does not answer as an `info`
+completion (its effect is unknown) whose error is `["wrong-reply", reply]`. The checker turns
+every such mark, and every `ok` completion whose value does not answer its invocation (a history
+recorded by a client that copied the reply), into an invalid verdict that names the process, what
+it invoked, what the reply carried, and the invocation the reply does answer when the history
+holds one. Only micro-op lists are compared: a single-key op's reply carries no key or written
+value to compare (a write is acknowledged with nothing but ok).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from reports.history import NEMESIS, Op
+
+CHECKER = "replies"
+WRONG_REPLY = "wrong-reply"
+READS = frozenset({"r"})  # micro-ops whose value the reply fills in; every other one must match
+
+
+def is_txn(value: Any) -> bool:
+    """A list of [f, key, value] micro-ops (Elle's transaction shape)."""
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(m, list | tuple) and len(m) == 3 and isinstance(m[0], str) for m in value)
+
+
+def answered(invoked: list, reply: Any) -> list | None:
+    """The invoked micro-ops with the reply's read results filled in, or None when the reply does
+    not answer the invocation: not the same number of micro-ops, or one whose kind or key
+    differs, or a write whose value differs."""
+    if not isinstance(reply, list | tuple) or len(reply) != len(invoked):
+        return None
+    out = []
+    for (f, key, value), got in zip(invoked, reply, strict=True):
+        if not isinstance(got, list | tuple) or len(got) != 3:
+            return None
+        if str(got[0]) != str(f) or got[1] != key or (str(f) not in READS and got[2] != value):
+            return None
+        out.append([f, key, got[2] if str(f) in READS else value])
+    return out
+
+
+def recorded_reply(op: Op) -> tuple[bool, Any]:
+    """(True, the reply) when the client recorded `op` as answered by a reply that was not its
+    own; (False, None) otherwise."""
+    e = op.error
+    if isinstance(e, list | tuple) and len(e) == 2 and str(e[0]) == WRONG_REPLY:
+        return True, e[1]
+    return False, None
+
+
+def _writes(value: list) -> tuple:
+    """What identifies a transaction apart from what it read: its micro-ops with reads blanked."""
+    return tuple((str(f), json.dumps(k, default=str), None if str(f) in READS
+                  else json.dumps(v, default=str)) for f, k, v in value)
+
+
+def _text(value: Any, width: int = 300) -> str:
+    s = json.dumps(value, default=str)
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def check_replies(ops: Iterable[Op]) -> dict:
+    """{"checker", "verdict", "compared", "anomalies"[, "anomaly_types"]}: one `wrong-reply`
+    anomaly per completion whose reply did not answer its invocation."""
+    ops = [o for o in ops if o.process != NEMESIS]
+    txns: dict[tuple, list[Op]] = {}  # writes -> the invocations that made them
+    for o in ops:
+        if o.type == "invoke" and is_txn(o.value):
+            txns.setdefault(_writes(o.value), []).append(o)
+    open_: dict[Any, Op] = {}
+    anomalies, compared = [], 0
+    for o in ops:
+        if o.type == "invoke":
+            open_[o.process] = o
+            continue
+        inv = open_.pop(o.process, None)
+        marked, reply = recorded_reply(o)
+        if not marked and (inv is None or o.type != "ok" or not is_txn(inv.value)):
+            continue
+        compared += 1
+        if not marked:
+            if answered(inv.value, o.value) is not None:
+                continue
+            reply = o.value
+        anomalies.append(_anomaly(o, inv, reply, txns))
+    result = {"checker": CHECKER, "verdict": "invalid" if anomalies else "valid",
+              "compared": compared, "anomalies": anomalies}
+    if anomalies:
+        result["anomaly_types"] = [WRONG_REPLY]
+    return result
+
+
+def _anomaly(op: Op, inv: Op | None, reply: Any, txns: dict) -> dict:
+    invoked = inv.value if inv is not None else op.value
+    owner = None
+    if is_txn(reply):
+        owner = next((i for i in txns.get(_writes(reply), ())
+                      if i is not inv and answered(i.value, reply) is not None), None)
+    explanation = (f"process {op.process}'s {op.f} (op {op.index}) invoked {_text(invoked)} but "
+                   f"its reply carried {_text(reply)}")
+    if owner is not None:
+        explanation += (f", which answers process {owner.process}'s invocation (op "
+                        f"{owner.index}) {_text(owner.value)}")
+    return {"type": WRONG_REPLY, "process": op.process, "index": op.index, "f": op.f,
+            "invoked": invoked, "reply": reply, "recorded_as": op.type,
+            "answers": None if owner is None else {"process": owner.process,
+                                                   "index": owner.index, "value": owner.value},
+            "explanation": explanation}
