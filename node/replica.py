@@ -58,6 +58,7 @@ from node.entry import Entry, EntryType
 from node.errors import CorruptionError, TesseraError
 from node.faults import Faults
 from node.logfmt import SAFETY, TabletLog, log_failure
+from node.rpc.wire import DEFAULT_MAX_FRAME
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.ops import COMMAND_VERSION, Batch, Command, Op, Result, RowOp, command_payload
 from node.tablet.paths import TabletPaths
@@ -154,6 +155,9 @@ class ReplicaOptions:
     log: LogOptions = field(default_factory=LogOptions)
     faults: Faults = field(default_factory=Faults)
     wall_ns: Callable[[], int] = time.time_ns  # the hybrid clock's physical source (simulator)
+    # The RPC frame limit of this server and its peers (Kudu's rpc_max_message_size): what
+    # the server's RPC endpoints accept and send.
+    rpc_max_message_size: int = DEFAULT_MAX_FRAME
 
     def core_config(self, uuid: str) -> CoreConfig:
         return CoreConfig(

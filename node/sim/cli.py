@@ -51,6 +51,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=0, metavar="N",
                         help="full: writes through batching sessions, up to N ops per tablet "
                              "batch (Workload.batch; default 0: one op per write)")
+    parser.add_argument("--value-sizes", choices=("small", "wide"), default="small",
+                        help="full, register: small values (default), or wide: sizes up to the "
+                             "RPC frame limit, mostly small, heavy-tailed (workloads.values)")
     parser.add_argument("--json", action="store_true", help="print one JSON summary line")
     parser.add_argument("--fault", action="append", default=[], metavar="FLAG",
                         help="run with this engine fault flag (node.faults) on (repeatable). The "
@@ -128,6 +131,9 @@ def run_full(args: argparse.Namespace) -> int:
         print("tessera sim: --batch must be 0..128 (the results a tablet keeps per session)",
               file=sys.stderr)
         return 2
+    if args.value_sizes != "small" and args.workload != "register":
+        print("tessera sim: --value-sizes wide takes --workload register", file=sys.stderr)
+        return 2
     if args.seconds <= 0 or args.jobs < 1:
         print("tessera sim: --seconds must be positive and --jobs at least 1", file=sys.stderr)
         return 2
@@ -148,7 +154,7 @@ def run_full(args: argparse.Namespace) -> int:
         return workloads[seed % 2] if args.workload == "both" else args.workload
 
     configs = [StackConfig(seed=s, workload=workload(s), seconds=args.seconds, faults=faults,
-                           schedule=schedule, batch=args.batch)
+                           schedule=schedule, batch=args.batch, value_sizes=args.value_sizes)
                for s in range(args.seed, args.seed + args.seeds)]
     out = args.out or Path("store/sim") / time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     t0 = time.monotonic()

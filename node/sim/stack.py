@@ -55,6 +55,9 @@ ENOSPC_SLACK_BYTES = 16 * 1024
 EIO_RATE = (0.05, 1.0)
 SLOW_FSYNC_S = (0.02, 0.5)
 DISK_CLEAR_P = 0.35  # while a disk fault is on, the chance the next fault clears one instead
+# Every server's and the client's RPC frame limit. Smaller than a daemon's (64 MiB) so wide
+# values reach it cheaply; above a copy chunk (4 MiB) and an AppendEntries batch (1 MiB).
+MAX_FRAME = 8 << 20
 FAILED_AFTER_S = 5.0  # masters re-replicate a silent server's replicas after this (fast, as CI)
 RECONCILE_MS = 2000  # masters' background task period (Kudu: 1000)
 
@@ -80,6 +83,7 @@ class StackConfig:
     schedule: tuple | None = None
     faults: Faults = field(default_factory=Faults)  # engine fault flags (mutants)
     batch: int = 0  # > 0: writes through batching sessions (Workload.batch)
+    value_sizes: str = "small"  # or wide: register values up to the frame limit (workloads.values)
 
 
 @dataclass
@@ -162,7 +166,8 @@ class StackSim:
         master = host in self.masters
         replica = ReplicaOptions(clock_max_error_us=CLOCK_MAX_ERROR_US,
                                  wall_ns=self._wall_ns(host), faults=self.cfg.faults,
-                                 log=LogOptions(faults=self.cfg.faults))
+                                 log=LogOptions(faults=self.cfg.faults),
+                                 rpc_max_message_size=MAX_FRAME)
         return ServerOptions(
             data_dir=DATA_DIR, rpc_host=host,
             rpc_port=MASTER_PORT if master else TSERVER_PORT,
@@ -608,8 +613,12 @@ class StackSim:
         from workloads.list_append import ListAppend
         from workloads.register import Register
 
-        return {"register": Register, "list-append": ListAppend}[self.cfg.workload](
-            batch=self.cfg.batch)
+        if self.cfg.workload == "register":
+            return Register(batch=self.cfg.batch, value_sizes=self.cfg.value_sizes,
+                            value_max_bytes=MAX_FRAME, value_seed=self.cfg.seed)
+        if self.cfg.value_sizes != "small":
+            raise ValueError(f"value sizes {self.cfg.value_sizes!r} are for the register workload")
+        return ListAppend(batch=self.cfg.batch)
 
     async def _client_main(self) -> list:
         from harness.chaos import accept_test_table, workload_clients
@@ -620,7 +629,8 @@ class StackSim:
 
         workload = self._workload()
         client = TesseraClient([(m, MASTER_PORT) for m in self.masters], timeout=5.0,
-                               rpc=RpcClient(connect_timeout=1.0, local_host=CLIENT_HOST),
+                               rpc=RpcClient(connect_timeout=1.0, local_host=CLIENT_HOST,
+                                             max_frame=MAX_FRAME),
                                rng=random.Random(self.rng.getrandbits(64)))
         self.client = client
         await accept_test_table(client, workload.tablets, 3, timeout=120.0)
@@ -698,6 +708,8 @@ def replay_command(cfg: StackConfig, faults: list[str] = (), schedule: Path | No
         flags += f" --schedule {schedule}"
     if cfg.batch:
         flags += f" --batch {cfg.batch}"
+    if cfg.value_sizes != "small":
+        flags += f" --value-sizes {cfg.value_sizes}"
     return (f"tessera sim --stack full --seeds 1 --seed {cfg.seed} --workload {cfg.workload} "
             f"--seconds {cfg.seconds:g}{flags}")
 
