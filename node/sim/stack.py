@@ -58,6 +58,8 @@ DISK_CLEAR_P = 0.35  # while a disk fault is on, the chance the next fault clear
 # Every server's and the client's RPC frame limit. Smaller than a daemon's (64 MiB) so wide
 # values reach it cheaply; above a copy chunk (4 MiB) and an AppendEntries batch (1 MiB).
 MAX_FRAME = 8 << 20
+# After the heal, every tablet of the test table must take a write within this (`_probe_liveness`)
+LIVENESS_S = 30.0
 FAILED_AFTER_S = 5.0  # masters re-replicate a silent server's replicas after this (fast, as CI)
 RECONCILE_MS = 2000  # masters' background task period (Kudu: 1000)
 
@@ -644,11 +646,52 @@ class StackSim:
         clients, close_sessions = workload_clients(client, "test", names, self.tservers, workload)
         try:
             await run(workload, clients, rec, opts, nemesis=self._nemesis, heal=self._heal)
+            await self._probe_liveness(client)
         finally:
             await close_sessions()
             rec.close()
             await client.close()
         return workload
+
+    async def _probe_liveness(self, client) -> None:
+        """After the heal, every tablet of the test table takes a write (a key of its own
+        outside the workload's, not in the history) within LIVENESS_S. A tablet that stopped
+        committing (issue 32, bug 3: an entry no follower would take) otherwise passes: its
+        ops time out as info, which no checker holds against it. Excused: tablets with a
+        replica FAILED or on a server whose disk had a bit flipped, whose majority a detected
+        corruption may have taken for good."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LIVENESS_S
+        table, stuck, locs = client.table("test"), {}, None
+        while locs is None:
+            try:
+                locs = await client.locations("test", refresh=True)
+            except Exception as e:  # masters still electing after the heal: try again
+                if loop.time() > deadline:
+                    self.violation = self.violation or (
+                        f"liveness: no locations of the test table within {LIVENESS_S:g} s of "
+                        f"the heal: {type(e).__name__}: {e}"[:500])
+                    return
+                await asyncio.sleep(0.5)
+        for t in locs.tablets:
+            key = next(k for k in (f"_live{i}" for i in range(10_000)) if t.partition.contains(k))
+            while True:
+                try:
+                    await table.write(key, 1)
+                    break
+                except Exception as e:  # any error: try again until the deadline
+                    if loop.time() > deadline:
+                        stuck[t.tablet_id] = f"{type(e).__name__}: {e}"[:300]
+                        break
+                    await asyncio.sleep(0.5)
+        excused = {tid for s in self.servers.values()
+                   for tid, r in getattr(s, "replicas", {}).items() if r.failed}
+        excused |= {t.tablet_id for t in locs.tablets
+                    if {p.host for p in t.replicas} & (self.flipped | set(self.start_failures))}
+        stuck = {tid: why for tid, why in stuck.items() if tid not in excused}
+        if stuck and self.violation is None:
+            self.violation = (f"liveness: {len(stuck)} tablet(s) took no write within "
+                              f"{LIVENESS_S:g} s of the heal: {stuck}")
 
     async def _main(self):
         """The client's workload (None if an invariant stopped the run first)."""
