@@ -20,6 +20,7 @@ from pathlib import Path
 from node import faults
 from node.consensus import TICK_MS
 from node.replica import ReplicaOptions
+from node.rpc.wire import DEFAULT_MAX_FRAME, ENVELOPE_RESERVE, MIN_MAX_FRAME
 from node.tserver.copy_source import MAX_CHUNK_BYTES
 from node.wal import LogOptions
 
@@ -60,6 +61,9 @@ FLAGS: dict[str, tuple[type, object, str]] = {
                                                   "releasing the WAL and snapshot it pinned"),
     "tablet-copy-transfer-chunk-size-bytes": (int, 4 << 20, "bytes a tablet copy asks for "
                                                             "per fetch"),
+    "rpc-max-message-size": (int, DEFAULT_MAX_FRAME, "the largest RPC frame this server accepts "
+                                                     "or sends; every server of a cluster must "
+                                                     "have the same"),
     "log-level": (str, "INFO", "DEBUG, INFO, WARNING or ERROR"),
     "event-loop": (str, "auto", "asyncio, uvloop, or auto: uvloop when it is installed "
                                 "(the default install has it; docs/benchmarks.md measures both)"),
@@ -123,6 +127,12 @@ def resolve(args: argparse.Namespace) -> dict:
         raise ValueError(f"--raft-heartbeat-interval-ms must be a multiple of {TICK_MS}")
     if not 0 < values["tablet-copy-transfer-chunk-size-bytes"] <= MAX_CHUNK_BYTES:
         raise ValueError(f"--tablet-copy-transfer-chunk-size-bytes must be 1..{MAX_CHUNK_BYTES}")
+    frame = values["rpc-max-message-size"]
+    if frame < MIN_MAX_FRAME:
+        raise ValueError(f"--rpc-max-message-size must be at least {MIN_MAX_FRAME}")
+    if values["tablet-copy-transfer-chunk-size-bytes"] > frame - ENVELOPE_RESERVE:
+        raise ValueError(f"--tablet-copy-transfer-chunk-size-bytes must leave {ENVELOPE_RESERVE} "
+                         f"bytes of --rpc-max-message-size ({frame}) for the reply's envelope")
     if values["tablet-copy-idle-timeout-sec"] <= 0:
         raise ValueError("--tablet-copy-idle-timeout-sec must be positive")
     if values["catalog-manager-bg-task-wait-ms"] < 10:
@@ -162,6 +172,7 @@ def build_options(values: dict, kind: str):
         clock_max_error_us=values["clock-max-error-us"],
         snapshot_interval_entries=values["snapshot-interval-entries"],
         log_retain_entries=values["log-retain-entries"],
+        rpc_max_message_size=values["rpc-max-message-size"],
         log=LogOptions(log_force_fsync_all=values["log-force-fsync-all"],
                        log_segment_size_mb=values["log-segment-size-mb"],
                        log_preallocate_segments=values["log-preallocate-segments"],

@@ -15,6 +15,12 @@ class EntryType(enum.IntEnum):
     NO_OP = 4  # appended by a new leader to commit entries of earlier terms
 
 
+# The most an Entry's encoding takes beside its payload's bytes: an array header, term and
+# index (9 bytes each at most), the type and the payload's bin header (5). Byte budgets of
+# AppendEntries count each entry as its payload plus this.
+ENTRY_OVERHEAD = 32
+
+
 class Entry(msgspec.Struct, frozen=True, array_like=True):
     term: int
     index: int

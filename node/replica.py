@@ -39,6 +39,7 @@ from node.consensus import (
     ConfigRolledBack,
     CoreConfig,
     Election,
+    EntryTooLarge,
     Event,
     FollowerLostEntries,
     HardState,
@@ -58,6 +59,7 @@ from node.entry import Entry, EntryType
 from node.errors import CorruptionError, TesseraError
 from node.faults import Faults
 from node.logfmt import SAFETY, TabletLog, log_failure
+from node.rpc.wire import DEFAULT_MAX_FRAME, ENVELOPE_RESERVE
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.ops import COMMAND_VERSION, Batch, Command, Op, Result, RowOp, command_payload
 from node.tablet.paths import TabletPaths
@@ -130,6 +132,11 @@ class ReplicaError(TesseraError):
         self.maybe_applied = maybe_applied
 
 
+class TooLarge(ReplicaError):
+    """A write whose entry no AppendEntries could carry: refused before it was proposed, so it
+    certainly did not apply, and no replica would take it."""
+
+
 def _timestamp(result: Any) -> int:
     """The hybrid timestamp an applied command's result carries (a batch: its ops' latest)."""
     if isinstance(result, list):
@@ -154,10 +161,18 @@ class ReplicaOptions:
     log: LogOptions = field(default_factory=LogOptions)
     faults: Faults = field(default_factory=Faults)
     wall_ns: Callable[[], int] = time.time_ns  # the hybrid clock's physical source (simulator)
+    # The RPC frame limit of this server and its peers (Kudu's rpc_max_message_size): what
+    # the server's RPC endpoints accept and send. A proposal is refused (TooLarge) unless it
+    # fits an AppendEntries within it, ENVELOPE_RESERVE kept for the envelope.
+    rpc_max_message_size: int = DEFAULT_MAX_FRAME
 
     def core_config(self, uuid: str) -> CoreConfig:
+        # An entry alone, or a batch of them, plus the AppendEntries' envelope fits the frame.
+        max_entry = self.rpc_max_message_size - ENVELOPE_RESERVE
         return CoreConfig(
             uuid,
+            max_batch_bytes=min(CoreConfig.max_batch_bytes, max_entry),
+            max_entry_bytes=max_entry,
             heartbeat_interval_ticks=self.heartbeat_interval_ticks,
             leader_failure_max_missed_heartbeat_periods=self.leader_failure_max_missed_heartbeat_periods,
             check_quorum=not self.faults.fault_read_without_leadership,
@@ -657,6 +672,9 @@ class Replica:
             index = self.core.propose(command_payload(command))
         except NotLeader as e:
             _finish(done, None, ReplicaError("not the leader", leader=e.leader))
+            return
+        except EntryTooLarge as e:
+            _finish(done, None, TooLarge(f"write too large to replicate: {e}"))
             return
         except ProposalError as e:
             _finish(done, None, ReplicaError(str(e), leader=self.leader))

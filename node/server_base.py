@@ -72,12 +72,13 @@ class ServerBase:
         if self.opts.disk is REAL:  # a simulated disk has no files to lock
             self._dir_lock = lock_data_dir(self.data_dir)
         self.book = PeerBook(self.data_dir / "peers", self.opts.disk)
-        self.rpc_client = RpcClient(local_host=self.opts.local_host)
+        frame = self.opts.replica.rpc_max_message_size
+        self.rpc_client = RpcClient(local_host=self.opts.local_host, max_frame=frame)
         # Replicas send through the outbox, which needs our address: it exists before any
         # replica starts (open_all, below).
         self.tablets = TabletManager(self.uuid, self.data_dir, self.opts.disk, self.opts.replica,
                                      self.rng, lambda tablet_id: self.outbox.sender(tablet_id))
-        self.server = RpcServer(self.uuid)
+        self.server = RpcServer(self.uuid, max_frame=frame)
         ConsensusService(self.tablets, self.book).register(self.server)
         self.copy_service = TabletCopyService(
             self.tablets, self.rpc_client, idle_timeout_s=self.opts.tablet_copy_idle_timeout_sec,

@@ -34,6 +34,17 @@ def test_clock_max_error_reaches_the_replica_and_may_not_be_negative():
         daemon_cli.resolve(parse(["--data-dir", "/d", "--clock-max-error-us", "-1"]))
 
 
+def test_the_frame_limit_reaches_the_replica_and_must_hold_a_copy_chunk():
+    v = daemon_cli.resolve(parse(["--data-dir", "/d", "--rpc-max-message-size", str(8 << 20)]))
+    opts = daemon_cli.build_options(v, "tserver").replica
+    assert opts.rpc_max_message_size == 8 << 20
+    assert opts.core_config("u").max_entry_bytes == (8 << 20) - (64 << 10)
+    with pytest.raises(ValueError, match="rpc-max-message-size must be at least 1048576"):
+        daemon_cli.resolve(parse(["--data-dir", "/d", "--rpc-max-message-size", "1000"]))
+    with pytest.raises(ValueError, match="chunk-size-bytes must leave 65536 bytes"):
+        daemon_cli.resolve(parse(["--data-dir", "/d", "--rpc-max-message-size", str(4 << 20)]))
+
+
 def test_gc_thresholds_default_to_rare_full_collections_and_may_be_set():
     v = daemon_cli.resolve(parse(["--data-dir", "/d"]))
     assert daemon_cli.gc_thresholds(v) == (10000, 10, 100)

@@ -1,7 +1,8 @@
 """Independent registers: read, write and cas on many keys, checked per key as a cas-register.
 
 Keys rotate by Jepsen's independent generator (`workloads.independent`), so each key's history
-stays small enough for the linearizability search.
+stays small enough for the linearizability search. With value_sizes=wide the values written are
+padded up to the RPC frame limit (`workloads.values`); the history still holds the small ints.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from node.errors import OpFailed
+from node.rpc.wire import DEFAULT_MAX_FRAME
 from workloads.base import Checker, Invocation, KVClient, Workload
 from workloads.independent import IndependentKeys
+from workloads.values import ValueSizes
 
 
 @dataclass
@@ -23,6 +26,16 @@ class Register(Workload):
     threads_per_key: int = 5
     ops_per_key: int = 200
     values: int = 5
+    # "wide": values padded to sizes up to value_max_bytes (workloads.values); value_seed varies
+    # the sizes between runs (the simulator passes its seed). 0: the RPC frame limit.
+    value_sizes: str = "small"
+    value_max_bytes: int = 0
+    value_seed: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.sizes = ValueSizes(self.value_sizes, self.value_max_bytes or DEFAULT_MAX_FRAME,
+                                self.value_seed)
 
     @property
     def checker(self) -> Checker:
@@ -41,12 +54,13 @@ class Register(Workload):
                 yield Invocation("cas", [rng.randrange(self.values), rng.randrange(self.values)], key)
 
     async def apply(self, client: KVClient, inv: Invocation):
+        enc = self.sizes.encode
         if inv.f == "read":
-            return await client.read(inv.key)
+            return self.sizes.decode(inv.key, await client.read(inv.key))
         if inv.f == "write":
-            await client.write(inv.key, inv.value)
+            await client.write(inv.key, enc(inv.key, inv.value))
             return inv.value
         expected, new = inv.value
-        if not await client.cas(inv.key, expected, new):
+        if not await client.cas(inv.key, enc(inv.key, expected), enc(inv.key, new)):
             raise OpFailed("cas mismatch")
         return inv.value

@@ -401,6 +401,12 @@ class TesseraClient:
                         self._refresh_soon(table)
                     elif e.code == ErrorCode.INVALID_ARGUMENT:
                         raise OpFailed(f"refused: {last}") from None  # no replica will differ
+                    elif e.code == ErrorCode.TOO_LARGE:
+                        # Refused unsent (over the frame) or unproposed (over what one entry
+                        # may hold): this attempt did nothing, nor would a retry anywhere.
+                        if uncertain:  # an earlier attempt may still have applied
+                            raise OpUnknown(f"outcome unknown, then refused: {last}") from None
+                        raise OpFailed(f"too large: {last}") from None
             rounds += 1
             backoff = backoff or _Backoff(self.rng)
             await backoff.wait(deadline)

@@ -59,6 +59,7 @@ from .types import (
     ConfigRolledBack,
     CoreConfig,
     Election,
+    EntryTooLarge,
     Event,
     FollowerLostEntries,
     HardState,
@@ -83,7 +84,8 @@ from .types import (
 
 __all__ = [
     "TICK_MS", "AppendEntries", "AppendResponse", "CasMismatch", "ChangeOp", "ChangePending",
-    "ConfigChange", "ConfigPending", "ConfigRolledBack", "CoreConfig", "Election", "Event",
+    "ConfigChange", "ConfigPending", "ConfigRolledBack", "CoreConfig", "Election",
+    "EntryTooLarge", "Event",
     "FollowerLostEntries", "HardState", "Heartbeat", "HeartbeatResponse", "InvalidChange",
     "Member", "MemberType", "Message", "NotLeader", "PersistedState", "ProposalError", "RaftConfig",
     "RaftCore", "ReadState", "Ready", "Role", "SafetyError", "SoftState", "SteppingDown", "Status",

@@ -34,6 +34,7 @@ from .types import (
     ConfigRolledBack,
     CoreConfig,
     Election,
+    EntryTooLarge,
     Event,
     FollowerLostEntries,
     HardState,
@@ -242,9 +243,12 @@ class RaftCore:
             self._campaign(pre_vote=self.cfg.pre_vote)
 
     def propose(self, payload: bytes) -> int:
-        """Append a REPLICATE entry; returns its index. Raises NotLeader."""
+        """Append a REPLICATE entry; returns its index. Raises NotLeader, or EntryTooLarge for
+        a payload no AppendEntries could carry (nothing is appended)."""
         self._check_idle()
         self._require_leader()
+        if len(payload) > self.cfg.max_entry_bytes:
+            raise EntryTooLarge(len(payload), self.cfg.max_entry_bytes)
         return self._append(EntryType.REPLICATE, payload)
 
     def propose_config_change(self, change: ConfigChange, cas_config_index: int) -> int:

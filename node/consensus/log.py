@@ -3,7 +3,7 @@ them durable (`stable`). Entries above `stable` are handed out in the next Ready
 
 from __future__ import annotations
 
-from node.entry import Entry
+from node.entry import ENTRY_OVERHEAD, Entry
 
 from .types import SafetyError
 
@@ -41,11 +41,11 @@ class RaftLog:
         return self.entries[lo - self.offset - 1 : hi - self.offset]
 
     def batch(self, lo: int, max_bytes: int) -> tuple[Entry, ...]:
-        """Entries from lo on, bounded by payload bytes but never empty if lo exists."""
+        """Entries from lo on, bounded by their encoded bytes but never empty if lo exists."""
         out: list[Entry] = []
         size = 0
         for e in self.entries[lo - self.offset - 1 :]:
-            size += len(e.payload) + 16
+            size += len(e.payload) + ENTRY_OVERHEAD
             if out and size > max_bytes:
                 break
             out.append(e)

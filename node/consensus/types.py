@@ -86,6 +86,9 @@ class CoreConfig:
     max_backoff_exponent: int = 3  # failed elections double the timeout, at most 2**3 times
     pre_vote: bool = True
     max_batch_bytes: int = 1 << 20  # AppendEntries payload bound (at least one entry is sent)
+    # The largest payload `propose` takes: one entry alone in an AppendEntries must still fit
+    # the RPC frame. ReplicaOptions derives both bounds from the frame limit.
+    max_entry_bytes: int = (64 << 20) - (64 << 10)
     max_read_rounds: int = 2  # ReadIndex heartbeat rounds out at once (see RaftCore._start_read)
     # A leader that has not heard from a quorum for an election timeout steps down. Off only
     # for the unsafe fault_read_without_leadership: a partitioned leader then stays leader.
@@ -279,6 +282,16 @@ class SteppingDown(ProposalError):
     def __init__(self, transferee: str | None):
         super().__init__(f"leader removal: transferring leadership to {transferee}")
         self.transferee = transferee
+
+
+class EntryTooLarge(ProposalError):
+    """A payload larger than one AppendEntries can carry: appended, it could never reach a
+    follower, and every later entry would wait behind it."""
+
+    def __init__(self, size: int, limit: int):
+        super().__init__(f"entry of {size} bytes exceeds the {limit}-byte limit of one "
+                         f"replicated entry")
+        self.size, self.limit = size, limit
 
 
 class SafetyError(AssertionError):

@@ -68,6 +68,10 @@ class _Connection:
                 buf += chunk
                 for data in wire.split_frames(buf, self.max_frame):
                     resp = wire.decode_response(data)
+                    if resp.call_id == 0 and resp.code:
+                        # The server's last word before it hangs up (a frame over its limit):
+                        # what every call still pending fails with.
+                        reason = f"closed by peer: code {resp.code}: {resp.message}"
                     fut = self.pending.pop(resp.call_id, None)
                     if fut is not None and not fut.done():
                         fut.set_result(resp)
@@ -118,6 +122,13 @@ class _Connection:
     async def close(self) -> None:
         self.reader_task.cancel()
         await asyncio.gather(self.reader_task, return_exceptions=True)
+
+
+def _too_large(method: str, size: int, limit: int) -> RpcError:
+    """A request over the frame limit is refused here, unsent: the server would answer
+    TOO_LARGE and hang up, failing every other call on the connection."""
+    return RpcError(ErrorCode.TOO_LARGE, f"{method} request of {size - wire.LENGTH.size} bytes "
+                                         f"exceeds the {limit}-byte frame limit")
 
 
 class RpcClient:
@@ -178,7 +189,10 @@ class RpcClient:
             timeout = await conn.wait_for_room(timeout)
         if conn.closed:
             raise RpcError(ErrorCode.NETWORK, "connection closed")
-        fut, key = conn.send(call_id, wire.frame(req), timeout)
+        data = wire.frame(req)
+        if len(data) - wire.LENGTH.size > self.max_frame:
+            raise _too_large(method, len(data), self.max_frame)
+        fut, key = conn.send(call_id, data, timeout)
         try:
             if conn.out.must_drain():  # rare: the socket is not taking our bytes
                 async with asyncio.timeout(timeout):
@@ -203,7 +217,12 @@ class RpcClient:
         call_id = next(self._ids)
         req = wire.Request(wire.WIRE_VERSION, call_id, method, max(1, int(timeout * 1000)), to_uuid,
                            request)
-        fut, key = conn.send(call_id, wire.frame(req), timeout)
+        data = wire.frame(req)
+        if len(data) - wire.LENGTH.size > self.max_frame:  # answered from the loop, not inline
+            asyncio.get_running_loop().call_soon(
+                done, None, _too_large(method, len(data), self.max_frame))
+            return True
+        fut, key = conn.send(call_id, data, timeout)
 
         def ended(f: asyncio.Future) -> None:
             conn.ended(call_id, f, key)

@@ -11,6 +11,12 @@ from node.rpc.errors import ErrorCode, RpcError
 WIRE_VERSION = 1
 LENGTH = struct.Struct(">I")
 DEFAULT_MAX_FRAME = 64 << 20  # well above a WAL batch or a snapshot chunk
+# What a frame keeps free around a payload bounded elsewhere (a copy chunk, a Raft entry): the
+# envelopes of the request and of the messages around it take a few hundred bytes at most.
+ENVELOPE_RESERVE = 64 << 10
+# The smallest frame limit a server may be given: ordinary messages (heartbeats, reports of a
+# few thousand tablets) must fit with room to spare.
+MIN_MAX_FRAME = 1 << 20
 
 
 class Request(msgspec.Struct, array_like=True):

@@ -57,6 +57,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "ReadIndex or lease reads) and prints it first, so some seeds "
                              "hammer a few kinds; classic runs every seed with the fixed mix of "
                              "earlier releases (the recorded seeds of the tests)")
+    parser.add_argument("--value-sizes", choices=("small", "wide"), default="small",
+                        help="full, register: small values (default), or wide: sizes up to the "
+                             "RPC frame limit, mostly small, heavy-tailed (workloads.values)")
     parser.add_argument("--json", action="store_true", help="print one JSON summary line")
     parser.add_argument("--fault", action="append", default=[], metavar="FLAG",
                         help="run with this engine fault flag (node.faults) on (repeatable). The "
@@ -136,6 +139,9 @@ def run_full(args: argparse.Namespace) -> int:
         print("tessera sim: --batch must be 0..128 (the results a tablet keeps per session)",
               file=sys.stderr)
         return 2
+    if args.value_sizes != "small" and args.workload != "register":
+        print("tessera sim: --value-sizes wide takes --workload register", file=sys.stderr)
+        return 2
     if args.seconds <= 0 or args.jobs < 1:
         print("tessera sim: --seconds must be positive and --jobs at least 1", file=sys.stderr)
         return 2
@@ -156,7 +162,8 @@ def run_full(args: argparse.Namespace) -> int:
         return workloads[seed % 2] if args.workload == "both" else args.workload
 
     configs = [StackConfig(seed=s, workload=workload(s), seconds=args.seconds, faults=faults,
-                           schedule=schedule, batch=args.batch, mix=mix_for(args.mix, s))
+                           schedule=schedule, batch=args.batch, mix=mix_for(args.mix, s),
+                           value_sizes=args.value_sizes)
                for s in range(args.seed, args.seed + args.seeds)]
     for c in configs[:args.jobs]:  # the rest are printed as they start
         print(f"seed {c.seed} mix {c.mix.describe()}", file=sys.stderr, flush=True)

@@ -41,7 +41,7 @@ from node.protocol import (
     Write,
     WriteBatch,
 )
-from node.replica import Replica, ReplicaError, config_text
+from node.replica import Replica, ReplicaError, TooLarge, config_text
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
 from node.rpc.server import Reply
 from node.tablet.checksum import row_hashes, table_checksum
@@ -50,6 +50,8 @@ from node.tserver.tablet_manager import TabletManager, TabletState
 
 
 def replica_error(e: ReplicaError) -> RpcError:
+    if isinstance(e, TooLarge):  # definite, and the same on every replica: not NOT_LEADER
+        return RpcError(ErrorCode.TOO_LARGE, str(e))
     if e.maybe_applied:
         return RpcError(ErrorCode.REMOTE_ERROR, str(e))
     return RpcError(ErrorCode.NOT_LEADER, str(e), detail=e.leader)

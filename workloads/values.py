@@ -1,0 +1,75 @@
+"""Value sizes for workloads: the small values every workload writes by default, or a wide,
+heavy-tailed spread that reaches right up to the RPC frame limit (issue 32, bug 3).
+
+With values of a few bytes, no path was ever asked to carry a large one, so a size a path could
+not carry (a write that fits its own frame while the AppendEntries replicating it does not) was
+never tried. `wide` draws most values small, a fifth log-uniformly over every size up to the
+limit, and a tenth within a KiB under it, where request and replication envelopes differ by a
+few hundred bytes and the paths disagree on what fits.
+
+A written value is the register's small integer `v` padded to its size, so the history still
+records `v` and the checker judges the same model. The size is a function of (seed, key, v): a
+cas's expected value must be the same bytes the write stored, whichever thread wrote it. Reads
+map the bytes back to `v`, and bytes that are no value's encoding come back as a string no
+write wrote, which the checker reports (never silently accepted).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+from node.rpc.wire import DEFAULT_MAX_FRAME
+
+MODES = ("small", "wide")
+SMALL_P, LOG_UNIFORM_P = 0.7, 0.2  # the rest: the edge, within EDGE_BYTES under the limit
+SMALL_MAX = 64
+EDGE_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class ValueSizes:
+    mode: str = "small"
+    limit: int = DEFAULT_MAX_FRAME  # the RPC frame limit the values reach up to
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"value_sizes must be one of {', '.join(MODES)}, not {self.mode!r}")
+        if self.limit < 2 * EDGE_BYTES:
+            raise ValueError(f"value_max_bytes must be at least {2 * EDGE_BYTES}")
+
+    def size(self, key: str, v: int) -> int:
+        """How many bytes `v` takes at `key` (0 in small mode: the plain integer)."""
+        if self.mode == "small":
+            return 0
+        rng = random.Random(f"{self.seed}/{key}/{v}")
+        roll = rng.random()
+        if roll < SMALL_P:
+            return rng.randrange(SMALL_MAX)
+        if roll < SMALL_P + LOG_UNIFORM_P:
+            return int(math.exp(rng.uniform(math.log(SMALL_MAX), math.log(self.limit))))
+        return self.limit - rng.randrange(EDGE_BYTES)
+
+    def encode(self, key: str, v):
+        """What the store holds for `v`: `v` itself in small mode, else "v|" padded to size."""
+        if self.mode == "small" or v is None:
+            return v
+        head = f"{v}|"
+        return head + "." * max(0, self.size(key, v) - len(head))
+
+    def decode(self, key: str, stored):
+        """`v` back from what a read returned; bytes no write of `v` stored come back as a
+        description the checker sees as a value never written."""
+        if self.mode == "small" or stored is None:
+            return stored
+        head, sep, _ = stored.partition("|") if isinstance(stored, str) else ("", "", "")
+        try:
+            v = int(head) if sep else None
+        except ValueError:
+            v = None
+        if v is None or stored != self.encode(key, v):
+            size = len(stored) if isinstance(stored, str) else "?"
+            return f"not a written value: {size} bytes starting {str(stored)[:16]!r}"
+        return v
