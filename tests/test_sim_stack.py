@@ -95,7 +95,7 @@ class _Replica:
         from node.consensus import Role
 
         self.uuid, self.role, self.term = uuid, Role[role], term
-        self.failed = None
+        self.failed, self.stopping = None, False
         self._vote = (term, voted)
         self._committed = list(committed)
 
@@ -185,7 +185,8 @@ def test_cli_full_stack_contract(tmp_path):
     unreadable = cli("--seeds", "1", "--schedule", str(schedule))
     assert unreadable.returncode == 2 and "cannot read --schedule" in unreadable.stderr
     # seed 100 with acknowledgement before fsync fails (test_each_driver_level_mutant_is_caught)
-    caught = cli("--seeds", "1", "--seed", "100", "--fault", "fault_ack_before_fsync",
+    caught = cli("--seeds", "1", "--seed", "100", "--mix", "classic",
+                 "--fault", "fault_ack_before_fsync",
                  "--out", str(tmp_path / "bad"))
     assert caught.returncode == 1, caught.stderr
     assert "replay: tessera sim --stack full --seeds 1 --seed 100" in caught.stderr
