@@ -60,6 +60,7 @@ SLOW_FSYNC_S = (0.02, 0.5)
 COPY_RACE_SLOW_FSYNC_S = (0.02, 0.6)
 CUT_S = (1.0, 8.0)  # how long a cut link stays cut
 LINK_DELAY_S = (0.05, 0.5)  # copy-race's extra delay on the link between the leader and R
+TOMBSTONE_AFTER_S = (0.0, 2.0)  # copy-race: from the cut to R's tombstone
 DISK_CLEAR_P = 0.35  # while a disk fault is on, the chance the next fault clears one instead
 # Every server's and the client's RPC frame limit. Smaller than a daemon's (64 MiB) so wide
 # values reach it cheaply; above a copy chunk (4 MiB) and an AppendEntries batch (1 MiB).
@@ -500,7 +501,9 @@ class StackSim:
         - tombstone: R's replica is tombstoned (ts.delete_tablet, as a failed disk or an operator
           leaves it) while still a voter, so L copies the tablet to it again, and until the copy
           installs R votes from its tombstone;
-        - copy-race: both at once, the link L-R slowed by `delay` s each way (so the append L
+        - copy-race: both, R's tombstone `after` s past the cut (F's election timer is running by
+          then, while R still keeps L's quorum, so L stays in power well into F's campaign),
+          the link L-R slowed by `delay` s each way (so the append L
           sends R the moment the copy lands is answered that much later: a leader that counts
           the copy as an acknowledgement commits in that window), and R's disk made slow (fsyncs of up to `slow` s: the copy
           fsyncs each file, so it takes seconds, as a real tablet's does, where the simulator's
@@ -509,8 +512,8 @@ class StackSim:
         A cut heals by itself after `cut_s` (or at the next heal), as Jepsen's partitions stop:
         cuts that only ever pile up leave no quorum anywhere, and a seed that is unavailable
         throughout finds nothing.
-        Value: [tablet, L, F, R, slow, cut_s, delay] (hosts; cut leaves R out, tombstone L and
-        F; slow and delay are None but for copy-race, cut_s None for tombstone)."""
+        Value: [tablet, L, F, R, slow, cut_s, delay, after] (hosts; cut leaves R out, tombstone
+        L and F; slow, delay and after are None but for copy-race, cut_s None for tombstone)."""
         leaders = self._test_tablets()
         if not leaders:
             return None, None
@@ -524,11 +527,11 @@ class StackSim:
         f, rr = rng.sample(voters, 2)
         cut_s = round(rng.uniform(*CUT_S), 3)
         if kind == "cut":
-            return kind, [tablet, host, f, None, None, cut_s, None]
+            return kind, [tablet, host, f, None, None, cut_s, None, None]
         if kind == "tombstone":
-            return kind, [tablet, None, None, rr, None, None, None]
+            return kind, [tablet, None, None, rr, None, None, None, None]
         return kind, [tablet, host, f, rr, round(rng.uniform(*COPY_RACE_SLOW_FSYNC_S), 6), cut_s,
-                      round(rng.uniform(*LINK_DELAY_S), 3)]
+                      round(rng.uniform(*LINK_DELAY_S), 3), round(rng.uniform(*TOMBSTONE_AFTER_S), 3)]
 
     async def _tombstone(self, value: list):
         """ts.delete_tablet on the replica of `value[0]` on host `value[3]`: a voter becomes a
@@ -545,20 +548,21 @@ class StackSim:
                                        DeleteTablet(tablet), Ack, to_uuid=server.uuid,
                                        timeout=5.0)
         except (RpcError, TimeoutError, OSError) as e:
-            return [*value[:7], f"failed: {e or type(e).__name__}"]
-        return value[:7]
+            return [*value[:8], f"failed: {e or type(e).__name__}"]
+        return value[:8]
 
     async def _copy_race(self, value: list):
         """Cut L-F, slow R's disk (unless it has a disk fault already), then tombstone R (see
         `_choose_copy_fault`)."""
-        tablet, leader, f, r, slow, cut_s, delay = value[:7]
+        tablet, leader, f, r, slow, cut_s, delay, after = value[:8]
         self._cut(leader, f, cut_s)
         self.net.slow(leader, r, delay)
         self.loop.call_later(cut_s, self.net.slow, leader, r, 0.0, context=SYSTEM)
+        await asyncio.sleep(after)
         if r not in self.disk_faults:
             self._set_disk_fault(r, "slow", [r, "slow", round(slow / 10, 6), slow])
         done = await self._tombstone(value)
-        return value[:7] if done is _SKIPPED else done
+        return value[:8] if done is _SKIPPED else done
 
     def _cut(self, a: str, b: str, seconds: float) -> None:
         """Cut the link a-b for `seconds` (a heal meanwhile ends it sooner)."""
@@ -755,8 +759,9 @@ class StackSim:
         names = {h: f"ts{i + 1}" for i, h in enumerate(self.tservers)}
         rec = Recorder(self.out_dir / "history.jsonl",
                        now_ns=lambda: int(self.loop.time() * 1e9))
-        opts = RunOptions(concurrency=self.cfg.concurrency, time_limit=self.cfg.seconds,
-                          rate=self.cfg.rate, seed=self.cfg.seed, op_timeout=5.0,
+        mix = self.cfg.mix
+        opts = RunOptions(concurrency=mix.concurrency or self.cfg.concurrency,
+                          time_limit=self.cfg.seconds, rate=mix.rate or self.cfg.rate, seed=self.cfg.seed, op_timeout=5.0,
                           final_settle=5.0, final_timeout=60.0)
 
         clients, close_sessions = workload_clients(client, "test", names, self.tservers, workload)

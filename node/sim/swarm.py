@@ -25,6 +25,7 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
 ALWAYS = ("restart", "heal")
 WEIGHTS = (1, 2, 4, 8)  # a kind that is on fires with one of these relative weights
 FAULT_EVERY = ((0.2, 0.8), (0.5, 2.0), (1.0, 4.0))  # (lo, hi) seconds between two faults
+LOADS = ((5, 50.0), (10, 100.0), (20, 200.0))  # (clients, ops/s over all of them)
 P_ON = 0.5  # the chance each optional kind is on
 MIN_ON = 2  # optional kinds on, at least
 
@@ -38,6 +39,10 @@ class Mix:
     fault_every_s: tuple[float, float]
     read_mode: str = "linearizable"
     name: str = "swarm"
+    # the workload's clients and their op rate (ops/s over all), None: the run's own; more
+    # clients keep proposals coming to a leader whose other clients all wait on it
+    concurrency: int | None = None
+    rate: float | None = None
 
     def kinds(self) -> list[str]:
         return [k for k, _ in self.weights]
@@ -46,11 +51,13 @@ class Mix:
         """One line, printed before the seed runs: enough to see what the seed hammers."""
         kinds = " ".join(f"{k}x{w}" for k, w in self.weights)
         lo, hi = self.fault_every_s
-        return f"{self.name}: {kinds}; a fault every {lo:g}-{hi:g} s; reads {self.read_mode}"
+        load = "" if self.concurrency is None else f"; {self.concurrency} clients at {self.rate:g} ops/s"
+        return f"{self.name}: {kinds}; a fault every {lo:g}-{hi:g} s; reads {self.read_mode}{load}"
 
     def as_json(self) -> dict:
         return {"name": self.name, "weights": dict(self.weights),
-                "fault_every_s": list(self.fault_every_s), "read_mode": self.read_mode}
+                "fault_every_s": list(self.fault_every_s), "read_mode": self.read_mode,
+                "concurrency": self.concurrency, "rate": self.rate}
 
 
 # The fixed mix (its list of kinds, with crash, restart and membership twice, is the one the
@@ -71,7 +78,8 @@ def swarm_mix(seed: int) -> Mix:
     weights = tuple((k, rng.choice(WEIGHTS)) for k in KINDS if k in on or k in ALWAYS)
     every = rng.choice(FAULT_EVERY)
     read_mode = "lease" if rng.random() < 0.5 else "linearizable"
-    return Mix(weights, every, read_mode)
+    concurrency, rate = rng.choice(LOADS)
+    return Mix(weights, every, read_mode, concurrency=concurrency, rate=rate)
 
 
 def mix_for(name: str, seed: int) -> Mix:
