@@ -72,3 +72,49 @@ def test_a_delete_aborts_a_copy_under_way_and_leaves_a_tombstone(tmp_path):
             await ts.stop()
 
     asyncio.run(main())
+
+
+def test_a_delete_racing_a_copys_install_leaves_memory_and_disk_agreeing(tmp_path, monkeypatch):
+    """Issue 32, bug 4: a DeleteTablet cancelled the copy's task while the copy's install ran
+    in a thread. The thread went on and wrote READY while the copy's cleanup, run beside it,
+    tombstoned: memory said TOMBSTONED over a READY superblock, so the tablet came back at the
+    next start (and voted from the wrong last OpId meanwhile). Now a copy's file steps finish
+    before a cancellation goes through, and a delete that lands during the install finds the
+    replica RUNNING and tombstones it properly. The install is slowed (a real thread sleeping
+    before the real complete_install) to hold the race open; two real tablet servers."""
+    import threading
+    import time
+
+    from tserver_helpers import create, sole_leader, write_rows
+
+    import node.tserver.tablet_manager as tm
+
+    real, installing = tm.complete_install, threading.Event()
+
+    def slow_install(*args):
+        installing.set()
+        time.sleep(0.5)
+        real(*args)
+
+    monkeypatch.setattr(tm, "complete_install", slow_install)
+
+    async def main():
+        src, dst = await start_server(tmp_path / "src"), await start_server(tmp_path / "dst")
+        try:
+            await create(src, [src.me])
+            r = await sole_leader(src)
+            await write_rows(src, 5)
+            req = StartTabletCopy(TABLET, src.me, r.term, "MISSING")
+            copy = asyncio.create_task(dst.copy_service.on_start_tablet_copy(req))
+            await asyncio.wait_for(asyncio.to_thread(installing.wait, 10), 15)
+            assert (await dst.service.on_delete_tablet(DeleteTablet(TABLET))).ok
+            await asyncio.gather(copy, return_exceptions=True)
+            sb = Superblock.load(dst.tablets.paths(TABLET).superblock)
+            assert dst.tablets.state(TABLET) == TabletState.TOMBSTONED
+            assert sb.data_state == DataState.TOMBSTONED, sb
+            assert sb.tombstone_last_opid is not None and sb.tombstone_last_opid.index >= 6, sb
+        finally:
+            await dst.stop()
+            await src.stop()
+
+    asyncio.run(main())

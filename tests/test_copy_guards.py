@@ -10,7 +10,7 @@ import asyncio
 import pytest
 from tserver_helpers import TABLET, create, direct, sole_leader, start_server, wait_for, write_rows
 
-from node.consensus import FollowerLostEntries
+from node.consensus import FollowerLostEntries, HardState
 from node.protocol import DeleteTablet, Read, StartTabletCopy, TabletCopyResult
 from node.rpc import ErrorCode, RpcError
 from node.sim.script import ScriptCluster
@@ -167,8 +167,9 @@ def test_a_follower_that_lost_acknowledged_entries_is_rebuilt_not_refused_foreve
 
 
 def test_a_copy_that_brings_a_non_voter_up_to_the_commit_index_promotes_it():
-    """The copy's reset is an acknowledgement: a NON_VOTER (+promote) whose copy holds every
-    committed entry is promoted at once, not only after the next write commits."""
+    """A NON_VOTER (+promote) whose copy holds every committed entry is promoted as soon as it
+    answers the append the leader sends it at the copy's end, not only after the next write
+    commits. The copy's completion alone is no acknowledgement (issue 32, bug 1)."""
     c = ScriptCluster(learners=("n4",))
     c.crash("n4")  # it never sees a thing: the leader copies it
     c.elect("n1")
@@ -179,6 +180,37 @@ def test_a_copy_that_brings_a_non_voter_up_to_the_commit_index_promotes_it():
     c.restart_from_copy("n4", leader.commit, leader.log.term_at(leader.commit), [],
                         c.disks["n1"]["config"])
     c.do("n1", "reset_progress", "n4", leader.commit, leader.term)
-    assert leader.active_config.is_voter("n4")  # the promotion is proposed at once
+    assert not leader.active_config.is_voter("n4") and leader.progress["n4"].match == 0
+    c.deliver(limit=2)  # the append just past the copy, and n4's answer
+    assert leader.active_config.is_voter("n4")  # the promotion is proposed on that answer
     c.stabilize()
     assert leader.committed_config.is_voter("n4")
+
+
+def test_a_finished_copy_is_no_acknowledgement_so_a_deposed_receiver_commits_nothing():
+    """Issue 32, bug 1. n1 leads term T; n2 is cut off, so n1's write X cannot commit; n3 is
+    tombstoned and n1 copies the tablet to it, X included. Meanwhile n3, voting from its
+    tombstone, helps another candidate win term T+1 (here: its term moves on). The copy's end
+    used to set n3's match to the copy's last entry, and n1's next write committed X through a
+    replica that follows another leader: an acknowledged write that term T+1 overwrites. Now
+    the copy sets only where replication goes on, and n3's answer to it, in term T+1, deposes
+    n1 before anything commits."""
+    c = ScriptCluster()
+    c.elect("n1")
+    c.stabilize()
+    leader = c.core("n1")
+    term, committed = leader.term, leader.commit
+    c.crash("n2")
+    c.crash("n3")
+    x = c.do("n1", "propose", b"X")
+    c.stabilize()
+    assert leader.commit == committed  # X waits for a second voter
+    # n3 comes back by a copy holding X, but in term T+1: it voted for n2 while it was copied
+    c.disks["n3"]["hard"] = HardState(term + 1, "n2", 0)
+    c.restart_from_copy("n3", x, term, [], c.disks["n1"]["config"])
+    assert c.core("n3").term == term + 1
+    c.do("n1", "reset_progress", "n3", x, term)
+    c.do("n1", "propose", b"after the copy")  # the next write: it used to commit X
+    assert leader.commit == committed and leader.progress["n3"].match == 0
+    c.stabilize()
+    assert leader.commit == committed and leader.role.name != "LEADER"

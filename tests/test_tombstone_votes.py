@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from tserver_helpers import TABLET, create, sole_leader, start_server, wait_for, write_rows
 
 from node.consensus import AppendEntries, Heartbeat, Role, VoteRequest, VoteResponse
@@ -51,6 +52,18 @@ class FakePeer:
         return self.got[n - 1]
 
 
+def vote_lease_s(ts) -> float:
+    """A running follower's vote lease (the shortest election timeout), one tick longer: how long
+    a tombstone withholds votes from its stop (issue 32, bug 2)."""
+    opts = ts.tablets.options
+    cfg = opts.core_config(ts.uuid)
+    return (int(cfg.election_timeout_ticks * (1 - cfg.jitter)) + 1) * opts.tick_ms / 1000
+
+
+async def past_vote_lease(ts) -> None:
+    await asyncio.sleep(vote_lease_s(ts))
+
+
 def hard_state(ts) -> tuple[int, str | None]:
     cmeta = ConsensusMetadata.load(ts.tablets.paths(TABLET).consensus_meta)
     return cmeta.current_term, cmeta.voted_for
@@ -69,6 +82,7 @@ def test_a_tombstoned_voter_votes_from_its_metadata_and_last_opid(tmp_path):
             await write_rows(ts, 2)
             term = r.term
             await ts.service.on_delete_tablet(DeleteTablet(TABLET))
+            await past_vote_lease(ts)
             last = Superblock.load(ts.tablets.paths(TABLET).superblock).tombstone_last_opid
             assert last is not None and last.index >= 4 and ts.tablets.state(TABLET) == TabletState.TOMBSTONED
 
@@ -119,6 +133,7 @@ def test_a_replica_being_copied_onto_its_tombstone_still_votes(tmp_path):
             r = await sole_leader(ts)
             term = r.term
             await ts.service.on_delete_tablet(DeleteTablet(TABLET))
+            await past_vote_lease(ts)
             last = Superblock.load(ts.tablets.paths(TABLET).superblock).tombstone_last_opid
             copy = asyncio.create_task(ts.copy_service.on_start_tablet_copy(
                 StartTabletCopy(TABLET, cand.peer, term + 1, "TOMBSTONED")))
@@ -181,5 +196,53 @@ def test_a_tablet_whose_leader_crashes_while_a_voter_is_tombstoned_elects_a_new_
             for s in servers:
                 if s not in stopped:
                     await s.stop()
+
+    asyncio.run(main())
+
+
+def test_a_tombstone_withholds_votes_for_a_vote_lease_from_its_stop(tmp_path):
+    """Issue 32, bug 2: a follower that acknowledged a leader's lease and was tombstoned a moment
+    later voted at once for another candidate, so a new leader could be elected while the old
+    one still served lease reads. A tombstone now withholds (pre-)votes for a vote lease from
+    its stop, as a running follower does after it last heard from a leader; a leadership
+    transfer's vote is not withheld; after the lease it votes."""
+
+    async def main():
+        ts = await start_server(tmp_path / "a", tick_ms=100)  # a lease of about 1.3 s
+        cand = FakePeer("cand")
+        rpc = RpcClient()
+        try:
+            await cand.start()
+            await create(ts, [ts.me])
+            r = await sole_leader(ts)
+            await write_rows(ts, 2)
+            term = r.term
+            await ts.service.on_delete_tablet(DeleteTablet(TABLET))
+            stopped = asyncio.get_running_loop().time()
+            last = Superblock.load(ts.tablets.paths(TABLET).superblock).tombstone_last_opid
+            lease = vote_lease_s(ts)
+            assert lease > 1.0
+
+            def vote(t, pre=False, transfer=False):
+                return VoteRequest(t, cand.uuid, ts.uuid, last.index, last.term, pre_vote=pre,
+                                   transfer=transfer)
+
+            await cand.ask(rpc, ts, vote(term + 1, pre=True), vote(term + 1))
+            if asyncio.get_running_loop().time() - stopped >= lease:
+                pytest.skip("the host took longer than the vote lease to ask: no verdict")
+            # a transfer's vote goes through at once; the two before it got no answer at all
+            await cand.ask(rpc, ts, vote(term + 2, transfer=True))
+            resp = await cand.answer(1)
+            assert resp.granted and resp.term == term + 2
+            assert hard_state(ts) == (term + 2, "cand")
+            # past the lease, an ordinary pre-vote is answered
+            await asyncio.sleep(max(0.0, stopped + lease - asyncio.get_running_loop().time()))
+            await cand.ask(rpc, ts, vote(term + 3, pre=True))
+            resp = await cand.answer(2)
+            assert resp.granted and resp.pre_vote
+        finally:
+            await rpc.close()
+            await cand.server.stop()
+            await ts.stop()
 
     asyncio.run(main())

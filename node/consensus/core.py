@@ -174,7 +174,7 @@ class RaftCore:
         Counted in ticks from the last message of the leader, so in wall time the window can be
         one tick shorter (the first tick may come right after the message): the driver's leader
         lease (node.replica.leader_lease_s) is derived from this and must stay below it."""
-        return max(1, int(self.cfg.election_timeout_ticks * (1 - self.cfg.jitter)))
+        return self.cfg.vote_lease_ticks
 
     def lease_reads_allowed(self) -> bool:
         """May the driver serve reads from a leader lease in the current term? Only a leader that
@@ -342,17 +342,16 @@ class RaftCore:
         our log up to `match`. Whatever we knew of that peer describes a log the copy replaced:
         its old match may even be above `match` (a tombstoned replica lost entries it had
         acknowledged), and trusting it would wedge the peer in a reject loop. Start again from
-        the copy. Ignored unless we still lead in `term` and track the peer."""
+        the copy, with an append just past it at once; its answer, in our term, is the peer's
+        acknowledgement (Progress.reset: the copy's completion is none, since the receiver may
+        have voted for another leader while it ran). Ignored unless we still lead in `term`
+        and track the peer."""
         self._check_idle()
         pr = self.progress.get(uuid)
         if self.role != Role.LEADER or term != self.term or pr is None:
             return
         pr.reset(min(match, self.log.last_index()))
-        self._maybe_promote()  # as an acknowledgement would: the copy may be all it lacked
-        if pr.next <= self.log.last_index():
-            self._send_append(uuid)
-        elif uuid == self.transferee:
-            self._send(TimeoutNow(self.term, self.id, uuid))
+        self._send_append(uuid)
 
     def _require_leader(self, allow_transfer: bool = False) -> None:
         if self.role != Role.LEADER:

@@ -96,10 +96,15 @@ class Progress:
         self.state = PeerState.IN_FLIGHT
         return prev
 
-    def reset(self, match: int) -> None:
-        """A tablet copy replaced the peer's log with ours up to `match`: what we knew of its old
-        log (its match may even be higher, if it lost entries) no longer applies."""
-        self.match = match
-        self.next = match + 1
+    def reset(self, copied_to: int) -> None:
+        """A tablet copy replaced the peer's log with ours up to `copied_to`: what we knew of its
+        old log (its match may even be higher, if it lost entries) no longer applies. Nor does
+        the copy itself count as an acknowledgement: the receiver votes from its tombstone while
+        the copy runs, so by its end it may be in a later term, with a vote for a leader that
+        lacks our newest entries; counting `copied_to` as its match would commit them through
+        a replica that no longer follows us (issue 32, bug 1). So the match is unknown (0), the
+        next append goes just past the copy, and only the peer's answer to it, in our term,
+        sets the match."""
+        self.match = 0
+        self.next = copied_to + 1
         self.state = PeerState.IDLE
-        self.recent_active = True

@@ -106,6 +106,13 @@ class CoreConfig:
     def election_timeout_ticks(self) -> int:
         return self.heartbeat_interval_ticks * self.leader_failure_max_missed_heartbeat_periods
 
+    @property
+    def vote_lease_ticks(self) -> int:
+        """Votes are withheld this long after hearing from a leader: the shortest election
+        timeout (RaftCore.vote_lease_ticks; a tombstone withholds as long, in time:
+        TabletManager.vote_as_tombstone)."""
+        return max(1, int(self.election_timeout_ticks * (1 - self.jitter)))
+
 
 TICK_MS = 100
 

@@ -9,9 +9,12 @@ with a COPYING superblock tombstones the replica again (`recover_unfinished_copy
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -25,7 +28,28 @@ from node.tablet.paths import TabletPaths
 from node.tablet.superblock import DataState, OpId, Superblock
 from node.wal.segment import parse_segment_name
 
+T = TypeVar("T")
+
 _SNAPSHOT_NAME = re.compile(r"snapshot-\d{1,20}")
+
+
+async def uninterrupted(step: Awaitable[T]) -> T:
+    """Await `step` (a to_thread call, say) to its end even if the caller is cancelled meanwhile,
+    then let the cancellation through. A thread cannot be interrupted: cancelling the await of
+    a to_thread leaves its function running beside whatever the caller does next, and a copy's
+    cleanup then raced the install it was cleaning up (issue 32, bug 4: memory said TOMBSTONED
+    while the superblock said READY). With this, a DeleteTablet that cancels a copy waits for
+    the copy's current file step to finish, so the two are serialized."""
+    task = asyncio.ensure_future(step)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        while not task.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: the cancellation, not the step's error, goes on
+        raise
 
 
 def prepare_install(paths: TabletPaths, session: CopySession, faults: Faults = NO_FAULTS) -> None:

@@ -29,7 +29,7 @@ from node.protocol import (
 )
 from node.rpc import ErrorCode, RpcClient, RpcError
 from node.tablet.paths import TabletPaths
-from node.tserver.copy import FileWriter, destination
+from node.tserver.copy import FileWriter, destination, uninterrupted
 
 CHUNK_BYTES = 4 << 20  # Kudu's tablet_copy_transfer_chunk_size_bytes
 IN_FLIGHT = 4  # chunks asked for ahead of the one being written
@@ -62,7 +62,8 @@ class CopyClient:
         self._progress_at = time.monotonic()
         reported = self._progress_at
         for i, f in enumerate(self.session.files):
-            writer = await asyncio.to_thread(FileWriter, paths, destination(paths, f))
+            writer = await uninterrupted(asyncio.to_thread(FileWriter, paths,
+                                                           destination(paths, f)))
             offsets = collections.deque(range(0, f.size, self.chunk_bytes))
             ahead: collections.deque[asyncio.Task[CopyChunk]] = collections.deque()
             done = False
@@ -71,7 +72,7 @@ class CopyClient:
                     while offsets and len(ahead) < IN_FLIGHT:
                         ahead.append(asyncio.create_task(self._fetch(i, f, offsets.popleft())))
                     chunk = await ahead.popleft()
-                    await asyncio.to_thread(writer.write, chunk.offset, chunk.data)
+                    await uninterrupted(asyncio.to_thread(writer.write, chunk.offset, chunk.data))
                     self.received += len(chunk.data)
                     if time.monotonic() - reported >= 5.0:
                         reported = time.monotonic()
@@ -82,7 +83,7 @@ class CopyClient:
                 for t in ahead:
                     t.cancel()
                 await asyncio.gather(*ahead, return_exceptions=True)
-                await asyncio.to_thread(writer.close, done)
+                await uninterrupted(asyncio.to_thread(writer.close, done))
         return self.received
 
     async def end(self) -> None:

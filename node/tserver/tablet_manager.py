@@ -33,6 +33,7 @@ from node.tserver.copy import (
     recover_unfinished_copy,
     tombstone,
     tombstone_vote,
+    uninterrupted,
 )
 
 log = logging.getLogger("node.tserver.server")
@@ -74,6 +75,9 @@ class TabletManager:
         self.options, self.rng, self._sender = options, rng, sender
         self.entries: dict[str, TabletEntry] = {}
         self.lock = asyncio.Lock()
+        # tablet -> loop time its replica last stopped serving (tombstoned, or found tombstoned
+        # or copying at start-up): its votes are withheld for a vote lease from then
+        self._quiet_since: dict[str, float] = {}
 
     # -- lookups ------------------------------------------------------------------------------
     def paths(self, tablet_id: str) -> TabletPaths:
@@ -122,6 +126,7 @@ class TabletManager:
                 sb = Superblock.load(self.paths(tablet_id).superblock, self.disk)
             if sb.data_state == DataState.TOMBSTONED:
                 self.entries[tablet_id] = TabletEntry(tablet_id, table, TabletState.TOMBSTONED)
+                self._quiet(tablet_id)  # a restart withholds as a running replica's does
                 return
             self._start_replica(tablet_id, table)
         except Exception as e:  # corrupt or unreadable: this tablet fails, the server goes on
@@ -205,18 +210,47 @@ class TabletManager:
         r = e.replica
         last = OpId(*r.last_logged())
         await r.stop()
+        self._quiet(e.tablet_id)
         await asyncio.to_thread(tombstone, self.paths(e.tablet_id), last)
         self.entries[e.tablet_id] = TabletEntry(e.tablet_id, e.table, TabletState.TOMBSTONED)
         self.log(e.tablet_id).info("tombstoned; last logged op (%d, %d)", last.term, last.index)
 
     # -- votes from a tombstone (seed 05) -----------------------------------------------------
+    def _quiet(self, tablet_id: str) -> None:
+        self._quiet_since[tablet_id] = asyncio.get_running_loop().time()
+
+    def _vote_lease_s(self) -> float:
+        """A running replica withholds votes for `vote_lease_ticks` ticks after it last heard
+        from a leader; a replica that stopped (tombstoned) heard from none since it stopped, so
+        the same window, in time and one tick longer (a tick's phase), from the stop covers
+        every lease it acknowledged."""
+        cfg = self.options.core_config(self.uuid)
+        return (cfg.vote_lease_ticks + 1) * self.options.tick_ms / 1000
+
+    def _within_vote_lease(self, tablet_id: str) -> bool:
+        since = self._quiet_since.get(tablet_id)
+        return since is not None and (
+            asyncio.get_running_loop().time() - since < self._vote_lease_s())
+
     async def vote_as_tombstone(self, tablet_id: str, messages: list) -> list:
         """Seed 05: a TOMBSTONED or COPYING replica still votes, from its consensus metadata and
         the tombstone's last OpId, so a voter being copied cannot leave its tablet leaderless.
         Everything else (AppendEntries above all: a copy is what brings it back) is refused;
-        those messages are returned."""
+        those messages are returned.
+
+        Within a vote lease of the replica's stop (`_vote_lease_s`) it withholds (pre-)votes
+        as a running follower does (RaftCore.step): it may have acknowledged a leader's lease a
+        moment before it was tombstoned, and a vote now would elect a new leader while the old
+        one still serves lease reads (issue 32, bug 2). A leadership transfer's vote is not
+        withheld, as in the core."""
         votes = [m for m in messages if isinstance(m, VoteRequest) and m.to_uuid == self.uuid]
         others = [m for m in messages if not isinstance(m, VoteRequest)]
+        if votes and self._within_vote_lease(tablet_id):
+            for m in [m for m in votes if not m.transfer]:
+                self.log(tablet_id).info(
+                    "tombstoned replica withheld %s from %s for term %d: stopped within the "
+                    "vote lease", "pre-vote" if m.pre_vote else "vote", m.from_uuid, m.term)
+            votes = [m for m in votes if m.transfer]
         if not votes:
             return others
         paths = self.paths(tablet_id)
@@ -282,12 +316,19 @@ class TabletManager:
         """Make room for a copy's files (node.tserver.copy.prepare_install): from here on a
         failure leaves a tombstone."""
         async with self.lock:
-            await asyncio.to_thread(prepare_install, self.paths(tablet_id), session,
-                                    self.options.faults)
+            await uninterrupted(asyncio.to_thread(prepare_install, self.paths(tablet_id), session,
+                                                  self.options.faults))
 
     async def finish_copy(self, tablet_id: str, session: CopySession, source: str) -> Replica:
         """All files are in: mark the replica READY and start it. Its bootstrap (the snapshot,
-        then the WAL) runs in a thread: a big tablet must not stall the other tablets' Raft."""
+        then the WAL) runs in a thread: a big tablet must not stall the other tablets' Raft.
+        Once READY is on its way to disk the replica is started whatever happens to the caller
+        (`uninterrupted`): a delete that cancels the copy then finds it RUNNING and tombstones
+        it with its last OpId, where an abandoned install left memory saying TOMBSTONED over a
+        READY superblock (issue 32, bug 4)."""
+        return await uninterrupted(self._install(tablet_id, session, source))
+
+    async def _install(self, tablet_id: str, session: CopySession, source: str) -> Replica:
         paths = self.paths(tablet_id)
         async with self.lock:
             await asyncio.to_thread(complete_install, paths, session, source)
