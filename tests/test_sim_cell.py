@@ -14,6 +14,7 @@ from harness.matrix_cli import cells_from_args, configure
 from harness.selfcheck import cells as selfcheck_cells
 from harness.selfcheck import classify, flags_of
 from harness.sim_cell import FULL_KIND, KIND, run_cell, run_full_cell
+from harness.spec import TestSpec
 from node.sim.cli import core_options_for
 from node.sim.cluster import Simulation
 
@@ -64,8 +65,16 @@ def test_default_matrix_starts_with_the_sim_cells_and_self_check_adds_sim_cells_
     assert cells[:2] == [Cell(KIND, KIND, (), overhead=1.0),
                          Cell(FULL_KIND, FULL_KIND, (), overhead=1.0)]
     assert [c.name for c in cells].count(KIND) == 1 and len(cells) == 10
-    assert [c.name for c in cells_from_args(_args("--workloads", "register"))] == [
-        "register/all", "register/raft"]
+    register = cells_from_args(_args("--workloads", "register"))
+    assert [c.name for c in register] == ["register/all", "register/raft@lease"]
+    # the Raft group, copy-race among it, runs with lease reads; the classic group does not
+    assert "copy-race" in register[1].nemesis and "copy-race" not in register[0].nemesis
+    assert register[1].overrides == {"flags": {"read-mode": "lease"}} and register[0].overrides == {}
+    spec = register[1].spec(TestSpec(flags={"x": 1}), 30.0, 7)
+    assert spec.flags == {"x": 1, "read-mode": "lease"}
+    plain = cells_from_args(_args("--workloads", "register", "--nemeses", "kill+copy-race"))
+    assert [(c.name, c.nemesis, c.overrides) for c in plain] == [
+        ("register/kill+copy-race", ("kill", "copy-race"), {})]
     names = [c.name for c in selfcheck_cells([FIGURE_8, "fault_skip_dedup"])]
     assert names == [FIGURE_8, f"{FIGURE_8}/sim", "fault_skip_dedup", "fault_skip_dedup/sim-full"]
     assert flags_of(selfcheck_cells([FIGURE_8, "fault_skip_dedup"])) == [FIGURE_8, "fault_skip_dedup"]

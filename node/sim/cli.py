@@ -51,12 +51,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=0, metavar="N",
                         help="full: writes through batching sessions, up to N ops per tablet "
                              "batch (Workload.batch; default 0: one op per write)")
-    parser.add_argument("--mix", choices=("swarm", "classic"), default="swarm",
+    parser.add_argument("--mix", default="swarm", metavar="swarm|classic|SPEC",
                         help="full: swarm (default) draws each seed's own fault mix from the "
                              "seed (which faults are on, their weights, how often faults come, "
-                             "ReadIndex or lease reads) and prints it first, so some seeds "
-                             "hammer a few kinds; classic runs every seed with the fixed mix of "
-                             "earlier releases (the recorded seeds of the tests)")
+                             "ReadIndex or lease reads, the load) and prints it first, so some "
+                             "seeds hammer a few kinds; classic runs every seed with the fixed "
+                             "mix of earlier releases (the recorded seeds of the tests); a SPEC "
+                             "as a seed prints it (kind:weight,...;every=LO-HI;reads=MODE"
+                             "[;load=CLIENTSxRATE]) runs that mix on every seed")
     parser.add_argument("--value-sizes", choices=("small", "wide"), default="small",
                         help="full, register: small values (default), or wide: sizes up to the "
                              "RPC frame limit, mostly small, heavy-tailed (workloads.values)")
@@ -141,6 +143,11 @@ def run_full(args: argparse.Namespace) -> int:
         return 2
     if args.value_sizes != "small" and args.workload != "register":
         print("tessera sim: --value-sizes wide takes --workload register", file=sys.stderr)
+        return 2
+    try:
+        mix_for(args.mix, args.seed)
+    except ValueError as e:
+        print(f"tessera sim: --mix: {e}", file=sys.stderr)
         return 2
     if args.seconds <= 0 or args.jobs < 1:
         print("tessera sim: --seconds must be positive and --jobs at least 1", file=sys.stderr)

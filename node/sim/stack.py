@@ -888,7 +888,7 @@ def replay_command(cfg: StackConfig, faults: list[str] = (), schedule: Path | No
         flags += f" --schedule {schedule}"
     if cfg.batch:
         flags += f" --batch {cfg.batch}"
-    flags += f" --mix {cfg.mix.name}"
+    flags += f" --mix {cfg.mix.name if cfg.mix.name in ('swarm', 'classic') else repr(cfg.mix.spec())}"
     if cfg.value_sizes != "small":
         flags += f" --value-sizes {cfg.value_sizes}"
     return (f"tessera sim --stack full --seeds 1 --seed {cfg.seed} --workload {cfg.workload} "

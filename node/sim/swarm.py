@@ -5,7 +5,8 @@ particular faults close together (a link cut between a leader and one follower w
 follower is tombstoned and copied) is rare in every seed. TigerBeetle's VOPR and Groce et al.'s
 swarm testing draw instead, per seed, which faults are on at all, how often each fires, how often
 faults come, and here also the read mode: most seeds then hammer a few kinds, and across seeds
-every combination gets its turn. The mix is a pure function of the seed (its own random stream,
+every combination gets its turn (Groce et al. found most bugs with a few features on per run).
+The mix is a pure function of the seed (its own random stream,
 not the run's), so a seed replays with the same mix, and the mix is printed before the run.
 
 `CLASSIC` is the mix every seed used before (and still does with `--mix classic`): the
@@ -26,8 +27,10 @@ ALWAYS = ("restart", "heal")
 WEIGHTS = (1, 2, 4, 8)  # a kind that is on fires with one of these relative weights
 FAULT_EVERY = ((0.2, 0.8), (0.5, 2.0), (1.0, 4.0))  # (lo, hi) seconds between two faults
 LOADS = ((5, 50.0), (10, 100.0), (20, 200.0))  # (clients, ops/s over all of them)
-P_ON = 0.5  # the chance each optional kind is on
-MIN_ON = 2  # optional kinds on, at least
+# How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
+# one or two kinds (a copy racing an election needs copies and cuts close together, which a mix
+# of twelve kinds makes rare), sometimes all of them.
+FEATURES = (1, 1, 2, 2, 2, 3, 3, 4, 6, 9, len(KINDS) - len(ALWAYS))
 
 
 @dataclass(frozen=True)
@@ -48,11 +51,18 @@ class Mix:
         return [k for k, _ in self.weights]
 
     def describe(self) -> str:
-        """One line, printed before the seed runs: enough to see what the seed hammers."""
-        kinds = " ".join(f"{k}x{w}" for k, w in self.weights)
+        """One line, printed before the seed runs: what the seed hammers, as a `--mix` spec
+        that runs it again (`parse_mix`)."""
+        return f"{self.name}: {self.spec()}"
+
+    def spec(self) -> str:
+        """`kind:weight,...;every=LO-HI;reads=MODE[;load=CLIENTSxRATE]`."""
         lo, hi = self.fault_every_s
-        load = "" if self.concurrency is None else f"; {self.concurrency} clients at {self.rate:g} ops/s"
-        return f"{self.name}: {kinds}; a fault every {lo:g}-{hi:g} s; reads {self.read_mode}{load}"
+        parts = [",".join(f"{k}:{w}" for k, w in self.weights), f"every={lo:g}-{hi:g}",
+                 f"reads={self.read_mode}"]
+        if self.concurrency is not None:
+            parts.append(f"load={self.concurrency}x{self.rate:g}")
+        return ";".join(parts)
 
     def as_json(self) -> dict:
         return {"name": self.name, "weights": dict(self.weights),
@@ -72,9 +82,7 @@ def swarm_mix(seed: int) -> Mix:
     the mix never shifts the run's other random choices."""
     rng = random.Random(f"swarm/{seed}")
     optional = [k for k in KINDS if k not in ALWAYS]
-    on = [k for k in optional if rng.random() < P_ON]
-    if len(on) < MIN_ON:
-        on = sorted(set(on) | set(rng.sample(optional, MIN_ON)), key=KINDS.index)
+    on = rng.sample(optional, rng.choice(FEATURES))
     weights = tuple((k, rng.choice(WEIGHTS)) for k in KINDS if k in on or k in ALWAYS)
     every = rng.choice(FAULT_EVERY)
     read_mode = "lease" if rng.random() < 0.5 else "linearizable"
@@ -82,10 +90,46 @@ def swarm_mix(seed: int) -> Mix:
     return Mix(weights, every, read_mode, concurrency=concurrency, rate=rate)
 
 
+def parse_mix(spec: str) -> Mix:
+    """A mix from its spec (`Mix.spec`); ValueError saying what is wrong."""
+    fields = spec.split(";")
+    weights = []
+    for item in filter(None, fields[0].split(",")):
+        kind, _, w = item.partition(":")
+        if kind not in KINDS:
+            raise ValueError(f"unknown fault kind {kind!r} (known: {', '.join(KINDS)})")
+        if not w.isdigit() or int(w) < 1:
+            raise ValueError(f"fault {kind}: weight {w!r} is not a positive integer")
+        weights.append((kind, int(w)))
+    if not weights:
+        raise ValueError("a mix names at least one fault kind, as kind:weight")
+    opts = {}
+    for field_ in fields[1:]:
+        key, _, value = field_.partition("=")
+        opts[key.strip()] = value.strip()
+    unknown = set(opts) - {"every", "reads", "load"}
+    if unknown:
+        raise ValueError(f"unknown mix field(s) {sorted(unknown)} (every, reads, load)")
+    try:
+        lo, hi = (float(x) for x in opts.get("every", "1-4").split("-"))
+        concurrency, rate = ((int(opts["load"].split("x")[0]), float(opts["load"].split("x")[1]))
+                             if "load" in opts else (None, None))
+    except ValueError:
+        raise ValueError(f"cannot read every={opts.get('every')!r} (LO-HI seconds) or "
+                         f"load={opts.get('load')!r} (CLIENTSxOPS_PER_S)") from None
+    if not 0 < lo <= hi or (concurrency is not None and (concurrency < 1 or rate <= 0)):
+        raise ValueError("every needs 0 < LO <= HI; load needs at least 1 client and a rate > 0")
+    reads = opts.get("reads", "linearizable")
+    if reads not in ("linearizable", "lease"):
+        raise ValueError(f"reads={reads!r}: linearizable or lease")
+    return Mix(tuple(weights), (lo, hi), reads, "spec", concurrency, rate)
+
+
 def mix_for(name: str, seed: int) -> Mix:
-    """`--mix swarm` (each seed its own) or `--mix classic` (the fixed mix)."""
+    """`--mix swarm` (each seed its own), `--mix classic` (the fixed mix), or a spec (the same
+    mix for every seed: what a swarm seed printed, to run it on other seeds)."""
     if name == "classic":
         return CLASSIC
     if name == "swarm":
         return swarm_mix(seed)
-    raise ValueError(f"unknown fault mix {name!r} (swarm or classic)")
+    return parse_mix(name)
