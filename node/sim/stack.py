@@ -870,6 +870,14 @@ class StackSim:
         ops = read_jsonl(history) if history.exists() else []
         results = (judge_ops(ops, workload.checker, time_limit=CHECK_TIME_LIMIT_S)
                    if workload is not None else {"verdict": "unknown"})
+        if (self.cfg.mix.name != "classic" and results.get("verdict") == "invalid"
+                and results["check"].get("verdict") == "valid"):
+            # Jepsen's stats checker fails a run in which some op type never succeeded. A swarm
+            # mix may starve the cluster for the whole run by design (a power loss every 0.2
+            # s); availability is judged after the heal instead (`_probe_liveness`), and the
+            # starvation is kept as a note. The classic mix keeps Jepsen's rule.
+            results["verdict"] = "valid"
+            results["unavailable"] = results["stats"]["never_ok"]
         if self.client_error is not None:
             results["error"] = self.client_error
         sha = hashlib.sha256(history.read_bytes()).hexdigest() if history.exists() else ""
