@@ -6,6 +6,7 @@ tablet servers on loopback; fake candidates are bare RPC servers recording what 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from tserver_helpers import TABLET, create, sole_leader, start_server, wait_for, write_rows
@@ -50,6 +51,22 @@ class FakePeer:
     async def answer(self, n: int) -> VoteResponse:
         await wait_for(lambda: len(self.got) >= n, f"answer {n} at {self.uuid}", timeout=5.0)
         return self.got[n - 1]
+
+
+@contextlib.asynccontextmanager
+async def sole_replica_and_candidate(root, **replica_options):
+    """A real tablet server leading its tablet alone, a fake candidate and an RPC client."""
+    ts = await start_server(root, **replica_options)
+    cand = FakePeer("cand")
+    rpc = RpcClient()
+    try:
+        await cand.start()
+        await create(ts, [ts.me])
+        yield ts, cand, rpc, await sole_leader(ts)
+    finally:
+        await rpc.close()
+        await cand.server.stop()
+        await ts.stop()
 
 
 def vote_lease_s(ts) -> float:
@@ -124,13 +141,7 @@ def test_a_tombstoned_voter_votes_from_its_metadata_and_last_opid(tmp_path):
 
 def test_a_replica_being_copied_onto_its_tombstone_still_votes(tmp_path):
     async def main():
-        ts = await start_server(tmp_path / "a")
-        cand = FakePeer("cand")
-        rpc = RpcClient()
-        try:
-            await cand.start()
-            await create(ts, [ts.me])
-            r = await sole_leader(ts)
+        async with sole_replica_and_candidate(tmp_path / "a") as (ts, cand, rpc, r):
             term = r.term
             await ts.service.on_delete_tablet(DeleteTablet(TABLET))
             await past_vote_lease(ts)
@@ -150,10 +161,6 @@ def test_a_replica_being_copied_onto_its_tombstone_still_votes(tmp_path):
             except RpcError:
                 pass  # the stalled source gave up: back to a tombstone
             assert ts.tablets.state(TABLET) == TabletState.TOMBSTONED and hard_state(ts) == (term + 1, "cand")
-        finally:
-            await rpc.close()
-            await cand.server.stop()
-            await ts.stop()
 
     asyncio.run(main())
 
@@ -208,13 +215,8 @@ def test_a_tombstone_withholds_votes_for_a_vote_lease_from_its_stop(tmp_path):
     transfer's vote is not withheld; after the lease it votes."""
 
     async def main():
-        ts = await start_server(tmp_path / "a", tick_ms=100)  # a lease of about 1.3 s
-        cand = FakePeer("cand")
-        rpc = RpcClient()
-        try:
-            await cand.start()
-            await create(ts, [ts.me])
-            r = await sole_leader(ts)
+        # a lease of about 1.3 s
+        async with sole_replica_and_candidate(tmp_path / "a", tick_ms=100) as (ts, cand, rpc, r):
             await write_rows(ts, 2)
             term = r.term
             await ts.service.on_delete_tablet(DeleteTablet(TABLET))
@@ -240,9 +242,5 @@ def test_a_tombstone_withholds_votes_for_a_vote_lease_from_its_stop(tmp_path):
             await cand.ask(rpc, ts, vote(term + 3, pre=True))
             resp = await cand.answer(2)
             assert resp.granted and resp.pre_vote
-        finally:
-            await rpc.close()
-            await cand.server.stop()
-            await ts.stop()
 
     asyncio.run(main())
