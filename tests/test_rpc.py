@@ -395,3 +395,14 @@ def test_a_frame_over_the_limit_is_refused_before_its_body_arrives():
     with pytest.raises(RpcError) as e:
         wire.split_frames(buf, max_frame=64)
     assert e.value.code == ErrorCode.TOO_LARGE
+
+
+def test_an_rpc_error_survives_pickling_whole():
+    """A simulator worker's exception crosses a process boundary; an RpcError that could not be
+    rebuilt there hung the pool (issue 32)."""
+    import pickle
+
+    e = RpcError(ErrorCode.NOT_LEADER, "not me", maybe_delivered=True, detail="leader-b")
+    back = pickle.loads(pickle.dumps(e))
+    assert (type(back), back.code, back.message, back.maybe_delivered, back.detail, str(back)) == (
+        RpcError, e.code, "not me", True, "leader-b", str(e))

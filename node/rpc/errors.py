@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 
 from node.errors import TesseraError
 
@@ -41,3 +42,9 @@ class RpcError(TesseraError):
         self.maybe_delivered = maybe_delivered
         self.detail = detail  # e.g. a leader hint for NOT_LEADER
         super().__init__(f"{self.code.name}: {message}" if message else self.code.name)
+
+    def __reduce__(self):
+        """Picklable with its keyword fields: an error that crosses a process boundary (a
+        simulator worker's) must arrive whole, not fail to rebuild and hang the pool."""
+        return (functools.partial(type(self), maybe_delivered=self.maybe_delivered,
+                                  detail=self.detail), (self.code, self.message))
