@@ -111,6 +111,18 @@ def test_copy_race_seeds_that_failed_before_issue_32s_fixes_pass(seed, before_th
     assert r.nemesis.get("copy-race", 0) >= 5
 
 
+@pytest.mark.slow
+def test_swarm_seed_145_no_longer_creates_a_replica_over_a_failed_ones_files(tmp_path):
+    """Swarm seed 145 (flips, tombstones, copy races, lease reads) on the engine with bugs 1, 2
+    and 4 fixed: a flipped superblock bit FAILED a freshly copied replica, the tombstone fault
+    deleted it (its files are left for an operator), and the master's CreateTablet wrote a new
+    superblock over them and ran the old WAL again: the tombstone invariant's "runs again
+    without a tablet copy". Now such a create is refused (tests/test_failed_replica_delete.py)."""
+    r = StackSim(StackConfig(seed=145, workload="list-append", mix=swarm_mix(145)), tmp_path).run()
+    assert r.ok(), (r.violation, r.verdict)
+    assert r.nemesis.get("tombstone", 0) >= 1 and r.nemesis.get("flip", 0) >= 1
+
+
 def test_copy_race_tombstones_and_cuts_as_recorded(tmp_path):
     """The copy-race fault's recorded value names the tablet, the leader, the follower cut
     from it and the tombstoned receiver, and its schedule replays."""

@@ -162,6 +162,13 @@ class TabletManager:
                 raise RpcError(ErrorCode.ALREADY_EXISTS,
                                f"tablet {tablet_id} is {state.value.lower()} here")
             paths = self.paths(tablet_id)
+            if paths.disk.exists(paths.superblock):
+                # Not open, yet its files are here: a FAILED replica that was deleted (its files
+                # are left for an operator). A new replica over them would run the old WAL
+                # under a fresh superblock, a resurrection the simulator caught (issue 32).
+                raise RpcError(ErrorCode.ALREADY_EXISTS,
+                               f"tablet {tablet_id}: files of a replica that is not open are "
+                               f"here (a failed replica's, left for an operator)")
 
             def create():
                 # cmeta first: the superblock's presence is what makes the tablet exist.
