@@ -142,3 +142,14 @@ def test_the_client_records_a_reply_that_does_not_answer_its_invocation_as_such(
     [replies] = [r for r in out["results"] if r["checker"] == "replies"]
     assert len(replies["anomalies"]) == len(wrong)
     assert all(a["type"] == WRONG_REPLY and a["answers"] is not None for a in replies["anomalies"])
+
+
+def test_a_multi_register_read_is_filled_in_not_a_wrong_reply():
+    """Knossos's multi-register histories invoke [:read :x nil] and complete [:read :x 0]: a read
+    the reply fills in, as Elle's :r. Judging it a written value called a real Jepsen history
+    (knossos multi-register/good) invalid."""
+    from reports.checkers.replies import answered
+
+    assert answered([["read", "x", None], ["write", "y", 2]],
+                    [["read", "x", 0], ["write", "y", 2]]) == [["read", "x", 0], ["write", "y", 2]]
+    assert answered([["write", "y", 2]], [["write", "y", 3]]) is None

@@ -27,7 +27,9 @@ from reports.history import NEMESIS, Op
 
 CHECKER = "replies"
 WRONG_REPLY = "wrong-reply"
-READS = frozenset({"r"})  # micro-ops whose value the reply fills in; every other one must match
+# micro-ops whose value the reply fills in (Elle's :r, Knossos's multi-register :read); every other
+# one must match
+READS = frozenset({"r", "read"})
 
 
 def is_txn(value: Any) -> bool:
