@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -76,7 +77,7 @@ def test_down_leaves_a_reused_pid_alone_and_still_stops_the_daemons(tmp_path, ca
         for name in ("t1", "t2"):
             os.kill(by[name]["pid"], signal.SIGKILL)
             os.waitpid(by[name]["pid"], 0)  # our child: reaped, so its pid is free
-        strangers = [subprocess.Popen(["sleep", "1000"]) for _ in range(2)]
+        strangers = [_sleeper() for _ in range(2)]
         by["t1"]["pid"], by["t2"]["pid"] = strangers[0].pid, strangers[1].pid
         for name in ("m1", "t2"):
             by[name].pop("start_time", None)
@@ -102,11 +103,22 @@ def test_down_leaves_a_reused_pid_alone_and_still_stops_the_daemons(tmp_path, ca
                 os.kill(pid, signal.SIGKILL)
 
 
+def _sleeper() -> subprocess.Popen:
+    """An unrelated process, `sleep 1000`, once it has exec'd (until then its /proc cmdline is
+    this test's: a check that reads it too early sees python)."""
+    p = subprocess.Popen(["sleep", "1000"])
+    for _ in range(500):
+        if Path(f"/proc/{p.pid}/cmdline").read_bytes().startswith(b"sleep\0"):
+            break
+        time.sleep(0.01)
+    return p
+
+
 def test_a_pid_is_ours_only_while_its_start_time_and_command_line_match(tmp_path):
     """The identity rule on a real process: the recorded start time and command line make it
     ours; another start time, or (for an old record) a command line that is not this
     cluster's daemon, make it a stranger that is never signalled."""
-    sleep = subprocess.Popen(["sleep", "1000"])
+    sleep = _sleeper()
     try:
         start = int(Path(f"/proc/{sleep.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
         c = LocalCluster(tmp_path)
