@@ -9,7 +9,15 @@ import asyncio
 import contextlib
 
 import pytest
-from tserver_helpers import TABLET, create, sole_leader, start_server, wait_for, write_rows
+from tserver_helpers import (
+    TABLET,
+    create,
+    create_on_all,
+    sole_leader,
+    start_server,
+    wait_for,
+    write_rows,
+)
 
 from node.consensus import AppendEntries, Heartbeat, Role, VoteRequest, VoteResponse
 from node.protocol import Ack, BeginCopySession, Consensus, DeleteTablet, Peer, StartTabletCopy
@@ -180,12 +188,7 @@ def test_a_tablet_whose_leader_crashes_while_a_voter_is_tombstoned_elects_a_new_
             s.copies.send = no_copy
         stopped = set()
         try:
-            peers = [s.me for s in servers]
-            for s in servers:
-                await create(s, peers)
-            leader = await wait_for(lambda: next((s for s in servers
-                                                  if s.replicas[TABLET].leader_ready), None),
-                                    "a leader")
+            leader = await create_on_all(servers)
             await write_rows(leader, 3)
             await wait_for(lambda: len({s.replicas[TABLET].last_logged() for s in servers}) == 1,
                            "every replica to log everything")

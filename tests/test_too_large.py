@@ -8,7 +8,7 @@ Real tablet servers on loopback with a 1 MiB frame limit, so the sizes stay smal
 import asyncio
 
 import pytest
-from tserver_helpers import TABLET, create, start_server, wait_for
+from tserver_helpers import TABLET, create_on_all, start_server, wait_for
 
 from node.consensus.messages import AppendEntries, Heartbeat
 from node.daemon import Outbox, PeerBook
@@ -34,12 +34,7 @@ def test_a_write_too_large_to_replicate_is_refused_and_the_tablet_keeps_committi
         servers = [await start_server(tmp_path / n, rpc_max_message_size=FRAME) for n in "abc"]
         rpc = RpcClient(max_frame=FRAME)
         try:
-            peers = [s.me for s in servers]
-            for s in servers:
-                await create(s, peers)
-            leader = await wait_for(lambda: next((s for s in servers
-                                                  if s.replicas[TABLET].leader_ready), None),
-                                    "a leader")
+            leader = await create_on_all(servers)
 
             async def write(op, seq=0):
                 return await rpc.call(leader.me.addr, "ts.write", Write(TABLET, op, session,

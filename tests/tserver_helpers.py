@@ -41,6 +41,15 @@ async def create(ts: TabletServer, peers: list[Peer], tablet: str = TABLET) -> N
     await ts.service.on_create_tablet(CreateTablet(tablet, "tbl", KeyRange(), peers))
 
 
+async def create_on_all(servers: list[TabletServer], tablet: str = TABLET) -> TabletServer:
+    """Create the tablet on every server, each a voter; the server whose replica leads."""
+    peers = [s.me for s in servers]
+    for s in servers:
+        await create(s, peers, tablet)
+    return await wait_for(lambda: next((s for s in servers if s.replicas[tablet].leader_ready),
+                                       None), "a leader")
+
+
 async def direct(handler, req):
     """A direct handler (RpcServer.register_direct) called as the RPC server calls it, awaited."""
     fut = asyncio.get_running_loop().create_future()
