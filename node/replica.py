@@ -882,6 +882,11 @@ class Replica:
         log_ = self.core.log
         return (log_.offset_term, log_.offset), (log_.last_term(), log_.last_index())
 
+    def serves_lease_reads(self, now: float) -> bool:
+        """Whether a read arriving at `now` (this replica's monotonic clock) would be served from
+        the leader lease, without a round: what the simulator holds against newer leaders."""
+        return self.options.read_mode == "lease" and self._lease_valid(now)
+
     def holds(self, index: int, term: int) -> bool:
         """Whether our log (not compacted there) has the op (term, index)."""
         return self.core.log.term_at(index) == term

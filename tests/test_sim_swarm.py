@@ -17,6 +17,14 @@ ROOT = Path(__file__).resolve().parent.parent
 # The mix that found bugs 1 and 4: copy races only, at a pace of one every 0.3-1.5 s, with 20
 # clients, so a leader keeps getting proposals while some of its clients wait on it.
 COPY_RACE = "copy-race:4,restart:1,heal:1;every=0.3-1.5;reads=linearizable;load=20x200"
+# The mix that found bug 2: lease races only, lease reads, a light read-mostly load (a tombstone
+# grants a vote only to a candidate as up to date as itself, so no write may reach it between
+# the cut and its tombstone).
+LEASE_RACE = ("lease-race:4,restart:1,heal:1;every=0.3-1.5;reads=lease;load=5x50;"
+              "read-share=0.99")
+# Seed 145's swarm mix when it was found (swarm mixes drew from fewer kinds then).
+SEED_145_MIX = ("restart:4,partition:2,isolate:4,heal:8,skew:1,flip:8,disk:1,transfer:2,cut:4,"
+                "tombstone:1,copy-race:4;every=0.2-0.8;reads=lease;load=5x50")
 
 
 def test_a_seeds_swarm_mix_is_a_pure_function_of_the_seed_and_varies_across_seeds():
@@ -118,9 +126,42 @@ def test_swarm_seed_145_no_longer_creates_a_replica_over_a_failed_ones_files(tmp
     deleted it (its files are left for an operator), and the master's CreateTablet wrote a new
     superblock over them and ran the old WAL again: the tombstone invariant's "runs again
     without a tablet copy". Now such a create is refused (tests/test_failed_replica_delete.py)."""
-    r = StackSim(StackConfig(seed=145, workload="list-append", mix=swarm_mix(145)), tmp_path).run()
+    r = StackSim(StackConfig(seed=145, workload="list-append", mix=parse_mix(SEED_145_MIX)),
+                 tmp_path).run()
     assert r.ok(), (r.violation, r.verdict)
     assert r.nemesis.get("tombstone", 0) >= 1 and r.nemesis.get("flip", 0) >= 1
+
+
+def test_a_tombstone_that_votes_within_the_lease_is_caught_by_a_lease_race_seed(
+        monkeypatch, tmp_path):
+    """Issue 32, bug 2, found by the harness: register seed 4 under the LEASE_RACE mix. With
+    the fix taken out (a tombstone votes at once, as before), a follower cut from the leader
+    wins its election with the vote of a voter tombstoned a moment after it acknowledged the
+    leader's lease: the simulator's lease check fails the seed while the old leader still
+    serves lease reads. With the fix, the seed is valid."""
+    from node.tserver.tablet_manager import TabletManager
+
+    def run(out: Path):
+        return StackSim(StackConfig(seed=4, workload="register", seconds=30.0,
+                                    mix=parse_mix(LEASE_RACE)), out).run()
+
+    fixed = run(tmp_path / "fixed")
+    assert fixed.ok(), (fixed.violation, fixed.verdict)
+    assert fixed.nemesis.get("lease-race", 0) >= 5
+    monkeypatch.setattr(TabletManager, "_within_vote_lease", lambda self, tablet_id: False)
+    before = run(tmp_path / "before")
+    assert (before.violation or "").startswith("lease safety: "), before.violation
+    assert "still serves lease reads as leader of term" in before.violation
+
+
+def test_swarm_mixes_draw_read_mostly_loads_and_the_spec_carries_them():
+    shares = {swarm_mix(s).read_share for s in range(100)}
+    assert shares == {None, 0.9, 0.99}
+    m = parse_mix(LEASE_RACE)
+    assert m.read_share == 0.99 and parse_mix(m.spec()) == m
+    for bad in ("crash:1;read-share=2", "crash:1;read-share=most"):
+        with pytest.raises(ValueError, match="read-share"):
+            parse_mix(bad)
 
 
 def test_copy_race_tombstones_and_cuts_as_recorded(tmp_path):

@@ -26,6 +26,7 @@ class Register(Workload):
     threads_per_key: int = 5
     ops_per_key: int = 200
     values: int = 5
+    read_share: float = 0.5  # the rest is writes and cas, half each
     # "wide": values padded to sizes up to value_max_bytes (workloads.values); value_seed varies
     # the sizes between runs (the simulator passes its seed). 0: the RPC frame limit.
     value_sizes: str = "small"
@@ -46,9 +47,9 @@ class Register(Workload):
         for n in itertools.count():
             key = f"r{keys.key(thread, threads, n)}"
             roll = rng.random()
-            if roll < 0.5:
+            if roll < self.read_share:
                 yield Invocation("read", None, key)
-            elif roll < 0.75:
+            elif roll < (1 + self.read_share) / 2:
                 yield Invocation("write", rng.randrange(self.values), key)
             else:
                 yield Invocation("cas", [rng.randrange(self.values), rng.randrange(self.values)], key)

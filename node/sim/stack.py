@@ -41,6 +41,7 @@ MASTER_PORT, TSERVER_PORT = 7051, 7050
 CLIENT_HOST = "10.77.0.200"
 EPOCH_NS = 1_800_000_000 * 10**9  # virtual wall clocks start here (2027): never the real time
 INVARIANT_PERIOD_S = 0.1
+LEASE_CHECK_PERIOD_S = 0.01  # lease mode: the lease check alone, between the others
 # Per key: a failing register history can make the linearizability search explode; a search
 # that runs out says unknown, which fails the seed (never a pass).
 CHECK_TIME_LIMIT_S = 5.0
@@ -58,6 +59,9 @@ SLOW_FSYNC_S = (0.02, 0.5)
 # copy-race's slow disk on the copy's receiver: its fsyncs' upper bound, so that a copy, a few
 # fsyncs, lasts about as long as an election
 COPY_RACE_SLOW_FSYNC_S = (0.02, 0.6)
+# lease-race's: a few ms, so the copy back (a few dozen fsyncs) keeps R a tombstone for a
+# while, and the vote it saves before answering still comes within the lease
+LEASE_RACE_SLOW_FSYNC_S = (0.002, 0.03)
 CUT_S = (1.0, 8.0)  # how long a cut link stays cut
 LINK_DELAY_S = (0.05, 0.5)  # copy-race's extra delay on the link between the leader and R
 TOMBSTONE_AFTER_S = (0.0, 2.0)  # copy-race: from the cut to R's tombstone
@@ -143,6 +147,7 @@ class StackSim:
         self.down: set[str] = set()
         self.nemesis_counts: dict[str, int] = {}
         self._leaders: dict[tuple[str, int], str] = {}  # (tablet, term) -> leader uuid
+        self._top_leader: dict[str, tuple[int, str]] = {}  # tablet -> newest (term, leader)
         self._committed: dict[tuple[str, int], int] = {}  # (tablet, index) -> term
         self._checked: dict[tuple[str, str], int] = {}  # (host, tablet) -> commit checked up to
         self._state_at: dict[tuple[str, int], tuple[int, str]] = {}  # (tablet, applied) -> crc
@@ -234,6 +239,7 @@ class StackSim:
         catalog agreeing with the committed configs."""
         from node.tablet.checksum import table_checksum
 
+        self._check_leases()
         for host, server in self.servers.items():
             for tablet, r in list(getattr(server, "replicas", {}).items()):
                 if r.failed and r.failed.startswith("SafetyError"):
@@ -267,6 +273,34 @@ class StackSim:
                 if getattr(server, "me", None) is not None:  # started far enough to report
                     self._check_reports(host, server)
             self._check_catalog()
+
+    def _check_leases(self) -> None:
+        """Lease safety: no leader serves reads from its lease while a newer term of its tablet
+        has had a leader. The lease's whole promise is that every voter that acknowledged it
+        withholds its vote until the lease is over, so no election can succeed before then; a
+        newer leader elected meanwhile may commit writes that the old one's local reads do not
+        see. Checked on the replicas' state, so a broken promise is caught when it is made
+        (issue 32, bug 2: a tombstoned voter that voted at once), not only in the rare run where
+        a client also reads at the old leader after a write through the new one. Virtual clocks
+        do not drift, so the lease's drift margin is not needed for it to hold here. Cheap, so
+        in lease mode it also runs between the other checks (`_invariant_loop`): a lease may
+        have only a few milliseconds left when the new leader wins."""
+        now, leases = self.loop.time(), []
+        for host, server in self.servers.items():
+            for tablet, r in list(getattr(server, "replicas", {}).items()):
+                if r.role.name != "LEADER":
+                    continue
+                top = self._top_leader.get(tablet)
+                if top is None or r.term > top[0]:
+                    self._top_leader[tablet] = (r.term, r.uuid)
+                if r.serves_lease_reads(now):
+                    leases.append((host, tablet, r))
+        for host, tablet, r in leases:
+            top = self._top_leader.get(tablet)
+            if top is not None and top[0] > r.term:
+                raise StackViolation(
+                    f"lease safety: tablet {tablet}: {top[1]} has led term {top[0]} while "
+                    f"{r.uuid} on {host} still serves lease reads as leader of term {r.term}")
 
     def _check_term_and_vote(self, host: str, tablet: str, r) -> None:
         """A replica's term never goes back and its saved vote in a term never changes."""
@@ -381,10 +415,15 @@ class StackSim:
             self.catalog_lag = sorted(lag)
 
     async def _invariant_loop(self) -> None:
+        lease_checks = (round(INVARIANT_PERIOD_S / LEASE_CHECK_PERIOD_S)
+                        if self.cfg.mix.read_mode == "lease" else 1)
         while True:
-            await asyncio.sleep(INVARIANT_PERIOD_S)
-            self._rounds += 1
             try:
+                for _ in range(lease_checks - 1):
+                    await asyncio.sleep(INVARIANT_PERIOD_S / lease_checks)
+                    self._check_leases()
+                await asyncio.sleep(INVARIANT_PERIOD_S / lease_checks)
+                self._rounds += 1
                 self._check_invariants(states=self._rounds % STATE_CHECK_EVERY == 0)
             except StackViolation as e:
                 self.violation = str(e)
@@ -422,6 +461,8 @@ class StackSim:
                 value = await self._tombstone(value)
             elif kind == "copy-race":
                 value = await self._copy_race(value)
+            elif kind == "lease-race":
+                value = await self._lease_race(value)
             elif kind is not None:
                 value = self._apply(kind, value)
             if kind is None or value is _SKIPPED:
@@ -471,7 +512,7 @@ class StackSim:
             return self._choose_disk(rng, impaired)
         if kind == "transfer":
             return self._choose_transfer(rng)
-        if kind in ("cut", "tombstone", "copy-race"):
+        if kind in ("cut", "tombstone", "copy-race", "lease-race"):
             return self._choose_copy_fault(kind, rng)
         return kind, None  # heal, reset; membership picks its target when it runs
 
@@ -509,12 +550,23 @@ class StackSim:
           fsyncs each file, so it takes seconds, as a real tablet's does, where the simulator's
           small tablets copy in no virtual time at all), so F's election races the copy L sends
           R, and the copy's completion races L's deposition.
+        - lease-race: on a tablet whose leader serves lease reads now (any, if none does), the
+          cut, then R's tombstone `after` s later, quickly, and only then R's disk made a little
+          slow (so the copy back takes a while, and a vote, saved first, is still quick): R acknowledged L's lease until the moment it stopped, and
+          F's campaign, due an election timeout after the cut, comes while R is a tombstone and
+          L's lease still runs. A tombstone that votes at once elects F under L's lease (issue
+          32, bug 2); copy-race's slow disk makes the tombstone itself slow, past the lease.
         A cut heals by itself after `cut_s` (or at the next heal), as Jepsen's partitions stop:
         cuts that only ever pile up leave no quorum anywhere, and a seed that is unavailable
         throughout finds nothing.
         Value: [tablet, L, F, R, slow, cut_s, delay, after] (hosts; cut leaves R out, tombstone
-        L and F; slow, delay and after are None but for copy-race, cut_s None for tombstone)."""
+        L and F; slow, delay and after are None but for copy-race, cut_s None for tombstone;
+        delay None for lease-race)."""
         leaders = self._test_tablets()
+        if kind == "lease-race":
+            now = self.loop.time()
+            leases = {t: lr for t, lr in leaders.items() if lr[1].serves_lease_reads(now)}
+            leaders = leases or leaders
         if not leaders:
             return None, None
         tablet = rng.choice(sorted(leaders))
@@ -530,8 +582,12 @@ class StackSim:
             return kind, [tablet, host, f, None, None, cut_s, None, None]
         if kind == "tombstone":
             return kind, [tablet, None, None, rr, None, None, None, None]
-        return kind, [tablet, host, f, rr, round(rng.uniform(*COPY_RACE_SLOW_FSYNC_S), 6), cut_s,
-                      round(rng.uniform(*LINK_DELAY_S), 3), round(rng.uniform(*TOMBSTONE_AFTER_S), 3)]
+        if kind == "lease-race":
+            return kind, [tablet, host, f, rr, round(rng.uniform(*LEASE_RACE_SLOW_FSYNC_S), 6),
+                          cut_s, None, round(rng.uniform(*TOMBSTONE_AFTER_S), 3)]
+        slow = round(rng.uniform(*COPY_RACE_SLOW_FSYNC_S), 6)
+        return kind, [tablet, host, f, rr, slow, cut_s, round(rng.uniform(*LINK_DELAY_S), 3),
+                      round(rng.uniform(*TOMBSTONE_AFTER_S), 3)]
 
     async def _tombstone(self, value: list):
         """ts.delete_tablet on the replica of `value[0]` on host `value[3]`: a voter becomes a
@@ -562,6 +618,16 @@ class StackSim:
         if r not in self.disk_faults:
             self._set_disk_fault(r, "slow", [r, "slow", round(slow / 10, 6), slow])
         done = await self._tombstone(value)
+        return value[:8] if done is _SKIPPED else done
+
+    async def _lease_race(self, value: list):
+        """Cut L-F, tombstone R `after` s later, then slow R's disk (see `_choose_copy_fault`)."""
+        tablet, leader, f, r, slow, cut_s, _, after = value[:8]
+        self._cut(leader, f, cut_s)
+        await asyncio.sleep(after)
+        done = await self._tombstone(value)
+        if r not in self.disk_faults:
+            self._set_disk_fault(r, "slow", [r, "slow", round(slow / 10, 6), slow])
         return value[:8] if done is _SKIPPED else done
 
     def _cut(self, a: str, b: str, seconds: float) -> None:
@@ -736,8 +802,10 @@ class StackSim:
         from workloads.register import Register
 
         if self.cfg.workload == "register":
+            share = self.cfg.mix.read_share
             return Register(batch=self.cfg.batch, value_sizes=self.cfg.value_sizes,
-                            value_max_bytes=MAX_FRAME, value_seed=self.cfg.seed)
+                            value_max_bytes=MAX_FRAME, value_seed=self.cfg.seed,
+                            **({} if share is None else {"read_share": share}))
         if self.cfg.value_sizes != "small":
             raise ValueError(f"value sizes {self.cfg.value_sizes!r} are for the register workload")
         return ListAppend(batch=self.cfg.batch)

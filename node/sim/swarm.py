@@ -20,13 +20,14 @@ from dataclasses import dataclass
 
 # Every fault kind the simulator's nemesis knows (node.sim.stack.StackSim._choose).
 KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "skew",
-         "membership", "flip", "disk", "transfer", "cut", "tombstone", "copy-race")
+         "membership", "flip", "disk", "transfer", "cut", "tombstone", "copy-race", "lease-race")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
 WEIGHTS = (1, 2, 4, 8)  # a kind that is on fires with one of these relative weights
 FAULT_EVERY = ((0.2, 0.8), (0.5, 2.0), (1.0, 4.0))  # (lo, hi) seconds between two faults
 LOADS = ((5, 50.0), (10, 100.0), (20, 200.0))  # (clients, ops/s over all of them)
+READ_SHARES = (None, None, 0.9, 0.99)  # the register workload's reads: its own half, or most
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
 # one or two kinds (a copy racing an election needs copies and cuts close together, which a mix
 # of twelve kinds makes rare), sometimes all of them.
@@ -46,6 +47,9 @@ class Mix:
     # clients keep proposals coming to a leader whose other clients all wait on it
     concurrency: int | None = None
     rate: float | None = None
+    # the register workload's share of reads (None: its own, a half). A lease bug needs reads
+    # at a leader whose followers' logs do not move: a read-mostly load (issue 32, bug 2)
+    read_share: float | None = None
 
     def kinds(self) -> list[str]:
         return [k for k, _ in self.weights]
@@ -56,18 +60,20 @@ class Mix:
         return f"{self.name}: {self.spec()}"
 
     def spec(self) -> str:
-        """`kind:weight,...;every=LO-HI;reads=MODE[;load=CLIENTSxRATE]`."""
+        """`kind:weight,...;every=LO-HI;reads=MODE[;load=CLIENTSxRATE][;read-share=F]`."""
         lo, hi = self.fault_every_s
         parts = [",".join(f"{k}:{w}" for k, w in self.weights), f"every={lo:g}-{hi:g}",
                  f"reads={self.read_mode}"]
         if self.concurrency is not None:
             parts.append(f"load={self.concurrency}x{self.rate:g}")
+        if self.read_share is not None:
+            parts.append(f"read-share={self.read_share:g}")
         return ";".join(parts)
 
     def as_json(self) -> dict:
         return {"name": self.name, "weights": dict(self.weights),
                 "fault_every_s": list(self.fault_every_s), "read_mode": self.read_mode,
-                "concurrency": self.concurrency, "rate": self.rate}
+                "concurrency": self.concurrency, "rate": self.rate, "read_share": self.read_share}
 
 
 # The fixed mix (its list of kinds, with crash, restart and membership twice, is the one the
@@ -87,7 +93,9 @@ def swarm_mix(seed: int) -> Mix:
     every = rng.choice(FAULT_EVERY)
     read_mode = "lease" if rng.random() < 0.5 else "linearizable"
     concurrency, rate = rng.choice(LOADS)
-    return Mix(weights, every, read_mode, concurrency=concurrency, rate=rate)
+    read_share = rng.choice(READ_SHARES)
+    return Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
+               read_share=read_share)
 
 
 def parse_mix(spec: str) -> Mix:
@@ -107,22 +115,26 @@ def parse_mix(spec: str) -> Mix:
     for field_ in fields[1:]:
         key, _, value = field_.partition("=")
         opts[key.strip()] = value.strip()
-    unknown = set(opts) - {"every", "reads", "load"}
+    unknown = set(opts) - {"every", "reads", "load", "read-share"}
     if unknown:
-        raise ValueError(f"unknown mix field(s) {sorted(unknown)} (every, reads, load)")
+        raise ValueError(f"unknown mix field(s) {sorted(unknown)} (every, reads, load, read-share)")
     try:
         lo, hi = (float(x) for x in opts.get("every", "1-4").split("-"))
         concurrency, rate = ((int(opts["load"].split("x")[0]), float(opts["load"].split("x")[1]))
                              if "load" in opts else (None, None))
-    except ValueError:
-        raise ValueError(f"cannot read every={opts.get('every')!r} (LO-HI seconds) or "
-                         f"load={opts.get('load')!r} (CLIENTSxOPS_PER_S)") from None
+        read_share = float(opts["read-share"]) if "read-share" in opts else None
+    except (ValueError, IndexError):
+        raise ValueError(f"cannot read every={opts.get('every')!r} (LO-HI seconds), "
+                         f"load={opts.get('load')!r} (CLIENTSxOPS_PER_S) or "
+                         f"read-share={opts.get('read-share')!r} (0 to 1)") from None
+    if read_share is not None and not 0 <= read_share <= 1:
+        raise ValueError(f"read-share={read_share:g}: a fraction from 0 to 1")
     if not 0 < lo <= hi or (concurrency is not None and (concurrency < 1 or rate <= 0)):
         raise ValueError("every needs 0 < LO <= HI; load needs at least 1 client and a rate > 0")
     reads = opts.get("reads", "linearizable")
     if reads not in ("linearizable", "lease"):
         raise ValueError(f"reads={reads!r}: linearizable or lease")
-    return Mix(tuple(weights), (lo, hi), reads, "spec", concurrency, rate)
+    return Mix(tuple(weights), (lo, hi), reads, "spec", concurrency, rate, read_share)
 
 
 def mix_for(name: str, seed: int) -> Mix:
