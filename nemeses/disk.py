@@ -3,6 +3,11 @@ consensus-metadata file, then a restart. The node must refuse the damaged replic
 message (its WAL CRCs and metadata checksums catch it) and keep serving its other tablets; it must
 never serve wrong data.
 
+One mode is aimed (issue 32): `head-flip` flips a bit in the header of the newest batch of an
+unfinished WAL segment, the one flip a reader could take for a torn write. The replica must
+come back FAILED; one that runs again cut the batch as torn (the logs checker's
+`undetected-damage`).
+
 Damage is permanent until the test's teardown (there is no tablet copy to repair a replica yet),
 so the nemesis damages at most one replica of each tablet over a whole run: a minority of a
 3-replica config. Beyond that it would only show that a majority of failed disks loses data,
@@ -35,10 +40,42 @@ for sub, kind in (("wals", "wal"), ("consensus-meta", "cmeta")):
                   and (tablet or n) not in spared]
 if not files:
     print(json.dumps({"skipped": "no WAL or metadata files yet"})); sys.exit(0)
+mode = sys.argv[4] if len(sys.argv) > 4 else rng.choice(["bitflip", "bitflip", "truncate",
+                                                          "head-flip"])
+
+
+def newest_head(path):
+    # Offset of the newest batch header of an unfinished segment (no footer), or None. The
+    # format is node/wal/format.py's: header = magic(8) version(2) tid-length(2) seq(8) tid
+    # crc(4); batch = length u32, kind u16, reserved u16, data crc u32, header crc u32, data.
+    import struct
+    buf = open(path, "rb").read()
+    if len(buf) < 24 or buf[:8] != b"TSRWALSG" or buf[-36:].startswith(b"TSRWALFT"):
+        return None
+    off, last = 24 + struct.unpack_from("<H", buf, 10)[0], None
+    while off + 16 <= len(buf):
+        length, kind, reserved = struct.unpack_from("<IHH", buf, off)
+        if kind not in (1, 2) or reserved or off + 16 + length > len(buf):
+            break
+        last, off = off, off + 16 + length
+    return last
+
+
+if mode == "head-flip":
+    heads = [(p, o) for k, p in sorted(files) if k == "wal" and (o := newest_head(p)) is not None]
+    if heads:
+        path, start = rng.choice(heads)
+        offset, bit = start + rng.randrange(16), rng.randrange(8)
+        with open(path, "r+b") as f:
+            f.seek(offset); b = f.read(1)[0]; f.seek(offset); f.write(bytes([b ^ (1 << bit)]))
+            f.flush(); os.fsync(f.fileno())
+        print(json.dumps({"file": path, "kind": "wal", "mode": mode, "offset": offset,
+                          "bit": bit, "batch": start}))
+        sys.exit(0)
+    mode = "bitflip"  # no unfinished segment with a batch: an ordinary flip
 kind, path = rng.choice(sorted(files))
 data = open(path, "rb").read()
 size = len(data.rstrip(b"\0")) or len(data)  # preallocated zeros hold nothing to damage
-mode = rng.choice(["bitflip", "bitflip", "truncate"])
 if mode == "bitflip":
     offset, bit = rng.randrange(32, size), rng.randrange(8)
     with open(path, "r+b") as f:

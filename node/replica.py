@@ -61,7 +61,16 @@ from node.faults import Faults
 from node.logfmt import SAFETY, TabletLog, log_failure
 from node.rpc.wire import DEFAULT_MAX_FRAME, ENVELOPE_RESERVE
 from node.tablet.cmeta import ConsensusMetadata
-from node.tablet.ops import COMMAND_VERSION, Batch, Command, Op, Result, RowOp, command_payload
+from node.tablet.ops import (
+    COMMAND_VERSION,
+    Batch,
+    Command,
+    Op,
+    Result,
+    RowOp,
+    command_payload,
+    decode_command,
+)
 from node.tablet.paths import TabletPaths
 from node.tablet.snapshot import SnapshotStore
 from node.tablet.state import StateMachine
@@ -917,12 +926,15 @@ class Replica:
         """Opid index of the committed config: what a DeleteTablet's compare-and-set checks."""
         return self.core.committed_config.opid_index
 
-    def committed_terms(self, above: int) -> list[tuple[int, int]]:
-        """(index, term) of each committed entry above `above` still in the in-memory log: what
-        the simulator compares across replicas (state-machine safety)."""
+    def committed_entries(self, above: int) -> list[tuple[int, int, int | None]]:
+        """(index, term, hybrid timestamp) of each committed entry above `above` still in the
+        in-memory log, the timestamp None for entries that carry no command (no-ops, configs):
+        what the simulator compares across replicas (state-machine safety) and along the log
+        (timestamps increase with the index, across leaders)."""
         log, commit = self.core.log, self.core.commit
         lo = max(above + 1, log.first_index())
-        return [(i, log.term_at(i)) for i in range(lo, commit + 1)]
+        return [(e.index, e.term, decode_command(e.payload).timestamp
+                 if e.type == EntryType.REPLICATE else None) for e in log.slice(lo, commit)]
 
     def status(self) -> dict:
         s = self.core.status()

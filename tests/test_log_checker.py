@@ -214,3 +214,18 @@ def test_a_leader_seeing_the_damaged_follower_short_is_expected_only_for_that_re
     for tablet, follower in ((T2, damaged), (T1, "6c969ad0386f4cf68114813691adff5b")):
         write_logs(tmp_path, {"n2/tserver.log": line(tablet, follower)})
         assert check_logs(tmp_path, [op])["verdict"] == "invalid", (tablet, follower)
+
+
+def test_a_head_flip_whose_replica_runs_again_is_undetected_damage(tmp_path):
+    """The disk nemesis's head-flip must FAIL the replica; RUNNING means the flipped newest
+    batch was cut as a torn tail: an error, naming host, file and batch. FAILED is expected."""
+    write_logs(tmp_path, {"n1/tserver.log": f"{TS} INFO fine\n"})
+    op = disk_op("n1")
+    op["value"] |= {"mode": "head-flip", "batch": 4096, "offset": 4099, "bit": 2}
+    assert check_logs(tmp_path, ops=[op])["verdict"] == "valid"
+    op["value"]["replica"] = {"tablet": T1, "state": "RUNNING", "error": None}
+    r = check_logs(tmp_path, ops=[op])
+    assert r["verdict"] == "invalid"
+    (e,) = r["errors"]
+    assert (e["type"], e["host"], e["file"]) == ("undetected-damage", "n1", WAL)
+    assert "offset 4096" in e["explanation"] and "cut as a torn tail" in e["explanation"]

@@ -91,23 +91,29 @@ class _Cmeta:
 class _Replica:
     """What the invariants read of a replica, settable."""
 
-    def __init__(self, uuid, role="FOLLOWER", term=1, voted=None, committed=()):
+    def __init__(self, uuid, role="FOLLOWER", term=1, voted=None, committed=(), lease=False):
+        """`committed`: (index, term) or (index, term, hybrid timestamp) of committed entries;
+        `lease`: whether, as a leader, it would serve a lease read now."""
         from node.consensus import Role
 
         self.uuid, self.role, self.term = uuid, Role[role], term
         self.failed, self.stopping = None, False
         self._vote = (term, voted)
-        self._committed = list(committed)
+        self._committed = [(*c, None)[:3] for c in committed]
+        self._lease = lease
 
     def durable_vote(self):
         return self._vote
 
-    def committed_terms(self, above):
-        return [(i, t) for i, t in self._committed if i > above]
+    def committed_entries(self, above):
+        return [c for c in self._committed if c[0] > above]
+
+    def serves_lease_reads(self, now):
+        return self._lease
 
     @property
     def commit_index(self):
-        return max((i for i, _ in self._committed), default=0)
+        return max((c[0] for c in self._committed), default=0)
 
 
 class _Server:
@@ -156,6 +162,10 @@ def _check(sim, **hosts):
     (dict(a=_Replica("a", term=3, voted="b")), dict(a=_Replica("a", term=3)), "forgot its vote"),
     (dict(a=_Replica("a", committed=[(1, 1), (2, 1)])), dict(b=_Replica("b", committed=[(2, 2)])),
      "state machine safety"),
+    (dict(a=_Replica("a", "LEADER", 2, lease=True)),
+     dict(a=_Replica("a", "LEADER", 2, lease=True), b=_Replica("b", "LEADER", 3)), "lease safety"),
+    (dict(a=_Replica("a", committed=[(1, 1, 50), (2, 1, None)])),
+     dict(b=_Replica("b", committed=[(1, 1, 50), (2, 1, None), (3, 2, 40)])), "hybrid time"),
 ])
 def test_each_invariant_can_fail(tmp_path, first, second, message):
     sim = StackSim(StackConfig(seed=1), tmp_path)

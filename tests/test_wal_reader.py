@@ -80,19 +80,20 @@ def test_every_bit_flip_in_a_finished_segment_is_a_hard_error_at_that_batch(tmp_
 
 
 def _torn_looking(data: bytes, bit: int, batch_offset: int) -> bool:
-    """A flip the reader cannot tell from a torn write: in the newest batch's header (its
-    length is then untrusted), or one that leaves the batch's last sector reading as zeros
-    (unwritten space does)."""
+    """A flip the reader cannot tell from a torn write: one that leaves the batch's last
+    sector reading as zeros (unwritten space does). A flip in the newest batch's header is
+    told apart since issue 32: one bit away from a header whose data matches its CRC."""
     flipped = flip(data, bit)
     last = max(batch_offset, (len(data) - 1) // SECTOR * SECTOR)
-    return bit // 8 < batch_offset + fmt.BATCH_HEADER_SIZE or not any(flipped[last:])
+    return not any(flipped[last:])
 
 
 def test_every_bit_flip_in_an_unfinished_segment_is_detected(tmp_path):
     """Before the last batch a flip is corruption (an intact batch follows it, which no crash
     can produce). In the last batch a flip in the data is corruption too: the batch was written
-    whole (no sector of it reads as zeros), so cutting it would drop fsynced entries. Only a
-    flip in its header (or one zeroing its last sector) looks torn, and that batch is cut."""
+    whole (no sector of it reads as zeros), so cutting it would drop fsynced entries; so is a
+    flip in its header (one bit from a valid header whose data matches). Only a flip zeroing
+    its last sector looks torn, and that batch is cut."""
     data, offsets = build(BATCHES, footer=False)
     for bit in range(offsets[0] * 8, len(data) * 8):
         put(tmp_path, 1, flip(data, bit))
@@ -367,3 +368,22 @@ def test_crc_valid_but_undecodable_data_is_a_hard_error_even_at_the_tail(tmp_pat
     with pytest.raises(WalCorruption, match="undecodable") as err:
         read_log(str(tmp_path), TABLET)
     assert err.value.offset == len(data)
+
+
+def test_a_flipped_newest_header_is_corruption_and_a_torn_header_is_cut(tmp_path):
+    """Issue 32: the newest batch's header fails its CRC in both cases. A flipped bit leaves a
+    header one bit from valid whose data matches: refused, naming the batch. A header torn
+    into zeros (its sector never written) is a torn tail: cut."""
+    data, offsets = build(BATCHES, footer=False)
+    last = offsets[-1]
+    put(tmp_path, 1, flip(data, last * 8 + 3))  # in the length field
+    with pytest.raises(WalCorruption) as err:
+        read_log(str(tmp_path), TABLET)
+    assert err.value.offset == last and "one bit away" in err.value.reason
+    torn = data[:last] + bytes(len(data) - last)
+    put(tmp_path, 1, torn)
+    log = read_log(str(tmp_path), TABLET)
+    assert log.entries == BATCHES[0] + BATCHES[1] and log.unclosed.offset == last
+    two = flip(flip(data, last * 8 + 3), last * 8 + 40)  # two bits: not provably a flip, cut
+    put(tmp_path, 1, two)
+    assert read_log(str(tmp_path), TABLET).unclosed.offset == last

@@ -48,6 +48,7 @@ CHECK_TIME_LIMIT_S = 5.0
 SETTLE_S = 5.0  # after the last op, before the final state comparison
 STATE_CHECK_EVERY = 2  # invariant rounds between state checksums (they cost O(rows))
 CLOCK_MAX_ERROR_US = 1_000  # the replicas' bound; skew stays within half of it either way
+DRIFT_MAX_S = 0.5  # the drift fault's largest clock step, past the bound (a bad NTP server)
 MAX_FLIPS = 2  # bit flips per seed, each on another server, at most one of them a master
 CATALOG = "sys.catalog"
 DATA_DIR = Path("/data")  # every server's, on its own SimDisk
@@ -148,6 +149,8 @@ class StackSim:
         self.nemesis_counts: dict[str, int] = {}
         self._leaders: dict[tuple[str, int], str] = {}  # (tablet, term) -> leader uuid
         self._top_leader: dict[str, tuple[int, str]] = {}  # tablet -> newest (term, leader)
+        self._stamps: dict[tuple[str, int], int] = {}  # (tablet, index) -> highest ts up to it
+        self._head_flips: dict[str, str] = {}  # host -> tablet whose newest WAL header flipped
         self._committed: dict[tuple[str, int], int] = {}  # (tablet, index) -> term
         self._checked: dict[tuple[str, str], int] = {}  # (host, tablet) -> commit checked up to
         self._state_at: dict[tuple[str, int], tuple[int, str]] = {}  # (tablet, applied) -> crc
@@ -171,6 +174,10 @@ class StackSim:
         self._configs: dict[tuple[str, int], frozenset] = {}
         self._top_config: dict[str, int] = {}
         self.catalog_lag: list[str] = []
+        # the masters fault's fourth master: not a master until added (its disk and uuid then)
+        self.spare = master_hosts(config.masters + 1)[-1]
+        self.spare_uuid: str | None = None
+        self._spare_disks = random.Random(f"spare/{config.seed}")  # the run's stream untouched
 
     # -- servers -----------------------------------------------------------------------------
     def _wall_ns(self, host: str):
@@ -252,12 +259,13 @@ class StackSim:
                         raise StackViolation(f"election safety: tablet {tablet} term {r.term} has "
                                              f"leaders {holder} and {r.uuid}")
                 done = self._checked.get((host, tablet), 0)
-                for index, term in r.committed_terms(done):
+                for index, term, stamp in r.committed_entries(done):
                     seen = self._committed.setdefault((tablet, index), term)
                     if seen != term:
                         raise StackViolation(
                             f"state machine safety: tablet {tablet} index {index} committed with "
                             f"term {term} on {host}, term {seen} elsewhere")
+                    self._check_stamp(tablet, index, term, stamp)
                     done = index
                 self._checked[(host, tablet)] = max(done, r.commit_index)
                 if states and not r.failed:
@@ -302,6 +310,23 @@ class StackSim:
                     f"lease safety: tablet {tablet}: {top[1]} has led term {top[0]} while "
                     f"{r.uuid} on {host} still serves lease reads as leader of term {r.term}")
 
+    def _check_stamp(self, tablet: str, index: int, term: int, stamp: int | None) -> None:
+        """Hybrid time follows the log: a committed command's timestamp exceeds every earlier
+        committed one, across leadership changes (a new leader witnesses its predecessors'
+        timestamps before it accepts writes; seed 02), whatever the clocks say, so also while
+        the drift fault steps a clock past the configured bound, where a new leader's own
+        clock may be far behind. `_stamps[(tablet, i)]`: the highest timestamp committed at or
+        below i, as far as seen (a compacted prefix may hide some: then less is checked)."""
+        key = (tablet, index)
+        if key in self._stamps:
+            return
+        before = self._stamps.get((tablet, index - 1), 0)
+        if stamp is not None and stamp <= before:
+            raise StackViolation(
+                f"hybrid time: tablet {tablet} index {index} (term {term}) was committed with "
+                f"timestamp {stamp}, not above {before}, the highest committed below it")
+        self._stamps[key] = max(before, stamp or 0)
+
     def _check_term_and_vote(self, host: str, tablet: str, r) -> None:
         """A replica's term never goes back and its saved vote in a term never changes."""
         high = self._terms.setdefault((host, tablet), r.term)
@@ -329,6 +354,8 @@ class StackSim:
             if rep.state == "RUNNING" and rep.committed_config_index >= 0:
                 self._saw_config(host, rep.tablet_id, rep.committed_config_index,
                                  frozenset(m[0] for m in rep.committed_config))
+        if host in self._head_flips:
+            self._check_head_flip(host, states)
         if host in self.flipped and host not in self.flip_outcomes:
             failed = sorted(f"{r.tablet_id}: {r.error}" for r in reports if r.state == "FAILED")
             if failed:
@@ -455,6 +482,8 @@ class StackSim:
                 return
             if kind == "membership":
                 value = await self._membership(rng, value)
+            elif kind == "masters":
+                value = await self._masters(value)
             elif kind == "transfer":
                 value = await self._transfer(value)
             elif kind == "tombstone":
@@ -504,17 +533,25 @@ class StackSim:
         if kind == "skew":
             bound = CLOCK_MAX_ERROR_US / 2e6
             return kind, [rng.choice(hosts), rng.uniform(-bound, bound)]
+        if kind == "drift":  # past the bound: commit-wait's promise is off, Raft's must hold
+            offset = rng.uniform(CLOCK_MAX_ERROR_US / 1e6, DRIFT_MAX_S)
+            return kind, [rng.choice(hosts), round(rng.choice((-1, 1)) * offset, 6)]
         if kind == "flip":  # once per server: a corrupt instance file keeps it down
-            fresh = [h for h in hosts if h not in self.flipped and (
+            fresh = [h for h in hosts if h not in self.flipped and h != self.spare and (
                 h in self.tservers or not impaired & set(self.masters))]
             return (kind, [rng.choice(fresh)]) if len(self.flipped) < MAX_FLIPS else (None, None)
+        if kind == "flip-head":  # a tablet server's: its tablets' WALs
+            fresh = [h for h in self.tservers if h not in self.flipped]
+            if len(self.flipped) >= MAX_FLIPS or not fresh:
+                return None, None
+            return kind, [rng.choice(fresh), rng.randrange(16 * 8)]
         if kind == "disk":
             return self._choose_disk(rng, impaired)
         if kind == "transfer":
             return self._choose_transfer(rng)
         if kind in ("cut", "tombstone", "copy-race", "lease-race"):
             return self._choose_copy_fault(kind, rng)
-        return kind, None  # heal, reset; membership picks its target when it runs
+        return kind, None  # heal, reset; membership and masters pick their target when they run
 
     def _draw_kind(self, rng: random.Random) -> str:
         """The next fault's kind, by the mix's weights. The classic mix draws uniformly from
@@ -640,14 +677,15 @@ class StackSim:
         are well), or slow fsync on any server without a disk fault."""
         mode = rng.choice(["enospc", "eio", "slow"])
         if mode == "slow":
-            free = [h for h in self.masters + self.tservers if h not in self.disk_faults]
+            free = [h for h in self.masters + self.tservers
+                    if h not in self.disk_faults and h != self.spare]
             if not free:
                 return None, None
             hi = round(rng.uniform(*SLOW_FSYNC_S), 6)
             return "disk", [rng.choice(free), "slow", round(hi / 10, 6), hi]
         if any(m != "slow" for m in self.disk_faults.values()):
             return None, None
-        well = [h for h in self.masters + self.tservers if h not in impaired
+        well = [h for h in self.masters + self.tservers if h not in impaired and h != self.spare
                 and h not in self.disk_faults
                 and (h in self.tservers or not impaired & set(self.masters))]
         if not well:
@@ -740,7 +778,7 @@ class StackSim:
         elif kind == "reset":
             pair = self.net.reset_random_connection()
             return [list(a) for a in pair] if pair else _SKIPPED
-        elif kind == "skew":
+        elif kind in ("skew", "drift"):
             self.skew_s[value[0]] = value[1]
         elif kind == "disk":
             if value[0] in self.disk_faults:
@@ -758,7 +796,141 @@ class StackSim:
                 self._crash(host)
             self._boot(host)
             return [host, path, offset, bit]
+        elif kind == "flip-head":
+            return self._flip_head(value)
         return value
+
+    def _flip_head(self, value: list):
+        """Power loss on a tablet server, then one bit flipped in the header of the newest
+        batch of a tablet's newest, unfinished WAL segment, read back at the reboot: the one
+        flip a reader could take for a torn write (its length field cannot be trusted). It
+        must fail the replica loudly (`_check_head_flip`), never be cut as a torn tail, which
+        would drop fsynced, acknowledged entries. `value`: [host, bit of the 16-byte header],
+        or as recorded, [host, path, offset, bit, tablet]."""
+        from node.tablet.paths import TabletPaths
+        from node.wal.segment import parse_segment_name, scan_segment
+
+        host = value[0]
+        if host not in self.down:
+            self._crash(host)
+        disk = self.disks[host]
+        if len(value) == 5:
+            path, offset, bit, tablet = value[1:5]
+        else:
+            meta = DATA_DIR / "tablet-meta"
+            heads = []
+            for tablet in sorted(disk.listdir(meta)) if disk.isdir(meta) else []:
+                wal = TabletPaths(DATA_DIR, tablet).wal_dir
+                segs = sorted((s, n) for n in (disk.listdir(wal) if disk.isdir(wal) else [])
+                              if (s := parse_segment_name(n)) is not None)
+                if not segs:
+                    continue
+                scan = scan_segment(str(wal / segs[-1][1]), disk=disk)
+                if scan.footer is None and scan.records:
+                    heads.append((tablet, scan.path, scan.records[-1].offset))
+            if not heads:
+                self._boot(host)
+                return [host, "no unfinished WAL segment with a batch"]
+            tablet, path, start = heads[value[1] % len(heads)]
+            offset, bit = start + value[1] // 8, value[1] % 8
+        disk.flip_bit(path=path, at=(offset, bit))
+        self.flipped.add(host)
+        self._head_flips[host] = tablet
+        self._boot(host)
+        return [host, path, offset, bit, tablet]
+
+    def _check_head_flip(self, host: str, states: dict[str, set[str]]) -> None:
+        """A flipped newest batch header (`_flip_head`) fails its replica at the reboot (or
+        the server refuses to start): a replica running again from that WAL cut the batch as
+        a torn tail."""
+        tablet = self._head_flips.get(host)
+        seen = states.get(tablet, set())
+        if "FAILED" in seen or host in self.start_failures:
+            del self._head_flips[host]
+        elif "RUNNING" in seen:
+            raise StackViolation(
+                f"wal damage: tablet {tablet} on {host} runs again after a bit flipped in its "
+                f"newest WAL batch's header: the batch was cut as a torn tail, not refused")
+
+    def _check_master_lists(self) -> None:
+        """Healed and settled: every live tablet server heartbeats the masters of the catalog's
+        committed config, as the leader master last told them (the masters fault adds and
+        removes one). Skipped while no master leads or an address is unknown to it."""
+        leaders = [s for h in self.masters if (s := self.servers.get(h)) is not None
+                   and (r := getattr(s, "replicas", {}).get(CATALOG)) is not None
+                   and r.role.name == "LEADER" and not r.failed]
+        if not leaders:
+            return
+        master = leaders[0]
+        r = master.replicas[CATALOG]
+        want = [master.book.get(u) for u in r.committed_members()]
+        if None in want:
+            return
+        want_set = {tuple(p.addr) for p in want}
+        for host in self.tservers:
+            hb = getattr(self.servers.get(host), "heartbeater", None)
+            if hb is not None and {tuple(a) for a in hb.masters} != want_set:
+                raise StackViolation(
+                    f"master list: tablet server {host} heartbeats {sorted(hb.masters)} (masters "
+                    f"config index {hb.masters_config_index}); the committed masters are "
+                    f"{sorted(want_set)} (index {r.committed_config_index})")
+
+    async def _masters(self, planned: list | None):
+        """The masters' own membership while tablet servers heartbeat (Kudu's master add and
+        remove; the netns cluster's master-membership nemesis): add a fourth master on the
+        spare host, started empty and joined through the leader (`join_master`: added as a
+        non-voter, copied the catalog, promoted), or remove it again (`leave_master`), then
+        stop it and wipe its disk. Tablet servers learn the masters from heartbeat replies and
+        must follow the committed config (issue 32, bug 5). `planned`: [op, host] to replay.
+        A join that fails leaves the spare stopped and wiped; the error is recorded."""
+        from node.rpc import RpcError
+        from node.tools.admin import AdminError, join_master, leave_master
+
+        op = planned[0] if planned is not None else (
+            "remove" if self.spare in self.masters else "add")
+        host = self.spare
+        if (op == "add") == (host in self.masters):
+            return _SKIPPED  # a replay out of step with this run
+        try:
+            if op == "add":
+                self.disks[host] = SimDisk(random.Random(self._spare_disks.getrandbits(64)))
+                self.skew_s[host] = 0.0
+                self.masters.append(host)
+                self._boot(host)
+                self.spare_uuid = None
+                for _ in range(60):  # until it serves master.info
+                    try:
+                        info = await join_master(self.client, (host, MASTER_PORT), timeout=30.0)
+                        self.spare_uuid = info.uuid
+                        break
+                    except RpcError as e:
+                        if e.code.name != "NETWORK":
+                            raise
+                    await asyncio.sleep(0.5)
+                else:
+                    raise AdminError("the new master never answered")
+            else:
+                await leave_master(self.client, self.spare_uuid or f"{host}:{MASTER_PORT}")
+                self._drop_spare()
+        except (AdminError, RpcError, TimeoutError, OSError) as e:
+            if op == "add":
+                self._drop_spare()
+            return [op, host, f"failed: {e or type(e).__name__}"]
+        return [op, host]
+
+    def _drop_spare(self) -> None:
+        """Stop the spare master and forget it: a new master there later is another replica
+        (another uuid, an empty disk), so what the invariants remember of this one goes too."""
+        host = self.spare
+        if host not in self.down:
+            self._crash(host)
+        self.down.discard(host)
+        self.masters.remove(host)
+        self.spare_uuid = None
+        for memo in (self._terms, self._votes, self._checked, self._tombs, self._revived):
+            for key in [k for k in memo if k[0] == host]:
+                del memo[key]
+        self.disk_faults.pop(host, None)
 
     async def _membership(self, rng: random.Random, planned: list | None):
         """Remove a voter of a random tablet, or add a removed one back: the re-added replica is
@@ -899,6 +1071,7 @@ class StackSim:
         try:
             self._check_invariants(states=True)
             self._check_catalog(final=True)
+            self._check_master_lists()
         except StackViolation as e:
             self.violation = str(e)
         except Exception as e:

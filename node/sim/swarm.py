@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 # Every fault kind the simulator's nemesis knows (node.sim.stack.StackSim._choose).
 KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "skew",
-         "membership", "flip", "disk", "transfer", "cut", "tombstone", "copy-race", "lease-race")
+         "membership", "flip", "disk", "transfer", "cut", "tombstone", "copy-race", "lease-race", "masters",
+         "drift", "flip-head")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")

@@ -38,6 +38,7 @@ FOOTER = struct.Struct("<8sQqqI")
 BATCH_HEADER_SIZE = BATCH_HEADER.size
 FOOTER_SIZE = FOOTER.size
 MAX_BATCH_DATA = 256 << 20  # a header claiming more is corrupt even if its CRC matches
+HEADER_CRC_MISMATCH = "batch header CRC mismatch"
 
 
 class BatchKind(enum.IntEnum):
@@ -102,7 +103,7 @@ def parse_batch_header(buf: bytes, offset: int, end: int) -> tuple[int, BatchKin
         return "incomplete batch header"
     length, kind, reserved, data_crc, header_crc = BATCH_HEADER.unpack_from(buf, offset)
     if header_crc != crc32c(buf[offset : offset + BATCH_HEADER_SIZE - 4]):
-        return "batch header CRC mismatch"
+        return HEADER_CRC_MISMATCH
     if reserved != 0 or kind not in (BatchKind.ENTRIES, BatchKind.TRUNCATE):
         return f"unknown batch kind {kind}/{reserved}"
     if length > MAX_BATCH_DATA:

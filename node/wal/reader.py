@@ -6,8 +6,9 @@ the newest segment, and only if that segment has no footer (it was still being w
 intact batch follows the damage (a crash can only cut a write short; it cannot leave a good
 batch behind a bad one), and the damaged batch was not written whole (a torn write leaves
 unwritten, zero sectors; a bad CRC in a batch without any is a bit flip, which must not cut
-fsynced, acknowledged entries). Everything else names the file and offset and stops. A flip
-in the newest batch's 16-byte header still reads as torn: its length cannot be trusted.
+fsynced, acknowledged entries; nor is a header that fails its CRC but is one bit away from a
+valid header whose data matches: `flipped_header`). Everything else names the file and offset
+and stops.
 
 Kudu makes the same call. Its one false alarm: a power cut that persisted the pages of the
 last, never-acknowledged group out of order can leave an intact batch behind a hole; that
@@ -26,6 +27,7 @@ from node.wal import format as fmt
 from node.wal.errors import WalCorruption, WalError
 from node.wal.segment import (
     TMP_PREFIX,
+    FLIPPED_HEADER,
     WRITTEN_WHOLE,
     Scan,
     entry_stats,
@@ -76,7 +78,7 @@ def judge_segment(scan: Scan, is_last: bool) -> UnclosedTail | None:
             f"{scan.problem}, yet an intact batch follows at offset {scan.valid_batch_after}: "
             "corruption, not a torn write",
         )
-    if scan.problem == WRITTEN_WHOLE:
+    if scan.problem in (WRITTEN_WHOLE, FLIPPED_HEADER):
         raise WalCorruption(path, scan.end, f"{scan.problem}: corruption, not a torn write")
     return UnclosedTail(path, scan.end, scan.garbage_end - scan.end, scan.problem)
 

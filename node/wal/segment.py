@@ -87,6 +87,8 @@ def _scan_batches(buf: bytes, offset: int, end: int) -> tuple[list[Record], int,
     while offset < end:
         parsed = fmt.parse_batch_header(buf, offset, end)
         if isinstance(parsed, str):
+            if parsed == fmt.HEADER_CRC_MISMATCH and flipped_header(buf, offset, end):
+                return records, offset, FLIPPED_HEADER
             return records, offset, parsed
         length, kind, data_crc = parsed
         start = offset + fmt.BATCH_HEADER_SIZE
@@ -113,6 +115,33 @@ def _scan_batches(buf: bytes, offset: int, end: int) -> tuple[list[Record], int,
 SECTOR = 512  # a disk writes a sector entirely or not at all; a torn write loses whole sectors
 WRITTEN_WHOLE = ("batch data CRC mismatch in a batch written whole (no sector of it reads as "
                  "unwritten zeros)")
+
+
+FLIPPED_HEADER = ("batch header CRC mismatch, one bit away from a header whose batch data "
+                  "matches its CRC: a batch written whole with a bit flipped since")
+
+
+def flipped_header(buf: bytes, offset: int, end: int) -> bool:
+    """Whether the batch header at `offset`, which fails its CRC, is one flipped bit away from
+    a valid header whose data, right behind it, matches the data CRC: a batch written whole
+    and damaged later, which must not pass as a torn write (a torn header's length cannot be
+    trusted, so `written_whole` cannot judge it). A torn write loses whole sectors and leaves
+    zeros, which no single bit turns into a header and data agreeing on two CRCs (a chance of
+    about 128 in 2**64)."""
+    header = bytearray(buf[offset : offset + fmt.BATCH_HEADER_SIZE])
+    if len(header) < fmt.BATCH_HEADER_SIZE:
+        return False
+    for bit in range(fmt.BATCH_HEADER_SIZE * 8):
+        header[bit // 8] ^= 1 << (bit % 8)
+        parsed = fmt.parse_batch_header(bytes(header), 0, fmt.BATCH_HEADER_SIZE)
+        header[bit // 8] ^= 1 << (bit % 8)
+        if isinstance(parsed, str):
+            continue
+        length, _, data_crc = parsed
+        start = offset + fmt.BATCH_HEADER_SIZE
+        if start + length <= end and fmt.crc32c(buf[start : start + length]) == data_crc:
+            return True
+    return False
 
 
 def written_whole(buf: bytes, start: int, end: int) -> bool:

@@ -30,7 +30,9 @@ the damaged server (the completion records its uuid): a WAL truncated at a batch
 as a torn tail, the replica restarts shorter than it acknowledged, and the leader, seeing it,
 replicates the entries again. Corruption on any other host, tablet or file, and a follower that
 lost entries with no damage injected, are unexpected and invalid. Log lines are not matched by time:
-hosts' clocks are skewed by the clock nemesis.
+hosts' clocks are skewed by the clock nemesis. The other way round, damage the engine must
+refuse and did not is an error too (`undetected_damage`): a flipped newest WAL batch header
+whose replica came back RUNNING.
 
 The watchdog's restarts (history ops of process "nemesis", f "watchdog-restart") are listed:
 a daemon died without being killed on purpose, which is worth a look but not a violation.
@@ -135,6 +137,26 @@ def injected_damage(ops) -> dict[str, set[str]]:
     return damaged
 
 
+def undetected_damage(ops) -> list[dict]:
+    """Errors for damage the engine should have refused and did not: a flipped newest WAL batch
+    header (the disk nemesis's head-flip) whose replica came back RUNNING, its fsynced batch
+    cut as a torn tail."""
+    out = []
+    for op in ops or ():
+        value = _get(op, "value")
+        if (_get(op, "process") != "nemesis" or _get(op, "f") != "start-disk"
+                or not isinstance(value, dict) or value.get("mode") != "head-flip"):
+            continue
+        replica = value.get("replica") or {}
+        if replica.get("state") == "RUNNING":
+            out.append({"type": "undetected-damage", "host": value["host"], "file": value["file"],
+                        "line": 0, "text": f"{replica.get('tablet')}: RUNNING",
+                        "explanation": f"{value['host']}: a bit flipped in the header of the "
+                        f"newest WAL batch (offset {value.get('batch')}) of {value['file']}, and "
+                        "the replica runs again: the batch was cut as a torn tail, not refused"})
+    return out
+
+
 # A leader's report that a follower's storage lost entries it had acknowledged (node/replica.py).
 LOST_ENTRIES = re.compile(r"T (\S+) P \S+: SAFETY: follower (\S+) lost acknowledged entries")
 
@@ -213,6 +235,7 @@ def check_logs(run_dir: Path, ops=None, rules=None) -> dict:
                 (expected if is_expected else notes if is_note else errors).append({
                     "type": f["type"], "host": host, "file": path.name, "line": f["line"],
                     "text": _quote(f["lines"]), "explanation": f"{host}: {explanation}"})
+    errors += undetected_damage(ops)
     result = {"checker": "logs", "errors": errors, "expected": expected, "notes": notes,
               "watchdog_restarts": watchdog_restarts(ops), "logs": scanned, "missing": missing}
     if not scanned:

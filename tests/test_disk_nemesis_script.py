@@ -1,0 +1,44 @@
+"""The disk nemesis's damage script (nemeses/disk.py `_DAMAGE`), run as the harness runs it on a
+host (`python3 -c`), against WAL segments in the engine's format."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from nemeses.disk import _DAMAGE
+from node.wal.errors import WalCorruption
+from node.wal.reader import read_log
+from tests.test_wal_reader import BATCHES, TABLET, build, entries, put
+
+
+def damage(root, seed: int, mode: str) -> dict:
+    out = subprocess.run(["python3", "-c", _DAMAGE, str(seed), str(root), "", mode],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_head_flip_hits_the_newest_batch_header_and_the_reader_refuses_it(tmp_path, seed):
+    wal = tmp_path / "wals" / TABLET
+    wal.mkdir(parents=True)
+    finished, _ = build([entries(1, 2)], seq=1)
+    unfinished, offsets = build(BATCHES[1:] + [entries(7, 2, size=700)], seq=2, footer=False)
+    put(wal, 1, finished)
+    put(wal, 2, unfinished + bytes(4096))  # preallocated, unwritten space after it
+    done = damage(tmp_path, seed, "head-flip")
+    assert done["mode"] == "head-flip" and done["batch"] == offsets[-1]
+    assert offsets[-1] <= done["offset"] < offsets[-1] + 16 and done["file"].endswith("002")
+    with pytest.raises(WalCorruption) as err:
+        read_log(str(wal), TABLET)
+    assert err.value.offset == offsets[-1] and "one bit away" in err.value.reason
+
+
+def test_head_flip_without_an_unfinished_segment_flips_some_bit(tmp_path):
+    wal = tmp_path / "wals" / TABLET
+    wal.mkdir(parents=True)
+    put(wal, 1, build([entries(1, 2)], seq=1)[0])
+    done = damage(tmp_path, 0, "head-flip")
+    assert done["mode"] == "bitflip"
