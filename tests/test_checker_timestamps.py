@@ -116,3 +116,17 @@ def test_order_is_judged_per_key_only():
     txns = keyed((0, "txn", 0, 10, 500, "ok", None), (1, "txn", 20, 30, 400, "ok", None))
     r = check_timestamps(txns)
     assert r["verdict"] == "valid" and r["writes"] == 0 and "2 ok op(s) without a key" in r["note"]
+
+
+def test_across_keys_judges_pairs_on_different_keys_and_transactions():
+    """Commit-wait's promise spans tablets: with `across_keys`, a write on key b invoked after
+    one on key a completed must carry a larger timestamp; per key the pair is not compared."""
+    ops = history((0, "write", 0, 10, 500, "ok"), (1, "write", 20, 30, 400, "ok"))
+    ops[2].key = ops[3].key = "b"
+    ops[3].key = None  # a transaction: no key
+    assert check_timestamps(ops)["verdict"] == "valid"
+    r = check_timestamps(ops, across_keys=True)
+    assert (r["verdict"], r["checker"], r["scope"], r["writes"]) == (
+        "invalid", "commit-wait", "across keys", 2)
+    (a,) = r["anomalies"]
+    assert (a["before"]["hybrid_time"], a["after"]["hybrid_time"]) == (500, 400)

@@ -159,9 +159,12 @@ def test_swarm_mixes_draw_read_mostly_loads_and_the_spec_carries_them():
     assert shares == {None, 0.9, 0.99}
     m = parse_mix(LEASE_RACE)
     assert m.read_share == 0.99 and parse_mix(m.spec()) == m
-    for bad in ("crash:1;read-share=2", "crash:1;read-share=most"):
-        with pytest.raises(ValueError, match="read-share"):
+    for bad in ("crash:1;read-share=2", "crash:1;read-share=most", "crash:1;clock=0",
+                "crash:1;clock=soon"):
+        with pytest.raises(ValueError, match="read-share|clock"):
             parse_mix(bad)
+    assert parse_mix("crash:1;clock=20000").clock_error_us == 20000
+    assert {swarm_mix(s).clock_error_us for s in range(100)} == {None, 20000}
 
 
 def test_copy_race_tombstones_and_cuts_as_recorded(tmp_path):
@@ -268,3 +271,31 @@ def test_a_flipped_newest_wal_header_fails_its_replica_and_never_passes_as_torn(
     monkeypatch.setattr(segment, "flipped_header", lambda buf, offset, end: False)
     before = run(tmp_path / "before")
     assert (before.violation or "").startswith("wal damage: tablet "), before.violation
+
+
+COMMIT_WAIT = "skew:8,transfer:2,restart:1,heal:1;every=0.2-0.8;load=20x200;clock=20000"
+
+
+def test_commit_wait_is_judged_across_tablets_while_clocks_stay_within_the_bound(
+        monkeypatch, tmp_path):
+    """A mix may widen the clocks' bound (`clock=20000`: 20 ms, skew up to 10 ms either way):
+    then writes on different tablets, one invoked after the other completed, must still carry
+    increasing hybrid times (the commit-wait check). A replica that answers without waiting
+    fails it; with the 1 ms default the skew is too small to show that."""
+    from node.replica import Replica
+
+    def run(out: Path):
+        return StackSim(StackConfig(seed=0, workload="register", seconds=10.0,
+                                    mix=parse_mix(COMMIT_WAIT)), out).run()
+
+    def commit_wait(r):
+        return next(c for c in r.results["check"]["results"] if c["checker"] == "commit-wait")
+
+    fixed = run(tmp_path / "fixed")
+    assert fixed.ok() and commit_wait(fixed)["verdict"] == "valid", fixed.verdict
+    assert commit_wait(fixed)["writes"] > 100
+    monkeypatch.setattr(Replica, "_commit_waited",
+                        lambda self, done, waited, result, error: done(result, error))
+    mutant = run(tmp_path / "mutant")
+    assert mutant.verdict == "invalid" and commit_wait(mutant)["verdict"] == "invalid"
+    assert commit_wait(mutant)["anomalies"][0]["type"] == "timestamp-order"

@@ -29,6 +29,7 @@ WEIGHTS = (1, 2, 4, 8)  # a kind that is on fires with one of these relative wei
 FAULT_EVERY = ((0.2, 0.8), (0.5, 2.0), (1.0, 4.0))  # (lo, hi) seconds between two faults
 LOADS = ((5, 50.0), (10, 100.0), (20, 200.0))  # (clients, ops/s over all of them)
 READ_SHARES = (None, None, 0.9, 0.99)  # the register workload's reads: its own half, or most
+CLOCK_ERRORS = (None, None, None, 20_000)  # the clocks' bound, µs: the default 1 ms, or 20 ms
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
 # one or two kinds (a copy racing an election needs copies and cuts close together, which a mix
 # of twelve kinds makes rare), sometimes all of them.
@@ -51,6 +52,9 @@ class Mix:
     # the register workload's share of reads (None: its own, a half). A lease bug needs reads
     # at a leader whose followers' logs do not move: a read-mostly load (issue 32, bug 2)
     read_share: float | None = None
+    # the clocks' configured max error in µs (None: the simulator's 1 ms). A wider bound lets
+    # skew within it reorder writes across tablets that commit-wait must keep in order
+    clock_error_us: int | None = None
 
     def kinds(self) -> list[str]:
         return [k for k, _ in self.weights]
@@ -61,7 +65,8 @@ class Mix:
         return f"{self.name}: {self.spec()}"
 
     def spec(self) -> str:
-        """`kind:weight,...;every=LO-HI;reads=MODE[;load=CLIENTSxRATE][;read-share=F]`."""
+        """`kind:weight,...;every=LO-HI;reads=MODE[;load=CLIENTSxRATE][;read-share=F]
+        [;clock=US]`."""
         lo, hi = self.fault_every_s
         parts = [",".join(f"{k}:{w}" for k, w in self.weights), f"every={lo:g}-{hi:g}",
                  f"reads={self.read_mode}"]
@@ -69,12 +74,15 @@ class Mix:
             parts.append(f"load={self.concurrency}x{self.rate:g}")
         if self.read_share is not None:
             parts.append(f"read-share={self.read_share:g}")
+        if self.clock_error_us is not None:
+            parts.append(f"clock={self.clock_error_us}")
         return ";".join(parts)
 
     def as_json(self) -> dict:
         return {"name": self.name, "weights": dict(self.weights),
                 "fault_every_s": list(self.fault_every_s), "read_mode": self.read_mode,
-                "concurrency": self.concurrency, "rate": self.rate, "read_share": self.read_share}
+                "concurrency": self.concurrency, "rate": self.rate, "read_share": self.read_share,
+                "clock_error_us": self.clock_error_us}
 
 
 # The fixed mix (its list of kinds, with crash, restart and membership twice, is the one the
@@ -95,8 +103,9 @@ def swarm_mix(seed: int) -> Mix:
     read_mode = "lease" if rng.random() < 0.5 else "linearizable"
     concurrency, rate = rng.choice(LOADS)
     read_share = rng.choice(READ_SHARES)
+    clock_error_us = rng.choice(CLOCK_ERRORS)
     return Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
-               read_share=read_share)
+               read_share=read_share, clock_error_us=clock_error_us)
 
 
 def parse_mix(spec: str) -> Mix:
@@ -116,18 +125,23 @@ def parse_mix(spec: str) -> Mix:
     for field_ in fields[1:]:
         key, _, value = field_.partition("=")
         opts[key.strip()] = value.strip()
-    unknown = set(opts) - {"every", "reads", "load", "read-share"}
+    unknown = set(opts) - {"every", "reads", "load", "read-share", "clock"}
     if unknown:
-        raise ValueError(f"unknown mix field(s) {sorted(unknown)} (every, reads, load, read-share)")
+        raise ValueError(f"unknown mix field(s) {sorted(unknown)} "
+                         "(every, reads, load, read-share, clock)")
     try:
         lo, hi = (float(x) for x in opts.get("every", "1-4").split("-"))
         concurrency, rate = ((int(opts["load"].split("x")[0]), float(opts["load"].split("x")[1]))
                              if "load" in opts else (None, None))
         read_share = float(opts["read-share"]) if "read-share" in opts else None
+        clock_error_us = int(opts["clock"]) if "clock" in opts else None
     except (ValueError, IndexError):
         raise ValueError(f"cannot read every={opts.get('every')!r} (LO-HI seconds), "
-                         f"load={opts.get('load')!r} (CLIENTSxOPS_PER_S) or "
-                         f"read-share={opts.get('read-share')!r} (0 to 1)") from None
+                         f"load={opts.get('load')!r} (CLIENTSxOPS_PER_S), "
+                         f"read-share={opts.get('read-share')!r} (0 to 1) or "
+                         f"clock={opts.get('clock')!r} (µs)") from None
+    if clock_error_us is not None and clock_error_us < 1:
+        raise ValueError(f"clock={clock_error_us}: a positive number of µs")
     if read_share is not None and not 0 <= read_share <= 1:
         raise ValueError(f"read-share={read_share:g}: a fraction from 0 to 1")
     if not 0 < lo <= hi or (concurrency is not None and (concurrency < 1 or rate <= 0)):
@@ -135,7 +149,8 @@ def parse_mix(spec: str) -> Mix:
     reads = opts.get("reads", "linearizable")
     if reads not in ("linearizable", "lease"):
         raise ValueError(f"reads={reads!r}: linearizable or lease")
-    return Mix(tuple(weights), (lo, hi), reads, "spec", concurrency, rate, read_share)
+    return Mix(tuple(weights), (lo, hi), reads, "spec", concurrency, rate, read_share,
+               clock_error_us)
 
 
 def mix_for(name: str, seed: int) -> Mix:
