@@ -1162,10 +1162,14 @@ def replay_command(cfg: StackConfig, faults: list[str] = (), schedule: Path | No
 def _quiet_fenced(unraisable) -> None:
     """sys.unraisablehook without a crashed incarnation's leftovers: a coroutine of a crashed
     host is closed when collected, and its `finally` (a copy's cleanup, say) touches the host's
-    fenced disk. A real crash runs none of that code; nothing of it is evidence."""
+    fenced disk, or awaits and is refused ("coroutine ignored GeneratorExit"). A real crash runs
+    none of that code; nothing of it is evidence. Only abandoned coroutines are closed so: the
+    live ones finish or are cancelled before the loop closes."""
     from node.disk import Fenced
 
-    if not isinstance(unraisable.exc_value, Fenced):
+    e = unraisable.exc_value
+    if not (isinstance(e, Fenced) or (isinstance(e, RuntimeError)
+                                      and "ignored GeneratorExit" in str(e))):
         sys.__unraisablehook__(unraisable)
 
 
