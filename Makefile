@@ -4,8 +4,9 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-# Debian packages the tests and the demo use (sshd per netns host, iptables/tc for nemeses).
-SYSPKGS := openssh-server iproute2 iptables util-linux faketime libnetfilter-queue-dev fuse3 libfuse2 chromium default-jre-headless vagrant
+# Debian packages the tests and the demo use (sshd per netns host, iptables/tc for nemeses,
+# etcd for `tessera test --db etcd`).
+SYSPKGS := openssh-server iproute2 iptables util-linux faketime libnetfilter-queue-dev fuse3 libfuse2 chromium default-jre-headless vagrant etcd-server etcd-client
 
 .PHONY: demo test bench lint clean setup sysdeps
 
@@ -17,6 +18,8 @@ sysdeps:
 	  echo "installing Debian packages:" $$missing; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	@# Debian's etcd-server enables a member on localhost; the harness runs its own members.
+	@if [ -d /run/systemd/system ]; then systemctl disable --now etcd >/dev/null 2>&1 || true; fi
 
 # Debian's python3 needs python3-venv; pyenv or other Pythons already have venv.
 $(VENV)/bin/python:

@@ -12,7 +12,8 @@ import msgspec
 CLIENT_MODES = ("node-bound", "smart")
 PROVIDERS = ("netns", "hosts", "vagrant")
 # `--db`: the systems under test, each a harness.db.Deployment ("module:class", imported on use).
-SYSTEMS = {"tessera": "harness.db:TesseraDB", "pysyncobj": "harness.pysyncobj_db:PySyncObjDB"}
+SYSTEMS = {"tessera": "harness.db:TesseraDB", "pysyncobj": "harness.pysyncobj_db:PySyncObjDB",
+           "etcd": "harness.etcd_db:EtcdDB"}
 
 # `--fast-failure-detection`: the engine's failure detection at Raft-test speed, so a minute of
 # faults holds dozens of elections (Kudu's defaults: 500 ms heartbeats, 1 s tablet server

@@ -1,0 +1,430 @@
+"""The third system under test: etcd (Debian's etcd-server, 3.4), one member per host, as
+Jepsen's etcd suite runs it (jepsen-io/etcd, db.clj), and a client at etcd's own API.
+
+The client speaks etcd's documented v3 JSON gateway (`POST /v3/kv/range`, `/v3/kv/txn`, ...)
+over aiohttp, an asyncio HTTP client: the harness's workers are coroutines on one event loop,
+and the gateway is the API etcd documents for clients without gRPC, so no second runtime (gRPC's
+threads) sits between a worker and the wire. docs/decisions.md says more.
+
+Clients are bound to nodes, thread t to member t mod n, as Jepsen binds them: each talks only
+to the member on its host, which forwards to the leader. Reads are linearizable unless
+`--flag serializable=true` (etcd's `serializable` range option: a member answers from its own
+state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+import shutil
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import ClassVar
+
+from harness.cluster import Host
+from harness.db import DATA, Deployment
+from node.errors import OpFailed, OpUnknown
+from reports.checkers.logs import rule
+
+CLIENT_PORT, PEER_PORT = 2379, 2380
+GROUP = "etcd"  # its one replication group, as the nemeses' tablet rules name it
+DEFAULT_BINARY = "/usr/bin/etcd"
+# etcd flags the harness sets itself, from the host list; a --flag may not change them.
+OWN_FLAGS = frozenset({
+    "name", "data-dir", "listen-client-urls", "advertise-client-urls", "listen-peer-urls",
+    "initial-advertise-peer-urls", "initial-cluster", "initial-cluster-state",
+    "initial-cluster-token", "logger", "log-outputs"})
+# --flag keys that configure the harness's side, not the daemon.
+HARNESS_FLAGS = frozenset({"serializable", "etcd_binary"})
+# gRPC codes etcd documents as not applied (jepsen-io/etcd client.clj's definite errors):
+# NOT_FOUND (a lease or member that is not there), INVALID_ARGUMENT (duplicate key, too many
+# ops, too large), OUT_OF_RANGE (compacted), RESOURCE_EXHAUSTED (too many requests, no space),
+# FAILED_PRECONDITION (membership refused). UNAVAILABLE (leader changed, request timed out)
+# and UNKNOWN may have been applied.
+DEFINITE_CODES = frozenset({3, 5, 8, 9, 11})
+
+
+def b64(s: str | bytes) -> str:
+    return base64.b64encode(s.encode() if isinstance(s, str) else s).decode()
+
+
+def unb64(s: str) -> bytes:
+    return base64.b64decode(s)
+
+
+def known_flags(binary: str) -> set[str]:
+    """The flag names `etcd --help` lists."""
+    out = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
+    return set(re.findall(r"^\s+--([a-z0-9-]+)", out.stdout + out.stderr, re.M))
+
+
+@dataclass
+class EtcdDB(Deployment):
+    name: ClassVar[str] = "etcd"
+    data_daemon: ClassVar[str] = "etcd"
+    all_daemons: ClassVar[tuple[str, ...]] = ("etcd",)
+    offers: ClassVar[frozenset[str]] = frozenset({"leaders"})
+    workloads: ClassVar[tuple[str, ...]] = ("register", "set", "list-append")
+    log_rules: ClassVar[tuple[dict, ...]] = (
+        # jepsen-io/etcd's crash pattern: a removed member restarted logs "couldn't find local
+        # name", which is not a crash
+        rule("fatal", r"\"level\":\"(fatal|panic)\"(?!.*couldn't find local name)",
+             "etcd logged a fatal or panic line"),
+        rule("panic", r"^(panic: |signal SIG)", "etcd panicked"),
+        rule("start-failure", r"^etcd etcd: ", "an etcd member could not start"),
+    )
+
+    @classmethod
+    def check_flags(cls, flags: dict) -> None:
+        binary = str(flags.get("etcd_binary", DEFAULT_BINARY))
+        if "serializable" in flags and str(flags["serializable"]).lower() not in ("true", "false"):
+            raise ValueError(f"--flag serializable= takes true or false, not {flags['serializable']!r}")
+        etcd_flags = {k: v for k, v in flags.items() if k not in HARNESS_FLAGS}
+        if not etcd_flags:
+            return
+        if shutil.which(binary) is None:
+            raise ValueError(f"--db etcd: no etcd binary at {binary} on this machine to check "
+                             "--flag against (make setup installs etcd-server; or --flag "
+                             "etcd_binary=PATH)")
+        known = known_flags(binary)
+        for key in etcd_flags:
+            if key in OWN_FLAGS:
+                raise ValueError(f"--flag {key}: set by the harness from the host list")
+            if key not in known:
+                raise ValueError(f"--flag {key}: not a flag `etcd --help` lists (e.g. "
+                                 "snapshot-count, heartbeat-interval, election-timeout)")
+
+    @property
+    def binary(self) -> str:
+        return str(self.flags.get("etcd_binary", DEFAULT_BINARY))
+
+    @property
+    def serializable(self) -> bool:
+        return str(self.flags.get("serializable", "false")).lower() == "true"
+
+    def daemons(self, host: str) -> list[str]:
+        return ["etcd"]
+
+    def command(self, host: str, daemon: str) -> str:
+        h = next(h for h in self.hosts if h.name == host)
+        return " ".join([self.binary, *self.args(h, self.data_dir("etcd"))])
+
+    def args(self, h: Host, data_dir: str) -> list[str]:
+        """The member's flags: its name, data dir and URLs on its test address, the initial
+        cluster from the host list (ignored by etcd once the data dir has a member), zap JSON
+        logs on stderr (the log checker's rules read them), then every --flag."""
+        cluster = ",".join(f"{o.name}=http://{o.address}:{PEER_PORT}" for o in self.hosts)
+        return [f"--name={h.name}", f"--data-dir={data_dir}",
+                f"--listen-client-urls=http://{h.address}:{CLIENT_PORT}",
+                f"--advertise-client-urls=http://{h.address}:{CLIENT_PORT}",
+                f"--listen-peer-urls=http://{h.address}:{PEER_PORT}",
+                f"--initial-advertise-peer-urls=http://{h.address}:{PEER_PORT}",
+                f"--initial-cluster={cluster}", "--initial-cluster-state=new",
+                "--initial-cluster-token=tessera", "--logger=zap", "--log-outputs=stderr",
+                *(f"--{k}={v}" for k, v in sorted(self.flags.items()) if k not in HARNESS_FLAGS)]
+
+    def _install(self, h: Host) -> None:
+        """etcd is a binary of its own, not in the wheelhouse: present on the host (the netns
+        hosts share this machine's), or installed from the host's Debian packages."""
+        r = self.remotes[h.name]
+        r.run(["mkdir", "-p", f"{DATA}/logs"])
+        if r.sh(f"test -x {self.binary}", check=False).exit_status == 0:
+            return
+        if "etcd_binary" in self.flags:
+            raise RuntimeError(f"{h.name}: no etcd binary at {self.binary}")
+        res = r.sh("DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server "
+                   "&& systemctl disable --now etcd 2>/dev/null; test -x /usr/bin/etcd",
+                   check=False, timeout=600)
+        if res.exit_status != 0:
+            raise RuntimeError(f"{h.name}: etcd is not installed and `apt-get install "
+                               "etcd-server` failed there; install it, or --flag "
+                               "etcd_binary=PATH")
+
+    def configure(self, h: Host) -> None:
+        self.remotes[h.name].run(["mkdir", "-p", self.data_dir("etcd"), f"{DATA}/logs"])
+
+    # -- asking the members ------------------------------------------------------------------
+    def _post(self, h: Host, path: str, body: dict, timeout: float = 1.0) -> dict | None:
+        import urllib.request
+
+        req = urllib.request.Request(f"http://{h.address}:{CLIENT_PORT}{path}",
+                                     data=json.dumps(body).encode(), method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return json.loads(resp.read())
+        except (OSError, ValueError):
+            return None
+
+    def statuses(self) -> dict[str, dict]:
+        """host name -> the member's maintenance status (its view of the leader and term), for
+        the members that answered within a second."""
+        with ThreadPoolExecutor(len(self.hosts)) as pool:
+            answers = pool.map(lambda h: (h.name, self._post(h, "/v3/maintenance/status", {})),
+                               self.hosts)
+            return {n: st for n, st in answers if st is not None}
+
+    def leader_master(self) -> str | None:
+        """The host of the member that the members answering in the highest term name leader."""
+        statuses = self.statuses()
+        if not statuses:
+            return None
+        ids = {st["header"]["member_id"]: host for host, st in statuses.items()}
+        term, leader = max((int(st.get("raftTerm", 0)), st.get("leader")) for st in statuses.values())
+        return ids.get(leader)
+
+    def tablet_leaders(self) -> dict[str, str]:
+        leader = self.leader_master()
+        return {GROUP: leader} if leader else {}
+
+    # -- clients -----------------------------------------------------------------------------
+    async def open_clients(self, workload, names: dict[str, str], binds: list[str] | None,
+                           op_timeout: float, timeout: float = 60.0):
+        """Once a write through the first member commits: one client per worker thread, bound
+        to its member."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        self.log("waiting for etcd to elect a leader and commit a write")
+        probe = EtcdClient(self.hosts[0].address, self.hosts[0].name, op_timeout)
+        try:
+            while True:
+                try:
+                    await probe.write("_ready", 1)
+                    break
+                except (OpFailed, OpUnknown) as e:
+                    if loop.time() > deadline:
+                        raise RuntimeError(f"etcd never committed a write: {e}") from e
+                    await asyncio.sleep(0.5)
+        finally:
+            await probe.close()
+        handles: list[EtcdClient] = []
+
+        def clients(thread: int) -> EtcdClient:
+            address = binds[thread % len(binds)]
+            handles.append(EtcdClient(address, names[address], op_timeout,
+                                      serializable=self.serializable))
+            return handles[-1]
+
+        async def close() -> None:
+            await asyncio.gather(*(c.close() for c in handles))
+
+        return clients, close, {0: GROUP}
+
+    # -- end of run --------------------------------------------------------------------------
+    def end_checks(self) -> list[tuple[str, object]]:
+        return [("convergence", self.converge)]
+
+    def converge(self, timeout: float = 30.0, interval: float = 0.5) -> dict:
+        """Every member's KV hash at one revision (HashKV), once all members answer at the
+        same latest revision: equal, or not."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = compare_members(self.hash_kvs(), [h.name for h in self.hosts])
+            if result["verdict"] != "unknown" or time.monotonic() > deadline:
+                return result
+            time.sleep(interval)
+
+    def hash_kvs(self) -> dict[str, dict]:
+        """host name -> {"revision", "latest", "hash", "compact_revision"}: each answering
+        member's KV hash (HashKV) up to the revision every answering member has reached (the
+        lowest of their latest). HashKV is asked through etcdctl: the 3.4 JSON gateway routes
+        /v3/maintenance/hash to Hash, the whole backend's hash, which is not the KV history."""
+        heads = {}
+        for h in self.hosts:
+            st = self._post(h, "/v3/kv/range", {"key": b64("_"), "serializable": True,
+                                                 "count_only": True})
+            if st is not None:
+                heads[h.name] = int(st["header"]["revision"])
+        if not heads:
+            return {}
+        rev = min(heads.values())
+        endpoints = ",".join(f"http://{h.address}:{CLIENT_PORT}" for h in self.hosts
+                             if h.name in heads)
+        try:
+            out = subprocess.run(
+                [self.etcdctl, f"--endpoints={endpoints}", "--command-timeout=5s",
+                 "endpoint", "hashkv", f"--rev={rev}", "-w", "json"],
+                capture_output=True, text=True, timeout=30).stdout
+            answers = json.loads(out or "[]")
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            return {}
+        by_url = {f"http://{h.address}:{CLIENT_PORT}": h.name for h in self.hosts}
+        return {by_url[a["Endpoint"]]: {
+            "revision": rev, "latest": heads[by_url[a["Endpoint"]]],
+            "hash": a["HashKV"]["hash"],
+            "compact_revision": a["HashKV"].get("compact_revision", 0)}
+            for a in answers if a.get("Endpoint") in by_url and "HashKV" in a}
+
+    @property
+    def etcdctl(self) -> str:
+        return shutil.which("etcdctl") or "/usr/bin/etcdctl"
+
+
+def compare_members(hashes: dict[str, dict], hosts: list[str]) -> dict:
+    """The convergence rule for etcd: every member answering, all at one latest revision, and
+    their KV hashes at it equal. Pure."""
+    result = {"checker": "convergence", "members": hashes, "errors": [],
+              "unreachable": [h for h in hosts if h not in hashes]}
+    if result["unreachable"]:
+        return {**result, "verdict": "unknown", "reason": "some members did not answer"}
+    latest = {m["latest"] for m in hashes.values()}
+    if len(latest) != 1:
+        return {**result, "verdict": "unknown", "reason": f"revisions differ: {sorted(latest)}"}
+    by_hash: dict[object, list[str]] = {}
+    for h, m in hashes.items():
+        by_hash.setdefault(m["hash"], []).append(h)
+    if len(by_hash) == 1:
+        return {**result, "verdict": "valid"}
+    return {**result, "verdict": "invalid", "errors": [{
+        "type": "divergent-state", "groups": {str(k): v for k, v in by_hash.items()},
+        "explanation": f"at revision {latest.pop()} the members' KV hashes differ: "
+                       + "; ".join(f"{', '.join(hs)}: {k}" for k, hs in sorted(
+                           by_hash.items(), key=lambda kv: str(kv[0])))}]}
+
+
+class EtcdError(Exception):
+    def __init__(self, code: int, message: str):
+        super().__init__(f"etcd error {code}: {message}")
+        self.code, self.message = code, message
+
+
+class EtcdClient:
+    """The workloads' client (workloads.base.KVClient) for one etcd member, over its v3 JSON
+    gateway. A request that never left (no connection) is definite (OpFailed); after it left,
+    a timeout or a dropped connection may still have applied (OpUnknown), as may an error etcd
+    does not document as not applied (DEFINITE_CODES). Reads have no effect, so every read
+    error is OpFailed. Values are JSON, base64-encoded as the gateway's bytes fields are."""
+
+    def __init__(self, address: str, node: str, timeout: float, serializable: bool = False):
+        self.address, self.node, self.timeout = address, node, timeout
+        self.serializable = serializable
+        self.url = f"http://{address}:{CLIENT_PORT}"
+        self._session = None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    def _http(self):
+        import aiohttp
+
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                connector=aiohttp.TCPConnector(limit=1, force_close=False))
+        return self._session
+
+    async def post(self, path: str, body: dict, idempotent: bool = False) -> dict:
+        """One gateway call. Raises OpFailed when it certainly did not apply (or `idempotent`:
+        it changes nothing anyway), OpUnknown otherwise."""
+        import aiohttp
+
+        fail = OpFailed
+        unknown = OpFailed if idempotent else OpUnknown
+        try:
+            async with self._http().post(self.url + path, json=body) as resp:
+                data = await resp.json(content_type=None)
+        except aiohttp.ClientConnectorError as e:  # never connected: nothing was sent
+            raise fail(f"cannot connect to {self.node}: {e}") from None
+        except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, ValueError) as e:
+            await self.close()
+            raise unknown(f"{self.node}: {type(e).__name__}: {e}") from None
+        if isinstance(data, dict) and "code" in data and "header" not in data:
+            code, message = int(data["code"]), str(data.get("message") or data.get("error"))
+            raise (fail if code in DEFINITE_CODES else unknown)(
+                f"{self.node}: etcd {code}: {message}")
+        return data
+
+    @staticmethod
+    def _value(kv: dict | None):
+        return None if kv is None else json.loads(unb64(kv.get("value", "")) or b"null")
+
+    async def _range(self, key: str) -> tuple[dict | None, int]:
+        """(the key's kv or None, the response's revision)."""
+        body = {"key": b64(key)}
+        if self.serializable:
+            body["serializable"] = True
+        data = await self.post("/v3/kv/range", body, idempotent=True)
+        kvs = data.get("kvs") or []
+        return (kvs[0] if kvs else None), int(data["header"]["revision"])
+
+    async def read(self, key: str):
+        kv, _ = await self._range(key)
+        return self._value(kv)
+
+    async def write(self, key: str, value) -> None:
+        await self.post("/v3/kv/put", {"key": b64(key), "value": b64(json.dumps(value))})
+
+    async def cas(self, key: str, expected, new) -> bool:
+        data = await self.post("/v3/kv/txn", {
+            "compare": [{"target": "VALUE", "result": "EQUAL", "key": b64(key),
+                         "value": b64(json.dumps(expected))}],
+            "success": [{"request_put": {"key": b64(key), "value": b64(json.dumps(new))}}]})
+        return bool(data.get("succeeded"))
+
+    async def append(self, key: str, element) -> None:
+        """Add `element` to the list at `key`, as Jepsen's swap!: read it (linearizably), then
+        put it with the element added if its mod revision is still the one read; retry after
+        a short pause if not."""
+        while True:
+            data = await self.post("/v3/kv/range", {"key": b64(key)}, idempotent=True)
+            kvs = data.get("kvs") or []
+            kv = kvs[0] if kvs else None
+            guard = ({"target": "MOD", "result": "EQUAL", "key": b64(key),
+                      "mod_revision": kv["mod_revision"]} if kv is not None else
+                     {"target": "VERSION", "result": "EQUAL", "key": b64(key), "version": "0"})
+            value = (self._value(kv) or []) + [element]
+            data = await self.post("/v3/kv/txn", {
+                "compare": [guard],
+                "success": [{"request_put": {"key": b64(key), "value": b64(json.dumps(value))}}]})
+            if data.get("succeeded"):
+                return
+            await asyncio.sleep(0.01)
+
+    async def txn(self, ops: list[list]) -> list[list]:
+        """A list-append transaction, as Jepsen's etcd append does it: read the keys it appends
+        to, then one etcd txn that puts each of them once (its whole new list) if its mod
+        revision is still the one read (or, absent, it still is), and ranges the keys it only
+        reads. A guard that fails means the txn did not apply: OpFailed. Reads of appended keys
+        are computed from the guarded read and the appends before them in the txn."""
+        appended = list(dict.fromkeys(k for f, k, _ in ops if f == "append"))
+        seen: dict[str, dict | None] = {}
+        if appended:
+            data = await self.post("/v3/kv/txn", {"success": [
+                {"request_range": {"key": b64(k)}} for k in appended]}, idempotent=True)
+            for k, r in zip(appended, data.get("responses") or [], strict=True):
+                kvs = r.get("response_range", {}).get("kvs") or []
+                seen[k] = kvs[0] if kvs else None
+        current = {k: self._value(seen[k]) or [] for k in appended}
+        out: list[list] = []
+        reads: list[int] = []  # positions of reads of keys the txn does not append to
+        for f, k, v in ops:
+            if f == "append":
+                current[k] = current[k] + [v]
+                out.append([f, k, v])
+            elif k in current:
+                out.append([f, k, list(current[k])])
+            else:
+                reads.append(len(out))
+                out.append([f, k, None])
+        compare = [{"target": "MOD", "result": "EQUAL", "key": b64(k),
+                    "mod_revision": seen[k]["mod_revision"]} if seen[k] is not None else
+                   {"target": "VERSION", "result": "EQUAL", "key": b64(k), "version": "0"}
+                   for k in appended]
+        success = [{"request_put": {"key": b64(k), "value": b64(json.dumps(current[k]))}}
+                   for k in appended]
+        success += [{"request_range": {"key": b64(out[i][1])}} for i in reads]
+        data = await self.post("/v3/kv/txn", {"compare": compare, "success": success},
+                               idempotent=not appended)
+        if not data.get("succeeded"):
+            raise OpFailed("a key the txn appends to changed since it was read: not applied")
+        responses = (data.get("responses") or [])[len(appended):]
+        for i, r in zip(reads, responses, strict=True):
+            kvs = r.get("response_range", {}).get("kvs") or []
+            value = self._value(kvs[0]) if kvs else None
+            out[i][2] = value if value is not None else []
+        return out

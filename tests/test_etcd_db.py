@@ -1,0 +1,201 @@
+"""The etcd adapter (harness/etcd_db.py) against real etcd members (Debian's etcd-server) on
+loopback addresses: the client's ops over the v3 JSON gateway and how it classifies failures,
+the leader query, the convergence rule, the log rules, and what the CLI refuses before touching
+a host. The end-to-end runs on netns hosts are in test_harness_e2e.py."""
+
+import asyncio
+import itertools
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from harness.cluster import Host
+from harness.etcd_db import EtcdClient, EtcdDB, compare_members
+from node.errors import OpFailed, OpUnknown
+from reports.checkers.logs import scan_log
+
+pytestmark = pytest.mark.skipif(shutil.which("etcd") is None,
+                                reason="etcd-server is not installed (make setup installs it)")
+_subnet = itertools.count(60)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """start(flags) -> db: three members on 127.0.0.N1..N3 (db.procs), killed at the end."""
+    procs = []
+
+    def start(flags=None):
+        base = next(_subnet) * 3
+        hosts = [Host(f"n{i}", f"127.0.0.{base + i}") for i in range(1, 4)]
+        db = EtcdDB(hosts, [], {}, flags=flags or {}, log=lambda m: None)
+        db.procs = []
+        for h in hosts:
+            log = open(tmp_path / f"{h.name}.log", "w")
+            db.procs.append(subprocess.Popen([db.binary, *db.args(h, str(tmp_path / h.name))],
+                                             stdout=log, stderr=log))
+        procs.extend(db.procs)
+        deadline = time.monotonic() + 60
+        while db.leader_master() is None:
+            assert time.monotonic() < deadline, "no leader in 60 s"
+            time.sleep(0.2)
+        return db
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def test_register_set_and_list_append_ops(cluster):
+    db = cluster()
+
+    async def ops():
+        c = EtcdClient(db.hosts[0].address, "n1", 5.0)
+        try:
+            assert await c.read("r1") is None
+            await c.write("r1", 3)
+            assert await c.read("r1") == 3
+            assert await c.cas("r1", 3, 4) is True
+            assert await c.cas("r1", 3, 5) is False
+            assert await c.cas("absent", 3, 5) is False
+            assert await c.read("r1") == 4
+            for x in (1, 2, 3):
+                await c.append("s", x)
+            assert await c.read("s") == [1, 2, 3]
+            txn = [["append", "k1", 10], ["r", "k1", None], ["r", "k2", None],
+                   ["append", "k1", 11], ["append", "k2", 20], ["r", "k3", None]]
+            assert await c.txn(txn) == [["append", "k1", 10], ["r", "k1", [10]],
+                                        ["r", "k2", []], ["append", "k1", 11],
+                                        ["append", "k2", 20], ["r", "k3", []]]
+            assert await c.txn([["r", "k1", None], ["r", "k2", None]]) == [
+                ["r", "k1", [10, 11]], ["r", "k2", [20]]]
+            other = EtcdClient(db.hosts[1].address, "n2", 5.0)
+            try:
+                assert await other.read("k1") == [10, 11]  # through another member
+            finally:
+                await other.close()
+        finally:
+            await c.close()
+    asyncio.run(ops())
+
+
+def test_a_txn_whose_key_changed_since_its_read_fails_definitely(cluster, monkeypatch):
+    """The guard of a list-append txn: a key appended to between the txn's read and its write
+    makes etcd refuse the write (succeeded false): the txn did not apply."""
+    db = cluster()
+
+    async def run():
+        c = EtcdClient(db.hosts[0].address, "n1", 5.0)
+        other = EtcdClient(db.hosts[1].address, "n2", 5.0)
+        post = c.post
+        calls = []
+
+        async def racing(path, body, idempotent=False):
+            calls.append(path)
+            if len(calls) == 2:  # after the read, before the write
+                await other.txn([["append", "k", 99]])
+            return await post(path, body, idempotent)
+        monkeypatch.setattr(c, "post", racing)
+        try:
+            with pytest.raises(OpFailed, match="changed since it was read"):
+                await c.txn([["append", "k", 1]])
+            monkeypatch.setattr(c, "post", post)
+            assert await c.read("k") == [99]
+        finally:
+            await c.close()
+            await other.close()
+    asyncio.run(run())
+
+
+def test_failures_are_definite_only_when_nothing_was_sent_or_etcd_says_so(cluster):
+    db = cluster()
+
+    async def run():
+        nobody = EtcdClient("127.0.0.2", "nobody", 1.0)  # nothing listens: never sent
+        with pytest.raises(OpFailed, match="cannot connect"):
+            await nobody.write("k", 1)
+        await nobody.close()
+        c = EtcdClient(db.hosts[0].address, "n1", 5.0)
+        try:
+            # etcd refuses a txn that puts one key twice (INVALID_ARGUMENT): not applied
+            with pytest.raises(OpFailed, match="duplicate key"):
+                await c.post("/v3/kv/txn", {"success": [
+                    {"request_put": {"key": "aw==", "value": "MQ=="}},
+                    {"request_put": {"key": "aw==", "value": "Mg=="}}]})
+            # a revoke of a lease that is not there (NOT_FOUND): definite
+            with pytest.raises(OpFailed, match="lease not found"):
+                await c.post("/v3/lease/revoke", {"ID": "12345"})
+        finally:
+            await c.close()
+    asyncio.run(run())
+
+
+def test_a_paused_member_leaves_a_write_unknown_and_a_read_failed(cluster):
+    db = cluster()
+    pid = str(db.procs[0].pid)
+    subprocess.run(["kill", "-STOP", pid], check=True)
+
+    async def run():
+        c = EtcdClient(db.hosts[0].address, "n1", 1.0)
+        try:
+            with pytest.raises(OpUnknown):
+                await c.write("k", 1)
+            with pytest.raises(OpFailed):
+                await c.read("k")
+        finally:
+            await c.close()
+    try:
+        asyncio.run(run())
+    finally:
+        subprocess.run(["kill", "-CONT", pid], check=True)
+
+
+def test_leader_and_convergence(cluster):
+    db = cluster()
+    assert db.leader_master() in {"n1", "n2", "n3"}
+    assert db.tablet_leaders() == {"etcd": db.leader_master()}
+
+    async def writes():
+        c = EtcdClient(db.hosts[0].address, "n1", 5.0)
+        try:
+            for i in range(20):
+                await c.write(f"k{i}", i)
+        finally:
+            await c.close()
+    asyncio.run(writes())
+    result = db.converge(timeout=20)
+    assert result["verdict"] == "valid", result
+    assert len({m["hash"] for m in result["members"].values()}) == 1
+
+
+def test_compare_members_rule():
+    same = {h: {"revision": 5, "latest": 5, "hash": 7, "compact_revision": 0} for h in "abc"}
+    assert compare_members(same, list("abc"))["verdict"] == "valid"
+    assert compare_members({**same, "c": {**same["c"], "latest": 6}}, list("abc"))[
+        "verdict"] == "unknown"
+    assert compare_members({k: v for k, v in same.items() if k != "c"}, list("abc"))[
+        "verdict"] == "unknown"
+    bad = compare_members({**same, "c": {**same["c"], "hash": 8}}, list("abc"))
+    assert bad["verdict"] == "invalid" and "c: 8" in bad["errors"][0]["explanation"]
+
+
+def test_flags_are_checked_against_etcd_help_before_any_host():
+    EtcdDB.check_flags({"snapshot-count": "100", "serializable": "true"})
+    for flags, says in [({"snapshot-cnt": "1"}, "not a flag"), ({"data-dir": "/x"}, "harness"),
+                        ({"serializable": "maybe"}, "true or false"),
+                        ({"etcd_binary": "/nope", "snapshot-count": "1"}, "no etcd binary")]:
+        with pytest.raises(ValueError, match=says):
+            EtcdDB.check_flags(flags)
+
+
+def test_log_rules_find_fatal_lines_but_not_a_removed_members_restart():
+    rules = EtcdDB.log_rules
+    text = ('{"level":"info","msg":"ready"}\n'
+            '{"level":"fatal","msg":"couldn\'t find local name \\"n4\\" in the initial cluster"}\n'
+            '{"level":"fatal","msg":"failed to recover v3 backend"}\n'
+            'panic: runtime error\n')
+    found = [(f["type"], f["line"]) for f in scan_log(text, rules)]
+    assert ("fatal", 3) in found and ("panic", 4) in found
+    assert all(line != 2 for _, line in found)
