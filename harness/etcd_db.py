@@ -68,7 +68,8 @@ class EtcdDB(Deployment):
     data_daemon: ClassVar[str] = "etcd"
     all_daemons: ClassVar[tuple[str, ...]] = ("etcd",)
     offers: ClassVar[frozenset[str]] = frozenset({"leaders"})
-    workloads: ClassVar[tuple[str, ...]] = ("register", "set", "list-append")
+    workloads: ClassVar[tuple[str, ...]] = ("register", "set", "list-append", "lock-set",
+                                            "lock-etcd-set")
     log_rules: ClassVar[tuple[dict, ...]] = (
         # jepsen-io/etcd's crash pattern: a removed member restarted logs "couldn't find local
         # name", which is not a crash
@@ -303,8 +304,11 @@ class EtcdClient:
         self.serializable = serializable
         self.url = f"http://{address}:{CLIENT_PORT}"
         self._session = None
+        self._keepers: dict[str, asyncio.Task] = {}  # lease -> its keepalive task
 
     async def close(self) -> None:
+        for keeper in self._keepers.values():
+            keeper.cancel()
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
@@ -315,7 +319,8 @@ class EtcdClient:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout),
-                connector=aiohttp.TCPConnector(limit=1, force_close=False))
+                # the lock's keepalives go beside a blocked lock request: two connections
+                connector=aiohttp.TCPConnector(limit=2))
         return self._session
 
     async def post(self, path: str, body: dict, idempotent: bool = False) -> dict:
@@ -338,6 +343,52 @@ class EtcdClient:
             raise (fail if code in DEFINITE_CODES else unknown)(
                 f"{self.node}: etcd {code}: {message}")
         return data
+
+    # -- locks (etcd's lock API on a lease, as Jepsen's lock workloads take them) ----------------
+    async def acquire(self, name: str, ttl_s: float) -> tuple[str, str]:
+        """(lock key, lease id): a lease of `ttl_s`, kept alive every third of it from now on,
+        and etcd's lock `name` on it (which waits for earlier holders). Raises as `post`
+        does; a lease granted before the failure is revoked, best effort."""
+        lease = (await self.post("/v3/lease/grant", {"TTL": str(max(1, round(ttl_s)))}))["ID"]
+        self._keepers[lease] = asyncio.create_task(self._keep_alive(lease, ttl_s / 3))
+        try:
+            got = await self.post("/v3/lock/lock", {"name": b64(name), "lease": lease})
+        except BaseException:
+            await self.release(None, lease)
+            raise
+        return got["key"], lease
+
+    async def _keep_alive(self, lease: str, every_s: float) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                got = await self.post("/v3/lease/keepalive", {"ID": lease}, idempotent=True)
+            except OpFailed:
+                continue  # the member is down or slow: the next tick tries again
+            if not (got.get("result") or {}).get("TTL"):
+                return  # expired: etcd answers without a TTL
+
+    async def release(self, key: str | None, lease: str) -> None:
+        """Stop the keepalives, unlock `key` and revoke the lease, each best effort: a lease
+        that cannot be revoked expires."""
+        keeper = self._keepers.pop(lease, None)
+        if keeper is not None:
+            keeper.cancel()
+        for path, body in ((("/v3/lock/unlock", {"key": key}),) if key else ()) + (
+                ("/v3/lease/revoke", {"ID": lease}),):
+            try:
+                await self.post(path, body)
+            except (OpFailed, OpUnknown):
+                pass
+
+    async def put_if_held(self, key: str, value, lock_key: str) -> bool:
+        """Put `value` at `key` only if `lock_key` still exists (its version is above 0), as
+        Jepsen's lock-etcd-set guards its write: whether it applied."""
+        data = await self.post("/v3/kv/txn", {
+            "compare": [{"target": "VERSION", "result": "GREATER", "key": lock_key,
+                         "version": "0"}],
+            "success": [{"request_put": {"key": b64(key), "value": b64(json.dumps(value))}}]})
+        return bool(data.get("succeeded"))
 
     @staticmethod
     def _value(kv: dict | None):

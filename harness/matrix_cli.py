@@ -33,11 +33,11 @@ BUDGET = {"matrix": 300.0, "self-check": 1350.0}  # default --time-budget, secon
 
 
 def configure(p: argparse.ArgumentParser) -> None:
+    from harness.db import TesseraDB
     from harness.selfcheck import RECIPES
     from harness.sim_cell import FULL_KIND, KIND
-    from workloads import WORKLOADS
 
-    every = ",".join([KIND, FULL_KIND, *WORKLOADS])
+    every = ",".join([KIND, FULL_KIND, *TesseraDB.workloads])
     p.description = __doc__.split("\n\n")[1].replace("\n", " ")
     p.add_argument("--workloads", default=every, metavar="W,...",
                    help=f"comma list of workloads, each run under every --nemeses entry; {KIND} "

@@ -199,3 +199,37 @@ def test_log_rules_find_fatal_lines_but_not_a_removed_members_restart():
     found = [(f["type"], f["line"]) for f in scan_log(text, rules)]
     assert ("fatal", 3) in found and ("panic", 4) in found
     assert all(line != 2 for _, line in found)
+
+
+def test_the_lock_workloads_ops_on_real_members(cluster):
+    """acquire waits for the holder and keeps its lease alive past the TTL; release frees the
+    lock for the next; put_if_held writes only while the lock key exists; lock-set and
+    lock-etcd-set add through them."""
+    from workloads.base import Invocation
+    from workloads.lock_set import LOCK, LockEtcdSet, LockSet
+
+    db = cluster()
+
+    async def run():
+        a = EtcdClient(db.hosts[0].address, "n1", 5.0)
+        b = EtcdClient(db.hosts[1].address, "n2", 5.0)
+        try:
+            key, lease = await a.acquire(LOCK, 1.0)
+            waiting = asyncio.create_task(b.acquire(LOCK, 1.0))
+            await asyncio.sleep(2.5)  # past a's TTL: kept alive, so b still waits
+            assert not waiting.done()
+            assert await a.put_if_held("x", 1, key) is True
+            await a.release(key, lease)
+            key_b, lease_b = await asyncio.wait_for(waiting, 5)
+            assert await a.put_if_held("x", 2, key) is False  # a's key is gone
+            assert await b.read("x") == 1
+            await b.release(key_b, lease_b)
+            for w in (LockSet(latency_s=0.05), LockEtcdSet(latency_s=0.05)):
+                for x in (1, 2):
+                    assert (await w.invoke(a, Invocation("add", x))).type == "ok"
+                done = await w.invoke(b, Invocation("read"))
+                assert (done.type, done.value) == ("ok", [1, 2])
+        finally:
+            await a.close()
+            await b.close()
+    asyncio.run(run())

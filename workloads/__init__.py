@@ -5,6 +5,7 @@ from __future__ import annotations
 from workloads.bank import Bank
 from workloads.base import Workload
 from workloads.list_append import ListAppend
+from workloads.lock_set import LockEtcdSet, LockSet
 from workloads.register import Register
 from workloads.set import SetWorkload
 
@@ -13,6 +14,8 @@ WORKLOADS: dict[str, type[Workload]] = {
     "list-append": ListAppend,
     "bank": Bank,
     "set": SetWorkload,
+    "lock-set": LockSet,
+    "lock-etcd-set": LockEtcdSet,
 }
 
 
