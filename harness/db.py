@@ -141,6 +141,47 @@ def check_python(host: str, version_line: str, wheels: list[Path]) -> None:
             f"'.[{HOST_EXTRAS}]'`, then --wheelhouse DIR)")
 
 
+async def first_write(probe, system: str, timeout: float) -> None:
+    """Until a write through `probe` (a client of one node) commits: the system elected a
+    leader and accepts ops. RuntimeError after `timeout` seconds, with the last error. The
+    probe is closed either way."""
+    import asyncio
+
+    from node.errors import OpFailed, OpUnknown
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    try:
+        while True:
+            try:
+                await probe.write("_ready", 1)
+                return
+            except (OpFailed, OpUnknown) as e:
+                if loop.time() > deadline:
+                    raise RuntimeError(f"{system} never committed a write: {e}") from e
+                await asyncio.sleep(0.5)
+    finally:
+        await probe.close()
+
+
+def bound_clients(binds: list[str], names: dict[str, str], make):
+    """(clients(thread), async close()) for node-bound workers: thread t gets
+    make(address, host name) of binds[t mod n], each closed by close()."""
+    import asyncio
+
+    handles = []
+
+    def clients(thread: int):
+        address = binds[thread % len(binds)]
+        handles.append(make(address, names[address]))
+        return handles[-1]
+
+    async def close() -> None:
+        await asyncio.gather(*(c.close() for c in handles))
+
+    return clients, close
+
+
 def _digest(wheels: list[Path]) -> str:
     h = hashlib.sha256()
     for w in sorted(wheels):

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from harness.cluster import Host
-from harness.db import DATA, Deployment
+from harness.db import DATA, Deployment, bound_clients, first_write
 from node.errors import OpFailed, OpUnknown
 from reports.checkers.logs import rule
 
@@ -186,32 +186,11 @@ class EtcdDB(Deployment):
                            op_timeout: float, timeout: float = 60.0):
         """Once a write through the first member commits: one client per worker thread, bound
         to its member."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
         self.log("waiting for etcd to elect a leader and commit a write")
-        probe = EtcdClient(self.hosts[0].address, self.hosts[0].name, op_timeout)
-        try:
-            while True:
-                try:
-                    await probe.write("_ready", 1)
-                    break
-                except (OpFailed, OpUnknown) as e:
-                    if loop.time() > deadline:
-                        raise RuntimeError(f"etcd never committed a write: {e}") from e
-                    await asyncio.sleep(0.5)
-        finally:
-            await probe.close()
-        handles: list[EtcdClient] = []
-
-        def clients(thread: int) -> EtcdClient:
-            address = binds[thread % len(binds)]
-            handles.append(EtcdClient(address, names[address], op_timeout,
-                                      serializable=self.serializable))
-            return handles[-1]
-
-        async def close() -> None:
-            await asyncio.gather(*(c.close() for c in handles))
-
+        await first_write(EtcdClient(self.hosts[0].address, self.hosts[0].name, op_timeout),
+                          "etcd", timeout)
+        clients, close = bound_clients(binds, names, lambda address, node: EtcdClient(
+            address, node, op_timeout, serializable=self.serializable))
         return clients, close, {0: GROUP}
 
     # -- end of run --------------------------------------------------------------------------
@@ -335,7 +314,7 @@ class EtcdClient:
                 data = await resp.json(content_type=None)
         except aiohttp.ClientConnectorError as e:  # never connected: nothing was sent
             raise fail(f"cannot connect to {self.node}: {e}") from None
-        except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, ValueError) as e:
+        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
             await self.close()
             raise unknown(f"{self.node}: {type(e).__name__}: {e}") from None
         if isinstance(data, dict) and "code" in data and "header" not in data:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from harness.cluster import Host
-from harness.db import DATA, ROOT, Deployment
+from harness.db import DATA, ROOT, Deployment, bound_clients, first_write
 from node.errors import OpFailed, OpUnknown
 from reports.checkers.logs import rule
 
@@ -112,31 +112,11 @@ class PySyncObjDB(Deployment):
     async def open_clients(self, workload, names: dict[str, str], binds: list[str] | None,
                            op_timeout: float, timeout: float = 60.0):
         """Once a write through the first host commits: one connection per worker thread."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
         self.log("waiting for PySyncObj to elect a leader and commit a write")
-        probe = NodeClient(self.hosts[0].address, self.hosts[0].name, op_timeout)
-        try:
-            while True:
-                try:
-                    await probe.write("_ready", 1)
-                    break
-                except (OpFailed, OpUnknown) as e:
-                    if loop.time() > deadline:
-                        raise RuntimeError(f"PySyncObj never committed a write: {e}") from e
-                    await asyncio.sleep(0.5)
-        finally:
-            await probe.close()
-        handles: list[NodeClient] = []
-
-        def clients(thread: int) -> NodeClient:
-            address = binds[thread % len(binds)]
-            handles.append(NodeClient(address, names[address], op_timeout))
-            return handles[-1]
-
-        async def close() -> None:
-            await asyncio.gather(*(c.close() for c in handles))
-
+        await first_write(NodeClient(self.hosts[0].address, self.hosts[0].name, op_timeout),
+                          "PySyncObj", timeout)
+        clients, close = bound_clients(
+            binds, names, lambda address, node: NodeClient(address, node, op_timeout))
         return clients, close, {0: GROUP}
 
     # -- end of run --------------------------------------------------------------------------

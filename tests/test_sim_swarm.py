@@ -27,6 +27,12 @@ SEED_145_MIX = ("restart:4,partition:2,isolate:4,heal:8,skew:1,flip:8,disk:1,tra
                 "tombstone:1,copy-race:4;every=0.2-0.8;reads=lease;load=5x50")
 
 
+def register_seed(seed: int, spec: str, seconds: float, out: Path):
+    """A register seed of the whole-stack simulator under the mix `spec`, in this process."""
+    return StackSim(StackConfig(seed=seed, workload="register", seconds=seconds,
+                                mix=parse_mix(spec)), out).run()
+
+
 def test_a_seeds_swarm_mix_is_a_pure_function_of_the_seed_and_varies_across_seeds():
     assert swarm_mix(7) == swarm_mix(7)
     mixes = [swarm_mix(s) for s in range(200)]
@@ -142,8 +148,7 @@ def test_a_tombstone_that_votes_within_the_lease_is_caught_by_a_lease_race_seed(
     from node.tserver.tablet_manager import TabletManager
 
     def run(out: Path):
-        return StackSim(StackConfig(seed=4, workload="register", seconds=30.0,
-                                    mix=parse_mix(LEASE_RACE)), out).run()
+        return register_seed(4, LEASE_RACE, 30.0, out)
 
     fixed = run(tmp_path / "fixed")
     assert fixed.ok(), (fixed.violation, fixed.verdict)
@@ -228,8 +233,7 @@ def test_clocks_drift_past_the_bound_and_hybrid_time_still_follows_the_log(monke
     from node.sim.stack import CLOCK_MAX_ERROR_US, DRIFT_MAX_S
 
     def run(out: Path):
-        return StackSim(StackConfig(seed=2, workload="register", seconds=30.0,
-                                    mix=parse_mix(DRIFT)), out).run()
+        return register_seed(2, DRIFT, 30.0, out)
 
     fixed = run(tmp_path / "fixed")
     assert fixed.ok(), (fixed.violation, fixed.verdict)
@@ -260,8 +264,7 @@ def test_a_flipped_newest_wal_header_fails_its_replica_and_never_passes_as_torn(
     import node.wal.segment as segment
 
     def run(out: Path):
-        return StackSim(StackConfig(seed=0, workload="register", seconds=10.0,
-                                    mix=parse_mix(FLIP_HEAD)), out).run()
+        return register_seed(0, FLIP_HEAD, 10.0, out)
 
     fixed = run(tmp_path / "fixed")
     assert fixed.ok(), (fixed.violation, fixed.verdict)
@@ -285,8 +288,7 @@ def test_commit_wait_is_judged_across_tablets_while_clocks_stay_within_the_bound
     from node.replica import Replica
 
     def run(out: Path):
-        return StackSim(StackConfig(seed=0, workload="register", seconds=10.0,
-                                    mix=parse_mix(COMMIT_WAIT)), out).run()
+        return register_seed(0, COMMIT_WAIT, 10.0, out)
 
     def commit_wait(r):
         return next(c for c in r.results["check"]["results"] if c["checker"] == "commit-wait")

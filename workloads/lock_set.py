@@ -18,24 +18,24 @@ The client must offer `acquire(name, ttl_s) -> (key, lease)`, `release(key, leas
 from __future__ import annotations
 
 import asyncio
-import itertools
 import random
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from node.errors import OpFailed, OpUnknown
-from workloads.base import Checker, Invocation, Workload
+from workloads.base import Invocation
+from workloads.set import SetWorkload
 
 LOCK = "foo"  # Jepsen's lock name
 SET_KEY = "a-set"  # lock-etcd-set's key
 
 
 @dataclass
-class LockSet(Workload):
+class LockSet(SetWorkload):
+    """The set workload's ops and checker; its adds go through the lock."""
+
     name: str = "lock-set"
     ttl_s: float = 2.0  # the lock's lease (Jepsen: 2 s)
     latency_s: float = 1.0  # the work under the lock takes up to twice this (Jepsen: 1 s)
-    read_fraction: float = 0.1
     seed: int = 0
     shared: list = field(default_factory=list)  # lock-set's set, in the harness's memory
 
@@ -45,21 +45,6 @@ class LockSet(Workload):
             raise ValueError("lock workloads need ttl_s >= 1 (etcd leases are whole seconds) "
                              "and latency_s >= 0")
         self._rng = random.Random(self.seed)
-
-    @property
-    def checker(self) -> Checker:
-        return Checker("set")
-
-    def ops(self, thread: int, threads: int, rng: random.Random) -> Iterator[Invocation]:
-        elements = itertools.count(thread, threads)  # unique across threads
-        while True:
-            if rng.random() < self.read_fraction:
-                yield Invocation("read")
-            else:
-                yield Invocation("add", next(elements))
-
-    def final(self) -> list[Invocation]:
-        return [Invocation("read")]
 
     async def _work(self) -> None:
         await asyncio.sleep(self._rng.uniform(0, 2 * self.latency_s))

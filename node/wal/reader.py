@@ -26,8 +26,8 @@ from node.entry import Entry
 from node.wal import format as fmt
 from node.wal.errors import WalCorruption, WalError
 from node.wal.segment import (
-    TMP_PREFIX,
     FLIPPED_HEADER,
+    TMP_PREFIX,
     WRITTEN_WHOLE,
     Scan,
     entry_stats,

@@ -135,13 +135,17 @@ def flipped_header(buf: bytes, offset: int, end: int) -> bool:
         header[bit // 8] ^= 1 << (bit % 8)
         parsed = fmt.parse_batch_header(bytes(header), 0, fmt.BATCH_HEADER_SIZE)
         header[bit // 8] ^= 1 << (bit % 8)
-        if isinstance(parsed, str):
-            continue
-        length, _, data_crc = parsed
-        start = offset + fmt.BATCH_HEADER_SIZE
-        if start + length <= end and fmt.crc32c(buf[start : start + length]) == data_crc:
+        if not isinstance(parsed, str) and _data_matches(buf, offset, end, parsed):
             return True
     return False
+
+
+def _data_matches(buf: bytes, offset: int, end: int, parsed: tuple[int, fmt.BatchKind, int]) -> bool:
+    """Whether the data after the batch header at `offset` (`parsed`: its length, kind and data
+    CRC) lies within `end` and matches its CRC."""
+    length, _, data_crc = parsed
+    start = offset + fmt.BATCH_HEADER_SIZE
+    return start + length <= end and fmt.crc32c(buf[start : start + length]) == data_crc
 
 
 def written_whole(buf: bytes, start: int, end: int) -> bool:
@@ -167,11 +171,7 @@ def _find_valid_batch(buf: bytes, start: int, end: int) -> int | None:
     for m in _KIND_FIELD.finditer(buf, start + 4, end):
         offset = m.start() - 4
         parsed = fmt.parse_batch_header(buf, offset, end)
-        if isinstance(parsed, str):
-            continue
-        length, _, data_crc = parsed
-        data_start = offset + fmt.BATCH_HEADER_SIZE
-        if data_start + length <= end and fmt.crc32c(buf[data_start : data_start + length]) == data_crc:
+        if not isinstance(parsed, str) and _data_matches(buf, offset, end, parsed):
             return offset
     return None
 
