@@ -4,6 +4,7 @@ real replicas over the in-memory network of tests/replica_net.py."""
 from __future__ import annotations
 
 import asyncio
+import functools
 
 import pytest
 
@@ -55,7 +56,9 @@ def test_reads_of_one_turn_share_one_request_and_each_sees_the_committed_write(t
 
 def test_a_reader_that_gives_up_leaves_its_group_waiting(tmp_path):
     """The core holds the group's request; one reader's deadline passes, the other of its group
-    is still waiting and is answered once the core takes the request."""
+    is still waiting and is answered once the core takes the request. (Usually both readers
+    share one request; if the driver hands the first group to the core before the second
+    reader arrives, each has its own, and the patient one is still answered.)"""
 
     async def main():
         net = Net(tmp_path)
@@ -67,9 +70,10 @@ def test_a_reader_that_gives_up_leaves_its_group_waiting(tmp_path):
             patient = asyncio.create_task(leader.read(Read("k")))
             with pytest.raises(TimeoutError):
                 await impatient
-            assert len(held) == 1 and not patient.done()
+            assert len(held) in (1, 2) and not patient.done()
             leader.core.read_index = real
-            leader._submit(lambda: real(held[0]))
+            for ctx in held:
+                leader._submit(functools.partial(real, ctx))
             assert (await asyncio.wait_for(patient, 10)).value == 1
         finally:
             await net.stop()
