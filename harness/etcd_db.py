@@ -69,7 +69,7 @@ class EtcdDB(Deployment):
     all_daemons: ClassVar[tuple[str, ...]] = ("etcd",)
     offers: ClassVar[frozenset[str]] = frozenset({"leaders"})
     workloads: ClassVar[tuple[str, ...]] = ("register", "set", "list-append", "lock-set",
-                                            "lock-etcd-set")
+                                            "lock-etcd-set", "watch")
     log_rules: ClassVar[tuple[dict, ...]] = (
         # jepsen-io/etcd's crash pattern: a removed member restarted logs "couldn't find local
         # name", which is not a crash
@@ -368,6 +368,60 @@ class EtcdClient:
                          "version": "0"}],
             "success": [{"request_put": {"key": b64(key), "value": b64(json.dumps(value))}}]})
         return bool(data.get("succeeded"))
+
+    # -- watches ---------------------------------------------------------------------------------
+    async def watch(self, key: str, start: int, seconds: float) -> list[list]:
+        """[[revision, value], ...] of `key`'s events from revision `start` (never 0: etcd takes
+        that as "now"), as etcd streams them within `seconds`. Watching changes nothing, so any
+        failure is OpFailed, and a watch that fails gives no events."""
+        import aiohttp
+
+        if start < 1:
+            raise ValueError("a watch starts at revision 1 or later")
+        body = {"create_request": {"key": b64(key), "start_revision": str(start)}}
+        events: list[list] = []
+        try:
+            async with self._http().post(self.url + "/v3/watch", json=body) as resp:
+                try:
+                    async with asyncio.timeout(seconds):
+                        async for line in resp.content:
+                            events += self._watch_events(line, key)
+                except TimeoutError:
+                    pass  # the watch's time is up: close it
+        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+            await self.close()
+            raise OpFailed(f"{self.node}: watch: {type(e).__name__}: {e}") from None
+        return events
+
+    def _watch_events(self, line: bytes, key: str) -> list[list]:
+        """The events of one line of the watch stream; OpFailed for an error or a cancel."""
+        if not line.strip():
+            return []
+        msg = json.loads(line)
+        if "error" in msg:
+            raise OpFailed(f"{self.node}: watch: {msg['error']}")
+        result = msg.get("result") or {}
+        if result.get("canceled"):
+            raise OpFailed(f"{self.node}: watch canceled: {result.get('cancel_reason') or result}")
+        return [[int(e["kv"]["mod_revision"]), self._value(e["kv"])]
+                for e in result.get("events") or [] if e.get("type", "PUT") == "PUT"]
+
+    async def watch_until(self, key: str, start: int, timeout: float) -> list[list]:
+        """Every event of `key` from `start` up to its latest now (its mod revision): watches
+        until that one arrives, OpFailed after `timeout`."""
+        kv, _ = await self._range(key)
+        if kv is None:
+            return []
+        last = int(kv["mod_revision"])
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        events: list[list] = []
+        while not events or events[-1][0] < last:
+            if loop.time() > deadline:
+                raise OpFailed(f"{self.node}: the final watch did not reach revision {last} in "
+                               f"{timeout:g}s")
+            events += await self.watch(key, events[-1][0] + 1 if events else start, 1.0)
+        return events
 
     @staticmethod
     def _value(kv: dict | None):

@@ -233,3 +233,35 @@ def test_the_lock_workloads_ops_on_real_members(cluster):
             await a.close()
             await b.close()
     asyncio.run(run())
+
+
+def test_watches_see_every_event_in_order_and_the_final_watch_all_of_them(cluster):
+    """The watch workload's client calls on real members: a watch from a revision streams the
+    key's events after it; the final watch reads every event up to the key's latest."""
+    from workloads.base import Invocation
+    from workloads.watch import Watch
+
+    db = cluster()
+
+    async def run():
+        a = EtcdClient(db.hosts[0].address, "n1", 5.0)
+        b = EtcdClient(db.hosts[1].address, "n2", 5.0)
+        try:
+            w = Watch(watch_s=0.5)
+            for x in range(5):
+                assert (await w.invoke(a, Invocation("write", x))).type == "ok"
+            first = await w.invoke(b, Invocation("watch", {"thread": 3}))
+            assert first.type == "ok" and first.value["from"] == 1
+            assert [v for _, v in first.value["events"]] == [0, 1, 2, 3, 4]
+            await w.invoke(a, Invocation("write", 5))
+            second = await w.invoke(b, Invocation("watch", {"thread": 3}))
+            assert second.value["from"] == first.value["events"][-1][0] + 1
+            assert [v for _, v in second.value["events"]] == [5]
+            final = await w.invoke(b, Invocation("final-watch"))
+            assert [v for _, v in final.value["events"]] == [0, 1, 2, 3, 4, 5]
+            with pytest.raises(ValueError):
+                await b.watch("w", 0, 0.1)  # 0 would mean "from now"
+        finally:
+            await a.close()
+            await b.close()
+    asyncio.run(run())

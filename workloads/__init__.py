@@ -8,6 +8,7 @@ from workloads.list_append import ListAppend
 from workloads.lock_set import LockEtcdSet, LockSet
 from workloads.register import Register
 from workloads.set import SetWorkload
+from workloads.watch import Watch
 
 WORKLOADS: dict[str, type[Workload]] = {
     "register": Register,
@@ -16,6 +17,7 @@ WORKLOADS: dict[str, type[Workload]] = {
     "set": SetWorkload,
     "lock-set": LockSet,
     "lock-etcd-set": LockEtcdSet,
+    "watch": Watch,
 }
 
 

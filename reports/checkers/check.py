@@ -16,6 +16,7 @@ from reports.checkers.models import MODELS, MultiRegister
 from reports.checkers.replies import check_replies
 from reports.checkers.sets import check_set
 from reports.checkers.timestamps import check_timestamps
+from reports.checkers.watch import check_watch
 from reports.history import Op
 
 ADVISORY_TIME_LIMIT = 5.0  # seconds per key for the set's linearizability search
@@ -39,6 +40,8 @@ def check_history(ops: Iterable[Op], model: str, time_limit: float = linearizabi
         results.append(check_bank(ops, total=total))
     elif model == "counter":
         results.append(check_counter(ops))
+    elif model == "watch":
+        results.append(check_watch(ops))
     elif model == "set":  # set-full decides; the search may only add a real violation
         # A set's search space explodes with its size, so the advisory search mostly spends its
         # whole budget to say unknown: it gets a few seconds per key, not the decisive budget.

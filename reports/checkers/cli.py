@@ -14,7 +14,7 @@ from harness.cli import BAD_ARGS, EXIT
 from reports.checkers.consistency import DEFAULT_MODEL, MODEL_NAMES
 
 LINEARIZABLE = ("cas-register", "register", "mutex", "queue", "multi-register")
-MODELS = LINEARIZABLE + ("set", "list-append", "rw-register", "bank", "counter")
+MODELS = LINEARIZABLE + ("set", "list-append", "rw-register", "bank", "counter", "watch")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
