@@ -174,7 +174,7 @@ class EtcdDB(Deployment):
         if not statuses:
             return None
         ids = {st["header"]["member_id"]: host for host, st in statuses.items()}
-        term, leader = max((int(st.get("raftTerm", 0)), st.get("leader")) for st in statuses.values())
+        _, leader = max((int(st.get("raftTerm", 0)), st.get("leader")) for st in statuses.values())
         return ids.get(leader)
 
     def tablet_leaders(self) -> dict[str, str]:
