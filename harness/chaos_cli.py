@@ -31,7 +31,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="a workload parameter, e.g. ops_per_key=100 (repeatable)")
     p.add_argument("--nemesis", default="none",
                    help="none, or a comma list of groups (all: the classic faults; raft: "
-                        "Raft-shaped; masters: the masters' own membership, 3 -> 5 -> 3) and "
+                        "Raft-shaped; masters: the masters' own membership, 3 -> 5 -> 3; admin: "
+                        "maintenance such as etcd's compaction and defrag) and "
                         f"faults: {', '.join(packages())}; a group keeps the faults that apply "
                         "to --db (default none)")
     p.add_argument("--nemesis-interval", type=float, default=d.nemesis_interval, metavar="S",
@@ -138,9 +139,13 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
     if args.wheelhouse is not None:
         from harness.db import check_wheelhouse
         check_wheelhouse(args.wheelhouse)
+    nemesis = select(args.nemesis, kind.offers)
+    if args.workload == "watch" and "admin" in nemesis:
+        raise ValueError("--workload watch cannot go with --nemesis admin: compaction removes "
+                         "the history its final watch reads from revision 1")
     return TestSpec(
         db=args.db, workload=args.workload, workload_options=options,
-        nemesis=select(args.nemesis, kind.offers),
+        nemesis=nemesis,
         nemesis_interval=args.nemesis_interval, time_limit=args.time_limit,
         concurrency=args.concurrency, rate=args.rate,
         seed=args.seed if args.seed is not None else random.randrange(2**31),

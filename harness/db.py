@@ -211,8 +211,10 @@ class Deployment:
     all_daemons: ClassVar[tuple[str, ...]] = ()  # every kind a host may run: what teardown stops
     # What nemeses may need beyond processes, network and clocks (nemeses.registry.Package.needs):
     # "tablets" (a catalog of tablets and their replicas), "masters" (a master quorum of its own),
-    # "wal" (Tessera's WAL and metadata files, for the disk nemesis), "leaders" (a leader query),
-    # "faketime" (daemons that run under libfaketime: no time.sleep, which fails with EINVAL).
+    # "disk" (disk_layout, damaged, repair: files the disk nemesis may damage), "membership"
+    # (membership(): members it may remove and add back), "admin" (admin(): maintenance such as
+    # compaction), "leaders" (a leader query), "faketime" (daemons that run under libfaketime:
+    # no time.sleep, which fails with EINVAL).
     offers: ClassVar[frozenset[str]] = frozenset()
     workloads: ClassVar[tuple[str, ...]] = ()  # the workloads its client can run
     client_modes: ClassVar[tuple[str, ...]] = ("node-bound",)
@@ -263,6 +265,31 @@ class Deployment:
         """(name, call) of the checks of the healed cluster after the final ops; each call
         returns a checker result and is saved as NAME.json in the run."""
         return []
+
+    # -- what nemeses may ask of it, each behind an offer -----------------------------------
+    def disk_layout(self):
+        """"disk": where the state the disk nemesis may damage lives (nemeses.disk.DiskLayout)."""
+        raise NotImplementedError
+
+    def damaged(self, host: str, done: dict) -> dict:
+        """"disk": how the daemon restarted after the damage `done` (the damage script's
+        record) took it; recorded in the history and read by the logs checker."""
+        raise NotImplementedError
+
+    def repair(self, host: str, done: dict) -> dict | None:
+        """"disk": at the heal, mend the damage `done` as an operator would; what was done, or
+        None when the damage stays for the run."""
+        return None
+
+    def membership(self):
+        """"membership": the system's members as the membership nemesis changes them
+        (nemeses.membership.Members)."""
+        raise NotImplementedError
+
+    def admin(self, host: str, pick: int) -> dict:
+        """"admin": one of the system's maintenance operations on `host` (which one: `pick`
+        modulo their number); what was done."""
+        raise NotImplementedError
 
     def data_dir(self, daemon: str) -> str:
         return f"{DATA}/{daemon}"
@@ -328,6 +355,8 @@ class Deployment:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.get(host, {}).items())
         with self._locks[host]:
             for d in self._targets(host, daemon):
+                if d not in self.daemons(host):
+                    continue  # not this host's now (a removed member): nothing to start
                 self.down.discard((host, d))
                 pid, log = f"{DATA}/{d}.pid", f"{DATA}/logs/{d}.log"
                 cmd = f"env {env} {self.command(host, d)} >>{log} 2>&1"
@@ -430,8 +459,8 @@ class TesseraDB(Deployment):
     name: ClassVar[str] = "tessera"
     data_daemon: ClassVar[str] = "tserver"
     all_daemons: ClassVar[tuple[str, ...]] = ("master", "tserver")
-    offers: ClassVar[frozenset[str]] = frozenset({"tablets", "masters", "wal", "leaders",
-                                                   "faketime"})
+    offers: ClassVar[frozenset[str]] = frozenset({"tablets", "masters", "disk", "membership",
+                                                   "leaders", "faketime"})
     workloads: ClassVar[tuple[str, ...]] = ("register", "list-append", "bank", "set")
     client_modes: ClassVar[tuple[str, ...]] = ("node-bound", "smart")
     log_rules: ClassVar[tuple[dict, ...]] = TESSERA_RULES
@@ -630,6 +659,39 @@ class TesseraDB(Deployment):
                 if t.role == "LEADER" and t.term >= terms.get(t.tablet_id, -1):
                     leaders[t.tablet_id], terms[t.tablet_id] = host, t.term
         return leaders
+
+    def disk_layout(self):
+        """A tablet server's WAL segments (a replica: its tablet's directory) and consensus
+        metadata (a replica: the file, named by its tablet), with the aimed head-flip."""
+        from nemeses.disk import DiskLayout
+
+        return DiskLayout(daemon="tserver", root=self.data_dir("tserver"),
+                          files=(("wals", "wal", "dir"), ("consensus-meta", "cmeta", "name")),
+                          modes=("bitflip", "bitflip", "truncate", "head-flip"),
+                          log=f"{DATA}/logs/tserver.log")
+
+    def damaged(self, host: str, done: dict) -> dict:
+        """How the restarted server treats the damaged tablet: FAILED naming the file, or
+        RUNNING when the damage was a torn tail that bootstrap may legitimately cut off."""
+        import time
+
+        from node.protocol import ServerStatus
+
+        tablet = done["group"]
+        target = [h for h in self.hosts if h.name == host]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            st = self.ask_each(target, "tserver", "ts.status", ServerStatus).get(host)
+            rep = next((t for t in st.tablets if t.tablet_id == tablet), None) if st else None
+            if rep is not None:  # the server's uuid: how its leaders' log lines name it
+                return {"tablet": tablet, "state": rep.state, "error": rep.error, "uuid": st.uuid}
+            time.sleep(0.2)
+        return {"tablet": tablet, "state": "UNKNOWN", "error": "server did not answer"}
+
+    def membership(self):
+        from harness.tessera_members import TabletMembers
+
+        return TabletMembers(self)
 
     def log_files(self, host: str) -> list[str]:
         """Every daemon's log, a master's removed during the run included."""

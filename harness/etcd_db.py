@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from harness.cluster import Host
@@ -67,15 +67,15 @@ class EtcdDB(Deployment):
     name: ClassVar[str] = "etcd"
     data_daemon: ClassVar[str] = "etcd"
     all_daemons: ClassVar[tuple[str, ...]] = ("etcd",)
-    offers: ClassVar[frozenset[str]] = frozenset({"leaders"})
+    offers: ClassVar[frozenset[str]] = frozenset({"leaders", "disk", "membership", "admin"})
     workloads: ClassVar[tuple[str, ...]] = ("register", "set", "list-append", "lock-set",
                                             "lock-etcd-set", "watch")
     log_rules: ClassVar[tuple[dict, ...]] = (
         # jepsen-io/etcd's crash pattern: a removed member restarted logs "couldn't find local
         # name", which is not a crash
         rule("fatal", r"\"level\":\"(fatal|panic)\"(?!.*couldn't find local name)",
-             "etcd logged a fatal or panic line"),
-        rule("panic", r"^(panic: |signal SIG)", "etcd panicked"),
+             "etcd logged a fatal or panic line", after_damage=True),
+        rule("panic", r"^(panic: |signal SIG)", "etcd panicked", after_damage=True),
         rule("start-failure", r"^etcd etcd: ", "an etcd member could not start"),
     )
 
@@ -107,8 +107,14 @@ class EtcdDB(Deployment):
     def serializable(self) -> bool:
         return str(self.flags.get("serializable", "false")).lower() == "true"
 
+    # hosts whose member the membership nemesis removed (and wiped), and not yet added back
+    removed: set[str] = field(default_factory=set)
+    # host -> the --initial-cluster its `member add` returned, for a member joining a running
+    # cluster
+    joining: dict[str, str] = field(default_factory=dict)
+
     def daemons(self, host: str) -> list[str]:
-        return ["etcd"]
+        return [] if host in self.removed else ["etcd"]
 
     def command(self, host: str, daemon: str) -> str:
         h = next(h for h in self.hosts if h.name == host)
@@ -117,14 +123,18 @@ class EtcdDB(Deployment):
     def args(self, h: Host, data_dir: str) -> list[str]:
         """The member's flags: its name, data dir and URLs on its test address, the initial
         cluster from the host list (ignored by etcd once the data dir has a member), zap JSON
-        logs on stderr (the log checker's rules read them), then every --flag."""
+        logs on stderr (the log checker's rules read them), then every --flag. A member added
+        during the run (`EtcdMembers.add`) joins the existing cluster its `member add` named."""
         cluster = ",".join(f"{o.name}=http://{o.address}:{PEER_PORT}" for o in self.hosts)
+        state = "new"
+        if h.name in self.joining:
+            cluster, state = self.joining[h.name], "existing"
         return [f"--name={h.name}", f"--data-dir={data_dir}",
                 f"--listen-client-urls=http://{h.address}:{CLIENT_PORT}",
                 f"--advertise-client-urls=http://{h.address}:{CLIENT_PORT}",
                 f"--listen-peer-urls=http://{h.address}:{PEER_PORT}",
                 f"--initial-advertise-peer-urls=http://{h.address}:{PEER_PORT}",
-                f"--initial-cluster={cluster}", "--initial-cluster-state=new",
+                f"--initial-cluster={cluster}", f"--initial-cluster-state={state}",
                 "--initial-cluster-token=tessera", "--logger=zap", "--log-outputs=stderr",
                 *(f"--{k}={v}" for k, v in sorted(self.flags.items()) if k not in HARNESS_FLAGS)]
 
@@ -133,6 +143,8 @@ class EtcdDB(Deployment):
         hosts share this machine's), or installed from the host's Debian packages."""
         r = self.remotes[h.name]
         r.run(["mkdir", "-p", f"{DATA}/logs"])
+        if self.lazyfs:  # lazyfs (nemeses.lazyfs) runs from the harness's venv on the host
+            super()._install(h)
         if r.sh(f"test -x {self.binary}", check=False).exit_status == 0:
             return
         if "etcd_binary" in self.flags:
@@ -150,15 +162,91 @@ class EtcdDB(Deployment):
 
     # -- asking the members ------------------------------------------------------------------
     def _post(self, h: Host, path: str, body: dict, timeout: float = 1.0) -> dict | None:
+        """The member's answer, or None when it gave none (down, slow, or an error)."""
+        try:
+            return self.ask(h, path, body, timeout)
+        except (OSError, ValueError, EtcdError):
+            return None
+
+    def ask(self, h: Host, path: str, body: dict, timeout: float = 5.0) -> dict:
+        """One gateway call to `h`'s member: its answer; EtcdError for an error etcd answered,
+        OSError when none came."""
+        import urllib.error
         import urllib.request
 
         req = urllib.request.Request(f"http://{h.address}:{CLIENT_PORT}{path}",
                                      data=json.dumps(body).encode(), method="POST")
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return json.loads(resp.read())
-        except (OSError, ValueError):
+                data = json.loads(resp.read())
+        except urllib.error.HTTPError as e:  # the gateway's errors come with a status
+            data = json.loads(e.read() or b"{}")
+        if "code" in data and "header" not in data:
+            raise EtcdError(int(data["code"]), str(data.get("message") or data.get("error")))
+        return data
+
+    def host(self, name: str) -> Host:
+        return next(h for h in self.hosts if h.name == name)
+
+    # -- what nemeses may ask of it --------------------------------------------------------------
+    def disk_layout(self):
+        """The member's WAL segments and snapshots (member/wal, member/snap: the raft snapshots
+        and bbolt's db), one group: etcd is one replication group."""
+        from nemeses.disk import DiskLayout
+
+        return DiskLayout(daemon="etcd", root=self.data_dir("etcd"),
+                          files=(("member/wal", "etcd-wal", GROUP), ("member/snap", "etcd-snap", GROUP)),
+                          log=f"{DATA}/logs/etcd.log")
+
+    def damaged(self, host: str, done: dict, wait_s: float = 10.0) -> dict:
+        """RUNNING once the member answers again within `wait_s`; REFUSED when its process
+        exited (etcd refused the damaged files, loudly: its last log line says why), and then
+        it is left down for the heal's `repair`; UNKNOWN when it neither answers nor exits."""
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if self._post(self.host(host), "/v3/maintenance/status", {}) is not None:
+                return {"group": GROUP, "state": "RUNNING"}
+            if not self.running(host, "etcd"):
+                self.kill(host, "etcd")  # down on purpose: no watchdog restarts until the repair
+                last = self.remotes[host].sh(f"tail -n 1 {DATA}/logs/etcd.log",
+                                             check=False).stdout.strip()
+                return {"group": GROUP, "state": "REFUSED", "error": last[-500:]}
+            time.sleep(0.2)
+        return {"group": GROUP, "state": "UNKNOWN", "error": "neither answered nor exited"}
+
+    def repair(self, host: str, done: dict) -> dict | None:
+        """A member that refused its damaged files is replaced, as etcd's docs tell an operator:
+        `member remove`, a wiped data dir, `member add`, a start joining the cluster."""
+        if (done.get("replica") or {}).get("state") == "RUNNING":
             return None
+        members = self.membership()
+        ids = {m.get("name"): m["ID"] for m in members.list()}
+        if host in ids:
+            members.remove((GROUP, ids[host], host))
+        members.add((GROUP, "", host), timeout=60.0)
+        return {"replaced": host}
+
+    def membership(self) -> EtcdMembers:
+        return EtcdMembers(self)
+
+    ADMIN: ClassVar[tuple[str, ...]] = ("compact", "defrag")
+
+    def admin(self, host: str, pick: int) -> dict:
+        """Jepsen's admin faults: compaction to the member's current revision (physical), or
+        defragmentation of its backend. What etcd answered, an error included."""
+        action = self.ADMIN[pick % len(self.ADMIN)]
+        h = self.host(host)
+        try:
+            if action == "compact":
+                rev = int(self.ask(h, "/v3/kv/range", {"key": b64("_"), "count_only": True},
+                                   )["header"]["revision"])
+                self.ask(h, "/v3/kv/compaction", {"revision": str(rev), "physical": True},
+                         timeout=30.0)
+                return {"action": action, "host": host, "revision": rev}
+            self.ask(h, "/v3/maintenance/defragment", {}, timeout=60.0)
+            return {"action": action, "host": host}
+        except (OSError, ValueError, EtcdError) as e:
+            return {"action": action, "host": host, "error": f"{type(e).__name__}: {e}"}
 
     def statuses(self) -> dict[str, dict]:
         """host name -> the member's maintenance status (its view of the leader and term), for
@@ -241,6 +329,84 @@ class EtcdDB(Deployment):
     @property
     def etcdctl(self) -> str:
         return shutil.which("etcdctl") or "/usr/bin/etcdctl"
+
+    def _torn_down(self) -> None:
+        self.removed.clear()
+        self.joining.clear()
+
+
+@dataclass
+class EtcdMembers:
+    """etcd's members for the membership nemesis (nemeses.membership.Members), changed as
+    Jepsen's member nemesis changes them: a member removed through another member, then killed
+    and wiped; one added by `member add` (a voter), then started empty with
+    `--initial-cluster-state=existing` and the cluster the add returned. Unlike Jepsen's, a
+    removal waits for every other member to answer and keeps three, so it alone costs no
+    quorum (nemeses.membership's rule for every system)."""
+
+    db: EtcdDB
+
+    def list(self) -> list[dict]:
+        """The members, as the first answering member lists them ([] if none answers)."""
+        for h in self.db.hosts:
+            got = self.db._post(h, "/v3/cluster/member/list", {}, timeout=2.0)
+            if got is not None:
+                return got.get("members") or []
+        return []
+
+    def removable(self) -> list[tuple[str, str, str]]:
+        members = self.list()
+        started = [m for m in members if m.get("name")]
+        if len(started) != len(members) or len(members) <= 3:
+            return []  # a member added and not yet started, or too few to spare one
+        answering = set(self.db.statuses())
+        names = [m["name"] for m in members]
+        return sorted((GROUP, m["ID"], m["name"]) for m in members
+                      if set(names) - {m["name"]} <= answering)
+
+    def remove(self, member: tuple[str, str, str]) -> dict:
+        _, member_id, host = member
+        via = next(h for h in self.db.hosts if h.name != host and h.name not in self.db.removed)
+        self.db.ask(via, "/v3/cluster/member/remove", {"ID": member_id}, timeout=10.0)
+        self.db.kill(host, "etcd")
+        self.db.removed.add(host)
+        self.db.joining.pop(host, None)
+        self.db.remotes[host].run(["rm", "-rf", self.db.data_dir("etcd")])
+        return {"member_id": member_id}
+
+    def add(self, member: tuple[str, str, str], timeout: float) -> dict:
+        """`member add` through a member in the cluster (retried while etcd refuses, as an
+        unhealthy cluster makes it), then the new member started empty; done when it
+        answers. A member listed already (a lost reply) is only started."""
+        host = member[2]
+        h = self.db.host(host)
+        peer = f"http://{h.address}:{PEER_PORT}"
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                members = self.list()
+                if not any(peer in m.get("peerURLs", []) for m in members):
+                    via = next(o for o in self.db.hosts if o.name != host
+                               and o.name not in self.db.removed)
+                    members = self.db.ask(via, "/v3/cluster/member/add", {"peerURLs": [peer]},
+                                          timeout=10.0)["members"]
+                break
+            except (OSError, ValueError, KeyError, EtcdError) as e:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"etcd member add {host}: {e}") from e
+                time.sleep(1.0)
+        self.db.joining[host] = ",".join(
+            f"{m.get('name') or host}={u}" for m in members for u in m.get("peerURLs", []))
+        self.db.removed.discard(host)
+        if not self.db.running(host, "etcd"):
+            self.db.remotes[host].run(["rm", "-rf", self.db.data_dir("etcd")])
+            self.db.configure(h)
+        self.db.start(host, "etcd")
+        while self.db._post(h, "/v3/maintenance/status", {}) is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"etcd member {host} added but does not answer")
+            time.sleep(0.5)
+        return {"peer": peer}
 
 
 def compare_members(hashes: dict[str, dict], hosts: list[str]) -> dict:

@@ -1,52 +1,79 @@
-"""Disk corruption on a stopped node: a flipped bit or a truncation in a WAL segment or in a
-consensus-metadata file, then a restart. The node must refuse the damaged replica with a clear
-message (its WAL CRCs and metadata checksums catch it) and keep serving its other tablets; it must
-never serve wrong data.
+"""Disk corruption on a stopped node: a flipped bit or a truncation in one of the files the
+system under test keeps its replicated state in, then a restart. The system must refuse the
+damaged data loudly (checksums catch it) or recover it provably (its peers hold every
+acknowledged write); it must never serve wrong data.
+
+The nemesis knows no system's files. A system that offers "disk" (harness.db.Deployment.offers)
+says, through `disk_layout()`, which daemon to stop, which files to pick from and how they group
+into replicas, and which damage modes apply; `damaged(host, done)` says how its restarted daemon
+took the damage, and `repair(host, done)` mends what an operator would mend at the heal (etcd:
+the damaged member is replaced by a fresh one; Tessera: nothing, the replica stays FAILED).
 
 One mode is aimed (issue 32): `head-flip` flips a bit in the header of the newest batch of an
-unfinished WAL segment, the one flip a reader could take for a torn write. The replica must
-come back FAILED; one that runs again cut the batch as torn (the logs checker's
+unfinished Tessera WAL segment, the one flip a reader could take for a torn write. The replica
+must come back FAILED; one that runs again cut the batch as torn (the logs checker's
 `undetected-damage`).
 
-Damage is permanent until the test's teardown (there is no tablet copy to repair a replica yet),
-so the nemesis damages at most one replica of each tablet over a whole run: a minority of a
-3-replica config. Beyond that it would only show that a majority of failed disks loses data,
-which no replicated system survives.
+The nemesis damages at most one replica of each group over a whole run (a tablet, or etcd's one
+cluster): a minority. Beyond that it would only show that a majority of failed disks loses data,
+which no replicated system survives. The completion records the damaged daemon's log length
+then, so the logs checker can tell the system's answer to the damage from what came before.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass, field
 
 from harness.control import Remote
-from harness.db import DATA, TesseraDB
 from nemeses.base import Nemesis
 from nemeses.registry import Package, register
+
+
+@dataclass(frozen=True)
+class DiskLayout:
+    """Where a system keeps the state the disk nemesis may damage, on every host."""
+
+    daemon: str  # stopped for the damage, started right after it
+    root: str  # its data directory
+    # (subdirectory of root, kind, group): the files under it that may be damaged, what the
+    # completion calls them, and which replica each belongs to: "dir" (the name of the file's
+    # directory), "name" (the file's own name), or a literal group name
+    files: tuple[tuple[str, str, str], ...]
+    modes: tuple[str, ...] = ("bitflip", "bitflip", "truncate")  # drawn from; repeats weigh
+    log: str = ""  # the daemon's log file
+
+
+def damage_args(layout: DiskLayout, seed: int, spared: list[str], mode: str | None = None) -> list[str]:
+    """The damage script's command line on a host: `python3 -c _DAMAGE ...`."""
+    spec = {"root": layout.root, "files": layout.files, "modes": layout.modes,
+            "spared": spared, "mode": mode}
+    return ["python3", "-c", _DAMAGE, str(seed), json.dumps(spec)]
+
 
 # Runs on the host: pick a file, damage it, print what was done as JSON.
 _DAMAGE = r"""
 import json, os, random, sys
 rng = random.Random(int(sys.argv[1]))
-root = sys.argv[2]
-spared = set(sys.argv[3].split(",")) if len(sys.argv) > 3 else set()  # tablets damaged elsewhere
+spec = json.loads(sys.argv[2])
+spared = set(spec["spared"])  # groups damaged on another host
 files = []
-for sub, kind in (("wals", "wal"), ("consensus-meta", "cmeta")):
-    base = os.path.join(root, sub)
-    for dirpath, _, names in os.walk(base):
-        tablet = os.path.basename(dirpath) if kind == "wal" else None
-        files += [(kind, os.path.join(dirpath, n)) for n in names
-                  if not n.startswith(".") and os.path.getsize(os.path.join(dirpath, n)) > 64
-                  and (tablet or n) not in spared]
+for sub, kind, group in spec["files"]:
+    for dirpath, _, names in os.walk(os.path.join(spec["root"], sub)):
+        for n in names:
+            g = os.path.basename(dirpath) if group == "dir" else n if group == "name" else group
+            if (not n.startswith(".") and os.path.getsize(os.path.join(dirpath, n)) > 64
+                    and g not in spared):
+                files.append((kind, os.path.join(dirpath, n), g))
 if not files:
-    print(json.dumps({"skipped": "no WAL or metadata files yet"})); sys.exit(0)
-mode = sys.argv[4] if len(sys.argv) > 4 else rng.choice(["bitflip", "bitflip", "truncate",
-                                                          "head-flip"])
+    print(json.dumps({"skipped": "no files to damage yet"})); sys.exit(0)
+mode = spec["mode"] or rng.choice(spec["modes"])
 
 
 def newest_head(path):
-    # Offset of the newest batch header of an unfinished segment (no footer), or None. The
-    # format is node/wal/format.py's: header = magic(8) version(2) tid-length(2) seq(8) tid
+    # Offset of the newest batch header of an unfinished Tessera segment (no footer), or None.
+    # The format is node/wal/format.py's: header = magic(8) version(2) tid-length(2) seq(8) tid
     # crc(4); batch = length u32, kind u16, reserved u16, data crc u32, header crc u32, data.
     import struct
     buf = open(path, "rb").read()
@@ -61,79 +88,84 @@ def newest_head(path):
     return last
 
 
-if mode == "head-flip":
-    heads = [(p, o) for k, p in sorted(files) if k == "wal" and (o := newest_head(p)) is not None]
-    if heads:
-        path, start = rng.choice(heads)
-        offset, bit = start + rng.randrange(16), rng.randrange(8)
-        with open(path, "r+b") as f:
-            f.seek(offset); b = f.read(1)[0]; f.seek(offset); f.write(bytes([b ^ (1 << bit)]))
-            f.flush(); os.fsync(f.fileno())
-        print(json.dumps({"file": path, "kind": "wal", "mode": mode, "offset": offset,
-                          "bit": bit, "batch": start}))
-        sys.exit(0)
-    mode = "bitflip"  # no unfinished segment with a batch: an ordinary flip
-kind, path = rng.choice(sorted(files))
-data = open(path, "rb").read()
-size = len(data.rstrip(b"\0")) or len(data)  # preallocated zeros hold nothing to damage
-if mode == "bitflip":
-    offset, bit = rng.randrange(32, size), rng.randrange(8)
+def flip(path, offset, bit):
     with open(path, "r+b") as f:
         f.seek(offset); b = f.read(1)[0]; f.seek(offset); f.write(bytes([b ^ (1 << bit)]))
         f.flush(); os.fsync(f.fileno())
-    print(json.dumps({"file": path, "kind": kind, "mode": mode, "offset": offset, "bit": bit}))
+
+
+if mode == "head-flip":
+    heads = [(p, g, o) for k, p, g in sorted(files)
+             if k == "wal" and (o := newest_head(p)) is not None]
+    if heads:
+        path, group, start = rng.choice(heads)
+        offset, bit = start + rng.randrange(16), rng.randrange(8)
+        flip(path, offset, bit)
+        print(json.dumps({"file": path, "kind": "wal", "group": group, "mode": mode,
+                          "offset": offset, "bit": bit, "batch": start}))
+        sys.exit(0)
+    mode = "bitflip"  # no unfinished segment with a batch: an ordinary flip
+kind, path, group = rng.choice(sorted(files))
+data = open(path, "rb").read()
+size = len(data.rstrip(b"\0")) or len(data)  # preallocated zeros hold nothing to damage
+done = {"file": path, "kind": kind, "group": group, "mode": mode}
+if mode == "bitflip":
+    offset, bit = rng.randrange(32, size), rng.randrange(8)
+    flip(path, offset, bit)
+    done.update(offset=offset, bit=bit)
 else:
     length = rng.randrange(16, size)
     os.truncate(path, length)
-    print(json.dumps({"file": path, "kind": kind, "mode": mode, "from": size, "to": length}))
+    done.update({"from": size, "to": length})
+print(json.dumps(done))
 """
 
 
 @dataclass
 class DiskCorruption(Nemesis):
-    db: TesseraDB = None
+    db: object = None  # harness.db.Deployment offering "disk"
     hosts: list[str] = field(default_factory=list)
     remotes: dict[str, Remote] = field(default_factory=dict)
     name: str = "disk"
-    damaged: dict = field(default_factory=dict)  # tablet -> the one host whose replica was hit
+    damaged: dict = field(default_factory=dict)  # group -> the one host whose replica was hit
+    _unrepaired: list = field(default_factory=list)  # (host, done) for the heal's repair
 
     def start(self, choice: dict) -> dict:
-        import json
-
+        layout = self.db.disk_layout()
         host = choice["host"]
-        spared = sorted(t for t, h in self.damaged.items() if h != host)
-        self.db.kill(host, "tserver")
-        out = self.remotes[host].run(["python3", "-c", _DAMAGE, str(choice["damage_seed"]),
-                                      f"{DATA}/tserver", ",".join(spared)]).stdout
-        self.db.start(host, "tserver")
+        spared = sorted(g for g, h in self.damaged.items() if h != host)
+        self.db.kill(host, layout.daemon)
+        log_line = self._log_length(host, layout.log)
+        out = self.remotes[host].run(damage_args(layout, choice["damage_seed"], spared)).stdout
+        self.db.start(host, layout.daemon)
         done = json.loads(out.strip().splitlines()[-1])
         if "file" in done:
-            done["replica"] = self._outcome(host, done["file"])
-            self.damaged[done["replica"]["tablet"]] = host
+            done["log"], done["log_line"] = layout.log.rsplit("/", 1)[-1], log_line
+            done["replica"] = self.db.damaged(host, done)
+            self.damaged[done["group"]] = host
+            self._unrepaired.append((host, done))
         self.active = True
         return {"host": host, **done}
 
-    def _outcome(self, host: str, path: str) -> dict:
-        """How the restarted server treats the damaged tablet: FAILED naming the file, or
-        RUNNING when the damage was a torn tail that bootstrap may legitimately cut off."""
-        import time
-
-        from node.protocol import ServerStatus
-
-        tablet = path.rstrip("/").split("/")[-2 if "/wals/" in path else -1]
-        target = [h for h in self.db.hosts if h.name == host]
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            st = self.db.ask_each(target, "tserver", "ts.status", ServerStatus).get(host)
-            rep = next((t for t in st.tablets if t.tablet_id == tablet), None) if st else None
-            if rep is not None:  # the server's uuid: how its leaders' log lines name it
-                return {"tablet": tablet, "state": rep.state, "error": rep.error, "uuid": st.uuid}
-            time.sleep(0.2)
-        return {"tablet": tablet, "state": "UNKNOWN", "error": "server did not answer"}
+    def _log_length(self, host: str, log: str) -> int:
+        """Lines in the daemon's log now: what the logs checker reads after is the answer."""
+        if not log:
+            return 0
+        out = self.remotes[host].sh(f"wc -l < {log} 2>/dev/null || echo 0", check=False).stdout
+        return int(out.split()[0]) if out.split() and out.split()[0].isdigit() else 0
 
     def stop(self) -> dict:
-        self.active = False  # the damage stays; the node was restarted right after it
-        return {"damaged": dict(sorted(self.damaged.items()))}
+        """The damage stays (the node was restarted right after it); what the system's repair
+        mends is mended."""
+        repaired = []
+        while self._unrepaired:
+            host, done = self._unrepaired[0]
+            what = self.db.repair(host, done)
+            self._unrepaired.pop(0)
+            if what:
+                repaired.append({"host": host, **what})
+        self.active = False
+        return {"damaged": dict(sorted(self.damaged.items())), "repaired": repaired}
 
 
 @dataclass
@@ -149,8 +181,6 @@ class LoseUnfsynced(Nemesis):
     name: str = "lose-unfsynced"
 
     def start(self, choice: dict) -> dict:
-        import json
-
         from nemeses.lazyfs import control_command
 
         for h in self.hosts:
@@ -174,7 +204,7 @@ def draw_disk(rng: random.Random, hosts: list[str]) -> dict:
     return {"host": rng.choice(hosts), "damage_seed": rng.randrange(2**31)}
 
 
-register(Package("disk", heal_rank=70, draw=draw_disk, needs=frozenset({"wal"}),
+register(Package("disk", heal_rank=70, draw=draw_disk, needs=frozenset({"disk"}),
                  build=lambda ctx: DiskCorruption(
     db=ctx.db, hosts=ctx.names, remotes=ctx.remotes)))
 register(Package("lose-unfsynced", heal_rank=80, draw=lambda rng, hosts: {}, lazyfs=True,

@@ -13,8 +13,8 @@ import asyncio
 import random
 from dataclasses import dataclass, field
 
+from harness.tessera_members import TabletMembers, change_replica
 from nemeses.base import Context, Nemesis
-from nemeses.membership import Membership, change_replica
 from nemeses.registry import Package, register
 
 RACES = ("kill-leader", "kill-member", "none")
@@ -87,7 +87,7 @@ class MembershipRace(Nemesis):
         if not self._victim:  # the start was skipped
             return {}
         tablet, uuid, host = self._victim
-        Membership(db=self.ctx.db).change(tablet, "add", uuid)  # an existing member is done
+        TabletMembers(self.ctx.db).change(tablet, "add", uuid)  # an existing member is done
         self._victim, self.active = (), False
         return {"member": host, "tablet": tablet}
 

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 
 import pytest
 
-from nemeses.disk import _DAMAGE
+from harness.db import TesseraDB
+from nemeses.disk import damage_args
 from node.wal.errors import WalCorruption
 from node.wal.reader import read_log
 from tests.test_wal_reader import BATCHES, TABLET, build, entries, put
 
 
 def damage(root, seed: int, mode: str) -> dict:
-    out = subprocess.run(["python3", "-c", _DAMAGE, str(seed), str(root), "", mode],
+    layout = replace(TesseraDB(hosts=[], wheels=[], remotes={}).disk_layout(), root=str(root))
+    out = subprocess.run(damage_args(layout, seed, [], mode),
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 

@@ -265,3 +265,35 @@ def test_watches_see_every_event_in_order_and_the_final_watch_all_of_them(cluste
             await a.close()
             await b.close()
     asyncio.run(run())
+
+
+def test_admin_compacts_to_the_current_revision_and_defragments(cluster):
+    db = cluster()
+
+    async def write_then(fn):
+        c = EtcdClient(db.hosts[0].address, "n1", 5.0)
+        try:
+            await c.write("w", 1)
+            await c.write("w", 2)
+            return await fn(c)
+        finally:
+            await c.close()
+
+    asyncio.run(write_then(lambda c: asyncio.sleep(0)))
+    done = db.admin("n2", 0)
+    assert done["action"] == "compact" and "error" not in done and done["revision"] >= 3, done
+    assert db.admin("n3", 1) == {"action": "defrag", "host": "n3"}
+    again = db.admin("n1", 2)  # no write since: the same revision again, which etcd refuses
+    assert again["action"] == "compact" and "compacted" in again["error"], again
+
+    async def watch_from_1(c):
+        with pytest.raises(OpFailed, match="compact"):
+            await c.watch("w", 1, 2.0)
+    asyncio.run(write_then(watch_from_1))
+
+
+def test_disk_layout_names_the_members_wal_and_snapshots_as_one_group():
+    layout = EtcdDB([Host("n1", "127.0.0.1")], [], {}).disk_layout()
+    assert layout.daemon == "etcd" and layout.root.endswith("/etcd")
+    assert {f[0] for f in layout.files} == {"member/wal", "member/snap"}
+    assert {f[2] for f in layout.files} == {"etcd"} and "head-flip" not in layout.modes

@@ -229,3 +229,20 @@ def test_a_head_flip_whose_replica_runs_again_is_undetected_damage(tmp_path):
     (e,) = r["errors"]
     assert (e["type"], e["host"], e["file"]) == ("undetected-damage", "n1", WAL)
     assert "offset 4096" in e["explanation"] and "cut as a torn tail" in e["explanation"]
+
+
+def test_etcds_refusal_after_the_damage_is_expected_and_a_fatal_line_before_it_is_not(tmp_path):
+    from harness.etcd_db import EtcdDB
+
+    fatal = '{"level":"fatal","msg":"failed to open WAL","error":"walpb: crc mismatch"}'
+    write_logs(tmp_path, {"n2/etcd.log": f'{{"level":"info"}}\n{fatal}\n{{"level":"info"}}\n{fatal}\n',
+                          "n3/etcd.log": f"{fatal}\n"})
+    damage = {"index": 5, "type": "info", "process": "nemesis", "f": "start-disk", "time": 1,
+              "value": {"host": "n2", "file": "/var/lib/tessera/etcd/member/wal/0.wal",
+                        "kind": "etcd-wal", "group": "etcd", "mode": "bitflip",
+                        "log": "etcd.log", "log_line": 3,
+                        "replica": {"group": "etcd", "state": "REFUSED"}}}
+    result = check_logs(tmp_path, [damage], rules=EtcdDB.log_rules)
+    assert [(e["host"], e["line"]) for e in result["errors"]] == [("n2", 2), ("n3", 1)]
+    assert [(e["host"], e["line"]) for e in result["expected"]] == [("n2", 4)]
+    assert result["verdict"] == "invalid"

@@ -201,7 +201,7 @@ def test_membership_removes_a_replica_then_adds_it_back_by_tablet_copy(deployed)
 
     wait_for("TOMBSTONED")  # the master evicted the removed replica
     back = m.stop()
-    assert back["added"] == [{"added": host, "tablet": tablet}] and not m.active
+    assert back["added"] == [{"added": host, "group": tablet, "tablet": tablet}] and not m.active
     wait_for("RUNNING")  # copied onto its tombstone by the leader
 
     async def every_key_still_there():

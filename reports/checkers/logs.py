@@ -30,7 +30,9 @@ the damaged server (the completion records its uuid): a WAL truncated at a batch
 as a torn tail, the replica restarts shorter than it acknowledged, and the leader, seeing it,
 replicates the entries again. Corruption on any other host, tablet or file, and a follower that
 lost entries with no damage injected, are unexpected and invalid. Log lines are not matched by time:
-hosts' clocks are skewed by the clock nemesis. The other way round, damage the engine must
+hosts' clocks are skewed by the clock nemesis. A system whose daemon holds one replication group
+(etcd) answers damage by refusing to start: its rules marked `after_damage` are expected in the
+damaged daemon's log after the line count the nemesis recorded at the damage. The other way round, damage the engine must
 refuse and did not is an error too (`undetected_damage`): a flipped newest WAL batch header
 whose replica came back RUNNING.
 
@@ -44,8 +46,13 @@ import re
 from pathlib import Path
 
 
-def rule(type_: str, regex: str, explanation: str, severity: str = "error") -> dict:
-    return {"type": type_, "regex": regex, "explanation": explanation, "severity": severity}
+def rule(type_: str, regex: str, explanation: str, severity: str = "error",
+         after_damage: bool = False) -> dict:
+    """A log rule. `after_damage`: in the log of a daemon the disk nemesis damaged, a line of
+    this rule after the damage is the system refusing it (a system with one replication group
+    per daemon, such as etcd, whose refusal is to stop)."""
+    out = {"type": type_, "regex": regex, "explanation": explanation, "severity": severity}
+    return {**out, "after_damage": True} if after_damage else out
 
 
 TESSERA_RULES = (
@@ -132,9 +139,22 @@ def injected_damage(ops) -> dict[str, set[str]]:
         names = damaged.setdefault(value["host"], set())
         names.add(value["file"])
         parts = value["file"].rstrip("/").split("/")
-        names.add((value.get("replica") or {}).get("tablet")
+        names.add(value.get("group") or (value.get("replica") or {}).get("tablet")
                   or parts[-2 if "/wals/" in value["file"] else -1])
     return damaged
+
+
+def damage_lines(ops) -> dict[tuple[str, str], int]:
+    """(host, log file name) -> the line count of that daemon's log when the disk nemesis first
+    damaged its files: the lines after it are the daemon's answer to the damage."""
+    out: dict[tuple[str, str], int] = {}
+    for op in ops or ():
+        value = _get(op, "value")
+        if (_get(op, "process") == "nemesis" and _get(op, "f") == "start-disk"
+                and isinstance(value, dict) and value.get("log")):
+            key = (value["host"], value["log"])
+            out[key] = min(out.get(key, value["log_line"]), value["log_line"])
+    return out
 
 
 def undetected_damage(ops) -> list[dict]:
@@ -214,6 +234,7 @@ def check_logs(run_dir: Path, ops=None, rules=None) -> dict:
     recorded with the run (`recorded_rules`)."""
     rules = recorded_rules(run_dir) if rules is None else rules
     damaged, replicas = injected_damage(ops), damaged_replicas(ops)
+    after = damage_lines(ops)
     errors, expected, notes, scanned, missing = [], [], [], [], []
     for host_dir in sorted(p for p in (Path(run_dir) / "nodes").glob("*") if p.is_dir()):
         host = host_dir.name
@@ -221,7 +242,10 @@ def check_logs(run_dir: Path, ops=None, rules=None) -> dict:
         for path in sorted(host_dir.glob("*.log")):
             scanned.append(f"{host}/{path.name}")
             for f in scan_log(path.read_text(errors="replace"), rules):
-                is_expected = _expected(f, damaged.get(host, set()), replicas)
+                since = after.get((host, path.name))
+                is_expected = (_expected(f, damaged.get(host, set()), replicas)
+                               or (since is not None and f["line"] > since
+                                   and (f["rule"] or {}).get("after_damage", False)))
                 if f["rule"] is None:
                     explanation = f"{TRACEBACK_EXPLANATION}: {f['lines'][-1].strip()}"
                 else:
@@ -230,7 +254,7 @@ def check_logs(run_dir: Path, ops=None, rules=None) -> dict:
                     explanation = ("a leader found the replica the disk nemesis damaged short of "
                                    "what it had acknowledged, and replicates it again"
                                    if f["type"] == "safety" else
-                                   "the engine refused data the disk nemesis damaged on purpose")
+                                   "the system refused data the disk nemesis damaged on purpose")
                 is_note = not is_expected and (f["rule"] or {}).get("severity") == "note"
                 (expected if is_expected else notes if is_note else errors).append({
                     "type": f["type"], "host": host, "file": path.name, "line": f["line"],

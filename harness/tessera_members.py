@@ -1,0 +1,78 @@
+"""Tessera's members for the membership nemeses (nemeses.membership.Members): a tablet's
+replicas, changed one at a time through the leader master (`master.change_replica`), compare-
+and-set guarded, so a change that races another is retried, never applied twice."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TabletMembers:
+    db: object  # harness.db.TesseraDB
+    _hosts: dict[str, str] = field(default_factory=dict)  # tablet-server uuid -> host, as seen
+
+    def removable(self) -> list[tuple[str, str, str]]:
+        """(tablet, uuid, host) of replicas that may be removed now: a running one, or one on a
+        host that is down or paused (the eviction an operator would do), of a tablet whose
+        config is settled, has three voters, and whose other members all run."""
+        from node.protocol import ServerStatus
+
+        statuses = self.db.ask_each(self.db.hosts, "tserver", "ts.status", ServerStatus)
+        self._hosts.update({st.uuid: host for host, st in statuses.items()})
+        running: dict[str, set[str]] = {}
+        for st in statuses.values():
+            for t in st.tablets:
+                if t.state == "RUNNING":
+                    running.setdefault(t.tablet_id, set()).add(st.uuid)
+        answered = {st.uuid for st in statuses.values()}
+        out = []
+        for st in statuses.values():
+            for t in st.tablets:
+                if (t.role != "LEADER" or t.config != t.committed_config
+                        or sum(kind == "VOTER" for _, kind in t.committed_config) < 3):
+                    continue
+                members = {uuid for uuid, _ in t.committed_config}
+                for uuid in sorted(members):
+                    others_run = members - {uuid} <= running[t.tablet_id]
+                    target_ok = uuid in running[t.tablet_id] or uuid not in answered
+                    if others_run and target_ok and uuid in self._hosts:
+                        out.append((t.tablet_id, uuid, self._hosts[uuid]))
+        return sorted(out)
+
+    def remove(self, member: tuple[str, str, str], timeout: float = 30.0) -> dict:
+        return {"tablet": member[0], "config": self.change(member[0], "remove", member[1], timeout)}
+
+    def add(self, member: tuple[str, str, str], timeout: float = 30.0) -> dict:
+        self.change(member[0], "add", member[1], timeout)
+        return {"tablet": member[0]}
+
+    def change(self, tablet: str, op: str, uuid: str, timeout: float = 30.0) -> list[list]:
+        """Apply one change through the master; retried while another is pending or the
+        leader moves. Already applied (a retry after a lost reply) counts as done."""
+        from node.rpc import ErrorCode, RpcError
+
+        done_already = "already a member" if op == "add" else "is not a member"
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return asyncio.run(change_replica(self.db, tablet, op, uuid))
+            except RpcError as e:
+                if e.code == ErrorCode.ILLEGAL_STATE and done_already in str(e):
+                    return []
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(1.0)
+
+
+async def change_replica(db, tablet: str, op: str, uuid: str, timeout: float = 10.0) -> list[list]:
+    """One change through the leader master, no retries; returns the committed config."""
+    from node.client import TesseraClient
+
+    client = TesseraClient(db.master_addrs, timeout=timeout)
+    try:
+        return (await client.change_replica(tablet, op, uuid)).members
+    finally:
+        await client.close()
