@@ -2,7 +2,8 @@
 
 Brings the netns cluster up once and builds the wheelhouse once, then runs every cell (each
 `--test-count` times) with `tessera test`'s machinery (harness.chaos), splitting the budget into
-per-run time limits as harness.matrix says. Prints a summary table and writes it to
+per-run time limits as harness.matrix says. Every cell runs against one system under test, --db
+as `tessera test` takes it (Tessera by default). Prints a summary table and writes it to
 store/test-all/<timestamp>/summary.json. With --self-check it runs instead one recipe per engine
 fault flag (harness.selfcheck) and reports which flags the harness caught.
 
@@ -27,86 +28,162 @@ from harness.matrix import Cell, Outcome
 # them) with lease reads: a lease bug is invisible in ReadIndex mode (issue 32), and the classic
 # group's clock faults break the clock-drift bound leases rest on, so leases go with Raft's.
 DEFAULT_NEMESES = "all,raft@lease"
+OTHER_NEMESES = "all"  # another --db's default: it has no lease read mode to pair with Raft's
 LEASE = "@lease"  # a --nemeses entry's suffix: its cells' replicas serve lease reads
 BUDGET = {"matrix": 300.0, "self-check": 1350.0}  # default --time-budget, seconds
 # (self-check: 600 s measured for the chaos and core-simulator cells, plus 5 x 150 s of sim-full)
+TESSERA = "tessera"  # the one --db with simulators, lease reads and engine fault flags
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from harness.db import TesseraDB
+    from harness.db import system
     from harness.selfcheck import RECIPES
     from harness.sim_cell import FULL_KIND, KIND
+    from harness.spec import SYSTEMS
 
-    every = ",".join([KIND, FULL_KIND, *TesseraDB.workloads])
+    every = "; ".join(f"{db} {','.join(default_workloads(db, system(db)))}" for db in SYSTEMS)
     p.description = __doc__.split("\n\n")[1].replace("\n", " ")
-    p.add_argument("--workloads", default=every, metavar="W,...",
-                   help=f"comma list of workloads, each run under every --nemeses entry; {KIND} "
-                        f"is one cell of the deterministic Raft simulator (tessera sim) and "
-                        f"{FULL_KIND} one of the whole-engine simulator (tessera sim --stack "
-                        f"full), each for its share of the budget (default: all, {every})")
-    p.add_argument("--nemeses", default=DEFAULT_NEMESES, metavar="N,...",
+    p.add_argument("--db", default=TESSERA, choices=list(SYSTEMS),
+                   help="the system under test of every cell, as for tessera test; the "
+                        "simulator cells, @lease, --self-check and fast failure detection are "
+                        f"Tessera's (default {TESSERA})")
+    p.add_argument("--workloads", metavar="W,...",
+                   help=f"comma list of workloads --db runs, each under every --nemeses entry; "
+                        f"with --db {TESSERA} also {KIND}, one cell of the deterministic Raft "
+                        f"simulator (tessera sim), and {FULL_KIND}, one of the whole-engine "
+                        f"simulator (tessera sim --stack full), each for its share of the budget "
+                        f"(default: all of --db's: {every})")
+    p.add_argument("--nemeses", metavar="N,...",
                    help="comma list of cells' fault sets: a group (all, raft), a package, or "
-                        "packages joined by + (kill+partition); a suffix @lease runs those cells "
-                        "with lease reads (--flag read-mode=lease) (default all,raft@lease: "
-                        "every package, the Raft group's with lease reads)")
+                        "packages joined by + (kill+partition); a group keeps the faults that "
+                        f"apply to --db; with --db {TESSERA} a suffix {LEASE} runs those cells "
+                        f"with lease reads (--flag read-mode=lease) (default: {TESSERA} "
+                        f"{DEFAULT_NEMESES}, every package, the Raft group's with lease reads; "
+                        f"another --db {OTHER_NEMESES})")
     p.add_argument("--time-budget", type=float, metavar="S",
                    help=f"seconds for the whole matrix, cluster start-up included (default "
                         f"{BUDGET['matrix']:g}; {BUDGET['self-check']:g} with --self-check)")
     p.add_argument("--test-count", type=int, default=1, metavar="N", help="runs of each cell (default 1)")
     p.add_argument("--self-check", action="store_true",
-                   help="one run per engine fault flag with that flag on: is each bug caught?")
+                   help="one run per engine fault flag with that flag on: is each bug caught? "
+                        "(--db tessera only)")
     p.add_argument("--faults", default=",".join(RECIPES), metavar="F,...",
                    help="--self-check: the fault flags to try (default: all)")
     p.add_argument("--seed", type=int, help="seed of the first run; run i gets seed + i (default random)")
     p.add_argument("--rate", type=float, default=100.0, help="ops/s of each run (default 100)")
     p.add_argument("--concurrency", type=int, default=0, metavar="N", help="processes (default 2 x hosts)")
     p.add_argument("--flag", action="append", default=[], metavar="KEY=VALUE",
-                   help="daemon config key for every node of every run (repeatable)")
+                   help="daemon config key for every node of every run, checked as tessera test "
+                        "--db checks it (repeatable)")
     p.add_argument("--no-fast-failure-detection", action="store_true",
-                   help="the engine's default failure detection (default: fast, as --fast-failure-detection)")
+                   help="the engine's default failure detection (default: fast, as --fast-failure-"
+                        "detection, for a --db whose daemons take its flags: tessera; another "
+                        "--db tunes its own with --flag)")
     p.add_argument("--hosts", type=int, default=5, help="netns hosts (default 5)")
     p.add_argument("--store", type=Path, default=Path("store"), help="store directory (default ./store)")
 
 
+def default_workloads(db: str, kind) -> list[str]:
+    """Every workload `db` (its Deployment class `kind`) can run in the matrix: its chaos
+    workloads, after Tessera's two simulator cells, which run Tessera's engine only."""
+    from harness.sim_cell import FULL_KIND, KIND
+
+    return [*([KIND, FULL_KIND] if db == TESSERA else []), *kind.workloads]
+
+
+def _tessera_only(db: str, what: str, why: str) -> None:
+    """ValueError unless `db` is Tessera: `what` drives Tessera's own engine (`why`), which
+    another system does not have, so its cells could only fail or mislead."""
+    if db != TESSERA:
+        raise ValueError(f"{what} {why}: not for --db {db}")
+
+
 def cells_from_args(args: argparse.Namespace) -> list[Cell]:
     """The cells asked for; ValueError says what is wrong."""
+    from harness.db import system
     from harness.selfcheck import RECIPES
     from harness.selfcheck import cells as selfcheck_cells
     from harness.sim_cell import FULL_KIND
     from harness.sim_cell import KIND as SIM
-    from nemeses.registry import select
-    from workloads import WORKLOADS
 
+    kind = system(args.db)
     if args.self_check:
+        _tessera_only(args.db, "--self-check", "turns on Tessera's engine fault flags")
         flags = [f.strip() for f in args.faults.split(",") if f.strip()]
         unknown = [f for f in flags if f not in RECIPES]
         if unknown or not flags:
             raise ValueError(f"unknown --faults {unknown} (known: {', '.join(RECIPES)})")
         return selfcheck_cells(flags)
-    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    known = default_workloads(args.db, kind)
+    workloads = _entries(args.workloads, ",".join(known))
     for w in workloads:
-        if w not in WORKLOADS and w not in (SIM, FULL_KIND):
-            raise ValueError(f"unknown workload {w!r} (known: {', '.join(WORKLOADS)}, {SIM}, "
-                             f"{FULL_KIND})")
-    nemeses = [n.strip() for n in args.nemeses.split(",") if n.strip()]
+        if w in (SIM, FULL_KIND):
+            _tessera_only(args.db, f"--workloads {w}", "is a cell of Tessera's simulator")
+        if w not in known:
+            raise ValueError(f"--db {args.db} runs the workloads {', '.join(known)}, not {w!r}")
+    nemeses = _entries(args.nemeses, DEFAULT_NEMESES if args.db == TESSERA else OTHER_NEMESES)
     if not workloads or not nemeses:
         raise ValueError("--workloads and --nemeses need at least one entry each")
-    chosen = {n: tuple(p for part in n.removesuffix(LEASE).split("+") for p in select(part))
-              for n in nemeses}
+    chosen = {n: _faults(n, args.db, kind.offers) for n in nemeses}
     lease = {n: {"flags": {"read-mode": "lease"}} if n.endswith(LEASE) else {} for n in nemeses}
     sims = [Cell(k, k, (), overhead=1.0) for k in (SIM, FULL_KIND) if k in workloads]
     return sims + [Cell(f"{w}/{n}", w, chosen[n], lease[n]) for w in workloads
                    if w not in (SIM, FULL_KIND) for n in nemeses]
 
 
-def _base_spec(args: argparse.Namespace, wheelhouse: Path):
+def _entries(given: str | None, default: str) -> list[str]:
+    """A comma list's entries; `default` when the option was not given, which argparse cannot
+    fill in itself because the default depends on --db."""
+    return [e.strip() for e in (default if given is None else given).split(",") if e.strip()]
+
+
+def _faults(entry: str, db: str, offers: frozenset[str]) -> tuple[str, ...]:
+    """One --nemeses entry's fault packages: each +-joined part's, a group keeping those that
+    apply to the system (its `offers`). A part that keeps none is refused, or its cells would
+    pass for runs under faults that never happened."""
+    from nemeses.registry import select
+
+    if entry.endswith(LEASE):
+        _tessera_only(db, f"--nemeses {entry}", "sets Tessera's read-mode flag")
+    packages: list[str] = []
+    for part in entry.removesuffix(LEASE).split("+"):
+        found = select(part, offers)
+        if not found and part != "none":
+            raise ValueError(f"--nemeses {entry}: {part or 'an empty part'} keeps no fault "
+                             f"that applies to --db {db}")
+        packages += found
+    return tuple(packages)
+
+
+def base_spec(args: argparse.Namespace, wheelhouse: Path):
+    """What every cell's run starts from: the system, its checked --flag values and whether
+    failure detection is fast; ValueError for a --flag the system's daemons would not take,
+    found before the cluster comes up."""
     from harness.chaos_cli import parse_value
+    from harness.db import system
     from harness.spec import TestSpec
 
-    return TestSpec(rate=args.rate, concurrency=args.concurrency, hosts=args.hosts,
-                    flags=dict(parse_value(f, "--flag") for f in args.flag),
-                    fast_failure_detection=not args.no_fast_failure_detection,
+    kind = system(args.db)
+    flags = dict(parse_value(f, "--flag") for f in args.flag)
+    kind.check_flags(flags)
+    return TestSpec(db=args.db, rate=args.rate, concurrency=args.concurrency, hosts=args.hosts,
+                    flags=flags, fast_failure_detection=_fast_failure_detection(args, kind),
                     store=str(args.store), wheelhouse=str(wheelhouse))
+
+
+def _fast_failure_detection(args: argparse.Namespace, kind) -> bool:
+    """Fast unless --no-fast-failure-detection, and only for a system whose daemons take the
+    fast set's flags (Tessera's): `tessera test --db` refuses them for any other, whose daemons
+    would not start with them, so here another system keeps its own (its --flag values)."""
+    from harness.spec import FAST_FAILURE_DETECTION
+
+    if args.no_fast_failure_detection:
+        return False
+    try:
+        kind.check_flags(dict(FAST_FAILURE_DETECTION))
+    except ValueError:
+        return False
+    return True
 
 
 def _runner(base, first_seed: int, summary_dir: Path):
@@ -145,7 +222,6 @@ def _runner(base, first_seed: int, summary_dir: Path):
 
 def run(args: argparse.Namespace) -> int:
     from harness.chaos import say
-    from harness.chaos_cli import parse_value
     from harness.cli import BAD_ARGS
     from harness.cluster.netns import NetnsCluster
     from harness.db import build_wheelhouse
@@ -154,25 +230,25 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     mode = "self-check" if args.self_check else "matrix"
     budget = args.time_budget if args.time_budget is not None else BUDGET[mode]
+    wheelhouse = args.store / ".wheelhouse"
     try:
         cells = cells_from_args(args)
         if budget <= 0 or args.test_count < 1 or args.hosts < 3:
             raise ValueError("--time-budget must be > 0, --test-count >= 1, --hosts >= 3")
-        for f in args.flag:
-            parse_value(f, "--flag")
+        base = base_spec(args, wheelhouse)
     except ValueError as e:
         print(f"tessera test-all: {e}", file=sys.stderr)
         return BAD_ARGS
     first_seed = args.seed if args.seed is not None else random.randrange(2**31)
     summary_dir = new_run_dir(args.store, "test-all", link=False)
-    say(f"test-all {mode}: {len(cells)} cells x {args.test_count}, budget {budget:g}s, "
-        f"first seed {first_seed}; summary in {summary_dir}")
+    say(f"test-all {mode} on {args.db}: {len(cells)} cells x {args.test_count}, budget "
+        f"{budget:g}s, first seed {first_seed}; summary in {summary_dir}")
     NetnsCluster(args.hosts).up(say)
-    wheelhouse = args.store / ".wheelhouse"
     build_wheelhouse(wheelhouse, Path(__file__).resolve().parents[1], say)
-    execute = _runner(_base_spec(args, wheelhouse), first_seed, summary_dir)
+    execute = _runner(base, first_seed, summary_dir)
     return run_cells(cells, args.test_count, execute, budget, started, summary_dir,
-                     {"mode": mode, "first_seed": first_seed, "argv": sys.argv[1:]})
+                     {"mode": mode, "db": args.db, "first_seed": first_seed,
+                      "argv": sys.argv[1:]})
 
 
 def run_cells(cells: list[Cell], count: int, execute, budget: float, started: float,

@@ -3,6 +3,7 @@ classification, on a fake runner and clock; then one short real matrix on the ne
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -23,9 +24,10 @@ from harness.matrix import (
     table,
     time_limit_for,
 )
+from harness.matrix_cli import base_spec, cells_from_args, configure, run
 from harness.selfcheck import RECIPES, classify
 from harness.selfcheck import exit_code as selfcheck_exit
-from harness.spec import TestSpec
+from harness.spec import FAST_FAILURE_DETECTION, TestSpec
 from node.faults import Faults
 
 
@@ -220,6 +222,91 @@ def test_bad_arguments_exit_254():
         p = subprocess.run([sys.executable, "-m", "harness.cli", "test-all", *argv],
                            capture_output=True, text=True, timeout=60)
         assert p.returncode == 254, (argv, p.stderr)
+
+
+# -- --db: every cell against one system (issue 33) ----------------------------------------------
+
+def _args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    configure(p)
+    return p.parse_args(list(argv))
+
+
+def test_db_etcd_runs_its_own_workloads_under_the_faults_it_offers():
+    from harness.etcd_db import EtcdDB
+    from nemeses.registry import packages, select
+
+    cells = cells_from_args(_args("--db", "etcd"))
+    assert [c.name for c in cells] == [f"{w}/all" for w in EtcdDB.workloads]
+    offered = tuple(select("all", EtcdDB.offers))
+    assert offered and all(c.nemesis == offered and c.overrides == {} for c in cells)
+    known = packages()
+    assert all(known[n].needs <= EtcdDB.offers for c in cells for n in c.nemesis)
+    raft = cells_from_args(_args("--db", "etcd", "--workloads", "set", "--nemeses", "raft"))
+    assert raft[0].nemesis == tuple(select("raft", EtcdDB.offers))
+
+
+def test_a_group_that_keeps_no_fault_for_the_system_is_refused():
+    from harness.matrix_cli import _faults
+
+    assert _faults("masters", "tessera", frozenset({"masters"})) == ("master-membership",)
+    with pytest.raises(ValueError, match="masters keeps no fault that applies to --db etcd"):
+        _faults("masters", "etcd", frozenset())
+    assert _faults("none", "etcd", frozenset()) == ()  # a baseline without faults is asked for
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--workloads", "sim"], "--workloads sim is a cell of Tessera's simulator: not for --db etcd"),
+    (["--workloads", "sim-full,register"], "--workloads sim-full is a cell of Tessera's simulator"),
+    (["--nemeses", "all,raft@lease"], "--nemeses raft@lease sets Tessera's read-mode flag: not"),
+    (["--self-check"], "--self-check turns on Tessera's engine fault flags: not for --db etcd"),
+    (["--workloads", "bank"], "--db etcd runs the workloads register, set,"),
+])
+def test_db_etcd_refuses_what_only_tessera_has(argv, says):
+    with pytest.raises(ValueError) as e:
+        cells_from_args(_args("--db", "etcd", *argv))
+    assert says in str(e.value)
+
+
+def test_an_unknown_db_is_refused():
+    with pytest.raises(SystemExit):
+        _args("--db", "nope")
+    with pytest.raises(ValueError, match="unknown --db 'nope'"):
+        cells_from_args(argparse.Namespace(**{**vars(_args()), "db": "nope"}))
+    p = subprocess.run([sys.executable, "-m", "harness.cli", "test-all", "--db", "nope"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 254 and "invalid choice: 'nope'" in p.stderr
+
+
+def test_every_cell_runs_against_the_db_with_its_flags_and_none_of_tesseras(tmp_path):
+    base = base_spec(_args("--db", "etcd", "--flag", "serializable=true"), tmp_path)
+    assert base.db == "etcd" and base.daemon_flags() == {"serializable": True}
+    assert not base.fast_failure_detection  # Tessera's daemon flags: etcd would not start
+    spec = cells_from_args(_args("--db", "etcd", "--workloads", "watch"))[0].spec(base, 30.0, 1)
+    assert (spec.db, spec.workload, spec.flags) == ("etcd", "watch", {"serializable": True})
+    tessera = base_spec(_args("--flag", "log_force_fsync_all=false"), tmp_path)
+    assert tessera.db == "tessera" and tessera.fast_failure_detection
+    assert tessera.daemon_flags() == {**FAST_FAILURE_DETECTION, "log_force_fsync_all": False}
+    assert not base_spec(_args("--no-fast-failure-detection"), tmp_path).fast_failure_detection
+    with pytest.raises(ValueError, match="serializable= takes true or false"):
+        base_spec(_args("--db", "etcd", "--flag", "serializable=maybe"), tmp_path)
+
+
+def test_bad_db_arguments_exit_254_before_the_cluster_comes_up(tmp_path, monkeypatch, capsys):
+    import harness.cluster.netns
+    import harness.db
+
+    def never(*a, **k):
+        raise AssertionError("the arguments were bad: no cluster, no wheels")
+
+    monkeypatch.setattr(harness.cluster.netns, "NetnsCluster", never)
+    monkeypatch.setattr(harness.db, "build_wheelhouse", never)
+    for argv, says in ((["--flag", "serializable=maybe"], "serializable= takes true or false"),
+                       (["--nemeses", "raft@lease"], "Tessera's read-mode flag"),
+                       (["--self-check"], "--self-check turns on Tessera's engine fault flags")):
+        assert run(_args("--db", "etcd", "--store", str(tmp_path), *argv)) == 254, argv
+        assert says in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nor a summary directory
 
 
 @pytest.mark.slow
