@@ -62,6 +62,14 @@ def known_flags(binary: str) -> set[str]:
     return set(re.findall(r"^\s+--([a-z0-9-]+)", out.stdout + out.stderr, re.M))
 
 
+def daemon_flags(flags: dict) -> dict[str, str]:
+    """The --flag keys meant for etcd, as etcd spells them: the CLI hands keys over with
+    underscores (experimental_initial_corrupt_check), etcd's flags have dashes; booleans in
+    Go's spelling."""
+    return {k.replace("_", "-"): str(v).lower() if isinstance(v, bool) else str(v)
+            for k, v in flags.items() if k not in HARNESS_FLAGS}
+
+
 @dataclass
 class EtcdDB(Deployment):
     name: ClassVar[str] = "etcd"
@@ -84,7 +92,7 @@ class EtcdDB(Deployment):
         binary = str(flags.get("etcd_binary", DEFAULT_BINARY))
         if "serializable" in flags and str(flags["serializable"]).lower() not in ("true", "false"):
             raise ValueError(f"--flag serializable= takes true or false, not {flags['serializable']!r}")
-        etcd_flags = {k: v for k, v in flags.items() if k not in HARNESS_FLAGS}
+        etcd_flags = daemon_flags(flags)
         if not etcd_flags:
             return
         if shutil.which(binary) is None:
@@ -136,7 +144,7 @@ class EtcdDB(Deployment):
                 f"--initial-advertise-peer-urls=http://{h.address}:{PEER_PORT}",
                 f"--initial-cluster={cluster}", f"--initial-cluster-state={state}",
                 "--initial-cluster-token=tessera", "--logger=zap", "--log-outputs=stderr",
-                *(f"--{k}={v}" for k, v in sorted(self.flags.items()) if k not in HARNESS_FLAGS)]
+                *(f"--{k}={v}" for k, v in sorted(daemon_flags(self.flags).items()))]
 
     def _install(self, h: Host) -> None:
         """etcd is a binary of its own, not in the wheelhouse: present on the host (the netns
@@ -200,17 +208,20 @@ class EtcdDB(Deployment):
 
     def damaged(self, host: str, done: dict, wait_s: float = 10.0) -> dict:
         """RUNNING once the member answers again within `wait_s`; REFUSED when its process
-        exited (etcd refused the damaged files, loudly: its last log line says why), and then
-        it is left down for the heal's `repair`; UNKNOWN when it neither answers nor exits."""
+        exited on its own (etcd refused the damaged files, loudly: its last fatal line says
+        why), and then it is left down for the heal's `repair`; UNKNOWN when it did neither
+        (or another fault killed it meanwhile)."""
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if self._post(self.host(host), "/v3/maintenance/status", {}) is not None:
                 return {"group": GROUP, "state": "RUNNING"}
-            if not self.running(host, "etcd"):
-                self.kill(host, "etcd")  # down on purpose: no watchdog restarts until the repair
-                last = self.remotes[host].sh(f"tail -n 1 {DATA}/logs/etcd.log",
-                                             check=False).stdout.strip()
-                return {"group": GROUP, "state": "REFUSED", "error": last[-500:]}
+            if (host, "etcd") not in self.down and not self.running(host, "etcd"):
+                self.kill(host, "etcd")
+                self.removed.add(host)  # out until the repair: no fault or watchdog restarts it
+                why = self.remotes[host].sh(  # its last fatal or panic line says why
+                    f"grep -E '\"level\":\"(fatal|panic)\"|^panic: ' {DATA}/logs/etcd.log "
+                    f"| tail -n 1", check=False).stdout.strip()
+                return {"group": GROUP, "state": "REFUSED", "error": why[-500:]}
             time.sleep(0.2)
         return {"group": GROUP, "state": "UNKNOWN", "error": "neither answered nor exited"}
 
@@ -220,7 +231,7 @@ class EtcdDB(Deployment):
         if (done.get("replica") or {}).get("state") == "RUNNING":
             return None
         members = self.membership()
-        ids = {m.get("name"): m["ID"] for m in members.list()}
+        ids = {m.get("name"): m["ID"] for m in members.list() or []}
         if host in ids:
             members.remove((GROUP, ids[host], host))
         members.add((GROUP, "", host), timeout=60.0)
@@ -228,6 +239,13 @@ class EtcdDB(Deployment):
 
     def membership(self) -> EtcdMembers:
         return EtcdMembers(self)
+
+    def wipe(self, host: str) -> None:
+        """Empty the member's data dir, which may be a lazyfs mount point (whose control file
+        stays)."""
+        d = self.data_dir("etcd")
+        self.remotes[host].sh(f"mkdir -p {d}; find {d} -mindepth 1 -maxdepth 1 "
+                              f"! -name .lazyfs-control -exec rm -rf {{}} +")
 
     ADMIN: ClassVar[tuple[str, ...]] = ("compact", "defrag")
 
@@ -262,8 +280,10 @@ class EtcdDB(Deployment):
         if not statuses:
             return None
         ids = {st["header"]["member_id"]: host for host, st in statuses.items()}
-        _, leader = max((int(st.get("raftTerm", 0)), st.get("leader")) for st in statuses.values())
-        return ids.get(leader)
+        named = [st for st in statuses.values() if st.get("leader") not in (None, "0")]
+        if not named:
+            return None  # none knows a leader (etcd leaves a zero leader out)
+        return ids.get(max(named, key=lambda st: int(st.get("raftTerm", 0)))["leader"])
 
     def tablet_leaders(self) -> dict[str, str]:
         leader = self.leader_master()
@@ -346,16 +366,20 @@ class EtcdMembers:
 
     db: EtcdDB
 
-    def list(self) -> list[dict]:
-        """The members, as the first answering member lists them ([] if none answers)."""
+    def list(self) -> list[dict] | None:
+        """The members, as the first answering member lists them; None if none answers."""
         for h in self.db.hosts:
             got = self.db._post(h, "/v3/cluster/member/list", {}, timeout=2.0)
             if got is not None:
                 return got.get("members") or []
-        return []
+        return None
+
+    def _via(self, host: str) -> Host:
+        """A member to ask that is not `host`'s (nor removed)."""
+        return next(h for h in self.db.hosts if h.name != host and h.name not in self.db.removed)
 
     def removable(self) -> list[tuple[str, str, str]]:
-        members = self.list()
+        members = self.list() or []
         started = [m for m in members if m.get("name")]
         if len(started) != len(members) or len(members) <= 3:
             return []  # a member added and not yet started, or too few to spare one
@@ -364,14 +388,31 @@ class EtcdMembers:
         return sorted((GROUP, m["ID"], m["name"]) for m in members
                       if set(names) - {m["name"]} <= answering)
 
-    def remove(self, member: tuple[str, str, str]) -> dict:
+    def remove(self, member: tuple[str, str, str], timeout: float = 30.0) -> dict:
+        """`member remove` through another member, until the member list no longer has it (a
+        lost reply is asked again; NOT_FOUND means done); then it is killed and wiped."""
         _, member_id, host = member
-        via = next(h for h in self.db.hosts if h.name != host and h.name not in self.db.removed)
-        self.db.ask(via, "/v3/cluster/member/remove", {"ID": member_id}, timeout=10.0)
+        deadline = time.monotonic() + timeout
+        while True:
+            members = self.list()
+            if members is not None and not any(m["ID"] == member_id for m in members):
+                break
+            try:
+                self.db.ask(self._via(host), "/v3/cluster/member/remove", {"ID": member_id},
+                            timeout=10.0)
+            except EtcdError as e:
+                if e.code == 5:  # NOT_FOUND: removed already
+                    break
+                if time.monotonic() > deadline:
+                    raise
+            except (OSError, ValueError):
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.5)
         self.db.kill(host, "etcd")
         self.db.removed.add(host)
         self.db.joining.pop(host, None)
-        self.db.remotes[host].run(["rm", "-rf", self.db.data_dir("etcd")])
+        self.db.wipe(host)
         return {"member_id": member_id}
 
     def add(self, member: tuple[str, str, str], timeout: float) -> dict:
@@ -385,11 +426,11 @@ class EtcdMembers:
         while True:
             try:
                 members = self.list()
+                if members is None:
+                    raise OSError("no member answered")
                 if not any(peer in m.get("peerURLs", []) for m in members):
-                    via = next(o for o in self.db.hosts if o.name != host
-                               and o.name not in self.db.removed)
-                    members = self.db.ask(via, "/v3/cluster/member/add", {"peerURLs": [peer]},
-                                          timeout=10.0)["members"]
+                    members = self.db.ask(self._via(host), "/v3/cluster/member/add",
+                                          {"peerURLs": [peer]}, timeout=10.0)["members"]
                 break
             except (OSError, ValueError, KeyError, EtcdError) as e:
                 if time.monotonic() > deadline:
@@ -399,8 +440,7 @@ class EtcdMembers:
             f"{m.get('name') or host}={u}" for m in members for u in m.get("peerURLs", []))
         self.db.removed.discard(host)
         if not self.db.running(host, "etcd"):
-            self.db.remotes[host].run(["rm", "-rf", self.db.data_dir("etcd")])
-            self.db.configure(h)
+            self.db.wipe(host)
         self.db.start(host, "etcd")
         while self.db._post(h, "/v3/maintenance/status", {}) is None:
             if time.monotonic() > deadline:

@@ -17,7 +17,8 @@ must come back FAILED; one that runs again cut the batch as torn (the logs check
 The nemesis damages at most one replica of each group over a whole run (a tablet, or etcd's one
 cluster): a minority. Beyond that it would only show that a majority of failed disks loses data,
 which no replicated system survives. The completion records the damaged daemon's log length
-then, so the logs checker can tell the system's answer to the damage from what came before.
+then, and a repair's the length before it, so the logs checker can tell the system's answer to
+the damage from what came before and after.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ for sub, kind, group in spec["files"]:
                     and g not in spared):
                 files.append((kind, os.path.join(dirpath, n), g))
 if not files:
-    print(json.dumps({"skipped": "no files to damage yet"})); sys.exit(0)
+    print(json.dumps({"skipped": "no file to damage: none written yet, or each one's replica "
+                                 "was damaged on another host"})); sys.exit(0)
 mode = spec["mode"] or rng.choice(spec["modes"])
 
 
@@ -105,9 +107,14 @@ if mode == "head-flip":
                           "offset": offset, "bit": bit, "batch": start}))
         sys.exit(0)
     mode = "bitflip"  # no unfinished segment with a batch: an ordinary flip
-kind, path, group = rng.choice(sorted(files))
-data = open(path, "rb").read()
-size = len(data.rstrip(b"\0")) or len(data)  # preallocated zeros hold nothing to damage
+files.sort()
+while True:
+    kind, path, group = files.pop(rng.randrange(len(files)))
+    size = len(open(path, "rb").read().rstrip(b"\0"))  # preallocated zeros hold nothing
+    if size > 64:
+        break
+    if not files:
+        print(json.dumps({"skipped": "every file is preallocated space only"})); sys.exit(0)
 done = {"file": path, "kind": kind, "group": group, "mode": mode}
 if mode == "bitflip":
     offset, bit = rng.randrange(32, size), rng.randrange(8)
@@ -157,13 +164,15 @@ class DiskCorruption(Nemesis):
     def stop(self) -> dict:
         """The damage stays (the node was restarted right after it); what the system's repair
         mends is mended."""
-        repaired = []
+        repaired, log = [], self.db.disk_layout().log
         while self._unrepaired:
             host, done = self._unrepaired[0]
+            log_line = self._log_length(host, log)  # what comes after is the mended daemon's
             what = self.db.repair(host, done)
             self._unrepaired.pop(0)
-            if what:
-                repaired.append({"host": host, **what})
+            if what:  # whole again: its group may be damaged again, on any host
+                repaired.append({"host": host, **what, "log": done["log"], "log_line": log_line})
+                self.damaged.pop(done["group"], None)
         self.active = False
         return {"damaged": dict(sorted(self.damaged.items())), "repaired": repaired}
 

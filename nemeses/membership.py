@@ -54,9 +54,9 @@ class Membership(Nemesis):
         if not candidates:
             return {"skipped": "no group whose members can spare one now"}
         member = candidates[choice["pick"] % len(candidates)]
+        self._removed.append(member)  # first: a removal that raised may still have applied,
+        self.active = True            # and adding back a member that is one is done at once
         done = members.remove(member)
-        self._removed.append(member)
-        self.active = True
         return {"removed": member[2], "group": member[0], **done}
 
     def stop(self) -> dict:

@@ -170,6 +170,20 @@ def test_leader_and_convergence(cluster):
     assert len({m["hash"] for m in result["members"].values()}) == 1
 
 
+def test_the_leader_is_named_by_the_highest_term_that_names_one():
+    db = EtcdDB([Host(f"n{i}", f"127.0.0.{i}") for i in (1, 2, 3)], [], {})
+
+    def status(me, term, leader=None):
+        return {"header": {"member_id": me}, "raftTerm": str(term),
+                **({"leader": leader} if leader else {})}
+    # a member that lost its leader leaves the field out, at the same term as the others
+    db.statuses = lambda: {"n1": status("a", 4), "n2": status("b", 4, "c"),
+                           "n3": status("c", 3, "a")}
+    assert db.leader_master() == "n3"
+    db.statuses = lambda: {"n1": status("a", 4), "n2": status("b", 4)}
+    assert db.leader_master() is None
+
+
 def test_compare_members_rule():
     same = {h: {"revision": 5, "latest": 5, "hash": 7, "compact_revision": 0} for h in "abc"}
     assert compare_members(same, list("abc"))["verdict"] == "valid"
@@ -183,6 +197,12 @@ def test_compare_members_rule():
 
 def test_flags_are_checked_against_etcd_help_before_any_host():
     EtcdDB.check_flags({"snapshot-count": "100", "serializable": "true"})
+    # as the CLI hands them over: underscores for dashes, booleans parsed
+    cli = {"experimental_initial_corrupt_check": True, "snapshot_count": 100, "serializable": True}
+    EtcdDB.check_flags(cli)
+    args = EtcdDB([Host("n1", "127.0.0.1")], [], {}, flags=cli).args(Host("n1", "127.0.0.1"), "/d")
+    assert "--experimental-initial-corrupt-check=true" in args and "--snapshot-count=100" in args
+    assert not any("serializable" in a for a in args)
     for flags, says in [({"snapshot-cnt": "1"}, "not a flag"), ({"data-dir": "/x"}, "harness"),
                         ({"serializable": "maybe"}, "true or false"),
                         ({"etcd_binary": "/nope", "snapshot-count": "1"}, "no etcd binary")]:

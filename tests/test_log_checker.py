@@ -235,14 +235,19 @@ def test_etcds_refusal_after_the_damage_is_expected_and_a_fatal_line_before_it_i
     from harness.etcd_db import EtcdDB
 
     fatal = '{"level":"fatal","msg":"failed to open WAL","error":"walpb: crc mismatch"}'
-    write_logs(tmp_path, {"n2/etcd.log": f'{{"level":"info"}}\n{fatal}\n{{"level":"info"}}\n{fatal}\n',
+    write_logs(tmp_path, {"n2/etcd.log": f'{{"level":"info"}}\n{fatal}\n{{"level":"info"}}\n{fatal}\n'
+                                         f'{fatal}\n{fatal}\n',
                           "n3/etcd.log": f"{fatal}\n"})
     damage = {"index": 5, "type": "info", "process": "nemesis", "f": "start-disk", "time": 1,
               "value": {"host": "n2", "file": "/var/lib/tessera/etcd/member/wal/0.wal",
                         "kind": "etcd-wal", "group": "etcd", "mode": "bitflip",
                         "log": "etcd.log", "log_line": 3,
                         "replica": {"group": "etcd", "state": "REFUSED"}}}
-    result = check_logs(tmp_path, [damage], rules=EtcdDB.log_rules)
-    assert [(e["host"], e["line"]) for e in result["errors"]] == [("n2", 2), ("n3", 1)]
-    assert [(e["host"], e["line"]) for e in result["expected"]] == [("n2", 4)]
+    # the member refused it (lines 4 and 5) until the heal replaced it; the new one's is news
+    repaired = {"index": 9, "type": "info", "process": "nemesis", "f": "stop-disk", "time": 2,
+                "value": {"damaged": {}, "repaired": [{"host": "n2", "replaced": "n2",
+                                                       "log": "etcd.log", "log_line": 5}]}}
+    result = check_logs(tmp_path, [damage, repaired], rules=EtcdDB.log_rules)
+    assert [(e["host"], e["line"]) for e in result["errors"]] == [("n2", 2), ("n2", 6), ("n3", 1)]
+    assert [(e["host"], e["line"]) for e in result["expected"]] == [("n2", 4), ("n2", 5)]
     assert result["verdict"] == "invalid"

@@ -32,7 +32,8 @@ replicates the entries again. Corruption on any other host, tablet or file, and 
 lost entries with no damage injected, are unexpected and invalid. Log lines are not matched by time:
 hosts' clocks are skewed by the clock nemesis. A system whose daemon holds one replication group
 (etcd) answers damage by refusing to start: its rules marked `after_damage` are expected in the
-damaged daemon's log after the line count the nemesis recorded at the damage. The other way round, damage the engine must
+damaged daemon's log between the line count the nemesis recorded at the damage and the one it
+recorded when a repair replaced the daemon. The other way round, damage the engine must
 refuse and did not is an error too (`undetected_damage`): a flipped newest WAL batch header
 whose replica came back RUNNING.
 
@@ -144,17 +145,25 @@ def injected_damage(ops) -> dict[str, set[str]]:
     return damaged
 
 
-def damage_lines(ops) -> dict[tuple[str, str], int]:
-    """(host, log file name) -> the line count of that daemon's log when the disk nemesis first
-    damaged its files: the lines after it are the daemon's answer to the damage."""
-    out: dict[tuple[str, str], int] = {}
+def damage_lines(ops) -> dict[tuple[str, str], list[tuple[int, float]]]:
+    """(host, log file name) -> the spans of that daemon's log lines (after, up to) that answer
+    damage: from the line count when the disk nemesis damaged its files to the count when a
+    repair replaced the daemon (no repair: the end of the log)."""
+    spans: dict[tuple[str, str], list[tuple[int, float]]] = {}
     for op in ops or ():
         value = _get(op, "value")
-        if (_get(op, "process") == "nemesis" and _get(op, "f") == "start-disk"
-                and isinstance(value, dict) and value.get("log")):
-            key = (value["host"], value["log"])
-            out[key] = min(out.get(key, value["log_line"]), value["log_line"])
-    return out
+        if _get(op, "process") != "nemesis" or not isinstance(value, dict):
+            continue
+        if _get(op, "f") == "start-disk" and value.get("log"):
+            spans.setdefault((value["host"], value["log"]), []).append(
+                (value["log_line"], float("inf")))
+        if _get(op, "f") not in ("stop-disk", "heal-disk"):
+            continue
+        for fixed in value.get("repaired") or ():
+            open_ = spans.get((fixed.get("host"), fixed.get("log")), [])
+            if open_ and open_[-1][1] == float("inf"):
+                open_[-1] = (open_[-1][0], fixed["log_line"])
+    return spans
 
 
 def undetected_damage(ops) -> list[dict]:
@@ -242,10 +251,9 @@ def check_logs(run_dir: Path, ops=None, rules=None) -> dict:
         for path in sorted(host_dir.glob("*.log")):
             scanned.append(f"{host}/{path.name}")
             for f in scan_log(path.read_text(errors="replace"), rules):
-                since = after.get((host, path.name))
                 is_expected = (_expected(f, damaged.get(host, set()), replicas)
-                               or (since is not None and f["line"] > since
-                                   and (f["rule"] or {}).get("after_damage", False)))
+                               or ((f["rule"] or {}).get("after_damage", False) and any(
+                                   a < f["line"] <= b for a, b in after.get((host, path.name), ()))))
                 if f["rule"] is None:
                     explanation = f"{TRACEBACK_EXPLANATION}: {f['lines'][-1].strip()}"
                 else:

@@ -1,0 +1,71 @@
+"""The membership nemesis (nemeses/membership.py) is the same for every system: it asks the
+system's `Members` for candidates, removes the one the plan picks, and at the heal adds every
+removed member back, in order, a failed add staying for the next heal. Here against a members
+record standing in for a system; the real ones run in test_nemeses_e2e.py (Tessera) and on the
+netns etcd cluster (test_harness_e2e.py)."""
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from nemeses.membership import Membership
+
+
+@dataclass
+class Ledger:
+    """Members that remove and add for real in a list, and fail an add when told to."""
+
+    members: list = field(default_factory=lambda: [("g", "m1", "n1"), ("g", "m2", "n2"),
+                                                   ("g", "m3", "n3"), ("g", "m4", "n4")])
+    fail_adds: int = 0
+    calls: list = field(default_factory=list)
+
+    def removable(self):
+        return sorted(self.members) if len(self.members) > 3 else []
+
+    def remove(self, member):
+        self.members.remove(member)
+        self.calls.append(("remove", member[1]))
+        return {"id": member[1]}
+
+    def add(self, member, timeout):
+        if self.fail_adds:
+            self.fail_adds -= 1
+            raise RuntimeError("unhealthy cluster")
+        self.members.append(member)
+        self.calls.append(("add", member[1]))
+        return {}
+
+
+@dataclass
+class System:
+    ledger: Ledger
+
+    def membership(self):
+        return self.ledger
+
+
+def test_removes_the_picked_candidate_and_adds_it_back_at_the_stop():
+    ledger = Ledger()
+    m = Membership(db=System(ledger))
+    done = m.start({"pick": 6})  # 6 mod 4 candidates: the third, n3
+    assert done == {"removed": "n3", "group": "g", "id": "m3"} and m.active
+    assert m.stop() == {"added": [{"added": "n3", "group": "g"}]} and not m.active
+    assert ledger.calls == [("remove", "m3"), ("add", "m3")]
+
+
+def test_a_failed_add_stays_for_the_next_heal():
+    ledger = Ledger(fail_adds=1)
+    m = Membership(db=System(ledger))
+    m.start({"pick": 0})
+    with pytest.raises(RuntimeError, match="unhealthy"):
+        m.stop()
+    assert m.active and m.heal() == {"added": [{"added": "n1", "group": "g"}]}
+    assert len(ledger.members) == 4 and m.heal() == {}
+
+
+def test_no_candidate_is_a_skip_not_a_removal(monkeypatch):
+    ledger = Ledger(members=[("g", "m1", "n1"), ("g", "m2", "n2"), ("g", "m3", "n3")])
+    monkeypatch.setattr("nemeses.membership.time.sleep", lambda s: None)
+    m = Membership(db=System(ledger), timeout=0.0)
+    assert "skipped" in m.start({"pick": 1}) and not m.active and ledger.calls == []
