@@ -83,7 +83,10 @@ class EtcdDB(Deployment):
         # name", which is not a crash
         rule("fatal", r"\"level\":\"(fatal|panic)\"(?!.*couldn't find local name)",
              "etcd logged a fatal or panic line", after_damage=True),
-        rule("panic", r"^(panic: |signal SIG)", "etcd panicked", after_damage=True),
+        # a Go panic, or a runtime fatal error (a SIGBUS reading bbolt's mmap prints
+        # "fatal error: fault" and "[signal SIGBUS: ...")
+        rule("panic", r"^(panic: |fatal error: |\[?signal SIG)", "etcd panicked or crashed",
+             after_damage=True),
         rule("start-failure", r"^etcd etcd: ", "an etcd member could not start"),
     )
 
@@ -219,7 +222,8 @@ class EtcdDB(Deployment):
                 self.kill(host, "etcd")
                 self.removed.add(host)  # out until the repair: no fault or watchdog restarts it
                 why = self.remotes[host].sh(  # its last fatal or panic line says why
-                    f"grep -E '\"level\":\"(fatal|panic)\"|^panic: ' {DATA}/logs/etcd.log "
+                    f"grep -E '\"level\":\"(fatal|panic)\"|^panic: |^fatal error: ' "
+                    f"{DATA}/logs/etcd.log "
                     f"| tail -n 1", check=False).stdout.strip()
                 return {"group": GROUP, "state": "REFUSED", "error": why[-500:]}
             time.sleep(0.2)

@@ -215,9 +215,12 @@ def test_log_rules_find_fatal_lines_but_not_a_removed_members_restart():
     text = ('{"level":"info","msg":"ready"}\n'
             '{"level":"fatal","msg":"couldn\'t find local name \\"n4\\" in the initial cluster"}\n'
             '{"level":"fatal","msg":"failed to recover v3 backend"}\n'
-            'panic: runtime error\n')
+            'panic: runtime error\n'
+            'unexpected fault address 0x7fd954042818\nfatal error: fault\n'
+            '[signal SIGBUS: bus error code=0x2 addr=0x7fd954042818 pc=0x4041bb]\n')
     found = [(f["type"], f["line"]) for f in scan_log(text, rules)]
     assert ("fatal", 3) in found and ("panic", 4) in found
+    assert ("panic", 6) in found and ("panic", 7) in found  # a Go runtime crash (SIGBUS)
     assert all(line != 2 for _, line in found)
 
 

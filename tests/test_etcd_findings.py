@@ -28,8 +28,10 @@ def test_serializable_reads_under_partitions_are_stale(tmp_path):
     assert lin["verdict"] == "invalid" and lin["invalid_keys"], lin
 
 
-def test_lock_set_under_pauses_loses_acknowledged_adds(tmp_path):
-    sets = checked("lock-set/20261127T035018", "set", tmp_path)["set"]
+@pytest.mark.parametrize("run", ["lock-set/20261127T035018",  # pauses
+                                 "lock-set/20261127T062926"])  # pauses and partitions
+def test_lock_set_loses_acknowledged_adds(run, tmp_path):
+    sets = checked(run, "set", tmp_path)["set"]
     assert sets["verdict"] == "invalid" and sets["lost_count"] > 0, sets
 
 
