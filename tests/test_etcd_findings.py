@@ -42,3 +42,23 @@ def test_every_finding_can_be_replayed(run):
 
     spec, _ = load(FINDINGS / run)
     assert spec.db == "etcd" and spec.store == str(FINDINGS)
+
+
+@pytest.mark.parametrize("run", ["register/20261127T061316", "set/20261127T063637"])
+def test_a_bit_flipped_in_bbolts_db_went_unnoticed_and_the_member_diverged(run, tmp_path):
+    """The member's state is known only from the hashes the run recorded: the convergence rule
+    judges them again, and the history must show that member's db damaged and running on."""
+    from harness.etcd_db import compare_members
+
+    src = FINDINGS / run
+    recorded = next(r for r in json.loads((src / "results.json").read_text())["check"]["results"]
+                    if r["checker"] == "convergence")
+    again = compare_members(recorded["members"], sorted(recorded["members"]))
+    assert again["verdict"] == "invalid"
+    (odd,) = [hosts for hosts in again["errors"][0]["groups"].values() if len(hosts) == 1]
+    history = tmp_path / "history.jsonl"
+    history.write_bytes(gzip.decompress((src / "history.jsonl.gz").read_bytes()))
+    damage = [o.value for o in read_jsonl(history) if o.process == "nemesis"
+              and o.f == "start-disk" and o.type != "invoke" and "file" in (o.value or {})]
+    assert [(d["host"], d["file"].rsplit("/", 1)[-1], d["mode"], d["replica"]["state"])
+            for d in damage][0] == (odd[0], "db", "bitflip", "RUNNING")
