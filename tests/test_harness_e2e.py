@@ -349,11 +349,11 @@ def _etcd_results(out):
 def test_etcd_register_under_kills_and_partitions_is_valid(env, tmp_path):
     """Issue 33: etcd under the harness. Register on five etcd members (Debian's etcd-server)
     through the v3 JSON gateway, members killed and partitioned, one removed and added back
-    (etcd's member API) and one's files damaged (a member that refuses them is replaced at the
-    heal): linearizable, all five members' KV hashes agree at the end, and their logs hold no
-    fatal line but a damaged member's refusal; as Jepsen found for 3.4.3."""
+    (etcd's member API): linearizable, all five members' KV hashes agree at the end, and their
+    logs hold no fatal line; as Jepsen found for 3.4.3. (No disk fault here: a bit flipped in
+    bbolt's db may go unnoticed and diverge the member, an etcd finding, docs/findings/etcd.)"""
     out = tessera("test", "--db", "etcd", "--workload", "register", "--nemesis",
-                  "kill,partition,membership,disk", "--nemesis-interval", "5",
+                  "kill,partition,membership", "--nemesis-interval", "5",
                   "--time-limit", "20", "--seed", "1", "--store", str(tmp_path / "store"), env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     run_dir, results, by = _etcd_results(out)
@@ -362,13 +362,7 @@ def test_etcd_register_under_kills_and_partitions_is_valid(env, tmp_path):
     assert by["logs"]["verdict"] == "valid" and results["counts"].get("write:ok", 0) > 0
     ops = read_jsonl(os.path.join(run_dir, "history.jsonl"))
     assert {o.f for o in ops if o.process == "nemesis"} >= {
-        "start-kill", "start-partition", "start-membership", "start-disk"}
-    nemesis = [o for o in ops if o.process == "nemesis" and o.type != "invoke"]
-    repairs = [r["host"] for o in nemesis if o.f in ("stop-disk", "heal-disk")
-               for r in (o.value or {}).get("repaired", [])]
-    for o in nemesis:  # every damage a member refused was mended by replacing the member
-        if o.f == "start-disk" and ((o.value or {}).get("replica") or {}).get("state") == "REFUSED":
-            assert o.value["host"] in repairs, o.value
+        "start-kill", "start-partition", "start-membership"}
     assert os.path.getsize(os.path.join(run_dir, "nodes", "n1", "etcd.log")) > 0
 
 
