@@ -27,6 +27,10 @@ class Package:
 
 
 _PACKAGES: dict[str, Package] = {}
+# What each offer means, for the message that refuses a fault a system does not support.
+OFFERS = {"leaders": "a leader query", "tablets": "a tablet catalog", "masters": "a master quorum",
+          "disk": "data files the disk nemesis may damage", "membership": "a membership API",
+          "admin": "maintenance operations", "faketime": "daemons that run under libfaketime"}
 
 
 def register(package: Package) -> Package:
@@ -63,9 +67,10 @@ def select(text: str, offers: frozenset[str] | None = None) -> list[str]:
             names += [n for n, p in known.items() if p.group == item and applies(p)]
         elif item in known:
             if not applies(known[item]):
-                missing = ", ".join(sorted(known[item].needs - offers))
+                missing = ", ".join(f"{n} ({OFFERS.get(n, '?')})"
+                                    for n in sorted(known[item].needs - offers))
                 raise ValueError(f"nemesis {item} does not apply to this system: it needs "
-                                 f"{missing}")
+                                 f"{missing}, which it does not offer")
             names.append(item)
         else:
             raise ValueError(f"unknown nemesis {item!r} (known: {', '.join(known)}, "

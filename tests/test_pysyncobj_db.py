@@ -167,7 +167,7 @@ def test_what_the_cli_refuses_for_pysyncobj():
 
     for argv, words in [(["--workload", "bank"], "runs the workloads register, set"),
                         (["--client", "smart"], "takes --client node-bound"),
-                        (["--nemesis", "disk"], "does not apply to this system: it needs wal"),
+                        (["--nemesis", "disk"], "does not apply to this system: it needs disk (data files"),
                         (["--nemesis", "clock"], "needs faketime"),
                         (["--flag", "journalFile=/x"], "not a SyncObjConf keyword"),
                         (["--flag", "reads=quorum"], "takes log or local"),
