@@ -1,8 +1,11 @@
 """Kudu's TSTabletManager: the tablets of one server, each one entry with one state.
 
 Tablet servers and masters both compose one (a master's only tablet is its catalog). Every
-transition of a tablet's state (create, tombstone, copy in, open at start-up) runs under the
-manager's lock, so a vote answered from a tombstone cannot race a copy installing over it.
+transition of a tablet's state (create, tombstone, copy in, a vote answered from a tombstone)
+runs under that tablet's own lock, as Kudu keeps one transition in progress per tablet
+(`transition_in_progress_`): a vote answered from a tombstone cannot race a copy installing
+over the same tablet, and one tablet's copy install (a thread doing fsyncs and a WAL replay)
+never holds up another tablet's vote or tombstone.
 A replica whose files are corrupt is FAILED with the reason (naming the file) and refuses
 requests; the server and its other tablets keep serving.
 """
@@ -74,10 +77,14 @@ class TabletManager:
         self.uuid, self.data_dir, self.disk = uuid, Path(data_dir), disk
         self.options, self.rng, self._sender = options, rng, sender
         self.entries: dict[str, TabletEntry] = {}
-        self.lock = asyncio.Lock()
+        self._transitions: dict[str, asyncio.Lock] = {}  # tablet -> its transition lock
         # tablet -> loop time its replica last stopped serving (tombstoned, or found tombstoned
         # or copying at start-up): its votes are withheld for a vote lease from then
         self._quiet_since: dict[str, float] = {}
+
+    def transition(self, tablet_id: str) -> asyncio.Lock:
+        """The lock every change of `tablet_id`'s state holds; other tablets' are their own."""
+        return self._transitions.setdefault(tablet_id, asyncio.Lock())
 
     # -- lookups ------------------------------------------------------------------------------
     def paths(self, tablet_id: str) -> TabletPaths:
@@ -154,7 +161,7 @@ class TabletManager:
     async def create(self, tablet_id: str, table: str, partition, config: RaftConfig) -> bool:
         """A new replica with its initial config; False if it exists already (creations are
         retried), ALREADY_EXISTS over a tombstone (only a copy brings one back)."""
-        async with self.lock:
+        async with self.transition(tablet_id):
             state = self.state(tablet_id)
             if state in (TabletState.RUNNING, TabletState.FAILED):
                 return False
@@ -194,7 +201,7 @@ class TabletManager:
             self.log(tablet_id).info("delete: aborting the tablet copy under way")
             e.copy.cancel()
             await asyncio.gather(e.copy, return_exceptions=True)  # it cleans up as it ends
-        async with self.lock:
+        async with self.transition(tablet_id):
             e = self.entries.get(tablet_id)
             if e is not None and e.stored == TabletState.FAILED:
                 del self.entries[tablet_id]  # nothing runs; its files are left for an operator
@@ -213,7 +220,7 @@ class TabletManager:
             return True
 
     async def _tombstone(self, e: TabletEntry) -> None:
-        """Stop a running replica and tombstone it. Call under self.lock."""
+        """Stop a running replica and tombstone it. Call under its transition lock."""
         r = e.replica
         last = OpId(*r.last_logged())
         await r.stop()
@@ -261,7 +268,7 @@ class TabletManager:
         if not votes:
             return others
         paths = self.paths(tablet_id)
-        async with self.lock:  # not while a copy installs (it merges the metadata)
+        async with self.transition(tablet_id):  # not while a copy installs (it merges the metadata)
             if self.state(tablet_id) == TabletState.RUNNING:  # the copy finished meanwhile
                 self.entries[tablet_id].replica.step(votes)
                 return others
@@ -286,7 +293,7 @@ class TabletManager:
         retained log can still catch up (REPLICA_NOT_BEHIND): only a replica that is really
         behind is tombstoned first."""
         tid, paths = req.tablet_id, self.paths(req.tablet_id)
-        async with self.lock:
+        async with self.transition(tid):
             e = self.entries.get(tid)
             if e is not None and e.stored == TabletState.COPYING:
                 raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {tid}: a copy is in progress")
@@ -322,7 +329,7 @@ class TabletManager:
     async def prepare_copy(self, tablet_id: str, session: CopySession) -> None:
         """Make room for a copy's files (node.tserver.copy.prepare_install): from here on a
         failure leaves a tombstone."""
-        async with self.lock:
+        async with self.transition(tablet_id):
             await uninterrupted(asyncio.to_thread(prepare_install, self.paths(tablet_id), session,
                                                   self.options.faults))
 
@@ -337,7 +344,7 @@ class TabletManager:
 
     async def _install(self, tablet_id: str, session: CopySession, source: str) -> Replica:
         paths = self.paths(tablet_id)
-        async with self.lock:
+        async with self.transition(tablet_id):
             await asyncio.to_thread(complete_install, paths, session, source)
             r = self._new_replica(tablet_id)
             try:
@@ -357,7 +364,7 @@ class TabletManager:
         e = self.entries.get(tablet_id)
         if e is None or e.stored != TabletState.COPYING:
             return  # installed (or failed to open)
-        async with self.lock:
+        async with self.transition(tablet_id):
             table = await asyncio.to_thread(abandon_copy, self.paths(tablet_id))
         if table is not None:
             self.entries[tablet_id] = TabletEntry(tablet_id, table, TabletState.TOMBSTONED)
