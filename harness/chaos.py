@@ -16,7 +16,6 @@ import asyncio
 import sys
 import time
 import traceback
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,11 +31,11 @@ def say(msg: str) -> None:
 
 def execute(spec: TestSpec, plan: Plan | None = None, **facts) -> int:
     """Run the test and print its run directory last whenever one was made; the exit code as
-    Jepsen's CLI (`harness.cli`): the verdict's 0 / 1 / 2, or 255 when anything stopped the run
+    Jepsen's CLI (`reports.exit_codes`): the verdict's 0 / 1 / 2, or 255 when anything stopped the run
     before a verdict, which the run's test.json then says. `facts` go into test.json as they are
     (the command line, the run replayed)."""
-    from harness.cli import CRASHED, EXIT
     from harness.cluster import ClusterError
+    from reports.exit_codes import CRASHED, EXIT
 
     made: list[Path] = []
     try:
@@ -94,8 +93,9 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
     fault plan is drawn from the seed unless one is given (a replay). Returns the verdict."""
     from harness.cluster import ClusterError
     from harness.control import Remote
-    from harness.db import PYTHON_VERSION, check_wheelhouse, system, wheelhouse_for
+    from harness.db import PYTHON_VERSION, check_wheelhouse, wheelhouse_for
     from harness.runner import RunOptions
+    from harness.spec import system
     from harness.store import new_run_dir, write_json
     from nemeses import plan as plans
     from nemeses.base import Context
@@ -263,98 +263,11 @@ async def _drive(spec: TestSpec, workload, opts, db, ctx, run_dir: Path, nemeses
     return schedule
 
 
-def workload_clients(client, table: str, names: dict, binds: list[str] | None, workload):
-    """(clients(thread) for harness.runner.run, an async close for after it). Node-bound
-    (`binds`): thread t talks to binds[t mod n]; else any replica. With `workload.batch`, the
-    threads of one bind share one batching session, so their concurrent writes go out together,
-    while each op stays one op of the history (the runner records it as before)."""
-    options = workload.session_options()
-    sessions: dict = {}  # bind -> Session
-
-    def clients(thread: int):
-        bind = binds[thread % len(binds)] if binds else None
-        if options is None:
-            return client.table(table, names, bind=bind)
-        if bind not in sessions:
-            sessions[bind] = client.new_session(table, options, bind=bind)
-        return client.table(table, names, bind=bind, session=sessions[bind])
-
-    async def close() -> dict | None:
-        """Flush what is still buffered (ops whose callers gave up are dropped, never sent);
-        how many batches the sessions sent and why they were cut (None without sessions)."""
-        await asyncio.gather(*(s.close() for s in sessions.values()), return_exceptions=True)
-        if not sessions:
-            return None
-        reasons = sum((s.flush_reasons for s in sessions.values()), Counter())
-        batches, ops = sum(reasons.values()), sum(s.ops_cut for s in sessions.values())
-        return {"sessions": len(sessions), "batches": batches, "ops": ops,
-                "mean_ops_per_batch": round(ops / batches, 2) if batches else 0.0,
-                "cut_by": dict(reasons)}
-
-    return clients, close
-
-
-async def accept_test_table(client, tablets: int, replication_factor: int,
-                            timeout: float = 60.0):
-    """Create the table `test` and wait until every tablet has a leader that accepts writes, so
-    the clock (and the first fault) starts on a working cluster. Probe keys live outside every
-    workload's keys. Returns the table's locations. Event-loop time: the simulator runs it too."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            await client.create_table("test", num_tablets=tablets,
-                                      replication_factor=replication_factor)
-            break
-        except Exception as e:
-            if "exists" in str(e):
-                break
-            if loop.time() > deadline:
-                raise RuntimeError(f"cluster never accepted the test table: {e}") from e
-            await asyncio.sleep(1)
-    table = client.table("test")
-    locs = await client.locations("test", refresh=True)
-    probes = {}
-    for i in range(10_000):
-        key = f"_ready{i}"
-        bucket = next(t.tablet_id for t in locs.tablets if t.partition.contains(key))
-        probes.setdefault(bucket, key)
-        if len(probes) == len(locs.tablets):
-            break
-    for key in probes.values():
-        while True:
-            try:
-                await table.write(key, 1)
-                break
-            except Exception as e:
-                if loop.time() > deadline:
-                    raise RuntimeError(f"test table never became writable: {e}") from e
-                await asyncio.sleep(0.5)
-    return locs
-
-
 def _results(ops, checker, test: dict, schedule, extra: list[dict] = ()) -> dict:
     """The run's verdict, as `tessera analyze` gives it: the workload's checker composed with the
     run's other checks (`extra`: convergence, masters, node logs) and Jepsen's stats checker (an f that
     never succeeded makes the run invalid)."""
+    from reports.spark.results import judge_ops
 
     return {**judge_ops(ops, checker, extra), "final": test["final"],
             "nemesis": schedule.summary()}
-
-
-def judge_ops(ops, checker, extra: list[dict] = (), **overrides) -> dict:
-    """A history's verdict: the workload's checker composed with `extra` checks and Jepsen's
-    stats checker. The chaos runs and the whole-stack simulator both judge this way."""
-    from reports.checkers.stats import stats
-    from reports.spark.results import run_verdict, with_checks
-
-    client_ops = [o for o in ops if o.process != "nemesis"]
-    counts = Counter(f"{o.f}:{o.type}" for o in client_ops if o.type != "invoke")
-    try:
-        check = checker.check(client_ops, **overrides)
-    except Exception as e:  # an unreadable history is reported, never turned into a verdict
-        check = {"verdict": "unknown", "results": [], "error": f"{type(e).__name__}: {e}"}
-    check = with_checks(check, list(extra))
-    st = stats(client_ops)
-    return {"verdict": run_verdict(check, st), "checker": checker.model, "check": check,
-            "stats": {k: st[k] for k in ("verdict", "never_ok", "counts")}, "counts": dict(counts)}

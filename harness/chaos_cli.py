@@ -89,7 +89,7 @@ def parse_value(text: str, what: str) -> tuple[str, object]:
 
 def spec_from_args(args: argparse.Namespace) -> TestSpec:
     """Every argument checked before anything touches a host; ValueError says what is wrong."""
-    from harness.db import system
+    from harness.spec import system
     from nemeses.registry import select
     from workloads import make
 
@@ -160,11 +160,11 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit codes as Jepsen's CLI (`harness.cli`): the verdict's 0 / 1 / 2, 254 for bad
+    """Exit codes as Jepsen's CLI (`reports.exit_codes`): the verdict's 0 / 1 / 2, 254 for bad
     arguments, 255 when anything stopped the run before a verdict."""
     from harness import chaos
-    from harness.cli import BAD_ARGS
     from harness.cluster import ClusterError
+    from reports.exit_codes import BAD_ARGS
 
     try:
         spec = spec_from_args(args)

@@ -5,7 +5,8 @@ stays fast and a command's heavy dependencies (Spark, SSH) load only for that co
 Each command module defines `configure(parser)` and `run(args) -> int`.
 
 The commands that give verdicts (test, test-all, replay, analyze, check) exit like Jepsen's CLI, so scripts can tell
-a verdict from a broken invocation: 0 valid, 1 invalid, 2 unknown, 254 bad arguments, 255 crashed.
+a verdict from a broken invocation: 0 valid, 1 invalid, 2 unknown, 254 bad arguments, 255 crashed
+(reports.exit_codes holds them).
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ import argparse
 import importlib
 import sys
 import traceback
-from collections.abc import Iterable
 
-EXIT = {"valid": 0, "invalid": 1, "unknown": 2}
-BAD_ARGS, CRASHED = 254, 255
+from reports.exit_codes import BAD_ARGS, CRASHED
+
 VERDICT_COMMANDS = frozenset({"test", "test-all", "replay", "analyze", "check"})
 
 # name -> (module, one-line help)
@@ -39,14 +39,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "local-replica": ("node.tools.local_replica", "offline tools for a stopped server's replicas: list, cmeta print | unsafe-recreate, delete"),
     "tablet": ("node.tools.tablet_cli", "add, remove or move a tablet's replica; make its leader step down; unsafe-change-config"),
 }
-
-
-def verdict_exit(verdicts: Iterable[str]) -> int:
-    """Any invalid -> 1, else any unknown (or anything unrecognised) -> 2, else 0."""
-    verdicts = set(verdicts)
-    if "invalid" in verdicts:
-        return EXIT["invalid"]
-    return EXIT["valid"] if verdicts == {"valid"} else EXIT["unknown"]
 
 
 class BadArgsParser(argparse.ArgumentParser):

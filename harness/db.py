@@ -38,18 +38,6 @@ HTTP_PORTS = {"master": 8051, "tserver": 8050}  # Kudu's web UI ports: /status a
 HOST_EXTRAS = "host,pysyncobj"  # what every host installs: one wheelhouse serves every system
 
 
-def system(name: str) -> type[Deployment]:
-    """The Deployment class `tessera test --db NAME` uses; ValueError names the known ones."""
-    import importlib
-
-    from harness.spec import SYSTEMS
-
-    if name not in SYSTEMS:
-        raise ValueError(f"unknown --db {name!r} (known: {', '.join(SYSTEMS)})")
-    module, cls = SYSTEMS[name].split(":")
-    return getattr(importlib.import_module(module), cls)
-
-
 def build_wheelhouse(dest: Path, project: Path, log=print, python: str = sys.executable) -> list[Path]:
     """Wheels for the project and its engine dependencies, built on this machine by `python`
     (whose version and ABI the compiled ones get)."""
@@ -513,7 +501,7 @@ class TesseraDB(Deployment):
                            op_timeout: float):
         """The test table created and writable, then the workload's clients over one
         TesseraClient (closed with them)."""
-        from harness.chaos import accept_test_table, workload_clients
+        from harness.tessera_clients import accept_test_table, workload_clients
         from node.client import TesseraClient
 
         client = TesseraClient(self.master_addrs, timeout=min(op_timeout, 10.0))
@@ -534,8 +522,8 @@ class TesseraDB(Deployment):
         return clients, close, {t.partition.bucket: t.tablet_id for t in locs.tablets}
 
     def end_checks(self) -> list[tuple[str, object]]:
-        from harness.convergence import check_convergence
         from harness.masters_check import check_masters
+        from node.tools.convergence import check_convergence
 
         return [("convergence", lambda: check_convergence(self)),
                 ("masters", lambda: check_masters(self))]

@@ -36,10 +36,9 @@ TESSERA = "tessera"  # the one --db with simulators, lease reads and engine faul
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from harness.db import system
     from harness.selfcheck import RECIPES
     from harness.sim_cell import FULL_KIND, KIND
-    from harness.spec import SYSTEMS
+    from harness.spec import SYSTEMS, system
 
     every = "; ".join(f"{db} {','.join(default_workloads(db, system(db)))}" for db in SYSTEMS)
     p.description = __doc__.split("\n\n")[1].replace("\n", " ")
@@ -100,11 +99,11 @@ def _tessera_only(db: str, what: str, why: str) -> None:
 
 def cells_from_args(args: argparse.Namespace) -> list[Cell]:
     """The cells asked for; ValueError says what is wrong."""
-    from harness.db import system
     from harness.selfcheck import RECIPES
     from harness.selfcheck import cells as selfcheck_cells
     from harness.sim_cell import FULL_KIND
     from harness.sim_cell import KIND as SIM
+    from harness.spec import system
 
     kind = system(args.db)
     if args.self_check:
@@ -160,8 +159,7 @@ def base_spec(args: argparse.Namespace, wheelhouse: Path):
     failure detection is fast; ValueError for a --flag the system's daemons would not take,
     found before the cluster comes up."""
     from harness.chaos_cli import parse_value
-    from harness.db import system
-    from harness.spec import TestSpec
+    from harness.spec import TestSpec, system
 
     kind = system(args.db)
     flags = dict(parse_value(f, "--flag") for f in args.flag)
@@ -222,10 +220,10 @@ def _runner(base, first_seed: int, summary_dir: Path):
 
 def run(args: argparse.Namespace) -> int:
     from harness.chaos import say
-    from harness.cli import BAD_ARGS
     from harness.cluster.netns import NetnsCluster
     from harness.db import build_wheelhouse
     from harness.store import new_run_dir
+    from reports.exit_codes import BAD_ARGS
 
     started = time.monotonic()
     mode = "self-check" if args.self_check else "matrix"

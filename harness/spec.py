@@ -5,15 +5,30 @@ it, test.json stores it (beside the facts of the run), and `tessera replay` read
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+if TYPE_CHECKING:
+    from harness.db import Deployment
 
 CLIENT_MODES = ("node-bound", "smart")
 PROVIDERS = ("netns", "hosts", "vagrant")
 # `--db`: the systems under test, each a harness.db.Deployment ("module:class", imported on use).
 SYSTEMS = {"tessera": "harness.db:TesseraDB", "pysyncobj": "harness.pysyncobj_db:PySyncObjDB",
            "etcd": "harness.etcd_db:EtcdDB"}
+
+
+def system(name: str) -> type[Deployment]:
+    """The Deployment class `tessera test --db NAME` uses; ValueError names the known ones. Here,
+    beside the names, not in harness.db: every system's module imports harness.db."""
+    import importlib
+
+    if name not in SYSTEMS:
+        raise ValueError(f"unknown --db {name!r} (known: {', '.join(SYSTEMS)})")
+    module, cls = SYSTEMS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
 
 # `--fast-failure-detection`: the engine's failure detection at Raft-test speed, so a minute of
 # faults holds dozens of elections (Kudu's defaults: 500 ms heartbeats, 1 s tablet server
@@ -32,7 +47,7 @@ FAST_FAILURE_DETECTION: dict[str, Any] = {
 class TestSpec(msgspec.Struct, frozen=True, kw_only=True):
     __test__ = False  # not a pytest class, whatever its name
 
-    db: str = "tessera"  # the system under test (harness.db.SYSTEMS)
+    db: str = "tessera"  # the system under test (SYSTEMS)
     workload: str = "register"
     workload_options: dict[str, Any] = {}
     nemesis: list[str] = []  # fault package names (nemeses.registry)

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from harness import chaos
-from harness.cli import COMMANDS, main, verdict_exit
+from harness.cli import COMMANDS, main
+from reports.exit_codes import verdict_exit
 from reports.history import Op
 from workloads.base import Checker
 

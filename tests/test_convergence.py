@@ -9,15 +9,14 @@ import msgspec
 import pytest
 
 from harness.cli import main as tessera
-from harness.convergence import check_convergence
 from node import durable
 from node.client import TesseraClient
 from node.protocol import ChecksumReport, ServerStatus, TabletChecksum
 from node.tablet.checksum import row_hashes, table_checksum
 from node.tablet.snapshot import SnapshotStore
+from node.tools.convergence import check_convergence, compare, converge, first_differing_key
 from node.tools.ksck import Endpoint, Servers
 from node.tools.local_cluster import LocalCluster
-from reports.checkers.convergence import compare, converge, first_differing_key
 
 MEMBERS = ["u1", "u2", "u3"]
 

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 import node.client as client_module
-from harness.chaos import workload_clients
+from harness.tessera_clients import workload_clients
 from node.client import FlushMode
 from node.sim.stack import StackConfig, StackSim, replay_command
 from reports.history import read_jsonl

@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 import crc32c
@@ -42,7 +40,7 @@ import crc32c
 from node.client.session import BufferFull as BufferFull
 from node.client.session import FlushMode as FlushMode
 from node.client.session import RowResult as RowResult
-from node.client.session import Session, SessionOptions
+from node.client.session import Session, SessionOptions, Sessions, TabletSession
 from node.errors import OpFailed, OpUnknown
 from node.protocol import (
     Ack,
@@ -116,42 +114,6 @@ class _Backoff:
         loop = asyncio.get_running_loop()
         await asyncio.sleep(min(self.delay * self.rng.uniform(0.5, 1.5), max(0, deadline - loop.time())))
         self.delay = min(self.delay * 2, 0.5)
-
-
-@dataclass
-class _Session:
-    """One tablet session's seqs. Seqs are handed out in increasing order, so the ones in
-    flight form a sorted queue and the lowest (what the tablet may not forget) is its head:
-    O(1) per op, where min() over hundreds of concurrent ops was not."""
-
-    id: int
-    next_seq: int = 1
-    inflight: deque = field(default_factory=deque)  # ascending; finished ones leave from the head
-    finished: set = field(default_factory=set)  # finished, still behind an unfinished one
-
-    def begin(self, n: int = 1) -> range:
-        seqs = range(self.next_seq, self.next_seq + n)
-        self.next_seq += n
-        self.inflight.extend(seqs)
-        return seqs
-
-    def end(self, seqs: range) -> None:
-        self.finished.update(seqs)
-        while self.inflight and self.inflight[0] in self.finished:
-            self.finished.discard(self.inflight.popleft())
-
-    def acked_below(self) -> int:
-        return self.inflight[0] if self.inflight else self.next_seq
-
-
-class Sessions:
-    """Client sessions by tablet. Each Table handle keeps its own: a tablet keeps only the last
-    128 results of a session, so on one session shared by many callers, a retry stalled behind
-    a fault finds its result forgotten (STALE_SEQ: an `info`) once the others have run on."""
-
-    def __init__(self):
-        self.by_tablet: dict[str, _Session] = {}
-        self.locks: dict[str, asyncio.Lock] = {}
 
 
 class TesseraClient:
@@ -318,7 +280,7 @@ class TesseraClient:
         return None
 
     async def _session(self, sessions: Sessions, table: str, t: TabletLocation, deadline: float,
-                       bind: tuple[str, int | None] | None) -> _Session:
+                       bind: tuple[str, int | None] | None) -> TabletSession:
         s = sessions.by_tablet.get(t.tablet_id)
         if s is not None:
             return s  # the lock below is for opening one, once
@@ -339,7 +301,7 @@ class TesseraClient:
                                                       deadline, bind)
                 except OpUnknown as e:
                     raise OpFailed(f"could not open a session: {e}") from None
-                s = sessions.by_tablet[t.tablet_id] = _Session(res.result.value)
+                s = sessions.by_tablet[t.tablet_id] = TabletSession(res.result.value)
             return s
         finally:
             lock.release()

@@ -34,9 +34,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import msgspec
 
@@ -45,8 +45,7 @@ from node.tablet.ops import ROW_OP_TYPES, Result, RowOp
 from node.tablet.state import Limits
 
 if TYPE_CHECKING:
-    from node.client import Sessions, TesseraClient
-    from node.protocol import Peer, TabletLocation
+    from node.protocol import Op, Peer, TabletLocation
 
 log = logging.getLogger(__name__)
 
@@ -114,14 +113,68 @@ class _Buffer:
 _size = msgspec.msgpack.Encoder().encode
 
 
+@dataclass
+class TabletSession:
+    """One tablet session's seqs. Seqs are handed out in increasing order, so the ones in
+    flight form a sorted queue and the lowest (what the tablet may not forget) is its head:
+    O(1) per op, where min() over hundreds of concurrent ops was not."""
+
+    id: int
+    next_seq: int = 1
+    inflight: deque = field(default_factory=deque)  # ascending; finished ones leave from the head
+    finished: set = field(default_factory=set)  # finished, still behind an unfinished one
+
+    def begin(self, n: int = 1) -> range:
+        seqs = range(self.next_seq, self.next_seq + n)
+        self.next_seq += n
+        self.inflight.extend(seqs)
+        return seqs
+
+    def end(self, seqs: range) -> None:
+        self.finished.update(seqs)
+        while self.inflight and self.inflight[0] in self.finished:
+            self.finished.discard(self.inflight.popleft())
+
+    def acked_below(self) -> int:
+        return self.inflight[0] if self.inflight else self.next_seq
+
+
+class Sessions:
+    """Client sessions by tablet. Each Table handle keeps its own: a tablet keeps only the last
+    128 results of a session, so on one session shared by many callers, a retry stalled behind
+    a fault finds its result forgotten (STALE_SEQ: an `info`) once the others have run on."""
+
+    def __init__(self):
+        self.by_tablet: dict[str, TabletSession] = {}
+        self.locks: dict[str, asyncio.Lock] = {}
+
+
+class Client(Protocol):
+    """What a Session needs of its TesseraClient (node.client, which makes sessions and so
+    imports this module): its op timeout, one op, the tablet of a key, one batch."""
+
+    timeout: float
+
+    async def op(self, table: str, key: str, op: Op, bind: tuple[str, int | None] | None = None,
+                 sessions: Sessions | None = None) -> tuple[Result, Peer]: ...
+
+    def cached_tablet(self, table: str, key: str) -> TabletLocation | None: ...
+
+    async def _tablet_for(self, table: str, key: str,
+                          deadline: float | None = None) -> TabletLocation: ...
+
+    async def write_batch(self, table: str, t: TabletLocation, ops: list[RowOp],
+                          deadline: float, bind: tuple[str, int | None] | None = None,
+                          sessions: Sessions | None = None
+                          ) -> tuple[list[Result | OpUnknown], Peer]: ...
+
+
 class Session:
     """Made by `TesseraClient.new_session` or `Table.new_session`; one per logical writer or
     shared by many, as Kudu's. Its own client sessions (dedup records) per tablet."""
 
-    def __init__(self, client: TesseraClient, table: str, options: SessionOptions,
+    def __init__(self, client: Client, table: str, options: SessionOptions,
                  bind: tuple[str, int | None] | None = None):
-        from node.client import Sessions
-
         self.client, self.table, self.options, self.bind = client, table, options, bind
         self.sessions: Sessions = Sessions()
         self._buffers: dict[str, _Buffer] = {}  # tablet -> ops not yet flushed

@@ -40,13 +40,9 @@ import contextvars
 import heapq
 import itertools
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from node.disk import fsync_meter
-
-if TYPE_CHECKING:
-    from node.sim.network import SimNetwork
-
 
 _CLEANUP_SECONDS = 60.0  # virtual time close() grants the living to finish
 
@@ -150,8 +146,22 @@ class _VirtualClock:
         pass
 
 
+class Network(Protocol):
+    """What the loop needs of its network (node.sim.network.SimNetwork, which runs on the loop
+    and so imports this module): to be attached, to hear of a crash, and its sockets."""
+
+    def attach(self, loop: SimLoop) -> None: ...
+
+    def host_crashed(self, host: str) -> None: ...
+
+    async def connect(self, protocol_factory, host: str, port: int,
+                      local_addr: tuple[str, int] | None) -> tuple[Any, asyncio.BaseProtocol]: ...
+
+    def listen(self, protocol_factory, host: str | None, port: int) -> Any: ...
+
+
 class SimLoop(asyncio.BaseEventLoop):
-    def __init__(self, network: SimNetwork):
+    def __init__(self, network: Network):
         super().__init__()
         self._selector = _VirtualClock(self)
         self._clock_resolution = 1e-9  # the platform's would differ between machines

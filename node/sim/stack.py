@@ -997,9 +997,9 @@ class StackSim:
         return ListAppend(batch=self.cfg.batch)
 
     async def _client_main(self) -> list:
-        from harness.chaos import accept_test_table, workload_clients
         from harness.recorder import Recorder
         from harness.runner import RunOptions, run
+        from harness.tessera_clients import accept_test_table, workload_clients
         from node.client import TesseraClient
         from node.rpc import RpcClient
 
@@ -1105,8 +1105,8 @@ class StackSim:
                                              if failed else "")
 
     def run(self) -> StackResult:
-        from harness.chaos import judge_ops
         from reports.history import read_jsonl
+        from reports.spark.results import judge_ops
 
         self.out_dir.mkdir(parents=True, exist_ok=True)
         quiet = logging.getLogger("tessera")

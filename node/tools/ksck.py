@@ -3,7 +3,7 @@ that they agree on the leader and on their config; lists every tablet of every t
 replicas' health as the leader master places them and as the tablet servers report them,
 checks each leader's committed config against the catalog, sorts tablets into healthy,
 under-replicated and unavailable, and with --checksum-scan compares the replicas' rows (the
-same rules as the harness's convergence check: reports.checkers.convergence).
+same rules as the harness's convergence check: node.tools.convergence).
 
 Exit 0 healthy, 1 problems found, 2 could not decide (no leader master, or the replicas never
 reached the same applied index in time).
@@ -39,7 +39,7 @@ class Endpoint:
 @dataclass
 class Servers:
     """Tablet servers by address, with the DB adapter's `ask_each`, so the harness's
-    check_convergence runs unchanged against any cluster whose addresses are known."""
+    check_convergence (node.tools.convergence) runs unchanged against any cluster whose addresses are known."""
 
     hosts: list[Endpoint]
     timeout: float = 5.0
@@ -173,8 +173,8 @@ def configure(p) -> None:
 
 
 def run(args) -> int:
-    from harness.convergence import check_convergence
     from node.errors import TesseraError
+    from node.tools.convergence import check_convergence
 
     try:
         masters = master_addrs(args.masters)

@@ -10,8 +10,8 @@ import argparse
 import os
 import sys
 
-from harness.cli import BAD_ARGS, EXIT
 from reports.checkers.consistency import DEFAULT_MODEL, MODEL_NAMES
+from reports.exit_codes import BAD_ARGS, EXIT
 
 LINEARIZABLE = ("cas-register", "register", "mutex", "queue", "multi-register")
 MODELS = LINEARIZABLE + ("set", "list-append", "rw-register", "bank", "counter", "watch")
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         ops = [o for o in read_history(path) if o.process != NEMESIS]
     except (HistoryError, OSError, UnicodeDecodeError) as e:
         print(f"tessera check: unreadable history: {e}", file=sys.stderr)
-        return 2
+        return EXIT["unknown"]
     options = {"time_limit": args.time_limit, "max_states": args.max_states,
                "consistency_model": args.consistency_model,
                "nil_read_unknown": args.nil_reads == "unknown",

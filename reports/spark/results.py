@@ -103,6 +103,22 @@ def run_verdict(check: dict, st: dict | None) -> str:
     return merge_verdicts([check["verdict"], st["verdict"] if st else "unknown"])
 
 
+def judge_ops(ops, checker, extra: list[dict] = (), **overrides) -> dict:
+    """A history's verdict: the workload's checker composed with `extra` checks and Jepsen's
+    stats checker, as results.json holds it. The chaos runs (harness.chaos) and the whole-stack
+    simulator (node.sim.stack) both judge this way."""
+    client_ops = [o for o in ops if o.process != NEMESIS]
+    counts = Counter(f"{o.f}:{o.type}" for o in client_ops if o.type != "invoke")
+    try:
+        check = checker.check(client_ops, **overrides)
+    except Exception as e:  # an unreadable history is reported, never turned into a verdict
+        check = {"verdict": "unknown", "results": [], "error": f"{type(e).__name__}: {e}"}
+    check = with_checks(check, list(extra))
+    st = stats(client_ops)
+    return {"verdict": run_verdict(check, st), "checker": checker.model, "check": check,
+            "stats": {k: st[k] for k in ("verdict", "never_ok", "counts")}, "counts": dict(counts)}
+
+
 def incomplete(test: dict) -> str | None:
     """Why the harness's record says the run cannot be judged, or None. Runs recorded before
     test.json carried a status count as complete."""

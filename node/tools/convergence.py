@@ -7,8 +7,11 @@ compared only at equal applied indexes, since a state machine is only defined pe
 that are not RUNNING (failed, tombstoned, copying), are outside the committed config, or whose
 server did not answer are listed but never compared.
 
-`compare` and `first_differing_key` are pure; `converge` polls through an injected `ask`, so the
-harness (netns DB adapter), `tessera cluster ksck` and the loopback tests share one implementation.
+`compare` and `first_differing_key` are pure; `converge` polls through an injected `ask`, and
+`check_convergence` asks through anything with tablet servers' `ask_each`, so the harness's end of
+run check (its DB adapter, harness.db.TesseraDB), `tessera cluster ksck --checksum-scan` (its
+`Servers`) and the loopback tests share one implementation. It is the engine's, beside ksck, as
+Kudu's checksum scan is: the engine imports nothing from the harness or the checkers.
 """
 
 from __future__ import annotations
@@ -116,3 +119,16 @@ def converge(ask: Ask, asked: list[str], timeout: float, interval: float = 0.5) 
             err["first_differing_key"] = first_differing_key({h: t.keys or [] for h, t in scans.items()})
             err["explanation"] += f"; first differing key: {err['first_differing_key']!r}"
     return result
+
+
+def check_convergence(db, timeout: float = 30.0) -> dict:
+    """`db`: anything with `hosts` (each with `.name`) and `ask_each(hosts, daemon, method, reply,
+    request)`, like harness.db.TesseraDB or ksck's `Servers`. Asks for the replicas' checksums
+    (`ts.checksum`) until the live replicas of each tablet agree on an applied index, then compares
+    their rows. Returns the checker result (see `compare`)."""
+    hosts = list(db.hosts)
+
+    def ask(req):
+        return db.ask_each(hosts, "tserver", "ts.checksum", ChecksumReport, req)
+
+    return converge(ask, [h.name for h in hosts], timeout)
