@@ -4,8 +4,8 @@ find NotImplementedError in the middle of a run."""
 
 import pytest
 
-from harness.db import Deployment, system
-from harness.spec import SYSTEMS
+from harness.db import Deployment
+from harness.spec import SYSTEMS, system
 from nemeses.registry import OFFERS, packages
 
 METHODS = {"disk": ("disk_layout", "damaged"), "membership": ("membership",),
