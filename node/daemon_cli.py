@@ -20,48 +20,73 @@ from pathlib import Path
 from node import faults
 from node.consensus import TICK_MS
 from node.replica import ReplicaOptions
-from node.rpc.wire import DEFAULT_MAX_FRAME, ENVELOPE_RESERVE, MIN_MAX_FRAME
+from node.rpc.wire import ENVELOPE_RESERVE, MIN_MAX_FRAME
 from node.tserver.copy_source import MAX_CHUNK_BYTES
 from node.wal import LogOptions
 
-# flag -> (type, default, help). Defaults are Kudu's unless noted.
-FLAGS: dict[str, tuple[type, object, str]] = {
+OPTION = object()  # a flag's default: the same-named field's of the options classes
+
+
+def option_default(flag: str) -> object:
+    """The default of the field named as `flag` (dashes for underscores) in ServerOptions,
+    ReplicaOptions or LogOptions: the daemon's flags never restate what the engine's options
+    classes say. KeyError if none has it."""
+    import dataclasses
+
+    import msgspec
+
+    from node.server_base import ServerOptions
+
+    key = flag.replace("-", "_")
+    for cls in (ServerOptions, ReplicaOptions):
+        for f in dataclasses.fields(cls):
+            if f.name == key and f.default is not dataclasses.MISSING:
+                return f.default
+    for f in msgspec.structs.fields(LogOptions):
+        if f.name == key and f.default is not msgspec.NODEFAULT:
+            return f.default
+    raise KeyError(f"no options field {key}")
+
+
+# flag -> (type, default, help). Defaults are Kudu's unless noted; OPTION: the options class's.
+_FLAGS: dict[str, tuple[type, object, str]] = {
     "data-dir": (str, None, "data directory (instance, wals/, tablet-meta/, consensus-meta/, data/)"),
     "rpc-addr": (str, None, "HOST:PORT to serve RPC on (default port 7050 tserver, 7051 master)"),
     "rpc-outbound-host": (str, "", "source address of outgoing RPC connections (empty: the "
                                    "kernel picks); daemons that share a machine but each have an "
                                    "address of their own can then be partitioned by address"),
-    "http-port": (int, 0, "port of /metrics and /status on the RPC host (0: any free port)"),
+    "http-port": (int, OPTION, "port of /metrics and /status on the RPC host (0: any free port)"),
     "masters": (str, "", "comma-separated master HOST:PORT list (for a master: all masters, "
                          "itself included; empty = a single master)"),
-    "log-force-fsync-all": (bool, True, "fsync every WAL group before acknowledging "
+    "log-force-fsync-all": (bool, OPTION, "fsync every WAL group before acknowledging "
                                         "(Kudu's default is false; Tessera is safe by default)"),
-    "log-segment-size-mb": (float, 8.0, "WAL segment size"),
-    "log-preallocate-segments": (bool, True, "fallocate WAL segments ahead of use"),
-    "raft-heartbeat-interval-ms": (int, 500, "leader heartbeat period"),
-    "leader-failure-max-missed-heartbeat-periods": (int, 3, "missed heartbeats before an election"),
-    "heartbeat-interval-ms": (int, 1000, "tablet server -> master heartbeat period"),
-    "read-mode": (str, "linearizable", "linearizable (ReadIndex round per read) or lease "
+    "log-segment-size-mb": (float, OPTION, "WAL segment size"),
+    "log-preallocate-segments": (bool, OPTION, "fallocate WAL segments ahead of use"),
+    "raft-heartbeat-interval-ms": (int, ReplicaOptions.heartbeat_interval_ticks * TICK_MS,
+                                   "leader heartbeat period"),
+    "leader-failure-max-missed-heartbeat-periods": (int, OPTION, "missed heartbeats before an election"),
+    "heartbeat-interval-ms": (int, OPTION, "tablet server -> master heartbeat period"),
+    "read-mode": (str, OPTION, "linearizable (ReadIndex round per read) or lease "
                                        "(leader lease; assumes bounded clock drift)"),
-    "max-clock-drift": (float, 0.05, "lease reads: assumed bound on clock rate differences"),
-    "clock-max-error-us": (int, 1000, "bound on clock disagreement between servers; each write "
+    "max-clock-drift": (float, OPTION, "lease reads: assumed bound on clock rate differences"),
+    "clock-max-error-us": (int, OPTION, "bound on clock disagreement between servers; each write "
                                       "is acknowledged only once now - this bound is past its "
                                       "hybrid timestamp (commit-wait)"),
-    "snapshot-interval-entries": (int, 20000, "applied entries between state-machine snapshots "
+    "snapshot-interval-entries": (int, OPTION, "applied entries between state-machine snapshots "
                                              "(after each, older WAL segments are collected)"),
-    "log-retain-entries": (int, 5000, "entries kept behind a snapshot for lagging followers"),
-    "follower-unavailable-considered-failed-sec": (float, 300.0, "masters: a tablet server "
+    "log-retain-entries": (int, OPTION, "entries kept behind a snapshot for lagging followers"),
+    "follower-unavailable-considered-failed-sec": (float, OPTION, "masters: a tablet server "
                                                    "silent this long has failed, and each of its "
                                                    "replicas is replaced on another server"),
-    "catalog-manager-bg-task-wait-ms": (int, 1000, "masters: period of the catalog's background "
+    "catalog-manager-bg-task-wait-ms": (int, OPTION, "masters: period of the catalog's background "
                                                    "task, which re-sends tablet creations and "
                                                    "deletes replicas the catalog deleted or evicted"),
-    "tablet-copy-idle-timeout-sec": (float, 600.0, "a tablet copy source ends a session "
+    "tablet-copy-idle-timeout-sec": (float, OPTION, "a tablet copy source ends a session "
                                                   "nobody fetched from for this long, "
                                                   "releasing the WAL and snapshot it pinned"),
-    "tablet-copy-transfer-chunk-size-bytes": (int, 4 << 20, "bytes a tablet copy asks for "
+    "tablet-copy-transfer-chunk-size-bytes": (int, OPTION, "bytes a tablet copy asks for "
                                                             "per fetch"),
-    "rpc-max-message-size": (int, DEFAULT_MAX_FRAME, "the largest RPC frame this server accepts "
+    "rpc-max-message-size": (int, OPTION, "the largest RPC frame this server accepts "
                                                      "or sends; every server of a cluster must "
                                                      "have the same"),
     "log-level": (str, "INFO", "DEBUG, INFO, WARNING or ERROR"),
@@ -76,6 +101,9 @@ FLAGS: dict[str, tuple[type, object, str]] = {
     **{name.replace("_", "-"): (bool, default, help_)
        for name, (default, help_) in faults.flags().items()},
 }
+FLAGS: dict[str, tuple[type, object, str]] = {
+    name: (typ, option_default(name) if default is OPTION else default, help_)
+    for name, (typ, default, help_) in _FLAGS.items()}
 
 log = logging.getLogger(__name__)
 

@@ -86,3 +86,35 @@ def test_cli_reports_bad_flags_with_exit_2():
     out = subprocess.run([sys.executable, "-m", "harness.cli", "tserver", "--data-dir", "/d",
                           "--rpc-addr", "host:notaport"], capture_output=True, text=True)
     assert out.returncode == 2 and "bad address" in out.stderr
+
+
+def test_flag_defaults_are_the_options_classes_defaults():
+    """A flag named as a field of ServerOptions, ReplicaOptions or LogOptions has that field's
+    default, so the daemon and an engine built in code (the simulator, the tests) agree."""
+    import dataclasses
+
+    import msgspec
+
+    from node.daemon_cli import FLAGS, build_options, resolve
+    from node.replica import ReplicaOptions
+    from node.server_base import ServerOptions
+    from node.wal import LogOptions
+
+    fields = {f.name: f.default for cls in (ServerOptions, ReplicaOptions)
+              for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    fields.update({f.name: f.default for f in msgspec.structs.fields(LogOptions)
+                   if f.default is not msgspec.NODEFAULT})
+    shared = [n for n in FLAGS if n.replace("-", "_") in fields]
+    assert len(shared) >= 15, shared
+    for name in shared:
+        assert FLAGS[name][1] == fields[name.replace("-", "_")], name
+    # and the options the daemon builds from its defaults are the classes' defaults
+    import argparse
+
+    from node.daemon_cli import configure
+    p = argparse.ArgumentParser()
+    configure(p, "tserver")
+    built = build_options(resolve(p.parse_args(["--data-dir", "/tmp/x"])), "tserver")
+    assert built.replica.log == LogOptions(faults=built.replica.log.faults)
+    assert dataclasses.replace(built.replica, faults=ReplicaOptions().faults,
+                               log=ReplicaOptions().log) == ReplicaOptions()
