@@ -1,24 +1,20 @@
-"""Workloads: op generators per process, their mapping onto the client, and their checker."""
+"""Workloads: op generators per process, their mapping onto the client, and their checker.
+
+Each workload module registers its classes (`workloads.base.register`), so a new workload is one
+new file: importing this package imports every module of it and collects them in WORKLOADS.
+"""
 
 from __future__ import annotations
 
-from workloads.bank import Bank
-from workloads.base import Workload
-from workloads.list_append import ListAppend
-from workloads.lock_set import LockEtcdSet, LockSet
-from workloads.register import Register
-from workloads.set import SetWorkload
-from workloads.watch import Watch
+import importlib
+import pkgutil
 
-WORKLOADS: dict[str, type[Workload]] = {
-    "register": Register,
-    "list-append": ListAppend,
-    "bank": Bank,
-    "set": SetWorkload,
-    "lock-set": LockSet,
-    "lock-etcd-set": LockEtcdSet,
-    "watch": Watch,
-}
+from workloads.base import _WORKLOADS, Workload
+
+for _m in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_m.name}")
+
+WORKLOADS: dict[str, type[Workload]] = dict(sorted(_WORKLOADS.items()))
 
 
 def make(name: str, **options) -> Workload:

@@ -11,9 +11,10 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from workloads.base import Checker, Invocation, KVClient, Workload, answer
+from workloads.base import Checker, Invocation, KVClient, Workload, answer, register
 
 
+@register
 @dataclass
 class Bank(Workload):
     name: str = "bank"

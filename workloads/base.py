@@ -141,3 +141,12 @@ class Workload:
             return Completion("info", error=str(e) or type(e).__name__)
         except Exception as e:  # an unexpected error leaves the outcome unknown, never failed
             return Completion("info", error=f"{type(e).__name__}: {e}")
+
+
+_WORKLOADS: dict[str, type[Workload]] = {}
+
+
+def register(cls: type[Workload]) -> type[Workload]:
+    """Class decorator: `tessera test --workload NAME` runs it (NAME: its `name`)."""
+    _WORKLOADS[cls.name] = cls
+    return cls

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from node.tablet.superblock import HashBucket
-from workloads.base import Checker, Invocation, KVClient, Workload, answer
+from workloads.base import Checker, Invocation, KVClient, Workload, answer, register
 from workloads.independent import IndependentKeys
 
 
@@ -27,6 +27,7 @@ def key_set(i: int, tablets: int, size: int) -> tuple[str, ...]:
     return tuple(itertools.islice((k for k in names if bucket.contains(k)), size))
 
 
+@register
 @dataclass
 class ListAppend(Workload):
     name: str = "list-append"

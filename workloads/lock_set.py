@@ -22,13 +22,14 @@ import random
 from dataclasses import dataclass, field
 
 from node.errors import OpFailed, OpUnknown
-from workloads.base import Invocation
+from workloads.base import Invocation, register
 from workloads.set import SetWorkload
 
 LOCK = "foo"  # Jepsen's lock name
 SET_KEY = "a-set"  # lock-etcd-set's key
 
 
+@register
 @dataclass
 class LockSet(SetWorkload):
     """The set workload's ops and checker; its adds go through the lock."""
@@ -65,6 +66,7 @@ class LockSet(SetWorkload):
             await client.release(key, lease)
 
 
+@register
 @dataclass
 class LockEtcdSet(LockSet):
     name: str = "lock-etcd-set"

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 from node.errors import OpFailed
 from node.rpc.wire import DEFAULT_MAX_FRAME
-from workloads.base import Checker, Invocation, KVClient, Workload
+from workloads.base import Checker, Invocation, KVClient, Workload, register
 from workloads.independent import IndependentKeys
 from workloads.values import ValueSizes
 
 
+@register
 @dataclass
 class Register(Workload):
     name: str = "register"

@@ -9,11 +9,12 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from workloads.base import Checker, Invocation, KVClient, Workload
+from workloads.base import Checker, Invocation, KVClient, Workload, register
 
 SET_KEY = "set"
 
 
+@register
 @dataclass
 class SetWorkload(Workload):
     name: str = "set"

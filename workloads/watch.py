@@ -17,11 +17,12 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from workloads.base import Checker, Invocation, Workload
+from workloads.base import Checker, Invocation, Workload, register
 
 KEY = "w"
 
 
+@register
 @dataclass
 class Watch(Workload):
     name: str = "watch"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from reports.checkers.registry import Model, register
 from reports.history import Op, client_ops
 
 
@@ -39,3 +40,6 @@ def check_bank(ops: Iterable[Op], total: int | None = None, negative_allowed: bo
         "errors": errors,
         **({} if reads else {"reason": "no ok reads"}),
     }
+
+
+register(Model("bank", lambda ops, opts: [check_bank(ops, total=opts.total)]))

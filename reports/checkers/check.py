@@ -9,17 +9,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from reports.checkers import consistency, linearizability
-from reports.checkers.bank import check_bank
-from reports.checkers.counter import check_counter
-from reports.checkers.elle import check_list_append, check_rw_register
-from reports.checkers.models import MODELS, MultiRegister
+from reports.checkers.registry import Options, models
 from reports.checkers.replies import check_replies
-from reports.checkers.sets import check_set
 from reports.checkers.timestamps import check_timestamps
-from reports.checkers.watch import check_watch
 from reports.history import Op
-
-ADVISORY_TIME_LIMIT = 5.0  # seconds per key for the set's linearizability search
 
 
 def check_history(ops: Iterable[Op], model: str, time_limit: float = linearizability.DEFAULT_TIME_LIMIT,
@@ -31,31 +24,12 @@ def check_history(ops: Iterable[Op], model: str, time_limit: float = linearizabi
     is what the Elle checkers (list-append, rw-register) judge the history against;
     `nil_read_unknown`, whether a register's ok read of nil is unknown (Knossos) or a value."""
     ops = list(ops)
-    results = []
-    if model == "list-append":
-        results.append(check_list_append(ops, consistency_model=consistency_model))
-    elif model == "rw-register":
-        results.append(check_rw_register(ops, consistency_model=consistency_model))
-    elif model == "bank":
-        results.append(check_bank(ops, total=total))
-    elif model == "counter":
-        results.append(check_counter(ops))
-    elif model == "watch":
-        results.append(check_watch(ops))
-    elif model == "set":  # set-full decides; the search may only add a real violation
-        # A set's search space explodes with its size, so the advisory search mostly spends its
-        # whole budget to say unknown: it gets a few seconds per key, not the decisive budget.
-        lin = linearizability.check(ops, MODELS["set"](), time_limit=min(time_limit, ADVISORY_TIME_LIMIT),
-                                    max_states=max_states)
-        results += [check_set(ops), {**lin, "advisory": True}]
-    else:
-        if model == "multi-register":
-            spec = MultiRegister(initial)
-        elif model in ("register", "cas-register"):
-            spec = MODELS[model](nil_read_unknown=nil_read_unknown)
-        else:
-            spec = MODELS[model]()
-        results.append(linearizability.check(ops, spec, time_limit=time_limit, max_states=max_states))
+    known = models()
+    if model not in known:
+        raise ValueError(f"unknown model {model!r} (known: {', '.join(known)})")
+    results = known[model].check(ops, Options(
+        time_limit=time_limit, max_states=max_states, total=total, initial=initial,
+        consistency_model=consistency_model, nil_read_unknown=nil_read_unknown))
     replies = check_replies(ops)
     if replies["compared"]:
         # Every model: a completion must answer its own invocation (wrong-reply). Histories

@@ -11,10 +11,11 @@ import os
 import sys
 
 from reports.checkers.consistency import DEFAULT_MODEL, MODEL_NAMES
+from reports.checkers.registry import models
 from reports.exit_codes import BAD_ARGS, EXIT
 
-LINEARIZABLE = ("cas-register", "register", "mutex", "queue", "multi-register")
-MODELS = LINEARIZABLE + ("set", "list-append", "rw-register", "bank", "counter", "watch")
+MODELS = tuple(models())
+LINEARIZABLE = tuple(name for name, m in models().items() if m.linearizable)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

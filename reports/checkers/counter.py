@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from reports.checkers.registry import Model, register
 from reports.history import Op, client_ops
 
 
@@ -52,3 +53,6 @@ def check_counter(ops: Iterable[Op], initial: int = 0) -> dict:
                                    "explanation": f"read {op.value!r} at index {op.index}, outside the "
                                                   f"possible range [{lower}, {upper}]"})
     return {"checker": "counter", "verdict": "invalid" if errors else "valid", "reads": reads, "errors": errors}
+
+
+register(Model("counter", lambda ops, opts: [check_counter(ops)]))

@@ -15,5 +15,12 @@ found; only those the chosen model proscribes make the verdict invalid.
 
 from reports.checkers.elle_list_append import check_list_append
 from reports.checkers.elle_rw_register import check_rw_register
+from reports.checkers.registry import Model, register
 
 __all__ = ["check_list_append", "check_rw_register"]
+
+
+register(Model("list-append", lambda ops, opts: [
+    check_list_append(ops, consistency_model=opts.consistency_model)]))
+register(Model("rw-register", lambda ops, opts: [
+    check_rw_register(ops, consistency_model=opts.consistency_model)]))

@@ -324,3 +324,29 @@ def check(ops: Iterable[Op], model: Model | str, time_limit: float = DEFAULT_TIM
         "invalid_keys": [k["key"] for k in keys if k["verdict"] == "invalid"],
         "unknown_keys": [k["key"] for k in keys if k["verdict"] == "unknown"],
     }
+
+
+def _judge_by(name: str):
+    """The linearizability search alone, over the model `name` (models.MODELS)."""
+    def judge(ops: list[Op], opts) -> list[dict]:
+        from reports.checkers.models import MultiRegister
+
+        if name == "multi-register":
+            spec = MultiRegister(opts.initial)
+        elif name in ("register", "cas-register"):
+            spec = MODELS[name](nil_read_unknown=opts.nil_read_unknown)
+        else:
+            spec = MODELS[name]()
+        return [check(ops, spec, time_limit=opts.time_limit, max_states=opts.max_states)]
+    return judge
+
+
+def _register() -> None:
+    from reports.checkers.registry import Model as Entry
+    from reports.checkers.registry import register
+
+    for name in ("cas-register", "register", "mutex", "queue", "multi-register"):
+        register(Entry(name, _judge_by(name), linearizable=True))
+
+
+_register()

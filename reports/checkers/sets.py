@@ -39,6 +39,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from reports.checkers.registry import Model, register
 from reports.history import Op, client_ops
 
 QUANTILES = (0, 0.5, 0.95, 0.99, 1)
@@ -245,3 +246,21 @@ def _errors(lost: list[Element], stale: list[Element], duplicated: dict, unexpec
         errors.append({"type": "unexpected", "elements": found,
                        "explanation": f"{len(found)} element(s) were read though {reason}"})
     return errors
+
+
+ADVISORY_TIME_LIMIT = 5.0  # seconds per key for the set's linearizability search
+
+
+def _set_checks(ops: list[Op], opts) -> list[dict]:
+    """set-full decides; the linearizability search may only add a real violation. A set's
+    search space explodes with its size, so the advisory search mostly spends its whole budget
+    to say unknown: it gets a few seconds per key, not the decisive budget."""
+    from reports.checkers import linearizability
+    from reports.checkers.models import MODELS
+
+    lin = linearizability.check(ops, MODELS["set"](), max_states=opts.max_states,
+                                time_limit=min(opts.time_limit, ADVISORY_TIME_LIMIT))
+    return [check_set(ops), {**lin, "advisory": True}]
+
+
+register(Model("set", _set_checks))

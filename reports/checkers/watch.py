@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from reports.checkers.registry import Model, register
 from reports.history import NEMESIS, Op
 
 CHECKER = "watch"
@@ -83,3 +84,6 @@ def _thread_anomalies(thread, start: int, events: list[tuple], at: dict,
 
 
 _ABSENT = object()
+
+
+register(Model(CHECKER, lambda ops, opts: [check_watch(ops)]))
