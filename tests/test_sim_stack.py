@@ -12,7 +12,8 @@ import pytest
 
 from node.faults import Faults
 from node.master.server import Master
-from node.sim.stack import StackConfig, StackSim, StackViolation, run_seeds
+from node.sim.stack import StackConfig, StackSim, run_seeds
+from node.sim.stack_checks import StackViolation
 from node.tablet.superblock import DataState, KeyRange, Superblock
 from node.tserver.server import TabletServer
 
@@ -151,7 +152,7 @@ def _running(uuid, tablet, paths=None, data=None):
 
 def _check(sim, **hosts):
     sim.servers = {h: _Server(t=r) for h, r in hosts.items()}
-    sim._check_invariants()
+    sim.invariants.check()
 
 
 @pytest.mark.parametrize("first,second,message", [
@@ -263,7 +264,7 @@ def _tombstone_case(tmp_path):
     durable.write_atomic(paths.wal_dir / "wal-000000001", b"old entries", disk)
     durable.write_atomic(paths.snapshot_dir / "snap-5", b"old rows", disk)
     sim.servers = {host: _Reporting(reports=[_Report("t", "TOMBSTONED")])}
-    sim._check_invariants(states=True)
+    sim.invariants.check(states=True)
     return sim, host, disk, paths
 
 
@@ -273,7 +274,7 @@ def test_a_tombstone_reopened_with_its_old_data_is_resurrection(tmp_path):
     sim, host, _disk, paths = _tombstone_case(tmp_path)
     sim.servers = {host: _Reporting({"t": _running("a", "t", paths)}, [_Report("t", "RUNNING")])}
     with pytest.raises(StackViolation, match="tombstone resurrected.*data from before"):
-        sim._check_invariants(states=True)
+        sim.invariants.check(states=True)
     sim.loop.close()
 
 
@@ -288,7 +289,7 @@ def test_a_tombstone_restarted_empty_without_a_copy_is_resurrection(tmp_path):
     Superblock("t", "tbl", KeyRange(), DataState.READY).save(paths.superblock, disk)  # anew
     sim.servers = {host: _Reporting({"t": _running("a", "t", paths)}, [_Report("t", "RUNNING")])}
     with pytest.raises(StackViolation, match="tombstone resurrected.*without a tablet copy"):
-        sim._check_invariants(states=True)
+        sim.invariants.check(states=True)
     sim.loop.close()
 
 
@@ -305,7 +306,7 @@ def test_a_tablet_copy_over_a_tombstone_is_no_resurrection(tmp_path):
     Superblock("t", "tbl", KeyRange(), DataState.READY, copied_from="src").save(paths.superblock,
                                                                                disk)
     sim.servers = {host: _Reporting({"t": _running("a", "t", paths)}, [_Report("t", "RUNNING")])}
-    sim._check_invariants(states=True)
+    sim.invariants.check(states=True)
     sim.loop.close()
 
 
@@ -334,24 +335,24 @@ def _record(members, index=None):
 def test_the_catalog_agrees_with_the_committed_configs(tmp_path, record, final, message):
     sim = _catalog_case(tmp_path, record)
     if message is None:
-        sim._check_invariants(states=True)
-        sim._check_catalog(final=final)
+        sim.invariants.check(states=True)
+        sim.invariants.check_catalog(final=final)
     else:
         with pytest.raises(StackViolation, match=message):
-            sim._check_invariants(states=True)
-            sim._check_catalog(final=final)
+            sim.invariants.check(states=True)
+            sim.invariants.check_catalog(final=final)
     sim.loop.close()
 
 
 def test_a_lagging_catalog_is_listed_and_two_configs_at_one_index_are_a_violation(tmp_path):
     sim = _catalog_case(tmp_path, _record("abc", 3))
-    sim._configs[("t", 3)] = frozenset("abc")
-    sim._check_invariants(states=True)
-    sim._check_catalog(final=True)
-    assert sim.catalog_lag == [f"t: catalog 3 < 5 on {sim.masters[0]}"]
+    sim.invariants._configs[("t", 3)] = frozenset("abc")
+    sim.invariants.check(states=True)
+    sim.invariants.check_catalog(final=True)
+    assert sim.invariants.catalog_lag == [f"t: catalog 3 < 5 on {sim.masters[0]}"]
     sim.servers[sim.tservers[1]] = _Reporting(reports=[_Report("t", "RUNNING", "abd", 5)])
     with pytest.raises(StackViolation, match="config safety"):
-        sim._check_invariants(states=True)
+        sim.invariants.check(states=True)
     sim.loop.close()
 
 
@@ -371,13 +372,13 @@ DISK_SCHEDULE = ((5.0, "disk", ["10.77.0.111", "eio", 1.0]),
 def test_disk_faults_and_transfers_replay_and_the_run_stays_correct(tmp_path):
     sim = StackSim(StackConfig(seed=3, seconds=14.0, schedule=DISK_SCHEDULE), tmp_path)
     failed = set()
-    check = sim._check_reports
+    check = sim.invariants._check_reports
 
     def spy(host, server):  # what the servers report FAILED, and why
         failed.update((host, r.error.split(":")[0]) for r in server.reports() if r.state == "FAILED")
         check(host, server)
 
-    sim._check_reports = spy
+    sim.invariants._check_reports = spy
     result = sim.run()
     assert ("10.77.0.111", "OSError") in failed  # the failing fsync failed a replica, loudly
     assert result.ok(), (result.violation, result.verdict)

@@ -69,7 +69,7 @@ def test_the_classic_mix_draws_as_the_nemesis_always_did():
            "reset", "skew", "membership", "membership", "flip", "disk", "transfer"]
     sim = StackSim(StackConfig(seed=1), Path("/nonexistent"))
     a, b = random.Random(9), random.Random(9)
-    assert [sim._draw_kind(a) for _ in range(300)] == [b.choice(old) for _ in range(300)]
+    assert [sim.faults.draw_kind(a) for _ in range(300)] == [b.choice(old) for _ in range(300)]
 
 
 def test_a_cut_link_and_a_slow_link_touch_that_pair_only():
@@ -199,7 +199,7 @@ def test_masters_are_added_and_removed_while_servers_heartbeat_and_the_servers_f
     """The masters fault: a fourth master joins (started empty, added, copied the catalog,
     promoted) and leaves again, over and over; at the end every tablet server heartbeats the
     committed masters, and the check says so when one does not."""
-    from node.sim.stack import CATALOG, StackViolation
+    from node.sim.stack_checks import CATALOG, StackViolation
 
     sim = StackSim(StackConfig(seed=0, workload="register", seconds=20.0,
                                mix=parse_mix(MASTERS)), tmp_path)
@@ -214,10 +214,10 @@ def test_masters_are_added_and_removed_while_servers_heartbeat_and_the_servers_f
     assert len(leader.replicas[CATALOG].committed_members()) == (4 if added else 3)
     hb = sim.servers[sim.tservers[0]].heartbeater
     assert (sim.spare, 7051) in {tuple(a) for a in hb.masters} or not added
-    sim._check_master_lists()
+    sim.invariants.check_master_lists()
     hb.masters = hb.masters[1:]
     with pytest.raises(StackViolation, match="master list: tablet server"):
-        sim._check_master_lists()
+        sim.invariants.check_master_lists()
 
 
 DRIFT = "drift:4,transfer:4,restart:1,heal:1;every=0.5-2"
@@ -230,7 +230,8 @@ def test_clocks_drift_past_the_bound_and_hybrid_time_still_follows_the_log(monke
     timestamps (the mutant below) is caught at seed 2 of this mix; skew within the bound hides
     it (6 seeds of skew:4,transfer:4 passed with it)."""
     from node.replica import Replica
-    from node.sim.stack import CLOCK_MAX_ERROR_US, DRIFT_MAX_S
+    from node.sim.stack import CLOCK_MAX_ERROR_US
+    from node.sim.stack_faults import DRIFT_MAX_S
 
     def run(out: Path):
         return register_seed(2, DRIFT, 30.0, out)

@@ -34,6 +34,8 @@ from node.disk import SimDisk, SimFaults
 from node.faults import Faults
 from node.sim.loop import SYSTEM, SimLoop
 from node.sim.network import SimNetwork
+from node.sim.stack_checks import DATA_DIR, Invariants, StackViolation
+from node.sim.stack_faults import FaultChooser
 from node.sim.swarm import CLASSIC, Mix
 
 MASTER_PORT, TSERVER_PORT = 7051, 7050
@@ -50,25 +52,6 @@ SETTLE_S = 5.0  # after the last op, before the final state comparison
 STATE_CHECK_EVERY = 2  # invariant rounds between state checksums (they cost O(rows))
 # the replicas' bound (a mix may set another, `clock=`); skew stays within half of it either way
 CLOCK_MAX_ERROR_US = 1_000
-DRIFT_MAX_S = 0.5  # the drift fault's largest clock step, past the bound (a bad NTP server)
-MAX_FLIPS = 2  # bit flips per seed, each on another server, at most one of them a master
-CATALOG = "sys.catalog"
-DATA_DIR = Path("/data")  # every server's, on its own SimDisk
-# Disk faults: ENOSPC leaves this much room above what the files hold; a failing fsync fails
-# with this chance; a slow fsync's upper bound (virtual seconds; the lower one is a tenth of it)
-ENOSPC_SLACK_BYTES = 16 * 1024
-EIO_RATE = (0.05, 1.0)
-SLOW_FSYNC_S = (0.02, 0.5)
-# copy-race's slow disk on the copy's receiver: its fsyncs' upper bound, so that a copy, a few
-# fsyncs, lasts about as long as an election
-COPY_RACE_SLOW_FSYNC_S = (0.02, 0.6)
-# lease-race's: a few ms, so the copy back (a few dozen fsyncs) keeps R a tombstone for a
-# while, and the vote it saves before answering still comes within the lease
-LEASE_RACE_SLOW_FSYNC_S = (0.002, 0.03)
-CUT_S = (1.0, 8.0)  # how long a cut link stays cut
-LINK_DELAY_S = (0.05, 0.5)  # copy-race's extra delay on the link between the leader and R
-TOMBSTONE_AFTER_S = (0.0, 2.0)  # copy-race: from the cut to R's tombstone
-DISK_CLEAR_P = 0.35  # while a disk fault is on, the chance the next fault clears one instead
 # Every server's and the client's RPC frame limit. Smaller than a daemon's (64 MiB) so wide
 # values reach it cheaply; above a copy chunk (4 MiB) and an AppendEntries batch (1 MiB).
 MAX_FRAME = 8 << 20
@@ -79,10 +62,6 @@ RECONCILE_MS = 2000  # masters' background task period (Kudu: 1000)
 
 
 _SKIPPED = object()  # a nemesis event that did not apply
-
-
-class StackViolation(Exception):
-    """A Raft invariant failed on the live replicas; the message says which and where."""
 
 
 @dataclass
@@ -150,15 +129,7 @@ class StackSim:
         self.servers: dict[str, object] = {}  # host -> the running server object, if up
         self.down: set[str] = set()
         self.nemesis_counts: dict[str, int] = {}
-        self._leaders: dict[tuple[str, int], str] = {}  # (tablet, term) -> leader uuid
-        self._top_leader: dict[str, tuple[int, str]] = {}  # tablet -> newest (term, leader)
-        self._stamps: dict[tuple[str, int], int] = {}  # (tablet, index) -> highest ts up to it
-        self._head_flips: dict[str, str] = {}  # host -> tablet whose newest WAL header flipped
-        self._committed: dict[tuple[str, int], int] = {}  # (tablet, index) -> term
-        self._checked: dict[tuple[str, str], int] = {}  # (host, tablet) -> commit checked up to
-        self._state_at: dict[tuple[str, int], tuple[int, str]] = {}  # (tablet, applied) -> crc
-        self._terms: dict[tuple[str, str], int] = {}  # (host, tablet) -> highest term seen
-        self._votes: dict[tuple[str, str, int], str] = {}  # (host, tablet, term) -> voted for
+        self.head_flips: dict[str, str] = {}  # host -> tablet whose newest WAL header flipped
         self._rounds = 0
         self.violation: str | None = None
         self.client_error: str | None = None  # why the client's run stopped (setup never worked)
@@ -169,14 +140,8 @@ class StackSim:
         self.flip_outcomes: dict[str, str] = {}  # flipped host -> the first loud failure seen
         self.start_failures: dict[str, str] = {}  # host -> why its server refused to start
         self.disk_faults: dict[str, str] = {}  # host -> enospc | eio | slow, while it is on
-        # tombstones: (host, tablet) -> the disk's file serial mark when seen TOMBSTONED, and
-        # the replica object last checked against it since
-        self._tombs: dict[tuple[str, str], int] = {}
-        self._revived: dict[tuple[str, str], object] = {}
-        # committed configs: (tablet, config index) -> members, and each tablet's highest index
-        self._configs: dict[tuple[str, int], frozenset] = {}
-        self._top_config: dict[str, int] = {}
-        self.catalog_lag: list[str] = []
+        self.invariants = Invariants(self)  # what the checks remember of the live replicas
+        self.faults = FaultChooser(self)  # which fault next, among those that apply now
         # the masters fault's fourth master: not a master until added (its disk and uuid then)
         self.spare = master_hosts(config.masters + 1)[-1]
         self.spare_uuid: str | None = None
@@ -234,215 +199,9 @@ class StackSim:
         self.disks[host] = self.disks[host].crash(random.Random(self.rng.getrandbits(64)))
         self.servers.pop(host, None)
         self.down.add(host)
-        for key in [k for k in self._checked if k[0] == host]:
-            del self._checked[key]  # a restarted replica re-learns its commit index
+        self.invariants.crashed(host)
 
     # -- invariants --------------------------------------------------------------------------
-    def _check_invariants(self, states: bool = False) -> None:
-        """No replica FAILED on one of its own safety guards (a SafetyError: the engine caught
-        itself about to break Raft, e.g. the consensus metadata refusing a second vote in a
-        term); one leader per term; a replica's term never goes back and its vote in a term never
-        changes, across restarts, tombstones and copies; one committed entry per index; and
-        with `states`, one state per applied index (a replica that applied something else than
-        the committed log, e.g. an uncommitted suffix at bootstrap, holds different rows at the
-        same index), one config per committed config index, no tombstone resurrected, and the
-        catalog agreeing with the committed configs."""
-        from node.tablet.checksum import table_checksum
-
-        self._check_leases()
-        for host, server in self.servers.items():
-            for tablet, r in list(getattr(server, "replicas", {}).items()):
-                if r.failed and r.failed.startswith("SafetyError"):
-                    raise StackViolation(f"safety guard: tablet {tablet} on {host} (replica "
-                                         f"{r.uuid}) FAILED: {r.failed}")
-                self._check_term_and_vote(host, tablet, r)
-                if r.role.name == "LEADER":
-                    holder = self._leaders.setdefault((tablet, r.term), r.uuid)
-                    if holder != r.uuid:
-                        raise StackViolation(f"election safety: tablet {tablet} term {r.term} has "
-                                             f"leaders {holder} and {r.uuid}")
-                done = self._checked.get((host, tablet), 0)
-                for index, term, stamp in r.committed_entries(done):
-                    seen = self._committed.setdefault((tablet, index), term)
-                    if seen != term:
-                        raise StackViolation(
-                            f"state machine safety: tablet {tablet} index {index} committed with "
-                            f"term {term} on {host}, term {seen} elsewhere")
-                    self._check_stamp(tablet, index, term, stamp)
-                    done = index
-                self._checked[(host, tablet)] = max(done, r.commit_index)
-                if states and not r.failed:
-                    applied = r.state.last_applied_index
-                    crc = table_checksum(dict(r.state.data))
-                    holder, seen = self._state_at.setdefault((tablet, applied), (host, crc))
-                    if seen != crc:
-                        raise StackViolation(
-                            f"applied state: tablet {tablet} at applied index {applied} has "
-                            f"checksum {crc} on {host}, {seen} on {holder}")
-        if states:  # what the servers report costs as much: on the same rounds
-            for host, server in self.servers.items():
-                if getattr(server, "me", None) is not None:  # started far enough to report
-                    self._check_reports(host, server)
-            self._check_catalog()
-
-    def _check_leases(self) -> None:
-        """Lease safety: no leader serves reads from its lease while a newer term of its tablet
-        has had a leader. The lease's whole promise is that every voter that acknowledged it
-        withholds its vote until the lease is over, so no election can succeed before then; a
-        newer leader elected meanwhile may commit writes that the old one's local reads do not
-        see. Checked on the replicas' state, so a broken promise is caught when it is made
-        (issue 32, bug 2: a tombstoned voter that voted at once), not only in the rare run where
-        a client also reads at the old leader after a write through the new one. Virtual clocks
-        do not drift, so the lease's drift margin is not needed for it to hold here. Cheap, so
-        in lease mode it also runs between the other checks (`_invariant_loop`): a lease may
-        have only a few milliseconds left when the new leader wins."""
-        now, leases = self.loop.time(), []
-        for host, server in self.servers.items():
-            for tablet, r in list(getattr(server, "replicas", {}).items()):
-                if r.role.name != "LEADER":
-                    continue
-                top = self._top_leader.get(tablet)
-                if top is None or r.term > top[0]:
-                    self._top_leader[tablet] = (r.term, r.uuid)
-                if r.serves_lease_reads(now):
-                    leases.append((host, tablet, r))
-        for host, tablet, r in leases:
-            top = self._top_leader.get(tablet)
-            if top is not None and top[0] > r.term:
-                raise StackViolation(
-                    f"lease safety: tablet {tablet}: {top[1]} has led term {top[0]} while "
-                    f"{r.uuid} on {host} still serves lease reads as leader of term {r.term}")
-
-    def _check_stamp(self, tablet: str, index: int, term: int, stamp: int | None) -> None:
-        """Hybrid time follows the log: a committed command's timestamp exceeds every earlier
-        committed one, across leadership changes (a new leader witnesses its predecessors'
-        timestamps before it accepts writes; seed 02), whatever the clocks say, so also while
-        the drift fault steps a clock past the configured bound, where a new leader's own
-        clock may be far behind. `_stamps[(tablet, i)]`: the highest timestamp committed at or
-        below i, as far as seen (a compacted prefix may hide some: then less is checked)."""
-        key = (tablet, index)
-        if key in self._stamps:
-            return
-        before = self._stamps.get((tablet, index - 1), 0)
-        if stamp is not None and stamp <= before:
-            raise StackViolation(
-                f"hybrid time: tablet {tablet} index {index} (term {term}) was committed with "
-                f"timestamp {stamp}, not above {before}, the highest committed below it")
-        self._stamps[key] = max(before, stamp or 0)
-
-    def _check_term_and_vote(self, host: str, tablet: str, r) -> None:
-        """A replica's term never goes back and its saved vote in a term never changes."""
-        high = self._terms.setdefault((host, tablet), r.term)
-        if r.term < high:
-            raise StackViolation(f"term monotonicity: tablet {tablet} on {host} went from "
-                                 f"term {high} back to {r.term}")
-        self._terms[(host, tablet)] = r.term
-        term, voted = r.durable_vote()
-        if voted is not None:
-            promised = self._votes.setdefault((host, tablet, term), voted)
-            if promised != voted:
-                raise StackViolation(f"vote safety: tablet {tablet} on {host} voted for "
-                                     f"{promised} and {voted} in term {term}")
-        elif (host, tablet, term) in self._votes:
-            raise StackViolation(f"vote safety: tablet {tablet} on {host} forgot its vote "
-                                 f"for {self._votes[(host, tablet, term)]} in term {term}")
-
-    def _check_reports(self, host: str, server) -> None:
-        """What the server reports of its tablets: tombstones, committed configs, and whether a
-        flipped bit was detected."""
-        reports = server.reports()
-        states: dict[str, set[str]] = {}
-        for rep in reports:
-            states.setdefault(rep.tablet_id, set()).add(rep.state)
-            if rep.state == "RUNNING" and rep.committed_config_index >= 0:
-                self._saw_config(host, rep.tablet_id, rep.committed_config_index,
-                                 frozenset(m[0] for m in rep.committed_config))
-        if host in self._head_flips:
-            self._check_head_flip(host, states)
-        if host in self.flipped and host not in self.flip_outcomes:
-            failed = sorted(f"{r.tablet_id}: {r.error}" for r in reports if r.state == "FAILED")
-            if failed:
-                self.flip_outcomes[host] = f"FAILED {'; '.join(failed)}"[:500]
-        disk = self.disks[host]
-        for tablet, seen in states.items():
-            key = (host, tablet)
-            # A tombstone at rest (no copy under way): remember which files existed by then.
-            # A new tombstone after the replica came back replaces the old one.
-            if seen == {"TOMBSTONED"} and (key not in self._tombs or key in self._revived):
-                self._tombs[key] = disk.serial_mark()
-                self._revived.pop(key, None)
-        for tablet, r in list(server.replicas.items()):
-            key = (host, tablet)
-            # a replica being stopped (a delete tombstoning it: the superblock may say so
-            # before the entry does) is not running again
-            if (key in self._tombs and not r.failed and not r.stopping
-                    and self._revived.get(key) is not r):
-                self._check_revived(host, tablet, self._tombs[key])
-                self._revived[key] = r
-
-    def _check_revived(self, host: str, tablet: str, mark: int) -> None:
-        """Tombstones are never resurrected: a replica that runs again where it was tombstoned
-        came back through a tablet copy, which removes the tombstoned data, installs the
-        source's files and says so in the superblock (`copied_from`, cleared by a tombstone).
-        So none of its data files (WAL, snapshots) may be older than the tombstone (a restart
-        that opened the old data as RUNNING, a delete or a copy that left it behind), and its
-        superblock, rewritten since, must name a copy source (a replica restarted empty over
-        its tombstone, as if created anew, names none)."""
-        from node.tablet.paths import TabletPaths
-        from node.tablet.superblock import Superblock
-
-        disk, paths = self.disks[host], TabletPaths(DATA_DIR, tablet)
-        wal, data = disk.file_serials(paths.wal_dir), disk.file_serials(paths.snapshot_dir)
-        old = [path for path, serial in wal + data if serial <= mark]
-        if old:
-            raise StackViolation(f"tombstone resurrected: tablet {tablet} on {host} runs again "
-                                 f"with data from before its tombstone: {old[:3]}")
-        sb = Superblock.load(paths.superblock, disk)
-        if sb.copied_from is None:
-            raise StackViolation(f"tombstone resurrected: tablet {tablet} on {host} runs again "
-                                 f"without a tablet copy (its superblock names no copy source)")
-
-    def _saw_config(self, host: str, tablet: str, index: int, members: frozenset) -> None:
-        seen = self._configs.setdefault((tablet, index), members)
-        if seen != members:
-            raise StackViolation(f"config safety: tablet {tablet} committed config index {index} "
-                                 f"has members {sorted(members)} on {host}, {sorted(seen)} "
-                                 f"elsewhere")
-        self._top_config[tablet] = max(index, self._top_config.get(tablet, -1))
-
-    def _check_catalog(self, final: bool = False) -> None:
-        """The catalog agrees with the tablets' committed configs: every tablet record of every
-        master's catalog (its applied state: committed records only) names the members of the
-        committed config at its config_index (0: the creation config), as replicas reported
-        it; it is never ahead of the tablet. The catalog follows configs asynchronously, so a
-        record may lag, and an index no replica was seen at (a config replaced between two
-        looks) is judged only by the other rules. With `final` (healed and settled), a lagging
-        record is listed in `catalog_lag`."""
-        lag = set()
-        for host in self.masters:
-            server = self.servers.get(host)
-            r = getattr(server, "replicas", {}).get(CATALOG)
-            if r is None or r.failed:
-                continue
-            for key, record in list(r.state.data.items()):
-                if not key.startswith("tablet/") or not isinstance(record, dict):
-                    continue
-                tablet, index = key[len("tablet/"):], record.get("config_index", 0)
-                members = frozenset(p[0] for p in record.get("replicas", ()))
-                seen = self._configs.get((tablet, index))
-                if seen is not None and seen != members:
-                    raise StackViolation(
-                        f"catalog agreement: master {host} has tablet {tablet} at config index "
-                        f"{index} with {sorted(members)}, the tablet committed {sorted(seen)}")
-                top = self._top_config.get(tablet)
-                if final and top is not None and index > top:
-                    raise StackViolation(
-                        f"catalog agreement: master {host} has tablet {tablet} at config index "
-                        f"{index}, ahead of any config the tablet committed (highest {top})")
-                if final and top is not None and index < top:
-                    lag.add(f"{tablet}: catalog {index} < {top} on {host}")
-        if final:
-            self.catalog_lag = sorted(lag)
 
     async def _invariant_loop(self) -> None:
         lease_checks = (round(INVARIANT_PERIOD_S / LEASE_CHECK_PERIOD_S)
@@ -451,10 +210,10 @@ class StackSim:
             try:
                 for _ in range(lease_checks - 1):
                     await asyncio.sleep(INVARIANT_PERIOD_S / lease_checks)
-                    self._check_leases()
+                    self.invariants.check_leases()
                 await asyncio.sleep(INVARIANT_PERIOD_S / lease_checks)
                 self._rounds += 1
-                self._check_invariants(states=self._rounds % STATE_CHECK_EVERY == 0)
+                self.invariants.check(states=self._rounds % STATE_CHECK_EVERY == 0)
             except StackViolation as e:
                 self.violation = str(e)
                 return
@@ -475,7 +234,7 @@ class StackSim:
         while self.loop.time() < deadline:
             if planned is None:
                 await asyncio.sleep(rng.uniform(*self.cfg.mix.fault_every_s))
-                kind, value = self._choose(rng)
+                kind, value = self.faults.choose(rng)
             elif planned:
                 at, kind, value = planned.pop(0)
                 await asyncio.sleep(max(0.0, at - self.loop.time()))
@@ -502,132 +261,6 @@ class StackSim:
             self.events.append([round(self.loop.time(), 6), kind, value])
             self._count(kind)
             rec.record("nemesis", "info", kind, value)
-
-    def _impaired(self) -> set[str]:
-        """Hosts that cannot serve now: down, with a failing disk, or a master whose disk had a
-        bit flipped (it may never start again)."""
-        return (self.down | {h for h, m in self.disk_faults.items() if m != "slow"}
-                | (self.flipped & set(self.masters)))
-
-    def _choose(self, rng: random.Random) -> tuple[str | None, object]:
-        """A random fault and its target; (None, None) when none applies now."""
-        hosts = self.masters + self.tservers
-        if self.disk_faults and rng.random() < DISK_CLEAR_P:
-            return "disk-clear", [rng.choice(sorted(self.disk_faults))]
-        kind = self._draw_kind(rng)
-        impaired = self._impaired()
-        if kind == "crash":
-            # at most one master and two tablet servers impaired at a time: the final phase
-            # must work
-            up = [h for h in hosts if h not in impaired and (
-                not impaired & set(self.masters) if h in self.masters
-                else len(impaired & set(self.tservers)) < 2)]
-            return (kind, rng.choice(up)) if up else (None, None)
-        if kind == "power":  # a rack loses power: tablet servers crash together
-            return kind, sorted(rng.sample(self.tservers, rng.randrange(2, len(self.tservers) + 1)))
-        if kind == "restart":
-            return (kind, rng.choice(sorted(self.down))) if self.down else (None, None)
-        if kind == "partition":
-            shuffled = rng.sample(hosts, len(hosts))
-            cut = rng.randrange(1, len(hosts))
-            return kind, [sorted(shuffled[:cut]), sorted(shuffled[cut:])]
-        if kind == "isolate":
-            return kind, rng.choice(hosts)
-        if kind == "skew":
-            bound = self.clock_error_us / 2e6
-            return kind, [rng.choice(hosts), rng.uniform(-bound, bound)]
-        if kind == "drift":  # past the bound: commit-wait's promise is off, Raft's must hold
-            offset = rng.uniform(self.clock_error_us / 1e6, DRIFT_MAX_S)
-            return kind, [rng.choice(hosts), round(rng.choice((-1, 1)) * offset, 6)]
-        if kind == "flip":  # once per server: a corrupt instance file keeps it down
-            fresh = [h for h in hosts if h not in self.flipped and h != self.spare and (
-                h in self.tservers or not impaired & set(self.masters))]
-            return (kind, [rng.choice(fresh)]) if len(self.flipped) < MAX_FLIPS else (None, None)
-        if kind == "flip-head":  # a tablet server's: its tablets' WALs
-            fresh = [h for h in self.tservers if h not in self.flipped]
-            if len(self.flipped) >= MAX_FLIPS or not fresh:
-                return None, None
-            return kind, [rng.choice(fresh), rng.randrange(16 * 8)]
-        if kind == "disk":
-            return self._choose_disk(rng, impaired)
-        if kind == "transfer":
-            return self._choose_transfer(rng)
-        if kind in ("cut", "tombstone", "copy-race", "lease-race"):
-            return self._choose_copy_fault(kind, rng)
-        return kind, None  # heal, reset; membership and masters pick their target when they run
-
-    def _draw_kind(self, rng: random.Random) -> str:
-        """The next fault's kind, by the mix's weights. The classic mix draws uniformly from
-        its kinds repeated by weight, as the nemesis always did, so its recorded seeds replay."""
-        mix = self.cfg.mix
-        if mix.name == "classic":
-            return rng.choice([k for k, w in mix.weights for _ in range(w)])
-        kinds, weights = zip(*mix.weights, strict=True)
-        return rng.choices(kinds, weights)[0]
-
-    def _test_tablets(self) -> dict[str, tuple[str, object]]:
-        """Each test-table tablet with a live leader (as the simulator sees the servers): tablet
-        -> (leader's host, its replica)."""
-        out = {}
-        for host in sorted(set(self.servers) & set(self.tservers)):
-            for tablet, r in sorted(getattr(self.servers[host], "replicas", {}).items()):
-                if r.role.name == "LEADER" and not r.failed:
-                    out[tablet] = (host, r)
-        return out
-
-    def _choose_copy_fault(self, kind: str, rng: random.Random) -> tuple[str | None, object]:
-        """Faults aimed at tablet copy, on one test tablet with leader L and voters F, R:
-        - cut: the link L-F is cut (both ways), F still reaches everyone else: F campaigns while
-          L keeps its quorum and lease through R;
-        - tombstone: R's replica is tombstoned (ts.delete_tablet, as a failed disk or an operator
-          leaves it) while still a voter, so L copies the tablet to it again, and until the copy
-          installs R votes from its tombstone;
-        - copy-race: both, R's tombstone `after` s past the cut (F's election timer is running by
-          then, while R still keeps L's quorum, so L stays in power well into F's campaign),
-          the link L-R slowed by `delay` s each way (so the append L
-          sends R the moment the copy lands is answered that much later: a leader that counts
-          the copy as an acknowledgement commits in that window), and R's disk made slow (fsyncs of up to `slow` s: the copy
-          fsyncs each file, so it takes seconds, as a real tablet's does, where the simulator's
-          small tablets copy in no virtual time at all), so F's election races the copy L sends
-          R, and the copy's completion races L's deposition.
-        - lease-race: on a tablet whose leader serves lease reads now (any, if none does), the
-          cut, then R's tombstone `after` s later, quickly, and only then R's disk made a little
-          slow (so the copy back takes a while, and a vote, saved first, is still quick): R acknowledged L's lease until the moment it stopped, and
-          F's campaign, due an election timeout after the cut, comes while R is a tombstone and
-          L's lease still runs. A tombstone that votes at once elects F under L's lease (issue
-          32, bug 2); copy-race's slow disk makes the tombstone itself slow, past the lease.
-        A cut heals by itself after `cut_s` (or at the next heal), as Jepsen's partitions stop:
-        cuts that only ever pile up leave no quorum anywhere, and a seed that is unavailable
-        throughout finds nothing.
-        Value: [tablet, L, F, R, slow, cut_s, delay, after] (hosts; cut leaves R out, tombstone
-        L and F; slow, delay and after are None but for copy-race, cut_s None for tombstone;
-        delay None for lease-race)."""
-        leaders = self._test_tablets()
-        if kind == "lease-race":
-            now = self.loop.time()
-            leases = {t: lr for t, lr in leaders.items() if lr[1].serves_lease_reads(now)}
-            leaders = leases or leaders
-        if not leaders:
-            return None, None
-        tablet = rng.choice(sorted(leaders))
-        host, r = leaders[tablet]
-        by_uuid = {getattr(self.servers.get(h), "uuid", None): h for h in self.tservers}
-        voters = sorted(by_uuid[m[0]] for m in r.status()["config"]
-                        if m[1] == "VOTER" and m[0] != r.uuid and m[0] in by_uuid)
-        if len(voters) < 2:
-            return None, None
-        f, rr = rng.sample(voters, 2)
-        cut_s = round(rng.uniform(*CUT_S), 3)
-        if kind == "cut":
-            return kind, [tablet, host, f, None, None, cut_s, None, None]
-        if kind == "tombstone":
-            return kind, [tablet, None, None, rr, None, None, None, None]
-        if kind == "lease-race":
-            return kind, [tablet, host, f, rr, round(rng.uniform(*LEASE_RACE_SLOW_FSYNC_S), 6),
-                          cut_s, None, round(rng.uniform(*TOMBSTONE_AFTER_S), 3)]
-        slow = round(rng.uniform(*COPY_RACE_SLOW_FSYNC_S), 6)
-        return kind, [tablet, host, f, rr, slow, cut_s, round(rng.uniform(*LINK_DELAY_S), 3),
-                      round(rng.uniform(*TOMBSTONE_AFTER_S), 3)]
 
     async def _tombstone(self, value: list):
         """ts.delete_tablet on the replica of `value[0]` on host `value[3]`: a voter becomes a
@@ -674,42 +307,6 @@ class StackSim:
         """Cut the link a-b for `seconds` (a heal meanwhile ends it sooner)."""
         self.net.cut(a, b)
         self.loop.call_later(seconds, self.net.uncut, a, b, context=SYSTEM)
-
-    def _choose_disk(self, rng: random.Random, impaired: set[str]) -> tuple[str | None, object]:
-        """ENOSPC or failing fsyncs on one server at a time (a master only while the other two
-        are well), or slow fsync on any server without a disk fault."""
-        mode = rng.choice(["enospc", "eio", "slow"])
-        if mode == "slow":
-            free = [h for h in self.masters + self.tservers
-                    if h not in self.disk_faults and h != self.spare]
-            if not free:
-                return None, None
-            hi = round(rng.uniform(*SLOW_FSYNC_S), 6)
-            return "disk", [rng.choice(free), "slow", round(hi / 10, 6), hi]
-        if any(m != "slow" for m in self.disk_faults.values()):
-            return None, None
-        well = [h for h in self.masters + self.tservers if h not in impaired and h != self.spare
-                and h not in self.disk_faults
-                and (h in self.tservers or not impaired & set(self.masters))]
-        if not well:
-            return None, None
-        host = rng.choice(well)
-        if mode == "enospc":
-            return "disk", [host, mode, rng.randrange(ENOSPC_SLACK_BYTES)]
-        return "disk", [host, mode, round(rng.uniform(*EIO_RATE), 3)]
-
-    def _choose_transfer(self, rng: random.Random) -> tuple[str | None, object]:
-        """A leader (of a tablet, or of the catalog on a master) as the simulator sees it, told
-        to hand over to a random other voter, or to step down abruptly."""
-        leaders = [(host, tablet, r) for host in sorted(self.servers)
-                   for tablet, r in sorted(getattr(self.servers[host], "replicas", {}).items())
-                   if r.role.name == "LEADER" and not r.failed]
-        if not leaders:
-            return None, None
-        host, tablet, r = leaders[rng.randrange(len(leaders))]
-        voters = [m[0] for m in r.status()["config"] if m[1] == "VOTER" and m[0] != r.uuid]
-        new = rng.choice(voters) if voters and rng.random() < 0.7 else None
-        return "transfer", [host, tablet, new]
 
     async def _transfer(self, value: list):
         """ts.leader_step_down on `host` for `tablet`, as an operator's tool would call it. Its
@@ -838,56 +435,9 @@ class StackSim:
             offset, bit = start + value[1] // 8, value[1] % 8
         disk.flip_bit(path=path, at=(offset, bit))
         self.flipped.add(host)
-        self._head_flips[host] = tablet
+        self.head_flips[host] = tablet
         self._boot(host)
         return [host, path, offset, bit, tablet]
-
-    def _check_head_flip(self, host: str, states: dict[str, set[str]]) -> None:
-        """A flipped newest batch header (`_flip_head`) fails its replica at the reboot (or
-        the server refuses to start): a replica running again from that WAL cut the batch as
-        a torn tail."""
-        tablet = self._head_flips.get(host)
-        seen = states.get(tablet, set())
-        if "FAILED" in seen or host in self.start_failures:
-            del self._head_flips[host]
-        elif "RUNNING" in seen:
-            raise StackViolation(
-                f"wal damage: tablet {tablet} on {host} runs again after a bit flipped in its "
-                f"newest WAL batch's header: the batch was cut as a torn tail, not refused")
-
-    def _clock_checks(self, ops) -> list[dict]:
-        """Commit-wait's promise across tablets (`check_timestamps(across_keys=True)`): a write
-        invoked after another completed has a larger hybrid time, whichever tablets they hit.
-        It holds only while every clock is within the max error, so a seed in which the drift
-        fault stepped a clock past it is judged per key only (the workload's own check)."""
-        from reports.checkers.timestamps import check_timestamps
-
-        if any(e[1] == "drift" for e in self.events):
-            return []
-        return [check_timestamps([o for o in ops if o.process != "nemesis"], across_keys=True)]
-
-    def _check_master_lists(self) -> None:
-        """Healed and settled: every live tablet server heartbeats the masters of the catalog's
-        committed config, as the leader master last told them (the masters fault adds and
-        removes one). Skipped while no master leads or an address is unknown to it."""
-        leaders = [s for h in self.masters if (s := self.servers.get(h)) is not None
-                   and (r := getattr(s, "replicas", {}).get(CATALOG)) is not None
-                   and r.role.name == "LEADER" and not r.failed]
-        if not leaders:
-            return
-        master = leaders[0]
-        r = master.replicas[CATALOG]
-        want = [master.book.get(u) for u in r.committed_members()]
-        if None in want:
-            return
-        want_set = {tuple(p.addr) for p in want}
-        for host in self.tservers:
-            hb = getattr(self.servers.get(host), "heartbeater", None)
-            if hb is not None and {tuple(a) for a in hb.masters} != want_set:
-                raise StackViolation(
-                    f"master list: tablet server {host} heartbeats {sorted(hb.masters)} (masters "
-                    f"config index {hb.masters_config_index}); the committed masters are "
-                    f"{sorted(want_set)} (index {r.committed_config_index})")
 
     async def _masters(self, planned: list | None):
         """The masters' own membership while tablet servers heartbeat (Kudu's master add and
@@ -941,9 +491,7 @@ class StackSim:
         self.down.discard(host)
         self.masters.remove(host)
         self.spare_uuid = None
-        for memo in (self._terms, self._votes, self._checked, self._tombs, self._revived):
-            for key in [k for k in memo if k[0] == host]:
-                del memo[key]
+        self.invariants.forget(host)
         self.disk_faults.pop(host, None)
 
     async def _membership(self, rng: random.Random, planned: list | None):
@@ -1083,9 +631,9 @@ class StackSim:
         await asyncio.sleep(SETTLE_S)  # healed and idle: replicas catch up to the same index
         checker.cancel()
         try:
-            self._check_invariants(states=True)
-            self._check_catalog(final=True)
-            self._check_master_lists()
+            self.invariants.check(states=True)
+            self.invariants.check_catalog(final=True)
+            self.invariants.check_master_lists()
         except StackViolation as e:
             self.violation = str(e)
         except Exception as e:
@@ -1123,7 +671,7 @@ class StackSim:
             quiet.level, node_log.level = level, node_level
         history = self.out_dir / "history.jsonl"
         ops = read_jsonl(history) if history.exists() else []
-        results = (judge_ops(ops, workload.checker, self._clock_checks(ops),
+        results = (judge_ops(ops, workload.checker, self.invariants.clock_checks(ops),
                              time_limit=CHECK_TIME_LIMIT_S)
                    if workload is not None else {"verdict": "unknown"})
         if (self.cfg.mix.name != "classic" and results.get("verdict") == "invalid"
@@ -1142,7 +690,7 @@ class StackSim:
         return StackResult(self.cfg.seed, results["verdict"], self.violation, results,
                            sum(1 for o in ops if o.type == "ok"), round(virtual_s, 3), sha,
                            dict(sorted(self.nemesis_counts.items())), self.events,
-                           flips=flips, catalog_lag=self.catalog_lag,
+                           flips=flips, catalog_lag=self.invariants.catalog_lag,
                            mix=self.cfg.mix.as_json())
 
 

@@ -1,0 +1,310 @@
+"""The whole-stack simulator's invariant checks (node.sim.stack), as TigerBeetle keeps each
+invariant family apart from the code that drives the cluster: the simulator boots, crashes and
+faults its servers; `Invariants` reads the live servers and replicas it is given and remembers
+what it has seen (leaders by term, committed entries, votes, tombstones, configs) to judge
+what comes next. A broken invariant raises StackViolation with where and what.
+
+What it checks: no replica FAILED on one of its own safety guards; one leader per term; lease
+safety; terms and votes never going back; one committed entry per index, with hybrid time
+increasing along the log; one state per applied index; one config per committed config index;
+no tombstone resurrected; a flipped newest WAL header never cut as torn; the catalog agreeing
+with the committed configs; every tablet server heartbeating the committed masters; and, on
+the history, commit-wait across tablets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CATALOG = "sys.catalog"
+DATA_DIR = Path("/data")  # every server's, on its own SimDisk
+
+
+class StackViolation(Exception):
+    """A Raft invariant failed on the live replicas; the message says which and where."""
+
+
+class Invariants:
+    def __init__(self, sim):
+        self.sim = sim  # node.sim.stack.StackSim: its servers, disks, hosts, loop and faults
+        self._leaders: dict[tuple[str, int], str] = {}  # (tablet, term) -> leader uuid
+        self._top_leader: dict[str, tuple[int, str]] = {}  # tablet -> newest (term, leader)
+        self._stamps: dict[tuple[str, int], int] = {}  # (tablet, index) -> highest ts up to it
+        self._committed: dict[tuple[str, int], int] = {}  # (tablet, index) -> term
+        self._checked: dict[tuple[str, str], int] = {}  # (host, tablet) -> commit checked up to
+        self._state_at: dict[tuple[str, int], tuple[int, str]] = {}  # (tablet, applied) -> crc
+        self._terms: dict[tuple[str, str], int] = {}  # (host, tablet) -> highest term seen
+        self._votes: dict[tuple[str, str, int], str] = {}  # (host, tablet, term) -> voted for
+        # tombstones: (host, tablet) -> the disk's file serial mark when seen TOMBSTONED, and
+        # the replica object last checked against it since
+        self._tombs: dict[tuple[str, str], int] = {}
+        self._revived: dict[tuple[str, str], object] = {}
+        # committed configs: (tablet, config index) -> members, and each tablet's highest index
+        self._configs: dict[tuple[str, int], frozenset] = {}
+        self._top_config: dict[str, int] = {}
+        self.catalog_lag: list[str] = []
+
+    def crashed(self, host: str) -> None:
+        """`host`'s process died: its restarted replicas re-learn their commit index."""
+        for key in [k for k in self._checked if k[0] == host]:
+            del self._checked[key]
+
+    def forget(self, host: str) -> None:
+        """A server removed for good (the spare master): a new one there later is another
+        replica (another uuid, an empty disk), so what is remembered of this one goes."""
+        for memo in (self._terms, self._votes, self._checked, self._tombs, self._revived):
+            for key in [k for k in memo if k[0] == host]:
+                del memo[key]
+
+    def check(self, states: bool = False) -> None:
+        """No replica FAILED on one of its own safety guards (a SafetyError: the engine caught
+        itself about to break Raft, e.g. the consensus metadata refusing a second vote in a
+        term); one leader per term; a replica's term never goes back and its vote in a term never
+        changes, across restarts, tombstones and copies; one committed entry per index; and
+        with `states`, one state per applied index (a replica that applied something else than
+        the committed log, e.g. an uncommitted suffix at bootstrap, holds different rows at the
+        same index), one config per committed config index, no tombstone resurrected, and the
+        catalog agreeing with the committed configs."""
+        from node.tablet.checksum import table_checksum
+
+        self.check_leases()
+        for host, server in self.sim.servers.items():
+            for tablet, r in list(getattr(server, "replicas", {}).items()):
+                if r.failed and r.failed.startswith("SafetyError"):
+                    raise StackViolation(f"safety guard: tablet {tablet} on {host} (replica "
+                                         f"{r.uuid}) FAILED: {r.failed}")
+                self._check_term_and_vote(host, tablet, r)
+                if r.role.name == "LEADER":
+                    holder = self._leaders.setdefault((tablet, r.term), r.uuid)
+                    if holder != r.uuid:
+                        raise StackViolation(f"election safety: tablet {tablet} term {r.term} has "
+                                             f"leaders {holder} and {r.uuid}")
+                done = self._checked.get((host, tablet), 0)
+                for index, term, stamp in r.committed_entries(done):
+                    seen = self._committed.setdefault((tablet, index), term)
+                    if seen != term:
+                        raise StackViolation(
+                            f"state machine safety: tablet {tablet} index {index} committed with "
+                            f"term {term} on {host}, term {seen} elsewhere")
+                    self._check_stamp(tablet, index, term, stamp)
+                    done = index
+                self._checked[(host, tablet)] = max(done, r.commit_index)
+                if states and not r.failed:
+                    applied = r.state.last_applied_index
+                    crc = table_checksum(dict(r.state.data))
+                    holder, seen = self._state_at.setdefault((tablet, applied), (host, crc))
+                    if seen != crc:
+                        raise StackViolation(
+                            f"applied state: tablet {tablet} at applied index {applied} has "
+                            f"checksum {crc} on {host}, {seen} on {holder}")
+        if states:  # what the servers report costs as much: on the same rounds
+            for host, server in self.sim.servers.items():
+                if getattr(server, "me", None) is not None:  # started far enough to report
+                    self._check_reports(host, server)
+            self.check_catalog()
+
+    def check_leases(self) -> None:
+        """Lease safety: no leader serves reads from its lease while a newer term of its tablet
+        has had a leader. The lease's whole promise is that every voter that acknowledged it
+        withholds its vote until the lease is over, so no election can succeed before then; a
+        newer leader elected meanwhile may commit writes that the old one's local reads do not
+        see. Checked on the replicas' state, so a broken promise is caught when it is made
+        (issue 32, bug 2: a tombstoned voter that voted at once), not only in the rare run where
+        a client also reads at the old leader after a write through the new one. Virtual clocks
+        do not drift, so the lease's drift margin is not needed for it to hold here. Cheap, so
+        in lease mode it also runs between the other checks (`_invariant_loop`): a lease may
+        have only a few milliseconds left when the new leader wins."""
+        now, leases = self.sim.loop.time(), []
+        for host, server in self.sim.servers.items():
+            for tablet, r in list(getattr(server, "replicas", {}).items()):
+                if r.role.name != "LEADER":
+                    continue
+                top = self._top_leader.get(tablet)
+                if top is None or r.term > top[0]:
+                    self._top_leader[tablet] = (r.term, r.uuid)
+                if r.serves_lease_reads(now):
+                    leases.append((host, tablet, r))
+        for host, tablet, r in leases:
+            top = self._top_leader.get(tablet)
+            if top is not None and top[0] > r.term:
+                raise StackViolation(
+                    f"lease safety: tablet {tablet}: {top[1]} has led term {top[0]} while "
+                    f"{r.uuid} on {host} still serves lease reads as leader of term {r.term}")
+
+    def _check_stamp(self, tablet: str, index: int, term: int, stamp: int | None) -> None:
+        """Hybrid time follows the log: a committed command's timestamp exceeds every earlier
+        committed one, across leadership changes (a new leader witnesses its predecessors'
+        timestamps before it accepts writes; seed 02), whatever the clocks say, so also while
+        the drift fault steps a clock past the configured bound, where a new leader's own
+        clock may be far behind. `_stamps[(tablet, i)]`: the highest timestamp committed at or
+        below i, as far as seen (a compacted prefix may hide some: then less is checked)."""
+        key = (tablet, index)
+        if key in self._stamps:
+            return
+        before = self._stamps.get((tablet, index - 1), 0)
+        if stamp is not None and stamp <= before:
+            raise StackViolation(
+                f"hybrid time: tablet {tablet} index {index} (term {term}) was committed with "
+                f"timestamp {stamp}, not above {before}, the highest committed below it")
+        self._stamps[key] = max(before, stamp or 0)
+
+    def _check_term_and_vote(self, host: str, tablet: str, r) -> None:
+        """A replica's term never goes back and its saved vote in a term never changes."""
+        high = self._terms.setdefault((host, tablet), r.term)
+        if r.term < high:
+            raise StackViolation(f"term monotonicity: tablet {tablet} on {host} went from "
+                                 f"term {high} back to {r.term}")
+        self._terms[(host, tablet)] = r.term
+        term, voted = r.durable_vote()
+        if voted is not None:
+            promised = self._votes.setdefault((host, tablet, term), voted)
+            if promised != voted:
+                raise StackViolation(f"vote safety: tablet {tablet} on {host} voted for "
+                                     f"{promised} and {voted} in term {term}")
+        elif (host, tablet, term) in self._votes:
+            raise StackViolation(f"vote safety: tablet {tablet} on {host} forgot its vote "
+                                 f"for {self._votes[(host, tablet, term)]} in term {term}")
+
+    def _check_reports(self, host: str, server) -> None:
+        """What the server reports of its tablets: tombstones, committed configs, and whether a
+        flipped bit was detected."""
+        reports = server.reports()
+        states: dict[str, set[str]] = {}
+        for rep in reports:
+            states.setdefault(rep.tablet_id, set()).add(rep.state)
+            if rep.state == "RUNNING" and rep.committed_config_index >= 0:
+                self._saw_config(host, rep.tablet_id, rep.committed_config_index,
+                                 frozenset(m[0] for m in rep.committed_config))
+        if host in self.sim.head_flips:
+            self._check_head_flip(host, states)
+        if host in self.sim.flipped and host not in self.sim.flip_outcomes:
+            failed = sorted(f"{r.tablet_id}: {r.error}" for r in reports if r.state == "FAILED")
+            if failed:
+                self.sim.flip_outcomes[host] = f"FAILED {'; '.join(failed)}"[:500]
+        disk = self.sim.disks[host]
+        for tablet, seen in states.items():
+            key = (host, tablet)
+            # A tombstone at rest (no copy under way): remember which files existed by then.
+            # A new tombstone after the replica came back replaces the old one.
+            if seen == {"TOMBSTONED"} and (key not in self._tombs or key in self._revived):
+                self._tombs[key] = disk.serial_mark()
+                self._revived.pop(key, None)
+        for tablet, r in list(server.replicas.items()):
+            key = (host, tablet)
+            # a replica being stopped (a delete tombstoning it: the superblock may say so
+            # before the entry does) is not running again
+            if (key in self._tombs and not r.failed and not r.stopping
+                    and self._revived.get(key) is not r):
+                self._check_revived(host, tablet, self._tombs[key])
+                self._revived[key] = r
+
+    def _check_revived(self, host: str, tablet: str, mark: int) -> None:
+        """Tombstones are never resurrected: a replica that runs again where it was tombstoned
+        came back through a tablet copy, which removes the tombstoned data, installs the
+        source's files and says so in the superblock (`copied_from`, cleared by a tombstone).
+        So none of its data files (WAL, snapshots) may be older than the tombstone (a restart
+        that opened the old data as RUNNING, a delete or a copy that left it behind), and its
+        superblock, rewritten since, must name a copy source (a replica restarted empty over
+        its tombstone, as if created anew, names none)."""
+        from node.tablet.paths import TabletPaths
+        from node.tablet.superblock import Superblock
+
+        disk, paths = self.sim.disks[host], TabletPaths(DATA_DIR, tablet)
+        wal, data = disk.file_serials(paths.wal_dir), disk.file_serials(paths.snapshot_dir)
+        old = [path for path, serial in wal + data if serial <= mark]
+        if old:
+            raise StackViolation(f"tombstone resurrected: tablet {tablet} on {host} runs again "
+                                 f"with data from before its tombstone: {old[:3]}")
+        sb = Superblock.load(paths.superblock, disk)
+        if sb.copied_from is None:
+            raise StackViolation(f"tombstone resurrected: tablet {tablet} on {host} runs again "
+                                 f"without a tablet copy (its superblock names no copy source)")
+
+    def _saw_config(self, host: str, tablet: str, index: int, members: frozenset) -> None:
+        seen = self._configs.setdefault((tablet, index), members)
+        if seen != members:
+            raise StackViolation(f"config safety: tablet {tablet} committed config index {index} "
+                                 f"has members {sorted(members)} on {host}, {sorted(seen)} "
+                                 f"elsewhere")
+        self._top_config[tablet] = max(index, self._top_config.get(tablet, -1))
+
+    def check_catalog(self, final: bool = False) -> None:
+        """The catalog agrees with the tablets' committed configs: every tablet record of every
+        master's catalog (its applied state: committed records only) names the members of the
+        committed config at its config_index (0: the creation config), as replicas reported
+        it; it is never ahead of the tablet. The catalog follows configs asynchronously, so a
+        record may lag, and an index no replica was seen at (a config replaced between two
+        looks) is judged only by the other rules. With `final` (healed and settled), a lagging
+        record is listed in `catalog_lag`."""
+        lag = set()
+        for host in self.sim.masters:
+            server = self.sim.servers.get(host)
+            r = getattr(server, "replicas", {}).get(CATALOG)
+            if r is None or r.failed:
+                continue
+            for key, record in list(r.state.data.items()):
+                if not key.startswith("tablet/") or not isinstance(record, dict):
+                    continue
+                tablet, index = key[len("tablet/"):], record.get("config_index", 0)
+                members = frozenset(p[0] for p in record.get("replicas", ()))
+                seen = self._configs.get((tablet, index))
+                if seen is not None and seen != members:
+                    raise StackViolation(
+                        f"catalog agreement: master {host} has tablet {tablet} at config index "
+                        f"{index} with {sorted(members)}, the tablet committed {sorted(seen)}")
+                top = self._top_config.get(tablet)
+                if final and top is not None and index > top:
+                    raise StackViolation(
+                        f"catalog agreement: master {host} has tablet {tablet} at config index "
+                        f"{index}, ahead of any config the tablet committed (highest {top})")
+                if final and top is not None and index < top:
+                    lag.add(f"{tablet}: catalog {index} < {top} on {host}")
+        if final:
+            self.catalog_lag = sorted(lag)
+
+    def _check_head_flip(self, host: str, states: dict[str, set[str]]) -> None:
+        """A flipped newest batch header (`_flip_head`) fails its replica at the reboot (or
+        the server refuses to start): a replica running again from that WAL cut the batch as
+        a torn tail."""
+        tablet = self.sim.head_flips.get(host)
+        seen = states.get(tablet, set())
+        if "FAILED" in seen or host in self.sim.start_failures:
+            del self.sim.head_flips[host]
+        elif "RUNNING" in seen:
+            raise StackViolation(
+                f"wal damage: tablet {tablet} on {host} runs again after a bit flipped in its "
+                f"newest WAL batch's header: the batch was cut as a torn tail, not refused")
+
+    def clock_checks(self, ops) -> list[dict]:
+        """Commit-wait's promise across tablets (`check_timestamps(across_keys=True)`): a write
+        invoked after another completed has a larger hybrid time, whichever tablets they hit.
+        It holds only while every clock is within the max error, so a seed in which the drift
+        fault stepped a clock past it is judged per key only (the workload's own check)."""
+        from reports.checkers.timestamps import check_timestamps
+
+        if any(e[1] == "drift" for e in self.sim.events):
+            return []
+        return [check_timestamps([o for o in ops if o.process != "nemesis"], across_keys=True)]
+
+    def check_master_lists(self) -> None:
+        """Healed and settled: every live tablet server heartbeats the masters of the catalog's
+        committed config, as the leader master last told them (the masters fault adds and
+        removes one). Skipped while no master leads or an address is unknown to it."""
+        leaders = [s for h in self.sim.masters if (s := self.sim.servers.get(h)) is not None
+                   and (r := getattr(s, "replicas", {}).get(CATALOG)) is not None
+                   and r.role.name == "LEADER" and not r.failed]
+        if not leaders:
+            return
+        master = leaders[0]
+        r = master.replicas[CATALOG]
+        want = [master.book.get(u) for u in r.committed_members()]
+        if None in want:
+            return
+        want_set = {tuple(p.addr) for p in want}
+        for host in self.sim.tservers:
+            hb = getattr(self.sim.servers.get(host), "heartbeater", None)
+            if hb is not None and {tuple(a) for a in hb.masters} != want_set:
+                raise StackViolation(
+                    f"master list: tablet server {host} heartbeats {sorted(hb.masters)} (masters "
+                    f"config index {hb.masters_config_index}); the committed masters are "
+                    f"{sorted(want_set)} (index {r.committed_config_index})")

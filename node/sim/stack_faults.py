@@ -1,0 +1,194 @@
+"""The whole-stack simulator's fault choices (node.sim.stack): which fault comes next and at
+what, drawn from the run's random stream by the mix's weights (node.sim.swarm), among the
+faults that apply to the cluster as it is now. The simulator applies what is chosen and
+records it, so a seed replays its faults; this module only chooses.
+"""
+
+from __future__ import annotations
+
+import random
+
+DRIFT_MAX_S = 0.5  # the drift fault's largest clock step, past the bound (a bad NTP server)
+MAX_FLIPS = 2  # bit flips per seed, each on another server, at most one of them a master
+# Disk faults: ENOSPC leaves this much room above what the files hold; a failing fsync fails
+# with this chance; a slow fsync's upper bound (virtual seconds; the lower one is a tenth of it)
+ENOSPC_SLACK_BYTES = 16 * 1024
+EIO_RATE = (0.05, 1.0)
+SLOW_FSYNC_S = (0.02, 0.5)
+# copy-race's slow disk on the copy's receiver: its fsyncs' upper bound, so that a copy, a few
+# fsyncs, lasts about as long as an election
+COPY_RACE_SLOW_FSYNC_S = (0.02, 0.6)
+# lease-race's: a few ms, so the copy back (a few dozen fsyncs) keeps R a tombstone for a
+# while, and the vote it saves before answering still comes within the lease
+LEASE_RACE_SLOW_FSYNC_S = (0.002, 0.03)
+CUT_S = (1.0, 8.0)  # how long a cut link stays cut
+LINK_DELAY_S = (0.05, 0.5)  # copy-race's extra delay on the link between the leader and R
+TOMBSTONE_AFTER_S = (0.0, 2.0)  # copy-race: from the cut to R's tombstone
+DISK_CLEAR_P = 0.35  # while a disk fault is on, the chance the next fault clears one instead
+
+
+class FaultChooser:
+    def __init__(self, sim):
+        self.sim = sim  # node.sim.stack.StackSim: its hosts, servers, and the faults now on
+
+    def choose(self, rng: random.Random) -> tuple[str | None, object]:
+        """A random fault and its target; (None, None) when none applies now."""
+        hosts = self.sim.masters + self.sim.tservers
+        if self.sim.disk_faults and rng.random() < DISK_CLEAR_P:
+            return "disk-clear", [rng.choice(sorted(self.sim.disk_faults))]
+        kind = self.draw_kind(rng)
+        impaired = self._impaired()
+        if kind == "crash":
+            # at most one master and two tablet servers impaired at a time: the final phase
+            # must work
+            up = [h for h in hosts if h not in impaired and (
+                not impaired & set(self.sim.masters) if h in self.sim.masters
+                else len(impaired & set(self.sim.tservers)) < 2)]
+            return (kind, rng.choice(up)) if up else (None, None)
+        if kind == "power":  # a rack loses power: tablet servers crash together
+            return kind, sorted(rng.sample(self.sim.tservers, rng.randrange(2, len(self.sim.tservers) + 1)))
+        if kind == "restart":
+            return (kind, rng.choice(sorted(self.sim.down))) if self.sim.down else (None, None)
+        if kind == "partition":
+            shuffled = rng.sample(hosts, len(hosts))
+            cut = rng.randrange(1, len(hosts))
+            return kind, [sorted(shuffled[:cut]), sorted(shuffled[cut:])]
+        if kind == "isolate":
+            return kind, rng.choice(hosts)
+        if kind == "skew":
+            bound = self.sim.clock_error_us / 2e6
+            return kind, [rng.choice(hosts), rng.uniform(-bound, bound)]
+        if kind == "drift":  # past the bound: commit-wait's promise is off, Raft's must hold
+            offset = rng.uniform(self.sim.clock_error_us / 1e6, DRIFT_MAX_S)
+            return kind, [rng.choice(hosts), round(rng.choice((-1, 1)) * offset, 6)]
+        if kind == "flip":  # once per server: a corrupt instance file keeps it down
+            fresh = [h for h in hosts if h not in self.sim.flipped and h != self.sim.spare and (
+                h in self.sim.tservers or not impaired & set(self.sim.masters))]
+            return (kind, [rng.choice(fresh)]) if len(self.sim.flipped) < MAX_FLIPS else (None, None)
+        if kind == "flip-head":  # a tablet server's: its tablets' WALs
+            fresh = [h for h in self.sim.tservers if h not in self.sim.flipped]
+            if len(self.sim.flipped) >= MAX_FLIPS or not fresh:
+                return None, None
+            return kind, [rng.choice(fresh), rng.randrange(16 * 8)]
+        if kind == "disk":
+            return self._choose_disk(rng, impaired)
+        if kind == "transfer":
+            return self._choose_transfer(rng)
+        if kind in ("cut", "tombstone", "copy-race", "lease-race"):
+            return self._choose_copy_fault(kind, rng)
+        return kind, None  # heal, reset; membership and masters pick their target when they run
+
+    def draw_kind(self, rng: random.Random) -> str:
+        """The next fault's kind, by the mix's weights. The classic mix draws uniformly from
+        its kinds repeated by weight, as the nemesis always did, so its recorded seeds replay."""
+        mix = self.sim.cfg.mix
+        if mix.name == "classic":
+            return rng.choice([k for k, w in mix.weights for _ in range(w)])
+        kinds, weights = zip(*mix.weights, strict=True)
+        return rng.choices(kinds, weights)[0]
+
+    def _impaired(self) -> set[str]:
+        """Hosts that cannot serve now: down, with a failing disk, or a master whose disk had a
+        bit flipped (it may never start again)."""
+        return (self.sim.down | {h for h, m in self.sim.disk_faults.items() if m != "slow"}
+                | (self.sim.flipped & set(self.sim.masters)))
+
+    def _test_tablets(self) -> dict[str, tuple[str, object]]:
+        """Each test-table tablet with a live leader (as the simulator sees the servers): tablet
+        -> (leader's host, its replica)."""
+        out = {}
+        for host in sorted(set(self.sim.servers) & set(self.sim.tservers)):
+            for tablet, r in sorted(getattr(self.sim.servers[host], "replicas", {}).items()):
+                if r.role.name == "LEADER" and not r.failed:
+                    out[tablet] = (host, r)
+        return out
+
+    def _choose_copy_fault(self, kind: str, rng: random.Random) -> tuple[str | None, object]:
+        """Faults aimed at tablet copy, on one test tablet with leader L and voters F, R:
+        - cut: the link L-F is cut (both ways), F still reaches everyone else: F campaigns while
+          L keeps its quorum and lease through R;
+        - tombstone: R's replica is tombstoned (ts.delete_tablet, as a failed disk or an operator
+          leaves it) while still a voter, so L copies the tablet to it again, and until the copy
+          installs R votes from its tombstone;
+        - copy-race: both, R's tombstone `after` s past the cut (F's election timer is running by
+          then, while R still keeps L's quorum, so L stays in power well into F's campaign),
+          the link L-R slowed by `delay` s each way (so the append L
+          sends R the moment the copy lands is answered that much later: a leader that counts
+          the copy as an acknowledgement commits in that window), and R's disk made slow (fsyncs of up to `slow` s: the copy
+          fsyncs each file, so it takes seconds, as a real tablet's does, where the simulator's
+          small tablets copy in no virtual time at all), so F's election races the copy L sends
+          R, and the copy's completion races L's deposition.
+        - lease-race: on a tablet whose leader serves lease reads now (any, if none does), the
+          cut, then R's tombstone `after` s later, quickly, and only then R's disk made a little
+          slow (so the copy back takes a while, and a vote, saved first, is still quick): R acknowledged L's lease until the moment it stopped, and
+          F's campaign, due an election timeout after the cut, comes while R is a tombstone and
+          L's lease still runs. A tombstone that votes at once elects F under L's lease (issue
+          32, bug 2); copy-race's slow disk makes the tombstone itself slow, past the lease.
+        A cut heals by itself after `cut_s` (or at the next heal), as Jepsen's partitions stop:
+        cuts that only ever pile up leave no quorum anywhere, and a seed that is unavailable
+        throughout finds nothing.
+        Value: [tablet, L, F, R, slow, cut_s, delay, after] (hosts; cut leaves R out, tombstone
+        L and F; slow, delay and after are None but for copy-race, cut_s None for tombstone;
+        delay None for lease-race)."""
+        leaders = self._test_tablets()
+        if kind == "lease-race":
+            now = self.sim.loop.time()
+            leases = {t: lr for t, lr in leaders.items() if lr[1].serves_lease_reads(now)}
+            leaders = leases or leaders
+        if not leaders:
+            return None, None
+        tablet = rng.choice(sorted(leaders))
+        host, r = leaders[tablet]
+        by_uuid = {getattr(self.sim.servers.get(h), "uuid", None): h for h in self.sim.tservers}
+        voters = sorted(by_uuid[m[0]] for m in r.status()["config"]
+                        if m[1] == "VOTER" and m[0] != r.uuid and m[0] in by_uuid)
+        if len(voters) < 2:
+            return None, None
+        f, rr = rng.sample(voters, 2)
+        cut_s = round(rng.uniform(*CUT_S), 3)
+        if kind == "cut":
+            return kind, [tablet, host, f, None, None, cut_s, None, None]
+        if kind == "tombstone":
+            return kind, [tablet, None, None, rr, None, None, None, None]
+        if kind == "lease-race":
+            return kind, [tablet, host, f, rr, round(rng.uniform(*LEASE_RACE_SLOW_FSYNC_S), 6),
+                          cut_s, None, round(rng.uniform(*TOMBSTONE_AFTER_S), 3)]
+        slow = round(rng.uniform(*COPY_RACE_SLOW_FSYNC_S), 6)
+        return kind, [tablet, host, f, rr, slow, cut_s, round(rng.uniform(*LINK_DELAY_S), 3),
+                      round(rng.uniform(*TOMBSTONE_AFTER_S), 3)]
+
+    def _choose_disk(self, rng: random.Random, impaired: set[str]) -> tuple[str | None, object]:
+        """ENOSPC or failing fsyncs on one server at a time (a master only while the other two
+        are well), or slow fsync on any server without a disk fault."""
+        mode = rng.choice(["enospc", "eio", "slow"])
+        if mode == "slow":
+            free = [h for h in self.sim.masters + self.sim.tservers
+                    if h not in self.sim.disk_faults and h != self.sim.spare]
+            if not free:
+                return None, None
+            hi = round(rng.uniform(*SLOW_FSYNC_S), 6)
+            return "disk", [rng.choice(free), "slow", round(hi / 10, 6), hi]
+        if any(m != "slow" for m in self.sim.disk_faults.values()):
+            return None, None
+        well = [h for h in self.sim.masters + self.sim.tservers if h not in impaired and h != self.sim.spare
+                and h not in self.sim.disk_faults
+                and (h in self.sim.tservers or not impaired & set(self.sim.masters))]
+        if not well:
+            return None, None
+        host = rng.choice(well)
+        if mode == "enospc":
+            return "disk", [host, mode, rng.randrange(ENOSPC_SLACK_BYTES)]
+        return "disk", [host, mode, round(rng.uniform(*EIO_RATE), 3)]
+
+    def _choose_transfer(self, rng: random.Random) -> tuple[str | None, object]:
+        """A leader (of a tablet, or of the catalog on a master) as the simulator sees it, told
+        to hand over to a random other voter, or to step down abruptly."""
+        leaders = [(host, tablet, r) for host in sorted(self.sim.servers)
+                   for tablet, r in sorted(getattr(self.sim.servers[host], "replicas", {}).items())
+                   if r.role.name == "LEADER" and not r.failed]
+        if not leaders:
+            return None, None
+        host, tablet, r = leaders[rng.randrange(len(leaders))]
+        voters = [m[0] for m in r.status()["config"] if m[1] == "VOTER" and m[0] != r.uuid]
+        new = rng.choice(voters) if voters and rng.random() < 0.7 else None
+        return "transfer", [host, tablet, new]
