@@ -146,7 +146,10 @@ def _faults(entry: str, db: str, offers: frozenset[str]) -> tuple[str, ...]:
         _tessera_only(db, f"--nemeses {entry}", "sets Tessera's read-mode flag")
     packages: list[str] = []
     for part in entry.removesuffix(LEASE).split("+"):
-        found = select(part, offers)
+        try:
+            found = select(part, offers)
+        except ValueError as e:
+            raise ValueError(f"--nemeses {entry}: {e} (--db {db})") from None
         if not found and part != "none":
             raise ValueError(f"--nemeses {entry}: {part or 'an empty part'} keeps no fault "
                              f"that applies to --db {db}")

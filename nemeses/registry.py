@@ -64,7 +64,10 @@ def select(text: str, offers: frozenset[str] | None = None) -> list[str]:
     names: list[str] = []
     for item in (n.strip() for n in text.split(",") if n.strip()):
         if item in groups:
-            names += [n for n, p in known.items() if p.group == item and applies(p)]
+            kept = [n for n, p in known.items() if p.group == item and applies(p)]
+            if not kept:  # a run would inject nothing while saying it ran the group
+                raise ValueError(f"no fault of the group {item} applies to this system")
+            names += kept
         elif item in known:
             if not applies(known[item]):
                 missing = ", ".join(f"{n} ({OFFERS.get(n, '?')})"

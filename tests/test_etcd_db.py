@@ -320,3 +320,19 @@ def test_disk_layout_names_the_members_wal_and_snapshots_as_one_group():
     assert layout.daemon == "etcd" and layout.root.endswith("/etcd")
     assert {f[0] for f in layout.files} == {"member/wal", "member/snap"}
     assert {f[2] for f in layout.files} == {"etcd"} and "head-flip" not in layout.modes
+
+
+def test_what_the_cli_refuses_for_etcd_before_any_host():
+    import sys
+
+    def run(*argv):
+        return subprocess.run([sys.executable, "-m", "harness.cli", "test", "--db", "etcd", *argv],
+                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+    for argv, words in [(["--workload", "watch", "--nemesis", "admin"], "compaction removes"),
+                        (["--nemesis", "clock"], "needs faketime (daemons that run under libfaketime)"),
+                        (["--nemesis", "masters"], "no fault of the group masters applies"),
+                        (["--flag", "snapshot_cnt=5"], "not a flag `etcd --help` lists")]:
+        out = run(*argv)
+        assert out.returncode == 254 and "Traceback" not in out.stderr, (argv, out.stderr)
+        assert words in out.stderr, (argv, out.stderr)
