@@ -51,7 +51,9 @@ class TabletMembers:
 
     def change(self, tablet: str, op: str, uuid: str, timeout: float = 30.0) -> list[list]:
         """Apply one change through the master; retried while another is pending or the
-        leader moves. Already applied (a retry after a lost reply) counts as done."""
+        leader moves. Already applied (a retry after a lost reply) counts as done; a removal
+        the leader refuses as unsafe (consensus.UnsafeChange) raises Refused at once."""
+        from nemeses.membership import Refused
         from node.rpc import ErrorCode, RpcError
 
         done_already = "already a member" if op == "add" else "is not a member"
@@ -62,6 +64,8 @@ class TabletMembers:
             except RpcError as e:
                 if e.code == ErrorCode.ILLEGAL_STATE and done_already in str(e):
                     return []
+                if e.code == ErrorCode.ILLEGAL_STATE and "UnsafeChange" in str(e):
+                    raise Refused(e.message) from None
                 if time.monotonic() > deadline:
                     raise
             time.sleep(1.0)

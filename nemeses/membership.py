@@ -20,13 +20,19 @@ from nemeses.registry import Package, register
 Candidate = tuple[str, str, str]
 
 
+class Refused(Exception):
+    """The system declined a removal as unsafe now (Kudu's SafeToEvict: too few live voters
+    would remain), and did nothing. The fault is skipped, not failed: refusing is right."""
+
+
 class Members(Protocol):
     def removable(self) -> list[Candidate]:
         """The members whose removal alone costs no quorum now, sorted: a settled config,
         enough voters, every other member running."""
 
     def remove(self, member: Candidate) -> dict:
-        """Remove it; what was done. Raises when the system refuses."""
+        """Remove it; what was done. Raises Refused when the system declines it as unsafe,
+        anything else when the removal failed."""
 
     def add(self, member: Candidate, timeout: float) -> dict:
         """Add it back, retrying for up to `timeout` seconds; one that is a member already is
@@ -56,7 +62,12 @@ class Membership(Nemesis):
         member = candidates[choice["pick"] % len(candidates)]
         self._removed.append(member)  # first: a removal that raised may still have applied,
         self.active = True            # and adding back a member that is one is done at once
-        done = members.remove(member)
+        try:
+            done = members.remove(member)
+        except Refused as e:
+            self._removed.pop()
+            self.active = bool(self._removed)
+            return {"skipped": f"the system refused to remove {member[2]}'s member: {e}"}
         return {"removed": member[2], "group": member[0], **done}
 
     def stop(self) -> dict:

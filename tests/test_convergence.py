@@ -105,9 +105,39 @@ def test_converge_polls_until_caught_up_then_names_the_first_differing_key():
 
 
 def test_converge_gives_up_as_unknown_at_the_timeout():
-    r = converge(lambda req: {"n1": rep("u1", 12), "n2": rep("u2", 11)}, ["n1", "n2"],
-                 timeout=0.05, interval=0.01)
+    r = converge(lambda req: {"n1": rep("u1", 12, role="LEADER"), "n2": rep("u2", 11)},
+                 ["n1", "n2"], timeout=0.05, interval=0.01)
     assert r["verdict"] == "unknown" and "within 0.05 s" in r["reason"]
+
+
+# Seen under `--nemesis all`: u1's WAL was damaged (FAILED), then a membership fault removed u3;
+# the pending config {u1, u2} could never commit, and the tablet had no leader for good.
+STUCK = {"n1": rep("u1", state="FAILED"), "n2": rep("u2", role="PRE_CANDIDATE"),
+         "n3": rep("u3", role="LEARNER")}
+
+
+def test_a_tablet_without_a_leader_is_unknown_while_polling_and_invalid_at_the_end():
+    r = compare(STUCK, ["n1", "n2", "n3"])
+    assert r["verdict"] == "unknown" and r["reason"] == "no leader: T" and not r["errors"]
+    r = compare(STUCK, ["n1", "n2", "n3"], final=True)
+    assert r["verdict"] == "invalid"
+    [e] = r["errors"]
+    assert e["type"] == "no-leader" and e["tablet"] == "T"
+    assert "n1 FAILED" in e["explanation"] and "n2 RUNNING PRE_CANDIDATE" in e["explanation"]
+
+
+def test_converge_waits_for_an_election_and_fails_a_tablet_that_never_has_one():
+    rounds = iter([STUCK, {**STUCK, "n2": rep("u2", role="LEADER")}])
+    assert converge(lambda req: next(rounds), ["n1", "n2", "n3"], timeout=5,
+                    interval=0)["verdict"] == "valid"
+    r = converge(lambda req: STUCK, ["n1", "n2", "n3"], timeout=0.05, interval=0.01)
+    assert r["verdict"] == "invalid" and r["errors"][0]["type"] == "no-leader"
+
+
+def test_a_deleted_tablets_tombstones_need_no_leader():
+    gone = {h: ChecksumReport(u, [TabletChecksum("T", "TOMBSTONED")])
+            for h, u in [("n1", "u1"), ("n2", "u2")]}
+    assert compare(gone, ["n1", "n2"], final=True)["verdict"] == "valid"
 
 
 # -- end to end: real daemons on loopback ------------------------------------------------------

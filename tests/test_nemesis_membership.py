@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from nemeses.membership import Membership
+from nemeses.membership import Membership, Refused
 
 
 @dataclass
@@ -18,12 +18,15 @@ class Ledger:
     members: list = field(default_factory=lambda: [("g", "m1", "n1"), ("g", "m2", "n2"),
                                                    ("g", "m3", "n3"), ("g", "m4", "n4")])
     fail_adds: int = 0
+    refuse: bool = False  # the system declines every removal as unsafe
     calls: list = field(default_factory=list)
 
     def removable(self):
         return sorted(self.members) if len(self.members) > 3 else []
 
     def remove(self, member):
+        if self.refuse:
+            raise Refused("only 1 of the 2 remaining voters answered lately")
         self.members.remove(member)
         self.calls.append(("remove", member[1]))
         return {"id": member[1]}
@@ -69,3 +72,11 @@ def test_no_candidate_is_a_skip_not_a_removal(monkeypatch):
     monkeypatch.setattr("nemeses.membership.time.sleep", lambda s: None)
     m = Membership(db=System(ledger), timeout=0.0)
     assert "skipped" in m.start({"pick": 1}) and not m.active and ledger.calls == []
+
+
+def test_a_removal_the_system_refuses_is_a_skip_with_nothing_to_add_back():
+    ledger = Ledger(refuse=True)
+    m = Membership(db=System(ledger))
+    done = m.start({"pick": 0})
+    assert "refused" in done["skipped"] and "1 of the 2" in done["skipped"] and not m.active
+    assert m.stop() == {"added": []} and ledger.calls == []

@@ -15,6 +15,7 @@ from node.consensus import (
     MemberType,
     Role,
     SteppingDown,
+    UnsafeChange,
     VoteCast,
     VoteResponse,
 )
@@ -260,6 +261,48 @@ LEADER_REMOVAL = ELECTED + [
 
 def test_removing_the_leader_transfers_leadership_first():
     run(ScriptCluster(), LEADER_REMOVAL)
+
+
+def _rounds(c: ScriptCluster, leader: str, n: int) -> None:
+    """`n` check-quorum rounds of the leader, each heartbeat answered by whoever can."""
+    for _ in range(n * c.core(leader).cfg.election_timeout_ticks):
+        c.tick(leader)
+        c.stabilize()
+
+
+def test_a_removal_that_would_leave_no_live_majority_is_refused():
+    """Kudu's SafeToEvict: with n3 silent, removing n2 would leave {n1, n3}, whose config can
+    never commit; the leader refuses it, and the tablet keeps its quorum. Removing the silent
+    n3 instead is safe. Found by the harness: a membership fault removed a running replica of a
+    tablet whose third replica had just failed on a damaged WAL, and the tablet never again had
+    a leader."""
+    c = ScriptCluster()
+    run(c, ELECTED)
+    c.isolate("n3")
+    _rounds(c, "n1", 2)
+    assert c.core("n1").role == Role.LEADER  # n2 still answers: the quorum holds
+    with pytest.raises(UnsafeChange, match="only 1 of the 2 remaining voters"):
+        _change(c, "n1", REMOVE, "n2", 0)
+    assert c.core("n1").active_config.voters() == ["n1", "n2", "n3"]
+    _change(c, "n1", REMOVE, "n3", 0)
+    c.stabilize()
+    assert c.disks["n2"]["config"].voters() == ["n1", "n2"]
+
+
+def test_a_peer_heard_in_the_last_round_still_counts_as_live():
+    """A removal right after a round ends is judged on the round before too, not refused
+    because nobody has answered in the few ticks of the new round."""
+    c = ScriptCluster()
+    run(c, ELECTED)
+    for _ in range(c.core("n1").cfg.election_timeout_ticks - 1):
+        c.tick("n1")
+        c.stabilize()
+    c.tick("n1")  # the round ends here, and this tick's heartbeats are lost
+    c.drop("n1")
+    assert not any(pr.recent_active for pr in c.core("n1").progress.values())
+    _change(c, "n1", REMOVE, "n3", 0)
+    c.stabilize()
+    assert c.disks["n2"]["config"].voters() == ["n1", "n2"]
 
 
 @pytest.mark.parametrize(

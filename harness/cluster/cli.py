@@ -14,7 +14,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                      "or check any running Tessera cluster's health (ksck).")
     sub = p.add_subparsers(dest="action", required=True, metavar="{up,down,status,ksck}")
     for action, what in (("up", "create or repair the netns hosts"),
-                         ("down", "remove everything up made"),
+                         ("down", "remove everything up made; the hosts' install is kept "
+                                  "for the next up"),
                          ("status", "show each netns host")):
         a = sub.add_parser(action, help=what, description=what)
         a.add_argument("--provider", choices=("netns", "vagrant"), default="netns",

@@ -31,6 +31,10 @@ NS_PREFIX = "tessera-"
 VETH_PREFIX = "ts-"
 STATE_DIR = Path(os.environ.get("TESSERA_NETNS_STATE", "/run/tessera-netns"))
 PRIVATE_MOUNTS = ("/var/lib/tessera", "/opt/tessera", "/tmp")
+# `down` keeps one host's /opt/tessera (the wheels and the venv, stamped with their digests) and
+# `up` seeds new hosts with it, so a cluster made again does not build five venvs again; the
+# installer still compares the stamps and reinstalls whatever changed.
+INSTALL_CACHE = Path(os.environ.get("TESSERA_NETNS_INSTALL_CACHE", "/var/cache/tessera/netns-opt"))
 MAX_HOSTS = 20
 
 
@@ -136,6 +140,7 @@ class NetnsCluster:
                 _run("ip", "link", "del", link, check=False)
                 progress(f"removed link {link}")
         if self.state_dir.exists():
+            _keep_install(self.state_dir)
             shutil.rmtree(self.state_dir)
 
     def status(self) -> list[dict]:
@@ -211,6 +216,8 @@ class NetnsCluster:
         hdir = self.state_dir / name
         for sub in ("lib", "opt", "tmp"):
             (hdir / sub).mkdir(parents=True, exist_ok=True)
+        if INSTALL_CACHE.is_dir() and not any((hdir / "opt").iterdir()):
+            shutil.copytree(INSTALL_CACHE, hdir / "opt", symlinks=True, dirs_exist_ok=True)
         os.chmod(hdir / "tmp", 0o1777)
         key = hdir / "host_key"
         if not key.exists():
@@ -245,6 +252,21 @@ class NetnsCluster:
         host_key = Path(f"{key}.pub").read_text().split()[:2]
         return {"name": name, "address": addr, "ns": ns, "pid": proc.pid,
                 "host_key": " ".join(host_key)}
+
+
+def _keep_install(state_dir: Path) -> None:
+    """Save the first host's stamped install as INSTALL_CACHE (replacing the old one whole)."""
+    done = sorted(state_dir.glob("n*/opt/venv/.installed"))
+    if not done:
+        return
+    tmp = INSTALL_CACHE.with_name(INSTALL_CACHE.name + ".new")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        shutil.copytree(done[0].parents[1], tmp, symlinks=True)
+        shutil.rmtree(INSTALL_CACHE, ignore_errors=True)
+        tmp.rename(INSTALL_CACHE)
+    except OSError:  # a full disk costs the next `up` a fresh install, nothing more
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _port_open(addr: str, port: int, timeout: float) -> bool:

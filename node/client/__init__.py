@@ -144,10 +144,13 @@ class TesseraClient:
     # -- masters -----------------------------------------------------------------------------
     async def master_call(self, method: str, req: Any, resp_type: type,
                           deadline: float | None = None) -> Any:
-        """Call the leader master, finding it first; RpcError if none answers in time."""
+        """Call the leader master, finding it first; RpcError if none answers in time. The
+        error raised is the last one a master gave that was not a redirect, if any: a
+        follower's "not the leader master" would hide what the leader said."""
         deadline = deadline or self._deadline()
         backoff = _Backoff(self.rng)
         last: Exception | None = None
+        said: Exception | None = None  # the last answer that was not a redirect
         loop = asyncio.get_running_loop()
         while loop.time() < deadline:
             candidates = ([self._master_leader] if self._master_leader else []) + self.masters
@@ -162,6 +165,8 @@ class TesseraClient:
                     return res
                 except RpcError as e:
                     last = e
+                    if e.code != ErrorCode.NOT_LEADER:
+                        said = e
                     if e.code == ErrorCode.NOT_LEADER:
                         hint = self._master_book.get(e.detail) if e.detail else None
                         if hint is None:
@@ -176,7 +181,7 @@ class TesseraClient:
                     if addr == self._master_leader:
                         self._master_leader = None
             await backoff.wait(deadline)
-        raise last or RpcError(ErrorCode.NETWORK, "no master answered")
+        raise said or last or RpcError(ErrorCode.NETWORK, "no master answered")
 
     async def _learn_masters(self, addr: tuple[str, int]) -> None:
         try:

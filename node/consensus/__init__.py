@@ -77,6 +77,7 @@ from .types import (
     SoftState,
     Status,
     SteppingDown,
+    UnsafeChange,
     VoteCast,
     decode_config,
     encode_config,
@@ -88,6 +89,6 @@ __all__ = [
     "EntryTooLarge", "Event",
     "FollowerLostEntries", "HardState", "Heartbeat", "HeartbeatResponse", "InvalidChange",
     "Member", "MemberType", "Message", "NotLeader", "PersistedState", "ProposalError", "RaftConfig",
-    "RaftCore", "ReadState", "Ready", "Role", "SafetyError", "SoftState", "SteppingDown", "Status",
+    "RaftCore", "ReadState", "Ready", "Role", "SafetyError", "SoftState", "SteppingDown", "Status", "UnsafeChange",
     "TimeoutNow", "VoteCast", "VoteRequest", "VoteResponse", "decode_config", "encode_config",
 ]

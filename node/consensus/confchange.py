@@ -17,6 +17,7 @@ from .types import (
     Member,
     MemberType,
     RaftConfig,
+    UnsafeChange,
 )
 
 
@@ -59,6 +60,19 @@ def apply(config: RaftConfig, change: ConfigChange) -> tuple[Member, ...]:
     if not any(m.member_type == MemberType.VOTER for m in remaining):
         raise InvalidChange("cannot remove the last voter")
     return remaining
+
+
+def check_safe_removal(remaining_voters: Sequence[str], viable: Callable[[str], bool]) -> None:
+    """Kudu's SafeToEvict for every removal, asked for or automatic: refuse one whose remaining
+    voters would not hold a majority that answers now (`viable`: the leader itself, or a peer
+    heard from lately). The new config needs a majority of its own voters to commit, so a
+    removal that leaves a failed or silent voter beside too few live ones is never committed:
+    the tablet is stuck behind it for good, since every later change and election needs that
+    majority too."""
+    live = sum(1 for v in remaining_voters if viable(v))
+    if live < len(remaining_voters) // 2 + 1:
+        raise UnsafeChange(f"only {live} of the {len(remaining_voters)} remaining voters answered "
+                           f"lately: the new config could not commit")
 
 
 def successor(voters: Sequence[str], leader: str, match: Callable[[str], int]) -> str | None:

@@ -225,7 +225,7 @@ class RaftCore:
                 self._become_follower(self.term, None)  # check-quorum: we may be partitioned
                 return
             for pr in self.progress.values():
-                pr.recent_active = False
+                pr.end_round()
         if self.heartbeat_elapsed >= self.cfg.heartbeat_interval_ticks:
             self.heartbeat_elapsed = 0
             self._broadcast_heartbeat()
@@ -260,6 +260,10 @@ class RaftCore:
         confchange.check_cas(cas_config_index, self.committed_config.opid_index)
         self._check_change_allowed()
         new_config = self._changed_config(change)
+        if change.op == ChangeOp.REMOVE:
+            confchange.check_safe_removal(
+                [m.uuid for m in new_config if m.member_type == MemberType.VOTER],
+                lambda v: v == self.id or (v in self.progress and self.progress[v].heard_lately))
         if change.op == ChangeOp.REMOVE and change.uuid == self.id:
             target = self._most_up_to_date_voter()
             if target is None:

@@ -32,6 +32,18 @@ class Progress:
     # Answered since the last check-quorum round: a leader that hears from no majority for an
     # election timeout steps down rather than keep serving a minority.
     recent_active: bool = False
+    # Answered in the round before: with `recent_active`, whether the peer answered within the
+    # last one to two election timeouts (`heard_lately`), which a removal's safety check needs
+    # at any point of a round, not only at its end.
+    active_last_round: bool = False
+
+    @property
+    def heard_lately(self) -> bool:
+        return self.recent_active or self.active_last_round
+
+    def end_round(self) -> None:
+        """A check-quorum round ended: start counting answers afresh."""
+        self.active_last_round, self.recent_active = self.recent_active, False
 
     @property
     def needs_copy(self) -> bool:

@@ -283,6 +283,10 @@ class InvalidChange(ProposalError):
     pass
 
 
+class UnsafeChange(InvalidChange):
+    """A removal that would leave too few live voters to commit the new config."""
+
+
 class SteppingDown(ProposalError):
     """The leader was asked to remove itself: it is handing leadership to `transferee` first."""
 

@@ -369,7 +369,8 @@ class Master(ServerBase):
             raise RpcError(ErrorCode.NOT_FOUND, f"no tablet {req.tablet_id}")
         leader = self._leader_report(req.tablet_id)
         if leader is None:
-            raise RpcError(ErrorCode.NOT_LEADER, f"tablet {req.tablet_id}: no leader reported yet")
+            raise RpcError(ErrorCode.TABLET_NOT_RUNNING,
+                           f"tablet {req.tablet_id}: no leader reported yet")
         leader_peer = leader[0]
         target = self.tservers.get(req.ts_uuid)
         if target is None:
@@ -381,7 +382,7 @@ class Master(ServerBase):
                                             to_uuid=leader_peer.uuid, timeout=5.0)
         report = next((t for t in status.tablets if t.tablet_id == req.tablet_id), None)
         if report is None or report.role != "LEADER":
-            raise RpcError(ErrorCode.NOT_LEADER, f"tablet {req.tablet_id}: leadership moved")
+            raise RpcError(ErrorCode.TABLET_NOT_RUNNING, f"tablet {req.tablet_id}: leadership moved")
         return await self.rpc_client.call(
             leader_peer.addr, "ts.change_config",
             ChangeConfig(req.tablet_id, req.op, target.peer, report.committed_config_index),

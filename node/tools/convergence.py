@@ -44,18 +44,23 @@ def _replica(t: TabletChecksum, uuid: str, note: str) -> dict:
     return out
 
 
-def compare(replies: dict[str, ChecksumReport], asked: list[str]) -> dict:
+def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = False) -> dict:
     """The convergence result for one round of replies (host -> report) from the `asked` hosts.
-    Invalid if replicas at the same applied index differ; unknown if nobody answered or some live
-    replica is behind the others; else valid."""
+    Invalid if replicas at the same applied index differ; unknown if nobody answered, some live
+    replica is behind the others, or a tablet has no leader; else valid. On the `final` round
+    a tablet still without a leader is invalid: once faults are healed a tablet must serve
+    again, and one that cannot (a config no live majority can commit) has lost its data's
+    availability for good, which no history of ops on other tablets would show."""
     uuid_of = {host: rep.uuid for host, rep in replies.items()}
     by_tablet: dict[str, dict[str, TabletChecksum]] = {}
     for host, rep in replies.items():
         for t in rep.tablets:
             by_tablet.setdefault(t.tablet_id, {})[host] = t
-    tablets, errors, behind = [], [], {}
+    tablets, errors, behind, leaderless = [], [], {}, []
     for tid in sorted(by_tablet):
         reps = by_tablet[tid]
+        if all(t.state == "TOMBSTONED" for t in reps.values()):
+            continue  # a deleted tablet
         members = _members(reps)
         notes = {h: ("not RUNNING" if t.state != "RUNNING" else
                      "not in the committed config" if uuid_of[h] not in members else "")
@@ -70,6 +75,12 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str]) -> dict:
         tablets.append({"tablet": tid, "applied_index": applied,
                         "replicas": {h: _replica(t, uuid_of[h], notes[h]) for h, t in sorted(reps.items())},
                         "missing": sorted(members - {uuid_of[h] for h in reps})})
+        if not any(t.role == "LEADER" for t in live.values()):
+            leaderless.append(tid)
+            if final:
+                states = ", ".join(f"{h} {t.state} {t.role or '-'}" for h, t in sorted(reps.items()))
+                errors.append({"type": "no-leader", "tablet": tid,
+                               "explanation": f"tablet {tid} has no leader after the heal: {states}"})
         if len({t.checksum for t in compared.values()}) > 1:
             sums = {h: t.checksum for h, t in sorted(compared.items())}
             errors.append({
@@ -87,6 +98,8 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str]) -> dict:
         lag = "; ".join(f"{tid}: {', '.join(sorted(hs))}" for tid, hs in sorted(behind.items()))
         return {**result, "verdict": "unknown",
                 "reason": f"live replicas never reached the same applied index ({lag})"}
+    if leaderless:
+        return {**result, "verdict": "unknown", "reason": f"no leader: {', '.join(leaderless)}"}
     return {**result, "verdict": "valid"}
 
 
@@ -104,14 +117,15 @@ def converge(ask: Ask, asked: list[str], timeout: float, interval: float = 0.5) 
     first differing key of each divergent tablet, from a second scan with row hashes."""
     deadline = time.monotonic() + timeout
     while True:
-        result = compare(ask(ChecksumScan()), asked)
+        final = time.monotonic() >= deadline
+        result = compare(ask(ChecksumScan()), asked, final)
         if result["verdict"] != "unknown":
             break
-        if time.monotonic() >= deadline:
+        if final:
             result["reason"] += f" within {timeout:g} s"
             break
         time.sleep(interval)
-    for err in result["errors"]:
+    for err in (e for e in result["errors"] if e["type"] == "divergent-replicas"):
         replies = ask(ChecksumScan(err["tablet"], with_keys=True))
         scans = {h: replies[h].tablets[0] for h in err["replicas"]
                  if h in replies and replies[h].tablets and replies[h].tablets[0].keys is not None}

@@ -213,7 +213,8 @@ def _text(report: dict) -> str:
         for t in c["tablets"]:
             sums = ", ".join(f"{h}={r['checksum']}" for h, r in t["replicas"].items() if r["compared"])
             lines.append(f"  tablet {t['tablet']} at index {t['applied_index']}: {sums}")
-        lines += [f"  DIVERGENT: {e['explanation']}" for e in c["errors"]]
+        lines += [f"  {'DIVERGENT' if e['type'] == 'divergent-replicas' else 'NO LEADER'}: "
+                  f"{e['explanation']}" for e in c["errors"]]
     if "summary" in report:
         n = report["summary"]
         lines.append(f"tablets: {n['HEALTHY']} healthy, {n['UNDER_REPLICATED']} under-replicated, "
