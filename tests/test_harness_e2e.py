@@ -179,7 +179,16 @@ def test_nemesis_all_fires_every_fault_and_leaves_no_trace(env, tmp_path):
     fired = results["nemesis"]["fired"]
     assert set(fired) == {"partition", "packet", "clock", "pause", "kill", "membership", "disk",
                           "lose-unfsynced"}
-    assert all(n >= 1 for n in fired.values()) and not results["nemesis"]["never_fired"], fired
+    # Membership may be declined each time, and rightly: with a replica of every tablet left
+    # FAILED by the disk fault (the damage stays for the run) no removal keeps a live majority,
+    # and the leader refuses one that races the damage (a skip, with its reason in the history).
+    counts = results["nemesis"]["counts"]
+    assert all(n >= 1 for name, n in fired.items() if name != "membership"), fired
+    assert fired["membership"] + counts.get("start-membership-skipped", 0) >= 1, counts
+    assert not counts.get("start-membership-failed"), counts
+    if not fired["membership"]:
+        ops = read_jsonl(os.path.join(run_dir, "history.jsonl"))
+        assert all("skipped" in o.value for o in ops if o.f == "start-membership" and o.value)
     assert results["verdict"] == "valid", results["check"]
     from harness.cluster.netns import NetnsCluster
     from harness.control import Remote
