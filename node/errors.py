@@ -22,3 +22,13 @@ class OpFailed(TesseraError):
 
 class OpUnknown(TesseraError):
     """The operation may or may not have taken effect (a history records it as `info`)."""
+
+
+class ReplicaError(TesseraError):
+    """A request this replica cannot serve now; `retryable` says if trying elsewhere may work,
+    `leader` is the current leader's UUID when known."""
+
+    def __init__(self, message: str, *, leader: str | None = None, maybe_applied: bool = False):
+        super().__init__(message)
+        self.leader = leader
+        self.maybe_applied = maybe_applied

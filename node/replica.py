@@ -19,9 +19,7 @@ clock minus `clock_max_error_us` is past it, so later writes anywhere get larger
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-import itertools
 import logging
 import random
 import time
@@ -32,7 +30,6 @@ from typing import Any
 from node.clock import HybridClock
 from node.consensus import (
     TICK_MS,
-    AppendEntries,
     ChangeOp,
     ConfigChange,
     ConfigPending,
@@ -43,7 +40,6 @@ from node.consensus import (
     Event,
     FollowerLostEntries,
     HardState,
-    Heartbeat,
     NotLeader,
     PersistedState,
     ProposalError,
@@ -55,10 +51,14 @@ from node.consensus import (
     decode_config,
     encode_config,
 )
+from node.consensus.ready_steps import steps
+from node.copy_pins import CopyPins
+from node.done import Done, finish, settle
 from node.entry import Entry, EntryType
-from node.errors import CorruptionError, TesseraError
+from node.errors import CorruptionError, ReplicaError
 from node.faults import Faults
 from node.logfmt import SAFETY, TabletLog, log_failure
+from node.read_only import ReadOnly
 from node.rpc.wire import DEFAULT_MAX_FRAME, ENVELOPE_RESERVE
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.ops import (
@@ -80,65 +80,6 @@ from node.wal import Log, LogOptions
 log = logging.getLogger(__name__)
 
 Send = Callable[[str, list], None]  # (to_uuid, messages): queue for delivery, never block
-Done = Callable[[Any, BaseException | None], None]  # (result, None) or (None, error), once
-
-
-def _finish(callback: Callable[..., None], *args: Any) -> None:
-    """Call a caller's callback (a Done) from the driver: a bug in one must not fail the
-    replica, as the driver stops serving on any exception it sees (a failed fsync)."""
-    try:
-        callback(*args)
-    except Exception:
-        log.exception("a result callback raised")
-
-
-def settle(fut: asyncio.Future, result: Any, error: BaseException | None) -> None:
-    """A Done that resolves `fut`: how coroutine callers wait for a callback-style result."""
-    if fut.done():
-        return
-    if error is None:
-        fut.set_result(result)
-    else:
-        fut.set_exception(error)
-
-LEASE_MARGIN_S = 0.001  # timer and clock resolution: asyncio may fire a timer this much early
-
-
-_LEADER_MESSAGES = (AppendEntries, Heartbeat)  # what only a leader sends: see Replica._handle
-
-
-def leader_lease_s(withhold_ticks: int, tick_ms: int, max_clock_drift: float) -> float:
-    """The one place the leader lease is computed: how long, on the leader's clock and counted
-    from when it SENT a heartbeat round that a quorum acknowledged, it may serve reads locally.
-
-    Why this is safe. Each follower that acknowledged the round received it after we sent it,
-    and from then on withholds (pre-)votes from other candidates until its core has counted
-    `withhold_ticks` ticks (RaftCore.vote_lease_ticks). Ticks are counted, not timed: the first
-    one may come right after the message (worst tick phase), so on the follower's clock the
-    window only lasts longer than `withhold_ticks - 1` tick periods. With every clock running
-    at a rate within ±`max_clock_drift` of real time, that is at least
-    (withhold_ticks - 1) * tick / (1 + drift) real seconds, while a lease of L seconds on our
-    clock lasts at most L / (1 - drift) real seconds. So
-        L = (withhold_ticks - 1) * tick * (1 - drift) / (1 + drift) - LEASE_MARGIN_S
-    ends strictly before any acknowledging follower can vote for someone else; with us (a
-    leader withholds too) they are a quorum, so no other leader is elected before it ends.
-    Leadership transfer bypasses withholding: see RaftCore.lease_reads_allowed. A window of a
-    single tick gives no lease at all (0): every read then confirms leadership (ReadIndex).
-    """
-    if withhold_ticks <= 1:
-        return 0.0
-    window = (withhold_ticks - 1) * tick_ms / 1000
-    return max(0.0, window * (1 - max_clock_drift) / (1 + max_clock_drift) - LEASE_MARGIN_S)
-
-
-class ReplicaError(TesseraError):
-    """A request this replica cannot serve now; `retryable` says if trying elsewhere may work,
-    `leader` is the current leader's UUID when known."""
-
-    def __init__(self, message: str, *, leader: str | None = None, maybe_applied: bool = False):
-        super().__init__(message)
-        self.leader = leader
-        self.maybe_applied = maybe_applied
 
 
 class TooLarge(ReplicaError):
@@ -192,17 +133,6 @@ class ReplicaOptions:
         )
 
 
-@dataclass(frozen=True)
-class CopySource:
-    """What a tablet copy sends (`Replica.pin_copy_source`): files, and the metadata to merge."""
-
-    snapshot_index: int  # 0: no snapshot yet, the WAL holds everything
-    snapshot: str | None  # path of the snapshot file
-    wal: list[tuple[str, int]]  # (segment path, bytes to send), oldest first
-    committed_config: RaftConfig
-    term: int
-
-
 def config_text(config: RaftConfig) -> str:
     """`index N [uuid VOTER, uuid NON_VOTER+promote, ...]`: a config as operators read it."""
     members = ", ".join(f"{m.uuid} {m.member_type.name}{'+promote' if m.promote else ''}"
@@ -213,31 +143,6 @@ def config_text(config: RaftConfig) -> str:
 def bootstrap_replica(paths: TabletPaths, config: RaftConfig) -> None:
     """Create the consensus metadata of a brand-new replica (its first config, term 0)."""
     ConsensusMetadata.create(paths.consensus_meta, paths.tablet_id, encode_config(config), paths.disk)
-
-
-class _ReadGroup:
-    """Reads that share one ReadIndex request, each with a Done of its own: a reader that
-    gives up (its deadline) leaves the others waiting."""
-
-    __slots__ = ("started", "waiters", "done")
-
-    def __init__(self, started: float):
-        self.started = started
-        self.waiters: list[Done] = []
-        self.done = False
-
-    def join(self, done: Done) -> None:
-        self.waiters.append(done)
-
-    def resolve(self, value: Any) -> None:
-        self.done = True
-        for done in self.waiters:
-            _finish(done, value, None)
-
-    def fail(self, err: Exception) -> None:
-        self.done = True
-        for done in self.waiters:
-            _finish(done, None, err)
 
 
 class Replica:
@@ -264,18 +169,13 @@ class Replica:
         # index -> (term, Command) of the commands we proposed, so that applying them needs
         # no second decode; an entry of another term at that index is not ours and is decoded.
         self._proposed: dict[int, tuple[int, Command]] = {}
-        self._reads: dict[bytes, _ReadGroup] = {}  # read-index ctx -> its group
-        self._open_read: _ReadGroup | None = None  # the group new reads join
         self._applied_waiters: list[tuple[int, Callable[[], None]]] = []  # (index, then)
-        self._ctx = itertools.count(1)
         self._leader_ready_term = -1  # term in which we, as leader, applied our own entry
         self._leader_ready = asyncio.Event()
-        self._lease_until = 0.0  # reads are served locally until then (lease read mode) ...
-        self._lease_term = -1  # ... but only as leader of this term: never in another one
-        self._round_sent: dict[bytes, float] = {}  # read-index ctx -> when its round was sent
+        self.reads = ReadOnly(self)  # ReadIndex groups and the leader lease
         self._last_snapshot = 0
         self._snapshotting = False
-        self._copy_floors: dict[str, int] = {}  # tablet copies sending our log: keep from there
+        self.copy_pins = CopyPins(self)  # what tablet copies from us still send
         self.role, self.leader, self.term = Role.FOLLOWER, None, 0
         self.stats = {"leader_changes": 0, "applied": 0, "wal_groups": 0, "wal_entries": 0,
                       "wal_seconds": 0.0, "snapshots": 0, "commit_waits": 0,
@@ -423,81 +323,51 @@ class Replica:
             self._fail_pending(ReplicaError(f"replica failed: {self.failed}", maybe_applied=True))
 
     async def _handle(self, rd: Ready) -> None:
-        # The commit index is not persisted (it is re-learned from the leader and the snapshot),
-        # so only a new term or vote, or a newly committed config, costs a metadata fsync.
+        """Carry out a Ready in the order `ready_steps.steps` gives (the one the simulators
+        run too). The commit index is not persisted (it is re-learned from the leader and the
+        snapshot), so only a new term or vote, or a newly committed config, costs a metadata
+        fsync."""
         hs = rd.hard_state
-        if hs is not None and (hs.term, hs.voted_for) == (self.cmeta.current_term,
-                                                          self.cmeta.voted_for):
-            hs = None
-        # A leader replicates its new entries while it writes them itself (Raft thesis
-        # 10.2.1): the followers' fsyncs overlap ours instead of following it. Safe because the
-        # leader counts itself toward a commit only once its own write is durable (log.stable),
-        # and nothing here needs our term or vote on disk first. Anything else a Ready sends
-        # (votes, acknowledgements) must wait for the write it reports.
-        early = (rd.entries_to_persist and hs is None and rd.committed_config is None
-                 and all(type(m) in _LEADER_MESSAGES for m in rd.messages))
-        applied_early = 0
-        if early:
-            self._send_messages(rd)
-            if rd.soft_state is None:
-                applied_early = self._apply_durable(rd)
-        if rd.entries_to_persist:
+        st = steps(rd, unchanged_hard_state=hs is not None and (hs.term, hs.voted_for) == (
+            self.cmeta.current_term, self.cmeta.voted_for))
+        self._send_messages(st.send_early)
+        for e in st.apply_early:
+            self._apply(e)
+        if st.entries:
             started = asyncio.get_running_loop().time()
-            first = rd.entries_to_persist[0].index
+            first = st.entries[0].index
             last = self.wal.last_index
             pending = []
             await self.wal.wait_for_space()  # reserve() blocks the thread when the queue is full
             if last is not None and first <= last:
                 self.log.info("truncating WAL entries %d..%d: uncommitted, replaced by the "
-                              "leader's entries from term %d", first, last,
-                              rd.entries_to_persist[0].term)
+                              "leader's entries from term %d", first, last, st.entries[0].term)
                 pending.append(self.wal.append_future(self.wal.truncate_suffix(first - 1)))
-            pending.append(self.wal.append_future(self.wal.reserve(list(rd.entries_to_persist))))
+            pending.append(self.wal.append_future(self.wal.reserve(list(st.entries))))
             await asyncio.gather(*pending)
             self.stats["wal_groups"] += 1
-            self.stats["wal_entries"] += len(rd.entries_to_persist)
+            self.stats["wal_entries"] += len(st.entries)
             self.stats["wal_seconds"] += asyncio.get_running_loop().time() - started
-        if hs is not None or rd.committed_config is not None:
-            await self._in_thread(self._save_cmeta, hs, rd.committed_config)
-        if rd.committed_config is not None:
-            self.log.info("config committed: %s", config_text(rd.committed_config))
+        if st.hard_state is not None or st.committed_config is not None:
+            await self._in_thread(self._save_cmeta, st.hard_state, st.committed_config)
+        if st.committed_config is not None:
+            self.log.info("config committed: %s", config_text(st.committed_config))
         for ev in rd.events:
             self._log_event(ev)
-        if not early:
-            self._send_messages(rd)
+        self._send_messages(st.send)
         if rd.soft_state is not None:
             self._on_soft_state(rd.soft_state)
-        for e in rd.committed_entries[applied_early:]:
+        for e in st.apply:
             self._apply(e)
-        for rs in rd.read_states:
-            group = self._reads.pop(rs.ctx, None)
-            sent = self._round_sent.pop(rs.ctx, None)
-            if group is not None and not group.done:
-                # The core releases reads only while it leads; they die with its term, so the
-                # confirmation holds in the term it has now (the Ready freezes it).
-                group.resolve((rs.index, self.core.term, sent))
+        self.reads.released(rd.read_states, self.core.term)
         self.core.advance(rd)
         self._wake_applied()
         self._maybe_snapshot()
 
-    def _apply_durable(self, rd: Ready) -> int:
-        """Apply the committed entries already in our WAL, before this Ready's own write: a
-        leader's replies then leave while it writes the next group, not a group later. Only
-        entries below the new ones: those were made durable by an earlier Ready. How many."""
-        first = rd.entries_to_persist[0].index if rd.entries_to_persist else None
-        n = 0
-        for e in rd.committed_entries:
-            if first is not None and e.index >= first:
-                break
-            self._apply(e)
-            n += 1
-        return n
-
-    def _send_messages(self, rd: Ready) -> None:
+    def _send_messages(self, messages: tuple) -> None:
         sent_at = asyncio.get_running_loop().time()
-        for m in rd.messages:
-            if type(m) is Heartbeat and m.ctx and m.ctx in self._reads:
-                self._round_sent.setdefault(m.ctx, sent_at)  # a lease starts from the send
+        for m in messages:
+            self.reads.sent(m, sent_at)
             self._send(m.to_uuid, [m])
 
     def _save_cmeta(self, hs: HardState | None, config: RaftConfig | None) -> None:
@@ -512,17 +382,11 @@ class Replica:
             # (reports/html/raftlog.py).
             self.log.info("raft tablet=%s term=%d role=%s leader=%s", self.tablet_id, ss.term,
                           ss.role.name, ss.leader)
-        if ss.role != Role.LEADER or ss.term != self.term:
+        leading_on = ss.role == Role.LEADER and ss.term == self.term
+        if not leading_on:
             self._leader_ready.clear()
-            self._lease_until, self._lease_term = 0.0, -1
         self.role, self.leader, self.term = ss.role, ss.leader, ss.term
-        if self.role != Role.LEADER:
-            self._open_read = None  # its reads fail just below; later ones must not join it
-        for ctx, group in list(self._reads.items()):  # read-index requests die with leadership
-            if self.role != Role.LEADER and not group.done:
-                group.fail(ReplicaError("leadership lost", leader=self.leader))
-                self._reads.pop(ctx)
-                self._round_sent.pop(ctx, None)
+        self.reads.leadership_changed(leading_on)
 
     def _log_event(self, ev: Event) -> None:
         """One line per decision the core reports: votes, elections, config changes."""
@@ -560,9 +424,9 @@ class Replica:
         if waiter is not None:
             term, done = waiter
             if term == e.term:
-                _finish(done, result, None)
+                finish(done, result, None)
             else:
-                _finish(done, None, ReplicaError("overwritten by a new leader before commit",
+                finish(done, None, ReplicaError("overwritten by a new leader before commit",
                                                 leader=self.leader))
         if self.role == Role.LEADER and e.term == self.term and self._leader_ready_term != e.term:
             self._leader_ready_term = e.term
@@ -573,7 +437,7 @@ class Replica:
         keep = []
         for index, then in self._applied_waiters:
             if index <= applied:
-                _finish(then)
+                finish(then)
             else:
                 keep.append((index, then))
         self._applied_waiters = keep
@@ -592,8 +456,7 @@ class Replica:
                 await self._in_thread(self.snapshots.save, snap)
                 self.stats["snapshots"] += 1
                 # read now, not when the save began: a tablet copy may have started meanwhile
-                keep_from = min([max(1, applied - self.options.log_retain_entries),
-                                 *self._copy_floors.values()])
+                keep_from = self.copy_pins.floor(max(1, applied - self.options.log_retain_entries))
                 self._submit(lambda: self.core.compact(keep_from - 1))
                 self.wal.register_anchor("core", keep_from)
                 await self._in_thread(self.wal.gc)
@@ -609,12 +472,8 @@ class Replica:
         self._proposed.clear()
         waiters, self._waiters = self._waiters, {}
         for _, done in waiters.values():
-            _finish(done, None, err)
-        for group in self._reads.values():
-            group.fail(err)
-        self._reads.clear()
-        self._round_sent.clear()
-        self._open_read = None
+            finish(done, None, err)
+        self.reads.fail_all(err)
 
     # -- client-facing -----------------------------------------------------------------------
     def _check_serving(self) -> None:
@@ -674,19 +533,19 @@ class Replica:
             # Leadership changed since the caller saw leader_ready: until an entry of this term
             # is applied, entries of earlier terms may sit in our log unapplied, and the clock
             # has not witnessed their timestamps. Nothing is appended: a retry is safe.
-            _finish(done, None, ReplicaError("not the leader", leader=self.core.lead))
+            finish(done, None, ReplicaError("not the leader", leader=self.core.lead))
             return
         command = Command(COMMAND_VERSION, op, session, seq, acked_below, self.clock.now())
         try:
             index = self.core.propose(command_payload(command))
         except NotLeader as e:
-            _finish(done, None, ReplicaError("not the leader", leader=e.leader))
+            finish(done, None, ReplicaError("not the leader", leader=e.leader))
             return
         except EntryTooLarge as e:
-            _finish(done, None, TooLarge(f"write too large to replicate: {e}"))
+            finish(done, None, TooLarge(f"write too large to replicate: {e}"))
             return
         except ProposalError as e:
-            _finish(done, None, ReplicaError(str(e), leader=self.leader))
+            finish(done, None, ReplicaError(str(e), leader=self.leader))
             return
         self._proposed[index] = (term, command)
         self._waiters[index] = (term, functools.partial(self._commit_waited, done, False))
@@ -757,41 +616,6 @@ class Replica:
                          ", ".join(voters))
         return await self._submit(lambda: self.core.unsafe_change_config(voters), want_result=True)
 
-    async def pin_copy_source(self, holder: str) -> CopySource:
-        """Pin what a tablet copy sends (seed 05; Kudu's source session): the newest snapshot
-        file and the WAL from just after it, anchored so that neither GC nor compaction removes
-        it until unpin_copy_source(holder). The receiver's own bootstrap then rebuilds the
-        state from the files, as a restart does here. The committed config sent with them is
-        in those files (the WAL reaches its entry), so the receiver's log never lacks it."""
-        if self.failed:
-            raise ReplicaError(f"replica failed: {self.failed}")
-        index = self.snapshots.pin_latest()
-        self.wal.register_anchor(holder, index + 1)
-        self._copy_floors[holder] = index + 1
-        try:
-            for _ in range(200):  # the committed config's entry is durable here within a sync
-                config, term = self.core.committed_config, self.core.term
-                extents, first, last = self.wal.copy_extents(index + 1)
-                if last >= config.opid_index:
-                    break
-                await asyncio.sleep(0.01)
-            else:
-                raise ReplicaError(f"the committed config's entry {config.opid_index} is not "
-                                   f"in the synced WAL (it ends at {last})")
-            if first > index + 1:
-                raise ReplicaError(f"the WAL starts at {first}, after snapshot {index}")
-        except BaseException:
-            self.unpin_copy_source(holder, index)
-            raise
-        snapshot = str(self.snapshots.path_for(index)) if index else None
-        return CopySource(index, snapshot, extents, config, term)
-
-    def unpin_copy_source(self, holder: str, snapshot_index: int) -> None:
-        self._copy_floors.pop(holder, None)
-        with contextlib.suppress(KeyError):
-            self.wal.release_anchor(holder)
-        self.snapshots.unpin(snapshot_index)
-
     def copy_installed(self, peer: str, installed: OpId, last_logged: OpId, term: int) -> None:
         """As leader in `term`, we had `peer` copy this tablet: it holds our snapshot at
         `installed` and a WAL to `last_logged`. If our log holds that last op, the peer's log
@@ -802,87 +626,11 @@ class Replica:
         self._submit(lambda: self.core.reset_progress(peer, match, term))
 
     async def read(self, op: Op) -> Result:
-        """`submit_read`, awaited."""
+        """A linearizable read (`ReadOnly.submit`), awaited once this replica leads."""
         await self.await_leader_ready()
         fut = asyncio.get_running_loop().create_future()
-        self.submit_read(op, functools.partial(settle, fut))
+        self.reads.submit(op, functools.partial(settle, fut))
         return await fut
-
-    def submit_read(self, op: Op, done: Done) -> None:
-        """Linearizable read: confirm leadership for this read (ReadIndex), wait until applied
-        that far, then read locally: `done(result, None)`, or `done(None, ReplicaError)`. In
-        lease mode a confirmation also grants a lease (see `leader_lease_s`) during which reads
-        skip the round: safe only while clocks advance at rates within `max_clock_drift` of
-        real time. A lease belongs to the term it was granted in, and none is served or granted
-        once a leadership transfer started in the term. No coroutine, as `submit`; callers wait
-        for `leader_ready` first."""
-        self._check_serving()
-        if self.options.faults.fault_read_without_leadership:
-            done(self.state.query(op), None)  # unsafe: nothing proves we still lead
-            return
-        loop = asyncio.get_running_loop()
-        if self.options.read_mode == "lease" and self._lease_valid(loop.time()):
-            done(self.state.query(op), None)
-            return
-        group = self._open_read or self._open_read_group(loop)
-        group.join(functools.partial(self._read_confirmed, op, group, done))
-
-    def _read_confirmed(self, op: Op, group: _ReadGroup, done: Done, confirmed: Any,
-                        error: BaseException | None) -> None:
-        if error is not None:
-            done(None, error)
-            return
-        index, term, sent = confirmed
-        if sent is None:
-            # No heartbeat of its own went out if a quorum confirmed it at once: the group's
-            # start is earlier than any round that did, so still a safe start for a lease.
-            sent = group.started
-        then = functools.partial(self._read_applied, op, term, sent, done)
-        if index > self.state.last_applied_index:
-            self._applied_waiters.append((index, then))
-        else:
-            then()
-
-    def _read_applied(self, op: Op, term: int, sent: float, done: Done) -> None:
-        if self.options.read_mode == "lease":
-            self._grant_lease(term, sent)
-        done(self.state.query(op), None)
-
-    def _open_read_group(self, loop: asyncio.AbstractEventLoop) -> _ReadGroup:
-        """Reads not yet handed to the core share one ReadIndex request: the round that confirms
-        it goes out after every one of them arrived, and its index is at least the commit index
-        each of them saw. Under load that is one request per turn of the loop, not per read.
-        The group closes when the driver hands it to the core; it resolves to (index, term,
-        when its round was sent or None)."""
-        ctx = next(self._ctx).to_bytes(8, "big")
-        group = self._reads[ctx] = self._open_read = _ReadGroup(loop.time())
-
-        def hand() -> None:
-            if self._open_read is group:
-                self._open_read = None  # closed (leadership loss may have closed it already)
-            try:
-                self.core.read_index(ctx)
-            except ProposalError as e:  # not leader after all: nothing would ever answer it
-                self._reads.pop(ctx, None)
-                group.fail(ReplicaError(f"read refused: {e}", leader=self.leader))
-
-        self._submit(hand)
-        return group
-
-    def _lease_valid(self, now: float) -> bool:
-        return (self._lease_term == self.core.term == self.term and self.role == Role.LEADER
-                and self.core.lease_reads_allowed() and now < self._lease_until)
-
-    def _grant_lease(self, term: int, sent: float) -> None:
-        """A quorum acknowledged a round we sent at `sent` while leading in `term`."""
-        if term != self.core.term or term != self.term or not self.core.lease_reads_allowed():
-            return  # confirmed in an earlier term, or a transfer started since: no lease
-        o = self.options
-        until = sent + leader_lease_s(self.core.vote_lease_ticks(), o.tick_ms, o.max_clock_drift)
-        if self._lease_term != term:
-            self._lease_term, self._lease_until = term, until
-        else:
-            self._lease_until = max(self._lease_until, until)
 
     # -- read-only views for the server, the master and the simulator: not the core's insides --
     def log_bounds(self) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -890,11 +638,6 @@ class Replica:
         index) of the last op logged)."""
         log_ = self.core.log
         return (log_.offset_term, log_.offset), (log_.last_term(), log_.last_index())
-
-    def serves_lease_reads(self, now: float) -> bool:
-        """Whether a read arriving at `now` (this replica's monotonic clock) would be served from
-        the leader lease, without a round: what the simulator holds against newer leaders."""
-        return self.options.read_mode == "lease" and self._lease_valid(now)
 
     def holds(self, index: int, term: int) -> bool:
         """Whether our log (not compacted there) has the op (term, index)."""

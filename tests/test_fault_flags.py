@@ -38,8 +38,9 @@ from node.consensus import (
     VoteRequest,
 )
 from node.entry import Entry, EntryType
+from node.errors import ReplicaError
 from node.faults import Faults
-from node.replica import Replica, ReplicaError
+from node.replica import Replica
 from node.sim.runner import run_seeds
 from node.sim.script import ScriptCluster
 from node.tablet.cmeta import ConsensusMetadata

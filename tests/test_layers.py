@@ -245,6 +245,35 @@ def test_the_exit_codes_live_in_one_leaf_module():
                                       f"from {EXIT_CODES}"
 
 
+MAX_CLASS_LINES = 600
+LARGE_BY_DESIGN = {"node.consensus.core.RaftCore"}  # the pure core: one state machine, no I/O
+
+
+def large_classes(root: Path = ROOT, limit: int = MAX_CLASS_LINES) -> list[str]:
+    """`module.Class (N lines)` for each class of node/ longer than `limit`, nested ones too."""
+    out = []
+    for path in sorted((root / "node").rglob("*.py")):
+        module = ".".join(path.relative_to(root).with_suffix("").parts)
+        for n in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(n, ast.ClassDef) and n.end_lineno - n.lineno + 1 > limit:
+                out.append(f"{module}.{n.name} ({n.end_lineno - n.lineno + 1} lines)")
+    return out
+
+
+def test_no_class_of_the_engine_outgrows_one_owner():
+    """Issue 34: a class over 600 lines holds more than one owner's state (Replica held reads,
+    leases and the copy source's pins before node/read_only.py and node/copy_pins.py)."""
+    too_large = [c for c in large_classes() if c.split(" ")[0] not in LARGE_BY_DESIGN]
+    assert not too_large, too_large
+
+
+def test_a_planted_large_class_is_found(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(12))
+    (tmp_path / "node").mkdir()
+    (tmp_path / "node" / "big.py").write_text(f"class Big:\n{body}\n\n\nclass Small:\n    y = 1\n")
+    assert large_classes(tmp_path, limit=10) == ["node.big.Big (13 lines)"]
+
+
 # --- the checks themselves, on planted trees -------------------------------------------------
 
 

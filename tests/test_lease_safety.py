@@ -24,7 +24,8 @@ from node.consensus import (
     VoteRequest,
     VoteResponse,
 )
-from node.replica import Replica, ReplicaOptions, leader_lease_s
+from node.read_only import leader_lease_s
+from node.replica import Replica, ReplicaOptions
 from node.tablet.ops import Read
 from node.wal import LogOptions
 from tests.replica_net import Net
@@ -197,7 +198,7 @@ def test_granted_lease_ends_before_any_acking_follower_can_vote(tmp_path, heartb
             loop = asyncio.get_running_loop()
             before = loop.time()
             await read(a)
-            granted = a._lease_until - before
+            granted = a.reads.lease_until - before
             assert granted > 0 or heartbeat_ticks == 1
             return granted
         finally:

@@ -1,4 +1,4 @@
-"""ReadIndex reads that arrive together share one request to the core (Replica._open_read_group):
+"""ReadIndex reads that arrive together share one request to the core (node.read_only.ReadOnly):
 real replicas over the in-memory network of tests/replica_net.py."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import functools
 import pytest
 
 from node.consensus import NotLeader
-from node.replica import ReplicaError
+from node.errors import ReplicaError
 from node.tablet.ops import Read, Write
 from tests.replica_net import Net, open_session
 
@@ -47,7 +47,7 @@ def test_reads_of_one_turn_share_one_request_and_each_sees_the_committed_write(t
             # A read that arrives after the group was handed to the core starts a new one.
             await leader.read(Read("k"))
             assert len(calls) == 2
-            assert not leader._reads and not leader._round_sent, "nothing left behind"
+            assert not leader.reads.groups and not leader.reads.round_sent, "nothing left behind"
         finally:
             await net.stop()
 
@@ -94,7 +94,7 @@ def test_a_group_the_core_refuses_fails_its_readers_at_once(tmp_path):
             leader.core.read_index = refuse
             with pytest.raises(ReplicaError, match="read refused"):
                 await asyncio.wait_for(leader.read(Read("k")), 5)
-            assert not leader._reads and leader._open_read is None
+            assert not leader.reads.groups and leader.reads.open_group is None
         finally:
             await net.stop()
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -101,16 +102,13 @@ class _Replica:
         self.failed, self.stopping = None, False
         self._vote = (term, voted)
         self._committed = [(*c, None)[:3] for c in committed]
-        self._lease = lease
+        self.reads = SimpleNamespace(serves_lease_reads=lambda now: lease)
 
     def durable_vote(self):
         return self._vote
 
     def committed_entries(self, above):
         return [c for c in self._committed if c[0] > above]
-
-    def serves_lease_reads(self, now):
-        return self._lease
 
     @property
     def commit_index(self):
@@ -321,7 +319,8 @@ def _catalog_case(tmp_path, record, committed=("a", "b", "c"), index=5):
 
 
 def _record(members, index=None):
-    out = {"replicas": [[u, "10.77.0.1", 7050] for u in members]}
+    out = {"id": "t", "table": "tbl", "bucket": [0, 1],
+           "replicas": [[u, "10.77.0.1", 7050] for u in members]}
     return out if index is None else out | {"config_index": index}
 
 

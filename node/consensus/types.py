@@ -217,9 +217,11 @@ class Ready:
        and everything after it) and `hard_state` if not None, and `committed_config` if not None;
     2. only then send `messages` (they may depend on the state just persisted: a vote, a term,
        an acknowledged entry — sending first would let a crash break Raft's promises);
-    3. apply `committed_entries` in order and serve `read_states`. Those below the first of
-       `entries_to_persist` were persisted by an earlier Ready, so a driver may apply them
-       before step 1 (a leader's replies then leave while it writes the next group).
+    3. apply `committed_entries` in order and serve `read_states`.
+
+    What may go before the write (a leader's own AppendEntries and heartbeats, and committed
+    entries an earlier Ready made durable) is decided once, in `ready_steps.steps`, which every
+    driver (production and both simulators) follows.
 
     `events` say what the core decided since the last Ready, for the driver's log. They never
     make a Ready on their own (has_ready() ignores them): they ride with the next one.

@@ -21,6 +21,8 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+import msgspec
+
 from node.consensus import (
     ChangeOp,
     ConfigChange,
@@ -32,6 +34,16 @@ from node.consensus import (
     SteppingDown,
 )
 from node.daemon import new_uuid
+from node.errors import ReplicaError
+from node.master.catalog import (
+    Catalog,
+    TableRecord,
+    TabletRecord,
+    delete_table,
+    place,
+    write_table,
+    write_tablet,
+)
 from node.protocol import (
     Ack,
     AddMaster,
@@ -53,7 +65,7 @@ from node.protocol import (
     TSHeartbeat,
     TSHeartbeatResponse,
 )
-from node.replica import Replica, ReplicaError
+from node.replica import Replica
 from node.rpc import ErrorCode, RpcError, RpcServer
 from node.server_base import ServerBase, ServerOptions
 from node.tablet.ops import MicroOp, OpenSession, Txn
@@ -277,8 +289,9 @@ class Master(ServerBase):
         if not res.ok:
             raise RpcError(ErrorCode.REMOTE_ERROR, f"catalog write refused: {res.error} {res.detail}")
 
-    def _data(self) -> dict:
-        return self._leader_catalog().state.data
+    def _catalog(self) -> Catalog:
+        """The catalog as this leader master has applied it."""
+        return Catalog(self._leader_catalog().state.data)
 
     async def on_create_table(self, req: CreateTable) -> TableLocations:
         if not req.name or req.name.startswith("sys."):
@@ -288,27 +301,22 @@ class Master(ServerBase):
                            "num_tablets must be 1..1000 and replication_factor odd (1, 3, 5, 7)")
         async with self._catalog_lock:
             await self._await_ready()
-            if self._data().get(f"table/{req.name}") is not None:
+            if self._catalog().table(req.name) is not None:
                 raise RpcError(ErrorCode.ALREADY_EXISTS, f"table {req.name} exists")
             live = self._live_tservers()
             if len(live) < req.replication_factor:
                 raise RpcError(ErrorCode.ILLEGAL_STATE,
                                f"need {req.replication_factor} live tablet servers, have {len(live)}")
-            load = {t.peer.uuid: len(t.tablets) for t in live}
+            peers = {t.peer.uuid: t.peer for t in live}
             table_id = new_uuid(self.rng)
-            tablets = []
-            for i in range(req.num_tablets):
-                chosen = sorted(live, key=lambda t: (load[t.peer.uuid], self.rng.random()))
-                chosen = chosen[:req.replication_factor]
-                for t in chosen:
-                    load[t.peer.uuid] += 1
-                tablets.append({"id": f"{table_id[:12]}-{i:04d}", "bucket": [i, req.num_tablets],
-                                "rf": req.replication_factor,
-                                "replicas": [[t.peer.uuid, t.peer.host, t.peer.port] for t in chosen]})
-            ops = [["w", f"table/{req.name}", {"id": table_id, "name": req.name,
-                                                 "tablets": [t["id"] for t in tablets]}]]
-            ops += [["w", f"tablet/{t['id']}", {"table": req.name, **t}] for t in tablets]
-            await self._mutate(ops)
+            placed = place({t.peer.uuid: len(t.tablets) for t in live}, req.num_tablets,
+                           req.replication_factor, self.rng)
+            tablets = [TabletRecord(f"{table_id[:12]}-{i:04d}", req.name, [i, req.num_tablets],
+                                    [[u, peers[u].host, peers[u].port] for u in chosen],
+                                    rf=req.replication_factor)
+                       for i, chosen in enumerate(placed)]
+            await self._mutate(write_table(TableRecord(table_id, req.name,
+                                                       [t.id for t in tablets]), tablets))
         await asyncio.gather(*(self._create_replicas(req.name, t) for t in tablets),
                              return_exceptions=True)
         return self._locations(req.name)
@@ -320,9 +328,9 @@ class Master(ServerBase):
         except ReplicaError as e:
             raise replica_error(e) from None
 
-    async def _create_replicas(self, table: str, t: dict) -> None:
-        peers = [Peer(*p) for p in t["replicas"]]
-        req = CreateTablet(t["id"], table, HashBucket(*t["bucket"]), peers)
+    async def _create_replicas(self, table: str, t: TabletRecord) -> None:
+        peers = [Peer(*p) for p in t.replicas]
+        req = CreateTablet(t.id, table, HashBucket(*t.bucket), peers)
         await asyncio.gather(*(self.rpc_client.call(p.addr, "ts.create_tablet", req, Ack,
                                                     to_uuid=p.uuid, timeout=5.0)
                                for p in peers), return_exceptions=True)
@@ -330,42 +338,38 @@ class Master(ServerBase):
     async def on_delete_table(self, req: TableName) -> Ack:
         async with self._catalog_lock:
             await self._await_ready()
-            table = self._data().get(f"table/{req.name}")
+            table = self._catalog().table(req.name)
             if table is None:
                 raise RpcError(ErrorCode.NOT_FOUND, f"no table {req.name}")
-            # Deleted records are written as None; the reconciler deletes the replicas.
-            await self._mutate([["w", f"table/{req.name}", None]]
-                               + [["w", f"tablet/{tid}", None] for tid in table["tablets"]])
+            await self._mutate(delete_table(table))
         return Ack(True)
 
     async def on_list_tables(self, _req: Empty) -> TableList:
         await self._await_ready()
-        return TableList(sorted(k[6:] for k, v in self._data().items()
-                                if k.startswith("table/") and v is not None))
+        return TableList(self._catalog().table_names())
 
     async def on_locations(self, req: TableName) -> TableLocations:
         await self._await_ready()
         return self._locations(req.name)
 
     def _locations(self, name: str) -> TableLocations:
-        data = self._data()
-        table = data.get(f"table/{name}")
+        catalog = self._catalog()
+        table = catalog.table(name)
         if table is None:
             raise RpcError(ErrorCode.NOT_FOUND, f"no table {name}")
         tablets = []
-        for tid in table["tablets"]:
-            t = data[f"tablet/{tid}"]
+        for tid in table.tablets:
+            t = catalog.tablet(tid)
             leader = self._leaders.get(tid)
-            tablets.append(TabletLocation(tid, HashBucket(*t["bucket"]),
-                                          [Peer(*p) for p in t["replicas"]],
+            tablets.append(TabletLocation(tid, HashBucket(*t.bucket), [Peer(*p) for p in t.replicas],
                                           leader[1] if leader else None))
-        return TableLocations(name, table["id"], tablets)
+        return TableLocations(name, table.id, tablets)
 
     async def on_change_replica(self, req: ReplicaChange) -> ConfigState:
         """Seed 05's AddReplica / RemoveReplica: one compare-and-set guarded call to the tablet's
         leader (found from heartbeats), so a repeated or racing request cannot apply twice."""
         await self._await_ready()
-        if self._data().get(f"tablet/{req.tablet_id}") is None:
+        if self._catalog().tablet(req.tablet_id) is None:
             raise RpcError(ErrorCode.NOT_FOUND, f"no tablet {req.tablet_id}")
         leader = self._leader_report(req.tablet_id)
         if leader is None:
@@ -403,24 +407,22 @@ class Master(ServerBase):
             return
         await self._follow_config_changes()
         await self._replace_failed_replicas()
-        data = r.state.data
+        catalog = Catalog(r.state.data)
         reported: dict[str, set[str]] = {}
         for ts in self._live_tservers():
             for tid, rep in ts.tablets.items():
                 if rep.state in ("TOMBSTONED", "COPYING"):
                     continue
                 reported.setdefault(tid, set()).add(ts.peer.uuid)
-                delete = self._deletion(data, tid, ts.peer.uuid)
+                delete = self._deletion(catalog, tid, ts.peer.uuid)
                 if delete is not None:
                     await _quietly(self.rpc_client.call(ts.peer.addr, "ts.delete_tablet", delete,
                                                         Ack, to_uuid=ts.peer.uuid, timeout=5.0))
-        for key, t in list(data.items()):
+        for t in catalog.tablets():
             # Replicas of the creation config are (re)created here; after a config change, the
             # leader brings new members in by tablet copy instead.
-            if key.startswith("tablet/") and t is not None and "config_index" not in t:
-                missing = {p[0] for p in t["replicas"]} - reported.get(t["id"], set())
-                if missing:
-                    await self._create_replicas(t["table"], t)
+            if t.config_index is None and t.member_uuids - reported.get(t.id, set()):
+                await self._create_replicas(t.table, t)
 
     async def _replace_failed_replicas(self) -> None:
         """Re-replication, add before remove (Kudu's 3-4-3): a member whose tablet server has been
@@ -429,10 +431,10 @@ class Master(ServerBase):
         CAS-guarded change per tablet per round, only while its config is settled."""
         now = asyncio.get_running_loop().time()
         limit = self.opts.follower_unavailable_considered_failed_sec
-        data = self._data()
+        catalog = self._catalog()
         live = self._live_tservers()
         for tid in sorted(self._leaders):
-            record, leader = data.get(f"tablet/{tid}"), self._leader_report(tid)
+            record, leader = catalog.tablet(tid), self._leader_report(tid)
             if record is None or leader is None or leader[1].config != leader[1].committed_config:
                 continue
             members = dict(leader[1].committed_config)  # uuid -> VOTER | NON_VOTER
@@ -443,7 +445,7 @@ class Master(ServerBase):
             healthy_voters = [u for u, kind in members.items() if kind == "VOTER" and u not in failed]
             if "NON_VOTER" in members.values():
                 continue  # a replacement is catching up; the leader promotes it
-            if len(healthy_voters) >= record.get("rf", len(record["replicas"])):
+            if len(healthy_voters) >= record.replication_factor:
                 change = ReplicaChange(tid, "remove", failed[0])
             else:
                 spare = sorted((t for t in live if t.peer.uuid not in members),
@@ -458,7 +460,7 @@ class Master(ServerBase):
                 log.info("re-replication: tablet %s: %s %s failed: %s", tid, change.op,
                          change.ts_uuid, e)
 
-    def _deletion(self, data: dict, tablet_id: str, ts_uuid: str) -> DeleteTablet | None:
+    def _deletion(self, catalog: Catalog, tablet_id: str, ts_uuid: str) -> DeleteTablet | None:
         """The DeleteTablet a reported replica earns, if any (multi-master seed, Appendix A):
         - no catalog key at all: never deleted. Deleted records are kept forever (as None), so
           a key never seen means this master is behind, e.g. a deposed leader that has not
@@ -466,24 +468,23 @@ class Master(ServerBase):
         - a deleted record: deleted, with no guard, since a deletion is never undone;
         - a replica the committed config left out: deleted only if its own committed config
           is no newer than the one the catalog recorded, so a member re-added since survives."""
-        key = f"tablet/{tablet_id}"
-        if key not in data:
+        if not catalog.knows_tablet(tablet_id):
             if tablet_id not in self._unknown_reported:
                 self._unknown_reported.add(tablet_id)
                 log.warning("tablet %s reported by %s has no catalog record; not deleting it "
                             "(this master may be behind)", tablet_id, ts_uuid)
             return None
-        record = data[key]
+        record = catalog.tablet(tablet_id)
         if record is None:
             return DeleteTablet(tablet_id)
         if self._evicted(record, tablet_id, ts_uuid):
-            return DeleteTablet(tablet_id, cas_config_index=record["config_index"])
+            return DeleteTablet(tablet_id, cas_config_index=record.config_index)
         return None
 
-    def _evicted(self, record: dict, tablet_id: str, ts_uuid: str) -> bool:
+    def _evicted(self, record: TabletRecord, tablet_id: str, ts_uuid: str) -> bool:
         """The catalog follows a committed config change that left `ts_uuid` out, and the
         leader's active config does not have it either."""
-        if "config_index" not in record or ts_uuid in {p[0] for p in record["replicas"]}:
+        if record.config_index is None or ts_uuid in record.member_uuids:
             return False
         leader = self._leader_report(tablet_id)
         return leader is not None and ts_uuid not in {m[0] for m in leader[1].config}
@@ -492,22 +493,23 @@ class Master(ServerBase):
         """Write each tablet's newly committed config, as its leader reports it, to the catalog,
         so locations and the reconciler follow membership changes."""
         async with self._catalog_lock:
-            data = self._data()
+            catalog = self._catalog()
             ops = []
             for tid in list(self._leaders):
-                record = data.get(f"tablet/{tid}")
+                record = catalog.tablet(tid)
                 leader = self._leader_report(tid)
                 if record is None or leader is None:
                     continue
                 rep = leader[1]
-                if rep.committed_config_index <= record.get("config_index", 0):
+                if rep.committed_config_index <= (record.config_index or 0):
                     continue
                 peers = [self.tservers[m[0]].peer if m[0] in self.tservers else self.book.get(m[0])
                          for m in rep.committed_config]
                 if any(p is None for p in peers):
                     continue
-                ops.append(["w", f"tablet/{tid}", {**record, "config_index": rep.committed_config_index,
-                                                    "replicas": [[p.uuid, p.host, p.port] for p in peers]}])
+                ops += write_tablet(msgspec.structs.replace(
+                    record, config_index=rep.committed_config_index,
+                    replicas=[[p.uuid, p.host, p.port] for p in peers]))
             if ops:
                 await self._mutate(ops)
                 log.info("catalog follows %d config change(s)", len(ops))

@@ -35,6 +35,7 @@ from node.consensus import (
     Role,
     VoteResponse,
 )
+from node.consensus.ready_steps import steps
 from node.entry import Entry, EntryType
 
 from .invariants import Invariants, Violation
@@ -160,6 +161,19 @@ class Simulation:
 
     # ------------------------------------------------------------ handling one node's output
 
+    def _send_all(self, node: Node, messages: tuple) -> None:
+        for msg in messages:
+            self._send(node, msg)
+            if type(msg) is VoteResponse and msg.granted and not msg.pre_vote:
+                self._maybe_crash_soon(node)
+
+    def _apply(self, node: Node, entries: tuple) -> None:
+        for e in entries:
+            self.inv.on_apply(node.uuid, e)
+        if entries:
+            node.applied = entries[-1].index
+            node.applied_max = max(node.applied_max, node.applied)
+
     def _drain(self, node: Node) -> None:
         core = node.core
         pre_config = core.active_config
@@ -169,30 +183,26 @@ class Simulation:
             if rounds > 1000:
                 raise Violation(f"progress: {node.uuid} keeps producing Readys without settling")
             rd = core.ready()
+            st = steps(rd)  # the order production carries a Ready out in
             d = node.disk
-            if rd.entries_to_persist:
-                first = rd.entries_to_persist[0].index
+            self._send_all(node, st.send_early)
+            self._apply(node, st.apply_early)
+            if st.entries:
+                first = st.entries[0].index
                 del d.log[first - 1 :]
-                d.log.extend(rd.entries_to_persist)
+                d.log.extend(st.entries)
                 while d.config_indexes and d.config_indexes[-1] >= first:
                     d.config_indexes.pop()
                 d.config_indexes.extend(
-                    e.index for e in rd.entries_to_persist if e.type == EntryType.CONFIG_CHANGE
+                    e.index for e in st.entries if e.type == EntryType.CONFIG_CHANGE
                 )
                 self.inv.on_persist(node.uuid, d.log, first)
-            if rd.hard_state is not None:  # cmeta keeps term and vote; the commit is not persisted
-                d.term, d.voted_for = rd.hard_state.term, rd.hard_state.voted_for
-            if rd.committed_config is not None:
-                d.config = rd.committed_config
-            for msg in rd.messages:
-                self._send(node, msg)
-                if type(msg) is VoteResponse and msg.granted and not msg.pre_vote:
-                    self._maybe_crash_soon(node)
-            for e in rd.committed_entries:
-                self.inv.on_apply(node.uuid, e)
-            if rd.committed_entries:
-                node.applied = rd.committed_entries[-1].index
-                node.applied_max = max(node.applied_max, node.applied)
+            if st.hard_state is not None:  # cmeta keeps term and vote; the commit is not persisted
+                d.term, d.voted_for = st.hard_state.term, st.hard_state.voted_for
+            if st.committed_config is not None:
+                d.config = st.committed_config
+            self._send_all(node, st.send)
+            self._apply(node, st.apply)
             for rs in rd.read_states:
                 self.inv.on_read(node.uuid, rs.ctx, rs.index, self.read_anchor.pop(rs.ctx))
             core.advance(rd)

@@ -18,6 +18,7 @@ from node.consensus import (
     VoteRequest,
     VoteResponse,
 )
+from node.consensus.ready_steps import steps
 from node.entry import Entry
 
 
@@ -104,15 +105,18 @@ class ScriptCluster:
         d = self.disks[uuid]
         while core.has_ready():
             rd = core.ready()
-            if rd.entries_to_persist:
-                del d["log"][rd.entries_to_persist[0].index - d["snapshot"][0] - 1 :]
-                d["log"].extend(rd.entries_to_persist)
-            if rd.hard_state is not None:
-                d["hard"] = rd.hard_state
-            if rd.committed_config is not None:
-                d["config"] = rd.committed_config
-            self.queue.extend((uuid, m) for m in rd.messages)
-            self.applied[uuid].extend(rd.committed_entries)
+            st = steps(rd)  # the order production carries a Ready out in
+            self.queue.extend((uuid, m) for m in st.send_early)
+            self.applied[uuid].extend(st.apply_early)
+            if st.entries:
+                del d["log"][st.entries[0].index - d["snapshot"][0] - 1 :]
+                d["log"].extend(st.entries)
+            if st.hard_state is not None:
+                d["hard"] = st.hard_state
+            if st.committed_config is not None:
+                d["config"] = st.committed_config
+            self.queue.extend((uuid, m) for m in st.send)
+            self.applied[uuid].extend(st.apply)
             self.read_states[uuid].extend(rd.read_states)
             self.events[uuid].extend(rd.events)
             core.advance(rd)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from node.master.catalog import Catalog
+
 CATALOG = "sys.catalog"
 DATA_DIR = Path("/data")  # every server's, on its own SimDisk
 
@@ -122,7 +124,7 @@ class Invariants:
                 top = self._top_leader.get(tablet)
                 if top is None or r.term > top[0]:
                     self._top_leader[tablet] = (r.term, r.uuid)
-                if r.serves_lease_reads(now):
+                if r.reads.serves_lease_reads(now):
                     leases.append((host, tablet, r))
         for host, tablet, r in leases:
             top = self._top_leader.get(tablet)
@@ -242,11 +244,9 @@ class Invariants:
             r = getattr(server, "replicas", {}).get(CATALOG)
             if r is None or r.failed:
                 continue
-            for key, record in list(r.state.data.items()):
-                if not key.startswith("tablet/") or not isinstance(record, dict):
-                    continue
-                tablet, index = key[len("tablet/"):], record.get("config_index", 0)
-                members = frozenset(p[0] for p in record.get("replicas", ()))
+            for record in Catalog(r.state.data).tablets():
+                tablet, index = record.id, record.config_index or 0
+                members = frozenset(record.member_uuids)
                 seen = self._configs.get((tablet, index))
                 if seen is not None and seen != members:
                     raise StackViolation(

@@ -133,7 +133,7 @@ class FaultChooser:
         leaders = self._test_tablets()
         if kind == "lease-race":
             now = self.sim.loop.time()
-            leases = {t: lr for t, lr in leaders.items() if lr[1].serves_lease_reads(now)}
+            leases = {t: lr for t, lr in leaders.items() if lr[1].reads.serves_lease_reads(now)}
             leaders = leases or leaders
         if not leaders:
             return None, None

@@ -1,7 +1,7 @@
 """Tablet copy (seed 05), the sending side: Kudu's source sessions.
 
 BeginCopySession pins the replica's newest snapshot file and its WAL from there on
-(`Replica.pin_copy_source`: a WAL anchor, a compaction floor, a snapshot pin); FetchCopyChunk
+(`node.copy_pins.CopyPins.pin`: a WAL anchor, a compaction floor, a snapshot pin); FetchCopyChunk
 serves any byte range of those files with its CRC, so a receiver whose connection dropped asks
 again from the offset it has; EndCopySession, or no fetch for `idle_timeout_s`, releases the
 pins. Memory is one chunk per fetch in flight, whatever the tablet's size.
@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 import crc32c
 
 from node.consensus import encode_config
+from node.copy_pins import CopySource
 from node.disk import Disk
+from node.errors import ReplicaError
 from node.protocol import (
     BeginCopySession,
     CopyChunk,
@@ -28,7 +30,7 @@ from node.protocol import (
     Empty,
     FetchCopyChunk,
 )
-from node.replica import CopySource, Replica, ReplicaError
+from node.replica import Replica
 from node.rpc import ErrorCode, RpcError
 from node.tablet.superblock import Superblock
 from node.tserver.tablet_manager import TabletManager
@@ -73,14 +75,14 @@ class CopySourceSessions:
             self.end(s.id, "superseded by a new session of the same receiver")
         sid = f"{req.requestor}-{req.tablet_id}-{next(self._ids)}"
         try:
-            src = await r.pin_copy_source(_holder(sid))
+            src = await r.copy_pins.pin(_holder(sid))
         except ReplicaError as e:
             raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {req.tablet_id}: {e}") from None
         try:
             paths, files = await asyncio.to_thread(_manifest, src, r.paths.disk)
             sb = await asyncio.to_thread(Superblock.load, r.paths.superblock, r.paths.disk)
         except BaseException:
-            r.unpin_copy_source(_holder(sid), src.snapshot_index)
+            r.copy_pins.unpin(_holder(sid), src.snapshot_index)
             raise
         self.sessions[sid] = _Session(sid, req.tablet_id, req.requestor, r, src, paths, files)
         self.tablets.log(req.tablet_id).info(
@@ -113,7 +115,7 @@ class CopySourceSessions:
         s = self.sessions.pop(sid, None)
         if s is None:
             return
-        s.replica.unpin_copy_source(s.holder, s.source.snapshot_index)
+        s.replica.copy_pins.unpin(s.holder, s.source.snapshot_index)
         self.tablets.log(s.tablet_id).info("tablet copy session %s ended (%s): %d bytes sent",
                                            sid, why, s.sent)
 

@@ -21,6 +21,7 @@ from node.consensus import (
     SteppingDown,
 )
 from node.daemon import PeerBook
+from node.errors import ReplicaError
 from node.protocol import (
     Ack,
     BatchResult,
@@ -41,7 +42,7 @@ from node.protocol import (
     Write,
     WriteBatch,
 )
-from node.replica import Replica, ReplicaError, TooLarge, config_text
+from node.replica import Replica, TooLarge, config_text
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
 from node.rpc.server import Reply
 from node.tablet.checksum import row_hashes, table_checksum
@@ -190,7 +191,7 @@ class TabletService:
         if not r.leader_ready:
             return _awaited(r.read(req.op), OpResult)
         try:
-            r.submit_read(req.op, functools.partial(_answer, OpResult, reply))
+            r.reads.submit(req.op, functools.partial(_answer, OpResult, reply))
         except ReplicaError as e:
             raise replica_error(e) from None
         return None

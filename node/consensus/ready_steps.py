@@ -1,0 +1,64 @@
+"""The one order in which a Ready is carried out: production (node.replica.Replica._handle) and
+both simulators (node.sim.cluster, node.sim.script) take their steps from `steps`, so every
+transcript and simulator seed exercises the ordering production runs.
+
+Ready's contract (types.Ready) is persist, then send, then apply. Two steps may go earlier,
+and this module is where that is decided, as etcd/raft decides it in the core (its
+msgsAfterAppend), not by each driver:
+- A leader's AppendEntries and heartbeats may leave while it writes the same entries itself
+  (Raft thesis 10.2.1): the followers' fsyncs overlap its own. Safe because the leader counts
+  itself toward a commit only once its own write is durable, and because nothing such a message
+  says depends on the write: so only when the Ready holds no new term or vote and no committed
+  config (a message sent before our vote is durable could outlive a crash that forgets it), and
+  only when every message is one a leader sends (a vote or an acknowledgement reports the
+  write, and must wait for it).
+- With those messages gone early, committed entries below the first entry of this write were
+  made durable by an earlier Ready and may be applied before it: a leader's replies then leave
+  while it writes the next group. Not when the soft state changes, since applying may depend on
+  the role the driver has not taken yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .messages import AppendEntries, Heartbeat
+from .types import HardState, RaftConfig, Ready
+
+LEADER_MESSAGES = (AppendEntries, Heartbeat)  # what only a leader sends
+
+
+@dataclass(frozen=True)
+class Steps:
+    """A Ready as ordered steps: send `send_early`, apply `apply_early`; write `entries`,
+    `hard_state`, `committed_config`; send `send`; take the soft state; apply `apply`; serve the
+    read states; advance."""
+
+    send_early: tuple
+    apply_early: tuple
+    entries: tuple
+    hard_state: HardState | None
+    committed_config: RaftConfig | None
+    send: tuple
+    apply: tuple
+
+
+def steps(rd: Ready, *, unchanged_hard_state: bool = False) -> Steps:
+    """`rd` as steps. A driver that finds the Ready's hard state equal to what it holds durably
+    passes `unchanged_hard_state`: nothing of it needs writing, and it does not hold messages."""
+    hs = None if unchanged_hard_state else rd.hard_state
+    early = (bool(rd.entries_to_persist) and hs is None and rd.committed_config is None
+             and all(type(m) in LEADER_MESSAGES for m in rd.messages))
+    apply_early: tuple = ()
+    if early and rd.soft_state is None:
+        first = rd.entries_to_persist[0].index
+        apply_early = tuple(e for e in rd.committed_entries if e.index < first)
+    return Steps(
+        send_early=tuple(rd.messages) if early else (),
+        apply_early=apply_early,
+        entries=tuple(rd.entries_to_persist),
+        hard_state=hs,
+        committed_config=rd.committed_config,
+        send=() if early else tuple(rd.messages),
+        apply=tuple(rd.committed_entries[len(apply_early):]),
+    )
