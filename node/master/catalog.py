@@ -4,7 +4,7 @@ TabletInfo): the one place the catalog's schema is declared, read and written.
 The rows live in the sys catalog tablet's replicated key-value state (`StateMachine.data`): a
 table under `table/<name>`, a tablet under `tablet/<id>`, each a plain map, and a deleted one
 as None, kept forever so that a master that has never seen a key knows it is behind (see
-`Master._deletion`). `Catalog` reads that state as records; the writes are micro-ops for one
+`Reconciler._deletion`). `Catalog` reads that state as records; the writes are micro-ops for one
 catalog transaction (`Master._mutate`). Nothing else names a key or a field. `place` is the
 placement rule, pure.
 """

@@ -6,7 +6,8 @@ masters reuse the replica, WAL and Raft code of the tablet servers. Only the lea
 mutates it, under one lock, in the multi-master seed's order: lock, check, replicate, commit,
 then send RPCs to tablet servers. A reconciler on the leader re-sends creations that have not
 been reported yet and deletes replicas whose catalog record is deleted or whose config left them
-out (`_deletion` says which, and why a tablet the catalog never saw is left alone).
+out (node/master/reconciler.py). The catalog's records are node/master/catalog.py's; what the
+tablet servers report, node/master/ts_manager.py's.
 
 On first start each master asks every other master for its UUID (they answer before they have a
 catalog) and all of them build the same initial config from the sorted UUIDs. A master that
@@ -19,9 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
-
-import msgspec
 
 from node.consensus import (
     ChangeOp,
@@ -42,8 +40,9 @@ from node.master.catalog import (
     delete_table,
     place,
     write_table,
-    write_tablet,
 )
+from node.master.reconciler import Reconciler
+from node.master.ts_manager import TSManager
 from node.protocol import (
     Ack,
     AddMaster,
@@ -51,7 +50,6 @@ from node.protocol import (
     ConfigState,
     CreateTable,
     CreateTablet,
-    DeleteTablet,
     Empty,
     MasterInfo,
     Peer,
@@ -77,26 +75,17 @@ log = logging.getLogger(__name__)
 CATALOG = "sys.catalog"
 
 
-@dataclass
-class _TServerState:
-    peer: Peer
-    last_seen: float
-    tablets: dict[str, object]  # tablet id -> TabletReport
-
-
 class Master(ServerBase):
     kind = "master"
 
     def __init__(self, opts: ServerOptions, *, unresponsive_after_s: float = 10.0):
         super().__init__(opts)
-        self.unresponsive_after_s = unresponsive_after_s
         self.reconcile_interval_s = opts.catalog_manager_bg_task_wait_ms / 1000
-        self._unknown_reported: set[str] = set()  # tablets reported with no catalog key, logged
-        self.tservers: dict[str, _TServerState] = {}
+        self.ts = TSManager(unresponsive_after_s, lambda: asyncio.get_running_loop().time())
+        self.reconciler = Reconciler(self)
         self._catalog_lock = asyncio.Lock()
         self._session: tuple[int, int] | None = None  # (term, session id) of our catalog session
         self._seq = 0
-        self._leaders: dict[str, tuple[int, str]] = {}  # tablet -> (term, leader uuid)
         self.master_peers: list[Peer] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -110,7 +99,7 @@ class Master(ServerBase):
             await asyncio.sleep(self.reconcile_interval_s)
             try:
                 await self._learn_master_addresses()
-                await self._reconcile()
+                await self.reconciler.run()
             except (ReplicaError, RpcError) as e:
                 log.debug("reconcile: %s", e)
 
@@ -190,7 +179,7 @@ class Master(ServerBase):
         members = []
         if r is not None:
             members = [p for u in r.active_members() if (p := self.book.get(u)) is not None]
-        live = [t.peer for t in self._live_tservers()]
+        live = [t.peer for t in self.ts.live()]
         if r is None:
             return MasterInfo(self.uuid, "INITIALIZING", None, 0, members, live)
         role = "REMOVED" if self._removed(r) else r.role.name
@@ -203,16 +192,7 @@ class Master(ServerBase):
         return self.uuid not in r.active_members()
 
     async def on_heartbeat(self, req: TSHeartbeat) -> TSHeartbeatResponse:
-        st = req.server
-        peer = Peer(st.uuid, st.host, st.port)
-        self.tservers[st.uuid] = _TServerState(peer, asyncio.get_running_loop().time(),
-                                               {t.tablet_id: t for t in st.tablets})
-        await self.book.learn([peer])
-        for t in st.tablets:
-            if t.role == "LEADER":
-                known = self._leaders.get(t.tablet_id)
-                if known is None or known[0] <= t.term:
-                    self._leaders[t.tablet_id] = (t.term, st.uuid)
+        await self.book.learn([self.ts.heard(req.server)])
         r = self.tablets.replicas.get(CATALOG)
         leader = r is not None and r.role == Role.LEADER
         if not leader:
@@ -221,7 +201,7 @@ class Master(ServerBase):
         # Its index lets the servers ignore it if they already hold a newer one, as they may
         # when this master is a deposed leader that has not heard of its successor yet.
         masters = [self.book.get(u) for u in r.committed_members()]
-        tservers = [t.peer for t in self.tservers.values()]
+        tservers = [t.peer for t in self.ts.servers.values()]
         if None in masters:  # an address not learned yet: the servers keep the list they have
             return TSHeartbeatResponse(True, tservers, term=r.term)
         return TSHeartbeatResponse(True, tservers, masters, r.committed_config_index, r.term)
@@ -270,10 +250,6 @@ class Master(ServerBase):
         return ConfigState(config.opid_index,
                            [[m.uuid, m.member_type.name] for m in config.members])
 
-    def _live_tservers(self) -> list[_TServerState]:
-        now = asyncio.get_running_loop().time()
-        return [t for t in self.tservers.values() if now - t.last_seen < self.unresponsive_after_s]
-
     async def _mutate(self, micro_ops: list[list]) -> None:
         """Replicate one catalog transaction through our session (opened once per term)."""
         r = self._leader_catalog()
@@ -303,7 +279,7 @@ class Master(ServerBase):
             await self._await_ready()
             if self._catalog().table(req.name) is not None:
                 raise RpcError(ErrorCode.ALREADY_EXISTS, f"table {req.name} exists")
-            live = self._live_tservers()
+            live = self.ts.live()
             if len(live) < req.replication_factor:
                 raise RpcError(ErrorCode.ILLEGAL_STATE,
                                f"need {req.replication_factor} live tablet servers, have {len(live)}")
@@ -360,7 +336,7 @@ class Master(ServerBase):
         tablets = []
         for tid in table.tablets:
             t = catalog.tablet(tid)
-            leader = self._leaders.get(tid)
+            leader = self.ts.leaders.get(tid)
             tablets.append(TabletLocation(tid, HashBucket(*t.bucket), [Peer(*p) for p in t.replicas],
                                           leader[1] if leader else None))
         return TableLocations(name, table.id, tablets)
@@ -371,12 +347,12 @@ class Master(ServerBase):
         await self._await_ready()
         if self._catalog().tablet(req.tablet_id) is None:
             raise RpcError(ErrorCode.NOT_FOUND, f"no tablet {req.tablet_id}")
-        leader = self._leader_report(req.tablet_id)
+        leader = self.ts.leader_report(req.tablet_id)
         if leader is None:
             raise RpcError(ErrorCode.TABLET_NOT_RUNNING,
                            f"tablet {req.tablet_id}: no leader reported yet")
         leader_peer = leader[0]
-        target = self.tservers.get(req.ts_uuid)
+        target = self.ts.servers.get(req.ts_uuid)
         if target is None:
             raise RpcError(ErrorCode.NOT_FOUND, f"no tablet server {req.ts_uuid}")
         # The guard is the committed config as the leader has it now, not as it last
@@ -391,132 +367,3 @@ class Master(ServerBase):
             leader_peer.addr, "ts.change_config",
             ChangeConfig(req.tablet_id, req.op, target.peer, report.committed_config_index),
             ConfigState, to_uuid=leader_peer.uuid, timeout=30.0)
-
-    def _leader_report(self, tablet_id: str):
-        """(peer, TabletReport) of the tablet's leader as last heartbeated, if live."""
-        known = self._leaders.get(tablet_id)
-        ts = self.tservers.get(known[1]) if known else None
-        rep = ts.tablets.get(tablet_id) if ts else None
-        if rep is None or rep.role != "LEADER" or ts not in self._live_tservers():
-            return None
-        return ts.peer, rep
-
-    async def _reconcile(self) -> None:
-        r = self.tablets.replicas.get(CATALOG)
-        if r is None or not r.leader_ready:
-            return
-        await self._follow_config_changes()
-        await self._replace_failed_replicas()
-        catalog = Catalog(r.state.data)
-        reported: dict[str, set[str]] = {}
-        for ts in self._live_tservers():
-            for tid, rep in ts.tablets.items():
-                if rep.state in ("TOMBSTONED", "COPYING"):
-                    continue
-                reported.setdefault(tid, set()).add(ts.peer.uuid)
-                delete = self._deletion(catalog, tid, ts.peer.uuid)
-                if delete is not None:
-                    await _quietly(self.rpc_client.call(ts.peer.addr, "ts.delete_tablet", delete,
-                                                        Ack, to_uuid=ts.peer.uuid, timeout=5.0))
-        for t in catalog.tablets():
-            # Replicas of the creation config are (re)created here; after a config change, the
-            # leader brings new members in by tablet copy instead.
-            if t.config_index is None and t.member_uuids - reported.get(t.id, set()):
-                await self._create_replicas(t.table, t)
-
-    async def _replace_failed_replicas(self) -> None:
-        """Re-replication, add before remove (Kudu's 3-4-3): a member whose tablet server has been
-        silent for follower_unavailable_considered_failed_sec gets a replacement on a live
-        server outside the config; once that one is a voter, the failed member is removed. One
-        CAS-guarded change per tablet per round, only while its config is settled."""
-        now = asyncio.get_running_loop().time()
-        limit = self.opts.follower_unavailable_considered_failed_sec
-        catalog = self._catalog()
-        live = self._live_tservers()
-        for tid in sorted(self._leaders):
-            record, leader = catalog.tablet(tid), self._leader_report(tid)
-            if record is None or leader is None or leader[1].config != leader[1].committed_config:
-                continue
-            members = dict(leader[1].committed_config)  # uuid -> VOTER | NON_VOTER
-            failed = sorted(u for u in members if u in self.tservers
-                            and now - self.tservers[u].last_seen > limit)
-            if not failed:
-                continue
-            healthy_voters = [u for u, kind in members.items() if kind == "VOTER" and u not in failed]
-            if "NON_VOTER" in members.values():
-                continue  # a replacement is catching up; the leader promotes it
-            if len(healthy_voters) >= record.replication_factor:
-                change = ReplicaChange(tid, "remove", failed[0])
-            else:
-                spare = sorted((t for t in live if t.peer.uuid not in members),
-                               key=lambda t: (len(t.tablets), t.peer.uuid))
-                if not spare:
-                    continue
-                change = ReplicaChange(tid, "add", spare[0].peer.uuid)
-            try:
-                await self.on_change_replica(change)
-                log.info("re-replication: tablet %s: %s %s", tid, change.op, change.ts_uuid)
-            except RpcError as e:
-                log.info("re-replication: tablet %s: %s %s failed: %s", tid, change.op,
-                         change.ts_uuid, e)
-
-    def _deletion(self, catalog: Catalog, tablet_id: str, ts_uuid: str) -> DeleteTablet | None:
-        """The DeleteTablet a reported replica earns, if any (multi-master seed, Appendix A):
-        - no catalog key at all: never deleted. Deleted records are kept forever (as None), so
-          a key never seen means this master is behind, e.g. a deposed leader that has not
-          noticed yet and is shown the tablets a newer leader created;
-        - a deleted record: deleted, with no guard, since a deletion is never undone;
-        - a replica the committed config left out: deleted only if its own committed config
-          is no newer than the one the catalog recorded, so a member re-added since survives."""
-        if not catalog.knows_tablet(tablet_id):
-            if tablet_id not in self._unknown_reported:
-                self._unknown_reported.add(tablet_id)
-                log.warning("tablet %s reported by %s has no catalog record; not deleting it "
-                            "(this master may be behind)", tablet_id, ts_uuid)
-            return None
-        record = catalog.tablet(tablet_id)
-        if record is None:
-            return DeleteTablet(tablet_id)
-        if self._evicted(record, tablet_id, ts_uuid):
-            return DeleteTablet(tablet_id, cas_config_index=record.config_index)
-        return None
-
-    def _evicted(self, record: TabletRecord, tablet_id: str, ts_uuid: str) -> bool:
-        """The catalog follows a committed config change that left `ts_uuid` out, and the
-        leader's active config does not have it either."""
-        if record.config_index is None or ts_uuid in record.member_uuids:
-            return False
-        leader = self._leader_report(tablet_id)
-        return leader is not None and ts_uuid not in {m[0] for m in leader[1].config}
-
-    async def _follow_config_changes(self) -> None:
-        """Write each tablet's newly committed config, as its leader reports it, to the catalog,
-        so locations and the reconciler follow membership changes."""
-        async with self._catalog_lock:
-            catalog = self._catalog()
-            ops = []
-            for tid in list(self._leaders):
-                record = catalog.tablet(tid)
-                leader = self._leader_report(tid)
-                if record is None or leader is None:
-                    continue
-                rep = leader[1]
-                if rep.committed_config_index <= (record.config_index or 0):
-                    continue
-                peers = [self.tservers[m[0]].peer if m[0] in self.tservers else self.book.get(m[0])
-                         for m in rep.committed_config]
-                if any(p is None for p in peers):
-                    continue
-                ops += write_tablet(msgspec.structs.replace(
-                    record, config_index=rep.committed_config_index,
-                    replicas=[[p.uuid, p.host, p.port] for p in peers]))
-            if ops:
-                await self._mutate(ops)
-                log.info("catalog follows %d config change(s)", len(ops))
-
-
-async def _quietly(coro) -> None:
-    try:
-        await coro
-    except RpcError as e:
-        log.debug("%s", e)

@@ -1,0 +1,171 @@
+"""The leader master's background round (Kudu's CatalogManager background tasks): the catalog
+follows each tablet's committed config as its leader reports it; a replica on a server silent for
+`follower_unavailable_considered_failed_sec` is replaced, add before remove (3-4-3); replicas
+whose catalog record is deleted, or whose config left them out, are deleted (`_deletion` says
+which, and why a tablet the catalog never saw is left alone); and the replicas of a creation
+config that were never reported are created again. Runs every `catalog_manager_bg_task_wait_ms`
+on every master and does nothing unless this master leads."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Protocol
+
+import msgspec
+
+from node.master.catalog import Catalog, TabletRecord, write_tablet
+from node.protocol import Ack, DeleteTablet, ReplicaChange
+from node.rpc import RpcError
+
+log = logging.getLogger("node.master.server")
+
+CATALOG = "sys.catalog"
+
+
+class Leader(Protocol):
+    """What the round needs of the master (node.master.server.Master)."""
+
+    tablets: Any  # TabletManager: the catalog replica
+    ts: Any  # TSManager
+    opts: Any  # ServerOptions
+    rpc_client: Any
+    book: Any  # PeerBook
+    _catalog_lock: asyncio.Lock
+
+    def _catalog(self) -> Catalog: ...
+
+    async def _mutate(self, micro_ops: list[list]) -> None: ...
+
+    async def _create_replicas(self, table: str, t: TabletRecord) -> None: ...
+
+    async def on_change_replica(self, req: ReplicaChange) -> Any: ...
+
+
+class Reconciler:
+    def __init__(self, master: Leader):
+        self.m = master
+        self._unknown_reported: set[str] = set()  # tablets reported with no catalog key, logged
+
+    async def run(self) -> None:
+        """One round, on the leader master only (once its catalog replica has applied an entry
+        of its term): follow committed config changes, replace failed replicas, delete what
+        the catalog no longer has, and create what was never reported."""
+        r = self.m.tablets.replicas.get(CATALOG)
+        if r is None or not r.leader_ready:
+            return
+        await self._follow_config_changes()
+        await self._replace_failed_replicas()
+        catalog = Catalog(r.state.data)
+        reported: dict[str, set[str]] = {}
+        for ts in self.m.ts.live():
+            for tid, rep in ts.tablets.items():
+                if rep.state in ("TOMBSTONED", "COPYING"):
+                    continue
+                reported.setdefault(tid, set()).add(ts.peer.uuid)
+                delete = self._deletion(catalog, tid, ts.peer.uuid)
+                if delete is not None:
+                    await _quietly(self.m.rpc_client.call(ts.peer.addr, "ts.delete_tablet", delete,
+                                                        Ack, to_uuid=ts.peer.uuid, timeout=5.0))
+        for t in catalog.tablets():
+            # Replicas of the creation config are (re)created here; after a config change, the
+            # leader brings new members in by tablet copy instead.
+            if t.config_index is None and t.member_uuids - reported.get(t.id, set()):
+                await self.m._create_replicas(t.table, t)
+
+    async def _replace_failed_replicas(self) -> None:
+        """Re-replication, add before remove (Kudu's 3-4-3): a member whose tablet server has been
+        silent for follower_unavailable_considered_failed_sec gets a replacement on a live
+        server outside the config; once that one is a voter, the failed member is removed. One
+        CAS-guarded change per tablet per round, only while its config is settled."""
+        limit = self.m.opts.follower_unavailable_considered_failed_sec
+        catalog = self.m._catalog()
+        live = self.m.ts.live()
+        for tid in sorted(self.m.ts.leaders):
+            record, leader = catalog.tablet(tid), self.m.ts.leader_report(tid)
+            if record is None or leader is None or leader[1].config != leader[1].committed_config:
+                continue
+            members = dict(leader[1].committed_config)  # uuid -> VOTER | NON_VOTER
+            failed = sorted(u for u in members
+                            if u in self.m.ts.servers and self.m.ts.silent_for(u) > limit)
+            if not failed:
+                continue
+            healthy_voters = [u for u, kind in members.items() if kind == "VOTER" and u not in failed]
+            if "NON_VOTER" in members.values():
+                continue  # a replacement is catching up; the leader promotes it
+            if len(healthy_voters) >= record.replication_factor:
+                change = ReplicaChange(tid, "remove", failed[0])
+            else:
+                spare = sorted((t for t in live if t.peer.uuid not in members),
+                               key=lambda t: (len(t.tablets), t.peer.uuid))
+                if not spare:
+                    continue
+                change = ReplicaChange(tid, "add", spare[0].peer.uuid)
+            try:
+                await self.m.on_change_replica(change)
+                log.info("re-replication: tablet %s: %s %s", tid, change.op, change.ts_uuid)
+            except RpcError as e:
+                log.info("re-replication: tablet %s: %s %s failed: %s", tid, change.op,
+                         change.ts_uuid, e)
+
+    def _deletion(self, catalog: Catalog, tablet_id: str, ts_uuid: str) -> DeleteTablet | None:
+        """The DeleteTablet a reported replica earns, if any (multi-master seed, Appendix A):
+        - no catalog key at all: never deleted. Deleted records are kept forever (as None), so
+          a key never seen means this master is behind, e.g. a deposed leader that has not
+          noticed yet and is shown the tablets a newer leader created;
+        - a deleted record: deleted, with no guard, since a deletion is never undone;
+        - a replica the committed config left out: deleted only if its own committed config
+          is no newer than the one the catalog recorded, so a member re-added since survives."""
+        if not catalog.knows_tablet(tablet_id):
+            if tablet_id not in self._unknown_reported:
+                self._unknown_reported.add(tablet_id)
+                log.warning("tablet %s reported by %s has no catalog record; not deleting it "
+                            "(this master may be behind)", tablet_id, ts_uuid)
+            return None
+        record = catalog.tablet(tablet_id)
+        if record is None:
+            return DeleteTablet(tablet_id)
+        if self._evicted(record, tablet_id, ts_uuid):
+            return DeleteTablet(tablet_id, cas_config_index=record.config_index)
+        return None
+
+    def _evicted(self, record: TabletRecord, tablet_id: str, ts_uuid: str) -> bool:
+        """The catalog follows a committed config change that left `ts_uuid` out, and the
+        leader's active config does not have it either."""
+        if record.config_index is None or ts_uuid in record.member_uuids:
+            return False
+        leader = self.m.ts.leader_report(tablet_id)
+        return leader is not None and ts_uuid not in {m[0] for m in leader[1].config}
+
+    async def _follow_config_changes(self) -> None:
+        """Write each tablet's newly committed config, as its leader reports it, to the catalog,
+        so locations and the reconciler follow membership changes."""
+        async with self.m._catalog_lock:
+            catalog = self.m._catalog()
+            ops = []
+            for tid in list(self.m.ts.leaders):
+                record = catalog.tablet(tid)
+                leader = self.m.ts.leader_report(tid)
+                if record is None or leader is None:
+                    continue
+                rep = leader[1]
+                if rep.committed_config_index <= (record.config_index or 0):
+                    continue
+                servers = self.m.ts.servers
+                peers = [servers[u].peer if u in servers else self.m.book.get(u)
+                         for u, _ in rep.committed_config]
+                if any(p is None for p in peers):
+                    continue
+                ops += write_tablet(msgspec.structs.replace(
+                    record, config_index=rep.committed_config_index,
+                    replicas=[[p.uuid, p.host, p.port] for p in peers]))
+            if ops:
+                await self.m._mutate(ops)
+                log.info("catalog follows %d config change(s)", len(ops))
+
+
+async def _quietly(coro) -> None:
+    try:
+        await coro
+    except RpcError as e:
+        log.debug("%s", e)
