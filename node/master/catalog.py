@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+CATALOG = "sys.catalog"  # the system tablet the masters replicate the catalog in
 TABLE, TABLET = "table/", "tablet/"
 
 

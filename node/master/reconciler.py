@@ -14,13 +14,12 @@ from typing import Any, Protocol
 
 import msgspec
 
-from node.master.catalog import Catalog, TabletRecord, write_tablet
+from node.master.catalog import CATALOG, Catalog, TabletRecord, write_tablet
 from node.protocol import Ack, DeleteTablet, ReplicaChange
 from node.rpc import RpcError
 
 log = logging.getLogger("node.master.server")
 
-CATALOG = "sys.catalog"
 
 
 class Leader(Protocol):

@@ -34,6 +34,7 @@ from node.consensus import (
 from node.daemon import new_uuid
 from node.errors import ReplicaError
 from node.master.catalog import (
+    CATALOG,
     Catalog,
     TableRecord,
     TabletRecord,
@@ -72,7 +73,6 @@ from node.tserver.service import proposal_error, replica_error
 
 log = logging.getLogger(__name__)
 
-CATALOG = "sys.catalog"
 
 
 class Master(ServerBase):

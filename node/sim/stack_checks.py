@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from node.master.catalog import Catalog
+from node.master.catalog import CATALOG, Catalog
 
-CATALOG = "sys.catalog"
 DATA_DIR = Path("/data")  # every server's, on its own SimDisk
 
 
