@@ -69,6 +69,11 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="leave the daemons running (faults healed) at the end, to inspect them; "
                         "the next test or `tessera cluster down` cleans up")
     p.add_argument("--op-timeout", type=float, default=d.op_timeout, help="seconds before an op is recorded as info (default 5)")
+    p.add_argument("--ca-cert", type=Path, metavar="FILE",
+                   help="--db tessera: issue the daemons' and clients' certificates from this CA "
+                        "certificate (PEM, with --ca-key) instead of a new CA per run; either "
+                        "way the run's store keeps them in tls/")
+    p.add_argument("--ca-key", type=Path, metavar="FILE", help="the private key of --ca-cert (PEM)")
 
 
 def parse_value(text: str, what: str) -> tuple[str, object]:
@@ -139,6 +144,13 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
     if args.wheelhouse is not None:
         from harness.db import check_wheelhouse
         check_wheelhouse(args.wheelhouse)
+    if bool(args.ca_cert) != bool(args.ca_key):
+        raise ValueError("--ca-cert and --ca-key go together")
+    if args.ca_cert:
+        if args.db != "tessera":
+            raise ValueError(f"--ca-cert is for --db tessera; {args.db} has no RPC security here")
+        from node.security.pki import load_ca
+        load_ca(args.ca_cert, args.ca_key)  # ValueError saying what is wrong with them
     nemesis = select(args.nemesis, kind.offers)
     if args.workload == "watch" and "admin" in nemesis:
         raise ValueError("--workload watch cannot go with --nemesis admin: compaction removes "
@@ -156,7 +168,9 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
         inline_nodes=nodes, username=args.username,
         ssh_private_key=str(args.ssh_private_key.resolve()) if args.ssh_private_key else None,
         store=str(args.store), wheelhouse=str(args.wheelhouse) if args.wheelhouse else None,
-        leave_db_running=args.leave_db_running)
+        leave_db_running=args.leave_db_running,
+        ca_cert=str(args.ca_cert.resolve()) if args.ca_cert else None,
+        ca_key=str(args.ca_key.resolve()) if args.ca_key else None)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -196,6 +196,11 @@ class Deployment:
     log: object = print
     down: set = field(default_factory=set)  # (host, daemon) killed on purpose: not for the watchdog
     lazyfs: bool = False  # the data daemon's data dir on lazyfs (lose-unfsynced-writes)
+    # Where the control machine keeps the deployment's CA and certificates (a temporary dir if
+    # None), and the operator's CA (its certificate and key files) to issue them from instead
+    # of a new one. Systems without RPC security of their own ignore both.
+    tls_dir: Path | None = None
+    ca: tuple[str, str] | None = None
 
     name: ClassVar[str] = ""  # what --db calls it; also the start-failure line's first word
     # The daemon that holds the replicated data: what lose-unfsynced and majority-kill stop.
@@ -461,6 +466,55 @@ class TesseraDB(Deployment):
         super().__post_init__()
         self.masters = min(self.masters, len(self.hosts))
         self._had_master = {h.name for h in self.hosts[: self.masters]}  # whose logs to collect
+        self._credentials: dict | None = None
+        self._credentials_lock = threading.Lock()  # hosts are configured in parallel
+
+    # -- security: README "Security" ---------------------------------------------------------
+    @property
+    def secure(self) -> bool:
+        """Whether the daemons speak TLS: they do unless --flag turned encryption off."""
+        return str(self.flags.get("rpc_encryption", "required")) != "disabled"
+
+    def credentials(self) -> dict:
+        """Identity name -> its node.security.pki.CertFiles on the control machine: a service
+        certificate per daemon of every host (`tserver@n1`), the operator's (`admin`, a
+        superuser) and the workloads' (`client`), all from one CA, made on first use."""
+        with self._credentials_lock:
+            return self._make_credentials()
+
+    def _make_credentials(self) -> dict:
+        if self._credentials is None:
+            import tempfile
+
+            from node.security import pki
+
+            where = self.tls_dir or Path(tempfile.mkdtemp(prefix="tessera-tls-"))
+            ca = pki.CertFiles(Path(self.ca[0]), Path(self.ca[1]), Path(self.ca[0])) if self.ca else None
+            names = [f"{d}@{h.name}" for h in self.hosts for d in self.all_daemons]
+            self._credentials = pki.cluster_credentials(where, names, ca)
+        return self._credentials
+
+    def tls(self, name: str = "admin"):
+        """The client TLS context of identity `name` (None when the daemons speak plaintext)."""
+        from node.security.tls import client_context
+
+        return client_context(self.credentials()[name]) if self.secure else None
+
+    def _security_keys(self, h: Host, daemon: str) -> dict:
+        """The daemon's security config, its certificate shipped to the host first."""
+        from node.security import pki
+
+        files = self.credentials()[f"{daemon}@{h.name}"]
+        r = self.remotes[h.name]
+        r.run(["mkdir", "-p", f"{ROOT}/tls"])
+        remote = {"cert": f"{ROOT}/tls/{daemon}.pem", "key": f"{ROOT}/tls/{daemon}.key",
+                  "ca": f"{ROOT}/tls/ca.pem"}
+        for what, path in remote.items():
+            r.put(str(getattr(files, what)), path)
+        r.run(["chmod", "600", remote["key"]])
+        return {"rpc_authentication": "required", "rpc_encryption": "required",
+                "rpc_certificate_file": remote["cert"], "rpc_private_key_file": remote["key"],
+                "rpc_ca_certificate_file": remote["ca"], "superuser_acl": pki.ADMIN}
 
     @property
     def master_hosts(self) -> list[Host]:
@@ -483,7 +537,8 @@ class TesseraDB(Deployment):
         port = MASTER_PORT if daemon == "master" else TSERVER_PORT
         keys = {"data_dir": self.data_dir(daemon), "rpc_addr": f"{h.address}:{port}",
                 "http_port": HTTP_PORTS[daemon],
-                "masters": [f"{a}:{p}" for a, p in self.master_addrs], **self.flags}
+                "masters": [f"{a}:{p}" for a, p in self.master_addrs],
+                **self._security_keys(h, daemon), **self.flags}
         lines = []
         for k, v in keys.items():
             if isinstance(v, bool):
@@ -508,7 +563,8 @@ class TesseraDB(Deployment):
         from harness.tessera_clients import accept_test_table, workload_clients
         from node.client import TesseraClient
 
-        client = TesseraClient(self.master_addrs, timeout=min(op_timeout, 10.0))
+        client = TesseraClient(self.master_addrs, timeout=min(op_timeout, 10.0),
+                               tls=self.tls("client"))
         self.log("waiting for the cluster to accept the test table")
         try:
             locs = await accept_test_table(client, workload.tablets, min(3, len(self.hosts)))
@@ -554,7 +610,7 @@ class TesseraDB(Deployment):
             self.start(host, "master")
 
         async def join() -> str:
-            client = TesseraClient(current, timeout=5.0)
+            client = TesseraClient(current, timeout=5.0, tls=self.tls())
             try:
                 for _ in range(int(timeout * 2)):  # until it serves master.info
                     try:
@@ -587,7 +643,7 @@ class TesseraDB(Deployment):
         h = next(h for h in self.hosts if h.name == host)
 
         async def leave() -> str:
-            client = TesseraClient(self.master_addrs, timeout=10.0)
+            client = TesseraClient(self.master_addrs, timeout=10.0, tls=self.tls())
             try:
                 return await leave_master(client, f"{h.address}:{MASTER_PORT}")
             finally:
@@ -619,7 +675,7 @@ class TesseraDB(Deployment):
         port = MASTER_PORT if daemon == "master" else TSERVER_PORT
 
         async def ask() -> dict:
-            rpc, out = RpcClient(connect_timeout=1.0), {}
+            rpc, out = RpcClient(connect_timeout=1.0, tls=self.tls()), {}
             try:
                 for h in hosts:
                     try:

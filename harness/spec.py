@@ -71,6 +71,9 @@ class TestSpec(msgspec.Struct, frozen=True, kw_only=True):
     store: str = "store"
     wheelhouse: str | None = None  # prebuilt wheels instead of building them
     leave_db_running: bool = False  # Jepsen's: no teardown at the end, for a post-mortem
+    # The operator's CA (--ca-cert/--ca-key) for the cluster's certificates; None: a new one.
+    ca_cert: str | None = None
+    ca_key: str | None = None
 
     def daemon_flags(self) -> dict[str, Any]:
         """What every daemon's config gets: the fast failure-detection set, then --flag."""

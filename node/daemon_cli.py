@@ -21,6 +21,7 @@ from node import faults
 from node.consensus import TICK_MS
 from node.replica import ReplicaOptions
 from node.rpc.wire import ENVELOPE_RESERVE, MIN_MAX_FRAME
+from node.security.tls import KUDU_TRUSTED_SUBNETS
 from node.tserver.copy_source import MAX_CHUNK_BYTES
 from node.wal import LogOptions
 
@@ -89,6 +90,24 @@ _FLAGS: dict[str, tuple[type, object, str]] = {
     "rpc-max-message-size": (int, OPTION, "the largest RPC frame this server accepts "
                                                      "or sends; every server of a cluster must "
                                                      "have the same"),
+    # Security, with Kudu's names and defaults (node.security; README "Security").
+    "rpc-authentication": (str, "optional", "required, optional or disabled: whether a caller "
+                                            "must show a certificate the cluster CA signed "
+                                            "(optional: callers without one are served only "
+                                            "from --trusted-subnets)"),
+    "rpc-encryption": (str, "optional", "required, optional or disabled: whether RPC "
+                                        "connections must use TLS"),
+    "rpc-certificate-file": (str, "", "this daemon's certificate (PEM), issued by the cluster "
+                                      "CA for the service role"),
+    "rpc-private-key-file": (str, "", "the private key of --rpc-certificate-file (PEM)"),
+    "rpc-ca-certificate-file": (str, "", "the cluster CA's certificate (PEM): the only issuer "
+                                         "this daemon trusts"),
+    "superuser-acl": (str, "", "comma-separated names allowed admin RPCs (delete tablet, unsafe "
+                               "config change, master membership, step-down); * for all"),
+    "user-acl": (str, "*", "comma-separated names allowed reads, writes and DDL; * for all"),
+    "trusted-subnets": (str, KUDU_TRUSTED_SUBNETS, "comma-separated networks whose "
+                                                   "unauthenticated connections are served when "
+                                                   "--rpc-authentication is optional"),
     "log-level": (str, "INFO", "DEBUG, INFO, WARNING or ERROR"),
     "event-loop": (str, "auto", "asyncio, uvloop, or auto: uvloop when it is installed "
                                 "(the default install has it; docs/benchmarks.md measures both)"),
@@ -167,7 +186,25 @@ def resolve(args: argparse.Namespace) -> dict:
         raise ValueError("--catalog-manager-bg-task-wait-ms must be at least 10")
     gc_thresholds(values)
     _faults(values)  # refuses fault flags that are not unlocked
+    security(values).check()
     return values
+
+
+def security(values: dict):
+    """The RpcSecurity the flags describe (not yet checked)."""
+    from node.security.acl import Acl
+    from node.security.pki import CertFiles
+    from node.security.tls import RpcSecurity
+
+    paths = [values[f] for f in ("rpc-certificate-file", "rpc-private-key-file",
+                                 "rpc-ca-certificate-file")]
+    if any(paths) and not all(paths):
+        raise ValueError("--rpc-certificate-file, --rpc-private-key-file and "
+                         "--rpc-ca-certificate-file go together")
+    files = CertFiles(*(Path(p) for p in paths)) if all(paths) else None
+    return RpcSecurity(values["rpc-authentication"], values["rpc-encryption"], files,
+                       Acl.parse(values["superuser-acl"], values["user-acl"]),
+                       values["trusted-subnets"])
 
 
 def gc_thresholds(values: dict) -> tuple[int, int, int]:
@@ -214,7 +251,8 @@ def build_options(values: dict, kind: str):
                           tablet_copy_idle_timeout_sec=values["tablet-copy-idle-timeout-sec"],
                           tablet_copy_transfer_chunk_size_bytes=values[
                               "tablet-copy-transfer-chunk-size-bytes"],
-                          local_host=values["rpc-outbound-host"] or None)
+                          local_host=values["rpc-outbound-host"] or None,
+                          security=security(values))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from node.http import StatusHttp
 from node.protocol import Peer, ServerStatus, TabletReport
 from node.replica import Replica, ReplicaOptions
 from node.rpc import RpcClient, RpcServer
+from node.security.tls import DISABLED, RpcSecurity
 from node.tserver.copy_service import TabletCopyService
 from node.tserver.copy_trigger import CopyTrigger
 from node.tserver.metrics import TabletMetrics
@@ -49,6 +50,9 @@ class ServerOptions:
     # Source address of outgoing connections (None: the kernel picks). The simulator's network
     # tells hosts apart by it.
     local_host: str | None = None
+    # Who may connect and call what (node.security): off unless the daemon's flags say (their
+    # defaults are Kudu's optional/optional), so in-process tests and the simulator run open.
+    security: RpcSecurity = DISABLED
 
 
 class ServerBase:
@@ -73,12 +77,13 @@ class ServerBase:
             self._dir_lock = lock_data_dir(self.data_dir)
         self.book = PeerBook(self.data_dir / "peers", self.opts.disk)
         frame = self.opts.replica.rpc_max_message_size
-        self.rpc_client = RpcClient(local_host=self.opts.local_host, max_frame=frame)
+        self.rpc_client = RpcClient(local_host=self.opts.local_host, max_frame=frame,
+                                    tls=self.opts.security.client_context())
         # Replicas send through the outbox, which needs our address: it exists before any
         # replica starts (open_all, below).
         self.tablets = TabletManager(self.uuid, self.data_dir, self.opts.disk, self.opts.replica,
                                      self.rng, lambda tablet_id: self.outbox.sender(tablet_id))
-        self.server = RpcServer(self.uuid, max_frame=frame)
+        self.server = RpcServer(self.uuid, max_frame=frame, security=self.opts.security)
         ConsensusService(self.tablets, self.book).register(self.server)
         self.copy_service = TabletCopyService(
             self.tablets, self.rpc_client, idle_timeout_s=self.opts.tablet_copy_idle_timeout_sec,
@@ -98,8 +103,11 @@ class ServerBase:
         self._tasks.append(asyncio.create_task(self.copies.run()))
         self.copy_service.start()
         await self._started()
-        log.info("%s %s serving on %s:%d (http %d), %d tablets", self.kind, self.uuid, host, port,
-                 self.http_port, len(self.tablets.entries))
+        sec = self.opts.security
+        log.info("%s %s serving on %s:%d (http %d), %d tablets; rpc authentication %s, "
+                 "encryption %s%s", self.kind, self.uuid, host, port, self.http_port,
+                 len(self.tablets.entries), sec.authentication, sec.encryption,
+                 f", certificate {sec.files.cert}" if sec.files else "")
 
     async def stop(self) -> None:
         for t in self._tasks:

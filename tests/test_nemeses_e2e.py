@@ -45,7 +45,7 @@ def deployed(tmp_path_factory):
         db.setup()
 
         async def table():
-            c = TesseraClient(db.master_addrs, timeout=30)
+            c = TesseraClient(db.master_addrs, timeout=30, tls=db.tls())
             for _ in range(60):
                 try:
                     await c.create_table("t", num_tablets=2, replication_factor=3)
@@ -205,7 +205,7 @@ def test_membership_removes_a_replica_then_adds_it_back_by_tablet_copy(deployed)
     wait_for("RUNNING")  # copied onto its tombstone by the leader
 
     async def every_key_still_there():
-        c = TesseraClient(db.master_addrs, timeout=30)
+        c = TesseraClient(db.master_addrs, timeout=30, tls=db.tls())
         assert [await c.table("t").read(f"k{i}") for i in range(50)] == list(range(50))
         await c.close()
     asyncio.run(every_key_still_there())
@@ -229,7 +229,7 @@ def test_the_cluster_still_serves_after_the_faults(deployed):
     db, *_ = deployed
 
     async def go():
-        c = TesseraClient(db.master_addrs, timeout=30)
+        c = TesseraClient(db.master_addrs, timeout=30, tls=db.tls())
         await c.table("t").write("after", 1)
         assert await c.table("t").read("after") == 1
         await c.close()

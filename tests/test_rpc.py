@@ -10,6 +10,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer, wire
+from node.security.acl import ALL_ROLES
+
+# This file's own methods, open to every caller (the engine's are in node.security.acl.RULES).
+RULES = {m: ALL_ROLES for m in ("echo", "stuck", "direct")}
 
 
 class Echo(msgspec.Struct):
@@ -30,7 +34,7 @@ async def _echo(req: Echo) -> EchoReply:
 
 
 async def _server(uuid="srv-1", **kw):
-    srv = RpcServer(uuid, **kw)
+    srv = RpcServer(uuid, rules=RULES, **kw)
     srv.register("echo", Echo, _echo)
     addr = await srv.start("127.0.0.1", 0)
     return srv, addr
@@ -96,7 +100,7 @@ def test_the_server_cancels_a_handler_past_its_own_deadline():
         return EchoReply("never")
 
     async def go():
-        srv = RpcServer("srv-1")
+        srv = RpcServer("srv-1", rules=RULES)
         srv.register("stuck", Echo, stuck)
         host, port = await srv.start("127.0.0.1", 0)
         reader, writer = await asyncio.open_connection(host, port)
@@ -168,7 +172,7 @@ class _Direct:
         return EchoReply("SLOW")
 
     async def serve(self, max_inflight: int) -> tuple[RpcServer, tuple[str, int]]:
-        srv = RpcServer("srv-1", max_inflight_per_conn=max_inflight)
+        srv = RpcServer("srv-1", max_inflight_per_conn=max_inflight, rules=RULES)
         srv.register_direct("direct", Echo, self.handle)
         return srv, await srv.start("127.0.0.1", 0)
 

@@ -12,6 +12,7 @@ import pytest
 
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
 from node.rpc.deadlines import GRANULARITY
+from node.security.acl import ALL_ROLES
 from node.sim.loop import SimDeadlock, SimLoop
 from node.sim.network import SimNetwork
 
@@ -33,7 +34,7 @@ async def _echo(req: Echo) -> EchoReply:
 
 
 async def _serve(port=7000, handler=_echo):
-    srv = RpcServer("srv")
+    srv = RpcServer("srv", rules={"echo": ALL_ROLES})
     srv.register("echo", Echo, handler)
     return srv, await srv.start(SERVER, port)
 

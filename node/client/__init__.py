@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import ssl
 from typing import Any
 
 import crc32c
@@ -118,12 +119,14 @@ class _Backoff:
 
 class TesseraClient:
     def __init__(self, masters: list[tuple[str, int]], *, timeout: float = 5.0,
-                 rpc: RpcClient | None = None, rng: random.Random | None = None):
-        """`rng` (jitter, replica order): seeded by the simulator for replayable runs."""
+                 rpc: RpcClient | None = None, rng: random.Random | None = None,
+                 tls: ssl.SSLContext | None = None):
+        """`rng` (jitter, replica order): seeded by the simulator for replayable runs. `tls`:
+        connect with TLS as this identity (node.security.tls.client_tls)."""
         self.masters = list(masters)
         self.rng = rng or random.Random()
         self.timeout = timeout
-        self.rpc = rpc or RpcClient(connect_timeout=CONNECT_TIMEOUT)
+        self.rpc = rpc or RpcClient(connect_timeout=CONNECT_TIMEOUT, tls=tls)
         self._master_leader: tuple[str, int] | None = None
         self._master_book: dict[str, Peer] = {}
         self._locations: dict[str, TableLocations] = {}
@@ -176,7 +179,8 @@ class TesseraClient:
                             self._master_leader = hint.addr
                             break
                     elif e.code in (ErrorCode.NOT_FOUND, ErrorCode.ALREADY_EXISTS,
-                                    ErrorCode.INVALID_ARGUMENT, ErrorCode.ILLEGAL_STATE):
+                                    ErrorCode.INVALID_ARGUMENT, ErrorCode.ILLEGAL_STATE,
+                                    ErrorCode.NOT_AUTHORIZED):
                         raise
                     if addr == self._master_leader:
                         self._master_leader = None
@@ -366,7 +370,9 @@ class TesseraClient:
                             self._refresh_soon(table)
                     elif e.code in (ErrorCode.TABLET_NOT_FOUND, ErrorCode.WRONG_SERVER_UUID):
                         self._refresh_soon(table)
-                    elif e.code == ErrorCode.INVALID_ARGUMENT:
+                    elif e.code in (ErrorCode.INVALID_ARGUMENT, ErrorCode.NOT_AUTHORIZED):
+                        if uncertain:  # an earlier attempt may still have applied
+                            raise OpUnknown(f"outcome unknown, then refused: {last}") from None
                         raise OpFailed(f"refused: {last}") from None  # no replica will differ
                     elif e.code == ErrorCode.TOO_LARGE:
                         # Refused unsent (over the frame) or unproposed (over what one entry

@@ -19,6 +19,10 @@ def common_options(p: argparse.ArgumentParser) -> None:
                    help="comma-separated master HOST:PORT list (default: $TESSERA_MASTERS or "
                         "the local cluster)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per operation (default 10)")
+    p.add_argument("--tls-cert", metavar="FILE", default=os.environ.get("TESSERA_TLS_CERT", ""),
+                   help="connect with TLS as the identity this certificate names (FILE.key and "
+                        "the CA's ca.pem beside it; default: $TESSERA_TLS_CERT, else the local "
+                        "cluster's operator certificate when it has one, else plaintext)")
 
 
 def master_addrs(text: str) -> list[tuple[str, int]]:
@@ -29,6 +33,21 @@ def master_addrs(text: str) -> list[tuple[str, int]]:
     if text:
         return parse_addrs(text, 7051)
     return LocalCluster.load(DEFAULT_DIR).master_addrs
+
+
+def client_tls(args):
+    """The TLS context the CLI connects with (node.security.tls.client_tls): --tls-cert, or,
+    for the local cluster, its operator's certificate. ValueError if unusable."""
+    from node.security.tls import client_tls as tls_for
+    from node.tools.local_cluster import LocalCluster, LocalClusterError
+    from node.tools.local_cluster_cli import DEFAULT_DIR
+
+    if args.tls_cert or args.masters:
+        return tls_for(args.tls_cert or None)
+    try:
+        return LocalCluster.load(DEFAULT_DIR).tls()
+    except LocalClusterError:
+        return None
 
 
 def _value(text: str):
@@ -106,7 +125,8 @@ def run_with_client(args, body) -> int:
     from node.rpc import RpcError
 
     async def go():
-        client = TesseraClient(master_addrs(args.masters), timeout=args.timeout)
+        client = TesseraClient(master_addrs(args.masters), timeout=args.timeout,
+                               tls=client_tls(args))
         try:
             return await body(args, client)
         finally:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 from collections.abc import Callable
 
 from node.rpc import wire
 from node.rpc.coalesce import CoalescingWriter
 from node.rpc.deadlines import DeadlineWheel
 from node.rpc.errors import ErrorCode, RpcError
+from node.security import pki
+from node.security.tls import subject
 
 # Server-side codes after which the request may have taken effect.
 _MAYBE_APPLIED = {ErrorCode.DEADLINE_EXCEEDED, ErrorCode.REMOTE_ERROR, ErrorCode.SHUTTING_DOWN}
@@ -124,6 +127,16 @@ class _Connection:
         await asyncio.gather(self.reader_task, return_exceptions=True)
 
 
+def _check_server(addr: tuple[str, int], writer: asyncio.StreamWriter) -> None:
+    """The server at `addr` must be one of the cluster's daemons: a user's certificate from the
+    same CA would otherwise let its holder pose as a server and read what clients send."""
+    name, kind = subject(writer.get_extra_info("peercert") or {})
+    if kind != pki.SERVICE:
+        writer.close()
+        raise RpcError(ErrorCode.NOT_AUTHORIZED, f"{addr[0]}:{addr[1]} presented {name!r}, "
+                                                 "not a service certificate of the cluster CA")
+
+
 def _too_large(method: str, size: int, limit: int) -> RpcError:
     """A request over the frame limit is refused here, unsent: the server would answer
     TOO_LARGE and hang up, failing every other call on the connection."""
@@ -133,8 +146,12 @@ def _too_large(method: str, size: int, limit: int) -> RpcError:
 
 class RpcClient:
     def __init__(self, *, connect_timeout: float = 3.0, max_frame: int = wire.DEFAULT_MAX_FRAME,
-                 max_inflight_per_conn: int = 1024, local_host: str | None = None):
-        """`local_host`: the address to connect from (the simulator names hosts this way)."""
+                 max_inflight_per_conn: int = 1024, local_host: str | None = None,
+                 tls: ssl.SSLContext | None = None):
+        """`local_host`: the address to connect from (the simulator names hosts this way).
+        `tls`: connect with TLS in this context (node.security.tls.client_context): the
+        server must then show a service certificate of the same CA."""
+        self.tls = tls
         self.connect_timeout = connect_timeout
         self.max_frame = max_frame
         self.max_inflight = max_inflight_per_conn
@@ -155,9 +172,16 @@ class RpcClient:
                 return conn
             try:
                 async with asyncio.timeout(self.connect_timeout):
-                    reader, writer = await asyncio.open_connection(*addr, local_addr=self._local_addr)
+                    reader, writer = await asyncio.open_connection(
+                        *addr, local_addr=self._local_addr, ssl=self.tls,
+                        server_hostname="" if self.tls else None)
+            except ssl.SSLError as e:
+                raise RpcError(ErrorCode.NOT_AUTHORIZED, f"TLS with {addr[0]}:{addr[1]} failed: "
+                                                         f"{e.reason or e}") from None
             except (OSError, TimeoutError) as e:
                 raise RpcError(ErrorCode.NETWORK, f"cannot connect to {addr[0]}:{addr[1]}: {e}") from None
+            if self.tls is not None:
+                _check_server(addr, writer)
             conn = _Connection(reader, writer, self.max_frame, self.max_inflight, self._deadlines)
             self._conns[addr] = conn
             return conn

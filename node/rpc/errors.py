@@ -21,6 +21,7 @@ class ErrorCode(enum.IntEnum):
     REMOTE_ERROR = 9  # the handler failed unexpectedly
     NETWORK = 10  # connection refused, reset or closed
     SHUTTING_DOWN = 11
+    NOT_AUTHORIZED = 12  # refused before dispatch: who the caller is may not call this method
     # Application codes (handlers raise RpcError with these).
     NOT_LEADER = 20
     TABLET_NOT_FOUND = 21

@@ -1,14 +1,22 @@
-"""The RPC server: decodes frames, checks recipient and deadline, dispatches to typed handlers.
+"""The RPC server: decodes frames, checks recipient, caller and deadline, dispatches to typed
+handlers.
 
 A connection never takes the server down: bad bytes get an error reply (the stream stays in sync
 because the length prefix was honoured) and only an oversized or truncated frame closes the
 connection, since the stream can no longer be trusted.
+
+Every method has an authorization rule (node.security.acl.RULES; `register` refuses one without).
+A connection's identity is settled once, when it opens (node.security.tls): its certificate, or
+where it comes from; each call is then one set lookup. A refused call is answered NOT_AUTHORIZED,
+naming the identity, and logged once per connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -16,6 +24,8 @@ from node.rpc import wire
 from node.rpc.coalesce import CoalescingWriter
 from node.rpc.deadlines import DeadlineWheel
 from node.rpc.errors import ErrorCode, RpcError
+from node.security.acl import RULES, Role, allowed_methods, needs
+from node.security.tls import DISABLED, TLS_RECORD, Admission, RpcSecurity
 
 log = logging.getLogger(__name__)
 
@@ -33,16 +43,26 @@ class _Method:
     direct: bool
 
 
+# How long a new connection may stay silent before its first byte tells TLS from plaintext, and
+# how long its TLS handshake may take.
+FIRST_BYTE_TIMEOUT_S = 30.0
+HANDSHAKE_TIMEOUT_S = 10.0
+
+
 class _Conn:
-    """One client connection's replies and its count of calls in flight."""
+    """One client connection's replies, its count of calls in flight and who it is."""
 
-    __slots__ = ("out", "inflight", "room", "tasks")
+    __slots__ = ("out", "inflight", "room", "tasks", "admission", "allowed", "refused")
 
-    def __init__(self, writer: asyncio.StreamWriter):
+    def __init__(self, writer: asyncio.StreamWriter, admission: Admission,
+                 allowed: frozenset[str]):
         self.out = CoalescingWriter(writer)
         self.inflight = 0
         self.room = asyncio.Event()  # set when a call ends (the reader waits while full)
         self.tasks: set[asyncio.Task] = set()  # handlers running as tasks: cancelled at close
+        self.admission = admission
+        self.allowed = allowed  # the methods it may call
+        self.refused = False  # a refusal was logged for it already
 
     def answer(self, resp: wire.Response) -> None:
         if not self.out.writer.is_closing():
@@ -85,45 +105,132 @@ class _DirectCall:
 
 class RpcServer:
     def __init__(self, uuid: str, *, max_frame: int = wire.DEFAULT_MAX_FRAME,
-                 max_inflight_per_conn: int = 256):
+                 max_inflight_per_conn: int = 256, security: RpcSecurity = DISABLED,
+                 rules: dict[str, Role] = RULES):
+        """`rules`: who may call each method (tests of the RPC layer bring their own)."""
         self.uuid = uuid
         self.max_frame = max_frame
         self.max_inflight = max_inflight_per_conn
+        self.security = security
+        self.rules = rules
+        self._ssl = security.server_context() if security.tls else None
+        self._allowed: dict[Role, frozenset[str]] = {}  # roles -> methods, built once per roles
         self._methods: dict[str, _Method] = {}
         self._server: asyncio.Server | None = None
+        self._listener: socket.socket | None = None  # the sniffing accept loop's (TLS offered)
+        self._accepting: asyncio.Task | None = None
         self._conns: set[asyncio.Task] = set()
         self._deadlines = DeadlineWheel(self._expire)
         self._expired: set[asyncio.Task] = set()  # handlers cancelled by their deadline
-        self.stats = {"requests": 0, "errors": 0, "wrong_uuid": 0, "malformed": 0}
+        self.stats = {"requests": 0, "errors": 0, "wrong_uuid": 0, "malformed": 0,
+                      "not_authorized": 0, "handshake_failed": 0}
+
+    def _add(self, method: str, entry: _Method) -> None:
+        if method not in self.rules:
+            raise ValueError(f"RPC method {method!r} has no authorization rule "
+                             "(node.security.acl.RULES)")
+        self._methods[method] = entry
+
+    @property
+    def methods(self) -> list[str]:
+        """Every registered method's name."""
+        return sorted(self._methods)
 
     def register(self, method: str, request_type: type, handler: Handler) -> None:
         """`handler(body)` runs as a task of its own; what it returns is the answer."""
-        self._methods[method] = _Method(request_type, handler, False)
+        self._add(method, _Method(request_type, handler, False))
 
     def register_direct(self, method: str, request_type: type, handler: DirectHandler) -> None:
         """`handler(body, reply)` runs in the connection's reader, with no task: the per-op path
         (a task, a deadline task and a coroutine chain per call were a fifth of a loaded
         leader's CPU). It calls `reply(value, None)` or `reply(None, error)` once, or returns
         an awaitable for its slow path. An exception it raises is the answer at once."""
-        self._methods[method] = _Method(request_type, handler, True)
+        self._add(method, _Method(request_type, handler, True))
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
-        self._server = await asyncio.start_server(self._serve_conn, host, port)
-        return self._server.sockets[0].getsockname()[:2]
+        if self._ssl is None:  # plaintext only: asyncio's server, admission by address
+            self._server = await asyncio.start_server(self._serve_plain, host, port)
+            return self._server.sockets[0].getsockname()[:2]
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = socket.create_server((host, port), family=family, backlog=1024)
+        self._listener.setblocking(False)
+        self._accepting = asyncio.create_task(self._accept(self._listener))
+        return self._listener.getsockname()[:2]
 
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
+        if self._accepting is not None:
+            self._accepting.cancel()
+            await asyncio.gather(self._accepting, return_exceptions=True)
+            self._listener.close()
         for t in list(self._conns):
             t.cancel()
         await asyncio.gather(*self._conns, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
 
-    async def _serve_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _allowed_for(self, admission: Admission) -> frozenset[str]:
+        if admission.refusal:
+            return frozenset()
+        roles = admission.identity.roles
+        allowed = self._allowed.get(roles)
+        if allowed is None:
+            allowed = self._allowed[roles] = allowed_methods(roles, self.rules)
+        return allowed
+
+    async def _serve_plain(self, reader: asyncio.StreamReader,
+                           writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        await self._serve_conn(reader, writer, self.security.admit(peer[0], False, None))
+
+    async def _accept(self, listener: socket.socket) -> None:
+        """Accept connections and tell TLS from plaintext by the first byte (the module doc
+        of node.security.tls), each in a task of its own."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, addr = await loop.sock_accept(listener)
+            except OSError as e:  # out of descriptors, say: keep serving the connections we have
+                log.warning("accept failed: %s", e)
+                await asyncio.sleep(0.1)
+                continue
+            task = asyncio.create_task(self._open(sock, addr))
+            self._conns.add(task)
+            task.add_done_callback(self._conns.discard)
+
+    async def _open(self, sock: socket.socket, addr: tuple) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(FIRST_BYTE_TIMEOUT_S):
+                first = await _peek(loop, sock)
+        except (OSError, TimeoutError):
+            sock.close()
+            return
+        tls = first[:1] == bytes([TLS_RECORD])
+        if not first:
+            sock.close()
+            return
+        reader = asyncio.StreamReader(limit=wire.READ_CHUNK, loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        try:
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: protocol, sock, ssl=self._ssl if tls else None,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if tls else None)
+        except (OSError, ssl.SSLError, TimeoutError) as e:
+            self.stats["handshake_failed"] += 1
+            log.warning("TLS handshake with %s:%s failed: %s", addr[0], addr[1], e)
+            sock.close()
+            return
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        peercert = transport.get_extra_info("peercert") if tls else None
+        await self._serve_conn(reader, writer, self.security.admit(addr[0], tls, peercert))
+
+    async def _serve_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          admission: Admission) -> None:
         task = asyncio.current_task()
         self._conns.add(task)
-        conn = _Conn(writer)
+        conn = _Conn(writer, admission, self._allowed_for(admission))
         buf = bytearray()
         try:
             while chunk := await reader.read(wire.READ_CHUNK):
@@ -159,6 +266,8 @@ class RpcServer:
         try:
             req = wire.decode_request(data)
             call_id = req.call_id
+            if req.method not in conn.allowed and req.method in self._methods:
+                raise self._refuse(conn, req.method)
             method, body = self._route(req)
             conn.inflight += 1
             if method.direct:
@@ -181,6 +290,15 @@ class RpcServer:
             t.add_done_callback(conn.tasks.discard)
         except Exception as e:
             conn.answer(self._error_response(call_id, e))
+
+    def _refuse(self, conn: _Conn, method: str) -> RpcError:
+        self.stats["not_authorized"] += 1
+        who = conn.admission.identity
+        why = conn.admission.refusal or f"{method} needs {needs(method, self.rules)}"
+        if not conn.refused:
+            conn.refused = True
+            log.warning("refused %s: %s: %s", who, method, why)
+        return RpcError(ErrorCode.NOT_AUTHORIZED, f"{who} may not call {method}: {why}")
 
     def _error_response(self, call_id: int, e: BaseException) -> wire.Response:
         self.stats["errors"] += 1
@@ -235,3 +353,14 @@ class RpcServer:
         if req.timeout_ms <= 0:
             raise RpcError(ErrorCode.DEADLINE_EXCEEDED, "deadline passed before dispatch")
         return method, wire.decode_body(req.body, method.request_type)
+
+
+async def _peek(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:
+    """The first byte a new connection sent, left unread; b"" if it closed first."""
+    ready = loop.create_future()
+    loop.add_reader(sock.fileno(), lambda: ready.done() or ready.set_result(None))
+    try:
+        await ready
+    finally:
+        loop.remove_reader(sock.fileno())
+    return sock.recv(1, socket.MSG_PEEK)

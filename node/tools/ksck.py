@@ -16,7 +16,7 @@ import json
 import sys
 from dataclasses import dataclass
 
-from node.client.cli import common_options, master_addrs
+from node.client.cli import client_tls, common_options, master_addrs
 from node.protocol import (
     Empty,
     MasterInfo,
@@ -43,16 +43,17 @@ class Servers:
 
     hosts: list[Endpoint]
     timeout: float = 5.0
+    tls: object = None  # an ssl.SSLContext to connect with (node.security.tls.client_tls)
 
     def ask_each(self, hosts: list[Endpoint], daemon: str, method: str, reply: type,
                  request: object = None) -> dict:
         return asyncio.run(_ask_each(hosts, method, Empty() if request is None else request,
-                                     reply, self.timeout))
+                                     reply, self.timeout, self.tls))
 
 
 async def _ask_each(hosts: list[Endpoint], method: str, request: object, reply: type,
-                    timeout: float) -> dict:
-    rpc = RpcClient(connect_timeout=1.0)
+                    timeout: float, tls=None) -> dict:
+    rpc = RpcClient(connect_timeout=1.0, tls=tls)
     try:
         answers = await asyncio.gather(*(
             rpc.call((h.address, h.port), method, request, reply, to_uuid="", timeout=timeout)
@@ -66,11 +67,11 @@ def _name(p: Peer) -> str:
     return f"{p.host}:{p.port}"
 
 
-async def survey(masters: list[tuple[str, int]], timeout: float = 5.0) -> dict:
+async def survey(masters: list[tuple[str, int]], timeout: float = 5.0, tls=None) -> dict:
     """Masters, tables, tablets and replica health: {"masters": [...], "leader_master",
     "tablets": [...], "summary", "problems": [...], "tservers": [Peer]}; "leader_master" is None
     when no master says it leads."""
-    rpc = RpcClient(connect_timeout=1.0)
+    rpc = RpcClient(connect_timeout=1.0, tls=tls)
     problems: list[str] = []
     try:
         infos = await asyncio.gather(*(rpc.call(a, "master.info", Empty(), MasterInfo, to_uuid="",
@@ -99,7 +100,7 @@ async def survey(masters: list[tuple[str, int]], timeout: float = 5.0) -> dict:
     for loc in locations:
         peers.update({p.uuid: p for t in loc.tablets for p in t.replicas})
     eps = [Endpoint(_name(p), p.host, p.port) for p in peers.values()]
-    statuses = await _ask_each(eps, "ts.status", Empty(), ServerStatus, timeout)
+    statuses = await _ask_each(eps, "ts.status", Empty(), ServerStatus, timeout, tls)
     tablets = [_tablet(loc.name, t, statuses, problems) for loc in locations for t in loc.tablets]
     summary = {s: sum(t["status"] == s for t in tablets)
                for s in ("HEALTHY", "UNDER_REPLICATED", "UNAVAILABLE")}
@@ -178,13 +179,14 @@ def run(args) -> int:
 
     try:
         masters = master_addrs(args.masters)
+        tls = client_tls(args)
     except (TesseraError, ValueError) as e:
         print(f"tessera cluster ksck: {e}", file=sys.stderr)
         return 2
-    report = asyncio.run(survey(masters, args.timeout))
+    report = asyncio.run(survey(masters, args.timeout, tls))
     tservers = report.pop("tservers")
     if args.checksum_scan and report["leader_master"] is not None:
-        servers = Servers([Endpoint(_name(p), p.host, p.port) for p in tservers])
+        servers = Servers([Endpoint(_name(p), p.host, p.port) for p in tservers], tls=tls)
         report["checksum"] = check_convergence(servers, args.checksum_timeout)
     checksum = report.get("checksum", {}).get("verdict", "valid")
     code = (2 if report["leader_master"] is None else

@@ -61,6 +61,9 @@ class LocalCluster:
     flags: list[str] = field(default_factory=list)  # extra daemon flags, e.g. fsync off
     daemons: dict[str, Daemon] = field(default_factory=dict)
     own_addresses: bool = False
+    # A CA of its own in root/tls, a service certificate per daemon, and daemons that require
+    # TLS and certificates (README "Security"); clients then connect as `admin` or `client`.
+    security: bool = False
 
     @classmethod
     def load(cls, root: Path) -> LocalCluster:
@@ -68,7 +71,8 @@ class LocalCluster:
         try:
             doc = json.loads(path.read_text())
             c = cls(Path(root), doc["masters"], doc["tservers"], doc["flags"],
-                    own_addresses=doc.get("own_addresses", False))
+                    own_addresses=doc.get("own_addresses", False),
+                    security=doc.get("security", False))
             c.daemons = {d["name"]: Daemon(**d) for d in doc["daemons"]}
         except FileNotFoundError:
             raise LocalClusterError(f"no local cluster in {root} (run `tessera local-cluster up`)") from None
@@ -79,7 +83,7 @@ class LocalCluster:
 
     def save(self) -> None:
         doc = {"masters": self.masters, "tservers": self.tservers, "flags": self.flags,
-               "own_addresses": self.own_addresses,
+               "own_addresses": self.own_addresses, "security": self.security,
                "daemons": [asdict(d) for d in self.daemons.values()]}
         tmp = self.root / "cluster.json.tmp"
         tmp.write_text(json.dumps(doc, indent=1))
@@ -88,6 +92,32 @@ class LocalCluster:
     @property
     def master_addrs(self) -> list[tuple[str, int]]:
         return [(d.host, d.port) for d in self.daemons.values() if d.kind == "master"]
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.root / "tls"
+
+    def cert(self, name: str) -> Path | None:
+        """The certificate of identity `name` (`admin`, `client`, a daemon's name), issued on
+        first use; None when the cluster runs without security."""
+        if not self.security:
+            return None
+        from node.security import pki
+
+        path = self.tls_dir / "certs" / f"{name}.pem"
+        if not path.exists():
+            ca_dir = self.tls_dir / "ca"
+            ca = (pki.CertFiles(ca_dir / "ca.pem", ca_dir / "ca.key", ca_dir / "ca.pem")
+                  if (ca_dir / "ca.key").exists() else pki.create_ca(ca_dir))
+            kind = pki.SERVICE if name in self.daemons else pki.USER
+            pki.issue(ca, self.tls_dir / "certs", name, kind)
+        return path
+
+    def tls(self, name: str = "admin"):
+        """The client TLS context of identity `name` (None without security)."""
+        from node.security.tls import client_tls
+
+        return client_tls(self.cert(name))
 
     def up(self, timeout: float = 30.0) -> None:
         if self.masters not in (1, 3, 5) or not 1 <= self.tservers <= 20:
@@ -129,7 +159,19 @@ class LocalCluster:
         masters = ",".join(m.addr for m in self.daemons.values() if m.kind == "master")
         own = ["--rpc-outbound-host", d.host] if self.own_addresses else []
         return [sys.executable, "-m", "harness.cli", d.kind, "--data-dir", str(self.root / d.name),
-                "--rpc-addr", d.addr, "--masters", masters, *own, *self.flags]
+                "--rpc-addr", d.addr, "--masters", masters, *own, *self._security_flags(d),
+                *self.flags]
+
+    def _security_flags(self, d: Daemon) -> list[str]:
+        from node.security import pki
+        from node.security.tls import identity_files
+
+        if not self.security:
+            return []
+        files = identity_files(self.cert(d.name))
+        return ["--rpc-authentication=required", "--rpc-encryption=required",
+                f"--rpc-certificate-file={files.cert}", f"--rpc-private-key-file={files.key}",
+                f"--rpc-ca-certificate-file={files.ca}", f"--superuser-acl={pki.ADMIN}"]
 
     def start(self, name: str) -> None:
         d = self.daemons[name]
@@ -278,7 +320,7 @@ class LocalCluster:
             for name, d in self.daemons.items():
                 if self.alive(name) and not _listening(d.host, d.port):
                     return False
-            c = TesseraClient(self.master_addrs, timeout=2.0)
+            c = TesseraClient(self.master_addrs, timeout=2.0, tls=self.tls())
             try:
                 for addr in self.master_addrs:
                     try:

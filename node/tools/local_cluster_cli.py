@@ -16,6 +16,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-masters", type=int, default=1, help="1, 3 or 5 masters (default 1)")
     p.add_argument("--num-tservers", type=int, default=3, help="tablet servers (default 3)")
     p.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"cluster directory (default {DEFAULT_DIR})")
+    p.add_argument("--security", action=argparse.BooleanOptionalAction, default=True,
+                   help="a CA of the cluster's own in DIR/tls, and daemons that require TLS and "
+                        "certificates; the CLI finds the operator's certificate there "
+                        "(default: on; --no-security: plaintext, open to any caller on "
+                        "--trusted-subnets)")
     p.add_argument("--flag", action="append", default=[], metavar="NAME=VALUE",
                    help="a daemon flag for every daemon, repeatable, as `tessera test --flag` "
                         "takes it (e.g. --flag log_force_fsync_all=false; dashes or underscores)")
@@ -48,9 +53,12 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "up":
             path = args.dir / "cluster.json"
             c = LocalCluster.load(args.dir) if path.exists() else LocalCluster(
-                args.dir, args.num_masters, args.num_tservers, flags)
+                args.dir, args.num_masters, args.num_tservers, flags, security=args.security)
             c.up()
             print("masters: " + ",".join(f"{h}:{p}" for h, p in c.master_addrs))
+            if c.security:
+                print(f"operator certificate: {c.cert('admin')} (the CLI finds it; for other "
+                      f"clients: TESSERA_TLS_CERT={c.cert('client')})")
             return 0
         c = LocalCluster.load(args.dir)
         if args.action == "down":
