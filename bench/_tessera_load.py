@@ -100,9 +100,11 @@ def _emit(obj: dict) -> None:
     sys.stdout.flush()
 
 
-async def _serve(masters: list[tuple[str, int]], table_name: str) -> None:
+async def _serve(masters: list[tuple[str, int]], table_name: str, tls_cert: str | None) -> None:
+    from node.security.tls import client_tls
+
     loop = asyncio.get_running_loop()
-    client = TesseraClient(masters, timeout=20)
+    client = TesseraClient(masters, timeout=20, tls=client_tls(tls_cert))
     try:
         table = client.table(table_name)
         point = None
@@ -128,11 +130,12 @@ def main() -> None:
     ap.add_argument("--masters", required=True, help="JSON list of [host, port]")
     ap.add_argument("--table", default="bench")
     ap.add_argument("--event-loop", choices=("auto", "asyncio", "uvloop"), default="auto")
+    ap.add_argument("--tls-cert", default=None, help="connect with TLS as this certificate's identity")
     a = ap.parse_args()
     masters = [tuple(m) for m in json.loads(a.masters)]
     with asyncio.Runner(loop_factory=event_loop_factory(a.event_loop)) as runner:
         try:
-            runner.run(_serve(masters, a.table))
+            runner.run(_serve(masters, a.table, a.tls_cert))
         except (KeyboardInterrupt, BrokenPipeError):
             pass
 

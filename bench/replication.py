@@ -40,6 +40,10 @@ against single-op writes at the same 64 clients: the reads target), the single-c
 issue's targets and which of them were met (targets_met), and under stricter_reading the reads
 at 64 clients of both read modes against the best single-op rate at any concurrency. Failover
 time is bench/failover.py.
+
+With --rpc-encryption required, `tls` holds the cost of security: Tessera's best single-op and
+batched points measured again with mutual TLS and authorization on (as every deployment runs)
+against security off, in back-to-back pairs (tls_pairs), with their ratios and issue 35's targets.
 """
 
 from __future__ import annotations
@@ -70,6 +74,8 @@ from node.tools.local_cluster import LocalCluster, free_port  # noqa: E402
 
 TARGETS = {"ratio_single_op": 0.6, "ratio_batched": 2.0, "p50_ms_1client": 1.5,
            "ratio_reads_64_to_writes_64": 2.0}  # issue 15; failover is bench/failover.py
+# issue 35: with authentication and encryption required, against security off, same run
+TLS_TARGETS = {"single_op": 0.8, "batched": 0.9}
 READS_CLIENTS = 64
 DEFAULT_TESSERA_SWEEP = [1, 8, 64, 512, 1024]  # the issue asks for 1..512; 1024 is this machine's best
 DEFAULT_BATCHED_SWEEP = [1, 4, 16, 64]
@@ -129,6 +135,8 @@ class _LoadPool:
         script = Path(__file__).with_name("_tessera_load.py")
         argv = [sys.executable, str(script), "--masters", json.dumps(c.master_addrs),
                 "--event-loop", event_loop]
+        if c.security:
+            argv += ["--tls-cert", str(c.cert("client"))]
         self.children = [_Child(f"tessera client {i}", argv) for i in range(procs)]
 
     def close(self) -> None:
@@ -170,7 +178,7 @@ class _LoadPool:
 
 async def _create_table(c: LocalCluster, rows: int) -> dict[str, list[int]]:
     """The one-tablet bench table, `rows` rows written ("c0-<k>"); the daemons' pids by role."""
-    client = TesseraClient(c.master_addrs, timeout=20)
+    client = TesseraClient(c.master_addrs, timeout=20, tls=c.tls())
     try:
         locs = await client.create_table("bench", num_tablets=1, replication_factor=3)
         table = client.table("bench")
@@ -223,16 +231,17 @@ def _reads(mode: str):
     return run
 
 
-def _with_cluster(flags: list[str], a, run) -> dict | list:
+def _with_cluster(flags: list[str], a, run, security: bool = False) -> dict | list:
     """Run `run(cluster, a, pool)` on a fresh LocalCluster; the daemons and the load processes
-    all use --event-loop, as a user after the best numbers would."""
+    all use --event-loop, as a user after the best numbers would. `security`: the cluster runs
+    as deployments do, --rpc-authentication and --rpc-encryption required (mutual TLS)."""
     flags = [*flags, "--event-loop", a.event_loop]
     with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
-        c = LocalCluster(Path(d), masters=1, tservers=3, flags=flags)
+        c = LocalCluster(Path(d), masters=1, tservers=3, flags=flags, security=security)
         pool = None
         try:
-            _log(f"tessera: starting LocalCluster (1 master, 3 tservers, {' '.join(flags)}), "
-                 f"{a.client_procs} client process(es)")
+            _log(f"tessera: starting LocalCluster (1 master, 3 tservers, {' '.join(flags)}"
+                 f"{', TLS required' if security else ''}), {a.client_procs} client process(es)")
             c.up(timeout=60)
             pool = _LoadPool(c, a.client_procs, a.event_loop)
             return run(c, a, pool)
@@ -279,6 +288,36 @@ def anchor_us() -> float:
 
 def _tessera_in_pair(a, pair: dict, key: str, kind: str, name: str, n: int) -> None:
     pair[f"tessera_{key}"] = _with_cluster([], a, _one_point(kind, name, n))["ops_per_s"]
+
+
+def tls_pairs(a, doc: dict) -> dict:
+    """--rpc-encryption required: Tessera's best single-op and batched configurations from the
+    sweeps, each measured with security off and then with authentication and encryption
+    required (as deployments run), back to back on fresh clusters, `a.pairs` times (at least
+    one), the order swapped every other pair; the ratios are the medians of the pairs."""
+    points = [k for k in (("single_op", "writes", "clients", doc.get("tessera_best_clients")),
+                          ("batched", "batched", "sessions",
+                           doc.get("tessera_batched_best_sessions"))) if k[3] is not None]
+    out: dict = {"pairs": []}
+    for i in range(max(a.pairs, 1)):
+        pair = {"anchor_us": anchor_us()}
+        for key, kind, name, n in points:
+            order = (False, True) if i % 2 == 0 else (True, False)
+            for secure in order:
+                label = f"{key}_{'tls' if secure else 'plain'}"
+                pair[label] = _with_cluster([], a, _one_point(kind, name, n), secure)["ops_per_s"]
+            if pair[f"{key}_plain"] > 0:
+                pair[f"ratio_{key}"] = round(pair[f"{key}_tls"] / pair[f"{key}_plain"], 3)
+        _log(f"TLS pair {i + 1}/{max(a.pairs, 1)}: {pair}")
+        out["pairs"].append(pair)
+    for key, *_ in points:
+        ratios = [p[f"ratio_{key}"] for p in out["pairs"] if f"ratio_{key}" in p]
+        if ratios:
+            out[f"ratio_{key}"] = round(statistics.median(ratios), 3)
+    out["targets"] = TLS_TARGETS
+    out["targets_met"] = {k: out[f"ratio_{k}"] >= v for k, v in TLS_TARGETS.items()
+                          if f"ratio_{k}" in out}
+    return out
 
 
 def _pysyncobj_in_pair(a, doc: dict, pair: dict) -> None:
@@ -602,6 +641,12 @@ def main() -> int:
                     help="after the sweeps, measure each system's best configuration again back to "
                          f"back K times, and take the ratios as the median of the K pairs (default "
                          f"{DEFAULT_PAIRS}; 0: the ratios are the sweeps' bests, minutes apart)")
+    ap.add_argument("--rpc-encryption", choices=("disabled", "required"), default="disabled",
+                    help="required: after Tessera's sweeps, measure its best single-op and "
+                         "batched points again with --rpc-authentication and --rpc-encryption "
+                         "required (mutual TLS, as deployments run) against security off, "
+                         "back to back, --pairs times; reported under `tls` (default disabled: "
+                         "the sweeps run without security, as before)")
     ap.add_argument("--only", choices=("tessera", "pysyncobj"), default=None,
                     help="run one system only (no ratio is printed then)")
     ap.add_argument("--plot", type=Path, default=None, metavar="PATH",
@@ -668,6 +713,8 @@ def main() -> int:
                        pysyncobj_p50_ms_1client=round(p["p50_ms_1client"], 2))
         if a.only is None and a.pairs:
             doc["pairs"] = pairs(a, doc)
+        if a.rpc_encryption == "required" and a.only != "pysyncobj":
+            doc["tls"] = tls_pairs(a, doc)
         doc["anchor_us_end"] = anchor_us()
     except KeyboardInterrupt:
         _log("interrupted; every process started was stopped")

@@ -108,6 +108,10 @@ _FLAGS: dict[str, tuple[type, object, str]] = {
     "trusted-subnets": (str, KUDU_TRUSTED_SUBNETS, "comma-separated networks whose "
                                                    "unauthenticated connections are served when "
                                                    "--rpc-authentication is optional"),
+    "webserver-certificate-file": (str, OPTION, "serve /metrics and /status over HTTPS with "
+                                                "this certificate (PEM; empty: plain HTTP)"),
+    "webserver-private-key-file": (str, OPTION, "the private key of "
+                                                "--webserver-certificate-file (PEM)"),
     "log-level": (str, "INFO", "DEBUG, INFO, WARNING or ERROR"),
     "event-loop": (str, "auto", "asyncio, uvloop, or auto: uvloop when it is installed "
                                 "(the default install has it; docs/benchmarks.md measures both)"),
@@ -187,7 +191,23 @@ def resolve(args: argparse.Namespace) -> dict:
     gc_thresholds(values)
     _faults(values)  # refuses fault flags that are not unlocked
     security(values).check()
+    _webserver(values)
     return values
+
+
+def _webserver(values: dict) -> None:
+    """--webserver-certificate-file and its key: both or neither, and loadable."""
+    import ssl
+
+    cert, key = values["webserver-certificate-file"], values["webserver-private-key-file"]
+    if bool(cert) != bool(key):
+        raise ValueError("--webserver-certificate-file and --webserver-private-key-file go "
+                         "together")
+    if cert:
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+        except (ssl.SSLError, OSError) as e:
+            raise ValueError(f"cannot load --webserver-certificate-file {cert}: {e}") from None
 
 
 def security(values: dict):
@@ -252,7 +272,9 @@ def build_options(values: dict, kind: str):
                           tablet_copy_transfer_chunk_size_bytes=values[
                               "tablet-copy-transfer-chunk-size-bytes"],
                           local_host=values["rpc-outbound-host"] or None,
-                          security=security(values))
+                          security=security(values),
+                          webserver_certificate_file=values["webserver-certificate-file"],
+                          webserver_private_key_file=values["webserver-private-key-file"])
 
 
 def run(args: argparse.Namespace) -> int:

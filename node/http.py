@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -18,8 +19,9 @@ class StatusHttp:
         self.registry, self.status = registry, status
         self._server: asyncio.Server | None = None
 
-    async def start(self, host: str, port: int) -> int:
-        self._server = await asyncio.start_server(self._serve, host, port)
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> int:
+        """`tls`: serve HTTPS (Kudu's --webserver-certificate-file) instead of HTTP."""
+        self._server = await asyncio.start_server(self._serve, host, port, ssl=tls)
         return self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
@@ -45,7 +47,7 @@ class StatusHttp:
                          f"Content-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
                          + body)
             await writer.drain()
-        except (TimeoutError, ConnectionError, UnicodeDecodeError):
+        except (TimeoutError, ConnectionError, UnicodeDecodeError, ssl.SSLError):
             pass
         finally:
             writer.close()

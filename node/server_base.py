@@ -53,6 +53,21 @@ class ServerOptions:
     # Who may connect and call what (node.security): off unless the daemon's flags say (their
     # defaults are Kudu's optional/optional), so in-process tests and the simulator run open.
     security: RpcSecurity = DISABLED
+    # HTTPS for /metrics and /status: a certificate and its key (PEM); empty: plain HTTP
+    webserver_certificate_file: str = ""
+    webserver_private_key_file: str = ""
+
+
+def webserver_tls(opts: ServerOptions):
+    """The HTTPS context of /metrics and /status, or None for plain HTTP; ssl.SSLError or
+    OSError if the files cannot be loaded (the daemon's flags check that first)."""
+    if not opts.webserver_certificate_file:
+        return None
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(opts.webserver_certificate_file, opts.webserver_private_key_file)
+    return ctx
 
 
 class ServerBase:
@@ -99,7 +114,8 @@ class ServerBase:
         self.registry = CollectorRegistry()
         self.registry.register(TabletMetrics(self.tablets))
         self.http = StatusHttp(self.registry, self.status_dict)
-        self.http_port = await self.http.start(self.opts.rpc_host, self.opts.http_port)
+        self.http_port = await self.http.start(self.opts.rpc_host, self.opts.http_port,
+                                               webserver_tls(self.opts))
         self._tasks.append(asyncio.create_task(self.copies.run()))
         self.copy_service.start()
         await self._started()

@@ -267,3 +267,34 @@ def test_a_tls_client_to_a_plaintext_server_fails_clearly(creds):
             await s.stop()
     e = run(go())["read"]
     assert e.code == ErrorCode.NOT_AUTHORIZED and "TLS with 127.0.0.1" in e.message
+
+
+def test_status_and_metrics_over_https_when_given_a_certificate(creds, tmp_path):
+    """--webserver-certificate-file: /status over HTTPS, and plain HTTP is not served there."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    f = creds["tserver@n1"]
+
+    async def go():
+        ts = TabletServer(ServerOptions(tmp_path / "t", rpc_port=0,
+                                        webserver_certificate_file=str(f.cert),
+                                        webserver_private_key_file=str(f.key)))
+        await ts.start()
+        try:
+            ctx = client_context(None, ca=f.ca)
+
+            def get(scheme):
+                url = f"{scheme}://127.0.0.1:{ts.http_port}/status"
+                with urllib.request.urlopen(url, timeout=5,
+                                            context=ctx if scheme == "https" else None) as r:
+                    return json.loads(r.read())
+            doc = await asyncio.to_thread(get, "https")
+            with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+                await asyncio.to_thread(get, "http")
+            return doc, ts.uuid
+        finally:
+            await ts.stop()
+    doc, uuid = run(go())
+    assert doc["uuid"] == uuid
