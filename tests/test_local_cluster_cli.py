@@ -51,6 +51,54 @@ def test_up_with_counts_and_a_flag_then_down(tmp_path, capsys):
     assert not any(_runs_in(d["pid"], lc) for d in doc["daemons"])
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_up_is_secure_by_default_from_the_operators_ca_and_the_cli_needs_a_certificate(
+        tmp_path, capsys):
+    from node.security import pki
+
+    ca = pki.create_ca(tmp_path / "my-ca")
+    lc = tmp_path / "lc"
+    try:
+        assert main(["local-cluster", "up", "--dir", str(lc), "--num-tservers", "1",
+                     "--ca-cert", str(ca.cert), "--ca-key", str(ca.key)]) == 0
+        out = capsys.readouterr().out
+        assert f"operator certificate: {lc}/tls/certs/admin.pem" in out
+        assert not (lc / "tls" / "ca").exists()  # issued from the operator's CA, not a new one
+        doc = json.loads((lc / "cluster.json").read_text())
+        assert doc["security"] and all("--rpc-authentication=required" in d["cmdline"]
+                                       for d in doc["daemons"])
+        masters = out.split("masters: ")[1].split()[0]
+        admin = str(lc / "tls" / "certs" / "admin.pem")
+        assert main(["table", "--masters", masters, "--tls-cert", admin, "create", "kv",
+                     "--replication-factor", "1"]) == 0
+        assert main(["kv", "--masters", masters, "--tls-cert", admin, "put", "k", "1"]) == 0
+        capsys.readouterr()
+        assert main(["kv", "--masters", masters, "--timeout", "3", "get", "k"]) == 1
+        err = capsys.readouterr().err
+        assert "NOT_AUTHORIZED" in err and "requires TLS" in err, err
+        rogue = pki.self_signed(tmp_path / "rogue", "admin", pki.USER)
+        (rogue.cert.parent / "ca.pem").write_bytes(ca.cert.read_bytes())  # trusts the cluster
+        assert main(["kv", "--masters", masters, "--timeout", "3", "--tls-cert", str(rogue.cert),
+                     "get", "k"]) == 1
+        assert main(["kv", "--masters", masters, "--tls-cert", admin, "get", "k"]) == 0
+    finally:
+        capsys.readouterr()
+        assert main(["local-cluster", "down", "--dir", str(lc)]) == 0
+    assert capsys.readouterr().out == "stopped 2 daemons\n"
+
+
+def test_ca_flags_are_checked_before_anything_starts(tmp_path, capsys):
+    lc = tmp_path / "lc"
+    assert main(["local-cluster", "up", "--dir", str(lc), "--ca-cert", "x.pem"]) == 2
+    assert "--ca-cert and --ca-key go together" in capsys.readouterr().err
+    (tmp_path / "x.pem").write_text("junk")
+    assert main(["local-cluster", "up", "--dir", str(lc), "--ca-cert", str(tmp_path / "x.pem"),
+                 "--ca-key", str(tmp_path / "x.pem")]) == 2
+    assert "cannot load the CA" in capsys.readouterr().err
+    assert not lc.exists()
+
+
 def _runs_in(pid: int, lc) -> bool:
     """Process `pid` is a daemon of the cluster in `lc` (so a test may kill it)."""
     try:

@@ -108,7 +108,8 @@ async def _attack(certs: Path, tmp: Path) -> None:
             await client.table("test").write(k, v)
         infos = [await admin.call((h, MASTER_PORT), "master.info", Empty(), MasterInfo,
                                   to_uuid="", timeout=5) for h in HOSTS[:3]]
-        host, master = next((h, i) for h, i in zip(HOSTS, infos) if i.role == "LEADER")
+        host, master = next((h, i) for h, i in zip(HOSTS[:3], infos, strict=True)
+                            if i.role == "LEADER")
         # the tablet server leading a tablet: the copy attack on it would have wiped the leader
         statuses = [await admin.call((h, TSERVER_PORT), "ts.status", Empty(), ServerStatus,
                                      to_uuid="", timeout=5) for h in HOSTS]

@@ -64,6 +64,7 @@ class LocalCluster:
     # A CA of its own in root/tls, a service certificate per daemon, and daemons that require
     # TLS and certificates (README "Security"); clients then connect as `admin` or `client`.
     security: bool = False
+    ca: tuple[str, str] | None = None  # the operator's CA (certificate, key) to issue from
 
     @classmethod
     def load(cls, root: Path) -> LocalCluster:
@@ -72,7 +73,8 @@ class LocalCluster:
             doc = json.loads(path.read_text())
             c = cls(Path(root), doc["masters"], doc["tservers"], doc["flags"],
                     own_addresses=doc.get("own_addresses", False),
-                    security=doc.get("security", False))
+                    security=doc.get("security", False),
+                    ca=tuple(doc["ca"]) if doc.get("ca") else None)
             c.daemons = {d["name"]: Daemon(**d) for d in doc["daemons"]}
         except FileNotFoundError:
             raise LocalClusterError(f"no local cluster in {root} (run `tessera local-cluster up`)") from None
@@ -83,7 +85,7 @@ class LocalCluster:
 
     def save(self) -> None:
         doc = {"masters": self.masters, "tservers": self.tservers, "flags": self.flags,
-               "own_addresses": self.own_addresses, "security": self.security,
+               "own_addresses": self.own_addresses, "security": self.security, "ca": self.ca,
                "daemons": [asdict(d) for d in self.daemons.values()]}
         tmp = self.root / "cluster.json.tmp"
         tmp.write_text(json.dumps(doc, indent=1))
@@ -107,8 +109,12 @@ class LocalCluster:
         path = self.tls_dir / "certs" / f"{name}.pem"
         if not path.exists():
             ca_dir = self.tls_dir / "ca"
-            ca = (pki.CertFiles(ca_dir / "ca.pem", ca_dir / "ca.key", ca_dir / "ca.pem")
-                  if (ca_dir / "ca.key").exists() else pki.create_ca(ca_dir))
+            if self.ca:
+                ca = pki.CertFiles(Path(self.ca[0]), Path(self.ca[1]), Path(self.ca[0]))
+            elif (ca_dir / "ca.key").exists():
+                ca = pki.CertFiles(ca_dir / "ca.pem", ca_dir / "ca.key", ca_dir / "ca.pem")
+            else:
+                ca = pki.create_ca(ca_dir)
             kind = pki.SERVICE if name in self.daemons else pki.USER
             pki.issue(ca, self.tls_dir / "certs", name, kind)
         return path

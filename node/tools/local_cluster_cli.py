@@ -21,6 +21,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "certificates; the CLI finds the operator's certificate there "
                         "(default: on; --no-security: plaintext, open to any caller on "
                         "--trusted-subnets)")
+    p.add_argument("--ca-cert", type=Path, metavar="FILE",
+                   help="issue the cluster's certificates from this CA (PEM, with --ca-key) "
+                        "instead of a new one in DIR/tls/ca")
+    p.add_argument("--ca-key", type=Path, metavar="FILE", help="the private key of --ca-cert")
     p.add_argument("--flag", action="append", default=[], metavar="NAME=VALUE",
                    help="a daemon flag for every daemon, repeatable, as `tessera test --flag` "
                         "takes it (e.g. --flag log_force_fsync_all=false; dashes or underscores)")
@@ -39,6 +43,20 @@ def daemon_flag(text: str) -> str:
     return f"--{name}={value}"
 
 
+def _ca(args) -> tuple[str, str] | None:
+    """--ca-cert/--ca-key, checked to be a CA and its key; ValueError says what is wrong."""
+    if bool(args.ca_cert) != bool(args.ca_key):
+        raise ValueError("--ca-cert and --ca-key go together")
+    if not args.ca_cert:
+        return None
+    if not args.security:
+        raise ValueError("--ca-cert needs security on (drop --no-security)")
+    from node.security.pki import load_ca
+
+    load_ca(args.ca_cert, args.ca_key)
+    return str(args.ca_cert.resolve()), str(args.ca_key.resolve())
+
+
 def run(args: argparse.Namespace) -> int:
     import sys
 
@@ -46,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         flags = [daemon_flag(f) for f in args.flag]
+        ca = _ca(args)
     except ValueError as e:
         print(f"tessera local-cluster: {e}", file=sys.stderr)
         return 2
@@ -53,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "up":
             path = args.dir / "cluster.json"
             c = LocalCluster.load(args.dir) if path.exists() else LocalCluster(
-                args.dir, args.num_masters, args.num_tservers, flags, security=args.security)
+                args.dir, args.num_masters, args.num_tservers, flags, security=args.security,
+                ca=ca)
             c.up()
             print("masters: " + ",".join(f"{h}:{p}" for h, p in c.master_addrs))
             if c.security:
