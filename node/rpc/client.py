@@ -176,8 +176,11 @@ class RpcClient:
                         *addr, local_addr=self._local_addr, ssl=self.tls,
                         server_hostname="" if self.tls else None)
             except ssl.SSLError as e:
-                raise RpcError(ErrorCode.NOT_AUTHORIZED, f"TLS with {addr[0]}:{addr[1]} failed: "
-                                                         f"{e.reason or e}") from None
+                # A peer that went away mid-handshake (killed, partitioned) is the network's
+                # failure, to retry; any other TLS failure is a refusal that will not change.
+                gone = isinstance(e, (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError))
+                raise RpcError(ErrorCode.NETWORK if gone else ErrorCode.NOT_AUTHORIZED,
+                               f"TLS with {addr[0]}:{addr[1]} failed: {e.reason or e}") from None
             except (OSError, TimeoutError) as e:
                 raise RpcError(ErrorCode.NETWORK, f"cannot connect to {addr[0]}:{addr[1]}: {e}") from None
             if self.tls is not None:
