@@ -251,6 +251,7 @@ class TabletChecksum(msgspec.Struct, frozen=True):
     members: list[str] = []  # the committed config's uuids
     keys: list[tuple[str, int]] | None = None  # (key, CRC32C of its row), in key order
     error: str | None = None
+    voters: list[str] = []  # the committed config's voters (empty: take every member as one)
 
 
 class ChecksumReport(msgspec.Struct, frozen=True):

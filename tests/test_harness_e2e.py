@@ -42,22 +42,25 @@ def test_register_with_kills_records_a_complete_history(env, tmp_path):
                   "--leave-db-running", env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "leaving the daemons running" in out.stderr
-    # --leave-db-running: the tablet servers still answer after the run, for a post-mortem
+    # --leave-db-running: the tablet servers still answer after the run, for a post-mortem,
+    # to the operator's certificate the run's store keeps (README "Security")
     import asyncio
 
     from harness.db import TSERVER_PORT
     from node.protocol import Empty, ServerStatus
     from node.rpc import RpcClient
+    from node.security.tls import client_tls
+
+    run_dir = out.stdout.strip().splitlines()[-1]
 
     async def alive():
-        rpc = RpcClient()
+        rpc = RpcClient(tls=client_tls(os.path.join(run_dir, "tls", "certs", "admin.pem")))
         try:
             return await rpc.call(("10.77.0.11", TSERVER_PORT), "ts.status", Empty(), ServerStatus,
                                   to_uuid="", timeout=5)
         finally:
             await rpc.close()
     assert asyncio.run(alive()).tablets
-    run_dir = out.stdout.strip().splitlines()[-1]
     assert os.path.realpath(store / "latest") == os.path.realpath(run_dir)
     for f in ("test.json", "history.jsonl", "history.edn", "results.json", "control.log"):
         assert os.path.exists(os.path.join(run_dir, f)), f

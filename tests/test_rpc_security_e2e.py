@@ -159,6 +159,14 @@ async def _attack(certs: Path, tmp: Path) -> None:
             await admin.call((host, MASTER_PORT), "master.remove_master",
                              RemoveMaster("no-such-master"), Ack, to_uuid="", timeout=5)
         assert e.value.code not in (ErrorCode.NOT_AUTHORIZED, ErrorCode.NETWORK), e.value
+        bogus = StartTabletCopy("no-such-tablet", Peer("e" * 32, "10.77.0.99", TSERVER_PORT),
+                                BIG, "RUNNING", OpId(BIG, BIG))
+        for rpc, method, req in ((service, "ts.start_tablet_copy", bogus),
+                                 (admin, "ts.delete_tablet", DeleteTablet("no-such-tablet"))):
+            with pytest.raises(RpcError) as e:
+                await rpc.call((target.host, target.port), method, req, Ack, to_uuid="",
+                               timeout=5)
+            assert e.value.code not in (ErrorCode.NOT_AUTHORIZED, ErrorCode.NETWORK), e.value
         await admin.call((target.host, target.port), "ts.leader_step_down",  # Ack: it did
                          LeaderStepDown(target.tablets[0].tablet_id), Ack, to_uuid="", timeout=5)
     finally:

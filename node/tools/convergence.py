@@ -34,6 +34,16 @@ def _members(replicas: dict[str, TabletChecksum]) -> set[str]:
     return set(newest.members)
 
 
+def _voters(replicas: dict[str, TabletChecksum]) -> set[str]:
+    """The committed config's voters as the most recent replica knows them (every member when
+    it does not say which vote)."""
+    running = [t for t in replicas.values() if t.state == "RUNNING"]
+    if not running:
+        return set()
+    newest = max(running, key=lambda t: (t.term, t.role == "LEADER"))
+    return set(newest.voters or newest.members)
+
+
 def _replica(t: TabletChecksum, uuid: str, note: str) -> dict:
     out = {"uuid": uuid, "state": t.state, "role": t.role, "term": t.term, "commit": t.commit,
            "applied": t.applied, "checksum": t.checksum, "rows": t.rows, "compared": not note}
@@ -48,15 +58,18 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
     """The convergence result for one round of replies (host -> report) from the `asked` hosts.
     Invalid if replicas at the same applied index differ; unknown if nobody answered, some live
     replica is behind the others, or a tablet has no leader; else valid. On the `final` round
-    a tablet still without a leader is invalid: once faults are healed a tablet must serve
-    again, and one that cannot (a config no live majority can commit) has lost its data's
-    availability for good, which no history of ops on other tablets would show."""
+    a tablet still without a leader is invalid when a majority of its committed config's voters
+    is not FAILED: once faults are healed such a tablet must serve again, and one that cannot
+    (say, a pending config no live majority can commit: bug 7) has lost its data's availability
+    for good, which no history of ops on other tablets would show. When FAILED voters (damaged
+    on purpose, and left so for the run) leave no majority, the faults took more than Raft
+    tolerates: the tablet is listed in `notes`, not judged."""
     uuid_of = {host: rep.uuid for host, rep in replies.items()}
     by_tablet: dict[str, dict[str, TabletChecksum]] = {}
     for host, rep in replies.items():
         for t in rep.tablets:
             by_tablet.setdefault(t.tablet_id, {})[host] = t
-    tablets, errors, behind, leaderless = [], [], {}, []
+    tablets, errors, behind, leaderless, unavailable = [], [], {}, [], []
     for tid in sorted(by_tablet):
         reps = by_tablet[tid]
         if all(t.state == "TOMBSTONED" for t in reps.values()):
@@ -76,11 +89,22 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
                         "replicas": {h: _replica(t, uuid_of[h], notes[h]) for h, t in sorted(reps.items())},
                         "missing": sorted(members - {uuid_of[h] for h in reps})})
         if not any(t.role == "LEADER" for t in live.values()):
-            leaderless.append(tid)
-            if final:
-                states = ", ".join(f"{h} {t.state} {t.role or '-'}" for h, t in sorted(reps.items()))
-                errors.append({"type": "no-leader", "tablet": tid,
-                               "explanation": f"tablet {tid} has no leader after the heal: {states}"})
+            states = ", ".join(f"{h} {t.state} {t.role or '-'}" for h, t in sorted(reps.items()))
+            voters = _voters(reps)
+            failed = {uuid_of[h] for h, t in reps.items() if t.state == "FAILED"} & voters
+            if len(voters) - len(failed) <= len(voters) // 2:  # the faults took the majority
+                unavailable.append({
+                    "type": "majority-failed", "tablet": tid,
+                    "explanation": f"tablet {tid} has no leader: {len(failed)} of its "
+                                   f"{len(voters)} committed voters are FAILED (the logs check "
+                                   f"says whether by the disk fault), so no majority is left to "
+                                   f"elect one: {states}"})
+            else:
+                leaderless.append(tid)
+                if final:
+                    errors.append({"type": "no-leader", "tablet": tid, "explanation":
+                                   f"tablet {tid} has no leader after the heal, though most of "
+                                   f"its committed voters are not FAILED: {states}"})
         if len({t.checksum for t in compared.values()}) > 1:
             sums = {h: t.checksum for h, t in sorted(compared.items())}
             errors.append({
@@ -88,7 +112,7 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
                 "replicas": sorted(compared), "checksums": sums, "first_differing_key": None,
                 "explanation": f"at applied index {applied} the replicas of tablet {tid} hold "
                                f"different rows: " + ", ".join(f"{h} CRC32C {c}" for h, c in sums.items())})
-    result = {"checker": "convergence", "tablets": tablets, "errors": errors,
+    result = {"checker": "convergence", "tablets": tablets, "errors": errors, "notes": unavailable,
               "unreachable": sorted(set(asked) - set(replies))}
     if errors:
         return {**result, "verdict": "invalid"}

@@ -217,6 +217,7 @@ def _text(report: dict) -> str:
             lines.append(f"  tablet {t['tablet']} at index {t['applied_index']}: {sums}")
         lines += [f"  {'DIVERGENT' if e['type'] == 'divergent-replicas' else 'NO LEADER'}: "
                   f"{e['explanation']}" for e in c["errors"]]
+        lines += [f"  UNAVAILABLE: {n['explanation']}" for n in c.get("notes", [])]
     if "summary" in report:
         n = report["summary"]
         lines.append(f"tablets: {n['HEALTHY']} healthy, {n['UNDER_REPLICATED']} under-replicated, "

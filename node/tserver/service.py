@@ -256,5 +256,7 @@ class TabletService:
             keys = await asyncio.to_thread(row_hashes, data) if req.with_keys else None
             out.append(TabletChecksum(rep.tablet_id, rep.state, s["role"], s["term"], s["commit"],
                                       s["applied"], crc, len(data),
-                                      [m[0] for m in s["committed_config"]], keys))
+                                      [m[0] for m in s["committed_config"]], keys,
+                                      voters=[m[0] for m in s["committed_config"]
+                                              if m[1] == "VOTER"]))
         return ChecksumReport(self.tablets.uuid, out)
