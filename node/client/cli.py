@@ -135,8 +135,18 @@ def run_with_client(args, body) -> int:
     try:
         return asyncio.run(go())
     except (TesseraError, RpcError, ValueError) as e:
-        print(f"tessera: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"tessera: {type(e).__name__}: {e}{tls_hint(args, e)}", file=sys.stderr)
         return 1
+
+
+def tls_hint(args, e: Exception) -> str:
+    """What to do about a refusal when no certificate was given: the cluster wants one."""
+    from node.rpc import ErrorCode, RpcError
+
+    if isinstance(e, RpcError) and e.code == ErrorCode.NOT_AUTHORIZED and not args.tls_cert:
+        return ("\n(the cluster requires a certificate: pass --tls-cert FILE or set "
+                "TESSERA_TLS_CERT, e.g. a test run's store/<workload>/<run>/tls/certs/admin.pem)")
+    return ""
 
 
 def run_kv(args) -> int:
