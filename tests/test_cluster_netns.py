@@ -6,6 +6,7 @@ Needs root; CI runs as root. `down` must leave the machine exactly as it found i
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -67,6 +68,9 @@ def test_up_reach_repair_down(cluster):
 
         # a dead host is repaired by the next up, the others are left alone
         os.kill(first["n2"], signal.SIGKILL)
+        deadline = time.monotonic() + 10  # dead, not just signalled (a loaded CI host is slow)
+        while first["n2"] in _our_host_pids(cluster.state_dir) and time.monotonic() < deadline:
+            time.sleep(0.05)
         cluster.up(lambda *_: None)
         again = {h["name"]: h["pid"] for h in cluster._load_state()["hosts"]}
         assert again["n1"] == first["n1"] and again["n3"] == first["n3"]
