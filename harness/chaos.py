@@ -31,11 +31,11 @@ def say(msg: str) -> None:
 
 def execute(spec: TestSpec, plan: Plan | None = None, **facts) -> int:
     """Run the test and print its run directory last whenever one was made; the exit code as
-    Jepsen's CLI (`reports.exit_codes`): the verdict's 0 / 1 / 2, or 255 when anything stopped the run
+    Jepsen's CLI (`node.exit_codes`): the verdict's 0 / 1 / 2, or 255 when anything stopped the run
     before a verdict, which the run's test.json then says. `facts` go into test.json as they are
     (the command line, the run replayed)."""
     from harness.cluster import ClusterError
-    from reports.exit_codes import CRASHED, EXIT
+    from node.exit_codes import CRASHED, EXIT
 
     made: list[Path] = []
     try:

@@ -174,11 +174,11 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit codes as Jepsen's CLI (`reports.exit_codes`): the verdict's 0 / 1 / 2, 254 for bad
+    """Exit codes as Jepsen's CLI (`node.exit_codes`): the verdict's 0 / 1 / 2, 254 for bad
     arguments, 255 when anything stopped the run before a verdict."""
     from harness import chaos
     from harness.cluster import ClusterError
-    from reports.exit_codes import BAD_ARGS
+    from node.exit_codes import BAD_ARGS
 
     try:
         spec = spec_from_args(args)

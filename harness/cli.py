@@ -4,9 +4,9 @@ Subcommands are registered by module path and imported only when chosen, so `tes
 stays fast and a command's heavy dependencies (Spark, SSH) load only for that command.
 Each command module defines `configure(parser)` and `run(args) -> int`.
 
-The commands that give verdicts (test, test-all, replay, analyze, check) exit like Jepsen's CLI, so scripts can tell
-a verdict from a broken invocation: 0 valid, 1 invalid, 2 unknown, 254 bad arguments, 255 crashed
-(reports.exit_codes holds them).
+Every command exits by one table (node.exit_codes), Jepsen's: 0 valid or done, 1 invalid or
+failed, 2 unknown or could not decide, 254 bad arguments (argparse's usage errors included, in
+every command and subcommand), 255 crashed. A verdict command that crashes says so and exits 255.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import importlib
 import sys
 import traceback
 
-from reports.exit_codes import BAD_ARGS, CRASHED
+from node.exit_codes import BAD_ARGS, CRASHED
 
 VERDICT_COMMANDS = frozenset({"test", "test-all", "replay", "analyze", "check"})
 
@@ -88,13 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tessera: unknown command {name!r} (known: {', '.join(COMMANDS)})", file=sys.stderr)
         return BAD_ARGS
     module = importlib.import_module(COMMANDS[name][0])
-    if name not in VERDICT_COMMANDS:
-        parser = argparse.ArgumentParser(prog=f"tessera {name}", description=COMMANDS[name][1])
-        module.configure(parser)
-        return int(module.run(parser.parse_args(rest)) or 0)
     parser = BadArgsParser(prog=f"tessera {name}", description=COMMANDS[name][1])
     module.configure(parser)
     args = parser.parse_args(rest)
+    if name not in VERDICT_COMMANDS:
+        return int(module.run(args) or 0)
     try:
         return int(module.run(args) or 0)
     except (Exception, KeyboardInterrupt):  # a verdict command that broke has no verdict

@@ -183,7 +183,7 @@ def failure_line(found: list[dict], width: int = 160) -> str:
 
 def exit_code(outcomes: list[Outcome]) -> int:
     """0 every run valid, 1 any invalid, else 2 (some unknown, or some cell not run)."""
-    from reports.exit_codes import verdict_exit
+    from node.exit_codes import verdict_exit
 
     return verdict_exit(o.verdict for o in outcomes)
 

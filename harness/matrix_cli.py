@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.cluster.netns import NetnsCluster
     from harness.db import build_wheelhouse
     from harness.store import new_run_dir
-    from reports.exit_codes import BAD_ARGS
+    from node.exit_codes import BAD_ARGS
 
     started = time.monotonic()
     mode = "self-check" if args.self_check else "matrix"

@@ -35,7 +35,7 @@ def load(run_dir: Path):
 
 def run(args: argparse.Namespace) -> int:
     from harness import chaos
-    from reports.exit_codes import BAD_ARGS
+    from node.exit_codes import BAD_ARGS
 
     try:
         spec, schedule = load(args.run_dir)

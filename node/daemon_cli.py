@@ -19,6 +19,7 @@ from pathlib import Path
 
 from node import faults
 from node.consensus import TICK_MS
+from node.exit_codes import BAD_ARGS
 from node.replica import ReplicaOptions
 from node.rpc.wire import ENVELOPE_RESERVE, MIN_MAX_FRAME
 from node.security.tls import KUDU_TRUSTED_SUBNETS
@@ -283,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
         opts = build_options(values, args.kind)
     except ValueError as e:
         print(f"tessera {args.kind}: {e}", file=sys.stderr)
-        return 2
+        return BAD_ARGS
     logging.basicConfig(level=values["log-level"].upper(), stream=sys.stderr,
                         format=f"%(asctime)s {args.kind} %(levelname)s %(name)s: %(message)s")
     faults.warn_enabled(opts.replica.faults, log)
@@ -291,7 +292,7 @@ def run(args: argparse.Namespace) -> int:
         loop_factory = event_loop_factory(values["event-loop"])
     except ValueError as e:
         print(f"tessera {args.kind}: {e}", file=sys.stderr)
-        return 2
+        return BAD_ARGS
     log.info("event loop: %s", "asyncio" if loop_factory is None else "uvloop")
     gc.set_threshold(*gc_thresholds(values))
     with asyncio.Runner(loop_factory=loop_factory) as runner:

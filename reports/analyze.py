@@ -26,7 +26,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from reports.exit_codes import BAD_ARGS, verdict_exit
+    from node.exit_codes import BAD_ARGS, verdict_exit
     from reports.spark.job import analyze
 
     paths = [Path(p) for p in args.paths]

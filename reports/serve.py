@@ -11,6 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from node.exit_codes import BAD_ARGS
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("store", nargs="?", default="store", help="the store directory (default: store)")
@@ -37,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     store = Path(args.store)
     if not store.is_dir():
         print(f"tessera serve: no such directory: {store}", file=sys.stderr)
-        return 2
+        return BAD_ARGS
     if not (store / "index.html").is_file():
         print(f"tessera serve: {store}/index.html is missing; run 'tessera analyze {store}' first",
               file=sys.stderr)

@@ -10,7 +10,7 @@ import pytest
 
 from harness import chaos
 from harness.cli import COMMANDS, main
-from reports.exit_codes import verdict_exit
+from node.exit_codes import verdict_exit
 from reports.history import Op
 from workloads.base import Checker
 
@@ -66,10 +66,40 @@ def test_argparse_usage_errors_of_verdict_commands_exit_254(argv, capsys):
     assert "error:" in capsys.readouterr().err
 
 
-def test_other_commands_keep_argparse_exit_2():
-    with pytest.raises(SystemExit) as e:
-        main(["wal", "--no-such-option"])
-    assert e.value.code == 2
+def _command_lines() -> list[list[str]]:
+    """Every command, and every verb of the commands that have verbs, to the deepest level."""
+    import argparse
+    import importlib
+
+    from harness.cli import COMMANDS, BadArgsParser
+
+    def verbs(parser: argparse.ArgumentParser, path: list[str]) -> list[list[str]]:
+        out = [path]
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for verb, sub in action.choices.items():
+                    out += verbs(sub, [*path, verb])
+        return out
+    lines = []
+    for name, (module, _) in COMMANDS.items():
+        parser = BadArgsParser(prog=f"tessera {name}")
+        importlib.import_module(module).configure(parser)
+        lines += verbs(parser, [name])
+    return lines
+
+
+def test_every_command_and_verb_exits_254_on_a_bad_option_without_a_traceback(capsys):
+    """One exit-code table for every command (node.exit_codes): a usage error is 254 in the
+    engine's commands as in the verdict commands, at every level of verbs."""
+    lines = _command_lines()
+    assert ["kv", "get"] in lines and ["local-replica", "cmeta", "print"] in lines
+    assert len(lines) > 30
+    for argv in lines:
+        with pytest.raises(SystemExit) as e:
+            main([*argv, "--no-such-option"])
+        err = capsys.readouterr().err
+        assert e.value.code == 254, (argv, e.value.code, err)
+        assert "error:" in err and "Traceback" not in err, (argv, err)
 
 
 def test_test_validation_errors_exit_254_before_touching_a_host(capsys, tmp_path):

@@ -79,13 +79,13 @@ def test_bad_configuration_is_a_clear_error(tmp_path, toml, argv, message):
         daemon_cli.resolve(parse(["--config", str(cfg), *argv]))
 
 
-def test_cli_reports_bad_flags_with_exit_2():
+def test_cli_reports_bad_flags_with_exit_254():
     out = subprocess.run([sys.executable, "-m", "harness.cli", "tserver", "--data-dir", "/d",
                           "--log-force-fsync-all", "maybe"], capture_output=True, text=True)
-    assert out.returncode == 2 and "not a boolean" in out.stderr
+    assert out.returncode == 254 and "not a boolean" in out.stderr
     out = subprocess.run([sys.executable, "-m", "harness.cli", "tserver", "--data-dir", "/d",
                           "--rpc-addr", "host:notaport"], capture_output=True, text=True)
-    assert out.returncode == 2 and "bad address" in out.stderr
+    assert out.returncode == 254 and "bad address" in out.stderr
 
 
 def test_flag_defaults_are_the_options_classes_defaults():

@@ -33,7 +33,7 @@ from reports.checkers.graph import strongly_connected
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("node", "harness", "nemeses", "workloads", "reports")
-EXIT_CODES = "reports.exit_codes"
+EXIT_CODES = "node.exit_codes"
 EXIT_NAMES = ("EXIT", "BAD_ARGS", "CRASHED", "verdict_exit")
 
 
@@ -363,16 +363,16 @@ def test_planted_forbidden_imports_are_found(tmp_path):
 
 def test_planted_exit_codes_out_of_place_are_found(tmp_path):
     leaf = "from collections.abc import Iterable\nEXIT = {}\nBAD_ARGS, CRASHED = 254, 255\n"
-    files = {**CLEAN, "reports/exit_codes.py": leaf,
-             "reports/checkers/cli.py": "from reports.exit_codes import BAD_ARGS\nx = BAD_ARGS\n"}
+    files = {**CLEAN, "node/exit_codes.py": leaf,
+             "reports/checkers/cli.py": "from node.exit_codes import BAD_ARGS\nx = BAD_ARGS\n"}
     assert exit_code_problems(tmp_path, _tree(tmp_path, files)) == []
-    files = {**files, "reports/exit_codes.py": "from reports import history\n" + leaf,
+    files = {**files, "node/exit_codes.py": "from reports import history\n" + leaf,
              "harness/cli.py": "BAD_ARGS, CRASHED = 254, 255\n",
              "reports/analyze.py": "def run():\n    return BAD_ARGS\n"}
     assert exit_code_problems(tmp_path, _tree(tmp_path, files)) == [
-        "reports.exit_codes is no leaf: reports/exit_codes.py:1: reports.exit_codes imports "
+        "node.exit_codes is no leaf: node/exit_codes.py:1: node.exit_codes imports "
         "reports.history",
         "harness/cli.py:1: defines BAD_ARGS (an exit code)",
         "harness/cli.py:1: defines CRASHED (an exit code)",
-        "reports/analyze.py:2: uses BAD_ARGS without taking it from reports.exit_codes",
+        "reports/analyze.py:2: uses BAD_ARGS without taking it from node.exit_codes",
     ]

@@ -29,7 +29,7 @@ def test_flags_take_the_config_keys_form_and_reach_the_daemons_command_line():
 
 def test_a_bad_flag_is_one_clear_line_and_starts_nothing(tmp_path, capsys):
     code = main(["local-cluster", "up", "--dir", str(tmp_path / "lc"), "--flag", "fsync=off"])
-    assert code == 2 and "want NAME=VALUE" in capsys.readouterr().err
+    assert code == 254 and "want NAME=VALUE" in capsys.readouterr().err
     assert not (tmp_path / "lc").exists()
 
 
@@ -91,11 +91,11 @@ def test_up_is_secure_by_default_from_the_operators_ca_and_the_cli_needs_a_certi
 
 def test_ca_flags_are_checked_before_anything_starts(tmp_path, capsys):
     lc = tmp_path / "lc"
-    assert main(["local-cluster", "up", "--dir", str(lc), "--ca-cert", "x.pem"]) == 2
+    assert main(["local-cluster", "up", "--dir", str(lc), "--ca-cert", "x.pem"]) == 254
     assert "--ca-cert and --ca-key go together" in capsys.readouterr().err
     (tmp_path / "x.pem").write_text("junk")
     assert main(["local-cluster", "up", "--dir", str(lc), "--ca-cert", str(tmp_path / "x.pem"),
-                 "--ca-key", str(tmp_path / "x.pem")]) == 2
+                 "--ca-key", str(tmp_path / "x.pem")]) == 254
     assert "cannot load the CA" in capsys.readouterr().err
     assert not lc.exists()
 

@@ -56,5 +56,5 @@ def test_serves_store_files_and_404s_the_rest(tmp_path):
 def test_missing_store_is_an_error(tmp_path, capsys):
     parser = argparse.ArgumentParser()
     serve.configure(parser)
-    assert serve.run(parser.parse_args([str(tmp_path / "none")])) == 2
+    assert serve.run(parser.parse_args([str(tmp_path / "none")])) == 254
     assert "no such directory" in capsys.readouterr().err

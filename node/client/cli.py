@@ -122,11 +122,17 @@ async def _table(args, client) -> int:
 def run_with_client(args, body) -> int:
     from node.client import TesseraClient
     from node.errors import TesseraError
+    from node.exit_codes import BAD_ARGS
     from node.rpc import RpcError
 
+    try:  # what the arguments name, checked before anything is asked of a server
+        masters, tls = master_addrs(args.masters), client_tls(args)
+    except (TesseraError, ValueError) as e:
+        print(f"tessera: {e}", file=sys.stderr)
+        return BAD_ARGS
+
     async def go():
-        client = TesseraClient(master_addrs(args.masters), timeout=args.timeout,
-                               tls=client_tls(args))
+        client = TesseraClient(masters, timeout=args.timeout, tls=tls)
         try:
             return await body(args, client)
         finally:

@@ -11,6 +11,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from node.exit_codes import BAD_ARGS
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
@@ -75,7 +77,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         print("tessera sim: --seeds must be at least 1", file=sys.stderr)
-        return 2
+        return BAD_ARGS
     if args.stack == "full":
         return run_full(args)
     from .runner import replay_report, run_seeds
@@ -84,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         core_options = core_options_for(args.fault)
     except ValueError as e:
         print(f"tessera sim: {e}", file=sys.stderr)
-        return 2
+        return BAD_ARGS
     summary = run_seeds(args.seeds, args.seed, args.nodes, args.steps, core_options=core_options)
     for failure in summary.failures[:3]:
         print(replay_report(failure.seed, args.nodes, args.steps, core_options=core_options,
@@ -136,22 +138,22 @@ def run_full(args: argparse.Namespace) -> int:
     if unknown:
         print(f"tessera sim: unknown fault flag {unknown[0]!r} (known: {', '.join(sorted(known))})",
               file=sys.stderr)
-        return 2
+        return BAD_ARGS
     if not 0 <= args.batch <= 128:
         print("tessera sim: --batch must be 0..128 (the results a tablet keeps per session)",
               file=sys.stderr)
-        return 2
+        return BAD_ARGS
     if args.value_sizes != "small" and args.workload != "register":
         print("tessera sim: --value-sizes wide takes --workload register", file=sys.stderr)
-        return 2
+        return BAD_ARGS
     try:
         mix_for(args.mix, args.seed)
     except ValueError as e:
         print(f"tessera sim: --mix: {e}", file=sys.stderr)
-        return 2
+        return BAD_ARGS
     if args.seconds <= 0 or args.jobs < 1:
         print("tessera sim: --seconds must be positive and --jobs at least 1", file=sys.stderr)
-        return 2
+        return BAD_ARGS
     faults = Faults(**{f: True for f in args.fault})
     schedule = None
     if args.schedule is not None:
@@ -159,10 +161,10 @@ def run_full(args: argparse.Namespace) -> int:
             schedule = tuple(tuple(e) for e in json.loads(args.schedule.read_text()))
         except (OSError, ValueError, TypeError) as e:
             print(f"tessera sim: cannot read --schedule {args.schedule}: {e}", file=sys.stderr)
-            return 2
+            return BAD_ARGS
         if args.seeds != 1:
             print("tessera sim: --schedule replays one seed: use --seeds 1", file=sys.stderr)
-            return 2
+            return BAD_ARGS
     workloads = ("register", "list-append")
 
     def workload(seed: int) -> str:

@@ -6,7 +6,7 @@ under-replicated and unavailable, and with --checksum-scan compares the replicas
 same rules as the harness's convergence check: node.tools.convergence).
 
 Exit 0 healthy, 1 problems found, 2 could not decide (no leader master, or the replicas never
-reached the same applied index in time).
+reached the same applied index in time), 254 bad arguments (node.exit_codes).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 
 from node.client.cli import client_tls, common_options, master_addrs
+from node.exit_codes import BAD_ARGS, EXIT
 from node.protocol import (
     Empty,
     MasterInfo,
@@ -182,16 +183,18 @@ def run(args) -> int:
         tls = client_tls(args)
     except (TesseraError, ValueError) as e:
         print(f"tessera cluster ksck: {e}", file=sys.stderr)
-        return 2
+        return BAD_ARGS
     report = asyncio.run(survey(masters, args.timeout, tls))
     tservers = report.pop("tservers")
     if args.checksum_scan and report["leader_master"] is not None:
         servers = Servers([Endpoint(_name(p), p.host, p.port) for p in tservers], tls=tls)
         report["checksum"] = check_convergence(servers, args.checksum_timeout)
     checksum = report.get("checksum", {}).get("verdict", "valid")
-    code = (2 if report["leader_master"] is None else
-            1 if report["problems"] or checksum == "invalid" else 2 if checksum == "unknown" else 0)
-    report["verdict"] = {0: "healthy", 1: "problems found", 2: "could not decide"}[code]
+    code = (EXIT["unknown"] if report["leader_master"] is None else
+            EXIT["invalid"] if report["problems"] or checksum == "invalid" else
+            EXIT["unknown"] if checksum == "unknown" else EXIT["valid"])
+    report["verdict"] = {EXIT["valid"]: "healthy", EXIT["invalid"]: "problems found",
+                         EXIT["unknown"]: "could not decide"}[code]
     print(json.dumps(report, indent=1) if args.json else _text(report), file=sys.stdout)
     return code
 

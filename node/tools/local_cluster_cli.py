@@ -6,6 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
+from node.exit_codes import BAD_ARGS
+
 DEFAULT_DIR = Path(os.environ.get("TESSERA_LOCAL_CLUSTER", Path.home() / ".tessera" / "local-cluster"))
 
 
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         ca = _ca(args)
     except ValueError as e:
         print(f"tessera local-cluster: {e}", file=sys.stderr)
-        return 2
+        return BAD_ARGS
     try:
         if args.action == "up":
             path = args.dir / "cluster.json"

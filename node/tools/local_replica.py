@@ -49,11 +49,12 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from node.daemon import lock_data_dir
     from node.errors import TesseraError
+    from node.exit_codes import BAD_ARGS
 
     if not (args.fs_data_dir / "instance").exists():
         print(f"tessera local-replica: {args.fs_data_dir} is not a server's data dir (no "
               "instance file)", file=sys.stderr)
-        return 1
+        return BAD_ARGS
     try:
         lock = lock_data_dir(args.fs_data_dir)
     except TesseraError as e:

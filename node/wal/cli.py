@@ -30,10 +30,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from node.exit_codes import BAD_ARGS
     from node.wal.errors import WalCorruption, WalError
     from node.wal.reader import judge_segment, read_log
     from node.wal.segment import parse_segment_name, scan_segment
 
+    if not os.path.exists(args.path):
+        print(f"tessera wal dump: no such file or directory: {args.path}", file=sys.stderr)
+        return BAD_ARGS
     try:
         if os.path.isdir(args.path):
             names = sorted(n for n in os.listdir(args.path) if parse_segment_name(n) is not None)

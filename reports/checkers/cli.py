@@ -10,9 +10,9 @@ import argparse
 import os
 import sys
 
+from node.exit_codes import BAD_ARGS, EXIT
 from reports.checkers.consistency import DEFAULT_MODEL, MODEL_NAMES
 from reports.checkers.registry import models
-from reports.exit_codes import BAD_ARGS, EXIT
 
 MODELS = tuple(models())
 LINEARIZABLE = tuple(name for name, m in models().items() if m.linearizable)
