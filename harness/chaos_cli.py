@@ -49,7 +49,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "(default node-bound)")
     p.add_argument("--provider", default=d.provider, choices=PROVIDERS, help="where the hosts come from (default netns)")
     p.add_argument("--hosts", type=int, default=d.hosts, help="netns: number of hosts (default 5)")
-    p.add_argument("--hosts-file", type=Path, help="hosts provider: TOML file of hosts")
+    p.add_argument("--hosts-file", type=Path, help="TOML file of hosts (implies --provider hosts)")
     p.add_argument("--nodes", metavar="HOST[:PORT],...",
                    help="hosts provider, inline as Jepsen's CLI takes them: a comma list of "
                         "hosts, named n1, n2, ... in order (implies --provider hosts)")
@@ -127,9 +127,10 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
     nodes = [n.strip() for n in (args.nodes or "").split(",") if n.strip()]
     if args.nodes is not None and args.hosts_file:
         raise ValueError("give --nodes or --hosts-file, not both")
-    if args.nodes is not None:
+    if args.nodes is not None or args.hosts_file:  # a host list implies the hosts provider
+        given = "--nodes" if args.nodes is not None else "--hosts-file"
         if args.provider not in ("hosts", PROVIDERS[0]):
-            raise ValueError(f"--nodes lists the hosts: it cannot go with --provider {args.provider}")
+            raise ValueError(f"{given} lists the hosts: it cannot go with --provider {args.provider}")
         args.provider = "hosts"
     elif args.username != "root" or args.ssh_private_key:
         raise ValueError("--username and --ssh-private-key go with --nodes")

@@ -462,6 +462,28 @@ class TesseraDB(Deployment):
     client_modes: ClassVar[tuple[str, ...]] = ("node-bound", "smart")
     log_rules: ClassVar[tuple[dict, ...]] = TESSERA_RULES
 
+    # Config keys the deployment writes for each host: a --flag may not override them.
+    OWN_KEYS: ClassVar[frozenset[str]] = frozenset({
+        "data_dir", "rpc_addr", "masters", "http_port", "rpc_certificate_file",
+        "rpc_private_key_file", "rpc_ca_certificate_file", "config"})
+
+    @classmethod
+    def check_flags(cls, flags: dict) -> None:
+        """Every --flag checked as the daemons will check it at start (names, types, values and
+        the rules between them), before any host is touched."""
+        from node.daemon_cli import check_config
+        from node.security.tls import RpcSecurity
+
+        for key in flags:
+            if key.replace("-", "_") in cls.OWN_KEYS:
+                raise ValueError(f"--flag {key}: set by the harness for each host")
+        RpcSecurity(str(flags.get("rpc_authentication", "required")),
+                    str(flags.get("rpc_encryption", "required"))).check_modes()
+        # the certificate files are the deployment's own, made later: beyond the modes, the
+        # check takes security as off
+        check_config({"data_dir": f"{DATA}/tserver", **flags, "rpc_authentication": "disabled",
+                      "rpc_encryption": "disabled"}, "--flag")
+
     def __post_init__(self) -> None:
         super().__post_init__()
         self.masters = min(self.masters, len(self.hosts))

@@ -158,15 +158,45 @@ def resolve(args: argparse.Namespace) -> dict:
             doc = tomllib.loads(Path(args.config).read_text())
         except (OSError, tomllib.TOMLDecodeError) as e:
             raise ValueError(f"cannot read config {args.config}: {e}") from None
-        for key, value in doc.items():
-            name = key.replace("_", "-")
-            if name not in FLAGS:
-                raise ValueError(f"{args.config}: unknown key {key!r}")
-            values[name] = ",".join(value) if name == "masters" and isinstance(value, list) else value
+        merge_config(values, doc, args.config)
     for name in FLAGS:
         given = getattr(args, name.replace("-", "_"))
         if given is not None:
             values[name] = given
+    return check_values(values)
+
+
+def merge_config(values: dict, doc: dict, source: str) -> None:
+    """Put a config document's keys (dashes or underscores) into `values`, each checked to be a
+    daemon flag of the right type; ValueError naming `source` and the key."""
+    for key, value in doc.items():
+        name = key.replace("_", "-")
+        if name not in FLAGS:
+            raise ValueError(f"{source}: unknown key {key!r} (see `tessera tserver --help`)")
+        typ = FLAGS[name][0]
+        if name == "masters" and isinstance(value, list):
+            value = ",".join(str(v) for v in value)
+        elif typ is bool and not isinstance(value, bool):
+            raise ValueError(f"{source}: {key} takes true or false, not {value!r}")
+        elif typ is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"{source}: {key} takes an integer, not {value!r}")
+        elif typ is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"{source}: {key} takes a number, not {value!r}")
+        elif typ is str and not isinstance(value, (str, int, float)):
+            raise ValueError(f"{source}: {key} takes a string, not {value!r}")
+        values[name] = str(value) if typ is str else value
+
+
+def check_config(doc: dict, source: str) -> dict:
+    """A whole daemon config document (the TOML a deployment writes) checked as the daemon will
+    check it at start, without starting anything: the values, or ValueError."""
+    values = {name: default for name, (_, default, _) in FLAGS.items()}
+    merge_config(values, doc, source)
+    return check_values(values)
+
+
+def check_values(values: dict) -> dict:
+    """Every value's own rules, and those between values; ValueError with a one-line reason."""
     if not values["data-dir"]:
         raise ValueError("--data-dir is required")
     if values["read-mode"] not in ("linearizable", "lease"):

@@ -109,6 +109,32 @@ def test_test_validation_errors_exit_254_before_touching_a_host(capsys, tmp_path
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--flag", "nosuch=1"], "unknown key 'nosuch'"),
+    (["--flag", "log_force_fsync_all=maybe"], "log_force_fsync_all takes true or false"),
+    (["--flag", "raft_heartbeat_interval_ms=55"], "must be a multiple of 100"),
+    (["--flag", "data_dir=/x"], "--flag data_dir: set by the harness for each host"),
+    (["--flag", "rpc_encryption=disabled"], "--rpc-encryption cannot be disabled"),
+    (["--flag", "fault_ack_before_fsync=true"], "unlock"),
+    (["--hosts-file", "/nonexistent.toml"], "/nonexistent.toml"),
+    (["--hosts-file", "h.toml", "--provider", "vagrant"], "it cannot go with --provider vagrant"),
+])
+def test_bad_daemon_flags_and_host_lists_exit_254_before_any_work(argv, message, capsys,
+                                                                   tmp_path, monkeypatch):
+    """Issue 36, item 1: found before a wheel is built or a host touched, for `test` and
+    `test-all` alike (both check flags through the system's `check_flags`)."""
+    def touched(*_a, **_k):
+        raise AssertionError("a run was started")
+    monkeypatch.setattr(chaos, "run_test", touched)
+    assert main(["test", "--store", str(tmp_path), *argv]) == 254
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not list(tmp_path.iterdir())
+    if argv[0] == "--flag":
+        assert main(["test-all", "--store", str(tmp_path), *argv]) == 254
+        assert message in capsys.readouterr().err
+
+
 def _fake_run(tmp_path, outcome):
     """A stand-in for `chaos.run_test`: makes a run directory, then returns `outcome` or raises it."""
     def fake(spec, plan, made, **facts):

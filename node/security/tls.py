@@ -56,8 +56,8 @@ class RpcSecurity:
     acl: Acl = field(default_factory=Acl)
     trusted_subnets: str = KUDU_TRUSTED_SUBNETS
 
-    def check(self) -> None:
-        """ValueError with a one-line reason for a combination that cannot work."""
+    def check_modes(self) -> None:
+        """The two modes alone: each a known one, and a combination that can work."""
         for flag, mode in (("--rpc-authentication", self.authentication),
                            ("--rpc-encryption", self.encryption)):
             if mode not in MODES:
@@ -65,6 +65,10 @@ class RpcSecurity:
         if self.authentication == "required" and self.encryption == "disabled":
             raise ValueError("--rpc-authentication required needs TLS: Tessera authenticates "
                              "by certificate (no Kerberos), so --rpc-encryption cannot be disabled")
+
+    def check(self) -> None:
+        """ValueError with a one-line reason for a combination that cannot work."""
+        self.check_modes()
         if "required" in (self.authentication, self.encryption) and self.files is None:
             raise ValueError("--rpc-authentication or --rpc-encryption required needs "
                              "--rpc-certificate-file, --rpc-private-key-file and "
