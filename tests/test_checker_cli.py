@@ -99,8 +99,8 @@ def test_a_run_directory_is_judged_by_the_checker_its_test_json_records(capsys, 
     write_jsonl(corrupt_one_read(ops, 0) + nemesis, run_dir / "history.jsonl")
     code, out, _ = run(capsys, run_dir)
     assert code == 1 and out.startswith("INVALID")
-    code, out, _ = run(capsys, run_dir, "--model", "register")
-    assert code == 1 and out.startswith("INVALID  (register,")  # an explicit model wins
+    code, _, err = run(capsys, run_dir, "--model", "register")  # an explicit model wins,
+    assert code == 2 and "register knows no f='cas'" in err  # and a plain register has no cas
     code, _, err = run(capsys, run_dir / "history.jsonl")  # a bare file names no model
     assert code == 254 and "--model is required" in err
     code, _, err = run(capsys, tmp_path)  # a directory that is no run

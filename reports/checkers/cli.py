@@ -1,8 +1,9 @@
 """`tessera check HISTORY --model M [--json]`: judge one history file; `tessera check RUN_DIR`:
 judge a stored run's history.jsonl by the model and options its test.json records.
 
-Exit codes: 0 valid, 1 invalid, 2 unknown or a malformed history (the reason, with the line,
-goes to stderr), 254 bad arguments, including a history file that does not exist."""
+Exit codes: 0 valid, 1 invalid, 2 unknown, a malformed history, or one that does not fit the
+model (the reason, with the op, goes to stderr; reports.checkers.shapes), 254 bad arguments,
+including a history file that does not exist or a bad --initial."""
 
 from __future__ import annotations
 
@@ -70,10 +71,33 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.isfile(path):
         print(f"tessera check: no such history file: {path}", file=sys.stderr)
         return BAD_ARGS
+    if args.time_limit <= 0 or args.max_states < 1:
+        print("tessera check: --time-limit must be > 0 and --max-states at least 1",
+              file=sys.stderr)
+        return BAD_ARGS
+    initial = None
+    if args.initial:
+        try:
+            initial = json.loads(args.initial)
+        except ValueError as e:
+            print(f"tessera check: --initial is not JSON: {e}", file=sys.stderr)
+            return BAD_ARGS
+        if not isinstance(initial, dict):
+            print('tessera check: --initial must be a JSON object, e.g. {"x": 0, "y": 0}',
+                  file=sys.stderr)
+            return BAD_ARGS
     try:
         ops = [o for o in read_history(path) if o.process != NEMESIS]
     except (HistoryError, OSError, UnicodeDecodeError) as e:
         print(f"tessera check: unreadable history: {e}", file=sys.stderr)
+        return EXIT["unknown"]
+    except RecursionError:
+        print(f"tessera check: unreadable history: {path} nests values too deeply",
+              file=sys.stderr)
+        return EXIT["unknown"]
+    why = _misfit(ops, model, path)
+    if why:
+        print(f"tessera check: {why}", file=sys.stderr)
         return EXIT["unknown"]
     options = {"time_limit": args.time_limit, "max_states": args.max_states,
                "consistency_model": args.consistency_model,
@@ -81,14 +105,37 @@ def run(args: argparse.Namespace) -> int:
                **(recorded.get("options", {}) if model == recorded.get("model") else {})}
     if args.total is not None:
         options["total"] = args.total
-    if args.initial:
-        options["initial"] = json.loads(args.initial)
-    result = check_history(ops, model, **options)
+    if initial is not None:
+        options["initial"] = initial
+    try:
+        result = check_history(ops, model, **options)
+    except (TypeError, KeyError, ValueError, AttributeError, IndexError, RecursionError) as e:
+        # a shape the model's declared shapes let through: still the history's fault
+        print(f"tessera check: {path} does not fit model {model}: {type(e).__name__}: {e}",
+              file=sys.stderr)
+        return EXIT["unknown"]
     if args.json:
         print(json.dumps(result, default=str))
     else:
         _print_summary(result)
+        if model == "multi-register" and initial is None and result["verdict"] == "invalid":
+            print('  (multi-register registers start at nil; Knossos\'s histories start at 0: '
+                  'try --initial \'{"x": 0, "y": 0}\')')
     return EXIT[result["verdict"]]
+
+
+def _misfit(ops: list, model: str, path: str) -> str | None:
+    """Why the history cannot be judged by `model`, or None: no client operations at all, or
+    an op that does not fit the model's shapes (reports.checkers.shapes)."""
+    from reports.checkers.shapes import misfit
+
+    if not ops:
+        return f"{path} has no client operations to judge"
+    for op in ops:
+        why = misfit(model, op)
+        if why:
+            return f"{path}: op {op.index} ({op.type} {op.f}): {why}"
+    return None
 
 
 def _print_summary(result: dict) -> None:
