@@ -218,7 +218,23 @@ def _judge(run_dir: Path, checker, schedule, cluster_checks: list[dict]) -> str:
     results = _results(ops, checker, test, schedule, extra=[*cluster_checks, logs])
     write_json(run_dir / "results.json", results)
     say(f"{len(ops)} history events; verdict: {results['verdict']}")
+    _report(run_dir, ops, results)
     return results["verdict"]
+
+
+def _report(run_dir: Path, ops, results: dict) -> None:
+    """The run's report.html, as `tessera analyze` renders it, but without Spark: from the
+    checks just made. A report that cannot be drawn is said, and never changes the verdict."""
+    from reports.html.report import render_report
+    from reports.spark.results import build, history_check
+    from reports.spark.runs import Run, checker_version
+
+    try:
+        check, extra = history_check(results)
+        run = Run(run_dir.resolve())
+        say(f"report: {render_report(run, build(run, check, ops, None, checker_version(), extra), ops)}")
+    except Exception as e:  # the verdict stands; `tessera analyze` can draw it again
+        say(f"report: not drawn ({type(e).__name__}: {e}); `tessera analyze {run_dir}` draws it")
 
 
 async def _drive(spec: TestSpec, workload, opts, db, ctx, run_dir: Path, nemeses: dict,

@@ -37,6 +37,11 @@ def env(tmp_path):
 
 def test_register_with_kills_records_a_complete_history(env, tmp_path):
     store = tmp_path / "store"
+    # Spark hidden: `tessera test` draws its run's report.html itself (issue 36)
+    hidden = tmp_path / "no-spark" / "pyspark"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('pyspark is hidden by this test')\n")
+    env = {**env, "PYTHONPATH": str(hidden.parent)}
     out = tessera("test", "--workload", "register", "--nemesis", "kill", "--time-limit", "20",
                   "--nemesis-interval", "5", "--seed", "42", "--store", str(store),
                   "--leave-db-running", env=env)
@@ -62,8 +67,11 @@ def test_register_with_kills_records_a_complete_history(env, tmp_path):
             await rpc.close()
     assert asyncio.run(alive()).tablets
     assert os.path.realpath(store / "latest") == os.path.realpath(run_dir)
-    for f in ("test.json", "history.jsonl", "history.edn", "results.json", "control.log"):
+    for f in ("test.json", "history.jsonl", "history.edn", "results.json", "control.log",
+              "report.html", "plots/latency.png", "timeline/1.html"):
         assert os.path.exists(os.path.join(run_dir, f)), f
+    report = open(os.path.join(run_dir, "report.html")).read()
+    assert 'id="verdict" class="verdict valid"' in report and "Throughput" in report
     test = json.load(open(os.path.join(run_dir, "test.json")))
     assert test["seed"] == 42 and test["nemesis"] == ["kill"] and test["status"] == "complete"
     for h in ("n1", "n2", "n3", "n4", "n5"):

@@ -113,10 +113,22 @@ def judge_ops(ops, checker, extra: list[dict] = (), **overrides) -> dict:
         check = checker.check(client_ops, **overrides)
     except Exception as e:  # an unreadable history is reported, never turned into a verdict
         check = {"verdict": "unknown", "results": [], "error": f"{type(e).__name__}: {e}"}
+    history_verdict = check["verdict"]
     check = with_checks(check, list(extra))
     st = stats(client_ops)
     return {"verdict": run_verdict(check, st), "checker": checker.model, "check": check,
+            "history_verdict": history_verdict,
             "stats": {k: st[k] for k in ("verdict", "never_ok", "counts")}, "counts": dict(counts)}
+
+
+def history_check(results: dict) -> tuple[dict, list[dict]]:
+    """`judge_ops`'s check split back into the history's own and the run's other checks (the
+    ones `with_checks` marked with scope "run"): what `build` takes."""
+    check = results["check"]
+    own = [r for r in check.get("results", []) if r.get("scope") != "run"]
+    extra = [r for r in check.get("results", []) if r.get("scope") == "run"]
+    return {**check, "model": results.get("checker"), "results": own,
+            "verdict": results.get("history_verdict", check["verdict"])}, extra
 
 
 def incomplete(test: dict) -> str | None:
@@ -153,13 +165,17 @@ def counterexamples(check: dict) -> list[dict]:
             if k["verdict"] == "invalid" and "counterexample" in k]
 
 
-def build(run: Run, check: dict, ops: list[Op] | None, error: str | None, version: str) -> dict:
+def build(run: Run, check: dict, ops: list[Op] | None, error: str | None, version: str,
+          extra: list[dict] | None = None) -> dict:
+    """The analysis's results for one run. `extra`: the run's other checks when the caller has
+    them (`tessera test`, which just ran them); else read from the run dir (`run_checks`)."""
     test = run.test()
     client = [op for op in ops or [] if op.process != NEMESIS]
     st = stats(client) if ops else None
     unreadable = error or check.get("unreadable")
     if not unreadable:
-        check = with_checks(check, run_checks(run, ops))
+        check = with_checks(check, run_checks(run, ops) if extra is None else
+                            [{k: v for k, v in r.items() if k != "scope"} for r in extra])
     problem = unreadable or incomplete(test)
     return {
         "verdict": "unknown" if problem else run_verdict(check, st),
