@@ -1,11 +1,11 @@
 """`tessera test-all`: the nightly matrix, workloads x fault packages, in one time budget.
 
 Brings the netns cluster up once and builds the wheelhouse once, then runs every cell (each
-`--test-count` times) with `tessera test`'s machinery (harness.chaos), splitting the budget into
-per-run time limits as harness.matrix says. Every cell runs against one system under test, --db
-as `tessera test` takes it (Tessera by default). Prints a summary table and writes it to
+`--test-count` times) as `tessera test` runs one, splitting the budget into per-run time limits.
+Every cell runs against one system under test, --db as `tessera test` takes it (Tessera by
+default). Prints a summary table and writes it to
 store/test-all/<timestamp>/summary.json. With --self-check it runs instead one recipe per engine
-fault flag (harness.selfcheck) and reports which flags the harness caught.
+fault flag (a deliberate engine bug) and reports which flags the harness caught.
 
 Exit: 0 every run valid (self-check: every flag caught), 1 any invalid (self-check: any flag not
 caught), 2 some run unknown or some cell not run, 254 bad arguments, 255 crashed.

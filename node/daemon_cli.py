@@ -115,12 +115,12 @@ _FLAGS: dict[str, tuple[type, object, str]] = {
                                                 "--webserver-certificate-file (PEM)"),
     "log-level": (str, "INFO", "DEBUG, INFO, WARNING or ERROR"),
     "event-loop": (str, "auto", "asyncio, uvloop, or auto: uvloop when it is installed "
-                                "(the default install has it; docs/benchmarks.md measures both)"),
+                                "(the default install has it; the project's benchmarks measure both)"),
     "gc-thresholds": (str, "10000,10,100", "Python's cyclic garbage collector thresholds "
                                            "(gc.set_threshold: GEN0,GEN1,GEN2; 0 turns it "
                                            "off). Not Kudu's: Python's own 700,10,10 walks "
                                            "every tracked object ~5 times a second under "
-                                           "load, ~14%% of a leader's CPU (docs/benchmarks.md)"),
+                                           "load, ~14%% of a leader's CPU (measured)"),
     # unlock-unsafe-flags and the fault-* flags: deliberate bugs (node.faults)
     **{name.replace("_", "-"): (bool, default, help_)
        for name, (default, help_) in faults.flags().items()},

@@ -254,3 +254,37 @@ def test_inline_nodes_are_checked_before_any_ssh(capsys, tmp_path):
     hosts = from_nodes(spec.inline_nodes, spec.username, spec.ssh_private_key)
     assert [(h.name, h.address, h.port, h.user, h.key_file) for h in hosts] == [
         ("n1", "127.0.0.1", 22, "u", str(key)), ("n2", "127.0.0.2", 2222, "u", str(key))]
+
+
+def test_no_help_text_names_the_projects_internals(capsys):
+    """Issue 36, item 10: `--help` speaks to users, not of module paths, design-seed numbers,
+    issue numbers or the repository's docs."""
+    import re
+
+    internal = re.compile(r"(harness\.\w+|reports\.\w+|node\.\w+|nemeses\.\w+|workloads\.\w+|"
+                          r"seed 0\d|seed's last|issue \d+|docs/\S+|\w+\.py\b)")
+    for argv in _command_lines():
+        with pytest.raises(SystemExit) as e:
+            main([*argv, "--help"])
+        assert e.value.code == 0
+        found = [line for line in capsys.readouterr().out.splitlines() if internal.search(line)]
+        assert not found, (argv, found)
+
+
+def test_a_master_address_that_resolves_to_nothing_is_a_bad_argument_at_once(capsys):
+    """Issue 36, item 10: `kv --masters nonsense get k` waited out its 10 s timeout, then
+    exited 1 as if the cluster had failed."""
+    for argv in (["kv", "--masters", "nonsense.invalid", "get", "k"],
+                 ["cluster", "ksck", "--masters", "nonsense.invalid"],
+                 ["master", "list", "--masters", "nonsense.invalid"]):
+        assert main(argv) == 254, argv
+        assert "cannot resolve 'nonsense.invalid'" in capsys.readouterr().err
+
+
+def test_bare_sim_runs_with_a_default_seed_count():
+    from harness.cli import BadArgsParser
+    from node.sim import cli as sim_cli
+
+    p = BadArgsParser()
+    sim_cli.configure(p)
+    assert p.parse_args([]).seeds == 100

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import sys
 
 
@@ -30,9 +31,15 @@ def master_addrs(text: str) -> list[tuple[str, int]]:
     from node.tools.local_cluster import LocalCluster
     from node.tools.local_cluster_cli import DEFAULT_DIR
 
-    if text:
-        return parse_addrs(text, 7051)
-    return LocalCluster.load(DEFAULT_DIR).master_addrs
+    if not text:
+        return LocalCluster.load(DEFAULT_DIR).master_addrs
+    addrs = parse_addrs(text, 7051)
+    for host, port in addrs:  # a name that resolves to nothing is a bad argument, not a wait
+        try:
+            socket.getaddrinfo(host, port)
+        except (socket.gaierror, UnicodeError) as e:
+            raise ValueError(f"--masters: cannot resolve {host!r}: {e}") from None
+    return addrs
 
 
 def client_tls(args):

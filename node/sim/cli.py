@@ -27,7 +27,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--stack", choices=("core", "full"), default="core",
                         help="simulate the Raft core alone (default) or the whole engine")
-    parser.add_argument("--seeds", type=int, required=True, help="number of seeds to run")
+    parser.add_argument("--seeds", type=int, default=100, help="number of seeds to run (default 100)")
     parser.add_argument("--nodes", type=int, choices=(3, 5), default=3,
                         help="core: cluster size (default 3)")
     parser.add_argument("--steps", type=int, default=3000,
@@ -63,10 +63,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "[;load=CLIENTSxRATE]) runs that mix on every seed")
     parser.add_argument("--value-sizes", choices=("small", "wide"), default="small",
                         help="full, register: small values (default), or wide: sizes up to the "
-                             "RPC frame limit, mostly small, heavy-tailed (workloads.values)")
+                             "RPC frame limit, mostly small, heavy-tailed")
     parser.add_argument("--json", action="store_true", help="print one JSON summary line")
     parser.add_argument("--fault", action="append", default=[], metavar="FLAG",
-                        help="run with this engine fault flag (node.faults) on (repeatable). The "
+                        help="run with this engine fault flag (a deliberate bug, as the "
+                             "daemons' fault_* flags) on (repeatable). The "
                              "core simulator takes those that act in the Raft core: "
                              "fault_vote_skip_log_check, fault_commit_prior_term_by_count, "
                              "fault_keep_conflicting_suffix, fault_vote_twice_in_term, "

@@ -192,7 +192,8 @@ def configure_tablet(p: argparse.ArgumentParser) -> None:
     s = sub.add_parser("leader-step-down", help=what, description=what)
     s.add_argument("tablet", metavar="TABLET")
     s.add_argument("--new-leader", metavar="TS_UUID", help="the voter to hand leadership to")
-    what = ("seed 03's last resort when a majority of TABLET's voters is lost for good: each "
+    what = ("Kudu's last resort (unsafe_change_config) when a majority of TABLET's voters is "
+            "lost for good: each "
             "surviving replica named in --voters appends a config of just those voters as a new "
             "config entry, so they can elect a leader. Writes only the lost replicas held are "
             "lost for good; refused without --force")

@@ -3,7 +3,7 @@ that they agree on the leader and on their config; lists every tablet of every t
 replicas' health as the leader master places them and as the tablet servers report them,
 checks each leader's committed config against the catalog, sorts tablets into healthy,
 under-replicated and unavailable, and with --checksum-scan compares the replicas' rows (the
-same rules as the harness's convergence check: node.tools.convergence).
+same rules as `tessera test`'s convergence check).
 
 Exit 0 healthy, 1 problems found, 2 could not decide (no leader master, or the replicas never
 reached the same applied index in time), 254 bad arguments (node.exit_codes).
