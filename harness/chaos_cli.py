@@ -13,6 +13,8 @@ import random
 import sys
 from pathlib import Path
 
+import msgspec
+
 from harness.spec import CLIENT_MODES, FAST_FAILURE_DETECTION, PROVIDERS, SYSTEMS, TestSpec
 
 
@@ -69,6 +71,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="leave the daemons running (faults healed) at the end, to inspect them; "
                         "the next test or `tessera cluster down` cleans up")
     p.add_argument("--op-timeout", type=float, default=d.op_timeout, help="seconds before an op is recorded as info (default 5)")
+    p.add_argument("--test-count", type=int, default=1, metavar="N",
+                   help="run the test N times, run i with seed + i, stopping at the first that "
+                        "is not valid, as Jepsen's --test-count (default 1)")
     p.add_argument("--ca-cert", type=Path, metavar="FILE",
                    help="--db tessera: issue the daemons' and clients' certificates from this CA "
                         "certificate (PEM, with --ca-key) instead of a new CA per run; either "
@@ -122,6 +127,8 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
         raise ValueError(f"--time-limit must be > 0, got {args.time_limit:g}")
     if args.nemesis_interval <= 0:
         raise ValueError("--nemesis-interval must be > 0")
+    if args.test_count < 1:
+        raise ValueError(f"--test-count must be at least 1, got {args.test_count}")
     if args.concurrency < 0 or args.rate < 0 or args.op_timeout <= 0:
         raise ValueError("--concurrency, --rate must be >= 0 and --op-timeout > 0")
     nodes = [n.strip() for n in (args.nodes or "").split(",") if n.strip()]
@@ -187,4 +194,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"tessera test: {e}", file=sys.stderr)
         return BAD_ARGS
     command = " ".join(["tessera", *sys.argv[1:]]) if sys.argv[1:2] == ["test"] else None
-    return chaos.execute(spec, command=command)
+    for i in range(args.test_count):
+        code = chaos.execute(msgspec.structs.replace(spec, seed=spec.seed + i), command=command)
+        if code != 0:  # Jepsen's --test-count: the first run that is not valid ends it
+            return code
+    return code

@@ -288,3 +288,23 @@ def test_bare_sim_runs_with_a_default_seed_count():
     p = BadArgsParser()
     sim_cli.configure(p)
     assert p.parse_args([]).seeds == 100
+
+
+def test_test_count_runs_the_test_again_with_the_next_seed_until_one_is_not_valid(monkeypatch,
+                                                                                   capsys,
+                                                                                   tmp_path):
+    """Jepsen's --test-count, on `tessera test` as on `test-all` (issue 36, item 6)."""
+    seeds = []
+    codes = {7: 0, 8: 0, 9: 1, 10: 0}  # the run with seed 9 is invalid
+
+    def execute(spec, **_):
+        seeds.append(spec.seed)
+        return codes[spec.seed]
+    monkeypatch.setattr(chaos, "execute", execute)
+    assert main(["test", "--store", str(tmp_path), "--seed", "7", "--test-count", "2"]) == 0
+    assert seeds == [7, 8]
+    seeds.clear()
+    assert main(["test", "--store", str(tmp_path), "--seed", "7", "--test-count", "5"]) == 1
+    assert seeds == [7, 8, 9]  # the third was invalid: no fourth
+    assert main(["test", "--store", str(tmp_path), "--test-count", "0"]) == 254
+    assert "--test-count must be at least 1" in capsys.readouterr().err
