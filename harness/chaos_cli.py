@@ -50,11 +50,15 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "t mod n, as Jepsen binds clients to nodes; smart: to the leader it knows "
                         "(default node-bound)")
     p.add_argument("--provider", default=d.provider, choices=PROVIDERS, help="where the hosts come from (default netns)")
-    p.add_argument("--hosts", type=int, default=d.hosts, help="netns: number of hosts (default 5)")
+    p.add_argument("--netns-hosts", "--hosts", dest="hosts", type=int, default=d.hosts,
+                   metavar="N", help="netns: how many namespace hosts to run on (default 5)")
     p.add_argument("--hosts-file", type=Path, help="TOML file of hosts (implies --provider hosts)")
     p.add_argument("--nodes", metavar="HOST[:PORT],...",
                    help="hosts provider, inline as Jepsen's CLI takes them: a comma list of "
                         "hosts, named n1, n2, ... in order (implies --provider hosts)")
+    p.add_argument("--nodes-file", type=Path, metavar="FILE",
+                   help="the hosts, one HOST[:PORT] a line, as Jepsen's --nodes-file (implies "
+                        "--provider hosts; blank lines and # comments skipped)")
     p.add_argument("--username", default=d.username,
                    help="with --nodes: the SSH user (default root)")
     p.add_argument("--ssh-private-key", type=Path, metavar="FILE",
@@ -97,6 +101,19 @@ def parse_value(text: str, what: str) -> tuple[str, object]:
     return key, value
 
 
+def _nodes_file(path: Path) -> list[str]:
+    """Jepsen's --nodes-file: one host a line; ValueError if unreadable or empty."""
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"--nodes-file {path}: {e}") from None
+    nodes = [line.split("#", 1)[0].strip() for line in lines]
+    nodes = [n for n in nodes if n]
+    if not nodes:
+        raise ValueError(f"--nodes-file {path} lists no hosts")
+    return nodes
+
+
 def spec_from_args(args: argparse.Namespace) -> TestSpec:
     """Every argument checked before anything touches a host; ValueError says what is wrong."""
     from harness.spec import system
@@ -131,18 +148,22 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
         raise ValueError(f"--test-count must be at least 1, got {args.test_count}")
     if args.concurrency < 0 or args.rate < 0 or args.op_timeout <= 0:
         raise ValueError("--concurrency, --rate must be >= 0 and --op-timeout > 0")
+    given = [f for f, v in (("--nodes", args.nodes), ("--nodes-file", args.nodes_file),
+                            ("--hosts-file", args.hosts_file)) if v is not None]
+    if len(given) > 1:
+        raise ValueError(f"give one of {', '.join(given)}, not several")
+    if args.nodes_file is not None:
+        args.nodes = ",".join(_nodes_file(args.nodes_file))
     nodes = [n.strip() for n in (args.nodes or "").split(",") if n.strip()]
-    if args.nodes is not None and args.hosts_file:
-        raise ValueError("give --nodes or --hosts-file, not both")
-    if args.nodes is not None or args.hosts_file:  # a host list implies the hosts provider
-        given = "--nodes" if args.nodes is not None else "--hosts-file"
+    if given:  # a host list implies the hosts provider
         if args.provider not in ("hosts", PROVIDERS[0]):
-            raise ValueError(f"{given} lists the hosts: it cannot go with --provider {args.provider}")
+            raise ValueError(f"{given[0]} lists the hosts: it cannot go with --provider "
+                             f"{args.provider}")
         args.provider = "hosts"
-    elif args.username != "root" or args.ssh_private_key:
-        raise ValueError("--username and --ssh-private-key go with --nodes")
+    if not nodes and (args.username != "root" or args.ssh_private_key):
+        raise ValueError("--username and --ssh-private-key go with --nodes or --nodes-file")
     if args.provider == "hosts" and not (args.hosts_file or nodes):
-        raise ValueError("--provider hosts needs --hosts-file or --nodes")
+        raise ValueError("--provider hosts needs --nodes, --nodes-file or --hosts-file")
     if args.provider == "hosts":  # a bad host list is a bad argument, found before any SSH
         from harness.cluster import hostsfile
         if nodes:

@@ -78,7 +78,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="the engine's default failure detection (default: fast, as --fast-failure-"
                         "detection, for a --db whose daemons take its flags: tessera; another "
                         "--db tunes its own with --flag)")
-    p.add_argument("--hosts", type=int, default=5, help="netns hosts (default 5)")
+    p.add_argument("--netns-hosts", "--hosts", dest="hosts", type=int, default=5, metavar="N",
+                   help="how many netns hosts (default 5)")
     p.add_argument("--store", type=Path, default=Path("store"), help="store directory (default ./store)")
 
 

@@ -232,7 +232,7 @@ def test_inline_nodes_are_checked_before_any_ssh(capsys, tmp_path):
     """`--nodes` as Jepsen's CLI: each bad list is one clear line and exit 254."""
     key = tmp_path / "id"
     key.write_text("k")
-    for argv, words in [(["--nodes", "a,b", "--hosts-file", str(key)], "not both"),
+    for argv, words in [(["--nodes", "a,b", "--hosts-file", str(key)], "not several"),
                         (["--nodes", "127.0.0.1:ssh"], "is not HOST or HOST:PORT"),
                         (["--nodes", "no-such-host.invalid"], "cannot resolve"),
                         (["--nodes", "127.0.0.1,127.0.0.1"], "listed twice"),
@@ -254,6 +254,28 @@ def test_inline_nodes_are_checked_before_any_ssh(capsys, tmp_path):
     hosts = from_nodes(spec.inline_nodes, spec.username, spec.ssh_private_key)
     assert [(h.name, h.address, h.port, h.user, h.key_file) for h in hosts] == [
         ("n1", "127.0.0.1", 22, "u", str(key)), ("n2", "127.0.0.2", 2222, "u", str(key))]
+
+
+def test_nodes_file_is_jepsens_one_host_a_line(capsys, tmp_path):
+    """Issue 36, item 7: Jepsen's --nodes-file, and a netns host count named as one."""
+    import argparse
+
+    from harness.chaos_cli import configure, spec_from_args
+
+    listed = tmp_path / "nodes"
+    listed.write_text("# the test hosts\n127.0.0.1\n\n127.0.0.2:2222  # the second\n")
+    p = argparse.ArgumentParser()
+    configure(p)
+    spec = spec_from_args(p.parse_args(["--nodes-file", str(listed)]))
+    assert (spec.provider, spec.inline_nodes) == ("hosts", ["127.0.0.1", "127.0.0.2:2222"])
+    assert spec_from_args(p.parse_args(["--netns-hosts", "3"])).hosts == 3
+    empty = tmp_path / "empty"
+    empty.write_text("# nobody\n")
+    for argv, words in [(["--nodes-file", str(empty)], "lists no hosts"),
+                        (["--nodes-file", str(tmp_path / "missing")], "No such file"),
+                        (["--nodes-file", str(listed), "--nodes", "a"], "not several")]:
+        assert main(["test", *argv, "--store", str(tmp_path / "s")]) == 254, argv
+        assert words in capsys.readouterr().err, argv
 
 
 def test_no_help_text_names_the_projects_internals(capsys):

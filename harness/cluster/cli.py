@@ -22,7 +22,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                        help="netns (default), or vagrant: `vagrant up`, `vagrant destroy -f` or "
                             "`vagrant status` in the directory holding the Vagrantfile (up then "
                             "waits until root answers over SSH on each VM)")
-        a.add_argument("--hosts", type=int, default=5, metavar="N",
+        a.add_argument("--netns-hosts", "--hosts", dest="hosts", type=int, default=5, metavar="N",
                        help="netns: number of hosts (default 5)")
         a.add_argument("--json", action="store_true", help="machine-readable output")
     from node.tools import ksck
