@@ -243,3 +243,57 @@ def test_the_log_viewer_shows_the_lines_of_an_ops_time_window(probed, server, tm
     later = browse(tmp_path, "--virtual-time-budget=20000", "--dump-dom",
                    f"{server}/{RUNS['valid']}/logs.html?from=2&to=3&margin=0")
     assert '<span id="status">0 lines from 5 logs</span>' in later.stdout, later.stdout[-3000:]
+
+
+LAYOUT_PROBE = """<!doctype html><html><body><pre id="result">pending</pre><script>
+const f = document.createElement('iframe');
+f.style.width = '1280px'; f.style.height = '800px';
+f.onload = async () => {
+  const d = f.contentDocument;
+  await Promise.all([...d.images].map(i => i.complete ? null : new Promise(r => { i.onload = i.onerror = r; })));
+  const top = sel => { const e = d.querySelector(sel); return e ? e.getBoundingClientRect().top : null; };
+  const bottom = sel => { const e = d.querySelector(sel); return e ? e.getBoundingClientRect().bottom : null; };
+  document.getElementById('result').textContent = JSON.stringify({
+    verdict: top('#verdict'), checkers: top('#checkers table'), checkers_end: bottom('#checkers table'),
+    throughput: top('img[alt="Throughput"]'), details: top('#check-details'),
+    timeline: top('#timeline'), expected_open: !!d.querySelector('details.expected[open]'),
+  });
+};
+f.src = %s; document.body.appendChild(f);
+</script></body></html>"""
+
+
+def test_a_busy_report_leads_with_the_verdict_the_checkers_and_the_throughput(store, server,
+                                                                             tmp_path):
+    """Issue 36, item 4, in headless Chromium at 1280x800: a run with eight fault kinds and two
+    dozen run-level findings still shows the verdict and the checker table on the first screen
+    and starts the throughput plot within 1,600 px; the findings come after the timeline, and
+    the expected ones are folded."""
+    kinds = ["partition", "packet", "clock", "pause", "kill", "membership", "disk",
+             "lose-unfsynced"]
+    ops = register_history(2000, seed=16)
+    end = max(op.time for op in ops)
+    nemesis, index = [], len(ops)
+    for i, kind in enumerate(kinds):  # each fault over an eighth of the run
+        for f, t in ((f"start-{kind}", end * i // 8), (f"stop-{kind}", end * (i + 1) // 8)):
+            nemesis.append(Op(index=index, type="info", process=NEMESIS, f=f, value={"n": 1}, time=t))
+            index += 1
+    run = write_run(store, "20260101T000006", sorted(ops + nemesis, key=lambda o: o.time), seed=16,
+                    nemesis=kinds)
+    (run / "convergence.json").write_text(json.dumps({
+        "checker": "convergence", "verdict": "valid", "errors": [], "tablets": [],
+        "notes": [{"type": "majority-failed", "tablet": f"t{i}",
+                   "explanation": f"tablet t{i} has no leader: " + "x " * 80} for i in range(24)]}))
+    [found] = [r for r in find_runs([store]) if r.path == run]
+    test = found.test()
+    model = model_for(test)
+    analyze_run(str(run), check_history(read_jsonl(found.history), model, **check_options(test, model)), "test")
+    (store / "layout.html").write_text(LAYOUT_PROBE % json.dumps("register/20260101T000006/report.html"))
+    out = browse(tmp_path, "--virtual-time-budget=30000", "--dump-dom", f"{server}/layout.html")
+    m = re.search(r'<pre id="result">(.*?)</pre>', out.stdout, re.S)
+    assert m and m.group(1) != "pending", out.stderr[-2000:]
+    at = json.loads(m.group(1).replace("&quot;", '"'))
+    assert at["verdict"] is not None and at["verdict"] < 800, at
+    assert at["checkers"] is not None and at["checkers"] < 800, at
+    assert at["throughput"] is not None and at["throughput"] < 1600, at
+    assert at["details"] > at["timeline"] > at["throughput"], at  # the findings come last

@@ -37,12 +37,34 @@ def _shade(ax, periods: list[dict]) -> None:
                    label=label, zorder=0)
 
 
+RIGHT = 0.86  # the plot area's right edge: the legend goes beyond it, over no data
+
+
 def _figure(height: float, left: float = 0.07, bottom: float = 0.55):
     """A full-width figure with fixed margins (tight_layout costs more than the drawing);
     `bottom` in inches."""
     fig, ax = plt.subplots(figsize=(11, height))
-    fig.subplots_adjust(left=left, right=0.99, top=1 - 0.32 / height, bottom=bottom / height)
+    fig.subplots_adjust(left=left, right=RIGHT, top=1 - 0.32 / height, bottom=bottom / height)
     return fig, ax
+
+
+def _legend(ax, **kw) -> None:
+    """The legend right of the plot area, where it can hide no point or line."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0, fontsize=7,
+              **kw)
+
+
+def _gapped(xs: list[float], ys: list[float], step: float) -> tuple[list[float], list[float]]:
+    """The line broken (a NaN point) wherever consecutive xs are more than `step` apart: no
+    segment is drawn across a stretch that has no data."""
+    out_x, out_y = [], []
+    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        if i and x - xs[i - 1] > step * 1.5:
+            out_x.append((x + xs[i - 1]) / 2)
+            out_y.append(float("nan"))
+        out_x.append(x)
+        out_y.append(y)
+    return out_x, out_y
 
 
 def _save(fig, path: Path) -> str:
@@ -83,12 +105,13 @@ def latency_plot(pairs: list[tuple[Op, Op]], periods: list[dict], path: Path) ->
         secs = sorted(by_second)
         for q, style in ((0.5, "-"), (0.99, "--")):
             qs = [sorted(by_second[s])[min(len(by_second[s]) - 1, int(q * len(by_second[s])))] for s in secs]
-            ax.plot([s + 0.5 for s in secs], qs, style, color="#333", lw=1, label=f"ok p{int(q * 100)}", zorder=3)
+            ax.plot(*_gapped([s + 0.5 for s in secs], qs, 1.0), style, color="#333", lw=1,
+                    label=f"ok p{int(q * 100)}", zorder=3)
     ax.set_yscale("log")
     ax.set_xlabel("seconds since the run began")
     ax.set_ylabel("latency (ms)")
     ax.set_title("Latency")
-    ax.legend(loc="upper right", fontsize=7, ncol=4, markerscale=3)
+    _legend(ax, markerscale=3)
     return _save(fig, path)
 
 
@@ -124,18 +147,19 @@ def quantile_plot(pairs: list[tuple[Op, Op]], periods: list[dict], path: Path) -
     fs = list(series) or ["(no ok ops)"]
     fig, axes = plt.subplots(len(fs), 1, figsize=(11, 1.2 + 1.6 * len(fs)), sharex=True,
                              squeeze=False)
-    fig.subplots_adjust(left=0.07, right=0.99, top=1 - 0.32 / (1.2 + 1.6 * len(fs)),
+    fig.subplots_adjust(left=0.07, right=RIGHT, top=1 - 0.32 / (1.2 + 1.6 * len(fs)),
                         bottom=0.55 / (1.2 + 1.6 * len(fs)), hspace=0.25)
     styles = {0.5: "-", 0.95: "--", 0.99: "-.", 1.0: ":"}
     for ax, f in zip(axes[:, 0], fs, strict=True):
         _shade(ax, periods)
         rows = series.get(f, [])
         for q in QUANTILES:
-            ax.plot([t for t, _ in rows], [qs[q] for _, qs in rows], styles[q], lw=1.1,
-                    color="#333", label="max" if q == 1.0 else f"p{round(q * 100)}", zorder=3)
+            ax.plot(*_gapped([t for t, _ in rows], [qs[q] for _, qs in rows], window),
+                    styles[q], lw=1.1, color="#333",
+                    label="max" if q == 1.0 else f"p{round(q * 100)}", zorder=3)
         ax.set_yscale("log")
         ax.set_ylabel(f"{f} (ms)")
-        ax.legend(loc="upper right", fontsize=7, ncol=8)
+        _legend(ax)
     axes[0, 0].set_title(f"Latency quantiles of ok ops per {window:g} s, per op type")
     axes[-1, 0].set_xlabel("seconds since the run began")
     return _save(fig, path)
@@ -157,7 +181,7 @@ def throughput_plot(pairs: list[tuple[Op, Op]], periods: list[dict], path: Path)
     ax.set_xlabel("seconds since the run began")
     ax.set_ylabel("ops/s")
     ax.set_title("Throughput per op type")
-    ax.legend(loc="upper right", fontsize=7, ncol=6)
+    _legend(ax)
     return _save(fig, path)
 
 
@@ -176,7 +200,7 @@ def clock_plot(steps: list[dict], end: float, path: Path) -> str:
     ax.set_xlabel("seconds since the run began")
     ax.set_ylabel("clock offset (ms)")
     ax.set_title("Clock offsets")
-    ax.legend(loc="upper right", fontsize=7, ncol=6)
+    _legend(ax)
     return _save(fig, path)
 
 
@@ -200,8 +224,7 @@ def raft_plot(tracks: dict[str, list[dict]], path: Path, max_tablets: int = 24,
                   else "seconds since the first Raft event (node wall clocks)")
     ax.set_title("Raft leader and term per tablet")
     if hosts:
-        ax.legend(handles=[Patch(color=cmap(i % 10), label=h) for i, h in enumerate(hosts)],
-                  loc="upper right", fontsize=7, ncol=len(hosts))
+        _legend(ax, handles=[Patch(color=cmap(i % 10), label=h) for i, h in enumerate(hosts)])
     return _save(fig, path)
 
 

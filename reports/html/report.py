@@ -45,10 +45,12 @@ def render_report(run: Run, results: dict, ops: list[Op] | None) -> Path:
     figures = []
     pairs = plots.completions(ops)
     if pairs:
+        # throughput first: whether the system served at all under each fault is the first
+        # question a reader has, before how slowly
+        figures.append(("Throughput", "plots/" + plots.throughput_plot(pairs, periods, plot_dir / "throughput.png")))
         figures.append(("Latency", "plots/" + plots.latency_plot(pairs, periods, plot_dir / "latency.png")))
         figures.append(("Latency quantiles", "plots/" + plots.quantile_plot(
             pairs, periods, plot_dir / "quantiles.png")))
-        figures.append(("Throughput", "plots/" + plots.throughput_plot(pairs, periods, plot_dir / "throughput.png")))
     if results.get("clock"):
         figures.append(("Clock offsets", "plots/" + plots.clock_plot(
             results["clock"], results.get("duration_s") or 0.0, plot_dir / "clock.png")))

@@ -29,6 +29,7 @@ REPORT = """\
 <tr><th>seed</th><td>{{ test.seed }}</td></tr>
 <tr><th>duration</th><td>{{ r.duration_s }} s of history (time limit {{ test.time_limit }} s), concurrency {{ test.concurrency }}</td></tr>
 <tr><th>reproduce</th><td><code id="command">{{ command }}</code></td></tr>
+{% if test.command and test.command != command %}<tr><th>ran as</th><td><code id="ran-as">{{ test.command }}</code></td></tr>{% endif %}
 </table>
 {% if files %}<p id="files">Files: {% for label, href in files %}<a href="{{ href }}">{{ label }}</a>{{ " · " if not loop.last }}{% endfor %}</p>{% endif %}
 </header>
@@ -78,29 +79,6 @@ model state after each), the red bar is the op that cannot be placed. Hover a ba
 {% if res.checker == "logs" %}{{ res.errors | length }} finding(s), {{ (res.expected or []) | length }} expected from injected damage,
 {{ (res.notes or []) | length }} note(s), {{ (res.watchdog_restarts or []) | length }} watchdog restart(s){% endif %}</td></tr>
 {% endfor %}</table>
-{% for res in r.check.results if res.checker in ("convergence", "logs") and (res.errors or res.expected or res.notes or res.watchdog_restarts) %}
-<div id="checker-{{ res.checker }}">
-<h3>{{ res.checker }}</h3>
-{% for e in res.errors %}<div class="error"><b>{{ e.type }}</b>{% if e.file %} {{ e.host }}/{{ e.file }}:{{ e.line }}{% endif %}: {{ e.explanation }}
-{% if e.text %}<pre>{{ e.text }}</pre>{% endif %}</div>
-{% endfor %}
-{% if res.expected %}<p>Expected: the engine's answer to damage the disk nemesis injected.</p>
-{% for e in res.expected %}<p><b>{{ e.type }}</b> {{ e.host }}/{{ e.file }}:{{ e.line }}</p><pre>{{ e.text }}</pre>
-{% endfor %}{% endif %}
-{% if res.notes %}<p>Notes (worth a look; the verdict does not count them):</p>
-{% for e in res.notes %}<p><b>{{ e.type }}</b> {{ e.host }}/{{ e.file }}:{{ e.line }}: {{ e.explanation }}</p><pre>{{ e.text }}</pre>
-{% endfor %}{% endif %}
-{% if res.watchdog_restarts %}<p>Watchdog restarts (a daemon died without being killed on purpose):
-{% for w in res.watchdog_restarts %}{{ w.daemon }} on {{ w.host }} at {{ w.time_s }} s{{ ", " if not loop.last }}{% endfor %}.</p>{% endif %}
-</div>
-{% endfor %}
-{% for res in r.check.results if res.checker == "set" and res.stable_latencies is defined %}
-<p>Set latencies (ms; stable: how long after an add was known until every read saw it; lost: until it vanished):</p>
-<table><tr><th></th>{% for q in res.stable_latencies %}<th>q{{ q }}</th>{% endfor %}</tr>
-<tr><th>stable</th>{% for q, v in res.stable_latencies.items() %}<td>{{ v }}</td>{% endfor %}</tr>
-{% if res.lost_latencies %}<tr><th>lost</th>{% for q in res.stable_latencies %}<td>{{ res.lost_latencies.get(q, "") }}</td>{% endfor %}</tr>{% endif %}
-</table>
-{% endfor %}
 </section>
 {% endif %}
 
@@ -135,6 +113,35 @@ Pages: {% for i in range(1, pages + 1) %}<a href="timeline/{{ i }}.html">{{ i }}
 {{ first_page | safe }}
 {% else %}<p>No client ops.</p>{% endif %}
 </section>
+
+{% if (r.check or {}).get("results") %}
+<section id="check-details">
+<h2>What the run-level checks found</h2>
+{% for res in r.check.results if res.checker in ("convergence", "logs") and (res.errors or res.expected or res.notes or res.watchdog_restarts) %}
+<div id="checker-{{ res.checker }}">
+<h3>{{ res.checker }}</h3>
+{% for e in res.errors %}<div class="error"><b>{{ e.type }}</b>{% if e.file %} {{ e.host }}/{{ e.file }}:{{ e.line }}{% endif %}: {{ e.explanation }}
+{% if e.text %}<pre>{{ e.text }}</pre>{% endif %}</div>
+{% endfor %}
+{% if res.expected %}<details class="expected"><summary>{{ res.expected | length }} expected finding(s): the engine's answer to damage the disk nemesis injected</summary>
+{% for e in res.expected %}<p><b>{{ e.type }}</b> {{ e.host }}/{{ e.file }}:{{ e.line }}</p><pre>{{ e.text }}</pre>
+{% endfor %}</details>{% endif %}
+{% if res.notes %}<p>Notes (worth a look; the verdict does not count them):</p>
+{% for e in res.notes %}<p><b>{{ e.type }}</b> {{ e.host }}/{{ e.file }}:{{ e.line }}: {{ e.explanation }}</p><pre>{{ e.text }}</pre>
+{% endfor %}{% endif %}
+{% if res.watchdog_restarts %}<p>Watchdog restarts (a daemon died without being killed on purpose):
+{% for w in res.watchdog_restarts %}{{ w.daemon }} on {{ w.host }} at {{ w.time_s }} s{{ ", " if not loop.last }}{% endfor %}.</p>{% endif %}
+</div>
+{% endfor %}
+{% for res in r.check.results if res.checker == "set" and res.stable_latencies is defined %}
+<p>Set latencies (ms; stable: how long after an add was known until every read saw it; lost: until it vanished):</p>
+<table><tr><th></th>{% for q in res.stable_latencies %}<th>q{{ q }}</th>{% endfor %}</tr>
+<tr><th>stable</th>{% for q, v in res.stable_latencies.items() %}<td>{{ v }}</td>{% endfor %}</tr>
+{% if res.lost_latencies %}<tr><th>lost</th>{% for q in res.stable_latencies %}<td>{{ res.lost_latencies.get(q, "") }}</td>{% endfor %}</tr>{% endif %}
+</table>
+{% endfor %}
+</section>
+{% endif %}
 </body></html>
 """
 
@@ -233,9 +240,9 @@ Parquet tables: <code>analysis/runs.parquet</code>, <code>analysis/keys.parquet<
 with nemesis <input id="f-nemesis" size="14" placeholder="e.g. kill">
 and verdict <select id="f-verdict"><option value="">any</option><option>valid</option><option>invalid</option><option>unknown</option></select>
 <span id="f-count">{{ rows|length }}</span> shown.</form>
-<table id="runs"><tr><th>date</th><th>test</th><th>workload</th><th>nemeses</th><th>verdict</th><th>ops</th><th>ok ops/s</th><th>report</th></tr>
+<table id="runs"><tr><th>date</th><th>workload</th><th>nemeses</th><th>verdict</th><th>ops</th><th>ok ops/s</th><th>report</th></tr>
 {% for row in rows %}
-<tr class="run" data-workload="{{ row.workload }}" data-nemeses="{{ row.nemeses or "none" }}" data-verdict="{{ row.verdict }}"><td>{{ row.started }}</td><td>{{ row.test }}</td><td>{{ row.workload }}</td><td>{{ row.nemeses or "none" }}</td>
+<tr class="run" data-workload="{{ row.workload }}" data-nemeses="{{ row.nemeses or "none" }}" data-verdict="{{ row.verdict }}"><td>{{ row.started }}</td><td>{{ row.workload }}</td><td>{{ row.nemeses or "none" }}</td>
 <td class="v-{{ row.verdict }}">{{ row.verdict }}{% if row.status == "unreadable" %} (unreadable){% endif %}</td>
 <td>{{ row.ops }}</td><td>{{ row.throughput }}</td>
 <td>{% if row.link %}<a href="{{ row.link }}">{{ row.run }}</a>{% else %}{{ row.run }} ({{ row.status }}){% endif %}</td></tr>
