@@ -136,7 +136,8 @@ def _as_op(fields: dict, index: int, line: int, source: str) -> Op:
 
 
 def read_jsonl(path: str | Path) -> list[Op]:
-    """Read `history.jsonl` (one op object per line; blank lines ignored)."""
+    """Read `history.jsonl` (one op object per line; blank lines ignored). An op without an
+    `index` gets its position in the file: histories from other tools need not number ops."""
     source = str(path)
     validator = Validator(source)
     decoder = msgspec.json.Decoder(Op)
@@ -147,11 +148,24 @@ def read_jsonl(path: str | Path) -> list[Op]:
                 continue
             try:
                 op = decoder.decode(raw)
+            except msgspec.ValidationError as e:
+                op = _unnumbered(raw, len(ops), e, lineno, source)
             except msgspec.DecodeError as e:
                 raise HistoryError(f"bad op record: {e}", lineno, source) from None
             validator.check(op, lineno)
             ops.append(op)
     return ops
+
+
+def _unnumbered(raw: bytes, position: int, error: Exception, lineno: int, source: str) -> Op:
+    """An op record that lacks only its index, numbered by its position; any other schema
+    error is the record's (HistoryError naming the line)."""
+    if "missing required field `index`" not in str(error):
+        raise HistoryError(f"bad op record: {error}", lineno, source) from None
+    try:
+        return msgspec.convert({**msgspec.json.decode(raw), "index": position}, Op)
+    except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as e:
+        raise HistoryError(f"bad op record: {e}", lineno, source) from None
 
 
 def write_jsonl(ops: Iterable[Op], path: str | Path) -> None:

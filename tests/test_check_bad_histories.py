@@ -89,6 +89,21 @@ def test_the_issues_cases_are_one_line_each(tmp_path, capsys):
     assert code == 254 and "must be a JSON object" in err
 
 
+def test_jsonl_ops_need_no_index(tmp_path, capsys):
+    """Issue 36, item 8: JSONL needed an undocumented `index`; now the line order gives it."""
+    path = tmp_path / "h.jsonl"
+    path.write_text("\n".join(json.dumps(o) for o in [
+        {"type": "invoke", "process": 0, "f": "write", "value": 1},
+        {"type": "ok", "process": 0, "f": "write", "value": 1},
+        {"type": "invoke", "process": 0, "f": "read"},
+        {"type": "ok", "process": 0, "f": "read", "value": 2}]) + "\n")
+    code = main(["check", str(path), "--model", "cas-register"])
+    assert code == 1 and "INVALID" in capsys.readouterr().out  # read 2 after writing 1
+    path.write_text(json.dumps({"type": "invoke", "process": 0, "index": "a"}) + "\n")
+    code, err = _check(capsys, path, "--model", "cas-register")
+    assert code == 2 and ":1: bad op record" in err
+
+
 def test_check_questions_what_it_should(tmp_path, capsys):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")

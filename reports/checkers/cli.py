@@ -20,7 +20,9 @@ LINEARIZABLE = tuple(name for name, m in models().items() if m.linearizable)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("history", help="history.jsonl, a Jepsen history.edn, or a jepsen.log; "
+    parser.add_argument("history", help="history.jsonl (one JSON op a line: type, process, f, "
+                                        "value; index optional, by default the line order), "
+                                        "a Jepsen history.edn, or a jepsen.log; "
                                         "or a run directory (store/<test>/<time>): its history, "
                                         "judged by the checker its test.json records")
     parser.add_argument("--model", choices=MODELS,
