@@ -330,3 +330,26 @@ def test_test_count_runs_the_test_again_with_the_next_seed_until_one_is_not_vali
     assert seeds == [7, 8, 9]  # the third was invalid: no fourth
     assert main(["test", "--store", str(tmp_path), "--test-count", "0"]) == 254
     assert "--test-count must be at least 1" in capsys.readouterr().err
+
+
+def test_every_positional_argument_says_what_it_is():
+    """Issue 36, item 10: positional arguments had no help."""
+    import argparse
+    import importlib
+
+    from harness.cli import COMMANDS, BadArgsParser
+
+    missing = []
+
+    def walk(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for verb, sub in action.choices.items():
+                    walk(sub, [*path, verb])
+            elif not action.option_strings and not action.help:
+                missing.append(f"{' '.join(path)} {action.dest}")
+    for name, (module, _) in COMMANDS.items():
+        parser = BadArgsParser(prog=name)
+        importlib.import_module(module).configure(parser)
+        walk(parser, [name])
+    assert not missing, missing

@@ -1,5 +1,5 @@
-"""`tessera cluster up|down|status`: the local netns cluster; `tessera cluster ksck`: any
-running cluster's health (node/tools/ksck.py)."""
+"""`tessera cluster up|down|status`: the local netns cluster or the Vagrant VMs; `tessera
+cluster ksck`: any running cluster's health (node/tools/ksck.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ def configure(p: argparse.ArgumentParser) -> None:
                      "root), or the Vagrantfile's five VMs (--provider vagrant, 192.168.56.11..15); "
                      "or check any running Tessera cluster's health (ksck).")
     sub = p.add_subparsers(dest="action", required=True, metavar="{up,down,status,ksck}")
-    for action, what in (("up", "create or repair the netns hosts"),
-                         ("down", "remove everything up made; the hosts' install is kept "
-                                  "for the next up"),
-                         ("status", "show each netns host")):
+    for action, what in (("up", "create or repair the hosts: netns namespaces, or the "
+                                "Vagrantfile's VMs with --provider vagrant"),
+                         ("down", "remove everything up made (netns: the hosts' install is "
+                                  "kept for the next up; vagrant: destroy the VMs)"),
+                         ("status", "show each host: netns namespaces, or with --provider "
+                                    "vagrant the VMs' state")):
         a = sub.add_parser(action, help=what, description=what)
         a.add_argument("--provider", choices=("netns", "vagrant"), default="netns",
                        help="netns (default), or vagrant: `vagrant up`, `vagrant destroy -f` or "

@@ -68,30 +68,30 @@ def configure_kv(p: argparse.ArgumentParser) -> None:
     common_options(p)
     p.add_argument("--table", default="kv", help="table (default kv)")
     sub = p.add_subparsers(dest="verb", required=True)
-    sub.add_parser("get", help="read a key").add_argument("key")
+    sub.add_parser("get", help="read a key").add_argument("key", help="the key")
     put = sub.add_parser("put", help="write a key")
-    put.add_argument("key")
-    put.add_argument("value")
+    put.add_argument("key", help="the key")
+    put.add_argument("value", help="its new value (JSON; a bare word is a string)")
     cas = sub.add_parser("cas", help="set NEW if the key holds EXPECTED (null: absent)")
-    cas.add_argument("key")
-    cas.add_argument("expected")
-    cas.add_argument("new")
+    cas.add_argument("key", help="the key")
+    cas.add_argument("expected", help="the value it must hold (JSON; null: absent)")
+    cas.add_argument("new", help="the value to set (JSON)")
     app = sub.add_parser("append", help="append an element to the list at a key")
-    app.add_argument("key")
-    app.add_argument("element")
+    app.add_argument("key", help="the key")
+    app.add_argument("element", help="the element to append (JSON)")
 
 
 def configure_table(p: argparse.ArgumentParser) -> None:
     common_options(p)
     sub = p.add_subparsers(dest="verb", required=True)
     c = sub.add_parser("create", help="create a table")
-    c.add_argument("name")
+    c.add_argument("name", help="the new table's name")
     c.add_argument("--tablets", type=int, default=1, help="hash partitions (default 1)")
     c.add_argument("--replication-factor", type=int, default=3, help="replicas per tablet (default 3)")
-    sub.add_parser("delete", help="delete a table").add_argument("name")
+    sub.add_parser("delete", help="delete a table").add_argument("name", help="the table")
     sub.add_parser("list", help="list tables")
     sub.add_parser("locations", help="show where a table's tablets live (UUID@HOST:PORT, * = "
-                                     "leader)").add_argument("name")
+                                     "leader)").add_argument("name", help="the table")
 
 
 async def _kv(args, client) -> int:

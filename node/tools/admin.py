@@ -179,18 +179,18 @@ def configure_tablet(p: argparse.ArgumentParser) -> None:
                        ("remove-replica", "remove the replica of TABLET on TS_UUID (the master "
                                           "tombstones it)")):
         r = sub.add_parser(verb, help=what, description=what)
-        r.add_argument("tablet", metavar="TABLET")
-        r.add_argument("ts_uuid", metavar="TS_UUID")
+        r.add_argument("tablet", metavar="TABLET", help="the tablet's id")
+        r.add_argument("ts_uuid", metavar="TS_UUID", help="the tablet server's UUID")
     what = ("move the replica of TABLET from tablet server FROM to TO: add TO, wait until it is "
             "a voter, then remove FROM (Kudu's move_replica, one command)")
     m = sub.add_parser("move-replica", help=what, description=what)
-    m.add_argument("tablet", metavar="TABLET")
+    m.add_argument("tablet", metavar="TABLET", help="the tablet's id")
     m.add_argument("source", metavar="FROM", help="UUID of the tablet server to move off")
     m.add_argument("dest", metavar="TO", help="UUID of the tablet server to move to")
     what = ("make TABLET's leader step down; with --new-leader, hand leadership to that voter "
             "(a graceful transfer), else the others elect after a timeout")
     s = sub.add_parser("leader-step-down", help=what, description=what)
-    s.add_argument("tablet", metavar="TABLET")
+    s.add_argument("tablet", metavar="TABLET", help="the tablet's id")
     s.add_argument("--new-leader", metavar="TS_UUID", help="the voter to hand leadership to")
     what = ("Kudu's last resort (unsafe_change_config) when a majority of TABLET's voters is "
             "lost for good: each "
@@ -199,7 +199,7 @@ def configure_tablet(p: argparse.ArgumentParser) -> None:
             "lost for good; refused without --force")
     u = sub.add_parser("unsafe-change-config", help="recover a tablet whose majority is lost "
                                                     "(refused without --force)", description=what)
-    u.add_argument("tablet", metavar="TABLET")
+    u.add_argument("tablet", metavar="TABLET", help="the tablet's id")
     u.add_argument("--voters", required=True, metavar="UUID,UUID",
                    help="the surviving replicas' tablet server UUIDs: the new config")
     u.add_argument("--force", action="store_true", help="do it (without: say what it would do)")

@@ -14,7 +14,9 @@ DEFAULT_DIR = Path(os.environ.get("TESSERA_LOCAL_CLUSTER", Path.home() / ".tesse
 def configure(p: argparse.ArgumentParser) -> None:
     p.description = ("Start masters and tablet servers as processes on 127.0.0.1 (free ports), "
                      "stop them by pid, or show them.")
-    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("action", choices=["up", "down", "status"],
+                   help="up: start the cluster (or the daemons of it that are down); down: stop "
+                        "every daemon it started, by pid; status: one line a daemon")
     p.add_argument("--num-masters", type=int, default=1, help="1, 3 or 5 masters (default 1)")
     p.add_argument("--num-tservers", type=int, default=3, help="tablet servers (default 3)")
     p.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"cluster directory (default {DEFAULT_DIR})")

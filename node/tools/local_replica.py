@@ -27,20 +27,20 @@ def configure(p: argparse.ArgumentParser) -> None:
     cmeta = sub.add_parser("cmeta", help="print or rewrite a replica's consensus metadata")
     csub = cmeta.add_subparsers(dest="cmeta_verb", required=True)
     with_dir(csub.add_parser("print", help="term, vote and committed config of TABLET")
-             ).add_argument("tablet", metavar="TABLET")
+             ).add_argument("tablet", metavar="TABLET", help="the tablet's id")
     what = ("replace TABLET's committed config with one of just PEERS as voters, keeping the "
             "term, the vote and the config's index (Kudu's unsafe_recreate; config entries "
             "logged after that index still apply on top): for recovery when a majority is lost "
             "and the servers are down; prefer `tessera tablet unsafe-change-config` on a live one")
     rec = with_dir(csub.add_parser("unsafe-recreate", help=what, description=what))
-    rec.add_argument("tablet", metavar="TABLET")
+    rec.add_argument("tablet", metavar="TABLET", help="the tablet's id")
     rec.add_argument("--peers", required=True, metavar="UUID,UUID",
                      help="tablet server UUIDs of the new config (all voters)")
     what = ("delete TABLET's data and WAL. --keep-tombstone keeps its consensus metadata and "
             "last OpId, so it still votes and never votes twice in a term (the safe way); "
             "--clean-unsafe removes everything, votes included")
     d = with_dir(sub.add_parser("delete", help=what, description=what))
-    d.add_argument("tablet", metavar="TABLET")
+    d.add_argument("tablet", metavar="TABLET", help="the tablet's id")
     how = d.add_mutually_exclusive_group(required=True)
     how.add_argument("--keep-tombstone", action="store_true", help="leave a voting tombstone")
     how.add_argument("--clean-unsafe", action="store_true", help="remove every file of it")
