@@ -300,37 +300,32 @@ def test_status_and_metrics_over_https_when_given_a_certificate(creds, tmp_path)
     assert doc["uuid"] == uuid
 
 
+async def _against(creds, answer) -> object:
+    """What a TLS call gets from a bare TCP server that `answer(reader, writer)`s its client."""
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    addr = server.sockets[0].getsockname()[:2]
+    try:
+        return (await _calls(addr, client_context(creds["admin"]), ["read"]))["read"]
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
 def test_a_server_gone_mid_handshake_is_a_network_error_to_retry_not_a_refusal(creds):
     """A killed or partitioned server cuts the handshake: that must stay NETWORK (maybe
     delivered, retried by clients), never NOT_AUTHORIZED, which clients give up on at once.
     (asyncio and uvloop report this EOF as a reset; RpcClient also maps ssl's own EOF errors
     to NETWORK.) An alert, by contrast, is a refusal: the last case."""
-    async def go():
-        async def hang_up(reader, writer):
-            await reader.read(65536)  # the whole ClientHello, then a clean close (FIN)
-            writer.close()
-        server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
-        addr = server.sockets[0].getsockname()[:2]
-        try:
-            return await _calls(addr, client_context(creds["admin"]), ["read"])
-        finally:
-            server.close()
-            await server.wait_closed()
-    e = run(go())["read"]
-    assert isinstance(e, RpcError) and e.code == ErrorCode.NETWORK, e
+    async def hang_up(reader, writer):
+        await reader.read(65536)  # the whole ClientHello, then a clean close (FIN)
+        writer.close()
 
-    async def alert():
-        async def refuse(reader, writer):
-            await reader.read(65536)
-            writer.write(b"\x15\x03\x03\x00\x02\x02\x28")  # alert: handshake failure
-            await writer.drain()
-            writer.close()
-        server = await asyncio.start_server(refuse, "127.0.0.1", 0)
-        addr = server.sockets[0].getsockname()[:2]
-        try:
-            return await _calls(addr, client_context(creds["admin"]), ["read"])
-        finally:
-            server.close()
-            await server.wait_closed()
-    e = run(alert())["read"]
+    async def refuse(reader, writer):
+        await reader.read(65536)
+        writer.write(b"\x15\x03\x03\x00\x02\x02\x28")  # alert: handshake failure
+        await writer.drain()
+        writer.close()
+    e = run(_against(creds, hang_up))
+    assert isinstance(e, RpcError) and e.code == ErrorCode.NETWORK, e
+    e = run(_against(creds, refuse))
     assert e.code == ErrorCode.NOT_AUTHORIZED and "HANDSHAKE_FAILURE" in e.message, e
