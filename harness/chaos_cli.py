@@ -15,7 +15,8 @@ from pathlib import Path
 
 import msgspec
 
-from harness.spec import CLIENT_MODES, FAST_FAILURE_DETECTION, PROVIDERS, SYSTEMS, TestSpec
+from harness import host_options
+from harness.spec import CLIENT_MODES, FAST_FAILURE_DETECTION, SYSTEMS, TestSpec
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -49,20 +50,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="node-bound: worker t sends each op first to its tablet's replica on host "
                         "t mod n, as Jepsen binds clients to nodes; smart: to the leader it knows "
                         "(default node-bound)")
-    p.add_argument("--provider", default=d.provider, choices=PROVIDERS, help="where the hosts come from (default netns)")
-    p.add_argument("--netns-hosts", "--hosts", dest="hosts", type=int, default=d.hosts,
-                   metavar="N", help="netns: how many namespace hosts to run on (default 5)")
-    p.add_argument("--hosts-file", type=Path, help="TOML file of hosts (implies --provider hosts)")
-    p.add_argument("--nodes", metavar="HOST[:PORT],...",
-                   help="hosts provider, inline as Jepsen's CLI takes them: a comma list of "
-                        "hosts, named n1, n2, ... in order (implies --provider hosts)")
-    p.add_argument("--nodes-file", type=Path, metavar="FILE",
-                   help="the hosts, one HOST[:PORT] a line, as Jepsen's --nodes-file (implies "
-                        "--provider hosts; blank lines and # comments skipped)")
-    p.add_argument("--username", default=d.username,
-                   help="with --nodes: the SSH user (default root)")
-    p.add_argument("--ssh-private-key", type=Path, metavar="FILE",
-                   help="with --nodes: the SSH private key (default: the user's ~/.ssh keys)")
+    host_options.configure(p)
     p.add_argument("--store", type=Path, default=Path(d.store), help="store directory (default ./store)")
     p.add_argument("--wheelhouse", type=Path, help="use these prebuilt wheels instead of building them")
     p.add_argument("--flag", action="append", default=[], metavar="KEY=VALUE",
@@ -101,19 +89,6 @@ def parse_value(text: str, what: str) -> tuple[str, object]:
     return key, value
 
 
-def _nodes_file(path: Path) -> list[str]:
-    """Jepsen's --nodes-file: one host a line; ValueError if unreadable or empty."""
-    try:
-        lines = path.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"--nodes-file {path}: {e}") from None
-    nodes = [line.split("#", 1)[0].strip() for line in lines]
-    nodes = [n for n in nodes if n]
-    if not nodes:
-        raise ValueError(f"--nodes-file {path} lists no hosts")
-    return nodes
-
-
 def spec_from_args(args: argparse.Namespace) -> TestSpec:
     """Every argument checked before anything touches a host; ValueError says what is wrong."""
     from harness.spec import system
@@ -148,28 +123,7 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
         raise ValueError(f"--test-count must be at least 1, got {args.test_count}")
     if args.concurrency < 0 or args.rate < 0 or args.op_timeout <= 0:
         raise ValueError("--concurrency, --rate must be >= 0 and --op-timeout > 0")
-    given = [f for f, v in (("--nodes", args.nodes), ("--nodes-file", args.nodes_file),
-                            ("--hosts-file", args.hosts_file)) if v is not None]
-    if len(given) > 1:
-        raise ValueError(f"give one of {', '.join(given)}, not several")
-    if args.nodes_file is not None:
-        args.nodes = ",".join(_nodes_file(args.nodes_file))
-    nodes = [n.strip() for n in (args.nodes or "").split(",") if n.strip()]
-    if given:  # a host list implies the hosts provider
-        if args.provider not in ("hosts", PROVIDERS[0]):
-            raise ValueError(f"{given[0]} lists the hosts: it cannot go with --provider "
-                             f"{args.provider}")
-        args.provider = "hosts"
-    if not nodes and (args.username != "root" or args.ssh_private_key):
-        raise ValueError("--username and --ssh-private-key go with --nodes or --nodes-file")
-    if args.provider == "hosts" and not (args.hosts_file or nodes):
-        raise ValueError("--provider hosts needs --nodes, --nodes-file or --hosts-file")
-    if args.provider == "hosts":  # a bad host list is a bad argument, found before any SSH
-        from harness.cluster import hostsfile
-        if nodes:
-            hostsfile.from_nodes(nodes, args.username, args.ssh_private_key)
-        else:
-            hostsfile.load(args.hosts_file)
+    hosts = host_options.spec_fields(args)
     if args.wheelhouse is not None:
         from harness.db import check_wheelhouse
         check_wheelhouse(args.wheelhouse)
@@ -192,11 +146,7 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
         seed=args.seed if args.seed is not None else random.randrange(2**31),
         client=args.client, flags=flags,
         fast_failure_detection=args.fast_failure_detection, op_timeout=args.op_timeout,
-        provider=args.provider, hosts=args.hosts,
-        hosts_file=str(args.hosts_file.resolve()) if args.hosts_file else None,
-        inline_nodes=nodes, username=args.username,
-        ssh_private_key=str(args.ssh_private_key.resolve()) if args.ssh_private_key else None,
-        store=str(args.store), wheelhouse=str(args.wheelhouse) if args.wheelhouse else None,
+        **hosts, store=str(args.store), wheelhouse=str(args.wheelhouse) if args.wheelhouse else None,
         leave_db_running=args.leave_db_running,
         ca_cert=str(args.ca_cert.resolve()) if args.ca_cert else None,
         ca_key=str(args.ca_key.resolve()) if args.ca_key else None)

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness import host_options
 from harness.matrix import Cell, Outcome
 
 # The classic faults together (ReadIndex reads), and the Raft faults together (copy-race among
@@ -78,8 +79,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="the engine's default failure detection (default: fast, as --fast-failure-"
                         "detection, for a --db whose daemons take its flags: tessera; another "
                         "--db tunes its own with --flag)")
-    p.add_argument("--netns-hosts", "--hosts", dest="hosts", type=int, default=5, metavar="N",
-                   help="how many netns hosts (default 5)")
+    host_options.configure(p)  # where each cell runs: as `tessera test` takes it
     p.add_argument("--store", type=Path, default=Path("store"), help="store directory (default ./store)")
 
 
@@ -168,8 +168,9 @@ def base_spec(args: argparse.Namespace, wheelhouse: Path):
     kind = system(args.db)
     flags = dict(parse_value(f, "--flag") for f in args.flag)
     kind.check_flags(flags)
-    return TestSpec(db=args.db, rate=args.rate, concurrency=args.concurrency, hosts=args.hosts,
-                    flags=flags, fast_failure_detection=_fast_failure_detection(args, kind),
+    return TestSpec(db=args.db, rate=args.rate, concurrency=args.concurrency,
+                    **host_options.spec_fields(args), flags=flags,
+                    fast_failure_detection=_fast_failure_detection(args, kind),
                     store=str(args.store), wheelhouse=str(wheelhouse))
 
 
@@ -224,6 +225,7 @@ def _runner(base, first_seed: int, summary_dir: Path):
 
 def run(args: argparse.Namespace) -> int:
     from harness.chaos import say
+    from harness.cluster import ClusterError
     from harness.cluster.netns import NetnsCluster
     from harness.db import build_wheelhouse
     from harness.store import new_run_dir
@@ -236,16 +238,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         cells = cells_from_args(args)
         if budget <= 0 or args.test_count < 1 or args.hosts < 3:
-            raise ValueError("--time-budget must be > 0, --test-count >= 1, --hosts >= 3")
+            raise ValueError("--time-budget must be > 0, --test-count >= 1, --netns-hosts >= 3")
         base = base_spec(args, wheelhouse)
-    except ValueError as e:
+    except (ValueError, ClusterError) as e:
         print(f"tessera test-all: {e}", file=sys.stderr)
         return BAD_ARGS
     first_seed = args.seed if args.seed is not None else random.randrange(2**31)
     summary_dir = new_run_dir(args.store, "test-all", link=False)
     say(f"test-all {mode} on {args.db}: {len(cells)} cells x {args.test_count}, budget "
         f"{budget:g}s, first seed {first_seed}; summary in {summary_dir}")
-    NetnsCluster(args.hosts).up(say)
+    if base.provider == "netns":  # up once for every cell (each run's up finds it up)
+        NetnsCluster(args.hosts).up(say)
     build_wheelhouse(wheelhouse, Path(__file__).resolve().parents[1], say)
     execute = _runner(base, first_seed, summary_dir)
     return run_cells(cells, args.test_count, execute, budget, started, summary_dir,

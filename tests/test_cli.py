@@ -353,3 +353,24 @@ def test_every_positional_argument_says_what_it_is():
         importlib.import_module(module).configure(parser)
         walk(parser, [name])
     assert not missing, missing
+
+
+def test_test_all_takes_the_host_options_as_test_does(capsys, tmp_path):
+    """Issue 36, item 6: one definition of where a test runs, for `test` and `test-all`."""
+    import argparse
+
+    from harness.matrix_cli import base_spec
+    from harness.matrix_cli import configure as configure_all
+
+    listed = tmp_path / "nodes"
+    listed.write_text("127.0.0.1\n127.0.0.2\n127.0.0.3\n")
+    p = argparse.ArgumentParser()
+    configure_all(p)
+    base = base_spec(p.parse_args(["--nodes-file", str(listed), "--username", "u"]), tmp_path)
+    assert (base.provider, base.inline_nodes, base.username) == (
+        "hosts", ["127.0.0.1", "127.0.0.2", "127.0.0.3"], "u")
+    for argv, words in [(["--nodes-file", str(tmp_path / "missing")], "No such file"),
+                        (["--nodes", "127.0.0.1", "--provider", "vagrant"], "cannot go with"),
+                        (["--username", "u"], "go with --nodes")]:
+        assert main(["test-all", "--store", str(tmp_path / "s"), *argv]) == 254, argv
+        assert words in capsys.readouterr().err, argv
