@@ -78,7 +78,8 @@ def test_up_is_secure_by_default_from_the_operators_ca_and_the_cli_needs_a_certi
         err = capsys.readouterr().err
         assert "NOT_AUTHORIZED" in err and "requires TLS" in err, err
         assert "pass --tls-cert FILE" in err  # and what to do about it
-        rogue = pki.self_signed(tmp_path / "rogue", "admin", pki.USER)
+        rogue = pki.issue(pki.create_ca(tmp_path / "rogue-ca"), tmp_path / "rogue", "admin",
+                          pki.USER)  # another CA
         (rogue.cert.parent / "ca.pem").write_bytes(ca.cert.read_bytes())  # trusts the cluster
         assert main(["kv", "--masters", masters, "--timeout", "3", "--tls-cert", str(rogue.cert),
                      "get", "k"]) == 1

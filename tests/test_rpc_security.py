@@ -187,7 +187,8 @@ async def _calls(addr, tls, methods=RULES_HERE) -> dict[str, object]:
 
 
 def test_each_identity_calls_what_its_roles_allow_and_nothing_else(creds, tmp_path, caplog):
-    rogue = pki.self_signed(tmp_path / "rogue", "tserver@n1")
+    rogue = pki.issue(pki.create_ca(tmp_path / "rogue-ca"), tmp_path / "rogue", "tserver@n1",
+                      pki.SERVICE)  # another CA
 
     async def go():
         s, addr = await _serve(_sec(creds))

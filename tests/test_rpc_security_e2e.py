@@ -118,7 +118,8 @@ async def _attack(certs: Path, tmp: Path) -> None:
                               [t for t in target.tablets if t.role == "LEADER"])
         before = await _state(admin)
 
-        rogue = pki.self_signed(tmp / "rogue", "tserver@n1", pki.SERVICE)
+        rogue = pki.issue(pki.create_ca(tmp / "rogue-ca"), tmp / "rogue", "tserver@n1",
+                           pki.SERVICE)  # a certificate no cluster CA signed
         outsiders = {
             "plaintext": RpcClient(connect_timeout=2),
             "tls, no certificate": RpcClient(connect_timeout=2,

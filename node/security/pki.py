@@ -126,12 +126,6 @@ def issue(ca: CertFiles, dir: Path, name: str, kind: str, days: int = 365) -> Ce
     return files
 
 
-def self_signed(dir: Path, name: str, kind: str = SERVICE) -> CertFiles:
-    """A certificate that claims `kind` but no cluster CA signed: what an attacker can make."""
-    rogue = create_ca(dir / "rogue-ca")
-    return issue(rogue, dir, name, kind)
-
-
 def cluster_credentials(dir: Path, server_names: list[str], ca: CertFiles | None = None
                         ) -> dict[str, CertFiles]:
     """Everything a deployment needs in `dir`: the CA (a new one unless `ca` is given), a
