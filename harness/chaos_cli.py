@@ -15,8 +15,8 @@ from pathlib import Path
 
 import msgspec
 
-from harness import host_options
-from harness.spec import CLIENT_MODES, FAST_FAILURE_DETECTION, SYSTEMS, TestSpec
+from harness import failure_detection, host_options
+from harness.spec import CLIENT_MODES, SYSTEMS, TestSpec
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -56,9 +56,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flag", action="append", default=[], metavar="KEY=VALUE",
                    help="daemon config key for every node, e.g. log_force_fsync_all=false; with "
                         "--db pysyncobj a SyncObjConf keyword or reads=log|local (repeatable)")
-    fast = ", ".join(f"{k}={v}" for k, v in FAST_FAILURE_DETECTION.items())
-    p.add_argument("--fast-failure-detection", action="store_true",
-                   help=f"daemons detect failures fast, for many elections per minute ({fast})")
+    failure_detection.configure(p)
     p.add_argument("--leave-db-running", action="store_true",
                    help="leave the daemons running (faults healed) at the end, to inspect them; "
                         "the next test or `tessera cluster down` cleans up")
@@ -109,12 +107,7 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
                          f"not {args.client}")
     flags = dict(parse_value(f, "--flag") for f in args.flag)
     kind.check_flags(flags)
-    if args.fast_failure_detection:
-        try:
-            kind.check_flags(dict(FAST_FAILURE_DETECTION))
-        except ValueError:
-            raise ValueError(f"--fast-failure-detection sets Tessera's daemon flags, which --db "
-                             f"{args.db} does not take: set its own with --flag") from None
+    fast = failure_detection.fast(args, kind)
     if args.time_limit <= 0:
         raise ValueError(f"--time-limit must be > 0, got {args.time_limit:g}")
     if args.nemesis_interval <= 0:
@@ -145,7 +138,7 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
         concurrency=args.concurrency, rate=args.rate,
         seed=args.seed if args.seed is not None else random.randrange(2**31),
         client=args.client, flags=flags,
-        fast_failure_detection=args.fast_failure_detection, op_timeout=args.op_timeout,
+        fast_failure_detection=fast, op_timeout=args.op_timeout,
         **hosts, store=str(args.store), wheelhouse=str(args.wheelhouse) if args.wheelhouse else None,
         leave_db_running=args.leave_db_running,
         ca_cert=str(args.ca_cert.resolve()) if args.ca_cert else None,

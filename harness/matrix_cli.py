@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import host_options
+from harness import failure_detection, host_options
 from harness.matrix import Cell, Outcome
 
 # The classic faults together (ReadIndex reads), and the Raft faults together (copy-race among
@@ -53,13 +53,18 @@ def configure(p: argparse.ArgumentParser) -> None:
                         f"simulator (tessera sim), and {FULL_KIND}, one of the whole-engine "
                         f"simulator (tessera sim --stack full), each for its share of the budget "
                         f"(default: all of --db's: {every})")
-    p.add_argument("--nemeses", metavar="N,...",
-                   help="comma list of cells' fault sets: a group (all, raft), a package, or "
-                        "packages joined by + (kill+partition); a group keeps the faults that "
-                        f"apply to --db; with --db {TESSERA} a suffix {LEASE} runs those cells "
-                        f"with lease reads (--flag read-mode=lease) (default: {TESSERA} "
-                        f"{DEFAULT_NEMESES}, every package, the Raft group's with lease reads; "
-                        f"another --db {OTHER_NEMESES})")
+    cells = p.add_mutually_exclusive_group()
+    cells.add_argument("--nemesis", metavar="N,...",
+                       help="one fault set for every cell, as tessera test takes it: a comma "
+                            "list of groups and faults, all in each run (the same as --nemeses "
+                            "with the list joined by +)")
+    cells.add_argument("--nemeses", metavar="N,...",
+                       help="comma list of cells' fault sets: a group (all, raft), a package, or "
+                            "packages joined by + (kill+partition); a group keeps the faults that "
+                            f"apply to --db; with --db {TESSERA} a suffix {LEASE} runs those cells "
+                            f"with lease reads (--flag read-mode=lease) (default: {TESSERA} "
+                            f"{DEFAULT_NEMESES}, every package, the Raft group's with lease reads; "
+                            f"another --db {OTHER_NEMESES})")
     p.add_argument("--time-budget", type=float, metavar="S",
                    help=f"seconds for the whole matrix, cluster start-up included (default "
                         f"{BUDGET['matrix']:g}; {BUDGET['self-check']:g} with --self-check)")
@@ -67,18 +72,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--self-check", action="store_true",
                    help="one run per engine fault flag with that flag on: is each bug caught? "
                         "(--db tessera only)")
-    p.add_argument("--faults", default=",".join(RECIPES), metavar="F,...",
-                   help="--self-check: the fault flags to try (default: all)")
+    p.add_argument("--fault-flags", default=",".join(RECIPES), metavar="F,...",
+                   help="--self-check: the engine fault flags to try (default: all)")
     p.add_argument("--seed", type=int, help="seed of the first run; run i gets seed + i (default random)")
     p.add_argument("--rate", type=float, default=100.0, help="ops/s of each run (default 100)")
     p.add_argument("--concurrency", type=int, default=0, metavar="N", help="processes (default 2 x hosts)")
     p.add_argument("--flag", action="append", default=[], metavar="KEY=VALUE",
                    help="daemon config key for every node of every run, checked as tessera test "
                         "--db checks it (repeatable)")
-    p.add_argument("--no-fast-failure-detection", action="store_true",
-                   help="the engine's default failure detection (default: fast, as --fast-failure-"
-                        "detection, for a --db whose daemons take its flags: tessera; another "
-                        "--db tunes its own with --flag)")
+    failure_detection.configure(p)  # as `tessera test` takes it
     host_options.configure(p)  # where each cell runs: as `tessera test` takes it
     p.add_argument("--store", type=Path, default=Path("store"), help="store directory (default ./store)")
 
@@ -109,10 +111,10 @@ def cells_from_args(args: argparse.Namespace) -> list[Cell]:
     kind = system(args.db)
     if args.self_check:
         _tessera_only(args.db, "--self-check", "turns on Tessera's engine fault flags")
-        flags = [f.strip() for f in args.faults.split(",") if f.strip()]
+        flags = [f.strip() for f in args.fault_flags.split(",") if f.strip()]
         unknown = [f for f in flags if f not in RECIPES]
         if unknown or not flags:
-            raise ValueError(f"unknown --faults {unknown} (known: {', '.join(RECIPES)})")
+            raise ValueError(f"unknown --fault-flags {unknown} (known: {', '.join(RECIPES)})")
         return selfcheck_cells(flags)
     known = default_workloads(args.db, kind)
     workloads = _entries(args.workloads, ",".join(known))
@@ -121,7 +123,8 @@ def cells_from_args(args: argparse.Namespace) -> list[Cell]:
             _tessera_only(args.db, f"--workloads {w}", "is a cell of Tessera's simulator")
         if w not in known:
             raise ValueError(f"--db {args.db} runs the workloads {', '.join(known)}, not {w!r}")
-    nemeses = _entries(args.nemeses, DEFAULT_NEMESES if args.db == TESSERA else OTHER_NEMESES)
+    given = args.nemeses if args.nemesis is None else "+".join(_entries(args.nemesis, ""))
+    nemeses = _entries(given, DEFAULT_NEMESES if args.db == TESSERA else OTHER_NEMESES)
     if not workloads or not nemeses:
         raise ValueError("--workloads and --nemeses need at least one entry each")
     chosen = {n: _faults(n, args.db, kind.offers) for n in nemeses}
@@ -170,23 +173,8 @@ def base_spec(args: argparse.Namespace, wheelhouse: Path):
     kind.check_flags(flags)
     return TestSpec(db=args.db, rate=args.rate, concurrency=args.concurrency,
                     **host_options.spec_fields(args), flags=flags,
-                    fast_failure_detection=_fast_failure_detection(args, kind),
+                    fast_failure_detection=failure_detection.fast(args, kind),
                     store=str(args.store), wheelhouse=str(wheelhouse))
-
-
-def _fast_failure_detection(args: argparse.Namespace, kind) -> bool:
-    """Fast unless --no-fast-failure-detection, and only for a system whose daemons take the
-    fast set's flags (Tessera's): `tessera test --db` refuses them for any other, whose daemons
-    would not start with them, so here another system keeps its own (its --flag values)."""
-    from harness.spec import FAST_FAILURE_DETECTION
-
-    if args.no_fast_failure_detection:
-        return False
-    try:
-        kind.check_flags(dict(FAST_FAILURE_DETECTION))
-    except ValueError:
-        return False
-    return True
 
 
 def _runner(base, first_seed: int, summary_dir: Path):

@@ -303,6 +303,43 @@ def test_a_master_address_that_resolves_to_nothing_is_a_bad_argument_at_once(cap
         assert "cannot resolve 'nonsense.invalid'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("before, after", [
+    (["kv", "--masters", "h:1", "--table", "t", "--timeout", "3", "get", "k"],
+     ["kv", "get", "k", "--masters", "h:1", "--table", "t", "--timeout", "3"]),
+    (["table", "--masters", "h:1", "list"], ["table", "list", "--masters", "h:1"]),
+    (["tablet", "--masters", "h:1", "leader-step-down", "T"],
+     ["tablet", "leader-step-down", "T", "--masters", "h:1"]),
+])
+def test_connection_options_mean_the_same_before_and_after_the_verb(before, after):
+    """Issue 36, item 7: `kv get k --masters X` was refused while `master list --masters X`
+    was taken; either place now works, and a value before the verb is kept."""
+    import importlib
+
+    from harness.cli import BadArgsParser
+
+    def parse(argv):
+        p = BadArgsParser()
+        importlib.import_module(COMMANDS[argv[0]][0]).configure(p)
+        return vars(p.parse_args(argv[1:]))
+
+    assert parse(before) == parse(after)
+    assert parse(before)["masters"] == "h:1"
+    assert parse(["kv", "get", "k"])["table"] == "kv"
+
+
+def test_a_verbs_help_is_its_own(capsys):
+    """Issue 36, item 10: `local-cluster up --help` printed the parent's help, options of
+    other verbs among them."""
+    for argv, own, other in ((["local-cluster", "up"], "--num-tservers", None),
+                             (["local-cluster", "down"], "stop every daemon", "--num-tservers"),
+                             (["cluster", "status"], "--provider", None)):
+        with pytest.raises(SystemExit) as e:
+            main([*argv, "--help"])
+        out = capsys.readouterr().out
+        assert e.value.code == 0 and out.startswith(f"usage: tessera {' '.join(argv)}"), out
+        assert own in out and (other is None or other not in out), out
+
+
 def test_bare_sim_runs_with_a_default_seed_count():
     from harness.cli import BadArgsParser
     from node.sim import cli as sim_cli

@@ -28,7 +28,7 @@ def test_flags_take_the_config_keys_form_and_reach_the_daemons_command_line():
 
 
 def test_a_bad_flag_is_one_clear_line_and_starts_nothing(tmp_path, capsys):
-    code = main(["local-cluster", "up", "--dir", str(tmp_path / "lc"), "--flag", "fsync=off"])
+    code = main(["local-cluster", "up", "--cluster-dir", str(tmp_path / "lc"), "--flag", "fsync=off"])
     assert code == 254 and "want NAME=VALUE" in capsys.readouterr().err
     assert not (tmp_path / "lc").exists()
 
@@ -38,7 +38,7 @@ def test_a_bad_flag_is_one_clear_line_and_starts_nothing(tmp_path, capsys):
 def test_up_with_counts_and_a_flag_then_down(tmp_path, capsys):
     lc = tmp_path / "lc"
     try:
-        assert main(["local-cluster", "up", "--dir", str(lc), "--num-masters", "1",
+        assert main(["local-cluster", "up", "--cluster-dir", str(lc), "--num-masters", "1",
                      "--num-tservers", "2", "--flag", "log_force_fsync_all=false"]) == 0
         doc = json.loads((lc / "cluster.json").read_text())
         assert [d["kind"] for d in doc["daemons"]] == ["master", "tserver", "tserver"]
@@ -46,7 +46,7 @@ def test_up_with_counts_and_a_flag_then_down(tmp_path, capsys):
         assert all(d["start_time"] > 0 and d["cmdline"] for d in doc["daemons"])
         capsys.readouterr()
     finally:
-        assert main(["local-cluster", "down", "--dir", str(lc)]) == 0
+        assert main(["local-cluster", "down", "--cluster-dir", str(lc)]) == 0
     assert capsys.readouterr().out == "stopped 3 daemons\n"
     assert not any(_runs_in(d["pid"], lc) for d in doc["daemons"])
 
@@ -60,7 +60,7 @@ def test_up_is_secure_by_default_from_the_operators_ca_and_the_cli_needs_a_certi
     ca = pki.create_ca(tmp_path / "my-ca")
     lc = tmp_path / "lc"
     try:
-        assert main(["local-cluster", "up", "--dir", str(lc), "--num-tservers", "1",
+        assert main(["local-cluster", "up", "--cluster-dir", str(lc), "--num-tservers", "1",
                      "--ca-cert", str(ca.cert), "--ca-key", str(ca.key)]) == 0
         out = capsys.readouterr().out
         assert f"operator certificate: {lc}/tls/certs/admin.pem" in out
@@ -86,16 +86,16 @@ def test_up_is_secure_by_default_from_the_operators_ca_and_the_cli_needs_a_certi
         assert main(["kv", "--masters", masters, "--tls-cert", admin, "get", "k"]) == 0
     finally:
         capsys.readouterr()
-        assert main(["local-cluster", "down", "--dir", str(lc)]) == 0
+        assert main(["local-cluster", "down", "--cluster-dir", str(lc)]) == 0
     assert capsys.readouterr().out == "stopped 2 daemons\n"
 
 
 def test_ca_flags_are_checked_before_anything_starts(tmp_path, capsys):
     lc = tmp_path / "lc"
-    assert main(["local-cluster", "up", "--dir", str(lc), "--ca-cert", "x.pem"]) == 254
+    assert main(["local-cluster", "up", "--cluster-dir", str(lc), "--ca-cert", "x.pem"]) == 254
     assert "--ca-cert and --ca-key go together" in capsys.readouterr().err
     (tmp_path / "x.pem").write_text("junk")
-    assert main(["local-cluster", "up", "--dir", str(lc), "--ca-cert", str(tmp_path / "x.pem"),
+    assert main(["local-cluster", "up", "--cluster-dir", str(lc), "--ca-cert", str(tmp_path / "x.pem"),
                  "--ca-key", str(tmp_path / "x.pem")]) == 254
     assert "cannot load the CA" in capsys.readouterr().err
     assert not lc.exists()
@@ -119,7 +119,7 @@ def test_down_leaves_a_reused_pid_alone_and_still_stops_the_daemons(tmp_path, ca
     lc = tmp_path / "lc"
     strangers, pids = [], []
     try:
-        assert main(["local-cluster", "up", "--dir", str(lc), "--num-masters", "1",
+        assert main(["local-cluster", "up", "--cluster-dir", str(lc), "--num-masters", "1",
                      "--num-tservers", "2", "--flag", "log_force_fsync_all=false"]) == 0
         doc = json.loads((lc / "cluster.json").read_text())
         by = {d["name"]: d for d in doc["daemons"]}
@@ -135,7 +135,7 @@ def test_down_leaves_a_reused_pid_alone_and_still_stops_the_daemons(tmp_path, ca
         (lc / "cluster.json").write_text(json.dumps(doc))
         capsys.readouterr()
 
-        assert main(["local-cluster", "down", "--dir", str(lc)]) == 0
+        assert main(["local-cluster", "down", "--cluster-dir", str(lc)]) == 0
         out = capsys.readouterr()
         assert [s.poll() for s in strangers] == [None, None], "down signalled an unrelated process"
         assert f"t1: pid {strangers[0].pid} now belongs to another process" in out.err, out.err
@@ -188,6 +188,6 @@ def test_a_pid_is_ours_only_while_its_start_time_and_command_line_match(tmp_path
 
 def test_an_unreadable_cluster_record_is_one_clear_line(tmp_path, capsys):
     (tmp_path / "cluster.json").write_text('{"masters": 1}')
-    assert main(["local-cluster", "down", "--dir", str(tmp_path)]) == 1
+    assert main(["local-cluster", "down", "--dir", str(tmp_path)]) == 1  # --dir: the short alias of --cluster-dir
     err = capsys.readouterr().err
     assert "is not a local cluster's record" in err and "Traceback" not in err

@@ -55,7 +55,7 @@ def test_local_replica_tools_on_a_stopped_server(tmp_path):
         data = c.root / "t1"
 
         # A running server holds its data dir: the tools and a second server are refused.
-        out = tessera("local-replica", "list", "--fs-data-dir", str(data))
+        out = tessera("local-replica", "list", "--fs-data-dir", str(data))  # Kudu's name, an alias of --data-dir
         assert out.returncode == 1 and "in use by a running server" in out.stderr
         second = subprocess.run([sys.executable, "-m", "harness.cli", "tserver", "--data-dir",
                                  str(data), "--rpc-addr", f"127.0.0.1:{free_port()}"], cwd=ROOT,
@@ -65,21 +65,21 @@ def test_local_replica_tools_on_a_stopped_server(tmp_path):
         until(lambda: asyncio.run(_report(c, "t1", tablet)).applied >= 20, "t1 to apply")
         term = asyncio.run(_report(c, "t1", tablet)).term
         c.kill("t1")
-        out = tessera("local-replica", "list", "--fs-data-dir", str(data))
+        out = tessera("local-replica", "list", "--data-dir", str(data))
         assert out.returncode == 0, out.stderr
         row = next(line.split("\t") for line in out.stdout.splitlines() if line.startswith(tablet))
         assert row[1] == "t" and row[2] == "READY" and int(row[3]) == term
         assert len(row[5].split()) == 3
-        out = tessera("local-replica", "cmeta", "print", tablet, "--fs-data-dir", str(data))
+        out = tessera("local-replica", "cmeta", "print", tablet, "--data-dir", str(data))
         assert out.returncode == 0 and f"term {term}" in out.stdout
 
         # Tombstoned offline: the restarted server votes from its tombstone, and the leader
         # copies the tablet back.
         out = tessera("local-replica", "delete", tablet, "--keep-tombstone",
-                      "--fs-data-dir", str(data))
+                      "--data-dir", str(data))
         assert out.returncode == 0 and "tombstoned" in out.stdout, out.stderr
         assert not (data / "wals" / tablet).exists() and (data / "consensus-meta" / tablet).exists()
-        out = tessera("local-replica", "list", "--fs-data-dir", str(data))
+        out = tessera("local-replica", "list", "--data-dir", str(data))
         assert f"{tablet}\tt\tTOMBSTONED\t{term}" in out.stdout
         c.start("t1")
         until(lambda: (r := asyncio.run(_report(c, "t1", tablet))) is not None
@@ -87,19 +87,19 @@ def test_local_replica_tools_on_a_stopped_server(tmp_path):
 
         # unsafe-recreate rewrites the committed config and keeps the term.
         c.kill("t2")
-        t2 = tessera("local-replica", "list", "--fs-data-dir", str(c.root / "t2")).stdout
+        t2 = tessera("local-replica", "list", "--data-dir", str(c.root / "t2")).stdout
         me = next(line.split("\t") for line in t2.splitlines() if line.startswith(tablet))[5]
         me = me.split()[0].split(":")[0]
         out = tessera("local-replica", "cmeta", "unsafe-recreate", tablet, "--peers", me,
-                      "--fs-data-dir", str(c.root / "t2"))
+                      "--data-dir", str(c.root / "t2"))
         assert out.returncode == 0, out.stderr
-        out = tessera("local-replica", "cmeta", "print", tablet, "--fs-data-dir", str(c.root / "t2"))
+        out = tessera("local-replica", "cmeta", "print", tablet, "--data-dir", str(c.root / "t2"))
         assert f"): {me}:VOTER\n" in out.stdout and "term" in out.stdout
 
         out = tessera("local-replica", "delete", "no-such-tablet", "--keep-tombstone",
-                      "--fs-data-dir", str(c.root / "t2"))
+                      "--data-dir", str(c.root / "t2"))
         assert out.returncode == 1 and "no replica of tablet" in out.stderr
-        out = tessera("local-replica", "list", "--fs-data-dir", str(tmp_path))
+        out = tessera("local-replica", "list", "--data-dir", str(tmp_path))
         assert out.returncode == 254 and "not a server's data dir" in out.stderr
     finally:
         c.down()

@@ -218,7 +218,7 @@ def test_self_check_exits_zero_only_when_every_flag_was_caught():
 
 def test_bad_arguments_exit_254():
     for argv in (["--workloads", "nope"], ["--nemeses", "nope"], ["--time-budget", "0"],
-                 ["--self-check", "--faults", "fault_nope"], ["--test-count", "x"]):
+                 ["--self-check", "--fault-flags", "fault_nope"], ["--test-count", "x"]):
         p = subprocess.run([sys.executable, "-m", "harness.cli", "test-all", *argv],
                            capture_output=True, text=True, timeout=60)
         assert p.returncode == 254, (argv, p.stderr)

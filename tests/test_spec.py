@@ -52,4 +52,5 @@ def test_fast_failure_detection_flags_are_daemon_flags_and_explicit_flags_win():
     assert FAST_FAILURE_DETECTION["raft_heartbeat_interval_ms"] % TICK_MS == 0
     spec = spec_of("--fast-failure-detection", "--flag", "heartbeat_interval_ms=500")
     assert spec.daemon_flags() == {**FAST_FAILURE_DETECTION, "heartbeat_interval_ms": 500}
-    assert spec_of().daemon_flags() == {}
+    assert spec_of().daemon_flags() == FAST_FAILURE_DETECTION  # fast by default, as test-all
+    assert spec_of("--no-fast-failure-detection").daemon_flags() == {}

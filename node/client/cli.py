@@ -15,15 +15,30 @@ import socket
 import sys
 
 
-def common_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--masters", default=os.environ.get("TESSERA_MASTERS", ""),
+def common_options(p: argparse.ArgumentParser, *, after_verb: bool = False) -> None:
+    """The connection options. `after_verb`: on a verb's own parser, with no defaults of its
+    own, so `kv get k --masters X` means what `kv --masters X get k` does (and what
+    `master list --masters X` does), and a value given before the verb is kept."""
+    def default(value):
+        return argparse.SUPPRESS if after_verb else value
+
+    p.add_argument("--masters", default=default(os.environ.get("TESSERA_MASTERS", "")),
                    help="comma-separated master HOST:PORT list (default: $TESSERA_MASTERS or "
                         "the local cluster)")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds per operation (default 10)")
-    p.add_argument("--tls-cert", metavar="FILE", default=os.environ.get("TESSERA_TLS_CERT", ""),
+    p.add_argument("--timeout", type=float, default=default(10.0),
+                   help="seconds per operation (default 10)")
+    p.add_argument("--tls-cert", metavar="FILE",
+                   default=default(os.environ.get("TESSERA_TLS_CERT", "")),
                    help="connect with TLS as the identity this certificate names (FILE.key and "
                         "the CA's ca.pem beside it; default: $TESSERA_TLS_CERT, else the local "
                         "cluster's operator certificate when it has one, else plaintext)")
+
+
+def verb(sub: argparse._SubParsersAction, name: str, help: str, **kw) -> argparse.ArgumentParser:
+    """A verb's parser that takes the connection options after the verb too."""
+    v = sub.add_parser(name, help=help, description=kw.pop("description", help), **kw)
+    common_options(v, after_verb=True)
+    return v
 
 
 def master_addrs(text: str) -> list[tuple[str, int]]:
@@ -68,30 +83,33 @@ def configure_kv(p: argparse.ArgumentParser) -> None:
     common_options(p)
     p.add_argument("--table", default="kv", help="table (default kv)")
     sub = p.add_subparsers(dest="verb", required=True)
-    sub.add_parser("get", help="read a key").add_argument("key", help="the key")
-    put = sub.add_parser("put", help="write a key")
-    put.add_argument("key", help="the key")
-    put.add_argument("value", help="its new value (JSON; a bare word is a string)")
-    cas = sub.add_parser("cas", help="set NEW if the key holds EXPECTED (null: absent)")
-    cas.add_argument("key", help="the key")
+
+    def kv_verb(name: str, help: str) -> argparse.ArgumentParser:
+        v = verb(sub, name, help)
+        v.add_argument("--table", default=argparse.SUPPRESS, help="table (default kv)")
+        v.add_argument("key", help="the key")
+        return v
+
+    kv_verb("get", "read a key")
+    kv_verb("put", "write a key").add_argument("value", help="its new value (JSON; a bare word is a string)")
+    cas = kv_verb("cas", "set NEW if the key holds EXPECTED (null: absent)")
     cas.add_argument("expected", help="the value it must hold (JSON; null: absent)")
     cas.add_argument("new", help="the value to set (JSON)")
-    app = sub.add_parser("append", help="append an element to the list at a key")
-    app.add_argument("key", help="the key")
-    app.add_argument("element", help="the element to append (JSON)")
+    kv_verb("append", "append an element to the list at a key").add_argument(
+        "element", help="the element to append (JSON)")
 
 
 def configure_table(p: argparse.ArgumentParser) -> None:
     common_options(p)
     sub = p.add_subparsers(dest="verb", required=True)
-    c = sub.add_parser("create", help="create a table")
+    c = verb(sub, "create", "create a table")
     c.add_argument("name", help="the new table's name")
     c.add_argument("--tablets", type=int, default=1, help="hash partitions (default 1)")
     c.add_argument("--replication-factor", type=int, default=3, help="replicas per tablet (default 3)")
-    sub.add_parser("delete", help="delete a table").add_argument("name", help="the table")
-    sub.add_parser("list", help="list tables")
-    sub.add_parser("locations", help="show where a table's tablets live (UUID@HOST:PORT, * = "
-                                     "leader)").add_argument("name", help="the table")
+    verb(sub, "delete", "delete a table").add_argument("name", help="the table")
+    verb(sub, "list", "list tables")
+    verb(sub, "locations", "show where a table's tablets live (UUID@HOST:PORT, * = leader)"
+         ).add_argument("name", help="the table")
 
 
 async def _kv(args, client) -> int:

@@ -15,7 +15,7 @@ import asyncio
 import sys
 
 from node.client import parse_addrs
-from node.client.cli import common_options, run_with_client
+from node.client.cli import common_options, run_with_client, verb
 from node.errors import TesseraError
 from node.protocol import (
     Ack,
@@ -174,22 +174,22 @@ async def list_tservers(args, client) -> int:
 def configure_tablet(p: argparse.ArgumentParser) -> None:
     common_options(p)
     sub = p.add_subparsers(dest="verb", required=True)
-    for verb, what in (("add-replica", "add a replica of TABLET on tablet server TS_UUID (copied "
+    for name, what in (("add-replica", "add a replica of TABLET on tablet server TS_UUID (copied "
                                        "from the leader, a voter once caught up)"),
                        ("remove-replica", "remove the replica of TABLET on TS_UUID (the master "
                                           "tombstones it)")):
-        r = sub.add_parser(verb, help=what, description=what)
+        r = verb(sub, name, what)
         r.add_argument("tablet", metavar="TABLET", help="the tablet's id")
         r.add_argument("ts_uuid", metavar="TS_UUID", help="the tablet server's UUID")
     what = ("move the replica of TABLET from tablet server FROM to TO: add TO, wait until it is "
             "a voter, then remove FROM (Kudu's move_replica, one command)")
-    m = sub.add_parser("move-replica", help=what, description=what)
+    m = verb(sub, "move-replica", what)
     m.add_argument("tablet", metavar="TABLET", help="the tablet's id")
     m.add_argument("source", metavar="FROM", help="UUID of the tablet server to move off")
     m.add_argument("dest", metavar="TO", help="UUID of the tablet server to move to")
     what = ("make TABLET's leader step down; with --new-leader, hand leadership to that voter "
             "(a graceful transfer), else the others elect after a timeout")
-    s = sub.add_parser("leader-step-down", help=what, description=what)
+    s = verb(sub, "leader-step-down", what)
     s.add_argument("tablet", metavar="TABLET", help="the tablet's id")
     s.add_argument("--new-leader", metavar="TS_UUID", help="the voter to hand leadership to")
     what = ("Kudu's last resort (unsafe_change_config) when a majority of TABLET's voters is "
@@ -197,8 +197,8 @@ def configure_tablet(p: argparse.ArgumentParser) -> None:
             "surviving replica named in --voters appends a config of just those voters as a new "
             "config entry, so they can elect a leader. Writes only the lost replicas held are "
             "lost for good; refused without --force")
-    u = sub.add_parser("unsafe-change-config", help="recover a tablet whose majority is lost "
-                                                    "(refused without --force)", description=what)
+    u = verb(sub, "unsafe-change-config", "recover a tablet whose majority is lost (refused "
+             "without --force)", description=what)
     u.add_argument("tablet", metavar="TABLET", help="the tablet's id")
     u.add_argument("--voters", required=True, metavar="UUID,UUID",
                    help="the surviving replicas' tablet server UUIDs: the new config")

@@ -14,24 +14,32 @@ DEFAULT_DIR = Path(os.environ.get("TESSERA_LOCAL_CLUSTER", Path.home() / ".tesse
 def configure(p: argparse.ArgumentParser) -> None:
     p.description = ("Start masters and tablet servers as processes on 127.0.0.1 (free ports), "
                      "stop them by pid, or show them.")
-    p.add_argument("action", choices=["up", "down", "status"],
-                   help="up: start the cluster (or the daemons of it that are down); down: stop "
-                        "every daemon it started, by pid; status: one line a daemon")
-    p.add_argument("--num-masters", type=int, default=1, help="1, 3 or 5 masters (default 1)")
-    p.add_argument("--num-tservers", type=int, default=3, help="tablet servers (default 3)")
-    p.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"cluster directory (default {DEFAULT_DIR})")
-    p.add_argument("--security", action=argparse.BooleanOptionalAction, default=True,
-                   help="a CA of the cluster's own in DIR/tls, and daemons that require TLS and "
-                        "certificates; the CLI finds the operator's certificate there "
-                        "(default: on; --no-security: plaintext, open to any caller on "
-                        "--trusted-subnets)")
-    p.add_argument("--ca-cert", type=Path, metavar="FILE",
-                   help="issue the cluster's certificates from this CA (PEM, with --ca-key) "
-                        "instead of a new one in DIR/tls/ca")
-    p.add_argument("--ca-key", type=Path, metavar="FILE", help="the private key of --ca-cert")
-    p.add_argument("--flag", action="append", default=[], metavar="NAME=VALUE",
-                   help="a daemon flag for every daemon, repeatable, as `tessera test --flag` "
-                        "takes it (e.g. --flag log_force_fsync_all=false; dashes or underscores)")
+    sub = p.add_subparsers(dest="action", required=True, metavar="{up,down,status}")
+
+    def verb(name: str, what: str) -> argparse.ArgumentParser:
+        v = sub.add_parser(name, help=what, description=what)
+        v.add_argument("--cluster-dir", "--dir", dest="dir", type=Path, default=DEFAULT_DIR,
+                       metavar="DIR", help=f"the cluster's directory, one --data-dir in it per "
+                                           f"daemon (default {DEFAULT_DIR})")
+        return v
+
+    up = verb("up", "start the cluster, or the daemons of it that are down; print the masters")
+    verb("down", "stop every daemon the cluster started, by pid")
+    verb("status", "one line a daemon: name, kind, address, pid, up or down")
+    up.add_argument("--num-masters", type=int, default=1, help="1, 3 or 5 masters (default 1)")
+    up.add_argument("--num-tservers", type=int, default=3, help="tablet servers (default 3)")
+    up.add_argument("--security", action=argparse.BooleanOptionalAction, default=True,
+                    help="a CA of the cluster's own in DIR/tls, and daemons that require TLS and "
+                         "certificates; the CLI finds the operator's certificate there "
+                         "(default: on; --no-security: plaintext, open to any caller on "
+                         "--trusted-subnets)")
+    up.add_argument("--ca-cert", type=Path, metavar="FILE",
+                    help="issue the cluster's certificates from this CA (PEM, with --ca-key) "
+                         "instead of a new one in DIR/tls/ca")
+    up.add_argument("--ca-key", type=Path, metavar="FILE", help="the private key of --ca-cert")
+    up.add_argument("--flag", action="append", default=[], metavar="NAME=VALUE",
+                    help="a daemon flag for every daemon, repeatable, as `tessera test --flag` "
+                         "takes it (e.g. --flag log_force_fsync_all=false; dashes or underscores)")
 
 
 def daemon_flag(text: str) -> str:
@@ -66,12 +74,13 @@ def run(args: argparse.Namespace) -> int:
 
     from node.tools.local_cluster import LocalCluster, LocalClusterError
 
-    try:
-        flags = [daemon_flag(f) for f in args.flag]
-        ca = _ca(args)
-    except ValueError as e:
-        print(f"tessera local-cluster: {e}", file=sys.stderr)
-        return BAD_ARGS
+    if args.action == "up":
+        try:
+            flags = [daemon_flag(f) for f in args.flag]
+            ca = _ca(args)
+        except ValueError as e:
+            print(f"tessera local-cluster: {e}", file=sys.stderr)
+            return BAD_ARGS
     try:
         if args.action == "up":
             path = args.dir / "cluster.json"

@@ -18,8 +18,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="verb", required=True, metavar="{list,cmeta,delete}")
 
     def with_dir(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        parser.add_argument("--fs-data-dir", type=Path, required=True, metavar="DIR",
-                            help="the server's --data-dir (the server must be stopped)")
+        parser.add_argument("--data-dir", "--fs-data-dir", dest="data_dir", type=Path,
+                            required=True, metavar="DIR",
+                            help="the server's --data-dir (the server must be stopped); "
+                                 "--fs-data-dir is Kudu's name for it")
         return parser
 
     with_dir(sub.add_parser("list", help="every replica: tablet, table, data state, term, vote, "
@@ -51,23 +53,23 @@ def run(args: argparse.Namespace) -> int:
     from node.errors import TesseraError
     from node.exit_codes import BAD_ARGS
 
-    if not (args.fs_data_dir / "instance").exists():
-        print(f"tessera local-replica: {args.fs_data_dir} is not a server's data dir (no "
+    if not (args.data_dir / "instance").exists():
+        print(f"tessera local-replica: {args.data_dir} is not a server's data dir (no "
               "instance file)", file=sys.stderr)
         return BAD_ARGS
     try:
-        lock = lock_data_dir(args.fs_data_dir)
+        lock = lock_data_dir(args.data_dir)
     except TesseraError as e:
         print(f"tessera local-replica: {e}", file=sys.stderr)
         return 1
     try:
         if args.verb == "list":
-            return _list(args.fs_data_dir)
+            return _list(args.data_dir)
         if args.verb == "delete":
-            return _delete(args.fs_data_dir, args.tablet, args.keep_tombstone)
+            return _delete(args.data_dir, args.tablet, args.keep_tombstone)
         if args.cmeta_verb == "print":
-            return _print_cmeta(args.fs_data_dir, args.tablet)
-        return _recreate(args.fs_data_dir, args.tablet, args.peers)
+            return _print_cmeta(args.data_dir, args.tablet)
+        return _recreate(args.data_dir, args.tablet, args.peers)
     except (OSError, ValueError, TesseraError) as e:
         print(f"tessera local-replica: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
