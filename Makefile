@@ -51,6 +51,7 @@ demo: setup
 	echo "tessera test exit $$code ($$run)"; \
 	$(VENV)/bin/tessera analyze store; code=$$?; \
 	if [ $$code -ge 254 ]; then echo "tessera analyze failed (exit $$code)" >&2; exit $$code; fi; \
+	echo "the 5 netns hosts stay up for the next run; '$(VENV)/bin/tessera cluster down' removes them"; \
 	echo "report: $$(readlink -f "$$run")/report.html"
 
 bench: setup

@@ -26,9 +26,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.description = __doc__.split("\n\n")[1].replace("\n", " ")
     d = TestSpec()
     p.add_argument("--db", default=d.db, choices=list(SYSTEMS),
-                   help="the system under test: tessera, or pysyncobj (a PySyncObj replicated "
-                        "store; workloads register and set, the faults that apply, node-bound "
-                        "clients) (default tessera)")
+                   help="the system under test: tessera; pysyncobj (a PySyncObj replicated "
+                        "store: register and set, node-bound clients); or etcd (Debian's "
+                        "etcd-server); each with the workloads and faults that apply to it "
+                        "(default tessera)")
     p.add_argument("--workload", default=d.workload, help=f"one of {', '.join(WORKLOADS)} (default register)")
     p.add_argument("--workload-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a workload parameter, e.g. ops_per_key=100 (repeatable)")
@@ -88,61 +89,30 @@ def parse_value(text: str, what: str) -> tuple[str, object]:
 
 
 def spec_from_args(args: argparse.Namespace) -> TestSpec:
-    """Every argument checked before anything touches a host; ValueError says what is wrong."""
+    """The run `args` ask for, checked (harness.validate, as test-all's cells and replay's
+    recorded runs are) before anything touches a host; ValueError says what is wrong."""
     from harness.spec import system
+    from harness.validate import check
     from nemeses.registry import select
-    from workloads import make
 
     options = dict(parse_value(o, "--workload-option") for o in args.workload_option)
-    try:
-        make(args.workload, **options)
-    except TypeError as e:
-        raise ValueError(f"bad --workload-option for {args.workload}: {e}") from None
-    kind = system(args.db)
-    if args.workload not in kind.workloads:
-        raise ValueError(f"--db {args.db} runs the workloads {', '.join(kind.workloads)}, "
-                         f"not {args.workload}")
-    if args.client not in kind.client_modes:
-        raise ValueError(f"--db {args.db} takes --client {', '.join(kind.client_modes)}, "
-                         f"not {args.client}")
     flags = dict(parse_value(f, "--flag") for f in args.flag)
-    kind.check_flags(flags)
-    fast = failure_detection.fast(args, kind)
-    if args.time_limit <= 0:
-        raise ValueError(f"--time-limit must be > 0, got {args.time_limit:g}")
-    if args.nemesis_interval <= 0:
-        raise ValueError("--nemesis-interval must be > 0")
     if args.test_count < 1:
         raise ValueError(f"--test-count must be at least 1, got {args.test_count}")
-    if args.concurrency < 0 or args.rate < 0 or args.op_timeout <= 0:
-        raise ValueError("--concurrency, --rate must be >= 0 and --op-timeout > 0")
-    hosts = host_options.spec_fields(args)
-    if args.wheelhouse is not None:
-        from harness.db import check_wheelhouse
-        check_wheelhouse(args.wheelhouse)
-    if bool(args.ca_cert) != bool(args.ca_key):
-        raise ValueError("--ca-cert and --ca-key go together")
-    if args.ca_cert:
-        if args.db != "tessera":
-            raise ValueError(f"--ca-cert is for --db tessera; {args.db} has no RPC security here")
-        from node.security.pki import load_ca
-        load_ca(args.ca_cert, args.ca_key)  # ValueError saying what is wrong with them
-    nemesis = select(args.nemesis, kind.offers)
-    if args.workload == "watch" and "admin" in nemesis:
-        raise ValueError("--workload watch cannot go with --nemesis admin: compaction removes "
-                         "the history its final watch reads from revision 1")
-    return TestSpec(
+    kind = system(args.db)
+    return check(TestSpec(
         db=args.db, workload=args.workload, workload_options=options,
-        nemesis=nemesis,
+        nemesis=select(args.nemesis, kind.offers),
         nemesis_interval=args.nemesis_interval, time_limit=args.time_limit,
         concurrency=args.concurrency, rate=args.rate,
         seed=args.seed if args.seed is not None else random.randrange(2**31),
         client=args.client, flags=flags,
-        fast_failure_detection=fast, op_timeout=args.op_timeout,
-        **hosts, store=str(args.store), wheelhouse=str(args.wheelhouse) if args.wheelhouse else None,
+        fast_failure_detection=failure_detection.fast(args, kind), op_timeout=args.op_timeout,
+        **host_options.spec_fields(args), store=str(args.store),
+        wheelhouse=str(args.wheelhouse) if args.wheelhouse else None,
         leave_db_running=args.leave_db_running,
         ca_cert=str(args.ca_cert.resolve()) if args.ca_cert else None,
-        ca_key=str(args.ca_key.resolve()) if args.ca_key else None)
+        ca_key=str(args.ca_key.resolve()) if args.ca_key else None))
 
 
 def run(args: argparse.Namespace) -> int:

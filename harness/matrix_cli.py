@@ -177,6 +177,24 @@ def base_spec(args: argparse.Namespace, wheelhouse: Path):
                     store=str(args.store), wheelhouse=str(wheelhouse))
 
 
+def check_cells(cells: list[Cell], base) -> None:
+    """Every chaos cell's run checked as `tessera test` checks its own (harness.validate),
+    before the cluster comes up: a cell that could not run fails the matrix now, not an hour
+    into the night. The wheelhouse is built later; the simulator cells are not chaos runs."""
+    import msgspec
+
+    from harness.sim_cell import FULL_KIND, KIND
+    from harness.validate import check
+
+    unbuilt = msgspec.structs.replace(base, wheelhouse=None)
+    for cell in cells:
+        if cell.workload not in (KIND, FULL_KIND):
+            try:
+                check(cell.spec(unbuilt, 30.0, 1))
+            except ValueError as e:
+                raise ValueError(f"cell {cell.name}: {e}") from None
+
+
 def _runner(base, first_seed: int, summary_dir: Path):
     """execute(cell, time_limit, attempt) for harness.matrix.run_matrix: one `tessera test` run,
     its outcome read back from the run's results.json."""
@@ -228,6 +246,7 @@ def run(args: argparse.Namespace) -> int:
         if budget <= 0 or args.test_count < 1 or args.hosts < 3:
             raise ValueError("--time-budget must be > 0, --test-count >= 1, --netns-hosts >= 3")
         base = base_spec(args, wheelhouse)
+        check_cells(cells, base)
     except (ValueError, ClusterError) as e:
         print(f"tessera test-all: {e}", file=sys.stderr)
         return BAD_ARGS

@@ -22,6 +22,7 @@ def load(run_dir: Path):
     import msgspec
 
     from harness.spec import TestSpec
+    from harness.validate import check
     from nemeses import plan
 
     try:
@@ -29,6 +30,10 @@ def load(run_dir: Path):
         schedule = plan.loads((run_dir / "schedule.json").read_bytes())
         spec = TestSpec.from_dict(test)
     except (OSError, ValueError, msgspec.ValidationError) as e:
+        raise ValueError(f"{run_dir} cannot be replayed: {e}") from None
+    try:  # the run as recorded must still be one this version can make (harness.validate)
+        check(spec)
+    except ValueError as e:
         raise ValueError(f"{run_dir} cannot be replayed: {e}") from None
     return msgspec.structs.replace(spec, store=str(run_dir.resolve().parent.parent)), schedule
 

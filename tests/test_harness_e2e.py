@@ -182,7 +182,7 @@ def test_lose_unfsynced_writes_shows_why_fsync_matters(env, tmp_path, fsync, exp
 
 
 def test_nemesis_all_fires_every_fault_and_leaves_no_trace(env, tmp_path):
-    out = tessera("test", "--nemesis", "all", "--time-limit", "40", "--nemesis-interval", "5",
+    out = tessera("test", "--nemesis", "all", "--time-limit", "20", "--nemesis-interval", "5",
                   "--seed", "11", "--store", str(tmp_path / "store"), env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     run_dir = out.stdout.strip().splitlines()[-1]

@@ -74,6 +74,24 @@ def test_a_run_without_a_schedule_cannot_be_replayed(tmp_path, capsys):
     assert "cannot be replayed" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("edit, says", [
+    ({"flags": {"nosuch": 1}}, "unknown key 'nosuch'"),
+    ({"nemesis": ["meteor"]}, "unknown nemesis 'meteor'"),
+    ({"time_limit": -5}, "--time-limit must be > 0"),
+    ({"workload": "watch"}, "runs the workloads"),
+])
+def test_a_recorded_run_is_checked_as_tessera_test_checks_its_arguments(tmp_path, capsys, edit,
+                                                                       says):
+    """Issue 36: replay shares `tessera test`'s one check (harness.validate), so a test.json
+    edited by hand, or written by another version, is refused before any host is touched."""
+    _, _, run_dir = recorded_run(tmp_path)
+    test = json.loads((run_dir / "test.json").read_text())
+    (run_dir / "test.json").write_text(json.dumps({**test, **edit}))
+    assert main(["replay", str(run_dir)]) == 254
+    err = capsys.readouterr().err
+    assert "cannot be replayed" in err and says in err, err
+
+
 class FlakyClient:
     """A register map whose timing and failures differ run to run (its own unseeded random)."""
 

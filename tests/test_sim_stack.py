@@ -35,8 +35,10 @@ def _configs(first: int, n: int, **kw) -> list[StackConfig]:
 
 
 @pytest.mark.slow
-def test_fifty_seeds_of_the_correct_engine_are_valid(tmp_path):
-    results = run_seeds(_configs(5000, 50), tmp_path, jobs=2)
+def test_thirty_seeds_of_the_correct_engine_are_valid(tmp_path):
+    """The simulator's false-alarm guard in CI (the matrix's sim-full cells and `tessera sim
+    --stack full` run many more): every seed valid, and every fault kind drawn at least once."""
+    results = run_seeds(_configs(5000, 30), tmp_path, jobs=2)
     assert [(r.seed, r.violation, r.verdict, r.results.get("anomalies")) for r in results
             if not r.ok()] == []
     assert all(r.ops > 0 for r in results)

@@ -69,3 +69,19 @@ def test_host_options_become_the_same_spec_fields(argv, tmp_path):
     one = test_spec(argv)
     assert (spec.provider, spec.hosts, spec.inline_nodes, spec.username) == \
         (one.provider, one.hosts, one.inline_nodes, one.username)
+
+
+def test_every_cell_is_checked_as_tessera_test_checks_a_run_before_the_cluster_comes_up(
+        capsys, tmp_path, monkeypatch):
+    """One check for both (harness.validate): a cell `tessera test` would refuse makes the whole
+    matrix a bad-arguments exit before any namespace or wheel is made."""
+    from harness.cli import main
+    from harness.cluster import netns
+
+    monkeypatch.setattr(netns.NetnsCluster, "up", lambda *a, **k: pytest.fail("cluster up"))
+    argv = ["test-all", "--db", "etcd", "--workloads", "watch,set", "--nemesis", "admin",
+            "--store", str(tmp_path)]
+    assert main(argv) == 254
+    assert "cell watch/admin: --workload watch cannot go with --nemesis admin" in \
+        capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 
 import pytest
 
@@ -386,3 +387,33 @@ def test_a_reservation_handed_over_twice_is_refused(tmp_path):
         log.async_append(res, lambda err: None)
         with pytest.raises(WalError, match="twice"):
             log.async_append(res, lambda err: None)
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_a_wake_pending_when_another_thread_closes_the_log_is_handled(tmp_path, loop_kind):
+    """Found by the copy-race chaos test: the appender had rung the loop's wake descriptor, a
+    tombstone closed the log from a worker thread while the loop was busy, and the loop then
+    ran the wake callback on a descriptor the close had already forgotten (an unhandled
+    ValueError in the tablet server's log, every time it happened)."""
+    errors = []
+
+    async def main():
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+        log = Log.open(str(tmp_path), TABLET)
+        futures = [log.append_future(log.reserve([entry(i)])) for i in range(1, 4)]
+        while not log._done and not all(f.done() for f in futures):  # the appender rang
+            time.sleep(0.001)  # blocks the loop: the wake stays pending
+        closer = threading.Thread(target=log.close)
+        closer.start()
+        closer.join()  # still blocking the loop: the close lands while the wake is pending
+        await asyncio.wait_for(asyncio.gather(*futures), 30)
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+    if loop_kind == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
+    assert errors == []
+    assert read_log(str(tmp_path), TABLET).entries == [entry(i) for i in range(1, 4)]

@@ -287,17 +287,20 @@ class Log:
         if self._loop is None:
             if not self._inline:
                 self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-                loop.add_reader(self._wake_fd, self._on_wake)
+                loop.add_reader(self._wake_fd, self._on_wake, self._wake_fd)
                 self._wake_loop = functools.partial(os.eventfd_write, self._wake_fd, 1)
             self._loop = loop
         elif self._loop is not loop:
             raise WalError("a Log serves futures to one event loop only")
         return loop
 
-    def _on_wake(self) -> None:
-        """On the loop: resolve what the appender finished."""
+    def _on_wake(self, fd: int) -> None:
+        """On the loop: resolve what the appender finished. `fd` is the descriptor this
+        reader watches, not `_wake_fd`: a close from another thread forgets that at once and
+        leaves the descriptor open until its unbinding runs here, and a wake may be pending
+        in between (uvloop still runs it)."""
         with contextlib.suppress(BlockingIOError):  # already drained by an earlier call
-            os.eventfd_read(self._wake_fd)
+            os.eventfd_read(fd)
         self._deliver()
 
     def _deliver(self) -> None:

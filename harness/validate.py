@@ -1,0 +1,69 @@
+"""One check of a run's `TestSpec` before anything touches a host, shared by `tessera test`
+(its arguments), `tessera test-all` (every cell's spec, before the cluster comes up) and
+`tessera replay` (a recorded test.json, which may have been edited or come from another
+version). A spec that passes here fails later only for what the hosts themselves say.
+
+`check(spec)` raises ValueError naming the first problem in the words of `tessera test`'s
+flags, so a user knows which one to change."""
+
+from __future__ import annotations
+
+from harness.spec import CLIENT_MODES, FAST_FAILURE_DETECTION, PROVIDERS, SYSTEMS, TestSpec
+
+
+def check(spec: TestSpec) -> TestSpec:
+    """`spec`, unchanged, once every value in it is one the run can use."""
+    from harness.spec import system
+    from nemeses.registry import select
+    from workloads import make
+
+    if spec.db not in SYSTEMS:
+        raise ValueError(f"--db {spec.db!r}: not one of {', '.join(SYSTEMS)}")
+    kind = system(spec.db)
+    if spec.workload not in kind.workloads:
+        raise ValueError(f"--db {spec.db} runs the workloads {', '.join(kind.workloads)}, "
+                         f"not {spec.workload}")
+    try:
+        make(spec.workload, **spec.workload_options)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"bad --workload-option for {spec.workload}: {e}") from None
+    if spec.client not in CLIENT_MODES or spec.client not in kind.client_modes:
+        raise ValueError(f"--db {spec.db} takes --client {', '.join(kind.client_modes)}, "
+                         f"not {spec.client}")
+    kind.check_flags(dict(spec.flags))
+    if spec.fast_failure_detection:
+        try:
+            kind.check_flags(dict(FAST_FAILURE_DETECTION))
+        except ValueError:
+            raise ValueError(f"--fast-failure-detection sets Tessera's daemon flags, which --db "
+                             f"{spec.db} does not take: set its own with --flag") from None
+    if spec.time_limit <= 0:
+        raise ValueError(f"--time-limit must be > 0, got {spec.time_limit:g}")
+    if spec.nemesis_interval <= 0:
+        raise ValueError("--nemesis-interval must be > 0")
+    if spec.concurrency < 0 or spec.rate < 0 or spec.op_timeout <= 0:
+        raise ValueError("--concurrency, --rate must be >= 0 and --op-timeout > 0")
+    if spec.provider not in PROVIDERS:
+        raise ValueError(f"--provider {spec.provider!r}: not one of {', '.join(PROVIDERS)}")
+    if spec.provider == "netns" and spec.hosts < 1:
+        raise ValueError(f"--netns-hosts must be at least 1, got {spec.hosts}")
+    if spec.nemesis:
+        select(",".join(spec.nemesis), kind.offers)  # each a known fault that applies
+    if spec.workload == "watch" and "admin" in spec.nemesis:
+        raise ValueError("--workload watch cannot go with --nemesis admin: compaction removes "
+                         "the history its final watch reads from revision 1")
+    if bool(spec.ca_cert) != bool(spec.ca_key):
+        raise ValueError("--ca-cert and --ca-key go together")
+    if spec.ca_cert:
+        if spec.db != "tessera":
+            raise ValueError(f"--ca-cert is for --db tessera; {spec.db} has no RPC security here")
+        from node.security.pki import load_ca
+        load_ca(spec.ca_cert, spec.ca_key)  # ValueError saying what is wrong with them
+    if spec.wheelhouse is not None:
+        from harness.cluster import ClusterError
+        from harness.db import check_wheelhouse
+        try:
+            check_wheelhouse(spec.wheelhouse)
+        except ClusterError as e:
+            raise ValueError(str(e)) from None
+    return spec
