@@ -117,6 +117,11 @@ def test_check_questions_what_it_should(tmp_path, capsys):
     for argv in (["--time-limit", "-1"], ["--max-states", "0"]):
         code, err = _check(capsys, nof, "--model", "cas-register", *argv)
         assert code == 254 and "--time-limit must be > 0" in err
+    garbage = tmp_path / "garbage.jsonl"  # bytes, a terminal escape among them
+    garbage.write_bytes(b"\x00\x01\xff\xfe garbage \x1b[31m red\n")
+    code, err = _check(capsys, garbage, "--model", "cas-register")
+    assert code == 2 and len(err.splitlines()) == 1 and "garbage.jsonl:1:" in err, err
+    assert err.isprintable() or err[:-1].isprintable(), repr(err)  # nothing echoed raw
     mutex = tmp_path / "mutex.edn"
     write_edn([Op(index=0, type="invoke", process=0, f="write", value=1),
                Op(index=1, type="ok", process=0, f="write", value=1)], mutex)
