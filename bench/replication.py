@@ -100,19 +100,42 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def _proc_counters(pid: int) -> tuple[float, int, int]:
+    """(CPU seconds, context switches, read/write-class syscalls) of one process so far: the
+    switches from /proc/PID/status (voluntary: it blocked and was woken; involuntary: preempted),
+    the syscalls from /proc/PID/io (syscr + syscw: read, recv, write, send and their kin; not
+    epoll_wait, fsync or futex)."""
+    status = (line.partition(":") for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    switches = sum(int(v) for k, _, v in status if k.endswith("ctxt_switches"))
+    io = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    return _cpu_s(pid), switches, int(io["syscr"]) + int(io["syscw"])
+
+
 class _CpuMeter:
-    """CPU time each process spent during a measuring window, per committed op: the per-op
-    cost profile of the write path, split into client (every load process), leader, followers
-    and master."""
+    """What each process spent during a measuring window, per committed op: CPU, context
+    switches (each voluntary one a wake-up) and read/write syscalls. The per-op cost profile of
+    the write path, split into client (every load process), leader, followers and master, or
+    PySyncObj's leader and followers."""
 
     def __init__(self, roles: dict[str, list[int]]):
         self.roles = roles  # role -> pids
-        self.start = {r: sum(map(_cpu_s, ps)) for r, ps in roles.items()}
+        self.start = self._now()
 
-    def per_op_us(self, ops: int) -> dict[str, float]:
-        used = {r: sum(map(_cpu_s, ps)) - self.start[r] for r, ps in self.roles.items()}
-        out = {r: round(s / max(ops, 1) * 1e6, 1) for r, s in used.items()}
-        out["total"] = round(sum(used.values()) / max(ops, 1) * 1e6, 1)
+    def _now(self) -> dict[str, tuple[float, int, int]]:
+        return {r: tuple(map(sum, zip(*(_proc_counters(p) for p in ps), strict=True)))
+                for r, ps in self.roles.items()}
+
+    def per_op(self, ops: int) -> dict[str, dict[str, float]]:
+        """{"cpu_us_per_op": …, "switches_per_op": …, "rw_syscalls_per_op": …}, each by role
+        and in total."""
+        now, n = self._now(), max(ops, 1)
+        out = {}
+        for i, (key, scale, digits) in enumerate((("cpu_us_per_op", 1e6, 1),
+                                                  ("switches_per_op", 1, 2),
+                                                  ("rw_syscalls_per_op", 1, 2))):
+            used = {r: now[r][i] - self.start[r][i] for r in self.roles}
+            out[key] = {r: round(u / n * scale, digits) for r, u in used.items()}
+            out[key]["total"] = round(sum(used.values()) / n * scale, digits)
         return out
 
 
@@ -170,7 +193,7 @@ class _LoadPool:
         pt = {name: n, "ops_per_s": round(ops / elapsed, 1),
               "p50_ms": round(_hist_pct(hist, 0.50) * 1000, 2) if ops else None,
               "p99_ms": round(_hist_pct(hist, 0.99) * 1000, 2) if ops else None,
-              "cpu_us_per_op": meter.per_op_us(ops), "client_procs": len(used)}
+              **meter.per_op(ops), "client_procs": len(used)}
         if failed := sum(r["failed"] for r in results):
             pt["failed"] = failed
         return pt
@@ -479,13 +502,21 @@ def _pysyncobj_point(nodes: list[_Child], leader: _Child, mode: str, outstanding
     for n, k in active:
         n.send({"cmd": "load", "outstanding": k, "start_at": start_at,
                 "warmup": warmup, "seconds": seconds})
+    # the nodes count the ops committed in [start_at + warmup, + seconds]: meter the same window
+    time.sleep(max(0.0, start_at + warmup - time.time()))
+    meter = _CpuMeter({"leader": [leader.proc.pid],
+                       "followers": [n.proc.pid for n in nodes if n is not leader]})
+    time.sleep(max(0.0, start_at + warmup + seconds - time.time()))
+    cost = meter.per_op(1)  # divided by the ops below, once they are known
     res = [n.recv(timeout=warmup + seconds + 60) for n, _ in active]
     ok = sum(r["ok"] for r in res)
     err = sum(r["err"] for r in res)
     for n in nodes:
         n.send({"cmd": "leader"})
     leaders = {n.recv(timeout=10)["leader"] for n in nodes}
-    pt = {"outstanding": outstanding, "drive": mode, "ops_per_s": round(ok / seconds, 1)}
+    pt = {"outstanding": outstanding, "drive": mode, "ops_per_s": round(ok / seconds, 1),
+          **{k: {r: round(v / max(ok, 1), 2 if k != "cpu_us_per_op" else 1) for r, v in by.items()}
+             for k, by in cost.items()}}
     if err:
         pt["errors"] = err
     if not all(r["drained"] for r in res):

@@ -20,13 +20,13 @@ def check(spec: TestSpec) -> TestSpec:
     if spec.db not in SYSTEMS:
         raise ValueError(f"--db {spec.db!r}: not one of {', '.join(SYSTEMS)}")
     kind = system(spec.db)
+    try:  # an unknown workload is named as such before asking whether --db runs it
+        make(spec.workload, **spec.workload_options)
+    except TypeError as e:
+        raise ValueError(f"bad --workload-option for {spec.workload}: {e}") from None
     if spec.workload not in kind.workloads:
         raise ValueError(f"--db {spec.db} runs the workloads {', '.join(kind.workloads)}, "
                          f"not {spec.workload}")
-    try:
-        make(spec.workload, **spec.workload_options)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"bad --workload-option for {spec.workload}: {e}") from None
     if spec.client not in CLIENT_MODES or spec.client not in kind.client_modes:
         raise ValueError(f"--db {spec.db} takes --client {', '.join(kind.client_modes)}, "
                          f"not {spec.client}")

@@ -105,7 +105,7 @@ def test_every_command_and_verb_exits_254_on_a_bad_option_without_a_traceback(ca
 def test_test_validation_errors_exit_254_before_touching_a_host(capsys, tmp_path):
     assert main(["test", "--workload", "nope", "--store", str(tmp_path)]) == 254
     captured = capsys.readouterr()
-    assert "runs the workloads register, list-append" in captured.err and captured.out == ""
+    assert "unknown workload 'nope'" in captured.err and captured.out == ""
     assert not list(tmp_path.iterdir())
 
 
