@@ -43,7 +43,10 @@ class Members(Protocol):
 class Membership(Nemesis):
     name: str = "membership"
     db: object = None  # harness.db.Deployment offering "membership"
-    timeout: float = 30.0  # per change, retrying while another change is pending
+    # per change, retrying while another change is pending: a change of a healthy cluster takes
+    # a few seconds; one that cannot finish (its majority lost to other faults) is given up at
+    # the stop and tried again at the heal, not waited on for half a minute each time
+    timeout: float = 15.0
     _removed: list[Candidate] = field(default_factory=list)
 
     def start(self, choice: dict) -> dict:

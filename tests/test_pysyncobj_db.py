@@ -115,7 +115,7 @@ def test_a_full_queue_is_a_definite_failure_and_a_noted_warning(cluster, tmp_pat
     db, _, logs = cluster({"commandsQueueSize": 1})
 
     async def flood():
-        clients = [NodeClient(db.hosts[0].address, "n1", 20.0) for _ in range(60)]
+        clients = [NodeClient(db.hosts[0].address, "n1", 6.0) for _ in range(60)]
         try:
             return await asyncio.gather(*(c.write(f"k{i}", i) for i, c in enumerate(clients)),
                                         return_exceptions=True)
