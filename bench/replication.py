@@ -101,10 +101,11 @@ def _cpu_s(pid: int) -> float:
 
 
 def _proc_counters(pid: int) -> tuple[float, int, int]:
-    """(CPU seconds, context switches, read/write-class syscalls) of one process so far: the
-    switches from /proc/PID/status (voluntary: it blocked and was woken; involuntary: preempted),
-    the syscalls from /proc/PID/io (syscr + syscw: read, recv, write, send and their kin; not
-    epoll_wait, fsync or futex)."""
+    """(CPU seconds, context switches, read/write calls) of one process so far: the switches
+    from /proc/PID/status (voluntary: it blocked and was woken; involuntary: preempted), the
+    calls from /proc/PID/io (syscr + syscw: read(2), write(2) and their vectored kin, which is
+    how uvloop moves socket bytes; NOT send/recv, which PySyncObj's sockets use, so that
+    system's count reads near 0 and says nothing; nor epoll_wait, fsync or futex)."""
     status = (line.partition(":") for line in Path(f"/proc/{pid}/status").read_text().splitlines())
     switches = sum(int(v) for k, _, v in status if k.endswith("ctxt_switches"))
     io = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
