@@ -118,3 +118,34 @@ def test_a_delete_racing_a_copys_install_leaves_memory_and_disk_agreeing(tmp_pat
             await src.stop()
 
     asyncio.run(main())
+
+
+def test_a_copy_whose_caller_left_first_fails_without_an_unhandled_exception():
+    """Found by the batched-writes chaos test: a copy's source was killed after the leader that
+    asked for the copy had gone, so the shielded copy task failed with nobody awaiting it, and
+    asyncio logged the failure (already logged as a warning) as an unhandled exception."""
+    import asyncio
+    import gc
+    import types
+
+    from node.tserver.copy_service import TabletCopyService
+
+    errors = []
+
+    async def main():
+        asyncio.get_running_loop().set_exception_handler(lambda _l, ctx: errors.append(ctx))
+        holder = types.SimpleNamespace(_copies=set())
+
+        async def copy():
+            raise RuntimeError("no tablet copy session")
+
+        task = asyncio.create_task(copy())
+        holder._copies.add(task)
+        task.add_done_callback(lambda t: TabletCopyService._copy_ended(holder, t))
+        await asyncio.sleep(0.01)  # nobody awaits the task: its caller is gone
+        assert not holder._copies
+        del task
+        gc.collect()
+
+    asyncio.run(main())
+    assert errors == []

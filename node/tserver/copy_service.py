@@ -55,7 +55,7 @@ class TabletCopyService:
         "a copy is in progress" until it ends, then finds the replica running or tombstoned."""
         task = asyncio.create_task(self._copy(req), name=f"copy-{req.tablet_id}")
         self._copies.add(task)
-        task.add_done_callback(self._copies.discard)
+        task.add_done_callback(self._copy_ended)
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -63,6 +63,14 @@ class TabletCopyService:
                 raise  # this server is stopping, or the caller's connection closed
             raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {req.tablet_id}: the copy was "
                            "aborted (the tablet was deleted meanwhile)") from None
+
+    def _copy_ended(self, task: asyncio.Task) -> None:
+        """A copy outlives its caller (shielded): when the caller is gone first, its failure
+        has nobody to be raised to. `_copy` logged it as a warning; retrieving it here keeps
+        asyncio from logging the same failure again as an unhandled exception."""
+        self._copies.discard(task)
+        if not task.cancelled():
+            task.exception()
 
     async def _copy(self, req: StartTabletCopy) -> TabletCopyResult:
         """Guarded (TabletManager.begin_copy), then the files are fetched from `source` and
