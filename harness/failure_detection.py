@@ -30,10 +30,18 @@ def fast(args: argparse.Namespace, kind) -> bool:
     if args.fast_failure_detection is False:
         return False
     try:
-        kind.check_flags(dict(FAST_FAILURE_DETECTION))
+        check_taken(kind, args.db)
     except ValueError:
         if args.fast_failure_detection:
-            raise ValueError(f"--fast-failure-detection sets Tessera's daemon flags, which --db "
-                             f"{args.db} does not take: set its own with --flag") from None
+            raise
         return False
     return True
+
+
+def check_taken(kind, db: str) -> None:
+    """ValueError unless the daemons of `kind` (the system --db `db`) take the fast set."""
+    try:
+        kind.check_flags(dict(FAST_FAILURE_DETECTION))
+    except ValueError:
+        raise ValueError(f"--fast-failure-detection sets Tessera's daemon flags, which --db "
+                         f"{db} does not take: set its own with --flag") from None

@@ -8,7 +8,8 @@ flags, so a user knows which one to change."""
 
 from __future__ import annotations
 
-from harness.spec import CLIENT_MODES, FAST_FAILURE_DETECTION, PROVIDERS, SYSTEMS, TestSpec
+from harness.failure_detection import check_taken
+from harness.spec import CLIENT_MODES, PROVIDERS, SYSTEMS, TestSpec
 
 
 def check(spec: TestSpec) -> TestSpec:
@@ -32,11 +33,7 @@ def check(spec: TestSpec) -> TestSpec:
                          f"not {spec.client}")
     kind.check_flags(dict(spec.flags))
     if spec.fast_failure_detection:
-        try:
-            kind.check_flags(dict(FAST_FAILURE_DETECTION))
-        except ValueError:
-            raise ValueError(f"--fast-failure-detection sets Tessera's daemon flags, which --db "
-                             f"{spec.db} does not take: set its own with --flag") from None
+        check_taken(kind, spec.db)
     if spec.time_limit <= 0:
         raise ValueError(f"--time-limit must be > 0, got {spec.time_limit:g}")
     if spec.nemesis_interval <= 0:
