@@ -41,6 +41,12 @@ issue's targets and which of them were met (targets_met), and under stricter_rea
 at 64 clients of both read modes against the best single-op rate at any concurrency. Failover
 time is bench/failover.py.
 
+The pairs' spread is reported too (ratio_single_op_lowest/_highest, ratio_batched_lowest/
+_highest), and host_kind names the kind of host the run measured on, from its slowest anchor
+(fast up to 10 µs, middle up to 14, slow beyond). The one-client p50 target is judged only where
+every anchor read at most 10 µs. With --neighbour, everything runs beside one CPU-bound process
+and the targets are the contended ones (single-op 0.8x, batched 2.5x).
+
 With --rpc-encryption required, `tls` holds the cost of security: Tessera's best single-op and
 batched points measured again with mutual TLS and authorization on (as every deployment runs)
 against security off, in back-to-back pairs (tls_pairs), with their ratios and issue 35's targets.
@@ -72,8 +78,16 @@ from node.client import TesseraClient  # noqa: E402
 from node.daemon_cli import event_loop_factory  # noqa: E402
 from node.tools.local_cluster import LocalCluster, free_port  # noqa: E402
 
-TARGETS = {"ratio_single_op": 0.6, "ratio_batched": 2.0, "p50_ms_1client": 1.5,
-           "ratio_reads_64_to_writes_64": 2.0}  # issue 15; failover is bench/failover.py
+# issue 37 (the reads target is issue 15's; failover is bench/failover.py). The one-client p50
+# target holds where the anchor reads at most P50_ANCHOR_US.
+TARGETS = {"ratio_single_op": 1.0, "ratio_batched": 3.0, "p50_ms_1client": 1.5,
+           "ratio_reads_64_to_writes_64": 2.0}
+P50_ANCHOR_US = 10.0
+# issue 37, with --neighbour: both systems share the cores with a CPU-bound process
+NEIGHBOUR_TARGETS = {"ratio_single_op": 0.8, "ratio_batched": 2.5}
+# Host kinds by the speed anchor (µs): this VM has run at 7.8-8.9 µs and at 15-19 µs, a 2x
+# drift within one machine kind, and every figure moves with it.
+HOST_KINDS = ((10.0, "fast"), (14.0, "middle"), (float("inf"), "slow"))
 # issue 35: with authentication and encryption required, against security off, same run
 TLS_TARGETS = {"single_op": 0.8, "batched": 0.9}
 READS_CLIENTS = 64
@@ -82,7 +96,7 @@ DEFAULT_BATCHED_SWEEP = [1, 4, 16, 64]
 DEFAULT_READS_SWEEP = [1, 8, 64, 512]
 DEFAULT_PYSYNCOBJ_SWEEP = [1000, 5000, 10000, 20000]
 DEFAULT_CLIENT_PROCS = 2
-DEFAULT_PAIRS = 3
+DEFAULT_PAIRS = 5
 
 
 def _log(msg: str) -> None:
@@ -308,6 +322,28 @@ def anchor_us() -> float:
     """Microseconds for `sum(range(1000))`, best of 5: how fast this host runs Python now."""
     import timeit
     return round(min(timeit.repeat("sum(range(1000))", number=20000, repeat=5)) / 20000 * 1e6, 2)
+
+
+def host_kind(anchors: list[float]) -> str:
+    """The host kind a run measured on, by its slowest anchor (HOST_KINDS)."""
+    worst = max(anchors)
+    return next(kind for limit, kind in HOST_KINDS if worst <= limit)
+
+
+@contextlib.contextmanager
+def neighbour(on: bool):
+    """--neighbour: one CPU-bound process beside the systems for the whole run, as a user's
+    machine is rarely quiet (a Python busy loop: one core's worth of demand, at the same
+    priority as the systems)."""
+    if not on:
+        yield
+        return
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def _tessera_in_pair(a, pair: dict, key: str, kind: str, name: str, n: int) -> None:
@@ -633,6 +669,48 @@ def _int_list_or_none(s: str) -> list[int]:
     return [] if s == "none" else _int_list(s)
 
 
+def measure(a, doc: dict) -> None:
+    """The sweeps, then the pairs (and the TLS pairs): everything the run measures, into `doc`."""
+    if a.only != "pysyncobj":
+        t = tessera(a)
+        best = max(t["sweep"], key=lambda p: p["ops_per_s"])
+        doc.update(tessera_event_loop="asyncio" if event_loop_factory(a.event_loop) is None else "uvloop")
+        doc.update(tessera_fsync=True, tessera_sweep=t["sweep"], tessera_best_ops_per_s=best["ops_per_s"],
+                   tessera_best_clients=best["clients"],
+                   tessera_p50_ms_1client=round(t["p50_ms_1client"], 2),
+                   tessera_client_procs=a.client_procs)
+        if t["batched"]:
+            bb = max(t["batched"], key=lambda p: p["ops_per_s"])
+            doc.update(tessera_batched_sweep=t["batched"], tessera_batched_best_ops_per_s=bb["ops_per_s"],
+                       tessera_batched_best_sessions=bb["sessions"])
+        if t["reads"]:
+            doc.update(tessera_reads_sweep=t["reads"], tessera_lease_reads_sweep=t["lease_reads"])
+            at64 = [p for p in t["reads"] if p["clients"] == READS_CLIENTS]
+            lease64 = [p for p in t["lease_reads"] if p["clients"] == READS_CLIENTS]
+            writes64 = [p for p in t["sweep"] if p["clients"] == READS_CLIENTS]
+            if at64:
+                # The target compares reads and single-op writes at the same 64 clients, as
+                # the issue measures both in one concurrency sweep (docs/decisions.md).
+                doc["tessera_reads_64_ops_per_s"] = at64[0]["ops_per_s"]
+                if writes64:
+                    doc["ratio_reads_64_to_writes_64"] = round(
+                        at64[0]["ops_per_s"] / writes64[0]["ops_per_s"], 3)
+            if lease64:
+                doc["tessera_lease_reads_64_ops_per_s"] = lease64[0]["ops_per_s"]
+            doc["stricter_reading"] = _stricter_reading(doc)
+    if a.only != "tessera":
+        p = pysyncobj(a.pysyncobj_sweep, a.seconds, a.latency_ops, a.pysyncobj_drive, a.pysyncobj_warmup)
+        best = max(p["sweep"], key=lambda q: q["ops_per_s"])
+        doc.update(pysyncobj_fsync=False, pysyncobj_sweep=p["sweep"], pysyncobj_best_ops_per_s=best["ops_per_s"],
+                   pysyncobj_best_outstanding=best["outstanding"], pysyncobj_best_drive=best["drive"],
+                   pysyncobj_p50_ms_1client=round(p["p50_ms_1client"], 2))
+    if a.only is None and a.pairs:
+        doc["pairs"] = pairs(a, doc)
+    if a.rpc_encryption == "required" and a.only != "pysyncobj":
+        doc["tls"] = tls_pairs(a, doc)
+    doc["anchor_us_end"] = anchor_us()
+
+
 def _on_sigterm(_signo, _frame):
     raise KeyboardInterrupt  # unwind through the finally blocks that stop every process
 
@@ -679,6 +757,10 @@ def main() -> int:
                          "required (mutual TLS, as deployments run) against security off, "
                          "back to back, --pairs times; reported under `tls` (default disabled: "
                          "the sweeps run without security, as before)")
+    ap.add_argument("--neighbour", action="store_true",
+                    help="run everything beside one CPU-bound process (a Python busy loop), as on "
+                         "a machine that is not quiet; the targets are then the contended ones "
+                         f"({NEIGHBOUR_TARGETS})")
     ap.add_argument("--only", choices=("tessera", "pysyncobj"), default=None,
                     help="run one system only (no ratio is printed then)")
     ap.add_argument("--plot", type=Path, default=None, metavar="PATH",
@@ -708,46 +790,11 @@ def main() -> int:
         ap.error("--plot needs both systems (drop --only)")
     signal.signal(signal.SIGTERM, _on_sigterm)
 
-    doc: dict = {"seconds_per_point": a.seconds, "anchor_us_start": anchor_us()}
+    doc: dict = {"seconds_per_point": a.seconds, "anchor_us_start": anchor_us(),
+                 "neighbour": "one CPU-bound process" if a.neighbour else None}
     try:
-        if a.only != "pysyncobj":
-            t = tessera(a)
-            best = max(t["sweep"], key=lambda p: p["ops_per_s"])
-            doc.update(tessera_event_loop="asyncio" if event_loop_factory(a.event_loop) is None else "uvloop")
-            doc.update(tessera_fsync=True, tessera_sweep=t["sweep"], tessera_best_ops_per_s=best["ops_per_s"],
-                       tessera_best_clients=best["clients"],
-                       tessera_p50_ms_1client=round(t["p50_ms_1client"], 2),
-                       tessera_client_procs=a.client_procs)
-            if t["batched"]:
-                bb = max(t["batched"], key=lambda p: p["ops_per_s"])
-                doc.update(tessera_batched_sweep=t["batched"], tessera_batched_best_ops_per_s=bb["ops_per_s"],
-                           tessera_batched_best_sessions=bb["sessions"])
-            if t["reads"]:
-                doc.update(tessera_reads_sweep=t["reads"], tessera_lease_reads_sweep=t["lease_reads"])
-                at64 = [p for p in t["reads"] if p["clients"] == READS_CLIENTS]
-                lease64 = [p for p in t["lease_reads"] if p["clients"] == READS_CLIENTS]
-                writes64 = [p for p in t["sweep"] if p["clients"] == READS_CLIENTS]
-                if at64:
-                    # The target compares reads and single-op writes at the same 64 clients, as
-                    # the issue measures both in one concurrency sweep (docs/decisions.md).
-                    doc["tessera_reads_64_ops_per_s"] = at64[0]["ops_per_s"]
-                    if writes64:
-                        doc["ratio_reads_64_to_writes_64"] = round(
-                            at64[0]["ops_per_s"] / writes64[0]["ops_per_s"], 3)
-                if lease64:
-                    doc["tessera_lease_reads_64_ops_per_s"] = lease64[0]["ops_per_s"]
-                doc["stricter_reading"] = _stricter_reading(doc)
-        if a.only != "tessera":
-            p = pysyncobj(a.pysyncobj_sweep, a.seconds, a.latency_ops, a.pysyncobj_drive, a.pysyncobj_warmup)
-            best = max(p["sweep"], key=lambda q: q["ops_per_s"])
-            doc.update(pysyncobj_fsync=False, pysyncobj_sweep=p["sweep"], pysyncobj_best_ops_per_s=best["ops_per_s"],
-                       pysyncobj_best_outstanding=best["outstanding"], pysyncobj_best_drive=best["drive"],
-                       pysyncobj_p50_ms_1client=round(p["p50_ms_1client"], 2))
-        if a.only is None and a.pairs:
-            doc["pairs"] = pairs(a, doc)
-        if a.rpc_encryption == "required" and a.only != "pysyncobj":
-            doc["tls"] = tls_pairs(a, doc)
-        doc["anchor_us_end"] = anchor_us()
+        with neighbour(a.neighbour):
+            measure(a, doc)
     except KeyboardInterrupt:
         _log("interrupted; every process started was stopped")
         return 130
@@ -760,17 +807,27 @@ def main() -> int:
             paired = [p[f"ratio_{key}"] for p in doc.get("pairs", []) if f"ratio_{key}" in p]
             if paired:
                 doc[f"ratio_{key}"] = round(statistics.median(paired), 3)
+                doc[f"ratio_{key}_lowest"], doc[f"ratio_{key}_highest"] = min(paired), max(paired)
             elif f"ratio_{key}_sweeps" in doc:
                 doc[f"ratio_{key}"] = doc[f"ratio_{key}_sweeps"]
         doc["ratios_from"] = "pairs (median)" if doc.get("pairs") else "sweeps"
-    doc["targets"] = TARGETS
+    anchors = [doc["anchor_us_start"], doc.get("anchor_us_end", doc["anchor_us_start"]),
+               *(p["anchor_us"] for p in doc.get("pairs", []))]
+    doc["host_kind"] = host_kind(anchors)
+    targets = {**TARGETS, **NEIGHBOUR_TARGETS} if a.neighbour else TARGETS
+    doc["targets"] = targets
     met = {}
     if "ratio_single_op" in doc:
-        met["single_op"] = doc["ratio_single_op"] >= TARGETS["ratio_single_op"]
+        met["single_op"] = doc["ratio_single_op"] >= targets["ratio_single_op"]
     if "ratio_batched" in doc:
-        met["batched"] = doc["ratio_batched"] >= TARGETS["ratio_batched"]
+        met["batched"] = doc["ratio_batched"] >= targets["ratio_batched"]
     if "tessera_p50_ms_1client" in doc:
-        met["p50_1client"] = doc["tessera_p50_ms_1client"] <= TARGETS["p50_ms_1client"]
+        # judged only where the host is as fast as the target assumes (the anchor at most
+        # P50_ANCHOR_US); elsewhere it is reported, not judged
+        if max(anchors) <= P50_ANCHOR_US:
+            met["p50_1client"] = doc["tessera_p50_ms_1client"] <= targets["p50_ms_1client"]
+        else:
+            doc["p50_1client_not_judged"] = f"the anchor read over {P50_ANCHOR_US} µs"
     if "ratio_reads_64_to_writes_64" in doc:
         met["reads_64"] = doc["ratio_reads_64_to_writes_64"] >= TARGETS["ratio_reads_64_to_writes_64"]
     doc["targets_met"] = met

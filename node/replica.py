@@ -64,7 +64,10 @@ from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.ops import (
     COMMAND_VERSION,
     Batch,
+    ROW_OP_TYPES,
     Command,
+    Group,
+    Member,
     Op,
     Result,
     RowOp,
@@ -92,6 +95,22 @@ def _timestamp(result: Any) -> int:
     if isinstance(result, list):
         return max((r.timestamp for r in result), default=0)
     return result.timestamp if result is not None else 0
+
+
+# The most single row ops one Group entry carries: a few hundred small writes make an entry of
+# tens of kilobytes, and bound the burst of answers one apply sends.
+MAX_GROUP = 256
+
+
+def _answer_members(dones: list[Done], results: list[Result] | None,
+                    error: BaseException | None) -> None:
+    """A Group's Done: each member's own result, or the entry's error for all of them."""
+    if error is not None:
+        for done in dones:
+            finish(done, None, error)
+        return
+    for done, result in zip(dones, results, strict=True):
+        finish(done, result, None)
 
 
 @dataclass(frozen=True)
@@ -169,6 +188,7 @@ class Replica:
         # index -> (term, Command) of the commands we proposed, so that applying them needs
         # no second decode; an entry of another term at that index is not ours and is decoded.
         self._proposed: dict[int, tuple[int, Command]] = {}
+        self._open_group: list[tuple[Member, Done]] | None = None  # queued, still taking writes
         self._applied_waiters: list[tuple[int, Callable[[], None]]] = []  # (index, then)
         self._leader_ready_term = -1  # term in which we, as leader, applied our own entry
         self._leader_ready = asyncio.Event()
@@ -523,7 +543,18 @@ class Replica:
         Raises ReplicaError at once when not serving; a leader not yet ready refuses in the
         driver, so callers wait for `leader_ready` first."""
         self._check_serving()
-        self._submit(functools.partial(self._propose, op, session, seq, acked_below, done))
+        if not isinstance(op, ROW_OP_TYPES):
+            self._submit(functools.partial(self._propose, op, session, seq, acked_below, done))
+            return
+        # A single row op joins the group still waiting in the inbox, if any: the writes that
+        # arrive in one turn of the driver become one entry (ops.Group). The group keeps its
+        # first member's place in the inbox; the others were concurrent with whatever was
+        # queued between them, so either order is one the clients could have seen.
+        group = self._open_group
+        if group is None or len(group) >= MAX_GROUP:
+            group = self._open_group = []
+            self._submit(functools.partial(self._propose_group, group))
+        group.append((Member(op, session, seq, acked_below), done))
 
     def _propose(self, op: Op, session: int, seq: int, acked_below: int, done: Done) -> None:
         """In the driver: log order is the order proposals run in, and timestamps taken here
@@ -549,6 +580,43 @@ class Replica:
             return
         self._proposed[index] = (term, command)
         self._waiters[index] = (term, functools.partial(self._commit_waited, done, False))
+
+    def _propose_group(self, group: list[tuple[Member, Done]]) -> None:
+        """In the driver: the single row ops gathered since this group was queued, as one
+        entry. A lone op is proposed as the Command it always was; a group whose entry would
+        be too large is proposed op by op, each then refused or taken on its own."""
+        if self._open_group is group:
+            self._open_group = None
+        if len(group) == 1:
+            (m, done), = group
+            self._propose(m.op, m.session, m.seq, m.acked_below, done)
+            return
+        term = self.core.term
+        dones = [done for _, done in group]
+        if self._leader_ready_term != term:  # as in _propose: nothing appended, a retry is safe
+            self._fail_all(dones, ReplicaError("not the leader", leader=self.core.lead))
+            return
+        command = Command(COMMAND_VERSION, Group([m for m, _ in group]), timestamp=self.clock.now())
+        try:
+            index = self.core.propose(command_payload(command))
+        except NotLeader as e:
+            self._fail_all(dones, ReplicaError("not the leader", leader=e.leader))
+            return
+        except EntryTooLarge:
+            for m, done in group:
+                self._propose(m.op, m.session, m.seq, m.acked_below, done)
+            return
+        except ProposalError as e:
+            self._fail_all(dones, ReplicaError(str(e), leader=self.leader))
+            return
+        self._proposed[index] = (term, command)
+        self._waiters[index] = (term, functools.partial(
+            self._commit_waited, functools.partial(_answer_members, dones), False))
+
+    @staticmethod
+    def _fail_all(dones: list[Done], error: ReplicaError) -> None:
+        for done in dones:
+            finish(done, None, error)
 
     def _commit_waited(self, done: Done, waited: bool, result: Any,
                        error: BaseException | None) -> None:

@@ -114,7 +114,33 @@ class Batch(msgspec.Struct, frozen=True, tag="batch"):
                                 f"{type(op).__name__}")
 
 
-Op = Read | Write | Cas | Append | Txn | OpenSession | CloseSession | Batch
+class Member(msgspec.Struct, frozen=True, array_like=True):
+    """One client's single row op inside a Group: its own session, seq and acked_below, exactly
+    what a Command of its own would carry."""
+
+    op: RowOp
+    session: NonNegative
+    seq: NonNegative
+    acked_below: NonNegative = 0
+
+
+class Group(msgspec.Struct, frozen=True, tag="group"):
+    """Single row ops of many sessions, proposed together as ONE entry by a leader: the writes
+    that reached it in one turn of its driver (Replica.submit). Each member is applied, in
+    order, exactly as if it were a Command of its own at this index and the group's timestamp
+    (deduplicated by its session and seq, answered with its own Result), so grouping changes
+    what an entry holds and never what an op does. Per-entry work (log bookkeeping, the WAL
+    record, the followers' decode, commit-wait) is then paid once per group instead of once
+    per op. A new op variant, as Batch was: older payloads decode as before."""
+
+    members: list[Member]
+
+    def __post_init__(self) -> None:
+        if not self.members:
+            raise ValueError("a Group needs at least one member")
+
+
+Op = Read | Write | Cas | Append | Txn | OpenSession | CloseSession | Batch | Group
 
 
 class Command(msgspec.Struct, frozen=True):

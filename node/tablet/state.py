@@ -22,6 +22,7 @@ from node.tablet.ops import (
     Cas,
     CloseSession,
     Command,
+    Group,
     MicroOp,
     Op,
     OpenSession,
@@ -148,30 +149,39 @@ class StateMachine:
     # -- sessions ------------------------------------------------------------------------------
 
     def _apply_command(self, c: Command, index: int) -> Result | list[Result]:
-        """A command's result; a Batch's is one Result per op, in order."""
+        """A command's result; a Batch's or a Group's is one Result per op, in order."""
         op = c.op
         if is_read_only(op):
             return self._execute(op)
         if isinstance(op, OpenSession):
             self._open_session(index)
             return Result(True, index)
-        session = self.sessions.get(c.session)
+        if isinstance(op, Group):  # each member as the Command it would be on its own
+            return [self._in_session(m.session, m.seq, m.acked_below, m.op, c.timestamp)
+                    for m in op.members]
+        return self._in_session(c.session, c.seq, c.acked_below, op, c.timestamp)
+
+    def _in_session(self, session_id: int, seq: int, acked_below: int, op: Op,
+                    timestamp: int) -> Result | list[Result]:
+        """A session's mutation (a row op, a Batch, or CloseSession) as `seq`: its result, and
+        the session's kept results trimmed to what the client has not acknowledged."""
+        session = self.sessions.get(session_id)
         if session is None:
-            rejection = Result(False, error=Rejection.NO_SESSION, detail=f"no session {c.session}")
+            rejection = Result(False, error=Rejection.NO_SESSION, detail=f"no session {session_id}")
             return [rejection] * len(op.ops) if isinstance(op, Batch) else rejection
         if isinstance(op, CloseSession):
-            del self.sessions[c.session]
-            self._seq_heaps.pop(c.session, None)
+            del self.sessions[session_id]
+            self._seq_heaps.pop(session_id, None)
             return _OK
-        self.sessions.move_to_end(c.session)
+        self.sessions.move_to_end(session_id)
         if isinstance(op, Batch):
-            # Each op through the same per-seq path as a single op: op i is seq c.seq + i. Kept
+            # Each op through the same per-seq path as a single op: op i is seq + i. Kept
             # results are trimmed once, after the whole batch (Limits.check_batch bounds it).
-            result = [self._once(session, c.seq + i, row, c.timestamp)
+            result = [self._once(session, seq + i, row, timestamp)
                       for i, row in enumerate(op.ops)]
         else:
-            result = self._once(session, c.seq, op, c.timestamp)
-        self._forget(session, c.acked_below)
+            result = self._once(session, seq, op, timestamp)
+        self._forget(session, acked_below)
         return result
 
     def _once(self, session: Session, seq: int, op: Op, timestamp: int) -> Result:
