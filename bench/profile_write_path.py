@@ -119,12 +119,15 @@ def tessera(a) -> dict:
         pids = {"leader": roles["leader"][0],
                 **{f"client{i}": ch.proc.pid for i, ch in enumerate(pool.children)}}
         spy = _Spy(pids, a.out / "tessera", 2.0, a.seconds - 3, a.rate)
-        pt = pool.point("clients", "writes", a.clients, a.seconds, roles)
+        if a.batched:
+            pt = pool.point("sessions", "batched", a.batched, a.seconds, roles)
+        else:
+            pt = pool.point("clients", "writes", a.clients, a.seconds, roles)
         return {**pt, "profile": spy.results()}
 
     (a.out / "tessera").mkdir(parents=True, exist_ok=True)
-    _log(f"tessera: {a.clients} single-op writers for {a.seconds:g} s, py-spy on the leader and "
-         f"the load processes")
+    load = (f"{a.batched} batching sessions" if a.batched else f"{a.clients} single-op writers")
+    _log(f"tessera: {load} for {a.seconds:g} s, py-spy on the leader and the load processes")
     return _with_cluster([], a, run)
 
 
@@ -148,11 +151,14 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=12.0, help="measuring window (default 12)")
     ap.add_argument("--clients", type=int, default=1024,
                     help="Tessera's concurrent single-op writers (default 1024, its best)")
+    ap.add_argument("--batched", type=int, default=0, metavar="SESSIONS",
+                    help="drive Tessera with this many AUTO_FLUSH_BACKGROUND sessions instead "
+                         "of single-op writers (64 is its best; default 0: single-op)")
     ap.add_argument("--client-procs", type=int, default=DEFAULT_CLIENT_PROCS,
                     help=f"Tessera's load processes (default {DEFAULT_CLIENT_PROCS})")
-    ap.add_argument("--outstanding", type=int, default=10000,
-                    help="PySyncObj's commands in flight, issued by its leader (default 10000, "
-                         "its best)")
+    ap.add_argument("--outstanding", type=int, default=20000,
+                    help="PySyncObj's commands in flight, issued by its leader (default 20000, "
+                         "its best in session 22's sweep)")
     ap.add_argument("--event-loop", choices=("auto", "asyncio", "uvloop"), default="auto")
     ap.add_argument("--rate", type=int, default=200, help="py-spy samples a second (default 200)")
     ap.add_argument("--only", choices=("tessera", "pysyncobj"))

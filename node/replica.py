@@ -63,8 +63,8 @@ from node.rpc.wire import DEFAULT_MAX_FRAME, ENVELOPE_RESERVE
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.ops import (
     COMMAND_VERSION,
-    Batch,
     ROW_OP_TYPES,
+    Batch,
     Command,
     Group,
     Member,

@@ -11,10 +11,10 @@ import time
 import pytest
 
 from node.client import CONNECT_TIMEOUT, TesseraClient, parse_bind
-from node.errors import OpFailed
+from node.errors import OpFailed, OpUnknown
 from node.protocol import OpResult, Peer, TableLocations, TabletLocation
 from node.rpc import ErrorCode, RpcClient, RpcError
-from node.tablet.ops import Append, Result
+from node.tablet.ops import Append, OpenSession, Result
 from node.tablet.superblock import KeyRange
 from node.tools.local_cluster import LocalCluster
 
@@ -118,6 +118,58 @@ def test_stale_locations_do_not_wait_for_an_unavailable_master():
             started = asyncio.get_running_loop().time()
             await table.write("k", i)
             assert asyncio.get_running_loop().time() - started < 0.2 and table.node == "n1"
+        await client.close()
+    run(go(), 10)
+
+
+def _led_by(leader: str, *hosts: str) -> TableLocations:
+    peers = [Peer(h.upper(), h, 1) for h in hosts]
+    return TableLocations("t", "id", [TabletLocation("tab", KeyRange(), peers, leader.upper())])
+
+
+def test_unbound_the_believed_leader_alone_is_called_and_a_hint_is_followed_at_once():
+    """The unbound path tries the believed leader first, with nothing else planned; when it
+    has moved, the hint it gives is the next call, and later ops go straight there."""
+    async def go():
+        rpc = FakeRpc({("m", 1): lambda method, request: _led_by("a", "a", "b", "c"),
+                       ("a", 1): _leader})
+        client = TesseraClient([("m", 1)], timeout=3, rpc=rpc)
+        table = client.table("t", {"a": "n1", "c": "n3"})
+        await table.write("k", 1)
+        assert [h for h, m in rpc.calls if m == "ts.write"] == ["a", "a"]  # session, then op
+        rpc.servers[("a", 1)] = _follower_of("C")
+        rpc.servers[("c", 1)] = _leader
+        rpc.calls.clear()
+        await table.write("k", 2)
+        assert [h for h, m in rpc.calls] == ["a", "c"] and table.node == "n3"
+        rpc.calls.clear()
+        await table.write("k", 3)
+        assert [h for h, m in rpc.calls] == ["c"]
+        await client.close()
+    run(go(), 10)
+
+
+def test_unbound_a_silent_believed_leader_is_passed_over_and_its_doubt_is_kept():
+    """The believed leader's reply is lost (the write may have applied), then every other
+    replica refuses for good: the op is unknown, not failed, as if both attempts had been made
+    in one round. Later ops put the silent replica last."""
+    async def go():
+        def lost(method, request):
+            if method == "ts.write" and request.op != OpenSession():
+                raise RpcError(ErrorCode.DEADLINE_EXCEEDED, "reply lost", maybe_delivered=True)
+            return OpResult(Result(True, 7))
+
+        def refuse(method, request):
+            raise RpcError(ErrorCode.INVALID_ARGUMENT, "no")
+
+        rpc = FakeRpc({("m", 1): lambda method, request: _led_by("a", "a", "b", "c"),
+                       ("a", 1): lost, ("b", 1): refuse, ("c", 1): refuse})
+        client = TesseraClient([("m", 1)], timeout=3, rpc=rpc)
+        table = client.table("t")
+        with pytest.raises(OpUnknown, match="outcome unknown, then refused"):
+            await table.write("k", 1)
+        writes = [h for h, m in rpc.calls if m == "ts.write"]
+        assert writes[:2] == ["a", "a"] and writes[2] in ("b", "c")  # session, op, the next
         await client.close()
     run(go(), 10)
 

@@ -14,7 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_tablet_state import Log
-from tserver_helpers import TABLET, create, create_on_all, sole_leader, start_server, ts_write, wait_for
+from tserver_helpers import (
+    TABLET,
+    create,
+    create_on_all,
+    sole_leader,
+    start_server,
+    ts_write,
+    wait_for,
+)
 
 from node.entry import Entry, EntryType
 from node.protocol import Write

@@ -243,7 +243,11 @@ class TesseraClient:
 
     def _latest(self, table: str, t: TabletLocation) -> TabletLocation:
         locs = self._locations.get(table)
-        return next((x for x in locs.tablets if x.tablet_id == t.tablet_id), t) if locs else t
+        if locs is not None:
+            for x in locs.tablets:
+                if x.tablet_id == t.tablet_id:
+                    return x
+        return t
 
     def table(self, name: str, names: dict | None = None, bind: str | None = None,
               session: Session | None = None) -> Table:
@@ -319,7 +323,35 @@ class TesseraClient:
                          resp_type: type, mutating: bool, deadline: float,
                          bind: tuple[str, int | None] | None) -> tuple[Any, bool, Peer]:
         """`req` to the tablet's leader, retried unchanged (same session and seqs) across
-        replicas until the deadline: (response, uncertain, the replica that answered)."""
+        replicas until the deadline: (response, uncertain, the replica that answered).
+
+        The common case first, without a plan: one call to the leader we believe in. Only if
+        it fails does `_retry` order the replicas, starting from that failure."""
+        first = None if bind is not None else self._believed_leader(self._latest(table, t))
+        failed = None
+        if first is not None:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining > 0:
+                try:
+                    res = await self.rpc.call(first.addr, method, req, resp_type,
+                                              to_uuid=first.uuid,
+                                              timeout=min(ATTEMPT_TIMEOUT, remaining))
+                except RpcError as e:
+                    failed = (first, e)
+                else:
+                    self._leaders[t.tablet_id] = first.uuid
+                    return res, False, first
+        return await self._retry(table, t, method, req, resp_type, mutating, deadline, bind,
+                                 failed)
+
+    async def _retry(self, table: str, t: TabletLocation, method: str, req: Any,
+                     resp_type: type, mutating: bool, deadline: float,
+                     bind: tuple[str, int | None] | None,
+                     failed: tuple[Peer, RpcError] | None) -> tuple[Any, bool, Peer]:
+        """`_to_leader` past its first try: rounds over the replicas (the bound one, the
+        believed leader, the rest; silent ones last), following hints, backing off between
+        rounds. `failed`: the believed leader's first try and how it failed, which the first
+        round takes as its own first attempt."""
         loop = asyncio.get_running_loop()
         backoff = None
         uncertain = False
@@ -332,54 +364,61 @@ class TesseraClient:
             order = [first] if first is not None else self._replica_order(t, bound)
             complete = first is None  # else the rest is ordered only if `first` fails
             tried: set[str] = set()
+            if failed is not None:  # that first attempt was made already
+                order, tried = [], {failed[0].uuid}
             while (remaining := deadline - loop.time()) > 0:
-                if not order:
-                    if complete:
-                        break
-                    order = [p for p in self._replica_order(t, bound) if p.uuid not in tried]
-                    complete = True
-                    continue
-                peer = order.pop(0)
-                if peer.uuid in tried:
-                    continue
-                tried.add(peer.uuid)
-                patience = (min(ATTEMPT_TIMEOUT, SILENT_TIMEOUT * 2 ** rounds)
-                            if peer.addr in self._silent else ATTEMPT_TIMEOUT)
-                try:
-                    # bounded as a whole, connecting included (RpcClient.call)
-                    res = await self.rpc.call(peer.addr, method, req, resp_type,
-                                              to_uuid=peer.uuid, timeout=min(patience, remaining))
-                    self._silent.discard(peer.addr)
-                    self._leaders[t.tablet_id] = peer.uuid
-                    return res, uncertain, peer
-                except RpcError as e:
-                    last = f"{peer.host}:{peer.port}: {e}"
-                    uncertain |= e.maybe_delivered and mutating
-                    if e.code in _NO_REPLY:
-                        self._silent.add(peer.addr)
-                        if self._leaders.get(t.tablet_id) == peer.uuid:
-                            del self._leaders[t.tablet_id]
+                if failed is not None:
+                    (peer, e), failed = failed, None
+                else:
+                    if not order:
+                        if complete:
+                            break
+                        order = [p for p in self._replica_order(t, bound) if p.uuid not in tried]
+                        complete = True
                         continue
-                    self._silent.discard(peer.addr)
-                    if e.code == ErrorCode.NOT_LEADER and e.detail and e.detail not in tried:
-                        self._leaders[t.tablet_id] = e.detail
-                        hinted = [p for p in t.replicas if p.uuid == e.detail]
-                        if hinted:
-                            order.insert(0, hinted[0])  # straight to the hinted leader
-                        else:  # a leader we do not know of: the config changed
-                            self._refresh_soon(table)
-                    elif e.code in (ErrorCode.TABLET_NOT_FOUND, ErrorCode.WRONG_SERVER_UUID):
+                    peer = order.pop(0)
+                    if peer.uuid in tried:
+                        continue
+                    tried.add(peer.uuid)
+                    patience = (min(ATTEMPT_TIMEOUT, SILENT_TIMEOUT * 2 ** rounds)
+                                if peer.addr in self._silent else ATTEMPT_TIMEOUT)
+                    try:
+                        # bounded as a whole, connecting included (RpcClient.call)
+                        res = await self.rpc.call(peer.addr, method, req, resp_type,
+                                                  to_uuid=peer.uuid,
+                                                  timeout=min(patience, remaining))
+                        self._silent.discard(peer.addr)
+                        self._leaders[t.tablet_id] = peer.uuid
+                        return res, uncertain, peer
+                    except RpcError as caught:
+                        e = caught
+                last = f"{peer.host}:{peer.port}: {e}"
+                uncertain |= e.maybe_delivered and mutating
+                if e.code in _NO_REPLY:
+                    self._silent.add(peer.addr)
+                    if self._leaders.get(t.tablet_id) == peer.uuid:
+                        del self._leaders[t.tablet_id]
+                    continue
+                self._silent.discard(peer.addr)
+                if e.code == ErrorCode.NOT_LEADER and e.detail and e.detail not in tried:
+                    self._leaders[t.tablet_id] = e.detail
+                    hinted = [p for p in t.replicas if p.uuid == e.detail]
+                    if hinted:
+                        order.insert(0, hinted[0])  # straight to the hinted leader
+                    else:  # a leader we do not know of: the config changed
                         self._refresh_soon(table)
-                    elif e.code in (ErrorCode.INVALID_ARGUMENT, ErrorCode.NOT_AUTHORIZED):
-                        if uncertain:  # an earlier attempt may still have applied
-                            raise OpUnknown(f"outcome unknown, then refused: {last}") from None
-                        raise OpFailed(f"refused: {last}") from None  # no replica will differ
-                    elif e.code == ErrorCode.TOO_LARGE:
-                        # Refused unsent (over the frame) or unproposed (over what one entry
-                        # may hold): this attempt did nothing, nor would a retry anywhere.
-                        if uncertain:  # an earlier attempt may still have applied
-                            raise OpUnknown(f"outcome unknown, then refused: {last}") from None
-                        raise OpFailed(f"too large: {last}") from None
+                elif e.code in (ErrorCode.TABLET_NOT_FOUND, ErrorCode.WRONG_SERVER_UUID):
+                    self._refresh_soon(table)
+                elif e.code in (ErrorCode.INVALID_ARGUMENT, ErrorCode.NOT_AUTHORIZED):
+                    if uncertain:  # an earlier attempt may still have applied
+                        raise OpUnknown(f"outcome unknown, then refused: {last}") from None
+                    raise OpFailed(f"refused: {last}") from None  # no replica will differ
+                elif e.code == ErrorCode.TOO_LARGE:
+                    # Refused unsent (over the frame) or unproposed (over what one entry
+                    # may hold): this attempt did nothing, nor would a retry anywhere.
+                    if uncertain:  # an earlier attempt may still have applied
+                        raise OpUnknown(f"outcome unknown, then refused: {last}") from None
+                    raise OpFailed(f"too large: {last}") from None
             rounds += 1
             backoff = backoff or _Backoff(self.rng)
             await backoff.wait(deadline)
@@ -403,10 +442,10 @@ class TesseraClient:
             s = (sessions.by_tablet.get(t.tablet_id)
                  or await self._session(sessions, table, t, deadline, bind))
             seqs = s.begin()
-            method, req, _ = _request(t, op, s.id, seqs[0], s.acked_below())
+            req = Write(t.tablet_id, op, s.id, seqs[0], s.acked_below())
             try:
-                reply, uncertain, peer = await self._to_leader(table, t, method, req, OpResult,
-                                                               True, deadline, bind)
+                reply, uncertain, peer = await self._to_leader(table, t, "ts.write", req,
+                                                               OpResult, True, deadline, bind)
             finally:
                 s.end(seqs)
             res = reply.result
@@ -457,12 +496,11 @@ class TesseraClient:
         return Session(self, table, options or SessionOptions(), parse_bind(bind))
 
 
-def _request(t: TabletLocation, op: Op, session: int = 0, seq: int = 0,
-             acked_below: int = 0) -> tuple[str, Read | Write, bool]:
-    """(method, request, mutating) that carries `op` to tablet `t`."""
+def _request(t: TabletLocation, op: Op) -> tuple[str, Read | Write, bool]:
+    """(method, request, mutating) that carries `op`, outside any session, to tablet `t`."""
     if is_read_only(op):
         return "ts.read", Read(t.tablet_id, op), False
-    return "ts.write", Write(t.tablet_id, op, session, seq, acked_below), True
+    return "ts.write", Write(t.tablet_id, op), True
 
 
 def _on(peer: Peer, bind: tuple[str, int | None] | None) -> bool:

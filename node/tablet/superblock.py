@@ -49,6 +49,8 @@ class HashBucket(msgspec.Struct, frozen=True, tag="hash"):
     num_buckets: int
 
     def contains(self, key: str) -> bool:
+        if self.num_buckets == 1:  # the table's only bucket: no key needs hashing
+            return True
         return crc32c.crc32c(key.encode()) % self.num_buckets == self.bucket
 
 
