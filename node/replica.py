@@ -594,29 +594,24 @@ class Replica:
         term = self.core.term
         dones = [done for _, done in group]
         if self._leader_ready_term != term:  # as in _propose: nothing appended, a retry is safe
-            self._fail_all(dones, ReplicaError("not the leader", leader=self.core.lead))
+            _answer_members(dones, None, ReplicaError("not the leader", leader=self.core.lead))
             return
         command = Command(COMMAND_VERSION, Group([m for m, _ in group]), timestamp=self.clock.now())
         try:
             index = self.core.propose(command_payload(command))
         except NotLeader as e:
-            self._fail_all(dones, ReplicaError("not the leader", leader=e.leader))
+            _answer_members(dones, None, ReplicaError("not the leader", leader=e.leader))
             return
         except EntryTooLarge:
             for m, done in group:
                 self._propose(m.op, m.session, m.seq, m.acked_below, done)
             return
         except ProposalError as e:
-            self._fail_all(dones, ReplicaError(str(e), leader=self.leader))
+            _answer_members(dones, None, ReplicaError(str(e), leader=self.leader))
             return
         self._proposed[index] = (term, command)
         self._waiters[index] = (term, functools.partial(
             self._commit_waited, functools.partial(_answer_members, dones), False))
-
-    @staticmethod
-    def _fail_all(dones: list[Done], error: ReplicaError) -> None:
-        for done in dones:
-            finish(done, None, error)
 
     def _commit_waited(self, done: Done, waited: bool, result: Any,
                        error: BaseException | None) -> None:
