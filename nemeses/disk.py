@@ -12,7 +12,10 @@ the damaged member is replaced by a fresh one; Tessera: nothing, the replica sta
 One mode is aimed (issue 32): `head-flip` flips a bit in the header of the newest batch of an
 unfinished Tessera WAL segment, the one flip a reader could take for a torn write. The replica
 must come back FAILED; one that runs again cut the batch as torn (the logs checker's
-`undetected-damage`).
+`undetected-damage`). A truncation of a Tessera WAL segment must FAIL its replica too: a crash
+never shrinks a preallocated segment, so a replica that runs again took the cut for a torn tail
+and dropped fsynced entries (session 23: such a replica's vote then elected a leader without
+an acknowledged append, which the list-append checker caught as incompatible orders).
 
 The nemesis damages at most one replica of each group over a whole run (a tablet, or etcd's one
 cluster): a minority. Beyond that it would only show that a majority of failed disks loses data,
@@ -75,13 +78,15 @@ mode = spec["mode"] or rng.choice(spec["modes"])
 
 def newest_head(path):
     # Offset of the newest batch header of an unfinished Tessera segment (no footer), or None.
-    # The format is node/wal/format.py's: header = magic(8) version(2) tid-length(2) seq(8) tid
-    # crc(4); batch = length u32, kind u16, reserved u16, data crc u32, header crc u32, data.
+    # The format is node/wal/format.py's: header = magic(8) version(2) tid-length(2) seq(8)
+    # [preallocated length(8), version 2 on] tid crc(4); batch = length u32, kind u16,
+    # reserved u16, data crc u32, header crc u32, data.
     import struct
     buf = open(path, "rb").read()
     if len(buf) < 24 or buf[:8] != b"TSRWALSG" or buf[-36:].startswith(b"TSRWALFT"):
         return None
-    off, last = 24 + struct.unpack_from("<H", buf, 10)[0], None
+    fixed = 24 if struct.unpack_from("<H", buf, 8)[0] == 1 else 32
+    off, last = fixed + struct.unpack_from("<H", buf, 10)[0], None
     while off + 16 <= len(buf):
         length, kind, reserved = struct.unpack_from("<IHH", buf, off)
         if kind not in (1, 2) or reserved or off + 16 + length > len(buf):

@@ -45,3 +45,29 @@ def test_head_flip_without_an_unfinished_segment_flips_some_bit(tmp_path):
     put(wal, 1, build([entries(1, 2)], seq=1)[0])
     done = damage(tmp_path, 0, "head-flip")
     assert done["mode"] == "bitflip"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_truncated_newest_segment_of_a_real_log_is_refused_not_cut_as_torn(tmp_path, seed):
+    """The nemesis's truncation of the newest, preallocated, unfinished segment a real Log
+    left at a crash: bootstrap must refuse it wherever the cut falls. It used to cut the
+    shortened batch as a torn tail and come back RUNNING without fsynced entries (session 23,
+    found by `tessera test --nemesis all --seed 41` as incompatible list orders)."""
+    import shutil
+    import threading
+
+    from node.entry import Entry, EntryType
+    from node.wal import Log, LogOptions
+
+    live, wal = tmp_path / "live", tmp_path / "wals" / TABLET
+    with Log.open(str(live), TABLET, LogOptions(log_segment_size_mb=64 / 1024)) as log:
+        for i in range(1, 9):
+            done = threading.Event()
+            log.async_append(log.reserve([Entry(1, i, EntryType.REPLICATE, b"x" * 40)]),
+                             lambda err: done.set())
+            assert done.wait(30)
+        shutil.copytree(live, wal)  # the crash image: the newest segment never finished
+    done = damage(tmp_path, seed, "truncate")
+    assert done["mode"] == "truncate" and done["to"] < done["from"]
+    with pytest.raises(WalCorruption):
+        read_log(str(wal), TABLET)

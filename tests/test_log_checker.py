@@ -231,6 +231,28 @@ def test_a_head_flip_whose_replica_runs_again_is_undetected_damage(tmp_path):
     assert "offset 4096" in e["explanation"] and "cut as a torn tail" in e["explanation"]
 
 
+def test_a_truncated_wal_whose_replica_runs_again_is_undetected_damage(tmp_path):
+    """A WAL segment cut short by the disk nemesis must FAIL the replica (a crash never
+    shrinks a preallocated segment); RUNNING means the cut was taken for a torn tail. A cut
+    consensus-metadata file, a cut etcd WAL (etcd repairs it as torn by design) and a bit flip
+    are not this error."""
+    write_logs(tmp_path, {"n2/tserver.log": f"{TS} INFO fine\n"})
+    op = disk_op("n2")
+    op["value"] |= {"mode": "truncate", "from": 8045, "to": 7100}
+    assert check_logs(tmp_path, ops=[op])["verdict"] == "valid"  # FAILED: refused
+    op["value"]["replica"] = {"tablet": T1, "state": "RUNNING", "error": None}
+    r = check_logs(tmp_path, ops=[op])
+    assert r["verdict"] == "invalid"
+    (e,) = r["errors"]
+    assert (e["type"], e["host"], e["file"]) == ("undetected-damage", "n2", WAL)
+    assert "from 8045 to 7100" in e["explanation"], e
+    for other in ({"kind": "cmeta", "file": f"/var/lib/tessera/tserver/consensus-meta/{T1}"},
+                  {"file": "/var/lib/etcd/member/wal/0000000000000000-0000000000000000.wal"},
+                  {"mode": "bitflip"}):
+        changed = {**op, "value": {**op["value"], **other}}
+        assert check_logs(tmp_path, ops=[changed])["verdict"] == "valid", other
+
+
 def test_etcds_refusal_after_the_damage_is_expected_and_a_fatal_line_before_it_is_not(tmp_path):
     from harness.etcd_db import EtcdDB
 

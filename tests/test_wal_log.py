@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import threading
 import time
 
@@ -417,3 +418,97 @@ def test_a_wake_pending_when_another_thread_closes_the_log_is_handled(tmp_path, 
         asyncio.run(main())
     assert errors == []
     assert read_log(str(tmp_path), TABLET).entries == [entry(i) for i in range(1, 4)]
+
+
+def _unfinished(tmp_path, n: int = 6) -> tuple[str, list[int]]:
+    """The image a crash leaves: a preallocated newest segment holding `n` durable entries,
+    never finished (copied while the log is open). Its path, and where each batch starts."""
+    live, crashed = tmp_path / "live", tmp_path / "crashed"
+    with Log.open(str(live), TABLET, TINY) as log:
+        for i in range(1, n + 1):
+            append_durably(log, [entry(i)])
+        shutil.copytree(live, crashed)
+        path = str(crashed / os.path.basename(log.segments()[-1]))
+    return path, [r.offset for r in scan_segment(path).records]
+
+
+@pytest.mark.parametrize("where", ["mid-batch", "batch-boundary"])
+def test_a_preallocated_segment_cut_short_is_damage_not_a_torn_tail(tmp_path, where):
+    """A crash never shrinks a preallocated file, so a newest segment shorter than the length
+    its header says it was made is refused (the disk nemesis's truncation, which bootstrap
+    used to cut as a torn tail, losing fsynced entries it had acknowledged)."""
+    path, offsets = _unfinished(tmp_path)
+    assert fmt.parse_segment_header(open(path, "rb").read(64)).prealloc == TINY.segment_bytes
+    cut = offsets[4] + (7 if where == "mid-batch" else 0)
+    os.truncate(path, cut)
+    with pytest.raises(WalCorruption, match="cut short, not a torn write") as err:
+        Log.open(os.path.dirname(path), TABLET, TINY)
+    assert (err.value.path, err.value.offset) == (path, cut)
+
+
+def test_a_torn_write_inside_the_preallocation_is_still_cut_as_torn(tmp_path):
+    """The same batch lost to a torn write (its sectors never written: zeros, the file's
+    length unchanged) is a torn tail: the entries before it are recovered."""
+    path, offsets = _unfinished(tmp_path)
+    with open(path, "r+b") as f:
+        f.seek(offsets[5])
+        f.write(b"\0" * 16)
+    assert os.path.getsize(path) == TINY.segment_bytes
+    with Log.open(os.path.dirname(path), TABLET, TINY) as log:
+        assert log.last_index == 5
+
+
+def test_a_crash_between_the_footer_and_the_cut_reads_as_a_torn_footer(tmp_path):
+    """Finishing syncs the footer before it cuts the preallocated rest: a crash in between
+    leaves a full-length file with the footer followed by zeros, whose entries all recover."""
+    path, offsets = _unfinished(tmp_path)
+    end = scan_segment(path).end
+    with open(path, "r+b") as f:
+        f.seek(end)
+        f.write(fmt.encode_footer(fmt.Footer(6, 1, 6)))
+    with Log.open(os.path.dirname(path), TABLET, TINY) as log:
+        assert log.last_index == 6
+
+
+def test_every_crash_point_of_finishing_a_segment_recovers_every_entry(tmp_path):
+    """A crash after any step of finishing the newest segment leaves a log that opens with
+    every entry: the file is cut short of its preallocation only once its footer is synced
+    (were it cut first, the cut file without its footer would read as damage)."""
+    from node.disk import RealDisk
+
+    class Imaging(RealDisk):
+        """Keeps the segment's bytes after each write, cut or sync of the close: each is what
+        a crash right after that step could leave."""
+
+        def __init__(self):
+            self.images: list[bytes] | None = None
+
+        def _image(self, fd):
+            if self.images is not None:
+                with open(os.readlink(f"/proc/self/fd/{fd}"), "rb") as f:
+                    self.images.append(f.read())
+
+        def pwritev(self, fd, bufs, offset):
+            n = super().pwritev(fd, bufs, offset)
+            self._image(fd)
+            return n
+
+        def ftruncate(self, fd, length):
+            super().ftruncate(fd, length)
+            self._image(fd)
+
+    disk = Imaging()
+    live = tmp_path / "live"
+    log = Log.open(str(live), TABLET, TINY, disk=disk)
+    for i in range(1, 7):
+        append_durably(log, [entry(i)])
+    name = os.path.basename(log.segments()[-1])
+    disk.images = []
+    log.close()
+    assert len(disk.images) >= 2  # the footer, and the cut
+    for n, image in enumerate(disk.images):
+        crashed = tmp_path / f"crash{n}"
+        shutil.copytree(live, crashed)
+        (crashed / name).write_bytes(image)
+        with Log.open(str(crashed), TABLET, TINY) as reopened:
+            assert reopened.last_index == 6, n

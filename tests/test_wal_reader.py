@@ -387,3 +387,16 @@ def test_a_flipped_newest_header_is_corruption_and_a_torn_header_is_cut(tmp_path
     two = flip(flip(data, last * 8 + 3), last * 8 + 40)  # two bits: not provably a flip, cut
     put(tmp_path, 1, two)
     assert read_log(str(tmp_path), TABLET).unclosed.offset == last
+
+
+def test_a_version_1_segment_still_reads_and_has_no_preallocated_length(tmp_path):
+    """Segments written before the header carried the preallocated length (format version 1)
+    read as before; with no length to hold them to, a cut one is judged as it always was."""
+    data, offsets = build(BATCHES, footer=False)
+    v1, v2 = tmp_path / "v1", tmp_path / "v2"
+    v1.mkdir()
+    v2.mkdir()
+    put(v1, 1, _reencode_header(1) + data[offsets[0]:])
+    put(v2, 1, data)
+    assert read_log(str(v1), TABLET).entries == read_log(str(v2), TABLET).entries != []
+    assert fmt.parse_segment_header(_reencode_header(1)).prealloc == 0

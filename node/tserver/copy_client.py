@@ -30,6 +30,7 @@ from node.protocol import (
 from node.rpc import ErrorCode, RpcClient, RpcError
 from node.tablet.paths import TabletPaths
 from node.tserver.copy import FileWriter, destination, uninterrupted
+from node.wal.segment import restore_preallocation
 
 CHUNK_BYTES = 4 << 20  # Kudu's tablet_copy_transfer_chunk_size_bytes
 IN_FLIGHT = 4  # chunks asked for ahead of the one being written
@@ -84,6 +85,9 @@ class CopyClient:
                     t.cancel()
                 await asyncio.gather(*ahead, return_exceptions=True)
                 await uninterrupted(asyncio.to_thread(writer.close, done))
+            if f.kind == "wal":
+                await uninterrupted(asyncio.to_thread(
+                    restore_preallocation, str(destination(paths, f)), paths.disk))
         return self.received
 
     async def end(self) -> None:

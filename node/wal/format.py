@@ -2,7 +2,7 @@
 
     segment  = header batch* [footer]
     header   = magic "TSRWALSG" | version u16 | tablet-id length u16 | sequence u64
-               | tablet id (utf-8) | crc32c(all of the above) u32
+               | preallocated length u64 | tablet id (utf-8) | crc32c(all of the above) u32
     batch    = data length u32 | kind u16 | reserved u16 (0) | crc32c(data) u32
                | crc32c(the 12 bytes before) u32 | data
     footer   = magic "TSRWALFT" | entry count u64 | min index i64 | max index i64
@@ -13,6 +13,12 @@ msgpack int, `after_index`: every entry above it, earlier in the log, is replace
 The header CRC lets a reader trust a batch's length before it reads the data, so a torn length
 can never make it skip over good batches. Zeros never form a valid batch header (the CRC of
 zeros is not zero), which is how the preallocated, unwritten end of a segment is recognised.
+
+The preallocated length (0: not preallocated) is what the file's size was made durable at
+before the segment got its name. A crash never shrinks a file, and finishing a segment cuts it
+short only once its footer is synced, so a segment with no footer that is shorter than that was
+cut short by something else: damage, never a torn write (reader.judge_segment). Version 1
+headers have no such field; their segments are read as before.
 """
 
 from __future__ import annotations
@@ -25,11 +31,13 @@ from crc32c import crc32c
 
 from node.entry import Entry
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # 1: no preallocated length in the header
 SEGMENT_MAGIC = b"TSRWALSG"
 FOOTER_MAGIC = b"TSRWALFT"
 
 _SEGMENT_HEADER_FIXED = struct.Struct("<8sHHQ")
+_U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 BATCH_HEADER = struct.Struct("<IHHII")
 _BATCH_HEADER_BODY = struct.Struct("<IHHI")
@@ -53,9 +61,10 @@ _pack_body = _BATCH_HEADER_BODY.pack
 _pack_u32 = _U32.pack
 
 
-def encode_segment_header(tablet_id: str, seq: int) -> bytes:
+def encode_segment_header(tablet_id: str, seq: int, prealloc: int = 0) -> bytes:
     tid = tablet_id.encode()
-    body = _SEGMENT_HEADER_FIXED.pack(SEGMENT_MAGIC, FORMAT_VERSION, len(tid), seq) + tid
+    body = (_SEGMENT_HEADER_FIXED.pack(SEGMENT_MAGIC, FORMAT_VERSION, len(tid), seq)
+            + _U64.pack(prealloc) + tid)
     return body + _pack_u32(crc32c(body))
 
 
@@ -63,6 +72,7 @@ class SegmentHeader(msgspec.Struct, frozen=True):
     tablet_id: str
     seq: int
     size: int  # bytes, where the first batch starts
+    prealloc: int = 0  # the file's durable length before its first batch (0: not preallocated)
 
 
 def parse_segment_header(buf: bytes) -> SegmentHeader:
@@ -73,14 +83,21 @@ def parse_segment_header(buf: bytes) -> SegmentHeader:
     magic, version, tid_len, seq = _SEGMENT_HEADER_FIXED.unpack_from(buf)
     if magic != SEGMENT_MAGIC:
         raise ValueError(f"bad segment magic {magic!r}")
-    if version != FORMAT_VERSION:
-        raise ValueError(f"unknown format version {version} (this build reads {FORMAT_VERSION})")
+    if version not in READABLE_VERSIONS:
+        raise ValueError(f"unknown format version {version} (this build reads "
+                         f"{', '.join(map(str, READABLE_VERSIONS))})")
+    prealloc = 0
+    if version >= 2:
+        if len(buf) < fixed + _U64.size:
+            raise ValueError("segment header truncated")
+        (prealloc,) = _U64.unpack_from(buf, fixed)
+        fixed += _U64.size
     end = fixed + tid_len
     if len(buf) < end + 4:
         raise ValueError("segment header truncated")
     if _U32.unpack_from(buf, end)[0] != crc32c(buf[:end]):
         raise ValueError("segment header CRC mismatch")
-    return SegmentHeader(buf[fixed:end].decode(), seq, end + 4)
+    return SegmentHeader(buf[fixed:end].decode(), seq, end + 4, prealloc)
 
 
 def encode_batch(kind: BatchKind, data: bytes) -> bytes:

@@ -63,6 +63,10 @@ def judge_segment(scan: Scan, is_last: bool) -> UnclosedTail | None:
                 path, scan.size - fmt.FOOTER_SIZE, f"footer says {scan.footer}, batches hold {expected}"
             )
         return None
+    if scan.header.prealloc and scan.size < scan.header.prealloc:
+        raise WalCorruption(path, scan.size, f"segment of {scan.size} bytes with no footer, "
+                            f"made {scan.header.prealloc} bytes long before its first batch: "
+                            "cut short, not a torn write")
     if not is_last:
         if scan.footer_problem:
             raise WalCorruption(path, scan.size - fmt.FOOTER_SIZE, scan.footer_problem)

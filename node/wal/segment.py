@@ -185,8 +185,8 @@ def entry_stats(records: list[Record]) -> fmt.Footer:
 
 
 def finish_file(path: str, end: int, footer: fmt.Footer, disk: Disk = REAL) -> None:
-    """Close a segment that is not open for writing (a recovered tail): cut it to `end`,
-    append the footer, sync."""
+    """Close a segment that is not open for writing (a recovered tail): the footer at `end`,
+    synced, then the rest cut off (_write_footer)."""
     fd = disk.open(path)
     try:
         _write_footer(disk, fd, end, footer)
@@ -195,9 +195,36 @@ def finish_file(path: str, end: int, footer: fmt.Footer, disk: Disk = REAL) -> N
 
 
 def _write_footer(disk: Disk, fd: Any, end: int, footer: fmt.Footer) -> None:
-    disk.ftruncate(fd, end)
+    """The footer synced first, and only then the preallocated rest cut off: a file shorter
+    than its preallocation and without a footer is then never a crash's doing (format.py). A
+    crash between the two leaves the footer followed by zeros, read as a torn tail of it."""
     pwrite_all(disk, fd, [fmt.encode_footer(footer)], end)
+    disk.fdatasync(fd)
+    disk.ftruncate(fd, end + fmt.FOOTER_SIZE)
     disk.fsync(fd)
+
+
+def restore_preallocation(path: str, disk: Disk = REAL) -> None:
+    """Give a segment received by tablet copy without its footer (the source's newest, sent up
+    to its synced end) the length its header says it was made, so that it reads as the
+    unfinished segment it is and not as one cut short (format.py). A finished segment, one not
+    preallocated, and one whose header is unreadable (bootstrap refuses that) are left alone."""
+    size = disk.size(path)
+    try:
+        header = fmt.parse_segment_header(disk.read(path, 0, min(size, 1 << 17)))
+    except ValueError:
+        return
+    if not header.prealloc or size >= header.prealloc:
+        return
+    if size - header.size >= fmt.FOOTER_SIZE and isinstance(
+            fmt.parse_footer(disk.read(path, size - fmt.FOOTER_SIZE, fmt.FOOTER_SIZE)), fmt.Footer):
+        return
+    fd = disk.open(path)
+    try:
+        disk.ftruncate(fd, header.prealloc)
+        disk.fsync(fd)
+    finally:
+        disk.close(fd)
 
 
 IOV_MAX = os.sysconf("SC_IOV_MAX")
@@ -218,7 +245,12 @@ class WritableSegment:
         try:
             if prealloc_bytes:
                 disk.fallocate(self.fd, 0, prealloc_bytes)
-            self.offset = pwrite_all(disk, self.fd, [fmt.encode_segment_header(tablet_id, seq)], 0)
+            # The header says how long the file is made before its first batch, only if it
+            # really is (a disk model may not preallocate): a reader takes a shorter file
+            # without a footer for damage (format.py).
+            durable_len = prealloc_bytes if prealloc_bytes and disk.size(self.path) >= prealloc_bytes else 0
+            self.offset = pwrite_all(disk, self.fd,
+                                     [fmt.encode_segment_header(tablet_id, seq, durable_len)], 0)
             # (end, last index) of what is written and (with fsync on) synced: readers stop
             # there. One attribute, so a reader in another thread sees the two agree.
             self.readable: tuple[int, int] = (self.offset, -1)
@@ -262,7 +294,7 @@ class WritableSegment:
         return fmt.Footer(self.num_entries, self.min_index, self.max_index)
 
     def finish(self) -> None:
-        """Clean close: footer, cut to the written length, sync."""
+        """Clean close: the footer after the written length, synced, then the rest cut off."""
         try:
             _write_footer(self.disk, self.fd, self.offset, self.footer())
         finally:

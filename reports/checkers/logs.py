@@ -167,22 +167,35 @@ def damage_lines(ops) -> dict[tuple[str, str], list[tuple[int, float]]]:
 
 
 def undetected_damage(ops) -> list[dict]:
-    """Errors for damage the engine should have refused and did not: a flipped newest WAL batch
-    header (the disk nemesis's head-flip) whose replica came back RUNNING, its fsynced batch
-    cut as a torn tail."""
+    """Errors for damage the engine should have refused and did not, its replica RUNNING again:
+    - a flipped newest WAL batch header (the disk nemesis's head-flip), the fsynced batch cut
+      as a torn tail;
+    - a Tessera WAL segment cut short (truncate): a crash never shrinks a preallocated
+      segment, so a replica that runs again took the cut for a torn tail and dropped fsynced
+      entries it may have acknowledged (node/wal/format.py). etcd repairs a cut WAL as torn by
+      design (wal.Repair), so its cuts are judged by the other checkers only."""
     out = []
     for op in ops or ():
         value = _get(op, "value")
         if (_get(op, "process") != "nemesis" or _get(op, "f") != "start-disk"
-                or not isinstance(value, dict) or value.get("mode") != "head-flip"):
+                or not isinstance(value, dict)):
             continue
         replica = value.get("replica") or {}
-        if replica.get("state") == "RUNNING":
-            out.append({"type": "undetected-damage", "host": value["host"], "file": value["file"],
-                        "line": 0, "text": f"{replica.get('tablet')}: RUNNING",
-                        "explanation": f"{value['host']}: a bit flipped in the header of the "
-                        f"newest WAL batch (offset {value.get('batch')}) of {value['file']}, and "
-                        "the replica runs again: the batch was cut as a torn tail, not refused"})
+        if replica.get("state") != "RUNNING":
+            continue
+        if value.get("mode") == "head-flip":
+            what = (f"a bit flipped in the header of the newest WAL batch (offset "
+                    f"{value.get('batch')}) of {value['file']}, and the replica runs again: the "
+                    "batch was cut as a torn tail, not refused")
+        elif value.get("mode") == "truncate" and "/wals/" in value["file"]:  # Tessera's WAL
+            what = (f"{value['file']} was cut from {value.get('from')} to {value.get('to')} "
+                    "bytes, and the replica runs again: the cut was taken for a torn tail, "
+                    "dropping fsynced entries")
+        else:
+            continue
+        out.append({"type": "undetected-damage", "host": value["host"], "file": value["file"],
+                    "line": 0, "text": f"{replica.get('tablet')}: RUNNING",
+                    "explanation": f"{value['host']}: {what}"})
     return out
 
 
