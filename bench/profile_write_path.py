@@ -7,7 +7,7 @@ During the measuring window:
 
 - every process's cost per committed op: CPU µs, context switches (each voluntary one is a
   wake-up) and read/write-class syscalls, from /proc (bench/replication.py's meter);
-- py-spy samples the busiest processes (Tessera's leader tablet server and load processes;
+- py-spy samples the busiest processes (Tessera's leader, one follower and the load processes;
   PySyncObj's leader) at --rate Hz, without stopping them (--nonblocking). Idle threads are not
   sampled, so a function's share is its share of the process's busy time. The leaf functions
   with the most samples (self time) and the frames most often on the stack (inclusive) are
@@ -116,7 +116,7 @@ class _Spy:
 def tessera(a) -> dict:
     def run(c, a_, pool):
         roles = _run_async(a_, _create_table(c, 1))
-        pids = {"leader": roles["leader"][0],
+        pids = {"leader": roles["leader"][0], "follower1": roles["follower1"][0],
                 **{f"client{i}": ch.proc.pid for i, ch in enumerate(pool.children)}}
         spy = _Spy(pids, a.out / "tessera", 2.0, a.seconds - 3, a.rate)
         if a.batched:
@@ -127,7 +127,7 @@ def tessera(a) -> dict:
 
     (a.out / "tessera").mkdir(parents=True, exist_ok=True)
     load = (f"{a.batched} batching sessions" if a.batched else f"{a.clients} single-op writers")
-    _log(f"tessera: {load} for {a.seconds:g} s, py-spy on the leader and the load processes")
+    _log(f"tessera: {load} for {a.seconds:g} s, py-spy on the leader, a follower and the load processes")
     return _with_cluster([], a, run)
 
 

@@ -441,13 +441,13 @@ class TesseraClient:
         for _ in range(3):  # a session evicted before our first attempt: reopen and retry
             s = (sessions.by_tablet.get(t.tablet_id)
                  or await self._session(sessions, table, t, deadline, bind))
-            seqs = s.begin()
-            req = Write(t.tablet_id, op, s.id, seqs[0], s.acked_below())
+            seq = s.begin()
+            req = Write(t.tablet_id, op, s.id, seq, s.acked_below())
             try:
                 reply, uncertain, peer = await self._to_leader(table, t, "ts.write", req,
                                                                OpResult, True, deadline, bind)
             finally:
-                s.end(seqs)
+                s.end(seq)
             res = reply.result
             if res.ok or res.error not in (Rejection.NO_SESSION, Rejection.STALE_SEQ):
                 return res, peer
@@ -472,13 +472,13 @@ class TesseraClient:
         sessions = sessions or self._sessions
         for _ in range(3):  # a session evicted before our first attempt: reopen and retry
             s = await self._session(sessions, table, t, deadline, bind)
-            seqs = s.begin(len(ops))
+            first = s.begin(len(ops))
             try:
-                req = WriteBatch(t.tablet_id, ops, s.id, seqs[0], s.acked_below())
+                req = WriteBatch(t.tablet_id, ops, s.id, first, s.acked_below())
                 res, uncertain, peer = await self._to_leader(table, t, "ts.write_batch", req,
                                                              BatchResult, True, deadline, bind)
             finally:
-                s.end(seqs)
+                s.end(first, len(ops))
             results = res.results
             lost = [not r.ok and r.error in (Rejection.NO_SESSION, Rejection.STALE_SEQ)
                     for r in results]
@@ -525,6 +525,7 @@ class Table:
         self.bind = parse_bind(bind)
         self.sessions = Sessions()
         self.node: str | None = None
+        self._nodes: dict[Peer, str] = {}  # what `node` says of a replica, made once each
         # The hybrid timestamp of this handle's last op if it was an ok write, else None.
         self.hybrid_time: int | None = None
 
@@ -541,8 +542,12 @@ class Table:
             res, peer = row.result, row.peer
         else:
             res, peer = await self.client.op(self.name, key, op, self.bind, self.sessions)
-        hostport = f"{peer.host}:{peer.port}"
-        self.node = self.names.get(hostport) or self.names.get(peer.host) or hostport
+        node = self._nodes.get(peer)
+        if node is None:
+            hostport = f"{peer.host}:{peer.port}"
+            node = self._nodes[peer] = (self.names.get(hostport) or self.names.get(peer.host)
+                                        or hostport)
+        self.node = node
         self.hybrid_time = res.timestamp if res.ok and res.timestamp else None
         return res
 

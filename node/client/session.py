@@ -124,16 +124,27 @@ class TabletSession:
     inflight: deque = field(default_factory=deque)  # ascending; finished ones leave from the head
     finished: set = field(default_factory=set)  # finished, still behind an unfinished one
 
-    def begin(self, n: int = 1) -> range:
-        seqs = range(self.next_seq, self.next_seq + n)
-        self.next_seq += n
-        self.inflight.extend(seqs)
-        return seqs
+    def begin(self, n: int = 1) -> int:
+        """Hand out `n` seqs in a row; the first of them."""
+        first = self.next_seq
+        self.next_seq = first + n
+        if n == 1:  # the single-op path: no range
+            self.inflight.append(first)
+        else:
+            self.inflight.extend(range(first, first + n))
+        return first
 
-    def end(self, seqs: range) -> None:
-        self.finished.update(seqs)
-        while self.inflight and self.inflight[0] in self.finished:
-            self.finished.discard(self.inflight.popleft())
+    def end(self, first: int, n: int = 1) -> None:
+        """The `n` seqs from `first` are finished (answered or given up on)."""
+        inflight, finished = self.inflight, self.finished
+        if n == 1 and inflight[0] == first:  # the usual single op: it was the oldest
+            inflight.popleft()
+            if not finished:
+                return
+        else:
+            finished.update(range(first, first + n))
+        while inflight and inflight[0] in finished:
+            finished.discard(inflight.popleft())
 
     def acked_below(self) -> int:
         return self.inflight[0] if self.inflight else self.next_seq
