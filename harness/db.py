@@ -283,6 +283,12 @@ class Deployment:
         (nemeses.membership.Members)."""
         raise NotImplementedError
 
+    def cannot_spare(self) -> set[str]:
+        """"disk": the groups (as `disk_layout` names them) in which one damaged replica would
+        now be a majority of the voters, so that the disk nemesis leaves them alone: a
+        membership fault shrank them, or has a change in flight. None by default."""
+        return set()
+
     def admin(self, host: str, pick: int) -> dict:
         """"admin": one of the system's maintenance operations on `host` (which one: `pick`
         modulo their number); what was done."""
@@ -762,6 +768,18 @@ class TesseraDB(Deployment):
         from harness.tessera_members import TabletMembers
 
         return TabletMembers(self)
+
+    def cannot_spare(self) -> set[str]:
+        """Tablets some replica reports with fewer than three voters in its active config, or
+        with a config change in flight: the membership nemesis removed one of their replicas
+        (session 23: a WAL damaged in a tablet shrunk to two voters left it without a leader,
+        which the convergence check called a bug)."""
+        from node.protocol import ServerStatus
+
+        statuses = self.ask_each(self.hosts, "tserver", "ts.status", ServerStatus)
+        return {t.tablet_id for st in statuses.values() for t in st.tablets
+                if t.state == "RUNNING" and (t.config != t.committed_config
+                                             or sum(kind == "VOTER" for _, kind in t.config) < 3)}
 
     def log_files(self, host: str) -> list[str]:
         """Every daemon's log, a master's removed during the run included."""

@@ -18,7 +18,9 @@ and dropped fsynced entries (session 23: such a replica's vote then elected a le
 an acknowledged append, which the list-append checker caught as incompatible orders).
 
 The nemesis damages at most one replica of each group over a whole run (a tablet, or etcd's one
-cluster): a minority. Beyond that it would only show that a majority of failed disks loses data,
+cluster): a minority; and never one of a group that cannot spare it now
+(`Deployment.cannot_spare`: the membership fault shrank it to two voters, where one replica is
+a majority). Beyond that it would only show that a majority of failed disks loses data,
 which no replicated system survives. The completion records the damaged daemon's log length
 then, and a repair's the length before it, so the logs checker can tell the system's answer to
 the damage from what came before and after.
@@ -61,7 +63,7 @@ _DAMAGE = r"""
 import json, os, random, sys
 rng = random.Random(int(sys.argv[1]))
 spec = json.loads(sys.argv[2])
-spared = set(spec["spared"])  # groups damaged on another host
+spared = set(spec["spared"])  # groups damaged on another host, or that cannot spare one now
 files = []
 for sub, kind, group in spec["files"]:
     for dirpath, _, names in os.walk(os.path.join(spec["root"], sub)):
@@ -145,7 +147,9 @@ class DiskCorruption(Nemesis):
     def start(self, choice: dict) -> dict:
         layout = self.db.disk_layout()
         host = choice["host"]
-        spared = sorted(g for g, h in self.damaged.items() if h != host)
+        # A minority means a minority of the voters a group has now: one the membership
+        # fault shrank to two cannot spare a replica.
+        spared = sorted({g for g, h in self.damaged.items() if h != host} | self.db.cannot_spare())
         self.db.kill(host, layout.daemon)
         log_line = self._log_length(host, layout.log)
         out = self.remotes[host].run(damage_args(layout, choice["damage_seed"], spared)).stdout
