@@ -10,6 +10,8 @@ import signal
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from node.client import (
     CONNECT_TIMEOUT,
@@ -435,3 +437,26 @@ def test_cluster_a_batch_retried_after_a_leader_change_applies_once(cluster):
         assert await table.read("l") == [0, 1, 2, 3]
         await client.close()
     run(go())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 4), st.integers(0, 50)), max_size=60))
+def test_a_tablet_sessions_acked_below_is_its_oldest_seq_in_flight(steps):
+    """TabletSession against a model (the set of seqs in flight): runs of one and of many
+    seqs, finished in any order; `acked_below` is always the lowest unfinished seq, or the
+    next one when none is in flight, so a tablet forgets exactly the results nobody waits on."""
+    from node.client.session import TabletSession
+
+    s, flying, runs, issued = TabletSession(7), set(), [], 1
+    for begin, n, pick in steps:
+        if begin or not runs:
+            first = s.begin(n)
+            assert first == issued
+            issued += n
+            runs.append((first, n))
+            flying.update(range(first, first + n))
+        else:
+            first, n = runs.pop(pick % len(runs))
+            s.end(first, n)
+            flying.difference_update(range(first, first + n))
+        assert s.acked_below() == (min(flying) if flying else issued)
