@@ -54,18 +54,14 @@ def test_a_truncated_newest_segment_of_a_real_log_is_refused_not_cut_as_torn(tmp
     shortened batch as a torn tail and come back RUNNING without fsynced entries (session 23,
     found by `tessera test --nemesis all --seed 41` as incompatible list orders)."""
     import shutil
-    import threading
 
-    from node.entry import Entry, EntryType
     from node.wal import Log, LogOptions
+    from tests.test_wal_log import append_durably, entry
 
     live, wal = tmp_path / "live", tmp_path / "wals" / TABLET
     with Log.open(str(live), TABLET, LogOptions(log_segment_size_mb=64 / 1024)) as log:
         for i in range(1, 9):
-            done = threading.Event()
-            log.async_append(log.reserve([Entry(1, i, EntryType.REPLICATE, b"x" * 40)]),
-                             lambda err: done.set())
-            assert done.wait(30)
+            append_durably(log, [entry(i, size=40)])
         shutil.copytree(live, wal)  # the crash image: the newest segment never finished
     done = damage(tmp_path, seed, "truncate")
     assert done["mode"] == "truncate" and done["to"] < done["from"]

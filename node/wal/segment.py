@@ -211,6 +211,7 @@ def restore_preallocation(path: str, disk: Disk = REAL) -> None:
     preallocated, and one whose header is unreadable (bootstrap refuses that) are left alone."""
     size = disk.size(path)
     try:
+        # a header is at most 32 + 65,535 (the tablet id) + 4 bytes
         header = fmt.parse_segment_header(disk.read(path, 0, min(size, 1 << 17)))
     except ValueError:
         return
@@ -248,7 +249,8 @@ class WritableSegment:
             # The header says how long the file is made before its first batch, only if it
             # really is (a disk model may not preallocate): a reader takes a shorter file
             # without a footer for damage (format.py).
-            durable_len = prealloc_bytes if prealloc_bytes and disk.size(self.path) >= prealloc_bytes else 0
+            made = prealloc_bytes and disk.size(self.path) >= prealloc_bytes
+            durable_len = prealloc_bytes if made else 0
             self.offset = pwrite_all(disk, self.fd,
                                      [fmt.encode_segment_header(tablet_id, seq, durable_len)], 0)
             # (end, last index) of what is written and (with fsync on) synced: readers stop
