@@ -7,11 +7,13 @@ from hypothesis import strategies as st
 from node.entry import Entry, EntryType
 from node.tablet.ops import (
     Append,
+    Batch,
     Cas,
     MicroOp,
     OpenSession,
     Read,
     Rejection,
+    Result,
     Txn,
     Write,
     encode_command,
@@ -152,7 +154,7 @@ def test_with_tight_limits_an_op_applies_at_most_once_and_retries_are_original_o
 
 def _forget_by_scan(results: dict, forgotten_below: int, acked_below: int, bound: int):
     """The dedup table's forgetting, stated plainly: drop every seq below acked_below, then the
-    oldest until `bound` remain. What StateMachine does with a heap must match it exactly."""
+    oldest until `bound` remain. What StateMachine does with its sorted seqs must match it."""
     if acked_below > forgotten_below:
         forgotten_below = acked_below
         results = {s: r for s, r in results.items() if s >= acked_below}
@@ -163,28 +165,56 @@ def _forget_by_scan(results: dict, forgotten_below: int, acked_below: int, bound
     return results, forgotten_below
 
 
-@settings(max_examples=200, deadline=None)
-@given(steps=st.lists(st.tuples(st.integers(1, 40), st.integers(0, 45)), max_size=80),
+@settings(max_examples=300, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(1, 40), st.integers(0, 45), st.integers(1, 4)),
+                      max_size=80),
        bound=st.integers(1, 8))
 def test_forgetting_results_matches_the_plain_scan_for_seqs_in_any_order(steps, bound):
     """One session shared by concurrent callers applies seqs out of order, repeats some and
-    sends acked_below that may lag: the table keeps exactly the results the scan keeps, and
-    does so again after a snapshot (the heap is rebuilt, not restored)."""
+    sends acked_below that may lag, alone or as batches of up to 4 (op i at seq + i, trimmed
+    after the whole batch; a first attempt above every kept seq takes the batch's fast path):
+    the table keeps exactly the results the scan keeps, each the first one, and does so again
+    after a snapshot (the sorted seqs are rebuilt, not restored)."""
     sm = StateMachine("t", Limits(max_results_per_session=bound))
     idx = 1
     sm.apply(Entry(1, idx, EntryType.REPLICATE, encode_command(OpenSession())))
     session = 1
     want: dict = {}
     forgotten = 0
-    for n, (seq, acked) in enumerate(steps):
+    for n, (seq, acked, k) in enumerate(steps):
         if n == len(steps) // 2:
             sm = StateMachine.from_snapshot(msgspec.msgpack.decode(
                 msgspec.msgpack.encode(sm.snapshot()), type=Snapshot))
         idx += 1
+        op = Write("k", n) if k == 1 else Batch([Write("k", (n, i)) for i in range(k)])
         res = sm.apply(Entry(1, idx, EntryType.REPLICATE, encode_command(
-            Write("k", n), session=session, seq=seq, acked_below=acked)))
-        if seq not in want and seq >= forgotten:
-            want[seq] = res
+            op, session=session, seq=seq, acked_below=acked, timestamp=idx)))
+        for i, r in enumerate([res] if k == 1 else res):
+            s = seq + i
+            if s in want:
+                assert r == want[s]  # a retry gets the first result
+            elif s < forgotten:
+                assert r.error == Rejection.STALE_SEQ
+            else:
+                assert r == Result(True, timestamp=idx)
+                want[s] = r
         want, forgotten = _forget_by_scan(want, forgotten, acked, bound)
         got = sm.sessions[session]
         assert dict(got.results) == want and got.forgotten_below == forgotten
+        assert sm._seqs.get(session, sorted(want)) == sorted(want)  # no seq kept past its result
+
+
+def test_every_ok_mutation_carries_its_commands_timestamp():
+    """A write, a cas, an append and a transaction, alone, in a batch or in a group: an ok
+    result is stamped with its command's hybrid time (a retry returns that first stamp)."""
+    sm = StateMachine("t")
+    sm.apply(Entry(1, 1, EntryType.REPLICATE, encode_command(OpenSession())))
+    ops = [Write("a", 1), Cas("a", 1, 2), Append("l", 1), Txn([MicroOp("append", "l", 2)])]
+    for i, op in enumerate(ops):
+        res = sm.apply(Entry(1, 2 + i, EntryType.REPLICATE, encode_command(
+            op, session=1, seq=1 + i, timestamp=100 + i)))
+        assert res.ok and res.timestamp == 100 + i, op
+    res = sm.apply(Entry(1, 6, EntryType.REPLICATE, encode_command(
+        Batch([ops[0], Cas("a", 9, 3), *ops[2:]]), session=1, seq=10, timestamp=200)))
+    assert [r.timestamp for r in res] == [200, 0, 200, 200]  # the cas mismatches: a is 1
+    assert not res[1].ok

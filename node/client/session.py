@@ -95,17 +95,13 @@ class RowResult(NamedTuple):
 
 
 @dataclass(slots=True)
-class _Pending:
-    key: str
-    op: RowOp
-    size: int
-    future: asyncio.Future
-
-
-@dataclass
 class _Buffer:
+    """One tablet's ops not yet flushed, and each one's future, in the order applied: two
+    parallel lists, since a record per op cost more than the rest of buffering it."""
+
     tablet: TabletLocation
-    ops: list[_Pending] = field(default_factory=list)
+    ops: list[RowOp] = field(default_factory=list)
+    futures: list[asyncio.Future] = field(default_factory=list)
     bytes: int = 0
     timer: asyncio.TimerHandle | None = None
 
@@ -192,6 +188,12 @@ class Session:
         self._bytes = 0  # buffered, all tablets
         self._locks: dict[str, asyncio.Lock] = {}  # one batch in flight per tablet
         self._queued: Counter = Counter()  # tablet -> batches cut and not yet answered
+        # The options apply() reads per op, decided once: an enum compare or a product per
+        # op was a tenth of buffering one.
+        self._sync = options.mode == FlushMode.AUTO_FLUSH_SYNC
+        self._background = options.mode == FlushMode.AUTO_FLUSH_BACKGROUND
+        self._watermark_bytes = options.flush_watermark * options.buffer_bytes
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop of the first apply
         self._done = asyncio.Condition()
         self._flushes: set[asyncio.Task] = set()
         self._closed = False
@@ -211,10 +213,10 @@ class Session:
         if not isinstance(op, ROW_OP_TYPES):
             raise TypeError(f"a session applies Write, Cas, Append and Txn, not "
                             f"{type(op).__name__}")
-        loop = asyncio.get_running_loop()
+        loop = self._loop or self._bind_loop()
         future = loop.create_future()
         o = self.options
-        if o.mode == FlushMode.AUTO_FLUSH_SYNC:
+        if self._sync:
             try:
                 res, peer = await self.client.op(self.table, key, op, self.bind, self.sessions)
                 future.set_result(RowResult(res, peer))
@@ -224,38 +226,45 @@ class Session:
         t = (self.client.cached_tablet(self.table, key)
              or await self.client._tablet_for(self.table, key, loop.time() + self.client.timeout))
         size = len(_size(op))
-        buf = self._buffers.get(t.tablet_id)
-        if o.mode == FlushMode.MANUAL_FLUSH:
+        tablet_id = t.tablet_id
+        buf = self._buffers.get(tablet_id)
+        if not self._background:  # MANUAL_FLUSH
             if buf is not None and len(buf.ops) >= o.max_batch_ops:
-                raise BufferFull(f"tablet {t.tablet_id} has {len(buf.ops)} ops buffered, the "
+                raise BufferFull(f"tablet {tablet_id} has {len(buf.ops)} ops buffered, the "
                                  f"most one batch takes: flush first")
             if self._bytes + size > o.buffer_bytes:
                 raise BufferFull(f"{self._bytes} + {size} bytes exceed the buffer space of "
                                  f"{o.buffer_bytes}: flush first")
-        elif self._queued[t.tablet_id] >= o.max_buffers:
+        elif self._queued[tablet_id] >= o.max_buffers:
             # Kudu's Apply blocks while every buffer is in use: max_buffers batches of this
             # tablet in flight, none free to fill.
             async with self._done:
                 await self._done.wait_for(
-                    lambda: self._queued[t.tablet_id] < o.max_buffers or self._closed)
+                    lambda: self._queued[tablet_id] < o.max_buffers or self._closed)
             if self._closed:
                 raise OpFailed("session closed")
-            buf = self._buffers.get(t.tablet_id)
+            buf = self._buffers.get(tablet_id)
         if buf is None:
-            buf = self._buffers[t.tablet_id] = _Buffer(t)
-            if o.mode == FlushMode.AUTO_FLUSH_BACKGROUND:
-                buf.timer = loop.call_later(o.flush_interval_s, self._cut, t.tablet_id,
+            buf = self._buffers[tablet_id] = _Buffer(t)
+            if self._background:
+                buf.timer = loop.call_later(o.flush_interval_s, self._cut, tablet_id,
                                             "interval")
-        buf.ops.append(_Pending(key, op, size, future))
+        buf.ops.append(op)
+        buf.futures.append(future)
         buf.bytes += size
         self._bytes += size
-        if o.mode == FlushMode.AUTO_FLUSH_BACKGROUND:
+        if self._background:
             if len(buf.ops) >= o.max_batch_ops:
-                self._cut(t.tablet_id, "count")
-            elif self._bytes >= o.flush_watermark * o.buffer_bytes:
-                for tablet_id in list(self._buffers):
-                    self._cut(tablet_id, "bytes")
+                self._cut(tablet_id, "count")
+            elif self._bytes >= self._watermark_bytes:
+                for other in list(self._buffers):
+                    self._cut(other, "bytes")
         return future
+
+    def _bind_loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop, kept: a session's futures and timers live on one loop."""
+        self._loop = asyncio.get_running_loop()
+        return self._loop
 
     async def flush(self) -> None:
         """Send every buffered op, one batch per tablet, and wait until every batch of this
@@ -295,39 +304,37 @@ class Session:
             async with self._locks.setdefault(tablet_id, asyncio.Lock()):
                 # An op its caller gave up on before it was sent is dropped: never applied,
                 # which an indeterminate op may be.
-                pending = [p for p in buf.ops if not p.future.done()]
-                if not pending:
-                    return
+                ops, futures = buf.ops, buf.futures
+                if any(map(asyncio.Future.done, futures)):
+                    kept = [i for i, f in enumerate(futures) if not f.done()]
+                    if not kept:
+                        return
+                    ops, futures = [ops[i] for i in kept], [futures[i] for i in kept]
                 try:
                     results, peer = await self.client.write_batch(
-                        self.table, buf.tablet, [p.op for p in pending], deadline, self.bind,
-                        self.sessions)
+                        self.table, buf.tablet, ops, deadline, self.bind, self.sessions)
                 except (OpFailed, OpUnknown) as e:
-                    for p in pending:
-                        _settle(p.future, exception=e)
+                    _fail_all(futures, e)
                     return
                 except Exception as e:  # the outcome is unknown, never failed
-                    log.warning("batch of %d ops to tablet %s: %s: %s", len(pending), tablet_id,
+                    log.warning("batch of %d ops to tablet %s: %s: %s", len(ops), tablet_id,
                                 type(e).__name__, e, exc_info=e)
-                    for p in pending:
-                        _settle(p.future, exception=OpUnknown(f"{type(e).__name__}: {e}"))
+                    _fail_all(futures, OpUnknown(f"{type(e).__name__}: {e}"))
                     return
-                for p, r in zip(pending, results, strict=True):
+                for future, r in zip(futures, results, strict=True):
+                    if future.done():  # its caller stopped waiting (cancelled)
+                        continue
                     if isinstance(r, Exception):
-                        _settle(p.future, exception=r)
+                        future.set_exception(r)
                     else:
-                        _settle(p.future, result=RowResult(r, peer))
+                        future.set_result(RowResult(r, peer))
         finally:
             self._queued[tablet_id] -= 1
             async with self._done:
                 self._done.notify_all()
 
 
-def _settle(future: asyncio.Future, *, result: RowResult | None = None,
-            exception: Exception | None = None) -> None:
-    if future.done():  # its caller stopped waiting (cancelled)
-        return
-    if exception is not None:
-        future.set_exception(exception)
-    else:
-        future.set_result(result)
+def _fail_all(futures: list[asyncio.Future], e: Exception) -> None:
+    for future in futures:
+        if not future.done():  # its caller stopped waiting (cancelled)
+            future.set_exception(e)

@@ -8,7 +8,7 @@ list), so results and snapshots can share them without copying.
 
 from __future__ import annotations
 
-import heapq
+from bisect import bisect_left, insort
 from collections import OrderedDict
 from typing import Any
 
@@ -89,10 +89,11 @@ class StateMachine:
         self.last_applied_index = 0
         self.last_applied_term = 0
         self.last_timestamp = 0
-        # session id -> heap of the seqs in its results: forgetting the oldest is O(log n) per
-        # op, not a scan of up to max_results_per_session. Derived, never snapshotted: built
-        # again from the results when missing. Every removal of a result goes through it.
-        self._seq_heaps: dict[int, list[int]] = {}
+        # session id -> the seqs of its results, ascending: forgetting the oldest is a cut at
+        # the front, and a batch's seqs (contiguous, above every kept one on a first attempt)
+        # are one extend. Derived, never snapshotted: built again from the results when
+        # missing. Every removal of a result goes through it.
+        self._seqs: dict[int, list[int]] = {}
 
     def apply(self, entry: Entry, command: Command | None = None) -> Result | list[Result] | None:
         """Apply the next committed entry; a REPLICATE entry returns its command's result (a
@@ -156,35 +157,57 @@ class StateMachine:
         if isinstance(op, OpenSession):
             self._open_session(index)
             return Result(True, index)
+        ts = c.timestamp
+        ok = Result(True, timestamp=ts) if ts else _OK  # one for every ok row of the command
         if isinstance(op, Group):  # each member as the Command it would be on its own
-            return [self._in_session(m.session, m.seq, m.acked_below, m.op, c.timestamp)
+            return [self._in_session(m.session, m.seq, m.acked_below, m.op, ts, ok)
                     for m in op.members]
-        return self._in_session(c.session, c.seq, c.acked_below, op, c.timestamp)
+        return self._in_session(c.session, c.seq, c.acked_below, op, ts, ok)
 
     def _in_session(self, session_id: int, seq: int, acked_below: int, op: Op,
-                    timestamp: int) -> Result | list[Result]:
+                    timestamp: int, ok: Result) -> Result | list[Result]:
         """A session's mutation (a row op, a Batch, or CloseSession) as `seq`: its result, and
-        the session's kept results trimmed to what the client has not acknowledged."""
+        the session's kept results trimmed to what the client has not acknowledged. `ok` is
+        the result of an ok write at `timestamp` (immutable, so shared)."""
         session = self.sessions.get(session_id)
         if session is None:
             rejection = Result(False, error=Rejection.NO_SESSION, detail=f"no session {session_id}")
             return [rejection] * len(op.ops) if isinstance(op, Batch) else rejection
         if isinstance(op, CloseSession):
             del self.sessions[session_id]
-            self._seq_heaps.pop(session_id, None)
+            self._seqs.pop(session_id, None)
             return _OK
         self.sessions.move_to_end(session_id)
+        seqs = self._seqs.get(session_id)
+        if seqs is None:
+            seqs = self._seqs[session_id] = sorted(session.results)
         if isinstance(op, Batch):
-            # Each op through the same per-seq path as a single op: op i is seq + i. Kept
-            # results are trimmed once, after the whole batch (Limits.check_batch bounds it).
-            result = [self._once(session, seq + i, row, timestamp)
-                      for i, row in enumerate(op.ops)]
+            result = self._batch(session, seqs, seq, op.ops, timestamp, ok)
         else:
-            result = self._once(session, seq, op, timestamp)
-        self._forget(session, acked_below)
+            result = self._once(session, seqs, seq, op, timestamp, ok)
+        self._forget(session, seqs, acked_below)
         return result
 
-    def _once(self, session: Session, seq: int, op: Op, timestamp: int) -> Result:
+    def _batch(self, session: Session, seqs: list[int], first: int, rows: list[Op],
+               timestamp: int, ok: Result) -> list[Result]:
+        """Op i of the batch as seq first + i, each exactly as `_once` would apply it. Kept
+        results are trimmed once, after the whole batch (Limits.check_batch bounds it)."""
+        above = not seqs or seqs[-1] < first
+        if not above or (first < session.forgotten_below and not self.skip_dedup):
+            # A retry, or seqs out of order: some may have results already. Row by row.
+            return [self._once(session, seqs, first + i, row, timestamp, ok)
+                    for i, row in enumerate(rows)]
+        # The usual first attempt: every seq of it is above the kept ones (so none has a
+        # result) and none was forgotten. One pass, no lookups.
+        execute = self._execute
+        results = [execute(row, ok, timestamp) for row in rows]
+        seq_range = range(first, first + len(rows))
+        session.results.update(zip(seq_range, results, strict=True))
+        seqs.extend(seq_range)
+        return results
+
+    def _once(self, session: Session, seqs: list[int], seq: int, op: Op, timestamp: int,
+              ok: Result) -> Result:
         """Apply `op` as `seq` of `session` unless that seq was applied: then its first result
         (or STALE_SEQ if that result is forgotten). Applied ops keep their result at `seq`."""
         result = None if self.skip_dedup else session.results.get(seq)
@@ -196,62 +219,68 @@ class StateMachine:
                 error=Rejection.STALE_SEQ,
                 detail=f"seq {seq} < {session.forgotten_below}: its result is forgotten",
             )
-        result = self._execute(op)
-        if result.ok and timestamp:
-            result = msgspec.structs.replace(result, timestamp=timestamp)
+        result = self._execute(op, ok, timestamp)
         session.results[seq] = result
-        heap = self._seq_heaps.get(session.session_id)
-        if heap is not None:
-            heapq.heappush(heap, seq)
+        if not seqs or seq > seqs[-1]:
+            seqs.append(seq)
+        else:
+            insort(seqs, seq)
         return result
 
     def _open_session(self, session_id: int) -> None:
         self.sessions[session_id] = Session(session_id)
         if len(self.sessions) > self.limits.max_sessions:
             evicted, _ = self.sessions.popitem(last=False)
-            self._seq_heaps.pop(evicted, None)
+            self._seqs.pop(evicted, None)
 
-    def _forget(self, session: Session, acked_below: int) -> None:
+    def _forget(self, session: Session, seqs: list[int], acked_below: int) -> None:
+        """Drop the results the client acknowledged, then the oldest beyond the bound."""
         results = session.results
-        heap = self._seq_heaps.get(session.session_id)
-        if heap is None:
-            heap = self._seq_heaps[session.session_id] = list(results)
-            heapq.heapify(heap)
         if acked_below > session.forgotten_below:
             session.forgotten_below = acked_below
-            while heap and heap[0] < acked_below:
-                results.pop(heapq.heappop(heap), None)
-        while len(results) > self.limits.max_results_per_session:
-            oldest = heapq.heappop(heap)
-            if results.pop(oldest, None) is not None:
-                session.forgotten_below = max(session.forgotten_below, oldest + 1)
+            cut = bisect_left(seqs, acked_below)
+            for seq in seqs[:cut]:
+                results.pop(seq, None)
+            del seqs[:cut]
+        bound = self.limits.max_results_per_session
+        while len(results) > bound:
+            excess = len(results) - bound
+            oldest = seqs[:excess]
+            if not oldest:  # every result has its seq here: losing one is a bug, never data
+                raise RuntimeError(f"session {session.session_id}: results without seqs")
+            del seqs[:excess]
+            for seq in oldest:
+                if results.pop(seq, None) is not None:
+                    session.forgotten_below = max(session.forgotten_below, seq + 1)
 
     # -- operations ----------------------------------------------------------------------------
 
-    def _execute(self, op: Op) -> Result:
-        match op:
-            case Read(key=key):
-                return Result(True, self.data.get(key))
-            case Write(key=key, value=value):
-                self.data[key] = value
-                return _OK
-            case Cas(key=key, expected=expected, new=new):
-                current = self.data.get(key)
-                if current != expected:
-                    return Result(False, current, Rejection.CAS_MISMATCH, f"{key!r} is {current!r}")
-                self.data[key] = new
-                return _OK
-            case Append(key=key, element=element):
-                current = self.data.get(key)
-                if current is not None and not isinstance(current, list):
-                    return Result(False, 0, Rejection.WRONG_TYPE, f"{key!r} holds no list")
-                self.data[key] = [*(current or ()), element]
-                return _OK
-            case Txn(ops=micro_ops):
-                return self._transaction(micro_ops)
+    def _execute(self, op: Op, ok: Result = _OK, timestamp: int = 0) -> Result:
+        """`op`'s result on the current data; an ok mutation answers `ok` (its command's
+        stamped result) and a transaction carries `timestamp`."""
+        kind = type(op)
+        if kind is Write:  # the common op first, by type: a match tries each case in turn
+            self.data[op.key] = op.value
+            return ok
+        if kind is Read:
+            return Result(True, self.data.get(op.key))
+        if kind is Cas:
+            key, current = op.key, self.data.get(op.key)
+            if current != op.expected:
+                return Result(False, current, Rejection.CAS_MISMATCH, f"{key!r} is {current!r}")
+            self.data[key] = op.new
+            return ok
+        if kind is Append:
+            key, current = op.key, self.data.get(op.key)
+            if current is not None and not isinstance(current, list):
+                return Result(False, 0, Rejection.WRONG_TYPE, f"{key!r} holds no list")
+            self.data[key] = [*(current or ()), op.element]
+            return ok
+        if kind is Txn:
+            return self._transaction(op.ops, timestamp)
         raise TypeError(f"not a state-machine op: {op!r}")
 
-    def _transaction(self, micro_ops: list[MicroOp]) -> Result:
+    def _transaction(self, micro_ops: list[MicroOp], timestamp: int = 0) -> Result:
         """All micro-ops or none: writes go to an overlay that is merged only at the end."""
         overlay: dict[str, Any] = {}
         completed = []
@@ -285,4 +314,4 @@ class StateMachine:
                     )
             completed.append([m.f, m.key, m.value])
         self.data.update(overlay)
-        return Result(True, completed)
+        return Result(True, completed, timestamp=timestamp)
