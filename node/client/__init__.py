@@ -32,6 +32,7 @@ fault neither waits on an unavailable master nor loses its dedup record to other
 from __future__ import annotations
 
 import asyncio
+import operator
 import random
 import ssl
 from typing import Any
@@ -134,6 +135,7 @@ class TesseraClient:
         self._silent: set[tuple[str, int]] = set()  # addresses whose last attempt got no reply
         self._refreshing: dict[str, asyncio.Task] = {}  # table -> background locations fetch
         self._sessions = Sessions()  # for op() calls that bring none
+        self._loop: asyncio.AbstractEventLoop | None = None  # see _now
 
     async def close(self) -> None:
         for task in self._refreshing.values():
@@ -141,8 +143,17 @@ class TesseraClient:
         await asyncio.gather(*self._refreshing.values(), return_exceptions=True)
         await self.rpc.close()
 
+    def _now(self) -> float:
+        """The running loop's time. The loop is kept, not looked up per op (that lookup is a
+        system call, getpid, asyncio's fork check); a client runs on one loop at a time, and
+        once that loop is closed the next one is looked up."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            loop = self._loop = asyncio.get_running_loop()
+        return loop.time()
+
     def _deadline(self) -> float:
-        return asyncio.get_running_loop().time() + self.timeout
+        return self._now() + self.timeout
 
     # -- masters -----------------------------------------------------------------------------
     async def master_call(self, method: str, req: Any, resp_type: type,
@@ -330,7 +341,7 @@ class TesseraClient:
         first = None if bind is not None else self._believed_leader(self._latest(table, t))
         failed = None
         if first is not None:
-            remaining = deadline - asyncio.get_running_loop().time()
+            remaining = deadline - self._now()
             if remaining > 0:
                 try:
                     res = await self.rpc.call(first.addr, method, req, resp_type,
@@ -478,8 +489,10 @@ class TesseraClient:
                 res, uncertain, peer = await self._to_leader(table, t, "ts.write_batch", req,
                                                              BatchResult, True, deadline, bind)
             finally:
-                s.end(first, len(ops))
+                s.end(first)
             results = res.results
+            if all(map(_is_ok, results)):  # the usual answer, checked without a loop in Python
+                return results, peer
             lost = [not r.ok and r.error in (Rejection.NO_SESSION, Rejection.STALE_SEQ)
                     for r in results]
             if not any(lost):
@@ -494,6 +507,9 @@ class TesseraClient:
                     bind: str | None = None) -> Session:
         """A batching session on `table` (see node.client.session)."""
         return Session(self, table, options or SessionOptions(), parse_bind(bind))
+
+
+_is_ok = operator.attrgetter("ok")
 
 
 def _request(t: TabletLocation, op: Op) -> tuple[str, Read | Write, bool]:

@@ -111,35 +111,31 @@ _size = msgspec.msgpack.Encoder().encode
 
 @dataclass
 class TabletSession:
-    """One tablet session's seqs. Seqs are handed out in increasing order, so the ones in
-    flight form a sorted queue and the lowest (what the tablet may not forget) is its head:
-    O(1) per op, where min() over hundreds of concurrent ops was not."""
+    """One tablet session's seqs. Seqs are handed out in increasing order as runs (one for a
+    single op, len(ops) for a batch), each finished as a whole, so the runs in flight form a
+    queue sorted by their first seq, and the lowest seq in flight (what the tablet may not
+    forget) is the head run's first: O(1) per run, whatever its length."""
 
     id: int
     next_seq: int = 1
-    inflight: deque = field(default_factory=deque)  # ascending; finished ones leave from the head
-    finished: set = field(default_factory=set)  # finished, still behind an unfinished one
+    inflight: deque = field(default_factory=deque)  # first seqs of runs, ascending
+    finished: set = field(default_factory=set)  # first seqs of runs finished behind the head
 
     def begin(self, n: int = 1) -> int:
-        """Hand out `n` seqs in a row; the first of them."""
+        """Hand out a run of `n` seqs; its first."""
         first = self.next_seq
         self.next_seq = first + n
-        if n == 1:  # the single-op path: no range
-            self.inflight.append(first)
-        else:
-            self.inflight.extend(range(first, first + n))
+        self.inflight.append(first)
         return first
 
-    def end(self, first: int, n: int = 1) -> None:
-        """The `n` seqs from `first` are finished (answered or given up on)."""
+    def end(self, first: int) -> None:
+        """The run that begins at `first` is finished (answered or given up on)."""
         inflight, finished = self.inflight, self.finished
-        if n == 1 and inflight[0] == first:  # the usual single op: it was the oldest
-            inflight.popleft()
-            if not finished:
-                return
-        else:
-            finished.update(range(first, first + n))
-        while inflight and inflight[0] in finished:
+        if inflight[0] != first:
+            finished.add(first)
+            return
+        inflight.popleft()
+        while finished and inflight and inflight[0] in finished:
             finished.discard(inflight.popleft())
 
     def acked_below(self) -> int:

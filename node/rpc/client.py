@@ -97,9 +97,10 @@ class _Connection:
         """Send one request now: the future of its response (failed with _Expired after
         `timeout`) and its deadline key. The caller makes room first (`wait_for_room`) and
         calls `ended` with both once done."""
-        fut = asyncio.get_running_loop().create_future()
+        loop = self.out.loop  # the connection's: looking up the running one is a system call
+        fut = loop.create_future()
         self.pending[call_id] = fut
-        key = self.deadlines.add(fut, timeout)
+        key = self.deadlines.add(fut, timeout, loop)
         self.out.write(data)
         return fut, key
 
@@ -246,8 +247,7 @@ class RpcClient:
                            request)
         data = wire.frame(req)
         if len(data) - wire.LENGTH.size > self.max_frame:  # answered from the loop, not inline
-            asyncio.get_running_loop().call_soon(
-                done, None, _too_large(method, len(data), self.max_frame))
+            conn.out.loop.call_soon(done, None, _too_large(method, len(data), self.max_frame))
             return True
         fut, key = conn.send(call_id, data, timeout)
 

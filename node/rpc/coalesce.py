@@ -14,12 +14,15 @@ DRAIN_ABOVE = 64 << 10  # asyncio's default high-water mark for a transport's bu
 
 class CoalescingWriter:
     def __init__(self, writer: asyncio.StreamWriter):
+        """Made on the loop the writer's connection runs on (asked once: the lookup is a
+        system call)."""
         self.writer = writer
+        self.loop = asyncio.get_running_loop()
         self._frames: list[bytes] = []
 
     def write(self, frame: bytes) -> None:
         if not self._frames:
-            asyncio.get_running_loop().call_soon(self.flush)
+            self.loop.call_soon(self.flush)
         self._frames.append(frame)
 
     def flush(self) -> None:

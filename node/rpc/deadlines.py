@@ -3,6 +3,9 @@
 A loop timer per call (asyncio.timeout) was a quarter of a loaded leader's CPU: each one is a
 heap push, a reschedule and a cancel. Here a call costs a dict insert and a dict pop; its
 deadline fires up to one GRANULARITY late, which no caller can tell from scheduling delay.
+
+The caller passes the loop it runs on: asyncio.get_running_loop() makes a system call each time
+(getpid, its check against a fork), and a connection knows its loop already.
 """
 
 from __future__ import annotations
@@ -20,10 +23,9 @@ class DeadlineWheel:
         self._buckets: dict[int, dict[Hashable, None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def add(self, item: Hashable, timeout: float) -> int:
-        """Expire `item` after `timeout` seconds unless removed first; returns the key that
-        `remove` needs."""
-        loop = asyncio.get_running_loop()
+    def add(self, item: Hashable, timeout: float, loop: asyncio.AbstractEventLoop) -> int:
+        """Expire `item` after `timeout` seconds on `loop` (the running one) unless removed
+        first; returns the key that `remove` needs."""
         if loop is not self._loop:  # the timers of buckets made in another loop never fire here
             self._loop, self._buckets = loop, {}
         key = math.ceil((loop.time() + timeout) / GRANULARITY)

@@ -279,7 +279,8 @@ class RpcServer:
                     return
                 if slow is None:
                     if call.conn is not None:  # not answered yet
-                        call.key = self._deadlines.add(call, req.timeout_ms / 1000)
+                        call.key = self._deadlines.add(call, req.timeout_ms / 1000,
+                                                       conn.out.loop)
                     return
                 call.conn = None
                 work = slow
@@ -319,7 +320,7 @@ class RpcServer:
     async def _answer(self, req: wire.Request, work: Awaitable[object], conn: _Conn) -> None:
         try:
             task = asyncio.current_task()
-            key = self._deadlines.add(task, req.timeout_ms / 1000)
+            key = self._deadlines.add(task, req.timeout_ms / 1000, conn.out.loop)
             try:
                 resp = wire.ok_response(req.call_id, await work)
             except asyncio.CancelledError:
