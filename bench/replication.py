@@ -29,6 +29,8 @@ The sweeps run minutes apart, and a shared host's speed drifts over minutes. So 
 from --pairs: each system's best configuration from its sweep (Tessera's single-op clients and
 batched sessions, PySyncObj's drive mode and outstanding count) measured again back to back, each
 on a fresh cluster, K times; ratio_single_op and ratio_batched are the medians of the K pairs.
+A pair's PySyncObj run during which its leader changed is run again (up to 3 times): an
+election is not the peer at its best.
 The sweeps' own bests are compared too (ratio_single_op_sweeps, ratio_batched_sweeps), and
 anchor_us (`sum(range(1000))` in µs, best of 5) is taken at the start, before each pair and at
 the end, to show the drift.
@@ -380,12 +382,31 @@ def tls_pairs(a, doc: dict) -> dict:
     return out
 
 
+PEER_ATTEMPTS = 3  # PySyncObj runs in a pair, at most: one without an election is its best
+
+
 def _pysyncobj_in_pair(a, doc: dict, pair: dict) -> None:
-    with _pysyncobj_cluster() as (nodes, leader):
-        pt = _pysyncobj_point(nodes, leader, doc["pysyncobj_best_drive"],
-                              doc["pysyncobj_best_outstanding"], a.seconds, a.pysyncobj_warmup)
-    pair["pysyncobj"] = pt["ops_per_s"]
-    if pt.get("leader_changed"):
+    """PySyncObj's point of the pair. A run in which its leader changed measures an election,
+    not the peer at its best (it fell to 14-20k where its other runs made 31-35k), so it is
+    run again on a fresh cluster, up to PEER_ATTEMPTS times; if every run saw an election,
+    the best one counts and the pair says so."""
+    best = None
+    for attempt in range(1, PEER_ATTEMPTS + 1):
+        with _pysyncobj_cluster() as (nodes, leader):
+            pt = _pysyncobj_point(nodes, leader, doc["pysyncobj_best_drive"],
+                                  doc["pysyncobj_best_outstanding"], a.seconds,
+                                  a.pysyncobj_warmup)
+        if best is None or pt["ops_per_s"] > best["ops_per_s"]:
+            best = pt
+        if not pt.get("leader_changed"):
+            best = pt
+            break
+        _log(f"pysyncobj: its leader changed during the pair's run {attempt}: "
+             + ("running it again" if attempt < PEER_ATTEMPTS else "keeping its best run"))
+    pair["pysyncobj"] = best["ops_per_s"]
+    if attempt > 1:
+        pair["pysyncobj_runs"] = attempt
+    if best.get("leader_changed"):
         pair["pysyncobj_leader_changed"] = True
 
 
