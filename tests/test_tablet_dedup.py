@@ -205,8 +205,8 @@ def test_forgetting_results_matches_the_plain_scan_for_seqs_in_any_order(steps, 
 
 
 def test_every_ok_mutation_carries_its_commands_timestamp():
-    """A write, a cas, an append and a transaction, alone, in a batch or in a group: an ok
-    result is stamped with its command's hybrid time (a retry returns that first stamp)."""
+    """A write, a cas, an append and a transaction, alone and in a batch: an ok result is
+    stamped with its command's hybrid time, a row error is not."""
     sm = StateMachine("t")
     sm.apply(Entry(1, 1, EntryType.REPLICATE, encode_command(OpenSession())))
     ops = [Write("a", 1), Cas("a", 1, 2), Append("l", 1), Txn([MicroOp("append", "l", 2)])]
