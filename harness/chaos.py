@@ -142,8 +142,7 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
             wheels = check_wheelhouse(Path(spec.wheelhouse))
         else:
             versions = {n: r.run(PYTHON_VERSION, check=False).stdout for n, r in remotes.items()}
-            wheels = wheelhouse_for(versions, Path(spec.store), Path(__file__).resolve().parents[1],
-                                    say)
+            wheels = wheelhouse_for(versions, Path(__file__).resolve().parents[1], say)
         db = kind(hosts, wheels, remotes, flags=spec.daemon_flags(), log=say,
                   tls_dir=run_dir / "tls",
                   ca=(spec.ca_cert, spec.ca_key) if spec.ca_cert else None)

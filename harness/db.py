@@ -39,22 +39,68 @@ HTTP_PORTS = {"master": 8051, "tserver": 8050}  # Kudu's web UI ports: /status a
 HOST_EXTRAS = "host,pysyncobj"  # what every host installs: one wheelhouse serves every system
 
 
+PACKAGES = ("node", "harness", "nemeses", "workloads", "reports")  # pyproject's packages.find
+
+
+def cache_dir() -> Path:
+    """Where this machine keeps what it builds for the hosts: $TESSERA_CACHE_DIR, else
+    $XDG_CACHE_HOME/tessera, else ~/.cache/tessera. Wheels are a function of the source and the
+    Python that built them, not of a store, so every store and run shares them."""
+    if os.environ.get("TESSERA_CACHE_DIR"):
+        return Path(os.environ["TESSERA_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tessera"
+
+
+def wheel_dir(version: str = f"{sys.version_info[0]}.{sys.version_info[1]}") -> Path:
+    """The cached wheelhouse for hosts on Python `version` ("3.11"; this one's by default)."""
+    return cache_dir() / f"wheels-py{version}"
+
+
+def source_digest(project: Path, python: str) -> str:
+    """What the project's wheel is made of: pyproject.toml and every file of its packages
+    (__pycache__ aside), the interpreter that builds it and the extras it carries. Equal
+    digests give equal wheels (build_wheelhouse fixes the build's timestamp)."""
+    h = hashlib.sha256(f"{python}\0{HOST_EXTRAS}\0".encode())
+    files = [project / "pyproject.toml"]
+    for package in PACKAGES:
+        for folder, dirs, names in os.walk(project / package):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            files += [Path(folder) / n for n in sorted(names)]
+    for f in files:
+        h.update(str(f.relative_to(project)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def build_wheelhouse(dest: Path, project: Path, log=print, python: str = sys.executable) -> list[Path]:
     """Wheels for the project and its engine dependencies, built on this machine by `python`
-    (whose version and ABI the compiled ones get)."""
+    (whose version and ABI the compiled ones get). A wheelhouse already built from the same
+    source (its SOURCE stamp equals source_digest) is kept as it is: the build is ~5 s of every
+    run otherwise. Concurrent runs take turns on a lock in `dest`."""
+    import fcntl
+
     dest.mkdir(parents=True, exist_ok=True)
-    for old in dest.glob("tessera-*.whl"):
-        old.unlink()  # the project's wheel is rebuilt each time; dependencies are reused
-    shutil.rmtree(project / "build", ignore_errors=True)  # stale build/lib would leak into it
-    log(f"building wheels into {dest}" + ("" if python == sys.executable else f" with {python}"))
-    # A fixed timestamp makes the wheel's bytes a function of the source alone, so hosts that
-    # hold the same digest (harness.db._install) keep their install instead of redoing it.
-    env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800"}
-    p = subprocess.run([python, "-m", "pip", "wheel", "-q", "-w", str(dest), f"{project}[{HOST_EXTRAS}]"],
-                       capture_output=True, text=True, env=env)
-    if p.returncode != 0:
-        raise ClusterError(f"building the wheelhouse failed: {p.stderr.strip()[-800:]}")
-    return check_wheelhouse(dest)
+    stamp = dest / "SOURCE"
+    with open(dest / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        digest = source_digest(project, python)
+        if stamp.exists() and stamp.read_text().strip() == digest:
+            log(f"wheels in {dest} are current (source {digest[:12]})")
+            return check_wheelhouse(dest)
+        stamp.unlink(missing_ok=True)  # a build cut short leaves no stamp behind
+        for old in dest.glob("tessera-*.whl"):
+            old.unlink()  # the project's wheel is rebuilt each time; dependencies are reused
+        shutil.rmtree(project / "build", ignore_errors=True)  # stale build/lib would leak into it
+        log(f"building wheels into {dest}" + ("" if python == sys.executable else f" with {python}"))
+        # A fixed timestamp makes the wheel's bytes a function of the source alone, so hosts
+        # that hold the same digest (harness.db._install) keep their install instead of redoing it.
+        env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800"}
+        p = subprocess.run([python, "-m", "pip", "wheel", "-q", "-w", str(dest), f"{project}[{HOST_EXTRAS}]"],
+                           capture_output=True, text=True, env=env)
+        if p.returncode != 0:
+            raise ClusterError(f"building the wheelhouse failed: {p.stderr.strip()[-800:]}")
+        wheels = check_wheelhouse(dest)
+        stamp.write_text(digest + "\n")
+        return wheels
 
 
 PYTHON_VERSION = ["python3", "-c", "import sys; print(*sys.version_info[:2])"]
@@ -69,18 +115,18 @@ def python_version(where: str, line: str) -> str:
     return ".".join(parts)
 
 
-def wheelhouse_for(hosts_versions: dict[str, str], store: Path, project: Path, log=print,
+def wheelhouse_for(hosts_versions: dict[str, str], project: Path, log=print,
                    find=None) -> list[Path]:
-    """The wheelhouse the hosts can install: built by this Python when theirs is the same,
-    else by an interpreter of their version found here (`find_python`), into its own
-    directory. `hosts_versions`: host -> `python3`'s "3 11" line there."""
+    """The wheelhouse the hosts can install, in cache_dir(): built by this Python when theirs
+    is the same, else by an interpreter of their version found here (`find_python`); one
+    directory per Python version. `hosts_versions`: host -> `python3`'s "3 11" line there."""
     lines = {v.strip() for v in hosts_versions.values()}
     if len(lines) != 1:
         raise ClusterError("the hosts run different Pythons: " + ", ".join(
             f"{h} {v.strip() or 'none'}" for h, v in sorted(hosts_versions.items())))
     version = python_version("the hosts", lines.pop())
     if version == f"{sys.version_info[0]}.{sys.version_info[1]}":
-        return build_wheelhouse(store / ".wheelhouse", project, log)
+        return build_wheelhouse(wheel_dir(version), project, log)
     python = (find or find_python)(version)
     if python is None:
         raise ClusterError(
@@ -89,7 +135,7 @@ def wheelhouse_for(hosts_versions: dict[str, str], store: Path, project: Path, l
             f"wheelhouse on a machine with it (`python{version} -m pip wheel -w DIR "
             f"'.[{HOST_EXTRAS}]'`) and pass --wheelhouse DIR")
     log(f"the hosts run Python {version}, this machine {sys.version.split()[0]}")
-    return build_wheelhouse(store / f".wheelhouse-py{version}", project, log, python=python)
+    return build_wheelhouse(wheel_dir(version), project, log, python=python)
 
 
 def find_python(version: str) -> str | None:

@@ -233,14 +233,14 @@ def run(args: argparse.Namespace) -> int:
     from harness.chaos import say
     from harness.cluster import ClusterError
     from harness.cluster.netns import NetnsCluster
-    from harness.db import build_wheelhouse
+    from harness.db import build_wheelhouse, wheel_dir
     from harness.store import new_run_dir
     from node.exit_codes import BAD_ARGS
 
     started = time.monotonic()
     mode = "self-check" if args.self_check else "matrix"
     budget = args.time_budget if args.time_budget is not None else BUDGET[mode]
-    wheelhouse = args.store / ".wheelhouse"
+    wheelhouse = wheel_dir()
     try:
         cells = cells_from_args(args)
         if budget <= 0 or args.test_count < 1 or args.hosts < 3:

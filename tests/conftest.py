@@ -1,12 +1,20 @@
 """Shared fixtures. `lazy`: a lazyfs mount (a disk that forgets unsynced writes on `lose`), for
-the lazyfs tests and the fault-flag tests."""
+the lazyfs tests and the fault-flag tests. Every test, and every `tessera` it starts, shares one
+wheel cache of the session's own (harness.db.cache_dir), so the suite builds the hosts' wheels
+once and leaves nothing in the user's ~/.cache."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
 from lazyfs_helpers import DEADLINE, Mount, mounted, start_lazyfs, unmount, wait_until
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_wheel_cache(tmp_path_factory):
+    os.environ["TESSERA_CACHE_DIR"] = str(tmp_path_factory.mktemp("tessera-cache"))
 
 
 @pytest.fixture

@@ -105,19 +105,22 @@ def test_the_wheelhouse_is_built_for_the_hosts_python(tmp_path, monkeypatch):
     from harness.cluster import ClusterError
 
     built = []
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(db, "build_wheelhouse",
-                        lambda dest, project, log, python=sys.executable: built.append((dest.name, python)))
+                        lambda dest, project, log, python=sys.executable: built.append((dest, python)))
     mine = f"{sys.version_info[0]} {sys.version_info[1]}\n"
-    db.wheelhouse_for({"n1": mine, "n2": mine}, tmp_path, tmp_path, log=lambda m: None)
-    db.wheelhouse_for({"n1": "3 99\n"}, tmp_path, tmp_path, log=lambda m: None,
+    db.wheelhouse_for({"n1": mine, "n2": mine}, tmp_path, log=lambda m: None)
+    db.wheelhouse_for({"n1": "3 99\n"}, tmp_path, log=lambda m: None,
                       find=lambda v: f"/opt/python{v}")
-    assert built == [(".wheelhouse", sys.executable), (".wheelhouse-py3.99", "/opt/python3.99")]
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert built == [(tmp_path / f"wheels-py{here}", sys.executable),
+                     (tmp_path / "wheels-py3.99", "/opt/python3.99")]
     with pytest.raises(ClusterError, match="no python3.99 to build wheels for them"):
-        db.wheelhouse_for({"n1": "3 99\n"}, tmp_path, tmp_path, find=lambda v: None)
+        db.wheelhouse_for({"n1": "3 99\n"}, tmp_path, find=lambda v: None)
     with pytest.raises(ClusterError, match="different Pythons: n1 3 11, n2 3 12"):
-        db.wheelhouse_for({"n1": "3 11\n", "n2": "3 12\n"}, tmp_path, tmp_path)
+        db.wheelhouse_for({"n1": "3 11\n", "n2": "3 12\n"}, tmp_path)
     with pytest.raises(ClusterError, match="no python3 answered"):
-        db.wheelhouse_for({"n1": ""}, tmp_path, tmp_path)
+        db.wheelhouse_for({"n1": ""}, tmp_path)
 
 
 def test_find_python_takes_one_that_runs_and_says_its_version(tmp_path, monkeypatch):
@@ -140,3 +143,43 @@ def test_find_python_takes_one_that_runs_and_says_its_version(tmp_path, monkeypa
     assert find_python("3.12") == str(versions / "3.12.1/bin/python3.12")
     assert find_python("3.9") == str(versions / "3.9.18/bin/python3.9")
     assert find_python("3.7") is None
+
+
+def test_a_wheelhouse_built_from_the_same_source_is_kept(tmp_path, monkeypatch):
+    """The build is skipped exactly when the SOURCE stamp equals the source's digest: a package
+    file or pyproject.toml edited, or another interpreter, rebuilds; bytecode caches do not.
+    (pip is stubbed; the end-to-end runs build for real.)"""
+    import subprocess
+
+    from harness import db
+
+    project, dest = tmp_path / "project", tmp_path / "wheels"
+    (project / "node" / "__pycache__").mkdir(parents=True)
+    (project / "pyproject.toml").write_text("[project]\nname = 'tessera'\n")
+    (project / "node" / "a.py").write_text("x = 1\n")
+    builds = []
+
+    def pip(argv, **kw):
+        builds.append(argv[0])
+        (dest / f"tessera-0-{len(builds)}.whl").write_text("")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(db.subprocess, "run", pip)
+
+    def build(python="py"):
+        return db.build_wheelhouse(dest, project, lambda m: None, python=python)
+
+    build()
+    assert len(builds) == 1 and (dest / "SOURCE").read_text().strip() == db.source_digest(project, "py")
+    assert [w.name for w in build()] == ["tessera-0-1.whl"] and len(builds) == 1
+    (project / "node" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
+    build()
+    assert len(builds) == 1
+    (project / "node" / "a.py").write_text("x = 2\n")
+    build()
+    (project / "pyproject.toml").write_text("[project]\nname = 'tessera2'\n")
+    build()
+    build(python="other")
+    assert builds == ["py", "py", "py", "other"]
+    assert (dest / "SOURCE").read_text().strip() == db.source_digest(project, "other")
+    assert [w.name for w in dest.glob("tessera-*.whl")] == ["tessera-0-4.whl"]  # old ones gone

@@ -328,7 +328,9 @@ def test_hosts_on_another_python_get_wheels_built_for_it(env, tmp_path):
                   "--store", str(store), env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "the hosts run Python 3.12" in out.stderr
-    assert any("cp312" in w.name for w in (store / ".wheelhouse-py3.12").glob("*.whl"))
+    from harness.db import wheel_dir
+
+    assert any("cp312" in w.name for w in wheel_dir("3.12").glob("*.whl"))
     h = NetnsCluster(5, state_dir=env["TESSERA_NETNS_STATE"]).hosts()[0]
     r = Remote(h)
     venv = r.run(["/opt/tessera/venv/bin/python", "-c", "import sys; print(*sys.version_info[:2])"])
