@@ -14,7 +14,7 @@ import pytest
 
 from harness.cluster.netns import NetnsCluster, _namespaces
 from harness.control import Remote
-from harness.db import DATA, HTTP_PORTS, TesseraDB, build_wheelhouse
+from harness.db import DATA, HTTP_PORTS, TesseraDB, build_wheelhouse, wheel_dir
 from nemeses.base import Context
 from nemeses.clock import FAKETIME_FILE, Clock, daemon_env, draw_clock
 from nemeses.disk import DiskCorruption, draw_disk
@@ -35,7 +35,7 @@ def deployed(tmp_path_factory):
     cluster = NetnsCluster(5, state_dir=f"/run/tessera-netns-nem-{os.getpid()}")
     hosts = cluster.up(lambda *_: None)
     remotes = {h.name: Remote(h) for h in hosts}
-    wheels = build_wheelhouse(tmp_path_factory.mktemp("wheels"), ROOT, lambda *_: None)
+    wheels = build_wheelhouse(wheel_dir(), ROOT, lambda *_: None)
     db = TesseraDB(hosts, wheels, remotes, log=lambda *_: None)
     clock = Clock(hosts=[h.name for h in hosts], remotes=remotes)
     try:

@@ -27,6 +27,10 @@ MUTANTS = ("fault_ack_before_fsync", "fault_apply_uncommitted_at_bootstrap",
 # copy-overwrite-cmeta 105, skip-dedup 111, apply-uncommitted 131; vote-twice-in-term at seed
 # 100 (a replica FAILs on its vote guard before the test table is writable).
 MUTANT_SEED_CAP = 80
+# Where each mutant's search starts: 100, but apply-uncommitted's at the batch that held its first
+# catch when measured (the simulator is deterministic; a later change that moves the catch lets
+# the search run on to the cap). Scanning 100..131 for it took 67 s of every CI run.
+FIRST_SEED = {"fault_apply_uncommitted_at_bootstrap": 128}
 
 
 def _configs(first: int, n: int, **kw) -> list[StackConfig]:
@@ -55,7 +59,8 @@ def test_thirty_seeds_of_the_correct_engine_are_valid(tmp_path):
 def test_each_driver_level_mutant_is_caught(tmp_path, flag):
     """Seeds in batches until one fails (the catch rate per seed is 10-75 %)."""
     faults = Faults(**{flag: True})
-    for first in range(100, 100 + MUTANT_SEED_CAP, 4):
+    start = FIRST_SEED.get(flag, 100)
+    for first in range(start, start + MUTANT_SEED_CAP, 4):
         results = run_seeds(_configs(first, 4, faults=faults), tmp_path, jobs=2)
         failed = [r for r in results if not r.ok()]
         if failed:
