@@ -8,7 +8,11 @@ Speaks JSON lines on stdin/stdout. A "prepare" command builds the point's client
 
   writes   N writers, each one single-op write at a time on its own rows ("c<i>-<k>");
   batched  N AUTO_FLUSH_BACKGROUND sessions with Kudu's defaults, each fed as fast as its
-           buffers take ops (rows "b<i>-<k>"); an op counts once its own result is ok;
+           buffers take ops (rows "b<i>-<k>"). By default each session reports as Kudu's does
+           and as `kudu perf loadgen` reads it: the rows that applied ok are counted (rows_ok,
+           read when the window closes), the others collected as errors; no row has a future,
+           so no row latency is measured. With "row_futures", each row's future counts it once
+           its own result is ok, with its latency, as the harness's workloads read rows;
   reads    N readers, each one read at a time of the rows "c0-<k>" (k < 100) the parent wrote.
 
 A point runs for `seconds`, or for `count` ops per client when given (the single-client p50).
@@ -42,7 +46,8 @@ class _Point:
         self.ops = self.failed = 0
         self.sessions = []
         if req["kind"] == "batched":
-            opts = SessionOptions(mode=FlushMode.AUTO_FLUSH_BACKGROUND)
+            opts = SessionOptions(mode=FlushMode.AUTO_FLUSH_BACKGROUND,
+                                  row_futures=req.get("row_futures", False))
             self.sessions = [table.new_session(opts) for _ in range(req["n"])]
 
     def _landed(self, lat: float) -> None:
@@ -56,8 +61,13 @@ class _Point:
         kind = req["kind"]
         t0 = time.perf_counter()
         if kind == "batched":
+            at_stop: list[int] = []  # rows ok when the window closed (row_futures off)
+            loop.call_at(self.stop, lambda: at_stop.append(sum(s.rows_ok for s in self.sessions)))
             await asyncio.gather(*(self._feed(first + i, s) for i, s in enumerate(self.sessions)))
             await asyncio.gather(*(s.close() for s in self.sessions))
+            if not req.get("row_futures"):
+                self.ops = at_stop[0] if at_stop else sum(s.rows_ok for s in self.sessions)
+                self.failed = sum(s.count_pending_errors() for s in self.sessions)
         else:
             def op(w: int, n: int):
                 if kind == "writes":
@@ -88,6 +98,11 @@ class _Point:
             else:
                 self._landed(time.perf_counter() - t)
 
+        if not s.options.row_futures:
+            while loop.time() < self.stop:
+                await s.apply(f"b{i}-{n % 100}", Write(f"b{i}-{n % 100}", n))
+                n += 1
+            return
         while loop.time() < self.stop:
             t = time.perf_counter()
             fut = await s.apply(f"b{i}-{n % 100}", Write(f"b{i}-{n % 100}", n))

@@ -154,6 +154,9 @@ def main() -> int:
     ap.add_argument("--batched", type=int, default=0, metavar="SESSIONS",
                     help="drive Tessera with this many AUTO_FLUSH_BACKGROUND sessions instead "
                          "of single-op writers (64 is its best; default 0: single-op)")
+    ap.add_argument("--row-futures", action="store_true",
+                    help="with --batched: a future per row, as bench/replication.py's "
+                         "--row-futures (default: Kudu's error collector)")
     ap.add_argument("--client-procs", type=int, default=DEFAULT_CLIENT_PROCS,
                     help=f"Tessera's load processes (default {DEFAULT_CLIENT_PROCS})")
     ap.add_argument("--outstanding", type=int, default=20000,

@@ -15,7 +15,9 @@ on), driven through the asyncio client from --client-procs load processes (bench
 a Python client is one thread on one core, as Kudu's loadgen uses threads), in three ways:
   single-op  C concurrent writers, each with one single-op write at a time (--tessera-sweep);
   batched    S AUTO_FLUSH_BACKGROUND sessions with Kudu's defaults (64 ops a batch, one Raft
-             entry each), each fed by a writer as fast as its buffers take ops (--batched-sweep);
+             entry each), each fed by a writer as fast as its buffers take ops (--batched-sweep),
+             reporting as Kudu's sessions do (ok rows counted, failed ones collected), as Kudu's
+             own loadgen drives them; --row-futures gives every row a future instead;
   reads      C concurrent linearizable readers (ReadIndex), then the same on a cluster
              started with --read-mode lease (--reads-sweep).
 Each of the four runs on a fresh cluster, as each of PySyncObj's drive modes does.
@@ -171,7 +173,8 @@ class _LoadPool:
     are split evenly over up to `procs` of them; every one that holds clients runs, and the CPU
     of all counts as the client's."""
 
-    def __init__(self, c: LocalCluster, procs: int, event_loop: str):
+    def __init__(self, c: LocalCluster, procs: int, event_loop: str, row_futures: bool = False):
+        self.row_futures = row_futures  # batched sessions: a future per row (else Kudu's collector)
         script = Path(__file__).with_name("_tessera_load.py")
         argv = [sys.executable, str(script), "--masters", json.dumps(c.master_addrs),
                 "--event-loop", event_loop]
@@ -194,7 +197,7 @@ class _LoadPool:
         first = 0
         for ch, k in zip(used, share, strict=True):
             ch.send({"cmd": "prepare", "kind": kind, "n": k, "first": first, "seconds": seconds,
-                     "count": count})
+                     "count": count, "row_futures": self.row_futures})
             first += k
         for ch in used:
             ch.recv(timeout=60)  # {"ready": true}
@@ -208,8 +211,8 @@ class _LoadPool:
         ops = sum(r["ops"] for r in results)
         elapsed = max(r["elapsed"] for r in results)
         pt = {name: n, "ops_per_s": round(ops / elapsed, 1),
-              "p50_ms": round(_hist_pct(hist, 0.50) * 1000, 2) if ops else None,
-              "p99_ms": round(_hist_pct(hist, 0.99) * 1000, 2) if ops else None,
+              "p50_ms": round(_hist_pct(hist, 0.50) * 1000, 2) if hist else None,
+              "p99_ms": round(_hist_pct(hist, 0.99) * 1000, 2) if hist else None,
               **meter.per_op(ops), "client_procs": len(used)}
         if failed := sum(r["failed"] for r in results):
             pt["failed"] = failed
@@ -283,7 +286,7 @@ def _with_cluster(flags: list[str], a, run, security: bool = False) -> dict | li
             _log(f"tessera: starting LocalCluster (1 master, 3 tservers, {' '.join(flags)}"
                  f"{', TLS required' if security else ''}), {a.client_procs} client process(es)")
             c.up(timeout=60)
-            pool = _LoadPool(c, a.client_procs, a.event_loop)
+            pool = _LoadPool(c, a.client_procs, a.event_loop, a.row_futures)
             return run(c, a, pool)
         finally:
             if pool is not None:
@@ -757,6 +760,11 @@ def main() -> int:
                     help="Tessera client processes a point's clients are split over (default "
                          f"{DEFAULT_CLIENT_PROCS}: a Python client is one thread on one core; a "
                          "point with fewer clients than P uses as many processes as clients)")
+    ap.add_argument("--row-futures", action="store_true",
+                    help="batched sessions give every row a future, counted (with its latency) "
+                         "when its own result is ok, as the harness's workloads read rows "
+                         "(default: Kudu's error collector, as `kudu perf loadgen` runs: the "
+                         "ok rows are counted, no row latency)")
     ap.add_argument("--event-loop", choices=("auto", "asyncio", "uvloop"), default="auto",
                     help="Tessera's event loop, in the daemons and in this client (default auto: "
                          "uvloop when installed, as the daemons' own default)")

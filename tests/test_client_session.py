@@ -214,6 +214,53 @@ def test_each_op_gets_its_own_result_and_a_row_error_fails_only_its_row():
     run(go())
 
 
+@pytest.mark.parametrize("mode", [FlushMode.AUTO_FLUSH_SYNC, FlushMode.MANUAL_FLUSH])
+def test_without_row_futures_errors_go_to_the_collector_and_the_rest_count(mode):
+    """row_futures=False, Kudu's way: apply returns None, a row error is collected with its op
+    (once: pending_errors() empties it), the ok rows are counted; with futures, rows_ok counts
+    the same rows."""
+    async def go():
+        rpc = Tablets()
+        ops = [Write("a", 1), Cas("b", "bad", 2), Append("c", 3), Cas("d", "bad", 4)]
+        session = client_of(rpc).new_session("t", SessionOptions(mode, row_futures=False))
+        assert [await session.apply(op.key, op) for op in ops] == [None] * 4
+        await session.flush()
+        assert session.rows_ok == 2 and session.count_pending_errors() == 2
+        errors = session.pending_errors()
+        assert [e.op for e in errors] == [ops[1], ops[3]]
+        assert {e.error.error for e in errors} == {Rejection.CAS_MISMATCH}
+        assert session.pending_errors() == [] and session.count_pending_errors() == 0
+        assert (len(rpc.batches), len(rpc.writes)) == ((1, 0) if mode == FlushMode.MANUAL_FLUSH
+                                                       else (0, 4))
+        with_futures = client_of(Tablets()).new_session("t", SessionOptions(mode))
+        futs = [await with_futures.apply(op.key, op) for op in ops]
+        await with_futures.flush()
+        assert with_futures.rows_ok == 2 and with_futures.count_pending_errors() == 0
+        assert [f.result().result.ok for f in futs] == [True, False, True, False]
+    run(go())
+
+
+def test_without_row_futures_a_batch_nobody_answered_makes_every_row_an_error():
+    class Down(Tablets):
+        async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
+            if method == "ts.write_batch":
+                raise RpcError(ErrorCode.NETWORK, "connection refused")
+            return await super().call(addr, method, request, response_type, to_uuid=to_uuid,
+                                      timeout=timeout)
+
+    async def go():
+        session = client_of(Down(), timeout=0.3).new_session(
+            "t", SessionOptions(FlushMode.MANUAL_FLUSH, row_futures=False))
+        ops = [Write(f"k{i}", i) for i in range(3)]
+        for op in ops:
+            await session.apply(op.key, op)
+        await session.flush()
+        errors = session.pending_errors()
+        assert [e.op for e in errors] == ops and session.rows_ok == 0
+        assert all(isinstance(e.error, (OpFailed, OpUnknown)) for e in errors)
+    run(go())
+
+
 def test_a_batch_on_a_session_evicted_before_any_attempt_is_resent_on_a_new_one():
     async def go():
         rpc = Tablets(no_session_first=True)
@@ -381,6 +428,29 @@ def test_cluster_row_errors_fail_only_their_rows(cluster):
         assert len({r.timestamp for r in results if r.ok}) == 1  # one entry, one timestamp
         assert len(spy.batches) == 1
         assert [await table.read(k) for k in ("a", "x", "l")] == [1, 3, ["e"]]
+        await client.close()
+    run(go())
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_cluster_rows_without_futures_are_counted_collected_and_written(cluster):
+    """row_futures=False on real servers: 300 rows in background batches, every ok one counted
+    and readable after close(), the one row error collected with its op."""
+    async def go():
+        spy = SpyRpc()
+        client, table = await _table(cluster, "nofutures", spy)
+        await table.write("x", 1)
+        session = table.new_session(SessionOptions(FlushMode.AUTO_FLUSH_BACKGROUND,
+                                                   row_futures=False))
+        for i in range(300):
+            assert await session.apply(f"r{i}", Write(f"r{i}", i)) is None
+        await session.apply("x", Cas("x", 99, 2))
+        await session.close()
+        assert session.rows_ok == 300 and len(spy.batches) >= 5
+        [error] = session.pending_errors()
+        assert error.op == Cas("x", 99, 2) and error.error.error == Rejection.CAS_MISMATCH
+        assert [await table.read(f"r{i}") for i in range(0, 300, 7)] == list(range(0, 300, 7))
         await client.close()
     run(go())
 

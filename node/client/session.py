@@ -11,6 +11,13 @@
 A flush sends ONE `ts.write_batch` per tablet, which the tablet's leader replicates as ONE Raft
 entry (ops.Batch, as Kudu replicates one WriteRequest). Every apply returns a future of its own
 RowResult: a row error (a cas mismatch, a wrong type) is that row's Result, the other rows apply.
+
+With `row_futures=False` the session reports outcomes as Kudu's does instead: `apply` returns
+None, a row that did not apply ok goes to the session's error collector (`pending_errors()`,
+`count_pending_errors()`, unbounded as Kudu's is by default), and the rows that did only count
+(`rows_ok`, as Kudu's write-op metrics count them). A caller that needs no row's value (a
+loader; `kudu perf loadgen` runs this way) saves the future, its callback and their scheduling:
+about half of the client's CPU per row in bench/replication.py's batched point.
 A batch is retried unchanged through leader changes, with the same session and seqs, so each op
 applies at most once and a retry gets each op's first result; an op whose outcome is unknown at
 the deadline fails its future with OpUnknown, one that certainly did not apply with OpFailed,
@@ -36,6 +43,7 @@ import enum
 import logging
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import msgspec
@@ -74,6 +82,7 @@ class SessionOptions:
     flush_watermark: float = KUDU_FLUSH_WATERMARK  # of buffer_bytes (AUTO_FLUSH_BACKGROUND)
     flush_interval_s: float = KUDU_FLUSH_INTERVAL_S  # AUTO_FLUSH_BACKGROUND
     max_buffers: int = KUDU_MAX_BUFFERS  # per tablet: filling plus flushing
+    row_futures: bool = True  # False: Kudu's error collector instead (see the module docstring)
 
     def __post_init__(self) -> None:
         bound = Limits().max_results_per_session
@@ -84,6 +93,14 @@ class SessionOptions:
             raise ValueError("buffer_bytes must be >= 1 and flush_watermark in (0, 1]")
         if self.flush_interval_s <= 0 or self.max_buffers < 1:
             raise ValueError("flush_interval_s must be > 0 and max_buffers >= 1")
+
+
+class RowError(NamedTuple):
+    """A row that did not apply ok, as Kudu's KuduError holds it: the op and why (its row error
+    Result, or the OpFailed / OpUnknown of a batch no replica answered). `row_futures=False`."""
+
+    op: RowOp
+    error: Result | OpFailed | OpUnknown
 
 
 class RowResult(NamedTuple):
@@ -195,30 +212,28 @@ class Session:
         self._closed = False
         self.flush_reasons: Counter = Counter()  # why batches were cut: count, bytes, ...
         self.ops_cut = 0  # ops in the batches cut so far (over sum(flush_reasons): per batch)
+        self.rows_ok = 0  # rows that applied ok, as Kudu's write-op metrics count them
+        self._futures = options.row_futures
+        self._errors: list[RowError] = []  # row_futures=False: Kudu's error collector
 
     @property
     def buffered(self) -> int:
         """Ops applied and not yet flushed."""
         return sum(len(b.ops) for b in self._buffers.values())
 
-    async def apply(self, key: str, op: RowOp) -> asyncio.Future:
+    async def apply(self, key: str, op: RowOp) -> asyncio.Future | None:
         """Buffer (or, in AUTO_FLUSH_SYNC, send) one row op on the row `key`; a future of its
-        RowResult, failed with OpFailed or OpUnknown when no result came back."""
+        RowResult, failed with OpFailed or OpUnknown when no result came back. With
+        `row_futures=False`, None: the outcome goes to rows_ok or the error collector."""
         if self._closed:
             raise OpFailed("session closed")
         if not isinstance(op, ROW_OP_TYPES):
             raise TypeError(f"a session applies Write, Cas, Append and Txn, not "
                             f"{type(op).__name__}")
         loop = self._loop or self._bind_loop()
-        future = loop.create_future()
         o = self.options
         if self._sync:
-            try:
-                res, peer = await self.client.op(self.table, key, op, self.bind, self.sessions)
-                future.set_result(RowResult(res, peer))
-            except (OpFailed, OpUnknown) as e:
-                future.set_exception(e)
-            return future
+            return await self._apply_now(key, op, loop)
         t = (self.client.cached_tablet(self.table, key)
              or await self.client._tablet_for(self.table, key, loop.time() + self.client.timeout))
         size = len(_size(op))
@@ -246,7 +261,10 @@ class Session:
                 buf.timer = loop.call_later(o.flush_interval_s, self._cut, tablet_id,
                                             "interval")
         buf.ops.append(op)
-        buf.futures.append(future)
+        future = None
+        if self._futures:
+            future = loop.create_future()
+            buf.futures.append(future)
         buf.bytes += size
         self._bytes += size
         if self._background:
@@ -256,6 +274,38 @@ class Session:
                 for other in list(self._buffers):
                     self._cut(other, "bytes")
         return future
+
+    async def _apply_now(self, key: str, op: RowOp, loop) -> asyncio.Future | None:
+        """AUTO_FLUSH_SYNC: the op sent alone, its outcome reported as the session reports."""
+        try:
+            res, peer = await self.client.op(self.table, key, op, self.bind, self.sessions)
+        except (OpFailed, OpUnknown) as e:
+            if not self._futures:
+                self._errors.append(RowError(op, e))
+                return None
+            future = loop.create_future()
+            future.set_exception(e)
+            return future
+        if not self._futures:
+            if res.ok:
+                self.rows_ok += 1
+            else:
+                self._errors.append(RowError(op, res))
+            return None
+        self.rows_ok += res.ok
+        future = loop.create_future()
+        future.set_result(RowResult(res, peer))
+        return future
+
+    def count_pending_errors(self) -> int:
+        """Rows in the error collector (row_futures=False), as KuduSession::CountPendingErrors."""
+        return len(self._errors)
+
+    def pending_errors(self) -> list[RowError]:
+        """The error collector's rows, which it then forgets (KuduSession::GetPendingErrors;
+        never overflowed: unbounded, Kudu's default)."""
+        errors, self._errors = self._errors, []
+        return errors
 
     def _bind_loop(self) -> asyncio.AbstractEventLoop:
         """The running loop, kept: a session's futures and timers live on one loop."""
@@ -301,7 +351,7 @@ class Session:
                 # An op its caller gave up on before it was sent is dropped: never applied,
                 # which an indeterminate op may be.
                 ops, futures = buf.ops, buf.futures
-                if any(map(asyncio.Future.done, futures)):
+                if futures and any(map(asyncio.Future.done, futures)):
                     kept = [i for i, f in enumerate(futures) if not f.done()]
                     if not kept:
                         return
@@ -310,13 +360,18 @@ class Session:
                     results, peer = await self.client.write_batch(
                         self.table, buf.tablet, ops, deadline, self.bind, self.sessions)
                 except (OpFailed, OpUnknown) as e:
-                    _fail_all(futures, e)
+                    self._fail_all(ops, futures, e)
                     return
                 except Exception as e:  # the outcome is unknown, never failed
                     log.warning("batch of %d ops to tablet %s: %s: %s", len(ops), tablet_id,
                                 type(e).__name__, e, exc_info=e)
-                    _fail_all(futures, OpUnknown(f"{type(e).__name__}: {e}"))
+                    self._fail_all(ops, futures, OpUnknown(f"{type(e).__name__}: {e}"))
                     return
+                if not futures:  # row_futures=False
+                    self._collect(ops, results)
+                    return
+                self.rows_ok += len(results) if _all_ok(results) else sum(
+                    not isinstance(r, Exception) and r.ok for r in results)
                 for future, r in zip(futures, results, strict=True):
                     if future.done():  # its caller stopped waiting (cancelled)
                         continue
@@ -329,8 +384,31 @@ class Session:
             async with self._done:
                 self._done.notify_all()
 
+    def _collect(self, ops: list[RowOp], results: list[Result | OpUnknown]) -> None:
+        """A batch's outcome into rows_ok and the error collector (row_futures=False)."""
+        if _all_ok(results):
+            self.rows_ok += len(results)
+            return
+        errors = [RowError(op, r) for op, r in zip(ops, results, strict=True)
+                  if isinstance(r, Exception) or not r.ok]
+        self.rows_ok += len(results) - len(errors)
+        self._errors += errors
 
-def _fail_all(futures: list[asyncio.Future], e: Exception) -> None:
-    for future in futures:
-        if not future.done():  # its caller stopped waiting (cancelled)
-            future.set_exception(e)
+    def _fail_all(self, ops: list[RowOp], futures: list[asyncio.Future], e: Exception) -> None:
+        """No result came back for the batch: each op's future fails, or each op is an error."""
+        if not futures:
+            self._errors += [RowError(op, e) for op in ops]
+        for future in futures:
+            if not future.done():  # its caller stopped waiting (cancelled)
+                future.set_exception(e)
+
+
+_is_ok = attrgetter("ok")
+
+
+def _all_ok(results: list[Result | OpUnknown]) -> bool:
+    """Every item an ok Result: the usual answer, checked in C (an OpUnknown has no `ok`)."""
+    try:
+        return all(map(_is_ok, results))
+    except AttributeError:
+        return False
