@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from node.client import TesseraClient  # noqa: E402
 from node.client.session import FlushMode, SessionOptions  # noqa: E402
 from node.daemon_cli import event_loop_factory  # noqa: E402
+from node.errors import OpFailed, OpUnknown  # noqa: E402
 from node.tablet.ops import Write  # noqa: E402
 
 HIST_RES_S = 1e-5  # 10 µs latency buckets
@@ -83,8 +84,12 @@ class _Point:
         loop, n = asyncio.get_running_loop(), 0
         while loop.time() < self.stop and (count is None or n < count):
             t = time.perf_counter()
-            await op(w, n)
-            self._landed(time.perf_counter() - t)
+            try:
+                await op(w, n)
+            except (OpFailed, OpUnknown):  # counted, as a batched row that failed is
+                self.failed += 1
+            else:
+                self._landed(time.perf_counter() - t)
             n += 1
 
     async def _feed(self, i: int, s) -> None:
