@@ -267,9 +267,16 @@ class SimLoop(asyncio.BaseEventLoop):
     def close(self) -> None:
         """Cancel the live processes' tasks and let them clean up (as asyncio.run does), then
         close. The dead stay dead: once the loop is gone, collecting their coroutines may run
-        their finally blocks, but whatever those schedule is refused quietly."""
+        their finally blocks, but whatever those schedule is refused quietly. Closed by its
+        __del__ while another loop runs in this thread (the GC collected an unclosed one), it
+        cannot run anything: it closes without the cleanup, and without a warning for each
+        task it abandons."""
         if not self.is_closed() and not self.is_running():
-            self._stop_the_living()
+            if asyncio.events._get_running_loop() is None:
+                self._stop_the_living()
+            else:
+                for task in asyncio.all_tasks(self):
+                    task._log_destroy_pending = False
         super().close()
 
     def _stop_the_living(self) -> None:
