@@ -12,16 +12,17 @@ A flush sends ONE `ts.write_batch` per tablet, which the tablet's leader replica
 entry (ops.Batch, as Kudu replicates one WriteRequest). Every apply returns a future of its own
 RowResult: a row error (a cas mismatch, a wrong type) is that row's Result, the other rows apply.
 
+A batch is retried unchanged through leader changes, with the same session and seqs, so each op
+applies at most once and a retry gets each op's first result; an op whose outcome is unknown at
+the deadline fails its future with OpUnknown, one that certainly did not apply with OpFailed,
+exactly as a single op raises them. `close()` flushes.
+
 With `row_futures=False` the session reports outcomes as Kudu's does instead: `apply` returns
 None, a row that did not apply ok goes to the session's error collector (`pending_errors()`,
 `count_pending_errors()`, unbounded as Kudu's is by default), and the rows that did only count
 (`rows_ok`, as Kudu's write-op metrics count them). A caller that needs no row's value (a
 loader; `kudu perf loadgen` runs this way) saves the future, its callback and their scheduling:
 about half of the client's CPU per row in bench/replication.py's batched point.
-A batch is retried unchanged through leader changes, with the same session and seqs, so each op
-applies at most once and a retry gets each op's first result; an op whose outcome is unknown at
-the deadline fails its future with OpUnknown, one that certainly did not apply with OpFailed,
-exactly as a single op raises them. `close()` flushes.
 
 Defaults are Kudu's where Kudu has one: 7 MiB of buffer space (SetMutationBufferSpace), a 50 %
 flush watermark (SetMutationBufferFlushWatermark), a 1000 ms flush interval
@@ -367,7 +368,7 @@ class Session:
                                 type(e).__name__, e, exc_info=e)
                     self._fail_all(ops, futures, OpUnknown(f"{type(e).__name__}: {e}"))
                     return
-                if not futures:  # row_futures=False
+                if not self._futures:
                     self._collect(ops, results)
                     return
                 self.rows_ok += len(results) if _all_ok(results) else sum(
@@ -396,7 +397,7 @@ class Session:
 
     def _fail_all(self, ops: list[RowOp], futures: list[asyncio.Future], e: Exception) -> None:
         """No result came back for the batch: each op's future fails, or each op is an error."""
-        if not futures:
+        if not self._futures:
             self._errors += [RowError(op, e) for op in ops]
         for future in futures:
             if not future.done():  # its caller stopped waiting (cancelled)
