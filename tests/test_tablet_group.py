@@ -35,6 +35,7 @@ from node.tablet.ops import (
     Member,
     MicroOp,
     OpenSession,
+    Rejection,
     Txn,
     decode_command,
     encode_command,
@@ -67,26 +68,70 @@ def _apply_group(log, members, timestamp):
     return log.sm.apply(Entry(2, log.index, EntryType.REPLICATE, payload))
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.lists(st.tuples(st.sampled_from([1, 2, 3, 99]), st.integers(1, 8), ops,
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.sampled_from([1, 2, 3, 99]), st.integers(0, 8), ops,
                                    st.integers(0, 6)), min_size=1, max_size=12),
                 min_size=1, max_size=4),
-       st.booleans())
-def test_a_group_applies_exactly_as_its_members_applied_one_entry_each(groups, tight):
+       st.booleans(), st.integers(0, 8))
+def test_a_group_applies_exactly_as_its_members_applied_one_entry_each(groups, tight, ack_gap):
     """99 is a session nobody opened (NO_SESSION); seqs repeat within and across groups (first
     results come back), and acked_below forgets results (STALE_SEQ); with `tight` a session
-    keeps only two results, so the bound evicts between members of one group too."""
+    keeps only two results, so the bound evicts between members of one group too. Seq 0 means
+    the session's next fresh seq (acknowledging up to `ack_gap` below it), so whole groups of
+    first attempts, the one-pass path, come up as often as retries do."""
     limits = Limits(max_results_per_session=2) if tight else Limits()
     grouped, alone = _two_logs(limits)
+    top: dict[int, int] = {}
     for g, members in enumerate(groups):
         ts = 100 + g
-        batch = [Member(op, s, seq, acked) for s, seq, op, acked in members]
+        batch = []
+        for s, seq, op, acked in members:
+            if seq == 0:
+                seq = top.get(s, 8) + 1
+                acked = max(0, seq - ack_gap)
+            top[s] = max(top.get(s, 8), seq)
+            batch.append(Member(op, s, seq, acked))
         got = _apply_group(grouped, batch, ts)
         want = [alone.apply(m.session, m.seq, m.op, acked_below=m.acked_below, timestamp=ts)
                 for m in batch]
         assert got == want
     assert grouped.sm.data == alone.sm.data
-    assert grouped.sm.sessions == alone.sm.sessions
+    assert grouped.sm.sessions == alone.sm.sessions  # OrderedDicts: the LRU order too
+    assert {k: v for k, v in grouped.sm._seqs.items() if v} == \
+        {k: v for k, v in alone.sm._seqs.items() if v}
+    for sid, session in grouped.sm.sessions.items():  # no seq outlives its result
+        assert sorted(session.results) == grouped.sm._seqs.get(sid, sorted(session.results))
+
+
+def test_a_group_of_first_attempts_takes_the_one_pass_path(monkeypatch):
+    """Interleaved members of two sessions, every seq fresh: `_fresh_group` applies them, with
+    the same results, rows and records as member by member (the test above holds that in
+    general); one stale member sends the whole group member by member."""
+    from node.tablet.state import StateMachine
+
+    calls = []
+    real = StateMachine._fresh_group
+    monkeypatch.setattr(StateMachine, "_fresh_group",
+                        lambda self, *a: calls.append(len(a[0])) or real(self, *a))
+    grouped, alone = _two_logs(Limits(max_results_per_session=3))
+    batch = [Member(Put(k, i), s, seq, max(0, seq - 2))
+             for i, (k, s, seq) in enumerate([("a", 1, 1), ("b", 2, 1), ("a", 1, 2),
+                                              ("l", 2, 2), ("b", 1, 3), ("a", 2, 3)])]
+    assert _apply_group(grouped, batch, 7) == [
+        alone.apply(m.session, m.seq, m.op, acked_below=m.acked_below, timestamp=7) for m in batch]
+    assert calls == [6]
+    stale = [Member(Put("a", 9), 1, 4, 2), Member(Put("b", 9), 1, 1, 2)]
+    assert _apply_group(grouped, stale, 8) == [
+        alone.apply(m.session, m.seq, m.op, acked_below=m.acked_below, timestamp=8) for m in stale]
+    assert calls == [6]
+    # A member that acknowledges past a later member's seq forgets it, member by member: the
+    # later one is STALE_SEQ, so this group is not one of first attempts either.
+    ahead = [Member(Put("l", 1), 3, 3, 6), Member(Put("l", 2), 3, 5, 0)]
+    got = _apply_group(grouped, ahead, 9)
+    assert got == [alone.apply(m.session, m.seq, m.op, acked_below=m.acked_below, timestamp=9)
+                   for m in ahead]
+    assert got[1].error == Rejection.STALE_SEQ and calls == [6]
+    assert (grouped.sm.data, grouped.sm.sessions) == (alone.sm.data, alone.sm.sessions)
 
 
 def test_a_group_survives_the_payload_round_trip_and_refuses_to_be_empty():

@@ -23,6 +23,7 @@ from node.tablet.ops import (
     CloseSession,
     Command,
     Group,
+    Member,
     MicroOp,
     Op,
     OpenSession,
@@ -160,9 +161,58 @@ class StateMachine:
         ts = c.timestamp
         ok = Result(True, timestamp=ts) if ts else _OK  # one for every ok row of the command
         if isinstance(op, Group):  # each member as the Command it would be on its own
-            return [self._in_session(m.session, m.seq, m.acked_below, m.op, ts, ok)
-                    for m in op.members]
+            return self._group(op.members, ts, ok)
         return self._in_session(c.session, c.seq, c.acked_below, op, ts, ok)
+
+    def _group(self, members: list[Member], timestamp: int, ok: Result) -> list[Result]:
+        """A Group's members, each as `_in_session` would apply it on its own (a member's op is
+        a row op: Member decodes no other). The usual group (every member's session open, its
+        seq above the session's kept seqs, its forgotten ones and what the group's earlier
+        members kept or acknowledged) is applied in one pass: no member can have a result yet,
+        so each is executed in order, and each session is trimmed once, after the group, with
+        its highest acked_below. Every result, row and session record comes out as member by
+        member: trimming keeps the newest results above the highest acknowledgement either
+        way (tests/test_tablet_group.py holds the two to each other)."""
+        sessions, kept = self.sessions, self._seqs
+        # session id -> [its Session, its kept seqs, the seq a next member must exceed, the
+        # highest acked_below of its members]
+        found: dict[int, list] = {}
+        for m in members:
+            f = found.get(m.session)
+            if f is None:
+                session = sessions.get(m.session)
+                if session is None:
+                    break
+                seqs = kept.get(m.session)
+                if seqs is None:
+                    seqs = kept[m.session] = sorted(session.results)
+                f = found[m.session] = [session, seqs, max(seqs[-1] if seqs else 0,
+                                                           session.forgotten_below - 1), 0]
+            if m.seq <= f[2]:
+                break
+            f[2] = max(m.seq, m.acked_below - 1)
+            if m.acked_below > f[3]:
+                f[3] = m.acked_below
+        else:
+            return self._fresh_group(members, found, timestamp, ok)
+        return [self._in_session(m.session, m.seq, m.acked_below, m.op, timestamp, ok)
+                for m in members]
+
+    def _fresh_group(self, members: list[Member], found: dict[int, list], timestamp: int,
+                     ok: Result) -> list[Result]:
+        """`_group`'s one pass, for members it found to have no result yet (`found`: its
+        record of each session)."""
+        execute = self._execute
+        results = [execute(m.op, ok, timestamp) for m in members]
+        move_to_end = self.sessions.move_to_end
+        for m, result in zip(members, results, strict=True):
+            f = found[m.session]
+            move_to_end(m.session)  # the LRU order member by member would leave
+            f[0].results[m.seq] = result
+            f[1].append(m.seq)
+        for session, seqs, _, acked_below in found.values():
+            self._forget(session, seqs, acked_below)
+        return results
 
     def _in_session(self, session_id: int, seq: int, acked_below: int, op: Op,
                     timestamp: int, ok: Result) -> Result | list[Result]:
