@@ -132,10 +132,25 @@ def test_failures_are_definite_only_when_nothing_was_sent_or_etcd_says_so(cluste
     asyncio.run(run())
 
 
+def _stopped(pid: str) -> bool:
+    """Every thread of the process stopped ('T' in its /proc stat)."""
+    from pathlib import Path
+
+    states = [(t / "stat").read_text().rpartition(")")[2].split()[0]
+              for t in Path(f"/proc/{pid}/task").iterdir()]
+    return bool(states) and all(st == "T" for st in states)
+
+
 def test_a_paused_member_leaves_a_write_unknown_and_a_read_failed(cluster):
     db = cluster()
     pid = str(db.procs[0].pid)
     subprocess.run(["kill", "-STOP", pid], check=True)
+    # kill(2) returns before every thread has stopped: one in an uninterruptible write (a busy
+    # disk) stops only when it returns. A write sent before then was once answered (CI).
+    deadline = time.monotonic() + 30
+    while not _stopped(pid):
+        assert time.monotonic() < deadline, "the member did not stop within 30 s"
+        time.sleep(0.05)
 
     async def run():
         c = EtcdClient(db.hosts[0].address, "n1", 1.0)
