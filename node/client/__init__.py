@@ -32,7 +32,6 @@ fault neither waits on an unavailable master nor loses its dedup record to other
 from __future__ import annotations
 
 import asyncio
-import operator
 import random
 import ssl
 from typing import Any
@@ -42,7 +41,7 @@ import crc32c
 from node.client.session import BufferFull as BufferFull
 from node.client.session import FlushMode as FlushMode
 from node.client.session import RowResult as RowResult
-from node.client.session import Session, SessionOptions, Sessions, TabletSession
+from node.client.session import Session, SessionOptions, Sessions, TabletSession, all_ok
 from node.errors import OpFailed, OpUnknown
 from node.protocol import (
     Ack,
@@ -491,7 +490,7 @@ class TesseraClient:
             finally:
                 s.end(first)
             results = res.results
-            if all(map(_is_ok, results)):  # the usual answer, checked without a loop in Python
+            if all_ok(results):  # the usual answer, checked without a loop in Python
                 return results, peer
             lost = [not r.ok and r.error in (Rejection.NO_SESSION, Rejection.STALE_SEQ)
                     for r in results]
@@ -507,9 +506,6 @@ class TesseraClient:
                     bind: str | None = None) -> Session:
         """A batching session on `table` (see node.client.session)."""
         return Session(self, table, options or SessionOptions(), parse_bind(bind))
-
-
-_is_ok = operator.attrgetter("ok")
 
 
 def _request(t: TabletLocation, op: Op) -> tuple[str, Read | Write, bool]:

@@ -371,7 +371,7 @@ class Session:
                 if not self._futures:
                     self._collect(ops, results)
                     return
-                self.rows_ok += len(results) if _all_ok(results) else sum(
+                self.rows_ok += len(results) if all_ok(results) else sum(
                     not isinstance(r, Exception) and r.ok for r in results)
                 for future, r in zip(futures, results, strict=True):
                     if future.done():  # its caller stopped waiting (cancelled)
@@ -387,7 +387,7 @@ class Session:
 
     def _collect(self, ops: list[RowOp], results: list[Result | OpUnknown]) -> None:
         """A batch's outcome into rows_ok and the error collector (row_futures=False)."""
-        if _all_ok(results):
+        if all_ok(results):
             self.rows_ok += len(results)
             return
         errors = [RowError(op, r) for op, r in zip(ops, results, strict=True)
@@ -407,7 +407,7 @@ class Session:
 _is_ok = attrgetter("ok")
 
 
-def _all_ok(results: list[Result | OpUnknown]) -> bool:
+def all_ok(results: list[Result | OpUnknown]) -> bool:
     """Every item an ok Result: the usual answer, checked in C (an OpUnknown has no `ok`)."""
     try:
         return all(map(_is_ok, results))
