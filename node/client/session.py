@@ -282,16 +282,13 @@ class Session:
             res, peer = await self.client.op(self.table, key, op, self.bind, self.sessions)
         except (OpFailed, OpUnknown) as e:
             if not self._futures:
-                self._errors.append(RowError(op, e))
+                self._fail_all([op], [], e)
                 return None
             future = loop.create_future()
             future.set_exception(e)
             return future
         if not self._futures:
-            if res.ok:
-                self.rows_ok += 1
-            else:
-                self._errors.append(RowError(op, res))
+            self._collect([op], [res])
             return None
         self.rows_ok += res.ok
         future = loop.create_future()
