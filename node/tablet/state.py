@@ -185,7 +185,7 @@ class StateMachine:
                     break
                 seqs = kept.get(m.session)
                 if seqs is None:
-                    seqs = kept[m.session] = sorted(session.results)
+                    seqs = self._kept_seqs(m.session, session)
                 f = found[m.session] = [session, seqs, max(seqs[-1] if seqs else 0,
                                                            session.forgotten_below - 1), 0]
             if m.seq <= f[2]:
@@ -230,13 +230,19 @@ class StateMachine:
         self.sessions.move_to_end(session_id)
         seqs = self._seqs.get(session_id)
         if seqs is None:
-            seqs = self._seqs[session_id] = sorted(session.results)
+            seqs = self._kept_seqs(session_id, session)
         if isinstance(op, Batch):
             result = self._batch(session, seqs, seq, op.ops, timestamp, ok)
         else:
             result = self._once(session, seqs, seq, op, timestamp, ok)
         self._forget(session, seqs, acked_below)
         return result
+
+    def _kept_seqs(self, session_id: int, session: Session) -> list[int]:
+        """The session's seqs with a result, sorted: built from its results the first time (after
+        a restart or a snapshot), then kept in step with them."""
+        seqs = self._seqs[session_id] = sorted(session.results)
+        return seqs
 
     def _batch(self, session: Session, seqs: list[int], first: int, rows: list[Op],
                timestamp: int, ok: Result) -> list[Result]:
