@@ -209,6 +209,7 @@ def _judge(run_dir: Path, checker, schedule, cluster_checks: list[dict]) -> str:
     from harness.store import write_json
     from reports.checkers.logs import check_logs
     from reports.history import read_jsonl, write_edn
+    from reports.spark.results import anomalies, failure_line
 
     ops = read_jsonl(run_dir / "history.jsonl")
     write_edn(ops, run_dir / "history.edn")
@@ -217,6 +218,9 @@ def _judge(run_dir: Path, checker, schedule, cluster_checks: list[dict]) -> str:
     results = _results(ops, checker, test, schedule, extra=[*cluster_checks, logs])
     write_json(run_dir / "results.json", results)
     say(f"{len(ops)} history events; verdict: {results['verdict']}")
+    if results["verdict"] != "valid":  # the why on the terminal (and in CI's log), not only in the report
+        found = anomalies(results["check"], results.get("stats"))
+        say(f"why: {failure_line(found, 600) if found else results['check'].get('error') or 'no checker was sure'}")
     _report(run_dir, ops, results)
     return results["verdict"]
 

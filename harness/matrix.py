@@ -154,7 +154,7 @@ def outcome_from_run(cell: Cell, attempt: int, time_limit: float, run_dir: str |
                      results: dict | None, seconds: float, error: str | None = None) -> Outcome:
     """A finished run's row from its results.json (None: the run crashed before a verdict;
     `error` says why, from test.json)."""
-    from reports.spark.results import anomalies
+    from reports.spark.results import anomalies, failure_line
 
     o = Outcome(cell.name, attempt, "unknown", time_limit, run_dir, seconds=round(seconds, 1))
     if results is None:
@@ -167,18 +167,6 @@ def outcome_from_run(cell: Cell, attempt: int, time_limit: float, run_dir: str |
     o.why = failure_line(o.anomalies) if o.anomalies else (
         "" if o.verdict == "valid" else results["check"].get("error", "") or "no checker was sure")
     return o
-
-
-def failure_line(found: list[dict], width: int = 160) -> str:
-    """Which checkers failed and why, in one line: each checker's anomaly types, then the first
-    explanation."""
-    by_checker: dict[str, set[str]] = {}
-    for a in found:
-        by_checker.setdefault(a["checker"], set()).add(a["type"])
-    head = "; ".join(f"{c}: {','.join(sorted(t))}" for c, t in by_checker.items())
-    first = " ".join(str(found[0]["explanation"]).split())
-    line = f"{head} — {first}" if first else head
-    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def exit_code(outcomes: list[Outcome]) -> int:

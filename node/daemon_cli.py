@@ -346,12 +346,14 @@ def event_loop_factory(choice: str):
 async def _serve(opts, kind: str) -> int:
     from node import logfmt
     from node.errors import CorruptionError, TesseraError
+    from node.rpc.server import quiet_dropped_tls
 
     if kind == "master":
         from node.master.server import Master as Server
     else:
         from node.tserver.server import TabletServer as Server
     server = Server(opts)
+    quiet_dropped_tls(asyncio.get_running_loop())  # before the server listens
     try:
         await server.start()
     except (OSError, TesseraError) as e:

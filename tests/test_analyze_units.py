@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from reports.history import NEMESIS, Op
 from reports.html.raftlog import leader_tracks, raft_events
-from reports.spark.results import clock_offsets, fault_periods, incomplete
+from reports.spark.results import clock_offsets, failure_line, fault_periods, incomplete
 from reports.spark.runs import check_options, checker_version, find_runs
 from reports.spark.synth import register_history, write_run
 from reports.spark.units import CORRUPT, check_unit, decode, merge_run
@@ -93,3 +93,8 @@ def test_leader_track_from_node_logs(tmp_path):
     assert len(events) == 4
     track = [(s["host"], s["term"], s["end"] - s["start"]) for s in leader_tracks(events)["T"]]
     assert track == [("n1", 1, 4.0), ("n2", 2, 3.0)]
+
+
+def test_failure_line_is_one_bounded_line():
+    line = failure_line([{"checker": "logs", "type": "safety", "explanation": "x" * 500}], 80)
+    assert len(line) == 80 and "\n" not in line and line.startswith("logs: safety — ")

@@ -167,7 +167,9 @@ def test_lose_unfsynced_writes_shows_why_fsync_matters(env, tmp_path, fsync, exp
     dropped = sum(loss.value["unsynced_bytes_dropped"].values())
     (set_result,) = [r for r in results["check"]["results"] if r.get("checker") == "set"]
     assert results["verdict"] == expect, set_result
-    if fsync == "false":
+    if fsync == "false":  # the terminal says which checker failed and why
+        (why,) = [line for line in out.stderr.splitlines() if line.startswith("why: ")]
+        assert "set: " in why and "lost" in why, why
         assert dropped > 0 and set_result["lost"], (dropped, set_result)
     else:
         assert dropped == 0 and not set_result["lost"]

@@ -16,7 +16,6 @@ from harness.matrix import (
     Cell,
     Outcome,
     exit_code,
-    failure_line,
     outcome_from_run,
     overhead_estimate,
     run_matrix,
@@ -150,11 +149,6 @@ def test_outcome_reads_verdict_ok_ops_and_the_failing_checker():
     assert o.why == "set: lost; convergence: divergent — 3 acknowledged adds never read"
     crashed = outcome_from_run(cell, 1, 20.0, "store/set/2", None, 5.0, "ClusterError: ssh")
     assert crashed.verdict == "unknown" and crashed.why == "crashed: ClusterError: ssh"
-
-
-def test_failure_line_is_one_bounded_line():
-    line = failure_line([{"checker": "logs", "type": "safety", "explanation": "x" * 500}], 80)
-    assert len(line) == 80 and "\n" not in line and line.startswith("logs: safety — ")
 
 
 def test_table_and_summary_name_every_run_and_its_limit():

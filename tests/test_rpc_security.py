@@ -330,3 +330,41 @@ def test_a_server_gone_mid_handshake_is_a_network_error_to_retry_not_a_refusal(c
     assert isinstance(e, RpcError) and e.code == ErrorCode.NETWORK, e
     e = run(_against(creds, refuse))
     assert e.code == ErrorCode.NOT_AUTHORIZED and "HANDSHAKE_FAILURE" in e.message, e
+
+
+def test_a_tls_peer_dropped_mid_handshake_is_one_warning_not_a_traceback(caplog):
+    """uvloop reports a TLS peer that went away mid-handshake as "Fatal error on SSL protocol"
+    with a RuntimeError traceback (MagicStack/uvloop#506; seen in a CI chaos run, where the log
+    checker called the traceback a bug). A daemon's loop makes that one warning line; any other
+    error, or the same one on a connection still open, keeps the default traceback."""
+    import uvloop
+
+    from node.rpc.server import quiet_dropped_tls
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        quiet_dropped_tls(loop)
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        transport, _ = await loop.create_connection(asyncio.Protocol, "127.0.0.1", port)
+        uvloop_error = RuntimeError(f"unable to perform operation on {transport!r}; the handler "
+                                    "is closed")
+        loop.call_exception_handler({"message": "Fatal error on SSL protocol",
+                                     "exception": uvloop_error, "transport": transport})
+        transport.close()
+        for exc in (uvloop_error, ConnectionResetError(104, "Connection reset by peer")):
+            loop.call_exception_handler({"message": "Fatal error on SSL protocol",
+                                         "exception": exc, "transport": transport})
+        loop.call_exception_handler({"message": "Fatal error on SSL protocol",
+                                     "exception": ValueError("a bug"), "transport": transport})
+        server.close()
+
+    with caplog.at_level(logging.WARNING):
+        uvloop.run(main())
+    quiet = [r for r in caplog.records if r.name == "node.rpc.server"]
+    loud = [r for r in caplog.records if r.name == "asyncio"]
+    assert [r.getMessage().split(":")[0] for r in quiet] == [
+        "a TLS connection was dropped mid-handshake"] * 2
+    assert not any(r.exc_info for r in quiet)
+    # the open connection's error and the ValueError: the default handler, with tracebacks
+    assert len(loud) == 2 and all(r.exc_info for r in loud), loud

@@ -159,6 +159,18 @@ def anomalies(check: dict, st: dict | None) -> list[dict]:
     return found
 
 
+def failure_line(found: list[dict], width: int = 160) -> str:
+    """Which checkers failed and why, in one line: each checker's anomaly types, then the first
+    explanation."""
+    by_checker: dict[str, set[str]] = {}
+    for a in found:
+        by_checker.setdefault(a["checker"], set()).add(a["type"])
+    head = "; ".join(f"{c}: {','.join(sorted(t))}" for c, t in by_checker.items())
+    first = " ".join(str(found[0]["explanation"]).split())
+    line = f"{head} — {first}" if first else head
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
 def counterexamples(check: dict) -> list[dict]:
     return [{"key": k["key"], **k["counterexample"]}
             for r in check.get("results", []) for k in r.get("keys", [])
