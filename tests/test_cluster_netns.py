@@ -14,7 +14,7 @@ from harness.cluster import ClusterError, Host
 from harness.cluster.netns import NetnsCluster, _links, _namespaces, _our_host_pids
 from harness.control import Remote
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.netns]
 
 if os.geteuid() != 0:  # pragma: no cover - CI is root
     pytest.fail("the netns tests need root", pytrace=False)

@@ -13,7 +13,7 @@ import pytest
 from harness.cluster.netns import _links, _namespaces, _our_host_pids
 from reports.history import read_history, read_jsonl
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.netns]
 
 
 def tessera(*argv, env, timeout=600):

@@ -305,6 +305,7 @@ def test_bad_db_arguments_exit_254_before_the_cluster_comes_up(tmp_path, monkeyp
 
 @pytest.mark.slow
 @pytest.mark.e2e
+@pytest.mark.netns
 def test_test_all_runs_two_cells_and_writes_the_summary(tmp_path):
     budget = 60  # two cells of 10 s each (the least a cell is given) beside their overheads
     from harness.cluster.netns import _namespaces

@@ -24,7 +24,7 @@ from nemeses.process import Kill, Pause, draw_process
 from node.client import TesseraClient
 from node.protocol import ServerStatus
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.netns]
 ROOT = Path(__file__).resolve().parents[1]
 
 

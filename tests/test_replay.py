@@ -152,6 +152,7 @@ def netns_env():
 
 @pytest.mark.e2e
 @pytest.mark.slow
+@pytest.mark.netns
 def test_replay_repeats_the_fault_schedule_and_every_op_stream(netns_env, tmp_path):
     out = tessera("test", "--workload", "register", "--nemesis", "kill,partition,majority-kill",
                   "--time-limit", "16", "--nemesis-interval", "3", "--seed", "5",

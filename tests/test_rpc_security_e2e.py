@@ -42,7 +42,7 @@ from node.security.tls import client_context, client_tls
 from node.tablet.superblock import HashBucket, OpId
 from tests.test_harness_e2e import env, tessera  # noqa: F401  (env: the netns fixture)
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.netns]
 HOSTS = [f"10.77.0.{11 + i}" for i in range(5)]
 BIG = 10**12  # a term no cluster reaches
 
