@@ -32,9 +32,9 @@ $(STAMP): $(VENV)/bin/python pyproject.toml
 	$(PY) -m pip install -q -e '.[host,pysyncobj,harness,reports,test]'
 	touch $(STAMP)
 
-# Two workers: the netns tests take turns on one (tests/conftest.py), the rest share both.
+# Two pytest runs side by side: the netns tests, one at a time, and the rest (tests/run_suite.py).
 test: setup
-	$(PY) -m pytest -n 2 --dist loadgroup
+	$(PY) tests/run_suite.py
 
 # The product's main job: a 5-host netns cluster, a 60 s register test with every nemesis and
 # fast failure detection (27 leader elections in a measured run), Spark analysis of the store,

@@ -12,24 +12,9 @@ import pytest
 from lazyfs_helpers import DEADLINE, Mount, mounted, start_lazyfs, unmount, wait_until
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(config, items):
-    """Tests marked netns take turns on the machine's one netns test cluster: under xdist
-    (`make test` runs `-n 2 --dist loadgroup`) they all go to one worker, in order, and the
-    other tests run beside them on both workers."""
-    for item in items:
-        if item.get_closest_marker("netns"):
-            item.add_marker(pytest.mark.xdist_group("netns"))
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _session_wheel_cache(tmp_path_factory):
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):  # one cache for the workers (its builds are locked)
-        base = base.parent
-    cache = base / "tessera-cache"
-    cache.mkdir(exist_ok=True)
-    os.environ["TESSERA_CACHE_DIR"] = str(cache)
+    os.environ["TESSERA_CACHE_DIR"] = str(tmp_path_factory.mktemp("tessera-cache"))
 
 
 @pytest.fixture
