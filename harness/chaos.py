@@ -130,6 +130,7 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
              if spec.client == "node-bound" else None)
     test = {**spec.to_dict(), **facts, "checker": workload.checker.to_json(),
             "log_rules": list(kind.log_rules),  # how the node-log checker reads this system
+            "daemon_flags": spec.daemon_flags(),  # what the daemons ran with (time_scale's)
             "nodes": [{"name": h.name, "address": h.address} for h in hosts],
             "bound": bound,  # thread -> its host (the last: setup and final ops), node-bound only
             "final": opts.final_plan(), "status": "running"}
@@ -144,6 +145,7 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
             versions = {n: r.run(PYTHON_VERSION, check=False).stdout for n, r in remotes.items()}
             wheels = wheelhouse_for(versions, Path(__file__).resolve().parents[1], say)
         db = kind(hosts, wheels, remotes, flags=spec.daemon_flags(), log=say,
+                  time_scale=spec.time_scale,
                   tls_dir=run_dir / "tls",
                   ca=(spec.ca_cert, spec.ca_key) if spec.ca_cert else None)
         db.teardown()

@@ -61,7 +61,14 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--leave-db-running", action="store_true",
                    help="leave the daemons running (faults healed) at the end, to inspect them; "
                         "the next test or `tessera cluster down` cleans up")
-    p.add_argument("--op-timeout", type=float, default=d.op_timeout, help="seconds before an op is recorded as info (default 5)")
+    p.add_argument("--op-timeout", type=float, default=None,
+                   help=f"seconds before an op is recorded as info (default {d.op_timeout:g} "
+                        f"times --time-scale)")
+    p.add_argument("--time-scale", type=float, default=d.time_scale, metavar="X",
+                   help="multiply every timing by X, for hosts too slow for the defaults (VMs "
+                        "under qemu's TCG: 10): --db tessera's heartbeats, election and "
+                        "failure timeouts (from the fast set, or Kudu's), the clients' attempts "
+                        "and the op timeout; test.json records it (default 1)")
     p.add_argument("--test-count", type=int, default=1, metavar="N",
                    help="run the test N times, run i with seed + i, stopping at the first that "
                         "is not valid, as Jepsen's --test-count (default 1)")
@@ -99,6 +106,10 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
     flags = dict(parse_value(f, "--flag") for f in args.flag)
     if args.test_count < 1:
         raise ValueError(f"--test-count must be at least 1, got {args.test_count}")
+    if not 1 <= args.time_scale <= 100:
+        raise ValueError(f"--time-scale must be between 1 and 100, got {args.time_scale:g}")
+    if args.op_timeout is not None and args.op_timeout <= 0:
+        raise ValueError(f"--op-timeout must be > 0, got {args.op_timeout:g}")
     kind = system(args.db)
     return check(TestSpec(
         db=args.db, workload=args.workload, workload_options=options,
@@ -107,7 +118,10 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
         concurrency=args.concurrency, rate=args.rate,
         seed=args.seed if args.seed is not None else random.randrange(2**31),
         client=args.client, flags=flags,
-        fast_failure_detection=failure_detection.fast(args, kind), op_timeout=args.op_timeout,
+        fast_failure_detection=failure_detection.fast(args, kind),
+        op_timeout=(args.op_timeout if args.op_timeout is not None
+                    else TestSpec().op_timeout * args.time_scale),
+        time_scale=args.time_scale,
         **host_options.spec_fields(args), store=str(args.store),
         wheelhouse=str(args.wheelhouse) if args.wheelhouse else None,
         leave_db_running=args.leave_db_running,

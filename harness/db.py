@@ -247,6 +247,7 @@ class Deployment:
     # of a new one. Systems without RPC security of their own ignore both.
     tls_dir: Path | None = None
     ca: tuple[str, str] | None = None
+    time_scale: float = 1.0  # TestSpec.time_scale: the harness's own clients' timeouts too
 
     name: ClassVar[str] = ""  # what --db calls it; also the start-failure line's first word
     # The daemon that holds the replicated data: what lose-unfsynced and majority-kill stop.
@@ -637,8 +638,8 @@ class TesseraDB(Deployment):
         from harness.tessera_clients import accept_test_table, workload_clients
         from node.client import TesseraClient
 
-        client = TesseraClient(self.master_addrs, timeout=min(op_timeout, 10.0),
-                               tls=self.tls("client"))
+        client = TesseraClient(self.master_addrs, timeout=min(op_timeout, 10.0 * self.time_scale),
+                               tls=self.tls("client"), time_scale=self.time_scale)
         self.log("waiting for the cluster to accept the test table")
         try:
             locs = await accept_test_table(client, workload.tablets, min(3, len(self.hosts)))
@@ -684,7 +685,8 @@ class TesseraDB(Deployment):
             self.start(host, "master")
 
         async def join() -> str:
-            client = TesseraClient(current, timeout=5.0, tls=self.tls())
+            client = TesseraClient(current, timeout=5.0 * self.time_scale, tls=self.tls(),
+                                   time_scale=self.time_scale)
             try:
                 for _ in range(int(timeout * 2)):  # until it serves master.info
                     try:
@@ -717,7 +719,8 @@ class TesseraDB(Deployment):
         h = next(h for h in self.hosts if h.name == host)
 
         async def leave() -> str:
-            client = TesseraClient(self.master_addrs, timeout=10.0, tls=self.tls())
+            client = TesseraClient(self.master_addrs, timeout=10.0 * self.time_scale,
+                                   tls=self.tls(), time_scale=self.time_scale)
             try:
                 return await leave_master(client, f"{h.address}:{MASTER_PORT}")
             finally:

@@ -44,6 +44,29 @@ FAST_FAILURE_DETECTION: dict[str, Any] = {
 }
 
 
+# Tessera's daemon flags that are durations: `--time-scale` multiplies them (from the fast set,
+# or else the engine's defaults) for hosts too slow for them, such as VMs under qemu's TCG.
+TIMED_FLAGS = ("raft_heartbeat_interval_ms", "heartbeat_interval_ms",
+               "follower_unavailable_considered_failed_sec", "catalog_manager_bg_task_wait_ms")
+
+
+def scaled_timing(base: dict[str, Any], scale: float) -> dict[str, Any]:
+    """The TIMED_FLAGS of `base` (the engine's default where `base` has none) times `scale`;
+    the heartbeat kept a whole number of ticks."""
+    from node.consensus import TICK_MS  # the heartbeat is a whole number of ticks
+    from node.daemon_cli import FLAGS, OPTION, option_default
+
+    out = dict(base)
+    for key in TIMED_FLAGS:
+        flag = key.replace("_", "-")
+        default = FLAGS[flag][1]
+        value = out.get(key, option_default(flag) if default is OPTION else default) * scale
+        if key == "raft_heartbeat_interval_ms":
+            value = max(TICK_MS, round(value / TICK_MS) * TICK_MS)
+        out[key] = int(value) if key.endswith("_ms") else float(value)
+    return out
+
+
 class TestSpec(msgspec.Struct, frozen=True, kw_only=True):
     __test__ = False  # not a pytest class, whatever its name
 
@@ -60,6 +83,9 @@ class TestSpec(msgspec.Struct, frozen=True, kw_only=True):
     flags: dict[str, Any] = {}  # daemon config keys for every node (the system's own)
     fast_failure_detection: bool = False
     op_timeout: float = 5.0
+    # Every timing of the run times this: the daemons' (TIMED_FLAGS), the clients' attempts and,
+    # unless given, the op timeout. For slow hosts (TCG guests): slowness is not a fault.
+    time_scale: float = 1.0
     provider: str = "netns"
     hosts: int = 5  # netns: how many
     hosts_file: str | None = None  # hosts provider: TOML file of hosts
@@ -76,8 +102,12 @@ class TestSpec(msgspec.Struct, frozen=True, kw_only=True):
     ca_key: str | None = None
 
     def daemon_flags(self) -> dict[str, Any]:
-        """What every daemon's config gets: the fast failure-detection set, then --flag."""
-        return {**(FAST_FAILURE_DETECTION if self.fast_failure_detection else {}), **self.flags}
+        """What every daemon's config gets: the fast failure-detection set (Tessera's timings
+        scaled by time_scale), then --flag."""
+        base = dict(FAST_FAILURE_DETECTION) if self.fast_failure_detection else {}
+        if self.time_scale != 1 and self.db == "tessera":
+            base = scaled_timing(base, self.time_scale)
+        return {**base, **self.flags}
 
     def to_dict(self) -> dict:
         return msgspec.to_builtins(self)

@@ -75,7 +75,8 @@ async def change_replica(db, tablet: str, op: str, uuid: str, timeout: float = 1
     """One change through the leader master, no retries; returns the committed config."""
     from node.client import TesseraClient
 
-    client = TesseraClient(db.master_addrs, timeout=timeout, tls=db.tls())
+    client = TesseraClient(db.master_addrs, timeout=timeout * db.time_scale, tls=db.tls(),
+                           time_scale=db.time_scale)
     try:
         return (await client.change_replica(tablet, op, uuid)).members
     finally:

@@ -1,5 +1,8 @@
 """Host providers other than netns: parsing only (no VMs or remote machines here)."""
 
+import subprocess
+import sys
+
 import pytest
 
 from harness.cluster import ClusterError
@@ -52,19 +55,43 @@ def test_bad_hosts_file(tmp_path, text, message):
         load(f)
 
 
-def test_vagrant_hosts_use_the_private_network():
-    import re
+_VAGRANTFILE_HOSTS = """
+module Vagrant
+  def self.configure(*) end
+end
+load ARGV[0]
+puts HOSTS.map { |n, ip| "#{n}=#{ip}" }.join(" ")
+"""
+
+
+@pytest.mark.parametrize("subnet", [None, "10.77.0.0/25"])
+def test_the_harness_addresses_the_vms_as_the_vagrantfile_makes_them(subnet, monkeypatch):
+    """The Vagrantfile itself (its HOSTS, evaluated by ruby) and the harness agree on each VM's
+    private address: by default VirtualBox's host-only range (it refuses addresses outside
+    192.168.56.0/21 unless configured), or TESSERA_VAGRANT_SUBNET's."""
+    import subprocess
     from pathlib import Path
 
     from harness.cluster.vagrant import private_address
 
-    assert private_address("n1") == "192.168.56.11" and private_address("n5") == "192.168.56.15"
-    # the Vagrantfile's own addresses are these (VirtualBox refuses host-only addresses
-    # outside 192.168.56.0/21 unless configured)
-    vagrantfile = (Path(__file__).resolve().parents[1] / "Vagrantfile").read_text()
-    assert re.search(r'"192\.168\.56\.#\{10 \+ i\}"', vagrantfile)
+    if subnet:
+        monkeypatch.setenv("TESSERA_VAGRANT_SUBNET", subnet)
+    else:
+        monkeypatch.delenv("TESSERA_VAGRANT_SUBNET", raising=False)
+    monkeypatch.setenv("TESSERA_VAGRANT_DRIVER", "kvm")
+    vagrantfile = Path(__file__).resolve().parents[1] / "Vagrantfile"
+    out = subprocess.run(["ruby", "-e", _VAGRANTFILE_HOSTS, str(vagrantfile)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    made = dict(pair.split("=") for pair in out.stdout.split())
+    assert list(made) == ["n1", "n2", "n3", "n4", "n5"]
+    assert made == {name: private_address(name) for name in made}
+    assert made["n1"] == ("10.77.0.11" if subnet else "192.168.56.11")
     with pytest.raises(ClusterError, match="not one of"):
         private_address("db")
+    monkeypatch.setenv("TESSERA_VAGRANT_SUBNET", "10.77.0.0/33")
+    with pytest.raises(ClusterError, match="TESSERA_VAGRANT_SUBNET='10.77.0.0/33' is not"):
+        private_address("n1")
 
 
 def test_vagrantfile_validates():
@@ -100,3 +127,49 @@ def test_cluster_commands_drive_vagrant(tmp_path):
     assert [r["name"] for r in json.loads(status.stdout)] == ["n1", "n2", "n3", "n4", "n5"]
     up = tessera("up", "--provider", "vagrant", cwd=tmp_path)
     assert up.returncode == 1 and f"no Vagrantfile in {tmp_path}: run from the checkout" in up.stderr
+
+
+def test_vagrant_up_refuses_a_subnet_the_netns_cluster_holds_before_starting_anything(
+        tmp_path, monkeypatch):
+    """The VMs may use the test subnet only while no netns cluster is up on it (the bridges'
+    routes would collide); checked before vagrant or libvirt is touched."""
+    from harness.cluster import netns, vagrant
+
+    (tmp_path / "Vagrantfile").write_text("")
+    monkeypatch.setenv("TESSERA_VAGRANT_SUBNET", "10.77.0.0/25")
+    monkeypatch.setattr(netns, "_namespaces", lambda: {"tessera-n1"})
+    monkeypatch.setattr(vagrant, "ensure_libvirtd", lambda *a: pytest.fail("libvirtd touched"))
+    with pytest.raises(ClusterError, match="the netns cluster is up on 10.77.0.0/24"):
+        vagrant.up(tmp_path, say=lambda m: None)
+
+
+def test_the_box_boots_its_own_kernel_from_the_partition_its_fstab_names():
+    """The built box's pieces agree with each other: extlinux boots the installed kernel and
+    initrd with root=LABEL=root, the label mkfs gives and fstab mounts; eth names as Vagrant
+    expects; the metadata is vagrant-libvirt's."""
+    import json
+
+    from harness.cluster import vagrant_box as vb
+
+    conf = vb.extlinux_conf("vmlinuz-6.1.0-50-cloud-amd64", "initrd.img-6.1.0-50-cloud-amd64")
+    assert "KERNEL /boot/vmlinuz-6.1.0-50-cloud-amd64" in conf
+    assert "initrd=/boot/initrd.img-6.1.0-50-cloud-amd64" in conf
+    assert "root=LABEL=root" in conf and "net.ifnames=0" in conf and "console=ttyS0" in conf
+    assert vb.fstab().startswith("LABEL=root / ext4")
+    assert "Name=eth*" in vb.dhcp_network()
+    assert json.loads(vb.metadata(6)) == {"provider": "libvirt", "format": "qcow2",
+                                          "virtual_size": 6}
+    assert "linux-image-cloud-amd64" in vb.PACKAGES and "python3" in vb.PACKAGES
+
+
+def test_build_box_refuses_bad_input_before_touching_anything(tmp_path):
+    from harness.cluster.vagrant_box import build_box
+
+    with pytest.raises(ValueError, match="--disk-gb must be between 2 and 64, not 1"):
+        build_box(tmp_path / "out", disk_gb=1)
+    assert not (tmp_path / "out").exists()
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "cluster", "build-box",
+                          "--disk-gb", "99", "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert out.returncode == 254 and out.stderr.strip() == (
+        "tessera cluster build-box: --disk-gb must be between 2 and 64, not 99"), out.stderr

@@ -37,6 +37,8 @@ def test_a_random_seed_is_drawn_once_and_kept_in_the_spec():
     (["--workload-option", "novalue"], "--workload-option wants KEY=VALUE"),
     (["--nemesis", "kill,meteor"], "unknown nemesis 'meteor'"),
     (["--nemesis-interval", "0"], "--nemesis-interval must be > 0"),
+    (["--time-scale", "0.5"], "--time-scale must be between 1 and 100, got 0.5"),
+    (["--op-timeout", "0"], "--op-timeout must be > 0"),
 ])
 def test_bad_arguments_are_one_clear_error(argv, message):
     with pytest.raises(ValueError, match=message):
@@ -54,3 +56,31 @@ def test_fast_failure_detection_flags_are_daemon_flags_and_explicit_flags_win():
     assert spec.daemon_flags() == {**FAST_FAILURE_DETECTION, "heartbeat_interval_ms": 500}
     assert spec_of().daemon_flags() == FAST_FAILURE_DETECTION  # fast by default, as test-all
     assert spec_of("--no-fast-failure-detection").daemon_flags() == {}
+
+
+def test_time_scale_multiplies_every_timing_of_the_run_and_explicit_values_win():
+    """--time-scale (slow hosts, TCG guests): the daemons' timing flags, from the fast set or
+    the engine's own defaults, the op timeout unless given, and test.json keeps it."""
+    from node.consensus import TICK_MS
+    from node.daemon_cli import FLAGS, OPTION, option_default
+
+    def default(key):
+        d = FLAGS[key.replace("_", "-")][1]
+        return option_default(key.replace("_", "-")) if d is OPTION else d
+
+    fast = spec_of("--time-scale", "10")
+    flags = fast.daemon_flags()
+    assert flags["raft_heartbeat_interval_ms"] == 10 * FAST_FAILURE_DETECTION[
+        "raft_heartbeat_interval_ms"] and flags["raft_heartbeat_interval_ms"] % TICK_MS == 0
+    assert flags["follower_unavailable_considered_failed_sec"] == 50.0
+    assert flags["catalog_manager_bg_task_wait_ms"] == 10 * default("catalog_manager_bg_task_wait_ms")
+    assert flags["leader_failure_max_missed_heartbeat_periods"] == 3  # a count, not a time
+    assert fast.op_timeout == 50 and TestSpec.from_dict(fast.to_dict()).time_scale == 10
+    kudu = spec_of("--no-fast-failure-detection", "--time-scale", "3", "--op-timeout", "7",
+                   "--flag", "heartbeat_interval_ms=1234")
+    assert kudu.daemon_flags()["raft_heartbeat_interval_ms"] == 3 * default(
+        "raft_heartbeat_interval_ms")
+    assert kudu.daemon_flags()["heartbeat_interval_ms"] == 1234 and kudu.op_timeout == 7
+    odd = spec_of("--time-scale", "1.25").daemon_flags()["raft_heartbeat_interval_ms"]
+    assert odd % TICK_MS == 0 and odd >= TICK_MS
+    assert spec_of().time_scale == 1 and spec_of().op_timeout == 5

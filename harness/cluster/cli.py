@@ -12,7 +12,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                      "tsbr0 in 10.77.0.0/24 (n1 = 10.77.0.11), each with its own sshd (needs "
                      "root), or the Vagrantfile's five VMs (--provider vagrant, 192.168.56.11..15); "
                      "or check any running Tessera cluster's health (ksck).")
-    sub = p.add_subparsers(dest="action", required=True, metavar="{up,down,status,ksck}")
+    sub = p.add_subparsers(dest="action", required=True, metavar="{up,down,status,build-box,ksck}")
     for action, what in (("up", "create or repair the hosts: netns namespaces, or the "
                                 "Vagrantfile's VMs with --provider vagrant"),
                          ("down", "remove everything up made (netns: the hosts' install is "
@@ -27,6 +27,21 @@ def configure(p: argparse.ArgumentParser) -> None:
         a.add_argument("--netns-hosts", "--hosts", dest="hosts", type=int, default=5, metavar="N",
                        help="netns: number of hosts (default 5)")
         a.add_argument("--json", action="store_true", help="machine-readable output")
+    from harness.cluster import vagrant_box
+
+    b = sub.add_parser("build-box", help="build a Debian 12 libvirt box from Debian packages "
+                       "and add it to Vagrant (for machines without Vagrant Cloud; needs root)",
+                       description=(vagrant_box.__doc__ or "").split("\n\n")[0])
+    b.add_argument("--name", default=vagrant_box.DEFAULT_NAME,
+                   help=f"the box's name in Vagrant (default {vagrant_box.DEFAULT_NAME}; the "
+                        "Vagrantfile uses it when TESSERA_VAGRANT_BOX names it)")
+    b.add_argument("--mirror", default=vagrant_box.DEFAULT_MIRROR,
+                   help=f"the Debian mirror (default {vagrant_box.DEFAULT_MIRROR})")
+    b.add_argument("--disk-gb", type=int, default=6, metavar="GB",
+                   help="the guests' disk size (default 6; sparse, 2-64)")
+    b.add_argument("--out", default=".", metavar="DIR",
+                   help="where the .box file is written (default: here)")
+    b.add_argument("--no-add", action="store_true", help="only write the .box file")
     from node.tools import ksck
     ksck.configure(sub.add_parser("ksck", help="Kudu's cluster consistency check: masters, "
                                                "tablets, replicas; --checksum-scan",
@@ -39,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "ksck":
         from node.tools import ksck
         return ksck.run(args)
+    if args.action == "build-box":
+        return _build_box(args)
     from harness.cluster import ClusterError
     from harness.cluster.netns import NetnsCluster
 
@@ -95,4 +112,25 @@ def _vagrant(args: argparse.Namespace, say) -> int:
     except ClusterError as e:
         print(f"tessera cluster: {e}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _build_box(args: argparse.Namespace) -> int:
+    import sys
+    from pathlib import Path
+
+    from harness.cluster import ClusterError, vagrant_box
+    from node.exit_codes import BAD_ARGS
+
+    say = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    try:
+        box = vagrant_box.build_box(Path(args.out), args.name, args.mirror, args.disk_gb,
+                                    add=not args.no_add, say=say)
+    except ValueError as e:
+        print(f"tessera cluster build-box: {e}", file=sys.stderr)
+        return BAD_ARGS
+    except ClusterError as e:
+        print(f"tessera cluster build-box: {e}", file=sys.stderr)
+        return 1
+    print(box)
     return 0

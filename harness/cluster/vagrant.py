@@ -8,6 +8,8 @@ forwarded SSH port."""
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import shutil
 import subprocess
 import sys
@@ -38,11 +40,29 @@ def parse_ssh_config(text: str) -> list[Host]:
     return out
 
 
-def private_address(name: str) -> str:
-    """The Vagrantfile's addressing: n1 = 192.168.56.11 ... (VirtualBox's host-only range)."""
+SUBNET_ENV, DEFAULT_SUBNET = "TESSERA_VAGRANT_SUBNET", "192.168.56.0/24"
+
+
+def subnet() -> ipaddress.IPv4Network:
+    """The VMs' private network, as the Vagrantfile reads it (TESSERA_VAGRANT_SUBNET)."""
+    text = os.environ.get(SUBNET_ENV, DEFAULT_SUBNET)
+    try:
+        return ipaddress.IPv4Network(text)
+    except ValueError as e:
+        raise ClusterError(f"{SUBNET_ENV}={text!r} is not an IPv4 network such as "
+                           f"{DEFAULT_SUBNET}: {e}") from None
+
+
+def private_address(name: str, net: ipaddress.IPv4Network | None = None) -> str:
+    """The Vagrantfile's addressing: nI is the subnet's (10 + I)th address (n1 = 192.168.56.11
+    by default, VirtualBox's host-only range)."""
     if not (name.startswith("n") and name[1:].isdigit()):
-        raise ClusterError(f"vagrant host {name!r} is not one of the Vagrantfile's n1..n5")
-    return f"192.168.56.{10 + int(name[1:])}"
+        raise ClusterError(f"vagrant host {name!r} is not one of the Vagrantfile's n1..nN")
+    net = net or subnet()
+    address = net.network_address + 10 + int(name[1:])
+    if address not in net:
+        raise ClusterError(f"{name}: {address} is outside {net}")
+    return str(address)
 
 
 def hosts(directory: Path) -> list[Host]:
@@ -57,11 +77,15 @@ def hosts(directory: Path) -> list[Host]:
     return [Host(h.name, private_address(h.name), 22, "root", h.key_file) for h in found]
 
 
-def _vagrant(directory: Path, *argv: str, capture: bool = True) -> subprocess.CompletedProcess:
+def _check(directory: Path) -> None:
     if not shutil.which("vagrant"):
         raise ClusterError("vagrant is not installed (apt-get install vagrant), or use --provider netns")
     if not (Path(directory) / "Vagrantfile").is_file():
         raise ClusterError(f"no Vagrantfile in {directory}: run from the checkout")
+
+
+def _vagrant(directory: Path, *argv: str, capture: bool = True) -> subprocess.CompletedProcess:
+    _check(directory)
     out = {"capture_output": True} if capture else {"stdout": sys.stderr}
     return subprocess.run(["vagrant", *argv], cwd=directory, text=True, stdin=subprocess.DEVNULL,
                           **out)
@@ -70,12 +94,57 @@ def _vagrant(directory: Path, *argv: str, capture: bool = True) -> subprocess.Co
 def up(directory: Path, say=print, timeout: float = 600.0) -> list[Host]:
     """`vagrant up` (its progress on stderr), then each VM's hosts entry once root answers over
     SSH on its private address, with the Python it runs (the wheels must match it)."""
-    say("vagrant up (the first boot downloads the box and provisions five VMs)")
+    _check(directory)
+    net = subnet()
+    if net.overlaps(NETNS_SUBNET):
+        from harness.cluster.netns import _namespaces
+
+        if any(ns.startswith("tessera-") for ns in _namespaces()):
+            raise ClusterError(f"the netns cluster is up on {NETNS_SUBNET}, which {net} "
+                               "overlaps: `tessera cluster down` first")
+    if uses_libvirt():
+        ensure_libvirtd(say)
+    say(f"vagrant up (the first boot may download the box; each VM is then provisioned; "
+        f"private network {net})")
     if _vagrant(directory, "up", capture=False).returncode != 0:
         raise ClusterError("vagrant up failed: its output above says why")
     found = hosts(directory)
     wait_for_ssh(found, timeout, say)
     return found
+
+
+NETNS_SUBNET = ipaddress.IPv4Network("10.77.0.0/24")
+
+
+def uses_libvirt() -> bool:
+    """Vagrant will pick libvirt: asked for by name, or the only provider installed here."""
+    chosen = os.environ.get("VAGRANT_DEFAULT_PROVIDER")
+    if chosen:
+        return chosen == "libvirt"
+    return shutil.which("VBoxManage") is None and shutil.which("libvirtd") is not None
+
+
+def ensure_libvirtd(say=print, timeout: float = 30.0) -> None:
+    """libvirt's system daemon answering. Without systemd (a container) nothing starts it, so
+    as root start virtlogd and libvirtd here, and say so; with systemd, say how to start it."""
+    def answers() -> bool:
+        return subprocess.run(["virsh", "-c", "qemu:///system", "version"], capture_output=True,
+                              stdin=subprocess.DEVNULL).returncode == 0
+
+    if not shutil.which("virsh"):
+        raise ClusterError("libvirt is not installed: apt-get install libvirt-daemon-system")
+    if answers():
+        return
+    if Path("/run/systemd/system").is_dir() or os.geteuid() != 0:
+        raise ClusterError("libvirtd does not answer: systemctl start libvirtd (as root)")
+    say("libvirtd is not running and there is no systemd here: starting virtlogd and libvirtd")
+    for daemon in ("virtlogd", "libvirtd"):
+        subprocess.run([daemon, "-d"], check=False, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    while not answers():
+        if time.monotonic() > deadline:
+            raise ClusterError(f"libvirtd did not answer within {timeout:.0f} s of its start")
+        time.sleep(0.5)
 
 
 def wait_for_ssh(found: list[Host], timeout: float, say=print) -> None:

@@ -120,13 +120,16 @@ class _Backoff:
 class TesseraClient:
     def __init__(self, masters: list[tuple[str, int]], *, timeout: float = 5.0,
                  rpc: RpcClient | None = None, rng: random.Random | None = None,
-                 tls: ssl.SSLContext | None = None):
+                 tls: ssl.SSLContext | None = None, time_scale: float = 1.0):
         """`rng` (jitter, replica order): seeded by the simulator for replayable runs. `tls`:
-        connect with TLS as this identity (node.security.tls.client_tls)."""
+        connect with TLS as this identity (node.security.tls.client_tls). `time_scale`
+        multiplies the connect and attempt timeouts, for servers on slow hosts (TCG guests)."""
         self.masters = list(masters)
         self.rng = rng or random.Random()
         self.timeout = timeout
-        self.rpc = rpc or RpcClient(connect_timeout=CONNECT_TIMEOUT, tls=tls)
+        self.attempt_timeout = ATTEMPT_TIMEOUT * time_scale
+        self.silent_timeout = SILENT_TIMEOUT * time_scale
+        self.rpc = rpc or RpcClient(connect_timeout=CONNECT_TIMEOUT * time_scale, tls=tls)
         self._master_leader: tuple[str, int] | None = None
         self._master_book: dict[str, Peer] = {}
         self._locations: dict[str, TableLocations] = {}
@@ -173,7 +176,7 @@ class TesseraClient:
                     break
                 try:
                     res = await self.rpc.call(addr, method, req, resp_type, to_uuid="",
-                                              timeout=min(ATTEMPT_TIMEOUT * 3, remaining))
+                                              timeout=min(self.attempt_timeout * 3, remaining))
                     self._master_leader = addr
                     return res
                 except RpcError as e:
@@ -200,7 +203,7 @@ class TesseraClient:
     async def _learn_masters(self, addr: tuple[str, int]) -> None:
         try:
             info = await self.rpc.call(addr, "master.info", Empty(), MasterInfo, to_uuid="",
-                                       timeout=ATTEMPT_TIMEOUT)
+                                       timeout=self.attempt_timeout)
             self._master_book.update({p.uuid: p for p in info.masters})
             self.masters += [p.addr for p in info.masters if p.addr not in self.masters]
         except RpcError:
@@ -345,7 +348,7 @@ class TesseraClient:
                 try:
                     res = await self.rpc.call(first.addr, method, req, resp_type,
                                               to_uuid=first.uuid,
-                                              timeout=min(ATTEMPT_TIMEOUT, remaining))
+                                              timeout=min(self.attempt_timeout, remaining))
                 except RpcError as e:
                     failed = (first, e)
                 else:
@@ -390,8 +393,8 @@ class TesseraClient:
                     if peer.uuid in tried:
                         continue
                     tried.add(peer.uuid)
-                    patience = (min(ATTEMPT_TIMEOUT, SILENT_TIMEOUT * 2 ** rounds)
-                                if peer.addr in self._silent else ATTEMPT_TIMEOUT)
+                    patience = (min(self.attempt_timeout, self.silent_timeout * 2 ** rounds)
+                                if peer.addr in self._silent else self.attempt_timeout)
                     try:
                         # bounded as a whole, connecting included (RpcClient.call)
                         res = await self.rpc.call(peer.addr, method, req, resp_type,
