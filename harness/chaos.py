@@ -131,6 +131,7 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
     test = {**spec.to_dict(), **facts, "checker": workload.checker.to_json(),
             "log_rules": list(kind.log_rules),  # how the node-log checker reads this system
             "daemon_flags": spec.daemon_flags(),  # what the daemons ran with (time_scale's)
+            "clock_source": clock_source(spec),  # whose clock a clock fault moves
             "nodes": [{"name": h.name, "address": h.address} for h in hosts],
             "bound": bound,  # thread -> its host (the last: setup and final ops), node-bound only
             "final": opts.final_plan(), "status": "running"}
@@ -149,10 +150,10 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
                   tls_dir=run_dir / "tls",
                   ca=(spec.ca_cert, spec.ca_key) if spec.ca_cert else None)
         db.teardown()
-        ctx = Context(db, hosts, remotes)
+        ctx = Context(db, hosts, remotes, clock_source=clock_source(spec))
         nemeses = {p.name: p.build(ctx) for p in chosen}
         db.lazyfs = any(p.lazyfs for p in chosen)
-        env = {k: v for p in chosen for k, v in p.daemon_env.items()}
+        env = {k: v for n in nemeses.values() for k, v in n.daemon_env().items()}
         db.env = {h: env for h in names} if env else {}
         for n in nemeses.values():
             n.heal()  # whatever an earlier, crashed run may have left on the hosts
@@ -182,6 +183,12 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
         for r in remotes.values():
             r.close()
         control_log.close()
+
+
+def clock_source(spec: TestSpec) -> str:
+    """VMs each have a kernel clock of their own to step; netns hosts share this machine's, and
+    hosts of the hosts provider are someone's machines: libfaketime there."""
+    return "kernel" if spec.provider == "vagrant" else "faketime"
 
 
 def _collect(db, run_dir: Path) -> None:

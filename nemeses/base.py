@@ -49,6 +49,9 @@ class Context:
     hosts: list = field(default_factory=list)  # harness.cluster.Host
     remotes: dict = field(default_factory=dict)  # host name -> harness.control.Remote
     tablets: dict[int, str] = field(default_factory=dict)
+    # Whose clock the clock fault moves: "faketime" (each daemon's, through libfaketime: hosts
+    # that share a kernel, such as netns hosts) or "kernel" (the host's own: VMs).
+    clock_source: str = "faketime"
 
     @property
     def names(self) -> list[str]:
@@ -88,6 +91,10 @@ class Nemesis:
 
     def heal(self) -> dict:
         return self.stop() if self.active else {}
+
+    def daemon_env(self) -> dict[str, str]:
+        """What every daemon must run with for this fault to reach it (set before they start)."""
+        return {}
 
     def teardown(self) -> None:
         """After the daemons are gone: remove any file the fault needed on the hosts."""

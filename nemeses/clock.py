@@ -4,6 +4,10 @@ FAKETIME_NO_CACHE=1) and only its wall clock is skewed: the monotonic clock stay
 (FAKETIME_DONT_FAKE_MONOTONIC=1), which is also why node code never calls time.sleep (measured
 here: it raises EINVAL under faketime) and times everything with the monotonic clock.
 
+A VM has a kernel clock of its own (Context.clock_source "kernel"): there the fault steps the
+host's real-time clock itself (clock_settime, relative steps that the fault undoes), as Jepsen's
+bump-time does, the daemons run without libfaketime, and the monotonic clock is again untouched.
+
 Faults, as Jepsen's: bump (jump a host's clock by ± milliseconds to minutes), strobe (flip it back
 and forth quickly for a while), and reset. Every change records each host's offset in
 milliseconds, which the report plots.
@@ -12,6 +16,7 @@ milliseconds, which the report plots.
 from __future__ import annotations
 
 import random
+import shlex
 from dataclasses import dataclass, field
 
 from harness.control import Remote
@@ -49,49 +54,104 @@ def set_offset(r: Remote, ms: float) -> None:
     r.sh(f"echo {_offset_text(ms)} > {FAKETIME_FILE}.tmp && mv {FAKETIME_FILE}.tmp {FAKETIME_FILE}")
 
 
+# The kernel clock stepped by argv[1] ms; a strobe (argv[2:] = delta_ms period_ms flips) flips it
+# up and back, and on SIGTERM or at its end leaves it where it started.
+_STEP = """
+import signal, sys, time
+def step(ms):
+    time.clock_settime(time.CLOCK_REALTIME, time.clock_gettime(time.CLOCK_REALTIME) + ms / 1000)
+if len(sys.argv) == 2:
+    step(float(sys.argv[1])); sys.exit()
+delta, period, flips = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+net = 0.0
+def back(*_):
+    step(-net); sys.exit()
+signal.signal(signal.SIGTERM, back)
+for i in range(flips):
+    d = delta if i % 2 == 0 else -delta
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # a step and its count together
+    step(d); net += d
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    time.sleep(period / 1000)
+back()
+"""
+
+
+def step_kernel_clock(r: Remote, ms: float) -> None:
+    """Step `r`'s real-time clock by `ms` (relative: a jump the caller undoes by -ms)."""
+    r.run(["python3", "-c", _STEP, repr(float(ms))])
+
+
 @dataclass
 class Clock(Nemesis):
     hosts: list[str] = field(default_factory=list)
     remotes: dict[str, Remote] = field(default_factory=dict)
     name: str = "clock"
     offsets: dict[str, float] = field(default_factory=dict)
+    source: str = "faketime"  # Context.clock_source: "faketime" or "kernel"
+    stepped: dict[str, float] = field(default_factory=dict)  # kernel: bumps not yet undone
+
+    def daemon_env(self) -> dict[str, str]:
+        return daemon_env() if self.source == "faketime" else {}
+
+    def _bump(self, host: str, ms: float) -> None:
+        if self.source == "kernel":
+            step_kernel_clock(self.remotes[host], ms - self.stepped.get(host, 0.0))
+            self.stepped[host] = ms
+        else:
+            set_offset(self.remotes[host], ms)
 
     def start(self, choice: dict) -> dict:
         targets = choice["targets"]
+        said = {"clock": self.source}
         if choice["fault"] == "bump":
             for h, ms in choice["offsets_ms"].items():
-                set_offset(self.remotes[h], ms)
+                self._bump(h, ms)
                 self.offsets[h] = ms
             self.active = True
-            return {"fault": "bump", "targets": targets, "offsets_ms": dict(self.offsets)}
+            return {"fault": "bump", "targets": targets, "offsets_ms": dict(self.offsets), **said}
         for h in targets:
             self._strobe(self.remotes[h], choice["delta_ms"], choice["period_ms"], choice["seconds"])
             self.offsets[h] = choice["delta_ms"]
         self.active = True
         return {"fault": "strobe", "targets": targets, "delta_ms": choice["delta_ms"],
                 "period_ms": choice["period_ms"], "seconds": choice["seconds"],
-                "offsets_ms": dict(self.offsets)}
+                "offsets_ms": dict(self.offsets), **said}
 
     def _strobe(self, r: Remote, delta_ms: float, period_ms: int, seconds: float) -> None:
         flips = int(seconds * 1000 / period_ms)
+        if self.source == "kernel":
+            loop = f"exec python3 -c {shlex.quote(_STEP)} {delta_ms} {period_ms} {flips}"
+            self._background(r, loop)
+            return
         up, down, f = _offset_text(delta_ms), _offset_text(-delta_ms), FAKETIME_FILE
         loop = (f"i=0; while [ $i -lt {flips} ]; do "
                 f"if [ $((i % 2)) -eq 0 ]; then echo {up} > {f}.s; else echo {down} > {f}.s; fi; "
                 f"mv {f}.s {f}; i=$((i + 1)); sleep {period_ms / 1000:.3f}; done; echo +0.000 > {f}")
+        self._background(r, loop)
+
+    @staticmethod
+    def _background(r: Remote, loop: str) -> None:
         # wait for the pid file: a stop() right after this must find the loop to kill it
         r.sh(f"rm -f {STROBE_PID}; "
-             f"setsid sh -c 'echo $$ > {STROBE_PID}.new; mv {STROBE_PID}.new {STROBE_PID}; {loop}' "
+             f"setsid sh -c {shlex.quote(f'echo $$ > {STROBE_PID}.new; mv {STROBE_PID}.new {STROBE_PID}; {loop}')} "
              f"</dev/null >/dev/null 2>&1 & "
              f"for i in $(seq 100); do [ -s {STROBE_PID} ] && break; sleep 0.02; done")
 
     def stop(self) -> dict:
         for h in self.hosts:
             r = self.remotes[h]
-            r.sh(f"[ -f {STROBE_PID} ] && kill $(cat {STROBE_PID}) 2>/dev/null; rm -f {STROBE_PID}; true")
-            set_offset(r, 0)
+            # a kernel strobe steps its clock back on SIGTERM: wait until it has
+            r.sh(f"if [ -f {STROBE_PID} ]; then p=$(cat {STROBE_PID}); kill $p 2>/dev/null; "
+                 f"for i in $(seq 100); do kill -0 $p 2>/dev/null || break; sleep 0.02; done; fi; "
+                 f"rm -f {STROBE_PID}; true")
+            if self.source == "kernel":
+                self._bump(h, 0.0)
+            else:
+                set_offset(r, 0)
         self.offsets = {h: 0.0 for h in self.hosts}
         self.active = False
-        return {"fault": "reset", "offsets_ms": dict(self.offsets)}
+        return {"fault": "reset", "offsets_ms": dict(self.offsets), "clock": self.source}
 
     def heal(self) -> dict:
         """Always, also before the daemons start: every clock at offset zero."""
@@ -104,6 +164,6 @@ class Clock(Nemesis):
 
 
 # needs "faketime": daemons that never call time.sleep, which fails under libfaketime here.
-register(Package("clock", heal_rank=30, draw=draw_clock, daemon_env=daemon_env(),
-                 needs=frozenset({"faketime"}),
-                 build=lambda ctx: Clock(hosts=ctx.names, remotes=ctx.remotes)))
+register(Package("clock", heal_rank=30, draw=draw_clock, needs=frozenset({"faketime"}),
+                 build=lambda ctx: Clock(hosts=ctx.names, remotes=ctx.remotes,
+                                         source=ctx.clock_source)))

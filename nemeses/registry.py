@@ -6,8 +6,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import random
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from nemeses.base import Context, Nemesis
 
@@ -19,7 +19,6 @@ class Package:
     draw: Callable[[random.Random, list[str]], dict]  # one start's choices: pure, from host names
     heal_rank: int = 50  # the final heal goes from low to high: networks before processes
     min_hosts: int = 1
-    daemon_env: Mapping[str, str] = field(default_factory=dict)  # every daemon runs with it
     lazyfs: bool = False  # tablet servers' data dirs must be lazyfs mounts
     group: str = "all"  # what `--nemesis GROUP` selects: "all" (the classic faults) or "raft"
     # What the system under test must offer (harness.db.Deployment.offers) for this fault.

@@ -1,0 +1,85 @@
+"""The clock fault's kernel source (VMs): bumps step the host's real-time clock relative to
+where the fault left it and the reset undoes them; the strobe helper leaves the clock where it
+found it, at its end or on SIGTERM. The helper runs here for real, with clock_settime replaced
+by a recorder (stepping this machine's clock would disturb everything on it); on VMs it steps
+the guest's clock (README "On VMs")."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+from nemeses.clock import _STEP, Clock, daemon_env
+
+
+class Recorder:
+    """A Remote that records the python3 steps it is asked to run."""
+
+    def __init__(self):
+        self.steps: list[float] = []
+        self.shell: list[str] = []
+
+    def run(self, argv, **_):
+        assert argv[:2] == ["python3", "-c"] and argv[2] == _STEP
+        self.steps.append(float(argv[3]))
+
+    def sh(self, script, **_):
+        self.shell.append(script)
+
+
+def test_kernel_bumps_are_relative_steps_that_the_reset_undoes():
+    remotes = {"n1": Recorder(), "n2": Recorder()}
+    c = Clock(hosts=["n1", "n2"], remotes=remotes, source="kernel")
+    assert c.daemon_env() == {}  # the daemons read the real clock
+    assert Clock(hosts=[], remotes={}).daemon_env() == daemon_env()  # faketime's, by default
+    out = c.start({"fault": "bump", "targets": ["n1"], "offsets_ms": {"n1": 250.0}})
+    assert out["clock"] == "kernel" and out["offsets_ms"] == {"n1": 250.0}
+    c.start({"fault": "bump", "targets": ["n1"], "offsets_ms": {"n1": -100.0}})
+    reset = c.stop()
+    assert remotes["n1"].steps == [250.0, -350.0, 100.0]  # net zero
+    assert remotes["n2"].steps == [0.0] and reset["offsets_ms"] == {"n1": 0.0, "n2": 0.0}
+    assert not any("faketime" in s for s in remotes["n1"].shell)
+
+
+_FAKE_CLOCK = """
+import sys, time
+log = open(sys.argv.pop(1), "a", buffering=1)
+now = [1000.0]
+time.clock_gettime = lambda clock: now[0]
+def settime(clock, value):
+    log.write(f"{(value - now[0]) * 1000:.3f}\\n")
+    now[0] = value
+time.clock_settime = settime
+exec(compile(sys.stdin.read(), "step", "exec"))
+"""
+
+
+def _helper(log, *args):
+    p = subprocess.Popen([sys.executable, "-c", _FAKE_CLOCK, str(log), *map(str, args)],
+                         stdin=subprocess.PIPE, text=True)
+    p.stdin.write(_STEP)
+    p.stdin.close()
+    return p, log
+
+
+def _steps(log):
+    return [float(x) for x in log.read_text().split()]
+
+
+def test_the_strobe_helper_flips_the_clock_and_leaves_it_where_it_found_it(tmp_path):
+    p, log = _helper(tmp_path / "ended", 40.0, 10, 5)  # 5 flips: up, down, up, down, up; back
+    assert p.wait(timeout=60) == 0
+    assert _steps(log) == [40.0, -40.0, 40.0, -40.0, 40.0, -40.0]
+    p, log = _helper(tmp_path / "stopped", 40.0, 50, 10_000)  # stopped by the fault's reset
+    deadline = time.monotonic() + 30
+    while not (log.exists() and len(_steps(log)) >= 3):
+        assert time.monotonic() < deadline and p.poll() is None
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=60) == 0
+    steps = _steps(log)
+    assert len(steps) >= 4 and abs(sum(steps)) < 1e-6, steps
+    p, log = _helper(tmp_path / "bump", -1234.5)  # a bump: one step
+    assert p.wait(timeout=60) == 0 and _steps(log) == [-1234.5]
