@@ -96,12 +96,11 @@ def up(directory: Path, say=print, timeout: float = 600.0) -> list[Host]:
     SSH on its private address, with the Python it runs (the wheels must match it)."""
     _check(directory)
     net = subnet()
-    if net.overlaps(NETNS_SUBNET):
-        from harness.cluster.netns import _namespaces
+    from harness.cluster import netns
 
-        if any(ns.startswith("tessera-") for ns in _namespaces()):
-            raise ClusterError(f"the netns cluster is up on {NETNS_SUBNET}, which {net} "
-                               "overlaps: `tessera cluster down` first")
+    if net.overlaps(netns.SUBNET) and any(n.startswith("tessera-") for n in netns._namespaces()):
+        raise ClusterError(f"the netns cluster is up on {netns.SUBNET}, which {net} overlaps: "
+                           "`tessera cluster down` first")
     if uses_libvirt():
         ensure_libvirtd(say)
     say(f"vagrant up (the first boot may download the box; each VM is then provisioned; "
@@ -111,9 +110,6 @@ def up(directory: Path, say=print, timeout: float = 600.0) -> list[Host]:
     found = hosts(directory)
     wait_for_ssh(found, timeout, say)
     return found
-
-
-NETNS_SUBNET = ipaddress.IPv4Network("10.77.0.0/24")
 
 
 def uses_libvirt() -> bool:
