@@ -173,3 +173,22 @@ def test_build_box_refuses_bad_input_before_touching_anything(tmp_path):
                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert out.returncode == 254 and out.stderr.strip() == (
         "tessera cluster build-box: --disk-gb must be between 2 and 64, not 99"), out.stderr
+
+
+def test_the_kvm_probe_reads_a_console_until_it_says_enough_or_time_is_up():
+    """`cluster up --provider vagrant` boots the box under KVM to learn whether KVM works here
+    (nested, it may stop the guest: "KVM internal error"); the reading stops at the first
+    mark, at the deadline, or when the process exits, and the process is gone after."""
+    import time
+
+    from harness.cluster.vagrant import _serial_until
+
+    t = time.monotonic()
+    said = _serial_until(["sh", "-c", "echo SeaBIOS; echo Linux version 6.1; sleep 60"],
+                         ("Linux version", "KVM internal error"), 30)
+    assert "Linux version" in said and time.monotonic() - t < 20
+    t = time.monotonic()
+    assert _serial_until(["sh", "-c", "echo SeaBIOS; sleep 60"], ("Linux version",), 1) == \
+        "SeaBIOS\n" and time.monotonic() - t < 20
+    assert _serial_until(["sh", "-c", "echo KVM internal error >&2"], ("Linux version",), 30) \
+        == "KVM internal error\n"

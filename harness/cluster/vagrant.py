@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -84,11 +85,12 @@ def _check(directory: Path) -> None:
         raise ClusterError(f"no Vagrantfile in {directory}: run from the checkout")
 
 
-def _vagrant(directory: Path, *argv: str, capture: bool = True) -> subprocess.CompletedProcess:
+def _vagrant(directory: Path, *argv: str, capture: bool = True,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     _check(directory)
     out = {"capture_output": True} if capture else {"stdout": sys.stderr}
     return subprocess.run(["vagrant", *argv], cwd=directory, text=True, stdin=subprocess.DEVNULL,
-                          **out)
+                          env=env, **out)
 
 
 def up(directory: Path, say=print, timeout: float = 600.0) -> list[Host]:
@@ -101,15 +103,74 @@ def up(directory: Path, say=print, timeout: float = 600.0) -> list[Host]:
     if net.overlaps(netns.SUBNET) and any(n.startswith("tessera-") for n in netns._namespaces()):
         raise ClusterError(f"the netns cluster is up on {netns.SUBNET}, which {net} overlaps: "
                            "`tessera cluster down` first")
+    env = None
     if uses_libvirt():
         ensure_libvirtd(say)
+        if DRIVER_ENV not in os.environ and (why := kvm_unusable()):
+            say(f"KVM is unusable here ({why}): the guests run under qemu's TCG, slowly "
+                f"(--time-scale 10 suits them); {DRIVER_ENV}=kvm overrides")
+            env = {**os.environ, DRIVER_ENV: "qemu"}
     say(f"vagrant up (the first boot may download the box; each VM is then provisioned; "
         f"private network {net})")
-    if _vagrant(directory, "up", capture=False).returncode != 0:
+    if _vagrant(directory, "up", capture=False, env=env).returncode != 0:
         raise ClusterError("vagrant up failed: its output above says why")
     found = hosts(directory)
     wait_for_ssh(found, timeout, say)
     return found
+
+
+DRIVER_ENV, BOX_ENV, DEFAULT_BOX = "TESSERA_VAGRANT_DRIVER", "TESSERA_VAGRANT_BOX", "debian/bookworm64"
+
+
+def kvm_unusable(timeout: float = 30.0) -> str | None:
+    """Why KVM cannot boot the Vagrantfile's box here, or None when it can (or when that
+    cannot be tried: no /dev/kvm is its own answer, and a box not yet downloaded is left to
+    Vagrant). /dev/kvm can exist and still fail: nested under another hypervisor, KVM runs the
+    firmware and then stops the guest ("KVM internal error") or hangs. So the box itself is
+    booted, on a throwaway overlay, until its kernel speaks on the serial console."""
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return "no usable /dev/kvm"
+    name = os.environ.get(BOX_ENV, DEFAULT_BOX).replace("/", "-VAGRANTSLASH-")
+    images = sorted((Path.home() / ".vagrant.d/boxes" / name).glob("*/libvirt/box.img"))
+    if not images or not shutil.which("qemu-system-x86_64"):
+        return None
+    with tempfile.TemporaryDirectory(prefix="tessera-kvm-") as tmp:
+        overlay = Path(tmp) / "probe.qcow2"
+        made = subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(images[-1]),
+                               "-F", "qcow2", str(overlay)], capture_output=True, text=True)
+        if made.returncode != 0:
+            return None
+        text = _serial_until(["qemu-system-x86_64", "-accel", "kvm", "-m", "512", "-nodefaults",
+                              "-nographic", "-no-reboot", "-drive", f"file={overlay},if=virtio",
+                              "-serial", "stdio"], ("Linux version", "KVM internal error"),
+                             timeout)
+    if "Linux version" in text:
+        return None
+    if "KVM internal error" in text:
+        return "KVM stopped the guest before its kernel ran: KVM internal error"
+    return f"the box's kernel did not start within {timeout:.0f} s under KVM"
+
+
+def _serial_until(argv: list[str], marks: tuple[str, ...], timeout: float) -> str:
+    """What `argv` prints (stdout and stderr) until one of `marks` or `timeout`; then killed."""
+    import selectors
+
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL)
+    out, deadline = b"", time.monotonic() + timeout
+    try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(p.stdout, selectors.EVENT_READ)
+            while (left := deadline - time.monotonic()) > 0 and sel.select(left):
+                chunk = os.read(p.stdout.fileno(), 65536)
+                out += chunk
+                if not chunk or any(m.encode() in out for m in marks):
+                    break  # qemu exited, or said enough
+    finally:
+        p.kill()
+        p.wait()
+        p.stdout.close()
+    return out.decode(errors="replace")
 
 
 def uses_libvirt() -> bool:
