@@ -96,7 +96,8 @@ class Clock(Nemesis):
 
     def _bump(self, host: str, ms: float) -> None:
         if self.source == "kernel":
-            step_kernel_clock(self.remotes[host], ms - self.stepped.get(host, 0.0))
+            if delta := ms - self.stepped.get(host, 0.0):  # a clock left alone is not written
+                step_kernel_clock(self.remotes[host], delta)
             self.stepped[host] = ms
         else:
             set_offset(self.remotes[host], ms)
