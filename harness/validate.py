@@ -38,10 +38,16 @@ def check(spec: TestSpec) -> TestSpec:
         raise ValueError(f"--time-limit must be > 0, got {spec.time_limit:g}")
     if spec.nemesis_interval <= 0:
         raise ValueError("--nemesis-interval must be > 0")
+    if not 1 <= spec.time_scale <= 100:
+        raise ValueError(f"--time-scale must be between 1 and 100, got {spec.time_scale:g}")
     if spec.concurrency < 0 or spec.rate < 0 or spec.op_timeout <= 0:
         raise ValueError("--concurrency, --rate must be >= 0 and --op-timeout > 0")
     if spec.provider not in PROVIDERS:
         raise ValueError(f"--provider {spec.provider!r}: not one of {', '.join(PROVIDERS)}")
+    if spec.provider == "vagrant":
+        from harness.cluster.vagrant import subnet
+
+        subnet()  # TESSERA_VAGRANT_SUBNET, which the Vagrantfile reads too
     if spec.provider == "netns" and spec.hosts < 1:
         raise ValueError(f"--netns-hosts must be at least 1, got {spec.hosts}")
     if spec.nemesis:

@@ -90,7 +90,7 @@ def test_the_harness_addresses_the_vms_as_the_vagrantfile_makes_them(subnet, mon
     with pytest.raises(ClusterError, match="not one of"):
         private_address("db")
     monkeypatch.setenv("TESSERA_VAGRANT_SUBNET", "10.77.0.0/33")
-    with pytest.raises(ClusterError, match="TESSERA_VAGRANT_SUBNET='10.77.0.0/33' is not"):
+    with pytest.raises(ValueError, match="TESSERA_VAGRANT_SUBNET='10.77.0.0/33' is not"):
         private_address("n1")
 
 

@@ -38,7 +38,7 @@ def test_a_random_seed_is_drawn_once_and_kept_in_the_spec():
     (["--nemesis", "kill,meteor"], "unknown nemesis 'meteor'"),
     (["--nemesis-interval", "0"], "--nemesis-interval must be > 0"),
     (["--time-scale", "0.5"], "--time-scale must be between 1 and 100, got 0.5"),
-    (["--op-timeout", "0"], "--op-timeout must be > 0"),
+    (["--op-timeout", "0"], "--op-timeout > 0"),
 ])
 def test_bad_arguments_are_one_clear_error(argv, message):
     with pytest.raises(ValueError, match=message):

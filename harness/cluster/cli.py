@@ -109,6 +109,11 @@ def _vagrant(args: argparse.Namespace, say) -> int:
             rows = vagrant.status(Path.cwd())
             print(json.dumps(rows) if args.json else "\n".join(f"{r['name']}\t{r['state']}" for r in rows))
             return 0 if rows and all(r["state"] == "running" for r in rows) else 1
+    except ValueError as e:  # a setting such as TESSERA_VAGRANT_SUBNET, before anything ran
+        from node.exit_codes import BAD_ARGS
+
+        print(f"tessera cluster: {e}", file=sys.stderr)
+        return BAD_ARGS
     except ClusterError as e:
         print(f"tessera cluster: {e}", file=sys.stderr)
         return 1

@@ -50,8 +50,8 @@ def subnet() -> ipaddress.IPv4Network:
     try:
         return ipaddress.IPv4Network(text)
     except ValueError as e:
-        raise ClusterError(f"{SUBNET_ENV}={text!r} is not an IPv4 network such as "
-                           f"{DEFAULT_SUBNET}: {e}") from None
+        raise ValueError(f"{SUBNET_ENV}={text!r} is not an IPv4 network such as "
+                         f"{DEFAULT_SUBNET}: {e}") from None
 
 
 def private_address(name: str, net: ipaddress.IPv4Network | None = None) -> str:
