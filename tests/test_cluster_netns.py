@@ -102,3 +102,22 @@ def test_bad_arguments_are_refused():
         NetnsCluster(0)
     with pytest.raises(ClusterError, match="would be hidden"):
         NetnsCluster(3, state_dir="/tmp/x")
+
+
+def test_a_host_does_not_pin_the_machines_fuse_mounts(cluster, tmp_path):
+    """A netns host made while the machine has a FUSE mount (a lazyfs test running beside the
+    netns tests) must not keep a copy of it: the copy kept lazyfs running after the machine's
+    unmount, and the test waiting for it to exit timed out (a clean-clone run, session 26)."""
+    from lazyfs_helpers import DEADLINE, mounted, start_lazyfs, unmount, wait_until
+
+    proc, _, mnt = start_lazyfs(tmp_path)
+    try:
+        wait_until(lambda: mounted(str(mnt)) or proc.poll() is not None, "the mount")
+        cluster.up(lambda *_: None)
+        unmount(str(mnt))
+        assert proc.wait(timeout=DEADLINE) == 0  # no namespace holds the filesystem open
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+            subprocess.run(["fusermount3", "-uz", str(mnt)], check=False)

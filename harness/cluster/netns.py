@@ -294,6 +294,9 @@ def _init_script(name: str, hdir: Path, quiet_rc: Path) -> str:
 # Host {name}: its own hostname, private dirs, quiet shell, and sshd as pid 1.
 set -e
 hostname {name}
+# The machine's FUSE mounts copied into this mount namespace would keep their daemons alive
+# after the machine unmounts them (a lazyfs test beside the netns tests waited on one).
+awk '$3 ~ /^fuse/ {{print $2}}' /proc/self/mounts | while read -r m; do umount -l "$m" || true; done
 {mounts}
 [ -e /root/.bashrc ] && mount --bind {quiet_rc} /root/.bashrc
 exec /usr/sbin/sshd -D -e -f {hdir / 'sshd_config'}
