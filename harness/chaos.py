@@ -124,6 +124,7 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
         control_log.write(f"{time.strftime('%H:%M:%S')} {line}\n")
         control_log.flush()
 
+    clock = clock_source(spec)
     opts = RunOptions(concurrency=spec.concurrency, time_limit=spec.time_limit, rate=spec.rate,
                       seed=spec.seed, op_timeout=spec.op_timeout + 1)
     bound = ([names[t % len(names)] for t in range(spec.concurrency + 1)]
@@ -131,7 +132,7 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
     test = {**spec.to_dict(), **facts, "checker": workload.checker.to_json(),
             "log_rules": list(kind.log_rules),  # how the node-log checker reads this system
             "daemon_flags": spec.daemon_flags(),  # what the daemons ran with (time_scale's)
-            "clock_source": clock_source(spec),  # whose clock a clock fault moves
+            "clock_source": clock,  # whose clock a clock fault moves
             "nodes": [{"name": h.name, "address": h.address} for h in hosts],
             "bound": bound,  # thread -> its host (the last: setup and final ops), node-bound only
             "final": opts.final_plan(), "status": "running"}
@@ -150,7 +151,7 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
                   tls_dir=run_dir / "tls",
                   ca=(spec.ca_cert, spec.ca_key) if spec.ca_cert else None)
         db.teardown()
-        ctx = Context(db, hosts, remotes, clock_source=clock_source(spec))
+        ctx = Context(db, hosts, remotes, clock_source=clock)
         nemeses = {p.name: p.build(ctx) for p in chosen}
         db.lazyfs = any(p.lazyfs for p in chosen)
         env = {k: v for n in nemeses.values() for k, v in n.daemon_env().items()}

@@ -28,7 +28,7 @@ FAKETIME_FILE = "/var/lib/tessera/faketime"
 STROBE_PID = "/var/lib/tessera/strobe.pid"
 
 
-def daemon_env() -> dict[str, str]:
+def faketime_env() -> dict[str, str]:
     """Environment under which the DB adapter starts daemons when clocks may be skewed."""
     return {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": FAKETIME_FILE,
             "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
@@ -92,7 +92,7 @@ class Clock(Nemesis):
     stepped: dict[str, float] = field(default_factory=dict)  # kernel: bumps not yet undone
 
     def daemon_env(self) -> dict[str, str]:
-        return daemon_env() if self.source == "faketime" else {}
+        return faketime_env() if self.source == "faketime" else {}
 
     def _bump(self, host: str, ms: float) -> None:
         if self.source == "kernel":

@@ -16,7 +16,7 @@ from harness.cluster.netns import NetnsCluster, _namespaces
 from harness.control import Remote
 from harness.db import DATA, HTTP_PORTS, TesseraDB, build_wheelhouse, wheel_dir
 from nemeses.base import Context
-from nemeses.clock import FAKETIME_FILE, Clock, daemon_env, draw_clock
+from nemeses.clock import FAKETIME_FILE, Clock, draw_clock, faketime_env
 from nemeses.disk import DiskCorruption, draw_disk
 from nemeses.membership import Membership
 from nemeses.net import PacketFaults, Partition, draw_packet, draw_partition
@@ -41,7 +41,7 @@ def deployed(tmp_path_factory):
     try:
         db.teardown()
         clock.heal()  # every clock at offset zero before the daemons start
-        db.env = {h.name: daemon_env() for h in hosts}
+        db.env = {h.name: faketime_env() for h in hosts}
         db.setup()
 
         async def table():

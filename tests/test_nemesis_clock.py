@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from nemeses.clock import _STEP, Clock, daemon_env
+from nemeses.clock import _STEP, Clock, faketime_env
 
 
 class Recorder:
@@ -33,7 +33,7 @@ def test_kernel_bumps_are_relative_steps_that_the_reset_undoes():
     remotes = {"n1": Recorder(), "n2": Recorder()}
     c = Clock(hosts=["n1", "n2"], remotes=remotes, source="kernel")
     assert c.daemon_env() == {}  # the daemons read the real clock
-    assert Clock(hosts=[], remotes={}).daemon_env() == daemon_env()  # faketime's, by default
+    assert Clock(hosts=[], remotes={}).daemon_env() == faketime_env()  # faketime's, by default
     out = c.start({"fault": "bump", "targets": ["n1"], "offsets_ms": {"n1": 250.0}})
     assert out["clock"] == "kernel" and out["offsets_ms"] == {"n1": 250.0}
     c.start({"fault": "bump", "targets": ["n1"], "offsets_ms": {"n1": -100.0}})
