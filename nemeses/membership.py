@@ -47,31 +47,35 @@ class Membership(Nemesis):
     # a few seconds; one that cannot finish (its majority lost to other faults) is given up at
     # the stop and tried again at the heal, not waited on for half a minute each time
     timeout: float = 15.0
+    # how long a start looks for a removal the system takes before it skips the fault
+    patience: float = 10.0
     _removed: list[Candidate] = field(default_factory=list)
 
     def start(self, choice: dict) -> dict:
-        """Remove one member among those `removable` finds. Polls for one for a while: other
-        faults may be holding every group. The plan's `pick` chooses among the candidates
-        found then (a rule on live state)."""
+        """Remove one member among those `removable` finds. Polls for a while: other faults
+        may be holding every group, and a system may refuse a removal that is unsafe only for
+        now (a voter restarted a moment ago has not answered its leader yet). The plan's
+        `pick` chooses among the candidates found then (a rule on live state)."""
         members = self.db.membership()
-        deadline = time.monotonic() + min(10.0, self.timeout)
+        deadline = time.monotonic() + self.patience
+        refused = None
         while True:
             candidates = members.removable()
-            if candidates or time.monotonic() > deadline:
-                break
+            if candidates:
+                member = candidates[choice["pick"] % len(candidates)]
+                self._removed.append(member)  # first: a removal that raised may still have
+                self.active = True            # applied, and adding back a member is done at once
+                try:
+                    done = members.remove(member)
+                except Refused as e:
+                    self._removed.pop()
+                    self.active = bool(self._removed)
+                    refused = f"the system refused to remove {member[2]}'s member: {e}"
+                else:
+                    return {"removed": member[2], "group": member[0], **done}
+            if time.monotonic() > deadline:
+                return {"skipped": refused or "no group whose members can spare one now"}
             time.sleep(1.0)
-        if not candidates:
-            return {"skipped": "no group whose members can spare one now"}
-        member = candidates[choice["pick"] % len(candidates)]
-        self._removed.append(member)  # first: a removal that raised may still have applied,
-        self.active = True            # and adding back a member that is one is done at once
-        try:
-            done = members.remove(member)
-        except Refused as e:
-            self._removed.pop()
-            self.active = bool(self._removed)
-            return {"skipped": f"the system refused to remove {member[2]}'s member: {e}"}
-        return {"removed": member[2], "group": member[0], **done}
 
     def stop(self) -> dict:
         members, added = self.db.membership(), []

@@ -18,7 +18,7 @@ class Ledger:
     members: list = field(default_factory=lambda: [("g", "m1", "n1"), ("g", "m2", "n2"),
                                                    ("g", "m3", "n3"), ("g", "m4", "n4")])
     fail_adds: int = 0
-    refuse: bool = False  # the system declines every removal as unsafe
+    refuse: int = 0  # the system declines this many removals as unsafe
     calls: list = field(default_factory=list)
 
     def removable(self):
@@ -26,6 +26,7 @@ class Ledger:
 
     def remove(self, member):
         if self.refuse:
+            self.refuse -= 1
             raise Refused("only 1 of the 2 remaining voters answered lately")
         self.members.remove(member)
         self.calls.append(("remove", member[1]))
@@ -70,13 +71,22 @@ def test_a_failed_add_stays_for_the_next_heal():
 def test_no_candidate_is_a_skip_not_a_removal(monkeypatch):
     ledger = Ledger(members=[("g", "m1", "n1"), ("g", "m2", "n2"), ("g", "m3", "n3")])
     monkeypatch.setattr("nemeses.membership.time.sleep", lambda s: None)
-    m = Membership(db=System(ledger), timeout=0.0)
+    m = Membership(db=System(ledger), patience=0.0)
     assert "skipped" in m.start({"pick": 1}) and not m.active and ledger.calls == []
 
 
-def test_a_removal_the_system_refuses_is_a_skip_with_nothing_to_add_back():
-    ledger = Ledger(refuse=True)
+def test_a_removal_refused_for_now_is_tried_again(monkeypatch):
+    ledger = Ledger(refuse=2)
+    monkeypatch.setattr("nemeses.membership.time.sleep", lambda s: None)
     m = Membership(db=System(ledger))
+    assert m.start({"pick": 0}) == {"removed": "n1", "group": "g", "id": "m1"} and m.active
+    assert ledger.calls == [("remove", "m1")]
+
+
+def test_a_removal_the_system_keeps_refusing_is_a_skip_with_nothing_to_add_back(monkeypatch):
+    ledger = Ledger(refuse=1 << 30)
+    monkeypatch.setattr("nemeses.membership.time.sleep", lambda s: None)
+    m = Membership(db=System(ledger), patience=0.0)
     done = m.start({"pick": 0})
     assert "refused" in done["skipped"] and "1 of the 2" in done["skipped"] and not m.active
     assert m.stop() == {"added": []} and ledger.calls == []
