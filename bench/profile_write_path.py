@@ -170,6 +170,12 @@ def main() -> int:
     a = ap.parse_args()
     if a.seconds < 5:
         ap.error("--seconds must be at least 5 (py-spy starts inside the window)")
+    for flag, value in (("--clients", a.clients), ("--client-procs", a.client_procs),
+                        ("--outstanding", a.outstanding), ("--rate", a.rate)):
+        if value < 1:
+            ap.error(f"{flag} must be at least 1, not {value}")
+    if a.batched < 0:
+        ap.error(f"--batched must be 0 (single-op) or a number of sessions, not {a.batched}")
     if PY_SPY is None:
         ap.error("py-spy is not installed: pip install -e '.[bench]'")
     doc: dict = {"bench": "profile_write_path", "seconds": a.seconds}

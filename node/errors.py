@@ -20,6 +20,11 @@ class OpFailed(TesseraError):
     """The operation definitely did not take effect (a history records it as `fail`)."""
 
 
+class TooLarge(OpFailed):
+    """Refused unsent (over the frame) or unproposed (over what one entry may hold): nothing
+    applied, and no replica would take it; fewer ops at a time may fit."""
+
+
 class OpUnknown(TesseraError):
     """The operation may or may not have taken effect (a history records it as `info`)."""
 

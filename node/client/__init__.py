@@ -38,11 +38,18 @@ from typing import Any
 
 import crc32c
 
+from node.client.session import (
+    MAX_BATCH_OPS,
+    Session,
+    SessionOptions,
+    Sessions,
+    TabletSession,
+    all_ok,
+)
 from node.client.session import BufferFull as BufferFull
 from node.client.session import FlushMode as FlushMode
 from node.client.session import RowResult as RowResult
-from node.client.session import Session, SessionOptions, Sessions, TabletSession, all_ok
-from node.errors import OpFailed, OpUnknown
+from node.errors import OpFailed, OpUnknown, TooLarge
 from node.protocol import (
     Ack,
     BatchResult,
@@ -137,6 +144,7 @@ class TesseraClient:
         self._silent: set[tuple[str, int]] = set()  # addresses whose last attempt got no reply
         self._refreshing: dict[str, asyncio.Task] = {}  # table -> background locations fetch
         self._sessions = Sessions()  # for op() calls that bring none
+        self._uncorking: set[asyncio.Task] = set()  # batches of writes being sent (_corked)
         self._loop: asyncio.AbstractEventLoop | None = None  # see _now
 
     async def close(self) -> None:
@@ -431,7 +439,7 @@ class TesseraClient:
                     # may hold): this attempt did nothing, nor would a retry anywhere.
                     if uncertain:  # an earlier attempt may still have applied
                         raise OpUnknown(f"outcome unknown, then refused: {last}") from None
-                    raise OpFailed(f"too large: {last}") from None
+                    raise TooLarge(f"too large: {last}") from None
             rounds += 1
             backoff = backoff or _Backoff(self.rng)
             await backoff.wait(deadline)
@@ -451,6 +459,72 @@ class TesseraClient:
             res, _, peer = await self._to_leader(table, t, method, req, OpResult, False,
                                                  deadline, bind)
             return res.result, peer
+        return await self._corked(table, t, op, bind, sessions, deadline)
+
+    def _corked(self, table: str, t: TabletLocation, op: RowOp,
+                bind: tuple[str, int | None] | None, sessions: Sessions,
+                deadline: float) -> asyncio.Future:
+        """A write joins the other writes its callers (one handle's `sessions`) issue to the
+        same tablet in the same turn of the loop, and they go out together as ONE
+        `ts.write_batch` (`_uncork`), as TiKV's client coalesces the concurrent requests of its
+        callers into one batch-commands message. Nothing waits for company: the batch leaves
+        at the end of the turn its first write was issued in, so a lone writer's op goes out
+        alone, as `ts.write`, one loop turn later. Each write keeps its own seq and its own
+        result, so it is one op of a history exactly as before; only the RPC, the frame and the
+        leader's work per request are paid once per batch (docs/decisions.md)."""
+        key = (t.tablet_id, bind)
+        cork = sessions.corked.get(key)
+        if cork is None or len(cork[0]) == MAX_BATCH_OPS:
+            cork = sessions.corked[key] = ([], [])
+            # a task's first step runs after the callbacks already due this turn: the callers
+            # woken with this one (by one batch's answer) join before it sends
+            task = asyncio.ensure_future(self._uncork(key, cork, table, t, bind, sessions,
+                                                      deadline))
+            self._uncorking.add(task)
+            task.add_done_callback(self._uncorking.discard)
+        fut = asyncio.get_running_loop().create_future()
+        cork[0].append(op)
+        cork[1].append(fut)
+        return fut
+
+    async def _uncork(self, key: tuple, cork: tuple[list, list], table: str, t: TabletLocation,
+                      bind: tuple[str, int | None] | None, sessions: Sessions,
+                      deadline: float) -> None:
+        """Send one turn's writes (`_corked`) and answer each caller's future: (Result, Peer),
+        or the OpUnknown / OpFailed that op would raise on its own."""
+        if sessions.corked.get(key) is cork:
+            del sessions.corked[key]
+        ops, futures = cork
+        outcomes: list = []
+        try:
+            if len(ops) == 1:
+                outcomes = [await self._write(table, t, ops[0], bind, sessions, deadline)]
+            else:
+                try:
+                    results, peer = await self.write_batch(table, t, ops, deadline, bind,
+                                                           sessions)
+                    outcomes = [r if isinstance(r, OpUnknown) else (r, peer) for r in results]
+                except TooLarge:  # nothing applied; each alone may still fit
+                    outcomes = await asyncio.gather(
+                        *(self._write(table, t, op, bind, sessions, deadline) for op in ops),
+                        return_exceptions=True)
+        except Exception as e:  # OpUnknown, OpFailed: the batch's, so each op's
+            outcomes = [e] * len(ops)
+        finally:
+            for fut, out in zip(futures, outcomes or [None] * len(futures), strict=True):
+                if fut.done():  # its caller gave up (cancelled)
+                    continue
+                if out is None:  # this task was cancelled: so are the writes it carried
+                    fut.cancel()
+                elif isinstance(out, BaseException):
+                    fut.set_exception(out)
+                else:
+                    fut.set_result(out)
+
+    async def _write(self, table: str, t: TabletLocation, op: RowOp,
+                     bind: tuple[str, int | None] | None, sessions: Sessions,
+                     deadline: float) -> tuple[Result, Peer]:
+        """One write alone, as `ts.write`, in its handle's session for the tablet."""
         for _ in range(3):  # a session evicted before our first attempt: reopen and retry
             s = (sessions.by_tablet.get(t.tablet_id)
                  or await self._session(sessions, table, t, deadline, bind))
@@ -468,7 +542,6 @@ class TesseraClient:
             if uncertain or res.error == Rejection.STALE_SEQ:
                 raise OpUnknown(f"session lost after an uncertain attempt: {res.detail}")
         raise OpFailed("could not keep a session open")
-
 
     async def write_batch(self, table: str, t: TabletLocation, ops: list[RowOp],
                           deadline: float, bind: tuple[str, int | None] | None = None,

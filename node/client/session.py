@@ -168,6 +168,9 @@ class Sessions:
     def __init__(self):
         self.by_tablet: dict[str, TabletSession] = {}
         self.locks: dict[str, asyncio.Lock] = {}
+        # (tablet, bind) -> (ops, futures): the writes issued this turn, sent together at its
+        # end (TesseraClient._corked)
+        self.corked: dict[tuple, tuple[list, list]] = {}
 
 
 class Client(Protocol):

@@ -1,0 +1,114 @@
+"""Writes a handle's callers issue in one turn of the loop go out as one `ts.write_batch`
+(TesseraClient._corked), each keeping its own seq and result; a lone write goes out alone as
+`ts.write`. On a real loopback cluster, with a spy on the client's RPCs: the oracle is what each
+op would return on its own (the rows read back, each cas's verdict)."""
+
+import asyncio
+import signal
+
+import pytest
+
+from node.client import CONNECT_TIMEOUT, TesseraClient
+from node.client.session import MAX_BATCH_OPS
+from node.rpc import RpcClient
+from node.tools.local_cluster import LocalCluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+class SpyRpc(RpcClient):
+    """Records (method, ops carried) of every write RPC; can hold every write batch back."""
+
+    def __init__(self, **kw):
+        super().__init__(connect_timeout=CONNECT_TIMEOUT, **kw)
+        self.writes: list[tuple[str, int]] = []
+        self.gate: asyncio.Event | None = None
+
+    async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
+        if method == "ts.write_batch":
+            self.writes.append((method, len(request.ops)))
+            if self.gate is not None:
+                await self.gate.wait()
+        elif method == "ts.write" and request.session:  # opening a session is not a row's write
+            self.writes.append((method, 1))
+        return await super().call(addr, method, request, response_type, to_uuid=to_uuid,
+                                  timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LocalCluster(tmp_path_factory.mktemp("cork") / "lc", masters=1, tservers=3)
+    c.up(timeout=60)
+    yield c
+    for name in c.daemons:
+        c.signal(name, signal.SIGCONT)
+    c.down()
+
+
+def run(cluster, table, body, **rpc):
+    async def go():
+        spy = SpyRpc(**rpc)
+        client = TesseraClient(cluster.master_addrs, timeout=10, rpc=spy)
+        try:
+            await client.create_table(table, num_tablets=1, replication_factor=3)
+            await client.table(table).write("warm", 0)  # the session is open, the leader known
+            spy.writes.clear()
+            return await body(client, client.table(table), spy)
+        finally:
+            await client.close()
+    return asyncio.run(asyncio.wait_for(go(), 60))
+
+
+def test_one_turns_writes_are_one_batch_and_each_gets_its_own_result(cluster):
+    async def body(client, t, spy):
+        await t.write("c", 1)
+        assert spy.writes == [("ts.write", 1)]  # alone: the plain single write
+        spy.writes.clear()
+        ops = [t.write(f"k{i}", i) for i in range(20)]
+        ops += [t.cas("c", 1, 2), t.cas("c", 7, 8), t.append("l", "x")]
+        out = await asyncio.gather(*ops)
+        assert spy.writes == [("ts.write_batch", 23)]
+        assert out[20:22] == [True, False]  # each cas judged on its own, in issue order
+        assert [await t.read(f"k{i}") for i in range(20)] == list(range(20))
+        assert await t.read("c") == 2 and await t.read("l") == ["x"]
+        assert all(isinstance(ts, int) and ts > 0 for ts in out[:20])  # each its hybrid time
+    run(cluster, "one_turn", body)
+
+
+def test_a_batch_holds_at_most_max_batch_ops_and_handles_do_not_share(cluster):
+    async def body(client, t, spy):
+        other = client.table("bounds")
+        n = MAX_BATCH_OPS + 10
+        await asyncio.gather(*(t.write(f"a{i}", i) for i in range(n)),
+                             *(other.write(f"b{i}", i) for i in range(3)))
+        assert sorted(spy.writes) == sorted([("ts.write_batch", MAX_BATCH_OPS),
+                                             ("ts.write_batch", 10), ("ts.write_batch", 3)])
+        assert [await t.read(f"a{i}") for i in range(n)] == list(range(n))
+    run(cluster, "bounds", body)
+
+
+def test_a_caller_that_gives_up_leaves_the_others_answered(cluster):
+    async def body(client, t, spy):
+        spy.gate = asyncio.Event()
+        tasks = [asyncio.ensure_future(t.write(f"g{i}", i)) for i in range(5)]
+        while not spy.writes:
+            await asyncio.sleep(0.01)
+        tasks[2].cancel()  # its op was sent: it may apply, as any abandoned write may
+        spy.gate.set()
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        assert isinstance(done[2], asyncio.CancelledError)
+        assert all(isinstance(x, int) for i, x in enumerate(done) if i != 2)
+        assert [await t.read(f"g{i}") for i in (0, 1, 3, 4)] == [0, 1, 3, 4]
+    run(cluster, "give_up", body)
+
+
+def test_a_batch_over_the_frame_goes_out_op_by_op(cluster):
+    big = "x" * 3000
+
+    async def body(client, t, spy):
+        out = await asyncio.gather(*(t.write(f"f{i}", big + str(i)) for i in range(4)))
+        assert all(isinstance(x, int) for x in out)
+        # the batch was refused unsent (over this client's 8 KiB frame), then each went alone
+        assert spy.writes == [("ts.write_batch", 4)] + [("ts.write", 1)] * 4
+        assert [await t.read(f"f{i}") for i in range(4)] == [big + str(i) for i in range(4)]
+    run(cluster, "frame", body, max_frame=8192)
