@@ -1,7 +1,8 @@
 """Writes a handle's callers issue in one turn of the loop go out as one `ts.write_batch`
 (TesseraClient._corked), each keeping its own seq and result; a lone write goes out alone as
 `ts.write`. On a real loopback cluster, with a spy on the client's RPCs: the oracle is what each
-op would return on its own (the rows read back, each cas's verdict)."""
+op would return on its own (the rows read back, each cas's verdict). One scripted server stands
+for a tablet that breaks the protocol."""
 
 import asyncio
 import signal
@@ -10,10 +11,14 @@ import pytest
 
 from node.client import CONNECT_TIMEOUT, TesseraClient
 from node.client.session import MAX_BATCH_OPS
+from node.errors import OpUnknown
+from node.protocol import BatchResult, OpResult, Peer, TableLocations, TabletLocation
 from node.rpc import RpcClient
+from node.tablet.ops import Result
+from node.tablet.superblock import KeyRange
 from node.tools.local_cluster import LocalCluster
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+real_cluster = [pytest.mark.e2e, pytest.mark.slow]
 
 
 class SpyRpc(RpcClient):
@@ -59,6 +64,8 @@ def run(cluster, table, body, **rpc):
     return asyncio.run(asyncio.wait_for(go(), 60))
 
 
+@real_cluster[0]
+@real_cluster[1]
 def test_one_turns_writes_are_one_batch_and_each_gets_its_own_result(cluster):
     async def body(client, t, spy):
         await t.write("c", 1)
@@ -75,6 +82,8 @@ def test_one_turns_writes_are_one_batch_and_each_gets_its_own_result(cluster):
     run(cluster, "one_turn", body)
 
 
+@real_cluster[0]
+@real_cluster[1]
 def test_a_batch_holds_at_most_max_batch_ops_and_handles_do_not_share(cluster):
     async def body(client, t, spy):
         other = client.table("bounds")
@@ -87,6 +96,8 @@ def test_a_batch_holds_at_most_max_batch_ops_and_handles_do_not_share(cluster):
     run(cluster, "bounds", body)
 
 
+@real_cluster[0]
+@real_cluster[1]
 def test_a_caller_that_gives_up_leaves_the_others_answered(cluster):
     async def body(client, t, spy):
         spy.gate = asyncio.Event()
@@ -102,6 +113,8 @@ def test_a_caller_that_gives_up_leaves_the_others_answered(cluster):
     run(cluster, "give_up", body)
 
 
+@real_cluster[0]
+@real_cluster[1]
 def test_a_batch_over_the_frame_goes_out_op_by_op(cluster):
     big = "x" * 3000
 
@@ -112,3 +125,29 @@ def test_a_batch_over_the_frame_goes_out_op_by_op(cluster):
         assert spy.writes == [("ts.write_batch", 4)] + [("ts.write", 1)] * 4
         assert [await t.read(f"f{i}") for i in range(4)] == [big + str(i) for i in range(4)]
     run(cluster, "frame", body, max_frame=8192)
+
+
+class ShortAnswers:
+    """A tablet server that answers a batch of n writes with n - 1 results."""
+
+    async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
+        if method == "master.table_locations":
+            peers = [Peer("A", "a", 1)]
+            return TableLocations("t", "id", [TabletLocation("tab", KeyRange(), peers, "A")])
+        if method == "ts.write":  # opening the session
+            return OpResult(Result(True, 1))
+        return BatchResult([Result(True, None)] * (len(request.ops) - 1))
+
+    async def close(self):
+        pass
+
+
+def test_a_tablet_that_answers_too_few_results_leaves_no_caller_waiting():
+    async def go():
+        client = TesseraClient([("m", 1)], timeout=2, rpc=ShortAnswers())
+        t = client.table("t")
+        done = await asyncio.gather(*(t.write(f"k{i}", i) for i in range(3)),
+                                    return_exceptions=True)
+        assert all(isinstance(e, OpUnknown) and "2 results came back for 3" in str(e)
+                   for e in done), done
+    asyncio.run(asyncio.wait_for(go(), 10))

@@ -18,6 +18,8 @@ routed as the shared smart handle (`bind=None`) routes everything.
 
 Batching sessions (`new_session`, node.client.session) send many writes of one tablet as one
 `ts.write_batch`, one Raft entry, with Kudu's flush modes; each op keeps its own seq and result.
+Without a session, the writes a handle's callers issue in one turn of the loop travel together
+the same way (`_corked`), and a lone write goes alone.
 
 Faults must not starve a run of operations, so a replica that stopped answering (paused,
 partitioned, down) gets only SILENT_TIMEOUT per attempt, doubling each round up to
@@ -450,7 +452,8 @@ class TesseraClient:
     async def op(self, table: str, key: str, op: Op, bind: tuple[str, int | None] | None = None,
                  sessions: Sessions | None = None) -> tuple[Result, Peer]:
         """Run one op on the tablet holding `key`: its Result (ok or a rejection) and the
-        replica that gave it. `bind` is a parse_bind() value."""
+        replica that gave it. `bind` is a parse_bind() value. A write shares its request with
+        the writes other callers of `sessions` issue in the same loop turn (`_corked`)."""
         sessions = sessions or self._sessions
         deadline = self._deadline()
         t = self.cached_tablet(table, key) or await self._tablet_for(table, key, deadline=deadline)
@@ -511,6 +514,9 @@ class TesseraClient:
         except Exception as e:  # OpUnknown, OpFailed: the batch's, so each op's
             outcomes = [e] * len(ops)
         finally:
+            if outcomes and len(outcomes) != len(ops):  # never leave a caller waiting
+                outcomes = [OpUnknown(f"{len(outcomes)} results came back for {len(ops)} "
+                                      "writes")] * len(ops)
             for fut, out in zip(futures, outcomes or [None] * len(futures), strict=True):
                 if fut.done():  # its caller gave up (cancelled)
                     continue
