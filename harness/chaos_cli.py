@@ -15,7 +15,7 @@ from pathlib import Path
 
 import msgspec
 
-from harness import failure_detection, host_options
+from harness import failure_detection, host_options, timing_options
 from harness.spec import CLIENT_MODES, SYSTEMS, TestSpec
 
 
@@ -61,14 +61,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--leave-db-running", action="store_true",
                    help="leave the daemons running (faults healed) at the end, to inspect them; "
                         "the next test or `tessera cluster down` cleans up")
-    p.add_argument("--op-timeout", type=float, default=None,
-                   help=f"seconds before an op is recorded as info (default {d.op_timeout:g} "
-                        f"times --time-scale)")
-    p.add_argument("--time-scale", type=float, default=d.time_scale, metavar="X",
-                   help="multiply every timing by X, for hosts too slow for the defaults (VMs "
-                        "under qemu's TCG: 10): --db tessera's heartbeats, election and "
-                        "failure timeouts (from the fast set, or Kudu's), the clients' attempts "
-                        "and the op timeout; test.json records it (default 1)")
+    timing_options.configure(p)
     p.add_argument("--test-count", type=int, default=1, metavar="N",
                    help="run the test N times, run i with seed + i, stopping at the first that "
                         "is not valid, as Jepsen's --test-count (default 1)")
@@ -115,9 +108,7 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
         seed=args.seed if args.seed is not None else random.randrange(2**31),
         client=args.client, flags=flags,
         fast_failure_detection=failure_detection.fast(args, kind),
-        op_timeout=(args.op_timeout if args.op_timeout is not None
-                    else TestSpec().op_timeout * args.time_scale),
-        time_scale=args.time_scale,
+        **timing_options.spec_fields(args),
         **host_options.spec_fields(args), store=str(args.store),
         wheelhouse=str(args.wheelhouse) if args.wheelhouse else None,
         leave_db_running=args.leave_db_running,

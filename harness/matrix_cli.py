@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import failure_detection, host_options
+from harness import failure_detection, host_options, timing_options
 from harness.matrix import Cell, Outcome
 
 # The classic faults together (ReadIndex reads), and the Raft faults together (copy-race among
@@ -82,6 +82,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "--db checks it (repeatable)")
     failure_detection.configure(p)  # as `tessera test` takes it
     host_options.configure(p)  # where each cell runs: as `tessera test` takes it
+    timing_options.configure(p)  # how patient each cell's run is: as `tessera test` takes it
     p.add_argument("--store", type=Path, default=Path("store"), help="store directory (default ./store)")
 
 
@@ -172,7 +173,8 @@ def base_spec(args: argparse.Namespace, wheelhouse: Path):
     flags = dict(parse_value(f, "--flag") for f in args.flag)
     kind.check_flags(flags)
     return TestSpec(db=args.db, rate=args.rate, concurrency=args.concurrency,
-                    **host_options.spec_fields(args), flags=flags,
+                    **host_options.spec_fields(args), **timing_options.spec_fields(args),
+                    flags=flags,
                     fast_failure_detection=failure_detection.fast(args, kind),
                     store=str(args.store), wheelhouse=str(wheelhouse))
 

@@ -85,3 +85,27 @@ def test_every_cell_is_checked_as_tessera_test_checks_a_run_before_the_cluster_c
     assert "cell watch/admin: --workload watch cannot go with --nemesis admin" in \
         capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("argv", [[], ["--time-scale", "10"], ["--time-scale", "3", "--op-timeout", "7"]])
+def test_timing_options_become_the_same_spec_fields(argv, tmp_path):
+    """A matrix on slow hosts (VMs under TCG) scales as one run does: the op timeout, the
+    clients' attempts and the daemons' timing flags."""
+    _, spec = test_all_spec(argv, tmp_path)
+    one = test_spec(argv)
+    assert (spec.op_timeout, spec.time_scale) == (one.op_timeout, one.time_scale)
+    assert spec.daemon_flags() == one.daemon_flags()
+    if argv:
+        assert spec.time_scale == float(argv[1]) and spec.op_timeout == (
+            float(argv[3]) if len(argv) > 2 else 5.0 * float(argv[1]))
+
+
+def test_a_time_scale_out_of_range_is_refused_by_both(capsys, tmp_path, monkeypatch):
+    from harness.cli import main
+    from harness.cluster import netns
+
+    monkeypatch.setattr(netns.NetnsCluster, "up", lambda *a, **k: pytest.fail("cluster up"))
+    for cmd in (["test"], ["test-all", "--workloads", "register", "--nemesis", "kill"]):
+        assert main([*cmd, "--time-scale", "0.5", "--store", str(tmp_path)]) == 254
+        assert "--time-scale must be between 1 and 100" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
