@@ -27,11 +27,13 @@ class SpyRpc(RpcClient):
     def __init__(self, **kw):
         super().__init__(connect_timeout=CONNECT_TIMEOUT, **kw)
         self.writes: list[tuple[str, int]] = []
+        self.batches: list[tuple[int, int]] = []  # (session, first seq) of every batch sent
         self.gate: asyncio.Event | None = None
 
     async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
         if method == "ts.write_batch":
             self.writes.append((method, len(request.ops)))
+            self.batches.append((request.session, request.seq))
             if self.gate is not None:
                 await self.gate.wait()
         elif method == "ts.write" and request.session:  # opening a session is not a row's write
@@ -125,6 +127,54 @@ def test_a_batch_over_the_frame_goes_out_op_by_op(cluster):
         assert spy.writes == [("ts.write_batch", 4)] + [("ts.write", 1)] * 4
         assert [await t.read(f"f{i}") for i in range(4)] == [big + str(i) for i in range(4)]
     run(cluster, "frame", body, max_frame=8192)
+
+
+
+@real_cluster[0]
+@real_cluster[1]
+def test_batches_retried_across_a_leader_kill_apply_each_write_once(cluster):
+    """64 writers append unique elements to one key through one handle, so every batch carries
+    many callers' ops, while the tablet's leader is killed: a batch in flight is retried on the
+    new leader with the same session and seqs. The list read back holds every acknowledged
+    element exactly once, and none whose write certainly failed."""
+    from node.errors import OpFailed
+
+    async def body(client, t, spy):
+        tablet = (await client.locations("kill")).tablets[0].tablet_id
+        leader = await cluster.tablet_leader(client.rpc, tablet, timeout=10)
+        ok, failed, stop = set(), set(), asyncio.Event()
+
+        async def writer(w: int):
+            n = 0
+            while not stop.is_set():
+                element = f"{w}-{n}"
+                try:
+                    await t.append("l", element)
+                    ok.add(element)
+                except OpFailed:
+                    failed.add(element)
+                except OpUnknown:
+                    pass
+                n += 1
+
+        writers = [asyncio.ensure_future(writer(w)) for w in range(64)]
+        await asyncio.sleep(1.0)
+        before = len(ok)
+        cluster.kill(leader)
+        await asyncio.sleep(4.0)
+        stop.set()
+        await asyncio.gather(*writers)
+        try:
+            assert before > 0 and len(ok) > before  # writes went on under the new leader
+            assert max(n for _, n in spy.writes) > 1  # they went in shared batches
+            assert len(set(spy.batches)) < len(spy.batches)  # and some were sent again
+            final = await t.read("l")
+            assert len(final) == len(set(final)), "an element applied twice"
+            assert ok <= set(final), sorted(ok - set(final))[:5]
+            assert not failed & set(final), sorted(failed & set(final))[:5]
+        finally:
+            cluster.start(leader)
+    run(cluster, "kill", body)
 
 
 class ShortAnswers:
