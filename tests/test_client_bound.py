@@ -9,6 +9,7 @@ import signal
 import time
 
 import pytest
+from loopback_cluster import loopback_cluster
 
 from node.client import CONNECT_TIMEOUT, TesseraClient, parse_bind
 from node.errors import OpFailed, OpUnknown
@@ -189,12 +190,7 @@ def test_an_op_that_nothing_answers_leaves_node_unset():
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = LocalCluster(tmp_path_factory.mktemp("bound") / "lc", masters=1, tservers=3)
-    c.up(timeout=60)
-    yield c
-    for name in c.daemons:
-        c.signal(name, signal.SIGCONT)
-    c.down()
+    yield from loopback_cluster(tmp_path_factory, "bound")
 
 
 def run(coro, timeout=30):

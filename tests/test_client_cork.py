@@ -5,9 +5,9 @@ op would return on its own (the rows read back, each cas's verdict). One scripte
 for a tablet that breaks the protocol."""
 
 import asyncio
-import signal
 
 import pytest
+from loopback_cluster import loopback_cluster
 
 from node.client import CONNECT_TIMEOUT, TesseraClient
 from node.client.session import MAX_BATCH_OPS
@@ -16,9 +16,11 @@ from node.protocol import BatchResult, OpResult, Peer, TableLocations, TabletLoc
 from node.rpc import RpcClient
 from node.tablet.ops import Result
 from node.tablet.superblock import KeyRange
-from node.tools.local_cluster import LocalCluster
 
-real_cluster = [pytest.mark.e2e, pytest.mark.slow]
+
+def real_cluster(test):
+    """The marks of a test on the loopback cluster (the scripted one runs in the quick set)."""
+    return pytest.mark.e2e(pytest.mark.slow(test))
 
 
 class SpyRpc(RpcClient):
@@ -44,12 +46,7 @@ class SpyRpc(RpcClient):
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = LocalCluster(tmp_path_factory.mktemp("cork") / "lc", masters=1, tservers=3)
-    c.up(timeout=60)
-    yield c
-    for name in c.daemons:
-        c.signal(name, signal.SIGCONT)
-    c.down()
+    yield from loopback_cluster(tmp_path_factory, "cork")
 
 
 def run(cluster, table, body, **rpc):
@@ -66,8 +63,7 @@ def run(cluster, table, body, **rpc):
     return asyncio.run(asyncio.wait_for(go(), 60))
 
 
-@real_cluster[0]
-@real_cluster[1]
+@real_cluster
 def test_one_turns_writes_are_one_batch_and_each_gets_its_own_result(cluster):
     async def body(client, t, spy):
         await t.write("c", 1)
@@ -84,8 +80,7 @@ def test_one_turns_writes_are_one_batch_and_each_gets_its_own_result(cluster):
     run(cluster, "one_turn", body)
 
 
-@real_cluster[0]
-@real_cluster[1]
+@real_cluster
 def test_a_batch_holds_at_most_max_batch_ops_and_handles_do_not_share(cluster):
     async def body(client, t, spy):
         other = client.table("bounds")
@@ -98,8 +93,7 @@ def test_a_batch_holds_at_most_max_batch_ops_and_handles_do_not_share(cluster):
     run(cluster, "bounds", body)
 
 
-@real_cluster[0]
-@real_cluster[1]
+@real_cluster
 def test_a_caller_that_gives_up_leaves_the_others_answered(cluster):
     async def body(client, t, spy):
         spy.gate = asyncio.Event()
@@ -115,8 +109,7 @@ def test_a_caller_that_gives_up_leaves_the_others_answered(cluster):
     run(cluster, "give_up", body)
 
 
-@real_cluster[0]
-@real_cluster[1]
+@real_cluster
 def test_a_batch_over_the_frame_goes_out_op_by_op(cluster):
     big = "x" * 3000
 
@@ -130,8 +123,7 @@ def test_a_batch_over_the_frame_goes_out_op_by_op(cluster):
 
 
 
-@real_cluster[0]
-@real_cluster[1]
+@real_cluster
 def test_batches_retried_across_a_leader_kill_apply_each_write_once(cluster):
     """64 writers append unique elements to one key through one handle, so every batch carries
     many callers' ops, while the tablet's leader is killed: a batch in flight is retried on the

@@ -6,12 +6,12 @@ bound does nothing) and what a retry resends; tests on a real loopback cluster s
 a lost reply and a leader change end to end."""
 
 import asyncio
-import signal
 
 import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from loopback_cluster import loopback_cluster
 
 from node.client import (
     CONNECT_TIMEOUT,
@@ -395,12 +395,7 @@ class SpyRpc(RpcClient):
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = LocalCluster(tmp_path_factory.mktemp("sessions") / "lc", masters=1, tservers=3)
-    c.up(timeout=60)
-    yield c
-    for name in c.daemons:
-        c.signal(name, signal.SIGCONT)
-    c.down()
+    yield from loopback_cluster(tmp_path_factory, "sessions")
 
 
 async def _table(c: LocalCluster, name: str, spy: SpyRpc):
