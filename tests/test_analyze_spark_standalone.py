@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,18 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from node.tools.local_cluster import free_port
 from reports.spark.synth import register_history, write_run
 from tests.test_analyze_spark import g1c_history
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _alive_workers(ui_port: int) -> list[dict]:
@@ -48,7 +42,7 @@ def standalone(tmp_path_factory):
     work = tmp_path_factory.mktemp("spark")
     env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
            "SPARK_LOG_DIR": str(work / "logs"), "SPARK_NO_DAEMONIZE": "1"}
-    port, ui = _free_port(), _free_port()
+    port, ui = free_port(), free_port()
     url = f"spark://127.0.0.1:{port}"
     spark_class = [str(home / "bin" / "spark-class")]
     procs = [subprocess.Popen(
@@ -58,7 +52,7 @@ def standalone(tmp_path_factory):
     for i in (1, 2):
         procs.append(subprocess.Popen(
             [*spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
-             "--cores", "1", "--memory", "2g", "--webui-port", str(_free_port()),
+             "--cores", "1", "--memory", "2g", "--webui-port", str(free_port()),
              "--work-dir", str(work / f"worker{i}")], env=env, start_new_session=True,
             stdout=open(work / f"worker{i}.log", "w"), stderr=subprocess.STDOUT))
     try:

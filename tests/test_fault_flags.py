@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import socket
 import subprocess
 import sys
 import threading
@@ -46,6 +45,7 @@ from node.sim.script import ScriptCluster
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.ops import Append, OpenSession, Read, Write, encode_command
 from node.tablet.state import StateMachine
+from node.tools.local_cluster import free_port
 from node.wal import Log, LogOptions
 from node.wal import segment as segment_mod
 
@@ -79,12 +79,6 @@ def test_daemon_without_unlock_exits_non_zero_with_one_line_naming_the_flag(tmp_
         "tessera tserver: fault_skip_dedup is an unsafe flag: it also needs "
         "unlock_unsafe_flags = true (--unlock-unsafe-flags)"]
     assert not (tmp_path / "d").exists()  # refused before touching anything
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_unlocked_daemon_starts_and_warns_loudly_about_each_fault_flag(tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from node.tools.local_cluster import Daemon, LocalCluster
+from node.tools.local_cluster import Daemon, LocalCluster, _ephemeral_low, free_port
 from node.tools.local_cluster_cli import daemon_flag
 
 
@@ -191,3 +191,17 @@ def test_an_unreadable_cluster_record_is_one_clear_line(tmp_path, capsys):
     assert main(["local-cluster", "down", "--dir", str(tmp_path)]) == 1  # --dir: the short alias of --cluster-dir
     err = capsys.readouterr().err
     assert "is not a local cluster's record" in err and "Traceback" not in err
+
+
+def test_a_daemons_port_is_never_one_an_outgoing_connection_may_hold():
+    """bind(0) hands out an ephemeral port, which another process's outgoing connection can
+    take before the daemon binds it (CI saw a tablet server fail "address already in use"):
+    free_port chooses below the kernel's ephemeral range, and a port free now."""
+    import socket
+
+    low = _ephemeral_low()
+    for _ in range(50):
+        port = free_port()
+        assert 1024 <= port < low
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))

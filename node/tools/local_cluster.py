@@ -30,10 +30,30 @@ class LocalClusterError(TesseraError):
     pass
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default range starts here
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on `host` now, for a daemon started later, chosen BELOW the kernel's
+    ephemeral range: a port from bind(0) is an ephemeral one, which any process's outgoing
+    connection may take as its local port before the daemon binds it ("address already in
+    use" at start-up; seen with the suite's two halves side by side)."""
+    import random
+
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 16384), low)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise LocalClusterError(f"no free port on {host} below the ephemeral range ({low})")
 
 
 @dataclass
@@ -136,7 +156,7 @@ class LocalCluster:
                 counts[prefix] += 1
                 host = f"127.0.0.{10 + n}" if self.own_addresses else "127.0.0.1"
                 self.daemons[f"{prefix}{counts[prefix]}"] = Daemon(f"{prefix}{counts[prefix]}",
-                                                                   kind, free_port(), host=host)
+                                                                   kind, free_port(host), host=host)
         started = []
         try:
             for name in self.daemons:
@@ -157,7 +177,7 @@ class LocalCluster:
         n = 1 + max((int(name[1:]) for name in self.daemons if name[0] == prefix), default=0)
         host = f"127.0.0.{10 + len(self.daemons) + 1}" if self.own_addresses else "127.0.0.1"
         name = f"{prefix}{n}"
-        self.daemons[name] = Daemon(name, kind, free_port(), host=host)
+        self.daemons[name] = Daemon(name, kind, free_port(host), host=host)
         self.start(name)
         return name
 
