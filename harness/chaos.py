@@ -283,7 +283,13 @@ async def _drive(spec: TestSpec, workload, opts, db, ctx, run_dir: Path, nemeses
     finally:
         batches = await close()
         rec.close()
-    if batches is not None:
+    if batches is not None and "coalesced" in batches:
+        c = batches["coalesced"]
+        say(f"coalesced writes: {c['writes']} in {c['requests']} requests "
+            f"({c['mean_writes_per_request']} a request; {c['requests_with_several']} "
+            "carried several)")
+        _update_test(run_dir, coalesced=c)
+    elif batches is not None:
         say(f"batched sessions sent {batches['ops']} ops in {batches['batches']} batches "
             f"({batches['mean_ops_per_batch']} a batch; cut by {batches['cut_by']})")
         _update_test(run_dir, batches=batches)

@@ -12,13 +12,22 @@ def workload_clients(client, table: str, names: dict, binds: list[str] | None, w
     """(clients(thread) for harness.runner.run, an async close for after it). Node-bound
     (`binds`): thread t talks to binds[t mod n]; else any replica. With `workload.batch`, the
     threads of one bind share one batching session, so their concurrent writes go out together,
-    while each op stays one op of the history (the runner records it as before)."""
+    while each op stays one op of the history (the runner records it as before). With
+    `workload.coalesce`, the threads of one bind share one handle's client sessions instead, so
+    the writes they issue in one loop turn leave as one ts.write_batch; each thread keeps a
+    handle of its own, so each op's `node` is still the replica that answered it."""
+    from node.client.session import Sessions
+
     options = workload.session_options()
     sessions: dict = {}  # bind -> Session
+    shared: dict = {}  # bind -> Sessions, with workload.coalesce
 
     def clients(thread: int):
         bind = binds[thread % len(binds)] if binds else None
         if options is None:
+            if workload.coalesce:
+                return client.table(table, names, bind=bind,
+                                    sessions=shared.setdefault(bind, Sessions()))
             return client.table(table, names, bind=bind)
         if bind not in sessions:
             sessions[bind] = client.new_session(table, options, bind=bind)
@@ -26,8 +35,16 @@ def workload_clients(client, table: str, names: dict, binds: list[str] | None, w
 
     async def close() -> dict | None:
         """Flush what is still buffered (ops whose callers gave up are dropped, never sent);
-        how many batches the sessions sent and why they were cut (None without sessions)."""
+        how many batches the sessions sent and why they were cut, or with coalesce how many
+        requests carried the writes (None for neither)."""
         await asyncio.gather(*(s.close() for s in sessions.values()), return_exceptions=True)
+        if shared:
+            sent = sum((s.sent for s in shared.values()), Counter())
+            requests, writes = sum(sent.values()), sum(n * k for n, k in sent.items())
+            return {"coalesced": {
+                "handles_sharing": len(shared), "requests": requests, "writes": writes,
+                "mean_writes_per_request": round(writes / requests, 2) if requests else 0.0,
+                "requests_with_several": sum(k for n, k in sent.items() if n > 1)}}
         if not sessions:
             return None
         reasons = sum((s.flush_reasons for s in sessions.values()), Counter())

@@ -22,9 +22,12 @@ def check(spec: TestSpec) -> TestSpec:
         raise ValueError(f"--db {spec.db!r}: not one of {', '.join(SYSTEMS)}")
     kind = system(spec.db)
     try:  # an unknown workload is named as such before asking whether --db runs it
-        make(spec.workload, **spec.workload_options)
+        workload = make(spec.workload, **spec.workload_options)
     except TypeError as e:
         raise ValueError(f"bad --workload-option for {spec.workload}: {e}") from None
+    if (workload.batch or workload.coalesce) and spec.db != "tessera":
+        raise ValueError(f"--workload-option batch and coalesce group Tessera's client writes; "
+                         f"--db {spec.db} has no such client")
     if spec.workload not in kind.workloads:
         raise ValueError(f"--db {spec.db} runs the workloads {', '.join(kind.workloads)}, "
                          f"not {spec.workload}")

@@ -238,6 +238,29 @@ def test_batched_sessions_under_kills_and_partitions_stay_valid(env, tmp_path):
     assert invoked > 100 and invoked == sum(o.type != "invoke" for o in ops)
 
 
+def test_coalesced_writes_under_kills_and_partitions_stay_valid(env, tmp_path):
+    """Issue 37: with coalesce the workers of one node share client sessions, and the writes
+    they issue in one loop turn leave as one ts.write_batch (workers back to back: --rate 0).
+    Many requests carry several writes, each write is its own op of the history, and the run
+    under kills and partitions is judged valid."""
+    out = tessera("test", "--workload", "list-append", "--workload-option", "coalesce=true",
+                  "--nemesis", "kill,partition", "--time-limit", "25", "--nemesis-interval", "4",
+                  "--concurrency", "30", "--rate", "0", "--seed", "28",
+                  "--store", str(tmp_path / "store"), env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = out.stdout.strip().splitlines()[-1]
+    results = json.load(open(os.path.join(run_dir, "results.json")))
+    assert results["verdict"] == "valid", results["check"]
+    assert all(n >= 1 for n in results["nemesis"]["fired"].values()), results["nemesis"]
+    coalesced = json.load(open(os.path.join(run_dir, "test.json")))["coalesced"]
+    assert coalesced["requests_with_several"] > 0, coalesced
+    assert coalesced["writes"] > coalesced["requests"], coalesced
+    ops = [o for o in read_jsonl(os.path.join(run_dir, "history.jsonl"))
+           if o.process != "nemesis"]
+    invoked = sum(o.type == "invoke" for o in ops)
+    assert invoked > 100 and invoked == sum(o.type != "invoke" for o in ops)
+
+
 def test_masters_grow_to_five_and_back_to_three_while_the_test_runs(env, tmp_path):
     """Issue 16: the catalog's voters change under load and kills (the leader master among the
     targets); the history stays valid, the masters end agreeing on the three they began with,

@@ -94,9 +94,19 @@ class Workload:
     # so batches fill from concurrent workers, and a long interval would only idle them.
     batch: int = 0
     batch_interval_ms: float = 50.0
+    # Coalesced writes (issue 37): with coalesce, the workers that share a node share one
+    # handle's client sessions, so the writes they issue in one turn of the client's loop leave
+    # as ONE ts.write_batch (node.client's `_corked`), as a program's concurrent callers of one
+    # handle do; each op keeps its own seq, result and place in the history. Off, each worker
+    # has a handle of its own and every write is a ts.write: the cork never holds two writes.
+    coalesce: bool = False
 
     def __post_init__(self) -> None:
         self.session_options()  # refuses a batch size the tablets' session bound cannot keep
+        if not isinstance(self.coalesce, bool):
+            raise ValueError(f"coalesce is true or false, not {self.coalesce!r}")
+        if self.coalesce and self.batch:
+            raise ValueError("batch and coalesce are two ways of grouping writes: give one")
 
     def session_options(self):
         """The batching session's options, or None when ops are sent one by one."""

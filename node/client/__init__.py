@@ -273,11 +273,13 @@ class TesseraClient:
         return t
 
     def table(self, name: str, names: dict | None = None, bind: str | None = None,
-              session: Session | None = None) -> Table:
+              session: Session | None = None, sessions: Sessions | None = None) -> Table:
         """A handle on table `name`; `names` maps addresses to host names for `Table.node`, and
         `bind` (a tablet server's host, or host:port) makes the handle node-bound (see above).
-        With a batching `session` (`new_session`), the handle's writes go through it."""
-        return Table(self, name, names, bind, session)
+        With a batching `session` (`new_session`), the handle's writes go through it. Handles
+        given the same `sessions` write in the same client sessions, and the writes their
+        callers issue in one loop turn travel together (`_corked`), as one handle's do."""
+        return Table(self, name, names, bind, session, sessions)
 
     # -- tablets -----------------------------------------------------------------------------
     async def _tablet_for(self, table: str, key: str,
@@ -498,6 +500,7 @@ class TesseraClient:
         if sessions.corked.get(key) is cork:
             del sessions.corked[key]
         ops, futures = cork
+        sessions.sent[len(ops)] += 1
         outcomes: list = []
         try:
             if len(ops) == 1:
@@ -610,14 +613,15 @@ class Table:
     handle for that to mean anything."""
 
     def __init__(self, client: TesseraClient, name: str, names: dict | None = None,
-                 bind: str | None = None, session: Session | None = None):
+                 bind: str | None = None, session: Session | None = None,
+                 sessions: Sessions | None = None):
         if session is not None and session.table != name:
             raise ValueError(f"a session on {session.table} cannot write to {name}")
         self.client, self.name = client, name
         self.session = session
         self.names = names or {}
         self.bind = parse_bind(bind)
-        self.sessions = Sessions()
+        self.sessions = sessions if sessions is not None else Sessions()
         self.node: str | None = None
         self._nodes: dict[Peer, str] = {}  # what `node` says of a replica, made once each
         # The hybrid timestamp of this handle's last op if it was an ok write, else None.

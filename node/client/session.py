@@ -161,9 +161,10 @@ class TabletSession:
 
 
 class Sessions:
-    """Client sessions by tablet. Each Table handle keeps its own: a tablet keeps only the last
-    128 results of a session, so on one session shared by many callers, a retry stalled behind
-    a fault finds its result forgotten (STALE_SEQ: an `info`) once the others have run on."""
+    """Client sessions by tablet. Each Table handle keeps its own unless given one to share
+    (TesseraClient.table): a tablet keeps only the last 128 results of a session, so on one
+    session shared by many callers, a retry stalled behind a fault finds its result forgotten
+    (STALE_SEQ: an `info`) once the others have run on."""
 
     def __init__(self):
         self.by_tablet: dict[str, TabletSession] = {}
@@ -171,6 +172,7 @@ class Sessions:
         # (tablet, bind) -> (ops, futures): the writes issued this turn, sent together at its
         # end (TesseraClient._corked)
         self.corked: dict[tuple, tuple[list, list]] = {}
+        self.sent: Counter[int] = Counter()  # writes per request _uncork sent -> requests
 
 
 class Client(Protocol):

@@ -53,6 +53,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=0, metavar="N",
                         help="full: writes through batching sessions, up to N ops per tablet "
                              "batch (Workload.batch; default 0: one op per write)")
+    parser.add_argument("--coalesce", action="store_true",
+                        help="full: the workers of one node share client sessions, so the "
+                             "writes they issue in one loop turn leave as one ts.write_batch "
+                             "(Workload.coalesce; default: each worker its own, one ts.write "
+                             "per write)")
     parser.add_argument("--mix", default="swarm", metavar="swarm|classic|SPEC",
                         help="full: swarm (default) draws each seed's own fault mix from the "
                              "seed (which faults are on, their weights, how often faults come, "
@@ -144,6 +149,10 @@ def run_full(args: argparse.Namespace) -> int:
         print("tessera sim: --batch must be 0..128 (the results a tablet keeps per session)",
               file=sys.stderr)
         return BAD_ARGS
+    if args.batch and args.coalesce:
+        print("tessera sim: --batch and --coalesce are two ways of grouping writes: give one",
+              file=sys.stderr)
+        return BAD_ARGS
     if args.value_sizes != "small" and args.workload != "register":
         print("tessera sim: --value-sizes wide takes --workload register", file=sys.stderr)
         return BAD_ARGS
@@ -172,7 +181,8 @@ def run_full(args: argparse.Namespace) -> int:
         return workloads[seed % 2] if args.workload == "both" else args.workload
 
     configs = [StackConfig(seed=s, workload=workload(s), seconds=args.seconds, faults=faults,
-                           schedule=schedule, batch=args.batch, mix=mix_for(args.mix, s),
+                           schedule=schedule, batch=args.batch, coalesce=args.coalesce,
+                           mix=mix_for(args.mix, s),
                            value_sizes=args.value_sizes)
                for s in range(args.seed, args.seed + args.seeds)]
     for c in configs[:args.jobs]:  # the rest are printed as they start

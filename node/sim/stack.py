@@ -80,6 +80,7 @@ class StackConfig:
     schedule: tuple | None = None
     faults: Faults = field(default_factory=Faults)  # engine fault flags (mutants)
     batch: int = 0  # > 0: writes through batching sessions (Workload.batch)
+    coalesce: bool = False  # workers of one node share client sessions (Workload.coalesce)
     value_sizes: str = "small"  # or wide: register values up to the frame limit (workloads.values)
 
 
@@ -537,12 +538,13 @@ class StackSim:
 
         if self.cfg.workload == "register":
             share = self.cfg.mix.read_share
-            return Register(batch=self.cfg.batch, value_sizes=self.cfg.value_sizes,
+            return Register(batch=self.cfg.batch, coalesce=self.cfg.coalesce,
+                            value_sizes=self.cfg.value_sizes,
                             value_max_bytes=MAX_FRAME, value_seed=self.cfg.seed,
                             **({} if share is None else {"read_share": share}))
         if self.cfg.value_sizes != "small":
             raise ValueError(f"value sizes {self.cfg.value_sizes!r} are for the register workload")
-        return ListAppend(batch=self.cfg.batch)
+        return ListAppend(batch=self.cfg.batch, coalesce=self.cfg.coalesce)
 
     async def _client_main(self) -> list:
         from harness.recorder import Recorder
@@ -700,6 +702,8 @@ def replay_command(cfg: StackConfig, faults: list[str] = (), schedule: Path | No
         flags += f" --schedule {schedule}"
     if cfg.batch:
         flags += f" --batch {cfg.batch}"
+    if cfg.coalesce:
+        flags += " --coalesce"
     flags += f" --mix {cfg.mix.name if cfg.mix.name in ('swarm', 'classic') else repr(cfg.mix.spec())}"
     if cfg.value_sizes != "small":
         flags += f" --value-sizes {cfg.value_sizes}"
