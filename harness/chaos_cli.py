@@ -32,7 +32,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "(default tessera)")
     p.add_argument("--workload", default=d.workload, help=f"one of {', '.join(WORKLOADS)} (default register)")
     p.add_argument("--workload-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a workload parameter, e.g. ops_per_key=100 (repeatable)")
+                   help="a workload parameter, e.g. ops_per_key=100; batch=N (Tessera: writes "
+                        "through batching sessions) or coalesce=true (Tessera: the workers of a "
+                        "node share client sessions, so writes of one loop turn leave together; "
+                        "wants --rate 0) (repeatable)")
     p.add_argument("--nemesis", default="none",
                    help="none, or a comma list of groups (all: the classic faults; raft: "
                         "Raft-shaped; masters: the masters' own membership, 3 -> 5 -> 3; admin: "
