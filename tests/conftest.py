@@ -34,3 +34,21 @@ def lazy(tmp_path):
                 proc.wait()
                 subprocess.run(["fusermount3", "-uz", str(mnt)], check=False)
     assert not mounted(str(mnt))
+
+
+@pytest.fixture
+def batch_sizes(monkeypatch):
+    """Ops per ts.write_batch the client sent: a spy on the real method."""
+    from collections import Counter
+
+    import node.client as client_module
+
+    sizes = Counter()
+    original = client_module.TesseraClient.write_batch
+
+    async def spy(self, table, t, ops, *args, **kwargs):
+        sizes[len(ops)] += 1
+        return await original(self, table, t, ops, *args, **kwargs)
+
+    monkeypatch.setattr(client_module.TesseraClient, "write_batch", spy)
+    return sizes

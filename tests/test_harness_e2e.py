@@ -217,25 +217,32 @@ def test_nemesis_all_fires_every_fault_and_leaves_no_trace(env, tmp_path):
         assert not any(left.values()), (h.name, left)
 
 
-def test_batched_sessions_under_kills_and_partitions_stay_valid(env, tmp_path):
-    """Issue 15: the harness drives AUTO_FLUSH_BACKGROUND sessions on the real cluster; ops
-    share batches (one Raft entry each), each op is still its own in the history, and the run
-    under kills and partitions is judged valid by the checkers, replicas and logs."""
-    out = tessera("test", "--workload", "list-append", "--workload-option", "batch=8",
+def _grouped_writes_run(env, tmp_path, option: str, concurrency: int, rate: int, seed: int):
+    """A 25 s list-append run with the workload option `option` under kills and partitions:
+    judged valid by the checkers, replicas and logs, every fault fired, and each op invoked and
+    completed on its own in the history. Its test.json."""
+    out = tessera("test", "--workload", "list-append", "--workload-option", option,
                   "--nemesis", "kill,partition", "--time-limit", "25", "--nemesis-interval", "4",
-                  "--concurrency", "40", "--rate", "400", "--seed", "15",
+                  "--concurrency", str(concurrency), "--rate", str(rate), "--seed", str(seed),
                   "--store", str(tmp_path / "store"), env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     run_dir = out.stdout.strip().splitlines()[-1]
     results = json.load(open(os.path.join(run_dir, "results.json")))
     assert results["verdict"] == "valid", results["check"]
     assert all(n >= 1 for n in results["nemesis"]["fired"].values()), results["nemesis"]
-    batches = json.load(open(os.path.join(run_dir, "test.json")))["batches"]
-    assert batches["batches"] > 0 and batches["mean_ops_per_batch"] > 1, batches
     ops = [o for o in read_jsonl(os.path.join(run_dir, "history.jsonl"))
            if o.process != "nemesis"]
     invoked = sum(o.type == "invoke" for o in ops)
     assert invoked > 100 and invoked == sum(o.type != "invoke" for o in ops)
+    return json.load(open(os.path.join(run_dir, "test.json")))
+
+
+def test_batched_sessions_under_kills_and_partitions_stay_valid(env, tmp_path):
+    """Issue 15: the harness drives AUTO_FLUSH_BACKGROUND sessions on the real cluster; ops
+    share batches (one Raft entry each), each op is still its own in the history, and the run
+    under kills and partitions is judged valid by the checkers, replicas and logs."""
+    batches = _grouped_writes_run(env, tmp_path, "batch=8", 40, 400, 15)["batches"]
+    assert batches["batches"] > 0 and batches["mean_ops_per_batch"] > 1, batches
 
 
 def test_coalesced_writes_under_kills_and_partitions_stay_valid(env, tmp_path):
@@ -243,22 +250,9 @@ def test_coalesced_writes_under_kills_and_partitions_stay_valid(env, tmp_path):
     they issue in one loop turn leave as one ts.write_batch (workers back to back: --rate 0).
     Many requests carry several writes, each write is its own op of the history, and the run
     under kills and partitions is judged valid."""
-    out = tessera("test", "--workload", "list-append", "--workload-option", "coalesce=true",
-                  "--nemesis", "kill,partition", "--time-limit", "25", "--nemesis-interval", "4",
-                  "--concurrency", "30", "--rate", "0", "--seed", "28",
-                  "--store", str(tmp_path / "store"), env=env)
-    assert out.returncode == 0, out.stderr[-3000:]
-    run_dir = out.stdout.strip().splitlines()[-1]
-    results = json.load(open(os.path.join(run_dir, "results.json")))
-    assert results["verdict"] == "valid", results["check"]
-    assert all(n >= 1 for n in results["nemesis"]["fired"].values()), results["nemesis"]
-    coalesced = json.load(open(os.path.join(run_dir, "test.json")))["coalesced"]
+    coalesced = _grouped_writes_run(env, tmp_path, "coalesce=true", 30, 0, 28)["coalesced"]
     assert coalesced["requests_with_several"] > 0, coalesced
     assert coalesced["writes"] > coalesced["requests"], coalesced
-    ops = [o for o in read_jsonl(os.path.join(run_dir, "history.jsonl"))
-           if o.process != "nemesis"]
-    invoked = sum(o.type == "invoke" for o in ops)
-    assert invoked > 100 and invoked == sum(o.type != "invoke" for o in ops)
 
 
 def test_masters_grow_to_five_and_back_to_three_while_the_test_runs(env, tmp_path):

@@ -8,7 +8,6 @@ from collections import Counter
 
 import pytest
 
-import node.client as client_module
 from harness.tessera_clients import workload_clients
 from node.client import FlushMode
 from node.sim.stack import StackConfig, StackSim, replay_command
@@ -73,20 +72,6 @@ def test_a_batch_the_tablets_cannot_keep_is_refused_when_the_workload_is_made():
 def test_the_replay_command_carries_the_batch():
     assert " --batch 8 " in replay_command(StackConfig(seed=3, batch=8)) + " "
     assert "--batch" not in replay_command(StackConfig(seed=3))
-
-
-@pytest.fixture
-def batch_sizes(monkeypatch):
-    """Ops per ts.write_batch the client sent."""
-    sizes = Counter()
-    original = client_module.TesseraClient.write_batch
-
-    async def spy(self, table, t, ops, *args, **kwargs):
-        sizes[len(ops)] += 1
-        return await original(self, table, t, ops, *args, **kwargs)
-
-    monkeypatch.setattr(client_module.TesseraClient, "write_batch", spy)
-    return sizes
 
 
 @pytest.mark.slow

@@ -56,21 +56,6 @@ def test_the_replay_command_carries_coalesce():
     assert "--coalesce" not in replay_command(StackConfig(seed=3))
 
 
-@pytest.fixture
-def batch_sizes(monkeypatch):
-    """Ops per ts.write_batch the client sent."""
-    from collections import Counter
-    sizes = Counter()
-    original = client_module.TesseraClient.write_batch
-
-    async def spy(self, table, t, ops, *args, **kwargs):
-        sizes[len(ops)] += 1
-        return await original(self, table, t, ops, *args, **kwargs)
-
-    monkeypatch.setattr(client_module.TesseraClient, "write_batch", spy)
-    return sizes
-
-
 def _run(tmp_path, seed):
     """Workers back to back (rate 0): the answers one read of the connection brings wake
     several workers in one turn, and their next writes leave together. At a paced rate each
