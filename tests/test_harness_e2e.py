@@ -172,7 +172,10 @@ def test_lose_unfsynced_writes_shows_why_fsync_matters(env, tmp_path, fsync, exp
         assert "set: " in why and "lost" in why, why
         assert dropped > 0 and set_result["lost"], (dropped, set_result)
     else:
-        assert dropped == 0 and not set_result["lost"]
+        # Bytes may still be dropped: the kill can land between a WAL group's write and its
+        # fsync (116 bytes on one host in a clean clone of session 28), but nobody was told
+        # those writes were durable, so no acknowledged add is lost.
+        assert not set_result["lost"], (dropped, set_result)
     # no FUSE mount is left on any host after the run
     from harness.cluster.netns import NetnsCluster
     from harness.control import Remote
