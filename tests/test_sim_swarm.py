@@ -172,6 +172,31 @@ def test_swarm_mixes_draw_read_mostly_loads_and_the_spec_carries_them():
     assert {swarm_mix(s).clock_error_us for s in range(100)} == {None, 20000}
 
 
+def test_swarm_mixes_draw_the_coalescing_client_and_the_spec_carries_it():
+    """A quarter of the seeds run the workers of each node on shared client sessions, back
+    to back (Workload.coalesce): the client's coalesced path, which a paced run never reaches.
+    Drawn last, so the mixes' other fields are what they were before the draw existed."""
+    mixes = [swarm_mix(s) for s in range(200)]
+    assert 30 <= sum(m.coalesce for m in mixes) <= 70
+    m = next(m for m in mixes if m.coalesce)
+    assert m.spec().endswith(";client=coalesce") and parse_mix(m.spec()).coalesce
+    assert not parse_mix("crash:1").coalesce and "client" not in swarm_mix(4).spec()
+    assert swarm_mix(4).as_json()["coalesce"] is False
+    with pytest.raises(ValueError, match="own or coalesce"):
+        parse_mix("crash:1;client=shared")
+
+
+@pytest.mark.slow
+def test_a_swarm_seed_that_drew_the_coalescing_client_runs_valid_with_shared_batches(
+        tmp_path, batch_sizes):
+    seed = 8
+    assert swarm_mix(seed).coalesce
+    r = StackSim(StackConfig(seed=seed, workload="register", seconds=10.0, mix=swarm_mix(seed)),
+                 tmp_path).run()
+    assert r.ok(), (r.violation, r.verdict)
+    assert any(n > 1 for n in batch_sizes), batch_sizes
+
+
 def test_copy_race_tombstones_and_cuts_as_recorded(tmp_path):
     """The copy-race fault's recorded value names the tablet, the leader, the follower cut
     from it and the tombstoned receiver, and its schedule replays."""

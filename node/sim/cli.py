@@ -54,10 +54,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="full: writes through batching sessions, up to N ops per tablet "
                              "batch (Workload.batch; default 0: one op per write)")
     parser.add_argument("--coalesce", action="store_true",
-                        help="full: the workers of one node share client sessions, so the "
-                             "writes they issue in one loop turn leave as one ts.write_batch "
-                             "(Workload.coalesce; default: each worker its own, one ts.write "
-                             "per write)")
+                        help="full: the workers of one node share client sessions and run "
+                             "back to back, so the writes they issue in one loop turn leave as "
+                             "one ts.write_batch (Workload.coalesce; default: each worker its "
+                             "own, paced, one ts.write per write; a swarm mix draws it for "
+                             "some seeds, client=coalesce)")
     parser.add_argument("--mix", default="swarm", metavar="swarm|classic|SPEC",
                         help="full: swarm (default) draws each seed's own fault mix from the "
                              "seed (which faults are on, their weights, how often faults come, "

@@ -80,7 +80,7 @@ class StackConfig:
     schedule: tuple | None = None
     faults: Faults = field(default_factory=Faults)  # engine fault flags (mutants)
     batch: int = 0  # > 0: writes through batching sessions (Workload.batch)
-    coalesce: bool = False  # workers of one node share client sessions (Workload.coalesce)
+    coalesce: bool = False  # workers of one node share client sessions, unpaced (Workload.coalesce)
     value_sizes: str = "small"  # or wide: register values up to the frame limit (workloads.values)
 
 
@@ -532,19 +532,25 @@ class StackSim:
         rec.record("nemesis", "info", "heal-all", {"restarted": down, "disks": cleared})
 
     # -- the run -----------------------------------------------------------------------------
+    @property
+    def _coalesce(self) -> bool:
+        """Whether the workers share client sessions: asked for, or drawn by the mix (which
+        yields to batching sessions: the two are ways of grouping the same writes)."""
+        return self.cfg.coalesce or (self.cfg.mix.coalesce and not self.cfg.batch)
+
     def _workload(self):
         from workloads.list_append import ListAppend
         from workloads.register import Register
 
         if self.cfg.workload == "register":
             share = self.cfg.mix.read_share
-            return Register(batch=self.cfg.batch, coalesce=self.cfg.coalesce,
+            return Register(batch=self.cfg.batch, coalesce=self._coalesce,
                             value_sizes=self.cfg.value_sizes,
                             value_max_bytes=MAX_FRAME, value_seed=self.cfg.seed,
                             **({} if share is None else {"read_share": share}))
         if self.cfg.value_sizes != "small":
             raise ValueError(f"value sizes {self.cfg.value_sizes!r} are for the register workload")
-        return ListAppend(batch=self.cfg.batch, coalesce=self.cfg.coalesce)
+        return ListAppend(batch=self.cfg.batch, coalesce=self._coalesce)
 
     async def _client_main(self) -> list:
         from harness.recorder import Recorder
@@ -564,8 +570,11 @@ class StackSim:
         rec = Recorder(self.out_dir / "history.jsonl",
                        now_ns=lambda: int(self.loop.time() * 1e9))
         mix = self.cfg.mix
+        # coalescing wants workers back to back: writes share a turn when one read of the
+        # connection wakes several workers, which paced workers' own timers rarely do
+        rate = 0.0 if self._coalesce else mix.rate or self.cfg.rate
         opts = RunOptions(concurrency=mix.concurrency or self.cfg.concurrency,
-                          time_limit=self.cfg.seconds, rate=mix.rate or self.cfg.rate, seed=self.cfg.seed, op_timeout=5.0,
+                          time_limit=self.cfg.seconds, rate=rate, seed=self.cfg.seed, op_timeout=5.0,
                           final_settle=5.0, final_timeout=60.0)
 
         clients, close_sessions = workload_clients(client, "test", names, self.tservers, workload)

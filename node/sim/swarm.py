@@ -4,7 +4,7 @@ A fixed mix spreads a seed's faults thinly over every kind, so an interleaving t
 particular faults close together (a link cut between a leader and one follower while another
 follower is tombstoned and copied) is rare in every seed. TigerBeetle's VOPR and Groce et al.'s
 swarm testing draw instead, per seed, which faults are on at all, how often each fires, how often
-faults come, and here also the read mode: most seeds then hammer a few kinds, and across seeds
+faults come, and here also the read mode and the client: most seeds then hammer a few kinds, and across seeds
 every combination gets its turn (Groce et al. found most bugs with a few features on per run).
 The mix is a pure function of the seed (its own random stream,
 not the run's), so a seed replays with the same mix, and the mix is printed before the run.
@@ -30,6 +30,11 @@ FAULT_EVERY = ((0.2, 0.8), (0.5, 2.0), (1.0, 4.0))  # (lo, hi) seconds between t
 LOADS = ((5, 50.0), (10, 100.0), (20, 200.0))  # (clients, ops/s over all of them)
 READ_SHARES = (None, None, 0.9, 0.99)  # the register workload's reads: its own half, or most
 CLOCK_ERRORS = (None, None, None, 20_000)  # the clocks' bound, µs: the default 1 ms, or 20 ms
+# The workers' client: their own sessions each, paced (one ts.write per write), or one node's
+# workers sharing sessions back to back, so the writes one turn issues leave as one
+# ts.write_batch (the client's coalescing, which no paced run reaches). Drawn last, so every
+# earlier draw of a seed is what it was before this one existed.
+CLIENTS = ("own", "own", "own", "coalesce")
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
 # one or two kinds (a copy racing an election needs copies and cuts close together, which a mix
 # of twelve kinds makes rare), sometimes all of them.
@@ -55,6 +60,8 @@ class Mix:
     # the clocks' configured max error in µs (None: the simulator's 1 ms). A wider bound lets
     # skew within it reorder writes across tablets that commit-wait must keep in order
     clock_error_us: int | None = None
+    # the workers of a node share client sessions and run unpaced (Workload.coalesce; CLIENTS)
+    coalesce: bool = False
 
     def kinds(self) -> list[str]:
         return [k for k, _ in self.weights]
@@ -66,7 +73,7 @@ class Mix:
 
     def spec(self) -> str:
         """`kind:weight,...;every=LO-HI;reads=MODE[;load=CLIENTSxRATE][;read-share=F]
-        [;clock=US]`."""
+        [;clock=US][;client=coalesce]`."""
         lo, hi = self.fault_every_s
         parts = [",".join(f"{k}:{w}" for k, w in self.weights), f"every={lo:g}-{hi:g}",
                  f"reads={self.read_mode}"]
@@ -76,13 +83,15 @@ class Mix:
             parts.append(f"read-share={self.read_share:g}")
         if self.clock_error_us is not None:
             parts.append(f"clock={self.clock_error_us}")
+        if self.coalesce:
+            parts.append("client=coalesce")
         return ";".join(parts)
 
     def as_json(self) -> dict:
         return {"name": self.name, "weights": dict(self.weights),
                 "fault_every_s": list(self.fault_every_s), "read_mode": self.read_mode,
                 "concurrency": self.concurrency, "rate": self.rate, "read_share": self.read_share,
-                "clock_error_us": self.clock_error_us}
+                "clock_error_us": self.clock_error_us, "coalesce": self.coalesce}
 
 
 # The fixed mix (its list of kinds, with crash, restart and membership twice, is the one the
@@ -104,8 +113,9 @@ def swarm_mix(seed: int) -> Mix:
     concurrency, rate = rng.choice(LOADS)
     read_share = rng.choice(READ_SHARES)
     clock_error_us = rng.choice(CLOCK_ERRORS)
+    coalesce = rng.choice(CLIENTS) == "coalesce"
     return Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
-               read_share=read_share, clock_error_us=clock_error_us)
+               read_share=read_share, clock_error_us=clock_error_us, coalesce=coalesce)
 
 
 def parse_mix(spec: str) -> Mix:
@@ -125,10 +135,13 @@ def parse_mix(spec: str) -> Mix:
     for field_ in fields[1:]:
         key, _, value = field_.partition("=")
         opts[key.strip()] = value.strip()
-    unknown = set(opts) - {"every", "reads", "load", "read-share", "clock"}
+    unknown = set(opts) - {"every", "reads", "load", "read-share", "clock", "client"}
     if unknown:
         raise ValueError(f"unknown mix field(s) {sorted(unknown)} "
-                         "(every, reads, load, read-share, clock)")
+                         "(every, reads, load, read-share, clock, client)")
+    client = opts.get("client", "own")
+    if client not in CLIENTS:
+        raise ValueError(f"client={client!r}: own or coalesce")
     try:
         lo, hi = (float(x) for x in opts.get("every", "1-4").split("-"))
         concurrency, rate = ((int(opts["load"].split("x")[0]), float(opts["load"].split("x")[1]))
@@ -150,7 +163,7 @@ def parse_mix(spec: str) -> Mix:
     if reads not in ("linearizable", "lease"):
         raise ValueError(f"reads={reads!r}: linearizable or lease")
     return Mix(tuple(weights), (lo, hi), reads, "spec", concurrency, rate, read_share,
-               clock_error_us)
+               clock_error_us, client == "coalesce")
 
 
 def mix_for(name: str, seed: int) -> Mix:
