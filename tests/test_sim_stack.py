@@ -426,3 +426,19 @@ def test_a_seed_that_breaks_the_simulator_is_unknown_with_the_error(tmp_path):
     assert (result.verdict, result.violation) == ("unknown", None)
     assert result.results["error"].startswith(
         "the simulation crashed: NotADirectoryError: "), result.results
+
+
+def test_a_seed_its_checker_could_not_judge_says_why(tmp_path, monkeypatch):
+    """An `unknown` seed whose checker failed carries the checker's error to the seed's line,
+    not an empty list of anomalies."""
+    from node.sim import stack
+
+    def run(self):
+        return stack.StackResult(self.cfg.seed, "unknown", None, {"verdict": "unknown", "check": {
+            "verdict": "unknown", "results": [], "error": "AssertionError: no children"}},
+            0, 0.0, "", {}, [])
+
+    monkeypatch.setattr(stack.StackSim, "run", run)
+    r = stack._run_one((stack.StackConfig(seed=1), str(tmp_path / "seed-1")))
+    assert r.results["check_error"] == "AssertionError: no children"
+    assert r.results["anomalies"] == []

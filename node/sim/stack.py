@@ -750,8 +750,11 @@ def _run_one(job: tuple[StackConfig, str]) -> StackResult:
     result.wall_s = time.monotonic() - t0
     if result.ok():
         shutil.rmtree(out_dir, ignore_errors=True)  # keep only what a failure needs
+    check = result.results.get("check", {})
     result.results = {k: v for k, v in result.results.items() if k != "check"} | {
-        "anomalies": _anomalies(result.results.get("check", {}))}
+        "anomalies": _anomalies(check)}
+    if check.get("error"):  # the checker could not judge: say why, not just "unknown"
+        result.results["check_error"] = check["error"]
     return result
 
 

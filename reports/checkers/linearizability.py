@@ -291,6 +291,12 @@ def _check_nth(i: int) -> dict:
     return check_key(ops, _WORK["model"], _WORK["time_limit"], _WORK["max_states"])
 
 
+def _daemonic() -> bool:
+    import multiprocessing
+
+    return multiprocessing.current_process().daemon
+
+
 def check(ops: Iterable[Op], model: Model | str, time_limit: float = DEFAULT_TIME_LIMIT,
           max_states: int = DEFAULT_MAX_STATES, processes: int | None = None) -> dict:
     """Check a whole history, key by key.
@@ -302,6 +308,8 @@ def check(ops: Iterable[Op], model: Model | str, time_limit: float = DEFAULT_TIM
     groups = list(_split_by_key(ops).items())
     total = sum(len(g) for _, g in groups)
     workers = processes if processes is not None else min(2, os.cpu_count() or 1)
+    if _daemonic():  # a pool's worker (the simulator's seeds) may not start processes of its own
+        workers = 1
     if workers > 1 and len(groups) > 1 and total >= _PARALLEL_MIN_OPS:
         import multiprocessing
 
