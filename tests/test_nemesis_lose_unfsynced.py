@@ -1,0 +1,65 @@
+"""The power-loss nemesis (LoseUnfsynced) leaves no daemon dead behind it: every data daemon it
+killed is started again even when the loss step fails on a host, and the failure is named."""
+
+from types import SimpleNamespace
+
+from harness.cluster import ClusterError
+from nemeses.disk import LoseUnfsynced
+
+
+class FakeDb:
+    data_daemon = "tserver"
+
+    def __init__(self):
+        self.events = []
+
+    def kill(self, host, daemon):
+        self.events.append(("kill", host))
+
+    def start(self, host, daemon):
+        self.events.append(("start", host))
+
+    def data_dir(self, daemon):
+        return "/var/lib/tessera/tserver"
+
+
+class FakeRemote:
+    """`cat` of the control file says how many bytes are unsynced; `echo lose` fails the
+    first `fail_loses` times."""
+
+    def __init__(self, unsynced, fail_loses=0):
+        self.unsynced, self.fail_loses, self.loses = unsynced, fail_loses, 0
+
+    def sh(self, script):
+        if script.startswith("cat "):
+            return SimpleNamespace(stdout=f'{{"unsynced_bytes": {self.unsynced}}}')
+        assert script.startswith("echo lose > ")
+        self.loses += 1
+        if self.loses <= self.fail_loses:
+            raise ClusterError("n: `echo lose` exited -1: ")
+        return SimpleNamespace(stdout="")
+
+
+def nemesis(remotes):
+    return LoseUnfsynced(db=FakeDb(), hosts=list(remotes), remotes=remotes)
+
+
+def test_a_power_loss_drops_each_hosts_unsynced_bytes_and_restarts_every_daemon():
+    n = nemesis({"n1": FakeRemote(116), "n2": FakeRemote(0)})
+    assert n.start({}) == {"power_loss": ["n1", "n2"],
+                           "unsynced_bytes_dropped": {"n1": 116, "n2": 0}}
+    assert n.db.events == [("kill", "n1"), ("kill", "n2"), ("start", "n1"), ("start", "n2")]
+
+
+def test_a_loss_that_fails_once_is_tried_again():
+    remotes = {"n1": FakeRemote(7, fail_loses=1)}
+    assert nemesis(remotes).start({})["unsynced_bytes_dropped"] == {"n1": 7}
+    assert remotes["n1"].loses == 2
+
+
+def test_a_loss_that_cannot_be_done_is_named_and_every_daemon_still_starts():
+    n = nemesis({"n1": FakeRemote(5, fail_loses=2), "n2": FakeRemote(3)})
+    out = n.start({})
+    assert out["unsynced_bytes_dropped"] == {"n2": 3}
+    assert "exited -1" in out["lose_failed"]["n1"]
+    assert [e for e in n.db.events if e[0] == "start"] == [("start", "n1"), ("start", "n2")]
