@@ -296,7 +296,7 @@ def test_a_flipped_newest_wal_header_fails_its_replica_and_never_passes_as_torn(
     assert fixed.ok(), (fixed.violation, fixed.verdict)
     heads = [e[2] for e in fixed.events if e[1] == "flip-head"]
     assert heads and all(len(v) == 5 for v in heads)
-    assert all("one bit away" in fixed.flips[v[0]] for v in heads), fixed.flips
+    assert all("one or two bits away" in fixed.flips[v[0]] for v in heads), fixed.flips
     monkeypatch.setattr(segment, "flipped_header", lambda buf, offset, end: False)
     before = run(tmp_path / "before")
     assert (before.violation or "").startswith("wal damage: tablet "), before.violation

@@ -6,8 +6,8 @@ the newest segment, and only if that segment has no footer (it was still being w
 intact batch follows the damage (a crash can only cut a write short; it cannot leave a good
 batch behind a bad one), and the damaged batch was not written whole (a torn write leaves
 unwritten, zero sectors; a bad CRC in a batch without any is a bit flip, which must not cut
-fsynced, acknowledged entries; nor is a header that fails its CRC but is one bit away from a
-valid header whose data matches: `flipped_header`). Everything else names the file and offset
+fsynced, acknowledged entries; nor is a header that fails its CRC but is one or two bits away
+from a valid header whose data matches: `flipped_header`). Everything else names the file and offset
 and stops.
 
 Kudu makes the same call. Its one false alarm: a power cut that persisted the pages of the

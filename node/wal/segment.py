@@ -8,6 +8,7 @@ the file to its written length, so only the newest segment can ever lack a foote
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from typing import Any
@@ -117,24 +118,32 @@ WRITTEN_WHOLE = ("batch data CRC mismatch in a batch written whole (no sector of
                  "unwritten zeros)")
 
 
-FLIPPED_HEADER = ("batch header CRC mismatch, one bit away from a header whose batch data "
-                  "matches its CRC: a batch written whole with a bit flipped since")
+FLIPPED_HEADER = ("batch header CRC mismatch, one or two bits away from a header whose batch "
+                  "data matches its CRC: a batch written whole with bits flipped since")
+MAX_HEADER_FLIPS = 2
 
 
 def flipped_header(buf: bytes, offset: int, end: int) -> bool:
-    """Whether the batch header at `offset`, which fails its CRC, is one flipped bit away from
-    a valid header whose data, right behind it, matches the data CRC: a batch written whole
-    and damaged later, which must not pass as a torn write (a torn header's length cannot be
-    trusted, so `written_whole` cannot judge it). A torn write loses whole sectors and leaves
-    zeros, which no single bit turns into a header and data agreeing on two CRCs (a chance of
-    about 128 in 2**64)."""
+    """Whether the batch header at `offset`, which fails its CRC, is one or two flipped bits
+    away from a valid header whose data, right behind it, matches the data CRC: a batch written
+    whole and damaged later, which must not pass as a torn write (a torn header's length cannot
+    be trusted, so `written_whole` cannot judge it). A torn write loses whole sectors and leaves
+    zeros, which no one or two bits turn into a header and data agreeing on two CRCs (a chance
+    of about 8,256 in 2**64). Two, because a header already flipped once can be flipped again
+    before anyone repairs it: the chaos harness's disk fault did that to a FAILED replica's
+    file, and the second flip read as torn and the replica ran again (session 28). Both
+    searches together are 8,256 header parses, run only on this error path."""
     header = bytearray(buf[offset : offset + fmt.BATCH_HEADER_SIZE])
     if len(header) < fmt.BATCH_HEADER_SIZE:
         return False
-    for bit in range(fmt.BATCH_HEADER_SIZE * 8):
-        header[bit // 8] ^= 1 << (bit % 8)
+    bits = range(fmt.BATCH_HEADER_SIZE * 8)
+    for flips in itertools.chain.from_iterable(
+            itertools.combinations(bits, k) for k in range(1, MAX_HEADER_FLIPS + 1)):
+        for bit in flips:
+            header[bit // 8] ^= 1 << (bit % 8)
         parsed = fmt.parse_batch_header(bytes(header), 0, fmt.BATCH_HEADER_SIZE)
-        header[bit // 8] ^= 1 << (bit % 8)
+        for bit in flips:
+            header[bit // 8] ^= 1 << (bit % 8)
         if not isinstance(parsed, str) and _data_matches(buf, offset, end, parsed):
             return True
     return False
