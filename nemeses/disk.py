@@ -32,6 +32,7 @@ import json
 import random
 from dataclasses import dataclass, field
 
+from harness.cluster import ClusterError
 from harness.control import Remote
 from nemeses.base import Nemesis
 from nemeses.registry import Package, register
@@ -203,8 +204,6 @@ class LoseUnfsynced(Nemesis):
         not be done on a host is named in `lose_failed`, never a dead cluster left behind
         (once an SSH channel closed under `echo lose` and the run ended with every tablet
         server down and its verdict unknown)."""
-        from harness.cluster import ClusterError
-
         lost, failed = {}, {}
         try:
             for h in self.hosts:
@@ -223,7 +222,6 @@ class LoseUnfsynced(Nemesis):
     def _lose(self, host: str) -> int:
         """Drop the unsynced bytes of `host`'s data dir (tried twice: `lose` again drops
         nothing more, its writers are dead); how many there were."""
-        from harness.cluster import ClusterError
         from nemeses.lazyfs import control_command
 
         mount = self.db.data_dir(self.db.data_daemon)
