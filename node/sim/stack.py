@@ -668,10 +668,14 @@ class StackSim:
         from reports.spark.results import judge_ops
 
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        # setLevel, not `.level =`: it also clears the loggers' cached levels, which would
+        # otherwise keep every node.* logger silent after the run.
         quiet = logging.getLogger("tessera")
-        level, quiet.level = quiet.level, logging.CRITICAL
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)
         node_log = logging.getLogger("node")
-        node_level, node_log.level = node_log.level, logging.CRITICAL
+        node_level = node_log.level
+        node_log.setLevel(logging.CRITICAL)
         try:
             workload = self.loop.run_until_complete(self._main())
         finally:
@@ -679,7 +683,8 @@ class StackSim:
             self.loop.close()
             # Tasks cancelled by the teardown are collected later; nothing can read them now.
             self.loop.set_exception_handler(lambda _loop, _context: None)
-            quiet.level, node_log.level = level, node_level
+            quiet.setLevel(level)
+            node_log.setLevel(node_level)
         history = self.out_dir / "history.jsonl"
         ops = read_jsonl(history) if history.exists() else []
         results = (judge_ops(ops, workload.checker, self.invariants.clock_checks(ops),
