@@ -58,6 +58,7 @@ from node.entry import Entry, EntryType
 from node.errors import CorruptionError, ReplicaError
 from node.faults import Faults
 from node.logfmt import SAFETY, TabletLog, log_failure
+from node.precise_timer import precise_timers
 from node.read_only import ReadOnly
 from node.rpc.wire import DEFAULT_MAX_FRAME, ENVELOPE_RESERVE
 from node.tablet.cmeta import ConsensusMetadata
@@ -625,8 +626,8 @@ class Replica:
             if not waited:
                 self.stats["commit_waits"] += 1
             self.stats["commit_wait_seconds"] += remaining
-            asyncio.get_running_loop().call_later(remaining, self._commit_waited, done, True,
-                                                  result, None)
+            precise_timers(asyncio.get_running_loop()).call_later(
+                remaining, self._commit_waited, done, True, result, None)
             return
         done(result, error)
 

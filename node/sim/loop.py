@@ -161,6 +161,8 @@ class Network(Protocol):
 
 
 class SimLoop(asyncio.BaseEventLoop):
+    exact_timers = True  # virtual time lands on each deadline (node.precise_timer)
+
     def __init__(self, network: Network):
         super().__init__()
         self._selector = _VirtualClock(self)
