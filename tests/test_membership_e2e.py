@@ -188,3 +188,62 @@ def test_the_master_replaces_the_replica_of_a_failed_server(make_cluster):
         assert [await table.read(f"k{i}") for i in range(300)] == list(range(300))
         await client.close()
     run(go())
+
+
+def test_the_master_replaces_a_replica_that_reports_failed_and_deletes_it(make_cluster):
+    """A replica whose metadata is damaged refuses to start and reports FAILED while its server
+    heartbeats on. It never recovers by itself, so the master replaces it at once (no silence
+    to wait out), add before remove, and then deletes it, as Kudu's master does for a peer its
+    leader reports FAILED_UNRECOVERABLE (here the server forgets it and leaves its files). The default failure timeout (300 s) is left alone: only
+    the FAILED report can make this happen inside the test's time."""
+    cluster = make_cluster(tservers=4, every=100, retain=10)
+
+    async def damage():
+        client, tablet, table = await _one_tablet_table(cluster)
+        for i in range(300):
+            await table.write(f"k{i}", i)
+        reps = await _reports(client, cluster, tablet)
+        await client.close()
+        spare = next(name for name, (_, r) in reps.items() if r is None)
+        bad = next(name for name, (_, r) in reps.items() if r is not None and r.role != "LEADER")
+        return tablet, {name: uuid for name, (uuid, _) in reps.items()}, spare, bad
+    tablet, uuids, spare, bad = run(damage())
+    cluster.kill(bad)
+    cmeta = cluster.root / bad / "consensus-meta" / tablet
+    data = bytearray(cmeta.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    cmeta.write_bytes(bytes(data))
+    cluster.start(bad)
+
+    async def go():
+        client = TesseraClient(cluster.master_addrs, timeout=15)
+        table = client.table("t")
+
+        async def failed():
+            reps = await _reports(client, cluster, tablet)
+            return bad in reps and reps[bad][1] is not None and reps[bad][1].state in (
+                "FAILED", "TOMBSTONED")
+        await until_async(failed, "the damaged replica to start and report", timeout=60)
+
+        async def replaced():
+            reps = await _reports(client, cluster, tablet)
+            leader = next((r for _, r in reps.values() if r and r.role == "LEADER"), None)
+            return (leader is not None and leader.config == leader.committed_config
+                    and uuids[bad] not in {u for u, _ in leader.committed_config}
+                    and [uuids[spare], "VOTER"] in leader.committed_config)
+        await until_async(replaced, "the master to replace the FAILED replica", timeout=90)
+
+        async def deleted():  # its server stops reporting it; the damaged files stay for an operator
+            reps = await _reports(client, cluster, tablet)
+            return bad in reps and reps[bad][1] is None
+        await until_async(deleted, "the master to delete the FAILED replica", timeout=60)
+        assert cmeta.exists()
+        # The replacement carries the quorum with the leader: kill the other original follower.
+        reps = await _reports(client, cluster, tablet)
+        other = next(name for name, (_, r) in reps.items()
+                     if name not in (spare, bad) and r is not None and r.role != "LEADER")
+        cluster.kill(other)
+        await table.write("after", 1)
+        assert [await table.read(f"k{i}") for i in range(300)] == list(range(300))
+        await client.close()
+    run(go())

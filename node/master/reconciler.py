@@ -1,10 +1,10 @@
 """The leader master's background round (Kudu's CatalogManager background tasks): the catalog
 follows each tablet's committed config as its leader reports it; a replica on a server silent for
-`follower_unavailable_considered_failed_sec` is replaced, add before remove (3-4-3); replicas
-whose catalog record is deleted, or whose config left them out, are deleted (`_deletion` says
-which, and why a tablet the catalog never saw is left alone); and the replicas of a creation
-config that were never reported are created again. Runs every `catalog_manager_bg_task_wait_ms`
-on every master and does nothing unless this master leads."""
+`follower_unavailable_considered_failed_sec`, or one that reports FAILED, is replaced, add before
+remove (3-4-3); replicas whose catalog record is deleted, or whose config left them out, are
+deleted (`_deletion` says which, and why a tablet the catalog never saw is left alone); and the
+replicas of a creation config that were never reported are created again. Runs every
+`catalog_manager_bg_task_wait_ms` on every master and does nothing unless this master leads."""
 
 from __future__ import annotations
 
@@ -74,9 +74,10 @@ class Reconciler:
 
     async def _replace_failed_replicas(self) -> None:
         """Re-replication, add before remove (Kudu's 3-4-3): a member whose tablet server has been
-        silent for follower_unavailable_considered_failed_sec gets a replacement on a live
-        server outside the config; once that one is a voter, the failed member is removed. One
-        CAS-guarded change per tablet per round, only while its config is settled."""
+        silent for follower_unavailable_considered_failed_sec, or whose replica reports FAILED,
+        gets a replacement on a live server outside the config; once that one is a voter, the
+        failed member is removed (and then deleted by `_deletion`). One CAS-guarded change per
+        tablet per round, only while its config is settled."""
         limit = self.m.opts.follower_unavailable_considered_failed_sec
         catalog = self.m._catalog()
         live = self.m.ts.live()
@@ -85,8 +86,7 @@ class Reconciler:
             if record is None or leader is None or leader[1].config != leader[1].committed_config:
                 continue
             members = dict(leader[1].committed_config)  # uuid -> VOTER | NON_VOTER
-            failed = sorted(u for u in members
-                            if u in self.m.ts.servers and self.m.ts.silent_for(u) > limit)
+            failed = sorted(u for u in members if self._failed(tid, u, limit))
             if not failed:
                 continue
             healthy_voters = [u for u, kind in members.items() if kind == "VOTER" and u not in failed]
@@ -106,6 +106,20 @@ class Reconciler:
             except RpcError as e:
                 log.info("re-replication: tablet %s: %s %s failed: %s", tid, change.op,
                          change.ts_uuid, e)
+
+    def _failed(self, tablet_id: str, uuid: str, limit: float) -> bool:
+        """A member to replace: its server silent for over `limit` seconds, or its replica
+        reporting FAILED (damaged data or metadata it refused to serve, a disk error). A FAILED
+        replica never comes back by itself (it fails again at every start), so, as Kudu's
+        leader reports such a peer FAILED_UNRECOVERABLE and the master replaces it at once,
+        no silence is awaited."""
+        server = self.m.ts.servers.get(uuid)
+        if server is None:
+            return False
+        if self.m.ts.silent_for(uuid) > limit:
+            return True
+        report = server.tablets.get(tablet_id)
+        return report is not None and report.state == "FAILED"
 
     def _deletion(self, catalog: Catalog, tablet_id: str, ts_uuid: str) -> DeleteTablet | None:
         """The DeleteTablet a reported replica earns, if any (multi-master seed, Appendix A):
