@@ -45,6 +45,10 @@ class Reconciler:
     def __init__(self, master: Leader):
         self.m = master
         self._unknown_reported: set[str] = set()  # tablets reported with no catalog key, logged
+        # tablet -> servers whose replica of it reported FAILED: its damaged files stay there
+        # for an operator, and a copy over a damaged superblock or cmeta would fail at every
+        # try, so such a server is never picked to hold a replacement (forgotten on a restart)
+        self._failed_on: dict[str, set[str]] = {}
 
     async def run(self) -> None:
         """One round, on the leader master only (once its catalog replica has applied an entry
@@ -95,7 +99,8 @@ class Reconciler:
             if len(healthy_voters) >= record.replication_factor:
                 change = ReplicaChange(tid, "remove", failed[0])
             else:
-                spare = sorted((t for t in live if t.peer.uuid not in members),
+                spare = sorted((t for t in live if t.peer.uuid not in members
+                                and t.peer.uuid not in self._failed_on.get(tid, ())),
                                key=lambda t: (len(t.tablets), t.peer.uuid))
                 if not spare:
                     continue
@@ -119,7 +124,10 @@ class Reconciler:
         if self.m.ts.silent_for(uuid) > limit:
             return True
         report = server.tablets.get(tablet_id)
-        return report is not None and report.state == "FAILED"
+        if report is None or report.state != "FAILED":
+            return False
+        self._failed_on.setdefault(tablet_id, set()).add(uuid)
+        return True
 
     def _deletion(self, catalog: Catalog, tablet_id: str, ts_uuid: str) -> DeleteTablet | None:
         """The DeleteTablet a reported replica earns, if any (multi-master seed, Appendix A):

@@ -62,8 +62,8 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
     is not FAILED: once faults are healed such a tablet must serve again, and one that cannot
     (say, a pending config no live majority can commit: bug 7) has lost its data's availability
     for good, which no history of ops on other tablets would show. When FAILED voters (damaged
-    on purpose, and left so for the run) leave no majority, the faults took more than Raft
-    tolerates: the tablet is listed in `notes`, not judged."""
+    on purpose; with no live majority the master cannot replace them) leave no majority, the
+    faults took more than Raft tolerates: the tablet is listed in `notes`, not judged."""
     uuid_of = {host: rep.uuid for host, rep in replies.items()}
     by_tablet: dict[str, dict[str, TabletChecksum]] = {}
     for host, rep in replies.items():

@@ -1,0 +1,98 @@
+"""The leader master's re-replication choices (node.master.reconciler), on a real TSManager fed
+heartbeats and a catalog record, with the master's config-change call recorded instead of made:
+which member counts as failed, and where its replacement goes. The end-to-end runs of the same
+rules are tests/test_membership_e2e.py."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from node.master.catalog import Catalog, TabletRecord, write_tablet
+from node.master.reconciler import Reconciler
+from node.master.ts_manager import TSManager
+from node.protocol import ServerStatus, TabletReport
+
+TABLET = "t-0000"
+LIMIT_S = 300.0
+
+
+class FakeMaster:
+    """What the round reads of node.master.server.Master, and the changes it asks for."""
+
+    def __init__(self, ts: TSManager, members: list[str]):
+        self.ts = ts
+        self.opts = SimpleNamespace(follower_unavailable_considered_failed_sec=LIMIT_S)
+        record = TabletRecord(TABLET, "t", [0, 1], [[u, "127.0.0.1", 1] for u in members], rf=3,
+                              config_index=1)
+        self.catalog = Catalog({key: value for _, key, value in write_tablet(record)})
+        self.changes: list[tuple[str, str]] = []
+
+    def _catalog(self) -> Catalog:
+        return self.catalog
+
+    async def on_change_replica(self, req) -> None:
+        self.changes.append((req.op, req.ts_uuid))
+
+
+def _report(uuid: str, state: str, members: list[str], leader: str) -> TabletReport:
+    config = [[u, "VOTER"] for u in members]
+    return TabletReport(TABLET, "t", state, role="LEADER" if uuid == leader else "FOLLOWER",
+                        term=2, leader=leader, config=config, committed_config=config,
+                        committed_config_index=1)
+
+
+def _round(states: dict[str, str | None], members: list[str], leader: str = "a",
+           reconciler: Reconciler | None = None, silent: set[str] = frozenset()):
+    """One re-replication round: `states` is each server's state of the tablet (None: it has
+    no replica), `silent` the servers last heard from LIMIT_S + 1 seconds ago."""
+    clock = [1000.0]
+    ts = TSManager(unresponsive_after_s=2 * LIMIT_S, now=lambda: clock[0])
+    for uuid, state in states.items():
+        clock[0] = 1000.0 - (LIMIT_S + 1 if uuid in silent else 0)
+        tablets = [] if state is None else [_report(uuid, state, members, leader)]
+        ts.heard(ServerStatus(uuid, "127.0.0.1", 1, tablets))
+    clock[0] = 1000.0
+    master = FakeMaster(ts, members)
+    reconciler = reconciler or Reconciler(master)
+    reconciler.m = master
+    asyncio.run(reconciler._replace_failed_replicas())
+    return master.changes, reconciler
+
+
+def test_a_member_reporting_failed_gets_a_replacement_without_any_silence():
+    changes, _ = _round({"a": "RUNNING", "b": "RUNNING", "c": "FAILED", "d": None},
+                        members=["a", "b", "c"])
+    assert changes == [("add", "d")]
+
+
+def test_healthy_members_and_a_short_silence_change_nothing():
+    changes, _ = _round({"a": "RUNNING", "b": "RUNNING", "c": "RUNNING", "d": None},
+                        members=["a", "b", "c"])
+    assert changes == []
+
+
+def test_a_silent_server_is_still_replaced_as_before():
+    changes, _ = _round({"a": "RUNNING", "b": "RUNNING", "c": "RUNNING", "d": None},
+                        members=["a", "b", "c"], silent={"c"})
+    assert changes == [("add", "d")]
+
+
+def test_once_the_replacement_votes_the_failed_member_is_removed():
+    changes, _ = _round({"a": "RUNNING", "b": "RUNNING", "c": "FAILED", "d": "RUNNING"},
+                        members=["a", "b", "c", "d"])
+    assert changes == [("remove", "c")]
+
+
+def test_a_server_whose_replica_failed_never_holds_its_replacement():
+    """c's replica failed and was replaced by d; c forgot it but its damaged files stay. When
+    b fails later, c (with no replicas at all, the least loaded) is passed over for e."""
+    _, reconciler = _round({"a": "RUNNING", "b": "RUNNING", "c": "FAILED", "d": None},
+                           members=["a", "b", "c"])
+    changes, _ = _round({"a": "RUNNING", "b": "FAILED", "c": None, "d": "RUNNING",
+                         "e": None}, members=["a", "b", "d"], reconciler=reconciler)
+    assert changes == [("add", "e")]
+    # A master that never saw c fail (a new leader master) would pick c: the gap it leaves.
+    changes, _ = _round({"a": "RUNNING", "b": "FAILED", "c": None, "d": "RUNNING",
+                         "e": None}, members=["a", "b", "d"])
+    assert changes == [("add", "c")]
