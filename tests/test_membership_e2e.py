@@ -158,35 +158,52 @@ def test_a_follower_behind_the_retained_log_is_caught_up_by_tablet_copy(make_clu
     run(go())
 
 
+async def _loaded_with_a_spare(cluster, rows: int = 300):
+    """A new one-tablet table with `rows` rows on a 4-server cluster: (client, tablet, table,
+    uuids by daemon name, the spare server holding no replica, a follower)."""
+    client, tablet, table = await _one_tablet_table(cluster)
+    for i in range(rows):
+        await table.write(f"k{i}", i)
+    reps = await _reports(client, cluster, tablet)
+    spare = next(name for name, (_, r) in reps.items() if r is None)
+    follower = next(name for name, (_, r) in reps.items() if r is not None and r.role != "LEADER")
+    return client, tablet, table, {name: uuid for name, (uuid, _) in reps.items()}, spare, follower
+
+
+async def _replaced_then_carries_the_quorum(client, cluster, tablet, table, gone: str,
+                                            gone_uuid: str, spare_uuid: str, what: str,
+                                            rows: int = 300, also=None) -> None:
+    """Wait until the leader's settled config has the spare as a voter and not `gone_uuid`, run
+    `also` (more waiting, if any), then kill the other original follower: the replacement must
+    carry the quorum with the leader, and every row must still be there."""
+    async def replaced():
+        reps = await _reports(client, cluster, tablet)
+        leader = next((r for _, r in reps.values() if r and r.role == "LEADER"), None)
+        return (leader is not None and leader.config == leader.committed_config
+                and gone_uuid not in {u for u, _ in leader.committed_config}
+                and [spare_uuid, "VOTER"] in leader.committed_config)
+    await until_async(replaced, what, timeout=90)
+    if also is not None:
+        await also()
+    reps = await _reports(client, cluster, tablet)
+    other = next(name for name, (uuid, r) in reps.items()
+                 if name != gone and uuid != spare_uuid and r is not None and r.role != "LEADER")
+    cluster.kill(other)
+    await table.write("after", 1)
+    assert [await table.read(f"k{i}") for i in range(rows)] == list(range(rows))
+    await client.close()
+
+
 def test_the_master_replaces_the_replica_of_a_failed_server(make_cluster):
     cluster = make_cluster(tservers=4, every=100, retain=10,
                            flags=("--follower-unavailable-considered-failed-sec=3",))
 
     async def go():
-        client, tablet, table = await _one_tablet_table(cluster)
-        for i in range(300):
-            await table.write(f"k{i}", i)
-        reps = await _reports(client, cluster, tablet)
-        spare = next(name for name, (_, r) in reps.items() if r is None)
-        dead = next(name for name, (_, r) in reps.items() if r is not None and r.role != "LEADER")
-        dead_uuid, spare_uuid = reps[dead][0], reps[spare][0]
+        client, tablet, table, uuids, spare, dead = await _loaded_with_a_spare(cluster)
         cluster.kill(dead)
-
-        async def replaced():
-            reps = await _reports(client, cluster, tablet)
-            leader = next((r for _, r in reps.values() if r and r.role == "LEADER"), None)
-            return (leader is not None and leader.config == leader.committed_config
-                    and dead_uuid not in {u for u, _ in leader.committed_config}
-                    and [spare_uuid, "VOTER"] in leader.committed_config)
-        await until_async(replaced, "the master to replace the failed server's replica", timeout=90)
-        # The replacement carries the quorum with the leader: kill the other original follower.
-        reps = await _reports(client, cluster, tablet)
-        other = next(name for name, (_, r) in reps.items()
-                     if name != spare and r is not None and r.role != "LEADER")
-        cluster.kill(other)
-        await table.write("after", 1)
-        assert [await table.read(f"k{i}") for i in range(300)] == list(range(300))
-        await client.close()
+        await _replaced_then_carries_the_quorum(
+            client, cluster, tablet, table, dead, uuids[dead], uuids[spare],
+            "the master to replace the failed server's replica")
     run(go())
 
 
@@ -194,19 +211,15 @@ def test_the_master_replaces_a_replica_that_reports_failed_and_deletes_it(make_c
     """A replica whose metadata is damaged refuses to start and reports FAILED while its server
     heartbeats on. It never recovers by itself, so the master replaces it at once (no silence
     to wait out), add before remove, and then deletes it, as Kudu's master does for a peer its
-    leader reports FAILED_UNRECOVERABLE (here the server forgets it and leaves its files). The default failure timeout (300 s) is left alone: only
-    the FAILED report can make this happen inside the test's time."""
+    leader reports FAILED_UNRECOVERABLE (here the server forgets it and leaves its files). The
+    default failure timeout (300 s) is left alone: only the FAILED report can make this happen
+    inside the test's time."""
     cluster = make_cluster(tservers=4, every=100, retain=10)
 
     async def damage():
-        client, tablet, table = await _one_tablet_table(cluster)
-        for i in range(300):
-            await table.write(f"k{i}", i)
-        reps = await _reports(client, cluster, tablet)
+        client, tablet, _, uuids, spare, bad = await _loaded_with_a_spare(cluster)
         await client.close()
-        spare = next(name for name, (_, r) in reps.items() if r is None)
-        bad = next(name for name, (_, r) in reps.items() if r is not None and r.role != "LEADER")
-        return tablet, {name: uuid for name, (uuid, _) in reps.items()}, spare, bad
+        return tablet, uuids, spare, bad
     tablet, uuids, spare, bad = run(damage())
     cluster.kill(bad)
     cmeta = cluster.root / bad / "consensus-meta" / tablet
@@ -217,33 +230,22 @@ def test_the_master_replaces_a_replica_that_reports_failed_and_deletes_it(make_c
 
     async def go():
         client = TesseraClient(cluster.master_addrs, timeout=15)
-        table = client.table("t")
+
+        async def report():
+            reps = await _reports(client, cluster, tablet)
+            return reps[bad][1] if bad in reps else "unanswered"
 
         async def failed():
-            reps = await _reports(client, cluster, tablet)
-            return bad in reps and reps[bad][1] is not None and reps[bad][1].state in (
-                "FAILED", "TOMBSTONED")
-        await until_async(failed, "the damaged replica to start and report", timeout=60)
+            return getattr(await report(), "state", None) == "FAILED"
+        await until_async(failed, "the damaged replica to start and report FAILED", timeout=60)
 
-        async def replaced():
-            reps = await _reports(client, cluster, tablet)
-            leader = next((r for _, r in reps.values() if r and r.role == "LEADER"), None)
-            return (leader is not None and leader.config == leader.committed_config
-                    and uuids[bad] not in {u for u, _ in leader.committed_config}
-                    and [uuids[spare], "VOTER"] in leader.committed_config)
-        await until_async(replaced, "the master to replace the FAILED replica", timeout=90)
+        async def forgotten():
+            return await report() is None
 
-        async def deleted():  # its server stops reporting it; the damaged files stay for an operator
-            reps = await _reports(client, cluster, tablet)
-            return bad in reps and reps[bad][1] is None
-        await until_async(deleted, "the master to delete the FAILED replica", timeout=60)
-        assert cmeta.exists()
-        # The replacement carries the quorum with the leader: kill the other original follower.
-        reps = await _reports(client, cluster, tablet)
-        other = next(name for name, (_, r) in reps.items()
-                     if name not in (spare, bad) and r is not None and r.role != "LEADER")
-        cluster.kill(other)
-        await table.write("after", 1)
-        assert [await table.read(f"k{i}") for i in range(300)] == list(range(300))
-        await client.close()
+        async def deleted():  # its server forgets it; the damaged files stay for an operator
+            await until_async(forgotten, "the master to delete the FAILED replica", timeout=60)
+            assert cmeta.exists()
+        await _replaced_then_carries_the_quorum(
+            client, cluster, tablet, client.table("t"), bad, uuids[bad], uuids[spare],
+            "the master to replace the FAILED replica", also=deleted)
     run(go())
