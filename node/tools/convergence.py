@@ -63,13 +63,18 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
     (say, a pending config no live majority can commit: bug 7) has lost its data's availability
     for good, which no history of ops on other tablets would show. When FAILED voters (damaged
     on purpose; with no live majority the master cannot replace them) leave no majority, the
-    faults took more than Raft tolerates: the tablet is listed in `notes`, not judged."""
+    faults took more than Raft tolerates: the tablet is listed in `notes`, not judged. A FAILED
+    member the master could have replaced (some server answered that holds no replica of the
+    tablet) keeps the rounds going, since the master replaces such members at once; on the
+    `final` round one still there is a note (`failed-replica-not-replaced`): an availability
+    gap, which the verdict does not count."""
     uuid_of = {host: rep.uuid for host, rep in replies.items()}
     by_tablet: dict[str, dict[str, TabletChecksum]] = {}
     for host, rep in replies.items():
         for t in rep.tablets:
             by_tablet.setdefault(t.tablet_id, {})[host] = t
     tablets, errors, behind, leaderless, unavailable = [], [], {}, [], []
+    repairing: list[str] = []  # tablets with a FAILED member and a server free to replace it
     for tid in sorted(by_tablet):
         reps = by_tablet[tid]
         if all(t.state == "TOMBSTONED" for t in reps.values()):
@@ -85,6 +90,20 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
                 notes[h] = f"behind: applied {t.applied} < {applied}"
                 behind.setdefault(tid, []).append(h)
         compared = {h: t for h, t in live.items() if not notes[h]}
+        unreplaced = sorted(h for h, t in reps.items()
+                            if t.state == "FAILED" and uuid_of[h] in members)
+        spares = sorted(set(replies) - set(reps))  # answered, and hold no replica of it
+        if unreplaced and spares:
+            repairing.append(tid)
+            if final:
+                unavailable.append({
+                    "type": "failed-replica-not-replaced", "tablet": tid,
+                    "replicas": unreplaced, "spares": spares,
+                    "explanation": f"tablet {tid} still counts the FAILED replica(s) on "
+                                   f"{', '.join(unreplaced)} among its members after the heal, "
+                                   f"though {', '.join(spares)} could hold a replacement: one "
+                                   f"failure less from unavailable than its replication factor "
+                                   f"says"})
         tablets.append({"tablet": tid, "applied_index": applied,
                         "replicas": {h: _replica(t, uuid_of[h], notes[h]) for h, t in sorted(reps.items())},
                         "missing": sorted(members - {uuid_of[h] for h in reps})})
@@ -124,6 +143,9 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
                 "reason": f"live replicas never reached the same applied index ({lag})"}
     if leaderless:
         return {**result, "verdict": "unknown", "reason": f"no leader: {', '.join(leaderless)}"}
+    if repairing and not final:  # the master replaces FAILED members: give it the time
+        return {**result, "verdict": "unknown",
+                "reason": f"FAILED members not yet replaced: {', '.join(repairing)}"}
     return {**result, "verdict": "valid"}
 
 
