@@ -288,6 +288,8 @@ def test_a_busy_report_leads_with_the_verdict_the_checkers_and_the_throughput(st
     test = found.test()
     model = model_for(test)
     analyze_run(str(run), check_history(read_jsonl(found.history), model, **check_options(test, model)), "test")
+    # A note that names no log line (convergence's) shows no empty host/file:line before it.
+    assert "<b>majority-failed</b>: tablet t0 has no leader" in (run / "report.html").read_text()
     (store / "layout.html").write_text(LAYOUT_PROBE % json.dumps("register/20260101T000006/report.html"))
     out = browse(tmp_path, "--virtual-time-budget=30000", "--dump-dom", f"{server}/layout.html")
     m = re.search(r'<pre id="result">(.*?)</pre>', out.stdout, re.S)

@@ -127,7 +127,7 @@ Pages: {% for i in range(1, pages + 1) %}<a href="timeline/{{ i }}.html">{{ i }}
 {% for e in res.expected %}<p><b>{{ e.type }}</b> {{ e.host }}/{{ e.file }}:{{ e.line }}</p><pre>{{ e.text }}</pre>
 {% endfor %}</details>{% endif %}
 {% if res.notes %}<p>Notes (worth a look; the verdict does not count them):</p>
-{% for e in res.notes %}<p><b>{{ e.type }}</b> {{ e.host }}/{{ e.file }}:{{ e.line }}: {{ e.explanation }}</p><pre>{{ e.text }}</pre>
+{% for e in res.notes %}<p><b>{{ e.type }}</b>{% if e.file %} {{ e.host }}/{{ e.file }}:{{ e.line }}{% endif %}: {{ e.explanation }}</p>{% if e.text %}<pre>{{ e.text }}</pre>{% endif %}
 {% endfor %}{% endif %}
 {% if res.watchdog_restarts %}<p>Watchdog restarts (a daemon died without being killed on purpose):
 {% for w in res.watchdog_restarts %}{{ w.daemon }} on {{ w.host }} at {{ w.time_s }} s{{ ", " if not loop.last }}{% endfor %}.</p>{% endif %}
