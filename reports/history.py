@@ -27,7 +27,8 @@ class Op(msgspec.Struct, omit_defaults=True):
 
     index: int
     type: str
-    process: int | str
+    # None only until a reader's Validator gives an op recorded without one a process of its own
+    process: int | str | None = None
     f: Any = None
     value: Any = None
     time: int | None = None
@@ -70,17 +71,32 @@ _encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
 
 
 class Validator:
-    """Checks op types and invoke/completion pairing incrementally, so readers can name lines."""
+    """Checks op types and invoke/completion pairing incrementally, so readers can name lines.
 
-    def __init__(self, source: str):
+    An op recorded with no process (Elle's minimal histories: `:index`, `:type`, `:value` and
+    nothing else) gets one of its own, as Elle reads it: a fresh negative number, so it shares
+    no process order with any other op. A completion without a process completes the oldest
+    open process-less invoke that has its `f` and, for a transaction, the same micro-ops' f
+    and key; with none open it stands alone, a completion whose invocation is unknown. A
+    harness run's own history always records processes: its readers pass `anonymous=False`."""
+
+    def __init__(self, source: str, anonymous: bool = True):
         self.source = source
+        self.anonymous_ok = anonymous  # False for the harness's own histories: each op has one
         self.open: dict[Any, int] = {}  # process -> line of its outstanding invoke
+        self.anonymous: list[tuple[tuple, int]] = []  # open process-less invokes: (signature, process)
+        self.fresh = 0
 
-    def check(self, op: Op, line: int) -> None:
+    def admit(self, op: Op, line: int) -> Op:
+        """`op` as the history holds it (with its process), or HistoryError naming the line."""
         if op.type not in OP_TYPES:
             raise HistoryError(f"unknown op type {op.type!r}", line, self.source)
+        if op.process is None:
+            if not self.anonymous_ok:
+                raise HistoryError("op has no process", line, self.source)
+            return msgspec.structs.replace(op, process=self._anonymous(op))
         if op.process == NEMESIS:  # nemesis ops are :info pairs; they carry no pairing rule
-            return
+            return op
         pending = self.open.get(op.process)
         if op.type == "invoke":
             if pending is not None:
@@ -96,6 +112,32 @@ class Validator:
             )
         else:
             del self.open[op.process]
+        return op
+
+    def _anonymous(self, op: Op) -> int:
+        signature = _signature(op)
+        if op.type != "invoke":
+            for i, (sig, process) in enumerate(self.anonymous):
+                if sig == signature:
+                    del self.anonymous[i]
+                    return process
+        self.fresh -= 1
+        if op.type == "invoke":
+            self.anonymous.append((signature, self.fresh))
+        return self.fresh
+
+
+def _signature(op: Op) -> tuple:
+    """What an invoke and its completion share: f, and a transaction's micro-ops' f and key
+    (a read's value differs between the two)."""
+    v = op.value
+    if isinstance(v, (list, tuple)) and v and all(isinstance(m, (list, tuple)) and len(m) >= 2
+                                                  for m in v):
+        try:
+            return op.f, tuple((str(m[0]), _hashable(m[1])) for m in v)
+        except TypeError:  # an unhashable key: the f alone decides
+            pass
+    return op.f, None
 
 
 def _as_op(fields: dict, index: int, line: int, source: str) -> Op:
@@ -106,10 +148,12 @@ def _as_op(fields: dict, index: int, line: int, source: str) -> Op:
         op_type = fields["type"]
     except KeyError:
         raise HistoryError("op has no :type", line, source) from None
-    process = fields.get("process", 0)
-    if isinstance(process, str):
+    process = fields.get("process")
+    if process is None:
+        pass  # the Validator gives it one
+    elif isinstance(process, str):
         process = str(process)
-    elif not isinstance(process, int):
+    elif not isinstance(process, int) or isinstance(process, bool):
         raise HistoryError(f"bad process {process!r}", line, source)
     time = fields.get("time")
     if time is not None and not isinstance(time, int):
@@ -152,8 +196,7 @@ def read_jsonl(path: str | Path) -> list[Op]:
                 op = _unnumbered(raw, len(ops), e, lineno, source)
             except msgspec.DecodeError as e:
                 raise HistoryError(f"bad op record: {e}", lineno, source) from None
-            validator.check(op, lineno)
-            ops.append(op)
+            ops.append(validator.admit(op, lineno))
     return ops
 
 
@@ -325,9 +368,7 @@ def parse_edn_history(text: str, source: str = "") -> list[Op]:
             return
         if not isinstance(form, dict):
             raise HistoryError(f"expected an op map, got {form!r}", line, source)
-        op = _as_op(form, len(ops), line, source)
-        validator.check(op, line)
-        ops.append(op)
+        ops.append(validator.admit(_as_op(form, len(ops), line, source), line))
 
     while (tok := reader._token()) is not None:
         if tok[0] == "open" and tok[1] in "[(":  # a vector of ops: read element by element
@@ -345,10 +386,10 @@ def parse_edn_history(text: str, source: str = "") -> list[Op]:
 
 def split_independent(ops: list[Op]) -> list[Op]:
     """Jepsen's independent histories carry each op's key in its value, `[k v]` (a cas:
-    `[k [old new]]`). When every client op (transactions aside: their keys are in their micro-
-    ops) has that shape, and none has a key of its own, move the key out, so each key is
+    `[k [old new]]`). When every client op (transactions aside, `_transaction`: their keys are
+    in their micro-ops) has that shape, and none has a key of its own, move the key out, so each key is
     checked as its own register; any other history is returned as it is."""
-    client = [o for o in ops if o.process != NEMESIS and o.f != "txn"]
+    client = [o for o in ops if o.process != NEMESIS and not _transaction(o)]
 
     def tuple_shaped(o: Op) -> bool:
         v = o.value
@@ -359,10 +400,18 @@ def split_independent(ops: list[Op]) -> list[Op]:
         return ops
     out = []
     for o in ops:
-        if o.process != NEMESIS and o.f != "txn":
+        if o.process != NEMESIS and not _transaction(o):
             o = msgspec.structs.replace(o, key=_hashable(o.value[0]), value=o.value[1])
         out.append(o)
     return out
+
+
+def _transaction(op: Op) -> bool:
+    """A txn op, or one with no f whose value is a list of micro-ops `[:f k v]` (Elle's minimal
+    histories leave the f out): its value is no independent `[k v]` tuple, even with two."""
+    v = op.value
+    return op.f == "txn" or (op.f is None and isinstance(v, list) and bool(v) and all(
+        isinstance(m, list) and 2 <= len(m) <= 3 and isinstance(m[0], Keyword) for m in v))
 
 
 _STRING_SPECIALS = re.compile(r'[\\"\x00-\x1f\x7f]')
@@ -450,43 +499,58 @@ def write_edn(ops: Iterable[Op], path: str | Path) -> None:
 
 # ------------------------------------------------------------------------------- jepsen.log
 
-_LOG_LINE = re.compile(
-    r"jepsen\.util\s+-\s+(?P<process>\S+)\t(?P<type>:\S+)\t(?P<f>\S+)(?:\t(?P<value>[^\t]*))?(?:\t(?P<error>.*))?$"
-)
+_LOG_PREFIX = re.compile(r"jepsen\.util\s+-\s+(?=\S+\s+:\S)")
 
 
 def parse_jepsen_log(text: str, source: str = "") -> list[Op]:
-    """Ops from `jepsen.log` lines like `INFO jepsen.util - 3\t:invoke\t:cas\t[1 2]`; other lines
-    are log noise and skipped. A `:timed-out` value is an unknown outcome (Jepsen logs crashed
-    reads that way)."""
+    """Ops from `jepsen.log` lines, `INFO jepsen.util - 3\t:invoke\t:cas\t[1 2]`, with the
+    fields separated by tabs (newer Jepsen) or by any run of blanks (older Jepsen, and some of
+    Porcupine's etcd logs: `INFO  jepsen.util - 1   :invoke :write  3`); other lines are log
+    noise and skipped. A line's fields are process, type, f and value, one EDN form each (Jepsen
+    prints them with pr-str, so a value is never empty), then an optional error, the rest of
+    the line: kept as its text (`sql: OK OK 1 row`) unless it is exactly one EDN form. A `:timed-out` value is an unknown outcome
+    (Jepsen logs crashed ops that way)."""
     validator = Validator(source)
     ops: list[Op] = []
     for lineno, raw in enumerate(text.splitlines(), 1):
-        m = _LOG_LINE.search(raw)
+        m = _LOG_PREFIX.search(raw)
         if m is None:
             continue
-
-        def edn(s: str | None) -> Any:
-            if s is None or not s.strip():
-                return None
-            form = _EdnReader(s, source).read()
-            return None if form is None else form[0]
-
         try:
-            process = edn(m["process"])
-            fields = {"type": edn(m["type"]), "f": edn(m["f"]), "process": process}
-            value = edn(m["value"])
-            error = edn(m["error"])
+            process, op_type, f, value, error = _log_fields(raw[m.end():], source)
         except HistoryError as e:
             raise HistoryError(str(e).split(": ", 1)[-1], lineno, source) from None
         if value == "timed-out":
             value, error = None, error or Keyword("timed-out")
-            fields["type"] = "info"
-        fields["value"], fields["error"] = value, error
-        op = _as_op(fields, len(ops), lineno, source)
-        validator.check(op, lineno)
-        ops.append(op)
+            op_type = "info"
+        fields = {"type": op_type, "f": f, "process": process, "value": value, "error": error}
+        ops.append(validator.admit(_as_op(fields, len(ops), lineno, source), lineno))
     return ops
+
+
+def _log_fields(rest: str, source: str) -> tuple[Any, Any, Any, Any, Any]:
+    """process, type, f, value and error of one jepsen.util line's fields (`rest`): the first
+    four are one EDN form each, whatever blanks part them; the error is the rest of the line."""
+    reader = _EdnReader(rest, source)
+    forms = []
+    for _ in range(4):
+        form = reader.read()
+        forms.append(None if form is None else form[0])
+    return (*forms, _error_field(rest[reader.pos:].strip(), source))
+
+
+def _error_field(text: str, source: str) -> Any:
+    """A line's trailing error: one EDN form if it is exactly one, else its text."""
+    if not text:
+        return None
+    reader = _EdnReader(text, source)
+    try:
+        form = reader.read()
+        if form is not None and reader.read() is None:
+            return form[0]
+    except HistoryError:
+        pass
+    return text
 
 
 # ------------------------------------------------------------------------------------ any

@@ -108,8 +108,8 @@ def test_check_questions_what_it_should(tmp_path, capsys):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     for model in ("cas-register", "list-append"):  # the same answer for every model
-        code, err = _check(capsys, empty, "--model", model)
-        assert code == 2 and "no client operations" in err
+        code, err = _check(capsys, empty, "--model", model)  # an input error, as a missing file
+        assert code == 254 and "holds no operations" in err and len(err.splitlines()) == 1
     nof = tmp_path / "nof.jsonl"
     nof.write_text(json.dumps({"index": 0, "type": "invoke", "process": 0, "value": 1}) + "\n")
     code, err = _check(capsys, nof, "--model", "cas-register")

@@ -3,7 +3,10 @@ judge a stored run's history.jsonl by the model and options its test.json record
 
 Exit codes: 0 valid, 1 invalid, 2 unknown, a malformed history, or one that does not fit the
 model (the reason, with the op, goes to stderr; reports.checkers.shapes), 254 bad arguments,
-including a history file that does not exist or a bad --initial."""
+including a history file that does not exist, one that holds no operations, or a bad --initial.
+A history whose only ops are the nemesis's is judged, as Knossos judges it: valid, since no
+client op could violate the model. (A chaos run with no ok client op is the run's stats
+checker's to catch, as in Jepsen.)"""
 
 from __future__ import annotations
 
@@ -54,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from reports.checkers.check import check_history
+    from reports.checkers.shapes import infer_f
     from reports.history import NEMESIS, HistoryError, read_history
 
     recorded: dict = {}
@@ -89,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return BAD_ARGS
     try:
-        ops = [o for o in read_history(path) if o.process != NEMESIS]
+        recorded_ops = read_history(path)
     except (HistoryError, OSError, UnicodeDecodeError) as e:
         print(f"tessera check: unreadable history: {e}", file=sys.stderr)
         return EXIT["unknown"]
@@ -97,6 +101,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"tessera check: unreadable history: {path} nests values too deeply",
               file=sys.stderr)
         return EXIT["unknown"]
+    if not recorded_ops:
+        print(f"tessera check: {path} holds no operations (expected a history.jsonl, a Jepsen "
+              "history.edn or a jepsen.log)", file=sys.stderr)
+        return BAD_ARGS
+    # Only the nemesis's ops: nothing a model could violate, and Knossos calls it valid.
+    ops = infer_f(model, [o for o in recorded_ops if o.process != NEMESIS])
     why = _misfit(ops, model, path)
     if why:
         print(f"tessera check: {why}", file=sys.stderr)
@@ -127,12 +137,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _misfit(ops: list, model: str, path: str) -> str | None:
-    """Why the history cannot be judged by `model`, or None: no client operations at all, or
-    an op that does not fit the model's shapes (reports.checkers.shapes)."""
+    """Why the history cannot be judged by `model`, or None: an op that does not fit the
+    model's shapes (reports.checkers.shapes)."""
     from reports.checkers.shapes import misfit
 
-    if not ops:
-        return f"{path} has no client operations to judge"
     for op in ops:
         why = misfit(model, op)
         if why:

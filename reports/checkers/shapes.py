@@ -4,13 +4,16 @@ checker runs, so a history judged by the wrong model (a register history with `-
 list-append`, a `:value 5` where a transaction belongs) is one line naming the op and the shape
 it lacks, never a traceback from deep inside a checker (issue 36).
 
-Pure: `misfit(model, op)` says what is wrong with one op, or None.
+Pure: `misfit(model, op)` says what is wrong with one op, or None; `infer_f(model, ops)` fills
+in the f an op left out where the model has only one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+import msgspec
 
 from reports.history import Op
 
@@ -64,6 +67,16 @@ SHAPES: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
     "watch": {"write": (_any, "a value"), "watch": (_any, "events"),
               "final-watch": (_any, "events"), "read": (_any, "a value")},
 }
+
+
+def infer_f(model: str, ops: list[Op]) -> list[Op]:
+    """`ops` with a missing f filled in where the model knows only one (a transaction model's
+    "txn"), as Elle reads its minimal histories: ops with `:index`, `:type` and `:value` alone.
+    Any other model's ops are returned as they are; `misfit` then names an op with no f."""
+    only = next(iter(SHAPES.get(model, {})), None) if len(SHAPES.get(model, {})) == 1 else None
+    if only is None:
+        return ops
+    return [msgspec.structs.replace(op, f=only) if op.f is None else op for op in ops]
 
 
 def misfit(model: str, op: Op) -> str | None:

@@ -44,10 +44,8 @@ def check_unit(model: str, options: dict, unit: str, lines: str) -> dict:
         return {"verdict": "unknown",
                 "unreadable": f"{len(bad)} unparseable line(s); one reads {bad[0][:120]!r}"}
     try:
-        ops = decode(lines)
-        validator = Validator(f"unit {unit!r}")
-        for op in ops:
-            validator.check(op, op.index)
+        validator = Validator(f"unit {unit!r}", anonymous=False)
+        ops = [validator.admit(op, op.index) for op in decode(lines)]
     except HistoryError as e:
         return {"verdict": "unknown", "unreadable": str(e)}
     return check_history(ops, model, **options)
