@@ -13,6 +13,7 @@ masters.json), results.json.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 import traceback
@@ -160,17 +161,20 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
             n.heal()  # whatever an earlier, crashed run may have left on the hosts
         db.setup()
         schedule = asyncio.run(_drive(spec, workload, opts, db, ctx, run_dir, nemeses, plan))
+        # the plan, and each step as it ran with what the hosts showed after it
+        plan_json = json.loads(plans.dumps(plan))
+        write_json(run_dir / "schedule.json", {**plan_json, "executed": schedule.executed})
         checks = []
         for name, call in db.end_checks():
             checks.append(_run_check(name, call))
             write_json(run_dir / f"{name}.json", checks[-1])
-        _collect(db, run_dir)
+        _collect(db, run_dir, nemeses)
         collected = True
         return _judge(run_dir, workload.checker, schedule, checks)
     finally:
         if db is not None:
             if not collected:
-                _collect(db, run_dir)
+                _collect(db, run_dir, nemeses)
             steps = [db.teardown, *(n.teardown for n in nemeses.values())]
             if spec.leave_db_running:
                 say("leaving the daemons running (--leave-db-running); the next test or "
@@ -192,12 +196,17 @@ def clock_source(spec: TestSpec) -> str:
     return "kernel" if spec.provider == "vagrant" else "faketime"
 
 
-def _collect(db, run_dir: Path) -> None:
+def _collect(db, run_dir: Path, nemeses: dict) -> None:
+    """Each host's daemon logs, and what a fault's helper on it said (the delay daemon's
+    output, as `nodes/<host>/<fault>-helper.txt`, beside the logs the log checker reads)."""
     from harness.cluster import ClusterError
 
     for h in db.hosts:
         try:
             db.collect(h.name, run_dir / "nodes" / h.name)
+            for name, n in nemeses.items():
+                if text := n.collect(h.name):
+                    (run_dir / "nodes" / h.name / f"{name}-helper.txt").write_text(text)
         except ClusterError as e:
             say(f"could not collect logs from {h.name}: {e}")
 
@@ -214,9 +223,8 @@ def _run_check(checker: str, call) -> dict:
 
 def _judge(run_dir: Path, checker, schedule, cluster_checks: list[dict]) -> str:
     """The history checked, with the run's other checks, into results.json; the verdict."""
-    import json
-
     from harness.store import write_json
+    from reports.checkers.faults import check_faults
     from reports.checkers.logs import check_logs
     from reports.history import read_jsonl, write_edn
     from reports.spark.results import anomalies, failure_line
@@ -225,7 +233,8 @@ def _judge(run_dir: Path, checker, schedule, cluster_checks: list[dict]) -> str:
     write_edn(ops, run_dir / "history.edn")
     logs = _run_check("logs", lambda: check_logs(run_dir, ops))
     test = json.loads((run_dir / "test.json").read_text())
-    results = _results(ops, checker, test, schedule, extra=[*cluster_checks, logs])
+    faults = [check_faults(ops, list(test["nemesis"]))] if test.get("nemesis") else []
+    results = _results(ops, checker, test, schedule, extra=[*cluster_checks, logs, *faults])
     write_json(run_dir / "results.json", results)
     say(f"{len(ops)} history events; verdict: {results['verdict']}")
     if results["verdict"] != "valid":  # the why on the terminal (and in CI's log), not only in the report

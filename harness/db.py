@@ -227,8 +227,38 @@ def _digest(wheels: list[Path]) -> str:
     return h.hexdigest()[:16]
 
 
+class Holds:
+    """Which fault package holds which daemon killed or paused (`held`: (host, daemon) ->
+    package): no other fault may start, kill, pause or replace it until that package lets it
+    go (issue 50: a disk fault restarted a daemon the kill fault held down, and replaced a
+    paused one with a fresh one, while the history showed the kill or pause in force). A class
+    needs `held` and `_targets(host, daemon)`."""
+
+    held: dict
+
+    def _targets(self, host: str, daemon: str | None) -> list[str]:
+        raise NotImplementedError
+
+    def hold(self, host: str, daemon: str | None, by: str) -> None:
+        """`by` (a fault package) holds the host's daemon(s) killed or paused until `release`."""
+        for d in self._targets(host, daemon):
+            self.held[(host, d)] = by
+
+    def release(self, host: str, daemon: str | None, by: str) -> None:
+        for d in self._targets(host, daemon):
+            if self.held.get((host, d)) == by:
+                del self.held[(host, d)]
+
+    def held_by(self, host: str, daemon: str | None = None, but: str = "") -> str | None:
+        """The package other than `but` that holds one of the host's daemon(s), or None."""
+        for d in self._targets(host, daemon):
+            if (holder := self.held.get((host, d))) and holder != but:
+                return holder
+        return None
+
+
 @dataclass
-class Deployment:
+class Deployment(Holds):
     """A system under test on `hosts`: the shared half of every DB adapter. A subclass sets the
     class attributes and writes `daemons`, `command`, `configure`, the leader queries,
     `open_clients` and `end_checks`; everything else here works for any system whose daemons
@@ -241,6 +271,7 @@ class Deployment:
     env: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> env for daemons
     log: object = print
     down: set = field(default_factory=set)  # (host, daemon) killed on purpose: not for the watchdog
+    held: dict = field(default_factory=dict)  # Holds: (host, daemon) -> the fault holding it
     lazyfs: bool = False  # the data daemon's data dir on lazyfs (lose-unfsynced-writes)
     # Where the control machine keeps the deployment's CA and certificates (a temporary dir if
     # None), and the operator's CA (its certificate and key files) to issue them from instead
@@ -401,12 +432,28 @@ class Deployment:
     def _targets(self, host: str, daemon: str | None) -> list[str]:
         return [daemon] if daemon else self.daemons(host)
 
-    def start(self, host: str, daemon: str | None = None) -> None:
+    def pid_file(self, daemon: str) -> str:
+        return f"{DATA}/{daemon}.pid"
+
+    def process_states(self, host: str, daemon: str | None = None) -> dict[str, str]:
+        """daemon -> its process's state on the host, read from /proc (nemeses.observe)."""
+        from nemeses.observe import process_states
+
+        files = {self.pid_file(d): d for d in self._targets(host, daemon)}
+        return {files[f]: st for f, st in process_states(self.remotes[host], list(files)).items()}
+
+    def start(self, host: str, daemon: str | None = None, by: str = "") -> dict[str, str]:
+        """Start the host's daemon(s) that are not running. A daemon another package than `by`
+        holds killed or paused is left alone: returned as {daemon: holder}, for the record."""
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.get(host, {}).items())
+        deferred = {}
         with self._locks[host]:
             for d in self._targets(host, daemon):
                 if d not in self.daemons(host):
                     continue  # not this host's now (a removed member): nothing to start
+                if (holder := self.held.get((host, d))) and holder != by:
+                    deferred[d] = holder
+                    continue
                 self.down.discard((host, d))
                 pid, log = f"{DATA}/{d}.pid", f"{DATA}/logs/{d}.log"
                 cmd = f"env {env} {self.command(host, d)} >>{log} 2>&1"
@@ -420,6 +467,7 @@ class Deployment:
                           f"echo '{self.name} {d}: cannot start: no pid file after 10 s' | tee -a {log} >&2; "
                           f"exit 1")  # in the daemon's log too, where the log checker looks
                 self.remotes[host].sh(script)
+        return deferred
 
     def _signal(self, host: str, daemon: str | None, sig: str) -> None:
         for d in self._targets(host, daemon):

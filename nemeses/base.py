@@ -74,8 +74,14 @@ class Context:
         """The hosts a target rule names now; a leader nobody knows falls back to its host."""
         if rule["rule"] == "hosts":
             return list(rule["hosts"])
+        return [self.resolve_leader(rule)[0]]
+
+    def resolve_leader(self, rule: dict) -> tuple[str, str]:
+        """A leader rule's host now, and how it was found: "leader" when the system named one,
+        "fallback" when nobody knew and the plan's host stood in (recorded as such)."""
         leader = self.leader(rule)
-        return [leader] if leader else list(rule["fallback"])
+        return (leader, "leader") if leader else (rule["fallback"][0], "fallback")
+
 
 
 @dataclass
@@ -95,6 +101,10 @@ class Nemesis:
     def daemon_env(self) -> dict[str, str]:
         """What every daemon must run with for this fault to reach it (set before they start)."""
         return {}
+
+    def collect(self, host: str) -> str:
+        """What the fault's helper on `host` logged (kept in the run's store), or ""."""
+        return ""
 
     def teardown(self) -> None:
         """After the daemons are gone: remove any file the fault needed on the hosts."""

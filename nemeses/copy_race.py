@@ -65,7 +65,8 @@ class CopyRace(Nemesis):
                                      DeleteTablet(tablet))
         return {"tablet": tablet, "leader": leader, "cut_from": follower,
                 "tombstoned": receiver, "after_s": choice["after_s"],
-                "delete": "ok" if acked.get(receiver, Ack(False)).ok else "no answer or refused"}
+                "delete": "ok" if acked.get(receiver, Ack(False)).ok else "no answer or refused",
+                "observed": self.part.observe_cut()}
 
     def stop(self) -> dict:
         self.active = False
@@ -79,4 +80,4 @@ class CopyRace(Nemesis):
 register(Package("copy-race", heal_rank=14, draw=draw, min_hosts=3, group="raft",
                  needs=frozenset({"leaders", "tablets"}),
                  build=lambda ctx: CopyRace(ctx=ctx, part=Partition(
-                     hosts=ctx.hosts, remotes=ctx.remotes, ctx=ctx))))
+                     hosts=ctx.hosts, remotes=ctx.remotes, ctx=ctx, chain="TESSERA-CRACE"))))

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from harness.cluster import ClusterError
 from harness.control import Remote
+from nemeses import observe
 from nemeses.base import Nemesis
 from nemeses.registry import Package, register
 
@@ -102,6 +103,7 @@ def flip(path, offset, bit):
     with open(path, "r+b") as f:
         f.seek(offset); b = f.read(1)[0]; f.seek(offset); f.write(bytes([b ^ (1 << bit)]))
         f.flush(); os.fsync(f.fileno())
+    return {"before": b, "after": b ^ (1 << bit)}
 
 
 if mode == "head-flip":
@@ -110,9 +112,9 @@ if mode == "head-flip":
     if heads:
         path, group, start = rng.choice(heads)
         offset, bit = start + rng.randrange(16), rng.randrange(8)
-        flip(path, offset, bit)
+        byte = flip(path, offset, bit)
         print(json.dumps({"file": path, "kind": "wal", "group": group, "mode": mode,
-                          "offset": offset, "bit": bit, "batch": start}))
+                          "offset": offset, "bit": bit, "batch": start, **byte}))
         sys.exit(0)
     mode = "bitflip"  # no unfinished segment with a batch: an ordinary flip
 files.sort()
@@ -126,14 +128,17 @@ while True:
 done = {"file": path, "kind": kind, "group": group, "mode": mode}
 if mode == "bitflip":
     offset, bit = rng.randrange(32, size), rng.randrange(8)
-    flip(path, offset, bit)
-    done.update(offset=offset, bit=bit)
+    done.update(offset=offset, bit=bit, **flip(path, offset, bit))
 else:
     length = rng.randrange(16, size)
     os.truncate(path, length)
     done.update({"from": size, "to": length})
 print(json.dumps(done))
 """
+
+
+# Runs on the host: the byte at argv[2] of file argv[1], as a number.
+_READ_BYTE = "import sys; f = open(sys.argv[1], 'rb'); f.seek(int(sys.argv[2])); print(f.read(1)[0])"
 
 
 @dataclass
@@ -148,21 +153,45 @@ class DiskCorruption(Nemesis):
     def start(self, choice: dict) -> dict:
         layout = self.db.disk_layout()
         host = choice["host"]
+        if holder := self.db.held_by(host, layout.daemon, self.name):
+            # killed or paused by another fault: stopping and restarting it here would end
+            # that fault early (a paused daemon replaced by a fresh one) while the history
+            # shows it in force
+            return {"skipped": f"{host}'s {layout.daemon} is held by {holder}", "host": host}
         # A minority means a minority of the voters a group has now: one the membership
         # fault shrank to two cannot spare a replica.
         spared = sorted({g for g, h in self.damaged.items() if h != host} | self.db.cannot_spare())
-        self.db.kill(host, layout.daemon)
-        log_line = self._log_length(host, layout.log)
-        out = self.remotes[host].run(damage_args(layout, choice["damage_seed"], spared)).stdout
-        self.db.start(host, layout.daemon)
-        done = json.loads(out.strip().splitlines()[-1])
+        self.db.hold(host, layout.daemon, self.name)
+        try:
+            self.db.kill(host, layout.daemon)
+            log_line = self._log_length(host, layout.log)
+            out = self.remotes[host].run(damage_args(layout, choice["damage_seed"], spared)).stdout
+            done = json.loads(out.strip().splitlines()[-1])
+            observed = self._observe(host, done) if "file" in done else None
+        finally:
+            self.db.release(host, layout.daemon, self.name)
+            self.db.start(host, layout.daemon)
         if "file" in done:
             done["log"], done["log_line"] = layout.log.rsplit("/", 1)[-1], log_line
             done["replica"] = self.db.damaged(host, done)
             self.damaged[done["group"]] = host
             self._unrepaired.append((host, done))
+            done["observed"] = observed
         self.active = True
         return {"host": host, **done}
+
+    def _observe(self, host: str, done: dict) -> dict:
+        """The damage read back from the file on the host, by a process of its own, before the
+        daemon starts again: the flipped byte as written, or the file at its cut length."""
+        if "to" in done:
+            out = self.remotes[host].run(["stat", "-c", "%s", done["file"]], check=False).stdout
+            size = int(out) if out.strip().isdigit() else None
+            return observe.observation(size == done["to"], size=size, expected=done["to"])
+        read = self.remotes[host].run(["python3", "-c", _READ_BYTE, done["file"],
+                                       str(done["offset"])], check=False).stdout.strip()
+        byte = int(read) if read.isdigit() else None
+        return observe.observation(byte == done["after"], byte=byte, expected=done["after"],
+                                   before=done["before"])
 
     def _log_length(self, host: str, log: str) -> int:
         """Lines in the daemon's log now: what the logs checker reads after is the answer."""
@@ -204,20 +233,32 @@ class LoseUnfsynced(Nemesis):
         not be done on a host is named in `lose_failed`, never a dead cluster left behind
         (once an SSH channel closed under `echo lose` and the run ended with every tablet
         server down and its verdict unknown)."""
+        db, daemon = self.db, self.db.data_daemon
+        held = {h: holder for h in self.hosts if (holder := db.held_by(h, daemon, self.name))}
+        targets = [h for h in self.hosts if h not in held]
+        if not targets:
+            return {"skipped": f"every host's {daemon} is held by another fault: {held}"}
         lost, failed = {}, {}
         try:
-            for h in self.hosts:
-                self.db.kill(h, self.db.data_daemon)  # until gone: no write lands after the loss
-            for h in self.hosts:
+            for h in targets:
+                db.hold(h, daemon, self.name)
+            # all at once, as a power loss is; each until gone: no write lands after the loss
+            observe.each(targets, lambda h: db.kill(h, daemon))
+            states = observe.each(targets, lambda h: db.process_states(h, daemon)[daemon])
+            for h in targets:
                 try:
                     lost[h] = self._lose(h)
                 except ClusterError as e:
                     failed[h] = str(e)
         finally:
-            for h in self.hosts:
-                self.db.start(h, self.db.data_daemon)
-        out = {"power_loss": self.hosts, "unsynced_bytes_dropped": lost}
-        return out | ({"lose_failed": failed} if failed else {})
+            for h in targets:
+                db.release(h, daemon, self.name)
+                db.start(h, daemon)
+        running = {h: s for h, s in states.items() if s not in ("gone", "Z", "X")}
+        seen = {"daemons_at_loss": states, **({"lose_failed": failed} if failed else {})}
+        out = {"power_loss": targets, "unsynced_bytes_dropped": lost,
+               "observed": observe.observation(not failed and not running, **seen)}
+        return out | ({"lose_failed": failed} if failed else {}) | ({"held": held} if held else {})
 
     def _lose(self, host: str) -> int:
         """Drop the unsynced bytes of `host`'s data dir (tried twice: `lose` again drops

@@ -27,25 +27,33 @@ class KillAfterHeal(Nemesis):
     _killed: list[str] = field(default_factory=list)
 
     def start(self, choice: dict) -> dict:
-        (leader,) = self.ctx.resolve(choice["target"])
+        leader, resolved = self.ctx.resolve_leader(choice["target"])
         self._choice = choice
         self.part.cut(isolate(leader, self.ctx.names))
         self.active = True
-        return {"isolated": leader, "tablet": self.ctx.tablet(choice["target"]["bucket"])}
+        return {"isolated": leader, "resolved": resolved,
+                "tablet": self.ctx.tablet(choice["target"]["bucket"]),
+                "observed": self.part.observe_cut()}
 
     def stop(self) -> dict:
         if not self.active:  # the start failed
             return self.heal()
         self.part.stop()
+        db = self.ctx.db
         (leader,) = self.ctx.resolve(self._choice["target"])
+        if holder := db.held_by(leader, db.data_daemon, self.name):
+            self.active = False  # another fault holds it killed or paused: not ours to kill
+            return {"healed": self.ctx.names, "not_killed": leader, "held_by": holder}
         self._killed = [leader]
-        self.ctx.db.kill(leader, self.ctx.db.data_daemon)
+        db.hold(leader, db.data_daemon, self.name)
+        db.kill(leader, db.data_daemon)
         time.sleep(self._choice["down_s"])
         return {"healed": self.ctx.names, "killed": leader, **self._restart()}
 
     def _restart(self) -> dict:
         restarted, self._killed = self._killed, []
         for h in restarted:
+            self.ctx.db.release(h, self.ctx.db.data_daemon, self.name)
             self.ctx.db.start(h, self.ctx.db.data_daemon)
         self.active = False
         return {"restarted": restarted}
@@ -58,4 +66,4 @@ class KillAfterHeal(Nemesis):
 register(Package("kill-after-heal", heal_rank=14, draw=draw, min_hosts=3, group="raft",
                  needs=frozenset({"leaders"}),
                  build=lambda ctx: KillAfterHeal(ctx=ctx, part=Partition(
-                     hosts=ctx.hosts, remotes=ctx.remotes, ctx=ctx))))
+                     hosts=ctx.hosts, remotes=ctx.remotes, ctx=ctx, chain="TESSERA-KAH"))))

@@ -28,11 +28,13 @@ class LeaderIsolate(Nemesis):
     _old: str = ""
 
     def start(self, choice: dict) -> dict:
-        (self._old,) = self.ctx.resolve(choice["target"])
+        self._old, resolved = self.ctx.resolve_leader(choice["target"])
         self._choice = choice
         self.part.cut(isolate(self._old, self.ctx.names))
         self.active = True
-        return {"isolated": self._old, "tablet": self.ctx.tablet(choice["target"]["bucket"])}
+        return {"isolated": self._old, "resolved": resolved,
+                "tablet": self.ctx.tablet(choice["target"]["bucket"]),
+                "observed": self.part.observe_cut()}
 
     def stop(self) -> dict:
         if not self.active:  # the start failed
@@ -56,4 +58,4 @@ class LeaderIsolate(Nemesis):
 register(Package("leader-isolate", heal_rank=12, draw=draw, min_hosts=3, group="raft",
                  needs=frozenset({"leaders"}),
                  build=lambda ctx: LeaderIsolate(ctx=ctx, part=Partition(
-                     hosts=ctx.hosts, remotes=ctx.remotes, ctx=ctx))))
+                     hosts=ctx.hosts, remotes=ctx.remotes, ctx=ctx, chain="TESSERA-LISO"))))

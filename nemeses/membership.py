@@ -60,7 +60,8 @@ class Membership(Nemesis):
         deadline = time.monotonic() + self.patience
         refused = None
         while True:
-            candidates = members.removable()
+            # a member whose host another fault holds killed or paused is not this fault's
+            candidates = [c for c in members.removable() if not self.db.held_by(c[2])]
             if candidates:
                 member = candidates[choice["pick"] % len(candidates)]
                 self._removed.append(member)  # first: a removal that raised may still have

@@ -68,7 +68,11 @@ class MembershipRace(Nemesis):
         for race in choice["races"]:
             done = {"remove": self._once(tablet, "remove", uuid), "race": race}
             victim = leader if race == "kill-leader" else hosts[uuid] if race == "kill-member" else None
-            if victim:
+            holder = victim and self.ctx.db.held_by(victim, "tserver", self.name)
+            if holder:  # another fault holds it killed or paused: not ours to kill or restart
+                done["not_killed"], done["held_by"] = victim, holder
+            elif victim:
+                self.ctx.db.hold(victim, "tserver", self.name)
                 self.ctx.db.kill(victim, "tserver")
                 self._down.add(victim)
                 done["killed"] = victim
@@ -80,7 +84,9 @@ class MembershipRace(Nemesis):
 
     def _restart(self) -> None:
         while self._down:
-            self.ctx.db.start(self._down.pop(), "tserver")
+            host = self._down.pop()
+            self.ctx.db.release(host, "tserver", self.name)
+            self.ctx.db.start(host, "tserver")
 
     def stop(self) -> dict:
         self._restart()

@@ -1,10 +1,21 @@
 """Network faults on the receiving host: partitions and random loss (iptables), bandwidth caps
 (tc tbf), and delay (an NFQUEUE rule feeding nemeses.delay, since this kernel has no netem).
 
-Every rule the nemesis adds lives in its own chains (TESSERA-PART, TESSERA-LOSS) jumped to from
-INPUT, so healing flushes exactly what the nemesis added and nothing an operator put there.
+Every rule a package adds lives in chains of its own, jumped to from INPUT: the partition
+package's TESSERA-PART, leader-isolate's, kill-after-heal's and copy-race's their own (each
+builds a `Partition` with its chain), the packet package's TESSERA-LOSS and TESSERA-DELAY. So a
+stop flushes exactly what its package added: one package's heal never lifts another's cut while
+the history still shows it in force, and nothing an operator put there is touched.
+
+Order matters. A packet that the delay daemon accepts leaves the INPUT chain (an NFQUEUE
+verdict ends the chain's traversal), so a DROP placed after the NFQUEUE rule never sees it: the
+delay would switch partitions off. Dropping chains (partitions, loss) are therefore inserted at
+the top of INPUT and the delay chain appended at its end, whichever starts first.
+
 Only traffic between test hosts is affected: the control machine (the bridge address) keeps
-reaching every host, as a Jepsen control node does.
+reaching every host, as a Jepsen control node does. Each start is checked on the hosts right
+after it (`nemeses.observe`): a cut pair must not connect, the delay daemon must be alive, the
+rules and the qdisc must be there.
 """
 
 from __future__ import annotations
@@ -15,12 +26,14 @@ from dataclasses import dataclass, field
 
 from harness.cluster import ClusterError, Host
 from harness.control import Remote
+from nemeses import observe
 from nemeses.base import Context, Nemesis, choose_targets
 from nemeses.registry import Package, register
 
 PART_CHAIN, LOSS_CHAIN, DELAY_CHAIN = "TESSERA-PART", "TESSERA-LOSS", "TESSERA-DELAY"
 DELAY_QUEUE = 7
 DELAY_PID = "/var/lib/tessera/delay.pid"
+DELAY_LOG = "/var/lib/tessera/delay.log"
 HOST_PYTHON = "/opt/tessera/venv/bin/python"
 PACKET_MODES = ("loss", "delay", "bandwidth")
 SHAPES = ("halves", "random-halves", "isolated", "leader-isolated", "bridge", "majorities-ring")
@@ -63,9 +76,19 @@ def _split(a: list[str], b: list[str]) -> dict:
     return g
 
 
-def _ensure_chain(r: Remote, chain: str) -> None:
+def _ensure_chain(r: Remote, chain: str, last: bool = False) -> None:
+    """The chain, jumped to from INPUT: first (a dropping chain) or `last` (the delay's)."""
+    where = "-A INPUT" if last else "-I INPUT 1"
     r.sh(f"iptables -w -N {chain} 2>/dev/null; iptables -w -C INPUT -j {chain} 2>/dev/null || "
-         f"iptables -w -I INPUT -j {chain}")
+         f"iptables -w {where} -j {chain}")
+
+
+def _rules(r: Remote, chain: str) -> int:
+    """How many rules `chain` holds on the host (-1: no such chain)."""
+    res = r.sh(f"iptables -w -S {chain}", check=False)
+    if res.exit_status != 0:
+        return -1
+    return sum(1 for line in res.stdout.splitlines() if line.startswith("-A "))
 
 
 def _remove_chain(r: Remote, chain: str) -> None:
@@ -89,16 +112,19 @@ class Partition(Nemesis):
     remotes: dict[str, Remote] = field(default_factory=dict)
     ctx: Context | None = None  # resolves leader rules
     name: str = "partition"
+    chain: str = PART_CHAIN  # this package's own: a stop heals only its own cuts
     _cut: dict = field(default_factory=dict)
 
     def start(self, choice: dict) -> dict:
         shape, leader = choice["shape"], None
         if "target" in choice:
-            (leader,) = self.ctx.resolve(choice["target"])
+            leader, how = self.ctx.resolve_leader(choice["target"])
             self.cut(isolate(leader, [h.name for h in self.hosts]))
         else:
             self.cut(choice["drops"])
-        return {"shape": shape, "drops": self._cut, **({"leader": leader} if leader else {})}
+        return {"shape": shape, "drops": self._cut,
+                **({"leader" if how == "leader" else "fallback": leader} if leader else {}),
+                "observed": self.observe_cut()}
 
     def cut(self, drops: dict) -> None:
         """Install a grudge: host -> the hosts whose packets it drops."""
@@ -106,14 +132,29 @@ class Partition(Nemesis):
         self._cut = drops
         for host, srcs in drops.items():
             r = self.remotes[host]
-            _ensure_chain(r, PART_CHAIN)
+            _ensure_chain(r, self.chain)
             for src in srcs:
-                r.run(["iptables", "-w", "-A", PART_CHAIN, "-s", addr[src], "-j", "DROP"])
+                r.run(["iptables", "-w", "-A", self.chain, "-s", addr[src], "-j", "DROP"])
         self.active = True
+
+    def observe_cut(self) -> dict:
+        """Each cut pair tried from its sender: a TCP connect to the receiver's sshd must fail.
+        Pairs that connected are named; the check is of this package's cut alone."""
+        addr = {h.name: h.address for h in self.hosts}
+        name_of = {a: n for n, a in addr.items()}
+        senders: dict[str, list[str]] = {}
+        for receiver, srcs in self._cut.items():
+            for src in srcs:
+                senders.setdefault(src, []).append(addr[receiver])
+        seen = observe.each(sorted(senders), lambda s: observe.reachable(self.remotes[s], senders[s]))
+        connected = sorted([s, name_of[a]] for s, probes in seen.items()
+                           for a, is_open in probes.items() if is_open)
+        pairs = sum(len(v) for v in senders.values())
+        return observe.observation(not connected, cut_pairs=pairs, connected=connected)
 
     def stop(self) -> dict:
         for h in self.hosts:
-            _remove_chain(self.remotes[h.name], PART_CHAIN)
+            _remove_chain(self.remotes[h.name], self.chain)
         self._cut, self.active = {}, False
         return {"healed": [h.name for h in self.hosts]}
 
@@ -151,8 +192,8 @@ class PacketFaults(Nemesis):
                 daemon = (f"{HOST_PYTHON} -m nemeses.delay --queue {DELAY_QUEUE} "
                           f"--delay-ms {self.delay_ms:g} --jitter-ms {self.jitter_ms:g}")
                 r.sh(f"setsid sh -c 'echo $$ > {DELAY_PID}; exec {daemon}' "
-                     f"</dev/null >>/var/lib/tessera/delay.log 2>&1 & sleep 0.3")
-                _ensure_chain(r, DELAY_CHAIN)
+                     f"</dev/null >>{DELAY_LOG} 2>&1 & sleep 0.3")
+                _ensure_chain(r, DELAY_CHAIN, last=True)  # after every dropping chain
                 for src in peers:
                     r.run(["iptables", "-w", "-A", DELAY_CHAIN, "-s", src, "-p", "tcp", "-j",
                            "NFQUEUE", "--queue-num", str(DELAY_QUEUE), "--queue-bypass"])
@@ -163,7 +204,27 @@ class PacketFaults(Nemesis):
         self.active = True
         detail = {"loss": {"loss": self.loss}, "bandwidth": {"rate": self.rate},
                   "delay": {"delay_ms": self.delay_ms, "jitter_ms": self.jitter_ms}}[mode]
-        return {"mode": mode, "targets": self._targets, **detail}
+        return {"mode": mode, "targets": self._targets, **detail,
+                "observed": self._observe(mode, len(peers))}
+
+    def _observe(self, mode: str, peers: int) -> dict:
+        """On each target: loss, its rules; delay, its rules and a live daemon (the rule's
+        --queue-bypass would let packets through a dead one unseen); bandwidth, the tbf qdisc."""
+        def look(host: str) -> str | None:  # what is wrong on the host, or None
+            r = self.remotes[host]
+            if mode == "bandwidth":
+                qdisc = r.run(["tc", "qdisc", "show", "dev", self._device(host)]).stdout
+                return None if " tbf " in f" {qdisc} " else f"no tbf qdisc: {qdisc.strip()!r}"
+            chain = LOSS_CHAIN if mode == "loss" else DELAY_CHAIN
+            if (n := _rules(r, chain)) != peers:
+                return f"{chain} holds {n} rules, not {peers}"
+            if mode == "delay":
+                state = observe.process_states(r, [DELAY_PID])[DELAY_PID]
+                if state in ("gone", "no-pid-file", "Z", "unknown"):
+                    return f"the delay daemon is not running ({state})"
+            return None
+        wrong = {h: why for h, why in observe.each(self._targets, look).items() if why}
+        return observe.observation(not wrong, hosts=self._targets, **({"wrong": wrong} if wrong else {}))
 
     def stop(self) -> dict:
         for h in self.hosts:
@@ -190,9 +251,13 @@ class PacketFaults(Nemesis):
             self._devices[host] = interface_with(listing, h.address, host)
         return self._devices[host]
 
+    def collect(self, host: str) -> str:
+        """The delay daemon's log on `host` (what a dead daemon said), for the run's store."""
+        return self.remotes[host].sh(f"cat {DELAY_LOG} 2>/dev/null", check=False).stdout
+
     def teardown(self) -> None:
         for h in self.hosts:
-            self.remotes[h.name].run(["rm", "-f", "/var/lib/tessera/delay.log"])
+            self.remotes[h.name].run(["rm", "-f", DELAY_LOG])
 
 
 def interface_with(ip_json: str, address: str, host: str = "") -> str:

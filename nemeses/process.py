@@ -1,12 +1,22 @@
-"""Process faults: crash (SIGKILL, restarted on stop) and pause (SIGSTOP, SIGCONT on stop)."""
+"""Process faults: crash (SIGKILL, restarted on stop) and pause (SIGSTOP, SIGCONT on stop).
+
+A target host's daemon that another package holds (killed or paused: `Deployment.held`) is left
+alone and recorded under "held", so two faults never undo each other: a kill's stop must not
+restart what a pause holds stopped. Each start is checked on the hosts right after it: a killed
+daemon's process must be gone, a paused one's stopped (state T in /proc/<pid>/stat).
+"""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
 
+from nemeses import observe
 from nemeses.base import Context, Nemesis, draw_target
 from nemeses.registry import Package, register
+
+DEAD = ("gone", "Z", "X")  # no process, or a zombie nobody reaped yet: not running
+STOPPED = ("T", "t")
 
 
 def draw_process(rng: random.Random, hosts: list[str], share: str = "minority") -> dict:
@@ -16,40 +26,63 @@ def draw_process(rng: random.Random, hosts: list[str], share: str = "minority") 
 
 @dataclass
 class _ProcessFault(Nemesis):
-    """Signal both daemons of the target hosts; undo it on stop."""
+    """Signal the daemons of the target hosts; undo it on stop."""
 
     ctx: Context = None
     daemon: str | None = None  # None: every daemon of the host
     _hit: list[str] = field(default_factory=list)
     # set by each fault: what to do, and the words its history values use
     do, undo, done_word, undone_word, signal = "", "", "", "", ""
+    expect: tuple[str, ...] = ()  # the /proc state letters a hit daemon must show
 
     def start(self, choice: dict) -> dict:
-        rule = choice["target"]
-        self._hit = self.ctx.resolve(rule)
+        rule, db = choice["target"], self.ctx.db
+        if rule["rule"] == "hosts":
+            targets, how = self.ctx.resolve(rule), {}
+        else:
+            host, resolved = self.ctx.resolve_leader(rule)
+            targets, how = [host], {"resolved": resolved}  # "fallback": no leader was known
+        held = {h: holder for h in targets if (holder := db.held_by(h, self.daemon, self.name))}
+        self._hit = [h for h in targets if h not in held]
+        if not self._hit:
+            return {"skipped": f"every target is held by another fault: {held}"}
         for h in self._hit:
-            getattr(self.ctx.db, self.do)(h, self.daemon)
+            db.hold(h, self.daemon, self.name)
+            getattr(db, self.do)(h, self.daemon)
         self.active = True
-        return {self.done_word: self._hit, "targets": rule.get("spec", rule["rule"]),
-                "signal": self.signal}
+        return {self.done_word: self._hit, "targets": rule.get("spec", rule["rule"]), **how,
+                "signal": self.signal, **({"held": held} if held else {}),
+                "observed": self._observe()}
+
+    def _observe(self) -> dict:
+        """Each hit daemon's process state, read from /proc on its host."""
+        seen = observe.each(self._hit, lambda h: self.ctx.db.process_states(h, self.daemon))
+        wrong = {h: st for h, st in seen.items()
+                 if any(state not in self.expect for state in st.values())}
+        return observe.observation(not wrong, states=seen)
 
     def stop(self) -> dict:
+        deferred = {}
         for h in self._hit:
-            getattr(self.ctx.db, self.undo)(h, self.daemon)
+            self.ctx.db.release(h, self.daemon, self.name)
+            if left := getattr(self.ctx.db, self.undo)(h, self.daemon):
+                deferred[h] = left
         undone, self._hit, self.active = self._hit, [], False
-        return {self.undone_word: undone}
+        return {self.undone_word: undone, **({"deferred": deferred} if deferred else {})}
 
 
 @dataclass
 class Kill(_ProcessFault):
     name: str = "kill"
     do, undo, done_word, undone_word, signal = "kill", "start", "killed", "restarted", "SIGKILL"
+    expect: tuple[str, ...] = DEAD
 
 
 @dataclass
 class Pause(_ProcessFault):
     name: str = "pause"
     do, undo, done_word, undone_word, signal = "pause", "resume", "paused", "resumed", "SIGSTOP"
+    expect: tuple[str, ...] = STOPPED
 
 
 register(Package("pause", heal_rank=40, draw=draw_process, needs=frozenset({"leaders"}),

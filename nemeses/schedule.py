@@ -3,8 +3,11 @@ on an injected clock, so a unit test runs a whole schedule on a fake clock in no
 
 Every start, stop and heal is a pair of ops in the history (process "nemesis": an `info`
 invoke, then an `info` completion whose value says exactly what was done, with any target the
-plan left as a rule resolved), and the coverage (how often each fault fired and healed) goes
-into results.json. A step running late (an earlier start of its package was slow) runs at once.
+plan left as a rule resolved, and under "observed" what a look at the hosts right after the
+start saw: `nemeses.observe`), and the coverage (how often each fault fired, healed, failed or
+was not seen in force) goes into results.json. `executed` lists each step as it ran, with its
+observation or error, for schedule.json. A step running late (an earlier start of its package
+was slow) runs at once.
 """
 
 from __future__ import annotations
@@ -35,31 +38,42 @@ class Schedule:
         self.clock = clock or Clock()
         self.coverage: Counter = Counter()
         self.active = active if active is not None else set()
+        self.executed: list[dict] = []  # each step as it ran: what schedule.json adds at the end
+        self._t0: float | None = None
 
     async def _do(self, rec: Recorder, name: str, action: str, choice: dict | None = None) -> None:
         n, f = self.nemeses[name], f"{action}-{name}"
         rec.record("nemesis", "info", f, None)
+        ran = {"at": round(self.clock.now() - (self._t0 or self.clock.now()), 3),
+               "package": name, "action": action}
+        self.executed.append(ran)
         try:
             call = {"start": lambda: n.start(choice), "stop": n.stop, "heal": n.heal}[action]
             done = await asyncio.to_thread(call)  # SSH and RPCs block: off the event loop
             rec.record("nemesis", "info", f, done)
             if action == "start" and isinstance(done, dict) and "skipped" in done:
                 self.coverage[f"{f}-skipped"] += 1  # nothing was done: not a firing
+                ran["skipped"] = done["skipped"]
                 return
             self.coverage[f] += 1
             if action == "start":
+                observed = done.get("observed") if isinstance(done, dict) else None
+                ran["observed"] = observed if observed is not None else "no check on the hosts"
+                if isinstance(observed, dict) and not observed.get("ok"):
+                    self.coverage[f"{f}-unverified"] += 1  # fired, but not seen in force
                 self.active.add(name)
             else:
                 self.active.discard(name)
         except Exception as e:  # a fault that failed to apply is recorded, and the run goes on
             rec.record("nemesis", "info", f, None, error=f"{type(e).__name__}: {e}")
             self.coverage[f"{f}-failed"] += 1
+            ran["error"] = f"{type(e).__name__}: {e}"
 
     async def run(self, rec: Recorder) -> None:
         """Every step of the plan at its time after this call. One loop waits for the times, so
         a test's clock only has to advance; each step runs as a task after its package's
         previous step, so packages overlap and a slow step delays only its own package."""
-        t0 = self.clock.now()
+        t0 = self._t0 = self.clock.now()
         last: dict[str, asyncio.Task] = {}
 
         async def after(prev: asyncio.Task | None, s: Step) -> None:
@@ -78,5 +92,12 @@ class Schedule:
 
     def summary(self) -> dict:
         fired = {name: self.coverage[f"start-{name}"] for name in self.nemeses}
+        starts = [r for r in self.executed if r["action"] == "start"]
         return {"counts": dict(self.coverage), "fired": fired,
-                "never_fired": [name for name, c in fired.items() if c == 0]}
+                "never_fired": [name for name, c in fired.items() if c == 0],
+                "verified": sum(isinstance(r.get("observed"), dict) and r["observed"]["ok"]
+                                for r in starts),
+                "unverified": sum(isinstance(r.get("observed"), dict) and not r["observed"]["ok"]
+                                  for r in starts),
+                "unchecked": sum(isinstance(r.get("observed"), str) for r in starts),
+                "failed": sum("error" in r for r in self.executed)}

@@ -9,6 +9,8 @@ from dataclasses import replace
 
 import pytest
 
+from harness.db import Holds
+
 from harness.db import TesseraDB
 from nemeses.disk import damage_args
 from node.wal.errors import WalCorruption
@@ -69,9 +71,14 @@ def test_a_truncated_newest_segment_of_a_real_log_is_refused_not_cut_as_torn(tmp
         read_log(str(wal), TABLET)
 
 
-class _Shrunk:
+class _Shrunk(Holds):
     """Just enough of a Deployment for DiskCorruption.start: two tablets' WAL segments under
     `root`, one of them a group that cannot spare a replica now."""
+
+    held: dict = {}
+
+    def _targets(self, host, daemon):
+        return [daemon]
 
     def __init__(self, root, fragile: set[str]):
         self.layout = replace(TesseraDB(hosts=[], wheels=[], remotes={}).disk_layout(),
@@ -95,8 +102,8 @@ class _Shrunk:
 
 
 class _LocalRemote:
-    def run(self, argv):
-        return subprocess.run(argv, capture_output=True, text=True, check=True)
+    def run(self, argv, check=True):
+        return subprocess.run(argv, capture_output=True, text=True, check=check)
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -114,6 +121,11 @@ def test_a_group_that_cannot_spare_a_replica_is_never_damaged(tmp_path, seed):
     nemesis = DiskCorruption(db=db, hosts=["n1"], remotes={"n1": _LocalRemote()})
     done = nemesis.start({"host": "n1", "damage_seed": seed})
     assert done["group"] == "whole-0001", done
+    # the damage read back from the file by a process of its own: the byte as flipped, or
+    # the file at its cut length
+    assert done["observed"]["ok"], done
+    if done["mode"] != "truncate":
+        assert done["observed"]["byte"] == done["before"] ^ (1 << done["bit"])
     db.fragile.add("whole-0001")
     nemesis.damaged.clear()
     assert "skipped" in nemesis.start({"host": "n1", "damage_seed": seed})

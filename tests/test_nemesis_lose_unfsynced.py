@@ -4,20 +4,29 @@ killed is started again even when the loss step fails on a host, and the failure
 from types import SimpleNamespace
 
 from harness.cluster import ClusterError
+from harness.db import Holds
 from nemeses.disk import LoseUnfsynced
 
 
-class FakeDb:
+class FakeDb(Holds):
     data_daemon = "tserver"
 
     def __init__(self):
-        self.events = []
+        self.events, self.held, self.dead = [], {}, set()
+
+    def _targets(self, host, daemon):
+        return [daemon]
 
     def kill(self, host, daemon):
         self.events.append(("kill", host))
+        self.dead.add(host)
 
     def start(self, host, daemon):
         self.events.append(("start", host))
+        self.dead.discard(host)
+
+    def process_states(self, host, daemon):
+        return {daemon: "gone" if host in self.dead else "S"}
 
     def data_dir(self, daemon):
         return "/var/lib/tessera/tserver"
@@ -47,8 +56,20 @@ def nemesis(remotes):
 def test_a_power_loss_drops_each_hosts_unsynced_bytes_and_restarts_every_daemon():
     n = nemesis({"n1": FakeRemote(116), "n2": FakeRemote(0)})
     assert n.start({}) == {"power_loss": ["n1", "n2"],
-                           "unsynced_bytes_dropped": {"n1": 116, "n2": 0}}
-    assert n.db.events == [("kill", "n1"), ("kill", "n2"), ("start", "n1"), ("start", "n2")]
+                           "unsynced_bytes_dropped": {"n1": 116, "n2": 0},
+                           "observed": {"ok": True,
+                                        "daemons_at_loss": {"n1": "gone", "n2": "gone"}}}
+    kills, starts = n.db.events[:2], n.db.events[2:]  # killed together, then started
+    assert sorted(kills) == [("kill", "n1"), ("kill", "n2")]
+    assert starts == [("start", "n1"), ("start", "n2")]
+
+
+def test_a_host_another_fault_holds_is_left_out_of_the_loss():
+    n = nemesis({"n1": FakeRemote(116), "n2": FakeRemote(0)})
+    n.db.hold("n2", "tserver", "pause")
+    out = n.start({})
+    assert out["power_loss"] == ["n1"] and out["held"] == {"n2": "pause"}
+    assert ("kill", "n2") not in n.db.events and ("start", "n2") not in n.db.events
 
 
 def test_a_loss_that_fails_once_is_tried_again():
@@ -62,4 +83,5 @@ def test_a_loss_that_cannot_be_done_is_named_and_every_daemon_still_starts():
     out = n.start({})
     assert out["unsynced_bytes_dropped"] == {"n2": 3}
     assert "exited -1" in out["lose_failed"]["n1"]
+    assert not out["observed"]["ok"]  # a loss not done on a host: the fault was not in force
     assert [e for e in n.db.events if e[0] == "start"] == [("start", "n1"), ("start", "n2")]

@@ -48,6 +48,9 @@ class System:
     def membership(self):
         return self.ledger
 
+    def held_by(self, host, daemon=None, but=""):
+        return None
+
 
 def test_removes_the_picked_candidate_and_adds_it_back_at_the_stop():
     ledger = Ledger()

@@ -4,6 +4,7 @@ rules are resolved when the fault fires, and every fault is undone."""
 import random
 from collections import Counter
 
+from harness.db import Holds
 from nemeses.base import Context
 from nemeses.process import Kill, Pause, draw_process
 
@@ -15,9 +16,16 @@ class H:
         self.name = name
 
 
-class FakeDB:
+class FakeDB(Holds):
     def __init__(self, leader="n2", tablets=None):
         self.leader, self.tablets, self.log = leader, tablets or {"t1": "n4"}, []
+        self.held, self.state = {}, {}
+
+    def _targets(self, host, daemon):
+        return [daemon] if daemon else ["master", "tserver"]
+
+    def process_states(self, h, daemon=None):
+        return {d: self.state.get(h, "S") for d in self._targets(h, daemon)}
 
     def leader_master(self):
         return self.leader
@@ -27,15 +35,20 @@ class FakeDB:
 
     def kill(self, h, daemon=None):
         self.log.append(("kill", h))
+        self.state[h] = "gone"
 
     def start(self, h, daemon=None):
         self.log.append(("start", h))
+        self.state[h] = "S"
+        return {}
 
     def pause(self, h, daemon=None):
         self.log.append(("pause", h))
+        self.state[h] = "T"
 
     def resume(self, h, daemon=None):
         self.log.append(("resume", h))
+        self.state[h] = "S"
 
 
 def test_targets_include_the_primaries_and_every_fault_is_undone():
@@ -45,10 +58,11 @@ def test_targets_include_the_primaries_and_every_fault_is_undone():
     for seed in range(60):
         done = k.start(draw_process(random.Random(seed), HOSTS))
         seen[done["targets"]] += 1
+        assert done["observed"]["ok"]
         if done["targets"] == "leader-master":
-            assert done["killed"] == ["n2"]
+            assert done["killed"] == ["n2"] and done["resolved"] == "leader"
         if done["targets"] == "tablet-leader":
-            assert done["killed"] == ["n4"]
+            assert done["killed"] == ["n4"] and done["resolved"] == "leader"
         if done["targets"] == "minority":
             assert len(done["killed"]) == 2
         assert k.stop() == {"restarted": done["killed"]}
@@ -66,4 +80,27 @@ def test_no_known_leader_falls_back_to_the_planned_host():
         done = p.start(choice)
         assert len(done["paused"]) == 1 and done["signal"] == "SIGSTOP"
         assert done["paused"] == choice["target"].get("hosts", choice["target"].get("fallback"))
+        if "fallback" in choice["target"]:  # recorded as the fallback it was, not as a leader
+            assert done["resolved"] == "fallback"
         p.stop()
+
+
+def test_a_fault_that_did_not_take_is_seen_and_a_held_host_is_left_alone():
+    db = FakeDB()
+    ctx = Context(db, [H(h) for h in HOSTS])
+    pause, kill = Pause(ctx=ctx), Kill(ctx=ctx)
+    one = {"target": {"rule": "hosts", "spec": "one", "hosts": ["n3"]}}
+    db.pause = lambda h, daemon=None: None  # SIGSTOP never arrives: the process runs on
+    done = pause.start(one)
+    assert not done["observed"]["ok"] and done["observed"]["states"]["n3"]["tserver"] == "S"
+    pause.stop()
+    db.pause = FakeDB.pause.__get__(db)
+    assert pause.start(one)["observed"]["ok"]  # stopped: T
+    assert kill.start(one) == {"skipped": "every target is held by another fault: {'n3': 'pause'}"}
+    both = {"target": {"rule": "hosts", "spec": "minority", "hosts": ["n1", "n3"]}}
+    done = kill.start(both)
+    assert done["killed"] == ["n1"] and done["held"] == {"n3": "pause"}
+    assert ("kill", "n3") not in db.log and kill.stop() == {"restarted": ["n1"]}
+    assert ("start", "n3") not in db.log and db.state["n3"] == "T"  # still paused
+    pause.stop()
+    assert db.held == {}

@@ -4,6 +4,7 @@ test_replay's end-to-end run): what each does to which host, in which order."""
 import random
 
 from harness.cluster import Host
+from harness.db import Holds
 from nemeses import kill_after_heal, leader_isolate, majority_kill
 from nemeses.base import Context
 from nemeses.registry import packages
@@ -26,16 +27,22 @@ class FakeRemote:
         return Out()
 
     def sh(self, script, **kw):
-        if "iptables -w -F TESSERA-PART" in script:
+        if "iptables -w -F TESSERA-" in script:
             self.log.append(("heal", self.name))
         return Out()
 
 
-class FakeDB:
+class FakeDB(Holds):
     data_daemon = "tserver"
 
     def __init__(self, log):
-        self.log, self.leaders = log, {"t0": "n2"}
+        self.log, self.leaders, self.held = log, {"t0": "n2"}, {}
+
+    def _targets(self, host, daemon):
+        return [daemon] if daemon else ["master", "tserver"]
+
+    def process_states(self, host, daemon=None):
+        return {d: "gone" for d in self._targets(host, daemon)}
 
     def tablet_leaders(self):
         return dict(self.leaders)

@@ -78,8 +78,10 @@ def with_checks(check: dict, extra: list[dict]) -> dict:
 
 def run_checks(run: Run, ops: list[Op] | None) -> list[dict]:
     """What the harness checked beyond the history, for the analysis: the replica convergence and
-    the masters' agreement it recorded (the cluster is gone by now) and the node logs, checked
-    again from the run dir. Runs recorded before these checks existed lack them."""
+    the masters' agreement it recorded (the cluster is gone by now), the node logs checked again
+    from the run dir, and whether the faults were in force (reports.checkers.faults, from the
+    history's nemesis ops). Runs recorded before these checks existed lack them."""
+    from reports.checkers.faults import check_faults
     from reports.checkers.logs import check_logs
 
     out = []
@@ -93,6 +95,9 @@ def run_checks(run: Run, ops: list[Op] | None) -> list[dict]:
                         "errors": [{"type": "unreadable", "explanation": f"{name}.json: {e}"}]})
     if (run.path / "nodes").is_dir():
         out.append(check_logs(run.path, ops))
+    configured = list(run.test().get("nemesis") or [])
+    if ops is not None and configured:
+        out.append(check_faults(ops, configured))
     return out
 
 

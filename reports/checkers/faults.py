@@ -1,0 +1,85 @@
+"""Whether the faults a run asked for were in force: a run-level check read from the nemesis's
+ops in the history (issue 50).
+
+A run is only as strong as the faults it ran. A start that raised (a helper missing on a host,
+an SSH channel gone) or whose check on the hosts found it not in force (`nemeses.observe`: a
+cut pair that still connects, a "paused" process still running) means the history was made
+under less than the run says; so such a run is `unknown`, never `valid`, and the check names
+each such start. A stop or heal that raised leaves a fault possibly still in force during what
+the history calls healed time: unknown too. A package the run asked for that never fired (every
+start skipped, e.g. no tablet had a leader to isolate) is named in `never_fired`, a note that
+leaves the verdict alone: nothing false was claimed, and the report's first screen shows it.
+
+Pure: `check_faults(ops, configured)` reads ops and returns the check's result.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from reports.history import NEMESIS, Op
+
+ACTIONS = ("start", "stop", "heal")
+
+
+def check_faults(ops: Iterable[Op], configured: list[str]) -> dict:
+    """{"checker": "faults", "verdict", "starts": counts by outcome, "by_fault": outcome counts
+    per package, "errors": one per failed or unverified start and failed stop or heal,
+    "never_fired": packages asked for that never fired}."""
+    outcomes: Counter = Counter()
+    by_fault: dict[str, Counter] = {}
+    errors: list[dict] = []
+    opened: set[str] = set()
+    for op in ops:
+        if op.process != NEMESIS or not isinstance(op.f, str) or "-" not in op.f:
+            continue
+        action, fault = op.f.split("-", 1)
+        if action not in ACTIONS:
+            continue
+        if op.f not in opened:  # the invoke; its completion follows
+            opened.add(op.f)
+            continue
+        opened.discard(op.f)
+        at = f"{op.f} at {op.time / 1e9:.1f} s" if op.time is not None else op.f
+        if op.error is not None:
+            errors.append({"type": "fault-failed" if action == "start" else "heal-failed",
+                           "fault": fault, "explanation": f"{at} failed: {op.error}"})
+            outcome = "failed"
+        elif action != "start":
+            continue
+        else:
+            outcome = _start_outcome(op.value)
+            if outcome == "unverified":
+                seen = {k: v for k, v in op.value["observed"].items() if k != "ok"}
+                errors.append({"type": "fault-not-in-force", "fault": fault,
+                               "explanation": f"{at}: not in force when checked on the hosts: "
+                                              f"{_short(seen)}"})
+        if action == "start":
+            outcomes[outcome] += 1
+            by_fault.setdefault(fault, Counter())[outcome] += 1
+    fired = {f for f, c in by_fault.items() if c["verified"] + c["unverified"] + c["unchecked"]}
+    never = sorted(set(configured) - fired)
+    return {"checker": "faults", "verdict": "unknown" if errors else "valid",
+            "starts": {k: outcomes[k] for k in ("verified", "unverified", "unchecked", "failed",
+                                                "skipped")},
+            "by_fault": {f: dict(c) for f, c in sorted(by_fault.items())},
+            "errors": errors, "never_fired": never}
+
+
+def _start_outcome(value: object) -> str:
+    """verified (seen in force), unverified (seen not in force), unchecked (the fault has no
+    check on the hosts), skipped (it did nothing, and said so)."""
+    if not isinstance(value, dict):
+        return "unchecked"
+    if "skipped" in value:
+        return "skipped"
+    observed = value.get("observed")
+    if not isinstance(observed, dict) or "ok" not in observed:
+        return "unchecked"
+    return "verified" if observed["ok"] else "unverified"
+
+
+def _short(seen: dict, limit: int = 300) -> str:
+    text = ", ".join(f"{k} {v}" for k, v in seen.items())
+    return text if len(text) <= limit else text[:limit] + "..."
