@@ -239,15 +239,30 @@ class Holds:
     def _targets(self, host: str, daemon: str | None) -> list[str]:
         raise NotImplementedError
 
+    _claims = threading.Lock()  # faults run in threads of their own: check and hold at once
+
     def hold(self, host: str, daemon: str | None, by: str) -> None:
         """`by` (a fault package) holds the host's daemon(s) killed or paused until `release`."""
-        for d in self._targets(host, daemon):
-            self.held[(host, d)] = by
+        with self._claims:
+            for d in self._targets(host, daemon):
+                self.held[(host, d)] = by
+
+    def claim(self, host: str, daemon: str | None, by: str) -> str | None:
+        """Hold the host's daemon(s) for `by` unless another package holds one: then nothing
+        is held and that package is returned. Atomic, so two faults firing together never
+        both take the same daemon."""
+        with self._claims:
+            if holder := self.held_by(host, daemon, but=by):
+                return holder
+            for d in self._targets(host, daemon):
+                self.held[(host, d)] = by
+            return None
 
     def release(self, host: str, daemon: str | None, by: str) -> None:
-        for d in self._targets(host, daemon):
-            if self.held.get((host, d)) == by:
-                del self.held[(host, d)]
+        with self._claims:
+            for d in self._targets(host, daemon):
+                if self.held.get((host, d)) == by:
+                    del self.held[(host, d)]
 
     def held_by(self, host: str, daemon: str | None = None, but: str = "") -> str | None:
         """The package other than `but` that holds one of the host's daemon(s), or None."""

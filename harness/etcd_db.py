@@ -392,6 +392,12 @@ class EtcdMembers:
         return sorted((GROUP, m["ID"], m["name"]) for m in members
                       if set(names) - {m["name"]} <= answering)
 
+    def present(self, member: tuple[str, str, str]) -> bool | None:
+        """Whether the member list (as a member still in it answers) has the member; None
+        when no member answers."""
+        members = self.list()
+        return None if members is None else any(m.get("ID") == member[1] for m in members)
+
     def remove(self, member: tuple[str, str, str], timeout: float = 30.0) -> dict:
         """`member remove` through another member, until the member list no longer has it (a
         lost reply is asked again; NOT_FOUND means done); then it is killed and wiped."""

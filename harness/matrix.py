@@ -69,6 +69,9 @@ class Outcome:
     seconds: float = 0.0  # wall time of the whole run
     anomalies: list[dict] = field(default_factory=list)  # {checker, type, explanation}
     why: str = ""  # one line: the first failure, a crash, or why the cell was not run
+    # the faults check's start counts (verified, unverified, unchecked, failed, skipped) and the
+    # packages that never fired: whether the faults the cell asked for were in force
+    faults: dict = field(default_factory=dict)
 
     @property
     def overhead(self) -> float:
@@ -166,6 +169,10 @@ def outcome_from_run(cell: Cell, attempt: int, time_limit: float, run_dir: str |
                    for a in anomalies(results["check"], results.get("stats"))]
     o.why = failure_line(o.anomalies) if o.anomalies else (
         "" if o.verdict == "valid" else results["check"].get("error", "") or "no checker was sure")
+    faults = next((r for r in results["check"].get("results", []) if r.get("checker") == "faults"),
+                  None)
+    if faults is not None:
+        o.faults = {**faults["starts"], "never_fired": faults["never_fired"]}
     return o
 
 
@@ -193,5 +200,9 @@ def summary(outcomes: list[Outcome], budget: float, seconds: float, exit_: int,
     """summary.json: the budget, the wall time, every run's row, the counts and the exit."""
     counts = {v: sum(o.verdict == v for o in outcomes)
               for v in ("valid", "invalid", "unknown", NOT_RUN)}
+    starts = {k: sum(o.faults.get(k, 0) for o in outcomes)
+              for k in ("verified", "unverified", "unchecked", "failed", "skipped")}
+    never = sorted({f"{o.cell}: {f}" for o in outcomes for f in o.faults.get("never_fired", [])})
     return {"budget_s": budget, "seconds": round(seconds, 1), "counts": counts, "exit": exit_,
+            "fault_starts": starts, "never_fired": never,
             "runs": [asdict(o) for o in outcomes], **extra}

@@ -288,7 +288,11 @@ def run_cells(cells: list[Cell], count: int, execute, budget: float, started: fl
                              for f in findings]
     else:
         code = matrix.exit_code(outcomes)
-    write_json(summary_dir / "summary.json",
-               matrix.summary(outcomes, budget, time.monotonic() - started, code, **extra))
+    result = matrix.summary(outcomes, budget, time.monotonic() - started, code, **extra)
+    write_json(summary_dir / "summary.json", result)
+    s = result["fault_starts"]
+    print(f"fault starts: {s['verified']} verified on the hosts, {s['unverified']} not in force, "
+          f"{s['failed']} failed, {s['unchecked']} unchecked, {s['skipped']} skipped"
+          + (f"; never fired: {', '.join(result['never_fired'])}" if result["never_fired"] else ""))
     print(summary_dir / "summary.json")
     return code

@@ -45,6 +45,19 @@ class TabletMembers:
     def remove(self, member: tuple[str, str, str], timeout: float = 30.0) -> dict:
         return {"tablet": member[0], "config": self.change(member[0], "remove", member[1], timeout)}
 
+    def present(self, member: tuple[str, str, str]) -> bool | None:
+        """Whether the tablet's leader replica, asked on its tablet server, still counts the
+        member in its committed config; None when no server reports a leader of it."""
+        from node.protocol import ServerStatus
+
+        statuses = self.db.ask_each(self.db.hosts, "tserver", "ts.status", ServerStatus)
+        leaders = [t for st in statuses.values() for t in st.tablets
+                   if t.tablet_id == member[0] and t.role == "LEADER" and t.state == "RUNNING"]
+        if not leaders:
+            return None
+        newest = max(leaders, key=lambda t: t.term)  # not a deposed leader cut off by a partition
+        return any(uuid == member[1] for uuid, _ in newest.committed_config)
+
     def add(self, member: tuple[str, str, str], timeout: float = 30.0) -> dict:
         self.change(member[0], "add", member[1], timeout)
         return {"tablet": member[0]}

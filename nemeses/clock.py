@@ -10,22 +10,27 @@ bump-time does, the daemons run without libfaketime, and the monotonic clock is 
 
 Faults, as Jepsen's: bump (jump a host's clock by ± milliseconds to minutes), strobe (flip it back
 and forth quickly for a while), and reset. Every change records each host's offset in
-milliseconds, which the report plots.
+milliseconds, which the report plots; a bump also records each offset as read back on the host
+right after it (`measured_ms`), and a strobe whether its loop runs, as Jepsen's time nemesis
+returns what bump-time did.
 """
 
 from __future__ import annotations
 
 import random
 import shlex
+import time
 from dataclasses import dataclass, field
 
 from harness.control import Remote
+from nemeses import observe
 from nemeses.base import Nemesis, choose_targets
 from nemeses.registry import Package, register
 
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 FAKETIME_FILE = "/var/lib/tessera/faketime"
 STROBE_PID = "/var/lib/tessera/strobe.pid"
+TOLERANCE_MS = 25.0  # a bump's read-back may differ from the step by this, beyond its reading
 
 
 def faketime_env() -> dict[str, str]:
@@ -106,18 +111,57 @@ class Clock(Nemesis):
         targets = choice["targets"]
         said = {"clock": self.source}
         if choice["fault"] == "bump":
+            before = self._measure(targets) if self.source == "kernel" else {}
             for h, ms in choice["offsets_ms"].items():
                 self._bump(h, ms)
                 self.offsets[h] = ms
             self.active = True
-            return {"fault": "bump", "targets": targets, "offsets_ms": dict(self.offsets), **said}
+            return {"fault": "bump", "targets": targets, "offsets_ms": dict(self.offsets), **said,
+                    "observed": self._observe_bump(choice["offsets_ms"], before)}
         for h in targets:
             self._strobe(self.remotes[h], choice["delta_ms"], choice["period_ms"], choice["seconds"])
             self.offsets[h] = choice["delta_ms"]
         self.active = True
+        states = observe.each(targets, lambda h: observe.process_states(
+            self.remotes[h], [STROBE_PID])[STROBE_PID])
+        running = {h: st for h, st in states.items() if st not in ("gone", "Z", "no-pid-file")}
         return {"fault": "strobe", "targets": targets, "delta_ms": choice["delta_ms"],
                 "period_ms": choice["period_ms"], "seconds": choice["seconds"],
-                "offsets_ms": dict(self.offsets), **said}
+                "offsets_ms": dict(self.offsets), **said,
+                "observed": observe.observation(len(running) == len(targets), strobing=states)}
+
+    def _observe_bump(self, intended: dict[str, float], before: dict) -> dict:
+        """Each bumped host's wall clock read back (`_measure`): off by the intended step,
+        within the reading's own uncertainty plus TOLERANCE_MS. On a kernel clock the step is
+        the change since just before the bump (the guest's clock need not agree with ours)."""
+        after = self._measure(list(intended))
+        measured, wrong = {}, {}
+        for h, ms in intended.items():
+            offset, plus_minus = after[h]
+            if h in before:
+                offset, plus_minus = offset - before[h][0], plus_minus + before[h][1]
+            measured[h] = round(offset, 1)
+            if abs(offset - ms) > plus_minus + TOLERANCE_MS:
+                wrong[h] = {"intended_ms": ms, "measured_ms": round(offset, 1)}
+        return observe.observation(not wrong, measured_ms=measured, **({"off": wrong} if wrong else {}))
+
+    def _measure(self, hosts: list[str]) -> dict[str, tuple[float, float]]:
+        """host -> (its clock's offset in ms, the reading's uncertainty in ms). faketime: a
+        process under the daemons' libfaketime settings reads the wall clock between two
+        plain readings on the same host. kernel: the host's clock against ours, across one
+        SSH round trip."""
+        def one(h: str) -> tuple[float, float]:
+            r = self.remotes[h]
+            if self.source == "faketime":
+                env = " ".join(f"{k}={v}" for k, v in faketime_env().items())
+                a, b, c = map(int, r.sh(f"a=$(date +%s%N); b=$(env {env} date +%s%N); "
+                                        f"c=$(date +%s%N); echo $a $b $c").stdout.split())
+                return (b - (a + c) / 2) / 1e6, (c - a) / 2e6
+            t0 = time.time_ns()
+            theirs = int(r.run(["date", "+%s%N"]).stdout.strip())
+            t1 = time.time_ns()
+            return (theirs - (t0 + t1) / 2) / 1e6, (t1 - t0) / 2e6
+        return observe.each(hosts, one)
 
     def _strobe(self, r: Remote, delta_ms: float, period_ms: int, seconds: float) -> None:
         flips = int(seconds * 1000 / period_ms)

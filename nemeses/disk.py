@@ -153,7 +153,7 @@ class DiskCorruption(Nemesis):
     def start(self, choice: dict) -> dict:
         layout = self.db.disk_layout()
         host = choice["host"]
-        if holder := self.db.held_by(host, layout.daemon, self.name):
+        if holder := self.db.claim(host, layout.daemon, self.name):
             # killed or paused by another fault: stopping and restarting it here would end
             # that fault early (a paused daemon replaced by a fresh one) while the history
             # shows it in force
@@ -161,7 +161,6 @@ class DiskCorruption(Nemesis):
         # A minority means a minority of the voters a group has now: one the membership
         # fault shrank to two cannot spare a replica.
         spared = sorted({g for g, h in self.damaged.items() if h != host} | self.db.cannot_spare())
-        self.db.hold(host, layout.daemon, self.name)
         try:
             self.db.kill(host, layout.daemon)
             log_line = self._log_length(host, layout.log)
@@ -234,14 +233,12 @@ class LoseUnfsynced(Nemesis):
         (once an SSH channel closed under `echo lose` and the run ended with every tablet
         server down and its verdict unknown)."""
         db, daemon = self.db, self.db.data_daemon
-        held = {h: holder for h in self.hosts if (holder := db.held_by(h, daemon, self.name))}
+        held = {h: holder for h in self.hosts if (holder := db.claim(h, daemon, self.name))}
         targets = [h for h in self.hosts if h not in held]
         if not targets:
             return {"skipped": f"every host's {daemon} is held by another fault: {held}"}
         lost, failed = {}, {}
         try:
-            for h in targets:
-                db.hold(h, daemon, self.name)
             # all at once, as a power loss is; each until gone: no write lands after the loss
             observe.each(targets, lambda h: db.kill(h, daemon))
             states = observe.each(targets, lambda h: db.process_states(h, daemon)[daemon])

@@ -41,11 +41,10 @@ class KillAfterHeal(Nemesis):
         self.part.stop()
         db = self.ctx.db
         (leader,) = self.ctx.resolve(self._choice["target"])
-        if holder := db.held_by(leader, db.data_daemon, self.name):
+        if holder := db.claim(leader, db.data_daemon, self.name):
             self.active = False  # another fault holds it killed or paused: not ours to kill
             return {"healed": self.ctx.names, "not_killed": leader, "held_by": holder}
         self._killed = [leader]
-        db.hold(leader, db.data_daemon, self.name)
         db.kill(leader, db.data_daemon)
         time.sleep(self._choice["down_s"])
         return {"healed": self.ctx.names, "killed": leader, **self._restart()}

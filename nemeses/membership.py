@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from nemeses import observe
 from nemeses.base import Nemesis
 from nemeses.registry import Package, register
 
@@ -37,6 +38,10 @@ class Members(Protocol):
     def add(self, member: Candidate, timeout: float) -> dict:
         """Add it back, retrying for up to `timeout` seconds; one that is a member already is
         done. Raises after the timeout."""
+
+    def present(self, member: Candidate) -> bool | None:
+        """Whether the group's config, read afresh, still holds the member (None: nobody
+        answered): how a removal is checked after it."""
 
 
 @dataclass
@@ -73,7 +78,9 @@ class Membership(Nemesis):
                     self.active = bool(self._removed)
                     refused = f"the system refused to remove {member[2]}'s member: {e}"
                 else:
-                    return {"removed": member[2], "group": member[0], **done}
+                    still = members.present(member)
+                    seen = observe.observation(still is False, in_config=still)
+                    return {"removed": member[2], "group": member[0], **done, "observed": seen}
             if time.monotonic() > deadline:
                 return {"skipped": refused or "no group whose members can spare one now"}
             time.sleep(1.0)

@@ -68,11 +68,10 @@ class MembershipRace(Nemesis):
         for race in choice["races"]:
             done = {"remove": self._once(tablet, "remove", uuid), "race": race}
             victim = leader if race == "kill-leader" else hosts[uuid] if race == "kill-member" else None
-            holder = victim and self.ctx.db.held_by(victim, "tserver", self.name)
+            holder = victim and self.ctx.db.claim(victim, "tserver", self.name)
             if holder:  # another fault holds it killed or paused: not ours to kill or restart
                 done["not_killed"], done["held_by"] = victim, holder
             elif victim:
-                self.ctx.db.hold(victim, "tserver", self.name)
                 self.ctx.db.kill(victim, "tserver")
                 self._down.add(victim)
                 done["killed"] = victim

@@ -42,12 +42,11 @@ class _ProcessFault(Nemesis):
         else:
             host, resolved = self.ctx.resolve_leader(rule)
             targets, how = [host], {"resolved": resolved}  # "fallback": no leader was known
-        held = {h: holder for h in targets if (holder := db.held_by(h, self.daemon, self.name))}
+        held = {h: holder for h in targets if (holder := db.claim(h, self.daemon, self.name))}
         self._hit = [h for h in targets if h not in held]
         if not self._hit:
             return {"skipped": f"every target is held by another fault: {held}"}
         for h in self._hit:
-            db.hold(h, self.daemon, self.name)
             getattr(db, self.do)(h, self.daemon)
         self.active = True
         return {self.done_word: self._hit, "targets": rule.get("spec", rule["rule"]), **how,

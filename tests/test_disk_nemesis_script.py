@@ -9,9 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from harness.db import Holds
-
-from harness.db import TesseraDB
+from harness.db import Holds, TesseraDB
 from nemeses.disk import damage_args
 from node.wal.errors import WalCorruption
 from node.wal.reader import read_log

@@ -10,20 +10,27 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 from nemeses.clock import _STEP, Clock, faketime_env
 
 
 class Recorder:
-    """A Remote that records the python3 steps it is asked to run."""
+    """A Remote that records the python3 steps it is asked to run, and answers `date` with
+    this machine's clock moved by the steps so far (`lost`: a step that never lands)."""
 
-    def __init__(self):
+    def __init__(self, lost: bool = False):
         self.steps: list[float] = []
         self.shell: list[str] = []
+        self.offset_ms, self.lost = 0.0, lost
 
     def run(self, argv, **_):
+        if argv == ["date", "+%s%N"]:
+            return SimpleNamespace(stdout=f"{time.time_ns() + int(self.offset_ms * 1e6)}\n")
         assert argv[:2] == ["python3", "-c"] and argv[2] == _STEP
         self.steps.append(float(argv[3]))
+        if not self.lost:
+            self.offset_ms += float(argv[3])
 
     def sh(self, script, **_):
         self.shell.append(script)
@@ -36,11 +43,18 @@ def test_kernel_bumps_are_relative_steps_that_the_reset_undoes():
     assert Clock(hosts=[], remotes={}).daemon_env() == faketime_env()  # faketime's, by default
     out = c.start({"fault": "bump", "targets": ["n1"], "offsets_ms": {"n1": 250.0}})
     assert out["clock"] == "kernel" and out["offsets_ms"] == {"n1": 250.0}
+    assert out["observed"]["ok"] and abs(out["observed"]["measured_ms"]["n1"] - 250) < 25
     c.start({"fault": "bump", "targets": ["n1"], "offsets_ms": {"n1": -100.0}})
     reset = c.stop()
     assert remotes["n1"].steps == [250.0, -350.0, 100.0]  # net zero
     assert remotes["n2"].steps == [] and reset["offsets_ms"] == {"n1": 0.0, "n2": 0.0}
     assert not any("faketime" in s for s in remotes["n1"].shell)
+
+
+def test_a_kernel_bump_that_never_landed_is_seen():
+    c = Clock(hosts=["n1"], remotes={"n1": Recorder(lost=True)}, source="kernel")
+    out = c.start({"fault": "bump", "targets": ["n1"], "offsets_ms": {"n1": 5000.0}})
+    assert not out["observed"]["ok"] and out["observed"]["off"]["n1"]["intended_ms"] == 5000.0
 
 
 _FAKE_CLOCK = """

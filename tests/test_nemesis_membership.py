@@ -32,6 +32,9 @@ class Ledger:
         self.calls.append(("remove", member[1]))
         return {"id": member[1]}
 
+    def present(self, member):
+        return member in self.members
+
     def add(self, member, timeout):
         if self.fail_adds:
             self.fail_adds -= 1
@@ -56,7 +59,8 @@ def test_removes_the_picked_candidate_and_adds_it_back_at_the_stop():
     ledger = Ledger()
     m = Membership(db=System(ledger))
     done = m.start({"pick": 6})  # 6 mod 4 candidates: the third, n3
-    assert done == {"removed": "n3", "group": "g", "id": "m3"} and m.active
+    assert done == {"removed": "n3", "group": "g", "id": "m3",
+                    "observed": {"ok": True, "in_config": False}} and m.active
     assert m.stop() == {"added": [{"added": "n3", "group": "g"}]} and not m.active
     assert ledger.calls == [("remove", "m3"), ("add", "m3")]
 
@@ -82,8 +86,16 @@ def test_a_removal_refused_for_now_is_tried_again(monkeypatch):
     ledger = Ledger(refuse=2)
     monkeypatch.setattr("nemeses.membership.time.sleep", lambda s: None)
     m = Membership(db=System(ledger))
-    assert m.start({"pick": 0}) == {"removed": "n1", "group": "g", "id": "m1"} and m.active
+    assert m.start({"pick": 0}) == {"removed": "n1", "group": "g", "id": "m1",
+                                    "observed": {"ok": True, "in_config": False}} and m.active
     assert ledger.calls == [("remove", "m1")]
+
+
+def test_a_removal_the_config_still_shows_is_not_in_force():
+    ledger = Ledger()
+    ledger.remove = lambda member: {"id": member[1]}  # says done, changes nothing
+    done = Membership(db=System(ledger)).start({"pick": 0})
+    assert done["observed"] == {"ok": False, "in_config": True}
 
 
 def test_a_removal_the_system_keeps_refusing_is_a_skip_with_nothing_to_add_back(monkeypatch):

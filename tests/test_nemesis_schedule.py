@@ -6,6 +6,7 @@ import asyncio
 import random
 from dataclasses import dataclass, field
 
+import msgspec
 import pytest
 
 from harness.recorder import Recorder
@@ -36,6 +37,7 @@ class Fake(Nemesis):
     log: list = field(default_factory=list)
     fail: bool = False
     skip: bool = False
+    observed: dict | None = None  # what a look at the hosts saw after the start
 
     def start(self, choice):
         if self.fail:
@@ -44,7 +46,8 @@ class Fake(Nemesis):
             return {"skipped": "nothing to do"}
         self.active = True
         self.log.append((self.clock.t - 1000.0, "start", self.name, choice))
-        return {"targets": choice["targets"]}
+        seen = {"observed": self.observed} if self.observed is not None else {}
+        return {"targets": choice["targets"], **seen}
 
     def stop(self):
         self.active = False
@@ -113,3 +116,49 @@ def test_choose_targets():
     assert choose_targets("all", hosts, rng) == hosts
     with pytest.raises(ValueError, match="unknown target spec"):
         choose_targets("most", hosts, rng)
+
+
+def judged(tmp_path, **fakes) -> dict:
+    """A valid register history with the nemesis ops of a run of `fakes` beside it, judged as
+    `tessera test` judges a run (the faults check among the run's checks)."""
+    from reports.checkers.faults import check_faults
+    from reports.checkers.generate import register_history
+    from reports.spark.results import judge_ops
+    from workloads import make
+
+    plan = plan_of(*((1, name, "start", {"targets": ["n1"]}) for name in fakes),
+                   *((6, name, "stop") for name in fakes), heal=tuple(fakes))
+    _, _, nemesis_ops = execute(tmp_path, plan, **fakes)
+    client = register_history(3, 60, processes=3)
+    ops = [msgspec.structs.replace(o, index=i) for i, o in enumerate(client + nemesis_ops)]
+    return judge_ops(ops, make("register").checker, [check_faults(ops, list(fakes))])
+
+
+def test_a_fault_that_failed_to_start_makes_the_run_unknown_and_is_named(tmp_path):
+    """Issue 50: a run in which a fault failed to start was valid; the history was made under
+    less than the run claims, so it is unknown, and says which fault."""
+    results = judged(tmp_path, partition={"observed": {"ok": True}}, clock={"fail": True})
+    assert results["history_verdict"] == "valid" and results["verdict"] == "unknown"
+    faults = next(r for r in results["check"]["results"] if r["checker"] == "faults")
+    assert [(e["type"], e["fault"]) for e in faults["errors"]] == [("fault-failed", "clock")]
+    assert "iptables not found" in faults["errors"][0]["explanation"]
+    assert faults["starts"]["verified"] == 1 and faults["never_fired"] == ["clock"]
+
+
+def test_a_fault_not_in_force_when_checked_makes_the_run_unknown(tmp_path):
+    seen = {"ok": False, "connected": [["n1", "n4"]]}
+    results = judged(tmp_path, partition={"observed": seen})
+    faults = next(r for r in results["check"]["results"] if r["checker"] == "faults")
+    assert results["verdict"] == "unknown" and faults["errors"][0]["type"] == "fault-not-in-force"
+    assert "connected [['n1', 'n4']]" in faults["errors"][0]["explanation"]
+
+
+def test_faults_seen_in_force_leave_the_verdict_to_the_history(tmp_path):
+    results = judged(tmp_path, partition={"observed": {"ok": True}}, kill={},
+                     membership={"skip": True})
+    faults = next(r for r in results["check"]["results"] if r["checker"] == "faults")
+    assert results["verdict"] == "valid" and faults["verdict"] == "valid"
+    # kill has no check here: counted as unchecked, never as verified; membership only skipped
+    assert faults["starts"] == {"verified": 1, "unverified": 0, "unchecked": 1, "failed": 0,
+                                "skipped": 1}
+    assert faults["never_fired"] == ["membership"]

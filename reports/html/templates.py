@@ -31,6 +31,10 @@ REPORT = """\
 <tr><th>reproduce</th><td><code id="command">{{ command }}</code></td></tr>
 {% if test.command and test.command != command %}<tr><th>ran as</th><td><code id="ran-as">{{ test.command }}</code></td></tr>{% endif %}
 </table>
+{% for res in (r.check or {}).get("results", []) if res.checker == "faults" %}
+<p id="faults"{% if res.errors or res.never_fired %} class="error"{% endif %}>Faults: {{ res.starts.verified }} start(s) seen in force on the hosts{% if res.starts.unchecked %}, {{ res.starts.unchecked }} with no check on the hosts{% endif %}{% if res.starts.skipped %}, {{ res.starts.skipped }} skipped{% endif %}{% if res.starts.unverified %}; <b>{{ res.starts.unverified }} not in force when checked</b>{% endif %}{% if res.starts.failed %}; <b>{{ res.starts.failed }} failed to start</b>{% endif %}{% if res.never_fired %}; <b>never took effect: {{ res.never_fired | join(", ") }}</b>{% endif %}.
+{% for e in res.errors %}<br>{{ e.explanation }}{% endfor %}</p>
+{% endfor %}
 {% if files %}<p id="files">Files: {% for label, href in files %}<a href="{{ href }}">{{ label }}</a>{{ " · " if not loop.last }}{% endfor %}</p>{% endif %}
 </header>
 
