@@ -126,6 +126,8 @@ while True:
     if not files:
         print(json.dumps({"skipped": "every file is preallocated space only"})); sys.exit(0)
 done = {"file": path, "kind": kind, "group": group, "mode": mode}
+if kind == "wal":  # where a torn write could be: only the newest batch of an unfinished segment
+    done["newest_batch"] = newest_head(path)
 if mode == "bitflip":
     offset, bit = rng.randrange(32, size), rng.randrange(8)
     done.update(offset=offset, bit=bit, **flip(path, offset, bit))

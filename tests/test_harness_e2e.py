@@ -206,6 +206,19 @@ def test_nemesis_all_fires_every_fault_and_leaves_no_trace(env, tmp_path):
         ops = read_jsonl(os.path.join(run_dir, "history.jsonl"))
         assert all("skipped" in o.value for o in ops if o.f == "start-membership" and o.value)
     assert results["verdict"] == "valid", results["check"]
+    # issue 50: every start carries what a look at the hosts saw right after it, and the
+    # faults check counts them; a clean run has none failed or out of force
+    schedule = json.load(open(os.path.join(run_dir, "schedule.json")))
+    starts = [s for s in schedule["executed"] if s["action"] == "start"]
+    assert starts and all("error" not in s for s in schedule["executed"]), schedule["executed"]
+    for s in starts:
+        assert "skipped" in s or (isinstance(s["observed"], dict) and s["observed"]["ok"]), s
+    faults = next(r for r in results["check"]["results"] if r["checker"] == "faults")
+    assert faults["verdict"] == "valid" and not faults["errors"]
+    assert faults["starts"]["verified"] == sum("observed" in s for s in starts) >= 8
+    assert faults["starts"]["unchecked"] == 0, faults  # every classic fault has a check
+    report = open(os.path.join(run_dir, "report.html")).read()
+    assert f"Faults: {faults['starts']['verified']} start(s) seen in force" in report
     from harness.cluster.netns import NetnsCluster
     from harness.control import Remote
 

@@ -253,6 +253,43 @@ def test_a_truncated_wal_whose_replica_runs_again_is_undetected_damage(tmp_path)
         assert check_logs(tmp_path, ops=[changed])["verdict"] == "valid", other
 
 
+def test_a_flip_no_torn_write_explains_whose_replica_runs_again_is_undetected_damage(tmp_path):
+    """Issue 50: a bit flipped in consensus metadata, or in a WAL segment before its newest
+    batch, must FAIL the replica; RUNNING is an error. A flip inside the newest batch of an
+    unfinished segment may be a torn tail, and is not judged."""
+    write_logs(tmp_path, {"n1/tserver.log": f"{TS} INFO fine\n"})
+    running = {"tablet": T1, "state": "RUNNING", "error": None}
+    cmeta = disk_op("n1", f"/var/lib/tessera/tserver/consensus-meta/{T1}")
+    cmeta["value"] |= {"kind": "cmeta", "offset": 40, "bit": 1, "replica": running}
+    early = disk_op("n1")
+    early["value"] |= {"offset": 900, "bit": 3, "newest_batch": 4096, "replica": running}
+    finished = disk_op("n1")
+    finished["value"] |= {"offset": 9000, "bit": 0, "newest_batch": None, "replica": running}
+    for op, words in ((cmeta, "consensus metadata"), (early, "before its newest batch"),
+                      (finished, "before its newest batch")):
+        r = check_logs(tmp_path, ops=[op])
+        assert r["verdict"] == "invalid" and words in r["errors"][0]["explanation"], r
+        op["value"]["replica"] = {"tablet": T1, "state": "FAILED", "error": "corrupt"}
+        assert check_logs(tmp_path, ops=[op])["verdict"] == "valid"
+    torn = disk_op("n1")
+    torn["value"] |= {"offset": 4200, "bit": 3, "newest_batch": 4096, "replica": running}
+    assert check_logs(tmp_path, ops=[torn])["verdict"] == "valid"
+
+
+def test_a_damage_whose_outcome_was_never_read_makes_the_run_unknown():
+    from reports.checkers.faults import check_faults
+    from reports.history import Op
+
+    value = {**disk_op("n1")["value"], "mode": "head-flip", "observed": {"ok": True},
+             "replica": {"tablet": T1, "state": "UNKNOWN", "error": "server did not answer"}}
+    ops = [Op(index=0, type="info", process="nemesis", f="start-disk", time=10**9),
+           Op(index=1, type="info", process="nemesis", f="start-disk", value=value, time=2 * 10**9)]
+    r = check_faults(ops, ["disk"])
+    assert r["verdict"] == "unknown" and r["errors"][0]["type"] == "damage-outcome-unknown"
+    value["replica"]["state"] = "FAILED"
+    assert check_faults(ops, ["disk"])["verdict"] == "valid"
+
+
 def test_etcds_refusal_after_the_damage_is_expected_and_a_fatal_line_before_it_is_not(tmp_path):
     from harness.etcd_db import EtcdDB
 

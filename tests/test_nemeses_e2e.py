@@ -325,6 +325,20 @@ def test_a_paused_host_is_not_replaced_by_the_disk_fault(deployed):
     assert db.held == {}
 
 
+def test_a_killed_host_stays_down_through_a_disk_fault_and_its_kill_restarts_it(deployed):
+    db, hosts, remotes, _ = deployed
+    kill = Kill(ctx=Context(db, hosts, remotes))
+    disk = DiskCorruption(db=db, hosts=[h.name for h in hosts], remotes=remotes)
+    assert kill.start({"target": {"rule": "hosts", "spec": "one", "hosts": ["n4"]}})["observed"]["ok"]
+    try:
+        done = disk.start({"host": "n4", "damage_seed": 2})
+        assert done == {"skipped": "n4's tserver is held by kill", "host": "n4"}
+        assert not db.running("n4", "tserver") and not db.running("n4", "master")
+    finally:
+        kill.stop()
+    assert db.running("n4", "tserver") and db.held == {}
+
+
 def test_a_delay_daemon_that_cannot_start_on_one_host_is_seen(deployed):
     """A helper missing on one host (the delay module hidden from n2's own venv): its daemon
     dies at once, the rule's --queue-bypass lets packets through unseen, and only the start's

@@ -6,7 +6,8 @@ an SSH channel gone) or whose check on the hosts found it not in force (`nemeses
 cut pair that still connects, a "paused" process still running) means the history was made
 under less than the run says; so such a run is `unknown`, never `valid`, and the check names
 each such start. A stop or heal that raised leaves a fault possibly still in force during what
-the history calls healed time: unknown too. A package the run asked for that never fired (every
+the history calls healed time: unknown too; so is a disk fault whose damaged replica's state
+could not be read (nobody judged how the system took the damage). A package the run asked for that never fired (every
 start skipped, e.g. no tablet had a leader to isolate) is named in `never_fired`, a note that
 leaves the verdict alone: nothing false was claimed, and the report's first screen shows it.
 
@@ -50,6 +51,12 @@ def check_faults(ops: Iterable[Op], configured: list[str]) -> dict:
             continue
         else:
             outcome = _start_outcome(op.value)
+            replica = op.value.get("replica") if isinstance(op.value, dict) else None
+            if isinstance(replica, dict) and replica.get("state") == "UNKNOWN":
+                errors.append({"type": "damage-outcome-unknown", "fault": fault,
+                               "explanation": f"{at}: how the system took the damage to "
+                                              f"{op.value.get('file')} was never read: "
+                                              f"{replica.get('error')}"})
             if outcome == "unverified":
                 seen = {k: v for k, v in op.value["observed"].items() if k != "ok"}
                 errors.append({"type": "fault-not-in-force", "fault": fault,

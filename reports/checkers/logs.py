@@ -170,6 +170,9 @@ def undetected_damage(ops) -> list[dict]:
     """Errors for damage the engine should have refused and did not, its replica RUNNING again:
     - a flipped newest WAL batch header (the disk nemesis's head-flip), the fsynced batch cut
       as a torn tail;
+    - a bit flipped in consensus metadata, or in a WAL segment before its newest batch (a
+      finished segment, or an earlier batch: no torn write reaches there; a flip inside the
+      newest batch of an unfinished segment may pass as a torn tail, and is not judged here);
     - a Tessera WAL segment cut short (truncate): a crash never shrinks a preallocated
       segment, so a replica that runs again took the cut for a torn tail and dropped fsynced
       entries it may have acknowledged (node/wal/format.py). etcd repairs a cut WAL as torn by
@@ -191,6 +194,15 @@ def undetected_damage(ops) -> list[dict]:
             what = (f"{value['file']} was cut from {value.get('from')} to {value.get('to')} "
                     "bytes, and the replica runs again: the cut was taken for a torn tail, "
                     "dropping fsynced entries")
+        elif value.get("mode") == "bitflip" and value.get("kind") == "cmeta":
+            what = (f"a bit flipped at offset {value.get('offset')} of the consensus metadata "
+                    f"{value['file']}, and the replica runs again: its checksum let it through")
+        elif (value.get("mode") == "bitflip" and value.get("kind") == "wal"
+              and "newest_batch" in value
+              and (value["newest_batch"] is None or value["offset"] < value["newest_batch"])):
+            # before the newest batch (or in a finished segment): no torn write reaches there
+            what = (f"a bit flipped at offset {value.get('offset')} of {value['file']}, before "
+                    "its newest batch, and the replica runs again: the damage was not refused")
         else:
             continue
         out.append({"type": "undetected-damage", "host": value["host"], "file": value["file"],
