@@ -30,6 +30,7 @@ from nemeses.registry import Package, register
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 FAKETIME_FILE = "/var/lib/tessera/faketime"
 STROBE_PID = "/var/lib/tessera/strobe.pid"
+STEPPED_FILE = "/var/lib/tessera/clock-stepped"  # kernel: the net step in ms this fault made
 TOLERANCE_MS = 25.0  # a bump's read-back may differ from the step by this, beyond its reading
 
 
@@ -103,6 +104,9 @@ class Clock(Nemesis):
         if self.source == "kernel":
             if delta := ms - self.stepped.get(host, 0.0):  # a clock left alone is not written
                 step_kernel_clock(self.remotes[host], delta)
+                # kept on the host too: a crashed harness forgets its steps, and the next
+                # run's heal must still undo them
+                self.remotes[host].sh(f"echo {ms!r} > {STEPPED_FILE}")
             self.stepped[host] = ms
         else:
             set_offset(self.remotes[host], ms)
@@ -192,6 +196,7 @@ class Clock(Nemesis):
                  f"rm -f {STROBE_PID}; true")
             if self.source == "kernel":
                 self._bump(h, 0.0)
+                r.sh(f"rm -f {STEPPED_FILE}")
             else:
                 set_offset(r, 0)
         self.offsets = {h: 0.0 for h in self.hosts}
@@ -199,8 +204,22 @@ class Clock(Nemesis):
         return {"fault": "reset", "offsets_ms": dict(self.offsets), "clock": self.source}
 
     def heal(self) -> dict:
-        """Always, also before the daemons start: every clock at offset zero."""
-        return self.stop()
+        """Always, also before the daemons start: every clock at offset zero. On a kernel
+        clock, first the steps an earlier run left on a host (its harness crashed) are read
+        back from the host, so the reset undoes them, and the guest's own time
+        synchronisation is stopped, as Jepsen stops ntpd: it would undo a bump unseen."""
+        if self.source != "kernel":
+            return self.stop()
+        for h in self.hosts:
+            r = self.remotes[h]
+            left = r.sh(f"cat {STEPPED_FILE} 2>/dev/null || true", check=False).stdout.strip()
+            try:
+                self.stepped[h] = float(left) if left else self.stepped.get(h, 0.0)
+            except ValueError:
+                pass  # not ours to read: the reset steps by what this run knows
+            r.sh("for s in systemd-timesyncd chrony chronyd ntp ntpsec openntpd; do "
+                 "systemctl stop $s 2>/dev/null; done; true", check=False)
+        return {**self.stop(), "time_sync": "stopped"}
 
     def teardown(self) -> None:
         for h in self.hosts:

@@ -12,7 +12,7 @@ import sys
 import time
 from types import SimpleNamespace
 
-from nemeses.clock import _STEP, Clock, faketime_env
+from nemeses.clock import _STEP, STEPPED_FILE, Clock, faketime_env
 
 
 class Recorder:
@@ -34,6 +34,13 @@ class Recorder:
 
     def sh(self, script, **_):
         self.shell.append(script)
+        if script.startswith("echo ") and STEPPED_FILE in script:
+            self.file = script.split()[1]
+        elif script.startswith(f"rm -f {STEPPED_FILE}"):
+            self.file = None
+        elif script.startswith(f"cat {STEPPED_FILE}"):
+            return SimpleNamespace(stdout=getattr(self, "file", None) or "")
+        return SimpleNamespace(stdout="")
 
 
 def test_kernel_bumps_are_relative_steps_that_the_reset_undoes():
@@ -49,6 +56,17 @@ def test_kernel_bumps_are_relative_steps_that_the_reset_undoes():
     assert remotes["n1"].steps == [250.0, -350.0, 100.0]  # net zero
     assert remotes["n2"].steps == [] and reset["offsets_ms"] == {"n1": 0.0, "n2": 0.0}
     assert not any("faketime" in s for s in remotes["n1"].shell)
+
+
+def test_a_crashed_runs_kernel_step_is_undone_by_the_next_runs_heal():
+    remote = Recorder()
+    crashed = Clock(hosts=["n1"], remotes={"n1": remote}, source="kernel")
+    crashed.start({"fault": "bump", "targets": ["n1"], "offsets_ms": {"n1": 750.0}})
+    # the harness dies here; the next run's Clock knows nothing of the step
+    healed = Clock(hosts=["n1"], remotes={"n1": remote}, source="kernel").heal()
+    assert remote.steps == [750.0, -750.0] and remote.offset_ms == 0.0
+    assert healed["time_sync"] == "stopped"
+    assert any("systemd-timesyncd" in s for s in remote.shell)
 
 
 def test_a_kernel_bump_that_never_landed_is_seen():
