@@ -254,7 +254,7 @@ f.onload = async () => {
   const top = sel => { const e = d.querySelector(sel); return e ? e.getBoundingClientRect().top : null; };
   const bottom = sel => { const e = d.querySelector(sel); return e ? e.getBoundingClientRect().bottom : null; };
   document.getElementById('result').textContent = JSON.stringify({
-    verdict: top('#verdict'), checkers: top('#checkers table'), checkers_end: bottom('#checkers table'),
+    verdict: top('#verdict'), faults: top('#faults'), checkers: top('#checkers table'), checkers_end: bottom('#checkers table'),
     throughput: top('img[alt="Throughput"]'), details: top('#check-details'),
     timeline: top('#timeline'), expected_open: !!d.querySelector('details.expected[open]'),
   });
@@ -276,8 +276,14 @@ def test_a_busy_report_leads_with_the_verdict_the_checkers_and_the_throughput(st
     nemesis, index = [], len(ops)
     for i, kind in enumerate(kinds):  # each fault over an eighth of the run
         for f, t in ((f"start-{kind}", end * i // 8), (f"stop-{kind}", end * (i + 1) // 8)):
-            nemesis.append(Op(index=index, type="info", process=NEMESIS, f=f, value={"n": 1}, time=t))
-            index += 1
+            # an invoke, then the completion: a start says what the hosts showed after it, and
+            # the disk fault's start failed (issue 50: the first screen must say so)
+            done = {"n": 1, **({"observed": {"ok": True}} if f.startswith("start-") else {})}
+            error = "ClusterError: n3: tc: not found" if f == "start-disk" else None
+            for value, dt in ((None, 0), (None if error else done, 1)):
+                nemesis.append(Op(index=index, type="info", process=NEMESIS, f=f, value=value,
+                                  time=t + dt, error=error if value is None and dt else None))
+                index += 1
     run = write_run(store, "20260101T000006", sorted(ops + nemesis, key=lambda o: o.time), seed=16,
                     nemesis=kinds)
     (run / "convergence.json").write_text(json.dumps({
@@ -289,13 +295,17 @@ def test_a_busy_report_leads_with_the_verdict_the_checkers_and_the_throughput(st
     model = model_for(test)
     analyze_run(str(run), check_history(read_jsonl(found.history), model, **check_options(test, model)), "test")
     # A note that names no log line (convergence's) shows no empty host/file:line before it.
-    assert "<b>majority-failed</b>: tablet t0 has no leader" in (run / "report.html").read_text()
+    html = (run / "report.html").read_text()
+    assert "<b>majority-failed</b>: tablet t0 has no leader" in html
+    assert re.search(r"Faults: 7 start\(s\) seen in force.*<b>1 failed to start</b>.*"
+                     r"never took effect: disk</b>.*start-disk at .* failed: ClusterError", html, re.S)
     (store / "layout.html").write_text(LAYOUT_PROBE % json.dumps("register/20260101T000006/report.html"))
     out = browse(tmp_path, "--virtual-time-budget=30000", "--dump-dom", f"{server}/layout.html")
     m = re.search(r'<pre id="result">(.*?)</pre>', out.stdout, re.S)
     assert m and m.group(1) != "pending", out.stderr[-2000:]
     at = json.loads(m.group(1).replace("&quot;", '"'))
     assert at["verdict"] is not None and at["verdict"] < 800, at
+    assert at["faults"] is not None and at["faults"] < 800, at  # the faults that did not take
     assert at["checkers"] is not None and at["checkers"] < 800, at
     assert at["throughput"] is not None and at["throughput"] < 1600, at
     assert at["details"] > at["timeline"] > at["throughput"], at  # the findings come last
