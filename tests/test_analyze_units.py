@@ -81,6 +81,19 @@ def test_fault_periods_from_completed_start_to_completed_stop_or_end():
     assert clock_offsets(ops) == [{"time": 5.0, "offsets_ms": {"n1": 50}}]
 
 
+def test_a_strobe_is_plotted_back_at_zero_when_it_ends_unless_a_stop_came_first():
+    def op(i, f, t, value):
+        return Op(index=i, type="info", process="nemesis", f=f, time=int(t * 1e9), value=value)
+    strobe = {"fault": "strobe", "targets": ["n2"], "seconds": 3, "offsets_ms": {"n1": 0, "n2": 80}}
+    assert clock_offsets([op(0, "start-clock", 1, strobe), op(1, "stop-clock", 9, {})]) == [
+        {"time": 1.0, "offsets_ms": {"n1": 0, "n2": 80}},
+        {"time": 4.0, "offsets_ms": {"n1": 0, "n2": 0}},
+        {"time": 9.0, "offsets_ms": {"n1": 0, "n2": 0}}]
+    assert clock_offsets([op(0, "start-clock", 1, strobe), op(1, "stop-clock", 2, {})]) == [
+        {"time": 1.0, "offsets_ms": {"n1": 0, "n2": 80}},
+        {"time": 2.0, "offsets_ms": {"n1": 0, "n2": 0}}]
+
+
 def test_leader_track_from_node_logs(tmp_path):
     for host, lines in {"n1": ["10:00:01,000 raft tablet=T term=1 role=LEADER leader=u1",
                                "10:00:05,000 raft tablet=T term=2 role=FOLLOWER leader=None"],

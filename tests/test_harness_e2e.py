@@ -233,6 +233,38 @@ def test_nemesis_all_fires_every_fault_and_leaves_no_trace(env, tmp_path):
         assert not any(left.values()), (h.name, left)
 
 
+def test_a_fault_that_cannot_start_on_one_host_makes_the_run_unknown(env, tmp_path):
+    """Issue 50: iptables broken on one host alone (/bin/false bound over it in n2's own mount
+    namespace), so every partition that gives n2 a grudge fails to start. The history is
+    fine, but it was not made under the faults the run claims: unknown (exit 2), the
+    partition named, never valid."""
+    from harness.cluster.netns import NetnsCluster
+    from harness.control import Remote
+
+    up = tessera("cluster", "up", env=env)
+    assert up.returncode == 0, up.stderr
+    n2 = Remote(next(h for h in NetnsCluster(5, state_dir=env["TESSERA_NETNS_STATE"]).hosts()
+                     if h.name == "n2"))
+    n2.sh("mount --bind /bin/false $(readlink -f /usr/sbin/iptables)")
+    try:
+        out = tessera("test", "--nemesis", "partition", "--time-limit", "15",
+                      "--nemesis-interval", "3", "--seed", "6", "--store", str(tmp_path / "store"),
+                      env=env)
+    finally:
+        n2.sh("umount $(readlink -f /usr/sbin/iptables)")
+        n2.close()
+    assert out.returncode == 2, out.stderr[-3000:]
+    run_dir = out.stdout.strip().splitlines()[-1]
+    results = json.load(open(os.path.join(run_dir, "results.json")))
+    faults = next(r for r in results["check"]["results"] if r["checker"] == "faults")
+    assert results["verdict"] == "unknown" and results["history_verdict"] == "valid"
+    # seed 6 draws halves, then a majorities ring: n2 holds a grudge in both
+    assert faults["starts"]["failed"] == 2 and {e["fault"] for e in faults["errors"]} == {"partition"}
+    assert "faults: fault-failed" in out.stderr  # the why on the terminal
+    report = open(os.path.join(run_dir, "report.html")).read()
+    assert "failed to start</b>" in report and "start-partition at" in report
+
+
 def _grouped_writes_run(env, tmp_path, option: str, concurrency: int, rate: int, seed: int):
     """A 25 s list-append run with the workload option `option` under kills and partitions:
     judged valid by the checkers, replicas and logs, every fault fired, and each op invoked and

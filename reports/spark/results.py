@@ -45,15 +45,32 @@ def fault_periods(ops: list[Op]) -> list[dict]:
 
 
 def clock_offsets(ops: list[Op]) -> list[dict]:
-    """Clock-skew steps [{time, offsets_ms}] from `start-clock`/`stop-clock` ops (stop resets)."""
-    steps = []
+    """Clock-skew steps [{time, offsets_ms}] from `start-clock`/`stop-clock` ops (stop resets).
+    A strobe flips its hosts by ± its delta (plotted as the delta) for its `seconds`, then
+    leaves them at 0: a step back to 0 at its end, unless a stop came first."""
+    steps: list[dict] = []
+    ending: dict | None = None  # a strobe's end, not yet reached
+
+    def reach(t: float) -> None:
+        nonlocal ending
+        if ending is not None and ending["time"] <= t:
+            steps.append(ending)
+            ending = None
+
     for op in ops:
         if op.process != NEMESIS or op.time is None or not isinstance(op.value, dict):
             continue
+        t = op.time / 1e9
+        reach(t)
         if op.f == "start-clock" and isinstance(op.value.get("offsets_ms"), dict):
-            steps.append({"time": op.time / 1e9, "offsets_ms": dict(op.value["offsets_ms"])})
+            steps.append({"time": t, "offsets_ms": dict(op.value["offsets_ms"])})
+            if op.value.get("fault") == "strobe" and isinstance(op.value.get("seconds"), (int, float)):
+                ending = {"time": t + op.value["seconds"], "offsets_ms": {
+                    **op.value["offsets_ms"], **{h: 0 for h in op.value.get("targets", [])}}}
         elif op.f in ("stop-clock", "heal-clock") and steps:
-            steps.append({"time": op.time / 1e9, "offsets_ms": {n: 0 for n in steps[-1]["offsets_ms"]}})
+            ending = None
+            steps.append({"time": t, "offsets_ms": {n: 0 for n in steps[-1]["offsets_ms"]}})
+    reach(float("inf"))
     return steps
 
 
