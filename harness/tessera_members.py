@@ -46,16 +46,19 @@ class TabletMembers:
         return {"tablet": member[0], "config": self.change(member[0], "remove", member[1], timeout)}
 
     def present(self, member: tuple[str, str, str]) -> bool | None:
-        """Whether the tablet's leader replica, asked on its tablet server, still counts the
-        member in its committed config; None when no server reports a leader of it."""
+        """Whether the tablet's replica of the newest term (its leader's, if one answers),
+        asked on its tablet server, still counts the member in its committed config; None when
+        no server reports a running replica of it."""
         from node.protocol import ServerStatus
 
         statuses = self.db.ask_each(self.db.hosts, "tserver", "ts.status", ServerStatus)
-        leaders = [t for st in statuses.values() for t in st.tablets
-                   if t.tablet_id == member[0] and t.role == "LEADER" and t.state == "RUNNING"]
-        if not leaders:
+        running = [t for st in statuses.values() for t in st.tablets
+                   if t.tablet_id == member[0] and t.state == "RUNNING"]
+        if not running:
             return None
-        newest = max(leaders, key=lambda t: t.term)  # not a deposed leader cut off by a partition
+        # the newest term's report, a leader's first: not a deposed leader cut off by a
+        # partition; a follower's committed config when no leader answers
+        newest = max(running, key=lambda t: (t.term, t.role == "LEADER"))
         return any(uuid == member[1] for uuid, _ in newest.committed_config)
 
     def add(self, member: tuple[str, str, str], timeout: float = 30.0) -> dict:

@@ -78,12 +78,22 @@ class Membership(Nemesis):
                     self.active = bool(self._removed)
                     refused = f"the system refused to remove {member[2]}'s member: {e}"
                 else:
-                    still = members.present(member)
-                    seen = observe.observation(still is False, in_config=still)
+                    still = self._read_back(members, member)
+                    seen = observe.observation(None if still is None else not still,
+                                               in_config=still)
                     return {"removed": member[2], "group": member[0], **done, "observed": seen}
             if time.monotonic() > deadline:
                 return {"skipped": refused or "no group whose members can spare one now"}
             time.sleep(1.0)
+
+    def _read_back(self, members: Members, member: Candidate) -> bool | None:
+        """Whether the config still holds the removed member, asked until someone answers
+        (a leader change may follow the removal) for up to `patience` seconds; None if none
+        did."""
+        deadline = time.monotonic() + self.patience
+        while (still := members.present(member)) is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return still
 
     def stop(self) -> dict:
         members, added = self.db.membership(), []

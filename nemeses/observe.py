@@ -26,10 +26,11 @@ PROBE_PORT = 22  # every test host runs sshd on its test address: a port a cut m
 CONNECT_S = 1.5
 
 
-def observation(ok: bool, **seen: Any) -> dict:
+def observation(ok: bool | None, **seen: Any) -> dict:
     """What a start's completion records under "observed": whether the fault was seen in force
-    on the hosts, and what was seen."""
-    return {"ok": bool(ok), **seen}
+    on the hosts (None: the look could not be made, e.g. nobody answered; counted as unchecked,
+    never as verified), and what was seen."""
+    return {"ok": None if ok is None else bool(ok), **seen}
 
 
 def each(hosts: list[str], probe: Callable[[str], Any]) -> dict[str, Any]:

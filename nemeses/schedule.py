@@ -59,7 +59,7 @@ class Schedule:
             if action == "start":
                 observed = done.get("observed") if isinstance(done, dict) else None
                 ran["observed"] = observed if observed is not None else "no check on the hosts"
-                if isinstance(observed, dict) and not observed.get("ok"):
+                if isinstance(observed, dict) and observed.get("ok") is False:
                     self.coverage[f"{f}-unverified"] += 1  # fired, but not seen in force
                 self.active.add(name)
             else:
@@ -95,9 +95,13 @@ class Schedule:
         starts = [r for r in self.executed if r["action"] == "start"]
         return {"counts": dict(self.coverage), "fired": fired,
                 "never_fired": [name for name, c in fired.items() if c == 0],
-                "verified": sum(isinstance(r.get("observed"), dict) and r["observed"]["ok"]
-                                for r in starts),
-                "unverified": sum(isinstance(r.get("observed"), dict) and not r["observed"]["ok"]
-                                  for r in starts),
-                "unchecked": sum(isinstance(r.get("observed"), str) for r in starts),
+                "verified": sum(_seen(r) is True for r in starts),
+                "unverified": sum(_seen(r) is False for r in starts),
+                "unchecked": sum("observed" in r and _seen(r) is None for r in starts),
                 "failed": sum("error" in r for r in self.executed)}
+
+
+def _seen(ran: dict) -> bool | None:
+    """A start's observation: True (seen in force), False (not), None (no check made)."""
+    observed = ran.get("observed")
+    return observed.get("ok") if isinstance(observed, dict) else None

@@ -105,3 +105,16 @@ def test_a_removal_the_system_keeps_refusing_is_a_skip_with_nothing_to_add_back(
     done = m.start({"pick": 0})
     assert "refused" in done["skipped"] and "1 of the 2" in done["skipped"] and not m.active
     assert m.stop() == {"added": []} and ledger.calls == []
+
+
+def test_a_removal_is_read_back_once_someone_answers(monkeypatch):
+    monkeypatch.setattr("nemeses.membership.time.sleep", lambda s: None)
+    ledger = Ledger()
+    answers = iter([None, None, False])
+    ledger.present = lambda member: next(answers)  # a leader change after the removal
+    done = Membership(db=System(ledger)).start({"pick": 0})
+    assert done["observed"] == {"ok": True, "in_config": False}
+    ledger = Ledger()
+    ledger.present = lambda member: None  # nobody answers within the patience
+    m = Membership(db=System(ledger), patience=0.0)
+    assert m.start({"pick": 0})["observed"] == {"ok": None, "in_config": None}

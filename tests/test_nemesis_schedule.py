@@ -162,3 +162,27 @@ def test_faults_seen_in_force_leave_the_verdict_to_the_history(tmp_path):
     assert faults["starts"] == {"verified": 1, "unverified": 0, "unchecked": 1, "failed": 0,
                                 "skipped": 1}
     assert faults["never_fired"] == ["membership"]
+
+
+def test_a_check_nobody_answered_is_unchecked_and_a_failed_stop_only_a_note(tmp_path):
+    """A look at the hosts that could not be made (ok None) is not a verification, and not a
+    fault out of force either; a stop that raised leaves the fault in force longer (more fault,
+    not less): a note. Neither makes the run unknown."""
+    @dataclass
+    class StuckStop(Fake):
+        def stop(self):
+            raise TimeoutError("no reply within 1.059s")
+
+    clock = FakeClock()
+    nemeses = {"membership": StuckStop(name="membership", clock=clock,
+                                       observed={"ok": None, "in_config": None})}
+    plan = plan_of((1, "membership", "start", {"targets": ["n1"]}), (6, "membership", "stop"),
+                   heal=())
+    rec = Recorder(tmp_path / "h.jsonl")
+    asyncio.run(Schedule(nemeses, plan, clock=clock).run(rec))
+    rec.close()
+    from reports.checkers.faults import check_faults
+
+    r = check_faults(read_jsonl(tmp_path / "h.jsonl"), ["membership"])
+    assert r["verdict"] == "valid" and r["starts"]["unchecked"] == 1 and not r["errors"]
+    assert [n["type"] for n in r["notes"]] == ["heal-failed"]

@@ -5,9 +5,10 @@ A run is only as strong as the faults it ran. A start that raised (a helper miss
 an SSH channel gone) or whose check on the hosts found it not in force (`nemeses.observe`: a
 cut pair that still connects, a "paused" process still running) means the history was made
 under less than the run says; so such a run is `unknown`, never `valid`, and the check names
-each such start. A stop or heal that raised leaves a fault possibly still in force during what
-the history calls healed time: unknown too; so is a disk fault whose damaged replica's state
-could not be read (nobody judged how the system took the damage). A package the run asked for that never fired (every
+each such start; so is a disk fault whose damaged replica's state could not be read (nobody
+judged how the system took the damage). A stop or heal that raised is a note: it leaves a fault
+in force longer than planned, which is more fault, not less, and the history records it. A
+check that could not be made (nobody answered it) counts as unchecked, never as verified. A package the run asked for that never fired (every
 start skipped, e.g. no tablet had a leader to isolate) is named in `never_fired`, a note that
 leaves the verdict alone: nothing false was claimed, and the report's first screen shows it.
 
@@ -31,6 +32,7 @@ def check_faults(ops: Iterable[Op], configured: list[str]) -> dict:
     outcomes: Counter = Counter()
     by_fault: dict[str, Counter] = {}
     errors: list[dict] = []
+    notes: list[dict] = []
     opened: set[str] = set()
     for op in ops:
         if op.process != NEMESIS or not isinstance(op.f, str) or "-" not in op.f:
@@ -43,9 +45,15 @@ def check_faults(ops: Iterable[Op], configured: list[str]) -> dict:
             continue
         opened.discard(op.f)
         at = f"{op.f} at {op.time / 1e9:.1f} s" if op.time is not None else op.f
+        if op.error is not None and action != "start":
+            # a fault left in force longer than planned: more fault, not less, and the
+            # history says so; a note, not a reason to doubt the verdict
+            notes.append({"type": "heal-failed", "fault": fault,
+                          "explanation": f"{at} failed: {op.error}"})
+            continue
         if op.error is not None:
-            errors.append({"type": "fault-failed" if action == "start" else "heal-failed",
-                           "fault": fault, "explanation": f"{at} failed: {op.error}"})
+            errors.append({"type": "fault-failed", "fault": fault,
+                           "explanation": f"{at} failed: {op.error}"})
             outcome = "failed"
         elif action != "start":
             continue
@@ -71,7 +79,7 @@ def check_faults(ops: Iterable[Op], configured: list[str]) -> dict:
             "starts": {k: outcomes[k] for k in ("verified", "unverified", "unchecked", "failed",
                                                 "skipped")},
             "by_fault": {f: dict(c) for f, c in sorted(by_fault.items())},
-            "errors": errors, "never_fired": never}
+            "errors": errors, "notes": notes, "never_fired": never}
 
 
 def _start_outcome(value: object) -> str:
@@ -82,8 +90,8 @@ def _start_outcome(value: object) -> str:
     if "skipped" in value:
         return "skipped"
     observed = value.get("observed")
-    if not isinstance(observed, dict) or "ok" not in observed:
-        return "unchecked"
+    if not isinstance(observed, dict) or observed.get("ok") is None:
+        return "unchecked"  # no check, or one that could not be made (nobody answered)
     return "verified" if observed["ok"] else "unverified"
 
 
