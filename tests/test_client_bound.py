@@ -26,14 +26,21 @@ class SpyRpc(RpcClient):
     def __init__(self, lose_first_append_reply: bool = False):
         super().__init__(connect_timeout=CONNECT_TIMEOUT)
         self.ports: list[int] = []
+        self.failed: list[tuple[int, str]] = []  # (port, error) of each tablet call that raised
         self.appends = 0
         self.lose = lose_first_append_reply
 
     async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
-        if method in ("ts.read", "ts.write"):
+        tablet = method in ("ts.read", "ts.write")
+        if tablet:
             self.ports.append(addr[1])
-        res = await super().call(addr, method, request, response_type, to_uuid=to_uuid,
-                                 timeout=timeout)
+        try:
+            res = await super().call(addr, method, request, response_type, to_uuid=to_uuid,
+                                     timeout=timeout)
+        except RpcError as e:
+            if tablet:
+                self.failed.append((addr[1], e.code.name))
+            raise
         if method == "ts.write" and isinstance(request.op, Append):
             self.appends += 1
             if self.lose:
@@ -232,7 +239,11 @@ def test_bound_to_the_leader_is_answered_by_it_alone(cluster):
         still = await _leader_term(client, cluster, leader) == term
         if still:
             assert answered == [leader] * 4
-            assert set(spy.ports) == {cluster.daemons[leader].port}
+            # Only a leader that did not answer (a loaded machine's stalled attempt) sends a
+            # call elsewhere; every other call goes to the leader alone.
+            port = cluster.daemons[leader].port
+            elsewhere = sum(p != port for p in spy.ports)
+            assert elsewhere <= 2 * sum(p == port for p, _ in spy.failed), (spy.ports, spy.failed)
             # The harness binds by IP alone; on loopback that matches every replica.
             assert await client.table(f"on_leader{n}", names, bind="127.0.0.1").read("k") == 2
         await client.close()
