@@ -850,12 +850,12 @@ class TesseraDB(Deployment):
 
     def disk_layout(self):
         """A tablet server's WAL segments (a replica: its tablet's directory) and consensus
-        metadata (a replica: the file, named by its tablet), with the aimed head-flip."""
+        metadata (a replica: the file, named by its tablet), with the aimed newest-flip."""
         from nemeses.disk import DiskLayout
 
         return DiskLayout(daemon="tserver", root=self.data_dir("tserver"),
                           files=(("wals", "wal", "dir"), ("consensus-meta", "cmeta", "name")),
-                          modes=("bitflip", "bitflip", "truncate", "head-flip"),
+                          modes=("bitflip", "bitflip", "truncate", "newest-flip"),
                           log=f"{DATA}/logs/tserver.log")
 
     def damaged(self, host: str, done: dict) -> dict:

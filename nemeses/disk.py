@@ -9,10 +9,13 @@ into replicas, and which damage modes apply; `damaged(host, done)` says how its 
 took the damage, and `repair(host, done)` mends what an operator would mend at the heal (etcd:
 the damaged member is replaced by a fresh one; Tessera: nothing, the replica stays FAILED).
 
-One mode is aimed (issue 32): `head-flip` flips a bit in the header of the newest batch of an
-unfinished Tessera WAL segment, the one flip a reader could take for a torn write. The replica
-must come back FAILED; one that runs again cut the batch as torn (the logs checker's
-`undetected-damage`). A truncation of a Tessera WAL segment must FAIL its replica too: a crash
+One mode is aimed: `newest-flip` flips a bit anywhere in the newest batch of an unfinished
+Tessera WAL segment (its header or its data), the flips a reader could take for a torn write:
+a header's length cannot be trusted (issue 32), and data next to zero runs looked like
+unwritten space to the reader before sector stamps (issue 56, bug 1). The process was killed,
+not the machine, so the batch is whole on disk. The replica must come back FAILED, unless the
+flip hit a sector stamp (no data changed); one that runs again cut the batch as torn (the logs
+checker's `undetected-damage`). A truncation of a Tessera WAL segment must FAIL its replica too: a crash
 never shrinks a preallocated segment, so a replica that runs again took the cut for a torn tail
 and dropped fsynced entries (session 23: such a replica's vote then elected a leader without
 an acknowledged append, which the list-append checker caught as incompatible orders).
@@ -80,22 +83,28 @@ if not files:
 mode = spec["mode"] or rng.choice(spec["modes"])
 
 
-def newest_head(path):
-    # Offset of the newest batch header of an unfinished Tessera segment (no footer), or None.
-    # The format is node/wal/format.py's: header = magic(8) version(2) tid-length(2) seq(8)
-    # [preallocated length(8), version 2 on] tid crc(4); batch = length u32, kind u16,
-    # reserved u16, data crc u32, header crc u32, data.
+def newest_batch(path):
+    # (offset, stored end, stamped) of the newest batch of an unfinished Tessera segment (no
+    # footer), or None. The format is node/wal/format.py's: header = magic(8) version(2)
+    # tid-length(2) seq(8) [preallocated length(8), version 2 on] tid crc(4); batch = length
+    # u32, kind u16, reserved u16, data crc u32, header crc u32, data; version 3 on, a stamp
+    # byte before each data byte at a multiple of 512 (node/wal/segment.py stored_end).
     import struct
     buf = open(path, "rb").read()
     if len(buf) < 24 or buf[:8] != b"TSRWALSG" or buf[-36:].startswith(b"TSRWALFT"):
         return None
-    fixed = 24 if struct.unpack_from("<H", buf, 8)[0] == 1 else 32
+    version = struct.unpack_from("<H", buf, 8)[0]
+    fixed = 24 if version == 1 else 32
     off, last = fixed + struct.unpack_from("<H", buf, 10)[0], None
     while off + 16 <= len(buf):
         length, kind, reserved = struct.unpack_from("<IHH", buf, off)
-        if kind not in (1, 2) or reserved or off + 16 + length > len(buf):
+        start = end = off + 16
+        while version >= 3 and (grown := start + length + len(range(-(-start // 512) * 512, end, 512))) != end:
+            end = grown
+        end = end if version >= 3 else start + length
+        if kind not in (1, 2) or reserved or end > len(buf):
             break
-        last, off = off, off + 16 + length
+        last, off = (off, end, version >= 3), end
     return last
 
 
@@ -106,15 +115,18 @@ def flip(path, offset, bit):
     return {"before": b, "after": b ^ (1 << bit)}
 
 
-if mode == "head-flip":
+if mode == "newest-flip":
     heads = [(p, g, o) for k, p, g in sorted(files)
-             if k == "wal" and (o := newest_head(p)) is not None]
+             if k == "wal" and (o := newest_batch(p)) is not None]
     if heads:
-        path, group, start = rng.choice(heads)
-        offset, bit = start + rng.randrange(16), rng.randrange(8)
+        path, group, (start, end, stamped) = rng.choice(heads)
+        offset, bit = rng.randrange(start, end), rng.randrange(8)
         byte = flip(path, offset, bit)
+        # a stamp marks a sector written and holds no data: flipping it changes nothing
+        stamp = stamped and offset % 512 == 0 and offset >= start + 16
         print(json.dumps({"file": path, "kind": "wal", "group": group, "mode": mode,
-                          "offset": offset, "bit": bit, "batch": start, **byte}))
+                          "offset": offset, "bit": bit, "batch": start, "batch_end": end,
+                          "stamp": stamp, **byte}))
         sys.exit(0)
     mode = "bitflip"  # no unfinished segment with a batch: an ordinary flip
 files.sort()
@@ -127,7 +139,7 @@ while True:
         print(json.dumps({"skipped": "every file is preallocated space only"})); sys.exit(0)
 done = {"file": path, "kind": kind, "group": group, "mode": mode}
 if kind == "wal":  # where a torn write could be: only the newest batch of an unfinished segment
-    done["newest_batch"] = newest_head(path)
+    done["newest_batch"] = (newest_batch(path) or (None,))[0]
 if mode == "bitflip":
     offset, bit = rng.randrange(32, size), rng.randrange(8)
     done.update(offset=offset, bit=bit, **flip(path, offset, bit))

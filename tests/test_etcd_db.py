@@ -334,7 +334,7 @@ def test_disk_layout_names_the_members_wal_and_snapshots_as_one_group():
     layout = EtcdDB([Host("n1", "127.0.0.1")], [], {}).disk_layout()
     assert layout.daemon == "etcd" and layout.root.endswith("/etcd")
     assert {f[0] for f in layout.files} == {"member/wal", "member/snap"}
-    assert {f[2] for f in layout.files} == {"etcd"} and "head-flip" not in layout.modes
+    assert {f[2] for f in layout.files} == {"etcd"} and "newest-flip" not in layout.modes
 
 
 def test_what_the_cli_refuses_for_etcd_before_any_host():

@@ -216,19 +216,24 @@ def test_a_leader_seeing_the_damaged_follower_short_is_expected_only_for_that_re
         assert check_logs(tmp_path, [op])["verdict"] == "invalid", (tablet, follower)
 
 
-def test_a_head_flip_whose_replica_runs_again_is_undetected_damage(tmp_path):
-    """The disk nemesis's head-flip must FAIL the replica; RUNNING means the flipped newest
-    batch was cut as a torn tail: an error, naming host, file and batch. FAILED is expected."""
+@pytest.mark.parametrize("offset", [4099, 5000])  # in the header, in the data
+def test_a_newest_flip_whose_replica_runs_again_is_undetected_damage(tmp_path, offset):
+    """The disk nemesis's newest-flip must FAIL the replica; RUNNING means the flipped newest
+    batch was cut as a torn tail: an error, naming host, file and batch. FAILED is expected,
+    and a flipped sector stamp (no data changed) is not judged."""
     write_logs(tmp_path, {"n1/tserver.log": f"{TS} INFO fine\n"})
     op = disk_op("n1")
-    op["value"] |= {"mode": "head-flip", "batch": 4096, "offset": 4099, "bit": 2}
+    op["value"] |= {"mode": "newest-flip", "batch": 4096, "batch_end": 6000, "offset": offset,
+                    "bit": 2, "stamp": False}
     assert check_logs(tmp_path, ops=[op])["verdict"] == "valid"
     op["value"]["replica"] = {"tablet": T1, "state": "RUNNING", "error": None}
     r = check_logs(tmp_path, ops=[op])
     assert r["verdict"] == "invalid"
     (e,) = r["errors"]
     assert (e["type"], e["host"], e["file"]) == ("undetected-damage", "n1", WAL)
-    assert "offset 4096" in e["explanation"] and "cut as a torn tail" in e["explanation"]
+    assert "(offset 4096)" in e["explanation"] and "cut as a torn tail" in e["explanation"]
+    op["value"] |= {"offset": 4608, "stamp": True}
+    assert check_logs(tmp_path, ops=[op])["verdict"] == "valid"
 
 
 def test_a_truncated_wal_whose_replica_runs_again_is_undetected_damage(tmp_path):
@@ -280,7 +285,7 @@ def test_a_damage_whose_outcome_was_never_read_makes_the_run_unknown():
     from reports.checkers.faults import check_faults
     from reports.history import Op
 
-    value = {**disk_op("n1")["value"], "mode": "head-flip", "observed": {"ok": True},
+    value = {**disk_op("n1")["value"], "mode": "newest-flip", "observed": {"ok": True},
              "replica": {"tablet": T1, "state": "UNKNOWN", "error": "server did not answer"}}
     ops = [Op(index=0, type="info", process="nemesis", f="start-disk", time=10**9),
            Op(index=1, type="info", process="nemesis", f="start-disk", value=value, time=2 * 10**9)]

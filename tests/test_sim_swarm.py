@@ -278,26 +278,29 @@ def test_clocks_drift_past_the_bound_and_hybrid_time_still_follows_the_log(monke
     assert (mutant.violation or "").startswith("hybrid time: tablet "), mutant.violation
 
 
-FLIP_HEAD = "flip-head:4,restart:1,heal:1;every=0.5-2"
+FLIP_NEWEST = "flip-newest:4,restart:1,heal:1;every=0.5-2;values=wide"
 
 
-def test_a_flipped_newest_wal_header_fails_its_replica_and_never_passes_as_torn(
+def test_a_flip_in_a_synced_newest_wal_batch_fails_its_replica_and_never_passes_as_torn(
         monkeypatch, tmp_path):
-    """The flip-head fault: power loss, then one bit flipped in the header of a tablet's newest
-    WAL batch, read back at the reboot. The replica FAILs naming the batch. With the reader of
-    before issue 32 (such a header read as torn), the simulator fails the seed: the replica runs
-    again with the fsynced batch cut."""
+    """The flip-newest fault: power loss, then one bit flipped anywhere in a tablet's newest
+    intact WAL batch, read back at the reboot; wide values, half of them zero-padded. The
+    replica FAILs. Written without sector stamps (the version 2 writer, whose reader took zero
+    sectors for unwritten space: issue 56, bug 1), seed 0 fails: a replica runs again with the
+    synced batch cut."""
+    import node.wal.format as fmt
     import node.wal.segment as segment
 
     def run(out: Path):
-        return register_seed(0, FLIP_HEAD, 10.0, out)
+        return register_seed(0, FLIP_NEWEST, 10.0, out)
 
     fixed = run(tmp_path / "fixed")
     assert fixed.ok(), (fixed.violation, fixed.verdict)
-    heads = [e[2] for e in fixed.events if e[1] == "flip-head"]
-    assert heads and all(len(v) == 5 for v in heads)
-    assert all("one or two bits away" in fixed.flips[v[0]] for v in heads), fixed.flips
-    monkeypatch.setattr(segment, "flipped_header", lambda buf, offset, end: False)
+    flips = [e[2] for e in fixed.events if e[1] == "flip-newest"]
+    assert flips and all(len(v) == 5 for v in flips)
+    assert all(fixed.flips[v[0]].startswith("FAILED") for v in flips if v[4]), fixed.flips
+    monkeypatch.setattr(fmt, "FORMAT_VERSION", 2)
+    monkeypatch.setattr(segment, "stamped", lambda batch, offset: [batch])
     before = run(tmp_path / "before")
     assert (before.violation or "").startswith("wal damage: tablet "), before.violation
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from node.entry import Entry, EntryType
 from node.wal import Log, LogOptions, WalCorruption, WalError, read_log
 from node.wal import format as fmt
-from node.wal.segment import SECTOR, segment_name
+from node.wal.segment import SECTOR, segment_name, stamped
 
 TABLET = "tablet-1"
 SMALL = LogOptions(log_segment_size_mb=0.05, log_preallocate_segments=False)
@@ -32,9 +32,9 @@ def build(batches: list[list[Entry] | int], seq: int = 1, footer: bool = True) -
     for b in batches:
         offsets.append(len(out))
         if isinstance(b, int):
-            out += fmt.encode_truncate(b)
+            out += b"".join(stamped(fmt.encode_truncate(b), len(out)))
         else:
-            out += fmt.encode_entries(b)
+            out += b"".join(stamped(fmt.encode_entries(b), len(out)))
             written += b
     if footer:
         idx = [e.index for e in written]

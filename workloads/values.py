@@ -8,7 +8,9 @@ limit, and a tenth within a KiB under it, where request and replication envelope
 few hundred bytes and the paths disagree on what fits.
 
 A written value is the register's small integer `v` padded to its size, so the history still
-records `v` and the checker judges the same model. The size is a function of (seed, key, v): a
+records `v` and the checker judges the same model. Half the values are padded with NUL
+characters rather than dots: a value of long zero runs is what a disk's unwritten space looks
+like, and a WAL reader that takes zeros for unwritten space must meet them (issue 56, bug 1). The size is a function of (seed, key, v): a
 cas's expected value must be the same bytes the write stored, whichever thread wrote it. Reads
 map the bytes back to `v`, and bytes that are no value's encoding come back as a string no
 write wrote, which the checker reports (never silently accepted).
@@ -57,7 +59,8 @@ class ValueSizes:
         if self.mode == "small" or v is None:
             return v
         head = f"{v}|"
-        return head + "." * max(0, self.size(key, v) - len(head))
+        pad = "\x00" if random.Random(f"{self.seed}/{key}/{v}/pad").random() < 0.5 else "."
+        return head + pad * max(0, self.size(key, v) - len(head))
 
     def decode(self, key: str, stored):
         """`v` back from what a read returned; bytes no write of `v` stored come back as a

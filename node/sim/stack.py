@@ -130,7 +130,7 @@ class StackSim:
         self.servers: dict[str, object] = {}  # host -> the running server object, if up
         self.down: set[str] = set()
         self.nemesis_counts: dict[str, int] = {}
-        self.head_flips: dict[str, str] = {}  # host -> tablet whose newest WAL header flipped
+        self.newest_flips: dict[str, str] = {}  # host -> tablet whose newest WAL batch flipped
         self._rounds = 0
         self.violation: str | None = None
         self.client_error: str | None = None  # why the client's run stopped (setup never worked)
@@ -397,19 +397,23 @@ class StackSim:
                 self._crash(host)
             self._boot(host)
             return [host, path, offset, bit]
-        elif kind == "flip-head":
-            return self._flip_head(value)
+        elif kind == "flip-newest":
+            return self._flip_newest(value)
         return value
 
-    def _flip_head(self, value: list):
-        """Power loss on a tablet server, then one bit flipped in the header of the newest
-        batch of a tablet's newest, unfinished WAL segment, read back at the reboot: the one
-        flip a reader could take for a torn write (its length field cannot be trusted). It
-        must fail the replica loudly (`_check_head_flip`), never be cut as a torn tail, which
-        would drop fsynced, acknowledged entries. `value`: [host, bit of the 16-byte header],
-        or as recorded, [host, path, offset, bit, tablet]."""
+    def _flip_newest(self, value: list):
+        """Power loss on a tablet server, then one bit flipped anywhere in the newest intact
+        batch of a tablet's newest, unfinished WAL segment (header or data), read back at the
+        reboot. The batch survived the power loss whole, so it was synced, and its entries may
+        have been acknowledged: the flip must fail the replica loudly (`_check_newest_flip`),
+        never be cut as a torn tail. A header flip is the one a reader could take for a torn
+        write (its length cannot be trusted); a data flip next to zero runs (a zero-padded
+        value, a timestamp's zero low byte at a sector's start) is the other (issue 56, bug 1).
+        A flip of a sector stamp (node.wal.segment) changes no data and is not judged.
+        `value`: [host, a random bit number, taken modulo the batch's bits], or as recorded,
+        [host, path, offset, bit, tablet]."""
         from node.tablet.paths import TabletPaths
-        from node.wal.segment import parse_segment_name, scan_segment
+        from node.wal.segment import is_stamp, parse_segment_name, scan_segment
 
         host = value[0]
         if host not in self.down:
@@ -428,15 +432,19 @@ class StackSim:
                     continue
                 scan = scan_segment(str(wal / segs[-1][1]), disk=disk)
                 if scan.footer is None and scan.records:
-                    heads.append((tablet, scan.path, scan.records[-1].offset))
+                    heads.append((tablet, scan, scan.records[-1].offset))
             if not heads:
                 self._boot(host)
                 return [host, "no unfinished WAL segment with a batch"]
-            tablet, path, start = heads[value[1] % len(heads)]
-            offset, bit = start + value[1] // 8, value[1] % 8
+            tablet, scan, start = heads[value[1] % len(heads)]
+            path, drawn = scan.path, value[1] // len(heads) % ((scan.end - start) * 8)
+            offset, bit = start + drawn // 8, drawn % 8
+            if is_stamp(scan.header, start, offset):
+                tablet = None  # a sector's written mark, not data: nothing to judge
         disk.flip_bit(path=path, at=(offset, bit))
         self.flipped.add(host)
-        self.head_flips[host] = tablet
+        if tablet is not None:
+            self.newest_flips[host] = tablet
         self._boot(host)
         return [host, path, offset, bit, tablet]
 
@@ -538,6 +546,11 @@ class StackSim:
         yields to batching sessions: the two are ways of grouping the same writes)."""
         return self.cfg.coalesce or (self.cfg.mix.coalesce and not self.cfg.batch)
 
+    @property
+    def _value_sizes(self) -> str:
+        """Asked for, or drawn by the mix (which only ever widens them)."""
+        return self.cfg.mix.values or self.cfg.value_sizes
+
     def _workload(self):
         from workloads.list_append import ListAppend
         from workloads.register import Register
@@ -545,7 +558,7 @@ class StackSim:
         if self.cfg.workload == "register":
             share = self.cfg.mix.read_share
             return Register(batch=self.cfg.batch, coalesce=self._coalesce,
-                            value_sizes=self.cfg.value_sizes,
+                            value_sizes=self._value_sizes,
                             value_max_bytes=MAX_FRAME, value_seed=self.cfg.seed,
                             **({} if share is None else {"read_share": share}))
         if self.cfg.value_sizes != "small":

@@ -7,7 +7,7 @@ what comes next. A broken invariant raises StackViolation with where and what.
 What it checks: no replica FAILED on one of its own safety guards; one leader per term; lease
 safety; terms and votes never going back; one committed entry per index, with hybrid time
 increasing along the log; one state per applied index; one config per committed config index;
-no tombstone resurrected; a flipped newest WAL header never cut as torn; the catalog agreeing
+no tombstone resurrected; a flipped newest WAL batch never cut as torn; the catalog agreeing
 with the committed configs; every tablet server heartbeating the committed masters; and, on
 the history, commit-wait across tablets.
 """
@@ -176,8 +176,8 @@ class Invariants:
             if rep.state == "RUNNING" and rep.committed_config_index >= 0:
                 self._saw_config(host, rep.tablet_id, rep.committed_config_index,
                                  frozenset(m[0] for m in rep.committed_config))
-        if host in self.sim.head_flips:
-            self._check_head_flip(host, states)
+        if host in self.sim.newest_flips:
+            self._check_newest_flip(host, states)
         if host in self.sim.flipped and host not in self.sim.flip_outcomes:
             failed = sorted(f"{r.tablet_id}: {r.error}" for r in reports if r.state == "FAILED")
             if failed:
@@ -261,18 +261,18 @@ class Invariants:
         if final:
             self.catalog_lag = sorted(lag)
 
-    def _check_head_flip(self, host: str, states: dict[str, set[str]]) -> None:
-        """A flipped newest batch header (`_flip_head`) fails its replica at the reboot (or
-        the server refuses to start): a replica running again from that WAL cut the batch as
-        a torn tail."""
-        tablet = self.sim.head_flips.get(host)
+    def _check_newest_flip(self, host: str, states: dict[str, set[str]]) -> None:
+        """A bit flipped in a synced newest WAL batch (`_flip_newest`) fails its replica at the
+        reboot (or the server refuses to start): a replica running again from that WAL cut
+        the batch as a torn tail."""
+        tablet = self.sim.newest_flips.get(host)
         seen = states.get(tablet, set())
         if "FAILED" in seen or host in self.sim.start_failures:
-            del self.sim.head_flips[host]
+            del self.sim.newest_flips[host]
         elif "RUNNING" in seen:
             raise StackViolation(
                 f"wal damage: tablet {tablet} on {host} runs again after a bit flipped in its "
-                f"newest WAL batch's header: the batch was cut as a torn tail, not refused")
+                f"newest, synced WAL batch: the batch was cut as a torn tail, not refused")
 
     def clock_checks(self, ops) -> list[dict]:
         """Commit-wait's promise across tablets (`check_timestamps(across_keys=True)`): a write

@@ -65,11 +65,11 @@ class FaultChooser:
             fresh = [h for h in hosts if h not in self.sim.flipped and h != self.sim.spare and (
                 h in self.sim.tservers or not impaired & set(self.sim.masters))]
             return (kind, [rng.choice(fresh)]) if len(self.sim.flipped) < MAX_FLIPS else (None, None)
-        if kind == "flip-head":  # a tablet server's: its tablets' WALs
+        if kind == "flip-newest":  # a tablet server's: its tablets' WALs
             fresh = [h for h in self.sim.tservers if h not in self.sim.flipped]
             if len(self.sim.flipped) >= MAX_FLIPS or not fresh:
                 return None, None
-            return kind, [rng.choice(fresh), rng.randrange(16 * 8)]
+            return kind, [rng.choice(fresh), rng.getrandbits(32)]
         if kind == "disk":
             return self._choose_disk(rng, impaired)
         if kind == "transfer":

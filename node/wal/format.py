@@ -8,6 +8,15 @@
     footer   = magic "TSRWALFT" | entry count u64 | min index i64 | max index i64
                | crc32c(all of the above) u32                      (last 36 bytes of the file)
 
+From version 3 on, a batch's data is stored with sector stamps: before each data byte that
+would land at a file offset that is a multiple of 512 (a sector's first byte), one stamp byte
+0xFF is written, and skipped again on reading. The header's length and data CRC are of the
+data without stamps. A torn write loses whole sectors, which read as zeros, so a stamp reading
+0x00 marks a sector never written; no bit flip turns 0xFF into 0x00. A batch whose data CRC
+fails while every stamp (and its header, which vouches for the sectors it shares) reads as
+written was therefore written whole and damaged since: corruption, however many zeros its data
+holds (node.wal.segment). Versions 1 and 2 have no stamps and are judged as before.
+
 A batch of kind ENTRIES holds a msgpack list of `Entry`; a batch of kind TRUNCATE holds one
 msgpack int, `after_index`: every entry above it, earlier in the log, is replaced by what follows.
 The header CRC lets a reader trust a batch's length before it reads the data, so a torn length
@@ -31,8 +40,9 @@ from crc32c import crc32c
 
 from node.entry import Entry
 
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # 1: no preallocated length in the header
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)  # 1: no preallocated length in the header; 3: sector stamps
+STAMPED_VERSION = 3  # the first version whose batch data carries sector stamps
 SEGMENT_MAGIC = b"TSRWALSG"
 FOOTER_MAGIC = b"TSRWALFT"
 
@@ -73,6 +83,12 @@ class SegmentHeader(msgspec.Struct, frozen=True):
     seq: int
     size: int  # bytes, where the first batch starts
     prealloc: int = 0  # the file's durable length before its first batch (0: not preallocated)
+    version: int = FORMAT_VERSION
+
+    @property
+    def stamped(self) -> bool:
+        """Whether batch data in this segment carries sector stamps."""
+        return self.version >= STAMPED_VERSION
 
 
 def parse_segment_header(buf: bytes) -> SegmentHeader:
@@ -97,7 +113,7 @@ def parse_segment_header(buf: bytes) -> SegmentHeader:
         raise ValueError("segment header truncated")
     if _U32.unpack_from(buf, end)[0] != crc32c(buf[:end]):
         raise ValueError("segment header CRC mismatch")
-    return SegmentHeader(buf[fixed:end].decode(), seq, end + 4, prealloc)
+    return SegmentHeader(buf[fixed:end].decode(), seq, end + 4, prealloc, version)
 
 
 def encode_batch(kind: BatchKind, data: bytes) -> bytes:

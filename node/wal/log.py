@@ -467,7 +467,7 @@ class Log:
         error = self._failed
         if error is None:
             try:
-                self._write(bufs, nbytes, count, lo, hi)
+                self._write(bufs, count, lo, hi)
             except BaseException as e:
                 logger.exception("WAL %s: write failed; the log is now failed", self.directory)
                 error = self._failed = e
@@ -498,7 +498,7 @@ class Log:
                     except Exception:
                         logger.exception("WAL append callback raised")
 
-    def _write(self, bufs: list[bytes], nbytes: int, count: int, lo: int, hi: int) -> None:
+    def _write(self, bufs: list[bytes], count: int, lo: int, hi: int) -> None:
         """One vectored write and (with log_force_fsync_all) one sync for the whole group.
         With fault_ack_before_fsync the group is acknowledged unsynced and synced only before
         the next group is written: its callbacks run before its fsync."""
@@ -507,7 +507,7 @@ class Log:
             self._sync_owed = False
         self._swap_if_ready()
         seg = self._segment
-        seg.write(bufs, nbytes)
+        seg.write(bufs)
         seg.count(count, lo, hi)
         if self.options.log_force_fsync_all:
             if self.options.faults.fault_ack_before_fsync:

@@ -74,30 +74,32 @@ def scan_segment(path: str, limit: int = -1, disk: Disk = REAL) -> Scan:
             footer, area_end = parsed, size - fmt.FOOTER_SIZE
         elif parsed is not None:
             footer_problem = parsed
-    records, end, problem = _scan_batches(buf, header.size, area_end)
+    records, end, problem = _scan_batches(buf, header.size, area_end, header.stamped)
     garbage_end, valid_after = end, None
     if problem is not None:
         tail = buf[end:area_end].rstrip(b"\x00")
         garbage_end = end + len(tail)
-        valid_after = _find_valid_batch(buf, end, area_end)
+        valid_after = _find_valid_batch(buf, end, area_end, header.stamped)
     return Scan(path, size, header, footer, footer_problem, records, end, problem, garbage_end, valid_after)
 
 
-def _scan_batches(buf: bytes, offset: int, end: int) -> tuple[list[Record], int, str | None]:
+def _scan_batches(buf: bytes, offset: int, end: int,
+                  stamped: bool) -> tuple[list[Record], int, str | None]:
     records: list[Record] = []
     while offset < end:
         parsed = fmt.parse_batch_header(buf, offset, end)
         if isinstance(parsed, str):
-            if parsed == fmt.HEADER_CRC_MISMATCH and flipped_header(buf, offset, end):
+            if parsed == fmt.HEADER_CRC_MISMATCH and flipped_header(buf, offset, end, stamped):
                 return records, offset, FLIPPED_HEADER
             return records, offset, parsed
         length, kind, data_crc = parsed
         start = offset + fmt.BATCH_HEADER_SIZE
-        if start + length > end:
+        stop = stored_end(start, length) if stamped else start + length
+        if stop > end:
             return records, offset, "batch data extends past the end of the segment"
-        data = buf[start : start + length]
+        data = unstamped(buf, start, stop) if stamped else buf[start:stop]
         if fmt.crc32c(data) != data_crc:
-            if written_whole(buf, offset, start + length):
+            if stamps_written(buf, start, stop) if stamped else written_whole(buf, offset, stop):
                 return records, offset, WRITTEN_WHOLE
             return records, offset, "batch data CRC mismatch"
         try:
@@ -109,13 +111,74 @@ def _scan_batches(buf: bytes, offset: int, end: int) -> tuple[list[Record], int,
             # Both CRCs matched, so these bytes were written like this: not a torn write.
             return records, offset, f"undecodable batch ({e})"
         records.append(record)
-        offset = start + length
+        offset = stop
     return records, offset, None
 
 
 SECTOR = 512  # a disk writes a sector entirely or not at all; a torn write loses whole sectors
 WRITTEN_WHOLE = ("batch data CRC mismatch in a batch written whole (no sector of it reads as "
-                 "unwritten zeros)")
+                 "unwritten)")
+STAMP = b"\xff"
+
+
+def _stamp_offsets(start: int, end: int) -> range:
+    """The sector starts in [start, end): where stamps sit in data stored from `start`."""
+    return range(-(-start // SECTOR) * SECTOR, end, SECTOR)
+
+
+def stored_end(start: int, length: int) -> int:
+    """Where `length` bytes of batch data stored from file offset `start` end, stamps included
+    (format.py): the least end with one stamp at each sector start before it. A stamp is only
+    ever written before a data byte, so data ending right at a sector start has none there."""
+    end = start + length
+    while (grown := start + length + len(_stamp_offsets(start, end))) != end:
+        end = grown
+    return end
+
+
+def stamped(batch: bytes, offset: int) -> list[bytes | memoryview]:
+    """An encoded batch (header and data) as written at file offset `offset` of a stamped
+    segment: the pieces to write, with a stamp at each sector start inside its data."""
+    start = offset + fmt.BATCH_HEADER_SIZE
+    view = memoryview(batch)
+    pieces: list[bytes | memoryview] = [view[: fmt.BATCH_HEADER_SIZE]]
+    at = fmt.BATCH_HEADER_SIZE  # the next data byte of `batch` to place
+    pos = start  # the file offset it goes to
+    for mark in _stamp_offsets(start, stored_end(start, len(batch) - at)):
+        take = mark - pos
+        if take:
+            pieces.append(view[at : at + take])
+        pieces.append(STAMP)
+        at, pos = at + take, mark + 1
+    if at < len(batch):
+        pieces.append(view[at:])
+    return pieces
+
+
+def unstamped(buf: bytes, start: int, end: int) -> bytes:
+    """Batch data stored in buf[start:end] of a stamped segment, its stamps taken out."""
+    marks = _stamp_offsets(start, end)
+    if not marks:
+        return buf[start:end]
+    pieces, prev = [], start
+    for mark in marks:
+        pieces.append(buf[prev:mark])
+        prev = mark + 1
+    pieces.append(buf[prev:end])
+    return b"".join(pieces)
+
+
+def stamps_written(buf: bytes, start: int, end: int) -> bool:
+    """Whether every sector of batch data stored in buf[start:end] was written: each stamp
+    reads non-zero (a flipped stamp is still written; a lost sector reads 0x00). Sectors
+    without a stamp hold the batch's header, whose CRC already vouched for them."""
+    return all(buf[mark] for mark in _stamp_offsets(start, end))
+
+
+def is_stamp(header: fmt.SegmentHeader, batch_offset: int, offset: int) -> bool:
+    """Whether file offset `offset`, inside the batch at `batch_offset`, holds a stamp."""
+    return (header.stamped and offset % SECTOR == 0
+            and offset >= batch_offset + fmt.BATCH_HEADER_SIZE)
 
 
 FLIPPED_HEADER = ("batch header CRC mismatch, one or two bits away from a header whose batch "
@@ -123,7 +186,7 @@ FLIPPED_HEADER = ("batch header CRC mismatch, one or two bits away from a header
 MAX_HEADER_FLIPS = 2
 
 
-def flipped_header(buf: bytes, offset: int, end: int) -> bool:
+def flipped_header(buf: bytes, offset: int, end: int, stamped: bool = True) -> bool:
     """Whether the batch header at `offset`, which fails its CRC, is one or two flipped bits
     away from a valid header whose data, right behind it, matches the data CRC: a batch written
     whole and damaged later, which must not pass as a torn write (a torn header's length cannot
@@ -144,21 +207,25 @@ def flipped_header(buf: bytes, offset: int, end: int) -> bool:
         parsed = fmt.parse_batch_header(bytes(header), 0, fmt.BATCH_HEADER_SIZE)
         for bit in flips:
             header[bit // 8] ^= 1 << (bit % 8)
-        if not isinstance(parsed, str) and _data_matches(buf, offset, end, parsed):
+        if not isinstance(parsed, str) and _data_matches(buf, offset, end, parsed, stamped):
             return True
     return False
 
 
-def _data_matches(buf: bytes, offset: int, end: int, parsed: tuple[int, fmt.BatchKind, int]) -> bool:
+def _data_matches(buf: bytes, offset: int, end: int, parsed: tuple[int, fmt.BatchKind, int],
+                  stamped: bool) -> bool:
     """Whether the data after the batch header at `offset` (`parsed`: its length, kind and data
     CRC) lies within `end` and matches its CRC."""
     length, _, data_crc = parsed
     start = offset + fmt.BATCH_HEADER_SIZE
-    return start + length <= end and fmt.crc32c(buf[start : start + length]) == data_crc
+    stop = stored_end(start, length) if stamped else start + length
+    data = unstamped(buf, start, stop) if stamped else buf[start:stop]
+    return stop <= end and fmt.crc32c(data) == data_crc
 
 
 def written_whole(buf: bytes, start: int, end: int) -> bool:
-    """Whether every sector of buf[start:end] holds written bytes. A crash tears an append into
+    """Version 1 and 2 segments, which have no stamps: whether every sector of buf[start:end]
+    looks written, which zeros in the data can fool (issue 56, bug 1). A crash tears an append into
     zero-filled or preallocated space at sector granularity (the unit disks write atomically,
     as TigerBeetle's and our SimDisk's model assumes): it loses the batch's last sectors, or,
     pages persisted out of order, a sector inside it, and an unwritten sector reads as zeros.
@@ -174,13 +241,13 @@ def written_whole(buf: bytes, start: int, end: int) -> bool:
     return all(buf[o : o + SECTOR] != zero for o in range(first, end - SECTOR + 1, SECTOR))
 
 
-def _find_valid_batch(buf: bytes, start: int, end: int) -> int | None:
+def _find_valid_batch(buf: bytes, start: int, end: int, stamped: bool) -> int | None:
     """Offset of the first intact batch (both CRCs good) at or after `start`, if any: the
     difference between a torn tail, after which nothing intact can follow, and corruption."""
     for m in _KIND_FIELD.finditer(buf, start + 4, end):
         offset = m.start() - 4
         parsed = fmt.parse_batch_header(buf, offset, end)
-        if not isinstance(parsed, str) and _data_matches(buf, offset, end, parsed):
+        if not isinstance(parsed, str) and _data_matches(buf, offset, end, parsed, stamped):
             return offset
     return None
 
@@ -279,14 +346,21 @@ class WritableSegment:
         self.disk.fsync_dir(self.directory)
         self.path = final
 
-    def write(self, bufs: list[bytes], nbytes: int) -> None:
-        """Write `bufs` (`nbytes` in all) at the end of the segment."""
+    def write(self, batches: list[bytes]) -> None:
+        """Write encoded `batches` at the end of the segment, stamped (format.py)."""
+        bufs: list[bytes | memoryview] = []
+        at = self.offset
+        for batch in batches:
+            pieces = stamped(batch, at)
+            at += sum(len(p) for p in pieces)
+            bufs += pieces
+        nbytes = at - self.offset
         if len(bufs) > IOV_MAX:
             step = len(bufs) // IOV_MAX + 1
             bufs = [b"".join(bufs[i : i + step]) for i in range(0, len(bufs), step)]
         if self.disk.pwritev(self.fd, bufs, self.offset) != nbytes:  # short: a signal or full disk
             pwrite_all(self.disk, self.fd, [b"".join(bufs)], self.offset)
-        self.offset += nbytes
+        self.offset = at
 
     def count(self, num_entries: int, lo: int, hi: int) -> None:
         if num_entries:

@@ -168,11 +168,12 @@ def damage_lines(ops) -> dict[tuple[str, str], list[tuple[int, float]]]:
 
 def undetected_damage(ops) -> list[dict]:
     """Errors for damage the engine should have refused and did not, its replica RUNNING again:
-    - a flipped newest WAL batch header (the disk nemesis's head-flip), the fsynced batch cut
-      as a torn tail;
+    - a bit flipped in the newest WAL batch, header or data (the disk nemesis's newest-flip,
+      on a killed process's whole batch), the batch cut as a torn tail; a flipped sector stamp
+      changes no data and is not judged;
     - a bit flipped in consensus metadata, or in a WAL segment before its newest batch (a
-      finished segment, or an earlier batch: no torn write reaches there; a flip inside the
-      newest batch of an unfinished segment may pass as a torn tail, and is not judged here);
+      finished segment, or an earlier batch: no torn write reaches there; the ordinary bitflip
+      judges no flip inside the newest batch: newest-flip aims there);
     - a Tessera WAL segment cut short (truncate): a crash never shrinks a preallocated
       segment, so a replica that runs again took the cut for a torn tail and dropped fsynced
       entries it may have acknowledged (node/wal/format.py). etcd repairs a cut WAL as torn by
@@ -186,10 +187,10 @@ def undetected_damage(ops) -> list[dict]:
         replica = value.get("replica") or {}
         if replica.get("state") != "RUNNING":
             continue
-        if value.get("mode") == "head-flip":
-            what = (f"a bit flipped in the header of the newest WAL batch (offset "
-                    f"{value.get('batch')}) of {value['file']}, and the replica runs again: the "
-                    "batch was cut as a torn tail, not refused")
+        if value.get("mode") == "newest-flip" and not value.get("stamp"):
+            what = (f"a bit flipped at offset {value.get('offset')} of the newest WAL batch "
+                    f"(offset {value.get('batch')}) of {value['file']}, and the replica runs "
+                    "again: the batch was cut as a torn tail, not refused")
         elif value.get("mode") == "truncate" and "/wals/" in value["file"]:  # Tessera's WAL
             what = (f"{value['file']} was cut from {value.get('from')} to {value.get('to')} "
                     "bytes, and the replica runs again: the cut was taken for a torn tail, "
