@@ -23,7 +23,8 @@ from node.consensus import AppendEntries, Heartbeat, Role, VoteRequest, VoteResp
 from node.protocol import Ack, BeginCopySession, Consensus, DeleteTablet, Peer, StartTabletCopy
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
 from node.tablet.cmeta import ConsensusMetadata
-from node.tablet.superblock import Superblock
+from node.tablet.superblock import OpId, Superblock
+from node.wal import format as fmt
 from node.tserver.tablet_manager import TabletState
 
 
@@ -247,3 +248,96 @@ def test_a_tombstone_withholds_votes_for_a_vote_lease_from_its_stop(tmp_path):
             assert resp.granted and resp.pre_vote
 
     asyncio.run(main())
+
+
+def test_a_deleted_failed_voter_being_copied_never_votes_from_an_unknown_log(tmp_path):
+    """Issue 56, bug 2: a replica FAILED by a damaged WAL, deleted while still a voter, then
+    copied: its superblock held no tombstone OpId, so while COPYING it voted as if its log were
+    empty, and a candidate without the entries it had logged (and acknowledged) could win. Its
+    last OpId is unknown now: no vote, while copying, after the copy is abandoned, or after a
+    restart in the middle of one."""
+
+    async def main():
+        root = tmp_path / "a"
+        ts = await start_server(root)
+        cand = FakePeer("cand")
+        rpc = RpcClient()
+        await cand.start()
+        try:
+            await create(ts, [ts.me])
+            r = await sole_leader(ts)
+            await write_rows(ts, 3)
+            term = r.term
+            await ts.stop()
+            wal = ts.tablets.paths(TABLET).wal_dir
+            segment = sorted(wal.iterdir())[0]
+            data = bytearray(segment.read_bytes())
+            data[fmt.parse_segment_header(bytes(data)).size + 20] ^= 0x04  # inside the first batch
+            segment.write_bytes(bytes(data))
+            ts = await start_server(root)
+            assert ts.tablets.state(TABLET) == TabletState.FAILED
+            assert not (await ts.service.on_delete_tablet(DeleteTablet(TABLET))).ok
+            assert ts.tablets.state(TABLET) is None
+            copy = asyncio.create_task(ts.copy_service.on_start_tablet_copy(
+                StartTabletCopy(TABLET, cand.peer, term + 1, "")))
+            await asyncio.wait_for(cand.fetch_started.wait(), 5)
+            assert ts.tablets.state(TABLET) == TabletState.COPYING
+            await past_vote_lease(ts)
+
+            def empty_log_vote(t, pre=False):
+                return VoteRequest(t, cand.uuid, ts.uuid, 0, 0, pre_vote=pre)
+
+            await cand.ask(rpc, ts, empty_log_vote(term + 1, pre=True), empty_log_vote(term + 1))
+            answers = [await cand.answer(1), await cand.answer(2)]
+            assert not any(a.granted for a in answers), answers
+            assert Superblock.load(ts.tablets.paths(TABLET).superblock).tombstone_last_opid is None
+            cand.release_fetch.set()
+            with contextlib.suppress(RpcError):
+                await copy
+            assert ts.tablets.state(TABLET) is None  # abandoned before a file: back as it was
+        finally:
+            await rpc.close()
+            await cand.server.stop()
+            await ts.stop()
+
+    asyncio.run(main())
+
+
+def test_a_copy_over_unknown_files_that_dies_leaves_a_tombstone_that_never_votes(tmp_path):
+    """The same replica's copy cut short by a crash: start-up tombstones it with the last
+    OpId still unknown (it used to write (0, 0), an empty log), and that tombstone refuses
+    votes. A brand-new replica's copy starts from (0, 0), which it can prove."""
+    from node.protocol import CopySession
+    from node.tserver.copy import prepare_install, recover_unfinished_copy, tombstone_vote
+
+    async def failed_and_deleted(root):
+        ts = await start_server(root)
+        await create(ts, [ts.me])
+        await sole_leader(ts)
+        await write_rows(ts, 3)
+        await ts.stop()
+        segment = sorted(ts.tablets.paths(TABLET).wal_dir.iterdir())[0]
+        data = bytearray(segment.read_bytes())
+        data[fmt.parse_segment_header(bytes(data)).size + 20] ^= 0x04
+        segment.write_bytes(bytes(data))
+        ts = await start_server(root)
+        assert ts.tablets.state(TABLET) == TabletState.FAILED
+        await ts.service.on_delete_tablet(DeleteTablet(TABLET))
+        await ts.stop()
+        return ts.tablets.paths(TABLET)
+
+    paths = asyncio.run(failed_and_deleted(tmp_path / "a"))
+    sb = Superblock.load(paths.superblock)
+    config = ConsensusMetadata.load(paths.consensus_meta).committed_config
+    term = ConsensusMetadata.load(paths.consensus_meta).current_term
+    session = CopySession("s", sb.table_name, sb.partition, term + 1, config, [], 60.0)
+    prepare_install(paths, session)
+    recover_unfinished_copy(paths, Superblock.load(paths.superblock))  # the crash's start-up
+    after = Superblock.load(paths.superblock)
+    assert after.data_state.name == "TOMBSTONED" and after.tombstone_last_opid is None
+    vote = VoteRequest(term + 2, "cand", "me", 0, 0)
+    ((resp, why),) = tombstone_vote(paths, "me", [vote])
+    assert not resp.granted and "unknown" in why
+    fresh = paths.__class__(tmp_path / "b", TABLET)
+    prepare_install(fresh, session)
+    assert Superblock.load(fresh.superblock).tombstone_last_opid == OpId(0, 0)

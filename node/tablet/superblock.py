@@ -92,7 +92,8 @@ class Superblock(msgspec.Struct, frozen=True):
             )
         if state is DataState.TOMBSTONED:
             last = last_logged or self.tombstone_last_opid
-            if last is None:
+            if last is None and self.data_state is not DataState.COPYING:
+                # a copy over files whose last OpId is unknown stays unknown: it never votes
                 raise ValueError("tombstoning needs the last logged OpId")
         else:
             last = self.tombstone_last_opid if state is DataState.COPYING else None

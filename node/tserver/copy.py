@@ -57,9 +57,13 @@ def prepare_install(paths: TabletPaths, session: CopySession, faults: Faults = N
     COPYING, so a failure or crash from here tombstones the replica."""
     tablet_id, disk = paths.tablet_id, paths.disk
     if disk.exists(paths.superblock):
+        # A tombstone keeps its last OpId; a deleted FAILED replica's files (READY, a log that
+        # did not open) prove none, so the copy starts with it unknown: no votes (tombstone_vote)
         sb = Superblock.load(paths.superblock, disk).with_state(DataState.COPYING)
     else:
-        sb = Superblock(tablet_id, session.table_name, session.partition, DataState.COPYING)
+        # no superblock: nothing was ever logged here (it is written before any WAL)
+        sb = Superblock(tablet_id, session.table_name, session.partition, DataState.COPYING,
+                        tombstone_last_opid=OpId(0, 0))
     sb.save(paths.superblock, disk)
     merge_consensus_metadata(paths, session.term, session.committed_config, faults)
     _remove_data(paths)
@@ -121,18 +125,20 @@ def merge_consensus_metadata(paths: TabletPaths, remote_term: int, remote_config
     cmeta.update(hard_state, remote_config)
 
 
-def tombstone(paths: TabletPaths, last_logged: OpId) -> None:
+def tombstone(paths: TabletPaths, last_logged: OpId | None) -> None:
     """Blocking: mark the replica deleted, keeping its consensus metadata and last OpId (so it can
-    never vote twice in a term), then remove its data and WAL."""
+    never vote twice in a term), then remove its data and WAL. None: a COPYING replica whose
+    last OpId is unknown stays so."""
     sb = Superblock.load(paths.superblock, paths.disk)
     sb.with_state(DataState.TOMBSTONED, last_logged).save(paths.superblock, paths.disk)
     _remove_data(paths)
 
 
 def recover_unfinished_copy(paths: TabletPaths, sb: Superblock) -> None:
-    """Start-up found a COPYING superblock: the copy died part-way, so go back to a tombstone.
-    A copy onto a brand-new replica had logged nothing: its last OpId is (0, 0)."""
-    tombstone(paths, sb.tombstone_last_opid or OpId(0, 0))
+    """Start-up found a COPYING superblock: the copy died part-way, so go back to a tombstone,
+    with the last OpId the copy started from: (0, 0) for a brand-new replica, unknown (it never
+    votes) for a deleted FAILED replica's files (issue 56, bug 2)."""
+    tombstone(paths, sb.tombstone_last_opid)
 
 
 def abandon_copy(paths: TabletPaths) -> str | None:
@@ -155,11 +161,19 @@ def tombstone_vote(paths: TabletPaths, uuid: str, requests: list[VoteRequest]
     the core's (`RaftCore._on_vote_request`), without a vote lease: a replica that refuses
     AppendEntries never hears from a leader. A new term or a granted vote is saved before the
     answers are returned, so they go out only once durable. Returns (response or None,
-    reason) per request, None where Raft sends nothing (a real vote from an older term)."""
+    reason) per request, None where Raft sends nothing (a real vote from an older term).
+
+    A replica whose last OpId is unknown (a deleted FAILED replica's files, being copied over)
+    refuses every vote, as Kudu refuses a tombstoned vote without a recorded last OpId: it may
+    have logged, and acknowledged, entries a candidate lacks (issue 56, bug 2)."""
     cmeta = ConsensusMetadata.load(paths.consensus_meta, paths.disk)
     sb = Superblock.load(paths.superblock, paths.disk)
-    last = sb.tombstone_last_opid or OpId(0, 0)
     term, voted_for = cmeta.current_term, cmeta.voted_for
+    if sb.tombstone_last_opid is None:
+        why = "its last logged op is unknown (a failed replica's files): no vote until a copy installs"
+        return [(VoteResponse(term, uuid, m.from_uuid, False, m.pre_vote)
+                 if m.term >= term or m.pre_vote else None, why) for m in requests]
+    last = sb.tombstone_last_opid
     out: list[tuple[VoteResponse | None, str]] = []
     for m in requests:
         up_to_date = (m.last_term, m.last_index) >= (last.term, last.index)

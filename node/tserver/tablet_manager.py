@@ -319,6 +319,10 @@ class TabletManager:
                 await self._tombstone(e)
                 before = TabletState.TOMBSTONED
             table = e.table if e is not None else "?"
+            if before is None:
+                # no replica open here: a deleted FAILED one may have acknowledged a lease just
+                # before it failed, so votes wait a vote lease from now, as after any stop
+                self._quiet(tid)
             self.entries[tid] = TabletEntry(tid, table, TabletState.COPYING,
                                             copy=asyncio.current_task())
         self.log(tid).info("tablet copy from %s starting (caller term %d, replica %s, the "
