@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from node.sim.network import SimNetwork
@@ -303,6 +304,39 @@ def test_a_flip_in_a_synced_newest_wal_batch_fails_its_replica_and_never_passes_
     monkeypatch.setattr(segment, "stamped", lambda batch, offset: [batch])
     before = run(tmp_path / "before")
     assert (before.violation or "").startswith("wal damage: tablet "), before.violation
+
+
+FAIL_COPY = "fail-copy:4,restart:1,heal:1;every=1-3"
+FAIL_COPY_SEED = 3  # 10 of seeds 0-29 failed so at 20 s; all 30 pass with the fix
+
+
+def test_a_failed_voter_deleted_and_copied_does_not_vote_from_an_unknown_log(monkeypatch, tmp_path):
+    """The fail-copy fault (issue 56, bug 2): F lags behind a cut, R's WAL is damaged and R
+    FAILs, R's replica is deleted while a voter, and L crashes while copying the tablet back.
+    With R voting from an empty log while COPYING (what a FAILED replica's missing tombstone
+    OpId read as), F wins without entries L and R committed, and the simulator sees another
+    entry at a committed index."""
+    import node.tserver.tablet_manager as manager
+    from node.tablet.superblock import OpId, Superblock
+
+    def run(out: Path):
+        return register_seed(FAIL_COPY_SEED, FAIL_COPY, 20.0, out)
+
+    fixed = run(tmp_path / "fixed")
+    assert fixed.ok(), (fixed.violation, fixed.verdict)
+    assert [e for e in fixed.events if e[1] == "fail-copy" and len(e[2]) == 11]
+    real = manager.tombstone_vote
+
+    def as_if_empty(paths, uuid, votes):  # before the fix: an unknown last op read as (0, 0)
+        sb = Superblock.load(paths.superblock, paths.disk)
+        if sb.tombstone_last_opid is None:
+            msgspec.structs.replace(sb, tombstone_last_opid=OpId(0, 0)).save(
+                paths.superblock, paths.disk)
+        return real(paths, uuid, votes)
+
+    monkeypatch.setattr(manager, "tombstone_vote", as_if_empty)
+    before = run(tmp_path / "before")
+    assert (before.violation or "").startswith("state machine safety"), before.violation
 
 
 COMMIT_WAIT = "skew:8,transfer:2,restart:1,heal:1;every=0.2-0.8;load=20x200;clock=20000"

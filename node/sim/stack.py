@@ -255,6 +255,8 @@ class StackSim:
                 value = await self._copy_race(value)
             elif kind == "lease-race":
                 value = await self._lease_race(value)
+            elif kind == "fail-copy":
+                value = await self._fail_copy(value)
             elif kind is not None:
                 value = self._apply(kind, value)
             if kind is None or value is _SKIPPED:
@@ -303,6 +305,52 @@ class StackSim:
         if r not in self.disk_faults:
             self._set_disk_fault(r, "slow", [r, "slow", round(slow / 10, 6), slow])
         return value[:8] if done is _SKIPPED else done
+
+    async def _fail_copy(self, value: list):
+        """Cut L-F; `lag` s later R loses power, a bit flips in a batch of its WAL for the
+        tablet and R boots with the replica FAILED; R's replica is deleted, its disk made slow,
+        and L crashes `after` s later, while copying the tablet back to R (see
+        `_choose_copy_fault`). Recorded with the flip: [..., path, offset, bit]."""
+        tablet, leader, f, r, slow, cut_s, lag, after = value[:8]
+        self._cut(leader, f, cut_s)
+        await asyncio.sleep(lag)
+        if r in self.down or leader in self.down:
+            return [*value[:8], "skipped: a host is down"]
+        flip = self._flip_wal_batch(r, tablet)
+        if flip is None:
+            return [*value[:8], "skipped: no WAL batch on R"]
+        await asyncio.sleep(0.2)  # R's start-up opens the replica, FAILED
+        done = await self._tombstone(value)
+        if done is _SKIPPED:
+            return [*value[:8], "skipped: R did not start", *flip]
+        if r not in self.disk_faults:
+            self._set_disk_fault(r, "slow", [r, "slow", round(slow / 10, 6), slow])
+        await asyncio.sleep(after)
+        if leader not in self.down:
+            self._crash(leader)
+        return [*done, *flip]
+
+    def _flip_wal_batch(self, host: str, tablet: str) -> list | None:
+        """Power loss on `host`, one bit flipped in the data of an intact batch of `tablet`'s
+        newest WAL segment there (not a stamp), and the reboot: the replica FAILs."""
+        from node.tablet.paths import TabletPaths
+        from node.wal.segment import is_stamp, parse_segment_name, scan_segment
+
+        self._crash(host)
+        disk = self.disks[host]
+        wal = TabletPaths(DATA_DIR, tablet).wal_dir
+        segs = sorted((s, n) for n in (disk.listdir(wal) if disk.isdir(wal) else [])
+                      if (s := parse_segment_name(n)) is not None)
+        scan = scan_segment(str(wal / segs[-1][1]), disk=disk) if segs else None
+        if scan is None or not scan.records:
+            self._boot(host)
+            return None
+        start = scan.records[0].offset + 16  # the first batch's data
+        offset = start + 1 if is_stamp(scan.header, start - 16, start) else start
+        disk.flip_bit(path=scan.path, at=(offset, 0))
+        self.flipped.add(host)
+        self._boot(host)
+        return [scan.path, offset, 0]
 
     def _cut(self, a: str, b: str, seconds: float) -> None:
         """Cut the link a-b for `seconds` (a heal meanwhile ends it sooner)."""

@@ -24,6 +24,8 @@ LEASE_RACE_SLOW_FSYNC_S = (0.002, 0.03)
 CUT_S = (1.0, 8.0)  # how long a cut link stays cut
 LINK_DELAY_S = (0.05, 0.5)  # copy-race's extra delay on the link between the leader and R
 TOMBSTONE_AFTER_S = (0.0, 2.0)  # copy-race: from the cut to R's tombstone
+FAIL_COPY_LAG_S = (0.3, 2.0)  # fail-copy: from the cut to R's power loss (F falls behind)
+FAIL_COPY_CRASH_AFTER_S = (0.1, 2.0)  # fail-copy: from R's delete to L's crash
 DISK_CLEAR_P = 0.35  # while a disk fault is on, the chance the next fault clears one instead
 
 
@@ -74,7 +76,7 @@ class FaultChooser:
             return self._choose_disk(rng, impaired)
         if kind == "transfer":
             return self._choose_transfer(rng)
-        if kind in ("cut", "tombstone", "copy-race", "lease-race"):
+        if kind in ("cut", "tombstone", "copy-race", "lease-race", "fail-copy"):
             return self._choose_copy_fault(kind, rng)
         return kind, None  # heal, reset; membership and masters pick their target when they run
 
@@ -124,6 +126,13 @@ class FaultChooser:
           F's campaign, due an election timeout after the cut, comes while R is a tombstone and
           L's lease still runs. A tombstone that votes at once elects F under L's lease (issue
           32, bug 2); copy-race's slow disk makes the tombstone itself slow, past the lease.
+        - fail-copy: the cut (F lags while L and R commit), then R loses power and a bit
+          flips in a batch of R's WAL for the tablet, so R comes back FAILED; R's replica is
+          deleted while still a voter (as an operator, the master or a failed disk leaves it),
+          R's disk made slow, and L, copying the tablet back to R, crashes `after` s later:
+          F campaigns and needs R's vote. A FAILED replica's files prove no last OpId, so R
+          must not vote while the copy is under way (issue 56, bug 2: it voted as if its log
+          were empty, and F led without entries L and R had committed).
         A cut heals by itself after `cut_s` (or at the next heal), as Jepsen's partitions stop:
         cuts that only ever pile up leave no quorum anywhere, and a seed that is unavailable
         throughout finds nothing.
@@ -153,6 +162,12 @@ class FaultChooser:
         if kind == "lease-race":
             return kind, [tablet, host, f, rr, round(rng.uniform(*LEASE_RACE_SLOW_FSYNC_S), 6),
                           cut_s, None, round(rng.uniform(*TOMBSTONE_AFTER_S), 3)]
+        if kind == "fail-copy":
+            if rr in self.sim.flipped or len(self.sim.flipped) >= MAX_FLIPS:
+                return None, None
+            return kind, [tablet, host, f, rr, round(rng.uniform(*COPY_RACE_SLOW_FSYNC_S), 6),
+                          cut_s, round(rng.uniform(*FAIL_COPY_LAG_S), 3),
+                          round(rng.uniform(*FAIL_COPY_CRASH_AFTER_S), 3)]
         slow = round(rng.uniform(*COPY_RACE_SLOW_FSYNC_S), 6)
         return kind, [tablet, host, f, rr, slow, cut_s, round(rng.uniform(*LINK_DELAY_S), 3),
                       round(rng.uniform(*TOMBSTONE_AFTER_S), 3)]
