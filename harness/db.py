@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -343,6 +344,11 @@ class Deployment(Holds):
         """Replication group id -> its leader's host, for `tablet-leader` fault targets."""
         raise NotImplementedError
 
+    def intrude_sessions(self, step: str, groups: list[str], sessions: int) -> dict:
+        """Offered as "sessions": another user's `step` ("poison", "close" or "flood") against
+        the client sessions of `groups` (see TesseraDB)."""
+        raise NotImplementedError
+
     async def open_clients(self, workload, names: dict[str, str], binds: list[str] | None,
                            op_timeout: float):
         """Once the system accepts the workload's ops: (clients(thread) for harness.runner.run,
@@ -573,7 +579,7 @@ class TesseraDB(Deployment):
     data_daemon: ClassVar[str] = "tserver"
     all_daemons: ClassVar[tuple[str, ...]] = ("master", "tserver")
     offers: ClassVar[frozenset[str]] = frozenset({"tablets", "masters", "disk", "membership",
-                                                   "leaders", "faketime"})
+                                                   "leaders", "faketime", "sessions"})
     workloads: ClassVar[tuple[str, ...]] = ("register", "list-append", "bank", "set")
     client_modes: ClassVar[tuple[str, ...]] = ("node-bound", "smart")
     log_rules: ClassVar[tuple[dict, ...]] = TESSERA_RULES
@@ -848,6 +854,102 @@ class TesseraDB(Deployment):
                     leaders[t.tablet_id], terms[t.tablet_id] = host, t.term
         return leaders
 
+    INTRUDER_ROWS: ClassVar[int] = 128  # a session's result bound (Limits): one full window
+
+    def intrude_sessions(self, step: str, groups: list[str], sessions: int) -> dict:
+        """As the `intruder` user (README "Security": a client holding a user's credentials),
+        at the leader of each tablet in `groups`, against session ids 1..`sessions` (a
+        session's id is its OpenSession's log index, so the workloads' are small; for a flood,
+        how many to open):
+        - poison: into each session, a one-write probe at seq 1, then, if the answer (STALE_SEQ)
+          names the seq below which the owner's results are forgotten, INTRUDER_ROWS writes to
+          the intruder's own keys from there: seqs the owner has not used yet would keep the
+          intruder's ok, and the owner's writes at those seqs would be answered from it, never
+          applied;
+        - close: CloseSession into each session;
+        - flood: `sessions` OpenSessions of its own, which must evict no one else's.
+        What came back, counted: `foreign_applied` is the number of ops applied in a session
+        the intruder did not open (anything above 0 is the engine's fault); `refused` those
+        answered NOT_OWNER or NOT_AUTHORIZED; `no_session` those that named no session."""
+        import asyncio
+        import functools
+
+        from node.protocol import BatchResult, OpResult, Write, WriteBatch
+        from node.rpc import RpcClient, RpcError
+        from node.security import pki
+        from node.tablet.ops import CloseSession, OpenSession, Rejection
+        from node.tablet.ops import Write as Put
+
+        leaders = self.tablet_leaders()
+        by_name = {h.name: h for h in self.hosts}
+        counts = {"calls": 0, "answered": 0, "foreign_applied": 0, "refused": 0,
+                  "no_session": 0, "own_sessions": 0, "no_leader": 0}
+
+        def tally(result) -> None:
+            if result.ok:
+                counts["foreign_applied"] += 1
+            elif result.error == Rejection.NOT_OWNER:
+                counts["refused"] += 1
+            elif result.error == Rejection.NO_SESSION:
+                counts["no_session"] += 1
+
+        async def ask(rpc, addr, method, req, reply):
+            counts["calls"] += 1
+            try:
+                out = await rpc.call(addr, method, req, reply, to_uuid="", timeout=2.0)
+            except RpcError as e:
+                if e.code.name == "NOT_AUTHORIZED":
+                    counts["refused"] += 1
+                return None
+            counts["answered"] += 1
+            return out
+
+        async def attack() -> None:
+            rpc = RpcClient(connect_timeout=1.0, tls=self.tls(pki.INTRUDER))
+            try:
+                for tablet in groups:
+                    host = by_name.get(leaders.get(tablet, ""))
+                    if host is None:
+                        counts["no_leader"] += 1
+                        continue
+                    call = functools.partial(ask, rpc, (host.address, TSERVER_PORT))
+
+                    own = set()
+                    if step == "flood":
+                        for _ in range(sessions):
+                            res = await call("ts.write", Write(tablet, OpenSession()), OpResult)
+                            if res is not None and res.result.ok:
+                                own.add(res.result.value)
+                        counts["own_sessions"] += len(own)
+                        continue
+                    for sid in range(1, sessions + 1):
+                        if step == "poison":
+                            # a probe at seq 1; a STALE_SEQ answer names the owner's frontier,
+                            # and the window goes there, just ahead of its next writes
+                            seq = 1
+                            for n in (1, self.INTRUDER_ROWS):
+                                rows = [Put(f"intruder-{sid}-{seq + i}", i) for i in range(n)]
+                                res = await call("ts.write_batch",
+                                                 WriteBatch(tablet, rows, sid, seq), BatchResult)
+                                for r in res.results if res is not None else ():
+                                    tally(r)
+                                frontier = re.search(r"< (\d+)", res.results[0].detail) if (
+                                    res is not None and res.results[0].error
+                                    == Rejection.STALE_SEQ) else None
+                                if frontier is None:
+                                    break
+                                seq = int(frontier.group(1))
+                        else:
+                            res = await call("ts.write", Write(tablet, CloseSession(), sid, 1),
+                                             OpResult)
+                            if res is not None:
+                                tally(res.result)
+            finally:
+                await rpc.close()
+
+        asyncio.run(attack())
+        return counts
+
     def disk_layout(self):
         """A tablet server's WAL segments (a replica: its tablet's directory) and consensus
         metadata (a replica: the file, named by its tablet), with the aimed newest-flip."""
@@ -904,3 +1006,4 @@ class TesseraDB(Deployment):
 
 def _toml_str(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+

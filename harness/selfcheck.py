@@ -44,6 +44,12 @@ RECIPES: dict[str, tuple[Cell, str]] = {
               rate=200.0),
         "writes time out under packet faults and partitions and their retries apply twice: "
         "duplicated elements (set)"),
+    "fault_ignore_session_owner": (
+        _cell("fault_ignore_session_owner", "register", ("session-intruder",),
+              nemesis_interval=3.0, rate=200.0),
+        "another user writes into the workloads' sessions just ahead of their seqs: ops applied "
+        "in sessions it did not open (logs: session-intrusion), and the owners' writes answered "
+        "from its results (cas-register linearizability)"),
     "fault_apply_uncommitted_at_bootstrap": (
         _cell("fault_apply_uncommitted_at_bootstrap", "set",
               ("leader-isolate", "kill-after-heal", "majority-kill"), nemesis_interval=4.0,

@@ -29,7 +29,8 @@ _PACKAGES: dict[str, Package] = {}
 # What each offer means, for the message that refuses a fault a system does not support.
 OFFERS = {"leaders": "a leader query", "tablets": "a tablet catalog", "masters": "a master quorum",
           "disk": "data files the disk nemesis may damage", "membership": "a membership API",
-          "admin": "maintenance operations", "faketime": "daemons that run under libfaketime"}
+          "admin": "maintenance operations", "faketime": "daemons that run under libfaketime",
+          "sessions": "client sessions another user could attack"}
 
 
 def register(package: Package) -> Package:

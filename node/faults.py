@@ -56,6 +56,10 @@ class Faults:
         "that guard (SAFETY) instead of electing two leaders")
     fault_skip_dedup: bool = _fault(
         "tablet: ignore the (session, seq) retry deduplication, so a retried write applies twice")
+    fault_ignore_session_owner: bool = _fault(
+        "tablet: let any identity use any session (no owner check, no per-identity bound), so "
+        "another user's writes into a session leave results the owner's writes are answered "
+        "from, never applied")
 
     def enabled(self) -> list[str]:
         """Names of the flags that are on."""

@@ -535,17 +535,20 @@ class Replica:
         self._submit(propose)
         return await fut
 
-    def submit(self, op: Op, session: int, seq: int, acked_below: int, done: Done) -> None:
+    def submit(self, op: Op, session: int, seq: int, acked_below: int, done: Done,
+               owner: str = "") -> None:
         """Replicate one command (a row op, or a Batch as ONE entry: op i is seq + i) at the
         leader's hybrid time. `done(result, None)` once it is applied here and commit-waited
         (an ok result carries the command's timestamp and is answered only once every clock of
         the cluster is past it, `_commit_waited`); `done(None, ReplicaError)` if it was refused
         or may not have happened. No coroutine: this is the per-op path (`write` awaits it).
         Raises ReplicaError at once when not serving; a leader not yet ready refuses in the
-        driver, so callers wait for `leader_ready` first."""
+        driver, so callers wait for `leader_ready` first. `owner`: the caller's authenticated
+        identity (ops.Command.owner)."""
         self._check_serving()
         if not isinstance(op, ROW_OP_TYPES):
-            self._submit(functools.partial(self._propose, op, session, seq, acked_below, done))
+            self._submit(functools.partial(self._propose, op, session, seq, acked_below, done,
+                                           owner))
             return
         # A single row op joins the group still waiting in the inbox, if any: the writes that
         # arrive in one turn of the driver become one entry (ops.Group). The group keeps its
@@ -555,9 +558,10 @@ class Replica:
         if group is None or len(group) >= MAX_GROUP:
             group = self._open_group = []
             self._submit(functools.partial(self._propose_group, group))
-        group.append((Member(op, session, seq, acked_below), done))
+        group.append((Member(op, session, seq, acked_below, owner), done))
 
-    def _propose(self, op: Op, session: int, seq: int, acked_below: int, done: Done) -> None:
+    def _propose(self, op: Op, session: int, seq: int, acked_below: int, done: Done,
+                 owner: str = "") -> None:
         """In the driver: log order is the order proposals run in, and timestamps taken here
         increase in log order."""
         term = self.core.term
@@ -567,7 +571,8 @@ class Replica:
             # has not witnessed their timestamps. Nothing is appended: a retry is safe.
             finish(done, None, ReplicaError("not the leader", leader=self.core.lead))
             return
-        command = Command(COMMAND_VERSION, op, session, seq, acked_below, self.clock.now())
+        command = Command(COMMAND_VERSION, op, session, seq, acked_below, self.clock.now(),
+                          owner)
         try:
             index = self.core.propose(command_payload(command))
         except NotLeader as e:
@@ -590,7 +595,7 @@ class Replica:
             self._open_group = None
         if len(group) == 1:
             (m, done), = group
-            self._propose(m.op, m.session, m.seq, m.acked_below, done)
+            self._propose(m.op, m.session, m.seq, m.acked_below, done, m.owner)
             return
         term = self.core.term
         dones = [done for _, done in group]
@@ -605,7 +610,7 @@ class Replica:
             return
         except EntryTooLarge:
             for m, done in group:
-                self._propose(m.op, m.session, m.seq, m.acked_below, done)
+                self._propose(m.op, m.session, m.seq, m.acked_below, done, m.owner)
             return
         except ProposalError as e:
             _answer_members(dones, None, ReplicaError(str(e), leader=self.leader))
@@ -631,11 +636,12 @@ class Replica:
             return
         done(result, error)
 
-    async def write(self, op: Op, *, session: int, seq: int, acked_below: int) -> Result:
+    async def write(self, op: Op, *, session: int, seq: int, acked_below: int,
+                    owner: str = "") -> Result:
         """`submit`, awaited: the command's result once applied here and commit-waited."""
         await self.await_leader_ready()
         fut = asyncio.get_running_loop().create_future()
-        self.submit(op, session, seq, acked_below, functools.partial(settle, fut))
+        self.submit(op, session, seq, acked_below, functools.partial(settle, fut), owner)
         return await fut
 
     def batch(self, ops: list[RowOp]) -> Batch:

@@ -24,8 +24,8 @@ from node.protocol import Ack, BeginCopySession, Consensus, DeleteTablet, Peer, 
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.superblock import OpId, Superblock
-from node.wal import format as fmt
 from node.tserver.tablet_manager import TabletState
+from node.wal import format as fmt
 
 
 class FakePeer:

@@ -23,6 +23,9 @@ USER = "user"
 CA_NAME = "tessera-ca"
 ADMIN = "admin"  # the operator's superuser name: deployments put it in --superuser-acl
 CLIENT = "client"  # the workloads' user name
+# A second user, as the README's threat model allows one: the session-intruder nemesis acts as
+# it against the workloads' sessions (their owner is CLIENT)
+INTRUDER = "intruder"
 
 
 @dataclass(frozen=True)
@@ -129,10 +132,10 @@ def issue(ca: CertFiles, dir: Path, name: str, kind: str, days: int = 365) -> Ce
 def cluster_credentials(dir: Path, server_names: list[str], ca: CertFiles | None = None
                         ) -> dict[str, CertFiles]:
     """Everything a deployment needs in `dir`: the CA (a new one unless `ca` is given), a
-    service certificate per server name, the operator's (`admin`) and the workloads' (`client`).
-    Keyed by name."""
+    service certificate per server name, the operator's (`admin`), the workloads' (`client`) and
+    another user's (`intruder`). Keyed by name."""
     ca = ca or create_ca(dir / "ca")
     out = {n: issue(ca, dir / "certs", n, SERVICE) for n in server_names}
-    out[ADMIN] = issue(ca, dir / "certs", ADMIN, USER)
-    out[CLIENT] = issue(ca, dir / "certs", CLIENT, USER)
+    for user in (ADMIN, CLIENT, INTRUDER):
+        out[user] = issue(ca, dir / "certs", user, USER)
     return out

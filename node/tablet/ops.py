@@ -122,6 +122,7 @@ class Member(msgspec.Struct, frozen=True, array_like=True):
     session: NonNegative
     seq: NonNegative
     acked_below: NonNegative = 0
+    owner: str = ""  # the caller's identity, as Command.owner
 
 
 class Group(msgspec.Struct, frozen=True, tag="group"):
@@ -152,11 +153,16 @@ class Command(msgspec.Struct, frozen=True):
     acked_below: NonNegative = 0
     # Hybrid time assigned by the leader when it proposed the command (node.clock).
     timestamp: NonNegative = 0
+    # The identity the leader's RPC layer authenticated for the caller (a certificate's common
+    # name; "" without authentication), set by the leader and never taken from the client: a
+    # session belongs to the identity that opened it, and another's op in it is refused.
+    owner: str = ""
 
 
 class Rejection(enum.StrEnum):
-    """Why an op had no effect. The first three are definite failures; for the last two the
-    outcome of the original attempt is UNKNOWN (it may have been applied before its result was
+    """Why an op had no effect. CAS_MISMATCH, PRECONDITION_FAILED, WRONG_TYPE and NOT_OWNER
+    are definite failures; for NO_SESSION and STALE_SEQ the outcome of the original attempt is
+    UNKNOWN (it may have been applied before its result was
     forgotten), so a client must report such an op as indeterminate, never as failed."""
 
     CAS_MISMATCH = "cas_mismatch"  # value = the current value
@@ -164,6 +170,7 @@ class Rejection(enum.StrEnum):
     WRONG_TYPE = "wrong_type"  # value = index of the failing micro-op (0 for single ops)
     NO_SESSION = "no_session"  # session closed or evicted: open a new one
     STALE_SEQ = "stale_seq"  # seq older than the results the session still keeps
+    NOT_OWNER = "not_owner"  # the session was opened by another identity: nothing was done
 
     @property
     def outcome_unknown(self) -> bool:
@@ -192,9 +199,11 @@ _decoder = msgspec.msgpack.Decoder(Command)
 
 
 def encode_command(
-    op: Op, *, session: int = 0, seq: int = 0, acked_below: int = 0, timestamp: int = 0
+    op: Op, *, session: int = 0, seq: int = 0, acked_below: int = 0, timestamp: int = 0,
+    owner: str = ""
 ) -> bytes:
-    return command_payload(Command(COMMAND_VERSION, op, session, seq, acked_below, timestamp))
+    return command_payload(Command(COMMAND_VERSION, op, session, seq, acked_below, timestamp,
+                                   owner))
 
 
 def command_payload(command: Command) -> bytes:

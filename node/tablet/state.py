@@ -45,15 +45,20 @@ class Session(msgspec.Struct):
     session_id: int
     forgotten_below: int = 0  # results of seqs below this are gone: retries get STALE_SEQ
     results: dict[int, Result] = {}
+    owner: str = ""  # the identity that opened it (Command.owner): only it may use the session
 
     def copy(self) -> Session:
-        return Session(self.session_id, self.forgotten_below, dict(self.results))
+        return Session(self.session_id, self.forgotten_below, dict(self.results), self.owner)
 
 
 class Limits(msgspec.Struct, frozen=True):
     """Bounds of the dedup table. Replicated with the state: every replica must evict alike."""
 
     max_sessions: int = 1024  # least recently used sessions beyond this are evicted
+    # An authenticated identity opening more than this evicts its own least recently used
+    # session, never another's: one user cannot flood the table and evict everyone's dedup
+    # records. Unauthenticated callers ("") share one pool, bounded by max_sessions alone.
+    max_sessions_per_owner: int = 256
     # A client pipelining more than this loses the oldest. A Batch takes one result per op, so
     # a leader refuses a batch larger than this (`check_batch`): it would forget its own.
     max_results_per_session: int = 128
@@ -85,6 +90,7 @@ class StateMachine:
         self.tablet_id = tablet_id
         self.limits = limits or Limits()
         self.skip_dedup = faults.fault_skip_dedup
+        self.any_owner = faults.fault_ignore_session_owner
         self.data: dict[str, Any] = {}
         self.sessions: OrderedDict[int, Session] = OrderedDict()
         self.last_applied_index = 0
@@ -156,13 +162,13 @@ class StateMachine:
         if is_read_only(op):
             return self._execute(op)
         if isinstance(op, OpenSession):
-            self._open_session(index)
+            self._open_session(index, c.owner)
             return Result(True, index)
         ts = c.timestamp
         ok = Result(True, timestamp=ts) if ts else _OK  # one for every ok row of the command
         if isinstance(op, Group):  # each member as the Command it would be on its own
             return self._group(op.members, ts, ok)
-        return self._in_session(c.session, c.seq, c.acked_below, op, ts, ok)
+        return self._in_session(c.session, c.seq, c.acked_below, op, ts, ok, c.owner)
 
     def _group(self, members: list[Member], timestamp: int, ok: Result) -> list[Result]:
         """A Group's members, each as `_in_session` would apply it on its own (a member's op is
@@ -188,14 +194,14 @@ class StateMachine:
                     seqs = self._kept_seqs(m.session, session)
                 f = found[m.session] = [session, seqs, max(seqs[-1] if seqs else 0,
                                                            session.forgotten_below - 1), 0]
-            if m.seq <= f[2]:
+            if m.seq <= f[2] or (f[0].owner != m.owner and not self.any_owner):
                 break
             f[2] = max(m.seq, m.acked_below - 1)
             if m.acked_below > f[3]:
                 f[3] = m.acked_below
         else:
             return self._fresh_group(members, found, timestamp, ok)
-        return [self._in_session(m.session, m.seq, m.acked_below, m.op, timestamp, ok)
+        return [self._in_session(m.session, m.seq, m.acked_below, m.op, timestamp, ok, m.owner)
                 for m in members]
 
     def _fresh_group(self, members: list[Member], found: dict[int, list], timestamp: int,
@@ -215,13 +221,18 @@ class StateMachine:
         return results
 
     def _in_session(self, session_id: int, seq: int, acked_below: int, op: Op,
-                    timestamp: int, ok: Result) -> Result | list[Result]:
+                    timestamp: int, ok: Result, owner: str = "") -> Result | list[Result]:
         """A session's mutation (a row op, a Batch, or CloseSession) as `seq`: its result, and
         the session's kept results trimmed to what the client has not acknowledged. `ok` is
-        the result of an ok write at `timestamp` (immutable, so shared)."""
+        the result of an ok write at `timestamp` (immutable, so shared). Another identity's
+        op (`owner`) is refused and leaves the session untouched: no result kept at its seq,
+        nothing forgotten (issue 56, bug 3)."""
         session = self.sessions.get(session_id)
-        if session is None:
-            rejection = Result(False, error=Rejection.NO_SESSION, detail=f"no session {session_id}")
+        if session is None or (session.owner != owner and not self.any_owner):
+            rejection = (Result(False, error=Rejection.NO_SESSION, detail=f"no session {session_id}")
+                         if session is None else
+                         Result(False, error=Rejection.NOT_OWNER,
+                                detail=f"session {session_id} belongs to another identity"))
             return [rejection] * len(op.ops) if isinstance(op, Batch) else rejection
         if isinstance(op, CloseSession):
             del self.sessions[session_id]
@@ -283,8 +294,13 @@ class StateMachine:
             insort(seqs, seq)
         return result
 
-    def _open_session(self, session_id: int) -> None:
-        self.sessions[session_id] = Session(session_id)
+    def _open_session(self, session_id: int, owner: str = "") -> None:
+        if owner and not self.any_owner:  # its own least recently used first, past its bound
+            own = [s.session_id for s in self.sessions.values() if s.owner == owner]
+            for evicted in own[: max(0, len(own) - self.limits.max_sessions_per_owner + 1)]:
+                del self.sessions[evicted]
+                self._seqs.pop(evicted, None)
+        self.sessions[session_id] = Session(session_id, owner=owner)
         if len(self.sessions) > self.limits.max_sessions:
             evicted, _ = self.sessions.popitem(last=False)
             self._seqs.pop(evicted, None)

@@ -46,7 +46,7 @@ from node.replica import Replica, TooLarge, config_text
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
 from node.rpc.server import Reply
 from node.tablet.checksum import row_hashes, table_checksum
-from node.tablet.ops import Batch, Op, Result, is_read_only
+from node.tablet.ops import Batch, Group, Op, Result, is_read_only
 from node.tserver.tablet_manager import TabletManager, TabletState
 
 
@@ -154,6 +154,9 @@ class TabletService:
         r = self.tablets.serving(req.tablet_id)
         if isinstance(req.op, Batch):  # one result per op does not fit an OpResult
             raise RpcError(ErrorCode.INVALID_ARGUMENT, "batches go through ts.write_batch")
+        if isinstance(req.op, Group):  # many sessions' ops: only a leader builds one
+            raise RpcError(ErrorCode.INVALID_ARGUMENT, "a group of sessions' ops is the "
+                           "leader's to build; send each op with its own session")
         if is_read_only(req.op):
             return self.on_read(Read(req.tablet_id, req.op), reply)
         return self._submit(r, req, req.op, OpResult, reply)
@@ -172,12 +175,13 @@ class TabletService:
                 reply: Reply) -> Awaitable | None:
         """Propose `op` for `req`'s session and answer `answer(result)`: from the driver, or
         once the leader is ready (the awaited path)."""
+        owner = _owner(reply)
         if not r.leader_ready:
             return _awaited(r.write(op, session=req.session, seq=req.seq,
-                                    acked_below=req.acked_below), answer)
+                                    acked_below=req.acked_below, owner=owner), answer)
         try:
             r.submit(op, req.session, req.seq, req.acked_below,
-                     functools.partial(_answer, answer, reply))
+                     functools.partial(_answer, answer, reply), owner)
         except ReplicaError as e:
             raise replica_error(e) from None
         return None
@@ -260,3 +264,12 @@ class TabletService:
                                       voters=[m[0] for m in s["committed_config"]
                                               if m[1] == "VOTER"]))
         return ChecksumReport(self.tablets.uuid, out)
+
+
+def _owner(reply: Reply) -> str:
+    """Whose session a write may use: the caller's authenticated identity (its certificate's
+    common name), or "" for an unauthenticated one. Taken from the connection, never from the
+    request, so a client cannot name another's (ops.Command.owner)."""
+    conn = getattr(reply, "conn", None)  # a plain callback: an in-process caller
+    identity = conn.admission.identity if conn is not None else None
+    return identity.name if identity is not None and identity.authenticated else ""

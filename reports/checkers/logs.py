@@ -212,6 +212,28 @@ def undetected_damage(ops) -> list[dict]:
     return out
 
 
+_INTRUSION = {"poison": "the owners' writes at those seqs are answered from its results, "
+                        "never run",
+              "close": "the owners' sessions are gone, and their writes' outcomes unknown"}
+
+
+def session_intrusions(ops) -> list[dict]:
+    """Errors for ops another user got applied in sessions it did not open (the
+    session-intruder nemesis's `foreign_applied`): a session belongs to the identity that
+    opened it, and the engine must refuse everyone else's op in it (README "Security")."""
+    out = []
+    for op in ops or ():
+        value = _get(op, "value")
+        if (_get(op, "process") == "nemesis" and _get(op, "f") == "start-session-intruder"
+                and isinstance(value, dict) and value.get("foreign_applied")):
+            out.append({"type": "session-intrusion", "host": "", "file": "", "line": 0,
+                        "text": f"{value['step']}: {value['foreign_applied']} applied",
+                        "explanation": (f"another user's {value['step']} got "
+                                        f"{value['foreign_applied']} ops applied in sessions it "
+                                        "did not open: " + _INTRUSION.get(value["step"], ""))})
+    return out
+
+
 # A leader's report that a follower's storage lost entries it had acknowledged (node/replica.py).
 LOST_ENTRIES = re.compile(r"T (\S+) P \S+: SAFETY: follower (\S+) lost acknowledged entries")
 
@@ -293,7 +315,7 @@ def check_logs(run_dir: Path, ops=None, rules=None) -> dict:
                 (expected if is_expected else notes if is_note else errors).append({
                     "type": f["type"], "host": host, "file": path.name, "line": f["line"],
                     "text": _quote(f["lines"]), "explanation": f"{host}: {explanation}"})
-    errors += undetected_damage(ops)
+    errors += undetected_damage(ops) + session_intrusions(ops)
     result = {"checker": "logs", "errors": errors, "expected": expected, "notes": notes,
               "watchdog_restarts": watchdog_restarts(ops), "logs": scanned, "missing": missing}
     if not scanned:
