@@ -10,7 +10,9 @@ few hundred bytes and the paths disagree on what fits.
 A written value is the register's small integer `v` padded to its size, so the history still
 records `v` and the checker judges the same model. Half the values are padded with NUL
 characters rather than dots: a value of long zero runs is what a disk's unwritten space looks
-like, and a WAL reader that takes zeros for unwritten space must meet them (issue 56, bug 1). The size is a function of (seed, key, v): a
+like, and a WAL reader that takes zeros for unwritten space must meet them (issue 56, bug 1).
+`zeros` is the cheap way there: half the values plain ints, half NUL-padded to 520-2100 bytes,
+so a batch holds a whole zero sector without the frame-sized values of `wide`. The size is a function of (seed, key, v): a
 cas's expected value must be the same bytes the write stored, whichever thread wrote it. Reads
 map the bytes back to `v`, and bytes that are no value's encoding come back as a string no
 write wrote, which the checker reports (never silently accepted).
@@ -24,7 +26,9 @@ from dataclasses import dataclass
 
 from node.rpc.wire import DEFAULT_MAX_FRAME
 
-MODES = ("small", "wide")
+MODES = ("small", "wide", "zeros")
+ZEROS_P = 0.5  # zeros mode: the share of values padded with NULs, the rest plain ints
+ZEROS_BYTES = (520, 2100)  # zeros mode: a padded value's size, so it holds a whole zero sector
 SMALL_P, LOG_UNIFORM_P = 0.7, 0.2  # the rest: the edge, within EDGE_BYTES under the limit
 SMALL_MAX = 64
 EDGE_BYTES = 1024
@@ -47,6 +51,8 @@ class ValueSizes:
         if self.mode == "small":
             return 0
         rng = random.Random(f"{self.seed}/{key}/{v}")
+        if self.mode == "zeros":
+            return rng.randint(*ZEROS_BYTES) if rng.random() < ZEROS_P else 0
         roll = rng.random()
         if roll < SMALL_P:
             return rng.randrange(SMALL_MAX)
@@ -59,7 +65,8 @@ class ValueSizes:
         if self.mode == "small" or v is None:
             return v
         head = f"{v}|"
-        pad = "\x00" if random.Random(f"{self.seed}/{key}/{v}/pad").random() < 0.5 else "."
+        pad = "\x00" if self.mode == "zeros" or random.Random(
+            f"{self.seed}/{key}/{v}/pad").random() < 0.5 else "."
         return head + pad * max(0, self.size(key, v) - len(head))
 
     def decode(self, key: str, stored):

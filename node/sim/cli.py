@@ -67,9 +67,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "mix of earlier releases (the recorded seeds of the tests); a SPEC "
                              "as a seed prints it (kind:weight,...;every=LO-HI;reads=MODE"
                              "[;load=CLIENTSxRATE]) runs that mix on every seed")
-    parser.add_argument("--value-sizes", choices=("small", "wide"), default="small",
-                        help="full, register: small values (default), or wide: sizes up to the "
-                             "RPC frame limit, mostly small, heavy-tailed")
+    parser.add_argument("--value-sizes", choices=("small", "wide", "zeros"), default="small",
+                        help="full, register: small values (default); wide: sizes up to the "
+                             "RPC frame limit, mostly small, heavy-tailed, half NUL-padded; "
+                             "zeros: half the values NUL-padded to 520-2100 bytes")
     parser.add_argument("--json", action="store_true", help="print one JSON summary line")
     parser.add_argument("--fault", action="append", default=[], metavar="FLAG",
                         help="run with this engine fault flag (a deliberate bug, as the "
@@ -155,7 +156,7 @@ def run_full(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return BAD_ARGS
     if args.value_sizes != "small" and args.workload != "register":
-        print("tessera sim: --value-sizes wide takes --workload register", file=sys.stderr)
+        print("tessera sim: --value-sizes wide or zeros takes --workload register", file=sys.stderr)
         return BAD_ARGS
     try:
         mix_for(args.mix, args.seed)

@@ -81,7 +81,7 @@ class StackConfig:
     faults: Faults = field(default_factory=Faults)  # engine fault flags (mutants)
     batch: int = 0  # > 0: writes through batching sessions (Workload.batch)
     coalesce: bool = False  # workers of one node share client sessions, unpaced (Workload.coalesce)
-    value_sizes: str = "small"  # or wide: register values up to the frame limit (workloads.values)
+    value_sizes: str = "small"  # or wide, zeros: register values (workloads.values)
 
 
 @dataclass
@@ -596,7 +596,7 @@ class StackSim:
 
     @property
     def _value_sizes(self) -> str:
-        """Asked for, or drawn by the mix (which only ever widens them)."""
+        """Drawn by the mix, else asked for."""
         return self.cfg.mix.values or self.cfg.value_sizes
 
     def _workload(self):

@@ -35,11 +35,11 @@ CLOCK_ERRORS = (None, None, None, 20_000)  # the clocks' bound, µs: the default
 # ts.write_batch (the client's coalescing, which no paced run reaches). Drawn last, so every
 # earlier draw of a seed is what it was before this one existed.
 CLIENTS = ("own", "own", "own", "coalesce")
-# The register workload's values: small ints, or a quarter of the seeds wide (workloads.values:
-# sizes up to the frame limit, half padded with NULs, so WAL batches carry long zero runs, what
-# a reader taking zeros for unwritten space must meet; issue 56, bug 1). Drawn after the
-# client, for the same reason.
-VALUES = ("small", "small", "small", "wide")
+# The register workload's values (workloads.values): small ints in a quarter of the seeds; in
+# half, `zeros` (half the values NUL-padded to a sector or more); in a quarter `wide` (up to the
+# frame limit, half NUL-padded). Long zero runs in WAL batches are what a reader taking zeros for
+# unwritten space must meet (issue 56, bug 1). Drawn after the client, for the same reason.
+VALUES = ("small", "zeros", "zeros", "wide")
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
 # one or two kinds (a copy racing an election needs copies and cuts close together, which a mix
 # of twelve kinds makes rare), sometimes all of them.
