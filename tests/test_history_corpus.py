@@ -106,23 +106,13 @@ INFO  jepsen.util - 0   :invoke :read   nil
 INFO  jepsen.util - 0   :ok     :read   1
 """
 
-# Invalid: the cas 2->4 returned before the read began, and the read still saw 2.
-INVALID_BLANKS = """\
-INFO  jepsen.util - 1   :invoke :write  2
-INFO  jepsen.util - 1   :ok     :write  2
-INFO  jepsen.util - 2   :invoke :cas    [2 4]
-INFO  jepsen.util - 2   :ok     :cas    [2 4]
-INFO  jepsen.util - 0   :invoke :read   nil
-INFO  jepsen.util - 0   :ok     :read   2
-"""
-INVALID_TABS = """\
-INFO  jepsen.util - 1	:invoke	:write	2
-INFO  jepsen.util - 1	:ok	:write	2
-INFO  jepsen.util - 2	:invoke	:cas	[2 4]
-INFO  jepsen.util - 2	:ok	:cas	[2 4]
-INFO  jepsen.util - 0	:invoke	:read	nil
-INFO  jepsen.util - 0	:ok	:read	2
-"""
+# Invalid: the cas 2->4 returned before the read began, and the read still saw 2. The same
+# rows with the fields apart by blanks, and by tabs.
+_INVALID_ROWS = [("1", ":invoke", ":write", "2"), ("1", ":ok", ":write", "2"),
+                 ("2", ":invoke", ":cas", "[2 4]"), ("2", ":ok", ":cas", "[2 4]"),
+                 ("0", ":invoke", ":read", "nil"), ("0", ":ok", ":read", "2")]
+INVALID_BLANKS, INVALID_TABS = ("".join(f"INFO  jepsen.util - {sep.join(r)}\n" for r in _INVALID_ROWS)
+                                for sep in ("   ", "\t"))
 
 
 @pytest.mark.parametrize("name, text, expected", [
