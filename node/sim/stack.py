@@ -32,6 +32,7 @@ from pathlib import Path
 
 from node.disk import SimDisk, SimFaults
 from node.faults import Faults
+from node.sim import stack_damage
 from node.sim.loop import SYSTEM, SimLoop
 from node.sim.network import SimNetwork
 from node.sim.stack_checks import DATA_DIR, Invariants, StackViolation
@@ -316,7 +317,7 @@ class StackSim:
         await asyncio.sleep(lag)
         if r in self.down or leader in self.down:
             return [*value[:8], "skipped: a host is down"]
-        flip = self._flip_wal_batch(r, tablet)
+        flip = stack_damage.flip_wal_batch(self, r, tablet)
         if flip is None:
             return [*value[:8], "skipped: no WAL batch on R"]
         await asyncio.sleep(0.2)  # R's start-up opens the replica, FAILED
@@ -329,28 +330,6 @@ class StackSim:
         if leader not in self.down:
             self._crash(leader)
         return [*done, *flip]
-
-    def _flip_wal_batch(self, host: str, tablet: str) -> list | None:
-        """Power loss on `host`, one bit flipped in the data of an intact batch of `tablet`'s
-        newest WAL segment there (not a stamp), and the reboot: the replica FAILs."""
-        from node.tablet.paths import TabletPaths
-        from node.wal.segment import is_stamp, parse_segment_name, scan_segment
-
-        self._crash(host)
-        disk = self.disks[host]
-        wal = TabletPaths(DATA_DIR, tablet).wal_dir
-        segs = sorted((s, n) for n in (disk.listdir(wal) if disk.isdir(wal) else [])
-                      if (s := parse_segment_name(n)) is not None)
-        scan = scan_segment(str(wal / segs[-1][1]), disk=disk) if segs else None
-        if scan is None or not scan.records:
-            self._boot(host)
-            return None
-        start = scan.records[0].offset + 16  # the first batch's data
-        offset = start + 1 if is_stamp(scan.header, start - 16, start) else start
-        disk.flip_bit(path=scan.path, at=(offset, 0))
-        self.flipped.add(host)
-        self._boot(host)
-        return [scan.path, offset, 0]
 
     def _cut(self, a: str, b: str, seconds: float) -> None:
         """Cut the link a-b for `seconds` (a heal meanwhile ends it sooner)."""
@@ -446,55 +425,8 @@ class StackSim:
             self._boot(host)
             return [host, path, offset, bit]
         elif kind == "flip-newest":
-            return self._flip_newest(value)
+            return stack_damage.flip_newest(self, value)
         return value
-
-    def _flip_newest(self, value: list):
-        """Power loss on a tablet server, then one bit flipped anywhere in the newest intact
-        batch of a tablet's newest, unfinished WAL segment (header or data), read back at the
-        reboot. The batch survived the power loss whole, so it was synced, and its entries may
-        have been acknowledged: the flip must fail the replica loudly (`_check_newest_flip`),
-        never be cut as a torn tail. A header flip is the one a reader could take for a torn
-        write (its length cannot be trusted); a data flip next to zero runs (a zero-padded
-        value, a timestamp's zero low byte at a sector's start) is the other (issue 56, bug 1).
-        A flip of a sector stamp (node.wal.segment) changes no data and is not judged.
-        `value`: [host, a random bit number, taken modulo the batch's bits], or as recorded,
-        [host, path, offset, bit, tablet]."""
-        from node.tablet.paths import TabletPaths
-        from node.wal.segment import is_stamp, parse_segment_name, scan_segment
-
-        host = value[0]
-        if host not in self.down:
-            self._crash(host)
-        disk = self.disks[host]
-        if len(value) == 5:
-            path, offset, bit, tablet = value[1:5]
-        else:
-            meta = DATA_DIR / "tablet-meta"
-            heads = []
-            for tablet in sorted(disk.listdir(meta)) if disk.isdir(meta) else []:
-                wal = TabletPaths(DATA_DIR, tablet).wal_dir
-                segs = sorted((s, n) for n in (disk.listdir(wal) if disk.isdir(wal) else [])
-                              if (s := parse_segment_name(n)) is not None)
-                if not segs:
-                    continue
-                scan = scan_segment(str(wal / segs[-1][1]), disk=disk)
-                if scan.footer is None and scan.records:
-                    heads.append((tablet, scan, scan.records[-1].offset))
-            if not heads:
-                self._boot(host)
-                return [host, "no unfinished WAL segment with a batch"]
-            tablet, scan, start = heads[value[1] % len(heads)]
-            path, drawn = scan.path, value[1] // len(heads) % ((scan.end - start) * 8)
-            offset, bit = start + drawn // 8, drawn % 8
-            if is_stamp(scan.header, start, offset):
-                tablet = None  # a sector's written mark, not data: nothing to judge
-        disk.flip_bit(path=path, at=(offset, bit))
-        self.flipped.add(host)
-        if tablet is not None:
-            self.newest_flips[host] = tablet
-        self._boot(host)
-        return [host, path, offset, bit, tablet]
 
     async def _masters(self, planned: list | None):
         """The masters' own membership while tablet servers heartbeat (Kudu's master add and

@@ -1,0 +1,78 @@
+"""The whole-stack simulator's aimed WAL damage (node.sim.stack): bits flipped where a reader
+could mistake them for a torn write, or where they fail a voter's replica. Each takes the
+StackSim it acts on: its disks, servers and the power loss and boot it drives."""
+
+from __future__ import annotations
+
+from node.sim.stack_checks import DATA_DIR
+
+
+def flip_newest(sim, value: list):
+    """Power loss on a tablet server, then one bit flipped anywhere in the newest intact
+    batch of a tablet's newest, unfinished WAL segment (header or data), read back at the
+    reboot. The batch survived the power loss whole, so it was synced, and its entries may
+    have been acknowledged: the flip must fail the replica loudly (stack_checks
+    `_check_newest_flip`), never be cut as a torn tail. A header flip is the one a reader could take for a torn
+    write (its length cannot be trusted); a data flip next to zero runs (a zero-padded
+    value, a timestamp's zero low byte at a sector's start) is the other (issue 56, bug 1).
+    A flip of a sector stamp (node.wal.segment) changes no data and is not judged.
+    `value`: [host, a random bit number, taken modulo the batch's bits], or as recorded,
+    [host, path, offset, bit, tablet]."""
+    from node.tablet.paths import TabletPaths
+    from node.wal.segment import is_stamp, parse_segment_name, scan_segment
+
+    host = value[0]
+    if host not in sim.down:
+        sim._crash(host)
+    disk = sim.disks[host]
+    if len(value) == 5:
+        path, offset, bit, tablet = value[1:5]
+    else:
+        meta = DATA_DIR / "tablet-meta"
+        heads = []
+        for tablet in sorted(disk.listdir(meta)) if disk.isdir(meta) else []:
+            wal = TabletPaths(DATA_DIR, tablet).wal_dir
+            segs = sorted((s, n) for n in (disk.listdir(wal) if disk.isdir(wal) else [])
+                          if (s := parse_segment_name(n)) is not None)
+            if not segs:
+                continue
+            scan = scan_segment(str(wal / segs[-1][1]), disk=disk)
+            if scan.footer is None and scan.records:
+                heads.append((tablet, scan, scan.records[-1].offset))
+        if not heads:
+            sim._boot(host)
+            return [host, "no unfinished WAL segment with a batch"]
+        tablet, scan, start = heads[value[1] % len(heads)]
+        path, drawn = scan.path, value[1] // len(heads) % ((scan.end - start) * 8)
+        offset, bit = start + drawn // 8, drawn % 8
+        if is_stamp(scan.header, start, offset):
+            tablet = None  # a sector's written mark, not data: nothing to judge
+    disk.flip_bit(path=path, at=(offset, bit))
+    sim.flipped.add(host)
+    if tablet is not None:
+        sim.newest_flips[host] = tablet
+    sim._boot(host)
+    return [host, path, offset, bit, tablet]
+
+
+def flip_wal_batch(sim, host: str, tablet: str) -> list | None:
+    """Power loss on `host`, one bit flipped in the data of an intact batch of `tablet`'s
+    newest WAL segment there (not a stamp), and the reboot: the replica FAILs."""
+    from node.tablet.paths import TabletPaths
+    from node.wal.segment import is_stamp, parse_segment_name, scan_segment
+
+    sim._crash(host)
+    disk = sim.disks[host]
+    wal = TabletPaths(DATA_DIR, tablet).wal_dir
+    segs = sorted((s, n) for n in (disk.listdir(wal) if disk.isdir(wal) else [])
+                  if (s := parse_segment_name(n)) is not None)
+    scan = scan_segment(str(wal / segs[-1][1]), disk=disk) if segs else None
+    if scan is None or not scan.records:
+        sim._boot(host)
+        return None
+    start = scan.records[0].offset + 16  # the first batch's data
+    offset = start + 1 if is_stamp(scan.header, start - 16, start) else start
+    disk.flip_bit(path=scan.path, at=(offset, 0))
+    sim.flipped.add(host)
+    sim._boot(host)
+    return [scan.path, offset, 0]
