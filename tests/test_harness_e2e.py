@@ -194,7 +194,7 @@ def test_nemesis_all_fires_every_fault_and_leaves_no_trace(env, tmp_path):
     results = json.load(open(os.path.join(run_dir, "results.json")))
     fired = results["nemesis"]["fired"]
     assert set(fired) == {"partition", "packet", "clock", "pause", "kill", "membership", "disk",
-                          "lose-unfsynced"}
+                          "lose-unfsynced", "session-intruder"}
     # Membership may be declined each time, and rightly: with a replica of every tablet left
     # FAILED by the disk fault (the damage stays for the run) no removal keeps a live majority,
     # and the leader refuses one that races the damage (a skip, with its reason in the history).
