@@ -855,6 +855,7 @@ class TesseraDB(Deployment):
         return leaders
 
     INTRUDER_ROWS: ClassVar[int] = 128  # a session's result bound (Limits): one full window
+    INTRUDER_S: ClassVar[float] = 15.0  # one start's attack, at most (a stalled leader waits)
 
     def intrude_sessions(self, step: str, groups: list[str], sessions: int) -> dict:
         """As the `intruder` user (README "Security": a client holding a user's credentials),
@@ -875,13 +876,16 @@ class TesseraDB(Deployment):
         import functools
 
         from node.protocol import BatchResult, OpResult, Write, WriteBatch
-        from node.rpc import RpcClient, RpcError
+        from node.rpc import ErrorCode, RpcClient, RpcError
         from node.security import pki
         from node.tablet.ops import CloseSession, OpenSession, Rejection
         from node.tablet.ops import Write as Put
 
         leaders = self.tablet_leaders()
         by_name = {h.name: h for h in self.hosts}
+        # tablet -> the ids of sessions the intruder opened itself (earlier floods): its own,
+        # which poison and close leave alone
+        opened = self.__dict__.setdefault("_intruder_sessions", {})
         counts = {"calls": 0, "answered": 0, "foreign_applied": 0, "refused": 0,
                   "no_session": 0, "own_sessions": 0, "no_leader": 0}
 
@@ -893,59 +897,74 @@ class TesseraDB(Deployment):
             elif result.error == Rejection.NO_SESSION:
                 counts["no_session"] += 1
 
-        async def ask(rpc, addr, method, req, reply):
+        async def ask(rpc, addrs, method, req, reply):
+            """At the first of `addrs` (the leader, or every server when none is known) that
+            takes the call; a server's refusal (NOT_LEADER, NOT_AUTHORIZED) is an answer."""
             counts["calls"] += 1
-            try:
-                out = await rpc.call(addr, method, req, reply, to_uuid="", timeout=2.0)
-            except RpcError as e:
-                if e.code.name == "NOT_AUTHORIZED":
-                    counts["refused"] += 1
-                return None
-            counts["answered"] += 1
-            return out
+            answered = False
+            for addr in addrs:
+                try:
+                    out = await rpc.call(addr, method, req, reply, to_uuid="", timeout=2.0)
+                except RpcError as e:
+                    answered |= e.code not in (ErrorCode.NETWORK, ErrorCode.DEADLINE_EXCEEDED)
+                    if e.code == ErrorCode.NOT_AUTHORIZED:
+                        counts["refused"] += 1
+                        break
+                    continue
+                counts["answered"] += 1
+                return out
+            counts["answered"] += answered
+            return None
 
         async def attack() -> None:
             rpc = RpcClient(connect_timeout=1.0, tls=self.tls(pki.INTRUDER))
             try:
-                for tablet in groups:
-                    host = by_name.get(leaders.get(tablet, ""))
-                    if host is None:
-                        counts["no_leader"] += 1
-                        continue
-                    call = functools.partial(ask, rpc, (host.address, TSERVER_PORT))
-
-                    own = set()
-                    if step == "flood":
-                        for _ in range(sessions):
-                            res = await call("ts.write", Write(tablet, OpenSession()), OpResult)
-                            if res is not None and res.result.ok:
-                                own.add(res.result.value)
-                        counts["own_sessions"] += len(own)
-                        continue
-                    for sid in range(1, sessions + 1):
-                        if step == "poison":
-                            # a probe at seq 1; a STALE_SEQ answer names the owner's frontier,
-                            # and the window goes there, just ahead of its next writes
-                            seq = 1
-                            for n in (1, self.INTRUDER_ROWS):
-                                rows = [Put(f"intruder-{sid}-{seq + i}", i) for i in range(n)]
-                                res = await call("ts.write_batch",
-                                                 WriteBatch(tablet, rows, sid, seq), BatchResult)
-                                for r in res.results if res is not None else ():
-                                    tally(r)
-                                frontier = re.search(r"< (\d+)", res.results[0].detail) if (
-                                    res is not None and res.results[0].error
-                                    == Rejection.STALE_SEQ) else None
-                                if frontier is None:
-                                    break
-                                seq = int(frontier.group(1))
-                        else:
-                            res = await call("ts.write", Write(tablet, CloseSession(), sid, 1),
-                                             OpResult)
-                            if res is not None:
-                                tally(res.result)
+                async with asyncio.timeout(self.INTRUDER_S):
+                    await each_tablet(rpc)
+            except TimeoutError:  # leaders that take calls and cannot commit (a partition)
+                counts["cut_short"] = True
             finally:
                 await rpc.close()
+
+        async def each_tablet(rpc) -> None:
+            for tablet in groups:
+                host = by_name.get(leaders.get(tablet, ""))
+                if host is None:
+                    counts["no_leader"] += 1
+                targets = [host] if host is not None else self.hosts
+                call = functools.partial(ask, rpc, [(h.address, TSERVER_PORT)
+                                                    for h in targets])
+
+                own = opened.setdefault(tablet, set())
+                if step == "flood":
+                    for _ in range(sessions):
+                        res = await call("ts.write", Write(tablet, OpenSession()), OpResult)
+                        if res is not None and res.result.ok:
+                            own.add(res.result.value)
+                    counts["own_sessions"] += len(own)
+                    continue
+                for sid in (s for s in range(1, sessions + 1) if s not in own):
+                    if step == "poison":
+                        # a probe at seq 1; a STALE_SEQ answer names the owner's frontier,
+                        # and the window goes there, just ahead of its next writes
+                        seq = 1
+                        for n in (1, self.INTRUDER_ROWS):
+                            rows = [Put(f"intruder-{sid}-{seq + i}", i) for i in range(n)]
+                            res = await call("ts.write_batch",
+                                             WriteBatch(tablet, rows, sid, seq), BatchResult)
+                            for r in res.results if res is not None else ():
+                                tally(r)
+                            frontier = re.search(r"< (\d+)", res.results[0].detail) if (
+                                res is not None and res.results[0].error
+                                == Rejection.STALE_SEQ) else None
+                            if frontier is None:
+                                break
+                            seq = int(frontier.group(1))
+                    else:
+                        res = await call("ts.write", Write(tablet, CloseSession(), sid, 1),
+                                         OpResult)
+                        if res is not None:
+                            tally(res.result)
 
         asyncio.run(attack())
         return counts
