@@ -12,7 +12,7 @@ the damaged member is replaced by a fresh one; Tessera: nothing, the replica sta
 One mode is aimed: `newest-flip` flips a bit anywhere in the newest batch of an unfinished
 Tessera WAL segment (its header or its data), the flips a reader could take for a torn write:
 a header's length cannot be trusted (issue 32), and data next to zero runs looked like
-unwritten space to the reader before sector stamps (issue 56, bug 1). The process was killed,
+unwritten space to the reader before sector stamps. The process was killed,
 not the machine, so the batch is whole on disk. The replica must come back FAILED, unless the
 flip hit a sector stamp (no data changed); one that runs again cut the batch as torn (the logs
 checker's `undetected-damage`). A truncation of a Tessera WAL segment must FAIL its replica too: a crash

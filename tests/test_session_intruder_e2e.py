@@ -1,4 +1,4 @@
-"""Another user against the workloads' sessions, on the netns cluster (issue 56, bug 3): the
+"""Another user against the workloads' sessions, on the netns cluster: the
 session-intruder nemesis, as the `intruder` user certificate, probes each session for the
 owner's frontier and writes a window of seqs just ahead of it, closes sessions and floods the
 table. On the engine as it is every op in another's session is refused and the run is valid;

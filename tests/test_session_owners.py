@@ -1,4 +1,4 @@
-"""A session belongs to the identity that opened it (issue 56, bug 3; README "Security").
+"""A session belongs to the identity that opened it (README "Security").
 
 Session ids are small and guessable (the OpenSession entry's log index), and a user's
 certificate used to reach any session: another user could write into seqs the owner had not

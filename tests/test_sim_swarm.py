@@ -287,7 +287,7 @@ def test_a_flip_in_a_synced_newest_wal_batch_fails_its_replica_and_never_passes_
     """The flip-newest fault: power loss, then one bit flipped anywhere in a tablet's newest
     intact WAL batch, read back at the reboot; wide values, half of them zero-padded. The
     replica FAILs. Written without sector stamps (the version 2 writer, whose reader took zero
-    sectors for unwritten space: issue 56, bug 1), seed 0 fails: a replica runs again with the
+    sectors for unwritten space), seed 0 fails: a replica runs again with the
     synced batch cut."""
     import node.wal.format as fmt
     import node.wal.segment as segment
@@ -311,7 +311,7 @@ FAIL_COPY_SEED = 3  # 10 of seeds 0-29 failed so at 20 s; all 30 pass with the f
 
 
 def test_a_failed_voter_deleted_and_copied_does_not_vote_from_an_unknown_log(monkeypatch, tmp_path):
-    """The fail-copy fault (issue 56, bug 2): F lags behind a cut, R's WAL is damaged and R
+    """The fail-copy fault: F lags behind a cut, R's WAL is damaged and R
     FAILs, R's replica is deleted while a voter, and L crashes while copying the tablet back.
     With R voting from an empty log while COPYING (what a FAILED replica's missing tombstone
     OpId read as), F wins without entries L and R committed, and the simulator sees another

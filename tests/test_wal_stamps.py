@@ -4,7 +4,7 @@ corruption whatever its bytes look like, and a torn write is still cut.
 Before stamps the reader took any all-zero sector of the newest batch, or an all-zero last
 fragment, for unwritten space: a batch carrying a zero-filled value, or one ending a byte past a
 sector start on a timestamp's zero low byte, was cut as torn after a single flip, acknowledged
-entries and all (issue 56, bug 1). The same flips on a version 2 segment show that reader's
+entries and all. The same flips on a version 2 segment show that reader's
 mistake still, so the test can fail.
 """
 

@@ -10,7 +10,7 @@ few hundred bytes and the paths disagree on what fits.
 A written value is the register's small integer `v` padded to its size, so the history still
 records `v` and the checker judges the same model. Half the values are padded with NUL
 characters rather than dots: a value of long zero runs is what a disk's unwritten space looks
-like, and a WAL reader that takes zeros for unwritten space must meet them (issue 56, bug 1).
+like, and a WAL reader that takes zeros for unwritten space must meet them.
 `zeros` is the cheap way there: half the values plain ints, half NUL-padded to 520-2100 bytes,
 so a batch holds a whole zero sector without the frame-sized values of `wide`. The size is a function of (seed, key, v): a
 cas's expected value must be the same bytes the write stored, whichever thread wrote it. Reads

@@ -14,7 +14,7 @@ def flip_newest(sim, value: list):
     have been acknowledged: the flip must fail the replica loudly (stack_checks
     `_check_newest_flip`), never be cut as a torn tail. A header flip is the one a reader could take for a torn
     write (its length cannot be trusted); a data flip next to zero runs (a zero-padded
-    value, a timestamp's zero low byte at a sector's start) is the other (issue 56, bug 1).
+    value, a timestamp's zero low byte at a sector's start) is the other.
     A flip of a sector stamp (node.wal.segment) changes no data and is not judged.
     `value`: [host, a random bit number, taken modulo the batch's bits], or as recorded,
     [host, path, offset, bit, tablet]."""

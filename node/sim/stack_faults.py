@@ -131,7 +131,7 @@ class FaultChooser:
           deleted while still a voter (as an operator, the master or a failed disk leaves it),
           R's disk made slow, and L, copying the tablet back to R, crashes `after` s later:
           F campaigns and needs R's vote. A FAILED replica's files prove no last OpId, so R
-          must not vote while the copy is under way (issue 56, bug 2: it voted as if its log
+          must not vote while the copy is under way (it voted as if its log
           were empty, and F led without entries L and R had committed).
         A cut heals by itself after `cut_s` (or at the next heal), as Jepsen's partitions stop:
         cuts that only ever pile up leave no quorum anywhere, and a seed that is unavailable

@@ -38,7 +38,7 @@ CLIENTS = ("own", "own", "own", "coalesce")
 # The register workload's values (workloads.values): small ints in a quarter of the seeds; in
 # half, `zeros` (half the values NUL-padded to a sector or more); in a quarter `wide` (up to the
 # frame limit, half NUL-padded). Long zero runs in WAL batches are what a reader taking zeros for
-# unwritten space must meet (issue 56, bug 1). Drawn after the client, for the same reason.
+# unwritten space must meet. Drawn after the client, for the same reason.
 VALUES = ("small", "zeros", "zeros", "wide")
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
 # one or two kinds (a copy racing an election needs copies and cuts close together, which a mix

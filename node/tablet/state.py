@@ -226,7 +226,7 @@ class StateMachine:
         the session's kept results trimmed to what the client has not acknowledged. `ok` is
         the result of an ok write at `timestamp` (immutable, so shared). Another identity's
         op (`owner`) is refused and leaves the session untouched: no result kept at its seq,
-        nothing forgotten (issue 56, bug 3)."""
+        nothing forgotten."""
         session = self.sessions.get(session_id)
         if session is None or (session.owner != owner and not self.any_owner):
             rejection = (Result(False, error=Rejection.NO_SESSION, detail=f"no session {session_id}")

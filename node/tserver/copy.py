@@ -137,7 +137,7 @@ def tombstone(paths: TabletPaths, last_logged: OpId | None) -> None:
 def recover_unfinished_copy(paths: TabletPaths, sb: Superblock) -> None:
     """Start-up found a COPYING superblock: the copy died part-way, so go back to a tombstone,
     with the last OpId the copy started from: (0, 0) for a brand-new replica, unknown (it never
-    votes) for a deleted FAILED replica's files (issue 56, bug 2)."""
+    votes) for a deleted FAILED replica's files."""
     tombstone(paths, sb.tombstone_last_opid)
 
 
@@ -165,7 +165,7 @@ def tombstone_vote(paths: TabletPaths, uuid: str, requests: list[VoteRequest]
 
     A replica whose last OpId is unknown (a deleted FAILED replica's files, being copied over)
     refuses every vote, as Kudu refuses a tombstoned vote without a recorded last OpId: it may
-    have logged, and acknowledged, entries a candidate lacks (issue 56, bug 2)."""
+    have logged, and acknowledged, entries a candidate lacks."""
     cmeta = ConsensusMetadata.load(paths.consensus_meta, paths.disk)
     sb = Superblock.load(paths.superblock, paths.disk)
     term, voted_for = cmeta.current_term, cmeta.voted_for

@@ -225,7 +225,7 @@ def _data_matches(buf: bytes, offset: int, end: int, parsed: tuple[int, fmt.Batc
 
 def written_whole(buf: bytes, start: int, end: int) -> bool:
     """Version 1 and 2 segments, which have no stamps: whether every sector of buf[start:end]
-    looks written, which zeros in the data can fool (issue 56, bug 1). A crash tears an append into
+    looks written, which zeros in the data can fool. A crash tears an append into
     zero-filled or preallocated space at sector granularity (the unit disks write atomically,
     as TigerBeetle's and our SimDisk's model assumes): it loses the batch's last sectors, or,
     pages persisted out of order, a sector inside it, and an unwritten sector reads as zeros.
