@@ -18,8 +18,7 @@ def flip_newest(sim, value: list):
     A flip of a sector stamp (node.wal.segment) changes no data and is not judged.
     `value`: [host, a random bit number, taken modulo the batch's bits], or as recorded,
     [host, path, offset, bit, tablet]."""
-    from node.tablet.paths import TabletPaths
-    from node.wal.segment import is_stamp, parse_segment_name, scan_segment
+    from node.wal.segment import is_stamp
 
     host = value[0]
     if host not in sim.down:
@@ -31,13 +30,8 @@ def flip_newest(sim, value: list):
         meta = DATA_DIR / "tablet-meta"
         heads = []
         for tablet in sorted(disk.listdir(meta)) if disk.isdir(meta) else []:
-            wal = TabletPaths(DATA_DIR, tablet).wal_dir
-            segs = sorted((s, n) for n in (disk.listdir(wal) if disk.isdir(wal) else [])
-                          if (s := parse_segment_name(n)) is not None)
-            if not segs:
-                continue
-            scan = scan_segment(str(wal / segs[-1][1]), disk=disk)
-            if scan.footer is None and scan.records:
+            scan = newest_segment(disk, tablet)
+            if scan is not None and scan.footer is None and scan.records:
                 heads.append((tablet, scan, scan.records[-1].offset))
         if not heads:
             sim._boot(host)
@@ -58,15 +52,11 @@ def flip_newest(sim, value: list):
 def flip_wal_batch(sim, host: str, tablet: str) -> list | None:
     """Power loss on `host`, one bit flipped in the data of an intact batch of `tablet`'s
     newest WAL segment there (not a stamp), and the reboot: the replica FAILs."""
-    from node.tablet.paths import TabletPaths
-    from node.wal.segment import is_stamp, parse_segment_name, scan_segment
+    from node.wal.segment import is_stamp
 
     sim._crash(host)
     disk = sim.disks[host]
-    wal = TabletPaths(DATA_DIR, tablet).wal_dir
-    segs = sorted((s, n) for n in (disk.listdir(wal) if disk.isdir(wal) else [])
-                  if (s := parse_segment_name(n)) is not None)
-    scan = scan_segment(str(wal / segs[-1][1]), disk=disk) if segs else None
+    scan = newest_segment(disk, tablet)
     if scan is None or not scan.records:
         sim._boot(host)
         return None
@@ -76,3 +66,14 @@ def flip_wal_batch(sim, host: str, tablet: str) -> list | None:
     sim.flipped.add(host)
     sim._boot(host)
     return [scan.path, offset, 0]
+
+
+def newest_segment(disk, tablet: str):
+    """A scan of `tablet`'s newest WAL segment on `disk`, or None if it has none."""
+    from node.tablet.paths import TabletPaths
+    from node.wal.segment import parse_segment_name, scan_segment
+
+    wal = TabletPaths(DATA_DIR, tablet).wal_dir
+    segs = sorted((s, n) for n in (disk.listdir(wal) if disk.isdir(wal) else [])
+                  if (s := parse_segment_name(n)) is not None)
+    return scan_segment(str(wal / segs[-1][1]), disk=disk) if segs else None
