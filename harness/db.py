@@ -574,6 +574,9 @@ class TesseraDB(Deployment):
     masters: int = 3
     # hosts given a master during the run (the master-membership nemesis), in order added
     added_masters: list[str] = field(default_factory=list)
+    # tablet -> ids of the sessions the session intruder opened itself (its floods): its own,
+    # which its poison and close leave alone
+    intruder_sessions: dict[str, set[int]] = field(default_factory=dict)
 
     name: ClassVar[str] = "tessera"
     data_daemon: ClassVar[str] = "tserver"
@@ -883,9 +886,7 @@ class TesseraDB(Deployment):
 
         leaders = self.tablet_leaders()
         by_name = {h.name: h for h in self.hosts}
-        # tablet -> the ids of sessions the intruder opened itself (earlier floods): its own,
-        # which poison and close leave alone
-        opened = self.__dict__.setdefault("_intruder_sessions", {})
+        opened = self.intruder_sessions
         counts = {"calls": 0, "answered": 0, "foreign_applied": 0, "refused": 0,
                   "no_session": 0, "own_sessions": 0, "no_leader": 0}
 
