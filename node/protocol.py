@@ -217,11 +217,14 @@ class TabletReport(msgspec.Struct, frozen=True):
 
 
 class ReplicaChange(msgspec.Struct, frozen=True):
-    """Master admin call (tablet-copy seed's AddReplica / RemoveReplica)."""
+    """Master admin call (tablet-copy seed's AddReplica / RemoveReplica). `cas_config_index`:
+    apply only if the tablet's committed config is still at this opid index, the one the
+    caller decided from; None: whatever the leader has committed when the call arrives."""
 
     tablet_id: str
     op: str  # "add" | "remove"
     ts_uuid: str
+    cas_config_index: int | None = None
 
 
 class ServerStatus(msgspec.Struct, frozen=True):

@@ -8,10 +8,13 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
+import msgspec
+
 from node.master.catalog import Catalog, TabletRecord, write_tablet
 from node.master.reconciler import Reconciler
+from node.master.server import Master
 from node.master.ts_manager import TSManager
-from node.protocol import ServerStatus, TabletReport
+from node.protocol import ConfigState, ReplicaChange, ServerStatus, TabletReport
 
 TABLET = "t-0000"
 LIMIT_S = 300.0
@@ -27,12 +30,14 @@ class FakeMaster:
                               config_index=1)
         self.catalog = Catalog({key: value for _, key, value in write_tablet(record)})
         self.changes: list[tuple[str, str]] = []
+        self.requests: list = []
 
     def _catalog(self) -> Catalog:
         return self.catalog
 
     async def on_change_replica(self, req) -> None:
         self.changes.append((req.op, req.ts_uuid))
+        self.requests.append(req)
 
 
 def _report(uuid: str, state: str, members: list[str], leader: str) -> TabletReport:
@@ -57,6 +62,7 @@ def _round(states: dict[str, str | None], members: list[str], leader: str = "a",
     reconciler = reconciler or Reconciler(master)
     reconciler.m = master
     asyncio.run(reconciler._replace_failed_replicas())
+    _round.last_requests = master.requests
     return master.changes, reconciler
 
 
@@ -96,3 +102,41 @@ def test_a_server_whose_replica_failed_never_holds_its_replacement():
     changes, _ = _round({"a": "RUNNING", "b": "FAILED", "c": None, "d": "RUNNING",
                          "e": None}, members=["a", "b", "d"])
     assert changes == [("add", "c")]
+
+
+def test_a_change_is_guarded_by_the_config_its_decision_was_made_from():
+    """The round decides from the leader's last heartbeat; the change must be refused if the
+    config has moved on since (a replacement added in between), not guarded by a fresh read."""
+    _round({"a": "RUNNING", "b": "RUNNING", "c": "FAILED", "d": None}, members=["a", "b", "c"])
+    assert [(r.op, r.ts_uuid, r.cas_config_index) for r in _round.last_requests] == [
+        ("add", "d", 1)]
+
+
+def test_the_master_sends_the_decisions_guard_not_a_fresh_one():
+    """Master.on_change_replica with a guard from the caller passes it on to the tablet's
+    leader as it is: a fresh committed index (3: a replacement already added and promoted
+    since the heartbeat the decision came from) would let a second spare in, and the tablet
+    would stay at RF+1 for good, since nothing removes a healthy voter."""
+    ts = TSManager(unresponsive_after_s=2 * LIMIT_S, now=lambda: 1000.0)
+    for uuid in ("a", "b", "c", "d", "e"):
+        tablets = [_report(uuid, "RUNNING", ["a", "b", "c"], "a")] if uuid in "abc" else []
+        ts.heard(ServerStatus(uuid, "127.0.0.1", 1, tablets))
+    fresh = msgspec.structs.replace(_report("a", "RUNNING", ["a", "b", "c", "d"], "a"),
+                                    committed_config_index=3)
+    sent: list = []
+
+    async def call(addr, method, req, resp_type, **kw):
+        if method == "ts.status":
+            return ServerStatus("a", "127.0.0.1", 1, [fresh])
+        sent.append(req)
+        return ConfigState(4, [])
+
+    async def ready():
+        return None
+
+    master = SimpleNamespace(_await_ready=ready, ts=ts, rpc_client=SimpleNamespace(call=call),
+                             _catalog=FakeMaster(ts, ["a", "b", "c"])._catalog)
+    asyncio.run(Master.on_change_replica(master, ReplicaChange(TABLET, "add", "e", 1)))
+    asyncio.run(Master.on_change_replica(master, ReplicaChange(TABLET, "add", "e")))
+    assert [(c.op, c.peer.uuid, c.cas_config_index) for c in sent] == [("add", "e", 1),
+                                                                       ("add", "e", 3)]

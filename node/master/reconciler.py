@@ -80,8 +80,9 @@ class Reconciler:
         """Re-replication, add before remove (Kudu's 3-4-3): a member whose tablet server has been
         silent for follower_unavailable_considered_failed_sec, or whose replica reports FAILED,
         gets a replacement on a live server outside the config; once that one is a voter, the
-        failed member is removed (and then deleted by `_deletion`). One CAS-guarded change per
-        tablet per round, only while its config is settled."""
+        failed member is removed (and then deleted by `_deletion`). One change per tablet per
+        round, only while its config is settled, guarded by the committed config it was decided
+        from: a heartbeat may be older than the last change."""
         limit = self.m.opts.follower_unavailable_considered_failed_sec
         catalog = self.m._catalog()
         live = self.m.ts.live()
@@ -90,6 +91,7 @@ class Reconciler:
             if record is None or leader is None or leader[1].config != leader[1].committed_config:
                 continue
             members = dict(leader[1].committed_config)  # uuid -> VOTER | NON_VOTER
+            decided_from = leader[1].committed_config_index  # the change's guard
             failed = sorted(u for u in members if self._failed(tid, u, limit))
             if not failed:
                 continue
@@ -97,14 +99,14 @@ class Reconciler:
             if "NON_VOTER" in members.values():
                 continue  # a replacement is catching up; the leader promotes it
             if len(healthy_voters) >= record.replication_factor:
-                change = ReplicaChange(tid, "remove", failed[0])
+                change = ReplicaChange(tid, "remove", failed[0], decided_from)
             else:
                 spare = sorted((t for t in live if t.peer.uuid not in members
                                 and t.peer.uuid not in self._failed_on.get(tid, ())),
                                key=lambda t: (len(t.tablets), t.peer.uuid))
                 if not spare:
                     continue
-                change = ReplicaChange(tid, "add", spare[0].peer.uuid)
+                change = ReplicaChange(tid, "add", spare[0].peer.uuid, decided_from)
             try:
                 await self.m.on_change_replica(change)
                 log.info("re-replication: tablet %s: %s %s", tid, change.op, change.ts_uuid)

@@ -355,9 +355,11 @@ class Master(ServerBase):
         target = self.ts.servers.get(req.ts_uuid)
         if target is None:
             raise RpcError(ErrorCode.NOT_FOUND, f"no tablet server {req.ts_uuid}")
-        # The guard is the committed config as the leader has it now, not as it last
-        # heartbeated: a promotion may have committed since. A change committed in between
-        # still fails the compare-and-set.
+        # The guard is the config the caller decided from, when it says which: the reconciler
+        # decides from a heartbeat, and a change committed since (a replacement added and
+        # promoted) must fail the compare-and-set, or a second spare joins and the tablet stays
+        # at RF+1. A caller that names none (an operator's add) is guarded by the config the
+        # leader has committed now, so a change committed in between still fails it.
         status = await self.rpc_client.call(leader_peer.addr, "ts.status", Empty(), ServerStatus,
                                             to_uuid=leader_peer.uuid, timeout=5.0)
         report = next((t for t in status.tablets if t.tablet_id == req.tablet_id), None)
@@ -365,5 +367,7 @@ class Master(ServerBase):
             raise RpcError(ErrorCode.TABLET_NOT_RUNNING, f"tablet {req.tablet_id}: leadership moved")
         return await self.rpc_client.call(
             leader_peer.addr, "ts.change_config",
-            ChangeConfig(req.tablet_id, req.op, target.peer, report.committed_config_index),
+            ChangeConfig(req.tablet_id, req.op, target.peer,
+                         report.committed_config_index if req.cas_config_index is None
+                         else req.cas_config_index),
             ConfigState, to_uuid=leader_peer.uuid, timeout=30.0)

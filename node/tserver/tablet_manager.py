@@ -195,7 +195,8 @@ class TabletManager:
         vote twice in a term; the last logged OpId is kept in the superblock. True if the
         tablet is a tombstone now. With `cas_config_index`, a running replica whose committed
         config is newer than that index is refused (ILLEGAL_STATE) and left as it is. A copy
-        under way is aborted: whatever it wrote goes, as a failed copy's does."""
+        under way is aborted: whatever it wrote goes, as a failed copy's does. A FAILED replica
+        is never tombstoned: it is forgotten and its files stay (`_forget_failed`)."""
         e = self.entries.get(tablet_id)
         if e is not None and e.stored == TabletState.COPYING and e.copy is not None:
             self.log(tablet_id).info("delete: aborting the tablet copy under way")
@@ -203,8 +204,8 @@ class TabletManager:
             await asyncio.gather(e.copy, return_exceptions=True)  # it cleans up as it ends
         async with self.transition(tablet_id):
             e = self.entries.get(tablet_id)
-            if e is not None and e.stored == TabletState.FAILED:
-                del self.entries[tablet_id]  # nothing runs; its files are left for an operator
+            if e is not None and e.state == TabletState.FAILED:
+                await self._forget_failed(e)
                 return False
             if e is None or e.stored != TabletState.RUNNING:
                 return e is not None and e.stored == TabletState.TOMBSTONED
@@ -218,6 +219,18 @@ class TabletManager:
                                f"{committed} > {cas_config_index} (the replica was re-added)")
             await self._tombstone(e)
             return True
+
+    async def _forget_failed(self, e: TabletEntry) -> None:
+        """Drop a FAILED replica from memory and leave its files, as they are, for an operator:
+        they are the evidence of why it failed, whether it failed at start-up (damaged files)
+        or while it ran (a failed fsync, a safety check), and a tombstone would wipe them. One
+        that ran may have acknowledged a lease, so votes wait a vote lease from its stop."""
+        if e.replica is not None:
+            await e.replica.stop()
+            self._quiet(e.tablet_id)
+        del self.entries[e.tablet_id]
+        self.log(e.tablet_id).warning("deleted while FAILED (%s): its files are left for an "
+                                      "operator", e.reason)
 
     async def _tombstone(self, e: TabletEntry) -> None:
         """Stop a running replica and tombstone it. Call under its transition lock."""
