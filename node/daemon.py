@@ -116,12 +116,14 @@ class Outbox:
     several RPCs rather than one the peer would refuse as too large."""
 
     def __init__(self, rpc: RpcClient, book: PeerBook, me: Peer, timeout: float = 2.0,
-                 on_refused: Callable[[str, str, str], None] | None = None):
+                 on_refused: Callable[[str, str, str], None] | None = None,
+                 observe: Callable[[str, str, list], None] | None = None):
         """`on_refused(tablet, peer, reason)`: the peer answered that it has no replica
         ("missing"), or only a tombstone ("tombstoned"); not one that failed: copying over a
-        damaged replica is an operator's call."""
+        damaged replica is an operator's call. `observe(tablet, peer, messages)`: shown every
+        message as it is queued (ServerOptions.observe_outgoing)."""
         self.rpc, self.book, self.me, self.timeout = rpc, book, me, timeout
-        self.on_refused = on_refused
+        self.on_refused, self.observe = on_refused, observe
         self.budget = rpc.max_frame - ENVELOPE_RESERVE
         self._queues: dict[tuple[str, str], list] = {}
         self._busy: set[tuple[str, str]] = set()  # an RPC is in flight for these
@@ -132,6 +134,8 @@ class Outbox:
         return lambda to_uuid, messages: self.send(tablet_id, to_uuid, messages)
 
     def send(self, tablet_id: str, to_uuid: str, messages: list) -> None:
+        if self.observe is not None:
+            self.observe(tablet_id, to_uuid, messages)
         key = (to_uuid, tablet_id)
         self._queues.setdefault(key, []).extend(messages)
         if key not in self._busy:

@@ -9,6 +9,7 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +57,9 @@ class ServerOptions:
     # HTTPS for /metrics and /status: a certificate and its key (PEM); empty: plain HTTP
     webserver_certificate_file: str = ""
     webserver_private_key_file: str = ""
+    # The simulator's eyes on every Raft message a replica sends (tablet, to, messages), to
+    # check votes against what the voter logged; None (always, outside the simulator): unseen.
+    observe_outgoing: Callable[[str, str, list], None] | None = None
 
 
 def webserver_tls(opts: ServerOptions):
@@ -109,7 +113,8 @@ class ServerBase:
         self.me = Peer(self.uuid, self.opts.rpc_host, port)
         await self.book.learn([self.me])
         self.copies = CopyTrigger(self.tablets, self.book, self.rpc_client, self.me)
-        self.outbox = Outbox(self.rpc_client, self.book, self.me, on_refused=self.copies.on_refused)
+        self.outbox = Outbox(self.rpc_client, self.book, self.me, on_refused=self.copies.on_refused,
+                             observe=self.opts.observe_outgoing)
         self.tablets.open_all()
         self.registry = CollectorRegistry()
         self.registry.register(TabletMetrics(self.tablets))

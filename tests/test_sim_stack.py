@@ -100,11 +100,15 @@ class _Cmeta:
 class _Replica:
     """What the invariants read of a replica, settable."""
 
-    def __init__(self, uuid, role="FOLLOWER", term=1, voted=None, committed=(), lease=False):
+    def __init__(self, uuid, role="FOLLOWER", term=1, voted=None, committed=(), lease=False,
+                 logged=(0, 0)):
         """`committed`: (index, term) or (index, term, hybrid timestamp) of committed entries;
-        `lease`: whether, as a leader, it would serve a lease read now."""
+        `lease`: whether, as a leader, it would serve a lease read now; `logged`: (term, index)
+        of the last op its log holds."""
         from node.consensus import Role
 
+        self.core = SimpleNamespace(log=SimpleNamespace(
+            stable=logged[1], offset=0, term_at=lambda index: logged[0]))
         self.uuid, self.role, self.term = uuid, Role[role], term
         self.failed, self.stopping = None, False
         self._vote = (term, voted)
@@ -178,6 +182,29 @@ def test_each_invariant_can_fail(tmp_path, first, second, message):
     _check(sim, **first)
     with pytest.raises(StackViolation, match=message):
         _check(sim, **second)
+    sim.loop.close()
+
+
+def test_a_vote_granted_to_a_log_behind_what_the_voter_logged_is_a_violation(tmp_path):
+    """The vote check reads the messages replicas send: a's replica logged (2, 10) while it
+    ran; with no replica open (its copy under way) it grants b, whose request said its log
+    ends at (2, 5). The same grant to c, at (3, 1), is safe."""
+    from node.consensus import VoteRequest, VoteResponse
+
+    sim = StackSim(StackConfig(seed=1), tmp_path)
+    _check(sim, a=_Replica("a", logged=(2, 10)))
+    sim.servers = {"a": _Server()}
+    observe = sim.invariants.observe_sent
+    observe("b", "t", "a", [VoteRequest(3, "c", "a", last_index=1, last_term=3)])
+    observe("a", "t", "c", [VoteResponse(3, "a", "c", True)])
+    sim.invariants.check()
+    observe("b", "t", "a", [VoteRequest(4, "b", "a", last_index=5, last_term=2, pre_vote=True)])
+    observe("a", "t", "b", [VoteResponse(4, "a", "b", False, pre_vote=True)])
+    sim.invariants.check()  # refused: nothing to say
+    observe("a", "t", "b", [VoteResponse(4, "a", "b", True, pre_vote=True)])
+    with pytest.raises(StackViolation, match=r"vote safety: .*pre-vote in term 4 to b, whose "
+                                             r"log ends at \(2, 5\), behind the \(2, 10\)"):
+        sim.invariants.check()
     sim.loop.close()
 
 

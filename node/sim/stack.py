@@ -21,6 +21,7 @@ Replay: the same seed gives the same run bit for bit, provided string hashing is
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import logging
@@ -171,7 +172,8 @@ class StackSim:
             follower_unavailable_considered_failed_sec=FAILED_AFTER_S,
             # the reconciler's period when the recorded seeds (tests, replays) were found
             catalog_manager_bg_task_wait_ms=RECONCILE_MS,
-            seed=self.rng.getrandbits(64), disk=self.disks[host], local_host=host)
+            seed=self.rng.getrandbits(64), disk=self.disks[host], local_host=host,
+            observe_outgoing=functools.partial(self.invariants.observe_sent, host))
 
     def _boot(self, host: str) -> None:
         from node.master.server import Master

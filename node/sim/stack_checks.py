@@ -5,7 +5,9 @@ what it has seen (leaders by term, committed entries, votes, tombstones, configs
 what comes next. A broken invariant raises StackViolation with where and what.
 
 What it checks: no replica FAILED on one of its own safety guards; one leader per term; lease
-safety; terms and votes never going back; one committed entry per index, with hybrid time
+safety; terms and votes never going back; no vote granted to a log behind what the voter had
+logged and no leader counting more than a peer acknowledged in its term (both seen on the
+messages replicas send); one committed entry per index, with hybrid time
 increasing along the log; one state per applied index; one config per committed config index;
 no tombstone resurrected; a flipped newest WAL batch never cut as torn; the catalog agreeing
 with the committed configs; every tablet server heartbeating the committed masters; and, on
@@ -44,6 +46,15 @@ class Invariants:
         self._configs: dict[tuple[str, int], frozenset] = {}
         self._top_config: dict[str, int] = {}
         self.catalog_lag: list[str] = []
+        # votes: (host, tablet) -> (term, index) of the last op the replica there has logged,
+        # as last seen while it ran; (tablet, candidate, term, pre-vote) -> the (term, index)
+        # its request said its log ends at; violations seen inside the engine's send path
+        self._logged: dict[tuple[str, str], tuple[int, int]] = {}
+        self._asked: dict[tuple[str, str, int, bool], tuple[int, int]] = {}
+        self._unsafe: list[str] = []
+        # acknowledgements: (tablet, leader, term, peer) -> the highest index the peer's
+        # successful AppendResponses to that leader in that term said it holds
+        self._acked: dict[tuple[str, str, int, str], int] = {}
 
     def crashed(self, host: str) -> None:
         """`host`'s process died: its restarted replicas re-learn their commit index."""
@@ -53,7 +64,8 @@ class Invariants:
     def forget(self, host: str) -> None:
         """A server removed for good (the spare master): a new one there later is another
         replica (another uuid, an empty disk), so what is remembered of this one goes."""
-        for memo in (self._terms, self._votes, self._checked, self._tombs, self._revived):
+        for memo in (self._terms, self._votes, self._checked, self._tombs, self._revived,
+                     self._logged):
             for key in [k for k in memo if k[0] == host]:
                 del memo[key]
 
@@ -68,9 +80,12 @@ class Invariants:
         catalog agreeing with the committed configs."""
         from node.tablet.checksum import table_checksum
 
+        if self._unsafe:
+            raise StackViolation(self._unsafe[0])
         self.check_leases()
         for host, server in self.sim.servers.items():
             for tablet, r in list(getattr(server, "replicas", {}).items()):
+                self._logged[(host, tablet)] = _logged(r)
                 if r.failed and r.failed.startswith("SafetyError"):
                     raise StackViolation(f"safety guard: tablet {tablet} on {host} (replica "
                                          f"{r.uuid}) FAILED: {r.failed}")
@@ -131,6 +146,53 @@ class Invariants:
                 raise StackViolation(
                     f"lease safety: tablet {tablet}: {top[1]} has led term {top[0]} while "
                     f"{r.uuid} on {host} still serves lease reads as leader of term {r.term}")
+
+    def observe_sent(self, host: str, tablet: str, to_uuid: str, messages: list) -> None:
+        """Every Raft message a replica on `host` sends (ServerOptions.observe_outgoing): a
+        candidate's vote requests are remembered, and each vote granted is checked against
+        what the voter had logged: a replica never grants a (pre-)vote to a log behind its own,
+        whether it runs or votes from a tombstone or a copy under way, where the log it votes
+        from is metadata (the last OpId a tombstone kept) that may say less than it logged.
+        Called inside the engine's send path, so a violation waits there for `check`."""
+        from node.consensus import AppendResponse, VoteRequest, VoteResponse
+
+        server = self.sim.servers.get(host)
+        r = getattr(server, "replicas", {}).get(tablet)
+        if r is not None:
+            self._logged[(host, tablet)] = _logged(r)
+            if r.role.name == "LEADER":
+                self._check_acks(host, tablet, r)
+        for m in messages:
+            if type(m) is AppendResponse and m.success:
+                key = (tablet, m.to_uuid, m.term, m.from_uuid)
+                self._acked[key] = max(self._acked.get(key, 0), m.match_index)
+            elif type(m) is VoteRequest:
+                self._asked[(tablet, m.from_uuid, m.term, m.pre_vote)] = (m.last_term,
+                                                                          m.last_index)
+            elif type(m) is VoteResponse and m.granted:
+                asked = self._asked.get((tablet, m.to_uuid, m.term, m.pre_vote))
+                logged = self._logged.get((host, tablet))
+                if asked is not None and logged is not None and asked < logged:
+                    self._unsafe.append(
+                        f"vote safety: tablet {tablet} on {host} granted a "
+                        f"{'pre-vote' if m.pre_vote else 'vote'} in term {m.term} to "
+                        f"{m.to_uuid}, whose log ends at {asked}, behind the {logged} "
+                        f"it had logged{'' if r is not None else ' (voting with no replica open)'}")
+
+    def _check_acks(self, host: str, tablet: str, r) -> None:
+        """A leader counts toward commitment only what each peer acknowledged to it in its own
+        term: no peer's match index above the highest its successful answers in this term
+        said. Anything else (a finished tablet copy taken as the receiver's answer, while the
+        receiver voted for another leader) commits through a replica that may follow someone
+        else. Checked whenever the leader sends, so before the match it should not have is
+        used, not only when a later leader happens to overwrite what it committed."""
+        for peer, pr in list(r.core.progress.items()):
+            acked = self._acked.get((tablet, r.uuid, r.term, peer), 0)
+            if pr.match > acked and not self._unsafe:
+                self._unsafe.append(
+                    f"acknowledgement: tablet {tablet}: leader {r.uuid} on {host} (term "
+                    f"{r.term}) counts {peer} as holding index {pr.match}, but {peer} "
+                    f"acknowledged only {acked} to it in that term")
 
     def _check_stamp(self, tablet: str, index: int, term: int, stamp: int | None) -> None:
         """Hybrid time follows the log: a committed command's timestamp exceeds every earlier
@@ -307,3 +369,11 @@ class Invariants:
                     f"master list: tablet server {host} heartbeats {sorted(hb.masters)} (masters "
                     f"config index {hb.masters_config_index}); the committed masters are "
                     f"{sorted(want_set)} (index {r.committed_config_index})")
+
+
+def _logged(r) -> tuple[int, int]:
+    """(term, index) of the last op `r` has handed to its WAL (the log's stable prefix): a
+    vote may not go to a log behind it, not even after a crash, a tombstone or a copy."""
+    log = r.core.log
+    index = max(log.stable, log.offset)
+    return log.term_at(index) or 0, index
