@@ -5,7 +5,7 @@ process), 100,000 list-append transactions, and a huge-scc list-append history (
 transactions whose stale reads tie them into one giant strongly connected component, the shape
 of Elle's huge-scc test). Prints one JSON line with --json.
 
-Targets (issue 6): corpus <= 2 s total; each stress history <= 1 s; the million ops <= 60 s and
+Targets: corpus <= 2 s total; each stress history <= 1 s; the million ops <= 60 s and
 <= 2 GiB on 2 cores; list-append 100k txns <= 60 s; huge-scc decided invalid (not unknown) in
 <= 30 s."""
 

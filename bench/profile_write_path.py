@@ -161,7 +161,7 @@ def main() -> int:
                     help=f"Tessera's load processes (default {DEFAULT_CLIENT_PROCS})")
     ap.add_argument("--outstanding", type=int, default=20000,
                     help="PySyncObj's commands in flight, issued by its leader (default 20000, "
-                         "its best in session 22's sweep)")
+                         "its best in a past sweep)")
     ap.add_argument("--event-loop", choices=("auto", "asyncio", "uvloop"), default="auto")
     ap.add_argument("--rate", type=int, default=200, help="py-spy samples a second (default 200)")
     ap.add_argument("--only", choices=("tessera", "pysyncobj"))

@@ -41,7 +41,7 @@ Prints one JSON line on stdout (progress goes to stderr): the sweeps, pysyncobj_
 tessera_best_ops_per_s (single-op), tessera_batched_best_ops_per_s, tessera_reads_64_ops_per_s,
 ratio_single_op and ratio_batched (paired, as above), ratio_reads_64_to_writes_64 (reads
 against single-op writes at the same 64 clients: the reads target), the single-client p50s, the
-issue's targets and which of them were met (targets_met), and under stricter_reading the reads
+targets and which of them were met (targets_met), and under stricter_reading the reads
 at 64 clients of both read modes against the best single-op rate at any concurrency. Failover
 time is bench/failover.py.
 
@@ -53,7 +53,7 @@ and the targets are the contended ones (single-op 0.8x, batched 2.5x).
 
 With --rpc-encryption required, `tls` holds the cost of security: Tessera's best single-op and
 batched points measured again with mutual TLS and authorization on (as every deployment runs)
-against security off, in back-to-back pairs (tls_pairs), with their ratios and issue 35's targets.
+against security off, in back-to-back pairs (tls_pairs), with their ratios and the TLS targets.
 """
 
 from __future__ import annotations
@@ -82,20 +82,20 @@ from node.client import TesseraClient  # noqa: E402
 from node.daemon_cli import event_loop_factory  # noqa: E402
 from node.tools.local_cluster import LocalCluster, free_port  # noqa: E402
 
-# issue 37 (the reads target is issue 15's; failover is bench/failover.py). The one-client p50
-# target holds where the anchor reads at most P50_ANCHOR_US.
+# The targets (failover's are in bench/failover.py). The one-client p50 target holds where the
+# anchor reads at most P50_ANCHOR_US.
 TARGETS = {"ratio_single_op": 1.0, "ratio_batched": 3.0, "p50_ms_1client": 1.5,
            "ratio_reads_64_to_writes_64": 2.0}
 P50_ANCHOR_US = 10.0
-# issue 37, with --neighbour: both systems share the cores with a CPU-bound process
+# with --neighbour: both systems share the cores with a CPU-bound process
 NEIGHBOUR_TARGETS = {"ratio_single_op": 0.8, "ratio_batched": 2.5}
 # Host kinds by the speed anchor (µs): this VM has run at 7.8-8.9 µs and at 15-19 µs, a 2x
 # drift within one machine kind, and every figure moves with it.
 HOST_KINDS = ((10.0, "fast"), (14.0, "middle"), (float("inf"), "slow"))
-# issue 35: with authentication and encryption required, against security off, same run
+# with authentication and encryption required, against security off, same run
 TLS_TARGETS = {"single_op": 0.8, "batched": 0.9}
 READS_CLIENTS = 64
-DEFAULT_TESSERA_SWEEP = [1, 8, 64, 512, 1024]  # the issue asks for 1..512; 1024 is this machine's best
+DEFAULT_TESSERA_SWEEP = [1, 8, 64, 512, 1024]  # targets ask for 1..512; 1024 is this machine's best
 DEFAULT_BATCHED_SWEEP = [1, 4, 16, 64]
 DEFAULT_READS_SWEEP = [1, 8, 64, 512]
 DEFAULT_PYSYNCOBJ_SWEEP = [1000, 5000, 10000, 20000]

@@ -1,4 +1,4 @@
-"""Whole-stack simulator speed with swarm mixes beside the classic mix (issue 32): the same seeds
+"""Whole-stack simulator speed with swarm mixes beside the classic mix: the same seeds
 run back to back, classic then swarm then classic again, each on every core, and the speed
 anchor (`timeit('sum(range(1000))')`) measured before, between and after, since this VM's
 speed drifts. Seeds per minute and virtual seconds per wall second for each; the ratio takes

@@ -1,5 +1,5 @@
 """Tablet copy throughput against the disk's sequential write rate, measured in the same run on
-the same file system (issue 16's target: copy >= 0.5x the disk).
+the same file system (the target: copy >= 0.5x the disk).
 
 A LocalCluster (1 master, 2 tablet servers, fsync on) holds one tablet of --mib rows of 1 MiB
 on one server, with a snapshot taken halfway and at the end (--snapshot-interval-entries), so a

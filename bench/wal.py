@@ -10,6 +10,11 @@ group and told the writer.
 - asyncio_appends_per_s_1 / asyncio_p99_ms_1: one asyncio writer, the tablet server's lone
   writer. It pays the event loop's wake-up and dispatch on top (docs/benchmarks.md).
 
+- unstamped_appends_per_s_32 / stamp_cost_32_pct: the same 32 writers on segments written as
+  format 2 was, without sector stamps (the anchor of what the stamps cost), in the same rounds;
+  stamp_us_per_mib: CPU time to lay out a 1 MiB batch with its stamps (the pieces pwritev
+  takes), the part of the cost that does not hide behind fsync.
+
 The measurements alternate in short rounds (raw, thread writer, asyncio writer, 32 writers,
 raw, ...) so that noise from other work on the machine, which can change the disk's fsync rate
 severalfold within seconds, falls on all alike; each figure is the total over its rounds.
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -33,7 +39,12 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from node.entry import Entry, EntryType  # noqa: E402
-from node.wal import Log, LogOptions  # noqa: E402
+from node.wal import (  # noqa: E402
+    Log,
+    LogOptions,
+    segment,  # noqa: E402
+)
+from node.wal import format as fmt  # noqa: E402
 
 PAYLOAD = b"p" * 100
 
@@ -126,6 +137,27 @@ def asyncio_appends(directory: str, writers: int, seconds: float, latencies: lis
         shutil.rmtree(wal_dir)
 
 
+@contextlib.contextmanager
+def unstamped_segments():
+    """New segments are written as format 2 wrote them: no sector stamps (the anchor)."""
+    real_version, real_stamped = fmt.FORMAT_VERSION, segment.stamped
+    fmt.FORMAT_VERSION, segment.stamped = 2, lambda batch, offset: [batch]
+    try:
+        yield
+    finally:
+        fmt.FORMAT_VERSION, segment.stamped = real_version, real_stamped
+
+
+def stamp_us_per_mib() -> float:
+    """CPU microseconds to lay out a 1 MiB batch with its stamps, best of 20."""
+    batch, best = os.urandom(1 << 20), float("inf")
+    for _ in range(20):
+        t0 = time.perf_counter()
+        segment.stamped(batch, 4096)
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e6
+
+
 def p99_ms(latencies: list[float]) -> float:
     latencies.sort()
     return latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000
@@ -152,7 +184,8 @@ def main() -> int:
     lat_1: list[float] = []
     lat_a1: list[float] = []
     lat_32: list[float] = []
-    time_1 = time_a1 = time_32 = 0.0
+    lat_32u: list[float] = []
+    time_1 = time_a1 = time_32 = time_32u = 0.0
     try:
         asyncio_appends(directory, 32, 0.5, [])  # warm-up: page cache, allocator, imports
         for _ in range(rounds):
@@ -161,6 +194,8 @@ def main() -> int:
             time_1 += thread_appends(directory, seconds, lat_1)
             time_a1 += asyncio_appends(directory, 1, seconds, lat_a1)
             time_32 += asyncio_appends(directory, 32, seconds, lat_32)
+            with unstamped_segments():
+                time_32u += asyncio_appends(directory, 32, seconds, lat_32u)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     fsync_per_s = syncs / raw_time
@@ -174,6 +209,9 @@ def main() -> int:
         "group_speedup": round(appends_32 / fsync_per_s, 2),
         "asyncio_appends_per_s_1": round(len(lat_a1) / time_a1, 1),
         "asyncio_p99_ms_1": round(p99_ms(lat_a1), 3),
+        "unstamped_appends_per_s_32": round(len(lat_32u) / time_32u, 1),
+        "stamp_cost_32_pct": round(100 * (1 - appends_32 / (len(lat_32u) / time_32u)), 1),
+        "stamp_us_per_mib": round(stamp_us_per_mib(), 1),
     }
     print(f"# {args.dir} ({fstype}), {rounds} rounds of {seconds:g} s per measurement", file=sys.stderr)
     print(json.dumps(result))

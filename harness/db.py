@@ -231,7 +231,7 @@ def _digest(wheels: list[Path]) -> str:
 class Holds:
     """Which fault package holds which daemon killed or paused (`held`: (host, daemon) ->
     package): no other fault may start, kill, pause or replace it until that package lets it
-    go (issue 50: a disk fault restarted a daemon the kill fault held down, and replaced a
+    go (once, a disk fault restarted a daemon the kill fault held down, and replaced a
     paused one with a fresh one, while the history showed the kill or pause in force). A class
     needs `held` and `_targets(host, daemon)`."""
 
@@ -1006,7 +1006,7 @@ class TesseraDB(Deployment):
     def cannot_spare(self) -> set[str]:
         """Tablets some replica reports with fewer than three voters in its active config, or
         with a config change in flight: the membership nemesis removed one of their replicas
-        (session 23: a WAL damaged in a tablet shrunk to two voters left it without a leader,
+        (once, a WAL damaged in a tablet shrunk to two voters left it without a leader,
         which the convergence check called a bug)."""
         from node.protocol import ServerStatus
 

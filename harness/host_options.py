@@ -1,7 +1,7 @@
 """Where a test runs, as `tessera test` and `tessera test-all` both take it: the provider, the
 netns host count, and Jepsen's host lists (`--nodes`, `--nodes-file`) or the TOML hosts file,
 with the SSH user and key. One definition and one check for both commands, so the same flag
-means the same thing in each (issue 36)."""
+means the same thing in each."""
 
 from __future__ import annotations
 

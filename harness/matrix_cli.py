@@ -26,7 +26,7 @@ from harness import failure_detection, host_options, timing_options
 from harness.matrix import Cell, Outcome
 
 # The classic faults together (ReadIndex reads), and the Raft faults together (copy-race among
-# them) with lease reads: a lease bug is invisible in ReadIndex mode (issue 32), and the classic
+# them) with lease reads: a lease bug is invisible in ReadIndex mode, and the classic
 # group's clock faults break the clock-drift bound leases rest on, so leases go with Raft's.
 DEFAULT_NEMESES = "all,raft@lease"
 OTHER_NEMESES = "all"  # another --db's default: it has no lease read mode to pair with Raft's

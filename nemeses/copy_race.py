@@ -6,9 +6,9 @@ leaves a voter that is still in the config). L then copies the tablet to R while
 from L, campaigns and asks R, voting from its tombstone, for its vote; the copy's end races
 F's election and L's deposition, and with lease reads R's tombstone races L's lease.
 
-Issue 32 found three engine bugs there that no fault reached before: a finished copy counted as
-the receiver's acknowledgement, a tombstone voting inside the vote lease, and a delete racing
-the copy's install. Stop heals the cut; the copy completes on its own (the leader copies a
+Three engine bugs were once found there that no fault reached before: a finished copy counted
+as the receiver's acknowledgement, a tombstone voting inside the vote lease, and a delete
+racing the copy's install. Stop heals the cut; the copy completes on its own (the leader copies a
 tombstoned voter back by itself), so nothing else needs undoing.
 """
 

@@ -11,13 +11,13 @@ the damaged member is replaced by a fresh one; Tessera: nothing, the replica sta
 
 One mode is aimed: `newest-flip` flips a bit anywhere in the newest batch of an unfinished
 Tessera WAL segment (its header or its data), the flips a reader could take for a torn write:
-a header's length cannot be trusted (issue 32), and data next to zero runs looked like
+a header's length cannot be trusted, and data next to zero runs looked like
 unwritten space to the reader before sector stamps. The process was killed,
 not the machine, so the batch is whole on disk. The replica must come back FAILED, unless the
 flip hit a sector stamp (no data changed); one that runs again cut the batch as torn (the logs
 checker's `undetected-damage`). A truncation of a Tessera WAL segment must FAIL its replica too: a crash
 never shrinks a preallocated segment, so a replica that runs again took the cut for a torn tail
-and dropped fsynced entries (session 23: such a replica's vote then elected a leader without
+and dropped fsynced entries (once, such a replica's vote then elected a leader without
 an acknowledged append, which the list-append checker caught as incompatible orders).
 
 The nemesis damages at most one replica of each group over a whole run (a tablet, or etcd's one

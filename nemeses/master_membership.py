@@ -1,5 +1,5 @@
 """The masters' own membership, changed while the test runs (Kudu's `master add` / `master
-remove`, issue 16): every start and every stop moves one step along 3 -> 4 -> 5 -> 4 -> 3 -> ...
+remove`): every start and every stop moves one step along 3 -> 4 -> 5 -> 4 -> 3 -> ...
 A step up starts a master with an empty data dir on a host that has none and adds it (it is
 copied the catalog and promoted); a step down removes the master added last, then stops it and
 wipes its data. Tablet servers and clients follow the new set from heartbeats and locations,

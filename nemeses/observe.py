@@ -2,7 +2,7 @@
 its own work, from outside the system under test.
 
 A fault that says "partitioned" while packets still flow, or "paused" while the process runs,
-would let a run call itself valid under faults that were never in force (issue 50). So each
+would let a run call itself valid under faults that were never in force. So each
 start is followed by a look at the host (a TCP connect across a cut, /proc/<pid>/stat, the
 rules and the daemons a fault needs), and the look is recorded: `observation(ok, **seen)` is
 what the start's completion carries under "observed", and `nemeses.schedule` counts a start

@@ -7,7 +7,7 @@ uvloop's libuv rounds to the nearest one (a 0.3 ms timer fires at once, a 0.6 ms
 `_commit_waited`). Fired early, the replica went round the loop until the time was past,
 burning the core the leader needs; rounded up, the write waited up to a millisecond more than
 commit-wait asks. Which of the two a write met depended on how fast the host got the entry
-committed, so a faster host could answer slower (docs/benchmarks.md, session 29).
+committed, so a faster host could answer slower (docs/benchmarks.md).
 
 A timerfd has the kernel's high-resolution timers behind it: the loop's selector wakes when the
 fd becomes readable, whatever timeout the loop chose. One timerfd per loop serves all its

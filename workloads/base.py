@@ -86,7 +86,7 @@ class Workload:
 
     name: str = "workload"
     tablets: int = 1  # tablets of the test table (transactions need their keys in one tablet)
-    # Batched writes (issue 15): with batch = N > 0, the workers that share a node send their
+    # Batched writes: with batch = N > 0, the workers that share a node send their
     # writes (cas, append, txn) through one AUTO_FLUSH_BACKGROUND session (node.client.session),
     # batches of up to N ops per tablet, cut at latest `batch_interval_ms` after their first op.
     # Each op is still invoked, completed and recorded on its own; reads are never batched.
@@ -94,7 +94,7 @@ class Workload:
     # so batches fill from concurrent workers, and a long interval would only idle them.
     batch: int = 0
     batch_interval_ms: float = 50.0
-    # Coalesced writes (issue 37): with coalesce, the workers that share a node share one
+    # Coalesced writes: with coalesce, the workers that share a node share one
     # handle's client sessions, so the writes they issue in one turn of the client's loop leave
     # as ONE ts.write_batch (node.client's `_corked`), as a program's concurrent callers of one
     # handle do; each op keeps its own seq, result and place in the history. Off, each worker

@@ -1,5 +1,5 @@
 """Value sizes for workloads: the small values every workload writes by default, or a wide,
-heavy-tailed spread that reaches right up to the RPC frame limit (issue 32, bug 3).
+heavy-tailed spread that reaches right up to the RPC frame limit.
 
 With values of a few bytes, no path was ever asked to carry a large one, so a size a path could
 not carry (a write that fits its own frame while the AppendEntries replicating it does not) was

@@ -114,7 +114,7 @@ class Progress:
         the copy itself count as an acknowledgement: the receiver votes from its tombstone while
         the copy runs, so by its end it may be in a later term, with a vote for a leader that
         lacks our newest entries; counting `copied_to` as its match would commit them through
-        a replica that no longer follows us (issue 32, bug 1). So the match is unknown (0), the
+        a replica that no longer follows us. So the match is unknown (0), the
         next append goes just past the copy, and only the peer's answer to it, in our term,
         sets the match."""
         self.match = 0

@@ -436,7 +436,7 @@ class StackSim:
         spare host, started empty and joined through the leader (`join_master`: added as a
         non-voter, copied the catalog, promoted), or remove it again (`leave_master`), then
         stop it and wipe its disk. Tablet servers learn the masters from heartbeat replies and
-        must follow the committed config (issue 32, bug 5). `planned`: [op, host] to replay.
+        must follow the committed config. `planned`: [op, host] to replay.
         A join that fails leaves the spare stopped and wiped; the error is recorded."""
         from node.rpc import RpcError
         from node.tools.admin import AdminError, join_master, leave_master
@@ -585,7 +585,7 @@ class StackSim:
     async def _probe_liveness(self, client) -> None:
         """After the heal, every tablet of the test table takes a write (a key of its own
         outside the workload's, not in the history) within LIVENESS_S. A tablet that stopped
-        committing (issue 32, bug 3: an entry no follower would take) otherwise passes: its
+        committing (once, an entry no follower would take) otherwise passes: its
         ops time out as info, which no checker holds against it. Excused: tablets with a
         replica FAILED or on a server whose disk had a bit flipped, whose majority a detected
         corruption may have taken for good."""

@@ -125,11 +125,12 @@ class Invariants:
         withholds its vote until the lease is over, so no election can succeed before then; a
         newer leader elected meanwhile may commit writes that the old one's local reads do not
         see. Checked on the replicas' state, so a broken promise is caught when it is made
-        (issue 32, bug 2: a tombstoned voter that voted at once), not only in the rare run where
-        a client also reads at the old leader after a write through the new one. Virtual clocks
-        do not drift, so the lease's drift margin is not needed for it to hold here. Cheap, so
-        in lease mode it also runs between the other checks (`_invariant_loop`): a lease may
-        have only a few milliseconds left when the new leader wins."""
+        (a tombstoned voter that granted a vote the moment it stopped), not only in the rare
+        run where a client also reads at the old leader after a write through the new one.
+        Virtual clocks do not drift, so the lease's drift margin is not needed for it to hold
+        here. Cheap, so in lease mode it also runs between the other checks
+        (`_invariant_loop`): a lease may have only a few milliseconds left when the new leader
+        wins."""
         now, leases = self.sim.loop.time(), []
         for host, server in self.sim.servers.items():
             for tablet, r in list(getattr(server, "replicas", {}).items()):

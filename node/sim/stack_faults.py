@@ -124,8 +124,8 @@ class FaultChooser:
           cut, then R's tombstone `after` s later, quickly, and only then R's disk made a little
           slow (so the copy back takes a while, and a vote, saved first, is still quick): R acknowledged L's lease until the moment it stopped, and
           F's campaign, due an election timeout after the cut, comes while R is a tombstone and
-          L's lease still runs. A tombstone that votes at once elects F under L's lease (issue
-          32, bug 2); copy-race's slow disk makes the tombstone itself slow, past the lease.
+          L's lease still runs. A tombstone that votes at once elects F under L's lease;
+          copy-race's slow disk makes the tombstone itself slow, past the lease.
         - fail-copy: the cut (F lags while L and R commit), then R loses power and a bit
           flips in a batch of R's WAL for the tablet, so R comes back FAILED; R's replica is
           deleted while still a voter (as an operator, the master or a failed disk leaves it),

@@ -60,7 +60,7 @@ class Mix:
     concurrency: int | None = None
     rate: float | None = None
     # the register workload's share of reads (None: its own, a half). A lease bug needs reads
-    # at a leader whose followers' logs do not move: a read-mostly load (issue 32, bug 2)
+    # at a leader whose followers' logs do not move: a read-mostly load
     read_share: float | None = None
     # the clocks' configured max error in µs (None: the simulator's 1 ms). A wider bound lets
     # skew within it reorder writes across tablets that commit-wait must keep in order

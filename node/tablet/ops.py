@@ -2,7 +2,7 @@
 
 Schema version 1. A Command carries its `version`; a replica refuses a newer version rather than
 apply it wrongly. Fields added later must have defaults so that older payloads still decode.
-`Batch` (issue 15) is a new op variant, not a new version: every payload written before it
+`Batch` is a new op variant, not a new version: every payload written before it
 decodes exactly as before, and a replica that predates it cannot decode a batch at all (an
 unknown tag is an UnsupportedCommand, never a misread), so a bump would only make the old
 replica refuse the single ops too.

@@ -37,8 +37,8 @@ async def uninterrupted(step: Awaitable[T]) -> T:
     """Await `step` (a to_thread call, say) to its end even if the caller is cancelled meanwhile,
     then let the cancellation through. A thread cannot be interrupted: cancelling the await of
     a to_thread leaves its function running beside whatever the caller does next, and a copy's
-    cleanup then raced the install it was cleaning up (issue 32, bug 4: memory said TOMBSTONED
-    while the superblock said READY). With this, a DeleteTablet that cancels a copy waits for
+    cleanup then raced the install it was cleaning up (once, memory said TOMBSTONED while the
+    superblock said READY). With this, a DeleteTablet that cancels a copy waits for
     the copy's current file step to finish, so the two are serialized."""
     task = asyncio.ensure_future(step)
     try:

@@ -172,7 +172,7 @@ class TabletManager:
             if paths.disk.exists(paths.superblock):
                 # Not open, yet its files are here: a FAILED replica that was deleted (its files
                 # are left for an operator). A new replica over them would run the old WAL
-                # under a fresh superblock, a resurrection the simulator caught (issue 32).
+                # under a fresh superblock, a resurrection the simulator once caught.
                 raise RpcError(ErrorCode.ALREADY_EXISTS,
                                f"tablet {tablet_id}: files of a replica that is not open are "
                                f"here (a failed replica's, left for an operator)")
@@ -268,7 +268,7 @@ class TabletManager:
         Within a vote lease of the replica's stop (`_vote_lease_s`) it withholds (pre-)votes
         as a running follower does (RaftCore.step): it may have acknowledged a leader's lease a
         moment before it was tombstoned, and a vote now would elect a new leader while the old
-        one still serves lease reads (issue 32, bug 2). A leadership transfer's vote is not
+        one still serves lease reads. A leadership transfer's vote is not
         withheld, as in the core."""
         votes = [m for m in messages if isinstance(m, VoteRequest) and m.to_uuid == self.uuid]
         others = [m for m in messages if not isinstance(m, VoteRequest)]
@@ -356,7 +356,7 @@ class TabletManager:
         Once READY is on its way to disk the replica is started whatever happens to the caller
         (`uninterrupted`): a delete that cancels the copy then finds it RUNNING and tombstones
         it with its last OpId, where an abandoned install left memory saying TOMBSTONED over a
-        READY superblock (issue 32, bug 4)."""
+        READY superblock."""
         return await uninterrupted(self._install(tablet_id, session, source))
 
     async def _install(self, tablet_id: str, session: CopySession, source: str) -> Replica:

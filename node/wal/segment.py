@@ -194,7 +194,7 @@ def flipped_header(buf: bytes, offset: int, end: int, stamped: bool = True) -> b
     zeros, which no one or two bits turn into a header and data agreeing on two CRCs (a chance
     of about 8,256 in 2**64). Two, because a header already flipped once can be flipped again
     before anyone repairs it: the chaos harness's disk fault did that to a FAILED replica's
-    file, and the second flip read as torn and the replica ran again (session 28). Both
+    file, and the second flip read as torn and the replica ran again. Both
     searches together are 8,256 header parses, run only on this error path."""
     header = bytearray(buf[offset : offset + fmt.BATCH_HEADER_SIZE])
     if len(header) < fmt.BATCH_HEADER_SIZE:

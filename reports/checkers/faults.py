@@ -1,5 +1,5 @@
 """Whether the faults a run asked for were in force: a run-level check read from the nemesis's
-ops in the history (issue 50).
+ops in the history.
 
 A run is only as strong as the faults it ran. A start that raised (a helper missing on a host,
 an SSH channel gone) or whose check on the hosts found it not in force (`nemeses.observe`: a

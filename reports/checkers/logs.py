@@ -240,7 +240,7 @@ LOST_ENTRIES = re.compile(r"T (\S+) P \S+: SAFETY: follower (\S+) lost acknowled
 
 def damaged_replicas(ops) -> set[tuple[str, str]]:
     """(tablet, server uuid) of every replica the disk nemesis damaged, where it recorded the
-    server (runs since session 12)."""
+    server (older runs did not)."""
     out = set()
     for op in ops or ():
         value = _get(op, "value")

@@ -2,7 +2,7 @@
 op's value for each. `tessera check` checks a history against its model's shapes before any
 checker runs, so a history judged by the wrong model (a register history with `--model
 list-append`, a `:value 5` where a transaction belongs) is one line naming the op and the shape
-it lacks, never a traceback from deep inside a checker (issue 36).
+it lacks, never a traceback from deep inside a checker.
 
 Pure: `misfit(model, op)` says what is wrong with one op, or None; `infer_f(model, ops)` fills
 in the f an op left out where the model has only one.
