@@ -208,6 +208,29 @@ def test_a_vote_granted_to_a_log_behind_what_the_voter_logged_is_a_violation(tmp
     sim.loop.close()
 
 
+def test_a_leader_counting_more_than_a_peer_acknowledged_is_a_violation(tmp_path):
+    """The acknowledgement check reads the messages replicas send: b answered leader a (term
+    2) up to index 7; a may count b at 7, not at 9 (what a finished copy would have set)."""
+    from node.consensus import AppendResponse
+
+    sim = StackSim(StackConfig(seed=1), tmp_path)
+    leader = _Replica("a", "LEADER", 2)
+    leader.core.progress = {"b": SimpleNamespace(match=7)}
+    sim.servers = {"a": _Server(t=leader), "b": _Server()}
+    observe = sim.invariants.observe_sent
+    observe("b", "t", "a", [AppendResponse(2, "b", "a", True, match_index=7)])
+    observe("b", "t", "a", [AppendResponse(1, "b", "a", True, match_index=9)])  # another term
+    observe("a", "t", "b", [])
+    sim.invariants.check()
+    leader.core.progress["b"].match = 9
+    observe("a", "t", "b", [])
+    with pytest.raises(StackViolation, match=r"acknowledgement: tablet t: leader a on a \(term "
+                                             r"2\) counts b as holding index 9, but b "
+                                             r"acknowledged only 7"):
+        sim.invariants.check()
+    sim.loop.close()
+
+
 def test_cli_full_stack_contract(tmp_path):
     def cli(*args):
         return subprocess.run([sys.executable, "-m", "harness.cli", "sim", "--stack", "full",
