@@ -119,7 +119,9 @@ def test_whole_stack_cell_runs_seeds_until_its_limit_and_names_a_failing_seed(tm
     assert r["seeds"] == o.ok_ops and r["ok_ops"] > 0 and r["anomalies"] == []
     # seed 100 with acknowledgement before fsync fails (tests/test_sim_stack.py)
     flags = {"unlock_unsafe_flags": True, "fault_ack_before_fsync": True}
-    bad = run_full_cell(Cell(FULL_KIND, FULL_KIND, ()), 1.0, 1, 100, flags, tmp_path / "bad")
+    # 60 virtual seconds, as measured there, though the cell has 1 s: its first seed still counts
+    bad = run_full_cell(Cell(FULL_KIND, FULL_KIND, (), {"seconds": 60.0}), 1.0, 1, 100, flags,
+                        tmp_path / "bad")
     assert bad.verdict == "invalid", bad
     assert "replay: tessera sim --stack full --seeds 1 --seed 100" in bad.why
     assert "--fault fault_ack_before_fsync" in bad.why

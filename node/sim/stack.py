@@ -789,7 +789,8 @@ def run_seeds(configs: list[StackConfig], out_root: Path, jobs: int, on_result=N
     """Each seed in a fresh worker process started with PYTHONHASHSEED=0, so string hashing,
     hence set iteration, is the same in every run: a seed replays bit for bit anywhere. Each
     run's directory is out_root/seed-N, or out_root/NAME with `names`. With `deadline` (a
-    time.monotonic() value), stop at the first result after it; runs in flight are dropped."""
+    time.monotonic() value), stop there once one seed has finished, waiting for no other
+    seed still running (a seed can take minutes of wall time): runs in flight are dropped."""
     import multiprocessing
     import os
     import time
@@ -801,13 +802,17 @@ def run_seeds(configs: list[StackConfig], out_root: Path, jobs: int, on_result=N
     try:
         with multiprocessing.get_context("spawn").Pool(max(1, jobs), maxtasksperchild=20) as pool:
             dirs = names or [f"seed-{c.seed}" for c in configs]
-            for result in pool.imap(_run_one, [(c, str(out_root / d))
-                                               for c, d in zip(configs, dirs, strict=True)]):
+            it = pool.imap(_run_one, [(c, str(out_root / d))
+                                      for c, d in zip(configs, dirs, strict=True)])
+            while True:
+                try:
+                    result = it.next(None if deadline is None or not results
+                                     else max(0.0, deadline - time.monotonic()))
+                except (StopIteration, multiprocessing.TimeoutError):
+                    break  # leaving the pool's block terminates the workers
                 results.append(result)
                 if on_result is not None:
                     on_result(result)
-                if deadline is not None and time.monotonic() >= deadline:
-                    break  # leaving the pool's block terminates the workers
     finally:
         if saved is None:
             del os.environ["PYTHONHASHSEED"]
