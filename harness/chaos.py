@@ -101,9 +101,8 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
     from nemeses import plan as plans
     from nemeses.base import Context
     from nemeses.registry import packages
-    from workloads import make
 
-    workload = make(spec.workload, **spec.workload_options)
+    workload = spec.make_workload()
     chosen = [packages()[n] for n in spec.nemesis]
     kind = system(spec.db)
     hosts = _hosts(spec)
@@ -275,7 +274,8 @@ async def _drive(spec: TestSpec, workload, opts, db, ctx, run_dir: Path, nemeses
     rec = Recorder(run_dir / "history.jsonl")
     _update_test(run_dir, started_at=rec.wall_t0)
     say(f"running {spec.workload} for {spec.time_limit:g}s, "
-        f"nemesis: {','.join(spec.nemesis) or 'none'}, {spec.client} clients")
+        f"nemesis: {','.join(spec.nemesis) or 'none'}, {spec.client} clients"
+        + ("" if spec.writes == "own" else f", writes {spec.writes}"))
 
     async def watchdog(rec_, deadline_):
         while asyncio.get_running_loop().time() < deadline_:
@@ -299,7 +299,7 @@ async def _drive(spec: TestSpec, workload, opts, db, ctx, run_dir: Path, nemeses
             "carried several)")
         _update_test(run_dir, coalesced=c)
     elif batches is not None:
-        say(f"batched sessions sent {batches['ops']} ops in {batches['batches']} batches "
+        say(f"{batches['mode']} sessions sent {batches['ops']} ops in {batches['batches']} batches "
             f"({batches['mean_ops_per_batch']} a batch; cut by {batches['cut_by']})")
         _update_test(run_dir, batches=batches)
     for t in tried:

@@ -32,10 +32,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "(default tessera)")
     p.add_argument("--workload", default=d.workload, help=f"one of {', '.join(WORKLOADS)} (default register)")
     p.add_argument("--workload-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a workload parameter, e.g. ops_per_key=100; batch=N (Tessera: writes "
-                        "through batching sessions) or coalesce=true (Tessera: the workers of a "
-                        "node share client sessions, so writes of one loop turn leave together; "
-                        "wants --rate 0) (repeatable)")
+                   help="a workload parameter, e.g. ops_per_key=100; batch=N: ops per batch of "
+                        "--writes session-background or session-manual (default 16) "
+                        "(repeatable)")
     p.add_argument("--nemesis", default="none",
                    help="none, or a comma list of groups (all: the classic faults; raft: "
                         "Raft-shaped; masters: the masters' own membership, 3 -> 5 -> 3; admin: "
@@ -54,6 +53,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="node-bound: worker t sends each op first to its tablet's replica on host "
                         "t mod n, as Jepsen binds clients to nodes; smart: to the leader it knows "
                         "(default node-bound)")
+    configure_writes(p)
     host_options.configure(p)
     p.add_argument("--store", type=Path, default=Path(d.store), help="store directory (default ./store)")
     p.add_argument("--wheelhouse", type=Path, help="use these prebuilt wheels instead of building them")
@@ -73,6 +73,25 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "certificate (PEM, with --ca-key) instead of a new CA per run; either "
                         "way the run's store keeps them in tls/")
     p.add_argument("--ca-key", type=Path, metavar="FILE", help="the private key of --ca-cert (PEM)")
+
+
+def configure_writes(p: argparse.ArgumentParser, scope: str = "",
+                     size: str = "--workload-option batch=N ops (default 16)") -> None:
+    """--writes, as `tessera test` takes it; `scope`: test-all's words for where it applies,
+    `size`: how large the session modes' batches are."""
+    from workloads.base import WRITE_MODES
+
+    p.add_argument("--writes", default=TestSpec().writes, choices=WRITE_MODES,
+                   help=scope + "--db tessera: how the workers' writes reach the client, each op "
+                        "still its own op of the history. own: each worker has a handle of its "
+                        "own, one ts.write per write; shared: the workers of a node share one "
+                        "handle's client sessions, so the writes they issue in one loop turn "
+                        "leave as one ts.write_batch (wants --rate 0); session-background: the "
+                        "workers of a node share one AUTO_FLUSH_BACKGROUND batching session, "
+                        f"batches of up to {size}; session-manual: they share one MANUAL_FLUSH "
+                        "session, and each worker flushes after applying its op, so a flush "
+                        "carries what the node's other workers applied in the same loop turn "
+                        "(default own)")
 
 
 def parse_value(text: str, what: str) -> tuple[str, object]:
@@ -109,7 +128,7 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
         nemesis_interval=args.nemesis_interval, time_limit=args.time_limit,
         concurrency=args.concurrency, rate=args.rate,
         seed=args.seed if args.seed is not None else random.randrange(2**31),
-        client=args.client, flags=flags,
+        client=args.client, writes=args.writes, flags=flags,
         fast_failure_detection=failure_detection.fast(args, kind),
         **timing_options.spec_fields(args),
         **host_options.spec_fields(args), store=str(args.store),

@@ -37,6 +37,7 @@ TESSERA = "tessera"  # the one --db with simulators, lease reads and engine faul
 
 
 def configure(p: argparse.ArgumentParser) -> None:
+    from harness.chaos_cli import configure_writes
     from harness.selfcheck import RECIPES
     from harness.sim_cell import FULL_KIND, KIND
     from harness.spec import SYSTEMS, system
@@ -80,6 +81,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flag", action="append", default=[], metavar="KEY=VALUE",
                    help="daemon config key for every node of every run, checked as tessera test "
                         "--db checks it (repeatable)")
+    configure_writes(p, "every chaos cell's run, and every seed of the sim-full cell (where own "
+                        "leaves it to each seed's swarm mix), as tessera test takes it; ",
+                     size="16 ops")
     failure_detection.configure(p)  # as `tessera test` takes it
     host_options.configure(p)  # where each cell runs: as `tessera test` takes it
     timing_options.configure(p)  # how patient each cell's run is: as `tessera test` takes it
@@ -172,7 +176,7 @@ def base_spec(args: argparse.Namespace, wheelhouse: Path):
     kind = system(args.db)
     flags = dict(parse_value(f, "--flag") for f in args.flag)
     kind.check_flags(flags)
-    return TestSpec(db=args.db, rate=args.rate, concurrency=args.concurrency,
+    return TestSpec(db=args.db, rate=args.rate, concurrency=args.concurrency, writes=args.writes,
                     **host_options.spec_fields(args), **timing_options.spec_fields(args),
                     flags=flags,
                     fast_failure_detection=failure_detection.fast(args, kind),
@@ -208,8 +212,11 @@ def _runner(base, first_seed: int, summary_dir: Path):
     def execute(cell: Cell, time_limit: float, attempt: int) -> Outcome:
         if cell.workload in (sim_cell.KIND, sim_cell.FULL_KIND):
             out = summary_dir / f"{cell.name.replace('/', '-')}-{attempt}"
-            run = sim_cell.run_cell if cell.workload == sim_cell.KIND else sim_cell.run_full_cell
-            return run(cell, time_limit, attempt, next(seeds) * 10_000, base.flags, out)
+            if cell.workload == sim_cell.KIND:
+                return sim_cell.run_cell(cell, time_limit, attempt, next(seeds) * 10_000,
+                                         base.flags, out)
+            return sim_cell.run_full_cell(cell, time_limit, attempt, next(seeds) * 10_000,
+                                          base.flags, out, writes=base.writes)
         spec = cell.spec(base, time_limit, next(seeds))
         t0 = time.monotonic()
         out = io.StringIO()

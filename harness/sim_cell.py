@@ -65,9 +65,11 @@ def run_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags: dict
 
 
 def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags: dict,
-                  out_dir: Path) -> Outcome:
+                  out_dir: Path, writes: str = "own") -> Outcome:
     """The whole engine simulated (node.sim.stack), seed after seed on every core, until
-    `time_limit`, half of them with their own swarm fault mix; a seed that fails keeps its history in `out_dir`/seed-N."""
+    `time_limit`, half of them with their own swarm fault mix; a seed that fails keeps its
+    history in `out_dir`/seed-N. `writes` (test-all --writes): how every seed's workers write;
+    own leaves it to each swarm mix's draw."""
     import os
     from dataclasses import fields
 
@@ -93,7 +95,8 @@ def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags:
     # overruns its share by one short seed at most, where one 60 s seed took 100 s.
     virtual_s = cell.overrides.get("seconds", min(60.0, max(5.0, time_limit)))
     configs = [StackConfig(seed=s, workload=("register", "list-append")[s % 2], faults=faults,
-                           mix=swarm_mix(s) if s % 4 >= 2 else CLASSIC, seconds=virtual_s)
+                           mix=swarm_mix(s) if s % 4 >= 2 else CLASSIC, seconds=virtual_s,
+                           writes=writes)
                for s in range(seed, seed + jobs * max(1, int(time_limit)))]
     results = run_seeds(configs, out_dir, jobs, deadline=t0 + time_limit)
     by_seed = {c.seed: c for c in configs}

@@ -80,6 +80,9 @@ class TestSpec(msgspec.Struct, frozen=True, kw_only=True):
     rate: float = 100.0  # ops/s over all processes; 0 = unlimited
     seed: int = 0  # of every process's op stream and of the fault plan
     client: str = "node-bound"  # node-bound: thread t talks to host t mod n; smart: any replica
+    # How the workers' writes reach Tessera's client (workloads.base.WRITE_MODES): own, shared,
+    # session-background, session-manual; given to the workload (`make_workload`)
+    writes: str = "own"
     flags: dict[str, Any] = {}  # daemon config keys for every node (the system's own)
     fast_failure_detection: bool = False
     op_timeout: float = 5.0
@@ -100,6 +103,12 @@ class TestSpec(msgspec.Struct, frozen=True, kw_only=True):
     # The operator's CA (--ca-cert/--ca-key) for the cluster's certificates; None: a new one.
     ca_cert: str | None = None
     ca_key: str | None = None
+
+    def make_workload(self):
+        """The run's workload: --workload with its --workload-option values and --writes."""
+        from workloads import make
+
+        return make(self.workload, writes=self.writes, **self.workload_options)
 
     def daemon_flags(self) -> dict[str, Any]:
         """What every daemon's config gets: the fast failure-detection set (Tessera's timings

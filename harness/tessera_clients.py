@@ -10,22 +10,24 @@ from collections import Counter
 
 def workload_clients(client, table: str, names: dict, binds: list[str] | None, workload):
     """(clients(thread) for harness.runner.run, an async close for after it). Node-bound
-    (`binds`): thread t talks to binds[t mod n]; else any replica. With `workload.batch`, the
-    threads of one bind share one batching session, so their concurrent writes go out together,
-    while each op stays one op of the history (the runner records it as before). With
-    `workload.coalesce`, the threads of one bind share one handle's client sessions instead, so
-    the writes they issue in one loop turn leave as one ts.write_batch; each thread keeps a
-    handle of its own, so each op's `node` is still the replica that answered it."""
+    (`binds`): thread t talks to binds[t mod n]; else any replica. How the threads' writes reach
+    the client is `workload.writes` (workloads.base.WRITE_MODES): `own`, a handle each; `shared`,
+    the threads of one bind share one handle's client sessions, so the writes they issue in one
+    loop turn leave as one ts.write_batch, each thread keeping a handle of its own, so each op's
+    `node` is still the replica that answered it; `session-background` and `session-manual`,
+    the threads of one bind share one batching session (AUTO_FLUSH_BACKGROUND or MANUAL_FLUSH:
+    node.client.Table._op flushes after each apply), so their concurrent writes go out
+    together. In every mode each op stays one op of the history (the runner records it)."""
     from node.client.session import Sessions
 
-    options = workload.session_options()
-    sessions: dict = {}  # bind -> Session
-    shared: dict = {}  # bind -> Sessions, with workload.coalesce
+    options = workload.session_options()  # the session modes'
+    sessions: dict = {}  # bind -> Session, with a session mode
+    shared: dict = {}  # bind -> Sessions, with writes=shared
 
     def clients(thread: int):
         bind = binds[thread % len(binds)] if binds else None
         if options is None:
-            if workload.coalesce:
+            if workload.writes == "shared":
                 return client.table(table, names, bind=bind,
                                     sessions=shared.setdefault(bind, Sessions()))
             return client.table(table, names, bind=bind)
@@ -35,8 +37,8 @@ def workload_clients(client, table: str, names: dict, binds: list[str] | None, w
 
     async def close() -> dict | None:
         """Flush what is still buffered (ops whose callers gave up are dropped, never sent);
-        how many batches the sessions sent and why they were cut, or with coalesce how many
-        requests carried the writes (None for neither)."""
+        with a session mode how many batches the sessions sent and why they were cut, with
+        `shared` how many requests carried the writes (None with `own`)."""
         await asyncio.gather(*(s.close() for s in sessions.values()), return_exceptions=True)
         if shared:
             sent = sum((s.sent for s in shared.values()), Counter())
@@ -49,7 +51,7 @@ def workload_clients(client, table: str, names: dict, binds: list[str] | None, w
             return None
         reasons = sum((s.flush_reasons for s in sessions.values()), Counter())
         batches, ops = sum(reasons.values()), sum(s.ops_cut for s in sessions.values())
-        return {"sessions": len(sessions), "batches": batches, "ops": ops,
+        return {"mode": workload.writes, "sessions": len(sessions), "batches": batches, "ops": ops,
                 "mean_ops_per_batch": round(ops / batches, 2) if batches else 0.0,
                 "cut_by": dict(reasons)}
 

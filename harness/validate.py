@@ -16,18 +16,15 @@ def check(spec: TestSpec) -> TestSpec:
     """`spec`, unchanged, once every value in it is one the run can use."""
     from harness.spec import system
     from nemeses.registry import select
-    from workloads import make
 
     if spec.db not in SYSTEMS:
         raise ValueError(f"--db {spec.db!r}: not one of {', '.join(SYSTEMS)}")
     kind = system(spec.db)
+    check_writes(spec)
     try:  # an unknown workload is named as such before asking whether --db runs it
-        workload = make(spec.workload, **spec.workload_options)
+        spec.make_workload()
     except TypeError as e:
         raise ValueError(f"bad --workload-option for {spec.workload}: {e}") from None
-    if (workload.batch or workload.coalesce) and spec.db != "tessera":
-        raise ValueError(f"--workload-option batch and coalesce group Tessera's client writes; "
-                         f"--db {spec.db} has no such client")
     if spec.workload not in kind.workloads:
         raise ValueError(f"--db {spec.db} runs the workloads {', '.join(kind.workloads)}, "
                          f"not {spec.workload}")
@@ -73,3 +70,28 @@ def check(spec: TestSpec) -> TestSpec:
         except ClusterError as e:
             raise ValueError(str(e)) from None
     return spec
+
+
+def check_writes(spec: TestSpec) -> None:
+    """--writes and the batch size that goes with it, in the words of `tessera test`'s flags:
+    one way to say how the workers write (--writes; the workload options once were a second
+    way), a mode other than own only where Tessera's client is the client, and batch=N only
+    for a batching session."""
+    from workloads.base import SESSION_MODES, WRITE_MODES
+
+    options = spec.workload_options
+    if "writes" in options:
+        raise ValueError(f"--workload-option writes={options['writes']}: how the workers write "
+                         f"is --writes {'|'.join(WRITE_MODES)}, not a workload option")
+    if "coalesce" in options:
+        raise ValueError("--workload-option coalesce is gone: coalesce=true is now "
+                         "--writes shared")
+    if spec.writes not in WRITE_MODES:
+        raise ValueError(f"--writes {spec.writes!r}: not one of {', '.join(WRITE_MODES)}")
+    if spec.writes != "own" and spec.db != "tessera":
+        raise ValueError(f"--writes {spec.writes} groups Tessera's client writes; --db "
+                         f"{spec.db} has no such client: its workers write as own")
+    if options.get("batch") and spec.writes not in SESSION_MODES:
+        raise ValueError(f"--workload-option batch={options['batch']} sizes a batching "
+                         f"session's batches: it takes --writes {' or '.join(SESSION_MODES)}, "
+                         f"not {spec.writes}")

@@ -364,6 +364,75 @@ def test_background_applies_wait_while_every_buffer_of_the_tablet_is_in_flight()
     run(go())
 
 
+# -- Table handles on a MANUAL_FLUSH session (Workload.writes session-manual) ---------------
+
+def test_callers_of_one_manual_session_flush_their_ops_together_and_each_gets_its_own_result():
+    """A handle on a MANUAL_FLUSH session applies its write and flushes it itself (Table._op):
+    two callers woken in one turn share one batch, one cas told its mismatch, the other its
+    success, as if each had written alone."""
+    async def go():
+        rpc = Tablets()
+        client = client_of(rpc)
+        session = client.new_session("t", SessionOptions(FlushMode.MANUAL_FLUSH))
+        a, b = client.table("t", session=session), client.table("t", session=session)
+        assert await a.write("z", 3) == 42 and a.node == "h0:1"  # alone: a batch of one
+        # the location is cached now, so apply does not yield: only the turn yielded before
+        # the flush lets b's op join a's batch
+        assert await asyncio.gather(a.cas("x", "bad", 1), b.cas("y", None, 2)) == [False, True]
+        assert [len(batch.ops) for batch in rpc.batches] == [1, 2] and rpc.writes == []
+        assert session.buffered == 0 and session.flush_reasons == {"flush": 2}
+    run(go())
+
+
+def test_a_manual_session_caller_that_finds_the_buffer_full_flushes_and_applies_again():
+    async def go():
+        rpc = Tablets()
+        client = client_of(rpc)
+        session = client.new_session("t", SessionOptions(FlushMode.MANUAL_FLUSH, max_batch_ops=2,
+                                                         buffer_bytes=200))
+        tables = [client.table("t", session=session) for _ in range(5)]
+        stamps = await asyncio.gather(*(t.append(f"k{i}", i) for i, t in enumerate(tables)))
+        assert stamps == [42] * 5
+        sizes = [len(batch.ops) for batch in rpc.batches]
+        assert sum(sizes) == 5 and max(sizes) == 2, sizes
+        # an op that alone exceeds the buffer space can never be applied: it fails, never sent
+        with pytest.raises(OpFailed, match="buffer space"):
+            await tables[0].write("big", "x" * 300)
+        assert sum(len(batch.ops) for batch in rpc.batches) == 5
+    run(go())
+
+
+def test_a_manual_session_caller_that_gives_up_drops_its_op_and_not_the_others_batches():
+    """A caller cancelled (its op timed out) while its batch waits behind another: its op is
+    dropped, never sent; the flush it had started is not cancelled, so the batch carrying the
+    other caller's op is answered."""
+    class Held(Tablets):
+        def __init__(self):
+            super().__init__()
+            self.release = asyncio.Event()
+
+        async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
+            if method == "ts.write_batch":
+                await self.release.wait()
+            return await super().call(addr, method, request, response_type, to_uuid=to_uuid,
+                                      timeout=timeout)
+
+    async def go():
+        rpc = Held()
+        client = client_of(rpc)
+        session = client.new_session("t", SessionOptions(FlushMode.MANUAL_FLUSH))
+        a, b = client.table("t", session=session), client.table("t", session=session)
+        first = asyncio.ensure_future(a.write("a", 1))
+        await asyncio.sleep(0.05)  # a's batch sent, held
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(b.write("b", 2), 0.05)  # queued behind a's, then given up
+        rpc.release.set()
+        assert await asyncio.wait_for(first, 1) == 42
+        await session.flush()
+        assert [[op.key for op in batch.ops] for batch in rpc.batches] == [["a"]]
+    run(go())
+
+
 def test_options_keep_a_batch_within_the_tablets_session_bound():
     with pytest.raises(ValueError, match="max_batch_ops must be 1..128"):
         SessionOptions(max_batch_ops=129)
@@ -500,6 +569,29 @@ def test_cluster_a_batch_retried_after_a_leader_change_applies_once(cluster):
         first = spy.batches[0][2].results
         assert [f.result().result for f in futs] == first
         assert await table.read("l") == [0, 1, 2, 3]
+        await client.close()
+    run(go())
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_cluster_two_callers_of_one_manual_session_each_get_their_own_result(cluster):
+    """Table._op on a MANUAL_FLUSH session against real servers: two handles sharing the
+    session, each op applied and flushed by its caller; they leave as one batch (one Raft
+    entry), and each caller gets its own answer: a cas mismatch for one, an append for the
+    other."""
+    async def go():
+        spy = SpyRpc()
+        client, table = await _table(cluster, "manual", spy)
+        await table.write("x", 1)
+        session = table.new_session(SessionOptions(FlushMode.MANUAL_FLUSH))
+        a, b = client.table("manual", session=session), client.table("manual", session=session)
+        mismatch, stamp = await asyncio.gather(a.cas("x", 99, 2), b.append("l", "e"))
+        assert mismatch is False and stamp > 0
+        assert [len(req.ops) for _, req, _ in spy.batches] == [2]
+        assert b.hybrid_time == stamp and a.hybrid_time is None  # a's op did not apply
+        assert await a.cas("x", 1, 3) is True and [len(r.ops) for _, r, _ in spy.batches] == [2, 1]
+        assert [await table.read(k) for k in ("x", "l")] == [3, ["e"]]
         await client.close()
     run(go())
 

@@ -265,11 +265,12 @@ def test_a_fault_that_cannot_start_on_one_host_makes_the_run_unknown(env, tmp_pa
     assert "failed to start</b>" in report and "start-partition at" in report
 
 
-def _grouped_writes_run(env, tmp_path, option: str, concurrency: int, rate: int, seed: int):
-    """A 25 s list-append run with the workload option `option` under kills and partitions:
-    judged valid by the checkers, replicas and logs, every fault fired, and each op invoked and
-    completed on its own in the history. Its test.json."""
-    out = tessera("test", "--workload", "list-append", "--workload-option", option,
+def _grouped_writes_run(env, tmp_path, options: list[str], concurrency: int, rate: int,
+                        seed: int):
+    """A 25 s list-append run with the arguments `options` (--writes and its batch size) under
+    kills and partitions: judged valid by the checkers, replicas and logs, every fault fired,
+    and each op invoked and completed on its own in the history. Its test.json."""
+    out = tessera("test", "--workload", "list-append", *options,
                   "--nemesis", "kill,partition", "--time-limit", "25", "--nemesis-interval", "4",
                   "--concurrency", str(concurrency), "--rate", str(rate), "--seed", str(seed),
                   "--store", str(tmp_path / "store"), env=env)
@@ -289,16 +290,22 @@ def test_batched_sessions_under_kills_and_partitions_stay_valid(env, tmp_path):
     """Issue 15: the harness drives AUTO_FLUSH_BACKGROUND sessions on the real cluster; ops
     share batches (one Raft entry each), each op is still its own in the history, and the run
     under kills and partitions is judged valid by the checkers, replicas and logs."""
-    batches = _grouped_writes_run(env, tmp_path, "batch=8", 40, 400, 15)["batches"]
+    test = _grouped_writes_run(env, tmp_path, ["--writes", "session-background",
+                                               "--workload-option", "batch=8"], 40, 400, 15)
+    batches = test["batches"]
+    assert test["writes"] == "session-background" and batches["mode"] == "session-background"
     assert batches["batches"] > 0 and batches["mean_ops_per_batch"] > 1, batches
 
 
 def test_coalesced_writes_under_kills_and_partitions_stay_valid(env, tmp_path):
-    """Issue 37: with coalesce the workers of one node share client sessions, and the writes
-    they issue in one loop turn leave as one ts.write_batch (workers back to back: --rate 0).
+    """Issue 37: with --writes shared the workers of one node share client sessions, and the
+    writes they issue in one loop turn leave as one ts.write_batch (workers back to back:
+    --rate 0).
     Many requests carry several writes, each write is its own op of the history, and the run
     under kills and partitions is judged valid."""
-    coalesced = _grouped_writes_run(env, tmp_path, "coalesce=true", 30, 0, 28)["coalesced"]
+    test = _grouped_writes_run(env, tmp_path, ["--writes", "shared"], 30, 0, 28)
+    coalesced = test["coalesced"]
+    assert test["writes"] == "shared"
     assert coalesced["requests_with_several"] > 0, coalesced
     assert coalesced["writes"] > coalesced["requests"], coalesced
 

@@ -286,6 +286,40 @@ def test_every_cell_runs_against_the_db_with_its_flags_and_none_of_tesseras(tmp_
         base_spec(_args("--db", "etcd", "--flag", "serializable=maybe"), tmp_path)
 
 
+def test_every_cell_gets_writes_and_a_bad_one_is_refused_before_the_cluster_comes_up(
+        tmp_path, monkeypatch):
+    """test-all --writes: every chaos cell's run writes so (its spec, hence test.json), the
+    sim-full cell's seeds too; checked per cell as tessera test checks it."""
+    import harness.sim_cell
+    from harness.matrix_cli import _runner, check_cells
+
+    args = _args("--writes", "session-manual", "--workloads", "sim-full,register,list-append",
+                 "--nemeses", "kill")
+    base = base_spec(args, tmp_path)
+    cells = cells_from_args(args)
+    check_cells(cells, base)
+    chaos = [c for c in cells if c.workload != "sim-full"]
+    assert chaos and all(c.spec(base, 30.0, 1).writes == "session-manual" for c in chaos)
+    assert base_spec(_args(), tmp_path).writes == "own"
+    seen = {}
+
+    def full_cell(cell, time_limit, attempt, seed, flags, out, writes="own"):
+        seen["writes"] = writes
+        return Outcome(cell.name, attempt, "valid")
+
+    monkeypatch.setattr(harness.sim_cell, "run_full_cell", full_cell)
+    _runner(base, 1, tmp_path)(cells[0], 1.0, 1)
+    assert cells[0].workload == "sim-full" and seen == {"writes": "session-manual"}
+    etcd = _args("--db", "etcd", "--writes", "shared")
+    with pytest.raises(ValueError, match="--writes shared groups Tessera's client writes"):
+        check_cells(cells_from_args(etcd), base_spec(etcd, tmp_path))
+    with pytest.raises(SystemExit):
+        _args("--writes", "coalesce")
+    p = subprocess.run([sys.executable, "-m", "harness.cli", "test-all", "--writes", "bogus"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 254 and "invalid choice: 'bogus'" in p.stderr
+
+
 def test_bad_db_arguments_exit_254_before_the_cluster_comes_up(tmp_path, monkeypatch, capsys):
     import harness.cluster.netns
     import harness.db

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import msgspec
@@ -12,7 +13,7 @@ import pytest
 
 from node.sim.network import SimNetwork
 from node.sim.stack import StackConfig, StackSim, replay_command
-from node.sim.swarm import CLASSIC, KINDS, Mix, mix_for, parse_mix, swarm_mix
+from node.sim.swarm import CLASSIC, KINDS, WRITES, Mix, mix_for, parse_mix, swarm_mix
 
 ROOT = Path(__file__).resolve().parent.parent
 # The mix that found bugs 1 and 4: copy races only, at a pace of one every 0.3-1.5 s, with 20
@@ -173,25 +174,38 @@ def test_swarm_mixes_draw_read_mostly_loads_and_the_spec_carries_them():
     assert {swarm_mix(s).clock_error_us for s in range(100)} == {None, 20000}
 
 
-def test_swarm_mixes_draw_the_coalescing_client_and_the_spec_carries_it():
-    """A quarter of the seeds run the workers of each node on shared client sessions, back
-    to back (Workload.coalesce): the client's coalesced path, which a paced run never reaches.
-    Drawn last, so the mixes' other fields are what they were before the draw existed."""
-    mixes = [swarm_mix(s) for s in range(200)]
-    assert 30 <= sum(m.coalesce for m in mixes) <= 70
-    m = next(m for m in mixes if m.coalesce)
-    assert m.spec().endswith(";client=coalesce") and parse_mix(m.spec()).coalesce
-    assert not parse_mix("crash:1").coalesce and "client" not in swarm_mix(4).spec()
-    assert swarm_mix(4).as_json()["coalesce"] is False
-    with pytest.raises(ValueError, match="own or coalesce"):
-        parse_mix("crash:1;client=shared")
+def test_swarm_mixes_draw_how_the_workers_write_and_the_spec_carries_it():
+    """Half the seeds run the workers of each node on shared client sessions, back to back
+    (writes=shared: the client's coalesced path, which a paced run never reaches), or on one
+    shared batching session, background or manual; the rest a handle each. One draw where the
+    client (own or coalesce) was drawn before: seeds that drew coalesce then draw shared now
+    unless that draw took more random bits (5, 8 and 11 among seeds 0-11)."""
+    mixes = [swarm_mix(s) for s in range(600)]
+    counts = Counter(m.writes for m in mixes)
+    assert set(counts) == set(WRITES), counts
+    assert 240 <= counts["own"] <= 360, counts
+    assert all(60 <= counts[w] <= 140 for w in set(WRITES) - {"own"}), counts
+    assert [swarm_mix(s).writes for s in (5, 8, 11)] == ["shared"] * 3
+    for writes in set(WRITES) - {"own"}:
+        m = next(m for m in mixes if m.writes == writes)
+        assert f";writes={writes}" in m.spec() and parse_mix(m.spec()).writes == writes
+        assert m.as_json()["writes"] == writes
+    m = parse_mix("crash:1;every=1-2;writes=session-manual;values=wide")
+    assert m.writes == "session-manual" and m.spec().endswith(";writes=session-manual;values=wide")
+    assert parse_mix(m.spec()) == m
+    assert parse_mix("crash:1").writes == "own" and "writes" not in swarm_mix(4).spec()
+    assert swarm_mix(4).as_json()["writes"] == "own"
+    with pytest.raises(ValueError, match="one of own, shared, session-background, session-manual"):
+        parse_mix("crash:1;writes=coalesce")
+    with pytest.raises(ValueError, match="client=coalesce is writes=shared"):
+        parse_mix("crash:1;client=coalesce")
 
 
 @pytest.mark.slow
-def test_a_swarm_seed_that_drew_the_coalescing_client_runs_valid_with_shared_batches(
+def test_a_swarm_seed_that_drew_shared_writes_runs_valid_with_shared_batches(
         tmp_path, batch_sizes):
     seed = 8
-    assert swarm_mix(seed).coalesce
+    assert swarm_mix(seed).writes == "shared"
     r = StackSim(StackConfig(seed=seed, workload="register", seconds=10.0, mix=swarm_mix(seed)),
                  tmp_path).run()
     assert r.ok(), (r.violation, r.verdict)

@@ -1,7 +1,8 @@
-"""The harness drives batched sessions (Workload.batch): threads bound to one node share one
-AUTO_FLUSH_BACKGROUND session, each op stays one op of the history, and a run under faults in
-the whole-stack simulator (the production servers and client on virtual time, network and
-disks) comes out valid with real multi-op batches in it."""
+"""The harness drives batched sessions (Workload.writes session-background, batches of
+Workload.batch ops): threads bound to one node share one AUTO_FLUSH_BACKGROUND session, each op
+stays one op of the history, and a run under faults in the whole-stack simulator (the production
+servers and client on virtual time, network and disks) comes out valid with real multi-op
+batches in it."""
 
 import asyncio
 from collections import Counter
@@ -41,7 +42,7 @@ class FakeSession:
 
 def test_batched_threads_of_one_node_share_one_background_session():
     client = FakeClient()
-    workload = make("register", batch=16, batch_interval_ms=20)
+    workload = make("register", writes="session-background", batch=16, batch_interval_ms=20)
     clients, close = workload_clients(client, "test", {}, ["a", "b"], workload)
     handles = [clients(t) for t in range(5)]
     assert [h[1] for h in handles] == ["a", "b", "a", "b", "a"]
@@ -52,25 +53,27 @@ def test_batched_threads_of_one_node_share_one_background_session():
         FlushMode.AUTO_FLUSH_BACKGROUND, 16, 0.02)
     stats = asyncio.run(close())
     assert all(s.closed for s in client.sessions)
-    assert stats == {"sessions": 2, "batches": 2, "ops": 6, "mean_ops_per_batch": 3.0,
-                     "cut_by": {"close": 2}}
+    assert stats == {"mode": "session-background", "sessions": 2, "batches": 2, "ops": 6,
+                     "mean_ops_per_batch": 3.0, "cut_by": {"close": 2}}
 
 
 def test_unbatched_and_smart_clients_are_as_before():
     client = FakeClient()
     clients, _ = workload_clients(client, "test", {}, ["a", "b"], make("list-append"))
     assert clients(3) == ("test", "b", None) and client.sessions == []
-    clients, _ = workload_clients(client, "test", {}, None, make("register", batch=4))
+    clients, _ = workload_clients(client, "test", {}, None,
+                                  make("register", writes="session-background", batch=4))
     assert clients(0)[1] is None and clients(0)[2] is clients(7)[2]  # one shared session
 
 
 def test_a_batch_the_tablets_cannot_keep_is_refused_when_the_workload_is_made():
     with pytest.raises(ValueError, match="max_batch_ops must be 1..128"):
-        make("register", batch=129)
+        make("register", writes="session-background", batch=129)
 
 
 def test_the_replay_command_carries_the_batch():
-    assert " --batch 8 " in replay_command(StackConfig(seed=3, batch=8)) + " "
+    assert " --writes session-background --batch 8 " in replay_command(
+        StackConfig(seed=3, writes="session-background", batch=8)) + " "
     assert "--batch" not in replay_command(StackConfig(seed=3))
 
 
@@ -79,7 +82,7 @@ def test_the_replay_command_carries_the_batch():
 def test_a_batched_run_under_faults_in_the_full_stack_simulator_is_valid(
         tmp_path, batch_sizes, workload, seed):
     cfg = StackConfig(seed=seed, workload=workload, seconds=20.0, concurrency=30, rate=300.0,
-                      batch=8)
+                      writes="session-background", batch=8)
     result = StackSim(cfg, tmp_path).run()
     assert result.ok(), (result.violation, result.verdict, result.results.get("anomalies"))
     assert sum(result.nemesis.values()) >= 3, result.nemesis  # faults did happen
@@ -98,7 +101,8 @@ def test_a_batched_run_under_faults_in_the_full_stack_simulator_is_valid(
 
 
 def test_a_batched_seed_replays_bit_for_bit(tmp_path):
-    cfg = dict(seed=6, workload="register", seconds=5.0, concurrency=20, rate=200.0, batch=4)
+    cfg = dict(seed=6, workload="register", seconds=5.0, concurrency=20, rate=200.0,
+               writes="session-background", batch=4)
     a = StackSim(StackConfig(**cfg), tmp_path / "a").run()
     b = StackSim(StackConfig(**cfg), tmp_path / "b").run()
     assert a.ok() and a.history_sha == b.history_sha and a.ops == b.ops

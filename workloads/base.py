@@ -15,6 +15,11 @@ from typing import Any, Protocol
 
 from node.errors import OpFailed, OpUnknown
 
+# How the workers' writes reach the client (Workload.writes; `tessera test --writes`).
+WRITE_MODES = ("own", "shared", "session-background", "session-manual")
+SESSION_MODES = ("session-background", "session-manual")  # through a batching session
+DEFAULT_BATCH = 16  # ops per batch of the session modes when `batch` is 0
+
 
 @dataclass(frozen=True)
 class Invocation:
@@ -86,35 +91,45 @@ class Workload:
 
     name: str = "workload"
     tablets: int = 1  # tablets of the test table (transactions need their keys in one tablet)
-    # Batched writes: with batch = N > 0, the workers that share a node send their
-    # writes (cas, append, txn) through one AUTO_FLUSH_BACKGROUND session (node.client.session),
-    # batches of up to N ops per tablet, cut at latest `batch_interval_ms` after their first op.
-    # Each op is still invoked, completed and recorded on its own; reads are never batched.
-    # The interval is shorter than Kudu's 1000 ms default: each worker waits for its own op,
-    # so batches fill from concurrent workers, and a long interval would only idle them.
-    batch: int = 0
+    # How the workers' writes (cas, append, txn; reads never) reach the client, one of
+    # WRITE_MODES; each op is still invoked, completed and recorded on its own in every mode.
+    #   own: each worker has a handle of its own, and every write is one ts.write.
+    #   shared: the workers that share a node share one handle's client sessions, so the writes
+    #     they issue in one turn of the client's loop leave as ONE ts.write_batch (node.client's
+    #     `_corked`), as a program's concurrent callers of one handle do; each op keeps its own
+    #     seq, result and place in the history (best with workers back to back: --rate 0).
+    #   session-background: each node's workers share one AUTO_FLUSH_BACKGROUND session
+    #     (node.client.session): batches of up to `batch` ops per tablet, cut at latest
+    #     `batch_interval_ms` after their first op. The interval is shorter than Kudu's 1000 ms
+    #     default: each worker waits for its own op, so batches fill from concurrent workers,
+    #     and a long interval would only idle them.
+    #   session-manual: each node's workers share one MANUAL_FLUSH session of up to `batch` ops
+    #     per tablet; a worker applies its op and flushes (node.client.Table._op), so a flush
+    #     carries what the node's other workers applied in the same turn.
+    writes: str = "own"
+    batch: int = 0  # ops per batch, session modes only; 0: DEFAULT_BATCH
     batch_interval_ms: float = 50.0
-    # Coalesced writes: with coalesce, the workers that share a node share one
-    # handle's client sessions, so the writes they issue in one turn of the client's loop leave
-    # as ONE ts.write_batch (node.client's `_corked`), as a program's concurrent callers of one
-    # handle do; each op keeps its own seq, result and place in the history. Off, each worker
-    # has a handle of its own and every write is a ts.write: the cork never holds two writes.
-    coalesce: bool = False
 
     def __post_init__(self) -> None:
+        if self.writes not in WRITE_MODES:
+            raise ValueError(f"writes={self.writes!r}: one of {', '.join(WRITE_MODES)}")
+        if not isinstance(self.batch, int) or isinstance(self.batch, bool) or self.batch < 0:
+            raise ValueError(f"batch is a number of ops, not {self.batch!r}")
+        if self.batch and self.writes not in SESSION_MODES:
+            raise ValueError(f"batch={self.batch} sizes a batching session's batches: it takes "
+                             f"writes {' or '.join(SESSION_MODES)}, not {self.writes}")
         self.session_options()  # refuses a batch size the tablets' session bound cannot keep
-        if not isinstance(self.coalesce, bool):
-            raise ValueError(f"coalesce is true or false, not {self.coalesce!r}")
-        if self.coalesce and self.batch:
-            raise ValueError("batch and coalesce are two ways of grouping writes: give one")
 
     def session_options(self):
-        """The batching session's options, or None when ops are sent one by one."""
-        if not self.batch:
+        """The batching session's options for the session modes (MANUAL_FLUSH for
+        session-manual), or None when each worker's writes go through its handle."""
+        if self.writes not in SESSION_MODES:
             return None
         from node.client.session import FlushMode, SessionOptions
 
-        return SessionOptions(FlushMode.AUTO_FLUSH_BACKGROUND, max_batch_ops=self.batch,
+        mode = (FlushMode.MANUAL_FLUSH if self.writes == "session-manual"
+                else FlushMode.AUTO_FLUSH_BACKGROUND)
+        return SessionOptions(mode, max_batch_ops=self.batch or DEFAULT_BATCH,
                               flush_interval_s=self.batch_interval_ms / 1000)
 
     @property

@@ -632,11 +632,28 @@ class Table:
         return Session(self.client, self.name, options or SessionOptions(), self.bind)
 
     async def _op(self, key: str, op: Op) -> Result:
+        """One op and its own Result. A write of a handle with a batching session goes through
+        the session, and comes back with this op's own result whoever shared its batch; reads
+        are never buffered (Kudu's sessions carry writes only).
+
+        On a MANUAL_FLUSH session nothing is sent until someone flushes, and this caller waits
+        for its result, so it flushes itself: apply, flush, then await the op's future. Before
+        flushing it yields one turn of the loop, so the session's other callers woken in the
+        same turn apply theirs first and one flush carries them all; without that each flush
+        held its caller's op alone (apply does not yield when the tablet's location is
+        cached), and as `flush` waits for every batch in flight, one caller's flush could be
+        kept waiting for the whole run by callers that cut new batches before it looked again.
+        An apply refused with BufferFull (the others filled the tablet's buffer) flushes and
+        applies again; one refused on an empty buffer (the op alone exceeds the buffer space)
+        fails, never sent. The flush is shielded: a caller that gives up (a timeout) must not
+        cancel batches that carry other callers' ops; its own op, if not yet sent, is dropped
+        (its future cancelled), as a background session drops it."""
         self.node = self.hybrid_time = None
         if self.session is not None and not is_read_only(op):
-            # Through the batching session: this op's own result, whoever else it shared its
-            # batch with. Reads are not buffered (Kudu's sessions carry writes only).
-            row = await (await self.session.apply(key, op))
+            if self.session.options.mode == FlushMode.MANUAL_FLUSH:
+                row = await self._flushed(key, op)
+            else:
+                row = await (await self.session.apply(key, op))
             res, peer = row.result, row.peer
         else:
             res, peer = await self.client.op(self.name, key, op, self.bind, self.sessions)
@@ -648,6 +665,25 @@ class Table:
         self.node = node
         self.hybrid_time = res.timestamp if res.ok and res.timestamp else None
         return res
+
+    async def _flushed(self, key: str, op: Op) -> RowResult:
+        """`op` through this handle's MANUAL_FLUSH session, flushed by this caller (`_op`)."""
+        session = self.session
+        while True:
+            try:
+                future = await session.apply(key, op)
+                break
+            except BufferFull as e:
+                if not session.buffered:
+                    raise OpFailed(str(e)) from None
+                await asyncio.shield(session.flush())
+        try:
+            await asyncio.sleep(0)  # the callers woken in this turn apply theirs first
+            await asyncio.shield(session.flush())
+            return await future
+        except asyncio.CancelledError:
+            future.cancel()  # not sent yet: dropped from its batch, never applied
+            raise
 
     @staticmethod
     def _ok(res: Result) -> Any:

@@ -15,6 +15,8 @@ from node.exit_codes import BAD_ARGS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from workloads.base import WRITE_MODES
+
     parser.description = (
         "--stack core (default): run clusters of Raft cores under a seeded scheduler (drops, "
         "duplicates, reordering, partitions, crashes, config changes, leadership transfers), "
@@ -50,15 +52,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="full: reduce the first failing seed's faults to a minimal schedule "
                              "that still fails (delta debugging; minutes), write it and print "
                              "its replay command")
+    parser.add_argument("--writes", choices=WRITE_MODES, default="own",
+                        help="full: how the workers' writes reach the client, as tessera test "
+                             "--writes: own (default), a handle each, paced, one ts.write per "
+                             "write; shared, the workers of one node share client sessions and "
+                             "run back to back, so the writes they issue in one loop turn leave "
+                             "as one ts.write_batch; session-background, they share one "
+                             "AUTO_FLUSH_BACKGROUND session; session-manual, one MANUAL_FLUSH "
+                             "session each worker flushes after its op. With own a swarm mix "
+                             "draws it per seed (writes=MODE in its spec)")
     parser.add_argument("--batch", type=int, default=0, metavar="N",
-                        help="full: writes through batching sessions, up to N ops per tablet "
-                             "batch (Workload.batch; default 0: one op per write)")
-    parser.add_argument("--coalesce", action="store_true",
-                        help="full: the workers of one node share client sessions and run "
-                             "back to back, so the writes they issue in one loop turn leave as "
-                             "one ts.write_batch (Workload.coalesce; default: each worker its "
-                             "own, paced, one ts.write per write; a swarm mix draws it for "
-                             "some seeds, client=coalesce)")
+                        help="full, with --writes session-background or session-manual: up to "
+                             "N ops per tablet batch (default 0: 16)")
     parser.add_argument("--mix", default="swarm", metavar="swarm|classic|SPEC",
                         help="full: swarm (default) draws each seed's own fault mix from the "
                              "seed (which faults are on, their weights, how often faults come, "
@@ -137,6 +142,7 @@ def run_full(args: argparse.Namespace) -> int:
     from dataclasses import fields
 
     from node.faults import Faults
+    from workloads.base import SESSION_MODES
 
     from .stack import StackConfig, replay_command, run_seeds
     from .swarm import mix_for
@@ -151,9 +157,9 @@ def run_full(args: argparse.Namespace) -> int:
         print("tessera sim: --batch must be 0..128 (the results a tablet keeps per session)",
               file=sys.stderr)
         return BAD_ARGS
-    if args.batch and args.coalesce:
-        print("tessera sim: --batch and --coalesce are two ways of grouping writes: give one",
-              file=sys.stderr)
+    if args.batch and args.writes not in SESSION_MODES:
+        print(f"tessera sim: --batch sizes a batching session's batches: it takes --writes "
+              f"{' or '.join(SESSION_MODES)}, not {args.writes}", file=sys.stderr)
         return BAD_ARGS
     if args.value_sizes != "small" and args.workload != "register":
         print("tessera sim: --value-sizes wide or zeros takes --workload register", file=sys.stderr)
@@ -183,7 +189,7 @@ def run_full(args: argparse.Namespace) -> int:
         return workloads[seed % 2] if args.workload == "both" else args.workload
 
     configs = [StackConfig(seed=s, workload=workload(s), seconds=args.seconds, faults=faults,
-                           schedule=schedule, batch=args.batch, coalesce=args.coalesce,
+                           schedule=schedule, writes=args.writes, batch=args.batch,
                            mix=mix_for(args.mix, s),
                            value_sizes=args.value_sizes)
                for s in range(args.seed, args.seed + args.seeds)]

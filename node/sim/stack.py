@@ -81,9 +81,21 @@ class StackConfig:
     # Replay exactly these [virtual time, kind, value] faults instead of random ones (shrinking)
     schedule: tuple | None = None
     faults: Faults = field(default_factory=Faults)  # engine fault flags (mutants)
-    batch: int = 0  # > 0: writes through batching sessions (Workload.batch)
-    coalesce: bool = False  # workers of one node share client sessions, unpaced (Workload.coalesce)
+    # How the workers' writes reach the client (Workload.writes: own, shared,
+    # session-background, session-manual); `own` leaves it to the mix (node.sim.swarm.WRITES).
+    # Workers run unpaced with `shared`, whose writes share a turn only back to back.
+    writes: str = "own"
+    batch: int = 0  # ops per batch of the session modes (Workload.batch; 0: its default)
     value_sizes: str = "small"  # or wide, zeros: register values (workloads.values)
+
+    def __post_init__(self) -> None:
+        from workloads.base import SESSION_MODES, WRITE_MODES
+
+        if self.writes not in WRITE_MODES:
+            raise ValueError(f"writes={self.writes!r}: one of {', '.join(WRITE_MODES)}")
+        if self.batch and self.writes not in SESSION_MODES:
+            raise ValueError(f"batch={self.batch} sizes the batches of writes "
+                             f"{' or '.join(SESSION_MODES)}, not {self.writes}")
 
 
 @dataclass
@@ -523,10 +535,9 @@ class StackSim:
 
     # -- the run -----------------------------------------------------------------------------
     @property
-    def _coalesce(self) -> bool:
-        """Whether the workers share client sessions: asked for, or drawn by the mix (which
-        yields to batching sessions: the two are ways of grouping the same writes)."""
-        return self.cfg.coalesce or (self.cfg.mix.coalesce and not self.cfg.batch)
+    def _writes(self) -> str:
+        """How the workers' writes reach the client: asked for, else drawn by the mix."""
+        return self.cfg.writes if self.cfg.writes != "own" else self.cfg.mix.writes
 
     @property
     def _value_sizes(self) -> str:
@@ -539,13 +550,13 @@ class StackSim:
 
         if self.cfg.workload == "register":
             share = self.cfg.mix.read_share
-            return Register(batch=self.cfg.batch, coalesce=self._coalesce,
+            return Register(writes=self._writes, batch=self.cfg.batch,
                             value_sizes=self._value_sizes,
                             value_max_bytes=MAX_FRAME, value_seed=self.cfg.seed,
                             **({} if share is None else {"read_share": share}))
         if self.cfg.value_sizes != "small":
             raise ValueError(f"value sizes {self.cfg.value_sizes!r} are for the register workload")
-        return ListAppend(batch=self.cfg.batch, coalesce=self._coalesce)
+        return ListAppend(writes=self._writes, batch=self.cfg.batch)
 
     async def _client_main(self) -> list:
         from harness.recorder import Recorder
@@ -565,9 +576,9 @@ class StackSim:
         rec = Recorder(self.out_dir / "history.jsonl",
                        now_ns=lambda: int(self.loop.time() * 1e9))
         mix = self.cfg.mix
-        # coalescing wants workers back to back: writes share a turn when one read of the
+        # shared sessions want workers back to back: writes share a turn when one read of the
         # connection wakes several workers, which paced workers' own timers rarely do
-        rate = 0.0 if self._coalesce else mix.rate or self.cfg.rate
+        rate = 0.0 if self._writes == "shared" else mix.rate or self.cfg.rate
         opts = RunOptions(concurrency=mix.concurrency or self.cfg.concurrency,
                           time_limit=self.cfg.seconds, rate=rate, seed=self.cfg.seed, op_timeout=5.0,
                           final_settle=5.0, final_timeout=60.0)
@@ -709,10 +720,10 @@ def replay_command(cfg: StackConfig, faults: list[str] = (), schedule: Path | No
     flags = "".join(f" --fault {f}" for f in faults)
     if schedule is not None:
         flags += f" --schedule {schedule}"
+    if cfg.writes != "own":
+        flags += f" --writes {cfg.writes}"
     if cfg.batch:
         flags += f" --batch {cfg.batch}"
-    if cfg.coalesce:
-        flags += " --coalesce"
     flags += f" --mix {cfg.mix.name if cfg.mix.name in ('swarm', 'classic') else repr(cfg.mix.spec())}"
     if cfg.value_sizes != "small":
         flags += f" --value-sizes {cfg.value_sizes}"

@@ -4,10 +4,10 @@ A fixed mix spreads a seed's faults thinly over every kind, so an interleaving t
 particular faults close together (a link cut between a leader and one follower while another
 follower is tombstoned and copied) is rare in every seed. TigerBeetle's VOPR and Groce et al.'s
 swarm testing draw instead, per seed, which faults are on at all, how often each fires, how often
-faults come, and here also the read mode and the client: most seeds then hammer a few kinds, and across seeds
-every combination gets its turn (Groce et al. found most bugs with a few features on per run).
-The mix is a pure function of the seed (its own random stream,
-not the run's), so a seed replays with the same mix, and the mix is printed before the run.
+faults come, and here also the read mode and how the workers write: most seeds then hammer a
+few kinds, and across seeds every combination gets its turn (Groce et al. found most bugs with a
+few features on per run). The mix is a pure function of the seed (its own random stream, not the
+run's), so a seed replays with the same mix, and the mix is printed before the run.
 
 `CLASSIC` is the mix every seed used before (and still does with `--mix classic`): the
 recorded seeds of the tests and the mutant table were found with it.
@@ -30,15 +30,18 @@ FAULT_EVERY = ((0.2, 0.8), (0.5, 2.0), (1.0, 4.0))  # (lo, hi) seconds between t
 LOADS = ((5, 50.0), (10, 100.0), (20, 200.0))  # (clients, ops/s over all of them)
 READ_SHARES = (None, None, 0.9, 0.99)  # the register workload's reads: its own half, or most
 CLOCK_ERRORS = (None, None, None, 20_000)  # the clocks' bound, µs: the default 1 ms, or 20 ms
-# The workers' client: their own sessions each, paced (one ts.write per write), or one node's
-# workers sharing sessions back to back, so the writes one turn issues leave as one
-# ts.write_batch (the client's coalescing, which no paced run reaches). Drawn last, so every
-# earlier draw of a seed is what it was before this one existed.
-CLIENTS = ("own", "own", "own", "coalesce")
+# How the workers' writes reach the client (Workload.writes): in half the seeds a handle each,
+# paced (one ts.write per write); else one node's workers sharing client sessions back to back,
+# so the writes one turn issues leave as one ts.write_batch (the client's coalescing, which no
+# paced run reaches), or sharing one batching session, AUTO_FLUSH_BACKGROUND or MANUAL_FLUSH, at
+# the mix's pace. One draw, where the client (own or coalesce) was drawn before, so every earlier
+# draw of a seed is what it was; the draws after it (`values`) may differ from before, since
+# choosing among six takes another number of random bits than choosing among four.
+WRITES = ("own", "own", "own", "shared", "session-background", "session-manual")
 # The register workload's values (workloads.values): small ints in a quarter of the seeds; in
 # half, `zeros` (half the values NUL-padded to a sector or more); in a quarter `wide` (up to the
 # frame limit, half NUL-padded). Long zero runs in WAL batches are what a reader taking zeros for
-# unwritten space must meet. Drawn after the client, for the same reason.
+# unwritten space must meet. Drawn after the writes, for the same reason.
 VALUES = ("small", "zeros", "zeros", "wide")
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
 # one or two kinds (a copy racing an election needs copies and cuts close together, which a mix
@@ -65,8 +68,9 @@ class Mix:
     # the clocks' configured max error in µs (None: the simulator's 1 ms). A wider bound lets
     # skew within it reorder writes across tablets that commit-wait must keep in order
     clock_error_us: int | None = None
-    # the workers of a node share client sessions and run unpaced (Workload.coalesce; CLIENTS)
-    coalesce: bool = False
+    # how the workers' writes reach the client (Workload.writes; WRITES); with shared the
+    # workers run unpaced
+    writes: str = "own"
     # the register workload's value sizes (None: the run's own; VALUES)
     values: str | None = None
 
@@ -80,7 +84,7 @@ class Mix:
 
     def spec(self) -> str:
         """`kind:weight,...;every=LO-HI;reads=MODE[;load=CLIENTSxRATE][;read-share=F]
-        [;clock=US][;client=coalesce][;values=wide]`."""
+        [;clock=US][;writes=MODE][;values=wide]`; writes only when not own."""
         lo, hi = self.fault_every_s
         parts = [",".join(f"{k}:{w}" for k, w in self.weights), f"every={lo:g}-{hi:g}",
                  f"reads={self.read_mode}"]
@@ -90,8 +94,8 @@ class Mix:
             parts.append(f"read-share={self.read_share:g}")
         if self.clock_error_us is not None:
             parts.append(f"clock={self.clock_error_us}")
-        if self.coalesce:
-            parts.append("client=coalesce")
+        if self.writes != "own":
+            parts.append(f"writes={self.writes}")
         if self.values is not None:
             parts.append(f"values={self.values}")
         return ";".join(parts)
@@ -100,7 +104,7 @@ class Mix:
         return {"name": self.name, "weights": dict(self.weights),
                 "fault_every_s": list(self.fault_every_s), "read_mode": self.read_mode,
                 "concurrency": self.concurrency, "rate": self.rate, "read_share": self.read_share,
-                "clock_error_us": self.clock_error_us, "coalesce": self.coalesce,
+                "clock_error_us": self.clock_error_us, "writes": self.writes,
                 "values": self.values}
 
 
@@ -123,10 +127,10 @@ def swarm_mix(seed: int) -> Mix:
     concurrency, rate = rng.choice(LOADS)
     read_share = rng.choice(READ_SHARES)
     clock_error_us = rng.choice(CLOCK_ERRORS)
-    coalesce = rng.choice(CLIENTS) == "coalesce"
+    writes = rng.choice(WRITES)
     values = rng.choice(VALUES)
     return Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
-               read_share=read_share, clock_error_us=clock_error_us, coalesce=coalesce,
+               read_share=read_share, clock_error_us=clock_error_us, writes=writes,
                values=None if values == "small" else values)
 
 
@@ -147,16 +151,19 @@ def parse_mix(spec: str) -> Mix:
     for field_ in fields[1:]:
         key, _, value = field_.partition("=")
         opts[key.strip()] = value.strip()
-    unknown = set(opts) - {"every", "reads", "load", "read-share", "clock", "client", "values"}
+    if "client" in opts:
+        raise ValueError(f"client={opts['client']}: a mix names how the workers write as "
+                         "writes=MODE now (client=coalesce is writes=shared)")
+    unknown = set(opts) - {"every", "reads", "load", "read-share", "clock", "writes", "values"}
     if unknown:
         raise ValueError(f"unknown mix field(s) {sorted(unknown)} "
-                         "(every, reads, load, read-share, clock, client, values)")
+                         "(every, reads, load, read-share, clock, writes, values)")
     values = opts.get("values")
     if values not in (None, *VALUES):
         raise ValueError(f"values={values!r}: {' or '.join(sorted(set(VALUES)))}")
-    client = opts.get("client", "own")
-    if client not in CLIENTS:
-        raise ValueError(f"client={client!r}: own or coalesce")
+    writes = opts.get("writes", "own")
+    if writes not in WRITES:
+        raise ValueError(f"writes={writes!r}: one of {', '.join(dict.fromkeys(WRITES))}")
     try:
         lo, hi = (float(x) for x in opts.get("every", "1-4").split("-"))
         concurrency, rate = ((int(opts["load"].split("x")[0]), float(opts["load"].split("x")[1]))
@@ -178,7 +185,7 @@ def parse_mix(spec: str) -> Mix:
     if reads not in ("linearizable", "lease"):
         raise ValueError(f"reads={reads!r}: linearizable or lease")
     return Mix(tuple(weights), (lo, hi), reads, "spec", concurrency, rate, read_share,
-               clock_error_us, client == "coalesce", None if values == "small" else values)
+               clock_error_us, writes, None if values == "small" else values)
 
 
 def mix_for(name: str, seed: int) -> Mix:
