@@ -76,12 +76,17 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def configure_writes(p: argparse.ArgumentParser, scope: str = "",
-                     size: str = "--workload-option batch=N ops (default 16)") -> None:
+                     size: str = "--workload-option batch=N ops (default 16)",
+                     drawn: str = "") -> None:
     """--writes, as `tessera test` takes it; `scope`: test-all's words for where it applies,
-    `size`: how large the session modes' batches are."""
+    `size`: how large the session modes' batches are; `drawn`: test-all's words for its
+    default, which draws a mode per run (harness.matrix.DRAWN_WRITES)."""
+    from harness.matrix import DRAWN_WRITES
     from workloads.base import WRITE_MODES
 
-    p.add_argument("--writes", default=TestSpec().writes, choices=WRITE_MODES,
+    default = DRAWN_WRITES if drawn else TestSpec().writes
+    p.add_argument("--writes", default=default,
+                   choices=(*WRITE_MODES, DRAWN_WRITES) if drawn else WRITE_MODES,
                    help=scope + "--db tessera: how the workers' writes reach the client, each op "
                         "still its own op of the history. own: each worker has a handle of its "
                         "own, one ts.write per write; shared: the workers of a node share one "
@@ -90,8 +95,8 @@ def configure_writes(p: argparse.ArgumentParser, scope: str = "",
                         "workers of a node share one AUTO_FLUSH_BACKGROUND batching session, "
                         f"batches of up to {size}; session-manual: they share one MANUAL_FLUSH "
                         "session, and each worker flushes after applying its op, so a flush "
-                        "carries what the node's other workers applied in the same loop turn "
-                        "(default own)")
+                        "carries what the node's other workers applied in the same loop turn"
+                        + (f"; {drawn} (default {default})" if drawn else f" (default {default})"))
 
 
 def parse_value(text: str, what: str) -> tuple[str, object]:

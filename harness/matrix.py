@@ -24,6 +24,9 @@ import msgspec
 from harness.spec import TestSpec
 
 NOT_RUN = "not run"
+# test-all's default --writes: each chaos run of Tessera draws how its workers' writes reach the
+# client from its seed, so every night's matrix meets each mode under its faults
+DRAWN_WRITES = "drawn"
 MIN_TIME_LIMIT_S = 10.0  # below this a run is mostly start-up: elections, first faults
 # Fixed overhead of one run on the 5-host netns cluster before any run measured it: start the
 # daemons, wait for the test table, heal, final reads, convergence, logs, checks, teardown.
@@ -49,11 +52,27 @@ class Cell:
         time limit, so each package starts about twice even in a short run (10 s at most, 3 s at
         least: fast failure detection elects a leader in under a second)."""
         interval = min(10.0, max(3.0, round(time_limit / 4, 1)))
-        fields = {"nemesis_interval": interval, **self.overrides}
+        fields = {"nemesis_interval": interval, "writes": run_writes(base, seed),
+                  **self.overrides}
         flags = {**base.flags, **fields.pop("flags", {})}
         return msgspec.structs.replace(
             base, workload=self.workload, nemesis=list(self.nemesis), time_limit=time_limit,
             seed=seed, flags=flags, **fields)
+
+
+def run_writes(base: TestSpec, seed: int) -> str:
+    """The write mode of the run with this seed: the matrix's own, or with DRAWN_WRITES one of
+    workloads.base.WRITE_MODES drawn from the seed for Tessera (another system's client has
+    only its own)."""
+    if base.writes != DRAWN_WRITES:
+        return base.writes
+    if base.db != "tessera":
+        return "own"
+    import random
+
+    from workloads.base import WRITE_MODES
+
+    return random.Random(f"{seed}/writes").choice(WRITE_MODES)
 
 
 @dataclass

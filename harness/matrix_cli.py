@@ -82,8 +82,11 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="daemon config key for every node of every run, checked as tessera test "
                         "--db checks it (repeatable)")
     configure_writes(p, "every chaos cell's run, and every seed of the sim-full cell (where own "
-                        "leaves it to each seed's swarm mix), as tessera test takes it; ",
-                     size="16 ops")
+                        "or drawn leaves it to each seed's swarm mix), as tessera test takes "
+                        "it; ", size="16 ops",
+                     drawn="drawn: each chaos run of --db tessera draws one of the four from "
+                           "its seed, so each night's matrix meets every mode under its faults "
+                           "(the run's test.json says which); another --db runs own")
     failure_detection.configure(p)  # as `tessera test` takes it
     host_options.configure(p)  # where each cell runs: as `tessera test` takes it
     timing_options.configure(p)  # how patient each cell's run is: as `tessera test` takes it
@@ -171,12 +174,15 @@ def base_spec(args: argparse.Namespace, wheelhouse: Path):
     failure detection is fast; ValueError for a --flag the system's daemons would not take,
     found before the cluster comes up."""
     from harness.chaos_cli import parse_value
+    from harness.matrix import DRAWN_WRITES
     from harness.spec import TestSpec, system
 
     kind = system(args.db)
     flags = dict(parse_value(f, "--flag") for f in args.flag)
     kind.check_flags(flags)
-    return TestSpec(db=args.db, rate=args.rate, concurrency=args.concurrency, writes=args.writes,
+    # The self-check's recipes were measured writing one op per request: they draw no mode.
+    writes = "own" if args.self_check and args.writes == DRAWN_WRITES else args.writes
+    return TestSpec(db=args.db, rate=args.rate, concurrency=args.concurrency, writes=writes,
                     **host_options.spec_fields(args), **timing_options.spec_fields(args),
                     flags=flags,
                     fast_failure_detection=failure_detection.fast(args, kind),
@@ -205,7 +211,7 @@ def _runner(base, first_seed: int, summary_dir: Path):
     """execute(cell, time_limit, attempt) for harness.matrix.run_matrix: one `tessera test` run,
     its outcome read back from the run's results.json."""
     from harness import chaos, sim_cell
-    from harness.matrix import outcome_from_run
+    from harness.matrix import DRAWN_WRITES, outcome_from_run
 
     seeds = iter(range(first_seed, first_seed + 10**6))
 
@@ -215,8 +221,9 @@ def _runner(base, first_seed: int, summary_dir: Path):
             if cell.workload == sim_cell.KIND:
                 return sim_cell.run_cell(cell, time_limit, attempt, next(seeds) * 10_000,
                                          base.flags, out)
+            writes = "own" if base.writes == DRAWN_WRITES else base.writes  # the swarm draws
             return sim_cell.run_full_cell(cell, time_limit, attempt, next(seeds) * 10_000,
-                                          base.flags, out, writes=base.writes)
+                                          base.flags, out, writes=writes)
         spec = cell.spec(base, time_limit, next(seeds))
         t0 = time.monotonic()
         out = io.StringIO()

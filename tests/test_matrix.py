@@ -300,7 +300,7 @@ def test_every_cell_gets_writes_and_a_bad_one_is_refused_before_the_cluster_come
     check_cells(cells, base)
     chaos = [c for c in cells if c.workload != "sim-full"]
     assert chaos and all(c.spec(base, 30.0, 1).writes == "session-manual" for c in chaos)
-    assert base_spec(_args(), tmp_path).writes == "own"
+    assert base_spec(_args(), tmp_path).writes == "drawn"
     seen = {}
 
     def full_cell(cell, time_limit, attempt, seed, flags, out, writes="own"):
@@ -318,6 +318,38 @@ def test_every_cell_gets_writes_and_a_bad_one_is_refused_before_the_cluster_come
     p = subprocess.run([sys.executable, "-m", "harness.cli", "test-all", "--writes", "bogus"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 254 and "invalid choice: 'bogus'" in p.stderr
+
+
+def test_by_default_each_chaos_run_draws_its_write_mode_from_its_seed(tmp_path, monkeypatch):
+    """The nightly matrix meets every client write mode: test-all's default draws one per run
+    from the run's seed (the same seed, the same mode: a replay runs it again), for Tessera;
+    another system's runs write as they always do; the sim-full cell leaves it to the swarm."""
+    import harness.sim_cell
+    from harness.matrix_cli import _runner, check_cells
+    from workloads.base import WRITE_MODES
+
+    args = _args("--workloads", "sim-full,register,list-append", "--nemeses", "kill")
+    base = base_spec(args, tmp_path)
+    cells = cells_from_args(args)
+    check_cells(cells, base)
+    register = next(c for c in cells if c.workload == "register")
+    drawn = [register.spec(base, 30.0, seed).writes for seed in range(40)]
+    assert set(drawn) == set(WRITE_MODES)
+    assert drawn == [register.spec(base, 30.0, seed).writes for seed in range(40)]
+    etcd = _args("--db", "etcd", "--workloads", "register", "--nemeses", "kill")
+    etcd_base = base_spec(etcd, tmp_path)
+    assert {c.spec(etcd_base, 30.0, s).writes for c in cells_from_args(etcd)
+            for s in range(20)} == {"own"}
+    seen = {}
+
+    def full_cell(cell, time_limit, attempt, seed, flags, out, writes="own"):
+        seen["writes"] = writes
+        return Outcome(cell.name, attempt, "valid")
+
+    monkeypatch.setattr(harness.sim_cell, "run_full_cell", full_cell)
+    _runner(base, 1, tmp_path)(cells[0], 1.0, 1)
+    assert cells[0].workload == "sim-full" and seen == {"writes": "own"}
+    assert base_spec(_args("--self-check"), tmp_path).writes == "own"  # as its recipes were measured
 
 
 def test_bad_db_arguments_exit_254_before_the_cluster_comes_up(tmp_path, monkeypatch, capsys):
