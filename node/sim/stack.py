@@ -61,7 +61,7 @@ MAX_FRAME = 8 << 20
 LIVENESS_S = 30.0
 # The simulated disks are memory: past this many bytes on all of them together a seed stops,
 # unknown, rather than take its worker process (and with it the whole run) out of memory.
-DISK_BUDGET_BYTES = 2 << 30
+DISK_BUDGET_BYTES = 6 << 30
 FAILED_AFTER_S = 5.0  # masters re-replicate a silent server's replicas after this (fast, as CI)
 RECONCILE_MS = 2000  # masters' background task period (Kudu: 1000)
 
