@@ -734,16 +734,15 @@ def replay_command(cfg: StackConfig, faults: list[str] = (), schedule: Path | No
 
 
 def _quiet_fenced(unraisable) -> None:
-    """sys.unraisablehook without a crashed incarnation's leftovers: a coroutine of a crashed
-    host is closed when collected, and its `finally` (a copy's cleanup, say) touches the host's
-    fenced disk, or awaits and is refused ("coroutine ignored GeneratorExit"). A real crash runs
-    none of that code; nothing of it is evidence. Only abandoned coroutines are closed so: the
-    live ones finish or are cancelled before the loop closes."""
-    from node.disk import Fenced
+    """sys.unraisablehook without abandoned coroutines' leftovers: a coroutine of a crashed
+    host, or one still suspended when its seed's loop closed, is closed when collected, maybe
+    during a later seed of the same worker, and its `finally` (a copy's cleanup, a lock's
+    release) touches the host's fenced disk, a lock of the closed loop, or awaits and is
+    refused. A real crash runs none of that code; nothing of it is evidence. Only abandoned
+    coroutines are closed so: the live ones finish or are cancelled before the loop closes."""
+    import inspect
 
-    e = unraisable.exc_value
-    if not (isinstance(e, Fenced) or (isinstance(e, RuntimeError)
-                                      and "ignored GeneratorExit" in str(e))):
+    if not inspect.iscoroutine(unraisable.object):
         sys.__unraisablehook__(unraisable)
 
 
