@@ -10,8 +10,9 @@ group and told the writer.
 - asyncio_appends_per_s_1 / asyncio_p99_ms_1: one asyncio writer, the tablet server's lone
   writer. It pays the event loop's wake-up and dispatch on top (docs/benchmarks.md).
 
-- unstamped_appends_per_s_32 / stamp_cost_32_pct: the same 32 writers on segments written as
-  format 2 was, without sector stamps (the anchor of what the stamps cost), in the same rounds;
+- unstamped_appends_per_s_1 / stamp_cost_1_pct, unstamped_appends_per_s_32 /
+  stamp_cost_32_pct: the lone thread writer and the 32 writers on segments written as format 2
+  was, without sector stamps (the anchor of what the stamps cost), in the same rounds;
   stamp_us_per_mib: CPU time to lay out a 1 MiB batch with its stamps (the pieces pwritev
   takes), the part of the cost that does not hide behind fsync.
 
@@ -185,7 +186,8 @@ def main() -> int:
     lat_a1: list[float] = []
     lat_32: list[float] = []
     lat_32u: list[float] = []
-    time_1 = time_a1 = time_32 = time_32u = 0.0
+    lat_1u: list[float] = []
+    time_1 = time_a1 = time_32 = time_32u = time_1u = 0.0
     try:
         asyncio_appends(directory, 32, 0.5, [])  # warm-up: page cache, allocator, imports
         for _ in range(rounds):
@@ -196,6 +198,7 @@ def main() -> int:
             time_32 += asyncio_appends(directory, 32, seconds, lat_32)
             with unstamped_segments():
                 time_32u += asyncio_appends(directory, 32, seconds, lat_32u)
+                time_1u += thread_appends(directory, seconds, lat_1u)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     fsync_per_s = syncs / raw_time
@@ -209,6 +212,8 @@ def main() -> int:
         "group_speedup": round(appends_32 / fsync_per_s, 2),
         "asyncio_appends_per_s_1": round(len(lat_a1) / time_a1, 1),
         "asyncio_p99_ms_1": round(p99_ms(lat_a1), 3),
+        "unstamped_appends_per_s_1": round(len(lat_1u) / time_1u, 1),
+        "stamp_cost_1_pct": round(100 * (1 - len(lat_1) / time_1 / (len(lat_1u) / time_1u)), 1),
         "unstamped_appends_per_s_32": round(len(lat_32u) / time_32u, 1),
         "stamp_cost_32_pct": round(100 * (1 - appends_32 / (len(lat_32u) / time_32u)), 1),
         "stamp_us_per_mib": round(stamp_us_per_mib(), 1),

@@ -253,6 +253,21 @@ class SimDisk:
         self._temp_counter = 0
         self._serial = 0  # the last file serial handed out (shared by every incarnation)
 
+    def bytes_held(self) -> int:
+        """Bytes this disk keeps in memory for its files: what reads see and what is durable."""
+        total, dirs, seen = 0, [self._root], set()
+        while dirs:
+            d = dirs.pop()
+            for node in (*d.entries.values(), *d.durable.values()):
+                if id(node) in seen:
+                    continue
+                seen.add(id(node))
+                if isinstance(node, _Dir):
+                    dirs.append(node)
+                else:
+                    total += len(node.data) + len(node.durable)
+        return total
+
     # ---- incarnations and faults ----
 
     def fence(self) -> None:

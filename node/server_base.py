@@ -58,7 +58,7 @@ class ServerOptions:
     webserver_certificate_file: str = ""
     webserver_private_key_file: str = ""
     # The simulator's eyes on every Raft message a replica sends (tablet, to, messages), to
-    # check votes against what the voter logged; None (always, outside the simulator): unseen.
+    # check votes and acknowledgements on the wire; None (always, outside the simulator).
     observe_outgoing: Callable[[str, str, list], None] | None = None
 
 

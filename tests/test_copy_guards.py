@@ -8,7 +8,16 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from tserver_helpers import TABLET, create, direct, sole_leader, start_server, wait_for, write_rows
+from tserver_helpers import (
+    TABLET,
+    create,
+    direct,
+    sole_leader,
+    sole_replica_with_rows,
+    start_server,
+    wait_for,
+    write_rows,
+)
 
 from node.consensus import FollowerLostEntries, HardState
 from node.protocol import DeleteTablet, Read, StartTabletCopy, TabletCopyResult
@@ -37,11 +46,8 @@ def test_copy_onto_an_up_to_date_running_replica_is_refused_and_its_data_survive
     rows were gone."""
 
     async def main():
-        ts = await start_server(tmp_path / "a")
+        ts, r = await sole_replica_with_rows(tmp_path / "a")
         try:
-            await create(ts, [ts.me])
-            r = await sole_leader(ts)
-            await write_rows(ts, 3)
             for req in (StartTabletCopy(TABLET, ts.me, r.term, "RUNNING", **guards(r)),
                         StartTabletCopy(TABLET, ts.me, r.term + 5)):  # no guards at all
                 with pytest.raises(RpcError) as e:

@@ -9,7 +9,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from tserver_helpers import TABLET, create, sole_leader, start_server, wait_for, write_rows
+from tserver_helpers import (
+    TABLET,
+    create,
+    sole_leader,
+    sole_replica_with_rows,
+    start_server,
+    wait_for,
+    write_rows,
+)
 
 from node.protocol import DeleteTablet
 from node.rpc import ErrorCode, RpcError
@@ -57,11 +65,8 @@ def test_a_replica_that_failed_while_running_is_not_tombstoned_by_a_delete(tmp_p
     does, not lose them to a tombstone (the evidence of why it failed is in them)."""
 
     async def main():
-        ts = await start_server(tmp_path / "a")
+        ts, r = await sole_replica_with_rows(tmp_path / "a")
         try:
-            await create(ts, [ts.me])
-            r = await sole_leader(ts)
-            await write_rows(ts, 3)
 
             def boom():
                 raise OSError(5, "fsync failed: Input/output error")

@@ -73,6 +73,39 @@ def test_each_driver_level_mutant_is_caught(tmp_path, flag):
     pytest.fail(f"{flag} not caught in {MUTANT_SEED_CAP} seeds")
 
 
+def test_a_seed_past_the_disk_budget_stops_unknown_and_says_why(tmp_path, monkeypatch):
+    """The simulated disks are memory: a seed whose disks outgrow the budget stops, unknown,
+    with the reason, rather than take its worker (and the run waiting on it) out of memory."""
+    import node.sim.stack as stack
+    from node.disk import SimDisk
+
+    disk = SimDisk()
+    disk.pwritev(disk.open("/f", create=True), [b"x" * 1000], 0)
+    assert disk.bytes_held() == 1000  # written, not yet durable
+    monkeypatch.setattr(stack, "DISK_BUDGET_BYTES", 1)
+    r = StackSim(StackConfig(seed=1, seconds=5.0), tmp_path).run()
+    assert r.verdict == "unknown" and r.violation is None
+    assert "past the simulator's budget of" in r.results["error"], r.results
+
+
+def test_an_abandoned_coroutines_leftovers_are_quiet_and_nothing_else(monkeypatch):
+    """A worker runs seed after seed: a coroutine of an earlier seed's closed loop, collected
+    later, must not print its cleanup's errors; any other unraisable still is reported."""
+    from node.sim.stack import _quiet_fenced
+
+    async def abandoned():
+        return None
+
+    reported = []
+    monkeypatch.setattr(sys, "__unraisablehook__", reported.append)
+    coro = abandoned()
+    _quiet_fenced(SimpleNamespace(object=coro, exc_value=RuntimeError("Lock is not acquired")))
+    coro.close()
+    other = SimpleNamespace(object=object(), exc_value=ValueError("a real one"))
+    _quiet_fenced(other)
+    assert reported == [other]
+
+
 def test_a_seed_replays_bit_for_bit_in_fresh_processes(tmp_path):
     cfg = dict(seconds=15.0)
     a = run_seeds(_configs(7, 1, **cfg), tmp_path / "a", jobs=1)[0]

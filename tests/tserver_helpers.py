@@ -72,3 +72,16 @@ async def sole_leader(ts: TabletServer, tablet: str = TABLET) -> Replica:
     """A config of one elects itself."""
     return await wait_for(lambda: ts.replicas[tablet].leader_ready and ts.replicas[tablet],
                           "the replica to lead")
+
+
+async def sole_replica_with_rows(root: Path, rows: int = 3) -> tuple[TabletServer, Replica]:
+    """A server whose tablet has one replica, its leader, holding `rows` rows."""
+    ts = await start_server(root)
+    try:
+        await create(ts, [ts.me])
+        r = await sole_leader(ts)
+        await write_rows(ts, rows)
+    except BaseException:
+        await ts.stop()
+        raise
+    return ts, r

@@ -201,8 +201,9 @@ def run_full(args: argparse.Namespace) -> int:
 
     def progress(r) -> None:
         done.append(r)
-        what = "ok" if r.ok() else (f"FAILED: {r.violation or r.verdict} "
-                                    f"{r.results.get('check_error') or r.results['anomalies']}")
+        why = (r.results.get("check_error") or r.results.get("error")
+               or r.results.get("anomalies", []))
+        what = "ok" if r.ok() else f"FAILED: {r.violation or r.verdict} {why}"
         if len(done) + args.jobs - 1 < len(configs):  # the seed that starts in its place
             nxt = configs[len(done) + args.jobs - 1]
             print(f"seed {nxt.seed} mix {nxt.mix.describe()}", file=sys.stderr, flush=True)

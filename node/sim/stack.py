@@ -59,6 +59,9 @@ CLOCK_MAX_ERROR_US = 1_000
 MAX_FRAME = 8 << 20
 # After the heal, every tablet of the test table must take a write within this (`_probe_liveness`)
 LIVENESS_S = 30.0
+# The simulated disks are memory: past this many bytes on all of them together a seed stops,
+# unknown, rather than take its worker process (and with it the whole run) out of memory.
+DISK_BUDGET_BYTES = 6 << 30
 FAILED_AFTER_S = 5.0  # masters re-replicate a silent server's replicas after this (fast, as CI)
 RECONCILE_MS = 2000  # masters' background task period (Kudu: 1000)
 
@@ -230,6 +233,13 @@ class StackSim:
                 await asyncio.sleep(INVARIANT_PERIOD_S / lease_checks)
                 self._rounds += 1
                 self.invariants.check(states=self._rounds % STATE_CHECK_EVERY == 0)
+                held = sum(d.bytes_held() for d in self.disks.values())
+                if held > DISK_BUDGET_BYTES:
+                    self.client_error = (
+                        f"stopped at {self.loop.time():.1f} virtual s: the simulated disks hold "
+                        f"{held / (1 << 30):.1f} GiB, past the simulator's budget of "
+                        f"{DISK_BUDGET_BYTES / (1 << 30):g} GiB (they are memory)")
+                    return
             except StackViolation as e:
                 self.violation = str(e)
                 return
@@ -576,9 +586,12 @@ class StackSim:
         rec = Recorder(self.out_dir / "history.jsonl",
                        now_ns=lambda: int(self.loop.time() * 1e9))
         mix = self.cfg.mix
-        # shared sessions want workers back to back: writes share a turn when one read of the
-        # connection wakes several workers, which paced workers' own timers rarely do
-        rate = 0.0 if self._writes == "shared" else mix.rate or self.cfg.rate
+        # shared handles want workers back to back: writes share a turn when one read of the
+        # connection wakes several workers, which paced workers' own timers rarely do. Not
+        # with wide values: unpaced frame-sized writes put GiBs a virtual minute on the
+        # simulated disks, which are memory (one such seed took a worker to 18 GiB).
+        unpaced = self._writes == "shared" and self._value_sizes != "wide"
+        rate = 0.0 if unpaced else mix.rate or self.cfg.rate
         opts = RunOptions(concurrency=mix.concurrency or self.cfg.concurrency,
                           time_limit=self.cfg.seconds, rate=rate, seed=self.cfg.seed, op_timeout=5.0,
                           final_settle=5.0, final_timeout=60.0)
@@ -732,16 +745,15 @@ def replay_command(cfg: StackConfig, faults: list[str] = (), schedule: Path | No
 
 
 def _quiet_fenced(unraisable) -> None:
-    """sys.unraisablehook without a crashed incarnation's leftovers: a coroutine of a crashed
-    host is closed when collected, and its `finally` (a copy's cleanup, say) touches the host's
-    fenced disk, or awaits and is refused ("coroutine ignored GeneratorExit"). A real crash runs
-    none of that code; nothing of it is evidence. Only abandoned coroutines are closed so: the
-    live ones finish or are cancelled before the loop closes."""
-    from node.disk import Fenced
+    """sys.unraisablehook without abandoned coroutines' leftovers: a coroutine of a crashed
+    host, or one still suspended when its seed's loop closed, is closed when collected, maybe
+    during a later seed of the same worker, and its `finally` (a copy's cleanup, a lock's
+    release) touches the host's fenced disk, a lock of the closed loop, or awaits and is
+    refused. A real crash runs none of that code; nothing of it is evidence. Only abandoned
+    coroutines are closed so: the live ones finish or are cancelled before the loop closes."""
+    import inspect
 
-    e = unraisable.exc_value
-    if not (isinstance(e, Fenced) or (isinstance(e, RuntimeError)
-                                      and "ignored GeneratorExit" in str(e))):
+    if not inspect.iscoroutine(unraisable.object):
         sys.__unraisablehook__(unraisable)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from node.consensus import AppendResponse, VoteRequest, VoteResponse
 from node.master.catalog import CATALOG, Catalog
 
 DATA_DIR = Path("/data")  # every server's, on its own SimDisk
@@ -155,8 +156,6 @@ class Invariants:
         whether it runs or votes from a tombstone or a copy under way, where the log it votes
         from is metadata (the last OpId a tombstone kept) that may say less than it logged.
         Called inside the engine's send path, so a violation waits there for `check`."""
-        from node.consensus import AppendResponse, VoteRequest, VoteResponse
-
         server = self.sim.servers.get(host)
         r = getattr(server, "replicas", {}).get(tablet)
         if r is not None:

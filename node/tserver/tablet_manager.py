@@ -223,11 +223,11 @@ class TabletManager:
     async def _forget_failed(self, e: TabletEntry) -> None:
         """Drop a FAILED replica from memory and leave its files, as they are, for an operator:
         they are the evidence of why it failed, whether it failed at start-up (damaged files)
-        or while it ran (a failed fsync, a safety check), and a tombstone would wipe them. One
-        that ran may have acknowledged a lease, so votes wait a vote lease from its stop."""
+        or while it ran (a failed fsync, a safety check), and a tombstone would wipe them. It
+        votes no more: a forgotten replica has no state to vote from, and a copy onto it later
+        waits a vote lease from its start (`begin_copy`)."""
         if e.replica is not None:
             await e.replica.stop()
-            self._quiet(e.tablet_id)
         del self.entries[e.tablet_id]
         self.log(e.tablet_id).warning("deleted while FAILED (%s): its files are left for an "
                                       "operator", e.reason)
