@@ -29,10 +29,11 @@ class Recorder:
         return (self._now_ns() - self._t0) / 1e9
 
     def record(self, process: int | str, type_: str, f: str, value: Any = None, *, key: Any = None,
-               node: str | None = None, error: Any = None, hybrid_time: int | None = None) -> Op:
+               node: str | None = None, error: Any = None, hybrid_time: int | None = None,
+               sent: dict | None = None) -> Op:
         op = Op(index=self._index, type=type_, f=f, value=value, process=process,
                 time=self._now_ns() - self._t0, key=key, node=node, error=error,
-                hybrid_time=hybrid_time)
+                hybrid_time=hybrid_time, sent=sent)
         self._index += 1
         if process != "nemesis":
             self.counts[type_] += 1

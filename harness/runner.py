@@ -79,9 +79,16 @@ def _node(client: KVClient) -> str | None:
     return getattr(client, "node", None)  # clients that know which server answered say so
 
 
-def _hybrid_time(client: KVClient, done: Completion) -> int | None:
-    """An ok op's hybrid timestamp, from clients whose writes return one (node.client.Table)."""
-    return getattr(client, "hybrid_time", None) if done.type == "ok" else None
+def _complete(rec: Recorder, process: int, inv: Invocation, done: Completion,
+              client: KVClient) -> None:
+    """Record `inv`'s completion: the node that answered and, from clients that know them
+    (node.client.Table), an ok write's hybrid timestamp and what tied an answered write to its
+    request (its session, seq and batch: Op.sent)."""
+    answered = done.type != "info"
+    rec.record(process, done.type, inv.f, done.value if done.type == "ok" else inv.value,
+               key=inv.key, node=_node(client), error=done.error,
+               hybrid_time=getattr(client, "hybrid_time", None) if done.type == "ok" else None,
+               sent=getattr(client, "sent", None) if answered else None)
 
 
 class Pacer:
@@ -115,9 +122,7 @@ async def _thread(thread: int, opts: RunOptions, workload: Workload, client: KVC
         inv = next(stream)
         rec.record(process, "invoke", inv.f, inv.value, key=inv.key)
         done = await _call(workload, client, inv, opts.op_timeout)
-        rec.record(process, done.type, inv.f, done.value if done.type == "ok" else inv.value,
-                   key=inv.key, node=_node(client), error=done.error,
-                   hybrid_time=_hybrid_time(client, done))
+        _complete(rec, process, inv, done, client)
         if done.type == "info":
             process += opts.concurrency
 
@@ -127,9 +132,7 @@ async def _sequential(ops: list[Invocation], workload: Workload, client: KVClien
     for inv in ops:
         rec.record(process, "invoke", inv.f, inv.value, key=inv.key)
         done = await _call(workload, client, inv, timeout)
-        rec.record(process, done.type, inv.f, done.value if done.type == "ok" else inv.value,
-                   key=inv.key, node=_node(client), error=done.error,
-                   hybrid_time=_hybrid_time(client, done))
+        _complete(rec, process, inv, done, client)
         if done.type == "info":
             process += 1
 
@@ -145,9 +148,7 @@ async def _until_ok(inv: Invocation, workload: Workload, client: KVClient, rec: 
     while True:
         rec.record(process, "invoke", inv.f, inv.value, key=inv.key)
         done = await _call(workload, client, inv, opts.op_timeout)
-        rec.record(process, done.type, inv.f, done.value if done.type == "ok" else inv.value,
-                   key=inv.key, node=_node(client), error=done.error,
-                   hybrid_time=_hybrid_time(client, done))
+        _complete(rec, process, inv, done, client)
         attempts += 1
         if done.type == "info":
             process += 1

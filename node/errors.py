@@ -29,6 +29,16 @@ class OpUnknown(TesseraError):
     """The operation may or may not have taken effect (a history records it as `info`)."""
 
 
+class WrongReply(OpUnknown):
+    """A reply that answers some other request than the op's own (reports.checkers.replies): a
+    transaction's micro-ops that differ from the invocation, or a write's reply tied to
+    another op or seq. The op's effect is unknown, and its history must say so, with `reply`."""
+
+    def __init__(self, reply: object):
+        super().__init__(f"the reply does not answer the invocation: {reply!r}")
+        self.reply = reply
+
+
 class ReplicaError(TesseraError):
     """A request this replica cannot serve now; `retryable` says if trying elsewhere may work,
     `leader` is the current leader's UUID when known."""

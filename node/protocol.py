@@ -62,8 +62,11 @@ class WriteBatch(msgspec.Struct, frozen=True):
     acked_below: int = 0
 
 
-class BatchResult(msgspec.Struct, frozen=True):
+class BatchResult(msgspec.Struct, frozen=True, omit_defaults=True):
     results: list[Result]  # one per op of the WriteBatch, in order
+    # The request's first seq, echoed: result i answers seq + i. A client ties each reply to
+    # its own request with it (and the harness records both: the wrong-reply check).
+    seq: int = 0
 
 
 class Read(msgspec.Struct, frozen=True):
@@ -71,8 +74,9 @@ class Read(msgspec.Struct, frozen=True):
     op: Op
 
 
-class OpResult(msgspec.Struct, frozen=True):
+class OpResult(msgspec.Struct, frozen=True, omit_defaults=True):
     result: Result
+    seq: int = 0  # a session write's seq, echoed (as BatchResult's); 0 for reads
 
 
 class Consensus(msgspec.Struct, frozen=True):

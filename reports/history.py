@@ -38,6 +38,11 @@ class Op(msgspec.Struct, omit_defaults=True):
     # An ok write's hybrid timestamp as the database returned it (node.clock); absent otherwise
     # and in histories recorded before writes carried one.
     hybrid_time: int | None = None
+    # On an answered write of a session: what tied the reply to its request, {"tablet",
+    # "session", "seq", "batch" (the first seq of the request it travelled in), "ops" (that
+    # request's size), "echo" (the seq the server's answer said it answers)}; the replies
+    # checker holds each to its own op.
+    sent: dict | None = None
 
 
 class Keyword(str):

@@ -77,7 +77,7 @@ def _locations(*hosts: str) -> TableLocations:
 
 
 def _leader(method, request):
-    return OpResult(Result(True, 7))
+    return OpResult(Result(True, 7), getattr(request, "seq", 0))
 
 
 def _follower_of(uuid):

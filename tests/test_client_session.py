@@ -71,13 +71,13 @@ class Tablets:
             return OpResult(Result(True, self.sessions))
         if method == "ts.write":
             self.writes.append(request)
-            return OpResult(self.answer(request.op))
+            return OpResult(self.answer(request.op), request.seq)
         if method == "ts.write_batch":
             self.batches.append(request)
             if self.no_session_first:
                 self.no_session_first = False
                 return BatchResult([Result(False, error=Rejection.NO_SESSION)] * len(request.ops))
-            return BatchResult([self.answer(op) for op in request.ops])
+            return BatchResult([self.answer(op) for op in request.ops], request.seq)
         raise RpcError(ErrorCode.NETWORK, f"unexpected {method}")
 
     async def close(self):
@@ -294,7 +294,7 @@ class LosingTablets(Tablets):
         if not self.lost:
             self.lost = True
             raise RpcError(ErrorCode.DEADLINE_EXCEEDED, "reply lost", maybe_delivered=True)
-        return BatchResult(results)
+        return BatchResult(results, request.seq)
 
 
 def test_a_lost_batch_reply_is_retried_with_the_same_session_and_seqs():
@@ -617,3 +617,128 @@ def test_a_tablet_sessions_acked_below_is_its_oldest_seq_in_flight(steps):
             s.end(first)
             flying.difference_update(range(first, first + n))
         assert s.acked_below() == (min(flying) if flying else issued)
+
+
+# -- what ties a reply to its request ------------------------------------------------------
+
+class EchoesWrong(Tablets):
+    """Answers each batch as if it were the request after it (echo seq + 1)."""
+
+    async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
+        res = await super().call(addr, method, request, response_type, to_uuid=to_uuid,
+                                 timeout=timeout)
+        return msgspec.structs.replace(res, seq=res.seq + 1) if method == "ts.write_batch" \
+            else res
+
+
+@pytest.mark.parametrize("rpc,wrong", [(Tablets(), False), (EchoesWrong(), True)])
+def test_a_write_is_told_what_it_went_as_and_an_answer_for_another_seq_is_a_wrong_reply(
+        rpc, wrong):
+    """Each write of a batch records its session, seq, batch and the seq its answer echoed; the
+    handle refuses an answer for another seq as a WrongReply (its effect unknown)."""
+    from node.errors import WrongReply
+
+    async def go():
+        client = client_of(rpc)
+        manual = client.table("t", session=client.new_session(
+            "t", SessionOptions(FlushMode.MANUAL_FLUSH)))
+        handles = [client.table("t", session=manual.session) for _ in range(3)]
+        outs = await asyncio.gather(*(h.write(f"k{i}", i) for i, h in enumerate(handles)),
+                                    return_exceptions=True)
+        return handles, outs
+
+    handles, outs = run(go())
+    if wrong:
+        assert all(isinstance(o, WrongReply) for o in outs), outs
+        assert outs[0].reply["sent"]["echo"] == outs[0].reply["sent"]["seq"] + 1
+        return
+    assert not any(isinstance(o, Exception) for o in outs), outs
+    sent = [h.sent for h in handles]
+    assert [s["seq"] for s in sent] == [1, 2, 3] and {s["batch"] for s in sent} == {1}
+    assert all(s["ops"] == 3 and s["echo"] == s["seq"] and s["session"] == 1 for s in sent)
+
+
+def _mutant(monkeypatch, name):
+    from node.client import faults
+    monkeypatch.setattr(faults, "FAULTS", faults.parse(name))
+
+
+def test_the_misroute_fault_hands_each_caller_anothers_reply_and_the_handle_says_so(
+        monkeypatch):
+    from node.errors import WrongReply
+    _mutant(monkeypatch, "misroute")
+
+    async def go():
+        client = client_of(Tablets())
+        session = client.new_session("t", SessionOptions(FlushMode.MANUAL_FLUSH))
+        handles = [client.table("t", session=session) for _ in range(2)]
+        return await asyncio.gather(*(h.write(f"k{i}", i) for i, h in enumerate(handles)),
+                                    return_exceptions=True)
+
+    assert all(isinstance(o, WrongReply) for o in run(go()))
+
+
+def test_the_drop_error_fault_answers_a_background_row_error_as_applied(monkeypatch):
+    async def go():
+        session = client_of(Tablets()).new_session("t", background())
+        fut = await session.apply("k", Cas("k", "bad", 1))
+        await session.flush()
+        return fut.result().result
+
+    assert not run(go()).ok
+    _mutant(monkeypatch, "drop-error")
+    assert run(go()).ok
+
+
+def test_the_reuse_slot_fault_gives_a_cancelled_callers_outcome_to_the_next(monkeypatch):
+    """Without the fault the caller after a cancelled one gets its own row; with it, the
+    cancelled caller's."""
+    class Slow(Tablets):
+        async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
+            await asyncio.sleep(0.05)
+            return await super().call(addr, method, request, response_type, to_uuid=to_uuid,
+                                      timeout=timeout)
+
+    def go():
+        async def inner():
+            session = client_of(Slow()).new_session("t", background())
+            futs = [await session.apply(f"k{i}", Write(f"k{i}", i)) for i in range(3)]
+            session._cut(next(iter(session._buffers)), "flush")
+            await asyncio.sleep(0.07)  # the batch is sent: its ops can no longer be dropped
+            futs[0].cancel()
+            await session.flush()
+            return [f.result().sent.op.key for f in futs[1:]]
+        return run(inner())
+
+    assert go() == ["k1", "k2"]
+    _mutant(monkeypatch, "reuse-slot")
+    assert go() == ["k0", "k1"]
+
+
+def test_the_new_seqs_fault_sends_a_retry_as_a_new_request(monkeypatch):
+    """A lost answer: the fixed client resends the same seqs, the fault new ones."""
+    class LosesFirst(Tablets):
+        lost = False
+
+        async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
+            res = await super().call(addr, method, request, response_type, to_uuid=to_uuid,
+                                     timeout=timeout)
+            if method == "ts.write_batch" and not self.lost:
+                self.lost = True
+                raise RpcError(ErrorCode.DEADLINE_EXCEEDED, "lost", maybe_delivered=True)
+            return res
+
+    def seqs():
+        rpc = LosesFirst()
+
+        async def inner():
+            session = client_of(rpc).new_session("t", background())
+            for i in range(2):
+                await session.apply(f"k{i}", Write(f"k{i}", i))
+            await session.flush()
+        run(inner())
+        return [b.seq for b in rpc.batches]
+
+    assert seqs() == [1, 1]
+    _mutant(monkeypatch, "new-seqs")
+    assert seqs() == [1, 3]

@@ -266,12 +266,14 @@ def test_a_fault_that_cannot_start_on_one_host_makes_the_run_unknown(env, tmp_pa
 
 
 def _grouped_writes_run(env, tmp_path, options: list[str], concurrency: int, rate: int,
-                        seed: int):
-    """A 25 s list-append run with the arguments `options` (--writes and its batch size) under
-    kills and partitions: judged valid by the checkers, replicas and logs, every fault fired,
-    and each op invoked and completed on its own in the history. Its test.json."""
-    out = tessera("test", "--workload", "list-append", *options,
-                  "--nemesis", "kill,partition", "--time-limit", "25", "--nemesis-interval", "4",
+                        seed: int, workload: str = "list-append", seconds: int = 25):
+    """A `seconds` run of `workload` with the arguments `options` (--writes and its batch size)
+    under kills and partitions: judged valid by the checkers, replicas and logs, every fault
+    fired, each op invoked and completed on its own in the history, and every answered write
+    tied to its own request (the replies checker). Its test.json."""
+    out = tessera("test", "--workload", workload, *options,
+                  "--nemesis", "kill,partition", "--time-limit", str(seconds),
+                  "--nemesis-interval", "4",
                   "--concurrency", str(concurrency), "--rate", str(rate), "--seed", str(seed),
                   "--store", str(tmp_path / "store"), env=env)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -283,7 +285,25 @@ def _grouped_writes_run(env, tmp_path, options: list[str], concurrency: int, rat
            if o.process != "nemesis"]
     invoked = sum(o.type == "invoke" for o in ops)
     assert invoked > 100 and invoked == sum(o.type != "invoke" for o in ops)
+    # every ok write went in a client session, and says as what: session, seq and batch
+    assert all(o.sent for o in ops if o.type == "ok" and o.f != "read"), "a write without sent"
+    replies = [r for r in results["check"]["results"] if r["checker"] == "replies"]
+    assert replies and replies[0]["compared"] > 0 and replies[0]["verdict"] == "valid", replies
     return json.load(open(os.path.join(run_dir, "test.json")))
+
+
+@pytest.mark.parametrize("workload,writes", [
+    ("register", "own"), ("register", "shared"), ("register", "session-background"),
+    ("register", "session-manual"), ("list-append", "own"), ("list-append", "session-manual")])
+def test_every_write_mode_under_kills_and_partitions_stays_valid(env, tmp_path, workload,
+                                                                 writes):
+    """Each way users' writes reach the client (a handle each, a shared handle whose writes
+    coalesce, a background-flush session, a manual-flush session) under kills and partitions,
+    with cas on the registers: valid, and the mode is what test.json records. (list-append
+    with shared and session-background: the two tests below.)"""
+    test = _grouped_writes_run(env, tmp_path, ["--writes", writes], 20,
+                               0 if writes == "shared" else 200, 57, workload, 20)
+    assert test["writes"] == writes
 
 
 def test_batched_sessions_under_kills_and_partitions_stay_valid(env, tmp_path):

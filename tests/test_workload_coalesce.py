@@ -205,8 +205,8 @@ def test_the_same_run_catches_a_client_that_answers_a_batch_to_the_wrong_callers
     original = client_module.TesseraClient.write_batch
 
     async def reversed_results(self, table, t, ops, *args, **kwargs):
-        results, peer = await original(self, table, t, ops, *args, **kwargs)
-        return results[::-1], peer
+        answered = await original(self, table, t, ops, *args, **kwargs)
+        return answered._replace(results=answered.results[::-1])
 
     monkeypatch.setattr(client_module.TesseraClient, "write_batch", reversed_results)
     result = _run(tmp_path, 4, writes)

@@ -153,3 +153,46 @@ def test_a_multi_register_read_is_filled_in_not_a_wrong_reply():
     assert answered([["read", "x", None], ["write", "y", 2]],
                     [["read", "x", 0], ["write", "y", 2]]) == [["read", "x", 0], ["write", "y", 2]]
     assert answered([["write", "y", 2]], [["write", "y", 3]]) is None
+
+
+def _write(process: int, index_base: int, sent: dict, type_: str = "ok") -> list[dict]:
+    return [{"process": process, "type": "invoke", "f": "write", "value": index_base, "key": 1},
+            {"process": process, "type": type_, "f": "write", "value": index_base, "key": 1,
+             "sent": sent}]
+
+
+def _sent(seq: int, echo: int | None = None, session: int = 7, batch: int = 1) -> dict:
+    return {"tablet": "t", "session": session, "seq": seq, "batch": batch, "ops": 2,
+            "echo": seq if echo is None else echo}
+
+
+def test_writes_each_answered_as_their_own_seq_are_compared_and_valid():
+    """The other direction: a batch of two writes, each answered as its own seq, and a write of
+    another session with the same seq number: nothing is wrong, and all three are compared."""
+    ops = history(*_write(1, 10, _sent(1)), *_write(2, 11, _sent(2)),
+                  *_write(3, 12, _sent(1, session=8)))
+    out = check_replies(ops)
+    assert out == {"checker": "replies", "verdict": "valid", "compared": 3, "anomalies": []}
+
+
+def test_one_seq_answered_to_two_callers_is_a_wrong_reply_naming_both():
+    ops = history(*_write(1, 10, _sent(1)), *_write(2, 11, _sent(1)))
+    out = check_history(ops, "cas-register")
+    assert out["verdict"] == "invalid"
+    (replies,) = [r for r in out["results"] if r["checker"] == "replies"]
+    (a,) = replies["anomalies"]
+    assert a["type"] == WRONG_REPLY and a["process"] == 2 and a["index"] == 3
+    assert "process 1's write (op 1)" in a["explanation"] and "one reply, two callers" in \
+        a["explanation"]
+
+
+def test_an_answer_for_another_seq_is_a_wrong_reply():
+    ops = history(*_write(1, 10, _sent(2, echo=1), type_="fail"))
+    out = check_replies(ops)
+    assert out["verdict"] == "invalid" and out["anomaly_types"] == [WRONG_REPLY]
+    assert "its answer was for seq 1" in out["anomalies"][0]["explanation"]
+
+
+def test_a_malformed_sent_record_is_a_wrong_reply_not_a_crash():
+    ops = history(*_write(1, 10, {"seq": 1}))
+    assert check_replies(ops)["verdict"] == "invalid"

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from node.errors import OpFailed, OpUnknown
+from node.errors import OpFailed, OpUnknown, WrongReply
 
 # How the workers' writes reach the client (Workload.writes; `tessera test --writes`).
 WRITE_MODES = ("own", "shared", "session-background", "session-manual")
@@ -51,15 +51,6 @@ class Completion:
     type: str  # ok | fail | info
     value: Any = None
     error: Any = None  # a string; ["wrong-reply", reply] for a reply that was not this op's
-
-
-class WrongReply(Exception):
-    """The server's reply does not answer the invocation (reports.checkers.replies): it is some
-    other op's. The op's effect is unknown, and the history must say so, with the reply."""
-
-    def __init__(self, reply: Any):
-        super().__init__(f"the reply does not answer the invocation: {reply!r}")
-        self.reply = reply
 
 
 def answer(invoked: list[list], reply: Any) -> list[list]:

@@ -39,19 +39,24 @@ import ssl
 from typing import Any
 
 import crc32c
+import msgspec
 
+from node.client import faults
 from node.client.session import (
     MAX_BATCH_OPS,
+    Answered,
+    Sent,
     Session,
     SessionOptions,
     Sessions,
     TabletSession,
     all_ok,
+    answer,
 )
 from node.client.session import BufferFull as BufferFull
 from node.client.session import FlushMode as FlushMode
 from node.client.session import RowResult as RowResult
-from node.errors import OpFailed, OpUnknown, TooLarge
+from node.errors import OpFailed, OpUnknown, TooLarge, WrongReply
 from node.protocol import (
     Ack,
     BatchResult,
@@ -452,10 +457,11 @@ class TesseraClient:
         raise OpFailed(f"not applied within {self.timeout}s: {last}")
 
     async def op(self, table: str, key: str, op: Op, bind: tuple[str, int | None] | None = None,
-                 sessions: Sessions | None = None) -> tuple[Result, Peer]:
-        """Run one op on the tablet holding `key`: its Result (ok or a rejection) and the
-        replica that gave it. `bind` is a parse_bind() value. A write shares its request with
-        the writes other callers of `sessions` issue in the same loop turn (`_corked`)."""
+                 sessions: Sessions | None = None) -> RowResult:
+        """Run one op on the tablet holding `key`: its Result (ok or a rejection), the
+        replica that gave it and, for a write, what ties the answer to its request (Sent).
+        `bind` is a parse_bind() value. A write shares its request with the writes other
+        callers of `sessions` issue in the same loop turn (`_corked`)."""
         sessions = sessions or self._sessions
         deadline = self._deadline()
         t = self.cached_tablet(table, key) or await self._tablet_for(table, key, deadline=deadline)
@@ -463,7 +469,7 @@ class TesseraClient:
             method, req, _ = _request(t, op)
             res, _, peer = await self._to_leader(table, t, method, req, OpResult, False,
                                                  deadline, bind)
-            return res.result, peer
+            return RowResult(res.result, peer)
         return await self._corked(table, t, op, bind, sessions, deadline)
 
     def _corked(self, table: str, t: TabletLocation, op: RowOp,
@@ -495,7 +501,7 @@ class TesseraClient:
     async def _uncork(self, key: tuple, cork: tuple[list, list], table: str, t: TabletLocation,
                       bind: tuple[str, int | None] | None, sessions: Sessions,
                       deadline: float) -> None:
-        """Send one turn's writes (`_corked`) and answer each caller's future: (Result, Peer),
+        """Send one turn's writes (`_corked`) and answer each caller's future: its RowResult,
         or the OpUnknown / OpFailed that op would raise on its own."""
         if sessions.corked.get(key) is cork:
             del sessions.corked[key]
@@ -507,9 +513,8 @@ class TesseraClient:
                 outcomes = [await self._write(table, t, ops[0], bind, sessions, deadline)]
             else:
                 try:
-                    results, peer = await self.write_batch(table, t, ops, deadline, bind,
-                                                           sessions)
-                    outcomes = [r if isinstance(r, OpUnknown) else (r, peer) for r in results]
+                    answered = await self.write_batch(table, t, ops, deadline, bind, sessions)
+                    outcomes = answered.rows(ops)
                 except TooLarge:  # nothing applied; each alone may still fit
                     outcomes = await asyncio.gather(
                         *(self._write(table, t, op, bind, sessions, deadline) for op in ops),
@@ -520,19 +525,12 @@ class TesseraClient:
             if outcomes and len(outcomes) != len(ops):  # never leave a caller waiting
                 outcomes = [OpUnknown(f"{len(outcomes)} results came back for {len(ops)} "
                                       "writes")] * len(ops)
-            for fut, out in zip(futures, outcomes or [None] * len(futures), strict=True):
-                if fut.done():  # its caller gave up (cancelled)
-                    continue
-                if out is None:  # this task was cancelled: so are the writes it carried
-                    fut.cancel()
-                elif isinstance(out, BaseException):
-                    fut.set_exception(out)
-                else:
-                    fut.set_result(out)
+            # no outcomes: this task was cancelled, and so are the writes it carried
+            answer(futures, outcomes or [None] * len(futures))
 
     async def _write(self, table: str, t: TabletLocation, op: RowOp,
                      bind: tuple[str, int | None] | None, sessions: Sessions,
-                     deadline: float) -> tuple[Result, Peer]:
+                     deadline: float) -> RowResult:
         """One write alone, as `ts.write`, in its handle's session for the tablet."""
         for _ in range(3):  # a session evicted before our first attempt: reopen and retry
             s = (sessions.by_tablet.get(t.tablet_id)
@@ -546,7 +544,7 @@ class TesseraClient:
                 s.end(seq)
             res = reply.result
             if res.ok or res.error not in (Rejection.NO_SESSION, Rejection.STALE_SEQ):
-                return res, peer
+                return RowResult(res, peer, Sent(op, t.tablet_id, s.id, seq, seq, 1, reply.seq))
             sessions.by_tablet.pop(t.tablet_id, None)
             if uncertain or res.error == Rejection.STALE_SEQ:
                 raise OpUnknown(f"session lost after an uncertain attempt: {res.detail}")
@@ -554,17 +552,19 @@ class TesseraClient:
 
     async def write_batch(self, table: str, t: TabletLocation, ops: list[RowOp],
                           deadline: float, bind: tuple[str, int | None] | None = None,
-                          sessions: Sessions | None = None
-                          ) -> tuple[list[Result | OpUnknown], Peer]:
+                          sessions: Sessions | None = None) -> Answered:
         """Row ops of one tablet as ONE `ts.write_batch` (one Raft entry), retried unchanged
         (same session, same seqs: exactly-once) through leader changes until `deadline`.
 
-        Returns one item per op: its Result (ok or a row error such as CAS_MISMATCH), or
+        Answers one item per op: its Result (ok or a row error such as CAS_MISMATCH), or
         OpUnknown where the tablet forgot whether it applied (a session evicted or results
-        forgotten after an uncertain attempt); and the replica that answered. Raises OpUnknown
+        forgotten after an uncertain attempt); the replica that answered; the session and
+        seqs the batch went as, and the seq the answer echoed (Answered.rows). Raises OpUnknown
         (the whole batch may have applied) or OpFailed (it certainly did not) when no replica
         answered by the deadline, as `op` does for one op."""
         sessions = sessions or self._sessions
+        if faults.FAULTS.new_seqs:
+            return await self._batch_with_new_seqs(table, t, ops, deadline, bind, sessions)
         for _ in range(3):  # a session evicted before our first attempt: reopen and retry
             s = await self._session(sessions, table, t, deadline, bind)
             first = s.begin(len(ops))
@@ -576,16 +576,42 @@ class TesseraClient:
                 s.end(first)
             results = res.results
             if all_ok(results):  # the usual answer, checked without a loop in Python
-                return results, peer
+                return Answered(results, peer, t.tablet_id, s.id, first, res.seq)
             lost = [not r.ok and r.error in (Rejection.NO_SESSION, Rejection.STALE_SEQ)
                     for r in results]
             if not any(lost):
-                return results, peer
+                return Answered(results, peer, t.tablet_id, s.id, first, res.seq)
             sessions.by_tablet.pop(t.tablet_id, None)
             if uncertain or not all(r.error == Rejection.NO_SESSION for r in results):
-                return [OpUnknown(f"session lost after an uncertain attempt: {r.detail}")
-                        if gone else r for r, gone in zip(results, lost, strict=True)], peer
+                return Answered([OpUnknown(f"session lost after an uncertain attempt: {r.detail}")
+                                 if gone else r for r, gone in zip(results, lost, strict=True)],
+                                peer, t.tablet_id, s.id, first, res.seq)
         raise OpFailed("could not keep a session open")
+
+    async def _batch_with_new_seqs(self, table: str, t: TabletLocation, ops: list[RowOp],
+                                   deadline: float, bind: tuple[str, int | None] | None,
+                                   sessions: Sessions) -> Answered:
+        """The `new-seqs` fault (node.client.faults), a deliberate bug: a retry loop of its own
+        in which every attempt of the batch, to each replica in turn, is a new request with new
+        seqs, so a retry after a lost answer applies the batch again."""
+        last: Exception | str = "no attempt"
+        backoff = _Backoff(self.rng)
+        while (remaining := deadline - self._now()) > 0:
+            for peer in self._replica_order(self._latest(table, t), bind):
+                s = await self._session(sessions, table, t, deadline, bind)
+                first = s.begin(len(ops))
+                req = WriteBatch(t.tablet_id, ops, s.id, first, s.acked_below())
+                try:
+                    res = await self.rpc.call(peer.addr, "ts.write_batch", req, BatchResult,
+                                              to_uuid=peer.uuid,
+                                              timeout=min(self.attempt_timeout, remaining))
+                    return Answered(res.results, peer, t.tablet_id, s.id, first, res.seq)
+                except RpcError as e:
+                    last = e
+                finally:
+                    s.end(first)
+            await backoff.wait(deadline)
+        raise OpUnknown(f"outcome unknown: {last}")
 
     def new_session(self, table: str, options: SessionOptions | None = None,
                     bind: str | None = None) -> Session:
@@ -626,6 +652,9 @@ class Table:
         self._nodes: dict[Peer, str] = {}  # what `node` says of a replica, made once each
         # The hybrid timestamp of this handle's last op if it was an ok write, else None.
         self.hybrid_time: int | None = None
+        # What tied this handle's last write to its request (Sent.evidence), else None: a
+        # history records it on the op's completion (Op.sent).
+        self.sent: dict | None = None
 
     def new_session(self, options: SessionOptions | None = None) -> Session:
         """A batching session on this table, bound as this handle is."""
@@ -648,15 +677,20 @@ class Table:
         fails, never sent. The flush is shielded: a caller that gives up (a timeout) must not
         cancel batches that carry other callers' ops; its own op, if not yet sent, is dropped
         (its future cancelled), as a background session drops it."""
-        self.node = self.hybrid_time = None
+        self.node = self.hybrid_time = self.sent = None
         if self.session is not None and not is_read_only(op):
             if self.session.options.mode == FlushMode.MANUAL_FLUSH:
                 row = await self._flushed(key, op)
             else:
                 row = await (await self.session.apply(key, op))
-            res, peer = row.result, row.peer
         else:
-            res, peer = await self.client.op(self.name, key, op, self.bind, self.sessions)
+            row = await self.client.op(self.name, key, op, self.bind, self.sessions)
+        res, peer, sent = row
+        if sent is not None:
+            self.sent = sent.evidence()
+            if sent.wrong(op):
+                raise WrongReply({"sent": self.sent, "result": msgspec.to_builtins(res),
+                                  "answers": msgspec.to_builtins(sent.op)})
         node = self._nodes.get(peer)
         if node is None:
             hostport = f"{peer.host}:{peer.port}"

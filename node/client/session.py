@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import msgspec
 
+from node.client import faults
 from node.errors import OpFailed, OpUnknown, TesseraError
 from node.tablet.ops import ROW_OP_TYPES, Result, RowOp
 from node.tablet.state import Limits
@@ -104,12 +105,85 @@ class RowError(NamedTuple):
     error: Result | OpFailed | OpUnknown
 
 
+class Sent(NamedTuple):
+    """What ties a reply to the request it answers: the op as sent (its caller checks, by
+    identity, that it is its own), the tablet and client session it went to, its seq, the first
+    seq and the size of the request it travelled in (its batch), and the seq the replica's
+    answer said it answers (`echo`; BatchResult.seq + the op's place in the batch)."""
+
+    op: RowOp
+    tablet: str
+    session: int
+    seq: int
+    batch: int
+    size: int
+    echo: int
+
+    def wrong(self, op: RowOp) -> bool:
+        """This reply is not `op`'s: another op's slot, or an answer to another seq."""
+        return self.op is not op or self.echo != self.seq
+
+    def evidence(self) -> dict:
+        """What a history records of it on the op's completion (Op.sent)."""
+        return {"tablet": self.tablet, "session": self.session, "seq": self.seq,
+                "batch": self.batch, "ops": self.size, "echo": self.echo}
+
+
 class RowResult(NamedTuple):
-    """One applied op's outcome: its Result (ok, or a row error) and the replica that gave it.
-    A tuple: one is made per op, and a frozen dataclass costs several times as much to build."""
+    """One applied op's outcome: its Result (ok, or a row error), the replica that gave it, and
+    what ties it to its request (None for a read, sent in no session). A tuple: one is made per
+    op, and a frozen dataclass costs several times as much to build."""
 
     result: Result
     peer: Peer | None
+    sent: Sent | None = None
+
+
+class Answered(NamedTuple):
+    """A batch's answer (`write_batch`): one Result or OpUnknown per op, the replica that gave
+    them, the client session and first seq the batch went as, and the seq the answer echoed."""
+
+    results: list[Result | OpUnknown]
+    peer: Peer
+    tablet: str
+    session: int
+    first: int
+    echo: int
+
+    def rows(self, ops: list[RowOp]) -> list[RowResult | OpUnknown]:
+        """Op i's outcome, tied to op i as sent (`Sent`); every op's OpUnknown when the answer
+        does not hold one result per op (which of them applied is unknown)."""
+        peer, tablet, session, first, echo, n = (self.peer, self.tablet, self.session,
+                                                  self.first, self.echo, len(ops))
+        if len(self.results) != n:
+            return [OpUnknown(f"{len(self.results)} results came back for {n} writes")] * n
+        rows = [r if isinstance(r, OpUnknown)
+                else RowResult(r, peer, Sent(op, tablet, session, first + i, first, n, echo + i))
+                for i, (op, r) in enumerate(zip(ops, self.results, strict=True))]
+        if faults.FAULTS.misroute:  # a deliberate bug (node.client.faults): one place off
+            rows = rows[1:] + rows[:1]
+        return rows
+
+
+def answer(futures: list[asyncio.Future], outcomes: list) -> None:
+    """Each caller's future its own outcome: a RowResult, the exception its op raises, or None
+    (the batch's task was cancelled: so is the op). A caller that gave up (its future done,
+    cancelled) is skipped: its outcome is nobody else's."""
+    reused: list = []
+    for future, out in zip(futures, outcomes, strict=True):
+        if future.done():
+            if faults.FAULTS.reuse_slot:  # a deliberate bug (node.client.faults)
+                reused.append(out)
+            continue
+        if reused:
+            reused.append(out)
+            out = reused.pop(0)
+        if out is None:
+            future.cancel()
+        elif isinstance(out, BaseException):
+            future.set_exception(out)
+        else:
+            future.set_result(out)
 
 
 @dataclass(slots=True)
@@ -182,7 +256,7 @@ class Client(Protocol):
     timeout: float
 
     async def op(self, table: str, key: str, op: Op, bind: tuple[str, int | None] | None = None,
-                 sessions: Sessions | None = None) -> tuple[Result, Peer]: ...
+                 sessions: Sessions | None = None) -> RowResult: ...
 
     def cached_tablet(self, table: str, key: str) -> TabletLocation | None: ...
 
@@ -191,8 +265,7 @@ class Client(Protocol):
 
     async def write_batch(self, table: str, t: TabletLocation, ops: list[RowOp],
                           deadline: float, bind: tuple[str, int | None] | None = None,
-                          sessions: Sessions | None = None
-                          ) -> tuple[list[Result | OpUnknown], Peer]: ...
+                          sessions: Sessions | None = None) -> Answered: ...
 
 
 class Session:
@@ -284,7 +357,7 @@ class Session:
     async def _apply_now(self, key: str, op: RowOp, loop) -> asyncio.Future | None:
         """AUTO_FLUSH_SYNC: the op sent alone, its outcome reported as the session reports."""
         try:
-            res, peer = await self.client.op(self.table, key, op, self.bind, self.sessions)
+            row = await self.client.op(self.table, key, op, self.bind, self.sessions)
         except (OpFailed, OpUnknown) as e:
             if not self._futures:
                 self._fail_all([op], [], e)
@@ -293,11 +366,11 @@ class Session:
             future.set_exception(e)
             return future
         if not self._futures:
-            self._collect([op], [res])
+            self._collect([op], [row.result])
             return None
-        self.rows_ok += res.ok
+        self.rows_ok += row.result.ok
         future = loop.create_future()
-        future.set_result(RowResult(res, peer))
+        future.set_result(row)
         return future
 
     def count_pending_errors(self) -> int:
@@ -360,7 +433,7 @@ class Session:
                         return
                     ops, futures = [ops[i] for i in kept], [futures[i] for i in kept]
                 try:
-                    results, peer = await self.client.write_batch(
+                    answered = await self.client.write_batch(
                         self.table, buf.tablet, ops, deadline, self.bind, self.sessions)
                 except (OpFailed, OpUnknown) as e:
                     self._fail_all(ops, futures, e)
@@ -370,18 +443,16 @@ class Session:
                                 type(e).__name__, e, exc_info=e)
                     self._fail_all(ops, futures, OpUnknown(f"{type(e).__name__}: {e}"))
                     return
+                results = answered.results
                 if not self._futures:
                     self._collect(ops, results)
                     return
                 self.rows_ok += len(results) if all_ok(results) else sum(
                     not isinstance(r, Exception) and r.ok for r in results)
-                for future, r in zip(futures, results, strict=True):
-                    if future.done():  # its caller stopped waiting (cancelled)
-                        continue
-                    if isinstance(r, Exception):
-                        future.set_exception(r)
-                    else:
-                        future.set_result(RowResult(r, peer))
+                rows = answered.rows(ops)
+                if faults.FAULTS.drop_error and self._background:  # a deliberate bug (faults)
+                    rows = [_applied(row, answered.peer) for row in rows]
+                answer(futures, rows)
         finally:
             self._queued[tablet_id] -= 1
             async with self._done:
@@ -401,9 +472,19 @@ class Session:
         """No result came back for the batch: each op's future fails, or each op is an error."""
         if not self._futures:
             self._errors += [RowError(op, e) for op in ops]
+        if faults.FAULTS.drop_error and self._background:  # a deliberate bug (node.client.faults)
+            answer(futures, [_applied(e, None)] * len(futures))
+            return
         for future in futures:
             if not future.done():  # its caller stopped waiting (cancelled)
                 future.set_exception(e)
+
+
+def _applied(row: RowResult | Exception, peer: Peer | None) -> RowResult:
+    """The `drop-error` fault's answer for a row: applied, whatever it was."""
+    if isinstance(row, RowResult):
+        return row if row.result.ok else row._replace(result=Result(True))
+    return RowResult(Result(True), peer)
 
 
 _is_ok = attrgetter("ok")

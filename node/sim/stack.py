@@ -740,8 +740,12 @@ def replay_command(cfg: StackConfig, faults: list[str] = (), schedule: Path | No
     flags += f" --mix {cfg.mix.name if cfg.mix.name in ('swarm', 'classic') else repr(cfg.mix.spec())}"
     if cfg.value_sizes != "small":
         flags += f" --value-sizes {cfg.value_sizes}"
-    return (f"tessera sim --stack full --seeds 1 --seed {cfg.seed} --workload {cfg.workload} "
-            f"--seconds {cfg.seconds:g}{flags}")
+    from node.client import faults as client_faults
+
+    mutants = client_faults.FAULTS.enabled()  # a mutant run replays with its mutants on
+    env = f"{client_faults.ENV}={','.join(mutants)} " if mutants else ""
+    return (f"{env}tessera sim --stack full --seeds 1 --seed {cfg.seed} --workload "
+            f"{cfg.workload} --seconds {cfg.seconds:g}{flags}")
 
 
 def _quiet_fenced(unraisable) -> None:

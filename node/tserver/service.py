@@ -58,19 +58,21 @@ def replica_error(e: ReplicaError) -> RpcError:
     return RpcError(ErrorCode.NOT_LEADER, str(e), detail=e.leader)
 
 
-def _answer(answer: type, reply: Reply, result: Result | list[Result] | None,
+def _answer(answer: type, reply: Reply, seq: int, result: Result | list[Result] | None,
             error: BaseException | None) -> None:
-    """A replica's Done as the RPC answer: `answer(result)` (OpResult, BatchResult)."""
+    """A replica's Done as the RPC answer: `answer(result, seq)` (OpResult, BatchResult), the
+    request's seq echoed."""
     if error is None:
-        reply(answer(result), None)
+        reply(answer(result, seq), None)
     else:
         reply(None, replica_error(error) if isinstance(error, ReplicaError) else error)
 
 
-async def _awaited(work: Awaitable, answer: type):
-    """The awaited path of a direct handler (a leader not ready yet): `answer(await work)`."""
+async def _awaited(work: Awaitable, answer: type, seq: int = 0):
+    """The awaited path of a direct handler (a leader not ready yet): `answer(await work,
+    seq)`."""
     try:
-        return answer(await work)
+        return answer(await work, seq)
     except ReplicaError as e:
         raise replica_error(e) from None
 
@@ -178,10 +180,11 @@ class TabletService:
         owner = _owner(reply)
         if not r.leader_ready:
             return _awaited(r.write(op, session=req.session, seq=req.seq,
-                                    acked_below=req.acked_below, owner=owner), answer)
+                                    acked_below=req.acked_below, owner=owner), answer,
+                             req.seq)
         try:
             r.submit(op, req.session, req.seq, req.acked_below,
-                     functools.partial(_answer, answer, reply), owner)
+                     functools.partial(_answer, answer, reply, req.seq), owner)
         except ReplicaError as e:
             raise replica_error(e) from None
         return None
@@ -195,7 +198,7 @@ class TabletService:
         if not r.leader_ready:
             return _awaited(r.read(req.op), OpResult)
         try:
-            r.reads.submit(req.op, functools.partial(_answer, OpResult, reply))
+            r.reads.submit(req.op, functools.partial(_answer, OpResult, reply, 0))
         except ReplicaError as e:
             raise replica_error(e) from None
         return None

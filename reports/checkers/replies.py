@@ -13,8 +13,15 @@ completion (its effect is unknown) whose error is `["wrong-reply", reply]`. The 
 every such mark, and every `ok` completion whose value does not answer its invocation (a history
 recorded by a client that copied the reply), into an invalid verdict that names the process, what
 it invoked, what the reply carried, and the invocation the reply does answer when the history
-holds one. Only micro-op lists are compared: a single-key op's reply carries no key or written
-value to compare (a write is acknowledged with nothing but ok).
+holds one.
+
+A single-key write's reply carries no key or written value to compare (it is acknowledged with
+nothing but ok), so for writes sent in a client session the client ties the reply to its
+request instead (node.client.session.Sent): the answer echoes the seq it answers, the slot it
+came back in names the op it was sent for, and a reply that fails either is recorded as the
+same `info` mark. Each answered write also records what it went as (Op.sent: tablet, session,
+seq, batch); two completions that claim one seq of one session are one reply handed to two
+callers, a `wrong-reply` too, and so is a recorded echo that is not the op's seq.
 """
 
 from __future__ import annotations
@@ -84,11 +91,18 @@ def check_replies(ops: Iterable[Op]) -> dict:
             txns.setdefault(_writes(o.value), []).append(o)
     open_: dict[Any, Op] = {}
     anomalies, compared = [], 0
+    claimed: dict[tuple, Op] = {}  # (tablet, session, seq) -> the completion that was sent as it
     for o in ops:
         if o.type == "invoke":
             open_[o.process] = o
             continue
         inv = open_.pop(o.process, None)
+        if o.sent is not None:
+            compared += 1
+            anomaly = _sent_anomaly(o, inv, claimed)
+            if anomaly is not None:
+                anomalies.append(anomaly)
+                continue
         marked, reply = recorded_reply(o)
         if not marked and (inv is None or o.type != "ok" or not is_txn(inv.value)):
             continue
@@ -103,6 +117,34 @@ def check_replies(ops: Iterable[Op]) -> dict:
     if anomalies:
         result["anomaly_types"] = [WRONG_REPLY]
     return result
+
+
+def _sent_anomaly(op: Op, inv: Op | None, claimed: dict[tuple, Op]) -> dict | None:
+    """A `wrong-reply` when `op`'s recorded request (Op.sent) was answered for another seq, or
+    its seq was already claimed by another completion; else None."""
+    sent = op.sent
+    try:
+        key = (sent["tablet"], sent["session"], sent["seq"])
+        echo = sent["echo"]
+    except (KeyError, TypeError):
+        return _wrong(op, inv, sent, f"process {op.process}'s {op.f} (op {op.index}) recorded "
+                      f"a malformed request {_text(sent)}")
+    if echo != key[2]:
+        return _wrong(op, inv, sent, f"process {op.process}'s {op.f} (op {op.index}) went as "
+                      f"seq {key[2]} of session {key[1]} on tablet {key[0]}, but its answer "
+                      f"was for seq {echo}")
+    other = claimed.setdefault(key, op)
+    if other is op:
+        return None
+    return _wrong(op, inv, sent, f"process {op.process}'s {op.f} (op {op.index}) and process "
+                  f"{other.process}'s {other.f} (op {other.index}) were both answered as seq "
+                  f"{key[2]} of session {key[1]} on tablet {key[0]}: one reply, two callers")
+
+
+def _wrong(op: Op, inv: Op | None, sent: Any, explanation: str) -> dict:
+    return {"type": WRONG_REPLY, "process": op.process, "index": op.index, "f": op.f,
+            "invoked": inv.value if inv is not None else op.value, "reply": sent,
+            "recorded_as": op.type, "answers": None, "explanation": explanation}
 
 
 def _anomaly(op: Op, inv: Op | None, reply: Any, txns: dict) -> dict:
