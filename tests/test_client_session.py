@@ -337,20 +337,23 @@ def test_a_batch_nothing_answers_fails_each_op_unknown_or_failed():
     run(go())
 
 
+class Held(Tablets):
+    """Holds every batch until `release` is set."""
+
+    def __init__(self):
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
+        if method == "ts.write_batch":
+            await self.release.wait()
+        return await super().call(addr, method, request, response_type, to_uuid=to_uuid,
+                                  timeout=timeout)
+
+
 def test_background_applies_wait_while_every_buffer_of_the_tablet_is_in_flight():
-    class Slow(Tablets):
-        def __init__(self):
-            super().__init__()
-            self.release = asyncio.Event()
-
-        async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
-            if method == "ts.write_batch":
-                await self.release.wait()
-            return await super().call(addr, method, request, response_type, to_uuid=to_uuid,
-                                      timeout=timeout)
-
     async def go():
-        rpc = Slow()
+        rpc = Held()
         session = client_of(rpc).new_session("t", background(max_batch_ops=1, max_buffers=2))
         await session.apply("a", Write("a", 1))  # batch 1 in flight
         await session.apply("b", Write("b", 1))  # batch 2 queued behind it
@@ -406,17 +409,6 @@ def test_a_manual_session_caller_that_gives_up_drops_its_op_and_not_the_others_b
     """A caller cancelled (its op timed out) while its batch waits behind another: its op is
     dropped, never sent; the flush it had started is not cancelled, so the batch carrying the
     other caller's op is answered."""
-    class Held(Tablets):
-        def __init__(self):
-            super().__init__()
-            self.release = asyncio.Event()
-
-        async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
-            if method == "ts.write_batch":
-                await self.release.wait()
-            return await super().call(addr, method, request, response_type, to_uuid=to_uuid,
-                                      timeout=timeout)
-
     async def go():
         rpc = Held()
         client = client_of(rpc)

@@ -286,12 +286,27 @@ def test_every_cell_runs_against_the_db_with_its_flags_and_none_of_tesseras(tmp_
         base_spec(_args("--db", "etcd", "--flag", "serializable=maybe"), tmp_path)
 
 
+def _sim_cell_writes(monkeypatch, base, cell, tmp_path) -> str:
+    """The --writes the matrix's runner hands the sim-full cell `cell` (its run stubbed)."""
+    import harness.sim_cell
+    from harness.matrix_cli import _runner
+
+    seen = {}
+
+    def full_cell(cell, time_limit, attempt, seed, flags, out, writes="own"):
+        seen["writes"] = writes
+        return Outcome(cell.name, attempt, "valid")
+
+    monkeypatch.setattr(harness.sim_cell, "run_full_cell", full_cell)
+    _runner(base, 1, tmp_path)(cell, 1.0, 1)
+    return seen["writes"]
+
+
 def test_every_cell_gets_writes_and_a_bad_one_is_refused_before_the_cluster_comes_up(
         tmp_path, monkeypatch):
     """test-all --writes: every chaos cell's run writes so (its spec, hence test.json), the
     sim-full cell's seeds too; checked per cell as tessera test checks it."""
-    import harness.sim_cell
-    from harness.matrix_cli import _runner, check_cells
+    from harness.matrix_cli import check_cells
 
     args = _args("--writes", "session-manual", "--workloads", "sim-full,register,list-append",
                  "--nemeses", "kill")
@@ -301,15 +316,8 @@ def test_every_cell_gets_writes_and_a_bad_one_is_refused_before_the_cluster_come
     chaos = [c for c in cells if c.workload != "sim-full"]
     assert chaos and all(c.spec(base, 30.0, 1).writes == "session-manual" for c in chaos)
     assert base_spec(_args(), tmp_path).writes == "drawn"
-    seen = {}
-
-    def full_cell(cell, time_limit, attempt, seed, flags, out, writes="own"):
-        seen["writes"] = writes
-        return Outcome(cell.name, attempt, "valid")
-
-    monkeypatch.setattr(harness.sim_cell, "run_full_cell", full_cell)
-    _runner(base, 1, tmp_path)(cells[0], 1.0, 1)
-    assert cells[0].workload == "sim-full" and seen == {"writes": "session-manual"}
+    assert cells[0].workload == "sim-full"
+    assert _sim_cell_writes(monkeypatch, base, cells[0], tmp_path) == "session-manual"
     etcd = _args("--db", "etcd", "--writes", "shared")
     with pytest.raises(ValueError, match="--writes shared groups Tessera's client writes"):
         check_cells(cells_from_args(etcd), base_spec(etcd, tmp_path))
@@ -324,8 +332,7 @@ def test_by_default_each_chaos_run_draws_its_write_mode_from_its_seed(tmp_path, 
     """The nightly matrix meets every client write mode: test-all's default draws one per run
     from the run's seed (the same seed, the same mode: a replay runs it again), for Tessera;
     another system's runs write as they always do; the sim-full cell leaves it to the swarm."""
-    import harness.sim_cell
-    from harness.matrix_cli import _runner, check_cells
+    from harness.matrix_cli import check_cells
     from workloads.base import WRITE_MODES
 
     args = _args("--workloads", "sim-full,register,list-append", "--nemeses", "kill")
@@ -340,15 +347,8 @@ def test_by_default_each_chaos_run_draws_its_write_mode_from_its_seed(tmp_path, 
     etcd_base = base_spec(etcd, tmp_path)
     assert {c.spec(etcd_base, 30.0, s).writes for c in cells_from_args(etcd)
             for s in range(20)} == {"own"}
-    seen = {}
-
-    def full_cell(cell, time_limit, attempt, seed, flags, out, writes="own"):
-        seen["writes"] = writes
-        return Outcome(cell.name, attempt, "valid")
-
-    monkeypatch.setattr(harness.sim_cell, "run_full_cell", full_cell)
-    _runner(base, 1, tmp_path)(cells[0], 1.0, 1)
-    assert cells[0].workload == "sim-full" and seen == {"writes": "own"}
+    assert cells[0].workload == "sim-full"
+    assert _sim_cell_writes(monkeypatch, base, cells[0], tmp_path) == "own"
     assert base_spec(_args("--self-check"), tmp_path).writes == "own"  # as its recipes were measured
 
 
