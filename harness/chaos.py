@@ -24,6 +24,7 @@ import msgspec
 
 from harness.spec import TestSpec
 from nemeses.plan import Plan
+from node import probes
 
 
 def say(msg: str) -> None:
@@ -226,6 +227,7 @@ def _judge(run_dir: Path, checker, schedule, cluster_checks: list[dict]) -> str:
     from reports.checkers.faults import check_faults
     from reports.checkers.logs import check_logs
     from reports.history import read_jsonl, write_edn
+    from reports.probes import run_probes
     from reports.spark.results import anomalies, failure_line
 
     ops = read_jsonl(run_dir / "history.jsonl")
@@ -234,6 +236,9 @@ def _judge(run_dir: Path, checker, schedule, cluster_checks: list[dict]) -> str:
     test = json.loads((run_dir / "test.json").read_text())
     faults = [check_faults(ops, list(test["nemesis"]))] if test.get("nemesis") else []
     results = _results(ops, checker, test, schedule, extra=[*cluster_checks, logs, *faults])
+    if (reached := run_probes(run_dir)) is not None:  # the Spark job keeps it (results.build)
+        results["probes"] = reached
+        say(probes.line(reached))
     write_json(run_dir / "results.json", results)
     say(f"{len(ops)} history events; verdict: {results['verdict']}")
     if results["verdict"] != "valid":  # the why on the terminal (and in CI's log), not only in the report

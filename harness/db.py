@@ -590,7 +590,7 @@ class TesseraDB(Deployment):
     # Config keys the deployment writes for each host: a --flag may not override them.
     OWN_KEYS: ClassVar[frozenset[str]] = frozenset({
         "data_dir", "rpc_addr", "masters", "http_port", "rpc_certificate_file",
-        "rpc_private_key_file", "rpc_ca_certificate_file", "config"})
+        "rpc_private_key_file", "rpc_ca_certificate_file", "config", "probes_file"})
 
     @classmethod
     def check_flags(cls, flags: dict) -> None:
@@ -684,6 +684,8 @@ class TesseraDB(Deployment):
         port = MASTER_PORT if daemon == "master" else TSERVER_PORT
         keys = {"data_dir": self.data_dir(daemon), "rpc_addr": f"{h.address}:{port}",
                 "http_port": HTTP_PORTS[daemon],
+                # the code probes it fires, collected with its log (node.probes)
+                "probes_file": f"{DATA}/logs/{daemon}.probes",
                 "masters": [f"{a}:{p}" for a, p in self.master_addrs],
                 **self._security_keys(h, daemon), **self.flags}
         lines = []
@@ -1018,7 +1020,7 @@ class TesseraDB(Deployment):
     def log_files(self, host: str) -> list[str]:
         """Every daemon's log, a master's removed during the run included."""
         kinds = ["master"] if host in self._had_master else []
-        return [f"{DATA}/logs/{d}.log" for d in [*kinds, "tserver"]]
+        return [f"{DATA}/logs/{d}.{ext}" for d in [*kinds, "tserver"] for ext in ("log", "probes")]
 
     def _torn_down(self) -> None:
         self.added_masters.clear()

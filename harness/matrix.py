@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from harness.spec import TestSpec
+from node import probes
 
 NOT_RUN = "not run"
 # test-all's default --writes: each chaos run of Tessera draws how its workers' writes reach the
@@ -91,6 +92,7 @@ class Outcome:
     # the faults check's start counts (verified, unverified, unchecked, failed, skipped) and the
     # packages that never fired: whether the faults the cell asked for were in force
     faults: dict = field(default_factory=dict)
+    probes: list[str] = field(default_factory=list)  # the code probes the run fired (node.probes)
 
     @property
     def overhead(self) -> float:
@@ -192,6 +194,7 @@ def outcome_from_run(cell: Cell, attempt: int, time_limit: float, run_dir: str |
                   None)
     if faults is not None:
         o.faults = {**faults["starts"], "never_fired": faults["never_fired"]}
+    o.probes = sorted((results.get("probes") or {}).get("runs", {}))
     return o
 
 
@@ -224,4 +227,5 @@ def summary(outcomes: list[Outcome], budget: float, seconds: float, exit_: int,
     never = sorted({f"{o.cell}: {f}" for o in outcomes for f in o.faults.get("never_fired", [])})
     return {"budget_s": budget, "seconds": round(seconds, 1), "counts": counts, "exit": exit_,
             "fault_starts": starts, "never_fired": never,
+            "probes": probes.summarize([dict.fromkeys(o.probes, 1) for o in outcomes]),
             "runs": [asdict(o) for o in outcomes], **extra}

@@ -287,6 +287,7 @@ def run_cells(cells: list[Cell], count: int, execute, budget: float, started: fl
     from harness import matrix, selfcheck
     from harness.chaos import say
     from harness.store import write_json
+    from node import probes
 
     outcomes = matrix.run_matrix(cells, count, execute, budget, started, log=say)
     print(matrix.table(outcomes))
@@ -308,5 +309,6 @@ def run_cells(cells: list[Cell], count: int, execute, budget: float, started: fl
     print(f"fault starts: {s['verified']} verified on the hosts, {s['unverified']} not in force, "
           f"{s['failed']} failed, {s['unchecked']} unchecked, {s['skipped']} skipped"
           + (f"; never fired: {', '.join(result['never_fired'])}" if result["never_fired"] else ""))
+    print(f"code {probes.line(result['probes'], width=len(probes.CATALOG))} by any cell")
     print(summary_dir / "summary.json")
     return code

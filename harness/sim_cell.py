@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from harness.matrix import Cell, Outcome
+from node import probes
 
 KIND = "sim"  # Cell.workload of a simulation cell
 FULL_KIND = "sim-full"  # Cell.workload of a whole-stack simulation cell (tessera sim --stack full)
@@ -52,13 +53,15 @@ def run_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags: dict
         (out_dir / "replay.txt").write_text(
             replay_report(found[0]["seed"], NODES, STEPS, core_options=core_options,
                           faults=faults) + "\n")
+    reached = probes.summarize(summary.probes)
     write_json(out_dir / "results.json", {
         "verdict": verdict, "summary": summary.as_json(), "anomalies": found,
         "core_options": core_options, "faults": faults,
-        "liveness_failures": summary.liveness_failures})
+        "liveness_failures": summary.liveness_failures, "probes": reached})
     o = Outcome(cell.name, attempt, verdict, time_limit, str(out_dir),
                 ok_ops=summary.seeds, seconds=round(time.monotonic() - t0, 1),
-                anomalies=[{k: a[k] for k in ("checker", "type", "explanation")} for a in found])
+                anomalies=[{k: a[k] for k in ("checker", "type", "explanation")} for a in found],
+                probes=sorted(reached["runs"]))
     o.why = (f"{len(found)} of {summary.seeds} seeds violated an invariant: {found[0]['explanation']}"
              f"; replay: {found[0]['replay']}" if found else "")
     return o
@@ -107,13 +110,15 @@ def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags:
              for r in results if not r.ok()]
     verdict = "invalid" if any(r.violation or r.verdict == "invalid" for r in results) else (
         "unknown" if found else "valid")
+    reached = probes.summarize([r.probes for r in results])
     write_json(out_dir / "results.json", {
         "verdict": verdict, "seeds": len(results), "first_seed": seed, "faults": on,
         "ok_ops": sum(r.ops for r in results), "anomalies": found,
-        "virtual_s": round(sum(r.virtual_s for r in results), 1)})
+        "virtual_s": round(sum(r.virtual_s for r in results), 1), "probes": reached})
     o = Outcome(cell.name, attempt, verdict, time_limit, str(out_dir), ok_ops=len(results),
                 seconds=round(time.monotonic() - t0, 1),
-                anomalies=[{k: a[k] for k in ("checker", "type", "explanation")} for a in found])
+                anomalies=[{k: a[k] for k in ("checker", "type", "explanation")} for a in found],
+                probes=sorted(reached["runs"]))
     o.why = (f"{len(found)} of {len(results)} seeds failed: {found[0]['explanation']}; "
              f"replay: {found[0]['replay']}" if found else "")
     return o

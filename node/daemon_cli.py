@@ -17,7 +17,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from node import faults
+from node import faults, probes
 from node.consensus import TICK_MS
 from node.exit_codes import BAD_ARGS
 from node.replica import ReplicaOptions
@@ -114,6 +114,9 @@ _FLAGS: dict[str, tuple[type, object, str]] = {
     "webserver-private-key-file": (str, OPTION, "the private key of "
                                                 "--webserver-certificate-file (PEM)"),
     "log-level": (str, "INFO", "DEBUG, INFO, WARNING or ERROR"),
+    "probes-file": (str, "", "append the name of each code probe (a rare branch of the "
+                             "engine: `tessera probes` lists them) to this file the first time "
+                             "it fires; empty: probes off"),
     "event-loop": (str, "auto", "asyncio, uvloop, or auto: uvloop when it is installed "
                                 "(the default install has it; the project's benchmarks measure both)"),
     "gc-thresholds": (str, "10000,10,100", "Python's cyclic garbage collector thresholds "
@@ -324,6 +327,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"tessera {args.kind}: {e}", file=sys.stderr)
         return BAD_ARGS
     log.info("event loop: %s", "asyncio" if loop_factory is None else "uvloop")
+    if values["probes-file"]:
+        try:
+            # held open for the process's life: a probe's first hit is one line, flushed
+            sink = open(values["probes-file"], "a", encoding="utf-8")  # noqa: SIM115
+        except OSError as e:
+            print(f"tessera {args.kind}: cannot open --probes-file: {e}", file=sys.stderr)
+            return BAD_ARGS
+        probes.enable(sink)
     gc.set_threshold(*gc_thresholds(values))
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         return runner.run(_serve(opts, args.kind))

@@ -81,3 +81,23 @@ def expect(*names: str) -> Iterator[Counter]:
         assert not missed, f"the path was not taken: probe {', '.join(missed)} never fired"
     finally:
         _hits, _sink = saved
+
+
+def summarize(runs: list[dict[str, int]]) -> dict:
+    """Hits of many runs (each a `hits()`): {"declared", "hit", "percent", "never": names no
+    run hit, "runs": name -> runs that hit it}. What every report of probes prints."""
+    runs_hitting = {name: sum(1 for r in runs if r.get(name)) for name in CATALOG}
+    hit = sorted(n for n, k in runs_hitting.items() if k)
+    return {"declared": len(CATALOG), "hit": len(hit),
+            "percent": round(100 * len(hit) / len(CATALOG), 1) if CATALOG else 0.0,
+            "never": sorted(n for n, k in runs_hitting.items() if not k),
+            "runs": {n: runs_hitting[n] for n in hit}}
+
+
+def line(summary: dict, width: int = 8) -> str:
+    """One line of a summary: 'probes: 71 of 85 hit (83.5 %); never: a, b, ... (+N)'."""
+    never = summary["never"]
+    shown = ", ".join(never[:width]) + (f", ... (+{len(never) - width})" if len(never) > width
+                                        else "")
+    return (f"probes: {summary['hit']} of {summary['declared']} hit ({summary['percent']:g} %)"
+            + (f"; never: {shown}" if never else ""))

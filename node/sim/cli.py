@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from node import probes
 from node.exit_codes import BAD_ARGS
 
 
@@ -76,6 +77,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="full, register: small values (default); wide: sizes up to the "
                              "RPC frame limit, mostly small, heavy-tailed, half NUL-padded; "
                              "zeros: half the values NUL-padded to 520-2100 bytes")
+    parser.add_argument("--until-probe", default=None, metavar="NAME",
+                        help="full: stop at the first seed whose run fires the code probe NAME "
+                             "(tessera probes lists them) and print its seed, mix and replay "
+                             "command; --seeds caps the search, and exit 1 if no seed fired it "
+                             "(or a seed failed)")
     parser.add_argument("--json", action="store_true", help="print one JSON summary line")
     parser.add_argument("--fault", action="append", default=[], metavar="FLAG",
                         help="run with this engine fault flag (a deliberate bug, as the "
@@ -172,6 +178,10 @@ def run_full(args: argparse.Namespace) -> int:
     if args.seconds <= 0 or args.jobs < 1:
         print("tessera sim: --seconds must be positive and --jobs at least 1", file=sys.stderr)
         return BAD_ARGS
+    if args.until_probe is not None and args.until_probe not in probes.CATALOG:
+        print(f"tessera sim: --until-probe: no probe {args.until_probe!r} (tessera probes "
+              "lists them)", file=sys.stderr)
+        return BAD_ARGS
     faults = Faults(**{f: True for f in args.fault})
     schedule = None
     if args.schedule is not None:
@@ -211,10 +221,20 @@ def run_full(args: argparse.Namespace) -> int:
               f"{what} ({r.ops} ok ops, {r.virtual_s:g} virtual s, {r.wall_s:.1f} s)",
               file=sys.stderr, flush=True)
 
-    results = run_seeds(configs, out, args.jobs, on_result=progress)
+    wanted = args.until_probe
+    results = run_seeds(configs, out, args.jobs, on_result=progress,
+                        stop=(lambda r: r.probes.get(wanted, 0) > 0) if wanted else None)
     seconds = time.monotonic() - t0
     failed = [r for r in results if not r.ok()]
     by_seed = {c.seed: c for c in configs}
+    reached = next((r for r in results if wanted and r.probes.get(wanted)), None)
+    if reached is not None:
+        print(f"probe {wanted} fired {reached.probes[wanted]} times in seed {reached.seed} "
+              f"(mix {by_seed[reached.seed].mix.describe()}); replay: "
+              f"{replay_command(by_seed[reached.seed], args.fault, args.schedule)}",
+              file=sys.stderr)
+    elif wanted:
+        print(f"probe {wanted} fired in none of {len(results)} seeds", file=sys.stderr)
     for r in failed[:5]:
         print(f"seed {r.seed}: {r.violation or r.verdict}; history in {out}/seed-{r.seed}; "
               f"replay: {replay_command(by_seed[r.seed], args.fault, args.schedule)}",
@@ -237,7 +257,11 @@ def run_full(args: argparse.Namespace) -> int:
         "flips": dict(sorted(Counter(_flip_kind(h, o) for r in results
                                      for h, o in r.flips.items()).items())),
         "catalog_lag_seeds": [r.seed for r in results if r.catalog_lag][:50],
+        "probes": probes.summarize([r.probes for r in results]),
     }
+    if wanted:
+        summary["until_probe"] = {"probe": wanted,
+                                  "seed": reached.seed if reached is not None else None}
     if args.json:
         print(json.dumps(summary))
     else:
@@ -245,6 +269,9 @@ def run_full(args: argparse.Namespace) -> int:
               f"{summary['ok_ops']} ok ops) in {summary['seconds']} s with {args.jobs} jobs: "
               f"{summary['failed']} failed ({summary['violations']} invariant violations, "
               f"{summary['invalid']} invalid, {summary['unknown']} unknown)")
+        print(probes.line(summary["probes"]))
+    if wanted and reached is None:
+        return 1
     return 1 if failed else 0
 
 

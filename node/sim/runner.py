@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from node import probes
+
 from .cluster import LIVENESS_BOUND_MS, RunResult, Simulation
 
 
@@ -17,6 +19,7 @@ class Summary:
     liveness_failures: list[int] = field(default_factory=list)  # seeds that did not recover
     leader_ms: list[int] = field(default_factory=list)
     commit_ms: list[int] = field(default_factory=list)
+    probes: list[dict] = field(default_factory=list)  # each seed's code probe hits (node.probes)
 
     def as_json(self) -> dict:
         out = {
@@ -52,7 +55,12 @@ def run_seeds(
     summary = Summary()
     start = time.perf_counter()
     for seed in range(first_seed, first_seed + seeds):
-        result = Simulation(seed, nodes=nodes, steps=steps, core_options=core_options).run()
+        probes.enable()
+        try:
+            result = Simulation(seed, nodes=nodes, steps=steps, core_options=core_options).run()
+        finally:
+            summary.probes.append(probes.hits())
+            probes.disable()
         summary.seeds += 1
         summary.steps += result.steps
         if result.violation is not None:
@@ -81,6 +89,7 @@ def run_for(seconds: float, first_seed: int = 0, nodes: int = 3, steps: int = 30
         summary.liveness_failures += one.liveness_failures
         summary.leader_ms += one.leader_ms
         summary.commit_ms += one.commit_ms
+        summary.probes += one.probes
     summary.seconds = clock() - start
     return summary
 

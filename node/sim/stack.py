@@ -31,6 +31,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from node import probes
 from node.disk import SimDisk, SimFaults
 from node.faults import Faults
 from node.sim import stack_damage
@@ -118,6 +119,7 @@ class StackResult:
     flips: dict = field(default_factory=dict)
     catalog_lag: list = field(default_factory=list)  # tablets whose catalog config lagged at the end
     mix: dict = field(default_factory=dict)  # the fault mix the seed ran (Mix.as_json)
+    probes: dict = field(default_factory=dict)  # code probe -> hits in this seed (node.probes)
 
     def ok(self) -> bool:
         return self.violation is None and self.verdict == "valid"
@@ -695,9 +697,12 @@ class StackSim:
         node_log = logging.getLogger("node")
         node_level = node_log.level
         node_log.setLevel(logging.CRITICAL)
+        probes.enable()  # this seed's own counts: every server of the seed is in this process
         try:
             workload = self.loop.run_until_complete(self._main())
         finally:
+            hits = probes.hits()
+            probes.disable()
             virtual_s = self.loop.time()
             self.loop.close()
             # Tasks cancelled by the teardown are collected later; nothing can read them now.
@@ -726,7 +731,7 @@ class StackSim:
                            sum(1 for o in ops if o.type == "ok"), round(virtual_s, 3), sha,
                            dict(sorted(self.nemesis_counts.items())), self.events,
                            flips=flips, catalog_lag=self.invariants.catalog_lag,
-                           mix=self.cfg.mix.as_json())
+                           mix=self.cfg.mix.as_json(), probes=hits)
 
 
 def replay_command(cfg: StackConfig, faults: list[str] = (), schedule: Path | None = None) -> str:
@@ -811,13 +816,14 @@ def _anomalies(check: dict) -> list[str]:
 
 
 def run_seeds(configs: list[StackConfig], out_root: Path, jobs: int, on_result=None,
-              names: list[str] | None = None, deadline: float | None = None
-              ) -> list[StackResult]:
+              names: list[str] | None = None, deadline: float | None = None,
+              stop=None) -> list[StackResult]:
     """Each seed in a fresh worker process started with PYTHONHASHSEED=0, so string hashing,
     hence set iteration, is the same in every run: a seed replays bit for bit anywhere. Each
     run's directory is out_root/seed-N, or out_root/NAME with `names`. With `deadline` (a
     time.monotonic() value), stop there once one seed has finished, waiting for no other
-    seed still running (a seed can take minutes of wall time): runs in flight are dropped."""
+    seed still running (a seed can take minutes of wall time): runs in flight are dropped.
+    With `stop` (a predicate on a result), stop after the first result it holds true of."""
     import multiprocessing
     import os
     import time
@@ -840,6 +846,8 @@ def run_seeds(configs: list[StackConfig], out_root: Path, jobs: int, on_result=N
                 results.append(result)
                 if on_result is not None:
                     on_result(result)
+                if stop is not None and stop(result):
+                    break
     finally:
         if saved is None:
             del os.environ["PYTHONHASHSEED"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from reports.html import plots
 from reports.html.report import ENV, _write
+from reports.probes import across
 from reports.spark import results as res
 from reports.spark.runs import ANALYSIS_DIR, Run
 
@@ -23,9 +24,10 @@ def render_index(store: Path, runs: list[Run]) -> Path:
     out.mkdir(exist_ok=True)
     trend = f"{ANALYSIS_DIR}/" + plots.trend_plot(rows, out / "trend.png") if rows else None
     counts = {v: sum(1 for row in rows if row["verdict"] == v) for v in ("valid", "invalid", "unknown")}
+    reached = across([r.previous_results() for r in runs])
     _write(store / "index.html", ENV.get_template("index.html.j2").render(
         store=str(store), rows=list(reversed(rows)), trend=trend, counts=counts,
-        matrices=matrix_rows(store)))
+        matrices=matrix_rows(store), probes=reached if reached["runs_with_probes"] else None))
     return store / "index.html"
 
 

@@ -110,6 +110,18 @@ model state after each), the red bar is the op that cannot be placed. Hover a ba
 </section>
 {% endif %}
 
+{% if r.probes %}
+<section id="probes">
+<h2>Code probes</h2>
+<p>{{ r.probes.hit }} of the engine's {{ r.probes.declared }} probed rare branches fired in this
+run ({{ r.probes.percent }} %; <code>tessera probes</code> says what each marks).</p>
+{% if r.probes.runs %}<details><summary>fired ({{ r.probes.runs | length }})</summary>
+<p>{{ r.probes.runs.keys() | list | join(", ") }}</p></details>{% endif %}
+{% if r.probes.never %}<details><summary>never fired ({{ r.probes.never | length }})</summary>
+<p>{{ r.probes.never | join(", ") }}</p></details>{% endif %}
+</section>
+{% endif %}
+
 <section id="timeline">
 <h2>Op timeline per process</h2>
 {% if pages %}
@@ -270,6 +282,10 @@ and verdict <select id="f-verdict"><option value="">any</option><option>valid</o
   for (const id of ["f-workload", "f-nemesis", "f-verdict"]) get(id).addEventListener("input", apply);
 })();
 </script>
+{% if probes %}<h2>Code probes</h2>
+<p id="probes">The daemons of {{ probes.runs_with_probes }} runs fired {{ probes.hit }} of the engine's
+{{ probes.declared }} code probes ({{ probes.percent }} %).{% if probes.never %} Never fired, paths no run here
+has walked: {{ probes.never | join(", ") }}.{% endif %}</p>{% endif %}
 {% if matrices %}<h2>Test matrices (tessera test-all)</h2>
 <table id="matrices"><tr><th>date</th><th>mode</th><th>valid</th><th>invalid</th><th>unknown</th><th>not run</th><th>exit</th><th>seconds / budget</th><th>summary</th></tr>
 {% for m in matrices %}

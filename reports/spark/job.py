@@ -28,7 +28,7 @@ RUN_FIELDS = [("run", "string"), ("path", "string"), ("test", "string"), ("start
               ("workload", "string"), ("nemeses", "string"), ("seed", "long"), ("verdict", "string"),
               ("status", "string"), ("error", "string"), ("ops", "long"), ("ok_ops", "long"),
               ("duration_s", "double"), ("throughput", "double"), ("anomaly_types", "string"),
-              ("checker_version", "string")]
+              ("checker_version", "string"), ("probes", "string")]
 KEY_FIELDS = [("run", "string"), ("checker", "string"), ("key", "string"), ("verdict", "string"),
               ("ops", "long"), ("states", "long"), ("seconds", "double"), ("reason", "string"),
               ("anomaly_types", "string")]

@@ -18,6 +18,7 @@ from pathlib import Path
 from reports.checkers.linearizability import merge_verdicts
 from reports.checkers.stats import stats
 from reports.history import NEMESIS, Op
+from reports.probes import fired, run_probes
 from reports.spark.runs import Run
 
 ENDS = ("stop-", "heal-")
@@ -227,6 +228,7 @@ def build(run: Run, check: dict, ops: list[Op] | None, error: str | None, versio
         "counts": {f"{f}:{t}": n for f, c in (st or {"counts": {}})["counts"].items() for t, n in c.items() if n},
         "nemesis": nemesis_coverage(ops, list(test.get("nemesis", []))) if ops else None,
         "clock": clock_offsets(ops) if ops else [],
+        **({"probes": reached} if (reached := run_probes(run.path)) is not None else {}),
     }
 
 
@@ -259,6 +261,9 @@ def run_row(run: Run, results: dict) -> dict:
         "throughput": round(ok / duration, 3) if duration else 0.0,
         "anomaly_types": ",".join(sorted({a["type"] for a in results.get("anomalies", [])})),
         "checker_version": results.get("checker_version"),
+        # the code probes the run's daemons fired (node.probes): the store's trend of which of
+        # the engine's rare paths its runs reach
+        "probes": ",".join(fired(results)),
     }
 
 

@@ -1,0 +1,56 @@
+"""`tessera probes`: the engine's code probes (node.probes), what each marks, and, given stored
+runs or a simulator summary, which of them fired and which never did."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from node import probes
+from node.exit_codes import BAD_ARGS
+from reports.probes import across
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "List the engine's code probes: named marks on its rare branches (refusals, guards, "
+        "recovery decisions, copy and tombstone transitions, master decisions). The simulators "
+        "count them per seed, and chaos runs collect what each daemon fired with its log "
+        "(results.json \"probes\"); a probe no run fires marks a path no run has walked. With "
+        "--runs, say which fired in those runs' results.json files and which never did.")
+    parser.add_argument("--runs", type=Path, nargs="+", default=None, metavar="DIR",
+                        help="run directories or stores: every results.json under them "
+                             "(a chaos run's, or one a test-all summary names) is read")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.runs is None:
+        if args.json:
+            print(json.dumps(probes.CATALOG, indent=1))
+        else:
+            width = max(map(len, probes.CATALOG), default=0)
+            for name, what in probes.CATALOG.items():
+                print(f"{name.ljust(width)}  {what}")
+            print(f"{len(probes.CATALOG)} probes", file=sys.stderr)
+        return 0
+    missing = [str(p) for p in args.runs if not p.exists()]
+    if missing:
+        print(f"tessera probes: no such directory: {', '.join(missing)}", file=sys.stderr)
+        return BAD_ARGS
+    runs = []
+    for root in args.runs:
+        for path in sorted(root.rglob("results.json")):
+            try:
+                runs.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                print(f"tessera probes: skipping unreadable {path}", file=sys.stderr)
+    summary = across([r for r in runs if isinstance(r, dict)])
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"{summary['runs_with_probes']} runs with probes; "
+              + probes.line(summary, width=len(probes.CATALOG)))
+    return 0
