@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from node.consensus import RaftConfig
 from node.errors import ReplicaError
+from node.probes import probe
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class CopyPins:
         entry), so the receiver's log never lacks it."""
         r = self.r
         if r.failed:
+            probe("copy.pins.refused_failed")
             raise ReplicaError(f"replica failed: {r.failed}")
         index = r.snapshots.pin_latest()
         r.wal.register_anchor(holder, index + 1)
@@ -62,11 +64,14 @@ class CopyPins:
                 extents, first, last = r.wal.copy_extents(index + 1)
                 if last >= config.opid_index:
                     break
+                probe("copy.pins.waited_for_config_entry")
                 await asyncio.sleep(0.01)
             else:
+                probe("copy.pins.config_entry_not_synced")
                 raise ReplicaError(f"the committed config's entry {config.opid_index} is not "
                                    f"in the synced WAL (it ends at {last})")
             if first > index + 1:
+                probe("copy.pins.wal_starts_after_snapshot")
                 raise ReplicaError(f"the WAL starts at {first}, after snapshot {index}")
         except BaseException:
             self.unpin(holder, index)

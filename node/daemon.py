@@ -18,6 +18,7 @@ from node import durable
 from node.disk import Disk
 from node.entry import ENTRY_OVERHEAD
 from node.errors import CorruptionError, TesseraError
+from node.probes import probe
 from node.protocol import Ack, Consensus, Peer
 from node.rpc import ErrorCode, RpcClient, RpcError
 from node.rpc.wire import ENVELOPE_RESERVE
@@ -149,11 +150,13 @@ class Outbox:
         while cut < len(batch) and (size := size + message_bytes(batch[cut])) <= self.budget:
             cut += 1
         if cut < len(batch):  # the rest leaves when this batch is answered
+            probe("rpc.outbox.batch_split")
             self._queues[key] = batch[cut:]
             batch = batch[:cut]
         to_uuid, tablet_id = key
         peer = self.book.get(to_uuid)
         if peer is None:
+            probe("rpc.outbox.unknown_peer_dropped")
             return  # Raft resends what matters; an unknown peer is learned from masters
         self._busy.add(key)
         req = Consensus(tablet_id, batch, [self.me])
@@ -180,6 +183,7 @@ class Outbox:
             # Not sent (RpcClient refuses a frame over the limit): one message alone exceeds
             # the frame, an entry over the limit from before it was lowered. Proposals are
             # bounded so that it cannot happen otherwise (docs/decisions.md).
+            probe("rpc.outbox.too_large_unsent")
             log.warning("consensus to %s for %s not sent: %s", key[0], key[1], error)
         elif error is not None:
             log.debug("consensus to %s for %s failed: %s", key[0], key[1], error)

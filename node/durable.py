@@ -23,6 +23,7 @@ import msgspec
 
 from node.disk import REAL, Disk, pwrite_all
 from node.errors import CorruptionError
+from node.probes import probe
 
 MAGIC = b"TSDF"
 VERSION = 1
@@ -43,24 +44,29 @@ def decode_envelope(data: bytes, path: str | os.PathLike) -> memoryview:
     """The payload of a whole file's bytes, as a view (a snapshot's payload is the size of the
     tablet: no copy); any damage raises CorruptionError naming `path`."""
     if len(data) < HEADER_SIZE:
+        probe("durable.corrupt.truncated_header")
         raise CorruptionError(
             path, len(data), f"truncated: {len(data)} bytes, header needs {HEADER_SIZE}"
         )
     magic, version, _reserved, length, payload_crc = _PREFIX.unpack_from(data)
     if magic != MAGIC:
+        probe("durable.corrupt.bad_magic")
         raise CorruptionError(path, 0, f"bad magic {magic!r}, expected {MAGIC!r}")
     (header_crc,) = struct.unpack_from("<I", data, _PREFIX.size)
     if crc32c.crc32c(data[: _PREFIX.size]) != header_crc:
+        probe("durable.corrupt.header_checksum")
         raise CorruptionError(path, 0, "header checksum mismatch")
     if version != VERSION:
         raise CorruptionError(path, 4, f"unsupported envelope version {version}")
     end = HEADER_SIZE + length
     if len(data) < end:
+        probe("durable.corrupt.truncated_payload")
         raise CorruptionError(path, len(data), f"truncated: {len(data)} bytes, envelope says {end}")
     if len(data) > end:
         raise CorruptionError(path, end, f"{len(data) - end} unexpected trailing bytes")
     payload = memoryview(data)[HEADER_SIZE:]
     if crc32c.crc32c(payload) != payload_crc:
+        probe("durable.corrupt.payload_checksum")
         raise CorruptionError(path, HEADER_SIZE, "payload checksum mismatch")
     return payload
 
@@ -91,6 +97,7 @@ def write_atomic(path: str | os.PathLike, payload: bytes, disk: Disk = REAL) -> 
             disk.close(fd)
         disk.replace(tmp, path)
     except BaseException:
+        probe("durable.write.failed_temp_removed")
         with contextlib.suppress(FileNotFoundError):
             disk.unlink(tmp)
         raise
@@ -112,6 +119,7 @@ def load_struct(path: str | os.PathLike, type_: type[T], disk: Disk = REAL) -> T
     try:
         return msgspec.msgpack.decode(payload, type=type_)
     except msgspec.DecodeError as e:  # ValidationError is a DecodeError
+        probe("durable.corrupt.wrong_shape")
         raise CorruptionError(
             path, HEADER_SIZE, f"payload is not a valid {type_.__name__}: {e}"
         ) from e

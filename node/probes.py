@@ -24,6 +24,445 @@ from typing import IO
 # name -> what it marks, one line. Names are dotted: the area, then the branch. One literal, so
 # tests/test_probes.py can read it (a key written twice would silently keep the second).
 CATALOG: dict[str, str] = {
+    # --- raft: the consensus core (node/consensus) ---
+    "raft.prevote.started":
+        "a replica starts a pre-vote for the next term (its election timer fired, or asked to)",
+    "raft.prevote.won":
+        "a pre-vote won a majority: the replica now campaigns for real in a new term",
+    "raft.prevote.lost":
+        "a pre-vote was refused by a majority: the replica stays a follower in its term",
+    "raft.election.started":
+        "a real election started: the term is incremented and the replica votes for itself",
+    "raft.election.won": "an election won a majority of votes: the candidate becomes leader",
+    "raft.election.lost":
+        "an election was refused by a majority: the candidate steps back to follower",
+    "raft.election.timed_out":
+        "a (pre-)candidate's election timed out undecided; it campaigns again, backed off",
+    "raft.vote.granted":
+        "a real vote was granted (and is persisted with the term before it is sent)",
+    "raft.vote.refused_log_behind":
+        "a (pre-)vote was refused: the candidate's last op is behind ours",
+    "raft.vote.refused_voted_or_following":
+        "a (pre-)vote was refused: we voted for another, or follow a live leader",
+    "raft.vote.refused_stale_term": "a (pre-)vote request of an older term than ours was refused",
+    "raft.vote.withheld_in_lease":
+        "a (pre-)vote was withheld: a leader was heard (or we restarted) within the vote lease",
+    "raft.step.misaddressed":
+        "a Raft message addressed to another replica arrived here and was dropped",
+    "raft.stale_leader.told_newer_term":
+        "an append or heartbeat from a deposed leader's older term: it is told our term",
+    "raft.leader.stepped_down_higher_term":
+        "a leader saw a message of a higher term and stepped down to follower",
+    "raft.term.adopted_from_message":
+        "a non-leader adopted a higher term from a message (a new leader or a lost election)",
+    "raft.leader.stepped_down_lost_quorum":
+        "check-quorum: a leader heard from no majority for an election timeout and stepped down",
+    "raft.leader.step_down_requested":
+        "a leader gave up leadership on request, with no successor named",
+    "raft.transfer.started":
+        "a leadership transfer started: proposals are refused until the target takes over",
+    "raft.transfer.timed_out":
+        "a leadership transfer was abandoned: the target did not take over in an election timeout",
+    "raft.transfer.timeout_now_campaign":
+        "TimeoutNow arrived: this voter campaigns at once, past vote withholding",
+    "raft.propose.refused_not_leader":
+        "a proposal (write, config change, read index) reached a replica that does not lead",
+    "raft.propose.refused_transferring":
+        "a proposal was refused: the leader is transferring leadership",
+    "raft.propose.too_large":
+        "a proposal no AppendEntries could carry was refused before it was appended (TOO_LARGE)",
+    "raft.config_change.cas_mismatch":
+        "a config change was refused: its cas_config_index is not the committed config's",
+    "raft.config_change.refused_pending":
+        "a config change was refused: another change is not committed yet",
+    "raft.config_change.refused_no_commit_in_term":
+        "a config change was refused: the leader has committed no entry of its term",
+    "raft.config_change.refused_unsafe_removal":
+        "a removal was refused (SafeToEvict): the remaining voters could not commit",
+    "raft.config_change.leader_removes_itself":
+        "the leader was asked to remove itself: it hands leadership over (SteppingDown)",
+    "raft.unsafe_change.refused_leader":
+        "an unsafe (operator's) config change was refused: this replica leads",
+    "raft.unsafe_change.appended":
+        "an unsafe config change of the surviving voters was appended (UnsafeChangeConfig)",
+    "raft.learner.promoted": "the leader proposes promoting a caught-up NON_VOTER to VOTER",
+    "raft.config.committed": "a config change's entry committed: it becomes the committed config",
+    "raft.config.rolled_back": "a pending config change was rolled back with its truncated entry",
+    "raft.commit.prior_term_entries":
+        "a leader's commit passed entries of earlier terms, carried by one of its own term (5.4.2)",
+    "raft.follower.append_below_commit":
+        "a follower got an append before its commit index (stale or duplicate): acked at commit",
+    "raft.follower.append_rejected_mismatch":
+        "a follower refused an append whose previous op it does not hold; it sends a hint",
+    "raft.follower.truncated_conflict":
+        "a follower truncated a conflicting uncommitted suffix to take the leader's entries",
+    "raft.safety.conflict_below_commit":
+        "SafetyError: a leader's entry conflicts with one at or below our commit index",
+    "raft.leader.follower_lost_acknowledged":
+        "a follower refused an append at an index it had acknowledged: it lost entries",
+    "raft.leader.peer_needs_copy":
+        "a peer's next entry is compacted away: only a tablet copy can catch it up",
+    "raft.leader.progress_reset_by_copy":
+        "a tablet copy installed on a peer: the leader restarts its progress from the copy",
+    "raft.copy_installed.ignored":
+        "a finished copy's progress reset was ignored: the term changed or the peer is not tracked",
+    "raft.read_index.waits_for_term_commit":
+        "a ReadIndex request waits: the new leader has not committed an entry of its term",
+    "raft.read_index.round_sent":
+        "a heartbeat round was sent to confirm leadership for pending reads (ReadIndex)",
+    # --- read: linearizable reads and the leader lease (node/read_only.py) ---
+    "read.lease.granted":
+        "a leader lease was granted for a new term from a round a quorum acknowledged",
+    "read.lease.not_granted":
+        "a confirmed round granted no lease: it was of an earlier term, or a transfer started",
+    "read.refused_not_leader":
+        "a ReadIndex group was refused: the replica was not the leader when it was handed over",
+    "read.failed_leadership_lost": "reads waiting on a ReadIndex round failed: leadership was lost",
+    # --- replica: the driver (node/replica.py) ---
+    "replica.bootstrap.uncommitted_entries_pending":
+        "bootstrap found WAL entries past the snapshot, not known committed: pending",
+    "replica.commit_wait.waited":
+        "a write's answer waited out commit-wait: the clock minus its max error was not past it",
+    "replica.failed.while_running":
+        "a running replica failed (an fsync, a safety check): it is FAILED and stops serving",
+    # --- wal: the write-ahead log (node/wal) ---
+    "wal.recover.torn_tail_cut":
+        "bootstrap cut a torn tail (non-zero bytes) off the newest unfinished segment",
+    "wal.recover.unfinished_segment_closed":
+        "bootstrap gave the newest unfinished segment a footer where its good data ends",
+    "wal.recover.empty_unfinished_segment_removed":
+        "bootstrap removed a newest unfinished segment that held no batch",
+    "wal.recover.unfinished_undamaged":
+        "the newest segment has no footer but no damage either (a crash between writes)",
+    "wal.recover.tmp_segment_found":
+        "bootstrap found a temporary segment file of a roll a crash interrupted",
+    "wal.recover.footer_segment_damaged_refused":
+        "refused: a finished segment (with a footer) has a damaged batch",
+    "wal.recover.footer_mismatch_refused":
+        "refused: a segment's footer disagrees with the batches it holds",
+    "wal.recover.cut_short_refused":
+        "refused: a footerless segment shorter than its preallocation was cut short, not torn",
+    "wal.recover.unfinished_not_newest_refused":
+        "refused: a segment without a footer that is not the newest",
+    "wal.recover.crcs_match_refused":
+        "refused: a batch whose CRCs match is unreadable (written so, not torn)",
+    "wal.recover.intact_batch_after_damage_refused":
+        "refused: an intact batch follows the damage, so it is not a torn tail",
+    "wal.recover.written_whole_refused":
+        "refused: the damaged newest batch was written whole (stamps or flipped header)",
+    "wal.recover.sequence_gap_refused": "refused: the segment sequence numbers have a gap",
+    "wal.recover.wrong_tablet_refused": "refused: a segment header names another tablet",
+    "wal.header.corrupt_refused":
+        "refused: a segment header is unreadable (magic, version, length or CRC)",
+    "wal.scan.footer_damaged": "a segment's footer magic is there but its CRC fails",
+    "wal.scan.flipped_header":
+        "a batch header failing its CRC is one or two bits from a valid one: flipped, not torn",
+    "wal.scan.crc_mismatch_written_whole":
+        "a batch's data CRC fails though every sector stamp reads written: corruption",
+    "wal.scan.crc_mismatch_unwritten_sector":
+        "a batch's data CRC fails and a sector reads unwritten: a torn write",
+    "wal.scan.undecodable_batch": "a batch whose CRCs match does not decode",
+    "wal.replay.truncation_applied":
+        "replay applied a TRUNCATE record: a divergent tail replaced by a later leader's",
+    "wal.replay.bad_truncation_refused": "refused: a truncation record points past the last index",
+    "wal.replay.index_gap_refused": "refused: entry indexes skip in the log",
+    "wal.truncate_suffix.reserved":
+        "the log reserved a suffix truncation (a conflicting uncommitted tail replaced)",
+    "wal.queue.backpressure_waited":
+        "an append waited for the WAL queue to drain below its byte bound",
+    "wal.append.refused_failed":
+        "an append was refused: an earlier write or sync failed, the log is failed",
+    "wal.write.failed":
+        "a group write or sync failed: the log is failed for good (a failed fsync is not retried)",
+    "wal.write.short_write_completed":
+        "a vectored write came back short and was completed with a plain write",
+    "wal.segment.preallocate_started":
+        "the active segment passed its size: the next one is preallocated",
+    "wal.segment.preallocate_failed":
+        "creating the next segment failed: the next group's write fails the log",
+    "wal.segment.rolled": "the log rolled: the old segment got its footer and the new one its name",
+    "wal.gc.segments_deleted": "log GC deleted closed segments below every anchor",
+    "wal.read_entries.active_damaged":
+        "reading the log back for a peer found the active segment's written part damaged",
+    "wal.close.failed_segment_left":
+        "a failed log was closed without a footer: bootstrap judges the segment",
+    "wal.copy.preallocation_restored":
+        "a segment received by tablet copy was given back its preallocated length",
+    # --- durable: checksummed files (node/durable.py) ---
+    "durable.corrupt.truncated_header":
+        "a durable file is shorter than its envelope header: CorruptionError",
+    "durable.corrupt.bad_magic": "a durable file's magic is wrong: CorruptionError",
+    "durable.corrupt.header_checksum": "a durable file's header checksum fails: CorruptionError",
+    "durable.corrupt.truncated_payload":
+        "a durable file is shorter than its envelope says: CorruptionError",
+    "durable.corrupt.payload_checksum": "a durable file's payload checksum fails: CorruptionError",
+    "durable.corrupt.wrong_shape":
+        "a verified payload does not decode as the expected type: CorruptionError",
+    "durable.write.failed_temp_removed":
+        "an atomic write failed part-way: its temporary file was removed",
+    # --- cmeta and superblock (node/tablet/cmeta.py, superblock.py) ---
+    "cmeta.load.wrong_tablet": "consensus metadata holds another tablet's record: CorruptionError",
+    "cmeta.refused.term_regression": "SafetyError: a save would take the durable term backwards",
+    "cmeta.refused.second_vote":
+        "SafetyError: a save would change the vote already cast in the term",
+    "cmeta.create.refused_exists":
+        "creating consensus metadata over an existing file was refused (amnesia)",
+    "superblock.load.wrong_tablet": "a superblock holds another tablet's record: CorruptionError",
+    "superblock.transition.refused":
+        "a data-state transition outside the tablet-copy seed's was refused",
+    "superblock.tombstone.refused_no_last_op":
+        "tombstoning a READY replica without its last logged OpId was refused",
+    # --- tablet: snapshots, the state machine, the tablet manager ---
+    "tablet.snapshot.saved": "a snapshot of the state machine was written durably",
+    "tablet.snapshot.older_deleted":
+        "an older snapshot, not pinned by a copy, was deleted after a newer one",
+    "tablet.snapshot.loaded": "bootstrap found a snapshot and loads the state from it",
+    "tablet.snapshot.wrong_contents_refused":
+        "the newest snapshot holds another tablet or index: CorruptionError",
+    "tablet.session.no_session":
+        "a session op found no such session (NO_SESSION): evicted or never opened",
+    "tablet.session.not_owner":
+        "a session op came from another identity than the session's owner (NOT_OWNER)",
+    "tablet.session.stale_seq": "a retried seq whose result is forgotten got STALE_SEQ",
+    "tablet.session.evicted_lru":
+        "opening a session evicted the least recently used one (max_sessions)",
+    "tablet.session.evicted_own_oldest":
+        "an owner past its session bound lost its own least recently used session",
+    "tablet.session.results_over_bound_forgotten":
+        "a session kept more results than its bound: the oldest were forgotten",
+    "tablet.dedup.retry_answered":
+        "a retried seq was answered with its first result, not applied again",
+    "tablet.batch.row_by_row":
+        "a batch that is a retry (or out of order) was applied row by row, with dedup",
+    "tablet.group.member_by_member":
+        "a group of single writes left the one-pass path: applied member by member",
+    "tablet.open.unfinished_copy_tombstoned":
+        "start-up found a COPYING superblock: the unfinished copy is tombstoned",
+    "tablet.open.tombstone":
+        "start-up found a tombstoned replica: it votes from its metadata and last OpId",
+    "tablet.failed.at_open":
+        "a replica could not be opened (corrupt or unreadable files): marked FAILED",
+    "tablet.failed.forgotten":
+        "a FAILED replica was deleted: forgotten, its files left for an operator",
+    "tablet.create.refused_tombstone":
+        "creating a replica over a tombstone (or a copy) was refused: ALREADY_EXISTS",
+    "tablet.create.refused_failed_files":
+        "creating a replica was refused: a forgotten FAILED replica's files are there",
+    "tablet.delete.copy_aborted": "a delete aborted a tablet copy under way",
+    "tablet.delete.cas_refused":
+        "a delete was refused: the replica's committed config is newer than its cas_config_index",
+    "tablet.tombstoned": "a running replica was stopped and tombstoned with its last logged OpId",
+    # --- tombstone: votes answered from a tombstone (seed 05) ---
+    "tombstone.vote.withheld_in_lease":
+        "a tombstoned replica withheld votes: it stopped within a vote lease",
+    "tombstone.vote.copy_finished_meanwhile":
+        "votes for a tombstone went to the replica a copy just installed",
+    "tombstone.vote.no_metadata":
+        "a copy onto a new replica has no metadata yet: its votes go unanswered",
+    "tombstone.vote.refused_unknown_last_op":
+        "a tombstone whose last OpId is unknown refused every vote",
+    "tombstone.vote.refused_stale_term": "a tombstone refused a vote request of an older term",
+    "tombstone.vote.granted":
+        "a tombstoned or copying replica granted a real vote (persisted before it is sent)",
+    # --- copy: tablet copy, both ends (node/tserver/copy*, node/copy_pins.py) ---
+    "copy.trigger.peer_refused_raft":
+        "a peer answered Raft with no replica or a tombstone: the leader will copy to it",
+    "copy.trigger.sent": "the leader sent StartTabletCopy to a peer",
+    "copy.trigger.failed": "a StartTabletCopy the leader sent failed or was refused",
+    "copy.refused.in_progress": "StartTabletCopy refused: a copy of the tablet is in progress here",
+    "copy.refused.failed_replica": "StartTabletCopy refused: the replica here is FAILED",
+    "copy.refused.state_mismatch":
+        "StartTabletCopy refused: the replica is not in the state the caller expects",
+    "copy.refused.stale_term": "StartTabletCopy refused: the caller's term is older than ours",
+    "copy.refused.not_behind":
+        "StartTabletCopy refused: the running replica can still be caught up (REPLICA_NOT_BEHIND)",
+    "copy.over_failed_running_replica":
+        "a copy may replace a running replica that failed: it cannot be caught up",
+    "copy.running_replica_tombstoned": "a running replica really behind was tombstoned for a copy",
+    "copy.started": "a tablet copy passed its guards: the replica is COPYING",
+    "copy.prepare.over_existing_files":
+        "a copy starts over existing files (a tombstone, or a forgotten replica's)",
+    "copy.prepare.new_replica": "a copy starts onto a tablet that never had files here",
+    "copy.merge.cmeta_created": "a copy created consensus metadata where there was none",
+    "copy.fetch.bad_chunk": "a fetched chunk had the wrong offset, length or CRC: asked again",
+    "copy.fetch.retrying": "a chunk fetch failed in transit: asked again from the same offset",
+    "copy.fetch.stalled_gave_up": "a copy gave up: nothing arrived for the stall limit",
+    "copy.fetch.resumed": "a chunk fetch succeeded after failed attempts: the copy resumed",
+    "copy.install.completed":
+        "all copied files are in: the superblock says READY, naming the source",
+    "copy.install.open_failed": "the copied files did not open: the replica is FAILED",
+    "copy.failed": "a tablet copy failed part-way (or was cancelled): it is abandoned",
+    "copy.abandoned.tombstoned": "an abandoned copy had written files: the tablet is a tombstone",
+    "copy.abandoned.state_restored":
+        "an abandoned copy had written nothing: the tablet is back in its prior state",
+    "copy.aborted_by_delete":
+        "a copy was aborted by a delete that raced it; the caller hears ILLEGAL_STATE",
+    "copy.finished": "a tablet copy finished and the replica runs on the copied files",
+    "copy.source.session_begun": "a copy source session began: snapshot and WAL pinned",
+    "copy.source.session_superseded":
+        "a receiver began a new session: its old one on the tablet was ended",
+    "copy.source.pin_refused":
+        "a copy source refused a session: the replica could not pin its files",
+    "copy.source.session_expired": "a copy source session idle past its timeout was ended",
+    "copy.source.no_session":
+        "a fetch named no live copy session (ended, expired, or the source restarted)",
+    "copy.source.short_read": "a pinned copy file read short: damage, refused",
+    "copy.pins.refused_failed": "pinning for a copy was refused: the source replica is FAILED",
+    "copy.pins.waited_for_config_entry":
+        "pinning waited for the committed config's entry to be synced in the WAL",
+    "copy.pins.config_entry_not_synced":
+        "pinning gave up: the committed config's entry never reached the synced WAL",
+    "copy.pins.wal_starts_after_snapshot":
+        "pinning refused: the WAL starts after the snapshot (a gap)",
+    # --- tserver: the tablet server's services ---
+    "tserver.request.refused_failed":
+        "a request for a FAILED replica was refused (TABLET_NOT_RUNNING)",
+    "tserver.consensus.refused_failed": "Raft messages to a FAILED replica were refused",
+    "tserver.consensus.refused_not_running":
+        "Raft messages to a missing, tombstoned or copying replica were refused",
+    "tserver.reply.too_large": "a write was answered TOO_LARGE: refused before it was proposed",
+    "tserver.reply.maybe_applied":
+        "a write was answered REMOTE_ERROR: it may have applied (the replica stopped or failed)",
+    "tserver.reply.not_leader_hint":
+        "a request was answered NOT_LEADER with the leader's uuid as a hint",
+    "tserver.reply.not_leader_no_hint": "a request was answered NOT_LEADER with no leader known",
+    "tserver.write.not_ready_awaited":
+        "a write reached a replica not ready for writes: it takes the awaited path",
+    "tserver.write_batch.refused_invalid":
+        "a write batch was refused unproposed (empty, or over the session's bound)",
+    "tserver.change_config.leader_removed":
+        "a config change removed the leader: NOT_LEADER, leadership handed over",
+    "tserver.masters.adopted":
+        "a tablet server adopted a newer committed master list from a heartbeat",
+    # --- master: the catalog and its reconciler ---
+    "master.bootstrap.join_existing":
+        "a new master found its peers already have a catalog: it waits to be added",
+    "master.learn_addresses":
+        "a master asks the others for the address of a catalog member it does not know",
+    "master.heartbeat.masters_not_learned":
+        "the leader master does not know every member's address yet: no master list sent",
+    "master.removed.refused":
+        "a master removed from the catalog's config refused a request (NOT_LEADER)",
+    "master.membership.add": "the leader master adds a master to the catalog's config (AddMaster)",
+    "master.membership.remove":
+        "the leader master removes a master from the catalog's config (RemoveMaster)",
+    "master.membership.leader_hands_over":
+        "removing the leader master: leadership is handed over first",
+    "master.catalog.session_opened_in_new_term":
+        "a leader master opened its catalog session in a new term",
+    "master.catalog.write_refused":
+        "a catalog transaction was refused by the catalog's state machine",
+    "master.catalog.unknown_tablet_kept":
+        "a reported tablet has no catalog record (this master may lag): not deleted",
+    "master.catalog.follows_config_change":
+        "the catalog follows committed config changes its tablets' leaders report",
+    "master.catalog.follow_waits_for_address":
+        "a committed config names a server whose address is unknown: the catalog waits",
+    "master.reconcile.delete_deleted_tablet":
+        "the reconciler deletes a replica of a tablet whose record was deleted",
+    "master.reconcile.delete_evicted_replica":
+        "the reconciler deletes a replica the committed config left out (CAS guarded)",
+    "master.reconcile.recreate_replicas":
+        "the reconciler re-creates replicas of a creation config never reported",
+    "master.rereplication.replace_silent":
+        "a member's tablet server was silent past the limit: it is to be replaced",
+    "master.rereplication.replace_failed":
+        "a member's replica reports FAILED: it is to be replaced at once",
+    "master.rereplication.waits_for_promotion":
+        "re-replication waits: a replacement NON_VOTER is still catching up",
+    "master.rereplication.add_chosen": "re-replication adds a replacement on a spare live server",
+    "master.rereplication.remove_chosen":
+        "re-replication removes the failed member (enough healthy voters)",
+    "master.rereplication.no_spare": "re-replication found no spare live server for a replacement",
+    "master.rereplication.change_failed":
+        "a re-replication change was refused or failed (a CAS guard, say)",
+    "master.change_replica.leadership_moved":
+        "a replica change found the tablet's leadership moved since the heartbeat",
+    # --- client (node/client) ---
+    "client.master.hint_unknown_learning":
+        "a master said NOT_LEADER with no known leader: the client learns the masters",
+    "client.master.hint_followed":
+        "a master said NOT_LEADER naming a known leader: the client follows the hint",
+    "client.session.open_failed":
+        "opening a client session had an unknown outcome: the op fails unsent",
+    "client.retry.no_reply": "a replica did not answer (network, deadline): marked silent",
+    "client.retry.not_leader_hint_followed":
+        "NOT_LEADER with a hint to a known replica: the client goes there next",
+    "client.retry.not_leader_unknown_leader":
+        "NOT_LEADER naming a leader not in our locations: they are refreshed",
+    "client.retry.tablet_moved":
+        "a replica said the tablet is not there (or wrong server): locations refreshed",
+    "client.retry.refused":
+        "a replica refused the request (invalid, not authorized): no replica will differ",
+    "client.retry.too_large":
+        "a request was refused as too large: the op fails, or is unknown after an uncertain try",
+    "client.retry.deadline_unknown":
+        "an op's deadline passed after an attempt that may have applied: OpUnknown",
+    "client.retry.deadline_failed":
+        "an op's deadline passed with no attempt that may have applied: OpFailed",
+    "client.batch.coalesced_sent":
+        "several writes issued in one loop turn went out as one ts.write_batch",
+    "client.batch.split_after_too_large":
+        "a coalesced batch was refused TOO_LARGE: each write is sent alone",
+    "client.uncork.result_count_mismatch":
+        "a coalesced batch came back with the wrong number of outcomes: all unknown",
+    "client.answered.result_count_mismatch":
+        "a batch answer held the wrong number of results: every op OpUnknown",
+    "client.write.session_lost": "a write found its client session lost (NO_SESSION or STALE_SEQ)",
+    "client.write.session_lost_unknown":
+        "a write's session was lost after an uncertain attempt: OpUnknown",
+    "client.write.session_reopened":
+        "a write's session was lost before any attempt applied: a new one is opened",
+    "client.write_batch.lost_session_unknown":
+        "a write batch answered with lost-session rows: those ops are OpUnknown",
+    "client.write_batch.session_reopened":
+        "a write batch's session was gone before it applied: a new one is opened",
+    "client.wrong_reply": "a reply did not answer the op's own request: WrongReply raised",
+    "client.manual_flush.op_exceeds_buffer":
+        "MANUAL_FLUSH: an op alone exceeds the buffer space: it fails unsent",
+    "client.manual_flush.buffer_full_reflush":
+        "MANUAL_FLUSH: apply hit BufferFull: flush, then apply again",
+    "client.manual_flush.caller_cancelled":
+        "MANUAL_FLUSH: a cancelled caller's op is dropped from its batch before send",
+    "client.session.buffer_full_ops":
+        "MANUAL_FLUSH: apply refused, the tablet's buffer holds a full batch (BufferFull)",
+    "client.session.buffer_full_bytes":
+        "MANUAL_FLUSH: apply refused, the buffer space is used up (BufferFull)",
+    "client.session.apply_waits_for_buffer":
+        "AUTO_FLUSH_BACKGROUND: apply waits, every buffer of the tablet is in flight",
+    "client.session.flush_count":
+        "AUTO_FLUSH_BACKGROUND: a tablet's buffer was cut at its op count",
+    "client.session.flush_bytes":
+        "AUTO_FLUSH_BACKGROUND: the buffered bytes reached the watermark: all cut",
+    "client.session.flush_interval":
+        "AUTO_FLUSH_BACKGROUND: a buffer was cut by the flush interval",
+    "client.session.cancelled_ops_dropped":
+        "a batch dropped ops whose callers gave up before it was sent",
+    "client.session.batch_unexpected_error":
+        "a batch failed with an unexpected error: its ops are OpUnknown",
+    # --- rpc: the RPC layer and the Raft outbox ---
+    "rpc.client.too_large_refused": "a request over the frame limit was refused unsent (TOO_LARGE)",
+    "rpc.client.too_large_refused_nowait":
+        "a Raft request over the frame limit was refused unsent (TOO_LARGE)",
+    "rpc.client.waited_for_room":
+        "a call waited for room: the connection had max_inflight calls out",
+    "rpc.client.peer_hung_up_with_reason":
+        "a server's last word before it hung up (a frame over its limit, say)",
+    "rpc.server.wrong_uuid": "a request for another server uuid was refused (WRONG_SERVER_UUID)",
+    "rpc.server.handler_deadline_exceeded":
+        "a handler outran the call's deadline: DEADLINE_EXCEEDED answered",
+    "rpc.server.direct_deadline_exceeded":
+        "a direct handler did not answer within the call's deadline",
+    "rpc.server.frame_too_large":
+        "a frame over the server's limit: answered once, then the connection is closed",
+    "rpc.server.refused_not_authorized":
+        "a call was refused: the caller may not call the method (NOT_AUTHORIZED)",
+    "rpc.server.backpressure_paused":
+        "a connection with max_inflight requests out stops being read",
+    "rpc.outbox.batch_split":
+        "queued Raft messages over the frame budget were split into several RPCs",
+    "rpc.outbox.unknown_peer_dropped": "Raft messages to a peer with no known address were dropped",
+    "rpc.outbox.too_large_unsent": "a Raft message alone over the frame limit was not sent",
 }
 
 _hits: Counter | None = None  # None: off

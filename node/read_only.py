@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from node.consensus import Heartbeat, ProposalError, ReadState, Role
 from node.done import Done, finish
 from node.errors import ReplicaError
+from node.probes import probe
 
 LEASE_MARGIN_S = 0.001  # timer and clock resolution: asyncio may fire a timer this much early
 
@@ -162,6 +163,7 @@ class ReadOnly:
                 self.r.core.read_index(ctx)
             except ProposalError as e:  # not leader after all: nothing would ever answer it
                 self.groups.pop(ctx, None)
+                probe("read.refused_not_leader")
                 group.fail(ReplicaError(f"read refused: {e}", leader=self.r.leader))
 
         self.r._submit(hand)
@@ -177,10 +179,12 @@ class ReadOnly:
         """A quorum acknowledged a round we sent at `sent` while leading in `term`."""
         r = self.r
         if term != r.core.term or term != r.term or not r.core.lease_reads_allowed():
+            probe("read.lease.not_granted")
             return  # confirmed in an earlier term, or a transfer started since: no lease
         o = r.options
         until = sent + leader_lease_s(r.core.vote_lease_ticks(), o.tick_ms, o.max_clock_drift)
         if self.lease_term != term:
+            probe("read.lease.granted")
             self.lease_term, self.lease_until = term, until
         else:
             self.lease_until = max(self.lease_until, until)
@@ -209,6 +213,7 @@ class ReadOnly:
             self.open_group = None  # its reads fail just below; later ones must not join it
             for ctx, group in list(self.groups.items()):
                 if not group.done:
+                    probe("read.failed_leadership_lost")
                     group.fail(ReplicaError("leadership lost", leader=self.r.leader))
                     self.groups.pop(ctx)
                     self.round_sent.pop(ctx, None)

@@ -59,6 +59,7 @@ from node.errors import CorruptionError, ReplicaError
 from node.faults import Faults
 from node.logfmt import SAFETY, TabletLog, log_failure
 from node.precise_timer import precise_timers
+from node.probes import probe
 from node.read_only import ReadOnly
 from node.rpc.wire import DEFAULT_MAX_FRAME, ENVELOPE_RESERVE
 from node.tablet.cmeta import ConsensusMetadata
@@ -231,6 +232,7 @@ class Replica:
                       "%d, %d WAL entries after it", cmeta.current_term, cmeta.voted_for,
                       config_text(config), snapshot_index, len(entries))
         if entries:
+            probe("replica.bootstrap.uncommitted_entries_pending")
             # The commit index is not persisted: a leader re-establishes it, applying what it
             # commits and truncating whatever of this suffix it replaces.
             self.log.info("bootstrap: WAL entries %d..%d are not known committed: pending until "
@@ -340,6 +342,7 @@ class Replica:
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a failed fsync or a safety violation: stop serving, loudly
+            probe("replica.failed.while_running")
             self.failed = log_failure(self.log, "replica failed", e)
             self._fail_pending(ReplicaError(f"replica failed: {self.failed}", maybe_applied=True))
 
@@ -629,6 +632,7 @@ class Replica:
         remaining = self.clock.wait_until_after(ts) if ts else 0
         if remaining > 0:  # timers may fire early: this runs again until past
             if not waited:
+                probe("replica.commit_wait.waited")
                 self.stats["commit_waits"] += 1
             self.stats["commit_wait_seconds"] += remaining
             precise_timers(asyncio.get_running_loop()).call_later(

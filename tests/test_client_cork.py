@@ -9,6 +9,7 @@ import asyncio
 import pytest
 from loopback_cluster import loopback_cluster
 
+from node import probes
 from node.client import CONNECT_TIMEOUT, TesseraClient
 from node.client.session import MAX_BATCH_OPS
 from node.errors import OpUnknown
@@ -192,4 +193,5 @@ def test_a_tablet_that_answers_too_few_results_leaves_no_caller_waiting():
                                     return_exceptions=True)
         assert all(isinstance(e, OpUnknown) and "2 results came back for 3" in str(e)
                    for e in done), done
-    asyncio.run(asyncio.wait_for(go(), 10))
+    with probes.expect("client.batch.coalesced_sent", "client.answered.result_count_mismatch"):
+        asyncio.run(asyncio.wait_for(go(), 10))

@@ -2,6 +2,7 @@
 
 import pytest
 
+from node import probes
 from node.consensus import (
     CasMismatch,
     ChangeOp,
@@ -77,7 +78,7 @@ def test_change_gate(pending, commit_term, term, refusal):
 
 def test_cas_must_name_the_committed_config():
     confchange.check_cas(4, 4)
-    with pytest.raises(CasMismatch) as refused:
+    with probes.expect("raft.config_change.cas_mismatch"), pytest.raises(CasMismatch) as refused:
         confchange.check_cas(3, 4)
     assert refused.value.committed == 4
 

@@ -19,6 +19,7 @@ from tserver_helpers import (
     write_rows,
 )
 
+from node import probes
 from node.consensus import FollowerLostEntries, HardState
 from node.protocol import DeleteTablet, Read, StartTabletCopy, TabletCopyResult
 from node.rpc import ErrorCode, RpcError
@@ -67,7 +68,8 @@ def test_copy_onto_an_up_to_date_running_replica_is_refused_and_its_data_survive
         finally:
             await ts.stop()
 
-    asyncio.run(main())
+    with probes.expect("copy.refused.not_behind", "copy.refused.state_mismatch"):
+        asyncio.run(main())
 
 
 def test_copy_over_a_replica_behind_the_leaders_retained_log_goes_ahead(tmp_path):
@@ -164,7 +166,8 @@ def test_a_follower_that_lost_acknowledged_entries_is_rebuilt_not_refused_foreve
     del c.disks["n3"]["log"][3:]  # entries 4 and 5, acknowledged, are gone
     c.restart("n3")
     c.do("n1", "propose", b"after the loss")
-    c.deliver(limit=300)
+    with probes.expect("raft.leader.follower_lost_acknowledged"):
+        c.deliver(limit=300)
     assert not c.queue, "the refused append keeps bouncing"
     assert c.core("n3").log.last_index() == leader.log.last_index() == 6
     assert leader.progress["n3"].match == 6

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from node import durable
+from node import durable, probes
 from node.errors import CorruptionError
 
 PAYLOAD = msgspec.msgpack.encode({"term": 7, "voted_for": "peer-2", "config": [1, 2, 3]})
@@ -99,7 +99,8 @@ def test_struct_round_trip_and_wrong_shape_is_corruption(tmp_path):
     durable.save_struct(path, Meta(3))
     assert durable.load_struct(path, Meta) == Meta(3)
     durable.save_struct(path, ["not", "meta"])
-    with pytest.raises(CorruptionError, match="not a valid Meta") as exc:
+    with (probes.expect("durable.corrupt.wrong_shape"),
+          pytest.raises(CorruptionError, match="not a valid Meta") as exc):
         durable.load_struct(path, Meta)
     assert str(path) in str(exc.value)
 
@@ -112,7 +113,8 @@ def test_failed_write_keeps_the_old_file_whole(tmp_path, monkeypatch):
         raise OSError("disk gone")
 
     monkeypatch.setattr(durable.os, "fsync", broken_fsync)
-    with pytest.raises(OSError, match="disk gone"):
+    with (probes.expect("durable.write.failed_temp_removed"),
+          pytest.raises(OSError, match="disk gone")):
         durable.write_atomic(path, b"new")
     monkeypatch.undo()
     assert durable.read_verified(path) == b"old"

@@ -19,6 +19,7 @@ from tserver_helpers import (
     write_rows,
 )
 
+from node import probes
 from node.protocol import DeleteTablet
 from node.rpc import ErrorCode, RpcError
 from node.tablet.superblock import DataState, Superblock
@@ -90,4 +91,5 @@ def test_a_replica_that_failed_while_running_is_not_tombstoned_by_a_delete(tmp_p
         finally:
             await ts.stop()
 
-    asyncio.run(main())
+    with probes.expect("replica.failed.while_running", "tablet.failed.forgotten"):
+        asyncio.run(main())

@@ -7,6 +7,7 @@ import random
 import msgspec
 import pytest
 
+from node import probes
 from node.consensus import (
     AppendEntries,
     CoreConfig,
@@ -107,7 +108,8 @@ def test_restart_recovers_term_vote_and_log_while_commit_restarts_at_the_snapsho
 def test_votes_are_withheld_while_a_leader_is_live_then_granted():
     c = elected()
     request = VoteRequest(2, "n3", "n2", 10, 1, pre_vote=True)
-    c.core("n2").step(request)
+    with probes.expect("raft.vote.withheld_in_lease"):
+        c.core("n2").step(request)
     assert c.core("n2").withheld_votes == 1 and not c.core("n2").has_ready()
     c.tick("n2", c.core("n2").vote_lease_ticks())
     c.core("n2").step(request)

@@ -5,6 +5,7 @@ Each script is a list of steps `(op, *args)`; `expect` steps check one fact abou
 
 import pytest
 
+from node import probes
 from node.consensus import (
     AppendResponse,
     CasMismatch,
@@ -132,7 +133,8 @@ FIGURE_8 = ELECTED + [
 
 
 def test_figure_8_previous_term_entry_commits_only_with_a_current_term_entry():
-    run(ScriptCluster(batch_bytes=1), FIGURE_8)
+    with probes.expect("raft.commit.prior_term_entries"):
+        run(ScriptCluster(batch_bytes=1), FIGURE_8)
 
 
 def test_figure_8_script_catches_counting_previous_term_entries(monkeypatch):

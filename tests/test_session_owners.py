@@ -9,6 +9,7 @@ command, so every replica refuses the same ops."""
 
 from __future__ import annotations
 
+from node import probes
 from node.entry import Entry, EntryType
 from node.tablet.ops import (
     Batch,
@@ -44,7 +45,8 @@ class Log:
 def test_another_identity_cannot_write_close_or_batch_into_a_session():
     log = Log()
     alice = log.open("alice")
-    refused = log.apply(Write("k", "mallory"), "mallory", alice, 1)
+    with probes.expect("tablet.session.not_owner"):
+        refused = log.apply(Write("k", "mallory"), "mallory", alice, 1)
     assert refused.error == Rejection.NOT_OWNER and log.read("k") is None
     batch = log.apply(Batch([Write(f"m{i}", i) for i in range(5)]), "mallory", alice, 1)
     assert [r.error for r in batch] == [Rejection.NOT_OWNER] * 5

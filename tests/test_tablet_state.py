@@ -3,6 +3,7 @@
 import msgspec
 import pytest
 
+from node import probes
 from node.entry import Entry, EntryType
 from node.tablet.ops import (
     COMMAND_VERSION,
@@ -138,7 +139,8 @@ def test_a_retry_returns_the_original_result_and_applies_once(log):
     first = log.apply(log.c, 1, Append("l", "x"))
     log.apply(log.c, 2, Cas("k", None, 1))
     log.apply(log.c, 3, Write("k", 7))
-    assert log.apply(log.c, 1, Append("l", "x")) == first
+    with probes.expect("tablet.dedup.retry_answered"):
+        assert log.apply(log.c, 1, Append("l", "x")) == first
     cas_retry = log.apply(log.c, 2, Cas("k", None, 1))
     assert cas_retry.ok  # the original success, although k is 7 now
     assert log.sm.data == {"l": ["x"], "k": 7}
@@ -175,7 +177,8 @@ def test_acked_results_are_forgotten_and_their_retries_are_stale(log):
     log.apply(log.c, 1, Append("l", 1))
     log.apply(log.c, 2, Append("l", 2), acked_below=2)
     assert set(log.sm.sessions[log.c].results) == {2}
-    r = log.apply(log.c, 1, Append("l", 1))
+    with probes.expect("tablet.session.stale_seq"):
+        r = log.apply(log.c, 1, Append("l", 1))
     assert (r.ok, r.error) == (False, Rejection.STALE_SEQ) and r.error.outcome_unknown
     assert log.sm.data["l"] == [1, 2]
 
@@ -197,9 +200,10 @@ def test_least_recently_used_sessions_are_evicted():
     log.apply(a, 1, Append("a", 1))
     log.apply(b, 1, Append("b", 1))
     log.apply(a, 2, Append("a", 2))  # b is now the least recently used
-    c = log.session()
-    assert list(log.sm.sessions) == [a, c]
-    assert log.apply(b, 1, Append("b", 1)).error is Rejection.NO_SESSION
+    with probes.expect("tablet.session.evicted_lru", "tablet.session.no_session"):
+        c = log.session()
+        assert list(log.sm.sessions) == [a, c]
+        assert log.apply(b, 1, Append("b", 1)).error is Rejection.NO_SESSION
     assert log.sm.data["b"] == [1]
 
 

@@ -19,6 +19,7 @@ from tserver_helpers import (
     write_rows,
 )
 
+from node import probes
 from node.consensus import AppendEntries, Heartbeat, Role, VoteRequest, VoteResponse
 from node.protocol import Ack, BeginCopySession, Consensus, DeleteTablet, Peer, StartTabletCopy
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
@@ -300,7 +301,9 @@ def test_a_deleted_failed_voter_being_copied_never_votes_from_an_unknown_log(tmp
             await cand.server.stop()
             await ts.stop()
 
-    asyncio.run(main())
+    with probes.expect("tablet.failed.at_open", "tablet.failed.forgotten",
+                       "tombstone.vote.refused_unknown_last_op"):
+        asyncio.run(main())
 
 
 def test_a_copy_over_unknown_files_that_dies_leaves_a_tombstone_that_never_votes(tmp_path):

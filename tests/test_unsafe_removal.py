@@ -12,6 +12,7 @@ import asyncio
 import pytest
 from tserver_helpers import TABLET, create_on_all, start_server, wait_for, write_rows
 
+from node import probes
 from node.protocol import ChangeConfig
 from node.rpc import ErrorCode, RpcError
 
@@ -29,7 +30,8 @@ def test_removing_a_live_replica_beside_a_silent_one_is_refused_and_the_tablet_k
             # two check-quorum rounds: the leader has not heard from `silent` in either
             await asyncio.sleep(3 * core.cfg.election_timeout_ticks * 0.010)
             cas = leader.replicas[TABLET].committed_config_index
-            with pytest.raises(RpcError) as e:
+            with (probes.expect("raft.config_change.refused_unsafe_removal"),
+                  pytest.raises(RpcError) as e):
                 # accepted, it would wait forever for a commit: a timeout fails the test
                 await asyncio.wait_for(leader.service.on_change_config(
                     ChangeConfig(TABLET, "remove", live.me, cas)), 10)

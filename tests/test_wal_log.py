@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from node import probes
 from node.entry import Entry, EntryType
 from node.wal import Log, LogOptions, WalClosed, WalCorruption, WalError, read_log
 from node.wal import format as fmt
@@ -441,7 +442,8 @@ def test_a_preallocated_segment_cut_short_is_damage_not_a_torn_tail(tmp_path, wh
     assert fmt.parse_segment_header(open(path, "rb").read(64)).prealloc == TINY.segment_bytes
     cut = offsets[4] + (7 if where == "mid-batch" else 0)
     os.truncate(path, cut)
-    with pytest.raises(WalCorruption, match="cut short, not a torn write") as err:
+    with (probes.expect("wal.recover.cut_short_refused"),
+          pytest.raises(WalCorruption, match="cut short, not a torn write") as err):
         Log.open(os.path.dirname(path), TABLET, TINY)
     assert (err.value.path, err.value.offset) == (path, cut)
 
@@ -454,7 +456,8 @@ def test_a_torn_write_inside_the_preallocation_is_still_cut_as_torn(tmp_path):
         f.seek(offsets[5])
         f.write(b"\0" * 16)
     assert os.path.getsize(path) == TINY.segment_bytes
-    with Log.open(os.path.dirname(path), TABLET, TINY) as log:
+    with (probes.expect("wal.recover.torn_tail_cut"),
+          Log.open(os.path.dirname(path), TABLET, TINY) as log):
         assert log.last_index == 5
 
 

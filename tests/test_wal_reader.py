@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from node import probes
 from node.entry import Entry, EntryType
 from node.wal import Log, LogOptions, WalCorruption, WalError, read_log
 from node.wal import format as fmt
@@ -377,7 +378,8 @@ def test_a_flipped_newest_header_is_corruption_and_a_torn_header_is_cut(tmp_path
     data, offsets = build(BATCHES, footer=False)
     last = offsets[-1]
     put(tmp_path, 1, flip(data, last * 8 + 3))  # in the length field
-    with pytest.raises(WalCorruption) as err:
+    with (probes.expect("wal.scan.flipped_header", "wal.recover.written_whole_refused"),
+          pytest.raises(WalCorruption) as err):
         read_log(str(tmp_path), TABLET)
     assert err.value.offset == last and "one or two bits away" in err.value.reason
     torn = data[:last] + bytes(len(data) - last)

@@ -57,6 +57,7 @@ from node.client.session import BufferFull as BufferFull
 from node.client.session import FlushMode as FlushMode
 from node.client.session import RowResult as RowResult
 from node.errors import OpFailed, OpUnknown, TooLarge, WrongReply
+from node.probes import probe
 from node.protocol import (
     Ack,
     BatchResult,
@@ -201,9 +202,11 @@ class TesseraClient:
                     if e.code == ErrorCode.NOT_LEADER:
                         hint = self._master_book.get(e.detail) if e.detail else None
                         if hint is None:
+                            probe("client.master.hint_unknown_learning")
                             await self._learn_masters(addr)
                             hint = self._master_book.get(e.detail) if e.detail else None
                         if hint is not None:
+                            probe("client.master.hint_followed")
                             self._master_leader = hint.addr
                             break
                     elif e.code in (ErrorCode.NOT_FOUND, ErrorCode.ALREADY_EXISTS,
@@ -343,6 +346,7 @@ class TesseraClient:
                     res, _, _ = await self._to_leader(table, t, method, req, OpResult, True,
                                                       deadline, bind)
                 except OpUnknown as e:
+                    probe("client.session.open_failed")
                     raise OpFailed(f"could not open a session: {e}") from None
                 s = sessions.by_tablet[t.tablet_id] = TabletSession(res.result.value)
             return s
@@ -425,6 +429,7 @@ class TesseraClient:
                 last = f"{peer.host}:{peer.port}: {e}"
                 uncertain |= e.maybe_delivered and mutating
                 if e.code in _NO_REPLY:
+                    probe("client.retry.no_reply")
                     self._silent.add(peer.addr)
                     if self._leaders.get(t.tablet_id) == peer.uuid:
                         del self._leaders[t.tablet_id]
@@ -434,16 +439,21 @@ class TesseraClient:
                     self._leaders[t.tablet_id] = e.detail
                     hinted = [p for p in t.replicas if p.uuid == e.detail]
                     if hinted:
+                        probe("client.retry.not_leader_hint_followed")
                         order.insert(0, hinted[0])  # straight to the hinted leader
                     else:  # a leader we do not know of: the config changed
+                        probe("client.retry.not_leader_unknown_leader")
                         self._refresh_soon(table)
                 elif e.code in (ErrorCode.TABLET_NOT_FOUND, ErrorCode.WRONG_SERVER_UUID):
+                    probe("client.retry.tablet_moved")
                     self._refresh_soon(table)
                 elif e.code in (ErrorCode.INVALID_ARGUMENT, ErrorCode.NOT_AUTHORIZED):
+                    probe("client.retry.refused")
                     if uncertain:  # an earlier attempt may still have applied
                         raise OpUnknown(f"outcome unknown, then refused: {last}") from None
                     raise OpFailed(f"refused: {last}") from None  # no replica will differ
                 elif e.code == ErrorCode.TOO_LARGE:
+                    probe("client.retry.too_large")
                     # Refused unsent (over the frame) or unproposed (over what one entry
                     # may hold): this attempt did nothing, nor would a retry anywhere.
                     if uncertain:  # an earlier attempt may still have applied
@@ -453,7 +463,9 @@ class TesseraClient:
             backoff = backoff or _Backoff(self.rng)
             await backoff.wait(deadline)
         if uncertain:
+            probe("client.retry.deadline_unknown")
             raise OpUnknown(f"outcome unknown after {self.timeout}s: {last}")
+        probe("client.retry.deadline_failed")
         raise OpFailed(f"not applied within {self.timeout}s: {last}")
 
     async def op(self, table: str, key: str, op: Op, bind: tuple[str, int | None] | None = None,
@@ -512,10 +524,12 @@ class TesseraClient:
             if len(ops) == 1:
                 outcomes = [await self._write(table, t, ops[0], bind, sessions, deadline)]
             else:
+                probe("client.batch.coalesced_sent")
                 try:
                     answered = await self.write_batch(table, t, ops, deadline, bind, sessions)
                     outcomes = answered.rows(ops)
                 except TooLarge:  # nothing applied; each alone may still fit
+                    probe("client.batch.split_after_too_large")
                     outcomes = await asyncio.gather(
                         *(self._write(table, t, op, bind, sessions, deadline) for op in ops),
                         return_exceptions=True)
@@ -523,6 +537,7 @@ class TesseraClient:
             outcomes = [e] * len(ops)
         finally:
             if outcomes and len(outcomes) != len(ops):  # never leave a caller waiting
+                probe("client.uncork.result_count_mismatch")
                 outcomes = [OpUnknown(f"{len(outcomes)} results came back for {len(ops)} "
                                       "writes")] * len(ops)
             # no outcomes: this task was cancelled, and so are the writes it carried
@@ -545,9 +560,12 @@ class TesseraClient:
             res = reply.result
             if res.ok or res.error not in (Rejection.NO_SESSION, Rejection.STALE_SEQ):
                 return RowResult(res, peer, Sent(op, t.tablet_id, s.id, seq, seq, 1, reply.seq))
+            probe("client.write.session_lost")
             sessions.by_tablet.pop(t.tablet_id, None)
             if uncertain or res.error == Rejection.STALE_SEQ:
+                probe("client.write.session_lost_unknown")
                 raise OpUnknown(f"session lost after an uncertain attempt: {res.detail}")
+            probe("client.write.session_reopened")
         raise OpFailed("could not keep a session open")
 
     async def write_batch(self, table: str, t: TabletLocation, ops: list[RowOp],
@@ -583,9 +601,11 @@ class TesseraClient:
                 return Answered(results, peer, t.tablet_id, s.id, first, res.seq)
             sessions.by_tablet.pop(t.tablet_id, None)
             if uncertain or not all(r.error == Rejection.NO_SESSION for r in results):
+                probe("client.write_batch.lost_session_unknown")
                 return Answered([OpUnknown(f"session lost after an uncertain attempt: {r.detail}")
                                  if gone else r for r, gone in zip(results, lost, strict=True)],
                                 peer, t.tablet_id, s.id, first, res.seq)
+            probe("client.write_batch.session_reopened")
         raise OpFailed("could not keep a session open")
 
     async def _batch_with_new_seqs(self, table: str, t: TabletLocation, ops: list[RowOp],
@@ -689,6 +709,7 @@ class Table:
         if sent is not None:
             self.sent = sent.evidence()
             if sent.wrong(op):
+                probe("client.wrong_reply")
                 raise WrongReply({"sent": self.sent, "result": msgspec.to_builtins(res),
                                   "answers": msgspec.to_builtins(sent.op)})
         node = self._nodes.get(peer)
@@ -709,13 +730,16 @@ class Table:
                 break
             except BufferFull as e:
                 if not session.buffered:
+                    probe("client.manual_flush.op_exceeds_buffer")
                     raise OpFailed(str(e)) from None
+                probe("client.manual_flush.buffer_full_reflush")
                 await asyncio.shield(session.flush())
         try:
             await asyncio.sleep(0)  # the callers woken in this turn apply theirs first
             await asyncio.shield(session.flush())
             return await future
         except asyncio.CancelledError:
+            probe("client.manual_flush.caller_cancelled")
             future.cancel()  # not sent yet: dropped from its batch, never applied
             raise
 

@@ -51,6 +51,7 @@ import msgspec
 
 from node.client import faults
 from node.errors import OpFailed, OpUnknown, TesseraError
+from node.probes import probe
 from node.tablet.ops import ROW_OP_TYPES, Result, RowOp
 from node.tablet.state import Limits
 
@@ -156,6 +157,7 @@ class Answered(NamedTuple):
         peer, tablet, session, first, echo, n = (self.peer, self.tablet, self.session,
                                                   self.first, self.echo, len(ops))
         if len(self.results) != n:
+            probe("client.answered.result_count_mismatch")
             return [OpUnknown(f"{len(self.results)} results came back for {n} writes")] * n
         rows = [r if isinstance(r, OpUnknown)
                 else RowResult(r, peer, Sent(op, tablet, session, first + i, first, n, echo + i))
@@ -320,12 +322,15 @@ class Session:
         buf = self._buffers.get(tablet_id)
         if not self._background:  # MANUAL_FLUSH
             if buf is not None and len(buf.ops) >= o.max_batch_ops:
+                probe("client.session.buffer_full_ops")
                 raise BufferFull(f"tablet {tablet_id} has {len(buf.ops)} ops buffered, the "
                                  f"most one batch takes: flush first")
             if self._bytes + size > o.buffer_bytes:
+                probe("client.session.buffer_full_bytes")
                 raise BufferFull(f"{self._bytes} + {size} bytes exceed the buffer space of "
                                  f"{o.buffer_bytes}: flush first")
         elif self._queued[tablet_id] >= o.max_buffers:
+            probe("client.session.apply_waits_for_buffer")
             # Kudu's Apply blocks while every buffer is in use: max_buffers batches of this
             # tablet in flight, none free to fill.
             async with self._done:
@@ -348,8 +353,10 @@ class Session:
         self._bytes += size
         if self._background:
             if len(buf.ops) >= o.max_batch_ops:
+                probe("client.session.flush_count")
                 self._cut(tablet_id, "count")
             elif self._bytes >= self._watermark_bytes:
+                probe("client.session.flush_bytes")
                 for other in list(self._buffers):
                     self._cut(other, "bytes")
         return future
@@ -409,6 +416,8 @@ class Session:
         buf = self._buffers.pop(tablet_id, None)
         if buf is None:
             return
+        if reason == "interval":
+            probe("client.session.flush_interval")
         if buf.timer is not None:
             buf.timer.cancel()
         self._bytes -= buf.bytes
@@ -428,6 +437,7 @@ class Session:
                 # which an indeterminate op may be.
                 ops, futures = buf.ops, buf.futures
                 if futures and any(map(asyncio.Future.done, futures)):
+                    probe("client.session.cancelled_ops_dropped")
                     kept = [i for i, f in enumerate(futures) if not f.done()]
                     if not kept:
                         return
@@ -439,6 +449,7 @@ class Session:
                     self._fail_all(ops, futures, e)
                     return
                 except Exception as e:  # the outcome is unknown, never failed
+                    probe("client.session.batch_unexpected_error")
                     log.warning("batch of %d ops to tablet %s: %s: %s", len(ops), tablet_id,
                                 type(e).__name__, e, exc_info=e)
                     self._fail_all(ops, futures, OpUnknown(f"{type(e).__name__}: {e}"))

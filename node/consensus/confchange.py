@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from node.probes import probe
+
 from .types import (
     CasMismatch,
     ChangeOp,
@@ -25,6 +27,7 @@ def check_cas(cas_config_index: int, committed_index: int) -> None:
     """The caller names the committed config it based its change on (Kudu's cas_config_opid
     index), so two administrators cannot each apply a change to a config the other replaced."""
     if cas_config_index != committed_index:
+        probe("raft.config_change.cas_mismatch")
         raise CasMismatch(cas_config_index, committed_index)
 
 
@@ -34,8 +37,10 @@ def check_allowed(pending: bool, commit_term: int | None, term: int) -> None:
     the second rule a new leader could still hold a deposed leader's uncommitted change and
     overlap two changes anyway (Ongaro's one-by-one bug)."""
     if pending:
+        probe("raft.config_change.refused_pending")
         raise ChangePending("a config change is not committed yet")
     if commit_term != term:
+        probe("raft.config_change.refused_no_commit_in_term")
         raise ChangePending("leader has not committed an entry in its term yet")
 
 
@@ -71,6 +76,7 @@ def check_safe_removal(remaining_voters: Sequence[str], viable: Callable[[str], 
     majority too."""
     live = sum(1 for v in remaining_voters if viable(v))
     if live < len(remaining_voters) // 2 + 1:
+        probe("raft.config_change.refused_unsafe_removal")
         raise UnsafeChange(f"only {live} of the {len(remaining_voters)} remaining voters answered "
                            f"lately: the new config could not commit")
 

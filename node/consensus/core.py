@@ -12,6 +12,7 @@ import random
 from dataclasses import dataclass, field
 
 from node.entry import Entry, EntryType
+from node.probes import probe
 
 from . import confchange, quorum
 from .log import RaftLog
@@ -128,6 +129,7 @@ class RaftCore:
 
     def _commit_configs(self) -> None:
         while self._pending_configs and self._pending_configs[0].opid_index <= self.commit:
+            probe("raft.config.committed")
             self.committed_config = self._pending_configs.pop(0)
 
     def _refresh_role(self) -> None:
@@ -210,6 +212,7 @@ class RaftCore:
         if self.role in (Role.PRE_CANDIDATE, Role.CANDIDATE):
             self._note_failed_election()
             self._election_event("lost", self.role == Role.PRE_CANDIDATE, "timed out")
+            probe("raft.election.timed_out")
         self._campaign(pre_vote=self.cfg.pre_vote)
 
     def _tick_leader(self) -> None:
@@ -219,9 +222,11 @@ class RaftCore:
             self.transfer_elapsed += 1
             if self.transfer_elapsed >= self.cfg.election_timeout_ticks:
                 self.transferee = None  # the target did not take over in time
+                probe("raft.transfer.timed_out")
         if self.election_elapsed >= self.cfg.election_timeout_ticks:
             self.election_elapsed = 0
             if self.cfg.check_quorum and not self._quorum_active():
+                probe("raft.leader.stepped_down_lost_quorum")
                 self._become_follower(self.term, None)  # check-quorum: we may be partitioned
                 return
             for pr in self.progress.values():
@@ -248,6 +253,7 @@ class RaftCore:
         self._check_idle()
         self._require_leader()
         if len(payload) > self.cfg.max_entry_bytes:
+            probe("raft.propose.too_large")
             raise EntryTooLarge(len(payload), self.cfg.max_entry_bytes)
         return self._append(EntryType.REPLICATE, payload)
 
@@ -269,6 +275,7 @@ class RaftCore:
             if target is None:
                 raise InvalidChange("cannot remove the only voter")
             self.transfer_leadership(target)
+            probe("raft.config_change.leader_removes_itself")
             raise SteppingDown(target)
         index = self.log.last_index() + 1
         return self._append(
@@ -284,10 +291,12 @@ class RaftCore:
         are one of `voters`."""
         self._check_idle()
         if self.role == Role.LEADER:
+            probe("raft.unsafe_change.refused_leader")
             raise InvalidChange("this replica leads: change its config the safe way")
         if not voters or len(set(voters)) != len(voters) or self.id not in voters:
             raise InvalidChange(f"voters must be distinct and include this replica ({self.id})")
         index = self.log.last_index() + 1
+        probe("raft.unsafe_change.appended")
         members = tuple(Member(u, MemberType.VOTER) for u in voters)
         return self._append(EntryType.CONFIG_CHANGE,
                             encode_config(RaftConfig(opid_index=index, members=members)))
@@ -313,6 +322,7 @@ class RaftCore:
         self.transferee = to
         self.transfer_elapsed = 0
         self.transfer_started = True  # no lease reads for the rest of this term
+        probe("raft.transfer.started")
         pr = self.progress[to]
         if pr.match == self.log.last_index():
             self._send(TimeoutNow(self.term, self.id, to))
@@ -323,6 +333,7 @@ class RaftCore:
         """Leader gives up leadership without a successor; others elect after a timeout."""
         self._check_idle()
         if self.role == Role.LEADER:
+            probe("raft.leader.step_down_requested")
             self._become_follower(self.term, None)
 
     def read_index(self, ctx: bytes) -> None:
@@ -332,6 +343,7 @@ class RaftCore:
         self._check_idle()
         self._require_leader(allow_transfer=True)
         if self.log.term_at(self.commit) != self.term:
+            probe("raft.read_index.waits_for_term_commit")
             self._reads_waiting.append(ctx)
         else:
             self._start_read(ctx)
@@ -353,14 +365,18 @@ class RaftCore:
         self._check_idle()
         pr = self.progress.get(uuid)
         if self.role != Role.LEADER or term != self.term or pr is None:
+            probe("raft.copy_installed.ignored")
             return
+        probe("raft.leader.progress_reset_by_copy")
         pr.reset(min(match, self.log.last_index()))
         self._send_append(uuid)
 
     def _require_leader(self, allow_transfer: bool = False) -> None:
         if self.role != Role.LEADER:
+            probe("raft.propose.refused_not_leader")
             raise NotLeader(self.lead)
         if self.transferee is not None and not allow_transfer:
+            probe("raft.propose.refused_transferring")
             raise NotLeader(self.transferee)
 
     # ---------------------------------------------------------------- role transitions
@@ -383,9 +399,11 @@ class RaftCore:
 
     def _campaign(self, pre_vote: bool, transfer: bool = False) -> None:
         if pre_vote:
+            probe("raft.prevote.started")
             self.role = Role.PRE_CANDIDATE
             vote_term = self.term + 1
         else:
+            probe("raft.election.started")
             self.role = Role.CANDIDATE
             self.term += 1
             self.voted_for = self.id
@@ -414,8 +432,10 @@ class RaftCore:
     def _election_won(self, pre_vote: bool) -> None:
         self._election_event("won", pre_vote)
         if pre_vote:
+            probe("raft.prevote.won")
             self._campaign(pre_vote=False)
         else:
+            probe("raft.election.won")
             self._become_leader()
 
     def _become_leader(self) -> None:
@@ -463,6 +483,7 @@ class RaftCore:
             newest = self._reads[-1]
             ctx = newest.ctx
             if not newest.round:
+                probe("raft.read_index.round_sent")
                 newest.round = True
                 self._rounds_out += 1
         for uuid, pr in self.progress.items():
@@ -480,6 +501,8 @@ class RaftCore:
         # Only an entry of the current term commits by counting (Raft §5.4.2, figure 8);
         # earlier entries commit with it. The unsafe commit_prior_term_by_count skips that check.
         if n > self.commit and (self.log.term_at(n) == self.term or self.cfg.commit_prior_term_by_count):
+            if self.log.term_at(self.commit + 1) != self.term:
+                probe("raft.commit.prior_term_entries")
             self._commit_to(n)
             self._on_leader_commit()
 
@@ -514,6 +537,7 @@ class RaftCore:
             self._check_change_allowed()
         except ChangePending:
             return
+        probe("raft.learner.promoted")
         self.propose_config_change(ConfigChange(ChangeOp.PROMOTE, uuid), self.committed_config.opid_index)
 
     def _start_read(self, ctx: bytes) -> None:
@@ -549,11 +573,13 @@ class RaftCore:
         """Handle one message from a peer."""
         self._check_idle()
         if m.to_uuid != self.id:
+            probe("raft.step.misaddressed")
             self.misaddressed += 1
             return
         if m.term > self.term:
             if type(m) is VoteRequest:
                 if not m.transfer and self._in_lease():
+                    probe("raft.vote.withheld_in_lease")
                     self.withheld_votes += 1  # a live leader exists: do not let this node disrupt it
                     self._vote_event(m, False, f"withheld: heard from leader {self.lead} within "
                                      f"the vote lease" if self.lead is not None else
@@ -564,15 +590,19 @@ class RaftCore:
             elif type(m) is VoteResponse and m.pre_vote and m.granted:
                 pass  # carries the term we would campaign in
             else:
+                probe("raft.leader.stepped_down_higher_term") if self.role == Role.LEADER else probe(
+                    "raft.term.adopted_from_message")
                 leads = type(m) in (AppendEntries, Heartbeat, TimeoutNow)
                 self._become_follower(m.term, m.from_uuid if leads else None)
         elif m.term < self.term:
             if type(m) in (AppendEntries, Heartbeat):
                 # A deposed leader: tell it our term so it steps down.
+                probe("raft.stale_leader.told_newer_term")
                 self._send(AppendResponse(self.term, self.id, m.from_uuid, False))
             elif type(m) is VoteRequest:
                 if m.pre_vote:
                     self._send(VoteResponse(self.term, self.id, m.from_uuid, False, True))
+                probe("raft.vote.refused_stale_term")
                 self._vote_event(m, False, f"term behind ours ({self.term})")
             return
         getattr(self, _HANDLERS[type(m)])(m)
@@ -592,11 +622,14 @@ class RaftCore:
         if can_vote and (up_to_date or self.cfg.vote_skip_log_check):
             self._send(VoteResponse(m.term, self.id, m.from_uuid, True, m.pre_vote))
             if not m.pre_vote:
+                probe("raft.vote.granted")
                 self.voted_for = m.from_uuid
                 self.election_elapsed = 0
             self._vote_event(m, True, "log up to date" if up_to_date else
                              f"{behind}, not checked (vote_skip_log_check)")
         else:
+            probe("raft.vote.refused_log_behind") if can_vote else probe(
+                "raft.vote.refused_voted_or_following")
             self._send(VoteResponse(self.term, self.id, m.from_uuid, False, m.pre_vote))
             self._vote_event(m, False, behind if can_vote else
                              f"already voted for {self.voted_for}" if self.voted_for is not None
@@ -619,6 +652,7 @@ class RaftCore:
         elif result is VoteResult.LOST:
             self._note_failed_election()
             self._election_event("lost", m.pre_vote, "a majority refused")
+            probe("raft.prevote.lost") if m.pre_vote else probe("raft.election.lost")
             self._become_follower(self.term, None)
 
     def _note_failed_election(self) -> None:
@@ -643,9 +677,11 @@ class RaftCore:
     def _on_append(self, m: AppendEntries) -> None:
         self._heard_from_leader(m)
         if m.prev_index < self.commit:
+            probe("raft.follower.append_below_commit")
             self._send(AppendResponse(self.term, self.id, m.from_uuid, True, match_index=self.commit))
             return
         if not self._log_matches(m.prev_index, m.prev_term):
+            probe("raft.follower.append_rejected_mismatch")
             hint = self.log.find_conflict_by_term(min(m.prev_index, self.log.last_index()), m.prev_term)
             self._send(
                 AppendResponse(
@@ -669,10 +705,13 @@ class RaftCore:
                 if self.cfg.keep_conflicting_suffix:
                     continue  # unsafe: keep our conflicting entry instead of truncating
                 if e.index <= self.commit:
+                    probe("raft.safety.conflict_below_commit")
                     raise SafetyError(f"{self.id}: conflict at committed index {e.index}")
+                probe("raft.follower.truncated_conflict")
                 self.log.truncate_from(e.index)
                 while self._pending_configs and self._pending_configs[-1].opid_index >= e.index:
                     # the change is rolled back with its entry
+                    probe("raft.config.rolled_back")
                     self._events.append(ConfigRolledBack(self._pending_configs.pop()))
                     config_changed = True
             for new in entries[pos:]:
@@ -701,14 +740,15 @@ class RaftCore:
         else:
             if pr.stale_reject(m.reject_index):
                 return
-            probe = m.hint_index
+            guess = m.hint_index
             if m.hint_term > 0:
-                probe = self.log.find_conflict_by_term(m.hint_index, m.hint_term)
+                guess = self.log.find_conflict_by_term(m.hint_index, m.hint_term)
             if pr.lost_acknowledged(m.reject_index):
                 # The committed entries it lost are still on a majority (unless they lied too),
                 # so it is rebuilt from where it now is.
-                self._events.append(FollowerLostEntries(m.from_uuid, pr.match, probe))
-            pr.reject(m.reject_index, probe)
+                probe("raft.leader.follower_lost_acknowledged")
+                self._events.append(FollowerLostEntries(m.from_uuid, pr.match, guess))
+            pr.reject(m.reject_index, guess)
         if pr.next <= self.log.last_index():
             self._send_append(m.from_uuid)
 
@@ -734,6 +774,7 @@ class RaftCore:
 
     def _on_timeout_now(self, m: TimeoutNow) -> None:
         if self.active_config.is_voter(self.id):
+            probe("raft.transfer.timeout_now_campaign")
             self._campaign(pre_vote=False, transfer=True)
 
     # ---------------------------------------------------------------- Ready

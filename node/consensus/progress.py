@@ -17,6 +17,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from node.probes import probe
+
 
 class PeerState(enum.Enum):
     IDLE = "IDLE"  # nothing outstanding: the next AppendEntries may go out
@@ -103,6 +105,7 @@ class Progress:
             return None
         prev = self.next - 1
         if prev < compacted_to:
+            probe("raft.leader.peer_needs_copy")
             self.state = PeerState.NEEDS_COPY
             return compacted_to if copy_probe else None
         self.state = PeerState.IN_FLIGHT

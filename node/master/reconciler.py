@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import msgspec
 
 from node.master.catalog import CATALOG, Catalog, TabletRecord, write_tablet
+from node.probes import probe
 from node.protocol import Ack, DeleteTablet, ReplicaChange
 from node.rpc import RpcError
 
@@ -74,6 +75,7 @@ class Reconciler:
             # Replicas of the creation config are (re)created here; after a config change, the
             # leader brings new members in by tablet copy instead.
             if t.config_index is None and t.member_uuids - reported.get(t.id, set()):
+                probe("master.reconcile.recreate_replicas")
                 await self.m._create_replicas(t.table, t)
 
     async def _replace_failed_replicas(self) -> None:
@@ -97,20 +99,25 @@ class Reconciler:
                 continue
             healthy_voters = [u for u, kind in members.items() if kind == "VOTER" and u not in failed]
             if "NON_VOTER" in members.values():
+                probe("master.rereplication.waits_for_promotion")
                 continue  # a replacement is catching up; the leader promotes it
             if len(healthy_voters) >= record.replication_factor:
+                probe("master.rereplication.remove_chosen")
                 change = ReplicaChange(tid, "remove", failed[0], decided_from)
             else:
                 spare = sorted((t for t in live if t.peer.uuid not in members
                                 and t.peer.uuid not in self._failed_on.get(tid, ())),
                                key=lambda t: (len(t.tablets), t.peer.uuid))
                 if not spare:
+                    probe("master.rereplication.no_spare")
                     continue
+                probe("master.rereplication.add_chosen")
                 change = ReplicaChange(tid, "add", spare[0].peer.uuid, decided_from)
             try:
                 await self.m.on_change_replica(change)
                 log.info("re-replication: tablet %s: %s %s", tid, change.op, change.ts_uuid)
             except RpcError as e:
+                probe("master.rereplication.change_failed")
                 log.info("re-replication: tablet %s: %s %s failed: %s", tid, change.op,
                          change.ts_uuid, e)
 
@@ -124,10 +131,12 @@ class Reconciler:
         if server is None:
             return False
         if self.m.ts.silent_for(uuid) > limit:
+            probe("master.rereplication.replace_silent")
             return True
         report = server.tablets.get(tablet_id)
         if report is None or report.state != "FAILED":
             return False
+        probe("master.rereplication.replace_failed")
         self._failed_on.setdefault(tablet_id, set()).add(uuid)
         return True
 
@@ -140,6 +149,7 @@ class Reconciler:
         - a replica the committed config left out: deleted only if its own committed config
           is no newer than the one the catalog recorded, so a member re-added since survives."""
         if not catalog.knows_tablet(tablet_id):
+            probe("master.catalog.unknown_tablet_kept")
             if tablet_id not in self._unknown_reported:
                 self._unknown_reported.add(tablet_id)
                 log.warning("tablet %s reported by %s has no catalog record; not deleting it "
@@ -147,8 +157,10 @@ class Reconciler:
             return None
         record = catalog.tablet(tablet_id)
         if record is None:
+            probe("master.reconcile.delete_deleted_tablet")
             return DeleteTablet(tablet_id)
         if self._evicted(record, tablet_id, ts_uuid):
+            probe("master.reconcile.delete_evicted_replica")
             return DeleteTablet(tablet_id, cas_config_index=record.config_index)
         return None
 
@@ -178,11 +190,13 @@ class Reconciler:
                 peers = [servers[u].peer if u in servers else self.m.book.get(u)
                          for u, _ in rep.committed_config]
                 if any(p is None for p in peers):
+                    probe("master.catalog.follow_waits_for_address")
                     continue
                 ops += write_tablet(msgspec.structs.replace(
                     record, config_index=rep.committed_config_index,
                     replicas=[[p.uuid, p.host, p.port] for p in peers]))
             if ops:
+                probe("master.catalog.follows_config_change")
                 await self.m._mutate(ops)
                 log.info("catalog follows %d config change(s)", len(ops))
 

@@ -44,6 +44,7 @@ from node.master.catalog import (
 )
 from node.master.reconciler import Reconciler
 from node.master.ts_manager import TSManager
+from node.probes import probe
 from node.protocol import (
     Ack,
     AddMaster,
@@ -110,6 +111,7 @@ class Master(ServerBase):
         r = self.tablets.replicas.get(CATALOG)
         if r is None or all(self.book.get(u) is not None for u in r.active_members()):
             return
+        probe("master.learn_addresses")
         addrs = {p.addr for u in r.active_members() if (p := self.book.get(u)) is not None}
         addrs |= set(self.opts.masters)
         addrs.discard((self.me.host, self.me.port))
@@ -141,6 +143,7 @@ class Master(ServerBase):
                     continue
                 if info.role != "INITIALIZING" and self.uuid not in {p.uuid for p in info.masters}:
                     # its catalog was made without us: we are new to a running cluster
+                    probe("master.bootstrap.join_existing")
                     log.info("master %s at %s:%d already has a catalog: joining it; waiting to "
                              "be added (tessera master add %s:%d)", info.uuid, addr[0], addr[1],
                              self.me.host, self.me.port)
@@ -203,12 +206,14 @@ class Master(ServerBase):
         masters = [self.book.get(u) for u in r.committed_members()]
         tservers = [t.peer for t in self.ts.servers.values()]
         if None in masters:  # an address not learned yet: the servers keep the list they have
+            probe("master.heartbeat.masters_not_learned")
             return TSHeartbeatResponse(True, tservers, term=r.term)
         return TSHeartbeatResponse(True, tservers, masters, r.committed_config_index, r.term)
 
     def _leader_catalog(self) -> Replica:
         r = self.catalog
         if self._removed(r):
+            probe("master.removed.refused")
             raise RpcError(ErrorCode.NOT_LEADER, "this master was removed from the masters")
         if r.role != Role.LEADER:
             raise RpcError(ErrorCode.NOT_LEADER, "not the leader master", detail=r.leader)
@@ -223,6 +228,7 @@ class Master(ServerBase):
             r = self._leader_catalog()
             if req.peer.uuid in r.active_members():
                 raise RpcError(ErrorCode.ALREADY_EXISTS, f"master {req.peer.uuid} is a member")
+            probe("master.membership.add")
             await self.book.learn([req.peer])
             return await self._change_masters(
                 r, ConfigChange(ChangeOp.ADD_NON_VOTER, req.peer.uuid, promote=True))
@@ -235,12 +241,14 @@ class Master(ServerBase):
             r = self._leader_catalog()
             if req.uuid not in r.active_members():
                 raise RpcError(ErrorCode.NOT_FOUND, f"master {req.uuid} is not a member")
+            probe("master.membership.remove")
             return await self._change_masters(r, ConfigChange(ChangeOp.REMOVE, req.uuid))
 
     async def _change_masters(self, r: Replica, change: ConfigChange) -> ConfigState:
         try:
             config = await r.change_config(change, r.committed_config_index)
         except SteppingDown as e:
+            probe("master.membership.leader_hands_over")
             raise RpcError(ErrorCode.NOT_LEADER, f"leadership handed to {e} first",
                            detail=str(e)) from None
         except (ReplicaError, ProposalError) as e:
@@ -255,6 +263,7 @@ class Master(ServerBase):
         r = self._leader_catalog()
         try:
             if self._session is None or self._session[0] != r.term:
+                probe("master.catalog.session_opened_in_new_term")
                 res = await r.write(OpenSession(), session=0, seq=0, acked_below=0)
                 self._session, self._seq = (r.term, res.value), 0
             self._seq += 1
@@ -263,6 +272,7 @@ class Master(ServerBase):
         except ReplicaError as e:
             raise replica_error(e) from None
         if not res.ok:
+            probe("master.catalog.write_refused")
             raise RpcError(ErrorCode.REMOTE_ERROR, f"catalog write refused: {res.error} {res.detail}")
 
     def _catalog(self) -> Catalog:
@@ -364,6 +374,7 @@ class Master(ServerBase):
                                             to_uuid=leader_peer.uuid, timeout=5.0)
         report = next((t for t in status.tablets if t.tablet_id == req.tablet_id), None)
         if report is None or report.role != "LEADER":
+            probe("master.change_replica.leadership_moved")
             raise RpcError(ErrorCode.TABLET_NOT_RUNNING, f"tablet {req.tablet_id}: leadership moved")
         return await self.rpc_client.call(
             leader_peer.addr, "ts.change_config",

@@ -7,6 +7,7 @@ import itertools
 import ssl
 from collections.abc import Callable
 
+from node.probes import probe
 from node.rpc import wire
 from node.rpc.coalesce import CoalescingWriter
 from node.rpc.deadlines import DeadlineWheel
@@ -72,6 +73,7 @@ class _Connection:
                 for data in wire.split_frames(buf, self.max_frame):
                     resp = wire.decode_response(data)
                     if resp.call_id == 0 and resp.code:
+                        probe("rpc.client.peer_hung_up_with_reason")
                         # The server's last word before it hangs up (a frame over its limit):
                         # what every call still pending fails with.
                         reason = f"closed by peer: code {resp.code}: {resp.message}"
@@ -214,11 +216,13 @@ class RpcClient:
         req = wire.Request(wire.WIRE_VERSION, call_id, method, max(1, int(timeout * 1000)), to_uuid,
                            request)  # encoded in place (wire.Request)
         if len(conn.pending) >= conn.max_inflight:
+            probe("rpc.client.waited_for_room")
             timeout = await conn.wait_for_room(timeout)
         if conn.closed:
             raise RpcError(ErrorCode.NETWORK, "connection closed")
         data = wire.frame(req)
         if len(data) - wire.LENGTH.size > self.max_frame:
+            probe("rpc.client.too_large_refused")
             raise _too_large(method, len(data), self.max_frame)
         fut, key = conn.send(call_id, data, timeout)
         try:
@@ -247,6 +251,7 @@ class RpcClient:
                            request)
         data = wire.frame(req)
         if len(data) - wire.LENGTH.size > self.max_frame:  # answered from the loop, not inline
+            probe("rpc.client.too_large_refused_nowait")
             conn.out.loop.call_soon(done, None, _too_large(method, len(data), self.max_frame))
             return True
         fut, key = conn.send(call_id, data, timeout)

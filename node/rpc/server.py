@@ -20,6 +20,7 @@ import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from node.probes import probe
 from node.rpc import wire
 from node.rpc.coalesce import CoalescingWriter
 from node.rpc.deadlines import DeadlineWheel
@@ -128,6 +129,7 @@ class _DirectCall:
         conn.ended()
 
     def expire(self) -> None:
+        probe("rpc.server.direct_deadline_exceeded")
         self(None, RpcError(ErrorCode.DEADLINE_EXCEEDED, f"{self.what} took too long"))
 
 
@@ -267,6 +269,7 @@ class RpcServer:
                 try:
                     frames = wire.split_frames(buf, self.max_frame)
                 except RpcError as err:  # too large: answer once and hang up
+                    probe("rpc.server.frame_too_large")
                     self.stats["malformed"] += 1
                     conn.answer(wire.error_response(0, err))
                     conn.out.flush()
@@ -274,6 +277,7 @@ class RpcServer:
                     return
                 for data in frames:
                     while conn.inflight >= self.max_inflight:  # back-pressure: stop reading
+                        probe("rpc.server.backpressure_paused")
                         conn.room.clear()
                         await conn.room.wait()
                     self._dispatch(data, conn)
@@ -322,6 +326,7 @@ class RpcServer:
             conn.answer(self._error_response(call_id, e))
 
     def _refuse(self, conn: _Conn, method: str) -> RpcError:
+        probe("rpc.server.refused_not_authorized")
         self.stats["not_authorized"] += 1
         who = conn.admission.identity
         why = conn.admission.refusal or f"{method} needs {needs(method, self.rules)}"
@@ -355,6 +360,7 @@ class RpcServer:
             except asyncio.CancelledError:
                 if task not in self._expired:
                     raise  # the server is stopping or the connection closed
+                probe("rpc.server.handler_deadline_exceeded")
                 task.uncancel()
                 resp = self._error_response(req.call_id, RpcError(
                     ErrorCode.DEADLINE_EXCEEDED, f"{req.method} took over {req.timeout_ms} ms"))
@@ -374,6 +380,7 @@ class RpcServer:
         """The handler and decoded body for `req`, or the RpcError that refuses it."""
         self.stats["requests"] += 1
         if req.to_uuid and req.to_uuid != self.uuid:
+            probe("rpc.server.wrong_uuid")
             self.stats["wrong_uuid"] += 1
             raise RpcError(ErrorCode.WRONG_SERVER_UUID,
                            f"request for {req.to_uuid} reached {self.uuid}")

@@ -17,6 +17,7 @@ from node import durable
 from node.consensus import SafetyError
 from node.disk import REAL, Disk
 from node.errors import CorruptionError
+from node.probes import probe
 from node.tablet.paths import check_tablet_id
 
 
@@ -43,6 +44,7 @@ class ConsensusMetadata:
         """Write the first metadata of a new replica (term 0, no vote)."""
         path = Path(path)
         if disk.exists(path):
+            probe("cmeta.create.refused_exists")
             raise FileExistsError(
                 f"{path}: consensus metadata exists; overwriting it would lose votes"
             )
@@ -55,6 +57,7 @@ class ConsensusMetadata:
     def load(cls, path: str | os.PathLike, disk: Disk = REAL) -> ConsensusMetadata:
         record = durable.load_struct(path, _Record, disk)
         if record.tablet_id != Path(path).name:
+            probe("cmeta.load.wrong_tablet")
             raise CorruptionError(path, None, f"holds metadata of tablet {record.tablet_id!r}")
         return cls(path, record, disk)
 
@@ -69,8 +72,10 @@ class ConsensusMetadata:
         term, voted_for = hard_state if hard_state is not None else (self.current_term,
                                                                      self.voted_for)
         if term < self.current_term:
+            probe("cmeta.refused.term_regression")
             raise SafetyError(f"term would go back from {self.current_term} to {term}")
         if term == self.current_term and self.voted_for is not None and voted_for != self.voted_for:
+            probe("cmeta.refused.second_vote")
             raise SafetyError(
                 f"term {term}: already voted for {self.voted_for!r}, not {voted_for!r}"
             )

@@ -17,6 +17,7 @@ from pathlib import Path
 from node import durable
 from node.disk import REAL, Disk
 from node.errors import CorruptionError
+from node.probes import probe
 from node.tablet.state import Snapshot
 
 _NAME = re.compile(r"snapshot-(\d+)")
@@ -63,9 +64,11 @@ class SnapshotStore:
         durable.ensure_dir(self.directory, self.disk)
         path = self.path_for(snap.last_applied_index)
         durable.save_struct(path, snap, self.disk)
+        probe("tablet.snapshot.saved")
         with self._lock:
             for index in self.indexes():
                 if index < snap.last_applied_index and index not in self._pins:
+                    probe("tablet.snapshot.older_deleted")
                     self.disk.unlink(self.path_for(index))
         for name in self.disk.listdir(self.directory):
             if durable.is_temp_file(name):
@@ -79,9 +82,11 @@ class SnapshotStore:
         indexes = self.indexes()
         if not indexes:
             return None
+        probe("tablet.snapshot.loaded")
         path = self.path_for(indexes[-1])
         snap = durable.load_struct(path, Snapshot, self.disk)
         if snap.tablet_id != self.tablet_id or snap.last_applied_index != indexes[-1]:
+            probe("tablet.snapshot.wrong_contents_refused")
             raise CorruptionError(
                 path, None, f"holds tablet {snap.tablet_id!r} at index {snap.last_applied_index}"
             )

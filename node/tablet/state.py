@@ -16,6 +16,7 @@ import msgspec
 
 from node.entry import Entry, EntryType
 from node.faults import NO_FAULTS, Faults
+from node.probes import probe
 from node.tablet.ops import (
     Append,
     Batch,
@@ -201,6 +202,7 @@ class StateMachine:
                 f[3] = m.acked_below
         else:
             return self._fresh_group(members, found, timestamp, ok)
+        probe("tablet.group.member_by_member")
         return [self._in_session(m.session, m.seq, m.acked_below, m.op, timestamp, ok, m.owner)
                 for m in members]
 
@@ -229,6 +231,8 @@ class StateMachine:
         nothing forgotten."""
         session = self.sessions.get(session_id)
         if session is None or (session.owner != owner and not self.any_owner):
+            probe("tablet.session.no_session") if session is None else probe(
+                "tablet.session.not_owner")
             rejection = (Result(False, error=Rejection.NO_SESSION, detail=f"no session {session_id}")
                          if session is None else
                          Result(False, error=Rejection.NOT_OWNER,
@@ -261,6 +265,7 @@ class StateMachine:
         results are trimmed once, after the whole batch (Limits.check_batch bounds it)."""
         above = not seqs or seqs[-1] < first
         if not above or (first < session.forgotten_below and not self.skip_dedup):
+            probe("tablet.batch.row_by_row")
             # A retry, or seqs out of order: some may have results already. Row by row.
             return [self._once(session, seqs, first + i, row, timestamp, ok)
                     for i, row in enumerate(rows)]
@@ -279,8 +284,10 @@ class StateMachine:
         (or STALE_SEQ if that result is forgotten). Applied ops keep their result at `seq`."""
         result = None if self.skip_dedup else session.results.get(seq)
         if result is not None:
+            probe("tablet.dedup.retry_answered")
             return result
         if seq < session.forgotten_below and not self.skip_dedup:
+            probe("tablet.session.stale_seq")
             return Result(
                 False,
                 error=Rejection.STALE_SEQ,
@@ -298,10 +305,12 @@ class StateMachine:
         if owner and not self.any_owner:  # its own least recently used first, past its bound
             own = [s.session_id for s in self.sessions.values() if s.owner == owner]
             for evicted in own[: max(0, len(own) - self.limits.max_sessions_per_owner + 1)]:
+                probe("tablet.session.evicted_own_oldest")
                 del self.sessions[evicted]
                 self._seqs.pop(evicted, None)
         self.sessions[session_id] = Session(session_id, owner=owner)
         if len(self.sessions) > self.limits.max_sessions:
+            probe("tablet.session.evicted_lru")
             evicted, _ = self.sessions.popitem(last=False)
             self._seqs.pop(evicted, None)
 
@@ -316,6 +325,7 @@ class StateMachine:
             del seqs[:cut]
         bound = self.limits.max_results_per_session
         while len(results) > bound:
+            probe("tablet.session.results_over_bound_forgotten")
             excess = len(results) - bound
             oldest = seqs[:excess]
             if not oldest:  # every result has its seq here: losing one is a bug, never data

@@ -18,6 +18,7 @@ import msgspec
 from node import durable
 from node.disk import REAL, Disk
 from node.errors import CorruptionError
+from node.probes import probe
 from node.tablet.paths import check_tablet_id
 
 
@@ -87,6 +88,7 @@ class Superblock(msgspec.Struct, frozen=True):
         Leaving READY forgets `copied_from`: the data it spoke of is going.
         """
         if (self.data_state, state) not in _TRANSITIONS:
+            probe("superblock.transition.refused")
             raise ValueError(
                 f"tablet {self.tablet_id}: no transition {self.data_state.name} -> {state.name}"
             )
@@ -94,6 +96,7 @@ class Superblock(msgspec.Struct, frozen=True):
             last = last_logged or self.tombstone_last_opid
             if last is None and self.data_state is not DataState.COPYING:
                 # a copy over files whose last OpId is unknown stays unknown: it never votes
+                probe("superblock.tombstone.refused_no_last_op")
                 raise ValueError("tombstoning needs the last logged OpId")
         else:
             last = self.tombstone_last_opid if state is DataState.COPYING else None
@@ -109,5 +112,6 @@ class Superblock(msgspec.Struct, frozen=True):
     def load(cls, path: str | os.PathLike, disk: Disk = REAL) -> Superblock:
         sb = durable.load_struct(path, cls, disk)
         if sb.tablet_id != Path(path).name:
+            probe("superblock.load.wrong_tablet")
             raise CorruptionError(path, None, f"holds the superblock of tablet {sb.tablet_id!r}")
         return sb

@@ -22,6 +22,7 @@ from node import durable
 from node.consensus import VoteRequest, VoteResponse
 from node.disk import pwrite_all
 from node.faults import NO_FAULTS, Faults
+from node.probes import probe
 from node.protocol import CopyFile, CopySession
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.paths import TabletPaths
@@ -59,9 +60,11 @@ def prepare_install(paths: TabletPaths, session: CopySession, faults: Faults = N
     if disk.exists(paths.superblock):
         # A tombstone keeps its last OpId; a deleted FAILED replica's files (READY, a log that
         # did not open) prove none, so the copy starts with it unknown: no votes (tombstone_vote)
+        probe("copy.prepare.over_existing_files")
         sb = Superblock.load(paths.superblock, disk).with_state(DataState.COPYING)
     else:
         # no superblock: nothing was ever logged here (it is written before any WAL)
+        probe("copy.prepare.new_replica")
         sb = Superblock(tablet_id, session.table_name, session.partition, DataState.COPYING,
                         tombstone_last_opid=OpId(0, 0))
     sb.save(paths.superblock, disk)
@@ -105,6 +108,7 @@ def complete_install(paths: TabletPaths, session: CopySession, source: str) -> N
     for directory in (paths.wal_dir, paths.snapshot_dir):
         disk.fsync_dir(directory)
     sb = Superblock.load(paths.superblock, disk)
+    probe("copy.install.completed")
     msgspec.structs.replace(sb.with_state(DataState.READY), table_name=session.table_name,
                             partition=session.partition, copied_from=source
                             ).save(paths.superblock, disk)
@@ -118,6 +122,7 @@ def merge_consensus_metadata(paths: TabletPaths, remote_term: int, remote_config
     if paths.disk.exists(path):
         cmeta = ConsensusMetadata.load(path, paths.disk)
     else:
+        probe("copy.merge.cmeta_created")
         cmeta = ConsensusMetadata.create(path, paths.tablet_id, remote_config, paths.disk)
     hard_state = (remote_term, None) if remote_term > cmeta.current_term else None
     if faults.fault_copy_overwrite_cmeta:  # the remote's metadata wholesale, past the guards
@@ -170,6 +175,7 @@ def tombstone_vote(paths: TabletPaths, uuid: str, requests: list[VoteRequest]
     sb = Superblock.load(paths.superblock, paths.disk)
     term, voted_for = cmeta.current_term, cmeta.voted_for
     if sb.tombstone_last_opid is None:
+        probe("tombstone.vote.refused_unknown_last_op")
         why = "its last logged op is unknown (a failed replica's files): no vote until a copy installs"
         return [(VoteResponse(term, uuid, m.from_uuid, False, m.pre_vote)
                  if m.term >= term or m.pre_vote else None, why) for m in requests]
@@ -179,6 +185,7 @@ def tombstone_vote(paths: TabletPaths, uuid: str, requests: list[VoteRequest]
         up_to_date = (m.last_term, m.last_index) >= (last.term, last.index)
         behind = f"log behind the tombstone's last op ({last.term}, {last.index})"
         if m.term < term:
+            probe("tombstone.vote.refused_stale_term")
             resp = VoteResponse(term, uuid, m.from_uuid, False, True) if m.pre_vote else None
             out.append((resp, f"term behind ours ({term})"))
             continue
@@ -190,6 +197,7 @@ def tombstone_vote(paths: TabletPaths, uuid: str, requests: list[VoteRequest]
             can_vote = voted_for in (None, m.from_uuid)
         granted = can_vote and up_to_date
         if granted and not m.pre_vote:
+            probe("tombstone.vote.granted")
             voted_for = m.from_uuid
         out.append((VoteResponse(m.term if granted else term, uuid, m.from_uuid, granted,
                                  m.pre_vote),

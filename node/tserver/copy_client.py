@@ -17,6 +17,7 @@ import time
 import crc32c
 
 from node.logfmt import TabletLog
+from node.probes import probe
 from node.protocol import (
     BeginCopySession,
     CopyChunk,
@@ -111,6 +112,7 @@ class CopyClient:
                 problem = _check(chunk, offset, want)
                 if problem is None:
                     break
+                probe("copy.fetch.bad_chunk")
                 err: Exception = ValueError(f"{f.name} at offset {offset}: {problem}")
             except RpcError as e:
                 if e.code not in RETRYABLE:
@@ -119,12 +121,15 @@ class CopyClient:
             failures += 1
             stalled = time.monotonic() - self._progress_at
             if stalled > self.stall_limit_s:
+                probe("copy.fetch.stalled_gave_up")
                 raise RpcError(ErrorCode.DEADLINE_EXCEEDED, f"tablet copy from "
                                f"{self.source.uuid} stalled for {stalled:.0f}s: {err}")
+            probe("copy.fetch.retrying")
             self.log.info("tablet copy: fetching %s at offset %d failed (%s); asking again",
                           f.name, offset, err)
             await asyncio.sleep(min(2.0, 0.1 * 2 ** min(failures, 5)))
         if failures:
+            probe("copy.fetch.resumed")
             self.resumed += 1
             self.log.info("tablet copy resumed: %s at offset %d after %d failed attempts",
                           f.name, offset, failures)

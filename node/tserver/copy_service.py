@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from node.probes import probe
 from node.protocol import (
     BeginCopySession,
     CopySessionId,
@@ -61,6 +62,7 @@ class TabletCopyService:
         except asyncio.CancelledError:
             if asyncio.current_task().cancelling():
                 raise  # this server is stopping, or the caller's connection closed
+            probe("copy.aborted_by_delete")
             raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {req.tablet_id}: the copy was "
                            "aborted (the tablet was deleted meanwhile)") from None
 
@@ -89,12 +91,14 @@ class TabletCopyService:
             fetched = time.monotonic()
             replica = await self.tablets.finish_copy(tid, session, req.source.uuid)
         except BaseException as e:  # cancelled too: the server is stopping
+            probe("copy.failed")
             tlog.warning("tablet copy from %s failed after %d bytes: %s: %s", req.source.uuid,
                          client.received, type(e).__name__, e)
             raise
         finally:
             await self.tablets.abandon_copy(tid, before)
             await client.end()
+        probe("copy.finished")
         (start_term, start), (last_term, last) = replica.log_bounds()
         seconds = time.monotonic() - started
         tlog.info("tablet copy finished: %d bytes from %s in %.2fs (%.0f MB/s; fetching %.2fs, "

@@ -21,6 +21,7 @@ from node.consensus import encode_config
 from node.copy_pins import CopySource
 from node.disk import Disk
 from node.errors import ReplicaError
+from node.probes import probe
 from node.protocol import (
     BeginCopySession,
     CopyChunk,
@@ -72,11 +73,13 @@ class CopySourceSessions:
         r = self.tablets.serving(req.tablet_id)
         for s in [s for s in self.sessions.values()
                   if (s.tablet_id, s.requestor) == (req.tablet_id, req.requestor)]:
+            probe("copy.source.session_superseded")
             self.end(s.id, "superseded by a new session of the same receiver")
         sid = f"{req.requestor}-{req.tablet_id}-{next(self._ids)}"
         try:
             src = await r.copy_pins.pin(_holder(sid))
         except ReplicaError as e:
+            probe("copy.source.pin_refused")
             raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {req.tablet_id}: {e}") from None
         try:
             paths, files = await asyncio.to_thread(_manifest, src, r.paths.disk)
@@ -84,6 +87,7 @@ class CopySourceSessions:
         except BaseException:
             r.copy_pins.unpin(_holder(sid), src.snapshot_index)
             raise
+        probe("copy.source.session_begun")
         self.sessions[sid] = _Session(sid, req.tablet_id, req.requestor, r, src, paths, files)
         self.tablets.log(req.tablet_id).info(
             "tablet copy session %s for %s: snapshot at index %d, %d WAL segments, %d bytes",
@@ -131,11 +135,13 @@ class CopySourceSessions:
             now = time.monotonic()
             for s in list(self.sessions.values()):
                 if now - s.last_used > self.idle_timeout_s:
+                    probe("copy.source.session_expired")
                     self.end(s.id, f"idle for {self.idle_timeout_s:g}s")
 
     def _session(self, sid: str) -> _Session:
         s = self.sessions.get(sid)
         if s is None:
+            probe("copy.source.no_session")
             raise RpcError(ErrorCode.NOT_FOUND, f"no tablet copy session {sid!r} (it ended, "
                            "expired, or this server restarted)")
         return s
@@ -155,6 +161,7 @@ def _manifest(src: CopySource, disk: Disk) -> tuple[list[str], list[CopyFile]]:
 def _read(disk: Disk, path: str, offset: int, length: int) -> bytes:
     data = disk.read(path, offset, length)
     if len(data) != length:  # a pinned file never shrinks: this is damage, not a race
+        probe("copy.source.short_read")
         raise RpcError(ErrorCode.ILLEGAL_STATE, f"{path}: read {len(data)} of {length} bytes "
                        f"at offset {offset}")
     return data

@@ -13,6 +13,7 @@ import asyncio
 
 from node.consensus import Role
 from node.daemon import PeerBook
+from node.probes import probe
 from node.protocol import Peer, StartTabletCopy, TabletCopyResult
 from node.rpc import RpcClient, RpcError
 from node.tablet.superblock import OpId
@@ -33,6 +34,7 @@ class CopyTrigger:
 
     def on_refused(self, tablet_id: str, peer_uuid: str, reason: str = "missing") -> None:
         """The Outbox's callback: a peer answered our Raft messages with its replica's state."""
+        probe("copy.trigger.peer_refused_raft")
         self._wanted[(tablet_id, peer_uuid)] = reason.upper()
 
     async def run(self) -> None:
@@ -67,6 +69,7 @@ class CopyTrigger:
     async def send(self, req: StartTabletCopy, peer: Peer) -> None:
         tablet_id, term = req.tablet_id, req.caller_term
         tlog = self.tablets.log(tablet_id)
+        probe("copy.trigger.sent")
         tlog.info("starting tablet copy to %s (term %d, expecting its replica %s, our log from "
                   "(%d, %d))", peer.uuid, term, req.current_state, req.retained_from.term,
                   req.retained_from.index)
@@ -75,6 +78,7 @@ class CopyTrigger:
                                              TabletCopyResult, to_uuid=peer.uuid,
                                              timeout=COPY_TIMEOUT_S)
         except RpcError as e:
+            probe("copy.trigger.failed")
             tlog.info("tablet copy to %s failed: %s", peer.uuid, e)
             return
         tlog.info("tablet copy to %s finished: %d bytes in %.1fs, snapshot at (%d, %d), log to "

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 
 from node.daemon import PeerBook
+from node.probes import probe
 from node.protocol import ServerStatus, TSHeartbeat, TSHeartbeatResponse
 from node.rpc import RpcClient
 
@@ -54,6 +55,7 @@ class Heartbeater:
         we did. Replies are taken in any order, so the newest config wins whatever the order."""
         if not res.masters or res.masters_config_index <= self.masters_config_index:
             return False
+        probe("tserver.masters.adopted")
         self.masters = [p.addr for p in res.masters]
         self.masters_config_index = res.masters_config_index
         log.info("masters: config index %d (from a leader at term %d): %s",

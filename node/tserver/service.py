@@ -22,6 +22,7 @@ from node.consensus import (
 )
 from node.daemon import PeerBook
 from node.errors import ReplicaError
+from node.probes import probe
 from node.protocol import (
     Ack,
     BatchResult,
@@ -52,9 +53,12 @@ from node.tserver.tablet_manager import TabletManager, TabletState
 
 def replica_error(e: ReplicaError) -> RpcError:
     if isinstance(e, TooLarge):  # definite, and the same on every replica: not NOT_LEADER
+        probe("tserver.reply.too_large")
         return RpcError(ErrorCode.TOO_LARGE, str(e))
     if e.maybe_applied:
+        probe("tserver.reply.maybe_applied")
         return RpcError(ErrorCode.REMOTE_ERROR, str(e))
+    probe("tserver.reply.not_leader_hint") if e.leader else probe("tserver.reply.not_leader_no_hint")
     return RpcError(ErrorCode.NOT_LEADER, str(e), detail=e.leader)
 
 
@@ -118,6 +122,8 @@ class ConsensusService:
             others = await self.tablets.vote_as_tombstone(tid, req.messages)
             if not others:
                 return Ack(True)  # only votes, all answered
+        probe("tserver.consensus.refused_failed") if state == TabletState.FAILED else probe(
+            "tserver.consensus.refused_not_running")
         return Ack(False, state.value.lower() if state is not None else "missing")
 
 
@@ -170,6 +176,7 @@ class TabletService:
         try:
             batch = r.batch(req.ops)
         except ValueError as e:  # empty, or more ops than the session bound keeps: not proposed
+            probe("tserver.write_batch.refused_invalid")
             raise RpcError(ErrorCode.INVALID_ARGUMENT, str(e)) from None
         return self._submit(r, req, batch, BatchResult, reply)
 
@@ -179,6 +186,7 @@ class TabletService:
         once the leader is ready (the awaited path)."""
         owner = _owner(reply)
         if not r.leader_ready:
+            probe("tserver.write.not_ready_awaited")
             return _awaited(r.write(op, session=req.session, seq=req.seq,
                                     acked_below=req.acked_below, owner=owner), answer,
                              req.seq)
@@ -216,6 +224,7 @@ class TabletService:
         try:
             config = await r.change_config(change, req.cas_config_index)
         except SteppingDown as e:
+            probe("tserver.change_config.leader_removed")
             raise RpcError(ErrorCode.NOT_LEADER, f"leader removed: handed over to {e}",
                            detail=None) from None
         except (ReplicaError, ProposalError) as e:

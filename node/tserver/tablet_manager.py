@@ -23,6 +23,7 @@ from pathlib import Path
 from node.consensus import RaftConfig, VoteRequest
 from node.disk import Disk
 from node.logfmt import TabletLog, log_failure
+from node.probes import probe
 from node.protocol import CopySession, StartTabletCopy
 from node.replica import Replica, ReplicaOptions, bootstrap_replica, config_text
 from node.rpc import ErrorCode, RpcError
@@ -112,6 +113,7 @@ class TabletManager:
         if e is not None and e.state == TabletState.RUNNING:
             return e.replica
         if e is not None and e.state == TabletState.FAILED:
+            probe("tserver.request.refused_failed")
             raise RpcError(ErrorCode.TABLET_NOT_RUNNING, f"tablet {tablet_id} failed: {e.reason}")
         raise RpcError(ErrorCode.TABLET_NOT_FOUND, f"tablet {tablet_id} is not on {self.uuid}")
 
@@ -128,15 +130,18 @@ class TabletManager:
             sb = Superblock.load(self.paths(tablet_id).superblock, self.disk)
             table = sb.table_name
             if sb.data_state == DataState.COPYING:
+                probe("tablet.open.unfinished_copy_tombstoned")
                 self.log(tablet_id).warning("unfinished tablet copy: tombstoning it")
                 recover_unfinished_copy(self.paths(tablet_id), sb)
                 sb = Superblock.load(self.paths(tablet_id).superblock, self.disk)
             if sb.data_state == DataState.TOMBSTONED:
+                probe("tablet.open.tombstone")
                 self.entries[tablet_id] = TabletEntry(tablet_id, table, TabletState.TOMBSTONED)
                 self._quiet(tablet_id)  # a restart withholds as a running replica's does
                 return
             self._start_replica(tablet_id, table)
         except Exception as e:  # corrupt or unreadable: this tablet fails, the server goes on
+            probe("tablet.failed.at_open")
             self.entries[tablet_id] = TabletEntry(
                 tablet_id, table, TabletState.FAILED,
                 error=log_failure(self.log(tablet_id), "cannot open the replica", e))
@@ -166,10 +171,12 @@ class TabletManager:
             if state in (TabletState.RUNNING, TabletState.FAILED):
                 return False
             if state is not None:
+                probe("tablet.create.refused_tombstone")
                 raise RpcError(ErrorCode.ALREADY_EXISTS,
                                f"tablet {tablet_id} is {state.value.lower()} here")
             paths = self.paths(tablet_id)
             if paths.disk.exists(paths.superblock):
+                probe("tablet.create.refused_failed_files")
                 # Not open, yet its files are here: a FAILED replica that was deleted (its files
                 # are left for an operator). A new replica over them would run the old WAL
                 # under a fresh superblock, a resurrection the simulator once caught.
@@ -199,6 +206,7 @@ class TabletManager:
         is never tombstoned: it is forgotten and its files stay (`_forget_failed`)."""
         e = self.entries.get(tablet_id)
         if e is not None and e.stored == TabletState.COPYING and e.copy is not None:
+            probe("tablet.delete.copy_aborted")
             self.log(tablet_id).info("delete: aborting the tablet copy under way")
             e.copy.cancel()
             await asyncio.gather(e.copy, return_exceptions=True)  # it cleans up as it ends
@@ -211,6 +219,7 @@ class TabletManager:
                 return e is not None and e.stored == TabletState.TOMBSTONED
             committed = e.replica.committed_config_index
             if cas_config_index is not None and committed > cas_config_index:
+                probe("tablet.delete.cas_refused")
                 self.log(tablet_id).warning(
                     "delete refused: committed config index %d is newer than the caller's %d",
                     committed, cas_config_index)
@@ -226,6 +235,7 @@ class TabletManager:
         or while it ran (a failed fsync, a safety check), and a tombstone would wipe them. It
         votes no more: a forgotten replica has no state to vote from, and a copy onto it later
         waits a vote lease from its start (`begin_copy`)."""
+        probe("tablet.failed.forgotten")
         if e.replica is not None:
             await e.replica.stop()
         del self.entries[e.tablet_id]
@@ -240,6 +250,7 @@ class TabletManager:
         self._quiet(e.tablet_id)
         await asyncio.to_thread(tombstone, self.paths(e.tablet_id), last)
         self.entries[e.tablet_id] = TabletEntry(e.tablet_id, e.table, TabletState.TOMBSTONED)
+        probe("tablet.tombstoned")
         self.log(e.tablet_id).info("tombstoned; last logged op (%d, %d)", last.term, last.index)
 
     # -- votes from a tombstone (seed 05) -----------------------------------------------------
@@ -273,6 +284,7 @@ class TabletManager:
         votes = [m for m in messages if isinstance(m, VoteRequest) and m.to_uuid == self.uuid]
         others = [m for m in messages if not isinstance(m, VoteRequest)]
         if votes and self._within_vote_lease(tablet_id):
+            probe("tombstone.vote.withheld_in_lease")
             for m in [m for m in votes if not m.transfer]:
                 self.log(tablet_id).info(
                     "tombstoned replica withheld %s from %s for term %d: stopped within the "
@@ -283,9 +295,11 @@ class TabletManager:
         paths = self.paths(tablet_id)
         async with self.transition(tablet_id):  # not while a copy installs (it merges the metadata)
             if self.state(tablet_id) == TabletState.RUNNING:  # the copy finished meanwhile
+                probe("tombstone.vote.copy_finished_meanwhile")
                 self.entries[tablet_id].replica.step(votes)
                 return others
             if not (paths.disk.exists(paths.consensus_meta) and paths.disk.exists(paths.superblock)):
+                probe("tombstone.vote.no_metadata")
                 return messages  # a copy onto a new replica: no metadata to vote with yet
             answers = await asyncio.to_thread(tombstone_vote, paths, self.uuid, votes)
         tlog, send = self.log(tablet_id), self._sender(tablet_id)
@@ -309,26 +323,32 @@ class TabletManager:
         async with self.transition(tid):
             e = self.entries.get(tid)
             if e is not None and e.stored == TabletState.COPYING:
+                probe("copy.refused.in_progress")
                 raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {tid}: a copy is in progress")
             if e is not None and e.stored == TabletState.FAILED:
+                probe("copy.refused.failed_replica")
                 raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {tid} failed here: {e.error}")
             before = e.stored if e is not None else None
             state = before.value if before is not None else "MISSING"
             if req.current_state and req.current_state != state:
+                probe("copy.refused.state_mismatch")
                 raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {tid} is {state} here, not "
                                f"{req.current_state} as the caller expects")
             if paths.disk.exists(paths.consensus_meta):
                 cmeta = await asyncio.to_thread(ConsensusMetadata.load, paths.consensus_meta,
                                                 paths.disk)
                 if req.caller_term < cmeta.current_term:
+                    probe("copy.refused.stale_term")
                     raise RpcError(ErrorCode.ILLEGAL_STATE, f"caller's term {req.caller_term} is "
                                    f"older than ours, {cmeta.current_term}")
             if before == TabletState.RUNNING:
                 up_to_date = _not_behind(e.replica, req)
                 if up_to_date is not None:
+                    probe("copy.refused.not_behind")
                     self.log(tid).info("refused tablet copy from %s (caller term %d): %s",
                                        req.source.uuid, req.caller_term, up_to_date)
                     raise RpcError(ErrorCode.REPLICA_NOT_BEHIND, f"tablet {tid}: {up_to_date}")
+                probe("copy.running_replica_tombstoned")
                 await self._tombstone(e)
                 before = TabletState.TOMBSTONED
             table = e.table if e is not None else "?"
@@ -338,6 +358,7 @@ class TabletManager:
                 self._quiet(tid)
             self.entries[tid] = TabletEntry(tid, table, TabletState.COPYING,
                                             copy=asyncio.current_task())
+        probe("copy.started")
         self.log(tid).info("tablet copy from %s starting (caller term %d, replica %s, the "
                            "caller believes it holds index %d)", req.source.uuid,
                            req.caller_term, state, req.peer_match)
@@ -367,6 +388,7 @@ class TabletManager:
             try:
                 await asyncio.to_thread(r.open)
             except Exception as e:  # the copied files do not open: never serve them
+                probe("copy.install.open_failed")
                 if hasattr(r, "wal"):
                     r.wal.close()
                 self.entries[tablet_id] = TabletEntry(
@@ -384,10 +406,12 @@ class TabletManager:
         async with self.transition(tablet_id):
             table = await asyncio.to_thread(abandon_copy, self.paths(tablet_id))
         if table is not None:
+            probe("copy.abandoned.tombstoned")
             self.entries[tablet_id] = TabletEntry(tablet_id, table, TabletState.TOMBSTONED)
         elif before is None:
             del self.entries[tablet_id]
         else:
+            probe("copy.abandoned.state_restored")
             self.entries[tablet_id] = TabletEntry(tablet_id, e.table, before)
 
 
@@ -398,6 +422,7 @@ def _not_behind(r: Replica, req: StartTabletCopy) -> str | None:
     if first is None:
         return "the replica is running and the caller did not say which log it retains"
     if r.failed:
+        probe("copy.over_failed_running_replica")
         return None  # a replica that stopped serving cannot be caught up either
     (start_term, start), (last_term, last) = r.log_bounds()
     mine = f"its log holds ({start_term}, {start})..({last_term}, {last})"

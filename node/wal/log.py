@@ -29,6 +29,7 @@ from node import durable
 from node.disk import REAL, Disk
 from node.entry import Entry
 from node.faults import Faults
+from node.probes import probe
 from node.wal import format as fmt
 from node.wal.errors import WalClosed, WalCorruption, WalError
 from node.wal.reader import UnclosedTail, judge_segment, read_log, replay
@@ -147,12 +148,15 @@ class Log:
         if unclosed is not None:
             last = segments[-1]
             if last.records:
+                probe("wal.recover.unfinished_segment_closed")
                 finish_file(last.path, unclosed.offset, entry_stats(last.records), disk)
                 last.footer = entry_stats(last.records)
             else:
+                probe("wal.recover.empty_unfinished_segment_removed")
                 removed.append(last.path)
                 segments = segments[:-1]
             if unclosed.garbage_bytes:
+                probe("wal.recover.torn_tail_cut")
                 logger.warning("%s: cut a torn tail at offset %d (%d bytes: %s)", unclosed.path,
                                unclosed.offset, unclosed.garbage_bytes, unclosed.reason)
         for path in removed:
@@ -197,6 +201,7 @@ class Log:
         if self._failed is None:
             self._segment.finish()
         else:  # leave the failed segment as it is: bootstrap judges it next time
+            probe("wal.close.failed_segment_left")
             with contextlib.suppress(OSError):  # the failure may have closed it already
                 self._disk.close(self._segment.fd)
 
@@ -244,6 +249,7 @@ class Log:
             self._wait_for_space_locked()
             if self._last_index is not None and after_index > self._last_index:
                 raise ValueError(f"cannot truncate after {after_index}: the last index is {self._last_index}")
+            probe("wal.truncate_suffix.reserved")
             res = Reservation([], fmt.encode_truncate(after_index), 0, 0)
             self._queue.append(res)
             self._last_index = after_index
@@ -279,6 +285,7 @@ class Log:
                 loop = asyncio.get_running_loop()
                 self._bind_loop(loop)
                 fut = loop.create_future()
+                probe("wal.queue.backpressure_waited")
                 self._space_futures.append(fut)
             await fut
 
@@ -356,6 +363,7 @@ class Log:
             if self._closing:
                 raise WalClosed("log is closed")
             if self._failed is not None:
+                probe("wal.append.refused_failed")
                 raise WalClosed(f"log failed: {self._failed!r}")
             if self._queued_bytes < self.options.log_queue_max_bytes or self._inline:
                 return
@@ -470,6 +478,7 @@ class Log:
                 self._write(bufs, count, lo, hi)
             except BaseException as e:
                 logger.exception("WAL %s: write failed; the log is now failed", self.directory)
+                probe("wal.write.failed")
                 error = self._failed = e
         return group, nbytes, error
 
@@ -516,6 +525,7 @@ class Log:
                 seg.sync()
         seg.readable = (seg.offset, seg.max_index)
         if seg.offset >= self.options.segment_bytes and self._next_thread is None and self._next is None:
+            probe("wal.segment.preallocate_started")
             if self._inline:
                 self._preallocate(seg.seq + 1)
             else:
@@ -534,6 +544,7 @@ class Log:
         try:
             self._next = self._new_segment(seq)
         except BaseException as e:
+            probe("wal.segment.preallocate_failed")
             self._next = e
 
     def _swap_if_ready(self) -> None:
@@ -548,6 +559,7 @@ class Log:
         if isinstance(nxt, BaseException):
             raise WalError("creating the next segment failed") from nxt
         assert nxt is not None
+        probe("wal.segment.rolled")
         old = self._segment
         old.finish()
         nxt.activate()
@@ -585,6 +597,7 @@ class Log:
             for seg in doomed:  # oldest first: a crash midway still leaves a gap-free log
                 self._disk.unlink(seg.path)
             if doomed:
+                probe("wal.gc.segments_deleted")
                 self._disk.fsync_dir(self.directory)
                 del self._closed[: len(doomed)]
         return [s.path for s in doomed]
@@ -604,6 +617,7 @@ class Log:
             judge_segment(scan, is_last=False)
         scans.append(scan_segment(active, active_end, self._disk))
         if scans[-1].problem is not None:  # the written part of the active segment is whole
+            probe("wal.read_entries.active_damaged")
             raise WalCorruption(active, scans[-1].end, scans[-1].problem)
         entries, _ = replay(scans)
         if entries and entries[0].index < first_index:

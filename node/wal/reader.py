@@ -23,6 +23,7 @@ import msgspec
 
 from node.disk import REAL, Disk
 from node.entry import Entry
+from node.probes import probe
 from node.wal import format as fmt
 from node.wal.errors import WalCorruption, WalError
 from node.wal.segment import (
@@ -56,26 +57,33 @@ def judge_segment(scan: Scan, is_last: bool) -> UnclosedTail | None:
     path = scan.path
     if scan.footer is not None:
         if scan.problem is not None:
+            probe("wal.recover.footer_segment_damaged_refused")
             raise WalCorruption(path, scan.end, scan.problem)
         expected = entry_stats(scan.records)
         if expected != scan.footer:
+            probe("wal.recover.footer_mismatch_refused")
             raise WalCorruption(
                 path, scan.size - fmt.FOOTER_SIZE, f"footer says {scan.footer}, batches hold {expected}"
             )
         return None
     if scan.header.prealloc and scan.size < scan.header.prealloc:
+        probe("wal.recover.cut_short_refused")
         raise WalCorruption(path, scan.size, f"segment of {scan.size} bytes with no footer, "
                             f"made {scan.header.prealloc} bytes long before its first batch: "
                             "cut short, not a torn write")
     if not is_last:
+        probe("wal.recover.unfinished_not_newest_refused")
         if scan.footer_problem:
             raise WalCorruption(path, scan.size - fmt.FOOTER_SIZE, scan.footer_problem)
         raise WalCorruption(path, scan.size, "segment has no footer but is not the newest segment")
     if scan.problem is None:
+        probe("wal.recover.unfinished_undamaged")
         return UnclosedTail(path, scan.end, 0, "no footer")
     if scan.valid_batch_after == scan.end:
+        probe("wal.recover.crcs_match_refused")
         raise WalCorruption(path, scan.end, f"{scan.problem}, though its CRCs match: written so, not torn")
     if scan.valid_batch_after is not None:
+        probe("wal.recover.intact_batch_after_damage_refused")
         raise WalCorruption(
             path,
             scan.end,
@@ -83,6 +91,7 @@ def judge_segment(scan: Scan, is_last: bool) -> UnclosedTail | None:
             "corruption, not a torn write",
         )
     if scan.problem in (WRITTEN_WHOLE, FLIPPED_HEADER):
+        probe("wal.recover.written_whole_refused")
         raise WalCorruption(path, scan.end, f"{scan.problem}: corruption, not a torn write")
     return UnclosedTail(path, scan.end, scan.garbage_end - scan.end, scan.problem)
 
@@ -96,6 +105,7 @@ def read_log(directory: str, tablet_id: str | None = None, disk: Disk = REAL) ->
         if seq is not None:
             seqs.append((seq, os.path.join(directory, name)))
         elif name.startswith(TMP_PREFIX):
+            probe("wal.recover.tmp_segment_found")
             leftovers.append(os.path.join(directory, name))
         else:
             raise WalError(f"{os.path.join(directory, name)}: unexpected file in a WAL directory")
@@ -104,11 +114,13 @@ def read_log(directory: str, tablet_id: str | None = None, disk: Disk = REAL) ->
     unclosed: UnclosedTail | None = None
     for i, (seq, path) in enumerate(seqs):
         if i and seq != seqs[i - 1][0] + 1:
+            probe("wal.recover.sequence_gap_refused")
             raise WalCorruption(path, 0, f"segment sequence gap: {seqs[i - 1][0]} then {seq}")
         scan = scan_segment(path, disk=disk)
         if scan.header.seq != seq:
             raise WalCorruption(path, 0, f"header sequence {scan.header.seq} does not match the file name")
         if tablet_id is not None and scan.header.tablet_id != tablet_id:
+            probe("wal.recover.wrong_tablet_refused")
             raise WalCorruption(path, 0, f"segment of tablet {scan.header.tablet_id!r}, expected {tablet_id!r}")
         unclosed = judge_segment(scan, is_last=i == len(seqs) - 1)
         segments.append(scan)
@@ -123,8 +135,10 @@ def replay(segments: list[Scan]) -> tuple[list[Entry], int | None]:
     for scan in segments:
         for rec in scan.records:
             if rec.kind is fmt.BatchKind.TRUNCATE:
+                probe("wal.replay.truncation_applied")
                 n = rec.after_index
                 if expected is not None and n >= expected:
+                    probe("wal.replay.bad_truncation_refused")
                     raise WalCorruption(scan.path, rec.offset, f"truncation after {n}, past the last index {expected - 1}")
                 if entries:
                     del entries[max(0, n - entries[0].index + 1) :]
@@ -132,6 +146,7 @@ def replay(segments: list[Scan]) -> tuple[list[Entry], int | None]:
                 continue
             for e in rec.entries:
                 if expected is not None and e.index != expected:
+                    probe("wal.replay.index_gap_refused")
                     raise WalCorruption(scan.path, rec.offset, f"index gap: expected {expected}, found {e.index}")
                 expected = e.index + 1
             entries.extend(rec.entries)

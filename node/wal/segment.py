@@ -17,6 +17,7 @@ import msgspec
 
 from node.disk import REAL, Disk, pwrite_all
 from node.entry import Entry
+from node.probes import probe
 from node.wal import format as fmt
 from node.wal.errors import WalCorruption
 
@@ -65,6 +66,7 @@ def scan_segment(path: str, limit: int = -1, disk: Disk = REAL) -> Scan:
     try:
         header = fmt.parse_segment_header(buf)
     except ValueError as e:
+        probe("wal.header.corrupt_refused")
         raise WalCorruption(path, 0, str(e)) from None
     size = len(buf)
     footer, footer_problem, area_end = None, None, size
@@ -73,6 +75,7 @@ def scan_segment(path: str, limit: int = -1, disk: Disk = REAL) -> Scan:
         if isinstance(parsed, fmt.Footer):
             footer, area_end = parsed, size - fmt.FOOTER_SIZE
         elif parsed is not None:
+            probe("wal.scan.footer_damaged")
             footer_problem = parsed
     records, end, problem = _scan_batches(buf, header.size, area_end, header.stamped)
     garbage_end, valid_after = end, None
@@ -90,6 +93,7 @@ def _scan_batches(buf: bytes, offset: int, end: int,
         parsed = fmt.parse_batch_header(buf, offset, end)
         if isinstance(parsed, str):
             if parsed == fmt.HEADER_CRC_MISMATCH and flipped_header(buf, offset, end, stamped):
+                probe("wal.scan.flipped_header")
                 return records, offset, FLIPPED_HEADER
             return records, offset, parsed
         length, kind, data_crc = parsed
@@ -100,7 +104,9 @@ def _scan_batches(buf: bytes, offset: int, end: int,
         data = unstamped(buf, start, stop) if stamped else buf[start:stop]
         if fmt.crc32c(data) != data_crc:
             if stamps_written(buf, start, stop) if stamped else written_whole(buf, offset, stop):
+                probe("wal.scan.crc_mismatch_written_whole")
                 return records, offset, WRITTEN_WHOLE
+            probe("wal.scan.crc_mismatch_unwritten_sector")
             return records, offset, "batch data CRC mismatch"
         try:
             if kind is fmt.BatchKind.ENTRIES:
@@ -109,6 +115,7 @@ def _scan_batches(buf: bytes, offset: int, end: int,
                 record = Record(offset, kind, [], fmt.decode_truncate(data))
         except msgspec.DecodeError as e:
             # Both CRCs matched, so these bytes were written like this: not a torn write.
+            probe("wal.scan.undecodable_batch")
             return records, offset, f"undecodable batch ({e})"
         records.append(record)
         offset = stop
@@ -298,6 +305,7 @@ def restore_preallocation(path: str, disk: Disk = REAL) -> None:
         return
     fd = disk.open(path)
     try:
+        probe("wal.copy.preallocation_restored")
         disk.ftruncate(fd, header.prealloc)
         disk.fsync(fd)
     finally:
@@ -359,6 +367,7 @@ class WritableSegment:
             step = len(bufs) // IOV_MAX + 1
             bufs = [b"".join(bufs[i : i + step]) for i in range(0, len(bufs), step)]
         if self.disk.pwritev(self.fd, bufs, self.offset) != nbytes:  # short: a signal or full disk
+            probe("wal.write.short_write_completed")
             pwrite_all(self.disk, self.fd, [b"".join(bufs)], self.offset)
         self.offset = at
 
