@@ -106,6 +106,11 @@ def test_register_with_kills_records_a_complete_history(env, tmp_path):
     assert results["nemesis"]["fired"]["kill"] >= 1 and not results["nemesis"]["never_fired"]
     assert results["stats"]["verdict"] == "valid", results["stats"]  # every f succeeded sometimes
     assert results["verdict"] == "valid", results["check"]
+    # every daemon named the code probes it fired (its --probes-file, collected with its log):
+    # a leader was elected somewhere, a killed server's replicas recovered on restart
+    fired = results["probes"]["by_daemon"]
+    assert {f"n{i}/tserver" for i in range(1, 6)} <= set(fired) and "n1/master" in fired
+    assert results["probes"]["hit"] > 0 and 'id="probes"' in report
 
 
 def test_bad_input_is_one_clear_line_and_exit_254(env, tmp_path):

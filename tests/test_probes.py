@@ -83,3 +83,32 @@ def test_a_coverage_mark_fails_when_its_path_was_not_taken_and_restores_the_stat
         assert probes.hits() == {a: 1}  # the marks counted apart
     finally:
         probes.disable()
+
+
+def test_a_run_dirs_probe_files_are_summarized_per_daemon_and_across_the_store(tmp_path):
+    from reports.probes import across, fired, run_probes
+
+    a, b, c = list(probes.CATALOG)[:3]
+    assert run_probes(tmp_path) is None  # another system's run: no probe files
+    (tmp_path / "nodes" / "n1").mkdir(parents=True)
+    (tmp_path / "nodes" / "n2").mkdir()
+    (tmp_path / "nodes" / "n1" / "tserver.probes").write_text(f"{a}\n{b}\n")
+    (tmp_path / "nodes" / "n1" / "master.probes").write_text(f"{a}\nno.longer.a.probe\n")
+    (tmp_path / "nodes" / "n2" / "tserver.probes").write_text("")
+    out = run_probes(tmp_path)
+    assert out["hit"] == 2 and out["runs"] == {a: 2, b: 1} and c in out["never"]
+    assert out["by_daemon"]["n1/tserver"] == sorted([a, b]) and out["by_daemon"]["n2/tserver"] == []
+    assert fired({"probes": out}) == sorted([a, b]) and fired({}) == []
+    store = across([{"probes": out}, {"verdict": "valid"}, {"probes": {"runs": {c: 1}}}])
+    assert store["hit"] == 3 and store["runs_with_probes"] == 2
+
+
+def test_the_matrix_summary_says_which_probes_no_cell_fired():
+    from harness.matrix import Outcome, summary
+
+    a, b = list(probes.CATALOG)[:2]
+    out = summary([Outcome("x", 1, "valid", probes=[a]), Outcome("y", 1, "valid", probes=[a, b])],
+                  300, 10, 0)
+    assert out["probes"]["runs"] == {a: 2, b: 1}
+    assert out["probes"]["hit"] == 2 and len(out["probes"]["never"]) == len(probes.CATALOG) - 2
+    assert probes.line(out["probes"]).startswith(f"probes: 2 of {len(probes.CATALOG)} hit")
