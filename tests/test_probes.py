@@ -112,3 +112,34 @@ def test_the_matrix_summary_says_which_probes_no_cell_fired():
     assert out["probes"]["runs"] == {a: 2, b: 1}
     assert out["probes"]["hit"] == 2 and len(out["probes"]["never"]) == len(probes.CATALOG) - 2
     assert probes.line(out["probes"]).startswith(f"probes: 2 of {len(probes.CATALOG)} hit")
+
+
+def test_the_core_simulator_counts_each_seeds_probes():
+    from node.sim.runner import run_seeds
+
+    summary = run_seeds(2, steps=300)
+    assert len(summary.probes) == 2 and all(p.get("raft.election.won") for p in summary.probes)
+    assert set().union(*summary.probes) <= set(probes.CATALOG)
+    assert probes.hits() == {}  # off again after the seeds
+
+
+@pytest.mark.slow
+def test_the_whole_stack_simulator_stops_at_the_first_seed_that_fires_the_probe_asked(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    def sim(*argv):
+        return subprocess.run([sys.executable, "-m", "harness.cli", "sim", "--stack", "full",
+                               "--seconds", "5", "--jobs", "1", "--out", str(tmp_path), "--json",
+                               *argv], capture_output=True, text=True, timeout=300)
+
+    out = sim("--seeds", "5", "--until-probe", "raft.election.won")
+    summary = json.loads(out.stdout.splitlines()[-1])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert summary["seeds"] == 1 and summary["until_probe"] == {"probe": "raft.election.won",
+                                                                "seed": 0}
+    assert "probe raft.election.won fired" in out.stderr and "replay: tessera sim" in out.stderr
+    assert summary["probes"]["hit"] > 10 and summary["probes"]["declared"] == len(probes.CATALOG)
+    bad = sim("--seeds", "1", "--until-probe", "no.such.probe")
+    assert bad.returncode == 254 and "no probe 'no.such.probe'" in bad.stderr
