@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # etcd for `tessera test --db etcd`).
 SYSPKGS := openssh-server iproute2 iptables util-linux faketime libnetfilter-queue-dev fuse3 libfuse2 chromium default-jre-headless vagrant etcd-server etcd-client
 
-.PHONY: demo test bench lint clean setup sysdeps
+.PHONY: demo test bench lint clean setup sysdeps coverage-sim
 
 setup: sysdeps $(STAMP)
 
@@ -58,6 +58,13 @@ demo: setup
 bench: setup
 	$(PY) -m pip install -q -e '.[host,pysyncobj,harness,reports,test,bench]'
 	@for b in bench/[a-z]*.py; do echo "== $$b"; $(PY) $$b --json || exit 1; done
+
+# What the whole-stack simulator reaches of the engine: SEEDS swarm seeds under coverage.py
+# with branch coverage of node/; an HTML report and one JSON line (line and branch percent
+# per package). About as long as `tessera sim --stack full --seeds SEEDS`, and twice that.
+SEEDS ?= 200
+coverage-sim: setup
+	$(PY) -m reports.coverage_sim --seeds $(SEEDS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
