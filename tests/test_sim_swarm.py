@@ -384,3 +384,16 @@ def test_commit_wait_is_judged_across_tablets_while_clocks_stay_within_the_bound
     mutant = run(tmp_path / "mutant")
     assert mutant.verdict == "invalid" and commit_wait(mutant)["verdict"] == "invalid"
     assert commit_wait(mutant)["anomalies"][0]["type"] == "timestamp-order"
+
+
+def test_half_the_swarm_mixes_snapshot_often_and_the_spec_carries_it():
+    """A seed of a virtual minute never reaches the engine's 20,000 entries between snapshots;
+    half the swarm mixes snapshot every few hundred, so saved snapshots, collected logs and
+    copies to lagging followers happen (the code probes showed none did)."""
+    mixes = [swarm_mix(s) for s in range(200)]
+    drawn = Counter(m.snapshot_every for m in mixes)
+    assert set(drawn) == {None, 200, 1000} and 60 < drawn[None] < 140, drawn
+    often = next(m for m in mixes if m.snapshot_every == 200)
+    assert "snapshot=200" in often.spec() and parse_mix(often.spec()).snapshot_every == 200
+    with pytest.raises(ValueError, match="snapshot='0'"):
+        parse_mix("restart:1;snapshot=0")

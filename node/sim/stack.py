@@ -177,11 +177,14 @@ class StackSim:
         from node.wal import LogOptions
 
         master = host in self.masters
+        snapshots = self.cfg.mix.snapshot_every
+        often = ({"snapshot_interval_entries": snapshots, "log_retain_entries": snapshots}
+                 if snapshots else {})  # the mix's (SNAPSHOTS), else the engine's defaults
         replica = ReplicaOptions(clock_max_error_us=self.clock_error_us,
                                  read_mode=self.cfg.mix.read_mode,
                                  wall_ns=self._wall_ns(host), faults=self.cfg.faults,
                                  log=LogOptions(faults=self.cfg.faults),
-                                 rpc_max_message_size=MAX_FRAME)
+                                 rpc_max_message_size=MAX_FRAME, **often)
         return ServerOptions(
             data_dir=DATA_DIR, rpc_host=host,
             rpc_port=MASTER_PORT if master else TSERVER_PORT,
