@@ -59,8 +59,10 @@ def per_package(report: dict, root: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    from harness.cli import BadArgsParser  # usage errors exit 254, as every tessera command
+
+    ap = BadArgsParser(prog="coverage-sim", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=200, help="swarm seeds (default 200)")
     ap.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
     ap.add_argument("--jobs", type=int, default=2, help="simulator workers (default 2)")

@@ -39,3 +39,15 @@ def test_each_client_fault_fails_a_default_seed_that_the_fixed_client_passes(
     broken = default_seed(seed, tmp_path / "broken")
     assert broken.verdict == "invalid", (broken.verdict, broken.violation)
     assert anomaly in json.dumps(broken.results["check"], default=str), broken.results["check"]
+
+
+def test_an_unknown_client_fault_is_one_line_and_exit_254():
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", "import node.client"], capture_output=True,
+                         text=True, timeout=60,
+                         env={**os.environ, faults.ENV: "misroute,bogus"})
+    assert out.returncode == 254 and out.stderr.count("\n") == 1
+    assert "unknown client fault bogus" in out.stderr and "misroute" in out.stderr

@@ -42,3 +42,9 @@ def test_one_short_seed_measures_the_servers_in_the_simulators_workers(tmp_path)
     assert result["packages"]["node.tserver"]["lines"] > 20, result
     assert result["packages"]["node.wal"]["branches"] > 10, result
     assert (tmp_path / "html" / "index.html").is_file()
+
+
+def test_bad_arguments_are_one_line_and_exit_254():
+    out = subprocess.run([sys.executable, "-m", "reports.coverage_sim", "--seeds", "0"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 254 and "--seeds and --jobs must be at least 1" in out.stderr

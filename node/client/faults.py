@@ -14,6 +14,8 @@ import os
 import sys
 from dataclasses import dataclass, fields
 
+from node.exit_codes import BAD_ARGS
+
 ENV = "TESSERA_CLIENT_FAULTS"
 
 HELP = {
@@ -55,7 +57,8 @@ def from_env() -> ClientFaults:
     try:
         faults = parse(os.environ.get(ENV, ""))
     except ValueError as e:
-        raise SystemExit(f"error: {e}") from None
+        sys.stderr.write(f"error: {e}\n")
+        raise SystemExit(BAD_ARGS) from None
     if faults.enabled():
         sys.stderr.write(f"tessera client: deliberate bugs on ({ENV}): "
                          f"{', '.join(faults.enabled())}\n")
