@@ -177,14 +177,11 @@ class StackSim:
         from node.wal import LogOptions
 
         master = host in self.masters
-        snapshots = self.cfg.mix.snapshot_every
-        often = ({"snapshot_interval_entries": snapshots, "log_retain_entries": snapshots}
-                 if snapshots else {})  # the mix's (SNAPSHOTS), else the engine's defaults
         replica = ReplicaOptions(clock_max_error_us=self.clock_error_us,
                                  read_mode=self.cfg.mix.read_mode,
                                  wall_ns=self._wall_ns(host), faults=self.cfg.faults,
                                  log=LogOptions(faults=self.cfg.faults),
-                                 rpc_max_message_size=MAX_FRAME, **often)
+                                 rpc_max_message_size=MAX_FRAME, **_snapshots(self.cfg.mix))
         return ServerOptions(
             data_dir=DATA_DIR, rpc_host=host,
             rpc_port=MASTER_PORT if master else TSERVER_PORT,
@@ -767,6 +764,13 @@ def _quiet_fenced(unraisable) -> None:
 
     if not inspect.iscoroutine(unraisable.object):
         sys.__unraisablehook__(unraisable)
+
+
+def _snapshots(mix: Mix) -> dict:
+    """The mix's snapshot interval (swarm SNAPSHOTS), the log keeping as many entries behind
+    each; {} for the engine's defaults."""
+    n = mix.snapshot_every
+    return {"snapshot_interval_entries": n, "log_retain_entries": n} if n else {}
 
 
 def _run_one(job: tuple[StackConfig, str]) -> StackResult:
