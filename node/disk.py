@@ -548,6 +548,14 @@ class SimDisk:
         walk(self._root if top is None else top, prefix)
         return out
 
+    def unsynced(self) -> list[str]:
+        """Paths of the files holding a write no sync has made durable yet that spans a sector
+        boundary: what a power loss now may keep a torn prefix of (`_recover_file`)."""
+        sector = max(1, self.faults.sector_size)
+        return [path for path, f in self._walk()
+                if any(not isinstance(op, int) and op[0] // sector != (op[0] + len(op[1]) - 1) // sector
+                       for op in f.pending)]
+
     def _usage(self) -> int:
         return sum(len(f.data) for _, f in self._walk())
 

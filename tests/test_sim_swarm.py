@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from node.sim.network import SimNetwork
-from node.sim.stack import StackConfig, StackSim, replay_command
+from node.sim.stack import StackConfig, StackSim, baseline_faults, replay_command
 from node.sim.swarm import CLASSIC, KINDS, WRITES, Mix, mix_for, parse_mix, swarm_mix
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -397,3 +397,18 @@ def test_half_the_swarm_mixes_snapshot_often_and_the_spec_carries_it():
     assert "snapshot=200" in often.spec() and parse_mix(often.spec()).snapshot_every == 200
     with pytest.raises(ValueError, match="snapshot='0'"):
         parse_mix("restart:1;snapshot=0")
+
+
+def test_half_the_swarm_mixes_give_their_disks_an_fsync_latency_and_the_spec_carries_it():
+    """A WAL group is durable only at the end of its sync: with syncs taking time a power loss
+    can land inside one, which no seed of instantaneous syncs reaches."""
+    mixes = [swarm_mix(s) for s in range(200)]
+    drawn = Counter(m.fsync_ms for m in mixes)
+    assert set(drawn) == {None, 1, 10} and 60 < drawn[None] < 140, drawn
+    slow = next(m for m in mixes if m.fsync_ms == 10)
+    assert "fsync=10" in slow.spec() and parse_mix(slow.spec()).fsync_ms == 10
+    assert baseline_faults(slow).fsync_latency == (0.001, 0.01)
+    assert baseline_faults(parse_mix("restart:1")).fsync_latency == (0.0, 0.0)
+    with pytest.raises(ValueError, match="fsync='x'"):
+        parse_mix("restart:1;fsync=x")
+    assert sum("torn" in m.kinds() for m in mixes) > 10  # the aimed power loss is drawn too

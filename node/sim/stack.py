@@ -142,7 +142,7 @@ class StackSim:
         self.loop = SimLoop(self.net)
         self.masters = master_hosts(config.masters)
         self.tservers = tserver_hosts(config.tservers)
-        self.disks = {h: SimDisk(random.Random(self.rng.getrandbits(64)))
+        self.disks = {h: SimDisk(random.Random(self.rng.getrandbits(64)), baseline_faults(config.mix))
                       for h in self.masters + self.tservers}
         self.skew_s = {h: 0.0 for h in self.disks}
         self.clock_error_us = config.mix.clock_error_us or CLOCK_MAX_ERROR_US
@@ -259,6 +259,9 @@ class StackSim:
         values, and recorded in the history."""
         rng = random.Random(self.rng.getrandbits(64))
         planned = list(self.cfg.schedule) if self.cfg.schedule is not None else None
+        timed = {"masters": self._masters, "transfer": self._transfer, "tombstone": self._tombstone,
+                 "copy-race": self._copy_race, "lease-race": self._lease_race,
+                 "fail-copy": self._fail_copy, "torn": functools.partial(stack_damage.torn_tail, self)}
         while self.loop.time() < deadline:
             if planned is None:
                 await asyncio.sleep(rng.uniform(*self.cfg.mix.fault_every_s))
@@ -272,18 +275,8 @@ class StackSim:
                 return
             if kind == "membership":
                 value = await self._membership(rng, value)
-            elif kind == "masters":
-                value = await self._masters(value)
-            elif kind == "transfer":
-                value = await self._transfer(value)
-            elif kind == "tombstone":
-                value = await self._tombstone(value)
-            elif kind == "copy-race":
-                value = await self._copy_race(value)
-            elif kind == "lease-race":
-                value = await self._lease_race(value)
-            elif kind == "fail-copy":
-                value = await self._fail_copy(value)
+            elif kind in timed:
+                value = await timed[kind](value)
             elif kind is not None:
                 value = self._apply(kind, value)
             if kind is None or value is _SKIPPED:
@@ -398,7 +391,7 @@ class StackSim:
         if mode is None:
             return None
         faults = self.disks[host].faults  # shared by the disk's incarnations
-        defaults = SimFaults()
+        defaults = baseline_faults(self.cfg.mix)
         faults.quota_bytes, faults.fsync_eio_rate = defaults.quota_bytes, defaults.fsync_eio_rate
         faults.fsync_latency = defaults.fsync_latency
         if mode != "slow" and host not in self.down:
@@ -472,7 +465,8 @@ class StackSim:
             return _SKIPPED  # a replay out of step with this run
         try:
             if op == "add":
-                self.disks[host] = SimDisk(random.Random(self._spare_disks.getrandbits(64)))
+                self.disks[host] = SimDisk(random.Random(self._spare_disks.getrandbits(64)),
+                                           baseline_faults(self.cfg.mix))
                 self.skew_s[host] = 0.0
                 self.masters.append(host)
                 self._boot(host)
@@ -771,6 +765,12 @@ def _snapshots(mix: Mix) -> dict:
     each; {} for the engine's defaults."""
     n = mix.snapshot_every
     return {"snapshot_interval_entries": n, "log_retain_entries": n} if n else {}
+
+
+def baseline_faults(mix: Mix) -> SimFaults:
+    """A disk's faults when none is injected: the mix's fsync latency (swarm FSYNC_MS)."""
+    ms = mix.fsync_ms
+    return SimFaults(fsync_latency=(ms / 1e4, ms / 1e3)) if ms else SimFaults()
 
 
 def _run_one(job: tuple[StackConfig, str]) -> StackResult:

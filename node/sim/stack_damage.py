@@ -4,7 +4,12 @@ StackSim it acts on: its disks, servers and the power loss and boot it drives.""
 
 from __future__ import annotations
 
+import asyncio
+
 from node.sim.stack_checks import DATA_DIR
+
+TORN_POLL_S = 0.0005  # torn: how often it looks for a WAL group being synced
+TORN_WAIT_S = 2.0  # torn: how long it looks before giving up
 
 
 def flip_newest(sim, value: list):
@@ -47,6 +52,37 @@ def flip_newest(sim, value: list):
         sim.newest_flips[host] = tablet
     sim._boot(host)
     return [host, path, offset, bit, tablet]
+
+
+async def torn_tail(sim, value: list) -> list:
+    """Power loss on a tablet server while one of its WAL groups is being synced: its disk
+    made slow (fsyncs of up to `slow` s, unless it has a disk fault already), then the loss at
+    the first instant a WAL segment holds a write across a sector no sync has finished (a group is
+    durable only at the end of its sync: node.wal.log `_step`), then the reboot. That group was
+    never acknowledged, so the crash may keep a prefix of it torn at a sector, which bootstrap
+    must cut (probe wal.recover.torn_tail_cut) without losing anything acknowledged: the
+    checker's verdict says so. value: [host, slow]; recorded with the virtual seconds waited,
+    or why it did not fire."""
+    from node.wal.segment import parse_segment_name
+
+    host, slow = value[:2]
+    if host in sim.down:
+        return [host, slow, "skipped: down"]
+    slowed = host not in sim.disk_faults
+    if slowed:
+        sim._set_disk_fault(host, "slow", [host, "slow", round(slow / 10, 6), slow])
+    t0 = sim.loop.time()
+    try:
+        while sim.loop.time() - t0 < TORN_WAIT_S and host not in sim.down:
+            if any(parse_segment_name(p.rsplit("/", 1)[-1]) for p in sim.disks[host].unsynced()):
+                sim._crash(host)
+                sim._boot(host)
+                return [host, slow, round(sim.loop.time() - t0, 6)]
+            await asyncio.sleep(TORN_POLL_S)
+        return [host, slow, "skipped: no WAL group was being synced"]
+    finally:
+        if slowed:
+            sim._clear_disk_fault(host)
 
 
 def flip_wal_batch(sim, host: str, tablet: str) -> list | None:

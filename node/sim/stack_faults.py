@@ -21,6 +21,8 @@ COPY_RACE_SLOW_FSYNC_S = (0.02, 0.6)
 # lease-race's: a few ms, so the copy back (a few dozen fsyncs) keeps R a tombstone for a
 # while, and the vote it saves before answering still comes within the lease
 LEASE_RACE_SLOW_FSYNC_S = (0.002, 0.03)
+# torn's slow disk: fsyncs long enough that a power loss lands inside one
+TORN_SLOW_FSYNC_S = (0.005, 0.05)
 CUT_S = (1.0, 8.0)  # how long a cut link stays cut
 LINK_DELAY_S = (0.05, 0.5)  # copy-race's extra delay on the link between the leader and R
 TOMBSTONE_AFTER_S = (0.0, 2.0)  # copy-race: from the cut to R's tombstone
@@ -72,6 +74,10 @@ class FaultChooser:
             if len(self.sim.flipped) >= MAX_FLIPS or not fresh:
                 return None, None
             return kind, [rng.choice(fresh), rng.getrandbits(32)]
+        if kind == "torn":  # a tablet server up and serving
+            up = [h for h in self.sim.tservers if h not in impaired]
+            return (kind, [rng.choice(up), round(rng.uniform(*TORN_SLOW_FSYNC_S), 6)]
+                    ) if up else (None, None)
         if kind == "disk":
             return self._choose_disk(rng, impaired)
         if kind == "transfer":

@@ -21,10 +21,14 @@ from dataclasses import dataclass
 # Every fault kind the simulator's nemesis knows (node.sim.stack_faults.FaultChooser.choose).
 KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "skew",
          "membership", "flip", "disk", "transfer", "cut", "tombstone", "copy-race", "lease-race", "masters",
-         "drift", "flip-newest", "fail-copy")
+         "drift", "flip-newest", "fail-copy", "torn")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
+# Kinds drawn on their own after every other draw of a mix, each on with a weight from its
+# list (None: off), so adding one left every earlier draw of a seed as it was. torn: a power
+# loss aimed inside a WAL group's sync (node.sim.stack_damage.torn_tail).
+LATE = {"torn": (None, None, 2, 4)}
 WEIGHTS = (1, 2, 4, 8)  # a kind that is on fires with one of these relative weights
 FAULT_EVERY = ((0.2, 0.8), (0.5, 2.0), (1.0, 4.0))  # (lo, hi) seconds between two faults
 LOADS = ((5, 50.0), (10, 100.0), (20, 200.0))  # (clients, ops/s over all of them)
@@ -49,10 +53,15 @@ VALUES = ("small", "zeros", "zeros", "wide")
 # seed reached (snapshot.saved, wal.gc.segments_deleted, raft.leader.peer_needs_copy). Drawn
 # last, so every earlier draw of a seed is what it was.
 SNAPSHOTS = (None, None, 200, 1000)
+# Every disk's fsync latency, ms (None: instantaneous; else uniform from a tenth of it to it). A
+# WAL group is durable only at the end of its sync, so a power loss inside one leaves it torn
+# at a sector (node.disk.SimDisk.crash): the torn tail bootstrap must cut, which no seed of
+# instantaneous syncs can reach (probe wal.recover.torn_tail_cut). Drawn after the snapshots.
+FSYNC_MS = (None, None, 1, 10)
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
 # one or two kinds (a copy racing an election needs copies and cuts close together, which a mix
 # of twelve kinds makes rare), sometimes all of them.
-FEATURES = (1, 1, 2, 2, 2, 3, 3, 4, 6, 9, len(KINDS) - len(ALWAYS))
+FEATURES = (1, 1, 2, 2, 2, 3, 3, 4, 6, 9, len(KINDS) - len(ALWAYS) - len(LATE))
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,8 @@ class Mix:
     # applied entries between snapshots (None: the engine's default; SNAPSHOTS); the log keeps
     # as many behind each for lagging followers
     snapshot_every: int | None = None
+    # every disk's fsync latency in ms (None: instantaneous; FSYNC_MS)
+    fsync_ms: int | None = None
 
     def kinds(self) -> list[str]:
         return [k for k, _ in self.weights]
@@ -93,7 +104,8 @@ class Mix:
 
     def spec(self) -> str:
         """`kind:weight,...;every=LO-HI;reads=MODE[;load=CLIENTSxRATE][;read-share=F]
-        [;clock=US][;writes=MODE][;values=wide]`; writes only when not own."""
+        [;clock=US][;writes=MODE][;values=wide][;snapshot=N][;fsync=MS]`; writes only when
+        not own."""
         lo, hi = self.fault_every_s
         parts = [",".join(f"{k}:{w}" for k, w in self.weights), f"every={lo:g}-{hi:g}",
                  f"reads={self.read_mode}"]
@@ -109,6 +121,8 @@ class Mix:
             parts.append(f"values={self.values}")
         if self.snapshot_every is not None:
             parts.append(f"snapshot={self.snapshot_every}")
+        if self.fsync_ms is not None:
+            parts.append(f"fsync={self.fsync_ms}")
         return ";".join(parts)
 
     def as_json(self) -> dict:
@@ -116,7 +130,8 @@ class Mix:
                 "fault_every_s": list(self.fault_every_s), "read_mode": self.read_mode,
                 "concurrency": self.concurrency, "rate": self.rate, "read_share": self.read_share,
                 "clock_error_us": self.clock_error_us, "writes": self.writes,
-                "values": self.values, "snapshot_every": self.snapshot_every}
+                "values": self.values, "snapshot_every": self.snapshot_every,
+                "fsync_ms": self.fsync_ms}
 
 
 # The fixed mix (its list of kinds, with crash, restart and membership twice, is the one the
@@ -130,7 +145,7 @@ def swarm_mix(seed: int) -> Mix:
     """Seed `seed`'s own mix. Its stream is `swarm/<seed>`, apart from the run's, so choosing
     the mix never shifts the run's other random choices."""
     rng = random.Random(f"swarm/{seed}")
-    optional = [k for k in KINDS if k not in ALWAYS]
+    optional = [k for k in KINDS if k not in ALWAYS and k not in LATE]
     on = rng.sample(optional, rng.choice(FEATURES))
     weights = tuple((k, rng.choice(WEIGHTS)) for k in KINDS if k in on or k in ALWAYS)
     every = rng.choice(FAULT_EVERY)
@@ -141,9 +156,12 @@ def swarm_mix(seed: int) -> Mix:
     writes = rng.choice(WRITES)
     values = rng.choice(VALUES)
     snapshot_every = rng.choice(SNAPSHOTS)
+    fsync_ms = rng.choice(FSYNC_MS)
+    weights += tuple((k, w) for k, ws in LATE.items() if (w := rng.choice(ws)) is not None)
     return Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
                read_share=read_share, clock_error_us=clock_error_us, writes=writes,
-               values=None if values == "small" else values, snapshot_every=snapshot_every)
+               values=None if values == "small" else values, snapshot_every=snapshot_every,
+               fsync_ms=fsync_ms)
 
 
 def parse_mix(spec: str) -> Mix:
@@ -167,13 +185,16 @@ def parse_mix(spec: str) -> Mix:
         raise ValueError(f"client={opts['client']}: a mix names how the workers write as "
                          "writes=MODE now (client=coalesce is writes=shared)")
     unknown = set(opts) - {"every", "reads", "load", "read-share", "clock", "writes", "values",
-                           "snapshot"}
+                           "snapshot", "fsync"}
     if unknown:
         raise ValueError(f"unknown mix field(s) {sorted(unknown)} "
-                         "(every, reads, load, read-share, clock, writes, values, snapshot)")
+                         "(every, reads, load, read-share, clock, writes, values, snapshot, fsync)")
     snapshot = opts.get("snapshot")
     if snapshot is not None and (not snapshot.isdigit() or int(snapshot) < 1):
         raise ValueError(f"snapshot={snapshot!r}: applied entries between snapshots, >= 1")
+    fsync = opts.get("fsync")
+    if fsync is not None and (not fsync.isdigit() or int(fsync) < 1):
+        raise ValueError(f"fsync={fsync!r}: every disk's fsync latency in ms, >= 1")
     values = opts.get("values")
     if values not in (None, *VALUES):
         raise ValueError(f"values={values!r}: {' or '.join(sorted(set(VALUES)))}")
@@ -202,7 +223,8 @@ def parse_mix(spec: str) -> Mix:
         raise ValueError(f"reads={reads!r}: linearizable or lease")
     return Mix(tuple(weights), (lo, hi), reads, "spec", concurrency, rate, read_share,
                clock_error_us, writes, None if values == "small" else values,
-               int(snapshot) if snapshot is not None else None)
+               int(snapshot) if snapshot is not None else None,
+               int(fsync) if fsync is not None else None)
 
 
 def mix_for(name: str, seed: int) -> Mix:

@@ -119,7 +119,7 @@ class Log:
         # call_soon_threadsafe: no Handle and no self-pipe drain loop on the hot path).
         self._wake_fd = -1
         self._wake_loop: Callable[[], object] = self._deliver  # thread mode: rings _wake_fd
-        self._inflight: tuple[asyncio.TimerHandle, tuple[list[Reservation], int, BaseException | None]] | None = None
+        self._inflight: tuple[asyncio.TimerHandle, Callable[[], None]] | None = None  # inline: a group being synced
         self._done: list[tuple[list[asyncio.Future[None]], list[asyncio.Future[None]], BaseException | None]] = []
         self._segments_lock = threading.Lock()
         self._closed: list[ClosedSegment] = []
@@ -424,13 +424,37 @@ class Log:
             group = self._take_ready_locked()
         if not group:
             return
-        written = self._commit(group)
         delay = self._disk.fsync_latency()
-        if delay > 0:
+        if delay > 0 and self._syncs_each_group():
+            # The sync lasts `delay`: the group is written now and durable only at the end,
+            # so a power loss meanwhile may keep a prefix of it, torn at a sector: the torn
+            # tail a real crash leaves, which bootstrap must cut (never acknowledged).
+            written = self._commit(group, sync=False)
             assert self._loop is not None
-            self._inflight = (self._loop.call_later(delay, self._finish, written), written)
+            done = functools.partial(self._sync_and_finish, written)
+            self._inflight = (self._loop.call_later(delay, done), done)
+        elif delay > 0:
+            written = self._commit(group)
+            assert self._loop is not None
+            done = functools.partial(self._finish, written)
+            self._inflight = (self._loop.call_later(delay, done), done)
         else:
-            self._finish(written)
+            self._finish(self._commit(group))
+
+    def _syncs_each_group(self) -> bool:
+        return self.options.log_force_fsync_all and not self.options.faults.fault_ack_before_fsync
+
+    def _sync_and_finish(self, written: tuple[list[Reservation], int, BaseException | None]) -> None:
+        """Inline mode: the end of a group's sync, written at its start; then its completion."""
+        group, nbytes, error = written
+        if error is None:
+            try:
+                self._segment.sync()
+            except BaseException as e:
+                logger.exception("WAL %s: sync failed; the log is now failed", self.directory)
+                probe("wal.write.failed")
+                error = self._failed = e
+        self._finish((group, nbytes, error))
 
     def _finish(self, written: tuple[list[Reservation], int, BaseException | None]) -> None:
         """Settle and complete a written group, then take the next one (scheduled: a callback
@@ -446,9 +470,9 @@ class Log:
     def _drain_inline(self) -> None:
         """close() in inline mode: complete the group in flight, write what is ready."""
         if self._inflight is not None:
-            handle, written = self._inflight
+            handle, done = self._inflight
             handle.cancel()
-            self._finish(written)
+            done()  # the sync, if it was left for the end, and the completion
         while True:
             with self._lock:
                 group = self._take_ready_locked()
@@ -459,8 +483,10 @@ class Log:
             logger.warning("WAL %s: closed with %d reservations never handed over", self.directory, len(self._queue))
         self._loop = None
 
-    def _commit(self, group: list[Reservation]) -> tuple[list[Reservation], int, BaseException | None]:
-        """Write and sync `group`; (group, its bytes, the error if that failed)."""
+    def _commit(self, group: list[Reservation], sync: bool = True
+                ) -> tuple[list[Reservation], int, BaseException | None]:
+        """Write and (unless told not to) sync `group`; (group, its bytes, the error if that
+        failed)."""
         bufs: list[bytes] = []
         nbytes = count = 0
         lo, hi = -1, -1
@@ -475,7 +501,7 @@ class Log:
         error = self._failed
         if error is None:
             try:
-                self._write(bufs, count, lo, hi)
+                self._write(bufs, count, lo, hi, sync)
             except BaseException as e:
                 logger.exception("WAL %s: write failed; the log is now failed", self.directory)
                 probe("wal.write.failed")
@@ -507,7 +533,7 @@ class Log:
                     except Exception:
                         logger.exception("WAL append callback raised")
 
-    def _write(self, bufs: list[bytes], count: int, lo: int, hi: int) -> None:
+    def _write(self, bufs: list[bytes], count: int, lo: int, hi: int, sync: bool = True) -> None:
         """One vectored write and (with log_force_fsync_all) one sync for the whole group.
         With fault_ack_before_fsync the group is acknowledged unsynced and synced only before
         the next group is written: its callbacks run before its fsync."""
@@ -521,7 +547,7 @@ class Log:
         if self.options.log_force_fsync_all:
             if self.options.faults.fault_ack_before_fsync:
                 self._sync_owed = True
-            else:
+            elif sync:
                 seg.sync()
         seg.readable = (seg.offset, seg.max_index)
         if seg.offset >= self.options.segment_bytes and self._next_thread is None and self._next is None:
