@@ -25,7 +25,7 @@ def default_seed(seed: int, out):
 
 
 @pytest.mark.parametrize("fault,seed,anomaly", [
-    ("misroute", 12, "wrong-reply"),
+    ("misroute", 8, "wrong-reply"),
     ("reuse-slot", 32, "wrong-reply"),
     ("drop-error", 38, "linearizability"),
     ("new-seqs", 21, "duplicate-elements"),

@@ -448,12 +448,7 @@ class Log:
         """Inline mode: the end of a group's sync, written at its start; then its completion."""
         group, nbytes, error = written
         if error is None:
-            try:
-                self._segment.sync()
-            except BaseException as e:
-                logger.exception("WAL %s: sync failed; the log is now failed", self.directory)
-                probe("wal.write.failed")
-                error = self._failed = e
+            error = self._guarded(self._segment.sync)
         self._finish((group, nbytes, error))
 
     def _finish(self, written: tuple[list[Reservation], int, BaseException | None]) -> None:
@@ -500,13 +495,19 @@ class Log:
                 count += r.count
         error = self._failed
         if error is None:
-            try:
-                self._write(bufs, count, lo, hi, sync)
-            except BaseException as e:
-                logger.exception("WAL %s: write failed; the log is now failed", self.directory)
-                probe("wal.write.failed")
-                error = self._failed = e
+            error = self._guarded(self._write, bufs, count, lo, hi, sync)
         return group, nbytes, error
+
+    def _guarded(self, step: Callable[..., None], *args) -> BaseException | None:
+        """Run a write or sync step; what it raised fails the log and is returned."""
+        try:
+            step(*args)
+        except BaseException as e:
+            logger.exception("WAL %s: write failed; the log is now failed", self.directory)
+            probe("wal.write.failed")
+            self._failed = e
+            return e
+        return None
 
     def _settle_locked(
         self, group: list[Reservation], nbytes: int, error: BaseException | None
