@@ -78,7 +78,7 @@ from node.tablet.ops import (
 )
 from node.tablet.paths import TabletPaths
 from node.tablet.snapshot import SnapshotStore
-from node.tablet.state import StateMachine
+from node.tablet.state import Limits, StateMachine
 from node.tablet.superblock import OpId
 from node.wal import Log, LogOptions
 
@@ -131,6 +131,10 @@ class ReplicaOptions:
     log_retain_entries: int = 5_000  # entries kept after a snapshot for lagging followers
     log: LogOptions = field(default_factory=LogOptions)
     faults: Faults = field(default_factory=Faults)
+    # The dedup table's bounds a new tablet starts with (a snapshot carries its own). They
+    # decide results, so every server of a cluster must agree: no daemon flag sets them; the
+    # simulator's swarm mixes shrink them so sessions are evicted (sessions=N).
+    session_limits: Limits = field(default_factory=Limits)
     wall_ns: Callable[[], int] = time.time_ns  # the hybrid clock's physical source (simulator)
     # The RPC frame limit of this server and its peers (Kudu's rpc_max_message_size): what
     # the server's RPC endpoints accept and send. A proposal is refused (TooLarge) unless it
@@ -211,7 +215,7 @@ class Replica:
         snap = self.snapshots.load_latest()
         faults = self.options.faults
         self.state = (StateMachine.from_snapshot(snap, faults) if snap
-                      else StateMachine(self.tablet_id, faults=faults))
+                      else StateMachine(self.tablet_id, self.options.session_limits, faults))
         self.clock.update(self.state.last_timestamp)
         self._last_snapshot = self.state.last_applied_index
         self.cmeta = cmeta

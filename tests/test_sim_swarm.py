@@ -412,3 +412,22 @@ def test_half_the_swarm_mixes_give_their_disks_an_fsync_latency_and_the_spec_car
     with pytest.raises(ValueError, match="fsync='x'"):
         parse_mix("restart:1;fsync=x")
     assert sum("torn" in m.kinds() for m in mixes) > 10  # the aimed power loss is drawn too
+
+
+def test_a_quarter_of_the_swarm_mixes_keep_few_sessions_so_clients_lose_theirs(tmp_path):
+    """With three sessions a tablet evicts one its client still writes in: the client sees
+    NO_SESSION and reopens (or says unknown after an uncertain attempt), and the seed stays
+    valid. No seed with the engine's 1,024 sessions ever evicted one."""
+    mixes = [swarm_mix(s) for s in range(200)]
+    drawn = Counter(m.max_sessions for m in mixes)
+    assert set(drawn) == {None, 3, 8} and 60 < drawn[None] < 140, drawn
+    few = parse_mix("crash:2,restart:4,heal:1;every=1-4;sessions=3;load=20x200")
+    assert few.max_sessions == 3 and "sessions=3" in few.spec()
+    with pytest.raises(ValueError, match="sessions='0'"):
+        parse_mix("restart:1;sessions=0")
+    result = StackSim(StackConfig(seed=2, workload="list-append", seconds=8.0, mix=few),
+                      tmp_path).run()
+    assert result.ok(), (result.violation, result.verdict)
+    for name in ("tablet.session.evicted_lru", "tablet.session.no_session",
+                 "client.write.session_lost", "client.write.session_reopened"):
+        assert result.probes.get(name, 0) >= 1, name

@@ -181,7 +181,7 @@ class StackSim:
                                  read_mode=self.cfg.mix.read_mode,
                                  wall_ns=self._wall_ns(host), faults=self.cfg.faults,
                                  log=LogOptions(faults=self.cfg.faults),
-                                 rpc_max_message_size=MAX_FRAME, **_snapshots(self.cfg.mix))
+                                 rpc_max_message_size=MAX_FRAME, **_mix_options(self.cfg.mix))
         return ServerOptions(
             data_dir=DATA_DIR, rpc_host=host,
             rpc_port=MASTER_PORT if master else TSERVER_PORT,
@@ -760,11 +760,17 @@ def _quiet_fenced(unraisable) -> None:
         sys.__unraisablehook__(unraisable)
 
 
-def _snapshots(mix: Mix) -> dict:
-    """The mix's snapshot interval (swarm SNAPSHOTS), the log keeping as many entries behind
-    each; {} for the engine's defaults."""
+def _mix_options(mix: Mix) -> dict:
+    """The replicas' options the mix sets: its snapshot interval (swarm SNAPSHOTS), the log
+    keeping as many entries behind each, and the sessions a tablet keeps (SESSIONS); none
+    for the engine's defaults."""
+    from node.tablet.state import Limits
+
     n = mix.snapshot_every
-    return {"snapshot_interval_entries": n, "log_retain_entries": n} if n else {}
+    out = {"snapshot_interval_entries": n, "log_retain_entries": n} if n else {}
+    if mix.max_sessions:
+        out["session_limits"] = Limits(max_sessions=mix.max_sessions)
+    return out
 
 
 def baseline_faults(mix: Mix) -> SimFaults:

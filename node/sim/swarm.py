@@ -58,6 +58,11 @@ SNAPSHOTS = (None, None, 200, 1000)
 # at a sector (node.disk.SimDisk.crash): the torn tail bootstrap must cut, which no seed of
 # instantaneous syncs can reach (probe wal.recover.torn_tail_cut). Drawn after the snapshots.
 FSYNC_MS = (None, None, 1, 10)
+# The sessions a tablet keeps (None: the engine's 1,024). With a handful, a tablet evicts the
+# least recently used session while its client still writes in it: the client's lost-session
+# paths (NO_SESSION, reopen, or unknown after an uncertain attempt), which no seed reached.
+# Drawn after the late kinds.
+SESSIONS = (None, None, 3, 8)
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
 # one or two kinds (a copy racing an election needs copies and cuts close together, which a mix
 # of twelve kinds makes rare), sometimes all of them.
@@ -93,6 +98,8 @@ class Mix:
     snapshot_every: int | None = None
     # every disk's fsync latency in ms (None: instantaneous; FSYNC_MS)
     fsync_ms: int | None = None
+    # the sessions a tablet keeps (None: the engine's; SESSIONS)
+    max_sessions: int | None = None
 
     def kinds(self) -> list[str]:
         return [k for k, _ in self.weights]
@@ -104,8 +111,8 @@ class Mix:
 
     def spec(self) -> str:
         """`kind:weight,...;every=LO-HI;reads=MODE[;load=CLIENTSxRATE][;read-share=F]
-        [;clock=US][;writes=MODE][;values=wide][;snapshot=N][;fsync=MS]`; writes only when
-        not own."""
+        [;clock=US][;writes=MODE][;values=wide][;snapshot=N][;fsync=MS][;sessions=N]`;
+        writes only when not own."""
         lo, hi = self.fault_every_s
         parts = [",".join(f"{k}:{w}" for k, w in self.weights), f"every={lo:g}-{hi:g}",
                  f"reads={self.read_mode}"]
@@ -123,6 +130,8 @@ class Mix:
             parts.append(f"snapshot={self.snapshot_every}")
         if self.fsync_ms is not None:
             parts.append(f"fsync={self.fsync_ms}")
+        if self.max_sessions is not None:
+            parts.append(f"sessions={self.max_sessions}")
         return ";".join(parts)
 
     def as_json(self) -> dict:
@@ -131,7 +140,7 @@ class Mix:
                 "concurrency": self.concurrency, "rate": self.rate, "read_share": self.read_share,
                 "clock_error_us": self.clock_error_us, "writes": self.writes,
                 "values": self.values, "snapshot_every": self.snapshot_every,
-                "fsync_ms": self.fsync_ms}
+                "fsync_ms": self.fsync_ms, "max_sessions": self.max_sessions}
 
 
 # The fixed mix (its list of kinds, with crash, restart and membership twice, is the one the
@@ -158,10 +167,11 @@ def swarm_mix(seed: int) -> Mix:
     snapshot_every = rng.choice(SNAPSHOTS)
     fsync_ms = rng.choice(FSYNC_MS)
     weights += tuple((k, w) for k, ws in LATE.items() if (w := rng.choice(ws)) is not None)
+    max_sessions = rng.choice(SESSIONS)
     return Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
                read_share=read_share, clock_error_us=clock_error_us, writes=writes,
                values=None if values == "small" else values, snapshot_every=snapshot_every,
-               fsync_ms=fsync_ms)
+               fsync_ms=fsync_ms, max_sessions=max_sessions)
 
 
 def parse_mix(spec: str) -> Mix:
@@ -185,16 +195,19 @@ def parse_mix(spec: str) -> Mix:
         raise ValueError(f"client={opts['client']}: a mix names how the workers write as "
                          "writes=MODE now (client=coalesce is writes=shared)")
     unknown = set(opts) - {"every", "reads", "load", "read-share", "clock", "writes", "values",
-                           "snapshot", "fsync"}
+                           "snapshot", "fsync", "sessions"}
     if unknown:
-        raise ValueError(f"unknown mix field(s) {sorted(unknown)} "
-                         "(every, reads, load, read-share, clock, writes, values, snapshot, fsync)")
+        raise ValueError(f"unknown mix field(s) {sorted(unknown)} (every, reads, load, "
+                         "read-share, clock, writes, values, snapshot, fsync, sessions)")
     snapshot = opts.get("snapshot")
     if snapshot is not None and (not snapshot.isdigit() or int(snapshot) < 1):
         raise ValueError(f"snapshot={snapshot!r}: applied entries between snapshots, >= 1")
     fsync = opts.get("fsync")
     if fsync is not None and (not fsync.isdigit() or int(fsync) < 1):
         raise ValueError(f"fsync={fsync!r}: every disk's fsync latency in ms, >= 1")
+    sessions = opts.get("sessions")
+    if sessions is not None and (not sessions.isdigit() or int(sessions) < 1):
+        raise ValueError(f"sessions={sessions!r}: the sessions a tablet keeps, >= 1")
     values = opts.get("values")
     if values not in (None, *VALUES):
         raise ValueError(f"values={values!r}: {' or '.join(sorted(set(VALUES)))}")
@@ -224,7 +237,8 @@ def parse_mix(spec: str) -> Mix:
     return Mix(tuple(weights), (lo, hi), reads, "spec", concurrency, rate, read_share,
                clock_error_us, writes, None if values == "small" else values,
                int(snapshot) if snapshot is not None else None,
-               int(fsync) if fsync is not None else None)
+               int(fsync) if fsync is not None else None,
+               int(sessions) if sessions is not None else None)
 
 
 def mix_for(name: str, seed: int) -> Mix:
