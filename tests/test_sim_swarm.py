@@ -431,3 +431,15 @@ def test_a_quarter_of_the_swarm_mixes_keep_few_sessions_so_clients_lose_theirs(t
     for name in ("tablet.session.evicted_lru", "tablet.session.no_session",
                  "client.write.session_lost", "client.write.session_reopened"):
         assert result.probes.get(name, 0) >= 1, name
+
+
+def test_session_mode_mixes_draw_small_batches_and_the_spec_carries_them():
+    """A node's few workers never fill the workload's 16-op batches: some session-mode mixes
+    draw 2 or 4, so buffers are cut at their op count and found full."""
+    mixes = [swarm_mix(s) for s in range(200)]
+    assert {m.batch for m in mixes} == {None, 2, 4}
+    assert all(m.writes in ("session-background", "session-manual") for m in mixes if m.batch)
+    small = next(m for m in mixes if m.batch == 2)
+    assert "batch=2" in small.spec() and parse_mix(small.spec()).batch == 2
+    with pytest.raises(ValueError, match="batch=2 sizes a session write mode"):
+        parse_mix("restart:1;batch=2")

@@ -556,13 +556,13 @@ class StackSim:
 
         if self.cfg.workload == "register":
             share = self.cfg.mix.read_share
-            return Register(writes=self._writes, batch=self.cfg.batch,
+            return Register(writes=self._writes, batch=self.cfg.batch or self.cfg.mix.batch or 0,
                             value_sizes=self._value_sizes,
                             value_max_bytes=MAX_FRAME, value_seed=self.cfg.seed,
                             **({} if share is None else {"read_share": share}))
         if self.cfg.value_sizes != "small":
             raise ValueError(f"value sizes {self.cfg.value_sizes!r} are for the register workload")
-        return ListAppend(writes=self._writes, batch=self.cfg.batch)
+        return ListAppend(writes=self._writes, batch=self.cfg.batch or self.cfg.mix.batch or 0)
 
     async def _client_main(self) -> list:
         from harness.recorder import Recorder

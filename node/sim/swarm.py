@@ -42,6 +42,7 @@ CLOCK_ERRORS = (None, None, None, 20_000)  # the clocks' bound, µs: the default
 # draw of a seed is what it was; the draws after it (`values`) may differ from before, since
 # choosing among six takes another number of random bits than choosing among four.
 WRITES = ("own", "own", "own", "shared", "session-background", "session-manual")
+SESSION_MODES = tuple(w for w in dict.fromkeys(WRITES) if w.startswith("session-"))  # batched
 # The register workload's values (workloads.values): small ints in a quarter of the seeds; in
 # half, `zeros` (half the values NUL-padded to a sector or more); in a quarter `wide` (up to the
 # frame limit, half NUL-padded). Long zero runs in WAL batches are what a reader taking zeros for
@@ -63,6 +64,10 @@ FSYNC_MS = (None, None, 1, 10)
 # paths (NO_SESSION, reopen, or unknown after an uncertain attempt), which no seed reached.
 # Drawn after the late kinds.
 SESSIONS = (None, None, 3, 8)
+# The session modes' ops per tablet batch (None: the workload's 16). A node's few workers never
+# fill 16, so no buffer was ever cut at its op count or found full; with 2 or 4 they are.
+# Drawn last; used by the session write modes only.
+BATCHES = (None, None, 2, 4)
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
 # one or two kinds (a copy racing an election needs copies and cuts close together, which a mix
 # of twelve kinds makes rare), sometimes all of them.
@@ -100,6 +105,8 @@ class Mix:
     fsync_ms: int | None = None
     # the sessions a tablet keeps (None: the engine's; SESSIONS)
     max_sessions: int | None = None
+    # ops per batch of the session write modes (None: the workload's; BATCHES)
+    batch: int | None = None
 
     def kinds(self) -> list[str]:
         return [k for k, _ in self.weights]
@@ -111,8 +118,8 @@ class Mix:
 
     def spec(self) -> str:
         """`kind:weight,...;every=LO-HI;reads=MODE[;load=CLIENTSxRATE][;read-share=F]
-        [;clock=US][;writes=MODE][;values=wide][;snapshot=N][;fsync=MS][;sessions=N]`;
-        writes only when not own."""
+        [;clock=US][;writes=MODE][;values=wide][;snapshot=N][;fsync=MS][;sessions=N]
+        [;batch=N]`; writes only when not own."""
         lo, hi = self.fault_every_s
         parts = [",".join(f"{k}:{w}" for k, w in self.weights), f"every={lo:g}-{hi:g}",
                  f"reads={self.read_mode}"]
@@ -132,6 +139,8 @@ class Mix:
             parts.append(f"fsync={self.fsync_ms}")
         if self.max_sessions is not None:
             parts.append(f"sessions={self.max_sessions}")
+        if self.batch is not None:
+            parts.append(f"batch={self.batch}")
         return ";".join(parts)
 
     def as_json(self) -> dict:
@@ -140,7 +149,8 @@ class Mix:
                 "concurrency": self.concurrency, "rate": self.rate, "read_share": self.read_share,
                 "clock_error_us": self.clock_error_us, "writes": self.writes,
                 "values": self.values, "snapshot_every": self.snapshot_every,
-                "fsync_ms": self.fsync_ms, "max_sessions": self.max_sessions}
+                "fsync_ms": self.fsync_ms, "max_sessions": self.max_sessions,
+                "batch": self.batch}
 
 
 # The fixed mix (its list of kinds, with crash, restart and membership twice, is the one the
@@ -168,10 +178,12 @@ def swarm_mix(seed: int) -> Mix:
     fsync_ms = rng.choice(FSYNC_MS)
     weights += tuple((k, w) for k, ws in LATE.items() if (w := rng.choice(ws)) is not None)
     max_sessions = rng.choice(SESSIONS)
+    batch = rng.choice(BATCHES)
     return Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
                read_share=read_share, clock_error_us=clock_error_us, writes=writes,
                values=None if values == "small" else values, snapshot_every=snapshot_every,
-               fsync_ms=fsync_ms, max_sessions=max_sessions)
+               fsync_ms=fsync_ms, max_sessions=max_sessions,
+               batch=batch if writes in SESSION_MODES else None)
 
 
 def parse_mix(spec: str) -> Mix:
@@ -195,10 +207,10 @@ def parse_mix(spec: str) -> Mix:
         raise ValueError(f"client={opts['client']}: a mix names how the workers write as "
                          "writes=MODE now (client=coalesce is writes=shared)")
     unknown = set(opts) - {"every", "reads", "load", "read-share", "clock", "writes", "values",
-                           "snapshot", "fsync", "sessions"}
+                           "snapshot", "fsync", "sessions", "batch"}
     if unknown:
         raise ValueError(f"unknown mix field(s) {sorted(unknown)} (every, reads, load, "
-                         "read-share, clock, writes, values, snapshot, fsync, sessions)")
+                         "read-share, clock, writes, values, snapshot, fsync, sessions, batch)")
     snapshot = opts.get("snapshot")
     if snapshot is not None and (not snapshot.isdigit() or int(snapshot) < 1):
         raise ValueError(f"snapshot={snapshot!r}: applied entries between snapshots, >= 1")
@@ -208,12 +220,18 @@ def parse_mix(spec: str) -> Mix:
     sessions = opts.get("sessions")
     if sessions is not None and (not sessions.isdigit() or int(sessions) < 1):
         raise ValueError(f"sessions={sessions!r}: the sessions a tablet keeps, >= 1")
+    batch = opts.get("batch")
+    if batch is not None and (not batch.isdigit() or int(batch) < 1):
+        raise ValueError(f"batch={batch!r}: ops per batch of a session write mode, >= 1")
     values = opts.get("values")
     if values not in (None, *VALUES):
         raise ValueError(f"values={values!r}: {' or '.join(sorted(set(VALUES)))}")
     writes = opts.get("writes", "own")
     if writes not in WRITES:
         raise ValueError(f"writes={writes!r}: one of {', '.join(dict.fromkeys(WRITES))}")
+    if batch is not None and writes not in SESSION_MODES:
+        raise ValueError(f"batch={batch} sizes a session write mode's batches: it needs "
+                         f"writes={' or writes='.join(SESSION_MODES)}")
     try:
         lo, hi = (float(x) for x in opts.get("every", "1-4").split("-"))
         concurrency, rate = ((int(opts["load"].split("x")[0]), float(opts["load"].split("x")[1]))
@@ -238,7 +256,8 @@ def parse_mix(spec: str) -> Mix:
                clock_error_us, writes, None if values == "small" else values,
                int(snapshot) if snapshot is not None else None,
                int(fsync) if fsync is not None else None,
-               int(sessions) if sessions is not None else None)
+               int(sessions) if sessions is not None else None,
+               int(batch) if batch is not None else None)
 
 
 def mix_for(name: str, seed: int) -> Mix:
