@@ -54,6 +54,9 @@ class ServerOptions:
     # Who may connect and call what (node.security): off unless the daemon's flags say (their
     # defaults are Kudu's optional/optional), so in-process tests and the simulator run open.
     security: RpcSecurity = DISABLED
+    # Requests one connection may have in flight before the server stops reading it (back-
+    # pressure: TCP then holds the sender)
+    rpc_max_inflight_per_conn: int = 256
     # HTTPS for /metrics and /status: a certificate and its key (PEM); empty: plain HTTP
     webserver_certificate_file: str = ""
     webserver_private_key_file: str = ""
@@ -102,7 +105,8 @@ class ServerBase:
         # replica starts (open_all, below).
         self.tablets = TabletManager(self.uuid, self.data_dir, self.opts.disk, self.opts.replica,
                                      self.rng, lambda tablet_id: self.outbox.sender(tablet_id))
-        self.server = RpcServer(self.uuid, max_frame=frame, security=self.opts.security)
+        self.server = RpcServer(self.uuid, max_frame=frame, security=self.opts.security,
+                                max_inflight_per_conn=self.opts.rpc_max_inflight_per_conn)
         ConsensusService(self.tablets, self.book).register(self.server)
         self.copy_service = TabletCopyService(
             self.tablets, self.rpc_client, idle_timeout_s=self.opts.tablet_copy_idle_timeout_sec,

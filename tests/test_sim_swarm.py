@@ -443,3 +443,20 @@ def test_session_mode_mixes_draw_small_batches_and_the_spec_carries_them():
     assert "batch=2" in small.spec() and parse_mix(small.spec()).batch == 2
     with pytest.raises(ValueError, match="batch=2 sizes a session write mode"):
         parse_mix("restart:1;batch=2")
+
+
+def test_a_quarter_of_the_mixes_bound_requests_in_flight_so_back_pressure_happens(tmp_path):
+    """No seed's workers ever had 256 requests out on one connection; with 4 a server stops
+    reading a connection and the client's calls wait for room, and the seed stays valid."""
+    mixes = [swarm_mix(s) for s in range(200)]
+    drawn = Counter(m.inflight for m in mixes)
+    assert set(drawn) == {None, 4} and 20 < drawn[4] < 80, drawn
+    tight = parse_mix("restart:1,heal:1;every=1-4;load=20x200;writes=shared;inflight=4")
+    assert tight.inflight == 4 and "inflight=4" in tight.spec()
+    with pytest.raises(ValueError, match="inflight='0'"):
+        parse_mix("restart:1;inflight=0")
+    result = StackSim(StackConfig(seed=2, workload="register", seconds=4.0, mix=tight),
+                      tmp_path).run()
+    assert result.ok(), (result.violation, result.verdict)
+    assert result.probes.get("rpc.server.backpressure_paused", 0) >= 1
+    assert result.probes.get("rpc.client.waited_for_room", 0) >= 1

@@ -190,6 +190,7 @@ class StackSim:
             # the reconciler's period when the recorded seeds (tests, replays) were found
             catalog_manager_bg_task_wait_ms=RECONCILE_MS,
             seed=self.rng.getrandbits(64), disk=self.disks[host], local_host=host,
+            rpc_max_inflight_per_conn=self.cfg.mix.inflight or ServerOptions.rpc_max_inflight_per_conn,
             observe_outgoing=functools.partial(self.invariants.observe_sent, host))
 
     def _boot(self, host: str) -> None:
@@ -574,7 +575,7 @@ class StackSim:
         workload = self._workload()
         client = TesseraClient([(m, MASTER_PORT) for m in self.masters], timeout=5.0,
                                rpc=RpcClient(connect_timeout=1.0, local_host=CLIENT_HOST,
-                                             max_frame=MAX_FRAME),
+                                             max_frame=MAX_FRAME, **_client_inflight(self.cfg.mix)),
                                rng=random.Random(self.rng.getrandbits(64)))
         self.client = client
         await accept_test_table(client, workload.tablets, 3, timeout=120.0)
@@ -771,6 +772,11 @@ def _mix_options(mix: Mix) -> dict:
     if mix.max_sessions:
         out["session_limits"] = Limits(max_sessions=mix.max_sessions)
     return out
+
+
+def _client_inflight(mix: Mix) -> dict:
+    """The client's calls in flight per connection: twice what the mix lets a server read."""
+    return {"max_inflight_per_conn": 2 * mix.inflight} if mix.inflight else {}
 
 
 def baseline_faults(mix: Mix) -> SimFaults:

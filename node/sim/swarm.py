@@ -68,6 +68,10 @@ SESSIONS = (None, None, 3, 8)
 # fill 16, so no buffer was ever cut at its op count or found full; with 2 or 4 they are.
 # Drawn last; used by the session write modes only.
 BATCHES = (None, None, 2, 4)
+# Requests a server reads from one connection before it stops reading it (None: the server's
+# 256; the client allows twice as many calls in flight on one). A seed's few dozen workers never
+# had 256 out, so no server ever applied back-pressure and no call waited for room. Drawn last.
+INFLIGHT = (None, None, None, 4)
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
 # one or two kinds (a copy racing an election needs copies and cuts close together, which a mix
 # of twelve kinds makes rare), sometimes all of them.
@@ -107,6 +111,8 @@ class Mix:
     max_sessions: int | None = None
     # ops per batch of the session write modes (None: the workload's; BATCHES)
     batch: int | None = None
+    # requests in flight per connection a server reads (None: the server's; INFLIGHT)
+    inflight: int | None = None
 
     def kinds(self) -> list[str]:
         return [k for k, _ in self.weights]
@@ -119,7 +125,7 @@ class Mix:
     def spec(self) -> str:
         """`kind:weight,...;every=LO-HI;reads=MODE[;load=CLIENTSxRATE][;read-share=F]
         [;clock=US][;writes=MODE][;values=wide][;snapshot=N][;fsync=MS][;sessions=N]
-        [;batch=N]`; writes only when not own."""
+        [;batch=N][;inflight=N]`; writes only when not own."""
         lo, hi = self.fault_every_s
         parts = [",".join(f"{k}:{w}" for k, w in self.weights), f"every={lo:g}-{hi:g}",
                  f"reads={self.read_mode}"]
@@ -141,6 +147,8 @@ class Mix:
             parts.append(f"sessions={self.max_sessions}")
         if self.batch is not None:
             parts.append(f"batch={self.batch}")
+        if self.inflight is not None:
+            parts.append(f"inflight={self.inflight}")
         return ";".join(parts)
 
     def as_json(self) -> dict:
@@ -150,7 +158,7 @@ class Mix:
                 "clock_error_us": self.clock_error_us, "writes": self.writes,
                 "values": self.values, "snapshot_every": self.snapshot_every,
                 "fsync_ms": self.fsync_ms, "max_sessions": self.max_sessions,
-                "batch": self.batch}
+                "batch": self.batch, "inflight": self.inflight}
 
 
 # The fixed mix (its list of kinds, with crash, restart and membership twice, is the one the
@@ -179,11 +187,12 @@ def swarm_mix(seed: int) -> Mix:
     weights += tuple((k, w) for k, ws in LATE.items() if (w := rng.choice(ws)) is not None)
     max_sessions = rng.choice(SESSIONS)
     batch = rng.choice(BATCHES)
+    inflight = rng.choice(INFLIGHT)
     return Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
                read_share=read_share, clock_error_us=clock_error_us, writes=writes,
                values=None if values == "small" else values, snapshot_every=snapshot_every,
                fsync_ms=fsync_ms, max_sessions=max_sessions,
-               batch=batch if writes in SESSION_MODES else None)
+               batch=batch if writes in SESSION_MODES else None, inflight=inflight)
 
 
 def parse_mix(spec: str) -> Mix:
@@ -207,10 +216,10 @@ def parse_mix(spec: str) -> Mix:
         raise ValueError(f"client={opts['client']}: a mix names how the workers write as "
                          "writes=MODE now (client=coalesce is writes=shared)")
     unknown = set(opts) - {"every", "reads", "load", "read-share", "clock", "writes", "values",
-                           "snapshot", "fsync", "sessions", "batch"}
+                           "snapshot", "fsync", "sessions", "batch", "inflight"}
     if unknown:
-        raise ValueError(f"unknown mix field(s) {sorted(unknown)} (every, reads, load, "
-                         "read-share, clock, writes, values, snapshot, fsync, sessions, batch)")
+        raise ValueError(f"unknown mix field(s) {sorted(unknown)} (every, reads, load, read-share, "
+                         "clock, writes, values, snapshot, fsync, sessions, batch, inflight)")
     snapshot = opts.get("snapshot")
     if snapshot is not None and (not snapshot.isdigit() or int(snapshot) < 1):
         raise ValueError(f"snapshot={snapshot!r}: applied entries between snapshots, >= 1")
@@ -223,6 +232,9 @@ def parse_mix(spec: str) -> Mix:
     batch = opts.get("batch")
     if batch is not None and (not batch.isdigit() or int(batch) < 1):
         raise ValueError(f"batch={batch!r}: ops per batch of a session write mode, >= 1")
+    inflight = opts.get("inflight")
+    if inflight is not None and (not inflight.isdigit() or int(inflight) < 1):
+        raise ValueError(f"inflight={inflight!r}: requests in flight per connection, >= 1")
     values = opts.get("values")
     if values not in (None, *VALUES):
         raise ValueError(f"values={values!r}: {' or '.join(sorted(set(VALUES)))}")
@@ -257,7 +269,8 @@ def parse_mix(spec: str) -> Mix:
                int(snapshot) if snapshot is not None else None,
                int(fsync) if fsync is not None else None,
                int(sessions) if sessions is not None else None,
-               int(batch) if batch is not None else None)
+               int(batch) if batch is not None else None,
+               int(inflight) if inflight is not None else None)
 
 
 def mix_for(name: str, seed: int) -> Mix:
