@@ -3,6 +3,7 @@ and the seeds they found on the engine before its fixes."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from collections import Counter
@@ -460,3 +461,15 @@ def test_a_quarter_of_the_mixes_bound_requests_in_flight_so_back_pressure_happen
     assert result.ok(), (result.violation, result.verdict)
     assert result.probes.get("rpc.server.backpressure_paused", 0) >= 1
     assert result.probes.get("rpc.client.waited_for_room", 0) >= 1
+
+
+def test_the_delay_fault_slows_one_hosts_links_for_a_while_and_leaves_others_alone(tmp_path):
+    sim = StackSim(StackConfig(seed=1, seconds=1.0), tmp_path)
+    host, other = sim.tservers[0], sim.tservers[1]
+    sim._apply("delay", [host, 0.1, 2.0])
+    assert sim.net.slowed(host, other) == 0.1 and sim.net.slowed(other, sim.masters[0]) == 0.0
+    sim.net.slow(host, sim.masters[0], 0.5)  # another fault slows one of the links since
+    sim.loop.run_until_complete(asyncio.sleep(2.5))
+    assert sim.net.slowed(host, other) == 0.0  # over after its 2 s
+    assert sim.net.slowed(host, sim.masters[0]) == 0.5  # not the other fault's
+    assert sum("delay" in swarm_mix(s).kinds() for s in range(200)) > 60

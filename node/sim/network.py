@@ -93,6 +93,10 @@ class SimNetwork:
         else:
             self._slow.pop(frozenset((a, b)), None)
 
+    def slowed(self, a: str, b: str) -> float:
+        """The delay `slow` added between `a` and `b` (0: none)."""
+        return self._slow.get(frozenset((a, b)), 0.0)
+
     def heal(self) -> None:
         self._group.clear()
         self._isolated.clear()

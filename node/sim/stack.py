@@ -423,6 +423,8 @@ class StackSim:
             self._cut(value[1], value[2], value[5])
         elif kind == "heal":
             self.net.heal()
+        elif kind == "delay":
+            _delay_host(self, *value)
         elif kind == "reset":
             pair = self.net.reset_random_connection()
             return [list(a) for a in pair] if pair else _SKIPPED
@@ -777,6 +779,19 @@ def _mix_options(mix: Mix) -> dict:
 def _client_inflight(mix: Mix) -> dict:
     """The client's calls in flight per connection: twice what the mix lets a server read."""
     return {"max_inflight_per_conn": 2 * mix.inflight} if mix.inflight else {}
+
+
+def _delay_host(sim: StackSim, host: str, delay_s: float, for_s: float) -> None:
+    """Every link of `host` (to the servers and the client) slowed by `delay_s` each way for
+    `for_s`, or until a heal; the end leaves a link another fault slowed since alone."""
+    def end(other: str) -> None:
+        if sim.net.slowed(host, other) == delay_s:
+            sim.net.slow(host, other, 0.0)
+
+    for other in [*sim.disks, CLIENT_HOST]:
+        if other != host:
+            sim.net.slow(host, other, delay_s)
+            sim.loop.call_later(for_s, end, other, context=SYSTEM)
 
 
 def baseline_faults(mix: Mix) -> SimFaults:

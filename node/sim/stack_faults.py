@@ -21,6 +21,9 @@ COPY_RACE_SLOW_FSYNC_S = (0.02, 0.6)
 # lease-race's: a few ms, so the copy back (a few dozen fsyncs) keeps R a tombstone for a
 # while, and the vote it saves before answering still comes within the lease
 LEASE_RACE_SLOW_FSYNC_S = (0.002, 0.03)
+# delay: the extra one-way delay on every link of one host, and for how long
+DELAY_S = (0.02, 0.3)
+DELAY_FOR_S = (1.0, 8.0)
 # torn's slow disk: fsyncs long enough that a power loss lands inside one
 TORN_SLOW_FSYNC_S = (0.005, 0.05)
 CUT_S = (1.0, 8.0)  # how long a cut link stays cut
@@ -78,6 +81,9 @@ class FaultChooser:
             up = [h for h in self.sim.tservers if h not in impaired]
             return (kind, [rng.choice(up), round(rng.uniform(*TORN_SLOW_FSYNC_S), 6)]
                     ) if up else (None, None)
+        if kind == "delay":
+            return kind, [rng.choice(hosts), round(rng.uniform(*DELAY_S), 3),
+                          round(rng.uniform(*DELAY_FOR_S), 3)]
         if kind == "disk":
             return self._choose_disk(rng, impaired)
         if kind == "transfer":
