@@ -149,7 +149,8 @@ class StackSim:
         self.servers: dict[str, object] = {}  # host -> the running server object, if up
         self.down: set[str] = set()
         self.nemesis_counts: dict[str, int] = {}
-        self.newest_flips: dict[str, str] = {}  # host -> tablet whose newest WAL batch flipped
+        # host -> the tablet (None: the server) whose damage must fail it loudly, and the damage
+        self.must_fail: dict[str, tuple[str | None, str]] = {}
         self._rounds = 0
         self.violation: str | None = None
         self.client_error: str | None = None  # why the client's run stopped (setup never worked)
@@ -174,13 +175,12 @@ class StackSim:
     def _options(self, host: str):
         from node.replica import ReplicaOptions
         from node.server_base import ServerOptions
-        from node.wal import LogOptions
 
         master = host in self.masters
         replica = ReplicaOptions(clock_max_error_us=self.clock_error_us,
                                  read_mode=self.cfg.mix.read_mode,
                                  wall_ns=self._wall_ns(host), faults=self.cfg.faults,
-                                 log=LogOptions(faults=self.cfg.faults),
+                                 log=stack_damage.log_options(self, host),
                                  rpc_max_message_size=MAX_FRAME, **_snapshots(self.cfg.mix))
         return ServerOptions(
             data_dir=DATA_DIR, rpc_host=host,
@@ -261,7 +261,8 @@ class StackSim:
         planned = list(self.cfg.schedule) if self.cfg.schedule is not None else None
         timed = {"masters": self._masters, "transfer": self._transfer, "tombstone": self._tombstone,
                  "copy-race": self._copy_race, "lease-race": self._lease_race,
-                 "fail-copy": self._fail_copy, "torn": functools.partial(stack_damage.torn_tail, self)}
+                 "fail-copy": self._fail_copy, "torn": functools.partial(stack_damage.torn_tail, self),
+                 "damage": functools.partial(stack_damage.damage, self)}
         while self.loop.time() < deadline:
             if planned is None:
                 await asyncio.sleep(rng.uniform(*self.cfg.mix.fault_every_s))
@@ -768,9 +769,11 @@ def _snapshots(mix: Mix) -> dict:
 
 
 def baseline_faults(mix: Mix) -> SimFaults:
-    """A disk's faults when none is injected: the mix's fsync latency (swarm FSYNC_MS)."""
+    """A disk's faults when none is injected: the mix's fsync latency (swarm FSYNC_MS), and in
+    damage seeds preallocation modelled (stack_damage.damaging)."""
     ms = mix.fsync_ms
-    return SimFaults(fsync_latency=(ms / 1e4, ms / 1e3)) if ms else SimFaults()
+    return SimFaults(fsync_latency=(ms / 1e4, ms / 1e3) if ms else (0.0, 0.0),
+                     preallocate=stack_damage.damaging(mix))
 
 
 def _run_one(job: tuple[StackConfig, str]) -> StackResult:

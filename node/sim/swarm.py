@@ -21,14 +21,15 @@ from dataclasses import dataclass
 # Every fault kind the simulator's nemesis knows (node.sim.stack_faults.FaultChooser.choose).
 KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "skew",
          "membership", "flip", "disk", "transfer", "cut", "tombstone", "copy-race", "lease-race", "masters",
-         "drift", "flip-newest", "fail-copy", "torn")
+         "drift", "flip-newest", "fail-copy", "torn", "damage")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
 # Kinds drawn on their own after every other draw of a mix, each on with a weight from its
 # list (None: off), so adding one left every earlier draw of a seed as it was. torn: a power
-# loss aimed inside a WAL group's sync (node.sim.stack_damage.torn_tail).
-LATE = {"torn": (None, None, 2, 4)}
+# loss aimed inside a WAL group's sync (node.sim.stack_damage.torn_tail); damage: a file of a
+# server truncated, zeroed, lost, misplaced or flipped at a power loss (stack_damage.damage).
+LATE = {"torn": (None, None, 2, 4), "damage": (None, None, 2, 4)}
 WEIGHTS = (1, 2, 4, 8)  # a kind that is on fires with one of these relative weights
 FAULT_EVERY = ((0.2, 0.8), (0.5, 2.0), (1.0, 4.0))  # (lo, hi) seconds between two faults
 LOADS = ((5, 50.0), (10, 100.0), (20, 200.0))  # (clients, ops/s over all of them)
