@@ -13,7 +13,7 @@ import pytest
 
 from node.sim.network import SimNetwork
 from node.sim.stack import StackConfig, StackSim, baseline_faults, replay_command
-from node.sim.swarm import CLASSIC, KINDS, WRITES, Mix, mix_for, parse_mix, swarm_mix
+from node.sim.swarm import CLASSIC, KINDS, LATE, WRITES, Mix, mix_for, parse_mix, swarm_mix
 
 ROOT = Path(__file__).resolve().parent.parent
 # The mix that found bugs 1 and 4: copy races only, at a pace of one every 0.3-1.5 s, with 20
@@ -44,8 +44,10 @@ def test_a_seeds_swarm_mix_is_a_pure_function_of_the_seed_and_varies_across_seed
     assert min(sizes) == 1 and max(sizes) == len(KINDS) - 2  # one kind alone, and all of them
     assert {m.read_mode for m in mixes} == {"linearizable", "lease"}
     assert len({m.fault_every_s for m in mixes}) > 1 and len({m.concurrency for m in mixes}) > 1
-    for kind in KINDS:  # every kind is hammered alone or nearly so by some seed
-        assert any(kind in m.kinds() and len(m.kinds()) <= 4 for m in mixes), kind
+    for kind in KINDS:  # every kind is hammered alone or nearly so by some seed (the late
+        # kinds, each drawn on its own, aside)
+        assert any(kind in m.kinds() and len([k for k in m.kinds() if k not in LATE]) <= 4
+                   for m in mixes), kind
 
 
 def test_a_mix_spec_round_trips_and_bad_specs_say_what_is_wrong():
