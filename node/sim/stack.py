@@ -6,7 +6,8 @@ was not fsynced), their timers and clocks are virtual, and every random choice c
 seed. A seed is one run: boot 3 masters and 5 tablet servers, create the test table through the
 client, run a workload through the real runner with node-bound clients while a nemesis crashes
 servers (losing unfsynced data), partitions, resets connections, skews clocks within the bound,
-changes membership, transfers leadership, flips bits on disk, and gives disks ENOSPC, fsync EIO
+changes membership, transfers leadership, flips bits on disk, damages files (truncated, a
+sector zeroed, lost, misplaced: node.sim.stack_damage), and gives disks ENOSPC, fsync EIO
 or slow fsync for a while (then reboots the server, as an operator would); heal; final reads;
 then the project's checker judges the history. Invariants are checked on the live servers every
 `INVARIANT_PERIOD_S` of virtual time: Raft's (one leader per term, terms and votes never go
