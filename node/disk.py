@@ -180,16 +180,49 @@ class SimFaults:
     # the dirty data is dropped from the write-back: a later fsync succeeds without it)
     fsync_latency: tuple[float, float] = (0.0, 0.0)  # virtual seconds, uniform in [lo, hi]
     sector_size: int = 512  # a torn write keeps a prefix ending on a multiple of this (1: any byte)
+    # fallocate makes a file that long, its unwritten part reading as zeros (kept as a length,
+    # not as bytes); off, it is a no-op, as it was before this was modelled
+    preallocate: bool = False
+
+
+class _Alloc:
+    """A pending fallocate: the file is at least `end` bytes long once it is durable."""
+
+    __slots__ = ("end",)
+
+    def __init__(self, end: int) -> None:
+        self.end = end
 
 
 class _File:
-    __slots__ = ("data", "durable", "pending", "serial")
+    __slots__ = ("data", "durable", "pending", "serial", "alloc", "durable_alloc")
 
     def __init__(self, serial: int = 0) -> None:
         self.serial = serial  # creation order on its disk: older files have smaller serials
         self.data = bytearray()  # what reads see: the page cache
         self.durable = b""  # what survives a crash for sure
-        self.pending: list[tuple[int, bytes] | int] = []  # since the last sync: writes, truncations
+        # since the last sync: writes, truncations (and with SimFaults.preallocate, fallocates)
+        self.pending: list[tuple[int, bytes] | int | _Alloc] = []
+        # the length preallocated (SimFaults.preallocate): the file reads as zeros past its
+        # data up to it; as reads see it and as it survives a crash
+        self.alloc = 0
+        self.durable_alloc = 0
+
+    def size(self) -> int:
+        return max(len(self.data), self.alloc)
+
+    def settle(self, data: bytearray, ops: list) -> int:
+        """Apply `ops` (a prefix of `pending`) to `data`, from the durable state; the durable
+        preallocated length after them."""
+        alloc = self.durable_alloc
+        for op in ops:
+            if isinstance(op, _Alloc):
+                alloc = max(alloc, op.end)
+                continue
+            if isinstance(op, int):
+                alloc = min(alloc, op)
+            _apply_data(data, op)
+        return alloc
 
 
 class _Dir:
@@ -240,7 +273,8 @@ class SimDisk:
     each file's and each directory's unsynced changes (the last kept write possibly torn at a
     sector boundary), fences this incarnation and returns the next one. Not modelled: write
     reordering within a file (the page cache is assumed to write back in order), hard links,
-    permissions, cross-directory renames, and fallocate (a no-op: reads see only written data).
+    permissions, cross-directory renames, and fallocate unless `SimFaults.preallocate` is on (a
+    no-op: reads see only written data; on, the file reads as zeros up to the length made).
     """
 
     inline = True
@@ -305,15 +339,15 @@ class SimDisk:
         data = bytearray(f.durable)
         pending = f.pending
         keep = rng.randint(0, len(pending)) if rng is not None else 0
-        for op in pending[:keep]:
-            _apply_data(data, op)
-        if rng is not None and keep < len(pending) and not isinstance(pending[keep], int) and rng.random() < 0.5:
+        alloc = f.settle(data, pending[:keep])
+        if rng is not None and keep < len(pending) and isinstance(pending[keep], tuple) and rng.random() < 0.5:
             offset, buf = pending[keep]  # type: ignore[misc]
             sector = max(1, self.faults.sector_size)
             cuts = [c - offset for c in range((offset // sector + 1) * sector, offset + len(buf), sector)]
             if cuts:
                 _apply_data(data, (offset, buf[: rng.choice(cuts)]))
         f.data, f.durable, f.pending = data, bytes(data), []
+        f.alloc = f.durable_alloc = alloc
 
     def flip_bit(self, rng: random.Random | None = None, path: StrPath | None = None,
                  at: tuple[int, int] | None = None) -> tuple[str, int, int]:
@@ -337,6 +371,52 @@ class SimDisk:
         if offset < len(f.data):
             f.data[offset] ^= 1 << bit
         return os.fspath(path), offset, bit
+
+    # Damage at rest (node.sim.stack_damage): what a disk, a file system check or an operator
+    # does to the files of a server that is down. Each acts on what reads see and what a crash
+    # keeps alike, so only on a file (and a directory) with nothing unsynced: right after crash().
+
+    def truncate_at_rest(self, path: StrPath, length: int) -> None:
+        """The file cut to `length` bytes (a lost extent, an interrupted copy)."""
+        f = self._at_rest(path)
+        del f.data[length:]
+        f.durable = bytes(f.data)
+        f.alloc = f.durable_alloc = min(f.alloc, length)
+
+    def zero_at_rest(self, path: StrPath, offset: int, length: int) -> None:
+        """`length` bytes from `offset` read back as zeros (a lost or remapped sector)."""
+        f = self._at_rest(path)
+        stop = min(offset + length, len(f.data))  # the preallocated rest reads as zeros already
+        if stop > offset:
+            f.data[offset:stop] = bytes(stop - offset)
+            f.durable = bytes(f.data)
+
+    def lose_at_rest(self, path: StrPath) -> None:
+        """The file's name gone (a file system check moved it to lost+found, an rm)."""
+        parent, name = self._parent(path)
+        if parent.pending or not isinstance(parent.entries.get(name), _File):
+            raise ValueError(f"{path}: not a file at rest")
+        del parent.entries[name]
+        parent.durable = dict(parent.entries)
+
+    def misplace_at_rest(self, path: StrPath, source_disk: SimDisk, source: StrPath) -> None:
+        """The file now holds what `source` on `source_disk` (this one, or another server's)
+        holds durably (a misdirected write of a whole file, an operator copying the wrong file
+        into its place)."""
+        f, src = self._at_rest(path), source_disk._file(source)
+        f.data, f.durable = bytearray(src.durable), src.durable
+        f.alloc = f.durable_alloc = src.durable_alloc
+
+    def durable_bytes(self, path: StrPath) -> bytes:
+        """What a crash now would keep of the file's data (its preallocated zeros left out)."""
+        return self._file(path).durable
+
+    def _at_rest(self, path: StrPath) -> _File:
+        self._check()
+        f = self._file(path)
+        if f.pending or f.alloc != f.durable_alloc or bytes(f.data) != f.durable:
+            raise ValueError(f"{path}: not at rest (unsynced changes)")
+        return f
 
     def fsync_latency(self) -> float:
         lo, hi = self.faults.fsync_latency
@@ -407,30 +487,39 @@ class SimDisk:
             f.pending = []  # Linux marks the failed pages clean: that data never reaches the disk
             raise OSError(errno.EIO, "Input/output error")
         durable = bytearray(f.durable)  # not f.data: it may hold pages a failed sync dropped
-        for op in f.pending:
-            _apply_data(durable, op)
+        f.durable_alloc = f.settle(durable, f.pending)
         f.durable, f.pending = bytes(durable), []
 
     fdatasync = fsync
 
     def ftruncate(self, fd: _Handle, length: int) -> None:
         f = self._handle(fd).file
-        if length > len(f.data):
+        if length > f.size():
             _apply_data(f.data, (length, b""))
             f.pending.append((length, b""))
         else:
             del f.data[length:]
+            f.alloc = min(f.alloc, length)
             f.pending.append(length)
 
     def fallocate(self, fd: _Handle, offset: int, length: int) -> None:
-        self._handle(fd)
+        f = self._handle(fd).file
+        if self.faults.preallocate and offset + length > f.size():
+            f.alloc = offset + length
+            f.pending.append(_Alloc(offset + length))
 
     def read(self, path: StrPath, offset: int = 0, length: int = -1) -> bytes:
-        data = self._file(path).data
-        return bytes(data[offset:] if length < 0 else data[offset : offset + length])
+        f = self._file(path)
+        data = f.data
+        out = bytes(data[offset:] if length < 0 else data[offset : offset + length])
+        if f.alloc > len(data):  # preallocated past the data: zeros
+            start, stop = max(offset, len(data)), f.alloc if length < 0 else min(f.alloc, offset + length)
+            if stop > start:
+                out += bytes(stop - start)
+        return out
 
     def size(self, path: StrPath) -> int:
-        return len(self._file(path).data)
+        return self._file(path).size()
 
     # ---- the Disk interface: names ----
 
@@ -553,7 +642,7 @@ class SimDisk:
         boundary: what a power loss now may keep a torn prefix of (`_recover_file`)."""
         sector = max(1, self.faults.sector_size)
         return [path for path, f in self._walk()
-                if any(not isinstance(op, int) and op[0] // sector != (op[0] + len(op[1]) - 1) // sector
+                if any(isinstance(op, tuple) and op[0] // sector != (op[0] + len(op[1]) - 1) // sector
                        for op in f.pending)]
 
     def _usage(self) -> int:

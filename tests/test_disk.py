@@ -238,12 +238,16 @@ def test_inline_log_appends_rolls_and_recovers_without_threads():
     assert recovered(disk.crash()) == list(range(1, 61))
 
 
-def test_inline_log_recovers_exactly_the_durable_prefix_at_every_crash_point():
+@pytest.mark.parametrize("preallocate", [False, True])
+def test_inline_log_recovers_exactly_the_durable_prefix_at_every_crash_point(preallocate):
+    """Also on a disk that preallocates (the damage seeds' disks): a crash anywhere never
+    leaves what bootstrap takes for a preallocated segment cut short."""
     k = 0
     while True:
         k += 1
         for seed in [None, *SEEDS[:4]]:
-            disk = new_disk(sector_size=1 if seed and seed % 2 else 512)  # torn anywhere, or not
+            disk = new_disk(sector_size=1 if seed and seed % 2 else 512,  # torn anywhere, or not
+                            preallocate=preallocate)
             proxy = CrashAt(disk, k)
             acked: list[int] = []
             try:
@@ -380,3 +384,84 @@ def test_fsync_meter_sums_the_sampled_latency_of_the_syncs_inside():
     with fsync_meter() as none:
         durable.write_atomic("/d/b", b"y", disk)
     assert none.seconds == 0.0
+
+
+def test_preallocation_reads_as_zeros_and_lasts_once_synced_and_a_truncation_frees_it():
+    disk = new_disk(preallocate=True)
+    fd = disk.open("/d/f", create=True)
+    disk.fallocate(fd, 0, 4096)
+    disk.pwritev(fd, [b"abc"], 0)
+    assert disk.size("/d/f") == 4096 and disk.read("/d/f") == b"abc" + bytes(4093)
+    assert disk.read("/d/f", 4090, 100) == bytes(6) and disk.read("/d/f", 1, 3) == b"bc\0"
+    disk.fsync_dir("/d")
+    assert disk.crash().size("/d/f") == 0  # neither the data nor the allocation was synced
+    disk = new_disk(preallocate=True)
+    fd = disk.open("/d/f", create=True)
+    disk.fallocate(fd, 0, 4096)
+    disk.pwritev(fd, [b"abc"], 0)
+    disk.fsync(fd)
+    disk.fsync_dir("/d")
+    disk.ftruncate(fd, 100)  # unsynced: a crash keeps the allocation
+    assert disk.size("/d/f") == 100
+    after = disk.crash()
+    assert after.size("/d/f") == 4096 and after.read("/d/f", 0, 4) == b"abc\0"
+    fd = after.open("/d/f")
+    after.ftruncate(fd, 10)
+    after.fsync(fd)
+    assert after.crash().read("/d/f") == b"abc" + bytes(7)
+    plain = new_disk()  # without the model fallocate is a no-op, as it always was
+    fd = plain.open("/d/f", create=True)
+    plain.fallocate(fd, 0, 4096)
+    assert plain.size("/d/f") == 0
+
+
+def _written_log(preallocate: bool, n: int = 40) -> SimDisk:
+    disk = new_disk(preallocate=preallocate)
+
+    async def main() -> None:
+        log = Log.open("/d/wal", "t", TINY, disk=disk)
+        await append_all(log, n, [])
+
+    asyncio.run(main())  # not closed: the newest segment is left unfinished, as by a crash
+    return disk.crash()
+
+
+def test_a_preallocated_newest_segment_cut_short_is_refused_and_one_never_preallocated_is_not():
+    """A crash never shrinks a preallocated segment, so the reader refuses one that is
+    shorter than its header says it was made (wal.recover.cut_short_refused). Without
+    preallocation a cut at a batch boundary is a log that ended there: why the damage
+    fault cuts the newest segment only where it was preallocated."""
+    from node import probes
+    from node.wal.segment import scan_segment
+
+    for preallocate in (True, False):
+        disk = _written_log(preallocate)
+        newest = f"/d/wal/{disk.listdir('/d/wal')[-1]}"
+        scan = scan_segment(newest, disk=disk)
+        assert bool(scan.header.prealloc) == preallocate and scan.footer is None
+        disk.truncate_at_rest(newest, scan.records[-1].offset)  # the last batch cut off
+        if preallocate:
+            with probes.expect("wal.recover.cut_short_refused"), pytest.raises(
+                    WalCorruption, match="cut short"):
+                recovered(disk)
+        else:
+            assert recovered(disk)[-1] < 40  # an entry lost, and nothing can tell
+
+
+def test_damage_at_rest_truncates_zeroes_loses_and_misplaces_files():
+    disk = new_disk(preallocate=True)
+    write_file(disk, "/d/a", b"a" * 1000, sync=True)
+    write_file(disk, "/d/b", b"b" * 10, sync=True)
+    disk.fsync_dir("/d")
+    disk.zero_at_rest("/d/a", 512, 512)
+    assert disk.read("/d/a") == b"a" * 512 + bytes(488)
+    disk.truncate_at_rest("/d/a", 100)
+    disk.misplace_at_rest("/d/b", disk, "/d/a")
+    disk.lose_at_rest("/d/a")
+    after = disk.crash()
+    assert after.listdir("/d") == ["b"] and after.read("/d/b") == b"a" * 100
+    fd = after.open("/d/b")
+    after.pwritev(fd, [b"x"], 0)  # unsynced: not at rest
+    with pytest.raises(ValueError, match="not at rest"):
+        after.truncate_at_rest("/d/b", 1)
+    assert after.durable_bytes("/d/b") == b"a" * 100

@@ -320,7 +320,7 @@ def test_a_flip_in_a_synced_newest_wal_batch_fails_its_replica_and_never_passes_
     monkeypatch.setattr(fmt, "FORMAT_VERSION", 2)
     monkeypatch.setattr(segment, "stamped", lambda batch, offset: [batch])
     before = run(tmp_path / "before")
-    assert (before.violation or "").startswith("wal damage: tablet "), before.violation
+    assert (before.violation or "").startswith("disk damage: tablet "), before.violation
 
 
 FAIL_COPY = "fail-copy:4,restart:1,heal:1;every=1-3"

@@ -6,7 +6,8 @@ was not fsynced), their timers and clocks are virtual, and every random choice c
 seed. A seed is one run: boot 3 masters and 5 tablet servers, create the test table through the
 client, run a workload through the real runner with node-bound clients while a nemesis crashes
 servers (losing unfsynced data), partitions, resets connections, skews clocks within the bound,
-changes membership, transfers leadership, flips bits on disk, and gives disks ENOSPC, fsync EIO
+changes membership, transfers leadership, flips bits on disk, damages files (truncated, a
+sector zeroed, lost, misplaced: node.sim.stack_damage), and gives disks ENOSPC, fsync EIO
 or slow fsync for a while (then reboots the server, as an operator would); heal; final reads;
 then the project's checker judges the history. Invariants are checked on the live servers every
 `INVARIANT_PERIOD_S` of virtual time: Raft's (one leader per term, terms and votes never go
@@ -149,7 +150,8 @@ class StackSim:
         self.servers: dict[str, object] = {}  # host -> the running server object, if up
         self.down: set[str] = set()
         self.nemesis_counts: dict[str, int] = {}
-        self.newest_flips: dict[str, str] = {}  # host -> tablet whose newest WAL batch flipped
+        # host -> the tablet (None: the server) whose damage must fail it loudly, and the damage
+        self.must_fail: dict[str, tuple[str | None, str]] = {}
         self._rounds = 0
         self.violation: str | None = None
         self.client_error: str | None = None  # why the client's run stopped (setup never worked)
@@ -174,13 +176,12 @@ class StackSim:
     def _options(self, host: str):
         from node.replica import ReplicaOptions
         from node.server_base import ServerOptions
-        from node.wal import LogOptions
 
         master = host in self.masters
         replica = ReplicaOptions(clock_max_error_us=self.clock_error_us,
                                  read_mode=self.cfg.mix.read_mode,
                                  wall_ns=self._wall_ns(host), faults=self.cfg.faults,
-                                 log=LogOptions(faults=self.cfg.faults),
+                                 log=stack_damage.log_options(self, host),
                                  rpc_max_message_size=MAX_FRAME, **_mix_options(self.cfg.mix))
         return ServerOptions(
             data_dir=DATA_DIR, rpc_host=host,
@@ -262,7 +263,8 @@ class StackSim:
         planned = list(self.cfg.schedule) if self.cfg.schedule is not None else None
         timed = {"masters": self._masters, "transfer": self._transfer, "tombstone": self._tombstone,
                  "copy-race": self._copy_race, "lease-race": self._lease_race,
-                 "fail-copy": self._fail_copy, "torn": functools.partial(stack_damage.torn_tail, self)}
+                 "fail-copy": self._fail_copy, "torn": functools.partial(stack_damage.torn_tail, self),
+                 "damage": functools.partial(stack_damage.damage, self)}
         while self.loop.time() < deadline:
             if planned is None:
                 await asyncio.sleep(rng.uniform(*self.cfg.mix.fault_every_s))
@@ -795,9 +797,11 @@ def _delay_host(sim: StackSim, host: str, delay_s: float, for_s: float) -> None:
 
 
 def baseline_faults(mix: Mix) -> SimFaults:
-    """A disk's faults when none is injected: the mix's fsync latency (swarm FSYNC_MS)."""
+    """A disk's faults when none is injected: the mix's fsync latency (swarm FSYNC_MS), and in
+    damage seeds preallocation modelled (stack_damage.damaging)."""
     ms = mix.fsync_ms
-    return SimFaults(fsync_latency=(ms / 1e4, ms / 1e3)) if ms else SimFaults()
+    return SimFaults(fsync_latency=(ms / 1e4, ms / 1e3) if ms else (0.0, 0.0),
+                     preallocate=stack_damage.damaging(mix))
 
 
 def _run_one(job: tuple[StackConfig, str]) -> StackResult:

@@ -9,7 +9,8 @@ safety; terms and votes never going back; no vote granted to a log behind what t
 logged and no leader counting more than a peer acknowledged in its term (both seen on the
 messages replicas send); one committed entry per index, with hybrid time
 increasing along the log; one state per applied index; one config per committed config index;
-no tombstone resurrected; a flipped newest WAL batch never cut as torn; the catalog agreeing
+no tombstone resurrected; damage a replica needs never run on (a flipped newest WAL batch cut
+as torn, a cut or lost segment taken for a log that ended there); the catalog agreeing
 with the committed configs; every tablet server heartbeating the committed masters; and, on
 the history, commit-wait across tablets.
 """
@@ -238,8 +239,8 @@ class Invariants:
             if rep.state == "RUNNING" and rep.committed_config_index >= 0:
                 self._saw_config(host, rep.tablet_id, rep.committed_config_index,
                                  frozenset(m[0] for m in rep.committed_config))
-        if host in self.sim.newest_flips:
-            self._check_newest_flip(host, states)
+        if host in self.sim.must_fail:
+            self._check_damage(host, states)
         if host in self.sim.flipped and host not in self.sim.flip_outcomes:
             failed = sorted(f"{r.tablet_id}: {r.error}" for r in reports if r.state == "FAILED")
             if failed:
@@ -323,18 +324,22 @@ class Invariants:
         if final:
             self.catalog_lag = sorted(lag)
 
-    def _check_newest_flip(self, host: str, states: dict[str, set[str]]) -> None:
-        """A bit flipped in a synced newest WAL batch (`_flip_newest`) fails its replica at the
-        reboot (or the server refuses to start): a replica running again from that WAL cut
-        the batch as a torn tail."""
-        tablet = self.sim.newest_flips.get(host)
+    def _check_damage(self, host: str, states: dict[str, set[str]]) -> None:
+        """Damage a replica needs (node.sim.stack_damage: a bit flipped in a synced newest WAL
+        batch, a file truncated, zeroed, lost or misplaced) fails it at the reboot, or the
+        server refuses to start: a replica running again from those files took the damage
+        for something else (a torn tail, a log that ended there) and runs on without what it
+        had synced. Damage to a server's own files (tablet None) must keep it from starting:
+        it reports, so it started."""
+        tablet, what = self.sim.must_fail[host]
         seen = states.get(tablet, set())
         if "FAILED" in seen or host in self.sim.start_failures:
-            del self.sim.newest_flips[host]
+            del self.sim.must_fail[host]
+        elif tablet is None:
+            raise StackViolation(f"disk damage: {host} started after {what}")
         elif "RUNNING" in seen:
-            raise StackViolation(
-                f"wal damage: tablet {tablet} on {host} runs again after a bit flipped in its "
-                f"newest, synced WAL batch: the batch was cut as a torn tail, not refused")
+            raise StackViolation(f"disk damage: tablet {tablet} on {host} runs again after "
+                                 f"{what}")
 
     def clock_checks(self, ops) -> list[dict]:
         """Commit-wait's promise across tablets (`check_timestamps(across_keys=True)`): a write

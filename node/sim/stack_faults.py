@@ -9,7 +9,9 @@ from __future__ import annotations
 import random
 
 DRIFT_MAX_S = 0.5  # the drift fault's largest clock step, past the bound (a bad NTP server)
-MAX_FLIPS = 2  # bit flips per seed, each on another server, at most one of them a master
+# bit flips and damage (node.sim.stack_damage) per seed, each on another server, at most one of
+# them a master: damage on a majority of a tablet's replicas loses data in any replicated system
+MAX_FLIPS = 2
 # Disk faults: ENOSPC leaves this much room above what the files hold; a failing fsync fails
 # with this chance; a slow fsync's upper bound (virtual seconds; the lower one is a tenth of it)
 ENOSPC_SLACK_BYTES = 16 * 1024
@@ -77,6 +79,8 @@ class FaultChooser:
             if len(self.sim.flipped) >= MAX_FLIPS or not fresh:
                 return None, None
             return kind, [rng.choice(fresh), rng.getrandbits(32)]
+        if kind == "damage":
+            return self._choose_damage(rng, impaired)
         if kind == "torn":  # a tablet server up and serving
             up = [h for h in self.sim.tservers if h not in impaired]
             return (kind, [rng.choice(up), round(rng.uniform(*TORN_SLOW_FSYNC_S), 6)]
@@ -206,6 +210,23 @@ class FaultChooser:
         if mode == "enospc":
             return "disk", [host, mode, rng.randrange(ENOSPC_SLACK_BYTES)]
         return "disk", [host, mode, round(rng.uniform(*EIO_RATE), 3)]
+
+    def _choose_damage(self, rng: random.Random, impaired: set[str]) -> tuple[str | None, object]:
+        """A damage mode (node.sim.stack_damage.DAMAGE_MODES) on a server not damaged yet, within
+        MAX_FLIPS as a flip (a master only while the others are well); mid-roll damages
+        nothing, on a tablet server up and serving. Value: [host, mode, random bits]."""
+        from node.sim.stack_damage import DAMAGE_MODES
+
+        mode = rng.choice(DAMAGE_MODES)
+        if mode == "mid-roll":
+            up = [h for h in self.sim.tservers if h not in impaired]
+            return ("damage", [rng.choice(up), mode]) if up else (None, None)
+        fresh = [h for h in self.sim.masters + self.sim.tservers
+                 if h not in self.sim.flipped and h != self.sim.spare
+                 and (h in self.sim.tservers or not impaired & set(self.sim.masters))]
+        if len(self.sim.flipped) >= MAX_FLIPS or not fresh:
+            return None, None
+        return "damage", [rng.choice(fresh), mode, rng.getrandbits(32)]
 
     def _choose_transfer(self, rng: random.Random) -> tuple[str | None, object]:
         """A leader (of a tablet, or of the catalog on a master) as the simulator sees it, told
