@@ -25,8 +25,8 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
-# Kinds drawn on their own after every other draw of a mix, each on with a weight from its
-# list (None: off), so adding one left every earlier draw of a seed as it was. torn: a power
+# Kinds drawn on their own, each from its own stream (`_own_draw`), on with a weight from its
+# list (None: off): adding one changes no other draw of a seed. torn: a power
 # loss aimed inside a WAL group's sync (node.sim.stack_damage.torn_tail); delay: every link of
 # one host slowed for a few seconds (tc's delay on its interface), which widens each window
 # between a message and its answer: a read at a new leader before its term commits, a lease
@@ -61,20 +61,20 @@ SNAPSHOTS = (None, None, 200, 1000)
 # Every disk's fsync latency, ms (None: instantaneous; else uniform from a tenth of it to it). A
 # WAL group is durable only at the end of its sync, so a power loss inside one leaves it torn
 # at a sector (node.disk.SimDisk.crash): the torn tail bootstrap must cut, which no seed of
-# instantaneous syncs can reach (probe wal.recover.torn_tail_cut). Drawn after the snapshots.
+# instantaneous syncs can reach (probe wal.recover.torn_tail_cut). Its own draw (`_own_draw`).
 FSYNC_MS = (None, None, 1, 10)
 # The sessions a tablet keeps (None: the engine's 1,024). With a handful, a tablet evicts the
 # least recently used session while its client still writes in it: the client's lost-session
 # paths (NO_SESSION, reopen, or unknown after an uncertain attempt), which no seed reached.
-# Drawn after the late kinds.
+# Its own draw.
 SESSIONS = (None, None, 3, 8)
 # The session modes' ops per tablet batch (None: the workload's 16). A node's few workers never
 # fill 16, so no buffer was ever cut at its op count or found full; with 2 or 4 they are.
-# Drawn last; used by the session write modes only.
+# Its own draw; used by the session write modes only.
 BATCHES = (None, None, 2, 4)
 # Requests a server reads from one connection before it stops reading it (None: the server's
 # 256; the client allows twice as many calls in flight on one). A seed's few dozen workers never
-# had 256 out, so no server ever applied back-pressure and no call waited for room. Drawn last.
+# had 256 out, so no server ever applied back-pressure and no call waited for room. Its own draw.
 INFLIGHT = (None, None, None, 4)
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
 # one or two kinds (a copy racing an election needs copies and cuts close together, which a mix
@@ -187,16 +187,22 @@ def swarm_mix(seed: int) -> Mix:
     writes = rng.choice(WRITES)
     values = rng.choice(VALUES)
     snapshot_every = rng.choice(SNAPSHOTS)
-    fsync_ms = rng.choice(FSYNC_MS)
-    weights += tuple((k, w) for k, ws in LATE.items() if (w := rng.choice(ws)) is not None)
-    max_sessions = rng.choice(SESSIONS)
-    batch = rng.choice(BATCHES)
-    inflight = rng.choice(INFLIGHT)
+    fsync_ms = _own_draw(seed, "fsync", FSYNC_MS)
+    weights += tuple((k, w) for k, ws in LATE.items() if (w := _own_draw(seed, k, ws)) is not None)
+    max_sessions = _own_draw(seed, "sessions", SESSIONS)
+    batch = _own_draw(seed, "batch", BATCHES)
+    inflight = _own_draw(seed, "inflight", INFLIGHT)
     return Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
                read_share=read_share, clock_error_us=clock_error_us, writes=writes,
                values=None if values == "small" else values, snapshot_every=snapshot_every,
                fsync_ms=fsync_ms, max_sessions=max_sessions,
                batch=batch if writes in SESSION_MODES else None, inflight=inflight)
+
+
+def _own_draw(seed: int, name: str, choices: tuple):
+    """A draw from its own stream (`swarm/<seed>/<name>`): a draw added later changes none of
+    a seed's other draws, as one more draw from the mix's stream would change all after it."""
+    return random.Random(f"swarm/{seed}/{name}").choice(choices)
 
 
 def parse_mix(spec: str) -> Mix:
