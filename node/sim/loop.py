@@ -296,7 +296,9 @@ class SimLoop(asyncio.BaseEventLoop):
     def call_exception_handler(self, context: dict) -> None:
         """A plain future failed with no one left to read it: its waiter timed out or died with
         a crashed host, as happens to every abandoned call. Counted, not printed; a task's
-        unretrieved exception is still reported."""
+        unretrieved exception is still reported. A MemoryError ends the run, raised."""
+        if isinstance(context.get("exception"), MemoryError):
+            raise context["exception"]  # the seed outgrew its worker's memory: it ends here
         fut = context.get("future")
         if isinstance(fut, _SimFuture) and "never retrieved" in context.get("message", ""):
             self.abandoned_futures += 1

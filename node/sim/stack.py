@@ -64,6 +64,10 @@ LIVENESS_S = 30.0
 # The simulated disks are memory: past this many bytes on all of them together a seed stops,
 # unknown, rather than take its worker process (and with it the whole run) out of memory.
 DISK_BUDGET_BYTES = 6 << 30
+# A worker's address space: a seed that outgrows it anyway fails with MemoryError, unknown with
+# that reason, instead of the kernel killing the worker, which a process pool never reports (the
+# run then waits for ever for that seed) and which may take other processes with it.
+WORKER_MEMORY_BYTES = 10 << 30
 FAILED_AFTER_S = 5.0  # masters re-replicate a silent server's replicas after this (fast, as CI)
 RECONCILE_MS = 2000  # masters' background task period (Kudu: 1000)
 
@@ -809,6 +813,7 @@ def _run_one(job: tuple[StackConfig, str]) -> StackResult:
     import time
 
     sys.unraisablehook = _quiet_fenced  # a worker process of the simulator's own
+    _bound_memory()
 
     out_dir = Path(out)
     t0 = time.monotonic()
@@ -826,6 +831,17 @@ def _run_one(job: tuple[StackConfig, str]) -> StackResult:
     if check.get("error"):  # the checker could not judge: say why, not just "unknown"
         result.results["check_error"] = check["error"]
     return result
+
+
+def _bound_memory() -> None:
+    """This worker's address space at most WORKER_MEMORY_BYTES (never raised above a lower
+    limit already set)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    want = WORKER_MEMORY_BYTES if hard == resource.RLIM_INFINITY else min(hard, WORKER_MEMORY_BYTES)
+    if soft == resource.RLIM_INFINITY or soft > want:
+        resource.setrlimit(resource.RLIMIT_AS, (want, hard))
 
 
 def _crash(e: Exception, out_dir: Path) -> str:
