@@ -143,16 +143,9 @@ class Mix:
             parts.append(f"writes={self.writes}")
         if self.values is not None:
             parts.append(f"values={self.values}")
-        if self.snapshot_every is not None:
-            parts.append(f"snapshot={self.snapshot_every}")
-        if self.fsync_ms is not None:
-            parts.append(f"fsync={self.fsync_ms}")
-        if self.max_sessions is not None:
-            parts.append(f"sessions={self.max_sessions}")
-        if self.batch is not None:
-            parts.append(f"batch={self.batch}")
-        if self.inflight is not None:
-            parts.append(f"inflight={self.inflight}")
+        counts = {"snapshot": self.snapshot_every, "fsync": self.fsync_ms,
+                  "sessions": self.max_sessions, "batch": self.batch, "inflight": self.inflight}
+        parts += [f"{key}={n}" for key, n in counts.items() if n is not None]
         return ";".join(parts)
 
     def as_json(self) -> dict:
@@ -205,6 +198,12 @@ def _own_draw(seed: int, name: str, choices: tuple):
     return random.Random(f"swarm/{seed}/{name}").choice(choices)
 
 
+# A spec's whole-number fields, each >= 1, in the order of Mix's fields: what each counts
+_COUNTS = {"snapshot": "applied entries between snapshots", "fsync": "every disk's fsync latency in ms",
+           "sessions": "the sessions a tablet keeps", "batch": "ops per batch of a session write mode",
+           "inflight": "requests in flight per connection"}
+
+
 def parse_mix(spec: str) -> Mix:
     """A mix from its spec (`Mix.spec`); ValueError saying what is wrong."""
     fields = spec.split(";")
@@ -226,25 +225,17 @@ def parse_mix(spec: str) -> Mix:
         raise ValueError(f"client={opts['client']}: a mix names how the workers write as "
                          "writes=MODE now (client=coalesce is writes=shared)")
     unknown = set(opts) - {"every", "reads", "load", "read-share", "clock", "writes", "values",
-                           "snapshot", "fsync", "sessions", "batch", "inflight"}
+                           *_COUNTS}
     if unknown:
         raise ValueError(f"unknown mix field(s) {sorted(unknown)} (every, reads, load, read-share, "
-                         "clock, writes, values, snapshot, fsync, sessions, batch, inflight)")
-    snapshot = opts.get("snapshot")
-    if snapshot is not None and (not snapshot.isdigit() or int(snapshot) < 1):
-        raise ValueError(f"snapshot={snapshot!r}: applied entries between snapshots, >= 1")
-    fsync = opts.get("fsync")
-    if fsync is not None and (not fsync.isdigit() or int(fsync) < 1):
-        raise ValueError(f"fsync={fsync!r}: every disk's fsync latency in ms, >= 1")
-    sessions = opts.get("sessions")
-    if sessions is not None and (not sessions.isdigit() or int(sessions) < 1):
-        raise ValueError(f"sessions={sessions!r}: the sessions a tablet keeps, >= 1")
-    batch = opts.get("batch")
-    if batch is not None and (not batch.isdigit() or int(batch) < 1):
-        raise ValueError(f"batch={batch!r}: ops per batch of a session write mode, >= 1")
-    inflight = opts.get("inflight")
-    if inflight is not None and (not inflight.isdigit() or int(inflight) < 1):
-        raise ValueError(f"inflight={inflight!r}: requests in flight per connection, >= 1")
+                         f"clock, writes, values, {', '.join(_COUNTS)})")
+    counts = {}
+    for key, what in _COUNTS.items():
+        n = opts.get(key)
+        if n is not None and (not n.isdigit() or int(n) < 1):
+            raise ValueError(f"{key}={n!r}: {what}, >= 1")
+        counts[key] = int(n) if n is not None else None
+    batch = counts["batch"]
     values = opts.get("values")
     if values not in (None, *VALUES):
         raise ValueError(f"values={values!r}: {' or '.join(sorted(set(VALUES)))}")
@@ -276,11 +267,7 @@ def parse_mix(spec: str) -> Mix:
         raise ValueError(f"reads={reads!r}: linearizable or lease")
     return Mix(tuple(weights), (lo, hi), reads, "spec", concurrency, rate, read_share,
                clock_error_us, writes, None if values == "small" else values,
-               int(snapshot) if snapshot is not None else None,
-               int(fsync) if fsync is not None else None,
-               int(sessions) if sessions is not None else None,
-               int(batch) if batch is not None else None,
-               int(inflight) if inflight is not None else None)
+               *counts.values())
 
 
 def mix_for(name: str, seed: int) -> Mix:
