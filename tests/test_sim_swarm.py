@@ -428,11 +428,16 @@ def test_a_quarter_of_the_swarm_mixes_keep_few_sessions_so_clients_lose_theirs(t
     assert few.max_sessions == 3 and "sessions=3" in few.spec()
     with pytest.raises(ValueError, match="sessions='0'"):
         parse_mix("restart:1;sessions=0")
-    result = StackSim(StackConfig(seed=2, workload="list-append", seconds=8.0, mix=few),
-                      tmp_path).run()
+    _valid_and_fired(StackConfig(seed=2, workload="list-append", seconds=8.0, mix=few), tmp_path,
+                     "tablet.session.evicted_lru", "tablet.session.no_session",
+                     "client.write.session_lost", "client.write.session_reopened")
+
+
+def _valid_and_fired(cfg: StackConfig, out, *names: str) -> None:
+    """The seed `cfg` is valid and fires every probe of `names`."""
+    result = StackSim(cfg, out).run()
     assert result.ok(), (result.violation, result.verdict)
-    for name in ("tablet.session.evicted_lru", "tablet.session.no_session",
-                 "client.write.session_lost", "client.write.session_reopened"):
+    for name in names:
         assert result.probes.get(name, 0) >= 1, name
 
 
@@ -458,11 +463,8 @@ def test_a_quarter_of_the_mixes_bound_requests_in_flight_so_back_pressure_happen
     assert tight.inflight == 4 and "inflight=4" in tight.spec()
     with pytest.raises(ValueError, match="inflight='0'"):
         parse_mix("restart:1;inflight=0")
-    result = StackSim(StackConfig(seed=2, workload="register", seconds=4.0, mix=tight),
-                      tmp_path).run()
-    assert result.ok(), (result.violation, result.verdict)
-    assert result.probes.get("rpc.server.backpressure_paused", 0) >= 1
-    assert result.probes.get("rpc.client.waited_for_room", 0) >= 1
+    _valid_and_fired(StackConfig(seed=2, workload="register", seconds=4.0, mix=tight), tmp_path,
+                     "rpc.server.backpressure_paused", "rpc.client.waited_for_room")
 
 
 def test_the_delay_fault_slows_one_hosts_links_for_a_while_and_leaves_others_alone(tmp_path):
