@@ -188,7 +188,9 @@ class _File:
     def __init__(self, serial: int = 0) -> None:
         self.serial = serial  # creation order on its disk: older files have smaller serials
         self.data = bytearray()  # what reads see: the page cache
-        self.durable = b""  # what survives a crash for sure
+        # What survives a crash for sure. A bytearray, changed in place by each sync: a copy of
+        # the whole file per fsync made the simulator's WAL syncs quadratic in segment size.
+        self.durable = bytearray()
         self.pending: list[tuple[int, bytes] | int] = []  # since the last sync: writes, truncations
 
 
@@ -313,7 +315,7 @@ class SimDisk:
             cuts = [c - offset for c in range((offset // sector + 1) * sector, offset + len(buf), sector)]
             if cuts:
                 _apply_data(data, (offset, buf[: rng.choice(cuts)]))
-        f.data, f.durable, f.pending = data, bytes(data), []
+        f.data, f.durable, f.pending = data, bytearray(data), []
 
     def flip_bit(self, rng: random.Random | None = None, path: StrPath | None = None,
                  at: tuple[int, int] | None = None) -> tuple[str, int, int]:
@@ -331,9 +333,7 @@ class SimDisk:
             f = self._file(path)
         offset, bit = at or (rng.randrange(len(f.durable)), rng.randrange(8))
         offset %= len(f.durable)
-        durable = bytearray(f.durable)
-        durable[offset] ^= 1 << bit
-        f.durable = bytes(durable)
+        f.durable[offset] ^= 1 << bit
         if offset < len(f.data):
             f.data[offset] ^= 1 << bit
         return os.fspath(path), offset, bit
@@ -406,10 +406,10 @@ class SimDisk:
         if self.faults.fsync_eio_rate and self.rng.random() < self.faults.fsync_eio_rate:
             f.pending = []  # Linux marks the failed pages clean: that data never reaches the disk
             raise OSError(errno.EIO, "Input/output error")
-        durable = bytearray(f.durable)  # not f.data: it may hold pages a failed sync dropped
+        durable = f.durable  # not f.data: it may hold pages a failed sync dropped
         for op in f.pending:
             _apply_data(durable, op)
-        f.durable, f.pending = bytes(durable), []
+        f.pending = []
 
     fdatasync = fsync
 
