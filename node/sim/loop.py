@@ -18,7 +18,9 @@ Determinism rests on:
 - one thread and no real I/O: `run_in_executor` (hence `asyncio.to_thread`) runs the function
   inline (its result delivered after the simulated disk's fsync latency, if any), and sockets exist only in SimNetwork, whose randomness is one seeded random.Random;
 - the ready queue being FIFO (asyncio's own) and timers ordered by (when, creation sequence), so
-  equal deadlines fire in the order they were set;
+  equal deadlines fire in the order they were set (the heap holds (when, sequence, handle)
+  tuples: their order is compared in C, where a TimerHandle subclass with Python comparisons
+  cost the heap over two million Python calls a swarm seed);
 - tasks and futures hashing by creation sequence instead of id(): sets of tasks (RpcServer keeps
   some, asyncio.wait builds them, all_tasks() iterates a WeakSet) then iterate in the same
   order on every run;
@@ -45,6 +47,13 @@ from typing import Any, Protocol
 from node.disk import fsync_meter
 
 _CLEANUP_SECONDS = 60.0  # virtual time close() grants the living to finish
+# asyncio's own (base_events): a heap with this many timers, more than this fraction of them
+# cancelled, is rebuilt without them; a wait is at most a day
+_MIN_SCHEDULED = 100
+_MIN_CANCELLED_FRACTION = 0.5
+_MAX_WAIT = 24 * 3600.0
+
+heappop, heappush = heapq.heappop, heapq.heappush
 
 
 class SimDeadlock(RuntimeError):
@@ -91,11 +100,45 @@ def _doomed(context: contextvars.Context | None) -> bool:
 
 class _SimFuture(asyncio.Future):
     def __init__(self, *, loop: asyncio.AbstractEventLoop):
-        super().__init__(loop=loop)
+        asyncio.Future.__init__(self, loop=loop)
         self._sim_seq = next(loop._seq)
 
     def __hash__(self) -> int:
         return self._sim_seq
+
+
+class _Handle(asyncio.Handle):
+    """asyncio's Handle, made without asking the loop whether it is in debug mode (a method
+    call per callback, a few per cent of a seed): the simulator keeps no source tracebacks."""
+
+    __slots__ = ()
+
+    def __init__(self, callback, args, loop, context):
+        self._context = contextvars.copy_context() if context is None else context
+        self._loop = loop
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+        self._repr = None
+        self._source_traceback = None
+
+
+class _TimerHandle(asyncio.TimerHandle):
+    """asyncio's TimerHandle, made as `_Handle` is. The heap orders (when, sequence) tuples,
+    never the handles, so their comparisons are never called."""
+
+    __slots__ = ()
+
+    def __init__(self, when, callback, args, loop, context):
+        self._context = contextvars.copy_context() if context is None else context
+        self._loop = loop
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+        self._repr = None
+        self._source_traceback = None
+        self._when = when
+        self._scheduled = False
 
 
 class _SimTask(asyncio.Task):
@@ -105,45 +148,6 @@ class _SimTask(asyncio.Task):
 
     def __hash__(self) -> int:
         return self._sim_seq
-
-
-class _Timer(asyncio.TimerHandle):
-    """A timer that breaks deadline ties by creation order (asyncio's heap breaks them by luck)."""
-
-    __slots__ = ("_seq",)
-
-    def __init__(self, when, callback, args, loop, context, seq):
-        super().__init__(when, callback, args, loop, context)
-        self._seq = seq
-
-    def _key(self) -> tuple[float, int]:
-        return self._when, self._seq
-
-    def __lt__(self, other):
-        return self._key() < other._key()
-
-    def __le__(self, other):
-        return self._key() <= other._key()
-
-    def __gt__(self, other):
-        return self._key() > other._key()
-
-    def __ge__(self, other):
-        return self._key() >= other._key()
-
-
-class _VirtualClock:
-    """Stands in for the selector: 'waiting for I/O' is advancing virtual time."""
-
-    def __init__(self, loop: SimLoop):
-        self._loop = loop
-
-    def select(self, timeout: float | None) -> list:
-        self._loop._advance(timeout)
-        return []
-
-    def close(self) -> None:
-        pass
 
 
 class Network(Protocol):
@@ -165,7 +169,7 @@ class SimLoop(asyncio.BaseEventLoop):
 
     def __init__(self, network: Network):
         super().__init__()
-        self._selector = _VirtualClock(self)
+        self._selector = None  # no I/O to wait for: `_run_once` advances virtual time itself
         self._clock_resolution = 1e-9  # the platform's would differ between machines
         self._now = 0.0
         self._seq = itertools.count()  # creation order of timers, tasks and futures
@@ -179,32 +183,83 @@ class SimLoop(asyncio.BaseEventLoop):
     def time(self) -> float:
         return self._now
 
-    def _advance(self, timeout: float | None) -> None:
-        if timeout is None:
-            raise SimDeadlock(f"at t={self._now:.6f}: nothing is ready and no timer is pending")
-        target = self._now + timeout
-        if self._scheduled:  # land exactly on the deadline, not a rounding error before it
-            target = min(target, self._scheduled[0]._when)
-        self._now = max(self._now, target)
-
-    def _process_events(self, event_list: list) -> None:
-        pass
+    def _run_once(self) -> None:
+        """One iteration of asyncio's loop (BaseEventLoop._run_once), on virtual time: drop the
+        cancelled timers at the head of the heap; when nothing is ready, jump to the earliest
+        deadline (SimDeadlock if there is none); move the timers now due behind what is
+        ready; run what was ready at the start of this iteration, not what it schedules. The
+        same steps in the same order as asyncio's, so a seed runs the same schedule, without
+        the selector and the Python-level timer comparisons, which cost as much as the
+        engine's own code on an idle cluster."""
+        ready, heap = self._ready, self._scheduled
+        if (len(heap) > _MIN_SCHEDULED and
+                self._timer_cancelled_count / len(heap) > _MIN_CANCELLED_FRACTION):
+            live = []
+            for entry in heap:
+                if entry[2]._cancelled:
+                    entry[2]._scheduled = False
+                else:
+                    live.append(entry)
+            heapq.heapify(live)
+            self._scheduled = heap = live
+            self._timer_cancelled_count = 0
+        else:
+            while heap and heap[0][2]._cancelled:
+                self._timer_cancelled_count -= 1
+                heappop(heap)[2]._scheduled = False
+        now = self._now
+        if not ready and not self._stopping:
+            if not heap:
+                raise SimDeadlock(f"at t={now:.6f}: nothing is ready and no timer is pending")
+            # asyncio's timeout, then landing exactly on the deadline, not a rounding error
+            # past it: bit for bit what the selector's wait did
+            delay = heap[0][0] - now
+            if delay > 0:
+                target = now + (delay if delay < _MAX_WAIT else _MAX_WAIT)
+                if target > heap[0][0]:
+                    target = heap[0][0]
+                if target > now:
+                    self._now = now = target
+        end = now + self._clock_resolution
+        while heap and heap[0][0] < end:
+            handle = heappop(heap)[2]
+            handle._scheduled = False
+            ready.append(handle)
+        popleft = ready.popleft
+        for _ in range(len(ready)):
+            handle = popleft()
+            if handle._cancelled:
+                continue
+            try:  # Handle._run, inline
+                handle._context.run(handle._callback, *handle._args)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                _report(handle, exc)
+        handle = None  # as asyncio: no cycle through the last callback's exception
 
     def _write_to_self(self) -> None:
         pass  # single-threaded: nothing to wake
 
     # -- scheduling ------------------------------------------------------------------------
     def call_soon(self, callback, *args, context=None):
-        if _doomed(context):
-            return _stillborn(asyncio.Handle(callback, args, self, context))
-        return super().call_soon(callback, *args, context=context)
+        """asyncio's call_soon (FIFO), refusing quietly what a dead process schedules."""
+        proc = SIM_HOST.get() if context is None else context.get(SIM_HOST)
+        if proc is not None and not proc.alive:
+            return _stillborn(_Handle(callback, args, self, context))
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        handle = _Handle(callback, args, self, context)
+        self._ready.append(handle)
+        return handle
 
     def call_at(self, when, callback, *args, context=None):
-        timer = _Timer(when, callback, args, self, context, next(self._seq))
+        seq = next(self._seq)
+        timer = _TimerHandle(when, callback, args, self, context)
         if _doomed(context):
             return _stillborn(timer)
         self._check_closed()
-        heapq.heappush(self._scheduled, timer)
+        heappush(self._scheduled, (when, seq, timer))
         timer._scheduled = True
         return timer
 
@@ -261,7 +316,8 @@ class SimLoop(asyncio.BaseEventLoop):
             self.graveyard.append(proc)
             for task in proc.tasks:
                 task._log_destroy_pending = False
-            for handle in itertools.chain(self._ready, self._scheduled):
+            timers = (entry[2] for entry in self._scheduled)
+            for handle in itertools.chain(self._ready, timers):
                 if owner(handle._context) is proc:
                     handle.cancel()
         self.network.host_crashed(host)
@@ -325,6 +381,17 @@ def _settle(fut: asyncio.Future, outcome: tuple[bool, Any]) -> None:
         fut.set_result(value)
     else:
         fut.set_exception(value)
+
+
+def _report(handle: asyncio.Handle, exc: BaseException) -> None:
+    """A callback raised: reported as Handle._run reports it, to the exception handler."""
+    from asyncio import format_helpers
+
+    cb = format_helpers._format_callback_source(handle._callback, handle._args)
+    context = {"message": f"Exception in callback {cb}", "exception": exc, "handle": handle}
+    if handle._source_traceback:
+        context["source_traceback"] = handle._source_traceback
+    handle._loop.call_exception_handler(context)
 
 
 def _stillborn(handle: asyncio.Handle) -> asyncio.Handle:
