@@ -54,6 +54,7 @@ _MIN_CANCELLED_FRACTION = 0.5
 _MAX_WAIT = 24 * 3600.0
 
 heappop, heappush = heapq.heappop, heapq.heappush
+_new = object.__new__
 
 
 class SimDeadlock(RuntimeError):
@@ -183,73 +184,95 @@ class SimLoop(asyncio.BaseEventLoop):
     def time(self) -> float:
         return self._now
 
+    def set_debug(self, enabled: bool) -> None:
+        """Also `get_debug`, a C callable: asyncio's C Future and Task ask the loop at each
+        creation, and a Python method's frame there cost more than a per cent of a seed."""
+        super().set_debug(enabled)
+        self.get_debug = itertools.repeat(bool(enabled)).__next__
+
     def _run_once(self) -> None:
-        """One iteration of asyncio's loop (BaseEventLoop._run_once), on virtual time: drop the
-        cancelled timers at the head of the heap; when nothing is ready, jump to the earliest
-        deadline (SimDeadlock if there is none); move the timers now due behind what is
-        ready; run what was ready at the start of this iteration, not what it schedules. The
-        same steps in the same order as asyncio's, so a seed runs the same schedule, without
-        the selector and the Python-level timer comparisons, which cost as much as the
-        engine's own code on an idle cluster."""
-        ready, heap = self._ready, self._scheduled
-        if (len(heap) > _MIN_SCHEDULED and
-                self._timer_cancelled_count / len(heap) > _MIN_CANCELLED_FRACTION):
-            live = []
-            for entry in heap:
-                if entry[2]._cancelled:
-                    entry[2]._scheduled = False
-                else:
-                    live.append(entry)
-            heapq.heapify(live)
-            self._scheduled = heap = live
-            self._timer_cancelled_count = 0
-        else:
-            while heap and heap[0][2]._cancelled:
-                self._timer_cancelled_count -= 1
-                heappop(heap)[2]._scheduled = False
-        now = self._now
-        if not ready and not self._stopping:
-            if not heap:
-                raise SimDeadlock(f"at t={now:.6f}: nothing is ready and no timer is pending")
-            # asyncio's timeout, then landing exactly on the deadline, not a rounding error
-            # past it: bit for bit what the selector's wait did
-            delay = heap[0][0] - now
-            if delay > 0:
-                target = now + (delay if delay < _MAX_WAIT else _MAX_WAIT)
-                if target > heap[0][0]:
-                    target = heap[0][0]
-                if target > now:
-                    self._now = now = target
-        end = now + self._clock_resolution
-        while heap and heap[0][0] < end:
-            handle = heappop(heap)[2]
-            handle._scheduled = False
-            ready.append(handle)
+        """The iterations of asyncio's loop (BaseEventLoop._run_once) until one leaves it
+        stopping, on virtual time (run_forever, which calls this, would stop there). Each
+        drops the cancelled timers at the head of the heap; when nothing is ready, jumps to
+        the earliest deadline (SimDeadlock if there is none); moves the timers now due behind
+        what is ready; runs what was ready at its start, not what that schedules. The same
+        steps in the same order as asyncio's, so a seed runs the same schedule, without the
+        selector, the Python-level timer comparisons and a method call per iteration, which
+        together cost about as much as the engine's own code on an idle cluster."""
+        ready = self._ready
         popleft = ready.popleft
-        for _ in range(len(ready)):
-            handle = popleft()
-            if handle._cancelled:
-                continue
-            try:  # Handle._run, inline
-                handle._context.run(handle._callback, *handle._args)
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                _report(handle, exc)
-        handle = None  # as asyncio: no cycle through the last callback's exception
+        resolution = self._clock_resolution
+        while True:
+            heap = self._scheduled
+            if (len(heap) > _MIN_SCHEDULED and
+                    self._timer_cancelled_count / len(heap) > _MIN_CANCELLED_FRACTION):
+                live = []
+                for entry in heap:
+                    if entry[2]._cancelled:
+                        entry[2]._scheduled = False
+                    else:
+                        live.append(entry)
+                heapq.heapify(live)
+                self._scheduled = heap = live
+                self._timer_cancelled_count = 0
+            else:
+                while heap and heap[0][2]._cancelled:
+                    self._timer_cancelled_count -= 1
+                    heappop(heap)[2]._scheduled = False
+            now = self._now
+            if not ready and not self._stopping:
+                if not heap:
+                    raise SimDeadlock(f"at t={now:.6f}: nothing is ready and no timer is pending")
+                # asyncio's timeout, then landing exactly on the deadline, not a rounding
+                # error past it: bit for bit what the selector's wait did
+                delay = heap[0][0] - now
+                if delay > 0:
+                    target = now + (delay if delay < _MAX_WAIT else _MAX_WAIT)
+                    if target > heap[0][0]:
+                        target = heap[0][0]
+                    if target > now:
+                        self._now = now = target
+            end = now + resolution
+            while heap and heap[0][0] < end:
+                handle = heappop(heap)[2]
+                handle._scheduled = False
+                ready.append(handle)
+            for _ in range(len(ready)):
+                handle = popleft()
+                if handle._cancelled:
+                    continue
+                try:  # Handle._run, inline
+                    handle._context.run(handle._callback, *handle._args)
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    _report(handle, exc)
+            handle = None  # as asyncio: no cycle through the last callback's exception
+            if self._stopping:
+                return
 
     def _write_to_self(self) -> None:
         pass  # single-threaded: nothing to wake
 
     # -- scheduling ------------------------------------------------------------------------
     def call_soon(self, callback, *args, context=None):
-        """asyncio's call_soon (FIFO), refusing quietly what a dead process schedules."""
-        proc = SIM_HOST.get() if context is None else context.get(SIM_HOST)
+        """asyncio's call_soon (FIFO), refusing quietly what a dead process schedules. The
+        handle is made here, as `_Handle.__init__` would: a frame less for every callback."""
+        if context is None:
+            context = contextvars.copy_context()
+        proc = context.get(SIM_HOST)
         if proc is not None and not proc.alive:
             return _stillborn(_Handle(callback, args, self, context))
         if self._closed:
             raise RuntimeError("Event loop is closed")
-        handle = _Handle(callback, args, self, context)
+        handle = _new(_Handle)
+        handle._context = context
+        handle._loop = self
+        handle._callback = callback
+        handle._args = args
+        handle._cancelled = False
+        handle._repr = None
+        handle._source_traceback = None
         self._ready.append(handle)
         return handle
 
