@@ -585,8 +585,8 @@ class StackSim:
         self.client = client
         await accept_test_table(client, workload.tablets, 3, timeout=120.0)
         names = {h: f"ts{i + 1}" for i, h in enumerate(self.tservers)}
-        rec = Recorder(self.out_dir / "history.jsonl",
-                       now_ns=lambda: int(self.loop.time() * 1e9))
+        rec = Recorder(self.out_dir / "history.jsonl",  # read once closed: buffered
+                       now_ns=lambda: int(self.loop.time() * 1e9), flush=False)
         mix = self.cfg.mix
         # shared handles want workers back to back: writes share a turn when one read of the
         # connection wakes several workers, which paced workers' own timers rarely do. Not
