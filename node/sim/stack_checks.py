@@ -160,7 +160,7 @@ class Invariants:
         from is metadata (the last OpId a tombstone kept) that may say less than it logged.
         Called inside the engine's send path, so a violation waits there for `check`."""
         server = self.sim.servers.get(host)
-        r = getattr(server, "replicas", {}).get(tablet)
+        r = _replica(server, tablet)
         if r is not None:
             self._logged[(host, tablet)] = _logged(r)
             if r.role is LEADER:
@@ -372,6 +372,15 @@ class Invariants:
                     f"master list: tablet server {host} heartbeats {sorted(hb.masters)} (masters "
                     f"config index {hb.masters_config_index}); the committed masters are "
                     f"{sorted(want_set)} (index {r.committed_config_index})")
+
+
+def _replica(server, tablet: str):
+    """`server.replicas.get(tablet)` (None for no server, or one not started far enough),
+    without building the dict of all its replicas: this runs for every message sent."""
+    tablets = getattr(server, "tablets", None)
+    if tablets is None:  # not started far enough, or a test's stand-in
+        return getattr(server, "replicas", {}).get(tablet)
+    return tablets.replica(tablet)
 
 
 def _logged(r) -> tuple[int, int]:
