@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import heapq
 import itertools
 from collections.abc import Callable, Coroutine
@@ -173,6 +174,8 @@ class SimLoop(asyncio.BaseEventLoop):
         self._selector = None  # no I/O to wait for: `_run_once` advances virtual time itself
         self._clock_resolution = 1e-9  # the platform's would differ between machines
         self._now = 0.0
+        # `time()` without a Python frame: the engine reads the clock several times a callback
+        self.time = functools.partial(getattr, self, "_now")
         self._seq = itertools.count()  # creation order of timers, tasks and futures
         self._procs: dict[str, SimProcess] = {}
         self.graveyard: list[SimProcess] = []
@@ -182,7 +185,7 @@ class SimLoop(asyncio.BaseEventLoop):
 
     # -- virtual time ----------------------------------------------------------------------
     def time(self) -> float:
-        return self._now
+        return self._now  # shadowed in __init__ by the same read, made in C
 
     def set_debug(self, enabled: bool) -> None:
         """Also `get_debug`, a C callable: asyncio's C Future and Task ask the loop at each
