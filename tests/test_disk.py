@@ -380,3 +380,29 @@ def test_fsync_meter_sums_the_sampled_latency_of_the_syncs_inside():
     with fsync_meter() as none:
         durable.write_atomic("/d/b", b"y", disk)
     assert none.seconds == 0.0
+
+
+def test_bytes_held_is_walked_again_after_every_change():
+    """bytes_held is cached between changes: after each kind of change (and across a crash's
+    incarnations, which share the files) it still equals a fresh walk."""
+    disk = SimDisk(random.Random(1))
+    steps = [
+        lambda d: d.mkdir("/d"),
+        lambda d: d.pwritev(d.open("/d/a", create=True), [b"x" * 100], 0),
+        lambda d: d.fsync(d.open("/d/a")),
+        lambda d: d.pwritev(d.open("/d/a"), [b"y" * 50], 90),
+        lambda d: d.ftruncate(d.open("/d/a"), 20),
+        lambda d: d.replace("/d/a", "/d/b"),
+        lambda d: d.fsync_dir("/d"),
+        lambda d: d.pwritev(d.open("/d/c", create=True), [b"z" * 7], 0),
+        lambda d: d.unlink("/d/c"),
+        lambda d: d.crash(random.Random(2)),
+        lambda d: d.rmtree("/d"),
+        lambda d: d.fsync_dir("/"),
+    ]
+    for step in steps:
+        assert disk.bytes_held() == disk._walk_held()
+        out = step(disk)
+        if isinstance(out, SimDisk):
+            disk = out
+        assert disk.bytes_held() == disk._walk_held()
