@@ -789,6 +789,9 @@ def _run_one(job: tuple[StackConfig, str]) -> StackResult:
 
     sys.unraisablehook = _quiet_fenced  # a worker process of the simulator's own
     gc.set_threshold(*GC_THRESHOLDS)
+    # An earlier seed's leftovers (coroutines of its crashed hosts) are closed now, not while
+    # this seed counts its probes: their `except BaseException` blocks (a copy's) count too.
+    gc.collect()
 
     out_dir = Path(out)
     t0 = time.monotonic()
