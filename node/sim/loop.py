@@ -95,15 +95,9 @@ def owner(context: contextvars.Context | None) -> SimProcess | None:
     return SIM_HOST.get() if context is None else context.get(SIM_HOST)
 
 
-def _doomed(context: contextvars.Context | None) -> bool:
-    proc = owner(context)
-    return proc is not None and not proc.alive
-
-
 class _SimFuture(asyncio.Future):
-    def __init__(self, *, loop: asyncio.AbstractEventLoop):
-        asyncio.Future.__init__(self, loop=loop)
-        self._sim_seq = next(loop._seq)
+    """Numbered by SimLoop.create_future, right after asyncio's own (C) initialisation: no
+    Python __init__ of its own, a frame less for every future."""
 
     def __hash__(self) -> int:
         return self._sim_seq
@@ -126,21 +120,10 @@ class _Handle(asyncio.Handle):
 
 
 class _TimerHandle(asyncio.TimerHandle):
-    """asyncio's TimerHandle, made as `_Handle` is. The heap orders (when, sequence) tuples,
-    never the handles, so their comparisons are never called."""
+    """asyncio's TimerHandle, made by SimLoop.call_at as `_Handle` is by call_soon. The heap
+    orders (when, sequence) tuples, never the handles, so their comparisons are never called."""
 
     __slots__ = ()
-
-    def __init__(self, when, callback, args, loop, context):
-        self._context = contextvars.copy_context() if context is None else context
-        self._loop = loop
-        self._callback = callback
-        self._args = args
-        self._cancelled = False
-        self._repr = None
-        self._source_traceback = None
-        self._when = when
-        self._scheduled = False
 
 
 class _SimTask(asyncio.Task):
@@ -279,18 +262,41 @@ class SimLoop(asyncio.BaseEventLoop):
         self._ready.append(handle)
         return handle
 
+    def call_later(self, delay, callback, *args, context=None):
+        """asyncio's call_later, without going through its Python frame to call_at."""
+        if delay is None:
+            raise TypeError("delay must not be None")
+        return self.call_at(self._now + delay, callback, *args, context=context)
+
     def call_at(self, when, callback, *args, context=None):
+        """asyncio's call_at, refusing quietly what a dead process schedules. The timer is
+        made here, as `_TimerHandle.__init__` would: a frame less for every timer."""
         seq = next(self._seq)
-        timer = _TimerHandle(when, callback, args, self, context)
-        if _doomed(context):
+        if context is None:
+            context = contextvars.copy_context()
+        timer = _new(_TimerHandle)
+        timer._context = context
+        timer._loop = self
+        timer._callback = callback
+        timer._args = args
+        timer._cancelled = False
+        timer._repr = None
+        timer._source_traceback = None
+        timer._when = when
+        timer._scheduled = False
+        proc = context.get(SIM_HOST)
+        if proc is not None and not proc.alive:
             return _stillborn(timer)
-        self._check_closed()
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
         heappush(self._scheduled, (when, seq, timer))
         timer._scheduled = True
         return timer
 
     def create_future(self) -> asyncio.Future:
-        return _SimFuture(loop=self)
+        fut = _SimFuture(loop=self)
+        fut._sim_seq = next(self._seq)
+        return fut
 
     def create_task(self, coro, *, name=None, context=None) -> asyncio.Task:
         self._check_closed()
