@@ -783,6 +783,18 @@ def _snapshots(mix: Mix) -> dict:
 GC_THRESHOLDS = (50_000, 20, 10)
 
 
+def _collect_quietly() -> None:
+    loggers = [logging.getLogger(name) for name in ("tessera", "node")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        gc.collect()
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
 def _run_one(job: tuple[StackConfig, str]) -> StackResult:
     cfg, out = job
     import time
@@ -790,8 +802,9 @@ def _run_one(job: tuple[StackConfig, str]) -> StackResult:
     sys.unraisablehook = _quiet_fenced  # a worker process of the simulator's own
     gc.set_threshold(*GC_THRESHOLDS)
     # An earlier seed's leftovers (coroutines of its crashed hosts) are closed now, not while
-    # this seed counts its probes: their `except BaseException` blocks (a copy's) count too.
-    gc.collect()
+    # this seed counts its probes: their `except BaseException` blocks (a copy's) count too,
+    # and log, as quietly as they would have inside a seed.
+    _collect_quietly()
 
     out_dir = Path(out)
     t0 = time.monotonic()
