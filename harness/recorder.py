@@ -16,9 +16,11 @@ from reports.history import HistoryWriter, Op
 
 
 class Recorder:
-    def __init__(self, path: Path, now_ns: Callable[[], int] = time.monotonic_ns):
-        """`now_ns`: the history's clock; the simulator passes its virtual time."""
-        self._writer = HistoryWriter(path)
+    def __init__(self, path: Path, now_ns: Callable[[], int] = time.monotonic_ns,
+                 flush: bool = True):
+        """`now_ns`: the history's clock; the simulator passes its virtual time. `flush`: each
+        op reaches the file as it is recorded (HistoryWriter; the simulator buffers)."""
+        self._writer = HistoryWriter(path, flush)
         self.wall_t0 = time.time()  # the wall clock at history time 0, to place node logs on it
         self._now_ns = now_ns
         self._t0 = now_ns()

@@ -200,7 +200,9 @@ class _File:
     def __init__(self, serial: int = 0) -> None:
         self.serial = serial  # creation order on its disk: older files have smaller serials
         self.data = bytearray()  # what reads see: the page cache
-        self.durable = b""  # what survives a crash for sure
+        # What survives a crash for sure. A bytearray, changed in place by each sync: a copy of
+        # the whole file per fsync made the simulator's WAL syncs quadratic in segment size.
+        self.durable = bytearray()
         # since the last sync: writes, truncations (and with SimFaults.preallocate, fallocates)
         self.pending: list[tuple[int, bytes] | int | _Alloc] = []
         # the length preallocated (SimFaults.preallocate): the file reads as zeros past its
@@ -257,6 +259,15 @@ def _apply_data(data: bytearray, op: tuple[int, bytes] | int) -> None:
     data[offset : offset + len(buf)] = buf
 
 
+class _Held:
+    """A disk's count of changes, and bytes_held as last walked at which count."""
+
+    __slots__ = ("changes", "walked", "total")
+
+    def __init__(self) -> None:
+        self.changes, self.walked, self.total = 0, -1, 0
+
+
 class _Handle:
     __slots__ = ("disk", "file", "closed")
 
@@ -286,9 +297,23 @@ class SimDisk:
         self._fenced = False
         self._temp_counter = 0
         self._serial = 0  # the last file serial handed out (shared by every incarnation)
+        self._held = _Held()  # bytes_held's cache (shared by every incarnation)
 
     def bytes_held(self) -> int:
-        """Bytes this disk keeps in memory for its files: what reads see and what is durable."""
+        """Bytes this disk keeps in memory for its files: what reads see and what is durable.
+        Walked again only after a change (`_changed`): the simulator asks every 0.1 virtual
+        s of every disk, most of which are idle."""
+        held = self._held
+        if held.walked == held.changes:
+            return held.total
+        held.walked, held.total = held.changes, self._walk_held()
+        return held.total
+
+    def _changed(self) -> None:
+        """A file's content or a directory's entries changed: bytes_held walks again."""
+        self._held.changes += 1
+
+    def _walk_held(self) -> int:
         total, dirs, seen = 0, [self._root], set()
         while dirs:
             d = dirs.pop()
@@ -333,6 +358,8 @@ class SimDisk:
         recover(self._root)
         nxt = SimDisk(self.rng, self.faults)
         nxt._root, nxt._temp_counter, nxt._serial = self._root, self._temp_counter, self._serial
+        nxt._held = self._held
+        self._changed()
         return nxt
 
     def _recover_file(self, f: _File, rng: random.Random | None) -> None:
@@ -346,7 +373,7 @@ class SimDisk:
             cuts = [c - offset for c in range((offset // sector + 1) * sector, offset + len(buf), sector)]
             if cuts:
                 _apply_data(data, (offset, buf[: rng.choice(cuts)]))
-        f.data, f.durable, f.pending = data, bytes(data), []
+        f.data, f.durable, f.pending = data, bytearray(data), []
         f.alloc = f.durable_alloc = alloc
 
     def flip_bit(self, rng: random.Random | None = None, path: StrPath | None = None,
@@ -365,9 +392,8 @@ class SimDisk:
             f = self._file(path)
         offset, bit = at or (rng.randrange(len(f.durable)), rng.randrange(8))
         offset %= len(f.durable)
-        durable = bytearray(f.durable)
-        durable[offset] ^= 1 << bit
-        f.durable = bytes(durable)
+        f.durable[offset] ^= 1 << bit
+        self._changed()
         if offset < len(f.data):
             f.data[offset] ^= 1 << bit
         return os.fspath(path), offset, bit
@@ -380,8 +406,9 @@ class SimDisk:
         """The file cut to `length` bytes (a lost extent, an interrupted copy)."""
         f = self._at_rest(path)
         del f.data[length:]
-        f.durable = bytes(f.data)
+        f.durable = bytearray(f.data)
         f.alloc = f.durable_alloc = min(f.alloc, length)
+        self._changed()
 
     def zero_at_rest(self, path: StrPath, offset: int, length: int) -> None:
         """`length` bytes from `offset` read back as zeros (a lost or remapped sector)."""
@@ -389,7 +416,8 @@ class SimDisk:
         stop = min(offset + length, len(f.data))  # the preallocated rest reads as zeros already
         if stop > offset:
             f.data[offset:stop] = bytes(stop - offset)
-            f.durable = bytes(f.data)
+            f.durable = bytearray(f.data)
+            self._changed()
 
     def lose_at_rest(self, path: StrPath) -> None:
         """The file's name gone (a file system check moved it to lost+found, an rm)."""
@@ -398,23 +426,25 @@ class SimDisk:
             raise ValueError(f"{path}: not a file at rest")
         del parent.entries[name]
         parent.durable = dict(parent.entries)
+        self._changed()
 
     def misplace_at_rest(self, path: StrPath, source_disk: SimDisk, source: StrPath) -> None:
         """The file now holds what `source` on `source_disk` (this one, or another server's)
         holds durably (a misdirected write of a whole file, an operator copying the wrong file
         into its place)."""
         f, src = self._at_rest(path), source_disk._file(source)
-        f.data, f.durable = bytearray(src.durable), src.durable
+        f.data, f.durable = bytearray(src.durable), bytearray(src.durable)
         f.alloc = f.durable_alloc = src.durable_alloc
+        self._changed()
 
     def durable_bytes(self, path: StrPath) -> bytes:
         """What a crash now would keep of the file's data (its preallocated zeros left out)."""
-        return self._file(path).durable
+        return bytes(self._file(path).durable)
 
     def _at_rest(self, path: StrPath) -> _File:
         self._check()
         f = self._file(path)
-        if f.pending or f.alloc != f.durable_alloc or bytes(f.data) != f.durable:
+        if f.pending or f.alloc != f.durable_alloc or f.data != f.durable:
             raise ValueError(f"{path}: not at rest (unsynced changes)")
         return f
 
@@ -450,6 +480,7 @@ class SimDisk:
             self._serial += 1
             node = _File(self._serial)
             parent.change((name, node))
+            self._changed()
         elif node is None:
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", os.fspath(path))
         elif isinstance(node, _Dir):
@@ -478,6 +509,7 @@ class SimDisk:
         op = (offset, buf)
         _apply_data(f.data, op)
         f.pending.append(op)
+        self._changed()
         return len(buf)
 
     def fsync(self, fd: _Handle) -> None:
@@ -486,14 +518,16 @@ class SimDisk:
         if self.faults.fsync_eio_rate and self.rng.random() < self.faults.fsync_eio_rate:
             f.pending = []  # Linux marks the failed pages clean: that data never reaches the disk
             raise OSError(errno.EIO, "Input/output error")
-        durable = bytearray(f.durable)  # not f.data: it may hold pages a failed sync dropped
-        f.durable_alloc = f.settle(durable, f.pending)
-        f.durable, f.pending = bytes(durable), []
+        # in place, from f.durable, not f.data: it may hold pages a failed sync dropped
+        f.durable_alloc = f.settle(f.durable, f.pending)
+        f.pending = []
+        self._changed()
 
     fdatasync = fsync
 
     def ftruncate(self, fd: _Handle, length: int) -> None:
         f = self._handle(fd).file
+        self._changed()
         if length > f.size():
             _apply_data(f.data, (length, b""))
             f.pending.append((length, b""))
@@ -535,6 +569,7 @@ class SimDisk:
             raise IsADirectoryError(errno.EISDIR, "Is a directory", os.fspath(dst))
         if sname != dname:
             sparent.change((sname, None), (dname, node))
+            self._changed()
 
     def unlink(self, path: StrPath) -> None:
         parent, name = self._parent(path)
@@ -544,6 +579,7 @@ class SimDisk:
         if isinstance(node, _Dir):
             raise IsADirectoryError(errno.EISDIR, "Is a directory", os.fspath(path))
         parent.change((name, None))
+        self._changed()
 
     def listdir(self, path: StrPath) -> list[str]:
         return sorted(self._dir(path).entries)
@@ -553,6 +589,7 @@ class SimDisk:
         if name in parent.entries:
             raise FileExistsError(errno.EEXIST, "File exists", os.fspath(path))
         parent.change((name, _Dir()))
+        self._changed()
 
     def isdir(self, path: StrPath) -> bool:
         return isinstance(self._lookup(path), _Dir)
@@ -564,6 +601,7 @@ class SimDisk:
         d = self._dir(path)
         self._meter_sync()
         d.durable, d.pending = dict(d.entries), []
+        self._changed()
 
     def rmtree(self, path: StrPath) -> None:
         node = self._lookup(path)
@@ -577,6 +615,7 @@ class SimDisk:
                 node.change((name, None))
         parent, name = self._parent(path)
         parent.change((name, None))
+        self._changed()
 
     # ---- internals ----
 

@@ -465,3 +465,29 @@ def test_damage_at_rest_truncates_zeroes_loses_and_misplaces_files():
     with pytest.raises(ValueError, match="not at rest"):
         after.truncate_at_rest("/d/b", 1)
     assert after.durable_bytes("/d/b") == b"a" * 100
+
+
+def test_bytes_held_is_walked_again_after_every_change():
+    """bytes_held is cached between changes: after each kind of change (and across a crash's
+    incarnations, which share the files) it still equals a fresh walk."""
+    disk = SimDisk(random.Random(1))
+    steps = [
+        lambda d: d.mkdir("/d"),
+        lambda d: d.pwritev(d.open("/d/a", create=True), [b"x" * 100], 0),
+        lambda d: d.fsync(d.open("/d/a")),
+        lambda d: d.pwritev(d.open("/d/a"), [b"y" * 50], 90),
+        lambda d: d.ftruncate(d.open("/d/a"), 20),
+        lambda d: d.replace("/d/a", "/d/b"),
+        lambda d: d.fsync_dir("/d"),
+        lambda d: d.pwritev(d.open("/d/c", create=True), [b"z" * 7], 0),
+        lambda d: d.unlink("/d/c"),
+        lambda d: d.crash(random.Random(2)),
+        lambda d: d.rmtree("/d"),
+        lambda d: d.fsync_dir("/"),
+    ]
+    for step in steps:
+        assert disk.bytes_held() == disk._walk_held()
+        out = step(disk)
+        if isinstance(out, SimDisk):
+            disk = out
+        assert disk.bytes_held() == disk._walk_held()

@@ -18,7 +18,9 @@ Determinism rests on:
 - one thread and no real I/O: `run_in_executor` (hence `asyncio.to_thread`) runs the function
   inline (its result delivered after the simulated disk's fsync latency, if any), and sockets exist only in SimNetwork, whose randomness is one seeded random.Random;
 - the ready queue being FIFO (asyncio's own) and timers ordered by (when, creation sequence), so
-  equal deadlines fire in the order they were set;
+  equal deadlines fire in the order they were set (the heap holds (when, sequence, handle)
+  tuples: their order is compared in C, where a TimerHandle subclass with Python comparisons
+  cost the heap over two million Python calls a swarm seed);
 - tasks and futures hashing by creation sequence instead of id(): sets of tasks (RpcServer keeps
   some, asyncio.wait builds them, all_tasks() iterates a WeakSet) then iterate in the same
   order on every run;
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import heapq
 import itertools
 from collections.abc import Callable, Coroutine
@@ -45,6 +48,14 @@ from typing import Any, Protocol
 from node.disk import fsync_meter
 
 _CLEANUP_SECONDS = 60.0  # virtual time close() grants the living to finish
+# asyncio's own (base_events): a heap with this many timers, more than this fraction of them
+# cancelled, is rebuilt without them; a wait is at most a day
+_MIN_SCHEDULED = 100
+_MIN_CANCELLED_FRACTION = 0.5
+_MAX_WAIT = 24 * 3600.0
+
+heappop, heappush = heapq.heappop, heapq.heappush
+_new = object.__new__
 
 
 class SimDeadlock(RuntimeError):
@@ -84,18 +95,35 @@ def owner(context: contextvars.Context | None) -> SimProcess | None:
     return SIM_HOST.get() if context is None else context.get(SIM_HOST)
 
 
-def _doomed(context: contextvars.Context | None) -> bool:
-    proc = owner(context)
-    return proc is not None and not proc.alive
-
-
 class _SimFuture(asyncio.Future):
-    def __init__(self, *, loop: asyncio.AbstractEventLoop):
-        super().__init__(loop=loop)
-        self._sim_seq = next(loop._seq)
+    """Numbered by SimLoop.create_future, right after asyncio's own (C) initialisation: no
+    Python __init__ of its own, a frame less for every future."""
 
     def __hash__(self) -> int:
         return self._sim_seq
+
+
+class _Handle(asyncio.Handle):
+    """asyncio's Handle, made without asking the loop whether it is in debug mode (a method
+    call per callback, a few per cent of a seed): the simulator keeps no source tracebacks."""
+
+    __slots__ = ()
+
+    def __init__(self, callback, args, loop, context):
+        self._context = contextvars.copy_context() if context is None else context
+        self._loop = loop
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+        self._repr = None
+        self._source_traceback = None
+
+
+class _TimerHandle(asyncio.TimerHandle):
+    """asyncio's TimerHandle, made by SimLoop.call_at as `_Handle` is by call_soon. The heap
+    orders (when, sequence) tuples, never the handles, so their comparisons are never called."""
+
+    __slots__ = ()
 
 
 class _SimTask(asyncio.Task):
@@ -105,45 +133,6 @@ class _SimTask(asyncio.Task):
 
     def __hash__(self) -> int:
         return self._sim_seq
-
-
-class _Timer(asyncio.TimerHandle):
-    """A timer that breaks deadline ties by creation order (asyncio's heap breaks them by luck)."""
-
-    __slots__ = ("_seq",)
-
-    def __init__(self, when, callback, args, loop, context, seq):
-        super().__init__(when, callback, args, loop, context)
-        self._seq = seq
-
-    def _key(self) -> tuple[float, int]:
-        return self._when, self._seq
-
-    def __lt__(self, other):
-        return self._key() < other._key()
-
-    def __le__(self, other):
-        return self._key() <= other._key()
-
-    def __gt__(self, other):
-        return self._key() > other._key()
-
-    def __ge__(self, other):
-        return self._key() >= other._key()
-
-
-class _VirtualClock:
-    """Stands in for the selector: 'waiting for I/O' is advancing virtual time."""
-
-    def __init__(self, loop: SimLoop):
-        self._loop = loop
-
-    def select(self, timeout: float | None) -> list:
-        self._loop._advance(timeout)
-        return []
-
-    def close(self) -> None:
-        pass
 
 
 class Network(Protocol):
@@ -165,9 +154,11 @@ class SimLoop(asyncio.BaseEventLoop):
 
     def __init__(self, network: Network):
         super().__init__()
-        self._selector = _VirtualClock(self)
+        self._selector = None  # no I/O to wait for: `_run_once` advances virtual time itself
         self._clock_resolution = 1e-9  # the platform's would differ between machines
         self._now = 0.0
+        # `time()` without a Python frame: the engine reads the clock several times a callback
+        self.time = functools.partial(getattr, self, "_now")
         self._seq = itertools.count()  # creation order of timers, tasks and futures
         self._procs: dict[str, SimProcess] = {}
         self.graveyard: list[SimProcess] = []
@@ -177,39 +168,135 @@ class SimLoop(asyncio.BaseEventLoop):
 
     # -- virtual time ----------------------------------------------------------------------
     def time(self) -> float:
-        return self._now
+        return self._now  # shadowed in __init__ by the same read, made in C
 
-    def _advance(self, timeout: float | None) -> None:
-        if timeout is None:
-            raise SimDeadlock(f"at t={self._now:.6f}: nothing is ready and no timer is pending")
-        target = self._now + timeout
-        if self._scheduled:  # land exactly on the deadline, not a rounding error before it
-            target = min(target, self._scheduled[0]._when)
-        self._now = max(self._now, target)
+    def set_debug(self, enabled: bool) -> None:
+        """Also `get_debug`, a C callable: asyncio's C Future and Task ask the loop at each
+        creation, and a Python method's frame there cost more than a per cent of a seed."""
+        super().set_debug(enabled)
+        self.get_debug = itertools.repeat(bool(enabled)).__next__
 
-    def _process_events(self, event_list: list) -> None:
-        pass
+    def _run_once(self) -> None:
+        """The iterations of asyncio's loop (BaseEventLoop._run_once) until one leaves it
+        stopping, on virtual time (run_forever, which calls this, would stop there). Each
+        drops the cancelled timers at the head of the heap; when nothing is ready, jumps to
+        the earliest deadline (SimDeadlock if there is none); moves the timers now due behind
+        what is ready; runs what was ready at its start, not what that schedules. The same
+        steps in the same order as asyncio's, so a seed runs the same schedule, without the
+        selector, the Python-level timer comparisons and a method call per iteration, which
+        together cost about as much as the engine's own code on an idle cluster."""
+        ready = self._ready
+        popleft = ready.popleft
+        resolution = self._clock_resolution
+        while True:
+            heap = self._scheduled
+            if (len(heap) > _MIN_SCHEDULED and
+                    self._timer_cancelled_count / len(heap) > _MIN_CANCELLED_FRACTION):
+                live = []
+                for entry in heap:
+                    if entry[2]._cancelled:
+                        entry[2]._scheduled = False
+                    else:
+                        live.append(entry)
+                heapq.heapify(live)
+                self._scheduled = heap = live
+                self._timer_cancelled_count = 0
+            else:
+                while heap and heap[0][2]._cancelled:
+                    self._timer_cancelled_count -= 1
+                    heappop(heap)[2]._scheduled = False
+            now = self._now
+            if not ready and not self._stopping:
+                if not heap:
+                    raise SimDeadlock(f"at t={now:.6f}: nothing is ready and no timer is pending")
+                # asyncio's timeout, then landing exactly on the deadline, not a rounding
+                # error past it: bit for bit what the selector's wait did
+                delay = heap[0][0] - now
+                if delay > 0:
+                    target = now + (delay if delay < _MAX_WAIT else _MAX_WAIT)
+                    if target > heap[0][0]:
+                        target = heap[0][0]
+                    if target > now:
+                        self._now = now = target
+            end = now + resolution
+            while heap and heap[0][0] < end:
+                handle = heappop(heap)[2]
+                handle._scheduled = False
+                ready.append(handle)
+            for _ in range(len(ready)):
+                handle = popleft()
+                if handle._cancelled:
+                    continue
+                try:  # Handle._run, inline
+                    handle._context.run(handle._callback, *handle._args)
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    _report(handle, exc)
+            handle = None  # as asyncio: no cycle through the last callback's exception
+            if self._stopping:
+                return
 
     def _write_to_self(self) -> None:
         pass  # single-threaded: nothing to wake
 
     # -- scheduling ------------------------------------------------------------------------
     def call_soon(self, callback, *args, context=None):
-        if _doomed(context):
-            return _stillborn(asyncio.Handle(callback, args, self, context))
-        return super().call_soon(callback, *args, context=context)
+        """asyncio's call_soon (FIFO), refusing quietly what a dead process schedules. The
+        handle is made here, as `_Handle.__init__` would: a frame less for every callback."""
+        if context is None:
+            context = contextvars.copy_context()
+        proc = context.get(SIM_HOST)
+        if proc is not None and not proc.alive:
+            return _stillborn(_Handle(callback, args, self, context))
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        handle = _new(_Handle)
+        handle._context = context
+        handle._loop = self
+        handle._callback = callback
+        handle._args = args
+        handle._cancelled = False
+        handle._repr = None
+        handle._source_traceback = None
+        self._ready.append(handle)
+        return handle
+
+    def call_later(self, delay, callback, *args, context=None):
+        """asyncio's call_later, without going through its Python frame to call_at."""
+        if delay is None:
+            raise TypeError("delay must not be None")
+        return self.call_at(self._now + delay, callback, *args, context=context)
 
     def call_at(self, when, callback, *args, context=None):
-        timer = _Timer(when, callback, args, self, context, next(self._seq))
-        if _doomed(context):
+        """asyncio's call_at, refusing quietly what a dead process schedules. The timer is
+        made here, as `_TimerHandle.__init__` would: a frame less for every timer."""
+        seq = next(self._seq)
+        if context is None:
+            context = contextvars.copy_context()
+        timer = _new(_TimerHandle)
+        timer._context = context
+        timer._loop = self
+        timer._callback = callback
+        timer._args = args
+        timer._cancelled = False
+        timer._repr = None
+        timer._source_traceback = None
+        timer._when = when
+        timer._scheduled = False
+        proc = context.get(SIM_HOST)
+        if proc is not None and not proc.alive:
             return _stillborn(timer)
-        self._check_closed()
-        heapq.heappush(self._scheduled, timer)
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        heappush(self._scheduled, (when, seq, timer))
         timer._scheduled = True
         return timer
 
     def create_future(self) -> asyncio.Future:
-        return _SimFuture(loop=self)
+        fut = _SimFuture(loop=self)
+        fut._sim_seq = next(self._seq)
+        return fut
 
     def create_task(self, coro, *, name=None, context=None) -> asyncio.Task:
         self._check_closed()
@@ -261,7 +348,8 @@ class SimLoop(asyncio.BaseEventLoop):
             self.graveyard.append(proc)
             for task in proc.tasks:
                 task._log_destroy_pending = False
-            for handle in itertools.chain(self._ready, self._scheduled):
+            timers = (entry[2] for entry in self._scheduled)
+            for handle in itertools.chain(self._ready, timers):
                 if owner(handle._context) is proc:
                     handle.cancel()
         self.network.host_crashed(host)
@@ -327,6 +415,17 @@ def _settle(fut: asyncio.Future, outcome: tuple[bool, Any]) -> None:
         fut.set_result(value)
     else:
         fut.set_exception(value)
+
+
+def _report(handle: asyncio.Handle, exc: BaseException) -> None:
+    """A callback raised: reported as Handle._run reports it, to the exception handler."""
+    from asyncio import format_helpers
+
+    cb = format_helpers._format_callback_source(handle._callback, handle._args)
+    context = {"message": f"Exception in callback {cb}", "exception": exc, "handle": handle}
+    if handle._source_traceback:
+        context["source_traceback"] = handle._source_traceback
+    handle._loop.call_exception_handler(context)
 
 
 def _stillborn(handle: asyncio.Handle) -> asyncio.Handle:

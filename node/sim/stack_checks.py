@@ -19,10 +19,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from node.consensus import AppendResponse, VoteRequest, VoteResponse
+from node.consensus import AppendResponse, Role, VoteRequest, VoteResponse
 from node.master.catalog import CATALOG, Catalog
 
 DATA_DIR = Path("/data")  # every server's, on its own SimDisk
+# compared by identity: `role.name` is an enum descriptor's Python call, and the lease check
+# reads every replica's role a hundred times a virtual second
+LEADER = Role.LEADER
 
 
 class StackViolation(Exception):
@@ -92,7 +95,7 @@ class Invariants:
                     raise StackViolation(f"safety guard: tablet {tablet} on {host} (replica "
                                          f"{r.uuid}) FAILED: {r.failed}")
                 self._check_term_and_vote(host, tablet, r)
-                if r.role.name == "LEADER":
+                if r.role is LEADER:
                     holder = self._leaders.setdefault((tablet, r.term), r.uuid)
                     if holder != r.uuid:
                         raise StackViolation(f"election safety: tablet {tablet} term {r.term} has "
@@ -109,7 +112,7 @@ class Invariants:
                 self._checked[(host, tablet)] = max(done, r.commit_index)
                 if states and not r.failed:
                     applied = r.state.last_applied_index
-                    crc = table_checksum(dict(r.state.data))
+                    crc = table_checksum(r.state.data)  # no await: nothing changes it meanwhile
                     holder, seen = self._state_at.setdefault((tablet, applied), (host, crc))
                     if seen != crc:
                         raise StackViolation(
@@ -136,7 +139,7 @@ class Invariants:
         now, leases = self.sim.loop.time(), []
         for host, server in self.sim.servers.items():
             for tablet, r in list(getattr(server, "replicas", {}).items()):
-                if r.role.name != "LEADER":
+                if r.role is not LEADER:
                     continue
                 top = self._top_leader.get(tablet)
                 if top is None or r.term > top[0]:
@@ -158,10 +161,10 @@ class Invariants:
         from is metadata (the last OpId a tombstone kept) that may say less than it logged.
         Called inside the engine's send path, so a violation waits there for `check`."""
         server = self.sim.servers.get(host)
-        r = getattr(server, "replicas", {}).get(tablet)
+        r = _replica(server, tablet)
         if r is not None:
             self._logged[(host, tablet)] = _logged(r)
-            if r.role.name == "LEADER":
+            if r.role is LEADER:
                 self._check_acks(host, tablet, r)
         for m in messages:
             if type(m) is AppendResponse and m.success:
@@ -374,6 +377,15 @@ class Invariants:
                     f"master list: tablet server {host} heartbeats {sorted(hb.masters)} (masters "
                     f"config index {hb.masters_config_index}); the committed masters are "
                     f"{sorted(want_set)} (index {r.committed_config_index})")
+
+
+def _replica(server, tablet: str):
+    """`server.replicas.get(tablet)` (None for no server, or one not started far enough),
+    without building the dict of all its replicas: this runs for every message sent."""
+    tablets = getattr(server, "tablets", None)
+    if tablets is None:  # not started far enough, or a test's stand-in
+        return getattr(server, "replicas", {}).get(tablet)
+    return tablets.replica(tablet)
 
 
 def _logged(r) -> tuple[int, int]:

@@ -23,11 +23,18 @@ def _rows(data: dict[str, Any]) -> Iterator[tuple[str, bytes]]:
 
 
 def table_checksum(data: dict[str, Any]) -> int:
-    """CRC32C of every row's canonical encoding, in key order."""
-    crc = 0
-    for _, row in _rows(data):
-        crc = crc32c(row, crc)
-    return crc
+    """CRC32C of every row's canonical encoding, in key order. Computed as one encoding of the
+    list of rows, less its array header: msgpack encodes an array as its header and then each
+    element as alone, and a CRC over concatenated bytes is the CRC chained row by row, so the
+    value is the same as row by row, for a fraction of the calls (the simulator checksums
+    every replica five times a virtual second)."""
+    rows = [[key, data[key]] for key in sorted(data)]
+    return crc32c(memoryview(_encoder.encode(rows))[_array_header_bytes(len(rows)):])
+
+
+def _array_header_bytes(n: int) -> int:
+    """The size of a msgpack array header for n elements: fixarray, array 16, array 32."""
+    return 1 if n < 16 else 3 if n < 1 << 16 else 5
 
 
 def row_hashes(data: dict[str, Any]) -> list[tuple[str, int]]:

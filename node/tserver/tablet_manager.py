@@ -107,6 +107,12 @@ class TabletManager:
         return {tid: e.replica for tid, e in self.entries.items()
                 if e.stored == TabletState.RUNNING and e.replica is not None}
 
+    def replica(self, tablet_id: str) -> Replica | None:
+        """`replicas.get(tablet_id)` without building the whole dict (the simulator's
+        invariants look one up for every Raft message a server sends)."""
+        e = self.entries.get(tablet_id)
+        return e.replica if e is not None and e.stored == TabletState.RUNNING else None
+
     def serving(self, tablet_id: str) -> Replica:
         """The tablet's replica if it serves; else the RPC error a caller should get."""
         e = self.entries.get(tablet_id)
