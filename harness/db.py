@@ -901,8 +901,8 @@ class TesseraDB(Deployment):
                 counts["no_session"] += 1
 
         async def ask(rpc, addrs, method, req, reply):
-            """At the first of `addrs` (the leader, or every server when none is known) that
-            takes the call; a server's refusal (NOT_LEADER, NOT_AUTHORIZED) is an answer."""
+            """At the first of `addrs` (the leader first, if one is known) that takes the call;
+            a server's refusal (NOT_LEADER, NOT_AUTHORIZED) is an answer."""
             counts["calls"] += 1
             answered = False
             for addr in addrs:
@@ -934,7 +934,10 @@ class TesseraDB(Deployment):
                 host = by_name.get(leaders.get(tablet, ""))
                 if host is None:
                     counts["no_leader"] += 1
-                targets = [host] if host is not None else self.hosts
+                # the leader first, then the others: a leader killed since it was looked up
+                # refuses the connection, and a follower's NOT_LEADER still shows the servers
+                # took the intruder's call
+                targets = [host, *(h for h in self.hosts if h is not host)] if host else self.hosts
                 call = functools.partial(ask, rpc, [(h.address, TSERVER_PORT)
                                                     for h in targets])
 
