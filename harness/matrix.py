@@ -10,6 +10,14 @@ whose share is below MIN_TIME_LIMIT_S still runs with MIN_TIME_LIMIT_S if that a
 fit in what is left; otherwise it and every later run are "not run". So the matrix ends past its
 budget by at most the amount one run's overhead exceeded its estimate. Repeats (`--test-count`)
 are ordered round-robin, so a tight budget drops repeats before it drops a cell.
+
+The time above the runs' minimums is not shared evenly once earlier matrices are in the store:
+each run's part of it is in proportion to its cell's probe yield (`probe_yields`), the code
+probes (node.probes) its last run reached that no other cell's run of that matrix did, plus one,
+per second that run took. A cell that alone reaches rare engine paths gets the time that
+reaches more of them; one that reached nothing of its own keeps its minimum and a small part.
+With no earlier matrix every weight is equal, which is the even split. Earlier matrices also
+give each cell's overhead estimate until a run alike in this one measures it.
 """
 
 from __future__ import annotations
@@ -100,21 +108,55 @@ class Outcome:
 
 
 def time_limit_for(remaining: float, overheads: list[float],
-                   min_limit: float = MIN_TIME_LIMIT_S) -> float | None:
+                   min_limit: float = MIN_TIME_LIMIT_S,
+                   weights: list[float] | None = None) -> float | None:
     """The next run's time limit, `overheads` being the estimates of the runs left, this one
-    first (see the module docstring); None when it cannot fit."""
-    share = (remaining - sum(overheads)) / len(overheads)
-    if share >= min_limit:
-        return round(share, 1)
+    first, and `weights` their cells' probe yields (None: all equal; see the module
+    docstring); None when it cannot fit."""
+    free = remaining - sum(overheads) - min_limit * len(overheads)
+    if free >= 0:
+        w = weights or [1.0] * len(overheads)
+        return round(min_limit + free * w[0] / sum(w), 1)
     return min_limit if remaining - overheads[0] >= min_limit else None
 
 
+def probe_yields(summaries: list[dict]) -> dict[str, float]:
+    """cell name -> its probe yield: from the newest of `summaries` (newest first; earlier
+    matrices' summary.json) with a run of that cell, the probes that run reached which no other
+    run of the same matrix reached, plus one, per second the run took (its time limit and its
+    overhead: a chaos run's deploy and checks cost the matrix as much as its load). Runs not
+    run, or without a time limit, say nothing."""
+    out: dict[str, float] = {}
+    for summary in summaries:
+        runs = [r for r in summary.get("runs", []) if r.get("verdict") != NOT_RUN
+                and r.get("time_limit")]
+        for r in runs:
+            if r["cell"] in out:
+                continue
+            others = {p for o in runs if o is not r and o["cell"] != r["cell"]
+                      for p in o.get("probes", [])}
+            own = set(r.get("probes", [])) - others
+            out[r["cell"]] = round((len(own) + 1) / max(r.get("seconds") or 0.0,
+                                                        r["time_limit"]), 4)
+    return out
+
+
+def weights_for(cells: list[Cell], yields: dict[str, float]) -> dict[str, float]:
+    """Each cell's weight in the split: its yield, or for a cell no earlier matrix ran the
+    mean of the known ones (1.0 when none is known: the even split)."""
+    known = [yields[c.name] for c in cells if c.name in yields]
+    mean = sum(known) / len(known) if known else 1.0
+    return {c.name: yields.get(c.name, mean) for c in cells}
+
+
 def overhead_estimate(cell: Cell, done: list[tuple[Cell, Outcome]],
-                      default: float = DEFAULT_OVERHEAD_S) -> float:
+                      default: float = DEFAULT_OVERHEAD_S,
+                      earlier: dict[str, float] | None = None) -> float:
     """The largest overhead measured for runs alike (the same fault packages, and a declared
     overhead on both or neither: a simulation cell is not a chaos run without faults), not
     counting the matrix's first run, which alone also installs the wheels on the hosts, unless it
-    is the only one measured; else the cell's declared overhead, else `default`."""
+    is the only one measured; else the cell's overhead in the store's earlier matrices
+    (`earlier`, `earlier_overheads`), else its declared overhead, else `default`."""
     same = [(i, o.overhead) for i, (c, o) in enumerate(done)
             if c.nemesis == cell.nemesis and (c.overhead is None) == (cell.overhead is None)
             and o.verdict != NOT_RUN]
@@ -123,22 +165,44 @@ def overhead_estimate(cell: Cell, done: list[tuple[Cell, Outcome]],
         return max(later)
     if same:
         return same[0][1]
+    if earlier and cell.name in earlier:
+        return earlier[cell.name]
     return cell.overhead if cell.overhead is not None else default
+
+
+def earlier_overheads(summaries: list[dict]) -> dict[str, float]:
+    """cell name -> the overhead (wall seconds past its time limit) of its newest run in
+    `summaries` (newest first), a matrix's first run (it installed the wheels) only when the
+    cell ran nowhere else."""
+    out: dict[str, float] = {}
+    firsts: dict[str, float] = {}
+    for summary in summaries:
+        runs = [r for r in summary.get("runs", []) if r.get("verdict") != NOT_RUN
+                and r.get("seconds") is not None]
+        for i, r in enumerate(runs):
+            into = firsts if i == 0 else out
+            into.setdefault(r["cell"], round(max(0.0, r["seconds"] - (r.get("time_limit")
+                                                                      or 0.0)), 1))
+    return {**firsts, **out}
 
 
 def run_matrix(cells: list[Cell], count: int, execute: Callable[[Cell, float, int], Outcome],
                budget: float, started: float, clock: Callable[[], float] = time.monotonic,
-               log: Callable[[str], None] = print, default_overhead: float = DEFAULT_OVERHEAD_S
-               ) -> list[Outcome]:
+               log: Callable[[str], None] = print, default_overhead: float = DEFAULT_OVERHEAD_S,
+               weights: dict[str, float] | None = None,
+               earlier: dict[str, float] | None = None) -> list[Outcome]:
     """Every cell `count` times, round-robin, within `budget` seconds from `started` (on
     `clock`); `execute(cell, time_limit, attempt)` runs one, and an exception it raises is that
-    run's outcome (`_execute`). Returns every outcome, not-run places included."""
+    run's outcome (`_execute`). `weights`: cell name -> its part of the time above the
+    minimums (`weights_for`; None: even); `earlier`: cell name -> its overhead in earlier
+    matrices (`earlier_overheads`). Returns every outcome, not-run places included."""
     runs = [(cell, attempt) for attempt in range(1, count + 1) for cell in cells]
     done: list[tuple[Cell, Outcome]] = []
     for i, (cell, attempt) in enumerate(runs):
         remaining = budget - (clock() - started)
-        overheads = [overhead_estimate(c, done, default_overhead) for c, _ in runs[i:]]
-        limit = time_limit_for(remaining, overheads)
+        overheads = [overhead_estimate(c, done, default_overhead, earlier) for c, _ in runs[i:]]
+        limit = time_limit_for(remaining, overheads, weights=[weights[c.name] for c, _ in runs[i:]]
+                               if weights else None)
         if limit is not None and cell.max_time is not None:
             limit = min(limit, cell.max_time)
         tag = f"[{i + 1}/{len(runs)}] {cell.name}" + (f" #{attempt}" if count > 1 else "")

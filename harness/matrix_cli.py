@@ -274,22 +274,51 @@ def run(args: argparse.Namespace) -> int:
         NetnsCluster(args.hosts).up(say)
     build_wheelhouse(wheelhouse, Path(__file__).resolve().parents[1], say)
     execute = _runner(base, first_seed, summary_dir)
+    earlier = [] if args.self_check else earlier_matrices(args.store, args.db, summary_dir)
     return run_cells(cells, args.test_count, execute, budget, started, summary_dir,
                      {"mode": mode, "db": args.db, "first_seed": first_seed,
-                      "argv": sys.argv[1:]})
+                      "argv": sys.argv[1:]}, earlier)
+
+
+def earlier_matrices(store: Path, db: str, this: Path, newest: int = 10) -> list[dict]:
+    """The summaries of the `newest` earlier matrices of `db` in the store, newest first,
+    leaving out `this` one and any summary that cannot be read."""
+    import json
+
+    summaries: list[dict] = []
+    for path in sorted((store / "test-all").glob("*/summary.json"), reverse=True):
+        if path.parent == this or len(summaries) == newest:
+            continue
+        try:
+            s = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(s, dict) and s.get("mode") == "matrix" and s.get("db") == db:
+            summaries.append(s)
+    return summaries
 
 
 def run_cells(cells: list[Cell], count: int, execute, budget: float, started: float,
-              summary_dir: Path, facts: dict) -> int:
+              summary_dir: Path, facts: dict, earlier: list[dict] | None = None) -> int:
     """Run the matrix (or the self-check, `facts["mode"]`), print its table and write
-    summary.json; the exit code. Apart from `run` so a test can drive it with its own
-    `execute` and no cluster."""
+    summary.json; the exit code. `earlier`: earlier matrices' summaries, newest first, which
+    weigh the split by probe yield and give the first overhead estimates. Apart from `run` so
+    a test can drive it with its own `execute` and no cluster."""
     from harness import matrix, selfcheck
     from harness.chaos import say
     from harness.store import write_json
     from node import probes
 
-    outcomes = matrix.run_matrix(cells, count, execute, budget, started, log=say)
+    yields = matrix.probe_yields(earlier or [])
+    weights = matrix.weights_for(cells, yields) if yields else None
+    if weights:
+        say(f"the time above the minimums split by probe yield (own probes + 1 per second, "
+            f"from {len(earlier or [])} earlier matrices in the store): "
+            + ", ".join(f"{c} {w:.3g}" for c, w in weights.items()))
+    outcomes = matrix.run_matrix(cells, count, execute, budget, started, log=say,
+                                 weights=weights,
+                                 earlier=matrix.earlier_overheads(earlier or []))
+    facts = {**facts, "probe_yields": weights or {}}
     print(matrix.table(outcomes))
     extra = {**facts, "cells": [{"name": c.name, "workload": c.workload,
                                  "nemesis": list(c.nemesis), "overrides": c.overrides}

@@ -15,15 +15,18 @@ from harness.matrix import (
     NOT_RUN,
     Cell,
     Outcome,
+    earlier_overheads,
     exit_code,
     outcome_from_run,
     overhead_estimate,
+    probe_yields,
     run_matrix,
     summary,
     table,
     time_limit_for,
+    weights_for,
 )
-from harness.matrix_cli import base_spec, cells_from_args, configure, run
+from harness.matrix_cli import base_spec, cells_from_args, configure, earlier_matrices, run
 from harness.selfcheck import RECIPES, classify
 from harness.selfcheck import exit_code as selfcheck_exit
 from harness.spec import FAST_FAILURE_DETECTION, TestSpec
@@ -61,6 +64,70 @@ def test_time_limit_shares_what_is_left_after_the_overheads():
     assert time_limit_for(49, [40, 40, 40, 40]) is None
 
 
+def test_time_above_the_minimums_goes_by_weight_and_equal_weights_are_the_even_split():
+    assert time_limit_for(300, [40] * 4, weights=[1, 1, 1, 1]) == 35.0
+    # 300 - 160 overhead - 40 of minimums = 100 free: 3/5 of it to the first
+    assert time_limit_for(300, [40] * 4, weights=[3, 1, 0.5, 0.5]) == 70.0
+    assert time_limit_for(300, [40] * 4, weights=[0.5, 3, 1, 0.5]) == 20.0
+    assert time_limit_for(100, [40] * 4, weights=[9, 1, 1, 1]) == 10.0  # no free time: the min
+
+
+def _run(cell: str, limit: float, probes: list[str], verdict: str = "valid",
+         seconds: float | None = None) -> dict:
+    return {"cell": cell, "time_limit": limit, "probes": probes, "verdict": verdict,
+            "seconds": seconds if seconds is not None else limit}
+
+
+def test_probe_yield_counts_what_no_other_cell_reached_per_second_from_the_newest_matrix():
+    newest = {"runs": [_run("sim-full", 20, ["a", "b", "c"]),
+                       _run("register", 5, ["a", "d"], seconds=10),  # per second it took
+                       _run("set", 10, ["a"]), _run("bank", 0, [], NOT_RUN)]}
+    older = {"runs": [_run("sim-full", 10, ["x"]), _run("bank", 10, ["a", "y", "z"]),
+                      _run("list-append", 10, ["a"])]}
+    assert probe_yields([newest, older]) == {
+        "sim-full": 0.15,  # b, c of its own, + 1, over 20 s
+        "register": 0.2, "set": 0.1,  # d; nothing of its own: (0 + 1) / 10
+        "bank": 0.3, "list-append": 0.1}  # not run in the newest: from the older one
+    cells = [Cell("sim-full", "sim-full", ()), Cell("new", "register", ("kill",))]
+    assert weights_for(cells, {"sim-full": 0.3}) == {"sim-full": 0.3, "new": 0.3}
+    assert weights_for(cells, {}) == {"sim-full": 1.0, "new": 1.0}
+
+
+def test_earlier_yields_read_the_store_skipping_this_run_other_dbs_and_broken_files(tmp_path):
+    def put(name: str, summary) -> None:
+        d = tmp_path / "test-all" / name
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(summary if isinstance(summary, str)
+                                        else json.dumps(summary))
+
+    put("20260101T000000", {"mode": "matrix", "db": "tessera",
+                            "runs": [_run("sim", 10, ["a", "b"]), _run("set", 10, [])]})
+    put("20260102T000000", {"mode": "self-check", "db": "tessera",
+                            "runs": [_run("sim", 10, [])]})
+    put("20260103T000000", {"mode": "matrix", "db": "etcd", "runs": [_run("sim", 10, [])]})
+    put("20260104T000000", "{not json")
+    put("20260105T000000", {"mode": "matrix", "db": "tessera", "runs": [_run("sim", 1, [])]})
+    this = tmp_path / "test-all" / "20260105T000000"
+    earlier = earlier_matrices(tmp_path, "tessera", this)
+    assert probe_yields(earlier) == {"sim": 0.3, "set": 0.1}
+    assert earlier_matrices(tmp_path / "none", "tessera", this) == []
+
+
+def test_earlier_overheads_come_from_the_newest_run_not_a_matrix_first_unless_alone():
+    newest = {"runs": [_run("sim", 10, [], seconds=12), _run("register", 10, [], seconds=70),
+                       _run("set", 10, [], NOT_RUN)]}
+    older = {"runs": [_run("set", 10, [], seconds=95), _run("bank", 10, [], seconds=50),
+                      _run("register", 10, [], seconds=30)]}
+    # sim ran first only (it installed nothing, but nothing else measured it)
+    assert earlier_overheads([newest, older]) == {"sim": 2.0, "register": 60.0, "set": 85.0,
+                                                  "bank": 40.0}
+    cell = Cell("register", "register", ("all",))
+    assert overhead_estimate(cell, [], 20, {"register": 60.0}) == 60.0
+    assert overhead_estimate(cell, [(cell, Outcome("register", 1, "valid", 10, seconds=15)),
+                                    (cell, Outcome("register", 2, "valid", 10, seconds=25))],
+                             20, {"register": 60.0}) == 15.0  # measured here: that counts
+
+
 def test_overhead_is_estimated_from_runs_with_the_same_faults():
     lazy, raft = Cell("a", "register", ("all",)), Cell("b", "register", ("raft",))
     first = (lazy, Outcome("a", 1, "valid", 10, seconds=80))  # installed the wheels: 70 s
@@ -74,13 +141,18 @@ def test_overhead_is_estimated_from_runs_with_the_same_faults():
     assert overhead_estimate(raft, done, 40) == 5
 
 
+@pytest.mark.parametrize("weights", [None, {"c0": 0.1, "c1": 5.0, "c2": 0.1, "c3": 1.0}])
 @pytest.mark.parametrize("budget,overhead", [(300, 30), (300, 50), (120, 20), (1000, 10)])
-def test_matrix_never_exceeds_its_budget_when_the_overhead_is_as_estimated(budget, overhead):
+def test_matrix_never_exceeds_its_budget_when_the_overhead_is_as_estimated(budget, overhead,
+                                                                           weights):
     clock = FakeClock()
     execute, calls = fake_runner(clock, overhead)
     out = run_matrix(CELLS, 2, execute, budget, 0.0, clock, log=lambda _: None,
-                     default_overhead=overhead)
+                     default_overhead=overhead, weights=weights)
     assert clock.t <= budget
+    if weights and budget == 1000:  # room for all: the high-yield cell's runs get the most
+        limits = {c: limit for c, limit, _ in calls}
+        assert limits["c1"] > limits["c3"] > limits["c0"] >= 10
     assert len(out) == 8 and all(limit >= 10 for _, limit, _ in calls)
     ran = [o for o in out if o.verdict != NOT_RUN]
     assert [o.verdict for o in out] == ["valid"] * len(ran) + [NOT_RUN] * (8 - len(ran))
