@@ -16,8 +16,10 @@ each run's part of it is in proportion to its cell's probe yield (`probe_yields`
 probes (node.probes) its last run reached that no other cell's run of that matrix did, plus one,
 per second that run took. A cell that alone reaches rare engine paths gets the time that
 reaches more of them; one that reached nothing of its own keeps its minimum and a small part.
-With no earlier matrix every weight is equal, which is the even split. Earlier matrices also
-give each cell's overhead estimate until a run alike in this one measures it.
+The cells then run in the order of their yields, so a budget too tight for every cell leaves
+out the ones that reached least. With no earlier matrix every weight is equal, which is the
+even split in the declared order. Earlier matrices also give each cell's overhead estimate
+until a run alike in this one measures it.
 """
 
 from __future__ import annotations
@@ -123,9 +125,11 @@ def time_limit_for(remaining: float, overheads: list[float],
 def probe_yields(summaries: list[dict]) -> dict[str, float]:
     """cell name -> its probe yield: from the newest of `summaries` (newest first; earlier
     matrices' summary.json) with a run of that cell, the probes that run reached which no other
-    run of the same matrix reached, plus one, per second the run took (its time limit and its
-    overhead: a chaos run's deploy and checks cost the matrix as much as its load). Runs not
-    run, or without a time limit, say nothing."""
+    run of the same matrix reached, plus one, per second the run costs: its time limit and the
+    cell's overhead (`earlier_overheads`: a chaos run's deploy and checks cost the matrix as
+    much as its load, but the wheels one run installs for all are nobody's). Runs not run, or
+    without a time limit, say nothing."""
+    overheads = earlier_overheads(summaries)
     out: dict[str, float] = {}
     for summary in summaries:
         runs = [r for r in summary.get("runs", []) if r.get("verdict") != NOT_RUN
@@ -136,8 +140,8 @@ def probe_yields(summaries: list[dict]) -> dict[str, float]:
             others = {p for o in runs if o is not r and o["cell"] != r["cell"]
                       for p in o.get("probes", [])}
             own = set(r.get("probes", [])) - others
-            out[r["cell"]] = round((len(own) + 1) / max(r.get("seconds") or 0.0,
-                                                        r["time_limit"]), 4)
+            out[r["cell"]] = round((len(own) + 1) / (r["time_limit"]
+                                                     + overheads.get(r["cell"], 0.0)), 4)
     return out
 
 
@@ -196,6 +200,8 @@ def run_matrix(cells: list[Cell], count: int, execute: Callable[[Cell, float, in
     run's outcome (`_execute`). `weights`: cell name -> its part of the time above the
     minimums (`weights_for`; None: even); `earlier`: cell name -> its overhead in earlier
     matrices (`earlier_overheads`). Returns every outcome, not-run places included."""
+    if weights:  # the highest yield first: a budget too tight for all drops the lowest
+        cells = sorted(cells, key=lambda c: -weights[c.name])
     runs = [(cell, attempt) for attempt in range(1, count + 1) for cell in cells]
     done: list[tuple[Cell, Outcome]] = []
     for i, (cell, attempt) in enumerate(runs):

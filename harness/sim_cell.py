@@ -22,6 +22,11 @@ from node import probes
 
 KIND = "sim"  # Cell.workload of a simulation cell
 FULL_KIND = "sim-full"  # Cell.workload of a whole-stack simulation cell (tessera sim --stack full)
+# Virtual seconds of one seed of that cell. Per CPU second, short seeds reach more code probes:
+# the matrix's mix of seeds (half swarm) at 15 s reached 148 probes in 73 CPU s (40 seeds), at
+# 60 s 126 in 56 (10 seeds), at 7.5 s 142 in 108 (80 seeds: start-up dominates). See
+# docs/benchmarks.md, "Matrix seeds: probes per CPU second by seed length".
+FULL_SEED_S = 15.0
 NODES = 3
 STEPS = 3000
 
@@ -92,11 +97,10 @@ def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags:
     # (node.sim.swarm), half with the fixed mix: a swarm mix leaves some faults out of each seed
     # (a seed without crashes cannot catch an acknowledgement before fsync), and the fixed mix
     # is where the recorded mutant seeds were found; each workload gets both.
-    # Unless the cell says (`seconds`), a seed simulates no more virtual seconds than the cell
-    # has wall seconds (60 at most, as `tessera sim`; 5 at least): a seed then takes about that
-    # much wall time, so a short cell (the 300 s matrix gives it 10-15 s) finishes seeds and
-    # overruns its share by one short seed at most, where one 60 s seed took 100 s.
-    virtual_s = cell.overrides.get("seconds", min(60.0, max(5.0, time_limit)))
+    # Unless the cell says (`seconds`), a seed simulates FULL_SEED_S virtual seconds (fewer
+    # when the cell has fewer wall seconds, 5 at least), so a cell overruns its share by one
+    # short seed at most, and a long share runs many mixes rather than a few long seeds.
+    virtual_s = cell.overrides.get("seconds", min(FULL_SEED_S, max(5.0, time_limit)))
     configs = [StackConfig(seed=s, workload=("register", "list-append")[s % 2], faults=faults,
                            mix=swarm_mix(s) if s % 4 >= 2 else CLASSIC, seconds=virtual_s,
                            writes=writes)
