@@ -82,8 +82,13 @@ class PeerBook:
         return self.peers.get(uuid)
 
     def knows(self, peers: list[Peer]) -> bool:
-        """Every one of `peers` is known, at its address: `learn` would change nothing."""
-        return all(self.peers.get(p.uuid) == p for p in peers)
+        """Every one of `peers` is known, at its address: `learn` would change nothing. A
+        plain loop, not all() over a generator: asked for every consensus request received."""
+        get = self.peers.get
+        for p in peers:
+            if get(p.uuid) != p:
+                return False
+        return True
 
     async def learn(self, peers: list[Peer]) -> None:
         changed = [p for p in peers if self.peers.get(p.uuid) != p]
@@ -102,9 +107,11 @@ MESSAGE_OVERHEAD = 512
 
 def message_bytes(msg) -> int:
     """At least what `msg` takes on the wire (an Outbox budget counts with it)."""
-    entries = getattr(msg, "entries", ())
-    return (MESSAGE_OVERHEAD + len(getattr(msg, "ctx", b""))
-            + sum(len(e.payload) + ENTRY_OVERHEAD for e in entries))
+    size = MESSAGE_OVERHEAD + len(getattr(msg, "ctx", b""))
+    entries = getattr(msg, "entries", None)
+    if entries:  # the payloads summed by a list, not a generator: counted for every message
+        size += ENTRY_OVERHEAD * len(entries) + sum([len(e.payload) for e in entries])
+    return size
 
 
 class Outbox:

@@ -785,29 +785,38 @@ class RaftCore:
     def _soft_state(self) -> SoftState:
         return SoftState(self.role, self.lead, self.term)
 
+    def _hard_changed(self) -> bool:
+        """`_hard_state() != _prev_hard`, field by field, without building a frozen dataclass
+        (three object.__setattr__ calls) each time: the driver asks after every Ready."""
+        ph = self._prev_hard
+        return (self.term, self.voted_for, self.commit) != (ph.term, ph.voted_for, ph.commit)
+
+    def _soft_changed(self) -> bool:
+        """`_soft_state() != _prev_soft` (None before the first Ready), as `_hard_changed`."""
+        ps = self._prev_soft
+        return ps is None or (self.role, self.lead, self.term) != (ps.role, ps.leader, ps.term)
+
     def has_ready(self) -> bool:
         return bool(
             self._msgs
             or self.log.stable < self.log.last_index()
             or self.applied < self.commit
             or self._read_states
-            or self._hard_state() != self._prev_hard
-            or self._soft_state() != self._prev_soft
+            or self._hard_changed()
+            or self._soft_changed()
             or self.committed_config is not self._reported_config
         )
 
     def ready(self) -> Ready:
         """Everything the driver must do now; no input is accepted until advance(ready)."""
         self._check_idle()
-        hs = self._hard_state()
-        ss = self._soft_state()
         rd = Ready(
             messages=self._msgs,
             entries_to_persist=self.log.unstable(),
-            hard_state=hs if hs != self._prev_hard else None,
+            hard_state=self._hard_state() if self._hard_changed() else None,
             committed_entries=self.log.slice(self.applied + 1, self.commit),
             committed_config=self.committed_config if self.committed_config is not self._reported_config else None,
-            soft_state=ss if ss != self._prev_soft else None,
+            soft_state=self._soft_state() if self._soft_changed() else None,
             read_states=self._read_states,
             events=self._events,
         )

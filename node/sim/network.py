@@ -206,8 +206,12 @@ class SimNetwork:
 
     # -- delivery --------------------------------------------------------------------------
     def _delay(self, src: str, dst: str) -> float:
+        """A segment's one-way latency: `rng.uniform(lo, hi)`, written out as random.uniform
+        computes it (`a + (b - a) * random()`, the same float from the same draw) to save a
+        Python call per segment, plus the link's slowing if any."""
         extra = self._slow.get(frozenset((src, dst)), 0.0) if self._slow else 0.0
-        return self.rng.uniform(*self.latency) + extra
+        lo, hi = self.latency
+        return lo + (hi - lo) * self.rng.random() + extra
 
     def _packet(self, src: str, dst: str, kind: str, deliver: Callable[[], None]) -> None:
         """A connectionless segment (SYN, or the RST refusing one)."""

@@ -39,8 +39,13 @@ def find_anomalies(graph: Graph, nodes: Iterable[int], describe_txn: Callable[[i
     found: dict[str, int] = defaultdict(int)
     anomalies: list[dict] = []
 
+    out = graph.out
+
     def succ(v: int) -> Iterable[int]:
-        return (w for w in graph.successors(v, everything) if w in members)
+        """graph.successors(v, everything) within `members`, as one list: a generator of
+        generators per node cost a loaded history's search more than the search itself."""
+        return [w for w, kinds in out.get(v, {}).items()
+                if w in members and not everything.isdisjoint(kinds)]
 
     for scc in sorted(strongly_connected(list(members), succ), key=min):
         comp = Component(graph, sorted(scc), steps_per_component, seconds_per_component)

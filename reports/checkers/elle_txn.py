@@ -114,14 +114,33 @@ def realtime_edges(edges: Edges, txns: list[Txn], ops: list[Op]) -> None:
     by_op.update({id(t.complete): t for t in txns if t.complete is not None})
     preds: dict[int, list[Txn]] = defaultdict(list)
     frontier: dict[int, Txn] = {}
+    # an Edges' graph is filled inline (other collectors, rw-register's orders, take add())
+    out = edges.graph.out if type(edges) is Edges else None
     for op in client_ops(ops):
         t = by_op.get(id(op))
         if t is None:
             continue
         if op.type == "invoke":
+            if out is None:
+                for p in frontier.values():
+                    edges.add(p, t, "realtime", {"index": p.index, "invoked": op.index})
+                    preds[t.id].append(p)
+                continue
+            # edges.add(p, t, "realtime", why), inline, with `why` built only for a pair that
+            # has no realtime reason yet: the frontier times the invokes make most of a loaded
+            # history's edges, and all but the first reason of a pair's kind are dropped
+            tid, mine = t.id, preds[t.id]
             for p in frontier.values():
-                edges.add(p, t, "realtime", {"index": p.index, "invoked": op.index})
-                preds[t.id].append(p)
+                if p is not t:
+                    if p.id != tid:
+                        succ = out[p.id]
+                        kinds = succ.get(tid)
+                        if kinds is None:
+                            succ[tid] = {"realtime": {"index": p.index, "invoked": op.index}}
+                        elif "realtime" not in kinds:
+                            kinds["realtime"] = {"index": p.index, "invoked": op.index}
+                    edges.count += 1
+                mine.append(p)
         elif op.type == "ok":
             for p in preds.pop(t.id, ()):
                 frontier.pop(p.id, None)

@@ -24,10 +24,16 @@ class Graph:
         self.out: dict[int, dict[int, dict[str, Any]]] = defaultdict(dict)
 
     def add(self, a: int, b: int, kind: str, why: Any = None) -> None:
+        """The first `why` of each kind stays. A lookup before each insert, not two setdefault
+        calls that build a dict every time: a loaded history adds over half a million edges."""
         if a == b:
             return
-        kinds = self.out[a].setdefault(b, {})
-        kinds.setdefault(kind, why)
+        succ = self.out[a]
+        kinds = succ.get(b)
+        if kinds is None:
+            succ[b] = {kind: why}
+        elif kind not in kinds:
+            kinds[kind] = why
 
     def successors(self, a: int, kinds: frozenset[str]) -> Iterable[int]:
         for b, ks in self.out.get(a, {}).items():

@@ -70,10 +70,15 @@ def recorded_reply(op: Op) -> tuple[bool, Any]:
     return False, None
 
 
+# json.dumps(x, default=str), without building a JSONEncoder per call (dumps caches one only
+# for its default arguments): two calls per micro-op of every transaction
+_dumps = json.JSONEncoder(default=str).encode
+
+
 def _writes(value: list) -> tuple:
     """What identifies a transaction apart from what it read: its micro-ops with reads blanked."""
-    return tuple((str(f), json.dumps(k, default=str), None if str(f) in READS
-                  else json.dumps(v, default=str)) for f, k, v in value)
+    return tuple((str(f), _dumps(k), None if str(f) in READS else _dumps(v))
+                 for f, k, v in value)
 
 
 def _text(value: Any, width: int = 300) -> str:
