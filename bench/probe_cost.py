@@ -1,8 +1,8 @@
 """What the engine's code probes cost when off: bench/replication.py's single-op point run back
-to back from this tree (every `probe(...)` call in place, probes off as every daemon runs unless
-given --probes-file) and from a copy of it with every probe call removed (`strip`: each
-statement that only calls `probe` becomes `pass`, so no call and no compare is left), in ABBA
-order, K pairs, each on a fresh cluster.
+to back from two copies of this tree, one with every `probe(...)` call in place (probes off, as
+every daemon runs unless given --probes-file) and one with every probe call removed (each
+statement that only calls `probe` becomes `pass`, so no call and no compare is left), both
+rewritten the same way (`rewrite`), in ABBA order, K pairs, each on a fresh cluster.
 
 Throughput on this VM spreads by about ±10 % between runs a minute apart, five times the 2 %
 bound, so each point also reports the CPU the leader spent per op (from /proc, as
@@ -49,23 +49,26 @@ def probe_calls(source: str) -> int:
                for n in ast.walk(ast.parse(source)))
 
 
-def strip(tree: Path) -> int:
-    """Remove every probe call from the engine under `tree`/node; how many were removed. Fails
-    if a call is left (one inside a larger expression would still cost)."""
+def rewrite(tree: Path, remove: bool) -> int:
+    """Rewrite every engine module under `tree`/node through ast.unparse, with every probe call
+    removed if `remove`; how many were removed. Both trees go through the same rewrite, so the
+    one difference between them is the calls. Fails if a call is left (one inside a larger
+    expression would still cost)."""
     removed = 0
     for path in (tree / "node").rglob("*.py"):
         if path.name == "probes.py":
             continue
         source = path.read_text()
+        module = ast.parse(source)
         before = probe_calls(source)
-        if not before:
-            continue
-        stripped = ast.unparse(ast.fix_missing_locations(_Strip().visit(ast.parse(source))))
-        left = probe_calls(stripped)
-        if left:
+        if remove:
+            module = ast.fix_missing_locations(_Strip().visit(module))
+        text = ast.unparse(module)
+        left = probe_calls(text)
+        if remove and left:
             raise SystemExit(f"{path}: {left} probe call(s) left inside expressions")
-        path.write_text(stripped + "\n")
-        removed += before
+        path.write_text(text + "\n")
+        removed += before - left
     return removed
 
 
@@ -91,15 +94,18 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        bare = Path(tmp) / "tree"
-        shutil.copytree(ROOT, bare, ignore=shutil.ignore_patterns(
-            ".git", ".venv", "store", "__pycache__", "*.egg-info", "htmlcov"))
-        removed = strip(bare)
-        print(f"probe_cost: {removed} probe calls removed in {bare}", file=sys.stderr)
+        trees = {}
+        for name in ("with", "stripped"):
+            trees[name] = Path(tmp) / name
+            shutil.copytree(ROOT, trees[name], ignore=shutil.ignore_patterns(
+                ".git", ".venv", "store", "__pycache__", "*.egg-info", "htmlcov"))
+            removed = rewrite(trees[name], remove=name == "stripped")
+        print(f"probe_cost: {removed} probe calls removed in {trees['stripped']}",
+              file=sys.stderr)
         pairs = []
         for k in range(a.pairs):
             anchor = anchor_us()
-            order = [("with", ROOT), ("stripped", bare)]
+            order = list(trees.items())
             if k % 2:
                 order.reverse()  # ABBA: neither tree always runs first
             got = {name: point(tree, a.seconds) for name, tree in order}
