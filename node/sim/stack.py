@@ -41,6 +41,7 @@ from node.sim.loop import SYSTEM, SimLoop
 from node.sim.network import SimNetwork
 from node.sim.stack_checks import DATA_DIR, Invariants, StackViolation
 from node.sim.stack_faults import FaultChooser
+from node.sim.stack_frame import frame_options
 from node.sim.swarm import CLASSIC, Mix
 
 MASTER_PORT, TSERVER_PORT = 7051, 7050
@@ -172,6 +173,7 @@ class StackSim:
         # the masters fault's fourth master: not a master until added (its disk and uuid then)
         self.spare = master_hosts(config.masters + 1)[-1]
         self.spare_uuid: str | None = None
+        self._booted: set[str] = set()  # hosts booted once: a frame= draw applies from the next
         self._spare_disks = random.Random(f"spare/{config.seed}")  # the run's stream untouched
 
     # -- servers -----------------------------------------------------------------------------
@@ -183,11 +185,14 @@ class StackSim:
         from node.server_base import ServerOptions
 
         master = host in self.masters
+        frame, server = frame_options(self, host, host in self._booted)
+        self._booted.add(host)
         replica = ReplicaOptions(clock_max_error_us=self.clock_error_us,
                                  read_mode=self.cfg.mix.read_mode,
                                  wall_ns=self._wall_ns(host), faults=self.cfg.faults,
                                  log=stack_damage.log_options(self, host),
-                                 rpc_max_message_size=MAX_FRAME, **_mix_options(self.cfg.mix))
+                                 rpc_max_message_size=frame or MAX_FRAME,
+                                 **_mix_options(self.cfg.mix))
         return ServerOptions(
             data_dir=DATA_DIR, rpc_host=host,
             rpc_port=MASTER_PORT if master else TSERVER_PORT,
@@ -197,7 +202,7 @@ class StackSim:
             catalog_manager_bg_task_wait_ms=RECONCILE_MS,
             seed=self.rng.getrandbits(64), disk=self.disks[host], local_host=host,
             rpc_max_inflight_per_conn=self.cfg.mix.inflight or ServerOptions.rpc_max_inflight_per_conn,
-            observe_outgoing=functools.partial(self.invariants.observe_sent, host))
+            observe_outgoing=functools.partial(self.invariants.observe_sent, host), **server)
 
     def _boot(self, host: str) -> None:
         from node.master.server import Master

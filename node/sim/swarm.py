@@ -76,6 +76,16 @@ BATCHES = (None, None, 2, 4)
 # 256; the client allows twice as many calls in flight on one). A seed's few dozen workers never
 # had 256 out, so no server ever applied back-pressure and no call waited for room. Its own draw.
 INFLIGHT = (None, None, None, 4)
+# The servers' RPC frame limit in MiB, lowered mid-run (None: the simulator's 8 MiB throughout).
+# Operators lower Kudu's --rpc_max_message_size (here --rpc-max-message-size, 1 MiB at least);
+# the new value takes effect as each daemon restarts, so for a while servers of one cluster
+# disagree, entries written under the old limit sit in logs past the new one, and the
+# application's client keeps its own limit. A server's every boot after its first runs with
+# it (node.sim.stack_frame); the client keeps the simulator's. With wide values: writes past a
+# server's frame (answered once, the connection closed), a restarted leader whose log holds an
+# entry it may no longer send, an old leader's AppendEntries a restarted follower refuses.
+# Its own draw.
+FRAME_MB = (None, None, 1, 2)
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
 # one or two kinds (a copy racing an election needs copies and cuts close together, which a mix
 # of twelve kinds makes rare), sometimes all of them.
@@ -117,6 +127,9 @@ class Mix:
     batch: int | None = None
     # requests in flight per connection a server reads (None: the server's; INFLIGHT)
     inflight: int | None = None
+    # the servers' RPC frame limit in MiB from their first restart on (None: the simulator's;
+    # FRAME_MB)
+    frame_mb: int | None = None
 
     def kinds(self) -> list[str]:
         return [k for k, _ in self.weights]
@@ -129,7 +142,7 @@ class Mix:
     def spec(self) -> str:
         """`kind:weight,...;every=LO-HI;reads=MODE[;load=CLIENTSxRATE][;read-share=F]
         [;clock=US][;writes=MODE][;values=wide][;snapshot=N][;fsync=MS][;sessions=N]
-        [;batch=N][;inflight=N]`; writes only when not own."""
+        [;batch=N][;inflight=N][;frame=MIB]`; writes only when not own."""
         lo, hi = self.fault_every_s
         parts = [",".join(f"{k}:{w}" for k, w in self.weights), f"every={lo:g}-{hi:g}",
                  f"reads={self.read_mode}"]
@@ -144,7 +157,8 @@ class Mix:
         if self.values is not None:
             parts.append(f"values={self.values}")
         counts = {"snapshot": self.snapshot_every, "fsync": self.fsync_ms,
-                  "sessions": self.max_sessions, "batch": self.batch, "inflight": self.inflight}
+                  "sessions": self.max_sessions, "batch": self.batch, "inflight": self.inflight,
+                  "frame": self.frame_mb}
         parts += [f"{key}={n}" for key, n in counts.items() if n is not None]
         return ";".join(parts)
 
@@ -155,7 +169,7 @@ class Mix:
                 "clock_error_us": self.clock_error_us, "writes": self.writes,
                 "values": self.values, "snapshot_every": self.snapshot_every,
                 "fsync_ms": self.fsync_ms, "max_sessions": self.max_sessions,
-                "batch": self.batch, "inflight": self.inflight}
+                "batch": self.batch, "inflight": self.inflight, "frame_mb": self.frame_mb}
 
 
 # The fixed mix (its list of kinds, with crash, restart and membership twice, is the one the
@@ -185,11 +199,13 @@ def swarm_mix(seed: int) -> Mix:
     max_sessions = _own_draw(seed, "sessions", SESSIONS)
     batch = _own_draw(seed, "batch", BATCHES)
     inflight = _own_draw(seed, "inflight", INFLIGHT)
+    frame_mb = _own_draw(seed, "frame", FRAME_MB)
     return Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
                read_share=read_share, clock_error_us=clock_error_us, writes=writes,
                values=None if values == "small" else values, snapshot_every=snapshot_every,
                fsync_ms=fsync_ms, max_sessions=max_sessions,
-               batch=batch if writes in SESSION_MODES else None, inflight=inflight)
+               batch=batch if writes in SESSION_MODES else None, inflight=inflight,
+               frame_mb=frame_mb)
 
 
 def _own_draw(seed: int, name: str, choices: tuple):
@@ -201,7 +217,8 @@ def _own_draw(seed: int, name: str, choices: tuple):
 # A spec's whole-number fields, each >= 1, in the order of Mix's fields: what each counts
 _COUNTS = {"snapshot": "applied entries between snapshots", "fsync": "every disk's fsync latency in ms",
            "sessions": "the sessions a tablet keeps", "batch": "ops per batch of a session write mode",
-           "inflight": "requests in flight per connection"}
+           "inflight": "requests in flight per connection",
+           "frame": "the servers' RPC frame limit in MiB after their first restart"}
 
 
 def parse_mix(spec: str) -> Mix:
