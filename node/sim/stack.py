@@ -173,7 +173,6 @@ class StackSim:
         # the masters fault's fourth master: not a master until added (its disk and uuid then)
         self.spare = master_hosts(config.masters + 1)[-1]
         self.spare_uuid: str | None = None
-        self._booted: set[str] = set()  # hosts booted once: a frame= draw applies from the next
         self._spare_disks = random.Random(f"spare/{config.seed}")  # the run's stream untouched
 
     # -- servers -----------------------------------------------------------------------------
@@ -185,8 +184,7 @@ class StackSim:
         from node.server_base import ServerOptions
 
         master = host in self.masters
-        frame, server = frame_options(self, host, host in self._booted)
-        self._booted.add(host)
+        frame, server = frame_options(self.cfg.mix)
         replica = ReplicaOptions(clock_max_error_us=self.clock_error_us,
                                  read_mode=self.cfg.mix.read_mode,
                                  wall_ns=self._wall_ns(host), faults=self.cfg.faults,
@@ -573,7 +571,8 @@ class StackSim:
             share = self.cfg.mix.read_share
             return Register(writes=self._writes, batch=self.cfg.batch or self.cfg.mix.batch or 0,
                             value_sizes=self._value_sizes,
-                            value_max_bytes=MAX_FRAME, value_seed=self.cfg.seed,
+                            value_max_bytes=frame_options(self.cfg.mix)[0] or MAX_FRAME,
+                            value_seed=self.cfg.seed,
                             **({} if share is None else {"read_share": share}))
         if self.cfg.value_sizes != "small":
             raise ValueError(f"value sizes {self.cfg.value_sizes!r} are for the register workload")

@@ -1,14 +1,11 @@
-"""The swarm's `frame=N` (node.sim.swarm.FRAME_MB): an operator lowers the servers' RPC frame
-limit (--rpc-max-message-size) to N MiB, and each server takes it at its next start.
-
-A server's first boot runs with the simulator's limit (node.sim.stack.MAX_FRAME); every later
-boot (a restart after a crash, a power loss, a disk fault, damage) with N MiB, and with the copy
-chunk the daemon then requires (its fetch's reply must fit the frame). The client keeps its own
-limit: the application was not reconfigured. So, with wide values, for a while the servers of
-one cluster disagree: a client's write past a restarted server's frame is answered once and its
-connection closed (rpc.server.frame_too_large), an old leader's AppendEntries is refused by a
-restarted follower, and a restarted leader holds entries written under the old limit that it
-may no longer send (rpc.outbox.too_large_unsent): the follower that needs them is copied.
+"""The swarm's `frame=N` (node.sim.swarm.FRAME_MB): the servers' RPC frame limit lowered to N
+MiB (--rpc-max-message-size, Kudu's rpc_max_message_size), the same on every server, as the
+flag must be, with the copy chunk the daemon then requires (a fetch's reply must fit the
+frame). The application's client keeps its own limit, the simulator's 8 MiB: nobody told it,
+though the register workload's wide values now reach up to the servers' limit. A value within
+the request's envelope of it is answered TOO_LARGE once and its connection closed
+(rpc.server.frame_too_large: the client did not refuse it unsent), one just under it refused
+before it is proposed (raft.propose.too_large).
 """
 
 from __future__ import annotations
@@ -17,12 +14,10 @@ from node.rpc.wire import ENVELOPE_RESERVE
 from node.tserver.copy_client import CHUNK_BYTES
 
 
-def frame_options(sim, host: str, booted: bool) -> tuple[int | None, dict]:
-    """`host`'s frame limit for this boot (None: the simulator's) and the ServerOptions
-    keywords that go with it: none on its first boot (`booted` False) or without a `frame=`
-    draw."""
-    mb = sim.cfg.mix.frame_mb
-    if not mb or not booted:
+def frame_options(mix) -> tuple[int | None, dict]:
+    """A server's frame limit under `mix` (None: the simulator's) and the ServerOptions
+    keywords that go with it."""
+    if not mix.frame_mb:
         return None, {}
-    frame = mb << 20
+    frame = mix.frame_mb << 20
     return frame, {"tablet_copy_transfer_chunk_size_bytes": min(CHUNK_BYTES, frame - ENVELOPE_RESERVE)}

@@ -76,15 +76,11 @@ BATCHES = (None, None, 2, 4)
 # 256; the client allows twice as many calls in flight on one). A seed's few dozen workers never
 # had 256 out, so no server ever applied back-pressure and no call waited for room. Its own draw.
 INFLIGHT = (None, None, None, 4)
-# The servers' RPC frame limit in MiB, lowered mid-run (None: the simulator's 8 MiB throughout).
-# Operators lower Kudu's --rpc_max_message_size (here --rpc-max-message-size, 1 MiB at least);
-# the new value takes effect as each daemon restarts, so for a while servers of one cluster
-# disagree, entries written under the old limit sit in logs past the new one, and the
-# application's client keeps its own limit. A server's every boot after its first runs with
-# it (node.sim.stack_frame); the client keeps the simulator's. With wide values: writes past a
-# server's frame (answered once, the connection closed), a restarted leader whose log holds an
-# entry it may no longer send, an old leader's AppendEntries a restarted follower refuses.
-# Its own draw.
+# The servers' RPC frame limit in MiB (None: the simulator's 8 MiB). Operators lower Kudu's
+# --rpc_max_message_size (here --rpc-max-message-size, 1 MiB at least), on every server alike
+# as it must be; the application's client keeps its own limit (node.sim.stack_frame). With
+# wide values a write past the servers' frame is answered once and its connection closed, one
+# just under it refused before it is proposed. Its own draw.
 FRAME_MB = (None, None, 1, 2)
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
 # one or two kinds (a copy racing an election needs copies and cuts close together, which a mix
@@ -127,8 +123,7 @@ class Mix:
     batch: int | None = None
     # requests in flight per connection a server reads (None: the server's; INFLIGHT)
     inflight: int | None = None
-    # the servers' RPC frame limit in MiB from their first restart on (None: the simulator's;
-    # FRAME_MB)
+    # the servers' RPC frame limit in MiB (None: the simulator's; FRAME_MB)
     frame_mb: int | None = None
 
     def kinds(self) -> list[str]:
@@ -218,7 +213,7 @@ def _own_draw(seed: int, name: str, choices: tuple):
 _COUNTS = {"snapshot": "applied entries between snapshots", "fsync": "every disk's fsync latency in ms",
            "sessions": "the sessions a tablet keeps", "batch": "ops per batch of a session write mode",
            "inflight": "requests in flight per connection",
-           "frame": "the servers' RPC frame limit in MiB after their first restart"}
+           "frame": "the servers' RPC frame limit in MiB"}
 
 
 def parse_mix(spec: str) -> Mix:
