@@ -497,3 +497,26 @@ def test_half_the_mixes_lower_the_servers_frame_limit_and_the_client_keeps_its_o
     _valid_and_fired(StackConfig(seed=2, workload="register", seconds=15.0, mix=low), tmp_path,
                      "rpc.server.frame_too_large", "rpc.client.peer_hung_up_with_reason",
                      "raft.propose.too_large", "client.retry.too_large")
+
+
+def test_a_reprovisioned_host_comes_back_as_a_new_server_and_its_replicas_are_replaced(tmp_path):
+    """`reprovision` (a late kind): a tablet server's disk replaced by an empty one, so it starts
+    at the same address with a new uuid. Peers and the masters still address the old uuid there
+    and are refused (rpc.server.wrong_uuid); the masters replace the silent member, and no
+    config names the old uuid at the end. The seed stays valid."""
+    assert "reprovision" in LATE and 60 < sum("reprovision" in swarm_mix(s).kinds()
+                                               for s in range(200)) < 140
+    spec = "restart:2,heal:1,reprovision:4;every=1-4;reads=linearizable;load=10x100"
+    assert parse_mix(spec).spec() == spec
+    sim = StackSim(StackConfig(seed=2, workload="register", seconds=30.0, mix=parse_mix(spec)),
+                   tmp_path)
+    result = sim.run()
+    assert result.ok(), (result.violation, result.verdict)
+    (host, old), = [e[2] for e in sim.events if e[1] == "reprovision"]  # once a seed
+    assert old and sim.servers[host].uuid != old
+    for name in ("rpc.server.wrong_uuid", "master.rereplication.replace_silent",
+                 "master.rereplication.add_chosen"):
+        assert result.probes.get(name, 0) >= 1, name
+    configs = [r.status()["config"] for s in sim.servers.values()
+               for r in getattr(s, "replicas", {}).values() if not r.failed]
+    assert configs and not any(m[0] == old for config in configs for m in config)

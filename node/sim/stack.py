@@ -36,7 +36,7 @@ from pathlib import Path
 from node import probes
 from node.disk import SimDisk, SimFaults
 from node.faults import Faults
-from node.sim import stack_damage
+from node.sim import stack_damage, stack_reprovision
 from node.sim.loop import SYSTEM, SimLoop
 from node.sim.network import SimNetwork
 from node.sim.stack_checks import DATA_DIR, Invariants, StackViolation
@@ -166,6 +166,7 @@ class StackSim:
         self.events: list[list] = []  # [virtual time, kind, value] of each fault applied
         self.flipped: set[str] = set()  # servers whose disk had a bit flipped
         self.flip_outcomes: dict[str, str] = {}  # flipped host -> the first loud failure seen
+        self.reprovisioned: set[str] = set()  # tablet servers wiped for a new uuid (reprovision)
         self.start_failures: dict[str, str] = {}  # host -> why its server refused to start
         self.disk_faults: dict[str, str] = {}  # host -> enospc | eio | slow, while it is on
         self.invariants = Invariants(self)  # what the checks remember of the live replicas
@@ -458,6 +459,8 @@ class StackSim:
             return [host, path, offset, bit]
         elif kind == "flip-newest":
             return stack_damage.flip_newest(self, value)
+        elif kind == "reprovision":
+            return stack_reprovision.reprovision(self, value)
         return value
 
     async def _masters(self, planned: list | None):

@@ -73,14 +73,16 @@ class FaultChooser:
         if kind == "flip":  # once per server: a corrupt instance file keeps it down
             fresh = [h for h in hosts if h not in self.sim.flipped and h != self.sim.spare and (
                 h in self.sim.tservers or not impaired & set(self.sim.masters))]
-            return (kind, [rng.choice(fresh)]) if len(self.sim.flipped) < MAX_FLIPS else (None, None)
+            return (kind, [rng.choice(fresh)]) if self._damaged() < MAX_FLIPS else (None, None)
         if kind == "flip-newest":  # a tablet server's: its tablets' WALs
-            fresh = [h for h in self.sim.tservers if h not in self.sim.flipped]
-            if len(self.sim.flipped) >= MAX_FLIPS or not fresh:
+            fresh = [h for h in self.sim.tservers if h not in self.sim.flipped | self.sim.reprovisioned]
+            if self._damaged() >= MAX_FLIPS or not fresh:
                 return None, None
             return kind, [rng.choice(fresh), rng.getrandbits(32)]
         if kind == "damage":
             return self._choose_damage(rng, impaired)
+        if kind == "reprovision":
+            return self._choose_reprovision(rng, impaired)
         if kind == "torn":  # a tablet server up and serving
             up = [h for h in self.sim.tservers if h not in impaired]
             return (kind, [rng.choice(up), round(rng.uniform(*TORN_SLOW_FSYNC_S), 6)]
@@ -179,7 +181,7 @@ class FaultChooser:
             return kind, [tablet, host, f, rr, round(rng.uniform(*LEASE_RACE_SLOW_FSYNC_S), 6),
                           cut_s, None, round(rng.uniform(*TOMBSTONE_AFTER_S), 3)]
         if kind == "fail-copy":
-            if rr in self.sim.flipped or len(self.sim.flipped) >= MAX_FLIPS:
+            if rr in self.sim.flipped or self._damaged() >= MAX_FLIPS:
                 return None, None
             return kind, [tablet, host, f, rr, round(rng.uniform(*COPY_RACE_SLOW_FSYNC_S), 6),
                           cut_s, round(rng.uniform(*FAIL_COPY_LAG_S), 3),
@@ -222,11 +224,26 @@ class FaultChooser:
             up = [h for h in self.sim.tservers if h not in impaired]
             return ("damage", [rng.choice(up), mode]) if up else (None, None)
         fresh = [h for h in self.sim.masters + self.sim.tservers
-                 if h not in self.sim.flipped and h != self.sim.spare
+                 if h not in self.sim.flipped | self.sim.reprovisioned and h != self.sim.spare
                  and (h in self.sim.tservers or not impaired & set(self.sim.masters))]
-        if len(self.sim.flipped) >= MAX_FLIPS or not fresh:
+        if self._damaged() >= MAX_FLIPS or not fresh:
             return None, None
         return "damage", [rng.choice(fresh), mode, rng.getrandbits(32)]
+
+    def _choose_reprovision(self, rng: random.Random, impaired: set[str]) -> tuple[str | None, object]:
+        """A tablet server whose disk is replaced by an empty one (node.sim.stack_reprovision),
+        once a seed, within MAX_FLIPS with flips and damage, on a server no flip or damage
+        touched, while at most one other tablet server is impaired. Value: [host]."""
+        if self.sim.reprovisioned or self._damaged() >= MAX_FLIPS:
+            return None, None
+        others = impaired & set(self.sim.tservers)
+        fresh = [h for h in self.sim.tservers if h not in self.sim.flipped
+                 and len(others - {h}) <= 1]
+        return ("reprovision", [rng.choice(fresh)]) if fresh else (None, None)
+
+    def _damaged(self) -> int:
+        """Servers whose disks lost or damaged data: flipped, damaged, or re-provisioned."""
+        return len(self.sim.flipped | self.sim.reprovisioned)
 
     def _choose_transfer(self, rng: random.Random) -> tuple[str | None, object]:
         """A leader (of a tablet, or of the catalog on a master) as the simulator sees it, told

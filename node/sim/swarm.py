@@ -21,7 +21,7 @@ from dataclasses import dataclass
 # Every fault kind the simulator's nemesis knows (node.sim.stack_faults.FaultChooser.choose).
 KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "skew",
          "membership", "flip", "disk", "transfer", "cut", "tombstone", "copy-race", "lease-race", "masters",
-         "drift", "flip-newest", "fail-copy", "torn", "delay", "damage")
+         "drift", "flip-newest", "fail-copy", "torn", "delay", "damage", "reprovision")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
@@ -31,8 +31,12 @@ ALWAYS = ("restart", "heal")
 # one host slowed for a few seconds (tc's delay on its interface), which widens each window
 # between a message and its answer: a read at a new leader before its term commits, a lease
 # confirmed after the term moved on, two config changes racing; damage: a file of a server
-# truncated, zeroed, lost, misplaced or flipped at a power loss (stack_damage.damage).
-LATE = {"torn": (None, None, 2, 4), "delay": (None, None, 2, 4), "damage": (None, None, 2, 4)}
+# truncated, zeroed, lost, misplaced or flipped at a power loss (stack_damage.damage);
+# reprovision: a tablet server's host re-provisioned, its disk replaced by an empty one, so it
+# starts again at the same address with a new uuid and no replicas, once a seed
+# (node.sim.stack_reprovision).
+LATE = {"torn": (None, None, 2, 4), "delay": (None, None, 2, 4), "damage": (None, None, 2, 4),
+        "reprovision": (None, None, 1, 2)}
 WEIGHTS = (1, 2, 4, 8)  # a kind that is on fires with one of these relative weights
 FAULT_EVERY = ((0.2, 0.8), (0.5, 2.0), (1.0, 4.0))  # (lo, hi) seconds between two faults
 LOADS = ((5, 50.0), (10, 100.0), (20, 200.0))  # (clients, ops/s over all of them)
