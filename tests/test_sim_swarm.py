@@ -520,3 +520,17 @@ def test_a_reprovisioned_host_comes_back_as_a_new_server_and_its_replicas_are_re
     configs = [r.status()["config"] for s in sim.servers.values()
                for r in getattr(s, "replicas", {}).values() if not r.failed]
     assert configs and not any(m[0] == old for config in configs for m in config)
+
+
+def test_a_disk_filled_just_past_its_files_fails_a_segments_preallocation_or_writes_short(
+        tmp_path):
+    """`full` (a late kind): a tablet server's disk left a few KiB of room, its preallocated
+    space counted, in a seed of small segments: the next segment cannot be preallocated, or a
+    WAL write comes back short and the rest fails (ENOSPC): the log fails, the replica FAILs, and
+    the masters replace it. No seed had reached either; the seed stays valid."""
+    assert "full" in LATE and 60 < sum("full" in swarm_mix(s).kinds() for s in range(200)) < 140
+    spec = "restart:2,heal:1,full:4;every=1-4;reads=linearizable;load=10x100"
+    assert parse_mix(spec).spec() == spec
+    _valid_and_fired(StackConfig(seed=2, workload="register", seconds=30.0, mix=parse_mix(spec)),
+                     tmp_path, "wal.segment.preallocate_failed", "wal.write.short_write_completed",
+                     "wal.write.failed", "master.rereplication.replace_failed")

@@ -390,6 +390,9 @@ class StackSim:
         disk = self.disks[host]
         if mode == "enospc":
             disk.faults.quota_bytes = disk.usage() + value[2]
+        elif mode == "full":  # as a real disk fills (SimFaults.fill): the usage counts it too
+            disk.faults.fill = True
+            disk.faults.quota_bytes = disk.usage() + value[2]
         elif mode == "eio":
             disk.faults.fsync_eio_rate = value[2]
         else:
@@ -405,7 +408,7 @@ class StackSim:
         faults = self.disks[host].faults  # shared by the disk's incarnations
         defaults = baseline_faults(self.cfg.mix)
         faults.quota_bytes, faults.fsync_eio_rate = defaults.quota_bytes, defaults.fsync_eio_rate
-        faults.fsync_latency = defaults.fsync_latency
+        faults.fsync_latency, faults.fill = defaults.fsync_latency, defaults.fill
         if mode != "slow" and host not in self.down:
             self._crash(host)
             self._boot(host)
@@ -441,7 +444,7 @@ class StackSim:
             return [list(a) for a in pair] if pair else _SKIPPED
         elif kind in ("skew", "drift"):
             self.skew_s[value[0]] = value[1]
-        elif kind == "disk":
+        elif kind in ("disk", "full"):
             if value[0] in self.disk_faults:
                 return _SKIPPED
             self._set_disk_fault(value[0], value[1], value)

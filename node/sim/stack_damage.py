@@ -137,9 +137,9 @@ UNPREALLOCATED = (1, 3)  # indexes into the tablet servers: ts2 and ts4
 
 
 def damaging(mix) -> bool:
-    """Whether the mix turns the damage fault on: its disks then model preallocation and its
-    logs roll small segments."""
-    return "damage" in mix.kinds()
+    """Whether the mix turns the damage or the full fault on: its disks then model
+    preallocation and its logs roll small segments."""
+    return "damage" in mix.kinds() or "full" in mix.kinds()
 
 
 def log_options(sim, host: str):

@@ -15,6 +15,9 @@ MAX_FLIPS = 2
 # Disk faults: ENOSPC leaves this much room above what the files hold; a failing fsync fails
 # with this chance; a slow fsync's upper bound (virtual seconds; the lower one is a tenth of it)
 ENOSPC_SLACK_BYTES = 16 * 1024
+# full: the room left above what a tablet server's files hold, preallocated space included:
+# less than a small segment (stack_damage.DAMAGE_SEGMENT_MB), so the next one cannot be made
+FULL_ROOM_BYTES = 8 * 1024
 EIO_RATE = (0.05, 1.0)
 SLOW_FSYNC_S = (0.02, 0.5)
 # copy-race's slow disk on the copy's receiver: its fsyncs' upper bound, so that a copy, a few
@@ -83,6 +86,11 @@ class FaultChooser:
             return self._choose_damage(rng, impaired)
         if kind == "reprovision":
             return self._choose_reprovision(rng, impaired)
+        if kind == "full":  # a tablet server up, while no other disk fails
+            up = [h for h in self.sim.tservers if h not in impaired and h not in self.sim.disk_faults]
+            if not up or any(m != "slow" for m in self.sim.disk_faults.values()):
+                return None, None
+            return kind, [rng.choice(up), "full", rng.randrange(FULL_ROOM_BYTES)]
         if kind == "torn":  # a tablet server up and serving
             up = [h for h in self.sim.tservers if h not in impaired]
             return (kind, [rng.choice(up), round(rng.uniform(*TORN_SLOW_FSYNC_S), 6)]
