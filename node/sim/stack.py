@@ -387,16 +387,7 @@ class StackSim:
         return [host, tablet, new]
 
     def _set_disk_fault(self, host: str, mode: str, value: list) -> None:
-        disk = self.disks[host]
-        if mode == "enospc":
-            disk.faults.quota_bytes = disk.usage() + value[2]
-        elif mode == "full":  # as a real disk fills (SimFaults.fill): the usage counts it too
-            disk.faults.fill = True
-            disk.faults.quota_bytes = disk.usage() + value[2]
-        elif mode == "eio":
-            disk.faults.fsync_eio_rate = value[2]
-        else:
-            disk.faults.fsync_latency = (value[2], value[3])
+        _set_disk_faults(self.disks[host], mode, value)
         self.disk_faults[host] = mode
 
     def _clear_disk_fault(self, host: str) -> str | None:
@@ -463,7 +454,7 @@ class StackSim:
         elif kind == "flip-newest":
             return stack_damage.flip_newest(self, value)
         elif kind == "reprovision":
-            return stack_reprovision.reprovision(self, value)
+            return stack_reprovision.reprovision(self, value, baseline_faults(self.cfg.mix))
         return value
 
     async def _masters(self, planned: list | None):
@@ -791,6 +782,19 @@ def _mix_options(mix: Mix) -> dict:
     if mix.max_sessions:
         out["session_limits"] = Limits(max_sessions=mix.max_sessions)
     return out
+
+
+def _set_disk_faults(disk: SimDisk, mode: str, value: list) -> None:
+    """A disk fault's mode on `disk` (stack_faults `_choose_disk`, `full`)."""
+    if mode == "enospc":
+        disk.faults.quota_bytes = disk.usage() + value[2]
+    elif mode == "full":  # as a real disk fills (SimFaults.fill): the usage counts it too
+        disk.faults.fill = True
+        disk.faults.quota_bytes = disk.usage() + value[2]
+    elif mode == "eio":
+        disk.faults.fsync_eio_rate = value[2]
+    else:
+        disk.faults.fsync_latency = (value[2], value[3])
 
 
 def _client_inflight(mix: Mix) -> dict:

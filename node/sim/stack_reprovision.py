@@ -17,10 +17,10 @@ from __future__ import annotations
 import random
 
 
-def reprovision(sim, value: list) -> list:
-    """`value`: [host] as drawn; recorded as [host, old uuid or None]."""
+def reprovision(sim, value: list, faults) -> list:
+    """`value`: [host] as drawn; recorded as [host, old uuid or None]. `faults`: the new disk's
+    SimFaults (those of a disk without an injected fault)."""
     from node.disk import SimDisk
-    from node.sim.stack import baseline_faults
 
     host = value[0]
     old = getattr(sim.servers.get(host), "uuid", None)
@@ -29,7 +29,7 @@ def reprovision(sim, value: list) -> list:
     sim.invariants.forget(host)
     sim.disk_faults.pop(host, None)
     rng = random.Random(f"reprovision/{sim.cfg.seed}/{host}")  # the run's stream untouched
-    sim.disks[host] = SimDisk(random.Random(rng.getrandbits(64)), baseline_faults(sim.cfg.mix))
+    sim.disks[host] = SimDisk(random.Random(rng.getrandbits(64)), faults)
     sim.reprovisioned.add(host)
     sim._boot(host)
     return [host, old]
