@@ -28,6 +28,7 @@ def reprovision(sim, value: list, faults) -> list:
         sim._crash(host)
     sim.invariants.forget(host)
     sim.disk_faults.pop(host, None)
+    sim.start_failures.pop(host, None)  # a failure to start before this is history
     rng = random.Random(f"reprovision/{sim.cfg.seed}/{host}")  # the run's stream untouched
     sim.disks[host] = SimDisk(random.Random(rng.getrandbits(64)), faults)
     sim.reprovisioned.add(host)
