@@ -35,6 +35,8 @@ def flip_newest(sim, value: list):
         meta = DATA_DIR / "tablet-meta"
         heads = []
         for tablet in sorted(disk.listdir(meta)) if disk.isdir(meta) else []:
+            if tablet.startswith("."):  # a temporary file a failed write left, as open_all skips
+                continue
             scan = newest_segment(disk, tablet)
             if scan is not None and scan.footer is None and scan.records:
                 heads.append((tablet, scan, scan.records[-1].offset))

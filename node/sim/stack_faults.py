@@ -239,15 +239,36 @@ class FaultChooser:
         return "damage", [rng.choice(fresh), mode, rng.getrandbits(32)]
 
     def _choose_reprovision(self, rng: random.Random, impaired: set[str]) -> tuple[str | None, object]:
-        """A tablet server whose disk is replaced by an empty one (node.sim.stack_reprovision),
-        once a seed, within MAX_FLIPS with flips and damage, on a server no flip or damage
-        touched, while at most one other tablet server is impaired. Value: [host]."""
+        """A tablet server up whose disk is replaced by an empty one
+        (node.sim.stack_reprovision), once a seed, within MAX_FLIPS with flips and damage, on a
+        server no flip or damage touched, and only while each of its tablets keeps a majority
+        of its voters on servers that are well without it, as an operator replaces a server
+        (ksck first): one voter of two wiped leaves a tablet that no Raft can bring back.
+        Value: [host]."""
         if self.sim.reprovisioned or self._damaged() >= MAX_FLIPS:
             return None, None
-        others = impaired & set(self.sim.tservers)
-        fresh = [h for h in self.sim.tservers if h not in self.sim.flipped
-                 and len(others - {h}) <= 1]
+        fresh = [h for h in self.sim.tservers if h not in self.sim.flipped | impaired
+                 and self._replaceable(h, impaired)]
         return ("reprovision", [rng.choice(fresh)]) if fresh else (None, None)
+
+    def _replaceable(self, host: str, impaired: set[str]) -> bool:
+        """Every config a live replica holds (active and committed) that names `host`'s server
+        as a voter keeps a majority of voters on other servers not impaired."""
+        uuid = getattr(self.sim.servers.get(host), "uuid", None)
+        if uuid is None:
+            return False
+        well = {getattr(s, "uuid", None) for h, s in self.sim.servers.items()
+                if h != host and h not in impaired}
+        for server in list(self.sim.servers.values()):
+            for r in list(getattr(server, "replicas", {}).values()):
+                if r.failed:
+                    continue
+                status = r.status()
+                for config in (status["config"], status["committed_config"]):
+                    voters = [m[0] for m in config if m[1] == "VOTER"]
+                    if uuid in voters and sum(v in well for v in voters) <= len(voters) // 2:
+                        return False
+        return True
 
     def _damaged(self) -> int:
         """Servers whose disks lost or damaged data: flipped, damaged, or re-provisioned."""
