@@ -183,6 +183,10 @@ class SimFaults:
     # fallocate makes a file that long, its unwritten part reading as zeros (kept as a length,
     # not as bytes); off, it is a no-op, as it was before this was modelled
     preallocate: bool = False
+    # a disk filling up as a real one does (the `full` fault): preallocated space counts against
+    # quota_bytes, fallocate past it fails with ENOSPC, and a write past it writes what fits
+    # and returns that count (write(2) on a full disk), the next one failing with ENOSPC
+    fill: bool = False
 
 
 class _Alloc:
@@ -503,9 +507,13 @@ class SimDisk:
         buf = b"".join(bufs)
         quota = self.faults.quota_bytes
         if quota is not None:
-            growth = max(0, offset + len(buf) - len(f.data))
-            if growth and self._usage() + growth > quota:
-                raise OSError(errno.ENOSPC, "No space left on device")
+            have = f.size() if self.faults.fill else len(f.data)
+            growth = max(0, offset + len(buf) - have)
+            if growth and (room := quota - self._usage()) < growth:
+                fits = max(0, have + room - offset) if self.faults.fill else 0
+                if not fits:
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                buf = buf[:fits]  # short: what fits
         op = (offset, buf)
         _apply_data(f.data, op)
         f.pending.append(op)
@@ -539,6 +547,10 @@ class SimDisk:
     def fallocate(self, fd: _Handle, offset: int, length: int) -> None:
         f = self._handle(fd).file
         if self.faults.preallocate and offset + length > f.size():
+            quota = self.faults.quota_bytes
+            if (self.faults.fill and quota is not None
+                    and self._usage() + offset + length - f.size() > quota):
+                raise OSError(errno.ENOSPC, "No space left on device")
             f.alloc = offset + length
             f.pending.append(_Alloc(offset + length))
 
@@ -685,6 +697,8 @@ class SimDisk:
                        for op in f.pending)]
 
     def _usage(self) -> int:
+        if self.faults.fill:  # preallocated space is held too
+            return sum(f.size() for _, f in self._walk())
         return sum(len(f.data) for _, f in self._walk())
 
     def usage(self) -> int:

@@ -23,6 +23,11 @@ WORKLOADS = ("register", "list-append")  # tessera sim's default: by seed parity
 SEED_32_BEFORE = ("restart:1,heal:4,copy-race:4;every=0.5-2;reads=lease;load=20x200;"
                   "writes=session-background;values=zeros;snapshot=200")
 
+# Seed 21's swarm mix before it drew full:4 and frame=2: then it caught new-seqs
+SEED_21_BEFORE = ("crash:4,power:4,restart:2,heal:8,tombstone:8,lease-race:8,delay:4,damage:4;"
+                  "every=0.2-0.8;reads=lease;load=5x50;writes=session-background;values=zeros;"
+                  "snapshot=200;sessions=8")
+
 
 def default_seed(seed: int, out, spec: str | None = None):
     """Seed `seed` exactly as `tessera sim --stack full` runs it by default (or with --mix
@@ -35,7 +40,7 @@ def default_seed(seed: int, out, spec: str | None = None):
     ("misroute", 8, None, "wrong-reply"),
     ("reuse-slot", 32, SEED_32_BEFORE, "wrong-reply"),
     ("drop-error", 38, None, "linearizability"),
-    ("new-seqs", 21, None, "duplicate-elements"),
+    ("new-seqs", 21, SEED_21_BEFORE, "duplicate-elements"),
 ])
 def test_each_client_fault_fails_a_default_seed_that_the_fixed_client_passes(
         tmp_path, monkeypatch, fault, seed, spec, anomaly):

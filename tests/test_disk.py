@@ -11,7 +11,7 @@ import random
 import pytest
 
 from node import durable
-from node.disk import Fenced, SimDisk, SimFaults
+from node.disk import Fenced, SimDisk, SimFaults, pwrite_all
 from node.entry import Entry, EntryType
 from node.errors import CorruptionError
 from node.faults import Faults
@@ -148,6 +148,25 @@ def test_enospc_past_the_quota_and_eio_on_fsync():
     disk.fsync(fd)  # succeeds, but (as on Linux) the failed write-back is gone
     disk.fsync_dir("/d")
     assert disk.crash().read("/d/f") == b""
+
+
+def test_a_filling_disk_counts_preallocated_space_and_writes_short():
+    """SimFaults.fill, as a real disk fills: preallocated space is held, fallocate past the
+    quota fails with ENOSPC, and a write past it writes what fits and returns that count (the
+    next one fails), which pwrite_all completes or fails."""
+    disk = new_disk(preallocate=True, fill=True)
+    fd = disk.open("/d/f", create=True)
+    disk.fallocate(fd, 0, 100)
+    assert disk.usage() == 100
+    disk.faults.quota_bytes = 110
+    disk.pwritev(fd, [b"x" * 100], 0)  # into the preallocated space: no room needed
+    with pytest.raises(OSError) as exc:
+        disk.fallocate(fd, 0, 200)
+    assert exc.value.errno == errno.ENOSPC
+    assert disk.pwritev(fd, [b"y" * 30], 95) == 15  # short: 10 bytes of room past 100
+    with pytest.raises(OSError) as exc:
+        pwrite_all(disk, fd, [b"z" * 5], 110)
+    assert exc.value.errno == errno.ENOSPC and disk.size("/d/f") == 110
 
 
 # ---- durable.py on SimDisk ----

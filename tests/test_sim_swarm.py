@@ -477,3 +477,60 @@ def test_the_delay_fault_slows_one_hosts_links_for_a_while_and_leaves_others_alo
     assert sim.net.slowed(host, other) == 0.0  # over after its 2 s
     assert sim.net.slowed(host, sim.masters[0]) == 0.5  # not the other fault's
     assert sum("delay" in swarm_mix(s).kinds() for s in range(200)) > 60
+
+
+def test_half_the_mixes_lower_the_servers_frame_limit_and_the_client_keeps_its_own(tmp_path):
+    """`frame=N`: every server's RPC frame limit is N MiB (an operator's lowered
+    --rpc-max-message-size), the client keeps its own. With wide values, which then reach up to
+    the servers' limit, a write within its envelope of the limit is answered once and its
+    connection closed, one just under it refused before it is proposed: paths no seed had
+    reached. The seed stays valid."""
+    mixes = [swarm_mix(s) for s in range(200)]
+    drawn = Counter(m.frame_mb for m in mixes)
+    assert set(drawn) == {None, 1, 2} and 60 < drawn[None] < 140, drawn
+    low = parse_mix("crash:2,restart:4,heal:1;every=1-4;reads=linearizable;load=10x100;"
+                    "values=wide;frame=1")
+    assert low.frame_mb == 1 and low.spec().endswith(";frame=1")
+    assert parse_mix(low.spec()) == low
+    with pytest.raises(ValueError, match="frame='0'.*MiB"):
+        parse_mix("restart:1;frame=0")
+    _valid_and_fired(StackConfig(seed=2, workload="register", seconds=15.0, mix=low), tmp_path,
+                     "rpc.server.frame_too_large", "rpc.client.peer_hung_up_with_reason",
+                     "raft.propose.too_large", "client.retry.too_large")
+
+
+def test_a_reprovisioned_host_comes_back_as_a_new_server_and_its_replicas_are_replaced(tmp_path):
+    """`reprovision` (a late kind): a tablet server's disk replaced by an empty one, so it starts
+    at the same address with a new uuid. Peers and the masters still address the old uuid there
+    and are refused (rpc.server.wrong_uuid); the masters replace the silent member, and no
+    config names the old uuid at the end. The seed stays valid."""
+    assert "reprovision" in LATE and 60 < sum("reprovision" in swarm_mix(s).kinds()
+                                               for s in range(200)) < 140
+    spec = "restart:2,heal:1,reprovision:4;every=1-4;reads=linearizable;load=10x100"
+    assert parse_mix(spec).spec() == spec
+    sim = StackSim(StackConfig(seed=2, workload="register", seconds=30.0, mix=parse_mix(spec)),
+                   tmp_path)
+    result = sim.run()
+    assert result.ok(), (result.violation, result.verdict)
+    (host, old), = [e[2] for e in sim.events if e[1] == "reprovision"]  # once a seed
+    assert old and sim.servers[host].uuid != old
+    for name in ("rpc.server.wrong_uuid", "master.rereplication.replace_silent",
+                 "master.rereplication.add_chosen"):
+        assert result.probes.get(name, 0) >= 1, name
+    configs = [r.status()["config"] for s in sim.servers.values()
+               for r in getattr(s, "replicas", {}).values() if not r.failed]
+    assert configs and not any(m[0] == old for config in configs for m in config)
+
+
+def test_a_disk_filled_just_past_its_files_fails_a_segments_preallocation_or_writes_short(
+        tmp_path):
+    """`full` (a late kind): a tablet server's disk left a few KiB of room, its preallocated
+    space counted, in a seed of small segments: the next segment cannot be preallocated, or a
+    WAL write comes back short and the rest fails (ENOSPC): the log fails, the replica FAILs, and
+    the masters replace it. No seed had reached either; the seed stays valid."""
+    assert "full" in LATE and 60 < sum("full" in swarm_mix(s).kinds() for s in range(200)) < 140
+    spec = "restart:2,heal:1,full:4;every=1-4;reads=linearizable;load=10x100"
+    assert parse_mix(spec).spec() == spec
+    _valid_and_fired(StackConfig(seed=2, workload="register", seconds=30.0, mix=parse_mix(spec)),
+                     tmp_path, "wal.segment.preallocate_failed", "wal.write.short_write_completed",
+                     "wal.write.failed", "master.rereplication.replace_failed")

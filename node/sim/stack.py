@@ -36,11 +36,12 @@ from pathlib import Path
 from node import probes
 from node.disk import SimDisk, SimFaults
 from node.faults import Faults
-from node.sim import stack_damage
+from node.sim import stack_damage, stack_reprovision
 from node.sim.loop import SYSTEM, SimLoop
 from node.sim.network import SimNetwork
 from node.sim.stack_checks import DATA_DIR, Invariants, StackViolation
 from node.sim.stack_faults import FaultChooser
+from node.sim.stack_frame import frame_options
 from node.sim.swarm import CLASSIC, Mix
 
 MASTER_PORT, TSERVER_PORT = 7051, 7050
@@ -165,6 +166,7 @@ class StackSim:
         self.events: list[list] = []  # [virtual time, kind, value] of each fault applied
         self.flipped: set[str] = set()  # servers whose disk had a bit flipped
         self.flip_outcomes: dict[str, str] = {}  # flipped host -> the first loud failure seen
+        self.reprovisioned: set[str] = set()  # tablet servers wiped for a new uuid (reprovision)
         self.start_failures: dict[str, str] = {}  # host -> why its server refused to start
         self.disk_faults: dict[str, str] = {}  # host -> enospc | eio | slow, while it is on
         self.invariants = Invariants(self)  # what the checks remember of the live replicas
@@ -183,11 +185,13 @@ class StackSim:
         from node.server_base import ServerOptions
 
         master = host in self.masters
+        frame, server = frame_options(self.cfg.mix)
         replica = ReplicaOptions(clock_max_error_us=self.clock_error_us,
                                  read_mode=self.cfg.mix.read_mode,
                                  wall_ns=self._wall_ns(host), faults=self.cfg.faults,
                                  log=stack_damage.log_options(self, host),
-                                 rpc_max_message_size=MAX_FRAME, **_mix_options(self.cfg.mix))
+                                 rpc_max_message_size=frame or MAX_FRAME,
+                                 **_mix_options(self.cfg.mix))
         return ServerOptions(
             data_dir=DATA_DIR, rpc_host=host,
             rpc_port=MASTER_PORT if master else TSERVER_PORT,
@@ -197,7 +201,7 @@ class StackSim:
             catalog_manager_bg_task_wait_ms=RECONCILE_MS,
             seed=self.rng.getrandbits(64), disk=self.disks[host], local_host=host,
             rpc_max_inflight_per_conn=self.cfg.mix.inflight or ServerOptions.rpc_max_inflight_per_conn,
-            observe_outgoing=functools.partial(self.invariants.observe_sent, host))
+            observe_outgoing=functools.partial(self.invariants.observe_sent, host), **server)
 
     def _boot(self, host: str) -> None:
         from node.master.server import Master
@@ -383,13 +387,7 @@ class StackSim:
         return [host, tablet, new]
 
     def _set_disk_fault(self, host: str, mode: str, value: list) -> None:
-        disk = self.disks[host]
-        if mode == "enospc":
-            disk.faults.quota_bytes = disk.usage() + value[2]
-        elif mode == "eio":
-            disk.faults.fsync_eio_rate = value[2]
-        else:
-            disk.faults.fsync_latency = (value[2], value[3])
+        _set_disk_faults(self.disks[host], mode, value)
         self.disk_faults[host] = mode
 
     def _clear_disk_fault(self, host: str) -> str | None:
@@ -401,7 +399,7 @@ class StackSim:
         faults = self.disks[host].faults  # shared by the disk's incarnations
         defaults = baseline_faults(self.cfg.mix)
         faults.quota_bytes, faults.fsync_eio_rate = defaults.quota_bytes, defaults.fsync_eio_rate
-        faults.fsync_latency = defaults.fsync_latency
+        faults.fsync_latency, faults.fill = defaults.fsync_latency, defaults.fill
         if mode != "slow" and host not in self.down:
             self._crash(host)
             self._boot(host)
@@ -437,7 +435,7 @@ class StackSim:
             return [list(a) for a in pair] if pair else _SKIPPED
         elif kind in ("skew", "drift"):
             self.skew_s[value[0]] = value[1]
-        elif kind == "disk":
+        elif kind in ("disk", "full"):
             if value[0] in self.disk_faults:
                 return _SKIPPED
             self._set_disk_fault(value[0], value[1], value)
@@ -455,6 +453,8 @@ class StackSim:
             return [host, path, offset, bit]
         elif kind == "flip-newest":
             return stack_damage.flip_newest(self, value)
+        elif kind == "reprovision":
+            return stack_reprovision.reprovision(self, value, baseline_faults(self.cfg.mix))
         return value
 
     async def _masters(self, planned: list | None):
@@ -568,7 +568,8 @@ class StackSim:
             share = self.cfg.mix.read_share
             return Register(writes=self._writes, batch=self.cfg.batch or self.cfg.mix.batch or 0,
                             value_sizes=self._value_sizes,
-                            value_max_bytes=MAX_FRAME, value_seed=self.cfg.seed,
+                            value_max_bytes=frame_options(self.cfg.mix)[0] or MAX_FRAME,
+                            value_seed=self.cfg.seed,
                             **({} if share is None else {"read_share": share}))
         if self.cfg.value_sizes != "small":
             raise ValueError(f"value sizes {self.cfg.value_sizes!r} are for the register workload")
@@ -781,6 +782,19 @@ def _mix_options(mix: Mix) -> dict:
     if mix.max_sessions:
         out["session_limits"] = Limits(max_sessions=mix.max_sessions)
     return out
+
+
+def _set_disk_faults(disk: SimDisk, mode: str, value: list) -> None:
+    """A disk fault's mode on `disk` (stack_faults `_choose_disk`, `full`)."""
+    if mode == "enospc":
+        disk.faults.quota_bytes = disk.usage() + value[2]
+    elif mode == "full":  # as a real disk fills (SimFaults.fill): the usage counts it too
+        disk.faults.fill = True
+        disk.faults.quota_bytes = disk.usage() + value[2]
+    elif mode == "eio":
+        disk.faults.fsync_eio_rate = value[2]
+    else:
+        disk.faults.fsync_latency = (value[2], value[3])
 
 
 def _client_inflight(mix: Mix) -> dict:

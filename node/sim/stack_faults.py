@@ -15,6 +15,9 @@ MAX_FLIPS = 2
 # Disk faults: ENOSPC leaves this much room above what the files hold; a failing fsync fails
 # with this chance; a slow fsync's upper bound (virtual seconds; the lower one is a tenth of it)
 ENOSPC_SLACK_BYTES = 16 * 1024
+# full: the room left above what a tablet server's files hold, preallocated space included:
+# less than a small segment (stack_damage.DAMAGE_SEGMENT_MB), so the next one cannot be made
+FULL_ROOM_BYTES = 8 * 1024
 EIO_RATE = (0.05, 1.0)
 SLOW_FSYNC_S = (0.02, 0.5)
 # copy-race's slow disk on the copy's receiver: its fsyncs' upper bound, so that a copy, a few
@@ -73,14 +76,21 @@ class FaultChooser:
         if kind == "flip":  # once per server: a corrupt instance file keeps it down
             fresh = [h for h in hosts if h not in self.sim.flipped and h != self.sim.spare and (
                 h in self.sim.tservers or not impaired & set(self.sim.masters))]
-            return (kind, [rng.choice(fresh)]) if len(self.sim.flipped) < MAX_FLIPS else (None, None)
+            return (kind, [rng.choice(fresh)]) if self._damaged() < MAX_FLIPS else (None, None)
         if kind == "flip-newest":  # a tablet server's: its tablets' WALs
-            fresh = [h for h in self.sim.tservers if h not in self.sim.flipped]
-            if len(self.sim.flipped) >= MAX_FLIPS or not fresh:
+            fresh = [h for h in self.sim.tservers if h not in self.sim.flipped | self.sim.reprovisioned]
+            if self._damaged() >= MAX_FLIPS or not fresh:
                 return None, None
             return kind, [rng.choice(fresh), rng.getrandbits(32)]
         if kind == "damage":
             return self._choose_damage(rng, impaired)
+        if kind == "reprovision":
+            return self._choose_reprovision(rng, impaired)
+        if kind == "full":  # a tablet server up, while no other disk fails
+            up = [h for h in self.sim.tservers if h not in impaired and h not in self.sim.disk_faults]
+            if not up or any(m != "slow" for m in self.sim.disk_faults.values()):
+                return None, None
+            return kind, [rng.choice(up), "full", rng.randrange(FULL_ROOM_BYTES)]
         if kind == "torn":  # a tablet server up and serving
             up = [h for h in self.sim.tservers if h not in impaired]
             return (kind, [rng.choice(up), round(rng.uniform(*TORN_SLOW_FSYNC_S), 6)]
@@ -179,7 +189,7 @@ class FaultChooser:
             return kind, [tablet, host, f, rr, round(rng.uniform(*LEASE_RACE_SLOW_FSYNC_S), 6),
                           cut_s, None, round(rng.uniform(*TOMBSTONE_AFTER_S), 3)]
         if kind == "fail-copy":
-            if rr in self.sim.flipped or len(self.sim.flipped) >= MAX_FLIPS:
+            if rr in self.sim.flipped or self._damaged() >= MAX_FLIPS:
                 return None, None
             return kind, [tablet, host, f, rr, round(rng.uniform(*COPY_RACE_SLOW_FSYNC_S), 6),
                           cut_s, round(rng.uniform(*FAIL_COPY_LAG_S), 3),
@@ -222,11 +232,47 @@ class FaultChooser:
             up = [h for h in self.sim.tservers if h not in impaired]
             return ("damage", [rng.choice(up), mode]) if up else (None, None)
         fresh = [h for h in self.sim.masters + self.sim.tservers
-                 if h not in self.sim.flipped and h != self.sim.spare
+                 if h not in self.sim.flipped | self.sim.reprovisioned and h != self.sim.spare
                  and (h in self.sim.tservers or not impaired & set(self.sim.masters))]
-        if len(self.sim.flipped) >= MAX_FLIPS or not fresh:
+        if self._damaged() >= MAX_FLIPS or not fresh:
             return None, None
         return "damage", [rng.choice(fresh), mode, rng.getrandbits(32)]
+
+    def _choose_reprovision(self, rng: random.Random, impaired: set[str]) -> tuple[str | None, object]:
+        """A tablet server up whose disk is replaced by an empty one
+        (node.sim.stack_reprovision), once a seed, within MAX_FLIPS with flips and damage, on a
+        server no flip or damage touched, and only while each of its tablets keeps a majority
+        of its voters on servers that are well without it, as an operator replaces a server
+        (ksck first): one voter of two wiped leaves a tablet that no Raft can bring back.
+        Value: [host]."""
+        if self.sim.reprovisioned or self._damaged() >= MAX_FLIPS:
+            return None, None
+        fresh = [h for h in self.sim.tservers if h not in self.sim.flipped | impaired
+                 and self._replaceable(h, impaired)]
+        return ("reprovision", [rng.choice(fresh)]) if fresh else (None, None)
+
+    def _replaceable(self, host: str, impaired: set[str]) -> bool:
+        """Every config a live replica holds (active and committed) that names `host`'s server
+        as a voter keeps a majority of voters on other servers not impaired."""
+        uuid = getattr(self.sim.servers.get(host), "uuid", None)
+        if uuid is None:
+            return False
+        well = {getattr(s, "uuid", None) for h, s in self.sim.servers.items()
+                if h != host and h not in impaired}
+        for server in list(self.sim.servers.values()):
+            for r in list(getattr(server, "replicas", {}).values()):
+                if r.failed:
+                    continue
+                status = r.status()
+                for config in (status["config"], status["committed_config"]):
+                    voters = [m[0] for m in config if m[1] == "VOTER"]
+                    if uuid in voters and sum(v in well for v in voters) <= len(voters) // 2:
+                        return False
+        return True
+
+    def _damaged(self) -> int:
+        """Servers whose disks lost or damaged data: flipped, damaged, or re-provisioned."""
+        return len(self.sim.flipped | self.sim.reprovisioned)
 
     def _choose_transfer(self, rng: random.Random) -> tuple[str | None, object]:
         """A leader (of a tablet, or of the catalog on a master) as the simulator sees it, told

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 # Every fault kind the simulator's nemesis knows (node.sim.stack_faults.FaultChooser.choose).
 KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "skew",
          "membership", "flip", "disk", "transfer", "cut", "tombstone", "copy-race", "lease-race", "masters",
-         "drift", "flip-newest", "fail-copy", "torn", "delay", "damage")
+         "drift", "flip-newest", "fail-copy", "torn", "delay", "damage", "reprovision", "full")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
@@ -31,8 +31,14 @@ ALWAYS = ("restart", "heal")
 # one host slowed for a few seconds (tc's delay on its interface), which widens each window
 # between a message and its answer: a read at a new leader before its term commits, a lease
 # confirmed after the term moved on, two config changes racing; damage: a file of a server
-# truncated, zeroed, lost, misplaced or flipped at a power loss (stack_damage.damage).
-LATE = {"torn": (None, None, 2, 4), "delay": (None, None, 2, 4), "damage": (None, None, 2, 4)}
+# truncated, zeroed, lost, misplaced or flipped at a power loss (stack_damage.damage);
+# reprovision: a tablet server's host re-provisioned, its disk replaced by an empty one, so it
+# starts again at the same address with a new uuid and no replicas, once a seed
+# (node.sim.stack_reprovision); full: a tablet server's disk filled up to a few KiB past what
+# it holds, its preallocated space counted (SimFaults.fill), so its next WAL segment cannot be
+# preallocated, or a write past the end comes back short (small segments, as damage seeds).
+LATE = {"torn": (None, None, 2, 4), "delay": (None, None, 2, 4), "damage": (None, None, 2, 4),
+        "reprovision": (None, None, 1, 2), "full": (None, None, 2, 4)}
 WEIGHTS = (1, 2, 4, 8)  # a kind that is on fires with one of these relative weights
 FAULT_EVERY = ((0.2, 0.8), (0.5, 2.0), (1.0, 4.0))  # (lo, hi) seconds between two faults
 LOADS = ((5, 50.0), (10, 100.0), (20, 200.0))  # (clients, ops/s over all of them)
@@ -76,6 +82,12 @@ BATCHES = (None, None, 2, 4)
 # 256; the client allows twice as many calls in flight on one). A seed's few dozen workers never
 # had 256 out, so no server ever applied back-pressure and no call waited for room. Its own draw.
 INFLIGHT = (None, None, None, 4)
+# The servers' RPC frame limit in MiB (None: the simulator's 8 MiB). Operators lower Kudu's
+# --rpc_max_message_size (here --rpc-max-message-size, 1 MiB at least), on every server alike
+# as it must be; the application's client keeps its own limit (node.sim.stack_frame). With
+# wide values a write past the servers' frame is answered once and its connection closed, one
+# just under it refused before it is proposed. Its own draw.
+FRAME_MB = (None, None, 1, 2)
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
 # one or two kinds (a copy racing an election needs copies and cuts close together, which a mix
 # of twelve kinds makes rare), sometimes all of them.
@@ -117,6 +129,8 @@ class Mix:
     batch: int | None = None
     # requests in flight per connection a server reads (None: the server's; INFLIGHT)
     inflight: int | None = None
+    # the servers' RPC frame limit in MiB (None: the simulator's; FRAME_MB)
+    frame_mb: int | None = None
 
     def kinds(self) -> list[str]:
         return [k for k, _ in self.weights]
@@ -129,7 +143,7 @@ class Mix:
     def spec(self) -> str:
         """`kind:weight,...;every=LO-HI;reads=MODE[;load=CLIENTSxRATE][;read-share=F]
         [;clock=US][;writes=MODE][;values=wide][;snapshot=N][;fsync=MS][;sessions=N]
-        [;batch=N][;inflight=N]`; writes only when not own."""
+        [;batch=N][;inflight=N][;frame=MIB]`; writes only when not own."""
         lo, hi = self.fault_every_s
         parts = [",".join(f"{k}:{w}" for k, w in self.weights), f"every={lo:g}-{hi:g}",
                  f"reads={self.read_mode}"]
@@ -144,7 +158,8 @@ class Mix:
         if self.values is not None:
             parts.append(f"values={self.values}")
         counts = {"snapshot": self.snapshot_every, "fsync": self.fsync_ms,
-                  "sessions": self.max_sessions, "batch": self.batch, "inflight": self.inflight}
+                  "sessions": self.max_sessions, "batch": self.batch, "inflight": self.inflight,
+                  "frame": self.frame_mb}
         parts += [f"{key}={n}" for key, n in counts.items() if n is not None]
         return ";".join(parts)
 
@@ -155,7 +170,7 @@ class Mix:
                 "clock_error_us": self.clock_error_us, "writes": self.writes,
                 "values": self.values, "snapshot_every": self.snapshot_every,
                 "fsync_ms": self.fsync_ms, "max_sessions": self.max_sessions,
-                "batch": self.batch, "inflight": self.inflight}
+                "batch": self.batch, "inflight": self.inflight, "frame_mb": self.frame_mb}
 
 
 # The fixed mix (its list of kinds, with crash, restart and membership twice, is the one the
@@ -185,11 +200,13 @@ def swarm_mix(seed: int) -> Mix:
     max_sessions = _own_draw(seed, "sessions", SESSIONS)
     batch = _own_draw(seed, "batch", BATCHES)
     inflight = _own_draw(seed, "inflight", INFLIGHT)
+    frame_mb = _own_draw(seed, "frame", FRAME_MB)
     return Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
                read_share=read_share, clock_error_us=clock_error_us, writes=writes,
                values=None if values == "small" else values, snapshot_every=snapshot_every,
                fsync_ms=fsync_ms, max_sessions=max_sessions,
-               batch=batch if writes in SESSION_MODES else None, inflight=inflight)
+               batch=batch if writes in SESSION_MODES else None, inflight=inflight,
+               frame_mb=frame_mb)
 
 
 def _own_draw(seed: int, name: str, choices: tuple):
@@ -201,7 +218,8 @@ def _own_draw(seed: int, name: str, choices: tuple):
 # A spec's whole-number fields, each >= 1, in the order of Mix's fields: what each counts
 _COUNTS = {"snapshot": "applied entries between snapshots", "fsync": "every disk's fsync latency in ms",
            "sessions": "the sessions a tablet keeps", "batch": "ops per batch of a session write mode",
-           "inflight": "requests in flight per connection"}
+           "inflight": "requests in flight per connection",
+           "frame": "the servers' RPC frame limit in MiB"}
 
 
 def parse_mix(spec: str) -> Mix:
