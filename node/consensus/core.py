@@ -786,10 +786,10 @@ class RaftCore:
         return SoftState(self.role, self.lead, self.term)
 
     def _hard_changed(self) -> bool:
-        """`_hard_state() != _prev_hard`, field by field, without building a frozen dataclass
-        (three object.__setattr__ calls) each time: the driver asks after every Ready."""
-        ph = self._prev_hard
-        return (self.term, self.voted_for, self.commit) != (ph.term, ph.voted_for, ph.commit)
+        """Built by `_hard_state`, the one place that says what is persisted (unlike the soft
+        state below, not compared field by field: a change there, a vote left out, must also
+        change what counts as changed, or the driver is handed Readys for ever)."""
+        return self._hard_state() != self._prev_hard
 
     def _soft_changed(self) -> bool:
         """`_soft_state() != _prev_soft` (None before the first Ready), as `_hard_changed`."""

@@ -920,34 +920,28 @@ def run_seeds(configs: list[StackConfig], out_root: Path, jobs: int, on_result=N
     run's directory is out_root/seed-N, or out_root/NAME with `names`. With `deadline` (a
     time.monotonic() value), stop there once one seed has finished, waiting for no other
     seed still running (a seed can take minutes of wall time): runs in flight are dropped.
-    With `stop` (a predicate on a result), stop after the first result it holds true of."""
-    import multiprocessing
+    With `stop` (a predicate on a result), stop after the first result it holds true of. A
+    seed whose worker process dies (a segfault, the OOM killer) is unknown with why, and the
+    run goes on (node.sim.seed_pool)."""
     import os
-    import time
+
+    from node.sim.seed_pool import run_in_order
 
     out_root.mkdir(parents=True, exist_ok=True)
-    results = []
     saved = os.environ.get("PYTHONHASHSEED")
     os.environ["PYTHONHASHSEED"] = "0"  # read by each spawned worker at its start-up
     try:
-        with multiprocessing.get_context("spawn").Pool(max(1, jobs), maxtasksperchild=20) as pool:
-            dirs = names or [f"seed-{c.seed}" for c in configs]
-            it = pool.imap(_run_one, [(c, str(out_root / d))
-                                      for c, d in zip(configs, dirs, strict=True)])
-            while True:
-                try:
-                    result = it.next(None if deadline is None or not results
-                                     else max(0.0, deadline - time.monotonic()))
-                except (StopIteration, multiprocessing.TimeoutError):
-                    break  # leaving the pool's block terminates the workers
-                results.append(result)
-                if on_result is not None:
-                    on_result(result)
-                if stop is not None and stop(result):
-                    break
+        dirs = names or [f"seed-{c.seed}" for c in configs]
+        return run_in_order(_run_one, [(c, str(out_root / d))
+                                       for c, d in zip(configs, dirs, strict=True)],
+                            jobs, _lost, deadline, on_result, stop)
     finally:
         if saved is None:
             del os.environ["PYTHONHASHSEED"]
         else:
             os.environ["PYTHONHASHSEED"] = saved
-    return results
+
+
+def _lost(job: tuple[StackConfig, str], why: str) -> StackResult:
+    """A seed whose worker died: unknown, with why (node.sim.seed_pool)."""
+    return StackResult(job[0].seed, "unknown", None, {"error": why}, 0, 0.0, "", {}, [])

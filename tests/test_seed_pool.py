@@ -1,0 +1,46 @@
+"""node.sim.seed_pool: seeds on worker processes that may die. A worker killed by a signal (a
+segfault at the memory bound, the OOM killer) must end as a lost seed, never as a run that
+waits for ever or a seed reported as passed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from node.sim.seed_pool import DIED, run_in_order
+
+
+def _square_or_die(n: int) -> int:
+    if n == 3:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return n * n
+
+
+def _slow(n: int) -> int:
+    time.sleep(0.2 if n == 0 else 30)
+    return n
+
+
+def test_a_dead_worker_loses_its_seed_and_the_run_goes_on_in_order():
+    got = []
+    out = run_in_order(_square_or_die, list(range(6)), 1, lambda n, why: ("lost", n, why),
+                       on_result=got.append)
+    assert out == [0, 1, 4, ("lost", 3, DIED), 16, 25] and got == out
+
+
+def test_with_two_workers_a_death_loses_at_most_the_seeds_in_flight():
+    out = run_in_order(_square_or_die, list(range(8)), 2, lambda n, why: ("lost", n))
+    lost = [r for r in out if isinstance(r, tuple)]
+    assert ("lost", 3) in lost and len(lost) <= 2
+    assert [r for r in out if not isinstance(r, tuple)] == [
+        n * n for n in range(8) if ("lost", n) not in lost]
+
+
+def test_stop_and_deadline_end_the_run_without_waiting_for_seeds_in_flight():
+    out = run_in_order(_square_or_die, list(range(6)), 1, lambda n, why: None,
+                       stop=lambda r: r == 1)
+    assert out == [0, 1]
+    t0 = time.monotonic()
+    out = run_in_order(_slow, [0, 1, 2], 2, lambda n, why: None, deadline=time.monotonic() + 1)
+    assert out == [0] and time.monotonic() - t0 < 20  # seed 1's 30 s sleep was killed
