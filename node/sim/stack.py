@@ -829,7 +829,7 @@ def baseline_faults(mix: Mix) -> SimFaults:
 # 50,000 allocations instead of 700 cost that much less and held no more memory (a loaded
 # seed's peak RSS within 1 MB); what a collection frees is garbage either way, so a seed's
 # run is the same (its history sha is). 200,000 rather than 50,000: a young collection's cost
-# is its survivors, and fewer of them survive the longer wait: seed 5 (60 virtual s) spent
+# is its survivors, and fewer of them survive the longer wait: a loaded 60 virtual s seed spent
 # 0.83 s of CPU collecting instead of 1.23 s, its peak RSS 498 MB instead of 493 MB.
 GC_THRESHOLDS = (200_000, 20, 10)
 
