@@ -2,11 +2,10 @@
 time budget into per-run time limits, what each run's results.json says in one row, the summary
 and its exit code. The runner is injected, so a unit test drives a whole matrix on a fake clock.
 
-The budget rule: before each run, the time left is shared among the runs left that can fit
-(the longest row of them whose overheads and minimums fit in it), after setting aside each
-one's fixed overhead (deploy, heal, final reads, convergence, log collection, checks,
-teardown). A run's overhead is estimated from the runs so far with the same fault packages
-(their heal, mounts and history sizes differ most), else from DEFAULT_OVERHEAD_S. A run
+The budget rule: before each run, the time left is shared evenly among the runs left, after
+setting aside each one's fixed overhead (deploy, heal, final reads, convergence, log collection,
+checks, teardown). A run's overhead is estimated from the runs so far with the same fault
+packages (their heal, mounts and history sizes differ most), else from DEFAULT_OVERHEAD_S. A run
 whose share is below MIN_TIME_LIMIT_S still runs with MIN_TIME_LIMIT_S if that and its overhead
 fit in what is left; otherwise it and every later run are "not run". So the matrix ends past its
 budget by at most the amount one run's overhead exceeded its estimate. Repeats (`--test-count`)
@@ -15,7 +14,7 @@ are ordered round-robin, so a tight budget drops repeats before it drops a cell.
 The time above the runs' minimums is not shared evenly once earlier matrices are in the store:
 each run's part of it is in proportion to its cell's probe yield (`probe_yields`), the code
 probes (node.probes) its last run reached that no other cell's run of that matrix did, plus one,
-per second that run cost (its limit and the cell's overhead). A cell that alone reaches rare engine paths gets the time that
+per second that run took. A cell that alone reaches rare engine paths gets the time that
 reaches more of them; one that reached nothing of its own keeps its minimum and a small part.
 The cells then run in the order of their yields, so a budget too tight for every cell leaves
 out the ones that reached least. With no earlier matrix every weight is equal, which is the
