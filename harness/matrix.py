@@ -114,19 +114,10 @@ def time_limit_for(remaining: float, overheads: list[float],
                    weights: list[float] | None = None) -> float | None:
     """The next run's time limit, `overheads` being the estimates of the runs left, this one
     first, and `weights` their cells' probe yields (None: all equal; see the module
-    docstring); None when it cannot fit. Only the runs that fit share the time: those of the
-    longest prefix whose overheads and minimums add up to at most `remaining` (a run that
-    will not be run holds no time back)."""
-    fit, need = 0, 0.0
-    for o in overheads:
-        need += o + min_limit
-        if need > remaining:
-            break
-        fit += 1
-    fit = max(fit, 1)
-    free = remaining - sum(overheads[:fit]) - min_limit * fit
+    docstring); None when it cannot fit."""
+    free = remaining - sum(overheads) - min_limit * len(overheads)
     if free >= 0:
-        w = (weights or [1.0] * len(overheads))[:fit]
+        w = weights or [1.0] * len(overheads)
         return round(min_limit + free * w[0] / sum(w), 1)
     return min_limit if remaining - overheads[0] >= min_limit else None
 
