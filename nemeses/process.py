@@ -17,6 +17,7 @@ from nemeses.registry import Package, register
 
 DEAD = ("gone", "Z", "X")  # no process, or a zombie nobody reaped yet: not running
 STOPPED = ("T", "t")
+SETTLE_S = 3.0  # how long a signalled process may take to act on it (see _ProcessFault._observe)
 
 
 def draw_process(rng: random.Random, hosts: list[str], share: str = "minority") -> dict:
@@ -53,12 +54,24 @@ class _ProcessFault(Nemesis):
                 "signal": self.signal, **({"held": held} if held else {}),
                 "observed": self._observe()}
 
-    def _observe(self) -> dict:
-        """Each hit daemon's process state, read from /proc on its host."""
+    def _observe(self, settle_s: float = SETTLE_S, poll_s: float = 0.2) -> dict:
+        """Each hit daemon's process state, read from /proc on its host. `kill` returns once
+        the signal is queued; a process waiting for a CPU acts on it only when it next runs,
+        so on a loaded host the first read can still say R. A host whose state is wrong is
+        read again every `poll_s` for up to `settle_s` before the start counts as not in
+        force."""
+        import time
+
+        def wrong(seen: dict) -> dict:
+            return {h: st for h, st in seen.items()
+                    if any(state not in self.expect for state in st.values())}
+
         seen = observe.each(self._hit, lambda h: self.ctx.db.process_states(h, self.daemon))
-        wrong = {h: st for h, st in seen.items()
-                 if any(state not in self.expect for state in st.values())}
-        return observe.observation(not wrong, states=seen)
+        until = time.monotonic() + settle_s
+        while (bad := wrong(seen)) and time.monotonic() < until:
+            time.sleep(poll_s)
+            seen |= observe.each(list(bad), lambda h: self.ctx.db.process_states(h, self.daemon))
+        return observe.observation(not wrong(seen), states=seen)
 
     def stop(self) -> dict:
         deferred = {}

@@ -104,3 +104,20 @@ def test_a_fault_that_did_not_take_is_seen_and_a_held_host_is_left_alone():
     assert ("start", "n3") not in db.log and db.state["n3"] == "T"  # still paused
     pause.stop()
     assert db.held == {}
+
+
+def test_a_signal_acted_on_late_is_read_again_before_the_start_is_judged():
+    """kill returns once the signal is queued; a process waiting for a CPU still reads R until
+    it runs: the check reads again before it calls the start not in force."""
+    db = FakeDB()
+    ctx = Context(db, [H(h) for h in HOSTS])
+    reads = Counter()
+
+    def late(h, daemon=None):
+        reads[h] += 1
+        return {d: ("R" if reads[h] < 3 else "T") for d in db._targets(h, daemon)}
+
+    db.process_states = late
+    db.pause = lambda h, daemon=None: None
+    done = Pause(ctx=ctx).start({"target": {"rule": "hosts", "spec": "one", "hosts": ["n3"]}})
+    assert done["observed"]["ok"] and reads["n3"] == 3
