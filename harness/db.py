@@ -426,8 +426,10 @@ class Deployment(Holds):
         tessera = next(w for w in self.wheels if w.name.startswith("tessera-"))
         deps = [w for w in self.wheels if w is not tessera]
         want = {"deps": _digest(deps), "tessera": _digest([tessera])}
-        have = dict(line.split("=", 1) for line in r.run(
-            ["cat", f"{ROOT}/venv/.installed"], check=False).stdout.split() if "=" in line)
+        # a stamp over a venv without its pip (an install cut short, a copy of one) is none
+        have = dict(line.split("=", 1) for line in r.sh(
+            f"[ -x {ROOT}/venv/bin/pip ] && cat {ROOT}/venv/.installed", check=False
+        ).stdout.split() if "=" in line)
         if have == want:
             return
         for w in self.wheels:

@@ -14,6 +14,7 @@ class RecordingRemote:
     def __init__(self, stamp_file: Path, python: str = "3 11\n"):
         self.stamp_file, self.python = stamp_file, python
         self.commands: list[str] = []
+        self.has_pip = True  # the venv's bin/pip is there
 
     def run(self, argv, **kw):
         cmd = " ".join(argv)
@@ -25,8 +26,13 @@ class RecordingRemote:
 
     def sh(self, script, **kw):
         self.commands.append(script)
+        if "cat" in script and ".installed" in script:  # the stamp, read only over a pip
+            out = self.stamp_file.read_text() if (
+                self.has_pip and self.stamp_file.exists()) else ""
+            return Result("h1", script, 0, out, "")
         if ".installed" in script:
             self.stamp_file.write_text(script.split("echo ", 1)[1].split(" > ")[0] + "\n")
+            self.has_pip = True
         return Result("h1", script, 0, "", "")
 
     def put(self, local, remote):
@@ -44,7 +50,8 @@ def _install(tmp_path, remote, wheels) -> list[str]:
     remote.commands.clear()
     db = TesseraDB([Host("h1", "10.77.0.11")], wheels, {"h1": remote}, masters=1, log=lambda m: None)
     db._install(db.hosts[0])
-    return [c for c in remote.commands if "pip" in c or "-m venv" in c or c.startswith("put")]
+    return [c for c in remote.commands if ".installed" not in c
+            and ("pip" in c or "-m venv" in c or c.startswith("put"))]
 
 
 def test_install_reinstalls_only_what_changed(tmp_path):
@@ -183,3 +190,14 @@ def test_a_wheelhouse_built_from_the_same_source_is_kept(tmp_path, monkeypatch):
     assert builds == ["py", "py", "py", "other"]
     assert (dest / "SOURCE").read_text().strip() == db.source_digest(project, "other")
     assert [w.name for w in dest.glob("tessera-*.whl")] == ["tessera-0-4.whl"]  # old ones gone
+
+
+def test_a_stamp_over_a_venv_without_pip_is_no_stamp(tmp_path):
+    """An install cut short (or a copy of one) can leave the stamp and no pip: the host is
+    installed again from the venv up, not handed a pip that is not there."""
+    remote = RecordingRemote(tmp_path / "stamp")
+    _install(tmp_path, remote, _wheels(tmp_path / "a", b"t1", b"d1"))
+    remote.has_pip = False
+    again = _install(tmp_path, remote, _wheels(tmp_path / "b", b"t2", b"d1"))
+    assert any("python3 -m venv" in c for c in again), again
+
