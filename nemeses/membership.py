@@ -88,10 +88,11 @@ class Membership(Nemesis):
 
     def _read_back(self, members: Members, member: Candidate) -> bool | None:
         """Whether the config still holds the removed member, asked until someone answers
-        (a leader change may follow the removal) for up to `patience` seconds; None if none
-        did."""
+        that it does not (a leader change may follow the removal, and a replica that has not
+        applied the committed change yet still lists it) for up to `patience` seconds; the
+        last answer, None if none came."""
         deadline = time.monotonic() + self.patience
-        while (still := members.present(member)) is None and time.monotonic() < deadline:
+        while (still := members.present(member)) is not False and time.monotonic() < deadline:
             time.sleep(0.5)
         return still
 

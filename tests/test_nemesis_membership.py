@@ -91,11 +91,21 @@ def test_a_removal_refused_for_now_is_tried_again(monkeypatch):
     assert ledger.calls == [("remove", "m1")]
 
 
-def test_a_removal_the_config_still_shows_is_not_in_force():
+def test_a_removal_the_config_still_shows_is_not_in_force(monkeypatch):
+    monkeypatch.setattr("nemeses.membership.time.sleep", lambda s: None)
     ledger = Ledger()
     ledger.remove = lambda member: {"id": member[1]}  # says done, changes nothing
-    done = Membership(db=System(ledger)).start({"pick": 0})
+    done = Membership(db=System(ledger), patience=0.0).start({"pick": 0})
     assert done["observed"] == {"ok": False, "in_config": True}
+
+
+def test_a_replica_that_has_not_applied_the_removal_yet_is_asked_again(monkeypatch):
+    monkeypatch.setattr("nemeses.membership.time.sleep", lambda s: None)
+    ledger = Ledger()
+    answers = iter([True, True, False])  # committed, not yet applied where it was read
+    ledger.present = lambda member: next(answers)
+    done = Membership(db=System(ledger)).start({"pick": 0})
+    assert done["observed"] == {"ok": True, "in_config": False}
 
 
 def test_a_removal_the_system_keeps_refusing_is_a_skip_with_nothing_to_add_back(monkeypatch):
