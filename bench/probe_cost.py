@@ -99,7 +99,8 @@ def main() -> None:
             trees[name] = Path(tmp) / name
             shutil.copytree(ROOT, trees[name], ignore=shutil.ignore_patterns(
                 ".git", ".venv", "store", "__pycache__", "*.egg-info", "htmlcov"))
-            removed = rewrite(trees[name], remove=name == "stripped")
+        rewrite(trees["with"], remove=False)
+        removed = rewrite(trees["stripped"], remove=True)
         print(f"probe_cost: {removed} probe calls removed in {trees['stripped']}",
               file=sys.stderr)
         pairs = []
