@@ -8,13 +8,19 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from harness.cli import main
-from node.tools.local_cluster import Daemon, LocalCluster, _ephemeral_low, free_port
+from node.tools.local_cluster import (
+    Daemon,
+    LocalCluster,
+    _cmdline,
+    _ephemeral_low,
+    _wait_exec_done,
+    free_port,
+)
 from node.tools.local_cluster_cli import daemon_flag
 
 
@@ -154,14 +160,29 @@ def test_down_leaves_a_reused_pid_alone_and_still_stops_the_daemons(tmp_path, ca
 
 
 def _sleeper() -> subprocess.Popen:
-    """An unrelated process, `sleep 1000`, once it has exec'd (until then its /proc cmdline is
-    this test's: a check that reads it too early sees python)."""
+    """An unrelated process, `sleep 1000`, once it has exec'd."""
     p = subprocess.Popen(["sleep", "1000"])
-    for _ in range(500):
-        if Path(f"/proc/{p.pid}/cmdline").read_bytes().startswith(b"sleep\0"):
-            break
-        time.sleep(0.01)
+    _wait_exec_done(p, ["sleep", "1000"])
     return p
+
+
+def test_a_started_process_reads_as_its_own_command_line_at_once():
+    """Popen returns before the kernel has laid out the new program's arguments, so a read of
+    /proc/PID/cmdline right after it may be empty; `start` waits for the argv it recorded,
+    which is what `alive` compares (a suite run under load once called a starting daemon
+    dead)."""
+    procs = [subprocess.Popen(["sleep", "1000", str(i)]) for i in range(50)]
+    try:
+        for i, p in enumerate(procs):
+            _wait_exec_done(p, ["sleep", "1000", str(i)])
+            assert _cmdline(p.pid) == ["sleep", "1000", str(i)]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    gone = subprocess.Popen(["true"])
+    _wait_exec_done(gone, ["never", "shown"], timeout=30)  # returns once the child has died
+    assert gone.poll() == 0
 
 
 def test_a_pid_is_ours_only_while_its_start_time_and_command_line_match(tmp_path):

@@ -206,6 +206,7 @@ class LocalCluster:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 start_new_session=True)
         log.close()
+        _wait_exec_done(proc, argv)
         # The start time is read before anything can reap our child, so it is this process's;
         # the command line is the argv exec'd, which /proc/PID/cmdline shows unchanged.
         stat = _proc_stat(proc.pid)
@@ -389,6 +390,18 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
     except OSError:
         return None
     return fields[0], int(fields[19])
+
+
+def _wait_exec_done(proc: subprocess.Popen, argv: list[str], timeout: float = 10.0) -> None:
+    """Block until the child's /proc/PID/cmdline shows `argv` (or it has died). Popen returns
+    once the close-on-exec pipe closes, which the kernel does before it lays out the new
+    program's arguments: a read in that window sees an empty command line, and `alive` would
+    call a daemon that is still starting someone else (a suite run under load hit it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if _cmdline(proc.pid) == argv:
+            return
+        time.sleep(0.005)
 
 
 def _cmdline(pid: int) -> list[str]:
