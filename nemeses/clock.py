@@ -122,12 +122,12 @@ class Clock(Nemesis):
             self.active = True
             return {"fault": "bump", "targets": targets, "offsets_ms": dict(self.offsets), **said,
                     "observed": self._observe_bump(choice["offsets_ms"], before)}
+        states = {}
         for h in targets:
-            self._strobe(self.remotes[h], choice["delta_ms"], choice["period_ms"], choice["seconds"])
+            states[h] = self._strobe(self.remotes[h], choice["delta_ms"], choice["period_ms"],
+                                     choice["seconds"])
             self.offsets[h] = choice["delta_ms"]
         self.active = True
-        states = observe.each(targets, lambda h: observe.process_states(
-            self.remotes[h], [STROBE_PID])[STROBE_PID])
         running = {h: st for h, st in states.items() if st not in ("gone", "Z", "no-pid-file")}
         return {"fault": "strobe", "targets": targets, "delta_ms": choice["delta_ms"],
                 "period_ms": choice["period_ms"], "seconds": choice["seconds"],
@@ -167,25 +167,33 @@ class Clock(Nemesis):
             return (theirs - (t0 + t1) / 2) / 1e6, (t1 - t0) / 2e6
         return observe.each(hosts, one)
 
-    def _strobe(self, r: Remote, delta_ms: float, period_ms: int, seconds: float) -> None:
+    def _strobe(self, r: Remote, delta_ms: float, period_ms: int, seconds: float) -> str:
+        """Start the strobe loop on the host behind `r`; its process state as seen there the
+        moment its pid file appeared (see _background)."""
         flips = int(seconds * 1000 / period_ms)
         if self.source == "kernel":
             loop = f"exec python3 -c {shlex.quote(_STEP)} {delta_ms} {period_ms} {flips}"
-            self._background(r, loop)
-            return
+            return self._background(r, loop)
         up, down, f = _offset_text(delta_ms), _offset_text(-delta_ms), FAKETIME_FILE
         loop = (f"i=0; while [ $i -lt {flips} ]; do "
                 f"if [ $((i % 2)) -eq 0 ]; then echo {up} > {f}.s; else echo {down} > {f}.s; fi; "
                 f"mv {f}.s {f}; i=$((i + 1)); sleep {period_ms / 1000:.3f}; done; echo +0.000 > {f}")
-        self._background(r, loop)
+        return self._background(r, loop)
 
     @staticmethod
-    def _background(r: Remote, loop: str) -> None:
-        # wait for the pid file: a stop() right after this must find the loop to kill it
-        r.sh(f"rm -f {STROBE_PID}; "
-             f"setsid sh -c {shlex.quote(f'echo $$ > {STROBE_PID}.new; mv {STROBE_PID}.new {STROBE_PID}; {loop}')} "
-             f"</dev/null >/dev/null 2>&1 & "
-             f"for i in $(seq 100); do [ -s {STROBE_PID} ] && break; sleep 0.02; done")
+    def _background(r: Remote, loop: str) -> str:
+        """Run `loop` detached; wait for its pid file (a stop() right after this must find the
+        loop to kill it) and return its process's state read at that moment, in the same
+        shell. Read later, after every target's start over SSH on a loaded machine, a 2 s
+        strobe may already be over, and the start would count as never in force."""
+        out = r.sh(f"rm -f {STROBE_PID}; "
+                   f"setsid sh -c {shlex.quote(f'echo $$ > {STROBE_PID}.new; mv {STROBE_PID}.new {STROBE_PID}; {loop}')} "
+                   f"</dev/null >/dev/null 2>&1 & "
+                   f"for i in $(seq 500); do [ -s {STROBE_PID} ] && break; sleep 0.02; done; "
+                   f"if [ ! -s {STROBE_PID} ]; then echo no-pid-file; "
+                   f"else sed 's/.*) //' /proc/$(cat {STROBE_PID})/stat 2>/dev/null "
+                   f"| cut -d' ' -f1 | grep . || echo gone; fi", check=False).stdout.split()
+        return out[-1] if out else "unknown"
 
     def stop(self) -> dict:
         for h in self.hosts:

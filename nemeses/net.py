@@ -191,8 +191,12 @@ class PacketFaults(Nemesis):
                 # the daemon first, so no packet waits on a queue nobody reads
                 daemon = (f"{HOST_PYTHON} -m nemeses.delay --queue {DELAY_QUEUE} "
                           f"--delay-ms {self.delay_ms:g} --jitter-ms {self.jitter_ms:g}")
-                r.sh(f"setsid sh -c 'echo $$ > {DELAY_PID}; exec {daemon}' "
-                     f"</dev/null >>{DELAY_LOG} 2>&1 & sleep 0.3")
+                # its pid file is waited for, not a fixed while: on a loaded host the shell
+                # that writes it may not have run yet, and the check would see no daemon
+                r.sh(f"rm -f {DELAY_PID}; setsid sh -c 'echo $$ > {DELAY_PID}; exec {daemon}' "
+                     f"</dev/null >>{DELAY_LOG} 2>&1 & "
+                     f"for i in $(seq 500); do [ -s {DELAY_PID} ] && break; sleep 0.02; done; "
+                     f"sleep 0.3")
                 _ensure_chain(r, DELAY_CHAIN, last=True)  # after every dropping chain
                 for src in peers:
                     r.run(["iptables", "-w", "-A", DELAY_CHAIN, "-s", src, "-p", "tcp", "-j",

@@ -115,3 +115,26 @@ def test_the_strobe_helper_flips_the_clock_and_leaves_it_where_it_found_it(tmp_p
     assert len(steps) >= 4 and abs(sum(steps)) < 1e-6, steps
     p, log = _helper(tmp_path / "bump", -1234.5)  # a bump: one step
     assert p.wait(timeout=60) == 0 and _steps(log) == [-1234.5]
+
+
+class _Shell:
+    """A Remote that runs its shell scripts here, for real."""
+
+    def sh(self, script, check=True, **_):
+        return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=check,
+                              stdin=subprocess.DEVNULL, timeout=60)
+
+
+def test_a_strobe_is_seen_running_the_moment_its_pid_file_appears(tmp_path, monkeypatch):
+    """The strobe's state is read in the shell that started it, as soon as its pid file is
+    there: read later, after every target's start on a loaded machine, a 2 s strobe could be
+    over and the start counted as never in force."""
+    import nemeses.clock as clock
+
+    monkeypatch.setattr(clock, "STROBE_PID", str(tmp_path / "strobe.pid"))
+    state = Clock._background(_Shell(), "exec sleep 30")
+    pid = int((tmp_path / "strobe.pid").read_text())
+    try:
+        assert state in ("S", "R"), state
+    finally:
+        subprocess.run(["kill", str(pid)], check=False)
