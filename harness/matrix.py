@@ -44,6 +44,7 @@ MIN_TIME_LIMIT_S = 10.0  # below this a run is mostly start-up: elections, first
 # Measured 5-20 s once the hosts install only the wheels that changed (more for big set
 # histories); a larger guess only starves the first runs of the matrix.
 DEFAULT_OVERHEAD_S = 20.0
+SOAK_MARGIN_S = 5.0  # a soaking cell (Cell.soak) stops this long before the budget ends
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,10 @@ class Cell:
     overrides: dict[str, Any] = field(default_factory=dict)
     max_time: float | None = None  # the cell never needs a longer time limit than this
     overhead: float | None = None  # its fixed cost before any run measured it (else the default)
+    # Runs once, beside the other cells, for the whole budget, on the CPU they leave idle (the
+    # whole-stack simulator: chaos runs wait on SSH, sleeps and fault intervals for much of
+    # their time, and a seed is pure CPU); it takes no share of the budget from them.
+    soak: bool = False
 
     def spec(self, base: TestSpec, time_limit: float, seed: int) -> TestSpec:
         """The run's spec. Unless the cell sets it, the nemesis interval is a quarter of the
@@ -200,6 +205,9 @@ def run_matrix(cells: list[Cell], count: int, execute: Callable[[Cell, float, in
     run's outcome (`_execute`). `weights`: cell name -> its part of the time above the
     minimums (`weights_for`; None: even); `earlier`: cell name -> its overhead in earlier
     matrices (`earlier_overheads`). Returns every outcome, not-run places included."""
+    soaking = [_soak(execute, c, budget - (clock() - started) - SOAK_MARGIN_S, clock, log)
+               for c in cells if c.soak]
+    cells = [c for c in cells if not c.soak]
     if weights:  # the highest yield first: a budget too tight for all drops the lowest
         cells = sorted(cells, key=lambda c: -weights[c.name])
     runs = [(cell, attempt) for attempt in range(1, count + 1) for cell in cells]
@@ -224,7 +232,28 @@ def run_matrix(cells: list[Cell], count: int, execute: Callable[[Cell, float, in
         log(f"{tag}: {o.verdict} in {o.seconds:.0f}s, {o.ok_ops} ok ops"
             + (f": {o.why}" if o.why else "") + (f" ({o.run_dir})" if o.run_dir else ""))
         done.append((cell, o))
-    return [o for _, o in done]
+    return [o for _, o in done] + [wait() for wait in soaking]
+
+
+def _soak(execute: Callable[[Cell, float, int], Outcome], cell: Cell, limit: float,
+          clock: Callable[[], float], log: Callable[[str], None]) -> Callable[[], Outcome]:
+    """Start `cell` (Cell.soak) on a thread for `limit` seconds; the function that waits for
+    its outcome. Its execute is what lowers it to idle priority (harness.sim_cell.run_idle)."""
+    import threading
+
+    log(f"{cell.name}: soaking the CPU the other cells leave idle, for {limit:.0f}s")
+    box: list[Outcome] = []
+    thread = threading.Thread(target=lambda: box.append(_execute(execute, cell, limit, 1, clock)),
+                              name=f"soak {cell.name}", daemon=True)
+    thread.start()
+
+    def wait() -> Outcome:
+        thread.join()
+        o = box[0]
+        log(f"{cell.name} (soaked): {o.verdict} in {o.seconds:.0f}s, {o.ok_ops} ok ops"
+            + (f": {o.why}" if o.why else ""))
+        return o
+    return wait
 
 
 def _execute(execute: Callable[[Cell, float, int], Outcome], cell: Cell, limit: float,

@@ -137,7 +137,8 @@ def cells_from_args(args: argparse.Namespace) -> list[Cell]:
         raise ValueError("--workloads and --nemeses need at least one entry each")
     chosen = {n: _faults(n, args.db, kind.offers) for n in nemeses}
     lease = {n: {"flags": {"read-mode": "lease"}} if n.endswith(LEASE) else {} for n in nemeses}
-    sims = [Cell(k, k, (), overhead=1.0) for k in (SIM, FULL_KIND) if k in workloads]
+    sims = [Cell(k, k, (), overhead=1.0, soak=k == FULL_KIND) for k in (SIM, FULL_KIND)
+            if k in workloads]
     return sims + [Cell(f"{w}/{n}", w, chosen[n], lease[n]) for w in workloads
                    if w not in (SIM, FULL_KIND) for n in nemeses]
 
@@ -222,8 +223,9 @@ def _runner(base, first_seed: int, summary_dir: Path):
                 return sim_cell.run_cell(cell, time_limit, attempt, next(seeds) * 10_000,
                                          base.flags, out)
             writes = "own" if base.writes == DRAWN_WRITES else base.writes  # the swarm draws
-            return sim_cell.run_full_cell(cell, time_limit, attempt, next(seeds) * 10_000,
-                                          base.flags, out, writes=writes)
+            run = sim_cell.run_idle if cell.soak else sim_cell.run_full_cell
+            return run(cell, time_limit, attempt, next(seeds) * 10_000, base.flags, out,
+                       writes=writes)
         spec = cell.spec(base, time_limit, next(seeds))
         t0 = time.monotonic()
         out = io.StringIO()

@@ -113,7 +113,7 @@ def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags:
               "replay": replay_command(by_seed[r.seed], on)}
              for r in results if not r.ok()]
     verdict = "invalid" if any(r.violation or r.verdict == "invalid" for r in results) else (
-        "unknown" if found else "valid")
+        "unknown" if found or not results else "valid")
     reached = probes.summarize([r.probes for r in results])
     write_json(out_dir / "results.json", {
         "verdict": verdict, "seeds": len(results), "first_seed": seed, "faults": on,
@@ -124,8 +124,40 @@ def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags:
                 anomalies=[{k: a[k] for k in ("checker", "type", "explanation")} for a in found],
                 probes=sorted(reached["runs"]))
     o.why = (f"{len(found)} of {len(results)} seeds failed: {found[0]['explanation']}; "
-             f"replay: {found[0]['replay']}" if found else "")
+             f"replay: {found[0]['replay']}" if found else "" if results else
+             f"no seed finished in {time_limit:g}s (a soaking cell gets only idle CPU)")
     return o
+
+
+def run_idle(cell: Cell, time_limit: float, attempt: int, seed: int, flags: dict,
+             out_dir: Path, writes: str = "own") -> Outcome:
+    """run_full_cell in a process of its own at the idle scheduling class (SCHED_IDLE, which
+    its seed workers inherit): it runs only on CPU nothing else wants, so the chaos runs beside
+    it keep their timing (Cell.soak). Its own process also keeps the seed workers' start-up
+    environment (PYTHONHASHSEED, node.sim.stack.run_seeds) out of the harness's."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    receive, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_idle_main, name=f"soak {cell.name}",
+                       args=(send, cell, time_limit, attempt, seed, flags, out_dir, writes))
+    proc.start()
+    send.close()
+    try:
+        return receive.recv()
+    except EOFError:
+        raise RuntimeError(f"the {cell.name} process ended without an outcome "
+                           f"(exit code {proc.join() or proc.exitcode})") from None
+    finally:
+        proc.join()
+
+
+def _idle_main(send, cell: Cell, time_limit: float, attempt: int, seed: int, flags: dict,
+               out_dir: Path, writes: str) -> None:
+    import os
+
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    send.send(run_full_cell(cell, time_limit, attempt, seed, flags, out_dir, writes=writes))
 
 
 def _seed_failure(r) -> str:

@@ -13,6 +13,7 @@ import pytest
 
 from harness.matrix import (
     NOT_RUN,
+    SOAK_MARGIN_S,
     Cell,
     Outcome,
     earlier_overheads,
@@ -188,6 +189,41 @@ def test_each_run_gets_the_same_share_whatever_its_cells_overhead():
     assert all(o.verdict == "valid" for o in out) and clock.t <= 400
     assert max(calls[2:]) - min(calls[2:]) < 1  # once both kinds were measured
     assert clock.t > 400 - 10  # and the budget is used, not left idle
+
+
+def test_a_soaking_cell_runs_once_beside_the_others_for_the_whole_budget_and_takes_no_share():
+    """Cell.soak (the whole-stack simulator in a matrix): started first, on its own thread, for
+    the budget less SOAK_MARGIN_S, once whatever --test-count says; the other runs split the
+    budget as if it were not there, and its outcome comes last."""
+    clock = FakeClock()
+    execute, calls = fake_runner(clock, 30)
+    soaked = []
+
+    def run(cell: Cell, limit: float, attempt: int) -> Outcome:
+        if not cell.soak:
+            return execute(cell, limit, attempt)
+        soaked.append((limit, attempt))
+        return Outcome(cell.name, attempt, "valid", limit, ok_ops=123)
+
+    cells = [*CELLS[:2], Cell("sim-full", "sim-full", (), soak=True)]
+    lines = []
+    out = run_matrix(cells, 2, run, 300, 0.0, clock, log=lines.append, default_overhead=30)
+    assert soaked == [(300 - SOAK_MARGIN_S, 1)]
+    assert calls[0][1] == 300 / 4 - 30  # four runs of two cells share the budget, as without it
+    assert [o.cell for o in out] == ["c0", "c1", "c0", "c1", "sim-full"] and out[-1].ok_ops == 123
+    assert any("soaking the CPU" in line for line in lines)
+
+
+@pytest.mark.slow
+def test_the_soaking_simulator_runs_in_a_process_of_its_own_at_idle_priority(tmp_path):
+    """harness.sim_cell.run_idle: real seeds of the whole-stack simulator, run by a spawned
+    process at SCHED_IDLE, their outcome handed back."""
+    from harness.sim_cell import FULL_KIND, run_idle
+
+    cell = Cell(FULL_KIND, FULL_KIND, (), {"seconds": 2.0}, soak=True)  # short seeds
+    o = run_idle(cell, 4.0, 1, 7, {}, tmp_path / "soak")
+    assert o.verdict == "valid" and o.ok_ops >= 1, (o.verdict, o.why)  # a seed always finishes
+    assert (tmp_path / "soak" / "results.json").exists()
 
 
 def test_cells_that_cannot_fit_are_not_run_and_say_why():
@@ -375,6 +411,7 @@ def _sim_cell_writes(monkeypatch, base, cell, tmp_path) -> str:
         return Outcome(cell.name, attempt, "valid")
 
     monkeypatch.setattr(harness.sim_cell, "run_full_cell", full_cell)
+    monkeypatch.setattr(harness.sim_cell, "run_idle", full_cell)  # the soaking cell's way
     _runner(base, 1, tmp_path)(cell, 1.0, 1)
     return seen["writes"]
 

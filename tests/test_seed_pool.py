@@ -44,3 +44,19 @@ def test_stop_and_deadline_end_the_run_without_waiting_for_seeds_in_flight():
     t0 = time.monotonic()
     out = run_in_order(_slow, [0, 1, 2], 2, lambda n, why: None, deadline=time.monotonic() + 1)
     assert out == [0] and time.monotonic() - t0 < 20  # seed 1's 30 s sleep was killed
+
+
+def _first_slow(n: int) -> int:
+    time.sleep(30 if n == 0 else 0.2)
+    return n
+
+
+def test_at_the_deadline_seeds_that_finished_behind_a_running_one_are_kept():
+    """Seed 0 still runs at the deadline while seed 1 finished: seed 1 is in the results (it
+    once was dropped with every other result behind the gap, and a matrix cell whose seeds all
+    finished out of order said valid over none)."""
+    got = []
+    t0 = time.monotonic()
+    out = run_in_order(_first_slow, [0, 1], 2, lambda n, why: None,
+                       deadline=time.monotonic() + 2, on_result=got.append)
+    assert out == [1] and got == [1] and time.monotonic() - t0 < 20

@@ -132,15 +132,20 @@ def test_copy_race_seeds_that_failed_before_issue_32s_fixes_pass(seed, before_th
 
 @pytest.mark.slow
 def test_swarm_seed_145_no_longer_creates_a_replica_over_a_failed_ones_files(tmp_path):
-    """Swarm seed 145 (flips, tombstones, copy races, lease reads) on the engine with bugs 1, 2
-    and 4 fixed: a flipped superblock bit FAILED a freshly copied replica, the tombstone fault
-    deleted it (its files are left for an operator), and the master's CreateTablet wrote a new
-    superblock over them and ran the old WAL again: the tombstone invariant's "runs again
-    without a tablet copy". Now such a create is refused (tests/test_failed_replica_delete.py)."""
-    r = StackSim(StackConfig(seed=145, workload="list-append", mix=parse_mix(SEED_145_MIX)),
-                 tmp_path).run()
+    """Swarm seed 145's mix (flips, tombstones, copy races, lease reads) on the engine with bugs
+    1, 2 and 4 fixed: a flipped superblock bit FAILED a freshly copied replica, the tombstone
+    fault deleted it (its files are left for an operator), and the master's CreateTablet wrote a
+    new superblock over them and ran the old WAL again: the tombstone invariant's "runs again
+    without a tablet copy". Now such a create is refused (tests/test_failed_replica_delete.py
+    fails without the refusal). Seed 145 itself no longer reaches that path (the engine has
+    changed its schedule since), which its coverage marks showed: seed 43 of the mix does, found
+    with `tessera sim --until-probe tablet.create.refused_failed_files`."""
+    r = StackSim(StackConfig(seed=43, workload="list-append", seconds=30.0,
+                             mix=parse_mix(SEED_145_MIX)), tmp_path).run()
     assert r.ok(), (r.violation, r.verdict)
     assert r.nemesis.get("tombstone", 0) >= 1 and r.nemesis.get("flip", 0) >= 1
+    # the path the bug sat on, marked: a FAILED replica deleted, then a create over its files
+    assert r.probes.get("tablet.failed.forgotten") and r.probes.get("tablet.create.refused_failed_files")
 
 
 def test_a_tombstone_that_votes_within_the_lease_is_caught_by_a_lease_race_seed(
@@ -317,10 +322,14 @@ def test_a_flip_in_a_synced_newest_wal_batch_fails_its_replica_and_never_passes_
     flips = [e[2] for e in fixed.events if e[1] == "flip-newest"]
     assert flips and all(len(v) == 5 for v in flips)
     assert all(fixed.flips[v[0]].startswith("FAILED") for v in flips if v[4]), fixed.flips
+    assert fixed.probes.get("wal.scan.crc_mismatch_written_whole"), sorted(fixed.probes)
     monkeypatch.setattr(fmt, "FORMAT_VERSION", 2)
     monkeypatch.setattr(segment, "stamped", lambda batch, offset: [batch])
     before = run(tmp_path / "before")
     assert (before.violation or "").startswith("disk damage: tablet "), before.violation
+    # the path the bug sat on, marked: the flipped newest batch judged torn and cut
+    assert before.probes.get("wal.scan.crc_mismatch_unwritten_sector"), sorted(before.probes)
+    assert before.probes.get("wal.recover.torn_tail_cut"), sorted(before.probes)
 
 
 FAIL_COPY = "fail-copy:4,restart:1,heal:1;every=1-3"
@@ -342,6 +351,7 @@ def test_a_failed_voter_deleted_and_copied_does_not_vote_from_an_unknown_log(mon
     fixed = run(tmp_path / "fixed")
     assert fixed.ok(), (fixed.violation, fixed.verdict)
     assert [e for e in fixed.events if e[1] == "fail-copy" and len(e[2]) == 11]
+    assert fixed.probes.get("tombstone.vote.refused_unknown_last_op"), sorted(fixed.probes)
     real = manager.tombstone_vote
 
     def as_if_empty(paths, uuid, votes):  # before the fix: an unknown last op read as (0, 0)
@@ -357,6 +367,9 @@ def test_a_failed_voter_deleted_and_copied_does_not_vote_from_an_unknown_log(mon
     # simulator also finds, as state machine safety, when the vote check is not there)
     assert (before.violation or "").startswith("vote safety: "), before.violation
     assert "behind the" in before.violation and "no replica open" in before.violation
+    # the path the bug sat on, marked: the FAILED voter deleted, and its copy's tombstone voting
+    assert before.probes.get("tablet.failed.forgotten") and before.probes.get("copy.started"), \
+        sorted(before.probes)
 
 
 COMMIT_WAIT = "skew:8,transfer:2,restart:1,heal:1;every=0.2-0.8;load=20x200;clock=20000"

@@ -30,12 +30,14 @@ def run_in_order(fn: Callable[[Any], Any], args: list, jobs: int,
                  stop: Callable[[Any], bool] | None = None) -> list:
     """fn(arg) for each of `args` on `jobs` spawned workers; the results in the order of
     `args`. With `deadline` (a time.monotonic() value), stop there once one has finished,
-    killing the runs in flight; with `stop`, after the first result it holds true of. Each
-    result is handed to `on_result` as it joins the ordered list."""
+    killing the runs in flight (the results are then those that finished, still in the order
+    of `args`, with gaps where a run was killed); with `stop`, after the first result it holds
+    true of. Each result is handed to `on_result` as it joins the list."""
     ctx = multiprocessing.get_context("spawn")
     finished: dict[int, Any] = {}
     out: list = []
     submitted = 0
+    stopped = False
     while len(out) < len(args):
         ex = ProcessPoolExecutor(max(1, jobs), mp_context=ctx, max_tasks_per_child=TASKS_PER_WORKER)
         inflight: dict[Future, int] = {}
@@ -64,12 +66,18 @@ def run_in_order(fn: Callable[[Any], Any], args: list, jobs: int,
                     if on_result is not None:
                         on_result(out[-1])
                     if stop is not None and stop(out[-1]):
-                        ended = True
+                        ended = stopped = True
                         break
         finally:
             _kill(ex)
         if ended or not broken:
             break
+    # Stopped at the deadline: seeds that finished behind one still running are kept too (in
+    # the order of `args`): dropping them would drop a failure a later seed found.
+    for i in sorted(finished) if not stopped else ():
+        out.append(finished.pop(i))
+        if on_result is not None:
+            on_result(out[-1])
     return out
 
 
