@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from node.sim.stack import StackConfig, StackSim
-from node.sim.swarm import UNPACED, parse_mix, swarm_mix
+from node.sim.stack_damage import AIMED_MODES
+from node.sim.swarm import LATE, UNPACED, parse_mix, swarm_mix
 
 
 def _valid_and_fired(cfg: StackConfig, out, *names: str):
@@ -69,3 +70,23 @@ def test_a_read_handed_to_a_leader_that_just_stepped_down_is_refused(tmp_path):
     _valid_and_fired(StackConfig(seed=0, workload="register", seconds=10.0, mix=parse_mix(spec)),
                      tmp_path, "read.refused_not_leader")
 
+
+
+def test_aimed_file_damage_misplaces_a_replicas_consensus_metadata_and_flips_a_footer(tmp_path):
+    """`damage-file` (a late kind): the damage fault aimed at file kinds its draw rarely
+    reaches (one file kind among many, on at most two servers a seed). Another tablet's
+    consensus metadata in a replica's place is refused at the open (cmeta.load.wrong_tablet),
+    a finished segment whose footer's CRC fails is refused at bootstrap
+    (wal.scan.footer_damaged); each replica comes back FAILED, as the checks demand of judged
+    damage, and the seed stays valid."""
+    assert "damage-file" in LATE and 60 < sum("damage-file" in swarm_mix(s).kinds()
+                                               for s in range(200)) < 140
+    spec = "damage-file:4,restart:1,heal:1;every=0.5-2;reads=linearizable;load=10x100"
+    sim = StackSim(StackConfig(seed=0, workload="register", seconds=10.0, mix=parse_mix(spec)),
+                   tmp_path)
+    result = sim.run()
+    assert result.ok(), (result.violation, result.verdict)
+    modes = {e[2][1] for e in sim.events if e[1] == "damage"}
+    assert modes == set(AIMED_MODES), sim.events
+    for name in ("cmeta.load.wrong_tablet", "wal.scan.footer_damaged", "tablet.failed.at_open"):
+        assert result.probes.get(name, 0) >= 1, name
