@@ -596,8 +596,9 @@ class StackSim:
         # shared handles want workers back to back: writes share a turn when one read of the
         # connection wakes several workers, which paced workers' own timers rarely do. Not
         # with wide values: unpaced frame-sized writes put GiBs a virtual minute on the
-        # simulated disks, which are memory (one such seed took a worker to 18 GiB).
-        unpaced = self._writes == "shared" and self._value_sizes != "wide"
+        # simulated disks, which are memory (one such seed took a worker to 18 GiB), unless a
+        # mix's `unpaced` asks for it under a lowered frame (node.sim.swarm.UNPACED).
+        unpaced = mix.unpaced or (self._writes == "shared" and self._value_sizes != "wide")
         rate = 0.0 if unpaced else mix.rate or self.cfg.rate
         opts = RunOptions(concurrency=mix.concurrency or self.cfg.concurrency,
                           time_limit=self.cfg.seconds, rate=rate, seed=self.cfg.seed, op_timeout=5.0,

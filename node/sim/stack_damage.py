@@ -127,6 +127,13 @@ def newest_segment(disk, tablet: str):
 # start), or None (nothing it needs was touched: the history and the state checks judge).
 SECTOR = 512
 DAMAGE_MODES = ("truncate", "zero", "delete", "misplace", "flip", "mid-roll")
+# The damage-file fault's modes (node.sim.swarm.LATE), each the damage of the mode it names aimed
+# at one kind of file: cmeta-other-tablet, another READY replica's consensus metadata in place
+# of a READY replica's (a misplace; the open must refuse it: cmeta.load.wrong_tablet);
+# footer-flip, a bit flipped in a finished WAL segment's footer past its magic (a flip; the
+# scan sees a footer whose CRC fails, wal.scan.footer_damaged, and bootstrap refuses the
+# segment). Both judged: the replica must come back FAILED.
+AIMED_MODES = {"cmeta-other-tablet": "misplace", "footer-flip": "flip"}
 ROLL_WAIT_S = 4.0  # mid-roll: how long it looks for a segment being rolled before giving up
 # Damage seeds' WAL segments roll past this (MiB): the simulator's minute writes far less than
 # the engine's 8 MiB per tablet, and rolls give the delete and misplace modes several segments
@@ -141,7 +148,7 @@ UNPREALLOCATED = (1, 3)  # indexes into the tablet servers: ts2 and ts4
 def damaging(mix) -> bool:
     """Whether the mix turns the damage or the full fault on: its disks then model
     preallocation and its logs roll small segments."""
-    return "damage" in mix.kinds() or "full" in mix.kinds()
+    return bool({"damage", "full", "damage-file"} & set(mix.kinds()))
 
 
 def log_options(sim, host: str):
@@ -218,6 +225,7 @@ def _do(sim, disk, mode: str, path: str, arg) -> str:
     """Apply one recorded damage; what it did, in words."""
     name = path.removeprefix(f"{DATA_DIR}/")
     size = disk.size(path)
+    mode = AIMED_MODES.get(mode, mode)
     if mode == "truncate":
         disk.truncate_at_rest(path, arg)
         return f"{name} cut from {size} to {arg} bytes"
@@ -264,6 +272,9 @@ def _draw(sim, host: str, mode: str, rng) -> tuple[str, object, str | None] | No
     then which file: a tablet's many WAL segments do not crowd out its few other files."""
     disk = sim.disks[host]
     tablets = _ready_tablets(disk)
+    if mode in AIMED_MODES:
+        picks = _aimed(disk, host, mode, tablets, rng)
+        return picks[rng.randrange(len(picks))] if picks else None
     choices = []  # (kind of file, path, arg, judged); arg None: drawn below
     for tablet in tablets:
         choices += _tablet_choices(sim, host, disk, mode, tablet, tablets, rng)
@@ -291,6 +302,21 @@ def _draw(sim, host: str, mode: str, rng) -> tuple[str, object, str | None] | No
     elif mode == "flip" and _stamped_at(disk, path)(arg[0]):
         judged = None  # a sector's written mark, not data
     return path, arg, judged
+
+
+def _aimed(disk, host: str, mode: str, tablets: list[str], rng) -> list:
+    """The (path, arg, judged) of each damage an AIMED_MODES `mode` may do on the down host."""
+    from node.tablet.paths import TabletPaths
+    from node.wal import format as fmt
+
+    if mode == "cmeta-other-tablet":
+        cmetas = {t: str(TabletPaths(DATA_DIR, t).consensus_meta) for t in tablets}
+        cmetas = {t: p for t, p in cmetas.items() if disk.exists(p)}
+        return [(p, [host, q], t) for t, p in cmetas.items() for o, q in cmetas.items() if o != t]
+    magic = len(fmt.FOOTER_MAGIC)
+    return [(s.path, [s.size - fmt.FOOTER_SIZE + magic + rng.randrange(fmt.FOOTER_SIZE - magic),
+                      rng.randrange(8)], t)
+            for t in tablets for s in _scans(disk, t) if s.footer is not None]
 
 
 def _tablet_choices(sim, host, disk, mode, tablet, tablets, rng) -> list:

@@ -84,6 +84,10 @@ class FaultChooser:
             return kind, [rng.choice(fresh), rng.getrandbits(32)]
         if kind == "damage":
             return self._choose_damage(rng, impaired)
+        if kind == "damage-file":
+            from node.sim.stack_damage import AIMED_MODES
+
+            return self._choose_damage(rng, impaired, tuple(AIMED_MODES))
         if kind == "reprovision":
             return self._choose_reprovision(rng, impaired)
         if kind == "full":  # a tablet server up, while no other disk fails
@@ -221,13 +225,15 @@ class FaultChooser:
             return "disk", [host, mode, rng.randrange(ENOSPC_SLACK_BYTES)]
         return "disk", [host, mode, round(rng.uniform(*EIO_RATE), 3)]
 
-    def _choose_damage(self, rng: random.Random, impaired: set[str]) -> tuple[str | None, object]:
-        """A damage mode (node.sim.stack_damage.DAMAGE_MODES) on a server not damaged yet, within
-        MAX_FLIPS as a flip (a master only while the others are well); mid-roll damages
-        nothing, on a tablet server up and serving. Value: [host, mode, random bits]."""
+    def _choose_damage(self, rng: random.Random, impaired: set[str],
+                       modes: tuple[str, ...] | None = None) -> tuple[str | None, object]:
+        """A damage mode (node.sim.stack_damage.DAMAGE_MODES, or one of `modes`) on a server not
+        damaged yet, within MAX_FLIPS as a flip (a master only while the others are well);
+        mid-roll damages nothing, on a tablet server up and serving. Value: [host, mode, random
+        bits]."""
         from node.sim.stack_damage import DAMAGE_MODES
 
-        mode = rng.choice(DAMAGE_MODES)
+        mode = rng.choice(modes or DAMAGE_MODES)
         if mode == "mid-roll":
             up = [h for h in self.sim.tservers if h not in impaired]
             return ("damage", [rng.choice(up), mode]) if up else (None, None)

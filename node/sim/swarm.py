@@ -21,7 +21,8 @@ from dataclasses import dataclass
 # Every fault kind the simulator's nemesis knows (node.sim.stack_faults.FaultChooser.choose).
 KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "skew",
          "membership", "flip", "disk", "transfer", "cut", "tombstone", "copy-race", "lease-race", "masters",
-         "drift", "flip-newest", "fail-copy", "torn", "delay", "damage", "reprovision", "full")
+         "drift", "flip-newest", "fail-copy", "torn", "delay", "damage", "reprovision", "full",
+         "damage-file")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
@@ -36,9 +37,14 @@ ALWAYS = ("restart", "heal")
 # starts again at the same address with a new uuid and no replicas, once a seed
 # (node.sim.stack_reprovision); full: a tablet server's disk filled up to a few KiB past what
 # it holds, its preallocated space counted (SimFaults.fill), so its next WAL segment cannot be
-# preallocated, or a write past the end comes back short (small segments, as damage seeds).
+# preallocated, or a write past the end comes back short (small segments, as damage seeds);
+# damage-file: the damage fault aimed at kinds of file its draw rarely reaches (one file kind of
+# many, on at most MAX_FLIPS servers a seed): a replica's consensus metadata holding another
+# tablet's record, or a bit flipped in a finished WAL segment's footer past its magic
+# (stack_damage.AIMED_MODES; recorded as damage).
 LATE = {"torn": (None, None, 2, 4), "delay": (None, None, 2, 4), "damage": (None, None, 2, 4),
-        "reprovision": (None, None, 1, 2), "full": (None, None, 2, 4)}
+        "reprovision": (None, None, 1, 2), "full": (None, None, 2, 4),
+        "damage-file": (None, None, 2, 4)}
 WEIGHTS = (1, 2, 4, 8)  # a kind that is on fires with one of these relative weights
 FAULT_EVERY = ((0.2, 0.8), (0.5, 2.0), (1.0, 4.0))  # (lo, hi) seconds between two faults
 LOADS = ((5, 50.0), (10, 100.0), (20, 200.0))  # (clients, ops/s over all of them)
@@ -88,6 +94,16 @@ INFLIGHT = (None, None, None, 4)
 # wide values a write past the servers' frame is answered once and its connection closed, one
 # just under it refused before it is proposed. Its own draw.
 FRAME_MB = (None, None, 1, 2)
+# Whether the workers of a shared or session write mode run back to back (unpaced), as an
+# application's loader threads do, rather than at the mix's pace. Paced workers each wake on a
+# timer of their own, so a MANUAL_FLUSH session never held two callers' ops at one apply: its
+# buffer was never found full at its op count (client.session.buffer_full_ops, then
+# client.manual_flush.buffer_full_reflush), and shared writers of wide values (paced, so that
+# frame-sized values do not fill the simulated disks, which are memory) never coalesced a batch
+# over the servers' frame (client.batch.split_after_too_large). Drawn for the session modes and
+# for shared writes of wide values (shared writes of other values run unpaced already), with
+# wide values only under a lowered frame (`frame=N`), which bounds them. Its own draw.
+UNPACED = (False, True)
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
 # one or two kinds (a copy racing an election needs copies and cuts close together, which a mix
 # of twelve kinds makes rare), sometimes all of them.
@@ -131,6 +147,8 @@ class Mix:
     inflight: int | None = None
     # the servers' RPC frame limit in MiB (None: the simulator's; FRAME_MB)
     frame_mb: int | None = None
+    # the shared or session modes' workers back to back, not paced (UNPACED)
+    unpaced: bool = False
 
     def kinds(self) -> list[str]:
         return [k for k, _ in self.weights]
@@ -143,7 +161,7 @@ class Mix:
     def spec(self) -> str:
         """`kind:weight,...;every=LO-HI;reads=MODE[;load=CLIENTSxRATE][;read-share=F]
         [;clock=US][;writes=MODE][;values=wide][;snapshot=N][;fsync=MS][;sessions=N]
-        [;batch=N][;inflight=N][;frame=MIB]`; writes only when not own."""
+        [;batch=N][;inflight=N][;frame=MIB][;unpaced]`; writes only when not own."""
         lo, hi = self.fault_every_s
         parts = [",".join(f"{k}:{w}" for k, w in self.weights), f"every={lo:g}-{hi:g}",
                  f"reads={self.read_mode}"]
@@ -161,6 +179,8 @@ class Mix:
                   "sessions": self.max_sessions, "batch": self.batch, "inflight": self.inflight,
                   "frame": self.frame_mb}
         parts += [f"{key}={n}" for key, n in counts.items() if n is not None]
+        if self.unpaced:
+            parts.append("unpaced")
         return ";".join(parts)
 
     def as_json(self) -> dict:
@@ -170,7 +190,8 @@ class Mix:
                 "clock_error_us": self.clock_error_us, "writes": self.writes,
                 "values": self.values, "snapshot_every": self.snapshot_every,
                 "fsync_ms": self.fsync_ms, "max_sessions": self.max_sessions,
-                "batch": self.batch, "inflight": self.inflight, "frame_mb": self.frame_mb}
+                "batch": self.batch, "inflight": self.inflight, "frame_mb": self.frame_mb,
+                "unpaced": self.unpaced}
 
 
 # The fixed mix (its list of kinds, with crash, restart and membership twice, is the one the
@@ -201,12 +222,21 @@ def swarm_mix(seed: int) -> Mix:
     batch = _own_draw(seed, "batch", BATCHES)
     inflight = _own_draw(seed, "inflight", INFLIGHT)
     frame_mb = _own_draw(seed, "frame", FRAME_MB)
+    unpaced = _own_draw(seed, "unpaced", UNPACED) and _unpaceable(writes, values, frame_mb)
     return Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
                read_share=read_share, clock_error_us=clock_error_us, writes=writes,
                values=None if values == "small" else values, snapshot_every=snapshot_every,
                fsync_ms=fsync_ms, max_sessions=max_sessions,
                batch=batch if writes in SESSION_MODES else None, inflight=inflight,
-               frame_mb=frame_mb)
+               frame_mb=frame_mb, unpaced=unpaced)
+
+
+def _unpaceable(writes: str, values: str | None, frame_mb: int | None) -> bool:
+    """Whether `unpaced` changes how these workers write (UNPACED): session modes, and shared
+    writes of wide values; wide values only under a lowered frame."""
+    wide = values == "wide"
+    return (writes in SESSION_MODES or (writes == "shared" and wide)) and (
+        not wide or frame_mb is not None)
 
 
 def _own_draw(seed: int, name: str, choices: tuple):
@@ -243,10 +273,10 @@ def parse_mix(spec: str) -> Mix:
         raise ValueError(f"client={opts['client']}: a mix names how the workers write as "
                          "writes=MODE now (client=coalesce is writes=shared)")
     unknown = set(opts) - {"every", "reads", "load", "read-share", "clock", "writes", "values",
-                           *_COUNTS}
+                           "unpaced", *_COUNTS}
     if unknown:
         raise ValueError(f"unknown mix field(s) {sorted(unknown)} (every, reads, load, read-share, "
-                         f"clock, writes, values, {', '.join(_COUNTS)})")
+                         f"clock, writes, values, {', '.join(_COUNTS)}, unpaced)")
     counts = {}
     for key, what in _COUNTS.items():
         n = opts.get(key)
@@ -263,6 +293,10 @@ def parse_mix(spec: str) -> Mix:
     if batch is not None and writes not in SESSION_MODES:
         raise ValueError(f"batch={batch} sizes a session write mode's batches: it needs "
                          f"writes={' or writes='.join(SESSION_MODES)}")
+    unpaced = "unpaced" in opts
+    if unpaced and (opts["unpaced"] or not _unpaceable(writes, values, counts["frame"])):
+        raise ValueError("unpaced (no value) runs the workers of a session write mode, or shared "
+                         "writers of wide values, back to back; wide values only with frame=N")
     try:
         lo, hi = (float(x) for x in opts.get("every", "1-4").split("-"))
         concurrency, rate = ((int(opts["load"].split("x")[0]), float(opts["load"].split("x")[1]))
@@ -285,7 +319,7 @@ def parse_mix(spec: str) -> Mix:
         raise ValueError(f"reads={reads!r}: linearizable or lease")
     return Mix(tuple(weights), (lo, hi), reads, "spec", concurrency, rate, read_share,
                clock_error_us, writes, None if values == "small" else values,
-               *counts.values())
+               *counts.values(), unpaced)
 
 
 def mix_for(name: str, seed: int) -> Mix:
