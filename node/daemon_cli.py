@@ -88,6 +88,9 @@ _FLAGS: dict[str, tuple[type, object, str]] = {
                                                   "releasing the WAL and snapshot it pinned"),
     "tablet-copy-transfer-chunk-size-bytes": (int, OPTION, "bytes a tablet copy asks for "
                                                             "per fetch"),
+    "tablet-copy-stall-limit-sec": (float, OPTION, "a tablet copy's receiver gives up once no "
+                                                 "chunk arrived for this long (the leader "
+                                                 "then starts a new copy)"),
     "rpc-max-message-size": (int, OPTION, "the largest RPC frame this server accepts "
                                                      "or sends; every server of a cluster must "
                                                      "have the same"),
@@ -218,8 +221,9 @@ def check_values(values: dict) -> dict:
     if values["tablet-copy-transfer-chunk-size-bytes"] > frame - ENVELOPE_RESERVE:
         raise ValueError(f"--tablet-copy-transfer-chunk-size-bytes must leave {ENVELOPE_RESERVE} "
                          f"bytes of --rpc-max-message-size ({frame}) for the reply's envelope")
-    if values["tablet-copy-idle-timeout-sec"] <= 0:
-        raise ValueError("--tablet-copy-idle-timeout-sec must be positive")
+    for flag in ("tablet-copy-idle-timeout-sec", "tablet-copy-stall-limit-sec"):
+        if values[flag] <= 0:
+            raise ValueError(f"--{flag} must be positive")
     if values["catalog-manager-bg-task-wait-ms"] < 10:
         raise ValueError("--catalog-manager-bg-task-wait-ms must be at least 10")
     gc_thresholds(values)
@@ -305,6 +309,7 @@ def build_options(values: dict, kind: str):
                           tablet_copy_idle_timeout_sec=values["tablet-copy-idle-timeout-sec"],
                           tablet_copy_transfer_chunk_size_bytes=values[
                               "tablet-copy-transfer-chunk-size-bytes"],
+                          tablet_copy_stall_limit_sec=values["tablet-copy-stall-limit-sec"],
                           local_host=values["rpc-outbound-host"] or None,
                           security=security(values),
                           webserver_certificate_file=values["webserver-certificate-file"],

@@ -46,6 +46,8 @@ class ServerOptions:
     catalog_manager_bg_task_wait_ms: int = 1000  # Kudu's default
     tablet_copy_idle_timeout_sec: float = 600.0  # Kudu's: a copy source's idle session ends
     tablet_copy_transfer_chunk_size_bytes: int = 4 << 20  # Kudu's: bytes per fetch
+    # a copy's receiver gives up once no chunk arrived for this long (node.tserver.copy_client)
+    tablet_copy_stall_limit_sec: float = 60.0
     seed: int | None = None  # every random choice of the server and its replicas (simulator)
     disk: Disk = REAL  # where the data dir lives: the simulator passes a SimDisk
     # Source address of outgoing connections (None: the kernel picks). The simulator's network
@@ -110,7 +112,8 @@ class ServerBase:
         ConsensusService(self.tablets, self.book).register(self.server)
         self.copy_service = TabletCopyService(
             self.tablets, self.rpc_client, idle_timeout_s=self.opts.tablet_copy_idle_timeout_sec,
-            chunk_bytes=self.opts.tablet_copy_transfer_chunk_size_bytes)
+            chunk_bytes=self.opts.tablet_copy_transfer_chunk_size_bytes,
+            stall_limit_s=self.opts.tablet_copy_stall_limit_sec)
         self.copy_service.register(self.server)
         self._register(self.server)
         host, port = await self.server.start(self.opts.rpc_host, self.opts.rpc_port)

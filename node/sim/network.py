@@ -121,11 +121,25 @@ class SimNetwork:
         if not live:
             return None
         pair = self.rng.choice(live)
+        self._reset(pair)
+        return pair[0].get_extra_info("sockname"), pair[1].get_extra_info("sockname")
+
+    def reset_between(self, a: str, b: str) -> int:
+        """RST both ends of every established connection between hosts `a` and `b`, either
+        way, as a stateful firewall between them that lost its connection table does (or a
+        link flap long enough for both kernels to give up); the number reset. Draws nothing
+        from the network's random stream."""
+        pairs = [pair for pair in self._conns.values() if {pair[0].host, pair[1].host} == {a, b}
+                 and all(ep._established() for ep in pair)]
+        for pair in pairs:
+            self._reset(pair)
+        return len(pairs)
+
+    def _reset(self, pair: tuple[_Endpoint, _Endpoint]) -> None:
         for ep in pair:
             ep._out.clear()
             ep._rst_sent = True
             self._loop.call_soon(ep._lose, _reset_error(), context=SYSTEM)
-        return pair[0].get_extra_info("sockname"), pair[1].get_extra_info("sockname")
 
     def host_crashed(self, host: str) -> None:
         for addr in [a for a in self._listeners if a[0] == host]:

@@ -36,7 +36,7 @@ from pathlib import Path
 from node import probes
 from node.disk import SimDisk, SimFaults
 from node.faults import Faults
-from node.sim import stack_damage, stack_reprovision
+from node.sim import stack_copy_cut, stack_damage, stack_reprovision
 from node.sim.loop import SYSTEM, SimLoop
 from node.sim.network import SimNetwork
 from node.sim.stack_checks import DATA_DIR, Invariants, StackViolation
@@ -201,7 +201,8 @@ class StackSim:
             catalog_manager_bg_task_wait_ms=RECONCILE_MS,
             seed=self.rng.getrandbits(64), disk=self.disks[host], local_host=host,
             rpc_max_inflight_per_conn=self.cfg.mix.inflight or ServerOptions.rpc_max_inflight_per_conn,
-            observe_outgoing=functools.partial(self.invariants.observe_sent, host), **server)
+            observe_outgoing=functools.partial(self.invariants.observe_sent, host), **server,
+            **stack_copy_cut.copy_options(self.cfg.mix))
 
     def _boot(self, host: str) -> None:
         from node.master.server import Master
@@ -273,7 +274,8 @@ class StackSim:
         timed = {"masters": self._masters, "transfer": self._transfer, "tombstone": self._tombstone,
                  "copy-race": self._copy_race, "lease-race": self._lease_race,
                  "fail-copy": self._fail_copy, "torn": functools.partial(stack_damage.torn_tail, self),
-                 "damage": functools.partial(stack_damage.damage, self)}
+                 "damage": functools.partial(stack_damage.damage, self),
+                 "copy-cut": functools.partial(stack_copy_cut.copy_cut, self)}
         while self.loop.time() < deadline:
             if planned is None:
                 await asyncio.sleep(rng.uniform(*self.cfg.mix.fault_every_s))

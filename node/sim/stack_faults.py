@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import random
 
+from node.sim import stack_copy_cut
+
 DRIFT_MAX_S = 0.5  # the drift fault's largest clock step, past the bound (a bad NTP server)
 # bit flips and damage (node.sim.stack_damage) per seed, each on another server, at most one of
 # them a master: damage on a majority of a tablet's replicas loses data in any replicated system
@@ -106,6 +108,8 @@ class FaultChooser:
             return self._choose_disk(rng, impaired)
         if kind == "transfer":
             return self._choose_transfer(rng)
+        if kind == "copy-cut":
+            return stack_copy_cut.choose(self, rng)
         if kind in ("cut", "tombstone", "copy-race", "lease-race", "fail-copy"):
             return self._choose_copy_fault(kind, rng)
         return kind, None  # heal, reset; membership and masters pick their target when they run

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "skew",
          "membership", "flip", "disk", "transfer", "cut", "tombstone", "copy-race", "lease-race", "masters",
          "drift", "flip-newest", "fail-copy", "torn", "delay", "damage", "reprovision", "full",
-         "damage-file")
+         "damage-file", "copy-cut")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
@@ -41,10 +41,13 @@ ALWAYS = ("restart", "heal")
 # damage-file: the damage fault aimed at kinds of file its draw rarely reaches (one file kind of
 # many, on at most MAX_FLIPS servers a seed): a replica's consensus metadata holding another
 # tablet's record, or a bit flipped in a finished WAL segment's footer past its magic
-# (stack_damage.AIMED_MODES; recorded as damage).
+# (stack_damage.AIMED_MODES; recorded as damage); copy-cut: a follower tombstoned and, while its
+# leader copies the tablet back to it, its link to the copy's source reset and cut, or its
+# process crashed (node.sim.stack_copy_cut: no other fault lands inside a copy, so a resumed,
+# stalled or orphaned one was never seen).
 LATE = {"torn": (None, None, 2, 4), "delay": (None, None, 2, 4), "damage": (None, None, 2, 4),
         "reprovision": (None, None, 1, 2), "full": (None, None, 2, 4),
-        "damage-file": (None, None, 2, 4)}
+        "damage-file": (None, None, 2, 4), "copy-cut": (None, None, 2, 4)}
 WEIGHTS = (1, 2, 4, 8)  # a kind that is on fires with one of these relative weights
 FAULT_EVERY = ((0.2, 0.8), (0.5, 2.0), (1.0, 4.0))  # (lo, hi) seconds between two faults
 LOADS = ((5, 50.0), (10, 100.0), (20, 200.0))  # (clients, ops/s over all of them)

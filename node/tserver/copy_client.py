@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import time
 
 import crc32c
 
@@ -49,7 +48,7 @@ class CopyClient:
         self.session: CopySession | None = None
         self.received = 0
         self.resumed = 0  # fetches that succeeded after a failed attempt at the same offset
-        self._progress_at = time.monotonic()
+        self._progress_at = 0.0  # the loop's time of the last chunk (set as the download starts)
 
     async def begin(self) -> CopySession:
         self.session = await self._call("ts.begin_copy_session",
@@ -61,7 +60,7 @@ class CopyClient:
         """Fetch every file of the session into `paths`; the bytes received."""
         assert self.session is not None
         total = sum(f.size for f in self.session.files)
-        self._progress_at = time.monotonic()
+        self._progress_at = _now()
         reported = self._progress_at
         for i, f in enumerate(self.session.files):
             writer = await uninterrupted(asyncio.to_thread(FileWriter, paths,
@@ -76,8 +75,8 @@ class CopyClient:
                     chunk = await ahead.popleft()
                     await uninterrupted(asyncio.to_thread(writer.write, chunk.offset, chunk.data))
                     self.received += len(chunk.data)
-                    if time.monotonic() - reported >= 5.0:
-                        reported = time.monotonic()
+                    if _now() - reported >= 5.0:
+                        reported = _now()
                         self.log.info("tablet copy from %s: %d of %d MiB", self.source.uuid,
                                       self.received >> 20, total >> 20)
                 done = True
@@ -119,7 +118,7 @@ class CopyClient:
                     raise
                 err = e
             failures += 1
-            stalled = time.monotonic() - self._progress_at
+            stalled = _now() - self._progress_at
             if stalled > self.stall_limit_s:
                 probe("copy.fetch.stalled_gave_up")
                 raise RpcError(ErrorCode.DEADLINE_EXCEEDED, f"tablet copy from "
@@ -133,12 +132,20 @@ class CopyClient:
             self.resumed += 1
             self.log.info("tablet copy resumed: %s at offset %d after %d failed attempts",
                           f.name, offset, failures)
-        self._progress_at = time.monotonic()
+        self._progress_at = _now()
         return chunk
 
     async def _call(self, method: str, req: object, resp_type: type, timeout: float):
         return await self.rpc.call(self.source.addr, method, req, resp_type,
                                    to_uuid=self.source.uuid, timeout=timeout)
+
+
+def _now() -> float:
+    """The loop's clock, not time.monotonic(): the same clock in a daemon (asyncio's loop reads
+    time.monotonic), and the virtual one under the simulator, whose seeds run many times faster
+    than the wall clock, so a stall measured on the wall clock never reached the limit there,
+    and when it did would depend on the machine's speed (not replayable)."""
+    return asyncio.get_running_loop().time()
 
 
 def _check(chunk: CopyChunk, offset: int, want: int) -> str | None:

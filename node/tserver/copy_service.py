@@ -7,7 +7,6 @@ brought in by a copy of the catalog."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 from node.probes import probe
 from node.protocol import (
@@ -19,7 +18,7 @@ from node.protocol import (
 )
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
 from node.tablet.superblock import OpId
-from node.tserver.copy_client import CHUNK_BYTES, CopyClient
+from node.tserver.copy_client import CHUNK_BYTES, STALL_LIMIT_S, CopyClient
 from node.tserver.copy_source import CopySourceSessions
 from node.tserver.tablet_manager import TabletManager
 
@@ -28,8 +27,10 @@ IDLE_TIMEOUT_S = 600.0  # Kudu's tablet_copy_idle_timeout_sec
 
 class TabletCopyService:
     def __init__(self, tablets: TabletManager, rpc_client: RpcClient, *,
-                 idle_timeout_s: float = IDLE_TIMEOUT_S, chunk_bytes: int = CHUNK_BYTES):
+                 idle_timeout_s: float = IDLE_TIMEOUT_S, chunk_bytes: int = CHUNK_BYTES,
+                 stall_limit_s: float = STALL_LIMIT_S):
         self.tablets, self.rpc_client, self.chunk_bytes = tablets, rpc_client, chunk_bytes
+        self.stall_limit_s = stall_limit_s
         self.sources = CopySourceSessions(tablets, idle_timeout_s)
         self._expiry: asyncio.Task | None = None
         self._copies: set[asyncio.Task] = set()  # copies this server is receiving
@@ -81,14 +82,14 @@ class TabletCopyService:
         tid = req.tablet_id
         before = await self.tablets.begin_copy(req)
         tlog = self.tablets.log(tid)
-        started = time.monotonic()
+        started = asyncio.get_running_loop().time()
         client = CopyClient(self.rpc_client, req.source, tid, self.tablets.uuid, tlog,
-                            chunk_bytes=self.chunk_bytes)
+                            chunk_bytes=self.chunk_bytes, stall_limit_s=self.stall_limit_s)
         try:
             session = await client.begin()
             await self.tablets.prepare_copy(tid, session)
             nbytes = await client.download(self.tablets.paths(tid))
-            fetched = time.monotonic()
+            fetched = asyncio.get_running_loop().time()
             replica = await self.tablets.finish_copy(tid, session, req.source.uuid)
         except BaseException as e:  # cancelled too: the server is stopping
             probe("copy.failed")
@@ -100,9 +101,9 @@ class TabletCopyService:
             await client.end()
         probe("copy.finished")
         (start_term, start), (last_term, last) = replica.log_bounds()
-        seconds = time.monotonic() - started
+        seconds = asyncio.get_running_loop().time() - started
         tlog.info("tablet copy finished: %d bytes from %s in %.2fs (%.0f MB/s; fetching %.2fs, "
                   "opening %.2fs; %d fetches resumed), snapshot at index %d, log to (%d, %d)",
                   nbytes, req.source.uuid, seconds, nbytes / seconds / 1e6, fetched - started,
-                  time.monotonic() - fetched, client.resumed, start, last_term, last)
+                  asyncio.get_running_loop().time() - fetched, client.resumed, start, last_term, last)
         return TabletCopyResult(OpId(start_term, start), OpId(last_term, last), nbytes, seconds)

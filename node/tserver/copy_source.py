@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import time
 from dataclasses import dataclass, field
 
 import crc32c
@@ -48,7 +47,8 @@ class _Session:
     source: CopySource
     paths: list[str]  # of `files`, in order
     files: list[CopyFile]
-    last_used: float = field(default_factory=time.monotonic)
+    # the loop's time of the session's last use: its clock, virtual under the simulator
+    last_used: float = field(default_factory=lambda: asyncio.get_running_loop().time())
     sent: int = 0
 
     @property
@@ -107,7 +107,7 @@ class CopySourceSessions:
         length = min(req.max_length, size - req.offset)
         data = await asyncio.to_thread(_read, s.replica.paths.disk, s.paths[req.file],
                                        req.offset, length)
-        s.last_used, s.sent = time.monotonic(), s.sent + len(data)
+        s.last_used, s.sent = asyncio.get_running_loop().time(), s.sent + len(data)
         return CopyChunk(req.offset, data, crc32c.crc32c(data))
 
     async def on_end(self, req: CopySessionId) -> Empty:
@@ -132,7 +132,7 @@ class CopySourceSessions:
         does not pin the source's WAL for ever."""
         while True:
             await asyncio.sleep(min(10.0, self.idle_timeout_s / 4))
-            now = time.monotonic()
+            now = asyncio.get_running_loop().time()
             for s in list(self.sessions.values()):
                 if now - s.last_used > self.idle_timeout_s:
                     probe("copy.source.session_expired")
