@@ -21,7 +21,8 @@ from dataclasses import dataclass
 # Every fault kind the simulator's nemesis knows (node.sim.stack_faults.FaultChooser.choose).
 KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "skew",
          "membership", "flip", "disk", "transfer", "cut", "tombstone", "copy-race", "lease-race", "masters",
-         "drift", "flip-newest", "fail-copy", "torn", "delay", "damage", "reprovision", "full")
+         "drift", "flip-newest", "fail-copy", "torn", "delay", "damage", "reprovision", "full",
+         "master-swap", "unsafe", "ddl")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
@@ -36,9 +37,17 @@ ALWAYS = ("restart", "heal")
 # starts again at the same address with a new uuid and no replicas, once a seed
 # (node.sim.stack_reprovision); full: a tablet server's disk filled up to a few KiB past what
 # it holds, its preallocated space counted (SimFaults.fill), so its next WAL segment cannot be
-# preallocated, or a write past the end comes back short (small segments, as damage seeds).
+# preallocated, or a write past the end comes back short (small segments, as damage seeds);
+# master-swap: a master added and the LEADER master removed (it hands over), the removed one
+# stopped only a while later, a stale client asking it meanwhile (node.sim.stack_masters);
+# unsafe: two of a tablet's three voters lose power and the operator forces the survivor's
+# config (unsafe_change_config) where that loses nothing (node.sim.stack_unsafe); ddl: a table
+# created and dropped beside the workload, sometimes at a new leader master while the old one,
+# cut off from its peers, has not noticed (node.sim.stack_ddl).
 LATE = {"torn": (None, None, 2, 4), "delay": (None, None, 2, 4), "damage": (None, None, 2, 4),
-        "reprovision": (None, None, 1, 2), "full": (None, None, 2, 4)}
+        "reprovision": (None, None, 1, 2), "full": (None, None, 2, 4),
+        "master-swap": (None, None, None, 2), "unsafe": (None, None, None, 2),
+        "ddl": (None, None, None, 2)}
 WEIGHTS = (1, 2, 4, 8)  # a kind that is on fires with one of these relative weights
 FAULT_EVERY = ((0.2, 0.8), (0.5, 2.0), (1.0, 4.0))  # (lo, hi) seconds between two faults
 LOADS = ((5, 50.0), (10, 100.0), (20, 200.0))  # (clients, ops/s over all of them)
