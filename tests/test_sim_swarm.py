@@ -41,8 +41,11 @@ def test_a_seeds_swarm_mix_is_a_pure_function_of_the_seed_and_varies_across_seed
     mixes = [swarm_mix(s) for s in range(200)]
     assert all({"restart", "heal"} <= set(m.kinds()) for m in mixes)
     assert all(set(m.kinds()) <= set(KINDS) for m in mixes)
-    sizes = [len(m.kinds()) - 2 for m in mixes]
-    assert min(sizes) == 1 and max(sizes) == len(KINDS) - 2  # one kind alone, and all of them
+    # one kind alone, and all of them (the late kinds, each on in its own draw, aside: a seed
+    # with every one of them on is too rare for 200 seeds)
+    sizes = [len([k for k in m.kinds() if k not in LATE]) - 2 for m in mixes]
+    assert min(sizes) == 1 and max(sizes) == len(KINDS) - 2 - len(LATE)
+    assert all(any(k in m.kinds() for m in mixes) for k in LATE)
     assert {m.read_mode for m in mixes} == {"linearizable", "lease"}
     assert len({m.fault_every_s for m in mixes}) > 1 and len({m.concurrency for m in mixes}) > 1
     for kind in KINDS:  # every kind is hammered alone or nearly so by some seed (the late

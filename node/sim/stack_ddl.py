@@ -6,7 +6,8 @@ leader master's reconciler then deletes the replicas the tablet servers report
 when it reports again.
 
 The `split` variant first cuts the leader master M off from the other masters (the tablet
-servers and the client still reach it), for `cut` s, and creates the table as soon as another
+servers and the client still reach it), for `cut` s, early in its check-quorum round (it then
+leads longest, see `_leader_that_just_heard_its_peers`), and creates the table as soon as another
 master leads, there (as a client that has found the new leader does): M has not noticed yet
 that it is deposed (it steps down only after missing its quorum for an election timeout), and
 until it does its reconciler hears the tablet servers report tablets its catalog has never
@@ -22,6 +23,9 @@ DDL_KEEP_S = (0.5, 6.0)  # from the creation to the drop
 DDL_CUT_S = (3.0, 8.0)  # split: how long M stays cut off from the other masters
 DDL_TABLETS = (1, 3)  # the new table's tablets
 NEW_LEADER_WAIT_S = 6.0  # split: how long to wait for another master to lead
+# split: the cut comes when the leader master's check-quorum round is this many ticks old
+# (RaftConfig: 100 ms ticks, heartbeats every 5, a round of 15)
+CUT_AT_TICKS = (6, 8)
 
 
 def choose_ddl(rng):
@@ -29,6 +33,25 @@ def choose_ddl(rng):
     variant = rng.choice(("drop", "drop", "split"))
     return "ddl", [variant, rng.randint(*DDL_TABLETS), round(rng.uniform(*DDL_KEEP_S), 3),
                    round(rng.uniform(*DDL_CUT_S), 3) if variant == "split" else None]
+
+
+async def _leader_that_just_heard_its_peers(sim) -> str | None:
+    """The leader master, once it is early in its check-quorum round, just past a heartbeat
+    round's answers (CUT_AT_TICKS): cut then, it counts this round's answers and steps down
+    only at the end of the next, so it leads for longest without its peers. Polled for up to
+    two rounds; None if no master leads."""
+    from node.master.catalog import CATALOG
+    from node.sim.stack_masters import leader_master
+
+    for _ in range(60):
+        host = leader_master(sim)
+        if host is None:
+            return None
+        core = sim.servers[host].replicas[CATALOG].core
+        if CUT_AT_TICKS[0] <= core.election_elapsed <= CUT_AT_TICKS[1]:
+            return host
+        await asyncio.sleep(0.05)
+    return leader_master(sim)
 
 
 async def ddl(sim, value: list):
@@ -44,7 +67,7 @@ async def ddl(sim, value: list):
     where = None
     try:
         if variant == "split":
-            old = leader_master(sim)
+            old = await _leader_that_just_heard_its_peers(sim)
             if old is None:
                 return [*value[:4], "skipped: no leader master"]
             for other in sim.masters:
