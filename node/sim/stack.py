@@ -34,17 +34,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from node import probes
-from node.disk import SimDisk, SimFaults
+from node.disk import SimDisk
 from node.faults import Faults
-from node.sim import stack_copy_cut, stack_damage, stack_reprovision
+from node.sim import (
+    stack_copy_cut,
+    stack_damage,
+    stack_ddl,
+    stack_masters,
+    stack_reprovision,
+    stack_unsafe,
+)
 from node.sim.loop import SYSTEM, SimLoop
 from node.sim.network import SimNetwork
 from node.sim.stack_checks import DATA_DIR, Invariants, StackViolation
+from node.sim.stack_damage import baseline_faults
 from node.sim.stack_faults import FaultChooser
 from node.sim.stack_frame import frame_options
+from node.sim.stack_masters import MASTER_PORT, TSERVER_PORT
+from node.sim.stack_masters import SKIPPED as _SKIPPED
 from node.sim.swarm import CLASSIC, Mix
 
-MASTER_PORT, TSERVER_PORT = 7051, 7050
 # Virtual addresses: they exist only in SimNetwork, never on a socket. Taken from the project's
 # test subnet anyway (above the netns hosts' .11-.15), so a mistake could not reach anyone else.
 CLIENT_HOST = "10.77.0.200"
@@ -72,9 +81,6 @@ DISK_BUDGET_BYTES = 6 << 30
 WORKER_MEMORY_BYTES = 10 << 30
 FAILED_AFTER_S = 5.0  # masters re-replicate a silent server's replicas after this (fast, as CI)
 RECONCILE_MS = 2000  # masters' background task period (Kudu: 1000)
-
-
-_SKIPPED = object()  # a nemesis event that did not apply
 
 
 @dataclass
@@ -271,7 +277,11 @@ class StackSim:
         values, and recorded in the history."""
         rng = random.Random(self.rng.getrandbits(64))
         planned = list(self.cfg.schedule) if self.cfg.schedule is not None else None
-        timed = {"masters": self._masters, "transfer": self._transfer, "tombstone": self._tombstone,
+        timed = {"masters": functools.partial(stack_masters.masters, self),
+                 "master-swap": functools.partial(stack_masters.master_swap, self),
+                 "unsafe": functools.partial(stack_unsafe.unsafe_change, self),
+                 "ddl": functools.partial(stack_ddl.ddl, self),
+                 "transfer": self._transfer, "tombstone": self._tombstone,
                  "copy-race": self._copy_race, "lease-race": self._lease_race,
                  "fail-copy": self._fail_copy, "torn": functools.partial(stack_damage.torn_tail, self),
                  "damage": functools.partial(stack_damage.damage, self),
@@ -458,62 +468,6 @@ class StackSim:
         elif kind == "reprovision":
             return stack_reprovision.reprovision(self, value, baseline_faults(self.cfg.mix))
         return value
-
-    async def _masters(self, planned: list | None):
-        """The masters' own membership while tablet servers heartbeat (Kudu's master add and
-        remove; the netns cluster's master-membership nemesis): add a fourth master on the
-        spare host, started empty and joined through the leader (`join_master`: added as a
-        non-voter, copied the catalog, promoted), or remove it again (`leave_master`), then
-        stop it and wipe its disk. Tablet servers learn the masters from heartbeat replies and
-        must follow the committed config. `planned`: [op, host] to replay.
-        A join that fails leaves the spare stopped and wiped; the error is recorded."""
-        from node.rpc import RpcError
-        from node.tools.admin import AdminError, join_master, leave_master
-
-        op = planned[0] if planned is not None else (
-            "remove" if self.spare in self.masters else "add")
-        host = self.spare
-        if (op == "add") == (host in self.masters):
-            return _SKIPPED  # a replay out of step with this run
-        try:
-            if op == "add":
-                self.disks[host] = SimDisk(random.Random(self._spare_disks.getrandbits(64)),
-                                           baseline_faults(self.cfg.mix))
-                self.skew_s[host] = 0.0
-                self.masters.append(host)
-                self._boot(host)
-                self.spare_uuid = None
-                for _ in range(60):  # until it serves master.info
-                    try:
-                        info = await join_master(self.client, (host, MASTER_PORT), timeout=30.0)
-                        self.spare_uuid = info.uuid
-                        break
-                    except RpcError as e:
-                        if e.code.name != "NETWORK":
-                            raise
-                    await asyncio.sleep(0.5)
-                else:
-                    raise AdminError("the new master never answered")
-            else:
-                await leave_master(self.client, self.spare_uuid or f"{host}:{MASTER_PORT}")
-                self._drop_spare()
-        except (AdminError, RpcError, TimeoutError, OSError) as e:
-            if op == "add":
-                self._drop_spare()
-            return [op, host, f"failed: {e or type(e).__name__}"]
-        return [op, host]
-
-    def _drop_spare(self) -> None:
-        """Stop the spare master and forget it: a new master there later is another replica
-        (another uuid, an empty disk), so what the invariants remember of this one goes too."""
-        host = self.spare
-        if host not in self.down:
-            self._crash(host)
-        self.down.discard(host)
-        self.masters.remove(host)
-        self.spare_uuid = None
-        self.invariants.forget(host)
-        self.disk_faults.pop(host, None)
 
     async def _membership(self, rng: random.Random, planned: list | None):
         """Remove a voter of a random tablet, or add a removed one back: the re-added replica is
@@ -816,14 +770,6 @@ def _delay_host(sim: StackSim, host: str, delay_s: float, for_s: float) -> None:
         if other != host:
             sim.net.slow(host, other, delay_s)
             sim.loop.call_later(for_s, end, other, context=SYSTEM)
-
-
-def baseline_faults(mix: Mix) -> SimFaults:
-    """A disk's faults when none is injected: the mix's fsync latency (swarm FSYNC_MS), and in
-    damage seeds preallocation modelled (stack_damage.damaging)."""
-    ms = mix.fsync_ms
-    return SimFaults(fsync_latency=(ms / 1e4, ms / 1e3) if ms else (0.0, 0.0),
-                     preallocate=stack_damage.damaging(mix))
 
 
 # The worker's garbage collector: a seed allocates tens of millions of short-lived objects

@@ -151,6 +151,16 @@ def damaging(mix) -> bool:
     return bool({"damage", "full", "damage-file"} & set(mix.kinds()))
 
 
+def baseline_faults(mix):
+    """A disk's faults when none is injected: the mix's fsync latency (swarm FSYNC_MS), and in
+    damage seeds preallocation modelled (stack_damage.damaging)."""
+    from node.disk import SimFaults
+
+    ms = mix.fsync_ms
+    return SimFaults(fsync_latency=(ms / 1e4, ms / 1e3) if ms else (0.0, 0.0),
+                     preallocate=damaging(mix))
+
+
 def log_options(sim, host: str):
     """The engine's WAL options on `host`: its own, but in damage seeds small segments, not
     preallocated on the UNPREALLOCATED tablet servers."""

@@ -9,6 +9,9 @@ from __future__ import annotations
 import random
 
 from node.sim import stack_copy_cut
+from node.sim.stack_ddl import choose_ddl
+from node.sim.stack_masters import SWAP_LINGER_S
+from node.sim.stack_unsafe import choose_unsafe
 
 DRIFT_MAX_S = 0.5  # the drift fault's largest clock step, past the bound (a bad NTP server)
 # bit flips and damage (node.sim.stack_damage) per seed, each on another server, at most one of
@@ -92,6 +95,12 @@ class FaultChooser:
             return self._choose_damage(rng, impaired, tuple(AIMED_MODES))
         if kind == "reprovision":
             return self._choose_reprovision(rng, impaired)
+        if kind == "master-swap":
+            return kind, [round(rng.uniform(*SWAP_LINGER_S), 3)]
+        if kind == "unsafe":
+            return choose_unsafe(self.sim, rng, impaired)
+        if kind == "ddl":
+            return choose_ddl(rng)
         if kind == "full":  # a tablet server up, while no other disk fails
             up = [h for h in self.sim.tservers if h not in impaired and h not in self.sim.disk_faults]
             if not up or any(m != "slow" for m in self.sim.disk_faults.values()):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "skew",
          "membership", "flip", "disk", "transfer", "cut", "tombstone", "copy-race", "lease-race", "masters",
          "drift", "flip-newest", "fail-copy", "torn", "delay", "damage", "reprovision", "full",
-         "damage-file", "copy-cut")
+         "damage-file", "copy-cut", "master-swap", "unsafe", "ddl")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
@@ -44,10 +44,18 @@ ALWAYS = ("restart", "heal")
 # (stack_damage.AIMED_MODES; recorded as damage); copy-cut: a follower tombstoned and, while its
 # leader copies the tablet back to it, its link to the copy's source reset and cut, or its
 # process crashed (node.sim.stack_copy_cut: no other fault lands inside a copy, so a resumed,
-# stalled or orphaned one was never seen).
+# stalled or orphaned one was never seen); master-swap: a master added and the LEADER master
+# removed (it hands over), the removed one stopped only a while later, a stale client asking it
+# meanwhile (node.sim.stack_masters); unsafe: two of a tablet's three voters lose power and the
+# operator forces the survivor's config (unsafe_change_config) where that loses nothing
+# (node.sim.stack_unsafe); ddl: a table created and dropped beside the workload, sometimes at a
+# new leader master while the old one, cut off from its peers, has not noticed
+# (node.sim.stack_ddl).
 LATE = {"torn": (None, None, 2, 4), "delay": (None, None, 2, 4), "damage": (None, None, 2, 4),
         "reprovision": (None, None, 1, 2), "full": (None, None, 2, 4),
-        "damage-file": (None, None, 2, 4), "copy-cut": (None, None, 2, 4)}
+        "damage-file": (None, None, 2, 4), "copy-cut": (None, None, 2, 4),
+        "master-swap": (None, None, None, 2), "unsafe": (None, None, None, 2),
+        "ddl": (None, None, None, 2)}
 WEIGHTS = (1, 2, 4, 8)  # a kind that is on fires with one of these relative weights
 FAULT_EVERY = ((0.2, 0.8), (0.5, 2.0), (1.0, 4.0))  # (lo, hi) seconds between two faults
 LOADS = ((5, 50.0), (10, 100.0), (20, 200.0))  # (clients, ops/s over all of them)

@@ -232,25 +232,53 @@ async def _unsafe_change_config(args, client) -> int:
     voters = [v for v in args.voters.split(",") if v]
     if not voters or len(set(voters)) != len(voters):
         raise ValueError("--voters must name distinct tablet server UUIDs")
-    reports = await _reports(client, args.tablet)
-    for uuid in voters:
-        peer, rep = reports.get(uuid, (None, None))
-        if rep is None or rep.state != "RUNNING":
-            raise AdminError(f"{uuid} has no running replica of {args.tablet} (or does not answer)")
-        print(f"{uuid} at {peer.host}:{peer.port}: term {rep.term}, role {rep.role}, "
-              f"applied {rep.applied}, config {rep.config}")
+    reports = await _survivors(client, args.tablet, voters, print)
     if not args.force:
         print(f"refused: this rewrites {args.tablet}'s config to {', '.join(voters)} outside "
               "Raft; writes only the lost replicas hold are lost for good. Rerun with --force.",
               file=sys.stderr)
         return 1
+    await _force_config(client, args.tablet, voters, reports, print)
+    return 0
+
+
+async def unsafe_change_config(client, tablet: str, voters: list[str], *,
+                               progress=lambda _: None) -> list[ConfigState]:
+    """Kudu's unsafe_change_config, forced: each of `voters` (tablet server UUIDs, each with
+    a running replica of `tablet`) appends a config of just them. Raises AdminError if one
+    has no running replica, RpcError as a replica refused (ILLEGAL_STATE while it leads).
+    Shared by the CLI (`tablet unsafe-change-config --force`) and the simulator's unsafe
+    fault (node.sim.stack_unsafe)."""
+    reports = await _survivors(client, tablet, voters, progress)
+    return await _force_config(client, tablet, voters, reports, progress)
+
+
+async def _survivors(client, tablet: str, voters: list[str], progress
+                     ) -> dict[str, tuple[Peer, TabletReport | None]]:
+    """The live servers' reports of `tablet`; AdminError unless each of `voters` has a running
+    replica. Says what each voter holds."""
+    reports = await _reports(client, tablet)
+    for uuid in voters:
+        peer, rep = reports.get(uuid, (None, None))
+        if rep is None or rep.state != "RUNNING":
+            raise AdminError(f"{uuid} has no running replica of {tablet} (or does not answer)")
+        progress(f"{uuid} at {peer.host}:{peer.port}: term {rep.term}, role {rep.role}, "
+                 f"applied {rep.applied}, config {rep.config}")
+    return reports
+
+
+async def _force_config(client, tablet: str, voters: list[str],
+                        reports: dict[str, tuple[Peer, TabletReport | None]], progress
+                        ) -> list[ConfigState]:
+    out = []
     for uuid in voters:
         peer = reports[uuid][0]
         state = await client.rpc.call(peer.addr, "ts.unsafe_change_config",
-                                      UnsafeChangeConfig(args.tablet, voters), ConfigState,
+                                      UnsafeChangeConfig(tablet, voters), ConfigState,
                                       to_uuid=uuid, timeout=client.timeout)
-        print(f"{uuid}: config entry {state.opid_index} appended; voters {', '.join(voters)}")
-    return 0
+        progress(f"{uuid}: config entry {state.opid_index} appended; voters {', '.join(voters)}")
+        out.append(state)
+    return out
 
 
 async def _step_down(args, client) -> int:

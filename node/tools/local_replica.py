@@ -77,11 +77,12 @@ def run(args: argparse.Namespace) -> int:
         lock.close()
 
 
-def _paths(data_dir: Path, tablet: str):
+def _paths(data_dir: Path, tablet: str, disk=None):
+    from node.disk import REAL
     from node.tablet.paths import TabletPaths
 
-    paths = TabletPaths(data_dir, tablet)
-    if not paths.superblock.exists() and not paths.consensus_meta.exists():
+    paths = TabletPaths(data_dir, tablet, disk or REAL)
+    if not paths.disk.exists(paths.superblock) and not paths.disk.exists(paths.consensus_meta):
         raise ValueError(f"no replica of tablet {tablet} in {data_dir}")
     return paths
 
@@ -143,27 +144,31 @@ def _recreate(data_dir: Path, tablet: str, peers_text: str) -> int:
 
 
 def _delete(data_dir: Path, tablet: str, keep_tombstone: bool) -> int:
-    import shutil
+    print(delete_replica(data_dir, tablet, keep_tombstone))
+    return 0
 
+
+def delete_replica(data_dir: Path, tablet: str, keep_tombstone: bool, disk=None) -> str:
+    """`delete`: TABLET's replica in the stopped server's `data_dir` (on `disk`, the real one
+    by default) deleted, as a tombstone that keeps its votes or every file gone; what was
+    done. Shared by the CLI and the simulator's unsafe fault (node.sim.stack_unsafe)."""
     from node.tablet.superblock import DataState, OpId, Superblock
     from node.tserver.copy import tombstone
 
-    paths = _paths(data_dir, tablet)
+    paths = _paths(data_dir, tablet, disk)
     if not keep_tombstone:
         for path in (paths.wal_dir, paths.snapshot_dir):
-            shutil.rmtree(path, ignore_errors=True)
+            paths.disk.rmtree(path)
         for path in (paths.superblock, paths.consensus_meta):
-            path.unlink(missing_ok=True)
-        print(f"tablet {tablet}: every file removed, its votes too")
-        return 0
-    sb = Superblock.load(paths.superblock)
+            if paths.disk.exists(path):
+                paths.disk.unlink(path)
+        return f"tablet {tablet}: every file removed, its votes too"
+    sb = Superblock.load(paths.superblock, paths.disk)
     if sb.data_state == DataState.TOMBSTONED:
-        print(f"tablet {tablet}: already a tombstone")
-        return 0
+        return f"tablet {tablet}: already a tombstone"
     last = _last_logged(paths)
     tombstone(paths, OpId(*last))
-    print(f"tablet {tablet}: tombstoned; last logged op ({last[0]}, {last[1]}) kept for its votes")
-    return 0
+    return f"tablet {tablet}: tombstoned; last logged op ({last[0]}, {last[1]}) kept for its votes"
 
 
 def _last_logged(paths) -> tuple[int, int]:
@@ -171,9 +176,9 @@ def _last_logged(paths) -> tuple[int, int]:
     from node.tablet.snapshot import SnapshotStore
     from node.wal.reader import read_log
 
-    if paths.wal_dir.is_dir():
-        entries = read_log(str(paths.wal_dir), paths.tablet_id).entries
+    if paths.disk.isdir(paths.wal_dir):
+        entries = read_log(str(paths.wal_dir), paths.tablet_id, paths.disk).entries
         if entries:
             return entries[-1].term, entries[-1].index
-    snap = SnapshotStore(paths.snapshot_dir, paths.tablet_id).load_latest()
+    snap = SnapshotStore(paths.snapshot_dir, paths.tablet_id, paths.disk).load_latest()
     return (snap.last_applied_term, snap.last_applied_index) if snap else (0, 0)

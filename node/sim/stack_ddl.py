@@ -1,0 +1,98 @@
+"""The whole-stack simulator's `ddl` fault (a late swarm kind, node.sim.swarm.LATE): the
+application's DDL beside the workload: a table created, kept `keep` s, and dropped, as Kudu's
+CreateTable and DeleteTable. A drop only marks the table's records deleted in the catalog; the
+leader master's reconciler then deletes the replicas the tablet servers report
+(master.reconcile.delete_deleted_tablet), also those of a server partitioned away at the drop,
+when it reports again.
+
+The `split` variant first cuts the leader master M off from the other masters (the tablet
+servers and the client still reach it), for `cut` s, early in its check-quorum round (it then
+leads longest, see `_leader_that_just_heard_its_peers`), and creates the table as soon as another
+master leads, there (as a client that has found the new leader does): M has not noticed yet
+that it is deposed (it steps down only after missing its quorum for an election timeout), and
+until it does its reconciler hears the tablet servers report tablets its catalog has never
+seen. It must leave them alone (master.catalog.unknown_tablet_kept): a master behind is not a
+master that knows they were deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+DDL_KEEP_S = (0.5, 6.0)  # from the creation to the drop
+DDL_CUT_S = (3.0, 8.0)  # split: how long M stays cut off from the other masters
+DDL_TABLETS = (1, 3)  # the new table's tablets
+NEW_LEADER_WAIT_S = 6.0  # split: how long to wait for another master to lead
+# split: the cut comes when the leader master's check-quorum round is this many ticks old
+# (RaftConfig: 100 ms ticks, heartbeats every 5, a round of 15)
+CUT_AT_TICKS = (6, 8)
+
+
+def choose_ddl(rng):
+    """Value: [variant, tablets, keep, cut] (cut None but for split)."""
+    variant = rng.choice(("drop", "drop", "split"))
+    return "ddl", [variant, rng.randint(*DDL_TABLETS), round(rng.uniform(*DDL_KEEP_S), 3),
+                   round(rng.uniform(*DDL_CUT_S), 3) if variant == "split" else None]
+
+
+async def _leader_that_just_heard_its_peers(sim) -> str | None:
+    """The leader master, once it is early in its check-quorum round, just past a heartbeat
+    round's answers (CUT_AT_TICKS): cut then, it counts this round's answers and steps down
+    only at the end of the next, so it leads for longest without its peers. Polled for up to
+    two rounds; None if no master leads."""
+    from node.master.catalog import CATALOG
+    from node.sim.stack_masters import leader_master
+
+    for _ in range(60):
+        host = leader_master(sim)
+        if host is None:
+            return None
+        core = sim.servers[host].replicas[CATALOG].core
+        if CUT_AT_TICKS[0] <= core.election_elapsed <= CUT_AT_TICKS[1]:
+            return host
+        await asyncio.sleep(0.05)
+    return leader_master(sim)
+
+
+async def ddl(sim, value: list):
+    """Apply `value` (`choose_ddl`); recorded as [*value, table, where it was created, how the
+    drop ended], or with "failed: ..." or "skipped: ..." where it stopped."""
+    from node.protocol import CreateTable, TableLocations
+    from node.rpc import RpcError
+    from node.sim.stack_masters import MASTER_PORT, leader_master
+
+    variant, tablets, keep, cut = value[:4]
+    loop = asyncio.get_running_loop()
+    table = f"ddl{round(loop.time() * 1000)}"
+    where = None
+    try:
+        if variant == "split":
+            old = await _leader_that_just_heard_its_peers(sim)
+            if old is None:
+                return [*value[:4], "skipped: no leader master"]
+            for other in sim.masters:
+                if other != old:
+                    sim._cut(old, other, cut)
+            deadline = loop.time() + NEW_LEADER_WAIT_S
+            while (where := leader_master(sim)) in (old, None) and loop.time() < deadline:
+                await asyncio.sleep(0.05)
+            if where in (old, None):
+                return [*value[:4], "skipped: no other master led"]
+            await sim.client.rpc.call((where, MASTER_PORT), "master.create_table",
+                                      CreateTable(table, tablets, 3), TableLocations,
+                                      to_uuid="", timeout=5.0)
+        else:
+            await sim.client.create_table(table, tablets, 3)
+    except (RpcError, TimeoutError, OSError) as e:
+        return [*value[:4], table, where, f"failed: {e or type(e).__name__}"]
+    await asyncio.sleep(keep)
+    dropped = "failed"
+    for _ in range(3):  # a drop refused by a master that has not heard of the table yet
+        try:
+            await sim.client.delete_table(table)
+            dropped = "dropped"
+            break
+        except (RpcError, TimeoutError, OSError) as e:
+            dropped = f"failed: {e or type(e).__name__}"
+            await asyncio.sleep(1.0)
+    return [*value[:4], table, where, dropped]
