@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # etcd for `tessera test --db etcd`).
 SYSPKGS := openssh-server iproute2 iptables util-linux faketime libnetfilter-queue-dev fuse3 libfuse2 chromium default-jre-headless vagrant etcd-server etcd-client
 
-.PHONY: demo test bench lint clean setup sysdeps coverage-sim
+.PHONY: demo test bench lint clean setup sysdeps coverage-sim coverage-suite
 
 setup: sysdeps $(STAMP)
 
@@ -65,6 +65,10 @@ bench: setup
 SEEDS ?= 200
 coverage-sim: setup
 	$(PY) -m reports.coverage_sim --seeds $(SEEDS)
+
+# The suite's own coverage of node/, the figure beside the simulator's (not the netns tests).
+coverage-suite: setup
+	$(PY) -m reports.coverage_sim --suite
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
