@@ -3,6 +3,8 @@ a recorded seed and mix spec, valid, with the probes it must fire (as tests/test
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from node.sim.stack import StackConfig, StackSim
@@ -90,3 +92,30 @@ def test_aimed_file_damage_misplaces_a_replicas_consensus_metadata_and_flips_a_f
     assert modes == set(AIMED_MODES), sim.events
     for name in ("cmeta.load.wrong_tablet", "wal.scan.footer_damaged", "tablet.failed.at_open"):
         assert result.probes.get(name, 0) >= 1, name
+
+
+def test_a_small_session_results_bound_forgets_outstanding_results_and_refuses_large_batches(
+        tmp_path):
+    """`results=N` (RESULTS, its own draw): every tablet keeps N results per session. Shared
+    writers keep more outstanding behind a stalled attempt than that: the oldest are forgotten,
+    and the stalled attempt's retry is told STALE_SEQ (an outcome unknown). A session mode's
+    batch of more ops than the bound is refused before it is proposed (a definite failure the
+    client does not retry). Both seeds stay valid."""
+    mixes = [swarm_mix(s) for s in range(200)]
+    drawn = Counter(m.max_results for m in mixes)
+    assert set(drawn) == {None, 3, 8} and 100 < drawn[None] < 200, drawn
+    shared = parse_mix("partition:2,isolate:2,crash:1,restart:1,heal:1;every=0.5-2;"
+                       "reads=linearizable;load=20x200;writes=shared;results=8")
+    assert shared.max_results == 8 and shared.spec().endswith(";results=8")
+    assert parse_mix(shared.spec()) == shared
+    with pytest.raises(ValueError, match="results='0'"):
+        parse_mix("restart:1;results=0")
+    _valid_and_fired(StackConfig(seed=1, workload="register", seconds=6.0, mix=shared),
+                     tmp_path / "shared", "tablet.session.results_over_bound_forgotten",
+                     "tablet.session.stale_seq", "client.write.session_lost_unknown")
+    batches = ("partition:2,crash:1,restart:1,heal:1;every=0.5-2;reads=linearizable;"
+               "load=20x200;writes=session-background;batch=4;unpaced;results=3")
+    _valid_and_fired(StackConfig(seed=0, workload="register", seconds=4.0,
+                                 mix=parse_mix(batches)),
+                     tmp_path / "batches", "tserver.write_batch.refused_invalid",
+                     "client.retry.refused")

@@ -736,8 +736,9 @@ def _mix_options(mix: Mix) -> dict:
 
     n = mix.snapshot_every
     out = {"snapshot_interval_entries": n, "log_retain_entries": n} if n else {}
-    if mix.max_sessions:
-        out["session_limits"] = Limits(max_sessions=mix.max_sessions)
+    bounds = {"max_sessions": mix.max_sessions, "max_results_per_session": mix.max_results}
+    if any(bounds.values()):  # RESULTS: the results a session keeps
+        out["session_limits"] = Limits(**{k: n for k, n in bounds.items() if n})
     return out
 
 
