@@ -119,3 +119,29 @@ def test_a_small_session_results_bound_forgets_outstanding_results_and_refuses_l
                                  mix=parse_mix(batches)),
                      tmp_path / "batches", "tserver.write_batch.refused_invalid",
                      "client.retry.refused")
+
+
+def test_a_failed_replica_on_a_server_in_maintenance_is_copied_over_or_refuses_the_copy(
+        tmp_path):
+    """`maintenance` (a late kind): an operator puts a tablet server in maintenance (Kudu's
+    `kudu tserver state enter_maintenance`, recorded in the catalog) and takes it off the
+    network; the masters replace none of its replicas meanwhile. Its tablets' leaders compact
+    past it (snapshot=200), and it comes back on a disk that fails every fsync: a replica that
+    fails while running is tombstoned and copied over by its leader (seed 0); one restarted on
+    the failing disk comes back FAILED and refuses the copy (seed 4). Both seeds stay valid."""
+    assert "maintenance" in LATE and 20 < sum("maintenance" in swarm_mix(s).kinds()
+                                               for s in range(200)) < 80
+    spec = ("maintenance:4,restart:1,heal:1;every=0.5-2;reads=linearizable;load=20x200;"
+            "read-share=0;writes=shared;snapshot=200")
+    assert parse_mix(spec).spec() == spec
+    sim = StackSim(StackConfig(seed=0, workload="register", seconds=8.0, mix=parse_mix(spec)),
+                   tmp_path / "running")
+    result = sim.run()
+    assert result.ok(), (result.violation, result.verdict)
+    assert [e[2][1:] for e in sim.events if e[1] == "maintenance"] == [["running", 9.143, "left"]]
+    for name in ("master.rereplication.maintenance_deferred", "replica.failed.while_running",
+                 "copy.over_failed_running_replica"):
+        assert result.probes.get(name, 0) >= 1, name
+    _valid_and_fired(StackConfig(seed=4, workload="register", seconds=8.0, mix=parse_mix(spec)),
+                     tmp_path / "restart", "copy.refused.failed_replica",
+                     "master.rereplication.maintenance_deferred")

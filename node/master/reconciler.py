@@ -109,7 +109,8 @@ class Reconciler:
                 probe("master.rereplication.remove_chosen")
                 change = ReplicaChange(tid, "remove", failed[0], decided_from)
             else:
-                spare = sorted((t for t in live if t.peer.uuid not in members | maintenance
+                spare = sorted((t for t in live if t.peer.uuid not in members
+                                and t.peer.uuid not in maintenance
                                 and t.peer.uuid not in self._failed_on.get(tid, ())),
                                key=lambda t: (len(t.tablets), t.peer.uuid))
                 if not spare:
