@@ -373,6 +373,8 @@ CATALOG: dict[str, str] = {
     "master.rereplication.add_chosen": "re-replication adds a replacement on a spare live server",
     "master.rereplication.remove_chosen":
         "re-replication removes the failed member (enough healthy voters)",
+    "master.rereplication.maintenance_deferred":
+        "re-replication left a failed or silent member alone: its tablet server is in maintenance",
     "master.rereplication.no_spare": "re-replication found no spare live server for a replacement",
     "master.rereplication.change_failed":
         "a re-replication change was refused or failed (a CAS guard, say)",

@@ -220,6 +220,15 @@ class TabletReport(msgspec.Struct, frozen=True):
     committed_config_index: int = -1
 
 
+class TServerState(msgspec.Struct, frozen=True):
+    """Master admin call (Kudu's `kudu tserver state enter_maintenance` / `exit_maintenance`):
+    while a tablet server is in maintenance, the masters replace none of its replicas, failed
+    or silent, as an operator working on the server (a disk swap, a reboot) asks."""
+
+    ts_uuid: str
+    maintenance: bool
+
+
 class ReplicaChange(msgspec.Struct, frozen=True):
     """Master admin call (tablet-copy seed's AddReplica / RemoveReplica). `cas_config_index`:
     apply only if the tablet's committed config is still at this opid index, the one the

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import msgspec
 
-from node.master.catalog import Catalog, TabletRecord, write_tablet
+from node.master.catalog import Catalog, TabletRecord, write_tablet, write_tserver_state
 from node.master.reconciler import Reconciler
 from node.master.server import Master
 from node.master.ts_manager import TSManager
@@ -23,12 +23,13 @@ LIMIT_S = 300.0
 class FakeMaster:
     """What the round reads of node.master.server.Master, and the changes it asks for."""
 
-    def __init__(self, ts: TSManager, members: list[str]):
+    def __init__(self, ts: TSManager, members: list[str], maintenance: tuple[str, ...] = ()):
         self.ts = ts
         self.opts = SimpleNamespace(follower_unavailable_considered_failed_sec=LIMIT_S)
         record = TabletRecord(TABLET, "t", [0, 1], [[u, "127.0.0.1", 1] for u in members], rf=3,
                               config_index=1)
-        self.catalog = Catalog({key: value for _, key, value in write_tablet(record)})
+        rows = write_tablet(record) + [m for u in maintenance for m in write_tserver_state(u, True)]
+        self.catalog = Catalog({key: value for _, key, value in rows})
         self.changes: list[tuple[str, str]] = []
         self.requests: list = []
 
@@ -48,7 +49,8 @@ def _report(uuid: str, state: str, members: list[str], leader: str) -> TabletRep
 
 
 def _round(states: dict[str, str | None], members: list[str], leader: str = "a",
-           reconciler: Reconciler | None = None, silent: set[str] = frozenset()):
+           reconciler: Reconciler | None = None, silent: set[str] = frozenset(),
+           maintenance: tuple[str, ...] = ()):
     """One re-replication round: `states` is each server's state of the tablet (None: it has
     no replica), `silent` the servers last heard from LIMIT_S + 1 seconds ago."""
     clock = [1000.0]
@@ -58,7 +60,7 @@ def _round(states: dict[str, str | None], members: list[str], leader: str = "a",
         tablets = [] if state is None else [_report(uuid, state, members, leader)]
         ts.heard(ServerStatus(uuid, "127.0.0.1", 1, tablets))
     clock[0] = 1000.0
-    master = FakeMaster(ts, members)
+    master = FakeMaster(ts, members, maintenance)
     reconciler = reconciler or Reconciler(master)
     reconciler.m = master
     asyncio.run(reconciler._replace_failed_replicas())
@@ -81,6 +83,23 @@ def test_healthy_members_and_a_short_silence_change_nothing():
 def test_a_silent_server_is_still_replaced_as_before():
     changes, _ = _round({"a": "RUNNING", "b": "RUNNING", "c": "RUNNING", "d": None},
                         members=["a", "b", "c"], silent={"c"})
+    assert changes == [("add", "d")]
+
+
+def test_a_failed_or_silent_member_on_a_server_in_maintenance_is_left_alone():
+    """Kudu's maintenance mode (master.tserver_state): the operator is working on c, so neither
+    its FAILED replica nor its silence earns a replacement, and no replacement goes to a
+    server in maintenance; a failed member elsewhere is still replaced, and c once it left."""
+    for silent in (set(), {"c"}):
+        state = "RUNNING" if silent else "FAILED"
+        changes, _ = _round({"a": "RUNNING", "b": "RUNNING", "c": state, "d": None},
+                            members=["a", "b", "c"], silent=silent, maintenance=("c",))
+        assert changes == []
+    changes, _ = _round({"a": "RUNNING", "b": "FAILED", "c": None, "d": None, "e": "RUNNING"},
+                        members=["a", "b", "e"], maintenance=("c",))
+    assert changes == [("add", "d")]
+    changes, _ = _round({"a": "RUNNING", "b": "RUNNING", "c": "FAILED", "d": None},
+                        members=["a", "b", "c"])
     assert changes == [("add", "d")]
 
 

@@ -3,6 +3,8 @@ a recorded seed and mix spec, valid, with the probes it must fire (as tests/test
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from node.sim.stack import StackConfig, StackSim
@@ -90,3 +92,56 @@ def test_aimed_file_damage_misplaces_a_replicas_consensus_metadata_and_flips_a_f
     assert modes == set(AIMED_MODES), sim.events
     for name in ("cmeta.load.wrong_tablet", "wal.scan.footer_damaged", "tablet.failed.at_open"):
         assert result.probes.get(name, 0) >= 1, name
+
+
+def test_a_small_session_results_bound_forgets_outstanding_results_and_refuses_large_batches(
+        tmp_path):
+    """`results=N` (RESULTS, its own draw): every tablet keeps N results per session. Shared
+    writers keep more outstanding behind a stalled attempt than that: the oldest are forgotten,
+    and the stalled attempt's retry is told STALE_SEQ (an outcome unknown). A session mode's
+    batch of more ops than the bound is refused before it is proposed (a definite failure the
+    client does not retry). Both seeds stay valid."""
+    mixes = [swarm_mix(s) for s in range(200)]
+    drawn = Counter(m.max_results for m in mixes)
+    assert set(drawn) == {None, 3, 8} and 100 < drawn[None] < 200, drawn
+    shared = parse_mix("partition:2,isolate:2,crash:1,restart:1,heal:1;every=0.5-2;"
+                       "reads=linearizable;load=20x200;writes=shared;results=8")
+    assert shared.max_results == 8 and shared.spec().endswith(";results=8")
+    assert parse_mix(shared.spec()) == shared
+    with pytest.raises(ValueError, match="results='0'"):
+        parse_mix("restart:1;results=0")
+    _valid_and_fired(StackConfig(seed=1, workload="register", seconds=6.0, mix=shared),
+                     tmp_path / "shared", "tablet.session.results_over_bound_forgotten",
+                     "tablet.session.stale_seq", "client.write.session_lost_unknown")
+    batches = ("partition:2,crash:1,restart:1,heal:1;every=0.5-2;reads=linearizable;"
+               "load=20x200;writes=session-background;batch=4;unpaced;results=3")
+    _valid_and_fired(StackConfig(seed=0, workload="register", seconds=4.0,
+                                 mix=parse_mix(batches)),
+                     tmp_path / "batches", "tserver.write_batch.refused_invalid",
+                     "client.retry.refused")
+
+
+def test_a_failed_replica_on_a_server_in_maintenance_is_copied_over_or_refuses_the_copy(
+        tmp_path):
+    """`maintenance` (a late kind): an operator puts a tablet server in maintenance (Kudu's
+    `kudu tserver state enter_maintenance`, recorded in the catalog) and takes it off the
+    network; the masters replace none of its replicas meanwhile. Its tablets' leaders compact
+    past it (snapshot=200), and it comes back on a disk that fails every fsync: a replica that
+    fails while running is tombstoned and copied over by its leader (seed 0); one restarted on
+    the failing disk comes back FAILED and refuses the copy (seed 4). Both seeds stay valid."""
+    assert "maintenance" in LATE and 20 < sum("maintenance" in swarm_mix(s).kinds()
+                                               for s in range(200)) < 80
+    spec = ("maintenance:4,restart:1,heal:1;every=0.5-2;reads=linearizable;load=20x200;"
+            "read-share=0;writes=shared;snapshot=200")
+    assert parse_mix(spec).spec() == spec
+    sim = StackSim(StackConfig(seed=0, workload="register", seconds=8.0, mix=parse_mix(spec)),
+                   tmp_path / "running")
+    result = sim.run()
+    assert result.ok(), (result.violation, result.verdict)
+    assert [e[2][1:] for e in sim.events if e[1] == "maintenance"] == [["running", 9.143, "left"]]
+    for name in ("master.rereplication.maintenance_deferred", "replica.failed.while_running",
+                 "copy.over_failed_running_replica"):
+        assert result.probes.get(name, 0) >= 1, name
+    _valid_and_fired(StackConfig(seed=4, workload="register", seconds=8.0, mix=parse_mix(spec)),
+                     tmp_path / "restart", "copy.refused.failed_replica",
+                     "master.rereplication.maintenance_deferred")

@@ -73,6 +73,7 @@ from node.protocol import (
     TableLocations,
     TableName,
     TabletLocation,
+    TServerState,
     Write,
     WriteBatch,
 )
@@ -240,6 +241,11 @@ class TesseraClient:
         `ts_uuid`, through the leader master; returns the committed config."""
         return await self.master_call("master.change_replica", ReplicaChange(tablet_id, op, ts_uuid),
                                       ConfigState)
+
+    async def tserver_state(self, ts_uuid: str, maintenance: bool) -> None:
+        """Put tablet server `ts_uuid` in maintenance (its replicas are not replaced while it
+        is), or take it out of it, through the leader master."""
+        await self.master_call("master.tserver_state", TServerState(ts_uuid, maintenance), Ack)
 
     async def delete_table(self, name: str) -> None:
         await self.master_call("master.delete_table", TableName(name), Ack)

@@ -19,6 +19,10 @@ import msgspec
 
 CATALOG = "sys.catalog"  # the system tablet the masters replicate the catalog in
 TABLE, TABLET = "table/", "tablet/"
+# A tablet server an operator put in maintenance (Kudu's `kudu tserver state enter_maintenance`):
+# "MAINTENANCE" under its uuid, None once it left it
+TSERVER_STATE = "tserver_state/"
+MAINTENANCE = "MAINTENANCE"
 
 
 class TableRecord(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -77,6 +81,11 @@ class Catalog:
         return [msgspec.convert(v, TabletRecord) for k, v in list(self.data.items())
                 if k.startswith(TABLET) and v is not None]
 
+    def in_maintenance(self) -> set[str]:
+        """The uuids of the tablet servers in maintenance: their replicas are not replaced."""
+        return {k[len(TSERVER_STATE):] for k, v in self.data.items()
+                if k.startswith(TSERVER_STATE) and v == MAINTENANCE}
+
     def config_indexes(self) -> dict[str, int]:
         """tablet id -> the committed config index the catalog follows (0: the creation one)."""
         return {t.id: t.config_index or 0 for t in self.tablets()}
@@ -89,6 +98,10 @@ def write_table(table: TableRecord, tablets: list[TabletRecord]) -> MicroOps:
 
 def write_tablet(tablet: TabletRecord) -> MicroOps:
     return [["w", TABLET + tablet.id, msgspec.to_builtins(tablet)]]
+
+
+def write_tserver_state(uuid: str, maintenance: bool) -> MicroOps:
+    return [["w", TSERVER_STATE + uuid, MAINTENANCE if maintenance else None]]
 
 
 def delete_table(table: TableRecord) -> MicroOps:

@@ -88,6 +88,7 @@ class Reconciler:
         limit = self.m.opts.follower_unavailable_considered_failed_sec
         catalog = self.m._catalog()
         live = self.m.ts.live()
+        maintenance = catalog.in_maintenance()
         for tid in sorted(self.m.ts.leaders):
             record, leader = catalog.tablet(tid), self.m.ts.leader_report(tid)
             if record is None or leader is None or leader[1].config != leader[1].committed_config:
@@ -95,6 +96,9 @@ class Reconciler:
             members = dict(leader[1].committed_config)  # uuid -> VOTER | NON_VOTER
             decided_from = leader[1].committed_config_index  # the change's guard
             failed = sorted(u for u in members if self._failed(tid, u, limit))
+            if set(failed) & maintenance:  # Kudu's maintenance mode: the operator is on it
+                probe("master.rereplication.maintenance_deferred")
+                failed = [u for u in failed if u not in maintenance]
             if not failed:
                 continue
             healthy_voters = [u for u, kind in members.items() if kind == "VOTER" and u not in failed]
@@ -106,6 +110,7 @@ class Reconciler:
                 change = ReplicaChange(tid, "remove", failed[0], decided_from)
             else:
                 spare = sorted((t for t in live if t.peer.uuid not in members
+                                and t.peer.uuid not in maintenance
                                 and t.peer.uuid not in self._failed_on.get(tid, ())),
                                key=lambda t: (len(t.tablets), t.peer.uuid))
                 if not spare:

@@ -41,6 +41,7 @@ from node.master.catalog import (
     delete_table,
     place,
     write_table,
+    write_tserver_state,
 )
 from node.master.reconciler import Reconciler
 from node.master.ts_manager import TSManager
@@ -62,6 +63,7 @@ from node.protocol import (
     TableLocations,
     TableName,
     TabletLocation,
+    TServerState,
     TSHeartbeat,
     TSHeartbeatResponse,
 )
@@ -174,6 +176,7 @@ class Master(ServerBase):
         s.register("master.list_tables", Empty, self.on_list_tables)
         s.register("master.table_locations", TableName, self.on_locations)
         s.register("master.change_replica", ReplicaChange, self.on_change_replica)
+        s.register("master.tserver_state", TServerState, self.on_tserver_state)
         s.register("master.add_master", AddMaster, self.on_add_master)
         s.register("master.remove_master", RemoveMaster, self.on_remove_master)
 
@@ -350,6 +353,17 @@ class Master(ServerBase):
             tablets.append(TabletLocation(tid, HashBucket(*t.bucket), [Peer(*p) for p in t.replicas],
                                           leader[1] if leader else None))
         return TableLocations(name, table.id, tablets)
+
+    async def on_tserver_state(self, req: TServerState) -> Ack:
+        """Kudu's `kudu tserver state enter_maintenance` / `exit_maintenance`: recorded in the
+        catalog, so every leader master after this one knows it (Reconciler skips its replicas)."""
+        await self._await_ready()
+        if req.ts_uuid not in self.ts.servers:
+            raise RpcError(ErrorCode.NOT_FOUND, f"no tablet server {req.ts_uuid}")
+        await self._mutate(write_tserver_state(req.ts_uuid, req.maintenance))
+        log.info("tablet server %s %s maintenance", req.ts_uuid,
+                 "entered" if req.maintenance else "left")
+        return Ack(True)
 
     async def on_change_replica(self, req: ReplicaChange) -> ConfigState:
         """Seed 05's AddReplica / RemoveReplica: one compare-and-set guarded call to the tablet's

@@ -47,6 +47,7 @@ RULES: dict[str, Role] = {
     "master.change_replica": SU,
     "master.add_master": SU,
     "master.remove_master": SU,
+    "master.tserver_state": SU,
     # Data and metadata: users (and the service, which asks masters and tablet servers too).
     "master.info": S | SU | U,
     "master.list_tables": S | SU | U,

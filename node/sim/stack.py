@@ -40,6 +40,7 @@ from node.sim import (
     stack_copy_cut,
     stack_damage,
     stack_ddl,
+    stack_maintenance,
     stack_masters,
     stack_reprovision,
     stack_unsafe,
@@ -285,7 +286,8 @@ class StackSim:
                  "copy-race": self._copy_race, "lease-race": self._lease_race,
                  "fail-copy": self._fail_copy, "torn": functools.partial(stack_damage.torn_tail, self),
                  "damage": functools.partial(stack_damage.damage, self),
-                 "copy-cut": functools.partial(stack_copy_cut.copy_cut, self)}
+                 "copy-cut": functools.partial(stack_copy_cut.copy_cut, self),
+                 "maintenance": functools.partial(stack_maintenance.maintenance, self)}
         while self.loop.time() < deadline:
             if planned is None:
                 await asyncio.sleep(rng.uniform(*self.cfg.mix.fault_every_s))
@@ -736,8 +738,9 @@ def _mix_options(mix: Mix) -> dict:
 
     n = mix.snapshot_every
     out = {"snapshot_interval_entries": n, "log_retain_entries": n} if n else {}
-    if mix.max_sessions:
-        out["session_limits"] = Limits(max_sessions=mix.max_sessions)
+    bounds = {"max_sessions": mix.max_sessions, "max_results_per_session": mix.max_results}
+    if any(bounds.values()):  # RESULTS: the results a session keeps
+        out["session_limits"] = Limits(**{k: n for k, n in bounds.items() if n})
     return out
 
 

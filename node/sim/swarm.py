@@ -22,7 +22,7 @@ from dataclasses import dataclass
 KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "skew",
          "membership", "flip", "disk", "transfer", "cut", "tombstone", "copy-race", "lease-race", "masters",
          "drift", "flip-newest", "fail-copy", "torn", "delay", "damage", "reprovision", "full",
-         "damage-file", "copy-cut", "master-swap", "unsafe", "ddl")
+         "damage-file", "copy-cut", "master-swap", "unsafe", "ddl", "maintenance")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
@@ -50,12 +50,14 @@ ALWAYS = ("restart", "heal")
 # operator forces the survivor's config (unsafe_change_config) where that loses nothing
 # (node.sim.stack_unsafe); ddl: a table created and dropped beside the workload, sometimes at a
 # new leader master while the old one, cut off from its peers, has not noticed
-# (node.sim.stack_ddl).
+# (node.sim.stack_ddl); maintenance: a tablet server put in maintenance mode (the masters replace
+# none of its replicas) while its disk fails every fsync, so its replicas fail and stay members
+# until their leaders, compacting past them, ask to copy over them (node.sim.stack_maintenance).
 LATE = {"torn": (None, None, 2, 4), "delay": (None, None, 2, 4), "damage": (None, None, 2, 4),
         "reprovision": (None, None, 1, 2), "full": (None, None, 2, 4),
         "damage-file": (None, None, 2, 4), "copy-cut": (None, None, 2, 4),
         "master-swap": (None, None, None, 2), "unsafe": (None, None, None, 2),
-        "ddl": (None, None, None, 2)}
+        "ddl": (None, None, None, 2), "maintenance": (None, None, None, 2)}
 WEIGHTS = (1, 2, 4, 8)  # a kind that is on fires with one of these relative weights
 FAULT_EVERY = ((0.2, 0.8), (0.5, 2.0), (1.0, 4.0))  # (lo, hi) seconds between two faults
 LOADS = ((5, 50.0), (10, 100.0), (20, 200.0))  # (clients, ops/s over all of them)
@@ -115,6 +117,15 @@ FRAME_MB = (None, None, 1, 2)
 # for shared writes of wide values (shared writes of other values run unpaced already), with
 # wide values only under a lowered frame (`frame=N`), which bounds them. Its own draw.
 UNPACED = (False, True)
+# The results a tablet keeps per session (None: the engine's 128; Limits.max_results_per_session,
+# a bound an operator sets on the servers, replicated with the state so every replica forgets
+# alike). With a handful, writers sharing a session (shared) keep more results outstanding
+# behind a stalled attempt than the tablet keeps: the oldest are forgotten
+# (tablet.session.results_over_bound_forgotten) and that attempt's retry is told STALE_SEQ
+# (tablet.session.stale_seq), an outcome unknown to the client. A session mode's batch, or a
+# coalesced one, larger than the bound is refused by the leader before it is proposed
+# (INVALID_ARGUMENT), a definite failure (client.retry.refused). Its own draw.
+RESULTS = (None, None, None, 3, 8)
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
 # one or two kinds (a copy racing an election needs copies and cuts close together, which a mix
 # of twelve kinds makes rare), sometimes all of them.
@@ -160,6 +171,8 @@ class Mix:
     frame_mb: int | None = None
     # the shared or session modes' workers back to back, not paced (UNPACED)
     unpaced: bool = False
+    # the results a tablet keeps per session (None: the engine's; RESULTS)
+    max_results: int | None = None
 
     def kinds(self) -> list[str]:
         return [k for k, _ in self.weights]
@@ -172,7 +185,7 @@ class Mix:
     def spec(self) -> str:
         """`kind:weight,...;every=LO-HI;reads=MODE[;load=CLIENTSxRATE][;read-share=F]
         [;clock=US][;writes=MODE][;values=wide][;snapshot=N][;fsync=MS][;sessions=N]
-        [;batch=N][;inflight=N][;frame=MIB][;unpaced]`; writes only when not own."""
+        [;batch=N][;inflight=N][;frame=MIB][;results=N][;unpaced]`; writes only when not own."""
         lo, hi = self.fault_every_s
         parts = [",".join(f"{k}:{w}" for k, w in self.weights), f"every={lo:g}-{hi:g}",
                  f"reads={self.read_mode}"]
@@ -188,7 +201,7 @@ class Mix:
             parts.append(f"values={self.values}")
         counts = {"snapshot": self.snapshot_every, "fsync": self.fsync_ms,
                   "sessions": self.max_sessions, "batch": self.batch, "inflight": self.inflight,
-                  "frame": self.frame_mb}
+                  "frame": self.frame_mb, "results": self.max_results}
         parts += [f"{key}={n}" for key, n in counts.items() if n is not None]
         if self.unpaced:
             parts.append("unpaced")
@@ -202,7 +215,7 @@ class Mix:
                 "values": self.values, "snapshot_every": self.snapshot_every,
                 "fsync_ms": self.fsync_ms, "max_sessions": self.max_sessions,
                 "batch": self.batch, "inflight": self.inflight, "frame_mb": self.frame_mb,
-                "unpaced": self.unpaced}
+                "unpaced": self.unpaced, "max_results": self.max_results}
 
 
 # The fixed mix (its list of kinds, with crash, restart and membership twice, is the one the
@@ -234,12 +247,13 @@ def swarm_mix(seed: int) -> Mix:
     inflight = _own_draw(seed, "inflight", INFLIGHT)
     frame_mb = _own_draw(seed, "frame", FRAME_MB)
     unpaced = _own_draw(seed, "unpaced", UNPACED) and _unpaceable(writes, values, frame_mb)
+    max_results = _own_draw(seed, "results", RESULTS)
     return Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
                read_share=read_share, clock_error_us=clock_error_us, writes=writes,
                values=None if values == "small" else values, snapshot_every=snapshot_every,
                fsync_ms=fsync_ms, max_sessions=max_sessions,
                batch=batch if writes in SESSION_MODES else None, inflight=inflight,
-               frame_mb=frame_mb, unpaced=unpaced)
+               frame_mb=frame_mb, unpaced=unpaced, max_results=max_results)
 
 
 def _unpaceable(writes: str, values: str | None, frame_mb: int | None) -> bool:
@@ -260,7 +274,8 @@ def _own_draw(seed: int, name: str, choices: tuple):
 _COUNTS = {"snapshot": "applied entries between snapshots", "fsync": "every disk's fsync latency in ms",
            "sessions": "the sessions a tablet keeps", "batch": "ops per batch of a session write mode",
            "inflight": "requests in flight per connection",
-           "frame": "the servers' RPC frame limit in MiB"}
+           "frame": "the servers' RPC frame limit in MiB",
+           "results": "the results a tablet keeps per session"}
 
 
 def parse_mix(spec: str) -> Mix:
@@ -330,7 +345,7 @@ def parse_mix(spec: str) -> Mix:
         raise ValueError(f"reads={reads!r}: linearizable or lease")
     return Mix(tuple(weights), (lo, hi), reads, "spec", concurrency, rate, read_share,
                clock_error_us, writes, None if values == "small" else values,
-               *counts.values(), unpaced)
+               *list(counts.values())[:-1], unpaced, counts["results"])
 
 
 def mix_for(name: str, seed: int) -> Mix:
