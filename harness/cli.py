@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("reports.analyze", "check stored runs with Spark; write results, HTML reports and the store index"),
     "sim": ("node.sim.cli", "run the deterministic Raft cluster simulator"),
     "probes": ("reports.probes_cli", "list the engine's code probes; which fired in stored runs"),
-    "tserver": ("node.tserver.cli", "run a tablet server daemon; 'tserver list': the live tablet servers"),
+    "tserver": ("node.tserver.cli", "run a tablet server daemon; 'tserver list': the live tablet servers; 'tserver state': maintenance mode"),
     "serve": ("reports.serve", "serve the store's reports over HTTP for browsing (loopback by default)"),
     "master": ("node.master.cli", "run a master daemon (the Raft-replicated catalog); 'master list | add | remove': the masters"),
     "local-cluster": ("node.tools.local_cluster_cli", "run masters and tablet servers as local processes"),

@@ -88,6 +88,23 @@ def test_master_and_tserver_list(cluster):
     assert out.stdout.count("\tyes") == 3 and "\tno (" in out.stdout
 
 
+def test_a_tablet_server_enters_and_exits_maintenance(cluster):
+    """Kudu's `kudu tserver state enter_maintenance | exit_maintenance`, through the leader
+    master into the catalog (what the masters then leave alone: tests/
+    test_reconciler_rereplication.py and the simulator's maintenance seeds)."""
+    out = tessera(cluster, "tserver", "list")
+    uuid = out.stdout.splitlines()[1].split("\t")[1]
+    out = tessera(cluster, "tserver", "state", "enter_maintenance", uuid)
+    assert out.returncode == 0 and f"tablet server {uuid} entered maintenance" in out.stdout, out.stderr
+    out = tessera(cluster, "tserver", "state", "exit_maintenance", uuid)
+    assert out.returncode == 0 and "left maintenance" in out.stdout, out.stderr
+    out = tessera(cluster, "tserver", "state", "enter_maintenance", "no-such-uuid")
+    assert out.returncode == 1 and "no tablet server no-such-uuid" in out.stderr
+    assert "Traceback" not in out.stderr
+    out = tessera(cluster, "tserver", "state", "enter_maintainance", uuid)  # a typo
+    assert out.returncode == 254 and "invalid choice" in out.stderr
+
+
 def test_leader_step_down_and_move_replica(cluster):
     tablet = _table(cluster)
     reps = asyncio.run(_reports(cluster, tablet))

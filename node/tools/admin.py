@@ -1,5 +1,5 @@
 """Kudu's operator tools for a running cluster: `tessera master list | add | remove`,
-`tessera tserver list` and
+`tessera tserver list | state` and
 `tessera tablet add-replica | remove-replica | move-replica | leader-step-down |
 unsafe-change-config`.
 
@@ -170,6 +170,29 @@ async def list_tservers(args, client) -> int:
     return 0 if all(not isinstance(st, RpcError) for _, st in statuses) else 1
 
 
+# -- tserver state ---------------------------------------------------------------------------
+STATES = {"enter_maintenance": True, "exit_maintenance": False}
+
+
+def configure_tserver_state(sub: argparse._SubParsersAction) -> None:
+    what = ("put a tablet server in maintenance, or take it out (Kudu's `kudu tserver state "
+            "enter_maintenance | exit_maintenance`): while it is in maintenance the masters "
+            "replace none of its replicas, failed or silent, and place no new replica on it, "
+            "so an operator can reboot it or swap its disk without the cluster copying its "
+            "tablets elsewhere. Recorded in the catalog: it outlives a change of leader master")
+    p = sub.add_parser("state", help="enter or exit maintenance mode", description=what)
+    common_options(p)
+    p.add_argument("change", choices=sorted(STATES), metavar="enter_maintenance|exit_maintenance")
+    p.add_argument("ts_uuid", metavar="TS_UUID", help="the tablet server's UUID (tserver list)")
+
+
+async def tserver_state(args, client) -> int:
+    await client.tserver_state(args.ts_uuid, STATES[args.change])
+    print(f"tablet server {args.ts_uuid} "
+          + ("entered maintenance" if STATES[args.change] else "left maintenance"))
+    return 0
+
+
 # -- tablet ----------------------------------------------------------------------------------
 def configure_tablet(p: argparse.ArgumentParser) -> None:
     common_options(p)
@@ -313,6 +336,10 @@ async def _move(args, client) -> int:
 
 def run_tablet(args) -> int:
     return run_with_client(args, tablet)
+
+
+def run_tserver_state(args) -> int:
+    return run_with_client(args, tserver_state)
 
 
 def run_list(args, kind: str) -> int:
