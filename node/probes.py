@@ -252,6 +252,8 @@ CATALOG: dict[str, str] = {
     "tablet.delete.cas_refused":
         "a delete was refused: the replica's committed config is newer than its cas_config_index",
     "tablet.tombstoned": "a running replica was stopped and tombstoned with its last logged OpId",
+    "tablet.tombstone.write_failed":
+        "a stopped replica's tombstone could not be written (a failing disk): it is FAILED",
     # --- tombstone: votes answered from a tombstone (seed 05) ---
     "tombstone.vote.withheld_in_lease":
         "a tombstoned replica withheld votes: it stopped within a vote lease",

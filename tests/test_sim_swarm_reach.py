@@ -139,8 +139,10 @@ def test_a_failed_replica_on_a_server_in_maintenance_is_copied_over_or_refuses_t
     result = sim.run()
     assert result.ok(), (result.violation, result.verdict)
     assert [e[2][1:] for e in sim.events if e[1] == "maintenance"] == [["running", 9.143, "left"]]
+    # the tombstone the copy writes over the failed replica fails on the failing disk: the
+    # replica is FAILED, not a stopped one listed RUNNING
     for name in ("master.rereplication.maintenance_deferred", "replica.failed.while_running",
-                 "copy.over_failed_running_replica"):
+                 "copy.over_failed_running_replica", "tablet.tombstone.write_failed"):
         assert result.probes.get(name, 0) >= 1, name
     _valid_and_fired(StackConfig(seed=4, workload="register", seconds=8.0, mix=parse_mix(spec)),
                      tmp_path / "restart", "copy.refused.failed_replica",

@@ -254,7 +254,15 @@ class TabletManager:
         last = OpId(*r.last_logged())
         await r.stop()
         self._quiet(e.tablet_id)
-        await asyncio.to_thread(tombstone, self.paths(e.tablet_id), last)
+        try:
+            await asyncio.to_thread(tombstone, self.paths(e.tablet_id), last)
+        except Exception as err:  # a failing disk: stopped and not a tombstone, so FAILED,
+            # never a stopped replica still listed RUNNING (the simulator's maintenance seeds)
+            probe("tablet.tombstone.write_failed")
+            self.entries[e.tablet_id] = TabletEntry(
+                e.tablet_id, e.table, TabletState.FAILED,
+                error=log_failure(self.log(e.tablet_id), "cannot write the tombstone", err))
+            raise
         self.entries[e.tablet_id] = TabletEntry(e.tablet_id, e.table, TabletState.TOMBSTONED)
         probe("tablet.tombstoned")
         self.log(e.tablet_id).info("tombstoned; last logged op (%d, %d)", last.term, last.index)
