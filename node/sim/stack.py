@@ -40,6 +40,7 @@ from node.sim import (
     stack_copy_cut,
     stack_damage,
     stack_ddl,
+    stack_forge,
     stack_masters,
     stack_reprovision,
     stack_unsafe,
@@ -285,7 +286,8 @@ class StackSim:
                  "copy-race": self._copy_race, "lease-race": self._lease_race,
                  "fail-copy": self._fail_copy, "torn": functools.partial(stack_damage.torn_tail, self),
                  "damage": functools.partial(stack_damage.damage, self),
-                 "copy-cut": functools.partial(stack_copy_cut.copy_cut, self)}
+                 "copy-cut": functools.partial(stack_copy_cut.copy_cut, self),
+                 "garble": functools.partial(stack_forge.garble, self)}
         while self.loop.time() < deadline:
             if planned is None:
                 await asyncio.sleep(rng.uniform(*self.cfg.mix.fault_every_s))
