@@ -287,7 +287,8 @@ class StackSim:
                  "fail-copy": self._fail_copy, "torn": functools.partial(stack_damage.torn_tail, self),
                  "damage": functools.partial(stack_damage.damage, self),
                  "copy-cut": functools.partial(stack_copy_cut.copy_cut, self),
-                 "garble": functools.partial(stack_forge.garble, self)}
+                 "garble": functools.partial(stack_forge.garble, self),
+                 "copy-shrink": functools.partial(stack_forge.copy_shrink, self)}
         while self.loop.time() < deadline:
             if planned is None:
                 await asyncio.sleep(rng.uniform(*self.cfg.mix.fault_every_s))

@@ -219,3 +219,107 @@ def _chunk_words(payload: bytes) -> int | None:
             if data[i:i + 2] != data[i + 2:i + 4]:
                 return start + at + i
     return None
+
+
+# -- the copy-shrink fault: a file a copy source has pinned cut short under it -------------------
+
+
+def choose_shrink(chooser, rng: random.Random) -> tuple[str | None, object]:
+    """As copy-cut's choice (a test tablet's leader L, a voter R of it up and well), then how
+    much of the file to keep. Value: [tablet, L, R, delay, keep (a fraction)]."""
+    from node.sim import stack_copy_cut
+
+    kind, value = stack_copy_cut.choose(chooser, rng)
+    if kind is None:
+        return None, None
+    tablet, leader, r, _, delay = value[:5]
+    return "copy-shrink", [tablet, leader, r, delay, round(rng.random(), 6)]
+
+
+async def copy_shrink(sim, value: list) -> list:
+    """R tombstoned, so L copies the tablet back to it; once the copy's source holds R's
+    session, the first file of its manifest at rest that bootstrap would refuse cut short (its
+    snapshot, or a finished WAL segment a later one follows: never the newest segment, whose
+    cut end a reader may take for a log that ended there) on the running source, as a file
+    system losing an extent or an operator's truncate does. The source's read of it comes
+    back short (copy.source.short_read) and the copy fails; then the source loses power and
+    boots: if the cut file is still there (not replaced by a newer snapshot, not collected),
+    its replica must come back FAILED. Recorded as [*value, source, path, cut length, judged]."""
+    from node.sim.stack_copy_cut import WATCH_S, _copy_source, _unslow
+
+    tablet, leader, r, delay, keep = value[:5]
+    server = sim.servers.get(r)
+    if r in sim.down or leader in sim.down or getattr(server, "uuid", None) is None:
+        return [*value[:5], "skipped: a host is down"]
+    sim.net.slow(leader, r, delay)
+    try:
+        done = await sim._tombstone([tablet, None, None, r])
+        if not isinstance(done, list) or len(done) > 4:
+            return [*value[:5], "skipped: no tombstone"]
+        source = await _copy_source(sim, tablet, server.uuid)
+        if source is None or source in sim.down:
+            return [*value[:5], "skipped: no copy seen"]
+        disk = sim.disks[source]
+        path = _shrinkable(disk, sim.servers[source], tablet, server.uuid)
+        if path is None:
+            return [*value[:5], source, "skipped: no file at rest to cut"]
+        cut = int(disk.size(path) * keep)
+        disk.truncate_at_rest(path, cut)
+        sim.flipped.add(source)
+        deadline = sim.loop.time() + WATCH_S
+        while sim.loop.time() < deadline and source not in sim.down and _copy_source_holds(
+                sim.servers.get(source), tablet, server.uuid):
+            await asyncio.sleep(0.01)
+        judged = None
+        if source not in sim.down:
+            sim._crash(source)
+            disk = sim.disks[source]
+            if disk.exists(path) and disk.size(path) == cut:
+                judged = tablet
+                sim.start_failures.pop(source, None)
+                sim.must_fail[source] = (tablet, f"{path.removeprefix('/data/')} cut to {cut} "
+                                                 "bytes while its server ran")
+            sim._boot(source)
+        return [*value[:5], source, path, cut, judged]
+    finally:
+        _unslow(sim, leader, r, delay)
+
+
+def _copy_source_holds(server, tablet: str, uuid: str) -> bool:
+    sources = getattr(getattr(server, "copy_service", None), "sources", None)
+    return sources is not None and any((s.tablet_id, s.requestor) == (tablet, uuid)
+                                       for s in sources.sessions.values())
+
+
+def _shrinkable(disk, server, tablet: str, uuid: str) -> str | None:
+    """The first file of the copy session's manifest at rest whose cut bootstrap refuses."""
+    from node.wal.segment import parse_segment_name
+
+    sources = server.copy_service.sources
+    session = next((s for s in sources.sessions.values()
+                    if (s.tablet_id, s.requestor) == (tablet, uuid)), None)
+    if session is None:
+        return None
+    for path, f in zip(session.paths, session.files, strict=True):
+        if f.kind == "wal":
+            directory, name = path.rsplit("/", 1)
+            seq = parse_segment_name(name)
+            if not any((parse_segment_name(n) or 0) > seq for n in disk.listdir(directory)):
+                continue  # the newest segment
+        try:
+            if disk.size(path) and disk.durable_bytes(path) == disk.read(path):
+                if f.kind == "snapshot" or _finished(disk, path):
+                    return path
+        except (FileNotFoundError, ValueError):
+            continue
+    return None
+
+
+def _finished(disk, path: str) -> bool:
+    from node.wal.errors import WalCorruption
+    from node.wal.segment import scan_segment
+
+    try:
+        return scan_segment(path, disk=disk).footer is not None
+    except WalCorruption:
+        return False
