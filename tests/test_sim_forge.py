@@ -13,6 +13,7 @@ from node.sim.stack_forge import FORGED_MODES
 from node.sim.swarm import LATE, parse_mix, swarm_mix
 
 FORGE = "forge:4,restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;snapshot=200"
+SHRINK = "copy-shrink:4,restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;snapshot=200"
 GARBLE = "garble:4,restart:1,heal:1;every=0.5-2;reads=linearizable;load=10x100"
 
 
@@ -27,9 +28,9 @@ def _run(tmp_path, spec: str, seed: int, workload: str, seconds: float, *names: 
 
 
 def test_forge_and_garble_are_late_kinds_drawn_on_their_own():
-    assert "forge" in LATE and "garble" in LATE
-    for kind in ("forge", "garble"):
-        assert 30 < sum(kind in swarm_mix(s).kinds() for s in range(200)) < 170
+    for kind in ("forge", "garble", "copy-shrink"):
+        assert kind in LATE
+        assert 30 < sum(kind in swarm_mix(s).kinds() for s in range(200)) < 170, kind
 
 
 def test_a_forged_batch_and_a_misdirected_footer_are_refused(tmp_path):
@@ -57,6 +58,16 @@ def test_a_garbled_copy_chunk_is_refused_and_fetched_again(tmp_path):
     sim, _ = _run(tmp_path, GARBLE, 0, "register", 10.0, "copy.fetch.bad_chunk")
     garbled = [e[2] for e in sim.events if e[1] == "garble"]
     assert garbled and all(isinstance(v[-1], int) and v[-1] >= 1 for v in garbled), garbled
+
+
+def test_a_file_cut_under_a_copy_source_is_a_short_read_and_fails_it_at_its_reboot(tmp_path):
+    """A file a copy session pinned, cut short under the running source: the source's read
+    comes back short (copy.source.short_read); at its reboot the replica comes back FAILED
+    (judged, as the recorded value says)."""
+    sim, _ = _run(tmp_path, SHRINK, 1, "list-append", 15.0, "copy.source.short_read",
+                  "tablet.failed.at_open")
+    cuts = [e[2] for e in sim.events if e[1] == "copy-shrink" and len(e[2]) == 9]
+    assert cuts and all(v[-1] == v[0] for v in cuts), cuts
 
 
 def test_the_network_garbles_only_what_the_picker_names():
