@@ -423,6 +423,16 @@ class SimDisk:
             f.durable = bytearray(f.data)
             self._changed()
 
+    def write_at_rest(self, path: StrPath, offset: int, data: bytes) -> None:
+        """`data` reads back from `offset` (a misdirected write, or a block whose checksums were
+        computed over corrupted memory: valid checksums, wrong content). Within the file."""
+        f = self._at_rest(path)
+        stop = min(offset + len(data), len(f.data))
+        if stop > offset:
+            f.data[offset:stop] = data[: stop - offset]
+            f.durable = bytearray(f.data)
+            self._changed()
+
     def lose_at_rest(self, path: StrPath) -> None:
         """The file's name gone (a file system check moved it to lost+found, an rm)."""
         parent, name = self._parent(path)

@@ -61,6 +61,8 @@ class SimNetwork:
         self._stalled: list[_Pipe] = []
         self._whole = True  # no partition, isolation or cut link: every host reaches every other
         self._held: list[tuple[str, str, str, Callable[[], None]]] = []
+        # (src, dst) -> [how many payloads still to garble, the picker]: `garble`
+        self._garble: dict[tuple[str, str], list] = {}
 
     def attach(self, loop: SimLoop) -> None:
         self._loop = loop
@@ -93,6 +95,31 @@ class SimNetwork:
             self._slow[frozenset((a, b))] = seconds
         else:
             self._slow.pop(frozenset((a, b)), None)
+
+    def garble(self, src: str, dst: str, count: int,
+               pick: Callable[[bytes], int | None] | None) -> None:
+        """The next `count` data segments from `src` to `dst` for which `pick` names an offset
+        arrive with the two 16-bit words there swapped: the damage TCP's checksum (a ones'
+        complement sum of 16-bit words, blind to their order) cannot see, as a router or NIC
+        that reorders bytes past the checksum's reach delivers it. `count` 0 or `pick` None: off."""
+        if count and pick is not None:
+            self._garble[(src, dst)] = [count, pick]
+        else:
+            self._garble.pop((src, dst), None)
+
+    def garbled(self, src: str, dst: str) -> int:
+        """How many garblings from `src` to `dst` are still to happen."""
+        return self._garble.get((src, dst), [0])[0]
+
+    def _garbled(self, src: str, dst: str, payload: bytes) -> bytes:
+        g = self._garble.get((src, dst))
+        at = g[1](payload) if g is not None else None
+        if at is None:
+            return payload
+        g[0] -= 1
+        if not g[0]:
+            del self._garble[(src, dst)]
+        return payload[:at] + payload[at + 2:at + 4] + payload[at:at + 2] + payload[at + 4:]
 
     def slowed(self, a: str, b: str) -> float:
         """The delay `slow` added between `a` and `b` (0: none)."""
@@ -312,6 +339,8 @@ class _Pipe:
         self.net._record(kind, self.src, self.dst.host, len(payload))
         if kind == "data":
             self.net.stats["messages"] += 1
+            if self.net._garble:
+                payload = self.net._garbled(self.src, self.dst.host, payload)
         self.dst._receive(kind, payload)
 
 

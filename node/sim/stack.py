@@ -40,6 +40,7 @@ from node.sim import (
     stack_copy_cut,
     stack_damage,
     stack_ddl,
+    stack_forge,
     stack_maintenance,
     stack_masters,
     stack_reprovision,
@@ -287,7 +288,9 @@ class StackSim:
                  "fail-copy": self._fail_copy, "torn": functools.partial(stack_damage.torn_tail, self),
                  "damage": functools.partial(stack_damage.damage, self),
                  "copy-cut": functools.partial(stack_copy_cut.copy_cut, self),
-                 "maintenance": functools.partial(stack_maintenance.maintenance, self)}
+                 "maintenance": functools.partial(stack_maintenance.maintenance, self),
+                 "garble": functools.partial(stack_forge.garble, self),
+                 "copy-shrink": functools.partial(stack_forge.copy_shrink, self)}
         while self.loop.time() < deadline:
             if planned is None:
                 await asyncio.sleep(rng.uniform(*self.cfg.mix.fault_every_s))

@@ -148,7 +148,7 @@ UNPREALLOCATED = (1, 3)  # indexes into the tablet servers: ts2 and ts4
 def damaging(mix) -> bool:
     """Whether the mix turns the damage or the full fault on: its disks then model
     preallocation and its logs roll small segments."""
-    return bool({"damage", "full", "damage-file"} & set(mix.kinds()))
+    return bool({"damage", "full", "damage-file", "forge", "copy-shrink"} & set(mix.kinds()))
 
 
 def baseline_faults(mix):
@@ -235,7 +235,13 @@ def _do(sim, disk, mode: str, path: str, arg) -> str:
     """Apply one recorded damage; what it did, in words."""
     name = path.removeprefix(f"{DATA_DIR}/")
     size = disk.size(path)
-    mode = AIMED_MODES.get(mode, mode)
+    from node.sim.stack_forge import FORGED_MODES
+
+    mode = AIMED_MODES.get(mode, FORGED_MODES.get(mode, mode))
+    if mode == "write":
+        offset, data = arg
+        disk.write_at_rest(path, offset, bytes.fromhex(data))
+        return f"{len(data) // 2} bytes at {offset} of {name} forged (their checksums match)"
     if mode == "truncate":
         disk.truncate_at_rest(path, arg)
         return f"{name} cut from {size} to {arg} bytes"
@@ -282,8 +288,12 @@ def _draw(sim, host: str, mode: str, rng) -> tuple[str, object, str | None] | No
     then which file: a tablet's many WAL segments do not crowd out its few other files."""
     disk = sim.disks[host]
     tablets = _ready_tablets(disk)
-    if mode in AIMED_MODES:
-        picks = _aimed(disk, host, mode, tablets, rng)
+    from node.sim.stack_forge import FORGED_MODES, draw
+
+    if mode in AIMED_MODES or mode in FORGED_MODES:
+        picks = (_aimed(disk, host, mode, tablets, rng) if mode in AIMED_MODES
+                 else draw(sim, disk, host, mode, {t: _scans(disk, t) for t in tablets},
+                           _newest_snapshot, rng))
         return picks[rng.randrange(len(picks))] if picks else None
     choices = []  # (kind of file, path, arg, judged); arg None: drawn below
     for tablet in tablets:

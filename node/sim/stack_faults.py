@@ -93,6 +93,18 @@ class FaultChooser:
             from node.sim.stack_damage import AIMED_MODES
 
             return self._choose_damage(rng, impaired, tuple(AIMED_MODES))
+        if kind == "forge":
+            from node.sim.stack_forge import FORGED_MODES
+
+            return self._choose_damage(rng, impaired, tuple(FORGED_MODES))
+        if kind == "garble":
+            from node.sim.stack_forge import choose
+
+            return choose(self, rng)
+        if kind == "copy-shrink":  # damage to the copy's source: within MAX_FLIPS
+            from node.sim.stack_forge import choose_shrink
+
+            return choose_shrink(self, rng) if self._damaged() < MAX_FLIPS else (None, None)
         if kind == "reprovision":
             return self._choose_reprovision(rng, impaired)
         if kind == "master-swap":

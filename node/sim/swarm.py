@@ -22,7 +22,8 @@ from dataclasses import dataclass
 KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "skew",
          "membership", "flip", "disk", "transfer", "cut", "tombstone", "copy-race", "lease-race", "masters",
          "drift", "flip-newest", "fail-copy", "torn", "delay", "damage", "reprovision", "full",
-         "damage-file", "copy-cut", "master-swap", "unsafe", "ddl", "maintenance")
+         "damage-file", "copy-cut", "master-swap", "unsafe", "ddl", "maintenance", "forge",
+         "garble", "copy-shrink")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
@@ -52,12 +53,20 @@ ALWAYS = ("restart", "heal")
 # new leader master while the old one, cut off from its peers, has not noticed
 # (node.sim.stack_ddl); maintenance: a tablet server put in maintenance mode (the masters replace
 # none of its replicas) while its disk fails every fsync, so its replicas fail and stay members
-# until their leaders, compacting past them, ask to copy over them (node.sim.stack_maintenance).
+# until their leaders, compacting past them, ask to copy over them (node.sim.stack_maintenance);
+# forge: the damage fault with bytes whose checksums match but whose
+# content is wrong (a batch checksummed over corrupted memory, a misdirected footer, truncation
+# record or snapshot: node.sim.stack_forge.FORGED_MODES, recorded as damage); garble: a tablet
+# copy's chunk replies garbled past TCP's checksum (two 16-bit words swapped,
+# node.sim.stack_forge.garble); copy-shrink: a file a tablet copy's source has pinned cut short
+# under the running source, which then reboots (node.sim.stack_forge.copy_shrink).
 LATE = {"torn": (None, None, 2, 4), "delay": (None, None, 2, 4), "damage": (None, None, 2, 4),
         "reprovision": (None, None, 1, 2), "full": (None, None, 2, 4),
         "damage-file": (None, None, 2, 4), "copy-cut": (None, None, 2, 4),
         "master-swap": (None, None, None, 2), "unsafe": (None, None, None, 2),
-        "ddl": (None, None, None, 2), "maintenance": (None, None, None, 2)}
+        "ddl": (None, None, None, 2), "maintenance": (None, None, None, 2),
+        "forge": (None, None, 2, 4), "garble": (None, None, 2, 4),
+        "copy-shrink": (None, None, 2, 4)}
 WEIGHTS = (1, 2, 4, 8)  # a kind that is on fires with one of these relative weights
 FAULT_EVERY = ((0.2, 0.8), (0.5, 2.0), (1.0, 4.0))  # (lo, hi) seconds between two faults
 LOADS = ((5, 50.0), (10, 100.0), (20, 200.0))  # (clients, ops/s over all of them)

@@ -1,0 +1,91 @@
+"""Forged damage (node.sim.stack_forge): bytes whose checksums match but whose content is wrong,
+on disk (the `forge` late kind) and on the wire (`garble`). Each recorded seed is valid (the
+damaged replica came back FAILED, as the checks demand of judged damage) and fires the probes
+no other fault reaches."""
+
+from __future__ import annotations
+
+import random
+
+from node.sim.network import SimNetwork
+from node.sim.stack import StackConfig, StackSim
+from node.sim.stack_forge import FORGED_MODES
+from node.sim.swarm import LATE, parse_mix, swarm_mix
+
+FORGE = "forge:4,restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;snapshot=200"
+SHRINK = "copy-shrink:4,restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;snapshot=200"
+GARBLE = "garble:4,restart:1,heal:1;every=0.5-2;reads=linearizable;load=10x100"
+
+
+def _run(tmp_path, spec: str, seed: int, workload: str, seconds: float, *names: str):
+    sim = StackSim(StackConfig(seed=seed, workload=workload, seconds=seconds,
+                               mix=parse_mix(spec)), tmp_path)
+    result = sim.run()
+    assert result.ok(), (result.violation, result.verdict)
+    for name in names:
+        assert result.probes.get(name, 0) >= 1, name
+    return sim, result
+
+
+def test_forge_and_garble_are_late_kinds_drawn_on_their_own():
+    for kind in ("forge", "garble", "copy-shrink"):
+        assert kind in LATE
+        assert 30 < sum(kind in swarm_mix(s).kinds() for s in range(200)) < 170, kind
+
+
+def test_a_forged_batch_and_a_misdirected_footer_are_refused(tmp_path):
+    """A batch rewritten with bytes that do not decode, its CRCs computed over them, is no torn
+    write (wal.scan.undecodable_batch, wal.recover.crcs_match_refused); a finished segment
+    holding another segment's footer is refused at bootstrap (wal.recover.footer_mismatch_refused)."""
+    sim, _ = _run(tmp_path, FORGE, 1, "list-append", 15.0, "wal.scan.undecodable_batch",
+                  "wal.recover.crcs_match_refused", "wal.recover.footer_mismatch_refused",
+                  "tablet.failed.at_open")
+    modes = {e[2][1] for e in sim.events if e[1] == "damage"}
+    assert modes <= set(FORGED_MODES), modes
+
+
+def test_a_forged_truncation_and_a_misdirected_snapshot_are_refused(tmp_path):
+    """A TRUNCATE record past the log's end in place of the newest batch
+    (wal.replay.bad_truncation_refused); a snapshot holding another's bytes, valid CRC
+    (tablet.snapshot.wrong_contents_refused)."""
+    _run(tmp_path, FORGE, 3, "list-append", 15.0, "wal.replay.bad_truncation_refused",
+         "tablet.snapshot.wrong_contents_refused", "tablet.failed.at_open")
+
+
+def test_a_garbled_copy_chunk_is_refused_and_fetched_again(tmp_path):
+    """A tablet copy's chunk reply with two 16-bit words swapped (TCP's checksum cannot see
+    it) fails the chunk's CRC at the receiver, which asks again (copy.fetch.bad_chunk)."""
+    sim, _ = _run(tmp_path, GARBLE, 0, "register", 10.0, "copy.fetch.bad_chunk")
+    garbled = [e[2] for e in sim.events if e[1] == "garble"]
+    assert garbled and all(isinstance(v[-1], int) and v[-1] >= 1 for v in garbled), garbled
+
+
+def test_a_file_cut_under_a_copy_source_is_a_short_read_and_fails_it_at_its_reboot(tmp_path):
+    """A file a copy session pinned, cut short under the running source: the source's read
+    comes back short (copy.source.short_read); at its reboot the replica comes back FAILED
+    (judged, as the recorded value says)."""
+    sim, _ = _run(tmp_path, SHRINK, 1, "list-append", 15.0, "copy.source.short_read",
+                  "tablet.failed.at_open")
+    cuts = [e[2] for e in sim.events if e[1] == "copy-shrink" and len(e[2]) == 9]
+    assert cuts and all(v[-1] == v[0] for v in cuts), cuts
+
+
+def test_the_network_garbles_only_what_the_picker_names():
+    """`garble` swaps the two 16-bit words at the picked offset, `count` times, then stops: the
+    words' ones' complement sum (TCP's checksum) is unchanged."""
+    net = SimNetwork(0)
+    net.garble("a", "b", 1, lambda p: 2 if p.startswith(b"xx") else None)
+    assert net._garbled("a", "b", b"yy0123") == b"yy0123"
+    assert net._garbled("b", "a", b"xx0123") == b"xx0123"
+    out = net._garbled("a", "b", b"xx0123ab")
+    assert out == b"xx2301ab" and net.garbled("a", "b") == 0
+    assert net._garbled("a", "b", b"xx0123") == b"xx0123"
+
+    def tcp_sum(data: bytes) -> int:
+        s = sum(int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2))
+        while s >> 16:
+            s = (s & 0xFFFF) + (s >> 16)
+        return s
+    data = bytes(random.Random(1).randrange(256) for _ in range(64))
+    net.garble("a", "b", 1, lambda p: 10)
+    assert tcp_sum(net._garbled("a", "b", data)) == tcp_sum(data)
