@@ -72,17 +72,10 @@ async def copy_cut(sim, value: list) -> list:
     """Apply `value` (see `choose`); recorded as [*value, outcome] with the copy's source host
     once one was seen."""
     tablet, leader, r, mode, delay, cut_s, wait = value[:7]
-    server = sim.servers.get(r)
-    if r in sim.down or leader in sim.down or getattr(server, "uuid", None) is None:
-        return [*value[:7], "skipped: a host is down"]
-    sim.net.slow(leader, r, delay)
     try:
-        done = await sim._tombstone([tablet, None, None, r])
-        if not isinstance(done, list) or len(done) > 4:
-            return [*value[:7], f"skipped: no tombstone ({done[-1] if isinstance(done, list) else 'R down'})"]
-        source = await _copy_source(sim, tablet, server.uuid)
-        if source is None:
-            return [*value[:7], "skipped: no copy seen"]
+        source = await copy_under_way(sim, tablet, leader, r, delay)
+        if source.startswith("skipped"):
+            return [*value[:7], source]
         await asyncio.sleep(wait * 2 * delay)
         if mode == "crash":
             if r in sim.down:
@@ -96,15 +89,35 @@ async def copy_cut(sim, value: list) -> list:
         sim.loop.call_later(cut_s, _unslow, sim, leader, r, delay, context=SYSTEM)
 
 
+async def copy_under_way(sim, tablet: str, leader: str, r: str, delay: float) -> str:
+    """Slow the leader-R link by `delay`, tombstone R's replica of `tablet` so that its leader
+    copies it back, and wait until a copy source holds R's session: that source's host, or
+    "skipped: why". The caller ends the slowing (`_unslow`) whatever came of it."""
+    server = sim.servers.get(r)
+    if r in sim.down or leader in sim.down or getattr(server, "uuid", None) is None:
+        return "skipped: a host is down"
+    sim.net.slow(leader, r, delay)
+    done = await sim._tombstone([tablet, None, None, r])
+    if not isinstance(done, list) or len(done) > 4:
+        return f"skipped: no tombstone ({done[-1] if isinstance(done, list) else 'R down'})"
+    source = await _copy_source(sim, tablet, server.uuid)
+    return "skipped: no copy seen" if source is None or source in sim.down else source
+
+
+def holds_session(server, tablet: str, uuid: str) -> bool:
+    """Whether `server`'s copy service holds a copy session of `tablet` for replica `uuid`."""
+    sources = getattr(getattr(server, "copy_service", None), "sources", None)
+    return sources is not None and any((s.tablet_id, s.requestor) == (tablet, uuid)
+                                       for s in sources.sessions.values())
+
+
 async def _copy_source(sim, tablet: str, uuid: str) -> str | None:
     """The host whose copy service holds a session of `uuid` for `tablet`, once one does
     (within WATCH_S)."""
     deadline = sim.loop.time() + WATCH_S
     while sim.loop.time() < deadline:
         for host in sim.tservers:
-            sources = getattr(getattr(sim.servers.get(host), "copy_service", None), "sources", None)
-            if host not in sim.down and sources is not None and any(
-                    (s.tablet_id, s.requestor) == (tablet, uuid) for s in sources.sessions.values()):
+            if host not in sim.down and holds_session(sim.servers.get(host), tablet, uuid):
                 return host
         await asyncio.sleep(POLL_S)
     return None

@@ -245,20 +245,14 @@ async def copy_shrink(sim, value: list) -> list:
     back short (copy.source.short_read) and the copy fails; then the source loses power and
     boots: if the cut file is still there (not replaced by a newer snapshot, not collected),
     its replica must come back FAILED. Recorded as [*value, source, path, cut length, judged]."""
-    from node.sim.stack_copy_cut import WATCH_S, _copy_source, _unslow
+    from node.sim.stack_copy_cut import WATCH_S, _unslow, copy_under_way, holds_session
 
     tablet, leader, r, delay, keep = value[:5]
-    server = sim.servers.get(r)
-    if r in sim.down or leader in sim.down or getattr(server, "uuid", None) is None:
-        return [*value[:5], "skipped: a host is down"]
-    sim.net.slow(leader, r, delay)
     try:
-        done = await sim._tombstone([tablet, None, None, r])
-        if not isinstance(done, list) or len(done) > 4:
-            return [*value[:5], "skipped: no tombstone"]
-        source = await _copy_source(sim, tablet, server.uuid)
-        if source is None or source in sim.down:
-            return [*value[:5], "skipped: no copy seen"]
+        source = await copy_under_way(sim, tablet, leader, r, delay)
+        if source.startswith("skipped"):
+            return [*value[:5], source]
+        server = sim.servers[r]
         disk = sim.disks[source]
         path = _shrinkable(disk, sim.servers[source], tablet, server.uuid)
         if path is None:
@@ -267,7 +261,7 @@ async def copy_shrink(sim, value: list) -> list:
         disk.truncate_at_rest(path, cut)
         sim.flipped.add(source)
         deadline = sim.loop.time() + WATCH_S
-        while sim.loop.time() < deadline and source not in sim.down and _copy_source_holds(
+        while sim.loop.time() < deadline and source not in sim.down and holds_session(
                 sim.servers.get(source), tablet, server.uuid):
             await asyncio.sleep(0.01)
         judged = None
@@ -283,12 +277,6 @@ async def copy_shrink(sim, value: list) -> list:
         return [*value[:5], source, path, cut, judged]
     finally:
         _unslow(sim, leader, r, delay)
-
-
-def _copy_source_holds(server, tablet: str, uuid: str) -> bool:
-    sources = getattr(getattr(server, "copy_service", None), "sources", None)
-    return sources is not None and any((s.tablet_id, s.requestor) == (tablet, uuid)
-                                       for s in sources.sessions.values())
 
 
 def _shrinkable(disk, server, tablet: str, uuid: str) -> str | None:
