@@ -7,10 +7,17 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
+from node.disk import SimDisk
+from node.errors import CorruptionError
 from node.sim.network import SimNetwork
 from node.sim.stack import StackConfig, StackSim
-from node.sim.stack_forge import FORGED_MODES
+from node.sim.stack_forge import FORGED_MODES, _read_at_boot
 from node.sim.swarm import LATE, parse_mix, swarm_mix
+from node.tablet.snapshot import SnapshotStore
+from node.tablet.state import StateMachine
+from tests.test_tablet_snapshot import busy_state
 
 FORGE = "forge:4,restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;snapshot=200"
 SHRINK = "copy-shrink:4,restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;snapshot=200"
@@ -89,3 +96,40 @@ def test_the_network_garbles_only_what_the_picker_names():
     data = bytes(random.Random(1).randrange(256) for _ in range(64))
     net.garble("a", "b", 1, lambda p: 10)
     assert tcp_sum(net._garbled("a", "b", data)) == tcp_sum(data)
+
+
+def test_a_pinned_snapshot_cut_after_a_newer_one_was_saved_is_not_judged(tmp_path):
+    """Seed 167 (swarm mix, list-append): copy-shrink cut snapshot-1000, pinned by a copy; the
+    source then saved snapshot-1200 durably before its reboot. Bootstrap loads the newest
+    snapshot and the WAL after it and never reads the cut one, so the replica rightly runs
+    again: the cut is not judged, and the seed passes."""
+    sim = StackSim(StackConfig(seed=167, workload="list-append", seconds=20.0,
+                               mix=swarm_mix(167)), tmp_path)
+    result = sim.run()
+    assert result.ok(), (result.violation, result.verdict)
+    cuts = [e[2] for e in sim.events if e[1] == "copy-shrink" and len(e[2]) == 9]
+    superseded = [v for v in cuts if v[6].endswith("/snapshot-1000")]
+    assert superseded and all(v[-1] is None for v in superseded), cuts
+
+
+def test_only_a_cut_file_bootstrap_reads_is_judged():
+    """`_read_at_boot`: a snapshot only while it is the newest of its directory (as
+    SnapshotStore.load_latest, which loads that one and refuses it cut); a WAL segment always.
+    The engine's side of it: the older, cut snapshot is never read, the newest cut is refused."""
+    disk = SimDisk(random.Random(0))
+    store = SnapshotStore("/data/data/t1", "t1", disk)
+    store.pin_latest()  # nothing yet: pins index 0
+    old, _ = busy_state(10)
+    store.save(old.snapshot())
+    store.pin_latest()  # a copy sends snapshot-10
+    new, _ = busy_state(20)
+    store.save(new.snapshot())
+    assert store.indexes() == [10, 20]
+    disk.truncate_at_rest("/data/data/t1/snapshot-10", 7)
+    assert not _read_at_boot(disk, "/data/data/t1/snapshot-10")
+    assert _read_at_boot(disk, "/data/data/t1/snapshot-20")
+    assert _read_at_boot(disk, "/data/data/t1/wal/wal-000000001")
+    assert StateMachine.from_snapshot(store.load_latest()).snapshot() == new.snapshot()
+    disk.truncate_at_rest("/data/data/t1/snapshot-20", 7)
+    with pytest.raises(CorruptionError):
+        store.load_latest()

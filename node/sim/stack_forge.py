@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 
 from node.sim.stack_checks import DATA_DIR
 
@@ -49,6 +50,7 @@ FORGED_MODES = {"forge-batch": "write", "forge-truncate": "write",
 UNDECODABLE = 0xC1  # the one byte msgpack never uses: data of it decodes as nothing
 GARBLES = (1, 3)  # how many chunk replies the garble fault swaps words in
 MIN_CHUNK = 8  # chunk data shorter than this is left alone
+_SNAPSHOT = re.compile(r"snapshot-\d+")  # a snapshot file's name (node.tablet.snapshot)
 
 
 def draw(sim, disk, host: str, mode: str, scans: dict, newest, rng) -> list:
@@ -243,8 +245,17 @@ async def copy_shrink(sim, value: list) -> list:
     cut end a reader may take for a log that ended there) on the running source, as a file
     system losing an extent or an operator's truncate does. The source's read of it comes
     back short (copy.source.short_read) and the copy fails; then the source loses power and
-    boots: if the cut file is still there (not replaced by a newer snapshot, not collected),
-    its replica must come back FAILED. Recorded as [*value, source, path, cut length, judged]."""
+    boots: if bootstrap still reads the cut file (`_read_at_boot`), its replica must come back
+    FAILED. Recorded as [*value, source, path, cut length, judged].
+
+    A cut snapshot is judged only while it is the newest at rest after the power loss. The
+    source keeps snapshotting while the copy runs: a snapshot saved after the pin (from the
+    state in memory, not from the pinned file) supersedes the pinned one, which save() keeps
+    only for the copy (node.tablet.snapshot). Bootstrap loads the newest snapshot and the WAL
+    after it, and never reads the older file, so a replica running again from them is right,
+    not blind to the cut (seed 167, list-append: snapshot-1000 cut, snapshot-1200 saved
+    durably before the reboot). Any cut finished segment is judged: the log's recovery reads
+    every segment in its directory (node.wal.reader.read_log)."""
     from node.sim.stack_copy_cut import WATCH_S, _unslow, copy_under_way, holds_session
 
     tablet, leader, r, delay, keep = value[:5]
@@ -268,7 +279,7 @@ async def copy_shrink(sim, value: list) -> list:
         if source not in sim.down:
             sim._crash(source)
             disk = sim.disks[source]
-            if disk.exists(path) and disk.size(path) == cut:
+            if disk.exists(path) and disk.size(path) == cut and _read_at_boot(disk, path):
                 judged = tablet
                 sim.start_failures.pop(source, None)
                 sim.must_fail[source] = (tablet, f"{path.removeprefix('/data/')} cut to {cut} "
@@ -301,6 +312,17 @@ def _shrinkable(disk, server, tablet: str, uuid: str) -> str | None:
         except (FileNotFoundError, ValueError):
             continue
     return None
+
+
+def _read_at_boot(disk, path: str) -> bool:
+    """Whether a replica's bootstrap reads the file at `path` (on `disk` as it is at rest): a
+    WAL segment, yes; a snapshot, only the newest in its directory (SnapshotStore.load_latest:
+    an older one is only a copy's, left by a crash before the next save() deletes it)."""
+    directory, name = path.rsplit("/", 1)
+    if not _SNAPSHOT.fullmatch(name):
+        return True
+    indexes = [_index(n) for n in disk.listdir(directory) if _SNAPSHOT.fullmatch(n)]
+    return _index(name) == max(indexes)
 
 
 def _finished(disk, path: str) -> bool:
