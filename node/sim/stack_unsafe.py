@@ -22,7 +22,9 @@ tablet are still a majority of the old config and could elect a leader of it bes
 as Kudu's procedure has it, the operator deletes those replicas before the servers run again
 (`tessera local-replica delete TABLET --keep-tombstone` on each stopped server,
 node.tools.local_replica.delete_replica): tombstones that keep their votes, which the leader
-of the new config never asks for anything. Only with all three voters' servers well and no
+of the new config never asks for anything. The tool refuses a replica whose WAL is corrupt (one
+the simulator damaged, already FAILED, may be among the lost): the operator then deletes it
+whole, as Kudu's tool advises (`_delete`). Only with all three voters' servers well and no
 other tablet server impaired, as the crash fault keeps at most two down.
 """
 
@@ -74,9 +76,7 @@ async def unsafe_change(sim, value: list):
     answered ("refused: leads", "appended", ...), and the replicas added after, or with
     "skipped: ..." where the tablet no longer stood as chosen (a replay out of step)."""
     from node.rpc import RpcError
-    from node.sim.stack_checks import DATA_DIR
     from node.tools.admin import AdminError, unsafe_change_config
-    from node.tools.local_replica import delete_replica
 
     tablet, s, f1, f2, wait = value[:5]
     r = getattr(sim.servers.get(s), "replicas", {}).get(tablet)
@@ -95,7 +95,9 @@ async def unsafe_change(sim, value: list):
                 and r.core.log.stable >= r.commit_index:
             # before the servers could run again: their replicas of the tablet deleted
             for host in (f1, f2):
-                delete_replica(DATA_DIR, tablet, True, sim.disks[host])
+                refused = _delete(sim, tablet, host)
+                if refused:
+                    tries.append(refused)
             deleted = True
         if deleted:
             try:
@@ -117,6 +119,37 @@ async def unsafe_change(sim, value: list):
         await asyncio.sleep(UNSAFE_RETRY_S)
     added = await _readd(sim, tablet, survivor) if tries and tries[-1] == "appended" else []
     return [*value[:5], _runs(tries), added]
+
+
+def _delete(sim, tablet: str, host: str) -> str | None:
+    """The operator's `tessera local-replica delete TABLET --keep-tombstone` on the stopped
+    `host`; None when done, or what was done instead. The tool refuses a replica whose files
+    are damaged (a corrupt WAL hides the last logged op the tombstone would keep): Kudu's tool
+    then tells its operator to delete the replica with --clean_unsafe, and on a host whose disk
+    the simulator damaged (sim.flipped: a flip, a file cut, lost or misplaced) this one does,
+    every file gone, its votes too. That loses nothing here: the replica is of the old config
+    only, whose other members are S, alone in the new config, and a replica that never
+    campaigns (a tombstone, or deleted too); a replica with no files neither votes nor
+    campaigns. The refusal detected the damage, as a FAILED replica would have: a judgement
+    still due for it (stack_checks `_check_damage`) is met. On any other host the refusal is
+    raised: damage the simulator did not make is the engine's, never deleted unseen."""
+    from node.errors import CorruptionError
+    from node.sim.stack_checks import DATA_DIR
+    from node.tools.local_replica import delete_replica
+
+    disk = sim.disks[host]
+    try:
+        delete_replica(DATA_DIR, tablet, True, disk)
+        return None
+    except CorruptionError as e:
+        if host not in sim.flipped:
+            raise
+        why = f"{type(e).__name__}: {e}"
+    delete_replica(DATA_DIR, tablet, False, disk)
+    if sim.must_fail.get(host, (None,))[0] == tablet:
+        del sim.must_fail[host]
+    sim.flip_outcomes.setdefault(host, f"the offline delete tool refused {tablet}: {why}"[:500])
+    return f"delete --keep-tombstone on {host} refused ({why[:160]}): every file removed"
 
 
 async def _readd(sim, tablet: str, survivor: str) -> list[str]:
