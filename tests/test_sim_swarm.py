@@ -641,6 +641,73 @@ def test_an_operators_unsafe_config_change_recovers_a_tablet_whose_majority_lost
     assert voters == {sim.servers[s].uuid, *added}
 
 
+
+# Seed 158's swarm mix when it was found.
+SEED_158_MIX = ("restart:2,heal:2,drift:1,flip-newest:8,torn:4,delay:2,damage:2,full:2,"
+                "damage-file:4,unsafe:2,ddl:2,garble:4;every=0.2-0.8;reads=linearizable;"
+                "load=20x200;clock=20000;writes=session-background;values=wide;batch=2;"
+                "inflight=4;results=8")
+
+
+def test_swarm_seed_158_no_longer_forces_a_config_beside_the_lost_replicas(tmp_path):
+    """Seed 158 failed state machine safety (tablet -0003 index 4 committed in term 2 on
+    10.77.0.114, term 1 elsewhere): the unsafe fault's try meant to be refused reached the
+    survivor S just after it stepped down, so S appended its forced config (index 4, term 1)
+    while the fault still meant to delete the lost replicas only later, and it ended without
+    deleting them; their servers came back, a majority of the old config, and committed
+    another entry at index 4 in term 2. The operator now deletes them before forcing
+    anything: the seed is valid and the lost replicas are tombstones."""
+    sim = StackSim(StackConfig(seed=158, workload="register", seconds=30.0,
+                               mix=parse_mix(SEED_158_MIX)), tmp_path)
+    result = sim.run()
+    assert result.ok(), (result.violation, result.verdict)
+    (tablet, _, f1, f2, _, tries, added), = [e[2] for e in sim.events if e[1] == "unsafe"]
+    assert tries[-1] == "appended" and len(added) == 2, tries
+    for host in (f1, f2):
+        states = {rep.tablet_id: rep.state for rep in sim.servers[host].reports()}
+        assert states.get(tablet) == "TOMBSTONED", (host, states.get(tablet))
+
+
+def test_the_unsafe_fault_deletes_the_lost_replicas_before_any_try_reaches_the_survivor(
+        monkeypatch):
+    """The race of seed 158, narrowly: S is seen leading at every look, but the operator's
+    first try reaches it just after it stepped down and is appended. The lost replicas must
+    be deleted before that try is sent (and so before their servers could run again)."""
+    from types import SimpleNamespace
+
+    import node.tools.admin as admin
+    import node.tools.local_replica as local_replica
+    from node.sim import stack_unsafe
+
+    calls = []
+
+    async def unsafe_change_config(client, tablet, voters):
+        calls.append(("unsafe", tablet, tuple(voters)))  # S stepped down meanwhile: appended
+        return []
+
+    def delete_replica(data_dir, tablet, keep_tombstone, disk):
+        calls.append(("delete", tablet, disk))
+
+    async def change_replica(tablet, op, uuid):
+        calls.append(("add", tablet, uuid))
+
+    monkeypatch.setattr(admin, "unsafe_change_config", unsafe_change_config)
+    monkeypatch.setattr(local_replica, "delete_replica", delete_replica)
+    s = SimpleNamespace(role=SimpleNamespace(name="LEADER"), uuid="u-s", commit_index=7,
+                        core=SimpleNamespace(log=SimpleNamespace(stable=7)))
+    hosts = ("s", "f1", "f2", "x1", "x2")
+    sim = SimpleNamespace(
+        servers={h: SimpleNamespace(uuid=f"u-{h}", replicas={"t": s} if h == "s" else {})
+                 for h in hosts},
+        tservers=list(hosts), down=set(), disks={h: f"disk-{h}" for h in hosts},
+        client=SimpleNamespace(change_replica=change_replica))
+    sim._crash = sim.down.add
+    out = asyncio.run(stack_unsafe.unsafe_change(sim, ["t", "s", "f1", "f2", 0.0]))
+    assert out == ["t", "s", "f1", "f2", 0.0, ["appended"], ["u-x1", "u-x2"]]
+    assert calls[:3] == [("delete", "t", "disk-f1"), ("delete", "t", "disk-f2"),
+                         ("unsafe", "t", ("u-s",))], calls
+
+
 DDL = "ddl:8,restart:1,heal:1;every=0.5-2"
 
 

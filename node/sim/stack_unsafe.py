@@ -2,30 +2,40 @@
 operator's last resort, Kudu's unsafe_change_config, on a tablet whose majority is lost.
 
 Two of a test tablet's three voters lose their servers (a power loss on both: the followers of
-its leader S), and the operator, taking them for lost for good, runs `tessera tablet
-unsafe-change-config TABLET --voters S --force` (node.tools.admin.unsafe_change_config, as
-the CLI does) after `wait` s, and again every half second while S refuses because it still
-leads (raft.unsafe_change.refused_leader: a leader steps down only once it has missed its
-quorum for an election timeout), until S appends a config of itself alone
-(raft.unsafe_change.appended), elects itself and commits. The operator then adds replicas on
-two live servers (`tablet add-replica`), as the tablet is under-replicated, which the masters
-do not repair by themselves while no member has failed.
+its leader S), and the operator, taking them for lost for good, after `wait` s first deletes
+their replicas of the tablet (`tessera local-replica delete TABLET --keep-tombstone` on each
+stopped server, node.tools.local_replica.delete_replica) once S has synced everything it
+committed, then runs `tessera tablet unsafe-change-config TABLET --voters S --force`
+(node.tools.admin.unsafe_change_config, as the CLI does), again every half second while S
+refuses because it still leads (raft.unsafe_change.refused_leader: a leader steps down only
+once it has missed its quorum for an election timeout), until S appends a config of itself
+alone (raft.unsafe_change.appended), elects itself and commits. The operator then adds
+replicas on two live servers (`tablet add-replica`), as the tablet is under-replicated, which
+the masters do not repair by themselves while no member has failed.
 
 Why it loses nothing here, where the tool may lose acknowledged writes in general: S is the
 leader of the newest term among the tablet's replicas, all three running, at the moment the
-other two lose power, so by Raft's Leader Completeness its log holds every committed entry;
+other two lose power, so by Raft's Leader Completeness its log holds every committed entry
+(it may step down and campaign after, but no one else can win, so no other entry commits);
 nothing else runs while the operator works (the nemesis waits for this fault), and S has
 synced everything it committed before the lost replicas are deleted. The entries of S's log
 that never committed (writes whose clients timed out, uncertain) commit now: that is what an
 uncertain write may do. The danger is the lost servers coming back: their two replicas of the
-tablet are still a majority of the old config and could elect a leader of it beside S. So,
-as Kudu's procedure has it, the operator deletes those replicas before the servers run again
-(`tessera local-replica delete TABLET --keep-tombstone` on each stopped server,
+tablet are still a majority of the old config and could elect a leader of it beside S, and
+commit a different entry at the index of S's forced config. So the operator deletes those
+replicas BEFORE the first unsafe-change-config is sent, not after S is seen to have stepped
+down (`tessera local-replica delete TABLET --keep-tombstone` on each stopped server,
 node.tools.local_replica.delete_replica): tombstones that keep their votes, which the leader
-of the new config never asks for anything. The tool refuses a replica whose WAL is corrupt (one
-the simulator damaged, already FAILED, may be among the lost): the operator then deletes it
-whole, as Kudu's tool advises (`_delete`). Only with all three voters' servers well and no
-other tablet server impaired, as the crash fault keeps at most two down.
+of the new config never asks for anything. (Deleting only once S was seen not to lead, with the
+tries before it meant to be refused, was wrong: S could step down between the look and the
+call's arrival, so a try meant to be refused appended S's config, and the fault ended with the
+lost replicas intact; found by swarm seed 158, where the two came back, elected a leader of the
+old config in term 2 and committed index 4, S's forced config's index in term 1.) The tool
+refuses a replica whose WAL is corrupt (one the simulator damaged, already FAILED, may be among
+the lost): the operator then deletes it whole, as Kudu's tool advises (`_delete`). If S never
+syncs, the operator forces nothing, and the servers come back to the old config. Only with all
+three voters' servers well and no other tablet server impaired, as the crash fault keeps at
+most two down.
 """
 
 from __future__ import annotations
@@ -91,31 +101,25 @@ async def unsafe_change(sim, value: list):
     deadline, tries, deleted = loop.time() + UNSAFE_PATIENCE_S, [], False
     while loop.time() < deadline and s not in sim.down:
         r = sim.servers[s].replicas.get(tablet)
-        if not deleted and r is not None and r.role.name != "LEADER" \
-                and r.core.log.stable >= r.commit_index:
-            # before the servers could run again: their replicas of the tablet deleted
+        if not deleted and r is not None and r.core.log.stable >= r.commit_index:
+            # before anything is forced, so before the servers could run again: their
+            # replicas of the tablet deleted, whether or not S still leads (a try meant to be
+            # refused may reach S just after it stepped down, and be appended)
             for host in (f1, f2):
                 refused = _delete(sim, tablet, host)
                 if refused:
                     tries.append(refused)
             deleted = True
-        if deleted:
-            try:
-                await unsafe_change_config(sim.client, tablet, [survivor])
-                tries.append("appended")
-                break
-            except (AdminError, RpcError, TimeoutError, OSError) as e:
-                tries.append(_why(e))
-        else:
-            tries.append("refused: leads" if r is not None and r.role.name == "LEADER"
-                         else "waiting for S to sync")
-            if r is not None and r.role.name == "LEADER":
-                try:  # the operator's try, refused while S leads
-                    await unsafe_change_config(sim.client, tablet, [survivor])
-                    tries[-1] = "appended while leading"  # never: the core refuses
-                    break
-                except (AdminError, RpcError, TimeoutError, OSError) as e:
-                    tries[-1] = _why(e)
+        if not deleted:
+            tries.append("waiting for S to sync")
+            await asyncio.sleep(UNSAFE_RETRY_S)
+            continue
+        try:  # refused while S leads
+            await unsafe_change_config(sim.client, tablet, [survivor])
+            tries.append("appended")
+            break
+        except (AdminError, RpcError, TimeoutError, OSError) as e:
+            tries.append(_why(e))
         await asyncio.sleep(UNSAFE_RETRY_S)
     added = await _readd(sim, tablet, survivor) if tries and tries[-1] == "appended" else []
     return [*value[:5], _runs(tries), added]
