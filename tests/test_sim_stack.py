@@ -306,6 +306,31 @@ def test_ddmin_finds_the_faults_that_matter():
     assert max(calls) <= 2 * 20  # candidates come in batches, run in parallel
 
 
+def test_shrinking_a_judged_failure_never_counts_a_run_that_could_not_be_judged(
+        tmp_path, monkeypatch):
+    """A candidate that ends unknown (its worker out of memory, a crash) has no verdict: it
+    does not stand in for a seed's violation (swarm seed 158's schedules without faults ran out
+    of memory, and shrank its safety violation to nothing). Only the fault at 2.0 makes it."""
+    import node.sim.shrink as shrinking
+    from node.sim.stack import StackResult
+
+    def outcome(violation=None, events=()):
+        return StackResult(1, "unknown", violation, {"error": "MemoryError"}, 0, 0.0, "", {},
+                           list(events))
+
+    def fake(schedule):
+        return outcome("state machine safety: x" if any(e[0] == 2.0 for e in schedule) else None)
+
+    monkeypatch.setattr(shrinking, "run_seeds", lambda configs, *a, **k: [
+        fake(c.schedule) for c in configs])
+    events = [[1.0, "crash", "a"], [2.0, "power", "b"], [3.0, "skew", "c"]]
+    minimal, result = shrinking.shrink(StackConfig(seed=1), outcome("state machine safety: x",
+                                                                     events), tmp_path, jobs=1)
+    assert minimal == [[2.0, "power", "b"]] and result.violation
+    crashed = outcome(None, events)  # a seed that itself crashed shrinks to a crash
+    assert shrinking.shrink(StackConfig(seed=1), crashed, tmp_path / "c", jobs=1)[0] == []
+
+
 # seed 100 with acknowledgement before fsync, as `tessera sim --shrink` reduced it: two power
 # losses of two tablet servers each
 TWO_POWER_LOSSES = ((31.829655, "power", ["10.77.0.111", "10.77.0.112"]),

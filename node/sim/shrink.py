@@ -6,7 +6,11 @@ list of faults at their virtual times, so delta debugging (Zeller's ddmin) over 
 schedule from which no single chunk can be dropped without the failure going away. Candidates
 of one round run in parallel worker processes. Removing faults changes the run's interleaving,
 so a shrunk schedule may fail differently (another invariant, or the checker instead of one):
-any failure counts, as in Jepsen's and TigerBeetle's shrinkers.
+any failure counts, as in Jepsen's and TigerBeetle's shrinkers. But a run that could not be
+judged (unknown: a worker out of memory, a crash) is no failure of the engine's: it counts only
+when the seed itself ended so. Swarm seed 158 showed why: with few faults its wide values grew
+a worker past its memory bound, so every small schedule "failed", and ddmin shrank a state
+machine safety violation to an empty schedule that had nothing to do with it.
 """
 
 from __future__ import annotations
@@ -50,13 +54,14 @@ def shrink(cfg: StackConfig, first: StackResult, out_root: Path, jobs: int,
     """A small schedule on which `cfg`'s seed still fails, and the result of running it.
     `first` is the failing run of `cfg` (its `events` are the schedule to shrink)."""
     trial = itertools.count(1)
+    judged = _judged_failure(first)
 
     def fails(candidates: list[list]) -> list[bool]:
         batch = next(trial)
         configs = [dataclasses.replace(cfg, schedule=tuple(map(tuple, c))) for c in candidates]
         results = run_seeds(configs, out_root / f"round-{batch}", jobs,
                             names=[f"candidate-{i}" for i in range(len(configs))])
-        verdicts = [not r.ok() for r in results]
+        verdicts = [not r.ok() and (_judged_failure(r) or not judged) for r in results]
         say(f"shrink round {batch}: {len(candidates)} candidates of "
             f"{sorted({len(c) for c in candidates})} faults, {sum(verdicts)} still fail")
         return verdicts
@@ -66,3 +71,9 @@ def shrink(cfg: StackConfig, first: StackResult, out_root: Path, jobs: int,
     result = run_seeds([dataclasses.replace(cfg, schedule=tuple(map(tuple, minimal)))],
                        out_root, jobs, names=["minimal"])[0]
     return minimal, result
+
+
+def _judged_failure(r: StackResult) -> bool:
+    """The run failed on a verdict (an invariant, or the checker's invalid), not for want of
+    one (unknown)."""
+    return r.violation is not None or r.verdict == "invalid"
