@@ -110,7 +110,7 @@ def _tessera_only(db: str, what: str, why: str) -> None:
 
 def cells_from_args(args: argparse.Namespace) -> list[Cell]:
     """The cells asked for; ValueError says what is wrong."""
-    from harness.selfcheck import RECIPES
+    from harness.selfcheck import RECIPES, SIM_TIME_S
     from harness.selfcheck import cells as selfcheck_cells
     from harness.sim_cell import FULL_KIND
     from harness.sim_cell import KIND as SIM
@@ -137,8 +137,11 @@ def cells_from_args(args: argparse.Namespace) -> list[Cell]:
         raise ValueError("--workloads and --nemeses need at least one entry each")
     chosen = {n: _faults(n, args.db, kind.offers) for n in nemeses}
     lease = {n: {"flags": {"read-mode": "lease"}} if n.endswith(LEASE) else {} for n in nemeses}
-    sims = [Cell(k, k, (), overhead=1.0, soak=k == FULL_KIND) for k in (SIM, FULL_KIND)
-            if k in workloads]
+    # the core simulator runs thousands of seeds in its 20 s (as the self-check's); with the
+    # whole-stack one soaking, the yield split would otherwise hand it most of the free time
+    # (56 s of a 300 s matrix, and the last chaos cell did not fit)
+    sims = [Cell(SIM, SIM, (), max_time=SIM_TIME_S, overhead=1.0)] if SIM in workloads else []
+    sims += [Cell(FULL_KIND, FULL_KIND, (), overhead=1.0, soak=True)] if FULL_KIND in workloads else []
     return sims + [Cell(f"{w}/{n}", w, chosen[n], lease[n]) for w in workloads
                    if w not in (SIM, FULL_KIND) for n in nemeses]
 
