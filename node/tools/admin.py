@@ -182,7 +182,9 @@ def configure_tserver_state(sub: argparse._SubParsersAction) -> None:
             "tablets elsewhere. Recorded in the catalog: it outlives a change of leader master")
     p = sub.add_parser("state", help="enter or exit maintenance mode", description=what)
     common_options(p)
-    p.add_argument("change", choices=sorted(STATES), metavar="enter_maintenance|exit_maintenance")
+    p.add_argument("change", choices=sorted(STATES), metavar="enter_maintenance|exit_maintenance",
+                   help="enter_maintenance: leave its replicas alone; exit_maintenance: "
+                        "the masters replace its failed or silent replicas again")
     p.add_argument("ts_uuid", metavar="TS_UUID", help="the tablet server's UUID (tserver list)")
 
 
