@@ -8,9 +8,10 @@ of one round run in parallel worker processes. Removing faults changes the run's
 so a shrunk schedule may fail differently (another invariant, or the checker instead of one):
 any failure counts, as in Jepsen's and TigerBeetle's shrinkers. But a run that could not be
 judged (unknown: a worker out of memory, a crash) is no failure of the engine's: it counts only
-when the seed itself ended so. Swarm seed 158 showed why: with few faults its wide values grew
-a worker past its memory bound, so every small schedule "failed", and ddmin shrank a state
-machine safety violation to an empty schedule that had nothing to do with it.
+when the seed itself ended so: a seed of wide values whose faults kept its logs short can, with
+fewer faults, grow a worker past its memory bound, so that every small schedule "fails", and
+ddmin would shrink a state machine safety violation to an empty schedule that has nothing to do
+with it.
 """
 
 from __future__ import annotations

@@ -253,8 +253,8 @@ async def copy_shrink(sim, value: list) -> list:
     state in memory, not from the pinned file) supersedes the pinned one, which save() keeps
     only for the copy (node.tablet.snapshot). Bootstrap loads the newest snapshot and the WAL
     after it, and never reads the older file, so a replica running again from them is right,
-    not blind to the cut (seed 167, list-append: snapshot-1000 cut, snapshot-1200 saved
-    durably before the reboot). Any cut finished segment is judged: the log's recovery reads
+    not blind to the cut (a snapshot cut while pinned, a newer one saved durably before the
+    reboot). Any cut finished segment is judged: the log's recovery reads
     every segment in its directory (node.wal.reader.read_log)."""
     from node.sim.stack_copy_cut import WATCH_S, _unslow, copy_under_way, holds_session
 

@@ -29,8 +29,8 @@ node.tools.local_replica.delete_replica): tombstones that keep their votes, whic
 of the new config never asks for anything. (Deleting only once S was seen not to lead, with the
 tries before it meant to be refused, was wrong: S could step down between the look and the
 call's arrival, so a try meant to be refused appended S's config, and the fault ended with the
-lost replicas intact; found by swarm seed 158, where the two came back, elected a leader of the
-old config in term 2 and committed index 4, S's forced config's index in term 1.) The tool
+lost replicas intact: the two came back, elected a leader of the old config and committed an
+entry at the index of S's forced config.) The tool
 refuses a replica whose WAL is corrupt (one the simulator damaged, already FAILED, may be among
 the lost): the operator then deletes it whole, as Kudu's tool advises (`_delete`). If S never
 syncs, the operator forces nothing, and the servers come back to the old config. Only with all
