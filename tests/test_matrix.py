@@ -538,8 +538,12 @@ VOTE_TWICE = "fault_vote_twice_in_term"
 def cells_with_a_failing_sim(tmp_path, flags: dict, crash: set[str]):
     """execute(cell, limit, attempt) for run_cells: the whole-stack simulator cell runs for
     real from seed 100 (a replica votes twice there and FAILs on its guard before the test
-    table is writable), 1 s whatever its share; the cells named in `crash` raise; any other
-    cell is a fake valid run."""
+    table is writable), 1 s whatever its share, on one worker: the cell stops at its deadline
+    once a seed has finished, and with two workers seed 101 could finish first on a loaded
+    machine and be the only seed judged; the cells named in `crash` raise; any other cell is a
+    fake valid run."""
+    from unittest import mock
+
     from harness.sim_cell import FULL_KIND, run_full_cell
 
     ran = []
@@ -547,7 +551,8 @@ def cells_with_a_failing_sim(tmp_path, flags: dict, crash: set[str]):
     def execute(cell: Cell, limit: float, attempt: int) -> Outcome:
         ran.append(cell.name)
         if cell.workload == FULL_KIND:
-            return run_full_cell(cell, 1.0, attempt, 100, flags, tmp_path / "sim-full")
+            with mock.patch("os.cpu_count", return_value=1):  # the cell's workers
+                return run_full_cell(cell, 1.0, attempt, 100, flags, tmp_path / "sim-full")
         if cell.name in crash:
             raise RuntimeError("the cell's own bug")
         return Outcome(cell.name, attempt, "valid", limit, f"store/{cell.name}", ok_ops=10,
