@@ -876,13 +876,27 @@ class TesseraDB(Deployment):
           applied;
         - close: CloseSession into each session;
         - flood: `sessions` OpenSessions of its own, which must evict no one else's.
+        Every step also makes, at each tablet, calls a user may not make (OVERREACH: a tablet
+        copy session, which would hand it the tablet's files and pin them, and a leader
+        step-down), each with a body harmless if it were run.
         What came back, counted: `foreign_applied` is the number of ops applied in a session
         the intruder did not open (anything above 0 is the engine's fault); `refused` those
-        answered NOT_OWNER or NOT_AUTHORIZED; `no_session` those that named no session."""
+        answered NOT_OWNER or NOT_AUTHORIZED; `no_session` those that named no session;
+        `overreach_refused` the forbidden calls answered NOT_AUTHORIZED and `overreached` those
+        a server answered otherwise (it ran them past its authorization: the engine's fault)."""
         import asyncio
         import functools
 
-        from node.protocol import BatchResult, OpResult, Write, WriteBatch
+        from node.protocol import (
+            Ack,
+            BatchResult,
+            BeginCopySession,
+            CopySession,
+            LeaderStepDown,
+            OpResult,
+            Write,
+            WriteBatch,
+        )
         from node.rpc import ErrorCode, RpcClient, RpcError
         from node.security import pki
         from node.tablet.ops import CloseSession, OpenSession, Rejection
@@ -892,7 +906,8 @@ class TesseraDB(Deployment):
         by_name = {h.name: h for h in self.hosts}
         opened = self.intruder_sessions
         counts = {"calls": 0, "answered": 0, "foreign_applied": 0, "refused": 0,
-                  "no_session": 0, "own_sessions": 0, "no_leader": 0}
+                  "no_session": 0, "own_sessions": 0, "no_leader": 0, "overreach_refused": 0,
+                  "overreached": 0}
 
         def tally(result) -> None:
             if result.ok:
@@ -921,6 +936,28 @@ class TesseraDB(Deployment):
             counts["answered"] += answered
             return None
 
+        async def overreach(rpc, addrs, tablet) -> None:
+            """The calls of OVERREACH at the first of `addrs` that answers. The server checks
+            authorization before it reads the body, so any answer but NOT_AUTHORIZED (a
+            follower's NOT_LEADER too) means the call got past it."""
+            for method, req, reply in ((
+                    "ts.begin_copy_session", BeginCopySession(tablet, "intruder"), CopySession),
+                    ("ts.leader_step_down", LeaderStepDown(tablet), Ack)):
+                counts["calls"] += 1
+                for addr in addrs:
+                    try:
+                        await rpc.call(addr, method, req, reply, to_uuid="", timeout=2.0)
+                    except RpcError as e:
+                        if e.code in (ErrorCode.NETWORK, ErrorCode.DEADLINE_EXCEEDED):
+                            continue
+                        counts["answered"] += 1
+                        counts["overreach_refused" if e.code == ErrorCode.NOT_AUTHORIZED
+                               else "overreached"] += 1
+                        break
+                    counts["answered"] += 1
+                    counts["overreached"] += 1
+                    break
+
         async def attack() -> None:
             rpc = RpcClient(connect_timeout=1.0, tls=self.tls(pki.INTRUDER))
             try:
@@ -943,6 +980,7 @@ class TesseraDB(Deployment):
                 call = functools.partial(ask, rpc, [(h.address, TSERVER_PORT)
                                                     for h in targets])
 
+                await overreach(rpc, [(h.address, TSERVER_PORT) for h in targets], tablet)
                 own = opened.setdefault(tablet, set())
                 if step == "flood":
                     for _ in range(sessions):

@@ -315,3 +315,23 @@ def test_etcds_refusal_after_the_damage_is_expected_and_a_fatal_line_before_it_i
     assert [(e["host"], e["line"]) for e in result["errors"]] == [("n2", 2), ("n2", 6), ("n3", 1)]
     assert [(e["host"], e["line"]) for e in result["expected"]] == [("n2", 4), ("n2", 5)]
     assert result["verdict"] == "invalid"
+
+
+def test_what_the_session_intruder_got_past_the_servers_is_an_error_and_refusals_are_not():
+    """The intruder's start records what it got past the engine: ops applied in another's
+    session, and calls reserved to the cluster's daemons or superusers that a server ran.
+    Refused ones are the engine doing its job."""
+    from reports.checkers.logs import session_intrusions
+
+    def start(**counts):
+        return {"process": "nemesis", "type": "info", "f": "start-session-intruder",
+                "value": {"step": "poison", "foreign_applied": 0, "refused": 5,
+                          "overreach_refused": 6, "overreached": 0, **counts}}
+
+    assert session_intrusions([start()]) == []
+    bypass = session_intrusions([start(overreached=2)])
+    assert [e["type"] for e in bypass] == ["authorization-bypass"]
+    assert "2 forbidden calls" in bypass[0]["text"]
+    both = session_intrusions([start(overreached=1, foreign_applied=3)])
+    assert sorted(e["type"] for e in both) == ["authorization-bypass", "session-intrusion"]
+    assert session_intrusions([{**start(overreached=4), "process": 0}]) == []

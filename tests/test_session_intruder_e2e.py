@@ -33,6 +33,12 @@ def test_another_users_ops_in_the_workloads_sessions_are_refused(env, tmp_path):
     starts = _starts(out.stdout.strip().splitlines()[-1])
     poisons = [s for s in starts if s["step"] == "poison"]
     assert poisons and all(s["foreign_applied"] == 0 and s["refused"] > 0 for s in poisons)
+    # the calls only daemons or superusers may make, tried at every start: all refused
+    assert all(s["overreached"] == 0 for s in starts)
+    assert sum(s["overreach_refused"] for s in starts) > 0
+    results = json.loads(open(os.path.join(out.stdout.strip().splitlines()[-1],
+                                           "results.json")).read())
+    assert "rpc.server.refused_not_authorized" in results["probes"]["runs"]
     assert all(s["observed"]["ok"] for s in starts)
     bugged = tessera(*RUN, "--flag", "unlock_unsafe_flags=true",
                      "--flag", "fault_ignore_session_owner=true",

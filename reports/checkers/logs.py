@@ -218,19 +218,30 @@ _INTRUSION = {"poison": "the owners' writes at those seqs are answered from its 
 
 
 def session_intrusions(ops) -> list[dict]:
-    """Errors for ops another user got applied in sessions it did not open (the
-    session-intruder nemesis's `foreign_applied`): a session belongs to the identity that
-    opened it, and the engine must refuse everyone else's op in it (README "Security")."""
+    """Errors for what the session-intruder nemesis, a user, got past the engine: ops applied
+    in sessions it did not open (`foreign_applied`: a session belongs to the identity that
+    opened it), and calls only the cluster's daemons or superusers may make that a server ran
+    (`overreached`: a tablet copy session, a step-down). README "Security"."""
     out = []
     for op in ops or ():
         value = _get(op, "value")
-        if (_get(op, "process") == "nemesis" and _get(op, "f") == "start-session-intruder"
-                and isinstance(value, dict) and value.get("foreign_applied")):
+        if not (_get(op, "process") == "nemesis" and _get(op, "f") == "start-session-intruder"
+                and isinstance(value, dict)):
+            continue
+        if value.get("foreign_applied"):
             out.append({"type": "session-intrusion", "host": "", "file": "", "line": 0,
                         "text": f"{value['step']}: {value['foreign_applied']} applied",
                         "explanation": (f"another user's {value['step']} got "
                                         f"{value['foreign_applied']} ops applied in sessions it "
                                         "did not open: " + _INTRUSION.get(value["step"], ""))})
+        if value.get("overreached"):
+            out.append({"type": "authorization-bypass", "host": "", "file": "", "line": 0,
+                        "text": f"{value['overreached']} forbidden calls answered",
+                        "explanation": (f"a user's {value['overreached']} calls reserved to the "
+                                        "cluster's daemons or superusers (a tablet copy "
+                                        "session, a leader step-down) got past the servers' "
+                                        "authorization: a user could read any replica's files "
+                                        "or move leadership")})
     return out
 
 
