@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import traceback
 
 from node.exit_codes import BAD_ARGS, CRASHED
+
+SIGPIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a pipeline reader gone away
 
 VERDICT_COMMANDS = frozenset({"test", "test-all", "replay", "analyze", "check"})
 
@@ -74,7 +77,16 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """The `tessera` command. A reader that goes away (`tessera probes | head`) ends it
+    quietly with 141, as a shell reports a pipeline killed by SIGPIPE, not with a traceback."""
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+        return SIGPIPE_EXIT
+
+
+def _main(argv: list[str]) -> int:
     if argv[:1] == ["--version"]:
         print(f"tessera {_version()}")
         return 0
@@ -96,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(module.run(args) or 0)
     try:
         return int(module.run(args) or 0)
+    except BrokenPipeError:
+        raise
     except (Exception, KeyboardInterrupt):  # a verdict command that broke has no verdict
         traceback.print_exc()
         print(f"tessera {name}: crashed", file=sys.stderr)

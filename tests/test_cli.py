@@ -411,3 +411,18 @@ def test_test_all_takes_the_host_options_as_test_does(capsys, tmp_path):
                         (["--username", "u"], "go with --nodes")]:
         assert main(["test-all", "--store", str(tmp_path / "s"), *argv]) == 254, argv
         assert words in capsys.readouterr().err, argv
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """`tessera probes | head -1`: the reader has gone when the listing is written; the command
+    ends with 141 (as a shell reports SIGPIPE) and no traceback."""
+    import os
+
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before the first line is written
+    try:
+        p = subprocess.run([sys.executable, "-m", "harness.cli", "probes"], stdout=w,
+                           stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(w)
+    assert p.returncode == 141 and "Traceback" not in p.stderr, p.stderr

@@ -4,12 +4,22 @@ a recorded seed and mix spec, valid, with the probes it must fire (as tests/test
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
 from node.sim.stack import StackConfig, StackSim
 from node.sim.stack_damage import AIMED_MODES
-from node.sim.swarm import LATE, UNPACED, parse_mix, swarm_mix
+from node.sim.swarm import (
+    BUNDLE_DRAW,
+    BUNDLES,
+    LATE,
+    UNPACED,
+    _own_draw,
+    parse_mix,
+    swarm_mix,
+    with_bundle,
+)
 
 
 def _valid_and_fired(cfg: StackConfig, out, *names: str):
@@ -147,3 +157,39 @@ def test_a_failed_replica_on_a_server_in_maintenance_is_copied_over_or_refuses_t
     _valid_and_fired(StackConfig(seed=4, workload="register", seconds=8.0, mix=parse_mix(spec)),
                      tmp_path / "restart", "copy.refused.failed_replica",
                      "master.rereplication.maintenance_deferred")
+
+
+# Each bundle's recorded spec: the one whose test above (or in tests/test_sim_forge.py) fires
+# the probes the bundle is drawn for
+BUNDLE_SPECS = {
+    "manual-fill": "restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;"
+                   "writes=session-manual;batch=2;unpaced",
+    "frame-split": "restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;writes=shared;"
+                   "values=wide;frame=1;unpaced",
+    "batch-refused": "restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;"
+                     "writes=session-background;batch=4;results=3;unpaced",
+    "maintenance-compact": "restart:1,heal:1,maintenance:4;every=1-4;reads=linearizable;"
+                           "load=20x200;read-share=0;writes=shared;snapshot=200",
+    "forge-snapshot": "restart:1,heal:1,forge:4;every=1-4;reads=linearizable;load=20x200;"
+                      "snapshot=200",
+}
+
+
+def test_a_bundle_puts_a_recorded_specs_knobs_together_in_some_seeds():
+    """BUNDLES: in about one seed of six, knobs that reach a path only together replace the
+    seed's own draws of them; each bundle is the recorded spec that fires its probes, and
+    every bundle is drawn among 200 seeds. A bundled mix's spec runs it again."""
+    base = parse_mix("restart:1,heal:1;every=1-4;reads=linearizable;load=5x50;read-share=0.9;"
+                     "writes=session-manual;values=wide;batch=4;frame=2;results=8")
+    for name, spec in BUNDLE_SPECS.items():
+        got, want = with_bundle(base, name), parse_mix(spec)
+        knobs = set(BUNDLES[name]) - {"kinds"} | {"concurrency", "rate"}
+        for knob in knobs:
+            assert getattr(got, knob) == getattr(want, knob), (name, knob)
+        assert set(want.kinds()) <= set(got.kinds()), name
+    assert set(BUNDLE_SPECS) == set(BUNDLES)
+    drawn = Counter(_own_draw(s, "bundle", BUNDLE_DRAW) for s in range(200))
+    assert set(drawn) == {None, *BUNDLES} and 150 < drawn[None] < 185, drawn
+    for s in (s for s in range(200) if drawn and _own_draw(s, "bundle", BUNDLE_DRAW)):
+        mix = swarm_mix(s)
+        assert parse_mix(mix.spec()) == replace(mix, name="spec"), s

@@ -16,7 +16,7 @@ recorded seeds of the tests and the mutant table were found with it.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # Every fault kind the simulator's nemesis knows (node.sim.stack_faults.FaultChooser.choose).
 KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "skew",
@@ -135,6 +135,44 @@ UNPACED = (False, True)
 # coalesced one, larger than the bound is refused by the leader before it is proposed
 # (INVALID_ARGUMENT), a definite failure (client.retry.refused). Its own draw.
 RESULTS = (None, None, None, 3, 8)
+# Knobs that reach a path only together, each one draw apart (`_own_draw`, "bundle"): in one
+# seed of five, one bundle's knobs replace what the seed drew for them. Each is a recorded
+# spec's (tests/test_sim_swarm_reach.py, tests/test_sim_forge.py) that fires probes no seed of
+# independent draws combined in 200 (docs/decisions.md, "Code probes"): writers sharing a
+# MANUAL_FLUSH session of 2-op batches back to back find its buffer full
+# (client.session.buffer_full_ops, client.manual_flush.buffer_full_reflush); shared writers of
+# wide values under a 1 MiB frame coalesce a batch past it (client.batch.split_after_too_large);
+# 4-op session batches over a 3-result bound are refused before they are proposed
+# (tserver.write_batch.refused_invalid, client.retry.refused); a server in maintenance on a
+# failing disk, its leaders compacting past it (copy.over_failed_running_replica,
+# tablet.tombstone.write_failed); forged files among frequent snapshots
+# (tablet.snapshot.wrong_contents_refused). Drawn after every other draw and applied last, so a
+# seed without a bundle is what it was.
+_CLIENT = {"writes": "own", "batch": None, "unpaced": False, "values": None, "frame_mb": None,
+           "max_results": None}  # a bundle's client knobs, unless it names them
+BUNDLES = {
+    "manual-fill": _CLIENT | {"writes": "session-manual", "batch": 2, "unpaced": True},
+    "frame-split": _CLIENT | {"writes": "shared", "values": "wide", "frame_mb": 1,
+                              "unpaced": True},
+    "batch-refused": _CLIENT | {"writes": "session-background", "batch": 4, "unpaced": True,
+                                "max_results": 3},
+    "maintenance-compact": _CLIENT | {"kinds": {"maintenance": 4}, "writes": "shared",
+                                      "snapshot_every": 200, "read_share": 0.0},
+    "forge-snapshot": {"kinds": {"forge": 4}, "snapshot_every": 200},
+}
+BUNDLE_DRAW = (None,) * 20 + tuple(BUNDLES)
+BUNDLE_LOAD = (20, 200.0)  # each bundle's: a node's four workers, so that their ops meet
+
+
+def with_bundle(mix: Mix, name: str) -> Mix:
+    """`mix` with the bundle `name`'s knobs (BUNDLES) in place of its own, at BUNDLE_LOAD."""
+    knobs = dict(BUNDLES[name])
+    weights = dict(mix.weights) | knobs.pop("kinds", {})
+    concurrency, rate = BUNDLE_LOAD
+    return replace(mix, weights=tuple(weights.items()), concurrency=concurrency, rate=rate,
+                   **knobs)
+
+
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
 # one or two kinds (a copy racing an election needs copies and cuts close together, which a mix
 # of twelve kinds makes rare), sometimes all of them.
@@ -257,12 +295,14 @@ def swarm_mix(seed: int) -> Mix:
     frame_mb = _own_draw(seed, "frame", FRAME_MB)
     unpaced = _own_draw(seed, "unpaced", UNPACED) and _unpaceable(writes, values, frame_mb)
     max_results = _own_draw(seed, "results", RESULTS)
-    return Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
-               read_share=read_share, clock_error_us=clock_error_us, writes=writes,
-               values=None if values == "small" else values, snapshot_every=snapshot_every,
-               fsync_ms=fsync_ms, max_sessions=max_sessions,
-               batch=batch if writes in SESSION_MODES else None, inflight=inflight,
-               frame_mb=frame_mb, unpaced=unpaced, max_results=max_results)
+    mix = Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
+              read_share=read_share, clock_error_us=clock_error_us, writes=writes,
+              values=None if values == "small" else values, snapshot_every=snapshot_every,
+              fsync_ms=fsync_ms, max_sessions=max_sessions,
+              batch=batch if writes in SESSION_MODES else None, inflight=inflight,
+              frame_mb=frame_mb, unpaced=unpaced, max_results=max_results)
+    bundle = _own_draw(seed, "bundle", BUNDLE_DRAW)
+    return mix if bundle is None else with_bundle(mix, bundle)
 
 
 def _unpaceable(writes: str, values: str | None, frame_mb: int | None) -> bool:
