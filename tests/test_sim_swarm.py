@@ -233,11 +233,9 @@ def test_swarm_mixes_draw_how_the_workers_write_and_the_spec_carries_it():
 @pytest.mark.slow
 def test_a_swarm_seed_that_drew_shared_writes_runs_valid_with_shared_batches(
         tmp_path, batch_sizes):
-    from tests.test_client_mutants import SEED_8_BEFORE
-
-    mix = parse_mix(SEED_8_BEFORE)  # seed 8's swarm mix before its bundle
-    assert mix.writes == "shared"
-    r = StackSim(StackConfig(seed=8, workload="register", seconds=10.0, mix=mix),
+    seed = 8
+    assert swarm_mix(seed).writes == "shared"
+    r = StackSim(StackConfig(seed=seed, workload="register", seconds=10.0, mix=swarm_mix(seed)),
                  tmp_path).run()
     assert r.ok(), (r.violation, r.verdict)
     assert any(n > 1 for n in batch_sizes), batch_sizes

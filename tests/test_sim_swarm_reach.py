@@ -12,6 +12,7 @@ from node.sim.stack import StackConfig, StackSim
 from node.sim.stack_damage import AIMED_MODES
 from node.sim.swarm import (
     BUNDLE_DRAW,
+    BUNDLED,
     BUNDLES,
     LATE,
     UNPACED,
@@ -159,6 +160,26 @@ def test_a_failed_replica_on_a_server_in_maintenance_is_copied_over_or_refuses_t
                      "master.rereplication.maintenance_deferred")
 
 
+OPERATOR_COPY = "recopy:4,damage:2,restart:1,heal:1;every=1-4;reads=linearizable;load=20x200"
+
+
+def test_an_operators_copy_over_a_running_replica_or_from_a_failed_one_is_refused(tmp_path):
+    """`recopy` (in the operator-copy bundle): Kudu's `kudu remote_replica copy` by hand. Over
+    a running follower it is refused (no leader found it behind); from a replica the damage
+    fault left FAILED, to a server without the tablet, the source refuses the session. The
+    seed stays valid (a copy either mode forbids would be its violation)."""
+    sim = StackSim(StackConfig(seed=0, workload="register", seconds=30.0,
+                               mix=parse_mix(OPERATOR_COPY)), tmp_path)
+    result = sim.run()
+    assert result.ok(), (result.violation, result.verdict)
+    outcomes = Counter((e[2][3], e[2][4]) for e in sim.events if e[1] == "recopy")
+    assert outcomes[("running", "refused: REPLICA_NOT_BEHIND")] >= 1, outcomes
+    assert outcomes[("failed-source", "refused: TABLET_NOT_RUNNING")] >= 1, outcomes
+    assert not any(o == "copied" for _, o in outcomes), outcomes
+    for name in ("copy.refused.not_behind", "tserver.request.refused_failed"):
+        assert result.probes.get(name, 0) >= 1, (name, outcomes)
+
+
 # Each bundle's recorded spec: the one whose test above (or in tests/test_sim_forge.py) fires
 # the probes the bundle is drawn for
 BUNDLE_SPECS = {
@@ -172,11 +193,12 @@ BUNDLE_SPECS = {
                            "load=20x200;read-share=0;writes=shared;snapshot=200",
     "forge-snapshot": "restart:1,heal:1,forge:4;every=1-4;reads=linearizable;load=20x200;"
                       "snapshot=200",
+    "operator-copy": OPERATOR_COPY,
 }
 
 
 def test_a_bundle_puts_a_recorded_specs_knobs_together_in_some_seeds():
-    """BUNDLES: in about one seed of six, knobs that reach a path only together replace the
+    """BUNDLES: in about one seed of five, knobs that reach a path only together replace the
     seed's own draws of them; each bundle is the recorded spec that fires its probes, and
     every bundle is drawn among 200 seeds. A bundled mix's spec runs it again."""
     base = parse_mix("restart:1,heal:1;every=1-4;reads=linearizable;load=5x50;read-share=0.9;"
@@ -189,7 +211,22 @@ def test_a_bundle_puts_a_recorded_specs_knobs_together_in_some_seeds():
         assert set(want.kinds()) <= set(got.kinds()), name
     assert set(BUNDLE_SPECS) == set(BUNDLES)
     drawn = Counter(_own_draw(s, "bundle", BUNDLE_DRAW) for s in range(200))
-    assert set(drawn) == {None, *BUNDLES} and 150 < drawn[None] < 185, drawn
+    assert set(drawn) == {None, *BUNDLES} and 145 < drawn[None] < 185, drawn
+    assert not any(k in swarm_mix(s).kinds() for k in BUNDLED for s in range(200)
+                   if drawn and _own_draw(s, "bundle", BUNDLE_DRAW) is None)
     for s in (s for s in range(200) if drawn and _own_draw(s, "bundle", BUNDLE_DRAW)):
         mix = swarm_mix(s)
         assert parse_mix(mix.spec()) == replace(mix, name="spec"), s
+
+
+def test_an_operators_copy_over_a_running_replica_that_goes_through_is_a_violation(
+        tmp_path, monkeypatch):
+    """With the guard off (every running replica taken for behind), the same seed's first
+    copy over a running follower is carried out, and the run says so."""
+    import node.tserver.tablet_manager as tablet_manager
+
+    monkeypatch.setattr(tablet_manager, "_not_behind", lambda r, req: None)
+    result = StackSim(StackConfig(seed=0, workload="register", seconds=30.0,
+                                  mix=parse_mix(OPERATOR_COPY)), tmp_path).run()
+    assert result.violation and result.violation.startswith("recopy:"), result.violation
+    assert "a running replica no leader found behind was copied over" in result.violation

@@ -43,6 +43,7 @@ from node.sim import (
     stack_forge,
     stack_maintenance,
     stack_masters,
+    stack_recopy,
     stack_reprovision,
     stack_unsafe,
 )
@@ -289,6 +290,7 @@ class StackSim:
                  "damage": functools.partial(stack_damage.damage, self),
                  "copy-cut": functools.partial(stack_copy_cut.copy_cut, self),
                  "maintenance": functools.partial(stack_maintenance.maintenance, self),
+                 "recopy": functools.partial(stack_recopy.recopy, self),
                  "garble": functools.partial(stack_forge.garble, self),
                  "copy-shrink": functools.partial(stack_forge.copy_shrink, self)}
         while self.loop.time() < deadline:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from node.sim import stack_copy_cut, stack_maintenance
+from node.sim import stack_copy_cut, stack_maintenance, stack_recopy
 from node.sim.stack_ddl import choose_ddl
 from node.sim.stack_masters import SWAP_LINGER_S
 from node.sim.stack_unsafe import choose_unsafe
@@ -133,6 +133,8 @@ class FaultChooser:
             return stack_copy_cut.choose(self, rng)
         if kind == "maintenance":
             return stack_maintenance.choose(self, rng)
+        if kind == "recopy":
+            return stack_recopy.choose(self, rng)
         if kind in ("cut", "tombstone", "copy-race", "lease-race", "fail-copy"):
             return self._choose_copy_fault(kind, rng)
         return kind, None  # heal, reset; membership and masters pick their target when they run

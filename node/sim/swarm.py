@@ -23,7 +23,12 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
          "membership", "flip", "disk", "transfer", "cut", "tombstone", "copy-race", "lease-race", "masters",
          "drift", "flip-newest", "fail-copy", "torn", "delay", "damage", "reprovision", "full",
          "damage-file", "copy-cut", "master-swap", "unsafe", "ddl", "maintenance", "forge",
-         "garble", "copy-shrink")
+         "garble", "copy-shrink", "recopy")
+# Kinds a seed draws only in a bundle (BUNDLES), never on their own: a kind added to the
+# optional ones or to LATE would change many recorded seeds' mixes. recopy: an operator's
+# `kudu remote_replica copy` over a running replica, or from a FAILED one
+# (node.sim.stack_recopy).
+BUNDLED = ("recopy",)
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
@@ -146,7 +151,8 @@ RESULTS = (None, None, None, 3, 8)
 # (tserver.write_batch.refused_invalid, client.retry.refused); a server in maintenance on a
 # failing disk, its leaders compacting past it (copy.over_failed_running_replica,
 # tablet.tombstone.write_failed); forged files among frequent snapshots
-# (tablet.snapshot.wrong_contents_refused). Drawn after every other draw and applied last, so a
+# (tablet.snapshot.wrong_contents_refused); an operator's copies over running replicas and from
+# damaged ones (copy.refused.not_behind). Drawn after every other draw and applied last, so a
 # seed without a bundle is what it was.
 _CLIENT = {"writes": "own", "batch": None, "unpaced": False, "values": None, "frame_mb": None,
            "max_results": None}  # a bundle's client knobs, unless it names them
@@ -159,8 +165,9 @@ BUNDLES = {
     "maintenance-compact": _CLIENT | {"kinds": {"maintenance": 4}, "writes": "shared",
                                       "snapshot_every": 200, "read_share": 0.0},
     "forge-snapshot": {"kinds": {"forge": 4}, "snapshot_every": 200},
+    "operator-copy": {"kinds": {"recopy": 4, "damage": 2}},
 }
-BUNDLE_DRAW = (None,) * 20 + tuple(BUNDLES)
+BUNDLE_DRAW = (None,) * 24 + tuple(BUNDLES)
 BUNDLE_LOAD = (20, 200.0)  # each bundle's: a node's four workers, so that their ops meet
 
 
@@ -176,7 +183,7 @@ def with_bundle(mix: Mix, name: str) -> Mix:
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
 # one or two kinds (a copy racing an election needs copies and cuts close together, which a mix
 # of twelve kinds makes rare), sometimes all of them.
-FEATURES = (1, 1, 2, 2, 2, 3, 3, 4, 6, 9, len(KINDS) - len(ALWAYS) - len(LATE))
+FEATURES = (1, 1, 2, 2, 2, 3, 3, 4, 6, 9, len(KINDS) - len(ALWAYS) - len(LATE) - len(BUNDLED))
 
 
 @dataclass(frozen=True)
@@ -276,7 +283,7 @@ def swarm_mix(seed: int) -> Mix:
     """Seed `seed`'s own mix. Its stream is `swarm/<seed>`, apart from the run's, so choosing
     the mix never shifts the run's other random choices."""
     rng = random.Random(f"swarm/{seed}")
-    optional = [k for k in KINDS if k not in ALWAYS and k not in LATE]
+    optional = [k for k in KINDS if k not in ALWAYS and k not in LATE and k not in BUNDLED]
     on = rng.sample(optional, rng.choice(FEATURES))
     weights = tuple((k, rng.choice(WEIGHTS)) for k in KINDS if k in on or k in ALWAYS)
     every = rng.choice(FAULT_EVERY)
