@@ -22,6 +22,7 @@ Replay: the same seed gives the same run bit for bit, provided string hashing is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import hashlib
@@ -678,6 +679,7 @@ class StackSim:
             self.loop.set_exception_handler(lambda _loop, _context: None)
             quiet.setLevel(level)
             node_log.setLevel(node_level)
+            _bury(self.loop)
         history = self.out_dir / "history.jsonl"
         ops = read_jsonl(history) if history.exists() else []
         results = (judge_ops(ops, workload.checker, self.invariants.clock_checks(ops),
@@ -791,16 +793,40 @@ def _delay_host(sim: StackSim, host: str, delay_s: float, for_s: float) -> None:
 GC_THRESHOLDS = (200_000, 20, 10)
 
 
-def _collect_quietly() -> None:
+@contextlib.contextmanager
+def _quiet_logs():
     loggers = [logging.getLogger(name) for name in ("tessera", "node")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.CRITICAL)
     try:
-        gc.collect()
+        yield
     finally:
         for lg, level in zip(loggers, levels, strict=True):
             lg.setLevel(level)
+
+
+def _bury(loop: SimLoop) -> None:
+    """Close a finished seed's abandoned coroutines now, quietly, with its probes off: its
+    crashed hosts' (kept in the loop's graveyard) and those still suspended at the close. Left
+    to the collector they were closed whenever it next ran: during a later seed, where their
+    `except BaseException` blocks (a copy's) counted as its probes, or inside unrelated code of
+    the same thread, where an unraisable error of a finalizer run in the middle of CPython
+    3.11's ast.parse fails it ("AST constructor recursion depth mismatch", seen in a test run
+    after a seed)."""
+    tasks = [*(t for proc in loop.graveyard for t in proc.tasks), *asyncio.all_tasks(loop)]
+    hook, sys.unraisablehook = sys.unraisablehook, _quiet_fenced
+    try:
+        with _quiet_logs():
+            for task in tasks:
+                if not task.done():
+                    task._log_destroy_pending = False
+                    with contextlib.suppress(BaseException):  # its cleanup awaits: refused
+                        task.get_coro().close()
+            loop.graveyard.clear()
+            gc.collect()
+    finally:
+        sys.unraisablehook = hook
 
 
 def _run_one(job: tuple[StackConfig, str]) -> StackResult:
@@ -810,10 +836,6 @@ def _run_one(job: tuple[StackConfig, str]) -> StackResult:
     sys.unraisablehook = _quiet_fenced  # a worker process of the simulator's own
     _bound_memory()
     gc.set_threshold(*GC_THRESHOLDS)
-    # An earlier seed's leftovers (coroutines of its crashed hosts) are closed now, not while
-    # this seed counts its probes: their `except BaseException` blocks (a copy's) count too,
-    # and log, as quietly as they would have inside a seed.
-    _collect_quietly()
 
     out_dir = Path(out)
     t0 = time.monotonic()
@@ -847,7 +869,6 @@ def _bound_memory() -> None:
 def _crash(e: Exception, out_dir: Path) -> str:
     """One line for the seed's result, where it was raised included; the whole traceback in
     out_dir/crash.txt, which a failed seed keeps."""
-    import contextlib
     import traceback
 
     with contextlib.suppress(OSError):  # the directory itself may be what failed
