@@ -17,6 +17,7 @@ from node.sim.network import SimNetwork
 from node.sim.stack import StackConfig, StackSim, _quiet_fenced, baseline_faults, replay_command
 from node.sim.swarm import (
     BUNDLE_DRAW,
+    BUNDLED,
     CLASSIC,
     KINDS,
     LATE,
@@ -50,18 +51,18 @@ def register_seed(seed: int, spec: str, seconds: float, out: Path):
 
 def test_a_seeds_swarm_mix_is_a_pure_function_of_the_seed_and_varies_across_seeds():
     assert swarm_mix(7) == swarm_mix(7)
-    mixes = [swarm_mix(s) for s in range(200)]
-    assert all({"restart", "heal"} <= set(m.kinds()) for m in mixes)
-    assert all(set(m.kinds()) <= set(KINDS) for m in mixes)
+    assert all({"restart", "heal"} <= set(swarm_mix(s).kinds()) for s in range(200))
+    assert all(set(swarm_mix(s).kinds()) <= set(KINDS) for s in range(200))
+    mixes = [swarm_mix(s) for s in _unbundled(range(200))]  # bundles: tests/test_sim_swarm_reach.py
     # one kind alone, and all of them (the late kinds, each on in its own draw, aside: a seed
-    # with every one of them on is too rare for 200 seeds)
+    # with every one of them on is too rare for 200 seeds; the bundled ones come only in a bundle)
     sizes = [len([k for k in m.kinds() if k not in LATE]) - 2 for m in mixes]
-    assert min(sizes) == 1 and max(sizes) == len(KINDS) - 2 - len(LATE)
+    assert min(sizes) == 1 and max(sizes) == len(KINDS) - 2 - len(LATE) - len(BUNDLED)
     assert all(any(k in m.kinds() for m in mixes) for k in LATE)
     assert {m.read_mode for m in mixes} == {"linearizable", "lease"}
     assert len({m.fault_every_s for m in mixes}) > 1 and len({m.concurrency for m in mixes}) > 1
-    for kind in KINDS:  # every kind is hammered alone or nearly so by some seed (the late
-        # kinds, each drawn on its own, aside)
+    for kind in set(KINDS) - set(BUNDLED):  # every kind is hammered alone or nearly so by
+        # some seed (the late kinds, each drawn on its own, aside)
         assert any(kind in m.kinds() and len([k for k in m.kinds() if k not in LATE]) <= 4
                    for m in mixes), kind
 
@@ -212,8 +213,9 @@ def test_swarm_mixes_draw_how_the_workers_write_and_the_spec_carries_it():
     mixes = [swarm_mix(s) for s in _unbundled(range(600))]
     counts = Counter(m.writes for m in mixes)
     assert set(counts) == set(WRITES), counts
-    assert 240 <= counts["own"] <= 360, counts
-    assert all(60 <= counts[w] <= 140 for w in set(WRITES) - {"own"}), counts
+    n = len(mixes)  # own in half of them, each other mode in a sixth
+    assert 0.4 * n <= counts["own"] <= 0.6 * n, counts
+    assert all(n / 10 <= counts[w] <= n / 4 for w in set(WRITES) - {"own"}), counts
     assert [swarm_mix(s).writes for s in (5, 8, 11)] == ["shared"] * 3
     for writes in set(WRITES) - {"own"}:
         m = next(m for m in mixes if m.writes == writes)

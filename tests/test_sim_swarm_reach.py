@@ -19,7 +19,6 @@ from node.sim.swarm import (
     _own_draw,
     parse_mix,
     swarm_mix,
-    with_bundle,
 )
 
 
@@ -56,8 +55,7 @@ def test_unpaced_workers_fill_a_manual_flush_sessions_buffer_and_flush_again(tmp
     three of them apply to one tablet in one turn, the third finds the buffer full at its op
     count, flushes and applies again. Paced workers each woke on a timer of their own, so no
     apply ever met another caller's buffered op."""
-    spec = ("restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;writes=session-manual;"
-            "batch=2;unpaced")
+    spec = BUNDLES["manual-fill"]
     _valid_and_fired(StackConfig(seed=2, workload="register", seconds=4.0, mix=parse_mix(spec)),
                      tmp_path, "client.session.buffer_full_ops",
                      "client.manual_flush.buffer_full_reflush")
@@ -67,8 +65,7 @@ def test_unpaced_shared_writers_of_wide_values_split_a_coalesced_batch_over_the_
     """Shared writers of wide values under a 1 MiB server frame, back to back: writes issued in
     one turn leave as one ts.write_batch, which together exceed the servers' frame though each
     may fit alone; the client splits it and sends each alone."""
-    spec = ("restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;writes=shared;"
-            "values=wide;frame=1;unpaced")
+    spec = BUNDLES["frame-split"]
     _valid_and_fired(StackConfig(seed=2, workload="register", seconds=6.0, mix=parse_mix(spec)),
                      tmp_path, "client.batch.coalesced_sent", "client.batch.split_after_too_large")
 
@@ -78,8 +75,7 @@ def test_a_read_handed_to_a_leader_that_just_stepped_down_is_refused(tmp_path):
     while its driver saves the new term of a step-down (the replica still says leader), and
     the core refuses its ReadIndex when the driver hands it over. Fired only in 60 s seeds
     before; no new knob, a recorded mix."""
-    spec = ("transfer:8,membership:2,restart:1,heal:1;every=0.2-0.8;reads=linearizable;"
-            "load=20x200;read-share=0.99;fsync=10")
+    spec = BUNDLES["transfer-read"]
     _valid_and_fired(StackConfig(seed=0, workload="register", seconds=10.0, mix=parse_mix(spec)),
                      tmp_path, "read.refused_not_leader")
 
@@ -124,8 +120,7 @@ def test_a_small_session_results_bound_forgets_outstanding_results_and_refuses_l
     _valid_and_fired(StackConfig(seed=1, workload="register", seconds=6.0, mix=shared),
                      tmp_path / "shared", "tablet.session.results_over_bound_forgotten",
                      "tablet.session.stale_seq", "client.write.session_lost_unknown")
-    batches = ("partition:2,crash:1,restart:1,heal:1;every=0.5-2;reads=linearizable;"
-               "load=20x200;writes=session-background;batch=4;unpaced;results=3")
+    batches = BUNDLES["batch-refused"]
     _valid_and_fired(StackConfig(seed=0, workload="register", seconds=4.0,
                                  mix=parse_mix(batches)),
                      tmp_path / "batches", "tserver.write_batch.refused_invalid",
@@ -142,8 +137,7 @@ def test_a_failed_replica_on_a_server_in_maintenance_is_copied_over_or_refuses_t
     the failing disk comes back FAILED and refuses the copy (seed 4). Both seeds stay valid."""
     assert "maintenance" in LATE and 20 < sum("maintenance" in swarm_mix(s).kinds()
                                                for s in range(200)) < 80
-    spec = ("maintenance:4,restart:1,heal:1;every=0.5-2;reads=linearizable;load=20x200;"
-            "read-share=0;writes=shared;snapshot=200")
+    spec = BUNDLES["maintenance-compact"]
     assert parse_mix(spec).spec() == spec
     sim = StackSim(StackConfig(seed=0, workload="register", seconds=8.0, mix=parse_mix(spec)),
                    tmp_path / "running")
@@ -180,43 +174,23 @@ def test_an_operators_copy_over_a_running_replica_or_from_a_failed_one_is_refuse
         assert result.probes.get(name, 0) >= 1, (name, outcomes)
 
 
-# Each bundle's recorded spec: the one whose test above (or in tests/test_sim_forge.py) fires
-# the probes the bundle is drawn for
-BUNDLE_SPECS = {
-    "manual-fill": "restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;"
-                   "writes=session-manual;batch=2;unpaced",
-    "frame-split": "restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;writes=shared;"
-                   "values=wide;frame=1;unpaced",
-    "batch-refused": "restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;"
-                     "writes=session-background;batch=4;results=3;unpaced",
-    "maintenance-compact": "restart:1,heal:1,maintenance:4;every=1-4;reads=linearizable;"
-                           "load=20x200;read-share=0;writes=shared;snapshot=200",
-    "forge-snapshot": "restart:1,heal:1,forge:4;every=1-4;reads=linearizable;load=20x200;"
-                      "snapshot=200",
-    "operator-copy": OPERATOR_COPY,
-}
+def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knobs_together_do():
+    """BUNDLES: the recorded specs the tests here (and FORGE's) fire probes with; about one
+    seed in five runs one of them whole, named swarm so its replay is `--mix swarm`; the other
+    seeds keep their own draws, and a kind of BUNDLED only comes in a bundle."""
+    from tests.test_sim_forge import FORGE
 
-
-def test_a_bundle_puts_a_recorded_specs_knobs_together_in_some_seeds():
-    """BUNDLES: in about one seed of five, knobs that reach a path only together replace the
-    seed's own draws of them; each bundle is the recorded spec that fires its probes, and
-    every bundle is drawn among 200 seeds. A bundled mix's spec runs it again."""
-    base = parse_mix("restart:1,heal:1;every=1-4;reads=linearizable;load=5x50;read-share=0.9;"
-                     "writes=session-manual;values=wide;batch=4;frame=2;results=8")
-    for name, spec in BUNDLE_SPECS.items():
-        got, want = with_bundle(base, name), parse_mix(spec)
-        knobs = set(BUNDLES[name]) - {"kinds"} | {"concurrency", "rate"}
-        for knob in knobs:
-            assert getattr(got, knob) == getattr(want, knob), (name, knob)
-        assert set(want.kinds()) <= set(got.kinds()), name
-    assert set(BUNDLE_SPECS) == set(BUNDLES)
+    assert parse_mix(BUNDLES["forge-snapshot"]) == parse_mix(FORGE)
+    assert BUNDLES["operator-copy"] == OPERATOR_COPY
     drawn = Counter(_own_draw(s, "bundle", BUNDLE_DRAW) for s in range(200))
-    assert set(drawn) == {None, *BUNDLES} and 145 < drawn[None] < 185, drawn
-    assert not any(k in swarm_mix(s).kinds() for k in BUNDLED for s in range(200)
-                   if drawn and _own_draw(s, "bundle", BUNDLE_DRAW) is None)
-    for s in (s for s in range(200) if drawn and _own_draw(s, "bundle", BUNDLE_DRAW)):
-        mix = swarm_mix(s)
-        assert parse_mix(mix.spec()) == replace(mix, name="spec"), s
+    assert set(drawn) == {None, *BUNDLES} and 145 < drawn[None] < 175, drawn
+    for s in range(200):
+        mix, bundle = swarm_mix(s), _own_draw(s, "bundle", BUNDLE_DRAW)
+        if bundle is None:
+            assert not set(BUNDLED) & set(mix.kinds()), s
+        else:
+            assert mix == replace(parse_mix(BUNDLES[bundle]), name="swarm"), s
+            assert mix.describe() == f"swarm: {parse_mix(BUNDLES[bundle]).spec()}"
 
 
 def test_an_operators_copy_over_a_running_replica_that_goes_through_is_a_violation(

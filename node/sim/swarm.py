@@ -140,44 +140,38 @@ UNPACED = (False, True)
 # coalesced one, larger than the bound is refused by the leader before it is proposed
 # (INVALID_ARGUMENT), a definite failure (client.retry.refused). Its own draw.
 RESULTS = (None, None, None, 3, 8)
-# Knobs that reach a path only together, each one draw apart (`_own_draw`, "bundle"): in one
-# seed of five, one bundle's knobs replace what the seed drew for them. Each is a recorded
-# spec's (tests/test_sim_swarm_reach.py, tests/test_sim_forge.py) that fires probes no seed of
-# independent draws combined in 200 (docs/decisions.md, "Code probes"): writers sharing a
-# MANUAL_FLUSH session of 2-op batches back to back find its buffer full
-# (client.session.buffer_full_ops, client.manual_flush.buffer_full_reflush); shared writers of
-# wide values under a 1 MiB frame coalesce a batch past it (client.batch.split_after_too_large);
-# 4-op session batches over a 3-result bound are refused before they are proposed
-# (tserver.write_batch.refused_invalid, client.retry.refused); a server in maintenance on a
-# failing disk, its leaders compacting past it (copy.over_failed_running_replica,
+# Mixes that reach a path only with several knobs at once, each a recorded spec (the tests in
+# tests/test_sim_swarm_reach.py, tests/test_sim_forge.py and tests/test_sim_swarm.py fire its
+# probes on a recorded seed). Independent draws combined none of them in 200 seeds
+# (docs/decisions.md, "Code probes"); one more draw of its own (`_own_draw`, "bundle") makes
+# about one seed in five run one of them whole, its faults and knobs, with the seed's own
+# schedule: writers sharing a MANUAL_FLUSH session of 2-op batches back to back find its buffer
+# full (client.session.buffer_full_ops, client.manual_flush.buffer_full_reflush); shared writers
+# of wide values under a 1 MiB frame coalesce a batch past it
+# (client.batch.split_after_too_large); 4-op session batches over a 3-result bound are refused
+# before they are proposed (tserver.write_batch.refused_invalid, client.retry.refused); a server
+# in maintenance on a failing disk while its leaders compact (copy.over_failed_running_replica,
 # tablet.tombstone.write_failed); forged files among frequent snapshots
 # (tablet.snapshot.wrong_contents_refused); an operator's copies over running replicas and from
-# damaged ones (copy.refused.not_behind). Drawn after every other draw and applied last, so a
-# seed without a bundle is what it was.
-_CLIENT = {"writes": "own", "batch": None, "unpaced": False, "values": None, "frame_mb": None,
-           "max_results": None}  # a bundle's client knobs, unless it names them
+# damaged ones (copy.refused.not_behind); transfers under a read-mostly load on slow syncs
+# (read.refused_not_leader). Drawn after every other draw: a seed without a bundle keeps its mix.
 BUNDLES = {
-    "manual-fill": _CLIENT | {"writes": "session-manual", "batch": 2, "unpaced": True},
-    "frame-split": _CLIENT | {"writes": "shared", "values": "wide", "frame_mb": 1,
-                              "unpaced": True},
-    "batch-refused": _CLIENT | {"writes": "session-background", "batch": 4, "unpaced": True,
-                                "max_results": 3},
-    "maintenance-compact": _CLIENT | {"kinds": {"maintenance": 4}, "writes": "shared",
-                                      "snapshot_every": 200, "read_share": 0.0},
-    "forge-snapshot": {"kinds": {"forge": 4}, "snapshot_every": 200},
-    "operator-copy": {"kinds": {"recopy": 4, "damage": 2}},
+    "manual-fill": "restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;"
+                   "writes=session-manual;batch=2;unpaced",
+    "frame-split": "restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;writes=shared;"
+                   "values=wide;frame=1;unpaced",
+    "batch-refused": "partition:2,crash:1,restart:1,heal:1;every=0.5-2;reads=linearizable;"
+                     "load=20x200;writes=session-background;batch=4;results=3;unpaced",
+    "maintenance-compact": "maintenance:4,restart:1,heal:1;every=0.5-2;reads=linearizable;"
+                           "load=20x200;read-share=0;writes=shared;snapshot=200",
+    "forge-snapshot": "forge:4,restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;"
+                      "snapshot=200",
+    "operator-copy": "recopy:4,damage:2,restart:1,heal:1;every=1-4;reads=linearizable;"
+                     "load=20x200",
+    "transfer-read": "transfer:8,membership:2,restart:1,heal:1;every=0.2-0.8;"
+                     "reads=linearizable;load=20x200;read-share=0.99;fsync=10",
 }
 BUNDLE_DRAW = (None,) * 24 + tuple(BUNDLES)
-BUNDLE_LOAD = (20, 200.0)  # each bundle's: a node's four workers, so that their ops meet
-
-
-def with_bundle(mix: Mix, name: str) -> Mix:
-    """`mix` with the bundle `name`'s knobs (BUNDLES) in place of its own, at BUNDLE_LOAD."""
-    knobs = dict(BUNDLES[name])
-    weights = dict(mix.weights) | knobs.pop("kinds", {})
-    concurrency, rate = BUNDLE_LOAD
-    return replace(mix, weights=tuple(weights.items()), concurrency=concurrency, rate=rate,
-                   **knobs)
 
 
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
@@ -309,7 +303,7 @@ def swarm_mix(seed: int) -> Mix:
               batch=batch if writes in SESSION_MODES else None, inflight=inflight,
               frame_mb=frame_mb, unpaced=unpaced, max_results=max_results)
     bundle = _own_draw(seed, "bundle", BUNDLE_DRAW)
-    return mix if bundle is None else with_bundle(mix, bundle)
+    return mix if bundle is None else replace(parse_mix(BUNDLES[bundle]), name="swarm")
 
 
 def _unpaceable(writes: str, values: str | None, frame_mb: int | None) -> bool:
