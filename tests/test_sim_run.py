@@ -112,3 +112,28 @@ def test_leader_completeness_binds_leaders_of_later_terms():
     inv.on_role("n2", Role.LEADER, 2, lambda i: 2, 1)  # a stale term-2 leader: allowed
     with pytest.raises(Violation, match="leader completeness"):
         inv.on_role("n1", Role.LEADER, 4, lambda i: 2, 1)
+
+
+@pytest.mark.parametrize("verdicts,violation,code", [
+    (["valid", "valid"], None, 0), (["valid", "unknown"], None, 2),
+    (["unknown", "invalid"], None, 1), (["valid", "valid"], "state machine safety: x", 1)])
+def test_the_whole_stack_simulators_exit_code_follows_the_verdict_table(
+        tmp_path, monkeypatch, capsys, verdicts, violation, code):
+    """`tessera sim --stack full` exits as every verdict command does: 1 for a seed that broke
+    an invariant or judged invalid, else 2 for one that could not be judged (a worker out of
+    memory), else 0. The seeds' outcomes are given; what is tested is the table."""
+    import node.sim.stack as stack
+    from harness.cli import main
+
+    def seeds(configs, out_root, jobs, on_result=None, **_kw):
+        out = [stack.StackResult(c.seed, v, violation if i == 0 else None, {}, 1, 1.0, "", {},
+                                 [], mix=c.mix.as_json())
+               for i, (c, v) in enumerate(zip(configs, verdicts, strict=True))]
+        for r in out:
+            if on_result is not None:
+                on_result(r)
+        return out
+
+    monkeypatch.setattr(stack, "run_seeds", seeds)
+    assert main(["sim", "--stack", "full", "--seeds", "2", "--seconds", "1",
+                 "--out", str(tmp_path)]) == code

@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from node import probes
-from node.exit_codes import BAD_ARGS
+from node.exit_codes import BAD_ARGS, EXIT
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -272,7 +272,11 @@ def run_full(args: argparse.Namespace) -> int:
         print(probes.line(summary["probes"]))
     if wanted and reached is None:
         return 1
-    return 1 if failed else 0
+    # the exit table's (node.exit_codes): a seed that broke an invariant or judged invalid is
+    # a failure; one that could not be judged (out of memory, a crash) is unknown
+    if summary["violations"] or summary["invalid"]:
+        return EXIT["invalid"]
+    return EXIT["unknown"] if summary["unknown"] else EXIT["valid"]
 
 
 def _flip_kind(host: str, outcome: str) -> str:
