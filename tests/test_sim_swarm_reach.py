@@ -204,3 +204,14 @@ def test_an_operators_copy_over_a_running_replica_that_goes_through_is_a_violati
                                   mix=parse_mix(OPERATOR_COPY)), tmp_path).run()
     assert result.violation and result.violation.startswith("recopy:"), result.violation
     assert "a running replica no leader found behind was copied over" in result.violation
+
+
+def test_an_operators_copy_chosen_while_a_server_starts_skips_it(tmp_path):
+    """Seed 199 drew the operator-copy bundle; a server restarted by the heal had no tablet
+    manager yet when the copy was chosen, and the fault itself broke the seed (unknown:
+    AttributeError). A server still starting is no copy's source or target."""
+    mix = swarm_mix(199)
+    assert mix.describe() == f"swarm: {parse_mix(BUNDLES['operator-copy']).spec()}"
+    r = StackSim(StackConfig(seed=199, workload="list-append", seconds=20.0, mix=mix),
+                 tmp_path).run()
+    assert r.ok(), (r.violation, r.verdict, r.results.get("error"))

@@ -37,13 +37,14 @@ def choose(chooser, rng: random.Random) -> tuple[str | None, object]:
     a copy from a tablet's leader over a running follower."""
     sim = chooser.sim
     impaired = chooser._impaired()
-    up = [h for h in sorted(set(sim.servers) & set(sim.tservers)) if h not in sim.down]
+    up = [h for h in sorted(set(sim.servers) & set(sim.tservers))
+          if h not in sim.down and _tablets(sim, h) is not None]
     leaders = chooser._test_tablets()
     failed = [(t, h) for t in sorted(leaders) for h in up
-              if sim.servers[h].tablets.state(t) == TabletState.FAILED]
+              if _tablets(sim, h).state(t) == TabletState.FAILED]
     if failed:
         tablet, src = rng.choice(failed)
-        empty = [h for h in up if h not in impaired and sim.servers[h].tablets.state(tablet) is None]
+        empty = [h for h in up if h not in impaired and _tablets(sim, h).state(tablet) is None]
         if empty:
             return "recopy", [tablet, src, rng.choice(empty), "failed-source"]
     running = [(t, leader, h) for t, (leader, _) in sorted(leaders.items()) for h in up
@@ -54,8 +55,14 @@ def choose(chooser, rng: random.Random) -> tuple[str | None, object]:
     return "recopy", [tablet, leader, dst, "running"]
 
 
+def _tablets(sim, host: str):
+    """The host's tablet manager; None while its server is still starting (it has none yet)."""
+    return getattr(sim.servers.get(host), "tablets", None)
+
+
 def _running(sim, host: str, tablet: str) -> bool:
-    r = sim.servers[host].tablets.replica(tablet)
+    tablets = _tablets(sim, host)
+    r = tablets.replica(tablet) if tablets is not None else None
     return r is not None and not r.failed
 
 
@@ -71,7 +78,8 @@ async def recopy(sim, value: list) -> list:
         return [*value[:4], "skipped: not as chosen"]
     src_server, dst_server = servers[src], servers[dst]
     failed = TabletState.FAILED
-    if (mode == "running" and not _running(sim, dst, tablet)) or (
+    if _tablets(sim, src) is None or _tablets(sim, dst) is None or (
+            mode == "running" and not _running(sim, dst, tablet)) or (
             mode == "failed-source" and (src_server.tablets.state(tablet) != failed
                                          or dst_server.tablets.state(tablet) is not None)):
         return [*value[:4], "skipped: not as chosen"]
@@ -86,7 +94,7 @@ async def recopy(sim, value: list) -> list:
         outcome = f"refused: {e.code.name}"
     except (TimeoutError, OSError) as e:
         outcome = f"no answer: {type(e).__name__}"
-    still_failed = sim.servers.get(src) is src_server and src_server.tablets.state(tablet) == failed
+    still_failed = sim.servers.get(src) is src_server and _tablets(sim, src).state(tablet) == failed
     if outcome == "copied" and (mode == "running" or still_failed):
         sim.violation = sim.violation or (
             f"recopy: an operator's copy of {tablet} from {src} to {dst} ({mode}) was carried "
