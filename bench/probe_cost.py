@@ -7,8 +7,8 @@ rewritten the same way (`rewrite`), in ABBA order, K pairs, each on a fresh clus
 Throughput on this VM spreads by about ±10 % between runs a minute apart, five times the 2 %
 bound, so each point also reports the CPU the leader spent per op (from /proc, as
 bench/replication.py measures it): the cost a probe adds is CPU on the write path, and CPU per
-op is the steadier figure. The ratios are stripped over with probes: above 1.0 the probes cost
-something. anchor_us (`sum(range(1000))`, µs, best of 5) is taken before each pair.
+op is the steadier figure. Both ratios are with probes over stripped: the probes cost
+something where ops/s falls below 1.0 or the leader's CPU per op rises above it. anchor_us (`sum(range(1000))`, µs, best of 5) is taken before each pair.
 
 Prints one JSON line with --json (progress goes to stderr)."""
 
