@@ -88,6 +88,28 @@ def test_a_seed_past_the_disk_budget_stops_unknown_and_says_why(tmp_path, monkey
     assert "past the simulator's budget of" in r.results["error"], r.results
 
 
+def test_an_invariant_check_out_of_memory_is_unknown_not_a_violation(tmp_path, monkeypatch):
+    """A seed whose invariant check runs out of memory outgrew its worker: unknown, with the
+    reason, not a violation (which the matrix's sim-full cell would report as invalid). Any
+    other crash of a check is still a violation: a check that cannot run never passes."""
+    from node.sim.stack_checks import Invariants
+
+    def out_of_memory(self, states=False):
+        raise MemoryError
+
+    monkeypatch.setattr(Invariants, "check", out_of_memory)
+    r = StackSim(StackConfig(seed=1, seconds=5.0), tmp_path / "oom").run()
+    assert r.verdict == "unknown" and r.violation is None, (r.verdict, r.violation)
+    assert "the invariant check ran out of memory" in r.results["error"], r.results
+
+    def broken(self, states=False):
+        raise KeyError("x")
+
+    monkeypatch.setattr(Invariants, "check", broken)
+    r = StackSim(StackConfig(seed=1, seconds=5.0), tmp_path / "broken").run()
+    assert r.violation and r.violation.startswith("invariant check crashed: KeyError"), r.violation
+
+
 def test_an_abandoned_coroutines_leftovers_are_quiet_and_nothing_else(monkeypatch):
     """A worker runs seed after seed: a coroutine of an earlier seed's closed loop, collected
     later, must not print its cleanup's errors; any other unraisable still is reported."""

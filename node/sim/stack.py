@@ -267,6 +267,9 @@ class StackSim:
             except StackViolation as e:
                 self.violation = str(e)
                 return
+            except MemoryError:
+                self.client_error = self._out_of_memory()
+                return
             except Exception as e:  # a check that cannot run must not pass quietly
                 self.violation = f"invariant check crashed: {type(e).__name__}: {e}"
                 return
@@ -638,12 +641,22 @@ class StackSim:
             self.invariants.check_master_lists()
         except StackViolation as e:
             self.violation = str(e)
+        except MemoryError:
+            self.client_error = self._out_of_memory()
+            return None
         except Exception as e:
             self.violation = f"invariant check crashed: {type(e).__name__}: {e}"
         if client.exception() is not None:  # e.g. the test table never became writable
             self.client_error = self._stopped_because(client.exception())
             return None
         return client.result()
+
+    def _out_of_memory(self) -> str:
+        """Why a seed whose invariant check ran out of memory ends unknown: its worker's bound
+        was reached, which says nothing of the engine (a crashed check is otherwise a
+        violation, so that a check that cannot run never passes quietly)."""
+        return (f"stopped at {self.loop.time():.1f} virtual s: the invariant check ran out of "
+                "memory (the seed outgrew its worker's bound)")
 
     def _stopped_because(self, e: BaseException) -> str:
         """Why the client's run stopped, with every FAILED replica's own error: the evidence a
