@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from node.sim.stack import StackConfig, run_seeds  # noqa: E402
-from node.sim.swarm import mix_for  # noqa: E402
+from harness.sim.stack import StackConfig, run_seeds  # noqa: E402
+from harness.sim.swarm import mix_for  # noqa: E402
 
 
 def anchor_us() -> float:

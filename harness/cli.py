@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "wal": ("node.wal.cli", "inspect write-ahead log segments (dump)"),
     "check": ("reports.checkers.cli", "check a history (linearizability, Elle anomalies, bank, set)"),
     "analyze": ("reports.analyze", "check stored runs with Spark; write results, HTML reports and the store index"),
-    "sim": ("node.sim.cli", "run the deterministic Raft cluster simulator"),
+    "sim": ("harness.sim.cli", "run the deterministic Raft cluster simulator"),
     "probes": ("reports.probes_cli", "list the engine's code probes; which fired in stored runs"),
     "tserver": ("node.tserver.cli", "run a tablet server daemon; 'tserver list': the live tablet servers; 'tserver state': maintenance mode"),
     "serve": ("reports.serve", "serve the store's reports over HTTP for browsing (loopback by default)"),

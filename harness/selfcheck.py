@@ -124,9 +124,9 @@ def cells(flags: list[str]) -> list[Cell]:
     with the flag on in every simulated server."""
     from dataclasses import fields
 
+    from harness.sim.runner import fault_core_options
     from harness.sim_cell import FULL_KIND, KIND
     from node.faults import Faults
-    from node.sim.runner import fault_core_options
 
     names = {f.name for f in fields(Faults)}
     out = []

@@ -6,7 +6,7 @@ by counting, Raft's figure 8; a follower keeping a conflicting suffix) only by l
 matrix makes a few dozen elections. The simulator makes thousands of seeds a minute, each with
 drops, partitions, crashes and config changes, and checks the Raft invariants after every step,
 so a core bug shows up in seconds. The fault flags of the run that act in the core
-(node.sim.runner.fault_core_options) run in the simulated cores too, so the self-check can
+(harness.sim.runner.fault_core_options) run in the simulated cores too, so the self-check can
 ask the simulator as well. A violation makes the cell invalid, naming the invariant and a replay
 command; seeds that did not recover after the final heal are listed but do not decide the verdict
 (the chaos cells judge availability).
@@ -37,9 +37,9 @@ def run_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags: dict
     first failing seed's trace (replay.txt) go into `out_dir`."""
     from dataclasses import fields
 
+    from harness.sim.runner import fault_core_options, replay_command, replay_report, run_for
     from harness.store import write_json
     from node.faults import Faults
-    from node.sim.runner import fault_core_options, replay_command, replay_report, run_for
 
     names = {f.name for f in fields(Faults)}
     on = sorted(k for k, v in {**flags, **cell.overrides.get("flags", {})}.items()
@@ -74,17 +74,17 @@ def run_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags: dict
 
 def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags: dict,
                   out_dir: Path, writes: str = "own") -> Outcome:
-    """The whole engine simulated (node.sim.stack), seed after seed on every core, until
+    """The whole engine simulated (harness.sim.stack), seed after seed on every core, until
     `time_limit`, half of them with their own swarm fault mix; a seed that fails keeps its
     history in `out_dir`/seed-N. `writes` (test-all --writes): how every seed's workers write;
     own leaves it to each swarm mix's draw."""
     import os
     from dataclasses import fields
 
+    from harness.sim.stack import StackConfig, replay_command, run_seeds
+    from harness.sim.swarm import CLASSIC, swarm_mix
     from harness.store import write_json
     from node.faults import Faults
-    from node.sim.stack import StackConfig, replay_command, run_seeds
-    from node.sim.swarm import CLASSIC, swarm_mix
 
     names = {f.name for f in fields(Faults)}
     on = sorted(k for k, v in {**flags, **cell.overrides.get("flags", {})}.items()
@@ -94,7 +94,7 @@ def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags:
     t0 = time.monotonic()
     # more seeds than can run in time: the deadline stops the run
     # Half the seeds (s % 4 in 2, 3) with their own swarm fault mix and read mode
-    # (node.sim.swarm), half with the fixed mix: a swarm mix leaves some faults out of each seed
+    # (harness.sim.swarm), half with the fixed mix: a swarm mix leaves some faults out of each seed
     # (a seed without crashes cannot catch an acknowledgement before fsync), and the fixed mix
     # is where the recorded mutant seeds were found; each workload gets both.
     # Unless the cell says (`seconds`), a seed simulates FULL_SEED_S virtual seconds (fewer
@@ -134,7 +134,7 @@ def run_idle(cell: Cell, time_limit: float, attempt: int, seed: int, flags: dict
     """run_full_cell in a process of its own at the idle scheduling class (SCHED_IDLE, which
     its seed workers inherit): it runs only on CPU nothing else wants, so the chaos runs beside
     it keep their timing (Cell.soak). Its own process also keeps the seed workers' start-up
-    environment (PYTHONHASHSEED, node.sim.stack.run_seeds) out of the harness's."""
+    environment (PYTHONHASHSEED, harness.sim.stack.run_seeds) out of the harness's."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
@@ -161,7 +161,7 @@ def _idle_main(send, cell: Cell, time_limit: float, attempt: int, seed: int, fla
 
 
 def _seed_failure(r) -> str:
-    """What went wrong in one seed (a node.sim.stack.StackResult), in one line: the violated
+    """What went wrong in one seed (a harness.sim.stack.StackResult), in one line: the violated
     invariant (a safety guard's FAILED replica quoted), else the verdict with why the run
     stopped (a setup that never worked, a crash) and the checker's anomalies."""
     what = r.violation or " ".join(filter(None, [r.verdict, r.results.get("error")]))

@@ -1,5 +1,5 @@
 """A tablet copy racing an election, on real hosts: the whole-stack simulator's copy-race fault
-(node.sim.stack) as a nemesis package. For one tablet with leader L and two other voters F and
+(harness.sim.stack) as a nemesis package. For one tablet with leader L and two other voters F and
 R: cut the link between L and F (iptables drops, both ways; both still reach every other host),
 and a moment later tombstone R's replica (ts.delete_tablet, as a failed disk or an operator
 leaves a voter that is still in the config). L then copies the tablet to R while F, cut off

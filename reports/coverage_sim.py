@@ -3,7 +3,7 @@
 Runs N seeds of `tessera sim --stack full` (swarm mixes, the nightly default) under coverage.py
 with branch coverage of node/, in the simulator's own spawned workers, then writes an HTML
 report and prints one JSON line: line and branch percent in all and per package. The
-simulator itself (node/sim) and the offline operator tools (node/tools), which no seed runs,
+simulator itself (harness/sim) and the offline operator tools (node/tools), which no seed runs,
 are left out: the figure is the engine's. Code probes say which named rare branches a run
 reached; this says how much of everything, named or not, it did.
 
@@ -25,7 +25,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-OMIT = ("node/sim/*", "node/tools/*")
+OMIT = ("node/tools/*",)
 
 
 def rcfile(out: Path, root: Path) -> Path:

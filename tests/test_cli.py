@@ -342,7 +342,7 @@ def test_a_verbs_help_is_its_own(capsys):
 
 def test_bare_sim_runs_with_a_default_seed_count():
     from harness.cli import BadArgsParser
-    from node.sim import cli as sim_cli
+    from harness.sim import cli as sim_cli
 
     p = BadArgsParser()
     sim_cli.configure(p)

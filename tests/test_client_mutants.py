@@ -9,9 +9,9 @@ import json
 
 import pytest
 
+from harness.sim.stack import StackConfig, StackSim
+from harness.sim.swarm import parse_mix, swarm_mix
 from node.client import faults
-from node.sim.stack import StackConfig, StackSim
-from node.sim.swarm import parse_mix, swarm_mix
 
 pytestmark = pytest.mark.slow
 

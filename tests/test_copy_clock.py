@@ -2,7 +2,7 @@
 are measured on the event loop's clock: time.monotonic in a daemon, as before, and the virtual
 clock under the simulator. They read time.monotonic() directly, so in a simulated seed (many
 virtual seconds a wall second) neither was ever reached, and whether one was would have depended
-on the machine's speed, which a replayed seed must not (node.sim.loop: no wall-clock reads in
+on the machine's speed, which a replayed seed must not (harness.sim.loop: no wall-clock reads in
 decisions). Both run here on a SimLoop, where a virtual minute takes no wall time."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import logging
 
 import pytest
 
+from harness.sim.loop import SimLoop
+from harness.sim.network import SimNetwork
 from node.consensus import RaftConfig
 from node.copy_pins import CopySource
 from node.logfmt import TabletLog
 from node.protocol import CopyFile, CopySession, Peer
 from node.rpc import ErrorCode, RpcError
-from node.sim.loop import SimLoop
-from node.sim.network import SimNetwork
 from node.tablet.superblock import KeyRange
 from node.tserver.copy_client import CopyClient
 from node.tserver.copy_source import CopySourceSessions, _Session

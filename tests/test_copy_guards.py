@@ -19,11 +19,11 @@ from tserver_helpers import (
     write_rows,
 )
 
+from harness.sim.script import ScriptCluster
 from node import probes
 from node.consensus import FollowerLostEntries, HardState
 from node.protocol import DeleteTablet, Read, StartTabletCopy, TabletCopyResult
 from node.rpc import ErrorCode, RpcError
-from node.sim.script import ScriptCluster
 from node.tablet.ops import Read as Get
 from node.tablet.superblock import DataState, OpId, Superblock
 from node.tserver.tablet_manager import TabletState

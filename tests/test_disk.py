@@ -10,8 +10,9 @@ import random
 
 import pytest
 
+from harness.sim.disk import Fenced, SimDisk, SimFaults
 from node import durable
-from node.disk import Fenced, SimDisk, SimFaults, pwrite_all
+from node.disk import pwrite_all
 from node.entry import Entry, EntryType
 from node.errors import CorruptionError
 from node.faults import Faults
@@ -390,7 +391,7 @@ def test_file_serials_tell_older_files_from_newer_ones_across_crashes():
 
 
 def test_fsync_meter_sums_the_sampled_latency_of_the_syncs_inside():
-    from node.disk import fsync_meter
+    from harness.sim.disk import fsync_meter
 
     disk = new_disk(fsync_latency=(0.1, 0.1))
     with fsync_meter() as outer:

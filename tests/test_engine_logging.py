@@ -18,13 +18,13 @@ from replica_net import (
     write_wal,
 )
 
+from harness.sim.script import ScriptCluster
 from node.consensus import CasMismatch, ChangeOp, ConfigChange, ConfigRolledBack, SafetyError
 from node.disk import REAL
 from node.logfmt import CORRUPTION, FAILED, SAFETY
 from node.protocol import CreateTablet, DeleteTablet
 from node.replica import Replica, ReplicaOptions
 from node.server_base import ServerOptions
-from node.sim.script import ScriptCluster
 from node.tablet.paths import TabletPaths
 from node.tablet.superblock import DataState, KeyRange, Superblock
 from node.tserver.server import TabletServer

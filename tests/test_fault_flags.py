@@ -23,6 +23,8 @@ from replica_net import (
     write_wal,
 )
 
+from harness.sim.runner import run_seeds
+from harness.sim.script import ScriptCluster
 from node import daemon_cli, faults
 from node.consensus import (
     CoreConfig,
@@ -40,8 +42,6 @@ from node.entry import Entry, EntryType
 from node.errors import ReplicaError
 from node.faults import Faults
 from node.replica import Replica
-from node.sim.runner import run_seeds
-from node.sim.script import ScriptCluster
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.ops import Append, OpenSession, Read, Write, encode_command
 from node.tablet.state import StateMachine

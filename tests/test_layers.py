@@ -1,4 +1,4 @@
-"""The layers of the product packages hold (issue 34).
+"""The layers of the product packages hold.
 
 Every import in node/, harness/, nemeses/, workloads/ and reports/ is read with `ast`: at module
 level, inside functions and under `if TYPE_CHECKING:` alike, since each is a dependency of the
@@ -8,8 +8,9 @@ edges between the project's own modules count. The parent packages an import run
 (`a/__init__.py` for `a.b`) are not edges: the rules speak of what a module names.
 
 The rules:
-- the engine (node/ outside node/sim/) reaches nothing in harness, nemeses, workloads or reports;
-- the whole-stack simulator (node/sim/) may drive the harness's runner, recorder, workloads and
+- the engine (all of node/) reaches nothing in harness, nemeses, workloads or reports, with no
+  exception: a server deploys without the harness, and the simulators live beside it;
+- the whole-stack simulator (harness/sim/) may drive the harness's runner, recorder, workloads and
   checkers, but never reaches the `tessera test` command (harness.chaos, harness.chaos_cli) nor a
   system's deployment (harness.db, harness.*_db);
 - the checkers (reports/checkers/) reach nothing in harness;
@@ -62,11 +63,11 @@ def within(*prefixes: str) -> Callable[[str], bool]:
 
 
 RULES = (
-    Rule("the engine (node/ outside node/sim/) must not reach the harness, nemeses, workloads "
-         "or reports", lambda m: within("node")(m) and not within("node.sim")(m),
+    Rule("the engine (node/) must not reach the harness, nemeses, workloads or reports",
+         within("node"),
          within("harness", "nemeses", "workloads", "reports")),
-    Rule("the simulator (node/sim/) must not reach the `tessera test` command or a system's "
-         "deployment", within("node.sim"),
+    Rule("the simulator (harness/sim/) must not reach the `tessera test` command or a system's "
+         "deployment", within("harness.sim"),
          lambda m: within("harness.chaos", "harness.chaos_cli", "harness.db")(m)
          or re.fullmatch(r"harness\.\w+_db", m) is not None),
     Rule("the checkers (reports/checkers/) must not reach the harness", within("reports.checkers"),
@@ -249,10 +250,14 @@ MAX_CLASS_LINES = 600
 LARGE_BY_DESIGN = {"node.consensus.core.RaftCore"}  # the pure core: one state machine, no I/O
 
 
+BOUNDED = ("node", "harness/sim")  # the engine, and the simulator that drives all of it
+
+
 def large_classes(root: Path = ROOT, limit: int = MAX_CLASS_LINES) -> list[str]:
-    """`module.Class (N lines)` for each class of node/ longer than `limit`, nested ones too."""
+    """`module.Class (N lines)` for each class of the engine or the simulator longer than
+    `limit`, nested ones too."""
     out = []
-    for path in sorted((root / "node").rglob("*.py")):
+    for path in sorted(p for d in BOUNDED for p in (root / d).rglob("*.py")):
         module = ".".join(path.relative_to(root).with_suffix("").parts)
         for n in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(n, ast.ClassDef) and n.end_lineno - n.lineno + 1 > limit:
@@ -260,8 +265,8 @@ def large_classes(root: Path = ROOT, limit: int = MAX_CLASS_LINES) -> list[str]:
     return out
 
 
-def test_no_class_of_the_engine_outgrows_one_owner():
-    """Issue 34: a class over 600 lines holds more than one owner's state (Replica held reads,
+def test_no_class_of_the_engine_or_its_simulator_outgrows_one_owner():
+    """A class over 600 lines holds more than one owner's state (Replica held reads,
     leases and the copy source's pins before node/read_only.py and node/copy_pins.py)."""
     too_large = [c for c in large_classes() if c.split(" ")[0] not in LARGE_BY_DESIGN]
     assert not too_large, too_large
@@ -289,8 +294,8 @@ CLEAN = {
     "node/__init__.py": "",
     "node/wal.py": "import os\n",
     "node/replica.py": "from node import wal\nfrom . import wal as w2\n",
-    "node/sim/__init__.py": "",
-    "node/sim/stack.py": "from harness.runner import run\nfrom node.replica import x\n",
+    "harness/sim/__init__.py": "",
+    "harness/sim/stack.py": "from harness.runner import run\nfrom node.replica import x\n",
     "harness/__init__.py": "",
     "harness/runner.py": "def run():\n    from reports.checkers import check\n",
     "harness/chaos.py": "from harness import runner, db\n",
@@ -307,7 +312,7 @@ def test_the_reader_resolves_every_kind_of_import(tmp_path):
     graph = _tree(tmp_path, CLEAN)
     targets = {m: [i.target for i in imps] for m, imps in graph.items()}
     assert targets["node.replica"] == ["node.wal", "node.wal"]  # absolute and relative
-    assert targets["node.sim.stack"] == ["harness.runner", "node.replica"]
+    assert targets["harness.sim.stack"] == ["harness.runner", "node.replica"]
     assert targets["harness.runner"] == ["reports.checkers.check"]  # inside a function
     assert targets["harness.chaos"] == ["harness.db", "harness.runner"]
     assert targets["reports.checkers.check"] == ["reports.history"]  # from ..module import name
@@ -341,8 +346,8 @@ def test_planted_forbidden_imports_are_found(tmp_path):
         **CLEAN,
         # engine -> harness, twice: at module level and in a function
         "node/tools.py": "from harness.cluster import up\ndef ksck():\n    import harness.cluster\n",
-        "node/sim/cell.py": "from harness.etcd_db import Etcd\n",  # sim -> a deployment
-        "node/sim/stack.py": "from harness import runner\n",
+        "harness/sim/cell.py": "from harness.etcd_db import Etcd\n",  # sim -> a deployment
+        "harness/sim/stack.py": "from harness import runner\n",
         "harness/runner.py": "from harness.chaos_cli import say\n",  # sim -> runner -> chaos_cli
         "reports/checkers/cli.py": "from harness.cli import BAD_ARGS\n",  # checkers -> harness
         "harness/cli.py": "",
@@ -354,11 +359,21 @@ def test_planted_forbidden_imports_are_found(tmp_path):
     text = "\n".join(problems)
     assert "node/tools.py:1: node.tools imports harness.cluster" in text
     assert "node/tools.py:3: node.tools imports harness.cluster" in text
-    assert "node/sim/cell.py:1: node.sim.cell imports harness.etcd_db" in text
-    assert ("node.sim.stack reaches harness.chaos_cli\n"
-            "    node/sim/stack.py:1: node.sim.stack imports harness.runner\n"
+    assert "harness/sim/cell.py:1: harness.sim.cell imports harness.etcd_db" in text
+    assert ("harness.sim.stack reaches harness.chaos_cli\n"
+            "    harness/sim/stack.py:1: harness.sim.stack imports harness.runner\n"
             "    harness/runner.py:1: harness.runner imports harness.chaos_cli") in text
     assert "reports/checkers/cli.py:1: reports.checkers.cli imports harness.cli" in text
+
+
+def test_the_engine_may_not_reach_the_simulator_either(tmp_path):
+    """The simulators live in harness/sim/: an engine module that imports one (to run itself on
+    virtual time, say) breaks the engine's layer like any other harness import."""
+    graph = _tree(tmp_path, {**CLEAN, "harness/sim/loop.py": "",
+                             "node/server.py": "def f():\n    from harness.sim.loop import SimLoop\n"})
+    (problem,) = report(graph)
+    assert problem.startswith("the engine (node/) must not reach the harness")
+    assert "node/server.py:2: node.server imports harness.sim.loop" in problem
 
 
 def test_planted_exit_codes_out_of_place_are_found(tmp_path):

@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+from harness.sim.stack import CLIENT_HOST, MASTER_PORT, StackConfig, StackSim
+from harness.sim.stack_checks import CATALOG
 from node.protocol import ConfigState, Peer, RemoveMaster, TSHeartbeatResponse
 from node.rpc import RpcClient
-from node.sim.stack import CLIENT_HOST, MASTER_PORT, StackConfig, StackSim
-from node.sim.stack_checks import CATALOG
 from node.tserver.heartbeater import Heartbeater
 
 # The master that will be deposed never notices by itself in this run: its check-quorum looks

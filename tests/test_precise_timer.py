@@ -14,9 +14,9 @@ import time
 import pytest
 import uvloop
 
+from harness.sim.loop import SimLoop
+from harness.sim.network import SimNetwork
 from node.precise_timer import TimerFd, precise_timers
-from node.sim.loop import SimLoop
-from node.sim.network import SimNetwork
 
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 

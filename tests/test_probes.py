@@ -115,7 +115,7 @@ def test_the_matrix_summary_says_which_probes_no_cell_fired():
 
 
 def test_the_core_simulator_counts_each_seeds_probes():
-    from node.sim.runner import run_seeds
+    from harness.sim.runner import run_seeds
 
     summary = run_seeds(2, steps=300)
     assert len(summary.probes) == 2 and all(p.get("raft.election.won") for p in summary.probes)

@@ -7,6 +7,7 @@ import random
 import msgspec
 import pytest
 
+from harness.sim.script import ScriptCluster
 from node import probes
 from node.consensus import (
     AppendEntries,
@@ -26,7 +27,6 @@ from node.consensus import (
     VoteResponse,
 )
 from node.entry import Entry, EntryType
-from node.sim.script import ScriptCluster
 
 CONFIG3 = RaftConfig(0, tuple(Member(u, MemberType.VOTER) for u in ("n1", "n2", "n3")))
 

@@ -5,6 +5,7 @@ Each script is a list of steps `(op, *args)`; `expect` steps check one fact abou
 
 import pytest
 
+from harness.sim.script import ScriptCluster
 from node import probes
 from node.consensus import (
     AppendResponse,
@@ -21,7 +22,6 @@ from node.consensus import (
     VoteResponse,
 )
 from node.consensus.core import RaftCore
-from node.sim.script import ScriptCluster
 
 ADD, PROMOTE, REMOVE = ChangeOp.ADD_NON_VOTER, ChangeOp.PROMOTE, ChangeOp.REMOVE
 

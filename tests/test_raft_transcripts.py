@@ -2,7 +2,7 @@
 
 Each file is a list of blocks separated by blank lines. A block is optional `# comment` lines,
 one command line, `----`, then the output the command must print (no blank lines in it). The
-commands drive node.sim.script.ScriptCluster (one FIFO message queue, time only by `tick`); the
+commands drive harness.sim.script.ScriptCluster (one FIFO message queue, time only by `tick`); the
 output is the message trace: every delivered message on one line (`n1->n2 MsgApp term=1
 log=1/1 commit=1 entries=[1/2 "x"]`; `DROPPED` when a partition or a crash eats it), indented
 lines for what it made a node decide (role or term changes, elections, config changes), and
@@ -34,6 +34,7 @@ import pathlib
 
 import pytest
 
+from harness.sim.script import ScriptCluster
 from node.consensus import (
     AppendEntries,
     AppendResponse,
@@ -55,7 +56,6 @@ from node.consensus import (
     decode_config,
 )
 from node.entry import EntryType
-from node.sim.script import ScriptCluster
 
 TESTDATA = pathlib.Path(__file__).parent / "testdata" / "raft"
 REWRITE = os.environ.get("REWRITE_TRANSCRIPTS") == "1"

@@ -1,4 +1,4 @@
-"""node.sim.seed_pool: seeds on worker processes that may die. A worker killed by a signal (a
+"""harness.sim.seed_pool: seeds on worker processes that may die. A worker killed by a signal (a
 segfault at the memory bound, the OOM killer) must end as a lost seed, never as a run that
 waits for ever or a seed reported as passed."""
 
@@ -8,7 +8,7 @@ import os
 import signal
 import time
 
-from node.sim.seed_pool import DIED, run_in_order
+from harness.sim.seed_pool import DIED, run_in_order
 
 
 def _square_or_die(n: int) -> int:

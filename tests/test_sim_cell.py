@@ -13,10 +13,10 @@ from harness.matrix import Cell, Outcome, run_matrix
 from harness.matrix_cli import cells_from_args, configure
 from harness.selfcheck import cells as selfcheck_cells
 from harness.selfcheck import classify, flags_of
+from harness.sim.cli import core_options_for
+from harness.sim.cluster import Simulation
 from harness.sim_cell import FULL_KIND, KIND, run_cell, run_full_cell
 from harness.spec import TestSpec
-from node.sim.cli import core_options_for
-from node.sim.cluster import Simulation
 
 FIGURE_8 = "fault_commit_prior_term_by_count"
 

@@ -1,4 +1,4 @@
-"""Forged damage (node.sim.stack_forge): bytes whose checksums match but whose content is wrong,
+"""Forged damage (harness.sim.stack_forge): bytes whose checksums match but whose content is wrong,
 on disk (the `forge` late kind) and on the wire (`garble`). Each recorded seed is valid (the
 damaged replica came back FAILED, as the checks demand of judged damage) and fires the probes
 no other fault reaches."""
@@ -9,12 +9,12 @@ import random
 
 import pytest
 
-from node.disk import SimDisk
+from harness.sim.disk import SimDisk
+from harness.sim.network import SimNetwork
+from harness.sim.stack import StackConfig, StackSim
+from harness.sim.stack_forge import FORGED_MODES, _read_at_boot
+from harness.sim.swarm import LATE, parse_mix, swarm_mix
 from node.errors import CorruptionError
-from node.sim.network import SimNetwork
-from node.sim.stack import StackConfig, StackSim
-from node.sim.stack_forge import FORGED_MODES, _read_at_boot
-from node.sim.swarm import LATE, parse_mix, swarm_mix
 from node.tablet.snapshot import SnapshotStore
 from node.tablet.state import StateMachine
 from tests.test_tablet_snapshot import busy_state

@@ -10,11 +10,11 @@ import time
 import msgspec
 import pytest
 
+from harness.sim.loop import SimDeadlock, SimLoop
+from harness.sim.network import SimNetwork
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
 from node.rpc.deadlines import GRANULARITY
 from node.security.acl import ALL_ROLES
-from node.sim.loop import SimDeadlock, SimLoop
-from node.sim.network import SimNetwork
 
 SERVER, CLIENT = "10.77.0.101", "10.77.0.102"
 
@@ -304,8 +304,8 @@ def test_a_seed_replays_bit_for_bit():
 def test_slow_fsync_delays_a_blocking_calls_result_by_its_sampled_latency():
     """to_thread work that syncs a SimDisk with fsync latency returns that much later in virtual
     time, its error too; a crash meanwhile leaves the sync done and the caller never told."""
+    from harness.sim.disk import SimDisk, SimFaults
     from node import durable
-    from node.disk import SimDisk, SimFaults
 
     loop, _ = _sim()
     disk = SimDisk(random.Random(1), SimFaults(fsync_latency=(0.25, 0.25)))

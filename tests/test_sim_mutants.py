@@ -4,9 +4,9 @@ budget. A simulator that misses them would be checking too little."""
 
 import pytest
 
+from harness.sim.runner import replay_report, run_seeds
 from node.consensus import ChangePending, HardState, VoteResponse
 from node.consensus.core import RaftCore
-from node.sim.runner import replay_report, run_seeds
 
 SEED_BUDGET = 500
 STEPS = 4000

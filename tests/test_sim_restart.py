@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from harness.sim.cluster import Simulation
+from harness.sim.invariants import Invariants, Violation
 from node.consensus import Role
-from node.sim.cluster import Simulation
-from node.sim.invariants import Invariants, Violation
 
 
 def _quiet(seed: int, nodes: int = 3) -> Simulation:

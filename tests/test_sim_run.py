@@ -10,10 +10,10 @@ from collections import Counter
 
 import pytest
 
+from harness.sim import cli
+from harness.sim.cluster import LIVENESS_BOUND_MS, Simulation
+from harness.sim.runner import run_seeds
 from node.consensus.core import RaftCore
-from node.sim import cli
-from node.sim.cluster import LIVENESS_BOUND_MS, Simulation
-from node.sim.runner import run_seeds
 
 FAULT_KINDS = ("crashes", "partitions", "dropped", "duplicated", "config_changes", "cas_refused",
                "transfers", "reads", "proposals", "compactions")
@@ -54,7 +54,7 @@ def test_same_seed_replays_bit_for_bit():
 
 
 def test_replay_does_not_depend_on_the_process_hash_seed():
-    code = "from node.sim.cluster import Simulation; print(Simulation(3, steps=2000, trace=True).run().digest)"
+    code = "from harness.sim.cluster import Simulation; print(Simulation(3, steps=2000, trace=True).run().digest)"
     digests = {
         subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -104,8 +104,8 @@ def test_a_stale_term_leader_may_lack_entries_committed_in_a_later_term():
 
 
 def test_leader_completeness_binds_leaders_of_later_terms():
+    from harness.sim.invariants import Invariants, Violation
     from node.consensus import Role
-    from node.sim.invariants import Invariants, Violation
 
     inv = Invariants()
     inv.on_commit("n3", 0, 1, lambda i: 3, 3)  # index 1 committed in term 3
@@ -122,7 +122,7 @@ def test_the_whole_stack_simulators_exit_code_follows_the_verdict_table(
     """`tessera sim --stack full` exits as every verdict command does: 1 for a seed that broke
     an invariant or judged invalid, else 2 for one that could not be judged (a worker out of
     memory), else 0. The seeds' outcomes are given; what is tested is the table."""
-    import node.sim.stack as stack
+    import harness.sim.stack as stack
     from harness.cli import main
 
     def seeds(configs, out_root, jobs, on_result=None, **_kw):

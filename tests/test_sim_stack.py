@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from harness.sim.stack import StackConfig, StackSim, run_seeds
+from harness.sim.stack_checks import StackViolation
 from node.faults import Faults
 from node.master.server import Master
-from node.sim.stack import StackConfig, StackSim, run_seeds
-from node.sim.stack_checks import StackViolation
 from node.tablet.superblock import DataState, KeyRange, Superblock
 from node.tserver.server import TabletServer
 
@@ -76,8 +76,8 @@ def test_each_driver_level_mutant_is_caught(tmp_path, flag):
 def test_a_seed_past_the_disk_budget_stops_unknown_and_says_why(tmp_path, monkeypatch):
     """The simulated disks are memory: a seed whose disks outgrow the budget stops, unknown,
     with the reason, rather than take its worker (and the run waiting on it) out of memory."""
-    import node.sim.stack as stack
-    from node.disk import SimDisk
+    import harness.sim.stack as stack
+    from harness.sim.disk import SimDisk
 
     disk = SimDisk()
     disk.pwritev(disk.open("/f", create=True), [b"x" * 1000], 0)
@@ -92,7 +92,7 @@ def test_an_invariant_check_out_of_memory_is_unknown_not_a_violation(tmp_path, m
     """A seed whose invariant check runs out of memory outgrew its worker: unknown, with the
     reason, not a violation (which the matrix's sim-full cell would report as invalid). Any
     other crash of a check is still a violation: a check that cannot run never passes."""
-    from node.sim.stack_checks import Invariants
+    from harness.sim.stack_checks import Invariants
 
     def out_of_memory(self, states=False):
         raise MemoryError
@@ -113,7 +113,7 @@ def test_an_invariant_check_out_of_memory_is_unknown_not_a_violation(tmp_path, m
 def test_an_abandoned_coroutines_leftovers_are_quiet_and_nothing_else(monkeypatch):
     """A worker runs seed after seed: a coroutine of an earlier seed's closed loop, collected
     later, must not print its cleanup's errors; any other unraisable still is reported."""
-    from node.sim.stack import _quiet_fenced
+    from harness.sim.stack import _quiet_fenced
 
     async def abandoned():
         return None
@@ -315,7 +315,7 @@ def test_cli_full_stack_contract(tmp_path):
 
 
 def test_ddmin_finds_the_faults_that_matter():
-    from node.sim.shrink import ddmin
+    from harness.sim.shrink import ddmin
 
     calls = []
 
@@ -333,8 +333,8 @@ def test_shrinking_a_judged_failure_never_counts_a_run_that_could_not_be_judged(
     """A candidate that ends unknown (its worker out of memory, a crash) has no verdict: it
     does not stand in for a seed's violation (swarm seed 158's schedules without faults ran out
     of memory, and shrank its safety violation to nothing). Only the fault at 2.0 makes it."""
-    import node.sim.shrink as shrinking
-    from node.sim.stack import StackResult
+    import harness.sim.shrink as shrinking
+    from harness.sim.stack import StackResult
 
     def outcome(violation=None, events=()):
         return StackResult(1, "unknown", violation, {"error": "MemoryError"}, 0, 0.0, "", {},
@@ -373,7 +373,7 @@ def test_a_replayed_schedule_applies_exactly_its_faults(tmp_path):
 
 @pytest.mark.slow
 def test_shrinking_keeps_a_failing_schedule_and_drops_the_rest(tmp_path):
-    from node.sim.shrink import shrink
+    from harness.sim.shrink import shrink
 
     cfg = StackConfig(seed=100, seconds=30.0, faults=Faults(fault_ack_before_fsync=True))
     first = run_seeds([cfg], tmp_path, jobs=2)[0]
@@ -561,7 +561,7 @@ def test_a_seed_that_breaks_the_simulator_is_unknown_with_the_error(tmp_path):
 def test_a_seed_its_checker_could_not_judge_says_why(tmp_path, monkeypatch):
     """An `unknown` seed whose checker failed carries the checker's error to the seed's line,
     not an empty list of anomalies."""
-    from node.sim import stack
+    from harness.sim import stack
 
     def run(self):
         return stack.StackResult(self.cfg.seed, "unknown", None, {"verdict": "unknown", "check": {
@@ -640,7 +640,7 @@ DAMAGE_CASES = {
 
 
 def _damage_seed(mode: str, out: Path, seconds: float = 14.0):
-    from node.sim.swarm import parse_mix
+    from harness.sim.swarm import parse_mix
 
     values, _ = DAMAGE_CASES[mode]
     schedule = _CRASH_TS3 + tuple((7.0 + i, "damage", v) for i, v in enumerate(values))
@@ -650,7 +650,7 @@ def _damage_seed(mode: str, out: Path, seconds: float = 14.0):
 
 @pytest.mark.parametrize("mode", sorted(DAMAGE_CASES))
 def test_each_damage_mode_fails_the_replica_it_damages_and_loses_nothing(mode, tmp_path):
-    """The damage fault's modes (node.sim.stack_damage.damage), replayed as recorded on a
+    """The damage fault's modes (harness.sim.stack_damage.damage), replayed as recorded on a
     correct engine: each damaged replica comes back FAILED (the server refuses to start, for
     its own files), the refusal's probes fire, and the seed is valid: nothing acknowledged
     is lost."""

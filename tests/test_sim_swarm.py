@@ -13,9 +13,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from node.sim.network import SimNetwork
-from node.sim.stack import StackConfig, StackSim, _quiet_fenced, baseline_faults, replay_command
-from node.sim.swarm import (
+from harness.sim.network import SimNetwork
+from harness.sim.stack import StackConfig, StackSim, _quiet_fenced, baseline_faults, replay_command
+from harness.sim.swarm import (
     BUNDLE_DRAW,
     BUNDLED,
     CLASSIC,
@@ -187,7 +187,7 @@ def test_a_tombstone_that_votes_within_the_lease_is_caught_by_a_lease_race_seed(
 
 def _unbundled(seeds) -> list[int]:
     """The seeds whose mix is their own draws alone, with no bundle's knobs in place of some
-    (node.sim.swarm.BUNDLES)."""
+    (harness.sim.swarm.BUNDLES)."""
     return [s for s in seeds if _own_draw(s, "bundle", BUNDLE_DRAW) is None]
 
 
@@ -270,7 +270,7 @@ def test_masters_are_added_and_removed_while_servers_heartbeat_and_the_servers_f
     """The masters fault: a fourth master joins (started empty, added, copied the catalog,
     promoted) and leaves again, over and over; at the end every tablet server heartbeats the
     committed masters, and the check says so when one does not."""
-    from node.sim.stack_checks import CATALOG, StackViolation
+    from harness.sim.stack_checks import CATALOG, StackViolation
 
     sim = StackSim(StackConfig(seed=0, workload="register", seconds=20.0,
                                mix=parse_mix(MASTERS)), tmp_path)
@@ -300,9 +300,9 @@ def test_clocks_drift_past_the_bound_and_hybrid_time_still_follows_the_log(monke
     each tablet's log across leaders. A new leader that does not witness its predecessors'
     timestamps (the mutant below) is caught at seed 2 of this mix; skew within the bound hides
     it (6 seeds of skew:4,transfer:4 passed with it)."""
+    from harness.sim.stack import CLOCK_MAX_ERROR_US
+    from harness.sim.stack_faults import DRIFT_MAX_S
     from node.replica import Replica
-    from node.sim.stack import CLOCK_MAX_ERROR_US
-    from node.sim.stack_faults import DRIFT_MAX_S
 
     def run(out: Path):
         return register_seed(2, DRIFT, 30.0, out)
@@ -576,7 +576,7 @@ def test_a_copy_cut_mid_fetch_resumes_stalls_or_is_orphaned_and_the_copy_is_made
         tmp_path, monkeypatch):
     """`copy-cut` (a late kind): a follower tombstoned, and while its leader copies the tablet
     back over a slowed link, the link to the copy's source is reset and cut, or the receiver
-    crashes (node.sim.stack_copy_cut). A short cut resumes the fetch where it was; a long one
+    crashes (harness.sim.stack_copy_cut). A short cut resumes the fetch where it was; a long one
     stalls it past the receiver's limit, and the source's session, idle, expires; a crashed
     receiver's unfinished copy is tombstoned at its start-up. No seed had reached any of these
     (the copy's clocks were the wall clock's, and no fault landed inside a copy). Valid."""
@@ -696,7 +696,7 @@ def test_the_unsafe_fault_deletes_the_lost_replicas_before_any_try_reaches_the_s
 
     import node.tools.admin as admin
     import node.tools.local_replica as local_replica
-    from node.sim import stack_unsafe
+    from harness.sim import stack_unsafe
 
     calls = []
 
@@ -738,8 +738,8 @@ def test_tables_dropped_beside_the_workload_and_a_deposed_master_keeps_what_it_n
     peers but not from the tablet servers, has not noticed it is deposed: its reconciler hears
     of tablets its catalog never saw and leaves them alone (master.catalog.unknown_tablet_kept).
     The seed stays valid, and no tablet server runs a replica of a dropped table at the end."""
+    from harness.sim.stack_masters import leader_master
     from node.master.catalog import CATALOG, Catalog
-    from node.sim.stack_masters import leader_master
 
     assert "ddl" in LATE and 20 < sum("ddl" in swarm_mix(s).kinds() for s in range(200)) < 80
     sim = StackSim(StackConfig(seed=6, workload="register", seconds=15.0, mix=parse_mix(DDL)),

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from node.sim.stack import StackConfig, StackSim
-from node.sim.stack_damage import AIMED_MODES
-from node.sim.swarm import (
+from harness.sim.stack import StackConfig, StackSim
+from harness.sim.stack_damage import AIMED_MODES
+from harness.sim.swarm import (
     BUNDLE_DRAW,
     BUNDLED,
     BUNDLES,

@@ -1,4 +1,4 @@
-"""The `unsafe` fault's operator (node.sim.stack_unsafe) on a lost replica whose files the
+"""The `unsafe` fault's operator (harness.sim.stack_unsafe) on a lost replica whose files the
 simulator damaged: the offline delete tool refuses to tombstone it (a corrupt WAL hides the last
 logged op a tombstone keeps), as Kudu's does, and the operator deletes it whole, as Kudu's tool
 then advises (--clean_unsafe). Damage the simulator did not make is raised, never deleted."""
@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from node.sim import stack_unsafe
-from node.sim.stack import StackConfig, StackSim
-from node.sim.swarm import swarm_mix
+from harness.sim import stack_unsafe
+from harness.sim.stack import StackConfig, StackSim
+from harness.sim.swarm import swarm_mix
 from node.wal.errors import WalCorruption
 
 TABLET = "a2078eaed065-0001"

@@ -4,8 +4,8 @@ import errno
 
 import pytest
 
+from harness.sim.disk import SimDisk, SimFaults
 from node.consensus import SafetyError
-from node.disk import SimDisk, SimFaults
 from node.errors import CorruptionError
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.paths import TabletPaths

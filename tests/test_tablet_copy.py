@@ -5,9 +5,9 @@ part-way. Real files, no processes (tests/test_tablet_copy_e2e.py runs whole cop
 import msgspec
 import pytest
 
+from harness.sim.disk import SimDisk
 from node import durable
 from node.consensus import Member, MemberType, RaftConfig, decode_config, encode_config
-from node.disk import SimDisk
 from node.protocol import CopyFile, CopySession
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.paths import TabletPaths

@@ -13,7 +13,7 @@ write with TOO_LARGE, the client records a definite failure, and the tablet goes
 
 import pytest
 
-from node.sim.stack import MAX_FRAME, StackConfig, run_seeds
+from harness.sim.stack import MAX_FRAME, StackConfig, run_seeds
 from workloads import make
 from workloads.values import EDGE_BYTES, ValueSizes
 

@@ -525,9 +525,9 @@ def test_on_a_disk_whose_syncs_take_time_a_group_is_durable_only_when_its_sync_e
     import copy
     import random
 
-    from node.disk import SimDisk, SimFaults
-    from node.sim.loop import SimLoop
-    from node.sim.network import SimNetwork
+    from harness.sim.disk import SimDisk, SimFaults
+    from harness.sim.loop import SimLoop
+    from harness.sim.network import SimNetwork
 
     loop = SimLoop(SimNetwork(0))
     disk = SimDisk(random.Random(1), SimFaults(fsync_latency=(0.25, 0.25)))

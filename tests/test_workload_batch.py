@@ -9,9 +9,9 @@ from collections import Counter
 
 import pytest
 
+from harness.sim.stack import StackConfig, StackSim, replay_command
 from harness.tessera_clients import workload_clients
 from node.client import FlushMode
-from node.sim.stack import StackConfig, StackSim, replay_command
 from reports.history import read_jsonl
 from workloads import make
 

@@ -13,11 +13,11 @@ import sys
 import pytest
 
 import node.client as client_module
+from harness.sim.stack import StackConfig, StackSim, replay_command
 from harness.spec import TestSpec
 from harness.tessera_clients import workload_clients
 from harness.validate import check
 from node.client import FlushMode, TesseraClient
-from node.sim.stack import StackConfig, StackSim, replay_command
 from reports.history import read_jsonl
 from workloads import make
 from workloads.base import WRITE_MODES

@@ -1,7 +1,7 @@
 """The pure Raft core: one replica's consensus state machine, with no I/O, clock, threads or
 global randomness, so a simulator can run whole clusters deterministically.
 
-Driver contract (the tablet server does this with asyncio and the WAL; node.sim does it in memory):
+Driver contract (the tablet server does this with asyncio and the WAL; harness.sim does it in memory):
 
     core = RaftCore(CoreConfig(uuid), random.Random(seed), persisted)   # persisted: from disk
     loop:

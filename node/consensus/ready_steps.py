@@ -1,5 +1,5 @@
 """The one order in which a Ready is carried out: production (node.replica.Replica._handle) and
-both simulators (node.sim.cluster, node.sim.script) take their steps from `steps`, so every
+both simulators (harness.sim.cluster, harness.sim.script) take their steps from `steps`, so every
 transcript and simulator seed exercises the ordering production runs.
 
 Ready's contract (types.Ready) is persist, then send, then apply. Two steps may go earlier,

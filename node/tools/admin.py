@@ -273,7 +273,7 @@ async def unsafe_change_config(client, tablet: str, voters: list[str], *,
     a running replica of `tablet`) appends a config of just them. Raises AdminError if one
     has no running replica, RpcError as a replica refused (ILLEGAL_STATE while it leads).
     Shared by the CLI (`tablet unsafe-change-config --force`) and the simulator's unsafe
-    fault (node.sim.stack_unsafe)."""
+    fault (harness.sim.stack_unsafe)."""
     reports = await _survivors(client, tablet, voters, progress)
     return await _force_config(client, tablet, voters, reports, progress)
 

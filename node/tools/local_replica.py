@@ -151,7 +151,7 @@ def _delete(data_dir: Path, tablet: str, keep_tombstone: bool) -> int:
 def delete_replica(data_dir: Path, tablet: str, keep_tombstone: bool, disk=None) -> str:
     """`delete`: TABLET's replica in the stopped server's `data_dir` (on `disk`, the real one
     by default) deleted, as a tombstone that keeps its votes or every file gone; what was
-    done. Shared by the CLI and the simulator's unsafe fault (node.sim.stack_unsafe)."""
+    done. Shared by the CLI and the simulator's unsafe fault (harness.sim.stack_unsafe)."""
     from node.tablet.superblock import DataState, OpId, Superblock
     from node.tserver.copy import tombstone
 

@@ -129,7 +129,7 @@ def run_verdict(check: dict, st: dict | None) -> str:
 def judge_ops(ops, checker, extra: list[dict] = (), **overrides) -> dict:
     """A history's verdict: the workload's checker composed with `extra` checks and Jepsen's
     stats checker, as results.json holds it. The chaos runs (harness.chaos) and the whole-stack
-    simulator (node.sim.stack) both judge this way."""
+    simulator (harness.sim.stack) both judge this way."""
     client_ops = [o for o in ops if o.process != NEMESIS]
     counts = Counter(f"{o.f}:{o.type}" for o in client_ops if o.type != "invoke")
     try:

@@ -1,4 +1,4 @@
-"""The whole-stack simulator's `recopy` fault (a late swarm kind, node.sim.swarm.LATE): an
+"""The whole-stack simulator's `recopy` fault (a late swarm kind, harness.sim.swarm.LATE): an
 operator re-seeds a replica by hand, as Kudu's `kudu remote_replica copy TABLET SRC DST` does
 (ts.start_tablet_copy at DST, from SRC), and the engine's guards decide. Two modes:
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from node.sim.stack_masters import TSERVER_PORT
+from harness.sim.stack_masters import TSERVER_PORT
 from node.tserver.tablet_manager import TabletState
 
 MODES = ("running", "failed-source")

@@ -21,7 +21,7 @@ import itertools
 from collections.abc import Callable
 from pathlib import Path
 
-from node.sim.stack import StackConfig, StackResult, run_seeds
+from harness.sim.stack import StackConfig, StackResult, run_seeds
 
 
 def ddmin(items: list, fails: Callable[[list[list]], list[bool]]) -> list:

@@ -2,8 +2,8 @@
 wrong, which every other fault of the simulator (flips, zeros, cuts, torn writes: each leaves a
 CRC mismatch) never presents, though real disks and networks do.
 
-On disk (the `forge` late kind, node.sim.swarm.LATE; applied and recorded as the damage fault,
-node.sim.stack_damage, its modes FORGED_MODES), at a power loss, on one file, then the reboot:
+On disk (the `forge` late kind, harness.sim.swarm.LATE; applied and recorded as the damage fault,
+harness.sim.stack_damage, its modes FORGED_MODES), at a power loss, on one file, then the reboot:
 - forge-batch: a WAL batch (of the newest, unfinished segment when it has one) rewritten with
   the same length of bytes that do not decode, both CRCs computed over them: a buffer corrupted
   in memory before its checksums were taken (no ECC), which no CRC can tell. The scan finds an
@@ -31,7 +31,7 @@ with what was loaded, so a rollback at rest passes them): Raft assumes durable s
 roll back, and such a seed would judge that assumption, not the engine.
 
 On the network (the `garble` late kind): a tablet copy's chunk arriving with two 16-bit words
-swapped (node.sim.network `garble`), which TCP's checksum cannot see. The receiver checks each
+swapped (harness.sim.network `garble`), which TCP's checksum cannot see. The receiver checks each
 chunk's CRC, refuses it (copy.fetch.bad_chunk) and asks again. Only chunk replies are garbled:
 the RPC frames carry no checksum of their own (as Kudu's, they trust TCP), so a garbled Raft
 message would be a wrong message no layer of the engine claims to catch.
@@ -43,7 +43,7 @@ import asyncio
 import random
 import re
 
-from node.sim.stack_checks import DATA_DIR
+from harness.sim.stack_checks import DATA_DIR
 
 FORGED_MODES = {"forge-batch": "write", "forge-truncate": "write",
                 "footer-misdirect": "write", "snapshot-misdirect": "misplace"}
@@ -56,7 +56,7 @@ _SNAPSHOT = re.compile(r"snapshot-\d+")  # a snapshot file's name (node.tablet.s
 def draw(sim, disk, host: str, mode: str, scans: dict, newest, rng) -> list:
     """The (path, arg, judged) of each forgery of `mode` on the down host. `scans`: each READY
     tablet's WAL segments' scans, oldest first; `newest(disk, directory)`: the path of the
-    newest snapshot in a directory, or None (node.sim.stack_damage's)."""
+    newest snapshot in a directory, or None (harness.sim.stack_damage's)."""
     if mode == "forge-batch":
         return _forge_batches(disk, scans, rng)
     if mode == "forge-truncate":
@@ -157,7 +157,7 @@ def _durable(disk, path: str) -> bool:
 def choose(chooser, rng: random.Random) -> tuple[str | None, object]:
     """As copy-cut's choice (a test tablet's leader L, a voter R of it up and well), then how
     many chunk replies to garble. Value: [tablet, L, R, delay, count]."""
-    from node.sim import stack_copy_cut
+    from harness.sim import stack_copy_cut
 
     kind, value = stack_copy_cut.choose(chooser, rng)
     if kind is None:
@@ -170,7 +170,7 @@ async def garble(sim, value: list) -> list:
     """R tombstoned, so L copies the tablet back to it; once the copy's source holds R's
     session, the next `count` chunk replies from the source to R arrive garbled. Recorded as
     [*value, source, how many were garbled]."""
-    from node.sim.stack_copy_cut import WATCH_S, _copy_source, _unslow
+    from harness.sim.stack_copy_cut import WATCH_S, _copy_source, _unslow
 
     tablet, leader, r, delay, count = value[:5]
     server = sim.servers.get(r)
@@ -229,7 +229,7 @@ def _chunk_words(payload: bytes) -> int | None:
 def choose_shrink(chooser, rng: random.Random) -> tuple[str | None, object]:
     """As copy-cut's choice (a test tablet's leader L, a voter R of it up and well), then how
     much of the file to keep. Value: [tablet, L, R, delay, keep (a fraction)]."""
-    from node.sim import stack_copy_cut
+    from harness.sim import stack_copy_cut
 
     kind, value = stack_copy_cut.choose(chooser, rng)
     if kind is None:
@@ -256,7 +256,7 @@ async def copy_shrink(sim, value: list) -> list:
     not blind to the cut (a snapshot cut while pinned, a newer one saved durably before the
     reboot). Any cut finished segment is judged: the log's recovery reads
     every segment in its directory (node.wal.reader.read_log)."""
-    from node.sim.stack_copy_cut import WATCH_S, _unslow, copy_under_way, holds_session
+    from harness.sim.stack_copy_cut import WATCH_S, _unslow, copy_under_way, holds_session
 
     tablet, leader, r, delay, keep = value[:5]
     try:

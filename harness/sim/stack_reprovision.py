@@ -1,4 +1,4 @@
-"""The whole-stack simulator's `reprovision` fault (a late swarm kind, node.sim.swarm.LATE): a
+"""The whole-stack simulator's `reprovision` fault (a late swarm kind, harness.sim.swarm.LATE): a
 tablet server's host re-provisioned, as an operator replacing a dead disk or re-imaging a machine
 does. The server stops (a power loss), its disk is replaced by an empty one, and it starts again
 at the same address: it formats a fresh data directory, so it has a new uuid and no replicas.
@@ -20,7 +20,7 @@ import random
 def reprovision(sim, value: list, faults) -> list:
     """`value`: [host] as drawn; recorded as [host, old uuid or None]. `faults`: the new disk's
     SimFaults (those of a disk without an injected fault)."""
-    from node.disk import SimDisk
+    from harness.sim.disk import SimDisk
 
     host = value[0]
     old = getattr(sim.servers.get(host), "uuid", None)

@@ -1,4 +1,4 @@
-"""The whole-stack simulator's `maintenance` fault (a late swarm kind, node.sim.swarm.LATE): an
+"""The whole-stack simulator's `maintenance` fault (a late swarm kind, harness.sim.swarm.LATE): an
 operator works on a tablet server in Kudu's maintenance mode, and its disk fails meanwhile.
 
 The operator puts tablet server T in maintenance (`kudu tserver state enter_maintenance`;

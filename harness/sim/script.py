@@ -66,7 +66,7 @@ class ScriptCluster:
         self.restart(uuid)
 
     def restart(self, uuid: str) -> None:
-        """Like Replica.open() (and node.sim's Disk.persisted_state): term, vote, log and config
+        """Like Replica.open() (and harness.sim's Disk.persisted_state): term, vote, log and config
         come from disk, but commit and applied restart at the snapshot index; the state machine
         is rebuilt from the snapshot and the commit index is relearned from a leader."""
         d = self.disks[uuid]

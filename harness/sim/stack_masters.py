@@ -1,10 +1,10 @@
-"""The whole-stack simulator's faults on the masters' own membership (node.sim.stack), as an
+"""The whole-stack simulator's faults on the masters' own membership (harness.sim.stack), as an
 operator runs Kudu's `master add` and `master remove` (node.tools.admin's join_master and
 leave_master, which the CLI runs too):
 
 - `masters`: a fourth master added on the spare host (started empty, joined through the leader:
   added as a non-voter, copied the catalog, promoted), or removed again, then stopped and wiped;
-- `master-swap` (a late swarm kind, node.sim.swarm.LATE): Kudu's master migration, the other
+- `master-swap` (a late swarm kind, harness.sim.swarm.LATE): Kudu's master migration, the other
   way round from `masters`: the spare added if it is not a member yet, then the LEADER master
   removed. Removing the leader hands leadership over first (master.membership.
   leader_hands_over): the tool is told NOT_LEADER with the successor and asks it again. The
@@ -59,9 +59,9 @@ async def masters(sim, planned: list | None):
 async def add_spare(sim) -> None:
     """Start a master with an empty disk on the spare host and join it (`join_master`);
     raises what the join raised (the caller drops the spare again)."""
-    from node.disk import SimDisk
+    from harness.sim.disk import SimDisk
+    from harness.sim.stack_damage import baseline_faults
     from node.rpc import RpcError
-    from node.sim.stack_damage import baseline_faults
     from node.tools.admin import AdminError, join_master
 
     host = sim.spare

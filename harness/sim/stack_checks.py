@@ -1,4 +1,4 @@
-"""The whole-stack simulator's invariant checks (node.sim.stack), as TigerBeetle keeps each
+"""The whole-stack simulator's invariant checks (harness.sim.stack), as TigerBeetle keeps each
 invariant family apart from the code that drives the cluster: the simulator boots, crashes and
 faults its servers; `Invariants` reads the live servers and replicas it is given and remembers
 what it has seen (leaders by term, committed entries, votes, tombstones, configs) to judge
@@ -34,7 +34,7 @@ class StackViolation(Exception):
 
 class Invariants:
     def __init__(self, sim):
-        self.sim = sim  # node.sim.stack.StackSim: its servers, disks, hosts, loop and faults
+        self.sim = sim  # harness.sim.stack.StackSim: its servers, disks, hosts, loop and faults
         self._leaders: dict[tuple[str, int], str] = {}  # (tablet, term) -> leader uuid
         self._top_leader: dict[str, tuple[int, str]] = {}  # tablet -> newest (term, leader)
         self._stamps: dict[tuple[str, int], int] = {}  # (tablet, index) -> highest ts up to it
@@ -328,7 +328,7 @@ class Invariants:
             self.catalog_lag = sorted(lag)
 
     def _check_damage(self, host: str, states: dict[str, set[str]]) -> None:
-        """Damage a replica needs (node.sim.stack_damage: a bit flipped in a synced newest WAL
+        """Damage a replica needs (harness.sim.stack_damage: a bit flipped in a synced newest WAL
         batch, a file truncated, zeroed, lost or misplaced) fails it at the reboot, or the
         server refuses to start: a replica running again from those files took the damage
         for something else (a torn tail, a log that ended there) and runs on without what it

@@ -1,4 +1,4 @@
-"""The whole-stack simulator's `copy-cut` fault (a late swarm kind, node.sim.swarm.LATE): a tablet
+"""The whole-stack simulator's `copy-cut` fault (a late swarm kind, harness.sim.swarm.LATE): a tablet
 copy interrupted part-way, as a real one is by the network or a crash.
 
 The simulator's tablets are small and copy in a few round trips, so no other fault ever lands
@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from node.sim.loop import SYSTEM
+from harness.sim.loop import SYSTEM
 
 MODES = ("cut", "cut", "crash")  # a cut twice as often: its short and long ends reach different code
 COPY_TIMEOUT_S = 3.0  # the source's idle timeout and the receiver's stall limit, in these seeds

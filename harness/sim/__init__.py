@@ -22,7 +22,7 @@ The whole engine (`tessera sim --stack full`):
 - loop.py / network.py: an asyncio event loop on virtual time whose connections are in-memory
   TCP (latency, partitions, resets) and whose hosts can crash without running any cleanup.
 - stack.py: one seed = the production masters, tablet servers and client (node.master,
-  node.tserver, node.client) on that loop with SimDisks (node.disk), a workload through the
+  node.tserver, node.client) on that loop with SimDisks (harness.sim.disk), a workload through the
   harness runner, a nemesis, the project's checker, and Raft invariants on the live replicas.
 
 The same seed replays the same run bit for bit: all randomness comes from seeded

@@ -28,7 +28,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from node.sim.loop import SYSTEM, SimLoop, owner
+from harness.sim.loop import SYSTEM, SimLoop, owner
 
 Addr = tuple[str, int]
 

@@ -1,5 +1,5 @@
-"""The whole-stack simulator's fault choices (node.sim.stack): which fault comes next and at
-what, drawn from the run's random stream by the mix's weights (node.sim.swarm), among the
+"""The whole-stack simulator's fault choices (harness.sim.stack): which fault comes next and at
+what, drawn from the run's random stream by the mix's weights (harness.sim.swarm), among the
 faults that apply to the cluster as it is now. The simulator applies what is chosen and
 records it, so a seed replays its faults; this module only chooses.
 """
@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import random
 
-from node.sim import stack_copy_cut, stack_maintenance, stack_recopy
-from node.sim.stack_ddl import choose_ddl
-from node.sim.stack_masters import SWAP_LINGER_S
-from node.sim.stack_unsafe import choose_unsafe
+from harness.sim import stack_copy_cut, stack_maintenance, stack_recopy
+from harness.sim.stack_ddl import choose_ddl
+from harness.sim.stack_masters import SWAP_LINGER_S
+from harness.sim.stack_unsafe import choose_unsafe
 
 DRIFT_MAX_S = 0.5  # the drift fault's largest clock step, past the bound (a bad NTP server)
-# bit flips and damage (node.sim.stack_damage) per seed, each on another server, at most one of
+# bit flips and damage (harness.sim.stack_damage) per seed, each on another server, at most one of
 # them a master: damage on a majority of a tablet's replicas loses data in any replicated system
 MAX_FLIPS = 2
 # Disk faults: ENOSPC leaves this much room above what the files hold; a failing fsync fails
@@ -46,7 +46,7 @@ DISK_CLEAR_P = 0.35  # while a disk fault is on, the chance the next fault clear
 
 class FaultChooser:
     def __init__(self, sim):
-        self.sim = sim  # node.sim.stack.StackSim: its hosts, servers, and the faults now on
+        self.sim = sim  # harness.sim.stack.StackSim: its hosts, servers, and the faults now on
 
     def choose(self, rng: random.Random) -> tuple[str | None, object]:
         """A random fault and its target; (None, None) when none applies now."""
@@ -90,19 +90,19 @@ class FaultChooser:
         if kind == "damage":
             return self._choose_damage(rng, impaired)
         if kind == "damage-file":
-            from node.sim.stack_damage import AIMED_MODES
+            from harness.sim.stack_damage import AIMED_MODES
 
             return self._choose_damage(rng, impaired, tuple(AIMED_MODES))
         if kind == "forge":
-            from node.sim.stack_forge import FORGED_MODES
+            from harness.sim.stack_forge import FORGED_MODES
 
             return self._choose_damage(rng, impaired, tuple(FORGED_MODES))
         if kind == "garble":
-            from node.sim.stack_forge import choose
+            from harness.sim.stack_forge import choose
 
             return choose(self, rng)
         if kind == "copy-shrink":  # damage to the copy's source: within MAX_FLIPS
-            from node.sim.stack_forge import choose_shrink
+            from harness.sim.stack_forge import choose_shrink
 
             return choose_shrink(self, rng) if self._damaged() < MAX_FLIPS else (None, None)
         if kind == "reprovision":
@@ -256,11 +256,11 @@ class FaultChooser:
 
     def _choose_damage(self, rng: random.Random, impaired: set[str],
                        modes: tuple[str, ...] | None = None) -> tuple[str | None, object]:
-        """A damage mode (node.sim.stack_damage.DAMAGE_MODES, or one of `modes`) on a server not
+        """A damage mode (harness.sim.stack_damage.DAMAGE_MODES, or one of `modes`) on a server not
         damaged yet, within MAX_FLIPS as a flip (a master only while the others are well);
         mid-roll damages nothing, on a tablet server up and serving. Value: [host, mode, random
         bits]."""
-        from node.sim.stack_damage import DAMAGE_MODES
+        from harness.sim.stack_damage import DAMAGE_MODES
 
         mode = rng.choice(modes or DAMAGE_MODES)
         if mode == "mid-roll":
@@ -275,7 +275,7 @@ class FaultChooser:
 
     def _choose_reprovision(self, rng: random.Random, impaired: set[str]) -> tuple[str | None, object]:
         """A tablet server up whose disk is replaced by an empty one
-        (node.sim.stack_reprovision), once a seed, within MAX_FLIPS with flips and damage, on a
+        (harness.sim.stack_reprovision), once a seed, within MAX_FLIPS with flips and damage, on a
         server no flip or damage touched, and only while each of its tablets keeps a majority
         of its voters on servers that are well without it, as an operator replaces a server
         (ksck first): one voter of two wiped leaves a tablet that no Raft can bring back.

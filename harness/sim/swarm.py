@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
-# Every fault kind the simulator's nemesis knows (node.sim.stack_faults.FaultChooser.choose).
+# Every fault kind the simulator's nemesis knows (harness.sim.stack_faults.FaultChooser.choose).
 KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "skew",
          "membership", "flip", "disk", "transfer", "cut", "tombstone", "copy-race", "lease-race", "masters",
          "drift", "flip-newest", "fail-copy", "torn", "delay", "damage", "reprovision", "full",
@@ -27,21 +27,21 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
 # Kinds a seed draws only in a bundle (BUNDLES), never on their own: a kind added to the
 # optional ones or to LATE would change many recorded seeds' mixes. recopy: an operator's
 # `kudu remote_replica copy` over a running replica, or from a FAILED one
-# (node.sim.stack_recopy).
+# (harness.sim.stack_recopy).
 BUNDLED = ("recopy",)
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
 # Kinds drawn on their own, each from its own stream (`_own_draw`), on with a weight from its
 # list (None: off): adding one changes no other draw of a seed. torn: a power
-# loss aimed inside a WAL group's sync (node.sim.stack_damage.torn_tail); delay: every link of
+# loss aimed inside a WAL group's sync (harness.sim.stack_damage.torn_tail); delay: every link of
 # one host slowed for a few seconds (tc's delay on its interface), which widens each window
 # between a message and its answer: a read at a new leader before its term commits, a lease
 # confirmed after the term moved on, two config changes racing; damage: a file of a server
 # truncated, zeroed, lost, misplaced or flipped at a power loss (stack_damage.damage);
 # reprovision: a tablet server's host re-provisioned, its disk replaced by an empty one, so it
 # starts again at the same address with a new uuid and no replicas, once a seed
-# (node.sim.stack_reprovision); full: a tablet server's disk filled up to a few KiB past what
+# (harness.sim.stack_reprovision); full: a tablet server's disk filled up to a few KiB past what
 # it holds, its preallocated space counted (SimFaults.fill), so its next WAL segment cannot be
 # preallocated, or a write past the end comes back short (small segments, as damage seeds);
 # damage-file: the damage fault aimed at kinds of file its draw rarely reaches (one file kind of
@@ -49,22 +49,22 @@ ALWAYS = ("restart", "heal")
 # tablet's record, or a bit flipped in a finished WAL segment's footer past its magic
 # (stack_damage.AIMED_MODES; recorded as damage); copy-cut: a follower tombstoned and, while its
 # leader copies the tablet back to it, its link to the copy's source reset and cut, or its
-# process crashed (node.sim.stack_copy_cut: no other fault lands inside a copy, so a resumed,
+# process crashed (harness.sim.stack_copy_cut: no other fault lands inside a copy, so a resumed,
 # stalled or orphaned one was never seen); master-swap: a master added and the LEADER master
 # removed (it hands over), the removed one stopped only a while later, a stale client asking it
-# meanwhile (node.sim.stack_masters); unsafe: two of a tablet's three voters lose power and the
+# meanwhile (harness.sim.stack_masters); unsafe: two of a tablet's three voters lose power and the
 # operator forces the survivor's config (unsafe_change_config) where that loses nothing
-# (node.sim.stack_unsafe); ddl: a table created and dropped beside the workload, sometimes at a
+# (harness.sim.stack_unsafe); ddl: a table created and dropped beside the workload, sometimes at a
 # new leader master while the old one, cut off from its peers, has not noticed
-# (node.sim.stack_ddl); maintenance: a tablet server put in maintenance mode (the masters replace
+# (harness.sim.stack_ddl); maintenance: a tablet server put in maintenance mode (the masters replace
 # none of its replicas) while its disk fails every fsync, so its replicas fail and stay members
-# until their leaders, compacting past them, ask to copy over them (node.sim.stack_maintenance);
+# until their leaders, compacting past them, ask to copy over them (harness.sim.stack_maintenance);
 # forge: the damage fault with bytes whose checksums match but whose
 # content is wrong (a batch checksummed over corrupted memory, a misdirected footer, truncation
-# record or snapshot: node.sim.stack_forge.FORGED_MODES, recorded as damage); garble: a tablet
+# record or snapshot: harness.sim.stack_forge.FORGED_MODES, recorded as damage); garble: a tablet
 # copy's chunk replies garbled past TCP's checksum (two 16-bit words swapped,
-# node.sim.stack_forge.garble); copy-shrink: a file a tablet copy's source has pinned cut short
-# under the running source, which then reboots (node.sim.stack_forge.copy_shrink).
+# harness.sim.stack_forge.garble); copy-shrink: a file a tablet copy's source has pinned cut short
+# under the running source, which then reboots (harness.sim.stack_forge.copy_shrink).
 LATE = {"torn": (None, None, 2, 4), "delay": (None, None, 2, 4), "damage": (None, None, 2, 4),
         "reprovision": (None, None, 1, 2), "full": (None, None, 2, 4),
         "damage-file": (None, None, 2, 4), "copy-cut": (None, None, 2, 4),
@@ -99,7 +99,7 @@ VALUES = ("small", "zeros", "zeros", "wide")
 SNAPSHOTS = (None, None, 200, 1000)
 # Every disk's fsync latency, ms (None: instantaneous; else uniform from a tenth of it to it). A
 # WAL group is durable only at the end of its sync, so a power loss inside one leaves it torn
-# at a sector (node.disk.SimDisk.crash): the torn tail bootstrap must cut, which no seed of
+# at a sector (harness.sim.disk.SimDisk.crash): the torn tail bootstrap must cut, which no seed of
 # instantaneous syncs can reach (probe wal.recover.torn_tail_cut). Its own draw (`_own_draw`).
 FSYNC_MS = (None, None, 1, 10)
 # The sessions a tablet keeps (None: the engine's 1,024). With a handful, a tablet evicts the
@@ -117,7 +117,7 @@ BATCHES = (None, None, 2, 4)
 INFLIGHT = (None, None, None, 4)
 # The servers' RPC frame limit in MiB (None: the simulator's 8 MiB). Operators lower Kudu's
 # --rpc_max_message_size (here --rpc-max-message-size, 1 MiB at least), on every server alike
-# as it must be; the application's client keeps its own limit (node.sim.stack_frame). With
+# as it must be; the application's client keeps its own limit (harness.sim.stack_frame). With
 # wide values a write past the servers' frame is answered once and its connection closed, one
 # just under it refused before it is proposed. Its own draw.
 FRAME_MB = (None, None, 1, 2)

@@ -45,7 +45,7 @@ import itertools
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-from node.disk import fsync_meter
+from harness.sim.disk import fsync_meter
 
 _CLEANUP_SECONDS = 60.0  # virtual time close() grants the living to finish
 # asyncio's own (base_events): a heap with this many timers, more than this fraction of them
@@ -136,7 +136,7 @@ class _SimTask(asyncio.Task):
 
 
 class Network(Protocol):
-    """What the loop needs of its network (node.sim.network.SimNetwork, which runs on the loop
+    """What the loop needs of its network (harness.sim.network.SimNetwork, which runs on the loop
     and so imports this module): to be attached, to hear of a crash, and its sockets."""
 
     def attach(self, loop: SimLoop) -> None: ...
@@ -309,7 +309,7 @@ class SimLoop(asyncio.BaseEventLoop):
     def run_in_executor(self, executor, func: Callable, *args) -> asyncio.Future:
         """Run `func` now, inline: no threads. No virtual time passes, except that its outcome
         is delivered only after the latency its SimDisk syncs sampled (`SimFaults.
-        fsync_latency`, metered by node.disk.fsync_meter): a slow fsync delays the caller,
+        fsync_latency`, metered by harness.sim.disk.fsync_meter): a slow fsync delays the caller,
         and a crash meanwhile leaves the sync done but unacknowledged, as on a real disk."""
         self._check_closed()
         fut = self.create_future()

@@ -7,7 +7,7 @@ seed. A seed is one run: boot 3 masters and 5 tablet servers, create the test ta
 client, run a workload through the real runner with node-bound clients while a nemesis crashes
 servers (losing unfsynced data), partitions, resets connections, skews clocks within the bound,
 changes membership, transfers leadership, flips bits on disk, damages files (truncated, a
-sector zeroed, lost, misplaced: node.sim.stack_damage), and gives disks ENOSPC, fsync EIO
+sector zeroed, lost, misplaced: harness.sim.stack_damage), and gives disks ENOSPC, fsync EIO
 or slow fsync for a while (then reboots the server, as an operator would); heal; final reads;
 then the project's checker judges the history. Invariants are checked on the live servers every
 `INVARIANT_PERIOD_S` of virtual time: Raft's (one leader per term, terms and votes never go
@@ -34,10 +34,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node import probes
-from node.disk import SimDisk
-from node.faults import Faults
-from node.sim import (
+from harness.sim import (
     stack_copy_cut,
     stack_damage,
     stack_ddl,
@@ -48,15 +45,18 @@ from node.sim import (
     stack_reprovision,
     stack_unsafe,
 )
-from node.sim.loop import SYSTEM, SimLoop
-from node.sim.network import SimNetwork
-from node.sim.stack_checks import DATA_DIR, Invariants, StackViolation
-from node.sim.stack_damage import baseline_faults
-from node.sim.stack_faults import FaultChooser
-from node.sim.stack_frame import frame_options
-from node.sim.stack_masters import MASTER_PORT, TSERVER_PORT
-from node.sim.stack_masters import SKIPPED as _SKIPPED
-from node.sim.swarm import CLASSIC, Mix
+from harness.sim.disk import SimDisk
+from harness.sim.loop import SYSTEM, SimLoop
+from harness.sim.network import SimNetwork
+from harness.sim.stack_checks import DATA_DIR, Invariants, StackViolation
+from harness.sim.stack_damage import baseline_faults
+from harness.sim.stack_faults import FaultChooser
+from harness.sim.stack_frame import frame_options
+from harness.sim.stack_masters import MASTER_PORT, TSERVER_PORT
+from harness.sim.stack_masters import SKIPPED as _SKIPPED
+from harness.sim.swarm import CLASSIC, Mix
+from node import probes
+from node.faults import Faults
 
 # Virtual addresses: they exist only in SimNetwork, never on a socket. Taken from the project's
 # test subnet anyway (above the netns hosts' .11-.15), so a mistake could not reach anyone else.
@@ -96,14 +96,14 @@ class StackConfig:
     tservers: int = 5
     concurrency: int = 5
     rate: float = 50.0  # ops/s over all workers
-    # Which faults fire, how often, and the read mode (node.sim.swarm): the fixed mix by
+    # Which faults fire, how often, and the read mode (harness.sim.swarm): the fixed mix by
     # default, each seed's own with swarm_mix(seed) (`tessera sim --mix swarm`)
     mix: Mix = CLASSIC
     # Replay exactly these [virtual time, kind, value] faults instead of random ones (shrinking)
     schedule: tuple | None = None
     faults: Faults = field(default_factory=Faults)  # engine fault flags (mutants)
     # How the workers' writes reach the client (Workload.writes: own, shared,
-    # session-background, session-manual); `own` leaves it to the mix (node.sim.swarm.WRITES).
+    # session-background, session-manual); `own` leaves it to the mix (harness.sim.swarm.WRITES).
     # Workers run unpaced with `shared`, whose writes share a turn only back to back.
     writes: str = "own"
     batch: int = 0  # ops per batch of the session modes (Workload.batch; 0: its default)
@@ -564,7 +564,7 @@ class StackSim:
         # connection wakes several workers, which paced workers' own timers rarely do. Not
         # with wide values: unpaced frame-sized writes put GiBs a virtual minute on the
         # simulated disks, which are memory (one such seed took a worker to 18 GiB), unless a
-        # mix's `unpaced` asks for it under a lowered frame (node.sim.swarm.UNPACED).
+        # mix's `unpaced` asks for it under a lowered frame (harness.sim.swarm.UNPACED).
         unpaced = mix.unpaced or (self._writes == "shared" and self._value_sizes != "wide")
         rate = 0.0 if unpaced else mix.rate or self.cfg.rate
         opts = RunOptions(concurrency=mix.concurrency or self.cfg.concurrency,
@@ -913,10 +913,10 @@ def run_seeds(configs: list[StackConfig], out_root: Path, jobs: int, on_result=N
     seed still running (a seed can take minutes of wall time): runs in flight are dropped.
     With `stop` (a predicate on a result), stop after the first result it holds true of. A
     seed whose worker process dies (a segfault, the OOM killer) is unknown with why, and the
-    run goes on (node.sim.seed_pool)."""
+    run goes on (harness.sim.seed_pool)."""
     import os
 
-    from node.sim.seed_pool import run_in_order
+    from harness.sim.seed_pool import run_in_order
 
     out_root.mkdir(parents=True, exist_ok=True)
     saved = os.environ.get("PYTHONHASHSEED")
@@ -934,5 +934,5 @@ def run_seeds(configs: list[StackConfig], out_root: Path, jobs: int, on_result=N
 
 
 def _lost(job: tuple[StackConfig, str], why: str) -> StackResult:
-    """A seed whose worker died: unknown, with why (node.sim.seed_pool)."""
+    """A seed whose worker died: unknown, with why (harness.sim.seed_pool)."""
     return StackResult(job[0].seed, "unknown", None, {"error": why}, 0, 0.0, "", {}, [])

@@ -1,4 +1,4 @@
-"""The whole-stack simulator's aimed WAL damage (node.sim.stack): bits flipped where a reader
+"""The whole-stack simulator's aimed WAL damage (harness.sim.stack): bits flipped where a reader
 could mistake them for a torn write, or where they fail a voter's replica. Each takes the
 StackSim it acts on: its disks, servers and the power loss and boot it drives."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from node.sim.stack_checks import DATA_DIR
+from harness.sim.stack_checks import DATA_DIR
 
 TORN_POLL_S = 0.0005  # torn: how often it looks for a WAL group being synced
 TORN_WAIT_S = 2.0  # torn: how long it looks before giving up
@@ -127,7 +127,7 @@ def newest_segment(disk, tablet: str):
 # start), or None (nothing it needs was touched: the history and the state checks judge).
 SECTOR = 512
 DAMAGE_MODES = ("truncate", "zero", "delete", "misplace", "flip", "mid-roll")
-# The damage-file fault's modes (node.sim.swarm.LATE), each the damage of the mode it names aimed
+# The damage-file fault's modes (harness.sim.swarm.LATE), each the damage of the mode it names aimed
 # at one kind of file: cmeta-other-tablet, another READY replica's consensus metadata in place
 # of a READY replica's (a misplace; the open must refuse it: cmeta.load.wrong_tablet);
 # footer-flip, a bit flipped in a finished WAL segment's footer past its magic (a flip; the
@@ -154,7 +154,7 @@ def damaging(mix) -> bool:
 def baseline_faults(mix):
     """A disk's faults when none is injected: the mix's fsync latency (swarm FSYNC_MS), and in
     damage seeds preallocation modelled (stack_damage.damaging)."""
-    from node.disk import SimFaults
+    from harness.sim.disk import SimFaults
 
     ms = mix.fsync_ms
     return SimFaults(fsync_latency=(ms / 1e4, ms / 1e3) if ms else (0.0, 0.0),
@@ -235,7 +235,7 @@ def _do(sim, disk, mode: str, path: str, arg) -> str:
     """Apply one recorded damage; what it did, in words."""
     name = path.removeprefix(f"{DATA_DIR}/")
     size = disk.size(path)
-    from node.sim.stack_forge import FORGED_MODES
+    from harness.sim.stack_forge import FORGED_MODES
 
     mode = AIMED_MODES.get(mode, FORGED_MODES.get(mode, mode))
     if mode == "write":
@@ -288,7 +288,7 @@ def _draw(sim, host: str, mode: str, rng) -> tuple[str, object, str | None] | No
     then which file: a tablet's many WAL segments do not crowd out its few other files."""
     disk = sim.disks[host]
     tablets = _ready_tablets(disk)
-    from node.sim.stack_forge import FORGED_MODES, draw
+    from harness.sim.stack_forge import FORGED_MODES, draw
 
     if mode in AIMED_MODES or mode in FORGED_MODES:
         picks = (_aimed(disk, host, mode, tablets, rng) if mode in AIMED_MODES

@@ -1,4 +1,4 @@
-"""The whole-stack simulator's `unsafe` fault (a late swarm kind, node.sim.swarm.LATE): an
+"""The whole-stack simulator's `unsafe` fault (a late swarm kind, harness.sim.swarm.LATE): an
 operator's last resort, Kudu's unsafe_change_config, on a tablet whose majority is lost.
 
 Two of a test tablet's three voters lose their servers (a power loss on both: the followers of
@@ -137,8 +137,8 @@ def _delete(sim, tablet: str, host: str) -> str | None:
     campaigns. The refusal detected the damage, as a FAILED replica would have: a judgement
     still due for it (stack_checks `_check_damage`) is met. On any other host the refusal is
     raised: damage the simulator did not make is the engine's, never deleted unseen."""
+    from harness.sim.stack_checks import DATA_DIR
     from node.errors import CorruptionError
-    from node.sim.stack_checks import DATA_DIR
     from node.tools.local_replica import delete_replica
 
     disk = sim.disks[host]

@@ -1,4 +1,4 @@
-"""The swarm's `frame=N` (node.sim.swarm.FRAME_MB): the servers' RPC frame limit lowered to N
+"""The swarm's `frame=N` (harness.sim.swarm.FRAME_MB): the servers' RPC frame limit lowered to N
 MiB (--rpc-max-message-size, Kudu's rpc_max_message_size), the same on every server, as the
 flag must be, with the copy chunk the daemon then requires (a fetch's reply must fit the
 frame). The application's client keeps its own limit, the simulator's 8 MiB: nobody told it,

@@ -1,4 +1,4 @@
-"""The whole-stack simulator's `ddl` fault (a late swarm kind, node.sim.swarm.LATE): the
+"""The whole-stack simulator's `ddl` fault (a late swarm kind, harness.sim.swarm.LATE): the
 application's DDL beside the workload: a table created, kept `keep` s, and dropped, as Kudu's
 CreateTable and DeleteTable. A drop only marks the table's records deleted in the catalog; the
 leader master's reconciler then deletes the replicas the tablet servers report
@@ -40,8 +40,8 @@ async def _leader_that_just_heard_its_peers(sim) -> str | None:
     round's answers (CUT_AT_TICKS): cut then, it counts this round's answers and steps down
     only at the end of the next, so it leads for longest without its peers. Polled for up to
     two rounds; None if no master leads."""
+    from harness.sim.stack_masters import leader_master
     from node.master.catalog import CATALOG
-    from node.sim.stack_masters import leader_master
 
     for _ in range(60):
         host = leader_master(sim)
@@ -57,9 +57,9 @@ async def _leader_that_just_heard_its_peers(sim) -> str | None:
 async def ddl(sim, value: list):
     """Apply `value` (`choose_ddl`); recorded as [*value, table, where it was created, how the
     drop ended], or with "failed: ..." or "skipped: ..." where it stopped."""
+    from harness.sim.stack_masters import MASTER_PORT, leader_master
     from node.protocol import CreateTable, TableLocations
     from node.rpc import RpcError
-    from node.sim.stack_masters import MASTER_PORT, leader_master
 
     variant, tablets, keep, cut = value[:4]
     loop = asyncio.get_running_loop()

@@ -1,5 +1,5 @@
 """`tessera sim`: the deterministic simulators over many seeds: the Raft core alone
-(`--stack core`, node.sim.cluster) or the whole engine (`--stack full`, node.sim.stack)."""
+(`--stack core`, harness.sim.cluster) or the whole engine (`--stack full`, harness.sim.stack)."""
 
 from __future__ import annotations
 
