@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from node.client import TesseraClient  # noqa: E402
 from node.client.session import FlushMode, SessionOptions  # noqa: E402
-from node.daemon_cli import event_loop_factory  # noqa: E402
 from node.errors import OpFailed, OpUnknown  # noqa: E402
+from node.server.daemon_cli import event_loop_factory  # noqa: E402
 from node.tablet.ops import Write  # noqa: E402
 
 HIST_RES_S = 1e-5  # 10 µs latency buckets

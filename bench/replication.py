@@ -79,7 +79,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._tessera_load import HIST_RES_S  # noqa: E402
 from node.client import TesseraClient  # noqa: E402
-from node.daemon_cli import event_loop_factory  # noqa: E402
+from node.server.daemon_cli import event_loop_factory  # noqa: E402
 from node.tools.local_cluster import LocalCluster, free_port  # noqa: E402
 
 # The targets (failover's are in bench/failover.py). The one-client p50 target holds where the

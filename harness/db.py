@@ -598,8 +598,8 @@ class TesseraDB(Deployment):
     def check_flags(cls, flags: dict) -> None:
         """Every --flag checked as the daemons will check it at start (names, types, values and
         the rules between them), before any host is touched."""
-        from node.daemon_cli import check_config
         from node.security.tls import RpcSecurity
+        from node.server.daemon_cli import check_config
 
         for key in flags:
             if key.replace("-", "_") in cls.OWN_KEYS:

@@ -54,7 +54,7 @@ def scaled_timing(base: dict[str, Any], scale: float) -> dict[str, Any]:
     """The TIMED_FLAGS of `base` (the engine's default where `base` has none) times `scale`;
     the heartbeat kept a whole number of ticks."""
     from node.consensus import TICK_MS  # the heartbeat is a whole number of ticks
-    from node.daemon_cli import FLAGS, OPTION, option_default
+    from node.server.daemon_cli import FLAGS, OPTION, option_default
 
     out = dict(base)
     for key in TIMED_FLAGS:

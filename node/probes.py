@@ -110,7 +110,7 @@ CATALOG: dict[str, str] = {
         "a ReadIndex request waits: the new leader has not committed an entry of its term",
     "raft.read_index.round_sent":
         "a heartbeat round was sent to confirm leadership for pending reads (ReadIndex)",
-    # --- read: linearizable reads and the leader lease (node/read_only.py) ---
+    # --- read: linearizable reads and the leader lease (node/replica/read_only.py) ---
     "read.lease.granted":
         "a leader lease was granted for a new term from a round a quorum acknowledged",
     "read.lease.not_granted":
@@ -118,7 +118,7 @@ CATALOG: dict[str, str] = {
     "read.refused_not_leader":
         "a ReadIndex group was refused: the replica was not the leader when it was handed over",
     "read.failed_leadership_lost": "reads waiting on a ReadIndex round failed: leadership was lost",
-    # --- replica: the driver (node/replica.py) ---
+    # --- replica: the driver (node/replica/replica.py) ---
     "replica.bootstrap.uncommitted_entries_pending":
         "bootstrap found WAL entries past the snapshot, not known committed: pending",
     "replica.commit_wait.waited":
@@ -266,7 +266,7 @@ CATALOG: dict[str, str] = {
     "tombstone.vote.refused_stale_term": "a tombstone refused a vote request of an older term",
     "tombstone.vote.granted":
         "a tombstoned or copying replica granted a real vote (persisted before it is sent)",
-    # --- copy: tablet copy, both ends (node/tserver/copy*, node/copy_pins.py) ---
+    # --- copy: tablet copy, both ends (node/tserver/copy*, node/replica/copy_pins.py) ---
     "copy.trigger.peer_refused_raft":
         "a peer answered Raft with no replica or a tombstone: the leader will copy to it",
     "copy.trigger.sent": "the leader sent StartTabletCopy to a peer",

@@ -12,7 +12,7 @@ from node import faults
 from node.consensus import Member, MemberType, RaftConfig
 from node.entry import Entry, EntryType
 from node.faults import Faults
-from node.replica import Replica, ReplicaOptions, bootstrap_replica
+from node.replica.replica import Replica, ReplicaOptions, bootstrap_replica
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.ops import OpenSession, Write, encode_command
 from node.tablet.paths import TabletPaths

@@ -101,7 +101,7 @@ def test_leader_track_from_node_logs(tmp_path):
                                "10:00:09,000 raft tablet=T term=2 role=LEADER leader=u2"]}.items():
         (tmp_path / "nodes" / host).mkdir(parents=True)
         (tmp_path / "nodes" / host / "tserver.log").write_text(
-            "noise\n" + "".join(f"2026-11-22 {ln.split(' ', 1)[0]} tserver INFO node.replica: {ln.split(' ', 1)[1]}\n" for ln in lines))
+            "noise\n" + "".join(f"2026-11-22 {ln.split(' ', 1)[0]} tserver INFO node.replica.replica: {ln.split(' ', 1)[1]}\n" for ln in lines))
     events = raft_events(tmp_path)
     assert len(events) == 4
     track = [(s["host"], s["term"], s["end"] - s["start"]) for s in leader_tracks(events)["T"]]

@@ -15,9 +15,9 @@ import pytest
 from harness.sim.loop import SimLoop
 from harness.sim.network import SimNetwork
 from node.consensus import RaftConfig
-from node.copy_pins import CopySource
 from node.logfmt import TabletLog
 from node.protocol import CopyFile, CopySession, Peer
+from node.replica.copy_pins import CopySource
 from node.rpc import ErrorCode, RpcError
 from node.tablet.superblock import KeyRange
 from node.tserver.copy_client import CopyClient

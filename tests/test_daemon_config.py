@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from node import daemon_cli
+from node.server import daemon_cli
 
 
 def parse(argv):
@@ -95,9 +95,9 @@ def test_flag_defaults_are_the_options_classes_defaults():
 
     import msgspec
 
-    from node.daemon_cli import FLAGS, build_options, resolve
-    from node.replica import ReplicaOptions
-    from node.server_base import ServerOptions
+    from node.replica.replica import ReplicaOptions
+    from node.server.base import ServerOptions
+    from node.server.daemon_cli import FLAGS, build_options, resolve
     from node.wal import LogOptions
 
     fields = {f.name: f.default for cls in (ServerOptions, ReplicaOptions)
@@ -111,7 +111,7 @@ def test_flag_defaults_are_the_options_classes_defaults():
     # and the options the daemon builds from its defaults are the classes' defaults
     import argparse
 
-    from node.daemon_cli import configure
+    from node.server.daemon_cli import configure
     p = argparse.ArgumentParser()
     configure(p, "tserver")
     built = build_options(resolve(p.parse_args(["--data-dir", "/tmp/x"])), "tserver")

@@ -23,8 +23,8 @@ from node.consensus import CasMismatch, ChangeOp, ConfigChange, ConfigRolledBack
 from node.disk import REAL
 from node.logfmt import CORRUPTION, FAILED, SAFETY
 from node.protocol import CreateTablet, DeleteTablet
-from node.replica import Replica, ReplicaOptions
-from node.server_base import ServerOptions
+from node.replica.replica import Replica, ReplicaOptions
+from node.server.base import ServerOptions
 from node.tablet.paths import TabletPaths
 from node.tablet.superblock import DataState, KeyRange, Superblock
 from node.tserver.server import TabletServer
@@ -32,7 +32,7 @@ from node.tserver.tablet_manager import TabletManager, TabletState
 from node.wal import format as fmt
 from reports.html.raftlog import LINE
 
-DAEMON_FORMAT = "%(asctime)s tserver %(levelname)s %(name)s: %(message)s"  # node.daemon_cli
+DAEMON_FORMAT = "%(asctime)s tserver %(levelname)s %(name)s: %(message)s"  # node.server.daemon_cli
 
 
 def lines(caplog, level=logging.INFO) -> list[str]:

@@ -25,7 +25,7 @@ from replica_net import (
 
 from harness.sim.runner import run_seeds
 from harness.sim.script import ScriptCluster
-from node import daemon_cli, faults
+from node import faults
 from node.consensus import (
     CoreConfig,
     HardState,
@@ -41,7 +41,8 @@ from node.consensus import (
 from node.entry import Entry, EntryType
 from node.errors import ReplicaError
 from node.faults import Faults
-from node.replica import Replica
+from node.replica.replica import Replica
+from node.server import daemon_cli
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.ops import Append, OpenSession, Read, Write, encode_command
 from node.tablet.state import StateMachine

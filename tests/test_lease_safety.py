@@ -24,8 +24,8 @@ from node.consensus import (
     VoteRequest,
     VoteResponse,
 )
-from node.read_only import leader_lease_s
-from node.replica import Replica, ReplicaOptions
+from node.replica.read_only import leader_lease_s
+from node.replica.replica import Replica, ReplicaOptions
 from node.tablet.ops import Read
 from node.wal import LogOptions
 from tests.replica_net import Net

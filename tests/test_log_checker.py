@@ -202,7 +202,7 @@ def test_a_leader_seeing_the_damaged_follower_short_is_expected_only_for_that_re
     op["value"]["replica"].update(state="RUNNING", error=None, uuid=damaged)
 
     def line(tablet, follower):
-        return (f"{TS} tserver ERROR node.replica: T {tablet} P e514dc4f: SAFETY: follower "
+        return (f"{TS} tserver ERROR node.replica.replica: T {tablet} P e514dc4f: SAFETY: follower "
                 f"{follower} lost acknowledged entries: it acknowledged index 302, its log now "
                 f"ends at or before 230; replicating them again\n")
 

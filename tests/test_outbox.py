@@ -7,10 +7,10 @@ import asyncio
 import pytest
 
 from node.consensus.messages import Heartbeat
-from node.daemon import Outbox, PeerBook
 from node.disk import RealDisk
 from node.protocol import Ack, Consensus, Peer
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
+from node.server.daemon import Outbox, PeerBook
 
 
 def _m(n: int) -> Heartbeat:

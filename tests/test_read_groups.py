@@ -1,4 +1,4 @@
-"""ReadIndex reads that arrive together share one request to the core (node.read_only.ReadOnly):
+"""ReadIndex reads that arrive together share one request to the core (node.replica.read_only.ReadOnly):
 real replicas over the in-memory network of tests/replica_net.py."""
 
 from __future__ import annotations

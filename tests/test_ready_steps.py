@@ -5,7 +5,7 @@ import pytest
 
 import harness.sim.cluster
 import harness.sim.script
-import node.replica
+import node.replica.replica
 from node.consensus import (
     AppendEntries,
     AppendResponse,
@@ -31,7 +31,7 @@ BEAT = Heartbeat(1, "a", "b", 5)
 
 
 def test_production_and_both_simulators_take_their_steps_from_one_function():
-    for driver in (node.replica, harness.sim.cluster, harness.sim.script):
+    for driver in (node.replica.replica, harness.sim.cluster, harness.sim.script):
         assert driver.steps is ready_steps.steps, driver.__name__
 
 

@@ -11,7 +11,7 @@ import time
 from replica_net import TABLET, open_session, options
 
 from node.consensus import Member, MemberType, RaftConfig
-from node.replica import Replica, bootstrap_replica
+from node.replica.replica import Replica, bootstrap_replica
 from node.tablet.ops import Write
 from node.tablet.paths import TabletPaths
 

@@ -9,13 +9,13 @@ import logging
 import msgspec
 import pytest
 
-from node.daemon_cli import FLAGS, resolve
 from node.master.server import Master
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
 from node.security import pki
 from node.security.acl import ALL_ROLES, RULES, Acl, Role
 from node.security.tls import RpcSecurity, client_context, client_tls
-from node.server_base import ServerOptions
+from node.server.base import ServerOptions
+from node.server.daemon_cli import FLAGS, resolve
 from node.tserver.server import TabletServer
 
 

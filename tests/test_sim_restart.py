@@ -1,4 +1,4 @@
-"""The simulator restarts a node the way node.replica does: from term, vote, committed config, log
+"""The simulator restarts a node the way node.replica.replica does: from term, vote, committed config, log
 and snapshot only. The commit index is not durable, so a restarted core knows nothing committed
 beyond its snapshot until a leader tells it (and a leader-to-be must first commit an entry of its
 own term)."""

@@ -302,7 +302,7 @@ def test_clocks_drift_past_the_bound_and_hybrid_time_still_follows_the_log(monke
     it (6 seeds of skew:4,transfer:4 passed with it)."""
     from harness.sim.stack import CLOCK_MAX_ERROR_US
     from harness.sim.stack_faults import DRIFT_MAX_S
-    from node.replica import Replica
+    from node.replica.replica import Replica
 
     def run(out: Path):
         return register_seed(2, DRIFT, 30.0, out)
@@ -407,7 +407,7 @@ def test_commit_wait_is_judged_across_tablets_while_clocks_stay_within_the_bound
     then writes on different tablets, one invoked after the other completed, must still carry
     increasing hybrid times (the commit-wait check). A replica that answers without waiting
     fails it; with the 1 ms default the skew is too small to show that."""
-    from node.replica import Replica
+    from node.replica.replica import Replica
 
     def run(out: Path):
         return register_seed(COMMIT_WAIT_SEED, COMMIT_WAIT, 10.0, out)

@@ -47,7 +47,7 @@ def test_bad_arguments_are_one_clear_error(argv, message):
 
 def test_fast_failure_detection_flags_are_daemon_flags_and_explicit_flags_win():
     from node.consensus import TICK_MS
-    from node.daemon_cli import FLAGS
+    from node.server.daemon_cli import FLAGS
 
     for key in FAST_FAILURE_DETECTION:
         assert key.replace("_", "-") in FLAGS, key  # a key the daemons' config accepts
@@ -62,7 +62,7 @@ def test_time_scale_multiplies_every_timing_of_the_run_and_explicit_values_win()
     """--time-scale (slow hosts, TCG guests): the daemons' timing flags, from the fast set or
     the engine's own defaults, the op timeout unless given, and test.json keeps it."""
     from node.consensus import TICK_MS
-    from node.daemon_cli import FLAGS, OPTION, option_default
+    from node.server.daemon_cli import FLAGS, OPTION, option_default
 
     def default(key):
         d = FLAGS[key.replace("_", "-")][1]

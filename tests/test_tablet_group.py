@@ -26,7 +26,7 @@ from tserver_helpers import (
 
 from node.entry import Entry, EntryType
 from node.protocol import Write
-from node.replica import MAX_GROUP
+from node.replica.replica import MAX_GROUP
 from node.rpc.wire import ENVELOPE_RESERVE, MIN_MAX_FRAME
 from node.tablet.ops import (
     Append,

@@ -14,7 +14,7 @@ import pytest
 
 from node.consensus import Member, MemberType, RaftConfig, VoteRequest
 from node.disk import REAL
-from node.replica import ReplicaOptions
+from node.replica.replica import ReplicaOptions
 from node.tablet.superblock import KeyRange
 from node.tserver import tablet_manager as tm_module
 from node.tserver.tablet_manager import TabletManager, TabletState

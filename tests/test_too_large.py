@@ -11,12 +11,12 @@ import pytest
 from tserver_helpers import TABLET, create_on_all, start_server, wait_for
 
 from node.consensus.messages import AppendEntries, Heartbeat
-from node.daemon import Outbox, PeerBook
 from node.disk import RealDisk
 from node.entry import Entry, EntryType
 from node.protocol import Ack, Consensus, OpResult, Peer, Write
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
 from node.rpc.wire import ENVELOPE_RESERVE, MIN_MAX_FRAME
+from node.server.daemon import Outbox, PeerBook
 from node.tablet.ops import OpenSession
 from node.tablet.ops import Write as Put
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from replica_net import options
 
 from node.protocol import CreateTablet, OpResult, Peer, Write
-from node.replica import Replica, ReplicaOptions, settle
-from node.server_base import ServerOptions
+from node.replica.replica import Replica, ReplicaOptions, settle
+from node.server.base import ServerOptions
 from node.tablet.ops import OpenSession
 from node.tablet.ops import Write as Put
 from node.tablet.superblock import KeyRange

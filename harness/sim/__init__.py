@@ -4,7 +4,7 @@ The Raft core (`tessera sim`, the default `--stack core`):
 
 - cluster.py: one seeded run. N cores on a virtual clock (ms); a scheduler delivers messages
   with delays (some long enough to reorder), drops and duplicates them, partitions and heals,
-  crashes and restarts nodes (a crash keeps only the node's "disk": what node.replica persists,
+  crashes and restarts nodes (a crash keeps only the node's "disk": what node.replica.replica persists,
   i.e. term, vote, committed config, log and snapshot, but not the commit index, so a restarted
   core re-learns what is committed; a power loss also loses its messages still in flight), proposes writes, ReadIndex
   reads, config changes (add learner, promote, remove voter or leader; right and wrong CAS

@@ -3,7 +3,7 @@
 Everything random comes from one `random.Random(seed)` (and per-core RNGs derived from the seed),
 and events are ordered by (virtual time, sequence number), so a seed replays bit for bit.
 
-A node's "disk" holds what the real driver (node.replica) makes durable: the term and vote
+A node's "disk" holds what the real driver (node.replica.replica) makes durable: the term and vote
 (consensus metadata), the committed config, the log (WAL) and the latest snapshot (index, term:
 the simulated state machine is just "applied up to here"). Not the commit index, and not how
 far the state machine got beyond the snapshot: a restarted core starts with commit = applied =
@@ -46,7 +46,7 @@ LIVENESS_BOUND_MS = 60_000
 
 @dataclass
 class Disk:
-    """What survives a crash, as node.replica persists it (cmeta: term, vote, committed config;
+    """What survives a crash, as node.replica.replica persists it (cmeta: term, vote, committed config;
     the WAL; snapshots). Deliberately no commit index and no applied index beyond the snapshot."""
 
     term: int = 0

@@ -1,6 +1,6 @@
 """A deterministic asyncio event loop on virtual time, for running the real engine in simulation.
 
-The production coroutines (node.rpc, node.replica, the servers, the client) run unchanged: they
+The production coroutines (node.rpc, node.replica.replica, the servers, the client) run unchanged: they
 only ever see `asyncio`, and this loop decides what "now" is, what runs next and what a crash
 kills. Use it as
 

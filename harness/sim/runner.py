@@ -95,11 +95,11 @@ def run_for(seconds: float, first_seed: int = 0, nodes: int = 3, steps: int = 30
 
 
 def fault_core_options(faults) -> dict:
-    """The CoreConfig fields the engine's fault flags (node.faults) change, as node.replica maps
+    """The CoreConfig fields the engine's fault flags (node.faults) change, as node.replica.replica maps
     them: the simulator then runs the same deliberate bugs in the core it drives."""
     from dataclasses import fields
 
-    from node.replica import ReplicaOptions
+    from node.replica.replica import ReplicaOptions
 
     bad, good = ReplicaOptions(faults=faults).core_config("sim"), ReplicaOptions().core_config("sim")
     return {f.name: getattr(bad, f.name) for f in fields(bad)

@@ -191,8 +191,8 @@ class StackSim:
         return lambda: EPOCH_NS + int((self.loop.time() + self.skew_s[host]) * 1e9)
 
     def _options(self, host: str):
-        from node.replica import ReplicaOptions
-        from node.server_base import ServerOptions
+        from node.replica.replica import ReplicaOptions
+        from node.server.base import ServerOptions
 
         master = host in self.masters
         frame, server = frame_options(self.cfg.mix)

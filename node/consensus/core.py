@@ -175,7 +175,7 @@ class RaftCore:
         """Votes are withheld this long after hearing from a leader: the shortest election timeout.
         Counted in ticks from the last message of the leader, so in wall time the window can be
         one tick shorter (the first tick may come right after the message): the driver's leader
-        lease (node.read_only.leader_lease_s) is derived from this and must stay below it."""
+        lease (node.replica.read_only.leader_lease_s) is derived from this and must stay below it."""
         return self.cfg.vote_lease_ticks
 
     def lease_reads_allowed(self) -> bool:

@@ -1,4 +1,4 @@
-"""The one order in which a Ready is carried out: production (node.replica.Replica._handle) and
+"""The one order in which a Ready is carried out: production (node.replica.replica.Replica._handle) and
 both simulators (harness.sim.cluster, harness.sim.script) take their steps from `steps`, so every
 transcript and simulator seed exercises the ordering production runs.
 

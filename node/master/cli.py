@@ -1,7 +1,7 @@
 """`tessera master`: run a master; `tessera master list | add | remove`: the masters (Kudu's
 `kudu master list | add | remove`)."""
 
-from node import daemon_cli
+from node.server import daemon_cli
 
 
 def configure(p):

@@ -31,7 +31,6 @@ from node.consensus import (
     Role,
     SteppingDown,
 )
-from node.daemon import new_uuid
 from node.errors import ReplicaError
 from node.master.catalog import (
     CATALOG,
@@ -67,12 +66,13 @@ from node.protocol import (
     TSHeartbeat,
     TSHeartbeatResponse,
 )
-from node.replica import Replica
+from node.replica.replica import Replica
 from node.rpc import ErrorCode, RpcError, RpcServer
-from node.server_base import ServerBase, ServerOptions
+from node.server.base import ServerBase, ServerOptions
+from node.server.daemon import new_uuid
+from node.server.replica_errors import proposal_error, replica_error
 from node.tablet.ops import MicroOp, OpenSession, Txn
 from node.tablet.superblock import HashBucket, KeyRange
-from node.tserver.service import proposal_error, replica_error
 
 log = logging.getLogger(__name__)
 

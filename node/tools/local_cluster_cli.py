@@ -45,7 +45,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def daemon_flag(text: str) -> str:
     """`NAME=VALUE` as the daemon's command line takes it (`--name=value`); ValueError for a
     name the daemons do not have."""
-    from node.daemon_cli import FLAGS
+    from node.server.daemon_cli import FLAGS
 
     name, sep, value = text.lstrip("-").partition("=")
     name = name.replace("_", "-")

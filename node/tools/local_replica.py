@@ -49,9 +49,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from node.daemon import lock_data_dir
     from node.errors import TesseraError
     from node.exit_codes import BAD_ARGS
+    from node.server.daemon import lock_data_dir
 
     if not (args.data_dir / "instance").exists():
         print(f"tessera local-replica: {args.data_dir} is not a server's data dir (no "

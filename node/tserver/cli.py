@@ -1,7 +1,7 @@
 """`tessera tserver`: run a tablet server; `tessera tserver list`: the live tablet servers;
 `tessera tserver state enter_maintenance | exit_maintenance TS_UUID`: Kudu's maintenance mode."""
 
-from node import daemon_cli
+from node.server import daemon_cli
 
 
 def configure(p):

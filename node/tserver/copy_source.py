@@ -1,7 +1,7 @@
 """Tablet copy (seed 05), the sending side: Kudu's source sessions.
 
 BeginCopySession pins the replica's newest snapshot file and its WAL from there on
-(`node.copy_pins.CopyPins.pin`: a WAL anchor, a compaction floor, a snapshot pin); FetchCopyChunk
+(`node.replica.copy_pins.CopyPins.pin`: a WAL anchor, a compaction floor, a snapshot pin); FetchCopyChunk
 serves any byte range of those files with its CRC, so a receiver whose connection dropped asks
 again from the offset it has; EndCopySession, or no fetch for `idle_timeout_s`, releases the
 pins. Memory is one chunk per fetch in flight, whatever the tablet's size.
@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 import crc32c
 
 from node.consensus import encode_config
-from node.copy_pins import CopySource
 from node.disk import Disk
 from node.errors import ReplicaError
 from node.probes import probe
@@ -30,7 +29,8 @@ from node.protocol import (
     Empty,
     FetchCopyChunk,
 )
-from node.replica import Replica
+from node.replica.copy_pins import CopySource
+from node.replica.replica import Replica
 from node.rpc import ErrorCode, RpcError
 from node.tablet.superblock import Superblock
 from node.tserver.tablet_manager import TabletManager

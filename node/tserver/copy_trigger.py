@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 
 from node.consensus import Role
-from node.daemon import PeerBook
 from node.probes import probe
 from node.protocol import Peer, StartTabletCopy, TabletCopyResult
 from node.rpc import RpcClient, RpcError
+from node.server.daemon import PeerBook
 from node.tablet.superblock import OpId
 from node.tserver.tablet_manager import TabletManager
 

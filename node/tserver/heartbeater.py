@@ -17,10 +17,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from node.daemon import PeerBook
 from node.probes import probe
 from node.protocol import ServerStatus, TSHeartbeat, TSHeartbeatResponse
 from node.rpc import RpcClient
+from node.server.daemon import PeerBook
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from node.rpc import RpcServer
-from node.server_base import ServerBase
+from node.server.base import ServerBase
 from node.tserver.heartbeater import Heartbeater
 from node.tserver.service import TabletService
 

@@ -15,12 +15,10 @@ from node.consensus import (
     ConfigChange,
     Member,
     MemberType,
-    NotLeader,
     ProposalError,
     RaftConfig,
     SteppingDown,
 )
-from node.daemon import PeerBook
 from node.errors import ReplicaError
 from node.probes import probe
 from node.protocol import (
@@ -43,23 +41,14 @@ from node.protocol import (
     Write,
     WriteBatch,
 )
-from node.replica import Replica, TooLarge, config_text
+from node.replica.replica import Replica, config_text
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
 from node.rpc.server import Reply
+from node.server.daemon import PeerBook
+from node.server.replica_errors import proposal_error, replica_error
 from node.tablet.checksum import row_hashes, table_checksum
 from node.tablet.ops import Batch, Group, Op, Result, is_read_only
 from node.tserver.tablet_manager import TabletManager, TabletState
-
-
-def replica_error(e: ReplicaError) -> RpcError:
-    if isinstance(e, TooLarge):  # definite, and the same on every replica: not NOT_LEADER
-        probe("tserver.reply.too_large")
-        return RpcError(ErrorCode.TOO_LARGE, str(e))
-    if e.maybe_applied:
-        probe("tserver.reply.maybe_applied")
-        return RpcError(ErrorCode.REMOTE_ERROR, str(e))
-    probe("tserver.reply.not_leader_hint") if e.leader else probe("tserver.reply.not_leader_no_hint")
-    return RpcError(ErrorCode.NOT_LEADER, str(e), detail=e.leader)
 
 
 def _answer(answer: type, reply: Reply, seq: int, result: Result | list[Result] | None,
@@ -79,15 +68,6 @@ async def _awaited(work: Awaitable, answer: type, seq: int = 0):
         return answer(await work, seq)
     except ReplicaError as e:
         raise replica_error(e) from None
-
-
-def proposal_error(e: Exception) -> RpcError:
-    """A refused proposal (config change, leadership transfer) as the caller should see it."""
-    if isinstance(e, ReplicaError):
-        return replica_error(e)
-    if isinstance(e, NotLeader):
-        return RpcError(ErrorCode.NOT_LEADER, "not the leader", detail=e.leader)
-    return RpcError(ErrorCode.ILLEGAL_STATE, f"{type(e).__name__}: {e}")
 
 
 class ConsensusService:

@@ -25,7 +25,7 @@ from node.disk import Disk
 from node.logfmt import TabletLog, log_failure
 from node.probes import probe
 from node.protocol import CopySession, StartTabletCopy
-from node.replica import Replica, ReplicaOptions, bootstrap_replica, config_text
+from node.replica.replica import Replica, ReplicaOptions, bootstrap_replica, config_text
 from node.rpc import ErrorCode, RpcError
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.paths import TabletPaths

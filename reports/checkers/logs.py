@@ -245,7 +245,7 @@ def session_intrusions(ops) -> list[dict]:
     return out
 
 
-# A leader's report that a follower's storage lost entries it had acknowledged (node/replica.py).
+# A leader's report that a follower's storage lost entries it had acknowledged (node/replica/replica.py).
 LOST_ENTRIES = re.compile(r"T (\S+) P \S+: SAFETY: follower (\S+) lost acknowledged entries")
 
 

@@ -73,7 +73,7 @@ def raft_log(seed: int, host: str, seconds: int) -> str:
             leader = f"n{rng.randrange(1, 6)}"
             role = "LEADER" if leader == host else "FOLLOWER"
             lines.append((s, f"2026-11-22 10:{s // 60:02d}:{s % 60:02d},{rng.randrange(1000):03d} tserver INFO "
-                             f"node.replica: raft tablet={tablet} term={term} role={role} leader=u-{leader}"))
+                             f"node.replica.replica: raft tablet={tablet} term={term} role={role} leader=u-{leader}"))
     return "\n".join(line for _, line in sorted(lines)) + "\n"
 
 

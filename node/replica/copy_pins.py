@@ -29,7 +29,7 @@ class CopySource:
 
 
 class Source(Protocol):
-    """What pinning needs of the replica (node.replica.Replica)."""
+    """What pinning needs of the replica (node.replica.replica.Replica)."""
 
     failed: str | None
     snapshots: Any  # SnapshotStore: pin_latest, unpin, path_for

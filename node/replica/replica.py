@@ -52,15 +52,15 @@ from node.consensus import (
     encode_config,
 )
 from node.consensus.ready_steps import steps
-from node.copy_pins import CopyPins
-from node.done import Done, finish, settle
 from node.entry import Entry, EntryType
 from node.errors import CorruptionError, ReplicaError
 from node.faults import Faults
 from node.logfmt import SAFETY, TabletLog, log_failure
 from node.precise_timer import precise_timers
 from node.probes import probe
-from node.read_only import ReadOnly
+from node.replica.copy_pins import CopyPins
+from node.replica.done import Done, finish, settle
+from node.replica.read_only import ReadOnly
 from node.rpc.wire import DEFAULT_MAX_FRAME, ENVELOPE_RESERVE
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.ops import (

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from node.consensus import Heartbeat, ProposalError, ReadState, Role
-from node.done import Done, finish
 from node.errors import ReplicaError
 from node.probes import probe
+from node.replica.done import Done, finish
 
 LEASE_MARGIN_S = 0.001  # timer and clock resolution: asyncio may fire a timer this much early
 
@@ -76,7 +76,7 @@ class ReadGroup:
 
 
 class Driver(Protocol):
-    """What reads need of the replica that drives them (node.replica.Replica)."""
+    """What reads need of the replica that drives them (node.replica.replica.Replica)."""
 
     options: Any  # ReplicaOptions: read_mode, faults, tick_ms, max_clock_drift
     core: Any  # RaftCore: read_index, term, lease_reads_allowed, vote_lease_ticks

@@ -20,7 +20,7 @@ from pathlib import Path
 from node import faults, probes
 from node.consensus import TICK_MS
 from node.exit_codes import BAD_ARGS
-from node.replica import ReplicaOptions
+from node.replica.replica import ReplicaOptions
 from node.rpc.wire import ENVELOPE_RESERVE, MIN_MAX_FRAME
 from node.security.tls import KUDU_TRUSTED_SUBNETS
 from node.tserver.copy_source import MAX_CHUNK_BYTES
@@ -37,7 +37,7 @@ def option_default(flag: str) -> object:
 
     import msgspec
 
-    from node.server_base import ServerOptions
+    from node.server.base import ServerOptions
 
     key = flag.replace("-", "_")
     for cls in (ServerOptions, ReplicaOptions):
@@ -281,7 +281,7 @@ def _faults(values: dict) -> faults.Faults:
 
 def build_options(values: dict, kind: str):
     from node.client import parse_addrs
-    from node.server_base import ServerOptions
+    from node.server.base import ServerOptions
 
     port = 7051 if kind == "master" else 7050
     rpc = parse_addrs(values["rpc-addr"] or f"127.0.0.1:{port}", port)[0]

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-log = logging.getLogger("node.replica")
+log = logging.getLogger("node.replica.replica")
 
 Done = Callable[[Any, BaseException | None], None]  # (result, None) or (None, error), once
 

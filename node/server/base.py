@@ -15,13 +15,13 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from node.daemon import Outbox, PeerBook, load_or_create_instance, lock_data_dir
 from node.disk import REAL, Disk
-from node.http import StatusHttp
 from node.protocol import Peer, ServerStatus, TabletReport
-from node.replica import Replica, ReplicaOptions
+from node.replica.replica import Replica, ReplicaOptions
 from node.rpc import RpcClient, RpcServer
 from node.security.tls import DISABLED, RpcSecurity
+from node.server.daemon import Outbox, PeerBook, load_or_create_instance, lock_data_dir
+from node.server.http import StatusHttp
 from node.tserver.copy_service import TabletCopyService
 from node.tserver.copy_trigger import CopyTrigger
 from node.tserver.metrics import TabletMetrics
