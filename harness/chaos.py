@@ -251,12 +251,13 @@ def _judge(run_dir: Path, checker, schedule, cluster_checks: list[dict]) -> str:
 def _report(run_dir: Path, ops, results: dict) -> None:
     """The run's report.html, as `tessera analyze` renders it, but without Spark: from the
     checks just made. A report that cannot be drawn is said, and never changes the verdict."""
+    from reports.checkers.verdict import split_run_checks
     from reports.html.report import render_report
-    from reports.spark.results import build, history_check
+    from reports.spark.results import build
     from reports.spark.runs import Run, checker_version
 
     try:
-        check, extra = history_check(results)
+        check, extra = split_run_checks(results)
         run = Run(run_dir.resolve())
         say(f"report: {render_report(run, build(run, check, ops, None, checker_version(), extra), ops)}")
     except Exception as e:  # the verdict stands; `tessera analyze` can draw it again
@@ -318,7 +319,7 @@ def _results(ops, checker, test: dict, schedule, extra: list[dict] = ()) -> dict
     """The run's verdict, as `tessera analyze` gives it: the workload's checker composed with the
     run's other checks (`extra`: convergence, masters, node logs) and Jepsen's stats checker (an f that
     never succeeded makes the run invalid)."""
-    from reports.spark.results import judge_ops
+    from reports.checkers.verdict import judge
 
-    return {**judge_ops(ops, checker, extra), "final": test["final"],
+    return {**judge(ops, checker, extra), "final": test["final"],
             "nemesis": schedule.summary()}

@@ -300,8 +300,9 @@ def outcome_from_run(cell: Cell, attempt: int, time_limit: float, run_dir: str |
 def exit_code(outcomes: list[Outcome]) -> int:
     """0 every run valid, 1 any invalid, else 2 (some unknown, or some cell not run)."""
     from node.exit_codes import verdict_exit
+    from reports.checkers.verdict import merge_verdicts
 
-    return verdict_exit(o.verdict for o in outcomes)
+    return verdict_exit(merge_verdicts(o.verdict for o in outcomes) if outcomes else "unknown")
 
 
 def table(outcomes: list[Outcome]) -> str:

@@ -85,6 +85,7 @@ def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags:
     from harness.sim.swarm import CLASSIC, swarm_mix
     from harness.store import write_json
     from node.faults import Faults
+    from reports.checkers.verdict import merge_verdicts
 
     names = {f.name for f in fields(Faults)}
     on = sorted(k for k, v in {**flags, **cell.overrides.get("flags", {})}.items()
@@ -112,8 +113,7 @@ def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags:
               "seed": r.seed, "explanation": _seed_failure(r),
               "replay": replay_command(by_seed[r.seed], on)}
              for r in results if not r.ok()]
-    verdict = "invalid" if any(r.violation or r.verdict == "invalid" for r in results) else (
-        "unknown" if found or not results else "valid")
+    verdict = merge_verdicts(r.judged() for r in results) if results else "unknown"
     reached = probes.summarize([r.probes for r in results])
     write_json(out_dir / "results.json", {
         "verdict": verdict, "seeds": len(results), "first_seed": seed, "faults": on,

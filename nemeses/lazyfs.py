@@ -226,7 +226,7 @@ class LazyFS:
         try:
             with self._lock:
                 for key in list(self._unsynced):
-                    flushed.append(self._flush_one(key))  # type: ignore[arg-type]
+                    flushed.append(self._flush_one(key))  # type: ignore[arg-type]  # not None: the key was listed under the same lock
         finally:
             self._sync_and_close(flushed)
 

@@ -5,12 +5,12 @@ Timestamps from one clock strictly increase even when the physical clock stalls 
 its log (Raft gives it every committed entry), so its timestamps exceed every committed one of
 its predecessors whatever the clocks say.
 
-Commit-wait (seed 02, Spanner §4.1.1) adds the real-time order: a timestamp `ts` issued elsewhere
-may be ahead of our physical clock by up to the clocks' maximum disagreement. Once our physical
-time minus that bound is past `ts`, every clock in the cluster has passed it, so
-`wait_until_after(ts)` says how long a new leader waits before its own physical time, not just
-its logical counter, is above all its predecessor issued (as lease reads need). The clock never
-sleeps: it returns the duration and the asyncio caller awaits it.
+Commit-wait (Kudu's Raft implementation notes; Spanner §4.1.1) adds the real-time order: a
+timestamp `ts` issued elsewhere may be ahead of our physical clock by up to the clocks' maximum
+disagreement. Once our physical time minus that bound is past `ts`, every clock in the cluster
+has passed it, so `wait_until_after(ts)` says how long a new leader waits before its own
+physical time, not just its logical counter, is above all its predecessor issued (as lease reads
+need). The clock never sleeps: it returns the duration and the asyncio caller awaits it.
 """
 
 from __future__ import annotations

@@ -8,15 +8,11 @@ without importing the harness."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2}
 BAD_ARGS, CRASHED = 254, 255
 
 
-def verdict_exit(verdicts: Iterable[str]) -> int:
-    """Any invalid -> 1, else any unknown (or anything unrecognised) -> 2, else 0."""
-    verdicts = set(verdicts)
-    if "invalid" in verdicts:
-        return EXIT["invalid"]
-    return EXIT["valid"] if verdicts == {"valid"} else EXIT["unknown"]
+def verdict_exit(verdict: str) -> int:
+    """The exit code of one verdict: anything unrecognised is unknown (2). A command that
+    judged many runs merges their verdicts first (reports.checkers.verdict.merge_verdicts)."""
+    return EXIT.get(verdict, EXIT["unknown"])

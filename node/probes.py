@@ -254,7 +254,7 @@ CATALOG: dict[str, str] = {
     "tablet.tombstoned": "a running replica was stopped and tombstoned with its last logged OpId",
     "tablet.tombstone.write_failed":
         "a stopped replica's tombstone could not be written (a failing disk): it is FAILED",
-    # --- tombstone: votes answered from a tombstone (seed 05) ---
+    # --- tombstone: votes answered from a tombstone (Kudu's tablet-copy design) ---
     "tombstone.vote.withheld_in_lease":
         "a tombstoned replica withheld votes: it stopped within a vote lease",
     "tombstone.vote.copy_finished_meanwhile":

@@ -137,8 +137,8 @@ class TabletName(msgspec.Struct, frozen=True):
 
 
 class UnsafeChangeConfig(msgspec.Struct, frozen=True):
-    """Kudu's UnsafeChangeConfig (seed 03's recovery after a majority is lost): the replica
-    here appends a config of just `voters` as a new config entry."""
+    """Kudu's UnsafeChangeConfig (recovery after a majority is lost, in its config-change design):
+    the replica here appends a config of just `voters` as a new config entry."""
 
     tablet_id: str
     voters: list[str]
@@ -168,7 +168,7 @@ class CopyFile(msgspec.Struct, frozen=True):
 
 
 class CopySession(msgspec.Struct, frozen=True):
-    """BeginCopySession's answer: the files, and the metadata the receiver merges (seed 05)."""
+    """Kudu's BeginCopySession answer: the files, and the metadata the receiver merges."""
 
     session_id: str
     table_name: str

@@ -27,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from node.exit_codes import BAD_ARGS, verdict_exit
+    from reports.checkers.verdict import merge_verdicts
     from reports.spark.job import analyze
 
     paths = [Path(p) for p in args.paths]
@@ -46,4 +47,5 @@ def run(args: argparse.Namespace) -> int:
             print(f"{r['verdict'].upper():8} {r['report']}{note}")
         for index in summary["stores"]:
             print(index)
-    return verdict_exit(r["verdict"] for r in summary["runs"])
+    runs = summary["runs"]  # no run analyzed proves nothing: unknown
+    return verdict_exit(merge_verdicts(r["verdict"] for r in runs) if runs else "unknown")

@@ -1,4 +1,4 @@
-"""Issue 36, item 2 and 8: `tessera check` never shows a traceback for a history, however wrong
+"""`tessera check` never shows a traceback for a history, however wrong
 for its model, and questions what it should: random and malformed histories through every
 model end in a verdict (0, 1, 2) or a one-line reason, never a crash (255)."""
 
@@ -90,7 +90,7 @@ def test_the_issues_cases_are_one_line_each(tmp_path, capsys):
 
 
 def test_jsonl_ops_need_no_index(tmp_path, capsys):
-    """Issue 36, item 8: JSONL needed an undocumented `index`; now the line order gives it."""
+    """JSONL once needed an undocumented `index`; now the line order gives it."""
     path = tmp_path / "h.jsonl"
     path.write_text("\n".join(json.dumps(o) for o in [
         {"type": "invoke", "process": 0, "f": "write", "value": 1},

@@ -20,7 +20,7 @@ MODELS = {
 
 
 def test_reference_histories_are_present():
-    # CI always has ../shared beside the repo; a missing corpus must fail, never skip.
+    # CI always has the Knossos corpus beside the repo; a missing corpus must fail, never skip.
     assert KNOSSOS.is_dir(), f"knossos reference histories missing at {KNOSSOS}"
     assert len(FILES) == 122  # the README's folders hold 122 .edn histories (plus one .html timeline)
 

@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reports.checkers.generate import corrupt_one_read, register_history
-from reports.checkers.linearizability import check, check_key, merge_verdicts
+from reports.checkers.linearizability import check, check_key
 from reports.checkers.models import INCONSISTENT, MODELS, Model, MultiRegister
+from reports.checkers.verdict import merge_verdicts
 from reports.history import Op
 
 
@@ -191,8 +192,8 @@ def _judge_in_a_pool_worker(seed: int) -> tuple[str, str]:
 
 def test_a_history_large_enough_for_the_parallel_path_is_judged_inside_a_pool_worker():
     """Above _PARALLEL_MIN_OPS the checker forks workers of its own, which a daemonic process
-    may not do: in the simulator's pool every such seed came out `unknown` (session 28, when
-    unpaced coalescing seeds first made histories that large). There it judges serially."""
+    may not do: in the simulator's pool every such seed came out `unknown` (once unpaced
+    coalescing seeds made histories that large). There it judges serially."""
     import multiprocessing
 
     with multiprocessing.get_context("spawn").Pool(1) as pool:

@@ -11,6 +11,7 @@ import pytest
 from harness import chaos
 from harness.cli import COMMANDS, main
 from node.exit_codes import verdict_exit
+from reports.checkers.verdict import merge_verdicts
 from reports.history import Op
 from workloads.base import Checker
 
@@ -48,7 +49,7 @@ def test_every_registered_command_module_imports():
     (["unknown"], 2), (["valid", "unknown"], 2), (["valid", "bogus"], 2),
 ])
 def test_verdicts_map_to_jepsen_exit_codes(verdicts, code):
-    assert verdict_exit(verdicts) == code
+    assert verdict_exit(merge_verdicts(verdicts)) == code
 
 
 @pytest.mark.parametrize("argv", [
@@ -121,7 +122,7 @@ def test_test_validation_errors_exit_254_before_touching_a_host(capsys, tmp_path
 ])
 def test_bad_daemon_flags_and_host_lists_exit_254_before_any_work(argv, message, capsys,
                                                                    tmp_path, monkeypatch):
-    """Issue 36, item 1: found before a wheel is built or a host touched, for `test` and
+    """Bad flags are found before a wheel is built or a host touched, for `test` and
     `test-all` alike (both check flags through the system's `check_flags`)."""
     def touched(*_a, **_k):
         raise AssertionError("a run was started")
@@ -257,7 +258,7 @@ def test_inline_nodes_are_checked_before_any_ssh(capsys, tmp_path):
 
 
 def test_nodes_file_is_jepsens_one_host_a_line(capsys, tmp_path):
-    """Issue 36, item 7: Jepsen's --nodes-file, and a netns host count named as one."""
+    """Jepsen's --nodes-file, and a netns host count named as one."""
     import argparse
 
     from harness.chaos_cli import configure, spec_from_args
@@ -279,7 +280,7 @@ def test_nodes_file_is_jepsens_one_host_a_line(capsys, tmp_path):
 
 
 def test_no_help_text_names_the_projects_internals(capsys):
-    """Issue 36, item 10: `--help` speaks to users, not of module paths, design-seed numbers,
+    """`--help` speaks to users, not of module paths, design-seed numbers,
     issue numbers or the repository's docs."""
     import re
 
@@ -294,7 +295,7 @@ def test_no_help_text_names_the_projects_internals(capsys):
 
 
 def test_a_master_address_that_resolves_to_nothing_is_a_bad_argument_at_once(capsys):
-    """Issue 36, item 10: `kv --masters nonsense get k` waited out its 10 s timeout, then
+    """`kv --masters nonsense get k` once waited out its 10 s timeout, then
     exited 1 as if the cluster had failed."""
     for argv in (["kv", "--masters", "nonsense.invalid", "get", "k"],
                  ["cluster", "ksck", "--masters", "nonsense.invalid"],
@@ -311,7 +312,7 @@ def test_a_master_address_that_resolves_to_nothing_is_a_bad_argument_at_once(cap
      ["tablet", "leader-step-down", "T", "--masters", "h:1"]),
 ])
 def test_connection_options_mean_the_same_before_and_after_the_verb(before, after):
-    """Issue 36, item 7: `kv get k --masters X` was refused while `master list --masters X`
+    """`kv get k --masters X` was once refused while `master list --masters X`
     was taken; either place now works, and a value before the verb is kept."""
     import importlib
 
@@ -328,7 +329,7 @@ def test_connection_options_mean_the_same_before_and_after_the_verb(before, afte
 
 
 def test_a_verbs_help_is_its_own(capsys):
-    """Issue 36, item 10: `local-cluster up --help` printed the parent's help, options of
+    """`local-cluster up --help` once printed the parent's help, options of
     other verbs among them."""
     for argv, own, other in ((["local-cluster", "up"], "--num-tservers", None),
                              (["local-cluster", "down"], "stop every daemon", "--num-tservers"),
@@ -352,7 +353,7 @@ def test_bare_sim_runs_with_a_default_seed_count():
 def test_test_count_runs_the_test_again_with_the_next_seed_until_one_is_not_valid(monkeypatch,
                                                                                    capsys,
                                                                                    tmp_path):
-    """Jepsen's --test-count, on `tessera test` as on `test-all` (issue 36, item 6)."""
+    """Jepsen's --test-count, on `tessera test` as on `test-all`: the two take the same flags."""
     seeds = []
     codes = {7: 0, 8: 0, 9: 1, 10: 0}  # the run with seed 9 is invalid
 
@@ -370,7 +371,7 @@ def test_test_count_runs_the_test_again_with_the_next_seed_until_one_is_not_vali
 
 
 def test_every_positional_argument_says_what_it_is():
-    """Issue 36, item 10: positional arguments had no help."""
+    """A positional argument without help shows in `--help` as a bare name, unexplained."""
     import argparse
     import importlib
 
@@ -393,7 +394,7 @@ def test_every_positional_argument_says_what_it_is():
 
 
 def test_test_all_takes_the_host_options_as_test_does(capsys, tmp_path):
-    """Issue 36, item 6: one definition of where a test runs, for `test` and `test-all`."""
+    """One definition of where a test runs, for `test` and `test-all`."""
     import argparse
 
     from harness.matrix_cli import base_spec

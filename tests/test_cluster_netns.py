@@ -107,7 +107,7 @@ def test_bad_arguments_are_refused():
 def test_a_host_does_not_pin_the_machines_fuse_mounts(cluster, tmp_path):
     """A netns host made while the machine has a FUSE mount (a lazyfs test running beside the
     netns tests) must not keep a copy of it: the copy kept lazyfs running after the machine's
-    unmount, and the test waiting for it to exit timed out (a clean-clone run, session 26)."""
+    unmount, and the test waiting for it to exit timed out (seen in a run from a clean clone)."""
     from lazyfs_helpers import DEADLINE, mounted, start_lazyfs, unmount, wait_until
 
     proc, _, mnt = start_lazyfs(tmp_path)

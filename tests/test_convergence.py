@@ -217,7 +217,7 @@ def test_real_replicas_converge_then_a_damaged_snapshot_is_named(tmp_path, capsy
         c.down()
 
 
-# Seen under `--nemesis all` (issue 35's first CI-like run): the membership fault removed n2,
+# Seen in a CI-like run under `--nemesis all`: the membership fault removed n2,
 # leaving the committed voters {u3, u4}, then the disk fault damaged u3's WAL (FAILED) before
 # the re-added u2 was promoted. No majority of the committed voters is left: unavailable by the
 # faults' doing, not the engine's, and the run is not judged invalid for it.

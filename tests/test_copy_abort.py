@@ -75,7 +75,7 @@ def test_a_delete_aborts_a_copy_under_way_and_leaves_a_tombstone(tmp_path):
 
 
 def test_a_delete_racing_a_copys_install_leaves_memory_and_disk_agreeing(tmp_path, monkeypatch):
-    """Issue 32, bug 4: a DeleteTablet cancelled the copy's task while the copy's install ran
+    """A DeleteTablet once cancelled the copy's task while the copy's install ran
     in a thread. The thread went on and wrote READY while the copy's cleanup, run beside it,
     tombstoned: memory said TOMBSTONED over a READY superblock, so the tablet came back at the
     next start (and voted from the wrong last OpId meanwhile). Now a copy's file steps finish

@@ -59,7 +59,7 @@ def test_copy_onto_an_up_to_date_running_replica_is_refused_and_its_data_survive
             assert sb.data_state == DataState.READY
             got = await direct(ts.service.on_read, Read(TABLET, Get("k2")))
             assert got.result.ok and got.result.value == 2
-            # expecting another state than the replica's is ILLEGAL_STATE (seed 05)
+            # Kudu's tablet-copy design: expecting another state than the replica's is ILLEGAL_STATE
             with pytest.raises(RpcError) as e:
                 await call_copy(ts, ts, StartTabletCopy(TABLET, ts.me, r.term, "TOMBSTONED",
                                                         **guards(r)))
@@ -178,7 +178,7 @@ def test_a_follower_that_lost_acknowledged_entries_is_rebuilt_not_refused_foreve
 def test_a_copy_that_brings_a_non_voter_up_to_the_commit_index_promotes_it():
     """A NON_VOTER (+promote) whose copy holds every committed entry is promoted as soon as it
     answers the append the leader sends it at the copy's end, not only after the next write
-    commits. The copy's completion alone is no acknowledgement (issue 32, bug 1)."""
+    commits. The copy's completion alone is no acknowledgement (the next test shows why)."""
     c = ScriptCluster(learners=("n4",))
     c.crash("n4")  # it never sees a thing: the leader copies it
     c.elect("n1")
@@ -197,7 +197,7 @@ def test_a_copy_that_brings_a_non_voter_up_to_the_commit_index_promotes_it():
 
 
 def test_a_finished_copy_is_no_acknowledgement_so_a_deposed_receiver_commits_nothing():
-    """Issue 32, bug 1. n1 leads term T; n2 is cut off, so n1's write X cannot commit; n3 is
+    """n1 leads term T; n2 is cut off, so n1's write X cannot commit; n3 is
     tombstoned and n1 copies the tablet to it, X included. Meanwhile n3, voting from its
     tombstone, helps another candidate win term T+1 (here: its term moves on). The copy's end
     used to set n3's match to the copy's last entry, and n1's next write committed X through a

@@ -60,8 +60,8 @@ def test_newest_flip_without_an_unfinished_segment_flips_some_bit(tmp_path):
 def test_a_truncated_newest_segment_of_a_real_log_is_refused_not_cut_as_torn(tmp_path, seed):
     """The nemesis's truncation of the newest, preallocated, unfinished segment a real Log
     left at a crash: bootstrap must refuse it wherever the cut falls. It used to cut the
-    shortened batch as a torn tail and come back RUNNING without fsynced entries (session 23,
-    found by `tessera test --nemesis all --seed 41` as incompatible list orders)."""
+    shortened batch as a torn tail and come back RUNNING without fsynced entries (found by
+    `tessera test --nemesis all --seed 41` as incompatible list orders)."""
     import shutil
 
     from node.wal import Log, LogOptions
@@ -116,7 +116,7 @@ class _LocalRemote:
 @pytest.mark.parametrize("seed", range(8))
 def test_a_group_that_cannot_spare_a_replica_is_never_damaged(tmp_path, seed):
     """One damaged replica of a tablet the membership fault shrank to two voters is a majority
-    of it: the disk nemesis must pick another group (session 23: otherwise the tablet stays
+    of it: the disk nemesis must pick another group (otherwise the tablet stays
     leaderless and the convergence check reports a bug that is the faults' doing)."""
     from nemeses.disk import DiskCorruption
 

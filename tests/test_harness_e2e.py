@@ -37,7 +37,7 @@ def env(tmp_path):
 
 def test_register_with_kills_records_a_complete_history(env, tmp_path):
     store = tmp_path / "store"
-    # Spark hidden: `tessera test` draws its run's report.html itself (issue 36)
+    # Spark hidden: `tessera test` draws its run's report.html itself, so a user needs no Spark
     hidden = tmp_path / "no-spark" / "pyspark"
     hidden.mkdir(parents=True)
     (hidden / "__init__.py").write_text("raise ImportError('pyspark is hidden by this test')\n")
@@ -178,7 +178,7 @@ def test_lose_unfsynced_writes_shows_why_fsync_matters(env, tmp_path, fsync, exp
         assert dropped > 0 and set_result["lost"], (dropped, set_result)
     else:
         # Bytes may still be dropped: the kill can land between a WAL group's write and its
-        # fsync (116 bytes on one host in a clean clone of session 28), but nobody was told
+        # fsync (116 bytes on one host in one run from a clean clone), but nobody was told
         # those writes were durable, so no acknowledged add is lost.
         assert not set_result["lost"], (dropped, set_result)
     # no FUSE mount is left on any host after the run
@@ -211,8 +211,9 @@ def test_nemesis_all_fires_every_fault_and_leaves_no_trace(env, tmp_path):
         ops = read_jsonl(os.path.join(run_dir, "history.jsonl"))
         assert all("skipped" in o.value for o in ops if o.f == "start-membership" and o.value)
     assert results["verdict"] == "valid", results["check"]
-    # issue 50: every start carries what a look at the hosts saw right after it, and the
-    # faults check counts them; a clean run has none failed or out of force
+    # A fault not in force would pass a run it never tested: every start carries what a look
+    # at the hosts saw right after it, and the faults check counts them; a clean run has none
+    # failed or out of force
     schedule = json.load(open(os.path.join(run_dir, "schedule.json")))
     starts = [s for s in schedule["executed"] if s["action"] == "start"]
     assert starts and all("error" not in s for s in schedule["executed"]), schedule["executed"]
@@ -239,7 +240,7 @@ def test_nemesis_all_fires_every_fault_and_leaves_no_trace(env, tmp_path):
 
 
 def test_a_fault_that_cannot_start_on_one_host_makes_the_run_unknown(env, tmp_path):
-    """Issue 50: iptables broken on one host alone (/bin/false bound over it in n2's own mount
+    """iptables broken on one host alone (/bin/false bound over it in n2's own mount
     namespace), so every partition that gives n2 a grudge fails to start. The history is
     fine, but it was not made under the faults the run claims: unknown (exit 2), the
     partition named, never valid."""
@@ -315,7 +316,7 @@ def test_every_write_mode_under_kills_and_partitions_stays_valid(env, tmp_path, 
 
 
 def test_batched_sessions_under_kills_and_partitions_stay_valid(env, tmp_path):
-    """Issue 15: the harness drives AUTO_FLUSH_BACKGROUND sessions on the real cluster; ops
+    """The harness drives AUTO_FLUSH_BACKGROUND sessions on the real cluster; ops
     share batches (one Raft entry each), each op is still its own in the history, and the run
     under kills and partitions is judged valid by the checkers, replicas and logs."""
     test = _grouped_writes_run(env, tmp_path, ["--writes", "session-background",
@@ -326,7 +327,7 @@ def test_batched_sessions_under_kills_and_partitions_stay_valid(env, tmp_path):
 
 
 def test_coalesced_writes_under_kills_and_partitions_stay_valid(env, tmp_path):
-    """Issue 37: with --writes shared the workers of one node share client sessions, and the
+    """With --writes shared the workers of one node share client sessions, and the
     writes they issue in one loop turn leave as one ts.write_batch (workers back to back:
     --rate 0).
     Many requests carry several writes, each write is its own op of the history, and the run
@@ -339,7 +340,7 @@ def test_coalesced_writes_under_kills_and_partitions_stay_valid(env, tmp_path):
 
 
 def test_masters_grow_to_five_and_back_to_three_while_the_test_runs(env, tmp_path):
-    """Issue 16: the catalog's voters change under load and kills (the leader master among the
+    """The catalog's voters change under load and kills (the leader master among the
     targets); the history stays valid, the masters end agreeing on the three they began with,
     and the added masters' logs are collected and checked with the others."""
     out = tessera("test", "--workload", "register", "--nemesis", "master-membership,kill",
@@ -362,7 +363,7 @@ def test_masters_grow_to_five_and_back_to_three_while_the_test_runs(env, tmp_pat
 
 
 def test_pysyncobj_loses_acknowledged_adds_to_a_power_loss(env, tmp_path):
-    """Issue 17: the second system. PySyncObj's journal is an mmap it never syncs, so a power
+    """A second system under test. PySyncObj's journal is an mmap it never syncs, so a power
     loss of every node (lose-unfsynced on lazyfs) takes acknowledged adds with it: the set
     checker must find them lost, and the run must say invalid. Its nodes still agree after the
     loss (they all lost the same writes), and nothing in their logs is an error."""
@@ -405,7 +406,7 @@ def test_inline_nodes_as_jepsens_cli_takes_them(env, tmp_path):
 
 
 def test_hosts_on_another_python_get_wheels_built_for_it(env, tmp_path):
-    """Issue 17: hosts whose python3 is not the control machine's. On each netns host, pyenv's
+    """Hosts whose python3 is not the control machine's. On each netns host, pyenv's
     Python 3.12 bin dir is bind-mounted on /usr/local/bin (first on root's PATH) in the host's
     own mount namespace; `tessera test` finds the hosts on 3.12, builds a wheelhouse with this
     machine's pyenv 3.12, and the engine runs there."""
@@ -441,7 +442,7 @@ def test_hosts_on_another_python_get_wheels_built_for_it(env, tmp_path):
 
 
 def test_copy_race_with_lease_reads_stays_valid_and_copies(env, tmp_path):
-    """Issue 32: the copy-race package on real hosts, with lease reads (the matrix's raft@lease
+    """The copy-race package on real hosts, with lease reads (the matrix's raft@lease
     cells): a tablet's leader is cut from one voter while another is tombstoned, so the leader
     copies the tablet to it during the other's campaign. The fixed engine keeps the history
     valid, and the nemesis really tombstoned a voter and the leader really copied it back."""
@@ -471,7 +472,7 @@ def _etcd_results(out):
 
 @pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd-server is not installed")
 def test_etcd_register_under_kills_and_partitions_is_valid(env, tmp_path):
-    """Issue 33: etcd under the harness. Register on five etcd members (Debian's etcd-server)
+    """etcd under the harness. Register on five etcd members (Debian's etcd-server)
     through the v3 JSON gateway, members killed and partitioned, one removed and added back
     (etcd's member API): linearizable, all five members' KV hashes agree at the end, and their
     logs hold no fatal line; as Jepsen found for 3.4.3. (No disk fault here: a bit flipped in
@@ -492,11 +493,11 @@ def test_etcd_register_under_kills_and_partitions_is_valid(env, tmp_path):
 
 @pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd-server is not installed")
 def test_etcd_lock_set_loses_adds_under_pauses(env, tmp_path):
-    """Issue 33: Jepsen's lock-set. A lock on a 2 s lease guards a set in the harness's
+    """Jepsen's lock-set. A lock on a 2 s lease guards a set in the harness's
     memory; members paused for longer than the lease let a second client take the lock while
     the first still works under it, and adds are lost: invalid. Three runs at most (an overlap
     needs a pause to catch a holder's member mid-work, a matter of timing): the first run
-    showed lost adds in 3 of 3 tries in session 17, in 1 of 2 in session 19 (2 adds lost)."""
+    showed lost adds in 3 of 3 tries one day, in 1 of 2 another (2 adds lost)."""
     for seed in (6, 7, 8):
         out = tessera("test", "--db", "etcd", "--workload", "lock-set", "--nemesis", "pause",
                       "--nemesis-interval", "3", "--time-limit", "45", "--seed", str(seed),

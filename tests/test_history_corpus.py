@@ -1,5 +1,5 @@
 """`tessera check` reads every history Jepsen, Elle and Porcupine write, as those tools read
-them, and gives each the verdict its own tool gives (issue 55).
+them, and gives each the verdict its own tool gives.
 
 - the Knossos corpus under shared/data/knossos, every file through the CLI, the nemesis-only
   history among them (Knossos: valid, nothing to violate);
@@ -42,7 +42,7 @@ def check(capsys, path: Path, *argv: str) -> tuple[int, str, str]:
 
 
 def test_the_corpus_is_here():
-    # CI always has ../shared beside the repo: a missing corpus fails, never skips.
+    # CI always has the Knossos corpus beside the repo: a missing corpus fails, never skips.
     assert len(KNOSSOS_FILES) == 122, f"knossos reference histories missing at {KNOSSOS}"
 
 

@@ -1,6 +1,6 @@
 """`tessera local-cluster`: counts are --num-masters/--num-tservers (--masters is an address
 list everywhere else), and --flag takes NAME=VALUE as `tessera test --flag` does; `down`
-signals a recorded pid only while it is still that daemon (issue 32, bug 6)."""
+signals a recorded pid only while it is still that daemon (a reused pid is another process)."""
 
 from __future__ import annotations
 

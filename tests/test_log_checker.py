@@ -259,7 +259,7 @@ def test_a_truncated_wal_whose_replica_runs_again_is_undetected_damage(tmp_path)
 
 
 def test_a_flip_no_torn_write_explains_whose_replica_runs_again_is_undetected_damage(tmp_path):
-    """Issue 50: a bit flipped in consensus metadata, or in a WAL segment before its newest
+    """A bit flipped in consensus metadata, or in a WAL segment before its newest
     batch, must FAIL the replica; RUNNING is an error. A flip inside the newest batch of an
     unfinished segment may be a torn tail, and is not judged."""
     write_logs(tmp_path, {"n1/tserver.log": f"{TS} INFO fine\n"})

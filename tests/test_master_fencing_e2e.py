@@ -1,4 +1,4 @@
-"""The multi-master seed's fencing (seed 04, Appendix A) on real processes: the DeleteReplica
+"""The fencing in Kudu's multi-master design (its Appendix A) on real processes: the DeleteReplica
 cases a master decides from its own catalog, where a stale catalog must not destroy data.
 
 - Case 1, no record of the tablet at all: never deleted. A deposed leader master is shown,

@@ -1,5 +1,5 @@
-"""A tablet server takes the master list only from a committed config newer than the one it holds
-(issue 32, bug 5): a deposed leader master, which still claims to lead and answers with the
+"""A tablet server takes the master list only from a committed config newer than the one it holds:
+a deposed leader master, which still claims to lead and answers with the
 config it knew, must not bring back a master its successor removed.
 
 The scenario runs the production masters and tablet server unchanged in the whole-stack

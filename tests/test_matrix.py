@@ -331,7 +331,7 @@ def test_bad_arguments_exit_254():
         assert p.returncode == 254, (argv, p.stderr)
 
 
-# -- --db: every cell against one system (issue 33) ----------------------------------------------
+# -- --db: every cell against one system ---------------------------------------------------------
 
 def _args(*argv: str) -> argparse.Namespace:
     p = argparse.ArgumentParser()
@@ -530,7 +530,7 @@ def test_store_index_lists_test_all_summaries(tmp_path):
     assert f'href="test-all/{d.name}/summary.json"' in html
 
 
-# -- a cell never takes the matrix down (issue 32, item 7) -------------------------------------
+# -- a cell never takes the matrix down --------------------------------------------------------
 
 VOTE_TWICE = "fault_vote_twice_in_term"
 

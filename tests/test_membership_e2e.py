@@ -1,6 +1,7 @@
-"""Membership change on real processes (seeds 03 and 05): a replica added to a running tablet is
-auto-vivified by tablet copy from the leader, promoted to voter once caught up, and can carry
-the quorum; a removed replica is tombstoned by the master and the catalog follows."""
+"""Membership change on real processes (Kudu's Raft configuration-change and tablet-copy
+designs): a replica added to a running tablet is auto-vivified by tablet copy from the leader,
+promoted to voter once caught up, and can carry the quorum; a removed replica is tombstoned by
+the master and the catalog follows."""
 
 import asyncio
 

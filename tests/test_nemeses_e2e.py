@@ -240,7 +240,7 @@ def test_disk_corruption_is_refused_by_the_replica(deployed):
     assert done["observed"]["ok"], done  # the damage read back from the file before the restart
 
 
-# -- faults that compose (issue 50): each package heals only its own, none bypasses another ---
+# -- faults that compose: each package heals only its own, none bypasses another --------------
 
 def test_a_delay_on_the_same_hosts_leaves_a_partition_in_force(deployed):
     db, hosts, remotes, _ = deployed
@@ -262,7 +262,7 @@ def test_a_delay_on_the_same_hosts_leaves_a_partition_in_force(deployed):
 
 
 def test_the_old_chain_order_let_a_delay_lift_a_partition_and_the_check_sees_it(deployed):
-    """Before issue 50 the delay's chain was inserted at the top of INPUT, ahead of a partition
+    """The delay's chain was once inserted at the top of INPUT, ahead of a partition
     installed earlier: a packet the delay daemon accepts leaves the INPUT chain, so the
     partition's DROP never ran for it. Put back in that order, the cut pair connects, and the
     start's check on the hosts says so."""

@@ -123,7 +123,7 @@ def judged(tmp_path, **fakes) -> dict:
     `tessera test` judges a run (the faults check among the run's checks)."""
     from reports.checkers.faults import check_faults
     from reports.checkers.generate import register_history
-    from reports.spark.results import judge_ops
+    from reports.checkers.verdict import judge
     from workloads import make
 
     plan = plan_of(*((1, name, "start", {"targets": ["n1"]}) for name in fakes),
@@ -131,11 +131,11 @@ def judged(tmp_path, **fakes) -> dict:
     _, _, nemesis_ops = execute(tmp_path, plan, **fakes)
     client = register_history(3, 60, processes=3)
     ops = [msgspec.structs.replace(o, index=i) for i, o in enumerate(client + nemesis_ops)]
-    return judge_ops(ops, make("register").checker, [check_faults(ops, list(fakes))])
+    return judge(ops, make("register").checker, [check_faults(ops, list(fakes))])
 
 
 def test_a_fault_that_failed_to_start_makes_the_run_unknown_and_is_named(tmp_path):
-    """Issue 50: a run in which a fault failed to start was valid; the history was made under
+    """A run in which a fault failed to start was once valid; the history was made under
     less than the run claims, so it is unknown, and says which fault."""
     results = judged(tmp_path, partition={"observed": {"ok": True}}, clock={"fail": True})
     assert results["history_verdict"] == "valid" and results["verdict"] == "unknown"

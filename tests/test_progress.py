@@ -86,8 +86,8 @@ def test_a_heartbeat_answer_frees_the_slot_and_marks_the_peer_active(state, want
 
 @pytest.mark.parametrize("state", list(PeerState))
 def test_reset_starts_over_from_the_copy(state):
-    """Replication goes on just past the copy; the copy itself acknowledges nothing (issue 32,
-    bug 1: its receiver may have voted in a later term meanwhile), so the match is unknown
+    """Replication goes on just past the copy; the copy itself acknowledges nothing (its
+    receiver may have voted in a later term meanwhile), so the match is unknown
     until the peer answers an append, and the peer is not marked active by it either."""
     pr = Progress(next=9, match=8, state=state)  # its old match may be above the copy
     pr.reset(3)

@@ -1,4 +1,4 @@
-"""The README a newcomer reads (issue 36, item 9): the two commands first, the everyday
+"""The README a newcomer reads: the two commands first, the everyday
 workflow before the reference, a status table of one short line a part, nothing pointing at
 files a user of the project does not have, and every command line in it one `tessera`
 accepts."""

@@ -82,7 +82,7 @@ def test_a_run_without_a_schedule_cannot_be_replayed(tmp_path, capsys):
 ])
 def test_a_recorded_run_is_checked_as_tessera_test_checks_its_arguments(tmp_path, capsys, edit,
                                                                        says):
-    """Issue 36: replay shares `tessera test`'s one check (harness.validate), so a test.json
+    """Replay shares `tessera test`'s one check (harness.validate), so a test.json
     edited by hand, or written by another version, is refused before any host is touched."""
     _, _, run_dir = recorded_run(tmp_path)
     test = json.loads((run_dir / "test.json").read_text())

@@ -265,7 +265,7 @@ f.src = %s; document.body.appendChild(f);
 
 def test_a_busy_report_leads_with_the_verdict_the_checkers_and_the_throughput(store, server,
                                                                              tmp_path):
-    """Issue 36, item 4, in headless Chromium at 1280x800: a run with eight fault kinds and two
+    """In headless Chromium at 1280x800: a run with eight fault kinds and two
     dozen run-level findings still shows the verdict and the checker table on the first screen
     and starts the throughput plot within 1,600 px; the findings come after the timeline, and
     the expected ones are folded."""
@@ -277,7 +277,7 @@ def test_a_busy_report_leads_with_the_verdict_the_checkers_and_the_throughput(st
     for i, kind in enumerate(kinds):  # each fault over an eighth of the run
         for f, t in ((f"start-{kind}", end * i // 8), (f"stop-{kind}", end * (i + 1) // 8)):
             # an invoke, then the completion: a start says what the hosts showed after it, and
-            # the disk fault's start failed (issue 50: the first screen must say so)
+            # the disk fault's start failed (the first screen must say so)
             done = {"n": 1, **({"observed": {"ok": True}} if f.startswith("start-") else {})}
             error = "ClusterError: n3: tc: not found" if f == "start-disk" else None
             for value, dt in ((None, 0), (None if error else done, 1)):

@@ -403,7 +403,7 @@ def test_a_frame_over_the_limit_is_refused_before_its_body_arrives():
 
 def test_an_rpc_error_survives_pickling_whole():
     """A simulator worker's exception crosses a process boundary; an RpcError that could not be
-    rebuilt there hung the pool (issue 32)."""
+    rebuilt there hung the pool."""
     import pickle
 
     e = RpcError(ErrorCode.NOT_LEADER, "not me", maybe_delivered=True, detail="leader-b")

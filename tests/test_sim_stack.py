@@ -526,7 +526,7 @@ def test_disk_faults_and_transfers_replay_and_the_run_stays_correct(tmp_path):
     assert sim.disks["10.77.0.112"].faults.fsync_latency == (0.0, 0.0)
 
 
-# -- a seed that cannot set up, or breaks, is that seed's outcome (issue 32, item 7) ----------
+# -- a seed that cannot set up, or breaks, is that seed's outcome -----------------------------
 
 def test_a_seed_whose_test_table_is_never_created_is_unknown_and_says_why(tmp_path):
     """Two tablet servers cannot hold a table of replication factor 3: the setup times out,

@@ -1,4 +1,4 @@
-"""Swarm fault mixes and the faults aimed at tablet copy in the whole-stack simulator (issue 32),
+"""Swarm fault mixes and the faults aimed at tablet copy in the whole-stack simulator,
 and the seeds they found on the engine before its fixes."""
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def test_swarm_seed_145_no_longer_creates_a_replica_over_a_failed_ones_files(tmp
 
 def test_a_tombstone_that_votes_within_the_lease_is_caught_by_a_lease_race_seed(
         monkeypatch, tmp_path):
-    """Issue 32, bug 2, found by the harness: register seed 4 under the LEASE_RACE mix. With
+    """A bug the harness found: register seed 4 under the LEASE_RACE mix. With
     the fix taken out (a tombstone votes at once, as before), a follower cut from the leader
     wins its election with the vote of a voter tombstoned a moment after it acknowledged the
     leader's lease: the simulator's lease check fails the seed while the old leader still

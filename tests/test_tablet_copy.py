@@ -1,6 +1,6 @@
-"""Tablet copy's files on the receiving side (seed 05): consensus-metadata merge rules, the
-install sequence, file names from the source, and start-up's recovery of a copy that died
-part-way. Real files, no processes (tests/test_tablet_copy_e2e.py runs whole copies)."""
+"""Tablet copy's files on the receiving side (Kudu's tablet-copy design): consensus-metadata merge
+rules, the install sequence, file names from the source, and start-up's recovery of a copy that
+died part-way. Real files, no processes (tests/test_tablet_copy_e2e.py runs whole copies)."""
 
 import msgspec
 import pytest

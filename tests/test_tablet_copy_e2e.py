@@ -1,4 +1,4 @@
-"""Tablet copy at any size (seed 05, Kudu's copy sessions) on real processes: a 1 GiB tablet
+"""Tablet copy at any size (Kudu's tablet-copy sessions) on real processes: a 1 GiB tablet
 goes across in chunks while the source's memory stays flat, and a copy cut short (its
 connection reset, the receiver killed, the source killed) resumes or starts over cleanly, the
 copied replica ending identical to its source every time."""

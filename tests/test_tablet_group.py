@@ -1,4 +1,4 @@
-"""Group entries (issue 37): the single row ops a leader takes in one turn of its driver are
+"""Group entries: the single row ops a leader takes in one turn of its driver are
 replicated as ONE entry, and each is applied exactly as the command it would have been alone.
 
 The oracle for the state machine is the old path itself: the same members applied as one

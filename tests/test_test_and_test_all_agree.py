@@ -1,4 +1,4 @@
-"""`tessera test` and `tessera test-all` mean the same thing by the same flag (issue 36): the
+"""`tessera test` and `tessera test-all` mean the same thing by the same flag: the
 fault set `--nemesis`, failure detection and its default, the hosts. A user who moves a run from
 one command to the other gets the run they had."""
 

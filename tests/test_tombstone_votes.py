@@ -81,7 +81,7 @@ async def sole_replica_and_candidate(root, **replica_options):
 
 def vote_lease_s(ts) -> float:
     """A running follower's vote lease (the shortest election timeout), one tick longer: how long
-    a tombstone withholds votes from its stop (issue 32, bug 2)."""
+    a tombstone withholds votes from its stop, so no leader is elected under a live lease."""
     opts = ts.tablets.options
     cfg = opts.core_config(ts.uuid)
     return (int(cfg.election_timeout_ticks * (1 - cfg.jitter)) + 1) * opts.tick_ms / 1000
@@ -213,7 +213,7 @@ def test_a_tablet_whose_leader_crashes_while_a_voter_is_tombstoned_elects_a_new_
 
 
 def test_a_tombstone_withholds_votes_for_a_vote_lease_from_its_stop(tmp_path):
-    """Issue 32, bug 2: a follower that acknowledged a leader's lease and was tombstoned a moment
+    """A follower that acknowledged a leader's lease and was tombstoned a moment
     later voted at once for another candidate, so a new leader could be elected while the old
     one still served lease reads. A tombstone now withholds (pre-)votes for a vote lease from
     its stop, as a running follower does after it last heard from a leader; a leadership
@@ -252,7 +252,7 @@ def test_a_tombstone_withholds_votes_for_a_vote_lease_from_its_stop(tmp_path):
 
 
 def test_a_deleted_failed_voter_being_copied_never_votes_from_an_unknown_log(tmp_path):
-    """Issue 56, bug 2: a replica FAILED by a damaged WAL, deleted while still a voter, then
+    """A replica FAILED by a damaged WAL, deleted while still a voter, then
     copied: its superblock held no tombstone OpId, so while COPYING it voted as if its log were
     empty, and a candidate without the entries it had logged (and acknowledged) could win. Its
     last OpId is unknown now: no vote, while copying, after the copy is abandoned, or after a

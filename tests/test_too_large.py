@@ -1,4 +1,4 @@
-"""Writes too large to replicate (issue 32, bug 3): refused at the leader with TOO_LARGE, and
+"""Writes too large to replicate: refused at the leader with TOO_LARGE, and
 the tablet keeps committing; AppendEntries batches and Outbox batches stay within the frame;
 a request over the frame is refused unsent and the connection lives on.
 

@@ -1,4 +1,4 @@
-"""Values of every size (issue 32, bug 3): the register workload's wide value sizes, and the
+"""Values of every size: the register workload's wide value sizes, and the
 simulator seed they found.
 
 Seed 1 of `tessera sim --stack full --workload register --value-sizes wide --seconds 20`

@@ -83,7 +83,7 @@ def test_every_bit_flip_in_a_finished_segment_is_a_hard_error_at_that_batch(tmp_
 def _torn_looking(data: bytes, bit: int, batch_offset: int) -> bool:
     """A flip the reader cannot tell from a torn write: one that leaves the batch's last
     sector reading as zeros (unwritten space does). A flip in the newest batch's header is
-    told apart since issue 32: one or two bits away from a header whose data matches its CRC."""
+    told apart: one or two bits away from a header whose data matches its CRC."""
     flipped = flip(data, bit)
     last = max(batch_offset, (len(data) - 1) // SECTOR * SECTOR)
     return not any(flipped[last:])
@@ -372,7 +372,7 @@ def test_crc_valid_but_undecodable_data_is_a_hard_error_even_at_the_tail(tmp_pat
 
 
 def test_a_flipped_newest_header_is_corruption_and_a_torn_header_is_cut(tmp_path):
-    """Issue 32: the newest batch's header fails its CRC in both cases. A flipped bit leaves a
+    """The newest batch's header fails its CRC in both cases. A flipped bit leaves a
     header one bit from valid whose data matches: refused, naming the batch. A header torn
     into zeros (its sector never written) is a torn tail: cut."""
     data, offsets = build(BATCHES, footer=False)

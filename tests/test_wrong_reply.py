@@ -1,4 +1,4 @@
-"""A completion answers its own invocation (issue 32, item 8): the clients build a transaction's
+"""A completion answers its own invocation: the clients build a transaction's
 completion from what they invoked, with the reply's reads filled in, and record a reply that
 answers some other op as such; the checker judges either form of a wrong reply invalid
 (`wrong-reply`), naming the process, its invocation and what the reply carried."""

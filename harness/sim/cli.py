@@ -12,7 +12,8 @@ from collections import Counter
 from pathlib import Path
 
 from node import probes
-from node.exit_codes import BAD_ARGS, EXIT
+from node.exit_codes import BAD_ARGS, verdict_exit
+from reports.checkers.verdict import merge_verdicts
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -272,11 +273,9 @@ def run_full(args: argparse.Namespace) -> int:
         print(probes.line(summary["probes"]))
     if wanted and reached is None:
         return 1
-    # the exit table's (node.exit_codes): a seed that broke an invariant or judged invalid is
-    # a failure; one that could not be judged (out of memory, a crash) is unknown
-    if summary["violations"] or summary["invalid"]:
-        return EXIT["invalid"]
-    return EXIT["unknown"] if summary["unknown"] else EXIT["valid"]
+    # a seed that broke an invariant or judged invalid is a failure; one that could not be
+    # judged (out of memory, a crash) is unknown
+    return verdict_exit(merge_verdicts(r.judged() for r in results))
 
 
 def _flip_kind(host: str, outcome: str) -> str:

@@ -252,7 +252,7 @@ class SimDisk:
         keep = rng.randint(0, len(pending)) if rng is not None else 0
         alloc = f.settle(data, pending[:keep])
         if rng is not None and keep < len(pending) and isinstance(pending[keep], tuple) and rng.random() < 0.5:
-            offset, buf = pending[keep]  # type: ignore[misc]
+            offset, buf = pending[keep]  # type: ignore[misc]  # an (offset, bytes) write: the isinstance above, which mypy does not apply to an indexed item
             sector = max(1, self.faults.sector_size)
             cuts = [c - offset for c in range((offset // sector + 1) * sector, offset + len(buf), sector)]
             if cuts:

@@ -141,6 +141,11 @@ class StackResult:
     def ok(self) -> bool:
         return self.violation is None and self.verdict == "valid"
 
+    def judged(self) -> str:
+        """The seed's verdict with its invariants: a broken invariant is invalid whatever the
+        history's checkers said."""
+        return "invalid" if self.violation is not None else self.verdict
+
 
 def master_hosts(n: int) -> list[str]:
     return [f"10.77.0.{101 + i}" for i in range(n)]
@@ -668,8 +673,8 @@ class StackSim:
                                              if failed else "")
 
     def run(self) -> StackResult:
+        from reports.checkers.verdict import judge
         from reports.history import read_jsonl
-        from reports.spark.results import judge_ops
 
         self.out_dir.mkdir(parents=True, exist_ok=True)
         # setLevel, not `.level =`: it also clears the loggers' cached levels, which would
@@ -695,17 +700,12 @@ class StackSim:
             _bury(self.loop)
         history = self.out_dir / "history.jsonl"
         ops = read_jsonl(history) if history.exists() else []
-        results = (judge_ops(ops, workload.checker, self.invariants.clock_checks(ops),
-                             time_limit=CHECK_TIME_LIMIT_S)
+        # A swarm mix may starve the cluster for the whole run by design; availability is
+        # judged after the heal instead (`_probe_liveness`). The classic mix keeps Jepsen's rule.
+        results = (judge(ops, workload.checker, self.invariants.clock_checks(ops),
+                         starvation_by_design=self.cfg.mix.name != "classic",
+                         time_limit=CHECK_TIME_LIMIT_S)
                    if workload is not None else {"verdict": "unknown"})
-        if (self.cfg.mix.name != "classic" and results.get("verdict") == "invalid"
-                and results["check"].get("verdict") == "valid"):
-            # Jepsen's stats checker fails a run in which some op type never succeeded. A swarm
-            # mix may starve the cluster for the whole run by design (a power loss every 0.2
-            # s); availability is judged after the heal instead (`_probe_liveness`), and the
-            # starvation is kept as a note. The classic mix keeps Jepsen's rule.
-            results["verdict"] = "valid"
-            results["unavailable"] = results["stats"]["never_ok"]
         if self.client_error is not None:
             results["error"] = self.client_error
         sha = hashlib.sha256(history.read_bytes()).hexdigest() if history.exists() else ""

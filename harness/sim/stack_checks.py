@@ -201,9 +201,10 @@ class Invariants:
     def _check_stamp(self, tablet: str, index: int, term: int, stamp: int | None) -> None:
         """Hybrid time follows the log: a committed command's timestamp exceeds every earlier
         committed one, across leadership changes (a new leader witnesses its predecessors'
-        timestamps before it accepts writes; seed 02), whatever the clocks say, so also while
-        the drift fault steps a clock past the configured bound, where a new leader's own
-        clock may be far behind. `_stamps[(tablet, i)]`: the highest timestamp committed at or
+        timestamps before it accepts writes, as in Kudu's Raft implementation notes),
+        whatever the clocks say, so also while the drift fault steps a clock past the
+        configured bound, where a new leader's own clock may be far behind.
+        `_stamps[(tablet, i)]`: the highest timestamp committed at or
         below i, as far as seen (a compacted prefix may hide some: then less is checked)."""
         key = (tablet, index)
         if key in self._stamps:

@@ -1,4 +1,4 @@
-"""What a tablet copy's source keeps for the copy while it runs (seed 05; Kudu's source session):
+"""What a tablet copy's source keeps for the copy while it runs (Kudu's source session):
 the newest snapshot file pinned, and the WAL from just after it anchored, so that neither GC nor
 the core's compaction removes what the receiver still has to fetch. The session service
 (node.tserver.copy_source) pins at a session's start and unpins at its end or expiry; the

@@ -11,7 +11,7 @@ Writes are answered when their entry is applied here. If a different entry is ap
 proposal's index, the proposal was overwritten by a new leader and definitely did not happen.
 A leader accepts writes only once it has applied an entry of its own term: then every earlier
 entry is applied, its hybrid clock has witnessed every earlier timestamp, and the timestamps it
-assigns are greater than any its predecessors issued (seed 02's commit-wait rule). An ok write's
+assigns are greater than any its predecessors issued (Kudu's commit-wait rule). An ok write's
 result carries its timestamp, and is returned only after commit-wait (`_commit_waited`): once the
 clock minus `clock_max_error_us` is past it, so later writes anywhere get larger timestamps.
 """
@@ -628,7 +628,7 @@ class Replica:
 
     def _commit_waited(self, done: Done, waited: bool, result: Any,
                        error: BaseException | None) -> None:
-        """Kudu's COMMIT_WAIT (seed 02, KUDU-430): answer once our clock's earliest possible
+        """Kudu's COMMIT_WAIT (KUDU-430): answer once our clock's earliest possible
         now (physical now - max error) is past the result's timestamp. Any write invoked after
         we acknowledge is then given a larger timestamp by whichever leader takes it, even one
         whose clock is behind ours by up to the max error: timestamps follow real-time order."""

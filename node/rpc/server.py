@@ -347,9 +347,9 @@ class RpcServer:
     def _expire(self, item: object) -> None:
         if isinstance(item, _DirectCall):
             item.expire()
-        elif not item.done():  # type: ignore[attr-defined]
-            self._expired.add(item)  # type: ignore[arg-type]
-            item.cancel()  # type: ignore[attr-defined]
+        elif not item.done():  # type: ignore[attr-defined]  # not a _DirectCall: a handler's asyncio.Task
+            self._expired.add(item)  # type: ignore[arg-type]  # an asyncio.Task, as above
+            item.cancel()  # type: ignore[attr-defined]  # an asyncio.Task, as above
 
     async def _answer(self, req: wire.Request, work: Awaitable[object], conn: _Conn) -> None:
         try:

@@ -2,7 +2,7 @@
 
 They run while that server is stopped (they take its data-dir lock, so a running server refuses
 them). `list` and `cmeta print` only read. `cmeta unsafe-recreate` rewrites a replica's
-committed config (seed 03's step 4 of manual recovery), and `delete --keep-tombstone` turns a
+committed config (step 4 of Kudu's manual recovery), and `delete --keep-tombstone` turns a
 replica into a tombstone that still votes, as the master's DeleteTablet does.
 Exit 0 done, 1 refused or failed (the reason on stderr).
 """

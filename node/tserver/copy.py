@@ -1,4 +1,4 @@
-"""Tablet copy (seed 05), the receiving side's files.
+"""Tablet copy (Kudu's tablet-copy design), the receiving side's files.
 
 A copy installs the source's newest snapshot file and its WAL from there on, fetched in chunks
 (node.tserver.copy_client), plus the consensus metadata merged with ours; the replica's own
@@ -158,7 +158,7 @@ def abandon_copy(paths: TabletPaths) -> str | None:
 
 def tombstone_vote(paths: TabletPaths, uuid: str, requests: list[VoteRequest]
                    ) -> list[tuple[VoteResponse | None, str]]:
-    """Blocking: answer vote requests for a TOMBSTONED or COPYING replica (seed 05: it keeps
+    """Blocking: answer vote requests for a TOMBSTONED or COPYING replica (as in Kudu, it keeps
     voting, or a voter being copied plus a leader crash can leave the tablet leaderless).
 
     The term and vote come from the consensus metadata, the log to compare with from the

@@ -1,4 +1,4 @@
-"""Tablet copy (seed 05), the receiving side's transfer: Kudu's TabletCopyClient.
+"""Tablet copy, the receiving side's transfer: Kudu's TabletCopyClient.
 
 Files come in chunks of `chunk_bytes`, a few in flight at once so the network and the disk
 overlap, each checked against its CRC before it is written at its offset. A fetch that fails

@@ -1,4 +1,4 @@
-"""Kudu's TabletCopyService: both ends of a tablet copy (seed 05), as RPCs. The leader's
+"""Kudu's TabletCopyService: both ends of a tablet copy, as RPCs. The leader's
 StartTabletCopy makes this server the receiver (node.tserver.copy_client fetches, the
 TabletManager guards and installs); the session RPCs make it a source
 (node.tserver.copy_source). Masters have it too: a master added to the catalog's config is

@@ -1,4 +1,4 @@
-"""Tablet copy (seed 05), the sending side: Kudu's source sessions.
+"""Tablet copy, the sending side: Kudu's source sessions.
 
 BeginCopySession pins the replica's newest snapshot file and its WAL from there on
 (`node.replica.copy_pins.CopyPins.pin`: a WAL anchor, a compaction floor, a snapshot pin); FetchCopyChunk

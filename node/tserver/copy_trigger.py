@@ -1,4 +1,4 @@
-"""The leader's side of tablet copy (seed 05): start a copy on each peer that refused our Raft
+"""The leader's side of Kudu's tablet copy: start a copy on each peer that refused our Raft
 messages (no replica, or only a tombstone) or is behind the log we retain, and restart the
 peer's progress from what the copy installed.
 

@@ -191,7 +191,7 @@ class TabletService:
             raise replica_error(e) from None
         return None
 
-    # -- membership and leadership (seed 03) -----------------------------------------------------
+    # -- membership and leadership (Kudu's Raft configuration-change design) ---------------------
     async def on_change_config(self, req: ChangeConfig) -> ConfigState:
         r = self.tablets.serving(req.tablet_id)
         if req.op == "add":

@@ -267,7 +267,7 @@ class TabletManager:
         probe("tablet.tombstoned")
         self.log(e.tablet_id).info("tombstoned; last logged op (%d, %d)", last.term, last.index)
 
-    # -- votes from a tombstone (seed 05) -----------------------------------------------------
+    # -- votes from a tombstone (Kudu's tablet-copy design) -----------------------------------
     def _quiet(self, tablet_id: str) -> None:
         self._quiet_since[tablet_id] = asyncio.get_running_loop().time()
 
@@ -326,7 +326,7 @@ class TabletManager:
                 send(m.from_uuid, [resp])
         return others
 
-    # -- tablet copy, the receiving side (seed 05) --------------------------------------------
+    # -- tablet copy, the receiving side (Kudu's tablet-copy design) --------------------------
     async def begin_copy(self, req: StartTabletCopy) -> TabletState | None:
         """Check StartTabletCopy's guards and mark the tablet COPYING; returns the state it was
         in (None: no replica). Refused for a caller in an older term or one that expects the
@@ -431,7 +431,7 @@ class TabletManager:
 
 def _not_behind(r: Replica, req: StartTabletCopy) -> str | None:
     """Why a running replica must not be copied over, or None if it is really behind the
-    caller's retained log (seed 05: only a replica AppendEntries cannot help is replaced)."""
+    caller's retained log (as in Kudu, only a replica AppendEntries cannot help is replaced)."""
     first = req.retained_from
     if first is None:
         return "the replica is running and the caller did not say which log it retains"

@@ -12,6 +12,7 @@ from reports.checkers import consistency, linearizability
 from reports.checkers.registry import Options, models
 from reports.checkers.replies import check_replies
 from reports.checkers.timestamps import check_timestamps
+from reports.checkers.verdict import merge_results
 from reports.history import Op
 
 
@@ -19,7 +20,7 @@ def check_history(ops: Iterable[Op], model: str, time_limit: float = linearizabi
                   max_states: int = linearizability.DEFAULT_MAX_STATES, total: int | None = None,
                   initial: dict[str, Any] | None = None,
                   consistency_model: str = consistency.DEFAULT_MODEL,
-                  nil_read_unknown: bool = False) -> dict:
+                  nil_read_unknown: bool = False) -> dict[str, Any]:
     """{"model", "verdict", "ops", "results": [one result dict per checker]}. `consistency_model`
     is what the Elle checkers (list-append, rw-register) judge the history against;
     `nil_read_unknown`, whether a register's ok read of nil is unknown (Knossos) or a value."""
@@ -41,8 +42,7 @@ def check_history(ops: Iterable[Op], model: str, time_limit: float = linearizabi
         results.append(check_timestamps(ops))
     return {
         "model": model,
-        "verdict": linearizability.merge_verdicts(
-            r["verdict"] for r in results if not (r.get("advisory") and r["verdict"] == "unknown")),
+        "verdict": merge_results(results),
         "ops": len(ops),
         "results": results,
     }

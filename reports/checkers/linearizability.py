@@ -20,16 +20,23 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
-from reports.checkers.models import INCONSISTENT, MODELS, Model
+from reports.checkers.models import INCONSISTENT, MODELS, Model, Register
+from reports.checkers.verdict import merge_verdicts
 from reports.history import Op, client_ops
+
+if TYPE_CHECKING:
+    from reports.checkers.registry import Options
 
 DEFAULT_TIME_LIMIT = 30.0  # seconds per key
 DEFAULT_MAX_STATES = 2_000_000  # memoized configurations per key (~300 B each)
 _COUNTEREXAMPLES = 3  # longest partial linearizations kept per invalid key
 _PARALLEL_MIN_OPS = 50_000  # below this, forking a worker pool costs more than it saves
+
+# the search's persistent list of placements, newest first: (call id, state after it, the rest)
+_Chain: TypeAlias = tuple[int, Any, "_Chain | None"]
 
 
 class Call:
@@ -46,7 +53,7 @@ class Call:
         self.pending = pending
         self.process = invoke.process
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {
             "process": self.process,
             "f": self.f,
@@ -75,7 +82,7 @@ def _calls(ops: list[Op], model: Model) -> tuple[list[Call], list[tuple[int, int
     """Pair invokes with completions; returns the calls and the event list (history-ordered
     (call id, is_return) pairs)."""
     open_by_process: dict[Any, int] = {}
-    pairs: list[list] = []  # [invoke, invoke position, completion, completion position]
+    pairs: list[list[Any]] = []  # [invoke, invoke position, completion, completion position]
     for pos, op in enumerate(ops):
         if op.type == "invoke":
             open_by_process[op.process] = len(pairs)
@@ -106,7 +113,7 @@ def _calls(ops: list[Op], model: Model) -> tuple[list[Call], list[tuple[int, int
 
 
 def check_key(ops: list[Op], model: Model, time_limit: float = DEFAULT_TIME_LIMIT,
-              max_states: int = DEFAULT_MAX_STATES) -> dict:
+              max_states: int = DEFAULT_MAX_STATES) -> dict[str, Any]:
     """Check one key's ops (already in history order). Returns {verdict, ops, states, ...}."""
     calls, events = _calls(ops, model)
     started = time.monotonic()
@@ -117,7 +124,7 @@ def check_key(ops: list[Op], model: Model, time_limit: float = DEFAULT_TIME_LIMI
 
 
 def _search(calls: list[Call], events: list[tuple[int, int]], model: Model, deadline: float,
-            max_states: int) -> dict:
+            max_states: int) -> dict[str, Any]:
     """Depth-first WGL over the event list; {verdict, states[, reason][, counterexample]}."""
     n_ev = len(events)
     head = n_ev  # sentinel; events are nodes 0..n_ev-1 of a doubly linked list, -1 ends it
@@ -153,12 +160,12 @@ def _search(calls: list[Call], events: list[tuple[int, int]], model: Model, dead
     # (done, state) -> the pending-call sets it was reached with. A configuration reached again
     # with a superset of pending calls already spent has no future the earlier one lacked
     # (pending calls have no deadline), so it is pruned: subsumption, not just equality.
-    cache: dict[tuple, list[int]] = {}
+    cache: dict[tuple[int, Any], list[int]] = {}
     states = 0
     stack: list[tuple[int, Any]] = []
-    chain: tuple | None = None  # persistent list of (call id, state after, parent) for reports
+    chain: _Chain | None = None  # persistent list of (call id, state after, parent) for reports
     best_depth = -1
-    best: list[tuple[tuple | None, int, Any]] = []
+    best: list[tuple[_Chain | None, int, Any]] = []
     iterations = 0
     entry = nxt[head]
     while remaining:
@@ -182,7 +189,7 @@ def _search(calls: list[Call], events: list[tuple[int, int]], model: Model, dead
                         key = (new_done, new_state)
                         seen = cache.get(key)
                         fresh = seen is None
-                        if fresh:
+                        if seen is None:  # that is, fresh
                             cache[key] = [new_used]
                         else:
                             for earlier in seen:
@@ -225,7 +232,7 @@ def _search(calls: list[Call], events: list[tuple[int, int]], model: Model, dead
                     "counterexample": _counterexample(calls, model, best)}
         entry, state = stack.pop()
         cid = ev_call[entry]
-        chain = chain[2]  # type: ignore[index]
+        chain = chain[2]  # type: ignore[index]  # not None: every placement on the stack consed a link
         if pending_of[cid]:
             used ^= 1 << cid
         else:
@@ -243,7 +250,7 @@ def _search(calls: list[Call], events: list[tuple[int, int]], model: Model, dead
     return {"verdict": "valid", "states": states}
 
 
-def _counterexample(calls: list[Call], model: Model, best: list) -> dict:
+def _counterexample(calls: list[Call], model: Model, best: list[tuple[_Chain | None, int, Any]]) -> dict[str, Any]:
     """The longest partial linearizations, the op that could not be placed after each, and the
     model state it met."""
     paths = []
@@ -276,17 +283,11 @@ def _split_by_key(ops: Iterable[Op]) -> dict[Any, list[Op]]:
     return by_key
 
 
-def merge_verdicts(verdicts: Iterable[str]) -> str:
-    """Jepsen's merge: any invalid makes the whole invalid; else any unknown makes it unknown."""
-    vs = set(verdicts)
-    return "invalid" if "invalid" in vs else "unknown" if "unknown" in vs else "valid"
-
-
 # Fork-inherited work for the worker pool: sending only key indices avoids pickling the history.
-_WORK: dict = {}
+_WORK: dict[str, Any] = {}
 
 
-def _check_nth(i: int) -> dict:
+def _check_nth(i: int) -> dict[str, Any]:
     key, ops = _WORK["groups"][i]
     return check_key(ops, _WORK["model"], _WORK["time_limit"], _WORK["max_states"])
 
@@ -298,7 +299,7 @@ def _daemonic() -> bool:
 
 
 def check(ops: Iterable[Op], model: Model | str, time_limit: float = DEFAULT_TIME_LIMIT,
-          max_states: int = DEFAULT_MAX_STATES, processes: int | None = None) -> dict:
+          max_states: int = DEFAULT_MAX_STATES, processes: int | None = None) -> dict[str, Any]:
     """Check a whole history, key by key.
 
     Returns {"checker", "model", "verdict", "keys": [{"key", "verdict", "ops", "states",
@@ -334,15 +335,16 @@ def check(ops: Iterable[Op], model: Model | str, time_limit: float = DEFAULT_TIM
     }
 
 
-def _judge_by(name: str):
+def _judge_by(name: str) -> Callable[[list[Op], Options], list[dict[str, Any]]]:
     """The linearizability search alone, over the model `name` (models.MODELS)."""
-    def judge(ops: list[Op], opts) -> list[dict]:
+    def judge(ops: list[Op], opts: Options) -> list[dict[str, Any]]:
         from reports.checkers.models import MultiRegister
 
+        spec: Model
         if name == "multi-register":
             spec = MultiRegister(opts.initial)
         elif name in ("register", "cas-register"):
-            spec = MODELS[name](nil_read_unknown=opts.nil_read_unknown)
+            spec = cast(type[Register], MODELS[name])(nil_read_unknown=opts.nil_read_unknown)  # both are Registers
         else:
             spec = MODELS[name]()
         return [check(ops, spec, time_limit=opts.time_limit, max_states=opts.max_states)]

@@ -15,8 +15,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from reports.checkers.linearizability import merge_verdicts
 from reports.checkers.stats import stats
+from reports.checkers.verdict import analysis_verdict, with_run_checks
 from reports.history import NEMESIS, Op
 from reports.probes import fired, run_probes
 from reports.spark.runs import Run
@@ -86,14 +86,6 @@ def nemesis_coverage(ops: list[Op], configured: list[str]) -> dict:
             "never_fired": sorted(set(configured) - set(fired)), "periods": periods}
 
 
-def with_checks(check: dict, extra: list[dict]) -> dict:
-    """The history's check result with the run's other checks (replica convergence, node logs)
-    among its results, marked as checks of the whole run, and in its verdict: invalid beats
-    unknown beats valid."""
-    return {**check, "results": list(check.get("results", [])) + [{**r, "scope": "run"} for r in extra],
-            "verdict": merge_verdicts([check["verdict"], *(r["verdict"] for r in extra)])}
-
-
 def run_checks(run: Run, ops: list[Op] | None) -> list[dict]:
     """What the harness checked beyond the history, for the analysis: the replica convergence and
     the masters' agreement it recorded (the cluster is gone by now), the node logs checked again
@@ -117,41 +109,6 @@ def run_checks(run: Run, ops: list[Op] | None) -> list[dict]:
     if ops is not None and configured:
         out.append(check_faults(ops, configured))
     return out
-
-
-def run_verdict(check: dict, st: dict | None) -> str:
-    """The model checkers' verdict composed with the stats checker's, as Jepsen's `compose`
-    merges them (invalid beats unknown beats valid): like Jepsen, a run where some f never
-    succeeded is invalid, since a workload that made no progress proves nothing."""
-    return merge_verdicts([check["verdict"], st["verdict"] if st else "unknown"])
-
-
-def judge_ops(ops, checker, extra: list[dict] = (), **overrides) -> dict:
-    """A history's verdict: the workload's checker composed with `extra` checks and Jepsen's
-    stats checker, as results.json holds it. The chaos runs (harness.chaos) and the whole-stack
-    simulator (harness.sim.stack) both judge this way."""
-    client_ops = [o for o in ops if o.process != NEMESIS]
-    counts = Counter(f"{o.f}:{o.type}" for o in client_ops if o.type != "invoke")
-    try:
-        check = checker.check(client_ops, **overrides)
-    except Exception as e:  # an unreadable history is reported, never turned into a verdict
-        check = {"verdict": "unknown", "results": [], "error": f"{type(e).__name__}: {e}"}
-    history_verdict = check["verdict"]
-    check = with_checks(check, list(extra))
-    st = stats(client_ops)
-    return {"verdict": run_verdict(check, st), "checker": checker.model, "check": check,
-            "history_verdict": history_verdict,
-            "stats": {k: st[k] for k in ("verdict", "never_ok", "counts")}, "counts": dict(counts)}
-
-
-def history_check(results: dict) -> tuple[dict, list[dict]]:
-    """`judge_ops`'s check split back into the history's own and the run's other checks (the
-    ones `with_checks` marked with scope "run"): what `build` takes."""
-    check = results["check"]
-    own = [r for r in check.get("results", []) if r.get("scope") != "run"]
-    extra = [r for r in check.get("results", []) if r.get("scope") == "run"]
-    return {**check, "model": results.get("checker"), "results": own,
-            "verdict": results.get("history_verdict", check["verdict"])}, extra
 
 
 def incomplete(test: dict) -> str | None:
@@ -209,11 +166,11 @@ def build(run: Run, check: dict, ops: list[Op] | None, error: str | None, versio
     st = stats(client) if ops else None
     unreadable = error or check.get("unreadable")
     if not unreadable:
-        check = with_checks(check, run_checks(run, ops) if extra is None else
+        check = with_run_checks(check, run_checks(run, ops) if extra is None else
                             [{k: v for k, v in r.items() if k != "scope"} for r in extra])
     problem = unreadable or incomplete(test)
     return {
-        "verdict": "unknown" if problem else run_verdict(check, st),
+        "verdict": analysis_verdict(check, st, problem),
         "status": "unreadable" if unreadable or not test else "incomplete" if problem else "analyzed",
         "error": problem,
         "checker": check.get("model"),

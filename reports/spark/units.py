@@ -11,7 +11,7 @@ from __future__ import annotations
 import msgspec
 
 from reports.checkers.check import check_history
-from reports.checkers.linearizability import merge_verdicts
+from reports.checkers.verdict import merge_verdicts
 from reports.history import HistoryError, Op, Validator
 
 CORRUPT = "\0corrupt"  # the unit that collects a run's unparseable lines
