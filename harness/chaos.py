@@ -5,7 +5,9 @@ harness.db.Deployment), waits until it accepts the workload's ops, runs the work
 processes with the fault plan executing alongside for the time limit, heals every fault, runs
 the final reads, runs the system's end checks (Tessera: replica convergence and the masters'
 agreement), collects and checks the nodes' logs, checks the history, and records all of it
-under store/<test>/<timestamp>/ as it happens: test.json (the spec and the facts of the run),
+under store/<test>/<timestamp>/ as it happens: test.json (the spec and the facts fixed when the
+run is planned, written once), outcome.json (what became of it: running, complete or crashed
+with the error, the history's start time, the final reads tried, the client's batching),
 schedule.json (the fault plan), history.jsonl, one JSON per end check (convergence.json,
 masters.json), results.json.
 """
@@ -34,8 +36,8 @@ def say(msg: str) -> None:
 def execute(spec: TestSpec, plan: Plan | None = None, **facts) -> int:
     """Run the test and print its run directory last whenever one was made; the exit code as
     Jepsen's CLI (`node.exit_codes`): the verdict's 0 / 1 / 2, or 255 when anything stopped the run
-    before a verdict, which the run's test.json then says. `facts` go into test.json as they are
-    (the command line, the run replayed)."""
+    before a verdict, which the run's outcome.json then says. `facts` go into test.json as they
+    are (the command line, the run replayed)."""
     from harness.cluster import ClusterError
     from node.exit_codes import CRASHED, EXIT
 
@@ -48,7 +50,7 @@ def execute(spec: TestSpec, plan: Plan | None = None, **facts) -> int:
         say(f"tessera test: crashed: {e or type(e).__name__}")
         if made:
             try:
-                _update_test(made[0], status="crashed", error=f"{type(e).__name__}: {e}")
+                _update_outcome(made[0], status="crashed", error=f"{type(e).__name__}: {e}")
             except OSError as oe:
                 say(f"tessera test: could not mark the run crashed: {oe}")
             print(made[0])
@@ -57,15 +59,15 @@ def execute(spec: TestSpec, plan: Plan | None = None, **facts) -> int:
     return EXIT[verdict]
 
 
-def _update_test(run_dir: Path, **fields) -> dict:
-    """test.json with `fields` set: what the run has done so far, for every later reader."""
-    import json
-
+def _update_outcome(run_dir: Path, **fields) -> None:
+    """outcome.json with `fields` set: what the run has done so far, for every later reader.
+    test.json, the plan, is never rewritten."""
     from harness.store import write_json
+    from reports.spark.runs import OUTCOME
 
-    test = {**json.loads((run_dir / "test.json").read_text()), **fields}
-    write_json(run_dir / "test.json", test)
-    return test
+    path = run_dir / OUTCOME
+    outcome = json.loads(path.read_text()) if path.exists() else {}
+    write_json(path, {**outcome, **fields})
 
 
 def _hosts(spec: TestSpec):
@@ -102,6 +104,7 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
     from nemeses import plan as plans
     from nemeses.base import Context
     from nemeses.registry import packages
+    from reports.spark.runs import PLANNED
 
     workload = spec.make_workload()
     chosen = [packages()[n] for n in spec.nemesis]
@@ -136,8 +139,9 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
             "clock_source": clock,  # whose clock a clock fault moves
             "nodes": [{"name": h.name, "address": h.address} for h in hosts],
             "bound": bound,  # thread -> its host (the last: setup and final ops), node-bound only
-            "final": opts.final_plan(), "status": "running"}
-    write_json(run_dir / "test.json", test)
+            "final": opts.final_plan()}
+    write_json(run_dir / PLANNED, test)
+    _update_outcome(run_dir, status="running")
     say(f"run {run_dir} (seed {spec.seed})")
     remotes = {h.name: Remote(h, log_line) for h in hosts}
     db, nemeses, collected = None, {}, False
@@ -229,11 +233,12 @@ def _judge(run_dir: Path, checker, schedule, cluster_checks: list[dict]) -> str:
     from reports.history import read_jsonl, write_edn
     from reports.probes import run_probes
     from reports.spark.results import anomalies, failure_line
+    from reports.spark.runs import read_record
 
     ops = read_jsonl(run_dir / "history.jsonl")
     write_edn(ops, run_dir / "history.edn")
     logs = _run_check("logs", lambda: check_logs(run_dir, ops))
-    test = json.loads((run_dir / "test.json").read_text())
+    test = read_record(run_dir)
     faults = [check_faults(ops, list(test["nemesis"]))] if test.get("nemesis") else []
     results = _results(ops, checker, test, schedule, extra=[*cluster_checks, logs, *faults])
     if (reached := run_probes(run_dir)) is not None:  # the Spark job keeps it (results.build)
@@ -278,7 +283,7 @@ async def _drive(spec: TestSpec, workload, opts, db, ctx, run_dir: Path, nemeses
     progress = Progress()
     schedule = Schedule(nemeses, plan, progress.active_faults)
     rec = Recorder(run_dir / "history.jsonl")
-    _update_test(run_dir, started_at=rec.wall_t0)
+    _update_outcome(run_dir, started_at=rec.wall_t0)
     say(f"running {spec.workload} for {spec.time_limit:g}s, "
         f"nemesis: {','.join(spec.nemesis) or 'none'}, {spec.client} clients"
         + ("" if spec.writes == "own" else f", writes {spec.writes}"))
@@ -303,15 +308,15 @@ async def _drive(spec: TestSpec, workload, opts, db, ctx, run_dir: Path, nemeses
         say(f"coalesced writes: {c['writes']} in {c['requests']} requests "
             f"({c['mean_writes_per_request']} a request; {c['requests_with_several']} "
             "carried several)")
-        _update_test(run_dir, coalesced=c)
+        _update_outcome(run_dir, coalesced=c)
     elif batches is not None:
         say(f"{batches['mode']} sessions sent {batches['ops']} ops in {batches['batches']} batches "
             f"({batches['mean_ops_per_batch']} a batch; cut by {batches['cut_by']})")
-        _update_test(run_dir, batches=batches)
+        _update_outcome(run_dir, batches=batches)
     for t in tried:
         if t["outcome"] != "ok":
             say(f"final {t['f']} never succeeded in {t['attempts']} attempts over {t['seconds']:g}s")
-    _update_test(run_dir, status="complete", final={**opts.final_plan(), "ops": tried})
+    _update_outcome(run_dir, status="complete", final={**opts.final_plan(), "ops": tried})
     return schedule
 
 

@@ -216,6 +216,7 @@ def _runner(base, first_seed: int, summary_dir: Path):
     its outcome read back from the run's results.json."""
     from harness import chaos, sim_cell
     from harness.matrix import DRAWN_WRITES, outcome_from_run
+    from reports.spark.runs import read_record
 
     seeds = iter(range(first_seed, first_seed + 10**6))
 
@@ -240,8 +241,7 @@ def _runner(base, first_seed: int, summary_dir: Path):
         if run_dir is not None:
             with contextlib.suppress(OSError, ValueError):
                 results = json.loads((run_dir / "results.json").read_text())
-            with contextlib.suppress(OSError, ValueError):
-                error = json.loads((run_dir / "test.json").read_text()).get("error")
+            error = read_record(run_dir).get("error")
         if error and error.startswith("KeyboardInterrupt"):
             raise KeyboardInterrupt  # the run stopped for ^C: so does the matrix
         return outcome_from_run(cell, attempt, time_limit, str(run_dir) if run_dir else None,

@@ -141,7 +141,8 @@ def _fake_run(tmp_path, outcome):
     def fake(spec, plan, made, **facts):
         run_dir = tmp_path / "register" / "20260101T000000"
         run_dir.mkdir(parents=True)
-        (run_dir / "test.json").write_text(json.dumps({"workload": "register", "status": "running"}))
+        (run_dir / "test.json").write_text(json.dumps({"workload": "register"}))
+        (run_dir / "outcome.json").write_text(json.dumps({"status": "running"}))
         made(run_dir)
         if isinstance(outcome, BaseException):
             raise outcome
@@ -163,8 +164,9 @@ def test_a_crashed_test_exits_255_prints_its_run_and_marks_it(monkeypatch, capsy
     run_dir = tmp_path / "register" / "20260101T000000"
     captured = capsys.readouterr()
     assert captured.out.splitlines()[-1] == str(run_dir) and "crashed" in captured.err
-    test = json.loads((run_dir / "test.json").read_text())
-    assert test["status"] == "crashed" and type(error).__name__ in test["error"]
+    outcome = json.loads((run_dir / "outcome.json").read_text())
+    assert outcome["status"] == "crashed" and type(error).__name__ in outcome["error"]
+    assert json.loads((run_dir / "test.json").read_text()) == {"workload": "register"}  # the plan
 
 
 def test_a_test_that_crashed_before_making_a_run_prints_none(monkeypatch, capsys, tmp_path):

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -72,8 +73,11 @@ def test_register_with_kills_records_a_complete_history(env, tmp_path):
         assert os.path.exists(os.path.join(run_dir, f)), f
     report = open(os.path.join(run_dir, "report.html")).read()
     assert 'id="verdict" class="verdict valid"' in report and "Throughput" in report
-    test = json.load(open(os.path.join(run_dir, "test.json")))
-    assert test["seed"] == 42 and test["nemesis"] == ["kill"] and test["status"] == "complete"
+    test = json.load(open(os.path.join(run_dir, "test.json")))  # the plan, written once
+    assert test["seed"] == 42 and test["nemesis"] == ["kill"] and "status" not in test
+    outcome = json.load(open(os.path.join(run_dir, "outcome.json")))  # what became of it
+    assert outcome["status"] == "complete" and outcome["started_at"] > 0
+    assert "ops" in outcome["final"] and "ops" not in test["final"]
     for h in ("n1", "n2", "n3", "n4", "n5"):
         assert os.path.getsize(os.path.join(run_dir, "nodes", h, "tserver.log")) > 0
     assert os.path.exists(os.path.join(run_dir, "nodes", "n1", "master.log"))
@@ -130,10 +134,12 @@ def test_bad_input_is_one_clear_line_and_exit_254(env, tmp_path):
 
 
 def _crashed_run(out) -> dict:
-    """A crashed test exits 255, still names its run, and the run's test.json says it crashed."""
+    """A crashed test exits 255, still names its run, and the run's record says it crashed."""
+    from reports.spark.runs import read_record
+
     assert out.returncode == 255, out.stderr[-3000:]
     run_dir = out.stdout.strip().splitlines()[-1]
-    test = json.load(open(os.path.join(run_dir, "test.json")))
+    test = read_record(Path(run_dir))
     assert test["status"] == "crashed", test
     return test
 

@@ -1,6 +1,7 @@
 """The Raft leader/term track per tablet, from the one line per role change that every daemon
 logs, e.g. `2026-11-22 14:15:56,123 tserver INFO node.replica.replica: T T P U: raft tablet=T term=3
-role=LEADER leader=U` (the `T <tablet> P <uuid>: ` prefix is on every replica's line). Times are the nodes' wall clocks; test.json's `started_at` places them on the history's
+role=LEADER leader=U` (the `T <tablet> P <uuid>: ` prefix is on every replica's line). Times are
+the nodes' wall clocks; the run record's `started_at` (outcome.json) places them on the history's
 time axis (skewed clocks shift their own host's events, which the clock plot shows)."""
 
 from __future__ import annotations

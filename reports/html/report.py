@@ -4,7 +4,6 @@ cycle), the plots, the Raft track and the op timeline; plots in `plots/`, timeli
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import jinja2
@@ -92,8 +91,8 @@ def render_report(run: Run, results: dict, ops: list[Op] | None) -> Path:
 
 
 # What a run directory may hold, in the order a reader wants it (node files are added after).
-RUN_FILES = ("history.jsonl", "history.edn", "test.json", "results.json", "schedule.json",
-             "convergence.json", "masters.json", "control.log", "logs.html")
+RUN_FILES = ("history.jsonl", "history.edn", "test.json", "outcome.json", "results.json",
+             "schedule.json", "convergence.json", "masters.json", "control.log", "logs.html")
 
 
 def run_files(run_dir: Path) -> list[tuple[str, str]]:
@@ -118,8 +117,8 @@ def _wall_stamp(epoch: float | None) -> str | None:
 
 
 def _started_at(run_dir: Path) -> float | None:
-    """The wall-clock time of the history's time 0, recorded by the harness in test.json."""
-    try:
-        return json.loads((run_dir / "test.json").read_text()).get("started_at")
-    except (OSError, ValueError):
-        return None
+    """The wall-clock time of the history's time 0, recorded by the harness in the run's
+    record (outcome.json; test.json in runs recorded before it)."""
+    from reports.spark.runs import read_record
+
+    return read_record(run_dir).get("started_at")

@@ -27,6 +27,28 @@ LEGACY_BANK_TOTAL = 100  # the bank's fixed total in runs recorded before test.j
 ANALYSIS_DIR = "analysis"  # Parquet tables under the store root
 
 
+PLANNED, OUTCOME = "test.json", "outcome.json"
+
+
+def read_record(run_dir: Path) -> dict:
+    """What a run was planned to be (test.json: the spec and the facts fixed before it starts,
+    written once) with what became of it (outcome.json: its status, the error that stopped it,
+    the wall time of the history's time 0, the final reads it tried, how the client batched),
+    as one dict. {} when test.json is missing or unreadable. Runs recorded before outcome.json
+    existed kept all of it in test.json, and read the same."""
+    try:
+        planned = json.loads((run_dir / PLANNED).read_text())
+    except (OSError, ValueError):
+        return {}
+    try:
+        outcome = json.loads((run_dir / OUTCOME).read_text())
+    except FileNotFoundError:
+        return planned
+    except (OSError, ValueError) as e:  # a record that lies about its end is no record
+        return {**planned, "status": "unreadable", "error": f"{OUTCOME}: {e}"}
+    return {**planned, **outcome}
+
+
 @dataclass(frozen=True)
 class Run:
     path: Path  # the run directory (absolute)
@@ -53,11 +75,9 @@ class Run:
         return self.path / "report.html"
 
     def test(self) -> dict:
-        """test.json, or {} when missing or unreadable (the report says so)."""
-        try:
-            return json.loads((self.path / "test.json").read_text())
-        except (OSError, ValueError):
-            return {}
+        """The run's record (`read_record`), or {} when test.json is missing or unreadable (the
+        report says so)."""
+        return read_record(self.path)
 
     def previous_results(self) -> dict:
         try:
