@@ -4,7 +4,7 @@ Jepsen's etcd suite runs it (jepsen-io/etcd, db.clj), and a client at etcd's own
 The client speaks etcd's documented v3 JSON gateway (`POST /v3/kv/range`, `/v3/kv/txn`, ...)
 over aiohttp, an asyncio HTTP client: the harness's workers are coroutines on one event loop,
 and the gateway is the API etcd documents for clients without gRPC, so no second runtime (gRPC's
-threads) sits between a worker and the wire. docs/decisions.md says more.
+threads) sits between a worker and the wire. docs/decisions/etcd-json-gateway.md says more.
 
 Clients are bound to nodes, thread t to member t mod n, as Jepsen binds them: each talks only
 to the member on its host, which forwards to the leader. Reads are linearizable unless

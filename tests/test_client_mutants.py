@@ -1,7 +1,7 @@
 """The client's deliberate bugs (node.client.faults) against the nightly configuration: each
 makes one of the whole-stack simulator's default seeds (`tessera sim --stack full`, swarm mixes,
 60 virtual seconds, the write mode the seed draws) fail, and the same seed passes on the
-fixed client. The seeds are the first of 0-39 that caught each (docs/decisions.md)."""
+fixed client. The seeds are the first of 0-39 that caught each (docs/decisions/reply-tied-to-request.md)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ WORKLOADS = ("register", "list-append")  # tessera sim's default: by seed parity
 
 
 # Seed 32's swarm mix before it drew batch=4 and inflight=4: then it caught reuse-slot, and no
-# default seed of 0-39 does since (docs/decisions.md)
+# default seed of 0-39 does since (docs/decisions/reply-tied-to-request.md)
 SEED_32_BEFORE = ("restart:1,heal:4,copy-race:4;every=0.5-2;reads=lease;load=20x200;"
                   "writes=session-background;values=zeros;snapshot=200")
 

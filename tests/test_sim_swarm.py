@@ -139,7 +139,7 @@ def test_the_cli_prints_each_seeds_mix_and_refuses_a_bad_one(tmp_path):
 def test_copy_race_seeds_that_failed_before_issue_32s_fixes_pass(seed, before_the_fix, tmp_path):
     """Found by the copy-race fault on the engine before the fixes (`tessera sim --stack full
     --workload register --seconds 30 --mix COPY_RACE --seed N`); each failure was traced to its
-    bug by applying one fix at a time (docs/decisions.md). They pass now."""
+    bug by applying one fix at a time (docs/decisions/swarm-mixes-and-copy-faults.md). They pass now."""
     r = StackSim(StackConfig(seed=seed, workload="register", seconds=30.0,
                              mix=parse_mix(COPY_RACE)), tmp_path).run()
     assert r.ok(), (before_the_fix, r.violation, r.verdict, r.results.get("stats"))

@@ -143,7 +143,7 @@ RESULTS = (None, None, None, 3, 8)
 # Mixes that reach a path only with several knobs at once, each a recorded spec (the tests in
 # tests/test_sim_swarm_reach.py, tests/test_sim_forge.py and tests/test_sim_swarm.py fire its
 # probes on a recorded seed). Independent draws combined none of them in 200 seeds
-# (docs/decisions.md, "Code probes"); one more draw of its own (`_own_draw`, "bundle") makes
+# (docs/decisions/probe-findings.md); one more draw of its own (`_own_draw`, "bundle") makes
 # about one seed in five run one of them whole, its faults and knobs, with the seed's own
 # schedule: writers sharing a MANUAL_FLUSH session of 2-op batches back to back find its buffer
 # full (client.session.buffer_full_ops, client.manual_flush.buffer_full_reflush); shared writers

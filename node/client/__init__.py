@@ -500,7 +500,7 @@ class TesseraClient:
         at the end of the turn its first write was issued in, so a lone writer's op goes out
         alone, as `ts.write`, one loop turn later. Each write keeps its own seq and its own
         result, so it is one op of a history exactly as before; only the RPC, the frame and the
-        leader's work per request are paid once per batch (docs/decisions.md)."""
+        leader's work per request are paid once per batch (docs/decisions/coalesced-writes.md)."""
         key = (t.tablet_id, bind)
         cork = sessions.corked.get(key)
         if cork is None or len(cork[0]) == MAX_BATCH_OPS:

@@ -189,7 +189,7 @@ class Outbox:
         if isinstance(error, RpcError) and error.code == ErrorCode.TOO_LARGE:
             # Not sent (RpcClient refuses a frame over the limit): one message alone exceeds
             # the frame, an entry over the limit from before it was lowered. Proposals are
-            # bounded so that it cannot happen otherwise (docs/decisions.md).
+            # bounded so that it cannot happen otherwise (docs/decisions/entry-size-limit.md).
             probe("rpc.outbox.too_large_unsent")
             log.warning("consensus to %s for %s not sent: %s", key[0], key[1], error)
         elif error is not None:
