@@ -70,8 +70,10 @@ coverage-sim: setup
 coverage-suite: setup
 	$(PY) -m reports.coverage_sim --suite
 
+# ruff, then mypy over the strictly typed packages (pyproject.toml [tool.mypy]; tests/test_types.py)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(PY) -m mypy
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .messages import AppendEntries, Heartbeat
+from node.entry import Entry
+
+from .messages import AppendEntries, Heartbeat, Message
 from .types import HardState, RaftConfig, Ready
 
 LEADER_MESSAGES = (AppendEntries, Heartbeat)  # what only a leader sends
@@ -34,13 +36,13 @@ class Steps:
     `hard_state`, `committed_config`; send `send`; take the soft state; apply `apply`; serve the
     read states; advance."""
 
-    send_early: tuple
-    apply_early: tuple
-    entries: tuple
+    send_early: tuple[Message, ...]
+    apply_early: tuple[Entry, ...]
+    entries: tuple[Entry, ...]
     hard_state: HardState | None
     committed_config: RaftConfig | None
-    send: tuple
-    apply: tuple
+    send: tuple[Message, ...]
+    apply: tuple[Entry, ...]
 
 
 def steps(rd: Ready, *, unchanged_hard_state: bool = False) -> Steps:
@@ -49,7 +51,7 @@ def steps(rd: Ready, *, unchanged_hard_state: bool = False) -> Steps:
     hs = None if unchanged_hard_state else rd.hard_state
     early = (bool(rd.entries_to_persist) and hs is None and rd.committed_config is None
              and all(type(m) in LEADER_MESSAGES for m in rd.messages))
-    apply_early: tuple = ()
+    apply_early: tuple[Entry, ...] = ()
     if early and rd.soft_state is None:
         first = rd.entries_to_persist[0].index
         apply_early = tuple(e for e in rd.committed_entries if e.index < first)

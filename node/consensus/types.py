@@ -13,6 +13,8 @@ import msgspec
 
 from node.entry import Entry
 
+from .messages import Message
+
 
 class Role(enum.Enum):
     FOLLOWER = "FOLLOWER"
@@ -227,7 +229,7 @@ class Ready:
     make a Ready on their own (has_ready() ignores them): they ride with the next one.
     """
 
-    messages: list = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
     entries_to_persist: list[Entry] = field(default_factory=list)
     hard_state: HardState | None = None
     committed_entries: list[Entry] = field(default_factory=list)

@@ -36,7 +36,7 @@ import enum
 import struct
 
 import msgspec
-from crc32c import crc32c
+from crc32c import crc32c as crc32c  # re-exported: segment.py calls fmt.crc32c
 
 from node.entry import Entry
 

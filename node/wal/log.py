@@ -163,7 +163,7 @@ class Log:
             disk.unlink(path)
         if removed:
             disk.fsync_dir(directory)
-        log._closed = [ClosedSegment(s.path, s.header.seq, s.footer) for s in segments]  # type: ignore[arg-type]
+        log._closed = [ClosedSegment(s.path, s.header.seq, s.footer) for s in segments]  # type: ignore[arg-type]  # every footer is set: read_log refuses an older segment without one, and the newest got one above
         log.recovered = contents.entries
         log.recovery = Recovery(unclosed, removed)
         if contents.next_index is not None:
@@ -172,7 +172,7 @@ class Log:
         log._segment.activate()
         if log._inline:
             log._idle = True
-            log._ring = log._ring_inline  # type: ignore[method-assign]
+            log._ring = log._ring_inline  # type: ignore[method-assign]  # inline mode swaps the method on the instance, on purpose (see _ring_inline)
         else:
             log._doorbell = os.eventfd(0, os.EFD_CLOEXEC)
             log._thread = threading.Thread(target=log._append_loop, name=f"wal-appender-{tablet_id}", daemon=True)
@@ -486,8 +486,8 @@ class Log:
         nbytes = count = 0
         lo, hi = -1, -1
         for r in group:
-            bufs.append(r.data)  # type: ignore[arg-type]
-            nbytes += len(r.data)  # type: ignore[arg-type]
+            bufs.append(r.data)  # type: ignore[arg-type]  # not None: a group is the ready prefix (_take_ready_locked)
+            nbytes += len(r.data)  # type: ignore[arg-type]  # not None: as above
             if r.count:
                 if count == 0 or r.first < lo:
                     lo = r.first
@@ -498,7 +498,7 @@ class Log:
             error = self._guarded(self._write, bufs, count, lo, hi, sync)
         return group, nbytes, error
 
-    def _guarded(self, step: Callable[..., None], *args) -> BaseException | None:
+    def _guarded(self, step: Callable[..., None], *args: object) -> BaseException | None:
         """Run a write or sync step; what it raised fails the log and is returned."""
         try:
             step(*args)
@@ -522,7 +522,8 @@ class Log:
             self._done.append((futures, space, error))
         return futures, space
 
-    def _complete(self, group: list[Reservation], futures: list, space: list, error: BaseException | None) -> None:
+    def _complete(self, group: list[Reservation], futures: list[asyncio.Future[None]],
+                  space: list[asyncio.Future[None]], error: BaseException | None) -> None:
         """Outside the lock: wake the loop for the futures, run the thread API's callbacks."""
         if futures or space:
             self._wake_loop()
@@ -530,7 +531,7 @@ class Log:
             for r in group:
                 if r.future is None:
                     try:
-                        r.callback(error)  # type: ignore[misc]
+                        r.callback(error)  # type: ignore[misc]  # not None: a slot is handed over with a future or a callback
                     except Exception:
                         logger.exception("WAL append callback raised")
 

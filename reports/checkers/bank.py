@@ -5,16 +5,17 @@ snapshot isolation or better, every read sees the same total, and no balance goe
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from reports.checkers.registry import Model, register
 from reports.history import Op, client_ops
 
 
-def check_bank(ops: Iterable[Op], total: int | None = None, negative_allowed: bool = False) -> dict:
+def check_bank(ops: Iterable[Op], total: int | None = None, negative_allowed: bool = False) -> dict[str, Any]:
     """`total` is the conserved sum; when None, the first ok read's total is taken as it."""
     errors = []
     reads = 0
-    expected = total
+    expected: float | None = total
     for op in client_ops(ops):
         if op.type != "ok" or op.f != "read" or not isinstance(op.value, dict):
             continue

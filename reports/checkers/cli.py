@@ -13,10 +13,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING, Any
 
 from node.exit_codes import BAD_ARGS, EXIT
 from reports.checkers.consistency import DEFAULT_MODEL, MODEL_NAMES
 from reports.checkers.registry import models
+
+if TYPE_CHECKING:
+    from reports.history import Op
 
 MODELS = tuple(models())
 LINEARIZABLE = tuple(name for name, m in models().items() if m.linearizable)
@@ -60,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from reports.checkers.shapes import infer_f
     from reports.history import NEMESIS, HistoryError, read_history
 
-    recorded: dict = {}
+    recorded: dict[str, Any] = {}
     path = args.history
     if os.path.isdir(path):
         try:
@@ -136,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT[result["verdict"]]
 
 
-def _misfit(ops: list, model: str, path: str) -> str | None:
+def _misfit(ops: list[Op], model: str, path: str) -> str | None:
     """Why the history cannot be judged by `model`, or None: an op that does not fit the
     model's shapes (reports.checkers.shapes)."""
     from reports.checkers.shapes import misfit
@@ -148,7 +152,7 @@ def _misfit(ops: list, model: str, path: str) -> str | None:
     return None
 
 
-def _print_summary(result: dict) -> None:
+def _print_summary(result: dict[str, Any]) -> None:
     print(f"{result['verdict'].upper()}  ({result['model']}, {result['ops']} ops)")
     for r in result["results"]:
         if r["checker"] == "linearizability":

@@ -14,7 +14,8 @@ G-nonadjacent-item, which (unlike the predicate forms) also rule out repeatable 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from functools import cache
 
 UNKNOWN_TYPES = frozenset({"empty-transaction-graph", "cycle-search-timeout",
@@ -165,7 +166,8 @@ def friendly(model: str) -> str:
     return FRIENDLY.get(model, model)
 
 
-def _edges(table: dict[str, tuple[str, ...]], rename=lambda x: x) -> tuple[dict, dict]:
+def _edges(table: dict[str, tuple[str, ...]], rename: Callable[[str], str] = lambda x: x
+           ) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     out: dict[str, set[str]] = {}
     into: dict[str, set[str]] = {}
     for a, bs in table.items():
@@ -231,7 +233,7 @@ def impossible_models(anomaly_types: Iterable[str]) -> set[str]:
     return _reach(direct, _MODEL_IN)
 
 
-def _extremes(models: set[str], edges: dict[str, set[str]]) -> set[str]:
+def _extremes(models: AbstractSet[str], edges: dict[str, set[str]]) -> set[str]:
     """Drop every model from which another remaining one is reachable along `edges`."""
     keep = set(models)
     for m in sorted(models):

@@ -5,27 +5,29 @@ ended."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from reports.checkers.registry import Model, register
 from reports.history import Op, client_ops
 
 
-def check_counter(ops: Iterable[Op], initial: int = 0) -> dict:
+def check_counter(ops: Iterable[Op], initial: int = 0) -> dict[str, Any]:
     ops = list(client_ops(ops))
     outcome: dict[int, str] = {}  # position of an add's invoke -> its completion type
-    open_at: dict = {}
+    open_at: dict[Any, int] = {}  # process -> position of its open invoke
     for pos, op in enumerate(ops):
         if op.type == "invoke":
             open_at[op.process] = pos
         elif (at := open_at.pop(op.process, None)) is not None:
             outcome[at] = op.type
     certain = 0  # ok adds completed so far
-    invoked_pos = invoked_neg = 0  # every add invoked so far that did not fail
+    invoked_pos: float = 0  # every add invoked so far that did not fail
+    invoked_neg: float = 0
     certain_pos = certain_neg = 0
-    started: dict = {}
+    started: dict[Any, tuple[Any, Any, Any]] = {}
     errors = []
     reads = 0
-    open_add: dict = {}
+    open_add: dict[Any, Any] = {}
     for pos, op in enumerate(ops):
         if op.f == "add":
             delta = op.value if isinstance(op.value, (int, float)) else 0

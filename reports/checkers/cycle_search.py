@@ -177,7 +177,9 @@ def closed_edge(comp: Component, kind: int, mask: int) -> list[int] | None:
     if hit is None:
         return None
     a, b = hit
-    return [a] + comp.path([b], {a}, mask)
+    back = comp.path([b], {a}, mask)
+    assert back is not None  # b reaches a: the same component, or _reaching found it does
+    return [a] + back
 
 
 def _reaching(comp: Component, comp_of: list[int], comps: list[list[int]],
@@ -280,6 +282,7 @@ def _exhaustive(comp: Component, mask: int, target: str, live: set[int]) -> list
     """Depth-first enumeration of simple cycles through `live` nodes, each rooted at its
     smallest node, until one is classified `target`; never follows an rw edge right after
     another (no G-nonadjacent has one). One step per edge tried."""
+    labels: list[int]
     for root in sorted(live):
         path, labels, on_path = [root], [], {root}
         stack = [iter(comp.edges[root])]
@@ -320,7 +323,9 @@ def fallback(comp: Component) -> list[int]:
         for a, es in enumerate(comp.edges):
             for b, k in es:
                 if k in kinds and comp_of[a] == comp_of[b]:
-                    return [a] + comp.path([b], {a}, mask)
+                    back = comp.path([b], {a}, mask)
+                    assert back is not None  # b reaches a: they share a component
+                    return [a] + back
     raise AssertionError("a strongly connected component always has a cycle through a data edge")
 
 

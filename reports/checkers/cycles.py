@@ -27,9 +27,9 @@ from reports.checkers.graph import PRIORITY, Graph, strongly_connected
 __all__ = ["Graph", "find_anomalies"]
 
 
-def find_anomalies(graph: Graph, nodes: Iterable[int], describe_txn: Callable[[int], dict],
+def find_anomalies(graph: Graph, nodes: Iterable[int], describe_txn: Callable[[int], dict[str, Any]],
                    explain_edge: Callable[[str, str, str, Any], str], steps_per_component: int = 200_000,
-                   seconds_per_component: float = 10.0, max_per_class: int = 4) -> list[dict]:
+                   seconds_per_component: float = 10.0, max_per_class: int = 4) -> list[dict[str, Any]]:
     """One cycle per class found in each strongly connected component of `nodes` (at most
     `max_per_class` of a class overall). A component whose search exhausts its budget (steps of
     exhaustive search, or seconds in all) yields a cycle-search-timeout naming what is undecided,
@@ -37,7 +37,7 @@ def find_anomalies(graph: Graph, nodes: Iterable[int], describe_txn: Callable[[i
     members = set(nodes)
     everything = frozenset(PRIORITY)
     found: dict[str, int] = defaultdict(int)
-    anomalies: list[dict] = []
+    anomalies: list[dict[str, Any]] = []
 
     out = graph.out
 
@@ -51,6 +51,7 @@ def find_anomalies(graph: Graph, nodes: Iterable[int], describe_txn: Callable[[i
         comp = Component(graph, sorted(scc), steps_per_component, seconds_per_component)
         for cycle in _search_component(comp):
             name = classify(comp.labels(cycle))
+            assert name is not None  # every cycle found has a data edge (search, fallback)
             if found[name] < max_per_class:
                 found[name] += 1
                 anomalies.append(_describe_cycle(graph, name, [comp.ids[v] for v in cycle],
@@ -90,8 +91,8 @@ def _search_component(comp: Component) -> list[list[int]]:
     return cycles
 
 
-def _describe_cycle(graph: Graph, cls: str, cycle: list[int], describe_txn: Callable[[int], dict],
-                    explain_edge: Callable[[str, str, str, Any], str]) -> dict:
+def _describe_cycle(graph: Graph, cls: str, cycle: list[int], describe_txn: Callable[[int], dict[str, Any]],
+                    explain_edge: Callable[[str, str, str, Any], str]) -> dict[str, Any]:
     names = {t: f"T{i + 1}" for i, t in enumerate(dict.fromkeys(cycle))}
     edges = []
     sentences = []

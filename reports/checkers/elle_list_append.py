@@ -39,14 +39,14 @@ from reports.history import Op
 APPEND, READ = "append", "r"
 
 
-def _list(v: Any) -> tuple:
+def _list(v: Any) -> tuple[Any, ...]:
     """A read's list; nil is the initial empty version."""
     if v is None:
         return ()
     return tuple(v) if isinstance(v, (list, tuple)) else (v,)
 
 
-def _reads(t: Txn) -> Iterable[tuple[Any, tuple]]:
+def _reads(t: Txn) -> Iterable[tuple[Any, tuple[Any, ...]]]:
     """The reads of a transaction that observed something: an info txn's nil read is no
     observation (it never returned), an ok txn's nil read is the initial state."""
     for f, k, v in t.mops:
@@ -55,7 +55,7 @@ def _reads(t: Txn) -> Iterable[tuple[Any, tuple]]:
 
 
 def check_list_append(ops: Iterable[Op], consistency_model: Any = consistency.DEFAULT_MODEL,
-                      steps_per_component: int = 200_000, seconds_per_component: float = 10.0) -> dict:
+                      steps_per_component: int = 200_000, seconds_per_component: float = 10.0) -> dict[str, Any]:
     ops = list(ops)
     txns = transactions(ops)
     if (bad := _premise(txns)) is not None:
@@ -73,7 +73,7 @@ def check_list_append(ops: Iterable[Op], consistency_model: Any = consistency.DE
                  steps_per_component, seconds_per_component)
 
 
-def _premise(txns: list[Txn]) -> dict | None:
+def _premise(txns: list[Txn]) -> dict[str, Any] | None:
     """Elle stops (unknown) on micro-ops other than append/r, or a value appended twice to a key."""
     seen: dict[tuple[Any, Any], Txn] = {}
     for t in txns:
@@ -89,7 +89,7 @@ def _premise(txns: list[Txn]) -> dict | None:
     return None
 
 
-def _aborted_reads(txns: list[Txn], oks: list[Txn]) -> list[dict]:
+def _aborted_reads(txns: list[Txn], oks: list[Txn]) -> list[dict[str, Any]]:
     failed: dict[Any, dict[Any, Txn]] = defaultdict(dict)
     for t in txns:
         if t.type == "fail":
@@ -107,7 +107,7 @@ def _aborted_reads(txns: list[Txn], oks: list[Txn]) -> list[dict]:
     return out
 
 
-def _intermediate_reads(txns: list[Txn], oks: list[Txn]) -> list[dict]:
+def _intermediate_reads(txns: list[Txn], oks: list[Txn]) -> list[dict[str, Any]]:
     """A read ending in an append its writer followed with another append to the same key."""
     intermediate: dict[tuple[Any, Any], Txn] = {}
     for t in txns:
@@ -127,7 +127,7 @@ def _intermediate_reads(txns: list[Txn], oks: list[Txn]) -> list[dict]:
     return out
 
 
-def _internal(oks: list[Txn]) -> list[dict]:
+def _internal(oks: list[Txn]) -> list[dict[str, Any]]:
     out = []
     for t in oks:
         if (case := _internal_case(t)) is not None:
@@ -137,11 +137,11 @@ def _internal(oks: list[Txn]) -> list[dict]:
     return out
 
 
-def _internal_case(t: Txn) -> dict | None:
+def _internal_case(t: Txn) -> dict[str, Any] | None:
     """A read disagreeing with the txn's own earlier read or appends of that key. After appends
     to a key not yet read, only the suffix is known."""
-    known: dict[Any, tuple] = {}  # key -> full expected list
-    suffix: dict[Any, tuple] = {}  # key -> own appends, prefix unknown
+    known: dict[Any, tuple[Any, ...]] = {}  # key -> full expected list
+    suffix: dict[Any, tuple[Any, ...]] = {}  # key -> own appends, prefix unknown
     for f, k, v in t.mops:
         if f == APPEND:
             if k in known:
@@ -168,13 +168,13 @@ def _internal_case(t: Txn) -> dict | None:
     return None
 
 
-def _future_read(t: Txn) -> dict | None:
+def _future_read(t: Txn) -> dict[str, Any] | None:
     """A read that already shows an element the same txn appends only later."""
-    own: dict[Any, set] = defaultdict(set)
+    own: dict[Any, set[Any]] = defaultdict(set)
     for f, k, v in t.mops:
         if f == APPEND:
             own[k].add(v)
-    read: dict[tuple[Any, Any], tuple] = {}
+    read: dict[tuple[Any, Any], tuple[Any, ...]] = {}
     for f, k, v in t.mops:
         if f == READ and k in own:
             for e in own[k].intersection(_list(v)):
@@ -185,7 +185,7 @@ def _future_read(t: Txn) -> dict | None:
     return None
 
 
-def _duplicates(possible: list[Txn]) -> list[dict]:
+def _duplicates(possible: list[Txn]) -> list[dict[str, Any]]:
     out = []
     for t in possible:
         for k, v in _reads(t):
@@ -196,20 +196,21 @@ def _duplicates(possible: list[Txn]) -> list[dict]:
     return out
 
 
-def _version_orders(possible: list[Txn]) -> tuple[dict[Any, tuple], list[dict]]:
+def _version_orders(possible: list[Txn]) -> tuple[dict[Any, tuple[Any, ...]], list[dict[str, Any]]]:
     """Each key's order of appends: its longest read, which every other read must prefix.
     A key never read non-empty but appended exactly once has the order [that append]."""
-    values: dict[Any, set[tuple]] = defaultdict(set)
+    v: Any  # a read's tuple in the first loop, an append's value in the second
+    values: dict[Any, set[tuple[Any, ...]]] = defaultdict(set)
     for t in possible:
         for k, v in _reads(t):
             if v:
                 values[k].add(v)
-    appends: dict[Any, list] = defaultdict(list)
+    appends: dict[Any, list[Any]] = defaultdict(list)
     for t in possible:
         for f, k, v in t.mops:
             if f == APPEND:
                 appends[k].append(v)
-    orders: dict[Any, tuple] = {k: (vs[0],) for k, vs in appends.items() if len(vs) == 1 and k not in values}
+    orders: dict[Any, tuple[Any, ...]] = {k: (vs[0],) for k, vs in appends.items() if len(vs) == 1 and k not in values}
     out = []
     for k, vs in values.items():
         ordered = sorted(vs, key=len)
@@ -224,12 +225,12 @@ def _version_orders(possible: list[Txn]) -> tuple[dict[Any, tuple], list[dict]]:
     return orders, out
 
 
-def _garbage_and_dirty_updates(txns: list[Txn], oks: list[Txn]) -> list[dict]:
+def _garbage_and_dirty_updates(txns: list[Txn], oks: list[Txn]) -> list[dict[str, Any]]:
     """Walk each key's order (from reads by transactions of any outcome) with the outcome of each
     element's writer: a failed append followed, past info ones, by a committed append is a dirty
     update; an element nobody appended is a garbage read."""
     writer: dict[tuple[Any, Any], Txn] = {}
-    appended: dict[Any, set] = defaultdict(set)
+    appended: dict[Any, set[Any]] = defaultdict(set)
     for t in txns:
         for f, k, v in t.mops:
             if f == APPEND:
@@ -243,14 +244,14 @@ def _garbage_and_dirty_updates(txns: list[Txn], oks: list[Txn]) -> list[dict]:
             for e in sorted(set(v) - appended[k], key=v.index):
                 out.append(anomaly("garbage-read", [t], f"T1 read {e!r} in key {plain(k)!r}, which no "
                                    "transaction ever appended", key=plain(k), element=plain(e)))
-    longest: dict[Any, tuple] = {}
+    longest: dict[Any, tuple[Any, ...]] = {}
     for t in txns:
         for k, v in _reads(t):
             if len(v) > len(longest.get(k, ())):
                 longest[k] = v
     for k, order in longest.items():
         base: Txn | None = None  # the last non-info writer so far (None: the committed initial state)
-        since: list = []
+        since: list[Any] = []
         for e in dict.fromkeys(order):
             if (w := writer.get((k, e))) is None:
                 continue
@@ -265,7 +266,7 @@ def _garbage_and_dirty_updates(txns: list[Txn], oks: list[Txn]) -> list[dict]:
     return out
 
 
-def _data_edges(edges: Edges, possible: list[Txn], orders: dict[Any, tuple]) -> None:
+def _data_edges(edges: Edges, possible: list[Txn], orders: dict[Any, tuple[Any, ...]]) -> None:
     index = {k: {e: i for i, e in enumerate(order)} for k, order in orders.items()}
     writer: dict[tuple[Any, Any], Txn] = {}
     readers: dict[tuple[Any, Any], list[Txn]] = defaultdict(list)

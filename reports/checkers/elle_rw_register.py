@@ -18,7 +18,7 @@ version-graph edge v1 -> v2 then gives ww edges (writers of v1 to writers of v2)
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from reports.checkers import consistency
@@ -58,7 +58,7 @@ def ext_writes(t: Txn) -> dict[Any, Any]:
 
 def check_rw_register(ops: Iterable[Op], consistency_model: Any = consistency.DEFAULT_MODEL,
                       wfr_keys: bool = False, sequential_keys: bool = False, linearizable_keys: bool = False,
-                      steps_per_component: int = 200_000, seconds_per_component: float = 10.0) -> dict:
+                      steps_per_component: int = 200_000, seconds_per_component: float = 10.0) -> dict[str, Any]:
     ops = list(ops)
     txns = transactions(ops)
     oks = [t for t in txns if t.type == "ok"]
@@ -80,7 +80,7 @@ def check_rw_register(ops: Iterable[Op], consistency_model: Any = consistency.DE
         for r in readers:
             if writers:
                 edges.add(writers[0], r, "wr", {"key": plain(k), "value": plain(v)})
-    sources = [("initial-state", _initial_state)]
+    sources: list[tuple[str, Callable[[list[Txn]], Versions]]] = [("initial-state", _initial_state)]
     if wfr_keys:
         sources.append(("wfr-keys", _writes_follow_reads))
     if sequential_keys:
@@ -114,7 +114,7 @@ def _explain(a: str, b: str, kind: str, why: Any) -> str:
     return _words(a, b, kind, why)
 
 
-def _internal(oks: list[Txn]) -> list[dict]:
+def _internal(oks: list[Txn]) -> list[dict[str, Any]]:
     """A read disagreeing with the txn's own earlier write or non-nil read of that key."""
     out = []
     for t in oks:
@@ -132,7 +132,7 @@ def _internal(oks: list[Txn]) -> list[dict]:
     return out
 
 
-def _aborted_and_intermediate_reads(txns: list[Txn], oks: list[Txn]) -> list[dict]:
+def _aborted_and_intermediate_reads(txns: list[Txn], oks: list[Txn]) -> list[dict[str, Any]]:
     failed: dict[tuple[Any, Any], Txn] = {}
     intermediate: dict[tuple[Any, Any], Txn] = {}
     for t in txns:
@@ -158,7 +158,7 @@ def _aborted_and_intermediate_reads(txns: list[Txn], oks: list[Txn]) -> list[dic
     return out
 
 
-Versions = dict[Any, dict[Any, set]]  # key -> version -> later versions
+Versions = dict[Any, dict[Any, set[Any]]]  # key -> version -> later versions
 
 
 def _initial_state(txns: list[Txn]) -> Versions:
@@ -196,7 +196,7 @@ class _Order:
             self.succ[a.id].append(b)
 
 
-def _order(draw, txns: list[Txn], *args) -> _Order:
+def _order(draw: Callable[..., None], txns: list[Txn], *args: Any) -> _Order:
     order = _Order()
     draw(order, txns, *args)
     return order
@@ -234,10 +234,11 @@ def _from_order(txns: list[Txn], order: _Order) -> Versions:
     return out
 
 
-def _version_graphs(txns: list[Txn], sources) -> tuple[Versions, list[dict]]:
+def _version_graphs(txns: list[Txn], sources: Iterable[tuple[str, Callable[[list[Txn]], Versions]]]
+                    ) -> tuple[Versions, list[dict[str, Any]]]:
     graphs: Versions = defaultdict(lambda: defaultdict(set))
     used: list[str] = []
-    anomalies: list[dict] = []
+    anomalies: list[dict[str, Any]] = []
     for name, source in sources:
         merged: Versions = defaultdict(lambda: defaultdict(set))
         for part in (graphs, source(txns)):
@@ -256,10 +257,10 @@ def _version_graphs(txns: list[Txn], sources) -> tuple[Versions, list[dict]]:
     return graphs, anomalies
 
 
-def _cycles(graph: dict[Any, set]) -> list[list]:
+def _cycles(graph: dict[Any, set[Any]]) -> list[list[Any]]:
     """Strongly connected components of more than one version (Kosaraju, iteratively)."""
     nodes = set(graph) | {w for ws in graph.values() for w in ws}
-    back: dict[Any, list] = defaultdict(list)
+    back: dict[Any, list[Any]] = defaultdict(list)
     for v, ws in graph.items():
         for w in ws:
             back[w].append(v)

@@ -28,7 +28,9 @@ class Txn:
         self.invoke = invoke
         self.complete = complete
         self.type = "info" if complete is None else complete.type
-        self.process = (complete or invoke).process
+        first = complete or invoke
+        assert first is not None  # a transaction has an invoke, a completion or both
+        self.process = first.process
         value = complete.value if complete is not None and isinstance(complete.value, list) else None
         if value is None and invoke is not None:
             value = invoke.value
@@ -37,9 +39,10 @@ class Txn:
     @property
     def index(self) -> int:
         op = self.complete or self.invoke
+        assert op is not None  # as in __init__
         return op.index
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {"index": self.index, "process": self.process, "type": self.type,
                 "value": [[f, plain(k), plain(v)] for f, k, v in self.mops]}
 
@@ -147,7 +150,7 @@ def realtime_edges(edges: Edges, txns: list[Txn], ops: list[Op]) -> None:
             frontier[t.id] = t
 
 
-def lost_updates(txns: list[Txn], write: str, empty: Callable[[Any], Any]) -> list[dict]:
+def lost_updates(txns: list[Txn], write: str, empty: Callable[[Any], Any]) -> list[dict[str, Any]]:
     """Two or more committed transactions that read the same version of a key and then both
     wrote it (Elle's lost-update, Adya's H_lu): one of the updates was lost, whatever the order."""
     groups: dict[tuple[Any, Any], list[Txn]] = defaultdict(list)
@@ -155,7 +158,7 @@ def lost_updates(txns: list[Txn], write: str, empty: Callable[[Any], Any]) -> li
         if t.type != "ok":
             continue
         reads: dict[Any, Any] = {}
-        written: set = set()
+        written: set[Any] = set()
         for f, k, v in t.mops:
             if f == write:
                 if k not in written and k in reads:
@@ -172,13 +175,14 @@ def lost_updates(txns: list[Txn], write: str, empty: Callable[[Any], Any]) -> li
     return out
 
 
-def anomaly(kind: str, txns: list[Txn], explanation: str, **extra: Any) -> dict:
+def anomaly(kind: str, txns: list[Txn], explanation: str, **extra: Any) -> dict[str, Any]:
     named = [{"name": f"T{i + 1}", **t.describe()} for i, t in enumerate(txns)]
     return {"type": kind, "transactions": named, "explanation": explanation, **extra}
 
 
-def judge(checker: str, txns: list[Txn], edges: Edges, anomalies: list[dict], ops: list[Op],
-          model: Any, explain: Callable[[str, str, str, Any], str], steps: int, seconds: float) -> dict:
+def judge(checker: str, txns: list[Txn], edges: Edges, anomalies: list[dict[str, Any]], ops: list[Op],
+          model: Any, explain: Callable[[str, str, str, Any], str], steps: int, seconds: float
+          ) -> dict[str, Any]:
     """Add the order edges the model needs, search the graph for cycles, and give the verdict."""
     kind = consistency.needs_order(model)
     if kind == "realtime":
@@ -194,7 +198,7 @@ def judge(checker: str, txns: list[Txn], edges: Edges, anomalies: list[dict], op
     return result(checker, txns, anomalies, model)
 
 
-def result(checker: str, txns: list[Txn], anomalies: list[dict], model: Any) -> dict:
+def result(checker: str, txns: list[Txn], anomalies: list[dict[str, Any]], model: Any) -> dict[str, Any]:
     """As Elle reports: only anomalies the model proscribes (or that leave the verdict unknown)
     are listed, but the models ruled out are judged from everything found."""
     found = {a["type"] for a in anomalies}

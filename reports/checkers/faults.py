@@ -19,20 +19,21 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
 from reports.history import NEMESIS, Op
 
 ACTIONS = ("start", "stop", "heal")
 
 
-def check_faults(ops: Iterable[Op], configured: list[str]) -> dict:
+def check_faults(ops: Iterable[Op], configured: list[str]) -> dict[str, Any]:
     """{"checker": "faults", "verdict", "starts": counts by outcome, "by_fault": outcome counts
     per package, "errors": one per failed or unverified start and failed stop or heal,
     "never_fired": packages asked for that never fired}."""
-    outcomes: Counter = Counter()
-    by_fault: dict[str, Counter] = {}
-    errors: list[dict] = []
-    notes: list[dict] = []
+    outcomes: Counter[str] = Counter()
+    by_fault: dict[str, Counter[str]] = {}
+    errors: list[dict[str, Any]] = []
+    notes: list[dict[str, Any]] = []
     opened: set[str] = set()
     for op in ops:
         if op.process != NEMESIS or not isinstance(op.f, str) or "-" not in op.f:
@@ -95,6 +96,6 @@ def _start_outcome(value: object) -> str:
     return "verified" if observed["ok"] else "unverified"
 
 
-def _short(seen: dict, limit: int = 300) -> str:
+def _short(seen: dict[Any, Any], limit: int = 300) -> str:
     text = ", ".join(f"{k} {v}" for k, v in seen.items())
     return text if len(text) <= limit else text[:limit] + "..."

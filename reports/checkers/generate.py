@@ -31,7 +31,7 @@ def register_history(
     idle = list(range(processes))
     next_process = processes
     # in flight: process -> [f, key, invoke value, applied?, result]
-    flight: dict[int, list] = {}
+    flight: dict[int, list[Any]] = {}
     invoked = 0
     t = 0
 
@@ -47,7 +47,7 @@ def register_history(
             p = idle.pop(rng.randrange(len(idle)))
             f = rng.choice(fs)
             k = rng.randrange(keys)
-            v = None if f == "read" else rng.randrange(values)
+            v: Any = None if f == "read" else rng.randrange(values)
             if f == "cas":
                 v = [rng.randrange(values), rng.randrange(values)]
             flight[p] = [f, k, v, False, None]
@@ -110,7 +110,7 @@ def list_append_history(seed: int, n_txns: int, processes: int = 5, keys: int = 
     db: dict[int, list[int]] = {}
     counter = 0
     ops: list[Op] = []
-    flight: dict[int, list] = {}  # process -> [invoke mops, applied?, result mops or None]
+    flight: dict[int, list[Any]] = {}  # process -> [invoke mops, applied?, result mops or None]
     idle = list(range(processes))
     next_process = processes
     invoked = 0
@@ -121,7 +121,7 @@ def list_append_history(seed: int, n_txns: int, processes: int = 5, keys: int = 
     while invoked < n_txns or flight:
         if idle and invoked < n_txns and (rng.random() < 0.4 or not flight):
             p = idle.pop(rng.randrange(len(idle)))
-            mops = []
+            mops: list[list[Any]] = []
             for _ in range(rng.randint(1, max_mops)):
                 k = rng.randrange(keys)
                 if rng.random() < 0.5:
@@ -185,7 +185,7 @@ def stale_read_history(seed: int, n_txns: int, processes: int = 10, keys: int = 
     seq = counter = 0
     commits = [0]  # the sequence number after each transaction: the snapshots a read may see
     ops: list[Op] = []
-    flight: dict[int, list] = {}  # process -> [invoke mops, result mops once applied]
+    flight: dict[int, list[Any]] = {}  # process -> [invoke mops, result mops once applied]
     idle = list(range(processes))
     invoked = 0
 

@@ -4,7 +4,7 @@ show, such as an invariant violation a follower noticed or a daemon that never c
 It reads `run_dir/nodes/<host>/*.log` (what the DB adapter's `collect` fetches) for Python's
 `Traceback (most recent call last):` through its exception line (chained tracebacks included;
 one right after a rule's line belongs to that line) and for the lines its rules match. The
-rules are the system's (harness.db.Deployment.log_rules), recorded in test.json as
+rules are the system's (harness.deployment.Deployment.log_rules), recorded in test.json as
 "log_rules", so every later analysis reads the logs the same way; a run recorded before that
 gets Tessera's, `TESSERA_RULES`:
 
@@ -44,11 +44,14 @@ a daemon died without being killed on purpose, which is worth a look but not a v
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
+from typing import Any
 
 
 def rule(type_: str, regex: str, explanation: str, severity: str = "error",
-         after_damage: bool = False) -> dict:
+         after_damage: bool = False) -> dict[str, Any]:
     """A log rule. `after_damage`: in the log of a daemon the disk nemesis damaged, a line of
     this rule after the damage is the system refusing it (a system with one replication group
     per daemon, such as etcd, whose refusal is to stop)."""
@@ -70,7 +73,7 @@ _CHAINED = ("During handling of the above exception", "The above exception was t
 MAX_LINES, MAX_CHARS = 40, 4000  # of quoted text per finding
 
 
-def _get(op, name: str):
+def _get(op: Any, name: str) -> Any:
     return op.get(name) if isinstance(op, dict) else getattr(op, name, None)
 
 
@@ -100,12 +103,12 @@ def _traceback_end(lines: list[str], i: int) -> int:
     return j
 
 
-def scan_log(text: str, rules=TESSERA_RULES) -> list[dict]:
+def scan_log(text: str, rules: Iterable[dict[str, Any]] = TESSERA_RULES) -> list[dict[str, Any]]:
     """Findings in one log: {"type", "line" (1-based), "lines" (the quoted ones), "end",
     "rule" (None for a traceback)}; a line counts for its first matching rule."""
     compiled = [(re.compile(r["regex"]), r) for r in rules]
     lines = text.splitlines()
-    found: list[dict] = []
+    found: list[dict[str, Any]] = []
     i = 0
     while i < len(lines):
         line = lines[i]
@@ -129,7 +132,7 @@ def scan_log(text: str, rules=TESSERA_RULES) -> list[dict]:
     return found
 
 
-def injected_damage(ops) -> dict[str, set[str]]:
+def injected_damage(ops: Iterable[Any] | None) -> dict[str, set[str]]:
     """host -> the tablet ids and file paths the disk nemesis damaged there."""
     damaged: dict[str, set[str]] = {}
     for op in ops or ():
@@ -145,7 +148,7 @@ def injected_damage(ops) -> dict[str, set[str]]:
     return damaged
 
 
-def damage_lines(ops) -> dict[tuple[str, str], list[tuple[int, float]]]:
+def damage_lines(ops: Iterable[Any] | None) -> dict[tuple[str, str], list[tuple[int, float]]]:
     """(host, log file name) -> the spans of that daemon's log lines (after, up to) that answer
     damage: from the line count when the disk nemesis damaged its files to the count when a
     repair replaced the daemon (no repair: the end of the log)."""
@@ -166,7 +169,7 @@ def damage_lines(ops) -> dict[tuple[str, str], list[tuple[int, float]]]:
     return spans
 
 
-def undetected_damage(ops) -> list[dict]:
+def undetected_damage(ops: Iterable[Any] | None) -> list[dict[str, Any]]:
     """Errors for damage the engine should have refused and did not, its replica RUNNING again:
     - a bit flipped in the newest WAL batch, header or data (the disk nemesis's newest-flip,
       on a killed process's whole batch), the batch cut as a torn tail; a flipped sector stamp
@@ -217,7 +220,7 @@ _INTRUSION = {"poison": "the owners' writes at those seqs are answered from its 
               "close": "the owners' sessions are gone, and their writes' outcomes unknown"}
 
 
-def session_intrusions(ops) -> list[dict]:
+def session_intrusions(ops: Iterable[Any] | None) -> list[dict[str, Any]]:
     """Errors for what the session-intruder nemesis, a user, got past the engine: ops applied
     in sessions it did not open (`foreign_applied`: a session belongs to the identity that
     opened it), and calls only the cluster's daemons or superusers may make that a server ran
@@ -249,7 +252,7 @@ def session_intrusions(ops) -> list[dict]:
 LOST_ENTRIES = re.compile(r"T (\S+) P \S+: SAFETY: follower (\S+) lost acknowledged entries")
 
 
-def damaged_replicas(ops) -> set[tuple[str, str]]:
+def damaged_replicas(ops: Iterable[Any] | None) -> set[tuple[str, str]]:
     """(tablet, server uuid) of every replica the disk nemesis damaged, where it recorded the
     server (older runs did not)."""
     out = set()
@@ -261,7 +264,8 @@ def damaged_replicas(ops) -> set[tuple[str, str]]:
     return out
 
 
-def _expected(finding: dict, names: set[str], replicas: set[tuple[str, str]] = frozenset()) -> bool:
+def _expected(finding: dict[str, Any], names: set[str],
+              replicas: AbstractSet[tuple[str, str]] = frozenset()) -> bool:
     """Whether a finding is the engine answering injected damage: on the damaged host, its
     corruption and FAILED lines naming the damaged tablet or file; on any host, a leader's
     SAFETY line that the damaged replica lost acknowledged entries (a truncated WAL tail reads
@@ -277,7 +281,7 @@ def _expected(finding: dict, names: set[str], replicas: set[tuple[str, str]] = f
     return finding["type"] == "traceback" and "corruption" in finding["lines"][-1].lower()
 
 
-def watchdog_restarts(ops) -> list[dict]:
+def watchdog_restarts(ops: Iterable[Any] | None) -> list[dict[str, Any]]:
     return [{"host": (_get(op, "value") or {}).get("host"),
              "daemon": (_get(op, "value") or {}).get("daemon"),
              "index": _get(op, "index"), "time_s": round((_get(op, "time") or 0) / 1e9, 3)}
@@ -285,7 +289,7 @@ def watchdog_restarts(ops) -> list[dict]:
             if _get(op, "process") == "nemesis" and _get(op, "f") == "watchdog-restart"]
 
 
-def recorded_rules(run_dir: Path) -> tuple[dict, ...]:
+def recorded_rules(run_dir: Path) -> tuple[dict[str, Any], ...]:
     """The rules test.json recorded for the run's system; Tessera's for older runs."""
     import json
 
@@ -296,14 +300,19 @@ def recorded_rules(run_dir: Path) -> tuple[dict, ...]:
     return tuple(rules) if rules else TESSERA_RULES
 
 
-def check_logs(run_dir: Path, ops=None, rules=None) -> dict:
+def check_logs(run_dir: Path, ops: Sequence[Any] | None = None,
+               rules: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
     """{"checker": "logs", "verdict", "errors", "expected", "notes", "watchdog_restarts",
     "logs"}; unknown only when no node log was collected at all. `rules`: by default those
     recorded with the run (`recorded_rules`)."""
     rules = recorded_rules(run_dir) if rules is None else rules
     damaged, replicas = injected_damage(ops), damaged_replicas(ops)
     after = damage_lines(ops)
-    errors, expected, notes, scanned, missing = [], [], [], [], []
+    errors: list[dict[str, Any]] = []
+    expected: list[dict[str, Any]] = []
+    notes: list[dict[str, Any]] = []
+    scanned: list[str] = []
+    missing: list[str] = []
     for host_dir in sorted(p for p in (Path(run_dir) / "nodes").glob("*") if p.is_dir()):
         host = host_dir.name
         missing += [f"{host}/{p.name}" for p in sorted(host_dir.glob("*.log.missing"))]

@@ -2,22 +2,22 @@
 left running must answer, agree on one leader, and each hold exactly themselves as the masters'
 config. A master removed during the run (the master-membership nemesis) still in a config, or a
 member some master never learnt of, is a membership bug the history alone cannot show. The
-harness polls (harness.masters_check); this module holds the rules."""
+harness polls (harness.systems.tessera.masters_check); this module holds the rules."""
 
 from __future__ import annotations
 
 from typing import Any
 
 
-def compare(hosts: list[str], infos: dict[str, Any]) -> dict:
+def compare(hosts: list[str], infos: dict[str, Any]) -> dict[str, Any]:
     """`hosts`: where the harness runs masters; `infos`: host -> its MasterInfo, for those that
     answered. Valid; invalid (they disagree); unknown (not all answered, or no leader yet)."""
-    rows: dict[str, dict] = {h: {"answered": False} for h in sorted(hosts) if h not in infos}
+    rows: dict[str, dict[str, Any]] = {h: {"answered": False} for h in sorted(hosts) if h not in infos}
     for h in sorted(infos):
         i = infos[h]
         rows[h] = {"uuid": i.uuid, "role": i.role, "term": i.term, "leader": i.leader,
                    "config": sorted(p.uuid for p in i.masters)}
-    result: dict = {"checker": "masters", "masters": dict(sorted(rows.items())), "errors": []}
+    result: dict[str, Any] = {"checker": "masters", "masters": dict(sorted(rows.items())), "errors": []}
     missing = sorted(set(hosts) - set(infos))
     if missing:
         return {**result, "verdict": "unknown", "reason": f"masters on {missing} did not answer"}

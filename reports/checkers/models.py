@@ -130,7 +130,7 @@ class MultiRegister(Model):
 
     name = "multi-register"
 
-    def __init__(self, initial: dict | None = None):
+    def __init__(self, initial: dict[Any, Any] | None = None):
         self.initial = tuple(sorted((initial or {}).items()))
 
     def init(self) -> Any:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from reports.history import Op
 
@@ -64,16 +64,16 @@ class _Txn:
     __slots__ = ("mops", "invoke", "steps", "snapshot", "buffer", "result", "aborted", "crashed", "writes",
                  "missed", "complete")
 
-    def __init__(self, mops: list, invoke: int, steps: list[str]):
+    def __init__(self, mops: list[list[Any]], invoke: int, steps: list[str]):
         self.mops = mops
         self.invoke = invoke  # index of the invoke op
         self.steps = steps
         self.snapshot = 0
-        self.buffer: dict[Any, list] = {}  # key -> own appends, or [last own write]
-        self.result: list = []
+        self.buffer: dict[Any, list[Any]] = {}  # key -> own appends, or [last own write]
+        self.result: list[list[Any]] = []
         self.aborted = False
         self.crashed = False
-        self.writes: set = set()
+        self.writes: set[Any] = set()
         self.missed: list[tuple[_Txn, Any, Any]] = []
         self.complete: tuple[int, str] | None = None  # (index, type) of the completion
 
@@ -128,7 +128,7 @@ def _steps(level: str, n_mops: int) -> list[str]:
     raise ValueError(f"unknown isolation level {level!r}; known: {', '.join(LEVELS)}")
 
 
-def _run_mops(store: _Store, t: _Txn, at: int, mops: list) -> None:
+def _run_mops(store: _Store, t: _Txn, at: int, mops: list[list[Any]]) -> None:
     """Execute mops against the snapshot `at`, buffering writes; record results."""
     for f, k, v in mops:
         if f == "r":
@@ -166,7 +166,9 @@ def run(level: str, seed: int, txns: int = 60, processes: int = 5, keys: int = 4
     invoked = 0
 
     def emit(type_: str, process: int, value: Any) -> int:
-        t = (ops[-1].time if ops else 0) + rng.randint(1, 1000)
+        last = ops[-1].time if ops else 0
+        assert last is not None  # every op emitted here has a time
+        t = last + rng.randint(1, 1000)
         ops.append(Op(index=len(ops), type=type_, f="txn", value=value, process=process, time=t))
         return len(ops) - 1
 
@@ -242,9 +244,15 @@ def _finish(store: _Store, t: _Txn, rng: random.Random) -> None:
             del store.locks[k]
 
 
+def _completion(t: _Txn) -> tuple[int, str]:
+    """(index, type) of t's completion: set for every txn once `run` has drained its flight."""
+    assert t.complete is not None
+    return t.complete
+
+
 def _stale(done: list[_Txn]) -> list[Stale]:
-    return [Stale(t.invoke, w.invoke, k, seen, w.complete[1] == "ok" and w.complete[0] < t.invoke)
-            for t in done if t.complete[1] == "ok" for w, k, seen in t.missed]
+    return [Stale(t.invoke, w.invoke, k, seen, _completion(w)[1] == "ok" and _completion(w)[0] < t.invoke)
+            for t in done if _completion(t)[1] == "ok" for w, k, seen in t.missed]
 
 
 def execute(level: str, seed: int, txns: int = 60, processes: int = 5, keys: int = 4,
@@ -260,12 +268,12 @@ def execute(level: str, seed: int, txns: int = 60, processes: int = 5, keys: int
 # phase begins. Keys are offsets from the first key of the gadget, values are unique per key.
 
 
-def _gadget(anomaly: str, flavour: str, rng: random.Random) -> list[list[tuple[str, list]]]:
+def _gadget(anomaly: str, flavour: str, rng: random.Random) -> list[list[tuple[str, list[Any]]]]:
     la = flavour == "list-append"
     W = "append" if la else "w"
     nil = not la or rng.random() < 0.5  # one spelling of the empty list per gadget: Elle tells them apart
 
-    def r(k: int, *elems: int) -> list:
+    def r(k: int, *elems: int) -> list[Any]:
         """A read of key k that saw `elems` (list-append) or the last of them (register)."""
         if not elems:
             return ["r", k, None if nil else []]
@@ -353,8 +361,8 @@ def inject(anomaly: str, seed: int, flavour: str = "list-append", txns: int = 40
     rng = random.Random(seed)
     background = execute("strict-serializable", rng.randrange(2**32), txns, processes, keys, flavour)
     phases = _gadget(anomaly, flavour, rng)
-    process = 1 + max(op.process for op in background)
-    blocks: list[list[tuple[str, int, list]]] = []  # runs of (type, process, value) kept together
+    process = 1 + max(cast(int, op.process) for op in background)  # run() numbers processes
+    blocks: list[list[tuple[str, int, list[Any]]]] = []  # runs of (type, process, value) kept together
     for i, phase in enumerate(phases):
         glue = i > 0 and anomaly in TIGHT
         procs = list(range(process, process + len(phase)))

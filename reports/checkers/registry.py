@@ -30,7 +30,7 @@ class Options:
 @dataclass(frozen=True)
 class Model:
     name: str
-    check: Callable[[list[Op], Options], list[dict]]  # the history -> one result per checker
+    check: Callable[[list[Op], Options], list[dict[str, Any]]]  # the history -> one result per checker
     linearizable: bool = False  # judged by the linearizability search alone
 
 

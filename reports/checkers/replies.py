@@ -45,7 +45,7 @@ def is_txn(value: Any) -> bool:
         isinstance(m, list | tuple) and len(m) == 3 and isinstance(m[0], str) for m in value)
 
 
-def answered(invoked: list, reply: Any) -> list | None:
+def answered(invoked: list[Any], reply: Any) -> list[list[Any]] | None:
     """The invoked micro-ops with the reply's read results filled in, or None when the reply does
     not answer the invocation: not the same number of micro-ops, or one whose kind or key
     differs, or a write whose value differs."""
@@ -75,7 +75,7 @@ def recorded_reply(op: Op) -> tuple[bool, Any]:
 _dumps = json.JSONEncoder(default=str).encode
 
 
-def _writes(value: list) -> tuple:
+def _writes(value: list[Any]) -> tuple[tuple[str, str, str | None], ...]:
     """What identifies a transaction apart from what it read: its micro-ops with reads blanked."""
     return tuple((str(f), _dumps(k), None if str(f) in READS else _dumps(v))
                  for f, k, v in value)
@@ -86,17 +86,17 @@ def _text(value: Any, width: int = 300) -> str:
     return s if len(s) <= width else s[: width - 1] + "…"
 
 
-def check_replies(ops: Iterable[Op]) -> dict:
+def check_replies(ops: Iterable[Op]) -> dict[str, Any]:
     """{"checker", "verdict", "compared", "anomalies"[, "anomaly_types"]}: one `wrong-reply`
     anomaly per completion whose reply did not answer its invocation."""
     ops = [o for o in ops if o.process != NEMESIS]
-    txns: dict[tuple, list[Op]] = {}  # writes -> the invocations that made them
+    txns: dict[tuple[Any, ...], list[Op]] = {}  # writes -> the invocations that made them
     for o in ops:
         if o.type == "invoke" and is_txn(o.value):
             txns.setdefault(_writes(o.value), []).append(o)
     open_: dict[Any, Op] = {}
     anomalies, compared = [], 0
-    claimed: dict[tuple, Op] = {}  # (tablet, session, seq) -> the completion that was sent as it
+    claimed: dict[tuple[Any, ...], Op] = {}  # (tablet, session, seq) -> the completion that was sent as it
     for o in ops:
         if o.type == "invoke":
             open_[o.process] = o
@@ -113,21 +113,22 @@ def check_replies(ops: Iterable[Op]) -> dict:
             continue
         compared += 1
         if not marked:
+            assert inv is not None  # an unmarked op without its invocation was skipped above
             if answered(inv.value, o.value) is not None:
                 continue
             reply = o.value
         anomalies.append(_anomaly(o, inv, reply, txns))
-    result = {"checker": CHECKER, "verdict": "invalid" if anomalies else "valid",
+    result: dict[str, Any] = {"checker": CHECKER, "verdict": "invalid" if anomalies else "valid",
               "compared": compared, "anomalies": anomalies}
     if anomalies:
         result["anomaly_types"] = [WRONG_REPLY]
     return result
 
 
-def _sent_anomaly(op: Op, inv: Op | None, claimed: dict[tuple, Op]) -> dict | None:
+def _sent_anomaly(op: Op, inv: Op | None, claimed: dict[tuple[Any, ...], Op]) -> dict[str, Any] | None:
     """A `wrong-reply` when `op`'s recorded request (Op.sent) was answered for another seq, or
     its seq was already claimed by another completion; else None."""
-    sent = op.sent
+    sent: Any = op.sent  # whatever was recorded: a malformed record raises below
     try:
         key = (sent["tablet"], sent["session"], sent["seq"])
         echo = sent["echo"]
@@ -146,13 +147,13 @@ def _sent_anomaly(op: Op, inv: Op | None, claimed: dict[tuple, Op]) -> dict | No
                   f"{key[2]} of session {key[1]} on tablet {key[0]}: one reply, two callers")
 
 
-def _wrong(op: Op, inv: Op | None, sent: Any, explanation: str) -> dict:
+def _wrong(op: Op, inv: Op | None, sent: Any, explanation: str) -> dict[str, Any]:
     return {"type": WRONG_REPLY, "process": op.process, "index": op.index, "f": op.f,
             "invoked": inv.value if inv is not None else op.value, "reply": sent,
             "recorded_as": op.type, "answers": None, "explanation": explanation}
 
 
-def _anomaly(op: Op, inv: Op | None, reply: Any, txns: dict) -> dict:
+def _anomaly(op: Op, inv: Op | None, reply: Any, txns: dict[tuple[Any, ...], list[Op]]) -> dict[str, Any]:
     invoked = inv.value if inv is not None else op.value
     owner = None
     if is_txn(reply):

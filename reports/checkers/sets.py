@@ -39,7 +39,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from reports.checkers.registry import Model, register
+from reports.checkers.registry import Model, Options, register
 from reports.history import Op, client_ops
 
 QUANTILES = (0, 0.5, 0.95, 0.99, 1)
@@ -54,7 +54,7 @@ def _thaw(v: Any) -> Any:
     return [_thaw(x) for x in v] if isinstance(v, tuple) else v
 
 
-def _plain(items: Iterable[Any]) -> list:
+def _plain(items: Iterable[Any]) -> list[Any]:
     return sorted((_thaw(x) for x in items), key=repr)
 
 
@@ -101,7 +101,7 @@ class Element:
             return 0.0
         return None if until.time is None else max(0, until.time - self.known.time) / 1e6
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         def index(op: Op | None) -> int | None:
             return None if op is None else op.index
 
@@ -126,8 +126,8 @@ class _Scan:
 
     def __init__(self) -> None:
         self.elements: dict[Any, Element] = {}
-        self.failed: Counter = Counter()  # element -> failed adds
-        self.adds: Counter = Counter()  # element -> completed or pending adds
+        self.failed: Counter[Any] = Counter()  # element -> failed adds
+        self.adds: Counter[Any] = Counter()  # element -> completed or pending adds
         self.duplicated: dict[Any, int] = {}  # element -> its largest multiplicity in one read
         self.unattempted: dict[Any, int] = {}  # element -> first read seeing it before any add
         self.reads = 0
@@ -172,7 +172,7 @@ class _Scan:
                 e.missed(inv)
 
 
-def check_set(ops: Iterable[Op], linearizable: bool = True) -> dict:
+def check_set(ops: Iterable[Op], linearizable: bool = True) -> dict[str, Any]:
     """Set-full (see the module docstring); `linearizable=False` reports stale elements without
     failing on them, for stores that only promise eventually visible adds."""
     scan = _Scan()
@@ -221,7 +221,8 @@ def check_set(ops: Iterable[Op], linearizable: bool = True) -> dict:
             "final_read_index": scan.last_read.index, "errors": errors}
 
 
-def _errors(lost: list[Element], stale: list[Element], duplicated: dict, unexpected: dict) -> list[dict]:
+def _errors(lost: list[Element], stale: list[Element], duplicated: dict[Any, int],
+            unexpected: dict[Any, str]) -> list[dict[str, Any]]:
     errors = []
     if lost:
         errors.append({"type": "lost", "elements": _plain(e.value for e in lost),
@@ -231,6 +232,7 @@ def _errors(lost: list[Element], stale: list[Element], duplicated: dict, unexpec
                                       "that saw them"})
     if stale:
         worst = max(stale, key=lambda e: e.latency(e.last_absent) or 0)
+        assert worst.last_absent is not None  # stale: a read missed it (Element.stale)
         errors.append({"type": "stale", "elements": _plain(e.value for e in stale),
                        "explanation": f"{len(stale)} element(s) were missing from a read that began "
                                       "after they were known to exist, then appeared again "
@@ -251,7 +253,7 @@ def _errors(lost: list[Element], stale: list[Element], duplicated: dict, unexpec
 ADVISORY_TIME_LIMIT = 5.0  # seconds per key for the set's linearizability search
 
 
-def _set_checks(ops: list[Op], opts) -> list[dict]:
+def _set_checks(ops: list[Op], opts: Options) -> list[dict[str, Any]]:
     """set-full decides; the linearizability search may only add a real violation. A set's
     search space explodes with its size, so the advisory search mostly spends its whole budget
     to say unknown: it gets a few seconds per key, not the decisive budget."""

@@ -6,24 +6,25 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 from reports.history import Op, client_ops
 
 QUANTILES = (0.5, 0.9, 0.99, 1.0)
 
 
-def _quantiles(values: list[int]) -> dict:
+def _quantiles(values: list[int]) -> dict[str, int]:
     if not values:
         return {}
     values.sort()
     return {str(q): values[min(len(values) - 1, int(q * len(values)))] for q in QUANTILES}
 
 
-def stats(ops: Iterable[Op], bucket_ns: int = 1_000_000_000) -> dict:
+def stats(ops: Iterable[Op], bucket_ns: int = 1_000_000_000) -> dict[str, Any]:
     counts: dict[str, dict[str, int]] = defaultdict(lambda: {"ok": 0, "fail": 0, "info": 0})
     latency: dict[str, list[int]] = defaultdict(list)
     throughput: dict[int, dict[str, int]] = defaultdict(lambda: {"ok": 0, "fail": 0, "info": 0})
-    started: dict = {}
+    started: dict[Any, Op] = {}  # process -> its open invoke
     for op in client_ops(ops):
         f = str(op.f)
         if op.type == "invoke":

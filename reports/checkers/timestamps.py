@@ -23,24 +23,25 @@ counts what was left out. Commit-wait's cross-tablet order is tested on a cluste
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any, cast
 
 from reports.history import NEMESIS, Op
 
 CHECKER = "timestamps"
 
 
-def _brief(op: Op, invoked: int) -> dict:
+def _brief(op: Op, invoked: int) -> dict[str, Any]:
     return {"index": op.index, "process": op.process, "f": op.f, "key": op.key, "value": op.value,
             "node": op.node, "hybrid_time": op.hybrid_time, "invoked": invoked,
             "completed": op.time}
 
 
-def check_timestamps(ops: Iterable[Op], across_keys: bool = False) -> dict:
+def check_timestamps(ops: Iterable[Op], across_keys: bool = False) -> dict[str, Any]:
     """{"checker", "verdict", "writes", "scope", "anomalies"[, "note"]}; each anomaly names both
     ops. `across_keys`: judge every pair, transactions too, as commit-wait promises while every
     clock stays within the max error (checker "commit-wait"; the whole-stack simulator asks
     for it in seeds whose clocks never left the bound)."""
-    invoke_time: dict = {}
+    invoke_time: dict[Any, int | None] = {}  # process -> its open invoke's time
     timed: list[tuple[int, int, Op]] = []  # (invoked, completed, op) of ok ops with a timestamp
     untimed = 0
     for op in ops:
@@ -56,12 +57,12 @@ def check_timestamps(ops: Iterable[Op], across_keys: bool = False) -> dict:
             untimed += 1  # no real-time bounds: cannot be ordered against anything
             continue
         timed.append((invoked, op.time, op))
-    groups: dict = {}
+    groups: dict[str, list[tuple[int, int, Op]]] = {}
     for t in timed:
         if across_keys or t[2].key is not None:
             groups.setdefault("*" if across_keys else repr(t[2].key), []).append(t)
     judged = sum(len(g) for g in groups.values())
-    result = {"checker": "commit-wait" if across_keys else CHECKER, "writes": judged,
+    result: dict[str, Any] = {"checker": "commit-wait" if across_keys else CHECKER, "writes": judged,
               "scope": "across keys" if across_keys else "per key"}
     notes = []
     if len(timed) > judged:
@@ -76,7 +77,12 @@ def check_timestamps(ops: Iterable[Op], across_keys: bool = False) -> dict:
     return {**result, "verdict": "invalid" if anomalies else "valid", "anomalies": anomalies}
 
 
-def _sweep(timed: list[tuple[int, int, Op]]) -> list[dict]:
+def _hybrid_time(op: Op) -> int:
+    """The timestamp of a timed op: check_timestamps times only ops that carry one."""
+    return cast(int, op.hybrid_time)
+
+
+def _sweep(timed: list[tuple[int, int, Op]]) -> list[dict[str, Any]]:
     """Every op whose timestamp is not above that of some op completed before its invocation."""
     by_completion = sorted(timed, key=lambda t: t[1])
     anomalies = []
@@ -86,10 +92,10 @@ def _sweep(timed: list[tuple[int, int, Op]]) -> list[dict]:
         # Ops that completed strictly before this invocation precede it in real time.
         while done < len(by_completion) and by_completion[done][1] < inv:
             cand = by_completion[done]
-            if best is None or cand[2].hybrid_time > best[2].hybrid_time:
+            if best is None or _hybrid_time(cand[2]) > _hybrid_time(best[2]):
                 best = cand
             done += 1
-        if best is not None and best[2].hybrid_time >= op.hybrid_time:
+        if best is not None and _hybrid_time(best[2]) >= _hybrid_time(op):
             a_inv, _, a = best
             anomalies.append({
                 "type": "timestamp-order",

@@ -15,6 +15,7 @@ between two it saw is `missed-event`. Every acknowledged write must be in the ca
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from reports.checkers.registry import Model, register
 from reports.history import NEMESIS, Op
@@ -22,23 +23,23 @@ from reports.history import NEMESIS, Op
 CHECKER = "watch"
 
 
-def check_watch(ops: Iterable[Op]) -> dict:
+def check_watch(ops: Iterable[Op]) -> dict[str, Any]:
     ops = [o for o in ops if o.process != NEMESIS and o.type == "ok"]
     finals = [o for o in ops if o.f == "final-watch"]
-    result = {"checker": CHECKER}
+    result: dict[str, Any] = {"checker": CHECKER}
     if not finals:
         return {**result, "verdict": "unknown", "anomalies": [],
                 "reason": "no ok final-watch: no complete log of the key to compare with"}
     canonical = [tuple(e) for e in finals[-1].value["events"]]
     at = dict(canonical)
     revisions = [r for r, _ in canonical]
-    anomalies = []
+    anomalies: list[dict[str, Any]] = []
     for i in range(1, len(revisions)):
         if revisions[i] <= revisions[i - 1]:
             anomalies.append({"type": "nonmonotonic-watch", "thread": "final",
                               "explanation": f"the final watch saw revision {revisions[i]} "
                                              f"after {revisions[i - 1]}"})
-    threads: dict = {}
+    threads: dict[Any, list[Op]] = {}  # watcher thread -> its watches
     for o in ops:
         if o.f == "watch":
             threads.setdefault(o.value["thread"], []).append(o)
@@ -58,8 +59,8 @@ def check_watch(ops: Iterable[Op]) -> dict:
             "canonical_events": len(canonical), "writes": len(written)}
 
 
-def _thread_anomalies(thread, start: int, events: list[tuple], at: dict,
-                      revisions: list[int]) -> list[dict]:
+def _thread_anomalies(thread: Any, start: int, events: list[tuple[Any, ...]], at: dict[Any, Any],
+                      revisions: list[int]) -> list[dict[str, Any]]:
     """One thread's events against the canonical log, from revision `start` on."""
     import bisect
 
