@@ -1,7 +1,7 @@
 """One chaos test, end to end, from a `TestSpec` (and, for a replay, the fault plan to follow).
 
 Brings up (or reuses) the hosts, deploys the system under test over SSH (`--db`: a
-harness.db.Deployment), waits until it accepts the workload's ops, runs the workload's logical
+harness.deployment.Deployment), waits until it accepts the workload's ops, runs the workload's logical
 processes with the fault plan executing alongside for the time limit, heals every fault, runs
 the final reads, runs the system's end checks (Tessera: replica convergence and the masters'
 agreement), collects and checks the nodes' logs, checks the history, and records all of it
@@ -97,10 +97,10 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
     fault plan is drawn from the seed unless one is given (a replay). Returns the verdict."""
     from harness.cluster import ClusterError
     from harness.control import Remote
-    from harness.db import PYTHON_VERSION, check_wheelhouse, wheelhouse_for
     from harness.runner import RunOptions
-    from harness.spec import system
     from harness.store import new_run_dir, write_json
+    from harness.systems import system
+    from harness.wheelhouse import PYTHON_VERSION, check_wheelhouse, wheelhouse_for
     from nemeses import plan as plans
     from nemeses.base import Context
     from nemeses.registry import packages

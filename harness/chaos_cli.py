@@ -16,7 +16,8 @@ from pathlib import Path
 import msgspec
 
 from harness import failure_detection, host_options, timing_options
-from harness.spec import CLIENT_MODES, SYSTEMS, TestSpec
+from harness.spec import CLIENT_MODES, TestSpec
+from harness.systems import SYSTEMS
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -118,7 +119,7 @@ def parse_value(text: str, what: str) -> tuple[str, object]:
 def spec_from_args(args: argparse.Namespace) -> TestSpec:
     """The run `args` ask for, checked (harness.validate, as test-all's cells and replay's
     recorded runs are) before anything touches a host; ValueError says what is wrong."""
-    from harness.spec import system
+    from harness.systems import system
     from harness.validate import check
     from nemeses.registry import select
 

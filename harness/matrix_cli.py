@@ -40,7 +40,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     from harness.chaos_cli import configure_writes
     from harness.selfcheck import RECIPES
     from harness.sim_cell import FULL_KIND, KIND
-    from harness.spec import SYSTEMS, system
+    from harness.systems import SYSTEMS, system
 
     every = "; ".join(f"{db} {','.join(default_workloads(db, system(db)))}" for db in SYSTEMS)
     p.description = __doc__.split("\n\n")[1].replace("\n", " ")
@@ -114,7 +114,7 @@ def cells_from_args(args: argparse.Namespace) -> list[Cell]:
     from harness.selfcheck import cells as selfcheck_cells
     from harness.sim_cell import FULL_KIND
     from harness.sim_cell import KIND as SIM
-    from harness.spec import system
+    from harness.systems import system
 
     kind = system(args.db)
     if args.self_check:
@@ -179,7 +179,8 @@ def base_spec(args: argparse.Namespace, wheelhouse: Path):
     found before the cluster comes up."""
     from harness.chaos_cli import parse_value
     from harness.matrix import DRAWN_WRITES
-    from harness.spec import TestSpec, system
+    from harness.spec import TestSpec
+    from harness.systems import system
 
     kind = system(args.db)
     flags = dict(parse_value(f, "--flag") for f in args.flag)
@@ -254,8 +255,8 @@ def run(args: argparse.Namespace) -> int:
     from harness.chaos import say
     from harness.cluster import ClusterError
     from harness.cluster.netns import NetnsCluster
-    from harness.db import build_wheelhouse, wheel_dir
     from harness.store import new_run_dir
+    from harness.wheelhouse import build_wheelhouse, wheel_dir
     from node.exit_codes import BAD_ARGS
 
     started = time.monotonic()

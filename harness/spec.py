@@ -5,31 +5,12 @@ it, test.json stores it (beside the facts of the run), and `tessera replay` read
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
-if TYPE_CHECKING:
-    from harness.db import Deployment
-
 CLIENT_MODES = ("node-bound", "smart")
 PROVIDERS = ("netns", "hosts", "vagrant")
-# `--db`: the systems under test, each a harness.db.Deployment ("module:class", imported on use).
-SYSTEMS = {"tessera": "harness.db:TesseraDB", "pysyncobj": "harness.pysyncobj_db:PySyncObjDB",
-           "etcd": "harness.etcd_db:EtcdDB"}
-
-
-def system(name: str) -> type[Deployment]:
-    """The Deployment class `tessera test --db NAME` uses; ValueError names the known ones. Here,
-    beside the names, not in harness.db: every system's module imports harness.db."""
-    import importlib
-
-    if name not in SYSTEMS:
-        raise ValueError(f"unknown --db {name!r} (known: {', '.join(SYSTEMS)})")
-    module, cls = SYSTEMS[name].split(":")
-    return getattr(importlib.import_module(module), cls)
-
-
 # `--fast-failure-detection`: the engine's failure detection at Raft-test speed, so a minute of
 # faults holds dozens of elections (Kudu's defaults: 500 ms heartbeats, 1 s tablet server
 # heartbeats), and the masters replace a silent tablet server's replicas after 5 s instead of

@@ -9,12 +9,13 @@ flags, so a user knows which one to change."""
 from __future__ import annotations
 
 from harness.failure_detection import check_taken
-from harness.spec import PROVIDERS, SYSTEMS, TestSpec
+from harness.spec import PROVIDERS, TestSpec
+from harness.systems import SYSTEMS
 
 
 def check(spec: TestSpec) -> TestSpec:
     """`spec`, unchanged, once every value in it is one the run can use."""
-    from harness.spec import system
+    from harness.systems import system
     from nemeses.registry import select
 
     if spec.db not in SYSTEMS:
@@ -64,7 +65,7 @@ def check(spec: TestSpec) -> TestSpec:
         load_ca(spec.ca_cert, spec.ca_key)  # ValueError saying what is wrong with them
     if spec.wheelhouse is not None:
         from harness.cluster import ClusterError
-        from harness.db import check_wheelhouse
+        from harness.wheelhouse import check_wheelhouse
         try:
             check_wheelhouse(spec.wheelhouse)
         except ClusterError as e:

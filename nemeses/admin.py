@@ -19,7 +19,7 @@ from nemeses.registry import Package, register
 @dataclass
 class Admin(Nemesis):
     name: str = "admin"
-    db: object = None  # harness.db.Deployment offering "admin"
+    db: object = None  # harness.deployment.Deployment offering "admin"
 
     def start(self, choice: dict) -> dict:
         return self.db.admin(choice["host"], choice["pick"])

@@ -34,25 +34,12 @@ class CopyRace(Nemesis):
     part: Partition = None
     name: str = "copy-race"
 
-    def _voters(self, tablet: str) -> tuple[str | None, list[str]]:
-        """The tablet's leader host and the hosts of its other committed voters."""
-        from node.protocol import ServerStatus
-
-        statuses = self.ctx.db.ask_each(self.ctx.hosts, "tserver", "ts.status", ServerStatus)
-        hosts = {st.uuid: h for h, st in statuses.items()}
-        for h, st in statuses.items():
-            for t in st.tablets:
-                if t.tablet_id == tablet and t.role == "LEADER" and t.state == "RUNNING":
-                    others = [hosts[u] for u, kind in t.committed_config
-                              if kind == "VOTER" and u in hosts and hosts[u] != h]
-                    return h, sorted(others)
-        return None, []
-
     def start(self, choice: dict) -> dict:
-        from node.protocol import Ack, DeleteTablet
-
+        groups = self.ctx.db.replica_groups()
         tablet = self.ctx.tablet(choice["bucket"])
-        leader, others = self._voters(tablet) if tablet else (None, [])
+        view = groups.view(tablet) if tablet else None
+        leader = view.leader if view else None
+        others = view.voters_but_leader() if leader else []
         if leader is None or len(others) < 2:
             return {"skipped": f"tablet {tablet} has no leader with two other voters that answer"}
         i = choice["pick"] % len(others)
@@ -60,12 +47,10 @@ class CopyRace(Nemesis):
         self.part.cut({leader: [follower], follower: [leader]})
         self.active = True
         time.sleep(choice["after_s"])
-        host = next(h for h in self.ctx.hosts if h.name == receiver)
-        acked = self.ctx.db.ask_each([host], "tserver", "ts.delete_tablet", Ack,
-                                     DeleteTablet(tablet))
+        deleted = groups.tombstone(receiver, tablet)
         return {"tablet": tablet, "leader": leader, "cut_from": follower,
                 "tombstoned": receiver, "after_s": choice["after_s"],
-                "delete": "ok" if acked.get(receiver, Ack(False)).ok else "no answer or refused",
+                "delete": "ok" if deleted else "no answer or refused",
                 "observed": self.part.observe_cut()}
 
     def stop(self) -> dict:

@@ -3,7 +3,7 @@ system under test keeps its replicated state in, then a restart. The system must
 damaged data loudly (checksums catch it) or recover it provably (its peers hold every
 acknowledged write); it must never serve wrong data.
 
-The nemesis knows no system's files. A system that offers "disk" (harness.db.Deployment.offers)
+The nemesis knows no system's files. A system that offers "disk" (harness.deployment.Deployment.offers)
 says, through `disk_layout()`, which daemon to stop, which files to pick from and how they group
 into replicas, and which damage modes apply; `damaged(host, done)` says how its restarted daemon
 took the damage, and `repair(host, done)` mends what an operator would mend at the heal (etcd:
@@ -157,7 +157,7 @@ _READ_BYTE = "import sys; f = open(sys.argv[1], 'rb'); f.seek(int(sys.argv[2]));
 
 @dataclass
 class DiskCorruption(Nemesis):
-    db: object = None  # harness.db.Deployment offering "disk"
+    db: object = None  # harness.deployment.Deployment offering "disk"
     hosts: list[str] = field(default_factory=list)
     remotes: dict[str, Remote] = field(default_factory=dict)
     name: str = "disk"
@@ -236,7 +236,7 @@ class LoseUnfsynced(Nemesis):
     log_force_fsync_all=true nothing acknowledged may be lost; with false, or with a system that
     never fsyncs (PySyncObj), acknowledged writes vanish and the checker must say so."""
 
-    db: object = None  # harness.db.Deployment
+    db: object = None  # harness.deployment.Deployment
     hosts: list[str] = field(default_factory=list)
     remotes: dict[str, Remote] = field(default_factory=dict)
     name: str = "lose-unfsynced"

@@ -21,7 +21,7 @@ MAX_MASTERS = 5
 @dataclass
 class MasterMembership(Nemesis):
     name: str = "master-membership"
-    db: object = None  # harness.db.TesseraDB
+    db: object = None  # harness.systems.tessera.deployment.TesseraDB
     growing: bool = True
 
     def start(self, choice: dict) -> dict:

@@ -1,6 +1,6 @@
 """Membership change, like Jepsen's membership nemesis: remove one member of a replication
 group, then add it back at the heal. The nemesis knows no system's membership API: a system
-that offers "membership" (harness.db.Deployment.offers) gives, through `membership()`, the
+that offers "membership" (harness.deployment.Deployment.offers) gives, through `membership()`, the
 `Members` it may change. Tessera removes a replica from one tablet's Raft config and adds it
 back (the master tombstones it, and the leader copies the tablet onto the tombstone); etcd
 removes a member from its cluster, wipes it, and adds a fresh one back (`etcdctl member remove`,
@@ -47,7 +47,7 @@ class Members(Protocol):
 @dataclass
 class Membership(Nemesis):
     name: str = "membership"
-    db: object = None  # harness.db.Deployment offering "membership"
+    db: object = None  # harness.deployment.Deployment offering "membership"
     # per change, retrying while another change is pending: a change of a healthy cluster takes
     # a few seconds; one that cannot finish (its majority lost to other faults) is given up at
     # the stop and tried again at the heal, not waited on for half a minute each time

@@ -9,11 +9,9 @@ Stop restarts whatever is down and adds the replica back, retrying until it is a
 
 from __future__ import annotations
 
-import asyncio
 import random
 from dataclasses import dataclass, field
 
-from harness.tessera_members import TabletMembers, change_replica
 from nemeses.base import Context, Nemesis
 from nemeses.registry import Package, register
 
@@ -33,33 +31,17 @@ class MembershipRace(Nemesis):
     _victim: tuple = ()  # (tablet, uuid, host) to add back on stop
     _down: set = field(default_factory=set)
 
-    def _tablet(self, tablet: str) -> tuple[str | None, list[str], dict[str, str]]:
-        """The tablet's leader host, its committed members (uuids), and uuid -> host."""
-        from node.protocol import ServerStatus
-
-        statuses = self.ctx.db.ask_each(self.ctx.hosts, "tserver", "ts.status", ServerStatus)
-        hosts = {st.uuid: h for h, st in statuses.items()}
-        reports = [(h, t) for h, st in statuses.items() for t in st.tablets
-                   if t.tablet_id == tablet and t.state == "RUNNING"]
-        if not reports:
-            return None, [], hosts
-        h, newest = max(reports, key=lambda r: (r[1].term, r[1].role == "LEADER"))
-        leader = h if newest.role == "LEADER" else None
-        return leader, sorted(u for u, _ in newest.committed_config), hosts
+    def _view(self, tablet: str | None):
+        return self.ctx.db.replica_groups().view(tablet) if tablet else None
 
     def _once(self, tablet: str, op: str, uuid: str) -> str:
-        from node.rpc import RpcError
-
-        try:
-            asyncio.run(change_replica(self.ctx.db, tablet, op, uuid, timeout=3.0))
-            return "ok"
-        except RpcError as e:
-            return f"refused: {e}"
+        return self.ctx.db.replica_groups().change_once(tablet, op, uuid, timeout=3.0)
 
     def start(self, choice: dict) -> dict:
         tablet = self.ctx.tablet(choice["bucket"])
-        leader, members, hosts = self._tablet(tablet) if tablet else (None, [], {})
-        known = [u for u in members if u in hosts]  # on a server that answered
+        view = self._view(tablet)
+        leader, hosts = (view.leader, view.hosts) if view else (None, {})
+        known = sorted(u for u in (view.members if view else {}) if u in hosts)  # answered
         if not known:
             return {"skipped": f"no running replica of tablet {tablet} reports its config"}
         uuid = known[choice["member"] % len(known)]
@@ -78,7 +60,7 @@ class MembershipRace(Nemesis):
             done["add"] = self._once(tablet, "add", uuid)
             self._restart()
             rounds.append(done)
-            leader = self._tablet(tablet)[0]
+            leader = (view := self._view(tablet)) and view.leader
         return {"tablet": tablet, "replica": hosts[uuid], "rounds": rounds}
 
     def _restart(self) -> None:
@@ -92,7 +74,7 @@ class MembershipRace(Nemesis):
         if not self._victim:  # the start was skipped
             return {}
         tablet, uuid, host = self._victim
-        TabletMembers(self.ctx.db).change(tablet, "add", uuid)  # an existing member is done
+        self.ctx.db.replica_groups().change(tablet, "add", uuid)  # an existing member is done
         self._victim, self.active = (), False
         return {"member": host, "tablet": tablet}
 

@@ -21,7 +21,7 @@ class Package:
     min_hosts: int = 1
     lazyfs: bool = False  # tablet servers' data dirs must be lazyfs mounts
     group: str = "all"  # what `--nemesis GROUP` selects: "all" (the classic faults) or "raft"
-    # What the system under test must offer (harness.db.Deployment.offers) for this fault.
+    # What the system under test must offer (harness.deployment.Deployment.offers) for this fault.
     needs: frozenset[str] = frozenset()
 
 
@@ -51,7 +51,7 @@ def packages() -> dict[str, Package]:
 def select(text: str, offers: frozenset[str] | None = None) -> list[str]:
     """Package names from `--nemesis`: none, or a comma list of groups (all, raft, masters) and
     package names, in the order given, each once. With `offers` (what the system under test
-    offers, harness.db.Deployment.offers), a group keeps the faults that apply to the system
+    offers, harness.deployment.Deployment.offers), a group keeps the faults that apply to the system
     and a fault named alone must apply. ValueError names what is known."""
     known = packages()
     groups = sorted({p.group for p in known.values()})

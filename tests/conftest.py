@@ -1,6 +1,6 @@
 """Shared fixtures. `lazy`: a lazyfs mount (a disk that forgets unsynced writes on `lose`), for
 the lazyfs tests and the fault-flag tests. Every test, and every `tessera` it starts, shares one
-wheel cache of the session's own (harness.db.cache_dir), so the suite builds the hosts' wheels
+wheel cache of the session's own (harness.wheelhouse.cache_dir), so the suite builds the hosts' wheels
 once and leaves nothing in the user's ~/.cache."""
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from harness.cluster import Host
 from harness.control import Result
-from harness.db import ROOT, TesseraDB
+from harness.deployment import ROOT
+from harness.systems.tessera.deployment import TesseraDB
 
 
 class RecordingRemote:
@@ -108,7 +109,7 @@ def test_the_wheelhouse_is_built_for_the_hosts_python(tmp_path, monkeypatch):
 
     import pytest
 
-    from harness import db
+    from harness import wheelhouse as db
     from harness.cluster import ClusterError
 
     built = []
@@ -133,7 +134,7 @@ def test_the_wheelhouse_is_built_for_the_hosts_python(tmp_path, monkeypatch):
 def test_find_python_takes_one_that_runs_and_says_its_version(tmp_path, monkeypatch):
     """PATH first, then pyenv's versions newest first; a candidate that fails (a pyenv shim
     for a version pyenv will not run) or answers another version is passed over."""
-    from harness.db import find_python
+    from harness.wheelhouse import find_python
 
     def exe(path: Path, says: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -158,7 +159,7 @@ def test_a_wheelhouse_built_from_the_same_source_is_kept(tmp_path, monkeypatch):
     (pip is stubbed; the end-to-end runs build for real.)"""
     import subprocess
 
-    from harness import db
+    from harness import wheelhouse as db
 
     project, dest = tmp_path / "project", tmp_path / "wheels"
     (project / "node" / "__pycache__").mkdir(parents=True)

@@ -9,7 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from harness.db import Holds, TesseraDB
+from harness.deployment import Holds
+from harness.systems.tessera.deployment import TesseraDB
 from nemeses.disk import damage_args
 from node.entry import Entry, EntryType
 from node.wal.errors import WalCorruption

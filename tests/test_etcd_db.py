@@ -1,4 +1,4 @@
-"""The etcd adapter (harness/etcd_db.py) against real etcd members (Debian's etcd-server) on
+"""The etcd adapter (harness/systems/etcd/deployment.py) against real etcd members (Debian's etcd-server) on
 loopback addresses: the client's ops over the v3 JSON gateway and how it classifies failures,
 the leader query, the convergence rule, the log rules, and what the CLI refuses before touching
 a host. The end-to-end runs on netns hosts are in test_harness_e2e.py."""
@@ -12,7 +12,7 @@ import time
 import pytest
 
 from harness.cluster import Host
-from harness.etcd_db import EtcdClient, EtcdDB, compare_members
+from harness.systems.etcd.deployment import EtcdClient, EtcdDB, compare_members
 from node.errors import OpFailed, OpUnknown
 from reports.checkers.logs import scan_log
 

@@ -48,7 +48,7 @@ def test_every_finding_can_be_replayed(run):
 def test_a_bit_flipped_in_bbolts_db_went_unnoticed_and_the_member_diverged(run, tmp_path):
     """The member's state is known only from the hashes the run recorded: the convergence rule
     judges them again, and the history must show that member's db damaged and running on."""
-    from harness.etcd_db import compare_members
+    from harness.systems.etcd.deployment import compare_members
 
     src = FINDINGS / run
     recorded = next(r for r in json.loads((src / "results.json").read_text())["check"]["results"]

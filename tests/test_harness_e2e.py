@@ -52,7 +52,7 @@ def test_register_with_kills_records_a_complete_history(env, tmp_path):
     # to the operator's certificate the run's store keeps (README "Security")
     import asyncio
 
-    from harness.db import TSERVER_PORT
+    from harness.systems.tessera.deployment import TSERVER_PORT
     from node.protocol import Empty, ServerStatus
     from node.rpc import RpcClient
     from node.security.tls import client_tls
@@ -437,7 +437,7 @@ def test_hosts_on_another_python_get_wheels_built_for_it(env, tmp_path):
                   "--store", str(store), env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "the hosts run Python 3.12" in out.stderr
-    from harness.db import wheel_dir
+    from harness.wheelhouse import wheel_dir
 
     assert any("cp312" in w.name for w in wheel_dir("3.12").glob("*.whl"))
     h = NetnsCluster(5, state_dir=env["TESSERA_NETNS_STATE"]).hosts()[0]

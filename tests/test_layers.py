@@ -12,7 +12,9 @@ The rules:
   exception: a server deploys without the harness, and the simulators live beside it;
 - the whole-stack simulator (harness/sim/) may drive the harness's runner, recorder, workloads and
   checkers, but never reaches the `tessera test` command (harness.chaos, harness.chaos_cli) nor a
-  system's deployment (harness.db, harness.*_db);
+  system's deployment (harness.deployment, harness.systems.*.deployment);
+- the nemeses reach a system only through the protocols it offers: never the engine (node/) nor
+  a system's package (harness/systems/); the workloads never a system's package;
 - the checkers (reports/checkers/) reach nothing in harness;
 - no two modules import each other, directly or around a longer circle;
 - the exit codes live in one leaf module, EXIT_CODES, that imports nothing from the project, and
@@ -68,8 +70,12 @@ RULES = (
          within("harness", "nemeses", "workloads", "reports")),
     Rule("the simulator (harness/sim/) must not reach the `tessera test` command or a system's "
          "deployment", within("harness.sim"),
-         lambda m: within("harness.chaos", "harness.chaos_cli", "harness.db")(m)
-         or re.fullmatch(r"harness\.\w+_db", m) is not None),
+         lambda m: within("harness.chaos", "harness.chaos_cli", "harness.deployment")(m)
+         or re.fullmatch(r"harness\.systems\.\w+\.deployment", m) is not None),
+    Rule("the nemeses must not reach the engine (node/) or a system's package (harness/systems/)",
+         within("nemeses"), within("node", "harness.systems")),
+    Rule("the workloads must not reach a system's package (harness/systems/)", within("workloads"),
+         within("harness.systems")),
     Rule("the checkers (reports/checkers/) must not reach the harness", within("reports.checkers"),
          within("harness")),
 )
@@ -298,9 +304,9 @@ CLEAN = {
     "harness/sim/stack.py": "from harness.runner import run\nfrom node.replica import x\n",
     "harness/__init__.py": "",
     "harness/runner.py": "def run():\n    from reports.checkers import check\n",
-    "harness/chaos.py": "from harness import runner, db\n",
-    "harness/db.py": "from node import replica\n",
-    "harness/etcd_db.py": "",
+    "harness/chaos.py": "from harness import runner, deployment\n",
+    "harness/deployment.py": "from node import replica\n",
+    "harness/systems/etcd/deployment.py": "",
     "reports/__init__.py": "",
     "reports/checkers/__init__.py": "",
     "reports/checkers/check.py": "from ..history import read\n",
@@ -314,7 +320,7 @@ def test_the_reader_resolves_every_kind_of_import(tmp_path):
     assert targets["node.replica"] == ["node.wal", "node.wal"]  # absolute and relative
     assert targets["harness.sim.stack"] == ["harness.runner", "node.replica"]
     assert targets["harness.runner"] == ["reports.checkers.check"]  # inside a function
-    assert targets["harness.chaos"] == ["harness.db", "harness.runner"]
+    assert targets["harness.chaos"] == ["harness.deployment", "harness.runner"]
     assert targets["reports.checkers.check"] == ["reports.history"]  # from ..module import name
     assert targets["node.wal"] == []  # not the project's
     assert graph["harness.runner"][0].where == "harness/runner.py:2"
@@ -325,12 +331,12 @@ def test_a_clean_tree_passes(tmp_path):
 
 
 def test_a_planted_cycle_is_found(tmp_path):
-    graph = _tree(tmp_path, {**CLEAN, "harness/db.py": "def f():\n    from harness import chaos\n"})
-    assert cycles(graph) == [["harness.chaos", "harness.db"]]
+    graph = _tree(tmp_path, {**CLEAN, "harness/deployment.py": "def f():\n    from harness import chaos\n"})
+    assert cycles(graph) == [["harness.chaos", "harness.deployment"]]
     (problem,) = report(graph)
-    assert "import cycle among harness.chaos, harness.db" in problem
-    assert "harness/chaos.py:1: harness.chaos imports harness.db" in problem
-    assert "harness/db.py:2: harness.db imports harness.chaos" in problem
+    assert "import cycle among harness.chaos, harness.deployment" in problem
+    assert "harness/chaos.py:1: harness.chaos imports harness.deployment" in problem
+    assert "harness/deployment.py:2: harness.deployment imports harness.chaos" in problem
 
 
 def test_a_longer_cycle_and_a_self_contained_one_are_told_apart():
@@ -346,7 +352,7 @@ def test_planted_forbidden_imports_are_found(tmp_path):
         **CLEAN,
         # engine -> harness, twice: at module level and in a function
         "node/tools.py": "from harness.cluster import up\ndef ksck():\n    import harness.cluster\n",
-        "harness/sim/cell.py": "from harness.etcd_db import Etcd\n",  # sim -> a deployment
+        "harness/sim/cell.py": "from harness.systems.etcd.deployment import Etcd\n",  # sim -> a deployment
         "harness/sim/stack.py": "from harness import runner\n",
         "harness/runner.py": "from harness.chaos_cli import say\n",  # sim -> runner -> chaos_cli
         "reports/checkers/cli.py": "from harness.cli import BAD_ARGS\n",  # checkers -> harness
@@ -359,7 +365,7 @@ def test_planted_forbidden_imports_are_found(tmp_path):
     text = "\n".join(problems)
     assert "node/tools.py:1: node.tools imports harness.cluster" in text
     assert "node/tools.py:3: node.tools imports harness.cluster" in text
-    assert "harness/sim/cell.py:1: harness.sim.cell imports harness.etcd_db" in text
+    assert "harness/sim/cell.py:1: harness.sim.cell imports harness.systems.etcd.deployment" in text
     assert ("harness.sim.stack reaches harness.chaos_cli\n"
             "    harness/sim/stack.py:1: harness.sim.stack imports harness.runner\n"
             "    harness/runner.py:1: harness.runner imports harness.chaos_cli") in text
@@ -374,6 +380,21 @@ def test_the_engine_may_not_reach_the_simulator_either(tmp_path):
     (problem,) = report(graph)
     assert problem.startswith("the engine (node/) must not reach the harness")
     assert "node/server.py:2: node.server imports harness.sim.loop" in problem
+
+
+def test_nemeses_and_workloads_may_not_reach_a_system_or_the_engine(tmp_path):
+    """A fault reaches a system only through what it offers (nemeses.groups, .membership,
+    .disk): a nemesis that sends a system's RPCs itself, or a workload that imports a system's
+    client, breaks the layer."""
+    graph = _tree(tmp_path, {**CLEAN, "nemeses/__init__.py": "", "workloads/__init__.py": "",
+                             "harness/systems/tessera/members.py": "",
+                             "nemeses/race.py": "from node.replica import Replica\n",
+                             "nemeses/members.py": "from harness.systems.tessera import members\n",
+                             "workloads/watch.py": "from harness.systems.etcd.deployment import C\n"})
+    text = "\n".join(report(graph))
+    assert "nemeses/race.py:1: nemeses.race imports node.replica" in text
+    assert "nemeses/members.py:1: nemeses.members imports harness.systems.tessera.members" in text
+    assert "workloads/watch.py:1: workloads.watch imports harness.systems.etcd.deployment" in text
 
 
 def test_planted_exit_codes_out_of_place_are_found(tmp_path):

@@ -296,7 +296,7 @@ def test_a_damage_whose_outcome_was_never_read_makes_the_run_unknown():
 
 
 def test_etcds_refusal_after_the_damage_is_expected_and_a_fatal_line_before_it_is_not(tmp_path):
-    from harness.etcd_db import EtcdDB
+    from harness.systems.etcd.deployment import EtcdDB
 
     fatal = '{"level":"fatal","msg":"failed to open WAL","error":"walpb: crc mismatch"}'
     write_logs(tmp_path, {"n2/etcd.log": f'{{"level":"info"}}\n{fatal}\n{{"level":"info"}}\n{fatal}\n'

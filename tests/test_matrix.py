@@ -340,7 +340,7 @@ def _args(*argv: str) -> argparse.Namespace:
 
 
 def test_db_etcd_runs_its_own_workloads_under_the_faults_it_offers():
-    from harness.etcd_db import EtcdDB
+    from harness.systems.etcd.deployment import EtcdDB
     from nemeses.registry import packages, select
 
     cells = cells_from_args(_args("--db", "etcd"))
@@ -468,13 +468,13 @@ def test_by_default_each_chaos_run_draws_its_write_mode_from_its_seed(tmp_path, 
 
 def test_bad_db_arguments_exit_254_before_the_cluster_comes_up(tmp_path, monkeypatch, capsys):
     import harness.cluster.netns
-    import harness.db
+    import harness.wheelhouse
 
     def never(*a, **k):
         raise AssertionError("the arguments were bad: no cluster, no wheels")
 
     monkeypatch.setattr(harness.cluster.netns, "NetnsCluster", never)
-    monkeypatch.setattr(harness.db, "build_wheelhouse", never)
+    monkeypatch.setattr(harness.wheelhouse, "build_wheelhouse", never)
     for argv, says in ((["--flag", "serializable=maybe"], "serializable= takes true or false"),
                        (["--nemeses", "raft@lease"], "Tessera's read-mode flag"),
                        (["--self-check"], "--self-check turns on Tessera's engine fault flags")):

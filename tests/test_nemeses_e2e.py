@@ -14,7 +14,9 @@ import pytest
 
 from harness.cluster.netns import NetnsCluster, _namespaces
 from harness.control import Remote
-from harness.db import DATA, HTTP_PORTS, TesseraDB, build_wheelhouse, wheel_dir
+from harness.deployment import DATA
+from harness.systems.tessera.deployment import HTTP_PORTS, TesseraDB
+from harness.wheelhouse import build_wheelhouse, wheel_dir
 from nemeses.base import Context
 from nemeses.clock import FAKETIME_FILE, Clock, draw_clock, faketime_env
 from nemeses.disk import DiskCorruption, draw_disk

@@ -4,7 +4,7 @@ killed is started again even when the loss step fails on a host, and the failure
 from types import SimpleNamespace
 
 from harness.cluster import ClusterError
-from harness.db import Holds
+from harness.deployment import Holds
 from nemeses.disk import LoseUnfsynced
 
 

@@ -4,7 +4,7 @@ rules are resolved when the fault fires, and every fault is undone."""
 import random
 from collections import Counter
 
-from harness.db import Holds
+from harness.deployment import Holds
 from nemeses.base import Context
 from nemeses.process import Kill, Pause, draw_process
 

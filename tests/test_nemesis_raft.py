@@ -4,7 +4,7 @@ test_replay's end-to-end run): what each does to which host, in which order."""
 import random
 
 from harness.cluster import Host
-from harness.db import Holds
+from harness.deployment import Holds
 from nemeses import kill_after_heal, leader_isolate, majority_kill
 from nemeses.base import Context
 from nemeses.registry import packages

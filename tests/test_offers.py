@@ -4,12 +4,15 @@ find NotImplementedError in the middle of a run."""
 
 import pytest
 
-from harness.db import Deployment
-from harness.spec import SYSTEMS, system
+from harness.deployment import Deployment
+from harness.systems import SYSTEMS, system
 from nemeses.registry import OFFERS, packages
 
+# The protocol behind each offer: the Deployment methods a fault that needs it calls.
 METHODS = {"disk": ("disk_layout", "damaged"), "membership": ("membership",),
-           "admin": ("admin",), "leaders": ("leader_master", "tablet_leaders")}
+           "admin": ("admin",), "leaders": ("leader_master", "tablet_leaders"),
+           "tablets": ("replica_groups",), "sessions": ("intrude_sessions",),
+           "masters": ("add_master", "remove_master")}
 
 
 def test_every_need_is_an_offer_with_a_meaning():

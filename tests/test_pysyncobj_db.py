@@ -1,5 +1,5 @@
-"""The PySyncObj adapter (harness/pysyncobj_db.py) against real node processes
-(harness/pysyncobj_node.py) on loopback addresses: the client's ops and how it classifies
+"""The PySyncObj adapter (harness/systems/pysyncobj/deployment.py) against real node processes
+(harness/systems/pysyncobj/node.py) on loopback addresses: the client's ops and how it classifies
 failures, the overload warning the log checker notes, the convergence rule, and what the CLI
 refuses before touching a host. The end-to-end run on netns hosts is in test_harness_e2e.py."""
 
@@ -14,7 +14,7 @@ import time
 import pytest
 
 from harness.cluster import Host
-from harness.pysyncobj_db import NodeClient, PySyncObjDB, compare_nodes
+from harness.systems.pysyncobj.deployment import NodeClient, PySyncObjDB, compare_nodes
 from node.errors import OpFailed, OpUnknown
 from reports.checkers.logs import check_logs, scan_log
 
@@ -38,7 +38,7 @@ def cluster(tmp_path):
             logs[h.name] = tmp_path / "nodes" / h.name / "node.log"
             logs[h.name].parent.mkdir(parents=True)
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "harness.pysyncobj_node", "--config",
+                [sys.executable, "-m", "harness.systems.pysyncobj.node", "--config",
                  str(tmp_path / f"{h.name}.json")], stderr=open(logs[h.name], "w")))
         deadline = time.monotonic() + 60
         while db.leader_master() is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.db import MASTER_PORT, TSERVER_PORT
+from harness.systems.tessera.deployment import MASTER_PORT, TSERVER_PORT
 from node.client import TesseraClient
 from node.consensus.messages import AppendEntries, VoteRequest
 from node.protocol import (

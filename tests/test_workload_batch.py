@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from harness.sim.stack import StackConfig, StackSim, replay_command
-from harness.tessera_clients import workload_clients
+from harness.systems.tessera.clients import workload_clients
 from node.client import FlushMode
 from reports.history import read_jsonl
 from workloads import make

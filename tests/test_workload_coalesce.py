@@ -15,7 +15,7 @@ import pytest
 import node.client as client_module
 from harness.sim.stack import StackConfig, StackSim, replay_command
 from harness.spec import TestSpec
-from harness.tessera_clients import workload_clients
+from harness.systems.tessera.clients import workload_clients
 from harness.validate import check
 from node.client import FlushMode, TesseraClient
 from reports.history import read_jsonl

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from node.errors import TesseraError
 
-
-class ClusterError(TesseraError):
-    """A cluster could not be made, reached or removed; the message says which host and why."""
+class ClusterError(Exception):
+    """A cluster could not be made, reached or removed; the message says which host and why. The
+    harness's own error, not the engine's: nemeses that raise it know nothing of any system."""
 
 
 @dataclass(frozen=True)

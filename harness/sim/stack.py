@@ -550,7 +550,7 @@ class StackSim:
     async def _client_main(self) -> list:
         from harness.recorder import Recorder
         from harness.runner import RunOptions, run
-        from harness.tessera_clients import accept_test_table, workload_clients
+        from harness.systems.tessera.clients import accept_test_table, workload_clients
         from node.client import TesseraClient
         from node.rpc import RpcClient
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from harness.cluster import Host
-from harness.db import DATA, Deployment, bound_clients, first_write
+from harness.deployment import DATA, Deployment, bound_clients, first_write
 from node.errors import OpFailed, OpUnknown
 from reports.checkers.logs import rule
 

@@ -1,5 +1,5 @@
 """The second system under test: PySyncObj, a Raft library, as a replicated key-value store
-(harness/pysyncobj_node.py) on every host. `tessera test --db pysyncobj` runs the register and
+(harness/systems/pysyncobj/node.py) on every host. `tessera test --db pysyncobj` runs the register and
 set workloads against it with every fault that applies: partitions, packet faults, clocks,
 pauses and kills (leaders found by asking the nodes), majority kills, leader isolation, and
 lose-unfsynced, which shows what its never-fsynced journal keeps after a power loss.
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from harness.cluster import Host
-from harness.db import DATA, ROOT, Deployment, bound_clients, first_write
+from harness.deployment import DATA, ROOT, Deployment, bound_clients, first_write
 from node.errors import OpFailed, OpUnknown
 from reports.checkers.logs import rule
 
@@ -70,7 +70,7 @@ class PySyncObjDB(Deployment):
         return ["node"]
 
     def command(self, host: str, daemon: str) -> str:
-        return f"{ROOT}/venv/bin/python -m harness.pysyncobj_node --config {ROOT}/node.json"
+        return f"{ROOT}/venv/bin/python -m harness.systems.pysyncobj.node --config {ROOT}/node.json"
 
     def config(self, h: Host) -> dict:
         conf = {k: v for k, v in self.flags.items() if k != "reads"}

@@ -1,7 +1,7 @@
 """A PySyncObj node as the harness deploys it to a host: a replicated key-value store (one
 `SyncObj` subclass) with a small TCP front end for the workloads' clients.
 
-    python -m harness.pysyncobj_node --config node.json
+    python -m harness.systems.pysyncobj.node --config node.json
 
 node.json: {"self": "ADDR:PORT", "partners": [...], "client_port": N, "data_dir": DIR,
 "reads": "log" | "local", "conf": {SyncObjConf keyword: value}}. The store runs on PySyncObj's
@@ -170,7 +170,7 @@ def serve(config: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness.pysyncobj_node",
+    p = argparse.ArgumentParser(prog="python -m harness.systems.pysyncobj.node",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--config", required=True, help="the node's JSON config (see the module doc)")
     args = p.parse_args(argv)

@@ -1,5 +1,5 @@
 """Tessera's clients for a run: the test table made writable before the clock starts, and the
-workload's clients over one TesseraClient. The chaos runs (harness.db.TesseraDB.open_clients) and
+workload's clients over one TesseraClient. The chaos runs (harness.systems.tessera.deployment.TesseraDB.open_clients) and
 the whole-stack simulator (harness.sim.stack) both open their clients here."""
 
 from __future__ import annotations

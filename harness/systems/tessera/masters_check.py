@@ -11,7 +11,7 @@ from reports.checkers.masters import compare
 
 
 def check_masters(db, timeout: float = 30.0, interval: float = 0.5) -> dict:
-    """`db`: anything with `master_hosts` and `ask_each`, like harness.db.TesseraDB."""
+    """`db`: anything with `master_hosts` and `ask_each`, like harness.systems.tessera.deployment.TesseraDB."""
     hosts = list(db.master_hosts)
     deadline = time.monotonic() + timeout
     while True:

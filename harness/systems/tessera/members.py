@@ -1,17 +1,23 @@
-"""Tessera's members for the membership nemeses (nemeses.membership.Members): a tablet's
-replicas, changed one at a time through the leader master (`master.change_replica`), compare-
-and-set guarded, so a change that races another is retried, never applied twice."""
+"""Tessera's tablets for the membership nemeses (nemeses.membership.Members) and the replica-group
+races (nemeses.groups.ReplicaGroups): a tablet's replicas, changed one at a time through the
+leader master (`master.change_replica`), compare-and-set guarded, so a change that races another
+is retried, never applied twice; a tablet as its newest replica reports it; a replica
+tombstoned on its tablet server."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nemeses.groups import GroupView
 
 
 @dataclass
 class TabletMembers:
-    db: object  # harness.db.TesseraDB
+    db: object  # harness.systems.tessera.deployment.TesseraDB
     _hosts: dict[str, str] = field(default_factory=dict)  # tablet-server uuid -> host, as seen
 
     def removable(self) -> list[tuple[str, str, str]]:
@@ -60,6 +66,42 @@ class TabletMembers:
         # partition; a follower's committed config when no leader answers
         newest = max(running, key=lambda t: (t.term, t.role == "LEADER"))
         return any(uuid == member[1] for uuid, _ in newest.committed_config)
+
+    def view(self, tablet: str) -> GroupView | None:
+        """The tablet as its newest term's running replica reports it (nemeses.groups)."""
+        from nemeses.groups import GroupView
+        from node.protocol import ServerStatus
+
+        statuses = self.db.ask_each(self.db.hosts, "tserver", "ts.status", ServerStatus)
+        hosts = {st.uuid: h for h, st in statuses.items()}
+        self._hosts.update(hosts)
+        reports = [(h, t) for h, st in statuses.items() for t in st.tablets
+                   if t.tablet_id == tablet and t.state == "RUNNING"]
+        if not reports:
+            return None
+        h, newest = max(reports, key=lambda r: (r[1].term, r[1].role == "LEADER"))
+        return GroupView(leader=h if newest.role == "LEADER" else None,
+                         members=dict(newest.committed_config), hosts=hosts)
+
+    def change_once(self, tablet: str, op: str, uuid: str, timeout: float) -> str:
+        """One change through the master, not retried: the master's compare-and-set guard may
+        refuse it, and the refusal is the answer."""
+        from node.rpc import RpcError
+
+        try:
+            asyncio.run(change_replica(self.db, tablet, op, uuid, timeout=timeout))
+            return "ok"
+        except RpcError as e:
+            return f"refused: {e}"
+
+    def tombstone(self, host: str, tablet: str) -> bool:
+        """ts.delete_tablet on `host`'s tablet server, as a failed disk or an operator leaves a
+        voter that is still in the config."""
+        from node.protocol import Ack, DeleteTablet
+
+        target = [h for h in self.db.hosts if h.name == host]
+        acked = self.db.ask_each(target, "tserver", "ts.delete_tablet", Ack, DeleteTablet(tablet))
+        return acked.get(host, Ack(False)).ok
 
     def add(self, member: tuple[str, str, str], timeout: float = 30.0) -> dict:
         self.change(member[0], "add", member[1], timeout)

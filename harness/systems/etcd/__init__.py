@@ -1,0 +1,1 @@
+"""etcd under test (Debian's etcd-server): its deployment and its client, over etcd's v3 JSON gateway."""

@@ -1,0 +1,1 @@
+"""PySyncObj under test: its deployment, and the node program every host runs (`node`)."""

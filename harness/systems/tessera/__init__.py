@@ -1,0 +1,1 @@
+"""Tessera under test: its deployment, clients, membership changes and end checks."""

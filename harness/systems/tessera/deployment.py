@@ -1,0 +1,526 @@
+"""Tessera under test: its masters and tablet servers on every host, their configuration and
+credentials, its clients, its end checks (replica convergence, the masters' agreement), and what
+its faults need of it (leaders, membership, disk layout, the session intruder)."""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from harness.cluster import ClusterError, Host
+from harness.deployment import DATA, ROOT, Deployment
+from reports.checkers.logs import TESSERA_RULES
+
+MASTER_PORT, TSERVER_PORT = 7051, 7050  # Kudu's RPC ports
+HTTP_PORTS = {"master": 8051, "tserver": 8050}  # Kudu's web UI ports: /status and /metrics
+
+
+@dataclass
+class TesseraDB(Deployment):
+    masters: int = 3
+    # hosts given a master during the run (the master-membership nemesis), in order added
+    added_masters: list[str] = field(default_factory=list)
+    # tablet -> ids of the sessions the session intruder opened itself (its floods): its own,
+    # which its poison and close leave alone
+    intruder_sessions: dict[str, set[int]] = field(default_factory=dict)
+
+    name: ClassVar[str] = "tessera"
+    data_daemon: ClassVar[str] = "tserver"
+    all_daemons: ClassVar[tuple[str, ...]] = ("master", "tserver")
+    offers: ClassVar[frozenset[str]] = frozenset({"tablets", "masters", "disk", "membership",
+                                                   "leaders", "faketime", "sessions"})
+    workloads: ClassVar[tuple[str, ...]] = ("register", "list-append", "bank", "set")
+    client_modes: ClassVar[tuple[str, ...]] = ("node-bound", "smart")
+    log_rules: ClassVar[tuple[dict, ...]] = TESSERA_RULES
+
+    # Config keys the deployment writes for each host: a --flag may not override them.
+    OWN_KEYS: ClassVar[frozenset[str]] = frozenset({
+        "data_dir", "rpc_addr", "masters", "http_port", "rpc_certificate_file",
+        "rpc_private_key_file", "rpc_ca_certificate_file", "config", "probes_file"})
+
+    @classmethod
+    def check_flags(cls, flags: dict) -> None:
+        """Every --flag checked as the daemons will check it at start (names, types, values and
+        the rules between them), before any host is touched."""
+        from node.security.tls import RpcSecurity
+        from node.server.daemon_cli import check_config
+
+        for key in flags:
+            if key.replace("-", "_") in cls.OWN_KEYS:
+                raise ValueError(f"--flag {key}: set by the harness for each host")
+        RpcSecurity(str(flags.get("rpc_authentication", "required")),
+                    str(flags.get("rpc_encryption", "required"))).check_modes()
+        # the certificate files are the deployment's own, made later: beyond the modes, the
+        # check takes security as off
+        check_config({"data_dir": f"{DATA}/tserver", **flags, "rpc_authentication": "disabled",
+                      "rpc_encryption": "disabled"}, "--flag")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.masters = min(self.masters, len(self.hosts))
+        self._had_master = {h.name for h in self.hosts[: self.masters]}  # whose logs to collect
+        self._credentials: dict | None = None
+        self._credentials_lock = threading.Lock()  # hosts are configured in parallel
+
+    # -- security: README "Security" ---------------------------------------------------------
+    @property
+    def secure(self) -> bool:
+        """Whether the daemons speak TLS: they do unless --flag turned encryption off."""
+        return str(self.flags.get("rpc_encryption", "required")) != "disabled"
+
+    def credentials(self) -> dict:
+        """Identity name -> its node.security.pki.CertFiles on the control machine: a service
+        certificate per daemon of every host (`tserver@n1`), the operator's (`admin`, a
+        superuser) and the workloads' (`client`), all from one CA, made on first use."""
+        with self._credentials_lock:
+            return self._make_credentials()
+
+    def _make_credentials(self) -> dict:
+        if self._credentials is None:
+            import tempfile
+
+            from node.security import pki
+
+            where = self.tls_dir or Path(tempfile.mkdtemp(prefix="tessera-tls-"))
+            ca = pki.CertFiles(Path(self.ca[0]), Path(self.ca[1]), Path(self.ca[0])) if self.ca else None
+            names = [f"{d}@{h.name}" for h in self.hosts for d in self.all_daemons]
+            self._credentials = pki.cluster_credentials(where, names, ca)
+        return self._credentials
+
+    def tls(self, name: str = "admin"):
+        """The client TLS context of identity `name` (None when the daemons speak plaintext)."""
+        from node.security.tls import client_context
+
+        return client_context(self.credentials()[name]) if self.secure else None
+
+    def _security_keys(self, h: Host, daemon: str) -> dict:
+        """The daemon's security config, its certificate shipped to the host first."""
+        from node.security import pki
+
+        files = self.credentials()[f"{daemon}@{h.name}"]
+        r = self.remotes[h.name]
+        r.run(["mkdir", "-p", f"{ROOT}/tls"])
+        remote = {"cert": f"{ROOT}/tls/{daemon}.pem", "key": f"{ROOT}/tls/{daemon}.key",
+                  "ca": f"{ROOT}/tls/ca.pem"}
+        for what, path in remote.items():
+            r.put(str(getattr(files, what)), path)
+        r.run(["chmod", "600", remote["key"]])
+        return {"rpc_authentication": "required", "rpc_encryption": "required",
+                "rpc_certificate_file": remote["cert"], "rpc_private_key_file": remote["key"],
+                "rpc_ca_certificate_file": remote["ca"], "superuser_acl": pki.ADMIN}
+
+    @property
+    def master_hosts(self) -> list[Host]:
+        """The first `masters` hosts, then those a master was added to, in order."""
+        by_name = {h.name: h for h in self.hosts}
+        return self.hosts[: self.masters] + [by_name[n] for n in self.added_masters]
+
+    @property
+    def master_addrs(self) -> list[tuple[str, int]]:
+        return [(h.address, MASTER_PORT) for h in self.master_hosts]
+
+    def daemons(self, host: str) -> list[str]:
+        is_master = any(h.name == host for h in self.master_hosts)
+        return (["master"] if is_master else []) + ["tserver"]
+
+    def command(self, host: str, daemon: str) -> str:
+        return f"{ROOT}/venv/bin/tessera {daemon} --config {ROOT}/{daemon}.toml"
+
+    def _config(self, h: Host, daemon: str) -> str:
+        port = MASTER_PORT if daemon == "master" else TSERVER_PORT
+        keys = {"data_dir": self.data_dir(daemon), "rpc_addr": f"{h.address}:{port}",
+                "http_port": HTTP_PORTS[daemon],
+                # the code probes it fires, collected with its log (node.probes)
+                "probes_file": f"{DATA}/logs/{daemon}.probes",
+                "masters": [f"{a}:{p}" for a, p in self.master_addrs],
+                **self._security_keys(h, daemon), **self.flags}
+        lines = []
+        for k, v in keys.items():
+            if isinstance(v, bool):
+                lines.append(f"{k} = {'true' if v else 'false'}")
+            elif isinstance(v, (int, float)):
+                lines.append(f"{k} = {v}")
+            elif isinstance(v, list):
+                lines.append(f"{k} = [{', '.join(_toml_str(x) for x in v)}]")
+            else:
+                lines.append(f"{k} = {_toml_str(str(v))}")
+        return "\n".join(lines) + "\n"
+
+    def configure(self, h: Host) -> None:
+        for d in self.daemons(h.name):
+            self.remotes[h.name].run(["tee", f"{ROOT}/{d}.toml"],
+                                     stdin=self._config(h, d).encode())
+
+    async def open_clients(self, workload, names: dict[str, str], binds: list[str] | None,
+                           op_timeout: float):
+        """The test table created and writable, then the workload's clients over one
+        TesseraClient (closed with them)."""
+        from harness.systems.tessera.clients import accept_test_table, workload_clients
+        from node.client import TesseraClient
+
+        client = TesseraClient(self.master_addrs, timeout=min(op_timeout, 10.0 * self.time_scale),
+                               tls=self.tls("client"), time_scale=self.time_scale)
+        self.log("waiting for the cluster to accept the test table")
+        try:
+            locs = await accept_test_table(client, workload.tablets, min(3, len(self.hosts)))
+        except BaseException:
+            await client.close()
+            raise
+        clients, close_sessions = workload_clients(client, "test", names, binds, workload)
+
+        async def close():
+            try:
+                return await close_sessions()
+            finally:
+                await client.close()
+
+        return clients, close, {t.partition.bucket: t.tablet_id for t in locs.tablets}
+
+    def end_checks(self) -> list[tuple[str, object]]:
+        from harness.systems.tessera.masters_check import check_masters
+        from node.tools.convergence import check_convergence
+
+        return [("convergence", lambda: check_convergence(self)),
+                ("masters", lambda: check_masters(self))]
+
+    def add_master(self, host: str, timeout: float = 60.0) -> str:
+        """Start a master with an empty data dir on `host` (which has none) and add it to the
+        masters (Kudu's master add, node.tools.admin.join_master); its UUID once it is a
+        voter. A master that does not make it is stopped and wiped again."""
+        import asyncio
+
+        from node.client import TesseraClient
+        from node.rpc import ErrorCode, RpcError
+        from node.tools.admin import join_master
+
+        h = next(h for h in self.hosts if h.name == host)
+        if h in self.master_hosts:
+            raise ClusterError(f"{host} runs a master already")
+        current = self.master_addrs
+        with self._locks[host]:
+            self._wipe_master(host)
+            self.added_masters.append(host)
+            self._had_master.add(host)
+            self.configure(h)
+            self.start(host, "master")
+
+        async def join() -> str:
+            client = TesseraClient(current, timeout=5.0 * self.time_scale, tls=self.tls(),
+                                   time_scale=self.time_scale)
+            try:
+                for _ in range(int(timeout * 2)):  # until it serves master.info
+                    try:
+                        return (await join_master(client, (h.address, MASTER_PORT),
+                                                  timeout=timeout)).uuid
+                    except RpcError as e:
+                        if e.code != ErrorCode.NETWORK:
+                            raise
+                    await asyncio.sleep(0.5)
+                raise ClusterError(f"the new master on {host} never answered")
+            finally:
+                await client.close()
+
+        try:
+            return asyncio.run(join())
+        except BaseException:
+            self._drop_master(host)
+            raise
+
+    def remove_master(self, host: str) -> str:
+        """Remove the master `add_master` put on `host` (Kudu's master remove), then stop it
+        and wipe its data dir; its UUID."""
+        import asyncio
+
+        from node.client import TesseraClient
+        from node.tools.admin import leave_master
+
+        if host not in self.added_masters:
+            raise ClusterError(f"{host} has no added master to remove")
+        h = next(h for h in self.hosts if h.name == host)
+
+        async def leave() -> str:
+            client = TesseraClient(self.master_addrs, timeout=10.0 * self.time_scale,
+                                   tls=self.tls(), time_scale=self.time_scale)
+            try:
+                return await leave_master(client, f"{h.address}:{MASTER_PORT}")
+            finally:
+                await client.close()
+        uuid = asyncio.run(leave())
+        self._drop_master(host)
+        return uuid
+
+    def _drop_master(self, host: str) -> None:
+        with self._locks[host]:
+            self.kill(host, "master")
+            self._wipe_master(host)
+            if host in self.added_masters:
+                self.added_masters.remove(host)
+
+    def _wipe_master(self, host: str) -> None:
+        self.remotes[host].run(["rm", "-rf", f"{DATA}/master", f"{DATA}/master.pid"])
+
+    def ask_each(self, hosts: list[Host], daemon: str, method: str, reply: type,
+                 request: object = None) -> dict:
+        """Call `method` (with `request`, by default none) on `daemon` of every host, from a
+        harness thread (which has no event loop of its own): host name -> reply, for the hosts
+        that answered."""
+        import asyncio
+
+        from node.protocol import Empty
+        from node.rpc import RpcClient, RpcError
+
+        port = MASTER_PORT if daemon == "master" else TSERVER_PORT
+
+        async def ask() -> dict:
+            rpc, out = RpcClient(connect_timeout=1.0, tls=self.tls()), {}
+            try:
+                for h in hosts:
+                    try:
+                        out[h.name] = await rpc.call((h.address, port), method,
+                                                     Empty() if request is None else request, reply,
+                                                     to_uuid="", timeout=1.0)
+                    except RpcError:
+                        pass
+                return out
+            finally:
+                await rpc.close()
+
+        return asyncio.run(ask())
+
+    def leader_master(self) -> str | None:
+        """The host of the leader master, asked of every master (None if none says so)."""
+        from node.protocol import MasterInfo
+
+        infos = self.ask_each(self.master_hosts, "master", "master.info", MasterInfo)
+        return next((host for host, info in infos.items() if info.role == "LEADER"), None)
+
+    def tablet_leaders(self) -> dict[str, str]:
+        """tablet id -> host of its current leader, as the tablet servers report it."""
+        from node.protocol import ServerStatus
+
+        leaders, terms = {}, {}
+        for host, st in self.ask_each(self.hosts, "tserver", "ts.status", ServerStatus).items():
+            for t in st.tablets:
+                if t.role == "LEADER" and t.term >= terms.get(t.tablet_id, -1):
+                    leaders[t.tablet_id], terms[t.tablet_id] = host, t.term
+        return leaders
+
+    INTRUDER_ROWS: ClassVar[int] = 128  # a session's result bound (Limits): one full window
+    INTRUDER_S: ClassVar[float] = 15.0  # one start's attack, at most (a stalled leader waits)
+
+    def intrude_sessions(self, step: str, groups: list[str], sessions: int) -> dict:
+        """As the `intruder` user (README "Security": a client holding a user's credentials),
+        at the leader of each tablet in `groups`, against session ids 1..`sessions` (a
+        session's id is its OpenSession's log index, so the workloads' are small; for a flood,
+        how many to open):
+        - poison: into each session, a one-write probe at seq 1, then, if the answer (STALE_SEQ)
+          names the seq below which the owner's results are forgotten, INTRUDER_ROWS writes to
+          the intruder's own keys from there: seqs the owner has not used yet would keep the
+          intruder's ok, and the owner's writes at those seqs would be answered from it, never
+          applied;
+        - close: CloseSession into each session;
+        - flood: `sessions` OpenSessions of its own, which must evict no one else's.
+        Every step also makes, at each tablet, calls a user may not make (OVERREACH: a tablet
+        copy session, which would hand it the tablet's files and pin them, and a leader
+        step-down), each with a body harmless if it were run.
+        What came back, counted: `foreign_applied` is the number of ops applied in a session
+        the intruder did not open (anything above 0 is the engine's fault); `refused` those
+        answered NOT_OWNER or NOT_AUTHORIZED; `no_session` those that named no session;
+        `overreach_refused` the forbidden calls answered NOT_AUTHORIZED and `overreached` those
+        a server answered otherwise (it ran them past its authorization: the engine's fault)."""
+        import asyncio
+        import functools
+
+        from node.protocol import (
+            Ack,
+            BatchResult,
+            BeginCopySession,
+            CopySession,
+            LeaderStepDown,
+            OpResult,
+            Write,
+            WriteBatch,
+        )
+        from node.rpc import ErrorCode, RpcClient, RpcError
+        from node.security import pki
+        from node.tablet.ops import CloseSession, OpenSession, Rejection
+        from node.tablet.ops import Write as Put
+
+        leaders = self.tablet_leaders()
+        by_name = {h.name: h for h in self.hosts}
+        opened = self.intruder_sessions
+        counts = {"calls": 0, "answered": 0, "foreign_applied": 0, "refused": 0,
+                  "no_session": 0, "own_sessions": 0, "no_leader": 0, "overreach_refused": 0,
+                  "overreached": 0}
+
+        def tally(result) -> None:
+            if result.ok:
+                counts["foreign_applied"] += 1
+            elif result.error == Rejection.NOT_OWNER:
+                counts["refused"] += 1
+            elif result.error == Rejection.NO_SESSION:
+                counts["no_session"] += 1
+
+        async def ask(rpc, addrs, method, req, reply):
+            """At the first of `addrs` (the leader first, if one is known) that takes the call;
+            a server's refusal (NOT_LEADER, NOT_AUTHORIZED) is an answer."""
+            counts["calls"] += 1
+            answered = False
+            for addr in addrs:
+                try:
+                    out = await rpc.call(addr, method, req, reply, to_uuid="", timeout=2.0)
+                except RpcError as e:
+                    answered |= e.code not in (ErrorCode.NETWORK, ErrorCode.DEADLINE_EXCEEDED)
+                    if e.code == ErrorCode.NOT_AUTHORIZED:
+                        counts["refused"] += 1
+                        break
+                    continue
+                counts["answered"] += 1
+                return out
+            counts["answered"] += answered
+            return None
+
+        async def overreach(rpc, addrs, tablet) -> None:
+            """The calls of OVERREACH at the first of `addrs` that answers. The server checks
+            authorization before it reads the body, so any answer but NOT_AUTHORIZED (a
+            follower's NOT_LEADER too) means the call got past it."""
+            for method, req, reply in ((
+                    "ts.begin_copy_session", BeginCopySession(tablet, "intruder"), CopySession),
+                    ("ts.leader_step_down", LeaderStepDown(tablet), Ack)):
+                counts["calls"] += 1
+                for addr in addrs:
+                    try:
+                        await rpc.call(addr, method, req, reply, to_uuid="", timeout=2.0)
+                    except RpcError as e:
+                        if e.code in (ErrorCode.NETWORK, ErrorCode.DEADLINE_EXCEEDED):
+                            continue
+                        counts["answered"] += 1
+                        counts["overreach_refused" if e.code == ErrorCode.NOT_AUTHORIZED
+                               else "overreached"] += 1
+                        break
+                    counts["answered"] += 1
+                    counts["overreached"] += 1
+                    break
+
+        async def attack() -> None:
+            rpc = RpcClient(connect_timeout=1.0, tls=self.tls(pki.INTRUDER))
+            try:
+                async with asyncio.timeout(self.INTRUDER_S):
+                    await each_tablet(rpc)
+            except TimeoutError:  # leaders that take calls and cannot commit (a partition)
+                counts["cut_short"] = True
+            finally:
+                await rpc.close()
+
+        async def each_tablet(rpc) -> None:
+            for tablet in groups:
+                host = by_name.get(leaders.get(tablet, ""))
+                if host is None:
+                    counts["no_leader"] += 1
+                # the leader first, then the others: a leader killed since it was looked up
+                # refuses the connection, and a follower's NOT_LEADER still shows the servers
+                # took the intruder's call
+                targets = [host, *(h for h in self.hosts if h is not host)] if host else self.hosts
+                call = functools.partial(ask, rpc, [(h.address, TSERVER_PORT)
+                                                    for h in targets])
+
+                await overreach(rpc, [(h.address, TSERVER_PORT) for h in targets], tablet)
+                own = opened.setdefault(tablet, set())
+                if step == "flood":
+                    for _ in range(sessions):
+                        res = await call("ts.write", Write(tablet, OpenSession()), OpResult)
+                        if res is not None and res.result.ok:
+                            own.add(res.result.value)
+                    counts["own_sessions"] += len(own)
+                    continue
+                for sid in (s for s in range(1, sessions + 1) if s not in own):
+                    if step == "poison":
+                        # a probe at seq 1; a STALE_SEQ answer names the owner's frontier,
+                        # and the window goes there, just ahead of its next writes
+                        seq = 1
+                        for n in (1, self.INTRUDER_ROWS):
+                            rows = [Put(f"intruder-{sid}-{seq + i}", i) for i in range(n)]
+                            res = await call("ts.write_batch",
+                                             WriteBatch(tablet, rows, sid, seq), BatchResult)
+                            for r in res.results if res is not None else ():
+                                tally(r)
+                            frontier = re.search(r"< (\d+)", res.results[0].detail) if (
+                                res is not None and res.results[0].error
+                                == Rejection.STALE_SEQ) else None
+                            if frontier is None:
+                                break
+                            seq = int(frontier.group(1))
+                    else:
+                        res = await call("ts.write", Write(tablet, CloseSession(), sid, 1),
+                                         OpResult)
+                        if res is not None:
+                            tally(res.result)
+
+        asyncio.run(attack())
+        return counts
+
+    def disk_layout(self):
+        """A tablet server's WAL segments (a replica: its tablet's directory) and consensus
+        metadata (a replica: the file, named by its tablet), with the aimed newest-flip."""
+        from nemeses.disk import DiskLayout
+
+        return DiskLayout(daemon="tserver", root=self.data_dir("tserver"),
+                          files=(("wals", "wal", "dir"), ("consensus-meta", "cmeta", "name")),
+                          modes=("bitflip", "bitflip", "truncate", "newest-flip"),
+                          log=f"{DATA}/logs/tserver.log")
+
+    def damaged(self, host: str, done: dict) -> dict:
+        """How the restarted server treats the damaged tablet: FAILED naming the file, or
+        RUNNING when the damage was a torn tail that bootstrap may legitimately cut off."""
+        import time
+
+        from node.protocol import ServerStatus
+
+        tablet = done["group"]
+        target = [h for h in self.hosts if h.name == host]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            st = self.ask_each(target, "tserver", "ts.status", ServerStatus).get(host)
+            rep = next((t for t in st.tablets if t.tablet_id == tablet), None) if st else None
+            if rep is not None:  # the server's uuid: how its leaders' log lines name it
+                return {"tablet": tablet, "state": rep.state, "error": rep.error, "uuid": st.uuid}
+            time.sleep(0.2)
+        return {"tablet": tablet, "state": "UNKNOWN", "error": "server did not answer"}
+
+    def membership(self):
+        from harness.systems.tessera.members import TabletMembers
+
+        return TabletMembers(self)
+
+    def replica_groups(self):
+        """The tablets, for the replica-group races (nemeses.groups.ReplicaGroups)."""
+        from harness.systems.tessera.members import TabletMembers
+
+        return TabletMembers(self)
+
+    def cannot_spare(self) -> set[str]:
+        """Tablets some replica reports with fewer than three voters in its active config, or
+        with a config change in flight: the membership nemesis removed one of their replicas
+        (once, a WAL damaged in a tablet shrunk to two voters left it without a leader,
+        which the convergence check called a bug)."""
+        from node.protocol import ServerStatus
+
+        statuses = self.ask_each(self.hosts, "tserver", "ts.status", ServerStatus)
+        return {t.tablet_id for st in statuses.values() for t in st.tablets
+                if t.state == "RUNNING" and (t.config != t.committed_config
+                                             or sum(kind == "VOTER" for _, kind in t.config) < 3)}
+
+    def log_files(self, host: str) -> list[str]:
+        """Every daemon's log, a master's removed during the run included."""
+        kinds = ["master"] if host in self._had_master else []
+        return [f"{DATA}/logs/{d}.{ext}" for d in [*kinds, "tserver"] for ext in ("log", "probes")]
+
+    def _torn_down(self) -> None:
+        self.added_masters.clear()
+
+
+def _toml_str(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
