@@ -12,7 +12,7 @@ lost add means two clients held the lock at once.
   still existing (an etcd txn), so a holder whose lease expired cannot write: it stays correct.
 
 The client must offer `acquire(name, ttl_s) -> (key, lease)`, `release(key, lease)` and
-`put_if_held(key, value, lock_key)` (harness.etcd_db.EtcdClient).
+`put_if_held(key, value, lock_key)` (harness.systems.etcd.deployment.EtcdClient).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ the key's, in order, with no gaps.
 
 A watch starts at revision 1, never 0: etcd takes 0 as "from now" (etcd-io/etcd#11496, the
 edge case Jepsen reported). The client must offer `watch(key, from_revision, seconds)` and
-`watch_until(key, revision, timeout)` (harness.etcd_db.EtcdClient).
+`watch_until(key, revision, timeout)` (harness.systems.etcd.deployment.EtcdClient).
 """
 
 from __future__ import annotations

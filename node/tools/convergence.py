@@ -9,7 +9,7 @@ server did not answer are listed but never compared.
 
 `compare` and `first_differing_key` are pure; `converge` polls through an injected `ask`, and
 `check_convergence` asks through anything with tablet servers' `ask_each`, so the harness's end of
-run check (its DB adapter, harness.db.TesseraDB), `tessera cluster ksck --checksum-scan` (its
+run check (its DB adapter, TesseraDB), `tessera cluster ksck --checksum-scan` (its
 `Servers`) and the loopback tests share one implementation. It is the engine's, beside ksck, as
 Kudu's checksum scan is: the engine imports nothing from the harness or the checkers.
 """
@@ -183,7 +183,7 @@ def converge(ask: Ask, asked: list[str], timeout: float, interval: float = 0.5) 
 
 def check_convergence(db, timeout: float = 30.0) -> dict:
     """`db`: anything with `hosts` (each with `.name`) and `ask_each(hosts, daemon, method, reply,
-    request)`, like harness.db.TesseraDB or ksck's `Servers`. Asks for the replicas' checksums
+    request)`, like the harness's TesseraDB or ksck's `Servers`. Asks for the replicas' checksums
     (`ts.checksum`) until the live replicas of each tablet agree on an applied index, then compares
     their rows. Returns the checker result (see `compare`)."""
     hosts = list(db.hosts)

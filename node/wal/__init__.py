@@ -1,4 +1,4 @@
-"""The write-ahead log of one tablet replica (Kudu's design: ../shared/seeds/01-...-wal.txt).
+"""The write-ahead log of one tablet replica, after Kudu's consensus and WAL design.
 
     log = Log.open("DATA/wals/<tablet_id>", tablet_id, LogOptions())
     replay(log.recovered)               # every entry that survived, contiguous, truncations applied
