@@ -25,7 +25,7 @@ FULL_KIND = "sim-full"  # Cell.workload of a whole-stack simulation cell (tesser
 # Virtual seconds of one seed of that cell. Per CPU second, short seeds reach more code probes:
 # the matrix's mix of seeds (half swarm) at 15 s reached 148 probes in 73 CPU s (40 seeds), at
 # 60 s 126 in 56 (10 seeds), at 7.5 s 142 in 108 (80 seeds: start-up dominates). See
-# docs/benchmarks.md, "Matrix seeds: probes per CPU second by seed length".
+# docs/benchmarks/history.md, "2026-11-29: matrix seeds: probes per CPU second by seed length".
 FULL_SEED_S = 15.0
 NODES = 3
 STEPS = 3000
