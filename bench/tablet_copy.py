@@ -166,6 +166,9 @@ def main() -> int:
     ap.add_argument("--mib", type=int, default=1024, help="tablet size in MiB (default 1024)")
     ap.add_argument("--rounds", type=int, default=3, help="disk/copy rounds (default 3)")
     ap.add_argument("--dir", default="/var/tmp", help="where the cluster lives (default /var/tmp)")
+    ap.add_argument("--json", action="store_true",
+                    help="one JSON line (this bench's only output; taken so that `make bench` "
+                         "can pass it to every bench alike)")
     a = ap.parse_args()
     if a.mib < 16 or a.rounds < 1:
         ap.error("--mib must be at least 16 and --rounds at least 1")
