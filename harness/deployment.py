@@ -35,7 +35,7 @@ async def first_write(probe, system: str, timeout: float) -> None:
     probe is closed either way."""
     import asyncio
 
-    from node.errors import OpFailed, OpUnknown
+    from workloads.outcomes import OpFailed, OpUnknown
 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -158,6 +158,11 @@ class Deployment(Holds):
     def check_flags(cls, flags: dict) -> None:
         """ValueError for a --flag the system's daemons would not take (checked before any
         host is touched); by default every key passes to the daemons' config as it is."""
+
+    @classmethod
+    def check_workload(cls, workload) -> None:
+        """ValueError for a workload's options the system's client cannot honour (checked
+        before any host is touched); by default every workload the system runs is taken."""
 
     def __post_init__(self) -> None:
         # One start, kill or watchdog check at a time per host: a nemesis restarting a daemon

@@ -23,12 +23,13 @@ def check(spec: TestSpec) -> TestSpec:
     kind = system(spec.db)
     check_writes(spec)
     try:  # an unknown workload is named as such before asking whether --db runs it
-        spec.make_workload()
+        workload = spec.make_workload()
     except TypeError as e:
         raise ValueError(f"bad --workload-option for {spec.workload}: {e}") from None
     if spec.workload not in kind.workloads:
         raise ValueError(f"--db {spec.db} runs the workloads {', '.join(kind.workloads)}, "
                          f"not {spec.workload}")
+    kind.check_workload(workload)
     if spec.client not in kind.client_modes:  # each system's are among CLIENT_MODES
         raise ValueError(f"--db {spec.db} takes --client {', '.join(kind.client_modes)}, "
                          f"not {spec.client}")

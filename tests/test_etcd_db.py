@@ -13,8 +13,8 @@ import pytest
 
 from harness.cluster import Host
 from harness.systems.etcd.deployment import EtcdClient, EtcdDB, compare_members
-from node.errors import OpFailed, OpUnknown
 from reports.checkers.logs import scan_log
+from workloads.outcomes import OpFailed, OpUnknown
 
 pytestmark = pytest.mark.skipif(shutil.which("etcd") is None,
                                 reason="etcd-server is not installed (make setup installs it)")

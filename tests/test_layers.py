@@ -13,8 +13,9 @@ The rules:
 - the whole-stack simulator (harness/sim/) may drive the harness's runner, recorder, workloads and
   checkers, but never reaches the `tessera test` command (harness.chaos, harness.chaos_cli) nor a
   system's deployment (harness.deployment, harness.systems.*.deployment);
-- the nemeses reach a system only through the protocols it offers: never the engine (node/) nor
-  a system's package (harness/systems/); the workloads never a system's package;
+- the nemeses and the workloads reach a system only through the protocols it offers (faults:
+  Deployment's offers; workloads: workloads.base.KVClient and workloads.outcomes): never the
+  engine (node/) nor a system's package (harness/systems/);
 - the checkers (reports/checkers/) reach nothing in harness;
 - no two modules import each other, directly or around a longer circle;
 - the exit codes live in one leaf module, EXIT_CODES, that imports nothing from the project, and
@@ -74,8 +75,8 @@ RULES = (
          or re.fullmatch(r"harness\.systems\.\w+\.deployment", m) is not None),
     Rule("the nemeses must not reach the engine (node/) or a system's package (harness/systems/)",
          within("nemeses"), within("node", "harness.systems")),
-    Rule("the workloads must not reach a system's package (harness/systems/)", within("workloads"),
-         within("harness.systems")),
+    Rule("the workloads must not reach the engine (node/) or a system's package "
+         "(harness/systems/)", within("workloads"), within("node", "harness.systems")),
     Rule("the checkers (reports/checkers/) must not reach the harness", within("reports.checkers"),
          within("harness")),
 )
@@ -390,11 +391,14 @@ def test_nemeses_and_workloads_may_not_reach_a_system_or_the_engine(tmp_path):
                              "harness/systems/tessera/members.py": "",
                              "nemeses/race.py": "from node.replica import Replica\n",
                              "nemeses/members.py": "from harness.systems.tessera import members\n",
-                             "workloads/watch.py": "from harness.systems.etcd.deployment import C\n"})
+                             "workloads/watch.py": "from harness.systems.etcd.deployment import C\n",
+                             "node/errors.py": "",
+                             "workloads/base.py": "from node.errors import OpFailed\n"})
     text = "\n".join(report(graph))
     assert "nemeses/race.py:1: nemeses.race imports node.replica" in text
     assert "nemeses/members.py:1: nemeses.members imports harness.systems.tessera.members" in text
     assert "workloads/watch.py:1: workloads.watch imports harness.systems.etcd.deployment" in text
+    assert "workloads/base.py:1: workloads.base imports node.errors" in text
 
 
 def test_planted_exit_codes_out_of_place_are_found(tmp_path):

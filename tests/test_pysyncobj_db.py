@@ -15,8 +15,8 @@ import pytest
 
 from harness.cluster import Host
 from harness.systems.pysyncobj.deployment import NodeClient, PySyncObjDB, compare_nodes
-from node.errors import OpFailed, OpUnknown
 from reports.checkers.logs import check_logs, scan_log
+from workloads.outcomes import OpFailed, OpUnknown
 
 _subnet = itertools.count(30)
 

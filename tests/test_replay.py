@@ -103,7 +103,7 @@ class FlakyClient:
     async def _maybe(self):
         await asyncio.sleep(self.rng.uniform(0, 0.002))
         if self.rng.random() < 0.1:
-            from node.errors import OpUnknown
+            from workloads.outcomes import OpUnknown
             raise OpUnknown("lost")
 
     async def read(self, key):

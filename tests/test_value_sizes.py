@@ -15,7 +15,15 @@ import pytest
 
 from harness.sim.stack import MAX_FRAME, StackConfig, run_seeds
 from workloads import make
-from workloads.values import EDGE_BYTES, ValueSizes
+from workloads.values import DEFAULT_LIMIT, EDGE_BYTES, ValueSizes
+
+
+def test_the_workloads_default_limit_is_tesseras_frame_limit():
+    """The workloads know no system, so their default reach is a number of their own: it must
+    stay Tessera's RPC frame limit, which wide values are drawn to test."""
+    from node.rpc.wire import DEFAULT_MAX_FRAME
+
+    assert DEFAULT_LIMIT == DEFAULT_MAX_FRAME
 
 
 def test_wide_values_are_mostly_small_and_reach_the_frame_limit():

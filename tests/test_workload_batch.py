@@ -44,7 +44,7 @@ def test_batched_threads_of_one_node_share_one_background_session():
     client = FakeClient()
     workload = make("register", writes="session-background", batch=16, batch_interval_ms=20)
     clients, close = workload_clients(client, "test", {}, ["a", "b"], workload)
-    handles = [clients(t) for t in range(5)]
+    handles = [clients(t).table for t in range(5)]  # the adapter's Table, here a tuple
     assert [h[1] for h in handles] == ["a", "b", "a", "b", "a"]
     assert handles[0][2] is handles[2][2] is handles[4][2] and handles[1][2] is handles[3][2]
     assert handles[0][2] is not handles[1][2]
@@ -60,15 +60,19 @@ def test_batched_threads_of_one_node_share_one_background_session():
 def test_unbatched_and_smart_clients_are_as_before():
     client = FakeClient()
     clients, _ = workload_clients(client, "test", {}, ["a", "b"], make("list-append"))
-    assert clients(3) == ("test", "b", None) and client.sessions == []
+    assert clients(3).table == ("test", "b", None) and client.sessions == []
     clients, _ = workload_clients(client, "test", {}, None,
                                   make("register", writes="session-background", batch=4))
-    assert clients(0)[1] is None and clients(0)[2] is clients(7)[2]  # one shared session
+    assert clients(0).table[1] is None and clients(0).table[2] is clients(7).table[2]  # one session
 
 
-def test_a_batch_the_tablets_cannot_keep_is_refused_when_the_workload_is_made():
+def test_a_batch_the_tablets_cannot_keep_is_refused_before_the_run():
+    from harness.spec import TestSpec
+    from harness.validate import check
+
     with pytest.raises(ValueError, match="max_batch_ops must be 1..128"):
-        make("register", writes="session-background", batch=129)
+        check(TestSpec(workload="register", writes="session-background",
+                       workload_options={"batch": 129}))
 
 
 def test_the_replay_command_carries_the_batch():
@@ -106,3 +110,21 @@ def test_a_batched_seed_replays_bit_for_bit(tmp_path):
     a = StackSim(StackConfig(**cfg), tmp_path / "a").run()
     b = StackSim(StackConfig(**cfg), tmp_path / "b").run()
     assert a.ok() and a.history_sha == b.history_sha and a.ops == b.ops
+
+
+def test_list_append_key_sets_lie_in_tesseras_tablets_once_its_clients_place_them():
+    """The workload knows no partitioning: Tessera's adapter gives it the hash placement when it
+    opens the run's clients, and each key set then lies in one tablet (a transaction's keys
+    must), set i in tablet i mod tablets; a system with no groups gets plain names."""
+    from harness.systems.tessera.clients import hash_placement
+    from node.tablet.superblock import HashBucket
+    from workloads.list_append import key_set
+
+    workload = make("list-append", tablets=4)
+    assert workload.placement is None and key_set(5, 4, 3) == ("k5.0", "k5.1", "k5.2")
+    workload_clients(FakeClient(), "test", {}, None, workload)
+    assert workload.placement is hash_placement
+    for i in range(12):
+        keys = key_set(i, 4, 8, workload.placement)
+        assert len(keys) == 8 and all(HashBucket(i % 4, 4).contains(k) for k in keys)
+    assert key_set(3, 1, 2, hash_placement) == ("k3.0", "k3.1")  # one tablet: no hashing

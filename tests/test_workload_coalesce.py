@@ -15,7 +15,7 @@ import pytest
 import node.client as client_module
 from harness.sim.stack import StackConfig, StackSim, replay_command
 from harness.spec import TestSpec
-from harness.systems.tessera.clients import workload_clients
+from harness.systems.tessera.clients import session_options, workload_clients
 from harness.validate import check
 from node.client import FlushMode, TesseraClient
 from reports.history import read_jsonl
@@ -27,7 +27,7 @@ def test_shared_threads_of_one_node_share_sessions_and_keep_their_own_handles():
     client = TesseraClient([("127.0.0.1", 7051)])
     clients, close = workload_clients(client, "test", {}, ["a", "b"],
                                       make("register", writes="shared"))
-    handles = [clients(t) for t in range(5)]
+    handles = [clients(t).table for t in range(5)]
     assert len({id(h) for h in handles}) == 5  # each thread's `node` stays its own
     assert handles[0].sessions is handles[2].sessions is handles[4].sessions
     assert handles[1].sessions is handles[3].sessions
@@ -39,9 +39,9 @@ def test_shared_threads_of_one_node_share_sessions_and_keep_their_own_handles():
         "handles_sharing": 2, "requests": 8, "writes": 13, "mean_writes_per_request": 1.62,
         "requests_with_several": 3}}
     clients, _ = workload_clients(client, "test", {}, None, make("list-append", writes="shared"))
-    assert clients(0).sessions is clients(7).sessions  # a smart client: one for all
+    assert clients(0).table.sessions is clients(7).table.sessions  # a smart client: one for all
     clients, close = workload_clients(client, "test", {}, None, make("list-append"))
-    assert clients(0).sessions is not clients(7).sessions  # own: a session each, as before
+    assert clients(0).table.sessions is not clients(7).table.sessions  # own: one each
     assert asyncio.run(close()) is None
 
 
@@ -52,7 +52,7 @@ def test_each_mode_makes_its_clients():
     for writes in WRITE_MODES:
         clients, close = workload_clients(client, "test", {}, ["a", "b"],
                                           make("register", writes=writes))
-        handles = [clients(t) for t in range(4)]
+        handles = [clients(t).table for t in range(4)]
         sessions = [h.session for h in handles]
         if writes in ("own", "shared"):
             assert sessions == [None] * 4, writes
@@ -60,7 +60,7 @@ def test_each_mode_makes_its_clients():
             continue
         assert sessions[0] is sessions[2] and sessions[1] is sessions[3]
         assert sessions[0] is not sessions[1] and sessions[0].bind == ("a", None)
-        assert sessions[0].options == make("register", writes=writes).session_options()
+        assert sessions[0].options == session_options(make("register", writes=writes))
         stats = asyncio.run(close())
         assert stats == {"mode": writes, "sessions": 2, "batches": 0, "ops": 0,
                          "mean_ops_per_batch": 0.0, "cut_by": {}}
@@ -68,15 +68,15 @@ def test_each_mode_makes_its_clients():
 
 
 def test_session_options_per_mode():
-    assert make("register").session_options() is None
-    assert make("register", writes="shared").session_options() is None
+    assert session_options(make("register")) is None
+    assert session_options(make("register", writes="shared")) is None
     background = make("register", writes="session-background", batch_interval_ms=20)
-    o = background.session_options()
+    o = session_options(background)
     assert (o.mode, o.max_batch_ops, o.flush_interval_s) == (
         FlushMode.AUTO_FLUSH_BACKGROUND, 16, 0.02)  # batch 0: 16 ops a batch
-    o = make("list-append", writes="session-manual", batch=4).session_options()
+    o = session_options(make("list-append", writes="session-manual", batch=4))
     assert (o.mode, o.max_batch_ops) == (FlushMode.MANUAL_FLUSH, 4)
-    o = make("register", writes="session-background", batch=64).session_options()
+    o = session_options(make("register", writes="session-background", batch=64))
     assert (o.mode, o.max_batch_ops) == (FlushMode.AUTO_FLUSH_BACKGROUND, 64)
 
 
@@ -89,8 +89,9 @@ def test_a_bad_mode_or_a_batch_without_a_session_is_refused_when_the_workload_is
             make("register", writes=writes, batch=4)
     with pytest.raises(ValueError, match="number of ops"):
         make("register", writes="session-manual", batch=True)
-    with pytest.raises(ValueError, match="max_batch_ops must be 1..128"):
-        make("register", writes="session-manual", batch=129)
+    with pytest.raises(ValueError, match="max_batch_ops must be 1..128"):  # Tessera's bound
+        check(TestSpec(workload="register", writes="session-manual",
+                       workload_options={"batch": 129}))
     with pytest.raises(TypeError, match="coalesce"):  # the old option is gone
         make("register", coalesce=True)
 
@@ -124,7 +125,7 @@ def test_every_mode_is_checked_and_made_for_tessera():
         assert spec.make_workload().writes == writes
     spec = check(TestSpec(workload="register", writes="session-manual",
                           workload_options={"batch": 8}))
-    assert spec.make_workload().session_options().max_batch_ops == 8
+    assert session_options(spec.make_workload()).max_batch_ops == 8
     assert TestSpec.from_dict(spec.to_dict()) == spec  # test.json keeps it; replay reads it
 
 

@@ -9,11 +9,11 @@ issues is reproducible from the run's seed no matter how the threads interleave 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
-from node.errors import OpFailed, OpUnknown, WrongReply
+from workloads.outcomes import OpFailed, OpUnknown, WrongReply
 
 # How the workers' writes reach the client (Workload.writes; `tessera test --writes`).
 WRITE_MODES = ("own", "shared", "session-background", "session-manual")
@@ -82,6 +82,10 @@ class Workload:
 
     name: str = "workload"
     tablets: int = 1  # tablets of the test table (transactions need their keys in one tablet)
+    # Which of `tablets` replication groups holds a key, (key, groups) -> group: the system's
+    # client adapter sets it when it opens the run's clients (Tessera's: its hash partitioning),
+    # since a transaction must keep its keys in one group. None: the system has no groups.
+    placement: ClassVar[Callable[[str, int], int] | None] = None
     # How the workers' writes (cas, append, txn; reads never) reach the client, one of
     # WRITE_MODES; each op is still invoked, completed and recorded on its own in every mode.
     #   own: each worker has a handle of its own, and every write is one ts.write.
@@ -109,19 +113,8 @@ class Workload:
         if self.batch and self.writes not in SESSION_MODES:
             raise ValueError(f"batch={self.batch} sizes a batching session's batches: it takes "
                              f"writes {' or '.join(SESSION_MODES)}, not {self.writes}")
-        self.session_options()  # refuses a batch size the tablets' session bound cannot keep
-
-    def session_options(self):
-        """The batching session's options for the session modes (MANUAL_FLUSH for
-        session-manual), or None when each worker's writes go through its handle."""
-        if self.writes not in SESSION_MODES:
-            return None
-        from node.client.session import FlushMode, SessionOptions
-
-        mode = (FlushMode.MANUAL_FLUSH if self.writes == "session-manual"
-                else FlushMode.AUTO_FLUSH_BACKGROUND)
-        return SessionOptions(mode, max_batch_ops=self.batch or DEFAULT_BATCH,
-                              flush_interval_s=self.batch_interval_ms / 1000)
+        # A batch size the system's sessions cannot keep is the system's to refuse
+        # (Deployment.check_workload), before any host is touched.
 
     @property
     def checker(self) -> Checker:

@@ -11,20 +11,22 @@ from __future__ import annotations
 import functools
 import itertools
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from node.tablet.superblock import HashBucket
 from workloads.base import Checker, Invocation, KVClient, Workload, answer, register
 from workloads.independent import IndependentKeys
 
 
 @functools.cache
-def key_set(i: int, tablets: int, size: int) -> tuple[str, ...]:
-    """Key set `i`: `size` keys in the tablet of bucket i mod tablets."""
-    bucket = HashBucket(i % tablets, tablets)
+def key_set(i: int, tablets: int, size: int,
+            placement: Callable[[str, int], int] | None = None) -> tuple[str, ...]:
+    """Key set `i`: `size` keys in group i mod tablets, as the system places keys
+    (`Workload.placement`); the first `size` names when it has no groups."""
     names = (f"k{i}.{m}" for m in itertools.count())
-    return tuple(itertools.islice((k for k in names if bucket.contains(k)), size))
+    if placement is not None and tablets > 1:
+        names = (k for k in names if placement(k, tablets) == i % tablets)
+    return tuple(itertools.islice(names, size))
 
 
 @register
@@ -46,7 +48,8 @@ class ListAppend(Workload):
         sets = IndependentKeys(self.threads_per_key, self.ops_per_key)
         counter = itertools.count()
         for t in itertools.count():
-            keys = key_set(sets.key(thread, threads, t), self.tablets, self.active_keys)
+            keys = key_set(sets.key(thread, threads, t), self.tablets, self.active_keys,
+                           self.placement)
             txn = []
             for _ in range(rng.randint(1, self.max_txn_len)):
                 key = rng.choice(keys)

@@ -21,8 +21,8 @@ import asyncio
 import random
 from dataclasses import dataclass, field
 
-from node.errors import OpFailed, OpUnknown
 from workloads.base import Invocation, register
+from workloads.outcomes import OpFailed, OpUnknown
 from workloads.set import SetWorkload
 
 LOCK = "foo"  # Jepsen's lock name

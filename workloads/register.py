@@ -12,11 +12,10 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from node.errors import OpFailed
-from node.rpc.wire import DEFAULT_MAX_FRAME
 from workloads.base import Checker, Invocation, KVClient, Workload, register
 from workloads.independent import IndependentKeys
-from workloads.values import ValueSizes
+from workloads.outcomes import OpFailed
+from workloads.values import DEFAULT_LIMIT, ValueSizes
 
 
 @register
@@ -29,14 +28,14 @@ class Register(Workload):
     values: int = 5
     read_share: float = 0.5  # the rest is writes and cas, half each
     # "wide": values padded to sizes up to value_max_bytes (workloads.values); value_seed varies
-    # the sizes between runs (the simulator passes its seed). 0: the RPC frame limit.
+    # the sizes between runs (the simulator passes its seed). 0: DEFAULT_LIMIT.
     value_sizes: str = "small"
     value_max_bytes: int = 0
     value_seed: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.sizes = ValueSizes(self.value_sizes, self.value_max_bytes or DEFAULT_MAX_FRAME,
+        self.sizes = ValueSizes(self.value_sizes, self.value_max_bytes or DEFAULT_LIMIT,
                                 self.value_seed)
 
     @property

@@ -27,8 +27,8 @@ from typing import ClassVar
 
 from harness.cluster import Host
 from harness.deployment import DATA, Deployment, bound_clients, first_write
-from node.errors import OpFailed, OpUnknown
 from reports.checkers.logs import rule
+from workloads.outcomes import OpFailed, OpUnknown
 
 CLIENT_PORT, PEER_PORT = 2379, 2380
 GROUP = "etcd"  # its one replication group, as the nemeses' tablet rules name it

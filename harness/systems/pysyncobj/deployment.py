@@ -20,8 +20,8 @@ from typing import ClassVar
 
 from harness.cluster import Host
 from harness.deployment import DATA, ROOT, Deployment, bound_clients, first_write
-from node.errors import OpFailed, OpUnknown
 from reports.checkers.logs import rule
+from workloads.outcomes import OpFailed, OpUnknown
 
 RAFT_PORT, CLIENT_PORT = 7060, 7061
 GROUP = "pysyncobj"  # its one replication group, as the nemeses' tablet rules name it

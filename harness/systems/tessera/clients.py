@@ -1,11 +1,94 @@
 """Tessera's clients for a run: the test table made writable before the clock starts, and the
-workload's clients over one TesseraClient. The chaos runs (harness.systems.tessera.deployment.TesseraDB.open_clients) and
-the whole-stack simulator (harness.sim.stack) both open their clients here."""
+workload's clients over one TesseraClient. The chaos runs (TesseraDB.open_clients) and the
+whole-stack simulator (harness.sim.stack) both open their clients here.
+
+The workloads know no system: they take a client's outcome from workloads.outcomes, and what a
+batching session and a key's tablet are from the system (`session_options`, `hash_placement`).
+This module is where Tessera's client meets them.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Awaitable
+from typing import Any
+
+from node import errors
+from node.tablet.superblock import HashBucket
+from workloads import outcomes
+
+
+async def _outcome(call: Awaitable[Any]) -> Any:
+    """The engine's outcome errors as the workloads' own, message and all (an error with no
+    message keeps its class name, as a history recorded it); any other error passes through,
+    and leaves the op's outcome unknown."""
+    try:
+        return await call
+    except errors.WrongReply as e:
+        raise outcomes.WrongReply(e.reply) from e
+    except errors.OpFailed as e:
+        raise outcomes.OpFailed(str(e) or type(e).__name__) from e
+    except errors.OpUnknown as e:
+        raise outcomes.OpUnknown(str(e) or type(e).__name__) from e
+
+
+class TableClient:
+    """A node.client.Table as a workload's KVClient (workloads.base). What the runner reads of
+    a handle after its op (`node`, `hybrid_time`, `sent`) is the table's."""
+
+    __slots__ = ("table",)
+
+    def __init__(self, table) -> None:
+        self.table = table
+
+    @property
+    def node(self) -> str | None:
+        return self.table.node
+
+    @property
+    def hybrid_time(self) -> int | None:
+        return self.table.hybrid_time
+
+    @property
+    def sent(self) -> dict | None:
+        return self.table.sent
+
+    async def read(self, key: str) -> Any:
+        return await _outcome(self.table.read(key))
+
+    async def write(self, key: str, value: Any) -> Any:
+        return await _outcome(self.table.write(key, value))
+
+    async def cas(self, key: str, expected: Any, new: Any) -> bool:
+        return await _outcome(self.table.cas(key, expected, new))
+
+    async def append(self, key: str, element: Any) -> Any:
+        return await _outcome(self.table.append(key, element))
+
+    async def txn(self, ops: list[list]) -> list[list]:
+        return await _outcome(self.table.txn(ops))
+
+
+def hash_placement(key: str, groups: int) -> int:
+    """Which of `groups` tablets of a hash-partitioned table holds `key` (the workloads'
+    `Workload.placement`): a transaction must keep its keys in one tablet."""
+    return next(b for b in range(groups) if HashBucket(b, groups).contains(key))
+
+
+def session_options(workload):
+    """The batching session's options for the workload's session modes (MANUAL_FLUSH for
+    session-manual), or None when each worker's writes go through its handle. ValueError for a
+    batch size the tablets' session bound cannot keep."""
+    from node.client.session import FlushMode, SessionOptions
+    from workloads.base import DEFAULT_BATCH, SESSION_MODES
+
+    if workload.writes not in SESSION_MODES:
+        return None
+    mode = (FlushMode.MANUAL_FLUSH if workload.writes == "session-manual"
+            else FlushMode.AUTO_FLUSH_BACKGROUND)
+    return SessionOptions(mode, max_batch_ops=workload.batch or DEFAULT_BATCH,
+                          flush_interval_s=workload.batch_interval_ms / 1000)
 
 
 def workload_clients(client, table: str, names: dict, binds: list[str] | None, workload):
@@ -20,7 +103,8 @@ def workload_clients(client, table: str, names: dict, binds: list[str] | None, w
     together. In every mode each op stays one op of the history (the runner records it)."""
     from node.client.session import Sessions
 
-    options = workload.session_options()  # the session modes'
+    options = session_options(workload)  # the session modes'
+    workload.placement = hash_placement
     sessions: dict = {}  # bind -> Session, with a session mode
     shared: dict = {}  # bind -> Sessions, with writes=shared
 
@@ -28,12 +112,12 @@ def workload_clients(client, table: str, names: dict, binds: list[str] | None, w
         bind = binds[thread % len(binds)] if binds else None
         if options is None:
             if workload.writes == "shared":
-                return client.table(table, names, bind=bind,
-                                    sessions=shared.setdefault(bind, Sessions()))
-            return client.table(table, names, bind=bind)
+                return TableClient(client.table(table, names, bind=bind,
+                                                sessions=shared.setdefault(bind, Sessions())))
+            return TableClient(client.table(table, names, bind=bind))
         if bind not in sessions:
             sessions[bind] = client.new_session(table, options, bind=bind)
-        return client.table(table, names, bind=bind, session=sessions[bind])
+        return TableClient(client.table(table, names, bind=bind, session=sessions[bind]))
 
     async def close() -> dict | None:
         """Flush what is still buffered (ops whose callers gave up are dropped, never sent);

@@ -42,6 +42,14 @@ class TesseraDB(Deployment):
         "rpc_private_key_file", "rpc_ca_certificate_file", "config", "probes_file"})
 
     @classmethod
+    def check_workload(cls, workload) -> None:
+        """A batch size the tablets' session bound cannot keep (the results a tablet keeps per
+        client session) is refused here, as the session would refuse it at the run's start."""
+        from harness.systems.tessera.clients import session_options
+
+        session_options(workload)
+
+    @classmethod
     def check_flags(cls, flags: dict) -> None:
         """Every --flag checked as the daemons will check it at start (names, types, values and
         the rules between them), before any host is touched."""
