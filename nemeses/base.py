@@ -45,7 +45,7 @@ class Context:
     """What nemeses act on: the DB adapter, the hosts and their SSH remotes, and the test
     table's tablet ids by hash bucket (filled in once the table exists)."""
 
-    db: Any
+    db: Any  # nemeses.system.Processes, and the protocols of what the system offers
     hosts: list = field(default_factory=list)  # harness.cluster.Host
     remotes: dict = field(default_factory=dict)  # host name -> harness.control.Remote
     tablets: dict[int, str] = field(default_factory=dict)

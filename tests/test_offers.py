@@ -1,18 +1,15 @@
 """What a system offers and what a fault needs are one vocabulary (nemeses.registry.OFFERS), and
-a system that offers something implements the methods behind it: a fault that applies must not
-find NotImplementedError in the middle of a run."""
+a system that offers something implements the typed protocol behind it (nemeses.system): a
+fault that applies must not find NotImplementedError in the middle of a run."""
+
+import inspect
 
 import pytest
 
 from harness.deployment import Deployment
 from harness.systems import SYSTEMS, system
 from nemeses.registry import OFFERS, packages
-
-# The protocol behind each offer: the Deployment methods a fault that needs it calls.
-METHODS = {"disk": ("disk_layout", "damaged"), "membership": ("membership",),
-           "admin": ("admin",), "leaders": ("leader_master", "tablet_leaders"),
-           "tablets": ("replica_groups",), "sessions": ("intrude_sessions",),
-           "masters": ("add_master", "remove_master")}
+from nemeses.system import OFFERED, Processes, members
 
 
 def test_every_need_is_an_offer_with_a_meaning():
@@ -20,10 +17,59 @@ def test_every_need_is_an_offer_with_a_meaning():
         assert p.needs <= OFFERS.keys(), (p.name, p.needs - OFFERS.keys())
 
 
+def _lacks(kind: type, protocol: type) -> list[str]:
+    """The protocol's members the system's class does not implement: absent, or a method left
+    as the Deployment base's stub, which raises NotImplementedError (a base method with a
+    default, such as `repair`, counts). Attributes the class sets per instance (dataclass
+    fields, properties) count as present."""
+    fields = getattr(kind, "__dataclass_fields__", {})
+    lacking = []
+    for name in members(protocol):
+        if name in fields:
+            continue
+        if not hasattr(kind, name):
+            lacking.append(name)
+        elif getattr(kind, name) is getattr(Deployment, name, None) and _stub(getattr(kind, name)):
+            lacking.append(f"{name} (the base's stub)")
+    return lacking
+
+
+def _stub(fn) -> bool:
+    return callable(fn) and "raise NotImplementedError" in inspect.getsource(fn)
+
+
+def test_every_offer_with_methods_has_a_protocol():
+    assert OFFERED.keys() <= OFFERS.keys()
+    assert set(OFFERS) - set(OFFERED) == {"faketime"}  # how daemons run: nothing to call
+
+
 @pytest.mark.parametrize("name", list(SYSTEMS))
-def test_a_system_implements_what_it_offers(name):
+def test_a_system_implements_the_protocols_of_what_it_offers(name):
     kind = system(name)
     assert kind.offers <= OFFERS.keys(), kind.offers - OFFERS.keys()
-    for offer in kind.offers:
-        for method in METHODS.get(offer, ()):
-            assert getattr(kind, method) is not getattr(Deployment, method), (name, offer, method)
+    assert not _lacks(kind, Processes), (name, _lacks(kind, Processes))
+    for offer in sorted(kind.offers & OFFERED.keys()):
+        assert not _lacks(kind, OFFERED[offer]), (name, offer, _lacks(kind, OFFERED[offer]))
+
+
+def test_the_protocols_each_system_implements():
+    """The list a reader wants: which protocols each system implements, as its offers say."""
+    implemented = {n: sorted(o for o in system(n).offers if o in OFFERED) for n in SYSTEMS}
+    assert implemented == {
+        "tessera": ["disk", "leaders", "masters", "membership", "sessions", "tablets"],
+        "etcd": ["admin", "disk", "leaders", "membership"],
+        "pysyncobj": ["leaders"],
+    }
+
+
+def test_a_missing_protocol_method_is_found():
+    class Half(Deployment):
+        offers = frozenset({"leaders", "membership"})
+
+        def leader_master(self):
+            return None
+
+    assert _lacks(Half, OFFERED["leaders"]) == ["tablet_leaders (the base's stub)"]
+    assert _lacks(Half, OFFERED["membership"]) == ["membership (the base's stub)"]
+    assert _lacks(Half, OFFERED["disk"]) == ["damaged (the base's stub)",
+                                              "disk_layout (the base's stub)"]
