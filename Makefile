@@ -4,9 +4,12 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-# Debian packages the tests and the demo use (sshd per netns host, iptables/tc for nemeses,
-# etcd for `tessera test --db etcd`).
-SYSPKGS := openssh-server iproute2 iptables util-linux faketime libnetfilter-queue-dev fuse3 libfuse2 chromium default-jre-headless vagrant etcd-server etcd-client
+# Debian packages the tests and the demo use (sshd per netns host, iptables/tc for nemeses),
+# and those each system under test names in its own package (harness/systems/*/debian-packages:
+# etcd's server and client), so adding a system touches only its package and the registry.
+SYSPKGS := openssh-server iproute2 iptables util-linux faketime libnetfilter-queue-dev fuse3 libfuse2 chromium default-jre-headless vagrant $(shell cat $(wildcard harness/systems/*/debian-packages) /dev/null)
+# What each system's client needs on this machine (harness/systems/*/requirements.txt).
+SYSREQS := $(wildcard harness/systems/*/requirements.txt)
 
 .PHONY: demo test bench lint clean setup sysdeps coverage-sim coverage-suite
 
@@ -18,8 +21,9 @@ sysdeps:
 	  echo "installing Debian packages:" $$missing; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
-	@# Debian's etcd-server enables a member on localhost; the harness runs its own members.
-	@if [ -d /run/systemd/system ]; then systemctl disable --now etcd >/dev/null 2>&1 || true; fi
+	@# A system's own preparation of this machine (etcd's: Debian enables a member on localhost,
+	@# and the harness runs its own members).
+	@for s in $(wildcard harness/systems/*/machine-setup.sh); do bash $$s || exit 1; done
 
 # Debian's python3 needs python3-venv; pyenv or other Pythons already have venv.
 $(VENV)/bin/python:
@@ -27,9 +31,9 @@ $(VENV)/bin/python:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip; }
 	python3 -m venv $(VENV)
 
-$(STAMP): $(VENV)/bin/python pyproject.toml
+$(STAMP): $(VENV)/bin/python pyproject.toml $(SYSREQS)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[host,pysyncobj,harness,reports,test]'
+	$(PY) -m pip install -q -e '.[host,pysyncobj,harness,reports,test]' $(foreach r,$(SYSREQS),-r $(r))
 	touch $(STAMP)
 
 # Two pytest runs side by side: the netns tests, one at a time, and the rest (tests/run_suite.py).
