@@ -657,7 +657,7 @@ def plot(path: Path, doc: dict) -> Path:
     for label, color, pts in series:
         ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=label, color=color)
     peer = doc.get("pysyncobj_best_ops_per_s")
-    if peer:  # the targets, as multiples of the peer's best
+    if peer:  # the targets, as multiples of the peer's best
         for key, what, color in (("ratio_batched", "batched target", "tab:green"),
                                  ("ratio_single_op", "single-op target", "tab:blue")):
             y = TARGETS[key] * peer

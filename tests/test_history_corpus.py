@@ -58,7 +58,7 @@ def test_every_knossos_history_gets_its_verdict_from_tessera_check(capsys, path)
 def test_a_history_of_nemesis_ops_alone_is_valid_as_knossos_says(capsys, tmp_path):
     path = KNOSSOS / "cas-register/good/mongodb-v0-ack-rollback-.edn"
     ops = read_history(path)
-    assert ops and all(o.process == NEMESIS for o in ops)  # the case the issue names
+    assert ops and all(o.process == NEMESIS for o in ops)  # the corner case: no client op
     assert check(capsys, path, "--model", "cas-register")[0] == 0
     empty = tmp_path / "empty.edn"  # no op at all is a different thing: an input error
     empty.write_text("; nothing but a comment\n")

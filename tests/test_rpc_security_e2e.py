@@ -57,7 +57,7 @@ def _attacks(target: ServerStatus, host: str, master: MasterInfo) -> list[tuple[
     append = AppendEntries(BIG, "e" * 32, target.uuid, 0, 0, (), 0)
     other = next(u for u, _ in rep.config if u != target.uuid)
     return [
-        # the attack: a bogus source, a huge caller term, a made-up retained_from
+        # a forged copy request: a bogus source, a huge caller term, a made-up retained_from
         (ts, "ts.start_tablet_copy", StartTabletCopy(tid, evil, BIG, "RUNNING", OpId(BIG, BIG)),
          Ack),
         (ts, "consensus", Consensus(tid, [vote], [evil]), Ack),

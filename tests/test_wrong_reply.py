@@ -28,7 +28,7 @@ P10_DONE = [["append", "k2.3", 1020], ["r", "k2.1", []]]
 
 
 def test_an_ok_that_carries_another_process_s_transaction_is_invalid_naming_both():
-    """The run of the issue: process 16's ok carries process 10's micro-ops and result. Elle
+    """The run that found the bug: process 16's ok carries process 10's micro-ops and result. Elle
     alone sees 1020 appended twice and says unknown; the history is invalid."""
     ops = history(
         {"process": 10, "type": "invoke", "f": "txn", "value": P10},
@@ -96,7 +96,7 @@ def test_answer_fills_reads_from_the_reply_and_refuses_one_that_is_not_the_invoc
 class MisroutedReplies:
     """list-append's client surface over an in-memory store whose server answers each
     transaction's waiter with the reply of the transaction applied just before it (the hidden
-    bug of the issue: a proposal's waiter answered with whatever entry lands at its index)."""
+    bug that run found: a proposal's waiter answered with whatever entry lands at its index)."""
 
     def __init__(self):
         self.data: dict[str, list] = {}
