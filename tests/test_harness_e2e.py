@@ -282,7 +282,7 @@ def _grouped_writes_run(env, tmp_path, options: list[str], concurrency: int, rat
     """A `seconds` run of `workload` with the arguments `options` (--writes and its batch size)
     under kills and partitions: judged valid by the checkers, replicas and logs, every fault
     fired, each op invoked and completed on its own in the history, and every answered write
-    tied to its own request (the replies checker). Its test.json."""
+    tied to its own request (the replies checker). Its record (test.json with outcome.json)."""
     out = tessera("test", "--workload", workload, *options,
                   "--nemesis", "kill,partition", "--time-limit", str(seconds),
                   "--nemesis-interval", "4",
@@ -304,7 +304,9 @@ def _grouped_writes_run(env, tmp_path, options: list[str], concurrency: int, rat
     assert writes and all(o.sent for o in writes), "a write without sent"
     replies = [r for r in results["check"]["results"] if r["checker"] == "replies"]
     assert replies and replies[0]["compared"] > 0 and replies[0]["verdict"] == "valid", replies
-    return json.load(open(os.path.join(run_dir, "test.json")))
+    from reports.spark.runs import read_record
+
+    return read_record(Path(run_dir))  # the plan with its outcome (the batching it reports)
 
 
 @pytest.mark.parametrize("workload,writes", [
