@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 StrPath = str | os.PathLike[str]
+Buffer = bytes | bytearray | memoryview  # what a write takes: the WAL hands out memoryviews
 
 
 class Disk(Protocol):
@@ -26,7 +27,7 @@ class Disk(Protocol):
     def open(self, path: StrPath, *, create: bool = False) -> Any: ...
     def mkstemp(self, directory: StrPath, prefix: str, suffix: str) -> tuple[Any, str]: ...
     def close(self, fd: Any) -> None: ...
-    def pwritev(self, fd: Any, bufs: Sequence[bytes], offset: int) -> int: ...
+    def pwritev(self, fd: Any, bufs: Sequence[Buffer], offset: int) -> int: ...
     def fsync(self, fd: Any) -> None: ...
     def fdatasync(self, fd: Any) -> None: ...
     def ftruncate(self, fd: Any, length: int) -> None: ...
@@ -44,7 +45,7 @@ class Disk(Protocol):
     def fsync_latency(self) -> float: ...
 
 
-def pwrite_all(disk: Disk, fd: Any, bufs: Sequence[bytes], offset: int) -> int:
+def pwrite_all(disk: Disk, fd: Any, bufs: Sequence[Buffer], offset: int) -> int:
     """pwritev that finishes a short write (a signal, a nearly full disk); returns the bytes."""
     total = sum(len(b) for b in bufs)
     written = disk.pwritev(fd, bufs, offset)
@@ -73,7 +74,7 @@ class RealDisk:
     def close(self, fd: int) -> None:
         os.close(fd)
 
-    def pwritev(self, fd: int, bufs: Sequence[bytes], offset: int) -> int:
+    def pwritev(self, fd: int, bufs: Sequence[Buffer], offset: int) -> int:
         return os.pwritev(fd, bufs, offset)
 
     def fsync(self, fd: int) -> None:

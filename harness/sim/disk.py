@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from node.disk import StrPath
+from node.disk import Buffer, StrPath
 
 # ---- the simulated disk ----
 
@@ -392,7 +392,7 @@ class SimDisk:
     def close(self, fd: _Handle) -> None:
         self._handle(fd).closed = True
 
-    def pwritev(self, fd: _Handle, bufs: Sequence[bytes], offset: int) -> int:
+    def pwritev(self, fd: _Handle, bufs: Sequence[Buffer], offset: int) -> int:
         f = self._handle(fd).file
         buf = b"".join(bufs)
         quota = self.faults.quota_bytes

@@ -366,9 +366,8 @@ class WritableSegment:
         if len(bufs) > IOV_MAX:
             step = len(bufs) // IOV_MAX + 1
             bufs = [b"".join(bufs[i : i + step]) for i in range(0, len(bufs), step)]
-        # Disk.pwritev is typed Sequence[bytes], but stamped() hands out memoryviews, which every
-        # disk takes (os.pwritev; SimDisk joins them). Short: a signal or full disk.
-        if self.disk.pwritev(self.fd, bufs, self.offset) != nbytes:  # type: ignore[arg-type]  # memoryviews, see above
+        # Short: a signal or full disk.
+        if self.disk.pwritev(self.fd, bufs, self.offset) != nbytes:
             probe("wal.write.short_write_completed")
             pwrite_all(self.disk, self.fd, [b"".join(bufs)], self.offset)
         self.offset = at
