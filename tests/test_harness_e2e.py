@@ -224,7 +224,12 @@ def test_nemesis_all_fires_every_fault_and_leaves_no_trace(env, tmp_path):
     starts = [s for s in schedule["executed"] if s["action"] == "start"]
     assert starts and all("error" not in s for s in schedule["executed"]), schedule["executed"]
     for s in starts:
-        assert "skipped" in s or (isinstance(s["observed"], dict) and s["observed"]["ok"]), s
+        seen = s.get("observed")
+        # the session intruder's attack is unchecked (ok None), not failed, when no tablet
+        # server answered it: the run's own kills can have every one down at that moment
+        unanswered = s["package"] == "session-intruder" and isinstance(seen, dict) and \
+            seen.get("answered") == 0 and seen.get("ok") is None
+        assert "skipped" in s or unanswered or (isinstance(seen, dict) and seen["ok"]), s
     faults = next(r for r in results["check"]["results"] if r["checker"] == "faults")
     assert faults["verdict"] == "valid" and not faults["errors"]
     assert faults["starts"]["verified"] == sum("observed" in s for s in starts) >= 8
