@@ -51,7 +51,7 @@ class Membership(Protocol):
     def membership(self) -> Any: ...
 
 
-class ReplicaGroups(Protocol):
+class Tablets(Protocol):
     """"tablets": replication groups seen and changed one at a time (nemeses.groups)."""
 
     def replica_groups(self) -> Any: ...  # nemeses.groups.ReplicaGroups
@@ -82,7 +82,7 @@ class Sessions(Protocol):
 # offer (nemeses.registry.OFFERS) -> the protocol a system offering it implements; the other
 # offers ("faketime") are properties of how the daemons run, with no methods behind them
 OFFERED: dict[str, type] = {"leaders": Leaders, "disk": DiskFaults, "membership": Membership,
-                            "tablets": ReplicaGroups, "masters": Masters, "admin": Admin,
+                            "tablets": Tablets, "masters": Masters, "admin": Admin,
                             "sessions": Sessions}
 
 
