@@ -54,18 +54,10 @@ class TabletMembers:
     def present(self, member: tuple[str, str, str]) -> bool | None:
         """Whether the tablet's replica of the newest term (its leader's, if one answers),
         asked on its tablet server, still counts the member in its committed config; None when
-        no server reports a running replica of it."""
-        from node.protocol import ServerStatus
-
-        statuses = self.db.ask_each(self.db.hosts, "tserver", "ts.status", ServerStatus)
-        running = [t for st in statuses.values() for t in st.tablets
-                   if t.tablet_id == member[0] and t.state == "RUNNING"]
-        if not running:
-            return None
-        # the newest term's report, a leader's first: not a deposed leader cut off by a
-        # partition; a follower's committed config when no leader answers
-        newest = max(running, key=lambda t: (t.term, t.role == "LEADER"))
-        return any(uuid == member[1] for uuid, _ in newest.committed_config)
+        no server reports a running replica of it. The newest term's report, a leader's first:
+        not a deposed leader cut off by a partition; a follower's when no leader answers."""
+        view = self.view(member[0])
+        return None if view is None else member[1] in view.members
 
     def view(self, tablet: str) -> GroupView | None:
         """The tablet as its newest term's running replica reports it (nemeses.groups)."""
