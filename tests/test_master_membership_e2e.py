@@ -27,6 +27,20 @@ def tessera(masters, *args):
                           capture_output=True, text=True, timeout=400, stdin=subprocess.DEVNULL)
 
 
+def _remove(masters, member):
+    """`tessera master remove`, asked again while the leader refuses it as unsafe because too few
+    of the remaining masters answered within the last election timeouts: on a loaded machine
+    (this suite shares two cores with chaos runs) a heartbeat's answer can come that late, and
+    the refusal is then the right answer, as Kudu's SafeToEvict gives it. Any other failure
+    fails at once."""
+    def attempt():
+        out = tessera(masters, "master", "remove", member)
+        if out.returncode != 0 and "answered lately" not in out.stdout + out.stderr:
+            raise AssertionError(out.stdout + out.stderr)
+        return out if out.returncode == 0 else None
+    return until(attempt, f"the masters to accept removing {member}", timeout=120, period=1)
+
+
 def _info(cluster, name):
     async def go():
         client = TesseraClient([])
@@ -88,8 +102,7 @@ def test_masters_grow_to_five_shrink_to_three_and_a_wiped_master_is_replaced(tmp
 
         # Shrink: remove two of the original masters (the leader among them, if it is one).
         for name in ("m1", "m2"):
-            out = tessera(five, "master", "remove", addr[name])
-            assert out.returncode == 0, out.stdout + out.stderr
+            _remove(five, addr[name])
         until(lambda: _roles(c, ["m1", "m2"]) == ["REMOVED", "REMOVED"], "m1, m2 to stop serving")
         for name in ("m1", "m2"):
             c.kill(name)
@@ -108,8 +121,7 @@ def test_masters_grow_to_five_shrink_to_three_and_a_wiped_master_is_replaced(tmp
         c.start("m3")
         until(lambda: (i := _info(c, "m3")) is not None and i.role == "INITIALIZING",
                "the wiped m3 to start empty")
-        out = tessera(three, "master", "remove", old_uuid)
-        assert out.returncode == 0, out.stdout + out.stderr
+        _remove(three, old_uuid)
         out = tessera(three, "master", "add", addr["m3"])
         assert out.returncode == 0, out.stdout + out.stderr
         assert _info(c, "m3").uuid != old_uuid
