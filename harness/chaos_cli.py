@@ -1,7 +1,7 @@
 """`tessera test`: build a `TestSpec` from the command line, checking every argument before
 anything touches a host, then run it (`harness.chaos`).
 
-Runs one chaos test: deploys the system under test (Tessera, or --db pysyncobj) on the hosts,
+Runs one chaos test: deploys the system under test (--db) on the hosts,
 runs the workload with the fault plan for --time-limit seconds, heals, runs the final reads,
 checks, and prints the run's store directory.
 """
@@ -17,7 +17,7 @@ import msgspec
 
 from harness import failure_detection, host_options, timing_options
 from harness.spec import CLIENT_MODES, TestSpec
-from harness.systems import SYSTEMS
+from harness.systems import SYSTEMS, summaries
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -27,15 +27,19 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.description = __doc__.split("\n\n")[1].replace("\n", " ")
     d = TestSpec()
     p.add_argument("--db", default=d.db, choices=list(SYSTEMS),
-                   help="the system under test: tessera; pysyncobj (a PySyncObj replicated "
-                        "store: register and set, node-bound clients); or etcd (Debian's "
-                        "etcd-server); each with the workloads and faults that apply to it "
-                        "(default tessera)")
+                   help="the system under test, each with the workloads and faults that apply "
+                        f"to it: {'; '.join(summaries())} (default {d.db})")
     p.add_argument("--workload", default=d.workload, help=f"one of {', '.join(WORKLOADS)} (default register)")
     p.add_argument("--workload-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a workload parameter, e.g. ops_per_key=100; batch=N: ops per batch of "
                         "--writes session-background or session-manual (default 16) "
                         "(repeatable)")
+    p.add_argument("--consistency-model", metavar="MODEL",
+                   help="list-append: the consistency model the system claims, which the "
+                        "history is judged against, so a run is invalid only for an anomaly "
+                        "that model forbids: e.g. repeatable-read, snapshot-isolation, "
+                        "serializable, strict-serializable (default strict-serializable; "
+                        "`tessera check --help` lists every model)")
     p.add_argument("--nemesis", default="none",
                    help="none, or a comma list of groups (all: the classic faults; raft: "
                         "Raft-shaped; masters: the masters' own membership, 3 -> 5 -> 3; admin: "
@@ -124,6 +128,14 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
     from nemeses.registry import select
 
     options = dict(parse_value(o, "--workload-option") for o in args.workload_option)
+    if args.consistency_model is not None:
+        from workloads import WORKLOADS
+
+        judged = sorted(n for n, w in WORKLOADS.items() if "consistency_model" in w.__dataclass_fields__)
+        if args.workload not in judged:
+            raise ValueError(f"--consistency-model judges {', '.join(judged)} histories; "
+                             f"--workload {args.workload} has a model of its own")
+        options["consistency_model"] = args.consistency_model
     flags = dict(parse_value(f, "--flag") for f in args.flag)
     if args.test_count < 1:
         raise ValueError(f"--test-count must be at least 1, got {args.test_count}")

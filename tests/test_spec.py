@@ -7,6 +7,7 @@ import pytest
 
 from harness.chaos_cli import configure, spec_from_args
 from harness.spec import FAST_FAILURE_DETECTION, TestSpec
+from reports.history import Op
 
 
 def spec_of(*argv) -> TestSpec:
@@ -39,6 +40,9 @@ def test_a_random_seed_is_drawn_once_and_kept_in_the_spec():
     (["--nemesis-interval", "0"], "--nemesis-interval must be > 0"),
     (["--time-scale", "0.5"], "--time-scale must be between 1 and 100, got 0.5"),
     (["--op-timeout", "0"], "--op-timeout > 0"),
+    (["--consistency-model", "serializable"], "--workload register has a model of its own"),
+    (["--workload", "list-append", "--consistency-model", "acid"],
+     "--consistency-model 'acid': not one of"),
 ])
 def test_bad_arguments_are_one_clear_error(argv, message):
     with pytest.raises(ValueError, match=message):
@@ -84,3 +88,26 @@ def test_time_scale_multiplies_every_timing_of_the_run_and_explicit_values_win()
     odd = spec_of("--time-scale", "1.25").daemon_flags()["raft_heartbeat_interval_ms"]
     assert odd % TICK_MS == 0 and odd >= TICK_MS
     assert spec_of().time_scale == 1 and spec_of().op_timeout == 5
+
+
+def test_the_claimed_consistency_model_is_what_the_history_is_judged_against():
+    """A G2-item history (write skew: each transaction reads the key the other writes) breaks
+    serializability and not snapshot isolation: the run's verdict follows the model the test
+    claims, recorded with the checker in test.json."""
+    spec = spec_of("--workload", "list-append", "--consistency-model", "snapshot-isolation")
+    assert spec.workload_options == {"consistency_model": "snapshot-isolation"}
+    checker = spec.make_workload().checker
+    assert checker.to_json() == {"model": "list-append",
+                                 "options": {"consistency_model": "snapshot-isolation"}}
+    assert spec_of("--workload", "list-append").make_workload().checker.to_json() == \
+        {"model": "list-append", "options": {}}  # the default: as runs recorded before it
+    ops = []
+    for i, (proc, txn, done) in enumerate([
+            (0, [["r", "x", None], ["append", "y", 1]], [["r", "x", []], ["append", "y", 1]]),
+            (1, [["r", "y", None], ["append", "x", 1]], [["r", "y", []], ["append", "x", 1]]),
+            (2, [["r", "x", None], ["r", "y", None]], [["r", "x", [1]], ["r", "y", [1]]])]):
+        ops.append(Op(process=proc, type="invoke", f="txn", value=txn, index=2 * i))
+        ops.append(Op(process=proc, type="ok", f="txn", value=done, index=2 * i + 1))
+    assert checker.check(ops)["verdict"] == "valid"
+    judged = spec_of("--workload", "list-append", "--consistency-model", "serializable")
+    assert judged.make_workload().checker.check(ops)["verdict"] == "invalid"

@@ -14,6 +14,7 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from reports.checkers.consistency import DEFAULT_MODEL, MODEL_NAMES
 from workloads.base import Checker, Invocation, KVClient, Workload, answer, register
 from workloads.independent import IndependentKeys
 
@@ -38,10 +39,22 @@ class ListAppend(Workload):
     max_txn_len: int = 4
     threads_per_key: int = 5
     ops_per_key: int = 400  # transactions per key set
+    # The model the history must satisfy (reports.checkers.consistency.MODEL_NAMES): a system
+    # that claims less than strict serializability, say repeatable read, is judged by its claim,
+    # so a history is invalid only for what that model forbids (`--consistency-model`).
+    consistency_model: str = DEFAULT_MODEL
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.consistency_model not in MODEL_NAMES:
+            raise ValueError(f"--consistency-model {self.consistency_model!r}: not one of "
+                             f"{', '.join(MODEL_NAMES)}")
 
     @property
     def checker(self) -> Checker:
-        return Checker("list-append")
+        if self.consistency_model == DEFAULT_MODEL:
+            return Checker("list-append")  # as runs recorded before the option
+        return Checker("list-append", {"consistency_model": self.consistency_model})
 
     def ops(self, thread: int, threads: int, rng: random.Random) -> Iterator[Invocation]:
         # Appended values are unique across threads: thread + n * threads.

@@ -22,6 +22,17 @@ SYSTEMS = {
 }
 
 
+def summaries() -> list[str]:
+    """"name (what it is)" for each system, from the first line of its package's docstring: the
+    `--db` help, written where the system is."""
+    out = []
+    for name, target in SYSTEMS.items():
+        doc = importlib.import_module(target.split(":")[0].rsplit(".", 1)[0]).__doc__ or ""
+        line = doc.strip().splitlines()[0].rstrip(".") if doc.strip() else ""
+        out.append(f"{name} ({line[:1].lower()}{line[1:]})" if line else name)
+    return out
+
+
 def system(name: str) -> type[Deployment]:
     """The Deployment class `tessera test --db NAME` uses; ValueError names the known ones."""
     if name not in SYSTEMS:

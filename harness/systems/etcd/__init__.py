@@ -1,1 +1,4 @@
-"""etcd under test (Debian's etcd-server): its deployment and its client, over etcd's v3 JSON gateway."""
+"""Debian's etcd-server, one member per host, through etcd's v3 JSON gateway.
+
+etcd under test: its deployment and its client.
+"""

@@ -1,1 +1,4 @@
-"""PySyncObj under test: its deployment, and the node program every host runs (`node`)."""
+"""A PySyncObj replicated store: register and set, node-bound clients.
+
+PySyncObj under test: its deployment, and the node program every host runs (`node`).
+"""
