@@ -278,13 +278,25 @@ class LazyFS:
 
     # ---- metadata: straight to BACKING ----
 
+    def _own(self, path: str) -> None:
+        """Give a new file or directory to the caller, as a disk would: the mount runs as root,
+        and a daemon that drops to its own user (MariaDB's mysqld) could not reopen a file it
+        made, nor set its times."""
+        import fuse
+
+        uid, gid, _ = fuse.fuse_get_context()
+        if uid or gid:
+            os.chown(self._rel(path), uid, gid, dir_fd=self.root, follow_symlinks=False)
+
     def mknod(self, path: str, mode: int, dev: int) -> None:
         self._guard(path)
         os.mknod(self._rel(path), mode, dev, dir_fd=self.root)
+        self._own(path)
 
     def mkdir(self, path: str, mode: int) -> None:
         self._guard(path)
         os.mkdir(self._rel(path), mode, dir_fd=self.root)
+        self._own(path)
 
     def rmdir(self, path: str) -> None:
         os.rmdir(self._rel(path), dir_fd=self.root)
@@ -292,6 +304,7 @@ class LazyFS:
     def symlink(self, link: str, target: str) -> None:
         self._guard(link)
         os.symlink(target, self._rel(link), dir_fd=self.root)
+        self._own(link)
 
     def link(self, new: str, existing: str) -> None:
         self._guard(new)
@@ -374,6 +387,7 @@ class LazyFS:
     def create(self, path: str, mode: int, fi) -> None:
         self._guard(path)
         fd = os.open(self._rel(path), (fi.flags & ~_STRIPPED) | os.O_CREAT | os.O_CLOEXEC, mode, dir_fd=self.root)
+        self._own(path)
         with self._lock:
             fi.fh = self._register(fd, path)
 

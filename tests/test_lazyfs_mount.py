@@ -277,6 +277,23 @@ def test_directories_symlinks_modes_and_times_pass_through(lazy):
 # ---- the control file ----
 
 
+def test_what_another_user_creates_is_that_users_as_on_a_disk(lazy):
+    """A daemon that drops root (MariaDB's mysqld runs as `mysql`) must own what it creates on
+    the root-run mount, or it cannot reopen its own files for writing."""
+    nobody = 65534
+    os.chmod(lazy.path(""), 0o777)
+    script = ("import os; os.setgid(65534); os.setuid(65534); os.mkdir('d'); "
+              "fd = os.open('d/f', os.O_CREAT | os.O_WRONLY, 0o600); os.close(fd); "
+              "os.symlink('f', 'd/l'); fd = os.open('d/f', os.O_RDWR); os.write(fd, b'x')")
+    # run from inside the mount: the test's temporary dirs above it are root's alone
+    subprocess.run([sys.executable, "-c", script], cwd=lazy.path(""), check=True, timeout=DEADLINE)
+    for name in ("d", "d/f", "d/l"):
+        st = os.lstat(lazy.path(name))
+        assert (st.st_uid, st.st_gid) == (nobody, nobody), name
+    write_file(lazy.path("mine"), b"root's")
+    assert os.stat(lazy.path("mine")).st_uid == 0
+
+
 def test_control_file_is_hidden_and_refuses_unknown_commands(lazy):
     write_file(lazy.path("f"), b"1")
     assert os.listdir(lazy.mnt) == ["f"]
