@@ -1,7 +1,8 @@
 """Shared fixtures. `lazy`: a lazyfs mount (a disk that forgets unsynced writes on `lose`), for
-the lazyfs tests and the fault-flag tests. Every test, and every `tessera` it starts, shares one
-wheel cache of the session's own (harness.wheelhouse.cache_dir), so the suite builds the hosts' wheels
-once and leaves nothing in the user's ~/.cache."""
+the lazyfs tests and the fault-flag tests; `env`: a netns end-to-end test's environment. Every
+test, and every `tessera` it starts, shares one wheel cache of the session's own
+(harness.wheelhouse.cache_dir), so the suite builds the hosts' wheels once and leaves nothing in
+the user's ~/.cache."""
 
 from __future__ import annotations
 
@@ -52,3 +53,24 @@ def batch_sizes(monkeypatch):
 
     monkeypatch.setattr(client_module.TesseraClient, "write_batch", spy)
     return sizes
+
+
+@pytest.fixture
+def env(tmp_path):
+    """For a netns end-to-end test: the environment its CLI runs get, with a netns state dir of
+    its own; at the end `tessera cluster down`, and the machine's namespaces, links and host
+    processes as they were before."""
+    from netns_run import tessera
+
+    from harness.cluster.netns import _links, _namespaces, _our_host_pids
+
+    if any(ns.startswith("tessera-") for ns in _namespaces()):
+        pytest.fail("a tessera netns cluster is already up: `tessera cluster down` first")
+    state = f"/run/tessera-netns-e2e-{os.getpid()}"
+    e = dict(os.environ, TESSERA_NETNS_STATE=state)
+    before = (sorted(_namespaces()), sorted(_links()))
+    yield e
+    down = tessera("cluster", "down", env=e)
+    assert down.returncode == 0, down.stderr
+    assert (sorted(_namespaces()), sorted(_links())) == before
+    assert not _our_host_pids(state) and not os.path.exists(state)

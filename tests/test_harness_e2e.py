@@ -6,34 +6,15 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from netns_run import tessera
 
-from harness.cluster.netns import _links, _namespaces, _our_host_pids
+from harness.cluster.netns import _namespaces
 from reports.history import read_history, read_jsonl
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.netns]
-
-
-def tessera(*argv, env, timeout=600):
-    return subprocess.run([sys.executable, "-m", "harness.cli", *argv], capture_output=True,
-                          text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-@pytest.fixture
-def env(tmp_path):
-    if any(ns.startswith("tessera-") for ns in _namespaces()):
-        pytest.fail("a tessera netns cluster is already up: `tessera cluster down` first")
-    state = f"/run/tessera-netns-e2e-{os.getpid()}"
-    e = dict(os.environ, TESSERA_NETNS_STATE=state)
-    before = (sorted(_namespaces()), sorted(_links()))
-    yield e
-    down = tessera("cluster", "down", env=e)
-    assert down.returncode == 0, down.stderr
-    assert (sorted(_namespaces()), sorted(_links())) == before
-    assert not _our_host_pids(state) and not os.path.exists(state)
 
 
 def test_register_with_kills_records_a_complete_history(env, tmp_path):

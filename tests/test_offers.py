@@ -58,6 +58,7 @@ def test_the_protocols_each_system_implements():
     assert implemented == {
         "tessera": ["disk", "leaders", "masters", "membership", "sessions", "tablets"],
         "etcd": ["admin", "disk", "leaders", "membership"],
+        "mariadb": ["leaders"],
         "pysyncobj": ["leaders"],
     }
 

@@ -19,6 +19,7 @@ SYSTEMS = {
     "tessera": "harness.systems.tessera.deployment:TesseraDB",
     "pysyncobj": "harness.systems.pysyncobj.deployment:PySyncObjDB",
     "etcd": "harness.systems.etcd.deployment:EtcdDB",
+    "mariadb": "harness.systems.mariadb.deployment:MariaDB",
 }
 
 

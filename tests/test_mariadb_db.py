@@ -1,0 +1,238 @@
+"""MariaDB as a system under test, against a real mariadbd (Debian's, installed by `make setup`)
+on loopback: the SQL client's list-append transactions and how each ending is classed, the
+server options each topology gets, and `--flag`s refused before any host is touched."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.cluster import Host
+from harness.systems import system
+from harness.systems.mariadb.clients import SqlClient, ending
+from harness.systems.mariadb.deployment import MARIADBD, MariaDB, init_sql
+from workloads.outcomes import OpFailed, OpUnknown
+
+pytestmark = [pytest.mark.e2e]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def mariadbd():
+    """A mariadbd on 127.0.0.1 with the harness's init file, in a data dir of its own that its
+    `mysql` user can reach (pytest's temporary dirs are root's alone): (port, process), killed
+    and removed at the end."""
+    root = Path(tempfile.mkdtemp(prefix="tessera-mariadb-"))
+    os.chmod(root, 0o755)
+    data, init = root / "data", root / "init.sql"
+    init.write_text(init_sql())
+    proc = None
+    try:
+        subprocess.run(["mariadb-install-db", "--no-defaults", "--user=mysql", f"--datadir={data}",
+                        "--auth-root-authentication-method=normal", "--skip-test-db"],
+                       check=True, capture_output=True, timeout=300)
+        port = _free_port()
+        with open(root / "err.log", "wb") as err:
+            proc = subprocess.Popen([MARIADBD, "--no-defaults", "--user=mysql", f"--datadir={data}",
+                                     "--bind-address=127.0.0.1", f"--port={port}",
+                                     f"--socket={data}/mysqld.sock", f"--init-file={init}",
+                                     "--skip-name-resolve"], stdout=subprocess.DEVNULL, stderr=err)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                asyncio.run(_once(SqlClient("127.0.0.1", "n1", 5, port=port), "_probe"))
+                break
+            except OpFailed:
+                time.sleep(0.3)
+        else:
+            pytest.fail("mariadbd did not answer: " + (root / "err.log").read_text()[-2000:])
+        yield port, proc
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with mariadbd() as running:
+        yield running
+
+
+async def _once(client: SqlClient, key: str):
+    try:
+        return await client.read(key)
+    finally:
+        await client.close()
+
+
+def test_appends_and_reads_are_one_transaction_at_every_isolation(server):
+    port, _ = server
+    for i, level in enumerate(("read-uncommitted", "read-committed", "repeatable-read",
+                               "serializable")):
+        c = SqlClient("127.0.0.1", "n1", 5, isolation=level, port=port)
+        key = f"iso{i}"
+
+        async def go(c=c, key=key):
+            try:
+                return await c.txn([["r", key, None], ["append", key, 1], ["append", key, 2],
+                                    ["r", key, None]])
+            finally:
+                await c.close()
+        done = asyncio.run(go())
+        assert done == [["r", key, []], ["append", key, 1], ["append", key, 2], ["r", key, [1, 2]]]
+
+
+def test_a_deadlock_is_a_definite_failure_and_the_connection_lives_on(server):
+    """Two transactions each append to the key the other appended first: InnoDB kills one with
+    ER_LOCK_DEADLOCK (1213), rolled back: `fail`, and its client goes on working."""
+    port, _ = server
+    a = SqlClient("127.0.0.1", "n1", 10, port=port)
+    b = SqlClient("127.0.0.1", "n1", 10, port=port)
+
+    async def crossing():
+        await a.txn([["append", "ex", 0], ["append", "ey", 0]])
+        ca = await a._connection("127.0.0.1")
+        async with ca.cursor() as x:
+            await x.execute("START TRANSACTION")
+            # the heavier transaction: InnoDB rolls back the lighter one of a deadlock
+            for i in range(20):
+                await x.execute("INSERT INTO lists (id, val) VALUES (%s, '0')", (f"weight{i}",))
+            await x.execute("UPDATE lists SET val = CONCAT(val, ',1') WHERE id = 'ex'")
+            later = asyncio.ensure_future(b.txn([["append", "ey", 2], ["append", "ex", 2]]))
+            await asyncio.sleep(0.5)
+            await x.execute("UPDATE lists SET val = CONCAT(val, ',1') WHERE id = 'ey'")
+            await ca.commit()
+        try:
+            await later
+            return None, None
+        except OpFailed as e:
+            return str(e), await b.read("ey")  # b's client works on
+        finally:
+            await a.close()
+            await b.close()
+
+    why, after = asyncio.run(crossing())
+    assert why is not None and "1213" in why, why
+    assert after == [0, 1]  # the failed transaction left nothing
+
+
+def test_endings_follow_what_the_server_can_have_done():
+    assert ending(False, False, None) is OpFailed  # COMMIT never sent: rolled back
+    assert ending(True, True, 2013) is OpFailed  # a read changes nothing
+    assert ending(True, False, 1213) is OpFailed  # deadlock or Galera certification failure
+    assert ending(True, False, 1205) is OpFailed
+    assert ending(True, False, 2013) is OpUnknown  # the connection died during COMMIT
+    assert ending(True, False, None) is OpUnknown  # a timeout during COMMIT
+
+
+def test_a_dead_server_is_a_definite_failure_to_connect():
+    port = _free_port()
+    with pytest.raises(OpFailed, match="connect 127.0.0.1"):
+        asyncio.run(SqlClient("127.0.0.1", "n1", 2, port=port).txn([["append", "k", 1]]))
+
+
+def test_a_server_killed_between_transactions_fails_the_next_one():
+    """A second server, SIGKILLed: the next transaction over the old connection fails
+    definitely (its COMMIT was never sent), and nothing hangs."""
+    with mariadbd() as (port, proc):
+        c = SqlClient("127.0.0.1", "n1", 5, port=port)
+
+        async def go():
+            try:
+                await c.txn([["append", "k", 1]])
+                assert await c.read("k") == [1]
+                proc.send_signal(signal.SIGKILL)
+                await asyncio.to_thread(proc.wait)
+                with pytest.raises(OpFailed):
+                    await c.txn([["append", "k", 2], ["r", "k", None]])
+            finally:
+                await c.close()
+        asyncio.run(go())
+
+
+HOSTS = [Host(f"n{i}", f"10.77.0.{10 + i}") for i in (1, 2, 3)]
+
+
+def _db(**flags) -> MariaDB:
+    return MariaDB(hosts=HOSTS, wheels=[], remotes={}, flags=flags)
+
+
+def test_each_topology_runs_its_servers_with_its_own_options():
+    single = _db()
+    assert [single.daemons(h.name) for h in HOSTS] == [["mariadb"], [], []]
+    assert "--user=mysql" in single.args(HOSTS[0]) and "--bind-address=10.77.0.11" in single.args(HOSTS[0])
+
+    replicas = _db(topology="replicas")
+    assert "--read-only=ON" not in replicas.args(HOSTS[0])
+    assert {"--read-only=ON", "--server-id=2", "--log-bin=mariadb-bin"} <= set(replicas.args(HOSTS[1]))
+    assert replicas.leader_master() == "n1"
+
+    galera = _db(topology="galera", innodb_flush_log_at_trx_commit=0)
+    args = galera.args(HOSTS[2])
+    assert "--wsrep-cluster-address=gcomm://10.77.0.11,10.77.0.12,10.77.0.13" in args
+    assert "--wsrep-new-cluster" not in args  # only the first node, and only at setup
+    assert args[-1] == "--innodb-flush-log-at-trx-commit=0"  # a --flag comes last and wins
+    assert galera.leader_master() is None and all(galera.daemons(h.name) for h in HOSTS)
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"topology": "ring"}, "topology=ring: one of single, replicas, galera"),
+    ({"isolation": "snapshot"}, "isolation=snapshot: one of read-uncommitted"),
+    ({"datadir": "/x"}, "--flag datadir: set by the harness"),
+    ({"no_such_option": 1}, "--flag no_such_option: not an option `mariadbd --verbose --help`"),
+])
+def test_a_flag_mariadbd_would_not_take_is_refused_before_any_host(flags, message):
+    with pytest.raises(ValueError, match=message):
+        system("mariadb").check_flags(flags)
+
+
+def test_options_mariadbd_lists_are_taken():
+    system("mariadb").check_flags({"innodb_flush_log_at_trx_commit": 2,
+                                   "innodb_snapshot_isolation": "ON", "topology": "galera",
+                                   "isolation": "serializable"})
+
+
+def test_the_package_says_what_the_machine_needs():
+    pkg = Path(system("mariadb").__module__.replace(".", "/")).parent
+    root = Path(__file__).resolve().parent.parent
+    assert {"mariadb-server", "galera-4", "rsync"} <= set((root / pkg / "debian-packages").read_text().split())
+    assert "aiomysql" in (root / pkg / "requirements.txt").read_text()
+
+
+def test_a_bank_transfer_is_one_transaction_and_an_overdraft_rolls_it_back(server):
+    port, _ = server
+    c = SqlClient("127.0.0.1", "n1", 5, port=port, bank=True)
+
+    async def go():
+        try:
+            await c.txn([["w", "acct0", 3], ["w", "acct1", 0]])
+            done = await c.txn([["add", "acct0", -2], ["require_ge", "acct0", 0],
+                                ["add", "acct1", 2]])
+            with pytest.raises(OpFailed, match="require_ge acct0 0: the balance is -1"):
+                await c.txn([["add", "acct0", -2], ["require_ge", "acct0", 0],
+                             ["add", "acct1", 2]])
+            return done, await c.txn([["r", "acct0", None], ["r", "acct1", None],
+                                      ["r", "acct9", None]])
+        finally:
+            await c.close()
+
+    done, balances = asyncio.run(go())
+    assert done == [["add", "acct0", -2], ["require_ge", "acct0", 0], ["add", "acct1", 2]]
+    assert balances == [["r", "acct0", 1], ["r", "acct1", 2], ["r", "acct9", None]]
