@@ -30,7 +30,7 @@ def summaries() -> list[str]:
     for name, target in SYSTEMS.items():
         doc = importlib.import_module(target.split(":")[0].rsplit(".", 1)[0]).__doc__ or ""
         line = doc.strip().splitlines()[0].rstrip(".") if doc.strip() else ""
-        out.append(f"{name} ({line[:1].lower()}{line[1:]})" if line else name)
+        out.append(f"{name} ({line})" if line else name)
     return out
 
 

@@ -1,4 +1,4 @@
-"""Debian's MariaDB: one server, a primary with binlog replicas, or a Galera cluster (--flag topology=).
+"""Debian's MariaDB: one server, binlog replicas or Galera (--flag topology=); SQL list-append, bank.
 
 MariaDB under test: its deployment and its SQL client, for Jepsen's MySQL and Galera analyses.
 """

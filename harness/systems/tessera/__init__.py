@@ -1,4 +1,4 @@
-"""This project's replicated tablet store: every workload, client mode and fault.
+"""The replicated tablet store of this project: every workload, client mode and fault.
 
 Tessera under test: its deployment, clients, membership changes and end checks.
 """
