@@ -35,6 +35,7 @@ class _ProcessFault(Nemesis):
     # set by each fault: what to do, and the words its history values use
     do, undo, done_word, undone_word, signal = "", "", "", "", ""
     expect: tuple[str, ...] = ()  # the /proc state letters a hit daemon must show
+    at_once: bool = False  # signal every target host in parallel (a coordinated crash)
 
     def start(self, choice: dict) -> dict:
         rule, db = choice["target"], self.ctx.db
@@ -47,8 +48,11 @@ class _ProcessFault(Nemesis):
         self._hit = [h for h in targets if h not in held]
         if not self._hit:
             return {"skipped": f"every target is held by another fault: {held}"}
-        for h in self._hit:
-            getattr(db, self.do)(h, self.daemon)
+        if self.at_once:
+            observe.each(self._hit, lambda h: getattr(db, self.do)(h, self.daemon))
+        else:
+            for h in self._hit:
+                getattr(db, self.do)(h, self.daemon)
         self.active = True
         return {self.done_word: self._hit, "targets": rule.get("spec", rule["rule"]), **how,
                 "signal": self.signal, **({"held": held} if held else {}),

@@ -112,3 +112,14 @@ def test_a_skipped_or_failed_start_makes_stop_harmless():
         nemesis = packages()[name].build(ctx)
         nemesis.stop()  # no start happened: nothing to undo, nothing raised
     assert not any(kind in ("kill", "drop") for kind, *_ in log)
+
+
+def test_all_kill_crashes_every_hosts_data_daemon_at_once_and_restarts_them():
+    ctx, log = cluster()
+    nemesis = packages()["all-kill"].build(ctx)
+    choice = majority_kill.draw_all(random.Random(3), NAMES)
+    assert choice["target"]["hosts"] == sorted(NAMES)
+    assert sorted(nemesis.start(choice)["killed"]) == sorted(NAMES)
+    assert sorted(log) == sorted(("kill", h, "tserver") for h in NAMES)
+    assert nemesis.stop() == {"restarted": sorted(NAMES)}
+    assert not packages()["all-kill"].needs  # every system: only processes

@@ -181,7 +181,7 @@ def test_nemesis_groups_keep_what_applies():
 
     applies = select("all,raft", PySyncObjDB.offers)
     assert {"partition", "packet", "pause", "kill", "lose-unfsynced", "leader-isolate",
-            "kill-after-heal", "majority-kill"} == set(applies)
+            "kill-after-heal", "majority-kill", "all-kill"} == set(applies)
     assert {"disk", "membership", "clock"} <= set(select("all"))  # Tessera keeps every fault
 
 
