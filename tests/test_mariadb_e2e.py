@@ -57,7 +57,7 @@ def test_binlog_replicas_read_from_keep_serializability_but_not_a_clients_own_wr
     of a serial order: serializable holds. What fails is a client's view of its own writes: a
     process appends on the primary, then reads the stale replica (strong session
     serializability, ruled out)."""
-    code, results, la, run_dir = _run(env, tmp_path, "--netns-hosts", "3", "--time-limit", "30",
+    code, results, la, run_dir = _run(env, tmp_path, "--netns-hosts", "3", "--time-limit", "20",
                                       "--concurrency", "9", "--rate", "0", "--seed", "1",
                                       "--flag", "topology=replicas",
                                       "--flag", "isolation=serializable",
@@ -79,8 +79,8 @@ def test_galera_loses_acknowledged_appends_only_without_flush_on_commit(env, tmp
     its place (incompatible-order, Elle's name; an aborted read, so even read committed is
     broken). With innodb_flush_log_at_trx_commit=1 the same fault loses none. Up to three seeds
     for the loss (it needs a commit in the last second before a power loss)."""
-    common = ("--netns-hosts", "3", "--time-limit", "40", "--nemesis", "lose-unfsynced",
-              "--nemesis-interval", "8", "--concurrency", "9", "--flag", "topology=galera",
+    common = ("--netns-hosts", "3", "--time-limit", "30", "--nemesis", "lose-unfsynced",
+              "--nemesis-interval", "6", "--concurrency", "9", "--flag", "topology=galera",
               "--consistency-model", "read-committed")
     for seed in (1, 2, 3):
         code, results, la, _ = _run(env, tmp_path, *common, "--seed", str(seed),
