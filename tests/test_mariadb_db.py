@@ -236,3 +236,19 @@ def test_a_bank_transfer_is_one_transaction_and_an_overdraft_rolls_it_back(serve
     done, balances = asyncio.run(go())
     assert done == [["add", "acct0", -2], ["require_ge", "acct0", 0], ["add", "acct1", 2]]
     assert balances == [["r", "acct0", 1], ["r", "acct1", 2], ["r", "acct9", None]]
+
+
+@pytest.mark.parametrize("line, rule", [
+    ("2026-11-30 10:15:52 0 [ERROR] InnoDB: Cannot apply log to [page id: space=9, page number=3] "
+     "of corrupted file './jepsen/lists.ibd'", "innodb-refused"),
+    ("2026-11-30 10:46:36 2 [ERROR] WSREP: Inconsistency detected: Inconsistent by consensus on "
+     "00000000-0000-0000-0000-000000000000:9", "inconsistency"),
+    ("2026-11-30 10:16:38 0 [ERROR] Aborting", "aborted"),
+    ("251130 10:01:02 [ERROR] mariadbd got signal 11 ;", "crash"),
+    ("2026-11-30 10:15:23 0 [Note] /usr/sbin/mariadbd: ready for connections.", None),
+])
+def test_the_log_rules_name_what_mariadbd_logs_when_it_refuses_its_data(line, rule):
+    import re
+
+    hits = [r["type"] for r in MariaDB.log_rules if re.search(r["regex"], line)]
+    assert hits == ([rule] if rule else []), hits

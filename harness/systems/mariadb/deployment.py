@@ -86,6 +86,10 @@ class MariaDB(Deployment):
     log_rules: ClassVar[tuple[dict, ...]] = (
         rule("crash", r"mariadbd got signal (?!9\b)|InnoDB: Assertion failure|Database page corruption",
              "mariadbd crashed or found a corrupt page"),
+        rule("innodb-refused", r"InnoDB: .*corrupt|InnoDB' registration as a STORAGE ENGINE failed",
+             "InnoDB refused its own files as corrupt"),
+        rule("inconsistency", r"WSREP: Inconsistency detected",
+             "a Galera node found its data differs from the cluster's, and left it"),
         rule("aborted", r"\[ERROR\] Aborting", "a mariadbd start was aborted", severity="note"),
         rule("start-failure", r"^mariadb mariadb: ", "a mariadbd could not start"),
     )
