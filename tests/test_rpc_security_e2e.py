@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+from netns_run import tessera
 
 from harness.systems.tessera.deployment import MASTER_PORT, TSERVER_PORT
 from node.client import TesseraClient
@@ -40,7 +41,6 @@ from node.rpc import ErrorCode, RpcClient, RpcError
 from node.security import pki
 from node.security.tls import client_context, client_tls
 from node.tablet.superblock import HashBucket, OpId
-from tests.test_harness_e2e import env, tessera  # noqa: F401  (env: the netns fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.netns]
 HOSTS = [f"10.77.0.{11 + i}" for i in range(5)]

@@ -12,8 +12,7 @@ import json
 import os
 
 import pytest
-
-from tests.test_harness_e2e import env, tessera  # noqa: F401  (env: the netns fixture)
+from netns_run import tessera
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.netns]
 RUN = ("test", "--workload", "register", "--nemesis", "session-intruder", "--time-limit", "20",
