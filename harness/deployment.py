@@ -272,6 +272,11 @@ class Deployment(Holds):
         self._each(self.configure)
         if self.lazyfs:
             self._each(self._mount_lazyfs)
+        self.start_cluster()
+
+    def start_cluster(self) -> None:
+        """The first start of every host's daemons, once installed and configured: all at
+        once by default; a system whose members must come up in an order overrides it."""
         for h in self.hosts:
             for d in self.daemons(h.name):
                 self.start(h.name, d)

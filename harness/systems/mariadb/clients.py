@@ -170,7 +170,7 @@ class SqlClient:
         return (await self.txn([["r", key, None]]))[0][2]
 
     async def cas(self, key: str, expected: Any, new: Any) -> bool:
-        raise NotImplementedError("MariaDB runs list-append: no compare-and-set")
+        raise NotImplementedError("MariaDB runs list-append and bank: no compare-and-set")
 
     async def append(self, key: str, element: Any) -> None:
         await self.txn([["append", key, element]])

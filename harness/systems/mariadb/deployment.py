@@ -205,15 +205,11 @@ class MariaDB(Deployment):
              f"--auth-root-authentication-method=normal --skip-test-db "
              f">> {DATA}/logs/mariadb-install.log 2>&1", timeout=300)
 
-    def setup(self) -> None:
-        """Install and configure as every system; then start the servers in the topology's
-        order: a Galera cluster from its first node (bootstrapped), each joiner once the one
-        before it synced; binlog replicas once the primary answers, each pointed at it."""
-        self.log(f"installing mariadb ({self.topology}) on {len(self.hosts)} hosts")
-        self._each(self._install)
-        self._each(self.configure)
-        if self.lazyfs:
-            self._each(self._mount_lazyfs)
+    def start_cluster(self) -> None:
+        """The servers in the topology's order: a Galera cluster from its first node
+        (bootstrapped), each joiner once the one before it synced; binlog replicas once the
+        primary answers, each pointed at it."""
+        self.log(f"starting mariadb ({self.topology})")
         if self.topology == "galera":
             self._bootstrapping = {self.hosts[0].name}
         try:
