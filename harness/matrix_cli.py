@@ -344,6 +344,9 @@ def run_cells(cells: list[Cell], count: int, execute, budget: float, started: fl
     print(f"fault starts: {s['verified']} verified on the hosts, {s['unverified']} not in force, "
           f"{s['failed']} failed, {s['unchecked']} unchecked, {s['skipped']} skipped"
           + (f"; never fired: {', '.join(result['never_fired'])}" if result["never_fired"] else ""))
-    print(f"code {probes.line(result['probes'], width=len(probes.CATALOG))} by any cell")
+    if any(o.probes for o in outcomes):
+        print(f"code {probes.line(result['probes'], width=len(probes.CATALOG))} by any cell")
+    else:  # the engine's probes (node.probes) say nothing of another system's code
+        print("code probes: no cell's daemons reported any (only Tessera's carry them)")
     print(summary_dir / "summary.json")
     return code

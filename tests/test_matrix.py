@@ -586,6 +586,26 @@ def test_a_cell_whose_replica_failed_its_vote_guard_is_invalid_and_the_matrix_go
     assert crash["why"].startswith("crashed: RuntimeError: the cell's own bug (at test_matrix.py:")
     out = capsys.readouterr().out
     assert "already voted for" in out and out.strip().endswith("summary.json")
+    assert "by any cell" in out  # the simulator's daemons carry the engine's probes
+
+
+def test_a_matrix_of_a_system_without_code_probes_lists_none_of_the_engines(tmp_path, capsys):
+    """Tessera's probes say nothing of another system's code: a MariaDB or etcd matrix must not
+    print 245 engine probes as never reached."""
+    import time
+
+    from harness.matrix_cli import run_cells
+
+    def execute(cell, limit, attempt):
+        return Outcome(cell.name, attempt, "valid", limit, f"store/{cell.name}", ok_ops=10,
+                       seconds=1.0)
+
+    code = run_cells([Cell("list-append/kill", "list-append", ("kill",))], 1, execute, 600,
+                     time.monotonic(), tmp_path, {"mode": "matrix", "db": "mariadb",
+                                                  "first_seed": 1})
+    out = capsys.readouterr().out
+    assert code == 0 and "no cell's daemons reported any" in out
+    assert "never:" not in out and "by any cell" not in out
 
 
 def test_the_self_check_judges_every_flag_when_some_of_its_cells_crash(tmp_path):

@@ -2,11 +2,14 @@
 and a replay reads back unchanged."""
 
 import argparse
+import itertools
+import random
 
 import pytest
 
 from harness.chaos_cli import configure, spec_from_args
 from harness.spec import FAST_FAILURE_DETECTION, TestSpec
+from reports.checkers.check import check_history
 from reports.history import Op
 
 
@@ -111,3 +114,27 @@ def test_the_claimed_consistency_model_is_what_the_history_is_judged_against():
     assert checker.check(ops)["verdict"] == "valid"
     judged = spec_of("--workload", "list-append", "--consistency-model", "serializable")
     assert judged.make_workload().checker.check(ops)["verdict"] == "invalid"
+
+
+def test_rw_register_writes_registers_and_orders_versions_by_each_transactions_read():
+    """rw-register draws list-append's transactions with `w` for `append`, and tells its checker,
+    as Jepsen's MySQL suite tells Elle, that a transaction's write of a key follows its own read
+    of it: so two transactions that read one version and both overwrite it are a lost update,
+    recorded with the checker in test.json, and `tessera check --wfr-keys` judges alike."""
+    spec = spec_of("--workload", "rw-register", "--consistency-model", "serializable")
+    workload = spec.make_workload()
+    assert workload.checker.to_json() == {"model": "rw-register", "options": {
+        "wfr_keys": True, "consistency_model": "serializable"}}
+    txns = itertools.islice(workload.ops(0, 5, random.Random(1)), 200)
+    fs = {m[0] for inv in txns for m in inv.value}
+    assert fs == {"r", "w"}
+    ops = []
+    for i, (proc, txn, done) in enumerate([
+            (0, [["w", "x", 1]], [["w", "x", 1]]),
+            (1, [["r", "x", None], ["w", "x", 2]], [["r", "x", 1], ["w", "x", 2]]),
+            (2, [["r", "x", None], ["w", "x", 3]], [["r", "x", 1], ["w", "x", 3]])]):
+        ops.append(Op(process=proc, type="invoke", f="txn", value=txn, index=2 * i))
+        ops.append(Op(process=proc, type="ok", f="txn", value=done, index=2 * i + 1))
+    out = workload.checker.check(ops)
+    assert out["verdict"] == "invalid" and "lost-update" in out["results"][0]["anomaly_types"]
+    assert check_history(ops[:4], "rw-register", wfr_keys=True)["verdict"] == "valid"

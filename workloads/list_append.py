@@ -13,6 +13,7 @@ import itertools
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import ClassVar
 
 from reports.checkers.consistency import DEFAULT_MODEL, MODEL_NAMES
 from workloads.base import Checker, Invocation, KVClient, Workload, answer, register
@@ -43,6 +44,8 @@ class ListAppend(Workload):
     # that claims less than strict serializability, say repeatable read, is judged by its claim,
     # so a history is invalid only for what that model forbids (`--consistency-model`).
     consistency_model: str = DEFAULT_MODEL
+    # The micro-op that writes (rw-register's subclass: "w", a register's new value).
+    write_f: ClassVar[str] = "append"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -53,11 +56,14 @@ class ListAppend(Workload):
     @property
     def checker(self) -> Checker:
         if self.consistency_model == DEFAULT_MODEL:
-            return Checker("list-append")  # as runs recorded before the option
-        return Checker("list-append", {"consistency_model": self.consistency_model})
+            return Checker(self.name, self.checker_options())  # as runs recorded before the option
+        return Checker(self.name, {**self.checker_options(), "consistency_model": self.consistency_model})
+
+    def checker_options(self) -> dict:
+        return {}
 
     def ops(self, thread: int, threads: int, rng: random.Random) -> Iterator[Invocation]:
-        # Appended values are unique across threads: thread + n * threads.
+        # Written values are unique across threads: thread + n * threads.
         sets = IndependentKeys(self.threads_per_key, self.ops_per_key)
         counter = itertools.count()
         for t in itertools.count():
@@ -69,7 +75,7 @@ class ListAppend(Workload):
                 if rng.random() < 0.5:
                     txn.append(["r", key, None])
                 else:
-                    txn.append(["append", key, thread + next(counter) * threads])
+                    txn.append([self.write_f, key, thread + next(counter) * threads])
             yield Invocation("txn", txn)
 
     async def apply(self, client: KVClient, inv: Invocation):

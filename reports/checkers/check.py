@@ -20,17 +20,20 @@ def check_history(ops: Iterable[Op], model: str, time_limit: float = linearizabi
                   max_states: int = linearizability.DEFAULT_MAX_STATES, total: int | None = None,
                   initial: dict[str, Any] | None = None,
                   consistency_model: str = consistency.DEFAULT_MODEL,
-                  nil_read_unknown: bool = False) -> dict[str, Any]:
+                  nil_read_unknown: bool = False, wfr_keys: bool = False) -> dict[str, Any]:
     """{"model", "verdict", "ops", "results": [one result dict per checker]}. `consistency_model`
     is what the Elle checkers (list-append, rw-register) judge the history against;
-    `nil_read_unknown`, whether a register's ok read of nil is unknown (Knossos) or a value."""
+    `nil_read_unknown`, whether a register's ok read of nil is unknown (Knossos) or a value;
+    `wfr_keys`, whether rw-register may order a key's versions by each transaction's read
+    before its write (Elle's :wfr-keys?)."""
     ops = list(ops)
     known = models()
     if model not in known:
         raise ValueError(f"unknown model {model!r} (known: {', '.join(known)})")
     results = known[model].check(ops, Options(
         time_limit=time_limit, max_states=max_states, total=total, initial=initial,
-        consistency_model=consistency_model, nil_read_unknown=nil_read_unknown))
+        consistency_model=consistency_model, nil_read_unknown=nil_read_unknown,
+        wfr_keys=wfr_keys))
     replies = check_replies(ops)
     if replies["compared"]:
         # Every model: a completion must answer its own invocation (wrong-reply). Histories

@@ -46,6 +46,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="register, cas-register: an ok read of nil means the register holds "
                              "nil (value, Tessera's reads of an absent key; the default) or "
                              "nothing at all (unknown, as Knossos's models read Jepsen histories)")
+    parser.add_argument("--wfr-keys", action="store_true",
+                        help="rw-register: a transaction's write of a key follows its own read of "
+                             "it, so that read's version precedes the write's (Elle's wfr-keys; "
+                             "Jepsen's MySQL suite sets it; recorded for the harness's own runs)")
     parser.add_argument("--json", action="store_true", help="print the full result as one JSON object")
     parser.add_argument("--time-limit", type=float, default=30.0, metavar="S",
                         help="linearizability search seconds per key before 'unknown' (default 30)")
@@ -117,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT["unknown"]
     options = {"time_limit": args.time_limit, "max_states": args.max_states,
                "consistency_model": args.consistency_model,
-               "nil_read_unknown": args.nil_reads == "unknown",
+               "nil_read_unknown": args.nil_reads == "unknown", "wfr_keys": args.wfr_keys,
                **(recorded.get("options", {}) if model == recorded.get("model") else {})}
     if args.total is not None:
         options["total"] = args.total

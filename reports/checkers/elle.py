@@ -23,4 +23,4 @@ __all__ = ["check_list_append", "check_rw_register"]
 register(Model("list-append", lambda ops, opts: [
     check_list_append(ops, consistency_model=opts.consistency_model)]))
 register(Model("rw-register", lambda ops, opts: [
-    check_rw_register(ops, consistency_model=opts.consistency_model)]))
+    check_rw_register(ops, consistency_model=opts.consistency_model, wfr_keys=opts.wfr_keys)]))

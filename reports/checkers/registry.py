@@ -25,6 +25,7 @@ class Options:
     initial: dict[str, Any] | None = None  # multi-register: the registers' initial values
     consistency_model: str = "strict-serializable"  # list-append, rw-register
     nil_read_unknown: bool = False  # register, cas-register: an ok read of nil is unknown
+    wfr_keys: bool = False  # rw-register: a txn's write of a key follows its read of it
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,12 @@
-"""The workloads' client for MariaDB: list-append and bank transactions in SQL, as Jepsen's
-MySQL and Galera suites write them (jepsen-io/mysql's append and bank workloads), over aiomysql
-(PyMySQL's asyncio form), so the harness's workers stay coroutines on one event loop.
+"""The workloads' client for MariaDB: list-append, rw-register and bank transactions in SQL, as
+Jepsen's MySQL and Galera suites write them (jepsen-io/mysql's append, rw and bank workloads),
+over aiomysql (PyMySQL's asyncio form), so the harness's workers stay coroutines on one event
+loop.
 
 list-append: a list is one row, `lists(id, val)`, its elements a comma-joined text: an append is
-`INSERT ... ON DUPLICATE KEY UPDATE val = CONCAT(val, ',', v)`, a read `SELECT val`. bank: an
+`INSERT ... ON DUPLICATE KEY UPDATE val = CONCAT(val, ',', v)`, a read `SELECT val`.
+rw-register: a register is one row, `registers(id, val)`: a write is `INSERT ... ON DUPLICATE KEY
+UPDATE val = v`, a read `SELECT val` (nil for a register never written). bank: an
 account is one row, `accounts(id, balance)`: `w` sets it, `add` adds to it (a missing account
 counts as 0), `require_ge` reads it and rolls the transaction back, a definite failure, if it is
 below the bound. Each transaction runs at the test's isolation level, set for that transaction
@@ -40,6 +43,8 @@ ROLLED_BACK = frozenset({1213, 1205, 1047})
 LOST = frozenset({2006, 2013, 2014})
 SCHEMA = ("CREATE TABLE IF NOT EXISTS jepsen.lists "
           "(id VARCHAR(64) PRIMARY KEY, val MEDIUMTEXT NOT NULL) ENGINE=InnoDB",
+          "CREATE TABLE IF NOT EXISTS jepsen.registers "
+          "(id VARCHAR(64) PRIMARY KEY, val BIGINT NOT NULL) ENGINE=InnoDB",
           "CREATE TABLE IF NOT EXISTS jepsen.accounts "
           "(id VARCHAR(64) PRIMARY KEY, balance BIGINT NOT NULL) ENGINE=InnoDB")
 
@@ -80,7 +85,7 @@ class SqlClient:
     isolation: str = "repeatable-read"
     read_address: str | None = None
     port: int = PORT
-    bank: bool = False  # the bank's accounts, not list-append's lists
+    workload: str = "list-append"  # whose table the micro-ops work on (SqlClient.WORKLOADS)
     _conns: dict[str, Any] = field(default_factory=dict)
 
     async def _connection(self, address: str):
@@ -112,8 +117,8 @@ class SqlClient:
                 async with conn.cursor() as cur:
                     await cur.execute(f"SET TRANSACTION ISOLATION LEVEL {ISOLATION[self.isolation]}")
                     await cur.execute("START TRANSACTION")
-                    done = [await (self._account if self.bank else self._list)(cur, *op)
-                            for op in ops]
+                    micro_op = getattr(self, self.WORKLOADS[self.workload])
+                    done = [await micro_op(cur, *op) for op in ops]
                 phase = "commit"
                 await conn.commit()
                 return done
@@ -128,6 +133,9 @@ class SqlClient:
                 await self._rollback(address, conn)
             raise ending(phase == "commit", read_only, code)(f"{address}: {_text(e)}") from None
 
+    # The workloads this client runs, each with the method that runs one of its micro-ops.
+    WORKLOADS = {"list-append": "_list", "rw-register": "_register", "bank": "_account"}
+
     @staticmethod
     async def _list(cur, f: str, key: str, value: Any) -> list:
         if f == "r":
@@ -137,6 +145,16 @@ class SqlClient:
         await cur.execute("INSERT INTO lists (id, val) VALUES (%s, %s) "
                           "ON DUPLICATE KEY UPDATE val = CONCAT(val, ',', %s)",
                           (key, str(value), str(value)))
+        return [f, key, value]
+
+    @staticmethod
+    async def _register(cur, f: str, key: str, value: Any) -> list:
+        if f == "r":
+            await cur.execute("SELECT val FROM registers WHERE id = %s", (key,))
+            row = await cur.fetchone()
+            return ["r", key, int(row[0]) if row else None]
+        await cur.execute("INSERT INTO registers (id, val) VALUES (%s, %s) "
+                          "ON DUPLICATE KEY UPDATE val = %s", (key, int(value), int(value)))
         return [f, key, value]
 
     @staticmethod
@@ -170,7 +188,8 @@ class SqlClient:
         return (await self.txn([["r", key, None]]))[0][2]
 
     async def cas(self, key: str, expected: Any, new: Any) -> bool:
-        raise NotImplementedError("MariaDB runs list-append and bank: no compare-and-set")
+        raise NotImplementedError("MariaDB runs list-append, rw-register and bank: no "
+                                  "compare-and-set")
 
     async def append(self, key: str, element: Any) -> None:
         await self.txn([["append", key, element]])

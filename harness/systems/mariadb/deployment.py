@@ -45,7 +45,7 @@ from reports.checkers.logs import rule
 MARIADBD = "/usr/sbin/mariadbd"
 GALERA = "/usr/lib/galera/libgalera_smm.so"
 TOPOLOGIES = ("single", "replicas", "galera")
-TABLES = f"{DATABASE}.lists, {DATABASE}.accounts"  # every workload's, for the convergence check
+TABLES = f"{DATABASE}.lists, {DATABASE}.registers, {DATABASE}.accounts"  # every workload's, for the convergence check
 GROUP = "mariadb"  # the one replication group, as the nemeses' tablet rules name it
 # --flag keys for the harness's side, not mariadbd's
 HARNESS_FLAGS = frozenset({"topology", "isolation"})
@@ -82,7 +82,7 @@ class MariaDB(Deployment):
     data_daemon: ClassVar[str] = "mariadb"
     all_daemons: ClassVar[tuple[str, ...]] = ("mariadb",)
     offers: ClassVar[frozenset[str]] = frozenset({"leaders"})
-    workloads: ClassVar[tuple[str, ...]] = ("list-append", "bank")
+    workloads: ClassVar[tuple[str, ...]] = tuple(SqlClient.WORKLOADS)
     log_rules: ClassVar[tuple[dict, ...]] = (
         rule("crash", r"mariadbd got signal (?!9\b)|InnoDB: Assertion failure|Database page corruption",
              "mariadbd crashed or found a corrupt page"),
@@ -290,12 +290,10 @@ class MariaDB(Deployment):
         served = [h.address for h in self.hosts if self.daemons(h.name)]
         binds = [b for b in binds or served if b in served] or served
 
-        bank = workload.name == "bank"
-
         def make(address: str, node: str) -> SqlClient:
             if self.topology == "galera":
-                return SqlClient(address, node, op_timeout, self.isolation, bank=bank)
-            return SqlClient(primary, node, op_timeout, self.isolation, bank=bank,
+                return SqlClient(address, node, op_timeout, self.isolation, workload=workload.name)
+            return SqlClient(primary, node, op_timeout, self.isolation, workload=workload.name,
                              read_address=address if self.topology == "replicas" else None)
 
         clients, close = bound_clients(binds, names, make)
