@@ -59,6 +59,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "t mod n, as Jepsen binds clients to nodes; smart: to the leader it knows "
                         "(default node-bound)")
     configure_writes(p)
+    configure_external_consistency(p)
     host_options.configure(p)
     p.add_argument("--store", type=Path, default=Path(d.store), help="store directory (default ./store)")
     p.add_argument("--wheelhouse", type=Path, help="use these prebuilt wheels instead of building them")
@@ -104,6 +105,26 @@ def configure_writes(p: argparse.ArgumentParser, scope: str = "",
                         + (f"; {drawn} (default {default})" if drawn else f" (default {default})"))
 
 
+def configure_external_consistency(p: argparse.ArgumentParser, drawn: str = "") -> None:
+    """--external-consistency, as `tessera test` takes it; `drawn`: test-all's words for its
+    default, which draws a mode per run (harness.matrix.run_external_consistency)."""
+    from harness.matrix import DRAWN_WRITES
+    from node.protocol import EXTERNAL_CONSISTENCY
+
+    p.add_argument("--external-consistency", default=DRAWN_WRITES if drawn else None,
+                   choices=(*EXTERNAL_CONSISTENCY, DRAWN_WRITES) if drawn else list(EXTERNAL_CONSISTENCY),
+                   help="--db tessera: Kudu's external consistency mode of the client's writes. "
+                        "client-propagated (the client's default): a write is answered once "
+                        "applied, and carries the highest timestamp the client has seen, so "
+                        "each client's writes get rising timestamps whatever the clocks do; "
+                        "commit-wait: a write is answered only once every clock is past its "
+                        "timestamp (up to the max clock error later), so timestamps follow "
+                        "real time across clients and tablets. Every run checks each "
+                        "process's own timestamp order"
+                        + (f"; {drawn} (default {DRAWN_WRITES})" if drawn
+                           else " (default: the client's, client-propagated)"))
+
+
 def parse_value(text: str, what: str) -> tuple[str, object]:
     """KEY=VALUE with VALUE read as a bool, int, float or string."""
     key, sep, value = text.partition("=")
@@ -146,7 +167,8 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
         nemesis_interval=args.nemesis_interval, time_limit=args.time_limit,
         concurrency=args.concurrency, rate=args.rate,
         seed=args.seed if args.seed is not None else random.randrange(2**31),
-        client=args.client, writes=args.writes, flags=flags,
+        client=args.client, writes=args.writes,
+        external_consistency=args.external_consistency, flags=flags,
         fast_failure_detection=failure_detection.fast(args, kind),
         **timing_options.spec_fields(args),
         **host_options.spec_fields(args), store=str(args.store),

@@ -69,6 +69,7 @@ class Cell:
         least: fast failure detection elects a leader in under a second)."""
         interval = min(10.0, max(3.0, round(time_limit / 4, 1)))
         fields = {"nemesis_interval": interval, "writes": run_writes(base, seed),
+                  "external_consistency": run_external_consistency(base, seed),
                   **self.overrides}
         flags = {**base.flags, **fields.pop("flags", {})}
         return msgspec.structs.replace(
@@ -89,6 +90,21 @@ def run_writes(base: TestSpec, seed: int) -> str:
     from workloads.base import WRITE_MODES
 
     return random.Random(f"{seed}/writes").choice(WRITE_MODES)
+
+
+def run_external_consistency(base: TestSpec, seed: int) -> str | None:
+    """The external consistency mode of Tessera's client in the run with this seed: the
+    matrix's own, or with DRAWN_WRITES (`--external-consistency drawn`) one of Kudu's two drawn
+    from the seed, so a nightly matrix runs both (another system has no such mode: None)."""
+    if base.external_consistency != DRAWN_WRITES:
+        return base.external_consistency
+    if base.db != "tessera":
+        return None
+    import random
+
+    from node.protocol import EXTERNAL_CONSISTENCY
+
+    return random.Random(f"{seed}/external-consistency").choice(list(EXTERNAL_CONSISTENCY))
 
 
 @dataclass

@@ -37,7 +37,7 @@ TESSERA = "tessera"  # the one --db with simulators, lease reads and engine faul
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from harness.chaos_cli import configure_writes
+    from harness.chaos_cli import configure_external_consistency, configure_writes
     from harness.selfcheck import RECIPES
     from harness.sim_cell import FULL_KIND, KIND
     from harness.systems import SYSTEMS, system
@@ -87,6 +87,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                      drawn="drawn: each chaos run of --db tessera draws one of the four from "
                            "its seed, so each night's matrix meets every mode under its faults "
                            "(the run's test.json says which); another --db runs own")
+    configure_external_consistency(
+        p, drawn="drawn: each chaos run of --db tessera draws one of the two from its seed, and "
+                 "the sim-full cell's seeds their own (the run's test.json says which)")
     failure_detection.configure(p)  # as `tessera test` takes it
     host_options.configure(p)  # where each cell runs: as `tessera test` takes it
     timing_options.configure(p)  # how patient each cell's run is: as `tessera test` takes it
@@ -187,7 +190,11 @@ def base_spec(args: argparse.Namespace, wheelhouse: Path):
     kind.check_flags(flags)
     # The self-check's recipes were measured writing one op per request: they draw no mode.
     writes = "own" if args.self_check and args.writes == DRAWN_WRITES else args.writes
+    mode = args.external_consistency
+    if args.self_check and mode == DRAWN_WRITES:
+        mode = None
     return TestSpec(db=args.db, rate=args.rate, concurrency=args.concurrency, writes=writes,
+                    external_consistency=mode,
                     **host_options.spec_fields(args), **timing_options.spec_fields(args),
                     flags=flags,
                     fast_failure_detection=failure_detection.fast(args, kind),

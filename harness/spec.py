@@ -64,6 +64,9 @@ class TestSpec(msgspec.Struct, frozen=True, kw_only=True):
     # How the workers' writes reach Tessera's client (workloads.base.WRITE_MODES): own, shared,
     # session-background, session-manual; given to the workload (`make_workload`)
     writes: str = "own"
+    # Kudu's external consistency mode of Tessera's client (node.protocol.EXTERNAL_CONSISTENCY);
+    # None: the client's default (client-propagated); given to the workload (`make_workload`)
+    external_consistency: str | None = None
     flags: dict[str, Any] = {}  # daemon config keys for every node (the system's own)
     fast_failure_detection: bool = False
     op_timeout: float = 5.0
@@ -86,10 +89,12 @@ class TestSpec(msgspec.Struct, frozen=True, kw_only=True):
     ca_key: str | None = None
 
     def make_workload(self):
-        """The run's workload: --workload with its --workload-option values and --writes."""
+        """The run's workload: --workload with its --workload-option values, --writes and
+        --external-consistency."""
         from workloads import make
 
-        return make(self.workload, writes=self.writes, **self.workload_options)
+        return make(self.workload, writes=self.writes,
+                    external_consistency=self.external_consistency, **self.workload_options)
 
     def daemon_flags(self) -> dict[str, Any]:
         """What every daemon's config gets: the fast failure-detection set (Tessera's timings

@@ -22,6 +22,7 @@ def check(spec: TestSpec) -> TestSpec:
         raise ValueError(f"--db {spec.db!r}: not one of {', '.join(SYSTEMS)}")
     kind = system(spec.db)
     check_writes(spec)
+    check_external_consistency(spec)
     try:  # an unknown workload is named as such before asking whether --db runs it
         workload = spec.make_workload()
     except TypeError as e:
@@ -72,6 +73,21 @@ def check(spec: TestSpec) -> TestSpec:
         except ClusterError as e:
             raise ValueError(str(e)) from None
     return spec
+
+
+def check_external_consistency(spec: TestSpec) -> None:
+    """--external-consistency: one of Kudu's two modes, for Tessera's client alone."""
+    from node.protocol import EXTERNAL_CONSISTENCY
+
+    mode = spec.external_consistency
+    if mode is None:
+        return
+    if mode not in EXTERNAL_CONSISTENCY:
+        raise ValueError(f"--external-consistency {mode!r}: not one of "
+                         f"{', '.join(EXTERNAL_CONSISTENCY)}")
+    if spec.db != "tessera":
+        raise ValueError(f"--external-consistency is the mode of Tessera's client: --db {spec.db} "
+                         "has no such mode")
 
 
 def check_writes(spec: TestSpec) -> None:

@@ -58,10 +58,18 @@ class HybridClock:
             self._last = candidate if candidate > self._last else self._last + 1
             return self._last
 
-    def update(self, observed: int) -> None:
-        """Witness a timestamp from elsewhere: later `now()` values will exceed it."""
+    def update(self, observed: int) -> bool:
+        """Witness a timestamp from elsewhere: later `now()` values will exceed it. True if
+        it was ahead of every timestamp this clock had issued or witnessed."""
         with self._lock:
-            self._last = max(self._last, observed)
+            ahead = observed > self._last
+            if ahead:
+                self._last = observed
+            return ahead
+
+    def ahead_us(self, ts: int) -> int:
+        """How far `ts`'s physical part is ahead of this clock's physical now, in µs."""
+        return physical_us(ts) - self._physical_us()
 
     def wait_until_after(self, ts: int) -> float:
         """Seconds until `ts` is in the past on every clock within max error of ours (0 if it is)."""

@@ -123,6 +123,14 @@ CATALOG: dict[str, str] = {
         "bootstrap found WAL entries past the snapshot, not known committed: pending",
     "replica.commit_wait.waited":
         "a write's answer waited out commit-wait: the clock minus its max error was not past it",
+    "replica.write.client_propagated":
+        "a CLIENT_PROPAGATED write was answered once applied, with no commit-wait",
+    "replica.write.group_modes_mixed":
+        "a Group entry held writes of both modes: the CLIENT_PROPAGATED ones answered first",
+    "tserver.write.propagated_too_far_ahead":
+        "a write was refused: the timestamp its client propagated is an hour ahead of our clock",
+    "replica.clock.propagated_ahead":
+        "a write's propagated timestamp was ahead of every one the leader's clock had issued",
     "replica.failed.while_running":
         "a running replica failed (an fsync, a safety check): it is FAILED and stops serving",
     # --- wal: the write-ahead log (node/wal) ---

@@ -7,10 +7,12 @@ leader's UUID (or None) as its detail so clients can go straight to it.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from node.consensus import Message
-from node.tablet.ops import Op, Result, RowOp
+from node.tablet.ops import NonNegative, Op, Result, RowOp
 from node.tablet.superblock import OpId, Partition
 
 
@@ -25,6 +27,25 @@ class Peer(msgspec.Struct, frozen=True, array_like=True):
 
 
 # -- tablet server --------------------------------------------------------------------------
+
+# Kudu's external consistency modes (ExternalConsistencyMode), per write:
+#   CLIENT_PROPAGATED: the write is answered once applied. The client sends the highest
+#     timestamp its writes were given (`propagated_timestamp`) with every write, and the
+#     leader's clock witnesses it before it assigns one, so each client's writes are in
+#     timestamp order in the order it made them, whatever the clocks do (reads carry no
+#     timestamp yet, so what a client read is not ordered before its later writes); another
+#     client's write on another tablet, invoked after this one was answered, may still get a
+#     smaller timestamp.
+#   COMMIT_WAIT: the write is answered only once every clock within the max error is past its
+#     timestamp, so timestamps follow real-time order across clients and tablets (KUDU-430),
+#     at the cost of up to the max clock error per write.
+# A request that names none asks for COMMIT_WAIT, the stronger promise (the server's default;
+# the client's own default is Kudu's, CLIENT_PROPAGATED).
+CLIENT_PROPAGATED, COMMIT_WAIT = "CLIENT_PROPAGATED", "COMMIT_WAIT"
+ExternalConsistency = Literal["CLIENT_PROPAGATED", "COMMIT_WAIT"]
+# The modes as command lines spell them (`tessera kv`, `tessera test --external-consistency`).
+EXTERNAL_CONSISTENCY = {"client-propagated": CLIENT_PROPAGATED, "commit-wait": COMMIT_WAIT}
+
 
 class CreateTablet(msgspec.Struct, frozen=True):
     tablet_id: str
@@ -48,6 +69,8 @@ class Write(msgspec.Struct, frozen=True):
     session: int = 0
     seq: int = 0
     acked_below: int = 0
+    propagated_timestamp: NonNegative = 0  # the client's highest observed hybrid timestamp
+    external_consistency: ExternalConsistency = COMMIT_WAIT
 
 
 class WriteBatch(msgspec.Struct, frozen=True):
@@ -60,6 +83,8 @@ class WriteBatch(msgspec.Struct, frozen=True):
     session: int
     seq: int
     acked_below: int = 0
+    propagated_timestamp: NonNegative = 0
+    external_consistency: ExternalConsistency = COMMIT_WAIT
 
 
 class BatchResult(msgspec.Struct, frozen=True, omit_defaults=True):

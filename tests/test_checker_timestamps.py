@@ -130,3 +130,28 @@ def test_across_keys_judges_pairs_on_different_keys_and_transactions():
         "invalid", "commit-wait", "across keys", 2)
     (a,) = r["anomalies"]
     assert (a["before"]["hybrid_time"], a["after"]["hybrid_time"]) == (500, 400)
+
+
+def test_each_process_s_timestamps_must_rise_in_its_own_order_across_keys():
+    """Both external consistency modes promise a client its own order, whatever the clocks
+    (the timestamp it propagates is witnessed first): a process's later write with a smaller
+    timestamp is a client-order anomaly even on another key, where the per-key check has
+    nothing to say; two processes' writes on different keys may carry any timestamps."""
+    from reports.checkers.timestamps import check_client_order
+
+    def op(i, p, key, ht, typ="ok"):
+        return [Op(2 * i, "invoke", p, "write", i, time=2 * i, key=key),
+                Op(2 * i + 1, typ, p, "write", i, time=2 * i + 1, key=key, hybrid_time=ht)]
+
+    fine = [*op(0, 0, "a", 500), *op(1, 1, "b", 100), *op(2, 0, "b", 600), *op(3, 1, "a", 200),
+            *op(4, 0, "c", None, "info")]
+    assert check_client_order(fine)["verdict"] == "valid"
+    assert check_client_order(fine)["writes"] == 4
+    bad = [*op(0, 0, "a", 500), *op(1, 1, "b", 100), *op(2, 0, "b", 400)]
+    r = check_client_order(bad)
+    assert r["verdict"] == "invalid" and len(r["anomalies"]) == 1
+    a = r["anomalies"][0]
+    assert a["type"] == "client-order" and (a["before"]["index"], a["after"]["index"]) == (1, 5)
+    assert check_timestamps(bad)["verdict"] == "valid"  # per key, nothing is out of order
+    out = check_history(bad, "register")
+    assert out["verdict"] == "invalid" and "client-order" in {x["checker"] for x in out["results"]}

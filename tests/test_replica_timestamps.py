@@ -7,7 +7,7 @@ import time
 
 from replica_net import Net, open_session
 
-from node.clock import physical_us
+from node.clock import make, physical_us
 from node.tablet.ops import Write
 
 
@@ -83,6 +83,51 @@ def test_timestamps_increase_across_a_leader_change_to_a_lagging_clock(tmp_path)
                         break
                     await asyncio.sleep(0.01)
                 assert r.state.last_timestamp == stamps[-1]
+        finally:
+            await net.stop()
+
+    run(main())
+
+
+def test_a_client_propagated_write_is_answered_without_commit_wait_above_what_it_propagated(
+        tmp_path):
+    """Kudu's CLIENT_PROPAGATED on the production replica: the write is answered once applied,
+    however large the max error (COMMIT_WAIT would hold it 2 s), and its timestamp exceeds the
+    one the client propagated, even one a minute ahead of the leader's clock (another leader's,
+    skewed); single writes that share a Group entry are answered each in its own mode."""
+    from node.probes import expect
+
+    async def main():
+        net = Net(tmp_path)
+        net.start()
+        try:
+            leader = await net.leader()
+            session = await open_session(leader)
+            # one Group entry, one member each way: the client-propagated one is answered first
+            for r in net.replicas.values():
+                r.clock.max_error_us = 200_000
+            done: list[str] = []
+
+            async def one(seq, wait):
+                r = await leader.write(Write(f"g{seq}", seq), session=session, seq=seq,
+                                       acked_below=1, commit_wait=wait)
+                done.append("waited" if wait else "propagated")
+                return r
+
+            with expect("replica.write.group_modes_mixed"):
+                results = await asyncio.gather(one(1, True), one(2, False))
+            assert all(r.ok for r in results) and done == ["propagated", "waited"]
+            assert results[0].timestamp == results[1].timestamp  # one entry: one timestamp
+            for r in net.replicas.values():
+                r.clock.max_error_us = 2_000_000
+            ahead = make(physical_us(leader.clock.now()) + 60_000_000)  # a minute ahead
+            waits = leader.stats["commit_waits"]
+            with expect("replica.write.client_propagated", "replica.clock.propagated_ahead"):
+                res = await leader.write(Write("k", 1), session=session, seq=3, acked_below=3,
+                                         propagated=ahead, commit_wait=False)
+            assert res.ok and res.timestamp > ahead
+            # no wait at all (a COMMIT_WAIT write would now wait a minute, past `ahead`)
+            assert leader.stats["commit_waits"] == waits
         finally:
             await net.stop()
 

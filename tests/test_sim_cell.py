@@ -64,7 +64,7 @@ def test_default_matrix_starts_with_the_sim_cells_and_self_check_adds_sim_cells_
     cells = cells_from_args(_args())
     assert cells[:2] == [Cell(KIND, KIND, (), max_time=20.0, overhead=1.0),
                          Cell(FULL_KIND, FULL_KIND, (), overhead=1.0, soak=True)]
-    assert [c.name for c in cells].count(KIND) == 1 and len(cells) == 10
+    assert [c.name for c in cells].count(KIND) == 1 and len(cells) == 12
     register = cells_from_args(_args("--workloads", "register"))
     assert [c.name for c in register] == ["register/all", "register/raft@lease"]
     # the Raft group, copy-race among it, runs with lease reads; the classic group does not

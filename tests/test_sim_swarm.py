@@ -425,6 +425,33 @@ def test_commit_wait_is_judged_across_tablets_while_clocks_stay_within_the_bound
     assert commit_wait(mutant)["anomalies"][0]["type"] == "timestamp-order"
 
 
+CLIENT_PROPAGATED = ("drift:8,transfer:2,restart:1,heal:1;every=0.2-0.8;load=20x200;"
+                     "consistency=client-propagated")
+
+
+def test_client_propagated_writes_keep_each_clients_order_past_the_clock_bound(
+        monkeypatch, tmp_path):
+    """Kudu's CLIENT_PROPAGATED: writes are answered without commit-wait, and a client's writes
+    must still carry rising timestamps (the client-order check) while the drift fault steps
+    clocks up to half a second past the bound, since each write carries the highest timestamp
+    its client saw. A client that drops it (the drop-propagated mutant) fails: its write on a
+    tablet whose leader's clock is behind gets a smaller timestamp than its last."""
+    from node.client import faults
+
+    def client_order(r):
+        return next(c for c in r.results["check"]["results"] if c["checker"] == "client-order")
+
+    fixed = register_seed(0, CLIENT_PROPAGATED, 10.0, tmp_path / "fixed")
+    assert fixed.ok() and client_order(fixed)["writes"] > 100, fixed.verdict
+    assert fixed.probes.get("replica.write.client_propagated", 0) > 0
+    assert not fixed.probes.get("replica.commit_wait.waited")
+    assert not any(c["checker"] == "commit-wait" for c in fixed.results["check"]["results"])
+    monkeypatch.setattr(faults, "FAULTS", faults.parse("drop-propagated"))
+    mutant = register_seed(0, CLIENT_PROPAGATED, 10.0, tmp_path / "mutant")
+    assert mutant.verdict == "invalid" and client_order(mutant)["verdict"] == "invalid"
+    assert client_order(mutant)["anomalies"][0]["type"] == "client-order"
+
+
 def test_half_the_swarm_mixes_snapshot_often_and_the_spec_carries_it():
     """A seed of a virtual minute never reaches the engine's 20,000 entries between snapshots;
     half the swarm mixes snapshot every few hundred, so saved snapshots, collected logs and

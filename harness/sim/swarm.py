@@ -140,6 +140,11 @@ UNPACED = (False, True)
 # coalesced one, larger than the bound is refused by the leader before it is proposed
 # (INVALID_ARGUMENT), a definite failure (client.retry.refused). Its own draw.
 RESULTS = (None, None, None, 3, 8)
+# The client's external consistency mode (Kudu's two): commit-wait seeds keep their timestamps
+# in real-time order across tablets (judged so while the clocks stay within the bound);
+# client-propagated seeds answer writes without waiting, and only each client's own order is
+# promised (judged in every seed). Its own draw.
+CONSISTENCY = ("commit-wait", "client-propagated")
 # Mixes that reach a path only with several knobs at once, each a recorded spec (the tests in
 # tests/test_sim_swarm_reach.py, tests/test_sim_forge.py and tests/test_sim_swarm.py fire its
 # probes on a recorded seed). Independent draws combined none of them in 200 seeds
@@ -221,6 +226,10 @@ class Mix:
     unpaced: bool = False
     # the results a tablet keeps per session (None: the engine's; RESULTS)
     max_results: int | None = None
+    # the client's external consistency mode (node.protocol.EXTERNAL_CONSISTENCY; CONSISTENCY):
+    # commit-wait, whose timestamps the seed judges across tablets, or client-propagated,
+    # judged per client
+    consistency: str = "commit-wait"
 
     def kinds(self) -> list[str]:
         return [k for k, _ in self.weights]
@@ -233,7 +242,8 @@ class Mix:
     def spec(self) -> str:
         """`kind:weight,...;every=LO-HI;reads=MODE[;load=CLIENTSxRATE][;read-share=F]
         [;clock=US][;writes=MODE][;values=wide][;snapshot=N][;fsync=MS][;sessions=N]
-        [;batch=N][;inflight=N][;frame=MIB][;results=N][;unpaced]`; writes only when not own."""
+        [;batch=N][;inflight=N][;frame=MIB][;results=N][;consistency=MODE][;unpaced]`; writes
+        only when not own, consistency only when not commit-wait."""
         lo, hi = self.fault_every_s
         parts = [",".join(f"{k}:{w}" for k, w in self.weights), f"every={lo:g}-{hi:g}",
                  f"reads={self.read_mode}"]
@@ -251,6 +261,8 @@ class Mix:
                   "sessions": self.max_sessions, "batch": self.batch, "inflight": self.inflight,
                   "frame": self.frame_mb, "results": self.max_results}
         parts += [f"{key}={n}" for key, n in counts.items() if n is not None]
+        if self.consistency != "commit-wait":
+            parts.append(f"consistency={self.consistency}")
         if self.unpaced:
             parts.append("unpaced")
         return ";".join(parts)
@@ -263,7 +275,8 @@ class Mix:
                 "values": self.values, "snapshot_every": self.snapshot_every,
                 "fsync_ms": self.fsync_ms, "max_sessions": self.max_sessions,
                 "batch": self.batch, "inflight": self.inflight, "frame_mb": self.frame_mb,
-                "unpaced": self.unpaced, "max_results": self.max_results}
+                "unpaced": self.unpaced, "max_results": self.max_results,
+                "consistency": self.consistency}
 
 
 # The fixed mix (its list of kinds, with crash, restart and membership twice, is the one the
@@ -296,12 +309,14 @@ def swarm_mix(seed: int) -> Mix:
     frame_mb = _own_draw(seed, "frame", FRAME_MB)
     unpaced = _own_draw(seed, "unpaced", UNPACED) and _unpaceable(writes, values, frame_mb)
     max_results = _own_draw(seed, "results", RESULTS)
+    consistency = _own_draw(seed, "consistency", CONSISTENCY)
     mix = Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
               read_share=read_share, clock_error_us=clock_error_us, writes=writes,
               values=None if values == "small" else values, snapshot_every=snapshot_every,
               fsync_ms=fsync_ms, max_sessions=max_sessions,
               batch=batch if writes in SESSION_MODES else None, inflight=inflight,
-              frame_mb=frame_mb, unpaced=unpaced, max_results=max_results)
+              frame_mb=frame_mb, unpaced=unpaced, max_results=max_results,
+              consistency=consistency)
     bundle = _own_draw(seed, "bundle", BUNDLE_DRAW)
     return mix if bundle is None else replace(parse_mix(BUNDLES[bundle]), name="swarm")
 
@@ -349,10 +364,13 @@ def parse_mix(spec: str) -> Mix:
         raise ValueError(f"client={opts['client']}: a mix names how the workers write as "
                          "writes=MODE now (client=coalesce is writes=shared)")
     unknown = set(opts) - {"every", "reads", "load", "read-share", "clock", "writes", "values",
-                           "unpaced", *_COUNTS}
+                           "unpaced", "consistency", *_COUNTS}
     if unknown:
         raise ValueError(f"unknown mix field(s) {sorted(unknown)} (every, reads, load, read-share, "
-                         f"clock, writes, values, {', '.join(_COUNTS)}, unpaced)")
+                         f"clock, writes, values, {', '.join(_COUNTS)}, unpaced, consistency)")
+    consistency = opts.get("consistency", "commit-wait")
+    if consistency not in CONSISTENCY:
+        raise ValueError(f"consistency={consistency!r}: {' or '.join(CONSISTENCY)}")
     counts = {}
     for key, what in _COUNTS.items():
         n = opts.get(key)
@@ -395,7 +413,7 @@ def parse_mix(spec: str) -> Mix:
         raise ValueError(f"reads={reads!r}: linearizable or lease")
     return Mix(tuple(weights), (lo, hi), reads, "spec", concurrency, rate, read_share,
                clock_error_us, writes, None if values == "small" else values,
-               *list(counts.values())[:-1], unpaced, counts["results"])
+               *list(counts.values())[:-1], unpaced, counts["results"], consistency)
 
 
 def mix_for(name: str, seed: int) -> Mix:

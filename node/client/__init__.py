@@ -59,6 +59,8 @@ from node.client.session import RowResult as RowResult
 from node.errors import OpFailed, OpUnknown, TooLarge, WrongReply
 from node.probes import probe
 from node.protocol import (
+    CLIENT_PROPAGATED,
+    COMMIT_WAIT,
     Ack,
     BatchResult,
     ConfigState,
@@ -136,10 +138,17 @@ class _Backoff:
 class TesseraClient:
     def __init__(self, masters: list[tuple[str, int]], *, timeout: float = 5.0,
                  rpc: RpcClient | None = None, rng: random.Random | None = None,
-                 tls: ssl.SSLContext | None = None, time_scale: float = 1.0):
+                 tls: ssl.SSLContext | None = None, time_scale: float = 1.0,
+                 external_consistency: str = CLIENT_PROPAGATED):
         """`rng` (jitter, replica order): seeded by the simulator for replayable runs. `tls`:
         connect with TLS as this identity (node.security.tls.client_tls). `time_scale`
-        multiplies the connect and attempt timeouts, for servers on slow hosts (TCG guests)."""
+        multiplies the connect and attempt timeouts, for servers on slow hosts (TCG guests).
+        `external_consistency`: Kudu's mode for this client's writes (node.protocol says what
+        each promises); a session may ask for the other (SessionOptions)."""
+        if external_consistency not in (CLIENT_PROPAGATED, COMMIT_WAIT):
+            raise ValueError(f"external consistency is {CLIENT_PROPAGATED} or {COMMIT_WAIT}, "
+                             f"not {external_consistency!r}")
+        self.external_consistency = external_consistency
         self.masters = list(masters)
         self.rng = rng or random.Random()
         self.timeout = timeout
@@ -173,6 +182,19 @@ class TesseraClient:
 
     def _deadline(self) -> float:
         return self._now() + self.timeout
+
+    @staticmethod
+    def _propagated(sessions: Sessions) -> int:
+        """The timestamp a write carries: the highest its writer observed (Sessions; 0 under
+        the `drop-propagated` mutant, node.client.faults)."""
+        return 0 if faults.FAULTS.drop_propagated else sessions.last_observed
+
+    @staticmethod
+    def _observe(sessions: Sessions, results: list) -> None:
+        """Keep the highest timestamp among a reply's ok results."""
+        for r in results:
+            if isinstance(r, Result) and r.ok and r.timestamp > sessions.last_observed:
+                sessions.last_observed = r.timestamp
 
     # -- masters -----------------------------------------------------------------------------
     async def master_call(self, method: str, req: Any, resp_type: type,
@@ -557,13 +579,15 @@ class TesseraClient:
             s = (sessions.by_tablet.get(t.tablet_id)
                  or await self._session(sessions, table, t, deadline, bind))
             seq = s.begin()
-            req = Write(t.tablet_id, op, s.id, seq, s.acked_below())
+            req = Write(t.tablet_id, op, s.id, seq, s.acked_below(), self._propagated(sessions),
+                        self.external_consistency)
             try:
                 reply, uncertain, peer = await self._to_leader(table, t, "ts.write", req,
                                                                OpResult, True, deadline, bind)
             finally:
                 s.end(seq)
             res = reply.result
+            self._observe(sessions, [res])
             if res.ok or res.error not in (Rejection.NO_SESSION, Rejection.STALE_SEQ):
                 return RowResult(res, peer, Sent(op, t.tablet_id, s.id, seq, seq, 1, reply.seq))
             probe("client.write.session_lost")
@@ -576,7 +600,8 @@ class TesseraClient:
 
     async def write_batch(self, table: str, t: TabletLocation, ops: list[RowOp],
                           deadline: float, bind: tuple[str, int | None] | None = None,
-                          sessions: Sessions | None = None) -> Answered:
+                          sessions: Sessions | None = None,
+                          external_consistency: str | None = None) -> Answered:
         """Row ops of one tablet as ONE `ts.write_batch` (one Raft entry), retried unchanged
         (same session, same seqs: exactly-once) through leader changes until `deadline`.
 
@@ -585,20 +610,24 @@ class TesseraClient:
         forgotten after an uncertain attempt); the replica that answered; the session and
         seqs the batch went as, and the seq the answer echoed (Answered.rows). Raises OpUnknown
         (the whole batch may have applied) or OpFailed (it certainly did not) when no replica
-        answered by the deadline, as `op` does for one op."""
+        answered by the deadline, as `op` does for one op. `external_consistency`: a session's
+        own mode; None, the client's."""
         sessions = sessions or self._sessions
+        mode = external_consistency or self.external_consistency
         if faults.FAULTS.new_seqs:
-            return await self._batch_with_new_seqs(table, t, ops, deadline, bind, sessions)
+            return await self._batch_with_new_seqs(table, t, ops, deadline, bind, sessions, mode)
         for _ in range(3):  # a session evicted before our first attempt: reopen and retry
             s = await self._session(sessions, table, t, deadline, bind)
             first = s.begin(len(ops))
             try:
-                req = WriteBatch(t.tablet_id, ops, s.id, first, s.acked_below())
+                req = WriteBatch(t.tablet_id, ops, s.id, first, s.acked_below(),
+                                 self._propagated(sessions), mode)
                 res, uncertain, peer = await self._to_leader(table, t, "ts.write_batch", req,
                                                              BatchResult, True, deadline, bind)
             finally:
                 s.end(first)
             results = res.results
+            self._observe(sessions, results)
             if all_ok(results):  # the usual answer, checked without a loop in Python
                 return Answered(results, peer, t.tablet_id, s.id, first, res.seq)
             lost = [not r.ok and r.error in (Rejection.NO_SESSION, Rejection.STALE_SEQ)
@@ -616,7 +645,7 @@ class TesseraClient:
 
     async def _batch_with_new_seqs(self, table: str, t: TabletLocation, ops: list[RowOp],
                                    deadline: float, bind: tuple[str, int | None] | None,
-                                   sessions: Sessions) -> Answered:
+                                   sessions: Sessions, mode: str) -> Answered:
         """The `new-seqs` fault (node.client.faults), a deliberate bug: a retry loop of its own
         in which every attempt of the batch, to each replica in turn, is a new request with new
         seqs, so a retry after a lost answer applies the batch again."""
@@ -626,11 +655,13 @@ class TesseraClient:
             for peer in self._replica_order(self._latest(table, t), bind):
                 s = await self._session(sessions, table, t, deadline, bind)
                 first = s.begin(len(ops))
-                req = WriteBatch(t.tablet_id, ops, s.id, first, s.acked_below())
+                req = WriteBatch(t.tablet_id, ops, s.id, first, s.acked_below(),
+                                 self._propagated(sessions), mode)
                 try:
                     res = await self.rpc.call(peer.addr, "ts.write_batch", req, BatchResult,
                                               to_uuid=peer.uuid,
                                               timeout=min(self.attempt_timeout, remaining))
+                    self._observe(sessions, res.results)
                     return Answered(res.results, peer, t.tablet_id, s.id, first, res.seq)
                 except RpcError as e:
                     last = e

@@ -80,8 +80,16 @@ def _value(text: str):
 
 
 def configure_kv(p: argparse.ArgumentParser) -> None:
+    from node.protocol import EXTERNAL_CONSISTENCY
+
     common_options(p)
     p.add_argument("--table", default="kv", help="table (default kv)")
+    p.add_argument("--external-consistency", choices=list(EXTERNAL_CONSISTENCY),
+                   default="client-propagated",
+                   help="a write's mode (Kudu's): client-propagated answers once the write is "
+                        "applied; commit-wait also waits until every clock within the max "
+                        "error is past its timestamp, so any write started after it gets a "
+                        "larger one (default client-propagated)")
     sub = p.add_subparsers(dest="verb", required=True)
 
     def kv_verb(name: str, help: str) -> argparse.ArgumentParser:
@@ -157,7 +165,11 @@ def run_with_client(args, body) -> int:
         return BAD_ARGS
 
     async def go():
-        client = TesseraClient(masters, timeout=args.timeout, tls=tls)
+        from node.protocol import CLIENT_PROPAGATED, EXTERNAL_CONSISTENCY
+
+        mode = EXTERNAL_CONSISTENCY.get(getattr(args, "external_consistency", ""),
+                                        CLIENT_PROPAGATED)
+        client = TesseraClient(masters, timeout=args.timeout, tls=tls, external_consistency=mode)
         try:
             return await body(args, client)
         finally:

@@ -27,6 +27,9 @@ HELP = {
                   "caller, who is answered with the outcome of the op it gave up on",
     "drop-error": "a background session's flush drops a failed op's error (a row error, or "
                   "the batch's own failure) and answers the op as applied",
+    "drop-propagated": "writes carry no propagated timestamp, so a client's later write on a "
+                       "tablet whose leader's clock is behind gets a smaller timestamp than its "
+                       "earlier one",
 }
 
 
@@ -36,6 +39,7 @@ class ClientFaults:
     new_seqs: bool = False
     reuse_slot: bool = False
     drop_error: bool = False
+    drop_propagated: bool = False
 
     def enabled(self) -> list[str]:
         return [f.name.replace("_", "-") for f in fields(self) if getattr(self, f.name)]

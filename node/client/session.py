@@ -52,6 +52,7 @@ import msgspec
 from node.client import faults
 from node.errors import OpFailed, OpUnknown, TesseraError
 from node.probes import probe
+from node.protocol import CLIENT_PROPAGATED, COMMIT_WAIT
 from node.tablet.ops import ROW_OP_TYPES, Result, RowOp
 from node.tablet.state import Limits
 
@@ -86,6 +87,9 @@ class SessionOptions:
     flush_interval_s: float = KUDU_FLUSH_INTERVAL_S  # AUTO_FLUSH_BACKGROUND
     max_buffers: int = KUDU_MAX_BUFFERS  # per tablet: filling plus flushing
     row_futures: bool = True  # False: Kudu's error collector instead (see the module docstring)
+    # Kudu's KuduSession::SetExternalConsistencyMode: CLIENT_PROPAGATED or COMMIT_WAIT for this
+    # session's writes (node.protocol); None, the client's own mode.
+    external_consistency: str | None = None
 
     def __post_init__(self) -> None:
         bound = Limits().max_results_per_session
@@ -96,6 +100,9 @@ class SessionOptions:
             raise ValueError("buffer_bytes must be >= 1 and flush_watermark in (0, 1]")
         if self.flush_interval_s <= 0 or self.max_buffers < 1:
             raise ValueError("flush_interval_s must be > 0 and max_buffers >= 1")
+        if self.external_consistency not in (None, CLIENT_PROPAGATED, COMMIT_WAIT):
+            raise ValueError(f"external_consistency is {CLIENT_PROPAGATED} or {COMMIT_WAIT}, "
+                             f"not {self.external_consistency!r}")
 
 
 class RowError(NamedTuple):
@@ -249,6 +256,12 @@ class Sessions:
         # end (TesseraClient._corked)
         self.corked: dict[tuple, tuple[list, list]] = {}
         self.sent: Counter[int] = Counter()  # writes per request _uncork sent -> requests
+        # The highest hybrid timestamp the writes made through these sessions were given, sent
+        # with each of their writes (Kudu's propagated timestamp), so the next is given a
+        # larger one on any tablet: a writer's own order. Kept here, not per TesseraClient, so
+        # handles that share one client but not their sessions stay separate clients, whose
+        # mutual order only COMMIT_WAIT promises.
+        self.last_observed = 0
 
 
 class Client(Protocol):
@@ -267,7 +280,8 @@ class Client(Protocol):
 
     async def write_batch(self, table: str, t: TabletLocation, ops: list[RowOp],
                           deadline: float, bind: tuple[str, int | None] | None = None,
-                          sessions: Sessions | None = None) -> Answered: ...
+                          sessions: Sessions | None = None,
+                          external_consistency: str | None = None) -> Answered: ...
 
 
 class Session:
@@ -444,7 +458,8 @@ class Session:
                     ops, futures = [ops[i] for i in kept], [futures[i] for i in kept]
                 try:
                     answered = await self.client.write_batch(
-                        self.table, buf.tablet, ops, deadline, self.bind, self.sessions)
+                        self.table, buf.tablet, ops, deadline, self.bind, self.sessions,
+                        self.options.external_consistency)
                 except (OpFailed, OpUnknown) as e:
                     self._fail_all(ops, futures, e)
                     return

@@ -99,6 +99,15 @@ def _timestamp(result: Any) -> int:
     return result.timestamp if result is not None else 0
 
 
+@dataclass
+class _OpenGroup:
+    """Single row ops queued to become one Group entry (`Replica.submit`): each member with its
+    Done and whether it commit-waits, and the highest timestamp their clients propagated."""
+
+    members: list[tuple[Member, Done, bool]] = field(default_factory=list)
+    propagated: int = 0
+
+
 # The most single row ops one Group entry carries: a few hundred small writes make an entry of
 # tens of kilobytes, and bound the burst of answers one apply sends.
 MAX_GROUP = 256
@@ -194,7 +203,7 @@ class Replica:
         # index -> (term, Command) of the commands we proposed, so that applying them needs
         # no second decode; an entry of another term at that index is not ours and is decoded.
         self._proposed: dict[int, tuple[int, Command]] = {}
-        self._open_group: list[tuple[Member, Done]] | None = None  # queued, still taking writes
+        self._open_group: _OpenGroup | None = None  # queued, still taking writes
         self._applied_waiters: list[tuple[int, Callable[[], None]]] = []  # (index, then)
         self._leader_ready_term = -1  # term in which we, as leader, applied our own entry
         self._leader_ready = asyncio.Event()
@@ -543,9 +552,11 @@ class Replica:
         return await fut
 
     def submit(self, op: Op, session: int, seq: int, acked_below: int, done: Done,
-               owner: str = "") -> None:
+               owner: str = "", propagated: int = 0, commit_wait: bool = True) -> None:
         """Replicate one command (a row op, or a Batch as ONE entry: op i is seq + i) at the
-        leader's hybrid time. `done(result, None)` once it is applied here and commit-waited
+        leader's hybrid time, above `propagated` (the client's highest observed timestamp,
+        which the clock witnesses first). `done(result, None)` once it is applied here and,
+        with `commit_wait` (Kudu's COMMIT_WAIT; without it, CLIENT_PROPAGATED), commit-waited
         (an ok result carries the command's timestamp and is answered only once every clock of
         the cluster is past it, `_commit_waited`); `done(None, ReplicaError)` if it was refused
         or may not have happened. No coroutine: this is the per-op path (`write` awaits it).
@@ -555,22 +566,23 @@ class Replica:
         self._check_serving()
         if not isinstance(op, ROW_OP_TYPES):
             self._submit(functools.partial(self._propose, op, session, seq, acked_below, done,
-                                           owner))
+                                           owner, propagated, commit_wait))
             return
         # A single row op joins the group still waiting in the inbox, if any: the writes that
         # arrive in one turn of the driver become one entry (ops.Group). The group keeps its
         # first member's place in the inbox; the others were concurrent with whatever was
         # queued between them, so either order is one the clients could have seen.
         group = self._open_group
-        if group is None or len(group) >= MAX_GROUP:
-            group = self._open_group = []
+        if group is None or len(group.members) >= MAX_GROUP:
+            group = self._open_group = _OpenGroup()
             self._submit(functools.partial(self._propose_group, group))
-        group.append((Member(op, session, seq, acked_below, owner), done))
+        group.members.append((Member(op, session, seq, acked_below, owner), done, commit_wait))
+        group.propagated = max(group.propagated, propagated)
 
     def _propose(self, op: Op, session: int, seq: int, acked_below: int, done: Done,
-                 owner: str = "") -> None:
+                 owner: str = "", propagated: int = 0, commit_wait: bool = True) -> None:
         """In the driver: log order is the order proposals run in, and timestamps taken here
-        increase in log order."""
+        increase in log order, and exceed the timestamp the client propagated."""
         term = self.core.term
         if self._leader_ready_term != term:
             # Leadership changed since the caller saw leader_ready: until an entry of this term
@@ -578,6 +590,7 @@ class Replica:
             # has not witnessed their timestamps. Nothing is appended: a retry is safe.
             finish(done, None, ReplicaError("not the leader", leader=self.core.lead))
             return
+        self._witness(propagated)
         command = Command(COMMAND_VERSION, op, session, seq, acked_below, self.clock.now(),
                           owner)
         try:
@@ -592,39 +605,76 @@ class Replica:
             finish(done, None, ReplicaError(str(e), leader=self.leader))
             return
         self._proposed[index] = (term, command)
-        self._waiters[index] = (term, functools.partial(self._commit_waited, done, False))
+        self._waiters[index] = (term, functools.partial(self._commit_waited, done, False)
+                                if commit_wait else self._client_propagated(done))
 
-    def _propose_group(self, group: list[tuple[Member, Done]]) -> None:
+    def _witness(self, propagated: int) -> None:
+        """Take the clock past the client's propagated timestamp, so the one assigned next
+        exceeds it (Kudu's CLIENT_PROPAGATED: a client's writes are ordered as it made them,
+        even across tablets whose leaders' clocks disagree)."""
+        if propagated and self.clock.update(propagated):
+            probe("replica.clock.propagated_ahead")
+
+    @staticmethod
+    def _client_propagated(done: Done) -> Done:
+        """A write's Done without commit-wait (CLIENT_PROPAGATED): answered once applied."""
+        probe("replica.write.client_propagated")
+        return done
+
+    def _propose_group(self, group: _OpenGroup) -> None:
         """In the driver: the single row ops gathered since this group was queued, as one
         entry. A lone op is proposed as the Command it always was; a group whose entry would
-        be too large is proposed op by op, each then refused or taken on its own."""
+        be too large is proposed op by op, each then refused or taken on its own. The group's
+        timestamp exceeds every timestamp its members' clients propagated; each member is
+        answered in its own mode (`_group_applied`)."""
         if self._open_group is group:
             self._open_group = None
-        if len(group) == 1:
-            (m, done), = group
-            self._propose(m.op, m.session, m.seq, m.acked_below, done, m.owner)
+        members = group.members
+        if len(members) == 1:
+            (m, done, wait), = members
+            self._propose(m.op, m.session, m.seq, m.acked_below, done, m.owner,
+                          group.propagated, wait)
             return
         term = self.core.term
-        dones = [done for _, done in group]
+        dones = [done for _, done, _ in members]
         if self._leader_ready_term != term:  # as in _propose: nothing appended, a retry is safe
             _answer_members(dones, None, ReplicaError("not the leader", leader=self.core.lead))
             return
-        command = Command(COMMAND_VERSION, Group([m for m, _ in group]), timestamp=self.clock.now())
+        self._witness(group.propagated)
+        command = Command(COMMAND_VERSION, Group([m for m, _, _ in members]),
+                          timestamp=self.clock.now())
         try:
             index = self.core.propose(command_payload(command))
         except NotLeader as e:
             _answer_members(dones, None, ReplicaError("not the leader", leader=e.leader))
             return
         except EntryTooLarge:
-            for m, done in group:
-                self._propose(m.op, m.session, m.seq, m.acked_below, done, m.owner)
+            for m, done, wait in members:
+                self._propose(m.op, m.session, m.seq, m.acked_below, done, m.owner,
+                              group.propagated, wait)
             return
         except ProposalError as e:
             _answer_members(dones, None, ReplicaError(str(e), leader=self.leader))
             return
         self._proposed[index] = (term, command)
         self._waiters[index] = (term, functools.partial(
-            self._commit_waited, functools.partial(_answer_members, dones), False))
+            self._group_applied, dones, [wait for _, _, wait in members]))
+
+    def _group_applied(self, dones: list[Done], waits: list[bool], results: list[Result] | None,
+                       error: BaseException | None) -> None:
+        """A Group's Done: its CLIENT_PROPAGATED members answered at once, its COMMIT_WAIT
+        members once commit-waited (one wait: they share the entry's timestamp)."""
+        if error is not None or all(waits):
+            self._commit_waited(functools.partial(_answer_members, dones), False, results, error)
+            return
+        assert results is not None
+        now = [(d, r) for d, r, w in zip(dones, results, waits, strict=True) if not w]
+        later = [(d, r) for d, r, w in zip(dones, results, waits, strict=True) if w]
+        _answer_members([d for d, _ in now], [r for _, r in now], None)
+        if later:
+            probe("replica.write.group_modes_mixed")
+            self._commit_waited(functools.partial(_answer_members, [d for d, _ in later]), False,
+                                [r for _, r in later], None)
 
     def _commit_waited(self, done: Done, waited: bool, result: Any,
                        error: BaseException | None) -> None:
@@ -645,11 +695,12 @@ class Replica:
         done(result, error)
 
     async def write(self, op: Op, *, session: int, seq: int, acked_below: int,
-                    owner: str = "") -> Result:
-        """`submit`, awaited: the command's result once applied here and commit-waited."""
+                    owner: str = "", propagated: int = 0, commit_wait: bool = True) -> Result:
+        """`submit`, awaited: the command's result once applied here (and commit-waited)."""
         await self.await_leader_ready()
         fut = asyncio.get_running_loop().create_future()
-        self.submit(op, session, seq, acked_below, functools.partial(settle, fut), owner)
+        self.submit(op, session, seq, acked_below, functools.partial(settle, fut), owner,
+                    propagated, commit_wait)
         return await fut
 
     def batch(self, ops: list[RowOp]) -> Batch:

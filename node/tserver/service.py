@@ -22,6 +22,7 @@ from node.consensus import (
 from node.errors import ReplicaError
 from node.probes import probe
 from node.protocol import (
+    COMMIT_WAIT,
     Ack,
     BatchResult,
     ChangeConfig,
@@ -49,6 +50,10 @@ from node.server.replica_errors import proposal_error, replica_error
 from node.tablet.checksum import row_hashes, table_checksum
 from node.tablet.ops import Batch, Group, Op, Result, is_read_only
 from node.tserver.tablet_manager import TabletManager, TabletState
+
+# The furthest ahead of this server's clock a propagated timestamp may be (`_submit`): far above
+# any skew a clock nemesis makes (at most about two minutes), far below a forged one.
+MAX_PROPAGATED_AHEAD_US = 3600 * 1_000_000
 
 
 def _answer(answer: type, reply: Reply, seq: int, result: Result | list[Result] | None,
@@ -165,14 +170,23 @@ class TabletService:
         """Propose `op` for `req`'s session and answer `answer(result)`: from the driver, or
         once the leader is ready (the awaited path)."""
         owner = _owner(reply)
+        propagated, wait = req.propagated_timestamp, req.external_consistency == COMMIT_WAIT
+        if propagated and r.clock.ahead_us(propagated) > MAX_PROPAGATED_AHEAD_US:
+            # A client cannot have observed a timestamp an hour ahead of this clock from a
+            # cluster whose clocks are anywhere near each other: witnessing it would push every
+            # later timestamp of this server out of reach of the others' clocks.
+            probe("tserver.write.propagated_too_far_ahead")
+            raise RpcError(ErrorCode.INVALID_ARGUMENT,
+                           f"propagated timestamp {propagated} is more than "
+                           f"{MAX_PROPAGATED_AHEAD_US // 1_000_000} s ahead of this server's clock")
         if not r.leader_ready:
             probe("tserver.write.not_ready_awaited")
             return _awaited(r.write(op, session=req.session, seq=req.seq,
-                                    acked_below=req.acked_below, owner=owner), answer,
-                             req.seq)
+                                    acked_below=req.acked_below, owner=owner,
+                                    propagated=propagated, commit_wait=wait), answer, req.seq)
         try:
             r.submit(op, req.session, req.seq, req.acked_below,
-                     functools.partial(_answer, answer, reply, req.seq), owner)
+                     functools.partial(_answer, answer, reply, req.seq), owner, propagated, wait)
         except ReplicaError as e:
             raise replica_error(e) from None
         return None

@@ -11,7 +11,7 @@ from typing import Any
 from reports.checkers import consistency, linearizability
 from reports.checkers.registry import Options, models
 from reports.checkers.replies import check_replies
-from reports.checkers.timestamps import check_timestamps
+from reports.checkers.timestamps import check_client_order, check_timestamps
 from reports.checkers.verdict import merge_results
 from reports.history import Op
 
@@ -40,9 +40,11 @@ def check_history(ops: Iterable[Op], model: str, time_limit: float = linearizabi
         # without transactions or recorded mismatches have nothing to compare.
         results.append(replies)
     if any(op.hybrid_time is not None for op in ops):
-        # Every model: ok writes' hybrid timestamps must follow real time. Histories without
-        # them (recorded before writes returned one) keep their results unchanged.
+        # Every model: ok writes' hybrid timestamps must follow real time per key, and rise
+        # in each process's own order. Histories without them (recorded before writes
+        # returned one) keep their results unchanged.
         results.append(check_timestamps(ops))
+        results.append(check_client_order(ops))
     return {
         "model": model,
         "verdict": merge_results(results),

@@ -18,6 +18,11 @@ nemesis breaks on purpose, and the Spark job checks per-key models one key at a 
 ops without a key (transactions) and pairs across keys are not judged here, and the result
 counts what was left out. Commit-wait's cross-tablet order is tested on a cluster with one clock
 (tests/test_timestamps_e2e.py).
+
+What holds whatever the clocks do is each client's own order (`check_client_order`): a client
+sends the highest timestamp it observed with each write, and the leader's clock witnesses it
+first, so a process's ok writes' timestamps rise in the order it made them, across keys and
+tablets, in both of Kudu's external consistency modes (node.protocol).
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from typing import Any, cast
 from reports.history import NEMESIS, Op
 
 CHECKER = "timestamps"
+CLIENT_ORDER = "client-order"
 
 
-def _brief(op: Op, invoked: int) -> dict[str, Any]:
+def _brief(op: Op, invoked: int | None) -> dict[str, Any]:
     return {"index": op.index, "process": op.process, "f": op.f, "key": op.key, "value": op.value,
             "node": op.node, "hybrid_time": op.hybrid_time, "invoked": invoked,
             "completed": op.time}
@@ -74,6 +80,37 @@ def check_timestamps(ops: Iterable[Op], across_keys: bool = False) -> dict[str, 
     if notes:
         result["note"] = "; ".join(notes)
     anomalies = [a for g in groups.values() for a in _sweep(g)]
+    return {**result, "verdict": "invalid" if anomalies else "valid", "anomalies": anomalies}
+
+
+def check_client_order(ops: Iterable[Op]) -> dict[str, Any]:
+    """Each process's ok writes' hybrid timestamps rise in the order it made them: what both of
+    Kudu's external consistency modes promise a client that propagates the timestamps it
+    observed (node.protocol), whatever the clocks do, since every leader's clock witnesses the
+    propagated timestamp before it assigns one. A process makes one op at a time, so its
+    history order is its real-time order. {"checker": "client-order", "verdict", "writes",
+    "scope", "anomalies"}; each anomaly names both ops."""
+    last: dict[Any, Op] = {}
+    anomalies = []
+    judged = 0
+    for op in ops:
+        if op.process == NEMESIS or op.type != "ok" or op.hybrid_time is None:
+            continue
+        judged += 1
+        before = last.get(op.process)
+        if before is not None and _hybrid_time(before) >= _hybrid_time(op):
+            anomalies.append({
+                "type": "client-order",
+                "explanation": f"process {op.process}'s op {before.index} ({before.f}) came "
+                               f"before its op {op.index} ({op.f}), yet its hybrid time "
+                               f"{before.hybrid_time} is not less than {op.hybrid_time}",
+                "before": _brief(before, None),
+                "after": _brief(op, None),
+            })
+        last[op.process] = op
+    result: dict[str, Any] = {"checker": CLIENT_ORDER, "writes": judged, "scope": "per process"}
+    if not judged:
+        result["note"] = "no ok op carries a hybrid_time: nothing to check"
     return {**result, "verdict": "invalid" if anomalies else "valid", "anomalies": anomalies}
 
 

@@ -168,9 +168,12 @@ class TesseraDB(Deployment):
         TesseraClient (closed with them)."""
         from harness.systems.tessera.clients import accept_test_table, workload_clients
         from node.client import TesseraClient
+        from node.protocol import CLIENT_PROPAGATED, EXTERNAL_CONSISTENCY
 
+        mode = EXTERNAL_CONSISTENCY.get(workload.external_consistency or "", CLIENT_PROPAGATED)
         client = TesseraClient(self.master_addrs, timeout=min(op_timeout, 10.0 * self.time_scale),
-                               tls=self.tls("client"), time_scale=self.time_scale)
+                               tls=self.tls("client"), time_scale=self.time_scale,
+                               external_consistency=mode)
         self.log("waiting for the cluster to accept the test table")
         try:
             locs = await accept_test_table(client, workload.tablets, min(3, len(self.hosts)))
