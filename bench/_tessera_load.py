@@ -3,8 +3,8 @@ core, so a sweep point's clients are spread over several of these, as Kudu's loa
 its writers over threads; one process caps what a point can show at what one interpreter can
 issue, not at what the cluster can commit.
 
-Speaks JSON lines on stdin/stdout. A "prepare" command builds the point's clients and answers
-{"ready": true}; "go" runs them and answers the counts and a latency histogram:
+Speaks bench/_load_protocol.py's JSON lines: a "prepare" command builds the point's clients,
+"go" runs them and answers the counts and a latency histogram:
 
   writes   N writers, each one single-op write at a time on its own rows ("c<i>-<k>");
   batched  N AUTO_FLUSH_BACKGROUND sessions with Kudu's defaults, each fed as fast as its
@@ -16,7 +16,8 @@ Speaks JSON lines on stdin/stdout. A "prepare" command builds the point's client
   reads    N readers, each one read at a time of the rows "c0-<k>" (k < 100) the parent wrote.
 
 A point runs for `seconds`, or for `count` ops per client when given (the single-client p50).
-Latencies are counted in buckets of HIST_RES_S, so the parent merges processes exactly.
+Its writes go in the point's "external_consistency" mode (node.protocol), else the client's
+default (CLIENT_PROPAGATED, Kudu's).
 """
 
 from __future__ import annotations
@@ -31,13 +32,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._load_protocol import HIST_RES_S, serve  # noqa: E402
 from node.client import TesseraClient  # noqa: E402
 from node.client.session import FlushMode, SessionOptions  # noqa: E402
 from node.errors import OpFailed, OpUnknown  # noqa: E402
 from node.server.daemon_cli import event_loop_factory  # noqa: E402
 from node.tablet.ops import Write  # noqa: E402
-
-HIST_RES_S = 1e-5  # 10 µs latency buckets
 
 
 class _Point:
@@ -115,32 +115,21 @@ class _Point:
             n += 1
 
 
-def _emit(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
 async def _serve(masters: list[tuple[str, int]], table_name: str, tls_cert: str | None) -> None:
     from node.security.tls import client_tls
 
-    loop = asyncio.get_running_loop()
     client = TesseraClient(masters, timeout=20, tls=client_tls(tls_cert))
+    mode = client.external_consistency  # the client's default, unless a point asks
+    table = client.table(table_name)
+
+    async def prepare(req: dict) -> _Point:
+        client.external_consistency = req.get("external_consistency") or mode
+        point = _Point(table, req)
+        await table.read("c0-0")  # the tablet's location and a connection, before timing
+        return point
+
     try:
-        table = client.table(table_name)
-        point = None
-        while line := await loop.run_in_executor(None, sys.stdin.readline):
-            if not line.strip():
-                continue
-            req = json.loads(line)
-            if req["cmd"] == "prepare":
-                point = _Point(table, req)
-                await table.read("c0-0")  # the tablet's location and a connection, before timing
-                _emit({"ready": True})
-            elif req["cmd"] == "go" and point is not None:
-                _emit(await point.run())
-                point = None
-            else:
-                _emit({"error": f"unexpected cmd {req['cmd']!r}"})
+        await serve(prepare)
     finally:
         await client.close()
 

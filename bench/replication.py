@@ -51,6 +51,19 @@ _highest), and host_kind names the kind of host the run measured on, from its sl
 every anchor read at most 10 µs. With --neighbour, everything runs beside one CPU-bound process
 and the targets are the contended ones (single-op 0.8x, batched 2.5x).
 
+etcd (Debian's, three members on loopback, fsync on as etcd always runs; bench/_etcd_cluster.py)
+is the second anchor, a production Raft store a user would hold Tessera against: driven through
+its gRPC API (KV.Put, one put at a time per writer, the writers sharing --etcd-conns channels
+per load process, as etcd's own `benchmark put --conns --clients` drives it; bench/_etcd_load.py)
+to its leader, swept over --etcd-sweep writers (etcd_sweep, etcd_best_ops_per_s, its one-client
+p50 and p99), and Tessera's best single-op and batched rates are given as ratios to etcd's best
+(ratio_single_op_to_etcd, ratio_batched_to_etcd). The lone write is measured in pairs
+(`lone_write`): one writer, one write at a time, --lone-ops writes, on Tessera with Kudu's
+CLIENT_PROPAGATED (the client's default), on Tessera with COMMIT_WAIT, and on etcd, each on a
+fresh cluster, back to back, --pairs times (the order rotated); the ratios of Tessera's p50
+and p99 to etcd's are the medians of the pairs. Targets: CLIENT_PROPAGATED p50 and p99 at most
+etcd's; COMMIT_WAIT p50 at most etcd's plus the max clock error (1 ms).
+
 With --rpc-encryption required, `tls` holds the cost of security: Tessera's best single-op and
 batched points measured again with mutual TLS and authorization on (as every deployment runs)
 against security off, in back-to-back pairs (tls_pairs), with their ratios and the TLS targets.
@@ -77,8 +90,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._tessera_load import HIST_RES_S  # noqa: E402
+from bench._load_protocol import HIST_RES_S  # noqa: E402
 from node.client import TesseraClient  # noqa: E402
+from node.protocol import CLIENT_PROPAGATED, COMMIT_WAIT  # noqa: E402
 from node.server.daemon_cli import event_loop_factory  # noqa: E402
 from node.tools.local_cluster import LocalCluster, free_port  # noqa: E402
 
@@ -101,6 +115,11 @@ DEFAULT_READS_SWEEP = [1, 8, 64, 512]
 DEFAULT_PYSYNCOBJ_SWEEP = [1000, 5000, 10000, 20000]
 DEFAULT_CLIENT_PROCS = 2
 DEFAULT_PAIRS = 5
+DEFAULT_ETCD_SWEEP = [1, 8, 64, 512, 1024]
+DEFAULT_LONE_OPS = 1000
+# The daemons' default max clock error (ReplicaOptions.clock_max_error_us): what COMMIT_WAIT
+# may add to a lone write (the lone-write target gives it that much over etcd's p50)
+CLOCK_MAX_ERROR_MS = 1.0
 
 
 def _log(msg: str) -> None:
@@ -169,18 +188,25 @@ def _hist_pct(hist: dict[int, int], q: float) -> float:
 
 
 class _LoadPool:
-    """The client processes (bench/_tessera_load.py) that drive one cluster. A point's clients
-    are split evenly over up to `procs` of them; every one that holds clients runs, and the CPU
-    of all counts as the client's."""
+    """The client processes that drive one cluster (bench/_tessera_load.py, bench/_etcd_load.py:
+    one protocol). A point's clients are split evenly over up to `procs` of them; every one
+    that holds clients runs, and the CPU of all counts as the client's."""
 
-    def __init__(self, c: LocalCluster, procs: int, event_loop: str, row_futures: bool = False):
+    def __init__(self, label: str, argv: list[str], procs: int, row_futures: bool = False):
         self.row_futures = row_futures  # batched sessions: a future per row (else Kudu's collector)
+        # Tessera's writes: Kudu's external consistency mode (node.protocol), None: the client's
+        self.external_consistency: str | None = None
+        self.children = [_Child(f"{label} client {i}", argv) for i in range(procs)]
+
+    @classmethod
+    def tessera(cls, c: LocalCluster, procs: int, event_loop: str,
+                row_futures: bool = False) -> _LoadPool:
         script = Path(__file__).with_name("_tessera_load.py")
         argv = [sys.executable, str(script), "--masters", json.dumps(c.master_addrs),
                 "--event-loop", event_loop]
         if c.security:
             argv += ["--tls-cert", str(c.cert("client"))]
-        self.children = [_Child(f"tessera client {i}", argv) for i in range(procs)]
+        return cls("tessera", argv, procs, row_futures)
 
     def close(self) -> None:
         for ch in self.children:
@@ -197,7 +223,8 @@ class _LoadPool:
         first = 0
         for ch, k in zip(used, share, strict=True):
             ch.send({"cmd": "prepare", "kind": kind, "n": k, "first": first, "seconds": seconds,
-                     "count": count, "row_futures": self.row_futures})
+                     "count": count, "row_futures": self.row_futures,
+                     "external_consistency": self.external_consistency})
             first += k
         for ch in used:
             ch.recv(timeout=60)  # {"ready": true}
@@ -243,12 +270,12 @@ def _run_async(a, coro):
 
 
 def _sweep(pool: _LoadPool, a, roles, label: str, name: str, kind: str, xs: list[int],
-           extra: dict | None = None) -> list[dict]:
+           extra: dict | None = None, system: str = "tessera") -> list[dict]:
     points = []
     for x in xs:
         pt = {**pool.point(name, kind, x, a.seconds, roles), **(extra or {})}
         points.append(pt)
-        _log(f"tessera {label} {name}={x}: {pt['ops_per_s']} ops/s p50 {pt['p50_ms']} ms "
+        _log(f"{system} {label} {name}={x}: {pt['ops_per_s']} ops/s p50 {pt['p50_ms']} ms "
              f"p99 {pt['p99_ms']} ms, CPU µs/op {pt['cpu_us_per_op']}")
     return points
 
@@ -257,7 +284,7 @@ def _single_op(c: LocalCluster, a, pool: _LoadPool) -> dict:
     roles = _run_async(a, _create_table(c, 1))
     one = pool.point("clients", "writes", 1, 600.0, roles, count=a.latency_ops)
     _log(f"tessera single-client p50 {one['p50_ms']:.2f} ms over {a.latency_ops} writes")
-    return {"p50_ms_1client": one["p50_ms"],
+    return {"p50_ms_1client": one["p50_ms"], "p99_ms_1client": one["p99_ms"],
             "sweep": _sweep(pool, a, roles, "single-op", "clients", "writes", a.tessera_sweep)}
 
 
@@ -286,7 +313,7 @@ def _with_cluster(flags: list[str], a, run, security: bool = False) -> dict | li
             _log(f"tessera: starting LocalCluster (1 master, 3 tservers, {' '.join(flags)}"
                  f"{', TLS required' if security else ''}), {a.client_procs} client process(es)")
             c.up(timeout=60)
-            pool = _LoadPool(c, a.client_procs, a.event_loop, a.row_futures)
+            pool = _LoadPool.tessera(c, a.client_procs, a.event_loop, a.row_futures)
             return run(c, a, pool)
         finally:
             if pool is not None:
@@ -313,6 +340,83 @@ def tessera(a) -> dict:
     out["batched"] = _with_cluster([], a, _batched) if a.batched_sweep else []
     out["reads"] = _with_cluster([], a, _reads("linearizable")) if a.reads_sweep else []
     out["lease_reads"] = _with_cluster(["--read-mode", "lease"], a, _reads("lease")) if a.reads_sweep else []
+    return out
+
+
+def _with_etcd(a, run) -> dict:
+    """Run `run(cluster, a, pool)` on three fresh etcd members (bench/_etcd_cluster.py), driven
+    by --client-procs load processes over etcd's gRPC API (bench/_etcd_load.py)."""
+    from bench._etcd_cluster import etcd_cluster
+
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as d, etcd_cluster(Path(d)) as e:
+        _log(f"etcd: 3 members on loopback, leader {e.leader}, {a.client_procs} client process(es)")
+        argv = [sys.executable, str(Path(__file__).with_name("_etcd_load.py")),
+                "--endpoint", e.leader, "--conns", str(a.etcd_conns)]
+        pool = _LoadPool("etcd", argv, a.client_procs)
+        try:
+            return run(e, a, pool)
+        finally:
+            pool.close()
+
+
+def _etcd_points(e, a, pool: _LoadPool) -> dict:
+    one = pool.point("clients", "writes", 1, 600.0, e.roles, count=a.latency_ops)
+    _log(f"etcd single-client p50 {one['p50_ms']:.2f} ms p99 {one['p99_ms']:.2f} ms over "
+         f"{a.latency_ops} writes")
+    return {"p50_ms_1client": one["p50_ms"], "p99_ms_1client": one["p99_ms"],
+            "sweep": _sweep(pool, a, e.roles, "writes", "clients", "writes", a.etcd_sweep,
+                            system="etcd")}
+
+
+def _lone(mode: str | None):
+    """A lone writer's `lone_ops` writes, one at a time: on Tessera in Kudu's `mode`."""
+    def tessera_run(c: LocalCluster, a, pool: _LoadPool) -> dict:
+        roles = _run_async(a, _create_table(c, 1))
+        pool.external_consistency = mode
+        return pool.point("clients", "writes", 1, 600.0, roles, count=a.lone_ops)
+
+    def etcd_run(e, a, pool: _LoadPool) -> dict:
+        return pool.point("clients", "writes", 1, 600.0, e.roles, count=a.lone_ops)
+    return tessera_run if mode else etcd_run
+
+
+LONE_SYSTEMS = (("client_propagated", CLIENT_PROPAGATED), ("commit_wait", COMMIT_WAIT),
+                ("etcd", None))
+
+
+def lone_write_pairs(a) -> dict:
+    """One writer, one write at a time: Tessera CLIENT_PROPAGATED, Tessera COMMIT_WAIT and etcd,
+    each on a fresh cluster, back to back, `a.pairs` times, the order rotated every pair; the
+    ratios (Tessera's p50 and p99 over etcd's) are the medians of the pairs. COMMIT_WAIT's
+    target allows it the configured max clock error on top of etcd's p50."""
+    out: dict = {"writes_per_run": a.lone_ops, "pairs": []}
+    for i in range(max(a.pairs, 1)):
+        pair = {"anchor_us": anchor_us()}
+        order = LONE_SYSTEMS[i % 3:] + LONE_SYSTEMS[:i % 3]
+        for key, mode in order:
+            pt = (_with_etcd(a, _lone(None)) if mode is None
+                  else _with_cluster([], a, _lone(mode)))
+            pair[f"{key}_p50_ms"], pair[f"{key}_p99_ms"] = pt["p50_ms"], pt["p99_ms"]
+        for key in ("client_propagated", "commit_wait"):
+            for q in ("p50", "p99"):
+                if pair[f"etcd_{q}_ms"]:
+                    pair[f"ratio_{key}_{q}"] = round(pair[f"{key}_{q}_ms"] / pair[f"etcd_{q}_ms"], 3)
+        _log(f"lone-write pair {i + 1}/{max(a.pairs, 1)}: {pair}")
+        out["pairs"].append(pair)
+    for key in ("client_propagated", "commit_wait", "etcd"):
+        for q in ("p50", "p99"):
+            out[f"{key}_{q}_ms"] = round(statistics.median(
+                p[f"{key}_{q}_ms"] for p in out["pairs"]), 3)
+    for key in ("client_propagated", "commit_wait"):
+        for q in ("p50", "p99"):
+            ratios = [p[f"ratio_{key}_{q}"] for p in out["pairs"] if f"ratio_{key}_{q}" in p]
+            if ratios:
+                out[f"ratio_{key}_{q}"] = round(statistics.median(ratios), 3)
+    out["clock_max_error_ms"] = CLOCK_MAX_ERROR_MS
+    out["targets_met"] = {
+        "client_propagated_p50": out.get("ratio_client_propagated_p50", 9) <= 1.0,
+        "client_propagated_p99": out.get("ratio_client_propagated_p99", 9) <= 1.0,
+        "commit_wait_p50": out["commit_wait_p50_ms"] <= out["etcd_p50_ms"] + CLOCK_MAX_ERROR_MS}
     return out
 
 
@@ -695,7 +799,7 @@ def _int_list_or_none(s: str) -> list[int]:
 
 def measure(a, doc: dict) -> None:
     """The sweeps, then the pairs (and the TLS pairs): everything the run measures, into `doc`."""
-    if a.only != "pysyncobj":
+    if a.only in (None, "tessera"):
         t = tessera(a)
         best = max(t["sweep"], key=lambda p: p["ops_per_s"])
         doc.update(tessera_event_loop="asyncio" if event_loop_factory(a.event_loop) is None else "uvloop")
@@ -722,17 +826,35 @@ def measure(a, doc: dict) -> None:
             if lease64:
                 doc["tessera_lease_reads_64_ops_per_s"] = lease64[0]["ops_per_s"]
             doc["stricter_reading"] = _stricter_reading(doc)
-    if a.only != "tessera":
+    if a.only in (None, "pysyncobj"):
         p = pysyncobj(a.pysyncobj_sweep, a.seconds, a.latency_ops, a.pysyncobj_drive, a.pysyncobj_warmup)
         best = max(p["sweep"], key=lambda q: q["ops_per_s"])
         doc.update(pysyncobj_fsync=False, pysyncobj_sweep=p["sweep"], pysyncobj_best_ops_per_s=best["ops_per_s"],
                    pysyncobj_best_outstanding=best["outstanding"], pysyncobj_best_drive=best["drive"],
                    pysyncobj_p50_ms_1client=round(p["p50_ms_1client"], 2))
+    if a.only in (None, "etcd") and a.etcd_sweep:
+        e = _with_etcd(a, _etcd_points)
+        best = max(e["sweep"], key=lambda q: q["ops_per_s"])
+        doc.update(etcd_fsync=True, etcd_version=_etcd_version(), etcd_sweep=e["sweep"],
+                   etcd_best_ops_per_s=best["ops_per_s"], etcd_best_clients=best["clients"],
+                   etcd_p50_ms_1client=e["p50_ms_1client"],
+                   etcd_p99_ms_1client=e["p99_ms_1client"], etcd_conns=a.etcd_conns)
+        for key, ours in (("single_op", "tessera_best_ops_per_s"),
+                          ("batched", "tessera_batched_best_ops_per_s")):
+            if ours in doc and best["ops_per_s"] > 0:
+                doc[f"ratio_{key}_to_etcd"] = round(doc[ours] / best["ops_per_s"], 3)
     if a.only is None and a.pairs:
         doc["pairs"] = pairs(a, doc)
-    if a.rpc_encryption == "required" and a.only != "pysyncobj":
+    if a.only is None and a.pairs and a.etcd_sweep:
+        doc["lone_write"] = lone_write_pairs(a)
+    if a.rpc_encryption == "required" and a.only in (None, "tessera"):
         doc["tls"] = tls_pairs(a, doc)
     doc["anchor_us_end"] = anchor_us()
+
+
+def _etcd_version() -> str:
+    out = subprocess.run(["etcd", "--version"], capture_output=True, text=True, timeout=30)
+    return out.stdout.split("\n")[0].removeprefix("etcd Version: ").strip()
 
 
 def _on_sigterm(_signo, _frame):
@@ -776,6 +898,16 @@ def main() -> int:
                          "sweep once each way, the best point of either counts")
     ap.add_argument("--pysyncobj-warmup", type=float, default=1.0,
                     help="seconds of PySyncObj load before each window starts counting (default 1)")
+    ap.add_argument("--etcd-sweep", type=_int_list_or_none, default=DEFAULT_ETCD_SWEEP,
+                    metavar="C,C,...",
+                    help="etcd concurrent single-put writers per point, three members on "
+                         "loopback over its gRPC API (default 1,8,64,512,1024; 'none' skips etcd)")
+    ap.add_argument("--etcd-conns", type=int, default=16, metavar="N",
+                    help="gRPC connections each etcd load process's writers share, as etcd's "
+                         "benchmark --conns (default 16)")
+    ap.add_argument("--lone-ops", type=int, default=DEFAULT_LONE_OPS, metavar="N",
+                    help="writes of each run of the lone-write pairs (one writer, one write at a "
+                         f"time; default {DEFAULT_LONE_OPS})")
     ap.add_argument("--pairs", type=int, default=DEFAULT_PAIRS, metavar="K",
                     help="after the sweeps, measure each system's best configuration again back to "
                          f"back K times, and take the ratios as the median of the K pairs (default "
@@ -790,7 +922,7 @@ def main() -> int:
                     help="run everything beside one CPU-bound process (a Python busy loop), as on "
                          "a machine that is not quiet; the targets are then the contended ones "
                          f"({NEIGHBOUR_TARGETS})")
-    ap.add_argument("--only", choices=("tessera", "pysyncobj"), default=None,
+    ap.add_argument("--only", choices=("tessera", "pysyncobj", "etcd"), default=None,
                     help="run one system only (no ratio is printed then)")
     ap.add_argument("--plot", type=Path, default=None, metavar="PATH",
                     help="also write ops/s against concurrency for both systems to PATH (PNG with "
@@ -813,6 +945,8 @@ def main() -> int:
         a.latency_ops = 50 if a.quick else 200
     if a.client_procs < 1:
         ap.error("--client-procs must be at least 1")
+    if a.etcd_conns < 1 or a.lone_ops < 1:
+        ap.error("--etcd-conns and --lone-ops must be at least 1")
     if a.pairs < 0:
         ap.error("--pairs must be 0 or more")
     if a.plot and a.only:
@@ -841,7 +975,8 @@ def main() -> int:
                 doc[f"ratio_{key}"] = doc[f"ratio_{key}_sweeps"]
         doc["ratios_from"] = "pairs (median)" if doc.get("pairs") else "sweeps"
     anchors = [doc["anchor_us_start"], doc.get("anchor_us_end", doc["anchor_us_start"]),
-               *(p["anchor_us"] for p in doc.get("pairs", []))]
+               *(p["anchor_us"] for p in doc.get("pairs", [])),
+               *(p["anchor_us"] for p in doc.get("lone_write", {}).get("pairs", []))]
     doc["host_kind"] = host_kind(anchors)
     targets = {**TARGETS, **NEIGHBOUR_TARGETS} if a.neighbour else TARGETS
     doc["targets"] = targets
@@ -859,6 +994,8 @@ def main() -> int:
             doc["p50_1client_not_judged"] = f"the anchor read over {P50_ANCHOR_US} µs"
     if "ratio_reads_64_to_writes_64" in doc:
         met["reads_64"] = doc["ratio_reads_64_to_writes_64"] >= TARGETS["ratio_reads_64_to_writes_64"]
+    for key, ok in doc.get("lone_write", {}).get("targets_met", {}).items():
+        met[f"lone_write_{key}"] = ok
     doc["targets_met"] = met
     if a.plot:
         written = plot(a.plot, doc)
