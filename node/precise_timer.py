@@ -3,9 +3,9 @@
 Neither loop the daemons run on can sleep less than a millisecond: asyncio's epoll selector
 rounds every timeout up to the next millisecond (a 0.3 ms timer fires after 1.15 ms here), and
 uvloop's libuv rounds to the nearest one (a 0.3 ms timer fires at once, a 0.6 ms one after
-1.1 ms). Commit-wait waits a fraction of a millisecond on every write (node.replica.replica
-`_commit_waited`). Fired early, the replica went round the loop until the time was past,
-burning the core the leader needs; rounded up, the write waited up to a millisecond more than
+1.1 ms). Commit-wait waits a fraction of a millisecond on every COMMIT_WAIT write
+(node.replica.answers, `WriteAnswers.commit_waited`). Fired early, the replica went round the
+loop until the time was past, burning the core the leader needs; rounded up, the write waited up to a millisecond more than
 commit-wait asks. Which of the two a write met depended on how fast the host got the entry
 committed, so a faster host could answer slower (docs/benchmarks.md).
 

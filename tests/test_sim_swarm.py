@@ -407,7 +407,7 @@ def test_commit_wait_is_judged_across_tablets_while_clocks_stay_within_the_bound
     then writes on different tablets, one invoked after the other completed, must still carry
     increasing hybrid times (the commit-wait check). A replica that answers without waiting
     fails it; with the 1 ms default the skew is too small to show that."""
-    from node.replica.replica import Replica
+    from node.replica.answers import WriteAnswers
 
     def run(out: Path):
         return register_seed(COMMIT_WAIT_SEED, COMMIT_WAIT, 10.0, out)
@@ -418,7 +418,7 @@ def test_commit_wait_is_judged_across_tablets_while_clocks_stay_within_the_bound
     fixed = run(tmp_path / "fixed")
     assert fixed.ok() and commit_wait(fixed)["verdict"] == "valid", fixed.verdict
     assert commit_wait(fixed)["writes"] > 100
-    monkeypatch.setattr(Replica, "_commit_waited",
+    monkeypatch.setattr(WriteAnswers, "commit_waited",
                         lambda self, done, waited, result, error: done(result, error))
     mutant = run(tmp_path / "mutant")
     assert mutant.verdict == "invalid" and commit_wait(mutant)["verdict"] == "invalid"

@@ -12,7 +12,7 @@ proposal's index, the proposal was overwritten by a new leader and definitely di
 A leader accepts writes only once it has applied an entry of its own term: then every earlier
 entry is applied, its hybrid clock has witnessed every earlier timestamp, and the timestamps it
 assigns are greater than any its predecessors issued (Kudu's commit-wait rule). An ok write's
-result carries its timestamp, and is returned only after commit-wait (`_commit_waited`): once the
+result carries its timestamp, and is returned only after commit-wait (node.replica.answers): once the
 clock minus `clock_max_error_us` is past it, so later writes anywhere get larger timestamps.
 """
 
@@ -56,8 +56,8 @@ from node.entry import Entry, EntryType
 from node.errors import CorruptionError, ReplicaError
 from node.faults import Faults
 from node.logfmt import SAFETY, TabletLog, log_failure
-from node.precise_timer import precise_timers
 from node.probes import probe
+from node.replica.answers import OpenGroup, WriteAnswers, answer_members
 from node.replica.copy_pins import CopyPins
 from node.replica.done import Done, finish, settle
 from node.replica.read_only import ReadOnly
@@ -92,36 +92,11 @@ class TooLarge(ReplicaError):
     certainly did not apply, and no replica would take it."""
 
 
-def _timestamp(result: Any) -> int:
-    """The hybrid timestamp an applied command's result carries (a batch: its ops' latest)."""
-    if isinstance(result, list):
-        return max((r.timestamp for r in result), default=0)
-    return result.timestamp if result is not None else 0
-
-
-@dataclass
-class _OpenGroup:
-    """Single row ops queued to become one Group entry (`Replica.submit`): each member with its
-    Done and whether it commit-waits, and the highest timestamp their clients propagated."""
-
-    members: list[tuple[Member, Done, bool]] = field(default_factory=list)
-    propagated: int = 0
-
-
 # The most single row ops one Group entry carries: a few hundred small writes make an entry of
 # tens of kilobytes, and bound the burst of answers one apply sends.
 MAX_GROUP = 256
 
 
-def _answer_members(dones: list[Done], results: list[Result] | None,
-                    error: BaseException | None) -> None:
-    """A Group's Done: each member's own result, or the entry's error for all of them."""
-    if error is not None:
-        for done in dones:
-            finish(done, None, error)
-        return
-    for done, result in zip(dones, results, strict=True):
-        finish(done, result, None)
 
 
 @dataclass(frozen=True)
@@ -203,7 +178,7 @@ class Replica:
         # index -> (term, Command) of the commands we proposed, so that applying them needs
         # no second decode; an entry of another term at that index is not ours and is decoded.
         self._proposed: dict[int, tuple[int, Command]] = {}
-        self._open_group: _OpenGroup | None = None  # queued, still taking writes
+        self._open_group: OpenGroup | None = None  # queued, still taking writes
         self._applied_waiters: list[tuple[int, Callable[[], None]]] = []  # (index, then)
         self._leader_ready_term = -1  # term in which we, as leader, applied our own entry
         self._leader_ready = asyncio.Event()
@@ -215,6 +190,7 @@ class Replica:
         self.stats = {"leader_changes": 0, "applied": 0, "wal_groups": 0, "wal_entries": 0,
                       "wal_seconds": 0.0, "snapshots": 0, "commit_waits": 0,
                       "commit_wait_seconds": 0.0}
+        self.answers = WriteAnswers(self.clock, self.stats)  # the modes: node.replica.answers
         self.failed: str | None = None
 
     # -- start-up ----------------------------------------------------------------------------
@@ -574,7 +550,7 @@ class Replica:
         # queued between them, so either order is one the clients could have seen.
         group = self._open_group
         if group is None or len(group.members) >= MAX_GROUP:
-            group = self._open_group = _OpenGroup()
+            group = self._open_group = OpenGroup()
             self._submit(functools.partial(self._propose_group, group))
         group.members.append((Member(op, session, seq, acked_below, owner), done, commit_wait))
         group.propagated = max(group.propagated, propagated)
@@ -590,7 +566,7 @@ class Replica:
             # has not witnessed their timestamps. Nothing is appended: a retry is safe.
             finish(done, None, ReplicaError("not the leader", leader=self.core.lead))
             return
-        self._witness(propagated)
+        self.answers.witness(propagated)
         command = Command(COMMAND_VERSION, op, session, seq, acked_below, self.clock.now(),
                           owner)
         try:
@@ -605,28 +581,14 @@ class Replica:
             finish(done, None, ReplicaError(str(e), leader=self.leader))
             return
         self._proposed[index] = (term, command)
-        self._waiters[index] = (term, functools.partial(self._commit_waited, done, False)
-                                if commit_wait else self._client_propagated(done))
+        self._waiters[index] = (term, self.answers.single(done, commit_wait))
 
-    def _witness(self, propagated: int) -> None:
-        """Take the clock past the client's propagated timestamp, so the one assigned next
-        exceeds it (Kudu's CLIENT_PROPAGATED: a client's writes are ordered as it made them,
-        even across tablets whose leaders' clocks disagree)."""
-        if propagated and self.clock.update(propagated):
-            probe("replica.clock.propagated_ahead")
-
-    @staticmethod
-    def _client_propagated(done: Done) -> Done:
-        """A write's Done without commit-wait (CLIENT_PROPAGATED): answered once applied."""
-        probe("replica.write.client_propagated")
-        return done
-
-    def _propose_group(self, group: _OpenGroup) -> None:
+    def _propose_group(self, group: OpenGroup) -> None:
         """In the driver: the single row ops gathered since this group was queued, as one
         entry. A lone op is proposed as the Command it always was; a group whose entry would
         be too large is proposed op by op, each then refused or taken on its own. The group's
         timestamp exceeds every timestamp its members' clients propagated; each member is
-        answered in its own mode (`_group_applied`)."""
+        answered in its own mode (node.replica.answers)."""
         if self._open_group is group:
             self._open_group = None
         members = group.members
@@ -638,15 +600,15 @@ class Replica:
         term = self.core.term
         dones = [done for _, done, _ in members]
         if self._leader_ready_term != term:  # as in _propose: nothing appended, a retry is safe
-            _answer_members(dones, None, ReplicaError("not the leader", leader=self.core.lead))
+            answer_members(dones, None, ReplicaError("not the leader", leader=self.core.lead))
             return
-        self._witness(group.propagated)
+        self.answers.witness(group.propagated)
         command = Command(COMMAND_VERSION, Group([m for m, _, _ in members]),
                           timestamp=self.clock.now())
         try:
             index = self.core.propose(command_payload(command))
         except NotLeader as e:
-            _answer_members(dones, None, ReplicaError("not the leader", leader=e.leader))
+            answer_members(dones, None, ReplicaError("not the leader", leader=e.leader))
             return
         except EntryTooLarge:
             for m, done, wait in members:
@@ -654,45 +616,10 @@ class Replica:
                               group.propagated, wait)
             return
         except ProposalError as e:
-            _answer_members(dones, None, ReplicaError(str(e), leader=self.leader))
+            answer_members(dones, None, ReplicaError(str(e), leader=self.leader))
             return
         self._proposed[index] = (term, command)
-        self._waiters[index] = (term, functools.partial(
-            self._group_applied, dones, [wait for _, _, wait in members]))
-
-    def _group_applied(self, dones: list[Done], waits: list[bool], results: list[Result] | None,
-                       error: BaseException | None) -> None:
-        """A Group's Done: its CLIENT_PROPAGATED members answered at once, its COMMIT_WAIT
-        members once commit-waited (one wait: they share the entry's timestamp)."""
-        if error is not None or all(waits):
-            self._commit_waited(functools.partial(_answer_members, dones), False, results, error)
-            return
-        assert results is not None
-        now = [(d, r) for d, r, w in zip(dones, results, waits, strict=True) if not w]
-        later = [(d, r) for d, r, w in zip(dones, results, waits, strict=True) if w]
-        _answer_members([d for d, _ in now], [r for _, r in now], None)
-        if later:
-            probe("replica.write.group_modes_mixed")
-            self._commit_waited(functools.partial(_answer_members, [d for d, _ in later]), False,
-                                [r for _, r in later], None)
-
-    def _commit_waited(self, done: Done, waited: bool, result: Any,
-                       error: BaseException | None) -> None:
-        """Kudu's COMMIT_WAIT (KUDU-430): answer once our clock's earliest possible
-        now (physical now - max error) is past the result's timestamp. Any write invoked after
-        we acknowledge is then given a larger timestamp by whichever leader takes it, even one
-        whose clock is behind ours by up to the max error: timestamps follow real-time order."""
-        ts = 0 if error is not None else _timestamp(result)
-        remaining = self.clock.wait_until_after(ts) if ts else 0
-        if remaining > 0:  # timers may fire early: this runs again until past
-            if not waited:
-                probe("replica.commit_wait.waited")
-                self.stats["commit_waits"] += 1
-            self.stats["commit_wait_seconds"] += remaining
-            precise_timers(asyncio.get_running_loop()).call_later(
-                remaining, self._commit_waited, done, True, result, None)
-            return
-        done(result, error)
+        self._waiters[index] = (term, self.answers.group(dones, [wait for _, _, wait in members]))
 
     async def write(self, op: Op, *, session: int, seq: int, acked_below: int,
                     owner: str = "", propagated: int = 0, commit_wait: bool = True) -> Result:
