@@ -86,13 +86,13 @@ def configure_writes(p: argparse.ArgumentParser, scope: str = "",
                      drawn: str = "") -> None:
     """--writes, as `tessera test` takes it; `scope`: test-all's words for where it applies,
     `size`: how large the session modes' batches are; `drawn`: test-all's words for its
-    default, which draws a mode per run (harness.matrix.DRAWN_WRITES)."""
-    from harness.matrix import DRAWN_WRITES
+    default, which draws a mode per run (harness.matrix.DRAWN)."""
+    from harness.matrix import DRAWN
     from workloads.base import WRITE_MODES
 
-    default = DRAWN_WRITES if drawn else TestSpec().writes
+    default = DRAWN if drawn else TestSpec().writes
     p.add_argument("--writes", default=default,
-                   choices=(*WRITE_MODES, DRAWN_WRITES) if drawn else WRITE_MODES,
+                   choices=(*WRITE_MODES, DRAWN) if drawn else WRITE_MODES,
                    help=scope + "--db tessera: how the workers' writes reach the client, each op "
                         "still its own op of the history. own: each worker has a handle of its "
                         "own, one ts.write per write; shared: the workers of a node share one "
@@ -108,11 +108,11 @@ def configure_writes(p: argparse.ArgumentParser, scope: str = "",
 def configure_external_consistency(p: argparse.ArgumentParser, drawn: str = "") -> None:
     """--external-consistency, as `tessera test` takes it; `drawn`: test-all's words for its
     default, which draws a mode per run (harness.matrix.run_external_consistency)."""
-    from harness.matrix import DRAWN_WRITES
+    from harness.matrix import DRAWN
     from node.protocol import EXTERNAL_CONSISTENCY
 
-    p.add_argument("--external-consistency", default=DRAWN_WRITES if drawn else None,
-                   choices=(*EXTERNAL_CONSISTENCY, DRAWN_WRITES) if drawn else list(EXTERNAL_CONSISTENCY),
+    p.add_argument("--external-consistency", default=DRAWN if drawn else None,
+                   choices=(*EXTERNAL_CONSISTENCY, DRAWN) if drawn else list(EXTERNAL_CONSISTENCY),
                    help="--db tessera: Kudu's external consistency mode of the client's writes. "
                         "client-propagated (the client's default): a write is answered once "
                         "applied, and carries the highest timestamp the client has seen, so "
@@ -121,7 +121,7 @@ def configure_external_consistency(p: argparse.ArgumentParser, drawn: str = "") 
                         "timestamp (up to the max clock error later), so timestamps follow "
                         "real time across clients and tablets. Every run checks each "
                         "process's own timestamp order"
-                        + (f"; {drawn} (default {DRAWN_WRITES})" if drawn
+                        + (f"; {drawn} (default {DRAWN})" if drawn
                            else " (default: the client's, client-propagated)"))
 
 

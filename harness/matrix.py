@@ -37,7 +37,7 @@ from node import probes
 NOT_RUN = "not run"
 # test-all's default --writes: each chaos run of Tessera draws how its workers' writes reach the
 # client from its seed, so every night's matrix meets each mode under its faults
-DRAWN_WRITES = "drawn"
+DRAWN = "drawn"  # test-all's default for --writes and --external-consistency: one per run, by seed
 MIN_TIME_LIMIT_S = 10.0  # below this a run is mostly start-up: elections, first faults
 # Fixed overhead of one run on the 5-host netns cluster before any run measured it: start the
 # daemons, wait for the test table, heal, final reads, convergence, logs, checks, teardown.
@@ -78,10 +78,10 @@ class Cell:
 
 
 def run_writes(base: TestSpec, seed: int) -> str:
-    """The write mode of the run with this seed: the matrix's own, or with DRAWN_WRITES one of
+    """The write mode of the run with this seed: the matrix's own, or with DRAWN one of
     workloads.base.WRITE_MODES drawn from the seed for Tessera (another system's client has
     only its own)."""
-    if base.writes != DRAWN_WRITES:
+    if base.writes != DRAWN:
         return base.writes
     if base.db != "tessera":
         return "own"
@@ -94,9 +94,9 @@ def run_writes(base: TestSpec, seed: int) -> str:
 
 def run_external_consistency(base: TestSpec, seed: int) -> str | None:
     """The external consistency mode of Tessera's client in the run with this seed: the
-    matrix's own, or with DRAWN_WRITES (`--external-consistency drawn`) one of Kudu's two drawn
+    matrix's own, or with DRAWN (`--external-consistency drawn`) one of Kudu's two drawn
     from the seed, so a nightly matrix runs both (another system has no such mode: None)."""
-    if base.external_consistency != DRAWN_WRITES:
+    if base.external_consistency != DRAWN:
         return base.external_consistency
     if base.db != "tessera":
         return None

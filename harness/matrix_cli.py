@@ -181,7 +181,7 @@ def base_spec(args: argparse.Namespace, wheelhouse: Path):
     failure detection is fast; ValueError for a --flag the system's daemons would not take,
     found before the cluster comes up."""
     from harness.chaos_cli import parse_value
-    from harness.matrix import DRAWN_WRITES
+    from harness.matrix import DRAWN
     from harness.spec import TestSpec
     from harness.systems import system
 
@@ -189,9 +189,9 @@ def base_spec(args: argparse.Namespace, wheelhouse: Path):
     flags = dict(parse_value(f, "--flag") for f in args.flag)
     kind.check_flags(flags)
     # The self-check's recipes were measured writing one op per request: they draw no mode.
-    writes = "own" if args.self_check and args.writes == DRAWN_WRITES else args.writes
+    writes = "own" if args.self_check and args.writes == DRAWN else args.writes
     mode = args.external_consistency
-    if args.self_check and mode == DRAWN_WRITES:
+    if args.self_check and mode == DRAWN:
         mode = None
     return TestSpec(db=args.db, rate=args.rate, concurrency=args.concurrency, writes=writes,
                     external_consistency=mode,
@@ -223,7 +223,7 @@ def _runner(base, first_seed: int, summary_dir: Path):
     """execute(cell, time_limit, attempt) for harness.matrix.run_matrix: one `tessera test` run,
     its outcome read back from the run's results.json."""
     from harness import chaos, sim_cell
-    from harness.matrix import DRAWN_WRITES, outcome_from_run
+    from harness.matrix import DRAWN, outcome_from_run
     from reports.spark.runs import read_record
 
     seeds = iter(range(first_seed, first_seed + 10**6))
@@ -234,7 +234,7 @@ def _runner(base, first_seed: int, summary_dir: Path):
             if cell.workload == sim_cell.KIND:
                 return sim_cell.run_cell(cell, time_limit, attempt, next(seeds) * 10_000,
                                          base.flags, out)
-            writes = "own" if base.writes == DRAWN_WRITES else base.writes  # the swarm draws
+            writes = "own" if base.writes == DRAWN else base.writes  # the swarm draws
             run = sim_cell.run_idle if cell.soak else sim_cell.run_full_cell
             return run(cell, time_limit, attempt, next(seeds) * 10_000, base.flags, out,
                        writes=writes)

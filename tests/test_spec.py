@@ -143,7 +143,7 @@ def test_rw_register_writes_registers_and_orders_versions_by_each_transactions_r
 def test_external_consistency_is_tesseras_and_test_all_draws_both_modes():
     """`--external-consistency` reaches Tessera's workload (and so its client); another system
     refuses it before any host; test-all's default draws a mode per run from its seed."""
-    from harness.matrix import DRAWN_WRITES, run_external_consistency
+    from harness.matrix import DRAWN, run_external_consistency
 
     assert spec_of().make_workload().external_consistency is None  # the client's default
     spec = spec_of("--external-consistency", "commit-wait")
@@ -151,8 +151,8 @@ def test_external_consistency_is_tesseras_and_test_all_draws_both_modes():
     assert TestSpec.from_dict(spec.to_dict()).external_consistency == "commit-wait"
     with pytest.raises(ValueError, match="--db etcd has no such mode"):
         spec_of("--db", "etcd", "--workload", "register", "--external-consistency", "commit-wait")
-    drawn = TestSpec(external_consistency=DRAWN_WRITES)
+    drawn = TestSpec(external_consistency=DRAWN)
     assert {run_external_consistency(drawn, s) for s in range(20)} == {"client-propagated",
                                                                       "commit-wait"}
-    assert run_external_consistency(TestSpec(db="etcd", external_consistency=DRAWN_WRITES), 1) is None
+    assert run_external_consistency(TestSpec(db="etcd", external_consistency=DRAWN), 1) is None
     assert run_external_consistency(spec, 1) == "commit-wait"

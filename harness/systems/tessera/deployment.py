@@ -170,7 +170,8 @@ class TesseraDB(Deployment):
         from node.client import TesseraClient
         from node.protocol import CLIENT_PROPAGATED, EXTERNAL_CONSISTENCY
 
-        mode = EXTERNAL_CONSISTENCY.get(workload.external_consistency or "", CLIENT_PROPAGATED)
+        chosen = workload.external_consistency  # checked by harness.validate; None: the default
+        mode = EXTERNAL_CONSISTENCY[chosen] if chosen else CLIENT_PROPAGATED
         client = TesseraClient(self.master_addrs, timeout=min(op_timeout, 10.0 * self.time_scale),
                                tls=self.tls("client"), time_scale=self.time_scale,
                                external_consistency=mode)
