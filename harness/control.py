@@ -25,6 +25,10 @@ from harness.cluster import ClusterError, Host
 
 CONNECT_TIMEOUT = 10.0
 CONNECT_ATTEMPTS = 3
+# sshd may send a command's exit status before the last of its output: the output is read until
+# the channel's end-of-file, waiting this long past the exit for it. A background process the
+# command left holding its stdout keeps the end-of-file away for good, hence a bound at all.
+EOF_GRACE = 5.0
 
 
 @dataclass(frozen=True)
@@ -108,13 +112,21 @@ class Remote:
         chan.shutdown_write()
         out, err = bytearray(), bytearray()
         deadline = time.monotonic() + timeout
+        exited: float | None = None  # when the exit status came
         while True:
             select.select([chan], [], [], 0.1)
             while chan.recv_ready():
                 out += chan.recv(65536)
             while chan.recv_stderr_ready():
                 err += chan.recv_stderr(65536)
-            if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+            if chan.exit_status_ready() and exited is None:
+                exited = time.monotonic()
+            drained = not chan.recv_ready() and not chan.recv_stderr_ready()
+            if exited is not None and drained and chan.eof_received:
+                break
+            if exited is not None and drained and time.monotonic() - exited > EOF_GRACE:
+                self.log(f"{self.host.name} $ {script}\n  output still open {EOF_GRACE:g}s "
+                         "after the exit: a background process holds it")
                 break
             if time.monotonic() > deadline:
                 chan.close()

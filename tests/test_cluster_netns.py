@@ -55,6 +55,10 @@ def test_up_reach_repair_down(cluster):
             assert "sshd" in r.run(["cat", "/proc/1/cmdline"]).stdout
             r.run(["touch", f"/var/lib/tessera/mine-{h.name}"])
         assert remotes[0].run(["ls", "/var/lib/tessera"]).stdout.split() == ["mine-n1"]
+        # output that comes after the exit status (sshd sends it when the shell exits) is kept:
+        # the reader waits for the channel's end-of-file, as a large `ip -j addr` needs
+        late = remotes[0].sh("echo early; (sleep 0.5; echo late) &")
+        assert late.stdout.split() == ["early", "late"], late
         # hosts reach each other over the bridge
         probe = "import socket; socket.create_connection(('10.77.0.12', 22), 2); print('ok')"
         assert remotes[0].run(["python3", "-c", probe]).stdout.strip() == "ok"

@@ -19,7 +19,7 @@ import pytest
 
 from harness.cluster import Host
 from harness.systems import system
-from harness.systems.mariadb.clients import SqlClient, ending
+from harness.systems.mariadb.clients import DATABASE, PASSWORD, SCHEMA, USER, SqlClient, ending
 from harness.systems.mariadb.deployment import MARIADBD, MariaDB, init_sql
 from workloads.outcomes import OpFailed, OpUnknown
 
@@ -257,7 +257,11 @@ def test_the_log_rules_name_what_mariadbd_logs_when_it_refuses_its_data(line, ru
 def _rw_register_run(port: int, isolation: str, tmp_path: Path, seconds: float = 6.0) -> dict:
     """The harness's rw-register workload through the runner and the SQL client, ten workers on
     two registers at `isolation`, as fast as they go; its history judged as the workload's
-    checker would (claimed serializable)."""
+    checker would (claimed serializable). The registers start empty, as in a fresh deployment:
+    the workload's values are unique within a run only, so a value left by an earlier run would
+    read as one this run's failed transaction wrote (a false G1a)."""
+    import pymysql
+
     from harness.recorder import Recorder
     from harness.runner import RunOptions, run
     from reports.history import read_jsonl
@@ -279,6 +283,10 @@ def _rw_register_run(port: int, isolation: str, tmp_path: Path, seconds: float =
             for c in clients.values():
                 await c.close()
 
+    with pymysql.connect(host="127.0.0.1", port=port, user=USER, password=PASSWORD,
+                         database=DATABASE) as conn, conn.cursor() as cur:
+        cur.execute(SCHEMA[1])
+        cur.execute("TRUNCATE TABLE registers")
     rec = Recorder(tmp_path / f"{isolation}.jsonl")
     asyncio.run(go())
     rec.close()
