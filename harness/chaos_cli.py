@@ -109,17 +109,19 @@ def configure_external_consistency(p: argparse.ArgumentParser, drawn: str = "") 
     """--external-consistency, as `tessera test` takes it; `drawn`: test-all's words for its
     default, which draws a mode per run (harness.matrix.run_external_consistency)."""
     from harness.matrix import DRAWN
-    from node.protocol import EXTERNAL_CONSISTENCY
+    from harness.systems.tessera.clients import client_modes
 
     p.add_argument("--external-consistency", default=DRAWN if drawn else None,
-                   choices=(*EXTERNAL_CONSISTENCY, DRAWN) if drawn else list(EXTERNAL_CONSISTENCY),
+                   choices=(*client_modes(), DRAWN) if drawn else list(client_modes()),
                    help="--db tessera: Kudu's external consistency mode of the client's writes. "
                         "client-propagated (the client's default): a write is answered once "
                         "applied, and carries the highest timestamp the client has seen, so "
                         "each client's writes get rising timestamps whatever the clocks do; "
                         "commit-wait: a write is answered only once every clock is past its "
                         "timestamp (up to the max clock error later), so timestamps follow "
-                        "real time across clients and tablets. Every run checks each "
+                        "real time across clients and tablets; mixed: the workers alternate "
+                        "between the two, as different users' clients may, and one leader "
+                        "commits writes of both modes together. Every run checks each "
                         "process's own timestamp order"
                         + (f"; {drawn} (default {DRAWN})" if drawn
                            else " (default: the client's, client-propagated)"))

@@ -94,17 +94,18 @@ def run_writes(base: TestSpec, seed: int) -> str:
 
 def run_external_consistency(base: TestSpec, seed: int) -> str | None:
     """The external consistency mode of Tessera's client in the run with this seed: the
-    matrix's own, or with DRAWN (`--external-consistency drawn`) one of Kudu's two drawn
-    from the seed, so a nightly matrix runs both (another system has no such mode: None)."""
+    matrix's own, or with DRAWN (`--external-consistency drawn`) one of Kudu's two or both
+    mixed, drawn from the seed, so a nightly matrix runs each (another system has no such
+    mode: None)."""
     if base.external_consistency != DRAWN:
         return base.external_consistency
     if base.db != "tessera":
         return None
     import random
 
-    from node.protocol import EXTERNAL_CONSISTENCY
+    from harness.systems.tessera.clients import client_modes
 
-    return random.Random(f"{seed}/external-consistency").choice(list(EXTERNAL_CONSISTENCY))
+    return random.Random(f"{seed}/external-consistency").choice(client_modes())
 
 
 @dataclass

@@ -76,15 +76,16 @@ def check(spec: TestSpec) -> TestSpec:
 
 
 def check_external_consistency(spec: TestSpec) -> None:
-    """--external-consistency: one of Kudu's two modes, for Tessera's client alone."""
-    from node.protocol import EXTERNAL_CONSISTENCY
+    """--external-consistency: one of Kudu's two modes or both mixed, for Tessera's client
+    alone."""
+    from harness.systems.tessera.clients import client_modes
 
     mode = spec.external_consistency
     if mode is None:
         return
-    if mode not in EXTERNAL_CONSISTENCY:
+    if mode not in client_modes():
         raise ValueError(f"--external-consistency {mode!r}: not one of "
-                         f"{', '.join(EXTERNAL_CONSISTENCY)}")
+                         f"{', '.join(client_modes())}")
     if spec.db != "tessera":
         raise ValueError(f"--external-consistency is the mode of Tessera's client: --db {spec.db} "
                          "has no such mode")

@@ -452,6 +452,25 @@ def test_client_propagated_writes_keep_each_clients_order_past_the_clock_bound(
     assert client_order(mutant)["anomalies"][0]["type"] == "client-order"
 
 
+def test_mixed_modes_put_writes_of_both_in_one_group_each_answered_in_its_own(tmp_path):
+    """A quarter of the swarm mixes have the workers alternate between the two modes (as
+    different users' clients on one table may): a leader's group then holds writes of both,
+    each answered in its own mode, and every client's order still holds."""
+    from harness.systems.tessera.clients import MIXED
+
+    drawn = Counter(swarm_mix(s).consistency for s in range(200))
+    assert 30 <= drawn[MIXED] <= 70, drawn
+    assert parse_mix(swarm_mix(0).spec()).consistency == MIXED
+    mixed = register_seed(0, "transfer:2,restart:1,heal:1;every=0.5-2;load=20x200;"
+                          "consistency=mixed", 10.0, tmp_path)
+    assert mixed.ok(), mixed.verdict
+    assert mixed.probes.get("replica.write.group_modes_mixed", 0) > 0  # the mark
+    assert mixed.probes.get("replica.write.client_propagated", 0) > 0
+    assert mixed.probes.get("replica.commit_wait.waited", 0) > 0
+    checks = {c["checker"]: c["verdict"] for c in mixed.results["check"]["results"]}
+    assert checks["client-order"] == "valid" and "commit-wait" not in checks, checks
+
+
 def test_half_the_swarm_mixes_snapshot_often_and_the_spec_carries_it():
     """A seed of a virtual minute never reaches the engine's 20,000 entries between snapshots;
     half the swarm mixes snapshot every few hundred, so saved snapshots, collected logs and

@@ -140,9 +140,10 @@ def test_rw_register_writes_registers_and_orders_versions_by_each_transactions_r
     assert check_history(ops[:4], "rw-register", wfr_keys=True)["verdict"] == "valid"
 
 
-def test_external_consistency_is_tesseras_and_test_all_draws_both_modes():
+def test_external_consistency_is_tesseras_and_test_all_draws_every_mode():
     """`--external-consistency` reaches Tessera's workload (and so its client); another system
-    refuses it before any host; test-all's default draws a mode per run from its seed."""
+    refuses it before any host; test-all's default draws a mode per run from its seed: Kudu's
+    two, or both mixed among the workers."""
     from harness.matrix import DRAWN, run_external_consistency
 
     assert spec_of().make_workload().external_consistency is None  # the client's default
@@ -153,6 +154,9 @@ def test_external_consistency_is_tesseras_and_test_all_draws_both_modes():
         spec_of("--db", "etcd", "--workload", "register", "--external-consistency", "commit-wait")
     drawn = TestSpec(external_consistency=DRAWN)
     assert {run_external_consistency(drawn, s) for s in range(20)} == {"client-propagated",
-                                                                      "commit-wait"}
+                                                                      "commit-wait", "mixed"}
+    assert spec_of("--external-consistency", "mixed").make_workload().external_consistency == "mixed"
+    with pytest.raises(SystemExit):  # argparse's choices: one line and exit 2
+        spec_of("--external-consistency", "eventual")
     assert run_external_consistency(TestSpec(db="etcd", external_consistency=DRAWN), 1) is None
     assert run_external_consistency(spec, 1) == "commit-wait"

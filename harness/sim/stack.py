@@ -550,17 +550,21 @@ class StackSim:
     async def _client_main(self) -> list:
         from harness.recorder import Recorder
         from harness.runner import RunOptions, run
-        from harness.systems.tessera.clients import accept_test_table, workload_clients
+        from harness.systems.tessera.clients import (
+            accept_test_table,
+            client_mode,
+            workload_clients,
+        )
         from node.client import TesseraClient
-        from node.protocol import EXTERNAL_CONSISTENCY
         from node.rpc import RpcClient
 
         workload = self._workload()
+        workload.external_consistency = self.cfg.mix.consistency
         client = TesseraClient([(m, MASTER_PORT) for m in self.masters], timeout=5.0,
                                rpc=RpcClient(connect_timeout=1.0, local_host=CLIENT_HOST,
                                              max_frame=MAX_FRAME, **_client_inflight(self.cfg.mix)),
                                rng=random.Random(self.rng.getrandbits(64)),
-                               external_consistency=EXTERNAL_CONSISTENCY[self.cfg.mix.consistency])
+                               external_consistency=client_mode(self.cfg.mix.consistency))
         self.client = client
         await accept_test_table(client, workload.tablets, 3, timeout=120.0)
         names = {h: f"ts{i + 1}" for i, h in enumerate(self.tservers)}

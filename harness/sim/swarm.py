@@ -18,6 +18,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
+from harness.systems.tessera.clients import MIXED
+
 # Every fault kind the simulator's nemesis knows (harness.sim.stack_faults.FaultChooser.choose).
 KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "skew",
          "membership", "flip", "disk", "transfer", "cut", "tombstone", "copy-race", "lease-race", "masters",
@@ -145,6 +147,11 @@ RESULTS = (None, None, None, 3, 8)
 # client-propagated seeds answer writes without waiting, and only each client's own order is
 # promised (judged in every seed). Its own draw.
 CONSISTENCY = ("commit-wait", "client-propagated")
+# In a quarter of the seeds the workers mix the two (harness.systems.tessera.clients.MIXED),
+# as different users' clients may: a leader then commits writes of both modes in one group,
+# each answered in its own (probe replica.write.group_modes_mixed). Its own draw, on top of
+# CONSISTENCY's; such a seed is judged per key and per client.
+MIXED_MODES = (False, False, False, True)
 # Mixes that reach a path only with several knobs at once, each a recorded spec (the tests in
 # tests/test_sim_swarm_reach.py, tests/test_sim_forge.py and tests/test_sim_swarm.py fire its
 # probes on a recorded seed). Independent draws combined none of them in 200 seeds
@@ -228,7 +235,7 @@ class Mix:
     max_results: int | None = None
     # the client's external consistency mode (node.protocol.EXTERNAL_CONSISTENCY; CONSISTENCY):
     # commit-wait, whose timestamps the seed judges across tablets, or client-propagated,
-    # judged per client
+    # judged per client; or mixed (MIXED_MODES), the workers alternating between the two
     consistency: str = "commit-wait"
 
     def kinds(self) -> list[str]:
@@ -310,6 +317,8 @@ def swarm_mix(seed: int) -> Mix:
     unpaced = _own_draw(seed, "unpaced", UNPACED) and _unpaceable(writes, values, frame_mb)
     max_results = _own_draw(seed, "results", RESULTS)
     consistency = _own_draw(seed, "consistency", CONSISTENCY)
+    if _own_draw(seed, "mixed-modes", MIXED_MODES):
+        consistency = MIXED
     mix = Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
               read_share=read_share, clock_error_us=clock_error_us, writes=writes,
               values=None if values == "small" else values, snapshot_every=snapshot_every,
@@ -369,8 +378,8 @@ def parse_mix(spec: str) -> Mix:
         raise ValueError(f"unknown mix field(s) {sorted(unknown)} (every, reads, load, read-share, "
                          f"clock, writes, values, {', '.join(_COUNTS)}, unpaced, consistency)")
     consistency = opts.get("consistency", "commit-wait")
-    if consistency not in CONSISTENCY:
-        raise ValueError(f"consistency={consistency!r}: {' or '.join(CONSISTENCY)}")
+    if consistency not in (*CONSISTENCY, MIXED):
+        raise ValueError(f"consistency={consistency!r}: {', '.join(CONSISTENCY)} or {MIXED}")
     counts = {}
     for key, what in _COUNTS.items():
         n = opts.get(key)

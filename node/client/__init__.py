@@ -52,6 +52,7 @@ from node.client.session import (
     TabletSession,
     all_ok,
     answer,
+    check_mode,
 )
 from node.client.session import BufferFull as BufferFull
 from node.client.session import FlushMode as FlushMode
@@ -145,9 +146,9 @@ class TesseraClient:
         multiplies the connect and attempt timeouts, for servers on slow hosts (TCG guests).
         `external_consistency`: Kudu's mode for this client's writes (node.protocol says what
         each promises); a session may ask for the other (SessionOptions)."""
-        if external_consistency not in (CLIENT_PROPAGATED, COMMIT_WAIT):
-            raise ValueError(f"external consistency is {CLIENT_PROPAGATED} or {COMMIT_WAIT}, "
-                             f"not {external_consistency!r}")
+        if check_mode(external_consistency) is None:
+            raise ValueError(f"external_consistency is {CLIENT_PROPAGATED} or {COMMIT_WAIT}, "
+                             "not None")
         self.external_consistency = external_consistency
         self.masters = list(masters)
         self.rng = rng or random.Random()
@@ -580,7 +581,7 @@ class TesseraClient:
                  or await self._session(sessions, table, t, deadline, bind))
             seq = s.begin()
             req = Write(t.tablet_id, op, s.id, seq, s.acked_below(), self._propagated(sessions),
-                        self.external_consistency)
+                        sessions.external_consistency or self.external_consistency)
             try:
                 reply, uncertain, peer = await self._to_leader(table, t, "ts.write", req,
                                                                OpResult, True, deadline, bind)
@@ -611,9 +612,9 @@ class TesseraClient:
         seqs the batch went as, and the seq the answer echoed (Answered.rows). Raises OpUnknown
         (the whole batch may have applied) or OpFailed (it certainly did not) when no replica
         answered by the deadline, as `op` does for one op. `external_consistency`: a session's
-        own mode; None, the client's."""
+        own mode; None, the sessions' (Sessions.external_consistency), else the client's."""
         sessions = sessions or self._sessions
-        mode = external_consistency or self.external_consistency
+        mode = external_consistency or sessions.external_consistency or self.external_consistency
         if faults.FAULTS.new_seqs:
             return await self._batch_with_new_seqs(table, t, ops, deadline, bind, sessions, mode)
         for _ in range(3):  # a session evicted before our first attempt: reopen and retry

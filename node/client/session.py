@@ -61,6 +61,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
+def check_mode(mode: str | None) -> str | None:
+    """`mode` if it names one of Kudu's external consistency modes (or is None: the client's),
+    else ValueError."""
+    if mode not in (None, CLIENT_PROPAGATED, COMMIT_WAIT):
+        raise ValueError(f"external_consistency is {CLIENT_PROPAGATED} or {COMMIT_WAIT}, "
+                         f"not {mode!r}")
+    return mode
+
 KUDU_BUFFER_BYTES = 7 * 1024 * 1024  # KuduSession::SetMutationBufferSpace default
 KUDU_FLUSH_WATERMARK = 0.5  # SetMutationBufferFlushWatermark default
 KUDU_FLUSH_INTERVAL_S = 1.0  # SetMutationBufferFlushInterval default, 1000 ms
@@ -100,9 +109,7 @@ class SessionOptions:
             raise ValueError("buffer_bytes must be >= 1 and flush_watermark in (0, 1]")
         if self.flush_interval_s <= 0 or self.max_buffers < 1:
             raise ValueError("flush_interval_s must be > 0 and max_buffers >= 1")
-        if self.external_consistency not in (None, CLIENT_PROPAGATED, COMMIT_WAIT):
-            raise ValueError(f"external_consistency is {CLIENT_PROPAGATED} or {COMMIT_WAIT}, "
-                             f"not {self.external_consistency!r}")
+        check_mode(self.external_consistency)
 
 
 class RowError(NamedTuple):
@@ -247,9 +254,12 @@ class Sessions:
     """Client sessions by tablet. Each Table handle keeps its own unless given one to share
     (TesseraClient.table): a tablet keeps only the last 128 results of a session, so on one
     session shared by many callers, a retry stalled behind a fault finds its result forgotten
-    (STALE_SEQ: an `info`) once the others have run on."""
+    (STALE_SEQ: an `info`) once the others have run on. `external_consistency`: the mode of
+    the writes made through these sessions (node.protocol); None, the TesseraClient's. So
+    handles on one client can write in different modes, as Kudu's sessions can."""
 
-    def __init__(self):
+    def __init__(self, external_consistency: str | None = None):
+        self.external_consistency = check_mode(external_consistency)
         self.by_tablet: dict[str, TabletSession] = {}
         self.locks: dict[str, asyncio.Lock] = {}
         # (tablet, bind) -> (ops, futures): the writes issued this turn, sent together at its

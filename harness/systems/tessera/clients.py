@@ -70,6 +70,36 @@ class TableClient:
         return await _outcome(self.table.txn(ops))
 
 
+# The workers' external consistency when they differ, as a table's users' clients may: even
+# threads write client-propagated, odd ones commit-wait, so one leader's group commits writes
+# of both modes together (probe replica.write.group_modes_mixed).
+MIXED = "mixed"
+
+
+def client_modes() -> tuple[str, ...]:
+    """What a run's --external-consistency may name: Kudu's two modes, or MIXED."""
+    from node.protocol import EXTERNAL_CONSISTENCY
+
+    return (*EXTERNAL_CONSISTENCY, MIXED)
+
+
+def thread_mode(workload, thread: int) -> str | None:
+    """The wire mode of `thread`'s writes when the workload mixes them, else None (the
+    TesseraClient's own)."""
+    from node.protocol import CLIENT_PROPAGATED, COMMIT_WAIT
+
+    if workload.external_consistency != MIXED:
+        return None
+    return (CLIENT_PROPAGATED, COMMIT_WAIT)[thread % 2]
+
+
+def client_mode(chosen: str | None) -> str:
+    """The TesseraClient's wire mode for a run's --external-consistency (None: the default)."""
+    from node.protocol import CLIENT_PROPAGATED, EXTERNAL_CONSISTENCY
+
+    return EXTERNAL_CONSISTENCY.get(chosen or "", CLIENT_PROPAGATED)
+
+
 def hash_placement(key: str, groups: int) -> int:
     """Which of `groups` tablets of a hash-partitioned table holds `key` (the workloads'
     `Workload.placement`): a transaction must keep its keys in one tablet."""
@@ -100,24 +130,31 @@ def workload_clients(client, table: str, names: dict, binds: list[str] | None, w
     `node` is still the replica that answered it; `session-background` and `session-manual`,
     the threads of one bind share one batching session (AUTO_FLUSH_BACKGROUND or MANUAL_FLUSH:
     node.client.Table._op flushes after each apply), so their concurrent writes go out
-    together. In every mode each op stays one op of the history (the runner records it)."""
+    together. In every mode each op stays one op of the history (the runner records it).
+    With the MIXED external consistency, sharing is among the threads of one mode."""
+    import dataclasses
+
     from node.client.session import Sessions
 
     options = session_options(workload)  # the session modes'
     workload.placement = hash_placement
-    sessions: dict = {}  # bind -> Session, with a session mode
-    shared: dict = {}  # bind -> Sessions, with writes=shared
+    sessions: dict = {}  # (bind, mode) -> Session, with a session mode
+    shared: dict = {}  # (bind, mode) -> Sessions, with writes=shared
 
     def clients(thread: int):
         bind = binds[thread % len(binds)] if binds else None
+        mode = thread_mode(workload, thread)
         if options is None:
             if workload.writes == "shared":
-                return TableClient(client.table(table, names, bind=bind,
-                                                sessions=shared.setdefault(bind, Sessions())))
-            return TableClient(client.table(table, names, bind=bind))
-        if bind not in sessions:
-            sessions[bind] = client.new_session(table, options, bind=bind)
-        return TableClient(client.table(table, names, bind=bind, session=sessions[bind]))
+                mine = shared.setdefault((bind, mode), Sessions(mode))
+                return TableClient(client.table(table, names, bind=bind, sessions=mine))
+            if mode is None:
+                return TableClient(client.table(table, names, bind=bind))
+            return TableClient(client.table(table, names, bind=bind, sessions=Sessions(mode)))
+        if (bind, mode) not in sessions:
+            sessions[bind, mode] = client.new_session(
+                table, dataclasses.replace(options, external_consistency=mode), bind=bind)
+        return TableClient(client.table(table, names, bind=bind, session=sessions[bind, mode]))
 
     async def close() -> dict | None:
         """Flush what is still buffered (ops whose callers gave up are dropped, never sent);

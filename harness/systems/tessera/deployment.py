@@ -166,12 +166,14 @@ class TesseraDB(Deployment):
                            op_timeout: float):
         """The test table created and writable, then the workload's clients over one
         TesseraClient (closed with them)."""
-        from harness.systems.tessera.clients import accept_test_table, workload_clients
+        from harness.systems.tessera.clients import (
+            accept_test_table,
+            client_mode,
+            workload_clients,
+        )
         from node.client import TesseraClient
-        from node.protocol import CLIENT_PROPAGATED, EXTERNAL_CONSISTENCY
 
-        chosen = workload.external_consistency  # checked by harness.validate; None: the default
-        mode = EXTERNAL_CONSISTENCY[chosen] if chosen else CLIENT_PROPAGATED
+        mode = client_mode(workload.external_consistency)  # checked by harness.validate
         client = TesseraClient(self.master_addrs, timeout=min(op_timeout, 10.0 * self.time_scale),
                                tls=self.tls("client"), time_scale=self.time_scale,
                                external_consistency=mode)
