@@ -347,6 +347,12 @@ class Replica:
         for e in st.apply_early:
             self._apply(e)
         if st.entries:
+            if st.send_early and self.wal.threaded:
+                # One loop turn first, so the early messages reach their sockets (the RPC
+                # writers flush at the turn's end) before the appender thread is woken: woken
+                # first, it takes the GIL, and the followers' copies wait on the leader's own
+                # write (docs/benchmarks.md, lone-write hops).
+                await asyncio.sleep(0)
             started = asyncio.get_running_loop().time()
             first = st.entries[0].index
             last = self.wal.last_index

@@ -214,6 +214,11 @@ class Log:
     # ---- appending ----
 
     @property
+    def threaded(self) -> bool:
+        """Appends are written by the appender thread (a real disk), not on the loop."""
+        return not self._inline
+
+    @property
     def last_index(self) -> int | None:
         """Index of the last entry reserved (durable or not); None for a log that never had one."""
         return self._last_index
