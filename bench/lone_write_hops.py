@@ -125,6 +125,8 @@ def hops(on: dict, off: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog="One JSON line on stdout; progress on stderr.")
+    ap.add_argument("--json", action="store_true",
+                    help="accepted for `make bench`; one JSON line on stdout is always the output")
     ap.add_argument("--ops", type=int, default=1000, metavar="N",
                     help="ops of each kind on each cluster (default 1000)")
     a = ap.parse_args(argv)
