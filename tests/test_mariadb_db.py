@@ -196,6 +196,8 @@ def test_each_topology_runs_its_servers_with_its_own_options():
     ({"topology": "ring"}, "topology=ring: one of single, replicas, galera"),
     ({"isolation": "snapshot"}, "isolation=snapshot: one of read-uncommitted"),
     ({"datadir": "/x"}, "--flag datadir: set by the harness"),
+    ({"topology": "replicas", "gtid_domains": "many"}, "gtid_domains=many: one of one, per-client"),
+    ({"gtid_domains": "per-client"}, "only with --flag topology=replicas"),
     ({"no_such_option": 1}, "--flag no_such_option: not an option `mariadbd --verbose --help`"),
 ])
 def test_a_flag_mariadbd_would_not_take_is_refused_before_any_host(flags, message):
@@ -207,6 +209,8 @@ def test_options_mariadbd_lists_are_taken():
     system("mariadb").check_flags({"innodb_flush_log_at_trx_commit": 2,
                                    "innodb_snapshot_isolation": "ON", "topology": "galera",
                                    "isolation": "serializable"})
+    system("mariadb").check_flags({"topology": "replicas", "gtid_domains": "per-client",
+                                   "slave_parallel_threads": 4})
 
 
 def test_the_package_says_what_the_machine_needs():
@@ -244,6 +248,11 @@ def test_a_bank_transfer_is_one_transaction_and_an_overdraft_rolls_it_back(serve
     ("2026-11-30 10:46:36 2 [ERROR] WSREP: Inconsistency detected: Inconsistent by consensus on "
      "00000000-0000-0000-0000-000000000000:9", "inconsistency"),
     ("2026-11-30 10:16:38 0 [ERROR] Aborting", "aborted"),
+    ("2026-11-30 17:04:11 11 [ERROR] Slave SQL: Could not execute Update_rows_v1 event on table "
+     "jepsen.lists; Can't find record in 'lists', Error_code: 1032; handler error "
+     "HA_ERR_KEY_NOT_FOUND", "replication-stopped"),
+    ("2026-11-30 17:04:11 11 [ERROR] Error running query, slave SQL thread aborted. Fix the "
+     "problem, and restart the slave SQL thread", "replication-stopped"),
     ("251130 10:01:02 [ERROR] mariadbd got signal 11 ;", "crash"),
     ("2026-11-30 10:15:23 0 [Note] /usr/sbin/mariadbd: ready for connections.", None),
 ])
@@ -252,6 +261,24 @@ def test_the_log_rules_name_what_mariadbd_logs_when_it_refuses_its_data(line, ru
 
     hits = [r["type"] for r in MariaDB.log_rules if re.search(r["regex"], line)]
     assert hits == ([rule] if rule else []), hits
+
+
+def test_a_client_with_a_gtid_domain_writes_its_transactions_in_it(server):
+    """--flag gtid_domains=per-client: the worker's connection to the primary binlogs its
+    transactions under its own GTID domain, which a parallel replica applies independently."""
+    port, _ = server
+
+    async def go():
+        c = SqlClient("127.0.0.1", "n1", 5, port=port, gtid_domain=7)
+        try:
+            await c.txn([["append", "gtid-k", 1]])
+            conn = await c._connection("127.0.0.1")
+            async with conn.cursor() as cur:
+                await cur.execute("SELECT @@session.gtid_domain_id")
+                return (await cur.fetchone())[0]
+        finally:
+            await c.close()
+    assert asyncio.run(go()) == 7
 
 
 def _rw_register_run(port: int, isolation: str, tmp_path: Path, seconds: float = 6.0) -> dict:

@@ -71,6 +71,9 @@ EXPECTED = {
         {"innodb_snapshot_isolation": "ON"}, "valid", set()),
     "list-append/replicas-serializable": (
         {"topology": "replicas", "isolation": "serializable"}, "valid", set()),
+    "list-append/replicas-gtid-domains": (
+        {"topology": "replicas", "isolation": "serializable", "gtid_domains": "per-client",
+         "slave_parallel_threads": 4}, "invalid", {"G-single"}),
     "list-append/galera-no-faults": ({"topology": "galera"}, "invalid", {"lost-update"}),
     "list-append/galera-lose-unfsynced-flush-0": (
         {"topology": "galera", "innodb_flush_log_at_trx_commit": 0}, "invalid",
@@ -99,6 +102,21 @@ def test_binlog_replicas_do_not_show_a_client_its_own_writes(tmp_path):
                    consistency_model="strong-session-serializable")
     assert again["verdict"] == "invalid"
     assert any(t.endswith("-process") for t in again["anomaly_types"]), again["anomaly_types"]
+
+
+def test_out_of_order_replicas_break_serializability_and_one_diverged_unlogged():
+    """Each client in a GTID domain of its own, replicas applying the domains in parallel: a
+    replica commits one client's transaction before another's the primary committed first, so a
+    read there sees a state no serial order passed through (G-single); and after the run n2's
+    table differed from the primary's and n3's for the whole minute the end check waited, with
+    no error in its log."""
+    src = FINDINGS / "list-append/replicas-gtid-domains"
+    results = json.loads((src / "results.json").read_text())
+    by = {r["checker"]: r for r in results["check"]["results"]}
+    sums = by["convergence"]["checksums"]
+    assert by["convergence"]["verdict"] == "invalid"
+    assert sums["n1"] == sums["n3"] != sums["n2"], sums
+    assert by["logs"]["verdict"] == "valid"
 
 
 def test_snapshot_isolation_on_keeps_updates_but_is_not_serializable(tmp_path):

@@ -86,6 +86,7 @@ class SqlClient:
     read_address: str | None = None
     port: int = PORT
     workload: str = "list-append"  # whose table the micro-ops work on (SqlClient.WORKLOADS)
+    gtid_domain: int | None = None  # the connection's own GTID domain (--flag gtid_domains)
     _conns: dict[str, Any] = field(default_factory=dict)
 
     async def _connection(self, address: str):
@@ -99,6 +100,13 @@ class SqlClient:
                 autocommit=False, connect_timeout=self.op_timeout), self.op_timeout)
         except (TimeoutError, OSError, aiomysql.Error) as e:
             raise OpFailed(f"connect {address}: {_text(e)}") from None
+        if self.gtid_domain is not None and address == self.address:  # the primary's binlog
+            try:
+                async with asyncio.timeout(self.op_timeout), conn.cursor() as cur:
+                    await cur.execute("SET SESSION gtid_domain_id = %s", (self.gtid_domain,))
+            except (TimeoutError, OSError, aiomysql.Error) as e:
+                conn.close()
+                raise OpFailed(f"set gtid_domain_id on {address}: {_text(e)}") from None
         self._conns[address] = conn
         return conn
 

@@ -18,6 +18,14 @@ MariaDB's own); every other `--flag KEY=VALUE` is a mariadbd option (checked aga
 `innodb_flush_log_at_trx_commit=2` or `innodb_snapshot_isolation=ON` (10.11.8 and later: a
 REPEATABLE READ transaction that would overwrite a row changed since its snapshot fails with a
 deadlock error instead, InnoDB's answer to lost updates).
+
+`--flag gtid_domains=per-client` (topology replicas only) gives each worker's connection a GTID
+domain of its own (`SET SESSION gtid_domain_id`), as an application that splits its writes into
+independent streams does. A replica with parallel replication
+(`--flag slave_parallel_threads=N`) applies the domains independently, so it may commit one
+worker's transaction before another's that the primary committed first: out-of-order parallel
+replication, which MariaDB's documentation leaves to the application to tolerate. The default,
+`one`, keeps every transaction in domain 0, applied in the primary's commit order.
 """
 
 from __future__ import annotations
@@ -48,7 +56,8 @@ TOPOLOGIES = ("single", "replicas", "galera")
 TABLES = f"{DATABASE}.lists, {DATABASE}.registers, {DATABASE}.accounts"  # every workload's, for the convergence check
 GROUP = "mariadb"  # the one replication group, as the nemeses' tablet rules name it
 # --flag keys for the harness's side, not mariadbd's
-HARNESS_FLAGS = frozenset({"topology", "isolation"})
+HARNESS_FLAGS = frozenset({"topology", "isolation", "gtid_domains"})
+GTID_DOMAINS = ("one", "per-client")
 # mariadbd options the harness sets itself, from the host list and the topology
 OWN_FLAGS = frozenset({
     "datadir", "user", "bind_address", "port", "socket", "pid_file", "init_file", "server_id",
@@ -88,6 +97,9 @@ class MariaDB(Deployment):
              "mariadbd crashed or found a corrupt page"),
         rule("innodb-refused", r"InnoDB: .*corrupt|InnoDB' registration as a STORAGE ENGINE failed",
              "InnoDB refused its own files as corrupt"),
+        rule("replication-stopped", r"Slave SQL: .*Error_code|slave SQL thread aborted",
+             "a binlog replica could not apply an event and stopped replicating: it serves an "
+             "ever staler copy"),
         rule("inconsistency", r"WSREP: Inconsistency detected",
              "a Galera node found its data differs from the cluster's, and left it"),
         rule("aborted", r"\[ERROR\] Aborting", "a mariadbd start was aborted", severity="note"),
@@ -102,6 +114,12 @@ class MariaDB(Deployment):
         isolation = flags.get("isolation", "repeatable-read")
         if isolation not in ISOLATION:
             raise ValueError(f"--flag isolation={isolation}: one of {', '.join(ISOLATION)}")
+        domains = flags.get("gtid_domains", "one")
+        if domains not in GTID_DOMAINS:
+            raise ValueError(f"--flag gtid_domains={domains}: one of {', '.join(GTID_DOMAINS)}")
+        if domains != "one" and topology != "replicas":
+            raise ValueError("--flag gtid_domains=per-client: only with --flag topology=replicas "
+                             "(the domains are binlog replication's)")
         options = {k: v for k, v in flags.items() if k not in HARNESS_FLAGS}
         if not options:
             return
@@ -290,11 +308,14 @@ class MariaDB(Deployment):
         served = [h.address for h in self.hosts if self.daemons(h.name)]
         binds = [b for b in binds or served if b in served] or served
 
+        domains = iter(range(1, 1 << 30)) if self.flags.get("gtid_domains") == "per-client" else None
+
         def make(address: str, node: str) -> SqlClient:
             if self.topology == "galera":
                 return SqlClient(address, node, op_timeout, self.isolation, workload=workload.name)
             return SqlClient(primary, node, op_timeout, self.isolation, workload=workload.name,
-                             read_address=address if self.topology == "replicas" else None)
+                             read_address=address if self.topology == "replicas" else None,
+                             gtid_domain=next(domains) if domains else None)
 
         clients, close = bound_clients(binds, names, make)
         return clients, close, {0: GROUP}
