@@ -2,10 +2,12 @@
 includes a client holding a user's credentials). The system under test offers "sessions": as a
 second user, it writes into sessions it did not open (each a full window of seqs from 1, so an
 owner's coming writes would be answered from the intruder's results and never applied), closes
-them, and floods the session table with its own.
+them, and floods the session table with its own. Each start also sends a write whose
+propagated timestamp is two hours ahead of the clocks, which would push a server's hybrid clock
+past every other's if it were taken.
 
 Nothing of this may land: each op in another identity's session is refused, and a flood evicts
-only the intruder's own sessions. The honest clients' histories are checked as usual, and an op
+only the intruder's own sessions, and the far-ahead timestamp is refused. The honest clients' histories are checked as usual, and an op
 applied in a session the intruder did not open is itself an error (the logs checker's
 `session-intrusion`), so the fault shows the engine's answer even where no honest op happened
 to use a poisoned seq. Each start runs one step, drawn with poison twice as likely as close or

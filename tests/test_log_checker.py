@@ -335,3 +335,6 @@ def test_what_the_session_intruder_got_past_the_servers_is_an_error_and_refusals
     both = session_intrusions([start(overreached=1, foreign_applied=3)])
     assert sorted(e["type"] for e in both) == ["authorization-bypass", "session-intrusion"]
     assert session_intrusions([{**start(overreached=4), "process": 0}]) == []
+    pushed = session_intrusions([start(clock_push_refused=3, clock_pushed=1)])
+    assert [e["type"] for e in pushed] == ["clock-push"] and "1 far-ahead" in pushed[0]["text"]
+    assert session_intrusions([start(clock_push_refused=3)]) == []

@@ -35,9 +35,13 @@ def test_another_users_ops_in_the_workloads_sessions_are_refused(env, tmp_path):
     # the calls only daemons or superusers may make, tried at every start: all refused
     assert all(s["overreached"] == 0 for s in starts)
     assert sum(s["overreach_refused"] for s in starts) > 0
+    # a write whose propagated timestamp is two hours ahead, at every start: all refused
+    assert all(s["clock_pushed"] == 0 for s in starts)
+    assert sum(s["clock_push_refused"] for s in starts) > 0
     results = json.loads(open(os.path.join(out.stdout.strip().splitlines()[-1],
                                            "results.json")).read())
     assert "rpc.server.refused_not_authorized" in results["probes"]["runs"]
+    assert "tserver.write.propagated_too_far_ahead" in results["probes"]["runs"]  # the mark
     assert all(s["observed"]["ok"] for s in starts)
     bugged = tessera(*RUN, "--flag", "unlock_unsafe_flags=true",
                      "--flag", "fault_ignore_session_owner=true",

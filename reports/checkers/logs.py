@@ -224,7 +224,8 @@ def session_intrusions(ops: Iterable[Any] | None) -> list[dict[str, Any]]:
     """Errors for what the session-intruder nemesis, a user, got past the engine: ops applied
     in sessions it did not open (`foreign_applied`: a session belongs to the identity that
     opened it), and calls only the cluster's daemons or superusers may make that a server ran
-    (`overreached`: a tablet copy session, a step-down). README "Security"."""
+    (`overreached`: a tablet copy session, a step-down), and writes whose propagated timestamp
+    was hours ahead that a server did not refuse (`clock_pushed`). README "Security"."""
     out = []
     for op in ops or ():
         value = _get(op, "value")
@@ -245,6 +246,13 @@ def session_intrusions(ops: Iterable[Any] | None) -> list[dict[str, Any]]:
                                         "session, a leader step-down) got past the servers' "
                                         "authorization: a user could read any replica's files "
                                         "or move leadership")})
+        if value.get("clock_pushed"):
+            out.append({"type": "clock-push", "host": "", "file": "", "line": 0,
+                        "text": f"{value['clock_pushed']} far-ahead timestamps taken",
+                        "explanation": (f"{value['clock_pushed']} writes carrying a propagated "
+                                        "timestamp hours ahead of the servers' clocks were not "
+                                        "refused: a client could push a server's hybrid clock "
+                                        "past every other's")})
     return out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -324,6 +325,7 @@ class TesseraDB(Deployment):
 
     INTRUDER_ROWS: ClassVar[int] = 128  # a session's result bound (Limits): one full window
     INTRUDER_S: ClassVar[float] = 15.0  # one start's attack, at most (a stalled leader waits)
+    CLOCK_PUSH_US: ClassVar[int] = 2 * 3600 * 1_000_000  # past the servers' one-hour bound
 
     def intrude_sessions(self, step: str, groups: list[str], sessions: int) -> dict:
         """As the `intruder` user (README "Security": a client holding a user's credentials),
@@ -339,16 +341,23 @@ class TesseraDB(Deployment):
         - flood: `sessions` OpenSessions of its own, which must evict no one else's.
         Every step also makes, at each tablet, calls a user may not make (OVERREACH: a tablet
         copy session, which would hand it the tablet's files and pin them, and a leader
-        step-down), each with a body harmless if it were run.
+        step-down), each with a body harmless if it were run; and a write carrying a propagated
+        timestamp two hours ahead (CLOCK_PUSH_US), which a server must refuse before its clock
+        witnesses it (else every later timestamp of that server would be out of reach of the
+        others' clocks).
         What came back, counted: `foreign_applied` is the number of ops applied in a session
         the intruder did not open (anything above 0 is the engine's fault); `refused` those
         answered NOT_OWNER or NOT_AUTHORIZED; `no_session` those that named no session;
         `overreach_refused` the forbidden calls answered NOT_AUTHORIZED and `overreached` those
-        a server answered otherwise (it ran them past its authorization: the engine's fault)."""
+        a server answered otherwise (it ran them past its authorization: the engine's fault);
+        `clock_push_refused` the far-ahead writes refused INVALID_ARGUMENT and `clock_pushed`
+        those a server answered otherwise (its clock may have taken the timestamp)."""
         import asyncio
         import functools
 
+        from node.clock import LOGICAL_BITS
         from node.protocol import (
+            CLIENT_PROPAGATED,
             Ack,
             BatchResult,
             BeginCopySession,
@@ -368,7 +377,7 @@ class TesseraDB(Deployment):
         opened = self.intruder_sessions
         counts = {"calls": 0, "answered": 0, "foreign_applied": 0, "refused": 0,
                   "no_session": 0, "own_sessions": 0, "no_leader": 0, "overreach_refused": 0,
-                  "overreached": 0}
+                  "overreached": 0, "clock_push_refused": 0, "clock_pushed": 0}
 
         def tally(result) -> None:
             if result.ok:
@@ -419,6 +428,29 @@ class TesseraDB(Deployment):
                     counts["overreached"] += 1
                     break
 
+        async def push_clock(rpc, addrs, tablet) -> None:
+            """A write whose propagated timestamp is CLOCK_PUSH_US ahead of this machine's clock,
+            at the first of `addrs` that answers: INVALID_ARGUMENT, or a follower's NOT_LEADER
+            (it refuses before it looks at the timestamp), is the engine's answer; anything else
+            means the server took the timestamp."""
+            far = (time.time_ns() // 1000 + self.CLOCK_PUSH_US) << LOGICAL_BITS
+            req = Write(tablet, Put("intruder-clock", 0), 0, 1, 0, far, CLIENT_PROPAGATED)
+            counts["calls"] += 1
+            for addr in addrs:
+                try:
+                    await rpc.call(addr, "ts.write", req, OpResult, to_uuid="", timeout=2.0)
+                except RpcError as e:
+                    if e.code in (ErrorCode.NETWORK, ErrorCode.DEADLINE_EXCEEDED,
+                                  ErrorCode.NOT_LEADER):
+                        continue
+                    counts["answered"] += 1
+                    counts["clock_push_refused" if e.code == ErrorCode.INVALID_ARGUMENT
+                           else "clock_pushed"] += 1
+                    return
+                counts["answered"] += 1
+                counts["clock_pushed"] += 1
+                return
+
         async def attack() -> None:
             rpc = RpcClient(connect_timeout=1.0, tls=self.tls(pki.INTRUDER))
             try:
@@ -442,6 +474,7 @@ class TesseraDB(Deployment):
                                                     for h in targets])
 
                 await overreach(rpc, [(h.address, TSERVER_PORT) for h in targets], tablet)
+                await push_clock(rpc, [(h.address, TSERVER_PORT) for h in targets], tablet)
                 own = opened.setdefault(tablet, set())
                 if step == "flood":
                     for _ in range(sessions):
