@@ -220,6 +220,21 @@ _INTRUSION = {"poison": "the owners' writes at those seqs are answered from its 
               "close": "the owners' sessions are gone, and their writes' outcomes unknown"}
 
 
+# What else the intruder got past the servers: its count's key, the error's type, its text and
+# explanation (each after the count)
+_GOT_PAST = (
+    ("overreached", "authorization-bypass",
+     ("forbidden calls answered",
+      "of a user's calls reserved to the cluster's daemons or superusers (a tablet copy "
+      "session, a leader step-down) got past the servers' authorization: a user could read "
+      "any replica's files or move leadership")),
+    ("clock_pushed", "clock-push",
+     ("far-ahead timestamps taken",
+      "writes carrying a propagated timestamp hours ahead of the servers' clocks were not "
+      "refused: a client could push a server's hybrid clock past every other's")),
+)
+
+
 def session_intrusions(ops: Iterable[Any] | None) -> list[dict[str, Any]]:
     """Errors for what the session-intruder nemesis, a user, got past the engine: ops applied
     in sessions it did not open (`foreign_applied`: a session belongs to the identity that
@@ -238,21 +253,11 @@ def session_intrusions(ops: Iterable[Any] | None) -> list[dict[str, Any]]:
                         "explanation": (f"another user's {value['step']} got "
                                         f"{value['foreign_applied']} ops applied in sessions it "
                                         "did not open: " + _INTRUSION.get(value["step"], ""))})
-        if value.get("overreached"):
-            out.append({"type": "authorization-bypass", "host": "", "file": "", "line": 0,
-                        "text": f"{value['overreached']} forbidden calls answered",
-                        "explanation": (f"a user's {value['overreached']} calls reserved to the "
-                                        "cluster's daemons or superusers (a tablet copy "
-                                        "session, a leader step-down) got past the servers' "
-                                        "authorization: a user could read any replica's files "
-                                        "or move leadership")})
-        if value.get("clock_pushed"):
-            out.append({"type": "clock-push", "host": "", "file": "", "line": 0,
-                        "text": f"{value['clock_pushed']} far-ahead timestamps taken",
-                        "explanation": (f"{value['clock_pushed']} writes carrying a propagated "
-                                        "timestamp hours ahead of the servers' clocks were not "
-                                        "refused: a client could push a server's hybrid clock "
-                                        "past every other's")})
+        for key, kind, what in _GOT_PAST:
+            if value.get(key):
+                out.append({"type": kind, "host": "", "file": "", "line": 0,
+                            "text": f"{value[key]} {what[0]}",
+                            "explanation": f"{value[key]} {what[1]}"})
     return out
 
 

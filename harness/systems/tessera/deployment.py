@@ -406,50 +406,42 @@ class TesseraDB(Deployment):
             counts["answered"] += answered
             return None
 
-        async def overreach(rpc, addrs, tablet) -> None:
-            """The calls of OVERREACH at the first of `addrs` that answers. The server checks
-            authorization before it reads the body, so any answer but NOT_AUTHORIZED (a
-            follower's NOT_LEADER too) means the call got past it."""
-            for method, req, reply in ((
-                    "ts.begin_copy_session", BeginCopySession(tablet, "intruder"), CopySession),
-                    ("ts.leader_step_down", LeaderStepDown(tablet), Ack)):
-                counts["calls"] += 1
-                for addr in addrs:
-                    try:
-                        await rpc.call(addr, method, req, reply, to_uuid="", timeout=2.0)
-                    except RpcError as e:
-                        if e.code in (ErrorCode.NETWORK, ErrorCode.DEADLINE_EXCEEDED):
-                            continue
-                        counts["answered"] += 1
-                        counts["overreach_refused" if e.code == ErrorCode.NOT_AUTHORIZED
-                               else "overreached"] += 1
-                        break
-                    counts["answered"] += 1
-                    counts["overreached"] += 1
-                    break
-
-        async def push_clock(rpc, addrs, tablet) -> None:
-            """A write whose propagated timestamp is CLOCK_PUSH_US ahead of this machine's clock,
-            at the first of `addrs` that answers: INVALID_ARGUMENT, or a follower's NOT_LEADER
-            (it refuses before it looks at the timestamp), is the engine's answer; anything else
-            means the server took the timestamp."""
-            far = (time.time_ns() // 1000 + self.CLOCK_PUSH_US) << LOGICAL_BITS
-            req = Write(tablet, Put("intruder-clock", 0), 0, 1, 0, far, CLIENT_PROPAGATED)
+        async def refused(rpc, addrs, method, req, reply, refusal, kind, passing=()) -> None:
+            """`method` at the first of `addrs` that answers (a network error, a deadline or a
+            code in `passing` moves on): answered `refusal`, counted `<kind>_refused`;
+            answered otherwise, `<kind>ed`: the server ran what it should have refused."""
             counts["calls"] += 1
             for addr in addrs:
                 try:
-                    await rpc.call(addr, "ts.write", req, OpResult, to_uuid="", timeout=2.0)
+                    await rpc.call(addr, method, req, reply, to_uuid="", timeout=2.0)
                 except RpcError as e:
-                    if e.code in (ErrorCode.NETWORK, ErrorCode.DEADLINE_EXCEEDED,
-                                  ErrorCode.NOT_LEADER):
+                    if e.code in (ErrorCode.NETWORK, ErrorCode.DEADLINE_EXCEEDED, *passing):
                         continue
                     counts["answered"] += 1
-                    counts["clock_push_refused" if e.code == ErrorCode.INVALID_ARGUMENT
-                           else "clock_pushed"] += 1
+                    counts[f"{kind}_refused" if e.code == refusal else f"{kind}ed"] += 1
                     return
                 counts["answered"] += 1
-                counts["clock_pushed"] += 1
+                counts[f"{kind}ed"] += 1
                 return
+
+        async def overreach(rpc, addrs, tablet) -> None:
+            """The calls of OVERREACH. The server checks authorization before it reads the
+            body, so any answer but NOT_AUTHORIZED (a follower's NOT_LEADER too) means the call
+            got past it."""
+            for method, req, reply in ((
+                    "ts.begin_copy_session", BeginCopySession(tablet, "intruder"), CopySession),
+                    ("ts.leader_step_down", LeaderStepDown(tablet), Ack)):
+                await refused(rpc, addrs, method, req, reply, ErrorCode.NOT_AUTHORIZED,
+                              "overreach")
+
+        async def push_clock(rpc, addrs, tablet) -> None:
+            """A write whose propagated timestamp is CLOCK_PUSH_US ahead of this machine's
+            clock: INVALID_ARGUMENT is the engine's answer (a NOT_LEADER moves on; the check
+            comes before the leader's); anything else means the server took the timestamp."""
+            far = (time.time_ns() // 1000 + self.CLOCK_PUSH_US) << LOGICAL_BITS
+            req = Write(tablet, Put("intruder-clock", 0), 0, 1, 0, far, CLIENT_PROPAGATED)
+            await refused(rpc, addrs, "ts.write", req, OpResult, ErrorCode.INVALID_ARGUMENT,
+                          "clock_push", passing=(ErrorCode.NOT_LEADER,))
 
         async def attack() -> None:
             rpc = RpcClient(connect_timeout=1.0, tls=self.tls(pki.INTRUDER))
