@@ -226,3 +226,37 @@ def test_a_daemons_port_is_never_one_an_outgoing_connection_may_hold():
         assert 1024 <= port < low
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))
+
+
+def test_free_port_never_hands_out_one_port_twice():
+    """A port is free until its daemon binds it: a cluster's daemons drew one port twice in CI
+    ("address already in use" at start-up). One process never gets the same answer twice."""
+    ports = [free_port() for _ in range(2000)]
+    assert len(set(ports)) == len(ports)
+
+
+@pytest.mark.e2e
+def test_a_tablet_server_whose_port_another_process_took_starts_again_on_another(
+        tmp_path, monkeypatch):
+    """Between free_port and the bind, another process may take the port (the suite's other
+    half starts daemons too): the tablet server exits "address already in use", and up starts
+    it again on a port of its own; the cluster comes up."""
+    import socket
+
+    import node.tools.local_cluster as lc
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    answers = iter([free_port(), taken.getsockname()[1]])
+    monkeypatch.setattr(lc, "free_port", lambda host="127.0.0.1": next(answers, None)
+                        or free_port(host))
+    cluster = LocalCluster(tmp_path / "lc", masters=1, tservers=1)
+    try:
+        cluster.up(timeout=60)
+        t1 = cluster.daemons["t1"]
+        assert t1.port != taken.getsockname()[1] and cluster.alive("t1")
+        assert "address already in use" in (tmp_path / "lc" / "t1.log").read_text()
+    finally:
+        cluster.down()
+        taken.close()

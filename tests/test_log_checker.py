@@ -338,3 +338,6 @@ def test_what_the_session_intruder_got_past_the_servers_is_an_error_and_refusals
     pushed = session_intrusions([start(clock_push_refused=3, clock_pushed=1)])
     assert [e["type"] for e in pushed] == ["clock-push"] and "1 far-ahead" in pushed[0]["text"]
     assert session_intrusions([start(clock_push_refused=3)]) == []
+    named = session_intrusions([start(clock_pushed=2, clock_pushed_answers={"OK": 1,
+                                                                           "REMOTE_ERROR": 1})])
+    assert "(answered: 1 OK, 1 REMOTE_ERROR)" in named[0]["text"]

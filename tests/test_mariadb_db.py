@@ -333,3 +333,40 @@ def test_rw_register_finds_lost_updates_under_repeatable_read_and_none_when_seri
     assert repeatable["verdict"] == "invalid" and "lost-update" in found, found
     serializable = _rw_register_run(port, "serializable", tmp_path)
     assert serializable["verdict"] == "valid", serializable["results"][0]["anomaly_types"]
+
+
+class _Scripted(MariaDB):
+    """The convergence check's decisions over scripted server answers: n2 a replica whose
+    GTID position reaches the primary's `at` after `lag` polls (or never, `lag` None), its
+    tables the primary's once there unless `diverged`."""
+
+    def __init__(self, lag, diverged=False):
+        super().__init__(hosts=HOSTS[:2], wheels=[], remotes={}, flags={"topology": "replicas"})
+        self.lag, self.diverged, self.polls = lag, diverged, 0
+
+    def sql(self, host, statements, timeout=30.0):
+        caught_up = self.lag is not None and self.polls >= self.lag
+        if statements.startswith("CHECKSUM"):
+            self.polls += host == "n2"
+            same = caught_up and not self.diverged
+            return "t\t1\n" if host == "n1" or same else "t\t2\n"
+        if "gtid_binlog_pos" in statements:
+            return "0-1-100\n"
+        if "gtid_slave_pos" in statements:
+            return "0-1-100\n" if caught_up else f"0-1-{self.polls}\n"
+        return "Slave_running\tON\n"
+
+
+def test_convergence_waits_for_a_replica_still_applying_and_judges_one_that_diverged():
+    """A serial replica behind a primary that took writes at full rate is lag, not
+    divergence: the check waits while its position moves (past its timeout), and is invalid
+    only when the replica holds the primary's position and its tables still differ."""
+    late = _Scripted(lag=5).converge(timeout=0, interval=0)
+    assert late["verdict"] == "valid"
+    diverged = _Scripted(lag=0, diverged=True).converge(timeout=0, interval=0)
+    assert diverged["verdict"] == "invalid" and diverged["error"] == "the servers' tables differ"
+    stuck = _Scripted(lag=None)
+    stuck.sql = lambda host, st, timeout=30.0, orig=stuck.sql: (
+        "0-1-7\n" if "gtid_slave_pos" in st else orig(host, st))
+    out = stuck.converge(timeout=0, interval=0.01, stall=0.2)
+    assert out["verdict"] == "unknown" and "n2 at 0-1-7" in out["error"]

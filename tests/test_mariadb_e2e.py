@@ -20,6 +20,7 @@ def _run(env, tmp_path, *argv, workload="list-append"):
     out = tessera("test", "--db", "mariadb", "--workload", workload,
                   "--store", str(tmp_path / "store"), *argv, env=env, timeout=900)
     assert out.returncode in (0, 1), out.stderr[-3000:]
+    print(out.stderr[-3000:])  # the run's progress and its why, shown when a test fails
     run_dir = out.stdout.strip().splitlines()[-1]
     results = json.load(open(os.path.join(run_dir, "results.json")))
     by = {r["checker"]: r for r in results["check"]["results"]}

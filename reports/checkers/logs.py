@@ -255,8 +255,11 @@ def session_intrusions(ops: Iterable[Any] | None) -> list[dict[str, Any]]:
                                         "did not open: " + _INTRUSION.get(value["step"], ""))})
         for key, kind, what in _GOT_PAST:
             if value.get(key):
+                answers = ", ".join(f"{n} {a}" for a, n in
+                                    sorted((value.get(f"{key}_answers") or {}).items()))
                 out.append({"type": kind, "host": "", "file": "", "line": 0,
-                            "text": f"{value[key]} {what[0]}",
+                            "text": f"{value[key]} {what[0]}"
+                                    + (f" (answered: {answers})" if answers else ""),
                             "explanation": f"{value[key]} {what[1]}"})
     return out
 

@@ -328,11 +328,24 @@ class MariaDB(Deployment):
     def served(self) -> list[str]:
         return [h.name for h in self.hosts if self.daemons(h.name)]
 
-    def converge(self, timeout: float = 60.0, interval: float = 1.0) -> dict:
+    def converge(self, timeout: float = 60.0, interval: float = 1.0,
+                 cap: float = 600.0, stall: float = 30.0) -> dict:
         """Every server's checksums of the workloads' tables, once they agree or `timeout`
-        passed: replicas catch up with the primary, Galera nodes apply what they certified."""
-        deadline = time.monotonic() + timeout
+        passed: replicas catch up with the primary, Galera nodes apply what they certified.
+        A binlog replica still applying (its SQL thread running, its GTID position short of
+        the primary's and moved in the last `stall` seconds) is waited for past `timeout`,
+        up to `cap`: a serial replica
+        behind a primary that took writes at full rate on a loaded machine is lag, not
+        divergence. One that stops moving, or is still behind at `cap`, leaves the verdict
+        unknown; tables that differ once every replica holds the primary's position are
+        invalid (a replica that diverged)."""
+        start = time.monotonic()
+        moved, behind = start, {}
         while True:
+            # the positions before the checksums: a replica that holds the primary's position
+            # when its tables are read and still differs has diverged
+            now, was = time.monotonic(), behind
+            behind = self.applying() if self.topology == "replicas" else {}
             sums = {}
             for host in self.served():
                 try:
@@ -342,9 +355,37 @@ class MariaDB(Deployment):
             answered = {h: s for h, s in sums.items() if not s.startswith("no answer")}
             if len(answered) == len(sums) and len(set(answered.values())) == 1:
                 return {"checker": "convergence", "verdict": "valid", "checksums": sums}
-            if time.monotonic() > deadline:
+            if behind != was:
+                moved = now
+            waiting = behind and now - moved < stall and now - start < cap
+            if now - start > timeout and not waiting:
+                if behind:
+                    return {"checker": "convergence", "verdict": "unknown", "checksums": sums,
+                            "error": "replicas still applying the primary's binlog: "
+                            + "; ".join(f"{h} at {p}" for h, p in sorted(behind.items()))}
                 verdict = "invalid" if len(set(answered.values())) > 1 else "unknown"
                 return {"checker": "convergence", "verdict": verdict, "checksums": sums,
                         "error": "the servers' tables differ" if verdict == "invalid"
                         else "not every server answered"}
             time.sleep(interval)
+
+    def applying(self) -> dict[str, str]:
+        """The binlog replicas still applying: replication running, their GTID position
+        (gtid_slave_pos) not the primary's (gtid_binlog_pos); each one's position."""
+        def position(host: str, variable: str) -> frozenset[str]:
+            return frozenset(self.sql(host, f"SELECT @@{variable}").strip().split(","))
+
+        try:
+            primary = position(self.hosts[0].name, "gtid_binlog_pos")
+        except Exception:  # no primary to be behind
+            return {}
+        out = {}
+        for h in self.served()[1:]:
+            try:
+                running = "ON" in self.sql(h, "SHOW STATUS LIKE 'Slave_running'")
+                at = position(h, "gtid_slave_pos")
+            except Exception:
+                continue
+            if running and at != primary:
+                out[h] = ",".join(sorted(at))
+        return out
