@@ -45,8 +45,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     ephemeral range: a port from bind(0) is an ephemeral one, which any process's outgoing
     connection may take as its local port before the daemon binds it ("address already in
     use" at start-up; seen with the suite's two halves side by side). Never one this process
-    handed out before: a cluster's six daemons drew the same port in CI (a port is free until
-    its daemon binds it), one start in about a thousand."""
+    handed out before: a port is free until its daemon binds it, so one cluster's daemons
+    could otherwise draw the same one (CI saw a tablet server find its port taken)."""
     import random
 
     low = _ephemeral_low()
