@@ -334,9 +334,8 @@ class MariaDB(Deployment):
         passed: replicas catch up with the primary, Galera nodes apply what they certified.
         A binlog replica still applying (its SQL thread running, its GTID position short of
         the primary's and moved in the last `stall` seconds) is waited for past `timeout`,
-        up to `cap`: a serial replica
-        behind a primary that took writes at full rate on a loaded machine is lag, not
-        divergence. One that stops moving, or is still behind at `cap`, leaves the verdict
+        up to `cap`: a serial replica behind a primary that took writes at full rate on a
+        loaded machine is lag, not divergence. One that stops moving, or is still behind at `cap`, leaves the verdict
         unknown; tables that differ once every replica holds the primary's position are
         invalid (a replica that diverged)."""
         start = time.monotonic()
