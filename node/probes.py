@@ -284,6 +284,8 @@ CATALOG: dict[str, str] = {
     "copy.refused.state_mismatch":
         "StartTabletCopy refused: the replica is not in the state the caller expects",
     "copy.refused.stale_term": "StartTabletCopy refused: the caller's term is older than ours",
+    "copy.refused.cmeta_unreadable":
+        "StartTabletCopy refused: the consensus metadata here does not read (its votes are lost)",
     "copy.refused.not_behind":
         "StartTabletCopy refused: the running replica can still be caught up (REPLICA_NOT_BEHIND)",
     "copy.over_failed_running_replica":
@@ -293,6 +295,8 @@ CATALOG: dict[str, str] = {
     "copy.prepare.over_existing_files":
         "a copy starts over existing files (a tombstone, or a forgotten replica's)",
     "copy.prepare.new_replica": "a copy starts onto a tablet that never had files here",
+    "copy.prepare.over_unreadable_superblock":
+        "a copy starts over a forgotten replica's files whose superblock does not read",
     "copy.merge.cmeta_created": "a copy created consensus metadata where there was none",
     "copy.fetch.bad_chunk": "a fetched chunk had the wrong offset, length or CRC: asked again",
     "copy.fetch.retrying": "a chunk fetch failed in transit: asked again from the same offset",

@@ -93,3 +93,84 @@ def test_a_replica_that_failed_while_running_is_not_tombstoned_by_a_delete(tmp_p
 
     with probes.expect("replica.failed.while_running", "tablet.failed.forgotten"):
         asyncio.run(main())
+
+
+async def _forgotten_with_damaged(root, damaged: str):
+    """A server whose replica failed at start-up on a truncated superblock or consensus
+    metadata (`damaged`) and was then deleted: forgotten, its files left as they were."""
+    ts = await start_server(root)
+    await create(ts, [ts.me])
+    await sole_leader(ts)
+    await write_rows(ts, 2, prefix="old")
+    await ts.stop()
+    path = getattr(ts.tablets.paths(TABLET), damaged)
+    path.write_bytes(path.read_bytes()[:43])  # the simulator's damage fault: cut short
+    ts = await start_server(root)
+    assert ts.tablets.state(TABLET) == TabletState.FAILED
+    assert not (await ts.service.on_delete_tablet(DeleteTablet(TABLET))).ok
+    assert ts.tablets.state(TABLET) is None
+    return ts, path
+
+
+def test_a_copy_onto_a_forgotten_replica_whose_superblock_is_damaged_installs(tmp_path):
+    """Found by the whole-stack simulator's follower-source copies (operator-copy bundle,
+    seed 0): the copy's start, its abandonment after the source refused, and the votes a
+    COPYING replica answers each loaded the damaged superblock and failed on it, so the
+    operator saw an unexpected REMOTE_ERROR instead of the source's refusal, and no copy could
+    ever land there. A damaged superblock proves no last OpId: the copy starts with it unknown,
+    as over a forgotten replica's readable files."""
+    from test_copy_guards import call_copy
+
+    from node.protocol import StartTabletCopy
+
+    async def main():
+        dst, sb_path = await _forgotten_with_damaged(tmp_path / "dst", "superblock")
+        src = await start_server(tmp_path / "src")
+        empty = await start_server(tmp_path / "empty")
+        try:
+            with pytest.raises(RpcError) as e:  # a source without the tablet refuses
+                await call_copy(dst, dst, StartTabletCopy(TABLET, empty.me, 1, "MISSING"))
+            assert e.value.code != ErrorCode.REMOTE_ERROR and "TABLET_NOT_FOUND" in str(e.value), e.value
+            assert len(sb_path.read_bytes()) == 43  # nothing was written: left as it was
+            await create(src, [src.me])
+            r = await sole_leader(src)
+            await write_rows(src, 3, prefix="new")
+            await call_copy(dst, dst, StartTabletCopy(TABLET, src.me, r.term, "MISSING"))
+            assert dst.tablets.state(TABLET) == TabletState.RUNNING
+            sb = Superblock.load(sb_path)
+            assert sb.data_state == DataState.READY and sb.copied_from == src.me.uuid
+            copied = dst.replicas[TABLET]  # the source's log, whole (no member: not applied)
+            assert not copied.failed and copied.core.log.last_index() == r.core.log.last_index()
+        finally:
+            for ts in (dst, src, empty):
+                await ts.stop()
+
+    with probes.expect("copy.prepare.over_unreadable_superblock", "copy.install.completed"):
+        asyncio.run(main())
+
+
+def test_a_copy_onto_a_forgotten_replica_whose_consensus_metadata_is_damaged_is_refused(tmp_path):
+    """Its term and vote are lost: a copy merging into fresh metadata could vote twice in a
+    term, so the copy is refused, clearly (ILLEGAL_STATE naming the file and the operator's
+    tool), and the files stay."""
+    from test_copy_guards import call_copy
+
+    from node.protocol import StartTabletCopy
+
+    async def main():
+        dst, cmeta_path = await _forgotten_with_damaged(tmp_path / "dst", "consensus_meta")
+        src = await start_server(tmp_path / "src")
+        try:
+            await create(src, [src.me])
+            r = await sole_leader(src)
+            with pytest.raises(RpcError) as e:
+                await call_copy(dst, dst, StartTabletCopy(TABLET, src.me, r.term, "MISSING"))
+            assert e.value.code == ErrorCode.ILLEGAL_STATE, e.value
+            assert "does not read" in str(e.value) and "local-replica delete" in str(e.value)
+            assert len(cmeta_path.read_bytes()) == 43 and dst.tablets.state(TABLET) is None
+        finally:
+            for ts in (dst, src):
+                await ts.stop()
+
+    with probes.expect("copy.refused.cmeta_unreadable"):
+        asyncio.run(main())

@@ -76,6 +76,10 @@ def test_refusals_say_whether_the_request_may_have_applied(method, body, to_uuid
                 await cli.call(addr, method, body, EchoReply, to_uuid=to_uuid, timeout=0.3)
             assert ei.value.code == code
             assert ei.value.maybe_delivered is maybe
+            # only a handler's own unhandled error is counted as one (the simulator fails on it)
+            failed = code == ErrorCode.REMOTE_ERROR
+            assert srv.stats["handler_failed"] == int(failed)
+            assert (srv.handler_failure is not None) == failed, srv.handler_failure
             # the connection and server survive every refusal
             r = await cli.call(addr, "echo", Echo("ok"), EchoReply, to_uuid="srv-1", timeout=5)
             assert r.text == "OK"

@@ -157,21 +157,70 @@ def test_a_failed_replica_on_a_server_in_maintenance_is_copied_over_or_refuses_t
 OPERATOR_COPY = "recopy:4,damage:2,restart:1,heal:1;every=1-4;reads=linearizable;load=20x200"
 
 
-def test_an_operators_copy_over_a_running_replica_or_from_a_failed_one_is_refused(tmp_path):
+def test_an_operators_copy_over_a_running_replica_from_a_failed_one_or_from_a_follower(tmp_path):
     """`recopy` (in the operator-copy bundle): Kudu's `kudu remote_replica copy` by hand. Over
     a running follower it is refused (no leader found it behind); from a replica the damage
-    fault left FAILED, to a server without the tablet, the source refuses the session. The
-    seed stays valid (a copy either mode forbids would be its violation)."""
-    sim = StackSim(StackConfig(seed=0, workload="register", seconds=30.0,
+    fault left FAILED, to a server without the tablet, the source refuses the session; from a
+    follower that takes a config for committed before its slow WAL holds the entry, the
+    source's pin waits for the sync and, past its patience, refuses. The seed stays valid (a
+    copy either of the first modes forbids would be its violation)."""
+    sim = StackSim(StackConfig(seed=6, workload="register", seconds=30.0,
                                mix=parse_mix(OPERATOR_COPY)), tmp_path)
     result = sim.run()
     assert result.ok(), (result.violation, result.verdict)
-    outcomes = Counter((e[2][3], e[2][4]) for e in sim.events if e[1] == "recopy")
+    outcomes = Counter((e[2][3], e[2][-1]) for e in sim.events if e[1] == "recopy")
     assert outcomes[("running", "refused: REPLICA_NOT_BEHIND")] >= 1, outcomes
     assert outcomes[("failed-source", "refused: TABLET_NOT_RUNNING")] >= 1, outcomes
-    assert not any(o == "copied" for _, o in outcomes), outcomes
-    for name in ("copy.refused.not_behind", "tserver.request.refused_failed"):
+    assert outcomes[("follower-source", "refused: ILLEGAL_STATE")] >= 1, outcomes
+    assert not any(o == "copied" for m, o in outcomes if m != "follower-source"), outcomes
+    for name in ("copy.refused.not_behind", "tserver.request.refused_failed",
+                 "copy.pins.waited_for_config_entry", "copy.pins.config_entry_not_synced",
+                 "copy.source.pin_refused"):
         assert result.probes.get(name, 0) >= 1, (name, outcomes)
+
+
+def _operator_copy(seed: int, tmp_path):
+    return StackSim(StackConfig(seed=seed, workload="register", seconds=30.0,
+                                mix=parse_mix(OPERATOR_COPY)), tmp_path).run()
+
+
+def test_a_copy_source_that_sends_a_committed_config_its_wal_lacks_is_caught(tmp_path, monkeypatch):
+    """With the pin's wait for the config's entry gone (it sends the WAL as synced so far),
+    seed 8's copy from a follower installs a replica whose committed config is beyond its
+    log, and the invariants say so."""
+    import node.replica.copy_pins as copy_pins
+
+    async def hasty_pin(self, holder):
+        r = self.r
+        index = r.snapshots.pin_latest()
+        r.wal.register_anchor(holder, index + 1)
+        self.floors[holder] = index + 1
+        extents = r.wal.copy_extents(index + 1)[0]
+        snapshot = str(r.snapshots.path_for(index)) if index else None
+        return copy_pins.CopySource(index, snapshot, extents, r.core.committed_config, r.core.term)
+
+    monkeypatch.setattr(copy_pins.CopyPins, "pin", hasty_pin)
+    result = _operator_copy(8, tmp_path)
+    assert result.violation and result.violation.startswith("config logged:"), result.violation
+
+
+def test_a_copy_onto_a_damaged_superblock_failing_on_it_is_caught(tmp_path, monkeypatch):
+    """The engine before its fix (node.tserver.copy read a forgotten replica's superblock as
+    it found it): seed 0's copy from a follower onto a server whose replica had failed on a
+    truncated superblock and been deleted ended in an unexpected REMOTE_ERROR, which the
+    invariants (a handler failed) and the recopy fault each call a violation
+    (tests/test_failed_replica_delete.py has the fix's test)."""
+    import node.tserver.copy as copy_mod
+    from node.tablet.superblock import Superblock
+
+    def as_before(paths):
+        return (Superblock.load(paths.superblock, paths.disk)
+                if paths.disk.exists(paths.superblock) else None)
+
+    monkeypatch.setattr(copy_mod, "_readable_superblock", as_before)
+    result = _operator_copy(0, tmp_path)
+    assert result.violation and "REMOTE_ERROR" in result.violation, result.violation
+    assert "CorruptionError" in result.violation and "tablet-meta" in result.violation
 
 
 def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knobs_together_do():
@@ -195,13 +244,12 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
 
 def test_an_operators_copy_over_a_running_replica_that_goes_through_is_a_violation(
         tmp_path, monkeypatch):
-    """With the guard off (every running replica taken for behind), the same seed's first
-    copy over a running follower is carried out, and the run says so."""
+    """With the guard off (every running replica taken for behind), seed 6's first copy over
+    a running follower is carried out, and the run says so."""
     import node.tserver.tablet_manager as tablet_manager
 
     monkeypatch.setattr(tablet_manager, "_not_behind", lambda r, req: None)
-    result = StackSim(StackConfig(seed=0, workload="register", seconds=30.0,
-                                  mix=parse_mix(OPERATOR_COPY)), tmp_path).run()
+    result = _operator_copy(6, tmp_path)
     assert result.violation and result.violation.startswith("recopy:"), result.violation
     assert "a running replica no leader found behind was copied over" in result.violation
 

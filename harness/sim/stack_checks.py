@@ -4,10 +4,12 @@ faults its servers; `Invariants` reads the live servers and replicas it is given
 what it has seen (leaders by term, committed entries, votes, tombstones, configs) to judge
 what comes next. A broken invariant raises StackViolation with where and what.
 
-What it checks: no replica FAILED on one of its own safety guards; one leader per term; lease
+What it checks: no RPC handler failing on an error no guard handled (answered REMOTE_ERROR);
+no replica FAILED on one of its own safety guards; one leader per term; lease
 safety; terms and votes never going back; no vote granted to a log behind what the voter had
 logged and no leader counting more than a peer acknowledged in its term (both seen on the
-messages replicas send); one committed entry per index, with hybrid time
+messages replicas send); a committed config's entry in the replica's log; one committed
+entry per index, with hybrid time
 increasing along the log; one state per applied index; one config per committed config index;
 no tombstone resurrected; damage a replica needs never run on (a flipped newest WAL batch cut
 as torn, a cut or lost segment taken for a log that ended there); the catalog agreeing
@@ -89,12 +91,17 @@ class Invariants:
             raise StackViolation(self._unsafe[0])
         self.check_leases()
         for host, server in self.sim.servers.items():
+            failure = getattr(getattr(server, "server", None), "handler_failure", None)
+            if failure is not None:
+                raise StackViolation(f"handler failed: an RPC handler on {host} raised an "
+                                     f"error no guard handled (REMOTE_ERROR): {failure}")
             for tablet, r in list(getattr(server, "replicas", {}).items()):
                 self._logged[(host, tablet)] = _logged(r)
                 if r.failed and r.failed.startswith("SafetyError"):
                     raise StackViolation(f"safety guard: tablet {tablet} on {host} (replica "
                                          f"{r.uuid}) FAILED: {r.failed}")
                 self._check_term_and_vote(host, tablet, r)
+                _check_config_logged(host, tablet, r)
                 if r.role is LEADER:
                     holder = self._leaders.setdefault((tablet, r.term), r.uuid)
                     if holder != r.uuid:
@@ -391,6 +398,19 @@ def _replica(server, tablet: str):
     if tablets is None:  # not started far enough, or a test's stand-in
         return getattr(server, "replicas", {}).get(tablet)
     return tablets.replica(tablet)
+
+
+def _check_config_logged(host: str, tablet: str, r) -> None:
+    """A replica's committed config has its entry in the replica's log (or below its
+    snapshot). A copy's source pins its WAL with the entry synced (node.replica.copy_pins): a
+    receiver sent a committed config its log lacks would serve a config it cannot replay, and,
+    a leader, replicate a log without it."""
+    log = r.core.log
+    index = r.core.committed_config.opid_index
+    if index > max(log.last_index(), log.offset):
+        raise StackViolation(f"config logged: tablet {tablet} on {host} (replica {r.uuid}) "
+                             f"has committed config {index}, beyond its log's end "
+                             f"{log.last_index()} and snapshot {log.offset}")
 
 
 def _logged(r) -> tuple[int, int]:

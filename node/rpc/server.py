@@ -14,9 +14,11 @@ naming the identity, and logged once per connection.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import socket
 import ssl
+import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -120,10 +122,11 @@ class _DirectCall:
         self.server._deadlines.remove(self, self.key)
         try:
             resp = (wire.ok_response(self.call_id, value) if error is None
-                    else self.server._error_response(self.call_id, error))
+                    else self.server._error_response(self.call_id, error, self.what))
             conn.answer(resp)
         except Exception as e:  # a reply we cannot encode is still an answer
             log.exception("encoding the reply to %s failed", self.what)
+            self.server._handler_failed(e, self.what)
             conn.answer(wire.error_response(self.call_id,
                                             RpcError(ErrorCode.REMOTE_ERROR, repr(e))))
         conn.ended()
@@ -153,7 +156,10 @@ class RpcServer:
         self._deadlines = DeadlineWheel(self._expire)
         self._expired: set[asyncio.Task] = set()  # handlers cancelled by their deadline
         self.stats = {"requests": 0, "errors": 0, "wrong_uuid": 0, "malformed": 0,
-                      "not_authorized": 0, "handshake_failed": 0}
+                      "not_authorized": 0, "handshake_failed": 0, "handler_failed": 0}
+        # the first error a handler raised that no guard turned into an RpcError (answered
+        # REMOTE_ERROR): a bug, which the whole-stack simulator fails a seed on
+        self.handler_failure: str | None = None
 
     def _add(self, method: str, entry: _Method) -> None:
         if method not in self.rules:
@@ -323,7 +329,7 @@ class RpcServer:
             conn.tasks.add(t)
             t.add_done_callback(conn.tasks.discard)
         except Exception as e:
-            conn.answer(self._error_response(call_id, e))
+            conn.answer(self._error_response(call_id, e, "a request"))
 
     def _refuse(self, conn: _Conn, method: str) -> RpcError:
         probe("rpc.server.refused_not_authorized")
@@ -335,14 +341,25 @@ class RpcServer:
             log.warning("refused %s: %s: %s", who, method, why)
         return RpcError(ErrorCode.NOT_AUTHORIZED, f"{who} may not call {method}: {why}")
 
-    def _error_response(self, call_id: int, e: BaseException) -> wire.Response:
+    def _error_response(self, call_id: int, e: BaseException, method: str = "?") -> wire.Response:
         self.stats["errors"] += 1
         if isinstance(e, RpcError):
             if e.code in (ErrorCode.MALFORMED, ErrorCode.UNSUPPORTED_VERSION):
                 self.stats["malformed"] += 1
             return wire.error_response(call_id, e)
         log.error("handler failed", exc_info=e)  # a handler bug must not kill the connection
+        self._handler_failed(e, method)
         return wire.error_response(call_id, RpcError(ErrorCode.REMOTE_ERROR, repr(e)))
+
+    def _handler_failed(self, e: BaseException, method: str) -> None:
+        """Count an error a handler raised that no guard answered. A failing disk's errors
+        (EIO, ENOSPC, a read-only file system) are the machine's, reported as they are, not a
+        handler's bug, and are not kept as `handler_failure`."""
+        self.stats["handler_failed"] += 1
+        if self.handler_failure is None and not _disk_failure(e):
+            frame = traceback.extract_tb(e.__traceback__)[-1:] if e.__traceback__ else []
+            where = f" at {frame[0].filename}:{frame[0].lineno}" if frame else ""
+            self.handler_failure = f"{method}: {e!r}{where}"
 
     def _expire(self, item: object) -> None:
         if isinstance(item, _DirectCall):
@@ -365,7 +382,7 @@ class RpcServer:
                 resp = self._error_response(req.call_id, RpcError(
                     ErrorCode.DEADLINE_EXCEEDED, f"{req.method} took over {req.timeout_ms} ms"))
             except Exception as e:
-                resp = self._error_response(req.call_id, e)
+                resp = self._error_response(req.call_id, e, req.method)
             finally:
                 self._deadlines.remove(task, key)
                 self._expired.discard(task)
@@ -401,3 +418,8 @@ async def _peek(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:
     finally:
         loop.remove_reader(sock.fileno())
     return sock.recv(1, socket.MSG_PEEK)
+
+
+def _disk_failure(e: BaseException) -> bool:
+    return isinstance(e, OSError) and e.errno in (errno.EIO, errno.ENOSPC, errno.EDQUOT,
+                                                   errno.EROFS)

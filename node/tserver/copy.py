@@ -21,6 +21,7 @@ import msgspec
 from node import durable
 from node.consensus import VoteRequest, VoteResponse
 from node.disk import pwrite_all
+from node.errors import CorruptionError
 from node.faults import NO_FAULTS, Faults
 from node.probes import probe
 from node.protocol import CopyFile, CopySession
@@ -57,11 +58,17 @@ def prepare_install(paths: TabletPaths, session: CopySession, faults: Faults = N
     """Blocking: make room for a copy's files. From the first write on the superblock says
     COPYING, so a failure or crash from here tombstones the replica."""
     tablet_id, disk = paths.tablet_id, paths.disk
-    if disk.exists(paths.superblock):
+    sb = _readable_superblock(paths)
+    if sb is not None:
         # A tombstone keeps its last OpId; a deleted FAILED replica's files (READY, a log that
         # did not open) prove none, so the copy starts with it unknown: no votes (tombstone_vote)
         probe("copy.prepare.over_existing_files")
-        sb = Superblock.load(paths.superblock, disk).with_state(DataState.COPYING)
+        sb = sb.with_state(DataState.COPYING)
+    elif disk.exists(paths.superblock):
+        # a deleted FAILED replica whose superblock is damaged: it proves no last OpId either
+        probe("copy.prepare.over_unreadable_superblock")
+        sb = Superblock(tablet_id, session.table_name, session.partition, DataState.COPYING,
+                        tombstone_last_opid=None)
     else:
         # no superblock: nothing was ever logged here (it is written before any WAL)
         probe("copy.prepare.new_replica")
@@ -114,6 +121,17 @@ def complete_install(paths: TabletPaths, session: CopySession, source: str) -> N
                             ).save(paths.superblock, disk)
 
 
+def _readable_superblock(paths: TabletPaths) -> Superblock | None:
+    """The superblock on disk; None if there is none or it does not read (damaged: the files a
+    deleted FAILED replica left, which a copy replaces)."""
+    if not paths.disk.exists(paths.superblock):
+        return None
+    try:
+        return Superblock.load(paths.superblock, paths.disk)
+    except CorruptionError:
+        return None
+
+
 def merge_consensus_metadata(paths: TabletPaths, remote_term: int, remote_config: bytes,
                              faults: Faults = NO_FAULTS) -> None:
     """The seed's merge rules: keep the higher term, keep our vote unless the term moves on,
@@ -148,8 +166,9 @@ def recover_unfinished_copy(paths: TabletPaths, sb: Superblock) -> None:
 
 def abandon_copy(paths: TabletPaths) -> str | None:
     """Blocking: tombstone a copy that failed part-way (a running server's version of start-up's
-    recovery); the table's name if the copy had got as far as its superblock."""
-    sb = Superblock.load(paths.superblock, paths.disk) if paths.disk.exists(paths.superblock) else None
+    recovery); the table's name if the copy had got as far as its superblock (one that does
+    not read was never written by it: prepare_install writes a readable one first)."""
+    sb = _readable_superblock(paths)
     if sb is None or sb.data_state != DataState.COPYING:
         return None
     recover_unfinished_copy(paths, sb)
@@ -168,13 +187,13 @@ def tombstone_vote(paths: TabletPaths, uuid: str, requests: list[VoteRequest]
     answers are returned, so they go out only once durable. Returns (response or None,
     reason) per request, None where Raft sends nothing (a real vote from an older term).
 
-    A replica whose last OpId is unknown (a deleted FAILED replica's files, being copied over)
-    refuses every vote, as Kudu refuses a tombstoned vote without a recorded last OpId: it may
+    A replica whose last OpId is unknown (a deleted FAILED replica's files, being copied over,
+    its superblock readable or not) refuses every vote, as Kudu refuses a tombstoned vote without a recorded last OpId: it may
     have logged, and acknowledged, entries a candidate lacks."""
     cmeta = ConsensusMetadata.load(paths.consensus_meta, paths.disk)
-    sb = Superblock.load(paths.superblock, paths.disk)
+    sb = _readable_superblock(paths)  # None: a damaged one a copy is about to replace
     term, voted_for = cmeta.current_term, cmeta.voted_for
-    if sb.tombstone_last_opid is None:
+    if sb is None or sb.tombstone_last_opid is None:
         probe("tombstone.vote.refused_unknown_last_op")
         why = "its last logged op is unknown (a failed replica's files): no vote until a copy installs"
         return [(VoteResponse(term, uuid, m.from_uuid, False, m.pre_vote)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from node.consensus import RaftConfig, VoteRequest
 from node.disk import Disk
+from node.errors import CorruptionError
 from node.logfmt import TabletLog, log_failure
 from node.probes import probe
 from node.protocol import CopySession, StartTabletCopy
@@ -349,8 +350,16 @@ class TabletManager:
                 raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {tid} is {state} here, not "
                                f"{req.current_state} as the caller expects")
             if paths.disk.exists(paths.consensus_meta):
-                cmeta = await asyncio.to_thread(ConsensusMetadata.load, paths.consensus_meta,
-                                                paths.disk)
+                try:
+                    cmeta = await asyncio.to_thread(ConsensusMetadata.load, paths.consensus_meta,
+                                                    paths.disk)
+                except CorruptionError as err:  # its term and vote are lost: merging would
+                    # let this server vote twice in a term, so only an operator may clear it
+                    probe("copy.refused.cmeta_unreadable")
+                    raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {tid}: the consensus "
+                                   f"metadata here does not read ({err}); an operator must "
+                                   "remove its files first (tessera local-replica delete)"
+                                   ) from None
                 if req.caller_term < cmeta.current_term:
                     probe("copy.refused.stale_term")
                     raise RpcError(ErrorCode.ILLEGAL_STATE, f"caller's term {req.caller_term} is "

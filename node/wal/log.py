@@ -454,6 +454,9 @@ class Log:
         group, nbytes, error = written
         if error is None:
             error = self._guarded(self._segment.sync)
+        if error is None:  # a copy sends the log up to here: synced bytes only (copy_extents)
+            seg = self._segment
+            seg.readable = (seg.offset, seg.max_index)
         self._finish((group, nbytes, error))
 
     def _finish(self, written: tuple[list[Reservation], int, BaseException | None]) -> None:
@@ -556,7 +559,8 @@ class Log:
                 self._sync_owed = True
             elif sync:
                 seg.sync()
-        seg.readable = (seg.offset, seg.max_index)
+        if sync or not self._syncs_each_group():  # else readable at the sync's end
+            seg.readable = (seg.offset, seg.max_index)
         if seg.offset >= self.options.segment_bytes and self._next_thread is None and self._next is None:
             probe("wal.segment.preallocate_started")
             if self._inline:
