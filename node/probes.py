@@ -284,8 +284,9 @@ CATALOG: dict[str, str] = {
     "copy.refused.state_mismatch":
         "StartTabletCopy refused: the replica is not in the state the caller expects",
     "copy.refused.stale_term": "StartTabletCopy refused: the caller's term is older than ours",
-    "copy.refused.cmeta_unreadable":
-        "StartTabletCopy refused: the consensus metadata here does not read (its votes are lost)",
+    "copy.refused.votes_lost":
+        "StartTabletCopy refused: the consensus metadata here does not read, or is gone while "
+        "the replica's superblock remains (its votes are lost)",
     "copy.refused.not_behind":
         "StartTabletCopy refused: the running replica can still be caught up (REPLICA_NOT_BEHIND)",
     "copy.over_failed_running_replica":

@@ -95,16 +95,20 @@ def test_a_replica_that_failed_while_running_is_not_tombstoned_by_a_delete(tmp_p
         asyncio.run(main())
 
 
-async def _forgotten_with_damaged(root, damaged: str):
-    """A server whose replica failed at start-up on a truncated superblock or consensus
-    metadata (`damaged`) and was then deleted: forgotten, its files left as they were."""
+async def _forgotten_with_damaged(root, damaged: str, lost: bool = False):
+    """A server whose replica failed at start-up on a truncated (or, `lost`, deleted)
+    superblock or consensus metadata (`damaged`) and was then deleted: forgotten, its files
+    left as they were."""
     ts = await start_server(root)
     await create(ts, [ts.me])
     await sole_leader(ts)
     await write_rows(ts, 2, prefix="old")
     await ts.stop()
     path = getattr(ts.tablets.paths(TABLET), damaged)
-    path.write_bytes(path.read_bytes()[:43])  # the simulator's damage fault: cut short
+    if lost:  # the simulator's damage fault: the file gone at a power loss
+        path.unlink()
+    else:  # or cut short
+        path.write_bytes(path.read_bytes()[:43])
     ts = await start_server(root)
     assert ts.tablets.state(TABLET) == TabletState.FAILED
     assert not (await ts.service.on_delete_tablet(DeleteTablet(TABLET))).ok
@@ -149,16 +153,20 @@ def test_a_copy_onto_a_forgotten_replica_whose_superblock_is_damaged_installs(tm
         asyncio.run(main())
 
 
-def test_a_copy_onto_a_forgotten_replica_whose_consensus_metadata_is_damaged_is_refused(tmp_path):
+@pytest.mark.parametrize("lost", [False, True], ids=["truncated", "deleted"])
+def test_a_copy_onto_a_forgotten_replica_whose_consensus_metadata_is_damaged_is_refused(
+        tmp_path, lost):
     """Its term and vote are lost: a copy merging into fresh metadata could vote twice in a
     term, so the copy is refused, clearly (ILLEGAL_STATE naming the file and the operator's
-    tool), and the files stay."""
+    tool), and the files stay. The deleted case is the whole-stack simulator's (swarm seed 76:
+    a power loss lost the file, the masters replaced and deleted the FAILED replica, re-added
+    the server, and its copy created fresh metadata: the replica forgot its vote in term 1)."""
     from test_copy_guards import call_copy
 
     from node.protocol import StartTabletCopy
 
     async def main():
-        dst, cmeta_path = await _forgotten_with_damaged(tmp_path / "dst", "consensus_meta")
+        dst, cmeta_path = await _forgotten_with_damaged(tmp_path / "dst", "consensus_meta", lost)
         src = await start_server(tmp_path / "src")
         try:
             await create(src, [src.me])
@@ -166,11 +174,13 @@ def test_a_copy_onto_a_forgotten_replica_whose_consensus_metadata_is_damaged_is_
             with pytest.raises(RpcError) as e:
                 await call_copy(dst, dst, StartTabletCopy(TABLET, src.me, r.term, "MISSING"))
             assert e.value.code == ErrorCode.ILLEGAL_STATE, e.value
-            assert "does not read" in str(e.value) and "local-replica delete" in str(e.value)
-            assert len(cmeta_path.read_bytes()) == 43 and dst.tablets.state(TABLET) is None
+            assert ("is gone" if lost else "does not read") in str(e.value)
+            assert "votes it held are lost" in str(e.value) and "local-replica delete" in str(e.value)
+            assert (not cmeta_path.exists() if lost else len(cmeta_path.read_bytes()) == 43)
+            assert dst.tablets.state(TABLET) is None
         finally:
             for ts in (dst, src):
                 await ts.stop()
 
-    with probes.expect("copy.refused.cmeta_unreadable"):
+    with probes.expect("copy.refused.votes_lost"):
         asyncio.run(main())

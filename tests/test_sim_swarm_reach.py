@@ -217,7 +217,7 @@ def test_a_copy_onto_a_damaged_superblock_failing_on_it_is_caught(tmp_path, monk
         return (Superblock.load(paths.superblock, paths.disk)
                 if paths.disk.exists(paths.superblock) else None)
 
-    monkeypatch.setattr(copy_mod, "_readable_superblock", as_before)
+    monkeypatch.setattr(copy_mod, "readable_superblock", as_before)
     result = _operator_copy(0, tmp_path)
     assert result.violation and "REMOTE_ERROR" in result.violation, result.violation
     assert "CorruptionError" in result.violation and "tablet-meta" in result.violation
@@ -263,3 +263,28 @@ def test_an_operators_copy_chosen_while_a_server_starts_skips_it(tmp_path):
     r = StackSim(StackConfig(seed=199, workload="list-append", seconds=20.0, mix=mix),
                  tmp_path).run()
     assert r.ok(), (r.violation, r.verdict, r.results.get("error"))
+
+
+def test_a_copy_that_merges_into_fresh_metadata_where_the_old_was_lost_is_caught(
+        tmp_path, monkeypatch):
+    """Swarm seed 76 (the operator-copy bundle): a power loss deleted a replica's consensus
+    metadata, the replica came back FAILED, the masters replaced and deleted it (its files
+    left for an operator), then brought the server back in, and the copy created fresh
+    metadata over the superblock that remained: the replica forgot its vote in term 1. With
+    the engine's refusal taken out (the copy merges as it did before), the seed fails on it;
+    tests/test_failed_replica_delete.py has the refusal."""
+    import node.tserver.tablet_manager as tablet_manager
+    from node.tablet.cmeta import ConsensusMetadata
+
+    def as_before(paths):
+        if not paths.disk.exists(paths.consensus_meta):
+            return None, None
+        return ConsensusMetadata.load(paths.consensus_meta, paths.disk), None
+
+    monkeypatch.setattr(tablet_manager, "_votes_held", as_before)
+    mix = swarm_mix(76)
+    assert mix.describe() == f"swarm: {parse_mix(BUNDLES['operator-copy']).spec()}"
+    result = StackSim(StackConfig(seed=76, workload="register", seconds=60.0, mix=mix),
+                      tmp_path).run()
+    assert result.violation and result.violation.startswith("vote safety"), result.violation
+    assert "forgot its vote" in result.violation

@@ -58,7 +58,7 @@ def prepare_install(paths: TabletPaths, session: CopySession, faults: Faults = N
     """Blocking: make room for a copy's files. From the first write on the superblock says
     COPYING, so a failure or crash from here tombstones the replica."""
     tablet_id, disk = paths.tablet_id, paths.disk
-    sb = _readable_superblock(paths)
+    sb = readable_superblock(paths)
     if sb is not None:
         # A tombstone keeps its last OpId; a deleted FAILED replica's files (READY, a log that
         # did not open) prove none, so the copy starts with it unknown: no votes (tombstone_vote)
@@ -121,7 +121,7 @@ def complete_install(paths: TabletPaths, session: CopySession, source: str) -> N
                             ).save(paths.superblock, disk)
 
 
-def _readable_superblock(paths: TabletPaths) -> Superblock | None:
+def readable_superblock(paths: TabletPaths) -> Superblock | None:
     """The superblock on disk; None if there is none or it does not read (damaged: the files a
     deleted FAILED replica left, which a copy replaces)."""
     if not paths.disk.exists(paths.superblock):
@@ -168,7 +168,7 @@ def abandon_copy(paths: TabletPaths) -> str | None:
     """Blocking: tombstone a copy that failed part-way (a running server's version of start-up's
     recovery); the table's name if the copy had got as far as its superblock (one that does
     not read was never written by it: prepare_install writes a readable one first)."""
-    sb = _readable_superblock(paths)
+    sb = readable_superblock(paths)
     if sb is None or sb.data_state != DataState.COPYING:
         return None
     recover_unfinished_copy(paths, sb)
@@ -191,7 +191,7 @@ def tombstone_vote(paths: TabletPaths, uuid: str, requests: list[VoteRequest]
     its superblock readable or not) refuses every vote, as Kudu refuses a tombstoned vote without a recorded last OpId: it may
     have logged, and acknowledged, entries a candidate lacks."""
     cmeta = ConsensusMetadata.load(paths.consensus_meta, paths.disk)
-    sb = _readable_superblock(paths)  # None: a damaged one a copy is about to replace
+    sb = readable_superblock(paths)  # None: a damaged one a copy is about to replace
     term, voted_for = cmeta.current_term, cmeta.voted_for
     if sb is None or sb.tombstone_last_opid is None:
         probe("tombstone.vote.refused_unknown_last_op")

@@ -35,6 +35,7 @@ from node.tserver.copy import (
     abandon_copy,
     complete_install,
     prepare_install,
+    readable_superblock,
     recover_unfinished_copy,
     tombstone,
     tombstone_vote,
@@ -349,21 +350,16 @@ class TabletManager:
                 probe("copy.refused.state_mismatch")
                 raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {tid} is {state} here, not "
                                f"{req.current_state} as the caller expects")
-            if paths.disk.exists(paths.consensus_meta):
-                try:
-                    cmeta = await asyncio.to_thread(ConsensusMetadata.load, paths.consensus_meta,
-                                                    paths.disk)
-                except CorruptionError as err:  # its term and vote are lost: merging would
-                    # let this server vote twice in a term, so only an operator may clear it
-                    probe("copy.refused.cmeta_unreadable")
-                    raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {tid}: the consensus "
-                                   f"metadata here does not read ({err}); an operator must "
-                                   "remove its files first (tessera local-replica delete)"
-                                   ) from None
-                if req.caller_term < cmeta.current_term:
-                    probe("copy.refused.stale_term")
-                    raise RpcError(ErrorCode.ILLEGAL_STATE, f"caller's term {req.caller_term} is "
-                                   f"older than ours, {cmeta.current_term}")
+            cmeta, lost = await asyncio.to_thread(_votes_held, paths)
+            if lost is not None:  # merging into fresh metadata could vote twice in a term
+                probe("copy.refused.votes_lost")
+                raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {tid}: {lost}, so the votes "
+                               "it held are lost; an operator must remove its files first "
+                               "(tessera local-replica delete)")
+            if cmeta is not None and req.caller_term < cmeta.current_term:
+                probe("copy.refused.stale_term")
+                raise RpcError(ErrorCode.ILLEGAL_STATE, f"caller's term {req.caller_term} is "
+                               f"older than ours, {cmeta.current_term}")
             if before == TabletState.RUNNING:
                 up_to_date = _not_behind(e.replica, req)
                 if up_to_date is not None:
@@ -436,6 +432,25 @@ class TabletManager:
         else:
             probe("copy.abandoned.state_restored")
             self.entries[tablet_id] = TabletEntry(tablet_id, e.table, before)
+
+
+def _votes_held(paths: TabletPaths) -> tuple[ConsensusMetadata | None, str | None]:
+    """Blocking: the tablet's consensus metadata here (None: there is none), or why the votes
+    it held are lost: it does not read, or it is gone while a superblock says the replica had
+    logged (or does not read either). A brand-new replica has none and a superblock of last
+    OpId (0, 0) at most (a first copy that died before its metadata: it never voted); cmeta is
+    written before the superblock at creation, so nothing else leaves one without the other."""
+    if paths.disk.exists(paths.consensus_meta):
+        try:
+            return ConsensusMetadata.load(paths.consensus_meta, paths.disk), None
+        except CorruptionError as err:
+            return None, f"the consensus metadata here does not read ({err})"
+    if not paths.disk.exists(paths.superblock):
+        return None, None
+    sb = readable_superblock(paths)
+    if sb is None or sb.tombstone_last_opid != OpId(0, 0):
+        return None, "the consensus metadata here is gone while the replica's superblock remains"
+    return None, None
 
 
 def _not_behind(r: Replica, req: StartTabletCopy) -> str | None:
