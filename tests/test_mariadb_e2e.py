@@ -79,14 +79,16 @@ def test_galera_loses_acknowledged_appends_only_without_flush_on_commit(env, tmp
     had not fsynced: an acknowledged append vanishes, and a later read shows another element in
     its place (incompatible-order, Elle's name; an aborted read, so even read committed is
     broken). With innodb_flush_log_at_trx_commit=1 no read misses an acknowledged append. Up to
-    three seeds for the loss (it needs a commit in the last second before a power loss)."""
+    three seeds for the loss (it needs a commit in the last second before a power loss); a seed
+    invalid only because the nodes' tables diverged after the power losses (the end check's
+    checksums; seen in a clean-clone run: no read showed a lost append) tries the next."""
     common = ("--netns-hosts", "3", "--time-limit", "30", "--nemesis", "lose-unfsynced",
               "--nemesis-interval", "6", "--concurrency", "9", "--flag", "topology=galera",
               "--consistency-model", "read-committed")
     for seed in (1, 2, 3):
         code, results, la, _ = _run(env, tmp_path, *common, "--seed", str(seed),
                                     "--flag", "innodb_flush_log_at_trx_commit=0")
-        if code == 1:
+        if code == 1 and "incompatible-order" in la["anomaly_types"]:
             break
     assert code == 1 and "incompatible-order" in la["anomaly_types"], la["anomaly_types"]
     assert results["nemesis"]["fired"].get("lose-unfsynced", 0) >= 1
