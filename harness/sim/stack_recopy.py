@@ -17,8 +17,9 @@ operator re-seeds a replica by hand, as Kudu's `kudu remote_replica copy TABLET 
 - `follower-source`: SRC is a follower of the tablet, DST a server without a replica of it
   (none, or a tombstone). SRC's disk is made slow (fsyncs of 0.9 `slow` to `slow` s), another
   server X is added to the tablet (a config change the leader and the other follower commit
-  without SRC), and at once the operator copies from SRC. SRC has then learned that the new
-  config is committed before its own WAL holds the config's entry, so the source's pin waits
+  without SRC), and the operator copies from SRC as soon as SRC has learned that the new config
+  is committed while its own WAL does not yet hold the config's entry (`_aim`, up to AIM_S;
+  the copy goes ahead when the window does not open). The source's pin then waits
   for the entry's sync (copy.pins.waited_for_config_entry) or, past its patience, refuses the
   session (copy.pins.config_entry_not_synced): the receiver's log must never lack the committed
   config it is sent. DST's replica is not a member: the masters delete it later, as Kudu's do
@@ -66,15 +67,15 @@ def choose(chooser, rng: random.Random) -> tuple[str | None, object]:
                if h != leader and h not in impaired and _running(sim, h, t)]
     if not running:
         return None, None
-    tablet, leader, dst = rng.choice(running)
+    tablet, leader, follower = rng.choice(running)
     if rng.random() < 0.5:
-        return "recopy", [tablet, leader, dst, "running"]
+        return "recopy", [tablet, leader, follower, "running"]
     spare = [h for h in up if h not in impaired and _replica_absent(sim, h, tablet)]
-    if len(spare) < 2 or dst in sim.disk_faults:
-        return "recopy", [tablet, leader, dst, "running"]
+    if len(spare) < 2 or follower in sim.disk_faults:  # its own slow disk is the fault's
+        return "recopy", [tablet, leader, follower, "running"]
     x, target = rng.sample(spare, 2)
     slow = round(rng.uniform(*FOLLOWER_SLOW_FSYNC_S), 6)
-    return "recopy", [tablet, dst, target, "follower-source", x, slow]
+    return "recopy", [tablet, follower, target, "follower-source", x, slow]
 
 
 def _tablets(sim, host: str):

@@ -188,8 +188,9 @@ def tombstone_vote(paths: TabletPaths, uuid: str, requests: list[VoteRequest]
     reason) per request, None where Raft sends nothing (a real vote from an older term).
 
     A replica whose last OpId is unknown (a deleted FAILED replica's files, being copied over,
-    its superblock readable or not) refuses every vote, as Kudu refuses a tombstoned vote without a recorded last OpId: it may
-    have logged, and acknowledged, entries a candidate lacks."""
+    its superblock readable or not) refuses every vote, as Kudu refuses a tombstoned vote
+    without a recorded last OpId: it may have logged, and acknowledged, entries a candidate
+    lacks."""
     cmeta = ConsensusMetadata.load(paths.consensus_meta, paths.disk)
     sb = readable_superblock(paths)  # None: a damaged one a copy is about to replace
     term, voted_for = cmeta.current_term, cmeta.voted_for
