@@ -253,6 +253,13 @@ def test_a_bank_transfer_is_one_transaction_and_an_overdraft_rolls_it_back(serve
      "HA_ERR_KEY_NOT_FOUND", "replication-stopped"),
     ("2026-11-30 17:04:11 11 [ERROR] Error running query, slave SQL thread aborted. Fix the "
      "problem, and restart the slave SQL thread", "replication-stopped"),
+    # a temporary error the applier retries: a clean-clone run logged this and converged
+    ("2026-12-01  4:41:19 8 [ERROR] Slave SQL: Could not execute Update_rows_v1 event on table "
+     "jepsen.lists; Deadlock found when trying to get lock; try restarting transaction, "
+     "Error_code: 1213; handler error HA_ERR_LOCK_DEADLOCK", "replica-retried"),
+    ("2026-12-01  4:41:19 8 [ERROR] Slave SQL thread retried transaction 10 time(s) in vain, "
+     "giving up. Consider raising the value of the slave_transaction_retries variable.",
+     "replication-stopped"),
     ("251130 10:01:02 [ERROR] mariadbd got signal 11 ;", "crash"),
     ("2026-11-30 10:15:23 0 [Note] /usr/sbin/mariadbd: ready for connections.", None),
 ])

@@ -97,9 +97,18 @@ class MariaDB(Deployment):
              "mariadbd crashed or found a corrupt page"),
         rule("innodb-refused", r"InnoDB: .*corrupt|InnoDB' registration as a STORAGE ENGINE failed",
              "InnoDB refused its own files as corrupt"),
-        rule("replication-stopped", r"Slave SQL: .*Error_code|slave SQL thread aborted",
+        # A deadlock (1213) or lock wait timeout (1205) of the applier against a replica's own
+        # readers is a temporary error, which the SQL thread retries (slave_transaction_retries)
+        # and logs each time: replication goes on (a clean-clone run logged one 1213 while
+        # every replica converged). It stops on any other error, or when the retries run out.
+        rule("replication-stopped",
+             r"Slave SQL: .*Error_code: (?!1213\b|1205\b)|slave SQL thread aborted|"
+             r"retried transaction .* in vain",
              "a binlog replica could not apply an event and stopped replicating: it serves an "
              "ever staler copy"),
+        rule("replica-retried", r"Slave SQL: .*Error_code: (1213|1205)\b",
+             "a binlog replica's applier lost a lock conflict to the replica's readers and "
+             "retried the transaction", severity="note"),
         rule("inconsistency", r"WSREP: Inconsistency detected",
              "a Galera node found its data differs from the cluster's, and left it"),
         rule("aborted", r"\[ERROR\] Aborting", "a mariadbd start was aborted", severity="note"),
