@@ -102,6 +102,12 @@ CATALOG: dict[str, str] = {
         "a follower refused an append at an index it had acknowledged: it lost entries",
     "raft.leader.peer_needs_copy":
         "a peer's next entry is compacted away: only a tablet copy can catch it up",
+    "raft.leader.removed_member_told":
+        "a removed member answered that it committed its removal: the leader stops telling it",
+    "raft.leader.removed_member_silent":
+        "a removed member answered nothing for an election timeout: the leader stops telling it",
+    "raft.leader.removed_member_campaigned":
+        "a member of neither config asked the leader for a vote: told of its removal from then on",
     "raft.leader.progress_reset_by_copy":
         "a tablet copy installed on a peer: the leader restarts its progress from the copy",
     "raft.copy_installed.ignored":

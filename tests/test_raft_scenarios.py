@@ -307,6 +307,56 @@ def test_a_peer_heard_in_the_last_round_still_counts_as_live():
     assert c.disks["n2"]["config"].voters() == ["n1", "n2"]
 
 
+def test_a_removed_member_is_told_its_removal_committed_and_then_forgotten():
+    """The removal's entry reaches n3 with the commit index before it; the leader commits it on
+    n2's answer. Dropping n3 then (as the leader once did) left n3 never committing its own
+    removal: a removed master never reported itself REMOVED (seen in a clean-clone run). The
+    leader tells it in the next heartbeat, and forgets it once n3 answers that it committed."""
+    c = ScriptCluster()
+    run(c, ELECTED)
+    _change(c, "n1", REMOVE, "n3", 0)
+    c.stabilize()
+    assert c.disks["n2"]["config"].voters() == ["n1", "n2"]
+    assert c.core("n1").committed_config.voters() == ["n1", "n2"]
+    assert c.core("n3").committed_config.voters() == ["n1", "n2", "n3"]  # not yet told
+    with probes.expect("raft.leader.removed_member_told"):
+        for _ in range(c.core("n1").cfg.heartbeat_interval_ticks):
+            c.tick("n1")
+        c.stabilize()
+    assert c.disks["n3"]["config"].voters() == ["n1", "n2"]
+    assert c.core("n3").role == Role.LEARNER  # not a voter of its own config: never campaigns
+    assert "n3" not in c.core("n1").progress
+    assert "n3" not in c.core("n1").status().peers
+
+
+def test_a_removed_member_that_answers_nothing_is_forgotten_and_told_when_it_campaigns():
+    """Replacing a dead replica is the common removal: its leader must not heartbeat it forever.
+    But if it comes back, it learns of its removal when it asks the leader for a vote."""
+    c = ScriptCluster()
+    run(c, ELECTED)
+    c.isolate("n3")
+    _rounds(c, "n1", 2)
+    _change(c, "n1", REMOVE, "n3", 0)
+    c.stabilize()
+    assert "n3" in c.core("n1").progress
+    with probes.expect("raft.leader.removed_member_silent"):
+        _rounds(c, "n1", 2)
+    assert "n3" not in c.core("n1").progress
+    assert c.core("n1").role == Role.LEADER
+    # Back, n3 still holds itself a voter and campaigns: its request tells the leader to tell it.
+    c.heal()
+    assert c.core("n3").committed_config.voters() == ["n1", "n2", "n3"]
+    with probes.expect("raft.leader.removed_member_campaigned", "raft.leader.removed_member_told"):
+        for _ in range(6 * c.core("n1").cfg.election_timeout_ticks):
+            c.tick("n1")
+            c.tick("n3")
+            c.stabilize()
+    assert c.disks["n3"]["config"].voters() == ["n1", "n2"]
+    assert c.core("n3").role == Role.LEARNER
+    assert "n3" not in c.core("n1").progress
+    assert (c.core("n1").role, c.core("n1").term) == (Role.LEADER, 1)
+
+
 @pytest.mark.parametrize(
     "response",
     [

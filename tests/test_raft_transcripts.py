@@ -105,7 +105,8 @@ def describe(src: str, m) -> str:
         return f"{head} MsgHeartbeat term={m.term} commit={m.commit}" + (
             f" ctx={m.ctx.decode()}" if m.ctx else "")
     if isinstance(m, HeartbeatResponse):
-        return f"{head} MsgHeartbeatResp term={m.term}" + (f" ctx={m.ctx.decode()}" if m.ctx else "")
+        return (f"{head} MsgHeartbeatResp term={m.term} commit={m.commit}"
+                + (f" ctx={m.ctx.decode()}" if m.ctx else ""))
     if isinstance(m, TimeoutNow):
         return f"{head} MsgTimeoutNow term={m.term}"
     raise AssertionError(f"unknown message {m!r}")

@@ -154,15 +154,35 @@ class RaftCore:
         self._maybe_commit()
 
     def _sync_progress(self) -> None:
-        """Track every member of the active config, and a removed member until its removal
-        commits, so that it learns of its own removal and stops campaigning."""
+        """Track every member of the active config, and a removed member until it has committed
+        its own removal. Dropping it when the removal commits here (as this once did) leaves it
+        never hearing of that commit: it kept campaigning, refused by all, and a removed master
+        never reported itself REMOVED (seen in a clean-clone run). Kudu leaves a removed peer
+        to the operator; etcd answers its messages with "removed". Here the leader keeps sending
+        it heartbeats, whose commit index it applies, until its answer says it committed."""
         members = [m.uuid for m in self.active_config.members + self.committed_config.members]
         for uuid in list(self.progress):  # lists, not sets: the order messages go out in
-            if uuid not in members:  # must not depend on string hashing
+            pr = self.progress[uuid]  # must not depend on string hashing
+            if uuid in members:
+                pr.removed_at = 0  # added back before it was told
+            elif pr.needs_copy:
                 del self.progress[uuid]
+            elif not pr.removed_at:
+                pr.removed_at = self.committed_config.opid_index
         for uuid in members:
             if uuid != self.id and uuid not in self.progress:
                 self.progress[uuid] = Progress(next=self.log.last_index() + 1)
+
+    def _tell_if_removed(self, uuid: str) -> None:
+        """A vote request from a member of neither of our configs: a removed member that never
+        heard its removal commit (its leader changed, or forgot it as silent, before telling
+        it). It campaigns in vain for ever unless told, so it is told like one removed here."""
+        if (uuid == self.id or uuid in self.progress or self.active_config.member(uuid)
+                or self.committed_config.member(uuid)):
+            return
+        probe("raft.leader.removed_member_campaigned")
+        self.progress[uuid] = Progress(next=self.log.last_index() + 1, recent_active=True,
+                                       removed_at=self.committed_config.opid_index)
 
     # ---------------------------------------------------------------- timers
 
@@ -231,7 +251,11 @@ class RaftCore:
                 probe("raft.leader.stepped_down_lost_quorum")
                 self._become_follower(self.term, None)  # check-quorum: we may be partitioned
                 return
-            for pr in self.progress.values():
+            for uuid, pr in list(self.progress.items()):
+                if pr.removed_at and not pr.heard_lately:  # a removed member that is down
+                    probe("raft.leader.removed_member_silent")  # is not told forever
+                    del self.progress[uuid]
+                    continue
                 pr.end_round()
         if self.heartbeat_elapsed >= self.cfg.heartbeat_interval_ticks:
             self.heartbeat_elapsed = 0
@@ -582,6 +606,8 @@ class RaftCore:
             probe("raft.step.misaddressed")
             self.misaddressed += 1
             return
+        if type(m) is VoteRequest and self.role == Role.LEADER:
+            self._tell_if_removed(m.from_uuid)
         if m.term > self.term:
             if type(m) is VoteRequest:
                 if not m.transfer and self._in_lease():
@@ -761,13 +787,17 @@ class RaftCore:
     def _on_heartbeat(self, m: Heartbeat) -> None:
         self._heard_from_leader(m)
         self._commit_to(min(m.commit, self.log.last_index()))
-        self._send(HeartbeatResponse(self.term, self.id, m.from_uuid, m.ctx))
+        self._send(HeartbeatResponse(self.term, self.id, m.from_uuid, m.ctx, self.commit))
 
     def _on_heartbeat_response(self, m: HeartbeatResponse) -> None:
         pr = self.progress.get(m.from_uuid)
         if pr is None or self.role != Role.LEADER:
             return
         pr.heartbeat_answered()
+        if pr.removed_at and pr.told_of_removal(m.commit):
+            probe("raft.leader.removed_member_told")
+            del self.progress[m.from_uuid]
+            return
         if pr.match < self.log.last_index() or pr.needs_copy:
             self._send_append(m.from_uuid, copy_probe=True)
         if m.ctx:
@@ -854,7 +884,8 @@ class RaftCore:
         peers = {}
         for uuid, pr in self.progress.items():
             member = self.active_config.member(uuid) or self.committed_config.member(uuid)
-            assert member is not None  # _sync_progress tracks only members of these two configs
+            if member is None:  # removed, and still being told so
+                continue
             peers[uuid] = PeerStatus(member.member_type, pr.match, pr.next, pr.needs_copy)
         return Status(
             self.id, self.role, self.term, self.lead, self.commit, self.applied,

@@ -73,10 +73,14 @@ class Heartbeat(msgspec.Struct, frozen=True, tag=True):
 
 
 class HeartbeatResponse(msgspec.Struct, frozen=True, tag=True):
+    """`commit` is the follower's commit index after the heartbeat: how a leader learns that a
+    removed member has committed its own removal and need not be told any more."""
+
     term: int
     from_uuid: str
     to_uuid: str
     ctx: bytes = b""
+    commit: int = 0
 
 
 class TimeoutNow(msgspec.Struct, frozen=True, tag=True):

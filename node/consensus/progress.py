@@ -38,6 +38,16 @@ class Progress:
     # last one to two election timeouts (`heard_lately`), which a removal's safety check needs
     # at any point of a round, not only at its end.
     active_last_round: bool = False
+    # Nonzero for a member whose removal committed: the index of the config that removed it.
+    # The leader keeps telling it (entries up to there, then a commit index past there) until
+    # it answers that it has committed its own removal, or until only a copy could reach it.
+    removed_at: int = 0
+
+    def told_of_removal(self, peer_commit: int) -> bool:
+        """A removed member is told enough once it has committed the config that removed it
+        (it then stops campaigning and reports itself removed), or cannot be told, because
+        what it lacks is compacted away."""
+        return peer_commit >= self.removed_at or self.needs_copy
 
     @property
     def heard_lately(self) -> bool:

@@ -193,8 +193,8 @@ class Master(ServerBase):
 
     def _removed(self, r: Replica) -> bool:
         """The catalog's config has left this master out: it serves nothing more. The active
-        config, not the committed one: once the removal commits the leader stops writing to
-        us, so we may never hear that it did."""
+        config, so from the moment the removal reaches us; the leader goes on sending to a
+        removed member until it has committed its removal (RaftCore._sync_progress)."""
         return self.uuid not in r.active_members()
 
     async def on_heartbeat(self, req: TSHeartbeat) -> TSHeartbeatResponse:
