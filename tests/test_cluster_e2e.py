@@ -13,6 +13,7 @@ import pytest
 from node.client import TesseraClient
 from node.errors import OpFailed, OpUnknown
 from node.protocol import Empty, ServerStatus
+from node.rpc import ErrorCode, RpcError
 from node.tools.local_cluster import LocalCluster, LocalClusterError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -90,13 +91,19 @@ def test_writes_survive_leader_kill_and_restart(cluster):
         # the restarted replica caught up to the leader's commit index
         leader_status = await _status(client, cluster, new_leader)
         commit = next(t.commit for t in leader_status.tablets if t.tablet_id == tablet)
-        for _ in range(200):
-            st = await _status(client, cluster, victim)
-            rep = next(t for t in st.tablets if t.tablet_id == tablet)
-            if rep.applied >= commit:
+        rep = None
+        for _ in range(300):
+            try:
+                st = await _status(client, cluster, victim)
+            except RpcError as e:  # start() does not wait for the daemon to listen: on a
+                assert e.code == ErrorCode.NETWORK, e  # loaded machine it may not be yet
+                await asyncio.sleep(0.1)
+                continue
+            rep = next((t for t in st.tablets if t.tablet_id == tablet), None)
+            if rep is not None and rep.applied >= commit:
                 break
             await asyncio.sleep(0.1)
-        assert rep.applied >= commit, (rep, commit)
+        assert rep is not None and rep.applied >= commit, (rep, commit)
         await client.close()
     run(go())
 
