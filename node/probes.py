@@ -480,6 +480,8 @@ CATALOG: dict[str, str] = {
         "a frame over the server's limit: answered once, then the connection is closed",
     "rpc.server.refused_not_authorized":
         "a call was refused: the caller may not call the method (NOT_AUTHORIZED)",
+    "rpc.drain.waited":
+        "a connection's socket took no more bytes: its writer waited for room (back-pressure)",
     "rpc.server.backpressure_paused":
         "a connection with max_inflight requests out stops being read",
     "rpc.outbox.batch_split":

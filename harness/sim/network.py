@@ -8,8 +8,16 @@ a cut waits the same way, so the caller's connect timeout fires. A closed endpoi
 with RST, as a kernel does for a socket nobody owns. A crashed host's listeners vanish
 (connecting is refused) and its peers receive RST after its in-flight data.
 
-Not modelled: loss, duplication and reordering inside a connection (TCP hides them), send
-buffers and write back-pressure (writes never block; get_write_buffer_size() is 0), bandwidth,
+Write back-pressure as a kernel and asyncio give it: a connection holds SOCKET_BUFFER bytes
+written and not yet read by the receiving protocol (the socket's send and receive buffers);
+beyond that the writer's transport buffer grows (get_write_buffer_size()), and pause_writing /
+resume_writing are called at its water marks, as asyncio's selector transport calls them, so
+the RPC layer's drain waits. A receiver that stops reading, or a partition that stalls a pipe,
+backs up to the writer. (Until 2026-12-01 writes never blocked: the RPC layer's drains never ran
+under simulation, and a seed writing wide values through a slowed link could hold gigabytes in
+its pipes.)
+
+Not modelled: loss, duplication and reordering inside a connection (TCP hides them), bandwidth,
 one-way partitions, TLS, UDP, DNS.
 
 Protocol callbacks run in the context of whoever opened the endpoint (the connecting task, or
@@ -32,6 +40,7 @@ from harness.sim.loop import SYSTEM, SimLoop, owner
 
 Addr = tuple[str, int]
 
+SOCKET_BUFFER = 1 << 20  # bytes in flight before a writer's transport buffer grows
 _LISTEN_PORTS = 20000  # where port 0 allocation starts, per host
 _EPHEMERAL_PORTS = 49152
 
@@ -46,7 +55,7 @@ class SimNetwork:
         self.rng = random.Random(seed)
         self.latency = latency
         self.stats = {"bytes": 0, "messages": 0, "connections": 0, "refused": 0, "resets": 0,
-                      "held": 0}
+                      "held": 0, "write_pauses": 0}
         self.log: list[tuple[float, str, str, str, int]] | None = [] if record else None
         self._loop: SimLoop | None = None
         self._listeners: dict[Addr, _Listener] = {}
@@ -361,6 +370,8 @@ class _Endpoint(asyncio.Transport):
         self._made = self._paused = self._eof = False
         self._closing = self._lost = self._killed = self._rst_sent = False
         self._limits = (16384, 65536)
+        self._unread = 0  # written by us, not yet handed to the peer's protocol
+        self._writing_paused = False
 
     @property
     def dead(self) -> bool:
@@ -397,7 +408,12 @@ class _Endpoint(asyncio.Transport):
             return  # as asyncio does once the connection is lost
         data = bytes(data)
         self._net.stats["bytes"] += len(data)
+        self._unread += len(data)
         self._out.send("data", data)
+        if not self._writing_paused and self.get_write_buffer_size() > self._limits[1]:
+            self._writing_paused = True
+            self._net.stats["write_pauses"] += 1
+            self._ctx.run(self._protocol.pause_writing)
 
     def can_write_eof(self) -> bool:
         return True
@@ -408,7 +424,7 @@ class _Endpoint(asyncio.Transport):
             self._out.send("eof")
 
     def get_write_buffer_size(self) -> int:
-        return 0
+        return max(0, self._unread - SOCKET_BUFFER)
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
         return self._limits
@@ -475,12 +491,26 @@ class _Endpoint(asyncio.Transport):
 
     def _deliver(self, kind: str, payload: bytes) -> None:
         if kind == "data":
+            if self._peer is not None:
+                self._peer._read_by_peer(len(payload))
             self._ctx.run(self._protocol.data_received, payload)
         elif kind == "eof":
             if not self._ctx.run(self._protocol.eof_received):
                 self.close()
         else:
             self._lose(_reset_error())
+
+    def _read_by_peer(self, n: int) -> None:
+        """`n` of our bytes reached the peer's protocol: room in the socket's buffers again.
+        The writer resumes in a turn of its own, as the selector's write callback would."""
+        self._unread -= n
+        if self._writing_paused and self.get_write_buffer_size() <= self._limits[0]:
+            self._writing_paused = False
+            self._loop.call_soon(self._resume_writing, context=SYSTEM)
+
+    def _resume_writing(self) -> None:
+        if not (self._lost or self.dead):
+            self._ctx.run(self._protocol.resume_writing)
 
     def _reset_peer(self) -> None:
         self._rst_sent = True

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 
+from node.probes import probe
+
 DRAIN_ABOVE = 64 << 10  # asyncio's default high-water mark for a transport's buffer
 
 
@@ -39,4 +41,5 @@ class CoalescingWriter:
         """Back-pressure: wait while `must_drain`. Below the mark there is nothing to wait
         for, so no call."""
         if self.must_drain():
+            probe("rpc.drain.waited")
             await self.writer.drain()
