@@ -10,8 +10,7 @@ failed: 0 only when both passed, and pytest's 5 ("no tests ran") fails as any ot
 
 A netns cluster left up (`make demo` leaves its five hosts up for the next run) holds the test
 subnet the netns tests need, and each of them would refuse to start: the suite takes it down
-first, saying so, as `tessera cluster down` would (a CI run on a machine where the demo had run
-once failed every netns test in this way).
+first, saying so, as `tessera cluster down` would.
 
     python tests/run_suite.py [pytest arguments for both runs]
 """

@@ -310,7 +310,7 @@ def test_a_peer_heard_in_the_last_round_still_counts_as_live():
 def test_a_removed_member_is_told_its_removal_committed_and_then_forgotten():
     """The removal's entry reaches n3 with the commit index before it; the leader commits it on
     n2's answer. Dropping n3 then (as the leader once did) left n3 never committing its own
-    removal: a removed master never reported itself REMOVED (seen in a clean-clone run). The
+    removal: a removed master never reported itself REMOVED. The
     leader tells it in the next heartbeat, and forgets it once n3 answers that it committed."""
     c = ScriptCluster()
     run(c, ELECTED)

@@ -13,9 +13,7 @@ written and not yet read by the receiving protocol (the socket's send and receiv
 beyond that the writer's transport buffer grows (get_write_buffer_size()), and pause_writing /
 resume_writing are called at its water marks, as asyncio's selector transport calls them, so
 the RPC layer's drain waits. A receiver that stops reading, or a partition that stalls a pipe,
-backs up to the writer. (Until 2026-12-01 writes never blocked: the RPC layer's drains never ran
-under simulation, and a seed writing wide values through a slowed link could hold gigabytes in
-its pipes.)
+backs up to the writer. Without it the RPC layer's drains would never run under simulation.
 
 Not modelled: loss, duplication and reordering inside a connection (TCP hides them), bandwidth,
 one-way partitions, TLS, UDP, DNS.

@@ -157,7 +157,7 @@ class RaftCore:
         """Track every member of the active config, and a removed member until it has committed
         its own removal. Dropping it when the removal commits here (as this once did) leaves it
         never hearing of that commit: it kept campaigning, refused by all, and a removed master
-        never reported itself REMOVED (seen in a clean-clone run). Kudu leaves a removed peer
+        never reported itself REMOVED. Kudu leaves a removed peer
         to the operator; etcd answers its messages with "removed". Here the leader keeps sending
         it heartbeats, whose commit index it applies, until its answer says it committed."""
         members = [m.uuid for m in self.active_config.members + self.committed_config.members]
