@@ -137,6 +137,10 @@ CATALOG: dict[str, str] = {
         "a write was refused: the timestamp its client propagated is an hour ahead of our clock",
     "replica.clock.propagated_ahead":
         "a write's propagated timestamp was ahead of every one the leader's clock had issued",
+    "replica.snapshot.due_to_bytes":
+        "a snapshot was taken because the entries applied since the last passed its MiB bound",
+    "replica.log.retention_bounded_by_bytes":
+        "a snapshot kept fewer entries than log_retain_entries: their payloads passed its MiB bound",
     "replica.failed.while_running":
         "a running replica failed (an fsync, a safety check): it is FAILED and stops serving",
     # --- wal: the write-ahead log (node/wal) ---

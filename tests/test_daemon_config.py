@@ -25,6 +25,8 @@ def test_defaults_follow_kudu_and_fsync_is_on():
     assert opts.replica.log.log_segment_size_mb == 8
     assert opts.replica.faults.enabled() == [] and v["unlock-unsafe-flags"] is False
     assert opts.replica.clock_max_error_us == 1000
+    # a snapshot every 20,000 entries or 1 GiB of them (Kudu's flush_threshold_mb)
+    assert (opts.replica.snapshot_interval_entries, opts.replica.snapshot_interval_mb) == (20_000, 1024)
 
 
 def test_clock_max_error_reaches_the_replica_and_may_not_be_negative():
@@ -71,6 +73,9 @@ def test_toml_file_and_flags_override(tmp_path):
     ('data_dir = [', ["--data-dir", "/d"], "cannot read config"),
     ('', ["--data-dir", "/d", "--gc-thresholds", "700,10"], "--gc-thresholds must be three"),
     ('', ["--data-dir", "/d", "--gc-thresholds", "700,-1,10"], "--gc-thresholds must be three"),
+    ('', ["--data-dir", "/d", "--snapshot-interval-mb", "0"], "--snapshot-interval-mb must be pos"),
+    ('', ["--data-dir", "/d", "--snapshot-interval-entries", "-5"], "interval-entries must be pos"),
+    ('', ["--data-dir", "/d", "--log-retain-mb", "-1"], "--log-retain-mb must be >= 0"),
 ])
 def test_bad_configuration_is_a_clear_error(tmp_path, toml, argv, message):
     cfg = tmp_path / "c.toml"

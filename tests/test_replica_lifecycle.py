@@ -10,6 +10,7 @@ import time
 
 from replica_net import TABLET, open_session, options
 
+from node import probes
 from node.consensus import Member, MemberType, RaftConfig
 from node.replica.replica import Replica, bootstrap_replica
 from node.tablet.ops import Write
@@ -115,5 +116,37 @@ def test_stop_is_idempotent_and_refuses_new_work(tmp_path):
         await r.stop()
         assert r._spawn(asyncio.sleep(10), "late") is None
         assert asyncio.all_tasks() == {asyncio.current_task()}
+
+    asyncio.run(main())
+
+
+def test_wide_entries_take_a_snapshot_by_bytes_and_keep_a_log_bounded_by_bytes(tmp_path):
+    """Entries far below the entry-count interval but past its MiB bound take a snapshot, and
+    the log kept behind it holds at most log_retain_mb of payloads: without the byte bounds a
+    replica of wide rows held everything since its last snapshot, in memory and in the WAL."""
+    async def main():
+        r = single_replica(tmp_path, snapshot_interval_entries=10_000, snapshot_interval_mb=0.1,
+                           log_retain_entries=10_000, log_retain_mb=0.05)
+        r.start()
+        try:
+            deadline = time.monotonic() + 10
+            while not r.leader_ready:
+                assert time.monotonic() < deadline, "no leader"
+                await asyncio.sleep(0.01)
+            session = await open_session(r)
+            with probes.expect("replica.snapshot.due_to_bytes",
+                               "replica.log.retention_bounded_by_bytes"):
+                for seq in range(1, 21):  # 20 x 12 KiB: two snapshots' worth
+                    await r.write(Write("k", str(seq) * 12_288), session=session, seq=seq,
+                                  acked_below=0)
+                while r._snapshotting or r.core.log.first_index() == 1:
+                    assert time.monotonic() < deadline + 10, "no snapshot by bytes"
+                    await asyncio.sleep(0.01)
+            log, snapshot = r.core.log, max(r.snapshots.indexes())
+            behind = [len(e.payload) for e in log.slice(log.first_index(), snapshot)]
+            assert 0 < sum(behind) <= 0.05 * (1 << 20)  # the entries kept behind the snapshot
+            assert len(behind) < 10  # far fewer than log_retain_entries
+        finally:
+            await r.stop()
 
     asyncio.run(main())

@@ -74,6 +74,10 @@ CLOCK_MAX_ERROR_US = 1_000
 # Every server's and the client's RPC frame limit. Smaller than a daemon's (64 MiB) so wide
 # values reach it cheaply; above a copy chunk (4 MiB) and an AppendEntries batch (1 MiB).
 MAX_FRAME = 8 << 20
+# The replicas' snapshot and retention bounds in MiB (the engine's are 1024 each, Kudu's
+# flush_threshold_mb): here the disks and every replica's log are one process's memory, and a
+# seed of wide values (up to MAX_FRAME each) held 10 GB under the engine's bounds
+SNAPSHOT_MB, RETAIN_MB = 32.0, 16.0
 # After the heal, every tablet of the test table must take a write within this (`_probe_liveness`)
 LIVENESS_S = 30.0
 # The simulated disks are memory: past this many bytes on all of them together a seed stops,
@@ -206,6 +210,7 @@ class StackSim:
                                  wall_ns=self._wall_ns(host), faults=self.cfg.faults,
                                  log=stack_damage.log_options(self, host),
                                  rpc_max_message_size=frame or MAX_FRAME,
+                                 snapshot_interval_mb=SNAPSHOT_MB, log_retain_mb=RETAIN_MB,
                                  **_mix_options(self.cfg.mix))
         return ServerOptions(
             data_dir=DATA_DIR, rpc_host=host,
@@ -912,31 +917,27 @@ def _anomalies(check: dict) -> list[str]:
 def run_seeds(configs: list[StackConfig], out_root: Path, jobs: int, on_result=None,
               names: list[str] | None = None, deadline: float | None = None,
               stop=None) -> list[StackResult]:
-    """Each seed in a fresh worker process started with PYTHONHASHSEED=0, so string hashing,
-    hence set iteration, is the same in every run: a seed replays bit for bit anywhere. Each
+    """Each seed in a fresh worker process with PYTHONHASHSEED=0, so string hashing, hence set
+    iteration, is the same in every run: a seed replays bit for bit anywhere. Each
     run's directory is out_root/seed-N, or out_root/NAME with `names`. With `deadline` (a
     time.monotonic() value), stop there once one seed has finished, waiting for no other
     seed still running (a seed can take minutes of wall time): runs in flight are dropped.
     With `stop` (a predicate on a result), stop after the first result it holds true of. A
     seed whose worker process dies (a segfault, the OOM killer) is unknown with why, and the
     run goes on (harness.sim.seed_pool)."""
-    import os
-
     from harness.sim.seed_pool import run_in_order
 
     out_root.mkdir(parents=True, exist_ok=True)
-    saved = os.environ.get("PYTHONHASHSEED")
-    os.environ["PYTHONHASHSEED"] = "0"  # read by each spawned worker at its start-up
-    try:
-        dirs = names or [f"seed-{c.seed}" for c in configs]
-        return run_in_order(_run_one, [(c, str(out_root / d))
-                                       for c, d in zip(configs, dirs, strict=True)],
-                            jobs, _lost, deadline, on_result, stop)
-    finally:
-        if saved is None:
-            del os.environ["PYTHONHASHSEED"]
-        else:
-            os.environ["PYTHONHASHSEED"] = saved
+    dirs = names or [f"seed-{c.seed}" for c in configs]
+    return run_in_order(_run_one, [(c, str(out_root / d))
+                                   for c, d in zip(configs, dirs, strict=True)],
+                        jobs, _lost, deadline, on_result, stop, SEED_IMPORTS)
+
+
+# What a seed imports as it runs (the servers, the client, the checkers): imported once by the
+# seed processes' fork server rather than by each seed (a quarter of a second a seed)
+SEED_IMPORTS = ("node.server.daemon", "node.master.server", "node.tserver.server", "node.client",
+                "harness.recorder", "reports.checkers.verdict", "reports.history")
 
 
 def _lost(job: tuple[StackConfig, str], why: str) -> StackResult:

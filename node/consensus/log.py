@@ -51,6 +51,17 @@ class RaftLog:
             out.append(e)
         return tuple(out)
 
+    def first_within(self, hi: int, max_bytes: int) -> int:
+        """The lowest index from which the payloads up to `hi` hold at most `max_bytes` (never
+        above `hi`; the first index held when all of them fit)."""
+        size, i = 0, min(hi, self.last_index())
+        while i > self.offset:
+            size += len(self.entries[i - self.offset - 1].payload)
+            if size > max_bytes:
+                return min(i + 1, hi)
+            i -= 1
+        return self.offset + 1
+
     def append(self, entry: Entry) -> None:
         if entry.index != self.last_index() + 1:
             raise SafetyError(f"append of index {entry.index} after {self.last_index()}")

@@ -95,6 +95,7 @@ class TooLarge(ReplicaError):
 # The most single row ops one Group entry carries: a few hundred small writes make an entry of
 # tens of kilobytes, and bound the burst of answers one apply sends.
 MAX_GROUP = 256
+MIB = 1 << 20
 
 
 
@@ -112,7 +113,12 @@ class ReplicaOptions:
     # namespace clusters share one kernel clock: 1 ms is ample there.
     clock_max_error_us: int = 1_000
     snapshot_interval_entries: int = 20_000  # applied entries between snapshots
+    # ... or this many MiB of them, whichever comes first (Kudu flushes a tablet's in-memory
+    # store at flush_threshold_mb, 1024): the log, in memory and in the WAL, holds everything
+    # since the last snapshot, and 20,000 wide rows are tens of gigabytes
+    snapshot_interval_mb: float = 1024.0
     log_retain_entries: int = 5_000  # entries kept after a snapshot for lagging followers
+    log_retain_mb: float = 1024.0  # ... and at most this many MiB of them, for the same reason
     log: LogOptions = field(default_factory=LogOptions)
     faults: Faults = field(default_factory=Faults)
     # The dedup table's bounds a new tablet starts with (a snapshot carries its own). They
@@ -184,6 +190,7 @@ class Replica:
         self._leader_ready = asyncio.Event()
         self.reads = ReadOnly(self)  # ReadIndex groups and the leader lease
         self._last_snapshot = 0
+        self._bytes_since_snapshot = 0  # payload bytes applied since _last_snapshot
         self._snapshotting = False
         self.copy_pins = CopyPins(self)  # what tablet copies from us still send
         self.role, self.leader, self.term = Role.FOLLOWER, None, 0
@@ -439,6 +446,7 @@ class Replica:
         elif e.type != EntryType.COMMIT:
             self.state.apply(e)  # NO_OP / CONFIG_CHANGE only advance the applied index
         self.stats["applied"] += 1
+        self._bytes_since_snapshot += len(e.payload)
         waiter = self._waiters.pop(e.index, None)
         if waiter is not None:
             term, done = waiter
@@ -464,10 +472,15 @@ class Replica:
     def _maybe_snapshot(self) -> None:
         """One save at a time: two at once would each delete the other's temporary file."""
         applied = self.state.last_applied_index
-        if (applied - self._last_snapshot < self.options.snapshot_interval_entries
-                or self._snapshotting):
+        opts = self.options
+        if self._snapshotting:
             return
+        if applied - self._last_snapshot < opts.snapshot_interval_entries:
+            if self._bytes_since_snapshot < opts.snapshot_interval_mb * MIB:
+                return
+            probe("replica.snapshot.due_to_bytes")
         self._last_snapshot, self._snapshotting = applied, True
+        self._bytes_since_snapshot = 0
         snap = self.state.snapshot()
 
         async def save():
@@ -475,7 +488,7 @@ class Replica:
                 await self._in_thread(self.snapshots.save, snap)
                 self.stats["snapshots"] += 1
                 # read now, not when the save began: a tablet copy may have started meanwhile
-                keep_from = self.copy_pins.floor(max(1, applied - self.options.log_retain_entries))
+                keep_from = self.copy_pins.floor(self._retain_from(applied))
                 self._submit(lambda: self.core.compact(keep_from - 1))
                 self.wal.register_anchor("core", keep_from)
                 await self._in_thread(self.wal.gc)
@@ -486,6 +499,15 @@ class Replica:
                 self._snapshotting = False
 
         self._spawn(save(), f"snapshot-{self.tablet_id}")
+
+    def _retain_from(self, applied: int) -> int:
+        """The first entry a snapshot at `applied` keeps for lagging followers: at most
+        log_retain_entries of them, and at most log_retain_mb of their payloads."""
+        by_count = max(1, applied - self.options.log_retain_entries)
+        by_bytes = self.core.log.first_within(applied, int(self.options.log_retain_mb * MIB))
+        if by_bytes > by_count:
+            probe("replica.log.retention_bounded_by_bytes")
+        return max(by_count, by_bytes)
 
     def _fail_pending(self, err: Exception) -> None:
         self._proposed.clear()

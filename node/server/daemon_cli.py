@@ -76,7 +76,10 @@ _FLAGS: dict[str, tuple[type, object, str]] = {
                                       "hybrid timestamp (commit-wait)"),
     "snapshot-interval-entries": (int, OPTION, "applied entries between state-machine snapshots "
                                              "(after each, older WAL segments are collected)"),
+    "snapshot-interval-mb": (float, OPTION, "or this many MiB of applied entries' payloads, "
+                                            "whichever comes first (Kudu's flush_threshold_mb)"),
     "log-retain-entries": (int, OPTION, "entries kept behind a snapshot for lagging followers"),
+    "log-retain-mb": (float, OPTION, "and at most this many MiB of their payloads"),
     "follower-unavailable-considered-failed-sec": (float, OPTION, "masters: a tablet server "
                                                    "silent this long has failed, and each of its "
                                                    "replicas is replaced on another server"),
@@ -224,6 +227,12 @@ def check_values(values: dict) -> dict:
     for flag in ("tablet-copy-idle-timeout-sec", "tablet-copy-stall-limit-sec"):
         if values[flag] <= 0:
             raise ValueError(f"--{flag} must be positive")
+    for flag in ("snapshot-interval-entries", "snapshot-interval-mb"):
+        if values[flag] <= 0:
+            raise ValueError(f"--{flag} must be positive")
+    for flag in ("log-retain-entries", "log-retain-mb"):
+        if values[flag] < 0:
+            raise ValueError(f"--{flag} must be >= 0")
     if values["catalog-manager-bg-task-wait-ms"] < 10:
         raise ValueError("--catalog-manager-bg-task-wait-ms must be at least 10")
     gc_thresholds(values)
@@ -295,6 +304,8 @@ def build_options(values: dict, kind: str):
         clock_max_error_us=values["clock-max-error-us"],
         snapshot_interval_entries=values["snapshot-interval-entries"],
         log_retain_entries=values["log-retain-entries"],
+        snapshot_interval_mb=values["snapshot-interval-mb"],
+        log_retain_mb=values["log-retain-mb"],
         rpc_max_message_size=values["rpc-max-message-size"],
         log=LogOptions(log_force_fsync_all=values["log-force-fsync-all"],
                        log_segment_size_mb=values["log-segment-size-mb"],
