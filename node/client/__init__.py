@@ -400,7 +400,7 @@ class TesseraClient:
                                               to_uuid=first.uuid,
                                               timeout=min(self.attempt_timeout, remaining))
                 except RpcError as e:
-                    failed = (first, e)
+                    failed = (first, e.with_traceback(None))  # kept: see _retry
                 else:
                     self._leaders[t.tablet_id] = first.uuid
                     return res, False, first
@@ -454,7 +454,10 @@ class TesseraClient:
                         self._leaders[t.tablet_id] = peer.uuid
                         return res, uncertain, peer
                     except RpcError as caught:
-                        e = caught
+                        # Kept past the except, with no traceback: its traceback holds this
+                        # frame, whose `e` holds it (a cycle only a full collection frees),
+                        # and the call's frame with the encoded request, up to a frame's size
+                        e = caught.with_traceback(None)
                 last = f"{peer.host}:{peer.port}: {e}"
                 uncertain |= e.maybe_delivered and mutating
                 if e.code in _NO_REPLY:

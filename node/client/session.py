@@ -471,7 +471,10 @@ class Session:
                         self.table, buf.tablet, ops, deadline, self.bind, self.sessions,
                         self.options.external_consistency)
                 except (OpFailed, OpUnknown) as e:
-                    self._fail_all(ops, futures, e)
+                    # without its traceback: that holds this frame, which holds `futures`,
+                    # which would hold it (a cycle, with the batch's ops, that only a full
+                    # collection frees: a load of wide values outgrew memory before one ran)
+                    self._fail_all(ops, futures, e.with_traceback(None))
                     return
                 except Exception as e:  # the outcome is unknown, never failed
                     probe("client.session.batch_unexpected_error")
