@@ -25,6 +25,16 @@ def single_replica(tmp_path, **opts) -> Replica:
     return r
 
 
+async def leading_with_session(r: Replica) -> int:
+    """Start `r`, wait until it leads (a single voter elects itself), open a client session."""
+    r.start()
+    deadline = time.monotonic() + 10
+    while not r.leader_ready:
+        assert time.monotonic() < deadline, "no leader"
+        await asyncio.sleep(0.01)
+    return await open_session(r)
+
+
 class SlowWriter:
     """Wraps a save: signals when it is entered, blocks until released, then really writes and
     records when it finished."""
@@ -75,13 +85,8 @@ def test_stop_waits_for_a_snapshot_save_and_leaves_no_task(tmp_path):
         gc_calls: list[float] = []
         real_gc = r.wal.gc
         r.wal.gc = lambda: (gc_calls.append(time.monotonic()), real_gc())[1]
-        r.start()
         try:
-            deadline = time.monotonic() + 10
-            while not r.leader_ready:
-                assert time.monotonic() < deadline, "no leader"
-                await asyncio.sleep(0.01)
-            session = await open_session(r)
+            session = await leading_with_session(r)
             for seq in (1, 2, 3):
                 await r.write(Write("k", str(seq)), session=session, seq=seq, acked_below=0)
         finally:
@@ -127,20 +132,16 @@ def test_wide_entries_take_a_snapshot_by_bytes_and_keep_a_log_bounded_by_bytes(t
     async def main():
         r = single_replica(tmp_path, snapshot_interval_entries=10_000, snapshot_interval_mb=0.1,
                            log_retain_entries=10_000, log_retain_mb=0.05)
-        r.start()
         try:
+            session = await leading_with_session(r)
             deadline = time.monotonic() + 10
-            while not r.leader_ready:
-                assert time.monotonic() < deadline, "no leader"
-                await asyncio.sleep(0.01)
-            session = await open_session(r)
             with probes.expect("replica.snapshot.due_to_bytes",
                                "replica.log.retention_bounded_by_bytes"):
                 for seq in range(1, 21):  # 20 x 12 KiB: two snapshots' worth
                     await r.write(Write("k", str(seq) * 12_288), session=session, seq=seq,
                                   acked_below=0)
                 while r._snapshotting or r.core.log.first_index() == 1:
-                    assert time.monotonic() < deadline + 10, "no snapshot by bytes"
+                    assert time.monotonic() < deadline, "no snapshot by bytes"
                     await asyncio.sleep(0.01)
             log, snapshot = r.core.log, max(r.snapshots.indexes())
             behind = [len(e.payload) for e in log.slice(log.first_index(), snapshot)]
