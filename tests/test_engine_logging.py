@@ -23,7 +23,7 @@ from node.consensus import CasMismatch, ChangeOp, ConfigChange, ConfigRolledBack
 from node.disk import REAL
 from node.logfmt import CORRUPTION, FAILED, SAFETY
 from node.protocol import CreateTablet, DeleteTablet
-from node.replica.replica import Replica, ReplicaOptions
+from node.replica.replica import Replica, ReplicaOptions, log_event
 from node.server.base import ServerOptions
 from node.tablet.paths import TabletPaths
 from node.tablet.superblock import DataState, KeyRange, Superblock
@@ -112,7 +112,7 @@ def test_config_rollback_is_reported_by_the_core_and_logged(tmp_path, caplog):
     c.stabilize()
     rolled = [e for e in c.events["n1"] if isinstance(e, ConfigRolledBack)]
     assert [e.config.voters() for e in rolled] == [["n1", "n2"]]
-    Replica("n1", TabletPaths(tmp_path, TABLET), lambda *_: None, options())._log_event(rolled[0])
+    log_event(Replica("n1", TabletPaths(tmp_path, TABLET), lambda *_: None, options()).log, rolled[0])
     assert lines(caplog) == [f"T {TABLET} P n1: config change rolled back (its entry was "
                              "truncated): index 2 [n1 VOTER, n2 VOTER]"]
 

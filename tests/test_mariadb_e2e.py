@@ -57,17 +57,23 @@ def test_binlog_replicas_read_from_keep_serializability_but_not_a_clients_own_wr
     replicas apply the binlog in the primary's commit order, so every replica read sees a prefix
     of a serial order: serializable holds. What fails is a client's view of its own writes: a
     process appends on the primary, then reads the stale replica (strong session
-    serializability, ruled out)."""
-    code, results, la, run_dir = _run(env, tmp_path, "--netns-hosts", "3", "--time-limit", "20",
-                                      "--concurrency", "9", "--rate", "0", "--seed", "1",
-                                      "--flag", "topology=replicas",
-                                      "--flag", "isolation=serializable",
-                                      "--consistency-model", "serializable")
-    assert code == 0, la.get("anomaly_types")
-    nodes = {json.loads(line).get("node") for line in open(os.path.join(run_dir, "history.jsonl"))}
-    assert {"n2", "n3"} <= nodes  # workers bound to the replicas' hosts ran
-    out = tessera("check", "--model", "list-append", "--consistency-model",
-                  "strong-session-serializable", os.path.join(run_dir, "history.jsonl"), env=env)
+    serializability, ruled out). The stale read needs a replica behind at that moment: up to
+    three seeds for it (a clean-clone run's seed 1 showed none in 14,344 ops), each of them
+    serializable."""
+    for seed in (1, 2, 3):
+        code, results, la, run_dir = _run(env, tmp_path / f"seed{seed}", "--netns-hosts", "3",
+                                          "--time-limit", "20", "--concurrency", "9",
+                                          "--rate", "0", "--seed", str(seed),
+                                          "--flag", "topology=replicas",
+                                          "--flag", "isolation=serializable",
+                                          "--consistency-model", "serializable")
+        assert code == 0, la.get("anomaly_types")
+        history = os.path.join(run_dir, "history.jsonl")
+        assert {"n2", "n3"} <= {json.loads(line).get("node") for line in open(history)}
+        out = tessera("check", "--model", "list-append", "--consistency-model",
+                      "strong-session-serializable", history, env=env)
+        if out.returncode == 1:
+            break
     assert out.returncode == 1, out.stdout[-2000:]
     assert "-process" in out.stdout  # the cycle runs through a process's own order
 

@@ -61,6 +61,7 @@ from node.replica.answers import OpenGroup, WriteAnswers, answer_members
 from node.replica.copy_pins import CopyPins
 from node.replica.done import Done, finish, settle
 from node.replica.read_only import ReadOnly
+from node.replica.snapshot_policy import retain_from, snapshot_due
 from node.rpc.wire import DEFAULT_MAX_FRAME, ENVELOPE_RESERVE
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.ops import (
@@ -95,7 +96,6 @@ class TooLarge(ReplicaError):
 # The most single row ops one Group entry carries: a few hundred small writes make an entry of
 # tens of kilobytes, and bound the burst of answers one apply sends.
 MAX_GROUP = 256
-MIB = 1 << 20
 
 
 
@@ -153,6 +153,30 @@ def config_text(config: RaftConfig) -> str:
     members = ", ".join(f"{m.uuid} {m.member_type.name}{'+promote' if m.promote else ''}"
                         for m in config.members)
     return f"index {config.opid_index} [{members}]"
+
+
+def log_event(log: TabletLog, ev: Event) -> None:
+    """One line per decision the core reports: votes, elections, config changes."""
+    if isinstance(ev, VoteCast):
+        log.info("%s %s to %s for term %d, its last op (%d, %d): %s",
+                 "granted" if ev.granted else "denied",
+                 "pre-vote" if ev.pre_vote else "vote", ev.candidate, ev.term,
+                 ev.last_term, ev.last_index, ev.reason)
+    elif isinstance(ev, Election):
+        kind = "pre-election" if ev.pre_vote else "election"
+        votes = ", ".join(f"{u}={'yes' if g else 'no'}" for u, g in ev.votes)
+        log.info("%s %s for term %s: votes %s of voters %s%s", ev.outcome, kind,
+                 ev.term, votes or "none", ", ".join(ev.voters),
+                 f" ({ev.reason})" if ev.reason else "")
+    elif isinstance(ev, ConfigPending):
+        log.info("config change pending: %s", config_text(ev.config))
+    elif isinstance(ev, ConfigRolledBack):
+        log.info("config change rolled back (its entry was truncated): %s",
+                 config_text(ev.config))
+    elif isinstance(ev, FollowerLostEntries):
+        log.error("%s follower %s lost acknowledged entries: it acknowledged index %d, "
+                  "its log now ends at or before %d; replicating them again", SAFETY,
+                  ev.peer, ev.acknowledged, ev.has)
 
 
 def bootstrap_replica(paths: TabletPaths, config: RaftConfig) -> None:
@@ -379,7 +403,7 @@ class Replica:
         if st.committed_config is not None:
             self.log.info("config committed: %s", config_text(st.committed_config))
         for ev in rd.events:
-            self._log_event(ev)
+            log_event(self.log, ev)
         self._send_messages(st.send)
         if rd.soft_state is not None:
             self._on_soft_state(rd.soft_state)
@@ -413,29 +437,6 @@ class Replica:
             self._leader_ready.clear()
         self.role, self.leader, self.term = ss.role, ss.leader, ss.term
         self.reads.leadership_changed(leading_on)
-
-    def _log_event(self, ev: Event) -> None:
-        """One line per decision the core reports: votes, elections, config changes."""
-        if isinstance(ev, VoteCast):
-            self.log.info("%s %s to %s for term %d, its last op (%d, %d): %s",
-                          "granted" if ev.granted else "denied",
-                          "pre-vote" if ev.pre_vote else "vote", ev.candidate, ev.term,
-                          ev.last_term, ev.last_index, ev.reason)
-        elif isinstance(ev, Election):
-            kind = "pre-election" if ev.pre_vote else "election"
-            votes = ", ".join(f"{u}={'yes' if g else 'no'}" for u, g in ev.votes)
-            self.log.info("%s %s for term %s: votes %s of voters %s%s", ev.outcome, kind,
-                          ev.term, votes or "none", ", ".join(ev.voters),
-                          f" ({ev.reason})" if ev.reason else "")
-        elif isinstance(ev, ConfigPending):
-            self.log.info("config change pending: %s", config_text(ev.config))
-        elif isinstance(ev, ConfigRolledBack):
-            self.log.info("config change rolled back (its entry was truncated): %s",
-                          config_text(ev.config))
-        elif isinstance(ev, FollowerLostEntries):
-            self.log.error("%s follower %s lost acknowledged entries: it acknowledged index %d, "
-                           "its log now ends at or before %d; replicating them again", SAFETY,
-                           ev.peer, ev.acknowledged, ev.has)
 
     def _apply(self, e: Entry) -> None:
         result = None
@@ -472,13 +473,9 @@ class Replica:
     def _maybe_snapshot(self) -> None:
         """One save at a time: two at once would each delete the other's temporary file."""
         applied = self.state.last_applied_index
-        opts = self.options
-        if self._snapshotting:
+        if self._snapshotting or not snapshot_due(applied - self._last_snapshot,
+                                                  self._bytes_since_snapshot, self.options):
             return
-        if applied - self._last_snapshot < opts.snapshot_interval_entries:
-            if self._bytes_since_snapshot < opts.snapshot_interval_mb * MIB:
-                return
-            probe("replica.snapshot.due_to_bytes")
         self._last_snapshot, self._snapshotting = applied, True
         self._bytes_since_snapshot = 0
         snap = self.state.snapshot()
@@ -488,7 +485,7 @@ class Replica:
                 await self._in_thread(self.snapshots.save, snap)
                 self.stats["snapshots"] += 1
                 # read now, not when the save began: a tablet copy may have started meanwhile
-                keep_from = self.copy_pins.floor(self._retain_from(applied))
+                keep_from = self.copy_pins.floor(retain_from(self.core.log, applied, self.options))
                 self._submit(lambda: self.core.compact(keep_from - 1))
                 self.wal.register_anchor("core", keep_from)
                 await self._in_thread(self.wal.gc)
@@ -499,15 +496,6 @@ class Replica:
                 self._snapshotting = False
 
         self._spawn(save(), f"snapshot-{self.tablet_id}")
-
-    def _retain_from(self, applied: int) -> int:
-        """The first entry a snapshot at `applied` keeps for lagging followers: at most
-        log_retain_entries of them, and at most log_retain_mb of their payloads."""
-        by_count = max(1, applied - self.options.log_retain_entries)
-        by_bytes = self.core.log.first_within(applied, int(self.options.log_retain_mb * MIB))
-        if by_bytes > by_count:
-            probe("replica.log.retention_bounded_by_bytes")
-        return max(by_count, by_bytes)
 
     def _fail_pending(self, err: Exception) -> None:
         self._proposed.clear()
