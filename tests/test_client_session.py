@@ -741,7 +741,7 @@ def test_a_failed_batch_leaves_no_reference_cycle_holding_its_frames():
     clause with its traceback, an exception formed cycles (exception -> traceback -> frame ->
     the exception, or the futures failed with it) that held the batch's encoded ops until a
     full collection; with the rare full collections the simulator and the daemons run, a load
-    of wide values outgrew memory (swarm seed 146: 13 GB)."""
+    of wide values under faults outgrew memory."""
     import gc
     import types
 

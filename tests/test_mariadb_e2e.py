@@ -57,9 +57,8 @@ def test_binlog_replicas_read_from_keep_serializability_but_not_a_clients_own_wr
     replicas apply the binlog in the primary's commit order, so every replica read sees a prefix
     of a serial order: serializable holds. What fails is a client's view of its own writes: a
     process appends on the primary, then reads the stale replica (strong session
-    serializability, ruled out). The stale read needs a replica behind at that moment: up to
-    three seeds for it (a clean-clone run's seed 1 showed none in 14,344 ops), each of them
-    serializable."""
+    serializability, ruled out). The stale read needs a replica behind at that moment, which
+    a run of 14,000 transactions can miss: up to three seeds for it, each of them serializable."""
     for seed in (1, 2, 3):
         code, results, la, run_dir = _run(env, tmp_path / f"seed{seed}", "--netns-hosts", "3",
                                           "--time-limit", "20", "--concurrency", "9",
