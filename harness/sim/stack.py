@@ -75,8 +75,8 @@ CLOCK_MAX_ERROR_US = 1_000
 # values reach it cheaply; above a copy chunk (4 MiB) and an AppendEntries batch (1 MiB).
 MAX_FRAME = 8 << 20
 # The replicas' snapshot and retention bounds in MiB (the engine's are 1024 each, Kudu's
-# flush_threshold_mb): here the disks and every replica's log are one process's memory, and a
-# seed of wide values (up to MAX_FRAME each) held 10 GB under the engine's bounds
+# flush_threshold_mb): here the disks and every replica's log are one process's memory, and
+# a seed of wide values (up to MAX_FRAME each) holds gigabytes under the engine's bounds
 SNAPSHOT_MB, RETAIN_MB = 32.0, 16.0
 # After the heal, every tablet of the test table must take a write within this (`_probe_liveness`)
 LIVENESS_S = 30.0

@@ -113,12 +113,9 @@ class ReplicaOptions:
     # namespace clusters share one kernel clock: 1 ms is ample there.
     clock_max_error_us: int = 1_000
     snapshot_interval_entries: int = 20_000  # applied entries between snapshots
-    # ... or this many MiB of them, whichever comes first (Kudu flushes a tablet's in-memory
-    # store at flush_threshold_mb, 1024): the log, in memory and in the WAL, holds everything
-    # since the last snapshot, and 20,000 wide rows are tens of gigabytes
-    snapshot_interval_mb: float = 1024.0
+    snapshot_interval_mb: float = 1024.0  # ... or MiB of them, first wins (snapshot_policy)
     log_retain_entries: int = 5_000  # entries kept after a snapshot for lagging followers
-    log_retain_mb: float = 1024.0  # ... and at most this many MiB of them, for the same reason
+    log_retain_mb: float = 1024.0  # ... and at most this many MiB of them (snapshot_policy)
     log: LogOptions = field(default_factory=LogOptions)
     faults: Faults = field(default_factory=Faults)
     # The dedup table's bounds a new tablet starts with (a snapshot carries its own). They
