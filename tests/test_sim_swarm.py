@@ -277,7 +277,7 @@ def test_masters_are_added_and_removed_while_servers_heartbeat_and_the_servers_f
     r = sim.run()
     assert r.ok(), (r.violation, r.verdict)
     ops = [e[2] for e in r.events if e[1] == "masters"]
-    assert [o[0] for o in ops[:4]] == ["add", "remove", "add", "remove"], ops
+    assert [o[0] for o in ops[:4]] == ["add", "remove", "add", "remove-cut"], ops
     assert all(len(o) == 2 for o in ops), ops  # none failed
     added = ops[-1][0] == "add"
     leader = next(s for h in sim.masters if (s := sim.servers.get(h)) is not None
@@ -289,6 +289,44 @@ def test_masters_are_added_and_removed_while_servers_heartbeat_and_the_servers_f
     hb.masters = hb.masters[1:]
     with pytest.raises(StackViolation, match="master list: tablet server"):
         sim.invariants.check_master_lists()
+
+
+def test_a_master_removed_while_cut_off_learns_of_its_removal_and_the_old_leader_is_caught(
+        monkeypatch, tmp_path):
+    """Every second removal by the masters fault cuts the spare off from the other masters
+    first, so the entry that removes it never reaches it; after the links return it must say
+    REMOVED within TOLD_WITHIN_S. The leader forgets it while it is silent and tells it once it
+    campaigns. The engine before the fix forgot a removed member when its removal committed and
+    refused its campaigns like any other: the removed master stays a FOLLOWER for ever (a
+    clean-clone run once saw it), and the same seed now fails on liveness."""
+    from node.consensus.core import RaftCore
+    from node.consensus.progress import Progress
+
+    def run(out: Path):
+        return StackSim(StackConfig(seed=0, workload="register", seconds=20.0,
+                                    mix=parse_mix(MASTERS)), out).run()
+
+    fixed = run(tmp_path / "fixed")
+    assert fixed.ok(), (fixed.violation, fixed.verdict)
+    cut = [e[2] for e in fixed.events if e[1] == "masters" and e[2][0] == "remove-cut"]
+    assert cut and all(len(c) == 2 for c in cut), cut  # each told, none given up on
+    for name in ("raft.leader.removed_member_silent", "raft.leader.removed_member_campaigned"):
+        assert fixed.probes.get(name, 0) >= 1, name
+
+    def forget_at_commit(self) -> None:  # before the fix: a removed member dropped at once
+        members = [m.uuid for m in self.active_config.members + self.committed_config.members]
+        for uuid in list(self.progress):
+            if uuid not in members:
+                del self.progress[uuid]
+        for uuid in members:
+            if uuid != self.id and uuid not in self.progress:
+                self.progress[uuid] = Progress(next=self.log.last_index() + 1)
+
+    monkeypatch.setattr(RaftCore, "_sync_progress", forget_at_commit)
+    monkeypatch.setattr(RaftCore, "_tell_if_removed", lambda self, uuid: None)
+    before = run(tmp_path / "before")
+    assert (before.violation or "").startswith("liveness: master "), before.violation
+    assert "removed while cut off" in before.violation
 
 
 DRIFT = "drift:4,transfer:4,restart:1,heal:1;every=0.5-2"

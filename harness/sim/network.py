@@ -91,6 +91,9 @@ class SimNetwork:
         self._cut.add(frozenset((a, b)))
         self._topology_changed()
 
+    def is_cut(self, a: str, b: str) -> bool:
+        return frozenset((a, b)) in self._cut
+
     def uncut(self, a: str, b: str) -> None:
         self._cut.discard(frozenset((a, b)))
         self._topology_changed()

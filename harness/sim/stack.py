@@ -193,6 +193,7 @@ class StackSim:
         # the masters fault's fourth master: not a master until added (its disk and uuid then)
         self.spare = master_hosts(config.masters + 1)[-1]
         self.spare_uuid: str | None = None
+        self.spare_removals = 0  # the masters fault's removals so far: every second is cut off
         self._spare_disks = random.Random(f"spare/{config.seed}")  # the run's stream untouched
 
     # -- servers -----------------------------------------------------------------------------

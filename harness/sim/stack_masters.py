@@ -3,7 +3,14 @@ operator runs Kudu's `master add` and `master remove` (node.tools.admin's join_m
 leave_master, which the CLI runs too):
 
 - `masters`: a fourth master added on the spare host (started empty, joined through the leader:
-  added as a non-voter, copied the catalog, promoted), or removed again, then stopped and wiped;
+  added as a non-voter, copied the catalog, promoted), or removed again, then stopped and wiped.
+  Every second removal (`remove-cut`) happens while the spare is cut off from the other masters,
+  so the entry that removes it never reaches it, and the cut holds CUT_HOLD_S longer: the
+  leader forgets the silent member, and both ends' connections give up (what TCP still held
+  is lost). Once the links are back the simulator waits, as an operator would, for the spare
+  to say REMOVED before it stops it. A leader that stops telling a removed member once its
+  removal commits leaves it campaigning in vain for ever (a clean-clone run once saw it): up,
+  reachable from the leader master and not REMOVED after TOLD_WITHIN_S is a liveness violation;
 - `master-swap` (a late swarm kind, harness.sim.swarm.LATE): Kudu's master migration, the other
   way round from `masters`: the spare added if it is not a member yet, then the LEADER master
   removed. Removing the leader hands leadership over first (master.membership.
@@ -29,31 +36,95 @@ MASTER_PORT, TSERVER_PORT = 7051, 7050
 SKIPPED = object()  # a nemesis event that did not apply
 SWAP_LINGER_S = (0.5, 6.0)  # master-swap: from the removal to the removed master's stop
 STALE_ASK_EVERY_S = 0.5  # master-swap: the stale client's lookups at the removed master
+# remove-cut: a removed master, up and reachable from the leader master this long (several
+# election timeouts: it campaigns, the leader tells it), must report REMOVED; past GIVE_UP_S
+# of faults that keep it from the leader, the wait ends with no verdict
+TOLD_WITHIN_S, TOLD_GIVE_UP_S, TOLD_ASK_EVERY_S = 10.0, 30.0, 0.25
+# remove-cut: the links stay cut this long after the removal commits, past the leader's
+# check-quorum round, so the leader forgets the silent member and must tell it when it campaigns
+CUT_HOLD_S = 5.0
 
 
 async def masters(sim, planned: list | None):
     """The `masters` fault: add the spare master, or remove it again (`leave_master`), then
-    stop it and wipe its disk. `planned`: [op, host] to replay. A join that fails leaves the
-    spare stopped and wiped; the error is recorded."""
+    stop it and wipe its disk; every second removal is `remove-cut` (the module's docstring).
+    `planned`: [op, host] to replay. Recorded as [op, host], with a third element saying why
+    where a join or removal failed or the cut-off spare's wait ended without a verdict. A join
+    that fails leaves the spare stopped and wiped."""
     from node.rpc import RpcError
     from node.tools.admin import AdminError, leave_master
 
-    op = planned[0] if planned is not None else (
-        "remove" if sim.spare in sim.masters else "add")
+    if planned is not None:
+        op = planned[0]
+    elif sim.spare not in sim.masters:
+        op = "add"
+    else:
+        op = "remove-cut" if sim.spare_removals % 2 else "remove"
+        sim.spare_removals += 1
     host = sim.spare
     if (op == "add") == (host in sim.masters):
         return SKIPPED  # a replay out of step with this run
+    others = [m for m in sim.masters if m != host and not sim.net.is_cut(host, m)]
     try:
         if op == "add":
             await add_spare(sim)
         else:
-            await leave_master(sim.client, sim.spare_uuid or f"{host}:{MASTER_PORT}")
+            if op == "remove-cut":
+                for m in others:
+                    sim.net.cut(host, m)
+            try:
+                await leave_master(sim.client, sim.spare_uuid or f"{host}:{MASTER_PORT}")
+                if op == "remove-cut":  # past a silent round: the leader forgets it
+                    await asyncio.sleep(CUT_HOLD_S)
+            finally:
+                for m in others:  # long enough for both kernels to give up: what TCP
+                    if op == "remove-cut":  # still held for the spare is lost
+                        sim.net.reset_between(host, m)
+                    sim.net.uncut(host, m)
+            why = await wait_told_of_removal(sim, host) if op == "remove-cut" else None
             drop_spare(sim)
+            if why is not None:
+                return [op, host, why]
     except (AdminError, RpcError, TimeoutError, OSError) as e:
         if op == "add":
             drop_spare(sim)
         return [op, host, f"failed: {e or type(e).__name__}"]
     return [op, host]
+
+
+async def wait_told_of_removal(sim, host: str) -> str | None:
+    """Wait until the master on `host`, just removed, says REMOVED to `master.info` (what an
+    operator's `tessera master list` shows). None once it does. Sets a liveness violation if
+    it stays up and reachable from the leader master for TOLD_WITHIN_S without doing so;
+    returns why the wait ended without a verdict if faults kept it from the leader for
+    TOLD_GIVE_UP_S."""
+    from node.protocol import Empty, MasterInfo
+    from node.rpc import RpcError
+
+    loop = asyncio.get_running_loop()
+    start = healthy_since = loop.time()
+    role = "no answer"
+    while True:
+        try:
+            info = await sim.client.rpc.call((host, MASTER_PORT), "master.info", Empty(),
+                                             MasterInfo, to_uuid="", timeout=1.0)
+            role = info.role
+        except (RpcError, TimeoutError, OSError) as e:
+            role = getattr(getattr(e, "code", None), "name", type(e).__name__)
+        if role == "REMOVED":
+            return None
+        now, leader = loop.time(), leader_master(sim)
+        if host in sim.down or leader is None or not sim.net.reachable(host, leader):
+            healthy_since = now
+        elif now - healthy_since >= TOLD_WITHIN_S:
+            sim.violation = sim.violation or (
+                f"liveness: master {host}, removed while cut off, still answers {role} "
+                f"{now - start:.1f} s later, the last {TOLD_WITHIN_S:g} s up and reachable from "
+                f"the leader master {leader}: it never learned of its removal")
+            return f"not told: {role}"
+        if now - start >= TOLD_GIVE_UP_S:
+            return f"not told within {TOLD_GIVE_UP_S:g} s, kept from the leader: {role}"
+        await asyncio.sleep(TOLD_ASK_EVERY_S)
 
 
 async def add_spare(sim) -> None:
