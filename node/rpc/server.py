@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import socket
 import ssl
@@ -328,6 +329,8 @@ class RpcServer:
             t = asyncio.ensure_future(self._answer(req, work, conn))
             conn.tasks.add(t)
             t.add_done_callback(conn.tasks.discard)
+            if asyncio.iscoroutine(work):
+                t.add_done_callback(functools.partial(_close_unstarted, work))
         except Exception as e:
             conn.answer(self._error_response(call_id, e, "a request"))
 
@@ -418,6 +421,13 @@ async def _peek(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:
     finally:
         loop.remove_reader(sock.fileno())
     return sock.recv(1, socket.MSG_PEEK)
+
+
+def _close_unstarted(work, task: asyncio.Task) -> None:
+    """A request's task cancelled before its first step (the connection closed or the server
+    stopped in the turn it arrived) never awaits the handler's coroutine; closing it keeps
+    Python from warning that it was never awaited. A coroutine that ran is closed already."""
+    work.close()
 
 
 def _disk_failure(e: BaseException) -> bool:

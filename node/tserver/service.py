@@ -66,11 +66,13 @@ def _answer(answer: type, reply: Reply, seq: int, result: Result | list[Result] 
         reply(None, replica_error(error) if isinstance(error, ReplicaError) else error)
 
 
-async def _awaited(work: Awaitable, answer: type, seq: int = 0):
-    """The awaited path of a direct handler (a leader not ready yet): `answer(await work,
-    seq)`."""
+async def _awaited(work: Callable[[], Awaitable], answer: type, seq: int = 0):
+    """The awaited path of a direct handler (a leader not ready yet): `answer(await work(),
+    seq)`. `work` is called here, not by the handler: a request whose task is cancelled before
+    it starts (its connection closed, its server stopped in the same turn) then leaves no
+    replica coroutine behind that nothing awaits (RpcServer closes this one)."""
     try:
-        return answer(await work, seq)
+        return answer(await work(), seq)
     except ReplicaError as e:
         raise replica_error(e) from None
 
@@ -181,9 +183,9 @@ class TabletService:
                            f"{MAX_PROPAGATED_AHEAD_US // 1_000_000} s ahead of this server's clock")
         if not r.leader_ready:
             probe("tserver.write.not_ready_awaited")
-            return _awaited(r.write(op, session=req.session, seq=req.seq,
-                                    acked_below=req.acked_below, owner=owner,
-                                    propagated=propagated, commit_wait=wait), answer, req.seq)
+            return _awaited(functools.partial(
+                r.write, op, session=req.session, seq=req.seq, acked_below=req.acked_below,
+                owner=owner, propagated=propagated, commit_wait=wait), answer, req.seq)
         try:
             r.submit(op, req.session, req.seq, req.acked_below,
                      functools.partial(_answer, answer, reply, req.seq), owner, propagated, wait)
@@ -198,7 +200,7 @@ class TabletService:
         if not is_read_only(req.op):
             raise RpcError(ErrorCode.INVALID_ARGUMENT, "ts.read takes read-only ops; use ts.write")
         if not r.leader_ready:
-            return _awaited(r.read(req.op), OpResult)
+            return _awaited(functools.partial(r.read, req.op), OpResult)
         try:
             r.reads.submit(req.op, functools.partial(_answer, OpResult, reply, 0))
         except ReplicaError as e:
