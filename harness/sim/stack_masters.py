@@ -114,7 +114,8 @@ async def wait_told_of_removal(sim, host: str) -> str | None:
         if role == "REMOVED":
             return None
         now, leader = loop.time(), leader_master(sim)
-        if host in sim.down or leader is None or not sim.net.reachable(host, leader):
+        if (host in sim.down or host in sim.start_failures or leader is None
+                or not sim.net.reachable(host, leader)):
             healthy_since = now
         elif now - healthy_since >= TOLD_WITHIN_S:
             sim.violation = sim.violation or (
