@@ -1,7 +1,9 @@
 """The client's deliberate bugs (node.client.faults) against the nightly configuration: each
 makes one of the whole-stack simulator's default seeds (`tessera sim --stack full`, swarm mixes,
 60 virtual seconds, the write mode the seed draws) fail, and the same seed passes on the
-fixed client. The seeds are the first of 0-39 that caught each (docs/decisions/reply-tied-to-request.md)."""
+fixed client. The seeds are the first of 0-39 that caught each (docs/decisions/reply-tied-to-request.md),
+but misroute's: seed 8 catches it too, in three times the CPU (57,000 ok ops to seed 12's 6,000;
+the suite has a time budget)."""
 
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ def default_seed(seed: int, out, spec: str | None = None):
 
 
 @pytest.mark.parametrize("fault,seed,spec,anomaly", [
-    ("misroute", 8, None, "wrong-reply"),
+    ("misroute", 12, None, "wrong-reply"),
     ("reuse-slot", 32, SEED_32_BEFORE, "wrong-reply"),
     ("drop-error", 38, None, "linearizability"),
     ("new-seqs", 21, SEED_21_BEFORE, "duplicate-elements"),
