@@ -64,24 +64,14 @@ async def masters(sim, planned: list | None):
     host = sim.spare
     if (op == "add") == (host in sim.masters):
         return SKIPPED  # a replay out of step with this run
-    others = [m for m in sim.masters if m != host and not sim.net.is_cut(host, m)]
     try:
         if op == "add":
             await add_spare(sim)
+        elif op == "remove":
+            await leave_master(sim.client, sim.spare_uuid or f"{host}:{MASTER_PORT}")
+            drop_spare(sim)
         else:
-            if op == "remove-cut":
-                for m in others:
-                    sim.net.cut(host, m)
-            try:
-                await leave_master(sim.client, sim.spare_uuid or f"{host}:{MASTER_PORT}")
-                if op == "remove-cut":  # past a silent round: the leader forgets it
-                    await asyncio.sleep(CUT_HOLD_S)
-            finally:
-                for m in others:  # long enough for both kernels to give up: what TCP
-                    if op == "remove-cut":  # still held for the spare is lost
-                        sim.net.reset_between(host, m)
-                    sim.net.uncut(host, m)
-            why = await wait_told_of_removal(sim, host) if op == "remove-cut" else None
+            why = await remove_cut_off(sim, host)
             drop_spare(sim)
             if why is not None:
                 return [op, host, why]
@@ -90,6 +80,27 @@ async def masters(sim, planned: list | None):
             drop_spare(sim)
         return [op, host, f"failed: {e or type(e).__name__}"]
     return [op, host]
+
+
+async def remove_cut_off(sim, host: str) -> str | None:
+    """`remove-cut`: remove the spare on `host` while its links to the other masters are cut,
+    keep them cut CUT_HOLD_S past the commit (the leader forgets a silent member), reset the
+    connections on them (both kernels gave up: what they held is lost), restore them, and wait
+    for the spare to say REMOVED (`wait_told_of_removal`, whose result this returns). Links a
+    `cut` fault had cut already stay cut."""
+    from node.tools.admin import leave_master
+
+    others = [m for m in sim.masters if m != host and not sim.net.is_cut(host, m)]
+    for m in others:
+        sim.net.cut(host, m)
+    try:
+        await leave_master(sim.client, sim.spare_uuid or f"{host}:{MASTER_PORT}")
+        await asyncio.sleep(CUT_HOLD_S)
+    finally:
+        for m in others:
+            sim.net.reset_between(host, m)
+            sim.net.uncut(host, m)
+    return await wait_told_of_removal(sim, host)
 
 
 async def wait_told_of_removal(sim, host: str) -> str | None:
