@@ -31,6 +31,7 @@ import logging
 import random
 import shutil
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -838,11 +839,14 @@ def _bury(loop: SimLoop) -> None:
     `except BaseException` blocks (a copy's) counted as its probes, or inside unrelated code of
     the same thread, where an unraisable error of a finalizer run in the middle of CPython
     3.11's ast.parse fails it ("AST constructor recursion depth mismatch", seen in a test run
-    after a seed)."""
+    after a seed). The loop is closed by then, so a cleanup that starts a task (a copy's file
+    step) fails to, and the coroutine it made for it is never awaited: quiet too, as the dead
+    process's code was never meant to run again."""
     tasks = [*(t for proc in loop.graveyard for t in proc.tasks), *asyncio.all_tasks(loop)]
     hook, sys.unraisablehook = sys.unraisablehook, _quiet_fenced
     try:
-        with _quiet_logs():
+        with _quiet_logs(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
             for task in tasks:
                 if not task.done():
                     task._log_destroy_pending = False
