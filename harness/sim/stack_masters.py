@@ -121,7 +121,7 @@ async def wait_told_of_removal(sim, host: str) -> str | None:
                                              MasterInfo, to_uuid="", timeout=1.0)
             role = info.role
         except (RpcError, TimeoutError, OSError) as e:
-            role = getattr(getattr(e, "code", None), "name", type(e).__name__)
+            role = _error_name(e)
         if role == "REMOVED":
             return None
         now, leader = loop.time(), leader_master(sim)
@@ -228,8 +228,13 @@ async def master_swap(sim, value: list):
                                       TableName("test"), TableLocations, to_uuid="", timeout=1.0)
             answers.append("answered")
         except (RpcError, TimeoutError, OSError) as e:
-            answers.append(getattr(getattr(e, "code", None), "name", type(e).__name__))
+            answers.append(_error_name(e))
         await asyncio.sleep(STALE_ASK_EVERY_S)
     sim.spare, sim.spare_uuid = host, uuid
     drop_spare(sim)
     return [linger, added, host, uuid, sorted(set(answers))]
+
+
+def _error_name(e: BaseException) -> str:
+    """How a call to a master ended without an answer: its RPC error code, or the exception."""
+    return getattr(getattr(e, "code", None), "name", type(e).__name__)
