@@ -426,11 +426,16 @@ class Deployment(Holds):
                 f"pkill -f 'nemeses[.]lazyfs' ; for i in $(seq 50); do "
                 f"pgrep -f 'nemeses[.]lazyfs' >/dev/null || break; sleep 0.1; done; "
                 f"pkill -9 -f 'nemeses[.]lazyfs'; true", timeout=60)
-            self.remotes[h.name].run(["rm", "-rf", f"{DATA}/logs", *(
+            self.remotes[h.name].run(["rm", "-rf", f"{DATA}/logs", *self.run_files(), *(
                 p for d in self.all_daemons for p in (self.data_dir(d), f"{DATA}/{d}.pid"))])
             self.remotes[h.name].run(["mkdir", "-p", f"{DATA}/logs"])
         self._each(stop)
         self._torn_down()
+
+    def run_files(self) -> list[str]:
+        """Files under DATA a run writes besides its daemons' data dirs, pid files and logs
+        (an init script, say): teardown removes them with those, so a run leaves nothing."""
+        return []
 
     def _torn_down(self) -> None:
         """What a subclass forgets once its daemons are gone."""

@@ -18,6 +18,23 @@ def _session_wheel_cache(tmp_path_factory):
     os.environ["TESSERA_CACHE_DIR"] = str(tmp_path_factory.mktemp("tessera-cache"))
 
 
+@pytest.fixture(scope="session")
+def spark_store(tmp_path_factory) -> dict:
+    """The Spark tests' store (tests/spark_store.py): {"root": its path, run name: run dir}."""
+    from spark_store import write_store
+
+    root = tmp_path_factory.mktemp("spark-store")
+    return {"root": root, **write_store(root)}
+
+
+@pytest.fixture(scope="session")
+def spark_analyzed(spark_store):
+    """`tessera analyze --master local[2]` of spark_store, once for the session."""
+    from spark_store import analyze
+
+    return analyze(spark_store["root"], "local[2]", timeout=300)
+
+
 @pytest.fixture
 def lazy(tmp_path):
     proc, backing, mnt = start_lazyfs(tmp_path)
@@ -55,22 +72,47 @@ def batch_sizes(monkeypatch):
     return sizes
 
 
-@pytest.fixture
-def env(tmp_path):
-    """For a netns end-to-end test: the environment its CLI runs get, with a netns state dir of
-    its own; at the end `tessera cluster down`, and the machine's namespaces, links and host
-    processes as they were before."""
-    from netns_run import tessera
+@pytest.fixture(scope="session")
+def netns_machine():
+    """The machine before the first netns test; at the session's end the shared cluster
+    (netns_run) goes down and the machine's namespaces, links and host processes must be as
+    they were."""
+    from netns_run import STATE, cluster_down, cluster_up
 
     from harness.cluster.netns import _links, _namespaces, _our_host_pids
 
-    if any(ns.startswith("tessera-") for ns in _namespaces()):
+    if cluster_up():
         pytest.fail("a tessera netns cluster is already up: `tessera cluster down` first")
-    state = f"/run/tessera-netns-e2e-{os.getpid()}"
-    e = dict(os.environ, TESSERA_NETNS_STATE=state)
     before = (sorted(_namespaces()), sorted(_links()))
-    yield e
-    down = tessera("cluster", "down", env=e)
-    assert down.returncode == 0, down.stderr
+    yield
+    cluster_down()
     assert (sorted(_namespaces()), sorted(_links())) == before
-    assert not _our_host_pids(state) and not os.path.exists(state)
+    assert not _our_host_pids(STATE) and not os.path.exists(STATE)
+
+
+@pytest.fixture
+def env(netns_machine, request):
+    """For a netns end-to-end test: the environment its CLI runs get, on the cluster the netns
+    tests share (netns_run). Afterwards its hosts must hold no trace of the test; if one does,
+    the cluster goes down (the next test starts clean) and this test fails, naming it. (A test
+    that also asks for no_netns_cluster leaves the hosts as they are: they go down after it.)"""
+    from netns_run import cluster_down, netns_env, traces
+
+    yield netns_env()
+    if "no_netns_cluster" in request.fixturenames:
+        return
+    left = traces()
+    if left:
+        cluster_down()
+        pytest.fail(f"the test left traces on the netns hosts: {left}")
+
+
+@pytest.fixture
+def no_netns_cluster(netns_machine):
+    """For a netns test that makes its own cluster or changes the hosts for good: the shared
+    cluster down before it and after it."""
+    from netns_run import cluster_down
+
+    cluster_down()
+    yield
+    cluster_down()

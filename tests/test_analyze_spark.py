@@ -4,9 +4,7 @@ non-linearizable run, a run with an Elle cycle and a run whose history.jsonl is 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,35 +17,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def g1c_history() -> list[Op]:
-    """Two list-append transactions that each read the other's append: a G1c cycle."""
-    return [Op(0, "invoke", 0, "txn", [["append", "x", 1], ["r", "y", None]], time=1_000),
-            Op(1, "invoke", 1, "txn", [["append", "y", 1], ["r", "x", None]], time=2_000),
-            Op(2, "ok", 0, "txn", [["append", "x", 1], ["r", "y", [1]]], time=3_000),
-            Op(3, "ok", 1, "txn", [["append", "y", 1], ["r", "x", [1]]], time=4_000)]
+@pytest.fixture(scope="module")
+def store(spark_store) -> dict[str, Path]:
+    return spark_store
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("store")
-    runs = {
-        "valid": write_run(root, "20260101T000001", register_history(400, seed=1), seed=1),
-        "stale": write_run(root, "20260101T000002", register_history(400, seed=2, stale_read=True), seed=2),
-        "corrupt": write_run(root, "20260101T000003", register_history(400, seed=3), seed=3),
-        "g1c": write_run(root, "20260101T000004", g1c_history(), seed=4, test="append", workload="list-append"),
-    }
-    history = runs["corrupt"] / "history.jsonl"
-    history.write_bytes(history.read_bytes()[:-25])  # cut the last line mid-record
-    return {"root": root, **runs}
-
-
-@pytest.fixture(scope="module")
-def cli(store) -> subprocess.CompletedProcess:
-    """The real command, in its own process with its own JVM."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "harness.cli", "analyze", str(store["root"]),
-                           "--master", "local[2]"], capture_output=True, text=True, env=env,
-                          timeout=300, cwd=ROOT)
+def cli(spark_analyzed) -> subprocess.CompletedProcess:
+    return spark_analyzed
 
 
 @pytest.fixture(scope="module")

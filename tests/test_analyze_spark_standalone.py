@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,10 +14,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from spark_store import analyze, write_store
 
 from node.tools.local_cluster import free_port
-from reports.spark.synth import register_history, write_run
-from tests.test_analyze_spark import g1c_history
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -76,18 +74,8 @@ def standalone(tmp_path_factory):
 
 
 def _store(root: Path) -> Path:
-    write_run(root, "20260101T000001", register_history(400, seed=1), seed=1)
-    write_run(root, "20260101T000002", register_history(400, seed=2, stale_read=True), seed=2)
-    write_run(root, "20260101T000004", g1c_history(), seed=4, test="append",
-              workload="list-append")
+    write_store(root, corrupt=False)
     return root
-
-
-def _analyze(store: Path, master: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "harness.cli", "analyze", str(store),
-                           "--master", master], capture_output=True, text=True, env=env,
-                          timeout=600, cwd=ROOT, stdin=subprocess.DEVNULL)
 
 
 # What differs between two analyses of the same run by design: when and how fast.
@@ -102,18 +90,19 @@ def _comparable(value):
     return value
 
 
-def test_standalone_cluster_gives_local_modes_results(standalone, tmp_path):
-    local = _store(tmp_path / "local")
-    shutil.copytree(local, tmp_path / "cluster")
-    cluster = tmp_path / "cluster"
-    by_local = _analyze(local, "local[2]")
-    by_cluster = _analyze(cluster, standalone["url"])
-    assert by_local.returncode == 1, by_local.stderr[-3000:]  # the stale run is invalid
-    assert by_cluster.returncode == 1, by_cluster.stderr[-3000:]
+def test_standalone_cluster_gives_local_modes_results(standalone, spark_store, spark_analyzed,
+                                                     tmp_path):
+    """The readable runs of the Spark tests' store (spark_store), analyzed on the cluster, give
+    what local mode gave for them (spark_analyzed, the local tests' own analysis)."""
+    local = spark_store["root"]
+    cluster = _store(tmp_path / "cluster")
+    by_cluster = analyze(cluster, standalone["url"])
+    assert spark_analyzed.returncode != 0, spark_analyzed.stderr[-3000:]  # the stale run
+    assert by_cluster.returncode == 1, by_cluster.stderr[-3000:]  # the stale run is invalid
     # the work really ran on the standalone workers: each keeps its executors' directories
     apps = [d for i in (1, 2) for d in (standalone["work"] / f"worker{i}").glob("app-*")]
     assert apps, "no application ran on the standalone workers"
-    runs = sorted(p.parent.relative_to(local) for p in local.rglob("history.jsonl"))
+    runs = sorted(p.parent.relative_to(cluster) for p in cluster.rglob("history.jsonl"))
     assert len(runs) == 3
     for run in runs:
         mine = json.loads((cluster / run / "results.json").read_text())

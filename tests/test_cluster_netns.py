@@ -32,9 +32,7 @@ def machine_state(state_dir):
 
 
 @pytest.fixture
-def cluster():
-    if any(ns.startswith("tessera-") for ns in _namespaces()):
-        pytest.fail("a tessera netns cluster is already up: `tessera cluster down` first")
+def cluster(no_netns_cluster):
     state_dir = f"/run/tessera-netns-test-{os.getpid()}"
     c = NetnsCluster(3, state_dir=state_dir)
     before = machine_state(state_dir)

@@ -17,7 +17,8 @@ from reports.history import read_history, read_jsonl
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.netns]
 
 
-def test_register_with_kills_records_a_complete_history(env, tmp_path):
+def test_register_with_kills_records_a_complete_history(no_netns_cluster, env, tmp_path):
+    """--leave-db-running leaves the daemons up: the cluster goes down after it."""
     store = tmp_path / "store"
     # Spark hidden: `tessera test` draws its run's report.html itself, so a user needs no Spark
     hidden = tmp_path / "no-spark" / "pyspark"
@@ -98,7 +99,8 @@ def test_register_with_kills_records_a_complete_history(env, tmp_path):
     assert results["probes"]["hit"] > 0 and 'id="probes"' in report
 
 
-def test_bad_input_is_one_clear_line_and_exit_254(env, tmp_path):
+def test_bad_input_is_one_clear_line_and_exit_254(no_netns_cluster, env, tmp_path):
+    """With no cluster up, bad input brings none up."""
     cases = [
         (["--workload", "nope"], "unknown workload 'nope'"),
         (["--nemesis", "kill,meteor"], "unknown nemesis 'meteor'"),
@@ -403,11 +405,12 @@ def test_inline_nodes_as_jepsens_cli_takes_them(env, tmp_path):
     assert test["nodes"] == [{"name": f"n{i}", "address": f"10.77.0.{12 + i}"} for i in (1, 2, 3)]
 
 
-def test_hosts_on_another_python_get_wheels_built_for_it(env, tmp_path):
+def test_hosts_on_another_python_get_wheels_built_for_it(no_netns_cluster, env, tmp_path):
     """Hosts whose python3 is not the control machine's. On each netns host, pyenv's
     Python 3.12 bin dir is bind-mounted on /usr/local/bin (first on root's PATH) in the host's
     own mount namespace; `tessera test` finds the hosts on 3.12, builds a wheelhouse with this
-    machine's pyenv 3.12, and the engine runs there."""
+    machine's pyenv 3.12, and the engine runs there. The hosts keep 3.12: the cluster goes down
+    after it."""
     from pathlib import Path
 
     from harness.cluster.netns import NetnsCluster

@@ -4,15 +4,15 @@ left nothing behind."""
 
 import asyncio
 import json
-import os
 import random
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from netns_run import STATE, cluster_down, traces
 
-from harness.cluster.netns import NetnsCluster, _namespaces
+from harness.cluster.netns import NetnsCluster
 from harness.control import Remote
 from harness.deployment import DATA
 from harness.systems.tessera.deployment import HTTP_PORTS, TesseraDB
@@ -31,10 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def deployed(tmp_path_factory):
-    if any(ns.startswith("tessera-") for ns in _namespaces()):
-        pytest.fail("a tessera netns cluster is already up: `tessera cluster down` first")
-    cluster = NetnsCluster(5, state_dir=f"/run/tessera-netns-nem-{os.getpid()}")
+def deployed(netns_machine):
+    """Tessera on the netns cluster the netns tests share (netns_run), with every clock
+    fakeable; at the end torn down, and the hosts must hold no trace of the faults."""
+    cluster = NetnsCluster(5, state_dir=STATE)
     hosts = cluster.up(lambda *_: None)
     remotes = {h.name: Remote(h) for h in hosts}
     wheels = build_wheelhouse(wheel_dir(), ROOT, lambda *_: None)
@@ -62,9 +62,13 @@ def deployed(tmp_path_factory):
     finally:
         db.teardown()
         clock.teardown()
+        PacketFaults(hosts=hosts, remotes=remotes).teardown()  # the delay daemon's log, as a run's end
         for r in remotes.values():
             r.close()
-        cluster.down(lambda *_: None)
+    left = traces()
+    if left:
+        cluster_down()
+        pytest.fail(f"the fault tests left traces on the netns hosts: {left}")
 
 
 def can_connect(remote, address, port, timeout=1.0) -> bool:

@@ -138,28 +138,16 @@ def tessera(*argv, env, timeout=900):
                           text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-@pytest.fixture
-def netns_env():
-    from harness.cluster.netns import _namespaces
-
-    if any(ns.startswith("tessera-") for ns in _namespaces()):
-        pytest.fail("a tessera netns cluster is already up: `tessera cluster down` first")
-    e = dict(os.environ, TESSERA_NETNS_STATE=f"/run/tessera-netns-replay-{os.getpid()}")
-    yield e
-    down = tessera("cluster", "down", env=e)
-    assert down.returncode == 0, down.stderr
-
-
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.netns
-def test_replay_repeats_the_fault_schedule_and_every_op_stream(netns_env, tmp_path):
+def test_replay_repeats_the_fault_schedule_and_every_op_stream(env, tmp_path):
     out = tessera("test", "--workload", "register", "--nemesis", "kill,partition,majority-kill",
                   "--time-limit", "16", "--nemesis-interval", "3", "--seed", "5",
-                  "--fast-failure-detection", "--store", str(tmp_path / "store"), env=netns_env)
+                  "--fast-failure-detection", "--store", str(tmp_path / "store"), env=env)
     assert out.returncode in (0, 1, 2), out.stderr[-3000:]
     first = out.stdout.strip().splitlines()[-1]
-    again = tessera("replay", first, env=netns_env)
+    again = tessera("replay", first, env=env)
     assert again.returncode in (0, 1, 2), again.stderr[-3000:]
     second = again.stdout.strip().splitlines()[-1]
     assert second != first

@@ -177,7 +177,8 @@ async def _attack(certs: Path, tmp: Path) -> None:
         await service.close()
 
 
-def test_a_default_deployment_refuses_outsiders_every_admin_and_internal_rpc(env, tmp_path):  # noqa: F811
+def test_a_default_deployment_refuses_outsiders_every_admin_and_internal_rpc(no_netns_cluster, env, tmp_path):
+    """--leave-db-running leaves the daemons up for the attack: the cluster goes down after it."""
     out = tessera("test", "--workload", "register", "--time-limit", "5", "--store",
                   str(tmp_path / "store"), "--leave-db-running", env=env)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -26,7 +26,7 @@ def _starts(run_dir: str) -> list[dict]:
             if o.get("f") == "start-session-intruder" and isinstance(o.get("value"), dict)]
 
 
-def test_another_users_ops_in_the_workloads_sessions_are_refused(env, tmp_path):  # noqa: F811
+def test_another_users_ops_in_the_workloads_sessions_are_refused(env, tmp_path):
     out = tessera(*RUN, "--store", str(tmp_path / "fixed"), env=env)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     starts = _starts(out.stdout.strip().splitlines()[-1])

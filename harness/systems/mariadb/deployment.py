@@ -173,6 +173,9 @@ class MariaDB(Deployment):
     def init_file(self) -> str:
         return f"{DATA}/mariadb-init.sql"
 
+    def run_files(self) -> list[str]:
+        return [self.init_file]  # it holds the workload user's password
+
     def command(self, host: str, daemon: str) -> str:
         return " ".join([MARIADBD, *self.args(self.host(host))])
 
