@@ -18,18 +18,29 @@ import time
 # One state dir for the whole pytest run: every netns test and fixture finds the same cluster.
 STATE = f"/run/tessera-netns-e2e-{os.getpid()}"
 
-# What a test may leave on a host, counted by one shell line: our iptables rules, a tbf qdisc,
-# a FUSE mount, a faked clock, a stopped process, a nemesis helper, a process besides the host's
-# sshd and this probe's own session (a daemon still running), a data file (teardown wipes them).
-_TRACE_PROBE = ("iptables -w -S | grep -c TESSERA; tc qdisc show dev eth0 | grep -c tbf; "
-                "grep -c fuse /proc/mounts; ls /var/lib/tessera/ | grep -c faketime; "
-                "ps -eo stat= | grep -c '^T'; pgrep -fc 'nemeses[.]'; "
-                "ps -eo comm= | grep -cvxE 'sshd|bash|sh|ps|grep|sort|head|wc'; "
-                "find /var/lib/tessera -mindepth 1 -not -path '/var/lib/tessera/logs*' | wc -l; "
-                "true")
-_WHICH = ("{ ps -eo comm= | grep -vxE 'sshd|bash|sh|ps|grep|sort|head|wc'; "
-          "find /var/lib/tessera -mindepth 1 -not -path '/var/lib/tessera/logs*'; } | head -n 8")
-TRACE_KINDS = ("iptables", "tbf", "fuse", "faketime", "stopped", "helpers", "processes", "data")
+# What a test may leave on a host, each kind counted by one shell command: our iptables rules, a
+# tbf qdisc, a FUSE mount, a faked clock, a stopped process, a nemesis helper (the fault kinds), a
+# process besides the host's sshd and the probe's own session (a daemon still running), a data
+# file (teardown wipes them).
+_OTHERS = "ps -eo comm= | grep -vxE 'sshd|bash|sh|ps|grep|sort|head|wc'"
+_DATA_FILES = "find /var/lib/tessera -mindepth 1 -not -path '/var/lib/tessera/logs*'"
+_COUNT = {"iptables": "iptables -w -S | grep -c TESSERA",
+          "tbf": "tc qdisc show dev eth0 | grep -c tbf",
+          "fuse": "grep -c fuse /proc/mounts",
+          "faketime": "ls /var/lib/tessera/ | grep -c faketime",
+          "stopped": "ps -eo stat= | grep -c '^T'",
+          "helpers": "pgrep -fc 'nemeses[.]'",
+          "processes": f"{_OTHERS} | wc -l",
+          "data": f"{_DATA_FILES} | wc -l"}
+_WHICH = f"{{ {_OTHERS}; {_DATA_FILES}; }} | head -n 8"  # the first few, by name
+TRACE_KINDS = tuple(_COUNT)
+FAULT_KINDS = TRACE_KINDS[:6]
+
+
+def counts(remote, kinds: tuple[str, ...] = TRACE_KINDS) -> dict[str, int]:
+    """kind -> how many of it `remote`'s host holds, for each of `kinds` (one shell round)."""
+    out = remote.sh("; ".join(_COUNT[k] for k in kinds) + "; true").stdout.split()
+    return dict(zip(kinds, map(int, out), strict=True))
 
 
 def tessera(*argv, env, timeout=600):
@@ -68,18 +79,13 @@ def traces(wait_s: float = 10.0) -> dict:
         for h in NetnsCluster(1, state_dir=STATE).hosts():
             r = Remote(h)
             try:
-                counts = dict(zip(TRACE_KINDS, map(int, r.sh(_TRACE_PROBE).stdout.split()),
-                                  strict=True))
+                held = counts(r)
+                if any(held.values()):
+                    left[h.name] = {k: n for k, n in held.items() if n}
+                    if held["data"] or held["processes"]:
+                        left[h.name]["which"] = r.sh(_WHICH).stdout.split()
             finally:
                 r.close()
-            if any(counts.values()):
-                left[h.name] = {k: n for k, n in counts.items() if n}
-                if counts["data"] or counts["processes"]:  # which: the first few, by name
-                    r = Remote(h)
-                    try:
-                        left[h.name]["which"] = r.sh(_WHICH).stdout.split()
-                    finally:
-                        r.close()
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.5)

@@ -223,16 +223,14 @@ def test_nemesis_all_fires_every_fault_and_leaves_no_trace(env, tmp_path):
     assert faults["starts"]["unchecked"] == unanswered_starts, faults
     report = open(os.path.join(run_dir, "report.html")).read()
     assert f"Faults: {faults['starts']['verified']} start(s) seen in force" in report
+    from netns_run import FAULT_KINDS, counts
+
     from harness.cluster.netns import NetnsCluster
     from harness.control import Remote
 
-    probe = ("iptables -w -S | grep -c TESSERA; tc qdisc show dev eth0 | grep -c tbf; "
-             "grep -c fuse /proc/mounts; ls /var/lib/tessera/ | grep -c faketime; "
-             "ps -eo stat= | grep -c '^T'; pgrep -fc 'nemeses[.]'; true")
     for h in NetnsCluster(5, state_dir=env["TESSERA_NETNS_STATE"]).hosts():
         r = Remote(h)
-        left = dict(zip(["iptables", "tbf", "fuse", "faketime", "stopped", "helpers"],
-                        map(int, r.sh(probe).stdout.split()), strict=True))
+        left = counts(r, FAULT_KINDS)
         r.close()
         assert not any(left.values()), (h.name, left)
 
