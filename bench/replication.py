@@ -845,7 +845,7 @@ def measure(a, doc: dict) -> None:
                 doc[f"ratio_{key}_to_etcd"] = round(doc[ours] / best["ops_per_s"], 3)
     if a.only is None and a.pairs:
         doc["pairs"] = pairs(a, doc)
-    if a.only is None and a.pairs and a.etcd_sweep:
+    if (a.only is None and a.pairs and a.etcd_sweep) or a.only == "lone":
         doc["lone_write"] = lone_write_pairs(a)
     if a.rpc_encryption == "required" and a.only in (None, "tessera"):
         doc["tls"] = tls_pairs(a, doc)
@@ -922,8 +922,9 @@ def main() -> int:
                     help="run everything beside one CPU-bound process (a Python busy loop), as on "
                          "a machine that is not quiet; the targets are then the contended ones "
                          f"({NEIGHBOUR_TARGETS})")
-    ap.add_argument("--only", choices=("tessera", "pysyncobj", "etcd"), default=None,
-                    help="run one system only (no ratio is printed then)")
+    ap.add_argument("--only", choices=("tessera", "pysyncobj", "etcd", "lone"), default=None,
+                    help="run one system only (no ratio is printed then); 'lone': only the "
+                         "lone-write pairs (Tessera's two modes against etcd, --pairs times)")
     ap.add_argument("--plot", type=Path, default=None, metavar="PATH",
                     help="also write ops/s against concurrency for both systems to PATH (PNG with "
                          "matplotlib; an .svg beside it if matplotlib is not installed)")

@@ -74,6 +74,14 @@ RECIPES: dict[str, tuple[Cell, str]] = {
         "an isolated old leader keeps its uncommitted tail when it rejoins and applies it where "
         "its peers applied other writes: divergent replicas (convergence) or phantom or lost "
         "elements (set)"),
+    "fault_count_unsynced_own_entries": (
+        _cell("fault_count_unsynced_own_entries", "list-append",
+              ("lose-unfsynced", "leader-isolate", "kill-after-heal"), nemesis_interval=4.0,
+              rate=200.0),
+        "a leader commits with one follower's answer while its own write is unsynced; power "
+        "loss takes that write and a new leader is elected without the entry: lost appends "
+        "(Elle) or divergence. Not measured on the cluster yet; the core simulator catches it "
+        "(a majority of voters does not store what the leader committed)"),
     "fault_copy_overwrite_cmeta": (
         _cell("fault_copy_overwrite_cmeta", "list-append",
               ("membership", "leader-isolate", "kill-after-heal"), nemesis_interval=4.0,

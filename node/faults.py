@@ -54,6 +54,11 @@ class Faults:
         "Raft: grant a vote to a second candidate of a term after voting for another; the "
         "consensus metadata refuses to save the second vote, so the replica goes FAILED on "
         "that guard (SAFETY) instead of electing two leaders")
+    fault_count_unsynced_own_entries: bool = _fault(
+        "Raft: a leader counts its own new entries toward a commit as soon as it hands them "
+        "to its WAL, not once they are durable, so one follower's answer commits an entry "
+        "that a power loss of the leader leaves on that follower alone: a new leader elected "
+        "without it overwrites a committed, acknowledged write")
     fault_skip_dedup: bool = _fault(
         "tablet: ignore the (session, seq) retry deduplication, so a retried write applies twice")
     fault_ignore_session_owner: bool = _fault(

@@ -90,6 +90,12 @@ CATALOG: dict[str, str] = {
     "raft.config.rolled_back": "a pending config change was rolled back with its truncated entry",
     "raft.commit.prior_term_entries":
         "a leader's commit passed entries of earlier terms, carried by one of its own term (5.4.2)",
+    "raft.commit.before_own_write":
+        "a leader committed entries its own background write had not made durable yet: its "
+        "followers alone were a majority",
+    "raft.persisted.stale_report":
+        "a background write's durability report came after a newer one, or after a new leader "
+        "replaced the entry it names: ignored",
     "raft.follower.append_below_commit":
         "a follower got an append before its commit index (stale or duplicate): acked at commit",
     "raft.follower.append_rejected_mismatch":
@@ -281,6 +287,8 @@ CATALOG: dict[str, str] = {
         "a copy onto a new replica has no metadata yet: its votes go unanswered",
     "tombstone.vote.refused_unknown_last_op":
         "a tombstone whose last OpId is unknown refused every vote",
+    "tombstone.vote.refused_corrupt_metadata":
+        "a tombstone whose consensus metadata does not read sent no answer to a vote request",
     "tombstone.vote.refused_stale_term": "a tombstone refused a vote request of an older term",
     "tombstone.vote.granted":
         "a tombstoned or copying replica granted a real vote (persisted before it is sent)",

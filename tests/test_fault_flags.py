@@ -231,10 +231,11 @@ def test_read_fault_disables_check_quorum_and_vote_fault_reaches_the_core():
     ("fault_commit_prior_term_by_count", "commit_prior_term_by_count"),
     ("fault_keep_conflicting_suffix", "keep_conflicting_suffix"),
     ("fault_vote_twice_in_term", "vote_twice_in_term"),
+    ("fault_count_unsynced_own_entries", "count_unsynced_own_entries"),
 ])
 def test_raft_fault_flags_reach_the_core_config_and_only_their_own_option(flag, option):
     unsafe = ("vote_skip_log_check", "commit_prior_term_by_count", "keep_conflicting_suffix",
-              "vote_twice_in_term")
+              "vote_twice_in_term", "count_unsynced_own_entries")
     assert not any(getattr(options().core_config("a"), o) for o in unsafe)
     on = options(Faults(**{flag: True})).core_config("a")
     assert [o for o in unsafe if getattr(on, o)] == [option]
@@ -280,6 +281,7 @@ SIM_STEPS = 4000
     ("commit_prior_term_by_count", ("commit durability", "state machine safety",
                                     "leader completeness")),
     ("keep_conflicting_suffix", ("quorum", "state machine safety", "log matching")),
+    ("count_unsynced_own_entries", ("quorum",)),  # only seeds whose leaders write behind
 ])
 def test_simulator_reports_a_safety_violation_only_with_the_core_fault(option, violations):
     bad = run_seeds(SIM_SEEDS, steps=SIM_STEPS, stop_at_first=True, core_options={option: True})

@@ -42,6 +42,7 @@ def test_a_leaders_messages_leave_before_its_write_and_durable_entries_apply_bef
     assert st.send_early == (APPEND, BEAT) and st.send == ()
     assert [e.index for e in st.apply_early] == [4, 5]  # 6 is in this Ready's write: after it
     assert [e.index for e in st.apply] == [6] and [e.index for e in st.entries] == [6, 7]
+    assert st.write_behind  # nothing in it waits on the write: it may finish after advance
 
 
 @pytest.mark.parametrize("extra", [
@@ -56,6 +57,7 @@ def test_everything_waits_for_the_write_when_anything_depends_on_it(extra):
     st = steps(rd)
     assert st.send_early == () and st.send == tuple(rd.messages)
     assert st.apply_early == () and [e.index for e in st.apply] == [5]
+    assert not st.write_behind
 
 
 def test_an_unchanged_hard_state_is_not_written_and_holds_nothing_back():
@@ -76,3 +78,4 @@ def test_with_nothing_to_write_nothing_is_early():
     rd = Ready(messages=[BEAT], committed_entries=[_e(8), _e(9)])
     st = steps(rd)
     assert st.send_early == () and st.send == (BEAT,) and [e.index for e in st.apply] == [8, 9]
+    assert not st.write_behind

@@ -607,7 +607,9 @@ def test_a_power_loss_inside_a_wal_sync_tears_the_tail_and_bootstrap_cuts_it(tmp
     """The torn fault waits for a WAL write across a sector that no sync has finished and cuts
     the power there: the crash keeps a prefix of that unacknowledged group, torn at a sector,
     and the rebooted replica cuts it and loses nothing acknowledged."""
-    result = StackSim(StackConfig(seed=1, workload="list-append", seconds=13.0,
+    # Seed 3: 6 of the 10 fire, 2 of them tear a tail (seed 1 tore one until the leader's
+    # write went behind its Ready, then none; seeds 2-6 all tear at least one).
+    result = StackSim(StackConfig(seed=3, workload="list-append", seconds=13.0,
                                   schedule=TORN_SCHEDULE), tmp_path).run()
     assert result.ok(), (result.violation, result.verdict)
     assert result.probes.get("wal.recover.torn_tail_cut", 0) >= 1, result.events
@@ -655,7 +657,7 @@ DAMAGE_CASES = {
     # a bit of a finished segment's footer CRC (a segment written past its preallocation, so
     # not cut short: unfinished and not the newest); one of a finished segment's batch header
     "flip": ([[_TS1, "flip", f"/data/wals/{_T}3/wal-000000001", [8332, 2], f"{_T}3"],
-              [_TS2, "flip", f"/data/wals/{_T}3/wal-000000002", [4000, 3], f"{_T}3"]],
+              [_TS2, "flip", f"/data/wals/{_T}3/wal-000000002", [4042, 3], f"{_T}3"]],
              {"wal.scan.footer_damaged", "wal.recover.unfinished_not_newest_refused",
               "wal.scan.flipped_header", "wal.recover.footer_segment_damaged_refused"}),
     # no damage: a power loss while a segment is being rolled in

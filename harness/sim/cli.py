@@ -90,6 +90,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "core simulator takes those that act in the Raft core: "
                              "fault_vote_skip_log_check, fault_commit_prior_term_by_count, "
                              "fault_keep_conflicting_suffix, fault_vote_twice_in_term, "
+                             "fault_count_unsynced_own_entries, "
                              "fault_read_without_leadership; "
                              "the full stack takes any")
 

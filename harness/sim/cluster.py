@@ -9,7 +9,9 @@ the simulated state machine is just "applied up to here"). Not the commit index,
 far the state machine got beyond the snapshot: a restarted core starts with commit = applied =
 the snapshot index and learns the rest from a leader, exactly as Replica.open() rebuilds it.
 Readys are handled atomically (persist, send, apply, advance), so a crash between events loses
-everything else.
+everything else; except, in half the seeds, a leader's write behind its Ready
+(ready_steps.Steps.write_behind), which reaches the disk (and the core, RaftCore.persisted) a
+few virtual ms later, unless a crash comes first, while the core steps the followers' answers.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from node.entry import Entry, EntryType
 
 from .invariants import Invariants, Violation
 
-_TICK, _DELIVER, _NEMESIS, _CLIENT, _RESTART, _CRASH, _ISOLATE, _HEAL, _MEMBERSHIP = range(9)
+_TICK, _DELIVER, _NEMESIS, _CLIENT, _RESTART, _CRASH, _ISOLATE, _HEAL, _MEMBERSHIP, _WRITTEN = range(10)
 LIVENESS_BOUND_MS = 60_000
 
 
@@ -83,6 +85,10 @@ class Node:
     term: int = 0
     leader_since: int = 0
     power_cycles: int = 0  # messages sent before a power loss never leave the machine
+    starts: int = 0  # incarnations: a write behind a crashed one never completes
+    # a write behind its Ready: its entries, and whether a later write already put them on disk
+    # (the WAL is FIFO), until its end reaches the core
+    behind: tuple[list[Entry], bool] | None = None
 
 
 @dataclass
@@ -130,6 +136,10 @@ class Simulation:
         self.stats = {k: 0 for k in ("crashes", "partitions", "proposals", "config_changes",
                                      "cas_refused", "transfers", "reads", "dropped", "duplicated", "compactions")}
         self.probe: tuple[int, int] | None = None  # (term, index) of the liveness proposal
+        # Whether leaders write behind their Readys, and how long those writes take: from a
+        # stream of its own, so the seeds that do not keep their schedules bit for bit.
+        self._disk_rng = random.Random(f"{seed}/write-behind")
+        self.write_behind = self._disk_rng.random() < 0.5
         for node in self.nodes:
             self._start(node)
             self._schedule(self.rng.randrange(TICK_MS), _TICK, node.slot)
@@ -148,6 +158,8 @@ class Simulation:
 
     def _start(self, node: Node) -> None:
         d = node.disk
+        node.starts += 1
+        node.behind = None
         rng = random.Random(self.seed * 7919 + node.slot * 104729 + self._seq)
         cfg = CoreConfig(node.uuid, max_batch_bytes=self.batch_bytes, **self.core_options)
         node.core = RaftCore(cfg, rng, d.persisted_state())
@@ -187,16 +199,13 @@ class Simulation:
             d = node.disk
             self._send_all(node, st.send_early)
             self._apply(node, st.apply_early)
-            if st.entries:
-                first = st.entries[0].index
-                del d.log[first - 1 :]
-                d.log.extend(st.entries)
-                while d.config_indexes and d.config_indexes[-1] >= first:
-                    d.config_indexes.pop()
-                d.config_indexes.extend(
-                    e.index for e in st.entries if e.type == EntryType.CONFIG_CHANGE
-                )
-                self.inv.on_persist(node.uuid, d.log, first)
+            behind = bool(st.entries) and st.write_behind and self.write_behind and node.behind is None
+            if behind:
+                node.behind = (list(st.entries), False)
+                self._schedule(self._disk_rng.randrange(1, 30), _WRITTEN, node.slot, node.starts)
+            elif st.entries:
+                self._flush_behind(node)
+                self._persist(node, st.entries)
             if st.hard_state is not None:  # cmeta keeps term and vote; the commit is not persisted
                 d.term, d.voted_for = st.hard_state.term, st.hard_state.voted_for
             if st.committed_config is not None:
@@ -205,7 +214,7 @@ class Simulation:
             self._apply(node, st.apply)
             for rs in rd.read_states:
                 self.inv.on_read(node.uuid, rs.ctx, rs.index, self.read_anchor.pop(rs.ctx))
-            core.advance(rd)
+            core.advance(rd, written=not behind)
             if rd.soft_state is not None:
                 if self.tracing:
                     self._log(f"{node.uuid} is {rd.soft_state.role.name} term {rd.soft_state.term} "
@@ -236,6 +245,35 @@ class Simulation:
                 )
         if core.role == Role.LEADER:
             self.inv.on_leader_configs(node.uuid, node.disk.config_indexes)
+
+    def _persist(self, node: Node, entries) -> None:
+        d = node.disk
+        first = entries[0].index
+        del d.log[first - 1 :]
+        d.log.extend(entries)
+        while d.config_indexes and d.config_indexes[-1] >= first:
+            d.config_indexes.pop()
+        d.config_indexes.extend(e.index for e in entries if e.type == EntryType.CONFIG_CHANGE)
+        self.inv.on_persist(node.uuid, d.log, first)
+
+    def _flush_behind(self, node: Node) -> None:
+        """A later write waits behind the pending one: that one reaches the disk first."""
+        if node.behind is not None and not node.behind[1]:
+            self._persist(node, node.behind[0])
+            node.behind = (node.behind[0], True)
+
+    def _written(self, slot: int, starts: int) -> None:
+        """The write behind a Ready ends: on disk, then the core hears of it."""
+        node = self.nodes[slot]
+        if node.core is None or node.starts != starts or node.behind is None:
+            return  # crashed (or replaced) first: the write never completed
+        self._flush_behind(node)
+        last = node.behind[0][-1]
+        node.behind = None
+        if self.tracing:
+            self._log(f"{node.uuid} wrote through {last.index} (term {last.term})")
+        node.core.persisted(last.index, last.term)
+        self._drain(node)
 
     def _maybe_crash_soon(self, node: Node) -> None:
         """Targeted faults: crash right after a vote or a commit, where Raft's durability
@@ -422,13 +460,15 @@ class Simulation:
         self._drain(node)
 
     def _compact(self) -> None:
-        """Every running replica snapshots up to what all replicas have ever applied (so each
-        one's log reaches at least that far and no one ever needs a tablet copy, which is not
+        """Every running replica snapshots up to what all replicas have ever applied and logged
+        (so each one's log reaches at least that far and no one ever needs a tablet copy, which is not
         simulated) and drops the entries below from memory. The snapshot is durable: a restart
         starts from it, with commit = applied = its index. (The disk log is kept whole for the
         invariants; a restart hands the core only what follows the snapshot, as the real driver
         reads only WAL entries after it.)"""
-        index = min(n.applied_max for n in self.nodes)
+        # Not past any replica's durable log either: a leader that applied entries while its
+        # own write was behind, and lost that write in a crash, has applied beyond its log.
+        index = min(min(n.applied_max, len(n.disk.log)) for n in self.nodes)
         for node in self.nodes:
             if node.core is not None and index > node.core.log.offset:
                 node.core.compact(index)
@@ -450,7 +490,7 @@ class Simulation:
         node.uuid = f"n{node.slot + 1}.{gen}"
         self.slot_of[node.uuid] = node.slot
         src = source.disk
-        index = source.applied
+        index = min(source.applied, len(src.log))  # a snapshot holds only what its source logged
         node.disk = Disk(
             src.term, None, src.config, list(src.log), index, src.log[index - 1].term if index else 0,
             list(src.config_indexes),
@@ -506,6 +546,8 @@ class Simulation:
             self._heal_partition()
         elif kind == _MEMBERSHIP:
             self._config_change()
+        elif kind == _WRITTEN:
+            self._written(a, b)
         else:
             self._restart(a)
 

@@ -31,9 +31,12 @@ class ScriptCluster:
         pre_vote: bool = True,
         batch_bytes: int = 1 << 20,
         seed: int = 0,
+        write_behind: tuple[str, ...] = (),
         **core_options,
     ):
-        """`core_options`: further CoreConfig fields for every node (e.g. an unsafe one)."""
+        """`core_options`: further CoreConfig fields for every node (e.g. an unsafe one).
+        `write_behind`: nodes whose Readys that allow it (Steps.write_behind) leave their write
+        pending, as production does, until the script calls `finish_write`."""
         members = tuple(Member(u, MemberType.VOTER) for u in voters)
         members += tuple(Member(u, MemberType.NON_VOTER, True) for u in learners)
         self.bootstrap = RaftConfig(0, members)
@@ -49,6 +52,11 @@ class ScriptCluster:
         self.read_states: dict[str, list] = {}
         self.events: dict[str, list] = {}  # what each core reported deciding (Ready.events)
         self.max_commit: dict[str, int] = {}  # highest commit each node ever reported
+        self.write_behind = set(write_behind)
+        # uuid -> (entries written behind their Ready, whether they reached the disk yet): the
+        # disk takes a later write only after them (the WAL is FIFO), and the core hears of
+        # them (RaftCore.persisted) only at finish_write, as the replica hears late
+        self.behind: dict[str, tuple[list[Entry], bool]] = {}
         for u in voters + learners:
             self.add_node(u, self.bootstrap)
 
@@ -93,6 +101,7 @@ class ScriptCluster:
     def crash(self, uuid: str) -> None:
         """Power loss: the process and its unsent or undelivered messages are gone."""
         self.cores[uuid] = None
+        self.behind.pop(uuid, None)  # a write still behind its Ready never reached the disk
         self.queue = [(s, m) for s, m in self.queue if s != uuid and m.to_uuid != uuid]
 
     def core(self, uuid: str) -> RaftCore:
@@ -108,9 +117,13 @@ class ScriptCluster:
             st = steps(rd)  # the order production carries a Ready out in
             self.queue.extend((uuid, m) for m in st.send_early)
             self.applied[uuid].extend(st.apply_early)
+            behind = st.write_behind and uuid in self.write_behind and uuid not in self.behind
             if st.entries:
-                del d["log"][st.entries[0].index - d["snapshot"][0] - 1 :]
-                d["log"].extend(st.entries)
+                if behind:
+                    self.behind[uuid] = (list(st.entries), False)
+                else:
+                    self._flush_behind(uuid)
+                    self._write(d, st.entries)
             if st.hard_state is not None:
                 d["hard"] = st.hard_state
             if st.committed_config is not None:
@@ -119,8 +132,26 @@ class ScriptCluster:
             self.applied[uuid].extend(st.apply)
             self.read_states[uuid].extend(rd.read_states)
             self.events[uuid].extend(rd.events)
-            core.advance(rd)
+            core.advance(rd, written=not (st.entries and behind))
         self.max_commit[uuid] = max(self.max_commit[uuid], core.commit)
+
+    @staticmethod
+    def _write(d: dict, entries) -> None:
+        del d["log"][entries[0].index - d["snapshot"][0] - 1 :]
+        d["log"].extend(entries)
+
+    def _flush_behind(self, uuid: str) -> None:
+        """A later write waits behind the pending one: that one reaches the disk first."""
+        pending = self.behind.get(uuid)
+        if pending is not None and not pending[1]:
+            self._write(self.disks[uuid], pending[0])
+            self.behind[uuid] = (pending[0], True)
+
+    def finish_write(self, uuid: str) -> None:
+        """The write `uuid` left behind its Ready is durable: the core hears of it now."""
+        self._flush_behind(uuid)
+        entries, _ = self.behind.pop(uuid)
+        self.do(uuid, "persisted", entries[-1].index, entries[-1].term)
 
     def do(self, uuid: str, method: str, *args):
         """Call an input of one core, then handle its Ready."""

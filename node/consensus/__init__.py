@@ -14,6 +14,7 @@ Driver contract (the tablet server does this with asyncio and the WAL; harness.s
                       core.campaign()             start an election now (RunLeaderElection)
                       core.compact(index)         after snapshotting the state machine
                       core.reset_progress(peer, index, term)   leader: a tablet copy landed
+                      core.persisted(index, term) a write left behind its Ready is durable
         while core.has_ready():
             rd = core.ready()
             1. persist rd.entries_to_persist (an index already on disk replaces that entry and
@@ -25,6 +26,9 @@ Driver contract (the tablet server does this with asyncio and the WAL; harness.s
                nothing itself);
             4. core.advance(rd).
         No input may be fed between ready() and advance(): the core raises RuntimeError.
+        A Ready that ready_steps.steps marks `write_behind` (a leader's own write) may be
+        advanced before its entries are durable, with advance(rd, written=False); the driver
+        then reports them with core.persisted(...) and the leader counts itself only from there.
 
 Timing is in ticks (CoreConfig): heartbeats every 5 ticks (500 ms); a follower campaigns after
 3 missed heartbeat periods ±25% jitter, doubled after each failed election (at most 8x); votes

@@ -520,10 +520,12 @@ class RaftCore:
             self._send(Heartbeat(self.term, self.id, uuid, min(pr.match, self.commit), ctx))
 
     def _quorum_index(self) -> int:
-        """Highest index stored by a majority of voters (our own entries count once durable)."""
+        """Highest index stored by a majority of voters (our own entries count once durable;
+        the unsafe count_unsynced_own_entries counts them once handed to the driver)."""
+        own = self.log.handed if self.cfg.count_unsynced_own_entries else self.log.stable
         return quorum.committed_index(
             self.active_config.voters(),
-            lambda v: self.log.stable if v == self.id else self.progress[v].match,
+            lambda v: own if v == self.id else self.progress[v].match,
         )
 
     def _maybe_commit(self) -> None:
@@ -533,6 +535,8 @@ class RaftCore:
         if n > self.commit and (self.log.term_at(n) == self.term or self.cfg.commit_prior_term_by_count):
             if self.log.term_at(self.commit + 1) != self.term:
                 probe("raft.commit.prior_term_entries")
+            if n > self.log.stable:
+                probe("raft.commit.before_own_write")
             self._commit_to(n)
             self._on_leader_commit()
 
@@ -835,7 +839,7 @@ class RaftCore:
     def has_ready(self) -> bool:
         return bool(
             self._msgs
-            or self.log.stable < self.log.last_index()
+            or self.log.handed < self.log.last_index()
             or self.applied < self.commit
             or self._read_states
             or self._hard_changed()
@@ -862,13 +866,19 @@ class RaftCore:
         self._outstanding = rd
         return rd
 
-    def advance(self, rd: Ready) -> None:
-        """The driver persisted, sent and applied `rd`."""
+    def advance(self, rd: Ready, written: bool = True) -> None:
+        """The driver persisted, sent and applied `rd`. A driver still writing its entries in
+        the background (a leader's write, ready_steps.Steps.write_behind) passes
+        `written=False` and reports their durability later with `persisted`."""
         if rd is not self._outstanding:
             raise RuntimeError("advance() with a Ready that is not the outstanding one")
         self._outstanding = None
         if rd.entries_to_persist:
-            self.log.stable_to(rd.entries_to_persist[-1].index)
+            last = rd.entries_to_persist[-1].index
+            if written:
+                self.log.stable_to(last)
+            else:
+                self.log.handed_to(last)
         if rd.hard_state is not None:
             self._prev_hard = rd.hard_state
         if rd.soft_state is not None:
@@ -879,6 +889,20 @@ class RaftCore:
             self._reported_config = rd.committed_config
         if self.role == Role.LEADER and rd.entries_to_persist:
             self._maybe_commit()  # our own entries now count toward the quorum
+
+    def persisted(self, index: int, term: int) -> None:
+        """A background write (advance(written=False)) is durable through `index`, whose entry
+        had `term`. Ignored when that entry has since been replaced (a new leader truncated it:
+        a write of the same index and term holds the same entries, by log matching) or an
+        earlier report already said so. The leader counts itself toward a commit only from
+        here, so until then its followers alone may make a majority (Raft thesis 10.2.1)."""
+        self._check_idle()
+        if index <= self.log.stable or self.log.term_at(index) != term:
+            probe("raft.persisted.stale_report")
+            return
+        self.log.stable_to(index)
+        if self.role == Role.LEADER:
+            self._maybe_commit()
 
     def status(self) -> Status:
         peers = {}

@@ -1,5 +1,7 @@
-"""The in-memory Raft log: entries after a compaction point, and how far the driver has made
-them durable (`stable`). Entries above `stable` are handed out in the next Ready."""
+"""The in-memory Raft log: entries after a compaction point, how far the driver has made them
+durable (`stable`) and how far it has been handed them to write (`handed`, at least `stable`:
+a leader's write may still be under way in the background, see RaftCore.persisted). Entries
+above `handed` are handed out in the next Ready."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ class RaftLog:
             if e.index != snapshot_index + 1 + i:
                 raise SafetyError(f"persisted log is not contiguous at index {e.index}")
         self.stable = self.last_index()
+        self.handed = self.stable
 
     def last_index(self) -> int:
         return self.offset + len(self.entries)
@@ -71,6 +74,7 @@ class RaftLog:
         """Drop `index` and everything after it (a conflicting suffix from an old leader)."""
         del self.entries[index - self.offset - 1 :]
         self.stable = min(self.stable, index - 1)
+        self.handed = min(self.handed, index - 1)
 
     def find_conflict_by_term(self, index: int, term: int) -> int:
         """Largest i <= index whose term is <= term: where the logs can still agree."""
@@ -83,10 +87,16 @@ class RaftLog:
         return index
 
     def unstable(self) -> list[Entry]:
-        return self.entries[self.stable - self.offset :]
+        """The entries not yet handed to the driver to write."""
+        return self.entries[self.handed - self.offset :]
+
+    def handed_to(self, index: int) -> None:
+        """The driver is writing everything through `index` (not yet durable)."""
+        self.handed = max(self.handed, index)
 
     def stable_to(self, index: int) -> None:
         self.stable = max(self.stable, index)
+        self.handed = max(self.handed, index)
 
     def compact(self, index: int) -> None:
         term = self.term_at(index)

@@ -12,10 +12,16 @@ msgsAfterAppend), not by each driver:
   config (a message sent before our vote is durable could outlive a crash that forgets it), and
   only when every message is one a leader sends (a vote or an acknowledgement reports the
   write, and must wait for it).
-- With those messages gone early, committed entries below the first entry of this write were
-  made durable by an earlier Ready and may be applied before it: a leader's replies then leave
-  while it writes the next group. Not when the soft state changes, since applying may depend on
-  the role the driver has not taken yet.
+- With those messages gone early, committed entries below the first entry of this write may
+  be applied before it: committed means durable on a majority, and a leader's replies then
+  leave while it writes the next group. Not when the soft state changes, since applying may
+  depend on the role the driver has not taken yet.
+- The same Readys may leave their write running in the background (`write_behind`): the driver
+  advances the core without waiting, steps the followers' answers meanwhile, and reports the
+  write's end with RaftCore.persisted. Until then the leader does not count itself, so two
+  followers of three commit without it (etcd/raft's asynchronous storage writes; Kudu's
+  local peer is one voter among the others). A lone write then waits for the fastest majority,
+  not for the leader's own fsync, which on a busy machine starts last.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ LEADER_MESSAGES = (AppendEntries, Heartbeat)  # what only a leader sends
 class Steps:
     """A Ready as ordered steps: send `send_early`, apply `apply_early`; write `entries`,
     `hard_state`, `committed_config`; send `send`; take the soft state; apply `apply`; serve the
-    read states; advance."""
+    read states; advance (with `write_behind`, a driver may advance before the write ends)."""
 
     send_early: tuple[Message, ...]
     apply_early: tuple[Entry, ...]
@@ -43,6 +49,7 @@ class Steps:
     committed_config: RaftConfig | None
     send: tuple[Message, ...]
     apply: tuple[Entry, ...]
+    write_behind: bool = False  # the write may finish after advance(written=False)
 
 
 def steps(rd: Ready, *, unchanged_hard_state: bool = False) -> Steps:
@@ -63,4 +70,5 @@ def steps(rd: Ready, *, unchanged_hard_state: bool = False) -> Steps:
         committed_config=rd.committed_config,
         send=() if early else tuple(rd.messages),
         apply=tuple(rd.committed_entries[len(apply_early):]),
+        write_behind=early,
     )

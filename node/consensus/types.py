@@ -103,6 +103,9 @@ class CoreConfig:
     keep_conflicting_suffix: bool = False
     # Unsafe (fault_vote_twice_in_term): grant a vote in a term we already voted in.
     vote_twice_in_term: bool = False
+    # Unsafe (fault_count_unsynced_own_entries): a leader counts its own entries toward a commit
+    # once handed to its WAL, before they are durable.
+    count_unsynced_own_entries: bool = False
 
     @property
     def election_timeout_ticks(self) -> int:

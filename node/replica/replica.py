@@ -142,7 +142,13 @@ class ReplicaOptions:
             commit_prior_term_by_count=self.faults.fault_commit_prior_term_by_count,
             keep_conflicting_suffix=self.faults.fault_keep_conflicting_suffix,
             vote_twice_in_term=self.faults.fault_vote_twice_in_term,
+            count_unsynced_own_entries=self.faults.fault_count_unsynced_own_entries,
         )
+
+
+def _raise(err: BaseException) -> None:
+    """Raise `err` in the driver (a write behind its Ready failed): the replica fails there."""
+    raise err
 
 
 def config_text(config: RaftConfig) -> str:
@@ -206,6 +212,7 @@ class Replica:
         # no second decode; an entry of another term at that index is not ours and is decoded.
         self._proposed: dict[int, tuple[int, Command]] = {}
         self._open_group: OpenGroup | None = None  # queued, still taking writes
+        self._writing_behind = False  # a leader's write runs past its Ready (Steps.write_behind)
         self._applied_waiters: list[tuple[int, Callable[[], None]]] = []  # (index, then)
         self._leader_ready_term = -1  # term in which we, as leader, applied our own entry
         self._leader_ready = asyncio.Event()
@@ -374,6 +381,9 @@ class Replica:
         self._send_messages(st.send_early)
         for e in st.apply_early:
             self._apply(e)
+        # One write at a time runs behind its Ready: while it does, the next Ready's write is
+        # waited for, so a busy leader still gathers proposals into groups between writes.
+        behind = st.write_behind and not self._writing_behind
         if st.entries:
             if st.send_early and self.wal.threaded:
                 # One loop turn first, so the early messages reach their sockets (the RPC
@@ -381,20 +391,11 @@ class Replica:
                 # first, it takes the GIL, and the followers' copies wait on the leader's own
                 # write (docs/benchmarks.md, lone-write hops).
                 await asyncio.sleep(0)
-            started = asyncio.get_running_loop().time()
-            first = st.entries[0].index
-            last = self.wal.last_index
-            pending = []
-            await self.wal.wait_for_space()  # reserve() blocks the thread when the queue is full
-            if last is not None and first <= last:
-                self.log.info("truncating WAL entries %d..%d: uncommitted, replaced by the "
-                              "leader's entries from term %d", first, last, st.entries[0].term)
-                pending.append(self.wal.append_future(self.wal.truncate_suffix(first - 1)))
-            pending.append(self.wal.append_future(self.wal.reserve(list(st.entries))))
-            await asyncio.gather(*pending)
-            self.stats["wal_groups"] += 1
-            self.stats["wal_entries"] += len(st.entries)
-            self.stats["wal_seconds"] += asyncio.get_running_loop().time() - started
+            written = await self._write(st.entries)
+            if behind:
+                self._write_behind(written, st.entries[-1])
+            else:
+                await written
         if st.hard_state is not None or st.committed_config is not None:
             await self._in_thread(self._save_cmeta, st.hard_state, st.committed_config)
         if st.committed_config is not None:
@@ -407,9 +408,49 @@ class Replica:
         for e in st.apply:
             self._apply(e)
         self.reads.released(rd.read_states, self.core.term)
-        self.core.advance(rd)
+        self.core.advance(rd, written=not (st.entries and behind))
         self._wake_applied()
         self._maybe_snapshot()
+
+    async def _write(self, entries: tuple[Entry, ...]) -> asyncio.Future:
+        """Hand `entries` to the WAL (first a truncation of what they replace); the future is
+        done once they are durable, with the write's time counted in `stats`."""
+        loop = asyncio.get_running_loop()
+        started, first, last = loop.time(), entries[0].index, self.wal.last_index
+        pending = []
+        await self.wal.wait_for_space()  # reserve() blocks the thread when the queue is full
+        if last is not None and first <= last:
+            self.log.info("truncating WAL entries %d..%d: uncommitted, replaced by the "
+                          "leader's entries from term %d", first, last, entries[0].term)
+            pending.append(self.wal.append_future(self.wal.truncate_suffix(first - 1)))
+        pending.append(self.wal.append_future(self.wal.reserve(list(entries))))
+
+        def counted(f: asyncio.Future) -> None:
+            if not f.cancelled() and f.exception() is None:
+                self.stats["wal_groups"] += 1
+                self.stats["wal_entries"] += len(entries)
+                self.stats["wal_seconds"] += loop.time() - started
+
+        written = asyncio.gather(*pending)
+        written.add_done_callback(counted)
+        return written
+
+    def _write_behind(self, written: asyncio.Future, last: Entry) -> None:
+        """Let the core step on while `written` runs; tell it when the write is durable
+        (RaftCore.persisted), or fail the replica in the driver if it failed."""
+        self._writing_behind = True
+
+        def done(f: asyncio.Future) -> None:
+            self._writing_behind = False
+            if f.cancelled():  # stop() cancelled the replica's work: nothing left to tell
+                return
+            err = f.exception()
+            if err is not None:
+                self._submit(functools.partial(_raise, err))
+            else:
+                self._submit(functools.partial(self.core.persisted, last.index, last.term))
+
+        written.add_done_callback(done)
 
     def _send_messages(self, messages: tuple) -> None:
         sent_at = asyncio.get_running_loop().time()
@@ -470,7 +511,9 @@ class Replica:
     def _maybe_snapshot(self) -> None:
         """One save at a time: two at once would each delete the other's temporary file."""
         applied = self.state.last_applied_index
-        if self._snapshotting or not snapshot_due(applied - self._last_snapshot,
+        # Not past our own durable log: a snapshot ahead of the WAL's durable end would outlive
+        # a crash that loses the write behind (Steps.write_behind); the next Ready tries again.
+        if applied > self.core.log.stable or self._snapshotting or not snapshot_due(applied - self._last_snapshot,
                                                   self._bytes_since_snapshot, self.options):
             return
         self._last_snapshot, self._snapshotting = applied, True

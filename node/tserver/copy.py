@@ -175,6 +175,9 @@ def abandon_copy(paths: TabletPaths) -> str | None:
     return sb.table_name
 
 
+UNREADABLE_CMETA = "its consensus metadata does not read"  # tombstone_vote's reason: logged loudly
+
+
 def tombstone_vote(paths: TabletPaths, uuid: str, requests: list[VoteRequest]
                    ) -> list[tuple[VoteResponse | None, str]]:
     """Blocking: answer vote requests for a TOMBSTONED or COPYING replica (as in Kudu, it keeps
@@ -190,8 +193,18 @@ def tombstone_vote(paths: TabletPaths, uuid: str, requests: list[VoteRequest]
     A replica whose last OpId is unknown (a deleted FAILED replica's files, being copied over,
     its superblock readable or not) refuses every vote, as Kudu refuses a tombstoned vote
     without a recorded last OpId: it may have logged, and acknowledged, entries a candidate
-    lacks."""
-    cmeta = ConsensusMetadata.load(paths.consensus_meta, paths.disk)
+    lacks.
+
+    A replica whose consensus metadata does not read (a flipped bit on its disk) knows neither
+    its term nor whether it voted in it: it sends nothing at all (an answer would have to
+    name a term), says why in its log, and keeps refusing until an operator repairs it or a
+    copy replaces it (the copy's merge refuses such metadata too)."""
+    try:
+        cmeta = ConsensusMetadata.load(paths.consensus_meta, paths.disk)
+    except CorruptionError as err:
+        probe("tombstone.vote.refused_corrupt_metadata")
+        why = f"{UNREADABLE_CMETA} ({err}): it may have voted in the term"
+        return [(None, why) for _ in requests]
     sb = readable_superblock(paths)  # None: a damaged one a copy is about to replace
     term, voted_for = cmeta.current_term, cmeta.voted_for
     if sb is None or sb.tombstone_last_opid is None:

@@ -32,6 +32,7 @@ from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.paths import TabletPaths
 from node.tablet.superblock import DataState, OpId, Superblock
 from node.tserver.copy import (
+    UNREADABLE_CMETA,
     abandon_copy,
     complete_install,
     prepare_install,
@@ -320,10 +321,11 @@ class TabletManager:
             answers = await asyncio.to_thread(tombstone_vote, paths, self.uuid, votes)
         tlog, send = self.log(tablet_id), self._sender(tablet_id)
         for m, (resp, why) in zip(votes, answers, strict=True):
-            tlog.info("tombstoned replica %s %s to %s for term %d, its last op (%d, %d): %s",
-                      "granted" if resp is not None and resp.granted else "denied",
-                      "pre-vote" if m.pre_vote else "vote", m.from_uuid, m.term, m.last_term,
-                      m.last_index, why)
+            loud = tlog.warning if why.startswith(UNREADABLE_CMETA) else tlog.info
+            loud("tombstoned replica %s %s to %s for term %d, its last op (%d, %d): %s",
+                 "granted" if resp is not None and resp.granted else "denied",
+                 "pre-vote" if m.pre_vote else "vote", m.from_uuid, m.term, m.last_term,
+                 m.last_index, why)
             if resp is not None:
                 send(m.from_uuid, [resp])
         return others
