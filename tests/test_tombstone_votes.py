@@ -306,6 +306,16 @@ def test_a_deleted_failed_voter_being_copied_never_votes_from_an_unknown_log(tmp
         asyncio.run(main())
 
 
+async def _stopped_with_three_rows(root):
+    """A tablet server that led its tablet alone and wrote three rows, stopped."""
+    ts = await start_server(root)
+    await create(ts, [ts.me])
+    await sole_leader(ts)
+    await write_rows(ts, 3)
+    await ts.stop()
+    return ts
+
+
 def test_a_copy_over_unknown_files_that_dies_leaves_a_tombstone_that_never_votes(tmp_path):
     """The same replica's copy cut short by a crash: start-up tombstones it with the last
     OpId still unknown (it used to write (0, 0), an empty log), and that tombstone refuses
@@ -314,11 +324,7 @@ def test_a_copy_over_unknown_files_that_dies_leaves_a_tombstone_that_never_votes
     from node.tserver.copy import prepare_install, recover_unfinished_copy, tombstone_vote
 
     async def failed_and_deleted(root):
-        ts = await start_server(root)
-        await create(ts, [ts.me])
-        await sole_leader(ts)
-        await write_rows(ts, 3)
-        await ts.stop()
+        ts = await _stopped_with_three_rows(root)
         segment = sorted(ts.tablets.paths(TABLET).wal_dir.iterdir())[0]
         data = bytearray(segment.read_bytes())
         data[fmt.parse_segment_header(bytes(data)).size + 20] ^= 0x04
@@ -352,15 +358,7 @@ def test_a_tombstone_whose_consensus_metadata_does_not_read_answers_no_vote(tmp_
     of the RPC handler (found by the whole-stack simulator: seed 33 of swarm seed 145's mix)."""
     from node.tserver.copy import UNREADABLE_CMETA, tombstone, tombstone_vote
 
-    async def tombstoned(root):
-        ts = await start_server(root)
-        await create(ts, [ts.me])
-        await sole_leader(ts)
-        await write_rows(ts, 3)
-        await ts.stop()
-        return ts.tablets.paths(TABLET)
-
-    paths = asyncio.run(tombstoned(tmp_path))
+    paths = asyncio.run(_stopped_with_three_rows(tmp_path)).tablets.paths(TABLET)
     term = ConsensusMetadata.load(paths.consensus_meta).current_term
     tombstone(paths, OpId(term, 4))
     vote = VoteRequest(term + 1, "cand", "me", term, 9)
