@@ -513,8 +513,9 @@ class Replica:
         applied = self.state.last_applied_index
         # Not past our own durable log: a snapshot ahead of the WAL's durable end would outlive
         # a crash that loses the write behind (Steps.write_behind); the next Ready tries again.
-        if applied > self.core.log.stable or self._snapshotting or not snapshot_due(applied - self._last_snapshot,
-                                                  self._bytes_since_snapshot, self.options):
+        if (applied > self.core.log.stable or self._snapshotting
+                or not snapshot_due(applied - self._last_snapshot, self._bytes_since_snapshot,
+                                    self.options)):
             return
         self._last_snapshot, self._snapshotting = applied, True
         self._bytes_since_snapshot = 0
