@@ -62,6 +62,7 @@ from node.replica.copy_pins import CopyPins
 from node.replica.done import Done, finish, settle
 from node.replica.read_only import ReadOnly
 from node.replica.snapshot_policy import retain_from, snapshot_due
+from node.replica.wal_writes import WalWrites
 from node.rpc.wire import DEFAULT_MAX_FRAME, ENVELOPE_RESERVE
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.ops import (
@@ -212,7 +213,6 @@ class Replica:
         # no second decode; an entry of another term at that index is not ours and is decoded.
         self._proposed: dict[int, tuple[int, Command]] = {}
         self._open_group: OpenGroup | None = None  # queued, still taking writes
-        self._writing_behind = False  # a leader's write runs past its Ready (Steps.write_behind)
         self._applied_waiters: list[tuple[int, Callable[[], None]]] = []  # (index, then)
         self._leader_ready_term = -1  # term in which we, as leader, applied our own entry
         self._leader_ready = asyncio.Event()
@@ -241,6 +241,7 @@ class Replica:
         self.cmeta = cmeta
         self.wal = Log.open(str(self.paths.wal_dir), self.tablet_id, self.options.log,
                             disk=self.paths.disk)
+        self.writes = WalWrites(self.wal, self.log, self.stats)
         tail = self.wal.recovery.unclosed
         if tail is not None and tail.garbage_bytes:
             self.log.warning("bootstrap: cut a torn WAL tail of %s at offset %d (%d bytes: %s)",
@@ -381,9 +382,7 @@ class Replica:
         self._send_messages(st.send_early)
         for e in st.apply_early:
             self._apply(e)
-        # One write at a time runs behind its Ready: while it does, the next Ready's write is
-        # waited for, so a busy leader still gathers proposals into groups between writes.
-        behind = st.write_behind and not self._writing_behind
+        behind = st.write_behind and not self.writes.behind  # one at a time (node.replica.wal_writes)
         if st.entries:
             if st.send_early and self.wal.threaded:
                 # One loop turn first, so the early messages reach their sockets (the RPC
@@ -391,9 +390,13 @@ class Replica:
                 # first, it takes the GIL, and the followers' copies wait on the leader's own
                 # write (docs/benchmarks.md, lone-write hops).
                 await asyncio.sleep(0)
-            written = await self._write(st.entries)
+            written = await self.writes.start(st.entries)
             if behind:
-                self._write_behind(written, st.entries[-1])
+                last = st.entries[-1]
+                self.writes.leave_behind(
+                    written, functools.partial(self._submit, functools.partial(
+                        self.core.persisted, last.index, last.term)),
+                    lambda err: self._submit(functools.partial(_raise, err)))
             else:
                 await written
         if st.hard_state is not None or st.committed_config is not None:
@@ -411,46 +414,6 @@ class Replica:
         self.core.advance(rd, written=not (st.entries and behind))
         self._wake_applied()
         self._maybe_snapshot()
-
-    async def _write(self, entries: tuple[Entry, ...]) -> asyncio.Future:
-        """Hand `entries` to the WAL (first a truncation of what they replace); the future is
-        done once they are durable, with the write's time counted in `stats`."""
-        loop = asyncio.get_running_loop()
-        started, first, last = loop.time(), entries[0].index, self.wal.last_index
-        pending = []
-        await self.wal.wait_for_space()  # reserve() blocks the thread when the queue is full
-        if last is not None and first <= last:
-            self.log.info("truncating WAL entries %d..%d: uncommitted, replaced by the "
-                          "leader's entries from term %d", first, last, entries[0].term)
-            pending.append(self.wal.append_future(self.wal.truncate_suffix(first - 1)))
-        pending.append(self.wal.append_future(self.wal.reserve(list(entries))))
-
-        def counted(f: asyncio.Future) -> None:
-            if not f.cancelled() and f.exception() is None:
-                self.stats["wal_groups"] += 1
-                self.stats["wal_entries"] += len(entries)
-                self.stats["wal_seconds"] += loop.time() - started
-
-        written = asyncio.gather(*pending)
-        written.add_done_callback(counted)
-        return written
-
-    def _write_behind(self, written: asyncio.Future, last: Entry) -> None:
-        """Let the core step on while `written` runs; tell it when the write is durable
-        (RaftCore.persisted), or fail the replica in the driver if it failed."""
-        self._writing_behind = True
-
-        def done(f: asyncio.Future) -> None:
-            self._writing_behind = False
-            if f.cancelled():  # stop() cancelled the replica's work: nothing left to tell
-                return
-            err = f.exception()
-            if err is not None:
-                self._submit(functools.partial(_raise, err))
-            else:
-                self._submit(functools.partial(self.core.persisted, last.index, last.term))
-
-        written.add_done_callback(done)
 
     def _send_messages(self, messages: tuple) -> None:
         sent_at = asyncio.get_running_loop().time()
