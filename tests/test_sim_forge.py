@@ -101,8 +101,7 @@ def test_the_network_garbles_only_what_the_picker_names():
 
 def test_a_pinned_snapshot_cut_after_a_newer_one_was_saved_is_not_judged(tmp_path):
     """Seed 167 (swarm mix, list-append): copy-shrink cut snapshot-1003, pinned by a copy; the
-    source then saved a newer snapshot durably before its reboot (snapshot-1000 and 1200 until
-    the leader's write went behind its Ready). Bootstrap loads the newest
+    source then saved a newer snapshot durably before its reboot. Bootstrap loads the newest
     snapshot and the WAL after it and never reads the cut one, so the replica rightly runs
     again: the cut is not judged, and the seed passes."""
     # its mix as drawn before seeds drew an external consistency mode (another schedule now)

@@ -607,8 +607,8 @@ def test_a_power_loss_inside_a_wal_sync_tears_the_tail_and_bootstrap_cuts_it(tmp
     """The torn fault waits for a WAL write across a sector that no sync has finished and cuts
     the power there: the crash keeps a prefix of that unacknowledged group, torn at a sector,
     and the rebooted replica cuts it and loses nothing acknowledged."""
-    # Seed 3: 6 of the 10 fire, 2 of them tear a tail (seed 1 tore one until the leader's
-    # write went behind its Ready, then none; seeds 2-6 all tear at least one).
+    # A seed on which most of the ten fire and at least one tears a tail (here 6 and 2): how
+    # many tear depends on where the power loss lands in a sector.
     result = StackSim(StackConfig(seed=3, workload="list-append", seconds=13.0,
                                   schedule=TORN_SCHEDULE), tmp_path).run()
     assert result.ok(), (result.violation, result.verdict)

@@ -155,14 +155,12 @@ def test_swarm_seed_145_no_longer_creates_a_replica_over_a_failed_ones_files(tmp
     without a tablet copy". Now such a create is refused (tests/test_failed_replica_delete.py
     fails without the refusal). Seed 145 itself no longer reaches that path (the engine has
     changed its schedule since), which its coverage marks showed: seed 48 of the mix does, found
-    with `tessera sim --until-probe tablet.create.refused_failed_files` (seed 43 did until the
-    leader's write went behind its Ready)."""
+    with `tessera sim --until-probe tablet.create.refused_failed_files`."""
     r = StackSim(StackConfig(seed=48, workload="list-append", seconds=30.0,
                              mix=parse_mix(SEED_145_MIX)), tmp_path).run()
     assert r.ok(), (r.violation, r.verdict)
     assert r.nemesis.get("flip", 0) >= 1
-    # the path the bug sat on, marked: a FAILED replica deleted (by the tombstone fault in seed
-    # 43; seed 48 runs no tombstone fault), then a create over its files
+    # the path the bug sat on, marked: a FAILED replica deleted, then a create over its files
     assert r.probes.get("tablet.failed.forgotten") and r.probes.get("tablet.create.refused_failed_files")
 
 

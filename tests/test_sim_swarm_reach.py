@@ -117,8 +117,7 @@ def test_a_small_session_results_bound_forgets_outstanding_results_and_refuses_l
     assert parse_mix(shared.spec()) == shared
     with pytest.raises(ValueError, match="results='0'"):
         parse_mix("restart:1;results=0")
-    # seed 2: of seeds 1-6 the one that stalls an attempt behind enough writes (seed 1 did until
-    # the leader's write went behind its Ready)
+    # a seed whose partitions stall an attempt behind more writes than the bound keeps
     _valid_and_fired(StackConfig(seed=2, workload="register", seconds=6.0, mix=shared),
                      tmp_path / "shared", "tablet.session.results_over_bound_forgotten",
                      "tablet.session.stale_seq", "client.write.session_lost_unknown")

@@ -355,7 +355,7 @@ def test_a_copy_over_unknown_files_that_dies_leaves_a_tombstone_that_never_votes
 def test_a_tombstone_whose_consensus_metadata_does_not_read_answers_no_vote(tmp_path):
     """A bit flipped in a tombstone's consensus metadata: it knows neither its term nor its
     vote, so it sends nothing (any answer names a term) and says why, instead of raising out
-    of the RPC handler (found by the whole-stack simulator: seed 33 of swarm seed 145's mix)."""
+    of the RPC handler (the whole-stack simulator's case: tests/test_sim_swarm.py)."""
     from node.tserver.copy import UNREADABLE_CMETA, tombstone, tombstone_vote
 
     paths = asyncio.run(_stopped_with_three_rows(tmp_path)).tablets.paths(TABLET)
