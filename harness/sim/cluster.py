@@ -137,7 +137,8 @@ class Simulation:
                                      "cas_refused", "transfers", "reads", "dropped", "duplicated", "compactions")}
         self.probe: tuple[int, int] | None = None  # (term, index) of the liveness proposal
         # Whether leaders write behind their Readys, and how long those writes take: from a
-        # stream of its own, so the seeds that do not keep their schedules bit for bit.
+        # stream of its own, so the seeds that do not write behind keep their schedules bit for
+        # bit.
         self._disk_rng = random.Random(f"{seed}/write-behind")
         self.write_behind = self._disk_rng.random() < 0.5
         for node in self.nodes:
