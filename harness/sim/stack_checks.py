@@ -5,23 +5,23 @@ what it has seen (leaders by term, committed entries, votes, tombstones, configs
 what comes next. A broken invariant raises StackViolation with where and what.
 
 What it checks: no RPC handler failing on an error no guard handled (answered REMOTE_ERROR);
-no replica FAILED on one of its own safety guards; one leader per term; lease
-safety; terms and votes never going back; no vote granted to a log behind what the voter had
-logged and no leader counting more than a peer acknowledged in its term (both seen on the
-messages replicas send); a committed config's entry in the replica's log; one committed
-entry per index, with hybrid time
-increasing along the log; one state per applied index; one config per committed config index;
-no tombstone resurrected; damage a replica needs never run on (a flipped newest WAL batch cut
-as torn, a cut or lost segment taken for a log that ended there); the catalog agreeing
-with the committed configs; every tablet server heartbeating the committed masters; and, on
-the history, commit-wait across tablets.
+no replica FAILED on one of its own safety guards; one leader per term; lease safety; terms
+and votes never going back; no vote granted to a log behind what the voter had logged, no
+leader counting more than a peer acknowledged in its term, and no leader committing past what
+a majority holds durably (its own WAL's synced prefix with its peers' answers: all seen on
+the messages replicas send); a committed config's entry in the replica's log; one committed
+entry per index, with hybrid time increasing along the log; one state per applied index; one
+config per committed config index; no tombstone resurrected; damage a replica needs never run
+on (a flipped newest WAL batch cut as torn, a cut or lost segment taken for a log that ended
+there); the catalog agreeing with the committed configs; every tablet server heartbeating the
+committed masters; and, on the history, commit-wait across tablets.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from node.consensus import AppendResponse, Role, VoteRequest, VoteResponse
+from node.consensus import AppendResponse, Role, VoteRequest, VoteResponse, quorum
 from node.master.catalog import CATALOG, Catalog
 
 DATA_DIR = Path("/data")  # every server's, on its own SimDisk
@@ -62,6 +62,9 @@ class Invariants:
         # acknowledgements: (tablet, leader, term, peer) -> the highest index the peer's
         # successful AppendResponses to that leader in that term said it holds
         self._acked: dict[tuple[str, str, int, str], int] = {}
+        # counted commits: (tablet, leader, term) -> the commit index checked last (at first
+        # sight, the one the leader came to its term with: learned, not counted)
+        self._counted: dict[tuple[str, str, int], int] = {}
 
     def crashed(self, host: str) -> None:
         """`host`'s process died: its restarted replicas re-learn their commit index."""
@@ -173,6 +176,7 @@ class Invariants:
             self._logged[(host, tablet)] = _logged(r)
             if r.role is LEADER:
                 self._check_acks(host, tablet, r)
+                self._check_counted(host, tablet, r)
         for m in messages:
             if type(m) is AppendResponse and m.success:
                 key = (tablet, m.to_uuid, m.term, m.from_uuid)
@@ -204,6 +208,35 @@ class Invariants:
                     f"acknowledgement: tablet {tablet}: leader {r.uuid} on {host} (term "
                     f"{r.term}) counts {peer} as holding index {pr.match}, but {peer} "
                     f"acknowledged only {acked} to it in that term")
+
+    def _check_counted(self, host: str, tablet: str, r) -> None:
+        """A leader commits only what a majority of voters holds durably: its own log up to
+        what its WAL has synced (`log.stable`, reported by the driver once the write is
+        durable) and each peer up to what it acknowledged in this term. A leader whose own WAL
+        write runs behind its Ready (docs/decisions/write-behind.md) may commit on its
+        followers' answers alone, never on entries it has only handed to its WAL: a power loss
+        would then take them from a majority. Judged each time the commit index has moved
+        since the last send, so under the config the leader counted with: the active one, or the
+        committed one if a config change was appended meanwhile (one change at a time)."""
+        core, key = r.core, (tablet, r.uuid, r.term)
+        seen = self._counted.setdefault(key, core.commit)
+        if core.commit <= seen or self._unsafe:
+            return
+        self._counted[key] = core.commit
+
+        def held(voter: str) -> int:
+            if voter == r.uuid:
+                return core.log.stable
+            return self._acked.get((tablet, r.uuid, r.term, voter), 0)
+
+        durable = max(quorum.committed_index(config.voters(), held)
+                      for config in (core.active_config, core.committed_config))
+        if core.commit > durable:
+            self._unsafe.append(
+                f"durable quorum: tablet {tablet}: leader {r.uuid} on {host} (term {r.term}) "
+                f"committed index {core.commit}, but a majority holds only {durable} durably "
+                f"(its own WAL synced to {core.log.stable}, its log handed to "
+                f"{core.log.handed})")
 
     def _check_stamp(self, tablet: str, index: int, term: int, stamp: int | None) -> None:
         """Hybrid time follows the log: a committed command's timestamp exceeds every earlier
