@@ -80,8 +80,9 @@ RECIPES: dict[str, tuple[Cell, str]] = {
               rate=200.0),
         "a leader commits with one follower's answer while its own write is unsynced; power "
         "loss takes that write and a new leader is elected without the entry: lost appends "
-        "(Elle) or divergence. Not measured on the cluster yet; the core simulator catches it "
-        "(a majority of voters does not store what the leader committed)"),
+        "(Elle) or divergence. Not caught on the netns cluster in one 184 s run (its power "
+        "losses reach the hosts further apart than one WAL write lasts); both simulators "
+        "catch it (a majority of voters does not store durably what the leader committed)"),
     "fault_copy_overwrite_cmeta": (
         _cell("fault_copy_overwrite_cmeta", "list-append",
               ("membership", "leader-isolate", "kill-after-heal"), nemesis_interval=4.0,
