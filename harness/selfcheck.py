@@ -179,6 +179,9 @@ SIM_FULL_RECIPES: dict[str, str] = {
     "fault_vote_twice_in_term": "a replica votes twice in a term and FAILs on its consensus "
                                 "metadata's guard, often before the test table is writable: "
                                 "safety guard (the FAILED replica's error quoted)",
+    "fault_count_unsynced_own_entries": "a leader commits on one follower's answer while its "
+                                        "own WAL write is unsynced: durable quorum (in the "
+                                        "cell's swarm seeds whose mix draws a slow fsync)",
 }
 # Core options whose bug shows only in what reads return, which the simulator does not check.
 SIM_BLIND = frozenset({"check_quorum"})  # thousands of seeds: a core bug the simulator can see shows in far fewer

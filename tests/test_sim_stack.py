@@ -172,10 +172,11 @@ class _Replica:
         of the last op its log holds; `config_index`: its committed config's entry."""
         from node.consensus import Role
 
+        config = SimpleNamespace(opid_index=config_index, voters=lambda: [])
         self.core = SimpleNamespace(log=SimpleNamespace(
-            stable=logged[1], offset=0, term_at=lambda index: logged[0],
+            stable=logged[1], handed=logged[1], offset=0, term_at=lambda index: logged[0],
             last_index=lambda: logged[1]),
-            committed_config=SimpleNamespace(opid_index=config_index))
+            commit=0, committed_config=config, active_config=config, progress={})
         self.uuid, self.role, self.term = uuid, Role[role], term
         self.failed, self.stopping = None, False
         self._vote = (term, voted)
@@ -312,6 +313,47 @@ def test_a_leader_counting_more_than_a_peer_acknowledged_is_a_violation(tmp_path
                                              r"2\) counts b as holding index 9, but b "
                                              r"acknowledged only 7"):
         sim.invariants.check()
+    sim.loop.close()
+
+
+def test_a_leader_committing_past_what_a_majority_holds_durably_is_a_violation(tmp_path):
+    """The durable-quorum check: leader a of b and c (term 2) came to its term with commit 3;
+    its WAL has synced up to 5 and it handed 8 to it; b answered up to 7. Commit 5 is held
+    durably by a and b; commit 7 by b alone (a counted what it had only handed to its WAL, as
+    fault_count_unsynced_own_entries does), until c answers 7 too."""
+    from node.consensus import AppendResponse
+
+    sim = StackSim(StackConfig(seed=1), tmp_path)
+    leader = _Replica("a", "LEADER", 2, logged=(2, 5))
+    config = SimpleNamespace(opid_index=0, voters=lambda: ["a", "b", "c"])
+    leader.core.active_config = leader.core.committed_config = config
+    leader.core.log.handed, leader.core.commit = 8, 3
+    sim.servers = {"a": _Server(t=leader), "b": _Server(), "c": _Server()}
+    observe = sim.invariants.observe_sent
+    observe("a", "t", "b", [])  # first sight: commit 3 came with the term
+    observe("b", "t", "a", [AppendResponse(2, "b", "a", True, match_index=7)])
+    leader.core.commit = 5
+    observe("a", "t", "b", [])
+    sim.invariants.check()
+    leader.core.commit = 7
+    observe("a", "t", "b", [])
+    with pytest.raises(StackViolation, match=r"durable quorum: tablet t: leader a on a \(term 2\) "
+                                             r"committed index 7, but a majority holds only 5 "
+                                             r"durably \(its own WAL synced to 5, its log handed "
+                                             r"to 8\)"):
+        sim.invariants.check()
+    sim.loop.close()
+
+    sim = StackSim(StackConfig(seed=1), tmp_path / "fine")
+    leader.core.commit = 3
+    sim.servers = {"a": _Server(t=leader), "b": _Server(), "c": _Server()}
+    observe = sim.invariants.observe_sent
+    observe("a", "t", "b", [])
+    observe("b", "t", "a", [AppendResponse(2, "b", "a", True, match_index=7)])
+    observe("c", "t", "a", [AppendResponse(2, "c", "a", True, match_index=7)])
+    leader.core.commit = 7
+    observe("a", "t", "b", [])
+    sim.invariants.check()  # b and c hold 7: the leader's own write may come later
     sim.loop.close()
 
 
