@@ -42,7 +42,9 @@ def test_both_modes_keep_their_promises_under_clock_faults(env, tmp_path):
         assert code == 0, (mode, {k: v["verdict"] for k, v in by.items()})
         assert test["external_consistency"] == mode
         assert results["nemesis"]["fired"].get("clock", 0) >= 1
-        assert by["client-order"]["writes"] > 100 and by["timestamps"]["verdict"] == "valid"
+        # a floor that shows each of the clients ordered successive writes, not a throughput
+        # figure: a loaded host made 75 writes in one of these 20 s runs
+        assert by["client-order"]["writes"] >= 20 and by["timestamps"]["verdict"] == "valid"
         probes = results["probes"]["runs"]
         if mode == "client-propagated":  # answered without commit-wait
             assert "replica.write.client_propagated" in probes
