@@ -277,7 +277,8 @@ CATALOG: dict[str, str] = {
         "a delete was refused: the replica's committed config is newer than its cas_config_index",
     "tablet.tombstoned": "a running replica was stopped and tombstoned with its last logged OpId",
     "tablet.tombstone.write_failed":
-        "a stopped replica's tombstone could not be written (a failing disk): it is FAILED",
+        "a replica being tombstoned could not close its files or write the tombstone (a full "
+        "or failing disk): it is FAILED",
     # --- tombstone: votes answered from a tombstone (Kudu's tablet-copy design) ---
     "tombstone.vote.withheld_in_lease":
         "a tombstoned replica withheld votes: it stopped within a vote lease",
@@ -326,6 +327,8 @@ CATALOG: dict[str, str] = {
     "copy.install.open_failed": "the copied files did not open: the replica is FAILED",
     "copy.failed": "a tablet copy failed part-way (or was cancelled): it is abandoned",
     "copy.abandoned.tombstoned": "an abandoned copy had written files: the tablet is a tombstone",
+    "copy.abandon.failed":
+        "an abandoned copy's cleanup failed (a full or failing disk): the tablet is FAILED",
     "copy.abandoned.state_restored":
         "an abandoned copy had written nothing: the tablet is back in its prior state",
     "copy.aborted_by_delete":

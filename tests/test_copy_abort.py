@@ -120,6 +120,159 @@ def test_a_delete_racing_a_copys_install_leaves_memory_and_disk_agreeing(tmp_pat
     asyncio.run(main())
 
 
+class FailingSource(StallingSource):
+    """Begins a session, then says the session is gone (it restarted): the copy fails itself."""
+
+    async def _fetch(self, req: FetchCopyChunk) -> CopyChunk:
+        raise RpcError(ErrorCode.NOT_FOUND, "no such session")
+
+
+def _slowed(monkeypatch, name: str):
+    """tablet_manager's blocking step `name` slowed by half a second (a slow disk's fsyncs),
+    in a real thread before the real step; the event is set when it begins."""
+    import threading
+    import time
+
+    import node.tserver.tablet_manager as tm
+
+    real, began = getattr(tm, name), threading.Event()
+
+    def slow(*args):
+        began.set()
+        time.sleep(0.5)
+        return real(*args)
+
+    monkeypatch.setattr(tm, name, slow)
+    return began
+
+
+def test_a_delete_during_a_failed_copys_cleanup_leaves_a_tombstone_that_takes_copies(
+        tmp_path, monkeypatch):
+    """A copy that failed on its own (its source lost the session) cleans up in a thread; a
+    DeleteTablet that came meanwhile cancelled the cleanup halfway: the disk said TOMBSTONED,
+    the tablet stayed COPYING with no copy under way, and every later StartTabletCopy was
+    refused "a copy is in progress" and every delete answered not ok, until a restart (the
+    master never replaces a COPYING replica). The cleanup now runs to its end."""
+    cleaning = _slowed(monkeypatch, "abandon_copy")
+
+    async def main():
+        ts = await start_server(tmp_path / "a")
+        src = FailingSource()
+        try:
+            host, port = await src.server.start("127.0.0.1", 0)
+            req = StartTabletCopy(TABLET, Peer("src", host, port), 3, "MISSING")
+            copy = asyncio.create_task(ts.copy_service.on_start_tablet_copy(req))
+            await asyncio.wait_for(asyncio.to_thread(cleaning.wait, 10), 15)
+            assert (await ts.service.on_delete_tablet(DeleteTablet(TABLET))).ok
+            failed = (await asyncio.gather(copy, return_exceptions=True))[0]
+            assert isinstance(failed, RpcError), failed
+            sb = Superblock.load(ts.tablets.paths(TABLET).superblock)
+            assert ts.tablets.state(TABLET) == TabletState.TOMBSTONED
+            assert sb.data_state == DataState.TOMBSTONED, sb
+            assert (await ts.service.on_delete_tablet(DeleteTablet(TABLET))).ok
+            with pytest.raises(RpcError) as again:  # a new copy is tried, not refused as busy
+                await ts.copy_service.on_start_tablet_copy(req)
+            assert "in progress" not in again.value.message, again.value
+        finally:
+            await src.server.stop()
+            await ts.stop()
+
+    asyncio.run(main())
+
+
+def test_a_delete_whose_handler_is_cancelled_mid_tombstone_still_tombstones(tmp_path, monkeypatch):
+    """The RPC server cancels a handler at its caller's deadline (the master's delete waits
+    5 s) or when the connection closes. A DeleteTablet cancelled while its tombstone was
+    written left the replica stopped and listed RUNNING (reported to the master as the
+    tablet's leader, never replaced) over a TOMBSTONED superblock, and the next delete failed
+    the replica (no transition TOMBSTONED -> TOMBSTONED). The tombstone now runs to its end."""
+    from tserver_helpers import create, sole_leader, write_rows
+
+    writing = _slowed(monkeypatch, "tombstone")
+
+    async def main():
+        ts = await start_server(tmp_path / "a")
+        try:
+            await create(ts, [ts.me])
+            await sole_leader(ts)
+            await write_rows(ts, 3)
+            handler = asyncio.create_task(ts.service.on_delete_tablet(DeleteTablet(TABLET)))
+            await asyncio.wait_for(asyncio.to_thread(writing.wait, 10), 15)
+            handler.cancel()
+            await asyncio.gather(handler, return_exceptions=True)
+            sb = Superblock.load(ts.tablets.paths(TABLET).superblock)
+            assert ts.tablets.state(TABLET) == TabletState.TOMBSTONED
+            assert sb.data_state == DataState.TOMBSTONED, sb
+            assert TABLET not in ts.tablets.replicas
+            assert (await ts.service.on_delete_tablet(DeleteTablet(TABLET))).ok
+            assert ts.tablets.state(TABLET) == TabletState.TOMBSTONED
+        finally:
+            await ts.stop()
+
+    asyncio.run(main())
+
+
+def _full_disk(*args):
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_copy_whose_cleanup_fails_on_a_full_disk_leaves_the_tablet_failed(tmp_path, monkeypatch):
+    """Found by the whole-stack simulator (a swarm seed filling the disk): a failed copy's
+    cleanup failed itself (ENOSPC) and left the tablet COPYING with no copy under way,
+    refusing every later copy and delete. It is FAILED now, as a tombstone that cannot be
+    written is; the master's FAILED path takes it from there."""
+    import node.tserver.tablet_manager as tm
+
+    monkeypatch.setattr(tm, "abandon_copy", _full_disk)
+
+    async def main():
+        ts = await start_server(tmp_path / "a")
+        src = FailingSource()
+        try:
+            host, port = await src.server.start("127.0.0.1", 0)
+            req = StartTabletCopy(TABLET, Peer("src", host, port), 3, "MISSING")
+            with pytest.raises(OSError):
+                await ts.copy_service.on_start_tablet_copy(req)
+            assert ts.tablets.state(TABLET) == TabletState.FAILED
+            assert "No space left" in ts.tablets.get(TABLET).reason
+        finally:
+            await src.server.stop()
+            await ts.stop()
+
+    asyncio.run(main())
+
+
+def test_a_replica_that_cannot_close_its_files_at_its_tombstone_is_failed(tmp_path):
+    """Found by the whole-stack simulator (a swarm seed filling the disk): closing the WAL of
+    a replica being tombstoned writes its newest segment's footer, which failed (ENOSPC); the
+    stopped replica stayed listed RUNNING, reported so to the master and never replaced. It is
+    FAILED now."""
+    from tserver_helpers import create, sole_leader
+
+    async def main():
+        ts = await start_server(tmp_path / "a")
+        try:
+            await create(ts, [ts.me])
+            r = await sole_leader(ts)
+            stop = r.stop
+
+            async def failing_stop():
+                await stop()
+                _full_disk()
+
+            r.stop = failing_stop
+            with pytest.raises(OSError):
+                await ts.service.on_delete_tablet(DeleteTablet(TABLET))
+            assert ts.tablets.state(TABLET) == TabletState.FAILED
+            assert TABLET not in ts.tablets.replicas
+        finally:
+            await ts.stop()
+
+    asyncio.run(main())
+
+
 def test_a_copy_whose_caller_left_first_fails_without_an_unhandled_exception():
     """Found by the batched-writes chaos test: a copy's source was killed after the leader that
     asked for the copy had gone, so the shielded copy task failed with nobody awaiting it, and

@@ -151,6 +151,25 @@ def test_enospc_past_the_quota_and_eio_on_fsync():
     assert disk.crash().read("/d/f") == b""
 
 
+def test_a_descriptor_closed_twice_is_recorded_with_its_path():
+    """A second close is EBADF here and harmless, since a handle is an object; a real process
+    gives the number to the next file it opens, so the simulator records every second close
+    (`closed_twice`) for its invariant check. A crashed incarnation's handles are not counted:
+    the process is gone."""
+    disk = new_disk()
+    fd = disk.open("/d/f", create=True)
+    disk.close(fd)
+    assert disk.closed_twice == []
+    with pytest.raises(OSError) as exc:
+        disk.close(fd)
+    assert exc.value.errno == errno.EBADF and disk.closed_twice == ["/d/f"]
+    other = disk.open("/d/g", create=True)
+    disk.crash()
+    with pytest.raises(Fenced):
+        disk.close(other)
+    assert disk.closed_twice == ["/d/f"]
+
+
 def test_a_filling_disk_counts_preallocated_space_and_writes_short():
     """SimFaults.fill, as a real disk fills: preallocated space is held, fallocate past the
     quota fails with ENOSPC, and a write past it writes what fits and returns that count (the

@@ -316,6 +316,43 @@ def test_a_leader_counting_more_than_a_peer_acknowledged_is_a_violation(tmp_path
     sim.loop.close()
 
 
+def test_a_tablet_listed_in_a_state_it_does_not_hold_is_a_violation():
+    """The tablet-state check: outside a transition, a RUNNING tablet's replica is not stopped
+    and a COPYING tablet has its copy under way (a transition cancelled or failed halfway left
+    both, over a tombstone on disk); inside one, either is a step of it."""
+    import asyncio
+
+    from harness.sim.stack_checks import _check_entries
+    from node.tserver.tablet_manager import TabletEntry, TabletState
+
+    async def main():
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        running = asyncio.get_running_loop().create_future()
+        stopped, live = SimpleNamespace(stopping=True), SimpleNamespace(stopping=False)
+        locks: dict[str, asyncio.Lock] = {}
+        tablets = SimpleNamespace(entries={}, transition=lambda t: locks.setdefault(t, asyncio.Lock()))
+        tablets.entries = {"a": TabletEntry("a", "tbl", TabletState.RUNNING, live),
+                           "b": TabletEntry("b", "tbl", TabletState.COPYING, copy=running),
+                           "c": TabletEntry("c", "tbl", TabletState.TOMBSTONED)}
+        _check_entries("h", tablets)
+        _check_entries("h", None)  # a master
+        tablets.entries["a"] = TabletEntry("a", "tbl", TabletState.RUNNING, stopped)
+        with pytest.raises(StackViolation, match="tablet state: a on h is listed RUNNING, but "
+                                                 "its replica is stopped"):
+            _check_entries("h", tablets)
+        async with tablets.transition("a"):  # a tombstone on its way
+            _check_entries("h", tablets)
+        tablets.entries["a"] = TabletEntry("a", "tbl", TabletState.RUNNING, live)
+        tablets.entries["b"] = TabletEntry("b", "tbl", TabletState.COPYING, copy=done)
+        with pytest.raises(StackViolation, match="tablet state: b on h is listed COPYING, but no "
+                                                 "copy is under way"):
+            _check_entries("h", tablets)
+        running.cancel()
+
+    asyncio.run(main())
+
+
 def test_a_leader_committing_past_what_a_majority_holds_durably_is_a_violation(tmp_path):
     """The durable-quorum check: leader a of b and c (term 2) came to its term with commit 3;
     its WAL has synced up to 5 and it handed 8 to it; b answered up to 7. Commit 5 is held

@@ -277,6 +277,46 @@ def test_a_failed_sync_fails_the_group_and_the_log(tmp_path, monkeypatch):
     log.close()
 
 
+def test_a_failed_roll_never_closes_a_descriptor_another_file_was_given(tmp_path):
+    """A roll whose footer write fails (a full disk) closed the old segment in `finish`; the
+    log failed, and its close at the replica's stop closed that number again. The process had
+    given it out meanwhile, here to another tablet's newest segment, whose next append then
+    failed (EBADF: a healthy replica FAILED); had it been given out once more, that appender
+    would have written and synced its batches into someone else's file."""
+    import errno
+
+    from node.disk import RealDisk
+
+    class FooterFails(RealDisk):
+        armed = False
+
+        def pwritev(self, fd, bufs, offset):
+            if self.armed and bytes(bufs[0][:8]) == fmt.FOOTER_MAGIC:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().pwritev(fd, bufs, offset)
+
+    disk = FooterFails()
+    a = Log.open(str(tmp_path / "a"), "a", LogOptions(log_segment_size_mb=1 / 16), disk=disk)
+    index = 1
+    while a._next is None and a._next_thread is None:  # until the next segment is prepared
+        append_durably(a, [entry(index, size=4096)])
+        index += 1
+    if a._next_thread is not None:
+        a._next_thread.join()
+    disk.armed = True
+    done, errors = threading.Event(), []
+    a.async_append(a.reserve([entry(index, size=4096)]), lambda e: (errors.append(e), done.set()))
+    assert done.wait(30) and isinstance(errors[0], OSError), errors
+    b = Log.open(str(tmp_path / "b"), "b", LogOptions())
+    try:
+        append_durably(b, [entry(1)])
+        a.close()
+        append_durably(b, [entry(2)])  # b's segment is still b's
+        assert [e.index for e in read_log(str(tmp_path / "b")).entries] == [1, 2]
+    finally:
+        b.close()
+
+
 def test_closed_log_refuses_appends(tmp_path):
     log = Log.open(str(tmp_path), TABLET)
     log.close()

@@ -153,10 +153,10 @@ class _Held:
 
 
 class _Handle:
-    __slots__ = ("disk", "file", "closed")
+    __slots__ = ("disk", "file", "closed", "path")
 
-    def __init__(self, disk: SimDisk, file: _File) -> None:
-        self.disk, self.file, self.closed = disk, file, False
+    def __init__(self, disk: SimDisk, file: _File, path: str) -> None:
+        self.disk, self.file, self.closed, self.path = disk, file, False, path
 
 
 class SimDisk:
@@ -179,6 +179,7 @@ class SimDisk:
         self.faults = faults or SimFaults()
         self._root = _Dir()
         self._fenced = False
+        self.closed_twice: list[str] = []  # paths of handles closed a second time
         self._temp_counter = 0
         self._serial = 0  # the last file serial handed out (shared by every incarnation)
         self._held = _Held()  # bytes_held's cache (shared by every incarnation)
@@ -379,7 +380,7 @@ class SimDisk:
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", os.fspath(path))
         elif isinstance(node, _Dir):
             raise IsADirectoryError(errno.EISDIR, "Is a directory", os.fspath(path))
-        return _Handle(self, node)
+        return _Handle(self, node, os.fspath(path))
 
     def mkstemp(self, directory: StrPath, prefix: str, suffix: str) -> tuple[_Handle, str]:
         """A fresh name from a counter, not a random one: runs must replay bit for bit."""
@@ -390,6 +391,11 @@ class SimDisk:
                 return self.open(path, create=True), path
 
     def close(self, fd: _Handle) -> None:
+        if fd.closed and not fd.disk._fenced:
+            # Harmless here, where a handle is an object; a real process hands the number to
+            # the next file it opens, and a second close closes that file (another tablet's
+            # WAL segment, a metadata file). The simulator reports it (`closed_twice`).
+            self.closed_twice.append(fd.path)
         self._handle(fd).closed = True
 
     def pwritev(self, fd: _Handle, bufs: Sequence[Buffer], offset: int) -> int:

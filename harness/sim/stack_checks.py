@@ -13,7 +13,9 @@ the messages replicas send); a committed config's entry in the replica's log; on
 entry per index, with hybrid time increasing along the log; one state per applied index; one
 config per committed config index; no tombstone resurrected; damage a replica needs never run
 on (a flipped newest WAL batch cut as torn, a cut or lost segment taken for a log that ended
-there); the catalog agreeing with the committed configs; every tablet server heartbeating the
+there); each tablet's listed state the state of what it holds (no stopped replica listed
+RUNNING, no tablet COPYING with no copy under way); no file descriptor closed twice; the
+catalog agreeing with the committed configs; every tablet server heartbeating the
 committed masters; and, on the history, commit-wait across tablets.
 """
 
@@ -98,6 +100,12 @@ class Invariants:
             if failure is not None:
                 raise StackViolation(f"handler failed: an RPC handler on {host} raised an "
                                      f"error no guard handled (REMOTE_ERROR): {failure}")
+            _check_entries(host, getattr(server, "tablets", None))
+            disk = self.sim.disks.get(host)
+            if disk is not None and disk.closed_twice:
+                raise StackViolation(f"descriptor closed twice: {disk.closed_twice[0]} on "
+                                     f"{host} (a real process may have given the number to "
+                                     "another file by then)")
             for tablet, r in list(getattr(server, "replicas", {}).items()):
                 self._logged[(host, tablet)] = _logged(r)
                 if r.failed and r.failed.startswith("SafetyError"):
@@ -422,6 +430,28 @@ class Invariants:
                     f"master list: tablet server {host} heartbeats {sorted(hb.masters)} (masters "
                     f"config index {hb.masters_config_index}); the committed masters are "
                     f"{sorted(want_set)} (index {r.committed_config_index})")
+
+
+def _check_entries(host: str, tablets) -> None:
+    """Each tablet's state in the tablet manager is the state of what it holds, whenever no
+    transition holds its lock: a RUNNING entry's replica is not stopped, and a COPYING entry's
+    copy is still under way. A transition cancelled halfway (its RPC handler cancelled at the
+    caller's deadline or on a closed connection, or a copy's cleanup cancelled by a delete)
+    leaves a stopped replica listed RUNNING, reported to the master and never replaced, or a
+    tablet COPYING for ever that refuses every later copy and delete; the disk meanwhile says
+    TOMBSTONED. Servers crash without a stop here, so a stopped replica is never a shutdown's."""
+    if tablets is None:  # a master, or a tablet server not started far enough
+        return
+    for tablet, e in tablets.entries.items():
+        if tablets.transition(tablet).locked():
+            continue
+        stored = e.stored.name
+        if stored == "RUNNING" and e.replica is not None and e.replica.stopping:
+            raise StackViolation(f"tablet state: {tablet} on {host} is listed RUNNING, but its "
+                                 "replica is stopped (a transition ended halfway)")
+        if stored == "COPYING" and (e.copy is None or e.copy.done()):
+            raise StackViolation(f"tablet state: {tablet} on {host} is listed COPYING, but no "
+                                 "copy is under way (a copy's cleanup ended halfway)")
 
 
 def _replica(server, tablet: str):

@@ -200,8 +200,13 @@ class TabletManager:
                 Superblock(tablet_id, table, partition, DataState.READY).save(
                     paths.superblock, paths.disk)
 
-            await asyncio.to_thread(create)
-            self._start_replica(tablet_id, table)
+            async def create_and_start() -> None:
+                await asyncio.to_thread(create)
+                self._start_replica(tablet_id, table)
+
+            # once its files are being written the replica is started whatever happens to the
+            # caller: cancelled between the two, files with no replica refused every retry
+            await uninterrupted(create_and_start())
             self.log(tablet_id).info("created replica of table %s with config %s", table,
                                      config_text(config))
             return True
@@ -252,15 +257,24 @@ class TabletManager:
                                       "operator", e.reason)
 
     async def _tombstone(self, e: TabletEntry) -> None:
-        """Stop a running replica and tombstone it. Call under its transition lock."""
+        """Stop a running replica and tombstone it. Call under its transition lock. Runs to its
+        end once begun, whatever happens to the caller (`uninterrupted`): a DeleteTablet handler
+        cancelled at its caller's deadline or on a closed connection left the replica stopped
+        and listed RUNNING (reported so to the master, never replaced) over a TOMBSTONED
+        superblock, and the next delete then failed it."""
+        await uninterrupted(self._stop_and_tombstone(e))
+
+    async def _stop_and_tombstone(self, e: TabletEntry) -> None:
         r = e.replica
         last = OpId(*r.last_logged())
-        await r.stop()
-        self._quiet(e.tablet_id)
         try:
+            try:
+                await r.stop()  # closing its WAL writes the newest segment's footer
+            finally:
+                self._quiet(e.tablet_id)  # it stopped serving, whether or not it closed cleanly
             await asyncio.to_thread(tombstone, self.paths(e.tablet_id), last)
-        except Exception as err:  # a failing disk: stopped and not a tombstone, so FAILED,
-            # never a stopped replica still listed RUNNING (the simulator's maintenance seeds)
+        except Exception as err:  # a full or failing disk: stopped and not a tombstone, so
+            # FAILED, never a stopped replica still listed RUNNING
             probe("tablet.tombstone.write_failed")
             self.entries[e.tablet_id] = TabletEntry(
                 e.tablet_id, e.table, TabletState.FAILED,
@@ -420,12 +434,27 @@ class TabletManager:
 
     async def abandon_copy(self, tablet_id: str, before: TabletState | None) -> None:
         """A copy that did not install: a tombstone if it had written anything (as start-up
-        would make of it), else the tablet is back in the state it was in."""
+        would make of it), else the tablet is back in the state it was in. Runs to its end
+        whatever happens to the copy meanwhile (`uninterrupted`): a delete that came while it
+        cleaned up cancelled it halfway, the disk said TOMBSTONED and the tablet stayed COPYING,
+        refusing every later copy and delete until a restart."""
+        await uninterrupted(self._abandon_copy(tablet_id, before))
+
+    async def _abandon_copy(self, tablet_id: str, before: TabletState | None) -> None:
         e = self.entries.get(tablet_id)
         if e is None or e.stored != TabletState.COPYING:
             return  # installed (or failed to open)
         async with self.transition(tablet_id):
-            table = await asyncio.to_thread(abandon_copy, self.paths(tablet_id))
+            try:
+                table = await asyncio.to_thread(abandon_copy, self.paths(tablet_id))
+            except Exception as err:  # a full or failing disk: FAILED, never COPYING with no
+                # copy under way (it refused every later copy and delete); start-up judges
+                # whatever the cleanup left, as after a crash
+                probe("copy.abandon.failed")
+                self.entries[tablet_id] = TabletEntry(
+                    tablet_id, e.table, TabletState.FAILED,
+                    error=log_failure(self.log(tablet_id), "cannot clean up the failed copy", err))
+                raise
         if table is not None:
             probe("copy.abandoned.tombstoned")
             self.entries[tablet_id] = TabletEntry(tablet_id, table, TabletState.TOMBSTONED)

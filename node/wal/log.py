@@ -202,8 +202,8 @@ class Log:
             self._segment.finish()
         else:  # leave the failed segment as it is: bootstrap judges it next time
             probe("wal.close.failed_segment_left")
-            with contextlib.suppress(OSError):  # the failure may have closed it already
-                self._disk.close(self._segment.fd)
+            with contextlib.suppress(OSError):  # a failing device may fail the close too
+                self._segment.close()  # once: a failed roll's finish closed it already
 
     def __enter__(self) -> Log:
         return self
@@ -598,8 +598,12 @@ class Log:
         assert nxt is not None
         probe("wal.segment.rolled")
         old = self._segment
-        old.finish()
-        nxt.activate()
+        try:
+            old.finish()
+            nxt.activate()
+        except BaseException:
+            nxt.close()  # left for bootstrap: a temporary file it deletes, or an empty newest
+            raise
         with self._segments_lock:
             self._closed.append(ClosedSegment(old.path, old.seq, old.footer()))
             self._segment = nxt

@@ -327,6 +327,7 @@ class WritableSegment:
         self.path = os.path.join(directory, TMP_PREFIX + segment_name(seq)[len(SEGMENT_PREFIX) :])
         self.prealloc_bytes = prealloc_bytes
         self.fd = disk.open(self.path, create=True)
+        self.open = True  # until `close`: the number is someone else's after it
         try:
             if prealloc_bytes:
                 disk.fallocate(self.fd, 0, prealloc_bytes)
@@ -393,9 +394,17 @@ class WritableSegment:
         try:
             _write_footer(self.disk, self.fd, self.offset, self.footer())
         finally:
+            self.close()
+
+    def close(self) -> None:
+        """Close the file once. The number is the process's to give out again as soon as it is
+        closed, to another tablet's segment or a metadata file: a second close would close
+        that file, and a write through the old number would land in it."""
+        if self.open:
+            self.open = False
             self.disk.close(self.fd)
 
     def discard(self) -> None:
         """Drop a segment that was never activated."""
-        self.disk.close(self.fd)
+        self.close()
         self.disk.unlink(self.path)
