@@ -325,6 +325,8 @@ CATALOG: dict[str, str] = {
     "copy.install.completed":
         "all copied files are in: the superblock says READY, naming the source",
     "copy.install.open_failed": "the copied files did not open: the replica is FAILED",
+    "copy.refused.behind_tombstone":
+        "the copied log ended behind the tombstone's last OpId: refused, it stays a tombstone",
     "copy.failed": "a tablet copy failed part-way (or was cancelled): it is abandoned",
     "copy.abandoned.tombstoned": "an abandoned copy had written files: the tablet is a tombstone",
     "copy.abandon.failed":

@@ -23,7 +23,7 @@ from node.protocol import (
     TabletCopyResult,
 )
 from node.rpc import ErrorCode, RpcError, RpcServer
-from node.tablet.superblock import DataState, KeyRange, Superblock
+from node.tablet.superblock import DataState, KeyRange, OpId, Superblock
 from node.tserver.tablet_manager import TabletState
 
 
@@ -269,6 +269,52 @@ def test_a_replica_that_cannot_close_its_files_at_its_tombstone_is_failed(tmp_pa
             assert TABLET not in ts.tablets.replicas
         finally:
             await ts.stop()
+
+    asyncio.run(main())
+
+
+def test_a_copy_ending_behind_the_tombstones_last_op_is_refused_and_the_tombstone_kept(tmp_path):
+    """A tombstone's last OpId is what the replica votes with. A leader writing behind (its
+    followers commit entries its own WAL has not synced) copies only what its WAL has synced,
+    so a follower tombstoned just then got a log ending before entries it had acknowledged,
+    and voted for logs without them: with the leader's crash, committed entries were gone
+    (the whole-stack simulator's copy-behind fault). Here the tombstone logged five more
+    entries of the source's term than the source has: the copy is refused, the tablet stays a
+    tombstone with its last OpId, and a copy from a source that caught up installs."""
+    from tserver_helpers import create, sole_leader, write_rows
+
+    from node.tablet.cmeta import ConsensusMetadata
+
+    async def main():
+        src, dst = await start_server(tmp_path / "src"), await start_server(tmp_path / "dst")
+        try:
+            await create(src, [src.me])
+            r = await sole_leader(src)
+            await write_rows(src, 5)
+            last_term, last = r.last_logged()
+            paths = dst.tablets.paths(TABLET)
+            config = encode_config(RaftConfig(0, (Member(src.uuid, MemberType.VOTER),
+                                                  Member(dst.uuid, MemberType.VOTER))))
+            ConsensusMetadata.create(paths.consensus_meta, TABLET, config, paths.disk).update(
+                (r.term, src.uuid))
+            ahead = OpId(last_term, last + 5)
+            Superblock(TABLET, "tbl", KeyRange(), DataState.TOMBSTONED,
+                       tombstone_last_opid=ahead).save(paths.superblock, paths.disk)
+            dst.tablets.open_existing(TABLET)
+            req = StartTabletCopy(TABLET, src.me, r.term, "TOMBSTONED")
+            with pytest.raises(RpcError, match="behind the last op this replica logged"):
+                await dst.copy_service.on_start_tablet_copy(req)
+            sb = Superblock.load(paths.superblock)
+            assert dst.tablets.state(TABLET) == TabletState.TOMBSTONED
+            assert sb.data_state == DataState.TOMBSTONED and sb.tombstone_last_opid == ahead
+            await write_rows(src, 6, prefix="more")
+            assert r.last_logged() > (ahead.term, ahead.index)
+            await dst.copy_service.on_start_tablet_copy(req)
+            assert dst.tablets.state(TABLET) == TabletState.RUNNING
+            assert dst.tablets.replica(TABLET).last_logged() >= (ahead.term, ahead.index)
+        finally:
+            await dst.stop()
+            await src.stop()
 
     asyncio.run(main())
 

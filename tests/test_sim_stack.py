@@ -316,6 +316,31 @@ def test_a_leader_counting_more_than_a_peer_acknowledged_is_a_violation(tmp_path
     sim.loop.close()
 
 
+def test_a_replica_coming_back_with_a_shorter_log_than_its_predecessor_is_a_violation(tmp_path):
+    """The log-position check: a replica object replaced on its server (a restart, a tablet
+    copy) must not end its log behind the one before it had logged, by (term, index); a
+    later term at a lower index is ahead. Within one replica the log may end earlier (a new
+    leader truncates an uncommitted suffix), and a failed replica or a new uuid starts over."""
+    sim = StackSim(StackConfig(seed=1), tmp_path)
+    check = sim.invariants._check_position
+    check("h", "t", _Replica("u", logged=(2, 278)), (2, 278))
+    shrunk = _Replica("u", logged=(2, 276))
+    check("h", "t", shrunk, (2, 276))  # another object: a copy installed behind
+    assert sim.invariants._unsafe == ["log regressed: tablet t on h came back (restarted or "
+                                      "copied) with a log ending at (2, 276), behind the "
+                                      "(2, 278) the replica before it had logged"]
+    sim.invariants._unsafe.clear()
+    check("h", "t", shrunk, (2, 270))  # the same replica, truncated
+    check("h", "t", _Replica("u", logged=(3, 271)), (3, 271))  # a later term is ahead
+    failed = _Replica("u", logged=(3, 271))
+    failed.failed = "corrupt WAL"
+    check("h", "t", failed, (3, 271))
+    check("h", "t", _Replica("u", logged=(1, 5)), (1, 5))  # after a failure: starts over
+    check("h", "t", _Replica("v", logged=(0, 0)), (0, 0))  # re-provisioned: another uuid
+    assert sim.invariants._unsafe == []
+    sim.loop.close()
+
+
 def test_a_tablet_listed_in_a_state_it_does_not_hold_is_a_violation():
     """The tablet-state check: outside a transition, a RUNNING tablet's replica is not stopped
     and a COPYING tablet has its copy under way (a transition cancelled or failed halfway left

@@ -248,10 +248,12 @@ class StackSim:
             if host in self.flipped and host not in self.flip_outcomes:
                 self.flip_outcomes[host] = f"refused to start: {self.start_failures[host]}"
 
-    def _crash(self, host: str) -> None:
-        """The process dies mid-step and its disk forgets what was not fsynced."""
+    def _crash(self, host: str, lose_unsynced: bool = False) -> None:
+        """The process dies mid-step and its disk forgets what was not fsynced: a seeded prefix
+        of it survives, or with `lose_unsynced` none (the power loss that drops a whole cache)."""
         self.loop.crash_host(host)
-        self.disks[host] = self.disks[host].crash(random.Random(self.rng.getrandbits(64)))
+        rng = random.Random(self.rng.getrandbits(64))
+        self.disks[host] = self.disks[host].crash(None if lose_unsynced else rng)
         self.servers.pop(host, None)
         self.down.add(host)
         self.invariants.crashed(host)
@@ -302,7 +304,7 @@ class StackSim:
                  "ddl": functools.partial(stack_ddl.ddl, self),
                  "transfer": self._transfer, "tombstone": self._tombstone,
                  "copy-race": self._copy_race, "lease-race": self._lease_race,
-                 "fail-copy": self._fail_copy, "torn": functools.partial(stack_damage.torn_tail, self),
+                 "fail-copy": self._fail_copy, "copy-behind": self._copy_behind, "torn": functools.partial(stack_damage.torn_tail, self),
                  "damage": functools.partial(stack_damage.damage, self),
                  "copy-cut": functools.partial(stack_copy_cut.copy_cut, self),
                  "maintenance": functools.partial(stack_maintenance.maintenance, self),
@@ -396,6 +398,31 @@ class StackSim:
         if leader not in self.down:
             self._crash(leader)
         return [*done, *flip]
+
+    async def _copy_behind(self, value: list):
+        """Slow L's disk, tombstone R a moment later, and `after` s past that crash L (its disk
+        well again) and restart it, with F cut from L and R (see `_choose_copy_fault`)."""
+        tablet, leader, f, r, slow, cut_s, _, after = value[:8]
+        if leader in self.disk_faults or leader in self.down:
+            return [*value[:8], "skipped: L's disk has a fault or L is down"]
+        self._set_disk_fault(leader, "slow", [leader, "slow", round(slow / 2, 6), slow])
+        await asyncio.sleep(0.3)  # writes pile up behind L's sync: F and R commit them
+        done = await self._tombstone(value)
+        if done is _SKIPPED:
+            self._clear_disk_fault(leader)
+            return [*value[:8], "skipped: R is down"]
+        await asyncio.sleep(after)
+        self._clear_disk_fault(leader)
+        if leader not in self.down:
+            self._crash(leader, lose_unsynced=True)
+            self._cut(f, leader, cut_s)
+            self._cut(f, r, cut_s)
+            self.loop.call_later(0.2, self._boot_if_down, leader, context=SYSTEM)
+        return done
+
+    def _boot_if_down(self, host: str) -> None:
+        if host in self.down:  # a restart fault may have booted it meanwhile
+            self._boot(host)
 
     def _cut(self, a: str, b: str, seconds: float) -> None:
         """Cut the link a-b for `seconds` (a heal meanwhile ends it sooner)."""

@@ -14,7 +14,8 @@ entry per index, with hybrid time increasing along the log; one state per applie
 config per committed config index; no tombstone resurrected; damage a replica needs never run
 on (a flipped newest WAL batch cut as torn, a cut or lost segment taken for a log that ended
 there); each tablet's listed state the state of what it holds (no stopped replica listed
-RUNNING, no tablet COPYING with no copy under way); no file descriptor closed twice; the
+RUNNING, no tablet COPYING with no copy under way); no replica coming back (restarted or
+copied) with a log ending behind its predecessor's; no file descriptor closed twice; the
 catalog agreeing with the committed configs; every tablet server heartbeating the
 committed masters; and, on the history, commit-wait across tablets.
 """
@@ -60,6 +61,8 @@ class Invariants:
         # its request said its log ends at; violations seen inside the engine's send path
         self._logged: dict[tuple[str, str], tuple[int, int]] = {}
         self._asked: dict[tuple[str, str, int, bool], tuple[int, int]] = {}
+        # (host, tablet) -> (the replica object, its uuid, (term, index) it last had logged)
+        self._positions: dict[tuple[str, str], tuple[object, str, tuple[int, int]]] = {}
         self._unsafe: list[str] = []
         # acknowledgements: (tablet, leader, term, peer) -> the highest index the peer's
         # successful AppendResponses to that leader in that term said it holds
@@ -77,7 +80,7 @@ class Invariants:
         """A server removed for good (the spare master): a new one there later is another
         replica (another uuid, an empty disk), so what is remembered of this one goes."""
         for memo in (self._terms, self._votes, self._checked, self._tombs, self._revived,
-                     self._logged):
+                     self._logged, self._positions):
             for key in [k for k in memo if k[0] == host]:
                 del memo[key]
 
@@ -107,7 +110,8 @@ class Invariants:
                                      f"{host} (a real process may have given the number to "
                                      "another file by then)")
             for tablet, r in list(getattr(server, "replicas", {}).items()):
-                self._logged[(host, tablet)] = _logged(r)
+                self._logged[(host, tablet)] = logged = _logged(r)
+                self._check_position(host, tablet, r, logged)
                 if r.failed and r.failed.startswith("SafetyError"):
                     raise StackViolation(f"safety guard: tablet {tablet} on {host} (replica "
                                          f"{r.uuid}) FAILED: {r.failed}")
@@ -181,7 +185,8 @@ class Invariants:
         server = self.sim.servers.get(host)
         r = _replica(server, tablet)
         if r is not None:
-            self._logged[(host, tablet)] = _logged(r)
+            self._logged[(host, tablet)] = logged = _logged(r)
+            self._check_position(host, tablet, r, logged)
             if r.role is LEADER:
                 self._check_acks(host, tablet, r)
                 self._check_counted(host, tablet, r)
@@ -201,6 +206,32 @@ class Invariants:
                         f"{'pre-vote' if m.pre_vote else 'vote'} in term {m.term} to "
                         f"{m.to_uuid}, whose log ends at {asked}, behind the {logged} "
                         f"it had logged{'' if r is not None else ' (voting with no replica open)'}")
+
+    def _check_position(self, host: str, tablet: str, r, logged: tuple[int, int]) -> None:
+        """A replica never comes back with a log ending behind the one before it on the same
+        server (by (term, index), as votes compare logs): a restart recovers what was synced,
+        and a tablet copy onto a tombstone must bring at least what the tombstone says it
+        logged, the last OpId it voted with meanwhile. A copy from a source whose WAL had not
+        synced entries this replica had acknowledged (a leader writing behind) made it vote
+        for logs without them, and with the leader's crash they were gone. Within one replica
+        the log may end earlier (a new leader truncates an uncommitted suffix); a replica that
+        failed, or a server with a new uuid (re-provisioned), starts over, as does one on a
+        disk damaged on purpose, which the damage checks judge and name."""
+        key = (host, tablet)
+        sim = self.sim
+        if r.failed or host in sim.must_fail or (host in sim.flipped
+                                                 and host not in sim.flip_outcomes):
+            self._positions.pop(key, None)
+            return
+        seen = self._positions.get(key)
+        self._positions[key] = (r, r.uuid, logged)
+        if seen is None or seen[0] is r or seen[1] != r.uuid or logged >= seen[2]:
+            return
+        if not self._unsafe:
+            self._unsafe.append(
+                f"log regressed: tablet {tablet} on {host} came back (restarted or copied) with "
+                f"a log ending at {logged}, behind the {seen[2]} the replica before it had "
+                "logged")
 
     def _check_acks(self, host: str, tablet: str, r) -> None:
         """A leader counts toward commitment only what each peer acknowledged to it in its own

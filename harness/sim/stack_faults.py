@@ -37,6 +37,11 @@ DELAY_FOR_S = (1.0, 8.0)
 # torn's slow disk: fsyncs long enough that a power loss lands inside one
 TORN_SLOW_FSYNC_S = (0.005, 0.05)
 CUT_S = (1.0, 8.0)  # how long a cut link stays cut
+# copy-behind: L's fsyncs (from half of it to it, s), long enough that L's group in flight
+# when R is tombstoned is still unsynced when L crashes `after` s later; F's cut from L and R
+COPY_BEHIND_SLOW_FSYNC_S = (3.0, 6.0)
+COPY_BEHIND_AFTER_S = (0.2, 1.0)
+COPY_BEHIND_CUT_S = (8.0, 15.0)
 LINK_DELAY_S = (0.05, 0.5)  # copy-race's extra delay on the link between the leader and R
 TOMBSTONE_AFTER_S = (0.0, 2.0)  # copy-race: from the cut to R's tombstone
 FAIL_COPY_LAG_S = (0.3, 2.0)  # fail-copy: from the cut to R's power loss (F falls behind)
@@ -135,7 +140,7 @@ class FaultChooser:
             return stack_maintenance.choose(self, rng)
         if kind == "recopy":
             return stack_recopy.choose(self, rng)
-        if kind in ("cut", "tombstone", "copy-race", "lease-race", "fail-copy"):
+        if kind in ("cut", "tombstone", "copy-race", "lease-race", "fail-copy", "copy-behind"):
             return self._choose_copy_fault(kind, rng)
         return kind, None  # heal, reset; membership and masters pick their target when they run
 
@@ -192,6 +197,12 @@ class FaultChooser:
           F campaigns and needs R's vote. A FAILED replica's files prove no last OpId, so R
           must not vote while the copy is under way (it voted as if its log
           were empty, and F led without entries L and R had committed).
+        - copy-behind: L's disk made slow, so under load F and R commit entries L's own WAL has
+          not synced (L writes behind); R tombstoned a moment later, its tombstone keeping the
+          last OpId it logged, past L's synced end; `after` s later, while L copies the tablet
+          back to R from what L's WAL has synced, L crashes (its disk well again) and restarts,
+          and F is cut from L and R for `cut_s`. A copy that installed behind R's tombstone
+          leaves the entries R acknowledged on F alone, and L and R elect a leader without them.
         A cut heals by itself after `cut_s` (or at the next heal), as Jepsen's partitions stop:
         cuts that only ever pile up leave no quorum anywhere, and a seed that is unavailable
         throughout finds nothing.
@@ -221,6 +232,10 @@ class FaultChooser:
         if kind == "lease-race":
             return kind, [tablet, host, f, rr, round(rng.uniform(*LEASE_RACE_SLOW_FSYNC_S), 6),
                           cut_s, None, round(rng.uniform(*TOMBSTONE_AFTER_S), 3)]
+        if kind == "copy-behind":
+            return kind, [tablet, host, f, rr, round(rng.uniform(*COPY_BEHIND_SLOW_FSYNC_S), 6),
+                          round(rng.uniform(*COPY_BEHIND_CUT_S), 3), None,
+                          round(rng.uniform(*COPY_BEHIND_AFTER_S), 3)]
         if kind == "fail-copy":
             if rr in self.sim.flipped or self._damaged() >= MAX_FLIPS:
                 return None, None

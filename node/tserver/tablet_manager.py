@@ -416,9 +416,14 @@ class TabletManager:
         return await uninterrupted(self._install(tablet_id, session, source))
 
     async def _install(self, tablet_id: str, session: CopySession, source: str) -> Replica:
+        """Open the copied files and check them against the tombstone before they are READY:
+        the tombstone's last OpId is what this replica voted with, and a copied log ending
+        behind it would make it vote for logs without entries it acknowledged (a source that
+        writes behind copies only what its WAL has synced). Such a copy is refused; the
+        tablet stays a tombstone with its last OpId, and the leader copies again later."""
         paths = self.paths(tablet_id)
         async with self.transition(tablet_id):
-            await asyncio.to_thread(complete_install, paths, session, source)
+            copying = await asyncio.to_thread(Superblock.load, paths.superblock, paths.disk)
             r = self._new_replica(tablet_id)
             try:
                 await asyncio.to_thread(r.open)
@@ -426,9 +431,25 @@ class TabletManager:
                 probe("copy.install.open_failed")
                 if hasattr(r, "wal"):
                     r.wal.close()
+                await asyncio.to_thread(complete_install, paths, session, source)  # kept for
+                # an operator, as the replica's own files are when it fails
                 self.entries[tablet_id] = TabletEntry(
                     tablet_id, session.table_name, TabletState.FAILED,
                     error=log_failure(self.log(tablet_id), "cannot open the copied replica", e))
+                raise
+            behind = copying.tombstone_last_opid
+            if behind is not None and r.last_logged() < (behind.term, behind.index):
+                probe("copy.refused.behind_tombstone")
+                r.wal.close()
+                raise RpcError(ErrorCode.ILLEGAL_STATE,
+                               f"tablet {tablet_id}: the copy from {source} ends at "
+                               f"{r.last_logged()}, behind the last op this replica logged, "
+                               f"({behind.term}, {behind.index}): the source has not synced "
+                               "entries this replica acknowledged; it stays a tombstone")
+            try:
+                await asyncio.to_thread(complete_install, paths, session, source)
+            except BaseException:  # a full disk: the copy is abandoned to a tombstone
+                r.wal.close()
                 raise
             return self._run_replica(r, session.table_name)
 

@@ -598,12 +598,7 @@ class Log:
         assert nxt is not None
         probe("wal.segment.rolled")
         old = self._segment
-        try:
-            old.finish()
-            nxt.activate()
-        except BaseException:
-            nxt.close()  # left for bootstrap: a temporary file it deletes, or an empty newest
-            raise
+        _roll(old, nxt)
         with self._segments_lock:
             self._closed.append(ClosedSegment(old.path, old.seq, old.footer()))
             self._segment = nxt
@@ -690,6 +685,17 @@ class Log:
         """Paths of the segments on disk, oldest first, the one being written last."""
         with self._segments_lock:
             return [s.path for s in self._closed] + [self._segment.path]
+
+
+def _roll(old: WritableSegment, nxt: WritableSegment) -> None:
+    """Finish `old` and activate `nxt`. If either fails, `nxt` is closed and left for bootstrap
+    (a temporary file it deletes, or an empty newest segment), as after a crash there."""
+    try:
+        old.finish()
+        nxt.activate()
+    except BaseException:
+        nxt.close()
+        raise
 
 
 def _running_loop_is(loop: asyncio.AbstractEventLoop) -> bool:
