@@ -6,6 +6,7 @@ source is a bare RPC server that begins a session and then sends nothing."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from tserver_helpers import TABLET, start_server, wait_for
@@ -45,13 +46,39 @@ class StallingSource:
         raise AssertionError("unreachable")
 
 
+@contextlib.asynccontextmanager
+async def _server_and_source(root, source_kind):
+    """A real tablet server, a bare copy source (`source_kind`) beside it, and the leader's
+    StartTabletCopy naming that source; both stopped at the end."""
+    ts, src = await start_server(root), source_kind()
+    try:
+        host, port = await src.server.start("127.0.0.1", 0)
+        yield ts, src, StartTabletCopy(TABLET, Peer("src", host, port), 3, "MISSING")
+    finally:
+        await src.server.stop()
+        await ts.stop()
+
+
+@contextlib.asynccontextmanager
+async def _leader_and_receiver(root):
+    """Two real tablet servers: `src` leads the tablet alone, five rows written; `dst` holds no
+    replica of it yet. Yields (src, dst, src's replica); both stopped at the end."""
+    from tserver_helpers import create, sole_leader, write_rows
+
+    src, dst = await start_server(root / "src"), await start_server(root / "dst")
+    try:
+        await create(src, [src.me])
+        r = await sole_leader(src)
+        await write_rows(src, 5)
+        yield src, dst, r
+    finally:
+        await dst.stop()
+        await src.stop()
+
+
 def test_a_delete_aborts_a_copy_under_way_and_leaves_a_tombstone(tmp_path):
     async def main():
-        ts = await start_server(tmp_path / "a")
-        src = StallingSource()
-        try:
-            host, port = await src.server.start("127.0.0.1", 0)
-            req = StartTabletCopy(TABLET, Peer("src", host, port), 3, "MISSING")
+        async with _server_and_source(tmp_path / "a", StallingSource) as (ts, src, req):
             copy = asyncio.create_task(ts.rpc_client.call(ts.me.addr, "ts.start_tablet_copy", req,
                                                           TabletCopyResult, to_uuid=ts.uuid,
                                                           timeout=60))
@@ -67,9 +94,6 @@ def test_a_delete_aborts_a_copy_under_way_and_leaves_a_tombstone(tmp_path):
             sb = Superblock.load(paths.superblock)
             assert sb.data_state == DataState.TOMBSTONED and sb.copied_from is None
             assert not paths.wal_dir.exists()  # what the copy wrote is gone
-        finally:
-            await src.server.stop()
-            await ts.stop()
 
     asyncio.run(main())
 
@@ -85,8 +109,6 @@ def test_a_delete_racing_a_copys_install_leaves_memory_and_disk_agreeing(tmp_pat
     import threading
     import time
 
-    from tserver_helpers import create, sole_leader, write_rows
-
     import node.tserver.tablet_manager as tm
 
     real, installing = tm.complete_install, threading.Event()
@@ -99,11 +121,7 @@ def test_a_delete_racing_a_copys_install_leaves_memory_and_disk_agreeing(tmp_pat
     monkeypatch.setattr(tm, "complete_install", slow_install)
 
     async def main():
-        src, dst = await start_server(tmp_path / "src"), await start_server(tmp_path / "dst")
-        try:
-            await create(src, [src.me])
-            r = await sole_leader(src)
-            await write_rows(src, 5)
+        async with _leader_and_receiver(tmp_path) as (src, dst, r):
             req = StartTabletCopy(TABLET, src.me, r.term, "MISSING")
             copy = asyncio.create_task(dst.copy_service.on_start_tablet_copy(req))
             await asyncio.wait_for(asyncio.to_thread(installing.wait, 10), 15)
@@ -113,9 +131,6 @@ def test_a_delete_racing_a_copys_install_leaves_memory_and_disk_agreeing(tmp_pat
             assert dst.tablets.state(TABLET) == TabletState.TOMBSTONED
             assert sb.data_state == DataState.TOMBSTONED, sb
             assert sb.tombstone_last_opid is not None and sb.tombstone_last_opid.index >= 6, sb
-        finally:
-            await dst.stop()
-            await src.stop()
 
     asyncio.run(main())
 
@@ -156,11 +171,7 @@ def test_a_delete_during_a_failed_copys_cleanup_leaves_a_tombstone_that_takes_co
     cleaning = _slowed(monkeypatch, "abandon_copy")
 
     async def main():
-        ts = await start_server(tmp_path / "a")
-        src = FailingSource()
-        try:
-            host, port = await src.server.start("127.0.0.1", 0)
-            req = StartTabletCopy(TABLET, Peer("src", host, port), 3, "MISSING")
+        async with _server_and_source(tmp_path / "a", FailingSource) as (ts, src, req):
             copy = asyncio.create_task(ts.copy_service.on_start_tablet_copy(req))
             await asyncio.wait_for(asyncio.to_thread(cleaning.wait, 10), 15)
             assert (await ts.service.on_delete_tablet(DeleteTablet(TABLET))).ok
@@ -173,9 +184,6 @@ def test_a_delete_during_a_failed_copys_cleanup_leaves_a_tombstone_that_takes_co
             with pytest.raises(RpcError) as again:  # a new copy is tried, not refused as busy
                 await ts.copy_service.on_start_tablet_copy(req)
             assert "in progress" not in again.value.message, again.value
-        finally:
-            await src.server.stop()
-            await ts.stop()
 
     asyncio.run(main())
 
@@ -228,18 +236,11 @@ def test_a_copy_whose_cleanup_fails_on_a_full_disk_leaves_the_tablet_failed(tmp_
     monkeypatch.setattr(tm, "abandon_copy", _full_disk)
 
     async def main():
-        ts = await start_server(tmp_path / "a")
-        src = FailingSource()
-        try:
-            host, port = await src.server.start("127.0.0.1", 0)
-            req = StartTabletCopy(TABLET, Peer("src", host, port), 3, "MISSING")
+        async with _server_and_source(tmp_path / "a", FailingSource) as (ts, src, req):
             with pytest.raises(OSError):
                 await ts.copy_service.on_start_tablet_copy(req)
             assert ts.tablets.state(TABLET) == TabletState.FAILED
             assert "No space left" in ts.tablets.get(TABLET).reason
-        finally:
-            await src.server.stop()
-            await ts.stop()
 
     asyncio.run(main())
 
@@ -281,16 +282,12 @@ def test_a_copy_ending_behind_the_tombstones_last_op_is_refused_and_the_tombston
     (the whole-stack simulator's copy-behind fault). Here the tombstone logged five more
     entries of the source's term than the source has: the copy is refused, the tablet stays a
     tombstone with its last OpId, and a copy from a source that caught up installs."""
-    from tserver_helpers import create, sole_leader, write_rows
+    from tserver_helpers import write_rows
 
     from node.tablet.cmeta import ConsensusMetadata
 
     async def main():
-        src, dst = await start_server(tmp_path / "src"), await start_server(tmp_path / "dst")
-        try:
-            await create(src, [src.me])
-            r = await sole_leader(src)
-            await write_rows(src, 5)
+        async with _leader_and_receiver(tmp_path) as (src, dst, r):
             last_term, last = r.last_logged()
             paths = dst.tablets.paths(TABLET)
             config = encode_config(RaftConfig(0, (Member(src.uuid, MemberType.VOTER),
@@ -312,9 +309,6 @@ def test_a_copy_ending_behind_the_tombstones_last_op_is_refused_and_the_tombston
             await dst.copy_service.on_start_tablet_copy(req)
             assert dst.tablets.state(TABLET) == TabletState.RUNNING
             assert dst.tablets.replica(TABLET).last_logged() >= (ahead.term, ahead.index)
-        finally:
-            await dst.stop()
-            await src.stop()
 
     asyncio.run(main())
 
