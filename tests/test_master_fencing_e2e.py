@@ -193,7 +193,11 @@ def test_a_stale_eviction_cannot_wipe_a_re_added_member(make_cluster):
             mine = reps[member][1]
             return (leader is not None and mine is not None and mine.state == "RUNNING"
                     and [member_uuid, "VOTER"] in leader.committed_config
-                    and mine.committed_config_index > removal.opid_index)
+                    and mine.committed_config_index > removal.opid_index
+                    # The promotion committed on the member too, not only on the leader: a
+                    # member that still reports the learner config's index would refuse the
+                    # delete below as stale.
+                    and mine.committed_config_index == leader.committed_config_index)
         await until_async(voter_again, "the re-added replica to be a voter")
 
         # The eviction decided from the removal's config arrives late (a stale heartbeat, a
