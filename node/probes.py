@@ -106,6 +106,8 @@ CATALOG: dict[str, str] = {
         "SafetyError: a leader's entry conflicts with one at or below our commit index",
     "raft.leader.follower_lost_acknowledged":
         "a follower refused an append at an index it had acknowledged: it lost entries",
+    "raft.leader.stale_reject_below_match":
+        "a refusal at or below a peer's match answered an append sent before its ack: ignored",
     "raft.leader.peer_needs_copy":
         "a peer's next entry is compacted away: only a tablet copy can catch it up",
     "raft.leader.removed_member_told":
@@ -122,6 +124,8 @@ CATALOG: dict[str, str] = {
         "a ReadIndex request waits: the new leader has not committed an entry of its term",
     "raft.read_index.round_sent":
         "a heartbeat round was sent to confirm leadership for pending reads (ReadIndex)",
+    "raft.read_index.confirmed_by_config_change":
+        "a removal made the acknowledgements pending reads already had a quorum: released then",
     # --- read: linearizable reads and the leader lease (node/replica/read_only.py) ---
     "read.lease.granted":
         "a leader lease was granted for a new term from a round a quorum acknowledged",

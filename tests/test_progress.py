@@ -39,15 +39,16 @@ def test_ack(match, ack, stale, advanced, want_match, want_next):
     pr = Progress(next=9, match=match, state=IN_FLIGHT)
     assert pr.stale_ack(ack) is stale
     if not stale:
-        assert pr.ack(ack) is advanced
+        assert pr.ack(ack, seq_now=4) is advanced
         assert pr.state is IDLE
+        assert pr.matched_at_seq == (4 if advanced else 0)
     assert (pr.match, pr.next) == (want_match, want_next)
 
 
 def test_an_ack_ends_needs_copy():
     """Success at the compaction point means a tablet copy landed."""
     pr = Progress(next=3, state=NEEDS_COPY)
-    pr.ack(6)
+    pr.ack(6, seq_now=1)
     assert (pr.state, pr.match, pr.next, pr.needs_copy) == (IDLE, 6, 7, False)
 
 
@@ -59,11 +60,22 @@ def test_an_ack_ends_needs_copy():
     (5, 6, 5, 7, 5, 6),  # a probe above match does not raise it
 ])
 def test_reject(match, next_, rejected, probe, want_match, want_next):
-    pr = Progress(next=next_, match=match, state=IN_FLIGHT)
+    pr = Progress(next=next_, match=match, state=IN_FLIGHT, matched_at_seq=2)
     assert not pr.stale_reject(rejected)
-    assert pr.lost_acknowledged(rejected) is (rejected <= match)
-    pr.reject(rejected, probe)
+    lost = pr.lost_acknowledged(rejected, seq=3)  # an answer to an append sent after the ack
+    assert lost is (rejected <= match)
+    pr.reject(rejected, probe, lost)
     assert (pr.match, pr.next, pr.state) == (want_match, want_next, IDLE)
+
+
+@pytest.mark.parametrize("seq,want", [(1, None), (2, None), (3, True)])
+def test_a_refusal_below_match_shows_a_loss_only_if_its_append_left_after_the_ack(seq, want):
+    """The ack for match 5 arrived when the leader had sent 2 appends. A refusal at 5 that
+    answers append 1 or 2 (a duplicate, or reordered behind the ack) was answered before the peer
+    stored entry 5: stale. One answering append 3 was refused after: the peer lost it."""
+    pr = Progress(next=6, match=5, state=IN_FLIGHT, matched_at_seq=2)
+    assert not pr.stale_reject(5)
+    assert pr.lost_acknowledged(5, seq) is want
 
 
 @pytest.mark.parametrize("rejected", [7, 9, 0])
@@ -73,7 +85,7 @@ def test_a_rejection_of_anything_but_the_outstanding_request_is_stale(rejected):
 
 def test_a_rejection_keeps_needs_copy():
     pr = Progress(next=3, state=NEEDS_COPY)
-    pr.reject(2, 0)
+    pr.reject(2, 0, lost=False)
     assert pr.state is NEEDS_COPY and pr.next == 1
 
 

@@ -8,11 +8,13 @@ import pytest
 from harness.sim.script import ScriptCluster
 from node import probes
 from node.consensus import (
+    AppendEntries,
     AppendResponse,
     CasMismatch,
     ChangeOp,
     ChangePending,
     ConfigChange,
+    FollowerLostEntries,
     HeartbeatResponse,
     MemberType,
     Role,
@@ -378,3 +380,55 @@ def test_higher_term_response_makes_the_leader_step_down_and_persist_the_term(re
         ("expect", "n1", "disk_term", 7),
         ("expect", "n1", "disk_vote", None),
     ])
+
+
+def test_a_read_waiting_on_a_removed_voter_is_confirmed_by_the_smaller_quorum():
+    """A read whose round only the removed voter could still answer: once the removal makes the
+    acknowledgements it already has a quorum, it is confirmed then, not never (the leader of a
+    one-voter config hears no more heartbeat answers to release it)."""
+    c = ScriptCluster(("n1", "n2"))
+    run(c, ELECTED)
+    c.crash("n2")
+    c.do("n1", "read_index", b"r1")
+    c.stabilize()
+    assert c.read_states["n1"] == []  # n2 is down: no quorum of {n1, n2}
+    with probes.expect("raft.read_index.confirmed_by_config_change"):
+        _change(c, "n1", REMOVE, "n2", 0)
+        c.stabilize()
+    assert c.core("n1").committed_config.voters() == ["n1"]
+    assert [r.ctx for r in c.read_states["n1"]] == [b"r1"]
+    c.tick("n1", 3 * c.core("n1").cfg.election_timeout_ticks)
+    c.stabilize()
+    assert [r.ctx for r in c.read_states["n1"]] == [b"r1"]  # once, not again
+
+
+def test_a_duplicated_refusal_is_not_taken_for_a_follower_that_lost_entries():
+    """A new leader probes a lagging follower at its own tail and is refused; the follower
+    then catches up, one entry per append, to exactly that index. A duplicate of the old
+    refusal arriving now names an index at the peer's match, as a refusal from a follower that
+    lost entries would: it answers an append sent before the acknowledgement, so it is stale.
+    (The core simulator, whose network duplicates messages, found this: the leader logged a
+    SAFETY error and lowered the match of a healthy follower.)"""
+    c = ScriptCluster(batch_bytes=1)  # one entry per append
+    run(c, ELECTED)
+    c.isolate("n3")
+    for i in range(3):
+        c.do("n1", "propose", f"v{i}".encode())
+    c.stabilize()
+    c.heal()
+    c.elect("n2")  # its optimistic probe of n3 is at its tail
+    tail = c.core("n2").log.last_index() - 1  # the NO_OP follows it
+    c.deliver(src="n2", dst="n3", types=AppendEntries)
+    [refusal] = [m for s, m in c.queue if s == "n3" and isinstance(m, AppendResponse)]
+    assert (refusal.success, refusal.reject_index) == (False, tail)
+    pr = c.core("n2").progress["n3"]
+    while pr.match < tail:
+        assert c.deliver(limit=1) == 1
+    assert pr.match == tail and pr.next == tail + 1
+    with probes.expect("raft.leader.stale_reject_below_match"):
+        c.queue.insert(0, ("n3", refusal))
+        c.deliver(limit=1)
+    assert pr.match == tail
+    c.stabilize()
+    assert not [e for e in c.events["n2"] if isinstance(e, FollowerLostEntries)]
+    assert c.core("n3").log.last_index() == c.core("n2").log.last_index()

@@ -137,3 +137,11 @@ def test_the_whole_stack_simulators_exit_code_follows_the_verdict_table(
     monkeypatch.setattr(stack, "run_seeds", seeds)
     assert main(["sim", "--stack", "full", "--seeds", "2", "--seconds", "1",
                  "--out", str(tmp_path)]) == code
+
+
+@pytest.mark.parametrize("seed", [123, 187, 250])
+def test_a_duplicated_refusal_is_no_false_loss(seed):
+    """Seeds whose network duplicated a follower's refusal until it arrived after the follower
+    caught up: the leader took it for a follower that lost acknowledged entries (a SAFETY log
+    line, its match lowered) until appends carried a sequence number that answers echo."""
+    assert Simulation(seed, nodes=3, steps=3000).run().violation is None

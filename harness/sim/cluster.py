@@ -27,6 +27,7 @@ from node.consensus import (
     ChangeOp,
     ConfigChange,
     CoreConfig,
+    FollowerLostEntries,
     HardState,
     Member,
     MemberType,
@@ -213,6 +214,11 @@ class Simulation:
                 d.config = st.committed_config
             self._send_all(node, st.send)
             self._apply(node, st.apply)
+            for ev in rd.events:
+                if type(ev) is FollowerLostEntries:
+                    peer = next((n for n in self.nodes if n.uuid == ev.peer), None)
+                    self.inv.on_loss_claim(node.uuid, ev.peer, ev.acknowledged, core.log.term_at,
+                                           peer.disk.log if peer is not None else None)
             for rs in rd.read_states:
                 self.inv.on_read(node.uuid, rs.ctx, rs.index, self.read_anchor.pop(rs.ctx))
             core.advance(rd, written=not behind)

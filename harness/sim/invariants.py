@@ -135,6 +135,23 @@ class Invariants:
                 f"commit index {self.max_commit}"
             )
 
+    def on_loss_claim(self, leader: str, peer: str, acknowledged: int, term_at,
+                      peer_log: list[Entry] | None) -> None:
+        """A leader says `peer` lost entries it acknowledged (FollowerLostEntries): an error
+        an operator must chase (a disk that lost synced writes). The simulated disks never lose
+        a synced write, so the peer's log must really lack entry `acknowledged`; if it holds the
+        leader's entry there, the leader misread an answer (a duplicate, a reordered refusal).
+        `peer_log`: that peer's persisted log from index 1, None if no such replica."""
+        if peer_log is None or len(peer_log) < acknowledged:
+            return
+        theirs, ours = peer_log[acknowledged - 1].term, term_at(acknowledged)
+        if ours is None or theirs == ours:
+            raise Violation(
+                f"false loss: leader {leader} says {peer} lost entries it acknowledged "
+                f"(through index {acknowledged}), but its disk holds entry {acknowledged} of "
+                f"term {theirs}"
+            )
+
     def on_read(self, uuid: str, ctx: bytes, index: int, anchor: int) -> None:
         if index < anchor:
             raise Violation(

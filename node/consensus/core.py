@@ -115,6 +115,7 @@ class RaftCore:
         self._reads_waiting: list[bytes] = []  # until an entry of this term commits
         self._read_states: list[ReadState] = []
         self._msgs: list[Message] = []
+        self._append_seq = 0  # AppendEntries sent by this core, the last one's `seq`
         self._events: list[Event] = []
         self._prev_hard = HardState(self.term, self.voted_for, self.commit)
         self._prev_soft: SoftState | None = None
@@ -152,6 +153,17 @@ class RaftCore:
         if self.transferee is not None and not self.active_config.is_voter(self.transferee):
             self.transferee = None
         self._maybe_commit()
+        self._release_reads_confirmed_by_new_quorum()
+
+    def _release_reads_confirmed_by_new_quorum(self) -> None:
+        """A removal can make the acknowledgements a read already has a quorum. Nothing else
+        would release it then: it waits for an answer to its round, and a leader left as the
+        only voter, its removed peer down, hears none."""
+        for i in range(len(self._reads) - 1, -1, -1):
+            if self._release_reads_through(i):
+                probe("raft.read_index.confirmed_by_config_change")
+                self._maybe_send_read_round()
+                return
 
     def _sync_progress(self) -> None:
         """Track every member of the active config, and a removed member until it has committed
@@ -504,7 +516,9 @@ class RaftCore:
         # (only the unsafe test variants let it), at or below our last index: a term is there.
         # The cast claims nothing at run time: the message carries whatever term_at says.
         prev_term = cast(int, self.log.term_at(prev))
-        self._send(AppendEntries(self.term, self.id, uuid, prev, prev_term, entries, self.commit))
+        self._append_seq += 1
+        self._send(AppendEntries(self.term, self.id, uuid, prev, prev_term, entries, self.commit,
+                                 self._append_seq))
 
     def _broadcast_heartbeat(self) -> None:
         """Every heartbeat is a read round for the newest pending read, if any."""
@@ -714,7 +728,8 @@ class RaftCore:
         self._heard_from_leader(m)
         if m.prev_index < self.commit:
             probe("raft.follower.append_below_commit")
-            self._send(AppendResponse(self.term, self.id, m.from_uuid, True, match_index=self.commit))
+            self._send(AppendResponse(self.term, self.id, m.from_uuid, True, match_index=self.commit,
+                                      seq=m.seq))
             return
         if not self._log_matches(m.prev_index, m.prev_term):
             probe("raft.follower.append_rejected_mismatch")
@@ -723,13 +738,15 @@ class RaftCore:
                 AppendResponse(
                     self.term, self.id, m.from_uuid, False,
                     reject_index=m.prev_index, hint_index=hint, hint_term=self.log.term_at(hint) or 0,
+                    seq=m.seq,
                 )
             )
             return
         self._append_from_leader(m.entries)
         last_new = m.prev_index + len(m.entries)
         self._commit_to(min(m.commit, last_new))
-        self._send(AppendResponse(self.term, self.id, m.from_uuid, True, match_index=last_new))
+        self._send(AppendResponse(self.term, self.id, m.from_uuid, True, match_index=last_new,
+                                  seq=m.seq))
 
     def _append_from_leader(self, entries: tuple[Entry, ...]) -> None:
         config_changed = False
@@ -768,7 +785,7 @@ class RaftCore:
         if m.success:
             if pr.stale_ack(m.match_index):
                 return
-            if pr.ack(m.match_index):
+            if pr.ack(m.match_index, self._append_seq):
                 self._maybe_commit()
                 self._maybe_promote()
             if m.from_uuid == self.transferee and pr.match == self.log.last_index():
@@ -779,12 +796,18 @@ class RaftCore:
             guess = m.hint_index
             if m.hint_term > 0:
                 guess = self.log.find_conflict_by_term(m.hint_index, m.hint_term)
-            if pr.lost_acknowledged(m.reject_index):
+            lost = pr.lost_acknowledged(m.reject_index, m.seq)
+            if lost is None:
+                # A duplicate, or a reordered answer to a request sent before the peer's
+                # acknowledgement reached us: the peer had not stored the entries yet then.
+                probe("raft.leader.stale_reject_below_match")
+                return
+            if lost:
                 # The committed entries it lost are still on a majority (unless they lied too),
                 # so it is rebuilt from where it now is.
                 probe("raft.leader.follower_lost_acknowledged")
                 self._events.append(FollowerLostEntries(m.from_uuid, pr.match, guess))
-            pr.reject(m.reject_index, guess)
+            pr.reject(m.reject_index, guess, lost)
         if pr.next <= self.log.last_index():
             self._send_append(m.from_uuid)
 

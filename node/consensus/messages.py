@@ -13,7 +13,11 @@ from node.entry import Entry
 
 
 class AppendEntries(msgspec.Struct, frozen=True, tag=True):
-    """Kudu's UpdateConsensus: entries after (prev_index, prev_term), plus the leader's commit."""
+    """Kudu's UpdateConsensus: entries after (prev_index, prev_term), plus the leader's commit.
+    `seq` numbers the leader's appends (its core's count, so it only grows while it leads) and
+    comes back in the answer: Kudu's RPC pairs an answer with its request, a stream of messages
+    that may be duplicated and reordered does not, and the leader must know whether a refusal
+    answers a request sent before or after the peer's last acknowledgement."""
 
     term: int
     from_uuid: str
@@ -22,12 +26,14 @@ class AppendEntries(msgspec.Struct, frozen=True, tag=True):
     prev_term: int
     entries: tuple[Entry, ...]
     commit: int
+    seq: int = 0
 
 
 class AppendResponse(msgspec.Struct, frozen=True, tag=True):
     """On success `match_index` is the follower's last index known to match the leader. On
     rejection of (reject_index, ...) the hint is the follower's best guess of where the logs may
-    still agree, so the leader skips a whole divergent term per round trip."""
+    still agree, so the leader skips a whole divergent term per round trip. `seq`: the answered
+    AppendEntries' own (0 for an answer to no append, e.g. a newer term's refusal)."""
 
     term: int
     from_uuid: str
@@ -37,6 +43,7 @@ class AppendResponse(msgspec.Struct, frozen=True, tag=True):
     reject_index: int = 0
     hint_index: int = 0
     hint_term: int = 0
+    seq: int = 0
 
 
 class VoteRequest(msgspec.Struct, frozen=True, tag=True):

@@ -42,6 +42,9 @@ class Progress:
     # The leader keeps telling it (entries up to there, then a commit index past there) until
     # it answers that it has committed its own removal, or until only a copy could reach it.
     removed_at: int = 0
+    # The leader's count of appends sent (AppendEntries.seq) when `match` last rose: a refusal
+    # at or below match answering an append up to this one may predate the acknowledgement.
+    matched_at_seq: int = 0
 
     def told_of_removal(self, peer_commit: int) -> bool:
         """A removed member is told enough once it has committed the config that removed it
@@ -66,13 +69,14 @@ class Progress:
         peer's log only gained entries since, so acting on it would move backwards."""
         return match < self.match
 
-    def ack(self, match: int) -> bool:
+    def ack(self, match: int, seq_now: int) -> bool:
         """A (non-stale) success: the peer holds our log up to `match`. Returns whether match
-        advanced, i.e. whether the commit index may move."""
+        advanced, i.e. whether the commit index may move. `seq_now`: the last append's seq."""
         self.state = PeerState.IDLE
         advanced = match > self.match
         if advanced:
             self.match = match
+            self.matched_at_seq = seq_now
         self.next = max(self.next, self.match + 1)
         return advanced
 
@@ -81,20 +85,24 @@ class Progress:
         older rejection describes a probe we have already moved past."""
         return rejected != self.next - 1
 
-    def lost_acknowledged(self, rejected: int) -> bool:
-        """The peer refused an append at or below an index it had acknowledged storing: its
-        storage lost acknowledged entries (see FollowerLostEntries)."""
-        return rejected <= self.match
+    def lost_acknowledged(self, rejected: int, seq: int) -> bool | None:
+        """Whether the peer's storage lost acknowledged entries (see FollowerLostEntries): it
+        refused an append at or below an index it had acknowledged storing. Only an answer to
+        an append sent after that acknowledgement arrived shows it; one to an earlier append
+        (reordered, or a duplicate) says where the peer's log stood before: None, stale."""
+        if rejected > self.match:
+            return False
+        return seq > self.matched_at_seq or None
 
-    def reject(self, rejected: int, probe: int) -> None:
+    def reject(self, rejected: int, probe: int, lost: bool) -> None:
         """A (non-stale) rejection; `probe` is the leader's best guess of the last index where
         the logs agree (from the peer's hint). Back off to just above it, one entry at least,
-        but never to or below match, unless the peer lost what it acknowledged: then match is
+        but never to or below match, unless the peer `lost` what it acknowledged: then match is
         no longer true and is lowered to the probe, since probing above a match the peer no
         longer has would resend the same refused append forever."""
         if self.state is PeerState.IN_FLIGHT:
             self.state = PeerState.IDLE
-        if self.lost_acknowledged(rejected):
+        if lost:
             self.match = min(self.match, probe)
         self.next = max(min(self.next - 1, probe + 1), self.match + 1)
 
