@@ -145,3 +145,12 @@ def test_a_duplicated_refusal_is_no_false_loss(seed):
     caught up: the leader took it for a follower that lost acknowledged entries (a SAFETY log
     line, its match lowered) until appends carried a sequence number that answers echo."""
     assert Simulation(seed, nodes=3, steps=3000).run().violation is None
+
+
+@pytest.mark.parametrize("seed", [63, 73, 195])
+def test_a_leader_saves_a_committed_config_only_once_its_entry_is_durable(seed):
+    """Seeds where two followers committed a config entry while the leader's own write was
+    behind its Ready, and the leader saved the config at once: a power cut then would restart it
+    with a committed config its log lacks (the whole-stack simulator's seed 17, 20 virtual s of
+    swarm, restarted such a leader)."""
+    assert Simulation(seed, nodes=3, steps=3000).run().violation is None

@@ -7,7 +7,7 @@ import pytest
 
 from harness.sim.script import ScriptCluster
 from node import probes
-from node.consensus import AppendEntries, AppendResponse
+from node.consensus import AppendEntries, AppendResponse, ChangeOp, ConfigChange
 
 
 def leading(voters=("n1", "n2", "n3")) -> ScriptCluster:
@@ -120,3 +120,29 @@ def test_a_leader_that_counts_its_unsynced_entries_commits_what_a_power_loss_tak
                != b"acknowledged?" for u in ("n1", "n3"))
     assert lost  # the entry is gone from the new majority either way...
     assert acknowledged is bug  # ...but only the bug had applied (and acknowledged) it
+
+
+def test_a_config_committed_before_the_leaders_own_write_is_saved_only_once_that_write_is():
+    """Two followers commit a config entry the leader still writes: the leader's consensus
+    metadata keeps the config before until its own entry is durable, so a power cut that loses
+    the write cannot leave a committed config its log lacks (the whole-stack simulator found a
+    leader restarted that way: a copy from it would hand on a config with no entry)."""
+    c = leading()
+    before = c.disks["n1"]["config"]
+    index = c.do("n1", "propose_config_change", ConfigChange(ChangeOp.ADD_NON_VOTER, "n4", False), 0)
+    assert "n1" in c.behind
+    c.stabilize()
+    n1 = c.core("n1")
+    assert n1.committed_config.opid_index == index and n1.log.stable < index
+    assert c.disks["n1"]["config"] == before  # not saved ahead of its entry
+    c.crash("n1")  # the write behind is lost with the power
+    c.restart("n1")
+    n1 = c.core("n1")
+    assert n1.committed_config == before and n1.log.last_index() < index
+    c.stabilize()
+
+    c = leading()
+    index = c.do("n1", "propose_config_change", ConfigChange(ChangeOp.ADD_NON_VOTER, "n4", False), 0)
+    c.stabilize()
+    c.finish_write("n1")  # durable: now the committed config is saved
+    assert c.disks["n1"]["config"].opid_index == index

@@ -212,6 +212,10 @@ class Simulation:
                 d.term, d.voted_for = st.hard_state.term, st.hard_state.voted_for
             if st.committed_config is not None:
                 d.config = st.committed_config
+                if d.config.opid_index > max(len(d.log), d.snapshot_index):
+                    # a power cut now would restart it with a config its log lacks
+                    raise Violation(f"config logged: {node.uuid} saved committed config "
+                                    f"{d.config.opid_index}, its durable log ends at {len(d.log)}")
             self._send_all(node, st.send)
             self._apply(node, st.apply)
             for ev in rd.events:

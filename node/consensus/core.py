@@ -867,8 +867,20 @@ class RaftCore:
             or self._read_states
             or self._hard_changed()
             or self._soft_changed()
-            or self.committed_config is not self._reported_config
+            or self._config_to_persist() is not None
         )
+
+    def _config_to_persist(self) -> RaftConfig | None:
+        """The committed config, once it is new to the driver and its entry is durable here. A
+        leader's own write runs behind its Ready, so its followers can commit a config entry it
+        has not yet made durable; saved then, and the write lost in a power cut, the replica
+        restarted with a committed config its log lacks, and a copy from it would hand that on.
+        Until then the consensus metadata keeps the config before: the log's entry is replayed
+        as pending at a restart, as any config entry above the committed one is."""
+        c = self.committed_config
+        if c is self._reported_config or c.opid_index > self.log.stable:
+            return None
+        return c
 
     def ready(self) -> Ready:
         """Everything the driver must do now; no input is accepted until advance(ready)."""
@@ -878,7 +890,7 @@ class RaftCore:
             entries_to_persist=self.log.unstable(),
             hard_state=self._hard_state() if self._hard_changed() else None,
             committed_entries=self.log.slice(self.applied + 1, self.commit),
-            committed_config=self.committed_config if self.committed_config is not self._reported_config else None,
+            committed_config=self._config_to_persist(),
             soft_state=self._soft_state() if self._soft_changed() else None,
             read_states=self._read_states,
             events=self._events,
