@@ -272,6 +272,8 @@ CATALOG: dict[str, str] = {
         "a replica could not be opened (corrupt or unreadable files): marked FAILED",
     "tablet.failed.forgotten":
         "a FAILED replica was deleted: forgotten, its files left for an operator",
+    "tablet.failed.stop_failed":
+        "a FAILED replica being forgotten failed again as it stopped (its WAL close): forgotten anyway",
     "tablet.create.refused_tombstone":
         "creating a replica over a tombstone (or a copy) was refused: ALREADY_EXISTS",
     "tablet.create.refused_failed_files":

@@ -184,3 +184,33 @@ def test_a_copy_onto_a_forgotten_replica_whose_consensus_metadata_is_damaged_is_
 
     with probes.expect("copy.refused.votes_lost"):
         asyncio.run(main())
+
+
+def test_a_failed_replica_whose_stop_fails_too_is_still_forgotten(tmp_path):
+    """A replica that failed on its disk may fail again as it stops (closing its WAL writes a
+    footer). The delete still forgets it, files left as they are, rather than answer the
+    master with an error no guard handled and keep a stopped replica listed FAILED for ever."""
+
+    async def main():
+        ts, r = await sole_replica_with_rows(tmp_path / "a")
+        try:
+
+            def boom():
+                raise OSError(5, "fsync failed: Input/output error")
+
+            r._submit(boom)
+            await wait_for(lambda: r.failed, "the replica to fail")
+            stop = r.stop
+
+            async def failing_stop():
+                await stop()
+                raise OSError(28, "No space left on device")
+
+            r.stop = failing_stop
+            assert not (await ts.service.on_delete_tablet(DeleteTablet(TABLET))).ok
+            assert ts.tablets.state(TABLET) is None and TABLET not in ts.replicas
+        finally:
+            await ts.stop()
+
+    with probes.expect("tablet.failed.forgotten", "tablet.failed.stop_failed"):
+        asyncio.run(main())

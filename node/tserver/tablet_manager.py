@@ -251,7 +251,11 @@ class TabletManager:
         waits a vote lease from its start (`begin_copy`)."""
         probe("tablet.failed.forgotten")
         if e.replica is not None:
-            await e.replica.stop()
+            try:  # to its end: cancelled halfway, a stopped replica stayed listed FAILED
+                await uninterrupted(e.replica.stop())
+            except Exception as err:  # a disk failing again as its WAL closes: forget it anyway
+                probe("tablet.failed.stop_failed")
+                self.log(e.tablet_id).warning("stopping the FAILED replica failed too: %s", err)
         del self.entries[e.tablet_id]
         self.log(e.tablet_id).warning("deleted while FAILED (%s): its files are left for an "
                                       "operator", e.reason)
