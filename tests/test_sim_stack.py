@@ -316,6 +316,33 @@ def test_a_leader_counting_more_than_a_peer_acknowledged_is_a_violation(tmp_path
     sim.loop.close()
 
 
+def test_a_follower_refusing_an_index_it_acknowledged_is_a_violation_unless_its_disk_was_damaged(
+        tmp_path):
+    """b acknowledged index 7 to leader a in term 2; refusing an append at 7 or below from a in
+    term 2 means it lost a synced entry (the leader would repair it silently, logging a SAFETY
+    line the simulator's silenced logs never showed). Above 7, in another term, or on a host
+    whose disk the simulator damaged on purpose, it is not."""
+    from node.consensus import AppendResponse
+
+    sim = StackSim(StackConfig(seed=1), tmp_path)
+    sim.servers = {"a": _Server(), "b": _Server(), "c": _Server()}
+    observe = sim.invariants.observe_sent
+    observe("b", "t", "a", [AppendResponse(2, "b", "a", True, match_index=7)])
+    observe("b", "t", "a", [AppendResponse(2, "b", "a", False, reject_index=8, hint_index=7)])
+    observe("b", "t", "a", [AppendResponse(3, "b", "a", False, reject_index=5, hint_index=4)])
+    sim.invariants.check()
+    sim.flipped.add("c")  # damaged on purpose: c may come back without synced entries
+    observe("c", "t", "a", [AppendResponse(2, "c", "a", True, match_index=7)])
+    observe("c", "t", "a", [AppendResponse(2, "c", "a", False, reject_index=6, hint_index=5)])
+    sim.invariants.check()
+    observe("b", "t", "a", [AppendResponse(2, "b", "a", False, reject_index=7, hint_index=5)])
+    with pytest.raises(StackViolation, match=r"acknowledged entries lost: tablet t on b \(b\) "
+                                             r"refused an append at index 7 from leader a in "
+                                             r"term 2, after acknowledging index 7"):
+        sim.invariants.check()
+    sim.loop.close()
+
+
 def test_a_replica_coming_back_with_a_shorter_log_than_its_predecessor_is_a_violation(tmp_path):
     """The log-position check: a replica object replaced on its server (a restart, a tablet
     copy) must not end its log behind the one before it had logged, by (term, index); a

@@ -7,9 +7,10 @@ what comes next. A broken invariant raises StackViolation with where and what.
 What it checks: no RPC handler failing on an error no guard handled (answered REMOTE_ERROR);
 no replica FAILED on one of its own safety guards; one leader per term; lease safety; terms
 and votes never going back; no vote granted to a log behind what the voter had logged, no
-leader counting more than a peer acknowledged in its term, and no leader committing past what
-a majority holds durably (its own WAL's synced prefix with its peers' answers: all seen on
-the messages replicas send); a committed config's entry in the replica's log; one committed
+leader counting more than a peer acknowledged in its term, no follower refusing an index it
+acknowledged to that leader in that term (it lost a synced entry, which the leader repairs
+in silence), and no leader committing past what a majority holds durably (its own WAL's
+synced prefix with its peers' answers: all seen on the messages replicas send); a committed config's entry in the replica's log; one committed
 entry per index, with hybrid time increasing along the log; one state per applied index; one
 config per committed config index; no tombstone resurrected; damage a replica needs never run
 on (a flipped newest WAL batch cut as torn, a cut or lost segment taken for a log that ended
@@ -22,6 +23,7 @@ committed masters; and, on the history, commit-wait across tablets.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from node.consensus import AppendResponse, Role, VoteRequest, VoteResponse, quorum
@@ -35,6 +37,11 @@ LEADER = Role.LEADER
 
 class StackViolation(Exception):
     """A Raft invariant failed on the live replicas; the message says which and where."""
+
+
+# Faults that damage a host's files: a replica there may come back without entries it synced.
+STORAGE_FAULTS = frozenset({"flip", "flip-newest", "torn", "damage", "damage-file", "forge",
+                            "copy-shrink"})
 
 
 class Invariants:
@@ -194,6 +201,8 @@ class Invariants:
             if type(m) is AppendResponse and m.success:
                 key = (tablet, m.to_uuid, m.term, m.from_uuid)
                 self._acked[key] = max(self._acked.get(key, 0), m.match_index)
+            elif type(m) is AppendResponse and m.reject_index:
+                self._check_refusal(host, tablet, m)
             elif type(m) is VoteRequest:
                 self._asked[(tablet, m.from_uuid, m.term, m.pre_vote)] = (m.last_term,
                                                                           m.last_index)
@@ -206,6 +215,28 @@ class Invariants:
                         f"{'pre-vote' if m.pre_vote else 'vote'} in term {m.term} to "
                         f"{m.to_uuid}, whose log ends at {asked}, behind the {logged} "
                         f"it had logged{'' if r is not None else ' (voting with no replica open)'}")
+
+    def _check_refusal(self, host: str, tablet: str, m: AppendResponse) -> None:
+        """A replica never refuses an append at an index it acknowledged to the same leader in
+        the same term: it had that entry synced, and neither a crash nor a restart nor a copy
+        onto its tombstone may take a synced entry away. The leader repairs such a follower
+        (it logs `SAFETY: follower ... lost acknowledged entries`, which a chaos run's log
+        checker judges and this simulator's silenced logs never showed), so no history shows
+        it: only a disk damaged on purpose, or an unsafe config change, may explain it."""
+        acked = self._acked.get((tablet, m.to_uuid, m.term, m.from_uuid), 0)
+        if m.reject_index > acked or self._unsafe or self._storage_faulted(host):
+            return
+        self._unsafe.append(
+            f"acknowledged entries lost: tablet {tablet} on {host} ({m.from_uuid}) refused an "
+            f"append at index {m.reject_index} from leader {m.to_uuid} in term {m.term}, after "
+            f"acknowledging index {acked} to it in that term")
+
+    def _storage_faulted(self, host: str) -> bool:
+        """Whether a fault that may take synced entries away has hit `host` (damage to its
+        files) or any host (an unsafe config change drops what only the lost replicas held)."""
+        return host in self.sim.flipped or any(  # flipped: marked as the damage is done
+            kind == "unsafe" or (kind in STORAGE_FAULTS and host in json.dumps(value))
+            for _, kind, value in self.sim.events)
 
     def _check_position(self, host: str, tablet: str, r, logged: tuple[int, int]) -> None:
         """A replica never comes back with a log ending behind the one before it on the same
