@@ -60,20 +60,26 @@ def _files(paths) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for p in found if p.exists()}
 
 
+async def _failed_while_running(root):
+    """A server whose one replica, with rows, failed as it ran (an fsync's EIO)."""
+    ts, r = await sole_replica_with_rows(root)
+
+    def boom():
+        raise OSError(5, "fsync failed: Input/output error")
+
+    r._submit(boom)
+    await wait_for(lambda: r.failed, "the replica to fail")
+    return ts, r
+
+
 def test_a_replica_that_failed_while_running_is_not_tombstoned_by_a_delete(tmp_path):
     """The master replaces a replica reporting FAILED and then deletes it with its config guard:
     a replica that failed at run time must keep its WAL and data as one that failed at start-up
     does, not lose them to a tombstone (the evidence of why it failed is in them)."""
 
     async def main():
-        ts, r = await sole_replica_with_rows(tmp_path / "a")
+        ts, r = await _failed_while_running(tmp_path / "a")
         try:
-
-            def boom():
-                raise OSError(5, "fsync failed: Input/output error")
-
-            r._submit(boom)
-            await wait_for(lambda: r.failed, "the replica to fail")
             assert ts.tablets.state(TABLET) == TabletState.FAILED
             paths = ts.tablets.paths(TABLET)
             before = _files(paths)
@@ -192,14 +198,8 @@ def test_a_failed_replica_whose_stop_fails_too_is_still_forgotten(tmp_path):
     master with an error no guard handled and keep a stopped replica listed FAILED for ever."""
 
     async def main():
-        ts, r = await sole_replica_with_rows(tmp_path / "a")
+        ts, r = await _failed_while_running(tmp_path / "a")
         try:
-
-            def boom():
-                raise OSError(5, "fsync failed: Input/output error")
-
-            r._submit(boom)
-            await wait_for(lambda: r.failed, "the replica to fail")
             stop = r.stop
 
             async def failing_stop():
