@@ -2,6 +2,7 @@
 the wire format, vote withholding, back-off, ReadIndex, leadership transfer, tablet-copy
 reporting."""
 
+import dataclasses
 import random
 
 import msgspec
@@ -312,3 +313,20 @@ def test_unsafe_change_config_lets_the_survivor_of_a_lost_majority_lead_alone():
     assert core.committed_config.opid_index == index and core.commit > index >= committed
     with pytest.raises(InvalidChange):
         c.do("n2", "unsafe_change_config", ("n2",))  # a leader changes its config the safe way
+
+
+def test_the_leader_lease_is_kept_within_the_shortest_vote_lease_among_the_voters():
+    """Each voter withholds votes for its own vote lease, set by its own flags: n3's election
+    timeout configured shorter than the leader's (2 missed heartbeats, not 3) must shorten the
+    leader's lease too, or a new leader could be elected under it, once n3 has said so in an
+    answer (a round its answer confirms carries it)."""
+    c = elected()
+    n1, n3 = c.core("n1"), c.core("n3")
+    c.tick("n1", n1.cfg.heartbeat_interval_ticks)
+    c.stabilize()
+    assert n1.voters_lease_ticks() == n1.vote_lease_ticks()
+    n3.cfg = dataclasses.replace(n3.cfg, leader_failure_max_missed_heartbeat_periods=2)
+    assert n3.vote_lease_ticks() < n1.vote_lease_ticks()
+    c.tick("n1", n1.cfg.heartbeat_interval_ticks)
+    c.stabilize()
+    assert n1.voters_lease_ticks() == n3.vote_lease_ticks()

@@ -8,6 +8,7 @@ import gc
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import msgspec
@@ -852,3 +853,20 @@ def test_tables_dropped_beside_the_workload_and_a_deposed_master_keeps_what_it_n
     running = {rep.tablet_id for h in sim.tservers if h in sim.servers
                for rep in sim.servers[h].reports() if rep.state == "RUNNING"}
     assert running <= live, running - live
+
+
+def test_a_mix_can_run_every_other_server_with_a_shorter_election_timeout(tmp_path):
+    """`missed=N`: servers started with different timing flags, as a rolling restart with
+    changed flags leaves a cluster. Every other host (masters and tablet servers alike) runs
+    N missed heartbeats before an election, the rest the default; the spec reads back."""
+    from harness.sim.stack import StackConfig, StackSim
+
+    mix = parse_mix("restart:1,heal:1;reads=lease;missed=2")
+    assert mix.missed == 2 and parse_mix(mix.spec()) == replace(mix, name="spec")
+    sim = StackSim(StackConfig(seed=1, mix=mix), tmp_path)
+    periods = [sim._options(h).replica.leader_failure_max_missed_heartbeat_periods
+               for h in sorted(sim.disks)]
+    assert periods[0::2] == [3] * len(periods[0::2]) and set(periods[1::2]) == {2}
+    with pytest.raises(ValueError, match="missed='0'"):
+        parse_mix("restart:1;missed=0")
+    sim.loop.close()

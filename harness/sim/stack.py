@@ -213,7 +213,7 @@ class StackSim:
                                  log=stack_damage.log_options(self, host),
                                  rpc_max_message_size=frame or MAX_FRAME,
                                  snapshot_interval_mb=SNAPSHOT_MB, log_retain_mb=RETAIN_MB,
-                                 **_mix_options(self.cfg.mix))
+                                 **_mix_options(self.cfg.mix), **self._timing(host))
         return ServerOptions(
             data_dir=DATA_DIR, rpc_host=host,
             rpc_port=MASTER_PORT if master else TSERVER_PORT,
@@ -225,6 +225,14 @@ class StackSim:
             rpc_max_inflight_per_conn=self.cfg.mix.inflight or ServerOptions.rpc_max_inflight_per_conn,
             observe_outgoing=functools.partial(self.invariants.observe_sent, host), **server,
             **stack_copy_cut.copy_options(self.cfg.mix))
+
+    def _timing(self, host: str) -> dict:
+        """The mix's `missed` heartbeats before an election on every other server (by host
+        order, masters and tablet servers alike), the rest on the engine's default."""
+        hosts = sorted(self.disks)
+        if self.cfg.mix.missed is None or hosts.index(host) % 2 == 0:
+            return {}
+        return {"leader_failure_max_missed_heartbeat_periods": self.cfg.mix.missed}
 
     def _boot(self, host: str) -> None:
         from node.master.server import Master

@@ -212,6 +212,18 @@ class RaftCore:
         lease (node.replica.read_only.leader_lease_s) is derived from this and must stay below it."""
         return self.cfg.vote_lease_ticks
 
+    def voters_lease_ticks(self) -> int:
+        """The shortest vote lease among the voters that have said theirs (in each answer to a
+        heartbeat: HeartbeatResponse.lease_ticks) and ours: the leader lease is derived from
+        this one. Each voter withholds votes for its own lease, set by its own flags; a lease
+        from the leader's alone outlived the withholding of a voter whose election timeout was
+        configured shorter, and a new leader could be elected under it. A voter that has not
+        answered yet is not counted: a lease rests on the quorum that answered its round, and
+        each of those said its lease in that answer, so a voter down does not end lease reads."""
+        said = (self.progress[v].lease_ticks for v in self.active_config.voters()
+                if v in self.progress and self.progress[v].lease_ticks)
+        return min([self.vote_lease_ticks(), *said])
+
     def lease_reads_allowed(self) -> bool:
         """May the driver serve reads from a leader lease in the current term? Only a leader that
         has not started a leadership transfer in this term: TimeoutNow makes the transferee
@@ -814,13 +826,15 @@ class RaftCore:
     def _on_heartbeat(self, m: Heartbeat) -> None:
         self._heard_from_leader(m)
         self._commit_to(min(m.commit, self.log.last_index()))
-        self._send(HeartbeatResponse(self.term, self.id, m.from_uuid, m.ctx, self.commit))
+        self._send(HeartbeatResponse(self.term, self.id, m.from_uuid, m.ctx, self.commit,
+                                     self.vote_lease_ticks()))
 
     def _on_heartbeat_response(self, m: HeartbeatResponse) -> None:
         pr = self.progress.get(m.from_uuid)
         if pr is None or self.role != Role.LEADER:
             return
         pr.heartbeat_answered()
+        pr.lease_ticks = m.lease_ticks
         if pr.removed_at and pr.told_of_removal(m.commit):
             probe("raft.leader.removed_member_told")
             del self.progress[m.from_uuid]

@@ -88,6 +88,7 @@ class HeartbeatResponse(msgspec.Struct, frozen=True, tag=True):
     to_uuid: str
     ctx: bytes = b""
     commit: int = 0
+    lease_ticks: int = 0  # the sender's vote lease: the leader's lease is kept within it
 
 
 class TimeoutNow(msgspec.Struct, frozen=True, tag=True):

@@ -45,6 +45,8 @@ class Progress:
     # The leader's count of appends sent (AppendEntries.seq) when `match` last rose: a refusal
     # at or below match answering an append up to this one may predate the acknowledgement.
     matched_at_seq: int = 0
+    # The peer's own vote lease, as its last heartbeat answer said (RaftCore.voters_lease_ticks)
+    lease_ticks: int = 0
 
     def told_of_removal(self, peer_commit: int) -> bool:
         """A removed member is told enough once it has committed the config that removed it

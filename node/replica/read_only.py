@@ -32,7 +32,9 @@ def leader_lease_s(withhold_ticks: int, tick_ms: int, max_clock_drift: float) ->
 
     Why this is safe. Each follower that acknowledged the round received it after we sent it,
     and from then on withholds (pre-)votes from other candidates until its core has counted
-    `withhold_ticks` ticks (RaftCore.vote_lease_ticks). Ticks are counted, not timed: the first
+    its own vote lease in ticks, at least `withhold_ticks` (RaftCore.voters_lease_ticks: the
+    shortest the voters said, each set by its own flags; the tick is one constant everywhere,
+    TICK_MS). Ticks are counted, not timed: the first
     one may come right after the message (worst tick phase), so on the follower's clock the
     window only lasts longer than `withhold_ticks - 1` tick periods. With every clock running
     at a rate within ±`max_clock_drift` of real time, that is at least
@@ -79,7 +81,7 @@ class Driver(Protocol):
     """What reads need of the replica that drives them (node.replica.replica.Replica)."""
 
     options: Any  # ReplicaOptions: read_mode, faults, tick_ms, max_clock_drift
-    core: Any  # RaftCore: read_index, term, lease_reads_allowed, vote_lease_ticks
+    core: Any  # RaftCore: read_index, term, lease_reads_allowed, voters_lease_ticks
     state: Any  # StateMachine: query, last_applied_index
     role: Role
     term: int
@@ -182,7 +184,7 @@ class ReadOnly:
             probe("read.lease.not_granted")
             return  # confirmed in an earlier term, or a transfer started since: no lease
         o = r.options
-        until = sent + leader_lease_s(r.core.vote_lease_ticks(), o.tick_ms, o.max_clock_drift)
+        until = sent + leader_lease_s(r.core.voters_lease_ticks(), o.tick_ms, o.max_clock_drift)
         if self.lease_term != term:
             probe("read.lease.granted")
             self.lease_term, self.lease_until = term, until
