@@ -213,7 +213,8 @@ class StackSim:
                                  log=stack_damage.log_options(self, host),
                                  rpc_max_message_size=frame or MAX_FRAME,
                                  snapshot_interval_mb=SNAPSHOT_MB, log_retain_mb=RETAIN_MB,
-                                 **_mix_options(self.cfg.mix), **self._timing(host))
+                                 **_mix_options(self.cfg.mix),
+                                 **_timing(self.cfg.mix, sorted(self.disks), host))
         return ServerOptions(
             data_dir=DATA_DIR, rpc_host=host,
             rpc_port=MASTER_PORT if master else TSERVER_PORT,
@@ -225,14 +226,6 @@ class StackSim:
             rpc_max_inflight_per_conn=self.cfg.mix.inflight or ServerOptions.rpc_max_inflight_per_conn,
             observe_outgoing=functools.partial(self.invariants.observe_sent, host), **server,
             **stack_copy_cut.copy_options(self.cfg.mix))
-
-    def _timing(self, host: str) -> dict:
-        """The mix's `missed` heartbeats before an election on every other server (by host
-        order, masters and tablet servers alike), the rest on the engine's default."""
-        hosts = sorted(self.disks)
-        if self.cfg.mix.missed is None or hosts.index(host) % 2 == 0:
-            return {}
-        return {"leader_failure_max_missed_heartbeat_periods": self.cfg.mix.missed}
 
     def _boot(self, host: str) -> None:
         from node.master.server import Master
@@ -810,6 +803,14 @@ def _mix_options(mix: Mix) -> dict:
     if any(bounds.values()):  # RESULTS: the results a session keeps
         out["session_limits"] = Limits(**{k: n for k, n in bounds.items() if n})
     return out
+
+
+def _timing(mix: Mix, hosts: list[str], host: str) -> dict:
+    """The mix's `missed` heartbeats before an election on every other server (by host order,
+    masters and tablet servers alike), the rest on the engine's default."""
+    if mix.missed is None or hosts.index(host) % 2 == 0:
+        return {}
+    return {"leader_failure_max_missed_heartbeat_periods": mix.missed}
 
 
 def _set_disk_faults(disk: SimDisk, mode: str, value: list) -> None:
