@@ -151,6 +151,6 @@ def test_a_duplicated_refusal_is_no_false_loss(seed):
 def test_a_leader_saves_a_committed_config_only_once_its_entry_is_durable(seed):
     """Seeds where two followers committed a config entry while the leader's own write was
     behind its Ready, and the leader saved the config at once: a power cut then would restart it
-    with a committed config its log lacks (the whole-stack simulator's seed 17, 20 virtual s of
-    swarm, restarted such a leader)."""
+    with a committed config its log lacks (`tessera sim --stack full --seeds 1 --seed 17
+    --workload register --seconds 20 --mix swarm` restarted such a leader)."""
     assert Simulation(seed, nodes=3, steps=3000).run().violation is None
