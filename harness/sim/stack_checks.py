@@ -10,7 +10,8 @@ and votes never going back; no vote granted to a log behind what the voter had l
 leader counting more than a peer acknowledged in its term, no follower refusing an index it
 acknowledged to that leader in that term (it lost a synced entry, which the leader repairs
 in silence), and no leader committing past what a majority holds durably (its own WAL's
-synced prefix with its peers' answers: all seen on the messages replicas send); a committed config's entry in the replica's log; one committed
+synced prefix with its peers' answers: all seen on the messages replicas send); a committed
+config's entry in the replica's log; one committed
 entry per index, with hybrid time increasing along the log; one state per applied index; one
 config per committed config index; no tombstone resurrected; damage a replica needs never run
 on (a flipped newest WAL batch cut as torn, a cut or lost segment taken for a log that ended
