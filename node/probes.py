@@ -279,6 +279,8 @@ CATALOG: dict[str, str] = {
     "tablet.create.refused_failed_files":
         "creating a replica was refused: a forgotten FAILED replica's files are there",
     "tablet.delete.copy_aborted": "a delete aborted a tablet copy under way",
+    "tablet.delete.cas_refused_while_copying":
+        "a delete with cas_config_index was refused: a copy is installing the replica's config",
     "tablet.delete.cas_refused":
         "a delete was refused: the replica's committed config is newer than its cas_config_index",
     "tablet.tombstoned": "a running replica was stopped and tombstoned with its last logged OpId",

@@ -11,6 +11,7 @@ import contextlib
 import pytest
 from tserver_helpers import TABLET, start_server, wait_for
 
+from node import probes
 from node.consensus import Member, MemberType, RaftConfig, encode_config
 from node.protocol import (
     BeginCopySession,
@@ -94,6 +95,32 @@ def test_a_delete_aborts_a_copy_under_way_and_leaves_a_tombstone(tmp_path):
             sb = Superblock.load(paths.superblock)
             assert sb.data_state == DataState.TOMBSTONED and sb.copied_from is None
             assert not paths.wal_dir.exists()  # what the copy wrote is gone
+
+    asyncio.run(main())
+
+
+def test_a_delete_with_a_config_index_waits_for_a_copy_under_way(tmp_path):
+    """The master's delete of an evicted replica carries the config index it was decided on.
+    A copy under way is installing a config this replica does not know yet (it may be a
+    re-add newer than that index), so such a delete is refused and the copy goes on; it once
+    aborted the copy of a member re-added since, which then waited for another. A plain delete
+    (an operator's) still aborts it."""
+    async def main():
+        async with _server_and_source(tmp_path / "a", StallingSource) as (ts, src, req):
+            copy = asyncio.create_task(ts.rpc_client.call(ts.me.addr, "ts.start_tablet_copy", req,
+                                                          TabletCopyResult, to_uuid=ts.uuid,
+                                                          timeout=60))
+            await asyncio.wait_for(src.fetching.wait(), 10)
+            await wait_for(lambda: ts.tablets.state(TABLET) == TabletState.COPYING, "copying")
+            with probes.expect("tablet.delete.cas_refused_while_copying"), \
+                    pytest.raises(RpcError) as refused:
+                await ts.service.on_delete_tablet(DeleteTablet(TABLET, cas_config_index=0))
+            assert refused.value.code == ErrorCode.ILLEGAL_STATE, refused.value
+            assert ts.tablets.state(TABLET) == TabletState.COPYING and not copy.done()
+            assert (await ts.service.on_delete_tablet(DeleteTablet(TABLET))).ok
+            with pytest.raises(RpcError):
+                await asyncio.wait_for(copy, 10)
+            assert ts.tablets.state(TABLET) == TabletState.TOMBSTONED
 
     asyncio.run(main())
 

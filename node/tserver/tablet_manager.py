@@ -216,9 +216,19 @@ class TabletManager:
         vote twice in a term; the last logged OpId is kept in the superblock. True if the
         tablet is a tombstone now. With `cas_config_index`, a running replica whose committed
         config is newer than that index is refused (ILLEGAL_STATE) and left as it is. A copy
-        under way is aborted: whatever it wrote goes, as a failed copy's does. A FAILED replica
-        is never tombstoned: it is forgotten and its files stay (`_forget_failed`)."""
+        under way is aborted by a plain delete: whatever it wrote goes, as a failed copy's does.
+        With `cas_config_index` it is refused instead (Kudu refuses a delete while the tablet is
+        in transition): the copy is installing a committed config this replica does not know
+        yet, so a stale eviction cannot be told from a current one, and aborting cost a
+        re-added member its copy. The caller retries once the copy has ended either way. A
+        FAILED replica is never tombstoned: it is forgotten and its files stay
+        (`_forget_failed`)."""
         e = self.entries.get(tablet_id)
+        if e is not None and e.stored == TabletState.COPYING and cas_config_index is not None:
+            probe("tablet.delete.cas_refused_while_copying")
+            raise RpcError(ErrorCode.ILLEGAL_STATE,
+                           f"tablet {tablet_id}: a copy is installing its config; a delete with "
+                           f"cas_config_index {cas_config_index} waits until the copy has ended")
         if e is not None and e.stored == TabletState.COPYING and e.copy is not None:
             probe("tablet.delete.copy_aborted")
             self.log(tablet_id).info("delete: aborting the tablet copy under way")
