@@ -870,3 +870,9 @@ def test_a_mix_can_run_every_other_server_with_a_shorter_election_timeout(tmp_pa
     with pytest.raises(ValueError, match="missed='0'"):
         parse_mix("restart:1;missed=0")
     sim.loop.close()
+    drawn = [swarm_mix(s) for s in _unbundled(range(200))]
+    missed = [m for m in drawn if m.missed is not None]
+    assert all(m.read_mode == "lease" and m.missed == 2 for m in missed)  # drawn for leases
+    lease = [m for m in drawn if m.read_mode == "lease"]
+    assert len(lease) // 8 <= len(missed) <= len(lease) // 2, (len(missed), len(lease))
+    assert all(parse_mix(m.spec()).missed == 2 for m in missed)

@@ -155,6 +155,10 @@ CONSISTENCY = ("commit-wait", "client-propagated")
 # each answered in its own (probe replica.write.group_modes_mixed). Its own draw, on top of
 # CONSISTENCY's; such a seed is judged per key and per client.
 MIXED_MODES = (False, False, False, True)
+# Missed heartbeats before an election on every other server (Mix.missed), drawn for lease-read
+# seeds only: a voter's window shorter than the leader's matters where the leader serves reads
+# from its lease. None: every server runs the default.
+MISSED = (None, None, None, 2)
 # Mixes that reach a path only with several knobs at once, each a recorded spec (the tests in
 # tests/test_sim_swarm_reach.py, tests/test_sim_forge.py and tests/test_sim_swarm.py fire its
 # probes on a recorded seed). Independent draws combined none of them in 200 seeds
@@ -244,8 +248,7 @@ class Mix:
     # 3), a cluster whose servers were started with different timing flags, as operators
     # restarting servers one at a time with changed flags leave it: each voter withholds votes
     # for its own vote lease, and a leader lease taken from the leader's flags alone outlived
-    # a voter configured shorter. Only from a spec (`missed=2`): not drawn, since a new draw
-    # would change the recorded seeds the tests replay
+    # a voter configured shorter. Drawn for lease-read seeds (MISSED), in a stream of its own
     missed: int | None = None
 
     def kinds(self) -> list[str]:
@@ -329,13 +332,14 @@ def swarm_mix(seed: int) -> Mix:
     consistency = _own_draw(seed, "consistency", CONSISTENCY)
     if _own_draw(seed, "mixed-modes", MIXED_MODES):
         consistency = MIXED
+    missed = _own_draw(seed, "missed", MISSED) if read_mode == "lease" else None
     mix = Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
               read_share=read_share, clock_error_us=clock_error_us, writes=writes,
               values=None if values == "small" else values, snapshot_every=snapshot_every,
               fsync_ms=fsync_ms, max_sessions=max_sessions,
               batch=batch if writes in SESSION_MODES else None, inflight=inflight,
               frame_mb=frame_mb, unpaced=unpaced, max_results=max_results,
-              consistency=consistency)
+              consistency=consistency, missed=missed)
     bundle = _own_draw(seed, "bundle", BUNDLE_DRAW)
     return mix if bundle is None else replace(parse_mix(BUNDLES[bundle]), name="swarm")
 
