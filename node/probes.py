@@ -448,6 +448,9 @@ CATALOG: dict[str, str] = {
         "an op's deadline passed after an attempt that may have applied: OpUnknown",
     "client.retry.deadline_failed":
         "an op's deadline passed with no attempt that may have applied: OpFailed",
+    "client.retry.first_try_ended_at_deadline":
+        "an op's first try, to the believed leader, failed at its deadline: no retry, and a "
+        "try that may have applied makes the op unknown",
     "client.batch.coalesced_sent":
         "several writes issued in one loop turn went out as one ts.write_batch",
     "client.batch.split_after_too_large":

@@ -11,6 +11,7 @@ import time
 import pytest
 from loopback_cluster import loopback_cluster
 
+from node import probes
 from node.client import CONNECT_TIMEOUT, TesseraClient, parse_bind
 from node.errors import OpFailed, OpUnknown
 from node.protocol import Empty, OpResult, Peer, ServerStatus, TableLocations, TabletLocation
@@ -348,5 +349,45 @@ def test_a_retry_after_a_lost_reply_applies_once(cluster):
         await table.append("l", "x")
         assert spy.appends == 2  # the lost reply was retried with the same seq
         assert await table.read("l") == ["x"]
+        await client.close()
+    run(go())
+
+
+class LateSpyRpc(SpyRpc):
+    """Once armed, the next append is delivered and applied, and its reply is lost until just
+    past the call's timeout: a slow leader's answer that misses the caller's deadline."""
+
+    armed = False
+
+    async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
+        res = await super().call(addr, method, request, response_type, to_uuid=to_uuid,
+                                 timeout=timeout)
+        if self.armed and method == "ts.write" and isinstance(request.op, Append):
+            self.armed = False
+            await asyncio.sleep(timeout + 0.05)
+            raise RpcError(ErrorCode.DEADLINE_EXCEEDED, "reply too late", maybe_delivered=True)
+        return res
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_first_try_that_times_out_at_the_deadline_is_unknown_not_failed(cluster):
+    """A caller's deadline shorter than one attempt's patience (a client `--timeout` under 1 s,
+    or a session batch that waited its turn) gives the first try, to the believed leader, the
+    whole of the time left. Its failure at the deadline left no time for a retry, and the retry
+    loop that would have counted it as maybe applied never ran: the op was reported failed
+    (`not applied ...: no attempt`) though the leader had applied it, and a checker then saw a
+    failed write read back. Found by a review of the client."""
+    async def go():
+        spy = LateSpyRpc()
+        client, names, _, _ = await _setup(cluster, "late", spy)
+        table = client.table("late", names)
+        await table.append("warm", "w")  # the leader is known: the next op's first try goes there
+        client.timeout, spy.armed = 0.8, True
+        with probes.expect("client.retry.first_try_ended_at_deadline"), \
+                pytest.raises(OpUnknown):
+            await table.append("l", "x")
+        client.timeout = 5.0
+        assert await table.read("l") == ["x"]  # it was applied: a definite failure would lie
         await client.close()
     run(go())

@@ -108,6 +108,28 @@ def test_sync_mode_sends_each_op_alone_at_once():
     run(go())
 
 
+def test_every_flush_mode_writes_in_its_sessions_own_consistency_mode():
+    """A session's options name its external consistency mode (Kudu's per-session setting).
+    The background and manual modes sent it; the sync mode, Kudu's default, sent the client's
+    instead, so a COMMIT_WAIT session on a CLIENT_PROPAGATED client was answered without
+    commit-wait. Found by a review of the client."""
+    from node.protocol import CLIENT_PROPAGATED, COMMIT_WAIT
+
+    async def go():
+        rpc = Tablets()
+        client = TesseraClient([("m", 1)], timeout=3.0, rpc=rpc,
+                               external_consistency=CLIENT_PROPAGATED)
+        for mode in FlushMode:
+            session = client.new_session("t", SessionOptions(mode,
+                                                             external_consistency=COMMIT_WAIT))
+            fut = await session.apply("k", Write("k", 1))
+            await session.flush()
+            assert (await fut).result.ok
+        sent = [r.external_consistency for r in rpc.writes + rpc.batches]
+        assert len(sent) == len(FlushMode) and set(sent) == {COMMIT_WAIT}, sent
+    run(go())
+
+
 def test_background_flushes_a_tablet_when_its_count_bound_is_reached():
     async def go():
         rpc = Tablets()

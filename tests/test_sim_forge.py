@@ -104,8 +104,9 @@ def test_a_pinned_snapshot_cut_after_a_newer_one_was_saved_is_not_judged(tmp_pat
     source then saved a newer snapshot durably before its reboot. Bootstrap loads the newest
     snapshot and the WAL after it and never reads the cut one, so the replica rightly runs
     again: the cut is not judged, and the seed passes."""
-    # its mix as drawn before seeds drew an external consistency mode (another schedule now)
-    mix = dataclasses.replace(swarm_mix(167), consistency="commit-wait")
+    # its mix as drawn before seeds drew an external consistency mode and a client timeout
+    # (another schedule now)
+    mix = dataclasses.replace(swarm_mix(167), consistency="commit-wait", client_timeout_ms=None)
     sim = StackSim(StackConfig(seed=167, workload="list-append", seconds=20.0, mix=mix), tmp_path)
     result = sim.run()
     assert result.ok(), (result.violation, result.verdict)

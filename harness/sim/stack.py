@@ -595,7 +595,8 @@ class StackSim:
 
         workload = self._workload()
         workload.external_consistency = self.cfg.mix.consistency
-        client = TesseraClient([(m, MASTER_PORT) for m in self.masters], timeout=5.0,
+        timeout = (self.cfg.mix.client_timeout_ms or 5000) / 1000
+        client = TesseraClient([(m, MASTER_PORT) for m in self.masters], timeout=timeout,
                                rpc=RpcClient(connect_timeout=1.0, local_host=CLIENT_HOST,
                                              max_frame=MAX_FRAME, **_client_inflight(self.cfg.mix)),
                                rng=random.Random(self.rng.getrandbits(64)),

@@ -159,6 +159,8 @@ MIXED_MODES = (False, False, False, True)
 # seeds only: a voter's window shorter than the leader's matters where the leader serves reads
 # from its lease. None: every server runs the default.
 MISSED = (None, None, None, 2)
+# The client's timeout per op (Mix.client_timeout_ms), drawn in a stream of its own: None is 5 s.
+TIMEOUTS_MS = (None, None, None, 1000, 500)
 # Mixes that reach a path only with several knobs at once, each a recorded spec (the tests in
 # tests/test_sim_swarm_reach.py, tests/test_sim_forge.py and tests/test_sim_swarm.py fire its
 # probes on a recorded seed). Independent draws combined none of them in 200 seeds
@@ -250,6 +252,10 @@ class Mix:
     # for its own vote lease, and a leader lease taken from the leader's flags alone outlived
     # a voter configured shorter. Drawn for lease-read seeds (MISSED), in a stream of its own
     missed: int | None = None
+    # the client's timeout per op in ms (None: 5 s), as users pass `--timeout` to a client: a
+    # deadline shorter than one attempt's patience puts a call's first try at the deadline, where
+    # an answer lost to it must count as maybe applied (TIMEOUTS_MS)
+    client_timeout_ms: int | None = None
 
     def kinds(self) -> list[str]:
         return [k for k, _ in self.weights]
@@ -262,7 +268,7 @@ class Mix:
     def spec(self) -> str:
         """`kind:weight,...;every=LO-HI;reads=MODE[;load=CLIENTSxRATE][;read-share=F]
         [;clock=US][;writes=MODE][;values=wide][;snapshot=N][;fsync=MS][;sessions=N]
-        [;batch=N][;inflight=N][;frame=MIB][;results=N][;missed=N][;consistency=MODE]
+        [;batch=N][;inflight=N][;frame=MIB][;results=N][;missed=N][;timeout=MS][;consistency=MODE]
         [;unpaced]`; writes only when not own, consistency only when not commit-wait."""
         lo, hi = self.fault_every_s
         parts = [",".join(f"{k}:{w}" for k, w in self.weights), f"every={lo:g}-{hi:g}",
@@ -279,7 +285,8 @@ class Mix:
             parts.append(f"values={self.values}")
         counts = {"snapshot": self.snapshot_every, "fsync": self.fsync_ms,
                   "sessions": self.max_sessions, "batch": self.batch, "inflight": self.inflight,
-                  "frame": self.frame_mb, "results": self.max_results, "missed": self.missed}
+                  "frame": self.frame_mb, "results": self.max_results, "missed": self.missed,
+                  "timeout": self.client_timeout_ms}
         parts += [f"{key}={n}" for key, n in counts.items() if n is not None]
         if self.consistency != "commit-wait":
             parts.append(f"consistency={self.consistency}")
@@ -296,7 +303,8 @@ class Mix:
                 "fsync_ms": self.fsync_ms, "max_sessions": self.max_sessions,
                 "batch": self.batch, "inflight": self.inflight, "frame_mb": self.frame_mb,
                 "unpaced": self.unpaced, "max_results": self.max_results,
-                "consistency": self.consistency, "missed": self.missed}
+                "consistency": self.consistency, "missed": self.missed,
+                "client_timeout_ms": self.client_timeout_ms}
 
 
 # The fixed mix (its list of kinds, with crash, restart and membership twice, is the one the
@@ -333,13 +341,14 @@ def swarm_mix(seed: int) -> Mix:
     if _own_draw(seed, "mixed-modes", MIXED_MODES):
         consistency = MIXED
     missed = _own_draw(seed, "missed", MISSED) if read_mode == "lease" else None
+    client_timeout_ms = _own_draw(seed, "timeout", TIMEOUTS_MS)
     mix = Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
               read_share=read_share, clock_error_us=clock_error_us, writes=writes,
               values=None if values == "small" else values, snapshot_every=snapshot_every,
               fsync_ms=fsync_ms, max_sessions=max_sessions,
               batch=batch if writes in SESSION_MODES else None, inflight=inflight,
               frame_mb=frame_mb, unpaced=unpaced, max_results=max_results,
-              consistency=consistency, missed=missed)
+              consistency=consistency, missed=missed, client_timeout_ms=client_timeout_ms)
     bundle = _own_draw(seed, "bundle", BUNDLE_DRAW)
     return mix if bundle is None else replace(parse_mix(BUNDLES[bundle]), name="swarm")
 
@@ -364,7 +373,8 @@ _COUNTS = {"snapshot": "applied entries between snapshots", "fsync": "every disk
            "inflight": "requests in flight per connection",
            "frame": "the servers' RPC frame limit in MiB",
            "results": "the results a tablet keeps per session",
-           "missed": "missed heartbeats before an election on every other server"}
+           "missed": "missed heartbeats before an election on every other server",
+           "timeout": "the client's timeout per op in ms"}
 
 
 def parse_mix(spec: str) -> Mix:
@@ -437,8 +447,8 @@ def parse_mix(spec: str) -> Mix:
         raise ValueError(f"reads={reads!r}: linearizable or lease")
     return Mix(tuple(weights), (lo, hi), reads, "spec", concurrency, rate, read_share,
                clock_error_us, writes, None if values == "small" else values,
-               *list(counts.values())[:-2], unpaced, counts["results"], consistency,
-               counts["missed"])
+               *list(counts.values())[:6], unpaced, counts["results"], consistency,
+               counts["missed"], counts["timeout"])
 
 
 def mix_for(name: str, seed: int) -> Mix:

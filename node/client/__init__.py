@@ -417,8 +417,12 @@ class TesseraClient:
         round takes as its own first attempt."""
         loop = asyncio.get_running_loop()
         backoff = None
-        uncertain = False
-        last = "no attempt"
+        # Counted before the loops: a first try that timed out at the deadline leaves no time
+        # for them, and it may have been applied (a definite failure was reported for it)
+        uncertain = failed is not None and failed[1].maybe_delivered and mutating
+        last = "no attempt" if failed is None else f"{failed[0].host}:{failed[0].port}: {failed[1]}"
+        if failed is not None and deadline - loop.time() <= 0:
+            probe("client.retry.first_try_ended_at_deadline")
         rounds = 0
         while loop.time() < deadline:
             t = self._latest(table, t)

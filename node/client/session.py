@@ -301,7 +301,7 @@ class Session:
     def __init__(self, client: Client, table: str, options: SessionOptions,
                  bind: tuple[str, int | None] | None = None):
         self.client, self.table, self.options, self.bind = client, table, options, bind
-        self.sessions: Sessions = Sessions()
+        self.sessions: Sessions = Sessions(options.external_consistency)  # every flush mode's
         self._buffers: dict[str, _Buffer] = {}  # tablet -> ops not yet flushed
         self._bytes = 0  # buffered, all tablets
         self._locks: dict[str, asyncio.Lock] = {}  # one batch in flight per tablet
