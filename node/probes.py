@@ -147,6 +147,9 @@ CATALOG: dict[str, str] = {
         "a write was refused: the timestamp its client propagated is an hour ahead of our clock",
     "replica.clock.propagated_ahead":
         "a write's propagated timestamp was ahead of every one the leader's clock had issued",
+    "replica.snapshot.waits_for_config_save":
+        "a snapshot waited: a committed config it would cover is not in the consensus metadata "
+        "yet",
     "replica.snapshot.due_to_bytes":
         "a snapshot was taken because the entries applied since the last passed its MiB bound",
     "replica.log.retention_bounded_by_bytes":

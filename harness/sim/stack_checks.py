@@ -63,6 +63,7 @@ class Invariants:
         # committed configs: (tablet, config index) -> members, and each tablet's highest index
         self._configs: dict[tuple[str, int], frozenset] = {}
         self._top_config: dict[str, int] = {}
+        self._config_indexes: dict[str, set[int]] = {}  # tablet -> its committed config indexes
         self.catalog_lag: list[str] = []
         # votes: (host, tablet) -> (term, index) of the last op the replica there has logged,
         # as last seen while it ran; (tablet, candidate, term, pre-vote) -> the (term, index)
@@ -125,6 +126,7 @@ class Invariants:
                                          f"{r.uuid}) FAILED: {r.failed}")
                 self._check_term_and_vote(host, tablet, r)
                 _check_config_logged(host, tablet, r)
+                self._check_config_kept(host, tablet, r)
                 if r.role is LEADER:
                     holder = self._leaders.setdefault((tablet, r.term), r.uuid)
                     if holder != r.uuid:
@@ -406,6 +408,24 @@ class Invariants:
                                  f"has members {sorted(members)} on {host}, {sorted(seen)} "
                                  f"elsewhere")
         self._top_config[tablet] = max(index, self._top_config.get(tablet, -1))
+        self._config_indexes.setdefault(tablet, set()).add(index)
+
+    def _check_config_kept(self, host: str, tablet: str, r) -> None:
+        """A running replica's committed config is no older than any config the tablet
+        committed at or below its snapshot: a snapshot carries no config, and bootstrap rebuilds
+        configs only from the log after it, so a snapshot saved before the consensus metadata
+        held a config it covered restarted the replica in a config the tablet had left (after
+        a crash between the two, or a metadata save that failed). Not on a disk damaged on
+        purpose, nor after an operator's unsafe change, which the damage checks judge."""
+        if r.failed or self._storage_faulted(host):
+            return
+        below = r.core.log.offset
+        need = max((i for i in self._config_indexes.get(tablet, ()) if i <= below), default=0)
+        have = r.core.committed_config.opid_index
+        if have < need:
+            raise StackViolation(f"config kept: tablet {tablet} on {host} (replica {r.uuid}) "
+                                 f"runs with committed config {have} and a snapshot at {below}, "
+                                 f"past config {need} the tablet committed")
 
     def check_catalog(self, final: bool = False) -> None:
         """The catalog agrees with the tablets' committed configs: every tablet record of every

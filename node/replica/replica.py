@@ -253,6 +253,7 @@ class Replica:
                                   f"at {self.state.last_applied_index}: entries are missing")
         snapshot_index, snapshot_term = self.state.last_applied_index, self.state.last_applied_term
         config = decode_config(cmeta.committed_config)
+        self._saved_config_index = config.opid_index  # the committed config on disk
         self.log.info("bootstrap: term %d, voted for %s, committed config %s, snapshot at index "
                       "%d, %d WAL entries after it", cmeta.current_term, cmeta.voted_for,
                       config_text(config), snapshot_index, len(entries))
@@ -402,6 +403,7 @@ class Replica:
         if st.hard_state is not None or st.committed_config is not None:
             await self._in_thread(self._save_cmeta, st.hard_state, st.committed_config)
         if st.committed_config is not None:
+            self._saved_config_index = st.committed_config.opid_index
             self.log.info("config committed: %s", config_text(st.committed_config))
         for ev in rd.events:
             log_event(self.log, ev)
@@ -480,12 +482,22 @@ class Replica:
                 or not snapshot_due(applied - self._last_snapshot, self._bytes_since_snapshot,
                                     self.options)):
             return
+        # Nor past a committed config the consensus metadata does not hold yet: a snapshot
+        # carries no config, and bootstrap rebuilds configs only from the entries after it, so
+        # a crash (or a failed metadata save) between the two forgot the config. A follower
+        # catching up applies a config entry in the Ready that writes it; the config is handed
+        # over once durable, in the next Ready, which saves it and then tries again here.
+        if self.core.committed_config.opid_index > self._saved_config_index:
+            probe("replica.snapshot.waits_for_config_save")
+            return
         self._last_snapshot, self._snapshotting = applied, True
         self._bytes_since_snapshot = 0
         snap = self.state.snapshot()
 
         async def save():
             try:
+                if self.failed:  # a FAILED replica's files are evidence, left as they are
+                    return
                 await self._in_thread(self.snapshots.save, snap)
                 self.stats["snapshots"] += 1
                 # read now, not when the save began: a tablet copy may have started meanwhile
