@@ -268,10 +268,21 @@ def entry_stats(records: list[Record]) -> fmt.Footer:
 
 
 def finish_file(path: str, end: int, footer: fmt.Footer, disk: Disk = REAL) -> None:
-    """Close a segment that is not open for writing (a recovered tail): the footer at `end`,
-    synced, then the rest cut off (_write_footer)."""
+    """Close a segment that is not open for writing (a recovered tail): its bytes up to `end`
+    written again and synced, then the footer at `end`, synced, then the rest cut off
+    (_write_footer).
+
+    Written again because what bootstrap read may be only in the page cache: after an fsync
+    fails with EIO, Linux marks the pages it could not write clean and keeps them, so a process
+    restarted without a power loss reads batches that were never durable, and a later fsync
+    succeeds without writing them. Trusted, the replica acknowledged (and counted toward
+    commits) entries a power loss then took; written again, they are dirty and the sync either
+    makes them durable or fails loudly."""
     fd = disk.open(path)
     try:
+        if end:
+            pwrite_all(disk, fd, [disk.read(path, 0, end)], 0)
+            disk.fdatasync(fd)
         _write_footer(disk, fd, end, footer)
     finally:
         disk.close(fd)
