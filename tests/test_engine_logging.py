@@ -83,6 +83,12 @@ def test_config_change_proposed_pending_committed_and_refused(tmp_path, caplog):
             config = await leader.change_config(ConfigChange(ChangeOp.ADD_NON_VOTER, "d"), 0)
             with pytest.raises(CasMismatch):
                 await leader.change_config(ConfigChange(ChangeOp.REMOVE, "d"), 0)
+            # the leader writes behind: its followers may commit the entry before it is
+            # durable here, and the config is saved (and logged committed) only once it is
+            for _ in range(1000):
+                if has(caplog, f"P {leader.uuid}: config committed: index"):
+                    break
+                await asyncio.sleep(0.01)
             return leader.uuid, config.opid_index
         finally:
             await net.stop()

@@ -153,7 +153,7 @@ def delete_replica(data_dir: Path, tablet: str, keep_tombstone: bool, disk=None)
     by default) deleted, as a tombstone that keeps its votes or every file gone; what was
     done. Shared by the CLI and the simulator's unsafe fault (harness.sim.stack_unsafe)."""
     from node.tablet.superblock import DataState, OpId, Superblock
-    from node.tserver.copy import tombstone
+    from node.tserver.copy import recover_unfinished_copy, tombstone
 
     paths = _paths(data_dir, tablet, disk)
     if not keep_tombstone:
@@ -164,6 +164,11 @@ def delete_replica(data_dir: Path, tablet: str, keep_tombstone: bool, disk=None)
                 paths.disk.unlink(path)
         return f"tablet {tablet}: every file removed, its votes too"
     sb = Superblock.load(paths.superblock, paths.disk)
+    if sb.data_state == DataState.COPYING:
+        # the files are a copy's, cut off where it stopped, not the replica's log: tombstoned
+        # as start-up would, keeping the last OpId the tombstone under the copy held
+        recover_unfinished_copy(paths, sb)
+        return f"tablet {tablet}: an unfinished copy, tombstoned as start-up does"
     if sb.data_state == DataState.TOMBSTONED:
         return f"tablet {tablet}: already a tombstone"
     last = _last_logged(paths)
