@@ -77,14 +77,20 @@ async def _leader_and_receiver(root):
         await src.stop()
 
 
+async def _copy_under_way(ts, src, req) -> asyncio.Task:
+    """The leader's StartTabletCopy to `ts`, running: the tablet is COPYING and the source has
+    been asked for its first chunk (which it never sends)."""
+    copy = asyncio.create_task(ts.rpc_client.call(ts.me.addr, "ts.start_tablet_copy", req,
+                                                  TabletCopyResult, to_uuid=ts.uuid, timeout=60))
+    await asyncio.wait_for(src.fetching.wait(), 10)
+    await wait_for(lambda: ts.tablets.state(TABLET) == TabletState.COPYING, "copying")
+    return copy
+
+
 def test_a_delete_aborts_a_copy_under_way_and_leaves_a_tombstone(tmp_path):
     async def main():
         async with _server_and_source(tmp_path / "a", StallingSource) as (ts, src, req):
-            copy = asyncio.create_task(ts.rpc_client.call(ts.me.addr, "ts.start_tablet_copy", req,
-                                                          TabletCopyResult, to_uuid=ts.uuid,
-                                                          timeout=60))
-            await asyncio.wait_for(src.fetching.wait(), 10)
-            await wait_for(lambda: ts.tablets.state(TABLET) == TabletState.COPYING, "copying")
+            copy = await _copy_under_way(ts, src, req)
             paths = ts.tablets.paths(TABLET)
             assert Superblock.load(paths.superblock).data_state == DataState.COPYING
             assert (await ts.service.on_delete_tablet(DeleteTablet(TABLET))).ok
@@ -107,11 +113,7 @@ def test_a_delete_with_a_config_index_waits_for_a_copy_under_way(tmp_path):
     (an operator's) still aborts it."""
     async def main():
         async with _server_and_source(tmp_path / "a", StallingSource) as (ts, src, req):
-            copy = asyncio.create_task(ts.rpc_client.call(ts.me.addr, "ts.start_tablet_copy", req,
-                                                          TabletCopyResult, to_uuid=ts.uuid,
-                                                          timeout=60))
-            await asyncio.wait_for(src.fetching.wait(), 10)
-            await wait_for(lambda: ts.tablets.state(TABLET) == TabletState.COPYING, "copying")
+            copy = await _copy_under_way(ts, src, req)
             with probes.expect("tablet.delete.cas_refused_while_copying"), \
                     pytest.raises(RpcError) as refused:
                 await ts.service.on_delete_tablet(DeleteTablet(TABLET, cas_config_index=0))
