@@ -269,6 +269,8 @@ CATALOG: dict[str, str] = {
         "a group of single writes left the one-pass path: applied member by member",
     "tablet.open.unfinished_copy_tombstoned":
         "start-up found a COPYING superblock: the unfinished copy is tombstoned",
+    "tools.delete.unfinished_copy_tombstoned":
+        "the offline delete tool found a replica stopped mid-copy: tombstoned as start-up does",
     "tablet.open.tombstone":
         "start-up found a tombstoned replica: it votes from its metadata and last OpId",
     "tablet.failed.at_open":

@@ -13,6 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from node.probes import probe
+
 
 def configure(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="verb", required=True, metavar="{list,cmeta,delete}")
@@ -167,6 +169,7 @@ def delete_replica(data_dir: Path, tablet: str, keep_tombstone: bool, disk=None)
     if sb.data_state == DataState.COPYING:
         # the files are a copy's, cut off where it stopped, not the replica's log: tombstoned
         # as start-up would, keeping the last OpId the tombstone under the copy held
+        probe("tools.delete.unfinished_copy_tombstoned")
         recover_unfinished_copy(paths, sb)
         return f"tablet {tablet}: an unfinished copy, tombstoned as start-up does"
     if sb.data_state == DataState.TOMBSTONED:
