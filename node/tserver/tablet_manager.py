@@ -450,7 +450,12 @@ class TabletManager:
                 self.entries[tablet_id] = TabletEntry(
                     tablet_id, session.table_name, TabletState.FAILED,
                     error=log_failure(self.log(tablet_id), "cannot open the copied replica", e))
-                raise
+                # answered, not raised as the handler's own failure: a source serving a damaged
+                # file is the source's fault, and the leader learns why its copy failed
+                raise RpcError(ErrorCode.ILLEGAL_STATE,
+                               f"tablet {tablet_id}: the copy from {source} does not open "
+                               f"({type(e).__name__}: {e}); the replica is FAILED here, its "
+                               "files kept") from e
             behind = copying.tombstone_last_opid
             if behind is not None and r.last_logged() < (behind.term, behind.index):
                 probe("copy.refused.behind_tombstone")
