@@ -259,12 +259,15 @@ class Invariants:
             return
         seen = self._positions.get(key)
         self._positions[key] = (r, r.uuid, logged)
-        if seen is None or seen[0] is r or seen[1] != r.uuid or logged >= seen[2]:
+        if seen is None or seen[0] is r or seen[1] != r.uuid:
+            return
+        opened = _opened_at(r, logged)
+        if opened >= seen[2]:
             return
         if not self._unsafe:
             self._unsafe.append(
                 f"log regressed: tablet {tablet} on {host} came back (restarted or copied) with "
-                f"a log ending at {logged}, behind the {seen[2]} the replica before it had "
+                f"a log ending at {opened}, behind the {seen[2]} the replica before it had "
                 "logged")
 
     def _check_acks(self, host: str, tablet: str, r) -> None:
@@ -557,6 +560,15 @@ def _check_config_logged(host: str, tablet: str, r) -> None:
         raise StackViolation(f"config logged: tablet {tablet} on {host} (replica {r.uuid}) "
                              f"has committed config {index}, beyond its log's end "
                              f"{log.last_index()} and snapshot {log.offset}")
+
+
+def _opened_at(r, logged: tuple[int, int]) -> tuple[int, int]:
+    """(term, index) a replica's log ended at when it opened: the last entry it recovered from
+    its WAL (after a restart, or a copy's), as the first look may come after a leader truncated
+    an uncommitted suffix of it, which a replica may do within its own life; `logged` (its
+    position now) for a replica that recovered no entry."""
+    recovered = getattr(getattr(r, "wal", None), "recovered", None)
+    return (recovered[-1].term, recovered[-1].index) if recovered else logged
 
 
 def _logged(r) -> tuple[int, int]:
