@@ -147,6 +147,8 @@ CATALOG: dict[str, str] = {
         "a write was refused: the timestamp its client propagated is an hour ahead of our clock",
     "replica.clock.propagated_ahead":
         "a write's propagated timestamp was ahead of every one the leader's clock had issued",
+    "replica.snapshot.skipped_failed":
+        "a snapshot due before the replica FAILED was not saved: its files stay as they were",
     "replica.snapshot.waits_for_config_save":
         "a snapshot waited: a committed config it would cover is not in the consensus metadata "
         "yet",

@@ -497,6 +497,7 @@ class Replica:
         async def save():
             try:
                 if self.failed:  # a FAILED replica's files are evidence, left as they are
+                    probe("replica.snapshot.skipped_failed")
                     return
                 await self._in_thread(self.snapshots.save, snap)
                 self.stats["snapshots"] += 1
