@@ -273,6 +273,10 @@ CATALOG: dict[str, str] = {
         "start-up found a COPYING superblock: the unfinished copy is tombstoned",
     "tools.delete.unfinished_copy_tombstoned":
         "the offline delete tool found a replica stopped mid-copy: tombstoned as start-up does",
+    "tools.master_add.already_member":
+        "master add found its new master a member already: a lost answer's add, asked again, was done",
+    "tools.master_remove.already_gone":
+        "master remove found the member gone when asked: a lost answer's removal was done",
     "tablet.open.tombstone":
         "start-up found a tombstoned replica: it votes from its metadata and last OpId",
     "tablet.failed.at_open":

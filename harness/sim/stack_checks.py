@@ -495,9 +495,11 @@ class Invariants:
         return [check_timestamps([o for o in ops if o.process != "nemesis"], across_keys=True)]
 
     def check_master_lists(self) -> None:
-        """Healed and settled: every live tablet server heartbeats the masters of the catalog's
-        committed config, as the leader master last told them (the masters fault adds and
-        removes one). Skipped while no master leads or an address is unknown to it."""
+        """Healed and settled: the catalog's committed config holds only masters the
+        simulator runs (the masters faults drop a master only once it has left), and every
+        live tablet server heartbeats those masters, as the leader master last told them (the
+        masters fault adds and removes one). Skipped while no master leads or an address is
+        unknown to it."""
         leaders = [s for h in self.sim.masters if (s := self.sim.servers.get(h)) is not None
                    and (r := getattr(s, "replicas", {}).get(CATALOG)) is not None
                    and r.role.name == "LEADER" and not r.failed]
@@ -505,6 +507,12 @@ class Invariants:
             return
         master = leaders[0]
         r = master.replicas[CATALOG]
+        running = {s.uuid for h in self.sim.masters if (s := self.sim.servers.get(h)) is not None}
+        if gone := sorted(set(r.committed_members()) - running):
+            raise StackViolation(
+                f"masters config: the committed masters (index {r.committed_config_index}) "
+                f"hold {gone}, which no master host runs: a master stopped and wiped while the "
+                "config still counts on it")
         want = [master.book.get(u) for u in r.committed_members()]
         if None in want:
             return

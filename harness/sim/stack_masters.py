@@ -50,7 +50,7 @@ async def masters(sim, planned: list | None):
     stop it and wipe its disk; every second removal is `remove-cut` (the module's docstring).
     `planned`: [op, host] to replay. Recorded as [op, host], with a third element saying why
     where a join or removal failed or the cut-off spare's wait ended without a verdict. A join
-    that fails leaves the spare stopped and wiped."""
+    that fails is undone (`add_spare`)."""
     from node.rpc import RpcError
     from node.tools.admin import AdminError, leave_master
 
@@ -68,7 +68,8 @@ async def masters(sim, planned: list | None):
         if op == "add":
             await add_spare(sim)
         elif op == "remove":
-            await leave_master(sim.client, sim.spare_uuid or f"{host}:{MASTER_PORT}")
+            await leave_master(sim.client, sim.spare_uuid or f"{host}:{MASTER_PORT}",
+                               missing_ok=True)
             drop_spare(sim)
         else:
             why = await remove_cut_off(sim, host)
@@ -76,8 +77,6 @@ async def masters(sim, planned: list | None):
             if why is not None:
                 return [op, host, why]
     except (AdminError, RpcError, TimeoutError, OSError) as e:
-        if op == "add":
-            drop_spare(sim)
         return [op, host, f"failed: {e or type(e).__name__}"]
     return [op, host]
 
@@ -105,7 +104,8 @@ async def remove_cut_off(sim, host: str) -> str | None:
 
 async def wait_told_of_removal(sim, host: str) -> str | None:
     """Wait until the master on `host`, just removed, says REMOVED to `master.info` (what an
-    operator's `tessera master list` shows). None once it does. Sets a liveness violation if
+    operator's `tessera master list` shows), or INITIALIZING (it was never copied the catalog:
+    a failed add whose undoing failed left it up, never a member). None once it does. Sets a liveness violation if
     it stays up and reachable from the leader master for TOLD_WITHIN_S without doing so;
     returns why the wait ended without a verdict if faults kept it from the leader for
     TOLD_GIVE_UP_S."""
@@ -122,8 +122,8 @@ async def wait_told_of_removal(sim, host: str) -> str | None:
             role = info.role
         except (RpcError, TimeoutError, OSError) as e:
             role = _error_name(e)
-        if role == "REMOVED":
-            return None
+        if role in ("REMOVED", "INITIALIZING"):
+            return None  # told; or it never held the catalog (an add undone), nothing to tell
         now, leader = loop.time(), leader_master(sim)
         if (host in sim.down or host in sim.start_failures or leader is None
                 or not sim.net.reachable(host, leader)):
@@ -140,12 +140,36 @@ async def wait_told_of_removal(sim, host: str) -> str | None:
 
 
 async def add_spare(sim) -> None:
-    """Start a master with an empty disk on the spare host and join it (`join_master`);
-    raises what the join raised (the caller drops the spare again)."""
+    """Start a master with an empty disk on the spare host and join it (`join_master`). A
+    join that fails is undone as an operator undoes a failed `master add`, which may have gone
+    through: the spare leaves the config if it is a member, then is stopped and wiped. If even
+    that removal fails, the spare stays up and a member, for the next `masters` fault to
+    remove: stopping a master the config counts on would leave the masters a voter short.
+    Raises what the join raised (AdminError naming both, if the undoing failed too)."""
+    from node.rpc import RpcError
+    from node.tools.admin import AdminError, join_master, started_master
+
+    addr = (boot_spare(sim), MASTER_PORT)
+    try:
+        sim.spare_uuid = (await started_master(sim.client, addr, wait=30.0)).uuid
+    except (RpcError, TimeoutError, OSError):
+        drop_spare(sim)  # it never answered, so it was never asked to join
+        raise
+    try:
+        await join_master(sim.client, addr, timeout=30.0)
+    except (AdminError, RpcError, TimeoutError, OSError) as e:
+        try:
+            await undo_add(sim)
+        except (AdminError, RpcError, TimeoutError, OSError) as undo:
+            raise AdminError(f"{e or type(e).__name__}; still a member, not undone: "
+                             f"{undo or type(undo).__name__}") from e
+        raise
+
+
+def boot_spare(sim) -> str:
+    """Start a master on the spare host, with a new empty disk; the host."""
     from harness.sim.disk import SimDisk
     from harness.sim.stack_damage import baseline_faults
-    from node.rpc import RpcError
-    from node.tools.admin import AdminError, join_master
 
     host = sim.spare
     sim.disks[host] = SimDisk(random.Random(sim._spare_disks.getrandbits(64)),
@@ -153,17 +177,16 @@ async def add_spare(sim) -> None:
     sim.skew_s[host] = 0.0
     sim.masters.append(host)
     sim._boot(host)
-    sim.spare_uuid = None
-    for _ in range(60):  # until it serves master.info
-        try:
-            info = await join_master(sim.client, (host, MASTER_PORT), timeout=30.0)
-            sim.spare_uuid = info.uuid
-            return
-        except RpcError as e:
-            if e.code.name != "NETWORK":
-                raise
-        await asyncio.sleep(0.5)
-    raise AdminError("the new master never answered")
+    return host
+
+
+async def undo_add(sim) -> None:
+    """The spare's failed join undone: out of the config if it made it in, then stopped and
+    wiped; raises (the spare kept) if the removal fails."""
+    from node.tools.admin import leave_master
+
+    await leave_master(sim.client, sim.spare_uuid, missing_ok=True)
+    drop_spare(sim)
 
 
 def drop_spare(sim) -> None:

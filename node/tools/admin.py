@@ -17,6 +17,7 @@ import sys
 from node.client import parse_addrs
 from node.client.cli import common_options, run_with_client, verb
 from node.errors import TesseraError
+from node.probes import probe
 from node.protocol import (
     Ack,
     AddMaster,
@@ -30,7 +31,7 @@ from node.protocol import (
     TabletReport,
     UnsafeChangeConfig,
 )
-from node.rpc import RpcError
+from node.rpc import ErrorCode, RpcError
 
 VOTER_TIMEOUT_S = 300.0  # how long move-replica and master add wait for a new voter
 
@@ -68,18 +69,30 @@ async def add_master(args, client) -> int:
 
 
 async def join_master(client, addr: tuple[str, int], *, progress=lambda _: None,
-                      timeout: float = VOTER_TIMEOUT_S) -> MasterInfo:
+                      timeout: float = VOTER_TIMEOUT_S, wait_started: float = 0.0) -> MasterInfo:
     """Kudu's master add: the master at `addr` (started, no catalog yet) joins the catalog's
-    config through the leader master; returns its info once it is a voter. Shared by the CLI
-    and the harness's master-membership nemesis."""
-    info = await client.rpc.call(addr, "master.info", Empty(), MasterInfo, to_uuid="",
-                                 timeout=client.timeout)
+    config through the leader master; returns its info once it is a voter. `wait_started`:
+    how long to wait for a master still starting to answer at all. Shared by the CLI and the
+    harness's master-membership faults.
+
+    The add is asked of the leader master again when an answer is lost (the leader killed or
+    cut off after it committed the add): the second leader then finds the master a member.
+    That answer means done, never refused: the master answered INITIALIZING (an empty data
+    dir, a fresh UUID) just before, so only an add of this very master made it a member. An
+    operator told "refused" would wipe a master the config holds, and the masters would run
+    a member short of what they count on."""
+    info = await started_master(client, addr, wait_started)
     if info.role != "INITIALIZING":
         raise AdminError(f"{addr[0]}:{addr[1]} already has a catalog (role {info.role}); a new "
                          "master starts with an empty data dir")
-    config = await client.master_call("master.add_master", AddMaster(Peer(info.uuid, *addr)),
-                                      ConfigState)
-    progress(config_lines(config))
+    try:
+        progress(config_lines(await client.master_call(
+            "master.add_master", AddMaster(Peer(info.uuid, *addr)), ConfigState)))
+    except RpcError as e:
+        if e.code != ErrorCode.ALREADY_EXISTS:
+            raise
+        probe("tools.master_add.already_member")
+        progress(f"{info.uuid} is a member already: an earlier try's answer was lost")
     progress(f"waiting for {info.uuid} to be copied the catalog and promoted to voter")
 
     async def voter() -> bool:
@@ -87,6 +100,21 @@ async def join_master(client, addr: tuple[str, int], *, progress=lambda _: None,
         return isinstance(now, MasterInfo) and now.role in ("FOLLOWER", "LEADER")
     await _wait_for_voter(voter, f"{info.uuid} is not a voter", timeout)
     return info
+
+
+async def started_master(client, addr: tuple[str, int], wait: float = 0.0) -> MasterInfo:
+    """The info of the master at `addr`, waiting up to `wait` seconds for a master still
+    starting to answer (refused connections are retried); RpcError once that has passed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while True:
+        try:
+            return await client.rpc.call(addr, "master.info", Empty(), MasterInfo, to_uuid="",
+                                         timeout=client.timeout)
+        except RpcError as e:
+            if e.code != ErrorCode.NETWORK or loop.time() >= deadline:
+                raise
+        await asyncio.sleep(0.5)
 
 
 async def _wait_for_voter(voter, failure: str, timeout: float = VOTER_TIMEOUT_S) -> None:
@@ -105,16 +133,33 @@ async def remove_master(args, client) -> int:
     return 0
 
 
-async def leave_master(client, master: str, *, progress=lambda _: None) -> str:
+async def leave_master(client, master: str, *, progress=lambda _: None,
+                       missing_ok: bool = False) -> str:
     """Kudu's master remove: `master` (a UUID or HOST:PORT) leaves the catalog's config;
-    returns its UUID. Its process is the caller's to stop."""
+    returns its UUID. Its process is the caller's to stop. `missing_ok`: a master that is not
+    a member is left as it is (undoing an add that may not have gone through), not refused.
+
+    A member the leader master no longer finds when asked is gone: a removal whose answer was
+    lost is asked again of the next leader, which has committed it already. So membership is
+    read first: a master that was never a member is refused, one that was and is not any
+    more is removed, as asked."""
     uuid = master
     if ":" in master:
         info = await client.rpc.call(parse_addrs(master, 7051)[0], "master.info", Empty(),
                                      MasterInfo, to_uuid="", timeout=client.timeout)
         uuid = info.uuid
-    progress(config_lines(await client.master_call("master.remove_master", RemoveMaster(uuid),
-                                                   ConfigState)))
+    if uuid not in await member_masters(client):
+        if missing_ok:
+            return uuid
+        raise AdminError(f"master {uuid} is not a member of the masters")
+    try:
+        progress(config_lines(await client.master_call("master.remove_master",
+                                                       RemoveMaster(uuid), ConfigState)))
+    except RpcError as e:
+        if e.code != ErrorCode.NOT_FOUND:
+            raise
+        probe("tools.master_remove.already_gone")
+        progress(f"{uuid} is not a member any more: an earlier try's answer was lost")
     return uuid
 
 
@@ -142,11 +187,25 @@ async def list_masters(args, client) -> int:
     return 0 if all(not isinstance(a, RpcError) for a in answers) else 1
 
 
-async def _leader_info(client) -> MasterInfo:
-    leaders = [a for a in await _master_infos(client) if isinstance(a, MasterInfo) and a.role == "LEADER"]
-    if not leaders:
-        raise AdminError("no leader master answered")
-    return max(leaders, key=lambda i: i.term)
+async def member_masters(client) -> set[str]:
+    """The UUIDs of the masters' config as the leader master holds it (its active config),
+    waiting up to the client's timeout for a leader to be elected."""
+    return {p.uuid for p in (await _leader_info(client, wait=client.timeout)).masters}
+
+
+async def _leader_info(client, wait: float = 0.0) -> MasterInfo:
+    """The leader master's info (the highest term's, if several say so), waiting up to `wait`
+    seconds for one to be elected; AdminError if none answered as leader by then."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while True:
+        leaders = [a for a in await _master_infos(client)
+                   if isinstance(a, MasterInfo) and a.role == "LEADER"]
+        if leaders:
+            return max(leaders, key=lambda i: i.term)
+        if loop.time() >= deadline:
+            raise AdminError("no leader master answered")
+        await asyncio.sleep(0.5)
 
 
 async def _tserver_statuses(client) -> list[tuple[Peer, ServerStatus | RpcError]]:

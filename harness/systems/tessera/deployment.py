@@ -24,6 +24,7 @@ class TesseraDB(Deployment):
     masters: int = 3
     # hosts given a master during the run (the master-membership nemesis), in order added
     added_masters: list[str] = field(default_factory=list)
+    _master_uuids: dict[str, str] = field(default_factory=dict)  # added masters' UUIDs
     # tablet -> ids of the sessions the session intruder opened itself (its floods): its own,
     # which its poison and close leave alone
     intruder_sessions: dict[str, set[int]] = field(default_factory=dict)
@@ -204,12 +205,14 @@ class TesseraDB(Deployment):
     def add_master(self, host: str, timeout: float = 60.0) -> str:
         """Start a master with an empty data dir on `host` (which has none) and add it to the
         masters (Kudu's master add, node.tools.admin.join_master); its UUID once it is a
-        voter. A master that does not make it is stopped and wiped again."""
+        voter. A master that does not make it is taken out of the masters' config again (an
+        operator's `master remove` after a failed add: the add may have gone through) and then
+        stopped and wiped; if even that removal fails it stays running and listed, for the
+        next step or the heal to remove, rather than a dead member the config counts on."""
         import asyncio
 
         from node.client import TesseraClient
-        from node.rpc import ErrorCode, RpcError
-        from node.tools.admin import join_master
+        from node.tools.admin import join_master, started_master
 
         h = next(h for h in self.hosts if h.name == host)
         if h in self.master_hosts:
@@ -226,46 +229,45 @@ class TesseraDB(Deployment):
             client = TesseraClient(current, timeout=5.0 * self.time_scale, tls=self.tls(),
                                    time_scale=self.time_scale)
             try:
-                for _ in range(int(timeout * 2)):  # until it serves master.info
-                    try:
-                        return (await join_master(client, (h.address, MASTER_PORT),
-                                                  timeout=timeout)).uuid
-                    except RpcError as e:
-                        if e.code != ErrorCode.NETWORK:
-                            raise
-                    await asyncio.sleep(0.5)
-                raise ClusterError(f"the new master on {host} never answered")
+                addr = (h.address, MASTER_PORT)
+                self._master_uuids[host] = (await started_master(client, addr, timeout)).uuid
+                return (await join_master(client, addr, timeout=timeout)).uuid
             finally:
                 await client.close()
 
         try:
             return asyncio.run(join())
         except BaseException:
+            if host in self._master_uuids:
+                self._leave(host)  # raises (the master kept) if the removal fails too
             self._drop_master(host)
             raise
 
     def remove_master(self, host: str) -> str:
         """Remove the master `add_master` put on `host` (Kudu's master remove), then stop it
         and wipe its data dir; its UUID."""
+        if host not in self.added_masters:
+            raise ClusterError(f"{host} has no added master to remove")
+        uuid = self._leave(host)
+        self._drop_master(host)
+        return uuid
+
+    def _leave(self, host: str) -> str:
+        """Take `host`'s added master out of the masters' config, by the UUID it answered
+        with (its process may be down), unless it never became a member."""
         import asyncio
 
         from node.client import TesseraClient
         from node.tools.admin import leave_master
 
-        if host not in self.added_masters:
-            raise ClusterError(f"{host} has no added master to remove")
-        h = next(h for h in self.hosts if h.name == host)
-
         async def leave() -> str:
             client = TesseraClient(self.master_addrs, timeout=10.0 * self.time_scale,
                                    tls=self.tls(), time_scale=self.time_scale)
             try:
-                return await leave_master(client, f"{h.address}:{MASTER_PORT}")
+                return await leave_master(client, self._master_uuids[host], missing_ok=True)
             finally:
                 await client.close()
-        uuid = asyncio.run(leave())
-        self._drop_master(host)
-        return uuid
+        return asyncio.run(leave())
 
     def _drop_master(self, host: str) -> None:
         with self._locks[host]:
@@ -273,6 +275,7 @@ class TesseraDB(Deployment):
             self._wipe_master(host)
             if host in self.added_masters:
                 self.added_masters.remove(host)
+            self._master_uuids.pop(host, None)
 
     def _wipe_master(self, host: str) -> None:
         self.remotes[host].run(["rm", "-rf", f"{DATA}/master", f"{DATA}/master.pid"])
@@ -581,6 +584,7 @@ class TesseraDB(Deployment):
 
     def _torn_down(self) -> None:
         self.added_masters.clear()
+        self._master_uuids.clear()
 
 
 def _toml_str(s: str) -> str:

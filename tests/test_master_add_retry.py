@@ -1,0 +1,73 @@
+"""`tessera master add` asked again after its answer was lost: the leader master committed the
+add, then died or was cut off before it answered, and the client asked the next leader, which
+finds the new master a member already. That answer means done: the tool goes on to wait for the
+new master to be promoted. Before, it reported the add refused (ALREADY_EXISTS), and an operator
+(or the chaos harness, as a CI run showed) then wiped a master the config still counted on.
+
+The scenario runs the production masters and the operator tool's own join_master in the
+whole-stack simulator (virtual time, in-memory network): a lost answer is made by asking the
+leader for the add directly while the new master is cut off from the others (so it stays
+empty, INITIALIZING), then running the tool as the retry does."""
+
+from __future__ import annotations
+
+import asyncio
+
+from harness.sim.stack import CLIENT_HOST, MASTER_PORT, StackConfig, StackSim
+from harness.sim.stack_masters import boot_spare, leader_master
+from node import probes
+from node.client import TesseraClient
+from node.protocol import AddMaster, ConfigState, Peer
+from node.rpc import RpcClient
+from node.tools.admin import join_master, member_masters, started_master
+
+
+async def _until(check, what: str, timeout: float = 60.0):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        if result := check():
+            return result
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:g} virtual s waiting for {what}")
+
+
+async def _scenario(sim: StackSim) -> dict:
+    for host in sim.masters:
+        sim._boot(host)
+    leader = await _until(lambda: leader_master(sim), "a leader master")
+    spare = boot_spare(sim)
+    for m in sim.masters[:-1]:
+        sim.net.cut(spare, m)
+    client = TesseraClient([(h, MASTER_PORT) for h in sim.masters[:-1]], timeout=10.0,
+                           rpc=RpcClient(connect_timeout=1.0, local_host=CLIENT_HOST))
+    try:
+        addr = (spare, MASTER_PORT)
+        info = await started_master(client, addr, wait=30.0)
+        # the first try: committed by the leader, its answer never read
+        await client.rpc.call((leader, MASTER_PORT), "master.add_master",
+                              AddMaster(Peer(info.uuid, *addr)), ConfigState, to_uuid="",
+                              timeout=10.0)
+        loop = asyncio.get_running_loop()
+        loop.call_later(3.0, lambda: [sim.net.uncut(spare, m) for m in sim.masters[:-1]])
+        lines: list[str] = []
+        joined = await join_master(client, addr, timeout=60.0, progress=lines.append)
+        return {"uuid": info.uuid, "joined": joined.uuid, "lines": lines,
+                "members": await member_masters(client)}
+    finally:
+        await client.close()
+
+
+def test_a_master_add_asked_again_after_its_answer_was_lost_is_done_not_refused(tmp_path):
+    sim = StackSim(StackConfig(seed=3, masters=3, tservers=1), tmp_path)
+    try:
+        with probes.expect("tools.master_add.already_member") as hit:
+            out = sim.loop.run_until_complete(
+                sim.loop.spawn(CLIENT_HOST, asyncio.wait_for(_scenario(sim), 120.0)))
+    finally:
+        sim.loop.close()
+        sim.loop.set_exception_handler(lambda _loop, _context: None)
+    assert out["joined"] == out["uuid"] and out["uuid"] in out["members"], out
+    assert len(out["members"]) == 4, out
+    assert any("a member already" in line for line in out["lines"]), out["lines"]
+    assert hit["tools.master_add.already_member"] == 1
