@@ -93,3 +93,56 @@ def test_unsafe_tablet_ids_are_refused(tmp_path):
     for bad in ("", "../x", ".hidden", "a/b", "x" * 200):
         with pytest.raises(ValueError):
             TabletPaths(tmp_path, bad)
+
+
+def _vote_left_in_the_page_cache():
+    """A SimDisk whose metadata was saved at (2, "a"), then saved at (3, "b") with the
+    directory sync failing: the rename is in the cache only. (disk, paths)."""
+    import random
+
+    disk = SimDisk(random.Random(1), SimFaults())
+    paths = TabletPaths("/data", "tablet-1", disk)
+    cmeta = ConsensusMetadata.create(paths.consensus_meta, "tablet-1", b"c", disk)
+    cmeta.update((2, "a"))
+    disk.faults.fsync_dir_eio_rate = 1.0
+    with pytest.raises(OSError):
+        cmeta.update((3, "b"))
+    disk.faults.fsync_dir_eio_rate = 0.0
+    assert (cmeta.current_term, cmeta.voted_for) == (2, "a")  # memory follows the disk
+    return disk, paths
+
+
+def _after_power_loss(disk, paths):
+    cmeta = ConsensusMetadata.load(paths.consensus_meta, disk.crash())
+    return cmeta.current_term, cmeta.voted_for
+
+
+def test_a_vote_whose_directory_sync_failed_is_made_durable_before_a_replica_acts_on_it():
+    """A process restarted without a power loss reads the vote whose save failed at the
+    directory sync (the rename is in the page cache); a power loss later takes it back, and a
+    vote granted on it could be granted again in that term to another candidate. `open`, what
+    a replica bootstraps with, saves the record again first; `load` alone (before) did not.
+    Found by a review of the recovery paths."""
+    disk, paths = _vote_left_in_the_page_cache()
+    loaded = ConsensusMetadata.load(paths.consensus_meta, disk)  # the restarted process reads
+    assert (loaded.current_term, loaded.voted_for) == (3, "b")
+    assert _after_power_loss(disk, paths) == (2, "a")  # what a replica that only read it lost
+    disk, paths = _vote_left_in_the_page_cache()
+    opened = ConsensusMetadata.open(paths.consensus_meta, disk)
+    assert (opened.current_term, opened.voted_for) == (3, "b")
+    assert _after_power_loss(disk, paths) == (3, "b")
+
+
+def test_a_tombstone_granting_its_recorded_vote_again_saves_it_first():
+    """A tombstone votes from its metadata as read; granting the candidate the record already
+    names changed nothing to save, so a record in the page cache only went out as a vote."""
+    from node.consensus import VoteRequest
+    from node.tablet.superblock import DataState, KeyRange, OpId, Superblock
+    from node.tserver.copy import tombstone_vote
+
+    disk, paths = _vote_left_in_the_page_cache()
+    Superblock("tablet-1", "tbl", KeyRange(), DataState.TOMBSTONED,
+               tombstone_last_opid=OpId(1, 5)).save(paths.superblock, disk)
+    [(resp, why)] = tombstone_vote(paths, "me", [VoteRequest(3, "b", "me", 9, 2)])
+    assert resp is not None and resp.granted, why
+    assert _after_power_loss(disk, paths) == (3, "b")

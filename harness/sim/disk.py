@@ -58,6 +58,9 @@ class SimFaults:
     quota_bytes: int | None = None  # writes that would grow the files past this: ENOSPC
     fsync_eio_rate: float = 0.0  # chance an fsync/fdatasync fails with EIO (and, as on Linux,
     # the dirty data is dropped from the write-back: a later fsync succeeds without it)
+    # chance a directory fsync fails with EIO: its entries' changes since the last one (a
+    # rename) stay in the cache, seen by every reader until a power loss, which takes them
+    fsync_dir_eio_rate: float = 0.0
     fsync_latency: tuple[float, float] = (0.0, 0.0)  # virtual seconds, uniform in [lo, hi]
     sector_size: int = 512  # a torn write keeps a prefix ending on a multiple of this (1: any byte)
     # fallocate makes a file that long, its unwritten part reading as zeros (kept as a length,
@@ -508,6 +511,9 @@ class SimDisk:
     def fsync_dir(self, path: StrPath) -> None:
         d = self._dir(path)
         self._meter_sync()
+        if self.faults.fsync_dir_eio_rate and self.rng.random() < self.faults.fsync_dir_eio_rate:
+            d.pending = []  # marked clean, never written: a power loss keeps `durable`
+            raise OSError(errno.EIO, "Input/output error")
         d.durable, d.pending = dict(d.entries), []
         self._changed()
 

@@ -231,7 +231,7 @@ class Replica:
     # -- start-up ----------------------------------------------------------------------------
     def open(self) -> None:
         """Bootstrap from disk. Corruption anywhere raises CorruptionError naming the file."""
-        cmeta = ConsensusMetadata.load(self.paths.consensus_meta, self.paths.disk)
+        cmeta = ConsensusMetadata.open(self.paths.consensus_meta, self.paths.disk)
         snap = self.snapshots.load_latest()
         faults = self.options.faults
         self.state = (StateMachine.from_snapshot(snap, faults) if snap

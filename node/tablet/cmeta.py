@@ -54,6 +54,18 @@ class ConsensusMetadata:
         return cmeta
 
     @classmethod
+    def open(cls, path: str | os.PathLike, disk: Disk = REAL) -> ConsensusMetadata:
+        """`load` for a replica that will act on the record (vote, campaign, or vote as a
+        tombstone): the record is saved again first. A save whose directory sync failed left
+        its rename in the page cache only; a process restarted without a power loss reads that
+        record, and a later power loss takes it back, so a vote granted on it could be granted
+        again in the same term to another candidate. Saved again, what is read is durable
+        before anyone acts on it; a save that fails again raises (the replica stays down)."""
+        cmeta = cls.load(path, disk)
+        cmeta.update()
+        return cmeta
+
+    @classmethod
     def load(cls, path: str | os.PathLike, disk: Disk = REAL) -> ConsensusMetadata:
         record = durable.load_struct(path, _Record, disk)
         if record.tablet_id != Path(path).name:

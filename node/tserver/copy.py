@@ -214,6 +214,7 @@ def tombstone_vote(paths: TabletPaths, uuid: str, requests: list[VoteRequest]
                  if m.term >= term or m.pre_vote else None, why) for m in requests]
     last = sb.tombstone_last_opid
     out: list[tuple[VoteResponse | None, str]] = []
+    regranted = False  # a vote granted again to the candidate the record names
     for m in requests:
         up_to_date = (m.last_term, m.last_index) >= (last.term, last.index)
         behind = f"log behind the tombstone's last op ({last.term}, {last.index})"
@@ -231,12 +232,15 @@ def tombstone_vote(paths: TabletPaths, uuid: str, requests: list[VoteRequest]
         granted = can_vote and up_to_date
         if granted and not m.pre_vote:
             probe("tombstone.vote.granted")
+            regranted = voted_for == m.from_uuid
             voted_for = m.from_uuid
         out.append((VoteResponse(m.term if granted else term, uuid, m.from_uuid, granted,
                                  m.pre_vote),
                     "log up to date" if granted else behind if can_vote
                     else f"already voted for {voted_for}"))
-    if (term, voted_for) != (cmeta.current_term, cmeta.voted_for):
+    if (term, voted_for) != (cmeta.current_term, cmeta.voted_for) or regranted:
+        # saved again on a vote granted again: the record read may be one whose directory
+        # sync failed, in the page cache only (ConsensusMetadata.open says why that matters)
         cmeta.update((term, voted_for))
     return out
 
