@@ -309,6 +309,10 @@ async def _drive(spec: TestSpec, workload, opts, db, ctx, run_dir: Path, nemeses
             f"({c['mean_writes_per_request']} a request; {c['requests_with_several']} "
             "carried several)")
         _update_outcome(run_dir, coalesced=c)
+    elif batches is not None and "rows_ok" in batches:  # session-sync: nothing batched
+        say(f"{batches['mode']}: {batches['sessions']} sessions applied {batches['rows_ok']} "
+            "rows ok, each apply sent alone")
+        _update_outcome(run_dir, sessions=batches)
     elif batches is not None:
         say(f"{batches['mode']} sessions sent {batches['ops']} ops in {batches['batches']} batches "
             f"({batches['mean_ops_per_batch']} a batch; cut by {batches['cut_by']})")

@@ -101,7 +101,10 @@ def configure_writes(p: argparse.ArgumentParser, scope: str = "",
                         "workers of a node share one AUTO_FLUSH_BACKGROUND batching session, "
                         f"batches of up to {size}; session-manual: they share one MANUAL_FLUSH "
                         "session, and each worker flushes after applying its op, so a flush "
-                        "carries what the node's other workers applied in the same loop turn"
+                        "carries what the node's other workers applied in the same loop turn; "
+                        "session-sync: each worker writes through a session of its own in "
+                        "AUTO_FLUSH_SYNC, Kudu's default flush mode, every apply sent alone and "
+                        "answered before it returns"
                         + (f"; {drawn} (default {default})" if drawn else f" (default {default})"))
 
 

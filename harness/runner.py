@@ -27,6 +27,10 @@ Nemesis = Callable[[Recorder, float], Awaitable[None]]  # injects faults until t
 Heal = Callable[[Recorder], Awaitable[None]]  # ends every fault, after the workers stopped
 
 
+# The first process id of the setup ops (the final ops' start at twice it): above every
+# worker's, so a worker's thread is its process modulo the run's concurrency.
+SETUP_PROCESS = 10**6
+
 @dataclass
 class RunOptions:
     concurrency: int = 10
@@ -172,7 +176,7 @@ async def run(workload: Workload, clients: Callable[[int], KVClient], rec: Recor
     progress = progress or Progress(enabled=False)
     loop = asyncio.get_running_loop()
     # Setup and final ops use process ids above any worker's, so they never collide.
-    await _sequential(workload.setup(), workload, clients(opts.concurrency), rec, 10**6,
+    await _sequential(workload.setup(), workload, clients(opts.concurrency), rec, SETUP_PROCESS,
                       opts.setup_timeout)
     deadline = loop.time() + opts.time_limit
 
@@ -194,7 +198,7 @@ async def run(workload: Workload, clients: Callable[[int], KVClient], rec: Recor
         final, tried = workload.final(), []
         if final:
             await asyncio.sleep(opts.final_settle)
-        client, process = clients(opts.concurrency), 2 * 10**6
+        client, process = clients(opts.concurrency), 2 * SETUP_PROCESS
         for inv in final:
             process, summary = await _until_ok(inv, workload, client, rec, process, opts)
             tried.append(summary)

@@ -300,17 +300,20 @@ def _grouped_writes_run(env, tmp_path, options: list[str], concurrency: int, rat
 
 
 @pytest.mark.parametrize("workload,writes", [
-    ("register", "own"), ("register", "shared"), ("register", "session-background"),
+    ("register", "session-sync"), ("register", "shared"), ("register", "session-background"),
     ("register", "session-manual"), ("list-append", "own"), ("list-append", "session-manual")])
 def test_every_write_mode_under_kills_and_partitions_stays_valid(env, tmp_path, workload,
                                                                  writes):
     """Each way users' writes reach the client (a handle each, a shared handle whose writes
-    coalesce, a background-flush session, a manual-flush session) under kills and partitions,
-    with cas on the registers: valid, and the mode is what test.json records. (list-append
-    with shared and session-background: the two tests below.)"""
+    coalesce, a background-flush session, a manual-flush session, a sync session each: Kudu's
+    default flush mode) under kills and partitions, with cas on the registers: valid, and the
+    mode is what test.json records. (list-append with shared and session-background: the two
+    tests below; register with own handles: every nemesis test.)"""
     test = _grouped_writes_run(env, tmp_path, ["--writes", writes], 20,
                                0 if writes == "shared" else 200, 57, workload, 20)
     assert test["writes"] == writes
+    if writes == "session-sync":  # a session per worker, and the rows went through them
+        assert test["sessions"]["sessions"] >= 20 and test["sessions"]["rows_ok"] > 100
 
 
 def test_batched_sessions_under_kills_and_partitions_stay_valid(env, tmp_path):

@@ -505,6 +505,46 @@ def test_commit_wait_is_judged_across_tablets_while_clocks_stay_within_the_bound
     assert commit_wait(mutant)["anomalies"][0]["type"] == "timestamp-order"
 
 
+SYNC_MIXED = COMMIT_WAIT + ";writes=session-sync;consistency=mixed"
+
+
+def test_mixed_modes_judge_the_commit_wait_workers_sync_sessions_across_tablets(
+        monkeypatch, tmp_path):
+    """Workers writing through AUTO_FLUSH_SYNC sessions (Kudu's default flush mode), the odd
+    ones' sessions COMMIT_WAIT on a CLIENT_PROPAGATED client (`consistency=mixed`): the
+    commit-wait workers' writes are judged across tablets among themselves. A sync session
+    that wrote in its client's mode instead of its own (a review found it; fixed, with a unit
+    test, before the harness had a sync-session mode) answers them without waiting, and
+    seed 3 fails (as seed 6 does; 2 of seeds 0-7)."""
+    from node.client.session import Session, Sessions
+
+    def run(out: Path):
+        return register_seed(3, SYNC_MIXED, 10.0, out)
+
+    def commit_wait(r):
+        return next(c for c in r.results["check"]["results"] if c["checker"] == "commit-wait")
+
+    fixed = run(tmp_path / "fixed")
+    assert fixed.ok() and commit_wait(fixed)["verdict"] == "valid", fixed.verdict
+    assert commit_wait(fixed)["writes"] > 100
+    init = Session.__init__
+
+    def clients_mode(self, *args, **kwargs):  # the bug: the client's mode for every write
+        init(self, *args, **kwargs)
+        self.sessions = Sessions(None)
+
+    monkeypatch.setattr(Session, "__init__", clients_mode)
+    mutant = run(tmp_path / "mutant")
+    assert mutant.verdict == "invalid" and commit_wait(mutant)["verdict"] == "invalid"
+
+
+def test_a_quarter_of_the_own_seeds_write_through_sync_sessions_and_the_spec_carries_it():
+    mixes = [swarm_mix(s) for s in range(400)]
+    sync = [m for m in mixes if m.writes == "session-sync"]
+    assert 0.07 < len(sync) / len(mixes) < 0.2 and all(m.batch is None for m in sync)
+    assert parse_mix(sync[0].spec()) == replace(sync[0], name=parse_mix(sync[0].spec()).name)
+
+
 CLIENT_PROPAGATED = ("drift:8,transfer:2,restart:1,heal:1;every=0.2-0.8;load=20x200;"
                      "consistency=client-propagated")
 

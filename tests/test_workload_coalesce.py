@@ -46,8 +46,9 @@ def test_shared_threads_of_one_node_share_sessions_and_keep_their_own_handles():
 
 
 def test_each_mode_makes_its_clients():
-    """own and shared: handles without a batching session; the session modes: one session per
-    node, AUTO_FLUSH_BACKGROUND or MANUAL_FLUSH, closed (flushed) by close()."""
+    """own and shared: handles without a batching session; the batching session modes: one
+    session per node, AUTO_FLUSH_BACKGROUND or MANUAL_FLUSH, closed (flushed) by close();
+    session-sync: one AUTO_FLUSH_SYNC session per worker."""
     client = TesseraClient([("127.0.0.1", 7051)])
     for writes in WRITE_MODES:
         clients, close = workload_clients(client, "test", {}, ["a", "b"],
@@ -57,6 +58,12 @@ def test_each_mode_makes_its_clients():
         if writes in ("own", "shared"):
             assert sessions == [None] * 4, writes
             assert (handles[0].sessions is handles[2].sessions) == (writes == "shared")
+            continue
+        assert sessions[0].options == session_options(make("register", writes=writes))
+        if writes == "session-sync":
+            assert len({id(s) for s in sessions}) == 4 and sessions[2].bind == ("a", None)
+            assert sessions[0].options.mode == FlushMode.AUTO_FLUSH_SYNC
+            assert asyncio.run(close()) == {"mode": writes, "sessions": 4, "rows_ok": 0}
             continue
         assert sessions[0] is sessions[2] and sessions[1] is sessions[3]
         assert sessions[0] is not sessions[1] and sessions[0].bind == ("a", None)

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Protocol
 from workloads.outcomes import OpFailed, OpUnknown, WrongReply
 
 # How the workers' writes reach the client (Workload.writes; `tessera test --writes`).
-WRITE_MODES = ("own", "shared", "session-background", "session-manual")
+WRITE_MODES = ("own", "shared", "session-background", "session-manual", "session-sync")
 SESSION_MODES = ("session-background", "session-manual")  # through a batching session
 DEFAULT_BATCH = 16  # ops per batch of the session modes when `batch` is 0
 
@@ -101,6 +101,10 @@ class Workload:
     #   session-manual: each node's workers share one MANUAL_FLUSH session of up to `batch` ops
     #     per tablet; a worker applies its op and flushes (node.client.Table._op), so a flush
     #     carries what the node's other workers applied in the same turn.
+    #   session-sync: each worker writes through a session of its own in AUTO_FLUSH_SYNC,
+    #     Kudu's default flush mode (what a program that opens a session and never sets a
+    #     mode runs): every apply is sent alone and answered before it returns, in the
+    #     session's own external consistency mode.
     writes: str = "own"
     batch: int = 0  # ops per batch, session modes only; 0: DEFAULT_BATCH
     batch_interval_ms: float = 50.0

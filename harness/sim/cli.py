@@ -61,7 +61,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "run back to back, so the writes they issue in one loop turn leave "
                              "as one ts.write_batch; session-background, they share one "
                              "AUTO_FLUSH_BACKGROUND session; session-manual, one MANUAL_FLUSH "
-                             "session each worker flushes after its op. With own a swarm mix "
+                             "session each worker flushes after its op; session-sync, a "
+                             "session each in AUTO_FLUSH_SYNC (Kudu's default flush mode). With "
+                             "own a swarm mix "
                              "draws it per seed (writes=MODE in its spec)")
     parser.add_argument("--batch", type=int, default=0, metavar="N",
                         help="full, with --writes session-background or session-manual: up to "

@@ -108,7 +108,8 @@ class StackConfig:
     schedule: tuple | None = None
     faults: Faults = field(default_factory=Faults)  # engine fault flags (mutants)
     # How the workers' writes reach the client (Workload.writes: own, shared,
-    # session-background, session-manual); `own` leaves it to the mix (harness.sim.swarm.WRITES).
+    # session-background, session-manual, session-sync); `own` leaves it to the mix
+    # (harness.sim.swarm.WRITES).
     # Workers run unpaced with `shared`, whose writes share a turn only back to back.
     writes: str = "own"
     batch: int = 0  # ops per batch of the session modes (Workload.batch; 0: its default)

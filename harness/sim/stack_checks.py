@@ -485,14 +485,26 @@ class Invariants:
         It holds only while every clock is within the max error, so a seed in which the drift
         fault stepped a clock past it is judged per key only (the workload's own check), and
         only for commit-wait writes: a client-propagated seed is judged per key and per client
-        (the workload's check)."""
+        (the workload's check); a mixed seed across the commit-wait workers' writes alone
+        (each worker's mode is its thread's, `mixed_thread_mode`), so a commit-wait session on
+        a client-propagated client that did not wait is caught."""
+        from harness.runner import SETUP_PROCESS
+        from harness.systems.tessera.clients import MIXED, mixed_thread_mode
+        from node.protocol import COMMIT_WAIT
         from reports.checkers.timestamps import check_timestamps
 
         if any(e[1] == "drift" for e in self.sim.events):
             return []
-        if self.sim.cfg.mix.consistency != "commit-wait":
+        mode = self.sim.cfg.mix.consistency
+        if mode == "commit-wait":
+            return [check_timestamps([o for o in ops if o.process != "nemesis"], across_keys=True)]
+        if mode != MIXED:
             return []
-        return [check_timestamps([o for o in ops if o.process != "nemesis"], across_keys=True)]
+        n = self.sim.cfg.mix.concurrency or self.sim.cfg.concurrency  # the run's workers
+        return [check_timestamps([o for o in ops if isinstance(o.process, int)
+                                  and o.process < SETUP_PROCESS
+                                  and mixed_thread_mode(o.process % n) == COMMIT_WAIT],
+                                 across_keys=True)]
 
     def check_master_lists(self) -> None:
         """Healed and settled: the catalog's committed config holds only masters the

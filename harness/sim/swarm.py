@@ -19,6 +19,7 @@ import random
 from dataclasses import dataclass, replace
 
 from harness.systems.tessera.clients import MIXED
+from workloads.base import WRITE_MODES
 
 # Every fault kind the simulator's nemesis knows (harness.sim.stack_faults.FaultChooser.choose).
 KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "skew",
@@ -96,6 +97,10 @@ SESSION_MODES = tuple(w for w in dict.fromkeys(WRITES) if w.startswith("session-
 # frame limit, half NUL-padded). Long zero runs in WAL batches are what a reader taking zeros for
 # unwritten space must meet. Drawn after the writes, for the same reason.
 VALUES = ("small", "zeros", "zeros", "wide")
+# A quarter of the seeds that drew `own` write through a session each in AUTO_FLUSH_SYNC
+# instead, Kudu's default flush mode (the session's own consistency mode, its row futures):
+# drawn in a stream of its own, so no other draw of a seed moves.
+SYNC_SESSIONS = (False, False, False, True)
 # Applied entries between two snapshots of a replica (None: the engine's 20,000, which no seed
 # of a virtual minute reaches). In half the seeds a few hundred, so snapshots are saved, the log
 # behind them collected and a follower that lags past it copied: paths the code probes showed no
@@ -327,6 +332,8 @@ def swarm_mix(seed: int) -> Mix:
     read_share = rng.choice(READ_SHARES)
     clock_error_us = rng.choice(CLOCK_ERRORS)
     writes = rng.choice(WRITES)
+    if writes == "own" and _own_draw(seed, "sync-sessions", SYNC_SESSIONS):
+        writes = "session-sync"
     values = rng.choice(VALUES)
     snapshot_every = rng.choice(SNAPSHOTS)
     fsync_ms = _own_draw(seed, "fsync", FSYNC_MS)
@@ -416,8 +423,8 @@ def parse_mix(spec: str) -> Mix:
     if values not in (None, *VALUES):
         raise ValueError(f"values={values!r}: {' or '.join(sorted(set(VALUES)))}")
     writes = opts.get("writes", "own")
-    if writes not in WRITES:
-        raise ValueError(f"writes={writes!r}: one of {', '.join(dict.fromkeys(WRITES))}")
+    if writes not in WRITE_MODES:
+        raise ValueError(f"writes={writes!r}: one of {', '.join(WRITE_MODES)}")
     if batch is not None and writes not in SESSION_MODES:
         raise ValueError(f"batch={batch} sizes a session write mode's batches: it needs "
                          f"writes={' or writes='.join(SESSION_MODES)}")

@@ -86,10 +86,15 @@ def client_modes() -> tuple[str, ...]:
 def thread_mode(workload, thread: int) -> str | None:
     """The wire mode of `thread`'s writes when the workload mixes them, else None (the
     TesseraClient's own)."""
-    from node.protocol import CLIENT_PROPAGATED, COMMIT_WAIT
-
     if workload.external_consistency != MIXED:
         return None
+    return mixed_thread_mode(thread)
+
+
+def mixed_thread_mode(thread: int) -> str:
+    """The wire mode of worker `thread`'s writes in a MIXED run."""
+    from node.protocol import CLIENT_PROPAGATED, COMMIT_WAIT
+
     return (CLIENT_PROPAGATED, COMMIT_WAIT)[thread % 2]
 
 
@@ -107,12 +112,14 @@ def hash_placement(key: str, groups: int) -> int:
 
 
 def session_options(workload):
-    """The batching session's options for the workload's session modes (MANUAL_FLUSH for
-    session-manual), or None when each worker's writes go through its handle. ValueError for a
-    batch size the tablets' session bound cannot keep."""
+    """The session's options for the workload's session modes (MANUAL_FLUSH for
+    session-manual, AUTO_FLUSH_SYNC for session-sync), or None when each worker's writes go
+    through its handle."""
     from node.client.session import FlushMode, SessionOptions
     from workloads.base import DEFAULT_BATCH, SESSION_MODES
 
+    if workload.writes == "session-sync":
+        return SessionOptions(FlushMode.AUTO_FLUSH_SYNC)
     if workload.writes not in SESSION_MODES:
         return None
     mode = (FlushMode.MANUAL_FLUSH if workload.writes == "session-manual"
@@ -130,7 +137,9 @@ def workload_clients(client, table: str, names: dict, binds: list[str] | None, w
     `node` is still the replica that answered it; `session-background` and `session-manual`,
     the threads of one bind share one batching session (AUTO_FLUSH_BACKGROUND or MANUAL_FLUSH:
     node.client.Table._op flushes after each apply), so their concurrent writes go out
-    together. In every mode each op stays one op of the history (the runner records it).
+    together; `session-sync`, each thread has a session of its own in AUTO_FLUSH_SYNC (Kudu's
+    default flush mode), each apply sent alone. In every mode each op stays one op of the
+    history (the runner records it).
     With the MIXED external consistency, sharing is among the threads of one mode."""
     import dataclasses
 
@@ -138,7 +147,7 @@ def workload_clients(client, table: str, names: dict, binds: list[str] | None, w
 
     options = session_options(workload)  # the session modes'
     workload.placement = hash_placement
-    sessions: dict = {}  # (bind, mode) -> Session, with a session mode
+    sessions: dict = {}  # (bind, mode[, thread with session-sync]) -> Session
     shared: dict = {}  # (bind, mode) -> Sessions, with writes=shared
 
     def clients(thread: int):
@@ -151,14 +160,16 @@ def workload_clients(client, table: str, names: dict, binds: list[str] | None, w
             if mode is None:
                 return TableClient(client.table(table, names, bind=bind))
             return TableClient(client.table(table, names, bind=bind, sessions=Sessions(mode)))
-        if (bind, mode) not in sessions:
-            sessions[bind, mode] = client.new_session(
+        key = (bind, mode, thread) if workload.writes == "session-sync" else (bind, mode)
+        if key not in sessions:
+            sessions[key] = client.new_session(
                 table, dataclasses.replace(options, external_consistency=mode), bind=bind)
-        return TableClient(client.table(table, names, bind=bind, session=sessions[bind, mode]))
+        return TableClient(client.table(table, names, bind=bind, session=sessions[key]))
 
     async def close() -> dict | None:
         """Flush what is still buffered (ops whose callers gave up are dropped, never sent);
-        with a session mode how many batches the sessions sent and why they were cut, with
+        with a batching session mode how many batches the sessions sent and why they were cut
+        (with session-sync how many rows they applied ok), with
         `shared` how many requests carried the writes (None with `own`)."""
         await asyncio.gather(*(s.close() for s in sessions.values()), return_exceptions=True)
         if shared:
@@ -170,6 +181,9 @@ def workload_clients(client, table: str, names: dict, binds: list[str] | None, w
                 "requests_with_several": sum(k for n, k in sent.items() if n > 1)}}
         if not sessions:
             return None
+        if workload.writes == "session-sync":  # nothing batched: what the sessions applied
+            return {"mode": workload.writes, "sessions": len(sessions),
+                    "rows_ok": sum(s.rows_ok for s in sessions.values())}
         reasons = sum((s.flush_reasons for s in sessions.values()), Counter())
         batches, ops = sum(reasons.values()), sum(s.ops_cut for s in sessions.values())
         return {"mode": workload.writes, "sessions": len(sessions), "batches": batches, "ops": ops,
