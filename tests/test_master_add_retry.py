@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 
+from waiting import until_checked
+
 from harness.sim.stack import CLIENT_HOST, MASTER_PORT, StackConfig, StackSim
 from harness.sim.stack_masters import boot_spare, leader_master
 from node import probes
@@ -22,20 +24,10 @@ from node.rpc import RpcClient
 from node.tools.admin import join_master, member_masters, started_master
 
 
-async def _until(check, what: str, timeout: float = 60.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        if result := check():
-            return result
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:g} virtual s waiting for {what}")
-
-
 async def _scenario(sim: StackSim) -> dict:
     for host in sim.masters:
         sim._boot(host)
-    leader = await _until(lambda: leader_master(sim), "a leader master")
+    leader = await until_checked(lambda: leader_master(sim), "a leader master")
     spare = boot_spare(sim)
     for m in sim.masters[:-1]:
         sim.net.cut(spare, m)

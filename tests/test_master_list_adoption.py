@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+from waiting import until_checked
+
 from harness.sim.stack import CLIENT_HOST, MASTER_PORT, StackConfig, StackSim
 from harness.sim.stack_checks import CATALOG
 from node.protocol import ConfigState, Peer, RemoveMaster, TSHeartbeatResponse
@@ -35,16 +37,6 @@ class _Sim(StackSim):
         return opts
 
 
-async def _until(check, what: str, timeout: float = 60.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        if result := check():
-            return result
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:g} virtual s waiting for {what}")
-
-
 def _catalog(sim: _Sim, host: str):
     server = sim.servers.get(host)
     if server is None or not hasattr(server, "uuid"):  # not started yet
@@ -66,19 +58,19 @@ async def _scenario(sim: _Sim) -> dict:
     ts = sim.tservers[0]
     every = {(h, MASTER_PORT) for h in sim.masters}
 
-    first = await _until(lambda: _leader(sim, others), "a first leader master")
+    first = await until_checked(lambda: _leader(sim, others), "a first leader master")
     tserver = sim.servers[ts]
-    await _until(lambda: getattr(tserver, "heartbeater", None) is not None
+    await until_checked(lambda: getattr(tserver, "heartbeater", None) is not None
                  and set(tserver.heartbeater.masters) == every, "the server to hear the masters")
     # Hand the catalog's leadership to the slow master, through the real transfer path.
     await sim.loop.spawn(first, _catalog(sim, first).step_down(sim.servers[a].uuid))
-    await _until(lambda: _leader(sim, sim.masters) == a, "the slow master to lead")
+    await until_checked(lambda: _leader(sim, sim.masters) == a, "the slow master to lead")
     old_term = _catalog(sim, a).term
 
     # Cut the leader off from the other masters (the server still reaches those): they elect
     # a successor, which removes one of them from the masters.
     sim.net.partition([[a], others + [ts]])
-    new = await _until(lambda: (h := _leader(sim, others)) and _catalog(sim, h).term > old_term
+    new = await until_checked(lambda: (h := _leader(sim, others)) and _catalog(sim, h).term > old_term
                        and h, "a successor leader master")
     gone = next(h for h in others if h != new)
     rpc = RpcClient(connect_timeout=1.0, local_host=CLIENT_HOST)
@@ -94,7 +86,7 @@ async def _scenario(sim: _Sim) -> dict:
     state = await sim.loop.spawn(CLIENT_HOST, remove())
     assert sim.servers[gone].uuid not in {m[0] for m in state.members}
     current = every - {(gone, MASTER_PORT)}
-    await _until(lambda: set(tserver.heartbeater.masters) == current,
+    await until_checked(lambda: set(tserver.heartbeater.masters) == current,
                  "the server to take the successor's master list")
 
     # Now the server reaches only the deposed leader, which still says it leads and answers

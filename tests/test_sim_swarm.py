@@ -355,8 +355,7 @@ def test_a_failed_master_add_is_undone_before_the_master_is_stopped(monkeypatch,
     from harness.sim import stack_masters
 
     def run(out: Path):
-        return StackSim(StackConfig(seed=15, workload="register", seconds=30.0,
-                                    mix=parse_mix(FAILED_ADD)), out).run()
+        return register_seed(15, FAILED_ADD, 30.0, out)
 
     fixed = run(tmp_path / "fixed")
     assert fixed.ok(), (fixed.violation, fixed.verdict)
