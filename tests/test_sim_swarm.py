@@ -574,7 +574,8 @@ def test_client_propagated_writes_keep_each_clients_order_past_the_clock_bound(
 def test_mixed_modes_put_writes_of_both_in_one_group_each_answered_in_its_own(tmp_path):
     """A quarter of the swarm mixes have the workers alternate between the two modes (as
     different users' clients on one table may): a leader's group then holds writes of both,
-    each answered in its own mode, and every client's order still holds."""
+    each answered in its own mode, every client's order still holds, and the commit-wait
+    workers' writes are judged across tablets among themselves."""
     from harness.systems.tessera.clients import MIXED
 
     drawn = Counter(swarm_mix(s).consistency for s in range(200))
@@ -587,7 +588,7 @@ def test_mixed_modes_put_writes_of_both_in_one_group_each_answered_in_its_own(tm
     assert mixed.probes.get("replica.write.client_propagated", 0) > 0
     assert mixed.probes.get("replica.commit_wait.waited", 0) > 0
     checks = {c["checker"]: c["verdict"] for c in mixed.results["check"]["results"]}
-    assert checks["client-order"] == "valid" and "commit-wait" not in checks, checks
+    assert checks["client-order"] == "valid" and checks["commit-wait"] == "valid", checks
 
 
 def test_half_the_swarm_mixes_snapshot_often_and_the_spec_carries_it():
