@@ -486,6 +486,8 @@ CATALOG: dict[str, str] = {
         "MANUAL_FLUSH: apply hit BufferFull: flush, then apply again",
     "client.manual_flush.caller_cancelled":
         "MANUAL_FLUSH: a cancelled caller's op is dropped from its batch before send",
+    "client.session.value_copied":
+        "a buffered op's mutable value was copied at apply, so the caller may change its own",
     "client.session.buffer_full_ops":
         "MANUAL_FLUSH: apply refused, the tablet's buffer holds a full batch (BufferFull)",
     "client.session.buffer_full_bytes":

@@ -194,6 +194,33 @@ def test_manual_flush_sends_nothing_until_flush_then_one_batch_per_tablet():
     run(go())
 
 
+def test_a_buffered_op_keeps_the_value_it_was_applied_with():
+    """A caller that reuses its list (or dict, or bytearray) after applying it to a buffering
+    session must not change what is sent: Kudu's Apply takes the row as it is then. Before, the
+    buffered op held the caller's list and sent what the caller appended later."""
+    from node import probes
+    from node.tablet.ops import MicroOp, Txn
+
+    async def go():
+        rpc = Tablets()
+        session = client_of(rpc).new_session("t", SessionOptions(FlushMode.MANUAL_FLUSH))
+        value, doc, steps = [1], {"a": 1}, [MicroOp("w", "k3", [7])]
+        with probes.expect("client.session.value_copied"):
+            await session.apply("k1", Write("k1", value))
+            await session.apply("k2", Cas("k2", None, doc))
+        await session.apply("k3", Txn(steps))
+        await session.apply("k4", Write("k4", "text"))
+        value.append(2)
+        doc["a"] = 2
+        steps[0].value.append(8)
+        steps.append(MicroOp("r", "k3"))
+        await session.flush()
+        sent = rpc.batches[0].ops
+        assert sent[0].value == [1] and sent[1].new == {"a": 1}, sent
+        assert sent[2].ops == [MicroOp("w", "k3", [7])] and sent[3].value == "text", sent
+    run(go())
+
+
 def test_manual_flush_refuses_an_op_beyond_the_buffer_bounds():
     async def go():
         rpc = Tablets()

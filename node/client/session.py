@@ -53,7 +53,7 @@ from node.client import faults
 from node.errors import OpFailed, OpUnknown, TesseraError
 from node.probes import probe
 from node.protocol import CLIENT_PROPAGATED, COMMIT_WAIT
-from node.tablet.ops import ROW_OP_TYPES, Result, RowOp
+from node.tablet.ops import ROW_OP_TYPES, Append, Cas, Result, RowOp, Txn, Write
 from node.tablet.state import Limits
 
 if TYPE_CHECKING:
@@ -215,6 +215,23 @@ class _Buffer:
 
 
 _size = msgspec.msgpack.Encoder().encode
+_decode_row_op = msgspec.msgpack.Decoder(Write | Cas | Append | Txn).decode
+_MUTABLE = (list, dict, bytearray)
+
+
+def _kept(op: RowOp, encoded: bytes) -> RowOp:
+    """The op as a session buffers it until it is sent: the caller's own, or a copy decoded
+    from its encoding where it holds something the caller may still change (a list, a dict or
+    a bytearray value; a transaction's steps). Kudu's Apply takes the row as it is then; a
+    buffered op that kept the caller's list would send what the caller put in it later."""
+    if type(op) is Txn:
+        return _decode_row_op(encoded)
+    values = ((op.expected, op.new) if type(op) is Cas
+              else (op.element,) if type(op) is Append else (op.value,))  # type: ignore[union-attr]
+    if any(type(v) in _MUTABLE for v in values):
+        probe("client.session.value_copied")
+        return _decode_row_op(encoded)
+    return op
 
 
 @dataclass
@@ -341,7 +358,8 @@ class Session:
             return await self._apply_now(key, op, loop)
         t = (self.client.cached_tablet(self.table, key)
              or await self.client._tablet_for(self.table, key, loop.time() + self.client.timeout))
-        size = len(_size(op))
+        encoded = _size(op)
+        size = len(encoded)
         tablet_id = t.tablet_id
         buf = self._buffers.get(tablet_id)
         if not self._background:  # MANUAL_FLUSH
@@ -368,7 +386,7 @@ class Session:
             if self._background:
                 buf.timer = loop.call_later(o.flush_interval_s, self._cut, tablet_id,
                                             "interval")
-        buf.ops.append(op)
+        buf.ops.append(_kept(op, encoded))
         future = None
         if self._futures:
             future = loop.create_future()
