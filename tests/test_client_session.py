@@ -195,26 +195,32 @@ def test_manual_flush_sends_nothing_until_flush_then_one_batch_per_tablet():
 
 
 def test_a_buffered_op_keeps_the_value_it_was_applied_with():
-    """A caller that reuses its list (or dict, or bytearray) after applying it to a buffering
-    session must not change what is sent: Kudu's Apply takes the row as it is then. Before, the
-    buffered op held the caller's list and sent what the caller appended later."""
+    """A caller whose write waits in a background session's buffer, and who meanwhile reuses
+    its list (or dict; or a transaction's steps), must not change what is sent: Kudu's Apply
+    takes the row as it is then. Before, the buffered op held the caller's list and sent what
+    the caller appended later. Each op still gets its own reply (tied to it by identity)."""
     from node import probes
-    from node.tablet.ops import MicroOp, Txn
+    from node.tablet.ops import MicroOp
 
     async def go():
         rpc = Tablets()
-        session = client_of(rpc).new_session("t", SessionOptions(FlushMode.MANUAL_FLUSH))
-        value, doc, steps = [1], {"a": 1}, [MicroOp("w", "k3", [7])]
+        client = client_of(rpc)
+        table = client.table("t", session=client.new_session("t", background()))
+        value, doc, steps = [1], {"a": 1}, [["w", "k3", [7]]]
         with probes.expect("client.session.value_copied"):
-            await session.apply("k1", Write("k1", value))
-            await session.apply("k2", Cas("k2", None, doc))
-        await session.apply("k3", Txn(steps))
-        await session.apply("k4", Write("k4", "text"))
+            tasks = [asyncio.create_task(table.write("k1", value)),
+                     asyncio.create_task(table.cas("k2", None, doc)),
+                     asyncio.create_task(table.txn(steps)),
+                     asyncio.create_task(table.write("k4", "text"))]
+            await asyncio.sleep(0.05)  # applied and buffered, not sent
+        assert rpc.batches == []
         value.append(2)
         doc["a"] = 2
-        steps[0].value.append(8)
-        steps.append(MicroOp("r", "k3"))
-        await session.flush()
+        steps[0][2].append(8)
+        steps.append(["r", "k3", None])
+        await table.session.flush()
+        await asyncio.gather(*tasks, return_exceptions=True)  # the scripted txn reads nothing
+        assert all(t.result() for t in (tasks[0], tasks[3]))
         sent = rpc.batches[0].ops
         assert sent[0].value == [1] and sent[1].new == {"a": 1}, sent
         assert sent[2].ops == [MicroOp("w", "k3", [7])] and sent[3].value == "text", sent

@@ -53,6 +53,7 @@ from node.client.session import (
     all_ok,
     answer,
     check_mode,
+    kept,
 )
 from node.client.session import BufferFull as BufferFull
 from node.client.session import FlushMode as FlushMode
@@ -744,7 +745,10 @@ class Table:
         (its future cancelled), as a background session drops it."""
         self.node = self.hybrid_time = self.sent = None
         if self.session is not None and not is_read_only(op):
-            if self.session.options.mode == FlushMode.MANUAL_FLUSH:
+            mode = self.session.options.mode
+            if mode != FlushMode.AUTO_FLUSH_SYNC:
+                op = kept(op)  # buffered until sent: as the caller's values are now
+            if mode == FlushMode.MANUAL_FLUSH:
                 row = await self._flushed(key, op)
             else:
                 row = await (await self.session.apply(key, op))

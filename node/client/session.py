@@ -219,18 +219,19 @@ _decode_row_op = msgspec.msgpack.Decoder(Write | Cas | Append | Txn).decode
 _MUTABLE = (list, dict, bytearray)
 
 
-def _kept(op: RowOp, encoded: bytes) -> RowOp:
-    """The op as a session buffers it until it is sent: the caller's own, or a copy decoded
-    from its encoding where it holds something the caller may still change (a list, a dict or
-    a bytearray value; a transaction's steps). Kudu's Apply takes the row as it is then; a
-    buffered op that kept the caller's list would send what the caller put in it later."""
+def kept(op: RowOp) -> RowOp:
+    """The op a Table handle gives its batching session: `op`, or a copy decoded from its
+    encoding where it holds something the caller may still change (a list, a dict or a
+    bytearray value; a transaction's steps). Kudu's Apply takes the row as it is then; a
+    buffered op holding the caller's list sent what the caller put in it later. (An op given
+    to `Session.apply` directly is the session's from then on, as Kudu's Apply takes it.)"""
     if type(op) is Txn:
-        return _decode_row_op(encoded)
+        return _decode_row_op(_size(op))
     values = ((op.expected, op.new) if type(op) is Cas
               else (op.element,) if type(op) is Append else (op.value,))  # type: ignore[union-attr]
     if any(type(v) in _MUTABLE for v in values):
         probe("client.session.value_copied")
-        return _decode_row_op(encoded)
+        return _decode_row_op(_size(op))
     return op
 
 
@@ -358,8 +359,7 @@ class Session:
             return await self._apply_now(key, op, loop)
         t = (self.client.cached_tablet(self.table, key)
              or await self.client._tablet_for(self.table, key, loop.time() + self.client.timeout))
-        encoded = _size(op)
-        size = len(encoded)
+        size = len(_size(op))
         tablet_id = t.tablet_id
         buf = self._buffers.get(tablet_id)
         if not self._background:  # MANUAL_FLUSH
@@ -386,7 +386,7 @@ class Session:
             if self._background:
                 buf.timer = loop.call_later(o.flush_interval_s, self._cut, tablet_id,
                                             "interval")
-        buf.ops.append(_kept(op, encoded))
+        buf.ops.append(op)
         future = None
         if self._futures:
             future = loop.create_future()
