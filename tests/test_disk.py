@@ -151,6 +151,28 @@ def test_enospc_past_the_quota_and_eio_on_fsync():
     assert disk.crash().read("/d/f") == b""
 
 
+def test_a_killed_process_leaves_its_page_cache_and_a_power_loss_takes_it():
+    """SimDisk.kill (the simulator's `kill` fault): the process dies, the machine does not.
+    Its next incarnation reads everything written, unsynced and EIO-dropped pages included;
+    only a power loss takes them. The old incarnation is fenced."""
+    disk = new_disk()
+    write_file(disk, "/d/f", b"synced", sync=True)
+    disk.fsync_dir("/d")
+    fd = disk.open("/d/f")
+    disk.pwritev(fd, [b"-cached"], 6)
+    disk.faults.fsync_eio_rate = 1.0
+    with pytest.raises(OSError):
+        disk.fsync(fd)  # the pages are marked clean, never written
+    disk.faults.fsync_eio_rate = 0.0
+    write_file(disk, "/d/g", b"unsynced", sync=False)
+    after = disk.kill()
+    with pytest.raises(Fenced):
+        disk.read("/d/f")
+    assert after.read("/d/f") == b"synced-cached" and after.read("/d/g") == b"unsynced"
+    lost = after.crash()
+    assert lost.read("/d/f") == b"synced" and not lost.exists("/d/g")
+
+
 def test_a_descriptor_closed_twice_is_recorded_with_its_path():
     """A second close is EBADF here and harmless, since a handle is an object; a real process
     gives the number to the next file it opens, so the simulator records every second close

@@ -342,6 +342,20 @@ def test_a_master_removed_while_cut_off_learns_of_its_removal_and_the_old_leader
     assert "removed while cut off" in before.violation
 
 
+def test_a_killed_server_restarts_on_its_page_cache_and_a_fifth_of_the_mixes_kill(tmp_path):
+    """The `kill` fault (a late kind, a fifth of the swarm mixes): a server's process dies
+    with its machine up, so it restarts on what its page cache held, synced or not, and on a
+    failing disk what its failed syncs left there (aimed at such a server half the time)."""
+    mixes = [swarm_mix(s) for s in _unbundled(range(400))]
+    assert 0.1 < sum("kill" in m.kinds() for m in mixes) / len(mixes) < 0.3
+    r = register_seed(1, "kill:4,disk:4,restart:2,heal:1;every=0.5-2;reads=linearizable", 20.0,
+                      tmp_path)
+    assert r.ok(), (r.violation, r.verdict)
+    kills = [e for e in r.events if e[1] == "kill"]
+    restarted = {e[2] for e in r.events if e[1] == "restart"}
+    assert kills and restarted & {e[2] for e in kills}, r.events
+
+
 FAILED_ADD = "masters:5,crash:2,restart:2,partition:2,isolate:2,heal:1;every=0.5-2;reads=linearizable"
 
 

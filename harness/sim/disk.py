@@ -244,10 +244,20 @@ class SimDisk:
                     self._recover_file(node, rng)
 
         recover(self._root)
+        self._changed()
+        return self._next_incarnation()
+
+    def kill(self) -> SimDisk:
+        """The process dies, the machine does not: what it wrote stays as the page cache holds
+        it, synced or not, and pages a failed fsync marked clean read as written until a
+        power loss takes them. Fences this incarnation and returns the next."""
+        self.fence()
+        return self._next_incarnation()
+
+    def _next_incarnation(self) -> SimDisk:
         nxt = SimDisk(self.rng, self.faults)
         nxt._root, nxt._temp_counter, nxt._serial = self._root, self._temp_counter, self._serial
         nxt._held = self._held
-        self._changed()
         return nxt
 
     def _recover_file(self, f: _File, rng: random.Random | None) -> None:

@@ -250,12 +250,17 @@ class StackSim:
             if host in self.flipped and host not in self.flip_outcomes:
                 self.flip_outcomes[host] = f"refused to start: {self.start_failures[host]}"
 
-    def _crash(self, host: str, lose_unsynced: bool = False) -> None:
+    def _crash(self, host: str, lose_unsynced: bool = False, keep_cache: bool = False) -> None:
         """The process dies mid-step and its disk forgets what was not fsynced: a seeded prefix
-        of it survives, or with `lose_unsynced` none (the power loss that drops a whole cache)."""
+        of it survives, or with `lose_unsynced` none (the power loss that drops a whole cache);
+        with `keep_cache` (the `kill` fault: the process killed, the machine up) all of it
+        survives, pages a failed fsync marked clean included."""
         self.loop.crash_host(host)
-        rng = random.Random(self.rng.getrandbits(64))
-        self.disks[host] = self.disks[host].crash(None if lose_unsynced else rng)
+        if keep_cache:
+            self.disks[host] = self.disks[host].kill()
+        else:
+            rng = random.Random(self.rng.getrandbits(64))
+            self.disks[host] = self.disks[host].crash(None if lose_unsynced else rng)
         self.servers.pop(host, None)
         self.down.add(host)
         self.invariants.crashed(host)
@@ -472,10 +477,10 @@ class StackSim:
     def _apply(self, kind: str, value):
         """Apply one fault; _SKIPPED if it cannot apply now (a replayed crash of a host that is
         already down). Returns the value to record."""
-        if kind == "crash":
+        if kind in ("crash", "kill"):
             if value in self.down:
                 return _SKIPPED
-            self._crash(value)
+            self._crash(value, keep_cache=kind == "kill")
         elif kind == "power":
             for host in value:
                 if host not in self.down:

@@ -60,7 +60,15 @@ class FaultChooser:
             return "disk-clear", [rng.choice(sorted(self.sim.disk_faults))]
         kind = self.draw_kind(rng)
         impaired = self._impaired()
-        if kind == "crash":
+        if kind == "kill":
+            # half the time the process on a failing disk (an operator restarting a server
+            # whose replicas failed on EIO), so a restart reads back what the failed syncs
+            # left in its page cache
+            failing = [h for h, m in sorted(self.sim.disk_faults.items())
+                       if m == "eio" and h not in self.sim.down]
+            if failing and rng.random() < 0.5:
+                return kind, rng.choice(failing)
+        if kind in ("crash", "kill"):
             # at most one master and two tablet servers impaired at a time: the final phase
             # must work
             up = [h for h in hosts if h not in impaired and (

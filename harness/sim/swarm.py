@@ -26,7 +26,7 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
          "membership", "flip", "disk", "transfer", "cut", "tombstone", "copy-race", "lease-race", "masters",
          "drift", "flip-newest", "fail-copy", "torn", "delay", "damage", "reprovision", "full",
          "damage-file", "copy-cut", "master-swap", "unsafe", "ddl", "maintenance", "forge",
-         "garble", "copy-shrink", "recopy", "copy-behind")
+         "garble", "copy-shrink", "recopy", "copy-behind", "kill")
 # Kinds a seed draws only in a bundle (BUNDLES), never on their own: a kind added to the
 # optional ones or to LATE would change many recorded seeds' mixes. recopy: an operator's
 # `kudu remote_replica copy` over a running replica, or from a FAILED one
@@ -70,14 +70,18 @@ ALWAYS = ("restart", "heal")
 # under the running source, which then reboots (harness.sim.stack_forge.copy_shrink);
 # copy-behind: a follower tombstoned while its leader writes behind on a slow disk, copied back
 # from the leader's synced WAL, and the leader crashing before its sync ends
-# (harness.sim.stack_faults: no other draw puts a tombstone inside a leader's unsynced group).
+# (harness.sim.stack_faults: no other draw puts a tombstone inside a leader's unsynced group);
+# kill: a process killed with its machine up, its page cache kept (SimDisk.kill): writes it
+# never synced, and pages a failed fsync marked clean, read back as written when it restarts,
+# until a power loss takes them (every other crash loses power too).
 LATE = {"torn": (None, None, 2, 4), "delay": (None, None, 2, 4), "damage": (None, None, 2, 4),
         "reprovision": (None, None, 1, 2), "full": (None, None, 2, 4),
         "damage-file": (None, None, 2, 4), "copy-cut": (None, None, 2, 4),
         "master-swap": (None, None, None, 2), "unsafe": (None, None, None, 2),
         "ddl": (None, None, None, 2), "maintenance": (None, None, None, 2),
         "forge": (None, None, 2, 4), "garble": (None, None, 2, 4),
-        "copy-shrink": (None, None, 2, 4), "copy-behind": (None, None, None, 2)}
+        "copy-shrink": (None, None, 2, 4), "copy-behind": (None, None, None, 2),
+        "kill": (None, None, None, None, 2)}
 WEIGHTS = (1, 2, 4, 8)  # a kind that is on fires with one of these relative weights
 FAULT_EVERY = ((0.2, 0.8), (0.5, 2.0), (1.0, 4.0))  # (lo, hi) seconds between two faults
 LOADS = ((5, 50.0), (10, 100.0), (20, 200.0))  # (clients, ops/s over all of them)
