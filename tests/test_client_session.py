@@ -46,12 +46,13 @@ class Tablets:
     """One replica per tablet (uuid = tablet id), answering writes like a tablet would: ok, or
     CAS_MISMATCH for a Cas expecting "bad"; sessions 1, 2, ... Records every request."""
 
-    def __init__(self, tablets=1, no_session_first=False):
+    def __init__(self, tablets=1, no_session_first=False, stale_first=False):
         self.n = tablets
         self.batches: list = []  # WriteBatch requests, in order
         self.writes: list = []  # single-op Write requests
         self.sessions = 0
         self.no_session_first = no_session_first
+        self.stale_first = stale_first  # the first write and batch refused as stale seqs
 
     def locations(self):
         return TableLocations("t", "id", [
@@ -71,9 +72,13 @@ class Tablets:
             return OpResult(Result(True, self.sessions))
         if method == "ts.write":
             self.writes.append(request)
+            if self.stale_first and len(self.writes) == 1:
+                return OpResult(Result(False, error=Rejection.STALE_SEQ), request.seq)
             return OpResult(self.answer(request.op), request.seq)
         if method == "ts.write_batch":
             self.batches.append(request)
+            if self.stale_first and len(self.batches) == 1:
+                return BatchResult([Result(False, error=Rejection.STALE_SEQ)] * len(request.ops))
             if self.no_session_first:
                 self.no_session_first = False
                 return BatchResult([Result(False, error=Rejection.NO_SESSION)] * len(request.ops))
@@ -324,6 +329,24 @@ def test_a_batch_on_a_session_evicted_before_any_attempt_is_resent_on_a_new_one(
         await session.flush()
         assert [f.result().result.ok for f in futs] == [True, True]
         assert [(b.session, b.seq) for b in rpc.batches] == [(1, 1), (2, 1)]
+    run(go())
+
+
+def test_a_first_try_refused_as_a_stale_seq_goes_again_in_a_new_session():
+    """A seq refused STALE_SEQ on its only attempt was never applied (the session's kept
+    results moved past it while it waited): it goes again in a new session, as after an
+    eviction, one write alone and a batch alike. Before, the write was reported unknown and
+    the batch's ops too, though nothing had applied them."""
+    async def go():
+        rpc = Tablets(stale_first=True)
+        client = client_of(rpc)
+        row = await client.op("t", "a", Write("a", 1))
+        assert row.result.ok and [(w.session, w.seq) for w in rpc.writes] == [(1, 1), (2, 1)]
+        session = client.new_session("t", SessionOptions(FlushMode.MANUAL_FLUSH))
+        futs = [await session.apply(k, Write(k, 1)) for k in "bc"]
+        await session.flush()
+        assert [f.result().result.ok for f in futs] == [True, True]
+        assert len(rpc.batches) == 2 and rpc.batches[0].session != rpc.batches[1].session
     run(go())
 
 

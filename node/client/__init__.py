@@ -601,9 +601,12 @@ class TesseraClient:
                 return RowResult(res, peer, Sent(op, t.tablet_id, s.id, seq, seq, 1, reply.seq))
             probe("client.write.session_lost")
             sessions.by_tablet.pop(t.tablet_id, None)
-            if uncertain or res.error == Rejection.STALE_SEQ:
+            if uncertain:
                 probe("client.write.session_lost_unknown")
                 raise OpUnknown(f"session lost after an uncertain attempt: {res.detail}")
+            # no attempt before this one can have arrived, so the op was not applied: a seq
+            # refused as stale (the session's kept results moved past it while it waited)
+            # goes again in a new session, as one whose session was evicted does
             probe("client.write.session_reopened")
         raise OpFailed("could not keep a session open")
 
@@ -644,7 +647,7 @@ class TesseraClient:
             if not any(lost):
                 return Answered(results, peer, t.tablet_id, s.id, first, res.seq)
             sessions.by_tablet.pop(t.tablet_id, None)
-            if uncertain or not all(r.error == Rejection.NO_SESSION for r in results):
+            if uncertain or not all(lost):  # else none applied: all go again (as in _write)
                 probe("client.write_batch.lost_session_unknown")
                 return Answered([OpUnknown(f"session lost after an uncertain attempt: {r.detail}")
                                  if gone else r for r, gone in zip(results, lost, strict=True)],
