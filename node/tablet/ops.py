@@ -162,8 +162,9 @@ class Command(msgspec.Struct, frozen=True):
 class Rejection(enum.StrEnum):
     """Why an op had no effect. CAS_MISMATCH, PRECONDITION_FAILED, WRONG_TYPE and NOT_OWNER
     are definite failures; for NO_SESSION and STALE_SEQ the outcome of the original attempt is
-    UNKNOWN (it may have been applied before its result was
-    forgotten), so a client must report such an op as indeterminate, never as failed."""
+    UNKNOWN (it may have been applied before its result was forgotten), so a client must report
+    such an op as indeterminate, never as failed, unless no earlier attempt of it can have
+    arrived (then nothing applied it, and it may go again in a new session)."""
 
     CAS_MISMATCH = "cas_mismatch"  # value = the current value
     PRECONDITION_FAILED = "precondition_failed"  # value = index of the failing micro-op
