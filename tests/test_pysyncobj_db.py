@@ -56,21 +56,30 @@ def cluster(tmp_path):
 def test_ops_and_their_results(cluster):
     db, _, _ = cluster()
 
-    async def ops():
+    async def ops(r: str, s: str):
         c = NodeClient(db.hosts[0].address, "n1", 10.0)  # a follower or the leader: either works
         try:
-            assert await c.read("r") is None
-            await c.write("r", 3)
-            assert await c.cas("r", 3, 4) is True
-            assert await c.cas("r", 3, 5) is False
-            assert await c.read("r") == 4
-            await c.append("s", 1)
-            await c.append("s", 2)
-            return await c.read("s")
+            assert await c.read(r) is None
+            await c.write(r, 3)
+            assert await c.cas(r, 3, 4) is True
+            assert await c.cas(r, 3, 5) is False
+            assert await c.read(r) == 4
+            await c.append(s, 1)
+            await c.append(s, 2)
+            return await c.read(s)
         finally:
             await c.close()
 
-    assert asyncio.run(ops()) == [1, 2]
+    # PySyncObj discards a command its leader had not committed when leadership moves (an
+    # election on a loaded machine), an outcome unknown: such a pass is run again on new keys,
+    # so one pass shows every op's result
+    for attempt in range(3):
+        try:
+            assert asyncio.run(ops(f"r{attempt}", f"s{attempt}")) == [1, 2]
+            break
+        except OpUnknown:
+            if attempt == 2:
+                raise
     result = db.converge()
     assert result["verdict"] == "valid" and not result["unreachable"], result
 

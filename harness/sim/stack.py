@@ -252,15 +252,11 @@ class StackSim:
 
     def _crash(self, host: str, lose_unsynced: bool = False, keep_cache: bool = False) -> None:
         """The process dies mid-step and its disk forgets what was not fsynced: a seeded prefix
-        of it survives, or with `lose_unsynced` none (the power loss that drops a whole cache);
-        with `keep_cache` (the `kill` fault: the process killed, the machine up) all of it
-        survives, pages a failed fsync marked clean included."""
+        of it survives, or with `lose_unsynced` none (a power loss drops the whole cache); with
+        `keep_cache` (the `kill` fault: the machine stays up) all of it survives (SimDisk.kill)."""
         self.loop.crash_host(host)
-        if keep_cache:
-            self.disks[host] = self.disks[host].kill()
-        else:
-            rng = random.Random(self.rng.getrandbits(64))
-            self.disks[host] = self.disks[host].crash(None if lose_unsynced else rng)
+        disk, rng = self.disks[host], None if keep_cache else random.Random(self.rng.getrandbits(64))
+        self.disks[host] = disk.kill() if keep_cache else disk.crash(None if lose_unsynced else rng)
         self.servers.pop(host, None)
         self.down.add(host)
         self.invariants.crashed(host)
