@@ -487,7 +487,7 @@ CATALOG: dict[str, str] = {
     "client.manual_flush.caller_cancelled":
         "MANUAL_FLUSH: a cancelled caller's op is dropped from its batch before send",
     "client.session.value_copied":
-        "a buffered op's mutable value was copied at apply, so the caller may change its own",
+        "a buffering session's op with a mutable value was copied before apply: the caller may change its own",
     "client.session.buffer_full_ops":
         "MANUAL_FLUSH: apply refused, the tablet's buffer holds a full batch (BufferFull)",
     "client.session.buffer_full_bytes":

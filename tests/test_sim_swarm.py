@@ -360,12 +360,13 @@ FAILED_ADD = "masters:5,crash:2,restart:2,partition:2,isolate:2,heal:1;every=0.5
 
 
 def test_a_failed_master_add_is_undone_before_the_master_is_stopped(monkeypatch, tmp_path):
-    """Seed 15 adds the spare master while a partition keeps it from the others: it joins the
-    config as a non-voter and is never promoted, and the add fails after 30 s. An operator (and
-    the simulator, and the chaos harness) undoes that add before stopping the master: wiped
-    while still a member, it leaves the masters counting a voter that is gone. The simulator
-    that only stopped it (the chaos harness did the same, and a CI run's masters check caught
-    it) fails this seed on the masters-config check; 35 of 60 such seeds did."""
+    """The recorded seed adds the spare master while a partition keeps it from the others: it
+    joins the config as a non-voter and is never promoted, and the add fails after 30 s. An
+    operator (and the simulator, and the chaos harness) undoes that add before stopping the
+    master: wiped while still a member, it leaves the masters counting a voter that is gone.
+    The simulator that only stopped it (the chaos harness did the same, and a CI run's masters
+    check caught it) fails the seed on the masters-config check, as over half of such seeds
+    did."""
     from harness.sim import stack_masters
 
     def run(out: Path):
@@ -527,8 +528,8 @@ def test_mixed_modes_judge_the_commit_wait_workers_sync_sessions_across_tablets(
     ones' sessions COMMIT_WAIT on a CLIENT_PROPAGATED client (`consistency=mixed`): the
     commit-wait workers' writes are judged across tablets among themselves. A sync session
     that wrote in its client's mode instead of its own (a review found it; fixed, with a unit
-    test, before the harness had a sync-session mode) answers them without waiting, and
-    seed 3 fails (as seed 6 does; 2 of seeds 0-7)."""
+    test, before the harness had a sync-session mode) answers them without waiting, and the
+    recorded seed fails (as about a quarter of such seeds do)."""
     from node.client.session import Session, Sessions
 
     def run(out: Path):

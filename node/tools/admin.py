@@ -69,11 +69,11 @@ async def add_master(args, client) -> int:
 
 
 async def join_master(client, addr: tuple[str, int], *, progress=lambda _: None,
-                      timeout: float = VOTER_TIMEOUT_S, wait_started: float = 0.0) -> MasterInfo:
+                      timeout: float = VOTER_TIMEOUT_S) -> MasterInfo:
     """Kudu's master add: the master at `addr` (started, no catalog yet) joins the catalog's
-    config through the leader master; returns its info once it is a voter. `wait_started`:
-    how long to wait for a master still starting to answer at all. Shared by the CLI and the
-    harness's master-membership faults.
+    config through the leader master; returns its info once it is a voter (a master still
+    starting is waited for by `started_master` first). Shared by the CLI and the harness's
+    master-membership faults.
 
     The add is asked of the leader master again when an answer is lost (the leader killed or
     cut off after it committed the add): the second leader then finds the master a member.
@@ -81,7 +81,7 @@ async def join_master(client, addr: tuple[str, int], *, progress=lambda _: None,
     dir, a fresh UUID) just before, so only an add of this very master made it a member. An
     operator told "refused" would wipe a master the config holds, and the masters would run
     a member short of what they count on."""
-    info = await started_master(client, addr, wait_started)
+    info = await started_master(client, addr)
     if info.role != "INITIALIZING":
         raise AdminError(f"{addr[0]}:{addr[1]} already has a catalog (role {info.role}); a new "
                          "master starts with an empty data dir")
