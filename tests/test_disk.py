@@ -165,12 +165,62 @@ def test_a_killed_process_leaves_its_page_cache_and_a_power_loss_takes_it():
         disk.fsync(fd)  # the pages are marked clean, never written
     disk.faults.fsync_eio_rate = 0.0
     write_file(disk, "/d/g", b"unsynced", sync=False)
+    assert disk.ahead_of_disk()  # the dropped pages, not the merely unsynced file
     after = disk.kill()
     with pytest.raises(Fenced):
         disk.read("/d/f")
     assert after.read("/d/f") == b"synced-cached" and after.read("/d/g") == b"unsynced"
+    assert after.reads_dropped and after.ahead_of_disk()
     lost = after.crash()
     assert lost.read("/d/f") == b"synced" and not lost.exists("/d/g")
+    assert not lost.ahead_of_disk() and not lost.reads_dropped
+
+
+def test_pages_a_failed_sync_dropped_are_ahead_of_the_disk_until_written_again():
+    """`ahead_of_disk` (what the nemesis aims a kill, then a power loss, at): only writes a
+    failed sync dropped count, not unsynced ones; a write of the same bytes that syncs puts
+    them back; a kill does not, and its next incarnation says it started on such pages."""
+    disk = new_disk()
+    write_file(disk, "/d/f", b"synced", sync=True)
+    disk.fsync_dir("/d")
+    fd = disk.open("/d/f")
+    disk.pwritev(fd, [b"-more"], 6)
+    assert not disk.ahead_of_disk()  # unsynced, not dropped
+    disk.faults.fsync_eio_rate = 1.0
+    with pytest.raises(OSError):
+        disk.fsync(fd)
+    disk.faults.fsync_eio_rate = 0.0
+    assert disk.ahead_of_disk()
+    assert disk.kill().reads_dropped  # born of a kill on dropped pages
+    again = new_disk()
+    write_file(again, "/d/f", b"synced", sync=True)
+    fd = again.open("/d/f")
+    again.pwritev(fd, [b"-more"], 6)
+    again.faults.fsync_eio_rate = 1.0
+    with pytest.raises(OSError):
+        again.fsync(fd)
+    again.faults.fsync_eio_rate = 0.0
+    again.pwritev(fd, [again.read("/d/f")], 0)  # written again, as bootstrap does
+    assert not again.ahead_of_disk()  # dirty again: an ordinary unsynced write
+    again.fsync(fd)
+    assert not again.ahead_of_disk() and not again.kill().reads_dropped
+
+
+def test_a_rename_whose_directory_sync_failed_is_ahead_of_the_disk():
+    """A failing disk fails a directory's sync too: the rename stays in the cache only."""
+    disk = new_disk()
+    write_file(disk, "/d/f", b"one", sync=True)
+    disk.fsync_dir("/d")
+    write_file(disk, "/d/tmp", b"two", sync=True)
+    disk.replace("/d/tmp", "/d/f")
+    disk.faults.fsync_dir_eio_rate = 1.0
+    with pytest.raises(OSError):
+        disk.fsync_dir("/d")
+    disk.faults.fsync_dir_eio_rate = 0.0
+    assert disk.ahead_of_disk()
+    after = disk.kill()
+    assert after.read("/d/f") == b"two" and after.reads_dropped
+    assert after.crash().read("/d/f") == b"one"
 
 
 def test_a_descriptor_closed_twice_is_recorded_with_its_path():

@@ -82,7 +82,7 @@ class _Alloc:
 
 
 class _File:
-    __slots__ = ("data", "durable", "pending", "serial", "alloc", "durable_alloc")
+    __slots__ = ("data", "durable", "pending", "serial", "alloc", "durable_alloc", "dropped")
 
     def __init__(self, serial: int = 0) -> None:
         self.serial = serial  # creation order on its disk: older files have smaller serials
@@ -96,6 +96,7 @@ class _File:
         # data up to it; as reads see it and as it survives a crash
         self.alloc = 0
         self.durable_alloc = 0
+        self.dropped = False  # a failed sync dropped writes the cache still shows
 
     def size(self) -> int:
         return max(len(self.data), self.alloc)
@@ -115,13 +116,14 @@ class _File:
 
 
 class _Dir:
-    __slots__ = ("entries", "durable", "pending")
+    __slots__ = ("entries", "durable", "pending", "dropped")
 
     def __init__(self) -> None:
         self.entries: dict[str, _File | _Dir] = {}
         self.durable: dict[str, _File | _Dir] = {}
         # Since the last fsync of this directory; each change is atomic (a rename is one).
         self.pending: list[tuple[tuple[str, _File | _Dir | None], ...]] = []
+        self.dropped = False  # a failed sync dropped changes `entries` still shows
 
     def change(self, *ops: tuple[str, _File | _Dir | None]) -> None:
         _apply_entries(self.entries, ops)
@@ -186,6 +188,9 @@ class SimDisk:
         self._temp_counter = 0
         self._serial = 0  # the last file serial handed out (shared by every incarnation)
         self._held = _Held()  # bytes_held's cache (shared by every incarnation)
+        # born of a kill while the cache showed writes a failed sync dropped: what this
+        # process reads may be gone after a power loss
+        self.reads_dropped = False
 
     def bytes_held(self) -> int:
         """Bytes this disk keeps in memory for its files: what reads see and what is durable.
@@ -232,7 +237,7 @@ class SimDisk:
             for ops in d.pending[: rng.randint(0, len(d.pending)) if rng is not None else 0]:
                 _apply_entries(entries, ops)
             d.entries = entries
-            d.durable, d.pending = dict(d.entries), []
+            d.durable, d.pending, d.dropped = dict(d.entries), [], False
             for name in sorted(d.entries):
                 node = d.entries[name]
                 if id(node) in seen:
@@ -252,7 +257,9 @@ class SimDisk:
         it, synced or not, and pages a failed fsync marked clean read as written until a
         power loss takes them. Fences this incarnation and returns the next."""
         self.fence()
-        return self._next_incarnation()
+        nxt = self._next_incarnation()
+        nxt.reads_dropped = self.ahead_of_disk()
+        return nxt
 
     def _next_incarnation(self) -> SimDisk:
         nxt = SimDisk(self.rng, self.faults)
@@ -273,6 +280,7 @@ class SimDisk:
                 _apply_data(data, (offset, buf[: rng.choice(cuts)]))
         f.data, f.durable, f.pending = data, bytearray(data), []
         f.alloc = f.durable_alloc = alloc
+        f.dropped = False
 
     def flip_bit(self, rng: random.Random | None = None, path: StrPath | None = None,
                  at: tuple[int, int] | None = None) -> tuple[str, int, int]:
@@ -434,6 +442,7 @@ class SimDisk:
         self._meter_sync()
         if self.faults.fsync_eio_rate and self.rng.random() < self.faults.fsync_eio_rate:
             f.pending = []  # Linux marks the failed pages clean: that data never reaches the disk
+            f.dropped = True
             raise OSError(errno.EIO, "Input/output error")
         # in place, from f.durable, not f.data: it may hold pages a failed sync dropped
         f.durable_alloc = f.settle(f.durable, f.pending)
@@ -523,6 +532,7 @@ class SimDisk:
         self._meter_sync()
         if self.faults.fsync_dir_eio_rate and self.rng.random() < self.faults.fsync_dir_eio_rate:
             d.pending = []  # marked clean, never written: a power loss keeps `durable`
+            d.dropped = True
             raise OSError(errno.EIO, "Input/output error")
         d.durable, d.pending = dict(d.entries), []
         self._changed()
@@ -599,6 +609,28 @@ class SimDisk:
 
         walk(self._root if top is None else top, prefix)
         return out
+
+    def ahead_of_disk(self) -> bool:
+        """Whether the page cache shows writes (or directory changes: a rename) a failed sync
+        dropped and no write has put back (SimDisk.kill keeps them): a power loss now takes
+        what a process may have read back and trusted, the one moment a reader can tell."""
+        for _, f in self._walk():
+            if f.dropped:
+                after = bytearray(f.durable)
+                f.settle(after, f.pending)
+                if after != f.data:
+                    return True
+        dirs = [self._root]
+        while dirs:
+            d = dirs.pop()
+            if d.dropped:
+                entries = dict(d.durable)
+                for ops in d.pending:
+                    _apply_entries(entries, ops)
+                if entries != d.entries:
+                    return True
+            dirs.extend(n for n in d.entries.values() if isinstance(n, _Dir))
+        return False
 
     def unsynced(self) -> list[str]:
         """Paths of the files holding a write no sync has made durable yet that spans a sector

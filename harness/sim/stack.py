@@ -464,6 +464,7 @@ class StackSim:
         faults = self.disks[host].faults  # shared by the disk's incarnations
         defaults = baseline_faults(self.cfg.mix)
         faults.quota_bytes, faults.fsync_eio_rate = defaults.quota_bytes, defaults.fsync_eio_rate
+        faults.fsync_dir_eio_rate = defaults.fsync_dir_eio_rate
         faults.fsync_latency, faults.fill = defaults.fsync_latency, defaults.fill
         if mode != "slow" and host not in self.down:
             self._crash(host)
@@ -823,8 +824,8 @@ def _set_disk_faults(disk: SimDisk, mode: str, value: list) -> None:
     elif mode == "full":  # as a real disk fills (SimFaults.fill): the usage counts it too
         disk.faults.fill = True
         disk.faults.quota_bytes = disk.usage() + value[2]
-    elif mode == "eio":
-        disk.faults.fsync_eio_rate = value[2]
+    elif mode == "eio":  # a failing disk fails a directory's sync as well as a file's
+        disk.faults.fsync_eio_rate = disk.faults.fsync_dir_eio_rate = value[2]
     else:
         disk.faults.fsync_latency = (value[2], value[3])
 

@@ -19,11 +19,14 @@ there); each tablet's listed state the state of what it holds (no stopped replic
 RUNNING, no tablet COPYING with no copy under way); no replica coming back (restarted or
 copied) with a log ending behind its predecessor's; no file descriptor closed twice; the
 catalog agreeing with the committed configs; every tablet server heartbeating the
-committed masters; and, on the history, commit-wait across tablets.
+committed masters; no replica or server failing on corrupt files where no fault touched them
+(what crashes, kills, power losses and I/O errors leave must read back); and, on the history,
+commit-wait across tablets.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -151,6 +154,11 @@ class Invariants:
                             f"applied state: tablet {tablet} at applied index {applied} has "
                             f"checksum {crc} on {host}, {seen} on {holder}")
         if states:  # what the servers report costs as much: on the same rounds
+            for host, cause in self.sim.start_failures.items():
+                if _corruption(cause) and not self._storage_faulted(host):
+                    raise StackViolation(f"corruption on an undamaged disk: the server on {host} "
+                                         f"refused to start on {cause} though no fault touched "
+                                         "its files")
             for host, server in self.sim.servers.items():
                 if getattr(server, "me", None) is not None:  # started far enough to report
                     self._check_reports(host, server)
@@ -361,6 +369,14 @@ class Invariants:
                                  frozenset(m[0] for m in rep.committed_config))
         if host in self.sim.must_fail:
             self._check_damage(host, states)
+        corrupt = [r for r in reports if r.state == "FAILED" and _corruption(r.error)]
+        if corrupt and not self._storage_faulted(host):
+            raise StackViolation(
+                f"corruption on an undamaged disk: tablet {corrupt[0].tablet_id} on {host} "
+                f"FAILED on {corrupt[0].error} though no fault touched its files (crashes, "
+                f"power losses, kills, I/O errors and full disks leave files a correct engine "
+                f"reads back: what it synced, a torn unsynced tail, nothing it acknowledged "
+                f"missing)")
         if host in self.sim.flipped and host not in self.sim.flip_outcomes:
             failed = sorted(f"{r.tablet_id}: {r.error}" for r in reports if r.state == "FAILED")
             if failed:
@@ -536,6 +552,23 @@ class Invariants:
                     f"master list: tablet server {host} heartbeats {sorted(hb.masters)} (masters "
                     f"config index {hb.masters_config_index}); the committed masters are "
                     f"{sorted(want_set)} (index {r.committed_config_index})")
+
+
+def _corruption(cause: str | None) -> bool:
+    """Whether a FAILED replica's cause (`log_failure`'s "Type: message") is bytes on disk that
+    are not what was written, as opposed to an I/O error, a full disk or a safety guard."""
+    return bool(cause) and cause.split(":", 1)[0] in _corruption_types()
+
+
+@functools.cache
+def _corruption_types() -> frozenset[str]:
+    """CorruptionError and its subclasses by name (all imported by the time a server runs)."""
+    from node.errors import CorruptionError
+
+    def names(cls: type) -> set[str]:
+        return {cls.__name__}.union(*(names(c) for c in cls.__subclasses__()))
+
+    return frozenset(names(CorruptionError))
 
 
 def _check_entries(host: str, tablets) -> None:

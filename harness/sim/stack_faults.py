@@ -61,24 +61,40 @@ class FaultChooser:
         kind = self.draw_kind(rng)
         impaired = self._impaired()
         if kind == "kill":
-            # half the time the process on a failing disk (an operator restarting a server
-            # whose replicas failed on EIO), so a restart reads back what the failed syncs
-            # left in its page cache
+            # half the time the process on a failing disk, one whose failed syncs left pages in
+            # its cache if there is one (an operator restarting a server whose replicas failed
+            # on EIO), so a restart reads back what those syncs dropped
             failing = [h for h, m in sorted(self.sim.disk_faults.items())
                        if m == "eio" and h not in self.sim.down]
-            if failing and rng.random() < 0.5:
-                return kind, rng.choice(failing)
+            ahead = self._ahead_of_disk(failing)
+            if ahead or (failing and rng.random() < 0.5):
+                return kind, rng.choice(ahead or failing)
         if kind in ("crash", "kill"):
             # at most one master and two tablet servers impaired at a time: the final phase
             # must work
             up = [h for h in hosts if h not in impaired and (
                 not impaired & set(self.sim.masters) if h in self.sim.masters
                 else len(impaired & set(self.sim.tservers)) < 2)]
+            ahead = self._ahead_of_disk(up, reread=True) if kind == "crash" else []
+            if ahead and rng.random() < 0.5:
+                return kind, rng.choice(ahead)
             return (kind, rng.choice(up)) if up else (None, None)
         if kind == "power":  # a rack loses power: tablet servers crash together
-            return kind, sorted(rng.sample(self.sim.tservers, rng.randrange(2, len(self.sim.tservers) + 1)))
+            rack = rng.sample(self.sim.tservers, rng.randrange(2, len(self.sim.tservers) + 1))
+            ahead = self._ahead_of_disk([h for h in self.sim.tservers if h not in rack], reread=True)
+            if ahead and rng.random() < 0.5:
+                rack.append(rng.choice(ahead))
+            return kind, sorted(rack)
         if kind == "restart":
-            return (kind, rng.choice(sorted(self.sim.down))) if self.sim.down else (None, None)
+            if not self.sim.down:
+                return None, None
+            host = rng.choice(sorted(self.sim.down))
+            if (self.sim.disk_faults.get(host) == "eio" and self.sim.disks[host].reads_dropped
+                    and rng.random() < 0.5):
+                # killed on a failing disk: half the time the disk is mended before the server
+                # starts again, so it starts on the pages the failed syncs left in its cache
+                return "disk-clear", [host]
+            return kind, host
         if kind == "partition":
             shuffled = rng.sample(hosts, len(hosts))
             cut = rng.randrange(1, len(hosts))
@@ -160,6 +176,16 @@ class FaultChooser:
             return rng.choice([k for k, w in mix.weights for _ in range(w)])
         kinds, weights = zip(*mix.weights, strict=True)
         return rng.choices(kinds, weights)[0]
+
+    def _ahead_of_disk(self, hosts: list[str], reread: bool = False) -> list[str]:
+        """Those of `hosts` up on a page cache that shows writes a failed sync dropped; with
+        `reread`, only a process started on such a cache (a kill on a failing disk, then a
+        restart). A kill goes to the first kind whenever there is one (an operator restarting
+        a server whose replicas failed on EIO); a crash or power loss to the second half the
+        time, as only a power loss tells whether the restarted process trusted those pages.
+        The draw is made only when there is one, so other schedules replay as before."""
+        return [h for h in hosts if h not in self.sim.down and self.sim.disks[h].ahead_of_disk()
+                and (self.sim.disks[h].reads_dropped or not reread)]
 
     def _impaired(self) -> set[str]:
         """Hosts that cannot serve now: down, with a failing disk, or a master whose disk had a
