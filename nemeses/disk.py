@@ -273,7 +273,8 @@ class LoseUnfsynced(Nemesis):
 
     def _lose(self, host: str) -> int:
         """Drop the unsynced bytes of `host`'s data dir (tried twice: `lose` again drops
-        nothing more, its writers are dead); how many there were."""
+        nothing more, its writers are dead); how many there were, with those a failed sync
+        left in the cache (the failing-disk fault's)."""
         from nemeses.lazyfs import control_command
 
         mount = self.db.data_dir(self.db.data_daemon)
@@ -282,7 +283,8 @@ class LoseUnfsynced(Nemesis):
             self.remotes[host].sh(control_command(mount, "lose"))
         except ClusterError:
             self.remotes[host].sh(control_command(mount, "lose"))
-        return json.loads(stats).get("unsynced_bytes", 0)
+        seen = json.loads(stats)
+        return seen.get("unsynced_bytes", 0) + seen.get("dropped_bytes", 0)
 
     def stop(self) -> dict:
         return {}

@@ -3,6 +3,8 @@
     python -m nemeses.lazyfs BACKING MOUNTPOINT [--foreground]
     echo lose  > MOUNTPOINT/.lazyfs-control    # drop every unsynced write: a power loss
     echo flush > MOUNTPOINT/.lazyfs-control    # make every write durable
+    echo eio   > MOUNTPOINT/.lazyfs-control    # the disk fails: every fsync fails with EIO
+    echo mend  > MOUNTPOINT/.lazyfs-control    # the disk works again
     cat MOUNTPOINT/.lazyfs-control             # JSON: unsynced bytes in total and per file
     fusermount3 -u MOUNTPOINT                  # lazyfs flushes, then exits 0
 
@@ -18,6 +20,11 @@ Semantics:
   and syncs them there; so does `flush`, and so does a clean unmount (fusermount -u, or SIGTERM /
   SIGINT to lazyfs): like an orderly shutdown, which writes back the page cache. close() is
   not durable. O_SYNC/O_DSYNC files are durable per write (the kernel fsyncs after each one).
+- `eio` makes every fsync, fdatasync and directory sync fail with EIO until `mend`, as a failing
+  disk does, with Linux's page-cache semantics: the file's unsynced bytes are marked clean but
+  never written. They stay readable (a process restarted without a power loss reads them as
+  if they were on disk), no later fsync or `flush` writes them, a newer write over them replaces
+  them, and `lose` (or an unmount) takes them. The stats count them as `dropped_bytes`.
 - `lose` forgets the unsynced bytes of every file. It is meant to follow a SIGKILL of the
   processes using the mount: wait until they are gone (a killed process's write that is already
   in flight still lands), then `lose`, then restart them. Files still open elsewhere may keep
@@ -58,6 +65,7 @@ from dataclasses import dataclass
 from nemeses.lazyfs_extents import Extents
 
 CONTROL_NAME = ".lazyfs-control"
+COMMANDS = ("lose", "flush", "eio", "mend")
 _CONTROL = "/" + CONTROL_NAME
 # Flags the backing fd must not get: writes go through pwrite at the kernel's offsets, and
 # O_DIRECT would reject unaligned flushes. (O_TRUNC never comes with open: without the
@@ -74,8 +82,9 @@ def mount_command(backing: str, mountpoint: str, python: str = "python3") -> str
 
 
 def control_command(mountpoint: str, command: str) -> str:
-    """The shell line that sends `lose` or `flush`; it fails if the mount is not a lazyfs."""
-    if command not in ("lose", "flush"):
+    """The shell line that sends `lose`, `flush`, `eio` or `mend`; it fails if the mount is not
+    a lazyfs."""
+    if command not in COMMANDS:
         raise ValueError(f"unknown lazyfs command {command!r}")
     return f"echo {command} > {shlex.quote(os.path.join(mountpoint, CONTROL_NAME))}"
 
@@ -124,6 +133,9 @@ class LazyFS:
         self._ids = itertools.count(1)
         self._open: dict[tuple[int, int], int] = {}  # key -> open handles
         self._unsynced: dict[tuple[int, int], _Unsynced] = {}
+        # bytes a failed sync marked clean without writing them: readable until `lose`
+        self._dropped: dict[tuple[int, int], Extents] = {}
+        self._failing = False  # `eio`: every sync fails
         self._lost_bytes = 0
         self._loses = 0
 
@@ -155,6 +167,7 @@ class LazyFS:
         if u is not None and not self._open.get(key) and os.fstat(u.fd).st_nlink == 0:
             del self._unsynced[key]
             os.close(u.fd)
+            self._dropped.pop(key, None)
 
     def _existing_key(self, path: str) -> tuple[int, int] | None:
         try:
@@ -200,26 +213,44 @@ class LazyFS:
             for u in self._unsynced.values():
                 files[u.path] = files.get(u.path, 0) + u.extents.nbytes
             stats = {"unsynced_bytes": sum(files.values()), "files": files,
-                     "loses": self._loses, "lost_bytes": self._lost_bytes}
+                     "loses": self._loses, "lost_bytes": self._lost_bytes,
+                     "dropped_bytes": sum(d.nbytes for d in self._dropped.values()),
+                     "failing": self._failing}
         return (json.dumps(stats, sort_keys=True) + "\n").encode()
 
     def _command(self, data: bytes) -> None:
         commands = data.decode(errors="replace").split()
-        if not commands or any(c not in ("lose", "flush") for c in commands):
+        if not commands or any(c not in COMMANDS for c in commands):
             raise _error(errno.EINVAL)
         for c in commands:
             if c == "lose":
                 self.lose()
-            else:
+            elif c == "flush":
                 self.flush_all()
+            else:
+                with self._lock:
+                    self._failing = c == "eio"
 
     def lose(self) -> None:
         with self._lock:
-            dropped, self._unsynced = self._unsynced, {}
+            gone, self._unsynced = self._unsynced, {}
+            dropped, self._dropped = self._dropped, {}
             self._loses += 1
-            self._lost_bytes += sum(u.extents.nbytes for u in dropped.values())
-            for u in dropped.values():
+            self._lost_bytes += sum(u.extents.nbytes for u in gone.values())
+            self._lost_bytes += sum(d.nbytes for d in dropped.values())
+            for u in gone.values():
                 os.close(u.fd)
+
+    def _fail_sync(self, key: tuple[int, int]) -> OSError:
+        """A sync on a failing disk: the file's unsynced bytes are marked clean, never written
+        (kept readable in `_dropped`). Call with the lock held; returns the error to raise."""
+        u = self._unsynced.pop(key, None)
+        if u is not None:
+            dropped = self._dropped.setdefault(key, Extents())
+            for offset, chunk in u.extents.items():
+                dropped.write(offset, chunk)
+            os.close(u.fd)
+        return _error(errno.EIO)
 
     def flush_all(self) -> None:
         flushed: list[_Unsynced] = []
@@ -252,9 +283,10 @@ class LazyFS:
             attrs[f] = attrs.pop(f + "_ns")
         if stat.S_ISREG(st.st_mode):
             with self._lock:
-                u = self._unsynced.get((st.st_dev, st.st_ino))
-                if u is not None:
-                    attrs["st_size"] = max(st.st_size, u.extents.end)
+                key = (st.st_dev, st.st_ino)
+                u, d = self._unsynced.get(key), self._dropped.get(key)
+                if u is not None or d is not None:
+                    attrs["st_size"] = max(st.st_size, u.extents.end if u else 0, d.end if d else 0)
         return attrs
 
     def opendir(self, path: str) -> int:
@@ -267,6 +299,8 @@ class LazyFS:
         os.close(fh)
 
     def fsyncdir(self, path: str | None, datasync: int, fh: int) -> None:
+        if self._failing:
+            raise _error(errno.EIO)
         os.fsync(fh)
 
     def statfs(self, path: str) -> dict:
@@ -360,6 +394,9 @@ class LazyFS:
                 u = self._unsynced.get((st.st_dev, st.st_ino))
                 if u is not None:
                     u.extents.truncate(length)
+                d = self._dropped.get((st.st_dev, st.st_ino))
+                if d is not None:
+                    d.truncate(length)
         finally:
             os.close(fd)
 
@@ -396,14 +433,16 @@ class LazyFS:
         if handle.fd < 0:
             return handle.snapshot[offset : offset + size]
         with self._lock:
-            u = self._unsynced.get(handle.key)
-            if u is None:
+            u, d = self._unsynced.get(handle.key), self._dropped.get(handle.key)
+            if u is None and d is None:
                 return os.pread(handle.fd, size, offset)
-            length = max(os.fstat(handle.fd).st_size, u.extents.end)
+            length = max(os.fstat(handle.fd).st_size, u.extents.end if u else 0, d.end if d else 0)
             size = max(0, min(size, length - offset))
             buf = bytearray(os.pread(handle.fd, size, offset))
             buf.extend(bytes(size - len(buf)))  # a hole up to unsynced bytes past the backing end
-            u.extents.overlay(offset, buf)
+            for layer in (d, u and u.extents):  # dropped bytes are older than unsynced ones
+                if layer:
+                    layer.overlay(offset, buf)
         return bytes(buf)
 
     def write(self, path: str | None, data: bytes, offset: int, fi) -> int:
@@ -416,6 +455,9 @@ class LazyFS:
             if u is None:
                 u = self._unsynced[handle.key] = _Unsynced(os.dup(handle.fd), handle.path, Extents())
             u.extents.write(offset, data)
+            d = self._dropped.get(handle.key)
+            if d is not None:  # written again: these bytes are the newer write's now
+                d.erase(offset, offset + len(data))
         return len(data)
 
     def fsync(self, path: str | None, datasync: int, fi) -> None:
@@ -423,6 +465,8 @@ class LazyFS:
         if handle.fd < 0:
             return
         with self._lock:
+            if self._failing:
+                raise self._fail_sync(handle.key)
             u = self._flush_one(handle.key)
         try:
             (os.fdatasync if datasync else os.fsync)(handle.fd)
@@ -465,7 +509,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m nemeses.lazyfs",
         description="Mount BACKING at MOUNTPOINT through a filesystem that keeps writes in memory "
-        f"until fsync; write 'lose' or 'flush' to MOUNTPOINT/{CONTROL_NAME}, read it for stats.",
+        f"until fsync; write 'lose', 'flush', 'eio' or 'mend' to MOUNTPOINT/{CONTROL_NAME}, read "
+        "it for stats.",
     )
     parser.add_argument("backing", help="directory holding the durable data")
     parser.add_argument("mountpoint", help="directory to mount on (may be BACKING itself)")

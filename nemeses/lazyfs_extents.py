@@ -66,5 +66,25 @@ class Extents:
         if self.starts and self.starts[-1] + len(self.chunks[-1]) > size:
             del self.chunks[-1][size - self.starts[-1] :]
 
+    def erase(self, lo: int, hi: int) -> None:
+        """Forget the bytes within [lo, hi) (a newer write covers them)."""
+        if hi <= lo or not self.starts:
+            return
+        starts: list[int] = []
+        chunks: list[bytearray] = []
+        for start, chunk in zip(self.starts, self.chunks, strict=True):
+            end = start + len(chunk)
+            if end <= lo or start >= hi:
+                starts.append(start)
+                chunks.append(chunk)
+                continue
+            if start < lo:
+                starts.append(start)
+                chunks.append(chunk[: lo - start])
+            if end > hi:
+                starts.append(hi)
+                chunks.append(chunk[hi - start :])
+        self.starts, self.chunks = starts, chunks
+
     def items(self) -> list[tuple[int, bytearray]]:
         return list(zip(self.starts, self.chunks, strict=True))

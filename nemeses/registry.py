@@ -30,7 +30,8 @@ _PACKAGES: dict[str, Package] = {}
 OFFERS = {"leaders": "a leader query", "tablets": "a tablet catalog", "masters": "a master quorum",
           "disk": "data files the disk nemesis may damage", "membership": "a membership API",
           "admin": "maintenance operations", "faketime": "daemons that run under libfaketime",
-          "sessions": "client sessions another user could attack"}
+          "sessions": "client sessions another user could attack",
+          "fsync": "a data daemon that syncs what it acknowledges (a failing disk reaches it)"}
 
 
 def register(package: Package) -> Package:

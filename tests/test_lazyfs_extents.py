@@ -1,4 +1,5 @@
-"""The unsynced-bytes map of lazyfs against a plain model: a bytearray plus which bytes are set."""
+"""The unsynced-bytes map of lazyfs (and its dropped bytes, which erase) against a plain model: a
+bytearray plus which bytes are set."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ ops = st.lists(
     st.one_of(
         st.tuples(st.just("w"), st.integers(0, SPAN), st.binary(min_size=0, max_size=40)),
         st.tuples(st.just("t"), st.integers(0, SPAN + 40), st.just(b"")),
+        st.tuples(st.just("e"), st.integers(0, SPAN), st.binary(min_size=0, max_size=40)),
     ),
     max_size=40,
 )
@@ -42,6 +44,10 @@ def test_extents_match_the_model(operations, read_at, read_len):
             data[at : at + len(payload)] = payload
             for i in range(at, at + len(payload)):
                 present[i] = True
+        elif op == "e":  # erase as many bytes as the payload is long (a newer write's span)
+            ext.erase(at, at + len(payload))
+            for i in range(at, at + len(payload)):
+                present[i] = False
         else:
             ext.truncate(at)
             for i in range(at, size):

@@ -14,6 +14,7 @@ from lazyfs_helpers import DEADLINE, REPO, Mount, mounted, start_lazyfs, wait_un
 
 from nemeses.lazyfs import CONTROL_NAME, mount_command
 from node.wal import Log, LogOptions, read_log
+from node.wal.errors import WalCorruption
 
 pytestmark = [
     pytest.mark.e2e,
@@ -408,6 +409,127 @@ def test_wal_without_fsync_loses_acknowledged_entries_after_lose(lazy):
         assert [e.index for e in log.recovered] == list(range(1, 21))
     finally:
         log.close()
+
+
+# ---- a failing disk (eio) ----
+
+
+def test_a_failing_disk_keeps_the_bytes_of_a_failed_sync_readable_but_never_durable(lazy):
+    """Linux's page cache after a failed fsync: the unsynced bytes are marked clean, never written.
+    They read back, no later sync or flush writes them, a newer write over them replaces them,
+    and `lose` takes them."""
+    f = lazy.path("f")
+    write_file(f, b"A" * 100, sync=True)
+    write_file(f, b"B" * 50, offset=80)
+    lazy.command("eio")
+    fd = os.open(f, os.O_RDWR)
+    try:
+        with pytest.raises(OSError) as exc:
+            os.fsync(fd)
+        assert exc.value.errno == errno.EIO
+        assert lazy.stats()["dropped_bytes"] == 50 and lazy.stats()["unsynced_bytes"] == 0
+        dfd = os.open(lazy.mnt, os.O_RDONLY)
+        try:
+            with pytest.raises(OSError):
+                os.fsync(dfd)  # a directory's sync fails too
+        finally:
+            os.close(dfd)
+        lazy.command("mend")
+        os.fsync(fd)  # succeeds, and writes nothing: the failed bytes are clean
+        assert lazy.backing_bytes("f") == b"A" * 100
+        assert read_file(f) == b"A" * 80 + b"B" * 50 and os.path.getsize(f) == 130
+        os.pwrite(fd, b"C" * 10, 90)  # over dropped bytes: the newer write's now
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    lazy.command("flush")
+    assert lazy.backing_bytes("f") == b"A" * 90 + b"C" * 10
+    assert read_file(f) == b"A" * 80 + b"B" * 10 + b"C" * 10 + b"B" * 30
+    lazy.command("lose")
+    assert read_file(f) == b"A" * 90 + b"C" * 10
+    assert lazy.stats()["dropped_bytes"] == 0 and lazy.stats()["lost_bytes"] == 40
+
+
+EIO_CHILD = r"""
+import os, sys, threading
+from node.entry import Entry, EntryType
+from node.wal import Log
+
+log = Log.open(sys.argv[1], "t")
+entry = lambda i: Entry(1, i, EntryType.REPLICATE, b"payload-%d" % i)
+done = threading.Semaphore(0)
+for i in range(1, 21):
+    log.async_append(log.reserve([entry(i)]), lambda err: done.release())
+for _ in range(20):
+    done.acquire()
+print("synced", flush=True)
+sys.stdin.readline()  # the disk fails now
+for i in range(21, 26):
+    log.async_append(log.reserve([entry(i)]), lambda err: (print("failed" if err else "ok", flush=True), done.release()))
+for _ in range(5):
+    done.acquire()
+threading.Event().wait()  # until killed
+"""
+
+
+def _wal_left_on_failed_syncs(lazy: Mount) -> list[str]:
+    """A WAL process appends 20 entries durably, the disk fails, 5 more appends fail their sync,
+    the process is killed and the disk mended: the 5 are in the page cache only."""
+    child = subprocess.Popen([sys.executable, "-c", EIO_CHILD, lazy.path("wal")],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO, text=True)
+    try:
+        assert child.stdout.readline() == "synced\n"
+        lazy.command("eio")
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        answers = [child.stdout.readline().strip() for _ in range(5)]
+    finally:
+        child.kill()
+        child.wait()
+        child.stdin.close()
+        child.stdout.close()
+    lazy.command("mend")
+    assert lazy.stats()["dropped_bytes"] > 0
+    return answers
+
+
+def _indexes_after_restart_then_power_loss(lazy: Mount) -> tuple[list[int], list[int]]:
+    log = Log.open(lazy.path("wal"), "t")  # restarted without a power loss: reads the cache
+    read = [e.index for e in log.recovered]
+    log.close()
+    lazy.command("lose")
+    log = Log.open(lazy.path("wal"), "t")
+    try:
+        return read, [e.index for e in log.recovered]
+    finally:
+        log.close()
+
+
+def test_a_wal_restarted_on_pages_its_failed_syncs_left_keeps_what_it_read(lazy):
+    """The engine's bootstrap writes the recovered tail again and syncs it: what a process
+    restarted after failed syncs read (and a replica would acknowledge) survives a power loss."""
+    assert _wal_left_on_failed_syncs(lazy) == ["failed"] * 5
+    read, after = _indexes_after_restart_then_power_loss(lazy)
+    assert read == list(range(1, 26)) and after == read
+
+
+def test_a_wal_that_trusted_pages_its_failed_syncs_left_breaks_at_the_power_loss(lazy, monkeypatch):
+    """The bootstrap before (a footer after the tail it read, its bytes trusted): the power loss
+    takes the 5 entries from under the footer, and the next open finds the segment corrupt."""
+    from node.wal import log as log_module
+    from node.wal import segment
+
+    def finish_file(path, end, footer, disk):
+        fd = disk.open(path)
+        try:
+            segment._write_footer(disk, fd, end, footer)
+        finally:
+            disk.close(fd)
+
+    monkeypatch.setattr(log_module, "finish_file", finish_file)
+    _wal_left_on_failed_syncs(lazy)
+    with pytest.raises(WalCorruption):
+        _indexes_after_restart_then_power_loss(lazy)
 
 
 # ---- mount and unmount ----

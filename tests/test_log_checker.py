@@ -116,6 +116,33 @@ def test_corruption_the_disk_nemesis_injected_is_expected_elsewhere_it_is_invali
         ("n3", "corruption"), ("n3", "failed-replica"), ("n2", "corruption")}
 
 
+def failing_disk_op(host):
+    return {"index": 7, "type": "info", "process": "nemesis", "f": "start-failing-disk", "time": 1,
+            "value": {"host": host, "resolved": "leader", "dropped_bytes": 129,
+                      "observed": {"ok": True, "dropped_bytes": 129, "failing": True}}}
+
+
+def test_a_replica_failed_on_eio_is_expected_only_where_the_disk_failed_and_corruption_never(tmp_path):
+    """The failing-disk fault makes a host's syncs fail: its replicas FAILED on EIO (with the
+    traceback) are the engine stopping loudly. The same lines elsewhere are findings, and so is
+    corruption on the failing host: that is what a restart that trusted its cache leaves."""
+    eio = (f"{TS} ERROR x: FAILED: replica failed: OSError: [Errno 5] Input/output error\n"
+           "Traceback (most recent call last):\n  File \"a.py\", line 1, in f\n"
+           "OSError: [Errno 5] Input/output error\n")
+    write_logs(tmp_path, {"n4/tserver.log": eio})
+    assert check_logs(tmp_path)["verdict"] == "invalid"
+    r = check_logs(tmp_path, [failing_disk_op("n4")])
+    assert r["verdict"] == "valid", r["errors"]
+    assert [e["type"] for e in r["expected"]] == ["failed-replica"]
+    assert "failing-disk" in r["expected"][0]["explanation"]
+    write_logs(tmp_path, {"n1/tserver.log": eio,
+                          "n4/master.log": f"{TS} ERROR x: CORRUPTION: {WAL} at offset 7462: "
+                                           "batch header CRC mismatch\n"})
+    r = check_logs(tmp_path, [failing_disk_op("n4")])
+    assert {(e["host"], e["type"]) for e in r["errors"]} == {("n1", "failed-replica"),
+                                                            ("n4", "corruption")}
+
+
 def test_watchdog_restarts_are_listed_but_not_invalid(tmp_path):
     write_logs(tmp_path, {"n1/tserver.log": f"{TS} INFO fine\n"})
     ops = [Op(index=1, type="info", process=3, f="read", time=5),

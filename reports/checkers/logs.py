@@ -28,7 +28,10 @@ So is a traceback there whose exception line is a corruption error naming them. 
 host, a leader's `SAFETY: follower U lost acknowledged entries` line for that tablet when U is
 the damaged server (the completion records its uuid): a WAL truncated at a batch boundary reads
 as a torn tail, the replica restarts shorter than it acknowledged, and the leader, seeing it,
-replicates the entries again. Corruption on any other host, tablet or file, and a follower that
+replicates the entries again. On a host whose disk the failing-disk fault made fail its syncs, a
+FAILED line, traceback or daemon failure whose cause is an I/O error (EIO) is expected too: the
+system stopping loudly on a failing disk (never a corruption or safety line, which a failing
+disk does not explain). Corruption on any other host, tablet or file, and a follower that
 lost entries with no damage injected, are unexpected and invalid. Log lines are not matched by time:
 hosts' clocks are skewed by the clock nemesis. A system whose daemon holds one replication group
 (etcd) answers damage by refusing to start: its rules marked `after_damage` are expected in the
@@ -67,6 +70,7 @@ TESSERA_RULES = (
          "a replica entered FAILED without injected damage to explain it"),
     rule("start-failure", r"^tessera (master|tserver): ", "a daemon could not start"),
 )
+EIO_MESSAGE = "input/output error"  # strerror(EIO), as Python and most daemons print it
 TRACEBACK = "Traceback (most recent call last):"
 TRACEBACK_EXPLANATION = "an unhandled exception"
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
@@ -268,6 +272,21 @@ def session_intrusions(ops: Iterable[Any] | None) -> list[dict[str, Any]]:
 LOST_ENTRIES = re.compile(r"T (\S+) P \S+: SAFETY: follower (\S+) lost acknowledged entries")
 
 
+def failing_disks(ops: Iterable[Any] | None) -> set[str]:
+    """Hosts whose data disk the failing-disk fault made fail its syncs (with EIO) in this run."""
+    return {value["host"] for op in ops or ()
+            if _get(op, "process") == "nemesis" and _get(op, "f") == "start-failing-disk"
+            and isinstance(value := _get(op, "value"), dict) and "host" in value}
+
+
+def _failed_on_eio(finding: dict[str, Any]) -> bool:
+    """A FAILED line, a traceback or a daemon's own failure line whose cause is an I/O error
+    (EIO's message): the system stopping loudly on a disk that fails its syncs. Never a
+    corruption or safety line: those a failing disk does not explain."""
+    return (finding["type"] not in ("corruption", "safety")
+            and EIO_MESSAGE in "\n".join(finding["lines"]).lower())
+
+
 def damaged_replicas(ops: Iterable[Any] | None) -> set[tuple[str, str]]:
     """(tablet, server uuid) of every replica the disk nemesis damaged, where it recorded the
     server (older runs did not)."""
@@ -322,7 +341,7 @@ def check_logs(run_dir: Path, ops: Sequence[Any] | None = None,
     "logs"}; unknown only when no node log was collected at all. `rules`: by default those
     recorded with the run (`recorded_rules`)."""
     rules = recorded_rules(run_dir) if rules is None else rules
-    damaged, replicas = injected_damage(ops), damaged_replicas(ops)
+    damaged, replicas, failing = injected_damage(ops), damaged_replicas(ops), failing_disks(ops)
     after = damage_lines(ops)
     errors: list[dict[str, Any]] = []
     expected: list[dict[str, Any]] = []
@@ -335,14 +354,18 @@ def check_logs(run_dir: Path, ops: Sequence[Any] | None = None,
         for path in sorted(host_dir.glob("*.log")):
             scanned.append(f"{host}/{path.name}")
             for f in scan_log(path.read_text(errors="replace"), rules):
-                is_expected = (_expected(f, damaged.get(host, set()), replicas)
+                eio = host in failing and _failed_on_eio(f)
+                is_expected = (eio or _expected(f, damaged.get(host, set()), replicas)
                                or ((f["rule"] or {}).get("after_damage", False) and any(
                                    a < f["line"] <= b for a, b in after.get((host, path.name), ()))))
                 if f["rule"] is None:
                     explanation = f"{TRACEBACK_EXPLANATION}: {f['lines'][-1].strip()}"
                 else:
                     explanation = f["rule"]["explanation"]
-                if is_expected:
+                if eio:
+                    explanation = ("the system failed loudly on a disk the failing-disk fault "
+                                   "made fail its syncs")
+                elif is_expected:
                     explanation = ("a leader found the replica the disk nemesis damaged short of "
                                    "what it had acknowledged, and replicates it again"
                                    if f["type"] == "safety" else

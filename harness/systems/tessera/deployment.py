@@ -33,7 +33,7 @@ class TesseraDB(Deployment):
     data_daemon: ClassVar[str] = "tserver"
     all_daemons: ClassVar[tuple[str, ...]] = ("master", "tserver")
     offers: ClassVar[frozenset[str]] = frozenset({"tablets", "masters", "disk", "membership",
-                                                   "leaders", "faketime", "sessions"})
+                                                   "leaders", "faketime", "sessions", "fsync"})
     workloads: ClassVar[tuple[str, ...]] = ("register", "list-append", "rw-register", "bank", "set")
     client_modes: ClassVar[tuple[str, ...]] = ("node-bound", "smart")
     log_rules: ClassVar[tuple[dict, ...]] = TESSERA_RULES

@@ -1,0 +1,112 @@
+"""A failing disk, the operator's restart, and a power loss later: the fault that tells whether a
+process restarted after failed syncs trusted what its page cache still showed.
+
+After an fsync fails with EIO, Linux marks the pages it could not write clean and keeps them:
+they read back as if they were on disk, no later sync writes them, and a power loss takes them.
+A daemon that fails its replicas on EIO and is restarted by an operator (the machine stays up)
+reads those pages on its way back; if it acknowledges anything on the strength of them (a WAL
+tail it took for durable, a vote it read back), the next power loss loses an acknowledged
+write or makes its files unreadable. The three steps, on a tablet leader's host:
+
+- start: the data daemon's data dir (a lazyfs mount) fails every sync (`eio`) until one sync
+  has failed there (bytes were dropped); the daemon is killed (its machine stays up: the cache
+  stays), the disk mended (`mend`), the daemon started again. A disk that failed FAIL_WAIT_S
+  while nothing synced there did nothing: the disk is mended and the start is a skip;
+- the interval: the restarted daemon serves on what it read;
+- stop (and the heal): that host loses power: the daemon killed, its unsynced and dropped bytes
+  dropped (`lose`), the daemon started again.
+
+The start is verified by what lazyfs counted: the bytes the failed syncs dropped. The power
+loss is observed as `lose-unfsynced` observes its own. The checkers judge the rest: the
+history for lost writes, the logs checker for corruption no damage fault explains.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass
+
+from harness.cluster import ClusterError
+from harness.control import Remote
+from nemeses import observe
+from nemeses.base import Context, Nemesis, draw_target
+from nemeses.disk import LoseUnfsynced
+from nemeses.lazyfs import control_command
+from nemeses.registry import Package, register
+
+FAIL_WAIT_S = 5.0  # how long the disk fails at most, waiting for a sync to fail there
+POLL_S = 0.2
+
+
+@dataclass
+class FailingDisk(Nemesis):
+    ctx: Context = None  # type: ignore[assignment]  # set by the package's build
+    name: str = "failing-disk"
+    restarted: str | None = None  # the host whose daemon restarted on a failed disk's cache
+
+    def start(self, choice: dict) -> dict:
+        """On a tablet leader's host (the plan's fallback host when none is known): a leader
+        syncs its log whenever a write comes, so its disk's failure is met at once."""
+        db = self.ctx.db
+        host, resolved = self.ctx.resolve_leader(choice["target"])
+        daemon = db.data_daemon
+        holder = db.claim(host, daemon, self.name)
+        if holder:
+            return {"skipped": f"{host}'s {daemon} is held by {holder}"}
+        mount = db.data_dir(daemon)
+        remote = self.ctx.remotes[host]
+        before = self._stats(remote, mount).get("dropped_bytes", 0)  # left by an earlier start
+        stats: dict = {}
+        killed = False
+        try:
+            remote.sh(control_command(mount, "eio"))
+            try:
+                deadline = time.monotonic() + FAIL_WAIT_S
+                while True:
+                    stats = self._stats(remote, mount)
+                    if stats.get("dropped_bytes", 0) > before or time.monotonic() > deadline:
+                        break
+                    time.sleep(POLL_S)
+                if stats.get("dropped_bytes", 0) > before:
+                    killed = True  # before the call: a kill that raised may still have killed
+                    db.kill(host, daemon)
+                    stats = self._stats(remote, mount)
+            finally:
+                remote.sh(control_command(mount, "mend"))
+        finally:
+            db.release(host, daemon, self.name)
+            if killed:
+                db.start(host, daemon)
+        if not killed:
+            return {"skipped": f"no sync failed on {host} in {FAIL_WAIT_S:g} s of a failing disk "
+                               "(nothing was written there)", "host": host, "resolved": resolved}
+        self.restarted, self.active = host, True
+        dropped = stats.get("dropped_bytes", 0) - before
+        return {"host": host, "resolved": resolved, "dropped_bytes": dropped,
+                "observed": observe.observation(dropped > 0, dropped_bytes=dropped,
+                                                failing=stats.get("failing"))}
+
+    @staticmethod
+    def _stats(remote: Remote, mount: str) -> dict:
+        try:
+            return json.loads(remote.sh(f"cat {mount}/.lazyfs-control").stdout)
+        except (ClusterError, ValueError):
+            return {}
+
+    def stop(self) -> dict:
+        """The power loss of the host whose daemon restarted on a failed disk's cache."""
+        host, self.restarted, self.active = self.restarted, None, False
+        if host is None:
+            return {}
+        loss = LoseUnfsynced(db=self.ctx.db, hosts=[host], remotes=self.ctx.remotes, name=self.name)
+        return loss.start({})
+
+
+def draw(rng: random.Random, hosts: list[str]) -> dict:
+    return {"target": draw_target(rng, hosts, ("tablet-leader",))}
+
+
+register(Package("failing-disk", heal_rank=81, draw=draw, lazyfs=True, needs=frozenset({"leaders", "fsync"}),
+                 build=lambda ctx: FailingDisk(ctx=ctx)))
