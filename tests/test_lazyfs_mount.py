@@ -11,6 +11,7 @@ import threading
 
 import pytest
 from lazyfs_helpers import DEADLINE, REPO, Mount, mounted, start_lazyfs, wait_until
+from wal_mutants import trust_the_cached_tail
 
 from nemeses.lazyfs import CONTROL_NAME, mount_command
 from node.wal import Log, LogOptions, read_log
@@ -516,17 +517,7 @@ def test_a_wal_restarted_on_pages_its_failed_syncs_left_keeps_what_it_read(lazy)
 def test_a_wal_that_trusted_pages_its_failed_syncs_left_breaks_at_the_power_loss(lazy, monkeypatch):
     """The bootstrap before (a footer after the tail it read, its bytes trusted): the power loss
     takes the 5 entries from under the footer, and the next open finds the segment corrupt."""
-    from node.wal import log as log_module
-    from node.wal import segment
-
-    def finish_file(path, end, footer, disk):
-        fd = disk.open(path)
-        try:
-            segment._write_footer(disk, fd, end, footer)
-        finally:
-            disk.close(fd)
-
-    monkeypatch.setattr(log_module, "finish_file", finish_file)
+    trust_the_cached_tail(monkeypatch)
     _wal_left_on_failed_syncs(lazy)
     with pytest.raises(WalCorruption):
         _indexes_after_restart_then_power_loss(lazy)

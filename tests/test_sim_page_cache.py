@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from wal_mutants import trust_the_cached_tail
+
 from harness.sim.stack import StackConfig, StackSim
 from harness.sim.swarm import parse_mix
 
@@ -21,21 +23,6 @@ SCHEDULE = ((10.0, "disk", [TS1, "eio", 0.3]), (11.0, "kill", TS1), (11.2, "disk
             (11.5, "restart", TS1), (14.0, "power", [TS1, TS2]), (14.5, "restart", TS1),
             (14.6, "restart", TS2))
 KILLS_ON_FAILING_DISKS = "kill:8,disk:8,restart:6,power:6,heal:1,transfer:2;every=0.5-2;fsync=10"
-
-
-def _footer_after_what_was_read(monkeypatch) -> None:
-    """The bootstrap before the fix: the recovered tail closed with a footer, its bytes trusted
-    as they read (from the page cache)."""
-    from node.wal import log, segment
-
-    def finish_file(path, end, footer, disk):
-        fd = disk.open(path)
-        try:
-            segment._write_footer(disk, fd, end, footer)
-        finally:
-            disk.close(fd)
-
-    monkeypatch.setattr(log, "finish_file", finish_file)
 
 
 def _scripted(out: Path):
@@ -51,7 +38,7 @@ def test_a_restart_on_pages_failed_syncs_dropped_then_a_power_loss_reads_back(mo
     fixed = _scripted(tmp_path / "fixed")
     assert fixed.ok(), (fixed.violation, fixed.verdict)
     assert {"replica.failed.while_running", "wal.recover.unfinished_segment_closed"} <= set(fixed.probes)
-    _footer_after_what_was_read(monkeypatch)
+    trust_the_cached_tail(monkeypatch)
     before = _scripted(tmp_path / "before")
     assert (before.violation or "").startswith("corruption on an undamaged disk: tablet "), before.violation
     assert "WalCorruption" in before.violation
@@ -60,6 +47,6 @@ def test_a_restart_on_pages_failed_syncs_dropped_then_a_power_loss_reads_back(mo
 def test_the_random_nemesis_reaches_a_restart_on_dropped_pages(monkeypatch, tmp_path):
     fixed = _random(tmp_path / "fixed")
     assert fixed.ok(), (fixed.violation, fixed.verdict)
-    _footer_after_what_was_read(monkeypatch)
+    trust_the_cached_tail(monkeypatch)
     before = _random(tmp_path / "before")
     assert (before.violation or "").startswith("corruption on an undamaged disk: tablet "), before.violation
