@@ -1,5 +1,7 @@
 """The power-loss nemesis (LoseUnfsynced) leaves no daemon dead behind it: every data daemon it
-killed is started again even when the loss step fails on a host, and the failure is named."""
+killed is started again even when the loss step fails on a host, and the failure is named. The
+failing-disk nemesis, which ends in such a power loss, kills, mends and restarts in order and
+skips what it never did."""
 
 from types import SimpleNamespace
 
@@ -85,3 +87,56 @@ def test_a_loss_that_cannot_be_done_is_named_and_every_daemon_still_starts():
     assert "exited -1" in out["lose_failed"]["n1"]
     assert not out["observed"]["ok"]  # a loss not done on a host: the fault was not in force
     assert [e for e in n.db.events if e[0] == "start"] == [("start", "n1"), ("start", "n2")]
+
+
+class FailingRemote:
+    """A lazyfs control file whose `dropped_bytes` grows to `drops` once `eio` was sent (the
+    daemon's syncs failing), or never when `drops` is 0; records every command."""
+
+    def __init__(self, drops):
+        self.drops, self.dropped, self.failing, self.commands = drops, 0, False, []
+
+    def sh(self, script):
+        if script.startswith("cat "):
+            if self.failing:
+                self.dropped = self.drops
+            return SimpleNamespace(stdout=f'{{"dropped_bytes": {self.dropped}, '
+                                          f'"failing": {str(self.failing).lower()}}}')
+        command = script.split()[1]
+        self.commands.append(command)
+        self.failing = command == "eio" if command in ("eio", "mend") else self.failing
+        return SimpleNamespace(stdout="")
+
+
+def failing_disk(remote, monkeypatch):
+    from nemeses import failing_disk as module
+    from nemeses.base import Context
+
+    monkeypatch.setattr(module, "POLL_S", 0.0)
+    monkeypatch.setattr(module, "FAIL_WAIT_S", 0.05)
+    ctx = Context(db=FakeDb(), remotes={"n1": remote})
+    ctx.resolve_leader = lambda rule: ("n1", "leader")
+    return module.FailingDisk(ctx=ctx)
+
+
+def test_a_failing_disk_restarts_its_daemon_on_the_mended_disk_then_loses_power(monkeypatch):
+    """Once a sync failed (bytes dropped): kill, mend, start, in that order, the start verified
+    by the bytes dropped; the stop is a power loss of that host alone."""
+    remote = FailingRemote(129)
+    n = failing_disk(remote, monkeypatch)
+    out = n.start({"target": {"rule": "tablet-leader"}})
+    assert out["dropped_bytes"] == 129 and out["observed"]["ok"], out
+    assert remote.commands == ["eio", "mend"] and n.ctx.db.events == [("kill", "n1"), ("start", "n1")]
+    assert not n.ctx.db.held  # released for the other faults
+    assert n.stop()["power_loss"] == ["n1"]
+    assert remote.commands[-1] == "lose" and n.ctx.db.events[-2:] == [("kill", "n1"), ("start", "n1")]
+    assert n.stop() == {}  # nothing pending: the heal does nothing more
+
+
+def test_a_failing_disk_no_sync_met_is_mended_and_skipped_without_a_kill(monkeypatch):
+    remote = FailingRemote(0)
+    n = failing_disk(remote, monkeypatch)
+    out = n.start({"target": {"rule": "tablet-leader"}})
+    assert "skipped" in out and "no sync failed on n1" in out["skipped"], out
+    assert remote.commands == ["eio", "mend"] and n.ctx.db.events == [] and not n.ctx.db.held
+    assert n.stop() == {}
