@@ -141,7 +141,7 @@ def test_a_flipped_segment_header_bit_is_a_hard_error_at_offset_0(tmp_path):
     where=st.floats(0, 1, exclude_max=True),
     finished=st.booleans(),
 )
-# a flip of the stamp at the sector start inside the last batch (found by a clean-clone run)
+# a flip of the stamp at the sector start inside the last batch, a case hypothesis once drew
 @example(sizes=[(1, 0), (1, 0), (2, 192), (3, 112), (3, 255)], where=0.603515625, finished=False)
 def test_property_any_bit_flip_in_any_batch_is_detected(tmp_path, sizes, where, finished):
     batches, first = [], 1

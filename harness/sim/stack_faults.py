@@ -61,9 +61,9 @@ class FaultChooser:
         kind = self.draw_kind(rng)
         impaired = self._impaired()
         if kind == "kill":
-            # half the time the process on a failing disk, one whose failed syncs left pages in
-            # its cache if there is one (an operator restarting a server whose replicas failed
-            # on EIO), so a restart reads back what those syncs dropped
+            # a server whose failed syncs left pages in its cache whenever there is one, else
+            # half the time one on a failing disk (an operator restarting a server whose
+            # replicas failed on EIO), so a restart reads back what those syncs dropped
             failing = [h for h, m in sorted(self.sim.disk_faults.items())
                        if m == "eio" and h not in self.sim.down]
             ahead = self._ahead_of_disk(failing)
