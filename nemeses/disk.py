@@ -275,10 +275,10 @@ class LoseUnfsynced(Nemesis):
         """Drop the unsynced bytes of `host`'s data dir (tried twice: `lose` again drops
         nothing more, its writers are dead); how many there were, with those a failed sync
         left in the cache (the failing-disk fault's)."""
-        from nemeses.lazyfs import control_command
+        from nemeses.lazyfs import control_command, stats_command
 
         mount = self.db.data_dir(self.db.data_daemon)
-        stats = self.remotes[host].sh(f"cat {mount}/.lazyfs-control").stdout
+        stats = self.remotes[host].sh(stats_command(mount)).stdout
         try:
             self.remotes[host].sh(control_command(mount, "lose"))
         except ClusterError:

@@ -33,7 +33,7 @@ from harness.control import Remote
 from nemeses import observe
 from nemeses.base import Context, Nemesis, draw_target
 from nemeses.disk import LoseUnfsynced
-from nemeses.lazyfs import control_command
+from nemeses.lazyfs import control_command, stats_command
 from nemeses.registry import Package, register
 
 FAIL_WAIT_S = 5.0  # how long the disk fails at most, waiting for a sync to fail there
@@ -91,7 +91,7 @@ class FailingDisk(Nemesis):
     @staticmethod
     def _stats(remote: Remote, mount: str) -> dict:
         try:
-            return json.loads(remote.sh(f"cat {mount}/.lazyfs-control").stdout)
+            return json.loads(remote.sh(stats_command(mount)).stdout)
         except (ClusterError, ValueError):
             return {}
 

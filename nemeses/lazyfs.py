@@ -89,6 +89,11 @@ def control_command(mountpoint: str, command: str) -> str:
     return f"echo {command} > {shlex.quote(os.path.join(mountpoint, CONTROL_NAME))}"
 
 
+def stats_command(mountpoint: str) -> str:
+    """The shell line that prints the mount's stats (JSON: unsynced and dropped bytes)."""
+    return f"cat {shlex.quote(os.path.join(mountpoint, CONTROL_NAME))}"
+
+
 def unmount_command(mountpoint: str) -> str:
     """Flush, then unmount: the data is in BACKING when the line returns. (lazyfs flushes by
     itself on unmount too, but only after fusermount has returned, before the process exits.)"""
