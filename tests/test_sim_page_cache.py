@@ -17,12 +17,17 @@ from wal_mutants import trust_the_cached_tail
 
 from harness.sim.stack import StackConfig, StackSim
 from harness.sim.swarm import parse_mix
+from node.tablet.cmeta import ConsensusMetadata
 
 TS1, TS2 = "10.77.0.111", "10.77.0.112"
 SCHEDULE = ((10.0, "disk", [TS1, "eio", 0.3]), (11.0, "kill", TS1), (11.2, "disk-clear", [TS1]),
             (11.5, "restart", TS1), (14.0, "power", [TS1, TS2]), (14.5, "restart", TS1),
             (14.6, "restart", TS2))
 KILLS_ON_FAILING_DISKS = "kill:8,disk:8,restart:6,power:6,heal:1,transfer:2;every=0.5-2;fsync=10"
+# elections on failing disks: faults every few tenths of a second under a light load, so a
+# voter's replicas still run (their WAL syncs are rare) when a transfer asks for its vote
+ELECTIONS_ON_FAILING_DISKS = ("disk:8,transfer:8,kill:8,restart:6,heal:1;every=0.1-0.4;"
+                              "reads=linearizable;load=2x10")
 
 
 def _scripted(out: Path):
@@ -50,3 +55,27 @@ def test_the_random_nemesis_reaches_a_restart_on_dropped_pages(monkeypatch, tmp_
     trust_the_cached_tail(monkeypatch)
     before = _random(tmp_path / "before")
     assert (before.violation or "").startswith("corruption on an undamaged disk: tablet "), before.violation
+
+
+def _trust_the_cached_record(monkeypatch) -> None:
+    """The replica's open before it saved its consensus metadata again: it acts on a record
+    that may live in the page cache only (a save whose directory sync failed)."""
+    monkeypatch.setattr(ConsensusMetadata, "open",
+                        classmethod(lambda cls, path, *disk: cls.load(path, *disk)))
+
+
+def test_a_term_read_back_from_the_cache_is_caught_before_any_power_loss(monkeypatch, tmp_path):
+    """A voter on a failing disk saves a new term while its directory syncs fail, is killed and
+    restarts on the record its cache holds. Opened without saving it again, the replica answers
+    in a term a power loss would take back: the durability check (a message's term and vote
+    on disk before it is sent) names it, with no power loss needed."""
+    def run(out: Path):
+        return StackSim(StackConfig(seed=132, workload="register", seconds=20.0,
+                                    mix=parse_mix(ELECTIONS_ON_FAILING_DISKS)), out).run()
+
+    fixed = run(tmp_path / "fixed")
+    assert fixed.ok(), (fixed.violation, fixed.verdict)
+    _trust_the_cached_record(monkeypatch)
+    before = run(tmp_path / "before")
+    assert (before.violation or "").startswith("durability before answer: tablet "), before.violation
+    assert "sent VoteResponse in term 2" in before.violation, before.violation

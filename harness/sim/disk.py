@@ -8,6 +8,7 @@ in it: a deployed server only ever runs on `node.disk.RealDisk`.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import random
 from collections.abc import Sequence
@@ -485,6 +486,27 @@ class SimDisk:
     def size(self, path: StrPath) -> int:
         return self._file(path).size()
 
+    def read_durable(self, path: StrPath) -> bytes:
+        """What `read(path)` would return after a power loss that keeps no unsynced change
+        (`crash()` without an rng): the file as its last sync left it, reached through the
+        directory entries their last syncs left; FileNotFoundError if that leaves no file there. Never
+        fenced and never metered: the simulator's checks read it beside the running process."""
+        node = self.durable_file(os.path.abspath(os.fspath(path)))
+        if node is None:
+            raise FileNotFoundError(errno.ENOENT, "not durable", os.fspath(path))
+        return bytes(node.durable)
+
+    def durable_file(self, path: str) -> _File | None:
+        """The file `read_durable(path)` reads (`path` absolute and normalised), None if none:
+        the same object for as long as that stays so, which lets a check that reads a file
+        written only by atomic renames (consensus metadata) decode it once per version."""
+        node: _File | _Dir | None = self._root
+        for part in _split(path):
+            node = node.durable.get(part) if isinstance(node, _Dir) else None
+            if node is None:
+                return None
+        return node if isinstance(node, _File) else None
+
     # ---- the Disk interface: names ----
 
     def replace(self, src: StrPath, dst: StrPath) -> None:
@@ -648,6 +670,13 @@ class SimDisk:
     def usage(self) -> int:
         """Bytes held by the files (what `SimFaults.quota_bytes` is compared with)."""
         return self._usage()
+
+
+@functools.lru_cache(maxsize=4096)
+def _split(path: str) -> tuple[str, ...]:
+    """The components of an absolute, normalised path, kept: the checks look the same few
+    paths up on every message."""
+    return tuple(p for p in path.split("/") if p)
 
 
 def _parts(path: StrPath) -> list[str]:

@@ -10,7 +10,9 @@ and votes never going back; no vote granted to a log behind what the voter had l
 leader counting more than a peer acknowledged in its term, no follower refusing an index it
 acknowledged to that leader in that term (it lost a synced entry, which the leader repairs
 in silence), and no leader committing past what a majority holds durably (its own WAL's
-synced prefix with its peers' answers: all seen on the messages replicas send); a committed
+synced prefix with its peers' answers: all seen on the messages replicas send); no message
+naming a term, and no vote, sent before the sender's consensus metadata holds them as a power
+loss would leave it (Raft's persist-before-answer, read from the simulated disk); a committed
 config's entry in the replica's log; one committed
 entry per index, with hybrid time increasing along the log; one state per applied index; one
 config per committed config index; no tombstone resurrected; damage a replica needs never run
@@ -37,6 +39,7 @@ DATA_DIR = Path("/data")  # every server's, on its own SimDisk
 # compared by identity: `role.name` is an enum descriptor's Python call, and the lease check
 # reads every replica's role a hundred times a virtual second
 LEADER = Role.LEADER
+_VOTES = (VoteRequest, VoteResponse)  # the messages a pre-vote travels in
 
 
 class StackViolation(Exception):
@@ -82,6 +85,9 @@ class Invariants:
         # counted commits: (tablet, leader, term) -> the commit index checked last (at first
         # sight, the one the leader came to its term with: learned, not counted)
         self._counted: dict[tuple[str, str, int], int] = {}
+        # (host, tablet) -> [the consensus metadata's path, the file a power loss would leave
+        # there, its (term, voted for)]: decoded again only when that file changes
+        self._durable: dict[tuple[str, str], list] = {}
 
     def crashed(self, host: str) -> None:
         """`host`'s process died: its restarted replicas re-learn their commit index."""
@@ -91,7 +97,7 @@ class Invariants:
     def forget(self, host: str) -> None:
         """A server removed for good (the spare master): a new one there later is another
         replica (another uuid, an empty disk), so what is remembered of this one goes."""
-        for memo in (self._terms, self._votes, self._checked, self._tombs, self._revived,
+        for memo in (self._terms, self._votes, self._checked, self._tombs, self._revived, self._durable,
                      self._logged, self._positions):
             for key in [k for k in memo if k[0] == host]:
                 del memo[key]
@@ -208,6 +214,9 @@ class Invariants:
             if r.role is LEADER:
                 self._check_acks(host, tablet, r)
                 self._check_counted(host, tablet, r)
+        disk = self.sim.disks.get(host)
+        if disk is not None:
+            self._check_promised(host, tablet, disk, messages)
         for m in messages:
             if type(m) is AppendResponse and m.success:
                 key = (tablet, m.to_uuid, m.term, m.from_uuid)
@@ -226,6 +235,39 @@ class Invariants:
                         f"{'pre-vote' if m.pre_vote else 'vote'} in term {m.term} to "
                         f"{m.to_uuid}, whose log ends at {asked}, behind the {logged} "
                         f"it had logged{'' if r is not None else ' (voting with no replica open)'}")
+
+    def _check_promised(self, host: str, tablet: str, disk, messages: list) -> None:
+        """Raft's rule that a server makes its term and vote durable before it sends anything
+        that names them: a message of term T (pre-votes aside: they promise nothing) leaves a
+        host whose consensus metadata, as a power loss now would leave it, is at T or later,
+        and a vote granted in T leaves it naming that candidate in T. Otherwise a power loss
+        makes the sender forget what it told: its term goes back, or it votes again in the
+        term. A process started on a record only its page cache holds (a sync that failed,
+        then a kill) breaks it before any power loss, so this is where that shows. The record
+        is decoded once per file version (it is only ever replaced by an atomic rename)."""
+        key = (host, tablet)
+        memo = self._durable.get(key)
+        if memo is None:
+            memo = self._durable[key] = [str(DATA_DIR / "consensus-meta" / tablet), None, None]
+        f = disk.durable_file(memo[0])
+        if f is not memo[1] or f is None:
+            memo[1], memo[2] = f, _hard_state(memo[0], None if f is None else bytes(f.durable))
+        term, voted_for = memo[2] or (0, None)
+        for m in messages:
+            kind = type(m)
+            if m.term < term or (kind in _VOTES and m.pre_vote):
+                continue
+            granted = kind is VoteResponse and m.granted
+            if term == m.term and (not granted or voted_for == m.to_uuid):
+                continue
+            if self._storage_faulted(host):  # a fault damaged its files: that record may be gone
+                return
+            said = "granted a vote to " + m.to_uuid if granted else "sent " + kind.__name__
+            self._unsafe.append(
+                f"durability before answer: tablet {tablet} on {host} {said} in term {m.term} "
+                f"while its consensus metadata, as a power loss would leave it, says term "
+                f"{term}, voted for {voted_for}" + ("" if memo[2] else " (no readable record)"))
+            return
 
     def _check_refusal(self, host: str, tablet: str, m: AppendResponse) -> None:
         """A replica never refuses an append at an index it acknowledged to the same leader in
@@ -569,6 +611,31 @@ def _corruption_types() -> frozenset[str]:
         return {cls.__name__}.union(*(names(c) for c in cls.__subclasses__()))
 
     return frozenset(names(CorruptionError))
+
+
+class _Durable:
+    """A SimDisk read as a power loss that kept nothing unsynced would leave it."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def read(self, path, offset: int = 0, length: int = -1) -> bytes:
+        return self.data
+
+
+def _hard_state(path: str, data: bytes | None) -> tuple[int, str | None] | None:
+    """(term, voted for) of a consensus metadata file's bytes; None if there are none or they
+    do not read (a record a failed write left torn is refused at start-up, loudly)."""
+    from node.errors import CorruptionError
+    from node.tablet.cmeta import ConsensusMetadata
+
+    if data is None:
+        return None
+    try:
+        cmeta = ConsensusMetadata.load(path, _Durable(data))  # type: ignore[arg-type]
+    except CorruptionError:
+        return None
+    return cmeta.current_term, cmeta.voted_for
 
 
 def _check_entries(host: str, tablets) -> None:
