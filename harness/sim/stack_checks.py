@@ -568,8 +568,8 @@ class Invariants:
         """Healed and settled: the catalog's committed config holds only masters the
         simulator runs (the masters faults drop a master only once it has left), and every
         live tablet server heartbeats those masters, as the leader master last told them (the
-        masters fault adds and removes one). Skipped while no master leads or an address is
-        unknown to it."""
+        masters fault adds and removes one). Skipped while no master leads, an address is
+        unknown to it, or a master never got far enough to know its uuid."""
         leaders = [s for h in self.sim.masters if (s := self.sim.servers.get(h)) is not None
                    and (r := getattr(s, "replicas", {}).get(CATALOG)) is not None
                    and r.role.name == "LEADER" and not r.failed]
@@ -577,7 +577,10 @@ class Invariants:
             return
         master = leaders[0]
         r = master.replicas[CATALOG]
-        running = {s.uuid for h in self.sim.masters if (s := self.sim.servers.get(h)) is not None}
+        running = {getattr(s, "uuid", None) for h in self.sim.masters
+                   if (s := self.sim.servers.get(h)) is not None}
+        if None in running:  # a master that refused to start (a damaged instance file) is down
+            return           # with its files, not wiped, and which uuid it had is on its disk
         if gone := sorted(set(r.committed_members()) - running):
             raise StackViolation(
                 f"masters config: the committed masters (index {r.committed_config_index}) "
