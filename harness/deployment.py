@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from harness import pidfile
 from harness.cluster import Host
 from harness.control import Remote
 from harness.wheelhouse import HOST_EXTRAS, PYTHON_VERSION, check_python, wheels_digest
@@ -343,13 +344,13 @@ class Deployment(Holds):
                     deferred[d] = holder
                     continue
                 self.down.discard((host, d))
-                pid, log = f"{DATA}/{d}.pid", f"{DATA}/logs/{d}.log"
+                pid, log = self.pid_file(d), f"{DATA}/logs/{d}.log"
                 cmd = f"env {env} {self.command(host, d)} >>{log} 2>&1"
                 # Already running? Leave it. Otherwise the shell records its pid, then becomes the
                 # daemon (exec), in a new session so it outlives this SSH connection.
-                script = (f"if [ -f {pid} ] && kill -0 $(cat {pid}) 2>/dev/null; then exit 0; fi; "
-                          f"rm -f {pid}; "
-                          f"setsid sh -c {shlex.quote(f'echo $$ > {pid}.new; mv {pid}.new {pid}; exec {cmd}')} "
+                script = (f"if {pidfile.live(pid)}; then exit 0; fi; "
+                          f"{pidfile.remove(pid)}; "
+                          f"setsid sh -c {shlex.quote(f'{pidfile.record(pid)}; exec {cmd}')} "
                           f"</dev/null >/dev/null 2>&1 & "
                           f"for i in $(seq 200); do [ -s {pid} ] && exit 0; sleep 0.05; done; "
                           f"echo '{self.name} {d}: cannot start: no pid file after 10 s' | tee -a {log} >&2; "
@@ -359,17 +360,16 @@ class Deployment(Holds):
 
     def _signal(self, host: str, daemon: str | None, sig: str) -> None:
         for d in self._targets(host, daemon):
-            pid = f"{DATA}/{d}.pid"
-            self.remotes[host].sh(f"[ -f {pid} ] && kill -{sig} $(cat {pid}) 2>/dev/null; true")
+            pid = self.pid_file(d)
+            self.remotes[host].sh(pidfile.signal(pid, sig))
 
     def kill(self, host: str, daemon: str | None = None) -> None:
         with self._locks[host]:
             self.down.update((host, d) for d in self._targets(host, daemon))
             self._signal(host, daemon, "KILL")
             for d in self._targets(host, daemon):  # wait until gone, so a restart cannot race it
-                pid = f"{DATA}/{d}.pid"
-                self.remotes[host].sh(f"[ -f {pid} ] || exit 0; p=$(cat {pid}); "
-                                      f"for i in $(seq 300); do kill -0 $p 2>/dev/null || exit 0; "
+                pid = self.pid_file(d)
+                self.remotes[host].sh(f"for i in $(seq 300); do {pidfile.live(pid)} || exit 0; "
                                       f"sleep 0.05; done")
 
     def pause(self, host: str, daemon: str | None = None) -> None:
@@ -379,8 +379,8 @@ class Deployment(Holds):
         self._signal(host, daemon, "CONT")
 
     def running(self, host: str, daemon: str) -> bool:
-        pid = f"{DATA}/{daemon}.pid"
-        res = self.remotes[host].sh(f"[ -f {pid} ] && kill -0 $(cat {pid})", check=False)
+        pid = self.pid_file(daemon)
+        res = self.remotes[host].sh(pidfile.live(pid), check=False)
         return res.exit_status == 0
 
     def revive(self) -> list[tuple[str, str]]:
@@ -427,7 +427,8 @@ class Deployment(Holds):
                 f"pgrep -f 'nemeses[.]lazyfs' >/dev/null || break; sleep 0.1; done; "
                 f"pkill -9 -f 'nemeses[.]lazyfs'; true", timeout=60)
             self.remotes[h.name].run(["rm", "-rf", f"{DATA}/logs", *self.run_files(), *(
-                p for d in self.all_daemons for p in (self.data_dir(d), f"{DATA}/{d}.pid"))])
+                p for d in self.all_daemons
+                for p in (self.data_dir(d), f"{DATA}/{d}.pid", f"{DATA}/{d}.pid.start"))])
             self.remotes[h.name].run(["mkdir", "-p", f"{DATA}/logs"])
         self._each(stop)
         self._torn_down()

@@ -22,6 +22,7 @@ import shlex
 import time
 from dataclasses import dataclass, field
 
+from harness import pidfile
 from harness.control import Remote
 from nemeses import observe
 from nemeses.base import Nemesis, choose_targets
@@ -186,22 +187,23 @@ class Clock(Nemesis):
         loop to kill it) and return its process's state read at that moment, in the same
         shell. Read later, after every target's start over SSH on a loaded machine, a 2 s
         strobe may already be over, and the start would count as never in force."""
-        out = r.sh(f"rm -f {STROBE_PID}; "
-                   f"setsid sh -c {shlex.quote(f'echo $$ > {STROBE_PID}.new; mv {STROBE_PID}.new {STROBE_PID}; {loop}')} "
+        out = r.sh(f"{pidfile.remove(STROBE_PID)}; "
+                   f"setsid sh -c {shlex.quote(f'{pidfile.record(STROBE_PID)}; {loop}')} "
                    f"</dev/null >/dev/null 2>&1 & "
                    f"for i in $(seq 500); do [ -s {STROBE_PID} ] && break; sleep 0.02; done; "
                    f"if [ ! -s {STROBE_PID} ]; then echo no-pid-file; "
-                   f"else sed 's/.*) //' /proc/$(cat {STROBE_PID})/stat 2>/dev/null "
-                   f"| cut -d' ' -f1 | grep . || echo gone; fi", check=False).stdout.split()
+                   f"elif {pidfile.live(STROBE_PID)}; then sed 's/.*) //' /proc/$p/stat 2>/dev/null "
+                   f"| cut -d' ' -f1 | grep . || echo gone; else echo gone; fi",
+                   check=False).stdout.split()
         return out[-1] if out else "unknown"
 
     def stop(self) -> dict:
         for h in self.hosts:
             r = self.remotes[h]
             # a kernel strobe steps its clock back on SIGTERM: wait until it has
-            r.sh(f"if [ -f {STROBE_PID} ]; then p=$(cat {STROBE_PID}); kill $p 2>/dev/null; "
-                 f"for i in $(seq 100); do kill -0 $p 2>/dev/null || break; sleep 0.02; done; fi; "
-                 f"rm -f {STROBE_PID}; true")
+            r.sh(f"if {pidfile.live(STROBE_PID)}; then kill $p 2>/dev/null; "
+                 f"for i in $(seq 100); do {pidfile.live(STROBE_PID)} || break; sleep 0.02; done; "
+                 f"fi; {pidfile.remove(STROBE_PID)}; true")
             if self.source == "kernel":
                 self._bump(h, 0.0)
                 r.sh(f"rm -f {STEPPED_FILE}")
@@ -232,7 +234,7 @@ class Clock(Nemesis):
     def teardown(self) -> None:
         for h in self.hosts:
             self.remotes[h].run(["rm", "-f", FAKETIME_FILE, f"{FAKETIME_FILE}.tmp",
-                                 f"{FAKETIME_FILE}.s", STROBE_PID])
+                                 f"{FAKETIME_FILE}.s", STROBE_PID, f"{STROBE_PID}.start"])
 
 
 # needs "faketime": daemons that never call time.sleep, which fails under libfaketime here.

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import json
 import random
+import shlex
 from dataclasses import dataclass, field
 
+from harness import pidfile
 from harness.cluster import ClusterError, Host
 from harness.control import Remote
 from nemeses import observe
@@ -193,7 +195,8 @@ class PacketFaults(Nemesis):
                           f"--delay-ms {self.delay_ms:g} --jitter-ms {self.jitter_ms:g}")
                 # its pid file is waited for, not a fixed while: on a loaded host the shell
                 # that writes it may not have run yet, and the check would see no daemon
-                r.sh(f"rm -f {DELAY_PID}; setsid sh -c 'echo $$ > {DELAY_PID}; exec {daemon}' "
+                r.sh(f"{pidfile.remove(DELAY_PID)}; "
+                     f"setsid sh -c {shlex.quote(f'{pidfile.record(DELAY_PID)}; exec {daemon}')} "
                      f"</dev/null >>{DELAY_LOG} 2>&1 & "
                      f"for i in $(seq 500); do [ -s {DELAY_PID} ] && break; sleep 0.02; done; "
                      f"sleep 0.3")
@@ -236,9 +239,9 @@ class PacketFaults(Nemesis):
             _remove_chain(r, LOSS_CHAIN)
             _remove_chain(r, DELAY_CHAIN)  # rules first: then the daemon releases what it holds
             # SIGTERM releases the held packets; wait for that, then SIGKILL as a last resort
-            r.sh(f"if [ -f {DELAY_PID} ]; then p=$(cat {DELAY_PID}); kill $p 2>/dev/null; "
-                 f"for i in $(seq 100); do kill -0 $p 2>/dev/null || break; sleep 0.05; done; "
-                 f"kill -9 $p 2>/dev/null; rm -f {DELAY_PID}; fi; "
+            r.sh(f"if {pidfile.live(DELAY_PID)}; then kill $p 2>/dev/null; "
+                 f"for i in $(seq 100); do {pidfile.live(DELAY_PID)} || break; sleep 0.05; done; "
+                 f"{pidfile.signal(DELAY_PID, '9')}; fi; {pidfile.remove(DELAY_PID)}; "
                  f"tc qdisc del dev {self._device(h.name)} root 2>/dev/null; true")
         healed, self._targets, self.active = self._targets, [], False
         return {"healed": healed}

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from harness import pidfile
 from harness.control import Remote
 
 PROBE_PORT = 22  # every test host runs sshd on its test address: a port a cut must close
@@ -60,10 +61,11 @@ def reachable(r: Remote, addresses: list[str], port: int = PROBE_PORT) -> dict[s
 
 def process_states(r: Remote, pidfiles: list[str]) -> dict[str, str]:
     """pid file -> the state letter of its process in /proc/<pid>/stat (R, S, T, Z, ...),
-    "gone" for a pid with no process, "no-pid-file" for a missing file."""
+    "gone" for a pid with no process (or only another process that reuses the pid: see
+    harness.pidfile), "no-pid-file" for a missing file."""
     script = "; ".join(
         f"f={shlex.quote(p)}; if [ ! -s $f ]; then echo \"$f no-pid-file\"; "
-        f"elif [ -r /proc/$(cat $f)/stat ]; then echo \"$f $(sed 's/.*) //' /proc/$(cat $f)/stat "
+        f"elif {pidfile.live('$f')}; then echo \"$f $(sed 's/.*) //' /proc/$p/stat "
         f"| cut -d' ' -f1)\"; else echo \"$f gone\"; fi" for p in pidfiles)
     out = r.sh(script, check=False).stdout
     states = {}

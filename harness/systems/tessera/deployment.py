@@ -278,7 +278,8 @@ class TesseraDB(Deployment):
             self._master_uuids.pop(host, None)
 
     def _wipe_master(self, host: str) -> None:
-        self.remotes[host].run(["rm", "-rf", f"{DATA}/master", f"{DATA}/master.pid"])
+        self.remotes[host].run(["rm", "-rf", f"{DATA}/master", self.pid_file("master"),
+                                f"{self.pid_file('master')}.start"])
 
     def ask_each(self, hosts: list[Host], daemon: str, method: str, reply: type,
                  request: object = None) -> dict:
