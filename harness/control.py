@@ -80,12 +80,16 @@ class Remote:
                 time.sleep(0.2 * (attempt + 1))
         raise ClusterError(f"{h.name} ({h.address}:{h.port}): unreachable over SSH: {last}")
 
-    def _transport(self, fresh: bool = False) -> paramiko.Transport:
+    def _transport(self) -> paramiko.Transport:
+        """The host's SSH connection, made again only once it is gone. A live one is never
+        replaced, even after a session failed to open on it: the commands other threads run
+        on it would lose their channels and read as ended without an exit status."""
         with self._lock:
             t = self._client.get_transport() if self._client else None
-            if fresh or t is None or not t.is_active():
+            if t is None or not t.is_active():
                 if self._client:
                     self._client.close()
+                    self.log(f"{self.host.name}: SSH connection lost, connecting again")
                 self._client = self._connect()
             return self._client.get_transport()
 
@@ -100,7 +104,7 @@ class Remote:
         chan = None
         for attempt in range(2):
             try:
-                chan = self._transport(fresh=attempt > 0).open_session(timeout=CONNECT_TIMEOUT)
+                chan = self._transport().open_session(timeout=CONNECT_TIMEOUT)
                 chan.exec_command(script)
                 break
             except (paramiko.SSHException, OSError, EOFError) as e:
@@ -139,6 +143,9 @@ class Remote:
         self.log(f"{self.host.name} $ {script}\n  exit {status}"
                  + (f"\n  out: {res.stdout.strip()[:2000]}" if res.stdout.strip() else "")
                  + (f"\n  err: {res.stderr.strip()[:2000]}" if res.stderr.strip() else ""))
+        if check and status == -1:  # paramiko's status when none came
+            raise ClusterError(f"{self.host.name}: `{script}` ended without an exit status (its "
+                               "SSH connection closed, or a signal killed the shell)")
         if check and status != 0:
             raise ClusterError(f"{self.host.name}: `{script}` exited {status}: "
                                f"{(res.stderr or res.stdout).strip()[-500:]}")

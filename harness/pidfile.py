@@ -3,12 +3,13 @@ delay relay), as shell snippets for the host's remote: each pid file has the pro
 time beside it (`<pid file>.start`, /proc/<pid>/stat's field 22, in clock ticks since boot),
 and a pid counts as the recorded process only while that start time still matches.
 
-Why: a pid file outlives its process (a daemon killed on purpose, or crashed), and the kernel
-hands the pid to the next process once pid_max wraps, which on this machine is 32,768 and comes
-round in seconds while a simulator forks a process per seed. Without the check a kill aimed at
-a daemon that was already down lands on whatever holds its old pid (an sshd session, a worker
-of another host: netns hosts share one pid space), a pause stops it, a "still running" check
-leaves a crashed daemon down, and a fault's check on the host reads another process's state.
+Why: a pid file outlives its process (a daemon killed on purpose, or crashed), and a host's
+kernel hands the pid to another process once its pids wrap at pid_max (32,768 on this machine,
+in each netns host's own pid namespace; every command the harness runs forks a few, and a
+run's kill-wait loops fork hundreds). Without the check a pause or a second kill aimed at a
+daemon that was already down lands on whatever holds its old pid (an sshd session, a command
+of the harness), a "still running" check leaves a crashed daemon down, and a fault's check on
+the host reads another process's state.
 A pid file without a start time beside it (written before this existed) is taken as it is.
 
 The pid file itself keeps the plain pid, as an operator's `kill $(cat ...pid)` expects."""
