@@ -119,6 +119,7 @@ class Outcome:
     run_dir: str | None = None
     ok_ops: int = 0
     seconds: float = 0.0  # wall time of the whole run
+    seeds: int | None = None  # a simulator cell's: the seeds it ran (None: a chaos run)
     anomalies: list[dict] = field(default_factory=list)  # {checker, type, explanation}
     why: str = ""  # one line: the first failure, a crash, or why the cell was not run
     # the faults check's start counts (verified, unverified, unchecked, failed, skipped) and the
@@ -129,6 +130,10 @@ class Outcome:
     @property
     def overhead(self) -> float:
         return max(0.0, self.seconds - (self.time_limit or 0.0))
+
+    def work(self) -> str:
+        """What the run did, for the log and the table: its ok ops, and a simulator's seeds."""
+        return f"{self.ok_ops} ok ops" + ("" if self.seeds is None else f" in {self.seeds} seeds")
 
 
 def time_limit_for(remaining: float, overheads: list[float],
@@ -246,7 +251,7 @@ def run_matrix(cells: list[Cell], count: int, execute: Callable[[Cell, float, in
         log(f"{tag}: time limit {limit:g}s ({remaining:.0f}s left, overhead estimates "
             f"{overheads[0]:.0f}s for this run, {sum(overheads):.0f}s for the {len(runs) - i} left)")
         o = _execute(execute, cell, limit, attempt, clock)
-        log(f"{tag}: {o.verdict} in {o.seconds:.0f}s, {o.ok_ops} ok ops"
+        log(f"{tag}: {o.verdict} in {o.seconds:.0f}s, {o.work()}"
             + (f": {o.why}" if o.why else "") + (f" ({o.run_dir})" if o.run_dir else ""))
         done.append((cell, o))
     return [o for _, o in done] + [wait() for wait in soaking]
@@ -267,7 +272,7 @@ def _soak(execute: Callable[[Cell, float, int], Outcome], cell: Cell, limit: flo
     def wait() -> Outcome:
         thread.join()
         o = box[0]
-        log(f"{cell.name} (soaked): {o.verdict} in {o.seconds:.0f}s, {o.ok_ops} ok ops"
+        log(f"{cell.name} (soaked): {o.verdict} in {o.seconds:.0f}s, {o.work()}"
             + (f": {o.why}" if o.why else ""))
         return o
     return wait
@@ -328,7 +333,8 @@ def table(outcomes: list[Outcome]) -> str:
     for o in outcomes:
         cell = o.cell + (f" #{o.attempt}" if o.attempt > 1 else "")
         rows.append((cell, o.run_dir or "-", f"{o.time_limit:g}s" if o.time_limit else "-",
-                     o.verdict, str(o.ok_ops) if o.verdict != NOT_RUN else "-", o.why or "-"))
+                     o.verdict, "-" if o.verdict == NOT_RUN else str(o.ok_ops) + (
+                         "" if o.seeds is None else f" ({o.seeds} seeds)"), o.why or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5]
                      for r in rows)

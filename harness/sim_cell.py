@@ -64,7 +64,7 @@ def run_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags: dict
         "core_options": core_options, "faults": faults,
         "liveness_failures": summary.liveness_failures, "probes": reached})
     o = Outcome(cell.name, attempt, verdict, time_limit, str(out_dir),
-                ok_ops=summary.seeds, seconds=round(time.monotonic() - t0, 1),
+                seeds=summary.seeds, seconds=round(time.monotonic() - t0, 1),
                 anomalies=[{k: a[k] for k in ("checker", "type", "explanation")} for a in found],
                 probes=sorted(reached["runs"]))
     o.why = (f"{len(found)} of {summary.seeds} seeds violated an invariant: {found[0]['explanation']}"
@@ -119,7 +119,8 @@ def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags:
         "verdict": verdict, "seeds": len(results), "first_seed": seed, "faults": on,
         "ok_ops": sum(r.ops for r in results), "anomalies": found,
         "virtual_s": round(sum(r.virtual_s for r in results), 1), "probes": reached})
-    o = Outcome(cell.name, attempt, verdict, time_limit, str(out_dir), ok_ops=len(results),
+    o = Outcome(cell.name, attempt, verdict, time_limit, str(out_dir),
+                ok_ops=sum(r.ops for r in results), seeds=len(results),
                 seconds=round(time.monotonic() - t0, 1),
                 anomalies=[{k: a[k] for k in ("checker", "type", "explanation")} for a in found],
                 probes=sorted(reached["runs"]))

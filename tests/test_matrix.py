@@ -223,7 +223,7 @@ def test_the_soaking_simulator_runs_in_a_process_of_its_own_at_idle_priority(tmp
 
     cell = Cell(FULL_KIND, FULL_KIND, (), {"seconds": 2.0}, soak=True)  # short seeds
     o = run_idle(cell, 4.0, 1, 7, {}, tmp_path / "soak")
-    assert o.verdict == "valid" and o.ok_ops >= 1, (o.verdict, o.why)  # a seed always finishes
+    assert o.verdict == "valid" and o.seeds >= 1, (o.verdict, o.why)  # a seed always finishes
     assert (tmp_path / "soak" / "results.json").exists()
 
 

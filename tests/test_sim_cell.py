@@ -26,7 +26,8 @@ def test_correct_core_gives_a_valid_cell_with_its_seed_count(tmp_path):
     o = run_cell(Cell(KIND, KIND, ()), 2.0, 1, 0, {}, tmp_path / "sim")
     r = json.loads((tmp_path / "sim" / "results.json").read_text())
     assert o.verdict == r["verdict"] == "valid" and o.anomalies == []
-    assert o.ok_ops == r["summary"]["seeds"] > 0 and r["summary"]["violations"] == 0
+    assert o.seeds == r["summary"]["seeds"] > 0 and r["summary"]["violations"] == 0
+    assert o.ok_ops == 0  # the core simulator runs no client: seeds, not ops
     assert r["core_options"] == {} and not (tmp_path / "sim" / "replay.txt").exists()
 
 
@@ -115,9 +116,9 @@ def test_a_flag_is_caught_in_an_attempt_when_any_of_its_cells_catches_it():
 
 def test_whole_stack_cell_runs_seeds_until_its_limit_and_names_a_failing_seed(tmp_path):
     o = run_full_cell(Cell(FULL_KIND, FULL_KIND, ()), 4.0, 1, 100, {}, tmp_path / "ok")
-    assert o.verdict == "valid" and o.ok_ops >= 1 and o.seconds < 60
+    assert o.verdict == "valid" and o.seeds >= 1 and o.seconds < 60
     r = json.loads((tmp_path / "ok" / "results.json").read_text())
-    assert r["seeds"] == o.ok_ops and r["ok_ops"] > 0 and r["anomalies"] == []
+    assert r["seeds"] == o.seeds and r["ok_ops"] == o.ok_ops > 0 and r["anomalies"] == []
     # seed 100 with acknowledgement before fsync fails (tests/test_sim_stack.py)
     flags = {"unlock_unsafe_flags": True, "fault_ack_before_fsync": True}
     # 60 virtual seconds, as measured there, though the cell has 1 s: its first seed still counts
