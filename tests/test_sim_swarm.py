@@ -388,8 +388,8 @@ def test_a_failed_master_add_is_undone_before_the_master_is_stopped(monkeypatch,
 def test_the_masters_config_check_leaves_a_master_that_refused_to_start_alone(tmp_path):
     """A bit flipped in a master's instance file keeps it from starting (it never learns its
     uuid): it is down with its files, not wiped, so the masters config may still count it. The
-    check once read that master's uuid and crashed the seed instead (the nightly matrix's
-    `sim-full` cell, seed 20789066990001 of its classic seeds)."""
+    check once read that master's uuid and crashed the seed instead; the nightly matrix's
+    `sim-full` cell drew this seed of the classic mix."""
     seed = 20789066990001
     r = StackSim(StackConfig(seed=seed, workload="list-append", seconds=15.0), tmp_path).run()
     assert r.ok(), (r.violation, r.verdict)

@@ -486,20 +486,13 @@ class SimDisk:
     def size(self, path: StrPath) -> int:
         return self._file(path).size()
 
-    def read_durable(self, path: StrPath) -> bytes:
-        """What `read(path)` would return after a power loss that keeps no unsynced change
-        (`crash()` without an rng): the file as its last sync left it, reached through the
-        directory entries their last syncs left; FileNotFoundError if that leaves no file there. Never
-        fenced and never metered: the simulator's checks read it beside the running process."""
-        node = self.durable_file(os.path.abspath(os.fspath(path)))
-        if node is None:
-            raise FileNotFoundError(errno.ENOENT, "not durable", os.fspath(path))
-        return bytes(node.durable)
-
     def durable_file(self, path: str) -> _File | None:
-        """The file `read_durable(path)` reads (`path` absolute and normalised), None if none:
-        the same object for as long as that stays so, which lets a check that reads a file
-        written only by atomic renames (consensus metadata) decode it once per version."""
+        """The file a power loss that keeps no unsynced change (`crash()` without an rng) would
+        leave at `path` (absolute and normalised), reached through the directory entries their
+        last syncs left; None if none. Its `durable` bytes are what a read would then return.
+        The same object for as long as that stays so, which lets a check of a file written only
+        by atomic renames (consensus metadata) decode it once per version. Never fenced and
+        never metered: the simulator's checks read it beside the running process."""
         node: _File | _Dir | None = self._root
         for part in _split(path):
             node = node.durable.get(part) if isinstance(node, _Dir) else None
