@@ -428,7 +428,7 @@ class Deployment(Holds):
                 f"pkill -9 -f 'nemeses[.]lazyfs'; true", timeout=60)
             self.remotes[h.name].run(["rm", "-rf", f"{DATA}/logs", *self.run_files(), *(
                 p for d in self.all_daemons
-                for p in (self.data_dir(d), f"{DATA}/{d}.pid", f"{DATA}/{d}.pid.start"))])
+                for p in (self.data_dir(d), self.pid_file(d), f"{self.pid_file(d)}.start"))])
             self.remotes[h.name].run(["mkdir", "-p", f"{DATA}/logs"])
         self._each(stop)
         self._torn_down()
