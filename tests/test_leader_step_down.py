@@ -45,7 +45,10 @@ def test_graceful_and_abrupt_step_down_move_leadership(tmp_path):
             await wait_for(lambda: follower.replicas[TABLET].leader_ready, "the named voter to lead",
                            timeout=15)
             assert follower.replicas[TABLET].term > term
-            assert old.replicas[TABLET].role != Role.LEADER
+            # The successor may win on the third voter's vote before the old leader has read a
+            # message of the new term: it leads on (its proposals refused) until it does.
+            await wait_for(lambda: old.replicas[TABLET].role != Role.LEADER,
+                           "the old leader to hear of the later term", timeout=15)
 
             term = follower.replicas[TABLET].term
             await step_down(old, follower, LeaderStepDown(TABLET))
