@@ -624,7 +624,7 @@ def test_cluster_a_batch_retried_after_a_leader_change_applies_once(cluster):
 
         async def move_leader(addr):  # the batch applied; its reply is lost; leadership moves
             leader = next(p for p in tablet.replicas if p.addr == addr)
-            await spy.call(addr, "ts.leader_step_down",
+            await spy.call(addr, "consensus.leader_step_down",
                            LeaderStepDown(tablet.tablet_id, others[0].uuid), Ack,
                            to_uuid=leader.uuid, timeout=5)
             await cluster.tablet_leader(spy, tablet.tablet_id, exclude=(old,), timeout=10)

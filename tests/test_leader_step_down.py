@@ -15,7 +15,7 @@ from node.rpc import ErrorCode, RpcError
 
 
 async def step_down(caller, target, req: LeaderStepDown) -> Ack:
-    return await caller.rpc_client.call(target.me.addr, "ts.leader_step_down", req, Ack,
+    return await caller.rpc_client.call(target.me.addr, "consensus.leader_step_down", req, Ack,
                                         to_uuid=target.me.uuid, timeout=10.0)
 
 

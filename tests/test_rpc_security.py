@@ -72,7 +72,7 @@ def test_the_internal_and_admin_rpcs_are_the_service_s_and_the_superusers_alone(
     for m in ("ts.start_tablet_copy", "ts.delete_tablet", "ts.unsafe_change_config",
               "master.add_master", "master.remove_master", "master.change_replica",
               "master.tserver_state",
-              "ts.leader_step_down", "ts.change_config"):
+              "consensus.leader_step_down", "ts.change_config"):
         assert not RULES[m] & Role.USER, m  # no user, whatever the user ACL
     for m in ("ts.write", "ts.write_batch", "ts.read", "master.create_table"):
         assert RULES[m] & Role.USER and not RULES[m] & Role.SERVICE or m == "master.info", m

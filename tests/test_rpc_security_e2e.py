@@ -66,7 +66,7 @@ def _attacks(target: ServerStatus, host: str, master: MasterInfo) -> list[tuple[
         (ts, "ts.unsafe_change_config", UnsafeChangeConfig(tid, [target.uuid]), Ack),
         (ts, "ts.change_config", ChangeConfig(tid, "remove", Peer(other, "x", 1),
                                               rep.committed_config_index), Ack),
-        (ts, "ts.leader_step_down", LeaderStepDown(tid), Ack),
+        (ts, "consensus.leader_step_down", LeaderStepDown(tid), Ack),
         (ts, "ts.create_tablet", CreateTablet("evil-tablet", "test", HashBucket(0, 1), [me]), Ack),
         (ts, "ts.begin_copy_session", BeginCopySession(tid, "e" * 32), Ack),
         (ts, "ts.fetch_copy_chunk", FetchCopyChunk("s", 0, 0, 1 << 20), Ack),
@@ -169,7 +169,7 @@ async def _attack(certs: Path, tmp: Path) -> None:
                                timeout=5)  # delete of nothing is done already
             except RpcError as e:
                 assert e.code not in (ErrorCode.NOT_AUTHORIZED, ErrorCode.NETWORK), (method, e)
-        await admin.call((target.host, target.port), "ts.leader_step_down",  # Ack: it did
+        await admin.call((target.host, target.port), "consensus.leader_step_down",  # Ack: it did
                          LeaderStepDown(target.tablets[0].tablet_id), Ack, to_uuid="", timeout=5)
     finally:
         await client.close()

@@ -850,3 +850,29 @@ def test_a_reader_that_takes_a_cut_short_segment_for_a_torn_one_is_caught(monkey
     result = _damage_seed("truncate", tmp_path)
     assert (result.violation or "").startswith(f"disk damage: tablet {_T}3 on {_TS1} runs again"), (
         result.violation)
+
+
+def test_a_fault_whose_call_no_server_serves_ends_the_seed_unknown(tmp_path, monkeypatch):
+    """A fault that records NO_SUCH_METHOD as its outcome never ran, and the seed would pass as
+    if it had (the masters once served no leader step-down, and every catalog transfer the
+    simulator drew failed so, unnoticed): the seed must end with the call named. The same seed,
+    with the method served, runs its transfers and is valid."""
+    from harness.sim.swarm import parse_mix
+    from node.protocol import Consensus
+    from node.tserver.service import ConsensusService
+
+    cfg = StackConfig(seed=0, seconds=5.0, mix=parse_mix("transfer:10,heal:1;every=0.2-0.5"))
+
+    def raft_only(self, s):
+        s.register_direct("consensus", Consensus, self.on_consensus)
+
+    with monkeypatch.context() as m:
+        m.setattr(ConsensusService, "register", raft_only)
+        r = StackSim(cfg, tmp_path / "unserved").run()
+    assert r.verdict == "unknown", r.verdict
+    assert "the transfer fault called the engine wrongly: failed: NO_SUCH_METHOD" in \
+        r.results["error"], r.results
+    r = StackSim(cfg, tmp_path / "served").run()
+    catalog = [v for _, kind, v in r.events if kind == "transfer" and v[1] == "sys.catalog"]
+    assert r.verdict == "valid" and catalog, (r.verdict, r.events)
+    assert not any(str(x).startswith("failed") for v in catalog for x in v), catalog

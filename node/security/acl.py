@@ -42,7 +42,7 @@ RULES: dict[str, Role] = {
     "ts.start_tablet_copy": S | SU,
     "ts.delete_tablet": S | SU,
     "ts.change_config": S | SU,
-    "ts.leader_step_down": S | SU,
+    "consensus.leader_step_down": S | SU,
     "ts.unsafe_change_config": SU,
     "master.change_replica": SU,
     "master.add_master": SU,

@@ -4,8 +4,8 @@
 unsafe-change-config`.
 
 They speak the same RPCs as the daemons and the client (master.info, ts.status,
-master.change_replica, ts.leader_step_down); masters come from --masters, $TESSERA_MASTERS or the
-local cluster, as for `tessera table`. Exit 0 done, 1 refused or failed (the reason on stderr).
+master.change_replica, consensus.leader_step_down); masters come from --masters,
+$TESSERA_MASTERS or the local cluster, as for `tessera table`. Exit 0 done, 1 refused or failed (the reason on stderr).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import sys
 from node.client import parse_addrs
 from node.client.cli import common_options, run_with_client, verb
 from node.errors import TesseraError
+from node.master.catalog import CATALOG
 from node.probes import probe
 from node.protocol import (
     Ack,
@@ -60,6 +61,14 @@ def configure_master_changes(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("remove", help="remove a master from the masters", description=what)
     common_options(r)
     r.add_argument("master", metavar="MASTER", help="the master's UUID or HOST:PORT")
+    what = ("make the leader master step down (the catalog's leader, Kudu's LeaderStepDown on "
+            "the masters' system tablet); with --new-leader, hand leadership to that master "
+            "(a graceful transfer: restart or move the leader master without waiting out an "
+            "election), else the others elect after a timeout")
+    s = sub.add_parser("leader-step-down", help="make the leader master step down",
+                       description=what)
+    common_options(s)
+    s.add_argument("--new-leader", metavar="MASTER_UUID", help="the master to hand leadership to")
 
 
 async def add_master(args, client) -> int:
@@ -161,6 +170,23 @@ async def leave_master(client, master: str, *, progress=lambda _: None,
         probe("tools.master_remove.already_gone")
         progress(f"{uuid} is not a member any more: an earlier try's answer was lost")
     return uuid
+
+
+async def master_step_down(args, client) -> int:
+    """The leader master (by master.info) steps down; a new leader is not waited for."""
+    leader = await _leader_info(client)
+    addr = next((p.addr for p in leader.masters if p.uuid == leader.uuid), None)
+    if addr is None:
+        raise AdminError(f"the leader master {leader.uuid} does not list its own address")
+    if args.new_leader is not None and args.new_leader not in {p.uuid for p in leader.masters}:
+        raise AdminError(f"{args.new_leader} is not a member of the masters "
+                         f"({', '.join(sorted(p.uuid for p in leader.masters))})")
+    await client.rpc.call(addr, "consensus.leader_step_down",
+                          LeaderStepDown(CATALOG, args.new_leader), Ack, to_uuid=leader.uuid,
+                          timeout=client.timeout)
+    target = f", handing over to {args.new_leader}" if args.new_leader else ""
+    print(f"leader master {leader.uuid} (term {leader.term}) stepped down{target}")
+    return 0
 
 
 async def _ask(client, addr: tuple[str, int], method: str, reply: type):
@@ -371,7 +397,7 @@ async def _step_down(args, client) -> int:
     if not leaders:
         raise AdminError(f"tablet {args.tablet}: no live server reports leading it")
     peer, rep = max(leaders, key=lambda x: x[1].term)
-    await client.rpc.call(peer.addr, "ts.leader_step_down",
+    await client.rpc.call(peer.addr, "consensus.leader_step_down",
                           LeaderStepDown(args.tablet, args.new_leader), Ack, to_uuid=peer.uuid,
                           timeout=client.timeout)
     target = f", handing over to {args.new_leader}" if args.new_leader else ""
@@ -408,4 +434,5 @@ def run_list(args, kind: str) -> int:
 
 
 def run_master_change(args) -> int:
-    return run_with_client(args, add_master if args.verb == "add" else remove_master)
+    verbs = {"add": add_master, "remove": remove_master, "leader-step-down": master_step_down}
+    return run_with_client(args, verbs[args.verb])

@@ -1,6 +1,6 @@
-"""The RPC services of a server's tablets, as Kudu splits them: ConsensusService (Raft messages,
-which masters serve too, for their catalog) and TabletService (writes, reads, creation,
-deletion, membership and leadership; tablet servers only). Tablet copy has its own
+"""The RPC services of a server's tablets, as Kudu splits them: ConsensusService (Raft messages
+and leader step-down, which masters serve too, for their catalog) and TabletService (writes,
+reads, creation, deletion and membership; tablet servers only). Tablet copy has its own
 (node.tserver.copy_service). They translate between the wire and the TabletManager; the state
 and its rules live there."""
 
@@ -83,6 +83,7 @@ class ConsensusService:
 
     def register(self, s: RpcServer) -> None:
         s.register_direct("consensus", Consensus, self.on_consensus)
+        s.register("consensus.leader_step_down", LeaderStepDown, self.on_leader_step_down)
 
     def on_consensus(self, req: Consensus, reply: Reply) -> Awaitable[Ack] | None:
         """Direct: a running replica takes the messages and the sender hears back at once,
@@ -94,6 +95,16 @@ class ConsensusService:
         e.replica.step(req.messages)
         reply(Ack(True), None)
         return None
+
+    async def on_leader_step_down(self, req: LeaderStepDown) -> Ack:
+        """Kudu's LeaderStepDown, a consensus call: on a master it moves the catalog's
+        leadership (an operator's way to restart the leader master without an election's wait)."""
+        r = self.tablets.serving(req.tablet_id)
+        try:
+            await r.step_down(req.new_leader)
+        except (ReplicaError, ProposalError) as e:
+            raise proposal_error(e) from None
+        return Ack(True)
 
     async def _consensus(self, req: Consensus) -> Ack:
         if req.peers:
@@ -128,7 +139,6 @@ class TabletService:
         s.register("ts.status", Empty, self.on_status)
         s.register("ts.checksum", ChecksumScan, self.on_checksum)
         s.register("ts.change_config", ChangeConfig, self.on_change_config)
-        s.register("ts.leader_step_down", LeaderStepDown, self.on_leader_step_down)
         s.register("ts.unsafe_change_config", UnsafeChangeConfig, self.on_unsafe_change_config)
 
     # -- creation and deletion ------------------------------------------------------------------
@@ -229,14 +239,6 @@ class TabletService:
                                              req.peer.uuid, config_text(config))
         return ConfigState(config.opid_index,
                            [[m.uuid, m.member_type.name] for m in config.members])
-
-    async def on_leader_step_down(self, req: LeaderStepDown) -> Ack:
-        r = self.tablets.serving(req.tablet_id)
-        try:
-            await r.step_down(req.new_leader)
-        except (ReplicaError, ProposalError) as e:
-            raise proposal_error(e) from None
-        return Ack(True)
 
     async def on_unsafe_change_config(self, req: UnsafeChangeConfig) -> ConfigState:
         r = self.tablets.serving(req.tablet_id)

@@ -444,7 +444,7 @@ class TesseraDB(Deployment):
             got past it."""
             for method, req, reply in ((
                     "ts.begin_copy_session", BeginCopySession(tablet, "intruder"), CopySession),
-                    ("ts.leader_step_down", LeaderStepDown(tablet), Ack)):
+                    ("consensus.leader_step_down", LeaderStepDown(tablet), Ack)):
                 await refused(rpc, addrs, method, req, reply, ErrorCode.NOT_AUTHORIZED,
                               "overreach")
 
