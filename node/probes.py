@@ -364,6 +364,10 @@ CATALOG: dict[str, str] = {
     "copy.source.no_session":
         "a fetch named no live copy session (ended, expired, or the source restarted)",
     "copy.source.short_read": "a pinned copy file read short: damage, refused",
+    "copy.source.replica_gone":
+        "a copy fetch found the session's replica deleted or copied over: the session ended",
+    "copy.source.pinned_file_missing":
+        "a pinned copy file of a replica still running was missing: damage, refused",
     "copy.pins.refused_failed": "pinning for a copy was refused: the source replica is FAILED",
     "copy.pins.waited_for_config_entry":
         "pinning waited for the committed config's entry to be synced in the WAL",

@@ -33,7 +33,7 @@ from node.replica.copy_pins import CopySource
 from node.replica.replica import Replica
 from node.rpc import ErrorCode, RpcError
 from node.tablet.superblock import Superblock
-from node.tserver.tablet_manager import TabletManager
+from node.tserver.tablet_manager import TabletManager, TabletState
 
 MAX_CHUNK_BYTES = 32 << 20  # the most one fetch may ask for: half the RPC frame limit
 
@@ -105,8 +105,15 @@ class CopySourceSessions:
             raise RpcError(ErrorCode.INVALID_ARGUMENT, f"offset {req.offset} of a {size}-byte "
                            f"file, max_length {req.max_length} (at most {MAX_CHUNK_BYTES})")
         length = min(req.max_length, size - req.offset)
-        data = await asyncio.to_thread(_read, s.replica.paths.disk, s.paths[req.file],
-                                       req.offset, length)
+        self._current(s)
+        try:
+            data = await asyncio.to_thread(_read, s.replica.paths.disk, s.paths[req.file],
+                                           req.offset, length)
+        except FileNotFoundError:
+            self._current(s)  # deleted meanwhile: that answer; else damage
+            probe("copy.source.pinned_file_missing")
+            raise RpcError(ErrorCode.ILLEGAL_STATE, f"{s.paths[req.file]}: a pinned file of a "
+                           "running replica is missing") from None
         s.last_used, s.sent = asyncio.get_running_loop().time(), s.sent + len(data)
         return CopyChunk(req.offset, data, crc32c.crc32c(data))
 
@@ -137,6 +144,19 @@ class CopySourceSessions:
                 if now - s.last_used > self.idle_timeout_s:
                     probe("copy.source.session_expired")
                     self.end(s.id, f"idle for {self.idle_timeout_s:g}s")
+
+    def _current(self, s: _Session) -> None:
+        """The session's replica must still be the tablet's, running: a tablet deleted
+        (its table dropped, the replica tombstoned or removed) or copied over since the session
+        began has no files left to serve, and reading them by path would fail as if the disk
+        had lost them. The session ends and the receiver gets a refusal it stops on."""
+        e = self.tablets.get(s.tablet_id)
+        if e is not None and e.replica is s.replica and e.state == TabletState.RUNNING:
+            return
+        probe("copy.source.replica_gone")
+        self.end(s.id, "its replica was deleted or replaced")
+        raise RpcError(ErrorCode.TABLET_NOT_RUNNING, f"tablet {s.tablet_id}: the replica this "
+                       "copy session read from was deleted or replaced since it began")
 
     def _session(self, sid: str) -> _Session:
         s = self.sessions.get(sid)
