@@ -148,7 +148,8 @@ class Deployment(Holds):
     # "disk" (disk_layout, damaged, repair: files the disk nemesis may damage), "membership"
     # (membership(): members it may remove and add back), "admin" (admin(): maintenance such as
     # compaction), "leaders" (a leader query), "faketime" (daemons that run under libfaketime:
-    # no time.sleep, which fails with EINVAL).
+    # no time.sleep, which fails with EINVAL), "transfers" (step_down_leader(): a leader made
+    # to hand over or step down).
     offers: ClassVar[frozenset[str]] = frozenset()
     workloads: ClassVar[tuple[str, ...]] = ()  # the workloads its client can run
     client_modes: ClassVar[tuple[str, ...]] = ("node-bound",)
@@ -195,6 +196,12 @@ class Deployment(Holds):
     def intrude_sessions(self, step: str, groups: list[str], sessions: int) -> dict:
         """Offered as "sessions": another user's `step` ("poison", "close" or "flood") against
         the client sessions of `groups` (see TesseraDB)."""
+        raise NotImplementedError
+
+    def step_down_leader(self, tablet: str | None, graceful: bool, pick: int) -> dict:
+        """Offered as "transfers": the leader of `tablet` (None: of the masters, or of the one
+        group) hands over to a voter drawn by `pick` when `graceful`, else steps down; what
+        was done, with "observed" (nemeses.observe) or "skipped" and why."""
         raise NotImplementedError
 
     async def open_clients(self, workload, names: dict[str, str], binds: list[str] | None,

@@ -31,6 +31,7 @@ OFFERS = {"leaders": "a leader query", "tablets": "a tablet catalog", "masters":
           "disk": "data files the disk nemesis may damage", "membership": "a membership API",
           "admin": "maintenance operations", "faketime": "daemons that run under libfaketime",
           "sessions": "client sessions another user could attack",
+          "transfers": "a leader step-down an operator can ask for",
           "fsync": "a data daemon that syncs what it acknowledges (a failing disk reaches it)"}
 
 

@@ -73,6 +73,12 @@ class Admin(Protocol):
     def admin(self, host: str, pick: int) -> dict: ...
 
 
+class Transfers(Protocol):
+    """"transfers": a group's leader made to hand over or step down (an operator's tool)."""
+
+    def step_down_leader(self, tablet: str | None, graceful: bool, pick: int) -> dict: ...
+
+
 class Sessions(Protocol):
     """"sessions": another user's calls against the workload's client sessions."""
 
@@ -83,7 +89,7 @@ class Sessions(Protocol):
 # offers ("faketime") are properties of how the daemons run, with no methods behind them
 OFFERED: dict[str, type] = {"leaders": Leaders, "disk": DiskFaults, "membership": Membership,
                             "tablets": Tablets, "masters": Masters, "admin": Admin,
-                            "sessions": Sessions}
+                            "sessions": Sessions, "transfers": Transfers}
 
 
 def members(protocol: type) -> list[str]:

@@ -468,14 +468,16 @@ def test_hosts_on_another_python_get_wheels_built_for_it(no_netns_cluster, env, 
     assert venv.stdout.split() == ["3", "12"]
 
 
-def test_copy_race_with_lease_reads_stays_valid_and_copies(env, tmp_path):
+def test_copy_race_and_leader_transfers_with_lease_reads_stay_valid_and_copy(env, tmp_path):
     """The copy-race package on real hosts, with lease reads (the matrix's raft@lease
     cells): a tablet's leader is cut from one voter while another is tombstoned, so the leader
     copies the tablet to it during the other's campaign. The fixed engine keeps the history
-    valid, and the nemesis really tombstoned a voter and the leader really copied it back."""
+    valid, and the nemesis really tombstoned a voter and the leader really copied it back.
+    Leaders of tablets and of the masters are handed over meanwhile (leader-transfer), and each
+    handover was seen on the old leader's server (verified, or skipped as abandoned)."""
     import glob
 
-    out = tessera("test", "--workload", "register", "--nemesis", "copy-race,kill",
+    out = tessera("test", "--workload", "register", "--nemesis", "copy-race,kill,leader-transfer",
                   "--flag", "read-mode=lease", "--time-limit", "30", "--nemesis-interval", "4",
                   "--seed", "32", "--store", str(tmp_path / "store"), env=env)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -486,6 +488,8 @@ def test_copy_race_with_lease_reads_stays_valid_and_copies(env, tmp_path):
               if o.process == "nemesis" and o.f == "start-copy-race" and isinstance(o.value, dict)
               and o.value.get("delete") == "ok"]
     assert starts, "no copy-race start tombstoned a voter"
+    faults = next(r for r in results["check"]["results"] if r["checker"] == "faults")
+    assert faults["by_fault"]["leader-transfer"]["verified"] >= 1, faults
     logs = "".join(open(p, errors="replace").read()
                    for p in glob.glob(os.path.join(run_dir, "**", "*.log"), recursive=True))
     assert "tablet copy finished" in logs

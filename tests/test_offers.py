@@ -58,7 +58,8 @@ def test_the_protocols_each_system_implements():
     """The list a reader wants: which protocols each system implements, as its offers say."""
     implemented = {n: sorted(o for o in system(n).offers if o in OFFERED) for n in SYSTEMS}
     assert implemented == {
-        "tessera": ["disk", "leaders", "masters", "membership", "sessions", "tablets"],
+        "tessera": ["disk", "leaders", "masters", "membership", "sessions", "tablets",
+                    "transfers"],
         "etcd": ["admin", "disk", "leaders", "membership"],
         "mariadb": ["leaders"],
         "pysyncobj": ["leaders"],

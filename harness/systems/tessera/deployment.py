@@ -33,10 +33,12 @@ class TesseraDB(Deployment):
     data_daemon: ClassVar[str] = "tserver"
     all_daemons: ClassVar[tuple[str, ...]] = ("master", "tserver")
     offers: ClassVar[frozenset[str]] = frozenset({"tablets", "masters", "disk", "membership",
-                                                   "leaders", "faketime", "sessions", "fsync"})
+                                                   "leaders", "faketime", "sessions", "fsync",
+                                                   "transfers"})
     workloads: ClassVar[tuple[str, ...]] = ("register", "list-append", "rw-register", "bank", "set")
     client_modes: ClassVar[tuple[str, ...]] = ("node-bound", "smart")
     log_rules: ClassVar[tuple[dict, ...]] = TESSERA_RULES
+    RPC_PORTS: ClassVar[dict[str, int]] = {"master": MASTER_PORT, "tserver": TSERVER_PORT}
 
     # Config keys the deployment writes for each host: a --flag may not override them.
     OWN_KEYS: ClassVar[frozenset[str]] = frozenset({
@@ -140,7 +142,7 @@ class TesseraDB(Deployment):
         return f"{ROOT}/venv/bin/tessera {daemon} --config {ROOT}/{daemon}.toml"
 
     def _config(self, h: Host, daemon: str) -> str:
-        port = MASTER_PORT if daemon == "master" else TSERVER_PORT
+        port = self.RPC_PORTS[daemon]
         keys = {"data_dir": self.data_dir(daemon), "rpc_addr": f"{h.address}:{port}",
                 "http_port": HTTP_PORTS[daemon],
                 # the code probes it fires, collected with its log (node.probes)
@@ -291,7 +293,7 @@ class TesseraDB(Deployment):
         from node.protocol import Empty
         from node.rpc import RpcClient, RpcError
 
-        port = MASTER_PORT if daemon == "master" else TSERVER_PORT
+        port = self.RPC_PORTS[daemon]
 
         async def ask() -> dict:
             rpc, out = RpcClient(connect_timeout=1.0, tls=self.tls()), {}
@@ -554,6 +556,12 @@ class TesseraDB(Deployment):
                 return {"tablet": tablet, "state": rep.state, "error": rep.error, "uuid": st.uuid}
             time.sleep(0.2)
         return {"tablet": tablet, "state": "UNKNOWN", "error": "server did not answer"}
+
+    def step_down_leader(self, tablet: str | None, graceful: bool, pick: int) -> dict:
+        """"transfers": the leader of `tablet` (None: the masters') steps down or hands over."""
+        from harness.systems.tessera.transfers import step_down_leader
+
+        return step_down_leader(self, tablet, graceful, pick)
 
     def membership(self):
         from harness.systems.tessera.members import TabletMembers
