@@ -34,6 +34,21 @@ def observation(ok: bool | None, **seen: Any) -> dict:
     return {"ok": None if ok is None else bool(ok), **seen}
 
 
+def watch(look: Callable[[], Any], done: Callable[[Any], bool], timeout: float,
+          period: float = 0.1) -> Any:
+    """`look()` again every `period` seconds until `done` holds of what it saw or `timeout`
+    passed; the last thing seen. For a fault whose effect shows a moment after the call that
+    made it (a leader stepping down once its successor campaigns)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = look()
+        if done(seen) or time.monotonic() >= deadline:
+            return seen
+        time.sleep(period)
+
+
 def each(hosts: list[str], probe: Callable[[str], Any]) -> dict[str, Any]:
     """`probe(host)` for every host at once (SSH round trips dominate)."""
     if not hosts:

@@ -60,7 +60,7 @@ def test_the_protocols_each_system_implements():
     assert implemented == {
         "tessera": ["disk", "leaders", "masters", "membership", "sessions", "tablets",
                     "transfers"],
-        "etcd": ["admin", "disk", "leaders", "membership"],
+        "etcd": ["admin", "disk", "leaders", "membership", "transfers"],
         "mariadb": ["leaders"],
         "pysyncobj": ["leaders"],
     }

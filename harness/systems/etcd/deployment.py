@@ -75,7 +75,8 @@ class EtcdDB(Deployment):
     name: ClassVar[str] = "etcd"
     data_daemon: ClassVar[str] = "etcd"
     all_daemons: ClassVar[tuple[str, ...]] = ("etcd",)
-    offers: ClassVar[frozenset[str]] = frozenset({"leaders", "disk", "membership", "admin"})
+    offers: ClassVar[frozenset[str]] = frozenset({"leaders", "disk", "membership", "admin",
+                                                   "transfers"})
     workloads: ClassVar[tuple[str, ...]] = ("register", "set", "list-append", "lock-set",
                                             "lock-etcd-set", "watch")
     log_rules: ClassVar[tuple[dict, ...]] = (
@@ -269,6 +270,40 @@ class EtcdDB(Deployment):
             return {"action": action, "host": host}
         except (OSError, ValueError, EtcdError) as e:
             return {"action": action, "host": host, "error": f"{type(e).__name__}: {e}"}
+
+    def step_down_leader(self, tablet: str | None, graceful: bool, pick: int) -> dict:
+        """etcd's MoveLeader (`etcdctl move-leader`), asked of the leader, to a member drawn
+        by `pick`: etcd has no step-down without a successor, so an abrupt draw moves
+        leadership too. Seen on the old leader after: it names another leader, or a later
+        term. A refusal (no leader, the target not caught up, a timeout) skips the start."""
+        import random
+
+        from nemeses.observe import observation, watch
+
+        statuses = self.statuses()
+        leader = self.leader_master()
+        if leader is None or leader not in statuses:
+            return {"skipped": "no member names a leader"}
+        me, term = statuses[leader]["header"]["member_id"], int(statuses[leader]["raftTerm"])
+        others = sorted(st["header"]["member_id"] for h, st in statuses.items() if h != leader)
+        if not others:
+            return {"skipped": "no other member answered"}
+        to = random.Random(pick).choice(others)
+        done = {"group": GROUP, "leader": leader, "term": term, "to": to}
+        try:
+            self.ask(self.host(leader), "/v3/maintenance/transfer-leadership", {"targetID": to},
+                     timeout=10.0 * self.time_scale)
+        except (OSError, ValueError, EtcdError) as e:
+            return {**done, "skipped": f"the leader refused: {type(e).__name__}: {e}"}
+        st = watch(lambda: self._post(self.host(leader), "/v3/maintenance/status", {}),
+                   lambda st: st is not None and (st.get("leader") != me
+                                                  or int(st["raftTerm"]) > term),
+                   5.0 * self.time_scale)
+        if st is None:
+            return {**done, "observed": observation(None, host=leader, why="it did not answer")}
+        return {**done, "observed": observation(st.get("leader") != me or int(st["raftTerm"]) > term,
+                                                host=leader, leader=st.get("leader"),
+                                                term=int(st["raftTerm"]))}
 
     def statuses(self) -> dict[str, dict]:
         """host name -> the member's maintenance status (its view of the leader and term), for

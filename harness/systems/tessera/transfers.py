@@ -17,13 +17,12 @@ import asyncio
 import random
 from dataclasses import dataclass
 
-from nemeses.observe import observation
+from nemeses.observe import observation, watch
 
 # How long the old leader's own server is watched for the step-down to show: a transfer's
 # target campaigns at once when it is caught up, and the engine abandons the transfer after an
 # election timeout (1.5 s by Kudu's defaults); twice that and some, times the run's time scale.
 WATCH_S = 5.0
-POLL_S = 0.1
 # Answers that say the call came too late or was refused for the group's state, not that the
 # harness spoke wrongly: leadership moved between the look and the call, a change in flight,
 # the leader cut off by another fault.
@@ -121,23 +120,21 @@ def _call(db, leader: Leadership, group: str, to: str | None) -> str | None:
 def _watch(db, leader: Leadership, group: str) -> tuple[str | None, int]:
     """The old leader's role and term in `group` once it stepped down, or as they stand after
     WATCH_S; (None, 0) if its server never answered."""
-    import time
-
     from node.protocol import MasterInfo, ServerStatus
 
     h = [h for h in db.hosts if h.name == leader.host]
-    deadline = time.monotonic() + WATCH_S * db.time_scale
-    seen: tuple[str | None, int] = (None, 0)
-    while True:
+    seen: list[tuple[str | None, int]] = [(None, 0)]
+
+    def look() -> tuple[str | None, int]:
         if leader.daemon == "master":
             info = db.ask_each(h, "master", "master.info", MasterInfo).get(leader.host)
-            seen = (info.role, info.term) if info is not None else seen
+            now = (info.role, info.term) if info is not None else None
         else:
             st = db.ask_each(h, "tserver", "ts.status", ServerStatus).get(leader.host)
             t = next((t for t in st.tablets if t.tablet_id == group), None) if st else None
-            seen = (t.role or t.state, t.term) if t is not None else seen
-        role, term = seen
-        if (role is not None and (role != "LEADER" or term > leader.term)) \
-                or time.monotonic() >= deadline:
-            return seen
-        time.sleep(POLL_S)
+            now = (t.role or t.state, t.term) if t is not None else None
+        seen[0] = now or seen[0]  # a look nobody answered keeps the last answer
+        return seen[0]
+
+    return watch(look, lambda s: s[0] is not None and (s[0] != "LEADER" or s[1] > leader.term),
+                 WATCH_S * db.time_scale)
