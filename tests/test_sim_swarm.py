@@ -17,14 +17,13 @@ import pytest
 from harness.sim.network import SimNetwork
 from harness.sim.stack import StackConfig, StackSim, _quiet_fenced, baseline_faults, replay_command
 from harness.sim.swarm import (
-    BUNDLE_DRAW,
     BUNDLED,
     CLASSIC,
     KINDS,
     LATE,
     WRITES,
     Mix,
-    _own_draw,
+    bundle_of,
     mix_for,
     parse_mix,
     swarm_mix,
@@ -200,8 +199,8 @@ def test_a_tombstone_that_votes_within_the_lease_is_caught_by_a_lease_race_seed(
 
 def _unbundled(seeds) -> list[int]:
     """The seeds whose mix is their own draws alone, with no bundle's knobs in place of some
-    (harness.sim.swarm.BUNDLES)."""
-    return [s for s in seeds if _own_draw(s, "bundle", BUNDLE_DRAW) is None]
+    (harness.sim.swarm.BUNDLES, LATE_BUNDLES)."""
+    return [s for s in seeds if bundle_of(s) is None]
 
 
 def test_swarm_mixes_draw_read_mostly_loads_and_the_spec_carries_them():

@@ -15,8 +15,10 @@ from harness.sim.swarm import (
     BUNDLED,
     BUNDLES,
     LATE,
+    LATE_BUNDLES,
     UNPACED,
     _own_draw,
+    bundle_of,
     parse_mix,
     swarm_mix,
 )
@@ -226,21 +228,27 @@ def test_a_copy_onto_a_damaged_superblock_failing_on_it_is_caught(tmp_path, monk
 
 def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knobs_together_do():
     """BUNDLES: the recorded specs the tests here (and FORGE's) fire probes with; about one
-    seed in five runs one of them whole, named swarm so its replay is `--mix swarm`; the other
-    seeds keep their own draws, and a kind of BUNDLED only comes in a bundle."""
+    seed in five runs one of them whole, named swarm so its replay is `--mix swarm`; of the
+    other seeds about one in sixteen runs one of LATE_BUNDLES (its own stream, so the seeds
+    with a bundle keep theirs); the rest keep their own draws, and a kind of BUNDLED only comes
+    in a bundle."""
     from tests.test_sim_forge import FORGE
 
     assert parse_mix(BUNDLES["forge-snapshot"]) == parse_mix(FORGE)
     assert BUNDLES["operator-copy"] == OPERATOR_COPY
     drawn = Counter(_own_draw(s, "bundle", BUNDLE_DRAW) for s in range(200))
     assert set(drawn) == {None, *BUNDLES} and 145 < drawn[None] < 175, drawn
+    late = Counter(b for s in range(400) if _own_draw(s, "bundle", BUNDLE_DRAW) is None
+                   and (b := bundle_of(s)) is not None)
+    assert set(late) == set(LATE_BUNDLES) and 6 < sum(late.values()) < 30, late
+    specs = {**BUNDLES, **LATE_BUNDLES}
     for s in range(200):
-        mix, bundle = swarm_mix(s), _own_draw(s, "bundle", BUNDLE_DRAW)
+        mix, bundle = swarm_mix(s), bundle_of(s)
         if bundle is None:
             assert not set(BUNDLED) & set(mix.kinds()), s
         else:
-            assert mix == replace(parse_mix(BUNDLES[bundle]), name="swarm"), s
-            assert mix.describe() == f"swarm: {parse_mix(BUNDLES[bundle]).spec()}"
+            assert mix == replace(parse_mix(specs[bundle]), name="swarm"), s
+            assert mix.describe() == f"swarm: {parse_mix(specs[bundle]).spec()}"
 
 
 def test_an_operators_copy_over_a_running_replica_that_goes_through_is_a_violation(

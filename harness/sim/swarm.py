@@ -202,6 +202,22 @@ BUNDLES = {
                      "reads=linearizable;load=20x200;read-share=0.99;fsync=10",
 }
 BUNDLE_DRAW = (None,) * 24 + tuple(BUNDLES)
+# Bundles added after seeds were recorded against BUNDLE_DRAW, whose longer tuple would move
+# most seeds' bundles: drawn from a stream of their own (`bundle_of`), only for the seeds that
+# drew none there, so a recorded seed with a bundle keeps it. catalog-churn: leadership of the
+# catalog and of the tablets handed over at a fast pace beside master changes, DDL, crashes and
+# partitions; 150 seeds of it found a copy source reading the files of a dropped table and
+# tablet servers left on an old master list, which no swarm seed had (a swarm seed draws a few
+# kinds, and these four together about never). failing-elections: transfers and kills beside
+# a failing disk, elections whose votes are saved while the directory's sync fails, then read
+# back by a process restarted with its machine up (the persist-before-answer check's mix).
+LATE_BUNDLES = {
+    "catalog-churn": "transfer:10,crash:3,restart:4,partition:3,isolate:2,masters:2,ddl:3,"
+                     "power:2,skew:2,heal:1;every=0.1-0.4;reads=linearizable",
+    "failing-elections": "disk:8,transfer:8,kill:8,restart:6,heal:1;every=0.1-0.4;"
+                         "reads=linearizable;load=2x10",
+}
+LATE_BUNDLE_DRAW = (None,) * 30 + tuple(LATE_BUNDLES)
 
 
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
@@ -360,8 +376,15 @@ def swarm_mix(seed: int) -> Mix:
               batch=batch if writes in SESSION_MODES else None, inflight=inflight,
               frame_mb=frame_mb, unpaced=unpaced, max_results=max_results,
               consistency=consistency, missed=missed, client_timeout_ms=client_timeout_ms)
-    bundle = _own_draw(seed, "bundle", BUNDLE_DRAW)
-    return mix if bundle is None else replace(parse_mix(BUNDLES[bundle]), name="swarm")
+    bundle = bundle_of(seed)
+    return mix if bundle is None else replace(parse_mix({**BUNDLES, **LATE_BUNDLES}[bundle]),
+                                              name="swarm")
+
+
+def bundle_of(seed: int) -> str | None:
+    """The bundle seed `seed` runs whole, if any: one of BUNDLES, else one of LATE_BUNDLES."""
+    return (_own_draw(seed, "bundle", BUNDLE_DRAW)
+            or _own_draw(seed, "late-bundle", LATE_BUNDLE_DRAW))
 
 
 def _unpaceable(writes: str, values: str | None, frame_mb: int | None) -> bool:
