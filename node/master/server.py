@@ -198,20 +198,31 @@ class Master(ServerBase):
         return self.uuid not in r.active_members()
 
     async def on_heartbeat(self, req: TSHeartbeat) -> TSHeartbeatResponse:
+        """Followers answer with the masters too: the leader may be a master the server does
+        not heartbeat (one added while the server was cut off), and then only followers can
+        tell it of the new list."""
         await self.book.learn([self.ts.heard(req.server)])
         r = self.tablets.replicas.get(CATALOG)
-        leader = r is not None and r.role == Role.LEADER
-        if not leader:
+        if r is None:
             return TSHeartbeatResponse(False)
-        # The committed config, not the active one: a pending change may still be rolled back.
-        # Its index lets the servers ignore it if they already hold a newer one, as they may
-        # when this master is a deposed leader that has not heard of its successor yet.
-        masters = [self.book.get(u) for u in r.committed_members()]
-        tservers = [t.peer for t in self.ts.servers.values()]
-        if None in masters:  # an address not learned yet: the servers keep the list they have
+        leader = r.role == Role.LEADER
+        tservers = [t.peer for t in self.ts.servers.values()] if leader else []
+        masters = self._committed_masters(r)
+        if masters is None:  # the servers keep the list they have
+            return TSHeartbeatResponse(leader, tservers, term=r.term)
+        return TSHeartbeatResponse(leader, tservers, masters, r.committed_config_index, r.term)
+
+    def _committed_masters(self, r: Replica) -> list[Peer] | None:
+        """The committed config's masters, or None while an address is not learned yet. The
+        committed config, not the active one: a pending change may still be rolled back. Its
+        index lets the servers ignore it if they hold a newer one already, as they may when
+        this master lags (a follower, or a deposed leader not told of its successor yet)."""
+        members = r.committed_members()
+        masters = [p for u in members if (p := self.book.get(u)) is not None]
+        if len(masters) < len(members):
             probe("master.heartbeat.masters_not_learned")
-            return TSHeartbeatResponse(True, tservers, term=r.term)
-        return TSHeartbeatResponse(True, tservers, masters, r.committed_config_index, r.term)
+            return None
+        return masters
 
     def _leader_catalog(self) -> Replica:
         r = self.catalog
