@@ -398,6 +398,8 @@ CATALOG: dict[str, str] = {
         "a new master found its peers already have a catalog: it waits to be added",
     "master.learn_addresses":
         "a master asks the others for the address of a catalog member it does not know",
+    "master.info.member_address_unknown":
+        "master.info lists a member by uuid only: this master has not learned its address yet",
     "master.heartbeat.masters_not_learned":
         "a master does not know every member's address yet: no master list sent",
     "master.removed.refused":

@@ -358,9 +358,15 @@ class TableList(msgspec.Struct, frozen=True):
 
 
 class MasterInfo(msgspec.Struct, frozen=True):
+    """`members` is the catalog's active config, every member's uuid; `masters` only those
+    members whose address this master knows (one added since it started, or since it was
+    copied, is learned from the others a reconcile round later). Membership is read from
+    `members`: a member missing from `masters` is still counted on."""
+
     uuid: str
     role: str
     leader: str | None
     term: int
     masters: list[Peer]
     tservers: list[Peer]
+    members: list[str]

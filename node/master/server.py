@@ -182,14 +182,15 @@ class Master(ServerBase):
 
     async def on_info(self, _req: Empty) -> MasterInfo:
         r = self.tablets.replicas.get(CATALOG)
-        members = []
-        if r is not None:
-            members = [p for u in r.active_members() if (p := self.book.get(u)) is not None]
         live = [t.peer for t in self.ts.live()]
         if r is None:
-            return MasterInfo(self.uuid, "INITIALIZING", None, 0, members, live)
+            return MasterInfo(self.uuid, "INITIALIZING", None, 0, [], live, [])
+        members = r.active_members()
+        masters = [p for u in members if (p := self.book.get(u)) is not None]
+        if len(masters) < len(members):
+            probe("master.info.member_address_unknown")
         role = "REMOVED" if self._removed(r) else r.role.name
-        return MasterInfo(self.uuid, role, r.leader, r.term, members, live)
+        return MasterInfo(self.uuid, role, r.leader, r.term, masters, live, members)
 
     def _removed(self, r: Replica) -> bool:
         """The catalog's config has left this master out: it serves nothing more. The active
