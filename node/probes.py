@@ -396,6 +396,8 @@ CATALOG: dict[str, str] = {
     # --- master: the catalog and its reconciler ---
     "master.bootstrap.join_existing":
         "a new master found its peers already have a catalog: it waits to be added",
+    "master.bootstrap.member_awaits_copy":
+        "a master with no catalog is listed in a config past the initial one: it awaits a copy",
     "master.learn_addresses":
         "a master asks the others for the address of a catalog member it does not know",
     "master.info.member_address_unknown":

@@ -358,10 +358,11 @@ class TableList(msgspec.Struct, frozen=True):
 
 
 class MasterInfo(msgspec.Struct, frozen=True):
-    """`members` is the catalog's active config, every member's uuid; `masters` only those
-    members whose address this master knows (one added since it started, or since it was
-    copied, is learned from the others a reconcile round later). Membership is read from
-    `members`: a member missing from `masters` is still counted on."""
+    """`members` is the catalog's active config, every member's uuid, and `config_index` its
+    opid index (0: the initial config; -1: no catalog yet); `masters` only those members whose
+    address this master knows (one added since it started, or since it was copied, is learned
+    from the others a reconcile round later). Membership is read from `members`: a member
+    missing from `masters` is still counted on."""
 
     uuid: str
     role: str
@@ -370,3 +371,4 @@ class MasterInfo(msgspec.Struct, frozen=True):
     masters: list[Peer]
     tservers: list[Peer]
     members: list[str]
+    config_index: int

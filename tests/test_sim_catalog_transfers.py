@@ -9,7 +9,13 @@ not learned the address of a master just added.
 - The spare was added, leadership moved to a master that had not learned the spare's address
   yet, and the spare's removal read membership from that leader's `master.info`, which listed
   only the members whose address it knew: "not a member", so the spare was stopped and wiped
-  while still a voter (master.info.member_address_unknown)."""
+  while still a voter (master.info.member_address_unknown).
+- The spare was started and its add proposed while the masters had no majority: the leader
+  appended the config that adds it, which never committed before the spare, once it reached
+  the others, found itself in every config they held. It took itself for one of the first
+  masters and created a catalog of its own, a second config at index 0. A master without a
+  catalog now creates one only if the masters hold the initial config still; otherwise it
+  waits to be copied the catalog (master.bootstrap.member_awaits_copy)."""
 
 from __future__ import annotations
 
@@ -42,6 +48,12 @@ def test_a_master_is_not_wiped_while_a_leader_that_lacks_its_address_counts_on_i
     assert result.probes.get("master.info.member_address_unknown", 0) >= 1
 
 
+def test_a_master_listed_in_a_config_past_the_initial_one_waits_for_the_copy(tmp_path):
+    result = _run(218, tmp_path)
+    assert result.ok(), (result.violation, result.verdict)
+    assert result.probes.get("master.bootstrap.member_awaits_copy", 0) >= 1
+
+
 class _Rpc:
     """The admin tool's RpcClient stand-in: each master (by host) answers master.info."""
 
@@ -61,6 +73,6 @@ def test_membership_counts_a_member_the_leader_has_no_address_for():
     """A leader just handed the catalog may not have learned the address of a master just
     added: `masters` leaves it out, `members` does not, and the tool reads `members`."""
     known = [Peer(u, f"h{u}", 7051) for u in "abc"]
-    infos = {"ha": MasterInfo("a", "LEADER", "a", 2, known, [], list("abcd")),
-             "hb": MasterInfo("b", "FOLLOWER", "a", 2, known, [], list("abcd"))}
+    infos = {"ha": MasterInfo("a", "LEADER", "a", 2, known, [], list("abcd"), 5),
+             "hb": MasterInfo("b", "FOLLOWER", "a", 2, known, [], list("abcd"), 5)}
     assert asyncio.run(member_masters(_Client(infos))) == set("abcd")
