@@ -395,13 +395,19 @@ CATALOG: dict[str, str] = {
         "a config change removed the leader: NOT_LEADER, leadership handed over",
     "tserver.masters.adopted":
         "a tablet server adopted a newer committed master list from a heartbeat",
+    "tserver.masters.adopted_without_leader":
+        "a tablet server adopted a master list from followers: no master it heartbeats leads",
     # --- master: the catalog and its reconciler ---
     "master.bootstrap.join_existing":
         "a new master found its peers already have a catalog: it waits to be added",
+    "master.bootstrap.member_awaits_copy":
+        "a master with no catalog is listed in a config past the initial one: it awaits a copy",
     "master.learn_addresses":
         "a master asks the others for the address of a catalog member it does not know",
+    "master.info.member_address_unknown":
+        "master.info lists a member by uuid only: this master has not learned its address yet",
     "master.heartbeat.masters_not_learned":
-        "the leader master does not know every member's address yet: no master list sent",
+        "a master does not know every member's address yet: no master list sent",
     "master.removed.refused":
         "a master removed from the catalog's config refused a request (NOT_LEADER)",
     "master.membership.add": "the leader master adds a master to the catalog's config (AddMaster)",

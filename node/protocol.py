@@ -308,12 +308,13 @@ class TSHeartbeat(msgspec.Struct, frozen=True):
 
 
 class TSHeartbeatResponse(msgspec.Struct, frozen=True):
-    """`masters` is the catalog's committed config as the answering leader master knows it,
-    with the config's opid index: a server adopts it only if that index is above the one it
-    holds, so a deposed leader's older config never replaces a newer one (-1: none sent)."""
+    """`masters` is the catalog's committed config as the answering master knows it, leader
+    or follower, with the config's opid index: a server adopts it only if that index is above
+    the one it holds, so a lagging master's older config never replaces a newer one (-1: none
+    sent)."""
 
     leader: bool  # only the leader master acts on reports; followers record liveness
-    tservers: list[Peer] = []
+    tservers: list[Peer] = []  # the leader's only
     masters: list[Peer] = []
     masters_config_index: int = -1
     term: int = 0  # the answering master's term, for the server's log
@@ -357,9 +358,17 @@ class TableList(msgspec.Struct, frozen=True):
 
 
 class MasterInfo(msgspec.Struct, frozen=True):
+    """`members` is the catalog's active config, every member's uuid, and `config_index` its
+    opid index (0: the initial config; -1: no catalog yet); `masters` only those members whose
+    address this master knows (one added since it started, or since it was copied, is learned
+    from the others a reconcile round later). Membership is read from `members`: a member
+    missing from `masters` is still counted on."""
+
     uuid: str
     role: str
     leader: str | None
     term: int
     masters: list[Peer]
     tservers: list[Peer]
+    members: list[str]
+    config_index: int

@@ -16,6 +16,7 @@ from waiting import until_checked
 
 from harness.sim.stack import CLIENT_HOST, MASTER_PORT, StackConfig, StackSim
 from harness.sim.stack_checks import CATALOG
+from node import probes
 from node.protocol import ConfigState, Peer, RemoveMaster, TSHeartbeatResponse
 from node.rpc import RpcClient
 from node.tserver.heartbeater import Heartbeater
@@ -118,8 +119,8 @@ def test_a_deposed_leader_master_does_not_restore_a_removed_master(tmp_path):
 
 # -- the ordering rule alone, on the real heartbeater -----------------------------------------
 
-def _reply(index: int, *hosts: str, term: int = 1) -> TSHeartbeatResponse:
-    return TSHeartbeatResponse(True, [], [Peer(h, h, MASTER_PORT) for h in hosts], index, term)
+def _reply(index: int, *hosts: str, term: int = 1, leader: bool = True) -> TSHeartbeatResponse:
+    return TSHeartbeatResponse(leader, [], [Peer(h, h, MASTER_PORT) for h in hosts], index, term)
 
 
 def _heartbeater() -> Heartbeater:
@@ -144,3 +145,26 @@ def test_a_reply_without_a_config_leaves_the_list_alone():
     assert hb.adopt_masters(_reply(0, "m2"))  # any committed config replaces the command line's
     assert not hb.adopt_masters(_reply(0, "m1"))  # the same index is the same config
     assert hb.masters == [("m2", MASTER_PORT)]
+
+
+class _Masters:
+    """The heartbeater's RpcClient stand-in: each master (by host) answers with its reply."""
+
+    def __init__(self, replies: dict[str, TSHeartbeatResponse]):
+        self.replies = replies
+
+    async def call(self, addr, _method, _req, _reply_type, **_kw) -> TSHeartbeatResponse:
+        return self.replies[addr[0]]
+
+
+def test_followers_alone_tell_a_server_of_a_newer_config():
+    """The leader may be a master the server does not heartbeat (m3, added while it was cut
+    off): the followers it does heartbeat answer with their committed config, taken by the
+    same rule as the leader's."""
+    rpc = _Masters({"m1": _reply(4, "m1", "m2", "m3", leader=False),
+                    "m2": TSHeartbeatResponse(False)})  # one that has no address for m3 yet
+    hb = Heartbeater(rpc, [("m1", MASTER_PORT), ("m2", MASTER_PORT)], 1.0, lambda: None, 0, None)
+    with probes.expect("tserver.masters.adopted_without_leader"):
+        asyncio.run(hb.beat())
+    assert hb.masters == [("m1", MASTER_PORT), ("m2", MASTER_PORT), ("m3", MASTER_PORT)]
+    assert hb.masters_config_index == 4

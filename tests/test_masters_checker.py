@@ -8,7 +8,8 @@ from reports.checkers.masters import compare
 
 
 def info(uuid, config, leader="a", role="FOLLOWER", term=3):
-    return MasterInfo(uuid, role, leader, term, [Peer(u, "10.0.0.1", 7051) for u in config], [])
+    return MasterInfo(uuid, role, leader, term, [Peer(u, "10.0.0.1", 7051) for u in config], [],
+                      list(config), 0)
 
 
 HEALTHY = {"n1": info("a", "abc", role="LEADER"), "n2": info("b", "abc"), "n3": info("c", "abc")}

@@ -148,6 +148,12 @@ def test_a_seed_replays_bit_for_bit_in_fresh_processes(tmp_path):
     assert c.history_sha != a.history_sha
 
 
+def test_a_seed_run_again_in_its_kept_directory_judges_its_own_history_alone(tmp_path):
+    first = StackSim(StackConfig(seed=1, seconds=3.0), tmp_path).run()
+    again = StackSim(StackConfig(seed=1, seconds=3.0), tmp_path).run()
+    assert first.ops > 0 and (again.ops, again.history_sha) == (first.ops, first.history_sha)
+
+
 def test_the_simulation_runs_the_production_servers(tmp_path):
     sim = StackSim(StackConfig(seed=3, seconds=5.0), tmp_path)
     result = sim.run()

@@ -723,6 +723,9 @@ class StackSim:
         from reports.history import read_jsonl
 
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        # The history file is appended to, and a failed seed's directory is kept: a replay into
+        # it would judge both runs' operations as one history.
+        (self.out_dir / "history.jsonl").unlink(missing_ok=True)
         # setLevel, not `.level =`: it also clears the loggers' cached levels, which would
         # otherwise keep every node.* logger silent after the run.
         quiet = logging.getLogger("tessera")

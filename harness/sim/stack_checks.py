@@ -567,7 +567,7 @@ class Invariants:
     def check_master_lists(self) -> None:
         """Healed and settled: the catalog's committed config holds only masters the
         simulator runs (the masters faults drop a master only once it has left), and every
-        live tablet server heartbeats those masters, as the leader master last told them (the
+        live tablet server heartbeats those masters, as the masters last told them (the
         masters fault adds and removes one). Skipped while no master leads, an address is
         unknown to it, or a master never got far enough to know its uuid."""
         leaders = [s for h in self.sim.masters if (s := self.sim.servers.get(h)) is not None

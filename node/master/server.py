@@ -11,8 +11,9 @@ tablet servers report, node/master/ts_manager.py's.
 
 On first start each master asks every other master for its UUID (they answer before they have a
 catalog) and all of them build the same initial config from the sorted UUIDs. A master that
-finds its peers already have a catalog joins it instead: it waits until the leader adds it
-(`tessera master add`, Kudu's AddMaster) as a non-voter, copies it the catalog and promotes it.
+finds its peers already have a catalog without it joins it instead: it waits until the leader
+adds it (`tessera master add`, Kudu's AddMaster) as a non-voter, copies it the catalog and
+promotes it. So does one they list in a config past the initial one: it was added already.
 A master removed from the catalog's config stops serving (it answers REMOVED / NOT_LEADER).
 """
 
@@ -143,12 +144,7 @@ class Master(ServerBase):
                     peers[addr] = Peer(info.uuid, addr[0], addr[1])
                 except RpcError:
                     continue
-                if info.role != "INITIALIZING" and self.uuid not in {p.uuid for p in info.masters}:
-                    # its catalog was made without us: we are new to a running cluster
-                    probe("master.bootstrap.join_existing")
-                    log.info("master %s at %s:%d already has a catalog: joining it; waiting to "
-                             "be added (tessera master add %s:%d)", info.uuid, addr[0], addr[1],
-                             self.me.host, self.me.port)
+                if self._joins_existing(info, addr):
                     return
             if len(peers) < len(addrs):
                 log.info("waiting for masters: %d of %d answered", len(peers), len(addrs))
@@ -158,6 +154,27 @@ class Master(ServerBase):
         config = RaftConfig(0, tuple(Member(p.uuid, MemberType.VOTER) for p in members))
         await self.tablets.create(CATALOG, CATALOG, KeyRange(), config)
         log.info("catalog created with masters %s", [p.uuid for p in members])
+
+    def _joins_existing(self, info: MasterInfo, addr: tuple[str, int]) -> bool:
+        """Whether the master at `addr` holds a catalog this master must be copied rather than
+        create. Only the first masters build the initial config, and only while it is the one
+        in force: a master listed in a later config was added (maybe by a change not committed
+        yet), and one it does not list is new to a running cluster."""
+        if info.role == "INITIALIZING":
+            return False
+        if self.uuid not in info.members:
+            probe("master.bootstrap.join_existing")
+            log.info("master %s at %s:%d already has a catalog: joining it; waiting to be added "
+                     "(tessera master add %s:%d)", info.uuid, addr[0], addr[1], self.me.host,
+                     self.me.port)
+            return True
+        if info.config_index > 0:
+            probe("master.bootstrap.member_awaits_copy")
+            log.info("master %s at %s:%d lists this master in config %d, past the initial one: "
+                     "waiting to be copied the catalog", info.uuid, addr[0], addr[1],
+                     info.config_index)
+            return True
+        return False
 
     @property
     def catalog(self) -> Replica:
@@ -182,14 +199,16 @@ class Master(ServerBase):
 
     async def on_info(self, _req: Empty) -> MasterInfo:
         r = self.tablets.replicas.get(CATALOG)
-        members = []
-        if r is not None:
-            members = [p for u in r.active_members() if (p := self.book.get(u)) is not None]
         live = [t.peer for t in self.ts.live()]
         if r is None:
-            return MasterInfo(self.uuid, "INITIALIZING", None, 0, members, live)
+            return MasterInfo(self.uuid, "INITIALIZING", None, 0, [], live, [], -1)
+        members = r.active_members()
+        masters = [p for u in members if (p := self.book.get(u)) is not None]
+        if len(masters) < len(members):
+            probe("master.info.member_address_unknown")
         role = "REMOVED" if self._removed(r) else r.role.name
-        return MasterInfo(self.uuid, role, r.leader, r.term, members, live)
+        return MasterInfo(self.uuid, role, r.leader, r.term, masters, live, members,
+                          r.active_config_index)
 
     def _removed(self, r: Replica) -> bool:
         """The catalog's config has left this master out: it serves nothing more. The active
@@ -198,20 +217,31 @@ class Master(ServerBase):
         return self.uuid not in r.active_members()
 
     async def on_heartbeat(self, req: TSHeartbeat) -> TSHeartbeatResponse:
+        """Followers answer with the masters too: the leader may be a master the server does
+        not heartbeat (one added while the server was cut off), and then only followers can
+        tell it of the new list."""
         await self.book.learn([self.ts.heard(req.server)])
         r = self.tablets.replicas.get(CATALOG)
-        leader = r is not None and r.role == Role.LEADER
-        if not leader:
+        if r is None:
             return TSHeartbeatResponse(False)
-        # The committed config, not the active one: a pending change may still be rolled back.
-        # Its index lets the servers ignore it if they already hold a newer one, as they may
-        # when this master is a deposed leader that has not heard of its successor yet.
-        masters = [self.book.get(u) for u in r.committed_members()]
-        tservers = [t.peer for t in self.ts.servers.values()]
-        if None in masters:  # an address not learned yet: the servers keep the list they have
+        leader = r.role == Role.LEADER
+        tservers = [t.peer for t in self.ts.servers.values()] if leader else []
+        masters = self._committed_masters(r)
+        if masters is None:  # the servers keep the list they have
+            return TSHeartbeatResponse(leader, tservers, term=r.term)
+        return TSHeartbeatResponse(leader, tservers, masters, r.committed_config_index, r.term)
+
+    def _committed_masters(self, r: Replica) -> list[Peer] | None:
+        """The committed config's masters, or None while an address is not learned yet. The
+        committed config, not the active one: a pending change may still be rolled back. Its
+        index lets the servers ignore it if they hold a newer one already, as they may when
+        this master lags (a follower, or a deposed leader not told of its successor yet)."""
+        members = r.committed_members()
+        masters = [p for u in members if (p := self.book.get(u)) is not None]
+        if len(masters) < len(members):
             probe("master.heartbeat.masters_not_learned")
-            return TSHeartbeatResponse(True, tservers, term=r.term)
-        return TSHeartbeatResponse(True, tservers, masters, r.committed_config_index, r.term)
+            return None
+        return masters
 
     def _leader_catalog(self) -> Replica:
         r = self.catalog

@@ -758,6 +758,11 @@ class Replica:
         """Opid index of the committed config: what a DeleteTablet's compare-and-set checks."""
         return self.core.committed_config.opid_index
 
+    @property
+    def active_config_index(self) -> int:
+        """Opid index of the active config (`active_members`'): 0 until the first change."""
+        return self.core.active_config.opid_index
+
     def committed_entries(self, above: int) -> list[tuple[int, int, int | None]]:
         """(index, term, hybrid timestamp) of each committed entry above `above` still in the
         in-memory log, the timestamp None for entries that carry no command (no-ops, configs):

@@ -178,9 +178,9 @@ async def master_step_down(args, client) -> int:
     addr = next((p.addr for p in leader.masters if p.uuid == leader.uuid), None)
     if addr is None:
         raise AdminError(f"the leader master {leader.uuid} does not list its own address")
-    if args.new_leader is not None and args.new_leader not in {p.uuid for p in leader.masters}:
+    if args.new_leader is not None and args.new_leader not in leader.members:
         raise AdminError(f"{args.new_leader} is not a member of the masters "
-                         f"({', '.join(sorted(p.uuid for p in leader.masters))})")
+                         f"({', '.join(sorted(leader.members))})")
     await client.rpc.call(addr, "consensus.leader_step_down",
                           LeaderStepDown(CATALOG, args.new_leader), Ack, to_uuid=leader.uuid,
                           timeout=client.timeout)
@@ -215,8 +215,10 @@ async def list_masters(args, client) -> int:
 
 async def member_masters(client) -> set[str]:
     """The UUIDs of the masters' config as the leader master holds it (its active config),
-    waiting up to the client's timeout for a leader to be elected."""
-    return {p.uuid for p in (await _leader_info(client, wait=client.timeout)).masters}
+    waiting up to the client's timeout for a leader to be elected. Its `members`, not the
+    masters whose address it knows: a leader just elected may not have learned the address
+    of a master just added, and a removal told "not a member" would leave it a voter."""
+    return set((await _leader_info(client, wait=client.timeout)).members)
 
 
 async def _leader_info(client, wait: float = 0.0) -> MasterInfo:

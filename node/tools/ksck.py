@@ -117,7 +117,7 @@ def _masters(addrs: list[tuple[str, int]], infos: list, problems: list[str]) -> 
         if isinstance(i, MasterInfo):
             rows.append({"address": f"{host}:{port}", "uuid": i.uuid, "role": i.role,
                          "term": i.term, "leader": i.leader,
-                         "config": sorted(p.uuid for p in i.masters)})
+                         "config": sorted(i.members)})
         else:
             rows.append({"address": f"{host}:{port}", "role": "UNREACHABLE", "error": str(i)})
             problems.append(f"master {host}:{port} does not answer: {i}")

@@ -1,15 +1,17 @@
 """Kudu's Heartbeater: a tablet server reports its tablets to every master (multi-master seed)
-each `heartbeat_interval_ms`, and learns its peers' addresses and the current masters from the
-leader master's answer.
+each `heartbeat_interval_ms`, learns its peers' addresses from the leader master's answer and
+the current masters from any master's.
 Reporting to all masters, not just the leader, lets a new leader master know the tablets at
 once instead of after a full heartbeat round.
 
 The master list is taken only from a committed config newer than the one held, ordered by the
-config's opid index as Raft orders configs (two committed configs never share an index). A
-reply that merely claims leadership is not enough: a deposed leader that has not yet heard of
-its successor still says LEADER, with the config it knew, and adopting that would bring back
-removed masters and drop added ones. The leader's term is not the order either: a new leader
-may not know yet that its predecessor's last config committed, and reports an older one."""
+config's opid index as Raft orders configs (two committed configs never share an index). Who
+answers does not order them: a deposed leader that has not yet heard of its successor still
+says LEADER, with the config it knew, and adopting that would bring back removed masters and
+drop added ones; nor does the leader's term: a new leader may not know yet that its
+predecessor's last config committed, and reports an older one. Followers' answers count as
+much as the leader's: a server cut off while a master was added keeps the list it had, and if
+that master leads once the server is back, only the followers it heartbeats can tell it."""
 
 from __future__ import annotations
 
@@ -45,10 +47,13 @@ class Heartbeater:
             self.rpc_client.call(addr, "master.ts_heartbeat", hb, TSHeartbeatResponse,
                                  to_uuid="", timeout=max(self.period_s, 1.0))
             for addr in self.masters), return_exceptions=True)
-        for res in results:
-            if isinstance(res, TSHeartbeatResponse) and res.leader:
+        answers = [res for res in results if isinstance(res, TSHeartbeatResponse)]
+        led = any(res.leader for res in answers)
+        for res in answers:
+            if res.leader:
                 await self.book.learn(res.tservers)
-                self.adopt_masters(res)
+            if self.adopt_masters(res) and not led:
+                probe("tserver.masters.adopted_without_leader")
 
     def adopt_masters(self, res: TSHeartbeatResponse) -> bool:
         """Take the reply's master list if its committed config is newer than ours; whether
@@ -58,7 +63,7 @@ class Heartbeater:
         probe("tserver.masters.adopted")
         self.masters = [p.addr for p in res.masters]
         self.masters_config_index = res.masters_config_index
-        log.info("masters: config index %d (from a leader at term %d): %s",
-                 res.masters_config_index, res.term,
+        log.info("masters: config index %d (from a %s at term %d): %s",
+                 res.masters_config_index, "leader" if res.leader else "follower", res.term,
                  ", ".join(f"{h}:{p}" for h, p in self.masters))
         return True

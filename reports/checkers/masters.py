@@ -16,7 +16,7 @@ def compare(hosts: list[str], infos: dict[str, Any]) -> dict[str, Any]:
     for h in sorted(infos):
         i = infos[h]
         rows[h] = {"uuid": i.uuid, "role": i.role, "term": i.term, "leader": i.leader,
-                   "config": sorted(p.uuid for p in i.masters)}
+                   "config": sorted(i.members)}
     result: dict[str, Any] = {"checker": "masters", "masters": dict(sorted(rows.items())), "errors": []}
     missing = sorted(set(hosts) - set(infos))
     if missing:

@@ -1,0 +1,78 @@
+"""Recorded seeds of the whole-stack simulator under a mix heavy in leader transfers of the
+masters' catalog, where the leadership often moves to a master just added or to one that has
+not learned the address of a master just added.
+
+- A tablet server cut off while the spare master was added kept the master list it had; once
+  back, the spare led the catalog, and the masters it heartbeats were all followers. Followers
+  answered nothing of the masters, so it never heard of the spare. Followers now answer with
+  their committed config too (tserver.masters.adopted_without_leader).
+- The spare was added, leadership moved to a master that had not learned the spare's address
+  yet, and the spare's removal read membership from that leader's `master.info`, which listed
+  only the members whose address it knew: "not a member", so the spare was stopped and wiped
+  while still a voter (master.info.member_address_unknown).
+- The spare was started and its add proposed while the masters had no majority: the leader
+  appended the config that adds it, which never committed before the spare, once it reached
+  the others, found itself in every config they held. It took itself for one of the first
+  masters and created a catalog of its own, a second config at index 0. A master without a
+  catalog now creates one only if the masters hold the initial config still; otherwise it
+  waits to be copied the catalog (master.bootstrap.member_awaits_copy)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from harness.sim.stack import StackConfig, StackSim
+from harness.sim.swarm import parse_mix
+from node.protocol import MasterInfo, Peer
+from node.tools.admin import member_masters
+
+TRANSFERS = ("transfer:10,crash:3,restart:4,partition:3,isolate:2,masters:2,ddl:3,power:2,"
+             "skew:2,heal:1;every=0.1-0.4;reads=linearizable")
+
+
+def _run(seed: int, out):
+    workload = "register" if seed % 2 == 0 else "list-append"
+    return StackSim(StackConfig(seed=seed, workload=workload, seconds=20.0,
+                                mix=parse_mix(TRANSFERS)), out).run()
+
+
+def test_a_tablet_server_learns_a_master_added_while_it_was_cut_off(tmp_path):
+    result = _run(41, tmp_path)
+    assert result.ok(), (result.violation, result.verdict)
+    assert result.probes.get("tserver.masters.adopted_without_leader", 0) >= 1
+
+
+def test_a_master_is_not_wiped_while_a_leader_that_lacks_its_address_counts_on_it(tmp_path):
+    result = _run(96, tmp_path)
+    assert result.ok(), (result.violation, result.verdict)
+    assert result.probes.get("master.info.member_address_unknown", 0) >= 1
+
+
+def test_a_master_listed_in_a_config_past_the_initial_one_waits_for_the_copy(tmp_path):
+    result = _run(218, tmp_path)
+    assert result.ok(), (result.violation, result.verdict)
+    assert result.probes.get("master.bootstrap.member_awaits_copy", 0) >= 1
+
+
+class _Rpc:
+    """The admin tool's RpcClient stand-in: each master (by host) answers master.info."""
+
+    def __init__(self, infos: dict[str, MasterInfo]):
+        self.infos = infos
+
+    async def call(self, addr, _method, _req, _reply_type, **_kw) -> MasterInfo:
+        return self.infos[addr[0]]
+
+
+class _Client:
+    def __init__(self, infos: dict[str, MasterInfo]):
+        self.rpc, self.masters, self.timeout = _Rpc(infos), [(h, 7051) for h in infos], 1.0
+
+
+def test_membership_counts_a_member_the_leader_has_no_address_for():
+    """A leader just handed the catalog may not have learned the address of a master just
+    added: `masters` leaves it out, `members` does not, and the tool reads `members`."""
+    known = [Peer(u, f"h{u}", 7051) for u in "abc"]
+    infos = {"ha": MasterInfo("a", "LEADER", "a", 2, known, [], list("abcd"), 5),
+             "hb": MasterInfo("b", "FOLLOWER", "a", 2, known, [], list("abcd"), 5)}
+    assert asyncio.run(member_masters(_Client(infos))) == set("abcd")
