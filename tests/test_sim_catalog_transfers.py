@@ -1,6 +1,6 @@
-"""Recorded seeds of the whole-stack simulator under a mix heavy in leader transfers of the
-masters' catalog, where the leadership often moves to a master just added or to one that has
-not learned the address of a master just added.
+"""Recorded seeds of the whole-stack simulator under the swarm's catalog-churn bundle, a mix heavy
+in leader transfers of the masters' catalog, where the leadership often moves to a master just
+added or to one that has not learned the address of a master just added, beside DDL.
 
 - A tablet server cut off while the spare master was added kept the master list it had; once
   back, the spare led the catalog, and the masters it heartbeats were all followers. Followers
@@ -15,19 +15,22 @@ not learned the address of a master just added.
   the others, found itself in every config they held. It took itself for one of the first
   masters and created a catalog of its own, a second config at index 0. A master without a
   catalog now creates one only if the masters hold the initial config still; otherwise it
-  waits to be copied the catalog (master.bootstrap.member_awaits_copy)."""
+  waits to be copied the catalog (master.bootstrap.member_awaits_copy).
+- A table dropped 3 s after it was made, while a tablet server copied one of its tablets from a
+  peer: the source's files were gone, and its next fetch read them by path and failed with
+  FileNotFoundError, an error no handler guarded (REMOTE_ERROR). The source now ends the
+  session and refuses with TABLET_NOT_RUNNING, which ends the copy (copy.source.replica_gone)."""
 
 from __future__ import annotations
 
 import asyncio
 
 from harness.sim.stack import StackConfig, StackSim
-from harness.sim.swarm import parse_mix
+from harness.sim.swarm import LATE_BUNDLES, parse_mix
 from node.protocol import MasterInfo, Peer
 from node.tools.admin import member_masters
 
-TRANSFERS = ("transfer:10,crash:3,restart:4,partition:3,isolate:2,masters:2,ddl:3,power:2,"
-             "skew:2,heal:1;every=0.1-0.4;reads=linearizable")
+TRANSFERS = LATE_BUNDLES["catalog-churn"]
 
 
 def _run(seed: int, out):
@@ -52,6 +55,12 @@ def test_a_master_listed_in_a_config_past_the_initial_one_waits_for_the_copy(tmp
     result = _run(218, tmp_path)
     assert result.ok(), (result.violation, result.verdict)
     assert result.probes.get("master.bootstrap.member_awaits_copy", 0) >= 1
+
+
+def test_a_copy_source_whose_table_is_dropped_mid_copy_ends_the_session_and_says_so(tmp_path):
+    result = _run(34, tmp_path)
+    assert result.ok(), (result.violation, result.verdict)
+    assert result.probes.get("copy.source.replica_gone", 0) >= 1
 
 
 class _Rpc:

@@ -298,17 +298,3 @@ def test_a_copy_that_merges_into_fresh_metadata_where_the_old_was_lost_is_caught
     assert result.violation and result.violation.startswith("vote safety"), result.violation
     assert "forgot its vote" in result.violation
 
-
-# Leadership transfers of the catalog and the tablets beside master changes, DDL and crashes.
-TRANSFER_HEAVY = ("transfer:10,crash:3,restart:4,partition:3,isolate:2,masters:2,ddl:3,power:2,"
-                  "skew:2,heal:1;every=0.1-0.4;reads=linearizable")
-
-
-def test_a_copy_source_whose_table_is_dropped_mid_copy_ends_the_session_and_says_so(tmp_path):
-    """A table dropped 3 s after it was made, while a tablet server copied one of its tablets
-    from a peer: the source's files were gone, and its next fetch read them by path and failed
-    with FileNotFoundError, an error no handler guarded (REMOTE_ERROR). The source now ends the
-    session and refuses with TABLET_NOT_RUNNING, which ends the copy."""
-    _valid_and_fired(StackConfig(seed=34, workload="register", seconds=20.0,
-                                 mix=parse_mix(TRANSFER_HEAVY)),
-                     tmp_path, "copy.source.replica_gone")
