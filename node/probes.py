@@ -411,6 +411,8 @@ CATALOG: dict[str, str] = {
     "master.removed.refused":
         "a master removed from the catalog's config refused a request (NOT_LEADER)",
     "master.membership.add": "the leader master adds a master to the catalog's config (AddMaster)",
+    "master.membership.answer_not_confirmed":
+        "a leader master could not confirm its leadership before answering a membership fact",
     "master.membership.remove":
         "the leader master removes a master from the catalog's config (RemoveMaster)",
     "master.membership.leader_hands_over":

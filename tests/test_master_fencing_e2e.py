@@ -20,7 +20,16 @@ import pytest
 from waiting import until_async
 
 from node.client import TesseraClient
-from node.protocol import Ack, DeleteTablet, Empty, MasterInfo, ServerStatus, TableList
+from node.protocol import (
+    Ack,
+    ConfigState,
+    DeleteTablet,
+    Empty,
+    MasterInfo,
+    RemoveMaster,
+    ServerStatus,
+    TableList,
+)
 from node.rpc import ErrorCode, RpcError
 from node.tools.local_cluster import LocalCluster
 
@@ -92,6 +101,7 @@ def test_a_deposed_leader_master_leaves_the_tablets_its_successor_created(tmp_pa
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "deposed leader kept every replica" in proc.stdout
+    assert "deposed leader, LEADER by its own account, answered" in proc.stdout, proc.stdout
 
 
 def _iptables(action: str, a: str, others: list[str]) -> None:
@@ -146,6 +156,17 @@ async def _deposed(cluster: LocalCluster) -> None:
         assert [r.state for _, r in reps.values()] == ["RUNNING"] * 3, reps
         return f"tablet {tablet} reported by" in old_log.read_text()
     await until_async(reconciled_with_the_report, "the old leader's reconciler to see the tablet")
+
+    # Still leading by its own account, it must not answer a membership fact from its config
+    # (a tool takes "not a member" for a removal already done): it confirms its leadership
+    # first, which it cannot.
+    info = await _call(client, cluster, old, "master.info", Empty(), MasterInfo)
+    with pytest.raises(RpcError) as unconfirmed:
+        await _call(client, cluster, old, "master.remove_master", RemoveMaster("no-such-master"),
+                    ConfigState)
+    assert info.role != "LEADER" or unconfirmed.value.code in (
+        ErrorCode.NOT_LEADER, ErrorCode.DEADLINE_EXCEEDED), (info.role, unconfirmed.value)
+    print(f"deposed leader, {info.role} by its own account, answered {unconfirmed.value.code.name}")
 
     async def stepped_down():
         info = await _call(client, cluster, old, "master.info", Empty(), MasterInfo)

@@ -72,10 +72,13 @@ from node.rpc import ErrorCode, RpcError, RpcServer
 from node.server.base import ServerBase, ServerOptions
 from node.server.daemon import new_uuid
 from node.server.replica_errors import proposal_error, replica_error
-from node.tablet.ops import MicroOp, OpenSession, Txn
+from node.tablet.ops import MicroOp, OpenSession, Read, Txn
 from node.tablet.superblock import HashBucket, KeyRange
 
 log = logging.getLogger(__name__)
+# The key a membership answer's ReadIndex round reads (Master._still_leading): the round, not
+# the value, is what counts, so any key does.
+MEMBERSHIP_READ_KEY = "masters"
 
 
 
@@ -259,7 +262,7 @@ class Master(ServerBase):
         async with self._catalog_lock:
             await self._await_ready()
             r = self._leader_catalog()
-            if req.peer.uuid in r.active_members():
+            if req.peer.uuid in r.active_members() and await self._still_leading(r):
                 raise RpcError(ErrorCode.ALREADY_EXISTS, f"master {req.peer.uuid} is a member")
             probe("master.membership.add")
             await self.book.learn([req.peer])
@@ -272,10 +275,24 @@ class Master(ServerBase):
         async with self._catalog_lock:
             await self._await_ready()
             r = self._leader_catalog()
-            if req.uuid not in r.active_members():
+            if req.uuid not in r.active_members() and await self._still_leading(r):
                 raise RpcError(ErrorCode.NOT_FOUND, f"master {req.uuid} is not a member")
             probe("master.membership.remove")
             return await self._change_masters(r, ConfigChange(ChangeOp.REMOVE, req.uuid))
+
+    async def _still_leading(self, r: Replica) -> bool:
+        """True once a ReadIndex round proved this master still leads in its term, so its
+        active config is the masters' newest; NOT_LEADER if it does not. Membership answered
+        without a change (already a member, not a member) must not come from a deposed leader
+        that has not heard of its successor: the tools take either answer for an earlier try
+        done, and a removal told "not a member" by a config that predates an add would leave
+        the added master a voter while its process is stopped and wiped."""
+        try:
+            await r.read(Read(MEMBERSHIP_READ_KEY))
+        except ReplicaError as e:
+            probe("master.membership.answer_not_confirmed")
+            raise replica_error(e) from None
+        return True
 
     async def _change_masters(self, r: Replica, change: ConfigChange) -> ConfigState:
         try:
