@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from harness.sim.stack import StackConfig, StackSim
 from harness.sim.swarm import LATE_BUNDLES, parse_mix
 from node.protocol import MasterInfo, Peer
@@ -33,34 +35,26 @@ from node.tools.admin import member_masters
 TRANSFERS = LATE_BUNDLES["catalog-churn"]
 
 
-def _run(seed: int, out):
+# (seed, the probe on the path it reached, what the seed shows), one per finding above
+SEEDS = [
+    (41, "tserver.masters.adopted_without_leader",
+     "a tablet server learns a master added while it was cut off"),
+    (96, "master.info.member_address_unknown",
+     "a master is not wiped while a leader that lacks its address counts on it"),
+    (218, "master.bootstrap.member_awaits_copy",
+     "a master listed in a config past the initial one waits for the copy"),
+    (34, "copy.source.replica_gone",
+     "a copy source whose table is dropped mid-copy ends the session and says so"),
+]
+
+
+@pytest.mark.parametrize("seed,probe,_shows", SEEDS, ids=[s[2] for s in SEEDS])
+def test_each_recorded_seed_is_valid_and_reaches_its_path(seed, probe, _shows, tmp_path):
     workload = "register" if seed % 2 == 0 else "list-append"
-    return StackSim(StackConfig(seed=seed, workload=workload, seconds=20.0,
-                                mix=parse_mix(TRANSFERS)), out).run()
-
-
-def test_a_tablet_server_learns_a_master_added_while_it_was_cut_off(tmp_path):
-    result = _run(41, tmp_path)
+    result = StackSim(StackConfig(seed=seed, workload=workload, seconds=20.0,
+                                  mix=parse_mix(TRANSFERS)), tmp_path).run()
     assert result.ok(), (result.violation, result.verdict)
-    assert result.probes.get("tserver.masters.adopted_without_leader", 0) >= 1
-
-
-def test_a_master_is_not_wiped_while_a_leader_that_lacks_its_address_counts_on_it(tmp_path):
-    result = _run(96, tmp_path)
-    assert result.ok(), (result.violation, result.verdict)
-    assert result.probes.get("master.info.member_address_unknown", 0) >= 1
-
-
-def test_a_master_listed_in_a_config_past_the_initial_one_waits_for_the_copy(tmp_path):
-    result = _run(218, tmp_path)
-    assert result.ok(), (result.violation, result.verdict)
-    assert result.probes.get("master.bootstrap.member_awaits_copy", 0) >= 1
-
-
-def test_a_copy_source_whose_table_is_dropped_mid_copy_ends_the_session_and_says_so(tmp_path):
-    result = _run(34, tmp_path)
-    assert result.ok(), (result.violation, result.verdict)
-    assert result.probes.get("copy.source.replica_gone", 0) >= 1
+    assert result.probes.get(probe, 0) >= 1, probe
 
 
 class _Rpc:
