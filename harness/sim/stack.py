@@ -723,10 +723,7 @@ class StackSim:
         from reports.checkers.verdict import judge
         from reports.history import read_jsonl
 
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        # The history file is appended to, and a failed seed's directory is kept: a replay into
-        # it would judge both runs' operations as one history.
-        (self.out_dir / "history.jsonl").unlink(missing_ok=True)
+        _fresh_out_dir(self.out_dir)
         # setLevel, not `.level =`: it also clears the loggers' cached levels, which would
         # otherwise keep every node.* logger silent after the run.
         quiet = logging.getLogger("tessera")
@@ -766,6 +763,14 @@ class StackSim:
                            dict(sorted(self.nemesis_counts.items())), self.events,
                            flips=flips, catalog_lag=self.invariants.catalog_lag,
                            mix=self.cfg.mix.as_json(), probes=hits)
+
+
+def _fresh_out_dir(out_dir: Path) -> None:
+    """A seed's directory, with no history of an earlier run in it: the history file is
+    appended to, and a failed seed's directory is kept, so a replay into it would judge both
+    runs' operations as one history."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "history.jsonl").unlink(missing_ok=True)
 
 
 def _starved(cfg: StackConfig, ops: list) -> bool:
