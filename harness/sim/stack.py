@@ -60,6 +60,7 @@ from harness.sim.swarm import CLASSIC, Mix
 from node import probes
 from node.faults import Faults
 from node.rpc.errors import ErrorCode
+from reports.checkers.registry import checker_modules
 
 # Virtual addresses: they exist only in SimNetwork, never on a socket. Taken from the project's
 # test subnet anyway (above the netns hosts' .11-.15), so a mistake could not reach anyone else.
@@ -1027,10 +1028,14 @@ def run_seeds(configs: list[StackConfig], out_root: Path, jobs: int, on_result=N
                         jobs, _lost, deadline, on_result, stop, SEED_IMPORTS)
 
 
-# What a seed imports as it runs (the servers, the client, the checkers): imported once by the
-# seed processes' fork server rather than by each seed (a quarter of a second a seed)
+# What a seed imports as it runs (the servers, the client, the workloads' runner, every
+# checker): imported once by the seed processes' fork server rather than by each seed (a
+# quarter of a second a seed for the servers; the checkers, which a seed imports only when it
+# judges its history, cost a matrix seed of 15 virtual s another 2 % of its CPU, most of it
+# compiling their source where no bytecode cache is written)
 SEED_IMPORTS = ("node.server.daemon", "node.master.server", "node.tserver.server", "node.client",
-                "harness.recorder", "reports.checkers.verdict", "reports.history")
+                "harness.recorder", "harness.runner", "reports.checkers.check", "reports.history",
+                *checker_modules())
 
 
 def _lost(job: tuple[StackConfig, str], why: str) -> StackResult:

@@ -43,12 +43,19 @@ def register(model: Model) -> Model:
     return model
 
 
+def checker_modules() -> list[str]:
+    """The modules of reports.checkers that register models (all but the command line and
+    the dispatch): what models() imports, and what a process that will check many histories
+    imports once before it forks (harness.sim.stack.SEED_IMPORTS)."""
+    import reports.checkers
+
+    return [f"reports.checkers.{m.name}" for m in pkgutil.iter_modules(reports.checkers.__path__)
+            if m.name not in ("cli", "check", "registry")]
+
+
 def models() -> dict[str, Model]:
     """Every registered model by name: importing the modules of reports.checkers registers
     them."""
-    import reports.checkers
-
-    for m in pkgutil.iter_modules(reports.checkers.__path__):
-        if m.name not in ("cli", "check", "registry"):
-            importlib.import_module(f"reports.checkers.{m.name}")
+    for name in checker_modules():
+        importlib.import_module(name)
     return dict(sorted(_MODELS.items()))
