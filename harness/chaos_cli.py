@@ -35,10 +35,13 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "--writes session-background or session-manual (default 16) "
                         "(repeatable)")
     p.add_argument("--consistency-model", metavar="MODEL",
-                   help="list-append: the consistency model the system claims, which the "
-                        "history is judged against, so a run is invalid only for an anomaly "
-                        "that model forbids: e.g. repeatable-read, snapshot-isolation, "
-                        "serializable, strict-serializable (default strict-serializable; "
+                   help="list-append, rw-register: the consistency model the system claims, "
+                        "which the history is judged against, so a run is invalid only for an "
+                        "anomaly that model forbids: e.g. repeatable-read, snapshot-isolation, "
+                        "serializable, strict-serializable (default: what --db claims with its "
+                        "--flag values: strict-serializable for Tessera and etcd; for MariaDB "
+                        "the --flag isolation level, snapshot-isolation on Galera or with "
+                        "innodb_snapshot_isolation=ON at repeatable-read or serializable; "
                         "`tessera check --help` lists every model)")
     p.add_argument("--nemesis", default="none",
                    help="none, or a comma list of groups (all: the classic faults; raft: "
@@ -155,9 +158,9 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
 
     options = dict(parse_value(o, "--workload-option") for o in args.workload_option)
     if args.consistency_model is not None:
-        from workloads import WORKLOADS
+        from workloads import model_judged
 
-        judged = sorted(n for n, w in WORKLOADS.items() if "consistency_model" in w.__dataclass_fields__)
+        judged = model_judged()
         if args.workload not in judged:
             raise ValueError(f"--consistency-model judges {', '.join(judged)} histories; "
                              f"--workload {args.workload} has a model of its own")
@@ -180,7 +183,7 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
         wheelhouse=str(args.wheelhouse) if args.wheelhouse else None,
         leave_db_running=args.leave_db_running,
         ca_cert=str(args.ca_cert.resolve()) if args.ca_cert else None,
-        ca_key=str(args.ca_key.resolve()) if args.ca_key else None))
+        ca_key=str(args.ca_key.resolve()) if args.ca_key else None).claiming())
 
 
 def run(args: argparse.Namespace) -> int:

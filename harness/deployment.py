@@ -157,9 +157,27 @@ class Deployment(Holds):
     log_rules: ClassVar[tuple[dict, ...]] = ()
 
     @classmethod
+    def drawn_flags(cls, workload: str) -> dict[str, tuple[str, ...]]:
+        """Settings a user chooses by --flag that `tessera test-all` draws for each run of
+        `workload` from its seed when the matrix was not given them, so a nightly matrix meets
+        each one a user would set (MariaDB's topology and isolation level): key -> the values
+        drawn among. None by default."""
+        return {}
+
+    @classmethod
     def check_flags(cls, flags: dict) -> None:
         """ValueError for a --flag the system's daemons would not take (checked before any
         host is touched); by default every key passes to the daemons' config as it is."""
+
+    @classmethod
+    def claimed_model(cls, flags: dict) -> str:
+        """The consistency model the system claims when run with `flags`: what a transactional
+        history (list-append, rw-register) is judged against unless the run names another
+        (`--consistency-model`). Strict serializability by default: Tessera's claim, and
+        etcd's."""
+        from reports.checkers.consistency import DEFAULT_MODEL
+
+        return DEFAULT_MODEL
 
     @classmethod
     def check_workload(cls, workload) -> None:

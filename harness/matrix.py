@@ -71,10 +71,24 @@ class Cell:
         fields = {"nemesis_interval": interval, "writes": run_writes(base, seed),
                   "external_consistency": run_external_consistency(base, seed),
                   **self.overrides}
-        flags = {**base.flags, **fields.pop("flags", {})}
+        flags = {**run_flags(base, self.workload, seed), **base.flags, **fields.pop("flags", {})}
         return msgspec.structs.replace(
             base, workload=self.workload, nemesis=list(self.nemesis), time_limit=time_limit,
-            seed=seed, flags=flags, **fields)
+            seed=seed, flags=flags, **fields).claiming()
+
+
+def run_flags(base: TestSpec, workload: str, seed: int) -> dict[str, str]:
+    """The settings the system has a user choose (Deployment.drawn_flags) that the matrix was
+    not given by --flag, each drawn from the run's seed in a stream of its own: a nightly
+    matrix of MariaDB meets every topology and isolation level, each run judged by what its
+    own draw claims (TestSpec.claiming)."""
+    import random
+
+    from harness.systems import system
+
+    return {key: random.Random(f"{seed}/{key}").choice(values)
+            for key, values in system(base.db).drawn_flags(workload).items()
+            if key not in base.flags}
 
 
 def run_writes(base: TestSpec, seed: int) -> str:

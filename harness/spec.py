@@ -88,6 +88,24 @@ class TestSpec(msgspec.Struct, frozen=True, kw_only=True):
     ca_cert: str | None = None
     ca_key: str | None = None
 
+    def claiming(self) -> TestSpec:
+        """This spec with a transactional workload judged by the model its system claims with
+        its flags (Deployment.claimed_model), unless --consistency-model named one: MariaDB at
+        REPEATABLE READ claims repeatable read, not strict serializability, and is invalid only
+        for what that forbids. Recorded in test.json, so replay and Spark judge alike; the
+        default model is left unwritten, as runs recorded before the option have it."""
+        from harness.systems import system
+        from reports.checkers.consistency import DEFAULT_MODEL
+        from workloads import model_judged
+
+        if self.workload not in model_judged() or "consistency_model" in self.workload_options:
+            return self
+        claim = system(self.db).claimed_model(dict(self.flags))
+        if claim == DEFAULT_MODEL:
+            return self
+        return msgspec.structs.replace(
+            self, workload_options={**self.workload_options, "consistency_model": claim})
+
     def make_workload(self):
         """The run's workload: --workload with its --workload-option values, --writes and
         --external-consistency."""

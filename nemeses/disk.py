@@ -247,10 +247,12 @@ class LoseUnfsynced(Nemesis):
         (once an SSH channel closed under `echo lose` and the run ended with every tablet
         server down and its verdict unknown)."""
         db, daemon = self.db, self.db.data_daemon
-        held = {h: holder for h in self.hosts if (holder := db.claim(h, daemon, self.name))}
-        targets = [h for h in self.hosts if h not in held]
+        serving = [h for h in self.hosts if daemon in db.daemons(h)]  # MariaDB's single: one
+        held = {h: holder for h in serving if (holder := db.claim(h, daemon, self.name))}
+        targets = [h for h in serving if h not in held]
         if not targets:
-            return {"skipped": f"every host's {daemon} is held by another fault: {held}"}
+            return {"skipped": f"no host's {daemon} to cut the power of: held by another "
+                               f"fault {held}, running none {sorted(set(self.hosts) - set(serving))}"}
         lost, failed = {}, {}
         try:
             # all at once, as a power loss is; each until gone: no write lands after the loss

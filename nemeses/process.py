@@ -44,10 +44,14 @@ class _ProcessFault(Nemesis):
         else:
             host, resolved = self.ctx.resolve_leader(rule)
             targets, how = [host], {"resolved": resolved}  # "fallback": no leader was known
-        held = {h: holder for h in targets if (holder := db.claim(h, self.daemon, self.name))}
-        self._hit = [h for h in targets if h not in held]
+        idle = [h for h in targets if not self._runs_on(h)]
+        held = {h: holder for h in targets
+                if h not in idle and (holder := db.claim(h, self.daemon, self.name))}
+        self._hit = [h for h in targets if h not in held and h not in idle]
         if not self._hit:
-            return {"skipped": f"every target is held by another fault: {held}"}
+            why = {**({"held by another fault": held} if held else {}),
+                   **({f"running no {self.daemon or 'daemon'}": idle} if idle else {})}
+            return {"skipped": f"no target to {self.do}: {why}"}
         if self.at_once:
             observe.each(self._hit, lambda h: getattr(db, self.do)(h, self.daemon))
         else:
@@ -56,7 +60,14 @@ class _ProcessFault(Nemesis):
         self.active = True
         return {self.done_word: self._hit, "targets": rule.get("spec", rule["rule"]), **how,
                 "signal": self.signal, **({"held": held} if held else {}),
-                "observed": self._observe()}
+                **({"idle": idle} if idle else {}), "observed": self._observe()}
+
+    def _runs_on(self, host: str) -> bool:
+        """Whether `host` runs what this fault signals (its daemon, or any): a host the system
+        does not run on (MariaDB's single server leaves the others idle, a removed etcd member)
+        has no process to hit, and an empty list of process states must not read as a hit."""
+        daemons = self.ctx.db.daemons(host)
+        return bool(daemons) if self.daemon is None else self.daemon in daemons
 
     def _observe(self, settle_s: float = SETTLE_S, poll_s: float = 0.2) -> dict:
         """Each hit daemon's process state, read from /proc on its host. `kill` returns once

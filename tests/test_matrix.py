@@ -467,6 +467,43 @@ def test_by_default_each_chaos_run_draws_its_write_mode_from_its_seed(tmp_path, 
     assert base_spec(_args("--self-check"), tmp_path).writes == "own"  # as its recipes were measured
 
 
+def test_a_mariadb_matrix_draws_each_runs_topology_and_isolation_and_judges_by_its_claim(
+        tmp_path):
+    """What a MariaDB user sets (topology, isolation) the nightly matrix draws per run from its
+    seed, each run's transactional history judged by the model its own draw claims; a --flag
+    given to test-all is kept for every run; bank draws only the levels whose reads see a
+    snapshot; Tessera's runs draw no flag."""
+    from harness.matrix_cli import check_cells
+    from harness.systems.mariadb.deployment import TOPOLOGIES
+
+    args = _args("--db", "mariadb", "--nemeses", "kill")
+    base = base_spec(args, tmp_path)
+    cells = cells_from_args(args)
+    check_cells(cells, base)
+    by_name = {c.workload: c for c in cells}
+    runs = [by_name["list-append"].spec(base, 30.0, seed) for seed in range(60)]
+    assert {r.flags["topology"] for r in runs} == set(TOPOLOGIES)
+    assert {r.flags["isolation"] for r in runs} == {"read-uncommitted", "read-committed",
+                                                    "repeatable-read", "serializable"}
+    for r in runs:
+        claim = ("snapshot-isolation" if r.flags["topology"] == "galera"
+                 and r.flags["isolation"] in ("repeatable-read", "serializable")
+                 else r.flags["isolation"])
+        assert r.workload_options == {"consistency_model": claim}
+    assert runs == [by_name["list-append"].spec(base, 30.0, seed) for seed in range(60)]
+    assert {by_name["bank"].spec(base, 30.0, s).flags["isolation"] for s in range(40)} == {
+        "repeatable-read", "serializable"}
+    assert {by_name["rw-register"].spec(base, 30.0, s).workload_options["consistency_model"]
+            for s in range(40)} >= {"read-committed", "repeatable-read", "snapshot-isolation"}
+    given = base_spec(_args("--db", "mariadb", "--flag", "topology=galera"), tmp_path)
+    galera = [by_name["list-append"].spec(given, 30.0, s) for s in range(20)]
+    assert {r.flags["topology"] for r in galera} == {"galera"}
+    assert len({r.flags["isolation"] for r in galera}) > 1
+    tessera = base_spec(_args("--nemeses", "kill"), tmp_path)
+    assert all(c.spec(tessera, 30.0, 3).flags == tessera.flags for c in cells_from_args(
+        _args("--nemeses", "kill")) if c.workload not in ("sim", "sim-full"))
+
+
 def test_bad_db_arguments_exit_254_before_the_cluster_comes_up(tmp_path, monkeypatch, capsys):
     import harness.cluster.netns
     import harness.wheelhouse

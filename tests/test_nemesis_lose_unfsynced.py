@@ -14,10 +14,13 @@ class FakeDb(Holds):
     data_daemon = "tserver"
 
     def __init__(self):
-        self.events, self.held, self.dead = [], {}, set()
+        self.events, self.held, self.dead, self.idle = [], {}, set(), set()
 
     def _targets(self, host, daemon):
         return [daemon]
+
+    def daemons(self, host):
+        return [] if host in self.idle else [self.data_daemon]
 
     def kill(self, host, daemon):
         self.events.append(("kill", host))
@@ -72,6 +75,20 @@ def test_a_host_another_fault_holds_is_left_out_of_the_loss():
     out = n.start({})
     assert out["power_loss"] == ["n1"] and out["held"] == {"n2": "pause"}
     assert ("kill", "n2") not in n.db.events and ("start", "n2") not in n.db.events
+
+
+def test_hosts_the_data_daemon_does_not_run_on_lose_no_power():
+    """A power loss reaches the hosts that run the data daemon (MariaDB's single server: one of
+    five); the idle ones were once killed and checked, found without a pid file, and the run's
+    every loss judged not in force."""
+    n = nemesis({"n1": FakeRemote(116), "n2": FakeRemote(0), "n3": FakeRemote(0)})
+    n.db.idle = {"n2", "n3"}
+    out = n.start({})
+    assert out["power_loss"] == ["n1"] and out["observed"]["ok"]
+    assert out["observed"]["daemons_at_loss"] == {"n1": "gone"}
+    assert sorted(n.db.events) == [("kill", "n1"), ("start", "n1")]
+    n.db.idle = {"n1", "n2", "n3"}
+    assert "running none ['n1', 'n2', 'n3']" in n.start({})["skipped"]
 
 
 def test_a_loss_that_fails_once_is_tried_again():

@@ -17,12 +17,15 @@ class H:
 
 
 class FakeDB(Holds):
-    def __init__(self, leader="n2", tablets=None):
+    def __init__(self, leader="n2", tablets=None, idle=()):
         self.leader, self.tablets, self.log = leader, tablets or {"t1": "n4"}, []
-        self.held, self.state = {}, {}
+        self.held, self.state, self.idle = {}, {}, set(idle)
 
     def _targets(self, host, daemon):
         return [daemon] if daemon else ["master", "tserver"]
+
+    def daemons(self, host):
+        return [] if host in self.idle else ["master", "tserver"]
 
     def process_states(self, h, daemon=None):
         return {d: self.state.get(h, "S") for d in self._targets(h, daemon)}
@@ -96,7 +99,8 @@ def test_a_fault_that_did_not_take_is_seen_and_a_held_host_is_left_alone():
     pause.stop()
     db.pause = FakeDB.pause.__get__(db)
     assert pause.start(one)["observed"]["ok"]  # stopped: T
-    assert kill.start(one) == {"skipped": "every target is held by another fault: {'n3': 'pause'}"}
+    assert kill.start(one) == {
+        "skipped": "no target to kill: {'held by another fault': {'n3': 'pause'}}"}
     both = {"target": {"rule": "hosts", "spec": "minority", "hosts": ["n1", "n3"]}}
     done = kill.start(both)
     assert done["killed"] == ["n1"] and done["held"] == {"n3": "pause"}
@@ -121,3 +125,21 @@ def test_a_signal_acted_on_late_is_read_again_before_the_start_is_judged():
     db.pause = lambda h, daemon=None: None
     done = Pause(ctx=ctx).start({"target": {"rule": "hosts", "spec": "one", "hosts": ["n3"]}})
     assert done["observed"]["ok"] and reads["n3"] == 3
+
+
+def test_a_host_the_system_does_not_run_on_is_not_counted_as_hit():
+    """MariaDB's single server leaves four hosts idle: a kill drawn for them has no process to
+    signal, and an empty list of process states once read as every target dead (a verified
+    fault that never happened). Idle targets are named; a fault with no other is skipped."""
+    db = FakeDB(idle={"n2", "n3", "n4", "n5"})
+    kill = Kill(ctx=Context(db, [H(h) for h in HOSTS]))
+    idle = {"target": {"rule": "hosts", "spec": "minority", "hosts": ["n2", "n3"]}}
+    assert kill.start(idle) == {"skipped": "no target to kill: {'running no daemon': ['n2', 'n3']}"}
+    assert db.log == []
+    mixed = {"target": {"rule": "hosts", "spec": "minority", "hosts": ["n1", "n4"]}}
+    done = kill.start(mixed)
+    assert done["killed"] == ["n1"] and done["idle"] == ["n4"] and done["observed"]["ok"]
+    assert kill.stop() == {"restarted": ["n1"]}
+    one_daemon = Kill(ctx=Context(db, [H(h) for h in HOSTS]), daemon="mariadb")
+    assert "running no mariadb" in one_daemon.start(mixed)["skipped"]  # n1 runs none of it
+

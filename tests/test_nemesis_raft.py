@@ -41,6 +41,9 @@ class FakeDB(Holds):
     def _targets(self, host, daemon):
         return [daemon] if daemon else ["master", "tserver"]
 
+    def daemons(self, host):
+        return ["master", "tserver"]
+
     def process_states(self, host, daemon=None):
         return {d: "gone" for d in self._targets(host, daemon)}
 

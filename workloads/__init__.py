@@ -21,3 +21,9 @@ def make(name: str, **options) -> Workload:
     if name not in WORKLOADS:
         raise ValueError(f"unknown workload {name!r} (known: {', '.join(WORKLOADS)})")
     return WORKLOADS[name](**options)
+
+
+def model_judged() -> list[str]:
+    """The workloads whose histories are judged against a consistency model the run may name
+    (`--consistency-model`) or the system claims: the transactional ones."""
+    return sorted(n for n, w in WORKLOADS.items() if "consistency_model" in w.__dataclass_fields__)

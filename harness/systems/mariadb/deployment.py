@@ -116,6 +116,34 @@ class MariaDB(Deployment):
     )
 
     @classmethod
+    def drawn_flags(cls, workload: str) -> dict[str, tuple[str, ...]]:
+        """Every topology; every isolation level for a history judged against the level's
+        model (TestSpec.claiming), but for bank, whose check (every read sees the total) asks
+        for a snapshot, only the levels that promise one: read committed allows the read skew
+        it would call a violation."""
+        from workloads import model_judged
+
+        levels = tuple(ISOLATION) if workload in model_judged() else ("repeatable-read",
+                                                                     "serializable")
+        return {"topology": TOPOLOGIES, "isolation": levels}
+
+    @classmethod
+    def claimed_model(cls, flags: dict) -> str:
+        """What the isolation level promises (MariaDB's documentation names the ANSI levels,
+        Jepsen's analyses judge them by Adya's): the level's own model. Two settings promise
+        snapshot isolation in place of repeatable read: `innodb_snapshot_isolation=ON` (a
+        write to a row changed since the snapshot fails instead) and a Galera cluster, whose
+        documentation claims snapshot isolation between transactions on different nodes
+        (first committer wins at certification); neither lifts a weaker level set by
+        `--flag isolation`."""
+        isolation = flags.get("isolation", "repeatable-read")
+        snapshot = (flags.get("topology") == "galera"
+                    or str(flags.get("innodb_snapshot_isolation", "OFF")).upper() in ("ON", "1"))
+        if snapshot and isolation in ("repeatable-read", "serializable"):
+            return "snapshot-isolation"
+        return isolation
+
+    @classmethod
     def check_flags(cls, flags: dict) -> None:
         topology = flags.get("topology", "single")
         if topology not in TOPOLOGIES:
