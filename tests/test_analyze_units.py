@@ -111,3 +111,22 @@ def test_leader_track_from_node_logs(tmp_path):
 def test_failure_line_is_one_bounded_line():
     line = failure_line([{"checker": "logs", "type": "safety", "explanation": "x" * 500}], 80)
     assert len(line) == 80 and "\n" not in line and line.startswith("logs: safety — ")
+
+
+def test_a_runs_row_names_its_system_and_the_settings_it_was_judged_with(tmp_path):
+    """The store's runs table groups by setting: a MariaDB matrix draws topology and isolation
+    per run, and each run's anomalies mean something only beside the model it claimed."""
+    from reports.spark.results import run_row, settings
+
+    test = {"db": "mariadb", "workload": "list-append",
+            "flags": {"topology": "galera", "isolation": "repeatable-read"},
+            "workload_options": {"consistency_model": "snapshot-isolation"}}
+    assert settings(test) == ("isolation=repeatable-read,topology=galera,"
+                              "model=snapshot-isolation")
+    assert settings({"workload": "register"}) == ""
+    write_run(tmp_path / "store", "20261203T060000", register_history(3, 1), 1, **test)
+    [found] = find_runs([tmp_path / "store"])
+    row = run_row(found, {"verdict": "invalid", "anomalies": [{"type": "lost-update"}]})
+    assert (row["db"], row["settings"], row["anomaly_types"]) == (
+        "mariadb", "isolation=repeatable-read,topology=galera,model=snapshot-isolation",
+        "lost-update")

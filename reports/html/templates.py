@@ -257,10 +257,10 @@ Parquet tables: <code>analysis/runs.parquet</code>, <code>analysis/keys.parquet<
 with nemesis <input id="f-nemesis" size="14" placeholder="e.g. kill">
 and verdict <select id="f-verdict"><option value="">any</option><option>valid</option><option>invalid</option><option>unknown</option></select>
 <span id="f-count">{{ rows|length }}</span> shown.</form>
-<table id="runs"><tr><th>date</th><th>workload</th><th>nemeses</th><th>verdict</th><th>ops</th><th>ok ops/s</th><th>report</th></tr>
+<table id="runs"><tr><th>date</th><th>system</th><th>workload</th><th>nemeses</th><th>verdict</th><th>anomalies</th><th>ops</th><th>ok ops/s</th><th>report</th></tr>
 {% for row in rows %}
-<tr class="run" data-workload="{{ row.workload }}" data-nemeses="{{ row.nemeses or "none" }}" data-verdict="{{ row.verdict }}"><td>{{ row.started }}</td><td>{{ row.workload }}</td><td>{{ row.nemeses or "none" }}</td>
-<td class="v-{{ row.verdict }}">{{ row.verdict }}{% if row.status == "unreadable" %} (unreadable){% endif %}</td>
+<tr class="run" data-workload="{{ row.workload }}" data-nemeses="{{ row.nemeses or "none" }}" data-verdict="{{ row.verdict }}"><td>{{ row.started }}</td><td>{{ row.db }}{% if row.settings %} <small>{{ row.settings }}</small>{% endif %}</td><td>{{ row.workload }}</td><td>{{ row.nemeses or "none" }}</td>
+<td class="v-{{ row.verdict }}">{{ row.verdict }}{% if row.status == "unreadable" %} (unreadable){% endif %}</td><td>{{ row.anomaly_types }}</td>
 <td>{{ row.ops }}</td><td>{{ row.throughput }}</td>
 <td>{% if row.link %}<a href="{{ row.link }}">{{ row.run }}</a>{% else %}{{ row.run }} ({{ row.status }}){% endif %}</td></tr>
 {% endfor %}</table>

@@ -25,7 +25,7 @@ from reports.spark.units import CORRUPT, SEPARATOR, WHOLE_RUN, check_unit, merge
 # decode whole records with the project's `Op` type. Parsing fewer fields is most of the speed.
 OP_FIELDS = [("index", "long"), ("type", "string"), ("process", "string"), ("key", "string")]
 RUN_FIELDS = [("run", "string"), ("path", "string"), ("test", "string"), ("started", "string"),
-              ("workload", "string"), ("nemeses", "string"), ("seed", "long"), ("verdict", "string"),
+              ("db", "string"), ("settings", "string"), ("workload", "string"), ("nemeses", "string"), ("seed", "long"), ("verdict", "string"),
               ("status", "string"), ("error", "string"), ("ops", "long"), ("ok_ops", "long"),
               ("duration_s", "double"), ("throughput", "double"), ("anomaly_types", "string"),
               ("checker_version", "string"), ("probes", "string")]

@@ -195,6 +195,15 @@ def write(path: Path, results: dict) -> None:
     tmp.replace(path)  # readers never see half a file
 
 
+def settings(test: dict) -> str:
+    """What a user chose for the run beyond workload and faults, in one string: the --flag
+    values (MariaDB's topology and isolation, a daemon option) and the consistency model the
+    history was judged by, so a store's runs group by setting (`test-all` draws them)."""
+    flags = [f"{k}={v}" for k, v in sorted((test.get("flags") or {}).items())]
+    model = (test.get("workload_options") or {}).get("consistency_model")
+    return ",".join(flags + ([f"model={model}"] if model else []))
+
+
 def run_row(run: Run, results: dict) -> dict:
     """One run as a flat row (Parquet `runs` table and the store index)."""
     test = results.get("test") or run.test()
@@ -206,6 +215,8 @@ def run_row(run: Run, results: dict) -> dict:
         "path": str(run.path),
         "test": run.path.parent.name,
         "started": _started(run.path.name),
+        "db": str(test.get("db", "tessera")),
+        "settings": settings(test),
         "workload": str(test.get("workload", "")),
         "nemeses": ",".join(map(str, test.get("nemesis", []))),
         "seed": int(test["seed"]) if isinstance(test.get("seed"), int) else None,
