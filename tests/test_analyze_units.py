@@ -113,6 +113,26 @@ def test_failure_line_is_one_bounded_line():
     assert len(line) == 80 and "\n" not in line and line.startswith("logs: safety — ")
 
 
+def test_a_check_invalid_in_a_sentence_of_its_own_is_named_in_the_failure_line():
+    """The end check that compares the servers' tables says "the servers' tables differ" and
+    nothing else: a MariaDB run whose binlog replicas diverged after power losses printed
+    "no checker was sure" in its matrix row. It is an anomaly of its own now, named by its
+    checker; a valid or unknown check adds none."""
+    from reports.spark.results import anomalies
+
+    check = {"results": [
+        {"checker": "bank", "verdict": "valid", "errors": []},
+        {"checker": "convergence", "verdict": "invalid", "error": "the servers' tables differ",
+         "checksums": {"n1": "1 0 3", "n2": "1 0 4"}},
+        {"checker": "logs", "verdict": "unknown", "error": "no logs"},
+        {"checker": "elle", "verdict": "invalid", "anomalies": [{"type": "G0"}]}]}
+    found = anomalies(check, None)
+    assert [(a["checker"], a["type"]) for a in found] == [("convergence", "invalid"),
+                                                           ("elle", "G0")]
+    assert failure_line(found).startswith(
+        "convergence: invalid; elle: G0 — the servers' tables differ")
+
+
 def test_a_runs_row_names_its_system_and_the_settings_it_was_judged_with(tmp_path):
     """The store's runs table groups by setting: a MariaDB matrix draws topology and isolation
     per run, and each run's anomalies mean something only beside the model it claimed."""

@@ -260,6 +260,9 @@ def test_a_bank_transfer_is_one_transaction_and_an_overdraft_rolls_it_back(serve
     ("2026-12-01  4:41:19 8 [ERROR] Slave SQL thread retried transaction 10 time(s) in vain, "
      "giving up. Consider raising the value of the slave_transaction_retries variable.",
      "replication-stopped"),
+    # a replica whose master.info a power loss emptied: it never replicates again
+    ("2026-12-03  6:24:55 0 [ERROR] Failed to initialize the master info structure",
+     "replication-stopped"),
     ("251130 10:01:02 [ERROR] mariadbd got signal 11 ;", "crash"),
     ("2026-11-30 10:15:23 0 [Note] /usr/sbin/mariadbd: ready for connections.", None),
 ])

@@ -80,6 +80,11 @@ EXPECTED = {
         {"incompatible-order"}),
     "list-append/galera-lose-unfsynced-flush-1": (
         {"topology": "galera", "innodb_flush_log_at_trx_commit": 1}, "valid", set()),
+    "list-append/replicas-lose-unfsynced-sync-binlog-0": (
+        {"topology": "replicas", "isolation": "serializable", "sync_binlog": None}, "invalid",
+        {"incompatible-order"}),
+    "list-append/replicas-lose-unfsynced-sync-binlog-1": (
+        {"topology": "replicas", "isolation": "serializable", "sync_binlog": 1}, "valid", set()),
     "list-append/galera-lose-unfsynced-flush-1-diverged": (
         {"topology": "galera", "innodb_flush_log_at_trx_commit": 1}, "valid", set()),
 }

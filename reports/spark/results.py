@@ -129,6 +129,7 @@ def anomalies(check: dict, st: dict | None) -> list[dict]:
                              f"{st['counts'][f]['info']} unknown)"}
              for f in (st or {}).get("never_ok", [])]
     for r in check.get("results", []):
+        before = len(found)
         for k in r.get("keys", []):
             if k["verdict"] == "invalid":
                 found.append({"checker": r["checker"], "type": "nonlinearizable", "key": k["key"],
@@ -136,6 +137,11 @@ def anomalies(check: dict, st: dict | None) -> list[dict]:
         for a in r.get("anomalies", []) + r.get("errors", []):
             found.append({"checker": r["checker"], "type": a.get("type", "error"),
                           "explanation": a.get("explanation", json.dumps(a, default=str)[:300])})
+        if r.get("verdict") == "invalid" and len(found) == before:
+            # a check that judged the run invalid in a sentence of its own (the end check's
+            # servers whose tables differ): named, not left for "no checker was sure"
+            found.append({"checker": r["checker"], "type": "invalid",
+                          "explanation": str(r.get("error") or "invalid")})
     return found
 
 

@@ -103,9 +103,9 @@ class MariaDB(Deployment):
         # every replica converged). It stops on any other error, or when the retries run out.
         rule("replication-stopped",
              r"Slave SQL: .*Error_code: (?!1213\b|1205\b)|slave SQL thread aborted|"
-             r"retried transaction .* in vain",
-             "a binlog replica could not apply an event and stopped replicating: it serves an "
-             "ever staler copy"),
+             r"retried transaction .* in vain|Failed to initialize the master info structure",
+             "a binlog replica could not apply an event, or read its master info, and stopped "
+             "replicating: it serves an ever staler copy"),
         rule("replica-retried", r"Slave SQL: .*Error_code: (1213|1205)\b",
              "a binlog replica's applier lost a lock conflict to the replica's readers and "
              "retried the transaction", severity="note"),
@@ -277,25 +277,28 @@ class MariaDB(Deployment):
                     self.wait_ready(h.name)
         finally:
             self._bootstrapping = set()
-        if self.lazyfs and self.topology == "galera":
-            self._each(self._flush_state_transfer)
         if self.topology == "replicas":
             for h in self.hosts[1:]:
                 self.sql(h.name, f"CHANGE MASTER TO MASTER_HOST='{self.hosts[0].address}', "
                          f"MASTER_PORT={PORT}, MASTER_USER='{USER}', "
                          f"MASTER_PASSWORD='{PASSWORD}', MASTER_USE_GTID=slave_pos; START SLAVE;")
+        if self.lazyfs:
+            self._each(self._flush_setup)
 
-    def _flush_state_transfer(self, h: Host) -> None:
-        """Make what the joiners' rsync state transfer wrote durable, as the kernel's writeback
-        would within 30 s: Galera's rsync SST never fsyncs the files it copies, and lazyfs keeps
-        unsynced bytes until an fsync, so the first power loss would otherwise take the copied
-        tablespaces back to nothing and InnoDB would refuse them (seen: "Cannot apply log to
-        ... of corrupted file './mysql/wsrep_cluster.ibd'"): a finding about state transfers,
-        not the commit loss the lose-unfsynced runs are after. A transfer during the run is
-        left as it is."""
+    def _flush_setup(self, h: Host) -> None:
+        """Make what the setup wrote durable, as the kernel's writeback would within 30 s:
+        lazyfs keeps unsynced bytes until an fsync, and two setup writes are never synced.
+        Galera's rsync state transfer copies tablespaces without an fsync (the first power loss
+        took them back to nothing and InnoDB refused them: "Cannot apply log to ... of corrupted
+        file './mysql/wsrep_cluster.ibd'"), and CHANGE MASTER writes a replica's master.info
+        without one (the first power loss left it empty, and every restart after it logged
+        "Failed to initialize the master info structure" and never replicated again). Both are
+        findings about a power loss within seconds of setup, not the commit loss the
+        lose-unfsynced runs are after. A transfer or rewrite during the run is left as it is."""
         from nemeses.lazyfs import control_command
 
-        self.remotes[h.name].sh(control_command(self.data_dir("mariadb"), "flush"))
+        if self.daemons(h.name):
+            self.remotes[h.name].sh(control_command(self.data_dir("mariadb"), "flush"))
 
     def sql(self, host: str, statements: str, timeout: float = 30.0) -> str:
         """Run SQL on `host`'s server as root over its local socket; its tab-separated output."""
