@@ -157,7 +157,7 @@ class Deployment(Holds):
     log_rules: ClassVar[tuple[dict, ...]] = ()
 
     @classmethod
-    def drawn_flags(cls, workload: str) -> dict[str, tuple[str, ...]]:
+    def drawn_flags(cls, workload: str) -> dict[str, tuple[object, ...]]:
         """Settings a user chooses by --flag that `tessera test-all` draws for each run of
         `workload` from its seed when the matrix was not given them, so a nightly matrix meets
         each one a user would set (MariaDB's topology and isolation level): key -> the values

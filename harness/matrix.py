@@ -77,7 +77,7 @@ class Cell:
             seed=seed, flags=flags, **fields).claiming()
 
 
-def run_flags(base: TestSpec, workload: str, seed: int) -> dict[str, str]:
+def run_flags(base: TestSpec, workload: str, seed: int) -> dict[str, object]:
     """The settings the system has a user choose (Deployment.drawn_flags) that the matrix was
     not given by --flag, each drawn from the run's seed in a stream of its own: a nightly
     matrix of MariaDB meets every topology and isolation level, each run judged by what its

@@ -81,9 +81,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flag", action="append", default=[], metavar="KEY=VALUE",
                    help="daemon config key for every node of every run, checked as tessera test "
                         "--db checks it (repeatable); a setting --db has a user choose and this "
-                        "does not give is drawn for each run from its seed (mariadb: topology, "
-                        "and isolation, which the run's list-append and rw-register histories "
-                        "are judged by; bank draws repeatable-read or serializable)")
+                        "does not give is drawn for each run from its seed (mariadb: topology; "
+                        "isolation, which the run's list-append and rw-register histories are "
+                        "judged by, bank drawing repeatable-read or serializable; "
+                        "innodb_flush_log_at_trx_commit 1, 0 or 2; sync_binlog 0 or 1)")
     configure_writes(p, "every chaos cell's run, and every seed of the sim-full cell (where own "
                         "or drawn leaves it to each seed's swarm mix), as tessera test takes "
                         "it; ", size="16 ops",

@@ -469,8 +469,9 @@ def test_by_default_each_chaos_run_draws_its_write_mode_from_its_seed(tmp_path, 
 
 def test_a_mariadb_matrix_draws_each_runs_topology_and_isolation_and_judges_by_its_claim(
         tmp_path):
-    """What a MariaDB user sets (topology, isolation) the nightly matrix draws per run from its
-    seed, each run's transactional history judged by the model its own draw claims; a --flag
+    """What a MariaDB user sets (topology, isolation, the durability of a commit and of the
+    binlog) the nightly matrix draws per run from its seed, each run's transactional history
+    judged by the model its own draw claims; a --flag
     given to test-all is kept for every run; bank draws only the levels whose reads see a
     snapshot; Tessera's runs draw no flag."""
     from harness.matrix_cli import check_cells
@@ -483,6 +484,8 @@ def test_a_mariadb_matrix_draws_each_runs_topology_and_isolation_and_judges_by_i
     by_name = {c.workload: c for c in cells}
     runs = [by_name["list-append"].spec(base, 30.0, seed) for seed in range(60)]
     assert {r.flags["topology"] for r in runs} == set(TOPOLOGIES)
+    assert {r.flags["innodb_flush_log_at_trx_commit"] for r in runs} == {0, 1, 2}
+    assert {r.flags["sync_binlog"] for r in runs} == {0, 1}
     assert {r.flags["isolation"] for r in runs} == {"read-uncommitted", "read-committed",
                                                     "repeatable-read", "serializable"}
     for r in runs:

@@ -116,16 +116,19 @@ class MariaDB(Deployment):
     )
 
     @classmethod
-    def drawn_flags(cls, workload: str) -> dict[str, tuple[str, ...]]:
+    def drawn_flags(cls, workload: str) -> dict[str, tuple[object, ...]]:
         """Every topology; every isolation level for a history judged against the level's
         model (TestSpec.claiming), but for bank, whose check (every read sees the total) asks
         for a snapshot, only the levels that promise one: read committed allows the read skew
-        it would call a violation."""
+        it would call a violation. And the two durability settings users tune: InnoDB's flush
+        at commit (1, the default; 0 and 2, which Galera's documentation recommends) and the
+        binlog's sync (0, the default; 1, which MariaDB asks of durable replication)."""
         from workloads import model_judged
 
         levels = tuple(ISOLATION) if workload in model_judged() else ("repeatable-read",
                                                                      "serializable")
-        return {"topology": TOPOLOGIES, "isolation": levels}
+        return {"topology": TOPOLOGIES, "isolation": levels,
+                "innodb_flush_log_at_trx_commit": (1, 0, 2), "sync_binlog": (0, 1)}
 
     @classmethod
     def claimed_model(cls, flags: dict) -> str:
