@@ -30,6 +30,7 @@ replication, which MariaDB's documentation leaves to the application to tolerate
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import subprocess
@@ -66,11 +67,14 @@ OWN_FLAGS = frozenset({
     "wsrep_new_cluster", "log_error"})
 
 
-def known_options(binary: str = MARIADBD) -> set[str]:
-    """The option names `mariadbd --verbose --help` lists, with underscores."""
+@functools.cache
+def known_options(binary: str = MARIADBD) -> frozenset[str]:
+    """The option names `mariadbd --verbose --help` lists, with underscores: asked once per
+    process (a matrix checks every cell's drawn options, then each run its own)."""
     out = subprocess.run([binary, "--no-defaults", "--verbose", "--help"], capture_output=True,
                          text=True, timeout=60)
-    return {m.replace("-", "_") for m in re.findall(r"^  --([a-z0-9-]+)", out.stdout, re.M)}
+    return frozenset(m.replace("-", "_")
+                     for m in re.findall(r"^  --([a-z0-9-]+)", out.stdout, re.M))
 
 
 def init_sql() -> str:
