@@ -351,3 +351,44 @@ def test_what_the_cli_refuses_for_etcd_before_any_host():
         out = run(*argv)
         assert out.returncode == 254 and "Traceback" not in out.stderr, (argv, out.stderr)
         assert words in out.stderr, (argv, out.stderr)
+
+
+def _transfer(answer, after: dict) -> dict:
+    """EtcdDB.step_down_leader with n1 leading in term 3, MoveLeader answering `answer` (an
+    exception to raise, or None), and the old leader's status afterwards `after`."""
+    from harness.systems.etcd.deployment import EtcdDB
+
+    db = EtcdDB([Host(f"n{i}", f"127.0.0.{i}") for i in (1, 2, 3)], [], {})
+    db.time_scale = 0.05  # the wait for a move that never comes: a quarter second
+    status = {h: {"header": {"member_id": f"id{h[1]}"}, "leader": "id1", "raftTerm": "3"}
+              for h in ("n1", "n2", "n3")}
+    db.statuses = lambda: status
+    db.leader_master = lambda: "n1"
+
+    def ask(h, path, body, timeout=0.0):
+        if answer is not None:
+            raise answer
+        return {}
+
+    db.ask = ask
+    db._post = lambda h, path, body: after
+    return db.step_down_leader(None, True, 1)
+
+
+def test_a_transfer_whose_answer_was_lost_counts_by_what_the_old_leader_says():
+    """On a loaded host the gateway closed MoveLeader's connection before it answered, and the
+    start was skipped though leadership may have moved: now the old leader is asked, as after an
+    answered call. etcd's own refusal still skips at once."""
+    from http.client import RemoteDisconnected
+
+    from harness.systems.etcd.deployment import EtcdError
+
+    moved = {"leader": "id2", "raftTerm": "4"}
+    still = {"leader": "id1", "raftTerm": "3"}
+    done = _transfer(RemoteDisconnected("closed"), moved)
+    assert done["observed"]["ok"] and done["answer_lost"].startswith("RemoteDisconnected")
+    assert "still leads" in _transfer(RemoteDisconnected("closed"), still)["skipped"]
+    assert _transfer(None, moved)["observed"]["ok"]
+    assert not _transfer(None, still)["observed"]["ok"]
+    refused = _transfer(EtcdError(9, "etcdserver: bad leader transferee"), moved)
+    assert refused["skipped"].startswith("the leader refused: EtcdError")

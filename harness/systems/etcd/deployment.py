@@ -275,7 +275,8 @@ class EtcdDB(Deployment):
         """etcd's MoveLeader (`etcdctl move-leader`), asked of the leader, to a member drawn
         by `pick`: etcd has no step-down without a successor, so an abrupt draw moves
         leadership too. Seen on the old leader after: it names another leader, or a later
-        term. A refusal (no leader, the target not caught up, a timeout) skips the start."""
+        term. A refusal (no leader, the target not caught up, a timeout) skips the start; a
+        call whose answer was lost counts by what the old leader says after it."""
         import random
 
         from nemeses.observe import observation, watch
@@ -290,19 +291,28 @@ class EtcdDB(Deployment):
             return {"skipped": "no other member answered"}
         to = random.Random(pick).choice(others)
         done = {"group": GROUP, "leader": leader, "term": term, "to": to}
+        lost = None
         try:
             self.ask(self.host(leader), "/v3/maintenance/transfer-leadership", {"targetID": to},
                      timeout=10.0 * self.time_scale)
-        except (OSError, ValueError, EtcdError) as e:
+        except (ValueError, EtcdError) as e:  # etcd's own refusal: nothing was moved
             return {**done, "skipped": f"the leader refused: {type(e).__name__}: {e}"}
-        st = watch(lambda: self._post(self.host(leader), "/v3/maintenance/status", {}),
-                   lambda st: st is not None and (st.get("leader") != me
-                                                  or int(st["raftTerm"]) > term),
+        except OSError as e:  # the answer lost (a loaded gateway closed the connection)
+            lost = f"{type(e).__name__}: {e}"
+
+        def moved(st: dict | None) -> bool:
+            return st is not None and (st.get("leader") != me or int(st["raftTerm"]) > term)
+
+        st = watch(lambda: self._post(self.host(leader), "/v3/maintenance/status", {}), moved,
                    5.0 * self.time_scale)
+        if lost is not None:  # it may have moved all the same: the old leader says
+            if not moved(st):
+                return {**done, "skipped": f"the leader's answer was lost ({lost}) and it "
+                                           "still leads"}
+            done["answer_lost"] = lost
         if st is None:
             return {**done, "observed": observation(None, host=leader, why="it did not answer")}
-        return {**done, "observed": observation(st.get("leader") != me or int(st["raftTerm"]) > term,
-                                                host=leader, leader=st.get("leader"),
+        return {**done, "observed": observation(moved(st), host=leader, leader=st.get("leader"),
                                                 term=int(st["raftTerm"]))}
 
     def statuses(self) -> dict[str, dict]:
