@@ -353,26 +353,70 @@ def test_what_the_cli_refuses_for_etcd_before_any_host():
         assert words in out.stderr, (argv, out.stderr)
 
 
-def _transfer(answer, after: dict) -> dict:
+def _transfer(answer, after: dict | None, answers: list | None = None) -> dict:
     """EtcdDB.step_down_leader with n1 leading in term 3, MoveLeader answering `answer` (an
-    exception to raise, or None), and the old leader's status afterwards `after`."""
+    exception to raise, or None; or each attempt the next of `answers`), and the old leader's
+    status afterwards `after`."""
     from harness.systems.etcd.deployment import EtcdDB
 
     db = EtcdDB([Host(f"n{i}", f"127.0.0.{i}") for i in (1, 2, 3)], [], {})
-    db.time_scale = 0.05  # the wait for a move that never comes: a quarter second
+    db.time_scale = 0.05  # the wait for a move that never comes: a quarter second; a start's 1 s
     status = {h: {"header": {"member_id": f"id{h[1]}"}, "leader": "id1", "raftTerm": "3"}
               for h in ("n1", "n2", "n3")}
-    db.statuses = lambda: status
-    db.leader_master = lambda: "n1"
+    db.statuses = lambda timeout=1.0: status
+    answers = answers if answers is not None else []
 
     def ask(h, path, body, timeout=0.0):
-        if answer is not None:
-            raise answer
+        now = answers.pop(0) if answers else answer
+        if now is not None:
+            raise now
         return {}
 
     db.ask = ask
     db._post = lambda h, path, body: after
     return db.step_down_leader(None, True, 1)
+
+
+def _status(me: str, term: int, leader: str | None = None, learner: bool = False) -> dict:
+    return {"header": {"member_id": me}, "raftTerm": str(term),
+            **({"leader": leader} if leader else {}), **({"isLearner": True} if learner else {})}
+
+
+def test_a_transfer_waits_for_a_leader_a_majority_follows_and_draws_among_its_followers():
+    """A transfer drawn while a partition left the leader with a minority, or while the members
+    elect, only waited out MoveLeader's deadline (it returns once the named member leads): the
+    clean clones' etcd runs saw every transfer of a run skipped or unverified so. A leader is
+    taken only when a majority names it in one term and it names itself; the successor is one
+    of those that follow it, never a learner."""
+    from harness.systems.etcd.transfers import settled_leader
+
+    five = {f"n{i}": _status(f"id{i}", 7, "id1") for i in range(1, 6)}
+    assert settled_leader(five, 5) == ("n1", "id1", 7, ["id2", "id3", "id4", "id5"])
+    # n4 and n5 cut off in an older term: the majority's leader, its followers only
+    cut = {**five, "n4": _status("id4", 6, "id5"), "n5": _status("id5", 6, "id5")}
+    assert settled_leader(cut, 5) == ("n1", "id1", 7, ["id2", "id3"])
+    # two members naming a leader is no majority of five; nor are three when it does not answer
+    assert settled_leader({h: five[h] for h in ("n1", "n2")}, 5) is None
+    assert settled_leader({h: five[h] for h in ("n2", "n3", "n4")}, 5) is None
+    # members in mid-election name no leader
+    assert settled_leader({h: _status(f"id{h[1]}", 8) for h in five}, 5) is None
+    # a learner follows, but is no successor
+    assert settled_leader({**five, "n2": _status("id2", 7, "id1", learner=True)}, 5)[3] == [
+        "id3", "id4", "id5"]
+    # with two of five removed, three members are the cluster: two of them are a majority
+    assert settled_leader({h: five[h] for h in ("n1", "n2")}, 3)[:3] == ("n1", "id1", 7)
+
+
+def test_a_transfer_with_no_settled_leader_is_skipped_without_asking_anyone_to_move():
+    from harness.systems.etcd.deployment import EtcdDB
+
+    db = EtcdDB([Host(f"n{i}", f"127.0.0.{i}") for i in (1, 2, 3)], [], {})
+    db.time_scale = 0.05
+    db.statuses = lambda timeout=1.0: {h: _status(f"id{h[1]}", 5) for h in ("n1", "n2", "n3")}
+    asked = []
+    db.ask = lambda *a, **k: asked.append(a)
+    done = db.step_down_leader(None, True, 1)
+    assert "no leader that a majority of members follow" in done["skipped"] and not asked
 
 
 def test_a_transfer_whose_answer_was_lost_counts_by_what_the_old_leader_says():
@@ -388,7 +432,24 @@ def test_a_transfer_whose_answer_was_lost_counts_by_what_the_old_leader_says():
     done = _transfer(RemoteDisconnected("closed"), moved)
     assert done["observed"]["ok"] and done["answer_lost"].startswith("RemoteDisconnected")
     assert "still leads" in _transfer(RemoteDisconnected("closed"), still)["skipped"]
+    assert "answered nothing" in _transfer(RemoteDisconnected("closed"), None)["skipped"]
     assert _transfer(None, moved)["observed"]["ok"]
     assert not _transfer(None, still)["observed"]["ok"]
     refused = _transfer(EtcdError(9, "etcdserver: bad leader transferee"), moved)
-    assert refused["skipped"].startswith("the leader refused: EtcdError")
+    assert refused["skipped"].startswith("no transfer took: the leader refused: EtcdError")
+
+
+def test_a_transfer_etcd_gave_up_is_tried_again_and_one_acknowledged_but_not_in_force_is_not():
+    """An attempt refused, or whose deadline passed with the leader leading on, is tried again
+    with a fresh look (as an operator retries `move-leader`), the reason kept; a transfer etcd
+    acknowledged while its old leader still leads in its term is the fault not in force, and
+    is reported so, not retried until something else moves leadership."""
+    from harness.systems.etcd.deployment import EtcdError
+
+    moved = {"leader": "id2", "raftTerm": "4"}
+    done = _transfer(None, moved, answers=[EtcdError(9, "etcdserver: not leader")])
+    assert done["observed"]["ok"] and done["tries"] == [
+        "the leader refused: EtcdError: etcd error 9: etcdserver: not leader"]
+    still = {"leader": "id1", "raftTerm": "3"}
+    done = _transfer(None, still)
+    assert done["observed"]["ok"] is False and "tries" not in done

@@ -272,55 +272,19 @@ class EtcdDB(Deployment):
             return {"action": action, "host": host, "error": f"{type(e).__name__}: {e}"}
 
     def step_down_leader(self, tablet: str | None, graceful: bool, pick: int) -> dict:
-        """etcd's MoveLeader (`etcdctl move-leader`), asked of the leader, to a member drawn
-        by `pick`: etcd has no step-down without a successor, so an abrupt draw moves
-        leadership too. Seen on the old leader after: it names another leader, or a later
-        term. A refusal (no leader, the target not caught up, a timeout) skips the start; a
-        call whose answer was lost counts by what the old leader says after it."""
-        import random
+        """etcd's MoveLeader to a follower drawn by `pick` (harness.systems.etcd.transfers):
+        etcd has no step-down without a successor, so an abrupt draw moves leadership too."""
+        from harness.systems.etcd.transfers import step_down_leader
 
-        from nemeses.observe import observation, watch
+        return step_down_leader(self, pick)
 
-        statuses = self.statuses()
-        leader = self.leader_master()
-        if leader is None or leader not in statuses:
-            return {"skipped": "no member names a leader"}
-        me, term = statuses[leader]["header"]["member_id"], int(statuses[leader]["raftTerm"])
-        others = sorted(st["header"]["member_id"] for h, st in statuses.items() if h != leader)
-        if not others:
-            return {"skipped": "no other member answered"}
-        to = random.Random(pick).choice(others)
-        done = {"group": GROUP, "leader": leader, "term": term, "to": to}
-        lost = None
-        try:
-            self.ask(self.host(leader), "/v3/maintenance/transfer-leadership", {"targetID": to},
-                     timeout=10.0 * self.time_scale)
-        except (ValueError, EtcdError) as e:  # etcd's own refusal: nothing was moved
-            return {**done, "skipped": f"the leader refused: {type(e).__name__}: {e}"}
-        except OSError as e:  # the answer lost (a loaded gateway closed the connection)
-            lost = f"{type(e).__name__}: {e}"
-
-        def moved(st: dict | None) -> bool:
-            return st is not None and (st.get("leader") != me or int(st["raftTerm"]) > term)
-
-        st = watch(lambda: self._post(self.host(leader), "/v3/maintenance/status", {}), moved,
-                   5.0 * self.time_scale)
-        if lost is not None:  # it may have moved all the same: the old leader says
-            if not moved(st):
-                return {**done, "skipped": f"the leader's answer was lost ({lost}) and it "
-                                           "still leads"}
-            done["answer_lost"] = lost
-        if st is None:
-            return {**done, "observed": observation(None, host=leader, why="it did not answer")}
-        return {**done, "observed": observation(moved(st), host=leader, leader=st.get("leader"),
-                                                term=int(st["raftTerm"]))}
-
-    def statuses(self) -> dict[str, dict]:
+    def statuses(self, timeout: float = 1.0) -> dict[str, dict]:
         """host name -> the member's maintenance status (its view of the leader and term), for
-        the members that answered within a second."""
+        the members that answered within `timeout` seconds."""
         with ThreadPoolExecutor(len(self.hosts)) as pool:
-            answers = pool.map(lambda h: (h.name, self._post(h, "/v3/maintenance/status", {})),
-                               self.hosts)
+            answers = pool.map(
+                lambda h: (h.name, self._post(h, "/v3/maintenance/status", {}, timeout)),
+                self.hosts)
             return {n: st for n, st in answers if st is not None}
 
     def leader_master(self) -> str | None:
