@@ -511,8 +511,7 @@ def test_etcd_register_under_kills_and_partitions_is_valid(env, tmp_path):
     bbolt's db may go unnoticed and diverge the member, an etcd finding, docs/findings/etcd.)"""
     out = tessera("test", "--db", "etcd", "--workload", "register", "--nemesis",
                   "kill,partition,membership,leader-transfer", "--nemesis-interval", "5",
-                  # 30 s: three transfers, of which a loaded host skips some (no leader known
-                  # during a partition, a refusal), so that one is seen in force
+                  # 30 s: three transfers, each waiting for a leader a majority follows
                   "--time-limit", "30", "--seed", "1", "--store", str(tmp_path / "store"), env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     run_dir, results, by = _etcd_results(out)
