@@ -27,11 +27,12 @@ from typing import ClassVar
 
 from harness.cluster import Host
 from harness.deployment import DATA, Deployment, bound_clients, first_write
+from harness.systems.etcd.api import GROUP, EtcdError
+from harness.systems.etcd.transfers import step_down_leader
 from reports.checkers.logs import rule
 from workloads.outcomes import OpFailed, OpUnknown
 
 CLIENT_PORT, PEER_PORT = 2379, 2380
-GROUP = "etcd"  # its one replication group, as the nemeses' tablet rules name it
 DEFAULT_BINARY = "/usr/bin/etcd"
 # etcd flags the harness sets itself, from the host list; a --flag may not change them.
 OWN_FLAGS = frozenset({
@@ -274,8 +275,6 @@ class EtcdDB(Deployment):
     def step_down_leader(self, tablet: str | None, graceful: bool, pick: int) -> dict:
         """etcd's MoveLeader to a follower drawn by `pick` (harness.systems.etcd.transfers):
         etcd has no step-down without a successor, so an abrupt draw moves leadership too."""
-        from harness.systems.etcd.transfers import step_down_leader
-
         return step_down_leader(self, pick)
 
     def statuses(self, timeout: float = 1.0) -> dict[str, dict]:
@@ -488,12 +487,6 @@ def compare_members(hashes: dict[str, dict], hosts: list[str]) -> dict:
         "explanation": f"at revision {latest.pop()} the members' KV hashes differ: "
                        + "; ".join(f"{', '.join(hs)}: {k}" for k, hs in sorted(
                            by_hash.items(), key=lambda kv: str(kv[0])))}]}
-
-
-class EtcdError(Exception):
-    def __init__(self, code: int, message: str):
-        super().__init__(f"etcd error {code}: {message}")
-        self.code, self.message = code, message
 
 
 class EtcdClient:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import time
 
-from harness.systems.etcd.deployment import GROUP, EtcdError
+from harness.systems.etcd.api import GROUP, EtcdError
 from nemeses.observe import observation, watch
 
 # How long one start may spend, times the run's time scale: an election after a kill or a
