@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -96,7 +98,10 @@ def test_standalone_cluster_gives_local_modes_results(standalone, spark_store, s
     what local mode gave for them (spark_analyzed, the local tests' own analysis)."""
     local = spark_store["root"]
     cluster = _store(tmp_path / "cluster")
+    shipped = set(Path(tempfile.gettempdir()).glob("tessera-ship-*"))
     by_cluster = analyze(cluster, standalone["url"])
+    # the reports zip the executors were sent is gone with the analysis that made it
+    assert set(Path(tempfile.gettempdir()).glob("tessera-ship-*")) <= shipped
     assert spark_analyzed.returncode != 0, spark_analyzed.stderr[-3000:]  # the stale run
     assert by_cluster.returncode == 1, by_cluster.stderr[-3000:]  # the stale run is invalid
     # the work really ran on the standalone workers: each keeps its executors' directories
@@ -123,10 +128,13 @@ def test_spark_submit_as_the_docs_show_it(standalone, tmp_path):
     zipped = subprocess.run([sys.executable, "-c", "from reports.spark.ship import package_zip; "
                              "print(package_zip())"], capture_output=True, text=True, env=env,
                             cwd=ROOT, check=True).stdout.strip()
-    out = subprocess.run([str(venv_bin / "spark-submit"), "--master", standalone["url"],
-                          "--py-files", zipped, "harness/cli.py", "analyze", str(store),
-                          "--master", ""], capture_output=True, text=True, env=env, cwd=ROOT,
-                         timeout=600, stdin=subprocess.DEVNULL)
+    try:
+        out = subprocess.run([str(venv_bin / "spark-submit"), "--master", standalone["url"],
+                              "--py-files", zipped, "harness/cli.py", "analyze", str(store),
+                              "--master", ""], capture_output=True, text=True, env=env,
+                             cwd=ROOT, timeout=600, stdin=subprocess.DEVNULL)
+    finally:  # the docs' zip is the user's to keep; the test's is removed
+        shutil.rmtree(Path(zipped).parent, ignore_errors=True)
     assert out.returncode == 1, out.stderr[-3000:]  # the stale run is invalid
     verdicts = sorted(json.loads(p.read_text())["verdict"] for p in store.rglob("results.json"))
     assert verdicts == ["invalid", "invalid", "valid"], verdicts

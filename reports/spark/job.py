@@ -9,7 +9,10 @@ the same path for the driver and every executor (local mode, or a shared filesys
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -69,7 +72,11 @@ def session(master: str | None, app: str = "tessera-analyze"):
     # several units per core, so a slow unit does not leave a core idle and progress moves
     spark.conf.set("spark.sql.shuffle.partitions", str(max(4, 4 * sc.defaultParallelism)))
     if not sc.master.startswith("local"):
-        sc.addPyFile(str(ship.package_zip()))
+        # Spark serves the zip from this path to executors while the job runs: removed when the
+        # analysis exits, so nightly analyses leave no zip behind in the temp dir
+        where = Path(tempfile.mkdtemp(prefix="tessera-ship-"))
+        atexit.register(shutil.rmtree, where, True)
+        sc.addPyFile(str(ship.package_zip(where / "tessera-reports.zip")))
     return spark
 
 
