@@ -31,14 +31,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def deployed(netns_machine):
+def deployed(netns_machine, tmp_path_factory):
     """Tessera on the netns cluster the netns tests share (netns_run), with every clock
-    fakeable; at the end torn down, and the hosts must hold no trace of the faults."""
+    fakeable; at the end torn down, and the hosts must hold no trace of the faults. Its TLS
+    keys in pytest's own temp dir, as a run keeps them in its run dir."""
     cluster = NetnsCluster(5, state_dir=STATE)
     hosts = cluster.up(lambda *_: None)
     remotes = {h.name: Remote(h) for h in hosts}
     wheels = build_wheelhouse(wheel_dir(), ROOT, lambda *_: None)
-    db = TesseraDB(hosts, wheels, remotes, log=lambda *_: None)
+    db = TesseraDB(hosts, wheels, remotes, log=lambda *_: None,
+                   tls_dir=tmp_path_factory.mktemp("tls"))
     clock = Clock(hosts=[h.name for h in hosts], remotes=remotes)
     try:
         db.teardown()
