@@ -321,9 +321,9 @@ def outcome_from_run(cell: Cell, attempt: int, time_limit: float, run_dir: str |
         return o
     o.verdict = results["verdict"]
     o.ok_ops = sum(n for k, n in results.get("counts", {}).items() if k.endswith(":ok"))
-    o.anomalies = [{k: a[k] for k in ("checker", "type", "explanation")}
-                   for a in anomalies(results["check"], results.get("stats"))]
-    o.why = failure_line(o.anomalies) if o.anomalies else (
+    found = anomalies(results["check"], results.get("stats"))
+    o.anomalies = [{k: a[k] for k in ("checker", "type", "explanation")} for a in found]
+    o.why = failure_line(found) if found else (
         "" if o.verdict == "valid" else results["check"].get("error", "") or "no checker was sure")
     faults = next((r for r in results["check"].get("results", []) if r.get("checker") == "faults"),
                   None)

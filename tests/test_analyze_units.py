@@ -113,6 +113,19 @@ def test_failure_line_is_one_bounded_line():
     assert len(line) == 80 and "\n" not in line and line.startswith("logs: safety — ")
 
 
+def test_a_log_findings_failure_line_quotes_the_line_the_node_wrote():
+    """CI printed "n2: etcd logged a fatal or panic line" for an etcd run and its run dir was
+    gone: the line itself (what etcd said) belongs in the one line a user or a CI log sees."""
+    from reports.spark.results import anomalies
+
+    said = '{"level":"panic","msg":"tocommit(52) is out of range [lastIndex(0)]"}'
+    check = {"results": [{"checker": "logs", "verdict": "invalid", "errors": [
+        {"type": "fatal", "text": f"{said}\nmore", "explanation": "n2: etcd logged a fatal line"}]}]}
+    line = failure_line(anomalies(check, None), 600)
+    assert line == f"logs: fatal — n2: etcd logged a fatal line: {said}"
+    assert failure_line([{"checker": "c", "type": "t", "explanation": "e"}]) == "c: t — e"
+
+
 def test_a_check_invalid_in_a_sentence_of_its_own_is_named_in_the_failure_line():
     """The end check that compares the servers' tables says "the servers' tables differ" and
     nothing else: a MariaDB run whose binlog replicas diverged after power losses printed

@@ -123,7 +123,8 @@ def incomplete(test: dict) -> str | None:
 
 
 def anomalies(check: dict, st: dict | None) -> list[dict]:
-    """Every failure a checker found, flattened: {checker, type, key?, explanation}."""
+    """Every failure a checker found, flattened: {checker, type, key?, explanation, quote?};
+    `quote`, the first line a log finding quotes (what the node said, not only the rule)."""
     found = [{"checker": "stats", "type": "never-ok",
               "explanation": f"no {f} ever succeeded ({st['counts'][f]['fail']} failed, "
                              f"{st['counts'][f]['info']} unknown)"}
@@ -136,7 +137,8 @@ def anomalies(check: dict, st: dict | None) -> list[dict]:
                               "explanation": k.get("counterexample", {}).get("explanation", "")})
         for a in r.get("anomalies", []) + r.get("errors", []):
             found.append({"checker": r["checker"], "type": a.get("type", "error"),
-                          "explanation": a.get("explanation", json.dumps(a, default=str)[:300])})
+                          "explanation": a.get("explanation", json.dumps(a, default=str)[:300]),
+                          **({"quote": a["text"].splitlines()[0]} if a.get("text") else {})})
         if r.get("verdict") == "invalid" and len(found) == before:
             # a check that judged the run invalid in a sentence of its own (the end check's
             # servers whose tables differ): named, not left for "no checker was sure"
@@ -147,12 +149,13 @@ def anomalies(check: dict, st: dict | None) -> list[dict]:
 
 def failure_line(found: list[dict], width: int = 160) -> str:
     """Which checkers failed and why, in one line: each checker's anomaly types, then the first
-    explanation."""
+    explanation (and the log line it quotes: a CI log then shows what the node said)."""
     by_checker: dict[str, set[str]] = {}
     for a in found:
         by_checker.setdefault(a["checker"], set()).add(a["type"])
     head = "; ".join(f"{c}: {','.join(sorted(t))}" for c, t in by_checker.items())
-    first = " ".join(str(found[0]["explanation"]).split())
+    quote = found[0].get("quote")
+    first = " ".join(f"{found[0]['explanation']}{': ' + quote if quote else ''}".split())
     line = f"{head} — {first}" if first else head
     return line if len(line) <= width else line[: width - 1] + "…"
 

@@ -435,8 +435,12 @@ class EtcdMembers:
 
     def add(self, member: tuple[str, str, str], timeout: float) -> dict:
         """`member add` through a member in the cluster (retried while etcd refuses, as an
-        unhealthy cluster makes it), then the new member started empty; done when it
-        answers. A member listed already (a lost reply) is only started."""
+        unhealthy cluster makes it), the host's data dir wiped just before it; then the member
+        started, done when it answers. A member listed already is only started, never wiped:
+        it is a lost reply's add (the member may have started and taken entries since), or a
+        removal that raised and never applied (the member has all its data). Wiping either
+        loses entries its leader knows it holds, and etcd panics at the leader's next
+        heartbeat ("tocommit(N) is out of range"): a fault of the harness's, not etcd's."""
         host = member[2]
         h = self.db.host(host)
         peer = f"http://{h.address}:{PEER_PORT}"
@@ -447,6 +451,8 @@ class EtcdMembers:
                 if members is None:
                     raise OSError("no member answered")
                 if not any(peer in m.get("peerURLs", []) for m in members):
+                    self.db.kill(host, "etcd")  # a removal that raised left it running
+                    self.db.wipe(host)  # the removed member's data: the new one starts empty
                     members = self.db.ask(self._via(host), "/v3/cluster/member/add",
                                           {"peerURLs": [peer]}, timeout=10.0)["members"]
                 break
@@ -457,8 +463,6 @@ class EtcdMembers:
         self.db.joining[host] = ",".join(
             f"{m.get('name') or host}={u}" for m in members for u in m.get("peerURLs", []))
         self.db.removed.discard(host)
-        if not self.db.running(host, "etcd"):
-            self.db.wipe(host)
         self.db.start(host, "etcd")
         while self.db._post(h, "/v3/maintenance/status", {}) is None:
             if time.monotonic() > deadline:
