@@ -7,7 +7,9 @@ new master to be promoted. Before, it reported the add refused (ALREADY_EXISTS),
 The scenario runs the production masters and the operator tool's own join_master in the
 whole-stack simulator (virtual time, in-memory network): a lost answer is made by asking the
 leader for the add directly while the new master is cut off from the others (so it stays
-empty, INITIALIZING), then running the tool as the retry does."""
+empty, INITIALIZING), then running the tool as the retry does. In the second, nothing is cut:
+the new master is copied the catalog before the tool runs again, which it refused ("already
+has a catalog") until a member with a catalog counted as the add done."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from harness.sim.stack import CLIENT_HOST, MASTER_PORT, StackConfig, StackSim
 from harness.sim.stack_masters import boot_spare, leader_master
 from node import probes
 from node.client import TesseraClient
+from node.master.catalog import CATALOG
 from node.protocol import AddMaster, ConfigState, Peer
 from node.rpc import RpcClient
 from node.tools.admin import join_master, member_masters, started_master
@@ -61,5 +64,50 @@ def test_a_master_add_asked_again_after_its_answer_was_lost_is_done_not_refused(
         sim.loop.set_exception_handler(lambda _loop, _context: None)
     assert out["joined"] == out["uuid"] and out["uuid"] in out["members"], out
     assert len(out["members"]) == 4, out
+    assert any("a member already" in line for line in out["lines"]), out["lines"]
+    assert hit["tools.master_add.already_member"] == 1
+
+
+async def _copied_first(sim: StackSim) -> dict:
+    """The first try's add committed and answered, its answer lost; the leader copies the new
+    master the catalog before the operator runs the tool again."""
+    for host in sim.masters:
+        sim._boot(host)
+    leader = await until_checked(lambda: leader_master(sim), "a leader master")
+    spare = boot_spare(sim)
+    client = TesseraClient([(h, MASTER_PORT) for h in sim.masters[:-1]], timeout=10.0,
+                           rpc=RpcClient(connect_timeout=1.0, local_host=CLIENT_HOST))
+    try:
+        addr = (spare, MASTER_PORT)
+        info = await started_master(client, addr, wait=30.0)
+        await client.rpc.call((leader, MASTER_PORT), "master.add_master",
+                              AddMaster(Peer(info.uuid, *addr)), ConfigState, to_uuid="",
+                              timeout=10.0)
+        await until_checked(lambda: sim.servers[spare].tablets.replicas.get(CATALOG),
+                            "the new master copied the catalog")
+        role = (await started_master(client, addr)).role
+        lines: list[str] = []
+        joined = await join_master(client, addr, timeout=60.0, progress=lines.append)
+        return {"uuid": info.uuid, "joined": joined.uuid, "lines": lines, "role": role,
+                "members": await member_masters(client)}
+    finally:
+        await client.close()
+
+
+def test_a_master_add_asked_again_after_the_new_master_was_copied_is_done_not_refused(tmp_path):
+    """The lost answer's add went through and the leader copied the new master the catalog
+    before the operator ran `tessera master add` again. The tool refused it ("already has a
+    catalog; a new master starts with an empty data dir"), inviting the operator to wipe a
+    master the config counts on; a master with a catalog that is a member is the add done."""
+    sim = StackSim(StackConfig(seed=3, masters=3, tservers=1), tmp_path)
+    try:
+        with probes.expect("tools.master_add.already_member") as hit:
+            out = sim.loop.run_until_complete(
+                sim.loop.spawn(CLIENT_HOST, asyncio.wait_for(_copied_first(sim), 120.0)))
+    finally:
+        sim.loop.close()
+        sim.loop.set_exception_handler(lambda _loop, _context: None)
+    assert out["joined"] == out["uuid"] and out["uuid"] in out["members"], out
+    assert out["role"] != "INITIALIZING" and len(out["members"]) == 4, out
     assert any("a member already" in line for line in out["lines"]), out["lines"]
     assert hit["tools.master_add.already_member"] == 1

@@ -15,7 +15,9 @@ from harness.sim.swarm import (
     BUNDLED,
     BUNDLES,
     LATE,
+    LATE_BUNDLE_DRAW,
     LATE_BUNDLES,
+    LATER_BUNDLES,
     UNPACED,
     _own_draw,
     bundle_of,
@@ -113,8 +115,7 @@ def test_a_small_session_results_bound_forgets_outstanding_results_and_refuses_l
     mixes = [swarm_mix(s) for s in range(200)]
     drawn = Counter(m.max_results for m in mixes)
     assert set(drawn) == {None, 3, 8} and 100 < drawn[None] < 200, drawn
-    shared = parse_mix("partition:2,isolate:2,crash:1,restart:1,heal:1;every=0.5-2;"
-                       "reads=linearizable;load=20x200;writes=shared;results=8")
+    shared = parse_mix(LATER_BUNDLES["shared-results"])  # drawn whole by a few swarm seeds
     assert shared.max_results == 8 and shared.spec().endswith(";results=8")
     assert parse_mix(shared.spec()) == shared
     with pytest.raises(ValueError, match="results='0'"):
@@ -128,6 +129,25 @@ def test_a_small_session_results_bound_forgets_outstanding_results_and_refuses_l
                                  mix=parse_mix(batches)),
                      tmp_path / "batches", "tserver.write_batch.refused_invalid",
                      "client.retry.refused")
+
+
+def test_a_caller_that_gives_up_before_its_client_has_its_buffered_op_dropped_unsent(tmp_path):
+    """`caller=MS` (CALLERS_MS, its own draw): the harness waits that long for each op, as
+    Jepsen's clients and an application's request handlers bound a call, with the client's
+    own timeout still 5 s. Under partitions, a node's workers sharing an AUTO_FLUSH_BACKGROUND
+    session give up on ops still in a buffer queued behind a stalled batch: each such op is
+    dropped before its batch is sent (never applied) and recorded unknown. Valid; no seed
+    before drew a caller shorter than its client."""
+    mixes = [swarm_mix(s) for s in range(200)]
+    drawn = Counter(m.caller_timeout_ms for m in mixes)
+    assert set(drawn) == {None, 1000, 2500} and 100 < drawn[None] < 200, drawn
+    mix = parse_mix("partition:2,isolate:2,crash:1,restart:1,heal:1;every=0.5-2;"
+                    "reads=linearizable;load=20x200;writes=session-background;caller=1000")
+    assert mix.caller_timeout_ms == 1000 and parse_mix(mix.spec()) == mix
+    with pytest.raises(ValueError, match="caller='0'"):
+        parse_mix("restart:1;caller=0")
+    _valid_and_fired(StackConfig(seed=1, workload="register", seconds=8.0, mix=mix),
+                     tmp_path, "client.session.cancelled_ops_dropped")
 
 
 def test_a_failed_replica_on_a_server_in_maintenance_is_copied_over_or_refuses_the_copy(
@@ -230,8 +250,9 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     """BUNDLES: the recorded specs the tests here (and FORGE's) fire probes with; about one
     seed in five runs one of them whole, named swarm so its replay is `--mix swarm`; of the
     other seeds about one in sixteen runs one of LATE_BUNDLES (its own stream, so the seeds
-    with a bundle keep theirs); the rest keep their own draws, and a kind of BUNDLED only comes
-    in a bundle."""
+    with a bundle keep theirs), and of the seeds left about one in twenty-one one of
+    LATER_BUNDLES (a third stream); the rest keep their own draws, and a kind of BUNDLED only
+    comes in a bundle."""
     from tests.test_sim_forge import FORGE
 
     assert parse_mix(BUNDLES["forge-snapshot"]) == parse_mix(FORGE)
@@ -239,9 +260,12 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     drawn = Counter(_own_draw(s, "bundle", BUNDLE_DRAW) for s in range(200))
     assert set(drawn) == {None, *BUNDLES} and 145 < drawn[None] < 175, drawn
     late = Counter(b for s in range(400) if _own_draw(s, "bundle", BUNDLE_DRAW) is None
+                   and _own_draw(s, "late-bundle", LATE_BUNDLE_DRAW) is not None
                    and (b := bundle_of(s)) is not None)
     assert set(late) == set(LATE_BUNDLES) and 6 < sum(late.values()) < 30, late
-    specs = {**BUNDLES, **LATE_BUNDLES}
+    later = Counter(b for s in range(400) if (b := bundle_of(s)) in LATER_BUNDLES)
+    assert set(later) == set(LATER_BUNDLES) and 6 < sum(later.values()) < 30, later
+    specs = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES}
     for s in range(200):
         mix, bundle = swarm_mix(s), bundle_of(s)
         if bundle is None:

@@ -620,9 +620,9 @@ class StackSim:
         # mix's `unpaced` asks for it under a lowered frame (harness.sim.swarm.UNPACED).
         unpaced = mix.unpaced or (self._writes == "shared" and self._value_sizes != "wide")
         rate = 0.0 if unpaced else mix.rate or self.cfg.rate
-        opts = RunOptions(concurrency=mix.concurrency or self.cfg.concurrency,
-                          time_limit=self.cfg.seconds, rate=rate, seed=self.cfg.seed, op_timeout=5.0,
-                          final_settle=5.0, final_timeout=60.0)
+        opts = RunOptions(concurrency=mix.concurrency or self.cfg.concurrency, rate=rate,
+                          time_limit=self.cfg.seconds, seed=self.cfg.seed, final_settle=5.0,
+                          op_timeout=(mix.caller_timeout_ms or 5000) / 1000, final_timeout=60.0)
 
         clients, close_sessions = workload_clients(client, "test", names, self.tservers, workload)
         try:

@@ -10,7 +10,12 @@ leave_master, which the CLI runs too):
   is lost). Once the links are back the simulator waits, as an operator would, for the spare
   to say REMOVED before it stops it. A leader that stops telling a removed member once its
   removal commits leaves it campaigning in vain for ever (a clean-clone run once saw it): up,
-  reachable from the leader master and not REMOVED after TOLD_WITHIN_S is a liveness violation;
+  reachable from the leader master and not REMOVED after TOLD_WITHIN_S is a liveness violation.
+  Every third add (`add-lost`) is the operator's second try: the first asked the leader master
+  directly and its answer was lost (a timeout, a reset connection), so the add may have gone
+  through, and the new master may have been copied the catalog by the time the tool runs
+  again; the tool must find it a member and finish, not refuse it (which an operator answers
+  by wiping it: tools.master_add.already_member);
 - `master-swap` (a late swarm kind, harness.sim.swarm.LATE): Kudu's master migration, the other
   way round from `masters`: the spare added if it is not a member yet, then the LEADER master
   removed. Removing the leader hands leadership over first (master.membership.
@@ -57,16 +62,16 @@ async def masters(sim, planned: list | None):
     if planned is not None:
         op = planned[0]
     elif sim.spare not in sim.masters:
-        op = "add"
+        op = "add-lost" if sim.spare_removals % 3 == 2 else "add"
     else:
         op = "remove-cut" if sim.spare_removals % 2 else "remove"
         sim.spare_removals += 1
     host = sim.spare
-    if (op == "add") == (host in sim.masters):
+    if op.startswith("add") == (host in sim.masters):
         return SKIPPED  # a replay out of step with this run
     try:
-        if op == "add":
-            await add_spare(sim)
+        if op.startswith("add"):
+            await add_spare(sim, lost=op == "add-lost")
         elif op == "remove":
             await leave_master(sim.client, sim.spare_uuid or f"{host}:{MASTER_PORT}",
                                missing_ok=True)
@@ -139,8 +144,9 @@ async def wait_told_of_removal(sim, host: str) -> str | None:
         await asyncio.sleep(TOLD_ASK_EVERY_S)
 
 
-async def add_spare(sim) -> None:
-    """Start a master with an empty disk on the spare host and join it (`join_master`). A
+async def add_spare(sim, lost: bool = False) -> None:
+    """Start a master with an empty disk on the spare host and join it (`join_master`; with
+    `lost`, after a first try whose answer is ignored, as if lost: `add_unanswered`). A
     join that fails is undone as an operator undoes a failed `master add`, which may have gone
     through: the spare leaves the config if it is a member, then is stopped and wiped. If even
     that removal fails, the spare stays up and a member, for the next `masters` fault to
@@ -156,6 +162,8 @@ async def add_spare(sim) -> None:
         drop_spare(sim)  # it never answered, so it was never asked to join
         raise
     try:
+        if lost:
+            await add_unanswered(sim, sim.spare_uuid, addr)
         await join_master(sim.client, addr, timeout=30.0)
     except (AdminError, RpcError, TimeoutError, OSError) as e:
         try:
@@ -164,6 +172,24 @@ async def add_spare(sim) -> None:
             raise AdminError(f"{e or type(e).__name__}; still a member, not undone: "
                              f"{undo or type(undo).__name__}") from e
         raise
+
+
+async def add_unanswered(sim, uuid: str, addr: tuple[str, int]) -> None:
+    """The operator tool's first try at adding the master at `addr`: asked of the leader
+    master directly, its answer (or error) never read, as when the tool timed out or its
+    connection was reset. No leader now: nothing was asked."""
+    from node.protocol import AddMaster, ConfigState, Peer
+    from node.rpc import RpcError
+
+    leader = leader_master(sim)
+    if leader is None:
+        return
+    try:
+        await sim.client.rpc.call((leader, MASTER_PORT), "master.add_master",
+                                  AddMaster(Peer(uuid, *addr)), ConfigState, to_uuid="",
+                                  timeout=sim.client.timeout)
+    except (RpcError, TimeoutError, OSError):
+        pass  # lost either way
 
 
 def boot_spare(sim) -> str:

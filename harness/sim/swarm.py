@@ -170,6 +170,13 @@ MIXED_MODES = (False, False, False, True)
 MISSED = (None, None, None, 2)
 # The client's timeout per op (Mix.client_timeout_ms), drawn in a stream of its own: None is 5 s.
 TIMEOUTS_MS = (None, None, None, 1000, 500)
+# The caller's own deadline per op (Mix.caller_timeout_ms; None: 5 s, the client's default), as
+# Jepsen's clients wrap every op in a timeout and an application's request handler gives up
+# on a slow write: shorter than the client's timeout, the caller stops waiting while the
+# client still works on the op, which is cancelled mid-call or in a batch's buffer (a buffered
+# op whose caller gave up is dropped unsent: client.session.cancelled_ops_dropped) and recorded
+# unknown. No seed's caller gave up before its client did. Its own draw.
+CALLERS_MS = (None, None, None, None, 1000, 2500)
 # Mixes that reach a path only with several knobs at once, each a recorded spec (the tests in
 # tests/test_sim_swarm_reach.py, tests/test_sim_forge.py and tests/test_sim_swarm.py fire its
 # probes on a recorded seed). Independent draws combined none of them in 200 seeds
@@ -218,6 +225,16 @@ LATE_BUNDLES = {
                          "reads=linearizable;load=2x10",
 }
 LATE_BUNDLE_DRAW = (None,) * 30 + tuple(LATE_BUNDLES)
+# Bundles added after LATE_BUNDLES, drawn from a third stream for the seeds that drew none
+# in the other two (the same reason). shared-results: writers sharing sessions at full speed
+# under partitions, each tablet keeping 8 results a session: an attempt stalled behind more
+# writes than that is told STALE_SEQ when it retries (tablet.session.stale_seq), which the
+# ensemble of 200 swarm seeds never reached (the knobs drawn apart about never meet).
+LATER_BUNDLES = {
+    "shared-results": "partition:2,isolate:2,crash:1,restart:1,heal:1;every=0.5-2;"
+                      "reads=linearizable;load=20x200;writes=shared;results=8",
+}
+LATER_BUNDLE_DRAW = (None,) * 20 + tuple(LATER_BUNDLES)
 
 
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
@@ -281,6 +298,8 @@ class Mix:
     # deadline shorter than one attempt's patience puts a call's first try at the deadline, where
     # an answer lost to it must count as maybe applied (TIMEOUTS_MS)
     client_timeout_ms: int | None = None
+    # the caller's deadline per op in ms (None: 5 s), the harness's wait on each op (CALLERS_MS)
+    caller_timeout_ms: int | None = None
 
     def kinds(self) -> list[str]:
         return [k for k, _ in self.weights]
@@ -293,8 +312,8 @@ class Mix:
     def spec(self) -> str:
         """`kind:weight,...;every=LO-HI;reads=MODE[;load=CLIENTSxRATE][;read-share=F]
         [;clock=US][;writes=MODE][;values=wide][;snapshot=N][;fsync=MS][;sessions=N]
-        [;batch=N][;inflight=N][;frame=MIB][;results=N][;missed=N][;timeout=MS][;consistency=MODE]
-        [;unpaced]`; writes only when not own, consistency only when not commit-wait."""
+        [;batch=N][;inflight=N][;frame=MIB][;results=N][;missed=N][;timeout=MS][;caller=MS]
+        [;consistency=MODE][;unpaced]`; writes only when not own, consistency only when not commit-wait."""
         lo, hi = self.fault_every_s
         parts = [",".join(f"{k}:{w}" for k, w in self.weights), f"every={lo:g}-{hi:g}",
                  f"reads={self.read_mode}"]
@@ -311,7 +330,7 @@ class Mix:
         counts = {"snapshot": self.snapshot_every, "fsync": self.fsync_ms,
                   "sessions": self.max_sessions, "batch": self.batch, "inflight": self.inflight,
                   "frame": self.frame_mb, "results": self.max_results, "missed": self.missed,
-                  "timeout": self.client_timeout_ms}
+                  "timeout": self.client_timeout_ms, "caller": self.caller_timeout_ms}
         parts += [f"{key}={n}" for key, n in counts.items() if n is not None]
         if self.consistency != "commit-wait":
             parts.append(f"consistency={self.consistency}")
@@ -329,7 +348,8 @@ class Mix:
                 "batch": self.batch, "inflight": self.inflight, "frame_mb": self.frame_mb,
                 "unpaced": self.unpaced, "max_results": self.max_results,
                 "consistency": self.consistency, "missed": self.missed,
-                "client_timeout_ms": self.client_timeout_ms}
+                "client_timeout_ms": self.client_timeout_ms,
+                "caller_timeout_ms": self.caller_timeout_ms}
 
 
 # The fixed mix (its list of kinds, with crash, restart and membership twice, is the one the
@@ -369,22 +389,26 @@ def swarm_mix(seed: int) -> Mix:
         consistency = MIXED
     missed = _own_draw(seed, "missed", MISSED) if read_mode == "lease" else None
     client_timeout_ms = _own_draw(seed, "timeout", TIMEOUTS_MS)
+    caller_timeout_ms = _own_draw(seed, "caller", CALLERS_MS)
     mix = Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
               read_share=read_share, clock_error_us=clock_error_us, writes=writes,
               values=None if values == "small" else values, snapshot_every=snapshot_every,
               fsync_ms=fsync_ms, max_sessions=max_sessions,
               batch=batch if writes in SESSION_MODES else None, inflight=inflight,
               frame_mb=frame_mb, unpaced=unpaced, max_results=max_results,
-              consistency=consistency, missed=missed, client_timeout_ms=client_timeout_ms)
+              consistency=consistency, missed=missed, client_timeout_ms=client_timeout_ms,
+              caller_timeout_ms=caller_timeout_ms)
     bundle = bundle_of(seed)
-    return mix if bundle is None else replace(parse_mix({**BUNDLES, **LATE_BUNDLES}[bundle]),
-                                              name="swarm")
+    return mix if bundle is None else replace(
+        parse_mix({**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES}[bundle]), name="swarm")
 
 
 def bundle_of(seed: int) -> str | None:
-    """The bundle seed `seed` runs whole, if any: one of BUNDLES, else one of LATE_BUNDLES."""
+    """The bundle seed `seed` runs whole, if any: one of BUNDLES, else one of LATE_BUNDLES,
+    else one of LATER_BUNDLES."""
     return (_own_draw(seed, "bundle", BUNDLE_DRAW)
-            or _own_draw(seed, "late-bundle", LATE_BUNDLE_DRAW))
+            or _own_draw(seed, "late-bundle", LATE_BUNDLE_DRAW)
+            or _own_draw(seed, "later-bundle", LATER_BUNDLE_DRAW))
 
 
 def _unpaceable(writes: str, values: str | None, frame_mb: int | None) -> bool:
@@ -408,7 +432,8 @@ _COUNTS = {"snapshot": "applied entries between snapshots", "fsync": "every disk
            "frame": "the servers' RPC frame limit in MiB",
            "results": "the results a tablet keeps per session",
            "missed": "missed heartbeats before an election on every other server",
-           "timeout": "the client's timeout per op in ms"}
+           "timeout": "the client's timeout per op in ms",
+           "caller": "the caller's deadline per op in ms"}
 
 
 def parse_mix(spec: str) -> Mix:
@@ -482,7 +507,7 @@ def parse_mix(spec: str) -> Mix:
     return Mix(tuple(weights), (lo, hi), reads, "spec", concurrency, rate, read_share,
                clock_error_us, writes, None if values == "small" else values,
                *list(counts.values())[:6], unpaced, counts["results"], consistency,
-               counts["missed"], counts["timeout"])
+               counts["missed"], counts["timeout"], counts["caller"])
 
 
 def mix_for(name: str, seed: int) -> Mix:

@@ -89,17 +89,23 @@ async def join_master(client, addr: tuple[str, int], *, progress=lambda _: None,
     That answer means done, never refused: the master answered INITIALIZING (an empty data
     dir, a fresh UUID) just before, so only an add of this very master made it a member. An
     operator told "refused" would wipe a master the config holds, and the masters would run
-    a member short of what they count on."""
+    a member short of what they count on. So is a master that answers with a catalog and is
+    a member: the lost answer's add went through and the leader copied it the catalog before
+    the tool was run again (only a master with a catalog that is no member is refused)."""
     info = await started_master(client, addr)
-    if info.role != "INITIALIZING":
-        raise AdminError(f"{addr[0]}:{addr[1]} already has a catalog (role {info.role}); a new "
-                         "master starts with an empty data dir")
-    try:
-        progress(config_lines(await client.master_call(
-            "master.add_master", AddMaster(Peer(info.uuid, *addr)), ConfigState)))
-    except RpcError as e:
-        if e.code != ErrorCode.ALREADY_EXISTS:
-            raise
+    member = info.role != "INITIALIZING"
+    if member and info.uuid not in await member_masters(client):
+        raise AdminError(f"{addr[0]}:{addr[1]} already has a catalog (role {info.role}) and is "
+                         "not a member; a new master starts with an empty data dir")
+    if not member:
+        try:
+            progress(config_lines(await client.master_call(
+                "master.add_master", AddMaster(Peer(info.uuid, *addr)), ConfigState)))
+        except RpcError as e:
+            if e.code != ErrorCode.ALREADY_EXISTS:
+                raise
+            member = True
+    if member:
         probe("tools.master_add.already_member")
         progress(f"{info.uuid} is a member already: an earlier try's answer was lost")
     progress(f"waiting for {info.uuid} to be copied the catalog and promoted to voter")
