@@ -175,7 +175,7 @@ TIMEOUTS_MS = (None, None, None, 1000, 500)
 # on a slow write: shorter than the client's timeout, the caller stops waiting while the
 # client still works on the op, which is cancelled mid-call or in a batch's buffer (a buffered
 # op whose caller gave up is dropped unsent: client.session.cancelled_ops_dropped) and recorded
-# unknown. No seed's caller gave up before its client did. Its own draw.
+# unknown. Before this draw, no seed's caller gave up before its client. Its own draw.
 CALLERS_MS = (None, None, None, None, 1000, 2500)
 # Mixes that reach a path only with several knobs at once, each a recorded spec (the tests in
 # tests/test_sim_swarm_reach.py, tests/test_sim_forge.py and tests/test_sim_swarm.py fire its
