@@ -14,6 +14,7 @@ from harness.sim.swarm import (
     BUNDLE_DRAW,
     BUNDLED,
     BUNDLES,
+    COPY_BUNDLES,
     LATE,
     LATE_BUNDLE_DRAW,
     LATE_BUNDLES,
@@ -251,8 +252,9 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     seed in five runs one of them whole, named swarm so its replay is `--mix swarm`; of the
     other seeds about one in sixteen runs one of LATE_BUNDLES (its own stream, so the seeds
     with a bundle keep theirs), and of the seeds left about one in twenty-one one of
-    LATER_BUNDLES (a third stream); the rest keep their own draws, and a kind of BUNDLED only
-    comes in a bundle."""
+    LATER_BUNDLES (a third stream), and of those left about one in twenty-one one of
+    COPY_BUNDLES (a fourth); the rest keep their own draws, and a kind of BUNDLED only comes in
+    a bundle."""
     from tests.test_sim_forge import FORGE
 
     assert parse_mix(BUNDLES["forge-snapshot"]) == parse_mix(FORGE)
@@ -265,7 +267,9 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     assert set(late) == set(LATE_BUNDLES) and 6 < sum(late.values()) < 30, late
     later = Counter(b for s in range(400) if (b := bundle_of(s)) in LATER_BUNDLES)
     assert set(later) == set(LATER_BUNDLES) and 6 < sum(later.values()) < 30, later
-    specs = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES}
+    copies = Counter(b for s in range(400) if (b := bundle_of(s)) in COPY_BUNDLES)
+    assert set(copies) == set(COPY_BUNDLES) and 6 < sum(copies.values()) < 30, copies
+    specs = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **COPY_BUNDLES}
     for s in range(200):
         mix, bundle = swarm_mix(s), bundle_of(s)
         if bundle is None:
@@ -322,3 +326,23 @@ def test_a_copy_that_merges_into_fresh_metadata_where_the_old_was_lost_is_caught
     assert result.violation and result.violation.startswith("vote safety"), result.violation
     assert "forgot its vote" in result.violation
 
+
+
+def test_a_replica_deleted_while_a_copy_onto_it_runs_aborts_refuses_or_is_tombstoned_offline(
+        tmp_path):
+    """`copy-delete` (BUNDLED, COPY_BUNDLES): while a leader copies a tablet back to a
+    tombstoned follower, the follower's replica is deleted: a plain delete aborts the copy and
+    the leader's StartTabletCopy is told so; the masters' eviction with its config index is
+    refused while the copy installs a config; a crash mid-copy and the operator's offline delete
+    tombstone the unfinished copy. No seed reached any of the three before. Valid."""
+    assert "copy-delete" in BUNDLED
+    sim = StackSim(StackConfig(seed=6, workload="register", seconds=20.0,
+                               mix=parse_mix(COPY_BUNDLES["copy-delete"])), tmp_path)
+    result = sim.run()
+    assert result.ok(), (result.violation, result.verdict)
+    modes = {e[2][3] for e in sim.events if e[1] == "copy-delete"}
+    assert modes == {"delete", "delete-cas", "offline"}, sim.events
+    for name in ("copy.aborted_by_delete", "tablet.delete.copy_aborted",
+                 "tablet.delete.cas_refused_while_copying",
+                 "tools.delete.unfinished_copy_tombstoned"):
+        assert result.probes.get(name, 0) >= 1, name

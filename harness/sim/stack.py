@@ -38,6 +38,7 @@ from pathlib import Path
 
 from harness.sim import (
     stack_copy_cut,
+    stack_copy_delete,
     stack_damage,
     stack_ddl,
     stack_forge,
@@ -162,6 +163,18 @@ def master_hosts(n: int) -> list[str]:
 
 def tserver_hosts(n: int) -> list[str]:
     return [f"10.77.0.{111 + i}" for i in range(n)]
+
+
+# The timed faults whose code lives in a module of their own, each taking the StackSim first
+# (the other timed ones are StackSim's methods).
+MODULE_FAULTS = {
+    "masters": stack_masters.masters, "master-swap": stack_masters.master_swap,
+    "unsafe": stack_unsafe.unsafe_change, "ddl": stack_ddl.ddl,
+    "torn": stack_damage.torn_tail, "damage": stack_damage.damage,
+    "copy-cut": stack_copy_cut.copy_cut, "copy-delete": stack_copy_delete.copy_delete,
+    "maintenance": stack_maintenance.maintenance, "recopy": stack_recopy.recopy,
+    "garble": stack_forge.garble, "copy-shrink": stack_forge.copy_shrink,
+}
 
 
 class StackSim:
@@ -304,19 +317,10 @@ class StackSim:
         values, and recorded in the history."""
         rng = random.Random(self.rng.getrandbits(64))
         planned = list(self.cfg.schedule) if self.cfg.schedule is not None else None
-        timed = {"masters": functools.partial(stack_masters.masters, self),
-                 "master-swap": functools.partial(stack_masters.master_swap, self),
-                 "unsafe": functools.partial(stack_unsafe.unsafe_change, self),
-                 "ddl": functools.partial(stack_ddl.ddl, self),
-                 "transfer": self._transfer, "tombstone": self._tombstone,
-                 "copy-race": self._copy_race, "lease-race": self._lease_race,
-                 "fail-copy": self._fail_copy, "copy-behind": self._copy_behind, "torn": functools.partial(stack_damage.torn_tail, self),
-                 "damage": functools.partial(stack_damage.damage, self),
-                 "copy-cut": functools.partial(stack_copy_cut.copy_cut, self),
-                 "maintenance": functools.partial(stack_maintenance.maintenance, self),
-                 "recopy": functools.partial(stack_recopy.recopy, self),
-                 "garble": functools.partial(stack_forge.garble, self),
-                 "copy-shrink": functools.partial(stack_forge.copy_shrink, self)}
+        timed = {kind: functools.partial(fault, self) for kind, fault in MODULE_FAULTS.items()}
+        timed.update({"transfer": self._transfer, "tombstone": self._tombstone,
+                      "copy-race": self._copy_race, "lease-race": self._lease_race,
+                      "fail-copy": self._fail_copy, "copy-behind": self._copy_behind})
         while self.loop.time() < deadline:
             if planned is None:
                 await asyncio.sleep(rng.uniform(*self.cfg.mix.fault_every_s))
@@ -340,9 +344,9 @@ class StackSim:
             self._count(kind)
             rec.record("nemesis", "info", kind, value)
 
-    async def _tombstone(self, value: list):
-        """ts.delete_tablet on the replica of `value[0]` on host `value[3]`: a voter becomes a
-        tombstone without leaving the config. Errors are recorded, not raised."""
+    async def _tombstone(self, value: list, cas: int | None = None):
+        """ts.delete_tablet (with `cas`, an eviction's) on `value[0]`'s replica on `value[3]`: a
+        voter becomes a tombstone without leaving the config. Errors are recorded, not raised."""
         from node.protocol import Ack, DeleteTablet
         from node.rpc import RpcError
 
@@ -352,7 +356,7 @@ class StackSim:
             return _SKIPPED
         try:
             await self.client.rpc.call((host, TSERVER_PORT), "ts.delete_tablet",
-                                       DeleteTablet(tablet), Ack, to_uuid=server.uuid,
+                                       DeleteTablet(tablet, cas), Ack, to_uuid=server.uuid,
                                        timeout=5.0)
         except (RpcError, TimeoutError, OSError) as e:
             return [*value[:8], f"failed: {e or type(e).__name__}"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from harness.sim import stack_copy_cut, stack_maintenance, stack_recopy
+from harness.sim import stack_copy_cut, stack_copy_delete, stack_maintenance, stack_recopy
 from harness.sim.stack_ddl import choose_ddl
 from harness.sim.stack_masters import SWAP_LINGER_S
 from harness.sim.stack_unsafe import choose_unsafe
@@ -160,6 +160,8 @@ class FaultChooser:
             return self._choose_transfer(rng)
         if kind == "copy-cut":
             return stack_copy_cut.choose(self, rng)
+        if kind == "copy-delete":
+            return stack_copy_delete.choose(self, rng)
         if kind == "maintenance":
             return stack_maintenance.choose(self, rng)
         if kind == "recopy":

@@ -32,7 +32,7 @@ call's arrival, so a try meant to be refused appended S's config, and the fault 
 lost replicas intact: the two came back, elected a leader of the old config and committed an
 entry at the index of S's forced config.) The tool
 refuses a replica whose WAL is corrupt (one the simulator damaged, already FAILED, may be among
-the lost): the operator then deletes it whole, as Kudu's tool advises (`_delete`). If S never
+the lost): the operator then deletes it whole, as Kudu's tool advises (`offline_delete`). If S never
 syncs, the operator forces nothing, and the servers come back to the old config. Only with all
 three voters' servers well and no other tablet server impaired, as the crash fault keeps at
 most two down.
@@ -106,7 +106,7 @@ async def unsafe_change(sim, value: list):
             # replicas of the tablet deleted, whether or not S still leads (a try meant to be
             # refused may reach S just after it stepped down, and be appended)
             for host in (f1, f2):
-                refused = _delete(sim, tablet, host)
+                refused = offline_delete(sim, tablet, host)
                 if refused:
                     tries.append(refused)
             deleted = True
@@ -125,7 +125,7 @@ async def unsafe_change(sim, value: list):
     return [*value[:5], _runs(tries), added]
 
 
-def _delete(sim, tablet: str, host: str) -> str | None:
+def offline_delete(sim, tablet: str, host: str) -> str | None:
     """The operator's `tessera local-replica delete TABLET --keep-tombstone` on the stopped
     `host`; None when done, or what was done instead. The tool refuses a replica whose files
     are damaged (a corrupt WAL hides the last logged op the tombstone would keep): Kudu's tool

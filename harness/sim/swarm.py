@@ -26,12 +26,13 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
          "membership", "flip", "disk", "transfer", "cut", "tombstone", "copy-race", "lease-race", "masters",
          "drift", "flip-newest", "fail-copy", "torn", "delay", "damage", "reprovision", "full",
          "damage-file", "copy-cut", "master-swap", "unsafe", "ddl", "maintenance", "forge",
-         "garble", "copy-shrink", "recopy", "copy-behind", "kill")
+         "garble", "copy-shrink", "recopy", "copy-behind", "kill", "copy-delete")
 # Kinds a seed draws only in a bundle (BUNDLES), never on their own: a kind added to the
 # optional ones or to LATE would change many recorded seeds' mixes. recopy: an operator's
 # `kudu remote_replica copy` over a running replica, or from a FAILED one
-# (harness.sim.stack_recopy).
-BUNDLED = ("recopy",)
+# (harness.sim.stack_recopy). copy-delete: a replica deleted while a copy onto it is under way
+# (harness.sim.stack_copy_delete).
+BUNDLED = ("recopy", "copy-delete")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
@@ -235,6 +236,13 @@ LATER_BUNDLES = {
                       "reads=linearizable;load=20x200;writes=shared;results=8",
 }
 LATER_BUNDLE_DRAW = (None,) * 20 + tuple(LATER_BUNDLES)
+# A fourth stream, the same way. copy-delete: a copy's target deleted while the copy runs, by
+# a plain delete, by the masters' eviction with its config index, or offline by the operator's
+# tool after a crash (harness.sim.stack_copy_delete), which no seed did.
+COPY_BUNDLES = {
+    "copy-delete": "copy-delete:4,restart:2,heal:1;every=1-4;reads=linearizable;load=10x100",
+}
+COPY_BUNDLE_DRAW = (None,) * 20 + tuple(COPY_BUNDLES)
 
 
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
@@ -400,15 +408,17 @@ def swarm_mix(seed: int) -> Mix:
               caller_timeout_ms=caller_timeout_ms)
     bundle = bundle_of(seed)
     return mix if bundle is None else replace(
-        parse_mix({**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES}[bundle]), name="swarm")
+        parse_mix({**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **COPY_BUNDLES}[bundle]),
+        name="swarm")
 
 
 def bundle_of(seed: int) -> str | None:
     """The bundle seed `seed` runs whole, if any: one of BUNDLES, else one of LATE_BUNDLES,
-    else one of LATER_BUNDLES."""
+    else one of LATER_BUNDLES, else one of COPY_BUNDLES."""
     return (_own_draw(seed, "bundle", BUNDLE_DRAW)
             or _own_draw(seed, "late-bundle", LATE_BUNDLE_DRAW)
-            or _own_draw(seed, "later-bundle", LATER_BUNDLE_DRAW))
+            or _own_draw(seed, "later-bundle", LATER_BUNDLE_DRAW)
+            or _own_draw(seed, "copy-bundle", COPY_BUNDLE_DRAW))
 
 
 def _unpaceable(writes: str, values: str | None, frame_mb: int | None) -> bool:
