@@ -346,3 +346,17 @@ def test_a_replica_deleted_while_a_copy_onto_it_runs_aborts_refuses_or_is_tombst
                  "tablet.delete.cas_refused_while_copying",
                  "tools.delete.unfinished_copy_tombstoned"):
         assert result.probes.get(name, 0) >= 1, name
+
+
+def test_a_master_removed_by_two_runs_at_once_is_removed_for_both(tmp_path):
+    """The `masters` fault's every fourth removal (`remove-twice`): two `master remove` runs at
+    once, as an operator's second try while the first still waits: both find the spare a
+    member and ask the leader; the one asked second is told it is not a member any more and
+    counts the removal done. No seed reached that answer before. Valid."""
+    sim = StackSim(StackConfig(seed=0, workload="register", seconds=30.0,
+                               mix=parse_mix("masters:4,restart:1,heal:1;every=0.5-2;"
+                                             "reads=linearizable")), tmp_path)
+    result = sim.run()
+    assert result.ok(), (result.violation, result.verdict)
+    assert ["remove-twice", sim.spare] in [e[2] for e in sim.events if e[1] == "masters"]
+    assert result.probes.get("tools.master_remove.already_gone", 0) >= 1

@@ -15,7 +15,11 @@ leave_master, which the CLI runs too):
   directly and its answer was lost (a timeout, a reset connection), so the add may have gone
   through, and the new master may have been copied the catalog by the time the tool runs
   again; the tool must find it a member and finish, not refuse it (which an operator answers
-  by wiping it: tools.master_add.already_member);
+  by wiping it: tools.master_add.already_member). Every fourth removal (`remove-twice`) is
+  run twice at once, as the operator's second `master remove` while the first still waits
+  (timed out on their side) or two operators' runs: both find the spare a member, both ask
+  the leader, and the one asked second must count the removal done
+  (tools.master_remove.already_gone);
 - `master-swap` (a late swarm kind, harness.sim.swarm.LATE): Kudu's master migration, the other
   way round from `masters`: the spare added if it is not a member yet, then the LEADER master
   removed. Removing the leader hands leadership over first (master.membership.
@@ -64,7 +68,8 @@ async def masters(sim, planned: list | None):
     elif sim.spare not in sim.masters:
         op = "add-lost" if sim.spare_removals % 3 == 2 else "add"
     else:
-        op = "remove-cut" if sim.spare_removals % 2 else "remove"
+        op = ("remove-cut" if sim.spare_removals % 2
+              else "remove-twice" if sim.spare_removals % 4 == 2 else "remove")
         sim.spare_removals += 1
     host = sim.spare
     if op.startswith("add") == (host in sim.masters):
@@ -77,13 +82,32 @@ async def masters(sim, planned: list | None):
                                missing_ok=True)
             drop_spare(sim)
         else:
-            why = await remove_cut_off(sim, host)
+            why = await (remove_twice if op == "remove-twice" else remove_cut_off)(sim, host)
             drop_spare(sim)
             if why is not None:
                 return [op, host, why]
     except (AdminError, RpcError, TimeoutError, OSError) as e:
         return [op, host, f"failed: {e or type(e).__name__}"]
     return [op, host]
+
+
+async def remove_twice(sim, host: str) -> str | None:
+    """`remove-twice`: two `leave_master` runs for the spare on `host` at once. None if both
+    counted it removed; what the other answered if one did and the other refused; the first
+    refusal raised if neither did."""
+    from node.rpc import RpcError
+    from node.tools.admin import AdminError, leave_master
+
+    target = sim.spare_uuid or f"{host}:{MASTER_PORT}"
+    tries = await asyncio.gather(*(leave_master(sim.client, target) for _ in range(2)),
+                                 return_exceptions=True)
+    refused = [t for t in tries if isinstance(t, BaseException)]
+    for e in refused:
+        if not isinstance(e, (AdminError, RpcError, TimeoutError, OSError)):
+            raise e  # the tool's own failure, not a refusal: the seed's crash
+    if len(refused) == 2:
+        raise refused[0]
+    return f"the other run: {refused[0]}"[:200] if refused else None
 
 
 async def remove_cut_off(sim, host: str) -> str | None:
