@@ -32,8 +32,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", default=d.workload, help=f"one of {', '.join(WORKLOADS)} (default register)")
     p.add_argument("--workload-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a workload parameter, e.g. ops_per_key=100; batch=N: ops per batch of "
-                        "--writes session-background or session-manual (default 16) "
-                        "(repeatable)")
+                        "--writes session-background or session-manual (default 16); "
+                        "value_buffers=true (--db tessera, string values: value_sizes=wide or "
+                        "zeros): the workers hand each value over in a bytearray they overwrite "
+                        "as soon as the client has the op (repeatable)")
     p.add_argument("--consistency-model", metavar="MODEL",
                    help="list-append, rw-register: the consistency model the system claims, "
                         "which the history is judged against, so a run is invalid only for an "

@@ -498,8 +498,8 @@ CATALOG: dict[str, str] = {
         "MANUAL_FLUSH: apply hit BufferFull: flush, then apply again",
     "client.manual_flush.caller_cancelled":
         "MANUAL_FLUSH: a cancelled caller's op is dropped from its batch before send",
-    "client.session.value_copied":
-        "a buffering session's op with a mutable value was copied before apply: the caller may change its own",
+    "client.op.value_copied":
+        "a write with a mutable value was copied as the Table handle took it: the caller may reuse its own",
     "client.session.buffer_full_ops":
         "MANUAL_FLUSH: apply refused, the tablet's buffer holds a full batch (BufferFull)",
     "client.session.buffer_full_bytes":

@@ -212,7 +212,7 @@ def test_a_buffered_op_keeps_the_value_it_was_applied_with():
         client = client_of(rpc)
         table = client.table("t", session=client.new_session("t", background()))
         value, doc, steps = [1], {"a": 1}, [["w", "k3", [7]]]
-        with probes.expect("client.session.value_copied"):
+        with probes.expect("client.op.value_copied"):
             tasks = [asyncio.create_task(table.write("k1", value)),
                      asyncio.create_task(table.cas("k2", None, doc)),
                      asyncio.create_task(table.txn(steps)),
@@ -229,6 +229,26 @@ def test_a_buffered_op_keeps_the_value_it_was_applied_with():
         sent = rpc.batches[0].ops
         assert sent[0].value == [1] and sent[1].new == {"a": 1}, sent
         assert sent[2].ops == [MicroOp("w", "k3", [7])] and sent[3].value == "text", sent
+    run(go())
+
+
+def test_an_unbuffered_write_keeps_the_value_it_was_handed_while_it_waits():
+    """A write through a handle with no session waits for its tablet's location and a session
+    before it is sent; a caller reusing its bytearray meanwhile must not change what is sent.
+    Before, only a buffering session's op was copied, and this one sent what the caller put in
+    its buffer after (the harness's reused buffers found it: Workload.value_buffers)."""
+    from node import probes
+
+    async def go():
+        rpc = Tablets()
+        table = client_of(rpc).table("t")
+        buf = bytearray(b"first")
+        with probes.expect("client.op.value_copied"):
+            task = asyncio.create_task(table.write("k1", buf))
+            await asyncio.sleep(0)  # handed over; the location lookup still to come
+            buf[:] = b"later"
+            await task
+        assert [w.op.value for w in rpc.writes] == [b"first"], rpc.writes
     run(go())
 
 

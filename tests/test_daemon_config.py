@@ -63,6 +63,8 @@ def test_toml_file_and_flags_override(tmp_path):
     assert str(opts.data_dir) == "/x" and opts.masters == [("a", 1), ("b", 2)]
     assert opts.replica.log.log_force_fsync_all is False
     assert opts.replica.read_mode == "linearizable"
+    v = daemon_cli.resolve(parse(["--config", str(cfg), "--group-commit-queue-size-bytes", "4096"]))
+    assert daemon_cli.build_options(v, "tserver").replica.log.group_commit_queue_size_bytes == 4096
 
 
 @pytest.mark.parametrize("toml,argv,message", [
@@ -76,6 +78,8 @@ def test_toml_file_and_flags_override(tmp_path):
     ('', ["--data-dir", "/d", "--snapshot-interval-mb", "0"], "--snapshot-interval-mb must be pos"),
     ('', ["--data-dir", "/d", "--snapshot-interval-entries", "-5"], "interval-entries must be pos"),
     ('', ["--data-dir", "/d", "--log-retain-mb", "-1"], "--log-retain-mb must be >= 0"),
+    ('', ["--data-dir", "/d", "--group-commit-queue-size-bytes", "0"],
+     "--group-commit-queue-size-bytes must be positive"),
 ])
 def test_bad_configuration_is_a_clear_error(tmp_path, toml, argv, message):
     cfg = tmp_path / "c.toml"

@@ -453,7 +453,7 @@ def test_enospc_fails_the_log_instead_of_hanging():
 
 def test_inline_back_pressure_and_sync_latency():
     disk = new_disk(fsync_latency=(0.001, 0.002))
-    options = LogOptions(log_queue_max_bytes=200)
+    options = LogOptions(group_commit_queue_size_bytes=200)
 
     async def main() -> None:
         log = Log.open("/d/wal", "t", options, disk=disk)

@@ -30,7 +30,7 @@ seed, directory = int(sys.argv[1]), sys.argv[2]
 rng = random.Random(seed)
 out = lambda s: os.write(1, s.encode())
 # Small segments and a small queue, so kills land in rolls, preallocation and back-pressure.
-log = Log.open(directory, "crash", LogOptions(log_segment_size_mb=0.03, log_queue_max_bytes=16384))
+log = Log.open(directory, "crash", LogOptions(log_segment_size_mb=0.03, group_commit_queue_size_bytes=16384))
 last = log.last_index or 0
 term = max((e.term for e in log.recovered), default=0) + 1
 out(f"R {last}\n")

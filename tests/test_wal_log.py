@@ -149,7 +149,7 @@ def test_close_from_another_thread_completes_the_futures_on_the_loop(tmp_path):
 
 
 def test_reserve_blocks_while_the_queue_is_full_of_bytes(tmp_path):
-    log = Log.open(str(tmp_path), TABLET, LogOptions(log_queue_max_bytes=1000))
+    log = Log.open(str(tmp_path), TABLET, LogOptions(group_commit_queue_size_bytes=1000))
     head = log.reserve([entry(1)])  # not filled yet: the appender waits for it
     for i in range(2, 20):
         log.async_append(log.reserve([entry(i, size=200)]), lambda err: None)
@@ -167,7 +167,7 @@ def test_reserve_blocks_while_the_queue_is_full_of_bytes(tmp_path):
 
 
 def test_wait_for_space_waits_for_the_appender_to_drain(tmp_path):
-    log = Log.open(str(tmp_path), TABLET, LogOptions(log_queue_max_bytes=500))
+    log = Log.open(str(tmp_path), TABLET, LogOptions(group_commit_queue_size_bytes=500))
 
     async def main():
         head = log.reserve([entry(1)])

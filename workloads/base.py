@@ -107,6 +107,11 @@ class Workload:
     #     session's own external consistency mode.
     writes: str = "own"
     batch: int = 0  # ops per batch, session modes only; 0: DEFAULT_BATCH
+    # The workers build each string value in a buffer (a bytearray) and reuse it as soon as
+    # the client has taken the op, as an application serializing rows into one buffer does:
+    # what the client sends must be the value as it was handed over (the system's client
+    # adapter does the handing over and reading back).
+    value_buffers: bool = False
     batch_interval_ms: float = 50.0
     # Kudu's external consistency mode of Tessera's client for the workers' writes
     # (client-propagated, commit-wait; checked by harness.validate, since workloads know no

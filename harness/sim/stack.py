@@ -584,7 +584,7 @@ class StackSim:
         if self.cfg.workload == "register":
             share = self.cfg.mix.read_share
             return Register(writes=self._writes, batch=self.cfg.batch or self.cfg.mix.batch or 0,
-                            value_sizes=self._value_sizes,
+                            value_sizes=self._value_sizes, value_buffers=self.cfg.mix.buffers,
                             value_max_bytes=frame_options(self.cfg.mix)[0] or MAX_FRAME,
                             value_seed=self.cfg.seed,
                             **({} if share is None else {"read_share": share}))

@@ -162,15 +162,18 @@ def baseline_faults(mix):
 
 
 def log_options(sim, host: str):
-    """The engine's WAL options on `host`: its own, but in damage seeds small segments, not
-    preallocated on the UNPREALLOCATED tablet servers."""
+    """The engine's WAL options on `host`: its own, but the mix's group commit queue
+    (`wal-queue`), and in damage seeds small segments, not preallocated on the UNPREALLOCATED
+    tablet servers."""
     from node.wal import LogOptions
 
+    kb = sim.cfg.mix.wal_queue_kb
+    queue = {"group_commit_queue_size_bytes": kb << 10} if kb else {}
     if not damaging(sim.cfg.mix):
-        return LogOptions(faults=sim.cfg.faults)
+        return LogOptions(faults=sim.cfg.faults, **queue)
     off = {sim.tservers[i] for i in UNPREALLOCATED if i < len(sim.tservers)}
     return LogOptions(faults=sim.cfg.faults, log_segment_size_mb=DAMAGE_SEGMENT_MB,
-                      log_preallocate_segments=host not in off)
+                      log_preallocate_segments=host not in off, **queue)
 
 
 async def damage(sim, value: list) -> list:

@@ -178,6 +178,19 @@ TIMEOUTS_MS = (None, None, None, 1000, 500)
 # op whose caller gave up is dropped unsent: client.session.cancelled_ops_dropped) and recorded
 # unknown. Before this draw, no seed's caller gave up before its client. Its own draw.
 CALLERS_MS = (None, None, None, None, 1000, 2500)
+# The WAL's group commit queue in KiB (Mix.wal_queue_kb; None: the engine's 8 MiB), the bound
+# an operator sets with --group-commit-queue-size-bytes: past it a write waits for the queue's
+# groups to be written and synced (wal.queue.backpressure_waited). Wide values on slow syncs
+# never filled 8 MiB; a frame-sized value fills 64 KiB alone. Its own draw.
+WAL_QUEUES_KB = (None, None, None, 64)
+# Whether the workers hand their values over in buffers (bytearrays) they overwrite as soon as
+# the client has taken the op (Mix.buffers; harness.systems.tessera.clients.TableClient), as
+# an application serializing rows into one buffer does: a client that sent the buffer as it
+# was later writes bytes no worker wrote, which the checker sees. Before this draw no worker
+# handed the client a mutable value (probe client.op.value_copied). For the string values
+# only (BUFFERED_VALUES); its own draw.
+BUFFERS = (False, False, True)
+BUFFERED_VALUES = ("zeros", "wide")
 # Mixes that reach a path only with several knobs at once, each a recorded spec (the tests in
 # tests/test_sim_swarm_reach.py, tests/test_sim_forge.py and tests/test_sim_swarm.py fire its
 # probes on a recorded seed). Independent draws combined none of them in 200 seeds
@@ -238,11 +251,16 @@ LATER_BUNDLES = {
 LATER_BUNDLE_DRAW = (None,) * 20 + tuple(LATER_BUNDLES)
 # A fourth stream, the same way. copy-delete: a copy's target deleted while the copy runs, by
 # a plain delete, by the masters' eviction with its config index, or offline by the operator's
-# tool after a crash (harness.sim.stack_copy_delete), which no seed did.
-COPY_BUNDLES = {
+# tool after a crash (harness.sim.stack_copy_delete), which no seed did. transfer-lease:
+# leadership handed over at a fast pace under lease reads: a round a quorum acknowledged after
+# a transfer began grants no lease (read.lease.not_granted), which the ensemble reached only by
+# chance.
+LATEST_BUNDLES = {
     "copy-delete": "copy-delete:4,restart:2,heal:1;every=1-4;reads=linearizable;load=10x100",
+    "transfer-lease": "transfer:8,membership:2,restart:1,heal:1;every=0.2-0.8;reads=lease;"
+                      "load=20x200;read-share=0.99;fsync=10",
 }
-COPY_BUNDLE_DRAW = (None,) * 20 + tuple(COPY_BUNDLES)
+LATEST_BUNDLE_DRAW = (None,) * 20 + tuple(LATEST_BUNDLES)
 
 
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
@@ -308,6 +326,10 @@ class Mix:
     client_timeout_ms: int | None = None
     # the caller's deadline per op in ms (None: 5 s), the harness's wait on each op (CALLERS_MS)
     caller_timeout_ms: int | None = None
+    # every server's WAL group commit queue in KiB (None: the engine's; WAL_QUEUES_KB)
+    wal_queue_kb: int | None = None
+    # the workers hand their string values over in buffers they reuse at once (BUFFERS)
+    buffers: bool = False
 
     def kinds(self) -> list[str]:
         return [k for k, _ in self.weights]
@@ -321,7 +343,7 @@ class Mix:
         """`kind:weight,...;every=LO-HI;reads=MODE[;load=CLIENTSxRATE][;read-share=F]
         [;clock=US][;writes=MODE][;values=wide][;snapshot=N][;fsync=MS][;sessions=N]
         [;batch=N][;inflight=N][;frame=MIB][;results=N][;missed=N][;timeout=MS][;caller=MS]
-        [;consistency=MODE][;unpaced]`; writes only when not own, consistency only when not commit-wait."""
+        [;wal-queue=KIB][;consistency=MODE][;unpaced][;buffers]`; writes only when not own, consistency only when not commit-wait."""
         lo, hi = self.fault_every_s
         parts = [",".join(f"{k}:{w}" for k, w in self.weights), f"every={lo:g}-{hi:g}",
                  f"reads={self.read_mode}"]
@@ -338,12 +360,15 @@ class Mix:
         counts = {"snapshot": self.snapshot_every, "fsync": self.fsync_ms,
                   "sessions": self.max_sessions, "batch": self.batch, "inflight": self.inflight,
                   "frame": self.frame_mb, "results": self.max_results, "missed": self.missed,
-                  "timeout": self.client_timeout_ms, "caller": self.caller_timeout_ms}
+                  "timeout": self.client_timeout_ms, "caller": self.caller_timeout_ms,
+                  "wal-queue": self.wal_queue_kb}
         parts += [f"{key}={n}" for key, n in counts.items() if n is not None]
         if self.consistency != "commit-wait":
             parts.append(f"consistency={self.consistency}")
         if self.unpaced:
             parts.append("unpaced")
+        if self.buffers:
+            parts.append("buffers")
         return ";".join(parts)
 
     def as_json(self) -> dict:
@@ -357,7 +382,8 @@ class Mix:
                 "unpaced": self.unpaced, "max_results": self.max_results,
                 "consistency": self.consistency, "missed": self.missed,
                 "client_timeout_ms": self.client_timeout_ms,
-                "caller_timeout_ms": self.caller_timeout_ms}
+                "caller_timeout_ms": self.caller_timeout_ms, "wal_queue_kb": self.wal_queue_kb,
+                "buffers": self.buffers}
 
 
 # The fixed mix (its list of kinds, with crash, restart and membership twice, is the one the
@@ -398,6 +424,8 @@ def swarm_mix(seed: int) -> Mix:
     missed = _own_draw(seed, "missed", MISSED) if read_mode == "lease" else None
     client_timeout_ms = _own_draw(seed, "timeout", TIMEOUTS_MS)
     caller_timeout_ms = _own_draw(seed, "caller", CALLERS_MS)
+    wal_queue_kb = _own_draw(seed, "wal-queue", WAL_QUEUES_KB)
+    buffers = _own_draw(seed, "buffers", BUFFERS) and values in BUFFERED_VALUES
     mix = Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
               read_share=read_share, clock_error_us=clock_error_us, writes=writes,
               values=None if values == "small" else values, snapshot_every=snapshot_every,
@@ -405,20 +433,20 @@ def swarm_mix(seed: int) -> Mix:
               batch=batch if writes in SESSION_MODES else None, inflight=inflight,
               frame_mb=frame_mb, unpaced=unpaced, max_results=max_results,
               consistency=consistency, missed=missed, client_timeout_ms=client_timeout_ms,
-              caller_timeout_ms=caller_timeout_ms)
+              caller_timeout_ms=caller_timeout_ms, wal_queue_kb=wal_queue_kb, buffers=buffers)
     bundle = bundle_of(seed)
     return mix if bundle is None else replace(
-        parse_mix({**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **COPY_BUNDLES}[bundle]),
+        parse_mix({**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES}[bundle]),
         name="swarm")
 
 
 def bundle_of(seed: int) -> str | None:
     """The bundle seed `seed` runs whole, if any: one of BUNDLES, else one of LATE_BUNDLES,
-    else one of LATER_BUNDLES, else one of COPY_BUNDLES."""
+    else one of LATER_BUNDLES, else one of LATEST_BUNDLES."""
     return (_own_draw(seed, "bundle", BUNDLE_DRAW)
             or _own_draw(seed, "late-bundle", LATE_BUNDLE_DRAW)
             or _own_draw(seed, "later-bundle", LATER_BUNDLE_DRAW)
-            or _own_draw(seed, "copy-bundle", COPY_BUNDLE_DRAW))
+            or _own_draw(seed, "latest-bundle", LATEST_BUNDLE_DRAW))
 
 
 def _unpaceable(writes: str, values: str | None, frame_mb: int | None) -> bool:
@@ -443,7 +471,8 @@ _COUNTS = {"snapshot": "applied entries between snapshots", "fsync": "every disk
            "results": "the results a tablet keeps per session",
            "missed": "missed heartbeats before an election on every other server",
            "timeout": "the client's timeout per op in ms",
-           "caller": "the caller's deadline per op in ms"}
+           "caller": "the caller's deadline per op in ms",
+           "wal-queue": "the WAL's group commit queue in KiB"}
 
 
 def parse_mix(spec: str) -> Mix:
@@ -467,10 +496,11 @@ def parse_mix(spec: str) -> Mix:
         raise ValueError(f"client={opts['client']}: a mix names how the workers write as "
                          "writes=MODE now (client=coalesce is writes=shared)")
     unknown = set(opts) - {"every", "reads", "load", "read-share", "clock", "writes", "values",
-                           "unpaced", "consistency", *_COUNTS}
+                           "unpaced", "buffers", "consistency", *_COUNTS}
     if unknown:
         raise ValueError(f"unknown mix field(s) {sorted(unknown)} (every, reads, load, read-share, "
-                         f"clock, writes, values, {', '.join(_COUNTS)}, unpaced, consistency)")
+                         f"clock, writes, values, {', '.join(_COUNTS)}, unpaced, buffers, "
+                         "consistency)")
     consistency = opts.get("consistency", "commit-wait")
     if consistency not in (*CONSISTENCY, MIXED):
         raise ValueError(f"consistency={consistency!r}: {', '.join(CONSISTENCY)} or {MIXED}")
@@ -494,6 +524,10 @@ def parse_mix(spec: str) -> Mix:
     if unpaced and (opts["unpaced"] or not _unpaceable(writes, values, counts["frame"])):
         raise ValueError("unpaced (no value) runs the workers of a session write mode, or shared "
                          "writers of wide values, back to back; wide values only with frame=N")
+    buffers = "buffers" in opts
+    if buffers and (opts["buffers"] or values not in BUFFERED_VALUES):
+        raise ValueError("buffers (no value) hands string values over in reused buffers: it "
+                         f"needs values={' or values='.join(BUFFERED_VALUES)}")
     try:
         lo, hi = (float(x) for x in opts.get("every", "1-4").split("-"))
         concurrency, rate = ((int(opts["load"].split("x")[0]), float(opts["load"].split("x")[1]))
@@ -517,7 +551,8 @@ def parse_mix(spec: str) -> Mix:
     return Mix(tuple(weights), (lo, hi), reads, "spec", concurrency, rate, read_share,
                clock_error_us, writes, None if values == "small" else values,
                *list(counts.values())[:6], unpaced, counts["results"], consistency,
-               counts["missed"], counts["timeout"], counts["caller"])
+               counts["missed"], counts["timeout"], counts["caller"],
+               wal_queue_kb=counts["wal-queue"], buffers=buffers)
 
 
 def mix_for(name: str, seed: int) -> Mix:

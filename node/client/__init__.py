@@ -747,10 +747,13 @@ class Table:
         cancel batches that carry other callers' ops; its own op, if not yet sent, is dropped
         (its future cancelled), as a background session drops it."""
         self.node = self.hybrid_time = self.sent = None
+        if not is_read_only(op):
+            # taken as the caller's values are now, before the first wait (a location lookup,
+            # a connection, a batch's buffer or a retry): what the caller changes after is not
+            # what this op sends
+            op = kept(op)
         if self.session is not None and not is_read_only(op):
             mode = self.session.options.mode
-            if mode != FlushMode.AUTO_FLUSH_SYNC:
-                op = kept(op)  # buffered until sent: as the caller's values are now
             if mode == FlushMode.MANUAL_FLUSH:
                 row = await self._flushed(key, op)
             else:
@@ -827,12 +830,13 @@ class Table:
         if not ops:
             return []
         self.node = self.hybrid_time = None
+        txn = kept(Txn([MicroOp(*m) for m in ops]))  # the steps as they are now (`_op`)
         locs = await self.client.locations(self.name)
         if len(locs.tablets) != 1:
-            first = await self.client._tablet_for(self.name, ops[0][1])
-            for _, key, _ in ops:
-                if not first.partition.contains(key):
-                    raise OpFailed(f"transaction keys span tablets ({key!r}); "
+            first = await self.client._tablet_for(self.name, txn.ops[0].key)
+            for step in txn.ops:
+                if not first.partition.contains(step.key):
+                    raise OpFailed(f"transaction keys span tablets ({step.key!r}); "
                                    "use a single-tablet table for transactions")
-        done = self._ok(await self._op(ops[0][1], Txn([MicroOp(*m) for m in ops])))
+        done = self._ok(await self._op(txn.ops[0].key, txn))
         return [list(m) for m in done]

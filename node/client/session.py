@@ -220,17 +220,22 @@ _MUTABLE = (list, dict, bytearray)
 
 
 def kept(op: RowOp) -> RowOp:
-    """The op a Table handle gives its batching session: `op`, or a copy decoded from its
-    encoding where it holds something the caller may still change (a list, a dict or a
-    bytearray value; a transaction's steps). Kudu's Apply takes the row as it is then; a
-    buffered op holding the caller's list sent what the caller put in it later. (An op given
-    to `Session.apply` directly is the session's from then on, as Kudu's Apply takes it.)"""
+    """The op a Table handle sends for its caller: `op`, or a copy decoded from its encoding
+    where it holds something the caller may still change (a list, a dict or a bytearray value,
+    a transaction step's too). Kudu's Apply takes the row as it is then, and an asyncio caller
+    may reuse its buffer while its op waits: before, a buffered op sent what the caller put in
+    its list later, and any op what the caller put in its bytearray during a location lookup
+    or before a retry (the harness's reused buffers found both: Workload.value_buffers).
+    (An op given to `Session.apply` directly is the session's from then on, as Kudu's Apply
+    takes it.)"""
     if type(op) is Txn:
-        return _decode_row_op(_size(op))
-    values = ((op.expected, op.new) if type(op) is Cas
-              else (op.element,) if type(op) is Append else (op.value,))  # type: ignore[union-attr]
-    if any(type(v) in _MUTABLE for v in values):
-        probe("client.session.value_copied")
+        mutable = any(type(step.value) in _MUTABLE for step in op.ops)
+    else:
+        values = ((op.expected, op.new) if type(op) is Cas
+                  else (op.element,) if type(op) is Append else (op.value,))  # type: ignore[union-attr]
+        mutable = any(type(v) in _MUTABLE for v in values)
+    if mutable:
+        probe("client.op.value_copied")
         return _decode_row_op(_size(op))
     return op
 

@@ -64,6 +64,9 @@ _FLAGS: dict[str, tuple[type, object, str]] = {
                                         "(Kudu's default is false; Tessera is safe by default)"),
     "log-segment-size-mb": (float, OPTION, "WAL segment size"),
     "log-preallocate-segments": (bool, OPTION, "fallocate WAL segments ahead of use"),
+    "group-commit-queue-size-bytes": (int, OPTION, "bytes of WAL entries queued and not yet "
+                                                   "written past which writes wait for room "
+                                                   "(Kudu's default is 4 MiB)"),
     "raft-heartbeat-interval-ms": (int, ReplicaOptions.heartbeat_interval_ticks * TICK_MS,
                                    "leader heartbeat period"),
     "leader-failure-max-missed-heartbeat-periods": (int, OPTION, "missed heartbeats before an election"),
@@ -227,7 +230,8 @@ def check_values(values: dict) -> dict:
     for flag in ("tablet-copy-idle-timeout-sec", "tablet-copy-stall-limit-sec"):
         if values[flag] <= 0:
             raise ValueError(f"--{flag} must be positive")
-    for flag in ("snapshot-interval-entries", "snapshot-interval-mb"):
+    for flag in ("snapshot-interval-entries", "snapshot-interval-mb",
+                 "group-commit-queue-size-bytes"):
         if values[flag] <= 0:
             raise ValueError(f"--{flag} must be positive")
     for flag in ("log-retain-entries", "log-retain-mb"):
@@ -310,6 +314,7 @@ def build_options(values: dict, kind: str):
         log=LogOptions(log_force_fsync_all=values["log-force-fsync-all"],
                        log_segment_size_mb=values["log-segment-size-mb"],
                        log_preallocate_segments=values["log-preallocate-segments"],
+                       group_commit_queue_size_bytes=values["group-commit-queue-size-bytes"],
                        faults=bugs),
         faults=bugs,
     )

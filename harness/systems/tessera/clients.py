@@ -35,12 +35,19 @@ async def _outcome(call: Awaitable[Any]) -> Any:
 
 class TableClient:
     """A node.client.Table as a workload's KVClient (workloads.base). What the runner reads of
-    a handle after its op (`node`, `hybrid_time`, `sent`) is the table's."""
+    a handle after its op (`node`, `hybrid_time`, `sent`) is the table's.
 
-    __slots__ = ("table",)
+    With `buffers` (Workload.value_buffers) the worker is an application that builds each
+    string value in a buffer of its own and reuses it once the client has the op: a write's
+    or a cas's values go as bytearrays, which are overwritten (`reused`) as soon as the op's
+    first step has run, and reads turn the bytes back into the string the workload wrote. A
+    client that sent the buffer as it was later, not as it was when handed the op, writes
+    bytes no worker wrote, and the checker sees a value never written."""
 
-    def __init__(self, table) -> None:
-        self.table = table
+    __slots__ = ("buffers", "table")
+
+    def __init__(self, table, buffers: bool = False) -> None:
+        self.table, self.buffers = table, buffers
 
     @property
     def node(self) -> str | None:
@@ -55,12 +62,22 @@ class TableClient:
         return self.table.sent
 
     async def read(self, key: str) -> Any:
-        return await _outcome(self.table.read(key))
+        value = await _outcome(self.table.read(key))
+        if self.buffers and isinstance(value, bytes):
+            return value.decode("utf-8", "replace")
+        return value
 
     async def write(self, key: str, value: Any) -> Any:
+        if self.buffers and isinstance(value, str):
+            buf = bytearray(value.encode())
+            return await _outcome(reused(self.table.write(key, buf), buf))
         return await _outcome(self.table.write(key, value))
 
     async def cas(self, key: str, expected: Any, new: Any) -> bool:
+        if self.buffers and isinstance(new, str):
+            old = bytearray(expected.encode()) if isinstance(expected, str) else expected
+            buf = bytearray(new.encode())
+            return await _outcome(reused(self.table.cas(key, old, buf), buf, old))
         return await _outcome(self.table.cas(key, expected, new))
 
     async def append(self, key: str, element: Any) -> Any:
@@ -68,6 +85,23 @@ class TableClient:
 
     async def txn(self, ops: list[list]) -> list[list]:
         return await _outcome(self.table.txn(ops))
+
+
+async def reused(call: Awaitable[Any], *buffers: Any) -> Any:
+    """Run `call` (an op of the Table handle, whose first step takes the op: node.client's
+    `Table._op` keeps a copy before it first waits) and, once that step has run, overwrite
+    each bytearray of `buffers` with 0xFF bytes, as an application reusing its buffer does;
+    then its outcome. Cancelled, the call is cancelled too."""
+    task = asyncio.ensure_future(call)
+    try:
+        await asyncio.sleep(0)  # the task's first step runs before this resumes
+        for buf in buffers:
+            if isinstance(buf, bytearray):
+                buf[:] = b"\xff" * len(buf)
+        return await task
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
 
 
 # The workers' external consistency when they differ, as a table's users' clients may: even
@@ -151,20 +185,23 @@ def workload_clients(client, table: str, names: dict, binds: list[str] | None, w
     shared: dict = {}  # (bind, mode) -> Sessions, with writes=shared
 
     def clients(thread: int):
+        return TableClient(handle(thread), workload.value_buffers)
+
+    def handle(thread: int):
         bind = binds[thread % len(binds)] if binds else None
         mode = thread_mode(workload, thread)
         if options is None:
             if workload.writes == "shared":
                 mine = shared.setdefault((bind, mode), Sessions(mode))
-                return TableClient(client.table(table, names, bind=bind, sessions=mine))
+                return client.table(table, names, bind=bind, sessions=mine)
             if mode is None:
-                return TableClient(client.table(table, names, bind=bind))
-            return TableClient(client.table(table, names, bind=bind, sessions=Sessions(mode)))
+                return client.table(table, names, bind=bind)
+            return client.table(table, names, bind=bind, sessions=Sessions(mode))
         key = (bind, mode, thread) if workload.writes == "session-sync" else (bind, mode)
         if key not in sessions:
             sessions[key] = client.new_session(
                 table, dataclasses.replace(options, external_consistency=mode), bind=bind)
-        return TableClient(client.table(table, names, bind=bind, session=sessions[key]))
+        return client.table(table, names, bind=bind, session=sessions[key])
 
     async def close() -> dict | None:
         """Flush what is still buffered (ops whose callers gave up are dropped, never sent);
