@@ -15,7 +15,13 @@ leave_master, which the CLI runs too):
   directly and its answer was lost (a timeout, a reset connection), so the add may have gone
   through, and the new master may have been copied the catalog by the time the tool runs
   again; the tool must find it a member and finish, not refuse it (which an operator answers
-  by wiping it: tools.master_add.already_member). Every fourth removal (`remove-twice`) is
+  by wiping it: tools.master_add.already_member). The add after the first removal
+  (`add-deposed`) is such a second try too, but the first try's add commits while the spare
+  is cut off from the leader master (so it stays empty, INITIALIZING), and then the leader is
+  cut off from every other master for DEPOSED_HOLD_S while the tool runs again: it asks that
+  leader, which still takes itself for the leader, and the leader must not answer "a member
+  already" from a config it cannot confirm is the newest (master.membership.
+  answer_not_confirmed); the tool asks again and the new leader answers. Every fourth removal (`remove-twice`) is
   run twice at once, as the operator's second `master remove` while the first still waits
   (timed out on their side) or two operators' runs: both find the spare a member, both ask
   the leader, and the one asked second must count the removal done
@@ -52,6 +58,8 @@ TOLD_WITHIN_S, TOLD_GIVE_UP_S, TOLD_ASK_EVERY_S = 10.0, 30.0, 0.25
 # remove-cut: the links stay cut this long after the removal commits, past the leader's
 # check-quorum round, so the leader forgets the silent member and must tell it when it campaigns
 CUT_HOLD_S = 5.0
+# add-deposed: how long the leader master stays cut off from the spare, then from every master
+DEPOSED_HOLD_S = 4.0
 
 
 async def masters(sim, planned: list | None):
@@ -66,7 +74,8 @@ async def masters(sim, planned: list | None):
     if planned is not None:
         op = planned[0]
     elif sim.spare not in sim.masters:
-        op = "add-lost" if sim.spare_removals % 3 == 2 else "add"
+        op = ("add-lost" if sim.spare_removals % 3 == 2
+              else "add-deposed" if sim.spare_removals % 3 == 1 else "add")
     else:
         op = ("remove-cut" if sim.spare_removals % 2
               else "remove-twice" if sim.spare_removals % 4 == 2 else "remove")
@@ -76,7 +85,7 @@ async def masters(sim, planned: list | None):
         return SKIPPED  # a replay out of step with this run
     try:
         if op.startswith("add"):
-            await add_spare(sim, lost=op == "add-lost")
+            await add_spare(sim, lost=op != "add", deposed=op == "add-deposed")
         elif op == "remove":
             await leave_master(sim.client, sim.spare_uuid or f"{host}:{MASTER_PORT}",
                                missing_ok=True)
@@ -168,9 +177,11 @@ async def wait_told_of_removal(sim, host: str) -> str | None:
         await asyncio.sleep(TOLD_ASK_EVERY_S)
 
 
-async def add_spare(sim, lost: bool = False) -> None:
+async def add_spare(sim, lost: bool = False, deposed: bool = False) -> None:
     """Start a master with an empty disk on the spare host and join it (`join_master`; with
-    `lost`, after a first try whose answer is ignored, as if lost: `add_unanswered`). A
+    `lost`, after a first try whose answer is ignored, as if lost: `add_unanswered`; with
+    `deposed`, that try made with the spare cut off from the leader master, and the tool
+    run again with the leader cut off from the other masters: `depose_leader`). A
     join that fails is undone as an operator undoes a failed `master add`, which may have gone
     through: the spare leaves the config if it is a member, then is stopped and wiped. If even
     that removal fails, the spare stays up and a member, for the next `masters` fault to
@@ -186,8 +197,14 @@ async def add_spare(sim, lost: bool = False) -> None:
         drop_spare(sim)  # it never answered, so it was never asked to join
         raise
     try:
+        leader = leader_master(sim) if deposed else None
+        if leader is not None:
+            cut_for(sim, leader, [sim.spare], DEPOSED_HOLD_S)
         if lost:
             await add_unanswered(sim, sim.spare_uuid, addr)
+        if leader is not None:
+            cut_for(sim, leader, [m for m in sim.masters if m not in (leader, sim.spare)],
+                    DEPOSED_HOLD_S)
         await join_master(sim.client, addr, timeout=30.0)
     except (AdminError, RpcError, TimeoutError, OSError) as e:
         try:
@@ -214,6 +231,17 @@ async def add_unanswered(sim, uuid: str, addr: tuple[str, int]) -> None:
                                   timeout=sim.client.timeout)
     except (RpcError, TimeoutError, OSError):
         pass  # lost either way
+
+
+def cut_for(sim, host: str, others: list[str], hold_s: float) -> None:
+    """Cut the links between `host` and each of `others` for `hold_s`; links cut already are
+    left as they are (another fault's to restore)."""
+    from harness.sim.loop import SYSTEM
+
+    links = [m for m in others if not sim.net.is_cut(host, m)]
+    for m in links:
+        sim.net.cut(host, m)
+    sim.loop.call_later(hold_s, lambda: [sim.net.uncut(host, m) for m in links], context=SYSTEM)
 
 
 def boot_spare(sim) -> str:
