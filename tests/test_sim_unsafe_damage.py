@@ -37,7 +37,7 @@ def test_a_replica_the_simulator_damaged_is_deleted_whole_once_the_tool_refuses_
     calls: list = []
     monkeypatch.setattr("node.tools.local_replica.delete_replica", _tool(calls))
     sim = _sim({"h"})
-    done = stack_unsafe._delete(sim, TABLET, "h")
+    done = stack_unsafe.offline_delete(sim, TABLET, "h")
     assert calls == [True, False]
     assert "refused (WalCorruption" in done and done.endswith("every file removed")
     assert sim.must_fail == {}  # the tool's refusal detected the damage
@@ -49,7 +49,7 @@ def test_a_corruption_the_simulator_did_not_make_is_raised(monkeypatch):
     monkeypatch.setattr("node.tools.local_replica.delete_replica", _tool(calls))
     sim = _sim(set())
     with pytest.raises(WalCorruption):
-        stack_unsafe._delete(sim, TABLET, "h")
+        stack_unsafe.offline_delete(sim, TABLET, "h")
     assert calls == [True] and sim.flip_outcomes == {}
 
 
