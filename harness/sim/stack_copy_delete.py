@@ -22,6 +22,7 @@ crashes only). Each fault takes the StackSim it acts on.
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 from harness.sim import stack_copy_cut
@@ -44,8 +45,6 @@ def choose(chooser, rng: random.Random) -> tuple[str | None, object]:
 async def copy_delete(sim, value: list) -> list:
     """Apply `value` (see `choose`); recorded as [*value, source, outcome], or [*value, why
     skipped]."""
-    import asyncio
-
     tablet, leader, r, mode, delay, wait = value[:6]
     try:
         source = await stack_copy_cut.copy_under_way(sim, tablet, leader, r, delay)

@@ -747,7 +747,7 @@ class Table:
         cancel batches that carry other callers' ops; its own op, if not yet sent, is dropped
         (its future cancelled), as a background session drops it."""
         self.node = self.hybrid_time = self.sent = None
-        if not is_read_only(op):
+        if not is_read_only(op) and type(op) is not Txn:  # `txn` keeps its own before it waits
             # taken as the caller's values are now, before the first wait (a location lookup,
             # a connection, a batch's buffer or a retry): what the caller changes after is not
             # what this op sends
