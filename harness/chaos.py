@@ -271,7 +271,19 @@ def _report(run_dir: Path, ops, results: dict) -> None:
 
 async def _drive(spec: TestSpec, workload, opts, db, ctx, run_dir: Path, nemeses: dict,
                  plan: Plan):
-    """Test table, workload with the fault plan, heal, final ops. Returns the schedule run."""
+    """Test table, workload with the fault plan, heal, final ops, counting the probes the client
+    fires (reports.probes.CLIENT_FILE). Returns the schedule run."""
+    from reports.probes import write_client_probes
+
+    with probes.counting() as fired:  # the client's own: Tessera's client runs in this process
+        try:
+            return await _drive_workload(spec, workload, opts, db, ctx, run_dir, plan, nemeses)
+        finally:
+            write_client_probes(run_dir, dict(fired))
+
+
+async def _drive_workload(spec: TestSpec, workload, opts, db, ctx, run_dir: Path, plan: Plan,
+                          nemeses: dict):
     from harness.recorder import Recorder
     from harness.runner import Progress, run
     from nemeses.schedule import Schedule

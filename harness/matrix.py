@@ -70,6 +70,8 @@ class Cell:
         interval = min(10.0, max(3.0, round(time_limit / 4, 1)))
         fields = {"nemesis_interval": interval, "writes": run_writes(base, seed),
                   "external_consistency": run_external_consistency(base, seed),
+                  "workload_options": {**run_values(base, self.workload, seed),
+                                       **base.workload_options},
                   **self.overrides}
         flags = {**run_flags(base, self.workload, seed), **base.flags, **fields.pop("flags", {})}
         return msgspec.structs.replace(
@@ -104,6 +106,30 @@ def run_writes(base: TestSpec, seed: int) -> str:
     from workloads.base import WRITE_MODES
 
     return random.Random(f"{seed}/writes").choice(WRITE_MODES)
+
+
+# What a run's register values are, drawn per run for Tessera: the small integers, values
+# NUL-padded to hold a whole zero sector (workloads.values' `zeros`), or those handed to the
+# client in buffers the workers overwrite at once (Workload.value_buffers), as an application
+# serializing rows into one buffer does. `wide` stays the simulator's: frame-sized values
+# would fill a short cell's disks and memory.
+VALUE_DRAWS: tuple[dict[str, object], ...] = (
+    {}, {"value_sizes": "zeros"}, {"value_sizes": "zeros", "value_buffers": True})
+
+
+def run_values(base: TestSpec, workload: str, seed: int) -> dict[str, object]:
+    """The value options of the run with this seed (VALUE_DRAWS), for a workload with sized
+    values on Tessera, whose client adapter alone hands values over in buffers; {} otherwise."""
+    from dataclasses import fields
+
+    from workloads import WORKLOADS
+
+    kind = WORKLOADS.get(workload)
+    if base.db != "tessera" or kind is None or "value_sizes" not in {f.name for f in fields(kind)}:
+        return {}
+    import random
+
+    return dict(random.Random(f"{seed}/values").choice(VALUE_DRAWS))
 
 
 def run_external_consistency(base: TestSpec, seed: int) -> str | None:

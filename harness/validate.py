@@ -31,6 +31,7 @@ def check(spec: TestSpec) -> TestSpec:
         raise ValueError(f"--db {spec.db} runs the workloads {', '.join(kind.workloads)}, "
                          f"not {spec.workload}")
     kind.check_workload(workload)
+    check_value_buffers(spec, workload)
     if spec.client not in kind.client_modes:  # each system's are among CLIENT_MODES
         raise ValueError(f"--db {spec.db} takes --client {', '.join(kind.client_modes)}, "
                          f"not {spec.client}")
@@ -73,6 +74,22 @@ def check(spec: TestSpec) -> TestSpec:
         except ClusterError as e:
             raise ValueError(str(e)) from None
     return spec
+
+
+def check_value_buffers(spec: TestSpec, workload) -> None:
+    """value_buffers=true: the workers hand string values over in buffers they reuse, which
+    only Tessera's client adapter does, and only a workload writing strings has any to reuse
+    (register with value_sizes=wide or zeros): anywhere else the option would do nothing, and
+    a run would pass for one that tried it."""
+    if not workload.value_buffers:
+        return
+    if spec.db != "tessera":
+        raise ValueError(f"--workload-option value_buffers=true hands values to Tessera's client "
+                         f"in reused buffers: --db {spec.db}'s client takes none")
+    if getattr(workload, "value_sizes", "small") == "small":
+        raise ValueError("--workload-option value_buffers=true reuses the buffers of string "
+                         "values: it takes value_sizes=wide or zeros (--workload register), "
+                         "not the small integer values")
 
 
 def check_external_consistency(spec: TestSpec) -> None:

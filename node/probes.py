@@ -10,8 +10,9 @@ twice, placed but not declared, or declared and never placed; `tessera probes` l
 Off, a probe is one global load and one compare: `_hits` is None. A process that wants them
 calls `enable()`: the simulators for each seed (then `hits()`), a daemon given
 `--probes-file` (which then appends each probe's name to that file the first time it fires, so
-a server killed with SIGKILL has already said where it has been), a test that asserts its
-path was taken (`expect`).
+a server killed with SIGKILL has already said where it has been); `counting()` counts in a
+block: a chaos run's client (the harness's own process), a test that asserts its path was
+taken (`expect`).
 """
 
 from __future__ import annotations
@@ -583,21 +584,29 @@ def hits() -> dict[str, int]:
 
 
 @contextlib.contextmanager
-def expect(*names: str) -> Iterator[Counter]:
-    """A test's coverage mark: the block must hit each of `names`, or AssertionError names the
-    ones it missed. Counts from zero inside the block, and restores the state it found."""
+def counting() -> Iterator[Counter]:
+    """Counts from zero inside the block, whatever counted before, and restores the state it
+    found: a chaos run's client in the harness's process, a test's coverage mark."""
     global _hits, _sink
-    unknown = [n for n in names if n not in CATALOG]
-    if unknown:
-        raise KeyError(f"no such probe: {', '.join(unknown)}")
     saved = (_hits, _sink)
     _hits, _sink = Counter(), None
     try:
         yield _hits
-        missed = [n for n in names if not _hits[n]]
-        assert not missed, f"the path was not taken: probe {', '.join(missed)} never fired"
     finally:
         _hits, _sink = saved
+
+
+@contextlib.contextmanager
+def expect(*names: str) -> Iterator[Counter]:
+    """A test's coverage mark: the block must hit each of `names`, or AssertionError names the
+    ones it missed."""
+    unknown = [n for n in names if n not in CATALOG]
+    if unknown:
+        raise KeyError(f"no such probe: {', '.join(unknown)}")
+    with counting() as counted:
+        yield counted
+        missed = [n for n in names if not counted[n]]
+        assert not missed, f"the path was not taken: probe {', '.join(missed)} never fired"
 
 
 def summarize(runs: list[dict[str, int]]) -> dict:

@@ -1,6 +1,8 @@
 """The code probes a chaos run's daemons fired (node.probes), read from the run directory: each
 daemon's `--probes-file`, collected with its log as nodes/<host>/<daemon>.probes, one probe name
-a line on its first hit (so a daemon killed with SIGKILL has said where it had been)."""
+a line on its first hit (so a daemon killed with SIGKILL has said where it had been); and the
+client's, CLIENT_FILE, since Tessera's client library runs in the harness's own process and its
+rare branches (a coalesced batch, a retry, a copied value) are the engine's probes too."""
 
 from __future__ import annotations
 
@@ -8,16 +10,27 @@ from pathlib import Path
 
 from node import probes
 
+CLIENT_FILE = "client.probes"  # in the run directory: the probes the harness's client fired
+
+
+def write_client_probes(run_dir: Path, hits: dict[str, int]) -> None:
+    """The probes the run's client fired, one name a line, if it fired any (another system's
+    client has none)."""
+    if hits:
+        (run_dir / CLIENT_FILE).write_text("".join(f"{name}\n" for name in sorted(hits)))
+
 
 def run_probes(run_dir: Path) -> dict | None:
-    """node.probes.summarize over the run's daemons, with what each fired ("by_daemon":
-    host/daemon -> names); None for a run without probe files (another system, or a run
-    recorded before daemons wrote them)."""
+    """node.probes.summarize over the run's daemons and its client, with what each fired
+    ("by_daemon": host/daemon -> names, the client's as "client"); None for a run without
+    probe files (another system, or a run recorded before daemons wrote them)."""
     files = sorted(run_dir.glob("nodes/*/*.probes"))
     if not files:
         return None
     fired = {f"{f.parent.name}/{f.stem}": sorted(set(f.read_text(errors="replace").split()))
              for f in files}
+    if (client := run_dir / CLIENT_FILE).exists():
+        fired["client"] = sorted(set(client.read_text(errors="replace").split()))
     return {**probes.summarize([dict.fromkeys(names, 1) for names in fired.values()]),
             "by_daemon": fired}
 

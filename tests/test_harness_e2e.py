@@ -298,7 +298,8 @@ def _grouped_writes_run(env, tmp_path, options: list[str], concurrency: int, rat
     """A `seconds` run of `workload` with the arguments `options` (--writes and its batch size)
     under kills and partitions: judged valid by the checkers, replicas and logs, every fault
     fired, each op invoked and completed on its own in the history, and every answered write
-    tied to its own request (the replies checker). Its record (test.json with outcome.json)."""
+    tied to its own request (the replies checker). Its record (test.json with outcome.json) and
+    the code probes it fired (results.json's)."""
     out = tessera("test", "--workload", workload, *options,
                   "--nemesis", "kill,partition", "--time-limit", str(seconds),
                   "--nemesis-interval", "4",
@@ -322,7 +323,11 @@ def _grouped_writes_run(env, tmp_path, options: list[str], concurrency: int, rat
     assert replies and replies[0]["compared"] > 0 and replies[0]["verdict"] == "valid", replies
     from reports.spark.runs import read_record
 
-    return read_record(Path(run_dir))  # the plan with its outcome (the batching it reports)
+    # the plan with its outcome (the batching it reports)
+    return read_record(Path(run_dir)), results["probes"]
+
+
+BUFFERED = {("register", "shared"), ("register", "session-manual")}
 
 
 @pytest.mark.parametrize("workload,writes", [
@@ -334,10 +339,21 @@ def test_every_write_mode_under_kills_and_partitions_stays_valid(env, tmp_path, 
     coalesce, a background-flush session, a manual-flush session, a sync session each: Kudu's
     default flush mode) under kills and partitions, with cas on the registers: valid, and the
     mode is what test.json records. (list-append with shared and session-background: the two
-    tests below; register with own handles: every nemesis test.)"""
-    test = _grouped_writes_run(env, tmp_path, ["--writes", writes], 20,
-                               0 if writes == "shared" else 200, 57, workload, 20)
+    tests below; register with own handles: every nemesis test.) The shared handle and the
+    manual session write zero-padded values handed over in buffers the workers overwrite at
+    once (value_buffers), as an application reusing one buffer does: a client that sent the
+    buffer as it was later writes bytes no worker wrote. The client's own probes (it runs in
+    the harness's process) are collected with the daemons'."""
+    buffers = ["--workload-option", "value_sizes=zeros", "--workload-option",
+               "value_buffers=true"] if (workload, writes) in BUFFERED else []
+    test, fired = _grouped_writes_run(env, tmp_path, ["--writes", writes, *buffers], 20,
+                                      0 if writes == "shared" else 200, 57, workload, 20)
     assert test["writes"] == writes
+    client = set(fired["by_daemon"].get("client", ()))
+    if buffers:
+        assert "client.op.value_copied" in client, sorted(client)
+    if writes == "shared":
+        assert "client.batch.coalesced_sent" in client, sorted(client)
     if writes == "session-sync":  # a session per worker, and the rows went through them
         assert test["sessions"]["sessions"] >= 20 and test["sessions"]["rows_ok"] > 100
 
@@ -346,8 +362,8 @@ def test_batched_sessions_under_kills_and_partitions_stay_valid(env, tmp_path):
     """The harness drives AUTO_FLUSH_BACKGROUND sessions on the real cluster; ops
     share batches (one Raft entry each), each op is still its own in the history, and the run
     under kills and partitions is judged valid by the checkers, replicas and logs."""
-    test = _grouped_writes_run(env, tmp_path, ["--writes", "session-background",
-                                               "--workload-option", "batch=8"], 40, 400, 15)
+    test, _ = _grouped_writes_run(env, tmp_path, ["--writes", "session-background",
+                                                  "--workload-option", "batch=8"], 40, 400, 15)
     batches = test["batches"]
     assert test["writes"] == "session-background" and batches["mode"] == "session-background"
     assert batches["batches"] > 0 and batches["mean_ops_per_batch"] > 1, batches
@@ -359,7 +375,7 @@ def test_coalesced_writes_under_kills_and_partitions_stay_valid(env, tmp_path):
     --rate 0).
     Many requests carry several writes, each write is its own op of the history, and the run
     under kills and partitions is judged valid."""
-    test = _grouped_writes_run(env, tmp_path, ["--writes", "shared"], 30, 0, 28)
+    test, _ = _grouped_writes_run(env, tmp_path, ["--writes", "shared"], 30, 0, 28)
     coalesced = test["coalesced"]
     assert test["writes"] == "shared"
     assert coalesced["requests_with_several"] > 0, coalesced

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import msgspec
 import pytest
 from netns_run import tessera
 
@@ -465,6 +466,36 @@ def test_by_default_each_chaos_run_draws_its_write_mode_from_its_seed(tmp_path, 
     assert cells[0].workload == "sim-full"
     assert _sim_cell_writes(monkeypatch, base, cells[0], tmp_path) == "own"
     assert base_spec(_args("--self-check"), tmp_path).writes == "own"  # as its recipes were measured
+
+
+def test_each_register_run_draws_its_values_and_whether_the_workers_reuse_their_buffers(
+        tmp_path):
+    """A user's application may hand the client a buffer it reuses: the nightly matrix draws,
+    per run and from its seed, Tessera's register values small, zero-padded, or zero-padded in
+    reused buffers, and every drawn run passes `tessera test`'s own checks; the workloads
+    without sized values, and another system's runs, draw none."""
+    from harness.matrix import VALUE_DRAWS
+    from harness.matrix_cli import check_cells
+    from harness.validate import check
+
+    args = _args("--workloads", "register,list-append", "--nemeses", "kill")
+    base = base_spec(args, tmp_path)
+    cells = cells_from_args(args)
+    check_cells(cells, base)
+    register, append = (next(c for c in cells if c.workload == w) for w in ("register", "list-append"))
+    runs = [register.spec(base, 30.0, seed) for seed in range(30)]
+    assert [r.workload_options for r in runs] == [register.spec(base, 30.0, s).workload_options
+                                                  for s in range(30)]
+    drawn = [r.workload_options for r in runs]
+    assert all(d in VALUE_DRAWS for d in drawn) and all(d in drawn for d in VALUE_DRAWS)
+    for r in runs:
+        check(msgspec.structs.replace(r, wheelhouse=None))
+        assert r.make_workload().value_buffers == r.workload_options.get("value_buffers", False)
+    assert all("value_sizes" not in append.spec(base, 30.0, s).workload_options for s in range(20))
+    etcd = _args("--db", "etcd", "--workloads", "register", "--nemeses", "kill")
+    etcd_base = base_spec(etcd, tmp_path)
+    assert all(c.spec(etcd_base, 30.0, s).workload_options == {} for c in cells_from_args(etcd)
+               for s in range(20))
 
 
 def test_a_mariadb_matrix_draws_each_runs_topology_and_isolation_and_judges_by_its_claim(

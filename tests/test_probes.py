@@ -81,12 +81,18 @@ def test_a_coverage_mark_fails_when_its_path_was_not_taken_and_restores_the_stat
         with pytest.raises(KeyError, match="no such probe"), probes.expect("no.such.probe"):
             pass
         assert probes.hits() == {a: 1}  # the marks counted apart
+        with probes.counting() as counted:  # a chaos run's client, in the harness's process
+            probes.probe(b)
+        assert counted == {b: 1} and probes.hits() == {a: 1}
     finally:
         probes.disable()
+    with probes.counting() as counted:  # counts even where probes were off
+        probes.probe(b)
+    assert counted == {b: 1} and probes.hits() == {}
 
 
 def test_a_run_dirs_probe_files_are_summarized_per_daemon_and_across_the_store(tmp_path):
-    from reports.probes import across, fired, run_probes
+    from reports.probes import across, fired, run_probes, write_client_probes
 
     a, b, c = list(probes.CATALOG)[:3]
     assert run_probes(tmp_path) is None  # another system's run: no probe files
@@ -99,6 +105,11 @@ def test_a_run_dirs_probe_files_are_summarized_per_daemon_and_across_the_store(t
     assert out["hit"] == 2 and out["runs"] == {a: 2, b: 1} and c in out["never"]
     assert out["by_daemon"]["n1/tserver"] == sorted([a, b]) and out["by_daemon"]["n2/tserver"] == []
     assert fired({"probes": out}) == sorted([a, b]) and fired({}) == []
+    write_client_probes(tmp_path, {})  # another system's client fires none: no file
+    assert "client" not in run_probes(tmp_path)["by_daemon"]
+    write_client_probes(tmp_path, {c: 3})  # Tessera's client, in the harness's process
+    assert run_probes(tmp_path)["by_daemon"]["client"] == [c]
+    assert run_probes(tmp_path)["runs"] == {a: 2, b: 1, c: 1}
     store = across([{"probes": out}, {"verdict": "valid"}, {"probes": {"runs": {c: 1}}}])
     assert store["hit"] == 3 and store["runs_with_probes"] == 2
 

@@ -119,6 +119,14 @@ def test_a_bad_mode_or_a_batch_without_a_session_is_refused_when_the_workload_is
     (TestSpec(db="etcd", workload="register", workload_options={"batch": 4}),
      "--workload-option batch=4 sizes"),
     (TestSpec(workload="register", writes="bogus"), "--writes 'bogus': not one of own,"),
+    (TestSpec(db="etcd", workload="register",
+              workload_options={"value_sizes": "zeros", "value_buffers": True}),
+     "value_buffers=true hands values to Tessera's client in reused buffers: --db etcd's "
+     "client takes none"),
+    (TestSpec(workload="register", workload_options={"value_buffers": True}),
+     "value_buffers=true reuses the buffers of string values: it takes value_sizes=wide or zeros"),
+    (TestSpec(workload="list-append", workload_options={"value_buffers": True}),
+     "it takes value_sizes=wide or zeros (--workload register)"),
 ])
 def test_writes_is_refused_where_it_cannot_mean_anything(spec, says):
     with pytest.raises(ValueError) as e:
@@ -127,6 +135,9 @@ def test_writes_is_refused_where_it_cannot_mean_anything(spec, says):
 
 
 def test_every_mode_is_checked_and_made_for_tessera():
+    buffered = check(TestSpec(workload="register", workload_options={
+        "value_sizes": "zeros", "value_buffers": True}))
+    assert buffered.make_workload().value_buffers
     for writes in WRITE_MODES:
         spec = check(TestSpec(db="tessera", workload="list-append", writes=writes))
         assert spec.make_workload().writes == writes
