@@ -293,6 +293,12 @@ class TabletChecksum(msgspec.Struct, frozen=True):
     keys: list[tuple[str, int]] | None = None  # (key, CRC32C of its row), in key order
     error: str | None = None
     voters: list[str] = []  # the committed config's voters (empty: take every member as one)
+    # the voters of the config in effect (a pending change's while one is pending; empty: not
+    # said), the leader that appended that pending change if known (""), and the log's last op
+    # as [term, index]: who could still be elected, and whether a failure came after a change
+    active_voters: list[str] = []
+    pending_by: str = ""
+    last_op: list[int] = []
 
 
 class ChecksumReport(msgspec.Struct, frozen=True):

@@ -11,7 +11,7 @@ import pytest
 from harness.cli import main as tessera
 from node import durable
 from node.client import TesseraClient
-from node.protocol import ChecksumReport, ServerStatus, TabletChecksum
+from node.protocol import ChecksumReport, ChecksumScan, ServerStatus, TabletChecksum
 from node.tablet.checksum import row_hashes, table_checksum
 from node.tablet.snapshot import SnapshotStore
 from node.tools.convergence import check_convergence, compare, converge, first_differing_key
@@ -189,6 +189,15 @@ def test_real_replicas_converge_then_a_damaged_snapshot_is_named(tmp_path, capsy
         assert len({r["checksum"] for r in t["replicas"].values()}) == 1
         code, report = _ksck(c, capsys)
         assert code == 0 and report["checksum"]["verdict"] == "valid", report
+        # each replica says what an election would need: the voters in effect (no change
+        # pending: the committed ones, none appended by anyone) and its log's last op
+        servers = _servers(c)
+        told = [t for rep in servers.ask_each(servers.hosts, "tserver", "ts.checksum",
+                                              ChecksumReport, ChecksumScan()).values()
+                for t in rep.tablets]
+        assert len(told) == 3 and all(
+            sorted(t.active_voters) == sorted(t.voters) and len(t.voters) == 3
+            and t.pending_by == "" and t.last_op[1] >= 40 for t in told), told
 
         # A follower's state diverges: stop it, change one row in its newest snapshot (a
         # well-formed file, so it loads), restart it; its applied index catches up as before.
@@ -240,6 +249,46 @@ def test_a_tablet_whose_failed_voters_took_the_majority_is_noted_not_invalid():
     # the same shape with u3 running: a majority could elect, and nobody did
     alive = {**MAJORITY_FAILED, "n3": _with_voters(rep("u3"), ["u3", "u4"])}
     r = compare(alive, ["n2", "n3", "n4"], final=True)
+    assert r["verdict"] == "invalid" and r["errors"][0]["type"] == "no-leader"
+
+
+def _in_effect(report, voters, last_op, pending_by="u5"):
+    [t] = report.tablets
+    return ChecksumReport(report.uuid, [msgspec.structs.replace(
+        t, voters=["u1", "u4", "u5"], active_voters=voters, last_op=last_op,
+        pending_by=pending_by if voters != ["u1", "u4", "u5"] else "")])
+
+
+def test_a_pending_removal_whose_remaining_voter_failed_is_noted_by_the_config_in_effect():
+    """A nightly run's shape: the leader u5 appended the removal of u1, which was down, (config
+    {u4, u5}, not committed), then the disk fault made u5 FAILED. The config in effect on the
+    newest log, u4's, has lost its majority: u1 (its log behind) cannot be elected either, and
+    no engine could do better. Judged by the committed config alone ({u1, u4, u5}, one FAILED)
+    it was called a tablet a live majority could lead, and the run invalid. The unsafe removal's
+    shape stays invalid: a live leader appended a config beside a voter already FAILED."""
+    pending = {"n1": _in_effect(rep("u1", role="PRE_CANDIDATE"), ["u1", "u4", "u5"], [2, 22]),
+               "n4": _in_effect(rep("u4", role="PRE_CANDIDATE"), ["u4", "u5"], [3, 29]),
+               "n5": rep("u5", state="FAILED")}
+    r = compare(pending, ["n1", "n4", "n5"], final=True)
+    assert r["verdict"] == "valid" and not r["errors"], r
+    [n] = [n for n in r["notes"] if n["type"] == "majority-failed"]
+    assert ("1 of its 2 voters in the config in effect (a change u5 appended, not committed)"
+            in n["explanation"])
+    # the change appended by u4, alive, beside u5 already FAILED (or not known who): the unsafe
+    # removal's shape, judged by the committed config
+    for by in ("u4", ""):
+        unsafe = {**pending, "n4": _in_effect(rep("u4", role="PRE_CANDIDATE"), ["u4", "u5"],
+                                              [3, 29], pending_by=by)}
+        r = compare(unsafe, ["n1", "n4", "n5"], final=True)
+        assert r["verdict"] == "invalid" and r["errors"][0]["type"] == "no-leader"
+    # u5 alive instead: the config in effect has its majority, and nobody was elected
+    alive = {**pending, "n5": _in_effect(rep("u5", role="PRE_CANDIDATE"), ["u4", "u5"], [3, 29])}
+    r = compare(alive, ["n1", "n4", "n5"], final=True)
+    assert r["verdict"] == "invalid" and r["errors"][0]["type"] == "no-leader"
+    # the pending change on an older log than another replica's: that one's config counts
+    behind = {**pending, "n1": _in_effect(rep("u1", role="PRE_CANDIDATE"), ["u1", "u4", "u5"],
+                                          [4, 30])}
+    r = compare(behind, ["n1", "n4", "n5"], final=True)
     assert r["verdict"] == "invalid" and r["errors"][0]["type"] == "no-leader"
 
 

@@ -293,6 +293,27 @@ def test_a_removal_that_would_leave_no_live_majority_is_refused():
     assert c.disks["n2"]["config"].voters() == ["n1", "n2"]
 
 
+def test_a_pending_change_names_the_leader_that_appended_it_until_it_commits():
+    """What the convergence check asks of a leaderless tablet: who appended the change in
+    effect (its leader, if that one has since FAILED, failed after it). The leader and the
+    follower that took the entry both say; once committed nobody does; after a restart the
+    follower no longer knows, and says nothing rather than guess."""
+    c = ScriptCluster()
+    run(c, ELECTED)
+    _change(c, "n1", REMOVE, "n3", 0)
+    c.deliver("n1", "n2", limit=1)  # n2 appends the change; its answer is not yet back
+    assert c.core("n1").status().config_appended_by == "n1"
+    assert c.core("n2").status().config_appended_by == "n1"
+    assert c.core("n2").status().last_term == c.core("n1").term
+    c.crash("n2")
+    c.restart("n2")
+    assert c.core("n2").active_config.voters() == ["n1", "n2"]  # still pending, in effect
+    assert c.core("n2").status().config_appended_by is None  # restarted: not known
+    _rounds(c, "n1", 1)  # heartbeats bring n2 back in and commit the change
+    assert c.disks["n2"]["config"].voters() == ["n1", "n2"]
+    assert c.core("n1").status().config_appended_by is None  # committed: nothing pending
+
+
 def test_a_peer_heard_in_the_last_round_still_counts_as_live():
     """A removal right after a round ends is judged on the round before too, not refused
     because nobody has answered in the few ticks of the new round."""

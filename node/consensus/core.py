@@ -88,6 +88,9 @@ class RaftCore:
                 self._pending_configs.append(decode_config(e.payload))
         self._commit_configs()
         self.lead: str | None = None
+        # (term, uuid) of the last leader this replica followed or was: who appended the entries
+        # of that term (status's config_appended_by). Volatile: unknown after a restart.
+        self.known_leader: tuple[int, str] | None = None
         self.role = Role.FOLLOWER
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
@@ -437,6 +440,8 @@ class RaftCore:
             self.voted_for = None
         self.role = Role.FOLLOWER
         self.lead = lead
+        if lead is not None:
+            self.known_leader = (self.term, lead)
         self.votes = {}
         self.progress = {}
         self.transferee = None
@@ -491,6 +496,7 @@ class RaftCore:
     def _become_leader(self) -> None:
         self.role = Role.LEADER
         self.lead = self.id
+        self.known_leader = (self.term, self.id)
         self.failed_elections = 0
         self.heartbeat_elapsed = 0
         self.election_elapsed = 0
@@ -963,8 +969,17 @@ class RaftCore:
         return Status(
             self.id, self.role, self.term, self.lead, self.commit, self.applied,
             self.log.last_index(), self.log.first_index(), self.active_config,
-            self.committed_config, peers, self.misaddressed,
+            self.committed_config, peers, self.misaddressed, self.log.last_term(),
+            self._config_appended_by(),
         )
+
+    def _config_appended_by(self) -> str | None:
+        """The leader that appended the pending config in effect, when this replica knows it
+        (it followed or was that entry's term's leader); None with no change pending."""
+        if not self._pending_configs or self.known_leader is None:
+            return None
+        term, uuid = self.known_leader
+        return uuid if self.log.term_at(self.active_config.opid_index) == term else None
 
 
 _HANDLERS = {  # by name, so a test can substitute one handler on the class

@@ -264,6 +264,10 @@ class Status:
     committed_config: RaftConfig
     peers: dict[str, PeerStatus]  # filled only on the leader
     misaddressed: int  # messages dropped because to_uuid named someone else
+    last_term: int = 0  # the term of the entry at last_index: (last_term, last_index) is the
+    # log's recency, as a vote compares it
+    config_appended_by: str | None = None  # the leader that appended the pending config in
+    # effect, if known (RaftCore.known_leader)
 
 
 class ProposalError(Exception):

@@ -778,7 +778,8 @@ class Replica:
         return {
             "tablet_id": self.tablet_id, "role": s.role.name, "term": s.term, "leader": s.leader,
             "commit": s.commit, "applied": self.state.last_applied_index,
-            "last_index": s.last_index, "first_index": s.first_index,
+            "last_index": s.last_index, "last_term": s.last_term, "first_index": s.first_index,
+            "config_appended_by": s.config_appended_by,
             "config": [[m.uuid, m.member_type.name] for m in s.active_config.members],
             "committed_config": [[m.uuid, m.member_type.name] for m in s.committed_config.members],
             "committed_config_index": s.committed_config.opid_index,

@@ -44,6 +44,18 @@ def _voters(replicas: dict[str, TabletChecksum]) -> set[str]:
     return set(newest.voters or newest.members)
 
 
+def _in_effect(replicas: dict[str, TabletChecksum]) -> tuple[set[str], str]:
+    """The voters of the config in effect on the RUNNING replica with the newest log, and the
+    leader that appended it if that change is pending and known (else ""): a change appended
+    and not yet committed is in effect (a Raft config counts from its append), and an election
+    needs the newest log's vote. Empty when no replica says (an older server)."""
+    told = [t for t in replicas.values() if t.state == "RUNNING" and t.last_op and t.active_voters]
+    if not told:
+        return set(), ""
+    newest = max(told, key=lambda t: tuple(t.last_op))
+    return set(newest.active_voters), newest.pending_by
+
+
 def _replica(t: TabletChecksum, uuid: str, note: str) -> dict:
     out = {"uuid": uuid, "state": t.state, "role": t.role, "term": t.term, "commit": t.commit,
            "applied": t.applied, "checksum": t.checksum, "rows": t.rows, "compared": not note}
@@ -63,7 +75,10 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
     (say, a pending config no live majority can commit: bug 7) has lost its data's availability
     for good, which no history of ops on other tablets would show. When FAILED voters (damaged
     on purpose; with no live majority the master cannot replace them) leave no majority, the
-    faults took more than Raft tolerates: the tablet is listed in `notes`, not judged. A FAILED
+    faults took more than Raft tolerates: the tablet is listed in `notes`, not judged. So too
+    when a change is pending (in effect, not committed) on the newest log, its majority is
+    FAILED, and the leader that appended it is among the FAILED: that leader was live when it
+    appended, so a failure after the change took the majority, not the change. A FAILED
     member the master could have replaced (some server answered that holds no replica of the
     tablet) keeps the rounds going, since the master replaces such members at once; on the
     `final` round one still there is a note (`failed-replica-not-replaced`): an availability
@@ -109,14 +124,24 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
                         "missing": sorted(members - {uuid_of[h] for h in reps})})
         if not any(t.role == "LEADER" for t in live.values()):
             states = ", ".join(f"{h} {t.state} {t.role or '-'}" for h, t in sorted(reps.items()))
-            voters = _voters(reps)
-            failed = {uuid_of[h] for h, t in reps.items() if t.state == "FAILED"} & voters
-            if len(voters) - len(failed) <= len(voters) // 2:  # the faults took the majority
+            failed_uuids = {uuid_of[h] for h, t in reps.items() if t.state == "FAILED"}
+            voters, (pending, appended_by) = _voters(reps), _in_effect(reps)
+            # A pending change whose own leader has since FAILED was appended before that
+            # failure, when its voters answered (the safe-removal rule): the failure, not the
+            # change, took its majority. A change appended beside a voter already FAILED (an
+            # unsafe removal) is judged by the committed config, as before.
+            if appended_by in failed_uuids and _majority_failed(pending, failed_uuids):
+                voters = pending
+                which = f"voters in the config in effect (a change {appended_by} appended, not committed)"
+            else:
+                which = "committed voters"
+            failed = failed_uuids & voters
+            if _majority_failed(voters, failed_uuids):  # the faults took the majority
                 unavailable.append({
                     "type": "majority-failed", "tablet": tid,
                     "explanation": f"tablet {tid} has no leader: {len(failed)} of its "
-                                   f"{len(voters)} committed voters are FAILED (the logs check "
-                                   f"says whether by the disk fault), so no majority is left to "
+                                   f"{len(voters)} {which} are FAILED (the logs check says "
+                                   f"whether by the disk fault), so no majority is left to "
                                    f"elect one: {states}"})
             else:
                 leaderless.append(tid)
@@ -147,6 +172,11 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
         return {**result, "verdict": "unknown",
                 "reason": f"FAILED members not yet replaced: {', '.join(repairing)}"}
     return {**result, "verdict": "valid"}
+
+
+def _majority_failed(voters: set[str], failed: set[str]) -> bool:
+    """Whether FAILED replicas hold half of `voters` or more: no election can be won."""
+    return bool(voters) and len(voters - failed) <= len(voters) // 2
 
 
 def first_differing_key(keys: dict[str, list[tuple[str, int]]]) -> str | None:

@@ -272,7 +272,10 @@ class TabletService:
                                       s["applied"], crc, len(data),
                                       [m[0] for m in s["committed_config"]], keys,
                                       voters=[m[0] for m in s["committed_config"]
-                                              if m[1] == "VOTER"]))
+                                              if m[1] == "VOTER"],
+                                      active_voters=[m[0] for m in s["config"] if m[1] == "VOTER"],
+                                      pending_by=s["config_appended_by"] or "",
+                                      last_op=[s["last_term"], s["last_index"]]))
         return ChecksumReport(self.tablets.uuid, out)
 
 
