@@ -23,15 +23,17 @@ ROOT = Path(__file__).resolve().parents[1]
 MUTANTS = ("fault_ack_before_fsync", "fault_apply_uncommitted_at_bootstrap",
            "fault_read_without_leadership", "fault_skip_dedup", "fault_copy_overwrite_cmeta",
            "fault_vote_twice_in_term", "fault_count_unsynced_own_entries")
-# apply-uncommitted is the rarest: 1 to 2 of 40 seeds. With the disk, transfer and master-flip
-# faults, from seed 100: ack-before-fsync at seed 100, read-without-leadership 103,
-# copy-overwrite-cmeta 105, skip-dedup 111, apply-uncommitted 131; vote-twice-in-term at seed
-# 100 (a replica FAILs on its vote guard before the test table is writable).
+# apply-uncommitted is the rarest: 1 to 2 of 40 seeds. First catches from seed 100 (measured
+# 2026-12-03): ack-before-fsync at seed 100, skip-dedup 101, count-unsynced-own-entries 101
+# (swarm), read-without-leadership 103, copy-overwrite-cmeta 105, apply-uncommitted 131;
+# vote-twice-in-term at seed 100 (a replica FAILs on its vote guard before the test table is
+# writable).
 MUTANT_SEED_CAP = 80
 # Where each mutant's search starts: 100, but apply-uncommitted's at the batch that held its first
 # catch when measured (the simulator is deterministic; a later change that moves the catch lets
-# the search run on to the cap). Scanning 100..131 for it took 67 s of every CI run.
-FIRST_SEED = {"fault_apply_uncommitted_at_bootstrap": 128}
+# the search run on to the cap). Scanning 100..131 for it took 67 s of every CI run;
+# copy-overwrite-cmeta's first catch is seed 105 (measured 2026-12-03).
+FIRST_SEED = {"fault_apply_uncommitted_at_bootstrap": 128, "fault_copy_overwrite_cmeta": 104}
 # Mutants that need a swarm mix: a leader counting its own unsynced entries commits early only
 # where a WAL sync can outlast a follower's round trip, and the classic mix syncs in no time
 # (swarm mixes draw an fsync latency: about a third of swarm seeds caught it when measured).
