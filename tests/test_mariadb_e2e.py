@@ -27,6 +27,15 @@ def _run(env, tmp_path, *argv, workload="list-append"):
     return out.returncode, results, by[workload], run_dir
 
 
+def _replicas_run(env, tmp_path, seed: int, seconds: int, concurrency: int, *argv):
+    """A primary at SERIALIZABLE with a binlog replica on each of the two other hosts, workers
+    unpaced, read-only transactions on the worker's own host, judged serializable."""
+    return _run(env, tmp_path, "--netns-hosts", "3", "--time-limit", str(seconds),
+                "--concurrency", str(concurrency), "--rate", "0", "--seed", str(seed),
+                "--flag", "topology=replicas", "--flag", "isolation=serializable",
+                "--consistency-model", "serializable", *argv)
+
+
 def test_repeatable_read_on_one_server_shows_what_jepsen_found(env, tmp_path):
     """Jepsen's MySQL 8.0.34 analysis (MariaDB alike): REPEATABLE READ, the default, allows
     G-single, G2-item and lost update, so it is not even Adya's repeatable read. Judged
@@ -60,12 +69,7 @@ def test_binlog_replicas_read_from_keep_serializability_but_not_a_clients_own_wr
     serializability, ruled out). The stale read needs a replica behind at that moment, which
     a run of 14,000 transactions can miss: up to three seeds for it, each of them serializable."""
     for seed in (1, 2, 3):
-        code, results, la, run_dir = _run(env, tmp_path / f"seed{seed}", "--netns-hosts", "3",
-                                          "--time-limit", "20", "--concurrency", "9",
-                                          "--rate", "0", "--seed", str(seed),
-                                          "--flag", "topology=replicas",
-                                          "--flag", "isolation=serializable",
-                                          "--consistency-model", "serializable")
+        code, results, la, run_dir = _replicas_run(env, tmp_path / f"seed{seed}", seed, 20, 9)
         assert code == 0, la.get("anomaly_types")
         history = os.path.join(run_dir, "history.jsonl")
         assert {"n2", "n3"} <= {json.loads(line).get("node") for line in open(history)}
@@ -87,14 +91,9 @@ def test_binlog_replicas_applying_clients_domains_out_of_order_violate_serializa
     load were invalid when measured, and the same load without per-client domains valid (seed
     1; the test above runs the default setup): up to three seeds for it."""
     for seed in (1, 2, 3):
-        code, results, la, run_dir = _run(env, tmp_path / f"seed{seed}", "--netns-hosts", "3",
-                                          "--time-limit", "30", "--concurrency", "15",
-                                          "--rate", "0", "--seed", str(seed),
-                                          "--flag", "topology=replicas",
-                                          "--flag", "isolation=serializable",
-                                          "--flag", "gtid_domains=per-client",
-                                          "--flag", "slave_parallel_threads=4",
-                                          "--consistency-model", "serializable")
+        code, results, la, run_dir = _replicas_run(env, tmp_path / f"seed{seed}", seed, 30, 15,
+                                                   "--flag", "gtid_domains=per-client",
+                                                   "--flag", "slave_parallel_threads=4")
         if code == 1:
             break
     assert code == 1 and results["verdict"] == "invalid", la.get("anomaly_types")
