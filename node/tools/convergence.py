@@ -72,7 +72,7 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
     replica is behind the others, or a tablet has no leader; else valid. On the `final` round
     a tablet still without a leader is invalid when a majority of its committed config's voters
     is not FAILED: once faults are healed such a tablet must serve again, and one that cannot
-    (say, a pending config no live majority can commit: bug 7) has lost its data's availability
+    (say, a pending config no live majority can commit: an unsafe removal) has lost its data's availability
     for good, which no history of ops on other tablets would show. When FAILED voters (damaged
     on purpose; with no live majority the master cannot replace them) leave no majority, the
     faults took more than Raft tolerates: the tablet is listed in `notes`, not judged. So too
