@@ -89,13 +89,15 @@ def test_binlog_replicas_applying_clients_domains_out_of_order_violate_serializa
     transaction without another's that the primary committed before it: serializability is
     lost (G-single or G2-item, each cycle through a replica read). Four of four seeds at this
     load were invalid when measured, and the same load without per-client domains valid (seed
-    1; the test above runs the default setup): up to three seeds for it."""
+    1; the test above runs the default setup): up to three seeds for it. A seed can also end
+    invalid only on the end check, a replica's table diverged with no read showing a cycle
+    (seen in a clean-clone run; README: the replica diverged unlogged): the next seed goes."""
     for seed in (1, 2, 3):
         code, results, la, run_dir = _replicas_run(env, tmp_path / f"seed{seed}", seed, 30, 15,
                                                    "--flag", "gtid_domains=per-client",
                                                    "--flag", "slave_parallel_threads=4")
-        if code == 1:
-            break
+        if code == 1 and {"G-single", "G2-item"} & set(la["anomaly_types"]):
+            break  # a seed invalid only on the end check (a replica's table diverged) goes on
     assert code == 1 and results["verdict"] == "invalid", la.get("anomaly_types")
     assert {"G-single", "G2-item"} & set(la["anomaly_types"]), la["anomaly_types"]
     history = os.path.join(run_dir, "history.jsonl")
