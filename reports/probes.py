@@ -27,12 +27,16 @@ def run_probes(run_dir: Path) -> dict | None:
     files = sorted(run_dir.glob("nodes/*/*.probes"))
     if not files:
         return None
-    fired = {f"{f.parent.name}/{f.stem}": sorted(set(f.read_text(errors="replace").split()))
-             for f in files}
+    fired = {f"{f.parent.name}/{f.stem}": _names(f) for f in files}
     if (client := run_dir / CLIENT_FILE).exists():
-        fired["client"] = sorted(set(client.read_text(errors="replace").split()))
+        fired["client"] = _names(client)
     return {**probes.summarize([dict.fromkeys(names, 1) for names in fired.values()]),
             "by_daemon": fired}
+
+
+def _names(path: Path) -> list[str]:
+    """The probe names a probes file holds, each once."""
+    return sorted(set(path.read_text(errors="replace").split()))
 
 
 def fired(results: dict) -> list[str]:
