@@ -24,7 +24,7 @@ from pathlib import Path
 
 import msgspec
 
-from harness.spec import TestSpec
+from harness.spec import TestSpec, load_line
 from nemeses.plan import Plan
 from node import probes
 
@@ -130,7 +130,8 @@ def run_test(spec: TestSpec, plan: Plan | None, made: Callable[[Path], None], **
 
     clock = clock_source(spec)
     opts = RunOptions(concurrency=spec.concurrency, time_limit=spec.time_limit, rate=spec.rate,
-                      seed=spec.seed, op_timeout=spec.op_timeout + 1)
+                      seed=spec.seed, op_timeout=spec.op_timeout + 1,
+                      bursts=spec.pacing == "bursts")
     bound = ([names[t % len(names)] for t in range(spec.concurrency + 1)]
              if spec.client == "node-bound" else None)
     test = {**spec.to_dict(), **facts, "checker": workload.checker.to_json(),
@@ -297,8 +298,8 @@ async def _drive_workload(spec: TestSpec, workload, opts, db, ctx, run_dir: Path
     rec = Recorder(run_dir / "history.jsonl")
     _update_outcome(run_dir, started_at=rec.wall_t0)
     say(f"running {spec.workload} for {spec.time_limit:g}s, "
-        f"nemesis: {','.join(spec.nemesis) or 'none'}, {spec.client} clients"
-        + ("" if spec.writes == "own" else f", writes {spec.writes}"))
+        f"nemesis: {','.join(spec.nemesis) or 'none'}, {spec.client} clients, "
+        f"{load_line(spec.to_dict())}")
 
     async def watchdog(rec_, deadline_):
         while asyncio.get_running_loop().time() < deadline_:

@@ -63,6 +63,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="node-bound: worker t sends each op first to its tablet's replica on host "
                         "t mod n, as Jepsen binds clients to nodes; smart: to the leader it knows "
                         "(default node-bound)")
+    configure_pacing(p)
     configure_writes(p)
     configure_external_consistency(p)
     host_options.configure(p)
@@ -86,6 +87,23 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ca-key", type=Path, metavar="FILE", help="the private key of --ca-cert (PEM)")
 
 
+def configure_pacing(p: argparse.ArgumentParser, drawn: str = "") -> None:
+    """--pacing, as `tessera test` takes it; `drawn`: test-all's words for its default, which
+    draws one per run (harness.matrix.run_pacing)."""
+    from harness.matrix import DRAWN
+    from harness.spec import PACINGS
+
+    default = DRAWN if drawn else TestSpec().pacing
+    p.add_argument("--pacing", default=default, choices=(*PACINGS, DRAWN) if drawn else PACINGS,
+                   help="how the --rate's op starts are spread. even: one at a time, each a "
+                        "random 0 to 2/rate s after the last (Jepsen's stagger); bursts: the same "
+                        "mean rate in bursts of 1 to 8 starts at one instant, as an "
+                        "application's requests arrive, so the workers of one burst issue their "
+                        "ops in the same loop turn and a client that groups concurrent requests "
+                        "(--writes shared, session-manual) groups them"
+                        + (f"; {drawn} (default {default})" if drawn else f" (default {default})"))
+
+
 def configure_writes(p: argparse.ArgumentParser, scope: str = "",
                      size: str = "--workload-option batch=N ops (default 16)",
                      drawn: str = "") -> None:
@@ -102,7 +120,8 @@ def configure_writes(p: argparse.ArgumentParser, scope: str = "",
                         "still its own op of the history. own: each worker has a handle of its "
                         "own, one ts.write per write; shared: the workers of a node share one "
                         "handle's client sessions, so the writes they issue in one loop turn "
-                        "leave as one ts.write_batch (wants --rate 0); session-background: the "
+                        "leave as one ts.write_batch (wants --rate 0 or --pacing bursts); "
+                        "session-background: the "
                         "workers of a node share one AUTO_FLUSH_BACKGROUND batching session, "
                         f"batches of up to {size}; session-manual: they share one MANUAL_FLUSH "
                         "session, and each worker flushes after applying its op, so a flush "
@@ -175,7 +194,7 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
         db=args.db, workload=args.workload, workload_options=options,
         nemesis=select(args.nemesis, kind.offers),
         nemesis_interval=args.nemesis_interval, time_limit=args.time_limit,
-        concurrency=args.concurrency, rate=args.rate,
+        concurrency=args.concurrency, rate=args.rate, pacing=args.pacing,
         seed=args.seed if args.seed is not None else random.randrange(2**31),
         client=args.client, writes=args.writes,
         external_consistency=args.external_consistency, flags=flags,

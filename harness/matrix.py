@@ -37,7 +37,9 @@ from node import probes
 NOT_RUN = "not run"
 # test-all's default --writes: each chaos run of Tessera draws how its workers' writes reach the
 # client from its seed, so every night's matrix meets each mode under its faults
-DRAWN = "drawn"  # test-all's default for --writes and --external-consistency: one per run, by seed
+# test-all's default for --writes, --external-consistency, --pacing and --client: one per run,
+# by seed
+DRAWN = "drawn"
 MIN_TIME_LIMIT_S = 10.0  # below this a run is mostly start-up: elections, first faults
 # Fixed overhead of one run on the 5-host netns cluster before any run measured it: start the
 # daemons, wait for the test table, heal, final reads, convergence, logs, checks, teardown.
@@ -69,6 +71,7 @@ class Cell:
         least: fast failure detection elects a leader in under a second)."""
         interval = min(10.0, max(3.0, round(time_limit / 4, 1)))
         fields = {"nemesis_interval": interval, "writes": run_writes(base, seed),
+                  "pacing": run_pacing(base, seed), "client": run_client(base, seed),
                   "external_consistency": run_external_consistency(base, seed),
                   "workload_options": {**run_values(base, self.workload, seed),
                                        **base.workload_options},
@@ -106,6 +109,38 @@ def run_writes(base: TestSpec, seed: int) -> str:
     from workloads.base import WRITE_MODES
 
     return random.Random(f"{seed}/writes").choice(WRITE_MODES)
+
+
+def run_pacing(base: TestSpec, seed: int) -> str:
+    """How the op starts of the run with this seed are spread (harness.spec.PACINGS): the
+    matrix's own, or with DRAWN evenly or in bursts, drawn from the seed for every system (a
+    run at --rate 0 has no pacing: even). Evenly paced workers each wake on a timer of their
+    own, so a client grouping the requests made in one loop turn (Tessera's shared handles,
+    a manual-flush session) groups nothing: only bursts reach that path in a chaos run."""
+    if base.pacing != DRAWN:
+        return base.pacing
+    if not base.rate:
+        return "even"
+    import random
+
+    from harness.spec import PACINGS
+
+    return random.Random(f"{seed}/pacing").choice(PACINGS)
+
+
+def run_client(base: TestSpec, seed: int) -> str:
+    """How the run with this seed's workers reach the system (harness.spec.CLIENT_MODES): the
+    matrix's own, or with DRAWN one of the modes its system's client has, drawn from the seed.
+    Jepsen binds each worker to a node; an application's client goes to the leader it knows,
+    and its callers share it: with list-append's key sets (the threads of one set are bound
+    to different nodes) only that client groups the writes of one tablet's callers."""
+    if base.client != DRAWN:
+        return base.client
+    import random
+
+    from harness.systems import system
+
+    return random.Random(f"{seed}/client").choice(system(base.db).client_modes)
 
 
 # What a run's register values are, drawn per run for Tessera: the small integers, values

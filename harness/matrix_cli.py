@@ -37,9 +37,11 @@ TESSERA = "tessera"  # the one --db with simulators, lease reads and engine faul
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from harness.chaos_cli import configure_external_consistency, configure_writes
+    from harness.chaos_cli import configure_external_consistency, configure_pacing, configure_writes
+    from harness.matrix import DRAWN
     from harness.selfcheck import RECIPES
     from harness.sim_cell import FULL_KIND, KIND
+    from harness.spec import CLIENT_MODES
     from harness.systems import SYSTEMS, system
 
     every = "; ".join(f"{db} {','.join(default_workloads(db, system(db)))}" for db in SYSTEMS)
@@ -91,6 +93,14 @@ def configure(p: argparse.ArgumentParser) -> None:
                      drawn="drawn: each chaos run of --db tessera draws one of the four from "
                            "its seed, so each night's matrix meets every mode under its faults "
                            "(the run's test.json says which); another --db runs own")
+    p.add_argument("--client", default=DRAWN, choices=(*CLIENT_MODES, DRAWN),
+                   help="how each chaos run's workers reach the system, as tessera test takes it "
+                        "(node-bound: worker t to host t mod n first, as Jepsen binds clients; "
+                        "smart: the leader the client knows, its callers sharing it); drawn: "
+                        "each run draws one its --db's client has from its seed (the run's "
+                        f"test.json says which; only node-bound for some) (default {DRAWN})")
+    configure_pacing(p, drawn="drawn: each chaos run draws even or bursts from its seed (the "
+                              "run's test.json says which)")
     configure_external_consistency(
         p, drawn="drawn: each chaos run of --db tessera draws one of the two from its seed, and "
                  "the sim-full cell's seeds their own (the run's test.json says which)")
@@ -186,7 +196,7 @@ def base_spec(args: argparse.Namespace, wheelhouse: Path):
     found before the cluster comes up."""
     from harness.chaos_cli import parse_value
     from harness.matrix import DRAWN
-    from harness.spec import TestSpec
+    from harness.spec import CLIENT_MODES, TestSpec
     from harness.systems import system
 
     kind = system(args.db)
@@ -197,8 +207,10 @@ def base_spec(args: argparse.Namespace, wheelhouse: Path):
     mode = args.external_consistency
     if args.self_check and mode == DRAWN:
         mode = None
+    pacing = "even" if args.self_check and args.pacing == DRAWN else args.pacing
+    bound = CLIENT_MODES[0] if args.self_check and args.client == DRAWN else args.client
     return TestSpec(db=args.db, rate=args.rate, concurrency=args.concurrency, writes=writes,
-                    external_consistency=mode,
+                    external_consistency=mode, pacing=pacing, client=bound,
                     **host_options.spec_fields(args), **timing_options.spec_fields(args),
                     flags=flags,
                     fast_failure_detection=failure_detection.fast(args, kind),

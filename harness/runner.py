@@ -5,7 +5,10 @@ invoke, then ok / fail / info. After `info` (outcome unknown) the process is ret
 still be running the op, and the thread continues as process `p + concurrency`. Op starts are
 paced to `rate` per second over the whole run, with jitter, by one `Pacer` all workers share (as
 Jepsen's `stagger` spaces a generator's ops): a worker stuck on a slow op leaves its slots to the
-free ones, so faults lower the op density only when every worker is stuck. Ops stop at the time
+free ones, so faults lower the op density only when every worker is stuck. With `bursts` the
+same rate comes as an application's load does, several starts at one instant: a client that
+groups the requests its callers make together (Tessera's shared handles and sessions) meets
+them only so, since evenly spaced workers each wake on a timer of their own. Ops stop at the time
 limit; then the nemesis heals, and,
 after a settle pause, each of the workload's final ops is retried until it is ok or its own
 deadline passes (Jepsen's `gen/until-ok`): a final read that never succeeds proves nothing, so it
@@ -30,6 +33,9 @@ Heal = Callable[[Recorder], Awaitable[None]]  # ends every fault, after the work
 # The first process id of the setup ops (the final ops' start at twice it): above every
 # worker's, so a worker's thread is its process modulo the run's concurrency.
 SETUP_PROCESS = 10**6
+# The most op starts a burst puts at one instant (Pacer with bursts): most of a default run's 10
+# workers, so that with workers bound to 5 nodes one burst often gives one node two or more
+BURST_MAX = 8
 
 @dataclass
 class RunOptions:
@@ -37,6 +43,7 @@ class RunOptions:
     time_limit: float = 60.0
     rate: float = 200.0  # ops/s over all processes; 0 = as fast as they go
     seed: int = 0
+    bursts: bool = False  # the rate's starts in bursts at one instant (Pacer)
     op_timeout: float = 5.0
     setup_timeout: float = 30.0  # each setup op: one attempt
     final_settle: float = 5.0  # after the heal, before the final ops: elections and catch-up
@@ -97,20 +104,40 @@ def _complete(rec: Recorder, process: int, inv: Invocation, done: Completion,
 
 class Pacer:
     """Start slots `uniform(0, 2 / rate)` apart, handed to whichever worker asks next; a slot
-    already past starts at once. Pure: the caller supplies the time."""
+    already past starts at once. With `bursts`, slots come BURST_MAX at most at one instant
+    (how many drawn from 1 to BURST_MAX), a burst of k then `uniform(0, 2k / rate)` before the
+    next: the same mean rate, but the workers given one burst's slots wake in one loop turn. A
+    burst's slot nobody took by its instant starts at once for the next caller, as a slot
+    already past does (otherwise a run whose workers are slow would lose most of its rate).
+    Pure: the caller supplies the time."""
 
-    def __init__(self, rate: float, seed: int):
+    def __init__(self, rate: float, seed: int, bursts: bool = False):
         self.gap = 2.0 / rate if rate > 0 else 0.0
         self.rng = random.Random(f"{seed}/pacer")
         self.next: float | None = None
+        self.bursts = bursts
+        self.at = 0.0  # the current burst's instant
+        self.left = 0  # its slots not taken yet
 
     def delay(self, now: float) -> float:
         """Seconds until the caller's slot."""
         if not self.gap:
             return 0.0
+        if self.bursts:
+            return self._burst_slot(now) - now
         slot = now if self.next is None else max(now, self.next)
         self.next = slot + self.rng.uniform(0, self.gap)
         return slot - now
+
+    def _burst_slot(self, now: float) -> float:
+        if self.left:  # a place left in the current burst; past its instant, it starts at once
+            self.left -= 1
+            return max(now, self.at)
+        size = self.rng.randint(1, BURST_MAX)
+        self.at = now if self.next is None else max(now, self.next)
+        self.left = size - 1
+        self.next = self.at + self.rng.uniform(0, self.gap * size)
+        return self.at
 
 
 async def _thread(thread: int, opts: RunOptions, workload: Workload, client: KVClient,
@@ -187,7 +214,7 @@ async def run(workload: Workload, clients: Callable[[int], KVClient], rec: Recor
 
     tick = asyncio.create_task(ticker())
     try:
-        pacer = Pacer(opts.rate, opts.seed)
+        pacer = Pacer(opts.rate, opts.seed, opts.bursts)
         tasks = [asyncio.create_task(_thread(t, opts, workload, clients(t), rec, deadline, loop, pacer))
                  for t in range(opts.concurrency)]
         if nemesis is not None:

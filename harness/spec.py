@@ -10,6 +10,9 @@ from typing import Any
 import msgspec
 
 CLIENT_MODES = ("node-bound", "smart")
+# How a run's op starts are spread at its rate: evenly with jitter (Jepsen's stagger), or in
+# bursts of several at one instant (harness.runner.Pacer)
+PACINGS = ("even", "bursts")
 PROVIDERS = ("netns", "hosts", "vagrant")
 # `--fast-failure-detection`: the engine's failure detection at Raft-test speed, so a minute of
 # faults holds dozens of elections (Kudu's defaults: 500 ms heartbeats, 1 s tablet server
@@ -48,6 +51,23 @@ def scaled_timing(base: dict[str, Any], scale: float) -> dict[str, Any]:
     return out
 
 
+def load_line(test: dict) -> str:
+    """How a run's workers loaded the system, in the words of its report and progress line,
+    from its test.json (or `TestSpec.to_dict()`): the rate and how its op starts were spread
+    (runs recorded before --pacing were even), and how Tessera's workers wrote when not each on
+    a handle of its own, since a grouping client meets grouped load only."""
+    rate = test.get("rate")
+    if rate is None:
+        line = "not recorded"
+    elif rate:
+        pacing = "in bursts" if test.get("pacing") == "bursts" else "evenly paced"
+        line = f"{rate:g} ops/s, {pacing}"
+    else:
+        line = "unpaced (each worker's next op as soon as its last ends)"
+    writes = test.get("writes")
+    return line + (f"; writes {writes}" if writes and writes != "own" else "")
+
+
 class TestSpec(msgspec.Struct, frozen=True, kw_only=True):
     __test__ = False  # not a pytest class, whatever its name
 
@@ -59,6 +79,7 @@ class TestSpec(msgspec.Struct, frozen=True, kw_only=True):
     time_limit: float = 60.0  # seconds of workload
     concurrency: int = 0  # logical processes; 0 = 2 x hosts
     rate: float = 100.0  # ops/s over all processes; 0 = unlimited
+    pacing: str = "even"  # PACINGS: how the rate's op starts are spread (harness.runner.Pacer)
     seed: int = 0  # of every process's op stream and of the fault plan
     client: str = "node-bound"  # node-bound: thread t talks to host t mod n; smart: any replica
     # How the workers' writes reach Tessera's client (workloads.base.WRITE_MODES): own, shared,

@@ -9,7 +9,7 @@ flags, so a user knows which one to change."""
 from __future__ import annotations
 
 from harness.failure_detection import check_taken
-from harness.spec import PROVIDERS, TestSpec
+from harness.spec import PACINGS, PROVIDERS, TestSpec
 from harness.systems import SYSTEMS
 
 
@@ -46,6 +46,7 @@ def check(spec: TestSpec) -> TestSpec:
         raise ValueError(f"--time-scale must be between 1 and 100, got {spec.time_scale:g}")
     if spec.concurrency < 0 or spec.rate < 0 or spec.op_timeout <= 0:
         raise ValueError("--concurrency, --rate must be >= 0 and --op-timeout > 0")
+    check_pacing(spec)
     if spec.provider not in PROVIDERS:
         raise ValueError(f"--provider {spec.provider!r}: not one of {', '.join(PROVIDERS)}")
     if spec.provider == "vagrant":
@@ -74,6 +75,16 @@ def check(spec: TestSpec) -> TestSpec:
         except ClusterError as e:
             raise ValueError(str(e)) from None
     return spec
+
+
+def check_pacing(spec: TestSpec) -> None:
+    """--pacing: one of PACINGS; bursts spread a rate, so --rate 0 (no pacing) takes none, and
+    a run would pass for one that tried it."""
+    if spec.pacing not in PACINGS:
+        raise ValueError(f"--pacing {spec.pacing!r}: not one of {', '.join(PACINGS)}")
+    if spec.pacing != "even" and not spec.rate:
+        raise ValueError(f"--pacing {spec.pacing} spreads the --rate's op starts: --rate 0 "
+                         "starts each op as soon as its worker is free, and has none to spread")
 
 
 def check_value_buffers(spec: TestSpec, workload) -> None:

@@ -696,3 +696,26 @@ def test_the_self_check_judges_every_flag_when_some_of_its_cells_crash(tmp_path)
     assert f"{VOTE_TWICE}: unknown (crashed: RuntimeError: the cell's own bug" in vote["why"]
     assert count["status"] == "missed" and "crashed: RuntimeError" in count["why"]
     assert code == 1 and s["exit"] == 1  # a flag missed
+
+
+def test_each_chaos_run_draws_its_client_and_pacing_from_its_seed(tmp_path):
+    """test-all's defaults draw per run how the workers reach the system (Jepsen's workers
+    bound to nodes, or an application's client that goes to the leader and that its callers
+    share) and how the op starts are spread (evenly, or in bursts), among what the system's
+    client has; an explicit flag holds for every run; the self-check keeps the node-bound,
+    evenly paced runs its recipes were measured on; etcd's client is node-bound only."""
+    from harness.matrix import DRAWN, run_client
+
+    base = base_spec(_args(), tmp_path)
+    assert (base.client, base.pacing) == (DRAWN, DRAWN)
+    cell = cells_from_args(_args("--workloads", "list-append"))[0]
+    specs = [cell.spec(base, 30.0, s) for s in range(30)]
+    assert {(s.client, s.pacing) for s in specs} == {
+        (c, p) for c in ("node-bound", "smart") for p in ("even", "bursts")}
+    fixed = base_spec(_args("--client", "smart", "--pacing", "bursts"), tmp_path)
+    assert {(cell.spec(fixed, 30.0, s).client, cell.spec(fixed, 30.0, s).pacing)
+            for s in range(10)} == {("smart", "bursts")}
+    check = base_spec(_args("--self-check"), tmp_path)
+    assert (check.client, check.pacing) == ("node-bound", "even")
+    etcd = base_spec(_args("--db", "etcd"), tmp_path)
+    assert {run_client(etcd, s) for s in range(20)} == {"node-bound"}

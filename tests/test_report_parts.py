@@ -42,3 +42,13 @@ def test_latency_quantiles_per_window_and_op_type():
     got = latency_quantiles(pairs, 1.0)
     assert got["write"] == [(0.5, {0.5: 50.0, 0.95: 95.0, 0.99: 99.0, 1.0: 100.0})]
     assert got["read"] == [(1.5, {0.5: 7.0, 0.95: 7.0, 0.99: 7.0, 1.0: 7.0})]
+
+
+def test_the_load_line_says_the_rate_its_pacing_and_a_grouping_write_mode():
+    from harness.spec import load_line
+
+    assert load_line({"rate": 100.0, "pacing": "bursts", "writes": "shared"}) == \
+        "100 ops/s, in bursts; writes shared"
+    assert load_line({"rate": 100.0, "writes": "own"}) == "100 ops/s, evenly paced"
+    assert load_line({"rate": 0.0}).startswith("unpaced")
+    assert load_line({}) == "not recorded"

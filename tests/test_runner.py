@@ -4,7 +4,7 @@ import asyncio
 import random
 
 from harness.recorder import Recorder
-from harness.runner import Pacer, RunOptions, run
+from harness.runner import BURST_MAX, Pacer, RunOptions, run
 from harness.store import new_run_dir
 from reports.history import read_jsonl
 from workloads import make
@@ -257,3 +257,37 @@ def test_each_workload_carries_its_checker_with_its_parameters():
     assert make("register").checker.model == "cas-register"
     assert make("list-append").checker.model == "list-append"
     assert make("set").checker.model == "set"
+
+
+def test_a_bursty_pacer_keeps_the_rate_and_puts_each_bursts_starts_at_one_instant():
+    """Bursts: the same mean rate as the even pacer, the slots in groups of 1 to BURST_MAX at
+    one instant (so the workers given them wake in one loop turn), a burst's slot still untaken
+    at its instant started at once by the next caller, and --rate 0 unpaced."""
+    from collections import Counter
+
+    pacer = Pacer(rate=50, seed=1, bursts=True)
+    slots = [pacer.delay(0.0) for _ in range(5000)]  # everyone asks at once: slots queue up
+    assert slots[0] == 0 and slots == sorted(slots)
+    assert 5000 / 50 * 0.9 < pacer.next < 5000 / 50 * 1.1
+    sizes = Counter(Counter(slots).values())
+    assert set(sizes) == set(range(1, BURST_MAX + 1))  # every size, and none larger
+    assert sum(n * c for n, c in sizes.items()) == 5000
+    pacer = Pacer(rate=50, seed=2, bursts=True)
+    pacer.delay(0.0)
+    while pacer.left < 2:  # a burst with slots left after the caller that opened it
+        pacer.delay(pacer.at)
+    at, following, left = pacer.at, pacer.next, pacer.left
+    assert pacer.delay(at) == 0 and pacer.at == at  # another caller at its instant joins it
+    late = at + 1e-3  # past its instant: a slot it still has starts at once
+    assert pacer.delay(late) == 0 and pacer.left == left - 2 and pacer.next == following
+    assert Pacer(rate=0, seed=1, bursts=True).delay(5.0) == 0
+
+
+# The even pacer's first slots for rate 100 and seed 7, as the pacer drew them before bursts
+EVEN_SLOTS_SEED_7 = [0.0, 0.011622501, 0.027163488, 0.034807114]
+
+
+def test_even_pacing_is_unchanged_by_the_bursty_one():
+    """The even pacer draws what it always drew (recorded runs and simulator seeds replay)."""
+    pacer = Pacer(rate=100, seed=7)
+    assert [round(pacer.delay(0.0), 9) for _ in range(4)] == EVEN_SLOTS_SEED_7

@@ -5,6 +5,7 @@ import argparse
 import itertools
 import random
 
+import msgspec
 import pytest
 
 from harness.chaos_cli import configure, spec_from_args
@@ -196,3 +197,30 @@ def test_external_consistency_is_tesseras_and_test_all_draws_every_mode():
         spec_of("--external-consistency", "eventual")
     assert run_external_consistency(TestSpec(db="etcd", external_consistency=DRAWN), 1) is None
     assert run_external_consistency(spec, 1) == "commit-wait"
+
+
+def test_pacing_reaches_the_runner_and_test_all_draws_it_per_run():
+    """`--pacing bursts` is recorded in the spec (so replay paces alike); bursts with --rate 0,
+    which paces nothing, is refused before any host, as is a pacing that does not exist (also
+    in a recorded test.json); test-all's default draws even or bursts per run from its seed,
+    and a run at --rate 0 stays even."""
+    from harness.matrix import DRAWN, run_pacing
+    from harness.validate import check
+
+    assert spec_of().pacing == "even"
+    spec = spec_of("--pacing", "bursts")
+    assert spec.pacing == "bursts" and TestSpec.from_dict(spec.to_dict()).pacing == "bursts"
+    assert TestSpec.from_dict({k: v for k, v in spec.to_dict().items()
+                               if k != "pacing"}).pacing == "even"  # a run recorded before
+    with pytest.raises(ValueError, match="--rate 0 starts each op as soon as its worker is free"):
+        spec_of("--pacing", "bursts", "--rate", "0")
+    with pytest.raises(ValueError, match="--pacing 'waves': not one of even, bursts"):
+        check(msgspec.structs.replace(spec, pacing="waves"))
+    with pytest.raises(SystemExit):  # argparse's choices: one line and exit 2
+        spec_of("--pacing", "waves")
+    drawn = TestSpec(pacing=DRAWN)
+    assert {run_pacing(drawn, s) for s in range(20)} == {"even", "bursts"}
+    assert {run_pacing(TestSpec(pacing=DRAWN, db="etcd"), s) for s in range(20)} == {"even",
+                                                                                     "bursts"}
+    assert {run_pacing(TestSpec(pacing=DRAWN, rate=0), s) for s in range(20)} == {"even"}
+    assert run_pacing(spec, 3) == "bursts"

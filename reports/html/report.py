@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jinja2
 
+from harness.spec import load_line
 from reports.history import Op
 from reports.html import plots, timeline
 from reports.html.raftlog import leader_tracks, raft_events
@@ -81,7 +82,7 @@ def render_report(run: Run, results: dict, ops: list[Op] | None) -> Path:
     test = results.get("test") or {}
     html = ENV.get_template("report.html.j2").render(
         run=run.name, r=results, test=test, command=reproduce_command(run, test),
-        figures=figures, counterexamples=counterexamples, cycles=cycles,
+        load=load_line(test), figures=figures, counterexamples=counterexamples, cycles=cycles,
         other_anomalies=[a for a in results.get("anomalies", []) if a["type"] != "nonlinearizable"
                          and not any(c["explanation"] == a["explanation"] for c in cycles)],
         first_page=timeline.process_timeline_svg(pages[0], periods) if pages else "",

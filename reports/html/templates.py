@@ -28,6 +28,7 @@ REPORT = """\
 <tr><th>nemeses</th><td>{{ (test.nemesis or []) | join(", ") or "none" }}</td></tr>
 <tr><th>seed</th><td>{{ test.seed }}</td></tr>
 <tr><th>duration</th><td>{{ r.duration_s }} s of history (time limit {{ test.time_limit }} s), concurrency {{ test.concurrency }}</td></tr>
+<tr><th>load</th><td id="load">{{ load }}</td></tr>
 <tr><th>reproduce</th><td><code id="command">{{ command }}</code></td></tr>
 {% if test.command and test.command != command %}<tr><th>ran as</th><td><code id="ran-as">{{ test.command }}</code></td></tr>{% endif %}
 </table>
