@@ -31,9 +31,9 @@ class Members(Protocol):
         """The members whose removal alone costs no quorum now, sorted: a settled config,
         enough voters, every other member running."""
 
-    def remove(self, member: Candidate) -> dict:
-        """Remove it; what was done. Raises Refused when the system declines it as unsafe,
-        anything else when the removal failed."""
+    def remove(self, member: Candidate, timeout: float) -> dict:
+        """Remove it, retrying for up to `timeout` seconds; what was done. Raises Refused when
+        the system declines it as unsafe, anything else when the removal failed."""
 
     def add(self, member: Candidate, timeout: float) -> dict:
         """Add it back, retrying for up to `timeout` seconds; one that is a member already is
@@ -49,8 +49,9 @@ class Membership(Nemesis):
     name: str = "membership"
     db: object = None  # harness.deployment.Deployment offering "membership"
     # per change, retrying while another change is pending: a change of a healthy cluster takes
-    # a few seconds; one that cannot finish (its majority lost to other faults) is given up at
-    # the stop and tried again at the heal, not waited on for half a minute each time
+    # a few seconds; one that cannot finish (its majority or its leader lost to other faults) is
+    # given up (a removal at the start, an add at the stop, which the heal tries again), not
+    # waited on for half a minute each time
     timeout: float = 15.0
     # how long a start looks for a removal the system takes before it skips the fault
     patience: float = 10.0
@@ -72,7 +73,7 @@ class Membership(Nemesis):
                 self._removed.append(member)  # first: a removal that raised may still have
                 self.active = True            # applied, and adding back a member is done at once
                 try:
-                    done = members.remove(member)
+                    done = members.remove(member, self.timeout)
                 except Refused as e:
                     self._removed.pop()
                     self.active = bool(self._removed)

@@ -24,7 +24,8 @@ class Ledger:
     def removable(self):
         return sorted(self.members) if len(self.members) > 3 else []
 
-    def remove(self, member):
+    def remove(self, member, timeout):
+        assert timeout == Membership.timeout  # a stuck removal gives up as a stuck add does
         if self.refuse:
             self.refuse -= 1
             raise Refused("only 1 of the 2 remaining voters answered lately")
@@ -94,7 +95,7 @@ def test_a_removal_refused_for_now_is_tried_again(monkeypatch):
 def test_a_removal_the_config_still_shows_is_not_in_force(monkeypatch):
     monkeypatch.setattr("nemeses.membership.time.sleep", lambda s: None)
     ledger = Ledger()
-    ledger.remove = lambda member: {"id": member[1]}  # says done, changes nothing
+    ledger.remove = lambda member, timeout: {"id": member[1]}  # says done, changes nothing
     done = Membership(db=System(ledger), patience=0.0).start({"pick": 0})
     assert done["observed"] == {"ok": False, "in_config": True}
 
