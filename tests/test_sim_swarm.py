@@ -973,3 +973,44 @@ def test_a_mix_can_run_every_other_server_with_a_shorter_election_timeout(tmp_pa
     lease = [m for m in drawn if m.read_mode == "lease"]
     assert len(lease) // 8 <= len(missed) <= len(lease) // 2, (len(missed), len(lease))
     assert all(parse_mix(m.spec()).missed == 2 for m in missed)
+
+
+def test_a_shared_smart_client_and_bursts_are_drawn_and_a_spec_carries_them():
+    """A quarter of the seeds draw the smart client (workers sharing one client that goes to
+    the leader, as `--client smart`), a third of the paced seeds bursts (`--pacing bursts`),
+    each in a stream of its own; a spec carries both, and refuses bursts where the workers run
+    back to back and a value after either."""
+    from harness.sim.swarm import BUNDLES, LATE_BUNDLES, LATER_BUNDLES, LATEST_BUNDLES, bundle_of
+
+    mixes = [swarm_mix(s) for s in range(200)]
+    assert 30 < sum(m.smart for m in mixes) < 70 and 15 < sum(m.bursts for m in mixes) < 60
+    assert not any(m.bursts and (m.unpaced or (m.writes == "shared" and m.values != "wide"))
+                   for m in mixes)
+    bundled = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES}
+    assert all(m == replace(parse_mix(bundled[b]), name="swarm")
+               for s, m in enumerate(mixes) if (b := bundle_of(s)))  # a bundle stays whole
+    m = parse_mix("crash:1;load=10x100;writes=session-manual;smart;bursts")
+    assert m.smart and m.bursts and m.spec().endswith(";smart;bursts")
+    assert parse_mix(m.spec()) == m and m.as_json()["smart"] is True
+    assert not parse_mix("crash:1").smart and not parse_mix("crash:1").bursts
+    with pytest.raises(ValueError, match="smart and bursts take no value"):
+        parse_mix("crash:1;smart=yes")
+    with pytest.raises(ValueError, match="bursts spread paced op starts"):
+        parse_mix("crash:1;writes=shared;bursts")
+    with pytest.raises(ValueError, match="bursts spread paced op starts"):
+        parse_mix("crash:1;writes=session-manual;unpaced;bursts")
+
+
+@pytest.mark.slow
+def test_list_append_through_a_smart_client_in_bursts_groups_one_tablets_writes(
+        tmp_path, batch_sizes):
+    """list-append's key sets bind one set's workers to different servers, so node-bound
+    workers never share a client for one tablet; through the smart client, in bursts, a
+    manual-flush session sends several of their writes in one batch, under crashes, and the
+    seed is valid."""
+    mix = parse_mix("crash:2,restart:2,heal:1;every=1-2;load=10x100;writes=session-manual;"
+                    "smart;bursts")
+    r = StackSim(StackConfig(seed=3, workload="list-append", seconds=10.0, mix=mix),
+                 tmp_path).run()
+    assert r.ok(), (r.violation, r.verdict, r.results.get("anomalies"))
+    assert any(n > 1 for n in batch_sizes), batch_sizes

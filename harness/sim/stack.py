@@ -626,9 +626,10 @@ class StackSim:
         rate = 0.0 if unpaced else mix.rate or self.cfg.rate
         opts = RunOptions(concurrency=mix.concurrency or self.cfg.concurrency, rate=rate,
                           time_limit=self.cfg.seconds, seed=self.cfg.seed, final_settle=5.0,
-                          op_timeout=(mix.caller_timeout_ms or 5000) / 1000, final_timeout=60.0)
-
-        clients, close_sessions = workload_clients(client, "test", names, self.tservers, workload)
+                          op_timeout=(mix.caller_timeout_ms or 5000) / 1000, final_timeout=60.0,
+                          bursts=mix.bursts)
+        binds = None if mix.smart else self.tservers  # smart: one client for all, to leaders
+        clients, close_sessions = workload_clients(client, "test", names, binds, workload)
         try:
             await run(workload, clients, rec, opts, nemesis=self._nemesis, heal=self._heal)
             await self._probe_liveness(client)

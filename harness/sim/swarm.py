@@ -191,6 +191,17 @@ WAL_QUEUES_KB = (None, None, None, 64)
 # only (BUFFERED_VALUES); its own draw.
 BUFFERS = (False, False, True)
 BUFFERED_VALUES = ("zeros", "wide")
+# Whether the workers share one client that goes to the leader it knows (Mix.smart; `tessera
+# test --client smart`), as an application's callers share its client, instead of each worker
+# bound to a tablet server first as Jepsen binds clients to nodes: the client's own routing
+# (locations, leader hints, a follower's redirect) and, with list-append's key sets, whose
+# workers are bound to different servers, the only way their writes to one tablet share a
+# client. Before this draw no seed ran it. Its own draw.
+SMART = (False, False, False, True)
+# Whether a paced seed's op starts come in bursts (Mix.bursts; `tessera test --pacing bursts`,
+# harness.runner.Pacer): the same rate, a few starts at one instant, so the workers of a burst
+# write in one loop turn and a client grouping its callers' writes groups them. Its own draw.
+BURSTS = (False, False, True)
 # Mixes that reach a path only with several knobs at once, each a recorded spec (the tests in
 # tests/test_sim_swarm_reach.py, tests/test_sim_forge.py and tests/test_sim_swarm.py fire its
 # probes on a recorded seed). Independent draws combined none of them in 200 seeds
@@ -330,6 +341,10 @@ class Mix:
     wal_queue_kb: int | None = None
     # the workers hand their string values over in buffers they reuse at once (BUFFERS)
     buffers: bool = False
+    # the workers share a client that goes to the leader, not bound to servers (SMART)
+    smart: bool = False
+    # paced op starts in bursts (BURSTS)
+    bursts: bool = False
 
     def kinds(self) -> list[str]:
         return [k for k, _ in self.weights]
@@ -343,7 +358,8 @@ class Mix:
         """`kind:weight,...;every=LO-HI;reads=MODE[;load=CLIENTSxRATE][;read-share=F]
         [;clock=US][;writes=MODE][;values=wide][;snapshot=N][;fsync=MS][;sessions=N]
         [;batch=N][;inflight=N][;frame=MIB][;results=N][;missed=N][;timeout=MS][;caller=MS]
-        [;wal-queue=KIB][;consistency=MODE][;unpaced][;buffers]`; writes only when not own, consistency only when not commit-wait."""
+        [;wal-queue=KIB][;consistency=MODE][;unpaced][;buffers][;smart][;bursts]`; writes only
+        when not own, consistency only when not commit-wait."""
         lo, hi = self.fault_every_s
         parts = [",".join(f"{k}:{w}" for k, w in self.weights), f"every={lo:g}-{hi:g}",
                  f"reads={self.read_mode}"]
@@ -367,8 +383,7 @@ class Mix:
             parts.append(f"consistency={self.consistency}")
         if self.unpaced:
             parts.append("unpaced")
-        if self.buffers:
-            parts.append("buffers")
+        parts += [flag for flag in ("buffers", "smart", "bursts") if getattr(self, flag)]
         return ";".join(parts)
 
     def as_json(self) -> dict:
@@ -383,7 +398,7 @@ class Mix:
                 "consistency": self.consistency, "missed": self.missed,
                 "client_timeout_ms": self.client_timeout_ms,
                 "caller_timeout_ms": self.caller_timeout_ms, "wal_queue_kb": self.wal_queue_kb,
-                "buffers": self.buffers}
+                "buffers": self.buffers, "smart": self.smart, "bursts": self.bursts}
 
 
 # The fixed mix (its list of kinds, with crash, restart and membership twice, is the one the
@@ -426,6 +441,8 @@ def swarm_mix(seed: int) -> Mix:
     caller_timeout_ms = _own_draw(seed, "caller", CALLERS_MS)
     wal_queue_kb = _own_draw(seed, "wal-queue", WAL_QUEUES_KB)
     buffers = _own_draw(seed, "buffers", BUFFERS) and values in BUFFERED_VALUES
+    smart = _own_draw(seed, "smart", SMART)
+    bursts = _own_draw(seed, "bursts", BURSTS) and not _unpaced(writes, values, unpaced)
     mix = Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
               read_share=read_share, clock_error_us=clock_error_us, writes=writes,
               values=None if values == "small" else values, snapshot_every=snapshot_every,
@@ -433,7 +450,8 @@ def swarm_mix(seed: int) -> Mix:
               batch=batch if writes in SESSION_MODES else None, inflight=inflight,
               frame_mb=frame_mb, unpaced=unpaced, max_results=max_results,
               consistency=consistency, missed=missed, client_timeout_ms=client_timeout_ms,
-              caller_timeout_ms=caller_timeout_ms, wal_queue_kb=wal_queue_kb, buffers=buffers)
+              caller_timeout_ms=caller_timeout_ms, wal_queue_kb=wal_queue_kb, buffers=buffers,
+              smart=smart, bursts=bursts)
     bundle = bundle_of(seed)
     return mix if bundle is None else replace(
         parse_mix({**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES}[bundle]),
@@ -455,6 +473,12 @@ def _unpaceable(writes: str, values: str | None, frame_mb: int | None) -> bool:
     wide = values == "wide"
     return (writes in SESSION_MODES or (writes == "shared" and wide)) and (
         not wide or frame_mb is not None)
+
+
+def _unpaced(writes: str, values: str | None, unpaced: bool) -> bool:
+    """Whether a seed's workers run back to back (harness.sim.stack): `unpaced`, or shared
+    writes of values that are not wide."""
+    return unpaced or (writes == "shared" and values != "wide")
 
 
 def _own_draw(seed: int, name: str, choices: tuple):
@@ -492,15 +516,15 @@ def parse_mix(spec: str) -> Mix:
     for field_ in fields[1:]:
         key, _, value = field_.partition("=")
         opts[key.strip()] = value.strip()
-    if "client" in opts:
+    if "client" in opts:  # what `smart` and `writes` say now
         raise ValueError(f"client={opts['client']}: a mix names how the workers write as "
                          "writes=MODE now (client=coalesce is writes=shared)")
     unknown = set(opts) - {"every", "reads", "load", "read-share", "clock", "writes", "values",
-                           "unpaced", "buffers", "consistency", *_COUNTS}
+                           "unpaced", "buffers", "smart", "bursts", "consistency", *_COUNTS}
     if unknown:
         raise ValueError(f"unknown mix field(s) {sorted(unknown)} (every, reads, load, read-share, "
                          f"clock, writes, values, {', '.join(_COUNTS)}, unpaced, buffers, "
-                         "consistency)")
+                         "smart, bursts, consistency)")
     consistency = opts.get("consistency", "commit-wait")
     if consistency not in (*CONSISTENCY, MIXED):
         raise ValueError(f"consistency={consistency!r}: {', '.join(CONSISTENCY)} or {MIXED}")
@@ -528,6 +552,12 @@ def parse_mix(spec: str) -> Mix:
     if buffers and (opts["buffers"] or values not in BUFFERED_VALUES):
         raise ValueError("buffers (no value) hands string values over in reused buffers: it "
                          f"needs values={' or values='.join(BUFFERED_VALUES)}")
+    flags = {flag: flag in opts for flag in ("smart", "bursts")}
+    if any(opts.get(flag) for flag in flags):
+        raise ValueError("smart and bursts take no value")
+    if flags["bursts"] and _unpaced(writes, values, unpaced):
+        raise ValueError("bursts spread paced op starts: not with unpaced, nor with writes=shared "
+                         "(whose workers run back to back) unless values=wide")
     try:
         lo, hi = (float(x) for x in opts.get("every", "1-4").split("-"))
         concurrency, rate = ((int(opts["load"].split("x")[0]), float(opts["load"].split("x")[1]))
@@ -552,7 +582,7 @@ def parse_mix(spec: str) -> Mix:
                clock_error_us, writes, None if values == "small" else values,
                *list(counts.values())[:6], unpaced, counts["results"], consistency,
                counts["missed"], counts["timeout"], counts["caller"],
-               wal_queue_kb=counts["wal-queue"], buffers=buffers)
+               wal_queue_kb=counts["wal-queue"], buffers=buffers, **flags)
 
 
 def mix_for(name: str, seed: int) -> Mix:
