@@ -57,7 +57,7 @@ from harness.sim.stack_faults import FaultChooser
 from harness.sim.stack_frame import frame_options
 from harness.sim.stack_masters import MASTER_PORT, TSERVER_PORT
 from harness.sim.stack_masters import SKIPPED as _SKIPPED
-from harness.sim.swarm import CLASSIC, Mix
+from harness.sim.swarm import CLASSIC, Mix, runs_unpaced
 from node import probes
 from node.faults import Faults
 from node.rpc.errors import ErrorCode
@@ -617,12 +617,7 @@ class StackSim:
         rec = Recorder(self.out_dir / "history.jsonl",  # read once closed: buffered
                        now_ns=lambda: int(self.loop.time() * 1e9), flush=False)
         mix = self.cfg.mix
-        # shared handles want workers back to back: writes share a turn when one read of the
-        # connection wakes several workers, which paced workers' own timers rarely do. Not
-        # with wide values: unpaced frame-sized writes put GiBs a virtual minute on the
-        # simulated disks, which are memory (one such seed took a worker to 18 GiB), unless a
-        # mix's `unpaced` asks for it under a lowered frame (harness.sim.swarm.UNPACED).
-        unpaced = mix.unpaced or (self._writes == "shared" and self._value_sizes != "wide")
+        unpaced = runs_unpaced(self._writes, self._value_sizes, mix.unpaced)
         rate = 0.0 if unpaced else mix.rate or self.cfg.rate
         opts = RunOptions(concurrency=mix.concurrency or self.cfg.concurrency, rate=rate,
                           time_limit=self.cfg.seconds, seed=self.cfg.seed, final_settle=5.0,

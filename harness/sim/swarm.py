@@ -475,9 +475,13 @@ def _unpaceable(writes: str, values: str | None, frame_mb: int | None) -> bool:
         not wide or frame_mb is not None)
 
 
-def _unpaced(writes: str, values: str | None, unpaced: bool) -> bool:
+def runs_unpaced(writes: str, values: str | None, unpaced: bool) -> bool:
     """Whether a seed's workers run back to back (harness.sim.stack): `unpaced`, or shared
-    writes of values that are not wide."""
+    writes of values that are not wide. Shared handles want workers back to back: writes share
+    a turn when one read of the connection wakes several workers, which paced workers' own
+    timers rarely do. Not with wide values: unpaced frame-sized writes put GiBs a virtual
+    minute on the simulated disks, which are memory (one such seed took a worker to 18 GiB),
+    unless a mix's `unpaced` asks for it under a lowered frame (UNPACED)."""
     return unpaced or (writes == "shared" and values != "wide")
 
 
@@ -555,7 +559,7 @@ def parse_mix(spec: str) -> Mix:
     flags = {flag: flag in opts for flag in ("smart", "bursts")}
     if any(opts.get(flag) for flag in flags):
         raise ValueError("smart and bursts take no value")
-    if flags["bursts"] and _unpaced(writes, values, unpaced):
+    if flags["bursts"] and runs_unpaced(writes, values, unpaced):
         raise ValueError("bursts spread paced op starts: not with unpaced, nor with writes=shared "
                          "(whose workers run back to back) unless values=wide")
     try:
