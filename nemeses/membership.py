@@ -48,11 +48,13 @@ class Members(Protocol):
 class Membership(Nemesis):
     name: str = "membership"
     db: object = None  # harness.deployment.Deployment offering "membership"
-    # per change, retrying while another change is pending: a change of a healthy cluster takes
-    # a few seconds; one that cannot finish (its majority or its leader lost to other faults) is
-    # given up (a removal at the start, an add at the stop, which the heal tries again), not
-    # waited on for half a minute each time
-    timeout: float = 15.0
+    # per change, retrying while another change is pending or its leader moves. A removal is
+    # waited on for half a minute: one that cannot finish in time leaves the start failed and
+    # the run unknown, and a removal proposed while kills and partitions hold the majority
+    # commits only after they heal (a nemesis interval or two). An add is given up sooner: one
+    # that cannot finish at a stop is tried again at the heal.
+    remove_timeout: float = 30.0
+    add_timeout: float = 15.0
     # how long a start looks for a removal the system takes before it skips the fault
     patience: float = 10.0
     _removed: list[Candidate] = field(default_factory=list)
@@ -73,7 +75,7 @@ class Membership(Nemesis):
                 self._removed.append(member)  # first: a removal that raised may still have
                 self.active = True            # applied, and adding back a member is done at once
                 try:
-                    done = members.remove(member, self.timeout)
+                    done = members.remove(member, self.remove_timeout)
                 except Refused as e:
                     self._removed.pop()
                     self.active = bool(self._removed)
@@ -101,7 +103,7 @@ class Membership(Nemesis):
         members, added = self.db.membership(), []
         while self._removed:
             member = self._removed[0]
-            done = members.add(member, self.timeout)  # raises after `timeout`: heal tries again
+            done = members.add(member, self.add_timeout)  # raises after it: heal tries again
             self._removed.pop(0)
             added.append({"added": member[2], "group": member[0], **done})
         self.active = False

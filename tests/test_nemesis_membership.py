@@ -25,7 +25,7 @@ class Ledger:
         return sorted(self.members) if len(self.members) > 3 else []
 
     def remove(self, member, timeout):
-        assert timeout == Membership.timeout  # a stuck removal gives up as a stuck add does
+        assert timeout == Membership.remove_timeout
         if self.refuse:
             self.refuse -= 1
             raise Refused("only 1 of the 2 remaining voters answered lately")

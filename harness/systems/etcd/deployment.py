@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
 import re
 import shutil
@@ -386,9 +387,12 @@ class EtcdMembers:
                 return got.get("members") or []
         return None
 
-    def _via(self, host: str) -> Host:
-        """A member to ask that is not `host`'s (nor removed)."""
-        return next(h for h in self.db.hosts if h.name != host and h.name not in self.db.removed)
+    def _via(self, host: str, attempt: int = 0) -> Host:
+        """A member to ask that is not `host`'s (nor removed): the attempt-th, round the
+        others, so a retry asks another member than the one that just left a change hanging
+        (one restarted a moment ago, or cut off from the leader)."""
+        others = [h for h in self.db.hosts if h.name != host and h.name not in self.db.removed]
+        return others[attempt % len(others)]
 
     def removable(self) -> list[tuple[str, str, str]]:
         members = self.list() or []
@@ -408,16 +412,17 @@ class EtcdMembers:
 
     def remove(self, member: tuple[str, str, str], timeout: float = 30.0) -> dict:
         """`member remove` through another member, until the member list no longer has it (a
-        lost reply is asked again; NOT_FOUND means done); then it is killed and wiped."""
+        lost reply is asked again, of the next member; NOT_FOUND means done); then it is killed
+        and wiped."""
         _, member_id, host = member
         deadline = time.monotonic() + timeout
-        while True:
+        for attempt in itertools.count():
             members = self.list()
             if members is not None and not any(m["ID"] == member_id for m in members):
                 break
             try:
-                self.db.ask(self._via(host), "/v3/cluster/member/remove", {"ID": member_id},
-                            timeout=10.0)
+                self.db.ask(self._via(host, attempt), "/v3/cluster/member/remove",
+                            {"ID": member_id}, timeout=10.0)
             except EtcdError as e:
                 if e.code == 5:  # NOT_FOUND: removed already
                     break
