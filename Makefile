@@ -11,9 +11,9 @@ SYSPKGS := openssh-server iproute2 iptables util-linux faketime libnetfilter-que
 # What each system's client needs on this machine (harness/systems/*/requirements.txt).
 SYSREQS := $(wildcard harness/systems/*/requirements.txt)
 
-.PHONY: demo test bench lint clean setup sysdeps coverage-sim coverage-suite
+.PHONY: demo test bench lint clean setup sysdeps venv-python coverage-sim coverage-suite
 
-setup: sysdeps $(STAMP)
+setup: sysdeps venv-python $(STAMP)
 
 sysdeps:
 	@missing=$$(for p in $(SYSPKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -25,11 +25,30 @@ sysdeps:
 	@# and the harness runs its own members).
 	@for s in $(wildcard harness/systems/*/machine-setup.sh); do bash $$s || exit 1; done
 
+# The venv's interpreter: the distribution's /usr/bin/python3 when it is 3.11 or newer, as on
+# the hosts the harness deploys to, else the first python3 on PATH; `make PYTHON=...` picks
+# another. Debian builds its Python with profile-guided and link-time optimization, and a
+# pyenv build without --enable-optimizations ran the simulator's seeds 1.35x slower and the
+# speed anchor 1.9x slower on the same VM (docs/decisions/distribution-python.md).
+PYTHON ?= $(shell /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && echo /usr/bin/python3 || echo python3)
+
+# A venv made from another interpreter than PYTHON (an older checkout's, or PYTHON given) is
+# made again, saying so: the editable install keeps nothing a new venv loses.
+venv-python:
+	@if [ -x $(PY) ]; then \
+	  have=$$($(PY) -c 'import os, sys; print(os.path.realpath(sys._base_executable))' 2>/dev/null); \
+	  want=$$($(PYTHON) -c 'import os, sys; print(os.path.realpath(sys.executable))'); \
+	  if [ "$$have" != "$$want" ]; then \
+	    echo "making $(VENV) again: it runs $${have:-an interpreter that no longer starts}, PYTHON is $$want"; \
+	    rm -rf $(VENV); \
+	  fi; \
+	fi
+
 # Debian's python3 needs python3-venv; pyenv or other Pythons already have venv.
 $(VENV)/bin/python:
-	@python3 -m venv --help >/dev/null 2>&1 && python3 -c 'import ensurepip' 2>/dev/null || \
+	@$(PYTHON) -m venv --help >/dev/null 2>&1 && $(PYTHON) -c 'import ensurepip' 2>/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip; }
-	python3 -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): $(VENV)/bin/python pyproject.toml $(SYSREQS)
 	$(PY) -m pip install -q --upgrade pip

@@ -23,10 +23,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import timeit
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.replication import anchor_us  # noqa: E402
+
 POINT = ["--only", "tessera", "--tessera-sweep", "64", "--batched-sweep", "none",
          "--reads-sweep", "none", "--pairs", "0", "--json"]
 
@@ -70,10 +73,6 @@ def rewrite(tree: Path, remove: bool) -> int:
         path.write_text(text + "\n")
         removed += before - left
     return removed
-
-
-def anchor_us() -> float:
-    return round(min(timeit.repeat("sum(range(1000))", number=10_000, repeat=5)) / 10_000 * 1e6, 2)
 
 
 def point(tree: Path, seconds: float) -> dict:

@@ -433,6 +433,15 @@ def anchor_us() -> float:
     return round(min(timeit.repeat("sum(range(1000))", number=20000, repeat=5)) / 20000 * 1e6, 2)
 
 
+def interpreter() -> str:
+    """The Python the bench ran on, version and binary: the anchor is that interpreter's speed
+    as much as the host's (on one VM Debian's optimized build read 7.6 µs where an unoptimized
+    pyenv build read 14.3: docs/decisions/distribution-python.md)."""
+    import os
+    import platform
+    return f"{platform.python_version()} {os.path.realpath(sys._base_executable)}"
+
+
 def host_kind(anchors: list[float]) -> str:
     """The host kind a run measured on, by its slowest anchor (HOST_KINDS)."""
     worst = max(anchors)
@@ -955,6 +964,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
 
     doc: dict = {"seconds_per_point": a.seconds, "anchor_us_start": anchor_us(),
+                 "python": interpreter(),
                  "neighbour": "one CPU-bound process" if a.neighbour else None}
     try:
         with neighbour(a.neighbour):

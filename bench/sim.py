@@ -13,17 +13,13 @@ import os
 import sys
 import tempfile
 import time
-import timeit
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.replication import anchor_us, interpreter  # noqa: E402
 from harness.sim.stack import StackConfig, run_seeds  # noqa: E402
 from harness.sim.swarm import mix_for  # noqa: E402
-
-
-def anchor_us() -> float:
-    return round(min(timeit.repeat("sum(range(1000))", number=10_000, repeat=5)) / 10_000 * 1e6, 2)
 
 
 def run(mix: str, first: int, seeds: int, seconds: float, jobs: int) -> dict:
@@ -55,7 +51,7 @@ def main() -> None:
         points.append(run(mix, a.first_seed, a.seeds, a.seconds, a.jobs))
         anchors.append(anchor_us())
     classic = (points[0]["seeds_per_min"] + points[2]["seeds_per_min"]) / 2
-    out = {"bench": "sim", "anchor_us": anchors, "jobs": a.jobs, "points": points,
+    out = {"bench": "sim", "python": interpreter(), "anchor_us": anchors, "jobs": a.jobs, "points": points,
            "swarm_to_classic_seeds_per_min": round(points[1]["seeds_per_min"] / classic, 2),
            "failed": sorted({s for pt in points for s in pt["failed"]})}
     print(json.dumps(out) if a.json else json.dumps(out, indent=1))
