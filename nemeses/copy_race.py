@@ -18,7 +18,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from nemeses.base import Context, Nemesis
+from nemeses.base import Context, Nemesis, held_off
 from nemeses.net import Partition
 from nemeses.registry import Package, register
 
@@ -41,7 +41,8 @@ class CopyRace(Nemesis):
         leader = view.leader if view else None
         others = view.voters_but_leader() if leader else []
         if leader is None or len(others) < 2:
-            return {"skipped": f"tablet {tablet} has no leader with two other voters that answer"}
+            # the kills and partitions of other packages leave it so until they stop
+            return held_off(f"tablet {tablet} has no leader with two other voters that answer")
         i = choice["pick"] % len(others)
         follower, receiver = others[i], others[(i + 1) % len(others)]
         self.part.cut({leader: [follower], follower: [leader]})

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from harness.cluster import ClusterError
 from harness.control import Remote
 from nemeses import observe
-from nemeses.base import Nemesis
+from nemeses.base import Nemesis, held_off
 from nemeses.registry import Package, register
 
 
@@ -171,7 +171,7 @@ class DiskCorruption(Nemesis):
             # killed or paused by another fault: stopping and restarting it here would end
             # that fault early (a paused daemon replaced by a fresh one) while the history
             # shows it in force
-            return {"skipped": f"{host}'s {layout.daemon} is held by {holder}", "host": host}
+            return held_off(f"{host}'s {layout.daemon} is held by {holder}", host=host)
         # A minority means a minority of the voters a group has now: one the membership
         # fault shrank to two cannot spare a replica.
         spared = sorted({g for g, h in self.damaged.items() if h != host} | self.db.cannot_spare())
@@ -251,8 +251,9 @@ class LoseUnfsynced(Nemesis):
         held = {h: holder for h in serving if (holder := db.claim(h, daemon, self.name))}
         targets = [h for h in serving if h not in held]
         if not targets:
-            return {"skipped": f"no host's {daemon} to cut the power of: held by another "
-                               f"fault {held}, running none {sorted(set(self.hosts) - set(serving))}"}
+            skip = (f"no host's {daemon} to cut the power of: held by another fault {held}, "
+                    f"running none {sorted(set(self.hosts) - set(serving))}")
+            return held_off(skip) if held else {"skipped": skip}
         lost, failed = {}, {}
         try:
             # all at once, as a power loss is; each until gone: no write lands after the loss

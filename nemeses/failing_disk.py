@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from harness.cluster import ClusterError
 from harness.control import Remote
 from nemeses import observe
-from nemeses.base import Context, Nemesis, draw_target
+from nemeses.base import Context, Nemesis, draw_target, held_off
 from nemeses.disk import LoseUnfsynced
 from nemeses.lazyfs import control_command, stats_command
 from nemeses.registry import Package, register
@@ -54,7 +54,7 @@ class FailingDisk(Nemesis):
         daemon = db.data_daemon
         holder = db.claim(host, daemon, self.name)
         if holder:
-            return {"skipped": f"{host}'s {daemon} is held by {holder}"}
+            return held_off(f"{host}'s {daemon} is held by {holder}")
         mount = db.data_dir(daemon)
         remote = self.ctx.remotes[host]
         before = self._stats(remote, mount).get("dropped_bytes", 0)  # left by an earlier start

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from nemeses.base import Context, Nemesis
+from nemeses.base import Context, Nemesis, held_off
 from nemeses.registry import Package, register
 
 RACES = ("kill-leader", "kill-member", "none")
@@ -43,7 +43,8 @@ class MembershipRace(Nemesis):
         leader, hosts = (view.leader, view.hosts) if view else (None, {})
         known = sorted(u for u in (view.members if view else {}) if u in hosts)  # answered
         if not known:
-            return {"skipped": f"no running replica of tablet {tablet} reports its config"}
+            # every replica killed or paused by other packages: until they stop
+            return held_off(f"no running replica of tablet {tablet} reports its config")
         uuid = known[choice["member"] % len(known)]
         self._victim, self.active = (tablet, uuid, hosts[uuid]), True
         rounds = []

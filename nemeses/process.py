@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass, field
 
 from nemeses import observe
-from nemeses.base import Context, Nemesis, draw_target
+from nemeses.base import Context, Nemesis, draw_target, held_off
 from nemeses.registry import Package, register
 
 DEAD = ("gone", "Z", "X")  # no process, or a zombie nobody reaped yet: not running
@@ -51,7 +51,8 @@ class _ProcessFault(Nemesis):
         if not self._hit:
             why = {**({"held by another fault": held} if held else {}),
                    **({f"running no {self.daemon or 'daemon'}": idle} if idle else {})}
-            return {"skipped": f"no target to {self.do}: {why}"}
+            skip = f"no target to {self.do}: {why}"
+            return held_off(skip) if held else {"skipped": skip}
         if self.at_once:
             observe.each(self._hit, lambda h: getattr(db, self.do)(h, self.daemon))
         else:

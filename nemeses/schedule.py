@@ -11,6 +11,13 @@ was slow) runs at once, unless it is a start whose turn came after the workload 
 would meet that fault, and the run would only last longer (an etcd removal stuck behind a
 partition pushed a 30 s run's last membership changes 16 s past its end). Such a start is
 skipped, and said so, and so is its stop; the final heal follows anyway.
+
+A start held off by another package (it answers `nemeses.base.held_off`: the daemon it would
+kill is held killed or paused, every replica it would race is down) did nothing, and is tried
+again every RETRY_S while a third of its hold is still to come, so two packages' overlap delays
+a fault rather than cancelling it: `membership-race` starting inside `all-kill`'s hold fires
+once the kill is over. The start's completion then says how long it waited (`waited_s`); a
+start still held off at the end is skipped with its last reason.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from collections import Counter
 from harness.recorder import Recorder
 from nemeses.base import Nemesis
 from nemeses.plan import Plan, Step
+
+RETRY_S = 0.5  # between a held-off start's tries
 
 
 class Clock:
@@ -45,8 +54,9 @@ class Schedule:
         self._t0: float | None = None
 
     async def _do(self, rec: Recorder, name: str, action: str, choice: dict | None = None,
-                  skip: str | None = None) -> None:
-        """Run one step and record it; `skip`: the reason a start is not run at all."""
+                  skip: str | None = None, retry_until: float | None = None) -> None:
+        """Run one step and record it; `skip`: the reason a start is not run at all;
+        `retry_until`: the clock time up to which a held-off start is tried again."""
         n, f = self.nemeses[name], f"{action}-{name}"
         rec.record("nemesis", "info", f, None)
         ran = {"at": round(self.clock.now() - (self._t0 or self.clock.now()), 3),
@@ -56,6 +66,14 @@ class Schedule:
             call = {"start": lambda: n.start(choice), "stop": n.stop, "heal": n.heal}[action]
             # SSH and RPCs block: off the event loop
             done = {"skipped": skip} if skip else await asyncio.to_thread(call)
+            began, tries = self.clock.now(), 1
+            while (retry_until is not None and _held_off(done)
+                   and self.clock.now() + RETRY_S <= retry_until):
+                await self.clock.sleep(RETRY_S)
+                done, tries = await asyncio.to_thread(call), tries + 1
+            if tries > 1 and isinstance(done, dict):  # held off a while: say how long
+                done = {**done, "tries": tries, "waited_s": round(self.clock.now() - began, 3)}
+                ran["waited_s"] = done["waited_s"]
             rec.record("nemesis", "info", f, done)
             if action == "start" and isinstance(done, dict) and "skipped" in done:
                 self.coverage[f"{f}-skipped"] += 1  # nothing was done: not a firing
@@ -81,9 +99,18 @@ class Schedule:
         previous step, so packages overlap and a slow step delays only its own package."""
         t0 = self._t0 = self.clock.now()
         last: dict[str, asyncio.Task] = {}
+        # each start's last moment to fire: a third of its hold before the stop the plan gives it
+        until: dict[int, float] = {}
+        opened: dict[str, int] = {}
+        for i, s in enumerate(self.plan.steps):
+            if s.action == "start":
+                opened[s.package] = i
+            elif s.package in opened:
+                j = opened.pop(s.package)
+                until[j] = t0 + s.at - (s.at - self.plan.steps[j].at) / 3
         skipped: set[str] = set()  # packages whose last start came after the workload's end
 
-        async def after(prev: asyncio.Task | None, s: Step) -> None:
+        async def after(prev: asyncio.Task | None, s: Step, retry_until: float | None) -> None:
             if prev is not None:
                 await prev
             if s.action == "stop" and s.package in skipped:
@@ -96,11 +123,11 @@ class Schedule:
                     f"its turn came {late:.1f} s after the workload ended (planned at "
                     f"{s.at:g} s; an earlier step of the package ran long)"))
                 return
-            await self._do(rec, s.package, s.action, s.choice)
+            await self._do(rec, s.package, s.action, s.choice, retry_until=retry_until)
 
-        for s in self.plan.steps:
+        for i, s in enumerate(self.plan.steps):
             await self.clock.sleep(max(0.0, t0 + s.at - self.clock.now()))
-            last[s.package] = asyncio.create_task(after(last.get(s.package), s))
+            last[s.package] = asyncio.create_task(after(last.get(s.package), s, until.get(i)))
         await asyncio.gather(*last.values())
 
     async def heal(self, rec: Recorder) -> None:
@@ -116,6 +143,10 @@ class Schedule:
                 "unverified": sum(_seen(r) is False for r in starts),
                 "unchecked": sum("observed" in r and _seen(r) is None for r in starts),
                 "failed": sum("error" in r for r in self.executed)}
+
+
+def _held_off(done: object) -> bool:
+    return isinstance(done, dict) and done.get("held_off") is True
 
 
 def _seen(ran: dict) -> bool | None:

@@ -3,6 +3,7 @@ test): each step at its planned time with its planned choice, packages overlappi
 order."""
 
 import asyncio
+import heapq
 import random
 from dataclasses import dataclass, field
 
@@ -10,25 +11,50 @@ import msgspec
 import pytest
 
 from harness.recorder import Recorder
-from nemeses.base import Nemesis, choose_targets
+from nemeses.base import Nemesis, choose_targets, held_off
 from nemeses.plan import Plan, Step
-from nemeses.schedule import Schedule
+from nemeses.schedule import RETRY_S, Schedule
 from reports.history import read_jsonl
 
 
 class FakeClock:
-    """Time moves only when the executor sleeps, and only once every step it launched is done:
-    a fake fault takes no time."""
+    """Virtual time for the executor and its packages' tasks: a sleeper wakes once every other
+    task is asleep here, done, or waiting on another task, so a fake fault (run in a thread,
+    as the executor runs every fault) takes no time, and time jumps to the next wake-up."""
 
     def __init__(self):
         self.t = 1000.0
+        self._sleepers: list = []  # (wake time, order, future, task)
+        self._order = 0
+        self._driver: asyncio.Task | None = None
 
     def now(self):
         return self.t
 
     async def sleep(self, seconds):
-        await asyncio.gather(*(asyncio.all_tasks() - {asyncio.current_task()}))
-        self.t += seconds
+        fut = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self.t + seconds, self._order, fut, asyncio.current_task()))
+        self._order += 1
+        if self._driver is None or self._driver.done():
+            self._driver = asyncio.create_task(self._drive())
+        await fut
+
+    def _busy(self) -> bool:
+        asleep = {s[3] for s in self._sleepers}
+        for task in asyncio.all_tasks() - {asyncio.current_task()} - asleep:
+            waiting = getattr(task, "_fut_waiter", None)  # what the task awaits now
+            if not (isinstance(waiting, asyncio.Task) or type(waiting).__name__ == "_GatheringFuture"):
+                return True  # runnable, or waiting on a thread
+        return False
+
+    async def _drive(self):
+        while self._sleepers:
+            while self._busy():
+                await asyncio.sleep(0.001)
+            when, _, fut, _ = heapq.heappop(self._sleepers)
+            self.t = max(self.t, when)
+            fut.set_result(None)
+            await asyncio.sleep(0)
 
 
 @dataclass
@@ -217,3 +243,86 @@ def test_a_start_whose_turn_comes_after_the_workload_ended_is_skipped_with_its_s
     ops = read_jsonl(tmp_path / "h2.jsonl")
     assert [o.value["skipped"][:12] for o in ops if isinstance(o.value, dict)
             and "skipped" in o.value] == ["its turn cam"]
+
+
+@dataclass
+class Holder(Fake):
+    """A fault that holds every server down from its start to its stop (all-kill)."""
+    held: dict = None
+
+    def start(self, choice):
+        self.held["by"] = self.name
+        return super().start(choice)
+
+    def stop(self):
+        self.held["by"] = None
+        return super().stop()
+
+
+@dataclass
+class Needy(Fake):
+    """A fault that needs a server up (membership-race): held off while one is held down."""
+    held: dict = None
+    tries: list = field(default_factory=list)
+
+    def start(self, choice):
+        self.tries.append(self.clock.t - 1000.0)
+        if self.held["by"]:
+            return held_off(f"every server is held by {self.held['by']}")
+        return super().start(choice)
+
+
+def run_held(tmp_path, holder_stop: float):
+    clock, held, log = FakeClock(), {"by": None}, []
+    nemeses = {"all-kill": Holder(name="all-kill", clock=clock, log=log, held=held),
+               "membership-race": Needy(name="membership-race", clock=clock, log=log, held=held)}
+    plan = plan_of((1, "all-kill", "start", {"targets": ["n1"]}),
+                   (2, "membership-race", "start", {"targets": ["n2"]}),
+                   (holder_stop, "all-kill", "stop"), (8, "membership-race", "stop"), heal=())
+    rec = Recorder(tmp_path / "h.jsonl")
+    s = Schedule(nemeses, plan, clock=clock)
+    asyncio.run(s.run(rec))
+    rec.close()
+    return s, nemeses["membership-race"], log, read_jsonl(tmp_path / "h.jsonl")
+
+
+def test_a_start_held_off_by_another_fault_fires_once_that_fault_stops(tmp_path):
+    """membership-race starting inside all-kill's hold found no replica up and was skipped in
+    every cycle; now it is tried again every RETRY_S and fires once all-kill stops, its wait
+    in the history."""
+    s, needy, log, ops = run_held(tmp_path, holder_stop=5)
+    fired = [e for e in log if e[1:3] == ("start", "membership-race")]
+    assert len(fired) == 1 and 5 <= fired[0][0] <= 5 + RETRY_S
+    assert needy.tries[0] == 2 and len(needy.tries) >= 7  # 2, 2.5, ... 5: every RETRY_S
+    assert s.coverage["start-membership-race"] == 1 and not s.coverage["start-membership-race-skipped"]
+    done = next(o.value for o in ops if o.f == "start-membership-race" and o.value)
+    assert done["targets"] == ["n2"] and 3 <= done["waited_s"] <= 3 + RETRY_S
+    assert done["tries"] == len(needy.tries)
+
+
+def test_a_start_held_off_past_a_third_of_its_hold_is_skipped_with_its_reason(tmp_path):
+    """Its hold is 2 s to 8 s: it is tried until 6 s (a third of the hold left), then skipped."""
+    s, needy, log, _ = run_held(tmp_path, holder_stop=7.5)
+    assert not [e for e in log if e[1:3] == ("start", "membership-race")]
+    assert needy.tries[-1] <= 6 and needy.tries[-1] > 6 - RETRY_S - 1e-9
+    assert s.coverage["start-membership-race-skipped"] == 1
+    skipped = next(r for r in s.executed if r["package"] == "membership-race" and "skipped" in r)
+    assert "held by all-kill" in skipped["skipped"]
+
+
+def test_a_plain_skip_is_not_tried_again(tmp_path):
+    calls = []
+
+    @dataclass
+    class Once(Fake):
+        def start(self, choice):
+            calls.append(self.clock.t)
+            return {"skipped": "the system offers no such target"}
+
+    clock = FakeClock()
+    plan = plan_of((1, "membership", "start", {"targets": []}), (6, "membership", "stop"), heal=())
+    s = Schedule({"membership": Once(name="membership", clock=clock)}, plan, clock=clock)
+    rec = Recorder(tmp_path / "h.jsonl")
+    asyncio.run(s.run(rec))
+    rec.close()
+    assert len(calls) == 1 and s.coverage["start-membership-skipped"] == 1
