@@ -324,7 +324,7 @@ def test_a_paused_host_is_not_replaced_by_the_disk_fault(deployed):
     assert pause.start({"target": {"rule": "hosts", "spec": "one", "hosts": ["n3"]}})["observed"]["ok"]
     try:
         done = disk.start({"host": "n3", "damage_seed": 1})
-        assert done == {"skipped": "n3's tserver is held by pause", "host": "n3"}
+        assert done == {"skipped": "n3's tserver is held by pause", "host": "n3", "held_off": True}
         assert db.process_states("n3") == {"master": "T", "tserver": "T"}
         assert remotes["n3"].run(["cat", f"{DATA}/tserver.pid"]).stdout.strip() == pid
     finally:
@@ -340,7 +340,7 @@ def test_a_killed_host_stays_down_through_a_disk_fault_and_its_kill_restarts_it(
     assert kill.start({"target": {"rule": "hosts", "spec": "one", "hosts": ["n4"]}})["observed"]["ok"]
     try:
         done = disk.start({"host": "n4", "damage_seed": 2})
-        assert done == {"skipped": "n4's tserver is held by kill", "host": "n4"}
+        assert done == {"skipped": "n4's tserver is held by kill", "host": "n4", "held_off": True}
         assert not db.running("n4", "tserver") and not db.running("n4", "master")
     finally:
         kill.stop()
