@@ -66,13 +66,15 @@ class Schedule:
             call = {"start": lambda: n.start(choice), "stop": n.stop, "heal": n.heal}[action]
             # SSH and RPCs block: off the event loop
             done = {"skipped": skip} if skip else await asyncio.to_thread(call)
-            began, tries = self.clock.now(), 1
+            began = last_try = self.clock.now()
+            tries = 1
             while (retry_until is not None and _held_off(done)
                    and self.clock.now() + RETRY_S <= retry_until):
                 await self.clock.sleep(RETRY_S)
-                done, tries = await asyncio.to_thread(call), tries + 1
-            if tries > 1 and isinstance(done, dict):  # held off a while: say how long
-                done = {**done, "tries": tries, "waited_s": round(self.clock.now() - began, 3)}
+                last_try, tries = self.clock.now(), tries + 1
+                done = await asyncio.to_thread(call)
+            if tries > 1 and isinstance(done, dict):  # held off a while: until its last try
+                done = {**done, "tries": tries, "waited_s": round(last_try - began, 3)}
                 ran["waited_s"] = done["waited_s"]
             rec.record("nemesis", "info", f, done)
             if action == "start" and isinstance(done, dict) and "skipped" in done:
