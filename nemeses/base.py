@@ -87,7 +87,7 @@ class Context:
 def held_off(why: str, **extra: Any) -> dict:
     """A start's answer when another fault holds what it needs (the daemon it would kill, the
     replicas it would race) and it did nothing: skipped, and worth another try while its hold
-    lasts (nemeses.schedule tries again until a third of the hold is left). A skip for any
+    lasts (nemeses.schedule tries again until the plan's stop for it). A skip for any
     other reason (the system offers no such target) is plain `{"skipped": why}`."""
     return {"skipped": why, "held_off": True, **extra}
 

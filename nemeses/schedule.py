@@ -14,8 +14,9 @@ skipped, and said so, and so is its stop; the final heal follows anyway.
 
 A start held off by another package (it answers `nemeses.base.held_off`: the daemon it would
 kill is held killed or paused, every replica it would race is down) did nothing, and is tried
-again every RETRY_S while a third of its hold is still to come, so two packages' overlap delays
-a fault rather than cancelling it: `membership-race` starting inside `all-kill`'s hold fires
+again every RETRY_S until the plan's stop for it, so two packages' overlap delays a fault
+rather than cancelling it (however short its hold is left: a kill then restarted at once is still
+a crash and a recovery): `membership-race` starting inside `all-kill`'s hold fires
 once the kill is over. The start's completion then says how long it waited (`waited_s`); a
 start still held off at the end is skipped with its last reason.
 """
@@ -101,7 +102,7 @@ class Schedule:
         previous step, so packages overlap and a slow step delays only its own package."""
         t0 = self._t0 = self.clock.now()
         last: dict[str, asyncio.Task] = {}
-        # each start's last moment to fire: a third of its hold before the stop the plan gives it
+        # each start's last moment to fire: the stop the plan gives it
         until: dict[int, float] = {}
         opened: dict[str, int] = {}
         for i, s in enumerate(self.plan.steps):
@@ -109,7 +110,7 @@ class Schedule:
                 opened[s.package] = i
             elif s.package in opened:
                 j = opened.pop(s.package)
-                until[j] = t0 + s.at - (s.at - self.plan.steps[j].at) / 3
+                until[j] = t0 + s.at
         skipped: set[str] = set()  # packages whose last start came after the workload's end
 
         async def after(prev: asyncio.Task | None, s: Step, retry_until: float | None) -> None:

@@ -276,9 +276,10 @@ def run_held(tmp_path, holder_stop: float):
     clock, held, log = FakeClock(), {"by": None}, []
     nemeses = {"all-kill": Holder(name="all-kill", clock=clock, log=log, held=held),
                "membership-race": Needy(name="membership-race", clock=clock, log=log, held=held)}
-    plan = plan_of((1, "all-kill", "start", {"targets": ["n1"]}),
-                   (2, "membership-race", "start", {"targets": ["n2"]}),
-                   (holder_stop, "all-kill", "stop"), (8, "membership-race", "stop"), heal=())
+    plan = plan_of(*sorted([(1, "all-kill", "start", {"targets": ["n1"]}),
+                            (2, "membership-race", "start", {"targets": ["n2"]}),
+                            (holder_stop, "all-kill", "stop"), (8, "membership-race", "stop")],
+                           key=lambda s: s[0]), heal=())
     rec = Recorder(tmp_path / "h.jsonl")
     s = Schedule(nemeses, plan, clock=clock)
     asyncio.run(s.run(rec))
@@ -300,11 +301,11 @@ def test_a_start_held_off_by_another_fault_fires_once_that_fault_stops(tmp_path)
     assert done["tries"] == len(needy.tries)
 
 
-def test_a_start_held_off_past_a_third_of_its_hold_is_skipped_with_its_reason(tmp_path):
-    """Its hold is 2 s to 8 s: it is tried until 6 s (a third of the hold left), then skipped."""
-    s, needy, log, _ = run_held(tmp_path, holder_stop=7.5)
+def test_a_start_held_off_until_its_own_stop_is_skipped_with_its_reason(tmp_path):
+    """Its turn is 2 s to 8 s and all-kill holds until 9 s: tried until 8 s, then skipped."""
+    s, needy, log, _ = run_held(tmp_path, holder_stop=9)
     assert not [e for e in log if e[1:3] == ("start", "membership-race")]
-    assert needy.tries[-1] <= 6 and needy.tries[-1] > 6 - RETRY_S - 1e-9
+    assert needy.tries[-1] == 8 and len(needy.tries) == 13  # 2, 2.5, ... 8
     assert s.coverage["start-membership-race-skipped"] == 1
     skipped = next(r for r in s.executed if r["package"] == "membership-race" and "skipped" in r)
     assert "held by all-kill" in skipped["skipped"]
