@@ -32,6 +32,10 @@ class _ProcessFault(Nemesis):
     ctx: Context = None
     daemon: str | None = None  # None: every daemon of the host
     _hit: list[str] = field(default_factory=list)
+    # host -> the daemons it ran when signalled: what the check after the start reads. Not the
+    # host's daemons at the check: master-membership may add a master there meanwhile, whose
+    # pid file is not written yet, and a kill that hit everything read as not in force.
+    _signalled: dict[str, list[str]] = field(default_factory=dict)
     # set by each fault: what to do, and the words its history values use
     do, undo, done_word, undone_word, signal = "", "", "", "", ""
     expect: tuple[str, ...] = ()  # the /proc state letters a hit daemon must show
@@ -53,6 +57,8 @@ class _ProcessFault(Nemesis):
                    **({f"running no {self.daemon or 'daemon'}": idle} if idle else {})}
             skip = f"no target to {self.do}: {why}"
             return held_off(skip) if held else {"skipped": skip}
+        self._signalled = {h: [self.daemon] if self.daemon else list(db.daemons(h))
+                           for h in self._hit}
         if self.at_once:
             observe.each(self._hit, lambda h: getattr(db, self.do)(h, self.daemon))
         else:
@@ -82,11 +88,15 @@ class _ProcessFault(Nemesis):
             return {h: st for h, st in seen.items()
                     if any(state not in self.expect for state in st.values())}
 
-        seen = observe.each(self._hit, lambda h: self.ctx.db.process_states(h, self.daemon))
+        def states(h: str) -> dict:
+            return {d: st for d, st in self.ctx.db.process_states(h, self.daemon).items()
+                    if d in self._signalled.get(h, (d,))}
+
+        seen = observe.each(self._hit, states)
         until = time.monotonic() + settle_s
         while (bad := wrong(seen)) and time.monotonic() < until:
             time.sleep(poll_s)
-            seen |= observe.each(list(bad), lambda h: self.ctx.db.process_states(h, self.daemon))
+            seen |= observe.each(list(bad), states)
         return observe.observation(not wrong(seen), states=seen)
 
     def stop(self) -> dict:

@@ -143,3 +143,34 @@ def test_a_host_the_system_does_not_run_on_is_not_counted_as_hit():
     one_daemon = Kill(ctx=Context(db, [H(h) for h in HOSTS]), daemon="mariadb")
     assert "running no mariadb" in one_daemon.start(mixed)["skipped"]  # n1 runs none of it
 
+
+
+def test_a_daemon_added_to_the_host_after_the_kill_is_not_read_as_one_it_missed():
+    """CI-like clean clone, 2026-12-04: a kill of n4 (no master there) and master-membership's
+    start adding a master to n4 began 6 ms apart. The check after the kill read n4's daemons
+    anew, met the new master before its pid file was written ('no-pid-file'), and the run was
+    unknown: 'start-kill not in force'. The check reads the daemons the kill signalled."""
+    class Growing(FakeDB):
+        def __init__(self):
+            super().__init__()
+            self.masters = {"n1", "n2", "n3"}
+
+        def daemons(self, host):
+            return (["master"] if host in self.masters else []) + ["tserver"]
+
+        def _targets(self, host, daemon):
+            return [daemon] if daemon else self.daemons(host)
+
+        def kill(self, h, daemon=None):
+            super().kill(h, daemon)
+            self.masters.add(h)  # master-membership adds a master here meanwhile
+
+        def process_states(self, h, daemon=None):
+            return {d: ("no-pid-file" if d == "master" and h == "n4" else self.state.get(h, "S"))
+                    for d in self._targets(h, daemon)}
+
+    db = Growing()
+    k = Kill(ctx=Context(db, [H(h) for h in HOSTS]))
+    done = k.start({"target": {"rule": "hosts", "spec": "one", "hosts": ["n4"]}})
+    assert done["killed"] == ["n4"] and done["observed"]["ok"], done
+    assert done["observed"]["states"] == {"n4": {"tserver": "gone"}}
