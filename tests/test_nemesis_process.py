@@ -146,10 +146,11 @@ def test_a_host_the_system_does_not_run_on_is_not_counted_as_hit():
 
 
 def test_a_daemon_added_to_the_host_after_the_kill_is_not_read_as_one_it_missed():
-    """CI-like clean clone, 2026-12-04: a kill of n4 (no master there) and master-membership's
-    start adding a master to n4 began 6 ms apart. The check after the kill read n4's daemons
-    anew, met the new master before its pid file was written ('no-pid-file'), and the run was
-    unknown: 'start-kill not in force'. The check reads the daemons the kill signalled."""
+    """A clean clone's `make test`, 2026-12-04: a kill of n4 (no master there) and
+    master-membership's start adding a master to n4 began 6 ms apart. The check after the kill
+    met the new master before its pid file was written ('no-pid-file'), and the run was
+    unknown: 'start-kill not in force'. The check reads the daemons the kill signalled, less
+    any that had no pid file, and still catches one left running."""
     class Growing(FakeDB):
         def __init__(self):
             super().__init__()
@@ -166,11 +167,20 @@ def test_a_daemon_added_to_the_host_after_the_kill_is_not_read_as_one_it_missed(
             self.masters.add(h)  # master-membership adds a master here meanwhile
 
         def process_states(self, h, daemon=None):
-            return {d: ("no-pid-file" if d == "master" and h == "n4" else self.state.get(h, "S"))
-                    for d in self._targets(h, daemon)}
+            return {d: ("no-pid-file" if d == "master" and h in ("n4", "n5")
+                        else self.state.get(h, "S")) for d in self._targets(h, daemon)}
 
     db = Growing()
     k = Kill(ctx=Context(db, [H(h) for h in HOSTS]))
     done = k.start({"target": {"rule": "hosts", "spec": "one", "hosts": ["n4"]}})
     assert done["killed"] == ["n4"] and done["observed"]["ok"], done
     assert done["observed"]["states"] == {"n4": {"tserver": "gone"}}
+    k.stop()
+    db.masters.add("n5")  # added before the kill this time: signalled, but no pid file yet
+    done = k.start({"target": {"rule": "hosts", "spec": "one", "hosts": ["n5"]}})
+    assert done["observed"]["ok"] and done["observed"]["states"] == {"n5": {"tserver": "gone"}}
+    k.stop()
+    db.state["n2"] = "R"  # a tserver the kill did not take down is still caught
+    db.kill = lambda h, daemon=None: None
+    missed = k.start({"target": {"rule": "hosts", "spec": "one", "hosts": ["n2"]}})
+    assert not missed["observed"]["ok"]
