@@ -160,8 +160,9 @@ def test_replay_repeats_the_fault_schedule_and_every_op_stream(env, tmp_path):
     assert ran == [[(s["package"], s["action"]) for s in schedules[0]["steps"]]] * 2
     ops = [read_jsonl(os.path.join(d, "history.jsonl")) for d in (first, second)]
     for package in ("kill", "partition", "majority-kill"):
-        fs = [[o.f for o in h if o.process == "nemesis" and o.value is not None
-               and o.f.endswith(f"-{package}")] for h in ops]
+        mine = {f"{step}-{package}" for step in ("start", "stop", "heal")}  # not majority-kill's
+        fs = [[o.f for o in h if o.process == "nemesis" and o.value is not None and o.f in mine]
+              for h in ops]
         assert fs[0] == fs[1] and f"start-{package}" in fs[0], (package, fs)
     planned = plans.loads(json.dumps(schedules[0]))
     for h in ops:  # each start did what the plan drew (host shares need no live state)
