@@ -146,11 +146,11 @@ def test_a_host_the_system_does_not_run_on_is_not_counted_as_hit():
 
 
 def test_a_daemon_added_to_the_host_after_the_kill_is_not_read_as_one_it_missed():
-    """A clean clone's `make test`, 2026-12-04: a kill of n4 (no master there) and
-    master-membership's start adding a master to n4 began 6 ms apart. The check after the kill
-    met the new master before its pid file was written ('no-pid-file'), and the run was
-    unknown: 'start-kill not in force'. The check reads the daemons the kill signalled, less
-    any that had no pid file, and still catches one left running."""
+    """A kill of n4 (no master there) and master-membership's start adding a master to n4 can
+    begin milliseconds apart. A check after the kill that met the new master before its pid
+    file was written ('no-pid-file') made the run unknown: 'start-kill not in force'. The check
+    reads the daemons the kill signalled, less any that had no pid file, and still catches one
+    left running."""
     class Growing(FakeDB):
         def __init__(self):
             super().__init__()
