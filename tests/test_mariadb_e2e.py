@@ -104,19 +104,24 @@ def test_binlog_replicas_applying_clients_domains_out_of_order_violate_serializa
     assert {"n2", "n3"} <= {json.loads(line).get("node") for line in open(history)}
 
 
-def test_galera_loses_acknowledged_appends_only_without_flush_on_commit(env, tmp_path):
+def test_galera_loses_acknowledged_appends_without_flush_on_commit(env, tmp_path):
     """Jepsen's Galera finding: with the flush on commit turned off (as Galera's docs
     recommend: innodb_flush_log_at_trx_commit=0), a power loss of every node loses committed
     transactions. lose-unfsynced kills all three nodes at once and drops what their data dirs
     had not fsynced: an acknowledged append vanishes, and a later read shows another element in
     its place (incompatible-order, Elle's name; an aborted read, so even read committed is
-    broken). With innodb_flush_log_at_trx_commit=1 no read misses an acknowledged append.
-    The workers keep their keys for the whole run (ops_per_key): a read must meet the key
-    again after the nodes are back, and with keys retired after 400 transactions the workload
-    had often moved on to fresh ones by then, so a clean-clone run saw only the nodes' tables
-    differ (the end check) in three seeds of three; with the keys kept, two of two seeds showed
-    the lost appends. Up to three seeds for the loss (it needs a commit in the last second
-    before a power loss); a seed invalid only because the tables diverged tries the next."""
+    broken). The workers keep their keys for the whole run (ops_per_key): a read must meet the
+    key again after the nodes are back, and with keys retired after 400 transactions the
+    workload had often moved on to fresh ones by then, so a clean-clone run saw only the nodes'
+    tables differ (the end check) in three seeds of three; with the keys kept, two of two seeds
+    showed the lost appends. Up to three seeds for the loss (it needs a commit in the last
+    second before a power loss); a seed invalid only because the tables diverged tries the next.
+
+    Not asserted: that innodb_flush_log_at_trx_commit=1 keeps every acknowledged append. It
+    usually does (no read missed one in 11 runs on this machine), but Jepsen found Galera
+    still loses commits now and then with it, and so did this harness: one of those 11 runs'
+    nodes diverged with no read showing it, and one CI run's reads saw two orders of one key
+    (README, the MariaDB table)."""
     common = ("--netns-hosts", "3", "--time-limit", "30", "--nemesis", "lose-unfsynced",
               "--nemesis-interval", "6", "--concurrency", "9", "--flag", "topology=galera",
               "--workload-option", "ops_per_key=100000", "--consistency-model", "read-committed")
@@ -127,16 +132,6 @@ def test_galera_loses_acknowledged_appends_only_without_flush_on_commit(env, tmp
             break
     assert code == 1 and "incompatible-order" in la["anomaly_types"], la["anomaly_types"]
     assert results["nemesis"]["fired"].get("lose-unfsynced", 0) >= 1
-
-    code, results, la, _ = _run(env, tmp_path, *common, "--seed", "1",
-                                "--flag", "innodb_flush_log_at_trx_commit=1")
-    assert la["verdict"] == "valid" and "incompatible-order" not in la["anomaly_types"], \
-        la["anomaly_types"]
-    # Not asserted: the servers' checksums after the heal. In 1 of 5 such runs one node's table
-    # differed from the other two's, a divergence no client read showed
-    # (docs/findings/mariadb/list-append/galera-lose-unfsynced-flush-1-diverged).
-    assert results["nemesis"]["fired"].get("lose-unfsynced", 0) >= 1
-    assert results["counts"]["txn:ok"] > 100
 
 
 def test_galera_without_faults_loses_updates(env, tmp_path):
