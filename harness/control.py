@@ -88,8 +88,11 @@ class Remote:
             t = self._client.get_transport() if self._client else None
             if t is None or not t.is_active():
                 if self._client:
+                    # what ended it: an EOFError is the server closing the connection
+                    why = t.get_exception() if t is not None else None
                     self._client.close()
-                    self.log(f"{self.host.name}: SSH connection lost, connecting again")
+                    cause = repr(why) if why else "no error kept"
+                    self.log(f"{self.host.name}: SSH connection lost ({cause}), connecting again")
                 self._client = self._connect()
             return self._client.get_transport()
 
