@@ -129,7 +129,8 @@ class Remote:
             if chan.exit_status_ready() and exited is None:
                 exited = time.monotonic()
             drained = not chan.recv_ready() and not chan.recv_stderr_ready()
-            if exited is not None and drained and chan.eof_received:
+            # closed without an EOF: the connection died, and no EOF will come
+            if exited is not None and drained and (chan.eof_received or chan.closed):
                 break
             if exited is not None and drained and time.monotonic() - exited > EOF_GRACE:
                 self.log(f"{self.host.name} $ {script}\n  output still open {EOF_GRACE:g}s "

@@ -57,6 +57,21 @@ def test_up_reach_repair_down(cluster):
         # the reader waits for the channel's end-of-file, as a large `ip -j addr` needs
         late = remotes[0].sh("echo early; (sleep 0.5; echo late) &")
         assert late.stdout.split() == ["early", "late"], late
+        # a connection the server ends is made again, and the log says what ended it
+        said: list[str] = []
+        lost = Remote(hosts[0], log=said.append)
+        try:
+            assert lost.sh("kill -KILL $PPID", check=False).exit_status == -1  # its sshd: gone
+            gone = time.monotonic() + 10
+            while lost._client.get_transport().is_active() and time.monotonic() < gone:
+                time.sleep(0.05)
+            assert lost.run(["hostname"]).stdout.strip() == "n1"
+            ends = [line for line in said if line.startswith("n1: SSH connection lost (")]
+            assert ends and "no error kept" not in ends[0], said  # EOF, or a reset
+            # the dead connection's command ended at once, not after the wait for late output
+            assert not any("output still open" in line for line in said), said
+        finally:
+            lost.close()
         # hosts reach each other over the bridge
         probe = "import socket; socket.create_connection(('10.77.0.12', 22), 2); print('ok')"
         assert remotes[0].run(["python3", "-c", probe]).stdout.strip() == "ok"
