@@ -87,6 +87,8 @@ EXPECTED = {
         {"topology": "replicas", "isolation": "serializable", "sync_binlog": 1}, "valid", set()),
     "list-append/galera-lose-unfsynced-flush-1-diverged": (
         {"topology": "galera", "innodb_flush_log_at_trx_commit": 1}, "valid", set()),
+    "list-append/galera-lose-unfsynced-flush-1-g0": (
+        {"topology": "galera", "innodb_flush_log_at_trx_commit": 1}, "invalid", {"G0"}),
 }
 
 
