@@ -117,6 +117,8 @@ CATALOG: dict[str, str] = {
         "a removed member answered nothing for an election timeout: the leader stops telling it",
     "raft.leader.removed_member_campaigned":
         "a member of neither config asked the leader for a vote: told of its removal from then on",
+    "raft.leader.commit_told_at_tick":
+        "a commit index no append carried yet went to an idle peer at the next tick",
     "raft.leader.progress_reset_by_copy":
         "a tablet copy installed on a peer: the leader restarts its progress from the copy",
     "raft.copy_installed.ignored":

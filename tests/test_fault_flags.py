@@ -326,6 +326,8 @@ def test_commit_prior_term_by_count_commits_an_entry_that_is_later_overwritten(b
     c.restart("n3")
     c.elect("n3")  # term 4: n3's log (last term 2) is ahead of n2's (last term 1)
     c.stabilize()
+    c.tick("n3")  # n2 hears the commit index at n3's next tick
+    c.stabilize()
     assert c.log_terms("n2") == [1, 2, 4]  # the term-1 entry at index 2 is overwritten
     assert applied_at(c, "n2", 2).term == 2
     if bug:  # n1 applied the entry n2 and n3 later replaced: the replicas diverge

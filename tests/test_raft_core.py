@@ -89,6 +89,8 @@ def test_restart_recovers_term_vote_and_log_while_commit_restarts_at_the_snapsho
     c = elected()
     c.do("n1", "propose", b"x")
     c.stabilize()
+    c.tick("n1")  # the commit index reaches a follower with the next append or tick
+    c.stabilize()
     before = c.core("n2")
     assert before.commit == c.disks["n2"]["hard"].commit == 2
     c.crash("n2")
@@ -330,3 +332,27 @@ def test_the_leader_lease_is_kept_within_the_shortest_vote_lease_among_the_voter
     c.tick("n1", n1.cfg.heartbeat_interval_ticks)
     c.stabilize()
     assert n1.voters_lease_ticks() == n3.vote_lease_ticks()
+
+
+def test_a_commit_sends_no_append_of_its_own_and_the_next_write_leaves_at_once():
+    """A risen commit index is not sent in an append of its own: it rides on the next write's
+    append, which leaves at once for the follower whose answer committed the last write (an
+    append only for the index put that follower IN_FLIGHT, and the next write's append to it
+    waited for the answer: docs/decisions/commit-index-at-tick.md). With no next write, the
+    leader's next tick tells it."""
+    c = elected()
+    c.do("n1", "propose", b"x")
+    c.deliver("n1", "n2", limit=1)
+    c.deliver("n2", "n1", limit=1)  # n2's answer commits x; n3's append is still queued
+    assert c.core("n1").commit == 2
+    assert not [m for s, m in c.queue if s == "n1" and m.to_uuid == "n2"]
+    c.do("n1", "propose", b"y")
+    to_n2 = [m for s, m in c.queue if s == "n1" and m.to_uuid == "n2"]
+    assert [(type(m), [e.payload for e in m.entries], m.commit) for m in to_n2] == [
+        (AppendEntries, [b"y"], 2)]
+    c.stabilize()
+    assert c.core("n2").commit == 2  # told with y's append; y's commit waits for the tick
+    with probes.expect("raft.leader.commit_told_at_tick"):
+        c.tick("n1")
+    c.stabilize()
+    assert c.core("n2").commit == c.core("n3").commit == c.core("n1").commit == 3

@@ -130,6 +130,7 @@ FIGURE_8 = ELECTED + [
     ("crash", "n1"), ("restart", "n3"),
     ("elect", "n3"), ("stabilize",),
     ("expect", "n2", "log_terms", [1, 2, 4]),  # the term-1 entry is legitimately overwritten
+    ("tick", "n3", 1), ("stabilize",),  # the commit index goes at n3's next tick
     ("expect", "n2", "max_commit", 3),
 ]
 
@@ -157,6 +158,7 @@ def test_figure_8_script_catches_counting_previous_term_entries(monkeypatch):
 STALE_CANDIDATE = ELECTED + [
     ("isolate", "n3"),
     ("propose", "n1", b"x"), ("stabilize",),
+    ("tick", "n1", 1), ("stabilize",),  # the commit index goes at the leader's next tick
     ("expect", "n2", "commit", 2),
     ("expect", "n3", "log_terms", [1]),
     ("crash", "n1"), ("heal",),
@@ -290,6 +292,8 @@ def test_a_removal_that_would_leave_no_live_majority_is_refused():
     assert c.core("n1").active_config.voters() == ["n1", "n2", "n3"]
     _change(c, "n1", REMOVE, "n3", 0)
     c.stabilize()
+    c.tick("n1")  # n2 hears that it committed at the leader's next tick
+    c.stabilize()
     assert c.disks["n2"]["config"].voters() == ["n1", "n2"]
 
 
@@ -327,26 +331,29 @@ def test_a_peer_heard_in_the_last_round_still_counts_as_live():
     assert not any(pr.recent_active for pr in c.core("n1").progress.values())
     _change(c, "n1", REMOVE, "n3", 0)
     c.stabilize()
+    c.tick("n1")
+    c.stabilize()
     assert c.disks["n2"]["config"].voters() == ["n1", "n2"]
 
 
 def test_a_removed_member_is_told_its_removal_committed_and_then_forgotten():
     """The removal's entry reaches n3 with the commit index before it; the leader commits it on
     n2's answer. Dropping n3 then (as the leader once did) left n3 never committing its own
-    removal: a removed master never reported itself REMOVED. The
-    leader tells it in the next heartbeat, and forgets it once n3 answers that it committed."""
+    removal: a removed master never reported itself REMOVED. The leader tells it (and n2) the
+    commit index at its next tick, and forgets it once n3 answers a heartbeat saying it
+    committed."""
     c = ScriptCluster()
     run(c, ELECTED)
     _change(c, "n1", REMOVE, "n3", 0)
     c.stabilize()
-    assert c.disks["n2"]["config"].voters() == ["n1", "n2"]
     assert c.core("n1").committed_config.voters() == ["n1", "n2"]
     assert c.core("n3").committed_config.voters() == ["n1", "n2", "n3"]  # not yet told
+    assert c.core("n2").committed_config.voters() == ["n1", "n2", "n3"]  # nor n2
     with probes.expect("raft.leader.removed_member_told"):
         for _ in range(c.core("n1").cfg.heartbeat_interval_ticks):
             c.tick("n1")
         c.stabilize()
-    assert c.disks["n3"]["config"].voters() == ["n1", "n2"]
+    assert c.disks["n3"]["config"].voters() == c.disks["n2"]["config"].voters() == ["n1", "n2"]
     assert c.core("n3").role == Role.LEARNER  # not a voter of its own config: never campaigns
     assert "n3" not in c.core("n1").progress
     assert "n3" not in c.core("n1").status().peers

@@ -27,7 +27,7 @@ from .messages import (
     VoteRequest,
     VoteResponse,
 )
-from .progress import Progress
+from .progress import PeerState, Progress
 from .quorum import VoteResult
 from .types import (
     ChangeOp,
@@ -287,6 +287,15 @@ class RaftCore:
         if self.heartbeat_elapsed >= self.cfg.heartbeat_interval_ticks:
             self.heartbeat_elapsed = 0
             self._broadcast_heartbeat()
+        self._tell_commit()
+
+    def _tell_commit(self) -> None:
+        """Each tick, an append to every idle peer not yet sent our commit index: followers
+        apply a commit at most a tick after the leader when no write follows it."""
+        for uuid, pr in list(self.progress.items()):
+            if pr.commit_sent < self.commit and pr.state is PeerState.IDLE:
+                probe("raft.leader.commit_told_at_tick")
+                self._send_append(uuid)
 
     def _quorum_active(self) -> bool:
         return quorum.has_quorum(
@@ -535,6 +544,7 @@ class RaftCore:
         # The cast claims nothing at run time: the message carries whatever term_at says.
         prev_term = cast(int, self.log.term_at(prev))
         self._append_seq += 1
+        pr.commit_sent = self.commit
         self._send(AppendEntries(self.term, self.id, uuid, prev, prev_term, entries, self.commit,
                                  self._append_seq))
 
@@ -549,7 +559,9 @@ class RaftCore:
                 newest.round = True
                 self._rounds_out += 1
         for uuid, pr in self.progress.items():
-            self._send(Heartbeat(self.term, self.id, uuid, min(pr.match, self.commit), ctx))
+            commit = min(pr.match, self.commit)
+            pr.commit_sent = max(pr.commit_sent, commit)
+            self._send(Heartbeat(self.term, self.id, uuid, commit, ctx))
 
     def _quorum_index(self) -> int:
         """Highest index stored by a majority of voters (our own entries count once durable;
@@ -573,8 +585,17 @@ class RaftCore:
             self._on_leader_commit()
 
     def _on_leader_commit(self) -> None:
-        for uuid in self.progress:
-            self._send_append(uuid)
+        """A peer with entries still to receive gets them now, with the new commit index. One
+        that holds them all is not sent an append only to carry the index: it hears of it with
+        the next append (the next write) or at the next tick (`_tell_commit`). Kudu and etcd/raft
+        send that append at once; here each is a round of RPC handling on every process, and
+        on a lone writer's path it kept the faster follower busy (and IN_FLIGHT, so the next
+        write's append to it waited) while the next write arrived
+        (docs/decisions/commit-index-at-tick.md)."""
+        last = self.log.last_index()
+        for uuid, pr in self.progress.items():
+            if pr.next <= last:
+                self._send_append(uuid)
         if self._reads_waiting and self.log.term_at(self.commit) == self.term:
             waiting, self._reads_waiting = self._reads_waiting, []
             for ctx in waiting:

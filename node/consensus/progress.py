@@ -47,6 +47,9 @@ class Progress:
     matched_at_seq: int = 0
     # The peer's own vote lease, as its last heartbeat answer said (RaftCore.voters_lease_ticks)
     lease_ticks: int = 0
+    # The highest commit index sent to the peer (in an append or a heartbeat): one below ours
+    # is told at the next tick (RaftCore._tell_commit), not by an append of its own at once.
+    commit_sent: int = 0
 
     def told_of_removal(self, peer_commit: int) -> bool:
         """A removed member is told enough once it has committed the config that removed it
