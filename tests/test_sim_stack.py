@@ -789,9 +789,8 @@ DAMAGE_CASES = {
                 [_TS2, "delete", f"/data/consensus-meta/{_T}0", None, f"{_T}0"]],
                {"wal.recover.sequence_gap_refused"}),
     # another tablet's segment of the same number; a peer's segment of the same tablet that
-    # starts elsewhere (ts4's wal-000000003 of tablet 2 starts at index 121, ts2's at 122; ts5's,
-    # recorded here until the leader stopped sending commit-only appends, now starts at 122 as
-    # well and holds ts2's very batches: a segment that fits the log, nothing to refuse);
+    # starts elsewhere (ts4's wal-000000003 of tablet 2 starts at index 121, ts2's at 122; ts5's
+    # holds ts2's very batches: a segment that fits the log, with nothing to refuse);
     # another tablet's consensus metadata and superblock
     "misplace": ([[_TS1, "misplace", f"/data/wals/{_T}3/wal-000000001",
                    [_TS1, f"/data/wals/{_T}1/wal-000000001"], f"{_T}3"],
@@ -892,15 +891,14 @@ def test_a_fault_whose_call_no_server_serves_ends_the_seed_unknown(tmp_path, mon
 
 
 def test_a_classic_seed_whose_draws_starved_the_cluster_is_not_invalid_for_it(tmp_path):
-    """A seed like the nightly matrix's 10035874140020 (a power loss of every tablet server
-    1.2 s into the workload and no restart until the heal; its 15 compare-and-sets all failed,
-    each on a value that had moved, so Jepsen's rule, an op type never ok, called the seed
-    invalid, though every check passed and the tablets took writes after the heal). Since the
-    leader stopped sending commit-only appends, one of that seed's compare-and-sets before the
-    power loss succeeds; this one loses power on every tablet server 1.8 s into the workload
-    and restarts only one of them before the heal (no majority anywhere), and its 20
-    compare-and-sets before the loss all failed on values that had moved. Such a seed notes
-    the op type as unavailable; one in which the cluster answered throughout keeps the rule."""
+    """A seed like one the nightly matrix drew (a power loss of every tablet server early in
+    the workload; every compare-and-set failed, each on a value that had moved, so Jepsen's
+    rule, an op type never ok, called the seed invalid, though every check passed and the
+    tablets took writes after the heal). This one loses power on every tablet server 1.8 s
+    into the workload and restarts only one of them before the heal (no majority anywhere),
+    and its 20 compare-and-sets before the loss all failed on values that had moved. Such a
+    seed notes the op type as unavailable; one in which the cluster answered throughout keeps
+    the rule."""
     from harness.sim.stack import _starved
     from harness.sim.swarm import CLASSIC
     from reports.history import Op

@@ -404,9 +404,8 @@ def test_clocks_drift_past_the_bound_and_hybrid_time_still_follows_the_log(monke
     """The drift fault steps a clock past the configured bound (commit-wait's promise is off
     then, Raft's is not), and the simulator checks that committed timestamps increase along
     each tablet's log across leaders. A new leader that does not witness its predecessors'
-    timestamps (the mutant below) is caught at seed 1 of this mix (11 of seeds 0-39 catch it
-    since a new commit index waits for the next append or tick; seed 2 did before); skew within
-    the bound hides it (6 seeds of skew:4,transfer:4 passed with it)."""
+    timestamps (the mutant below) is caught at seed 1 of this mix (11 of seeds 0-39 catch it);
+    skew within the bound hides it (6 seeds of skew:4,transfer:4 passed with it)."""
     from harness.sim.stack import CLOCK_MAX_ERROR_US
     from harness.sim.stack_faults import DRIFT_MAX_S
     from node.replica.replica import Replica
@@ -463,9 +462,7 @@ def test_a_flip_in_a_synced_newest_wal_batch_fails_its_replica_and_never_passes_
 
 
 FAIL_COPY = "fail-copy:4,restart:1,heal:1;every=1-3"
-# 10 of seeds 0-29 failed so at 20 s; all 30 pass with the fix (seed 3 was one before a new
-# commit index waited for the next append or tick)
-FAIL_COPY_SEED = 4
+FAIL_COPY_SEED = 4  # 10 of seeds 0-29 failed so at 20 s; all 30 pass with the fix
 
 
 def test_a_failed_voter_deleted_and_copied_does_not_vote_from_an_unknown_log(monkeypatch, tmp_path):
@@ -606,8 +603,7 @@ def test_mixed_modes_put_writes_of_both_in_one_group_each_answered_in_its_own(tm
     different users' clients on one table may): a leader's group then holds writes of both,
     each answered in its own mode, every client's order still holds, and the commit-wait
     workers' writes are judged across tablets among themselves. A group holding both is rare
-    now that a new commit index waits for the next append or tick (7 of seeds 0-39 of the mix
-    below put one together; seed 0 did before): seed 4 does."""
+    (7 of seeds 0-39 of the mix below put one together): seed 4 does."""
     from harness.systems.tessera.clients import MIXED
 
     seeds = _unbundled(range(300))

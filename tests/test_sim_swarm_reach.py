@@ -158,8 +158,7 @@ def test_a_failed_replica_on_a_server_in_maintenance_is_copied_over_or_refuses_t
     network; the masters replace none of its replicas meanwhile. Its tablets' leaders compact
     past it (snapshot=200), and it comes back on a disk that fails every fsync: a replica that
     fails while running is tombstoned and copied over by its leader (seed 0); one restarted on
-    the failing disk comes back FAILED and refuses the copy (seed 11; seed 4 did before a new
-    commit index waited for the next append or tick). Both seeds stay valid."""
+    the failing disk comes back FAILED and refuses the copy (seed 11). Both seeds stay valid."""
     assert "maintenance" in LATE and 20 < sum("maintenance" in swarm_mix(s).kinds()
                                                for s in range(200)) < 80
     spec = BUNDLES["maintenance-compact"]
