@@ -292,7 +292,7 @@ class RaftCore:
     def _tell_commit(self) -> None:
         """Each tick, an append to every idle peer not yet sent our commit index: followers
         apply a commit at most a tick after the leader when no write follows it."""
-        for uuid, pr in list(self.progress.items()):
+        for uuid, pr in self.progress.items():
             if pr.commit_sent < self.commit and pr.state is PeerState.IDLE:
                 probe("raft.leader.commit_told_at_tick")
                 self._send_append(uuid)
