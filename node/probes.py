@@ -544,6 +544,18 @@ CATALOG: dict[str, str] = {
         "queued Raft messages over the frame budget were split into several RPCs",
     "rpc.outbox.unknown_peer_dropped": "Raft messages to a peer with no known address were dropped",
     "rpc.outbox.too_large_unsent": "a Raft message alone over the frame limit was not sent",
+    "rpc.client.late_reply_taken":
+        "a reply that came after its call's deadline was still taken (a Raft answer in it)",
+    "rpc.client.late_reply_forgotten":
+        "a connection kept too many expired calls' replies waiting; the oldest was forgotten",
+    "rpc.outbox.late_reply_delivered":
+        "Raft messages in the reply of a consensus RPC we had given up on reached our replica",
+    "rpc.outbox.held_reply_replaced":
+        "a consensus RPC came while we still held the reply of the one before it (its deadline)",
+    "rpc.outbox.held_reply_released_empty":
+        "a held consensus reply went out with no answer in it after HOLD_S",
+    "tserver.consensus.reply_for_a_replica_not_running":
+        "messages a consensus reply carried took the awaited way: the replica does not run",
 }
 
 _hits: Counter | None = None  # None: off

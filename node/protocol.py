@@ -226,6 +226,15 @@ class Ack(msgspec.Struct, frozen=True):
     reason: str = ""  # a refused Raft message: "missing", "tombstoned", "copying" or "failed"
 
 
+class ConsensusReply(msgspec.Struct, frozen=True):
+    """A consensus RPC's answer: Ack's fields, and the receiver's own Raft messages for the
+    sender on the same tablet when they were ready before the reply left (Outbox.hold)."""
+
+    ok: bool = True
+    reason: str = ""  # as Ack's
+    messages: list[Message] = []
+
+
 class Empty(msgspec.Struct, frozen=True):
     pass
 

@@ -318,6 +318,19 @@ def test_a_flipped_bit_is_corruption_not_data():
             durable.read_verified("/d/meta", disk)
 
 
+def test_a_chosen_flip_past_the_end_is_refused_not_wrapped_onto_another_byte():
+    """A pinned (offset, bit) from an older layout of the file once wrapped silently onto the
+    segment's magic: the test then failed on the wrong refusal, far from the cause."""
+    disk = new_disk()
+    durable.write_atomic("/d/meta", b"payload" * 20, disk)
+    size = len(disk.read("/d/meta"))
+    for at in ((size, 0), (-1, 0), (3, 8)):
+        with pytest.raises(ValueError, match=rf"cannot flip bit .* of /d/meta: it holds {size} "):
+            disk.flip_bit(path="/d/meta", at=at)
+    assert durable.read_verified("/d/meta", disk) == b"payload" * 20  # nothing flipped
+    assert disk.flip_bit(path="/d/meta", at=(size - 1, 7)) == ("/d/meta", size - 1, 7)
+
+
 def test_tablet_files_go_through_the_paths_disk():
     disk = new_disk()
     paths = TabletPaths("/data", "t1", disk)

@@ -605,9 +605,9 @@ VOTE_TWICE = "fault_vote_twice_in_term"
 
 def cells_with_a_failing_sim(tmp_path, flags: dict, crash: set[str]):
     """execute(cell, limit, attempt) for run_cells: the whole-stack simulator cell runs for
-    real from seed 100 (a replica votes twice there and FAILs on its guard before the test
+    real from seed 101 (a replica votes twice there and FAILs on its guard before the test
     table is writable), 1 s whatever its share, on one worker: the cell stops at its deadline
-    once a seed has finished, and with two workers seed 101 could finish first on a loaded
+    once a seed has finished, and with two workers seed 102 could finish first on a loaded
     machine and be the only seed judged; the cells named in `crash` raise; any other cell is a
     fake valid run."""
     from unittest import mock
@@ -620,7 +620,7 @@ def cells_with_a_failing_sim(tmp_path, flags: dict, crash: set[str]):
         ran.append(cell.name)
         if cell.workload == FULL_KIND:
             with mock.patch("os.cpu_count", return_value=1):  # the cell's workers
-                return run_full_cell(cell, 1.0, attempt, 100, flags, tmp_path / "sim-full")
+                return run_full_cell(cell, 1.0, attempt, 101, flags, tmp_path / "sim-full")
         if cell.name in crash:
             raise RuntimeError("the cell's own bug")
         return Outcome(cell.name, attempt, "valid", limit, f"store/{cell.name}", ok_ops=10,
@@ -641,14 +641,14 @@ def test_a_cell_whose_replica_failed_its_vote_guard_is_invalid_and_the_matrix_go
              Cell("set/kill", "set", ("kill",)), Cell("bank/kill", "bank", ("kill",))]
     execute, ran = cells_with_a_failing_sim(tmp_path, flags, {"set/kill"})
     code = run_cells(cells, 1, execute, 600, time.monotonic(), tmp_path,
-                     {"mode": "matrix", "first_seed": 100})
+                     {"mode": "matrix", "first_seed": 101})
     assert code == 1
     assert ran == [c.name for c in cells]  # every cell ran, after the failing ones too
     s = json.loads((tmp_path / "summary.json").read_text())
     assert [r["verdict"] for r in s["runs"]] == ["valid", "invalid", "unknown", "valid"]
     assert s["exit"] == 1 and s["counts"]["invalid"] == 1
     sim, crash = s["runs"][1], s["runs"][2]
-    assert "seed 100: safety guard: tablet " in sim["why"], sim
+    assert "seed 101: safety guard: tablet " in sim["why"], sim
     assert "FAILED: SafetyError: term 1: already voted for '" in sim["why"]
     assert sim["anomalies"][0]["type"] == "safety-guard"
     assert crash["why"].startswith("crashed: RuntimeError: the cell's own bug (at test_matrix.py:")
@@ -688,7 +688,7 @@ def test_the_self_check_judges_every_flag_when_some_of_its_cells_crash(tmp_path)
                                        by_count, f"{by_count}/sim"]
     execute, ran = cells_with_a_failing_sim(tmp_path, {}, {VOTE_TWICE, by_count})
     code = run_cells(cells, 1, execute, 600, time.monotonic(), tmp_path,
-                     {"mode": "self-check", "first_seed": 100})
+                     {"mode": "self-check", "first_seed": 101})
     s = json.loads((tmp_path / "summary.json").read_text())
     assert ran == [c.name for c in cells]
     vote, count = s["findings"]

@@ -5,12 +5,14 @@ peer's refusal reaches on_refused. Also RpcClient.call_nowait, which it sends wi
 import asyncio
 
 import pytest
+from tserver_helpers import TABLET, create_on_all, start_server, wait_for, write_rows
 
+from node import probes
 from node.consensus.messages import Heartbeat
 from node.disk import RealDisk
-from node.protocol import Ack, Consensus, Peer
-from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
-from node.server.daemon import Outbox, PeerBook
+from node.protocol import Ack, Consensus, ConsensusReply, Peer
+from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer, wire
+from node.server.daemon import MESSAGE_OVERHEAD, Outbox, PeerBook
 
 
 def _m(n: int) -> Heartbeat:
@@ -162,3 +164,193 @@ def test_peer_book_knows_only_peers_at_the_address_it_has(tmp_path, known):
         assert book.knows([asked]) is known
         assert book.knows([])
     asyncio.run(go())
+
+
+class _Node:
+    """An RPC server and an Outbox, as a server has them, whose consensus handler holds the
+    reply as ConsensusService's does; its "replica" records what it is given (requests and
+    what replies carried) and answers when the test says so."""
+
+    def __init__(self, uuid: str, tmp_path, budget: int | None = None):
+        self.uuid, self.tmp_path, self.budget = uuid, tmp_path, budget
+        self.stepped: list[list[int]] = []  # message numbers, per request received
+        self.delivered: list[list[int]] = []  # message numbers, per reply that carried any
+
+    async def start(self) -> None:
+        self.srv = RpcServer(self.uuid)
+        self.srv.register_direct("consensus", Consensus, self._on_consensus)
+        host, port = await self.srv.start("127.0.0.1", 0)
+        self.me = Peer(self.uuid, host, port)
+        self.rpc = RpcClient()
+        self.book = PeerBook(self.tmp_path / f"peers-{self.uuid}", RealDisk())
+        self.out = Outbox(self.rpc, self.book, self.me,
+                          deliver=lambda t, ms: self.delivered.append([m.commit for m in ms]))
+        if self.budget is not None:
+            self.out.budget = self.budget
+
+    def _on_consensus(self, req: Consensus, reply) -> None:
+        sender = req.messages[0].from_uuid
+        self.out.hold(req.tablet_id, sender, reply)
+        self.stepped.append([m.commit for m in req.messages])
+        self.out.held(req.tablet_id, sender)
+
+    def message(self, to: "_Node", n: int) -> Heartbeat:
+        return Heartbeat(1, self.uuid, to.uuid, n)
+
+    async def stop(self) -> None:
+        await self.out.close()
+        await self.rpc.close()
+        await self.srv.stop()
+
+
+async def _pair(tmp_path, budget: int | None = None) -> tuple[_Node, _Node]:
+    a, b = _Node("a", tmp_path), _Node("b", tmp_path, budget)
+    for n in (a, b):
+        await n.start()
+    for n in (a, b):
+        await n.book.learn([a.me, b.me])
+    return a, b
+
+
+def test_an_answer_rides_back_in_the_reply_and_the_peer_sends_no_rpc_of_its_own(tmp_path):
+    """Kudu's UpdateConsensus answers in its response: b's answer to a's message (sent once
+    b's replica is ready, as a follower's after its WAL sync) reaches a's replica in the reply
+    a was waiting for, and b makes no consensus RPC; a's next message then leaves at once."""
+    async def go():
+        a, b = await _pair(tmp_path)
+        try:
+            a.out.send("t1", "b", [a.message(b, 1)])
+            await _until(lambda: b.stepped, "b to receive")
+            await asyncio.sleep(0.01)  # b's "WAL sync": the reply waits for the answer
+            assert not a.delivered and a.out._busy
+            b.out.send("t1", "a", [b.message(a, 101)])
+            await _until(lambda: a.delivered, "the answer in the reply")
+            assert a.delivered == [[101]] and not a.stepped  # a received no RPC
+            assert b.srv.stats["requests"] == 1 and a.srv.stats["requests"] == 0
+            assert not a.out._busy and not b.out._held
+            a.out.send("t1", "b", [a.message(b, 2)])  # idle: leaves from this turn
+            await _until(lambda: len(b.stepped) == 2, "the next message")
+        finally:
+            await a.stop()
+            await b.stop()
+    asyncio.run(asyncio.wait_for(go(), 30))
+
+
+def test_a_reply_with_nothing_to_carry_goes_empty_after_hold_s_and_frees_the_sender(tmp_path):
+    """A message its receiver does not answer (an answer itself) holds its sender's next
+    batch for HOLD_S at most; what is sent after that goes as an RPC of its own."""
+    async def go():
+        a, b = await _pair(tmp_path)
+        try:
+            with probes.counting() as seen:
+                a.out.send("t1", "b", [a.message(b, 1)])
+                a.out.send("t1", "b", [a.message(b, 2)])  # queued behind the first
+                await _until(lambda: len(b.stepped) == 2, "the queued message, once freed")
+            assert seen["rpc.outbox.held_reply_released_empty"] == 1
+            assert b.stepped == [[1], [2]] and not a.delivered
+            await _until(lambda: not b.out._held, "the second reply's release")
+            b.out.send("t1", "a", [b.message(a, 101)])  # nothing held: an RPC of its own
+            await _until(lambda: a.stepped, "b's RPC")
+            assert a.stepped == [[101]]
+        finally:
+            await a.stop()
+            await b.stop()
+    asyncio.run(asyncio.wait_for(go(), 30))
+
+
+def test_a_reply_carries_what_queued_first_and_no_more_than_the_budget(tmp_path):
+    """Two RPCs that cross are each held. What b queued behind its own RPC leaves in the
+    reply it holds at once, and what would take a reply over the budget leaves as an RPC."""
+    async def go():
+        a, b = await _pair(tmp_path, budget=3 * MESSAGE_OVERHEAD)  # three messages a batch
+        try:
+            a.out.send("t1", "b", [a.message(b, 1)])
+            b.out.send("t1", "a", [b.message(a, 100)])  # crosses a's: an RPC too
+            b.out.send("t1", "a", [b.message(a, 101)])  # queued behind it
+            await _until(lambda: a.delivered, "b's queued message in the reply it holds")
+            assert a.delivered == [[101]] and a.stepped == [[100]] and b.stepped == [[1]]
+            await _until(lambda: not (a.out._held or b.out._held or a.out._busy or b.out._busy),
+                         "a's held reply to go empty")
+            a.out.send("t1", "b", [a.message(b, 2)])
+            await _until(lambda: len(b.stepped) == 2, "a's next RPC")
+            b.out.send("t1", "a", [b.message(a, n) for n in range(102, 107)])
+            await _until(lambda: len(a.stepped) == 2, "what the reply did not take")
+            await _until(lambda: len(a.delivered) == 2, "the reply")
+            assert a.delivered == [[101], [102, 103, 104]] and a.stepped == [[100], [105, 106]]
+        finally:
+            await a.stop()
+            await b.stop()
+    asyncio.run(asyncio.wait_for(go(), 30))
+
+
+def test_a_lone_writers_messages_go_half_in_rpcs_and_half_in_their_replies(tmp_path):
+    """On real tablet servers: a write's append goes to each follower, and the follower's
+    answer (after its WAL sync) comes back, in one RPC and its reply. Which way round depends
+    on who held a reply when (an answer that went as an RPC holds the leader's reply for the
+    next append). Before, every batch of messages was an RPC of its own, answered by an Ack:
+    4 frames where 2 now do. A reply whose hold ran out (a sync slower than HOLD_S on a slow
+    disk) went out empty, and is counted."""
+    async def go():
+        servers = [await start_server(tmp_path / n) for n in "abc"]
+        try:
+            leader = await create_on_all(servers)
+            await write_rows(leader, 3, prefix="warm")
+            batches = []
+            for s in servers:
+                s.outbox.observe = lambda tablet, to, messages: batches.append(to)
+            with probes.counting() as seen:
+                before = sum(s.server.stats["requests"] for s in servers)
+                await write_rows(leader, 30)
+                rpcs = sum(s.server.stats["requests"] for s in servers) - before
+            late = seen["rpc.outbox.held_reply_released_empty"]
+            assert len(batches) >= 4 * 30  # each write: an append to each, and its answer
+            assert rpcs <= len(batches) / 2 + late + 3, (rpcs, len(batches), late)
+            await wait_for(lambda: all(s.replicas[TABLET].state.data.get("k29") == 29
+                                       for s in servers), "every replica to apply the last")
+        finally:
+            for s in servers:
+                await s.stop()
+    asyncio.run(asyncio.wait_for(go(), 60))
+
+
+def test_an_answer_in_the_reply_of_an_rpc_given_up_on_still_reaches_the_replica(tmp_path):
+    """After a partition heals, RPCs the sender gave up on long ago (their deadline) arrive
+    at once, and the receiver answers in their replies. Dropped as replies to no call, those
+    answers were lost: a leader never heard that a follower had failed, and never copied it
+    (found by the whole-stack simulator's maintenance mix). The client keeps taking them,
+    on the way that connects first and on the open connection's way alike. The peer here
+    answers each request 0.3 s after it came, as the late burst does."""
+    async def late_peer(reader, writer):
+        buf = bytearray()
+        while chunk := await reader.read(65536):
+            buf += chunk
+            for data in wire.split_frames(buf, wire.DEFAULT_MAX_FRAME):
+                req = wire.decode_request(data)
+                await asyncio.sleep(0.3)
+                n = wire.decode_body(req.body, Consensus).messages[0].commit
+                writer.write(wire.frame(wire.ok_response(req.call_id, ConsensusReply(
+                    messages=[Heartbeat(1, "p1", "me", 100 + n)]))))
+
+    async def go():
+        server = await asyncio.start_server(late_peer, "127.0.0.1", 0)
+        book = PeerBook(tmp_path / "peers", RealDisk())
+        await book.learn([Peer("p1", *server.sockets[0].getsockname()[:2])])
+        rpc = RpcClient()
+        delivered, failed = [], []
+        out = Outbox(rpc, book, Peer("me", "127.0.0.1", 1), timeout=0.1,
+                     deliver=lambda t, ms: delivered.append((t, [m.commit for m in ms])))
+        out.on_refused = lambda *a: failed.append(a)
+        try:
+            with probes.counting() as seen:
+                out.send("t1", "p1", [_m(1)])  # connects first: the coroutine way
+                await _until(lambda: not out._busy, "the first deadline")
+                out.send("t1", "p1", [_m(2)])  # the open connection's way
+                await _until(lambda: len(delivered) == 2, "both late answers")
+            assert delivered == [("t1", [101]), ("t1", [102])] and not failed
+            assert seen["rpc.client.late_reply_taken"] == 2
+            assert seen["rpc.outbox.late_reply_delivered"] == 2
+        finally:
+            await out.close()
+            await rpc.close()
+            server.close()
+    asyncio.run(asyncio.wait_for(go(), 30))

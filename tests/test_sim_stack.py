@@ -27,7 +27,7 @@ MUTANTS = ("fault_ack_before_fsync", "fault_apply_uncommitted_at_bootstrap",
 # 2026-12-03): ack-before-fsync at seed 100, skip-dedup 101, count-unsynced-own-entries 101
 # (swarm), read-without-leadership 103, copy-overwrite-cmeta 105, apply-uncommitted 131;
 # vote-twice-in-term at seed 100 (a replica FAILs on its vote guard before the test table is
-# writable).
+# writable; since answers ride in replies, 2026-12-05, at 101: 24 of seeds 101-160).
 MUTANT_SEED_CAP = 80
 # Where each mutant's search starts: 100, but apply-uncommitted's at the batch that held its first
 # catch when measured (the simulator is deterministic; a later change that moves the catch lets
@@ -710,11 +710,11 @@ def test_a_seed_whose_test_table_is_never_created_is_unknown_and_says_why(tmp_pa
 
 
 def test_a_replica_failed_on_its_vote_guard_at_setup_makes_the_seed_invalid_quoting_it(tmp_path):
-    """Seed 100 with a replica that votes twice: it FAILs on its consensus metadata's guard
+    """Seed 101 with a replica that votes twice: it FAILs on its consensus metadata's guard
     before the test table is writable; the seed stops there with a violation that quotes the
     FAILED replica's error."""
     faults = Faults(fault_vote_twice_in_term=True)
-    [result] = run_seeds(_configs(100, 1, faults=faults), tmp_path, jobs=1)
+    [result] = run_seeds(_configs(101, 1, faults=faults), tmp_path, jobs=1)
     assert result.ops == 0 and not result.ok()
     assert result.violation.startswith("safety guard: tablet "), result.violation
     assert "FAILED: SafetyError: term 1: already voted for '" in result.violation
@@ -804,10 +804,10 @@ DAMAGE_CASES = {
                   "cmeta.load.wrong_tablet", "superblock.load.wrong_tablet"}),
     # a bit of a finished segment's footer CRC (a segment written past its preallocation, so
     # not cut short: unfinished and not the newest); one of a finished segment's batch header
-    # (ts1's wal-000000001 is 8317 bytes, its footer's CRC at 8313-8316; ts2's wal-000000002
-    # holds a batch at 4119, 4122 its length's high byte)
-    "flip": ([[_TS1, "flip", f"/data/wals/{_T}3/wal-000000001", [8313, 2], f"{_T}3"],
-              [_TS2, "flip", f"/data/wals/{_T}3/wal-000000002", [4122, 3], f"{_T}3"]],
+    # (ts1's wal-000000001 is 8307 bytes, its footer's CRC at 8303-8306; ts2's wal-000000002
+    # holds a batch at 4049, 4052 its length's high byte)
+    "flip": ([[_TS1, "flip", f"/data/wals/{_T}3/wal-000000001", [8303, 2], f"{_T}3"],
+              [_TS2, "flip", f"/data/wals/{_T}3/wal-000000002", [4052, 3], f"{_T}3"]],
              {"wal.scan.footer_damaged", "wal.recover.unfinished_not_newest_refused",
               "wal.scan.flipped_header", "wal.recover.footer_segment_damaged_refused"}),
     # no damage: a power loss while a segment is being rolled in

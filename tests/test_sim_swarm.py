@@ -178,15 +178,15 @@ def test_a_tombstone_with_flipped_consensus_metadata_refuses_votes_without_a_han
 
 def test_a_tombstone_that_votes_within_the_lease_is_caught_by_a_lease_race_seed(
         monkeypatch, tmp_path):
-    """A bug the harness found: register seed 4 under the LEASE_RACE mix. With
-    the fix taken out (a tombstone votes at once, as before), a follower cut from the leader
-    wins its election with the vote of a voter tombstoned a moment after it acknowledged the
-    leader's lease: the simulator's lease check fails the seed while the old leader still
-    serves lease reads. With the fix, the seed is valid."""
+    """A bug the harness found under the LEASE_RACE mix (18 of register seeds 0-39 catch it;
+    seed 5 is one). With the fix taken out (a tombstone votes at once, as before), a follower
+    cut from the leader wins its election with the vote of a voter tombstoned a moment after
+    it acknowledged the leader's lease: the simulator's lease check fails the seed while the
+    old leader still serves lease reads. With the fix, the seed is valid."""
     from node.tserver.tablet_manager import TabletManager
 
     def run(out: Path):
-        return register_seed(4, LEASE_RACE, 30.0, out)
+        return register_seed(5, LEASE_RACE, 30.0, out)
 
     fixed = run(tmp_path / "fixed")
     assert fixed.ok(), (fixed.violation, fixed.verdict)
@@ -587,13 +587,13 @@ def test_client_propagated_writes_keep_each_clients_order_past_the_clock_bound(
     def client_order(r):
         return next(c for c in r.results["check"]["results"] if c["checker"] == "client-order")
 
-    fixed = register_seed(0, CLIENT_PROPAGATED, 10.0, tmp_path / "fixed")
+    fixed = register_seed(1, CLIENT_PROPAGATED, 10.0, tmp_path / "fixed")
     assert fixed.ok() and client_order(fixed)["writes"] > 100, fixed.verdict
     assert fixed.probes.get("replica.write.client_propagated", 0) > 0
     assert not fixed.probes.get("replica.commit_wait.waited")
     assert not any(c["checker"] == "commit-wait" for c in fixed.results["check"]["results"])
     monkeypatch.setattr(faults, "FAULTS", faults.parse("drop-propagated"))
-    mutant = register_seed(0, CLIENT_PROPAGATED, 10.0, tmp_path / "mutant")
+    mutant = register_seed(1, CLIENT_PROPAGATED, 10.0, tmp_path / "mutant")
     assert mutant.verdict == "invalid" and client_order(mutant)["verdict"] == "invalid"
     assert client_order(mutant)["anomalies"][0]["type"] == "client-order"
 
@@ -603,14 +603,14 @@ def test_mixed_modes_put_writes_of_both_in_one_group_each_answered_in_its_own(tm
     different users' clients on one table may): a leader's group then holds writes of both,
     each answered in its own mode, every client's order still holds, and the commit-wait
     workers' writes are judged across tablets among themselves. A group holding both is rare
-    (7 of seeds 0-39 of the mix below put one together): seed 4 does."""
+    (3 of seeds 0-39 of the mix below put one together): seed 9 does."""
     from harness.systems.tessera.clients import MIXED
 
     seeds = _unbundled(range(300))
     drawn = Counter(swarm_mix(s).consistency for s in seeds)
     assert len(seeds) / 8 <= drawn[MIXED] <= len(seeds) / 2.5, drawn
     assert parse_mix(swarm_mix(0).spec()).consistency == MIXED
-    mixed = register_seed(4, "transfer:2,restart:1,heal:1;every=0.5-2;load=20x200;"
+    mixed = register_seed(9, "transfer:2,restart:1,heal:1;every=0.5-2;load=20x200;"
                           "consistency=mixed", 10.0, tmp_path)
     assert mixed.ok(), mixed.verdict
     assert mixed.probes.get("replica.write.group_modes_mixed", 0) > 0  # the mark

@@ -286,7 +286,8 @@ class SimDisk:
     def flip_bit(self, rng: random.Random | None = None, path: StrPath | None = None,
                  at: tuple[int, int] | None = None) -> tuple[str, int, int]:
         """Media corruption: flip one bit of a file's durable content (a chosen or a seeded file
-        among those with content; `at`: a chosen (byte offset, bit)), seen by reads too. Returns
+        among those with content; `at`: a chosen (byte offset, bit), refused with ValueError
+        past the file's end rather than wrapped onto another byte), seen by reads too. Returns
         (path, byte offset, bit)."""
         self._check()
         rng = rng or self.rng
@@ -297,8 +298,12 @@ class SimDisk:
             path, f = files[rng.randrange(len(files))]
         else:
             f = self._file(path)
+        if not f.durable:
+            raise ValueError(f"{os.fspath(path)} has no durable content to corrupt")
         offset, bit = at or (rng.randrange(len(f.durable)), rng.randrange(8))
-        offset %= len(f.durable)
+        if not (0 <= offset < len(f.durable) and 0 <= bit < 8):  # a chosen one: never wrapped
+            raise ValueError(f"cannot flip bit {bit} at offset {offset} of {os.fspath(path)}: "
+                             f"it holds {len(f.durable)} durable bytes, a byte 8 bits")
         f.durable[offset] ^= 1 << bit
         self._changed()
         if offset < len(f.data):

@@ -46,6 +46,11 @@ class _Expired(Exception):
     """A call's deadline passed (set on its future by the client's DeadlineWheel)."""
 
 
+# Calls past their deadline whose reply a caller still takes (`late`), per connection: the
+# oldest is forgotten beyond this (a peer cut off for minutes, one a few seconds).
+LATE_KEPT = 1024
+
+
 def _expire(fut: asyncio.Future) -> None:
     if not fut.done():
         fut.set_exception(_Expired())
@@ -60,6 +65,7 @@ class _Connection:
         self.max_inflight = max_inflight
         self.deadlines = deadlines
         self.pending: dict[int, asyncio.Future] = {}
+        self.late: dict[int, Callable[[wire.Response], None]] = {}  # expired, reply still taken
         self.room = asyncio.Event()  # set when a call ends (callers over max_inflight wait)
         self.closed = False
         self.reader_task = asyncio.create_task(self._read_loop())
@@ -80,6 +86,10 @@ class _Connection:
                     fut = self.pending.pop(resp.call_id, None)
                     if fut is not None and not fut.done():
                         fut.set_result(resp)
+                    elif fut is None and self.late:
+                        take = self.late.pop(resp.call_id, None)
+                        if take is not None:
+                            take(resp)
         except (ConnectionError, RpcError) as e:
             reason = str(e) or reason
         except asyncio.CancelledError:
@@ -90,6 +100,7 @@ class _Connection:
     def _fail_all(self, reason: str) -> None:
         self.closed = True
         self.writer.close()
+        self.late.clear()
         for fut in self.pending.values():
             if not fut.done():
                 fut.set_exception(RpcError(ErrorCode.NETWORK, reason, maybe_delivered=True))
@@ -110,6 +121,26 @@ class _Connection:
         self.pending.pop(call_id, None)
         self.deadlines.remove(fut, key)
         self.room.set()
+
+    def take_late(self, call_id: int, fut: asyncio.Future, method: str, response_type: type,
+                  late: Callable[[object], None] | None) -> None:
+        """A call that ended past its deadline: its reply, if it still comes, goes to
+        `late(body)` (an error reply, or one that does not decode, goes nowhere)."""
+        if late is None or self.closed or fut.cancelled() or not isinstance(fut.exception(), _Expired):
+            return
+        if len(self.late) >= LATE_KEPT:
+            probe("rpc.client.late_reply_forgotten")
+            del self.late[next(iter(self.late))]
+
+        def take(resp: wire.Response) -> None:
+            try:
+                body = _response(resp, method, response_type)
+            except RpcError:
+                return
+            probe("rpc.client.late_reply_taken")
+            late(body)
+
+        self.late[call_id] = take
 
     async def wait_for_room(self, timeout: float) -> float:
         """Wait while max_inflight calls are in flight; the time left of `timeout`."""
@@ -193,8 +224,12 @@ class RpcClient:
             return conn
 
     async def call(self, addr: tuple[str, int], method: str, request: object, response_type: type,
-                   *, to_uuid: str, timeout: float) -> object:
-        """Call `method` on the server at `addr` that must be `to_uuid`; raises RpcError."""
+                   *, to_uuid: str, timeout: float,
+                   late: Callable[[object], None] | None = None) -> object:
+        """Call `method` on the server at `addr` that must be `to_uuid`; raises RpcError.
+        `late(body)`: takes the reply if it comes after the deadline (the call has raised
+        DEADLINE_EXCEEDED by then), for a message that is still worth having, such as a Raft
+        answer (node.server.daemon.Outbox)."""
         if timeout <= 0:
             raise RpcError(ErrorCode.DEADLINE_EXCEEDED, "deadline already passed")
         conn = self._conns.get(addr)
@@ -231,6 +266,8 @@ class RpcClient:
                     await conn.out.drain()
             resp = await fut
         except BaseException as e:
+            if fut.done():
+                conn.take_late(call_id, fut, method, response_type, late)
             raise _call_error(e, timeout) from None
         finally:
             conn.ended(call_id, fut, key)
@@ -238,11 +275,13 @@ class RpcClient:
 
     def call_nowait(self, addr: tuple[str, int], method: str, request: object,
                     response_type: type, *, to_uuid: str, timeout: float,
-                    done: Callable[[object, BaseException | None], None]) -> bool:
+                    done: Callable[[object, BaseException | None], None],
+                    late: Callable[[object], None] | None = None) -> bool:
         """`call` without a coroutine, for a connection already open with room: the request
         is queued at once and `done(response, None)` or `done(None, RpcError)` runs when it
         ends. False, with nothing sent, when it cannot: then `call`, which connects or waits.
-        Raft's messages go this way, a loop turn sooner than through a sender task."""
+        Raft's messages go this way, a loop turn sooner than through a sender task. `late`:
+        as `call`'s."""
         conn = self._conns.get(addr)
         if conn is None or conn.closed or len(conn.pending) >= conn.max_inflight or timeout <= 0:
             return False
@@ -261,6 +300,7 @@ class RpcClient:
             try:
                 body = _response(f.result(), method, response_type)
             except BaseException as e:
+                conn.take_late(call_id, f, method, response_type, late)
                 done(None, _call_error(e, timeout))
                 return
             done(body, None)

@@ -109,7 +109,8 @@ class ServerBase:
                                      self.rng, lambda tablet_id: self.outbox.sender(tablet_id))
         self.server = RpcServer(self.uuid, max_frame=frame, security=self.opts.security,
                                 max_inflight_per_conn=self.opts.rpc_max_inflight_per_conn)
-        ConsensusService(self.tablets, self.book).register(self.server)
+        self.consensus = consensus = ConsensusService(self.tablets, self.book)
+        consensus.register(self.server)
         self.copy_service = TabletCopyService(
             self.tablets, self.rpc_client, idle_timeout_s=self.opts.tablet_copy_idle_timeout_sec,
             chunk_bytes=self.opts.tablet_copy_transfer_chunk_size_bytes,
@@ -121,7 +122,8 @@ class ServerBase:
         await self.book.learn([self.me])
         self.copies = CopyTrigger(self.tablets, self.book, self.rpc_client, self.me)
         self.outbox = Outbox(self.rpc_client, self.book, self.me, on_refused=self.copies.on_refused,
-                             observe=self.opts.observe_outgoing)
+                             observe=self.opts.observe_outgoing, deliver=consensus.deliver)
+        consensus.outbox = self.outbox
         self.tablets.open_all()
         self.registry = CollectorRegistry()
         self.registry.register(TabletMetrics(self.tablets))
@@ -142,6 +144,7 @@ class ServerBase:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.server.stop()
+        await self.consensus.close()
         await self.copy_service.stop()
         await self.tablets.stop()
         await self.outbox.close()

@@ -19,7 +19,7 @@ from node.disk import Disk
 from node.entry import ENTRY_OVERHEAD
 from node.errors import CorruptionError, TesseraError
 from node.probes import probe
-from node.protocol import Ack, Consensus, Peer
+from node.protocol import Consensus, ConsensusReply, Peer
 from node.rpc import ErrorCode, RpcClient, RpcError
 from node.rpc.wire import ENVELOPE_RESERVE
 
@@ -104,6 +104,10 @@ class PeerBook:
 # context (Heartbeat): its tag, field names, two UUIDs and a few integers take ~250.
 MESSAGE_OVERHEAD = 512
 
+# How long a consensus RPC's reply waits for the replica's answer to carry (Outbox.hold): well
+# above a follower's WAL sync on a working disk, well below a heartbeat interval.
+HOLD_S = 0.05
+
 
 def message_bytes(msg) -> int:
     """At least what `msg` takes on the wire (an Outbox budget counts with it)."""
@@ -121,20 +125,34 @@ class Outbox:
     receipt), from the caller's turn of the loop: no sender task stands in between. A batch
     holds at most `budget` bytes of messages (the frame limit less ENVELOPE_RESERVE), or one
     message alone: several AppendEntries queued for a slow peer, each within the frame, go in
-    several RPCs rather than one the peer would refuse as too large."""
+    several RPCs rather than one the peer would refuse as too large.
+
+    A peer's own messages ride back in its reply (Kudu's UpdateConsensus answers in its RPC's
+    response): the receiving side `hold`s the reply of a consensus RPC while its replica steps
+    the messages, and what the replica next sends that peer for that tablet (the append's
+    answer, once its WAL entry is durable) goes in it, not in an RPC of its own that would
+    need a reply of its own. A lone write then costs each follower two frames, not four
+    (docs/decisions/answers-in-the-reply.md). A reply held HOLD_S with nothing to carry goes
+    out empty, so a message that gets no answer holds its sender's next batch that long at
+    most."""
 
     def __init__(self, rpc: RpcClient, book: PeerBook, me: Peer, timeout: float = 2.0,
                  on_refused: Callable[[str, str, str], None] | None = None,
-                 observe: Callable[[str, str, list], None] | None = None):
+                 observe: Callable[[str, str, list], None] | None = None,
+                 deliver: Callable[[str, list], None] | None = None):
         """`on_refused(tablet, peer, reason)`: the peer answered that it has no replica
         ("missing"), or only a tombstone ("tombstoned"); not one that failed: copying over a
         damaged replica is an operator's call. `observe(tablet, peer, messages)`: shown every
-        message as it is queued (ServerOptions.observe_outgoing)."""
+        message as it is queued (ServerOptions.observe_outgoing). `deliver(tablet, messages)`:
+        hands our replica the messages a peer's reply carried."""
         self.rpc, self.book, self.me, self.timeout = rpc, book, me, timeout
-        self.on_refused, self.observe = on_refused, observe
+        self.on_refused, self.observe, self.deliver = on_refused, observe, deliver
         self.budget = rpc.max_frame - ENVELOPE_RESERVE
         self._queues: dict[tuple[str, str], list] = {}
         self._busy: set[tuple[str, str]] = set()  # an RPC is in flight for these
+        # (peer, tablet) -> the reply of its consensus RPC, with its release timer (None while
+        # the handler still steps the messages: an answer made then needs no timer)
+        self._held: dict[tuple[str, str], list] = {}
         self._tasks: set[asyncio.Task] = set()  # calls that had to connect first
         self._closed = False
 
@@ -146,7 +164,69 @@ class Outbox:
             self.observe(tablet_id, to_uuid, messages)
         key = (to_uuid, tablet_id)
         self._queues.setdefault(key, []).extend(messages)
-        if key not in self._busy:
+        if key in self._held:
+            self._answer_held(key)
+        elif key not in self._busy:
+            self._flush(key)
+
+    # -- the receiving side: answers in the reply ------------------------------------------------
+    def hold(self, tablet_id: str, from_uuid: str, reply: Callable) -> None:
+        """Keep `reply`, the answer to `from_uuid`'s consensus RPC for `tablet_id`, for what
+        our replica sends back; call `held` once the replica has stepped the messages."""
+        key = (from_uuid, tablet_id)
+        old = self._held.pop(key, None)
+        if old is not None:  # its sender gave up on it (a deadline) and sent anew
+            probe("rpc.outbox.held_reply_replaced")
+            self._release(old)
+        self._held[key] = [reply, None]
+
+    def held(self, tablet_id: str, from_uuid: str) -> None:
+        """The replica has stepped the held RPC's messages. What waits for that peer (queued
+        behind our own RPC to it) leaves in the reply now; if nothing did, the reply waits
+        HOLD_S for the replica's answer (an append's, once the entry is durable)."""
+        key = (from_uuid, tablet_id)
+        slot = self._held.get(key)
+        if slot is None or slot[1] is not None:
+            return
+        if key in self._queues:  # queued behind our own RPC to that peer: it leaves now
+            self._answer_held(key)
+            if key not in self._held:
+                return
+        slot[1] = asyncio.get_running_loop().call_later(HOLD_S, self._expire_held, key, slot)
+
+    def forget_held(self, tablet_id: str, from_uuid: str) -> None:
+        """The held reply was answered otherwise (the handler raised): carry nothing in it."""
+        self._held.pop((from_uuid, tablet_id), None)
+
+    def _expire_held(self, key: tuple[str, str], slot: list) -> None:
+        if self._held.get(key) is slot:
+            probe("rpc.outbox.held_reply_released_empty")
+            del self._held[key]
+            slot[0](ConsensusReply(), None)
+
+    def _release(self, slot: list, messages: list = ()) -> None:
+        if slot[1] is not None:
+            slot[1].cancel()
+        slot[0](ConsensusReply(True, "", list(messages)), None)
+
+    def _answer_held(self, key: tuple[str, str]) -> None:
+        """Send what is queued for `key` in the reply held for it, as much as the budget takes
+        (the rest leaves as an RPC of its own); one message over the budget alone leaves that
+        way too, where the client refuses and reports it."""
+        batch = self._queues[key]
+        cut, size = 0, 0
+        while cut < len(batch) and (size := size + message_bytes(batch[cut])) <= self.budget:
+            cut += 1
+        if cut == 0:
+            return self._flush(key) if key not in self._busy else None
+        slot = self._held.pop(key)
+        if cut < len(batch):
+            self._queues[key] = batch[cut:]
+            batch = batch[:cut]
+        else:
+            del self._queues[key]
+        self._release(slot, batch)
+        if key in self._queues and key not in self._busy:
             self._flush(key)
 
     def _flush(self, key: tuple[str, str]) -> None:
@@ -168,24 +248,35 @@ class Outbox:
         self._busy.add(key)
         req = Consensus(tablet_id, batch, [self.me])
         done = functools.partial(self._answered, key)
-        if not self.rpc.call_nowait(peer.addr, "consensus", req, Ack, to_uuid=to_uuid,
-                                    timeout=self.timeout, done=done):
-            task = asyncio.create_task(self._call(peer, req, done))
+        late = functools.partial(self._late, tablet_id)
+        if not self.rpc.call_nowait(peer.addr, "consensus", req, ConsensusReply, to_uuid=to_uuid,
+                                    timeout=self.timeout, done=done, late=late):
+            task = asyncio.create_task(self._call(peer, req, done, late))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _call(self, peer: Peer, req: Consensus, done: Callable) -> None:
+    async def _call(self, peer: Peer, req: Consensus, done: Callable, late: Callable) -> None:
         """The way with a coroutine: connecting first, or waiting for room."""
         try:
-            ack = await self.rpc.call(peer.addr, "consensus", req, Ack, to_uuid=peer.uuid,
-                                      timeout=self.timeout)
+            ack = await self.rpc.call(peer.addr, "consensus", req, ConsensusReply,
+                                      to_uuid=peer.uuid, timeout=self.timeout, late=late)
         except RpcError as e:
             done(None, e)
         else:
             done(ack, None)
 
-    def _answered(self, key: tuple[str, str], ack: Ack | None, error: BaseException | None) -> None:
+    def _late(self, tablet_id: str, ack: ConsensusReply) -> None:
+        """The reply of an RPC we gave up on (its deadline) came after all: the peer answered
+        in it, held back by a partition say, and Raft still wants the answer."""
+        if ack.messages and self.deliver is not None and not self._closed:
+            probe("rpc.outbox.late_reply_delivered")
+            self.deliver(tablet_id, ack.messages)
+
+    def _answered(self, key: tuple[str, str], ack: ConsensusReply | None,
+                  error: BaseException | None) -> None:
         self._busy.discard(key)
+        if ack is not None and ack.messages and self.deliver is not None:
+            self.deliver(key[1], ack.messages)
         if isinstance(error, RpcError) and error.code == ErrorCode.TOO_LARGE:
             # Not sent (RpcClient refuses a frame over the limit): one message alone exceeds
             # the frame, an entry over the limit from before it was lowered. Proposals are
@@ -200,6 +291,10 @@ class Outbox:
 
     async def close(self) -> None:
         self._closed = True
+        for slot in self._held.values():  # the server is stopping: its connections close
+            if slot[1] is not None:
+                slot[1].cancel()
+        self._held.clear()
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

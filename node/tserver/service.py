@@ -30,6 +30,7 @@ from node.protocol import (
     ChecksumScan,
     ConfigState,
     Consensus,
+    ConsensusReply,
     CreateTablet,
     DeleteTablet,
     Empty,
@@ -45,7 +46,7 @@ from node.protocol import (
 from node.replica.replica import Replica, config_text
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer
 from node.rpc.server import Reply
-from node.server.daemon import PeerBook
+from node.server.daemon import Outbox, PeerBook
 from node.server.replica_errors import proposal_error, replica_error
 from node.tablet.checksum import row_hashes, table_checksum
 from node.tablet.ops import Batch, Group, Op, Result, is_read_only
@@ -80,21 +81,58 @@ async def _awaited(work: Callable[[], Awaitable], answer: type, seq: int = 0):
 class ConsensusService:
     def __init__(self, tablets: TabletManager, book: PeerBook):
         self.tablets, self.book = tablets, book
+        # Set by the server once it knows its own address (ServerBase.start), before any
+        # replica runs: until then every request takes the awaited path.
+        self.outbox: Outbox | None = None
+        self._tasks: set[asyncio.Task] = set()  # deliver's awaited way
 
     def register(self, s: RpcServer) -> None:
         s.register_direct("consensus", Consensus, self.on_consensus)
         s.register("consensus.leader_step_down", LeaderStepDown, self.on_leader_step_down)
 
-    def on_consensus(self, req: Consensus, reply: Reply) -> Awaitable[Ack] | None:
-        """Direct: a running replica takes the messages and the sender hears back at once,
-        from this turn of the loop. Unknown peers (learning them writes the peer book) and
-        replicas that do not run take the awaited path."""
+    def on_consensus(self, req: Consensus, reply: Reply) -> Awaitable[ConsensusReply] | None:
+        """Direct: a running replica takes the messages from this turn of the loop, and its
+        answer to the sender goes back in this RPC's reply (Outbox.hold), or the reply goes
+        empty after HOLD_S. Unknown peers (learning them writes the peer book) and replicas
+        that do not run take the awaited path."""
         e = self.tablets.get(req.tablet_id)
         if e is None or e.state != TabletState.RUNNING or not self.book.knows(req.peers):
             return self._consensus(req)
-        e.replica.step(req.messages)
-        reply(Ack(True), None)
+        messages, outbox = req.messages, self.outbox
+        if not messages or outbox is None:
+            e.replica.step(messages)
+            reply(ConsensusReply(), None)
+            return None
+        sender = messages[0].from_uuid  # one replica's batch: one sender
+        outbox.hold(req.tablet_id, sender, reply)
+        try:
+            e.replica.step(messages)
+        except BaseException:
+            outbox.forget_held(req.tablet_id, sender)  # the error is the reply now
+            raise
+        outbox.held(req.tablet_id, sender)
         return None
+
+    def deliver(self, tablet_id: str, messages: list) -> None:
+        """Messages a peer's consensus reply carried (the Outbox's `deliver`), taken as a
+        request's would be: by our replica if it runs, else the awaited way, where a
+        tombstone still votes (a candidate's vote request rides in the reply to the
+        tombstone's last vote). A refusal from there has no one to go to; the peer hears it
+        with its next RPC."""
+        e = self.tablets.get(tablet_id)
+        if e is not None and e.state == TabletState.RUNNING:
+            e.replica.step(messages)
+            return
+        probe("tserver.consensus.reply_for_a_replica_not_running")
+        task = asyncio.create_task(self._consensus(Consensus(tablet_id, messages)))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        """Cancel what `deliver` still has running (the server is stopping)."""
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def on_leader_step_down(self, req: LeaderStepDown) -> Ack:
         """Kudu's LeaderStepDown, a consensus call: on a master it moves the catalog's
@@ -106,7 +144,7 @@ class ConsensusService:
             raise proposal_error(e) from None
         return Ack(True)
 
-    async def _consensus(self, req: Consensus) -> Ack:
+    async def _consensus(self, req: Consensus) -> ConsensusReply:
         if req.peers:
             await self.book.learn(req.peers)
         tid = req.tablet_id
@@ -114,15 +152,15 @@ class ConsensusService:
         state = e.state if e is not None else None
         if state == TabletState.RUNNING:
             e.replica.step(req.messages)
-            return Ack(True)
+            return ConsensusReply()
         # It takes no part; the leader may copy the tablet here. A tombstone still votes.
         if state in (TabletState.COPYING, TabletState.TOMBSTONED):
             others = await self.tablets.vote_as_tombstone(tid, req.messages)
             if not others:
-                return Ack(True)  # only votes, all answered
+                return ConsensusReply()  # only votes, all answered
         probe("tserver.consensus.refused_failed") if state == TabletState.FAILED else probe(
             "tserver.consensus.refused_not_running")
-        return Ack(False, state.value.lower() if state is not None else "missing")
+        return ConsensusReply(False, state.value.lower() if state is not None else "missing")
 
 
 class TabletService:
