@@ -85,6 +85,7 @@ class ConsensusService:
         # replica runs: until then every request takes the awaited path.
         self.outbox: Outbox | None = None
         self._tasks: set[asyncio.Task] = set()  # deliver's awaited way
+        self._closed = False
 
     def register(self, s: RpcServer) -> None:
         s.register_direct("consensus", Consensus, self.on_consensus)
@@ -123,13 +124,17 @@ class ConsensusService:
         if e is not None and e.state == TabletState.RUNNING:
             e.replica.step(messages)
             return
+        if self._closed:  # the server is stopping: a reply still came before its client closed
+            return
         probe("tserver.consensus.reply_for_a_replica_not_running")
         task = asyncio.create_task(self._consensus(Consensus(tablet_id, messages)))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def close(self) -> None:
-        """Cancel what `deliver` still has running (the server is stopping)."""
+        """Cancel what `deliver` still has running, and start nothing more (the server is
+        stopping)."""
+        self._closed = True
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
