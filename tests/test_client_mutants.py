@@ -21,8 +21,8 @@ WORKLOADS = ("register", "list-append")  # tessera sim's default: by seed parity
 
 
 # Seed 32's swarm mix before it drew batch=4 and inflight=4: then it caught reuse-slot, and no
-# default seed of 0-39 does since (docs/decisions/reply-tied-to-request.md). Since a Raft
-# answer rides in its RPC's reply, the first seed from 32 that catches it with this mix is 34.
+# default seed of 0-39 does since (docs/decisions/reply-tied-to-request.md). The test runs it
+# at the first seed from 32 that catches it with this mix on the current engine.
 SEED_32_BEFORE = ("restart:1,heal:4,copy-race:4;every=0.5-2;reads=lease;load=20x200;"
                   "writes=session-background;values=zeros;snapshot=200")
 

@@ -27,7 +27,7 @@ MUTANTS = ("fault_ack_before_fsync", "fault_apply_uncommitted_at_bootstrap",
 # 2026-12-03): ack-before-fsync at seed 100, skip-dedup 101, count-unsynced-own-entries 101
 # (swarm), read-without-leadership 103, copy-overwrite-cmeta 105, apply-uncommitted 131;
 # vote-twice-in-term at seed 100 (a replica FAILs on its vote guard before the test table is
-# writable; since answers ride in replies, 2026-12-05, at 101: 24 of seeds 101-160).
+# writable; on the current engine from seed 101, as 24 of seeds 101-160 do).
 MUTANT_SEED_CAP = 80
 # Where each mutant's search starts: 100, but apply-uncommitted's at the batch that held its first
 # catch when measured (the simulator is deterministic; a later change that moves the catch lets
