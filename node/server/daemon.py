@@ -214,9 +214,7 @@ class Outbox:
         (the rest leaves as an RPC of its own); one message over the budget alone leaves that
         way too, where the client refuses and reports it."""
         batch = self._queues[key]
-        cut, size = 0, 0
-        while cut < len(batch) and (size := size + message_bytes(batch[cut])) <= self.budget:
-            cut += 1
+        cut = self._fitting(batch, 0)
         if cut == 0:
             return self._flush(key) if key not in self._busy else None
         slot = self._held.pop(key)
@@ -229,13 +227,19 @@ class Outbox:
         if key in self._queues and key not in self._busy:
             self._flush(key)
 
+    def _fitting(self, batch: list, first: int) -> int:
+        """How many of `batch`'s leading messages go in one frame: its first `first` whatever
+        their size (an RPC carries at least one), then as many as keep within the budget."""
+        cut, size = first, sum(message_bytes(m) for m in batch[:first])
+        while cut < len(batch) and (size := size + message_bytes(batch[cut])) <= self.budget:
+            cut += 1
+        return cut
+
     def _flush(self, key: tuple[str, str]) -> None:
         batch = self._queues.pop(key, None)
         if not batch or self._closed:
             return
-        cut, size = 1, message_bytes(batch[0])
-        while cut < len(batch) and (size := size + message_bytes(batch[cut])) <= self.budget:
-            cut += 1
+        cut = self._fitting(batch, 1)
         if cut < len(batch):  # the rest leaves when this batch is answered
             probe("rpc.outbox.batch_split")
             self._queues[key] = batch[cut:]
