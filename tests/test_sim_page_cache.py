@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from wal_mutants import trust_the_cached_tail
+from wal_mutants import trust_the_cached_footer, trust_the_cached_tail
 
 from harness.sim.stack import StackConfig, StackSim
 from harness.sim.swarm import parse_mix
@@ -79,3 +79,21 @@ def test_a_term_read_back_from_the_cache_is_caught_before_any_power_loss(monkeyp
     before = run(tmp_path / "before")
     assert (before.violation or "").startswith("durability before answer: tablet "), before.violation
     assert "sent VoteResponse in term 4" in before.violation, before.violation
+
+
+def test_a_footer_whose_sync_failed_is_caught_by_the_random_nemesis(monkeypatch, tmp_path):
+    """A clean close's footer sync fails with EIO on a dying tablet server; restarted with its
+    cache, bootstrap read the footer, trusted it and began the next segment; the footer never
+    reached the disk, and the replica later refused its own log (an older segment without a
+    footer) on a disk no fault had damaged. Found by the swarm ensemble on this mix; the
+    bootstrap that writes the newest segment again first passes."""
+    def run(out: Path):
+        return StackSim(StackConfig(seed=35, workload="list-append", seconds=40.0,
+                                    mix=parse_mix(ELECTIONS_ON_FAILING_DISKS)), out).run()
+
+    fixed = run(tmp_path / "fixed")
+    assert fixed.ok(), (fixed.violation, fixed.verdict)
+    trust_the_cached_footer(monkeypatch)
+    before = run(tmp_path / "before")
+    assert (before.violation or "").startswith("corruption on an undamaged disk: tablet "), before.violation
+    assert "no footer but is not the newest segment" in before.violation

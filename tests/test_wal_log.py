@@ -634,3 +634,41 @@ def test_batches_a_failed_sync_left_in_the_page_cache_are_made_durable_before_th
     after_power_loss = loop.run_until_complete(_open(disk.crash()))
     assert [e.index for e in after_power_loss.recovered] == [1, 2, 3, 4, 5, 6]
     after_power_loss.close()
+
+
+def test_a_footer_whose_sync_failed_is_made_durable_before_a_newer_segment_is_made():
+    """A clean close (or a roll) writes the segment's footer and syncs it; if that sync fails
+    with EIO, the footer stays readable in the page cache but never reached the disk. A
+    process restarted without a power loss read the segment as finished and began the next
+    one; a power loss later took the footer, and the older segment, with no footer and not the
+    newest, refused to open (the replica FAILED on an undamaged disk). Bootstrap writes the
+    newest segment again and syncs it before it trusts its footer. Found by the whole-stack
+    simulator's disk-fault mix."""
+    import random
+
+    from harness.sim.disk import SimDisk, SimFaults
+    from harness.sim.loop import SimLoop
+    from harness.sim.network import SimNetwork
+
+    loop = SimLoop(SimNetwork(0))
+    disk = SimDisk(random.Random(1), SimFaults())
+
+    async def first_life():
+        log = Log.open("/wal", TABLET, disk=disk)
+        await log.append_future(log.reserve([entry(1), entry(2), entry(3)]))
+        disk.faults.fsync_eio_rate = 1.0
+        with pytest.raises(OSError):  # the footer's sync
+            log.close()
+        disk.faults.fsync_eio_rate = 0.0
+
+    async def second_life(log):
+        await log.append_future(log.reserve([entry(4)]))
+        log.close()
+
+    loop.run_until_complete(first_life())
+    restarted = loop.run_until_complete(_open(disk))  # the process died; the cache did not
+    assert [e.index for e in restarted.recovered] == [1, 2, 3]
+    loop.run_until_complete(second_life(restarted))
+    after_power_loss = loop.run_until_complete(_open(disk.crash()))
+    assert [e.index for e in after_power_loss.recovered] == [1, 2, 3, 4]
+    after_power_loss.close()

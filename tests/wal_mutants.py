@@ -18,3 +18,12 @@ def trust_the_cached_tail(monkeypatch) -> None:
             disk.close(fd)
 
     monkeypatch.setattr(log, "finish_file", finish_file)
+
+
+def trust_the_cached_footer(monkeypatch) -> None:
+    """Bootstrap trusting the newest segment's footer as read (maybe from the page cache only,
+    after its sync failed) and making the next segment, instead of writing it again and
+    syncing it first."""
+    from node.wal import log
+
+    monkeypatch.setattr(log, "_seal_again", lambda newest, disk: None)

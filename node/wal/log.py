@@ -33,7 +33,7 @@ from node.probes import probe
 from node.wal import format as fmt
 from node.wal.errors import WalClosed, WalCorruption, WalError
 from node.wal.reader import UnclosedTail, judge_segment, read_log, replay
-from node.wal.segment import WritableSegment, entry_stats, finish_file, scan_segment
+from node.wal.segment import Scan, WritableSegment, entry_stats, finish_file, scan_segment
 
 logger = logging.getLogger("tessera.wal")
 
@@ -162,6 +162,8 @@ class Log:
                 probe("wal.recover.torn_tail_cut")
                 logger.warning("%s: cut a torn tail at offset %d (%d bytes: %s)", unclosed.path,
                                unclosed.offset, unclosed.garbage_bytes, unclosed.reason)
+        elif segments:
+            _seal_again(segments[-1], disk)
         for path in removed:
             disk.unlink(path)
         if removed:
@@ -688,6 +690,17 @@ class Log:
         """Paths of the segments on disk, oldest first, the one being written last."""
         with self._segments_lock:
             return [s.path for s in self._closed] + [self._segment.path]
+
+
+def _seal_again(newest: Scan, disk: Disk) -> None:
+    """Write the newest segment, finished as read, again and sync it before a newer one is
+    made. Its footer may be in the page cache only: a close or a roll whose footer sync failed
+    with EIO left it readable yet never durable (finish_file says why a later sync does not
+    help). Once a newer segment exists, a power loss taking that footer would leave an older
+    segment without one, which bootstrap refuses (the replica FAILED on an undamaged disk).
+    One segment's bytes written again per open, as an unclosed tail already is."""
+    assert newest.footer is not None  # read_log: only the newest may lack one, and it did not
+    finish_file(newest.path, newest.end, newest.footer, disk)
 
 
 def _roll(old: WritableSegment, nxt: WritableSegment) -> None:
