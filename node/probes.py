@@ -546,12 +546,16 @@ CATALOG: dict[str, str] = {
     "rpc.outbox.too_large_unsent": "a Raft message alone over the frame limit was not sent",
     "rpc.client.late_reply_taken":
         "a reply that came after its call's deadline was still taken (a Raft answer in it)",
+    "rpc.client.reply_in_its_deadline_turn_taken":
+        "a reply read in the loop turn its call's deadline fired was still taken as a late one",
     "rpc.client.late_reply_forgotten":
         "a connection kept too many expired calls' replies waiting; the oldest was forgotten",
     "rpc.outbox.late_reply_delivered":
         "Raft messages in the reply of a consensus RPC we had given up on reached our replica",
     "rpc.outbox.held_reply_replaced":
         "a consensus RPC came while we still held the reply of the one before it (its deadline)",
+    "rpc.outbox.held_reply_dead_sent_as_rpc":
+        "a held consensus reply's connection had closed: the answer left as an RPC instead",
     "rpc.outbox.held_reply_released_empty":
         "a held consensus reply went out with no answer in it after HOLD_S",
     "tserver.consensus.reply_for_a_replica_not_running":

@@ -12,7 +12,9 @@ from node.consensus.messages import Heartbeat
 from node.disk import RealDisk
 from node.protocol import Ack, Consensus, ConsensusReply, Peer
 from node.rpc import ErrorCode, RpcClient, RpcError, RpcServer, wire
+from node.rpc.client import _expire as expire
 from node.server.daemon import MESSAGE_OVERHEAD, Outbox, PeerBook
+from node.tserver.tablet_manager import TabletState
 
 
 def _m(n: int) -> Heartbeat:
@@ -354,3 +356,104 @@ def test_an_answer_in_the_reply_of_an_rpc_given_up_on_still_reaches_the_replica(
             await rpc.close()
             server.close()
     asyncio.run(asyncio.wait_for(go(), 30))
+
+
+def test_a_reply_read_in_the_turn_its_deadline_fired_is_still_a_late_one(tmp_path):
+    """The deadline wheel fails a call's future in one turn of the loop and the call ends in
+    a later one (its callback, or its coroutine, resumes). A reply read in between, from the
+    same poll, found a failed future and was dropped, and the late taker the call then left
+    waited for a reply that had come: a Raft answer lost. Both ways of calling are driven
+    into that turn here, and both answers reach the caller's replica."""
+    async def silent(reader, writer):
+        while await reader.read(65536):
+            pass
+
+    async def go():
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        addr = server.sockets[0].getsockname()[:2]
+        book = PeerBook(tmp_path / "peers", RealDisk())
+        await book.learn([Peer("p1", *addr)])
+        rpc = RpcClient()
+        delivered = []
+        out = Outbox(rpc, book, Peer("me", "127.0.0.1", 1),
+                     deliver=lambda t, ms: delivered.append((t, [m.commit for m in ms])))
+        try:
+            with probes.counting() as seen:
+                for n, tablet in enumerate(("t1", "t2"), start=1):
+                    # t1 connects first (the coroutine way), t2 rides the open connection
+                    out.send(tablet, "p1", [_m(n)])
+                    conn = await _connection_with_a_call(rpc, addr)
+                    call_id, fut = next(iter(conn.pending.items()))
+                    conn.reader.feed_data(wire.frame(wire.ok_response(call_id, ConsensusReply(
+                        messages=[Heartbeat(1, "p1", "me", 100 + n)]))))
+                    expire(fut)  # the wheel, in the same turn as the read
+                    await _until(lambda: not out._busy, f"{tablet}'s call to end")
+            assert delivered == [("t1", [101]), ("t2", [102])]
+            assert seen["rpc.client.reply_in_its_deadline_turn_taken"] == 2
+            assert not conn.late and not conn.early  # nothing left waiting for what came
+        finally:
+            await out.close()
+            await rpc.close()
+            server.close()
+    asyncio.run(asyncio.wait_for(go(), 30))
+
+
+async def _connection_with_a_call(rpc: RpcClient, addr):
+    """The client's connection to `addr` once a call is pending on it."""
+    for _ in range(500):
+        conn = rpc._conns.get(tuple(addr))
+        if conn is not None and conn.pending:
+            return conn
+        await asyncio.sleep(0.005)
+    raise AssertionError("no call pending")
+
+
+def test_an_answer_for_a_held_reply_whose_connection_closed_leaves_as_an_rpc(tmp_path):
+    """b holds the reply to a's message when the connection between them drops (a reset, a
+    peer's hang-up). b's answer, made after that, went into the dead reply and was lost
+    without a trace, though the Outbox could have sent it; it now leaves as an RPC on a
+    connection of its own."""
+    async def go():
+        a, b = await _pair(tmp_path)
+        try:
+            a.out.send("t1", "b", [a.message(b, 1)])
+            await _until(lambda: b.stepped, "b to receive")
+            next(iter(a.rpc._conns.values())).writer.transport.abort()
+            await _until(lambda: not a.out._busy, "a's call to fail")
+            await asyncio.sleep(0.01)  # b's side sees the connection close
+            with probes.counting() as seen:
+                b.out.send("t1", "a", [b.message(a, 101)])  # within HOLD_S
+                await _until(lambda: a.stepped, "b's answer as an RPC")
+            assert a.stepped == [[101]] and not b.out._held
+            assert seen["rpc.outbox.held_reply_dead_sent_as_rpc"] == 1
+        finally:
+            await a.stop()
+            await b.stop()
+    asyncio.run(asyncio.wait_for(go(), 30))
+
+
+def test_an_error_taking_the_messages_a_reply_carried_is_reported_not_lost(tmp_path):
+    """Messages a reply carried for a replica that does not run take the awaited way in a task
+    of their own, which no RPC answers: an error there was dropped with the task. It is now
+    the server's handler failure, as an error in a request's handler is (the whole-stack
+    simulator fails a seed on one)."""
+    from types import SimpleNamespace
+
+    from node.tserver.service import ConsensusService
+
+    class Copying:
+        def get(self, tablet_id):
+            return SimpleNamespace(state=TabletState.COPYING)
+
+        async def vote_as_tombstone(self, tablet_id, messages):
+            raise RuntimeError("a bug on the tombstone's way")
+
+    async def go():
+        srv = RpcServer("me")
+        service = ConsensusService(Copying(), PeerBook(tmp_path / "peers", RealDisk()))
+        service.register(srv)
+        service.deliver("t1", [_m(1)])
+        await _until(lambda: not service._tasks, "the awaited way to end")
+        assert "a bug on the tombstone's way" in (srv.handler_failure or "")
+        assert srv.stats["handler_failed"] == 1
+    asyncio.run(asyncio.wait_for(go(), 10))

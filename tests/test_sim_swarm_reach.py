@@ -230,7 +230,7 @@ def test_a_copy_source_that_sends_a_committed_config_its_wal_lacks_is_caught(tmp
 
 def test_a_copy_onto_a_damaged_superblock_failing_on_it_is_caught(tmp_path, monkeypatch):
     """The engine before its fix (node.tserver.copy read a forgotten replica's superblock as
-    it found it): seed 0's copy from a follower onto a server whose replica had failed on a
+    it found it): seed 10's copy from a follower onto a server whose replica had failed on a
     truncated superblock and been deleted ended in an unexpected REMOTE_ERROR, which the
     invariants (a handler failed) and the recopy fault each call a violation
     (tests/test_failed_replica_delete.py has the fix's test)."""
@@ -242,7 +242,7 @@ def test_a_copy_onto_a_damaged_superblock_failing_on_it_is_caught(tmp_path, monk
                 if paths.disk.exists(paths.superblock) else None)
 
     monkeypatch.setattr(copy_mod, "readable_superblock", as_before)
-    result = _operator_copy(0, tmp_path)
+    result = _operator_copy(10, tmp_path)
     assert result.violation and "REMOTE_ERROR" in result.violation, result.violation
     assert "CorruptionError" in result.violation and "tablet-meta" in result.violation
 

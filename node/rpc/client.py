@@ -66,6 +66,9 @@ class _Connection:
         self.deadlines = deadlines
         self.pending: dict[int, asyncio.Future] = {}
         self.late: dict[int, Callable[[wire.Response], None]] = {}  # expired, reply still taken
+        # replies read in the turn their call's deadline fired, before the call ended (its
+        # callback, or its coroutine, runs a turn later): `take_late` hands them on
+        self.early: dict[int, wire.Response] = {}
         self.room = asyncio.Event()  # set when a call ends (callers over max_inflight wait)
         self.closed = False
         self.reader_task = asyncio.create_task(self._read_loop())
@@ -84,9 +87,12 @@ class _Connection:
                         # what every call still pending fails with.
                         reason = f"closed by peer: code {resp.code}: {resp.message}"
                     fut = self.pending.pop(resp.call_id, None)
-                    if fut is not None and not fut.done():
-                        fut.set_result(resp)
-                    elif fut is None and self.late:
+                    if fut is not None:
+                        if not fut.done():
+                            fut.set_result(resp)
+                        else:  # expired in this very turn: the call has not ended yet
+                            self.early[resp.call_id] = resp
+                    elif self.late:
                         take = self.late.pop(resp.call_id, None)
                         if take is not None:
                             take(resp)
@@ -101,6 +107,7 @@ class _Connection:
         self.closed = True
         self.writer.close()
         self.late.clear()
+        self.early.clear()
         for fut in self.pending.values():
             if not fut.done():
                 fut.set_exception(RpcError(ErrorCode.NETWORK, reason, maybe_delivered=True))
@@ -125,7 +132,10 @@ class _Connection:
     def take_late(self, call_id: int, fut: asyncio.Future, method: str, response_type: type,
                   late: Callable[[object], None] | None) -> None:
         """A call that ended past its deadline: its reply, if it still comes, goes to
-        `late(body)` (an error reply, or one that does not decode, goes nowhere)."""
+        `late(body)` (an error reply, or one that does not decode, goes nowhere). Every call
+        whose future ended without a result comes here, so a reply read in the turn its
+        deadline fired (`early`) is taken or dropped here too."""
+        early = self.early.pop(call_id, None) if self.early else None
         if late is None or self.closed or fut.cancelled() or not isinstance(fut.exception(), _Expired):
             return
         if len(self.late) >= LATE_KEPT:
@@ -140,6 +150,10 @@ class _Connection:
             probe("rpc.client.late_reply_taken")
             late(body)
 
+        if early is not None:
+            probe("rpc.client.reply_in_its_deadline_turn_taken")
+            take(early)
+            return
         self.late[call_id] = take
 
     async def wait_for_room(self, timeout: float) -> float:
@@ -266,6 +280,8 @@ class RpcClient:
                     await conn.out.drain()
             resp = await fut
         except BaseException as e:
+            if isinstance(e, TimeoutError):  # the deadline passed while the socket was full
+                _expire(fut)
             if fut.done():
                 conn.take_late(call_id, fut, method, response_type, late)
             raise _call_error(e, timeout) from None

@@ -105,7 +105,7 @@ class _Conn:
         self.room.set()
 
 
-class _DirectCall:
+class DirectCall:
     """A direct handler's `reply`: answers once, whichever comes first of the handler and the
     call's deadline."""
 
@@ -127,10 +127,16 @@ class _DirectCall:
             conn.answer(resp)
         except Exception as e:  # a reply we cannot encode is still an answer
             log.exception("encoding the reply to %s failed", self.what)
-            self.server._handler_failed(e, self.what)
+            self.server.handler_failed(e, self.what)
             conn.answer(wire.error_response(self.call_id,
                                             RpcError(ErrorCode.REMOTE_ERROR, repr(e))))
         conn.ended()
+
+    def deliverable(self) -> bool:
+        """Whether an answer could still reach the caller: none was given yet (its deadline
+        answers too) and the connection is open."""
+        conn = self.conn
+        return conn is not None and not conn.out.writer.is_closing()
 
     def expire(self) -> None:
         probe("rpc.server.direct_deadline_exceeded")
@@ -311,7 +317,7 @@ class RpcServer:
             method, body = self._route(req)
             conn.inflight += 1
             if method.direct:
-                call = _DirectCall(self, conn, call_id, req.method)
+                call = DirectCall(self, conn, call_id, req.method)
                 try:
                     slow = method.handler(body, call)
                 except Exception as e:
@@ -351,11 +357,12 @@ class RpcServer:
                 self.stats["malformed"] += 1
             return wire.error_response(call_id, e)
         log.error("handler failed", exc_info=e)  # a handler bug must not kill the connection
-        self._handler_failed(e, method)
+        self.handler_failed(e, method)
         return wire.error_response(call_id, RpcError(ErrorCode.REMOTE_ERROR, repr(e)))
 
-    def _handler_failed(self, e: BaseException, method: str) -> None:
-        """Count an error a handler raised that no guard answered. A failing disk's errors
+    def handler_failed(self, e: BaseException, method: str) -> None:
+        """Count an error a handler raised that no guard answered (also one raised by work a
+        handler's service does outside any call, as ConsensusService.deliver's). A failing disk's errors
         (EIO, ENOSPC, a read-only file system) are the machine's, reported as they are, not a
         handler's bug, and are not kept as `handler_failure`."""
         self.stats["handler_failed"] += 1
@@ -365,9 +372,9 @@ class RpcServer:
             self.handler_failure = f"{method}: {e!r}{where}"
 
     def _expire(self, item: object) -> None:
-        if isinstance(item, _DirectCall):
+        if isinstance(item, DirectCall):
             item.expire()
-        elif not item.done():  # type: ignore[attr-defined]  # not a _DirectCall: a handler's asyncio.Task
+        elif not item.done():  # type: ignore[attr-defined]  # not a DirectCall: a handler's asyncio.Task
             self._expired.add(item)  # type: ignore[arg-type]  # an asyncio.Task, as above
             item.cancel()  # type: ignore[attr-defined]  # an asyncio.Task, as above
 

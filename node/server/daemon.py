@@ -21,6 +21,7 @@ from node.errors import CorruptionError, TesseraError
 from node.probes import probe
 from node.protocol import Consensus, ConsensusReply, Peer
 from node.rpc import ErrorCode, RpcClient, RpcError
+from node.rpc.server import DirectCall
 from node.rpc.wire import ENVELOPE_RESERVE
 
 log = logging.getLogger(__name__)
@@ -170,7 +171,7 @@ class Outbox:
             self._flush(key)
 
     # -- the receiving side: answers in the reply ------------------------------------------------
-    def hold(self, tablet_id: str, from_uuid: str, reply: Callable) -> None:
+    def hold(self, tablet_id: str, from_uuid: str, reply: DirectCall) -> None:
         """Keep `reply`, the answer to `from_uuid`'s consensus RPC for `tablet_id`, for what
         our replica sends back; call `held` once the replica has stepped the messages."""
         key = (from_uuid, tablet_id)
@@ -212,7 +213,15 @@ class Outbox:
     def _answer_held(self, key: tuple[str, str]) -> None:
         """Send what is queued for `key` in the reply held for it, as much as the budget takes
         (the rest leaves as an RPC of its own); one message over the budget alone leaves that
-        way too, where the client refuses and reports it."""
+        way too, where the client refuses and reports it. A reply that can no longer reach
+        the peer (its connection closed, or its deadline answered it) carries nothing: what
+        is queued leaves as an RPC, on a connection of its own."""
+        if not self._held[key][0].deliverable():
+            probe("rpc.outbox.held_reply_dead_sent_as_rpc")
+            slot = self._held.pop(key)
+            if slot[1] is not None:
+                slot[1].cancel()
+            return self._flush(key) if key not in self._busy else None
         batch = self._queues[key]
         cut = self._fitting(batch, 0)
         if cut == 0:

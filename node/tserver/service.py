@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Awaitable, Callable
 
 from node.consensus import (
@@ -56,6 +57,8 @@ from node.tserver.tablet_manager import TabletManager, TabletState
 # any skew a clock nemesis makes (at most about two minutes), far below a forged one.
 MAX_PROPAGATED_AHEAD_US = 3600 * 1_000_000
 
+log = logging.getLogger(__name__)
+
 
 def _answer(answer: type, reply: Reply, seq: int, result: Result | list[Result] | None,
             error: BaseException | None) -> None:
@@ -86,8 +89,10 @@ class ConsensusService:
         self.outbox: Outbox | None = None
         self._tasks: set[asyncio.Task] = set()  # deliver's awaited way
         self._closed = False
+        self._server: RpcServer | None = None  # where deliver's errors are reported
 
     def register(self, s: RpcServer) -> None:
+        self._server = s
         s.register_direct("consensus", Consensus, self.on_consensus)
         s.register("consensus.leader_step_down", LeaderStepDown, self.on_leader_step_down)
 
@@ -129,7 +134,17 @@ class ConsensusService:
         probe("tserver.consensus.reply_for_a_replica_not_running")
         task = asyncio.create_task(self._consensus(Consensus(tablet_id, messages)))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._delivered)
+
+    def _delivered(self, task: asyncio.Task) -> None:
+        """The awaited way for a reply's messages ended. An error there has no RPC to answer:
+        it is reported as a handler's would be (RpcServer.handler_failed), not lost."""
+        self._tasks.discard(task)
+        if task.cancelled() or (e := task.exception()) is None or isinstance(e, RpcError):
+            return  # a refusal: the peer hears it with its next RPC
+        log.error("messages a consensus reply carried failed", exc_info=e)
+        if self._server is not None:
+            self._server.handler_failed(e, "consensus (messages a reply carried)")
 
     async def close(self) -> None:
         """Cancel what `deliver` still has running, and start nothing more (the server is
