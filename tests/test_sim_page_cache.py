@@ -57,6 +57,19 @@ def test_the_random_nemesis_reaches_a_restart_on_dropped_pages(monkeypatch, tmp_
     assert (before.violation or "").startswith("corruption on an undamaged disk: tablet "), before.violation
 
 
+def _elections_both_ways(seed: int, workload: str, seconds: float, tmp_path, take_out_the_fix):
+    """The seed on ELECTIONS_ON_FAILING_DISKS: valid on the engine as it is (asserted), then
+    its result with the fix taken out (`take_out_the_fix()`)."""
+    def run(out: Path):
+        return StackSim(StackConfig(seed=seed, workload=workload, seconds=seconds,
+                                    mix=parse_mix(ELECTIONS_ON_FAILING_DISKS)), out).run()
+
+    fixed = run(tmp_path / "fixed")
+    assert fixed.ok(), (fixed.violation, fixed.verdict)
+    take_out_the_fix()
+    return run(tmp_path / "before")
+
+
 def _trust_the_cached_record(monkeypatch) -> None:
     """The replica's open before it saved its consensus metadata again: it acts on a record
     that may live in the page cache only (a save whose directory sync failed)."""
@@ -69,14 +82,8 @@ def test_a_term_read_back_from_the_cache_is_caught_before_any_power_loss(monkeyp
     restarts on the record its cache holds. Opened without saving it again, the replica answers
     in a term a power loss would take back: the durability check (a message's term and vote
     on disk before it is sent) names it, with no power loss needed."""
-    def run(out: Path):
-        return StackSim(StackConfig(seed=169, workload="register", seconds=20.0,
-                                    mix=parse_mix(ELECTIONS_ON_FAILING_DISKS)), out).run()
-
-    fixed = run(tmp_path / "fixed")
-    assert fixed.ok(), (fixed.violation, fixed.verdict)
-    _trust_the_cached_record(monkeypatch)
-    before = run(tmp_path / "before")
+    before = _elections_both_ways(169, "register", 20.0, tmp_path,
+                                  lambda: _trust_the_cached_record(monkeypatch))
     assert (before.violation or "").startswith("durability before answer: tablet "), before.violation
     assert "sent VoteResponse in term 4" in before.violation, before.violation
 
@@ -87,13 +94,7 @@ def test_a_footer_whose_sync_failed_is_caught_by_the_random_nemesis(monkeypatch,
     reached the disk, and the replica later refused its own log (an older segment without a
     footer) on a disk no fault had damaged. Found by the swarm ensemble on this mix; the
     bootstrap that writes the newest segment again first passes."""
-    def run(out: Path):
-        return StackSim(StackConfig(seed=35, workload="list-append", seconds=40.0,
-                                    mix=parse_mix(ELECTIONS_ON_FAILING_DISKS)), out).run()
-
-    fixed = run(tmp_path / "fixed")
-    assert fixed.ok(), (fixed.violation, fixed.verdict)
-    trust_the_cached_footer(monkeypatch)
-    before = run(tmp_path / "before")
+    before = _elections_both_ways(35, "list-append", 40.0, tmp_path,
+                                  lambda: trust_the_cached_footer(monkeypatch))
     assert (before.violation or "").startswith("corruption on an undamaged disk: tablet "), before.violation
     assert "no footer but is not the newest segment" in before.violation

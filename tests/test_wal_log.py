@@ -605,20 +605,25 @@ async def _open(disk):
     return Log.open("/wal", TABLET, disk=disk)
 
 
-def test_batches_a_failed_sync_left_in_the_page_cache_are_made_durable_before_they_are_trusted():
-    """An fsync that fails with EIO leaves its pages clean in the page cache (as Linux does;
-    SimDisk models it): a process restarted without a power loss read those never-durable
-    batches as intact, and a power loss later took them from under entries it had acknowledged
-    (the newest segment then refused to open). Bootstrap writes the recovered tail again and
-    syncs it before it trusts it. Found by a review of the recovery paths."""
+def _simulated_disk():
+    """A simulated loop and a SimDisk without faults yet (it models what a failed sync leaves
+    in the page cache)."""
     import random
 
     from harness.sim.disk import SimDisk, SimFaults
     from harness.sim.loop import SimLoop
     from harness.sim.network import SimNetwork
 
-    loop = SimLoop(SimNetwork(0))
-    disk = SimDisk(random.Random(1), SimFaults())
+    return SimLoop(SimNetwork(0)), SimDisk(random.Random(1), SimFaults())
+
+
+def test_batches_a_failed_sync_left_in_the_page_cache_are_made_durable_before_they_are_trusted():
+    """An fsync that fails with EIO leaves its pages clean in the page cache (as Linux does;
+    SimDisk models it): a process restarted without a power loss read those never-durable
+    batches as intact, and a power loss later took them from under entries it had acknowledged
+    (the newest segment then refused to open). Bootstrap writes the recovered tail again and
+    syncs it before it trusts it. Found by a review of the recovery paths."""
+    loop, disk = _simulated_disk()
 
     async def write():
         log = Log.open("/wal", TABLET, disk=disk)
@@ -644,14 +649,7 @@ def test_a_footer_whose_sync_failed_is_made_durable_before_a_newer_segment_is_ma
     newest, refused to open (the replica FAILED on an undamaged disk). Bootstrap writes the
     newest segment again and syncs it before it trusts its footer. Found by the whole-stack
     simulator's disk-fault mix."""
-    import random
-
-    from harness.sim.disk import SimDisk, SimFaults
-    from harness.sim.loop import SimLoop
-    from harness.sim.network import SimNetwork
-
-    loop = SimLoop(SimNetwork(0))
-    disk = SimDisk(random.Random(1), SimFaults())
+    loop, disk = _simulated_disk()
 
     async def first_life():
         log = Log.open("/wal", TABLET, disk=disk)
