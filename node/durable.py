@@ -72,9 +72,16 @@ def decode_envelope(data: bytes, path: str | os.PathLike) -> memoryview:
 
 
 def ensure_dir(directory: str | os.PathLike, disk: Disk = REAL) -> Path:
-    """mkdir -p whose new entries survive a crash (each created level's parent is fsynced)."""
+    """mkdir -p whose entries survive a crash: each created level's parent is fsynced, and so is
+    the parent of a directory found already there. That one may be in the page cache only: its
+    mkdir's directory sync failed with EIO (Linux keeps the entry, and a later sync of a
+    directory left clean does not write it), and a process restarted without a power loss sees
+    it. Trusted, a WAL or a snapshot written and synced inside it was lost whole with it at the
+    next power loss, while the replica had acknowledged entries from it."""
     directory = Path(directory)
     if disk.isdir(directory):
+        if directory.parent != directory:
+            disk.fsync_dir(directory.parent)
         return directory
     ensure_dir(directory.parent, disk)
     try:

@@ -158,7 +158,7 @@ def test_a_failed_replica_on_a_server_in_maintenance_is_copied_over_or_refuses_t
     network; the masters replace none of its replicas meanwhile. Its tablets' leaders compact
     past it (snapshot=200), and it comes back on a disk that fails every fsync: a replica that
     fails while running is tombstoned and copied over by its leader (seed 0); one restarted on
-    the failing disk comes back FAILED and refuses the copy (seed 11). Both seeds stay valid."""
+    the failing disk comes back FAILED and refuses the copy (seed 13). Both seeds stay valid."""
     assert "maintenance" in LATE and 20 < sum("maintenance" in swarm_mix(s).kinds()
                                                for s in range(200)) < 80
     spec = BUNDLES["maintenance-compact"]
@@ -173,7 +173,7 @@ def test_a_failed_replica_on_a_server_in_maintenance_is_copied_over_or_refuses_t
     for name in ("master.rereplication.maintenance_deferred", "replica.failed.while_running",
                  "copy.over_failed_running_replica", "tablet.tombstone.write_failed"):
         assert result.probes.get(name, 0) >= 1, name
-    _valid_and_fired(StackConfig(seed=11, workload="register", seconds=8.0, mix=parse_mix(spec)),
+    _valid_and_fired(StackConfig(seed=13, workload="register", seconds=8.0, mix=parse_mix(spec)),
                      tmp_path / "restart", "copy.refused.failed_replica",
                      "master.rereplication.maintenance_deferred")
 

@@ -62,6 +62,9 @@ def load_or_create_instance(data_dir: Path, kind: str, rng: random.Random, disk:
         inst = durable.load_struct(path, Instance, disk)
         if inst.kind != kind:
             raise CorruptionError(path, None, f"data dir belongs to a {inst.kind}, not a {kind}")
+        # saved again: a first save whose directory sync failed is in the page cache only, and
+        # a power loss would then give the server a second uuid after it had served as this one
+        durable.save_struct(path, inst, disk)
         return inst.uuid
     durable.ensure_dir(data_dir, disk)
     inst = Instance(new_uuid(rng), kind)

@@ -109,6 +109,18 @@ class Superblock(msgspec.Struct, frozen=True):
         durable.save_struct(path, self, disk)
 
     @classmethod
+    def open(cls, path: str | os.PathLike, disk: Disk = REAL) -> Superblock:
+        """`load` for a server about to act on the record (start the replica, tombstone an
+        unfinished copy, vote from a tombstone): saved again first, as ConsensusMetadata.open
+        does. A save whose directory sync failed left its rename in the page cache only, and a
+        restart without a power loss reads it: a READY that a power loss then turned back into
+        COPYING tombstoned the replica as brand new (last OpId (0, 0)), and it voted for a
+        candidate missing entries it had acknowledged. A save that fails again raises."""
+        sb = cls.load(path, disk)
+        sb.save(path, disk)
+        return sb
+
+    @classmethod
     def load(cls, path: str | os.PathLike, disk: Disk = REAL) -> Superblock:
         sb = durable.load_struct(path, cls, disk)
         if sb.tablet_id != Path(path).name:

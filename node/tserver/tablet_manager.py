@@ -136,7 +136,7 @@ class TabletManager:
     def open_existing(self, tablet_id: str) -> None:
         table = "?"
         try:
-            sb = Superblock.load(self.paths(tablet_id).superblock, self.disk)
+            sb = Superblock.open(self.paths(tablet_id).superblock, self.disk)
             table = sb.table_name
             if sb.data_state == DataState.COPYING:
                 probe("tablet.open.unfinished_copy_tombstoned")

@@ -639,8 +639,10 @@ class Log:
                 self._disk.unlink(seg.path)
             if doomed:
                 probe("wal.gc.segments_deleted")
-                self._disk.fsync_dir(self.directory)
+                # forgotten before the sync: a failed one must not leave them listed, or every
+                # later gc() would fail unlinking the first again and the log would never shrink
                 del self._closed[: len(doomed)]
+                self._disk.fsync_dir(self.directory)
         return [s.path for s in doomed]
 
     def read_entries(self, first_index: int) -> list[Entry]:
