@@ -41,12 +41,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"tessera probes: no such directory: {', '.join(missing)}", file=sys.stderr)
         return BAD_ARGS
     runs = []
-    for root in args.runs:
-        for path in sorted(root.rglob("results.json")):
-            try:
-                runs.append(json.loads(path.read_text()))
-            except (OSError, ValueError):
-                print(f"tessera probes: skipping unreadable {path}", file=sys.stderr)
+    for path in _results_files(args.runs):
+        try:
+            runs.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            print(f"tessera probes: skipping unreadable {path}", file=sys.stderr)
     summary = across([r for r in runs if isinstance(r, dict)])
     if args.json:
         print(json.dumps(summary))
@@ -54,3 +53,35 @@ def run(args: argparse.Namespace) -> int:
         print(f"{summary['runs_with_probes']} runs with probes; "
               + probes.line(summary, width=len(probes.CATALOG)))
     return 0
+
+
+def _results_files(roots: list[Path]) -> list[Path]:
+    """Every results.json under `roots`, and those of the runs each test-all summary.json under
+    them names (a matrix keeps its chaos runs in the store beside it, not under its own
+    directory), each once."""
+    found: dict[Path, None] = {}
+    for root in roots:
+        for path in sorted(root.rglob("results.json")):
+            found.setdefault(path.resolve())
+        for summary in sorted(root.rglob("summary.json")):
+            for run_dir in _named_runs(summary):
+                if (results := run_dir / "results.json").exists():
+                    found.setdefault(results.resolve())
+    return list(found)
+
+
+def _named_runs(summary: Path) -> list[Path]:
+    """The run directories a test-all summary names, as written (relative to where test-all
+    ran: the store's parent, store/test-all/<time>/summary.json)."""
+    try:
+        rows = json.loads(summary.read_text()).get("runs", [])
+    except (OSError, ValueError, AttributeError):
+        print(f"tessera probes: skipping unreadable {summary}", file=sys.stderr)
+        return []
+    where = summary.resolve().parents[3]
+    dirs = []
+    for row in rows if isinstance(rows, list) else []:
+        named = row.get("run_dir") if isinstance(row, dict) else None
+        if isinstance(named, str) and named:
+            dirs.append(Path(named) if Path(named).is_absolute() else where / named)
+    return dirs

@@ -114,6 +114,33 @@ def test_a_run_dirs_probe_files_are_summarized_per_daemon_and_across_the_store(t
     assert store["hit"] == 3 and store["runs_with_probes"] == 2
 
 
+def test_probes_of_a_matrix_read_the_chaos_runs_its_summary_names(tmp_path, capsys):
+    """`tessera probes --runs store/test-all/<time>`: a matrix keeps its chaos runs in the store
+    beside it (store/<workload>/<time>), not under its own directory, and only its simulator
+    cells' results under it; the chaos runs' probes were left out (a matrix read 226 of the
+    232 probes its own summary counted). The runs its summary.json names are read too, each
+    once."""
+    import argparse
+    import json
+
+    from reports import probes_cli
+
+    a, b, c = list(probes.CATALOG)[:3]
+    matrix = tmp_path / "store" / "test-all" / "T1"
+    chaos = tmp_path / "store" / "register" / "T2"
+    for d in (matrix / "sim-1", chaos):
+        d.mkdir(parents=True)
+    (matrix / "sim-1" / "results.json").write_text(json.dumps({"probes": {"runs": {a: 1}}}))
+    (chaos / "results.json").write_text(json.dumps({"probes": {"runs": {b: 1, c: 1}}}))
+    (matrix / "summary.json").write_text(json.dumps({"runs": [
+        {"cell": "sim", "run_dir": "store/test-all/T1/sim-1"},
+        {"cell": "register/all", "run_dir": "store/register/T2"},
+        {"cell": "set/all", "run_dir": None}]}))
+    code = probes_cli.run(argparse.Namespace(runs=[matrix], json=True))
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["runs_with_probes"] == 2 and out["runs"] == {a: 1, b: 1, c: 1}
+
+
 def test_the_matrix_summary_says_which_probes_no_cell_fired():
     from harness.matrix import Outcome, summary
 

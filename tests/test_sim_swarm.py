@@ -1013,3 +1013,34 @@ def test_list_append_through_a_smart_client_in_bursts_groups_one_tablets_writes(
                  tmp_path).run()
     assert r.ok(), (r.violation, r.verdict, r.results.get("anomalies"))
     assert any(n > 1 for n in batch_sizes), batch_sizes
+
+
+def test_flip_newest_leaves_alone_a_replica_start_up_would_not_read():
+    """The flip-newest fault scans each tablet's newest WAL segment on the host for a batch to
+    flip. A copy cut part-way leaves a COPYING superblock and segment files written at the
+    offsets of the chunks that came, a header missing, say; the scan raised WalCorruption out
+    of the nemesis and the seed ended unknown (swarm seed 159 did). Start-up tombstones such a
+    replica and never reads its files: they are no target."""
+    import random
+
+    from harness.sim.disk import SimDisk, SimFaults
+    from harness.sim.stack_checks import DATA_DIR
+    from harness.sim.stack_damage import newest_segment
+    from node import durable
+    from node.disk import pwrite_all
+    from node.tablet.paths import TabletPaths
+    from node.tablet.superblock import DataState, KeyRange, OpId, Superblock
+    from node.wal.errors import WalCorruption
+
+    disk = SimDisk(random.Random(1), SimFaults())
+    paths = TabletPaths(DATA_DIR, "t1", disk)
+    sb = Superblock("t1", "tbl", KeyRange(), DataState.COPYING, tombstone_last_opid=OpId(0, 0))
+    sb.save(paths.superblock, disk)
+    durable.ensure_dir(paths.wal_dir, disk)
+    fd = disk.open(paths.wal_dir / "wal-000000001", create=True)
+    pwrite_all(disk, fd, [b"\1" * 16], 4096)  # a chunk past a header that never came
+    disk.close(fd)
+    assert newest_segment(disk, "t1") is None
+    sb.with_state(DataState.READY).save(paths.superblock, disk)
+    with pytest.raises(WalCorruption, match="bad segment magic"):
+        newest_segment(disk, "t1")  # READY: start-up reads it, and so does the fault

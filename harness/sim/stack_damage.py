@@ -108,11 +108,22 @@ def flip_wal_batch(sim, host: str, tablet: str) -> list | None:
 
 
 def newest_segment(disk, tablet: str):
-    """A scan of `tablet`'s newest WAL segment on `disk`, or None if it has none."""
+    """A scan of `tablet`'s newest WAL segment on `disk`, or None if it has none, or if the
+    replica there is not READY: a copy cut part-way leaves COPYING, with segment files written
+    at the offsets of the chunks that came (a header missing, say), which start-up tombstones
+    and never reads, so a bit flipped there is no damage a replica must fail on."""
+    from node.errors import CorruptionError
     from node.tablet.paths import TabletPaths
+    from node.tablet.superblock import DataState, Superblock
     from node.wal.segment import parse_segment_name, scan_segment
 
-    wal = TabletPaths(DATA_DIR, tablet).wal_dir
+    paths = TabletPaths(DATA_DIR, tablet)
+    try:
+        if Superblock.load(paths.superblock, disk).data_state is not DataState.READY:
+            return None
+    except (CorruptionError, OSError):  # damaged or gone: not a replica start-up runs
+        return None
+    wal = paths.wal_dir
     segs = sorted((s, n) for n in (disk.listdir(wal) if disk.isdir(wal) else [])
                   if (s := parse_segment_name(n)) is not None)
     return scan_segment(str(wal / segs[-1][1]), disk=disk) if segs else None
