@@ -637,10 +637,8 @@ class Log:
                 doomed.append(seg)
             for seg in doomed:  # oldest first: a crash midway still leaves a gap-free log
                 self._disk.unlink(seg.path)
-            if doomed:
+            if doomed:  # forgotten before the sync, which may fail: never unlinked twice
                 probe("wal.gc.segments_deleted")
-                # forgotten before the sync: a failed one must not leave them listed, or every
-                # later gc() would fail unlinking the first again and the log would never shrink
                 del self._closed[: len(doomed)]
                 self._disk.fsync_dir(self.directory)
         return [s.path for s in doomed]
