@@ -1019,7 +1019,7 @@ def test_flip_newest_leaves_alone_a_replica_start_up_would_not_read():
     """The flip-newest fault scans each tablet's newest WAL segment on the host for a batch to
     flip. A copy cut part-way leaves a COPYING superblock and segment files written at the
     offsets of the chunks that came, a header missing, say; the scan raised WalCorruption out
-    of the nemesis and the seed ended unknown (swarm seed 159 did). Start-up tombstones such a
+    of the nemesis and the seed ended unknown. Start-up tombstones such a
     replica and never reads its files: they are no target."""
     import random
 
