@@ -6,17 +6,21 @@ no other fault reaches."""
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
 
 from harness.sim.disk import SimDisk
 from harness.sim.network import SimNetwork
 from harness.sim.stack import StackConfig, StackSim
+from harness.sim.stack_checks import DATA_DIR, Invariants
 from harness.sim.stack_forge import FORGED_MODES, _read_at_boot
 from harness.sim.swarm import LATE, parse_mix, swarm_mix
 from node.errors import CorruptionError
+from node.tablet.paths import TabletPaths
 from node.tablet.snapshot import SnapshotStore
 from node.tablet.state import StateMachine
+from node.tablet.superblock import DataState, KeyRange, Superblock
 from tests.test_tablet_snapshot import busy_state
 
 FORGE = "forge:4,restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;snapshot=200"
@@ -119,3 +123,45 @@ def test_only_a_cut_file_bootstrap_reads_is_judged():
     disk.truncate_at_rest("/data/data/t1/snapshot-20", 7)
     with pytest.raises(CorruptionError):
         store.load_latest()
+
+
+def test_a_copy_from_a_cut_source_fails_its_receiver_and_is_no_violation(tmp_path, monkeypatch):
+    """Swarm seed 54000091 (found by the nightly matrix's sim-full cell): copy-shrink cut a
+    leader's snapshot under one copy session; a second session, to a replica being added on
+    another server, pinned the cut file (its manifest already had the cut length), and the
+    receiver's open refused it (copy.install.open_failed): FAILED, loudly, on a disk no fault
+    touched. The checks take that as the source's damage, which the receiver's superblock
+    names (`copied_from`); without that reading the seed fails on "corruption on an undamaged
+    disk"."""
+    cfg = StackConfig(seed=54000091, workload="list-append", seconds=15.0,
+                      mix=swarm_mix(54000091))
+    result = StackSim(cfg, tmp_path / "judged").run()
+    assert result.ok(), (result.violation, result.verdict)
+    assert result.probes.get("copy.install.open_failed", 0) >= 1
+    monkeypatch.setattr(Invariants, "_copied_damage", lambda self, host, tablet: False)
+    blind = StackSim(cfg, tmp_path / "blind").run()
+    assert "corruption on an undamaged disk" in (blind.violation or ""), blind.violation
+
+
+def test_only_a_copy_from_a_damaged_source_excuses_a_corrupt_replica(tmp_path):
+    """`_copied_damage` reads the replica's superblock: files copied from a server a storage
+    fault hit are excused; from an undamaged one, or created here, they are not."""
+    disk = SimDisk(random.Random(0))
+    sim = SimpleNamespace(disks={"h1": disk}, flipped=set(), events=[], servers={})
+    checks = Invariants(sim)
+    checks._hosts = {"u2": "h2", "u3": "h3"}
+    paths = TabletPaths(DATA_DIR, "t1")
+    for copied_from in (None, "u2", "u9"):
+        Superblock("t1", "tbl", KeyRange(), DataState.READY,
+                   copied_from=copied_from).save(paths.superblock, disk)
+        assert not checks._copied_damage("h1", "t1"), copied_from
+    sim.flipped.add("h3")
+    assert not checks._copied_damage("h1", "t1")  # from u9, a server never seen
+    Superblock("t1", "tbl", KeyRange(), DataState.READY, copied_from="u3").save(
+        paths.superblock, disk)
+    assert checks._copied_damage("h1", "t1")
+    sim.flipped.clear()
+    sim.events.append((1.0, "copy-shrink", ["t1", "h3", "h1", 0.3, 0.5, "h3"]))
+    assert checks._copied_damage("h1", "t1")
+    sim.disks["h2"] = SimDisk(random.Random(1))
+    assert not checks._copied_damage("h2", "t1")  # no superblock there

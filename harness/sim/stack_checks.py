@@ -88,6 +88,7 @@ class Invariants:
         # (host, tablet) -> [the consensus metadata's path, the file a power loss would leave
         # there, its (term, voted for)]: decoded again only when that file changes
         self._durable: dict[tuple[str, str], list] = {}
+        self._hosts: dict[str, str] = {}  # server uuid -> its host, as seen while it ran
 
     def crashed(self, host: str) -> None:
         """`host`'s process died: its restarted replicas re-learn their commit index."""
@@ -117,6 +118,8 @@ class Invariants:
             raise StackViolation(self._unsafe[0])
         self.check_leases()
         for host, server in self.sim.servers.items():
+            if getattr(server, "uuid", None) is not None:
+                self._hosts[server.uuid] = host
             failure = getattr(getattr(server, "server", None), "handler_failure", None)
             if failure is not None:
                 raise StackViolation(f"handler failed: an RPC handler on {host} raised an "
@@ -411,7 +414,8 @@ class Invariants:
                                  frozenset(m[0] for m in rep.committed_config))
         if host in self.sim.must_fail:
             self._check_damage(host, states)
-        corrupt = [r for r in reports if r.state == "FAILED" and _corruption(r.error)]
+        corrupt = [r for r in reports if r.state == "FAILED" and _corruption(r.error)
+                   and not self._copied_damage(host, r.tablet_id)]
         if corrupt and not self._storage_faulted(host):
             raise StackViolation(
                 f"corruption on an undamaged disk: tablet {corrupt[0].tablet_id} on {host} "
@@ -439,6 +443,24 @@ class Invariants:
                     and self._revived.get(key) is not r):
                 self._check_revived(host, tablet, self._tombs[key])
                 self._revived[key] = r
+
+    def _copied_damage(self, host: str, tablet: str) -> bool:
+        """Whether the replica's files came by a tablet copy from a server whose disk a fault
+        damaged: a copy sends the source's files as they are, so a file cut or flipped there
+        before the copy's manifest was made arrives whole-looking (the manifest has its cut
+        length) and the receiver's open refuses it (copy.install.open_failed). The refused
+        files are kept, under a superblock naming the source (`copied_from`). Swarm seed
+        54000091: copy-shrink cut a leader's snapshot under one copy session, and a second
+        session, to another replica, began after the cut."""
+        from node.tablet.paths import TabletPaths
+        from node.tablet.superblock import Superblock
+
+        disk, paths = self.sim.disks[host], TabletPaths(DATA_DIR, tablet)
+        try:
+            source = Superblock.load(paths.superblock, disk).copied_from
+        except Exception:  # none, or damaged itself: nothing says where the files came from
+            return False
+        return source in self._hosts and self._storage_faulted(self._hosts[source])
 
     def _check_revived(self, host: str, tablet: str, mark: int) -> None:
         """Tombstones are never resurrected: a replica that runs again where it was tombstoned
