@@ -40,9 +40,9 @@ def encode_envelope(payload: bytes) -> bytes:
     return prefix + struct.pack("<I", crc32c.crc32c(prefix)) + payload
 
 
-def decode_envelope(data: bytes, path: str | os.PathLike) -> memoryview:
-    """The payload of a whole file's bytes, as a view (a snapshot's payload is the size of the
-    tablet: no copy); any damage raises CorruptionError naming `path`."""
+def envelope_end(data: bytes, path: str | os.PathLike) -> tuple[int, int]:
+    """From a file's first HEADER_SIZE bytes (or more): the length the whole file must have and
+    its payload's CRC. A damaged header raises CorruptionError naming `path`."""
     if len(data) < HEADER_SIZE:
         probe("durable.corrupt.truncated_header")
         raise CorruptionError(
@@ -58,7 +58,13 @@ def decode_envelope(data: bytes, path: str | os.PathLike) -> memoryview:
         raise CorruptionError(path, 0, "header checksum mismatch")
     if version != VERSION:
         raise CorruptionError(path, 4, f"unsupported envelope version {version}")
-    end = HEADER_SIZE + length
+    return HEADER_SIZE + length, payload_crc
+
+
+def decode_envelope(data: bytes, path: str | os.PathLike) -> memoryview:
+    """The payload of a whole file's bytes, as a view (a snapshot's payload is the size of the
+    tablet: no copy); any damage raises CorruptionError naming `path`."""
+    end, payload_crc = envelope_end(data, path)
     if len(data) < end:
         probe("durable.corrupt.truncated_payload")
         raise CorruptionError(path, len(data), f"truncated: {len(data)} bytes, envelope says {end}")

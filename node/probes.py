@@ -367,6 +367,7 @@ CATALOG: dict[str, str] = {
     "copy.source.no_session":
         "a fetch named no live copy session (ended, expired, or the source restarted)",
     "copy.source.short_read": "a pinned copy file read short: damage, refused",
+    "copy.source.snapshot_damaged": "a snapshot a copy would send is cut or its header damaged: refused",
     "copy.source.replica_gone":
         "a copy fetch found the session's replica deleted or copied over: the session ended",
     "copy.source.pinned_file_missing":

@@ -6,6 +6,7 @@ go ahead; and the leader restarts a copied peer's progress from what the copy in
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 from tserver_helpers import (
@@ -119,6 +120,40 @@ def test_copy_onto_a_tombstone_goes_ahead_when_the_caller_expects_one(tmp_path):
             rb = b.replicas[TABLET]
             assert b.tablets.state(TABLET) != TabletState.TOMBSTONED
             assert rb.log_bounds()[1] == ra.log_bounds()[1]  # a's whole log, all 4 rows in it
+        finally:
+            await b.stop()
+            await a.stop()
+
+    asyncio.run(main())
+
+
+def test_a_source_refuses_to_send_a_snapshot_cut_at_rest_and_the_receiver_stays_a_tombstone(tmp_path):
+    """The leader's newest snapshot loses its second half on disk (a lost extent, an operator's
+    truncate) while the leader runs from memory. A copy from it is refused at its source, which
+    reads the snapshot's envelope before sending (copy.source.snapshot_damaged), and the
+    receiver's tombstone stays as it was. Before, the cut file was sent with its cut length,
+    and the receiver's open refused it: FAILED there, for an operator, on the source's damage
+    (swarm seed 54000091)."""
+    async def main():
+        a = await start_server(tmp_path / "a", snapshot_interval_entries=5, log_retain_entries=2)
+        b = await start_server(tmp_path / "b")
+        try:
+            await create(a, [a.me])
+            ra = await sole_leader(a)
+            await write_rows(a, 12)
+            await wait_for(lambda: ra.snapshots.indexes() and not ra._snapshotting, "a snapshot")
+            snapshot = ra.snapshots.path_for(ra.snapshots.indexes()[-1])
+            os.truncate(snapshot, os.path.getsize(snapshot) // 2)
+            await create(b, [b.me])
+            await sole_leader(b)
+            await b.service.on_delete_tablet(DeleteTablet(TABLET))
+            with probes.expect("copy.source.snapshot_damaged"), pytest.raises(RpcError) as e:
+                await call_copy(a, b, StartTabletCopy(TABLET, a.me, ra.term, "TOMBSTONED",
+                                                      **guards(ra)))
+            assert e.value.code == ErrorCode.ILLEGAL_STATE, e.value
+            assert "snapshot is damaged" in str(e.value), e.value
+            assert b.tablets.state(TABLET) == TabletState.TOMBSTONED
+            assert a.tablets.state(TABLET) == TabletState.RUNNING
         finally:
             await b.stop()
             await a.stop()

@@ -125,19 +125,28 @@ def test_only_a_cut_file_bootstrap_reads_is_judged():
         store.load_latest()
 
 
-def test_a_copy_from_a_cut_source_fails_its_receiver_and_is_no_violation(tmp_path, monkeypatch):
+def test_a_cut_snapshot_is_refused_at_its_copy_source_and_else_excused_at_its_receiver(
+        tmp_path, monkeypatch):
     """Swarm seed 54000091 (found by the nightly matrix's sim-full cell): copy-shrink cut a
-    leader's snapshot under one copy session; a second session, to a replica being added on
-    another server, pinned the cut file (its manifest already had the cut length), and the
-    receiver's open refused it (copy.install.open_failed): FAILED, loudly, on a disk no fault
-    touched. The checks take that as the source's damage, which the receiver's superblock
-    names (`copied_from`); without that reading the seed fails on "corruption on an undamaged
-    disk"."""
+    leader's snapshot under one copy session, and a second session, to a replica being added on
+    another server, began after the cut. The source now reads the snapshot's envelope first
+    and refuses it (copy.source.snapshot_damaged). Without that, the cut file went out with its
+    cut length and the receiver's open refused it (copy.install.open_failed): FAILED, loudly,
+    on a disk no fault touched, which the checks take as the source's damage because the
+    receiver's superblock names the source (`copied_from`); without that reading too, the seed
+    fails on "corruption on an undamaged disk"."""
+    from node.tserver import copy_source
+
     cfg = StackConfig(seed=54000091, workload="list-append", seconds=15.0,
                       mix=swarm_mix(54000091))
-    result = StackSim(cfg, tmp_path / "judged").run()
+    result = StackSim(cfg, tmp_path / "refused").run()
     assert result.ok(), (result.violation, result.verdict)
-    assert result.probes.get("copy.install.open_failed", 0) >= 1
+    assert result.probes.get("copy.source.snapshot_damaged", 0) >= 1
+    assert result.probes.get("copy.install.open_failed", 0) == 0
+    monkeypatch.setattr(copy_source, "_whole_snapshot", lambda disk, path: disk.size(path))
+    sent = StackSim(cfg, tmp_path / "sent").run()
+    assert sent.ok(), (sent.violation, sent.verdict)
+    assert sent.probes.get("copy.install.open_failed", 0) >= 1
     monkeypatch.setattr(Invariants, "_copied_damage", lambda self, host, tablet: False)
     blind = StackSim(cfg, tmp_path / "blind").run()
     assert "corruption on an undamaged disk" in (blind.violation or ""), blind.violation

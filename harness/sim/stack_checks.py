@@ -447,11 +447,12 @@ class Invariants:
     def _copied_damage(self, host: str, tablet: str) -> bool:
         """Whether the replica's files came by a tablet copy from a server whose disk a fault
         damaged: a copy sends the source's files as they are, so a file cut or flipped there
-        before the copy's manifest was made arrives whole-looking (the manifest has its cut
-        length) and the receiver's open refuses it (copy.install.open_failed). The refused
-        files are kept, under a superblock naming the source (`copied_from`). Swarm seed
-        54000091: copy-shrink cut a leader's snapshot under one copy session, and a second
-        session, to another replica, began after the cut."""
+        before the copy's manifest was made goes out with its cut length (a finished WAL
+        segment; a snapshot the source now refuses, node.tserver.copy_source), a flipped bit
+        with the rest, and the receiver's open refuses it (copy.install.open_failed). The
+        refused files are kept, under a superblock naming the source (`copied_from`). Swarm
+        seed 54000091, with the source's check taken out: copy-shrink cut a leader's snapshot
+        under one copy session, and a second session, to another replica, began after it."""
         from node.tablet.paths import TabletPaths
         from node.tablet.superblock import Superblock
 

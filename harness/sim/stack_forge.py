@@ -256,9 +256,9 @@ async def copy_shrink(sim, value: list) -> list:
     not blind to the cut (a snapshot cut while pinned, a newer one saved durably before the
     reboot). Any cut finished segment is judged: the log's recovery reads
     every segment in its directory (node.wal.reader.read_log). Another copy session the
-    source begins after the cut sends the cut file as it is (its manifest has the cut
-    length): that receiver fails at open, its files naming the damaged source
-    (stack_checks `Invariants._copied_damage`)."""
+    source begins after the cut refuses a cut snapshot (copy.source.snapshot_damaged) and
+    sends a cut segment with its cut length: that receiver fails at open, its files naming
+    the damaged source (stack_checks `Invariants._copied_damage`)."""
     from harness.sim.stack_copy_cut import WATCH_S, _unslow, copy_under_way, holds_session
 
     tablet, leader, r, delay, keep = value[:5]

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 import crc32c
 
+from node import durable
 from node.consensus import encode_config
 from node.disk import Disk
-from node.errors import ReplicaError
+from node.errors import CorruptionError, ReplicaError
 from node.probes import probe
 from node.protocol import (
     BeginCopySession,
@@ -171,11 +172,31 @@ def _manifest(src: CopySource, disk: Disk) -> tuple[list[str], list[CopyFile]]:
     paths, files = [], []
     if src.snapshot is not None:
         paths.append(src.snapshot)
-        files.append(CopyFile("snapshot", os.path.basename(src.snapshot), disk.size(src.snapshot)))
+        files.append(CopyFile("snapshot", os.path.basename(src.snapshot),
+                              _whole_snapshot(disk, src.snapshot)))
     for path, length in src.wal:
         paths.append(path)
         files.append(CopyFile("wal", os.path.basename(path), length))
     return paths, files
+
+
+def _whole_snapshot(disk: Disk, path: str) -> int:
+    """The snapshot's size, if it is the one its envelope gives. A snapshot is saved whole
+    (written, synced, renamed in), so any other size is damage at rest since: a lost extent,
+    an operator's truncate. Sent, the cut file would fail the receiver's open and leave it
+    FAILED, for an operator, on the source's damage (swarm seed 54000091); refused, the copy
+    fails here, the receiver keeps what it had, and a later copy sends the snapshot that
+    supersedes this one. A bit flipped inside is the receiver's open to find (the payload's
+    CRC): a source that reads chunk by chunk never holds the whole file."""
+    size = disk.size(path)
+    try:
+        end, _ = durable.envelope_end(disk.read(path, 0, durable.HEADER_SIZE), path)
+        if end != size:
+            raise CorruptionError(path, size, f"{size} bytes, its envelope says {end}")
+    except CorruptionError as e:
+        probe("copy.source.snapshot_damaged")
+        raise RpcError(ErrorCode.ILLEGAL_STATE, f"the source's snapshot is damaged: {e}") from None
+    return size
 
 
 def _read(disk: Disk, path: str, offset: int, length: int) -> bytes:
