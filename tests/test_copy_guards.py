@@ -73,14 +73,25 @@ def test_copy_onto_an_up_to_date_running_replica_is_refused_and_its_data_survive
         asyncio.run(main())
 
 
+async def _a_snapshotting_and_b(tmp_path) -> tuple:
+    """Two tablet servers: a snapshots every 5 entries and keeps 2 behind its snapshot."""
+    a = await start_server(tmp_path / "a", snapshot_interval_entries=5, log_retain_entries=2)
+    return a, await start_server(tmp_path / "b")
+
+
+async def _leading_with_12_rows(ts):
+    """The tablet created on `ts` alone, its replica leading, 12 rows written; the replica."""
+    await create(ts, [ts.me])
+    r = await sole_leader(ts)
+    await write_rows(ts, 12)
+    return r
+
+
 def test_copy_over_a_replica_behind_the_leaders_retained_log_goes_ahead(tmp_path):
     async def main():
-        a = await start_server(tmp_path / "a", snapshot_interval_entries=5, log_retain_entries=2)
-        b = await start_server(tmp_path / "b")
+        a, b = await _a_snapshotting_and_b(tmp_path)
         try:
-            await create(a, [a.me])
-            ra = await sole_leader(a)
-            await write_rows(a, 12)
+            ra = await _leading_with_12_rows(a)
             await wait_for(lambda: ra.core.log.offset > 0, "the leader to compact its log")
             # b runs a replica of the tablet whose log does not hold a's first retained op
             await create(b, [b.me])
@@ -135,12 +146,9 @@ def test_a_source_refuses_to_send_a_snapshot_cut_at_rest_and_the_receiver_stays_
     and the receiver's open refused it: FAILED there, for an operator, on the source's damage
     (swarm seed 54000091)."""
     async def main():
-        a = await start_server(tmp_path / "a", snapshot_interval_entries=5, log_retain_entries=2)
-        b = await start_server(tmp_path / "b")
+        a, b = await _a_snapshotting_and_b(tmp_path)
         try:
-            await create(a, [a.me])
-            ra = await sole_leader(a)
-            await write_rows(a, 12)
+            ra = await _leading_with_12_rows(a)
             await wait_for(lambda: ra.snapshots.indexes() and not ra._snapshotting, "a snapshot")
             snapshot = ra.snapshots.path_for(ra.snapshots.indexes()[-1])
             os.truncate(snapshot, os.path.getsize(snapshot) // 2)
