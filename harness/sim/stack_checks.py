@@ -450,9 +450,9 @@ class Invariants:
         before the copy's manifest was made goes out with its cut length (a finished WAL
         segment; a snapshot the source now refuses, node.tserver.copy_source), a flipped bit
         with the rest, and the receiver's open refuses it (copy.install.open_failed). The
-        refused files are kept, under a superblock naming the source (`copied_from`). Swarm
-        seed 54000091, with the source's check taken out: copy-shrink cut a leader's snapshot
-        under one copy session, and a second session, to another replica, began after it."""
+        refused files are kept, under a superblock naming the source (`copied_from`). The
+        nightly matrix met it: copy-shrink cut a leader's snapshot under one copy session, and
+        a second session, to another replica, began after the cut."""
         from node.tablet.paths import TabletPaths
         from node.tablet.superblock import Superblock
 

@@ -184,9 +184,8 @@ def _whole_snapshot(disk: Disk, path: str) -> int:
     """The snapshot's size, if it is the one its envelope gives. A snapshot is saved whole
     (written, synced, renamed in), so any other size is damage at rest since: a lost extent,
     an operator's truncate. Sent, the cut file would fail the receiver's open and leave it
-    FAILED, for an operator, on the source's damage (swarm seed 54000091); refused, the copy
-    fails here, the receiver keeps what it had, and a later copy sends the snapshot that
-    supersedes this one. A bit flipped inside is the receiver's open to find (the payload's
+    FAILED, for an operator, on the source's damage; refused, the copy fails here, the
+    receiver keeps what it had, and a later copy sends the snapshot that supersedes this one. A bit flipped inside is the receiver's open to find (the payload's
     CRC): a source that reads chunk by chunk never holds the whole file."""
     size = disk.size(path)
     try:
