@@ -71,17 +71,21 @@ def _results_files(roots: list[Path]) -> list[Path]:
 
 
 def _named_runs(summary: Path) -> list[Path]:
-    """The run directories a test-all summary names, as written (relative to where test-all
-    ran: the store's parent, store/test-all/<time>/summary.json)."""
+    """The run directories a test-all summary names that exist. A relative name is relative
+    to where test-all ran (the store's parent, for store/test-all/<time>/summary.json): it is
+    looked for from the summary's directory upwards, so a summary copied elsewhere, or any
+    other summary.json, costs nothing but the names it cannot find."""
     try:
         rows = json.loads(summary.read_text()).get("runs", [])
     except (OSError, ValueError, AttributeError):
         print(f"tessera probes: skipping unreadable {summary}", file=sys.stderr)
         return []
-    where = summary.resolve().parents[3]
+    bases = summary.resolve().parents
     dirs = []
     for row in rows if isinstance(rows, list) else []:
         named = row.get("run_dir") if isinstance(row, dict) else None
         if isinstance(named, str) and named:
-            dirs.append(Path(named) if Path(named).is_absolute() else where / named)
+            found = next((base / named for base in bases if (base / named).is_dir()), None)
+            if found is not None:
+                dirs.append(found)
     return dirs

@@ -141,6 +141,21 @@ def test_probes_of_a_matrix_read_the_chaos_runs_its_summary_names(tmp_path, caps
     assert code == 0 and out["runs_with_probes"] == 2 and out["runs"] == {a: 1, b: 1, c: 1}
 
 
+def test_probes_of_a_summary_near_the_root_naming_what_is_not_there_is_no_traceback(tmp_path, capsys):
+    """A summary.json one level under the directory given (a summary copied out of its store,
+    or another tool's file of that name) whose runs are not there: nothing read, exit 0."""
+    import argparse
+    import json
+
+    from reports import probes_cli
+
+    (tmp_path / "summary.json").write_text(json.dumps({"runs": [{"run_dir": "store/a/T"},
+                                                                {"run_dir": "/no/such/run"}]}))
+    assert probes_cli._named_runs(tmp_path / "summary.json") == []
+    assert probes_cli.run(argparse.Namespace(runs=[tmp_path], json=True)) == 0
+    assert json.loads(capsys.readouterr().out)["runs_with_probes"] == 0
+
+
 def test_the_matrix_summary_says_which_probes_no_cell_fired():
     from harness.matrix import Outcome, summary
 

@@ -112,8 +112,8 @@ class Superblock(msgspec.Struct, frozen=True):
     def open(cls, path: str | os.PathLike, disk: Disk = REAL) -> Superblock:
         """`load` for start-up, which acts on the record (starts the replica, tombstones an
         unfinished copy, keeps a tombstone that will vote): saved again first, as
-        ConsensusMetadata.open does. A save whose directory sync failed left its rename in the page cache only, and a
-        restart without a power loss reads it: a READY that a power loss then turned back into
+        ConsensusMetadata.open does. A save whose directory sync failed left its rename in the
+        page cache only, and a restart without a power loss reads it: a READY that a power loss then turned back into
         COPYING tombstoned the replica as brand new (last OpId (0, 0)), and it voted for a
         candidate missing entries it had acknowledged. A save that fails again raises."""
         sb = cls.load(path, disk)
