@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nemeses.base import Nemesis
+from nemeses.membership import Refused
 from nemeses.registry import Package, register
 
 MAX_MASTERS = 5
@@ -45,7 +46,10 @@ class MasterMembership(Nemesis):
         if not self.db.added_masters:
             return {"skipped": "no host without a master"}
         host = self.db.added_masters[-1]
-        uuid = self.db.remove_master(host)
+        try:
+            uuid = self.db.remove_master(host)
+        except Refused as e:  # refusing is right: the step is tried again at the next one
+            return {"skipped": f"the masters refused to remove {host}'s master now: {e}"}
         self.active = bool(self.db.added_masters)
         return {"removed": host, "uuid": uuid, "masters": len(masters) - 1}
 

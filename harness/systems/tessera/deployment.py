@@ -247,10 +247,20 @@ class TesseraDB(Deployment):
 
     def remove_master(self, host: str) -> str:
         """Remove the master `add_master` put on `host` (Kudu's master remove), then stop it
-        and wipe its data dir; its UUID."""
+        and wipe its data dir; its UUID. A removal the leader master refuses as unsafe now
+        (other faults hold too many masters down) raises nemeses.membership.Refused and
+        changes nothing."""
+        from harness.systems.tessera.members import refused_as_unsafe
+        from nemeses.membership import Refused
+
         if host not in self.added_masters:
             raise ClusterError(f"{host} has no added master to remove")
-        uuid = self._leave(host)
+        try:
+            uuid = self._leave(host)
+        except Exception as e:
+            if refused_as_unsafe(e):
+                raise Refused(str(e)) from None
+            raise
         self._drop_master(host)
         return uuid
 

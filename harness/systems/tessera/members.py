@@ -114,11 +114,19 @@ class TabletMembers:
             except RpcError as e:
                 if e.code == ErrorCode.ILLEGAL_STATE and done_already in str(e):
                     return []
-                if e.code == ErrorCode.ILLEGAL_STATE and "UnsafeChange" in str(e):
+                if refused_as_unsafe(e):
                     raise Refused(e.message) from None
                 if time.monotonic() > deadline:
                     raise
             time.sleep(1.0)
+
+
+def refused_as_unsafe(e: Exception) -> bool:
+    """Whether a config change failed because the leader refused it as unsafe now
+    (consensus.UnsafeChange: too few live voters would remain) and did nothing."""
+    from node.rpc import ErrorCode, RpcError
+
+    return isinstance(e, RpcError) and e.code == ErrorCode.ILLEGAL_STATE and "UnsafeChange" in str(e)
 
 
 async def change_replica(db, tablet: str, op: str, uuid: str, timeout: float = 10.0) -> list[list]:
