@@ -218,8 +218,6 @@ CATALOG: dict[str, str] = {
         "creating the next segment failed: the next group's write fails the log",
     "wal.segment.rolled": "the log rolled: the old segment got its footer and the new one its name",
     "wal.gc.segments_deleted": "log GC deleted closed segments below every anchor",
-    "wal.read_entries.active_damaged":
-        "reading the log back for a peer found the active segment's written part damaged",
     "wal.close.failed_segment_left":
         "a failed log was closed without a footer: bootstrap judges the segment",
     "wal.copy.preallocation_restored":

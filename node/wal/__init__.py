@@ -16,7 +16,6 @@
     res = log.truncate_suffix(after_index)  # Raft replacing a divergent tail: a reservation,
     log.async_append(res, callback)         # appended like entries (or append_future)
     log.register_anchor("peer-2", 120)  # keep entries >= 120; release_anchor(name) to drop
-    log.read_entries(120)               # the log from index 120 on, read back from disk
     log.gc()                            # delete closed segments wholly below every anchor
     log.close()                         # footer on the last segment
 

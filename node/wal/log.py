@@ -31,9 +31,9 @@ from node.entry import Entry
 from node.faults import Faults
 from node.probes import probe
 from node.wal import format as fmt
-from node.wal.errors import WalClosed, WalCorruption, WalError
-from node.wal.reader import UnclosedTail, judge_segment, read_log, replay
-from node.wal.segment import Scan, WritableSegment, entry_stats, finish_file, scan_segment
+from node.wal.errors import WalClosed, WalError
+from node.wal.reader import UnclosedTail, read_log
+from node.wal.segment import Scan, WritableSegment, entry_stats, finish_file
 
 logger = logging.getLogger("tessera.wal")
 
@@ -642,28 +642,6 @@ class Log:
                 del self._closed[: len(doomed)]
                 self._disk.fsync_dir(self.directory)
         return [s.path for s in doomed]
-
-    def read_entries(self, first_index: int) -> list[Entry]:
-        """The log from `first_index` to its last written entry, read back from disk (for a
-        peer catching up). Hold an anchor at or below `first_index` so GC keeps the segments."""
-        with self._segments_lock:
-            closed = list(self._closed)
-            active, (active_end, _) = self._segment.path, self._segment.readable
-        start = 0  # the newest segment starting at or below first_index: a replay from there
-        for i, seg in enumerate(closed):  # is exact for every index >= its first entry
-            if seg.footer.num_entries and seg.footer.min_index <= first_index:
-                start = i
-        scans = [scan_segment(s.path, disk=self._disk) for s in closed[start:]]
-        for scan in scans:
-            judge_segment(scan, is_last=False)
-        scans.append(scan_segment(active, active_end, self._disk))
-        if scans[-1].problem is not None:  # the written part of the active segment is whole
-            probe("wal.read_entries.active_damaged")
-            raise WalCorruption(active, scans[-1].end, scans[-1].problem)
-        entries, _ = replay(scans)
-        if entries and entries[0].index < first_index:
-            del entries[: first_index - entries[0].index]
-        return entries
 
     def copy_extents(self, first_index: int) -> tuple[list[tuple[str, int]], int, int]:
         """What a tablet copy sends of the log from `first_index` on: each segment file that
