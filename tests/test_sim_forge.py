@@ -77,8 +77,8 @@ def test_a_file_cut_under_a_copy_source_is_a_short_read_and_fails_it_at_its_rebo
     (judged, as the recorded value says)."""
     sim, _ = _run(tmp_path, SHRINK, 1, "list-append", 15.0, "copy.source.short_read",
                   "tablet.failed.at_open")
-    cuts = [e[2] for e in sim.events if e[1] == "copy-shrink" and len(e[2]) == 9]
-    assert cuts and all(v[-1] == v[0] for v in cuts), cuts
+    cuts = [e[2] for e in sim.events if e[1] == "copy-shrink" and len(e[2]) == 10]
+    assert cuts and all(v[-2] == v[0] for v in cuts), cuts
 
 
 def test_the_network_garbles_only_what_the_picker_names():
@@ -127,18 +127,17 @@ def test_only_a_cut_file_bootstrap_reads_is_judged():
 
 def test_a_cut_snapshot_is_refused_at_its_copy_source_and_else_excused_at_its_receiver(
         tmp_path, monkeypatch):
-    """Swarm seed 54000091 (found by the nightly matrix's sim-full cell): copy-shrink cut a
-    leader's snapshot under one copy session, and a second session, to a replica being added on
-    another server, began after the cut. The source now reads the snapshot's envelope first
-    and refuses it (copy.source.snapshot_damaged). Without that, the cut file went out with its
-    cut length and the receiver's open refused it (copy.install.open_failed): FAILED, loudly,
-    on a disk no fault touched, which the checks take as the source's damage because the
-    receiver's superblock names the source (`copied_from`); without that reading too, the seed
-    fails on "corruption on an undamaged disk"."""
+    """A snapshot cut under a copy session, then the operator's copy from that source
+    (copy-shrink's `_copy_again`; the nightly matrix's swarm seed 54000091 first met such a
+    second session). The source reads the snapshot's envelope first and refuses it
+    (copy.source.snapshot_damaged). Without that, the cut file went out with its cut length
+    and the receiver's open refused it (copy.install.open_failed): FAILED, loudly, on a disk
+    no fault touched, which the checks take as the source's damage because the receiver's
+    superblock names the source (`copied_from`); without that reading too, the seed fails on
+    "corruption on an undamaged disk"."""
     from node.tserver import copy_source
 
-    cfg = StackConfig(seed=54000091, workload="list-append", seconds=15.0,
-                      mix=swarm_mix(54000091))
+    cfg = StackConfig(seed=4, workload="list-append", seconds=15.0, mix=parse_mix(SHRINK))
     result = StackSim(cfg, tmp_path / "refused").run()
     assert result.ok(), (result.violation, result.verdict)
     assert result.probes.get("copy.source.snapshot_damaged", 0) >= 1

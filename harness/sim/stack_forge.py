@@ -246,7 +246,8 @@ async def copy_shrink(sim, value: list) -> list:
     system losing an extent or an operator's truncate does. The source's read of it comes
     back short (copy.source.short_read) and the copy fails; then the source loses power and
     boots: if bootstrap still reads the cut file (`_read_at_boot`), its replica must come back
-    FAILED. Recorded as [*value, source, path, cut length, judged].
+    FAILED. Between the two, an operator copies the tablet from the source again
+    (`_copy_again`). Recorded as [*value, source, path, cut length, judged, the copy's outcome].
 
     A cut snapshot is judged only while it is the newest at rest after the power loss. The
     source keeps snapshotting while the copy runs: a snapshot saved after the pin (from the
@@ -278,6 +279,7 @@ async def copy_shrink(sim, value: list) -> list:
         while sim.loop.time() < deadline and source not in sim.down and holds_session(
                 sim.servers.get(source), tablet, server.uuid):
             await asyncio.sleep(0.01)
+        again = await _copy_again(sim, tablet, source)
         judged = None
         if source not in sim.down:
             sim._crash(source)
@@ -288,9 +290,33 @@ async def copy_shrink(sim, value: list) -> list:
                 sim.must_fail[source] = (tablet, f"{path.removeprefix('/data/')} cut to {cut} "
                                                  "bytes while its server ran")
             sim._boot(source)
-        return [*value[:5], source, path, cut, judged]
+        return [*value[:5], source, path, cut, judged, again]
     finally:
         _unslow(sim, leader, r, delay)
+
+
+async def _copy_again(sim, tablet: str, source: str) -> str:
+    """An operator's copy of `tablet` from the damaged source, once the leader's copy failed
+    on it, to the first server up with no replica of the tablet (or only its tombstone; R's
+    qualifies), as `kudu remote_replica copy` would be run next: the new session's manifest
+    meets the cut file at the source. A cut snapshot still the newest must be refused before
+    any of it is sent (copy.source.snapshot_damaged); a cut segment is sent at its cut length,
+    the receiver fails at open, and its files name the damaged source (stack_checks
+    `Invariants._copied_damage`). Without this copy, the source lost power as soon as the
+    first session ended, and no seed began a second session on a damaged source."""
+    from harness.sim.stack_recopy import _replica_absent, _tablets, operator_copy
+
+    if source in sim.down or _tablets(sim, source) is None:
+        return "skipped: source down"
+    dst = next((h for h in sim.tservers if h != source and h not in sim.down
+                and getattr(sim.servers.get(h), "uuid", None) is not None
+                and _tablets(sim, h) is not None and _replica_absent(sim, h, tablet)), None)
+    if dst is None:
+        return "skipped: no server without the tablet"
+    # the receiver by uuid: a host named in a storage fault's record counts as damaged
+    # (stack_checks `_storage_faulted`), and this one's disk is not
+    uuid = sim.servers[dst].uuid
+    return f"to {uuid}: {await operator_copy(sim, tablet, source, dst, 'copy-shrink')}"
 
 
 def _shrinkable(disk, server, tablet: str, uuid: str) -> str | None:

@@ -97,9 +97,6 @@ def _running(sim, host: str, tablet: str) -> bool:
 async def recopy(sim, value: list) -> list:
     """Apply `value` (`choose`); recorded as [*value, outcome]; a copy the mode forbids sets
     the run's violation."""
-    from node.protocol import Peer, StartTabletCopy, TabletCopyResult
-    from node.rpc import ErrorCode, RpcError
-
     tablet, src, dst, mode = value[:4]
     chosen = value[:6] if mode == "follower-source" else value[:4]
     hosts = (src, dst, value[4]) if mode == "follower-source" else (src, dst)
@@ -114,22 +111,8 @@ async def recopy(sim, value: list) -> list:
         if slowed is None:
             return [*chosen, "skipped: the config change failed"]
         await _aim(src_server.replicas.get(tablet))
-    state = dst_server.tablets.state(tablet)
-    req = StartTabletCopy(tablet, Peer(src_server.uuid, src, TSERVER_PORT), MAX_TERM,
-                          current_state="MISSING" if state is None else state.value)
     try:
-        await asyncio.wait_for(sim.client.rpc.call(
-            (dst, TSERVER_PORT), "ts.start_tablet_copy", req, TabletCopyResult,
-            to_uuid=dst_server.uuid, timeout=PATIENCE_S), PATIENCE_S)
-        outcome = "copied"
-    except RpcError as e:
-        outcome = f"refused: {e.code.name}"
-        if e.code == ErrorCode.REMOTE_ERROR:  # no guard answered: a handler raised
-            sim.violation = sim.violation or (
-                f"recopy: an operator's copy of {tablet} from {src} to {dst} ({mode}) failed "
-                f"on an error no guard handled: {e}")
-    except (TimeoutError, OSError) as e:
-        outcome = f"no answer: {type(e).__name__}"
+        outcome = await operator_copy(sim, tablet, src, dst, mode)
     finally:
         if slowed and sim.disk_faults.get(src) == "slow":
             sim._clear_disk_fault(src)
@@ -146,6 +129,33 @@ async def recopy(sim, value: list) -> list:
             f"recopy: a copy of {tablet} from the follower {src} to {dst} installed a replica "
             "that failed to open")
     return [*chosen, outcome]
+
+
+async def operator_copy(sim, tablet: str, src: str, dst: str, why: str) -> str:
+    """`kudu remote_replica copy TABLET SRC DST`: ts.start_tablet_copy at DST naming SRC, with
+    what DST holds and the largest term. "copied", "refused: CODE" or "no answer: ..."; a
+    refusal no guard gave (REMOTE_ERROR: a handler raised) sets the run's violation, naming
+    `why` the copy was made."""
+    from node.protocol import Peer, StartTabletCopy, TabletCopyResult
+    from node.rpc import ErrorCode, RpcError
+
+    dst_server = sim.servers[dst]
+    state = dst_server.tablets.state(tablet)
+    req = StartTabletCopy(tablet, Peer(sim.servers[src].uuid, src, TSERVER_PORT), MAX_TERM,
+                          current_state="MISSING" if state is None else state.value)
+    try:
+        await asyncio.wait_for(sim.client.rpc.call(
+            (dst, TSERVER_PORT), "ts.start_tablet_copy", req, TabletCopyResult,
+            to_uuid=dst_server.uuid, timeout=PATIENCE_S), PATIENCE_S)
+        return "copied"
+    except RpcError as e:
+        if e.code == ErrorCode.REMOTE_ERROR:  # no guard answered: a handler raised
+            sim.violation = sim.violation or (
+                f"recopy: an operator's copy of {tablet} from {src} to {dst} ({why}) failed "
+                f"on an error no guard handled: {e}")
+        return f"refused: {e.code.name}"
+    except (TimeoutError, OSError) as e:
+        return f"no answer: {type(e).__name__}"
 
 
 def _as_chosen(sim, mode: str, chosen: list) -> bool:
