@@ -377,6 +377,8 @@ CATALOG: dict[str, str] = {
         "pinning gave up: the committed config's entry never reached the synced WAL",
     "copy.pins.wal_starts_after_snapshot":
         "pinning refused: the WAL starts after the snapshot (a gap)",
+    "copy.pins.wal_segment_missing":
+        "pinning refused: a segment of the log the copy would send is gone from disk",
     # --- tserver: the tablet server's services ---
     "tserver.request.refused_failed":
         "a request for a FAILED replica was refused (TABLET_NOT_RUNNING)",

@@ -28,6 +28,7 @@ from node.rpc import ErrorCode, RpcError
 from node.tablet.ops import Read as Get
 from node.tablet.superblock import DataState, OpId, Superblock
 from node.tserver.tablet_manager import TabletState
+from node.wal import LogOptions
 
 
 def guards(r) -> dict:
@@ -138,28 +139,59 @@ def test_copy_onto_a_tombstone_goes_ahead_when_the_caller_expects_one(tmp_path):
     asyncio.run(main())
 
 
-def test_a_source_refuses_to_send_a_snapshot_cut_at_rest_and_the_receiver_stays_a_tombstone(tmp_path):
-    """The leader's newest snapshot loses its second half on disk (a lost extent, an operator's
-    truncate) while the leader runs from memory. A copy from it is refused at its source, which
-    reads the snapshot's envelope before sending (copy.source.snapshot_damaged), and the
-    receiver's tombstone stays as it was. Before, the cut file was sent with its cut length,
-    and the receiver's open refused it: FAILED there, for an operator, on the source's damage
-    (swarm seed 54000091)."""
+def _cut_snapshot(ra) -> str:
+    snapshot = ra.snapshots.path_for(ra.snapshots.indexes()[-1])
+    os.truncate(snapshot, os.path.getsize(snapshot) // 2)
+    return "snapshot is damaged"
+
+
+def _lost_snapshot(ra) -> str:
+    """Every snapshot lost, and the log collected below the newest: nothing to send from 1."""
+    assert ra.wal.segments() and ra.core.log.offset > 0
+    for index in ra.snapshots.indexes():
+        os.unlink(ra.snapshots.path_for(index))
+    return "the WAL starts at"
+
+
+def _lost_segment(ra) -> str:
+    """The oldest closed segment holding entries after the newest snapshot: one a copy sends."""
+    after = ra.snapshots.indexes()[-1]
+    closed = [s for s in ra.wal._closed if s.footer.num_entries and s.footer.max_index > after]
+    os.unlink(closed[0].path)
+    return "segment of the log is missing"
+
+
+@pytest.mark.parametrize("damage, probe", [
+    (_cut_snapshot, "copy.source.snapshot_damaged"),
+    (_lost_snapshot, "copy.pins.wal_starts_after_snapshot"),
+    (_lost_segment, "copy.pins.wal_segment_missing"),
+], ids=["cut-snapshot", "lost-snapshot", "lost-segment"])
+def test_a_source_refuses_to_send_files_damaged_at_rest_and_the_receiver_stays_a_tombstone(
+        tmp_path, damage, probe):
+    """The leader's newest snapshot loses its second half or its name on disk, or a WAL
+    segment after it its name (a lost extent, a file system check, an operator's truncate or
+    rm), while the leader runs from memory. A copy from it is refused at its source
+    (ILLEGAL_STATE, saying what is damaged), and the receiver's tombstone stays as it was.
+    Before, the cut snapshot was sent with its cut length, and the receiver's open refused it:
+    FAILED there, for an operator, on the source's damage (swarm seed 54000091); and a lost
+    file was a FileNotFoundError no guard answered (REMOTE_ERROR), found by copy-shrink's lost
+    files."""
     async def main():
-        a, b = await _a_snapshotting_and_b(tmp_path)
+        a = await start_server(tmp_path / "a", snapshot_interval_entries=5, log_retain_entries=2,
+                               log=LogOptions(log_segment_size_mb=1 / 4096))
+        b = await start_server(tmp_path / "b")
         try:
             ra = await _leading_with_12_rows(a)
             await wait_for(lambda: ra.snapshots.indexes() and not ra._snapshotting, "a snapshot")
-            snapshot = ra.snapshots.path_for(ra.snapshots.indexes()[-1])
-            os.truncate(snapshot, os.path.getsize(snapshot) // 2)
+            said = damage(ra)
             await create(b, [b.me])
             await sole_leader(b)
             await b.service.on_delete_tablet(DeleteTablet(TABLET))
-            with probes.expect("copy.source.snapshot_damaged"), pytest.raises(RpcError) as e:
+            with probes.expect(probe), pytest.raises(RpcError) as e:
                 await call_copy(a, b, StartTabletCopy(TABLET, a.me, ra.term, "TOMBSTONED",
                                                       **guards(ra)))
             assert e.value.code == ErrorCode.ILLEGAL_STATE, e.value
-            assert "snapshot is damaged" in str(e.value), e.value
+            assert said in str(e.value), e.value
             assert b.tablets.state(TABLET) == TabletState.TOMBSTONED
             assert a.tablets.state(TABLET) == TabletState.RUNNING
         finally:

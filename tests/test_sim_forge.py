@@ -81,6 +81,18 @@ def test_a_file_cut_under_a_copy_source_is_a_short_read_and_fails_it_at_its_rebo
     assert cuts and all(v[-2] == v[0] for v in cuts), cuts
 
 
+def test_a_segment_lost_under_a_copy_source_is_refused_there_and_fails_it_at_its_reboot(tmp_path):
+    """copy-shrink's lost file (a drawn `keep` below LOSE_BELOW): a finished WAL segment of a
+    running copy source loses its name. The leader's copy reads it (copy.source.pinned_file_missing);
+    the operator's copy after it is refused at its pin (copy.pins.wal_segment_missing), where
+    a FileNotFoundError went to the RPC layer as a handler failure (REMOTE_ERROR) before; the
+    source's replica fails at its reboot rather than run with a hole in its log."""
+    sim, _ = _run(tmp_path, SHRINK, 115, "list-append", 15.0, "copy.source.pinned_file_missing",
+                  "copy.pins.wal_segment_missing", "tablet.failed.at_open")
+    lost = [e[2] for e in sim.events if e[1] == "copy-shrink" and e[2][7] == "lost"]
+    assert lost and lost[0][-1].endswith("refused: ILLEGAL_STATE"), lost
+
+
 def test_the_network_garbles_only_what_the_picker_names():
     """`garble` swaps the two 16-bit words at the picked offset, `count` times, then stops: the
     words' ones' complement sum (TCP's checksum) is unchanged."""

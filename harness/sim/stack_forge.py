@@ -226,6 +226,9 @@ def _chunk_words(payload: bytes) -> int | None:
 # -- the copy-shrink fault: a file a copy source has pinned cut short under it -------------------
 
 
+LOSE_BELOW = 0.1  # copy-shrink: a drawn `keep` below this loses the file rather than cut it
+
+
 def choose_shrink(chooser, rng: random.Random) -> tuple[str | None, object]:
     """As copy-cut's choice (a test tablet's leader L, a voter R of it up and well), then how
     much of the file to keep. Value: [tablet, L, R, delay, keep (a fraction)]."""
@@ -248,6 +251,14 @@ async def copy_shrink(sim, value: list) -> list:
     boots: if bootstrap still reads the cut file (`_read_at_boot`), its replica must come back
     FAILED. Between the two, an operator copies the tablet from the source again
     (`_copy_again`). Recorded as [*value, source, path, cut length, judged, the copy's outcome].
+
+    A `keep` below LOSE_BELOW loses the file instead (its name gone: a file system check moving
+    it to lost+found, an operator's rm): the source's read finds no file
+    (copy.source.pinned_file_missing) and refuses the chunk. Recorded with the cut length
+    "lost" and never judged: whether bootstrap needs the lost file (a segment wholly below the
+    newest snapshot it does not) is for the checks to see, as for the damage fault's `delete`:
+    a replica that ran on with a hole in its log would break the per-index state checksums or
+    trip the Raft log's contiguity guard (a SafetyError, which the checks fail on).
 
     A cut snapshot is judged only while it is the newest at rest after the power loss. The
     source keeps snapshotting while the copy runs: a snapshot saved after the pin (from the
@@ -272,8 +283,12 @@ async def copy_shrink(sim, value: list) -> list:
         path = _shrinkable(disk, sim.servers[source], tablet, server.uuid)
         if path is None:
             return [*value[:5], source, "skipped: no file at rest to cut"]
-        cut = int(disk.size(path) * keep)
-        disk.truncate_at_rest(path, cut)
+        if keep < LOSE_BELOW:
+            cut = "lost"
+            disk.lose_at_rest(path)
+        else:
+            cut = int(disk.size(path) * keep)
+            disk.truncate_at_rest(path, cut)
         sim.flipped.add(source)
         deadline = sim.loop.time() + WATCH_S
         while sim.loop.time() < deadline and source not in sim.down and holds_session(
@@ -284,7 +299,8 @@ async def copy_shrink(sim, value: list) -> list:
         if source not in sim.down:
             sim._crash(source)
             disk = sim.disks[source]
-            if disk.exists(path) and disk.size(path) == cut and _read_at_boot(disk, path):
+            if cut != "lost" and disk.exists(path) and disk.size(path) == cut and _read_at_boot(
+                    disk, path):
                 judged = tablet
                 sim.start_failures.pop(source, None)
                 sim.must_fail[source] = (tablet, f"{path.removeprefix('/data/')} cut to {cut} "

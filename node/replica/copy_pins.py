@@ -61,7 +61,12 @@ class CopyPins:
         try:
             for _ in range(200):  # the committed config's entry is durable here within a sync
                 config, term = r.core.committed_config, r.core.term
-                extents, first, last = r.wal.copy_extents(index + 1)
+                try:
+                    extents, first, last = r.wal.copy_extents(index + 1)
+                except FileNotFoundError as e:  # lost at rest while the replica runs from
+                    # memory: nothing of it is sent, and its bootstrap will judge the hole
+                    probe("copy.pins.wal_segment_missing")
+                    raise ReplicaError(f"a segment of the log is missing: {e.filename}") from None
                 if last >= config.opid_index:
                     break
                 probe("copy.pins.waited_for_config_entry")
