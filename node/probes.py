@@ -218,6 +218,8 @@ CATALOG: dict[str, str] = {
         "creating the next segment failed: the next group's write fails the log",
     "wal.segment.rolled": "the log rolled: the old segment got its footer and the new one its name",
     "wal.gc.segments_deleted": "log GC deleted closed segments below every anchor",
+    "wal.gc.segment_already_gone":
+        "log GC found a segment it would delete gone from disk already: taken as deleted",
     "wal.close.failed_segment_left":
         "a failed log was closed without a footer: bootstrap judges the segment",
     "wal.copy.preallocation_restored":
@@ -366,6 +368,8 @@ CATALOG: dict[str, str] = {
         "a fetch named no live copy session (ended, expired, or the source restarted)",
     "copy.source.short_read": "a pinned copy file read short: damage, refused",
     "copy.source.snapshot_damaged": "a snapshot a copy would send is cut or its header damaged: refused",
+    "copy.source.superblock_unreadable":
+        "the copy source's superblock is gone or damaged on disk: the session refused",
     "copy.source.replica_gone":
         "a copy fetch found the session's replica deleted or copied over: the session ended",
     "copy.source.pinned_file_missing":

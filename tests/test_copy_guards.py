@@ -161,21 +161,27 @@ def _lost_segment(ra) -> str:
     return "segment of the log is missing"
 
 
+def _lost_superblock(ra) -> str:
+    os.unlink(ra.paths.superblock)
+    return "superblock"
+
+
 @pytest.mark.parametrize("damage, probe", [
+    (_lost_superblock, "copy.source.superblock_unreadable"),
     (_cut_snapshot, "copy.source.snapshot_damaged"),
     (_lost_snapshot, "copy.pins.wal_starts_after_snapshot"),
     (_lost_segment, "copy.pins.wal_segment_missing"),
-], ids=["cut-snapshot", "lost-snapshot", "lost-segment"])
+], ids=["lost-superblock", "cut-snapshot", "lost-snapshot", "lost-segment"])
 def test_a_source_refuses_to_send_files_damaged_at_rest_and_the_receiver_stays_a_tombstone(
         tmp_path, damage, probe):
-    """The leader's newest snapshot loses its second half or its name on disk, or a WAL
-    segment after it its name (a lost extent, a file system check, an operator's truncate or
-    rm), while the leader runs from memory. A copy from it is refused at its source
+    """The leader's superblock loses its name on disk, or its newest snapshot its second half
+    or its name, or a WAL segment after it its name (a lost extent, a file system check, an
+    operator's truncate or rm), while the leader runs from memory. A copy from it is refused at its source
     (ILLEGAL_STATE, saying what is damaged), and the receiver's tombstone stays as it was.
     Before, the cut snapshot was sent with its cut length, and the receiver's open refused it:
     FAILED there, for an operator, on the source's damage (swarm seed 54000091); and a lost
-    file was a FileNotFoundError no guard answered (REMOTE_ERROR), found by copy-shrink's lost
-    files."""
+    segment or superblock was a FileNotFoundError no guard answered (REMOTE_ERROR), found by
+    copy-shrink's lost files and the lost-files bundle."""
     async def main():
         a = await start_server(tmp_path / "a", snapshot_interval_entries=5, log_retain_entries=2,
                                log=LogOptions(log_segment_size_mb=1 / 4096))

@@ -613,6 +613,26 @@ def test_damage_at_rest_truncates_zeroes_loses_and_misplaces_files():
     assert after.durable_bytes("/d/b") == b"a" * 100
 
 
+def test_a_file_lost_while_its_process_runs_is_gone_for_reads_and_crashes_alike():
+    """lose_live: only a name at rest may go (its directory holds no unsynced change of it);
+    a handle the process holds still writes to the file, as Linux keeps an unlinked inode, and
+    neither reads nor a crash find the name again."""
+    disk = new_disk()
+    write_file(disk, "/d/a", b"a" * 10, sync=True)
+    write_file(disk, "/d/b", b"b" * 10, sync=True)
+    disk.fsync_dir("/d")
+    write_file(disk, "/d/c", b"c", sync=True)  # its name not synced yet
+    assert disk.losable("/d") == ["/d/a", "/d/b"]
+    with pytest.raises(ValueError, match="not a file whose name is at rest"):
+        disk.lose_live("/d/c")
+    fd = disk.open("/d/a")
+    disk.lose_live("/d/a")
+    disk.pwritev(fd, [b"x"], 0)  # the orphan takes the write
+    disk.fsync(fd)
+    assert not disk.exists("/d/a") and disk.listdir("/d") == ["b", "c"]
+    assert disk.crash().listdir("/d") in (["b"], ["b", "c"])
+
+
 def test_bytes_held_is_walked_again_after_every_change():
     """bytes_held is cached between changes: after each kind of change (and across a crash's
     incarnations, which share the files) it still equals a fresh walk."""

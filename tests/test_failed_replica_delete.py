@@ -20,7 +20,7 @@ from tserver_helpers import (
 )
 
 from node import probes
-from node.protocol import DeleteTablet
+from node.protocol import Ack, DeleteTablet
 from node.rpc import ErrorCode, RpcError
 from node.tablet.superblock import DataState, Superblock
 from node.tserver.tablet_manager import TabletState
@@ -214,3 +214,31 @@ def test_a_failed_replica_whose_stop_fails_too_is_still_forgotten(tmp_path):
 
     with probes.expect("tablet.failed.forgotten", "tablet.failed.stop_failed"):
         asyncio.run(main())
+
+
+def test_a_delete_of_a_replica_whose_superblock_was_lost_while_it_ran_fails_it_and_says_so(
+        tmp_path):
+    """A running replica's superblock loses its name (a file system check, a stray rm): the
+    replica runs on from memory, and a delete cannot write its tombstone over a superblock it
+    cannot read. The replica is FAILED and the caller told ILLEGAL_STATE with the cause; before,
+    the FileNotFoundError went to the RPC layer as a handler failure (REMOTE_ERROR), found by
+    the simulator's lost-files bundle. A second delete forgets the FAILED replica, its files
+    left for an operator."""
+
+    async def main():
+        ts, _ = await sole_replica_with_rows(tmp_path / "a")
+        try:
+            paths = ts.tablets.paths(TABLET)
+            paths.superblock.unlink()
+            with probes.expect("tablet.tombstone.write_failed"), pytest.raises(RpcError) as e:
+                await ts.rpc_client.call(ts.me.addr, "ts.delete_tablet", DeleteTablet(TABLET),
+                                         Ack, to_uuid=ts.me.uuid, timeout=10.0)
+            assert e.value.code == ErrorCode.ILLEGAL_STATE, e.value
+            assert "cannot write the tombstone" in str(e.value), e.value
+            assert ts.tablets.state(TABLET) == TabletState.FAILED
+            assert not (await ts.service.on_delete_tablet(DeleteTablet(TABLET))).ok
+            assert ts.tablets.state(TABLET) is None and paths.wal_dir.exists()
+        finally:
+            await ts.stop()
+
+    asyncio.run(main())

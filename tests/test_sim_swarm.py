@@ -981,12 +981,11 @@ def test_a_shared_smart_client_and_bursts_are_drawn_and_a_spec_carries_them():
     the leader, as `--client smart`), in a stream of its own; bursts (`--pacing bursts`) are a
     spec option only. A spec carries both, and refuses bursts where the workers run back to
     back and a value after either."""
-    from harness.sim.swarm import BUNDLES, LATE_BUNDLES, LATER_BUNDLES, LATEST_BUNDLES, bundle_of
+    from harness.sim.swarm import ALL_BUNDLES, bundle_of
 
     mixes = [swarm_mix(s) for s in range(200)]
     assert 30 < sum(m.smart for m in mixes) < 70 and not any(m.bursts for m in mixes)
-    bundled = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES}
-    assert all(m == replace(parse_mix(bundled[b]), name="swarm")
+    assert all(m == replace(parse_mix(ALL_BUNDLES[b]), name="swarm")
                for s, m in enumerate(mixes) if (b := bundle_of(s)))  # a bundle stays whole
     m = parse_mix("crash:1;load=10x100;writes=session-manual;smart;bursts")
     assert m.smart and m.bursts and m.spec().endswith(";smart;bursts")

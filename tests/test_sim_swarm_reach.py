@@ -11,9 +11,11 @@ import pytest
 from harness.sim.stack import StackConfig, StackSim
 from harness.sim.stack_damage import AIMED_MODES
 from harness.sim.swarm import (
+    ALL_BUNDLES,
     BUNDLE_DRAW,
     BUNDLED,
     BUNDLES,
+    FIFTH_BUNDLES,
     LATE,
     LATE_BUNDLE_DRAW,
     LATE_BUNDLES,
@@ -253,8 +255,8 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     other seeds about one in sixteen runs one of LATE_BUNDLES (its own stream, so the seeds
     with a bundle keep theirs), and of the seeds left about one in twenty-one one of
     LATER_BUNDLES (a third stream), and of those left about one in eleven one of
-    LATEST_BUNDLES (a fourth); the rest keep their own draws, and a kind of BUNDLED only comes in
-    a bundle."""
+    LATEST_BUNDLES (a fourth) and one in twenty-one one of FIFTH_BUNDLES (a fifth); the rest
+    keep their own draws, and a kind of BUNDLED only comes in a bundle."""
     from tests.test_sim_forge import FORGE
 
     assert parse_mix(BUNDLES["forge-snapshot"]) == parse_mix(FORGE)
@@ -269,7 +271,10 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     assert set(later) == set(LATER_BUNDLES) and 6 < sum(later.values()) < 30, later
     latest = Counter(b for s in range(400) if (b := bundle_of(s)) in LATEST_BUNDLES)
     assert set(latest) == set(LATEST_BUNDLES) and 10 < sum(latest.values()) < 40, latest
-    specs = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES}
+    fifth = Counter(b for s in range(600) if (b := bundle_of(s)) in FIFTH_BUNDLES)
+    assert set(fifth) == set(FIFTH_BUNDLES) and 8 < sum(fifth.values()) < 40, fifth
+    specs = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES, **FIFTH_BUNDLES}
+    assert specs == ALL_BUNDLES
     for s in range(200):
         mix, bundle = swarm_mix(s), bundle_of(s)
         if bundle is None:

@@ -345,6 +345,27 @@ def test_a_suffix_truncated_across_segments_and_collected_below_an_anchor_reads_
     again.close()
 
 
+def test_gc_takes_a_segment_lost_at_rest_as_deleted_and_collects_the_rest(tmp_path):
+    """A closed segment below every anchor loses its name while the log runs (a file system
+    check, a stray rm). GC deletes the others and forgets it; before, the FileNotFoundError left
+    every doomed segment listed, so each later GC failed on it again and the log only grew."""
+    log = Log.open(str(tmp_path), TABLET, LogOptions(log_segment_size_mb=4 / 1024,
+                                                     log_min_segments_to_retain=1))
+    i = 0
+    while len(log.segments()) < 5:
+        i += 1
+        append_durably(log, [entry(i, size=256)])
+    first, *rest = log.segments()
+    os.unlink(first)
+    log.register_anchor("core", i)
+    with probes.expect("wal.gc.segment_already_gone"):
+        deleted = log.gc()
+    # the newest closed segment stays (log_min_segments_to_retain), and the active one
+    assert deleted == [first, *rest[:2]] and log.segments() == rest[2:]
+    assert log.gc() == []
+    log.close()
+
+
 def test_gc_keeps_log_min_segments_to_retain(tmp_path):
     log = Log.open(str(tmp_path), TABLET, LogOptions(log_segment_size_mb=4 / 1024, log_min_segments_to_retain=3))
     i = 0

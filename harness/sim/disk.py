@@ -350,6 +350,32 @@ class SimDisk:
         parent.durable = dict(parent.entries)
         self._changed()
 
+    def losable(self, under: StrPath) -> list[str]:
+        """Files under `under` whose names the live loss may take (`lose_live`): each as it
+        would survive a crash, its directory holding no unsynced change of that name."""
+        self._check()
+        out = []
+        for path, f in self._walk():
+            if not path.startswith(f"{os.fspath(under).rstrip('/')}/"):
+                continue
+            parent, name = self._parent(path)
+            if parent.durable.get(name) is f and not any(
+                    n == name for ops in parent.pending for n, _ in ops):
+                out.append(path)
+        return out
+
+    def lose_live(self, path: StrPath) -> None:
+        """The name of a file gone while its server runs (a file system check moving it to
+        lost+found, another process's rm, committed by the journal at once): reads and a
+        crash alike no longer find it. Only a file `losable` lists: a name the directory has
+        unsynced changes to would come back, or go, with them."""
+        if os.fspath(path) not in self.losable(os.path.dirname(os.fspath(path))):
+            raise ValueError(f"{path}: not a file whose name is at rest")
+        parent, name = self._parent(path)
+        del parent.entries[name]
+        del parent.durable[name]
+        self._changed()
+
     def misplace_at_rest(self, path: StrPath, source_disk: SimDisk, source: StrPath) -> None:
         """The file now holds what `source` on `source_disk` (this one, or another server's)
         holds durably (a misdirected write of a whole file, an operator copying the wrong file

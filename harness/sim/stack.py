@@ -42,6 +42,7 @@ from harness.sim import (
     stack_damage,
     stack_ddl,
     stack_forge,
+    stack_lose,
     stack_maintenance,
     stack_masters,
     stack_recopy,
@@ -174,6 +175,7 @@ MODULE_FAULTS = {
     "copy-cut": stack_copy_cut.copy_cut, "copy-delete": stack_copy_delete.copy_delete,
     "maintenance": stack_maintenance.maintenance, "recopy": stack_recopy.recopy,
     "garble": stack_forge.garble, "copy-shrink": stack_forge.copy_shrink,
+    "lose": stack_lose.lose,
 }
 
 

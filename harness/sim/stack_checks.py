@@ -48,7 +48,7 @@ class StackViolation(Exception):
 
 # Faults that damage a host's files: a replica there may come back without entries it synced.
 STORAGE_FAULTS = frozenset({"flip", "flip-newest", "torn", "damage", "damage-file", "forge",
-                            "copy-shrink"})
+                            "copy-shrink", "lose"})
 
 
 class Invariants:

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import random
 
-from harness.sim import stack_copy_cut, stack_copy_delete, stack_maintenance, stack_recopy
+from harness.sim import (
+    stack_copy_cut,
+    stack_copy_delete,
+    stack_lose,
+    stack_maintenance,
+    stack_recopy,
+)
 from harness.sim.stack_ddl import choose_ddl
 from harness.sim.stack_masters import SWAP_LINGER_S
 from harness.sim.stack_unsafe import choose_unsafe
@@ -166,6 +172,8 @@ class FaultChooser:
             return stack_maintenance.choose(self, rng)
         if kind == "recopy":
             return stack_recopy.choose(self, rng)
+        if kind == "lose":
+            return stack_lose.choose(self, rng)
         if kind in ("cut", "tombstone", "copy-race", "lease-race", "fail-copy", "copy-behind"):
             return self._choose_copy_fault(kind, rng)
         return kind, None  # heal, reset; membership and masters pick their target when they run

@@ -26,13 +26,14 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
          "membership", "flip", "disk", "transfer", "cut", "tombstone", "copy-race", "lease-race", "masters",
          "drift", "flip-newest", "fail-copy", "torn", "delay", "damage", "reprovision", "full",
          "damage-file", "copy-cut", "master-swap", "unsafe", "ddl", "maintenance", "forge",
-         "garble", "copy-shrink", "recopy", "copy-behind", "kill", "copy-delete")
+         "garble", "copy-shrink", "recopy", "copy-behind", "kill", "copy-delete", "lose")
 # Kinds a seed draws only in a bundle (BUNDLES), never on their own: a kind added to the
 # optional ones or to LATE would change many recorded seeds' mixes. recopy: an operator's
 # `kudu remote_replica copy` over a running replica, or from a FAILED one
 # (harness.sim.stack_recopy). copy-delete: a replica deleted while a copy onto it is under way
-# (harness.sim.stack_copy_delete).
-BUNDLED = ("recopy", "copy-delete")
+# (harness.sim.stack_copy_delete). lose: a file of a running tablet server loses its name
+# (harness.sim.stack_lose).
+BUNDLED = ("recopy", "copy-delete", "lose")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
@@ -273,6 +274,16 @@ LATEST_BUNDLES = {
                       "load=20x200;read-share=0.99;fsync=10",
 }
 LATEST_BUNDLE_DRAW = (None,) * 20 + tuple(LATEST_BUNDLES)
+# A fifth stream, the same way. lost-files: files of running tablet servers lose their names
+# (harness.sim.stack_lose) beside copies, membership changes, snapshots and their log GC,
+# DDL and reboots: the paths that read or delete a file while the server runs. Before it, every
+# file a seed took was taken at a power loss, so only bootstrap ever met a missing file.
+FIFTH_BUNDLES = {
+    "lost-files": "lose:4,tombstone:2,membership:2,ddl:1,crash:1,restart:2,heal:1;"
+                  "every=0.5-2;reads=linearizable;load=10x100;snapshot=200",
+}
+FIFTH_BUNDLE_DRAW = (None,) * 20 + tuple(FIFTH_BUNDLES)
+ALL_BUNDLES = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES, **FIFTH_BUNDLES}
 
 
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
@@ -454,17 +465,18 @@ def swarm_mix(seed: int) -> Mix:
               smart=smart)
     bundle = bundle_of(seed)
     return mix if bundle is None else replace(
-        parse_mix({**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES}[bundle]),
+        parse_mix(ALL_BUNDLES[bundle]),
         name="swarm")
 
 
 def bundle_of(seed: int) -> str | None:
     """The bundle seed `seed` runs whole, if any: one of BUNDLES, else one of LATE_BUNDLES,
-    else one of LATER_BUNDLES, else one of LATEST_BUNDLES."""
+    else one of LATER_BUNDLES, else one of LATEST_BUNDLES, else one of FIFTH_BUNDLES."""
     return (_own_draw(seed, "bundle", BUNDLE_DRAW)
             or _own_draw(seed, "late-bundle", LATE_BUNDLE_DRAW)
             or _own_draw(seed, "later-bundle", LATER_BUNDLE_DRAW)
-            or _own_draw(seed, "latest-bundle", LATEST_BUNDLE_DRAW))
+            or _own_draw(seed, "latest-bundle", LATEST_BUNDLE_DRAW)
+            or _own_draw(seed, "fifth-bundle", FIFTH_BUNDLE_DRAW))
 
 
 def _unpaceable(writes: str, values: str | None, frame_mb: int | None) -> bool:

@@ -287,13 +287,15 @@ class TabletManager:
             finally:
                 self._quiet(e.tablet_id)  # it stopped serving, whether or not it closed cleanly
             await asyncio.to_thread(tombstone, self.paths(e.tablet_id), last)
-        except Exception as err:  # a full or failing disk: stopped and not a tombstone, so
-            # FAILED, never a stopped replica still listed RUNNING
+        except Exception as err:  # a full or failing disk, a superblock lost while the
+            # replica ran: stopped and not a tombstone, so FAILED, never a stopped replica
+            # still listed RUNNING; the caller is told so, not handed the raw error
             probe("tablet.tombstone.write_failed")
-            self.entries[e.tablet_id] = TabletEntry(
-                e.tablet_id, e.table, TabletState.FAILED,
-                error=log_failure(self.log(e.tablet_id), "cannot write the tombstone", err))
-            raise
+            cause = log_failure(self.log(e.tablet_id), "cannot write the tombstone", err)
+            self.entries[e.tablet_id] = TabletEntry(e.tablet_id, e.table, TabletState.FAILED,
+                                                    error=cause)
+            raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {e.tablet_id}: cannot write the "
+                           f"tombstone ({cause}); the replica is FAILED here") from err
         self.entries[e.tablet_id] = TabletEntry(e.tablet_id, e.table, TabletState.TOMBSTONED)
         probe("tablet.tombstoned")
         self.log(e.tablet_id).info("tombstoned; last logged op (%d, %d)", last.term, last.index)

@@ -636,7 +636,14 @@ class Log:
                     break
                 doomed.append(seg)
             for seg in doomed:  # oldest first: a crash midway still leaves a gap-free log
-                self._disk.unlink(seg.path)
+                try:
+                    self._disk.unlink(seg.path)
+                except FileNotFoundError:  # lost at rest (a file system check, a stray rm):
+                    # nothing needed it, and raising left it listed, so every later GC failed
+                    # on it and the log grew for good
+                    probe("wal.gc.segment_already_gone")
+                    logger.warning("%s: a segment log GC would delete is gone already",
+                                   seg.path)
             if doomed:  # forgotten before the sync, which may fail: never unlinked twice
                 probe("wal.gc.segments_deleted")
                 del self._closed[: len(doomed)]

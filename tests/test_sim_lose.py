@@ -1,0 +1,66 @@
+"""The whole-stack simulator's `lose` fault (harness.sim.stack_lose): files of a running tablet
+server lose their names, and the paths that read or delete them while it runs must refuse or
+fail the replica, never raise an error no guard handles. Recorded seeds of the lost-files bundle
+replay what it found."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from harness.sim.disk import SimDisk
+from harness.sim.stack import StackConfig, StackSim
+from harness.sim.stack_lose import losable
+from harness.sim.swarm import BUNDLED, FIFTH_BUNDLES, bundle_of, parse_mix, swarm_mix
+
+LOST_FILES = FIFTH_BUNDLES["lost-files"]
+
+
+def test_lose_is_drawn_only_in_its_bundle():
+    assert "lose" in BUNDLED
+    drew = [s for s in range(3000) if "lose" in swarm_mix(s).kinds()]
+    assert drew and drew == [s for s in range(3000) if bundle_of(s) == "lost-files"]
+
+
+def test_the_newest_segment_of_each_wal_is_never_lost():
+    """Its loss takes acknowledged entries with nothing on the disk to say so."""
+    disk = SimDisk(random.Random(0))
+    for d in ("/data", "/data/wals", "/data/wals/t", "/data/tablet-meta"):
+        disk.mkdir(d)
+    for path in ("/data/wals/t/wal-000000001", "/data/wals/t/wal-000000002",
+                 "/data/tablet-meta/t"):
+        fd = disk.open(path, create=True)
+        disk.pwritev(fd, [b"x"], 0)
+        disk.fsync(fd)
+    for d in ("/data", "/data/wals", "/data/wals/t", "/data/tablet-meta"):
+        disk.fsync_dir(d)
+    assert losable(disk) == ["/data/tablet-meta/t", "/data/wals/t/wal-000000001"]
+    disk.open("/data/wals/t/wal-000000003", create=True)  # a newer one, its name unsynced
+    assert losable(disk) == ["/data/tablet-meta/t", "/data/wals/t/wal-000000001",
+                             "/data/wals/t/wal-000000002"]
+
+
+def _run(tmp_path, seed: int, workload: str, *names: str):
+    sim = StackSim(StackConfig(seed=seed, workload=workload, seconds=15.0,
+                               mix=parse_mix(LOST_FILES)), tmp_path)
+    result = sim.run()
+    assert result.ok(), (result.violation, result.verdict)
+    for name in names:
+        assert result.probes.get(name, 0) >= 1, name
+    return [e[2] for e in sim.events if e[1] == "lose"]
+
+
+@pytest.mark.parametrize("seed, workload, probe, lost", [
+    # a delete (the masters evicting a replica) of one whose superblock went: FAILED and
+    # ILLEGAL_STATE, where the FileNotFoundError was a handler failure (REMOTE_ERROR)
+    (2, "register", "tablet.tombstone.write_failed", "/data/tablet-meta/"),
+    # log GC meeting a segment that went: taken as deleted, where each GC failed again on it
+    (32, "register", "wal.gc.segment_already_gone", "/data/wals/"),
+    # a segment gone in the middle of a log: its next start refuses the gap
+    (33, "list-append", "wal.recover.sequence_gap_refused", "/data/wals/"),
+])
+def test_a_lost_file_is_met_by_a_refusal_or_a_failed_replica(tmp_path, seed, workload, probe,
+                                                             lost):
+    events = _run(tmp_path, seed, workload, probe)
+    assert any(len(v) == 3 and v[2].startswith(lost) for v in events), events
