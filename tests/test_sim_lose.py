@@ -57,6 +57,9 @@ def _run(tmp_path, seed: int, workload: str, *names: str):
     (2, "register", "tablet.tombstone.write_failed", "/data/tablet-meta/"),
     # log GC meeting a segment that went: taken as deleted, where each GC failed again on it
     (32, "register", "wal.gc.segment_already_gone", "/data/wals/"),
+    # a copy from a leader whose superblock went: refused, and the leader fails, so the
+    # masters replace it rather than every copy its followers need being refused
+    (62, "register", "copy.source.superblock_unreadable", "/data/tablet-meta/"),
     # a segment gone in the middle of a log: its next start refuses the gap
     (33, "list-append", "wal.recover.sequence_gap_refused", "/data/wals/"),
 ])

@@ -338,6 +338,14 @@ class Replica:
         self._wake.set()
         return fut
 
+    def fail(self, err: Exception) -> None:
+        """Fail from outside the driver, through the driver's own failure path (as a failed
+        fsync does): another reader found this replica's files damaged on disk, which its next
+        start would refuse, so it stops serving now and the masters replace it."""
+        def raise_it() -> None:
+            raise err
+        self._submit(raise_it)
+
     def step(self, messages: list) -> None:
         for m in messages:
             self._submit(lambda m=m: self.core.step(m))

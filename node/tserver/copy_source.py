@@ -84,7 +84,7 @@ class CopySourceSessions:
             raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {req.tablet_id}: {e}") from None
         try:
             paths, files = await asyncio.to_thread(_manifest, src, r.paths.disk)
-            sb = await asyncio.to_thread(_superblock, r.paths)
+            sb = await _superblock(r)
         except BaseException:
             r.copy_pins.unpin(_holder(sid), src.snapshot_index)
             raise
@@ -180,17 +180,20 @@ def _manifest(src: CopySource, disk: Disk) -> tuple[list[str], list[CopyFile]]:
     return paths, files
 
 
-def _superblock(paths) -> Superblock:
-    """The source's superblock, whose table name and partition the session sends. One lost
-    or damaged while the replica ran from memory (a file system check, a stray rm) refuses the
-    session, as a damaged snapshot does: the running replica is right, its metadata on disk
-    is not, and its next start judges that."""
+async def _superblock(r: Replica) -> Superblock:
+    """The source's superblock, whose table name and partition the session sends. One lost or
+    damaged while the replica ran from memory (a file system check, a stray rm) refuses the
+    session and fails the replica: nothing rewrites a running replica's superblock, so its
+    next start would refuse it anyway, and a leader that kept running would refuse every copy
+    its followers need; FAILED, the masters replace it (Kudu fails a tablet whose metadata
+    does not read)."""
     try:
-        return Superblock.load(paths.superblock, paths.disk)
+        return await asyncio.to_thread(Superblock.load, r.paths.superblock, r.paths.disk)
     except (FileNotFoundError, CorruptionError) as e:
         probe("copy.source.superblock_unreadable")
+        r.fail(e)
         raise RpcError(ErrorCode.ILLEGAL_STATE, f"the source's superblock does not read: "
-                       f"{type(e).__name__}: {e}") from None
+                       f"{type(e).__name__}: {e}; the replica fails") from None
 
 
 def _whole_snapshot(disk: Disk, path: str) -> int:
