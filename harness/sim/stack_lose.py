@@ -51,19 +51,13 @@ async def lose(sim, value: list) -> list:
 
 def losable(disk) -> list[str]:
     """The files of the data directory the fault may take: all whose name is at rest but the
-    newest segment of each WAL directory."""
+    newest segment of each WAL directory (whether its own name is at rest or not)."""
     from node.wal.segment import parse_segment_name
 
     files = disk.losable(DATA_DIR)
-    newest: dict[str, tuple[int, str]] = {}
-    for path in files:
-        directory, name = path.rsplit("/", 1)
-        seq = parse_segment_name(name)
-        if seq is not None and seq >= newest.get(directory, (-1, ""))[0]:
-            newest[directory] = (seq, path)
-    active = {path for _, path in newest.values()}
-    for directory in {p.rsplit("/", 1)[0] for p in files}:  # a newer one not at rest counts too
-        segs = [s for n in disk.listdir(directory) if (s := parse_segment_name(n)) is not None]
-        if segs and directory in newest and max(segs) > newest[directory][0]:
-            active.discard(newest[directory][1])
-    return [p for p in files if p not in active]
+    newest = set()
+    for directory in {p.rsplit("/", 1)[0] for p in files}:
+        segs = [(s, n) for n in disk.listdir(directory) if (s := parse_segment_name(n)) is not None]
+        if segs:
+            newest.add(f"{directory}/{max(segs)[1]}")
+    return [p for p in files if p not in newest]
