@@ -293,8 +293,9 @@ def test_a_replica_that_cannot_close_its_files_at_its_tombstone_is_failed(tmp_pa
                 _full_disk()
 
             r.stop = failing_stop
-            with pytest.raises(OSError):
+            with pytest.raises(RpcError) as e:  # the cause told, not the raw error
                 await ts.service.on_delete_tablet(DeleteTablet(TABLET))
+            assert e.value.code == ErrorCode.ILLEGAL_STATE and "No space left" in str(e.value)
             assert ts.tablets.state(TABLET) == TabletState.FAILED
             assert TABLET not in ts.tablets.replicas
         finally:

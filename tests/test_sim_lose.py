@@ -41,6 +41,20 @@ def test_the_newest_segment_of_each_wal_is_never_lost():
                              "/data/wals/t/wal-000000002"]
 
 
+def test_a_master_may_lose_a_file_while_no_master_is_impaired():
+    from types import SimpleNamespace
+
+    from harness.sim.stack_lose import choose
+
+    sim = SimpleNamespace(masters=["m1", "m2"], tservers=["t1"], down=set(), flipped=set(),
+                          reprovisioned=set(), spare="m3")
+    chooser = SimpleNamespace(sim=sim, _impaired=lambda: sim.down | (sim.flipped & {"m1", "m2"}))
+    drawn = {choose(chooser, random.Random(i))[1][0] for i in range(60)}
+    assert drawn == {"m1", "m2", "t1"}
+    sim.flipped.add("m1")  # one master damaged: no other may be
+    assert {choose(chooser, random.Random(i))[1][0] for i in range(60)} == {"t1"}
+
+
 def _run(tmp_path, seed: int, workload: str, *names: str):
     sim = StackSim(StackConfig(seed=seed, workload=workload, seconds=15.0,
                                mix=parse_mix(LOST_FILES)), tmp_path)
@@ -54,14 +68,14 @@ def _run(tmp_path, seed: int, workload: str, *names: str):
 @pytest.mark.parametrize("seed, workload, probe, lost", [
     # a delete (the masters evicting a replica) of one whose superblock went: FAILED and
     # ILLEGAL_STATE, where the FileNotFoundError was a handler failure (REMOTE_ERROR)
-    (2, "register", "tablet.tombstone.write_failed", "/data/tablet-meta/"),
+    (41, "list-append", "tablet.tombstone.write_failed", "/data/tablet-meta/"),
     # log GC meeting a segment that went: taken as deleted, where each GC failed again on it
     (32, "register", "wal.gc.segment_already_gone", "/data/wals/"),
     # a copy from a leader whose superblock went: refused, and the leader fails, so the
     # masters replace it rather than every copy its followers need being refused
     (62, "register", "copy.source.superblock_unreadable", "/data/tablet-meta/"),
     # a segment gone in the middle of a log: its next start refuses the gap
-    (33, "list-append", "wal.recover.sequence_gap_refused", "/data/wals/"),
+    (1, "list-append", "wal.recover.sequence_gap_refused", "/data/wals/"),
 ])
 def test_a_lost_file_is_met_by_a_refusal_or_a_failed_replica(tmp_path, seed, workload, probe,
                                                              lost):

@@ -188,7 +188,7 @@ class StackSim:
         self.loop = SimLoop(self.net)
         self.masters = master_hosts(config.masters)
         self.tservers = tserver_hosts(config.tservers)
-        self.disks = {h: SimDisk(random.Random(self.rng.getrandbits(64)), baseline_faults(config.mix))
+        self.disks = {h: SimDisk(random.Random(self.rng.getrandbits(64)), self.disk_defaults())
                       for h in self.masters + self.tservers}
         self.skew_s = {h: 0.0 for h in self.disks}
         self.clock_error_us = config.mix.clock_error_us or CLOCK_MAX_ERROR_US
@@ -245,6 +245,11 @@ class StackSim:
             rpc_max_inflight_per_conn=self.cfg.mix.inflight or ServerOptions.rpc_max_inflight_per_conn,
             observe_outgoing=functools.partial(self.invariants.observe_sent, host), **server,
             **stack_copy_cut.copy_options(self.cfg.mix))
+
+    def disk_defaults(self):
+        """A new SimFaults for a disk of this run when no fault is injected (each disk its own:
+        a disk's faults change in place while a fault is on)."""
+        return baseline_faults(self.cfg.mix)
 
     def _boot(self, host: str) -> None:
         from node.master.server import Master
@@ -471,7 +476,7 @@ class StackSim:
         if mode is None:
             return None
         faults = self.disks[host].faults  # shared by the disk's incarnations
-        defaults = baseline_faults(self.cfg.mix)
+        defaults = self.disk_defaults()
         faults.quota_bytes, faults.fsync_eio_rate = defaults.quota_bytes, defaults.fsync_eio_rate
         faults.fsync_dir_eio_rate = defaults.fsync_dir_eio_rate
         faults.fsync_latency, faults.fill = defaults.fsync_latency, defaults.fill
@@ -529,7 +534,7 @@ class StackSim:
         elif kind == "flip-newest":
             return stack_damage.flip_newest(self, value)
         elif kind == "reprovision":
-            return stack_reprovision.reprovision(self, value, baseline_faults(self.cfg.mix))
+            return stack_reprovision.reprovision(self, value, self.disk_defaults())
         return value
 
     async def _membership(self, rng: random.Random, planned: list | None):

@@ -172,8 +172,8 @@ class FaultChooser:
             return stack_maintenance.choose(self, rng)
         if kind == "recopy":
             return stack_recopy.choose(self, rng)
-        if kind == "lose":
-            return stack_lose.choose(self, rng)
+        if kind == "lose":  # damage to a running server's files: within MAX_FLIPS
+            return stack_lose.choose(self, rng) if self._damaged() < MAX_FLIPS else (None, None)
         if kind in ("cut", "tombstone", "copy-race", "lease-race", "fail-copy", "copy-behind"):
             return self._choose_copy_fault(kind, rng)
         return kind, None  # heal, reset; membership and masters pick their target when they run

@@ -1,6 +1,7 @@
 """The whole-stack simulator's `lose` fault (a bundled kind, harness.sim.swarm): a file of a
-running tablet server loses its name, as a file system check that moves it to lost+found or an
-operator's stray rm does, and the server runs on.
+running server (a tablet server's, or a master's, whose catalog is a replica too) loses its
+name, as a file system check that moves it to lost+found or an operator's stray rm does, and
+the server runs on.
 
 Every other fault that takes a file (the damage fault's `delete`) takes it while the server
 is down, so the file's absence is first met by bootstrap, which every such seed judges. A
@@ -24,12 +25,16 @@ from harness.sim.stack_checks import DATA_DIR
 
 
 def choose(chooser, rng: random.Random) -> tuple[str | None, object]:
-    """[host, random bits]: a tablet server up and not yet damaged, within MAX_FLIPS."""
-    from harness.sim.stack_faults import MAX_FLIPS
-
+    """[host, random bits]: a server up and not yet damaged (the caller keeps within
+    MAX_FLIPS); a master only
+    while no master is impaired (as the flip fault's), since a master whose instance file went
+    may never start again."""
     sim = chooser.sim
-    fresh = [h for h in sim.tservers if h not in sim.down | sim.flipped | sim.reprovisioned]
-    if chooser._damaged() >= MAX_FLIPS or not fresh:
+    impaired = chooser._impaired()
+    fresh = [h for h in sim.masters + sim.tservers
+             if h not in sim.down | sim.flipped | sim.reprovisioned and h != sim.spare
+             and (h in sim.tservers or not impaired & set(sim.masters))]
+    if not fresh:
         return None, None
     return "lose", [rng.choice(fresh), rng.getrandbits(32)]
 

@@ -247,11 +247,10 @@ def cut_for(sim, host: str, others: list[str], hold_s: float) -> None:
 def boot_spare(sim) -> str:
     """Start a master on the spare host, with a new empty disk; the host."""
     from harness.sim.disk import SimDisk
-    from harness.sim.stack_damage import baseline_faults
 
     host = sim.spare
     sim.disks[host] = SimDisk(random.Random(sim._spare_disks.getrandbits(64)),
-                              baseline_faults(sim.cfg.mix))
+                              sim.disk_defaults())
     sim.skew_s[host] = 0.0
     sim.masters.append(host)
     sim._boot(host)

@@ -76,7 +76,6 @@ from node.tablet.ops import (
     Result,
     RowOp,
     command_payload,
-    decode_command,
 )
 from node.tablet.paths import TabletPaths
 from node.tablet.snapshot import SnapshotStore
@@ -339,12 +338,9 @@ class Replica:
         return fut
 
     def fail(self, err: Exception) -> None:
-        """Fail from outside the driver, through the driver's own failure path (as a failed
-        fsync does): another reader found this replica's files damaged on disk, which its next
-        start would refuse, so it stops serving now and the masters replace it."""
-        def raise_it() -> None:
-            raise err
-        self._submit(raise_it)
+        """Fail through the driver's own path, as a failed fsync does: another reader found
+        this replica's files damaged on disk, which its next start would refuse."""
+        self._submit(functools.partial(_raise, err))
 
     def step(self, messages: list) -> None:
         for m in messages:
@@ -771,16 +767,6 @@ class Replica:
         """Opid index of the active config (`active_members`'): 0 until the first change."""
         return self.core.active_config.opid_index
 
-    def committed_entries(self, above: int) -> list[tuple[int, int, int | None]]:
-        """(index, term, hybrid timestamp) of each committed entry above `above` still in the
-        in-memory log, the timestamp None for entries that carry no command (no-ops, configs):
-        what the simulator compares across replicas (state-machine safety) and along the log
-        (timestamps increase with the index, across leaders)."""
-        log, commit = self.core.log, self.core.commit
-        lo = max(above + 1, log.first_index())
-        return [(e.index, e.term, decode_command(e.payload).timestamp
-                 if e.type == EntryType.REPLICATE else None) for e in log.slice(lo, commit)]
-
     def status(self) -> dict:
         s = self.core.status()
         return {
@@ -795,3 +781,7 @@ class Replica:
                       for u, p in s.peers.items()},
             "failed": self.failed,
         }
+
+
+def _raise(err: Exception) -> None:
+    raise err
