@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class TesseraError(Exception):
     """Base of every error the engine raises on purpose."""
@@ -47,3 +49,10 @@ class ReplicaError(TesseraError):
         super().__init__(message)
         self.leader = leader
         self.maybe_applied = maybe_applied
+
+
+def is_disk_failure(e: BaseException) -> bool:
+    """A failing or full disk's error (EIO, ENOSPC, EDQUOT, a read-only file system): the
+    machine's, which a replica meets by failing or retrying, not a bug of the engine's."""
+    return isinstance(e, OSError) and e.errno in (errno.EIO, errno.ENOSPC, errno.EDQUOT,
+                                                   errno.EROFS)

@@ -5,6 +5,8 @@ replay what it found."""
 
 from __future__ import annotations
 
+import errno
+import os
 import random
 
 import pytest
@@ -81,3 +83,25 @@ def test_a_lost_file_is_met_by_a_refusal_or_a_failed_replica(tmp_path, seed, wor
                                                              lost):
     events = _run(tmp_path, seed, workload, probe)
     assert any(len(v) == 3 and v[2].startswith(lost) for v in events), events
+
+
+def test_a_background_step_failing_on_a_lost_file_fails_the_seed(tmp_path, monkeypatch):
+    """Log GC as it was: a doomed segment already gone raised, which the snapshot task only
+    logged, so GC failed on it at every later snapshot and the log was never collected, while
+    every seed passed. The checks now fail a seed whose replica's background work raised an
+    error no disk fault explains (Replica.unexpected): the GC seed above, on that code."""
+    from node.wal.log import Log
+
+    real_gc = Log.gc
+
+    def gc_as_before(self):
+        missing = [s.path for s in self._closed if not self._disk.exists(s.path)]
+        if missing:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), missing[0])
+        return real_gc(self)
+
+    monkeypatch.setattr(Log, "gc", gc_as_before)
+    result = StackSim(StackConfig(seed=32, workload="register", seconds=15.0,
+                                  mix=parse_mix(LOST_FILES)), tmp_path).run()
+    assert "background failure" in (result.violation or ""), result.violation
+    assert "FileNotFoundError" in result.violation

@@ -106,7 +106,8 @@ class Invariants:
     def check(self, states: bool = False) -> None:
         """No replica FAILED on one of its own safety guards (a SafetyError: the engine caught
         itself about to break Raft, e.g. the consensus metadata refusing a second vote in a
-        term); one leader per term; a replica's term never goes back and its vote in a term never
+        term), nor one whose background work (a snapshot, log GC) raised an error that no disk
+        fault explains; one leader per term; a replica's term never goes back and its vote in a term never
         changes, across restarts, tombstones and copies; one committed entry per index; and
         with `states`, one state per applied index (a replica that applied something else than
         the committed log, e.g. an uncommitted suffix at bootstrap, holds different rows at the
@@ -133,6 +134,10 @@ class Invariants:
             for tablet, r in list(getattr(server, "replicas", {}).items()):
                 self._logged[(host, tablet)] = logged = _logged(r)
                 self._check_position(host, tablet, r, logged)
+                if r.unexpected:
+                    raise StackViolation(f"background failure: tablet {tablet} on {host} "
+                                         f"(replica {r.uuid}) raised an error no guard "
+                                         f"handled: {r.unexpected}")
                 if r.failed and r.failed.startswith("SafetyError"):
                     raise StackViolation(f"safety guard: tablet {tablet} on {host} (replica "
                                          f"{r.uuid}) FAILED: {r.failed}")

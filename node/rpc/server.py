@@ -14,7 +14,6 @@ naming the identity, and logged once per connection.
 from __future__ import annotations
 
 import asyncio
-import errno
 import functools
 import logging
 import socket
@@ -23,6 +22,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from node.errors import is_disk_failure
 from node.probes import probe
 from node.rpc import wire
 from node.rpc.coalesce import CoalescingWriter
@@ -366,7 +366,7 @@ class RpcServer:
         (EIO, ENOSPC, a read-only file system) are the machine's, reported as they are, not a
         handler's bug, and are not kept as `handler_failure`."""
         self.stats["handler_failed"] += 1
-        if self.handler_failure is None and not _disk_failure(e):
+        if self.handler_failure is None and not is_disk_failure(e):
             frame = traceback.extract_tb(e.__traceback__)[-1:] if e.__traceback__ else []
             where = f" at {frame[0].filename}:{frame[0].lineno}" if frame else ""
             self.handler_failure = f"{method}: {e!r}{where}"
@@ -435,8 +435,3 @@ def _close_unstarted(work, task: asyncio.Task) -> None:
     stopped in the turn it arrived) never awaits the handler's coroutine; closing it keeps
     Python from warning that it was never awaited. A coroutine that ran is closed already."""
     work.close()
-
-
-def _disk_failure(e: BaseException) -> bool:
-    return isinstance(e, OSError) and e.errno in (errno.EIO, errno.ENOSPC, errno.EDQUOT,
-                                                   errno.EROFS)
