@@ -320,13 +320,11 @@ async def _copy_again(sim, tablet: str, source: str) -> str:
     the receiver fails at open, and its files name the damaged source (stack_checks
     `Invariants._copied_damage`). Without this copy, the source lost power as soon as the
     first session ended, and no seed began a second session on a damaged source."""
-    from harness.sim.stack_recopy import _replica_absent, _tablets, operator_copy
+    from harness.sim.stack_recopy import copy_target, operator_copy
 
-    if source in sim.down or _tablets(sim, source) is None:
+    if source in sim.down or getattr(sim.servers.get(source), "tablets", None) is None:
         return "skipped: source down"
-    dst = next((h for h in sim.tservers if h != source and h not in sim.down
-                and getattr(sim.servers.get(h), "uuid", None) is not None
-                and _tablets(sim, h) is not None and _replica_absent(sim, h, tablet)), None)
+    dst = copy_target(sim, tablet, source)
     if dst is None:
         return "skipped: no server without the tablet"
     # the receiver by uuid: a host named in a storage fault's record counts as damaged

@@ -26,9 +26,8 @@ from harness.sim.stack_checks import DATA_DIR
 
 def choose(chooser, rng: random.Random) -> tuple[str | None, object]:
     """[host, random bits]: a server up and not yet damaged (the caller keeps within
-    MAX_FLIPS); a master only
-    while no master is impaired (as the flip fault's), since a master whose instance file went
-    may never start again."""
+    MAX_FLIPS); a master only while no master is impaired (as the flip fault's), since a master
+    whose instance file went may never start again."""
     sim = chooser.sim
     impaired = chooser._impaired()
     fresh = [h for h in sim.masters + sim.tservers

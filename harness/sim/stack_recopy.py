@@ -88,6 +88,14 @@ def _replica_absent(sim, host: str, tablet: str) -> bool:
     return _tablets(sim, host).state(tablet) in (None, TabletState.TOMBSTONED)
 
 
+def copy_target(sim, tablet: str, source: str) -> str | None:
+    """The first tablet server up, other than `source`, that holds no replica of `tablet` or
+    only its tombstone: where an operator's copy may install one."""
+    return next((h for h in sim.tservers if h != source and h not in sim.down
+                 and getattr(sim.servers.get(h), "uuid", None) is not None
+                 and _tablets(sim, h) is not None and _replica_absent(sim, h, tablet)), None)
+
+
 def _running(sim, host: str, tablet: str) -> bool:
     tablets = _tablets(sim, host)
     r = tablets.replica(tablet) if tablets is not None else None
