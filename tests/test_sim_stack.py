@@ -186,7 +186,7 @@ class _Replica:
             last_index=lambda: logged[1]),
             commit=0, committed_config=config, active_config=config, progress={})
         self.uuid, self.role, self.term = uuid, Role[role], term
-        self.failed, self.stopping = None, False
+        self.failed, self.stopping, self.unexpected = None, False, None
         self._vote = (term, voted)
         self._committed = [(*c, None)[:3] for c in committed]
         self.reads = SimpleNamespace(serves_lease_reads=lambda now: lease)

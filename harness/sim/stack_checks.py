@@ -150,7 +150,7 @@ class Invariants:
                         raise StackViolation(f"election safety: tablet {tablet} term {r.term} has "
                                              f"leaders {holder} and {r.uuid}")
                 done = self._checked.get((host, tablet), 0)
-                for index, term, stamp in _committed_entries(r, done):
+                for index, term, stamp in r.committed_entries(done):
                     seen = self._committed.setdefault((tablet, index), term)
                     if seen != term:
                         raise StackViolation(
@@ -728,17 +728,3 @@ def _logged(r) -> tuple[int, int]:
     log = r.core.log
     index = max(log.stable, log.offset)
     return log.term_at(index) or 0, index
-
-
-def _committed_entries(r, above: int) -> list[tuple[int, int, int | None]]:
-    """(index, term, hybrid timestamp) of each committed entry of replica `r` above `above`
-    still in its in-memory log, the timestamp None for entries that carry no command (no-ops,
-    configs): what `check` compares across replicas (state-machine safety) and along the log
-    (timestamps increase with the index, across leaders)."""
-    from node.entry import EntryType
-    from node.tablet.ops import decode_command
-
-    log, commit = r.core.log, r.core.commit
-    lo = max(above + 1, log.first_index())
-    return [(e.index, e.term, decode_command(e.payload).timestamp
-             if e.type == EntryType.REPLICATE else None) for e in log.slice(lo, commit)]

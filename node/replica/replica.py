@@ -76,6 +76,7 @@ from node.tablet.ops import (
     Result,
     RowOp,
     command_payload,
+    decode_command,
 )
 from node.tablet.paths import TabletPaths
 from node.tablet.snapshot import SnapshotStore
@@ -771,21 +772,36 @@ class Replica:
         """Opid index of the active config (`active_members`'): 0 until the first change."""
         return self.core.active_config.opid_index
 
+    def committed_entries(self, above: int) -> list[tuple[int, int, int | None]]:
+        """(index, term, hybrid timestamp) of each committed entry above `above` still in the
+        in-memory log, the timestamp None for entries that carry no command (no-ops, configs):
+        what the simulator compares across replicas (state-machine safety) and along the log
+        (timestamps increase with the index, across leaders)."""
+        log, commit = self.core.log, self.core.commit
+        lo = max(above + 1, log.first_index())
+        return [(e.index, e.term, decode_command(e.payload).timestamp
+                 if e.type == EntryType.REPLICATE else None) for e in log.slice(lo, commit)]
+
     def status(self) -> dict:
-        s = self.core.status()
-        return {
-            "tablet_id": self.tablet_id, "role": s.role.name, "term": s.term, "leader": s.leader,
-            "commit": s.commit, "applied": self.state.last_applied_index,
-            "last_index": s.last_index, "last_term": s.last_term, "first_index": s.first_index,
-            "config_appended_by": s.config_appended_by,
-            "config": [[m.uuid, m.member_type.name] for m in s.active_config.members],
-            "committed_config": [[m.uuid, m.member_type.name] for m in s.committed_config.members],
-            "committed_config_index": s.committed_config.opid_index,
-            "peers": {u: {"match": p.match, "next": p.next, "needs_tablet_copy": p.needs_tablet_copy}
-                      for u, p in s.peers.items()},
-            "failed": self.failed,
-        }
+        return _status(self)
 
 
 def _raise(err: Exception) -> None:
     raise err
+
+
+def _status(r: Replica) -> dict:
+    """What the server shows and reports of a replica (its status page, heartbeats, metrics)."""
+    s = r.core.status()
+    return {
+        "tablet_id": r.tablet_id, "role": s.role.name, "term": s.term, "leader": s.leader,
+        "commit": s.commit, "applied": r.state.last_applied_index,
+        "last_index": s.last_index, "last_term": s.last_term, "first_index": s.first_index,
+        "config_appended_by": s.config_appended_by,
+        "config": [[m.uuid, m.member_type.name] for m in s.active_config.members],
+        "committed_config": [[m.uuid, m.member_type.name] for m in s.committed_config.members],
+        "committed_config_index": s.committed_config.opid_index,
+        "peers": {u: {"match": p.match, "next": p.next, "needs_tablet_copy": p.needs_tablet_copy}
+                  for u, p in s.peers.items()},
+        "failed": r.failed,
+    }
