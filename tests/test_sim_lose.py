@@ -105,3 +105,22 @@ def test_a_background_step_failing_on_a_lost_file_fails_the_seed(tmp_path, monke
                                   mix=parse_mix(LOST_FILES)), tmp_path).run()
     assert "background failure" in (result.violation or ""), result.violation
     assert "FileNotFoundError" in result.violation
+
+
+def test_a_copy_begun_on_a_source_whose_superblock_went_fails_the_seed_on_the_old_code(
+        tmp_path, monkeypatch):
+    """The session's superblock read as it was (no guard): the lost-files seed that reaches
+    the path fails on the FileNotFoundError the copy's begin handed the RPC layer."""
+    import asyncio
+
+    from node.tablet.superblock import Superblock
+    from node.tserver import copy_source
+
+    async def unguarded(r):
+        return await asyncio.to_thread(Superblock.load, r.paths.superblock, r.paths.disk)
+
+    monkeypatch.setattr(copy_source, "_superblock", unguarded)
+    result = StackSim(StackConfig(seed=62, workload="register", seconds=15.0,
+                                  mix=parse_mix(LOST_FILES)), tmp_path).run()
+    assert "handler failed" in (result.violation or ""), result.violation
+    assert "ts.begin_copy_session" in result.violation

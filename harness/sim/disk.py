@@ -354,27 +354,27 @@ class SimDisk:
         """Files under `under` whose names the live loss may take (`lose_live`): each as it
         would survive a crash, its directory holding no unsynced change of that name."""
         self._check()
-        out = []
-        for path, f in self._walk():
-            if not path.startswith(f"{os.fspath(under).rstrip('/')}/"):
-                continue
-            parent, name = self._parent(path)
-            if parent.durable.get(name) is f and not any(
-                    n == name for ops in parent.pending for n, _ in ops):
-                out.append(path)
-        return out
+        top = f"{os.fspath(under).rstrip('/')}/"
+        return [path for path, f in self._walk() if path.startswith(top)
+                and self._name_at_rest(path, f)]
 
     def lose_live(self, path: StrPath) -> None:
         """The name of a file gone while its server runs (a file system check moving it to
         lost+found, another process's rm, committed by the journal at once): reads and a
         crash alike no longer find it. Only a file `losable` lists: a name the directory has
         unsynced changes to would come back, or go, with them."""
-        if os.fspath(path) not in self.losable(os.path.dirname(os.fspath(path))):
+        self._check()
+        if not self._name_at_rest(path, self._file(path)):
             raise ValueError(f"{path}: not a file whose name is at rest")
         parent, name = self._parent(path)
         del parent.entries[name]
         del parent.durable[name]
         self._changed()
+
+    def _name_at_rest(self, path: StrPath, f: _File) -> bool:
+        parent, name = self._parent(path)
+        return parent.durable.get(name) is f and not any(
+            n == name for ops in parent.pending for n, _ in ops)
 
     def misplace_at_rest(self, path: StrPath, source_disk: SimDisk, source: StrPath) -> None:
         """The file now holds what `source` on `source_disk` (this one, or another server's)
