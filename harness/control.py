@@ -156,9 +156,23 @@ class Remote:
         return res
 
     def put(self, local: str, remote: str) -> None:
+        """Copy a local file to `remote`, replacing it in one step: a daemon starting while the
+        harness rewrites its certificate or config reads the old file or the new, never a
+        truncated one (SFTP's put alone truncates first, then writes)."""
         with paramiko.SFTPClient.from_transport(self._transport()) as sftp:
-            sftp.put(local, remote)
+            part = _part_name(remote)
+            sftp.put(local, part)
+            sftp.posix_rename(part, remote)
         self.log(f"{self.host.name} put {local} -> {remote}")
+
+    def write(self, remote: str, data: bytes) -> None:
+        """Write `data` to `remote`, replacing it in one step (as put does)."""
+        with paramiko.SFTPClient.from_transport(self._transport()) as sftp:
+            part = _part_name(remote)
+            with sftp.open(part, "wb") as f:
+                f.write(data)
+            sftp.posix_rename(part, remote)
+        self.log(f"{self.host.name} write {len(data)} bytes -> {remote}")
 
     def get(self, remote: str, local: str) -> None:
         with paramiko.SFTPClient.from_transport(self._transport()) as sftp:
@@ -170,3 +184,9 @@ class Remote:
             if self._client:
                 self._client.close()
                 self._client = None
+
+
+def _part_name(remote: str) -> str:
+    """Where a file is written before it is renamed over `remote`: beside it, so the rename
+    stays within one file system."""
+    return f"{remote}.part-{threading.get_ident()}-{time.monotonic_ns()}"

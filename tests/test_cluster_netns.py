@@ -3,6 +3,7 @@
 Needs root; CI runs as root. `down` must leave the machine exactly as it found it.
 """
 
+import concurrent.futures
 import os
 import signal
 import subprocess
@@ -42,7 +43,7 @@ def cluster(no_netns_cluster):
     assert not os.path.exists(state_dir)
 
 
-def test_up_reach_repair_down(cluster):
+def test_up_reach_repair_down(cluster, tmp_path):
     hosts = cluster.up(lambda *_: None)
     assert [h.address for h in hosts] == ["10.77.0.11", "10.77.0.12", "10.77.0.13"]
     remotes = [Remote(h) for h in hosts]
@@ -76,6 +77,10 @@ def test_up_reach_repair_down(cluster):
         probe = "import socket; socket.create_connection(('10.77.0.12', 22), 2); print('ok')"
         assert remotes[0].run(["python3", "-c", probe]).stdout.strip() == "ok"
 
+        # a file the harness replaces (a daemon's certificate, its config) is never seen cut:
+        # a reader on the host, looping while the harness rewrites it, finds the old or the new
+        _rewrites_are_never_seen_cut(remotes[0], tmp_path)
+
         # up twice is fine and keeps running hosts
         pids = {r["name"]: r for r in cluster.status()}
         assert all(r["sshd"] and r["process"] for r in pids.values())
@@ -96,6 +101,33 @@ def test_up_reach_repair_down(cluster):
     finally:
         for r in remotes:
             r.close()
+
+
+def _rewrites_are_never_seen_cut(remote, tmp_path):
+    whole = 256 * 1024
+    local = tmp_path / "cert.pem"
+    local.write_bytes(b"x" * whole)
+    target = "/var/lib/tessera/cert.pem"
+    remote.put(str(local), target)
+    reader = ("import os, time\n"
+              f"end, sizes = time.monotonic() + 60, set()\n"
+              "while time.monotonic() < end and not os.path.exists('/var/lib/tessera/stop-reading'):\n"
+              f"    sizes.add(len(open('{target}', 'rb').read()))\n"
+              "print(sorted(sizes))\n")
+    remote.run(["rm", "-f", "/var/lib/tessera/stop-reading"])
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        seen = pool.submit(remote.run, ["python3", "-c", reader])
+        time.sleep(0.5)  # the reader has begun
+        for i in range(20):
+            if i % 2:
+                remote.write(target, b"y" * whole)
+            else:
+                remote.put(str(local), target)
+        remote.run(["touch", "/var/lib/tessera/stop-reading"])
+        assert seen.result(timeout=90).stdout.strip() == f"[{whole}]"
+    leftovers = remote.run(["ls", "/var/lib/tessera"]).stdout.split()
+    assert not [n for n in leftovers if ".part-" in n], leftovers
+    remote.run(["rm", "-f", target, "/var/lib/tessera/stop-reading"])
 
 
 def test_unreachable_host_is_a_clear_error(cluster):

@@ -82,7 +82,7 @@ class PySyncObjDB(Deployment):
     def configure(self, h: Host) -> None:
         r = self.remotes[h.name]
         r.run(["mkdir", "-p", self.data_dir("node"), f"{DATA}/logs"])
-        r.run(["tee", f"{ROOT}/node.json"], stdin=json.dumps(self.config(h), indent=1).encode())
+        r.write(f"{ROOT}/node.json", json.dumps(self.config(h), indent=1).encode())
 
     # -- asking the nodes --------------------------------------------------------------------
     def statuses(self) -> dict[str, dict]:

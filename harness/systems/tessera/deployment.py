@@ -163,8 +163,7 @@ class TesseraDB(Deployment):
 
     def configure(self, h: Host) -> None:
         for d in self.daemons(h.name):
-            self.remotes[h.name].run(["tee", f"{ROOT}/{d}.toml"],
-                                     stdin=self._config(h, d).encode())
+            self.remotes[h.name].write(f"{ROOT}/{d}.toml", self._config(h, d).encode())
 
     async def open_clients(self, workload, names: dict[str, str], binds: list[str] | None,
                            op_timeout: float):
