@@ -3,6 +3,13 @@ system under test keeps its replicated state in, then a restart. The system must
 damaged data loudly (checksums catch it) or recover it provably (its peers hold every
 acknowledged write); it must never serve wrong data.
 
+One mode needs no stop: `lose` deletes a file under the running daemon, as an operator's stray
+rm or a file system check moving it to lost+found does. A stopped daemon meets a missing file
+only at its next start; a running one meets it wherever it next reads, deletes or copies the
+file (log GC, a tablet copy's session, a tombstone), and each of those must refuse it or fail
+the replica loudly. The newest WAL segment is never taken: its loss takes acknowledged entries
+with nothing left on the disk to say so (the log simply ends earlier), which no system can see.
+
 The nemesis knows no system's files. A system that offers "disk" (harness.deployment.Deployment.offers)
 says, through `disk_layout()`, which daemon to stop, which files to pick from and how they group
 into replicas, and which damage modes apply; `damaged(host, done)` says how its restarted daemon
@@ -54,11 +61,16 @@ class DiskLayout:
     files: tuple[tuple[str, str, str], ...]
     modes: tuple[str, ...] = ("bitflip", "bitflip", "truncate")  # drawn from; repeats weigh
     log: str = ""  # the daemon's log file
+    lose_files: tuple[tuple[str, str, str], ...] = ()  # as `files`: more the lose mode may take
+
+    def mode(self, seed: int) -> str:
+        """The damage mode a start of the nemesis with `seed` applies."""
+        return random.Random(seed).choice(self.modes)
 
 
-def damage_args(layout: DiskLayout, seed: int, spared: list[str], mode: str | None = None) -> list[str]:
+def damage_args(layout: DiskLayout, seed: int, spared: list[str], mode: str) -> list[str]:
     """The damage script's command line on a host: `python3 -c _DAMAGE ...`."""
-    spec = {"root": layout.root, "files": layout.files, "modes": layout.modes,
+    spec = {"root": layout.root, "files": layout.files, "lose_files": layout.lose_files,
             "spared": spared, "mode": mode}
     return ["python3", "-c", _DAMAGE, str(seed), json.dumps(spec)]
 
@@ -69,18 +81,29 @@ import json, os, random, sys
 rng = random.Random(int(sys.argv[1]))
 spec = json.loads(sys.argv[2])
 spared = set(spec["spared"])  # groups damaged on another host, or that cannot spare one now
-files = []
-for sub, kind, group in spec["files"]:
-    for dirpath, _, names in os.walk(os.path.join(spec["root"], sub)):
-        for n in names:
-            g = os.path.basename(dirpath) if group == "dir" else n if group == "name" else group
-            if (not n.startswith(".") and os.path.getsize(os.path.join(dirpath, n)) > 64
-                    and g not in spared):
-                files.append((kind, os.path.join(dirpath, n), g))
+mode = spec["mode"]
+
+
+def walk(entries):
+    found = []
+    for sub, kind, group in entries:
+        for dirpath, _, names in os.walk(os.path.join(spec["root"], sub)):
+            for n in names:
+                g = os.path.basename(dirpath) if group == "dir" else n if group == "name" else group
+                if (not n.startswith(".") and os.path.getsize(os.path.join(dirpath, n)) > 64
+                        and g not in spared):
+                    found.append((kind, os.path.join(dirpath, n), g))
+    return found
+
+
+files = walk(spec["files"] + (spec["lose_files"] if mode == "lose" else []))
+if mode == "lose":  # never a WAL's newest segment (a Tessera segment is wal-NNNNNNNNN)
+    newest = {max(segs) for d in {os.path.dirname(p) for k, p, _ in files if k == "wal"}
+              if (segs := [os.path.join(d, n) for n in os.listdir(d) if n.startswith("wal-")])}
+    files = [f for f in files if f[1] not in newest]
 if not files:
     print(json.dumps({"skipped": "no file to damage: none written yet, or each one's replica "
                                  "was damaged on another host"})); sys.exit(0)
-mode = spec["mode"] or rng.choice(spec["modes"])
 
 
 def newest_batch(path):
@@ -94,7 +117,7 @@ def newest_batch(path):
     if len(buf) < 24 or buf[:8] != b"TSRWALSG" or buf[-36:].startswith(b"TSRWALFT"):
         return None
     version = struct.unpack_from("<H", buf, 8)[0]
-    fixed = 24 if version == 1 else 32
+    fixed = 24 if version == 1 else 32 if version < 4 else 40
     off, last = fixed + struct.unpack_from("<H", buf, 10)[0], None
     while off + 16 <= len(buf):
         length, kind, reserved = struct.unpack_from("<IHH", buf, off)
@@ -130,6 +153,14 @@ if mode == "newest-flip":
         sys.exit(0)
     mode = "bitflip"  # no unfinished segment with a batch: an ordinary flip
 files.sort()
+if mode == "lose":
+    kind, path, group = rng.choice(files)
+    size = os.path.getsize(path)
+    os.remove(path)
+    fd = os.open(os.path.dirname(path), os.O_RDONLY)
+    os.fsync(fd); os.close(fd)
+    print(json.dumps({"file": path, "kind": kind, "group": group, "mode": mode, "size": size}))
+    sys.exit(0)
 while True:
     kind, path, group = files.pop(rng.randrange(len(files)))
     size = len(open(path, "rb").read().rstrip(b"\0"))  # preallocated zeros hold nothing
@@ -175,15 +206,20 @@ class DiskCorruption(Nemesis):
         # A minority means a minority of the voters a group has now: one the membership
         # fault shrank to two cannot spare a replica.
         spared = sorted({g for g, h in self.damaged.items() if h != host} | self.db.cannot_spare())
+        mode = layout.mode(choice["damage_seed"])
+        stop = mode != "lose"  # a file lost under the running daemon: no stop, no restart
         try:
-            self.db.kill(host, layout.daemon)
+            if stop:
+                self.db.kill(host, layout.daemon)
             log_line = self._log_length(host, layout.log)
-            out = self.remotes[host].run(damage_args(layout, choice["damage_seed"], spared)).stdout
+            out = self.remotes[host].run(damage_args(layout, choice["damage_seed"], spared,
+                                                     mode)).stdout
             done = json.loads(out.strip().splitlines()[-1])
             observed = self._observe(host, done) if "file" in done else None
         finally:
             self.db.release(host, layout.daemon, self.name)
-            self.db.start(host, layout.daemon)
+            if stop:
+                self.db.start(host, layout.daemon)
         if "file" in done:
             done["log"], done["log_line"] = layout.log.rsplit("/", 1)[-1], log_line
             done["replica"] = self.db.damaged(host, done)
@@ -195,7 +231,11 @@ class DiskCorruption(Nemesis):
 
     def _observe(self, host: str, done: dict) -> dict:
         """The damage read back from the file on the host, by a process of its own, before the
-        daemon starts again: the flipped byte as written, or the file at its cut length."""
+        daemon starts again: the flipped byte as written, the file at its cut length, or no file
+        by the lost one's name."""
+        if done["mode"] == "lose":
+            there = self.remotes[host].run(["test", "-e", done["file"]], check=False).exit_status
+            return observe.observation(there == 1, exists=there == 0)
         if "to" in done:
             out = self.remotes[host].run(["stat", "-c", "%s", done["file"]], check=False).stdout
             size = int(out) if out.strip().isdigit() else None

@@ -138,6 +138,8 @@ CATALOG: dict[str, str] = {
         "a ReadIndex group was refused: the replica was not the leader when it was handed over",
     "read.failed_leadership_lost": "reads waiting on a ReadIndex round failed: leadership was lost",
     # --- replica: the driver (node/replica/replica.py) ---
+    "replica.bootstrap.wal_base_past_snapshot":
+        "bootstrap refused a WAL whose oldest segment began past the snapshot: segments lost",
     "replica.bootstrap.uncommitted_entries_pending":
         "bootstrap found WAL entries past the snapshot, not known committed: pending",
     "replica.commit_wait.waited":

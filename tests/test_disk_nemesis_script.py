@@ -4,6 +4,7 @@ host (`python3 -c`), against WAL segments in the engine's format."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from dataclasses import replace
 
@@ -111,7 +112,9 @@ class _Shrunk(Holds):
 
 class _LocalRemote:
     def run(self, argv, check=True):
-        return subprocess.run(argv, capture_output=True, text=True, check=check)
+        done = subprocess.run(argv, capture_output=True, text=True, check=check)
+        done.exit_status = done.returncode  # as harness.control.Result names it
+        return done
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -125,15 +128,40 @@ def test_a_group_that_cannot_spare_a_replica_is_never_damaged(tmp_path, seed):
         wal = tmp_path / "tserver" / "wals" / tablet
         wal.mkdir(parents=True)
         put(wal, 1, build([entries(1, 3, size=200)], seq=1)[0])
+        put(wal, 2, build([entries(4, 6, size=200)], seq=2)[0])
     db = _Shrunk(tmp_path / "tserver", {"shrunk-0000"})
     nemesis = DiskCorruption(db=db, hosts=["n1"], remotes={"n1": _LocalRemote()})
     done = nemesis.start({"host": "n1", "damage_seed": seed})
     assert done["group"] == "whole-0001", done
-    # the damage read back from the file by a process of its own: the byte as flipped, or
-    # the file at its cut length
+    # the damage read back from the file by a process of its own: the byte as flipped, the
+    # file at its cut length, or no file by the lost one's name (never a WAL's newest segment)
     assert done["observed"]["ok"], done
-    if done["mode"] != "truncate":
+    if done["mode"] == "lose":
+        assert done["file"].endswith("wal-000000001") and not os.path.exists(done["file"])
+    elif done["mode"] != "truncate":
         assert done["observed"]["byte"] == done["before"] ^ (1 << done["bit"])
     db.fragile.add("whole-0001")
     nemesis.damaged.clear()
     assert "skipped" in nemesis.start({"host": "n1", "damage_seed": seed})
+
+
+def test_lose_takes_any_file_of_a_replica_but_its_newest_wal_segment(tmp_path):
+    """Under a running server the lose mode deletes one file (the directory synced after): a
+    superblock, a snapshot, consensus metadata or a WAL segment, never the newest one."""
+    taken = {}
+    for seed in range(40):
+        root = tmp_path / str(seed)
+        wal = root / "wals" / TABLET
+        wal.mkdir(parents=True)
+        put(wal, 1, build([entries(1, 3, size=200)], seq=1)[0])
+        put(wal, 2, build([entries(4, 6, size=200)], seq=2, footer=False)[0])
+        for sub in ("consensus-meta", "tablet-meta"):
+            (root / sub).mkdir()
+            (root / sub / TABLET).write_bytes(b"m" * 100)
+        (root / "data" / TABLET).mkdir(parents=True)
+        (root / "data" / TABLET / "snapshot-1").write_bytes(b"s" * 100)
+        done = damage(root, seed, "lose")
+        assert done["group"] == TABLET and not os.path.exists(done["file"]), done
+        assert not done["file"].endswith("wal-000000002"), done
+        taken[done["kind"]] = done["file"].rsplit("/", 2)[-2:]
+    assert sorted(taken) == ["cmeta", "snapshot", "superblock", "wal"], taken

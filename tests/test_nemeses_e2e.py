@@ -419,3 +419,109 @@ def test_a_pid_reused_after_a_daemon_died_is_never_signalled_nor_taken_for_it(de
         db.start("n3", "tserver")
     assert db.running("n3", "tserver")
     assert remotes["n3"].sh(f"cat {DATA}/tserver.pid").stdout.strip() != stranger
+
+
+def _lose_then_restart(deployed, table: str, layout=None, restart_first=False):
+    """A table of its own (one tablet, three replicas, 20 rows); on a host of one of its
+    replicas (with `restart_first`, its tablet server restarted first), the disk fault's lose
+    mode, checked on the host (`layout`: files and modes narrowed; every other tablet spared),
+    then that tablet server started again: (what was done, the replica's report once it
+    reopened)."""
+    from dataclasses import replace
+
+    db, hosts, remotes, _ = deployed
+
+    async def create():
+        c = TesseraClient(db.master_addrs, timeout=30, tls=db.tls())
+        await c.create_table(table, num_tablets=1, replication_factor=3)
+        for i in range(20):
+            await c.table(table).write(f"k{i}", i)
+        await c.close()
+    asyncio.run(create())
+
+    def reports():
+        return {(name, t.tablet_id): t for name, st in
+                db.ask_each(hosts, "tserver", "ts.status", ServerStatus).items() for t in st.tablets}
+
+    ours = sorted(k for k, t in reports().items() if t.table_name == table)
+    (host, tablet), target = ours[0], [h for h in hosts if h.name == ours[0][0]]
+
+    def reopened():
+        deadline = time.monotonic() + 60
+        while (t := reports().get((host, tablet))) is None or t.state not in ("RUNNING", "FAILED"):
+            assert time.monotonic() < deadline, f"{tablet} never reopened on {host}: {t}"
+            time.sleep(0.5)
+        return t
+
+    if restart_first:  # each replica there opens a new segment, left empty: no load runs
+        db.kill(host, "tserver")
+        db.start(host, "tserver")
+        reopened()
+    d = DiskCorruption(db=_Aimed(db, replace(db.disk_layout(), **(layout or {}))),
+                       hosts=[h.name for h in hosts], remotes=remotes)
+    d.damaged = {tid: "spared" for _, tid in reports() if tid != tablet}
+    pid = remotes[host].run(["cat", f"{DATA}/tserver.pid"]).stdout.strip()
+    done = d.start({"host": host, "damage_seed": 5})  # seed 5 draws the lose mode
+    d.stop()
+    assert done.get("mode") == "lose" and done["group"] == tablet, done
+    assert done["observed"]["ok"], done  # no file by that name on the host
+    assert done["replica"]["state"] == "RUNNING", done  # it runs on, not restarted
+    assert remotes[host].run(["cat", f"{DATA}/tserver.pid"]).stdout.strip() == pid
+    assert target and db.running(host, "tserver")
+    db.kill(host, "tserver")
+    db.start(host, "tserver")
+    return done, reopened()
+
+
+class _Aimed:
+    """The deployment, with the disk fault's files and modes narrowed."""
+
+    def __init__(self, db, layout):
+        self.db, self.layout = db, layout
+
+    def disk_layout(self):
+        return self.layout
+
+    def __getattr__(self, name):
+        return getattr(self.db, name)
+
+
+def _every_row_still_there(db, table: str):
+    async def read():
+        c = TesseraClient(db.master_addrs, timeout=30, tls=db.tls())
+        assert [await c.table(table).read(f"k{i}") for i in range(20)] == list(range(20))
+        await c.close()
+    asyncio.run(read())
+
+
+def test_a_file_lost_under_the_running_server_is_refused_at_its_next_start(deployed):
+    """The disk fault's lose mode deletes a replica's file while its tablet server runs: the
+    server is not restarted (same pid) and the file is gone when the host is asked. Started
+    again, the server must not run the replica from the hole: FAILED naming the file (its
+    consensus metadata, or a WAL segment or snapshot the rest cannot replace), or running with
+    rows its peers agree with (a lost superblock: the master creates the replica again over its
+    own consensus metadata and WAL); every row is still read."""
+    from node.tools.convergence import check_convergence
+
+    db = deployed[0]
+    done, rep = _lose_then_restart(deployed, "lost-any")
+    if rep.state == "FAILED" or done["kind"] == "cmeta":  # naming the file, or its WAL
+        assert rep.state == "FAILED" and done["file"].rsplit("/wal-", 1)[0] in rep.error, (done, rep)
+    else:
+        seen = check_convergence(db, timeout=60)
+        assert seen["verdict"] == "valid", (seen.get("reason"), seen["errors"], done, rep)
+    _every_row_still_there(db, "lost-any")
+
+
+def test_a_wal_segment_lost_behind_a_restart_fails_the_replica_at_the_next_start(deployed):
+    """A restart leaves every replica a new, empty newest segment; the lose mode, aimed at the
+    WAL, then takes the older one, with the entries it holds after the snapshot. The next start
+    refuses the log: FAILED, naming the WAL. This booted as a replica that had never logged
+    anything, its votes free for any candidate, until a segment's header said how far the log
+    reached before it (node/wal/format.py)."""
+    done, rep = _lose_then_restart(deployed, "lost-wal", {
+        "files": (("wals", "wal", "dir"),), "lose_files": (), "modes": ("lose",)},
+        restart_first=True)
+    assert done["kind"] == "wal" and done["file"].endswith("wal-000000001"), done
+    assert rep.state == "FAILED" and done["file"].rsplit("/wal-", 1)[0] in rep.error, (done, rep)
+    _every_row_still_there(deployed[0], "lost-wal")

@@ -249,10 +249,8 @@ class Replica:
             self.log.warning("bootstrap: cut a torn WAL tail of %s at offset %d (%d bytes: %s)",
                              tail.path, tail.offset, tail.garbage_bytes, tail.reason)
         entries = [e for e in self.wal.recovered if e.index > self.state.last_applied_index]
-        if entries and entries[0].index != self.state.last_applied_index + 1:
-            raise CorruptionError(self.paths.wal_dir, None,
-                                  f"log starts at index {entries[0].index} but the snapshot ends "
-                                  f"at {self.state.last_applied_index}: entries are missing")
+        _refuse_missing_entries(self.paths.wal_dir, self.wal.base_index, entries,
+                                self.state.last_applied_index)
         snapshot_index, snapshot_term = self.state.last_applied_index, self.state.last_applied_term
         config = decode_config(cmeta.committed_config)
         self._saved_config_index = config.opid_index  # the committed config on disk
@@ -805,3 +803,20 @@ def _status(r: Replica) -> dict:
                   for u, p in s.peers.items()},
         "failed": r.failed,
     }
+
+
+def _refuse_missing_entries(wal_dir, base_index: int, entries: list, snapshot_index: int) -> None:
+    """CorruptionError unless the log goes on from the snapshot: its first entry after it is
+    the next index, and its oldest segment began no later than the snapshot ends (what the
+    segments before it held, log GC deletes only once a snapshot has it; node/wal/format.py)."""
+    if base_index > snapshot_index:
+        probe("replica.bootstrap.wal_base_past_snapshot")
+        raise CorruptionError(wal_dir, None,
+                              f"the oldest WAL segment began after index {base_index} but the "
+                              f"snapshot ends at {snapshot_index}: segments holding the entries "
+                              f"between are missing")
+    if entries and entries[0].index != snapshot_index + 1:
+        raise CorruptionError(wal_dir, None,
+                              f"log starts at index {entries[0].index} but the snapshot ends "
+                              f"at {snapshot_index}: entries are missing")
+

@@ -2,7 +2,8 @@
 
     segment  = header batch* [footer]
     header   = magic "TSRWALSG" | version u16 | tablet-id length u16 | sequence u64
-               | preallocated length u64 | tablet id (utf-8) | crc32c(all of the above) u32
+               | preallocated length u64 | log's last index before it u64
+               | tablet id (utf-8) | crc32c(all of the above) u32
     batch    = data length u32 | kind u16 | reserved u16 (0) | crc32c(data) u32
                | crc32c(the 12 bytes before) u32 | data
     footer   = magic "TSRWALFT" | entry count u64 | min index i64 | max index i64
@@ -28,6 +29,13 @@ before the segment got its name. A crash never shrinks a file, and finishing a s
 short only once its footer is synced, so a segment with no footer that is shorter than that was
 cut short by something else: damage, never a torn write (reader.judge_segment). Version 1
 headers have no such field; their segments are read as before.
+
+The log's last index before the segment (version 4 on; 0: none, or not recorded) is the last
+index written to the segments before it when the segment was made. Log GC deletes a segment
+only once every index it holds is in a snapshot, so the oldest segment left says how far the
+snapshot must reach: entries between the snapshot and that index were in segments that were
+lost, not collected. Without it a replica whose older segment went missing while its newest
+held no entries yet (as after a restart) booted as if it had never logged anything.
 """
 
 from __future__ import annotations
@@ -40,9 +48,11 @@ from crc32c import crc32c as crc32c  # re-exported: segment.py calls fmt.crc32c
 
 from node.entry import Entry
 
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)  # 1: no preallocated length in the header; 3: sector stamps
+FORMAT_VERSION = 4
+# 1: no preallocated length in the header; 3: sector stamps; 4: the last index before it
+READABLE_VERSIONS = (1, 2, 3, 4)
 STAMPED_VERSION = 3  # the first version whose batch data carries sector stamps
+BASE_VERSION = 4  # the first version whose header holds the log's last index before it
 SEGMENT_MAGIC = b"TSRWALSG"
 FOOTER_MAGIC = b"TSRWALFT"
 
@@ -71,10 +81,10 @@ _pack_body = _BATCH_HEADER_BODY.pack
 _pack_u32 = _U32.pack
 
 
-def encode_segment_header(tablet_id: str, seq: int, prealloc: int = 0) -> bytes:
+def encode_segment_header(tablet_id: str, seq: int, prealloc: int = 0, base: int = 0) -> bytes:
     tid = tablet_id.encode()
     body = (_SEGMENT_HEADER_FIXED.pack(SEGMENT_MAGIC, FORMAT_VERSION, len(tid), seq)
-            + _U64.pack(prealloc) + tid)
+            + _U64.pack(prealloc) + _U64.pack(base) + tid)
     return body + _pack_u32(crc32c(body))
 
 
@@ -84,6 +94,7 @@ class SegmentHeader(msgspec.Struct, frozen=True):
     size: int  # bytes, where the first batch starts
     prealloc: int = 0  # the file's durable length before its first batch (0: not preallocated)
     version: int = FORMAT_VERSION
+    base: int = 0  # the log's last index when the segment was made (0: none, or before version 4)
 
     @property
     def stamped(self) -> bool:
@@ -102,18 +113,19 @@ def parse_segment_header(buf: bytes) -> SegmentHeader:
     if version not in READABLE_VERSIONS:
         raise ValueError(f"unknown format version {version} (this build reads "
                          f"{', '.join(map(str, READABLE_VERSIONS))})")
-    prealloc = 0
-    if version >= 2:
-        if len(buf) < fixed + _U64.size:
-            raise ValueError("segment header truncated")
-        (prealloc,) = _U64.unpack_from(buf, fixed)
-        fixed += _U64.size
+    fields = [0, 0]  # prealloc (version 2 on), base (version 4 on)
+    for i, since in enumerate((2, BASE_VERSION)):
+        if version >= since:
+            if len(buf) < fixed + _U64.size:
+                raise ValueError("segment header truncated")
+            (fields[i],) = _U64.unpack_from(buf, fixed)
+            fixed += _U64.size
     end = fixed + tid_len
     if len(buf) < end + 4:
         raise ValueError("segment header truncated")
     if _U32.unpack_from(buf, end)[0] != crc32c(buf[:end]):
         raise ValueError("segment header CRC mismatch")
-    return SegmentHeader(buf[fixed:end].decode(), seq, end + 4, prealloc, version)
+    return SegmentHeader(buf[fixed:end].decode(), seq, end + 4, fields[0], version, fields[1])
 
 
 def encode_batch(kind: BatchKind, data: bytes) -> bytes:

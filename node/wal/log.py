@@ -126,6 +126,9 @@ class Log:
         self._done: list[tuple[list[asyncio.Future[None]], list[asyncio.Future[None]], BaseException | None]] = []
         self._segments_lock = threading.Lock()
         self._closed: list[ClosedSegment] = []
+        # the oldest segment's word on the last index before it, when opened (format.py):
+        # the snapshot must reach it, or entries were lost with segments that were not collected
+        self.base_index = 0
         self._segment: WritableSegment
         self._next_thread: threading.Thread | None = None
         self._next: WritableSegment | BaseException | None = None
@@ -168,12 +171,17 @@ class Log:
             disk.unlink(path)
         if removed:
             disk.fsync_dir(directory)
+        # what the oldest segment says the log held before it, read before an empty newest
+        # segment goes: the one a restart left may be all that says so (format.py)
+        log.base_index = contents.segments[0].header.base if contents.segments else 0
         log._closed = [ClosedSegment(s.path, s.header.seq, s.footer) for s in segments]  # type: ignore[arg-type]  # every footer is set: read_log refuses an older segment without one, and the newest got one above
         log.recovered = contents.entries
         log.recovery = Recovery(unclosed, removed)
         if contents.next_index is not None:
             log._last_index = contents.next_index - 1
-        log._segment = log._new_segment(segments[-1].header.seq + 1 if segments else 1)
+        held = contents.next_index - 1 if contents.next_index is not None else 0
+        log._segment = log._new_segment(segments[-1].header.seq + 1 if segments else 1,
+                                        max(held, log.base_index))
         log._segment.activate()
         if log._inline:
             log._idle = True
@@ -568,23 +576,25 @@ class Log:
             seg.readable = (seg.offset, seg.max_index)
         if seg.offset >= self.options.segment_bytes and self._next_thread is None and self._next is None:
             probe("wal.segment.preallocate_started")
+            base = max(seg.max_index, seg.base)
             if self._inline:
-                self._preallocate(seg.seq + 1)
+                self._preallocate(seg.seq + 1, base)
             else:
                 self._next_thread = threading.Thread(
-                    target=self._preallocate, args=(seg.seq + 1,), name="wal-preallocate", daemon=True
-                )
+                    target=self._preallocate, args=(seg.seq + 1, base), name="wal-preallocate",
+                    daemon=True)
                 self._next_thread.start()
 
     # ---- segment roll ----
 
-    def _new_segment(self, seq: int) -> WritableSegment:
+    def _new_segment(self, seq: int, base: int) -> WritableSegment:
+        """Segment `seq`, its header saying the log's last index before it is `base`."""
         prealloc = self.options.segment_bytes if self.options.log_preallocate_segments else 0
-        return WritableSegment(self.directory, self.tablet_id, seq, prealloc, self._disk)
+        return WritableSegment(self.directory, self.tablet_id, seq, prealloc, self._disk, base)
 
-    def _preallocate(self, seq: int) -> None:
+    def _preallocate(self, seq: int, base: int) -> None:
         try:
-            self._next = self._new_segment(seq)
+            self._next = self._new_segment(seq, base)
         except BaseException as e:
             probe("wal.segment.preallocate_failed")
             self._next = e

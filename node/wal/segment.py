@@ -330,8 +330,10 @@ class WritableSegment:
     """The segment the appender writes. Not thread-safe: one owner at a time (the
     preallocation thread builds it, then the appender thread takes it over)."""
 
-    def __init__(self, directory: str, tablet_id: str, seq: int, prealloc_bytes: int, disk: Disk = REAL) -> None:
-        """Create the file under its temporary name: preallocated, header written, synced."""
+    def __init__(self, directory: str, tablet_id: str, seq: int, prealloc_bytes: int,
+                 disk: Disk = REAL, base: int = 0) -> None:
+        """Create the file under its temporary name: preallocated, header written, synced.
+        `base`: the last index written to the segments before it (format.py)."""
         self.disk = disk
         self.directory = directory
         self.seq = seq
@@ -348,7 +350,8 @@ class WritableSegment:
             made = prealloc_bytes and disk.size(self.path) >= prealloc_bytes
             durable_len = prealloc_bytes if made else 0
             self.offset = pwrite_all(disk, self.fd,
-                                     [fmt.encode_segment_header(tablet_id, seq, durable_len)], 0)
+                                     [fmt.encode_segment_header(tablet_id, seq, durable_len,
+                                                                base)], 0)
             # (end, last index) of what is written and (with fsync on) synced: readers stop
             # there. One attribute, so a reader in another thread sees the two agree.
             self.readable: tuple[int, int] = (self.offset, -1)
@@ -358,6 +361,7 @@ class WritableSegment:
             disk.unlink(self.path)
             raise
         self.num_entries, self.min_index, self.max_index = 0, -1, -1
+        self.base = base
 
     def activate(self) -> None:
         """Give the file its real name: from now on bootstrap reads it."""

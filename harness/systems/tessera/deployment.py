@@ -540,13 +540,16 @@ class TesseraDB(Deployment):
 
     def disk_layout(self):
         """A tablet server's WAL segments (a replica: its tablet's directory) and consensus
-        metadata (a replica: the file, named by its tablet), with the aimed newest-flip."""
+        metadata (a replica: the file, named by its tablet), with the aimed newest-flip; a
+        file lost under the running server may also be its superblock or snapshot."""
         from nemeses.disk import DiskLayout
 
         return DiskLayout(daemon="tserver", root=self.data_dir("tserver"),
                           files=(("wals", "wal", "dir"), ("consensus-meta", "cmeta", "name")),
-                          modes=("bitflip", "bitflip", "truncate", "newest-flip"),
-                          log=f"{DATA}/logs/tserver.log")
+                          modes=("bitflip", "bitflip", "truncate", "newest-flip", "lose"),
+                          log=f"{DATA}/logs/tserver.log",
+                          lose_files=(("tablet-meta", "superblock", "name"),
+                                      ("data", "snapshot", "dir")))
 
     def damaged(self, host: str, done: dict) -> dict:
         """How the restarted server treats the damaged tablet: FAILED naming the file, or
