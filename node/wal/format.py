@@ -83,8 +83,9 @@ _pack_u32 = _U32.pack
 
 def encode_segment_header(tablet_id: str, seq: int, prealloc: int = 0, base: int = 0) -> bytes:
     tid = tablet_id.encode()
+    base_field = _U64.pack(base) if FORMAT_VERSION >= BASE_VERSION else b""  # (tests write older)
     body = (_SEGMENT_HEADER_FIXED.pack(SEGMENT_MAGIC, FORMAT_VERSION, len(tid), seq)
-            + _U64.pack(prealloc) + _U64.pack(base) + tid)
+            + _U64.pack(prealloc) + base_field + tid)
     return body + _pack_u32(crc32c(body))
 
 
