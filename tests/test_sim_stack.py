@@ -804,10 +804,10 @@ DAMAGE_CASES = {
                   "cmeta.load.wrong_tablet", "superblock.load.wrong_tablet"}),
     # a bit of a finished segment's footer CRC (a segment written past its preallocation, so
     # not cut short: unfinished and not the newest); one of a finished segment's batch header
-    # (ts1's wal-000000001 is 8307 bytes, its footer's CRC at 8303-8306; ts2's wal-000000002
-    # holds a batch at 4049, 4052 its length's high byte)
-    "flip": ([[_TS1, "flip", f"/data/wals/{_T}3/wal-000000001", [8303, 2], f"{_T}3"],
-              [_TS2, "flip", f"/data/wals/{_T}3/wal-000000002", [4052, 3], f"{_T}3"]],
+    # (ts1's wal-000000001 is 8315 bytes, its footer's CRC at 8311-8314; ts2's wal-000000002
+    # holds a batch at 4057, 4060 its length's high byte)
+    "flip": ([[_TS1, "flip", f"/data/wals/{_T}3/wal-000000001", [8311, 2], f"{_T}3"],
+              [_TS2, "flip", f"/data/wals/{_T}3/wal-000000002", [4060, 3], f"{_T}3"]],
              {"wal.scan.footer_damaged", "wal.recover.unfinished_not_newest_refused",
               "wal.scan.flipped_header", "wal.recover.footer_segment_damaged_refused"}),
     # no damage: a power loss while a segment is being rolled in
