@@ -819,4 +819,3 @@ def _refuse_missing_entries(wal_dir, base_index: int, entries: list, snapshot_in
         raise CorruptionError(wal_dir, None,
                               f"log starts at index {entries[0].index} but the snapshot ends "
                               f"at {snapshot_index}: entries are missing")
-
