@@ -429,6 +429,8 @@ CATALOG: dict[str, str] = {
         "removing the leader master: leadership is handed over first",
     "master.catalog.session_opened_in_new_term":
         "a leader master opened its catalog session in a new term",
+    "master.create_table.retry_answered":
+        "a CreateTable retry found the table its own first attempt made: answered with it",
     "master.catalog.write_refused":
         "a catalog transaction was refused by the catalog's state machine",
     "master.catalog.unknown_tablet_kept":

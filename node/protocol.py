@@ -349,6 +349,9 @@ class CreateTable(msgspec.Struct, frozen=True):
     name: str
     num_tablets: int = 1
     replication_factor: int = 3
+    # Chosen by the client once per create_table call and sent with every attempt: the master
+    # answers a retry of a create that already landed with the table, not ALREADY_EXISTS.
+    token: str = ""
 
 
 class TableName(msgspec.Struct, frozen=True):

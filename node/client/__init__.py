@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import secrets
 import ssl
 from typing import Any
 
@@ -124,6 +125,11 @@ def parse_bind(bind: str | None) -> tuple[str, int | None] | None:
     if sep and port.isdigit() and host.count(":") == 0:
         return host, int(port)
     return bind, None
+
+
+def new_create_token() -> str:
+    """A CreateTable token: the same for every try of one create, unlike any other create's."""
+    return secrets.token_hex(8)
 
 
 class _Backoff:
@@ -252,10 +258,17 @@ class TesseraClient:
         except RpcError:
             pass
 
-    async def create_table(self, name: str, num_tablets: int = 1,
-                           replication_factor: int = 3) -> TableLocations:
+    async def create_table(self, name: str, num_tablets: int = 1, replication_factor: int = 3,
+                           token: str | None = None) -> TableLocations:
+        """Create the table; its locations. An attempt can land and lose its reply (a master slow
+        to create the replicas outlasts the attempt's timeout), so every attempt carries one
+        token: the master answers a retry of a create that landed with the table, and
+        ALREADY_EXISTS means another create made it. A caller that retries the call itself
+        passes the same `token` (`new_create_token()`) to each. The token comes from the OS,
+        not `rng`, so a seeded client draws the same numbers it did before."""
         locs = await self.master_call("master.create_table",
-                                      CreateTable(name, num_tablets, replication_factor),
+                                      CreateTable(name, num_tablets, replication_factor,
+                                                  token or new_create_token()),
                                       TableLocations)
         self._locations[name] = locs
         return locs

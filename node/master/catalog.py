@@ -29,6 +29,9 @@ class TableRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     id: str
     name: str
     tablets: list[str]  # tablet ids, in bucket order
+    # The token of the CreateTable request that made the table: a retry of that request (its
+    # first reply lost or late) is answered with the table, where any other gets ALREADY_EXISTS.
+    creator: str = ""
 
 
 class TabletRecord(msgspec.Struct, frozen=True, omit_defaults=True):

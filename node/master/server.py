@@ -337,7 +337,11 @@ class Master(ServerBase):
                            "num_tablets must be 1..1000 and replication_factor odd (1, 3, 5, 7)")
         async with self._catalog_lock:
             await self._await_ready()
-            if self._catalog().table(req.name) is not None:
+            existing = self._catalog().table(req.name)
+            if existing is not None and req.token and existing.creator == req.token:
+                probe("master.create_table.retry_answered")
+                return self._locations(req.name)
+            if existing is not None:
                 raise RpcError(ErrorCode.ALREADY_EXISTS, f"table {req.name} exists")
             live = self.ts.live()
             if len(live) < req.replication_factor:
@@ -352,7 +356,8 @@ class Master(ServerBase):
                                     rf=req.replication_factor)
                        for i, chosen in enumerate(placed)]
             await self._mutate(write_table(TableRecord(table_id, req.name,
-                                                       [t.id for t in tablets]), tablets))
+                                                       [t.id for t in tablets], req.token),
+                                           tablets))
         await asyncio.gather(*(self._create_replicas(req.name, t) for t in tablets),
                              return_exceptions=True)
         return self._locations(req.name)
