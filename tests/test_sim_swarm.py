@@ -953,6 +953,20 @@ def test_tables_dropped_beside_the_workload_and_a_deposed_master_keeps_what_it_n
     assert running <= live, running - live
 
 
+def test_a_create_whose_reply_came_late_is_answered_with_the_table_on_its_retry(tmp_path):
+    """An isolated tablet server still counted live makes the master's CreateTable wait for it
+    past the client's attempt timeout; the retry reaches a catalog with the table. Before the
+    create token, the client was told ALREADY_EXISTS for its own table: `ddl` makes that a
+    violation (no one else creates its name), and this recorded seed failed on it."""
+    from harness.sim.stack import StackConfig, StackSim
+
+    mix = parse_mix("ddl:5,isolate:2,partition:2,heal:1;every=1-3;reads=lease")
+    sim = StackSim(StackConfig(seed=7, workload="list-append", seconds=20.0, mix=mix), tmp_path)
+    result = sim.run()
+    assert result.ok(), (result.violation, result.verdict)
+    assert result.probes.get("master.create_table.retry_answered", 0) >= 1, result.probes
+
+
 def test_a_mix_can_run_every_other_server_with_a_shorter_election_timeout(tmp_path):
     """`missed=N`: servers started with different timing flags, as a rolling restart with
     changed flags leaves a cluster. Every other host (masters and tablet servers alike) runs

@@ -59,7 +59,7 @@ async def ddl(sim, value: list):
     drop ended], or with "failed: ..." or "skipped: ..." where it stopped."""
     from harness.sim.stack_masters import MASTER_PORT, leader_master
     from node.protocol import CreateTable, TableLocations
-    from node.rpc import RpcError
+    from node.rpc import ErrorCode, RpcError
 
     variant, tablets, keep, cut = value[:4]
     loop = asyncio.get_running_loop()
@@ -84,6 +84,9 @@ async def ddl(sim, value: list):
         else:
             await sim.client.create_table(table, tablets, 3)
     except (RpcError, TimeoutError, OSError) as e:
+        if isinstance(e, RpcError) and e.code == ErrorCode.ALREADY_EXISTS:
+            # no one else creates this name: the client's own create, landed and then retried
+            sim.violation = sim.violation or f"ddl: creating the new table {table}: {e}"
         return [*value[:4], table, where, f"failed: {e or type(e).__name__}"]
     await asyncio.sleep(keep)
     dropped = "failed"
