@@ -431,6 +431,8 @@ CATALOG: dict[str, str] = {
         "a leader master opened its catalog session in a new term",
     "master.create_table.retry_answered":
         "a CreateTable retry found the table its own first attempt made: answered with it",
+    "master.delete_table.retry_answered":
+        "a DeleteTable retry found the table its own first attempt dropped: answered ok",
     "master.catalog.write_refused":
         "a catalog transaction was refused by the catalog's state machine",
     "master.catalog.unknown_tablet_kept":

@@ -358,6 +358,13 @@ class TableName(msgspec.Struct, frozen=True):
     name: str
 
 
+class DropTable(msgspec.Struct, frozen=True):
+    name: str
+    # As CreateTable's: one per delete_table call, sent with every attempt, so the master
+    # answers a retry of a drop that already landed with success, not NOT_FOUND.
+    token: str = ""
+
+
 class TabletLocation(msgspec.Struct, frozen=True):
     tablet_id: str
     partition: Partition

@@ -58,6 +58,7 @@ async def ddl(sim, value: list):
     """Apply `value` (`choose_ddl`); recorded as [*value, table, where it was created, how the
     drop ended], or with "failed: ..." or "skipped: ..." where it stopped."""
     from harness.sim.stack_masters import MASTER_PORT, leader_master
+    from node.client import new_ddl_token
     from node.protocol import CreateTable, TableLocations
     from node.rpc import ErrorCode, RpcError
 
@@ -90,9 +91,10 @@ async def ddl(sim, value: list):
         return [*value[:4], table, where, f"failed: {e or type(e).__name__}"]
     await asyncio.sleep(keep)
     dropped = "failed"
+    token = new_ddl_token()  # each try is the same drop: one that landed is answered ok
     for _ in range(3):  # a drop refused by a master that has not heard of the table yet
         try:
-            await sim.client.delete_table(table)
+            await sim.client.delete_table(table, token)
             dropped = "dropped"
             break
         except (RpcError, TimeoutError, OSError) as e:

@@ -68,6 +68,7 @@ from node.protocol import (
     BatchResult,
     ConfigState,
     CreateTable,
+    DropTable,
     Empty,
     MasterInfo,
     OpResult,
@@ -127,8 +128,9 @@ def parse_bind(bind: str | None) -> tuple[str, int | None] | None:
     return bind, None
 
 
-def new_create_token() -> str:
-    """A CreateTable token: the same for every try of one create, unlike any other create's."""
+def new_ddl_token() -> str:
+    """A CreateTable or DropTable token: the same for every try of one call, unlike any other
+    call's."""
     return secrets.token_hex(8)
 
 
@@ -264,11 +266,11 @@ class TesseraClient:
         to create the replicas outlasts the attempt's timeout), so every attempt carries one
         token: the master answers a retry of a create that landed with the table, and
         ALREADY_EXISTS means another create made it. A caller that retries the call itself
-        passes the same `token` (`new_create_token()`) to each. The token comes from the OS,
+        passes the same `token` (`new_ddl_token()`) to each. The token comes from the OS,
         not `rng`, so a seeded client draws the same numbers it did before."""
         locs = await self.master_call("master.create_table",
                                       CreateTable(name, num_tablets, replication_factor,
-                                                  token or new_create_token()),
+                                                  token or new_ddl_token()),
                                       TableLocations)
         self._locations[name] = locs
         return locs
@@ -284,8 +286,11 @@ class TesseraClient:
         is), or take it out of it, through the leader master."""
         await self.master_call("master.tserver_state", TServerState(ts_uuid, maintenance), Ack)
 
-    async def delete_table(self, name: str) -> None:
-        await self.master_call("master.delete_table", TableName(name), Ack)
+    async def delete_table(self, name: str, token: str | None = None) -> None:
+        """Drop the table. As `create_table`, one token for every attempt: the retry of a drop
+        that landed is answered ok, and NOT_FOUND means no drop of ours took it."""
+        await self.master_call("master.delete_table", DropTable(name, token or new_ddl_token()),
+                               Ack)
         self._locations.pop(name, None)
 
     async def list_tables(self) -> list[str]:

@@ -23,6 +23,9 @@ TABLE, TABLET = "table/", "tablet/"
 # "MAINTENANCE" under its uuid, None once it left it
 TSERVER_STATE = "tserver_state/"
 MAINTENANCE = "MAINTENANCE"
+# The token of the DropTable request that last deleted the table of that name: its retry
+# (the first reply lost) is answered with success, where any other drop gets NOT_FOUND.
+DROPPED = "dropped/"
 
 
 class TableRecord(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -67,6 +70,10 @@ class Catalog:
         row = self.data.get(TABLE + name)
         return None if row is None else msgspec.convert(row, TableRecord)
 
+    def dropped_by(self, name: str) -> str | None:
+        """The token of the drop that last deleted table `name`, if one carried a token."""
+        return self.data.get(DROPPED + name)
+
     def tablet(self, tablet_id: str) -> TabletRecord | None:
         row = self.data.get(TABLET + tablet_id)
         return None if row is None else msgspec.convert(row, TabletRecord)
@@ -107,9 +114,11 @@ def write_tserver_state(uuid: str, maintenance: bool) -> MicroOps:
     return [["w", TSERVER_STATE + uuid, MAINTENANCE if maintenance else None]]
 
 
-def delete_table(table: TableRecord) -> MicroOps:
-    """The table and its tablets as deleted records (None): the reconciler deletes replicas."""
-    return [["w", TABLE + table.name, None]] + [["w", TABLET + t, None] for t in table.tablets]
+def delete_table(table: TableRecord, token: str = "") -> MicroOps:
+    """The table and its tablets as deleted records (None): the reconciler deletes replicas.
+    With the drop's `token`, it is kept for the drop's retry."""
+    return ([["w", TABLE + table.name, None]] + [["w", TABLET + t, None] for t in table.tablets]
+            + ([["w", DROPPED + table.name, token]] if token else []))
 
 
 def place(load: dict[str, int], num_tablets: int, rf: int, rng: random.Random) -> list[list[str]]:

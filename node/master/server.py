@@ -53,6 +53,7 @@ from node.protocol import (
     ConfigState,
     CreateTable,
     CreateTablet,
+    DropTable,
     Empty,
     MasterInfo,
     Peer,
@@ -192,7 +193,7 @@ class Master(ServerBase):
         s.register("master.info", Empty, self.on_info)
         s.register("master.ts_heartbeat", TSHeartbeat, self.on_heartbeat)
         s.register("master.create_table", CreateTable, self.on_create_table)
-        s.register("master.delete_table", TableName, self.on_delete_table)
+        s.register("master.delete_table", DropTable, self.on_delete_table)
         s.register("master.list_tables", Empty, self.on_list_tables)
         s.register("master.table_locations", TableName, self.on_locations)
         s.register("master.change_replica", ReplicaChange, self.on_change_replica)
@@ -376,13 +377,17 @@ class Master(ServerBase):
                                                     to_uuid=p.uuid, timeout=5.0)
                                for p in peers), return_exceptions=True)
 
-    async def on_delete_table(self, req: TableName) -> Ack:
+    async def on_delete_table(self, req: DropTable) -> Ack:
         async with self._catalog_lock:
             await self._await_ready()
-            table = self._catalog().table(req.name)
+            catalog = self._catalog()
+            table = catalog.table(req.name)
+            if table is None and req.token and catalog.dropped_by(req.name) == req.token:
+                probe("master.delete_table.retry_answered")
+                return Ack(True)
             if table is None:
                 raise RpcError(ErrorCode.NOT_FOUND, f"no table {req.name}")
-            await self._mutate(delete_table(table))
+            await self._mutate(delete_table(table, req.token))
         return Ack(True)
 
     async def on_list_tables(self, _req: Empty) -> TableList:

@@ -15,7 +15,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from node import errors
-from node.client import new_create_token
+from node.client import new_ddl_token
 from node.rpc import ErrorCode, RpcError
 from node.tablet.superblock import HashBucket
 from workloads import outcomes
@@ -239,7 +239,7 @@ async def accept_test_table(client, tablets: int, replication_factor: int,
     workload's keys. Returns the table's locations. Event-loop time: the simulator runs it too."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    token = new_create_token()  # each try is the same create: a landed one is answered
+    token = new_ddl_token()  # each try is the same create: a landed one is answered
     while True:
         try:
             await client.create_table("test", num_tablets=tablets,

@@ -1,0 +1,98 @@
+"""CreateTable and DeleteTable are not idempotent, and an attempt can land and still fail at the
+client: the master answers a create once the catalog holds the table and it has asked each
+replica's server to create it (a paused server makes that ask outlast the attempt's timeout),
+and any reply can be lost. The client's retry then reaches a catalog that already shows the
+attempt's effect. Each call carries one token for all its attempts, so the master tells its
+own retry from another user's call. Real processes on loopback: one master, three tablet
+servers."""
+
+import asyncio
+import signal
+
+import pytest
+
+from node.client import TesseraClient
+from node.rpc import ErrorCode, RpcClient, RpcError
+from node.tools.local_cluster import LocalCluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ddl")
+    c = LocalCluster(root / "lc", masters=1, tservers=3, flags=[f"--probes-file={root / 'hit'}"])
+    c.up(timeout=60)
+    try:
+        yield c
+    finally:
+        for daemon in c.daemons:
+            c.signal(daemon, signal.SIGCONT)
+        c.down()
+
+
+def _fired(c: LocalCluster) -> list[str]:
+    return (c.root.parent / "hit").read_text().split()
+
+
+class LoseFirstReply(RpcClient):
+    """The first reply to `method` is lost after the master applied the call."""
+
+    def __init__(self, method: str):
+        super().__init__()
+        self.method, self.lost = method, 0
+
+    async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
+        res = await super().call(addr, method, request, response_type, to_uuid=to_uuid,
+                                 timeout=timeout)
+        if method == self.method and not self.lost:
+            self.lost += 1
+            raise RpcError(ErrorCode.DEADLINE_EXCEEDED, "reply lost", maybe_delivered=True)
+        return res
+
+
+def test_a_create_whose_first_reply_came_too_late_returns_the_table_it_made(cluster):
+    """Before the token, the first user's create_table raised ALREADY_EXISTS for the table it
+    had itself just made. A second user's create of the same name still gets ALREADY_EXISTS."""
+    async def go():
+        first = TesseraClient(cluster.master_addrs, timeout=30)
+        other = TesseraClient(cluster.master_addrs, timeout=30)
+        assert cluster.signal("t3", signal.SIGSTOP)
+        try:
+            attempt = first.attempt_timeout * 3  # one master attempt's timeout
+            started = asyncio.get_running_loop().time()
+            locs = await first.create_table("t", num_tablets=1, replication_factor=3)
+            took = asyncio.get_running_loop().time() - started
+        finally:
+            cluster.signal("t3", signal.SIGCONT)
+        assert took > attempt, (took, attempt)  # the first attempt's reply did come late
+        assert locs.name == "t" and len(locs.tablets) == 1
+        with pytest.raises(RpcError) as refused:
+            await other.create_table("t", num_tablets=1, replication_factor=3)
+        assert refused.value.code == ErrorCode.ALREADY_EXISTS
+        await first.table("t").write("k", 1)
+        assert await other.table("t").read("k") == 1
+        await first.close()
+        await other.close()
+    asyncio.run(asyncio.wait_for(go(), 90))
+    assert "master.create_table.retry_answered" in _fired(cluster)
+
+
+def test_a_drop_whose_reply_was_lost_succeeds_on_its_retry(cluster):
+    """Before the token, the retry of a drop that landed raised NOT_FOUND. Another user's drop
+    of the dropped table still gets NOT_FOUND."""
+    async def go():
+        first = TesseraClient(cluster.master_addrs, timeout=30,
+                              rpc=LoseFirstReply("master.delete_table"))
+        other = TesseraClient(cluster.master_addrs, timeout=30)
+        await first.create_table("gone", num_tablets=1, replication_factor=3)
+        await first.delete_table("gone")
+        assert first.rpc.lost == 1
+        assert "gone" not in (await other.list_tables())
+        with pytest.raises(RpcError) as refused:
+            await other.delete_table("gone")
+        assert refused.value.code == ErrorCode.NOT_FOUND
+        await first.close()
+        await other.close()
+    asyncio.run(asyncio.wait_for(go(), 90))
+    assert "master.delete_table.retry_answered" in _fired(cluster)
