@@ -278,6 +278,8 @@ CATALOG: dict[str, str] = {
         "start-up found a COPYING superblock: the unfinished copy is tombstoned",
     "tools.delete.unfinished_copy_tombstoned":
         "the offline delete tool found a replica stopped mid-copy: tombstoned as start-up does",
+    "tools.change_replica.already_made":
+        "tablet add-replica / remove-replica found the config already as asked: exit 0",
     "tools.master_add.already_member":
         "master add found its new master a member already: a lost answer's add, asked again, was done",
     "tools.master_remove.already_gone":

@@ -130,6 +130,12 @@ def test_leader_step_down_and_move_replica(cluster):
     assert sorted(config) == sorted([u, "VOTER"] for u in members - {leader} | {spare})
     assert _read_all(cluster) == list(range(100))
 
+    # Run again, as an operator does when the first answer timed out: the config is as asked
+    out = tessera(cluster, "tablet", "add-replica", tablet, spare)
+    assert out.returncode == 0 and f"{spare} is a member of {tablet} already" in out.stdout, out
+    out = tessera(cluster, "tablet", "remove-replica", tablet, leader)
+    assert out.returncode == 0 and f"{leader} is not a member of {tablet} already" in out.stdout
+
 
 def test_bad_requests_fail_with_a_reason(cluster):
     out = tessera(cluster, "tablet", "move-replica", "some-tablet", "a", "a")

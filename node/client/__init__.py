@@ -281,6 +281,15 @@ class TesseraClient:
         return await self.master_call("master.change_replica", ReplicaChange(tablet_id, op, ts_uuid),
                                       ConfigState)
 
+    @staticmethod
+    def change_already_made(e: Exception, op: str) -> bool:
+        """Whether `change_replica` failed only because the config already is as asked: an
+        add of a member, a removal of a non-member. The change is compare-and-set guarded, so
+        it never applies twice; an attempt whose answer came too late (the master waits for
+        the tablet's leader to commit, longer than one attempt) gets this on its retry."""
+        done = "is already a member" if op == "add" else "is not a member"
+        return isinstance(e, RpcError) and e.code == ErrorCode.ILLEGAL_STATE and done in e.message
+
     async def tserver_state(self, ts_uuid: str, maintenance: bool) -> None:
         """Put tablet server `ts_uuid` in maintenance (its replicas are not replaced while it
         is), or take it out of it, through the leader master."""

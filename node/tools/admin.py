@@ -336,8 +336,16 @@ def config_lines(config: ConfigState) -> str:
 
 async def tablet(args, client) -> int:
     if args.verb in ("add-replica", "remove-replica"):
-        print(config_lines(await client.change_replica(args.tablet, args.verb.split("-")[0],
-                                                       args.ts_uuid)))
+        op = args.verb.split("-")[0]
+        try:
+            print(config_lines(await client.change_replica(args.tablet, op, args.ts_uuid)))
+        except RpcError as e:
+            if not client.change_already_made(e, op):
+                raise
+            probe("tools.change_replica.already_made")
+            print(f"{args.ts_uuid} {'is a member' if op == 'add' else 'is not a member'} of "
+                  f"{args.tablet} already: nothing to change (an earlier try's answer may have "
+                  "been lost)")
         return 0
     if args.verb == "leader-step-down":
         return await _step_down(args, client)

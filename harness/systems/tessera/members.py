@@ -104,15 +104,15 @@ class TabletMembers:
         leader moves. Already applied (a retry after a lost reply) counts as done; a removal
         the leader refuses as unsafe (consensus.UnsafeChange) raises Refused at once."""
         from nemeses.membership import Refused
-        from node.rpc import ErrorCode, RpcError
+        from node.client import TesseraClient
+        from node.rpc import RpcError
 
-        done_already = "already a member" if op == "add" else "is not a member"
         deadline = time.monotonic() + timeout
         while True:
             try:
                 return asyncio.run(change_replica(self.db, tablet, op, uuid))
             except RpcError as e:
-                if e.code == ErrorCode.ILLEGAL_STATE and done_already in str(e):
+                if TesseraClient.change_already_made(e, op):
                     return []
                 if refused_as_unsafe(e):
                     raise Refused(e.message) from None
