@@ -953,18 +953,24 @@ def test_tables_dropped_beside_the_workload_and_a_deposed_master_keeps_what_it_n
     assert running <= live, running - live
 
 
-def test_a_create_whose_reply_came_late_is_answered_with_the_table_on_its_retry(tmp_path):
+def test_a_create_whose_reply_came_late_is_answered_with_the_table_on_its_retry(
+        tmp_path, monkeypatch):
     """An isolated tablet server still counted live makes the master's CreateTable wait for it
     past the client's attempt timeout; the retry reaches a catalog with the table. Before the
     create token, the client was told ALREADY_EXISTS for its own table: `ddl` makes that a
-    violation (no one else creates its name), and this recorded seed failed on it."""
+    violation (no one else creates its name), and this recorded seed failed on it; it still
+    fails with the client's `no-ddl-token` bug on."""
     from harness.sim.stack import StackConfig, StackSim
+    from node.client import faults
 
-    mix = parse_mix("ddl:5,isolate:2,partition:2,heal:1;every=1-3;reads=lease")
-    sim = StackSim(StackConfig(seed=7, workload="list-append", seconds=20.0, mix=mix), tmp_path)
-    result = sim.run()
+    cfg = StackConfig(seed=7, workload="list-append", seconds=20.0,
+                      mix=parse_mix("ddl:5,isolate:2,partition:2,heal:1;every=1-3;reads=lease"))
+    result = StackSim(cfg, tmp_path / "fixed").run()
     assert result.ok(), (result.violation, result.verdict)
     assert result.probes.get("master.create_table.retry_answered", 0) >= 1, result.probes
+    monkeypatch.setattr(faults, "FAULTS", faults.parse("no-ddl-token"))
+    broken = StackSim(cfg, tmp_path / "broken").run()
+    assert "ALREADY_EXISTS" in (broken.violation or ""), (broken.verdict, broken.violation)
 
 
 def test_a_mix_can_run_every_other_server_with_a_shorter_election_timeout(tmp_path):

@@ -134,6 +134,12 @@ def new_ddl_token() -> str:
     return secrets.token_hex(8)
 
 
+def _ddl_token(given: str | None) -> str:
+    if faults.FAULTS.no_ddl_token:
+        return ""
+    return given or new_ddl_token()
+
+
 class _Backoff:
     def __init__(self, rng: random.Random):
         self.delay = 0.01
@@ -270,7 +276,7 @@ class TesseraClient:
         not `rng`, so a seeded client draws the same numbers it did before."""
         locs = await self.master_call("master.create_table",
                                       CreateTable(name, num_tablets, replication_factor,
-                                                  token or new_ddl_token()),
+                                                  _ddl_token(token)),
                                       TableLocations)
         self._locations[name] = locs
         return locs
@@ -298,7 +304,7 @@ class TesseraClient:
     async def delete_table(self, name: str, token: str | None = None) -> None:
         """Drop the table. As `create_table`, one token for every attempt: the retry of a drop
         that landed is answered ok, and NOT_FOUND means no drop of ours took it."""
-        await self.master_call("master.delete_table", DropTable(name, token or new_ddl_token()),
+        await self.master_call("master.delete_table", DropTable(name, _ddl_token(token)),
                                Ack)
         self._locations.pop(name, None)
 

@@ -27,6 +27,8 @@ HELP = {
                   "caller, who is answered with the outcome of the op it gave up on",
     "drop-error": "a background session's flush drops a failed op's error (a row error, or "
                   "the batch's own failure) and answers the op as applied",
+    "no-ddl-token": "create_table and delete_table send no token, so the retry of a create "
+                    "whose answer came late is told ALREADY_EXISTS for the caller's own table",
     "drop-propagated": "writes carry no propagated timestamp, so a client's later write on a "
                        "tablet whose leader's clock is behind gets a smaller timestamp than its "
                        "earlier one",
@@ -40,6 +42,7 @@ class ClientFaults:
     reuse_slot: bool = False
     drop_error: bool = False
     drop_propagated: bool = False
+    no_ddl_token: bool = False
 
     def enabled(self) -> list[str]:
         return [f.name.replace("_", "-") for f in fields(self) if getattr(self, f.name)]
