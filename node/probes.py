@@ -278,8 +278,6 @@ CATALOG: dict[str, str] = {
         "start-up found a COPYING superblock: the unfinished copy is tombstoned",
     "tools.delete.unfinished_copy_tombstoned":
         "the offline delete tool found a replica stopped mid-copy: tombstoned as start-up does",
-    "tools.change_replica.already_made":
-        "tablet add-replica / remove-replica found the config already as asked: exit 0",
     "tools.master_add.already_member":
         "master add found its new master a member already: a lost answer's add, asked again, was done",
     "tools.master_remove.already_gone":
@@ -468,6 +466,8 @@ CATALOG: dict[str, str] = {
     # --- client (node/client) ---
     "client.master.hint_unknown_learning":
         "a master said NOT_LEADER with no known leader: the client learns the masters",
+    "client.change_replica.already_made":
+        "a replica change failed only because the config already was as asked (a late answer)",
     "client.master.hint_followed":
         "a master said NOT_LEADER naming a known leader: the client follows the hint",
     "client.session.open_failed":

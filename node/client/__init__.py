@@ -294,7 +294,10 @@ class TesseraClient:
         it never applies twice; an attempt whose answer came too late (the master waits for
         the tablet's leader to commit, longer than one attempt) gets this on its retry."""
         done = "is already a member" if op == "add" else "is not a member"
-        return isinstance(e, RpcError) and e.code == ErrorCode.ILLEGAL_STATE and done in e.message
+        made = isinstance(e, RpcError) and e.code == ErrorCode.ILLEGAL_STATE and done in e.message
+        if made:
+            probe("client.change_replica.already_made")
+        return made
 
     async def tserver_state(self, ts_uuid: str, maintenance: bool) -> None:
         """Put tablet server `ts_uuid` in maintenance (its replicas are not replaced while it

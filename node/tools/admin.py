@@ -342,7 +342,6 @@ async def tablet(args, client) -> int:
         except RpcError as e:
             if not client.change_already_made(e, op):
                 raise
-            probe("tools.change_replica.already_made")
             print(f"{args.ts_uuid} {'is a member' if op == 'add' else 'is not a member'} of "
                   f"{args.tablet} already: nothing to change (an earlier try's answer may have "
                   "been lost)")
