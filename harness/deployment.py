@@ -76,11 +76,14 @@ class Holds:
     package): no other fault may start, kill, pause or replace it until that package lets it
     go (once, a disk fault restarted a daemon the kill fault held down, and replaced a
     paused one with a fresh one, while the history showed the kill or pause in force). A class
-    needs `held` and `_targets(host, daemon)`."""
+    needs `held`, `_targets(host, daemon)` and `start(host, daemon, by)`."""
 
     held: dict
 
     def _targets(self, host: str, daemon: str | None) -> list[str]:
+        raise NotImplementedError
+
+    def start(self, host: str, daemon: str | None = None, by: str = "") -> dict[str, str]:
         raise NotImplementedError
 
     _claims = threading.Lock()  # faults run in threads of their own: check and hold at once
@@ -107,6 +110,17 @@ class Holds:
             for d in self._targets(host, daemon):
                 if self.held.get((host, d)) == by:
                     del self.held[(host, d)]
+
+    def give_back(self, host: str, daemon: str | None, by: str) -> dict[str, str]:
+        """Start what fault `by` held killed, then release it: in this order, so no other fault
+        can claim a daemon between the release and its start. One did: a pause claimed a
+        tablet server the kill was about to restart, stopped no process, and the kill's restart
+        then left the server to the pause, down for the rest of the run while the history said
+        paused. Returns what start left alone (held by another fault)."""
+        try:
+            return self.start(host, daemon, by=by)
+        finally:
+            self.release(host, daemon, by)
 
     def held_by(self, host: str, daemon: str | None = None, but: str = "") -> str | None:
         """The package other than `but` that holds one of the host's daemon(s), or None."""

@@ -217,9 +217,10 @@ class DiskCorruption(Nemesis):
             done = json.loads(out.strip().splitlines()[-1])
             observed = self._observe(host, done) if "file" in done else None
         finally:
-            self.db.release(host, layout.daemon, self.name)
             if stop:
-                self.db.start(host, layout.daemon)
+                self.db.give_back(host, layout.daemon, self.name)
+            else:
+                self.db.release(host, layout.daemon, self.name)
         if "file" in done:
             done["log"], done["log_line"] = layout.log.rsplit("/", 1)[-1], log_line
             done["replica"] = self.db.damaged(host, done)
@@ -306,8 +307,7 @@ class LoseUnfsynced(Nemesis):
                     failed[h] = str(e)
         finally:
             for h in targets:
-                db.release(h, daemon, self.name)
-                db.start(h, daemon)
+                db.give_back(h, daemon, self.name)
         running = {h: s for h, s in states.items() if s not in ("gone", "Z", "X")}
         seen = {"daemons_at_loss": states, **({"lose_failed": failed} if failed else {})}
         out = {"power_loss": targets, "unsynced_bytes_dropped": lost,

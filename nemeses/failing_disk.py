@@ -76,9 +76,10 @@ class FailingDisk(Nemesis):
             finally:
                 remote.sh(control_command(mount, "mend"))
         finally:
-            db.release(host, daemon, self.name)
             if killed:
-                db.start(host, daemon)
+                db.give_back(host, daemon, self.name)
+            else:
+                db.release(host, daemon, self.name)
         if not killed:
             return {"skipped": f"no sync failed on {host} in {FAIL_WAIT_S:g} s of a failing disk "
                                "(nothing was written there)", "host": host, "resolved": resolved}

@@ -52,8 +52,7 @@ class KillAfterHeal(Nemesis):
     def _restart(self) -> dict:
         restarted, self._killed = self._killed, []
         for h in restarted:
-            self.ctx.db.release(h, self.ctx.db.data_daemon, self.name)
-            self.ctx.db.start(h, self.ctx.db.data_daemon)
+            self.ctx.db.give_back(h, self.ctx.db.data_daemon, self.name)
         self.active = False
         return {"restarted": restarted}
 

@@ -67,8 +67,7 @@ class MembershipRace(Nemesis):
     def _restart(self) -> None:
         while self._down:
             host = self._down.pop()
-            self.ctx.db.release(host, "tserver", self.name)
-            self.ctx.db.start(host, "tserver")
+            self.ctx.db.give_back(host, "tserver", self.name)
 
     def stop(self) -> dict:
         self._restart()

@@ -37,7 +37,7 @@ class _ProcessFault(Nemesis):
     # pid file is not written yet, and a kill that hit everything read as not in force.
     _signalled: dict[str, list[str]] = field(default_factory=dict)
     # set by each fault: what to do, and the words its history values use
-    do, undo, done_word, undone_word, signal = "", "", "", "", ""
+    do, done_word, undone_word, signal = "", "", "", ""
     expect: tuple[str, ...] = ()  # the /proc state letters a hit daemon must show
     at_once: bool = False  # signal every target host in parallel (a coordinated crash)
 
@@ -107,25 +107,39 @@ class _ProcessFault(Nemesis):
     def stop(self) -> dict:
         deferred = {}
         for h in self._hit:
-            self.ctx.db.release(h, self.daemon, self.name)
-            if left := getattr(self.ctx.db, self.undo)(h, self.daemon):
+            if left := self._undo(h):
                 deferred[h] = left
         undone, self._hit, self.active = self._hit, [], False
         return {self.undone_word: undone, **({"deferred": deferred} if deferred else {})}
+
+    def _undo(self, host: str) -> dict[str, str]:
+        """Undo the fault on `host`, then let its daemons go (never the other way round: see
+        Deployment.give_back); the daemons another package held, which were left alone."""
+        raise NotImplementedError
 
 
 @dataclass
 class Kill(_ProcessFault):
     name: str = "kill"
-    do, undo, done_word, undone_word, signal = "kill", "start", "killed", "restarted", "SIGKILL"
+    do, done_word, undone_word, signal = "kill", "killed", "restarted", "SIGKILL"
     expect: tuple[str, ...] = DEAD
+
+    def _undo(self, host: str) -> dict[str, str]:
+        return self.ctx.db.give_back(host, self.daemon, self.name)
 
 
 @dataclass
 class Pause(_ProcessFault):
     name: str = "pause"
-    do, undo, done_word, undone_word, signal = "pause", "resume", "paused", "resumed", "SIGSTOP"
+    do, done_word, undone_word, signal = "pause", "paused", "resumed", "SIGSTOP"
     expect: tuple[str, ...] = STOPPED
+
+    def _undo(self, host: str) -> dict[str, str]:
+        try:  # resumed while still held: a pause claiming it in between would be undone
+            self.ctx.db.resume(host, self.daemon)
+        finally:
+            self.ctx.db.release(host, self.daemon, self.name)
+        return {}
 
 
 register(Package("pause", heal_rank=40, draw=draw_process, needs=frozenset({"leaders"}),

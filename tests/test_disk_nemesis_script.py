@@ -103,7 +103,7 @@ class _Shrunk(Holds):
     def kill(self, host, daemon):
         pass
 
-    def start(self, host, daemon):
+    def start(self, host, daemon, by=""):
         pass
 
     def damaged(self, host, done):

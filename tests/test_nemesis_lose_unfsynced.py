@@ -26,7 +26,7 @@ class FakeDb(Holds):
         self.events.append(("kill", host))
         self.dead.add(host)
 
-    def start(self, host, daemon):
+    def start(self, host, daemon, by=""):
         self.events.append(("start", host))
         self.dead.discard(host)
 

@@ -53,7 +53,7 @@ class FakeDB(Holds):
     def kill(self, host, daemon=None):
         self.log.append(("kill", host, daemon))
 
-    def start(self, host, daemon=None):
+    def start(self, host, daemon=None, by=""):
         self.log.append(("start", host, daemon))
 
 
