@@ -88,12 +88,6 @@ class Holds:
 
     _claims = threading.Lock()  # faults run in threads of their own: check and hold at once
 
-    def hold(self, host: str, daemon: str | None, by: str) -> None:
-        """`by` (a fault package) holds the host's daemon(s) killed or paused until `release`."""
-        with self._claims:
-            for d in self._targets(host, daemon):
-                self.held[(host, d)] = by
-
     def claim(self, host: str, daemon: str | None, by: str) -> str | None:
         """Hold the host's daemon(s) for `by` unless another package holds one: then nothing
         is held and that package is returned. Atomic, so two faults firing together never

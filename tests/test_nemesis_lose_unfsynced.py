@@ -71,7 +71,7 @@ def test_a_power_loss_drops_each_hosts_unsynced_bytes_and_restarts_every_daemon(
 
 def test_a_host_another_fault_holds_is_left_out_of_the_loss():
     n = nemesis({"n1": FakeRemote(116), "n2": FakeRemote(0)})
-    n.db.hold("n2", "tserver", "pause")
+    assert n.db.claim("n2", "tserver", "pause") is None
     out = n.start({})
     assert out["power_loss"] == ["n1"] and out["held"] == {"n2": "pause"}
     assert ("kill", "n2") not in n.db.events and ("start", "n2") not in n.db.events
