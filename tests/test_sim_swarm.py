@@ -973,6 +973,31 @@ def test_a_create_whose_reply_came_late_is_answered_with_the_table_on_its_retry(
     assert "ALREADY_EXISTS" in (broken.violation or ""), (broken.verdict, broken.violation)
 
 
+def test_a_drop_retried_after_its_name_was_re_created_leaves_the_new_table(tmp_path,
+                                                                            monkeypatch):
+    """`ddl-retry`: a drop lands and its reply is lost, another call re-creates the name, and
+    the first call retries its drop with its token. The master looked at the table before the
+    token, so the retry dropped the new table: both seeds here failed on that. It now answers
+    the retry by the token (master.delete_table.retry_answered, which before this kind only a
+    test reached) and the new table stays. A master that does not keep the drop's token fails
+    again."""
+    from harness.sim.stack import StackConfig, StackSim
+    from node.master.catalog import Catalog
+
+    assert 20 < sum("ddl-retry" in swarm_mix(s).kinds() for s in range(200)) < 80
+    cfg = StackConfig(seed=1, workload="register", seconds=15.0,
+                      mix=parse_mix("ddl-retry:8,restart:1,heal:1;every=0.5-2"))
+    sim = StackSim(cfg, tmp_path / "fixed")
+    result = sim.run()
+    assert result.ok(), (result.violation, result.verdict)
+    retries = [e[2] for e in sim.events if e[1] == "ddl" and e[2][0] == "retry"]
+    assert len(retries) >= 3 and all(r[-1] == "dropped" for r in retries), retries
+    assert result.probes.get("master.delete_table.retry_answered", 0) >= 3, result.probes
+    monkeypatch.setattr(Catalog, "dropped_by", lambda self, name: None)
+    broken = StackSim(cfg, tmp_path / "broken").run()
+    assert "dropped the new table" in (broken.violation or ""), (broken.verdict, broken.violation)
+
+
 def test_a_mix_can_run_every_other_server_with_a_shorter_election_timeout(tmp_path):
     """`missed=N`: servers started with different timing flags, as a rolling restart with
     changed flags leaves a cluster. Every other host (masters and tablet servers alike) runs

@@ -13,6 +13,12 @@ that it is deposed (it steps down only after missing its quorum for an election 
 until it does its reconciler hears the tablet servers report tablets its catalog has never
 seen. It must leave them alone (master.catalog.unknown_tablet_kept): a master behind is not a
 master that knows they were deleted.
+
+The `retry` variant (its own late kind, `ddl-retry`, recorded as ddl) loses a drop's reply: the
+drop lands, its caller hears nothing, another call re-creates the name at once, and the first
+call retries its drop with the same token. The retry is the same drop, which has been done: it
+must be answered ok and leave the new table alone. A master that looked at the table before the
+token dropped the new one.
 """
 
 from __future__ import annotations
@@ -28,9 +34,10 @@ NEW_LEADER_WAIT_S = 6.0  # split: how long to wait for another master to lead
 CUT_AT_TICKS = (6, 8)
 
 
-def choose_ddl(rng):
-    """Value: [variant, tablets, keep, cut] (cut None but for split)."""
-    variant = rng.choice(("drop", "drop", "split"))
+def choose_ddl(rng, variant: str | None = None):
+    """Value: [variant, tablets, keep, cut] (cut None but for split). `variant`: the
+    `ddl-retry` kind's, else one drawn."""
+    variant = variant or rng.choice(("drop", "drop", "split"))
     return "ddl", [variant, rng.randint(*DDL_TABLETS), round(rng.uniform(*DDL_KEEP_S), 3),
                    round(rng.uniform(*DDL_CUT_S), 3) if variant == "split" else None]
 
@@ -58,7 +65,6 @@ async def ddl(sim, value: list):
     """Apply `value` (`choose_ddl`); recorded as [*value, table, where it was created, how the
     drop ended], or with "failed: ..." or "skipped: ..." where it stopped."""
     from harness.sim.stack_masters import MASTER_PORT, leader_master
-    from node.client import new_ddl_token
     from node.protocol import CreateTable, TableLocations
     from node.rpc import ErrorCode, RpcError
 
@@ -90,6 +96,19 @@ async def ddl(sim, value: list):
             sim.violation = sim.violation or f"ddl: creating the new table {table}: {e}"
         return [*value[:4], table, where, f"failed: {e or type(e).__name__}"]
     await asyncio.sleep(keep)
+    if variant == "retry":
+        kept = await _drop_lost_and_retried_after_recreate(sim, table, tablets)
+        if kept != "kept":
+            return [*value[:4], table, where, kept]
+    dropped = await _drop(sim, table)
+    return [*value[:4], table, where, dropped]
+
+
+async def _drop(sim, table: str) -> str:
+    """Drop `table`: "dropped", or how its last try failed."""
+    from node.client import new_ddl_token
+    from node.rpc import RpcError
+
     dropped = "failed"
     token = new_ddl_token()  # each try is the same drop: one that landed is answered ok
     for _ in range(3):  # a drop refused by a master that has not heard of the table yet
@@ -100,4 +119,36 @@ async def ddl(sim, value: list):
         except (RpcError, TimeoutError, OSError) as e:
             dropped = f"failed: {e or type(e).__name__}"
             await asyncio.sleep(1.0)
-    return [*value[:4], table, where, dropped]
+    return dropped
+
+
+async def _drop_lost_and_retried_after_recreate(sim, table: str, tablets: int) -> str:
+    """The `retry` variant's drop of `table` (see the module's docstring): "kept" when the
+    re-created table outlived the retried drop, "skipped: ..." when a step failed (the faults
+    around it), and a violation set when the retry dropped the new table."""
+    from node.client import new_ddl_token
+    from node.protocol import Ack, DropTable
+    from node.rpc import ErrorCode, RpcError
+
+    token = new_ddl_token()
+    try:  # the drop lands; its caller never hears so (the reply is lost)
+        await sim.client.master_call("master.delete_table", DropTable(table, token), Ack)
+    except (RpcError, TimeoutError, OSError) as e:  # may land later: it could drop the new one
+        return f"skipped: the first drop: {e or type(e).__name__}"
+    try:  # another user's create of the same name
+        await sim.client.create_table(table, tablets, 3)
+    except (RpcError, TimeoutError, OSError) as e:
+        return f"skipped: the re-create: {e or type(e).__name__}"
+    try:  # the first caller retries its drop: the same drop, answered as done
+        await sim.client.delete_table(table, token)
+        tables = await sim.client.list_tables()
+    except (RpcError, TimeoutError, OSError) as e:
+        if isinstance(e, RpcError) and e.code == ErrorCode.NOT_FOUND:
+            sim.violation = sim.violation or (
+                f"ddl: a drop retried after {table} was re-created answered NOT_FOUND: {e}")
+        return f"skipped: the retried drop: {e or type(e).__name__}"
+    if table not in tables:
+        sim.violation = sim.violation or (
+            f"ddl: a drop retried after {table} was re-created dropped the new table")
+        return "failed: the new table dropped"
+    return "kept"

@@ -26,7 +26,8 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
          "membership", "flip", "disk", "transfer", "cut", "tombstone", "copy-race", "lease-race", "masters",
          "drift", "flip-newest", "fail-copy", "torn", "delay", "damage", "reprovision", "full",
          "damage-file", "copy-cut", "master-swap", "unsafe", "ddl", "maintenance", "forge",
-         "garble", "copy-shrink", "recopy", "copy-behind", "kill", "copy-delete", "lose")
+         "garble", "copy-shrink", "recopy", "copy-behind", "kill", "copy-delete", "lose",
+         "ddl-retry")
 # Kinds a seed draws only in a bundle (BUNDLES), never on their own: a kind added to the
 # optional ones or to LATE would change many recorded seeds' mixes. recopy: an operator's
 # `kudu remote_replica copy` over a running replica, or from a FAILED one
@@ -75,7 +76,9 @@ ALWAYS = ("restart", "heal")
 # (harness.sim.stack_faults: no other draw puts a tombstone inside a leader's unsynced group);
 # kill: a process killed with its machine up, its page cache kept (SimDisk.kill): writes it
 # never synced, and pages a failed fsync marked clean, read back as written when it restarts,
-# until a power loss takes them (every other crash loses power too).
+# until a power loss takes them (every other crash loses power too); ddl-retry: a drop whose reply
+# is lost, its name re-created by another call, then the drop retried with its token
+# (harness.sim.stack_ddl, recorded as ddl).
 LATE = {"torn": (None, None, 2, 4), "delay": (None, None, 2, 4), "damage": (None, None, 2, 4),
         "reprovision": (None, None, 1, 2), "full": (None, None, 2, 4),
         "damage-file": (None, None, 2, 4), "copy-cut": (None, None, 2, 4),
@@ -83,7 +86,7 @@ LATE = {"torn": (None, None, 2, 4), "delay": (None, None, 2, 4), "damage": (None
         "ddl": (None, None, None, 2), "maintenance": (None, None, None, 2),
         "forge": (None, None, 2, 4), "garble": (None, None, 2, 4),
         "copy-shrink": (None, None, 2, 4), "copy-behind": (None, None, None, 2),
-        "kill": (None, None, None, None, 2)}
+        "kill": (None, None, None, None, 2), "ddl-retry": (None, None, None, 2)}
 WEIGHTS = (1, 2, 4, 8)  # a kind that is on fires with one of these relative weights
 FAULT_EVERY = ((0.2, 0.8), (0.5, 2.0), (1.0, 4.0))  # (lo, hi) seconds between two faults
 LOADS = ((5, 50.0), (10, 100.0), (20, 200.0))  # (clients, ops/s over all of them)

@@ -381,10 +381,12 @@ class Master(ServerBase):
         async with self._catalog_lock:
             await self._await_ready()
             catalog = self._catalog()
-            table = catalog.table(req.name)
-            if table is None and req.token and catalog.dropped_by(req.name) == req.token:
+            # the token first: a retry of a drop that landed is that drop, done, even when
+            # another call has re-created the name since (that table is not the one it named)
+            if req.token and catalog.dropped_by(req.name) == req.token:
                 probe("master.delete_table.retry_answered")
                 return Ack(True)
+            table = catalog.table(req.name)
             if table is None:
                 raise RpcError(ErrorCode.NOT_FOUND, f"no table {req.name}")
             await self._mutate(delete_table(table, req.token))
