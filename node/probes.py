@@ -431,6 +431,8 @@ CATALOG: dict[str, str] = {
         "a leader master opened its catalog session in a new term",
     "master.create_table.retry_answered":
         "a CreateTable retry found the table its own first attempt made: answered with it",
+    "master.create_table.retry_found_dropped":
+        "a CreateTable retry found its own first attempt's table dropped since: refused",
     "master.delete_table.retry_answered":
         "a DeleteTable retry found the table its own first attempt dropped: answered ok",
     "master.catalog.write_refused":

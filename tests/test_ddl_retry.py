@@ -36,17 +36,20 @@ def _fired(c: LocalCluster) -> list[str]:
 
 
 class LoseFirstReply(RpcClient):
-    """The first reply to `method` is lost after the master applied the call."""
+    """The first reply to `method` is lost after the master applied the call; `meanwhile`,
+    another user's call, runs before the caller hears of the loss (and retries)."""
 
-    def __init__(self, method: str):
+    def __init__(self, method: str, meanwhile=None):
         super().__init__()
-        self.method, self.lost = method, 0
+        self.method, self.lost, self.meanwhile = method, 0, meanwhile
 
     async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
         res = await super().call(addr, method, request, response_type, to_uuid=to_uuid,
                                  timeout=timeout)
         if method == self.method and not self.lost:
             self.lost += 1
+            if self.meanwhile is not None:
+                await self.meanwhile()
             raise RpcError(ErrorCode.DEADLINE_EXCEEDED, "reply lost", maybe_delivered=True)
         return res
 
@@ -96,3 +99,41 @@ def test_a_drop_whose_reply_was_lost_succeeds_on_its_retry(cluster):
         await other.close()
     asyncio.run(asyncio.wait_for(go(), 90))
     assert "master.delete_table.retry_answered" in _fired(cluster)
+
+
+def test_a_drop_retried_after_another_user_re_created_the_name_leaves_the_new_table(cluster):
+    """The master looked at the table before the drop's token: the retry dropped the table
+    the other user had just made. Now it is answered as the drop it repeats."""
+    async def go():
+        other = TesseraClient(cluster.master_addrs, timeout=30)
+        first = TesseraClient(cluster.master_addrs, timeout=30, rpc=LoseFirstReply(
+            "master.delete_table",
+            meanwhile=lambda: other.create_table("again", num_tablets=1, replication_factor=3)))
+        await first.create_table("again", num_tablets=1, replication_factor=3)
+        await first.delete_table("again")
+        assert first.rpc.lost == 1
+        assert "again" in (await other.list_tables())
+        await other.table("again").write("k", 2)
+        assert await other.table("again").read("k") == 2
+        await first.close()
+        await other.close()
+    asyncio.run(asyncio.wait_for(go(), 90))
+
+
+def test_a_create_retried_after_another_user_dropped_its_table_is_told_so(cluster):
+    """The retry made the table a second time, bringing back what the other user dropped.
+    Now it is told the table its create made was dropped since, and nothing is made."""
+    async def go():
+        other = TesseraClient(cluster.master_addrs, timeout=30)
+        first = TesseraClient(cluster.master_addrs, timeout=30, rpc=LoseFirstReply(
+            "master.create_table", meanwhile=lambda: other.delete_table("brief")))
+        with pytest.raises(RpcError) as told:
+            await first.create_table("brief", num_tablets=1, replication_factor=3)
+        assert told.value.code == ErrorCode.NOT_FOUND and "dropped since" in told.value.message
+        assert first.rpc.lost == 1
+        assert "brief" not in (await other.list_tables())
+        await first.close()
+        await other.close()
+    asyncio.run(asyncio.wait_for(go(), 90))
+    assert "master.create_table.retry_found_dropped" in _fired(cluster)
+

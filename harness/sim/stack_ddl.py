@@ -14,11 +14,13 @@ until it does its reconciler hears the tablet servers report tablets its catalog
 seen. It must leave them alone (master.catalog.unknown_tablet_kept): a master behind is not a
 master that knows they were deleted.
 
-The `retry` variant (its own late kind, `ddl-retry`, recorded as ddl) loses a drop's reply: the
-drop lands, its caller hears nothing, another call re-creates the name at once, and the first
-call retries its drop with the same token. The retry is the same drop, which has been done: it
-must be answered ok and leave the new table alone. A master that looked at the table before the
-token dropped the new one.
+The `ddl-retry` kind (its own late kind, recorded as ddl) loses a reply and puts another user's
+call before the retry. `retry`: the drop lands, its caller hears nothing, another call
+re-creates the name at once, and the first call retries its drop with the same token. The retry
+is the same drop, which has been done: it must be answered ok and leave the new table alone (a
+master that looked at the table before the token dropped the new one). `retry-create`: the
+create lands unheard, another call drops the table, and the create is retried: it must be told
+its table was dropped, not make it a second time.
 """
 
 from __future__ import annotations
@@ -72,6 +74,9 @@ async def ddl(sim, value: list):
     loop = asyncio.get_running_loop()
     table = f"ddl{round(loop.time() * 1000)}"
     where = None
+    if variant == "retry-create":
+        return [*value[:4], table, where, await _create_lost_and_retried_after_drop(
+            sim, table, tablets)]
     try:
         if variant == "split":
             old = await _leader_that_just_heard_its_peers(sim)
@@ -152,3 +157,33 @@ async def _drop_lost_and_retried_after_recreate(sim, table: str, tablets: int) -
             f"ddl: a drop retried after {table} was re-created dropped the new table")
         return "failed: the new table dropped"
     return "kept"
+
+
+async def _create_lost_and_retried_after_drop(sim, table: str, tablets: int) -> str:
+    """The `retry-create` variant (see the module's docstring): "refused" when the retried
+    create was told its table was dropped, "skipped: ..." when a step failed (the faults
+    around it); a violation set when the retry made the table again, which is then dropped."""
+    from node.client import new_ddl_token
+    from node.protocol import CreateTable, TableLocations
+    from node.rpc import ErrorCode, RpcError
+
+    token = new_ddl_token()
+    try:  # the create lands; its caller never hears so (the reply is lost)
+        await sim.client.master_call("master.create_table", CreateTable(table, tablets, 3, token),
+                                     TableLocations)
+    except (RpcError, TimeoutError, OSError) as e:  # may land later: then it is not dropped
+        return f"skipped: the first create: {e or type(e).__name__} ({await _drop(sim, table)})"
+    try:  # another user's drop of the table
+        await sim.client.delete_table(table)
+    except (RpcError, TimeoutError, OSError) as e:
+        return f"skipped: the other drop: {e or type(e).__name__} ({await _drop(sim, table)})"
+    try:  # the first caller retries its create: the same create, which has been done
+        await sim.client.create_table(table, tablets, 3, token=token)
+    except (RpcError, TimeoutError, OSError) as e:
+        if isinstance(e, RpcError) and e.code == ErrorCode.NOT_FOUND and "dropped since" in e.message:
+            return "refused"
+        return f"skipped: the retried create: {e or type(e).__name__} ({await _drop(sim, table)})"
+    sim.violation = sim.violation or (
+        f"ddl: a create retried after {table} was dropped made it again")
+    return f"failed: made again ({await _drop(sim, table)})"
+

@@ -149,7 +149,7 @@ class FaultChooser:
         if kind == "ddl":
             return choose_ddl(rng)
         if kind == "ddl-retry":
-            return choose_ddl(rng, "retry")
+            return choose_ddl(rng, rng.choice(("retry", "retry-create")))
         if kind == "full":  # a tablet server up, while no other disk fails
             up = [h for h in self.sim.tservers if h not in impaired and h not in self.sim.disk_faults]
             if not up or any(m != "slow" for m in self.sim.disk_faults.values()):

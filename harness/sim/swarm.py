@@ -77,7 +77,8 @@ ALWAYS = ("restart", "heal")
 # kill: a process killed with its machine up, its page cache kept (SimDisk.kill): writes it
 # never synced, and pages a failed fsync marked clean, read back as written when it restarts,
 # until a power loss takes them (every other crash loses power too); ddl-retry: a drop whose reply
-# is lost, its name re-created by another call, then the drop retried with its token
+# is lost, its name re-created by another call, then the drop retried with its token, or a
+# create's reply lost, its table dropped by another call, then the create retried
 # (harness.sim.stack_ddl, recorded as ddl).
 LATE = {"torn": (None, None, 2, 4), "delay": (None, None, 2, 4), "damage": (None, None, 2, 4),
         "reprovision": (None, None, 1, 2), "full": (None, None, 2, 4),

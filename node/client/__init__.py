@@ -271,7 +271,8 @@ class TesseraClient:
         """Create the table; its locations. An attempt can land and lose its reply (a master slow
         to create the replicas outlasts the attempt's timeout), so every attempt carries one
         token: the master answers a retry of a create that landed with the table, and
-        ALREADY_EXISTS means another create made it. A caller that retries the call itself
+        ALREADY_EXISTS means another create made it; NOT_FOUND, "dropped since", means this call
+        made it and another user's drop has removed it. A caller that retries the call itself
         passes the same `token` (`new_ddl_token()`) to each. The token comes from the OS,
         not `rng`, so a seeded client draws the same numbers it did before."""
         locs = await self.master_call("master.create_table",

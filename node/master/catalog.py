@@ -26,6 +26,9 @@ MAINTENANCE = "MAINTENANCE"
 # The token of the DropTable request that last deleted the table of that name: its retry
 # (the first reply lost) is answered with success, where any other drop gets NOT_FOUND.
 DROPPED = "dropped/"
+# The CreateTable token of the table of that name a drop deleted last: a retry of that create
+# (its first reply lost, the table dropped since) is told so, rather than making it again.
+DROPPED_CREATOR = "dropped_creator/"
 
 
 class TableRecord(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -74,6 +77,10 @@ class Catalog:
         """The token of the drop that last deleted table `name`, if one carried a token."""
         return self.data.get(DROPPED + name)
 
+    def dropped_creator(self, name: str) -> str | None:
+        """The token of the create that made the table of that name a drop deleted last."""
+        return self.data.get(DROPPED_CREATOR + name)
+
     def tablet(self, tablet_id: str) -> TabletRecord | None:
         row = self.data.get(TABLET + tablet_id)
         return None if row is None else msgspec.convert(row, TabletRecord)
@@ -116,9 +123,11 @@ def write_tserver_state(uuid: str, maintenance: bool) -> MicroOps:
 
 def delete_table(table: TableRecord, token: str = "") -> MicroOps:
     """The table and its tablets as deleted records (None): the reconciler deletes replicas.
-    With the drop's `token`, it is kept for the drop's retry."""
+    With the drop's `token`, it is kept for the drop's retry, and the table's creator for its
+    create's."""
     return ([["w", TABLE + table.name, None]] + [["w", TABLET + t, None] for t in table.tablets]
-            + ([["w", DROPPED + table.name, token]] if token else []))
+            + ([["w", DROPPED + table.name, token]] if token else [])
+            + ([["w", DROPPED_CREATOR + table.name, table.creator]] if table.creator else []))
 
 
 def place(load: dict[str, int], num_tablets: int, rf: int, rng: random.Random) -> list[list[str]]:

@@ -338,10 +338,17 @@ class Master(ServerBase):
                            "num_tablets must be 1..1000 and replication_factor odd (1, 3, 5, 7)")
         async with self._catalog_lock:
             await self._await_ready()
-            existing = self._catalog().table(req.name)
+            catalog = self._catalog()
+            existing = catalog.table(req.name)
             if existing is not None and req.token and existing.creator == req.token:
                 probe("master.create_table.retry_answered")
                 return self._locations(req.name)
+            if req.token and catalog.dropped_creator(req.name) == req.token:
+                # this call's create landed and another call dropped the table since: making
+                # it again would apply the create twice, and bring back what was dropped
+                probe("master.create_table.retry_found_dropped")
+                raise RpcError(ErrorCode.NOT_FOUND,
+                               f"table {req.name} was made by this create and dropped since")
             if existing is not None:
                 raise RpcError(ErrorCode.ALREADY_EXISTS, f"table {req.name} exists")
             live = self.ts.live()
