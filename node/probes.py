@@ -431,6 +431,10 @@ CATALOG: dict[str, str] = {
         "a leader master opened its catalog session in a new term",
     "master.create_table.retry_answered":
         "a CreateTable retry found the table its own first attempt made: answered with it",
+    "master.change_replica.retry_waited_pending":
+        "a retried replica change met a pending change: waited for it to commit",
+    "master.change_replica.retry_already_made":
+        "a retried replica change found the config already as asked: answered with it",
     "master.create_table.retry_found_dropped":
         "a CreateTable retry found its own first attempt's table dropped since: refused",
     "master.delete_table.retry_answered":

@@ -272,6 +272,10 @@ class ReplicaChange(msgspec.Struct, frozen=True):
     op: str  # "add" | "remove"
     ts_uuid: str
     cas_config_index: int | None = None
+    # An attempt after one that may have landed (its reply lost or late): a refusal because a
+    # change is pending or the config already is as asked is answered, once nothing is pending,
+    # with the committed config if the change is made.
+    retry: bool = False
 
 
 class ServerStatus(msgspec.Struct, frozen=True):

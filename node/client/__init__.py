@@ -37,6 +37,7 @@ import asyncio
 import random
 import secrets
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 import crc32c
@@ -214,10 +215,12 @@ class TesseraClient:
 
     # -- masters -----------------------------------------------------------------------------
     async def master_call(self, method: str, req: Any, resp_type: type,
-                          deadline: float | None = None) -> Any:
+                          deadline: float | None = None,
+                          retry_as: Callable[[Any], Any] | None = None) -> Any:
         """Call the leader master, finding it first; RpcError if none answers in time. The
         error raised is the last one a master gave that was not a redirect, if any: a
-        follower's "not the leader master" would hide what the leader said."""
+        follower's "not the leader master" would hide what the leader said. `retry_as`: the
+        request to send instead once an attempt may have landed (its reply lost or late)."""
         deadline = deadline or self._deadline()
         backoff = _Backoff(self.rng)
         last: Exception | None = None
@@ -238,6 +241,8 @@ class TesseraClient:
                     last = e
                     if e.code != ErrorCode.NOT_LEADER:
                         said = e
+                    if retry_as is not None and e.maybe_delivered:
+                        req = retry_as(req)
                     if e.code == ErrorCode.NOT_LEADER:
                         hint = self._master_book.get(e.detail) if e.detail else None
                         if hint is None:
@@ -284,16 +289,22 @@ class TesseraClient:
 
     async def change_replica(self, tablet_id: str, op: str, ts_uuid: str) -> ConfigState:
         """Add ("add") or remove ("remove") the replica of `tablet_id` on tablet server
-        `ts_uuid`, through the leader master; returns the committed config."""
+        `ts_uuid`, through the leader master; returns the committed config. The master waits
+        for the tablet's leader to commit, which can outlast an attempt: an attempt after one
+        that may have landed says it is a retry, and the master answers it with the committed
+        config when its change is made (or pending, then committed), where a first attempt is
+        told the config already is as asked (`change_already_made`)."""
         return await self.master_call("master.change_replica", ReplicaChange(tablet_id, op, ts_uuid),
-                                      ConfigState)
+                                      ConfigState,
+                                      retry_as=lambda r: msgspec.structs.replace(r, retry=True))
 
     @staticmethod
     def change_already_made(e: Exception, op: str) -> bool:
         """Whether `change_replica` failed only because the config already is as asked: an
         add of a member, a removal of a non-member. The change is compare-and-set guarded, so
-        it never applies twice; an attempt whose answer came too late (the master waits for
-        the tablet's leader to commit, longer than one attempt) gets this on its retry."""
+        it never applies twice. Within one call the master answers a retry itself; a caller
+        that calls again after a call failed (its deadline passed while the master waited for
+        the commit) gets this on the new call's first attempt."""
         done = "is already a member" if op == "add" else "is not a member"
         made = isinstance(e, RpcError) and e.code == ErrorCode.ILLEGAL_STATE and done in e.message
         if made:

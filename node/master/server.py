@@ -76,6 +76,10 @@ from node.server.replica_errors import proposal_error, replica_error
 from node.tablet.ops import MicroOp, OpenSession, Read, Txn
 from node.tablet.superblock import HashBucket, KeyRange
 
+# How long a retried replica change waits for a pending change (its own first attempt, maybe)
+# to commit before it is answered as refused: the leader's own wait for a commit is 30 s.
+RETRY_PENDING_WAIT_S = 30.0
+
 log = logging.getLogger(__name__)
 # The key a membership answer's ReadIndex round reads (Master._still_leading): the round, not
 # the value, is what counts, so any key does.
@@ -456,9 +460,42 @@ class Master(ServerBase):
         if report is None or report.role != "LEADER":
             probe("master.change_replica.leadership_moved")
             raise RpcError(ErrorCode.TABLET_NOT_RUNNING, f"tablet {req.tablet_id}: leadership moved")
-        return await self.rpc_client.call(
-            leader_peer.addr, "ts.change_config",
-            ChangeConfig(req.tablet_id, req.op, target.peer,
-                         report.committed_config_index if req.cas_config_index is None
-                         else req.cas_config_index),
-            ConfigState, to_uuid=leader_peer.uuid, timeout=30.0)
+        try:
+            return await self.rpc_client.call(
+                leader_peer.addr, "ts.change_config",
+                ChangeConfig(req.tablet_id, req.op, target.peer,
+                             report.committed_config_index if req.cas_config_index is None
+                             else req.cas_config_index),
+                ConfigState, to_uuid=leader_peer.uuid, timeout=30.0)
+        except RpcError as e:
+            if not req.retry or e.code != ErrorCode.ILLEGAL_STATE:
+                raise
+            made = await self._change_made(leader_peer, req)
+            if made is None:
+                raise
+            return made
+
+    async def _change_made(self, leader: Peer, req: ReplicaChange) -> ConfigState | None:
+        """For a retried change the leader refused (its first attempt may be the change pending,
+        or made): the committed config once no change is pending, if it is as `req` asks (an
+        add's server a member, a removal's not); None if it is not, or `leader` stopped leading.
+        The change is compare-and-set guarded, so this never applies it twice: it only tells
+        the caller that the state it asked for holds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RETRY_PENDING_WAIT_S
+        while True:
+            status = await self.rpc_client.call(leader.addr, "ts.status", Empty(), ServerStatus,
+                                                to_uuid=leader.uuid, timeout=5.0)
+            report = next((t for t in status.tablets if t.tablet_id == req.tablet_id), None)
+            if report is None or report.role != "LEADER":
+                return None
+            if report.config == report.committed_config or loop.time() >= deadline:
+                break
+            probe("master.change_replica.retry_waited_pending")
+            await asyncio.sleep(0.1)
+        if report.config != report.committed_config:
+            return None
+        if any(m[0] == req.ts_uuid for m in report.committed_config) != (req.op == "add"):
+            return None
+        probe("master.change_replica.retry_already_made")
+        return ConfigState(report.committed_config_index, report.committed_config)

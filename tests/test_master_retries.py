@@ -1,10 +1,12 @@
-"""CreateTable and DeleteTable are not idempotent, and an attempt can land and still fail at the
-client: the master answers a create once the catalog holds the table and it has asked each
-replica's server to create it (a paused server makes that ask outlast the attempt's timeout),
-and any reply can be lost. The client's retry then reaches a catalog that already shows the
-attempt's effect. Each call carries one token for all its attempts, so the master tells its
-own retry from another user's call. Real processes on loopback: one master, three tablet
-servers."""
+"""CreateTable, DeleteTable and a replica change are not idempotent, and an attempt can land
+and still fail at the client: the master answers a create once the catalog holds the table and
+it has asked each replica's server to create it (a paused server makes that ask outlast the
+attempt's timeout), a replica change once the tablet's leader has committed it, and any reply
+can be lost. The client's retry then reaches a catalog or a config that already shows the
+attempt's effect. A create or a drop carries one token for all its attempts, so the master
+tells its own retry from another user's call; a replica change's retry says it is one, and is
+answered with the config when the change is made. Real processes on loopback: one master,
+three tablet servers."""
 
 import asyncio
 import signal
@@ -42,10 +44,12 @@ class LoseFirstReply(RpcClient):
     def __init__(self, method: str, meanwhile=None):
         super().__init__()
         self.method, self.lost, self.meanwhile = method, 0, meanwhile
+        self.sent: list = []
 
     async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
         res = await super().call(addr, method, request, response_type, to_uuid=to_uuid,
                                  timeout=timeout)
+        self.sent.append((method, request))
         if method == self.method and not self.lost:
             self.lost += 1
             if self.meanwhile is not None:
@@ -136,4 +140,33 @@ def test_a_create_retried_after_another_user_dropped_its_table_is_told_so(cluste
         await other.close()
     asyncio.run(asyncio.wait_for(go(), 90))
     assert "master.create_table.retry_found_dropped" in _fired(cluster)
+
+
+def test_a_replica_change_whose_reply_was_lost_is_answered_on_its_retry(cluster):
+    """Before a retry said it was one, the retry of a removal that landed was told "is not a
+    member" and of an add "is already a member": the client raised for its own change. The
+    master now answers a retry whose change is made with the committed config."""
+    async def go():
+        plain = TesseraClient(cluster.master_addrs, timeout=30)
+        await plain.create_table("members", num_tablets=1, replication_factor=3)
+        await plain.table("members").write("k", 3)
+        tablet = (await plain.locations("members", refresh=True)).tablets[0]
+        follower = next(p.uuid for p in tablet.replicas
+                        if p.uuid != (tablet.leader.uuid if tablet.leader else None))
+        for op in ("remove", "add"):
+            client = TesseraClient(cluster.master_addrs, timeout=30,
+                                   rpc=LoseFirstReply("master.change_replica"))
+            config = await client.change_replica(tablet.tablet_id, op, follower)
+            assert client.rpc.lost == 1
+            changes = [r for m, r in client.rpc.sent if m == "master.change_replica"]
+            assert [c.retry for c in changes] == [False, True], changes
+            assert (follower in {m[0] for m in config.members}) == (op == "add"), (op, config)
+            await client.close()
+        with pytest.raises(RpcError) as told:  # a first attempt on a config already as asked
+            await plain.change_replica(tablet.tablet_id, "add", follower)
+        assert TesseraClient.change_already_made(told.value, "add"), told.value
+        assert await plain.table("members").read("k") == 3
+        await plain.close()
+    asyncio.run(asyncio.wait_for(go(), 90))
+    assert "master.change_replica.retry_already_made" in _fired(cluster)
 
