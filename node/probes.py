@@ -432,7 +432,7 @@ CATALOG: dict[str, str] = {
     "master.create_table.retry_answered":
         "a CreateTable retry found the table its own first attempt made: answered with it",
     "master.change_replica.retry_waited_pending":
-        "a retried replica change met a pending change: waited for it to commit",
+        "a retried replica change met a pending change or no leader: waited for a settled one",
     "master.change_replica.retry_already_made":
         "a retried replica change found the config already as asked: answered with it",
     "master.create_table.retry_found_dropped":

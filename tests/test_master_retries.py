@@ -151,8 +151,7 @@ def test_a_replica_change_whose_reply_was_lost_is_answered_on_its_retry(cluster)
         await plain.create_table("members", num_tablets=1, replication_factor=3)
         await plain.table("members").write("k", 3)
         tablet = (await plain.locations("members", refresh=True)).tablets[0]
-        follower = next(p.uuid for p in tablet.replicas
-                        if p.uuid != (tablet.leader.uuid if tablet.leader else None))
+        follower = next(p.uuid for p in tablet.replicas if p.uuid != tablet.leader)
         for op in ("remove", "add"):
             client = TesseraClient(cluster.master_addrs, timeout=30,
                                    rpc=LoseFirstReply("master.change_replica"))

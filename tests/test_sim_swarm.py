@@ -1003,6 +1003,36 @@ def test_a_ddl_retried_after_another_users_call_is_answered_as_the_call_it_repea
         assert violation in (broken.violation or ""), (forgotten, broken.violation)
 
 
+def test_a_replica_change_retried_after_its_reply_was_lost_is_answered_as_made(tmp_path,
+                                                                              monkeypatch):
+    """`change-retry`: a follower removed and added back through the leader master, each reply
+    lost once and the change retried as the client retries it. The retry was refused "is not a
+    member" (and "already a member"): the client raised for its own change; this seed failed
+    on it. The master now answers a refused retry with the committed config once nothing is
+    pending (both of its probes reached here), and fails again without that answer."""
+    from harness.sim.stack import StackConfig, StackSim
+    from node.master.server import Master
+
+    assert 20 < sum("change-retry" in swarm_mix(s).kinds() for s in range(200)) < 80
+    cfg = StackConfig(seed=3, workload="register", seconds=15.0,
+                      mix=parse_mix("change-retry:8,restart:1,heal:1;every=0.5-2"))
+    sim = StackSim(cfg, tmp_path / "fixed")
+    result = sim.run()
+    assert result.ok(), (result.violation, result.verdict)
+    outcomes = [e[2][-1] for e in sim.events if e[1] == "change-retry"]
+    assert len(outcomes) >= 5 and all(o == ["remove", "add"] for o in outcomes), outcomes
+    for name in ("master.change_replica.retry_already_made",
+                 "master.change_replica.retry_waited_pending"):
+        assert result.probes.get(name, 0) >= 1, (name, result.probes)
+
+    async def not_made(self, leader, req):
+        return None
+
+    monkeypatch.setattr(Master, "_change_made", not_made)
+    broken = StackSim(cfg, tmp_path / "broken").run()
+    assert "that landed was refused" in (broken.violation or ""), broken.violation
+
+
 def test_a_mix_can_run_every_other_server_with_a_shorter_election_timeout(tmp_path):
     """`missed=N`: servers started with different timing flags, as a rolling restart with
     changed flags leaves a cluster. Every other host (masters and tablet servers alike) runs

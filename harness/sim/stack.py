@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.sim import (
+    stack_change_retry,
     stack_copy_cut,
     stack_copy_delete,
     stack_damage,
@@ -175,7 +176,7 @@ MODULE_FAULTS = {
     "copy-cut": stack_copy_cut.copy_cut, "copy-delete": stack_copy_delete.copy_delete,
     "maintenance": stack_maintenance.maintenance, "recopy": stack_recopy.recopy,
     "garble": stack_forge.garble, "copy-shrink": stack_forge.copy_shrink,
-    "lose": stack_lose.lose,
+    "lose": stack_lose.lose, "change-retry": stack_change_retry.change_retry,
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 
 from harness.sim import (
+    stack_change_retry,
     stack_copy_cut,
     stack_copy_delete,
     stack_lose,
@@ -148,6 +149,8 @@ class FaultChooser:
             return choose_unsafe(self.sim, rng, impaired)
         if kind == "ddl":
             return choose_ddl(rng)
+        if kind == "change-retry":
+            return stack_change_retry.choose(rng)
         if kind == "ddl-retry":
             return choose_ddl(rng, rng.choice(("retry", "retry-create")))
         if kind == "full":  # a tablet server up, while no other disk fails

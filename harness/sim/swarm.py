@@ -27,7 +27,7 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
          "drift", "flip-newest", "fail-copy", "torn", "delay", "damage", "reprovision", "full",
          "damage-file", "copy-cut", "master-swap", "unsafe", "ddl", "maintenance", "forge",
          "garble", "copy-shrink", "recopy", "copy-behind", "kill", "copy-delete", "lose",
-         "ddl-retry")
+         "ddl-retry", "change-retry")
 # Kinds a seed draws only in a bundle (BUNDLES), never on their own: a kind added to the
 # optional ones or to LATE would change many recorded seeds' mixes. recopy: an operator's
 # `kudu remote_replica copy` over a running replica, or from a FAILED one
@@ -79,7 +79,9 @@ ALWAYS = ("restart", "heal")
 # until a power loss takes them (every other crash loses power too); ddl-retry: a drop whose reply
 # is lost, its name re-created by another call, then the drop retried with its token, or a
 # create's reply lost, its table dropped by another call, then the create retried
-# (harness.sim.stack_ddl, recorded as ddl).
+# (harness.sim.stack_ddl, recorded as ddl); change-retry: a follower removed and added back through
+# the leader master, each reply lost once and the change retried as the client retries it
+# (harness.sim.stack_change_retry).
 LATE = {"torn": (None, None, 2, 4), "delay": (None, None, 2, 4), "damage": (None, None, 2, 4),
         "reprovision": (None, None, 1, 2), "full": (None, None, 2, 4),
         "damage-file": (None, None, 2, 4), "copy-cut": (None, None, 2, 4),
@@ -87,7 +89,8 @@ LATE = {"torn": (None, None, 2, 4), "delay": (None, None, 2, 4), "damage": (None
         "ddl": (None, None, None, 2), "maintenance": (None, None, None, 2),
         "forge": (None, None, 2, 4), "garble": (None, None, 2, 4),
         "copy-shrink": (None, None, 2, 4), "copy-behind": (None, None, None, 2),
-        "kill": (None, None, None, None, 2), "ddl-retry": (None, None, None, 2)}
+        "kill": (None, None, None, None, 2), "ddl-retry": (None, None, None, 2),
+        "change-retry": (None, None, None, 2)}
 WEIGHTS = (1, 2, 4, 8)  # a kind that is on fires with one of these relative weights
 FAULT_EVERY = ((0.2, 0.8), (0.5, 2.0), (1.0, 4.0))  # (lo, hi) seconds between two faults
 LOADS = ((5, 50.0), (10, 100.0), (20, 200.0))  # (clients, ops/s over all of them)

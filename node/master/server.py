@@ -478,22 +478,29 @@ class Master(ServerBase):
     async def _change_made(self, leader: Peer, req: ReplicaChange) -> ConfigState | None:
         """For a retried change the leader refused (its first attempt may be the change pending,
         or made): the committed config once no change is pending, if it is as `req` asks (an
-        add's server a member, a removal's not); None if it is not, or `leader` stopped leading.
-        The change is compare-and-set guarded, so this never applies it twice: it only tells
-        the caller that the state it asked for holds."""
+        add's server a member, a removal's not); None if it is not, or if no leader showed a
+        settled config within RETRY_PENDING_WAIT_S. Leadership may move meanwhile: the leader
+        asked is `leader`, then the one the heartbeats name. The change is compare-and-set
+        guarded, so this never applies it twice: it only tells the caller that the state it
+        asked for holds."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + RETRY_PENDING_WAIT_S
-        while True:
-            status = await self.rpc_client.call(leader.addr, "ts.status", Empty(), ServerStatus,
-                                                to_uuid=leader.uuid, timeout=5.0)
-            report = next((t for t in status.tablets if t.tablet_id == req.tablet_id), None)
-            if report is None or report.role != "LEADER":
-                return None
-            if report.config == report.committed_config or loop.time() >= deadline:
+        report = None
+        while loop.time() < deadline:
+            try:
+                status = await self.rpc_client.call(leader.addr, "ts.status", Empty(),
+                                                    ServerStatus, to_uuid=leader.uuid, timeout=5.0)
+                report = next((t for t in status.tablets if t.tablet_id == req.tablet_id), None)
+            except RpcError:
+                report = None
+            if report is not None and report.role == "LEADER" and (
+                    report.config == report.committed_config):
                 break
             probe("master.change_replica.retry_waited_pending")
             await asyncio.sleep(0.1)
-        if report.config != report.committed_config:
+            now = self.ts.leader_report(req.tablet_id)
+            leader = now[0] if now is not None else leader
+        else:
             return None
         if any(m[0] == req.ts_uuid for m in report.committed_config) != (req.op == "add"):
             return None
