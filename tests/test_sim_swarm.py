@@ -973,6 +973,20 @@ def test_a_create_whose_reply_came_late_is_answered_with_the_table_on_its_retry(
     assert "ALREADY_EXISTS" in (broken.violation or ""), (broken.verdict, broken.violation)
 
 
+def _late_kind_alone(kind: str, tmp_path):
+    """Seed 3 of `kind` beside restarts alone (15 s of register), which must pass; the kind is a
+    late draw that about a quarter of the swarm seeds take. (config, sim, result)."""
+    from harness.sim.stack import StackConfig, StackSim
+
+    assert 20 < sum(kind in swarm_mix(s).kinds() for s in range(200)) < 80
+    cfg = StackConfig(seed=3, workload="register", seconds=15.0,
+                      mix=parse_mix(f"{kind}:8,restart:1,heal:1;every=0.5-2"))
+    sim = StackSim(cfg, tmp_path / "fixed")
+    result = sim.run()
+    assert result.ok(), (result.violation, result.verdict)
+    return cfg, sim, result
+
+
 def test_a_ddl_retried_after_another_users_call_is_answered_as_the_call_it_repeats(
         tmp_path, monkeypatch):
     """`ddl-retry`: a reply lost, another user's call, then the retry with its token. A drop
@@ -982,15 +996,10 @@ def test_a_ddl_retried_after_another_users_call_is_answered_as_the_call_it_repea
     now answered ok and the new table stays; the retried create is told its table was dropped
     (master.delete_table.retry_answered, which before this kind only a test reached, and
     master.create_table.retry_found_dropped). A master without either token fails again."""
-    from harness.sim.stack import StackConfig, StackSim
+    from harness.sim.stack import StackSim
     from node.master.catalog import Catalog
 
-    assert 20 < sum("ddl-retry" in swarm_mix(s).kinds() for s in range(200)) < 80
-    cfg = StackConfig(seed=3, workload="register", seconds=15.0,
-                      mix=parse_mix("ddl-retry:8,restart:1,heal:1;every=0.5-2"))
-    sim = StackSim(cfg, tmp_path / "fixed")
-    result = sim.run()
-    assert result.ok(), (result.violation, result.verdict)
+    cfg, sim, result = _late_kind_alone("ddl-retry", tmp_path)
     ends = {(e[2][0], e[2][-1]) for e in sim.events if e[1] == "ddl"}
     assert ends == {("retry", "dropped"), ("retry-create", "refused")}, ends
     for name in ("master.delete_table.retry_answered", "master.create_table.retry_found_dropped"):
@@ -1010,15 +1019,10 @@ def test_a_replica_change_retried_after_its_reply_was_lost_is_answered_as_made(t
     member" (and "already a member"): the client raised for its own change; this seed failed
     on it. The master now answers a refused retry with the committed config once nothing is
     pending (both of its probes reached here), and fails again without that answer."""
-    from harness.sim.stack import StackConfig, StackSim
+    from harness.sim.stack import StackSim
     from node.master.server import Master
 
-    assert 20 < sum("change-retry" in swarm_mix(s).kinds() for s in range(200)) < 80
-    cfg = StackConfig(seed=3, workload="register", seconds=15.0,
-                      mix=parse_mix("change-retry:8,restart:1,heal:1;every=0.5-2"))
-    sim = StackSim(cfg, tmp_path / "fixed")
-    result = sim.run()
-    assert result.ok(), (result.violation, result.verdict)
+    cfg, sim, result = _late_kind_alone("change-retry", tmp_path)
     outcomes = [e[2][-1] for e in sim.events if e[1] == "change-retry"]
     assert len(outcomes) >= 5 and all(o == ["remove", "add"] for o in outcomes), outcomes
     for name in ("master.change_replica.retry_already_made",
