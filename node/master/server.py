@@ -64,6 +64,7 @@ from node.protocol import (
     TableLocations,
     TableName,
     TabletLocation,
+    TabletReport,
     TServerState,
     TSHeartbeat,
     TSHeartbeatResponse,
@@ -454,9 +455,7 @@ class Master(ServerBase):
         # promoted) must fail the compare-and-set, or a second spare joins and the tablet stays
         # at RF+1. A caller that names none (an operator's add) is guarded by the config the
         # leader has committed now, so a change committed in between still fails it.
-        status = await self.rpc_client.call(leader_peer.addr, "ts.status", Empty(), ServerStatus,
-                                            to_uuid=leader_peer.uuid, timeout=5.0)
-        report = next((t for t in status.tablets if t.tablet_id == req.tablet_id), None)
+        report = await self._tablet_report(leader_peer, req.tablet_id)
         if report is None or report.role != "LEADER":
             probe("master.change_replica.leadership_moved")
             raise RpcError(ErrorCode.TABLET_NOT_RUNNING, f"tablet {req.tablet_id}: leadership moved")
@@ -475,6 +474,12 @@ class Master(ServerBase):
                 raise
             return made
 
+    async def _tablet_report(self, peer: Peer, tablet_id: str) -> TabletReport | None:
+        """`tablet_id`'s report as `peer` gives it now (not as it last heartbeated)."""
+        status = await self.rpc_client.call(peer.addr, "ts.status", Empty(), ServerStatus,
+                                            to_uuid=peer.uuid, timeout=5.0)
+        return next((t for t in status.tablets if t.tablet_id == tablet_id), None)
+
     async def _change_made(self, leader: Peer, req: ReplicaChange) -> ConfigState | None:
         """For a retried change the leader refused (its first attempt may be the change pending,
         or made): the committed config once no change is pending, if it is as `req` asks (an
@@ -488,9 +493,7 @@ class Master(ServerBase):
         report = None
         while loop.time() < deadline:
             try:
-                status = await self.rpc_client.call(leader.addr, "ts.status", Empty(),
-                                                    ServerStatus, to_uuid=leader.uuid, timeout=5.0)
-                report = next((t for t in status.tablets if t.tablet_id == req.tablet_id), None)
+                report = await self._tablet_report(leader, req.tablet_id)
             except RpcError:
                 report = None
             if report is not None and report.role == "LEADER" and (
