@@ -155,6 +155,7 @@ def test_the_master_sends_the_decisions_guard_not_a_fresh_one():
 
     master = SimpleNamespace(_await_ready=ready, ts=ts, rpc_client=SimpleNamespace(call=call),
                              _catalog=FakeMaster(ts, ["a", "b", "c"])._catalog)
+    master._tablet_report = lambda peer, tablet: Master._tablet_report(master, peer, tablet)
     asyncio.run(Master.on_change_replica(master, ReplicaChange(TABLET, "add", "e", 1)))
     asyncio.run(Master.on_change_replica(master, ReplicaChange(TABLET, "add", "e")))
     assert [(c.op, c.peer.uuid, c.cas_config_index) for c in sent] == [("add", "e", 1),
