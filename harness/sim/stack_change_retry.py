@@ -7,16 +7,22 @@ landed). The master waits for the tablet's leader to commit, longer than a clien
 this is what a user's call meets whenever a commit is slow. The retry must be answered with the
 committed config as asked; a refusal that the config already is as asked, or that a change is
 pending, is the client raising for its own change: a violation.
+
+A step that fails (the faults around it) ends the fault there. A follower then left removed is
+not added back here: the tablet is one replica short, which the leader master's reconciler
+repairs as it does for a lost server, and a re-add from here would race that repair.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+from node.consensus.confchange import ALREADY_MEMBER, CHANGE_PENDING, NOT_MEMBER
+
 CALL_TIMEOUT_S = 10.0  # each of the four calls
 # Refusals a retry of a change that landed must never get: the change itself, seen as made or
-# still pending (node.consensus.confchange).
-OWN_CHANGE_REFUSALS = ("is already a member", "is not a member", "not committed yet")
+# still pending.
+OWN_CHANGE_REFUSALS = (ALREADY_MEMBER, NOT_MEMBER, CHANGE_PENDING)
 
 
 def choose(rng):

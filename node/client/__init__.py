@@ -60,6 +60,7 @@ from node.client.session import (
 from node.client.session import BufferFull as BufferFull
 from node.client.session import FlushMode as FlushMode
 from node.client.session import RowResult as RowResult
+from node.consensus.confchange import ALREADY_MEMBER, NOT_MEMBER
 from node.errors import OpFailed, OpUnknown, TooLarge, WrongReply
 from node.probes import probe
 from node.protocol import (
@@ -305,7 +306,7 @@ class TesseraClient:
         it never applies twice. Within one call the master answers a retry itself; a caller
         that calls again after a call failed (its deadline passed while the master waited for
         the commit) gets this on the new call's first attempt."""
-        done = "is already a member" if op == "add" else "is not a member"
+        done = ALREADY_MEMBER if op == "add" else NOT_MEMBER
         made = isinstance(e, RpcError) and e.code == ErrorCode.ILLEGAL_STATE and done in e.message
         if made:
             probe("client.change_replica.already_made")

@@ -22,6 +22,14 @@ from .types import (
     UnsafeChange,
 )
 
+# The refusals a caller's retry must recognise as its own change: the config already is as asked
+# (an add of a member, a removal of a non-member), or the change is still uncommitted. Only the
+# message crosses the wire, so the client (TesseraClient.change_already_made) and the
+# simulator's change-retry fault match these texts, kept here beside the rules that raise them.
+ALREADY_MEMBER = "is already a member"
+NOT_MEMBER = "is not a member"
+CHANGE_PENDING = "a config change is not committed yet"
+
 
 def check_cas(cas_config_index: int, committed_index: int) -> None:
     """The caller names the committed config it based its change on (Kudu's cas_config_opid
@@ -38,7 +46,7 @@ def check_allowed(pending: bool, commit_term: int | None, term: int) -> None:
     overlap two changes anyway (Ongaro's one-by-one bug)."""
     if pending:
         probe("raft.config_change.refused_pending")
-        raise ChangePending("a config change is not committed yet")
+        raise ChangePending(CHANGE_PENDING)
     if commit_term != term:
         probe("raft.config_change.refused_no_commit_in_term")
         raise ChangePending("leader has not committed an entry in its term yet")
@@ -51,10 +59,10 @@ def apply(config: RaftConfig, change: ConfigChange) -> tuple[Member, ...]:
     current = config.member(change.uuid)
     if change.op == ChangeOp.ADD_NON_VOTER:
         if current is not None:
-            raise InvalidChange(f"{change.uuid} is already a member")
+            raise InvalidChange(f"{change.uuid} {ALREADY_MEMBER}")
         return config.members + (Member(change.uuid, MemberType.NON_VOTER, change.promote),)
     if current is None:
-        raise InvalidChange(f"{change.uuid} is not a member")
+        raise InvalidChange(f"{change.uuid} {NOT_MEMBER}")
     if change.op == ChangeOp.PROMOTE:
         if current.member_type != MemberType.NON_VOTER:
             raise InvalidChange(f"{change.uuid} is already a voter")
