@@ -72,13 +72,16 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
     replica is behind the others, or a tablet has no leader; else valid. On the `final` round
     a tablet still without a leader is invalid when a majority of its committed config's voters
     is not FAILED: once faults are healed such a tablet must serve again, and one that cannot
-    (say, a pending config no live majority can commit: an unsafe removal) has lost its data's availability
-    for good, which no history of ops on other tablets would show. When FAILED voters (damaged
-    on purpose; with no live majority the master cannot replace them) leave no majority, the
-    faults took more than Raft tolerates: the tablet is listed in `notes`, not judged. So too
-    when a change is pending (in effect, not committed) on the newest log, its majority is
-    FAILED, and the leader that appended it is among the FAILED: that leader was live when it
-    appended, so a failure after the change took the majority, not the change. A FAILED
+    has lost its data's availability for good, which no history of ops on other tablets would
+    show. When FAILED voters (damaged on purpose; with no live majority the master cannot
+    replace them) leave no majority, the faults took more than Raft tolerates: the tablet is
+    listed in `notes`, not judged. So too when a change is pending (in effect, not committed)
+    on the newest log, its majority is FAILED, and the leader that appended it is among the
+    FAILED: that leader was live when it appended, so a failure after the change took the
+    majority, not the change. When that leader is live or not known, the change may be an
+    unsafe removal (appended beside a voter already FAILED) or a safe one that a later failure
+    overtook, and no replica's state orders the failure and the append: the verdict is
+    unknown (`pending-majority-failed` in `notes`), never valid. A FAILED
     member the master could have replaced (some server answered that holds no replica of the
     tablet) keeps the rounds going, since the master replaces such members at once; on the
     `final` round one still there is a note (`failed-replica-not-replaced`): an availability
@@ -89,6 +92,7 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
         for t in rep.tablets:
             by_tablet.setdefault(t.tablet_id, {})[host] = t
     tablets, errors, behind, leaderless, unavailable = [], [], {}, [], []
+    undecided: list[str] = []  # leaderless tablets the end state cannot judge (see below)
     repairing: list[str] = []  # tablets with a FAILED member and a server free to replace it
     for tid in sorted(by_tablet):
         reps = by_tablet[tid]
@@ -145,7 +149,21 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
                                    f"elect one: {states}"})
             else:
                 leaderless.append(tid)
-                if final:
+                if final and pending != voters and _majority_failed(pending, failed_uuids):
+                    # A live (or unknown) leader appended a change whose voters are now mostly
+                    # FAILED: an unsafe removal if one was FAILED already, more faults than Raft
+                    # tolerates if the failure came after. Nothing reported orders the two.
+                    undecided.append(tid)
+                    unavailable.append({
+                        "type": "pending-majority-failed", "tablet": tid, "explanation":
+                            f"tablet {tid} has no leader: {len(failed_uuids & pending)} of the "
+                            f"{len(pending)} voters of the config in effect on the newest log (a "
+                            f"change {appended_by or 'an unknown leader'} appended, not "
+                            f"committed) are FAILED. Whether a voter failed before the change "
+                            f"was appended (an unsafe removal, the engine's fault) or after it "
+                            f"(the faults took more than Raft tolerates) the replicas' state "
+                            f"cannot say: {states}"})
+                elif final:
                     errors.append({"type": "no-leader", "tablet": tid, "explanation":
                                    f"tablet {tid} has no leader after the heal, though most of "
                                    f"its committed voters are not FAILED: {states}"})
@@ -166,6 +184,10 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
         lag = "; ".join(f"{tid}: {', '.join(sorted(hs))}" for tid, hs in sorted(behind.items()))
         return {**result, "verdict": "unknown",
                 "reason": f"live replicas never reached the same applied index ({lag})"}
+    if undecided:
+        return {**result, "verdict": "unknown",
+                "reason": f"no leader, and a pending change's voters mostly FAILED, in an order "
+                          f"the replicas cannot tell: {', '.join(undecided)}"}
     if leaderless:
         return {**result, "verdict": "unknown", "reason": f"no leader: {', '.join(leaderless)}"}
     if repairing and not final:  # the master replaces FAILED members: give it the time
