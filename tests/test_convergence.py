@@ -266,9 +266,9 @@ def test_a_pending_removal_whose_remaining_voter_failed_is_noted_by_the_config_i
     no engine could do better. Judged by the committed config alone ({u1, u4, u5}, one FAILED)
     it was called a tablet a live majority could lead, and the run invalid. The unsafe removal's
     shape, a live leader's change beside a voter already FAILED, looks the same as a live
-    leader's safe change that a later failure overtook (a nightly matrix ended so: the leader
-    evicted a silent follower while the remaining voter still answered, and that voter's
-    damaged WAL failed it at its next restart, 3 s later): unknown, never valid."""
+    leader's safe change that a later failure overtook (a nightly matrix ended so: a removal
+    reached the leader while the remaining voter still answered, and that voter's damaged WAL
+    failed it at its next restart, 3 s later): unknown, never valid."""
     pending = {"n1": _in_effect(rep("u1", role="PRE_CANDIDATE"), ["u1", "u4", "u5"], [2, 22]),
                "n4": _in_effect(rep("u4", role="PRE_CANDIDATE"), ["u4", "u5"], [3, 29]),
                "n5": rep("u5", state="FAILED")}

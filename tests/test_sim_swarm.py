@@ -1017,16 +1017,12 @@ def test_a_ddl_retry_that_stops_early_drops_the_table_it_may_have_left(tmp_path,
     table behind (its create landed, or the re-create did): the fault drops it, as the
     `retry-create` variant does, so a skipped step leaves the cluster no larger."""
     from harness.sim import stack_ddl
-    from harness.sim.stack import StackConfig, StackSim
 
     async def skipped(sim, table, tablets):
         return "skipped: the re-create: a test's stand-in"
 
     monkeypatch.setattr(stack_ddl, "_drop_lost_and_retried_after_recreate", skipped)
-    cfg = StackConfig(seed=3, workload="register", seconds=15.0,
-                      mix=parse_mix("ddl-retry:8,restart:1,heal:1;every=0.5-2"))
-    sim = StackSim(cfg, tmp_path)
-    assert sim.run().ok()
+    _, sim, _ = _late_kind_alone("ddl-retry", tmp_path)
     ends = [e[2][-1] for e in sim.events if e[1] == "ddl" and e[2][0] == "retry"]
     assert ends and all(end == "skipped: the re-create: a test's stand-in (dropped)"
                         for end in ends), ends
