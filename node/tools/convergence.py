@@ -132,9 +132,9 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
             voters, (pending, appended_by) = _voters(reps), _in_effect(reps)
             # A pending change whose own leader has since FAILED was appended before that
             # failure, when its voters answered (the safe-removal rule): the failure, not the
-            # change, took its majority. A change appended beside a voter already FAILED (an
-            # unsafe removal) is judged by the committed config, as before.
-            if appended_by in failed_uuids and _majority_failed(pending, failed_uuids):
+            # change, took its majority. One a live or unknown leader appended is judged below.
+            pending_lost = pending != voters and _majority_failed(pending, failed_uuids)
+            if pending_lost and appended_by in failed_uuids:
                 voters = pending
                 which = f"voters in the config in effect (a change {appended_by} appended, not committed)"
             else:
@@ -149,7 +149,7 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
                                    f"elect one: {states}"})
             else:
                 leaderless.append(tid)
-                if final and pending != voters and _majority_failed(pending, failed_uuids):
+                if final and pending_lost:
                     # A live (or unknown) leader appended a change whose voters are now mostly
                     # FAILED: an unsafe removal if one was FAILED already, more faults than Raft
                     # tolerates if the failure came after. Nothing reported orders the two.
