@@ -19,12 +19,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.replication import anchor_us, interpreter  # noqa: E402
 from harness.sim.stack import StackConfig, run_seeds  # noqa: E402
-from harness.sim.swarm import mix_for  # noqa: E402
+from harness.sim.swarm import mix_for, workload_for  # noqa: E402
 
 
 def run(mix: str, first: int, seeds: int, seconds: float, jobs: int) -> dict:
-    configs = [StackConfig(seed=s, workload=("register", "list-append")[s % 2], seconds=seconds,
-                           mix=mix_for(mix, s)) for s in range(first, first + seeds)]
+    mixes = {s: mix_for(mix, s) for s in range(first, first + seeds)}
+    configs = [StackConfig(seed=s, workload=workload_for(s, m), seconds=seconds, mix=m)
+               for s, m in mixes.items()]
     with tempfile.TemporaryDirectory() as out:
         t0 = time.monotonic()
         results = run_seeds(configs, Path(out), jobs)

@@ -82,7 +82,7 @@ def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags:
     from dataclasses import fields
 
     from harness.sim.stack import StackConfig, replay_command, run_seeds
-    from harness.sim.swarm import CLASSIC, swarm_mix
+    from harness.sim.swarm import CLASSIC, swarm_mix, workload_for
     from harness.store import write_json
     from node.faults import Faults
     from reports.checkers.verdict import merge_verdicts
@@ -102,10 +102,11 @@ def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags:
     # when the cell has fewer wall seconds, 5 at least), so a cell overruns its share by one
     # short seed at most, and a long share runs many mixes rather than a few long seeds.
     virtual_s = cell.overrides.get("seconds", min(FULL_SEED_S, max(5.0, time_limit)))
-    configs = [StackConfig(seed=s, workload=("register", "list-append")[s % 2], faults=faults,
-                           mix=swarm_mix(s) if s % 4 >= 2 else CLASSIC, seconds=virtual_s,
-                           writes=writes)
-               for s in range(seed, seed + jobs * max(1, int(time_limit)))]
+    mixes = {s: swarm_mix(s) if s % 4 >= 2 else CLASSIC
+             for s in range(seed, seed + jobs * max(1, int(time_limit)))}
+    configs = [StackConfig(seed=s, workload=workload_for(s, mix), faults=faults, mix=mix,
+                           seconds=virtual_s, writes=writes)
+               for s, mix in mixes.items()]
     results = run_seeds(configs, out_dir, jobs, deadline=t0 + time_limit)
     by_seed = {c.seed: c for c in configs}
     found = [{"checker": "sim-full",

@@ -12,12 +12,10 @@ import json
 import pytest
 
 from harness.sim.stack import StackConfig, StackSim
-from harness.sim.swarm import parse_mix, swarm_mix
+from harness.sim.swarm import parse_mix, swarm_mix, workload_for
 from node.client import faults
 
 pytestmark = pytest.mark.slow
-
-WORKLOADS = ("register", "list-append")  # tessera sim's default: by seed parity
 
 
 # Seed 32's swarm mix before it drew batch=4 and inflight=4: then it caught reuse-slot, and no
@@ -36,7 +34,7 @@ def default_seed(seed: int, out, spec: str | None = None):
     """Seed `seed` exactly as `tessera sim --stack full` runs it by default (or with --mix
     SPEC)."""
     mix = swarm_mix(seed) if spec is None else parse_mix(spec)
-    return StackSim(StackConfig(seed=seed, workload=WORKLOADS[seed % 2], mix=mix), out).run()
+    return StackSim(StackConfig(seed=seed, workload=workload_for(seed, mix), mix=mix), out).run()
 
 
 @pytest.mark.parametrize("fault,seed,spec,anomaly", [

@@ -13,7 +13,7 @@ import pytest
 
 from harness.sim.stack import StackConfig, StackSim, run_seeds
 from harness.sim.stack_checks import StackViolation
-from harness.sim.swarm import mix_for
+from harness.sim.swarm import mix_for, workload_for
 from node.faults import Faults
 from node.master.server import Master
 from node.tablet.superblock import DataState, KeyRange, Superblock
@@ -41,9 +41,9 @@ SWARM = {"fault_count_unsynced_own_entries"}
 
 
 def _configs(first: int, n: int, swarm: bool = False, **kw) -> list[StackConfig]:
-    return [StackConfig(seed=s, workload=("register", "list-append")[s % 2],
-                        **({"mix": mix_for("swarm", s)} if swarm else {}), **kw)
-            for s in range(first, first + n)]
+    mixes = {s: mix_for("swarm" if swarm else "classic", s) for s in range(first, first + n)}
+    return [StackConfig(seed=s, workload=workload_for(s, mix), mix=mix, **kw)
+            for s, mix in mixes.items()]
 
 
 @pytest.mark.slow

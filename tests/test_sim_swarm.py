@@ -17,16 +17,19 @@ import pytest
 from harness.sim.network import SimNetwork
 from harness.sim.stack import StackConfig, StackSim, _quiet_fenced, baseline_faults, replay_command
 from harness.sim.swarm import (
+    ALL_BUNDLES,
     BUNDLED,
     CLASSIC,
     KINDS,
     LATE,
+    WORKLOADS,
     WRITES,
     Mix,
     bundle_of,
     mix_for,
     parse_mix,
     swarm_mix,
+    workload_for,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,6 +84,21 @@ def test_a_mix_spec_round_trips_and_bad_specs_say_what_is_wrong():
             parse_mix(bad)
 
 
+def test_a_bundle_that_sizes_values_runs_the_register_on_every_seed_unless_the_run_asks():
+    """Value sizes are the register's: list-append appends integers. A bundle of wide values
+    drawn by an odd seed ran list-append under it, its load for nothing."""
+    for name, spec in ALL_BUNDLES.items():
+        mix = parse_mix(spec)
+        assert mix.workload == ("register" if mix.values else None), name
+    odd = next(s for s in range(1, 1000, 2) if bundle_of(s) == "frame-split")
+    assert workload_for(odd, swarm_mix(odd)) == "register"
+    assert workload_for(odd, swarm_mix(odd), asked="list-append") == "list-append"
+    assert [workload_for(s, CLASSIC) for s in (4, 7)] == list(WORKLOADS)
+    assert parse_mix(swarm_mix(odd).spec()).workload == "register"
+    with pytest.raises(ValueError, match="workload='bank'"):
+        parse_mix("heal:1;workload=bank")
+
+
 def test_the_classic_mix_draws_as_the_nemesis_always_did():
     """The recorded seeds (tests, the mutant table) were found with a uniform draw from this
     list: the classic mix must keep drawing exactly so."""
@@ -122,6 +140,9 @@ def test_the_cli_prints_each_seeds_mix_and_refuses_a_bad_one(tmp_path):
 
     bad = cli("--seeds", "1", "--mix", "crash:1;every=x")
     assert bad.returncode == 254 and "--mix" in bad.stderr and "Traceback" not in bad.stderr
+    named = f"{COPY_RACE};workload=register"
+    clash = cli("--seeds", "1", "--mix", named, "--workload", "list-append")
+    assert clash.returncode == 254 and "workload=register" in clash.stderr, clash.stderr
     ok = cli("--seeds", "1", "--seed", "4", "--seconds", "5", "--out", str(tmp_path))
     assert ok.returncode == 0, ok.stderr
     assert f"seed 4 mix {swarm_mix(4).describe()}" in ok.stderr

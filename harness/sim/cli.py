@@ -38,7 +38,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="core: fault-phase steps per seed (default 3000)")
     parser.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
     parser.add_argument("--workload", choices=("register", "list-append", "both"), default="both",
-                        help="full: the workload; both (default) alternates by seed parity")
+                        help="full: the workload; both (default): the one a seed's mix names (a "
+                        "bundle of wide values runs register), else by seed parity")
     parser.add_argument("--seconds", type=float, default=60.0,
                         help="full: virtual seconds of workload under faults per seed (default 60)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
@@ -155,7 +156,7 @@ def run_full(args: argparse.Namespace) -> int:
     from workloads.base import SESSION_MODES
 
     from .stack import StackConfig, replay_command, run_seeds
-    from .swarm import mix_for
+    from .swarm import mix_for, workload_for
 
     known = {f.name for f in fields(Faults)}
     unknown = [f for f in args.fault if f not in known]
@@ -175,9 +176,13 @@ def run_full(args: argparse.Namespace) -> int:
         print("tessera sim: --value-sizes wide or zeros takes --workload register", file=sys.stderr)
         return BAD_ARGS
     try:
-        mix_for(args.mix, args.seed)
+        named = mix_for(args.mix, args.seed).workload
     except ValueError as e:
         print(f"tessera sim: --mix: {e}", file=sys.stderr)
+        return BAD_ARGS
+    if args.mix not in ("swarm", "classic") and args.workload not in ("both", named or args.workload):
+        print(f"tessera sim: --mix names workload={named}: not --workload {args.workload}",
+              file=sys.stderr)
         return BAD_ARGS
     if args.seconds <= 0 or args.jobs < 1:
         print("tessera sim: --seconds must be positive and --jobs at least 1", file=sys.stderr)
@@ -197,16 +202,12 @@ def run_full(args: argparse.Namespace) -> int:
         if args.seeds != 1:
             print("tessera sim: --schedule replays one seed: use --seeds 1", file=sys.stderr)
             return BAD_ARGS
-    workloads = ("register", "list-append")
-
-    def workload(seed: int) -> str:
-        return workloads[seed % 2] if args.workload == "both" else args.workload
-
-    configs = [StackConfig(seed=s, workload=workload(s), seconds=args.seconds, faults=faults,
-                           schedule=schedule, writes=args.writes, batch=args.batch,
-                           mix=mix_for(args.mix, s),
+    mixes = {s: mix_for(args.mix, s) for s in range(args.seed, args.seed + args.seeds)}
+    configs = [StackConfig(seed=s, workload=workload_for(s, mix, args.workload),
+                           seconds=args.seconds, faults=faults, schedule=schedule,
+                           writes=args.writes, batch=args.batch, mix=mix,
                            value_sizes=args.value_sizes)
-               for s in range(args.seed, args.seed + args.seeds)]
+               for s, mix in mixes.items()]
     for c in configs[:args.jobs]:  # the rest are printed as they start
         print(f"seed {c.seed} mix {c.mix.describe()}", file=sys.stderr, flush=True)
     out = args.out or Path("store/sim") / time.strftime("%Y%m%dT%H%M%S", time.gmtime())
