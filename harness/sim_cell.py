@@ -82,7 +82,7 @@ def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags:
     from dataclasses import fields
 
     from harness.sim.stack import StackConfig, replay_command, run_seeds
-    from harness.sim.swarm import CLASSIC, swarm_mix, workload_for
+    from harness.sim.swarm import CLASSIC, bundle_reach, swarm_mix, workload_for
     from harness.store import write_json
     from node.faults import Faults
     from reports.checkers.verdict import merge_verdicts
@@ -116,15 +116,22 @@ def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags:
              for r in results if not r.ok()]
     verdict = merge_verdicts(r.judged() for r in results) if results else "unknown"
     reached = probes.summarize([r.probes for r in results])
+    bundles = bundle_reach([(r.seed, by_seed[r.seed].workload, r.probes) for r in results
+                            if by_seed[r.seed].mix is not CLASSIC])
     write_json(out_dir / "results.json", {
         "verdict": verdict, "seeds": len(results), "first_seed": seed, "faults": on,
         "ok_ops": sum(r.ops for r in results), "anomalies": found,
-        "virtual_s": round(sum(r.virtual_s for r in results), 1), "probes": reached})
+        "virtual_s": round(sum(r.virtual_s for r in results), 1), "probes": reached,
+        "bundles": bundles})
     o = Outcome(cell.name, attempt, verdict, time_limit, str(out_dir),
                 ok_ops=sum(r.ops for r in results), seeds=len(results),
                 seconds=round(time.monotonic() - t0, 1),
                 anomalies=[{k: a[k] for k in ("checker", "type", "explanation")} for a in found],
-                probes=sorted(reached["runs"]))
+                probes=sorted(reached["runs"]),
+                # a bundle whose seeds reached none of its aims is this cell's fault that
+                # never fired (test-all lists those of the chaos cells' packages beside it)
+                faults={"never_fired": [f"bundle {name} (none of its aims in {row['seeds']} "
+                                        "seeds)" for name, row in bundles.items() if row["missed"]]})
     o.why = (f"{len(found)} of {len(results)} seeds failed: {found[0]['explanation']}; "
              f"replay: {found[0]['replay']}" if found else "" if results else
              f"no seed finished in {time_limit:g}s (a soaking cell gets only idle CPU)")

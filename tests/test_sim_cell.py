@@ -119,6 +119,7 @@ def test_whole_stack_cell_runs_seeds_until_its_limit_and_names_a_failing_seed(tm
     assert o.verdict == "valid" and o.seeds >= 1 and o.seconds < 60
     r = json.loads((tmp_path / "ok" / "results.json").read_text())
     assert r["seeds"] == o.seeds and r["ok_ops"] == o.ok_ops > 0 and r["anomalies"] == []
+    assert all(row["seeds"] >= 1 and "missed" in row for row in r["bundles"].values())
     # seed 100 with acknowledgement before fsync fails (tests/test_sim_stack.py)
     flags = {"unlock_unsafe_flags": True, "fault_ack_before_fsync": True}
     # 60 virtual seconds, as measured there, though the cell has 1 s: its first seed still counts

@@ -12,6 +12,7 @@ from harness.sim.stack import StackConfig, StackSim
 from harness.sim.stack_damage import AIMED_MODES
 from harness.sim.swarm import (
     ALL_BUNDLES,
+    BUNDLE_AIMS,
     BUNDLE_DRAW,
     BUNDLED,
     BUNDLES,
@@ -24,10 +25,12 @@ from harness.sim.swarm import (
     UNPACED,
     _own_draw,
     bundle_of,
+    bundle_reach,
     parse_mix,
     swarm_mix,
     workload_for,
 )
+from node import probes
 
 
 def _valid_and_fired(cfg: StackConfig, out, *names: str):
@@ -439,3 +442,22 @@ def test_a_client_that_sends_a_reused_buffer_as_it_is_later_is_caught(tmp_path, 
                                   mix=parse_mix(BUFFERS.format("own"))), tmp_path).run()
     assert result.verdict == "invalid", (result.verdict, result.violation)
     assert "not a written value" in str(result.results), result.results
+
+
+def test_every_bundle_names_declared_probes_it_aims_at_and_a_run_says_which_it_reached():
+    """A bundle that runs without reaching what it is for shows in the run's summary (the
+    frame-split bundle ran list-append under it on odd seeds, and nothing said so)."""
+    assert set(BUNDLE_AIMS) == set(ALL_BUNDLES)
+    for name, aims in BUNDLE_AIMS.items():
+        assert aims and set(aims) <= set(probes.CATALOG), name
+    split = [s for s in range(400) if bundle_of(s) == "frame-split"][:3]
+    copy = next(s for s in range(400) if bundle_of(s) == "copy-delete")
+    plain = next(s for s in range(400) if bundle_of(s) is None)
+    reach = bundle_reach([(split[0], "register", {"client.batch.split_after_too_large": 2}),
+                          (split[1], "register", {}), (split[2], "list-append", {}),
+                          (copy, "register", {"copy.started": 3}), (plain, "register", {})])
+    assert reach == {
+        "copy-delete": {"seeds": 1, "workloads": {"register": 1}, "missed": True,
+                        "aims": dict.fromkeys(BUNDLE_AIMS["copy-delete"], 0)},
+        "frame-split": {"seeds": 3, "workloads": {"register": 2, "list-append": 1},
+                        "missed": False, "aims": {"client.batch.split_after_too_large": 1}}}

@@ -156,7 +156,7 @@ def run_full(args: argparse.Namespace) -> int:
     from workloads.base import SESSION_MODES
 
     from .stack import StackConfig, replay_command, run_seeds
-    from .swarm import mix_for, workload_for
+    from .swarm import bundle_reach, mix_for, workload_for
 
     known = {f.name for f in fields(Faults)}
     unknown = [f for f in args.fault if f not in known]
@@ -264,6 +264,9 @@ def run_full(args: argparse.Namespace) -> int:
         "catalog_lag_seeds": [r.seed for r in results if r.catalog_lag][:50],
         "probes": probes.summarize([r.probes for r in results]),
     }
+    if args.mix == "swarm":  # whether the bundles its seeds drew reached what they aim at
+        summary["bundles"] = bundle_reach([(r.seed, by_seed[r.seed].workload, r.probes)
+                                           for r in results])
     if wanted:
         summary["until_probe"] = {"probe": wanted,
                                   "seed": reached.seed if reached is not None else None}
@@ -275,6 +278,10 @@ def run_full(args: argparse.Namespace) -> int:
               f"{summary['failed']} failed ({summary['violations']} invariant violations, "
               f"{summary['invalid']} invalid, {summary['unknown']} unknown)")
         print(probes.line(summary["probes"]))
+        for name, row in summary.get("bundles", {}).items():
+            reached = ", ".join(f"{aim} {n}/{row['seeds']}" for aim, n in row["aims"].items())
+            print(f"bundle {name}: {row['seeds']} seeds; "
+                  f"{'MISSED every aim' if row['missed'] else 'aims reached'}: {reached}")
     if wanted and reached is None:
         return 1
     # a seed that broke an invariant or judged invalid is a failure; one that could not be

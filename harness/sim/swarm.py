@@ -294,6 +294,27 @@ FIFTH_BUNDLES = {
 }
 FIFTH_BUNDLE_DRAW = (None,) * 20 + tuple(FIFTH_BUNDLES)
 ALL_BUNDLES = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES, **FIFTH_BUNDLES}
+# The probes each bundle is drawn to reach (the notes above say how), so that a run can say
+# whether its bundles did (`bundle_reach`): the frame-split bundle ran on list-append seeds for
+# months, where it writes no values of a size and never split a batch, and nothing said so.
+# Alternatives are listed side by side (lost-files meets a lost file on whichever path reads it
+# first); a bundle's seeds reaching none of its aims is what a run reports.
+BUNDLE_AIMS = {
+    "manual-fill": ("client.session.buffer_full_ops", "client.manual_flush.buffer_full_reflush"),
+    "frame-split": ("client.batch.split_after_too_large",),
+    "batch-refused": ("tserver.write_batch.refused_invalid", "client.retry.refused"),
+    "maintenance-compact": ("copy.over_failed_running_replica", "tablet.tombstone.write_failed"),
+    "forge-snapshot": ("tablet.snapshot.wrong_contents_refused",),
+    "operator-copy": ("copy.refused.not_behind",),
+    "transfer-read": ("read.refused_not_leader",),
+    "catalog-churn": ("copy.source.replica_gone", "master.info.member_address_unknown"),
+    "failing-elections": ("replica.failed.while_running",),
+    "shared-results": ("tablet.session.stale_seq",),
+    "copy-delete": ("copy.aborted_by_delete", "tablet.delete.cas_refused_while_copying"),
+    "transfer-lease": ("read.lease.not_granted",),
+    "lost-files": ("wal.gc.segment_already_gone", "wal.recover.sequence_gap_refused",
+                   "tablet.tombstone.write_failed", "copy.source.superblock_unreadable"),
+}
 
 
 # How many optional kinds a seed turns on, drawn from this list: mostly a few, so a seed hammers
@@ -619,6 +640,26 @@ def parse_mix(spec: str) -> Mix:
                *list(counts.values())[:6], unpaced, counts["results"], consistency,
                counts["missed"], counts["timeout"], counts["caller"],
                wal_queue_kb=counts["wal-queue"], buffers=buffers, workload=workload, **flags)
+
+
+def bundle_reach(runs: list[tuple[int, str, dict[str, int]]]) -> dict[str, dict]:
+    """For each bundle drawn by these swarm seeds ((seed, workload, probes fired) each): its
+    seeds, the workloads they ran, and per aim (BUNDLE_AIMS) how many of them reached it;
+    `missed` when none of its seeds reached any of its aims."""
+    reach: dict[str, dict] = {}
+    for seed, workload, probes in sorted(runs):
+        bundle = bundle_of(seed)
+        if bundle is None:
+            continue
+        row = reach.setdefault(bundle, {"seeds": 0, "workloads": {},
+                                        "aims": dict.fromkeys(BUNDLE_AIMS[bundle], 0)})
+        row["seeds"] += 1
+        row["workloads"][workload] = row["workloads"].get(workload, 0) + 1
+        for aim in row["aims"]:
+            row["aims"][aim] += probes.get(aim, 0) > 0
+    for row in reach.values():
+        row["missed"] = not any(row["aims"].values())
+    return dict(sorted(reach.items()))
 
 
 def workload_for(seed: int, mix: Mix, asked: str = "both") -> str:
