@@ -25,8 +25,9 @@ def test_a_new_peer_is_idle_and_probed_from_the_leaders_tail():
 ])
 def test_start_append(state, next_, compacted, copy_probe, want_prev, want_state):
     pr = Progress(next=next_, state=state)
-    assert pr.start_append(compacted, copy_probe) == want_prev
+    assert pr.start_append(compacted, copy_probe, now=12) == want_prev
     assert pr.state is want_state and pr.next == next_
+    assert pr.sent_tick == (12 if state is IDLE and want_state is IN_FLIGHT else 0)
 
 
 @pytest.mark.parametrize("match,ack,stale,advanced,want_match,want_next", [
@@ -89,10 +90,14 @@ def test_a_rejection_keeps_needs_copy():
     assert pr.state is NEEDS_COPY and pr.next == 1
 
 
-@pytest.mark.parametrize("state,want", [(IDLE, IDLE), (IN_FLIGHT, IDLE), (NEEDS_COPY, NEEDS_COPY)])
-def test_a_heartbeat_answer_frees_the_slot_and_marks_the_peer_active(state, want):
-    pr = Progress(next=4, state=state)
-    pr.heartbeat_answered()
+@pytest.mark.parametrize("state,sent_tick,want", [
+    (IDLE, 0, IDLE), (IN_FLIGHT, 10, IDLE), (IN_FLIGHT, 9, IDLE), (NEEDS_COPY, 0, NEEDS_COPY),
+    (IN_FLIGHT, 11, IN_FLIGHT),  # sent within the last heartbeat interval: most likely being
+])                               # written, not lost; resending it sent the same entries again
+def test_a_heartbeat_answer_frees_a_slot_held_since_a_heartbeat_interval_ago(state, sent_tick,
+                                                                              want):
+    pr = Progress(next=4, state=state, sent_tick=sent_tick)
+    pr.heartbeat_answered(sent_by=10)
     assert pr.state is want and pr.recent_active
 
 

@@ -15,6 +15,7 @@ from node.consensus import (
     ChangePending,
     ConfigChange,
     FollowerLostEntries,
+    Heartbeat,
     HeartbeatResponse,
     MemberType,
     Role,
@@ -460,3 +461,29 @@ def test_a_duplicated_refusal_is_not_taken_for_a_follower_that_lost_entries():
     c.stabilize()
     assert not [e for e in c.events["n2"] if isinstance(e, FollowerLostEntries)]
     assert c.core("n3").log.last_index() == c.core("n2").log.last_index()
+
+
+def test_read_rounds_answered_while_an_append_is_written_do_not_send_it_again():
+    """Heartbeats go out with every read round, and each answer used to free a peer's slot
+    for a retry: under reads, an append whose answer had not come yet (a follower answers
+    after its WAL's sync) was sent again at every round and dropped by the follower as below
+    its commit. A retry waits until the append has been out a heartbeat interval: an append
+    or answer really lost is still sent again, a heartbeat later than before."""
+    c = ScriptCluster()
+    run(c, ELECTED)
+    c.do("n1", "propose", b"w")
+    c.deliver(types=AppendEntries)  # the answers wait in the queue, as behind a slow sync
+    resent = []
+    for i in range(3):
+        c.do("n1", "read_index", f"r{i}".encode())
+        c.deliver(types=(Heartbeat, HeartbeatResponse))
+        resent += [m for s, m in c.queue if isinstance(m, AppendEntries)]
+        c.queue = [(s, m) for s, m in c.queue if not isinstance(m, AppendEntries)]
+    assert resent == [] and len(c.read_states["n1"]) == 3
+    # a heartbeat interval on, the answers still not come: it may be lost, and goes again
+    c.tick("n1", c.core("n1").cfg.heartbeat_interval_ticks)
+    c.deliver(types=(Heartbeat, HeartbeatResponse))
+    again = [m for s, m in c.queue if isinstance(m, AppendEntries)]
+    assert sorted(m.to_uuid for m in again) == ["n2", "n3"] and all(m.entries for m in again)
+    c.stabilize()
+    assert c.core("n1").commit == 2

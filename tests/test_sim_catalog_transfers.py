@@ -43,7 +43,7 @@ SEEDS = [
      "a master is not wiped while a leader that lacks its address counts on it"),
     (218, "master.bootstrap.member_awaits_copy",
      "a master listed in a config past the initial one waits for the copy"),
-    (10, "copy.source.replica_gone",
+    (158, "copy.source.replica_gone",
      "a copy source whose table is dropped mid-copy ends the session and says so"),
 ]
 

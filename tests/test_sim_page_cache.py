@@ -82,19 +82,21 @@ def test_a_term_read_back_from_the_cache_is_caught_before_any_power_loss(monkeyp
     restarts on the record its cache holds. Opened without saving it again, the replica answers
     in a term a power loss would take back: the durability check (a message's term and vote
     on disk before it is sent) names it, with no power loss needed."""
-    before = _elections_both_ways(8, "register", 20.0, tmp_path,
+    before = _elections_both_ways(94, "register", 20.0, tmp_path,
                                   lambda: _trust_the_cached_record(monkeypatch))
     assert (before.violation or "").startswith("durability before answer: tablet "), before.violation
-    assert "sent VoteResponse in term 7" in before.violation, before.violation
+    assert "sent HeartbeatResponse in term 2" in before.violation, before.violation
 
 
 def test_a_footer_whose_sync_failed_is_caught_by_the_random_nemesis(monkeypatch, tmp_path):
     """A clean close's footer sync fails with EIO on a dying tablet server; restarted with its
     cache, bootstrap read the footer, trusted it and began the next segment; the footer never
     reached the disk, and the replica later refused its own log (an older segment without a
-    footer) on a disk no fault had damaged. Found by the swarm ensemble on this mix; the
-    bootstrap that writes the newest segment again first passes."""
-    before = _elections_both_ways(35, "list-append", 40.0, tmp_path,
+    footer) on a disk no fault had damaged. Found by the swarm ensemble; this mix reaches it
+    rarely (one seed of 1,300 searched since appends stopped being resent at every read
+    round, one of 150 before). The bootstrap that writes the newest segment again first
+    passes."""
+    before = _elections_both_ways(1056, "register", 40.0, tmp_path,
                                   lambda: trust_the_cached_footer(monkeypatch))
     assert (before.violation or "").startswith("corruption on an undamaged disk: tablet "), before.violation
     assert "no footer but is not the newest segment" in before.violation

@@ -789,13 +789,13 @@ DAMAGE_CASES = {
                 [_TS2, "delete", f"/data/consensus-meta/{_T}0", None, f"{_T}0"]],
                {"wal.recover.sequence_gap_refused"}),
     # another tablet's segment of the same number; a peer's segment of the same tablet that
-    # starts elsewhere (ts4's wal-000000003 of tablet 2 starts at index 121, ts2's at 122; ts5's
-    # holds ts2's very batches: a segment that fits the log, with nothing to refuse);
+    # starts elsewhere (ts1's wal-000000003 of tablet 3 starts at index 122, ts2's at 123; one
+    # that starts where ts2's does fits its log, with nothing to refuse);
     # another tablet's consensus metadata and superblock
     "misplace": ([[_TS1, "misplace", f"/data/wals/{_T}3/wal-000000001",
                    [_TS1, f"/data/wals/{_T}1/wal-000000001"], f"{_T}3"],
-                  [_TS2, "misplace", f"/data/wals/{_T}2/wal-000000003",
-                   [_TS4, f"/data/wals/{_T}2/wal-000000003"], f"{_T}2"],
+                  [_TS2, "misplace", f"/data/wals/{_T}3/wal-000000003",
+                   [_TS1, f"/data/wals/{_T}3/wal-000000003"], f"{_T}3"],
                   [_TS3, "misplace", f"/data/consensus-meta/{_T}0",
                    [_TS3, f"/data/consensus-meta/{_T}1"], f"{_T}0"],
                   [_TS4, "misplace", f"/data/tablet-meta/{_T}2",
@@ -804,10 +804,10 @@ DAMAGE_CASES = {
                   "cmeta.load.wrong_tablet", "superblock.load.wrong_tablet"}),
     # a bit of a finished segment's footer CRC (a segment written past its preallocation, so
     # not cut short: unfinished and not the newest); one of a finished segment's batch header
-    # (ts1's wal-000000001 is 8315 bytes, its footer's CRC at 8311-8314; ts2's wal-000000002
-    # holds a batch at 4057, 4060 its length's high byte)
-    "flip": ([[_TS1, "flip", f"/data/wals/{_T}3/wal-000000001", [8311, 2], f"{_T}3"],
-              [_TS2, "flip", f"/data/wals/{_T}3/wal-000000002", [4060, 3], f"{_T}3"]],
+    # (ts1's wal-000000001 is 8323 bytes, its footer's CRC at 8319-8322; ts2's wal-000000002
+    # holds a batch at 4002, 4005 its length's high byte)
+    "flip": ([[_TS1, "flip", f"/data/wals/{_T}3/wal-000000001", [8319, 2], f"{_T}3"],
+              [_TS2, "flip", f"/data/wals/{_T}3/wal-000000002", [4005, 3], f"{_T}3"]],
              {"wal.scan.footer_damaged", "wal.recover.unfinished_not_newest_refused",
               "wal.scan.flipped_header", "wal.recover.footer_segment_damaged_refused"}),
     # no damage: a power loss while a segment is being rolled in

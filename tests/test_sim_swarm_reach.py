@@ -165,17 +165,17 @@ def test_a_failed_replica_on_a_server_in_maintenance_is_copied_over_or_refuses_t
     `kudu tserver state enter_maintenance`, recorded in the catalog) and takes it off the
     network; the masters replace none of its replicas meanwhile. Its tablets' leaders compact
     past it (snapshot=200), and it comes back on a disk that fails every fsync: a replica that
-    fails while running is tombstoned and copied over by its leader (seed 0); one restarted on
+    fails while running is tombstoned and copied over by its leader (seed 2); one restarted on
     the failing disk comes back FAILED and refuses the copy (seed 13). Both seeds stay valid."""
     assert "maintenance" in LATE and 20 < sum("maintenance" in swarm_mix(s).kinds()
                                                for s in range(200)) < 80
     spec = BUNDLES["maintenance-compact"]
     assert parse_mix(spec).spec() == spec
-    sim = StackSim(StackConfig(seed=0, workload="register", seconds=8.0, mix=parse_mix(spec)),
+    sim = StackSim(StackConfig(seed=2, workload="register", seconds=8.0, mix=parse_mix(spec)),
                    tmp_path / "running")
     result = sim.run()
     assert result.ok(), (result.violation, result.verdict)
-    assert [e[2][1:] for e in sim.events if e[1] == "maintenance"] == [["running", 9.143, "left"]]
+    assert [e[2][1:] for e in sim.events if e[1] == "maintenance"] == [["running", 8.944, "left"]]
     # the tombstone the copy writes over the failed replica fails on the failing disk: the
     # replica is FAILED, not a stopped one listed RUNNING
     for name in ("master.rereplication.maintenance_deferred", "replica.failed.while_running",

@@ -94,6 +94,7 @@ class RaftCore:
         self.role = Role.FOLLOWER
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
+        self.ticks = 0  # ticks since the core was made: when an append went out (Progress)
         self.failed_elections = 0
         self.randomized_timeout = 0
         self.votes: dict[str, bool] = {}
@@ -247,6 +248,7 @@ class RaftCore:
 
     def tick(self) -> None:
         self._check_idle()
+        self.ticks += 1
         if self.boot_withhold_ticks > 0:
             self.boot_withhold_ticks -= 1
         if self.role == Role.LEADER:
@@ -534,7 +536,7 @@ class RaftCore:
 
     def _send_append(self, uuid: str, copy_probe: bool = False) -> None:
         pr = self.progress[uuid]
-        prev = pr.start_append(self.log.offset, copy_probe)
+        prev = pr.start_append(self.log.offset, copy_probe, self.ticks)
         if prev is None:
             return
         # a peer that needs a tablet copy gets an empty probe at our compaction point
@@ -860,7 +862,7 @@ class RaftCore:
         pr = self.progress.get(m.from_uuid)
         if pr is None or self.role != Role.LEADER:
             return
-        pr.heartbeat_answered()
+        pr.heartbeat_answered(self.ticks - self.cfg.heartbeat_interval_ticks)
         pr.lease_ticks = m.lease_ticks
         if pr.removed_at and pr.told_of_removal(m.commit):
             probe("raft.leader.removed_member_told")

@@ -50,6 +50,8 @@ class Progress:
     # The highest commit index sent to the peer (in an append or a heartbeat): one below ours
     # is told at the next tick (RaftCore._tell_commit), not by an append of its own at once.
     commit_sent: int = 0
+    # The leader's tick (RaftCore.ticks) when the append now IN_FLIGHT went out
+    sent_tick: int = 0
 
     def told_of_removal(self, peer_commit: int) -> bool:
         """A removed member is told enough once it has committed the config that removed it
@@ -111,13 +113,17 @@ class Progress:
             self.match = min(self.match, probe)
         self.next = max(min(self.next - 1, probe + 1), self.match + 1)
 
-    def heartbeat_answered(self) -> None:
-        """The request in flight or its answer may have been lost: allow a retry."""
+    def heartbeat_answered(self, sent_by: int) -> None:
+        """The peer answers heartbeats: an append out since tick `sent_by` or earlier (a
+        heartbeat interval ago), or its answer, may have been lost: allow a retry. A younger one
+        is most likely still being written by the peer (its answer waits for the WAL's sync),
+        and heartbeats go out with every read round, many a tick under reads: each answer
+        resending it sent the same entries again and again, which the peer then dropped."""
         self.recent_active = True
-        if self.state is PeerState.IN_FLIGHT:
+        if self.state is PeerState.IN_FLIGHT and self.sent_tick <= sent_by:
             self.state = PeerState.IDLE
 
-    def start_append(self, compacted_to: int, copy_probe: bool) -> int | None:
+    def start_append(self, compacted_to: int, copy_probe: bool, now: int) -> int | None:
         """May an AppendEntries go out now, and after which index? None: nothing may be sent.
 
         If what the peer needs is at or below `compacted_to` (the log's compaction point), the
@@ -132,6 +138,7 @@ class Progress:
             self.state = PeerState.NEEDS_COPY
             return compacted_to if copy_probe else None
         self.state = PeerState.IN_FLIGHT
+        self.sent_tick = now
         return prev
 
     def reset(self, copied_to: int) -> None:
