@@ -143,9 +143,11 @@ def test_the_cli_prints_each_seeds_mix_and_refuses_a_bad_one(tmp_path):
     named = f"{COPY_RACE};workload=register"
     clash = cli("--seeds", "1", "--mix", named, "--workload", "list-append")
     assert clash.returncode == 254 and "workload=register" in clash.stderr, clash.stderr
-    ok = cli("--seeds", "1", "--seed", "4", "--seconds", "5", "--out", str(tmp_path))
+    assert bundle_of(2) == "copy-delete"  # a bundle's seed: the run says what it reached
+    ok = cli("--seeds", "1", "--seed", "2", "--seconds", "5", "--out", str(tmp_path))
     assert ok.returncode == 0, ok.stderr
-    assert f"seed 4 mix {swarm_mix(4).describe()}" in ok.stderr
+    assert f"seed 2 mix {swarm_mix(2).describe()}" in ok.stderr
+    assert "bundle copy-delete: 1 seeds (register " in ok.stdout, ok.stdout
 
 
 @pytest.mark.slow

@@ -457,7 +457,8 @@ def test_every_bundle_names_declared_probes_it_aims_at_and_a_run_says_which_it_r
                           (split[1], "register", {}), (split[2], "list-append", {}),
                           (copy, "register", {"copy.started": 3}), (plain, "register", {})])
     assert reach == {
-        "copy-delete": {"seeds": 1, "workloads": {"register": 1}, "missed": True,
-                        "aims": dict.fromkeys(BUNDLE_AIMS["copy-delete"], 0)},
-        "frame-split": {"seeds": 3, "workloads": {"register": 2, "list-append": 1},
+        "copy-delete": {"seeds": 1, "workloads": {"register": {"seeds": 1, "reached": 0}},
+                        "missed": True, "aims": dict.fromkeys(BUNDLE_AIMS["copy-delete"], 0)},
+        "frame-split": {"seeds": 3, "workloads": {"register": {"seeds": 2, "reached": 1},
+                                                  "list-append": {"seeds": 1, "reached": 0}},
                         "missed": False, "aims": {"client.batch.split_after_too_large": 1}}}

@@ -280,7 +280,8 @@ def run_full(args: argparse.Namespace) -> int:
         print(probes.line(summary["probes"]))
         for name, row in summary.get("bundles", {}).items():
             reached = ", ".join(f"{aim} {n}/{row['seeds']}" for aim, n in row["aims"].items())
-            print(f"bundle {name}: {row['seeds']} seeds; "
+            by = ", ".join(f"{w} {r['reached']}/{r['seeds']}" for w, r in row["workloads"].items())
+            print(f"bundle {name}: {row['seeds']} seeds ({by} reached an aim); "
                   f"{'MISSED every aim' if row['missed'] else 'aims reached'}: {reached}")
     if wanted and reached is None:
         return 1

@@ -644,8 +644,9 @@ def parse_mix(spec: str) -> Mix:
 
 def bundle_reach(runs: list[tuple[int, str, dict[str, int]]]) -> dict[str, dict]:
     """For each bundle drawn by these swarm seeds ((seed, workload, probes fired) each): its
-    seeds, the workloads they ran, and per aim (BUNDLE_AIMS) how many of them reached it;
-    `missed` when none of its seeds reached any of its aims."""
+    seeds; per workload, its seeds and how many of them reached any aim (BUNDLE_AIMS), which
+    shows a bundle idle under one workload; per aim, how many seeds reached it; `missed` when
+    none of its seeds reached any of its aims."""
     reach: dict[str, dict] = {}
     for seed, workload, probes in sorted(runs):
         bundle = bundle_of(seed)
@@ -654,9 +655,12 @@ def bundle_reach(runs: list[tuple[int, str, dict[str, int]]]) -> dict[str, dict]
         row = reach.setdefault(bundle, {"seeds": 0, "workloads": {},
                                         "aims": dict.fromkeys(BUNDLE_AIMS[bundle], 0)})
         row["seeds"] += 1
-        row["workloads"][workload] = row["workloads"].get(workload, 0) + 1
-        for aim in row["aims"]:
-            row["aims"][aim] += probes.get(aim, 0) > 0
+        hit = [aim for aim in row["aims"] if probes.get(aim, 0) > 0]
+        for aim in hit:
+            row["aims"][aim] += 1
+        by = row["workloads"].setdefault(workload, {"seeds": 0, "reached": 0})
+        by["seeds"] += 1
+        by["reached"] += bool(hit)
     for row in reach.values():
         row["missed"] = not any(row["aims"].values())
     return dict(sorted(reach.items()))
