@@ -295,8 +295,8 @@ FIFTH_BUNDLES = {
 FIFTH_BUNDLE_DRAW = (None,) * 20 + tuple(FIFTH_BUNDLES)
 ALL_BUNDLES = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES, **FIFTH_BUNDLES}
 # The probes each bundle is drawn to reach (the notes above say how), so that a run can say
-# whether its bundles did (`bundle_reach`): the frame-split bundle ran on list-append seeds for
-# months, where it writes no values of a size and never split a batch, and nothing said so.
+# whether its bundles did (`bundle_reach`): the frame-split bundle ran on list-append seeds,
+# where it writes no values of a size and never split a batch, and nothing said so.
 # Alternatives are listed side by side (lost-files meets a lost file on whichever path reads it
 # first); a bundle's seeds reaching none of its aims is what a run reports.
 BUNDLE_AIMS = {
