@@ -231,15 +231,16 @@ SMART = (False, False, False, True)
 # (read.refused_not_leader). Drawn after every other draw: a seed without a bundle keeps its mix.
 BUNDLES = {
     "manual-fill": "restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;"
-                   "writes=session-manual;batch=2;unpaced",
+                   "writes=session-manual;batch=2;unpaced;workload=register",
     "frame-split": "restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;writes=shared;"
                    "values=wide;frame=1;unpaced;workload=register",
     "batch-refused": "partition:2,crash:1,restart:1,heal:1;every=0.5-2;reads=linearizable;"
-                     "load=20x200;writes=session-background;batch=4;results=3;unpaced",
+                     "load=20x200;writes=session-background;batch=4;results=3;unpaced;"
+                     "workload=register",
     "maintenance-compact": "maintenance:4,restart:1,heal:1;every=0.5-2;reads=linearizable;"
                            "load=20x200;read-share=0;writes=shared;snapshot=200",
     "forge-snapshot": "forge:4,restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;"
-                      "snapshot=200",
+                      "snapshot=200;workload=register",
     "operator-copy": "recopy:4,damage:2,restart:1,heal:1;every=1-4;reads=linearizable;"
                      "load=20x200",
     "transfer-read": "transfer:8,membership:2,restart:1,heal:1;every=0.2-0.8;"
@@ -269,7 +270,7 @@ LATE_BUNDLE_DRAW = (None,) * 30 + tuple(LATE_BUNDLES)
 # ensemble of 200 swarm seeds never reached (the knobs drawn apart about never meet).
 LATER_BUNDLES = {
     "shared-results": "partition:2,isolate:2,crash:1,restart:1,heal:1;every=0.5-2;"
-                      "reads=linearizable;load=20x200;writes=shared;results=8",
+                      "reads=linearizable;load=20x200;writes=shared;results=8;workload=register",
 }
 LATER_BUNDLE_DRAW = (None,) * 20 + tuple(LATER_BUNDLES)
 # A fourth stream, the same way. copy-delete: a copy's target deleted while the copy runs, by
@@ -296,7 +297,9 @@ FIFTH_BUNDLE_DRAW = (None,) * 20 + tuple(FIFTH_BUNDLES)
 ALL_BUNDLES = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES, **FIFTH_BUNDLES}
 # The probes each bundle is drawn to reach (the notes above say how), so that a run can say
 # whether its bundles did (`bundle_reach`): the frame-split bundle ran on list-append seeds,
-# where it writes no values of a size and never split a batch, and nothing said so.
+# where it writes no values of a size and never split a batch, and nothing said so. Its first
+# report found four more idle there (batch-refused, forge-snapshot, manual-fill and
+# shared-results reached their aims on register seeds only), and those name the register too.
 # Alternatives are listed side by side (lost-files meets a lost file on whichever path reads it
 # first); a bundle's seeds reaching none of its aims is what a run reports.
 BUNDLE_AIMS = {
@@ -389,7 +392,8 @@ class Mix:
     # paced op starts in bursts (a spec option, not drawn: the note after SMART says why)
     bursts: bool = False
     # the workload the mix's aim needs (None: the seed's parity picks; `workload_for`): a
-    # bundle of wide values aims at the register's values, which list-append never writes
+    # bundle of wide values aims at the register's values, which list-append never writes,
+    # and the session bundles reached their aims on register seeds only (`bundle_reach`)
     workload: str | None = None
 
     def kinds(self) -> list[str]:
