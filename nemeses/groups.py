@@ -11,8 +11,9 @@ from typing import Protocol
 
 @dataclass(frozen=True)
 class GroupView:
-    """One replication group as the replica of the newest term reports it (a leader's report
-    first: not a deposed leader's, cut off by a partition)."""
+    """One replication group as its running replicas report it: the leader is the replica of
+    the newest term when it leads (not a deposed leader, cut off by a partition); the members
+    are the newest committed config any of them holds."""
 
     leader: str | None  # the host of that replica when it leads the group, else None
     members: dict[str, str]  # member id -> kind ("VOTER", "NON_VOTER"): its committed config

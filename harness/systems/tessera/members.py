@@ -52,10 +52,9 @@ class TabletMembers:
         return {"tablet": member[0], "config": self.change(member[0], "remove", member[1], timeout)}
 
     def present(self, member: tuple[str, str, str]) -> bool | None:
-        """Whether the tablet's replica of the newest term (its leader's, if one answers),
-        asked on its tablet server, still counts the member in its committed config; None when
-        no server reports a running replica of it. The newest term's report, a leader's first:
-        not a deposed leader cut off by a partition; a follower's when no leader answers."""
+        """Whether the tablet's newest committed config, asked of its running replicas on their
+        tablet servers, still counts the member; None when no server reports a running
+        replica of it."""
         view = self.view(member[0])
         return None if view is None else member[1] in view.members
 
@@ -72,8 +71,12 @@ class TabletMembers:
         if not reports:
             return None
         h, newest = max(reports, key=lambda r: (r[1].term, r[1].role == "LEADER"))
+        # Committed configs form one chain, so the one at the highest index is the newest. The
+        # newest term's replica may lack it: with the leader paused, a removed follower of the
+        # same term, which no leader tells of the commit that removed it, still lists itself.
+        committed = max((t for _, t in reports), key=lambda t: t.committed_config_index)
         return GroupView(leader=h if newest.role == "LEADER" else None,
-                         members=dict(newest.committed_config), hosts=hosts)
+                         members=dict(committed.committed_config), hosts=hosts)
 
     def change_once(self, tablet: str, op: str, uuid: str, timeout: float) -> str:
         """One change through the master, not retried: the master's compare-and-set guard may
