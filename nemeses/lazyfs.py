@@ -24,7 +24,9 @@ Semantics:
   disk does, with Linux's page-cache semantics: the file's unsynced bytes are marked clean but
   never written. They stay readable (a process restarted without a power loss reads them as
   if they were on disk), no later fsync or `flush` writes them, a newer write over them replaces
-  them, and `lose` (or an unmount) takes them. The stats count them as `dropped_bytes`.
+  them, and `lose` (or an unmount) takes them, as does unlinking the file once no handle holds
+  it (its inode is free then, and a new file may get its number). The stats count them as
+  `dropped_bytes`.
 - `lose` forgets the unsynced bytes of every file. It is meant to follow a SIGKILL of the
   processes using the mount: wait until they are gone (a killed process's write that is already
   in flight still lands), then `lose`, then restart them. Files still open elsewhere may keep
@@ -138,8 +140,10 @@ class LazyFS:
         self._ids = itertools.count(1)
         self._open: dict[tuple[int, int], int] = {}  # key -> open handles
         self._unsynced: dict[tuple[int, int], _Unsynced] = {}
-        # bytes a failed sync marked clean without writing them: readable until `lose`
-        self._dropped: dict[tuple[int, int], Extents] = {}
+        # bytes a failed sync marked clean without writing them: readable until `lose`, or
+        # until the file is unlinked and closed. Each holds its fd on the inode, as _Unsynced
+        # does, so the backing filesystem cannot give the number to a new file meanwhile.
+        self._dropped: dict[tuple[int, int], _Unsynced] = {}
         self._failing = False  # `eio`: every sync fails
         self._lost_bytes = 0
         self._loses = 0
@@ -166,13 +170,16 @@ class LazyFS:
             raise _error(errno.EPERM)
 
     def _forget_if_unreachable(self, key: tuple[int, int]) -> None:
-        """Drop the unsynced bytes of a file that is unlinked and no longer open: nobody can
-        read them again. Call with the lock held."""
-        u = self._unsynced.get(key)
-        if u is not None and not self._open.get(key) and os.fstat(u.fd).st_nlink == 0:
-            del self._unsynced[key]
-            os.close(u.fd)
-            self._dropped.pop(key, None)
+        """Drop the unsynced and the dropped bytes of a file that is unlinked and no longer
+        open: nobody can read them again, and the inode's number is free for a new file. Call
+        with the lock held."""
+        held = self._unsynced.get(key) or self._dropped.get(key)
+        if held is None or self._open.get(key) or os.fstat(held.fd).st_nlink != 0:
+            return
+        for table in (self._unsynced, self._dropped):
+            record = table.pop(key, None)
+            if record is not None:
+                os.close(record.fd)
 
     def _existing_key(self, path: str) -> tuple[int, int] | None:
         try:
@@ -219,7 +226,7 @@ class LazyFS:
                 files[u.path] = files.get(u.path, 0) + u.extents.nbytes
             stats = {"unsynced_bytes": sum(files.values()), "files": files,
                      "loses": self._loses, "lost_bytes": self._lost_bytes,
-                     "dropped_bytes": sum(d.nbytes for d in self._dropped.values()),
+                     "dropped_bytes": sum(d.extents.nbytes for d in self._dropped.values()),
                      "failing": self._failing}
         return (json.dumps(stats, sort_keys=True) + "\n").encode()
 
@@ -242,8 +249,8 @@ class LazyFS:
             dropped, self._dropped = self._dropped, {}
             self._loses += 1
             self._lost_bytes += sum(u.extents.nbytes for u in gone.values())
-            self._lost_bytes += sum(d.nbytes for d in dropped.values())
-            for u in gone.values():
+            self._lost_bytes += sum(d.extents.nbytes for d in dropped.values())
+            for u in (*gone.values(), *dropped.values()):
                 os.close(u.fd)
 
     def _fail_sync(self, key: tuple[int, int]) -> OSError:
@@ -251,10 +258,13 @@ class LazyFS:
         (kept readable in `_dropped`). Call with the lock held; returns the error to raise."""
         u = self._unsynced.pop(key, None)
         if u is not None:
-            dropped = self._dropped.setdefault(key, Extents())
-            for offset, chunk in u.extents.items():
-                dropped.write(offset, chunk)
-            os.close(u.fd)
+            dropped = self._dropped.get(key)
+            if dropped is None:
+                self._dropped[key] = u  # its fd now holds the inode for the dropped bytes
+            else:
+                for offset, chunk in u.extents.items():
+                    dropped.extents.write(offset, chunk)
+                os.close(u.fd)
         return _error(errno.EIO)
 
     def flush_all(self) -> None:
@@ -291,7 +301,8 @@ class LazyFS:
                 key = (st.st_dev, st.st_ino)
                 u, d = self._unsynced.get(key), self._dropped.get(key)
                 if u is not None or d is not None:
-                    attrs["st_size"] = max(st.st_size, u.extents.end if u else 0, d.end if d else 0)
+                    attrs["st_size"] = max(st.st_size, u.extents.end if u else 0,
+                                           d.extents.end if d else 0)
         return attrs
 
     def opendir(self, path: str) -> int:
@@ -401,7 +412,7 @@ class LazyFS:
                     u.extents.truncate(length)
                 d = self._dropped.get((st.st_dev, st.st_ino))
                 if d is not None:
-                    d.truncate(length)
+                    d.extents.truncate(length)
         finally:
             os.close(fd)
 
@@ -441,11 +452,12 @@ class LazyFS:
             u, d = self._unsynced.get(handle.key), self._dropped.get(handle.key)
             if u is None and d is None:
                 return os.pread(handle.fd, size, offset)
-            length = max(os.fstat(handle.fd).st_size, u.extents.end if u else 0, d.end if d else 0)
+            length = max(os.fstat(handle.fd).st_size, u.extents.end if u else 0,
+                         d.extents.end if d else 0)
             size = max(0, min(size, length - offset))
             buf = bytearray(os.pread(handle.fd, size, offset))
             buf.extend(bytes(size - len(buf)))  # a hole up to unsynced bytes past the backing end
-            for layer in (d, u and u.extents):  # dropped bytes are older than unsynced ones
+            for layer in (d and d.extents, u and u.extents):  # dropped bytes are older
                 if layer:
                     layer.overlay(offset, buf)
         return bytes(buf)
@@ -462,7 +474,7 @@ class LazyFS:
             u.extents.write(offset, data)
             d = self._dropped.get(handle.key)
             if d is not None:  # written again: these bytes are the newer write's now
-                d.erase(offset, offset + len(data))
+                d.extents.erase(offset, offset + len(data))
         return len(data)
 
     def fsync(self, path: str | None, datasync: int, fi) -> None:
