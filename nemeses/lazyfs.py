@@ -109,8 +109,9 @@ def _error(code: int) -> OSError:
 
 @dataclass
 class _Unsynced:
-    """A file's unsynced bytes, with its own fd on the backing inode: flushes work after every
-    handle is closed or the file renamed, and the inode cannot be reused while it is held."""
+    """A file's unsynced bytes (or, in `_dropped`, those a failed sync left), with its own fd
+    on the backing inode: flushes work after every handle is closed or the file renamed, and
+    the inode cannot be reused while it is held."""
 
     fd: int
     path: str  # the file's name when last written, for the stats
