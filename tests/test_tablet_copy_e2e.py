@@ -143,7 +143,11 @@ async def _big_copy(cluster: LocalCluster) -> None:
                             r"(\d+) WAL segments", log_of(cluster, src))
         assert session and int(session.group(1)) >= 1024 and int(session.group(2)) >= 1
         grew = sampler.peak - before
-        assert grew < 128 * MIB, f"the source grew by {grew >> 20} MiB while sending 1 GiB"
+        # A source that held the tablet to send it would grow by its size or more (a
+        # one-message copy: twice). Chunked, the peak is the answers waiting in buffers and
+        # what the allocator keeps of them: 31-52 MiB measured, 126 and 133 MiB with the CPU
+        # contended (a concurrent test lane, busy loops), so a quarter of the tablet.
+        assert grew < 256 * MIB, f"the source grew by {grew >> 20} MiB while sending 1 GiB"
     finally:
         await client.close()
     checksums_agree(cluster)
