@@ -253,9 +253,10 @@ class Deployment(Holds):
         record) took it; recorded in the history and read by the logs checker."""
         raise NotImplementedError
 
-    def repair(self, host: str, done: dict) -> dict | None:
+    def repair(self, host: str, done: dict, by: str = "") -> dict | None:
         """"disk": at the heal, mend the damage `done` as an operator would; what was done, or
-        None when the damage stays for the run."""
+        None when the damage stays for the run. `by`: the fault holding the daemon meanwhile
+        (Holds), whose own the restarts are."""
         return None
 
     def membership(self):

@@ -208,6 +208,7 @@ class DiskCorruption(Nemesis):
         spared = sorted({g for g, h in self.damaged.items() if h != host} | self.db.cannot_spare())
         mode = layout.mode(choice["damage_seed"])
         stop = mode != "lose"  # a file lost under the running daemon: no stop, no restart
+        started = not stop
         try:
             if stop:
                 self.db.kill(host, layout.daemon)
@@ -216,14 +217,20 @@ class DiskCorruption(Nemesis):
                                                      mode)).stdout
             done = json.loads(out.strip().splitlines()[-1])
             observed = self._observe(host, done) if "file" in done else None
-        finally:
             if stop:
-                self.db.give_back(host, layout.daemon, self.name)
-            else:
+                self.db.start(host, layout.daemon, by=self.name)
+                started = True
+            if "file" in done:
+                done["log"], done["log_line"] = layout.log.rsplit("/", 1)[-1], log_line
+                # Still held while its answer to the damage is read: a pause that took the
+                # restarted daemon meanwhile left the answer unread and the run unknown.
+                done["replica"] = self.db.damaged(host, done)
+        finally:
+            if started:
                 self.db.release(host, layout.daemon, self.name)
+            else:  # the damage failed before the restart: restart it, then let it go
+                self.db.give_back(host, layout.daemon, self.name)
         if "file" in done:
-            done["log"], done["log_line"] = layout.log.rsplit("/", 1)[-1], log_line
-            done["replica"] = self.db.damaged(host, done)
             self.damaged[done["group"]] = host
             self._unrepaired.append((host, done))
             done["observed"] = observed
@@ -257,17 +264,34 @@ class DiskCorruption(Nemesis):
     def stop(self) -> dict:
         """The damage stays (the node was restarted right after it); what the system's repair
         mends is mended."""
-        repaired, log = [], self.db.disk_layout().log
-        while self._unrepaired:
-            host, done = self._unrepaired[0]
-            log_line = self._log_length(host, log)  # what comes after is the mended daemon's
-            what = self.db.repair(host, done)
-            self._unrepaired.pop(0)
-            if what:  # whole again: its group may be damaged again, on any host
-                repaired.append({"host": host, **what, "log": done["log"], "log_line": log_line})
-                self.damaged.pop(done["group"], None)
-        self.active = False
-        return {"damaged": dict(sorted(self.damaged.items())), "repaired": repaired}
+        layout = self.db.disk_layout()
+        repaired, deferred, left = [], {}, []
+        try:
+            while self._unrepaired:
+                host, done = self._unrepaired[0]
+                # A repair replaces the daemon (etcd: removed, wiped, added back): one another
+                # fault holds killed or paused waits for the heal, which undoes that fault
+                # first (heal_rank). Replaced meanwhile, a paused etcd member was killed and
+                # wiped under the pause, and the new one the pause held never answered.
+                if holder := self.db.claim(host, layout.daemon, self.name):
+                    deferred[host] = holder
+                    left.append(self._unrepaired.pop(0))
+                    continue
+                try:
+                    log_line = self._log_length(host, layout.log)  # after: the mended daemon's
+                    what = self.db.repair(host, done, by=self.name)
+                finally:
+                    self.db.release(host, layout.daemon, self.name)
+                self._unrepaired.pop(0)
+                if what:  # whole again: its group may be damaged again, on any host
+                    repaired.append({"host": host, **what, "log": done["log"],
+                                     "log_line": log_line})
+                    self.damaged.pop(done["group"], None)
+        finally:
+            self._unrepaired = left + self._unrepaired
+        self.active = bool(self._unrepaired)  # the heal's stop repairs what waited
+        return {"damaged": dict(sorted(self.damaged.items())), "repaired": repaired,
+                **({"deferred": deferred} if deferred else {})}
 
 
 @dataclass

@@ -43,7 +43,7 @@ class DiskFaults(Protocol):
 
     def disk_layout(self) -> Any: ...  # nemeses.disk.DiskLayout
     def damaged(self, host: str, done: dict) -> dict: ...
-    def repair(self, host: str, done: dict) -> dict | None: ...  # default: the damage stays
+    def repair(self, host: str, done: dict, by: str = "") -> dict | None: ...  # default: stays
     def cannot_spare(self) -> set[str]: ...  # groups to leave alone; default: none
 
 

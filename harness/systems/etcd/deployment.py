@@ -241,7 +241,7 @@ class EtcdDB(Deployment):
             time.sleep(0.2)
         return {"group": GROUP, "state": "UNKNOWN", "error": "neither answered nor exited"}
 
-    def repair(self, host: str, done: dict) -> dict | None:
+    def repair(self, host: str, done: dict, by: str = "") -> dict | None:
         """A member that refused its damaged files is replaced, as etcd's docs tell an operator:
         `member remove`, a wiped data dir, `member add`, a start joining the cluster."""
         if (done.get("replica") or {}).get("state") == "RUNNING":
@@ -250,7 +250,7 @@ class EtcdDB(Deployment):
         ids = {m.get("name"): m["ID"] for m in members.list() or []}
         if host in ids:
             members.remove((GROUP, ids[host], host))
-        members.add((GROUP, "", host), timeout=60.0)
+        members.add((GROUP, "", host), timeout=60.0, by=by)
         return {"replaced": host}
 
     def membership(self) -> EtcdMembers:
@@ -447,14 +447,16 @@ class EtcdMembers:
         self.db.wipe(host)
         return {"member_id": member_id}
 
-    def add(self, member: tuple[str, str, str], timeout: float) -> dict:
+    def add(self, member: tuple[str, str, str], timeout: float, by: str = "") -> dict:
         """`member add` through a member in the cluster (retried while etcd refuses, as an
         unhealthy cluster makes it), the host's data dir wiped just before it; then the member
         started, done when it answers. A member listed already is only started, never wiped:
         it is a lost reply's add (the member may have started and taken entries since), or a
         removal that raised and never applied (the member has all its data). Wiping either
         loses entries its leader knows it holds, and etcd panics at the leader's next
-        heartbeat ("tocommit(N) is out of range"): a fault of the harness's, not etcd's."""
+        heartbeat ("tocommit(N) is out of range"): a fault of the harness's, not etcd's.
+        `by`: the fault holding the member's daemon while it is replaced (the disk fault's
+        repair), whose own start this is."""
         host = member[2]
         h = self.db.host(host)
         peer = f"http://{h.address}:{PEER_PORT}"
@@ -477,7 +479,7 @@ class EtcdMembers:
         self.db.joining[host] = ",".join(
             f"{m.get('name') or host}={u}" for m in members for u in m.get("peerURLs", []))
         self.db.removed.discard(host)
-        self.db.start(host, "etcd")
+        self.db.start(host, "etcd", by=by)
         while self.db._post(h, "/v3/maintenance/status", {}) is None:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"etcd member {host} added but does not answer")
