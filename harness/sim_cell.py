@@ -75,13 +75,15 @@ def run_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags: dict
 def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags: dict,
                   out_dir: Path, writes: str = "own") -> Outcome:
     """The whole engine simulated (harness.sim.stack), seed after seed on every core, until
-    `time_limit`, half of them with their own swarm fault mix; a seed that fails keeps its
+    `time_limit`, half of them with their own swarm fault mix (half of those steered toward
+    the bundles no seed of the cell has reached yet); a seed that fails keeps its
     history in `out_dir`/seed-N. `writes` (test-all --writes): how every seed's workers write;
     own leaves it to each swarm mix's draw."""
     import os
     from dataclasses import fields
 
     from harness.sim.stack import StackConfig, replay_command, run_seeds
+    from harness.sim.steer import BundleSteer
     from harness.sim.swarm import CLASSIC, bundle_reach, swarm_mix, workload_for
     from harness.store import write_json
     from node.faults import Faults
@@ -101,14 +103,26 @@ def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags:
     # Unless the cell says (`seconds`), a seed simulates FULL_SEED_S virtual seconds (fewer
     # when the cell has fewer wall seconds, 5 at least), so a cell overruns its share by one
     # short seed at most, and a long share runs many mixes rather than a few long seeds.
+    # A quarter of the seeds (the place of s % 4 == 3) is steered (harness.sim.steer): each
+    # runs a bundle none of the cell's swarm seeds has reached an aim of, while one is left.
     virtual_s = cell.overrides.get("seconds", min(FULL_SEED_S, max(5.0, time_limit)))
-    mixes = {s: swarm_mix(s) if s % 4 >= 2 else CLASSIC
-             for s in range(seed, seed + jobs * max(1, int(time_limit)))}
-    configs = [StackConfig(seed=s, workload=workload_for(s, mix), faults=faults, mix=mix,
-                           seconds=virtual_s, writes=writes)
-               for s, mix in mixes.items()]
-    results = run_seeds(configs, out_dir, jobs, deadline=t0 + time_limit)
-    by_seed = {c.seed: c for c in configs}
+    steer = BundleSteer(seed)
+    by_seed: dict[int, StackConfig] = {}
+
+    def configs():
+        for n in range(seed, seed + jobs * max(1, int(time_limit))):
+            steered = steer.next_seed() if n % 4 == 3 else None
+            s = n if steered is None else steered
+            mix = swarm_mix(s) if n % 4 >= 2 else CLASSIC
+            by_seed[s] = StackConfig(seed=s, workload=workload_for(s, mix), faults=faults,
+                                     mix=mix, seconds=virtual_s, writes=writes)
+            yield by_seed[s]
+
+    def note(r) -> None:
+        if by_seed[r.seed].mix is not CLASSIC:
+            steer.note(r.seed, r.probes)
+
+    results = run_seeds(configs(), out_dir, jobs, on_result=note, deadline=t0 + time_limit)
     found = [{"checker": "sim-full",
               "type": _invariant(r.violation) if r.violation else r.verdict,
               "seed": r.seed, "explanation": _seed_failure(r),
@@ -122,7 +136,7 @@ def run_full_cell(cell: Cell, time_limit: float, attempt: int, seed: int, flags:
         "verdict": verdict, "seeds": len(results), "first_seed": seed, "faults": on,
         "ok_ops": sum(r.ops for r in results), "anomalies": found,
         "virtual_s": round(sum(r.virtual_s for r in results), 1), "probes": reached,
-        "bundles": bundles})
+        "bundles": bundles, "steered": sorted(steer.steered & {r.seed for r in results})})
     o = Outcome(cell.name, attempt, verdict, time_limit, str(out_dir),
                 ok_ops=sum(r.ops for r in results), seeds=len(results),
                 seconds=round(time.monotonic() - t0, 1),

@@ -11,7 +11,9 @@ only the intruder's own sessions, and the far-ahead timestamp is refused. The ho
 applied in a session the intruder did not open is itself an error (the logs checker's
 `session-intrusion`), so the fault shows the engine's answer even where no honest op happened
 to use a poisoned seq. Each start runs one step, drawn with poison twice as likely as close or
-flood. Nothing needs undoing: stop and heal do nothing.
+flood; one that no server answered is held off and tried again (nemeses.schedule), so it is an
+attack or a skip with its reason, never a start that did nothing. Nothing needs undoing: stop
+and heal do nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import random
 from dataclasses import dataclass
 
 from nemeses import observe
-from nemeses.base import Context, Nemesis
+from nemeses.base import Context, Nemesis, held_off
 from nemeses.registry import Package, register
 
 STEPS = ("poison", "poison", "close", "flood")  # drawn from: poison is the one that hurts
@@ -43,13 +45,20 @@ class SessionIntruder(Nemesis):
                                "identity, and sessions have no owner to defend"}
         groups = sorted(self.ctx.tablets.values())
         count = FLOOD if choice["step"] == "flood" else SESSIONS
-        done = self.ctx.db.intrude_sessions(choice["step"], groups, count)
+        done = {"step": choice["step"], "tablets": len(groups),
+                **self.ctx.db.intrude_sessions(choice["step"], groups, count)}
+        if not done["answered"]:
+            # No server answered (another fault has every tablet server down, or their
+            # leaders moving): no attack was made, so the schedule tries again while the plan
+            # leaves this start time. A power loss of every tablet server at the same instant
+            # once left a fifth of a matrix's intruder starts doing nothing, counted unchecked.
+            return held_off(f"no tablet server answered the intruder's {done['calls']} calls "
+                            "(every one down, or its leaders moving)", **done)
         # in force: the servers answered the intruder (the attack was made, whatever they
-        # answered); when none did (leaders down or moving), the attack could not be made and
-        # the start is unchecked, not a failure
-        done["observed"] = observe.observation(True if done["answered"] else None,
-                                               answered=done["answered"], calls=done["calls"])
-        return {"step": choice["step"], "tablets": len(groups), **done}
+        # answered; the checkers judge what they answered)
+        done["observed"] = observe.observation(True, answered=done["answered"],
+                                               calls=done["calls"])
+        return done
 
     def stop(self) -> dict:
         return {}

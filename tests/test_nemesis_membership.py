@@ -109,12 +109,15 @@ def test_a_replica_that_has_not_applied_the_removal_yet_is_asked_again(monkeypat
     assert done["observed"] == {"ok": True, "in_config": False}
 
 
-def test_a_removal_the_system_keeps_refusing_is_a_skip_with_nothing_to_add_back(monkeypatch):
+def test_a_removal_the_system_keeps_refusing_is_held_off_with_nothing_to_add_back(monkeypatch):
+    """Held off, not a plain skip: the schedule tries it again until its stop (another fault's
+    hold, or a voter restarted a moment ago, is why the system refuses now)."""
     ledger = Ledger(refuse=1 << 30)
     monkeypatch.setattr("nemeses.membership.time.sleep", lambda s: None)
     m = Membership(db=System(ledger), patience=0.0)
     done = m.start({"pick": 0})
     assert "refused" in done["skipped"] and "1 of the 2" in done["skipped"] and not m.active
+    assert done["held_off"] is True
     assert m.stop() == {"added": []} and ledger.calls == []
 
 

@@ -82,3 +82,20 @@ def test_at_the_deadline_seeds_that_finished_behind_a_running_one_are_kept():
     out = run_in_order(_first_slow, [0, 1], 2, lambda n, why: None,
                        deadline=time.monotonic() + 2, on_result=got.append)
     assert out == [1] and got == [1] and time.monotonic() - t0 < 20
+
+
+def test_a_generator_of_seeds_is_read_as_workers_free_up_after_the_results_before():
+    """The matrix's steered seeds (harness.sim.steer) choose each next seed from the results
+    before it: with one worker, the generator's next arg is taken only after every earlier
+    result went to on_result, and a seed that dies is still lost as its own."""
+    got: list = []
+    seen_when_taken: list[int] = []
+
+    def args():
+        for n in range(5):
+            seen_when_taken.append(len(got))
+            yield n
+
+    out = run_in_order(_square_or_die, args(), 1, lambda n, why: ("lost", n), on_result=got.append)
+    assert out == got == [0, 1, 4, ("lost", 3), 16]
+    assert seen_when_taken == [0, 1, 2, 3, 4]

@@ -16,6 +16,8 @@ from harness.selfcheck import cells as selfcheck_cells
 from harness.selfcheck import classify, flags_of
 from harness.sim.cli import core_options_for
 from harness.sim.cluster import Simulation
+from harness.sim.steer import OFFSET
+from harness.sim.swarm import bundle_of
 from harness.sim_cell import FULL_KIND, KIND, run_cell, run_full_cell
 from harness.spec import TestSpec
 
@@ -120,6 +122,8 @@ def test_whole_stack_cell_runs_seeds_until_its_limit_and_names_a_failing_seed(tm
     r = json.loads((tmp_path / "ok" / "results.json").read_text())
     assert r["seeds"] == o.seeds and r["ok_ops"] == o.ok_ops > 0 and r["anomalies"] == []
     assert all(row["seeds"] >= 1 and "missed" in row for row in r["bundles"].values())
+    # a steered seed (harness.sim.steer) runs a bundle, numbered apart from the cell's own
+    assert all(s >= 100 + OFFSET and bundle_of(s) for s in r["steered"]), r["steered"]
     # seed 100 with acknowledgement before fsync fails (tests/test_sim_stack.py)
     flags = {"unlock_unsafe_flags": True, "fault_ack_before_fsync": True}
     # 60 virtual seconds, as measured there, though the cell has 1 s: its first seed still counts

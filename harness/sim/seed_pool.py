@@ -21,41 +21,44 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+_END = object()  # what next() gives for a finished `args`
 DIED = ("its worker process died (a signal: a crash in C code at the worker's memory bound, or "
         "the kernel's OOM killer)")
 
 
-def run_in_order(fn: Callable[[Any], Any], args: list, jobs: int,
+def run_in_order(fn: Callable[[Any], Any], args: Iterable, jobs: int,
                  lost: Callable[[Any, str], Any], deadline: float | None = None,
                  on_result: Callable[[Any], None] | None = None,
                  stop: Callable[[Any], bool] | None = None,
                  preload: tuple[str, ...] = ()) -> list:
     """fn(arg) for each of `args`, each in a process of its own, `jobs` at a time; the results
-    in the order of `args`. With `deadline` (a time.monotonic() value), stop there once one
-    has finished, killing the runs in flight (the results are then those that finished, still
-    in the order of `args`, with gaps where a run was killed); with `stop`, after the first
-    result it holds true of. Each result is handed to `on_result` as it joins the list. An
+    in the order of `args`. `args` may be a generator: its next arg is taken when a process is
+    free, after every result already in order went to `on_result`, so it may depend on them.
+    With `deadline` (a time.monotonic() value), stop there once one has finished, killing the
+    runs in flight (the results are then those that finished, still in the order of `args`,
+    with gaps where a run was killed); with `stop`, after the first result it holds true of. Each result is handed to `on_result` as it joins the list. An
     exception fn raises is raised here. `preload`: modules fn imports as it runs, imported once
     by the fork server instead of by every seed."""
     ctx = _forkserver([fn.__module__, *preload])
     finished: dict[int, Any] = {}
     out: list = []
     running: dict[Connection, tuple[int, Any]] = {}
-    submitted = 0
+    taken: list = []  # the args handed out so far, by index
+    source = iter(args)
     stopped = False
     try:
-        while len(out) < len(args) and not stopped:
-            while len(running) < max(1, jobs) and submitted < len(args):
+        while not stopped:
+            while len(running) < max(1, jobs) and (arg := next(source, _END)) is not _END:
                 receive, send = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_child, args=(send, fn, args[submitted]), daemon=True)
+                proc = ctx.Process(target=_child, args=(send, fn, arg), daemon=True)
                 proc.start()
                 send.close()
-                running[receive] = (submitted, proc)
-                submitted += 1
+                running[receive] = (len(taken), proc)
+                taken.append(arg)
             if not running:
                 break
             timeout = (None if deadline is None or not (finished or out)
@@ -65,7 +68,7 @@ def run_in_order(fn: Callable[[Any], Any], args: list, jobs: int,
                 break  # the deadline
             for conn in ready:
                 i, proc = running.pop(conn)  # type: ignore[index]  # wait() returns the Connections given
-                finished[i] = _outcome(conn, proc, lambda why, i=i: lost(args[i], why))
+                finished[i] = _outcome(conn, proc, lambda why, i=i: lost(taken[i], why))
             while len(out) in finished:
                 out.append(finished.pop(len(out)))
                 if on_result is not None:

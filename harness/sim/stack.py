@@ -33,6 +33,7 @@ import random
 import shutil
 import sys
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -1016,7 +1017,7 @@ def _spoken_rightly(kind: str, value: object) -> object:
     return value
 
 
-def run_seeds(configs: list[StackConfig], out_root: Path, jobs: int, on_result=None,
+def run_seeds(configs: Iterable[StackConfig], out_root: Path, jobs: int, on_result=None,
               names: list[str] | None = None, deadline: float | None = None,
               stop=None) -> list[StackResult]:
     """Each seed in a fresh worker process with PYTHONHASHSEED=0, so string hashing, hence set
@@ -1026,14 +1027,16 @@ def run_seeds(configs: list[StackConfig], out_root: Path, jobs: int, on_result=N
     seed still running (a seed can take minutes of wall time): runs in flight are dropped.
     With `stop` (a predicate on a result), stop after the first result it holds true of. A
     seed whose worker process dies (a segfault, the OOM killer) is unknown with why, and the
-    run goes on (harness.sim.seed_pool)."""
+    run goes on (harness.sim.seed_pool). `configs` may be a generator that chooses each next
+    seed from the results before it (harness.sim.steer)."""
     from harness.sim.seed_pool import run_in_order
 
     out_root.mkdir(parents=True, exist_ok=True)
-    dirs = names or [f"seed-{c.seed}" for c in configs]
-    return run_in_order(_run_one, [(c, str(out_root / d))
-                                   for c, d in zip(configs, dirs, strict=True)],
-                        jobs, _lost, deadline, on_result, stop, SEED_IMPORTS)
+    if names is not None:
+        jobs_args = ((c, str(out_root / d)) for c, d in zip(configs, names, strict=True))
+    else:
+        jobs_args = ((c, str(out_root / f"seed-{c.seed}")) for c in configs)
+    return run_in_order(_run_one, jobs_args, jobs, _lost, deadline, on_result, stop, SEED_IMPORTS)
 
 
 # What a seed imports as it runs (the servers, the client, the workloads' runner, every
