@@ -10,8 +10,10 @@ write or makes its files unreadable. The three steps, on a tablet leader's host:
 
 - start: the data daemon's data dir (a lazyfs mount) fails every sync (`eio`) until one sync
   has failed there (bytes were dropped); the daemon is killed (its machine stays up: the cache
-  stays), the disk mended (`mend`), the daemon started again. A disk that failed FAIL_WAIT_S
-  while nothing synced there did nothing: the disk is mended and the start is a skip;
+  stays), the disk mended (`mend`), the daemon started again. A daemon that died of the
+  failing disk meanwhile (one starting then) is started again too. A disk that failed
+  FAIL_WAIT_S while nothing synced there did nothing: the disk is mended and the start is a
+  skip;
 - the interval: the restarted daemon serves on what it read;
 - stop (and the heal): that host loses power: the daemon killed, its unsynced and dropped bytes
   dropped (`lose`), the daemon started again.
@@ -34,6 +36,7 @@ from nemeses import observe
 from nemeses.base import Context, Nemesis, draw_target, held_off
 from nemeses.disk import LoseUnfsynced
 from nemeses.lazyfs import control_command, stats_command
+from nemeses.process import DEAD
 from nemeses.registry import Package, register
 
 FAIL_WAIT_S = 5.0  # how long the disk fails at most, waiting for a sync to fail there
@@ -59,7 +62,7 @@ class FailingDisk(Nemesis):
         remote = self.ctx.remotes[host]
         before = self._stats(remote, mount).get("dropped_bytes", 0)  # left by an earlier start
         stats: dict = {}
-        killed = False
+        killed = died = False
         try:
             remote.sh(control_command(mount, "eio"))
             try:
@@ -75,11 +78,20 @@ class FailingDisk(Nemesis):
                     stats = self._stats(remote, mount)
             finally:
                 remote.sh(control_command(mount, "mend"))
+            # A daemon starting when the disk began to fail (another fault's restart) can die
+            # of it before any sync drops a byte ("cannot start: EIO"): the fault fired, and
+            # its restart is this fault's to make. Released as it was, it stayed down through
+            # the final heal, and the convergence check blamed the engine for a leaderless tablet.
+            died = not killed and db.process_states(host, daemon)[daemon] in DEAD
         finally:
-            if killed:
+            if killed or died:
                 db.give_back(host, daemon, self.name)
             else:
                 db.release(host, daemon, self.name)
+        if died:
+            self.restarted, self.active = host, True
+            return {"host": host, "resolved": resolved, "died_on_failing_disk": True,
+                    "observed": observe.observation(True, died_on_failing_disk=True)}
         if not killed:
             return {"skipped": f"no sync failed on {host} in {FAIL_WAIT_S:g} s of a failing disk "
                                "(nothing was written there)", "host": host, "resolved": resolved}

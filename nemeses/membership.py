@@ -55,8 +55,11 @@ class Membership(Nemesis):
     # that cannot finish at a stop is tried again at the heal.
     remove_timeout: float = 30.0
     add_timeout: float = 15.0
-    # how long a start looks for a removal the system takes before it skips the fault
-    patience: float = 10.0
+    # How long one try of a start looks for a removal the system takes; then it is held off
+    # and the schedule tries again until the plan's stop. Short: a try of 10 s outlasted the
+    # whole window of a short matrix cell, whose membership starts then never fired.
+    patience: float = 2.0
+    read_back_s: float = 10.0  # how long a removal's read-back waits for the config to show it
     _removed: list[Candidate] = field(default_factory=list)
 
     def start(self, choice: dict) -> dict:
@@ -97,9 +100,9 @@ class Membership(Nemesis):
     def _read_back(self, members: Members, member: Candidate) -> bool | None:
         """Whether the config still holds the removed member, asked until someone answers
         that it does not (a leader change may follow the removal, and a replica that has not
-        applied the committed change yet still lists it) for up to `patience` seconds; the
+        applied the committed change yet still lists it) for up to `read_back_s`; the
         last answer, None if none came."""
-        deadline = time.monotonic() + self.patience
+        deadline = time.monotonic() + self.read_back_s
         while (still := members.present(member)) is not False and time.monotonic() < deadline:
             time.sleep(0.5)
         return still

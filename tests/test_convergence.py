@@ -126,6 +126,25 @@ def test_a_tablet_without_a_leader_is_unknown_while_polling_and_invalid_at_the_e
     assert "n1 FAILED" in e["explanation"] and "n2 RUNNING PRE_CANDIDATE" in e["explanation"]
 
 
+def test_a_leaderless_tablet_whose_live_majority_includes_a_host_that_never_answered_is_unknown():
+    """A nightly matrix's shape: u1 FAILED by the disk fault, u2 pre-candidate, and n3's tablet
+    server down (it died on a failing disk as it started, and no fault restarted it). Only one of
+    three voters answered live: the run cannot say a live majority failed to elect, so unknown
+    (it was called invalid: the engine blamed for the harness's dead server)."""
+    gone = {h: r for h, r in STUCK.items() if h != "n3"}
+    r = compare(gone, ["n1", "n2", "n3"], final=True)
+    assert r["verdict"] == "unknown" and not r["errors"], r
+    assert "n3 did not answer" in r["reason"] and r["unreachable"] == ["n3"]
+    [n] = [n for n in r["notes"] if n["type"] == "voters-unanswered"]
+    assert "n2 RUNNING PRE_CANDIDATE" in n["explanation"]
+    # with n3 answering (live, not leading) the majority is known live: invalid as before
+    assert compare(STUCK, ["n1", "n2", "n3"], final=True)["verdict"] == "invalid"
+    # a host that did not answer but whose voter the majority does not need changes nothing
+    live = {"n1": rep("u1", role="PRE_CANDIDATE"), "n2": rep("u2", role="PRE_CANDIDATE")}
+    r = compare(live, ["n1", "n2", "n3"], final=True)
+    assert r["verdict"] == "invalid" and r["errors"][0]["type"] == "no-leader"
+
+
 def test_converge_waits_for_an_election_and_fails_a_tablet_that_never_has_one():
     rounds = iter([STUCK, {**STUCK, "n2": rep("u2", role="LEADER")}])
     assert converge(lambda req: next(rounds), ["n1", "n2", "n3"], timeout=5,

@@ -96,7 +96,7 @@ def test_a_removal_the_config_still_shows_is_not_in_force(monkeypatch):
     monkeypatch.setattr("nemeses.membership.time.sleep", lambda s: None)
     ledger = Ledger()
     ledger.remove = lambda member, timeout: {"id": member[1]}  # says done, changes nothing
-    done = Membership(db=System(ledger), patience=0.0).start({"pick": 0})
+    done = Membership(db=System(ledger), read_back_s=0.0).start({"pick": 0})
     assert done["observed"] == {"ok": False, "in_config": True}
 
 
@@ -129,6 +129,6 @@ def test_a_removal_is_read_back_once_someone_answers(monkeypatch):
     done = Membership(db=System(ledger)).start({"pick": 0})
     assert done["observed"] == {"ok": True, "in_config": False}
     ledger = Ledger()
-    ledger.present = lambda member: None  # nobody answers within the patience
-    m = Membership(db=System(ledger), patience=0.0)
+    ledger.present = lambda member: None  # nobody answers within the read-back's time
+    m = Membership(db=System(ledger), read_back_s=0.0)
     assert m.start({"pick": 0})["observed"] == {"ok": None, "in_config": None}

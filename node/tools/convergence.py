@@ -71,7 +71,8 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
     Invalid if replicas at the same applied index differ; unknown if nobody answered, some live
     replica is behind the others, or a tablet has no leader; else valid. On the `final` round
     a tablet still without a leader is invalid when a majority of its committed config's voters
-    is not FAILED: once faults are healed such a tablet must serve again, and one that cannot
+    is not FAILED (and, when some host did not answer, answered not FAILED: a voter on a host
+    the faults left down is not known to be live; unknown then): once faults are healed such a tablet must serve again, and one that cannot
     has lost its data's availability for good, which no history of ops on other tablets would
     show. When FAILED voters (damaged on purpose; with no live majority the master cannot
     replace them) leave no majority, the faults took more than Raft tolerates: the tablet is
@@ -93,6 +94,8 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
             by_tablet.setdefault(t.tablet_id, {})[host] = t
     tablets, errors, behind, leaderless, unavailable = [], [], {}, [], []
     undecided: list[str] = []  # leaderless tablets the end state cannot judge (see below)
+    unanswered: list[str] = []  # leaderless tablets whose live majority is not known to be live
+    unreachable = sorted(set(asked) - set(replies))
     repairing: list[str] = []  # tablets with a FAILED member and a server free to replace it
     for tid in sorted(by_tablet):
         reps = by_tablet[tid]
@@ -163,6 +166,17 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
                             f"was appended (an unsafe removal, the engine's fault) or after it "
                             f"(the faults took more than Raft tolerates) the replicas' state "
                             f"cannot say: {states}"})
+                elif final and not _majority(voters, {uuid_of[h] for h, t in reps.items()
+                                                      if t.state != "FAILED"}) and unreachable:
+                    # Voters on hosts that did not answer are not known to be live: a tablet
+                    # server the faults left down (one that died on a failing disk as it
+                    # started) is the run's gap, not the engine's.
+                    unanswered.append(tid)
+                    unavailable.append({
+                        "type": "voters-unanswered", "tablet": tid, "explanation":
+                            f"tablet {tid} has no leader, and its voters that answered and are "
+                            f"not FAILED are no majority; {', '.join(unreachable)} did not "
+                            f"answer: {states}"})
                 elif final:
                     errors.append({"type": "no-leader", "tablet": tid, "explanation":
                                    f"tablet {tid} has no leader after the heal, though most of "
@@ -175,7 +189,7 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
                 "explanation": f"at applied index {applied} the replicas of tablet {tid} hold "
                                f"different rows: " + ", ".join(f"{h} CRC32C {c}" for h, c in sums.items())})
     result = {"checker": "convergence", "tablets": tablets, "errors": errors, "notes": unavailable,
-              "unreachable": sorted(set(asked) - set(replies))}
+              "unreachable": unreachable}
     if errors:
         return {**result, "verdict": "invalid"}
     if not replies:
@@ -188,12 +202,21 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
         return {**result, "verdict": "unknown",
                 "reason": f"no leader, and a pending change's voters mostly FAILED, in an order "
                           f"the replicas cannot tell: {', '.join(undecided)}"}
+    if unanswered:
+        return {**result, "verdict": "unknown",
+                "reason": f"no leader, and no live majority answered ({', '.join(unreachable)} "
+                          f"did not answer): {', '.join(unanswered)}"}
     if leaderless:
         return {**result, "verdict": "unknown", "reason": f"no leader: {', '.join(leaderless)}"}
     if repairing and not final:  # the master replaces FAILED members: give it the time
         return {**result, "verdict": "unknown",
                 "reason": f"FAILED members not yet replaced: {', '.join(repairing)}"}
     return {**result, "verdict": "valid"}
+
+
+def _majority(voters: set[str], uuids: set[str]) -> bool:
+    """Whether `uuids` hold more than half of `voters`."""
+    return len(voters & uuids) > len(voters) // 2
 
 
 def _majority_failed(voters: set[str], failed: set[str]) -> bool:

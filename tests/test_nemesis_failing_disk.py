@@ -1,0 +1,67 @@
+"""The failing-disk fault against a fake deployment (the real one is in test_harness_e2e and the
+lazyfs tests): a daemon that died of the failing disk before any sync dropped a byte (one
+another fault's restart was starting then: "cannot start: EIO") is the fault's to start again.
+It was released as it was, stayed down through the final heal, and the convergence check called
+the engine's leaderless tablet invalid."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+from harness.deployment import Holds
+from nemeses import failing_disk
+from nemeses.base import Context
+from nemeses.failing_disk import FailingDisk
+
+
+class Remote:
+    def __init__(self):
+        self.commands: list[str] = []
+
+    def sh(self, line):
+        self.commands.append(line.split()[1] if line.startswith("echo") else "stats")
+        return SimpleNamespace(stdout=json.dumps({"dropped_bytes": 0, "unsynced_bytes": 0}))
+
+
+class FakeDB(Holds):
+    data_daemon = "tserver"
+
+    def __init__(self, state: str):
+        self.held, self.state, self.started = {}, state, []
+
+    def _targets(self, host, daemon):
+        return [daemon or "tserver"]
+
+    def data_dir(self, daemon):
+        return "/data"
+
+    def process_states(self, host, daemon=None):
+        return {"tserver": self.state}
+
+    def start(self, host, daemon=None, by=""):
+        self.started.append((host, by))
+        return {}
+
+
+def _start(monkeypatch, state: str) -> tuple[FakeDB, Remote, dict, FailingDisk]:
+    monkeypatch.setattr(failing_disk, "FAIL_WAIT_S", 0.0)
+    db, remote = FakeDB(state), Remote()
+    fault = FailingDisk(ctx=Context(db=db, remotes={"n4": remote}))
+    rule = {"fallback": ["n4"]}
+    fault.ctx.leader = lambda r: None  # nobody known: the plan's host stands in
+    return db, remote, fault.start({"target": rule}), fault
+
+
+def test_a_daemon_that_died_on_the_failing_disk_is_started_again_and_the_fault_fired(monkeypatch):
+    db, remote, done, fault = _start(monkeypatch, "gone")
+    assert db.started == [("n4", "failing-disk")] and not db.held
+    assert done["died_on_failing_disk"] and done["observed"]["ok"] is True and "skipped" not in done
+    assert remote.commands.count("eio") == remote.commands.count("mend") == 1
+    assert fault.active and fault.restarted == "n4"  # the power loss follows at the stop
+
+
+def test_a_disk_nothing_synced_on_while_the_daemon_ran_is_a_skip_that_starts_nothing(monkeypatch):
+    db, _, done, fault = _start(monkeypatch, "S")
+    assert db.started == [] and not db.held
+    assert "no sync failed on n4" in done["skipped"] and not fault.active
