@@ -3,7 +3,7 @@ reached an aim of, the least tried first, and stop once every bundle reached one
 
 from __future__ import annotations
 
-from harness.sim.steer import OFFSET, BundleSteer
+from harness.sim.steer import GIVE_UP, OFFSET, BundleSteer
 from harness.sim.swarm import ALL_BUNDLES, BUNDLE_AIMS, bundle_of
 
 
@@ -47,3 +47,12 @@ def test_a_seed_the_run_drew_itself_counts_for_its_bundle_and_all_reached_means_
         steer.note(seed, {aims[0]: 1})
     assert steer.reached == set(ALL_BUNDLES) and steer.wanted() is None
     assert steer.next_seed() is None
+
+
+def test_a_bundle_that_gave_nothing_in_give_up_seeds_is_steered_to_no_more():
+    steer = BundleSteer(0)
+    first = list(ALL_BUNDLES)[0]
+    for _ in range(GIVE_UP):
+        steer.note(steer.seed_for(first), {})
+    assert steer.seeds[first] == GIVE_UP and first not in steer.reached
+    assert all(bundle_of(steer.next_seed()) != first for _ in range(3 * len(ALL_BUNDLES)))
