@@ -40,9 +40,10 @@ def run_in_order(fn: Callable[[Any], Any], args: Iterable, jobs: int,
     free, after every result already in order went to `on_result`, so it may depend on them.
     With `deadline` (a time.monotonic() value), stop there once one has finished, killing the
     runs in flight (the results are then those that finished, still in the order of `args`,
-    with gaps where a run was killed); with `stop`, after the first result it holds true of. Each result is handed to `on_result` as it joins the list. An
-    exception fn raises is raised here. `preload`: modules fn imports as it runs, imported once
-    by the fork server instead of by every seed."""
+    with gaps where a run was killed); with `stop`, after the first result it holds true of.
+    Each result is handed to `on_result` as it joins the list. An exception fn raises is raised
+    here. `preload`: modules fn imports as it runs, imported once by the fork server instead of
+    by every seed."""
     ctx = _forkserver([fn.__module__, *preload])
     finished: dict[int, Any] = {}
     out: list = []

@@ -4,9 +4,10 @@ has reached yet.
 
 A swarm seed draws a bundle by chance, each of the rarer bundles in about 3 % of the seeds, so
 a 300 s matrix ran two or three seeds of some bundles. A bundle reaches its aim in some of its
-seeds only (a forged snapshot must also be copied), so the matrix reported those bundles as
-never fired, night after night, though the ensemble reaches them. FoundationDB's simulator
-steers the same way: what has not been hit yet gets the next runs.
+seeds only (forge-snapshot's forger picks a snapshot in one forgery of four, and only once
+snapshots exist), so the matrix reported those bundles as never fired, night after night,
+though the ensemble reaches them. FoundationDB's simulator steers the same way: what has not
+been hit yet gets the next runs.
 
 A steered seed is an ordinary swarm seed whose own draw (`bundle_of`) is the bundle wanted,
 found by scanning seed numbers: it replays alone with `--mix swarm --seed N` like any other.
@@ -22,9 +23,9 @@ from harness.sim.swarm import ALL_BUNDLES, BUNDLE_AIMS, bundle_of
 # cell's consecutive seeds (a cell runs a few hundred) and each seed keeps one directory.
 OFFSET = 1_000_000
 # A bundle that this many of a run's seeds ran without reaching an aim is steered to no more:
-# some aims take longer seeds than a matrix's (forge-snapshot's needs a forged snapshot to be
-# copied; 36 seeds of 15 virtual s in one matrix reached none), and the steered quarter would
-# otherwise run that one bundle for the rest of the cell.
+# some aims are rare in a matrix's short seeds (forge-snapshot's: about one seed of nine; 36
+# seeds of 15 virtual s in one matrix reached none), and the steered quarter would otherwise run
+# that one bundle for the rest of the cell.
 GIVE_UP = 12
 
 
