@@ -17,7 +17,7 @@ runs of one matrix seed may choose different seeds here.
 
 from __future__ import annotations
 
-from harness.sim.swarm import ALL_BUNDLES, BUNDLE_AIMS, bundle_of
+from harness.sim.swarm import ALL_BUNDLES, aims_hit, bundle_of
 
 # Steered seed numbers start this far above the cell's first seed, so that they never meet the
 # cell's consecutive seeds (a cell runs a few hundred) and each seed keeps one directory.
@@ -69,5 +69,5 @@ class BundleSteer:
             return
         if seed not in self.steered:
             self.seeds[bundle] += 1
-        if any(probes.get(aim, 0) > 0 for aim in BUNDLE_AIMS[bundle]):
+        if aims_hit(bundle, probes):
             self.reached.add(bundle)

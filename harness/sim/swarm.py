@@ -646,6 +646,12 @@ def parse_mix(spec: str) -> Mix:
                wal_queue_kb=counts["wal-queue"], buffers=buffers, workload=workload, **flags)
 
 
+def aims_hit(bundle: str, probes: dict[str, int]) -> list[str]:
+    """The aims of `bundle` (BUNDLE_AIMS) that fired in a seed with these probe counts: the
+    bundle reached what it is drawn for when any did."""
+    return [aim for aim in BUNDLE_AIMS[bundle] if probes.get(aim, 0) > 0]
+
+
 def bundle_reach(runs: list[tuple[int, str, dict[str, int]]]) -> dict[str, dict]:
     """For each bundle drawn by these swarm seeds ((seed, workload, probes fired) each): its
     seeds; per workload, its seeds and how many of them reached any aim (BUNDLE_AIMS), which
@@ -659,7 +665,7 @@ def bundle_reach(runs: list[tuple[int, str, dict[str, int]]]) -> dict[str, dict]
         row = reach.setdefault(bundle, {"seeds": 0, "workloads": {},
                                         "aims": dict.fromkeys(BUNDLE_AIMS[bundle], 0)})
         row["seeds"] += 1
-        hit = [aim for aim in row["aims"] if probes.get(aim, 0) > 0]
+        hit = aims_hit(bundle, probes)
         for aim in hit:
             row["aims"][aim] += 1
         by = row["workloads"].setdefault(workload, {"seeds": 0, "reached": 0})
