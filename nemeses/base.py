@@ -84,12 +84,17 @@ class Context:
 
 
 
-def held_off(why: str, **extra: Any) -> dict:
+def held_off(why: str, quiet: bool = False, **extra: Any) -> dict:
     """A start's answer when another fault holds what it needs (the daemon it would kill, the
     replicas it would race) and it did nothing: skipped, and worth another try while its hold
     lasts (nemeses.schedule tries again until the plan's stop for it). A skip for any
-    other reason (the system offers no such target) is plain `{"skipped": why}`."""
-    return {"skipped": why, "held_off": True, **extra}
+    other reason (the system offers no such target) is plain `{"skipped": why}`.
+
+    `quiet`: the start needs the other faults at rest all at once, not just one of them gone (a
+    removal needs some group whose every member is up and answering). With many packages
+    overlapping at random, such a moment seldom comes by itself, so the schedule holds the
+    other packages' next starts back while this one tries again."""
+    return {"skipped": why, "held_off": True, **({"quiet": True} if quiet else {}), **extra}
 
 
 @dataclass

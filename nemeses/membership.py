@@ -92,9 +92,10 @@ class Membership(Nemesis):
             if time.monotonic() > deadline:
                 # Other faults' holds (a kill and a pause touch every group of three on five
                 # hosts) or a voter just restarted: held off, so the schedule tries again
-                # while the plan leaves this start time. A plain skip let several short
-                # matrix cells under all faults end without one membership change.
-                return held_off(refused or "no group whose members can spare one now")
+                # while the plan leaves this start time, and holds the other packages' next
+                # starts back meanwhile (quiet): a plain hold-off still let most matrix cells
+                # under all faults end without one membership change.
+                return held_off(refused or "no group whose members can spare one now", quiet=True)
             time.sleep(1.0)
 
     def _read_back(self, members: Members, member: Candidate) -> bool | None:

@@ -19,6 +19,14 @@ rather than cancelling it (however short its hold is left: a kill then restarted
 a crash and a recovery): `membership-race` starting inside `all-kill`'s hold fires
 once the kill is over. The start's completion then says how long it waited (`waited_s`); a
 start still held off at the end is skipped with its last reason.
+
+Some starts need every other fault at rest at once (`held_off(..., quiet=True)`: a removal needs
+a group whose every member is up). Among ten packages overlapping at random that moment
+seldom comes, and under `--nemesis all` membership fired in one matrix cell of four or five.
+While such a start is held off, the other packages' next starts wait (their stops and heals do
+not), so the holds in force end and the cluster settles; once it fires or its turn is over
+they go on, later by as much (`deferred_s` in their completion), and a start deferred past the
+workload's end is skipped like any late start.
 """
 
 from __future__ import annotations
@@ -53,15 +61,18 @@ class Schedule:
         self.active = active if active is not None else set()
         self.executed: list[dict] = []  # each step as it ran: what schedule.json adds at the end
         self._t0: float | None = None
+        self._quiet: set[str] = set()  # packages whose held-off start waits for the others to rest
 
     async def _do(self, rec: Recorder, name: str, action: str, choice: dict | None = None,
-                  skip: str | None = None, retry_until: float | None = None) -> None:
+                  skip: str | None = None, retry_until: float | None = None,
+                  deferred: dict | None = None) -> None:
         """Run one step and record it; `skip`: the reason a start is not run at all;
-        `retry_until`: the clock time up to which a held-off start is tried again."""
+        `retry_until`: the clock time up to which a held-off start is tried again;
+        `deferred`: how long a start waited for another's quiet, and for whom."""
         n, f = self.nemeses[name], f"{action}-{name}"
         rec.record("nemesis", "info", f, None)
         ran = {"at": round(self.clock.now() - (self._t0 or self.clock.now()), 3),
-               "package": name, "action": action}
+               "package": name, "action": action, **(deferred or {})}
         self.executed.append(ran)
         try:
             call = {"start": lambda: n.start(choice), "stop": n.stop, "heal": n.heal}[action]
@@ -69,14 +80,21 @@ class Schedule:
             done = {"skipped": skip} if skip else await asyncio.to_thread(call)
             began = last_try = self.clock.now()
             tries = 1
-            while (retry_until is not None and _held_off(done)
-                   and self.clock.now() + RETRY_S <= retry_until):
-                await self.clock.sleep(RETRY_S)
-                last_try, tries = self.clock.now(), tries + 1
-                done = await asyncio.to_thread(call)
+            try:
+                while (retry_until is not None and _held_off(done)
+                       and self.clock.now() + RETRY_S <= retry_until):
+                    if done.get("quiet"):
+                        self._quiet.add(name)
+                    await self.clock.sleep(RETRY_S)
+                    last_try, tries = self.clock.now(), tries + 1
+                    done = await asyncio.to_thread(call)
+            finally:
+                self._quiet.discard(name)
             if tries > 1 and isinstance(done, dict):  # held off a while: until its last try
                 done = {**done, "tries": tries, "waited_s": round(last_try - began, 3)}
                 ran["waited_s"] = done["waited_s"]
+            if deferred and isinstance(done, dict):
+                done = {**done, **deferred}
             rec.record("nemesis", "info", f, done)
             if action == "start" and isinstance(done, dict) and "skipped" in done:
                 self.coverage[f"{f}-skipped"] += 1  # nothing was done: not a firing
@@ -119,6 +137,7 @@ class Schedule:
             if s.action == "stop" and s.package in skipped:
                 skipped.discard(s.package)  # nothing of its start to stop
                 return
+            deferred = await self._quiet_for(s.package) if s.action == "start" else None
             late = self.clock.now() - t0 - self.plan.time_limit
             if s.action == "start" and late >= 0:
                 skipped.add(s.package)
@@ -126,12 +145,25 @@ class Schedule:
                     f"its turn came {late:.1f} s after the workload ended (planned at "
                     f"{s.at:g} s; an earlier step of the package ran long)"))
                 return
-            await self._do(rec, s.package, s.action, s.choice, retry_until=retry_until)
+            await self._do(rec, s.package, s.action, s.choice, retry_until=retry_until,
+                           deferred=deferred)
 
         for i, s in enumerate(self.plan.steps):
             await self.clock.sleep(max(0.0, t0 + s.at - self.clock.now()))
             last[s.package] = asyncio.create_task(after(last.get(s.package), s, until.get(i)))
         await asyncio.gather(*last.values())
+
+    async def _quiet_for(self, package: str) -> dict | None:
+        """Wait while another package's held-off start asks the others to rest; how long and
+        for whom, or None if it did not have to."""
+        began, waited_for = self.clock.now(), set()
+        while others := self._quiet - {package}:
+            waited_for |= others
+            await self.clock.sleep(RETRY_S)
+        if not waited_for:
+            return None
+        self.coverage["deferred-starts"] += 1
+        return {"deferred_s": round(self.clock.now() - began, 3), "deferred_for": sorted(waited_for)}
 
     async def heal(self, rec: Recorder) -> None:
         for name in self.plan.heal:

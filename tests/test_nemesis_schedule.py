@@ -287,3 +287,70 @@ def test_a_plain_skip_is_not_tried_again(tmp_path):
     asyncio.run(s.run(rec))
     rec.close()
     assert len(calls) == 1 and s.coverage["start-membership-skipped"] == 1
+
+
+@dataclass
+class Taker(Fake):
+    """A fault that takes members away while in force (a kill, a pause)."""
+    holding: set = None
+
+    def start(self, choice):
+        self.holding.add(self.name)
+        return super().start(choice)
+
+    def stop(self):
+        self.holding.discard(self.name)
+        return super().stop()
+
+
+@dataclass
+class Remover(Fake):
+    """membership: a removal needs a group whose every member is up, so every other fault at
+    rest at once."""
+    holding: set = None
+    quiet: bool = True
+
+    def start(self, choice):
+        if self.holding:
+            return held_off("no group whose members can spare one now", quiet=self.quiet)
+        return super().start(choice)
+
+
+def run_overlapping(tmp_path, quiet: bool):
+    """kill and pause overlap from 1 s to 14 s, never both at rest; membership's turn is 2-13 s."""
+    clock, holding, log = FakeClock(), set(), []
+    nemeses = {"kill": Taker(name="kill", clock=clock, log=log, holding=holding),
+               "pause": Taker(name="pause", clock=clock, log=log, holding=holding),
+               "membership": Remover(name="membership", clock=clock, log=log, holding=holding,
+                                     quiet=quiet)}
+    steps = [(t, "kill", "start", {"targets": ["n1"]}) for t in (1, 5, 9)]
+    steps += [(t, "kill", "stop") for t in (4, 8, 12)]
+    steps += [(t, "pause", "start", {"targets": ["n2"]}) for t in (3, 7, 11)]
+    steps += [(t, "pause", "stop") for t in (6, 10, 14)]
+    steps += [(2, "membership", "start", {"targets": []}), (13, "membership", "stop")]
+    plan = plan_of(*sorted(steps, key=lambda s: (s[0], s[1])), heal=())
+    rec = Recorder(tmp_path / "h.jsonl")
+    s = Schedule(nemeses, plan, clock=clock)
+    asyncio.run(s.run(rec))
+    rec.close()
+    return s, log, read_jsonl(tmp_path / "h.jsonl")
+
+
+def test_a_start_that_needs_quiet_holds_the_other_starts_back_until_it_fires(tmp_path):
+    """Without quiet, two packages that overlap in turn leave membership no moment to fire;
+    with it, pause's start at 3 s waits, kill's stop at 4 s does not, membership fires then,
+    and pause starts after it, its wait in the history."""
+    (tmp_path / "plain").mkdir()
+    s, log, _ = run_overlapping(tmp_path / "plain", quiet=False)
+    assert s.coverage["start-membership-skipped"] == 1 and not s.coverage["start-membership"]
+
+    s, log, ops = run_overlapping(tmp_path, quiet=True)
+    starts = [(t, name) for t, what, name, _ in log if what == "start"]
+    fired = [t for t, name in starts if name == "membership"]
+    assert len(fired) == 1 and 4 <= fired[0] <= 4 + RETRY_S
+    assert [t for t, what, name, _ in log if (what, name) == ("stop", "kill")][0] == 4
+    pause = [t for t, name in starts if name == "pause"]
+    assert fired[0] <= pause[0] <= fired[0] + RETRY_S and pause[1:] == [7, 11]
+    done = next(o.value for o in ops if o.f == "start-pause" and o.value)
+    assert done["deferred_for"] == ["membership"] and 1 <= done["deferred_s"] <= 1 + RETRY_S
+    assert s.coverage["deferred-starts"] == 1 and s.coverage["start-pause"] == 3
