@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from nemeses.base import Context, Nemesis, draw_target
+from nemeses.base import Context, Nemesis, draw_target, held_off
 from nemeses.registry import Package, register
 
 GRACEFUL_SHARE = 0.7  # of starts a transfer to a named voter; the rest abrupt step-downs
@@ -39,7 +39,7 @@ class LeaderTransfer(Nemesis):
         if rule["rule"] == "tablet-leader":
             tablet = self.ctx.tablet(rule["bucket"])
             if tablet is None:
-                return {"skipped": "the test table has no tablets yet"}
+                return held_off("the test table has no tablets yet")
         return self.ctx.db.step_down_leader(tablet, choice["graceful"], choice["pick"])
 
     def stop(self) -> dict:
