@@ -34,23 +34,13 @@ class LeaderTransfer(Nemesis):
     name: str = "leader-transfer"
 
     def start(self, choice: dict) -> dict:
-        """The drawn group's leader told to hand over. A drawn tablet that has no leader now
-        (another fault has it electing) gives way to the next tablet in bucket order that has
-        one: in a short raft cell a kill or an isolation kept the drawn tablet leaderless for
-        most of each turn, and the fault seldom fired."""
         rule = choice["target"]
-        if rule["rule"] != "tablet-leader":
-            return self.ctx.db.step_down_leader(None, choice["graceful"], choice["pick"])
-        drawn = self.ctx.tablet(rule["bucket"])
-        if drawn is None:
-            return held_off("the test table has no tablets yet")
-        done: dict = {}
-        for n in range(len(self.ctx.tablets)):
-            tablet = self.ctx.tablet(rule["bucket"] + n)
-            done = self.ctx.db.step_down_leader(tablet, choice["graceful"], choice["pick"])
-            if not done.get("leaderless"):
-                return {**done, "drawn": drawn} if tablet != drawn else done
-        return done
+        tablet = None
+        if rule["rule"] == "tablet-leader":
+            tablet = self.ctx.tablet(rule["bucket"])
+            if tablet is None:
+                return held_off("the test table has no tablets yet")
+        return self.ctx.db.step_down_leader(tablet, choice["graceful"], choice["pick"])
 
     def stop(self) -> dict:
         return {}

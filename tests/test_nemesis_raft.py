@@ -126,33 +126,3 @@ def test_all_kill_crashes_every_hosts_data_daemon_at_once_and_restarts_them():
     assert sorted(log) == sorted(("kill", h, "tserver") for h in NAMES)
     assert nemesis.stop() == {"restarted": sorted(NAMES)}
     assert not packages()["all-kill"].needs  # every system: only processes
-
-
-def test_leader_transfer_takes_the_next_tablet_with_a_leader_when_the_drawn_one_has_none():
-    """A drawn tablet electing now (another fault's doing) gives way to the next one in bucket
-    order that has a leader; with none led, the start is held off as leaderless."""
-    from nemeses.base import held_off
-    from nemeses.leader_transfer import LeaderTransfer
-
-    class Db:
-        def __init__(self, led):
-            self.led, self.asked = led, []
-
-        def step_down_leader(self, tablet, graceful, pick):
-            self.asked.append(tablet)
-            if tablet not in self.led:
-                return held_off(f"no server reports leading {tablet}", leaderless=tablet)
-            return {"group": tablet, "leader": "n2", "observed": {"ok": True}}
-
-    tablets = {0: "t0", 1: "t1", 2: "t2", 3: "t3"}
-    choice = {"target": {"rule": "tablet-leader", "bucket": 6, "fallback": ["n1"]},
-              "graceful": True, "pick": 1}
-    db = Db(led={"t0", "t1"})
-    done = LeaderTransfer(ctx=Context(db=db, tablets=tablets)).start(choice)
-    assert db.asked == ["t2", "t3", "t0"] and done["group"] == "t0" and done["drawn"] == "t2"
-    db = Db(led={"t2"})
-    done = LeaderTransfer(ctx=Context(db=db, tablets=tablets)).start(choice)
-    assert db.asked == ["t2"] and "drawn" not in done
-    db = Db(led=set())
-    done = LeaderTransfer(ctx=Context(db=db, tablets=tablets)).start(choice)
-    assert len(db.asked) == 4 and done["held_off"] and done["leaderless"] == "t1"

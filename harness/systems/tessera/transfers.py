@@ -54,7 +54,7 @@ def step_down_leader(db, tablet: str | None, graceful: bool, pick: int) -> dict:
     # isolation) has the group electing now. Held off, so the schedule asks again while the
     # start's turn lasts; a plain skip left the fault unfired in most short raft cells.
     if leader is None:
-        return held_off(f"no server reports leading {group}", leaderless=group)
+        return held_off(f"no server reports leading {group}")
     rng = random.Random(pick)
     to = rng.choice(leader.others) if graceful and leader.others else None
     done = {"group": group, "leader": leader.host, "term": leader.term, "to": to}
