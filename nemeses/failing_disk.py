@@ -18,7 +18,8 @@ write or makes its files unreadable. The three steps, on a tablet leader's host:
 - stop (and the heal): that host loses power: the daemon killed, its unsynced and dropped bytes
   dropped (`lose`), the daemon started again.
 
-The start is verified by what lazyfs counted: the bytes the failed syncs dropped. The power
+The start is verified by what lazyfs counted: the bytes the failed syncs dropped (and, beside
+them, how many the cache still held after the kill). The power
 loss is observed as `lose-unfsynced` observes its own. The checkers judge the rest: the
 history for lost writes, the logs checker for corruption no damage fault explains.
 """
@@ -40,6 +41,7 @@ from nemeses.process import DEAD
 from nemeses.registry import Package, register
 
 FAIL_WAIT_S = 5.0  # how long the disk fails at most, waiting for a sync to fail there
+TOTAL = "dropped_total_bytes"  # lazyfs's count of every byte a failed sync dropped
 POLL_S = 0.2
 
 
@@ -60,7 +62,10 @@ class FailingDisk(Nemesis):
             return held_off(f"{host}'s {daemon} is held by {holder}")
         mount = db.data_dir(daemon)
         remote = self.ctx.remotes[host]
-        before = self._stats(remote, mount).get("dropped_bytes", 0)  # left by an earlier start
+        # Counted by every byte a failed sync ever dropped there, not by those held now: a
+        # daemon that removes a temp file after its sync failed, then is killed, leaves none held
+        # (lazyfs forgets an unlinked file's bytes), and the start read as not in force.
+        before = self._stats(remote, mount).get(TOTAL, 0)  # left by an earlier start
         stats: dict = {}
         killed = died = False
         try:
@@ -69,13 +74,13 @@ class FailingDisk(Nemesis):
                 deadline = time.monotonic() + FAIL_WAIT_S
                 while True:
                     stats = self._stats(remote, mount)
-                    if stats.get("dropped_bytes", 0) > before or time.monotonic() > deadline:
+                    if stats.get(TOTAL, 0) > before or time.monotonic() > deadline:
                         break
                     time.sleep(POLL_S)
-                if stats.get("dropped_bytes", 0) > before:
+                if stats.get(TOTAL, 0) > before:
                     killed = True  # before the call: a kill that raised may still have killed
                     db.kill(host, daemon)
-                    stats = self._stats(remote, mount)
+                    stats = {**stats, **self._stats(remote, mount)}
             finally:
                 remote.sh(control_command(mount, "mend"))
             # A daemon starting when the disk began to fail (another fault's restart) can die
@@ -96,10 +101,10 @@ class FailingDisk(Nemesis):
             return {"skipped": f"no sync failed on {host} in {FAIL_WAIT_S:g} s of a failing disk "
                                "(nothing was written there)", "host": host, "resolved": resolved}
         self.restarted, self.active = host, True
-        dropped = stats.get("dropped_bytes", 0) - before
+        dropped, held = stats.get(TOTAL, 0) - before, stats.get("dropped_bytes", 0)
         return {"host": host, "resolved": resolved, "dropped_bytes": dropped,
                 "observed": observe.observation(dropped > 0, dropped_bytes=dropped,
-                                                failing=stats.get("failing"))}
+                                                held_in_cache=held, failing=stats.get("failing"))}
 
     @staticmethod
     def _stats(remote: Remote, mount: str) -> dict:

@@ -26,7 +26,7 @@ Semantics:
   if they were on disk), no later fsync or `flush` writes them, a newer write over them replaces
   them, and `lose` (or an unmount) takes them, as does unlinking the file once no handle holds
   it (its inode is free then, and a new file may get its number). The stats count them as
-  `dropped_bytes`.
+  `dropped_bytes` while they are held, and every byte ever dropped as `dropped_total_bytes`.
 - `lose` forgets the unsynced bytes of every file. It is meant to follow a SIGKILL of the
   processes using the mount: wait until they are gone (a killed process's write that is already
   in flight still lands), then `lose`, then restart them. Files still open elsewhere may keep
@@ -146,6 +146,10 @@ class LazyFS:
         # does, so the backing filesystem cannot give the number to a new file meanwhile.
         self._dropped: dict[tuple[int, int], _Unsynced] = {}
         self._failing = False  # `eio`: every sync fails
+        # every byte a failed sync ever dropped: `dropped_bytes` is what is held now, and it
+        # falls when a dropped file is unlinked and closed (a temp file the daemon removed
+        # after its sync failed), so only this one tells that a sync failed at all
+        self._dropped_total = 0
         self._lost_bytes = 0
         self._loses = 0
 
@@ -228,6 +232,7 @@ class LazyFS:
             stats = {"unsynced_bytes": sum(files.values()), "files": files,
                      "loses": self._loses, "lost_bytes": self._lost_bytes,
                      "dropped_bytes": sum(d.extents.nbytes for d in self._dropped.values()),
+                     "dropped_total_bytes": self._dropped_total,
                      "failing": self._failing}
         return (json.dumps(stats, sort_keys=True) + "\n").encode()
 
@@ -259,6 +264,7 @@ class LazyFS:
         (kept readable in `_dropped`). Call with the lock held; returns the error to raise."""
         u = self._unsynced.pop(key, None)
         if u is not None:
+            self._dropped_total += u.extents.nbytes
             dropped = self._dropped.get(key)
             if dropped is None:
                 self._dropped[key] = u  # its fd now holds the inode for the dropped bytes

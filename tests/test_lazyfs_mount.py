@@ -458,7 +458,7 @@ def test_a_file_removed_after_its_sync_failed_leaves_nothing_to_a_new_file(lazy)
     read back the failed one's bytes past its own end, as corruption no nemesis made.)"""
     lazy.command("eio")
     try:
-        for _ in range(20):  # backing inode numbers get reused: none may inherit dropped bytes
+        for n in range(20):  # backing inode numbers get reused: none may inherit dropped bytes
             fd = os.open(lazy.path("tmp"), os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 os.pwrite(fd, b"stale" * 49, 0)
@@ -468,6 +468,8 @@ def test_a_file_removed_after_its_sync_failed_leaves_nothing_to_a_new_file(lazy)
                 os.close(fd)
             os.unlink(lazy.path("tmp"))
             wait_until(lambda: lazy.stats()["dropped_bytes"] == 0, "the removed file to be forgotten")
+            # forgotten, but counted: the failing-disk fault tells by this that a sync failed
+            assert lazy.stats()["dropped_total_bytes"] == 245 * (n + 1)
             write_file(lazy.path("new"), b"mine")
             assert read_file(lazy.path("new")) == b"mine" and os.path.getsize(lazy.path("new")) == 4
             os.unlink(lazy.path("new"))

@@ -16,12 +16,17 @@ from nemeses.failing_disk import FailingDisk
 
 
 class Remote:
-    def __init__(self):
+    def __init__(self, stats: list[dict] | None = None):
         self.commands: list[str] = []
+        self.stats = stats or []  # what each stats read answers in turn; then the last again
 
     def sh(self, line):
         self.commands.append(line.split()[1] if line.startswith("echo") else "stats")
-        return SimpleNamespace(stdout=json.dumps({"dropped_bytes": 0, "unsynced_bytes": 0}))
+        if line.startswith("echo"):
+            return SimpleNamespace(stdout="")
+        answer = self.stats.pop(0) if len(self.stats) > 1 else (self.stats or [{}])[0]
+        return SimpleNamespace(stdout=json.dumps({"dropped_bytes": 0, "unsynced_bytes": 0,
+                                                  **answer}))
 
 
 class FakeDB(Holds):
@@ -43,10 +48,14 @@ class FakeDB(Holds):
         self.started.append((host, by))
         return {}
 
+    def kill(self, host, daemon=None):
+        self.killed = (host, daemon)
 
-def _start(monkeypatch, state: str) -> tuple[FakeDB, Remote, dict, FailingDisk]:
+
+def _start(monkeypatch, state: str, stats: list[dict] | None = None
+           ) -> tuple[FakeDB, Remote, dict, FailingDisk]:
     monkeypatch.setattr(failing_disk, "FAIL_WAIT_S", 0.0)
-    db, remote = FakeDB(state), Remote()
+    db, remote = FakeDB(state), Remote(stats)
     fault = FailingDisk(ctx=Context(db=db, remotes={"n4": remote}))
     rule = {"fallback": ["n4"]}
     fault.ctx.leader = lambda r: None  # nobody known: the plan's host stands in
@@ -65,3 +74,16 @@ def test_a_disk_nothing_synced_on_while_the_daemon_ran_is_a_skip_that_starts_not
     db, _, done, fault = _start(monkeypatch, "S")
     assert db.started == [] and not db.held
     assert "no sync failed on n4" in done["skipped"] and not fault.active
+
+
+def test_a_failed_sync_whose_file_the_daemon_removed_still_counts_as_in_force(monkeypatch):
+    """The only sync that failed was a temp file's, which the daemon removed (Tessera's atomic
+    save does): once the kill closed its handle lazyfs held none of the dropped bytes. Read
+    from the bytes held, the start was "not in force" and the matrix's run unknown."""
+    stats = [{"dropped_total_bytes": 10},  # left by an earlier start
+             {"dropped_total_bytes": 254, "dropped_bytes": 244},  # the failed sync
+             {"dropped_total_bytes": 254, "dropped_bytes": 0}]  # after the kill: forgotten
+    db, _, done, fault = _start(monkeypatch, "S", stats)
+    assert db.killed == ("n4", "tserver") and db.started == [("n4", "failing-disk")]
+    assert done["dropped_bytes"] == 244 and done["observed"]["ok"] is True
+    assert done["observed"]["held_in_cache"] == 0 and fault.active
