@@ -26,6 +26,11 @@ CLIENT = "client"  # the workloads' user name
 # A second user, as the README's threat model allows one: the session-intruder nemesis acts as
 # it against the workloads' sessions (their owner is CLIENT)
 INTRUDER = "intruder"
+# A third, the session-intruder's flood: it opens sessions of its own. INTRUDER never opens one,
+# so any session its writes land in is another identity's. (When one user did both, an
+# OpenSession whose answer was lost, committed after the call's deadline, left a session of the
+# intruder's own that it then wrote into, and the checker called that an intrusion.)
+FLOODER = "flooder"
 
 
 @dataclass(frozen=True)
@@ -133,9 +138,9 @@ def cluster_credentials(dir: Path, server_names: list[str], ca: CertFiles | None
                         ) -> dict[str, CertFiles]:
     """Everything a deployment needs in `dir`: the CA (a new one unless `ca` is given), a
     service certificate per server name, the operator's (`admin`), the workloads' (`client`) and
-    another user's (`intruder`). Keyed by name."""
+    two other users' (`intruder`, `flooder`). Keyed by name."""
     ca = ca or create_ca(dir / "ca")
     out = {n: issue(ca, dir / "certs", n, SERVICE) for n in server_names}
-    for user in (ADMIN, CLIENT, INTRUDER):
+    for user in (ADMIN, CLIENT, INTRUDER, FLOODER):
         out[user] = issue(ca, dir / "certs", user, USER)
     return out

@@ -25,9 +25,6 @@ class TesseraDB(Deployment):
     # hosts given a master during the run (the master-membership nemesis), in order added
     added_masters: list[str] = field(default_factory=list)
     _master_uuids: dict[str, str] = field(default_factory=dict)  # added masters' UUIDs
-    # tablet -> ids of the sessions the session intruder opened itself (its floods): its own,
-    # which its poison and close leave alone
-    intruder_sessions: dict[str, set[int]] = field(default_factory=dict)
 
     name: ClassVar[str] = "tessera"
     data_daemon: ClassVar[str] = "tserver"
@@ -343,10 +340,10 @@ class TesseraDB(Deployment):
     CLOCK_PUSH_US: ClassVar[int] = 2 * 3600 * 1_000_000  # past the servers' one-hour bound
 
     def intrude_sessions(self, step: str, groups: list[str], sessions: int) -> dict:
-        """As the `intruder` user (README "Security": a client holding a user's credentials),
-        at the leader of each tablet in `groups`, against session ids 1..`sessions` (a
-        session's id is its OpenSession's log index, so the workloads' are small; for a flood,
-        how many to open):
+        """As another user (README "Security": a client holding a user's credentials), at the
+        leader of each tablet in `groups`, against session ids 1..`sessions` (a session's id is
+        its OpenSession's log index, so the workloads' are small; for a flood, how many to
+        open):
         - poison: into each session, a one-write probe at seq 1, then, if the answer (STALE_SEQ)
           names the seq below which the owner's results are forgotten, INTRUDER_ROWS writes to
           the intruder's own keys from there: seqs the owner has not used yet would keep the
@@ -354,6 +351,9 @@ class TesseraDB(Deployment):
           applied;
         - close: CloseSession into each session;
         - flood: `sessions` OpenSessions of its own, which must evict no one else's.
+        The flood is made as `flooder`, the others as `intruder`, which never opens a session:
+        a session its write lands in can only be another identity's, even one whose
+        OpenSession's answer was lost and which committed later (pki.FLOODER).
         Every step also makes, at each tablet, calls a user may not make (OVERREACH: a tablet
         copy session, which would hand it the tablet's files and pin them, and a leader
         step-down), each with a body harmless if it were run; and a write carrying a propagated
@@ -389,7 +389,6 @@ class TesseraDB(Deployment):
 
         leaders = self.tablet_leaders()
         by_name = {h.name: h for h in self.hosts}
-        opened = self.intruder_sessions
         counts = {"calls": 0, "answered": 0, "foreign_applied": 0, "refused": 0,
                   "no_session": 0, "own_sessions": 0, "no_leader": 0, "overreach_refused": 0,
                   "overreached": 0, "clock_push_refused": 0, "clock_pushed": 0}
@@ -477,7 +476,8 @@ class TesseraDB(Deployment):
                           "clock_push", passing=BEFORE_THE_TIMESTAMP)
 
         async def attack() -> None:
-            rpc = RpcClient(connect_timeout=1.0, tls=self.tls(pki.INTRUDER))
+            user = pki.FLOODER if step == "flood" else pki.INTRUDER
+            rpc = RpcClient(connect_timeout=1.0, tls=self.tls(user))
             try:
                 async with asyncio.timeout(self.INTRUDER_S):
                     await each_tablet(rpc)
@@ -504,16 +504,14 @@ class TesseraDB(Deployment):
 
         async def own_step(tablet, call) -> None:
             """The start's step on `tablet`: open sessions (flood), or write into (poison) or
-            close (close) the sessions it did not open."""
-            own = opened.setdefault(tablet, set())
+            close (close) every session, none of them its own."""
             if step == "flood":
                 for _ in range(sessions):
                     res = await call("ts.write", Write(tablet, OpenSession()), OpResult)
                     if res is not None and res.result.ok:
-                        own.add(res.result.value)
-                counts["own_sessions"] += len(own)
+                        counts["own_sessions"] += 1
                 return
-            for sid in (s for s in range(1, sessions + 1) if s not in own):
+            for sid in range(1, sessions + 1):
                 if step == "poison":
                     # a probe at seq 1; a STALE_SEQ answer names the owner's frontier,
                     # and the window goes there, just ahead of its next writes
