@@ -93,8 +93,8 @@ class Membership(Nemesis):
                 # Other faults' holds (a kill and a pause touch every group of three on five
                 # hosts) or a voter just restarted: held off, so the schedule tries again
                 # while the plan leaves this start time, and holds the other packages' next
-                # starts back meanwhile (quiet): a plain hold-off still let most matrix cells
-                # under all faults end without one membership change.
+                # starts back meanwhile (quiet): with ten packages overlapping at random, a
+                # moment when every member of some group is up seldom comes by itself.
                 return held_off(refused or "no group whose members can spare one now", quiet=True)
             time.sleep(1.0)
 

@@ -24,9 +24,10 @@ Some starts need every other fault at rest at once (`held_off(..., quiet=True)`:
 a group whose every member is up). Among ten packages overlapping at random that moment
 seldom comes, and under `--nemesis all` membership fired in one matrix cell of four or five.
 While such a start is held off, the other packages' next starts wait (their stops and heals do
-not), so the holds in force end and the cluster settles; once it fires or its turn is over
-they go on, later by as much (`deferred_s` in their completion), and a start deferred past the
-workload's end is skipped like any late start.
+not), so no new hold begins while the ones in force end and the cluster settles; once it fires
+or its turn is over they go on, later by as much (`deferred_s` in their completion), and a start
+deferred past the workload's end is skipped like any late start. It cannot shorten a hold
+already in force, so in a short cell a removal may still find no group to spare.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ def step_down_leader(db, tablet: str | None, graceful: bool, pick: int) -> dict:
     leader = _leader(db, tablet)
     # No leader, or one that refused for the group's state: another fault (a kill, an
     # isolation) has the group electing now. Held off, so the schedule asks again while the
-    # start's turn lasts; a plain skip left the fault unfired in most short raft cells.
+    # start's turn lasts, as it does for every start another fault stands in the way of.
     if leader is None:
         return held_off(f"no server reports leading {group}")
     rng = random.Random(pick)
