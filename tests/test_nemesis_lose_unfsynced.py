@@ -107,8 +107,9 @@ def test_a_loss_that_cannot_be_done_is_named_and_every_daemon_still_starts():
 
 
 class FailingRemote:
-    """A lazyfs control file whose `dropped_bytes` grows to `drops` once `eio` was sent (the
-    daemon's syncs failing), or never when `drops` is 0; records every command."""
+    """A lazyfs control file whose `dropped_bytes` (and `dropped_total_bytes`, every byte ever
+    dropped) grows to `drops` once `eio` was sent (the daemon's syncs failing), or never when
+    `drops` is 0; records every command."""
 
     def __init__(self, drops):
         self.drops, self.dropped, self.failing, self.commands = drops, 0, False, []
@@ -118,6 +119,7 @@ class FailingRemote:
             if self.failing:
                 self.dropped = self.drops
             return SimpleNamespace(stdout=f'{{"dropped_bytes": {self.dropped}, '
+                                          f'"dropped_total_bytes": {self.dropped}, '
                                           f'"failing": {str(self.failing).lower()}}}')
         command = script.split()[1]
         self.commands.append(command)
