@@ -26,6 +26,13 @@ class Refused(Exception):
     would remain), and did nothing. The fault is skipped, not failed: refusing is right."""
 
 
+class Stranded(Exception):
+    """The group can elect no leader until an operator steps in (most of its voters are
+    FAILED): a change waiting on it would only spend the run's budget, so it gives up at once.
+    The step fails, and says why; the run's verdict is unknown, as its convergence check also
+    finds, never valid."""
+
+
 class Members(Protocol):
     def removable(self) -> list[Candidate]:
         """The members whose removal alone costs no quorum now, sorted: a settled config,
@@ -33,7 +40,8 @@ class Members(Protocol):
 
     def remove(self, member: Candidate, timeout: float) -> dict:
         """Remove it, retrying for up to `timeout` seconds; what was done. Raises Refused when
-        the system declines it as unsafe, anything else when the removal failed."""
+        the system declines it as unsafe, Stranded when the group can no longer elect,
+        anything else when the removal failed."""
 
     def add(self, member: Candidate, timeout: float) -> dict:
         """Add it back, retrying for up to `timeout` seconds; one that is a member already is
@@ -52,7 +60,8 @@ class Membership(Nemesis):
     # waited on for half a minute: one that cannot finish in time leaves the start failed and
     # the run unknown, and a removal proposed while kills and partitions hold the majority
     # commits only after they heal (a nemesis interval or two). An add is given up sooner: one
-    # that cannot finish at a stop is tried again at the heal.
+    # that cannot finish at a stop is tried again at the heal. Either gives up at once on a
+    # group that can no longer elect (Stranded): nothing the run does would let it finish.
     remove_timeout: float = 30.0
     add_timeout: float = 15.0
     # How long one try of a start looks for a removal the system takes; then it is held off

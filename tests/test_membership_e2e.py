@@ -250,3 +250,82 @@ def test_the_master_replaces_a_replica_that_reports_failed_and_deletes_it(make_c
             client, cluster, tablet, client.table("t"), bad, uuids[bad], uuids[spare],
             "the master to replace the FAILED replica", also=deleted)
     run(go())
+
+
+class _LocalTablets:
+    """The part of the harness's Tessera deployment that `TabletMembers` calls, on a local
+    cluster's tablet servers: what the membership nemesis asks there goes over real RPCs."""
+
+    time_scale = 1.0
+
+    def __init__(self, cluster: LocalCluster):
+        self.cluster = cluster
+        self.hosts = [n for n, d in cluster.daemons.items() if d.kind == "tserver"]
+        self.master_addrs = cluster.master_addrs
+
+    def tls(self, name: str = "admin"):
+        return None
+
+    def ask_each(self, hosts, daemon, method, reply, request=None) -> dict:
+        async def ask():
+            client, out = TesseraClient(self.master_addrs, timeout=5), {}
+            try:
+                for name in hosts:
+                    try:
+                        out[name] = await client.rpc.call(
+                            ("127.0.0.1", self.cluster.daemons[name].port), method,
+                            request or Empty(), reply, to_uuid="", timeout=2)
+                    except RpcError:
+                        pass
+                return out
+            finally:
+                await client.close()
+        return asyncio.run(ask())
+
+
+def test_a_change_to_a_tablet_with_most_voters_failed_gives_up_before_its_timeout(make_cluster):
+    """Two of a tablet's three replicas damaged (their metadata), so they report FAILED: no
+    leader can be elected until an operator steps in, and the master answers every replica
+    change with "no leader". The membership nemesis's change gives up on such a tablet after a
+    few looks (`Stranded`, saying why) instead of asking until its timeout: a matrix cell's
+    membership start, stop and heal once spent a minute and more that way."""
+    from harness.systems.tessera.members import TabletMembers
+    from nemeses.membership import Stranded
+
+    cluster = make_cluster(tservers=3, every=100, retain=10)
+
+    async def load():
+        client, tablet, table = await _one_tablet_table(cluster)
+        for i in range(50):
+            await table.write(f"k{i}", i)
+        reps = await _reports(client, cluster, tablet)
+        await client.close()
+        return tablet, {name: uuid for name, (uuid, _) in reps.items()}
+    tablet, uuids = run(load())
+    damaged = sorted(uuids)[:2]
+    for name in uuids:
+        cluster.kill(name)
+    for name in damaged:
+        cmeta = cluster.root / name / "consensus-meta" / tablet
+        data = bytearray(cmeta.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        cmeta.write_bytes(bytes(data))
+    for name in uuids:
+        cluster.start(name)
+
+    async def both_failed():
+        client = TesseraClient(cluster.master_addrs, timeout=15)
+        try:
+            reps = await _reports(client, cluster, tablet)
+            return all(getattr(reps.get(n, (None, None))[1], "state", None) == "FAILED"
+                       for n in damaged)
+        finally:
+            await client.close()
+    run(until_async(both_failed, "the damaged replicas to start and report FAILED", timeout=60))
+
+    members = TabletMembers(_LocalTablets(cluster))
+    with pytest.raises(Stranded) as given_up:
+        members.change(tablet, "remove", uuids[damaged[0]], timeout=120.0)
+    assert "no replica leads" in str(given_up.value)
+    for name in damaged:
+        assert uuids[name] in str(given_up.value)

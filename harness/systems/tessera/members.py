@@ -2,7 +2,9 @@
 races (nemeses.groups.ReplicaGroups): a tablet's replicas, changed one at a time through the
 leader master (`master.change_replica`), compare-and-set guarded, so a change that races another
 is retried, never applied twice; a tablet as its newest replica reports it; a replica
-tombstoned on its tablet server."""
+tombstoned on its tablet server. A change is waited on only while its tablet could still elect a
+leader: one whose voters are mostly FAILED (`stranded`) gets none until an operator steps in, and
+waiting on it would only spend the run's budget."""
 
 from __future__ import annotations
 
@@ -13,12 +15,17 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from nemeses.groups import GroupView
+    from node.protocol import ServerStatus
 
 
 @dataclass
 class TabletMembers:
     db: object  # harness.systems.tessera.deployment.TesseraDB
     _hosts: dict[str, str] = field(default_factory=dict)  # tablet-server uuid -> host, as seen
+    retry_s: float = 1.0  # between a change's tries
+    # How long a tablet must stay stranded before a change gives up on it: a replica FAILED by
+    # a fault that is healed with a restart may run again, and one look could catch it between.
+    stranded_s: float = 5.0
 
     def removable(self) -> list[tuple[str, str, str]]:
         """(tablet, uuid, host) of replicas that may be removed now: a running one, or one on a
@@ -105,12 +112,14 @@ class TabletMembers:
     def change(self, tablet: str, op: str, uuid: str, timeout: float = 30.0) -> list[list]:
         """Apply one change through the master; retried while another is pending or the
         leader moves. Already applied (a retry after a lost reply) counts as done; a removal
-        the leader refuses as unsafe (consensus.UnsafeChange) raises Refused at once."""
-        from nemeses.membership import Refused
+        the leader refuses as unsafe (consensus.UnsafeChange) raises Refused at once, and a
+        tablet `stranded` for `stranded_s` raises Stranded before the timeout."""
+        from nemeses.membership import Refused, Stranded
         from node.client import TesseraClient
         from node.rpc import RpcError
 
         deadline = time.monotonic() + timeout
+        stranded_since = None
         while True:
             try:
                 return asyncio.run(change_replica(self.db, tablet, op, uuid))
@@ -121,7 +130,46 @@ class TabletMembers:
                     raise Refused(e.message) from None
                 if time.monotonic() > deadline:
                     raise
-            time.sleep(1.0)
+                failed = e
+            why = self.stranded(tablet)
+            if why is None:
+                stranded_since = None
+            elif stranded_since is None:
+                stranded_since = time.monotonic()
+            elif time.monotonic() - stranded_since >= self.stranded_s:
+                raise Stranded(f"{op} of {uuid} in tablet {tablet} given up after "
+                               f"{failed.message}: {why}") from None
+            time.sleep(self.retry_s)
+
+    def stranded(self, tablet: str) -> str | None:
+        """Why `tablet` can elect no leader now, asked of every tablet server (`stranded`)."""
+        from node.protocol import ServerStatus
+
+        return stranded(self.db.ask_each(self.db.hosts, "tserver", "ts.status", ServerStatus), tablet)
+
+
+def stranded(statuses: dict[str, ServerStatus], tablet: str) -> str | None:
+    """Why `tablet` can elect no leader until an operator steps in, or None when it may. It is
+    stranded when no replica leads and every RUNNING voter's config in effect (a pending change
+    included: a Raft config counts from its append) has half its voters or more FAILED, as
+    their own servers report: no candidate can win a vote then (Raft's limit; Kudu leaves it
+    to an operator's unsafe config change), and with no leader the master replaces no FAILED
+    replica. A voter on a host that did not answer, or that is copying or tombstoned, is
+    counted as one that may vote, and a tablet no RUNNING voter reports is not judged."""
+    by_uuid = {st.uuid: t for st in statuses.values() for t in st.tablets if t.tablet_id == tablet}
+    if any(t.role == "LEADER" for t in by_uuid.values()):
+        return None
+    failed = {uuid for uuid, t in by_uuid.items() if t.state == "FAILED"}
+    configs = {}
+    for uuid, t in by_uuid.items():
+        voters = frozenset(u for u, kind in t.config if kind == "VOTER")
+        if t.state == "RUNNING" and uuid in voters:
+            configs[uuid] = voters
+    if not configs or any(len(v - failed) > len(v) // 2 for v in configs.values()):
+        return None
+    said = "; ".join(f"{u}'s has {len(v & failed)} of {len(v)} FAILED ({', '.join(sorted(v & failed))})"
+                     for u, v in sorted(configs.items()))
+    return f"no replica leads, and every running voter's config in effect has no live majority: {said}"
 
 
 def refused_as_unsafe(e: Exception) -> bool:
