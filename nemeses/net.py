@@ -141,18 +141,29 @@ class Partition(Nemesis):
 
     def observe_cut(self) -> dict:
         """Each cut pair tried from its sender: a TCP connect to the receiver's sshd must fail.
-        Pairs that connected are named; the check is of this package's cut alone."""
+        Pairs that connected are named, and so are those no look answered for (tried twice:
+        the sender's SSH channel was lost), which leave the cut unchecked, not unverified; the
+        check is of this package's cut alone."""
         addr = {h.name: h.address for h in self.hosts}
         name_of = {a: n for n, a in addr.items()}
         senders: dict[str, list[str]] = {}
         for receiver, srcs in self._cut.items():
             for src in srcs:
                 senders.setdefault(src, []).append(addr[receiver])
-        seen = observe.each(sorted(senders), lambda s: observe.reachable(self.remotes[s], senders[s]))
-        connected = sorted([s, name_of[a]] for s, probes in seen.items()
-                           for a, is_open in probes.items() if is_open)
-        pairs = sum(len(v) for v in senders.values())
-        return observe.observation(not connected, cut_pairs=pairs, connected=connected)
+
+        def look(s: str) -> dict[str, bool | None]:
+            seen = observe.reachable(self.remotes[s], senders[s])
+            again = [a for a, is_open in seen.items() if is_open is None]
+            return {**seen, **observe.reachable(self.remotes[s], again)} if again else seen
+        seen = observe.each(sorted(senders), look)
+        pairs = {state: sorted([s, name_of[a]] for s, probes in seen.items()
+                               for a, is_open in probes.items() if is_open is state)
+                 for state in (True, None)}
+        connected, unanswered = pairs[True], pairs[None]
+        ok = False if connected else None if unanswered else True
+        return observe.observation(ok, cut_pairs=sum(len(v) for v in senders.values()),
+                                   connected=connected,
+                                   **({"unanswered": unanswered} if unanswered else {}))
 
     def stop(self) -> dict:
         for h in self.hosts:

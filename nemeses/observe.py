@@ -57,21 +57,23 @@ def each(hosts: list[str], probe: Callable[[str], Any]) -> dict[str, Any]:
         return dict(zip(hosts, pool.map(probe, hosts), strict=True))
 
 
-def reachable(r: Remote, addresses: list[str], port: int = PROBE_PORT) -> dict[str, bool]:
+def reachable(r: Remote, addresses: list[str], port: int = PROBE_PORT) -> dict[str, bool | None]:
     """From the host behind `r`: which of `addresses` accept a TCP connection on `port` within
-    CONNECT_S (all tried at once)."""
+    CONNECT_S (all tried at once); None for one the look gave no answer about (its SSH
+    channel was lost: a host the other faults load may drop it), which is neither open nor
+    cut."""
     if not addresses:
         return {}
     probe = (f"for a in {' '.join(map(shlex.quote, addresses))}; do "
              f"(timeout {CONNECT_S} bash -c \"exec 3<>/dev/tcp/$a/{port}\" 2>/dev/null "
              f"&& echo \"open $a\" || echo \"cut $a\") & done; wait")
     out = r.sh(probe, check=False, timeout=CONNECT_S + 30).stdout.split("\n")
-    seen = {}
+    seen: dict[str, bool | None] = dict.fromkeys(addresses)
     for line in out:
         word, _, addr = line.strip().partition(" ")
-        if addr in addresses:
+        if addr in seen:
             seen[addr] = word == "open"
-    return {a: seen.get(a, True) for a in addresses}  # no answer: not proven cut
+    return seen
 
 
 def process_states(r: Remote, pidfiles: list[str]) -> dict[str, str]:

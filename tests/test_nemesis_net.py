@@ -77,3 +77,52 @@ def test_the_fault_interface_is_the_one_holding_the_hosts_address():
 
     with pytest.raises(ClusterError, match="n9: no interface holds 192.168.56.99"):
         interface_with(VAGRANT_IP_J, "192.168.56.99", "n9")
+
+
+class Sender:
+    """A host's SSH remote for the cut's look: it answers each connect from `open_to` (or cut),
+    after losing its channel (no output, exit -1, as harness.control reports a lost
+    connection) for the first `lost` looks."""
+
+    def __init__(self, open_to=(), lost=0):
+        self.open_to, self.lost, self.looks = set(open_to), lost, 0
+
+    def sh(self, script, check=True, timeout=60.0):
+        from harness.control import Result
+
+        self.looks += 1
+        if self.looks <= self.lost:
+            return Result("n1", script, -1, "", "")
+        addrs = script.split("for a in ")[1].split("; do")[0].split()
+        out = "\n".join(f"{'open' if a in self.open_to else 'cut'} {a}" for a in addrs)
+        return Result("n1", script, 0, out, "")
+
+
+def cut_between(remotes):
+    from harness.cluster import Host
+    from nemeses.net import Partition
+
+    hosts = [Host(n, f"10.77.0.1{n[1]}") for n in HOSTS]
+    part = Partition(hosts=hosts, remotes=remotes)
+    part._cut = {"n1": ["n2"], "n2": ["n1"], "n3": ["n1"]}  # receiver -> the senders it drops
+    return part
+
+
+def test_a_look_whose_channel_was_lost_is_tried_again():
+    # n1's SSH channel dropped under the other faults' load: its first look said nothing
+    n1 = Sender(lost=1)
+    seen = cut_between({"n1": n1, "n2": Sender()}).observe_cut()
+    assert seen == {"ok": True, "cut_pairs": 3, "connected": []} and n1.looks == 2
+
+
+def test_a_cut_no_look_answered_for_is_unchecked_not_connected():
+    # Before: a pair the look gave no answer about counted as connected, so a lost channel
+    # made the start "not in force" and a matrix cell unknown. Nothing was seen either way.
+    seen = cut_between({"n1": Sender(lost=2), "n2": Sender()}).observe_cut()
+    assert seen["ok"] is None and seen["connected"] == []
+    assert seen["unanswered"] == [["n1", "n2"], ["n1", "n3"]]
+
+
+def test_a_pair_that_connects_is_not_in_force_whatever_else_went_unanswered():
+    seen = cut_between({"n1": Sender(lost=2), "n2": Sender(open_to={"10.77.0.11"})}).observe_cut()
+    assert seen["ok"] is False and seen["connected"] == [["n2", "n1"]]
