@@ -87,7 +87,7 @@ def _ensure_chain(r: Remote, chain: str, last: bool = False) -> None:
 
 def _rules(r: Remote, chain: str) -> int:
     """How many rules `chain` holds on the host (-1: no such chain)."""
-    res = r.sh(f"iptables -w -S {chain}", check=False)
+    res = observe.ask(r, f"iptables -w -S {chain}")
     if res.exit_status != 0:
         return -1
     return sum(1 for line in res.stdout.splitlines() if line.startswith("-A "))
@@ -141,9 +141,9 @@ class Partition(Nemesis):
 
     def observe_cut(self) -> dict:
         """Each cut pair tried from its sender: a TCP connect to the receiver's sshd must fail.
-        Pairs that connected are named, and so are those no look answered for (tried twice:
-        the sender's SSH channel was lost), which leave the cut unchecked, not unverified; the
-        check is of this package's cut alone."""
+        Pairs that connected are named, and so are those no look answered for (the sender's
+        SSH channel was lost twice: observe.ask), which leave the cut unchecked, not
+        unverified; the check is of this package's cut alone."""
         addr = {h.name: h.address for h in self.hosts}
         name_of = {a: n for n, a in addr.items()}
         senders: dict[str, list[str]] = {}
@@ -151,11 +151,7 @@ class Partition(Nemesis):
             for src in srcs:
                 senders.setdefault(src, []).append(addr[receiver])
 
-        def look(s: str) -> dict[str, bool | None]:
-            seen = observe.reachable(self.remotes[s], senders[s])
-            again = [a for a, is_open in seen.items() if is_open is None]
-            return {**seen, **observe.reachable(self.remotes[s], again)} if again else seen
-        seen = observe.each(sorted(senders), look)
+        seen = observe.each(sorted(senders), lambda s: observe.reachable(self.remotes[s], senders[s]))
         pairs = {state: sorted([s, name_of[a]] for s, probes in seen.items()
                                for a, is_open in probes.items() if is_open is state)
                  for state in (True, None)}

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from harness import pidfile
-from harness.control import Remote
+from harness.control import Remote, Result
 
 PROBE_PORT = 22  # every test host runs sshd on its test address: a port a cut must close
 CONNECT_S = 1.5
@@ -57,6 +57,14 @@ def each(hosts: list[str], probe: Callable[[str], Any]) -> dict[str, Any]:
         return dict(zip(hosts, pool.map(probe, hosts), strict=True))
 
 
+def ask(r: Remote, script: str, timeout: float = 60.0) -> Result:
+    """Run a look (`script`, which only reads) on the host behind `r`, once more if its SSH
+    channel was lost before an exit status came (paramiko's -1, as under other faults' load):
+    a lost channel says nothing about the fault, and a look run again changes nothing."""
+    res = r.sh(script, check=False, timeout=timeout)
+    return r.sh(script, check=False, timeout=timeout) if res.exit_status == -1 else res
+
+
 def reachable(r: Remote, addresses: list[str], port: int = PROBE_PORT) -> dict[str, bool | None]:
     """From the host behind `r`: which of `addresses` accept a TCP connection on `port` within
     CONNECT_S (all tried at once); None for one the look gave no answer about (its SSH
@@ -67,7 +75,7 @@ def reachable(r: Remote, addresses: list[str], port: int = PROBE_PORT) -> dict[s
     probe = (f"for a in {' '.join(map(shlex.quote, addresses))}; do "
              f"(timeout {CONNECT_S} bash -c \"exec 3<>/dev/tcp/$a/{port}\" 2>/dev/null "
              f"&& echo \"open $a\" || echo \"cut $a\") & done; wait")
-    out = r.sh(probe, check=False, timeout=CONNECT_S + 30).stdout.split("\n")
+    out = ask(r, probe, timeout=CONNECT_S + 30).stdout.split("\n")
     seen: dict[str, bool | None] = dict.fromkeys(addresses)
     for line in out:
         word, _, addr = line.strip().partition(" ")
@@ -84,7 +92,7 @@ def process_states(r: Remote, pidfiles: list[str]) -> dict[str, str]:
         f"f={shlex.quote(p)}; if [ ! -s $f ]; then echo \"$f no-pid-file\"; "
         f"elif {pidfile.live('$f')}; then echo \"$f $(sed 's/.*) //' /proc/$p/stat "
         f"| cut -d' ' -f1)\"; else echo \"$f gone\"; fi" for p in pidfiles)
-    out = r.sh(script, check=False).stdout
+    out = ask(r, script).stdout
     states = {}
     for line in out.splitlines():
         path, _, state = line.strip().rpartition(" ")
