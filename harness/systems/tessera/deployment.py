@@ -291,9 +291,11 @@ class TesseraDB(Deployment):
 
     def ask_each(self, hosts: list[Host], daemon: str, method: str, reply: type,
                  request: object = None) -> dict:
-        """Call `method` (with `request`, by default none) on `daemon` of every host, from a
-        harness thread (which has no event loop of its own): host name -> reply, for the hosts
-        that answered."""
+        """Call `method` (with `request`, by default none) on `daemon` of every host at once,
+        from a harness thread (which has no event loop of its own): host name -> reply, for
+        the hosts that answered. At once: a paused host costs its call's whole timeout, and
+        asked one after another, two of them made a membership start's every look at the
+        tablets seconds long, longer than the window the plan gave it."""
         import asyncio
 
         from node.protocol import Empty
@@ -302,16 +304,18 @@ class TesseraDB(Deployment):
         port = self.RPC_PORTS[daemon]
 
         async def ask() -> dict:
-            rpc, out = RpcClient(connect_timeout=1.0, tls=self.tls()), {}
+            rpc = RpcClient(connect_timeout=1.0, tls=self.tls())
+
+            async def one(h: Host) -> object:
+                try:
+                    return await rpc.call((h.address, port), method,
+                                          Empty() if request is None else request, reply,
+                                          to_uuid="", timeout=1.0)
+                except RpcError:
+                    return None
             try:
-                for h in hosts:
-                    try:
-                        out[h.name] = await rpc.call((h.address, port), method,
-                                                     Empty() if request is None else request, reply,
-                                                     to_uuid="", timeout=1.0)
-                    except RpcError:
-                        pass
-                return out
+                replies = await asyncio.gather(*(one(h) for h in hosts))
+                return {h.name: r for h, r in zip(hosts, replies, strict=True) if r is not None}
             finally:
                 await rpc.close()
 
