@@ -34,6 +34,8 @@ class Stranded(Exception):
 
 
 class Members(Protocol):
+    why_none: str  # when the last `removable` found none: why, group by group
+
     def removable(self) -> list[Candidate]:
         """The members whose removal alone costs no quorum now, sorted: a settled config,
         enough voters, every other member running."""
@@ -65,9 +67,11 @@ class Membership(Nemesis):
     remove_timeout: float = 30.0
     add_timeout: float = 15.0
     # How long one try of a start looks for a removal the system takes; then it is held off
-    # and the schedule tries again until the plan's stop. Short: a try of 10 s outlasted the
-    # whole window of a short matrix cell, whose membership starts then never fired.
-    patience: float = 2.0
+    # and the schedule tries again until the plan's stop. None by default: one look per try.
+    # The schedule holds the other packages' next starts back only once a try has answered
+    # held off (quiet), so a try of 2 s or more (looks on a loaded cluster take a while) kept
+    # them coming through most of a short matrix cell's window, and the start never fired.
+    patience: float = 0.0
     read_back_s: float = 10.0  # how long a removal's read-back waits for the config to show it
     _removed: list[Candidate] = field(default_factory=list)
 
@@ -82,7 +86,11 @@ class Membership(Nemesis):
         refused = None
         while True:
             # a member whose host another fault holds killed or paused is not this fault's
-            candidates = [c for c in members.removable() if not self.db.held_by(c[2])]
+            found = members.removable()
+            candidates = [c for c in found if not self.db.held_by(c[2])]
+            lacking = (members.why_none if not found else
+                       f"the hosts of {', '.join(sorted({c[2] for c in found}))} are held by "
+                       f"other faults")
             if candidates:
                 member = candidates[choice["pick"] % len(candidates)]
                 self._removed.append(member)  # first: a removal that raised may still have
@@ -104,7 +112,8 @@ class Membership(Nemesis):
                 # while the plan leaves this start time, and holds the other packages' next
                 # starts back meanwhile (quiet): with ten packages overlapping at random, a
                 # moment when every member of some group is up seldom comes by itself.
-                return held_off(refused or "no group whose members can spare one now", quiet=True)
+                return held_off(refused or f"no group whose members can spare one now ({lacking})",
+                                quiet=True)
             time.sleep(1.0)
 
     def _read_back(self, members: Members, member: Candidate) -> bool | None:

@@ -20,8 +20,10 @@ class Ledger:
     fail_adds: int = 0
     refuse: int = 0  # the system declines this many removals as unsafe
     calls: list = field(default_factory=list)
+    why_none: str = ""
 
     def removable(self):
+        self.why_none = "" if len(self.members) > 3 else f"only {len(self.members)} members"
         return sorted(self.members) if len(self.members) > 3 else []
 
     def remove(self, member, timeout):
@@ -80,16 +82,29 @@ def test_no_candidate_is_a_skip_not_a_removal(monkeypatch):
     ledger = Ledger(members=[("g", "m1", "n1"), ("g", "m2", "n2"), ("g", "m3", "n3")])
     monkeypatch.setattr("nemeses.membership.time.sleep", lambda s: None)
     m = Membership(db=System(ledger), patience=0.0)
-    assert "skipped" in m.start({"pick": 1}) and not m.active and ledger.calls == []
+    done = m.start({"pick": 1})
+    assert done["skipped"] == "no group whose members can spare one now (only 3 members)"
+    assert not m.active and ledger.calls == []
 
 
 def test_a_removal_refused_for_now_is_tried_again(monkeypatch):
     ledger = Ledger(refuse=2)
     monkeypatch.setattr("nemeses.membership.time.sleep", lambda s: None)
-    m = Membership(db=System(ledger))
+    m = Membership(db=System(ledger), patience=5.0)  # within one try
     assert m.start({"pick": 0}) == {"removed": "n1", "group": "g", "id": "m1",
                                     "observed": {"ok": True, "in_config": False}} and m.active
     assert ledger.calls == [("remove", "m1")]
+
+
+def test_by_default_a_try_is_one_look_and_the_schedule_tries_again(monkeypatch):
+    # a try that kept looking for seconds held the other packages' starts back only once it
+    # answered: in a short window they came on meanwhile, and the removal never fired
+    ledger = Ledger(refuse=1)
+    monkeypatch.setattr("nemeses.membership.time.sleep", lambda s: None)
+    m = Membership(db=System(ledger))
+    first = m.start({"pick": 0})
+    assert first["held_off"] is True and first["quiet"] is True and "refused" in first["skipped"]
+    assert m.start({"pick": 0})["removed"] == "n1" and ledger.calls == [("remove", "m1")]
 
 
 def test_a_removal_the_config_still_shows_is_not_in_force(monkeypatch):

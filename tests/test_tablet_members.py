@@ -124,3 +124,18 @@ def test_a_tablet_stranded_for_one_look_only_is_waited_on(monkeypatch):
     members = TabletMembers(Looks([STRANDED, back]), retry_s=0.01, stranded_s=0.0)
     assert members.change("t1", "remove", "c", timeout=5.0) == [["a", "VOTER"], ["b", "VOTER"]]
     assert len(calls) == 4
+
+
+def test_no_removable_member_says_what_each_tablet_lacked():
+    # t1's leader has a change pending; the membership start's skip names it
+    pending = TabletReport("t1", "tbl", "RUNNING", role="LEADER", term=3, config=THREE,
+                           committed_config=TWO + [["c", "NON_VOTER"]], committed_config_index=4)
+    members = TabletMembers(Servers({"a": pending, "b": replica("FOLLOWER", 3, THREE, 4)}))
+    assert members.removable() == [] and members.why_none == "t1: a change pending"
+    members = TabletMembers(Servers({"b": replica("FOLLOWER", 3, THREE, 4)}))
+    assert members.removable() == [] and members.why_none == "t1: no leader reported"
+    members = TabletMembers(Servers({"a": replica("LEADER", 3, THREE, 4),
+                                     "b": replica("FOLLOWER", 3, THREE, 4)}))
+    assert members.removable() == [] and members.why_none == "t1: members not running: c"
+    members.db.reports["c"] = replica("FOLLOWER", 3, THREE, 4)
+    assert len(members.removable()) == 3 and members.why_none == ""

@@ -387,6 +387,7 @@ class EtcdMembers:
     quorum (nemeses.membership's rule for every system)."""
 
     db: EtcdDB
+    why_none: str = ""  # what the last `removable` found lacking, when it found nothing
 
     def list(self) -> list[dict] | None:
         """The members, as the first answering member lists them; None if none answers."""
@@ -407,9 +408,14 @@ class EtcdMembers:
         members = self.list() or []
         started = [m for m in members if m.get("name")]
         if len(started) != len(members) or len(members) <= 3:
-            return []  # a member added and not yet started, or too few to spare one
+            # a member added and not yet started, or too few to spare one
+            self.why_none = (f"{len(members)} members, {len(members) - len(started)} not started"
+                             if members else "no member answered")
+            return []
         answering = set(self.db.statuses())
         names = [m["name"] for m in members]
+        silent = sorted(set(names) - answering)
+        self.why_none = f"members not answering: {', '.join(silent)}"
         return sorted((GROUP, m["ID"], m["name"]) for m in members
                       if set(names) - {m["name"]} <= answering)
 

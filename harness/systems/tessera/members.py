@@ -26,11 +26,13 @@ class TabletMembers:
     # How long a tablet must stay stranded before a change gives up on it: a replica FAILED by
     # a fault that is healed with a restart may run again, and one look could catch it between.
     stranded_s: float = 5.0
+    why_none: str = ""  # what the last `removable` found lacking, when it found nothing
 
     def removable(self) -> list[tuple[str, str, str]]:
         """(tablet, uuid, host) of replicas that may be removed now: a running one, or one on a
         host that is down or paused (the eviction an operator would do), of a tablet whose
-        config is settled, has three voters, and whose other members all run."""
+        config is settled, has three voters, and whose other members all run. When there is
+        none, `why_none` says what each tablet lacked."""
         from node.protocol import ServerStatus
 
         statuses = self.db.ask_each(self.db.hosts, "tserver", "ts.status", ServerStatus)
@@ -41,18 +43,28 @@ class TabletMembers:
                 if t.state == "RUNNING":
                     running.setdefault(t.tablet_id, set()).add(st.uuid)
         answered = {st.uuid for st in statuses.values()}
-        out = []
+        out, lacks = [], {tid: "no leader reported" for tid in running}
         for st in statuses.values():
             for t in st.tablets:
-                if (t.role != "LEADER" or t.config != t.committed_config
-                        or sum(kind == "VOTER" for _, kind in t.committed_config) < 3):
+                if t.role != "LEADER":
+                    continue
+                if t.config != t.committed_config:
+                    lacks[t.tablet_id] = "a change pending"
+                    continue
+                if sum(kind == "VOTER" for _, kind in t.committed_config) < 3:
+                    lacks[t.tablet_id] = "fewer than three voters"
                     continue
                 members = {uuid for uuid, _ in t.committed_config}
+                down = sorted(self._hosts.get(u, u) for u in members - running[t.tablet_id])
+                lacks[t.tablet_id] = f"members not running: {', '.join(down)}"
                 for uuid in sorted(members):
                     others_run = members - {uuid} <= running[t.tablet_id]
                     target_ok = uuid in running[t.tablet_id] or uuid not in answered
                     if others_run and target_ok and uuid in self._hosts:
                         out.append((t.tablet_id, uuid, self._hosts[uuid]))
+        self.why_none = "" if out else (
+            "; ".join(f"{tid[-4:]}: {why}" for tid, why in sorted(lacks.items()))
+            or f"no tablet server reports a running replica ({len(statuses)} answered)")
         return sorted(out)
 
     def remove(self, member: tuple[str, str, str], timeout: float = 30.0) -> dict:
