@@ -41,8 +41,10 @@ class CopyRace(Nemesis):
         leader = view.leader if view else None
         others = view.voters_but_leader() if leader else []
         if leader is None or len(others) < 2:
-            # the kills and partitions of other packages leave it so until they stop
-            return held_off(f"tablet {tablet} has no leader with two other voters that answer")
+            # the kills and partitions of other packages leave it so until they stop: quiet,
+            # so their next starts wait while the group settles (nemeses.base.held_off)
+            return held_off(f"tablet {tablet} has no leader with two other voters that answer",
+                            quiet=True)
         i = choice["pick"] % len(others)
         follower, receiver = others[i], others[(i + 1) % len(others)]
         self.part.cut({leader: [follower], follower: [leader]})

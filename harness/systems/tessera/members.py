@@ -133,6 +133,17 @@ class TabletMembers:
         deadline = time.monotonic() + timeout
         stranded_since = None
         while True:
+            # Looked at before each try: the master waits out its own retries for a leader
+            # (ten seconds a call), and on a stranded tablet it could only say there is none.
+            why = self.stranded(tablet)
+            if why is not None:
+                stranded_since = stranded_since or time.monotonic()
+                if (time.monotonic() - stranded_since >= self.stranded_s
+                        or time.monotonic() > deadline):
+                    raise Stranded(f"{op} of {uuid} in tablet {tablet} given up: {why}")
+                time.sleep(self.retry_s)
+                continue
+            stranded_since = None
             try:
                 return asyncio.run(change_replica(self.db, tablet, op, uuid))
             except RpcError as e:
@@ -142,15 +153,6 @@ class TabletMembers:
                     raise Refused(e.message) from None
                 if time.monotonic() > deadline:
                     raise
-                failed = e
-            why = self.stranded(tablet)
-            if why is None:
-                stranded_since = None
-            elif stranded_since is None:
-                stranded_since = time.monotonic()
-            elif time.monotonic() - stranded_since >= self.stranded_s:
-                raise Stranded(f"{op} of {uuid} in tablet {tablet} given up after "
-                               f"{failed.message}: {why}") from None
             time.sleep(self.retry_s)
 
     def stranded(self, tablet: str) -> str | None:
