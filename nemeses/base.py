@@ -101,6 +101,10 @@ def held_off(why: str, quiet: bool = False, **extra: Any) -> dict:
 class Nemesis:
     name: str = "nemesis"
     active: bool = False
+    # A start that is over when it returns, with nothing for its stop to undo (a leadership
+    # transfer): held off, it is tried again up to the package's next start, not only its
+    # stop (nemeses.schedule), since firing after the planned stop loses nothing.
+    instant: bool = False
 
     def start(self, choice: dict) -> dict:
         raise NotImplementedError

@@ -271,6 +271,27 @@ def test_a_start_held_off_until_its_own_stop_is_skipped_with_its_reason(tmp_path
     assert "held by all-kill" in skipped["skipped"]
 
 
+def test_an_instant_start_held_past_its_stop_fires_before_its_next_start(tmp_path):
+    """A leadership transfer (instant: its stop undoes nothing) whose whole window lay inside
+    all-kill's hold never fired; it is now tried until the package's next start, at 12 s."""
+    clock, held, log = FakeClock(), {"by": None}, []
+    needy = Needy(name="leader-transfer", clock=clock, log=log, held=held, instant=True)
+    nemeses = {"all-kill": Holder(name="all-kill", clock=clock, log=log, held=held),
+               "leader-transfer": needy}
+    plan = plan_of((1, "all-kill", "start", {"targets": ["n1"]}),
+                   (2, "leader-transfer", "start", {"targets": ["n2"]}),
+                   (8, "leader-transfer", "stop"), (9, "all-kill", "stop"),
+                   (12, "leader-transfer", "start", {"targets": ["n3"]}),
+                   (16, "leader-transfer", "stop"), heal=())
+    s = Schedule(nemeses, plan, clock=clock)
+    asyncio.run(s.run(Recorder(tmp_path / "h.jsonl")))
+    fired = [e for e in log if e[1:3] == ("start", "leader-transfer")]
+    assert [e[3]["targets"] for e in fired] == [["n2"], ["n3"]]
+    assert 9 <= fired[0][0] <= 9 + RETRY_S and fired[1][0] == 12
+    # its stop followed the late start, before the next start
+    assert [e[1] for e in log if e[2] == "leader-transfer"] == ["start", "stop", "start", "stop"]
+
+
 def test_a_plain_skip_is_not_tried_again(tmp_path):
     calls = []
 
