@@ -101,10 +101,11 @@ def held_off(why: str, quiet: bool = False, **extra: Any) -> dict:
 class Nemesis:
     name: str = "nemesis"
     active: bool = False
-    # A start that is over when it returns, with nothing for its stop to undo (a leadership
-    # transfer): held off, it is tried again up to the package's next start, not only its
-    # stop (nemeses.schedule), since firing after the planned stop loses nothing.
-    instant: bool = False
+    # A start that loses nothing by firing after its planned stop, its stop then following at
+    # once (a leadership transfer, with nothing to stop; a removal, which its stop adds back
+    # through a copy): held off, it is tried again up to the package's next start, not only
+    # its stop (nemeses.schedule).
+    fires_late: bool = False
 
     def start(self, choice: dict) -> dict:
         raise NotImplementedError

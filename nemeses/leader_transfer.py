@@ -32,7 +32,7 @@ def draw(rng: random.Random, hosts: list[str]) -> dict:
 class LeaderTransfer(Nemesis):
     ctx: Context = None
     name: str = "leader-transfer"
-    instant: bool = True
+    fires_late: bool = True  # nothing to stop
 
     def start(self, choice: dict) -> dict:
         rule = choice["target"]

@@ -73,6 +73,10 @@ class Membership(Nemesis):
     # them coming through most of a short matrix cell's window, and the start never fired.
     patience: float = 0.0
     read_back_s: float = 10.0  # how long a removal's read-back waits for the config to show it
+    # Held off through its whole window (ten packages overlapping in a short cell), it is tried
+    # up to its next start: a removal added back at once is still a removal, a tombstone and a
+    # copy, where a start never fired is nothing.
+    fires_late: bool = True
     _removed: list[Candidate] = field(default_factory=list)
 
     def start(self, choice: dict) -> dict:

@@ -14,9 +14,8 @@ skipped, and said so, and so is its stop; the final heal follows anyway.
 
 A start held off by another package (it answers `nemeses.base.held_off`: the daemon it would
 kill is held killed or paused, every replica it would race is down) did nothing, and is tried
-again every RETRY_S until the plan's stop for it (an instant fault's, which has nothing to
-stop, until the package's next start: a transfer held off by an all-kill as long as its own
-window never fired), so two packages' overlap delays a fault
+again every RETRY_S until the plan's stop for it (one that `fires_late`, until the package's
+next start: a transfer held off by an all-kill as long as its own window never fired), so two packages' overlap delays a fault
 rather than cancelling it (however short its hold is left: a kill then restarted at once is still
 a crash and a recovery): `membership-race` starting inside `all-kill`'s hold fires
 once the kill is over. The start's completion then says how long it waited (`waited_s`); a
@@ -123,19 +122,19 @@ class Schedule:
         previous step, so packages overlap and a slow step delays only its own package."""
         t0 = self._t0 = self.clock.now()
         last: dict[str, asyncio.Task] = {}
-        # each start's last moment to fire: the stop the plan gives it, or for an instant
-        # fault the package's next start (the workload's end for its last)
+        # each start's last moment to fire: the stop the plan gives it, or for one that
+        # `fires_late` the package's next start (the workload's end for its last)
         until: dict[int, float] = {}
         opened: dict[str, int] = {}
         for i, s in enumerate(self.plan.steps):
             if s.action == "start":
-                if s.package in opened and self.nemeses[s.package].instant:
+                if s.package in opened and self.nemeses[s.package].fires_late:
                     until[opened[s.package]] = t0 + s.at
                 opened[s.package] = i
-            elif s.package in opened and not self.nemeses[s.package].instant:
+            elif s.package in opened and not self.nemeses[s.package].fires_late:
                 until[opened.pop(s.package)] = t0 + s.at
         for name, j in opened.items():
-            if self.nemeses[name].instant:
+            if self.nemeses[name].fires_late:
                 until[j] = t0 + self.plan.time_limit
         skipped: set[str] = set()  # packages whose last start came after the workload's end
 

@@ -67,11 +67,7 @@ def test_added_replica_is_copied_promoted_and_carries_the_quorum_after_a_removal
     cluster = make_cluster(tservers=4, every=200, retain=20)
 
     async def go():
-        client, tablet, table = await _one_tablet_table(cluster)
-        for i in range(600):
-            await table.write(f"k{i}", i)
-
-        reports = await _reports(client, cluster, tablet)
+        client, tablet, table, reports = await _loaded(cluster, 600)
         newcomer = next(name for name, (_, rep) in reports.items() if rep is None)
         new_uuid = reports[newcomer][0]
         config = await client.change_replica(tablet, "add", new_uuid)
@@ -159,13 +155,18 @@ def test_a_follower_behind_the_retained_log_is_caught_up_by_tablet_copy(make_clu
     run(go())
 
 
-async def _loaded_with_a_spare(cluster, rows: int = 300):
-    """A new one-tablet table with `rows` rows on a 4-server cluster: (client, tablet, table,
-    uuids by daemon name, the spare server holding no replica, a follower)."""
+async def _loaded(cluster, rows: int):
+    """A new one-tablet table with `rows` rows: (client, tablet, table, `_reports` of it)."""
     client, tablet, table = await _one_tablet_table(cluster)
     for i in range(rows):
         await table.write(f"k{i}", i)
-    reps = await _reports(client, cluster, tablet)
+    return client, tablet, table, await _reports(client, cluster, tablet)
+
+
+async def _loaded_with_a_spare(cluster, rows: int = 300):
+    """A new one-tablet table with `rows` rows on a 4-server cluster: (client, tablet, table,
+    uuids by daemon name, the spare server holding no replica, a follower)."""
+    client, tablet, table, reps = await _loaded(cluster, rows)
     spare = next(name for name, (_, r) in reps.items() if r is None)
     follower = next(name for name, (_, r) in reps.items() if r is not None and r.role != "LEADER")
     return client, tablet, table, {name: uuid for name, (uuid, _) in reps.items()}, spare, follower
@@ -295,10 +296,7 @@ def test_a_change_to_a_tablet_with_most_voters_failed_gives_up_before_its_timeou
     cluster = make_cluster(tservers=3, every=100, retain=10)
 
     async def load():
-        client, tablet, table = await _one_tablet_table(cluster)
-        for i in range(50):
-            await table.write(f"k{i}", i)
-        reps = await _reports(client, cluster, tablet)
+        client, tablet, _, reps = await _loaded(cluster, 50)
         await client.close()
         return tablet, {name: uuid for name, (uuid, _) in reps.items()}
     tablet, uuids = run(load())

@@ -271,11 +271,11 @@ def test_a_start_held_off_until_its_own_stop_is_skipped_with_its_reason(tmp_path
     assert "held by all-kill" in skipped["skipped"]
 
 
-def test_an_instant_start_held_past_its_stop_fires_before_its_next_start(tmp_path):
-    """A leadership transfer (instant: its stop undoes nothing) whose whole window lay inside
+def test_a_start_that_fires_late_held_past_its_stop_fires_before_its_next_start(tmp_path):
+    """A leadership transfer (it fires late: its stop undoes nothing) whose whole window lay inside
     all-kill's hold never fired; it is now tried until the package's next start, at 12 s."""
     clock, held, log = FakeClock(), {"by": None}, []
-    needy = Needy(name="leader-transfer", clock=clock, log=log, held=held, instant=True)
+    needy = Needy(name="leader-transfer", clock=clock, log=log, held=held, fires_late=True)
     nemeses = {"all-kill": Holder(name="all-kill", clock=clock, log=log, held=held),
                "leader-transfer": needy}
     plan = plan_of((1, "all-kill", "start", {"targets": ["n1"]}),
