@@ -28,7 +28,8 @@ class Refused(Exception):
 
 class Stranded(Exception):
     """The group can elect no leader until an operator steps in (most of its voters are
-    FAILED): a change waiting on it would only spend the run's budget, so it gives up at once.
+    FAILED): a change waiting on it would only spend the run's budget, so it gives up within
+    seconds.
     The step fails, and says why; the run's verdict is unknown, as its convergence check also
     finds, never valid."""
 
@@ -67,7 +68,8 @@ class Membership(Nemesis):
     remove_timeout: float = 30.0
     add_timeout: float = 15.0
     # How long one try of a start looks for a removal the system takes; then it is held off
-    # and the schedule tries again until the plan's stop. None by default: one look per try.
+    # and the schedule tries again up to the package's next start (fires_late). Zero by
+    # default: one look per try.
     # The schedule holds the other packages' next starts back only once a try has answered
     # held off (quiet), so a try of 2 s or more (looks on a loaded cluster take a while) kept
     # them coming through most of a short matrix cell's window, and the start never fired.
@@ -80,10 +82,10 @@ class Membership(Nemesis):
     _removed: list[Candidate] = field(default_factory=list)
 
     def start(self, choice: dict) -> dict:
-        """Remove one member among those `removable` finds. Polls for a while: other faults
-        may be holding every group, and a system may refuse a removal that is unsafe only for
+        """Remove one member among those `removable` finds, looking for up to `patience`
+        (once, by default): other faults may be holding every group, and a system may refuse a removal that is unsafe only for
         now (a voter restarted a moment ago has not answered its leader yet); after `patience`
-        it is held off (nemeses.base.held_off) and tried again until its stop. The plan's
+        it is held off (nemeses.base.held_off) and tried again up to its next start. The plan's
         `pick` chooses among the candidates found then (a rule on live state)."""
         members = self.db.membership()
         deadline = time.monotonic() + self.patience

@@ -56,7 +56,8 @@ class TabletMembers:
                     continue
                 members = {uuid for uuid, _ in t.committed_config}
                 down = sorted(self._hosts.get(u, u) for u in members - running[t.tablet_id])
-                lacks[t.tablet_id] = f"members not running: {', '.join(down)}"
+                lacks[t.tablet_id] = (f"members not running: {', '.join(down)}" if down else
+                                      "no member whose host is known")
                 for uuid in sorted(members):
                     others_run = members - {uuid} <= running[t.tablet_id]
                     target_ok = uuid in running[t.tablet_id] or uuid not in answered
