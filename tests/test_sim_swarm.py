@@ -680,7 +680,7 @@ def test_a_quarter_of_the_swarm_mixes_keep_few_sessions_so_clients_lose_theirs(t
     valid. No seed with the engine's 1,024 sessions ever evicted one."""
     mixes = [swarm_mix(s) for s in range(200)]
     drawn = Counter(m.max_sessions for m in mixes)
-    assert set(drawn) == {None, 3, 8} and 60 < drawn[None] < 140, drawn
+    assert set(drawn) == {None, 3, 8} and 60 < drawn[None] < 150, drawn  # bundles draw none
     few = parse_mix("crash:2,restart:4,heal:1;every=1-4;sessions=3;load=20x200")
     assert few.max_sessions == 3 and "sessions=3" in few.spec()
     with pytest.raises(ValueError, match="sessions='0'"):
@@ -733,7 +733,7 @@ def test_the_delay_fault_slows_one_hosts_links_for_a_while_and_leaves_others_alo
     sim.loop.run_until_complete(asyncio.sleep(2.5))
     assert sim.net.slowed(host, other) == 0.0  # over after its 2 s
     assert sim.net.slowed(host, sim.masters[0]) == 0.5  # not the other fault's
-    assert sum("delay" in swarm_mix(s).kinds() for s in range(200)) > 60
+    assert sum("delay" in swarm_mix(s).kinds() for s in range(200)) > 50  # bundles draw none
 
 
 def test_half_the_mixes_lower_the_servers_frame_limit_and_the_client_keeps_its_own(tmp_path):
@@ -785,7 +785,7 @@ def test_a_disk_filled_just_past_its_files_fails_a_segments_preallocation_or_wri
     space counted, in a seed of small segments: the next segment cannot be preallocated, or a
     WAL write comes back short and the rest fails (ENOSPC): the log fails, the replica FAILs, and
     the masters replace it. No seed had reached either; the seed stays valid."""
-    assert "full" in LATE and 60 < sum("full" in swarm_mix(s).kinds() for s in range(200)) < 140
+    assert "full" in LATE and 50 < sum("full" in swarm_mix(s).kinds() for s in range(200)) < 140
     spec = "restart:2,heal:1,full:4;every=1-4;reads=linearizable;load=10x100"
     assert parse_mix(spec).spec() == spec
     _valid_and_fired(StackConfig(seed=2, workload="register", seconds=30.0, mix=parse_mix(spec)),

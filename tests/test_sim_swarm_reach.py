@@ -22,6 +22,7 @@ from harness.sim.swarm import (
     LATE_BUNDLES,
     LATER_BUNDLES,
     LATEST_BUNDLES,
+    SIXTH_BUNDLES,
     UNPACED,
     _own_draw,
     bundle_of,
@@ -261,8 +262,9 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     other seeds about one in sixteen runs one of LATE_BUNDLES (its own stream, so the seeds
     with a bundle keep theirs), and of the seeds left about one in twenty-one one of
     LATER_BUNDLES (a third stream), and of those left about one in eleven one of
-    LATEST_BUNDLES (a fourth) and one in twenty-one one of FIFTH_BUNDLES (a fifth); the rest
-    keep their own draws, and a kind of BUNDLED only comes in a bundle."""
+    LATEST_BUNDLES (a fourth), one in twenty-one one of FIFTH_BUNDLES (a fifth) and of
+    SIXTH_BUNDLES (a sixth); the rest keep their own draws, and a kind of BUNDLED only comes
+    in a bundle."""
     from tests.test_sim_forge import FORGE
 
     assert parse_mix(BUNDLES["forge-snapshot"]) == parse_mix(f"{FORGE};workload=register")
@@ -279,7 +281,10 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     assert set(latest) == set(LATEST_BUNDLES) and 10 < sum(latest.values()) < 40, latest
     fifth = Counter(b for s in range(600) if (b := bundle_of(s)) in FIFTH_BUNDLES)
     assert set(fifth) == set(FIFTH_BUNDLES) and 8 < sum(fifth.values()) < 40, fifth
-    specs = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES, **FIFTH_BUNDLES}
+    sixth = Counter(b for s in range(800) if (b := bundle_of(s)) in SIXTH_BUNDLES)
+    assert set(sixth) == set(SIXTH_BUNDLES) and 8 < sum(sixth.values()) < 40, sixth
+    specs = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES, **FIFTH_BUNDLES,
+             **SIXTH_BUNDLES}
     assert specs == ALL_BUNDLES
     for s in range(200):
         mix, bundle = swarm_mix(s), bundle_of(s)
@@ -408,6 +413,35 @@ def test_leadership_handed_over_under_lease_reads_grants_no_lease_from_a_round_a
     _valid_and_fired(StackConfig(seed=0, workload="register", seconds=20.0,
                                  mix=parse_mix(LATEST_BUNDLES["transfer-lease"])), tmp_path,
                      "read.lease.not_granted", "read.lease.granted")
+
+
+def test_a_copy_from_a_leader_writing_behind_ends_behind_the_tombstone_and_is_refused(tmp_path):
+    """`quiet-copy-behind` (SIXTH_BUNDLES): on a lightly loaded cluster, a follower tombstoned
+    while its leader's own write runs behind on a slow disk holds entries the leader's WAL has
+    not synced; the leader, still heartbeating, copies the tablet back from its synced end,
+    and the copy is refused for ending behind the tombstone's last OpId (the tablet stays a
+    tombstone) until a later copy reaches past it. No seed had reached that: under the swarm's
+    usual load the leader awaits a second write and sends nothing until its syncs end, and
+    copy-behind crashed it before it copied. Valid."""
+    result = _valid_and_fired(StackConfig(seed=6, workload="register", seconds=20.0,
+                                          mix=parse_mix(SIXTH_BUNDLES["quiet-copy-behind"])),
+                              tmp_path, "copy.refused.behind_tombstone", "copy.install.completed")
+    assert result.nemesis.get("copy-behind", 0) >= 1, result.nemesis
+
+
+def test_a_tombstone_whose_metadata_does_not_read_answers_no_vote_and_takes_no_copy(tmp_path):
+    """`tombstone-rot` (BUNDLED, SIXTH_BUNDLES): a voter tombstoned in place, then a bit of its
+    consensus metadata flipped across a power loss, while its tablet's leader crashes and
+    transfers move leadership: the tombstone knows neither its term nor its vote, so it sends
+    no answer to a vote request, and every copy onto it is refused (the merge cannot keep
+    votes it cannot read). Only READY replicas' metadata was damaged before, and no seed had
+    asked such a tombstone for a vote. Valid."""
+    result = _valid_and_fired(StackConfig(seed=0, workload="register", seconds=20.0,
+                                          mix=parse_mix(SIXTH_BUNDLES["tombstone-rot"])),
+                              tmp_path, "tombstone.vote.refused_corrupt_metadata",
+                              "copy.refused.votes_lost")
+    rotted = [e[2] for e in result.events if e[1] == "tombstone-rot"]
+    assert rotted and all(v[8].endswith(v[0]) for v in rotted), rotted  # the tablet's metadata
 
 
 BUFFERS = ("restart:1,heal:1,crash:1;every=1-4;reads=linearizable;load=20x200;writes={};"

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from harness.sim import (
     stack_change_retry,
+    stack_copy_behind,
     stack_copy_cut,
     stack_copy_delete,
     stack_damage,
@@ -49,6 +50,7 @@ from harness.sim import (
     stack_masters,
     stack_recopy,
     stack_reprovision,
+    stack_tombstone_rot,
     stack_unsafe,
 )
 from harness.sim.disk import SimDisk
@@ -178,6 +180,8 @@ MODULE_FAULTS = {
     "maintenance": stack_maintenance.maintenance, "recopy": stack_recopy.recopy,
     "garble": stack_forge.garble, "copy-shrink": stack_forge.copy_shrink,
     "lose": stack_lose.lose, "change-retry": stack_change_retry.change_retry,
+    "copy-behind": stack_copy_behind.copy_behind,
+    "tombstone-rot": stack_tombstone_rot.tombstone_rot,
 }
 
 
@@ -329,7 +333,7 @@ class StackSim:
         timed = {kind: functools.partial(fault, self) for kind, fault in MODULE_FAULTS.items()}
         timed.update({"transfer": self._transfer, "tombstone": self._tombstone,
                       "copy-race": self._copy_race, "lease-race": self._lease_race,
-                      "fail-copy": self._fail_copy, "copy-behind": self._copy_behind})
+                      "fail-copy": self._fail_copy})
         while self.loop.time() < deadline:
             if planned is None:
                 await asyncio.sleep(rng.uniform(*self.cfg.mix.fault_every_s))
@@ -417,27 +421,6 @@ class StackSim:
         if leader not in self.down:
             self._crash(leader)
         return [*done, *flip]
-
-    async def _copy_behind(self, value: list):
-        """Slow L's disk, tombstone R a moment later, and `after` s past that crash L (its disk
-        well again) and restart it, with F cut from L and R (see `_choose_copy_fault`)."""
-        tablet, leader, f, r, slow, cut_s, _, after = value[:8]
-        if leader in self.disk_faults or leader in self.down:
-            return [*value[:8], "skipped: L's disk has a fault or L is down"]
-        self._set_disk_fault(leader, "slow", [leader, "slow", round(slow / 2, 6), slow])
-        await asyncio.sleep(0.3)  # writes pile up behind L's sync: F and R commit them
-        done = await self._tombstone(value)
-        if done is _SKIPPED:
-            self._clear_disk_fault(leader)
-            return [*value[:8], "skipped: R is down"]
-        await asyncio.sleep(after)
-        self._clear_disk_fault(leader)
-        if leader not in self.down:
-            self._crash(leader, lose_unsynced=True)
-            self._cut(f, leader, cut_s)
-            self._cut(f, r, cut_s)
-            self.loop.call_later(0.2, self._boot_if_down, leader, context=SYSTEM)
-        return done
 
     def _boot_if_down(self, host: str) -> None:
         if host in self.down:  # a restart fault may have booted it meanwhile

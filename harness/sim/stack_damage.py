@@ -107,6 +107,25 @@ def flip_wal_batch(sim, host: str, tablet: str) -> list | None:
     return [scan.path, offset, 0]
 
 
+def flip_cmeta(sim, host: str, tablet: str) -> list | None:
+    """Power loss on `host`, one bit flipped in the middle of `tablet`'s consensus metadata
+    there (its checksum then fails), and the reboot: the replica FAILs at its open, and a
+    tombstone made of it keeps metadata that does not read (node.tserver.copy.tombstone)."""
+    from node.tablet.paths import TabletPaths
+
+    sim._crash(host)
+    disk = sim.disks[host]
+    path = str(TabletPaths(DATA_DIR, tablet).consensus_meta)
+    if not disk.exists(path) or disk.size(path) == 0:
+        sim._boot(host)
+        return None
+    offset = disk.size(path) // 2
+    disk.flip_bit(path=path, at=(offset, 0))
+    sim.flipped.add(host)
+    sim._boot(host)
+    return [path, offset, 0]
+
+
 def newest_segment(disk, tablet: str):
     """A scan of `tablet`'s newest WAL segment on `disk`, or None if it has none, or if the
     replica there is not READY: a copy cut part-way leaves COPYING, with segment files written

@@ -18,6 +18,7 @@ from harness.sim import (
 )
 from harness.sim.stack_ddl import choose_ddl
 from harness.sim.stack_masters import SWAP_LINGER_S
+from harness.sim.stack_tombstone_rot import AFTER_S as TOMBSTONE_ROT_AFTER_S
 from harness.sim.stack_unsafe import choose_unsafe
 
 DRIFT_MAX_S = 0.5  # the drift fault's largest clock step, past the bound (a bad NTP server)
@@ -44,10 +45,13 @@ DELAY_FOR_S = (1.0, 8.0)
 # torn's slow disk: fsyncs long enough that a power loss lands inside one
 TORN_SLOW_FSYNC_S = (0.005, 0.05)
 CUT_S = (1.0, 8.0)  # how long a cut link stays cut
-# copy-behind: L's fsyncs (from half of it to it, s), long enough that L's group in flight
-# when R is tombstoned is still unsynced when L crashes `after` s later; F's cut from L and R
+# copy-behind (harness.sim.stack_copy_behind): L's fsyncs (from half of it to it, s), long
+# enough that L's group in flight when R is tombstoned is still unsynced while L copies to R
+# and, often, when L crashes `after` s later. `after` leaves L time to hear R's refusal (its
+# next heartbeat) and start the copy (a trigger round each second), which at 0.2-1 s it seldom
+# had before its crash. F's cut from L and R.
 COPY_BEHIND_SLOW_FSYNC_S = (3.0, 6.0)
-COPY_BEHIND_AFTER_S = (0.2, 1.0)
+COPY_BEHIND_AFTER_S = (1.5, 3.0)
 COPY_BEHIND_CUT_S = (8.0, 15.0)
 LINK_DELAY_S = (0.05, 0.5)  # copy-race's extra delay on the link between the leader and R
 TOMBSTONE_AFTER_S = (0.0, 2.0)  # copy-race: from the cut to R's tombstone
@@ -179,7 +183,8 @@ class FaultChooser:
             return stack_recopy.choose(self, rng)
         if kind == "lose":  # damage to a running server's files: within MAX_FLIPS
             return stack_lose.choose(self, rng) if self._damaged() < MAX_FLIPS else (None, None)
-        if kind in ("cut", "tombstone", "copy-race", "lease-race", "fail-copy", "copy-behind"):
+        if kind in ("cut", "tombstone", "copy-race", "lease-race", "fail-copy", "copy-behind",
+                    "tombstone-rot"):
             return self._choose_copy_fault(kind, rng)
         return kind, None  # heal, reset; membership and masters pick their target when they run
 
@@ -246,18 +251,20 @@ class FaultChooser:
           F campaigns and needs R's vote. A FAILED replica's files prove no last OpId, so R
           must not vote while the copy is under way (it voted as if its log
           were empty, and F led without entries L and R had committed).
-        - copy-behind: L's disk made slow, so under load F and R commit entries L's own WAL has
-          not synced (L writes behind); R tombstoned a moment later, its tombstone keeping the
-          last OpId it logged, past L's synced end; `after` s later, while L copies the tablet
-          back to R from what L's WAL has synced, L crashes (its disk well again) and restarts,
-          and F is cut from L and R for `cut_s`. A copy that installed behind R's tombstone
-          leaves the entries R acknowledged on F alone, and L and R elect a leader without them.
+        - copy-behind: L's disk made slow; once L writes behind, R is tombstoned past L's
+          synced end and copied back from it; `after` s later L crashes and restarts, and F
+          is cut from L and R for `cut_s` (harness.sim.stack_copy_behind). A copy that
+          installed behind R's tombstone leaves the entries R acknowledged on F alone, and L
+          and R elect a leader without them.
+        - tombstone-rot: R tombstoned in place, then a bit of its consensus metadata flipped
+          across a power loss; `after` s later L crashes, so F campaigns, asking R too
+          (harness.sim.stack_tombstone_rot).
         A cut heals by itself after `cut_s` (or at the next heal), as Jepsen's partitions stop:
         cuts that only ever pile up leave no quorum anywhere, and a seed that is unavailable
         throughout finds nothing.
         Value: [tablet, L, F, R, slow, cut_s, delay, after] (hosts; cut leaves R out, tombstone
         L and F; slow, delay and after are None but for copy-race, cut_s None for tombstone;
-        delay None for lease-race)."""
+        delay None for lease-race; only after for tombstone-rot)."""
         leaders = self._test_tablets()
         if kind == "lease-race":
             now = self.sim.loop.time()
@@ -285,9 +292,13 @@ class FaultChooser:
             return kind, [tablet, host, f, rr, round(rng.uniform(*COPY_BEHIND_SLOW_FSYNC_S), 6),
                           round(rng.uniform(*COPY_BEHIND_CUT_S), 3), None,
                           round(rng.uniform(*COPY_BEHIND_AFTER_S), 3)]
+        if kind in ("fail-copy", "tombstone-rot") and (
+                rr in self.sim.flipped or self._damaged() >= MAX_FLIPS):
+            return None, None
+        if kind == "tombstone-rot":
+            return kind, [tablet, host, f, rr, None, None, None,
+                          round(rng.uniform(*TOMBSTONE_ROT_AFTER_S), 3)]
         if kind == "fail-copy":
-            if rr in self.sim.flipped or self._damaged() >= MAX_FLIPS:
-                return None, None
             return kind, [tablet, host, f, rr, round(rng.uniform(*COPY_RACE_SLOW_FSYNC_S), 6),
                           cut_s, round(rng.uniform(*FAIL_COPY_LAG_S), 3),
                           round(rng.uniform(*FAIL_COPY_CRASH_AFTER_S), 3)]

@@ -30,14 +30,15 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
          "drift", "flip-newest", "fail-copy", "torn", "delay", "damage", "reprovision", "full",
          "damage-file", "copy-cut", "master-swap", "unsafe", "ddl", "maintenance", "forge",
          "garble", "copy-shrink", "recopy", "copy-behind", "kill", "copy-delete", "lose",
-         "ddl-retry", "change-retry")
+         "ddl-retry", "change-retry", "tombstone-rot")
 # Kinds a seed draws only in a bundle (BUNDLES), never on their own: a kind added to the
 # optional ones or to LATE would change many recorded seeds' mixes. recopy: an operator's
 # `kudu remote_replica copy` over a running replica, or from a FAILED one
 # (harness.sim.stack_recopy). copy-delete: a replica deleted while a copy onto it is under way
 # (harness.sim.stack_copy_delete). lose: a file of a running tablet server loses its name
-# (harness.sim.stack_lose).
-BUNDLED = ("recopy", "copy-delete", "lose")
+# (harness.sim.stack_lose). tombstone-rot: a tombstone still a voter whose consensus metadata a
+# flipped bit made unreadable, while its tablet elects (harness.sim.stack_tombstone_rot).
+BUNDLED = ("recopy", "copy-delete", "lose", "tombstone-rot")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
@@ -294,7 +295,25 @@ FIFTH_BUNDLES = {
                   "every=0.5-2;reads=linearizable;load=10x100;snapshot=200",
 }
 FIFTH_BUNDLE_DRAW = (None,) * 20 + tuple(FIFTH_BUNDLES)
-ALL_BUNDLES = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES, **FIFTH_BUNDLES}
+# A sixth stream, the same way. quiet-copy-behind: the copy-behind fault on a lightly loaded
+# cluster. A leader copies a tablet from its WAL's synced end while one write of its own runs
+# behind; under the swarm's usual load a second write is always waiting, and the leader awaits
+# it, sending nothing, until its slow syncs end (harness.sim.stack_copy_behind), so no seed had
+# ever refused a copy ending behind the tombstone it replaces (copy.refused.behind_tombstone).
+# tombstone-rot: tombstones whose metadata does not read asked for votes, beside transfers.
+SIXTH_BUNDLES = {
+    "quiet-copy-behind": "copy-behind:4,restart:1,heal:1;every=1-4;reads=linearizable;"
+                         "load=2x10",
+    "tombstone-rot": "tombstone-rot:4,transfer:2,restart:2,heal:1;every=1-4;"
+                     "reads=linearizable;load=10x100",
+}
+SIXTH_BUNDLE_DRAW = (None,) * 20 + tuple(SIXTH_BUNDLES)
+# Each stream's name and draw, in the order a seed takes them (`bundle_of`).
+BUNDLE_STREAMS = (("bundle", BUNDLE_DRAW), ("late-bundle", LATE_BUNDLE_DRAW),
+                  ("later-bundle", LATER_BUNDLE_DRAW), ("latest-bundle", LATEST_BUNDLE_DRAW),
+                  ("fifth-bundle", FIFTH_BUNDLE_DRAW), ("sixth-bundle", SIXTH_BUNDLE_DRAW))
+ALL_BUNDLES = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES, **FIFTH_BUNDLES,
+               **SIXTH_BUNDLES}
 # The probes each bundle is drawn to reach (the notes above say how), so that a run can say
 # whether its bundles did (`bundle_reach`): the frame-split bundle ran on list-append seeds,
 # where it writes no values of a size and never split a batch, and nothing said so. Its first
@@ -317,6 +336,8 @@ BUNDLE_AIMS = {
     "transfer-lease": ("read.lease.not_granted",),
     "lost-files": ("wal.gc.segment_already_gone", "wal.recover.sequence_gap_refused",
                    "tablet.tombstone.write_failed", "copy.source.superblock_unreadable"),
+    "quiet-copy-behind": ("copy.refused.behind_tombstone",),
+    "tombstone-rot": ("tombstone.vote.refused_corrupt_metadata",),
 }
 
 
@@ -511,13 +532,12 @@ def swarm_mix(seed: int) -> Mix:
 
 
 def bundle_of(seed: int) -> str | None:
-    """The bundle seed `seed` runs whole, if any: one of BUNDLES, else one of LATE_BUNDLES,
-    else one of LATER_BUNDLES, else one of LATEST_BUNDLES, else one of FIFTH_BUNDLES."""
-    return (_own_draw(seed, "bundle", BUNDLE_DRAW)
-            or _own_draw(seed, "late-bundle", LATE_BUNDLE_DRAW)
-            or _own_draw(seed, "later-bundle", LATER_BUNDLE_DRAW)
-            or _own_draw(seed, "latest-bundle", LATEST_BUNDLE_DRAW)
-            or _own_draw(seed, "fifth-bundle", FIFTH_BUNDLE_DRAW))
+    """The bundle seed `seed` runs whole, if any: the first of BUNDLE_STREAMS to draw one
+    (BUNDLES, then LATE_BUNDLES, LATER_BUNDLES, LATEST_BUNDLES, FIFTH_BUNDLES, SIXTH_BUNDLES)."""
+    for name, draw in BUNDLE_STREAMS:
+        if (bundle := _own_draw(seed, name, draw)) is not None:
+            return bundle
+    return None
 
 
 def _unpaceable(writes: str, values: str | None, frame_mb: int | None) -> bool:

@@ -1,0 +1,62 @@
+"""The whole-stack simulator's `copy-behind` fault: a follower tombstoned while its leader
+writes behind on a slow disk, copied back from the leader's synced WAL, and the leader crashing
+(harness.sim.stack_faults draws it: tablet, leader L, voters F and R, L's fsync time, F's cut,
+and `after`).
+
+L's disk is slowed; once L's own write of the tablet runs behind its Ready (node.replica.
+wal_writes: F and R hold, and may commit, entries L's WAL has not synced), R is tombstoned, its
+tombstone keeping the last OpId it logged, past L's synced end. L copies the tablet back to R
+from what its WAL has synced: the receiver must refuse a copy ending behind the tombstone's last
+OpId (copy.refused.behind_tombstone), or R votes for logs without entries it acknowledged.
+`after` s later L crashes, losing what it had not synced, and restarts, with F cut from L and R.
+
+L copies only while one write runs behind and no second is waiting: a Ready with entries awaits
+its own write while another runs behind, so a busy L sends nothing, heartbeats included, until
+its slow syncs end, and by then its WAL has synced what R logged. The quiet-copy-behind bundle
+(harness.sim.swarm) runs the fault on a light load for that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from harness.sim.loop import SYSTEM
+from harness.sim.stack_masters import SKIPPED
+
+# How long the fault waits for L's write to run behind: on a quiet tablet the next write may be
+# a second or more away; on a busy one it is at once.
+WAIT_S = 4.0
+
+
+async def copy_behind(sim, value: list):
+    """Slow L's disk, tombstone R once L writes behind, and `after` s past that crash L (its
+    disk well again) and restart it, with F cut from L and R."""
+    tablet, leader, f, r, slow, cut_s, _, after = value[:8]
+    if leader in sim.disk_faults or leader in sim.down:
+        return [*value[:8], "skipped: L's disk has a fault or L is down"]
+    sim._set_disk_fault(leader, "slow", [leader, "slow", round(slow / 2, 6), slow])
+    await asyncio.sleep(0.3)  # writes pile up behind L's sync: F and R commit them
+    await until_writing_behind(sim, leader, tablet)
+    done = await sim._tombstone(value)
+    if done is SKIPPED:
+        sim._clear_disk_fault(leader)
+        return [*value[:8], "skipped: R is down"]
+    await asyncio.sleep(after)
+    sim._clear_disk_fault(leader)
+    if leader not in sim.down:
+        sim._crash(leader, lose_unsynced=True)
+        sim._cut(f, leader, cut_s)
+        sim._cut(f, r, cut_s)
+        sim.loop.call_later(0.2, sim._boot_if_down, leader, context=SYSTEM)
+    return done
+
+
+async def until_writing_behind(sim, host: str, tablet: str) -> None:
+    """Wait, up to WAIT_S, until `host`'s replica of `tablet` has a write of its own running
+    behind: entries its followers hold that its WAL has not synced."""
+    deadline = sim.loop.time() + WAIT_S
+    while sim.loop.time() < deadline:
+        replica = getattr(sim.servers.get(host), "replicas", {}).get(tablet)
+        if replica is None or replica.writes.behind:
+            return
+        await asyncio.sleep(0.01)
