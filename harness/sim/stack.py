@@ -179,7 +179,8 @@ MODULE_FAULTS = {
     "copy-cut": stack_copy_cut.copy_cut, "copy-delete": stack_copy_delete.copy_delete,
     "maintenance": stack_maintenance.maintenance, "recopy": stack_recopy.recopy,
     "garble": stack_forge.garble, "copy-shrink": stack_forge.copy_shrink,
-    "lose": stack_lose.lose, "change-retry": stack_change_retry.change_retry,
+    "lose": stack_lose.lose, "lose-snapshot": stack_lose.lose_snapshot,
+    "change-retry": stack_change_retry.change_retry,
     "copy-behind": stack_copy_behind.copy_behind,
     "tombstone-rot": stack_tombstone_rot.tombstone_rot,
 }

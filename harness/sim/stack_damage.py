@@ -178,7 +178,7 @@ UNPREALLOCATED = (1, 3)  # indexes into the tablet servers: ts2 and ts4
 def damaging(mix) -> bool:
     """Whether the mix turns the damage or the full fault on: its disks then model
     preallocation and its logs roll small segments."""
-    return bool({"damage", "full", "damage-file", "forge", "copy-shrink", "lose"}
+    return bool({"damage", "full", "damage-file", "forge", "copy-shrink", "lose", "lose-snapshot"}
                 & set(mix.kinds()))
 
 

@@ -183,6 +183,9 @@ class FaultChooser:
             return stack_recopy.choose(self, rng)
         if kind == "lose":  # damage to a running server's files: within MAX_FLIPS
             return stack_lose.choose(self, rng) if self._damaged() < MAX_FLIPS else (None, None)
+        if kind == "lose-snapshot":
+            return (stack_lose.choose_snapshot(self, rng) if self._damaged() < MAX_FLIPS
+                    else (None, None))
         if kind in ("cut", "tombstone", "copy-race", "lease-race", "fail-copy", "copy-behind",
                     "tombstone-rot"):
             return self._choose_copy_fault(kind, rng)

@@ -15,6 +15,13 @@ of each WAL: its loss takes entries the replica acknowledged with nothing left o
 say so (the log simply ends earlier), which no engine can see, and two such replicas of one
 tablet would lose what a majority acknowledged. The server counts as damaged (`sim.flipped`),
 within the seed's MAX_FLIPS, as for the damage fault.
+
+`lose-snapshot` (bundled too) aims the loss: a test tablet's leader L loses its newest
+snapshot, then a voter R of the tablet is tombstoned in place, so L copies the tablet to R at
+once. L's log was collected up to the lost snapshot, and the snapshot a copy pins is the newest
+left on the disk, an older one or none: the WAL then starts after it, and the copy must be
+refused (copy.pins.wal_starts_after_snapshot), never sent as a log with a hole. The file losing
+its name at random met a copy that way in no seed: a tablet's snapshot is one file of dozens.
 """
 
 from __future__ import annotations
@@ -65,3 +72,39 @@ def losable(disk) -> list[str]:
         if segs:
             newest.add(f"{directory}/{max(segs)[1]}")
     return [p for p in files if p not in newest]
+
+
+def choose_snapshot(chooser, rng: random.Random) -> tuple[str | None, object]:
+    """[L, tablet, R]: a test tablet whose leader L is undamaged and holds a snapshot at rest,
+    and another voter R of it (the caller keeps within MAX_FLIPS)."""
+    sim = chooser.sim
+    leaders = {t: (h, r) for t, (h, r) in chooser._test_tablets().items()
+               if h not in sim.flipped and r.snapshots.indexes()}
+    if not leaders:
+        return None, None
+    tablet = rng.choice(sorted(leaders))
+    host, replica = leaders[tablet]
+    by_uuid = {getattr(sim.servers.get(h), "uuid", None): h for h in sim.tservers}
+    voters = sorted(by_uuid[u] for u, kind in replica.status()["config"]
+                    if kind == "VOTER" and u != replica.uuid and u in by_uuid)
+    if not voters:
+        return None, None
+    return "lose-snapshot", [host, tablet, rng.choice(voters)]
+
+
+async def lose_snapshot(sim, value: list) -> list:
+    """Apply `value`: L's newest snapshot of the tablet loses its name, then R is tombstoned.
+    Recorded as [L, tablet, R, the path lost, what the tombstone did], or why not."""
+    host, tablet, r = value[:3]
+    replica = getattr(sim.servers.get(host), "replicas", {}).get(tablet)
+    if host in sim.down or replica is None or replica.role.name != "LEADER":
+        return [*value[:3], "skipped: L is down or no longer leads"]
+    indexes = replica.snapshots.indexes()
+    if not indexes:
+        return [*value[:3], "skipped: no snapshot"]
+    path = str(replica.snapshots.path_for(indexes[-1]))
+    sim.disks[host].lose_live(path)
+    sim.flipped.add(host)
+    done = await sim._tombstone([tablet, None, None, r])
+    return [*value[:3], path, done[-1] if isinstance(done, list) and len(done) > 4 else
+            "tombstoned" if isinstance(done, list) else "skipped: R is down"]

@@ -30,7 +30,7 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
          "drift", "flip-newest", "fail-copy", "torn", "delay", "damage", "reprovision", "full",
          "damage-file", "copy-cut", "master-swap", "unsafe", "ddl", "maintenance", "forge",
          "garble", "copy-shrink", "recopy", "copy-behind", "kill", "copy-delete", "lose",
-         "ddl-retry", "change-retry", "tombstone-rot")
+         "ddl-retry", "change-retry", "tombstone-rot", "lose-snapshot")
 # Kinds a seed draws only in a bundle (BUNDLES), never on their own: a kind added to the
 # optional ones or to LATE would change many recorded seeds' mixes. recopy: an operator's
 # `kudu remote_replica copy` over a running replica, or from a FAILED one
@@ -38,7 +38,9 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
 # (harness.sim.stack_copy_delete). lose: a file of a running tablet server loses its name
 # (harness.sim.stack_lose). tombstone-rot: a tombstone still a voter whose consensus metadata a
 # flipped bit made unreadable, while its tablet elects (harness.sim.stack_tombstone_rot).
-BUNDLED = ("recopy", "copy-delete", "lose", "tombstone-rot")
+# lose-snapshot: a leader's newest snapshot lost under it, then a copy from it
+# (harness.sim.stack_lose).
+BUNDLED = ("recopy", "copy-delete", "lose", "tombstone-rot", "lose-snapshot")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
@@ -308,12 +310,21 @@ SIXTH_BUNDLES = {
                      "reads=linearizable;load=10x100",
 }
 SIXTH_BUNDLE_DRAW = (None,) * 20 + tuple(SIXTH_BUNDLES)
+# A seventh stream, the same way. lose-snapshot: leaders' newest snapshots lost under them and
+# copies from them at once, at a load that rolls and collects their logs' segments between
+# snapshots (harness.sim.stack_lose).
+SEVENTH_BUNDLES = {
+    "lose-snapshot": "lose-snapshot:4,restart:1,heal:1;every=1-4;reads=linearizable;"
+                     "load=20x200;snapshot=200",
+}
+SEVENTH_BUNDLE_DRAW = (None,) * 20 + tuple(SEVENTH_BUNDLES)
 # Each stream's name and draw, in the order a seed takes them (`bundle_of`).
 BUNDLE_STREAMS = (("bundle", BUNDLE_DRAW), ("late-bundle", LATE_BUNDLE_DRAW),
                   ("later-bundle", LATER_BUNDLE_DRAW), ("latest-bundle", LATEST_BUNDLE_DRAW),
-                  ("fifth-bundle", FIFTH_BUNDLE_DRAW), ("sixth-bundle", SIXTH_BUNDLE_DRAW))
+                  ("fifth-bundle", FIFTH_BUNDLE_DRAW), ("sixth-bundle", SIXTH_BUNDLE_DRAW),
+                  ("seventh-bundle", SEVENTH_BUNDLE_DRAW))
 ALL_BUNDLES = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES, **FIFTH_BUNDLES,
-               **SIXTH_BUNDLES}
+               **SIXTH_BUNDLES, **SEVENTH_BUNDLES}
 # The probes each bundle is drawn to reach (the notes above say how), so that a run can say
 # whether its bundles did (`bundle_reach`): the frame-split bundle ran on list-append seeds,
 # where it writes no values of a size and never split a batch, and nothing said so. Its first
@@ -338,6 +349,7 @@ BUNDLE_AIMS = {
                    "tablet.tombstone.write_failed", "copy.source.superblock_unreadable"),
     "quiet-copy-behind": ("copy.refused.behind_tombstone",),
     "tombstone-rot": ("tombstone.vote.refused_corrupt_metadata",),
+    "lose-snapshot": ("copy.pins.wal_starts_after_snapshot",),
 }
 
 
@@ -533,7 +545,8 @@ def swarm_mix(seed: int) -> Mix:
 
 def bundle_of(seed: int) -> str | None:
     """The bundle seed `seed` runs whole, if any: the first of BUNDLE_STREAMS to draw one
-    (BUNDLES, then LATE_BUNDLES, LATER_BUNDLES, LATEST_BUNDLES, FIFTH_BUNDLES, SIXTH_BUNDLES)."""
+    (BUNDLES, then LATE_BUNDLES, LATER_BUNDLES, LATEST_BUNDLES, FIFTH_BUNDLES, SIXTH_BUNDLES,
+    SEVENTH_BUNDLES)."""
     for name, draw in BUNDLE_STREAMS:
         if (bundle := _own_draw(seed, name, draw)) is not None:
             return bundle
