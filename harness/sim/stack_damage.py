@@ -109,8 +109,9 @@ def flip_wal_batch(sim, host: str, tablet: str) -> list | None:
 
 def flip_cmeta(sim, host: str, tablet: str) -> list | None:
     """Power loss on `host`, one bit flipped in the middle of `tablet`'s consensus metadata
-    there (its checksum then fails), and the reboot: the replica FAILs at its open, and a
-    tombstone made of it keeps metadata that does not read (node.tserver.copy.tombstone)."""
+    there (its checksum then fails), and the reboot: a READY replica FAILs at its open; a
+    tombstone keeps the metadata, which then tells no term or vote to vote with
+    (node.tserver.copy.tombstone_vote)."""
     from node.tablet.paths import TabletPaths
 
     sim._crash(host)
