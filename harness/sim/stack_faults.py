@@ -226,6 +226,12 @@ class FaultChooser:
                     out[tablet] = (host, r)
         return out
 
+    def other_voters(self, replica) -> list[str]:
+        """The hosts of `replica`'s fellow voters in its config, sorted."""
+        by_uuid = {getattr(self.sim.servers.get(h), "uuid", None): h for h in self.sim.tservers}
+        return sorted(by_uuid[u] for u, kind in replica.status()["config"]
+                      if kind == "VOTER" and u != replica.uuid and u in by_uuid)
+
     def _choose_copy_fault(self, kind: str, rng: random.Random) -> tuple[str | None, object]:
         """Faults aimed at tablet copy, on one test tablet with leader L and voters F, R:
         - cut: the link L-F is cut (both ways), F still reaches everyone else: F campaigns while
@@ -277,9 +283,7 @@ class FaultChooser:
             return None, None
         tablet = rng.choice(sorted(leaders))
         host, r = leaders[tablet]
-        by_uuid = {getattr(self.sim.servers.get(h), "uuid", None): h for h in self.sim.tservers}
-        voters = sorted(by_uuid[m[0]] for m in r.status()["config"]
-                        if m[1] == "VOTER" and m[0] != r.uuid and m[0] in by_uuid)
+        voters = self.other_voters(r)
         if len(voters) < 2:
             return None, None
         f, rr = rng.sample(voters, 2)

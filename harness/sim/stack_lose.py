@@ -29,6 +29,7 @@ from __future__ import annotations
 import random
 
 from harness.sim.stack_checks import DATA_DIR
+from harness.sim.stack_masters import SKIPPED
 
 
 def choose(chooser, rng: random.Random) -> tuple[str | None, object]:
@@ -84,9 +85,7 @@ def choose_snapshot(chooser, rng: random.Random) -> tuple[str | None, object]:
         return None, None
     tablet = rng.choice(sorted(leaders))
     host, replica = leaders[tablet]
-    by_uuid = {getattr(sim.servers.get(h), "uuid", None): h for h in sim.tservers}
-    voters = sorted(by_uuid[u] for u, kind in replica.status()["config"]
-                    if kind == "VOTER" and u != replica.uuid and u in by_uuid)
+    voters = chooser.other_voters(replica)
     if not voters:
         return None, None
     return "lose-snapshot", [host, tablet, rng.choice(voters)]
@@ -106,5 +105,6 @@ async def lose_snapshot(sim, value: list) -> list:
     sim.disks[host].lose_live(path)
     sim.flipped.add(host)
     done = await sim._tombstone([tablet, None, None, r])
-    return [*value[:3], path, done[-1] if isinstance(done, list) and len(done) > 4 else
-            "tombstoned" if isinstance(done, list) else "skipped: R is down"]
+    if done is SKIPPED:
+        return [*value[:3], path, "skipped: R is down"]
+    return [*value[:3], path, done[4] if len(done) > 4 else "tombstoned"]  # or why it failed
