@@ -93,18 +93,14 @@ def flip_wal_batch(sim, host: str, tablet: str) -> list | None:
     newest WAL segment there (not a stamp), and the reboot: the replica FAILs."""
     from node.wal.segment import is_stamp
 
-    sim._crash(host)
-    disk = sim.disks[host]
-    scan = newest_segment(disk, tablet)
-    if scan is None or not scan.records:
-        sim._boot(host)
-        return None
-    start = scan.records[0].offset + 16  # the first batch's data
-    offset = start + 1 if is_stamp(scan.header, start - 16, start) else start
-    disk.flip_bit(path=scan.path, at=(offset, 0))
-    sim.flipped.add(host)
-    sim._boot(host)
-    return [scan.path, offset, 0]
+    def first_batch(disk):
+        scan = newest_segment(disk, tablet)
+        if scan is None or not scan.records:
+            return None
+        start = scan.records[0].offset + 16  # the first batch's data
+        return scan.path, start + 1 if is_stamp(scan.header, start - 16, start) else start
+
+    return _flip_across_power_loss(sim, host, first_batch)
 
 
 def flip_cmeta(sim, host: str, tablet: str) -> list | None:
@@ -114,17 +110,27 @@ def flip_cmeta(sim, host: str, tablet: str) -> list | None:
     (node.tserver.copy.tombstone_vote)."""
     from node.tablet.paths import TabletPaths
 
+    def middle(disk):
+        path = str(TabletPaths(DATA_DIR, tablet).consensus_meta)
+        if not disk.exists(path) or disk.size(path) == 0:
+            return None
+        return path, disk.size(path) // 2
+
+    return _flip_across_power_loss(sim, host, middle)
+
+
+def _flip_across_power_loss(sim, host: str, locate) -> list | None:
+    """Power loss on `host`; bit 0 of the byte `locate(disk)` names, (path, offset), flipped
+    at rest; the reboot. [path, offset, 0], or None (rebooted untouched) when it names none."""
     sim._crash(host)
     disk = sim.disks[host]
-    path = str(TabletPaths(DATA_DIR, tablet).consensus_meta)
-    if not disk.exists(path) or disk.size(path) == 0:
-        sim._boot(host)
-        return None
-    offset = disk.size(path) // 2
-    disk.flip_bit(path=path, at=(offset, 0))
-    sim.flipped.add(host)
+    found = locate(disk)
+    if found is not None:
+        path, offset = found
+        disk.flip_bit(path=path, at=(offset, 0))
+        sim.flipped.add(host)
     sim._boot(host)
-    return [path, offset, 0]
+    return None if found is None else [path, offset, 0]
 
 
 def newest_segment(disk, tablet: str):
