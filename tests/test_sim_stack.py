@@ -77,8 +77,11 @@ def test_each_driver_level_mutant_is_caught(tmp_path, flag):
         failed = [r for r in results if not r.ok()]
         if failed:
             first = failed[0]
-            if first.ops == 0:  # stopped before the workload: a replica FAILED on its guard
-                assert first.violation.startswith("safety guard: "), first.violation
+            if first.ops == 0:  # stopped before the workload: a replica FAILED on its guard,
+                # or a leader counting its own unsynced entries committed the test table's
+                # first entries on a minority's disks
+                assert first.violation.startswith(("safety guard: ", "durable quorum: ")), (
+                    first.violation)
             else:
                 assert (tmp_path / f"seed-{first.seed}" / "history.jsonl").exists()
             return

@@ -146,3 +146,40 @@ def test_a_config_committed_before_the_leaders_own_write_is_saved_only_once_that
     c.stabilize()
     c.finish_write("n1")  # durable: now the committed config is saved
     assert c.disks["n1"]["config"].opid_index == index
+
+
+def test_writes_pile_up_behind_a_slow_leader_disk_and_its_followers_commit_each():
+    """A leader whose disk is slow makes further Readys while its first write still runs:
+    each one's write goes behind too (in the WAL's order), its followers get and commit every
+    entry, and the leader counts itself for each only as its own writes end, oldest first.
+    Before, the replica's driver awaited the second Ready's own write, so a leader on a slow
+    disk sent nothing, heartbeats included, until its syncs ended, and lost its followers."""
+    c = leading()
+    first = c.do("n1", "propose", b"x")
+    second = c.do("n1", "propose", b"y")
+    third = c.do("n1", "propose", b"z")
+    assert len(c.behind["n1"]) == 3
+    c.stabilize()
+    n1 = c.core("n1")
+    assert n1.commit >= third and n1.log.stable < first  # committed by n2 and n3 alone
+    assert [e.payload for e in c.applied["n1"][-3:]] == [b"x", b"y", b"z"]
+    c.finish_write("n1")
+    assert first <= n1.log.stable < second and len(c.behind["n1"]) == 2
+    assert [e.payload for e in c.disks["n1"]["log"][-1:]] == [b"x"]
+    c.finish_write("n1")
+    c.finish_write("n1")
+    assert n1.log.stable >= third and "n1" not in c.behind
+
+
+def test_a_crash_with_writes_behind_keeps_those_that_ended_and_commits_none_of_the_rest():
+    """Cut off from its followers, a leader leaves two writes behind; the first ends, then the
+    power goes: the first is on its disk, the second is lost, and neither was committed."""
+    c = leading()
+    c.partition(("n1",), ("n2", "n3"))
+    first = c.do("n1", "propose", b"x")
+    c.do("n1", "propose", b"y")
+    assert len(c.behind["n1"]) == 2
+    c.finish_write("n1")
+    c.crash("n1")
+    assert [e.payload for e in c.disks["n1"]["log"]][-1] == b"x"
+    assert c.max_commit["n1"] < first

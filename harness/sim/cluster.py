@@ -9,9 +9,10 @@ the simulated state machine is just "applied up to here"). Not the commit index,
 far the state machine got beyond the snapshot: a restarted core starts with commit = applied =
 the snapshot index and learns the rest from a leader, exactly as Replica.open() rebuilds it.
 Readys are handled atomically (persist, send, apply, advance), so a crash between events loses
-everything else; except, in half the seeds, a leader's write behind its Ready
-(ready_steps.Steps.write_behind), which reaches the disk (and the core, RaftCore.persisted) a
-few virtual ms later, unless a crash comes first, while the core steps the followers' answers.
+everything else; except, in half the seeds, a leader's writes behind their Readys
+(ready_steps.Steps.write_behind), each reaching the disk (and the core, RaftCore.persisted) a
+few virtual ms later, in the order they were made, unless a crash comes first, while the core
+steps the followers' answers and makes further Readys, as the replica's driver does.
 """
 
 from __future__ import annotations
@@ -87,9 +88,9 @@ class Node:
     leader_since: int = 0
     power_cycles: int = 0  # messages sent before a power loss never leave the machine
     starts: int = 0  # incarnations: a write behind a crashed one never completes
-    # a write behind its Ready: its entries, and whether a later write already put them on disk
-    # (the WAL is FIFO), until its end reaches the core
-    behind: tuple[list[Entry], bool] | None = None
+    # the writes behind their Readys, oldest first: each one's entries, and whether a later
+    # write already put them on disk (the WAL is FIFO), until its end reaches the core
+    behind: list[list] = field(default_factory=list)
 
 
 @dataclass
@@ -161,7 +162,7 @@ class Simulation:
     def _start(self, node: Node) -> None:
         d = node.disk
         node.starts += 1
-        node.behind = None
+        node.behind = []
         rng = random.Random(self.seed * 7919 + node.slot * 104729 + self._seq)
         cfg = CoreConfig(node.uuid, max_batch_bytes=self.batch_bytes, **self.core_options)
         node.core = RaftCore(cfg, rng, d.persisted_state())
@@ -201,9 +202,9 @@ class Simulation:
             d = node.disk
             self._send_all(node, st.send_early)
             self._apply(node, st.apply_early)
-            behind = bool(st.entries) and st.write_behind and self.write_behind and node.behind is None
+            behind = bool(st.entries) and st.write_behind and self.write_behind
             if behind:
-                node.behind = (list(st.entries), False)
+                node.behind.append([list(st.entries), False])
                 self._schedule(self._disk_rng.randrange(1, 30), _WRITTEN, node.slot, node.starts)
             elif st.entries:
                 self._flush_behind(node)
@@ -267,20 +268,22 @@ class Simulation:
         d.config_indexes.extend(e.index for e in entries if e.type == EntryType.CONFIG_CHANGE)
         self.inv.on_persist(node.uuid, d.log, first)
 
-    def _flush_behind(self, node: Node) -> None:
-        """A later write waits behind the pending one: that one reaches the disk first."""
-        if node.behind is not None and not node.behind[1]:
-            self._persist(node, node.behind[0])
-            node.behind = (node.behind[0], True)
+    def _flush_behind(self, node: Node, upto: int | None = None) -> None:
+        """A later write waits behind the pending ones (the first `upto` of them, or all): they
+        reach the disk first, in order (the WAL is FIFO)."""
+        for pending in node.behind[:upto]:
+            if not pending[1]:
+                self._persist(node, pending[0])
+                pending[1] = True
 
     def _written(self, slot: int, starts: int) -> None:
-        """The write behind a Ready ends: on disk, then the core hears of it."""
+        """The oldest write behind its Ready ends (one event per write; the disk ends them in
+        the order they were queued): on disk, then the core hears of it."""
         node = self.nodes[slot]
-        if node.core is None or node.starts != starts or node.behind is None:
+        if node.core is None or node.starts != starts or not node.behind:
             return  # crashed (or replaced) first: the write never completed
-        self._flush_behind(node)
-        last = node.behind[0][-1]
-        node.behind = None
+        self._flush_behind(node, 1)
+        last = node.behind.pop(0)[0][-1]
         if self.tracing:
             self._log(f"{node.uuid} wrote through {last.index} (term {last.term})")
         node.core.persisted(last.index, last.term)

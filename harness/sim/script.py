@@ -53,10 +53,11 @@ class ScriptCluster:
         self.events: dict[str, list] = {}  # what each core reported deciding (Ready.events)
         self.max_commit: dict[str, int] = {}  # highest commit each node ever reported
         self.write_behind = set(write_behind)
-        # uuid -> (entries written behind their Ready, whether they reached the disk yet): the
-        # disk takes a later write only after them (the WAL is FIFO), and the core hears of
-        # them (RaftCore.persisted) only at finish_write, as the replica hears late
-        self.behind: dict[str, tuple[list[Entry], bool]] = {}
+        # uuid -> its writes behind their Readys, oldest first: [entries, whether they reached
+        # the disk yet]. The disk takes a later write only after them (the WAL is FIFO), and
+        # the core hears of each (RaftCore.persisted) only at finish_write, as the replica
+        # hears late
+        self.behind: dict[str, list[list]] = {}
         for u in voters + learners:
             self.add_node(u, self.bootstrap)
 
@@ -117,10 +118,10 @@ class ScriptCluster:
             st = steps(rd)  # the order production carries a Ready out in
             self.queue.extend((uuid, m) for m in st.send_early)
             self.applied[uuid].extend(st.apply_early)
-            behind = st.write_behind and uuid in self.write_behind and uuid not in self.behind
+            behind = st.write_behind and uuid in self.write_behind
             if st.entries:
                 if behind:
-                    self.behind[uuid] = (list(st.entries), False)
+                    self.behind.setdefault(uuid, []).append([list(st.entries), False])
                 else:
                     self._flush_behind(uuid)
                     self._write(d, st.entries)
@@ -140,17 +141,20 @@ class ScriptCluster:
         del d["log"][entries[0].index - d["snapshot"][0] - 1 :]
         d["log"].extend(entries)
 
-    def _flush_behind(self, uuid: str) -> None:
-        """A later write waits behind the pending one: that one reaches the disk first."""
-        pending = self.behind.get(uuid)
-        if pending is not None and not pending[1]:
-            self._write(self.disks[uuid], pending[0])
-            self.behind[uuid] = (pending[0], True)
+    def _flush_behind(self, uuid: str, upto: int | None = None) -> None:
+        """A later write waits behind the pending ones (the first `upto` of them, or all): they
+        reach the disk first, in order."""
+        for pending in self.behind.get(uuid, [])[:upto]:
+            if not pending[1]:
+                self._write(self.disks[uuid], pending[0])
+                pending[1] = True
 
     def finish_write(self, uuid: str) -> None:
-        """The write `uuid` left behind its Ready is durable: the core hears of it now."""
-        self._flush_behind(uuid)
-        entries, _ = self.behind.pop(uuid)
+        """The oldest write `uuid` left behind its Ready is durable: the core hears of it now."""
+        self._flush_behind(uuid, 1)
+        entries = self.behind[uuid].pop(0)[0]
+        if not self.behind[uuid]:
+            del self.behind[uuid]
         self.do(uuid, "persisted", entries[-1].index, entries[-1].term)
 
     def do(self, uuid: str, method: str, *args):

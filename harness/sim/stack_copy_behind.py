@@ -10,10 +10,10 @@ from what its WAL has synced: the receiver must refuse a copy ending behind the 
 OpId (copy.refused.behind_tombstone), or R votes for logs without entries it acknowledged.
 `after` s later L crashes, losing what it had not synced, and restarts, with F cut from L and R.
 
-L copies only while one write runs behind and no second is waiting: a Ready with entries awaits
-its own write while another runs behind, so a busy L sends nothing, heartbeats included, until
-its slow syncs end, and by then its WAL has synced what R logged. The quiet-copy-behind bundle
-(harness.sim.swarm) runs the fault on a light load for that.
+L keeps heartbeating while its writes run behind (any number of them, node.replica.wal_writes),
+so it hears R's refusals and copies while its WAL still lags what R logged. Until writes behind
+could pile up, a busy L awaited its second write and sent nothing until its syncs ended; the
+quiet-copy-behind bundle (harness.sim.swarm), the fault on a light load, was the only way in.
 """
 
 from __future__ import annotations

@@ -388,7 +388,7 @@ class Replica:
         self._send_messages(st.send_early)
         for e in st.apply_early:
             self._apply(e)
-        behind = st.write_behind and not self.writes.behind  # one at a time (node.replica.wal_writes)
+        behind = st.write_behind  # a leader's own write: never awaited (node.replica.wal_writes)
         if st.entries:
             if st.send_early and self.wal.threaded:
                 # One loop turn first, so the early messages reach their sockets (the RPC

@@ -1,8 +1,10 @@
 """A replica's writes of Raft entries to its WAL, one per Ready that has entries: either
 awaited by the Ready, or left to run behind it (ready_steps.Steps.write_behind: a leader's own
-write, which its followers' answers need not wait for). One write runs behind at a time; a
-Ready that comes meanwhile awaits its own write, which the FIFO WAL orders after it, so a busy
-leader still gathers proposals into groups between writes. See
+write, which its followers' answers need not wait for). Any number run behind at once, in the
+WAL's FIFO order, so a leader whose disk is slow goes on heartbeating and replicating while its
+syncs run, and its followers commit at their own pace, as Kudu's local peer is one voter among
+the others; the WAL's group commit still gathers the writes queued meanwhile into one sync,
+and its queue bound (`wait_for_space`) is what holds a leader back. See
 docs/decisions/write-behind.md."""
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from node.wal import Log
 class WalWrites:
     def __init__(self, wal: Log, log: TabletLog, stats: dict):
         self.wal, self.log, self.stats = wal, log, stats
-        self.behind = False  # a write runs behind its Ready
+        self.behind = 0  # writes running behind their Readys
 
     async def start(self, entries: tuple[Entry, ...]) -> asyncio.Future:
         """Hand `entries` to the WAL (first a truncation of what they replace); the future is
@@ -47,10 +49,10 @@ class WalWrites:
                      failed: Callable[[BaseException], None]) -> None:
         """Let the Ready end while `written` runs: `durable()` once it is, else `failed(err)`
         (nothing when stop() cancelled it)."""
-        self.behind = True
+        self.behind += 1
 
         def done(f: asyncio.Future) -> None:
-            self.behind = False
+            self.behind -= 1
             if f.cancelled():
                 return
             err = f.exception()
