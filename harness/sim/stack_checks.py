@@ -32,6 +32,7 @@ import functools
 import json
 from pathlib import Path
 
+from harness.sim.stack_silence import Silences
 from node.consensus import AppendResponse, Role, VoteRequest, VoteResponse, quorum
 from node.master.catalog import CATALOG, Catalog
 
@@ -89,6 +90,7 @@ class Invariants:
         # there, its (term, voted for)]: decoded again only when that file changes
         self._durable: dict[tuple[str, str], list] = {}
         self._hosts: dict[str, str] = {}  # server uuid -> its host, as seen while it ran
+        self.silences = Silences()  # leaders that stopped sending (harness.sim.stack_silence)
 
     def crashed(self, host: str) -> None:
         """`host`'s process died: its restarted replicas re-learn their commit index."""
@@ -145,6 +147,9 @@ class Invariants:
                 _check_config_logged(host, tablet, r)
                 self._check_config_kept(host, tablet, r)
                 if r.role is LEADER:
+                    silent = self.silences.silent(host, tablet, r, self.sim.loop.time())
+                    if silent is not None:
+                        raise StackViolation(silent)
                     holder = self._leaders.setdefault((tablet, r.term), r.uuid)
                     if holder != r.uuid:
                         raise StackViolation(f"election safety: tablet {tablet} term {r.term} has "
@@ -220,6 +225,7 @@ class Invariants:
             self._logged[(host, tablet)] = logged = _logged(r)
             self._check_position(host, tablet, r, logged)
             if r.role is LEADER:
+                self.silences.spoke(host, tablet, r.term, self.sim.loop.time())
                 self._check_acks(host, tablet, r)
                 self._check_counted(host, tablet, r)
         disk = self.sim.disks.get(host)
