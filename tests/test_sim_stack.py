@@ -16,6 +16,7 @@ from harness.sim.stack_checks import StackViolation
 from harness.sim.swarm import mix_for, workload_for
 from node.faults import Faults
 from node.master.server import Master
+from node.replica.replica import ReplicaOptions
 from node.tablet.superblock import DataState, KeyRange, Superblock
 from node.tserver.server import TabletServer
 
@@ -193,6 +194,7 @@ class _Replica:
         self._vote = (term, voted)
         self._committed = [(*c, None)[:3] for c in committed]
         self.reads = SimpleNamespace(serves_lease_reads=lambda now: lease)
+        self.options = ReplicaOptions()  # its timing: the silence check reads it
 
     def durable_vote(self):
         return self._vote
