@@ -50,8 +50,9 @@ class _Replica:
 
     def __init__(self, role=Role.LEADER, term=3, failed=None, followers=("b", "c")):
         self.role, self.term, self.failed = role, term, failed
-        self.core = SimpleNamespace(progress=dict.fromkeys(followers))
         self.options = ReplicaOptions()  # 100 ms ticks, heartbeats every 5, 3 missed: 1.5 s
+        self.core = SimpleNamespace(progress=dict.fromkeys(followers),
+                                    cfg=self.options.core_config("a"))
 
 
 def test_the_silence_watch_names_a_running_leader_quiet_past_the_election_timeout():

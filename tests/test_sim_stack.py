@@ -188,13 +188,14 @@ class _Replica:
         self.core = SimpleNamespace(log=SimpleNamespace(
             stable=logged[1], handed=logged[1], offset=0, term_at=lambda index: logged[0],
             last_index=lambda: logged[1]),
-            commit=0, committed_config=config, active_config=config, progress={})
+            commit=0, committed_config=config, active_config=config, progress={},
+            cfg=ReplicaOptions().core_config(uuid))
         self.uuid, self.role, self.term = uuid, Role[role], term
         self.failed, self.stopping, self.unexpected = None, False, None
         self._vote = (term, voted)
         self._committed = [(*c, None)[:3] for c in committed]
         self.reads = SimpleNamespace(serves_lease_reads=lambda now: lease)
-        self.options = ReplicaOptions()  # its timing: the silence check reads it
+        self.options = ReplicaOptions()  # its timing (and cfg's): the silence check reads it
 
     def durable_vote(self):
         return self._vote

@@ -34,9 +34,7 @@ class Silences:
         term, since = self._spoke.get((host, tablet), (None, 0.0))
         if term != r.term:
             return None  # not heard from in this term yet: it speaks at its first Ready
-        opts = r.options
-        timeout = (opts.tick_ms / 1000 * opts.heartbeat_interval_ticks
-                   * opts.leader_failure_max_missed_heartbeat_periods)
+        timeout = r.core.cfg.election_timeout_ticks * r.options.tick_ms / 1000
         if now - since <= timeout:
             return None
         return (f"leader silent: tablet {tablet} on {host} (term {term}) sent its followers "

@@ -298,10 +298,11 @@ FIFTH_BUNDLES = {
 }
 FIFTH_BUNDLE_DRAW = (None,) * 20 + tuple(FIFTH_BUNDLES)
 # A sixth stream, the same way. quiet-copy-behind: the copy-behind fault on a lightly loaded
-# cluster. A leader copies a tablet from its WAL's synced end while one write of its own runs
-# behind; under the swarm's usual load a second write is always waiting, and the leader awaits
-# it, sending nothing, until its slow syncs end (harness.sim.stack_copy_behind), so no seed had
-# ever refused a copy ending behind the tombstone it replaces (copy.refused.behind_tombstone).
+# cluster. A leader copies a tablet from its WAL's synced end while a write of its own runs
+# behind, and the copy must be refused for ending behind the tombstone it replaces
+# (copy.refused.behind_tombstone). When a leader awaited its second write behind, sending
+# nothing until its slow syncs ended, only a light load reached that; now busy leaders reach
+# it too, and the bundle keeps the light-load case (harness.sim.stack_copy_behind).
 # tombstone-rot: tombstones whose metadata does not read asked for votes, beside transfers.
 SIXTH_BUNDLES = {
     "quiet-copy-behind": "copy-behind:4,restart:1,heal:1;every=1-4;reads=linearizable;"
