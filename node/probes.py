@@ -161,6 +161,10 @@ CATALOG: dict[str, str] = {
         "a snapshot was taken because the entries applied since the last passed its MiB bound",
     "replica.log.retention_bounded_by_bytes":
         "a snapshot kept fewer entries than log_retain_entries: their payloads passed its MiB bound",
+    "replica.wal.write_held":
+        "a Ready's write found the WAL's queue full: held in order, the driver went on",
+    "replica.proposal.parked":
+        "a replica parked the writes it was handed while its own waited for the WAL's queue",
     "replica.failed.while_running":
         "a running replica failed (an fsync, a safety check): it is FAILED and stops serving",
     # --- wal: the write-ahead log (node/wal) ---

@@ -16,6 +16,7 @@ from harness.sim.swarm import (
     BUNDLE_DRAW,
     BUNDLED,
     BUNDLES,
+    EIGHTH_BUNDLES,
     FIFTH_BUNDLES,
     LATE,
     LATE_BUNDLE_DRAW,
@@ -264,7 +265,8 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     with a bundle keep theirs), and of the seeds left about one in twenty-one one of
     LATER_BUNDLES (a third stream), and of those left about one in eleven one of
     LATEST_BUNDLES (a fourth), one in twenty-one one of FIFTH_BUNDLES (a fifth), of
-    SIXTH_BUNDLES (a sixth) and of SEVENTH_BUNDLES (a seventh); the rest keep their own draws,
+    SIXTH_BUNDLES (a sixth), of SEVENTH_BUNDLES (a seventh) and of EIGHTH_BUNDLES (an eighth);
+    the rest keep their own draws,
     and a kind of BUNDLED only comes in a bundle."""
     from tests.test_sim_forge import FORGE
 
@@ -286,8 +288,10 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     assert set(sixth) == set(SIXTH_BUNDLES) and 8 < sum(sixth.values()) < 40, sixth
     seventh = Counter(b for s in range(800) if (b := bundle_of(s)) in SEVENTH_BUNDLES)
     assert set(seventh) == set(SEVENTH_BUNDLES) and 8 < sum(seventh.values()) < 40, seventh
+    eighth = Counter(b for s in range(800) if (b := bundle_of(s)) in EIGHTH_BUNDLES)
+    assert set(eighth) == set(EIGHTH_BUNDLES) and 8 < sum(eighth.values()) < 40, eighth
     specs = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES, **FIFTH_BUNDLES,
-             **SIXTH_BUNDLES, **SEVENTH_BUNDLES}
+             **SIXTH_BUNDLES, **SEVENTH_BUNDLES, **EIGHTH_BUNDLES}
     assert specs == ALL_BUNDLES
     for s in range(200):
         mix, bundle = swarm_mix(s), bundle_of(s)
@@ -395,8 +399,8 @@ def test_a_small_wal_group_commit_queue_makes_writes_wait_for_room(tmp_path):
     ever filled the engine's 8 MiB. Valid."""
     from harness.sim.swarm import WAL_QUEUES_KB
 
-    drawn = Counter(swarm_mix(s).wal_queue_kb for s in range(200))
-    assert set(drawn) == set(WAL_QUEUES_KB) and 100 < drawn[None] < 200, drawn
+    drawn = Counter(swarm_mix(s).wal_queue_kb for s in range(400) if bundle_of(s) is None)
+    assert set(drawn) == set(WAL_QUEUES_KB) and 100 < drawn[None] < 400, drawn  # bundles: theirs
     spec = ("restart:1,heal:1,crash:1;every=1-4;reads=linearizable;load=20x200;writes=shared;"
             "values=wide;fsync=10;wal-queue=64")
     mix = parse_mix(spec)
@@ -459,6 +463,17 @@ def test_a_copy_from_a_leader_that_lost_its_newest_snapshot_is_refused_at_its_pi
                               "copy.source.pin_refused")
     lost = [e[2] for e in result.events if e[1] == "lose-snapshot"]
     assert lost and all("/snapshot-" in v[3] for v in lost), lost
+
+
+def test_a_leader_whose_full_wal_queue_waits_on_slow_syncs_goes_on_heartbeating(tmp_path):
+    """`full-queue-behind` (EIGHTH_BUNDLES): a leader's syncs take 3-6 s and its 4 KiB WAL
+    queue fills within one. Its next writes wait for room without holding its driver, the
+    writes it is handed meanwhile wait in turn, and it heartbeats through: valid. When the
+    driver awaited the room, this seed failed on the silent leader (harness.sim.stack_silence:
+    nothing sent from 6.5 s to 8.0 s, past the election timeout)."""
+    _valid_and_fired(StackConfig(seed=6, workload="register", seconds=20.0,
+                                 mix=parse_mix(EIGHTH_BUNDLES["full-queue-behind"])),
+                     tmp_path, "replica.wal.write_held", "replica.proposal.parked")
 
 
 BUFFERS = ("restart:1,heal:1,crash:1;every=1-4;reads=linearizable;load=20x200;writes={};"

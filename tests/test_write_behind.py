@@ -183,3 +183,48 @@ def test_a_crash_with_writes_behind_keeps_those_that_ended_and_commits_none_of_t
     c.crash("n1")
     assert [e.payload for e in c.disks["n1"]["log"]][-1] == b"x"
     assert c.max_commit["n1"] < first
+
+
+def test_writes_that_find_the_wal_queue_full_wait_in_order_without_holding_their_caller(
+        tmp_path):
+    """node.replica.wal_writes on a real WAL whose queue is full behind a group not handed over:
+    start() returns at once, holding each write in order while the queue has no room; the
+    driver parks its new writes meanwhile (parks()); once the queue drains, the held writes
+    are written in order, each future done once durable, and the driver is woken to propose
+    what it parked. Before, start() awaited the room, and the driver with it."""
+    import asyncio
+    import logging
+
+    from node.entry import Entry, EntryType
+    from node.logfmt import TabletLog
+    from node.replica.wal_writes import WalWrites
+    from node.wal import Log, LogOptions, read_log
+
+    def entry(index: int, size: int) -> Entry:
+        return Entry(1, index, EntryType.REPLICATE, bytes(size))
+
+    log = Log.open(str(tmp_path), "t", LogOptions(group_commit_queue_size_bytes=500))
+    woken = []
+
+    async def main():
+        # a group handed over behind one that is not: the queue holds its bytes, full
+        head = log.reserve([entry(1, 16)])
+        first = log.append_future(log.reserve([entry(2, 800)]))
+        writes = WalWrites(log, TabletLog(logging.getLogger("t"), "t", "p"), {
+            "wal_groups": 0, "wal_entries": 0, "wal_seconds": 0.0},
+            lambda coro, name: asyncio.ensure_future(coro), lambda: woken.append(True))
+        assert not writes.parks()
+        with probes.expect("replica.wal.write_held"):
+            second = writes.start((entry(3, 16),))
+            third = writes.start((entry(4, 16), entry(5, 16)))
+        with probes.expect("replica.proposal.parked"):
+            assert writes.parks()
+        await asyncio.sleep(0.2)
+        assert not second.done() and not third.done() and not woken
+        await asyncio.wait_for(asyncio.gather(log.append_future(head), first, second, third), 30)
+        assert not writes.parks() and woken == [True]
+        assert writes.stats["wal_entries"] == 3
+
+    asyncio.run(main())
+    log.close()
+    assert [e.index for e in read_log(str(tmp_path), "t").entries] == [1, 2, 3, 4, 5]

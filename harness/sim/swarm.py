@@ -319,13 +319,24 @@ SEVENTH_BUNDLES = {
                      "load=20x200;snapshot=200",
 }
 SEVENTH_BUNDLE_DRAW = (None,) * 20 + tuple(SEVENTH_BUNDLES)
+# An eighth stream, the same way. full-queue-behind: copy-behind's 3-6 s syncs on a leader whose
+# WAL queue (4 KiB) the load fills within one sync. Its writes wait for room in the queue
+# (replica.wal.write_held) and it parks the writes it is handed meanwhile
+# (replica.proposal.parked), heartbeating on. When the driver awaited the room, such a leader
+# sent nothing through its syncs (harness.sim.stack_silence); no other draw filled a queue for
+# longer than an election timeout.
+EIGHTH_BUNDLES = {
+    "full-queue-behind": "copy-behind:4,restart:1,heal:1;every=1-4;reads=linearizable;"
+                         "load=10x100;wal-queue=4",
+}
+EIGHTH_BUNDLE_DRAW = (None,) * 20 + tuple(EIGHTH_BUNDLES)
 # Each stream's name and draw, in the order a seed takes them (`bundle_of`).
 BUNDLE_STREAMS = (("bundle", BUNDLE_DRAW), ("late-bundle", LATE_BUNDLE_DRAW),
                   ("later-bundle", LATER_BUNDLE_DRAW), ("latest-bundle", LATEST_BUNDLE_DRAW),
                   ("fifth-bundle", FIFTH_BUNDLE_DRAW), ("sixth-bundle", SIXTH_BUNDLE_DRAW),
-                  ("seventh-bundle", SEVENTH_BUNDLE_DRAW))
+                  ("seventh-bundle", SEVENTH_BUNDLE_DRAW), ("eighth-bundle", EIGHTH_BUNDLE_DRAW))
 ALL_BUNDLES = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES, **FIFTH_BUNDLES,
-               **SIXTH_BUNDLES, **SEVENTH_BUNDLES}
+               **SIXTH_BUNDLES, **SEVENTH_BUNDLES, **EIGHTH_BUNDLES}
 # The probes each bundle is drawn to reach (the notes above say how), so that a run can say
 # whether its bundles did (`bundle_reach`): the frame-split bundle ran on list-append seeds,
 # where it writes no values of a size and never split a batch, and nothing said so. Its first
@@ -351,6 +362,7 @@ BUNDLE_AIMS = {
     "quiet-copy-behind": ("copy.refused.behind_tombstone",),
     "tombstone-rot": ("tombstone.vote.refused_corrupt_metadata",),
     "lose-snapshot": ("copy.pins.wal_starts_after_snapshot",),
+    "full-queue-behind": ("replica.wal.write_held",),
 }
 
 
@@ -547,7 +559,7 @@ def swarm_mix(seed: int) -> Mix:
 def bundle_of(seed: int) -> str | None:
     """The bundle seed `seed` runs whole, if any: the first of BUNDLE_STREAMS to draw one
     (BUNDLES, then LATE_BUNDLES, LATER_BUNDLES, LATEST_BUNDLES, FIFTH_BUNDLES, SIXTH_BUNDLES,
-    SEVENTH_BUNDLES)."""
+    SEVENTH_BUNDLES, EIGHTH_BUNDLES)."""
     for name, draw in BUNDLE_STREAMS:
         if (bundle := _own_draw(seed, name, draw)) is not None:
             return bundle

@@ -202,6 +202,7 @@ class Replica:
         self._rng = rng or random.Random()
         self.snapshots = SnapshotStore(paths.snapshot_dir, paths.tablet_id, paths.disk)
         self._inbox: list[tuple[Callable[[], Any], asyncio.Future | None]] = []
+        self._writes_in: list[tuple[Callable[[], Any], None]] = []  # writes parked, in order
         self._wake = asyncio.Event()
         # Everything this replica runs in the background, so that stop() can end it all: tasks
         # (cancelled) and blocking calls in threads (awaited: a thread cannot be cancelled).
@@ -243,7 +244,7 @@ class Replica:
         self.cmeta = cmeta
         self.wal = Log.open(str(self.paths.wal_dir), self.tablet_id, self.options.log,
                             disk=self.paths.disk)
-        self.writes = WalWrites(self.wal, self.log, self.stats)
+        self.writes = WalWrites(self.wal, self.log, self.stats, self._spawn, self._wake.set)
         tail = self.wal.recovery.unclosed
         if tail is not None and tail.garbage_bytes:
             self.log.warning("bootstrap: cut a torn WAL tail of %s at offset %d (%d bytes: %s)",
@@ -338,6 +339,11 @@ class Replica:
         self._wake.set()
         return fut
 
+    def _submit_write(self, propose: Callable[[], None]) -> None:
+        """Parked while the WAL's queue is full (node.replica.wal_writes), in order."""
+        (self._writes_in if self.writes.parks() else self._inbox).append((propose, None))
+        self._wake.set()
+
     def fail(self, err: Exception) -> None:
         """Fail through the driver's own path, as a failed fsync does: another reader found
         this replica's files damaged on disk, which its next start would refuse."""
@@ -360,6 +366,8 @@ class Replica:
                 await self._wake.wait()
                 self._wake.clear()
                 inbox, self._inbox = self._inbox, []
+                if self._writes_in and not self.writes.parks():  # ahead of the writes after them
+                    inbox, self._writes_in = self._writes_in + inbox, []
                 for fn, fut in inbox:
                     try:
                         result = fn()
@@ -391,12 +399,11 @@ class Replica:
         behind = st.write_behind  # a leader's own write: never awaited (node.replica.wal_writes)
         if st.entries:
             if st.send_early and self.wal.threaded:
-                # One loop turn first, so the early messages reach their sockets (the RPC
-                # writers flush at the turn's end) before the appender thread is woken: woken
-                # first, it takes the GIL, and the followers' copies wait on the leader's own
-                # write (docs/benchmarks.md, lone-write hops).
+                # One loop turn first: the early messages reach their sockets (flushed at the
+                # turn's end) before the appender thread wakes and takes the GIL, which made the
+                # followers' copies wait on the leader's own write (docs/benchmarks.md).
                 await asyncio.sleep(0)
-            written = await self.writes.start(st.entries)
+            written = self.writes.start(st.entries)
             if behind:
                 last = st.entries[-1]
                 self.writes.leave_behind(
@@ -469,14 +476,11 @@ class Replica:
             self._leader_ready.set()
 
     def _wake_applied(self) -> None:
-        applied = self.state.last_applied_index
-        keep = []
-        for index, then in self._applied_waiters:
-            if index <= applied:
+        applied, waiters = self.state.last_applied_index, self._applied_waiters
+        self._applied_waiters = [(i, then) for i, then in waiters if i > applied]
+        for i, then in waiters:  # a `then` may wait again: it finds the new list
+            if i <= applied:
                 finish(then)
-            else:
-                keep.append((index, then))
-        self._applied_waiters = keep
 
     def _maybe_snapshot(self) -> None:
         """One save at a time: two at once would each delete the other's temporary file."""
@@ -581,17 +585,17 @@ class Replica:
         identity (ops.Command.owner)."""
         self._check_serving()
         if not isinstance(op, ROW_OP_TYPES):
-            self._submit(functools.partial(self._propose, op, session, seq, acked_below, done,
-                                           owner, propagated, commit_wait))
+            self._submit_write(functools.partial(self._propose, op, session, seq, acked_below,
+                                                 done, owner, propagated, commit_wait))
             return
-        # A single row op joins the group still waiting in the inbox, if any: the writes that
+        # A single row op joins the group still waiting to be proposed, if any: the writes that
         # arrive in one turn of the driver become one entry (ops.Group). The group keeps its
-        # first member's place in the inbox; the others were concurrent with whatever was
+        # first member's place in the queue; the others were concurrent with whatever was
         # queued between them, so either order is one the clients could have seen.
         group = self._open_group
         if group is None or len(group.members) >= MAX_GROUP:
             group = self._open_group = OpenGroup()
-            self._submit(functools.partial(self._propose_group, group))
+            self._submit_write(functools.partial(self._propose_group, group))
         group.members.append((Member(op, session, seq, acked_below, owner), done, commit_wait))
         group.propagated = max(group.propagated, propagated)
 
@@ -782,10 +786,6 @@ class Replica:
 
     def status(self) -> dict:
         return _status(self)
-
-
-def _raise(err: Exception) -> None:
-    raise err
 
 
 def _status(r: Replica) -> dict:

@@ -294,6 +294,10 @@ class Log:
         self._hand_over(res)
         return res.future
 
+    def has_space(self) -> bool:
+        """Whether the queue is below its byte bound: reserve() would not block now."""
+        return self._queued_bytes < self.options.group_commit_queue_size_bytes or self._closing
+
     async def wait_for_space(self) -> None:
         """Return once the queue is below its byte bound, without blocking the event loop."""
         while self._queued_bytes >= self.options.group_commit_queue_size_bytes:  # racy: the lock decides
