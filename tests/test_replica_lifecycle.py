@@ -101,8 +101,8 @@ def test_stop_waits_for_a_snapshot_save_and_leaves_no_task(tmp_path):
 def test_stop_waits_for_a_cmeta_save_and_leaves_no_task(tmp_path):
     async def main():
         r = single_replica(tmp_path)
-        writer = SlowWriter(r._save_cmeta)
-        r._save_cmeta = writer  # the first election's term and vote
+        writer = SlowWriter(r.saves._write)
+        r.saves._write = writer  # the first election's term and vote
         r.start()
         stopped_at, blocked = await stop_while_blocked(r, writer)
         assert_nothing_left(stopped_at, blocked, writer)

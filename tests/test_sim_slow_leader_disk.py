@@ -45,6 +45,22 @@ def test_a_leader_on_a_slow_disk_keeps_leading_and_its_followers_commit(tmp_path
         "raft.commit.before_own_write")
 
 
+def test_a_leader_on_a_slow_disk_keeps_leading_through_membership_changes(tmp_path):
+    """The same slow leader while the nemesis removes and adds voters every 2 s: a Ready that
+    hands over a committed config sends and writes behind like any other, and the config's
+    metadata save runs behind it (node.replica.metadata_saves). Before, such a Ready awaited
+    the leader's own write behind every write queued before it, then the save, and the leader
+    sent nothing for seconds: the silence check failed this seed at 9.9 virtual s."""
+    changes = tuple((t, "membership", None) for t in (6.0, 8.0, 10.0, 12.0, 14.0, 16.0))
+    cfg = StackConfig(seed=1, workload="register", seconds=20.0, mix=MIX,
+                      schedule=((5.0, "disk", [SLOWED, "slow", 1.5, 2.0]), *changes))
+    result = StackSim(cfg, tmp_path / "changes").run()
+    assert result.ok(), (result.violation, result.verdict)
+    changed = [e[2] for e in result.events if e[1] == "membership" and len(e[2]) == 3]
+    assert len(changed) >= 4, changed  # changes that committed, the slowed leader's among them
+    assert result.probes.get("raft.commit.before_own_write", 0) >= 100
+
+
 class _Replica:
     """What the silence watch reads of a replica."""
 

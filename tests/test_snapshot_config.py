@@ -20,6 +20,7 @@ from replica_net import Net, open_session, options
 
 from node import probes
 from node.consensus import ChangeOp, ConfigChange
+from node.replica.metadata_saves import MetadataSaves
 from node.replica.replica import Replica
 from node.tablet.ops import Write
 
@@ -37,9 +38,9 @@ def test_a_follower_whose_config_save_fails_leaves_no_snapshot_past_the_config(t
         def save_fails(hs, config):
             if config is not None:
                 raise OSError(errno.EIO, "Input/output error (the metadata's fsync)")
-            return Replica._save_cmeta(f, hs, config)
+            return MetadataSaves._write(f.saves, hs, config)
 
-        f._save_cmeta = save_fails
+        f.saves._write = save_fails
         session = await open_session(leader)
         await leader.change_config(ConfigChange(ChangeOp.ADD_NON_VOTER, "d"), 0)
         for seq in range(1, 4):

@@ -8,10 +8,13 @@ msgsAfterAppend), not by each driver:
 - A leader's AppendEntries and heartbeats may leave while it writes the same entries itself
   (Raft thesis 10.2.1): the followers' fsyncs overlap its own. Safe because the leader counts
   itself toward a commit only once its own write is durable, and because nothing such a message
-  says depends on the write: so only when the Ready holds no new term or vote and no committed
-  config (a message sent before our vote is durable could outlive a crash that forgets it), and
-  only when every message is one a leader sends (a vote or an acknowledgement reports the
-  write, and must wait for it).
+  says depends on the write: so only when the Ready holds no new term or vote (a message sent
+  before our vote is durable could outlive a crash that forgets it), and only when every message
+  is one a leader sends (a vote or an acknowledgement reports the write, and must wait for it).
+  A newly committed config does not hold them: its entry is durable here before the core hands
+  it over (RaftCore._config_to_persist), so a crash before its metadata save replays it from
+  the log; what they tell followers of the commit is what the log says. Held, a leader awaited
+  its own write behind every write queued before it, silent through a slow disk's syncs.
 - With those messages gone early, committed entries below the first entry of this write may
   be applied before it: committed means durable on a majority, and a leader's replies then
   leave while it writes the next group. Not when the soft state changes, since applying may
@@ -56,7 +59,7 @@ def steps(rd: Ready, *, unchanged_hard_state: bool = False) -> Steps:
     """`rd` as steps. A driver that finds the Ready's hard state equal to what it holds durably
     passes `unchanged_hard_state`: nothing of it needs writing, and it does not hold messages."""
     hs = None if unchanged_hard_state else rd.hard_state
-    early = (bool(rd.entries_to_persist) and hs is None and rd.committed_config is None
+    early = (bool(rd.entries_to_persist) and hs is None
              and all(type(m) in LEADER_MESSAGES for m in rd.messages))
     apply_early: tuple[Entry, ...] = ()
     if early and rd.soft_state is None:

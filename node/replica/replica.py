@@ -60,6 +60,7 @@ from node.probes import probe
 from node.replica.answers import OpenGroup, WriteAnswers, answer_members
 from node.replica.copy_pins import CopyPins
 from node.replica.done import Done, finish, settle
+from node.replica.metadata_saves import MetadataSaves
 from node.replica.read_only import ReadOnly
 from node.replica.snapshot_policy import retain_from, snapshot_due
 from node.replica.wal_writes import WalWrites
@@ -254,7 +255,8 @@ class Replica:
                                 self.state.last_applied_index)
         snapshot_index, snapshot_term = self.state.last_applied_index, self.state.last_applied_term
         config = decode_config(cmeta.committed_config)
-        self._saved_config_index = config.opid_index  # the committed config on disk
+        self.saves = MetadataSaves(cmeta, config.opid_index, self._in_thread, self._spawn,
+                                   self.fail, self._config_saved)
         self.log.info("bootstrap: term %d, voted for %s, committed config %s, snapshot at index "
                       "%d, %d WAL entries after it", cmeta.current_term, cmeta.voted_for,
                       config_text(config), snapshot_index, len(entries))
@@ -344,9 +346,10 @@ class Replica:
         (self._writes_in if self.writes.parks() else self._inbox).append((propose, None))
         self._wake.set()
 
-    def fail(self, err: Exception) -> None:
-        """Fail through the driver's own path, as a failed fsync does: another reader found
-        this replica's files damaged on disk, which its next start would refuse."""
+    def fail(self, err: BaseException) -> None:
+        """Fail through the driver's own path: a write or save behind a Ready failed, or
+        another reader found this replica's files damaged on disk, which its next start would
+        refuse."""
         self._submit(functools.partial(_raise, err))
 
     def step(self, messages: list) -> None:
@@ -409,14 +412,13 @@ class Replica:
                 self.writes.leave_behind(
                     written, functools.partial(self._submit, functools.partial(
                         self.core.persisted, last.index, last.term)),
-                    lambda err: self._submit(functools.partial(_raise, err)))
+                    self.fail)
             else:
                 await written
-        if st.hard_state is not None or st.committed_config is not None:
-            await self._in_thread(self._save_cmeta, st.hard_state, st.committed_config)
-        if st.committed_config is not None:
-            self._saved_config_index = st.committed_config.opid_index
-            self.log.info("config committed: %s", config_text(st.committed_config))
+        if st.hard_state is not None:
+            await self.saves.save(st.hard_state, st.committed_config)
+        elif st.committed_config is not None:  # saved behind: node.replica.metadata_saves
+            self.saves.save_behind(st.committed_config)
         for ev in rd.events:
             log_event(self.log, ev)
         self._send_messages(st.send)
@@ -435,9 +437,8 @@ class Replica:
             self.reads.sent(m, sent_at)
             self._send(m.to_uuid, [m])
 
-    def _save_cmeta(self, hs: HardState | None, config: RaftConfig | None) -> None:
-        self.cmeta.update(None if hs is None else (hs.term, hs.voted_for),
-                          None if config is None else encode_config(config))
+    def _config_saved(self, config: RaftConfig) -> None:
+        self.log.info("config committed: %s", config_text(config))
 
     def _on_soft_state(self, ss) -> None:
         if ss.leader != self.leader:
@@ -496,7 +497,7 @@ class Replica:
         # a crash (or a failed metadata save) between the two forgot the config. A follower
         # catching up applies a config entry in the Ready that writes it; the config is handed
         # over once durable, in the next Ready, which saves it and then tries again here.
-        if self.core.committed_config.opid_index > self._saved_config_index:
+        if self.core.committed_config.opid_index > self.saves.saved_config_index:
             probe("replica.snapshot.waits_for_config_save")
             return
         self._last_snapshot, self._snapshotting = applied, True
