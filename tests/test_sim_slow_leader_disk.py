@@ -57,7 +57,7 @@ def test_a_leader_on_a_slow_disk_keeps_leading_through_membership_changes(tmp_pa
     result = StackSim(cfg, tmp_path / "changes").run()
     assert result.ok(), (result.violation, result.verdict)
     changed = [e[2] for e in result.events if e[1] == "membership" and len(e[2]) == 3]
-    assert len(changed) >= 4, changed  # changes that committed, the slowed leader's among them
+    assert len(changed) >= 4, changed  # changes made (before, the seed stopped at 9.9 s)
     assert result.probes.get("raft.commit.before_own_write", 0) >= 100
 
 

@@ -11,10 +11,9 @@ the queue has room, and the driver goes on: it ticks, heartbeats, answers votes 
 what its followers commit, as Kudu's peers go on sending while its appender blocks on a full
 log queue. Meanwhile the driver parks the writes it is handed (`parks`; single row ops go on
 joining one group) and proposes them once every held write is queued, so what waits beyond the
-bound is one Ready's entries. Before, the
-driver awaited the queue's room, and a leader on a slow disk with a full queue sent its
-followers nothing until its syncs ended, and lost its leadership. See
-docs/decisions/write-behind.md."""
+bound is one Ready's entries. Before, the driver awaited the queue's room, and a leader on a
+slow disk with a full queue sent its followers nothing until its syncs ended, and lost its
+leadership. See docs/decisions/write-behind.md."""
 
 from __future__ import annotations
 
