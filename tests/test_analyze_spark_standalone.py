@@ -29,7 +29,7 @@ def _alive_workers(ui_port: int) -> list[dict]:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as r:
             return [w for w in json.load(r)["workers"] if w["state"] == "ALIVE"]
-    except OSError:
+    except (OSError, ValueError):  # not up yet, or another server's page on the port
         return []
 
 
@@ -52,7 +52,7 @@ def standalone(tmp_path_factory):
     for i in (1, 2):
         procs.append(subprocess.Popen(
             [*spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
-             "--cores", "1", "--memory", "2g", "--webui-port", str(free_port()),
+             "--cores", "1", "--memory", "2g", "--webui-port", "0",
              "--work-dir", str(work / f"worker{i}")], env=env, start_new_session=True,
             stdout=open(work / f"worker{i}.log", "w"), stderr=subprocess.STDOUT))
     try:
