@@ -7,8 +7,10 @@ wait for it meanwhile.
 
 What a leader sends is seen where its server queues it (ServerOptions.observe_outgoing), before
 the network, so partitions, delays and dead peers do not count: only a leader whose own driver
-stopped sending. Its driver held the whole loop on its own WAL write until 2026-12-06
-(docs/decisions/write-behind.md), and a leader on a slow disk went silent that way.
+stopped sending. A leader on a slow disk went silent three ways before this check caught each:
+its driver awaited its own WAL write while another ran behind, awaited room in a full WAL
+queue, and, in a Ready that handed over a committed config, awaited its own write and then the
+metadata save (docs/decisions/write-behind.md).
 """
 
 from __future__ import annotations
