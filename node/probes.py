@@ -163,8 +163,12 @@ CATALOG: dict[str, str] = {
         "a snapshot kept fewer entries than log_retain_entries: their payloads passed its MiB bound",
     "replica.wal.write_held":
         "a Ready's write found the WAL's queue full: held in order, the driver went on",
+    "replica.wal.held_write_failed":
+        "the WAL failed under writes held for its queue: each failed, and the driver parked on",
     "replica.proposal.parked":
         "a replica parked the writes it was handed while its own waited for the WAL's queue",
+    "replica.inbox.refused_unrun":
+        "a replica stopped or failed: a request it never ran was refused, not left to time out",
     "replica.failed.while_running":
         "a running replica failed (an fsync, a safety check): it is FAILED and stops serving",
     # --- wal: the write-ahead log (node/wal) ---

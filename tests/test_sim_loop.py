@@ -356,3 +356,28 @@ def test_a_loop_closed_while_another_runs_closes_quietly():
 
     asyncio.run(meanwhile())
     assert old.is_closed() and not task.done()
+
+
+def test_a_task_that_ends_with_an_error_no_one_reads_is_kept_not_just_printed():
+    """A background task whose error nobody awaits is a failure only a log line would show (a
+    WAL's queue task once died so, and its replica served on): the loop keeps it, and
+    StackSim fails the seed on it. A plain future nobody reads is an abandoned call, counted."""
+    loop, _ = _sim()
+
+    async def dies():
+        await asyncio.sleep(1)
+        raise OSError(5, "Input/output error")
+
+    async def main():
+        loop.create_task(dies(), name="queue-held")
+        fut = loop.create_future()
+        fut.set_exception(TimeoutError())  # a caller that gave up: nobody reads it
+        del fut
+        await asyncio.sleep(2)
+        gc.collect()
+
+    loop.run_until_complete(main())
+    assert len(loop.unread_task_errors) == 1, loop.unread_task_errors
+    assert loop.unread_task_errors[0].startswith("task queue-held at 1.000 virtual s: OSError")
+    assert loop.abandoned_futures == 1
+    loop.close()

@@ -681,7 +681,7 @@ def test_a_quarter_of_the_swarm_mixes_keep_few_sessions_so_clients_lose_theirs(t
     valid. No seed with the engine's 1,024 sessions ever evicted one."""
     mixes = [swarm_mix(s) for s in range(200)]
     drawn = Counter(m.max_sessions for m in mixes)
-    assert set(drawn) == {None, 3, 8} and 60 < drawn[None] < 150, drawn  # bundles draw none
+    assert set(drawn) == {None, 3, 8} and 60 < drawn[None] < 160, drawn  # bundles draw none
     few = parse_mix("crash:2,restart:4,heal:1;every=1-4;sessions=3;load=20x200")
     assert few.max_sessions == 3 and "sessions=3" in few.spec()
     with pytest.raises(ValueError, match="sessions='0'"):
@@ -716,7 +716,7 @@ def test_a_quarter_of_the_mixes_bound_requests_in_flight_so_back_pressure_happen
     reading a connection and the client's calls wait for room, and the seed stays valid."""
     mixes = [swarm_mix(s) for s in range(200)]
     drawn = Counter(m.inflight for m in mixes)
-    assert set(drawn) == {None, 4} and 20 < drawn[4] < 80, drawn
+    assert set(drawn) == {None, 4} and 15 < drawn[4] < 80, drawn
     tight = parse_mix("restart:1,heal:1;every=1-4;load=20x200;writes=shared;inflight=4")
     assert tight.inflight == 4 and "inflight=4" in tight.spec()
     with pytest.raises(ValueError, match="inflight='0'"):
@@ -734,7 +734,7 @@ def test_the_delay_fault_slows_one_hosts_links_for_a_while_and_leaves_others_alo
     sim.loop.run_until_complete(asyncio.sleep(2.5))
     assert sim.net.slowed(host, other) == 0.0  # over after its 2 s
     assert sim.net.slowed(host, sim.masters[0]) == 0.5  # not the other fault's
-    assert sum("delay" in swarm_mix(s).kinds() for s in range(200)) > 50  # bundles draw none
+    assert sum("delay" in swarm_mix(s).kinds() for s in range(200)) > 45  # bundles draw none
 
 
 def test_half_the_mixes_lower_the_servers_frame_limit_and_the_client_keeps_its_own(tmp_path):
@@ -762,7 +762,7 @@ def test_a_reprovisioned_host_comes_back_as_a_new_server_and_its_replicas_are_re
     at the same address with a new uuid. Peers and the masters still address the old uuid there
     and are refused (rpc.server.wrong_uuid); the masters replace the silent member, and no
     config names the old uuid at the end. The seed stays valid."""
-    assert "reprovision" in LATE and 50 < sum("reprovision" in swarm_mix(s).kinds()
+    assert "reprovision" in LATE and 45 < sum("reprovision" in swarm_mix(s).kinds()
                                                for s in range(200)) < 140
     spec = "restart:2,heal:1,reprovision:4;every=1-4;reads=linearizable;load=10x100"
     assert parse_mix(spec).spec() == spec
@@ -786,7 +786,7 @@ def test_a_disk_filled_just_past_its_files_fails_a_segments_preallocation_or_wri
     space counted, in a seed of small segments: the next segment cannot be preallocated, or a
     WAL write comes back short and the rest fails (ENOSPC): the log fails, the replica FAILs, and
     the masters replace it. No seed had reached either; the seed stays valid."""
-    assert "full" in LATE and 50 < sum("full" in swarm_mix(s).kinds() for s in range(200)) < 140
+    assert "full" in LATE and 45 < sum("full" in swarm_mix(s).kinds() for s in range(200)) < 140
     spec = "restart:2,heal:1,full:4;every=1-4;reads=linearizable;load=10x100"
     assert parse_mix(spec).spec() == spec
     _valid_and_fired(StackConfig(seed=2, workload="register", seconds=30.0, mix=parse_mix(spec)),
@@ -1111,7 +1111,7 @@ def test_a_shared_smart_client_and_bursts_are_drawn_and_a_spec_carries_them():
     from harness.sim.swarm import ALL_BUNDLES, bundle_of
 
     mixes = [swarm_mix(s) for s in range(200)]
-    assert 30 < sum(m.smart for m in mixes) < 70 and not any(m.bursts for m in mixes)
+    assert 25 < sum(m.smart for m in mixes) < 70 and not any(m.bursts for m in mixes)
     assert all(m == replace(parse_mix(ALL_BUNDLES[b]), name="swarm")
                for s, m in enumerate(mixes) if (b := bundle_of(s)))  # a bundle stays whole
     m = parse_mix("crash:1;load=10x100;writes=session-manual;smart;bursts")

@@ -23,6 +23,7 @@ from harness.sim.swarm import (
     LATE_BUNDLES,
     LATER_BUNDLES,
     LATEST_BUNDLES,
+    NINTH_BUNDLES,
     SEVENTH_BUNDLES,
     SIXTH_BUNDLES,
     UNPACED,
@@ -104,7 +105,7 @@ def test_aimed_file_damage_misplaces_a_replicas_consensus_metadata_and_flips_a_f
     a finished segment whose footer's CRC fails is refused at bootstrap
     (wal.scan.footer_damaged); each replica comes back FAILED, as the checks demand of judged
     damage, and the seed stays valid."""
-    assert "damage-file" in LATE and 50 < sum("damage-file" in swarm_mix(s).kinds()
+    assert "damage-file" in LATE and 45 < sum("damage-file" in swarm_mix(s).kinds()
                                                for s in range(200)) < 140
     spec = "damage-file:4,restart:1,heal:1;every=0.5-2;reads=linearizable;load=10x100"
     sim = StackSim(StackConfig(seed=0, workload="register", seconds=10.0, mix=parse_mix(spec)),
@@ -265,7 +266,8 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     with a bundle keep theirs), and of the seeds left about one in twenty-one one of
     LATER_BUNDLES (a third stream), and of those left about one in eleven one of
     LATEST_BUNDLES (a fourth), one in twenty-one one of FIFTH_BUNDLES (a fifth), of
-    SIXTH_BUNDLES (a sixth), of SEVENTH_BUNDLES (a seventh) and of EIGHTH_BUNDLES (an eighth);
+    SIXTH_BUNDLES (a sixth), of SEVENTH_BUNDLES (a seventh), of EIGHTH_BUNDLES (an eighth)
+    and of NINTH_BUNDLES (a ninth);
     the rest keep their own draws,
     and a kind of BUNDLED only comes in a bundle."""
     from tests.test_sim_forge import FORGE
@@ -290,8 +292,10 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     assert set(seventh) == set(SEVENTH_BUNDLES) and 8 < sum(seventh.values()) < 40, seventh
     eighth = Counter(b for s in range(800) if (b := bundle_of(s)) in EIGHTH_BUNDLES)
     assert set(eighth) == set(EIGHTH_BUNDLES) and 8 < sum(eighth.values()) < 40, eighth
+    ninth = Counter(b for s in range(800) if (b := bundle_of(s)) in NINTH_BUNDLES)
+    assert set(ninth) == set(NINTH_BUNDLES) and 8 < sum(ninth.values()) < 40, ninth
     specs = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES, **FIFTH_BUNDLES,
-             **SIXTH_BUNDLES, **SEVENTH_BUNDLES, **EIGHTH_BUNDLES}
+             **SIXTH_BUNDLES, **SEVENTH_BUNDLES, **EIGHTH_BUNDLES, **NINTH_BUNDLES}
     assert specs == ALL_BUNDLES
     for s in range(200):
         mix, bundle = swarm_mix(s), bundle_of(s)
@@ -474,6 +478,18 @@ def test_a_leader_whose_full_wal_queue_waits_on_slow_syncs_goes_on_heartbeating(
     _valid_and_fired(StackConfig(seed=6, workload="register", seconds=20.0,
                                  mix=parse_mix(EIGHTH_BUNDLES["full-queue-behind"])),
                      tmp_path, "replica.wal.write_held", "replica.proposal.parked")
+
+
+def test_a_leader_whose_disk_dies_under_parked_writes_refuses_each_as_never_proposed(tmp_path):
+    """`dying-queue` (NINTH_BUNDLES): a leader's disk slow, then failing its syncs while its
+    writes wait for room in a 4 KiB WAL queue. Each held write fails with the WAL's error, the
+    replica fails, and the writes it parked, never proposed, are refused at once; the checkers
+    find every refusal true: valid. Before, the task holding the writes died with the WAL's
+    error unread, leaving the write at its head unanswered, and this seed failed on it
+    (`unread_task_errors`); the parked writes were proposed to the failed log."""
+    _valid_and_fired(StackConfig(seed=2, workload="register", seconds=20.0,
+                                 mix=parse_mix(NINTH_BUNDLES["dying-queue"])),
+                     tmp_path, "replica.wal.held_write_failed", "replica.inbox.refused_unrun")
 
 
 BUFFERS = ("restart:1,heal:1,crash:1;every=1-4;reads=linearizable;load=20x200;writes={};"

@@ -163,6 +163,9 @@ class SimLoop(asyncio.BaseEventLoop):
         self._procs: dict[str, SimProcess] = {}
         self.graveyard: list[SimProcess] = []
         self.abandoned_futures = 0
+        # tasks that ended with an error no one read, while the run went on: each a failure
+        # that went unseen (StackSim fails the seed on one)
+        self.unread_task_errors: list[str] = []
         self.network = network
         network.attach(self)
 
@@ -383,13 +386,19 @@ class SimLoop(asyncio.BaseEventLoop):
 
     def call_exception_handler(self, context: dict) -> None:
         """A plain future failed with no one left to read it: its waiter timed out or died with
-        a crashed host, as happens to every abandoned call. Counted, not printed; a task's
-        unretrieved exception is still reported. A MemoryError ends the run, raised."""
+        a crashed host, as happens to every abandoned call. Counted, not printed. A task that
+        ended with an error no one read is kept (`unread_task_errors`): nothing but the log saw
+        that failure. A MemoryError ends the run, raised."""
         if isinstance(context.get("exception"), MemoryError):
             raise context["exception"]  # the seed outgrew its worker's memory: it ends here
         fut = context.get("future")
         if isinstance(fut, _SimFuture) and "never retrieved" in context.get("message", ""):
             self.abandoned_futures += 1
+            return
+        if (isinstance(fut, asyncio.Task) and "never retrieved" in context.get("message", "")
+                and not self.is_closed()):
+            self.unread_task_errors.append(
+                f"task {fut.get_name()} at {self._now:.3f} virtual s: {context.get('exception')!r}")
             return
         super().call_exception_handler(context)
 

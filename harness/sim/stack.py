@@ -44,6 +44,7 @@ from harness.sim import (
     stack_copy_delete,
     stack_damage,
     stack_ddl,
+    stack_dying_disk,
     stack_forge,
     stack_lose,
     stack_maintenance,
@@ -181,7 +182,7 @@ MODULE_FAULTS = {
     "garble": stack_forge.garble, "copy-shrink": stack_forge.copy_shrink,
     "lose": stack_lose.lose, "lose-snapshot": stack_lose.lose_snapshot,
     "change-retry": stack_change_retry.change_retry,
-    "copy-behind": stack_copy_behind.copy_behind,
+    "copy-behind": stack_copy_behind.copy_behind, "dying-disk": stack_dying_disk.dying_disk,
     "tombstone-rot": stack_tombstone_rot.tombstone_rot,
 }
 
@@ -729,6 +730,9 @@ class StackSim:
         probes.enable()  # this seed's own counts: every server of the seed is in this process
         try:
             workload = self.loop.run_until_complete(self._main())
+            if self.loop.unread_task_errors and self.violation is None:
+                self.violation = ("a task ended with an error no one read, a failure nothing "
+                                  "but a log saw: " + "; ".join(self.loop.unread_task_errors[:3]))
         finally:
             hits = probes.hits()
             probes.disable()

@@ -53,6 +53,12 @@ CUT_S = (1.0, 8.0)  # how long a cut link stays cut
 COPY_BEHIND_SLOW_FSYNC_S = (3.0, 6.0)
 COPY_BEHIND_AFTER_S = (1.5, 3.0)
 COPY_BEHIND_CUT_S = (8.0, 15.0)
+# dying-disk (harness.sim.stack_dying_disk): L's fsyncs (from half of it to it, s), long enough
+# that a small WAL queue fills within one; the share of its syncs that then fail; and how long
+# the disk dies before it is replaced
+DYING_SLOW_FSYNC_S = (1.0, 3.0)
+DYING_EIO_RATE = (0.3, 1.0)
+DYING_AFTER_S = (2.0, 5.0)
 LINK_DELAY_S = (0.05, 0.5)  # copy-race's extra delay on the link between the leader and R
 TOMBSTONE_AFTER_S = (0.0, 2.0)  # copy-race: from the cut to R's tombstone
 FAIL_COPY_LAG_S = (0.3, 2.0)  # fail-copy: from the cut to R's power loss (F falls behind)
@@ -186,6 +192,15 @@ class FaultChooser:
         if kind == "lose-snapshot":
             return (stack_lose.choose_snapshot(self, rng) if self._damaged() < MAX_FLIPS
                     else (None, None))
+        if kind == "dying-disk":  # a test tablet's leader whose disk has no fault yet
+            leaders = [(t, h) for t, (h, _) in self._test_tablets().items()
+                       if h not in self.sim.disk_faults]
+            if not leaders:
+                return None, None
+            tablet, host = rng.choice(leaders)
+            return kind, [tablet, host, round(rng.uniform(*DYING_SLOW_FSYNC_S), 6),
+                          round(rng.uniform(*DYING_EIO_RATE), 3),
+                          round(rng.uniform(*DYING_AFTER_S), 3)]
         if kind in ("cut", "tombstone", "copy-race", "lease-race", "fail-copy", "copy-behind",
                     "tombstone-rot"):
             return self._choose_copy_fault(kind, rng)

@@ -30,7 +30,7 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
          "drift", "flip-newest", "fail-copy", "torn", "delay", "damage", "reprovision", "full",
          "damage-file", "copy-cut", "master-swap", "unsafe", "ddl", "maintenance", "forge",
          "garble", "copy-shrink", "recopy", "copy-behind", "kill", "copy-delete", "lose",
-         "ddl-retry", "change-retry", "tombstone-rot", "lose-snapshot")
+         "ddl-retry", "change-retry", "tombstone-rot", "lose-snapshot", "dying-disk")
 # Kinds a seed draws only in a bundle (BUNDLES), never on their own: a kind added to the
 # optional ones or to LATE would change many recorded seeds' mixes. recopy: an operator's
 # `kudu remote_replica copy` over a running replica, or from a FAILED one
@@ -39,8 +39,9 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
 # (harness.sim.stack_lose). tombstone-rot: a tombstone still a voter whose consensus metadata a
 # flipped bit made unreadable, while its tablet elects (harness.sim.stack_tombstone_rot).
 # lose-snapshot: a leader's newest snapshot lost under it, then a copy from it
-# (harness.sim.stack_lose).
-BUNDLED = ("recopy", "copy-delete", "lose", "tombstone-rot", "lose-snapshot")
+# (harness.sim.stack_lose). dying-disk: a leader's disk slow, then failing its syncs too, while
+# writes wait for room in its WAL's queue (harness.sim.stack_dying_disk).
+BUNDLED = ("recopy", "copy-delete", "lose", "tombstone-rot", "lose-snapshot", "dying-disk")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
@@ -330,13 +331,25 @@ EIGHTH_BUNDLES = {
                          "load=10x100;wal-queue=4",
 }
 EIGHTH_BUNDLE_DRAW = (None,) * 20 + tuple(EIGHTH_BUNDLES)
+# A ninth stream, the same way. dying-queue: a leader's disk slow and then failing its syncs
+# while its writes wait for room in a small WAL queue (harness.sim.stack_dying_disk). It fails
+# with writes held and parked, none of them proposed: each is refused for certain at once
+# (replica.inbox.refused_unrun), and the checkers hold that to the truth. Before, their callers
+# waited out their deadlines and recorded them as unknown; no other draw failed a replica with
+# writes waiting.
+NINTH_BUNDLES = {
+    "dying-queue": "dying-disk:4,restart:1,heal:1;every=1-4;reads=linearizable;"
+                   "load=10x100;wal-queue=4",
+}
+NINTH_BUNDLE_DRAW = (None,) * 20 + tuple(NINTH_BUNDLES)
 # Each stream's name and draw, in the order a seed takes them (`bundle_of`).
 BUNDLE_STREAMS = (("bundle", BUNDLE_DRAW), ("late-bundle", LATE_BUNDLE_DRAW),
                   ("later-bundle", LATER_BUNDLE_DRAW), ("latest-bundle", LATEST_BUNDLE_DRAW),
                   ("fifth-bundle", FIFTH_BUNDLE_DRAW), ("sixth-bundle", SIXTH_BUNDLE_DRAW),
-                  ("seventh-bundle", SEVENTH_BUNDLE_DRAW), ("eighth-bundle", EIGHTH_BUNDLE_DRAW))
+                  ("seventh-bundle", SEVENTH_BUNDLE_DRAW), ("eighth-bundle", EIGHTH_BUNDLE_DRAW),
+                  ("ninth-bundle", NINTH_BUNDLE_DRAW))
 ALL_BUNDLES = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES, **FIFTH_BUNDLES,
-               **SIXTH_BUNDLES, **SEVENTH_BUNDLES, **EIGHTH_BUNDLES}
+               **SIXTH_BUNDLES, **SEVENTH_BUNDLES, **EIGHTH_BUNDLES, **NINTH_BUNDLES}
 # The probes each bundle is drawn to reach (the notes above say how), so that a run can say
 # whether its bundles did (`bundle_reach`): the frame-split bundle ran on list-append seeds,
 # where it writes no values of a size and never split a batch, and nothing said so. Its first
@@ -363,6 +376,7 @@ BUNDLE_AIMS = {
     "tombstone-rot": ("tombstone.vote.refused_corrupt_metadata",),
     "lose-snapshot": ("copy.pins.wal_starts_after_snapshot",),
     "full-queue-behind": ("replica.wal.write_held",),
+    "dying-queue": ("replica.inbox.refused_unrun",),
 }
 
 

@@ -46,6 +46,10 @@ class OpenGroup:
     members: list[tuple[Member, Done, bool]] = field(default_factory=list)
     propagated: int = 0
 
+    def refuse(self, error: BaseException) -> None:
+        """Never proposed (node.replica.inbox): every member did not happen."""
+        answer_members([done for _, done, _ in self.members], None, error)
+
 
 class WriteAnswers:
     """The leader's clock as the write path uses it, and the replica's commit-wait stats."""

@@ -86,7 +86,7 @@ class Driver(Protocol):
     role: Role
     term: int
     leader: str | None
-    _applied_waiters: list[tuple[int, Callable[[], None]]]
+    _applied_waiters: list[tuple[int, Callable[[], None], Callable[[BaseException], None]]]
 
     def _check_serving(self) -> None: ...
 
@@ -140,7 +140,7 @@ class ReadOnly:
             sent = group.started
         then = functools.partial(self._applied, op, term, sent, done)
         if index > self.r.state.last_applied_index:
-            self.r._applied_waiters.append((index, then))
+            self.r._applied_waiters.append((index, then, functools.partial(done, None)))
         else:
             then()
 

@@ -60,6 +60,7 @@ from node.probes import probe
 from node.replica.answers import OpenGroup, WriteAnswers, answer_members
 from node.replica.copy_pins import CopyPins
 from node.replica.done import Done, finish, settle
+from node.replica.inbox import Inbox, Refuse
 from node.replica.metadata_saves import MetadataSaves
 from node.replica.read_only import ReadOnly
 from node.replica.snapshot_policy import retain_from, snapshot_due
@@ -202,9 +203,8 @@ class Replica:
         self.clock = HybridClock(options.clock_max_error_us, options.wall_ns)
         self._rng = rng or random.Random()
         self.snapshots = SnapshotStore(paths.snapshot_dir, paths.tablet_id, paths.disk)
-        self._inbox: list[tuple[Callable[[], Any], asyncio.Future | None]] = []
-        self._writes_in: list[tuple[Callable[[], Any], None]] = []  # writes parked, in order
         self._wake = asyncio.Event()
+        self._inbox = Inbox(self._wake)  # what the driver runs in its turn, and what it owes
         # Everything this replica runs in the background, so that stop() can end it all: tasks
         # (cancelled) and blocking calls in threads (awaited: a thread cannot be cancelled).
         self._tasks: set[asyncio.Task] = set()
@@ -215,7 +215,8 @@ class Replica:
         # no second decode; an entry of another term at that index is not ours and is decoded.
         self._proposed: dict[int, tuple[int, Command]] = {}
         self._open_group: OpenGroup | None = None  # queued, still taking writes
-        self._applied_waiters: list[tuple[int, Callable[[], None]]] = []  # (index, then)
+        # (index, then, refuse): callbacks for when `index` is applied, or the replica stops
+        self._applied_waiters: list[tuple[int, Callable[[], None], Refuse]] = []
         self._leader_ready_term = -1  # term in which we, as leader, applied our own entry
         self._leader_ready = asyncio.Event()
         self.reads = ReadOnly(self)  # ReadIndex groups and the leader lease
@@ -310,7 +311,7 @@ class Replica:
             await asyncio.gather(*tasks, return_exceptions=True)
         while self._threads:  # a save under way finishes before we return; none starts after
             await asyncio.gather(*list(self._threads), return_exceptions=True)
-        self._fail_pending(ReplicaError("replica shutting down", maybe_applied=True))
+        self._fail_pending("replica shutting down")
         if hasattr(self, "wal"):
             await asyncio.to_thread(self.wal.close)
 
@@ -337,14 +338,13 @@ class Replica:
     # -- inputs ------------------------------------------------------------------------------
     def _submit(self, fn: Callable[[], Any], want_result: bool = False) -> asyncio.Future | None:
         fut = asyncio.get_running_loop().create_future() if want_result else None
-        self._inbox.append((fn, fut))
-        self._wake.set()
+        self._inbox.put(fn, fut)
         return fut
 
-    def _submit_write(self, propose: Callable[[], None]) -> None:
-        """Parked while the WAL's queue is full (node.replica.wal_writes), in order."""
-        (self._writes_in if self.writes.parks() else self._inbox).append((propose, None))
-        self._wake.set()
+    def _submit_write(self, propose: Callable[[], None], refuse: Refuse) -> None:
+        """Parked while the WAL's queue is full (node.replica.wal_writes), in order; `refuse`
+        answers the caller if the replica stops or fails before proposing it (node.replica.inbox)."""
+        self._inbox.put_write(propose, refuse, self.writes.parks())
 
     def fail(self, err: BaseException) -> None:
         """Fail through the driver's own path: a write or save behind a Ready failed, or
@@ -368,17 +368,7 @@ class Replica:
             while True:
                 await self._wake.wait()
                 self._wake.clear()
-                inbox, self._inbox = self._inbox, []
-                if self._writes_in and not self.writes.parks():  # ahead of the writes after them
-                    inbox, self._writes_in = self._writes_in + inbox, []
-                for fn, fut in inbox:
-                    try:
-                        result = fn()
-                        if fut is not None and not fut.done():
-                            fut.set_result(result)
-                    except ProposalError as e:
-                        if fut is not None and not fut.done():
-                            fut.set_exception(e)
+                self._inbox.run(self.writes.parks())
                 while self.core.has_ready():
                     await self._handle(self.core.ready())
         except asyncio.CancelledError:
@@ -386,7 +376,7 @@ class Replica:
         except Exception as e:  # a failed fsync or a safety violation: stop serving, loudly
             probe("replica.failed.while_running")
             self.failed = log_failure(self.log, "replica failed", e)
-            self._fail_pending(ReplicaError(f"replica failed: {self.failed}", maybe_applied=True))
+            self._fail_pending(f"replica failed: {self.failed}")
 
     async def _handle(self, rd: Ready) -> None:
         """Carry out a Ready in the order `ready_steps.steps` gives (the one the simulators
@@ -478,8 +468,8 @@ class Replica:
 
     def _wake_applied(self) -> None:
         applied, waiters = self.state.last_applied_index, self._applied_waiters
-        self._applied_waiters = [(i, then) for i, then in waiters if i > applied]
-        for i, then in waiters:  # a `then` may wait again: it finds the new list
+        self._applied_waiters = [w for w in waiters if w[0] > applied]
+        for i, then, _ in waiters:  # a `then` may wait again: it finds the new list
             if i <= applied:
                 finish(then)
 
@@ -526,17 +516,28 @@ class Replica:
 
         self._spawn(save(), f"snapshot-{self.tablet_id}")
 
-    def _fail_pending(self, err: Exception) -> None:
+    def _fail_pending(self, why: str) -> None:
+        """Answer what this replica owes once its driver runs nothing more: a write it proposed
+        may still be committed by the next leader (maybe applied); a write never proposed, a
+        request never run and a read waiting to apply did not happen (node.replica.inbox)."""
         self._proposed.clear()
         waiters, self._waiters = self._waiters, {}
+        maybe = ReplicaError(why, maybe_applied=True)
         for _, done in waiters.values():
-            finish(done, None, err)
-        self.reads.fail_all(err)
+            finish(done, None, maybe)
+        self.reads.fail_all(maybe)
+        self._inbox.close(ReplicaError(why))
+        self._open_group = None
+        reads, self._applied_waiters = self._applied_waiters, []
+        for _, _, refuse in reads:
+            finish(refuse, ReplicaError(why))
 
     # -- client-facing -----------------------------------------------------------------------
     def _check_serving(self) -> None:
         if self.failed:
             raise ReplicaError(f"replica failed: {self.failed}")
+        if self._stopping is not None:
+            raise ReplicaError("replica shutting down")
         if self.role != Role.LEADER:
             raise ReplicaError("not the leader", leader=self.leader)
 
@@ -569,7 +570,7 @@ class Replica:
                 return
             self._waiters[index] = (self.core.term, functools.partial(settle, fut))
 
-        self._submit(propose)
+        self._inbox.put(propose, refuse=functools.partial(settle, fut, None))
         return await fut
 
     def submit(self, op: Op, session: int, seq: int, acked_below: int, done: Done,
@@ -587,7 +588,8 @@ class Replica:
         self._check_serving()
         if not isinstance(op, ROW_OP_TYPES):
             self._submit_write(functools.partial(self._propose, op, session, seq, acked_below,
-                                                 done, owner, propagated, commit_wait))
+                                                 done, owner, propagated, commit_wait),
+                               functools.partial(finish, done, None))
             return
         # A single row op joins the group still waiting to be proposed, if any: the writes that
         # arrive in one turn of the driver become one entry (ops.Group). The group keeps its
@@ -596,7 +598,7 @@ class Replica:
         group = self._open_group
         if group is None or len(group.members) >= MAX_GROUP:
             group = self._open_group = OpenGroup()
-            self._submit_write(functools.partial(self._propose_group, group))
+            self._submit_write(functools.partial(self._propose_group, group), group.refuse)
         group.members.append((Member(op, session, seq, acked_below, owner), done, commit_wait))
         group.propagated = max(group.propagated, propagated)
 

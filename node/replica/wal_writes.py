@@ -39,6 +39,7 @@ class WalWrites:
         self.behind = 0  # writes running behind their Readys
         # writes that found the WAL's queue full: (entries, their future, started), in order
         self._held: deque[tuple[tuple[Entry, ...], asyncio.Future, float]] = deque()
+        self.failed: BaseException | None = None  # the WAL's error that failed a held write
 
     def start(self, entries: tuple[Entry, ...]) -> asyncio.Future:
         """Hand `entries` to the WAL (first a truncation of what they replace), or hold them
@@ -46,7 +47,9 @@ class WalWrites:
         time counted in `stats`."""
         loop = asyncio.get_running_loop()
         written = loop.create_future()
-        if self._held or not self.wal.has_space():
+        if self.failed is not None:  # the replica fails on it, through the Ready's path
+            written.set_exception(self.failed)
+        elif self._held or not self.wal.has_space():
             if not self._held:
                 self._spawn(self._queue_held(), "wal-held")
             probe("replica.wal.write_held")
@@ -55,11 +58,18 @@ class WalWrites:
             self._queue(entries, written, loop.time())
         return written
 
+    @property
+    def held(self) -> int:
+        """How many writes wait for room in the WAL's queue (a look that fires no probe)."""
+        return len(self._held)
+
     def parks(self) -> bool:
-        """Whether the driver parks the writes it was handed: writes wait for the WAL's queue."""
-        if self._held:
+        """Whether the driver parks the writes it was handed: writes wait for the WAL's queue,
+        or the WAL failed under them."""
+        parks = bool(self._held) or self.failed is not None
+        if parks:
             probe("replica.proposal.parked")
-        return bool(self._held)
+        return parks
 
     def _queue(self, entries: tuple[Entry, ...], written: asyncio.Future, started: float) -> None:
         loop = asyncio.get_running_loop()
@@ -89,20 +99,27 @@ class WalWrites:
 
     async def _queue_held(self) -> None:
         """Queue the held writes in order as the WAL's queue makes room, then let the driver
-        propose what it parked meanwhile. Cancelled (the replica stops), so are the held writes."""
+        propose what it parked meanwhile. If the WAL fails first, each held write fails with its
+        error (its Ready's path then fails the replica) and the driver parks on: no write handed
+        in since is proposed to a failed log, and the replica's failure refuses each as never
+        proposed (node.replica.inbox). Cancelled (the replica stops), so are the held writes."""
         try:
             while self._held:
                 await self.wal.wait_for_space()
-                entries, written, started = self._held.popleft()
-                self._queue(entries, written, started)
+                self._queue(*self._held[0])
+                self._held.popleft()
         except BaseException as e:
             held, self._held = self._held, deque()
             for _, written, _ in held:
                 if isinstance(e, asyncio.CancelledError):
                     written.cancel()
-                else:
+                elif not written.done():
                     written.set_exception(e)
-            raise
+            if not isinstance(e, Exception):
+                raise
+            probe("replica.wal.held_write_failed")
+            self.failed = e
+            return
         self._resume()
 
     def leave_behind(self, written: asyncio.Future, durable: Callable[[], None],
