@@ -10,11 +10,12 @@ from pathlib import Path
 
 from node import faults
 from node.consensus import Member, MemberType, RaftConfig
+from node.consensus.types import ReadState
 from node.entry import Entry, EntryType
 from node.faults import Faults
 from node.replica.replica import Replica, ReplicaOptions, bootstrap_replica
 from node.tablet.cmeta import ConsensusMetadata
-from node.tablet.ops import OpenSession, Write, encode_command
+from node.tablet.ops import OpenSession, Read, Write, encode_command
 from node.tablet.paths import TabletPaths
 from node.wal import Log, LogOptions
 
@@ -64,6 +65,30 @@ class Net:
 
     async def stop(self) -> None:
         await asyncio.gather(*(r.stop() for r in self.replicas.values()))
+
+
+async def read_waiting_for_next_entry(r: Replica) -> asyncio.Task:
+    """A read on leader `r` confirmed at one index past its commit index, so that it waits for
+    the next entry to apply; its task, once it waits (`r._applied_waiters`)."""
+    real_start = r.core._start_read
+
+    def start_read(ctx):
+        real_start(ctx)
+        for pending in r.core._reads:  # its round still out
+            if pending.ctx == ctx:
+                pending.index += 1
+        r.core._read_states = [ReadState(s.ctx, s.index + 1) if s.ctx == ctx else s
+                               for s in r.core._read_states]  # a lone voter confirmed it at once
+
+    r.core._start_read = start_read
+    task = asyncio.create_task(r.read(Read("k")))
+    for _ in range(200):
+        if r._applied_waiters:
+            break
+        await asyncio.sleep(0.005)
+    del r.core._start_read
+    assert r._applied_waiters, "the read did not wait for the next entry"
+    return task
 
 
 async def open_session(r: Replica) -> int:

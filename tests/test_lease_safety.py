@@ -28,7 +28,7 @@ from node.replica.read_only import leader_lease_s
 from node.replica.replica import Replica, ReplicaOptions
 from node.tablet.ops import Read
 from node.wal import LogOptions
-from tests.replica_net import Net
+from tests.replica_net import Net, read_waiting_for_next_entry
 
 CONFIG3 = RaftConfig(0, tuple(Member(u, MemberType.VOTER) for u in ("n1", "n2", "n3")))
 SLOW_TICK_MS = 60_000  # the ticker never fires during a test: ticks and elections are driven
@@ -264,22 +264,7 @@ def test_a_lease_from_an_earlier_term_is_not_honoured_after_reelection(tmp_path)
             first_term = a.term
             calls = net.read_index_calls
             # Make the read wait for the next entry to apply: the next leader's no-op.
-            real_start = a.core._start_read
-
-            def start_read(ctx):
-                real_start(ctx)
-                for r in a.core._reads:
-                    if r.ctx == ctx:
-                        r.index += 1
-
-            a.core._start_read = start_read
-            pending = asyncio.create_task(a.read(Read("k")))
-            for _ in range(200):
-                if a._applied_waiters:
-                    break
-                await asyncio.sleep(0.005)
-            assert a._applied_waiters, "the read did not wait for the next entry"
-            del a.core._start_read
+            pending = await read_waiting_for_next_entry(a)
             # a steps down; b and c stop withholding votes; a is elected again.
             a._submit(a.core.step_down)
             await net.settle()

@@ -10,12 +10,12 @@ import asyncio
 import errno
 
 import pytest
-from test_replica_lifecycle import leading_with_session, single_replica
 
 from node import probes
-from node.consensus.types import ReadState
 from node.errors import ReplicaError
-from node.tablet.ops import Batch, Read, Write
+from node.tablet.ops import Batch, Write
+from tests.replica_net import read_waiting_for_next_entry
+from tests.test_replica_lifecycle import leading_with_session, single_replica
 
 ANSWERED_S = 5  # real seconds: an answer comes in the same turn; none would come at all before
 
@@ -115,20 +115,7 @@ def test_a_read_waiting_to_apply_is_refused_when_the_replica_stops(tmp_path):
     async def main():
         r = single_replica(tmp_path)
         await leading_with_session(r)
-        real_start = r.core._start_read
-
-        def start_read(ctx):  # the read waits for an entry past the commit index
-            real_start(ctx)  # a lone voter confirms it at once
-            r.core._read_states = [ReadState(s.ctx, s.index + 1) if s.ctx == ctx else s
-                                   for s in r.core._read_states]
-
-        r.core._start_read = start_read
-        reading = asyncio.create_task(r.read(Read("k")))
-        for _ in range(200):
-            if r._applied_waiters:
-                break
-            await asyncio.sleep(0.01)
-        assert r._applied_waiters, "the read did not wait for the next entry"
+        reading = await read_waiting_for_next_entry(r)
         await r.stop()
         with pytest.raises(ReplicaError, match="shutting down"):
             await asyncio.wait_for(reading, ANSWERED_S)

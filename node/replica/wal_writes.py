@@ -13,7 +13,9 @@ log queue. Meanwhile the driver parks the writes it is handed (`parks`; single r
 joining one group) and proposes them once every held write is queued, so what waits beyond the
 bound is one Ready's entries. Before, the driver awaited the queue's room, and a leader on a
 slow disk with a full queue sent its followers nothing until its syncs ended, and lost its
-leadership. See docs/decisions/write-behind.md."""
+leadership. See docs/decisions/write-behind.md. If the WAL fails while writes are held, each
+fails, and the driver parks on until the replica fails, which refuses what it parked as never
+proposed (docs/decisions/answers-owed-at-stop.md)."""
 
 from __future__ import annotations
 
