@@ -250,7 +250,6 @@ BUNDLES = {
     "transfer-read": "transfer:8,membership:2,restart:1,heal:1;every=0.2-0.8;"
                      "reads=linearizable;load=20x200;read-share=0.99;fsync=10",
 }
-BUNDLE_DRAW = (None,) * 24 + tuple(BUNDLES)
 # Bundles added after seeds were recorded against BUNDLE_DRAW, whose longer tuple would move
 # most seeds' bundles: drawn from a stream of their own (`bundle_of`), only for the seeds that
 # drew none there, so a recorded seed with a bundle keeps it. catalog-churn: leadership of the
@@ -266,7 +265,6 @@ LATE_BUNDLES = {
     "failing-elections": "disk:8,transfer:8,kill:8,restart:6,heal:1;every=0.1-0.4;"
                          "reads=linearizable;load=2x10",
 }
-LATE_BUNDLE_DRAW = (None,) * 30 + tuple(LATE_BUNDLES)
 # Bundles added after LATE_BUNDLES, drawn from a third stream for the seeds that drew none
 # in the other two (the same reason). shared-results: writers sharing sessions at full speed
 # under partitions, each tablet keeping 8 results a session: an attempt stalled behind more
@@ -276,7 +274,6 @@ LATER_BUNDLES = {
     "shared-results": "partition:2,isolate:2,crash:1,restart:1,heal:1;every=0.5-2;"
                       "reads=linearizable;load=20x200;writes=shared;results=8;workload=register",
 }
-LATER_BUNDLE_DRAW = (None,) * 20 + tuple(LATER_BUNDLES)
 # A fourth stream, the same way. copy-delete: a copy's target deleted while the copy runs, by
 # a plain delete, by the masters' eviction with its config index, or offline by the operator's
 # tool after a crash (harness.sim.stack_copy_delete), which no seed did. transfer-lease:
@@ -288,7 +285,6 @@ LATEST_BUNDLES = {
     "transfer-lease": "transfer:8,membership:2,restart:1,heal:1;every=0.2-0.8;reads=lease;"
                       "load=20x200;read-share=0.99;fsync=10",
 }
-LATEST_BUNDLE_DRAW = (None,) * 20 + tuple(LATEST_BUNDLES)
 # A fifth stream, the same way. lost-files: files of running tablet servers lose their names
 # (harness.sim.stack_lose) beside copies, membership changes, snapshots and their log GC,
 # DDL and reboots: the paths that read or delete a file while the server runs. Before it, every
@@ -297,7 +293,6 @@ FIFTH_BUNDLES = {
     "lost-files": "lose:4,tombstone:2,membership:2,ddl:1,crash:1,restart:2,heal:1;"
                   "every=0.5-2;reads=linearizable;load=10x100;snapshot=200",
 }
-FIFTH_BUNDLE_DRAW = (None,) * 20 + tuple(FIFTH_BUNDLES)
 # A sixth stream, the same way. quiet-copy-behind: the copy-behind fault on a lightly loaded
 # cluster. A leader copies a tablet from its WAL's synced end while a write of its own runs
 # behind, and the copy must be refused for ending behind the tombstone it replaces
@@ -311,7 +306,6 @@ SIXTH_BUNDLES = {
     "tombstone-rot": "tombstone-rot:4,transfer:2,restart:2,heal:1;every=1-4;"
                      "reads=linearizable;load=10x100",
 }
-SIXTH_BUNDLE_DRAW = (None,) * 20 + tuple(SIXTH_BUNDLES)
 # A seventh stream, the same way. lose-snapshot: leaders' newest snapshots lost under them and
 # copies from them at once, at a load that rolls and collects their logs' segments between
 # snapshots (harness.sim.stack_lose).
@@ -319,7 +313,6 @@ SEVENTH_BUNDLES = {
     "lose-snapshot": "lose-snapshot:4,restart:1,heal:1;every=1-4;reads=linearizable;"
                      "load=20x200;snapshot=200",
 }
-SEVENTH_BUNDLE_DRAW = (None,) * 20 + tuple(SEVENTH_BUNDLES)
 # An eighth stream, the same way. full-queue-behind: copy-behind's 3-6 s syncs on a leader whose
 # WAL queue (4 KiB) the load fills within one sync. Its writes wait for room in the queue
 # (replica.wal.write_held) and it parks the writes it is handed meanwhile
@@ -330,7 +323,6 @@ EIGHTH_BUNDLES = {
     "full-queue-behind": "copy-behind:4,restart:1,heal:1;every=1-4;reads=linearizable;"
                          "load=10x100;wal-queue=4",
 }
-EIGHTH_BUNDLE_DRAW = (None,) * 20 + tuple(EIGHTH_BUNDLES)
 # A ninth stream, the same way. dying-queue: a leader's disk slow and then failing its syncs
 # while its writes wait for room in a small WAL queue (harness.sim.stack_dying_disk). It fails
 # with writes held and parked, none of them proposed: each is refused for certain at once
@@ -341,15 +333,18 @@ NINTH_BUNDLES = {
     "dying-queue": "dying-disk:4,restart:1,heal:1;every=1-4;reads=linearizable;"
                    "load=10x100;wal-queue=4",
 }
-NINTH_BUNDLE_DRAW = (None,) * 20 + tuple(NINTH_BUNDLES)
-# Each stream's name and draw, in the order a seed takes them (`bundle_of`).
-BUNDLE_STREAMS = (("bundle", BUNDLE_DRAW), ("late-bundle", LATE_BUNDLE_DRAW),
-                  ("later-bundle", LATER_BUNDLE_DRAW), ("latest-bundle", LATEST_BUNDLE_DRAW),
-                  ("fifth-bundle", FIFTH_BUNDLE_DRAW), ("sixth-bundle", SIXTH_BUNDLE_DRAW),
-                  ("seventh-bundle", SEVENTH_BUNDLE_DRAW), ("eighth-bundle", EIGHTH_BUNDLE_DRAW),
-                  ("ninth-bundle", NINTH_BUNDLE_DRAW))
-ALL_BUNDLES = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES, **FIFTH_BUNDLES,
-               **SIXTH_BUNDLES, **SEVENTH_BUNDLES, **EIGHTH_BUNDLES, **NINTH_BUNDLES}
+# Each stream's name, its bundles and how many draws of none stand beside them, in the order a
+# seed takes them (`bundle_of`): a stream gives one of its bundles to about len(bundles) in
+# len(bundles) + nones of the seeds it is asked for.
+_STREAMS = (("bundle", BUNDLES, 24), ("late-bundle", LATE_BUNDLES, 30),
+            ("later-bundle", LATER_BUNDLES, 20), ("latest-bundle", LATEST_BUNDLES, 20),
+            ("fifth-bundle", FIFTH_BUNDLES, 20), ("sixth-bundle", SIXTH_BUNDLES, 20),
+            ("seventh-bundle", SEVENTH_BUNDLES, 20), ("eighth-bundle", EIGHTH_BUNDLES, 20),
+            ("ninth-bundle", NINTH_BUNDLES, 20))
+BUNDLE_STREAMS = tuple((name, (None,) * nones + tuple(bundles))
+                       for name, bundles, nones in _STREAMS)
+BUNDLE_DRAW, LATE_BUNDLE_DRAW = BUNDLE_STREAMS[0][1], BUNDLE_STREAMS[1][1]
+ALL_BUNDLES = {name: spec for _, bundles, _ in _STREAMS for name, spec in bundles.items()}
 # The probes each bundle is drawn to reach (the notes above say how), so that a run can say
 # whether its bundles did (`bundle_reach`): the frame-split bundle ran on list-append seeds,
 # where it writes no values of a size and never split a batch, and nothing said so. Its first
@@ -572,8 +567,7 @@ def swarm_mix(seed: int) -> Mix:
 
 def bundle_of(seed: int) -> str | None:
     """The bundle seed `seed` runs whole, if any: the first of BUNDLE_STREAMS to draw one
-    (BUNDLES, then LATE_BUNDLES, LATER_BUNDLES, LATEST_BUNDLES, FIFTH_BUNDLES, SIXTH_BUNDLES,
-    SEVENTH_BUNDLES, EIGHTH_BUNDLES)."""
+    (BUNDLES, then LATE_BUNDLES, LATER_BUNDLES and the later streams in order)."""
     for name, draw in BUNDLE_STREAMS:
         if (bundle := _own_draw(seed, name, draw)) is not None:
             return bundle
