@@ -6,9 +6,10 @@ tablet, leader L, L's fsync time, the share of syncs that fail, and `after`).
 L's replica fails on the first failed sync of its WAL, with writes held for the queue and more
 parked behind them (node.replica.wal_writes): none of those was proposed, so each caller is
 owed a definite refusal, at once (node.replica.inbox), and the checkers hold the refusal to the
-truth: a write refused as never proposed that a later read sees is a lost-update anomaly. The
-disk faults of the swarm's other draws are one mode at a time on a host (slow, or failing,
-never both), and a failure seldom met writes waiting: no seed refused an unrun write before.
+truth: a write refused as never proposed that a later read sees fails the register's
+linearizability and list-append's Elle checks. The disk faults of the swarm's other draws are
+one mode at a time on a host (slow, or failing, never both), and a failure seldom met writes
+waiting: no seed had a replica fail with writes waiting.
 `after` s later the disk is replaced and L reboots (StackSim._clear_disk_fault)."""
 
 from __future__ import annotations

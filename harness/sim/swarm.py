@@ -327,8 +327,7 @@ EIGHTH_BUNDLES = {
 # while its writes wait for room in a small WAL queue (harness.sim.stack_dying_disk). It fails
 # with writes held and parked, none of them proposed: each is refused for certain at once
 # (replica.inbox.refused_unrun), and the checkers hold that to the truth. Before, their callers
-# waited out their deadlines and recorded them as unknown; no other draw failed a replica with
-# writes waiting.
+# waited out their deadlines; no other draw failed a replica with writes waiting.
 NINTH_BUNDLES = {
     "dying-queue": "dying-disk:4,restart:1,heal:1;every=1-4;reads=linearizable;"
                    "load=10x100;wal-queue=4",
