@@ -152,6 +152,8 @@ CATALOG: dict[str, str] = {
         "a write was refused: the timestamp its client propagated is an hour ahead of our clock",
     "replica.clock.propagated_ahead":
         "a write's propagated timestamp was ahead of every one the leader's clock had issued",
+    "replica.cmeta.older_config_not_saved":
+        "a committed config saved behind ran after a newer one's save: not written over it",
     "replica.snapshot.skipped_failed":
         "a snapshot due before the replica FAILED was not saved: its files stay as they were",
     "replica.snapshot.waits_for_config_save":
@@ -169,6 +171,8 @@ CATALOG: dict[str, str] = {
         "a replica parked the writes it was handed while its own waited for the WAL's queue",
     "replica.inbox.refused_unrun":
         "a replica stopped or failed: a request it never ran was refused, not left to time out",
+    "replica.leader_gate.waiter_refused":
+        "a request waiting for a new leader's own entry was refused when it stopped leading",
     "replica.failed.while_running":
         "a running replica failed (an fsync, a safety check): it is FAILED and stops serving",
     # --- wal: the write-ahead log (node/wal) ---

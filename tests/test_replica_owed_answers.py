@@ -1,5 +1,5 @@
 """A replica that stops or fails answers everything its driver had not run yet, at once and for
-certain (node.replica.inbox): a write it never proposed did not happen, so its caller may try
+certain (node.replica.inbox, node.replica.leader_gate): a write it never proposed did not happen, so its caller may try
 elsewhere, and a request or read it never served is refused. A write it proposed may still be
 committed by the next leader, and says so. Before, those callers got no answer: each waited
 out its RPC deadline and recorded a write that never reached any log as "maybe applied"."""
@@ -12,9 +12,11 @@ import errno
 import pytest
 
 from node import probes
+from node.consensus import Role
+from node.consensus.messages import AppendResponse, HeartbeatResponse
 from node.errors import ReplicaError
-from node.tablet.ops import Batch, Write
-from tests.replica_net import read_waiting_for_next_entry
+from node.tablet.ops import Batch, Read, Write
+from tests.replica_net import Net, read_waiting_for_next_entry
 from tests.test_replica_lifecycle import leading_with_session, single_replica
 
 ANSWERED_S = 5  # real seconds: an answer comes in the same turn; none would come at all before
@@ -119,5 +121,81 @@ def test_a_read_waiting_to_apply_is_refused_when_the_replica_stops(tmp_path):
         await r.stop()
         with pytest.raises(ReplicaError, match="shutting down"):
             await asyncio.wait_for(reading, ANSWERED_S)
+
+    asyncio.run(main())
+
+
+class Unacknowledged(Net):
+    """Votes flow and acknowledgements of appends and heartbeats do not: a leader is elected
+    but never applies an entry of its term (so is never ready), and check-quorum then steps it
+    down."""
+
+    def _sender(self, src):
+        def send(dst, messages):
+            messages = [m for m in messages
+                        if not isinstance(m, (AppendResponse, HeartbeatResponse))]
+            if messages and dst in self.replicas:
+                self.replicas[dst].step(messages)
+        return send
+
+
+async def waiting_at_a_new_leaders_gate(net: Net):
+    """A leader not ready yet, and a write and a read waiting for it to be (what the tablet
+    server does with a request that reaches such a leader)."""
+    for _ in range(ANSWERED_S * 100):
+        leader = next((r for r in net.replicas.values()
+                       if r.role == Role.LEADER and not r.leader_ready), None)
+        if leader is not None:
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("no leader elected")
+    write = asyncio.create_task(leader.write(Write("k", 1), session=1, seq=1, acked_below=0))
+    read = asyncio.create_task(leader.read(Read("k")))
+    await asyncio.sleep(0)
+    assert not write.done() and not read.done()
+    return leader, write, read
+
+
+async def refused_at_once(*tasks: asyncio.Task) -> list[ReplicaError]:
+    """Each task's refusal; never maybe applied, since nothing reached a log."""
+    errors = []
+    for task in tasks:
+        with pytest.raises(ReplicaError) as e:
+            await asyncio.wait_for(task, ANSWERED_S)
+        assert not e.value.maybe_applied
+        errors.append(e.value)
+    return errors
+
+
+def test_requests_waiting_for_a_new_leader_are_refused_when_it_steps_down(tmp_path):
+    """Before, nothing woke them: each waited out its RPC deadline and a write that reached no
+    log was recorded as maybe applied, where NOT_LEADER was known at the step-down."""
+    async def main():
+        net = Unacknowledged(tmp_path)
+        net.start()
+        try:
+            with probes.expect("replica.leader_gate.waiter_refused"):
+                leader, write, read = await waiting_at_a_new_leaders_gate(net)
+                for error in await refused_at_once(write, read):
+                    assert "not the leader" in str(error)
+            assert leader.role != Role.LEADER
+        finally:
+            await net.stop()
+
+    asyncio.run(main())
+
+
+def test_requests_waiting_for_a_new_leader_are_refused_when_it_stops(tmp_path):
+    async def main():
+        net = Unacknowledged(tmp_path)
+        net.start()
+        try:
+            leader, write, read = await waiting_at_a_new_leaders_gate(net)
+            await leader.stop()
+            for error in await refused_at_once(write, read):
+                assert "shutting down" in str(error)
+        finally:
+            await net.stop()
 
     asyncio.run(main())

@@ -677,3 +677,31 @@ def test_a_footer_whose_sync_failed_is_made_durable_before_a_newer_segment_is_ma
     after_power_loss = loop.run_until_complete(_open(disk.crash()))
     assert [e.index for e in after_power_loss.recovered] == [1, 2, 3, 4]
     after_power_loss.close()
+
+
+def test_gc_keeps_every_file_a_pinned_copy_lists(tmp_path):
+    """An empty closed segment (a restart with no writes) before the ones a copy needs: GC
+    may delete it whatever the anchors, so the copy must not list it. It did, and the copy
+    failed on it as a pinned file gone missing."""
+    d, opts = str(tmp_path / "wal"), LogOptions(log_preallocate_segments=False)
+
+    def reopened(first: int, last: int) -> Log:
+        wal = Log.open(d, TABLET, opts)
+        if first <= last:
+            append_durably(wal, [Entry(1, i, EntryType.NO_OP) for i in range(first, last + 1)])
+        return wal
+
+    reopened(1, 10).close()  # wal-1: 1..10
+    reopened(1, 0).close()  # wal-2: empty
+    reopened(11, 20).close()  # wal-3: 11..20
+    wal = reopened(1, 0)  # wal-4, active
+    try:
+        wal.register_anchor("copy:s", 12)  # a copy from snapshot 11 on (CopyPins.pin)
+        extents, first, last = wal.copy_extents(12)
+        wal.register_anchor("core", 12)
+        wal.gc()
+        assert [os.path.basename(p) for p, _ in extents] == ["wal-000000003", "wal-000000004"]
+        assert all(os.path.exists(p) for p, _ in extents)
+        assert (first, last) == (11, 20)
+    finally:
+        wal.close()

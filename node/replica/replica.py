@@ -61,6 +61,7 @@ from node.replica.answers import OpenGroup, WriteAnswers, answer_members
 from node.replica.copy_pins import CopyPins
 from node.replica.done import Done, finish, settle
 from node.replica.inbox import Inbox, Refuse
+from node.replica.leader_gate import LeaderGate
 from node.replica.metadata_saves import MetadataSaves
 from node.replica.read_only import ReadOnly
 from node.replica.snapshot_policy import retain_from, snapshot_due
@@ -217,8 +218,7 @@ class Replica:
         self._open_group: OpenGroup | None = None  # queued, still taking writes
         # (index, then, refuse): callbacks for when `index` is applied, or the replica stops
         self._applied_waiters: list[tuple[int, Callable[[], None], Refuse]] = []
-        self._leader_ready_term = -1  # term in which we, as leader, applied our own entry
-        self._leader_ready = asyncio.Event()
+        self.gate = LeaderGate()  # what requests wait on until we lead with our term applied
         self.reads = ReadOnly(self)  # ReadIndex groups and the leader lease
         self._last_snapshot = 0
         self._bytes_since_snapshot = 0  # payload bytes applied since _last_snapshot
@@ -440,7 +440,7 @@ class Replica:
                           ss.role.name, ss.leader)
         leading_on = ss.role == Role.LEADER and ss.term == self.term
         if not leading_on:
-            self._leader_ready.clear()
+            self.gate.lost()
         self.role, self.leader, self.term = ss.role, ss.leader, ss.term
         self.reads.leadership_changed(leading_on)
 
@@ -462,9 +462,8 @@ class Replica:
             else:
                 finish(done, None, ReplicaError("overwritten by a new leader before commit",
                                                 leader=self.leader))
-        if self.role == Role.LEADER and e.term == self.term and self._leader_ready_term != e.term:
-            self._leader_ready_term = e.term
-            self._leader_ready.set()
+        if self.role == Role.LEADER and e.term == self.term and self.gate.term != e.term:
+            self.gate.opened(e.term)
 
     def _wake_applied(self) -> None:
         applied, waiters = self.state.last_applied_index, self._applied_waiters
@@ -531,6 +530,7 @@ class Replica:
         reads, self._applied_waiters = self._applied_waiters, []
         for _, _, refuse in reads:
             finish(refuse, ReplicaError(why))
+        self.gate.lost()  # node.replica.leader_gate: its waiters' check now refuses them
 
     # -- client-facing -----------------------------------------------------------------------
     def _check_serving(self) -> None:
@@ -544,17 +544,14 @@ class Replica:
     @property
     def leader_ready(self) -> bool:
         """A leader that has applied an entry of its own term: it may take writes."""
-        return self.role == Role.LEADER and self._leader_ready.is_set()
+        return self.role == Role.LEADER and self.gate.is_open()
 
     def last_logged(self) -> tuple[int, int]:
         """(term, index) of the last entry in this replica's log: what a tombstone keeps."""
         return self.core.log.last_term(), self.core.log.last_index()
 
     async def await_leader_ready(self) -> None:
-        self._check_serving()
-        if not self._leader_ready.is_set():
-            await self._leader_ready.wait()
-            self._check_serving()
+        await self.gate.wait(self._check_serving)
 
     async def _replicate(self, append: Callable[[], int]) -> Any:
         """Run `append` (a core proposal returning its log index) in the driver, then wait until
@@ -607,7 +604,7 @@ class Replica:
         """In the driver: log order is the order proposals run in, and timestamps taken here
         increase in log order, and exceed the timestamp the client propagated."""
         term = self.core.term
-        if self._leader_ready_term != term:
+        if self.gate.term != term:
             # Leadership changed since the caller saw leader_ready: until an entry of this term
             # is applied, entries of earlier terms may sit in our log unapplied, and the clock
             # has not witnessed their timestamps. Nothing is appended: a retry is safe.
@@ -646,7 +643,7 @@ class Replica:
             return
         term = self.core.term
         dones = [done for _, done, _ in members]
-        if self._leader_ready_term != term:  # as in _propose: nothing appended, a retry is safe
+        if self.gate.term != term:  # as in _propose: nothing appended, a retry is safe
             answer_members(dones, None, ReplicaError("not the leader", leader=self.core.lead))
             return
         self.answers.witness(group.propagated)

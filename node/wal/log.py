@@ -675,7 +675,8 @@ class Log:
             closed = list(self._closed)
             active = self._segment
             (active_end, active_last), active_first = active.readable, active.min_index
-        while closed and closed[0].footer.num_entries and closed[0].footer.max_index < first_index:
+        while closed and (not closed[0].footer.num_entries  # empty: GC may delete it anyway
+                          or closed[0].footer.max_index < first_index):
             del closed[0]
         extents = [(s.path, self._disk.size(s.path)) for s in closed] + [(active.path, active_end)]
         firsts = [s.footer.min_index for s in closed if s.footer.num_entries]
