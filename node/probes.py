@@ -538,6 +538,8 @@ CATALOG: dict[str, str] = {
         "MANUAL_FLUSH: apply refused, the tablet's buffer holds a full batch (BufferFull)",
     "client.session.buffer_full_bytes":
         "MANUAL_FLUSH: apply refused, the buffer space is used up (BufferFull)",
+    "client.session.apply_closed_while_locating":
+        "an apply looking up its tablet when the session closed was refused, not left unsent",
     "client.session.apply_waits_for_buffer":
         "AUTO_FLUSH_BACKGROUND: apply waits, every buffer of the tablet is in flight",
     "client.session.flush_count":

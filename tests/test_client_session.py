@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from loopback_cluster import loopback_cluster
 
+from node import probes
 from node.client import (
     CONNECT_TIMEOUT,
     BufferFull,
@@ -869,3 +870,63 @@ def test_a_failed_batch_leaves_no_reference_cycle_holding_its_frames():
         gc.garbage.clear()
         gc.enable()
     assert not cycled & {"_retry", "_to_leader", "write_batch", "_send", "call"}, cycled
+
+
+# -- a caller that gives up on a flush, or closes while an apply looks up its tablet ---------
+
+async def flush_given_up(session) -> None:
+    """What a user bounding its own flush does: wait_for cancels the flush at 0.1 s."""
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(session.flush(), 0.1)
+
+
+def test_a_flush_its_caller_gives_up_on_still_answers_every_op_of_its_batch():
+    """The batch went out and applied; before, giving up on the flush cancelled it in flight
+    and its op's future never ended."""
+    async def go():
+        rpc = Held()
+        session = client_of(rpc).new_session("t", background())
+        fut = await session.apply("a", Write("a", 1))
+        await flush_given_up(session)
+        rpc.release.set()  # the tablet answers: applied
+        assert await settled([fut], timeout=5) == 1, "the op never got an outcome"
+        assert fut.result().result.ok
+    run(go())
+
+
+def test_a_flush_its_caller_gives_up_on_still_counts_every_row_without_row_futures():
+    async def go():
+        rpc = Held()
+        session = client_of(rpc).new_session("t", background(row_futures=False))
+        await session.apply("a", Write("a", 1))
+        await flush_given_up(session)
+        rpc.release.set()
+        await session.flush()
+        assert (session.rows_ok, session.count_pending_errors()) == (1, 0)
+    run(go())
+
+
+class SlowLocations(Tablets):
+    """The master takes 0.1 s to answer for the table's locations."""
+
+    async def call(self, addr, method, request, response_type, *, to_uuid, timeout):
+        if method == "master.table_locations":
+            await asyncio.sleep(0.1)
+        return await super().call(addr, method, request, response_type, to_uuid=to_uuid,
+                                  timeout=timeout)
+
+
+def test_an_apply_still_locating_its_tablet_when_the_session_closes_is_refused():
+    """Before, it was buffered after close() returned: in MANUAL_FLUSH never sent, its future
+    never ended."""
+    async def go():
+        session = client_of(SlowLocations()).new_session(
+            "t", SessionOptions(FlushMode.MANUAL_FLUSH))
+        applying = asyncio.ensure_future(session.apply("k", Write("k", 1)))
+        await asyncio.sleep(0.01)  # the apply awaits the table's locations
+        with probes.expect("client.session.apply_closed_while_locating"):
+            await session.close()
+            with pytest.raises(OpFailed, match="session closed"):
+                await applying
+        assert session.buffered == 0
+    run(go())

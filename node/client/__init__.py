@@ -792,9 +792,9 @@ class Table:
         kept waiting for the whole run by callers that cut new batches before it looked again.
         An apply refused with BufferFull (the others filled the tablet's buffer) flushes and
         applies again; one refused on an empty buffer (the op alone exceeds the buffer space)
-        fails, never sent. The flush is shielded: a caller that gives up (a timeout) must not
-        cancel batches that carry other callers' ops; its own op, if not yet sent, is dropped
-        (its future cancelled), as a background session drops it."""
+        fails, never sent. A caller that gives up (a timeout) cancels only its wait on the flush,
+        never the batches, which carry other callers' ops (Session.flush); its own op, if not
+        yet sent, is dropped (its future cancelled), as a background session drops it."""
         self.node = self.hybrid_time = self.sent = None
         if not is_read_only(op) and type(op) is not Txn:  # `txn` keeps its own before it waits
             # taken as the caller's values are now, before the first wait (a location lookup,
@@ -837,10 +837,10 @@ class Table:
                     probe("client.manual_flush.op_exceeds_buffer")
                     raise OpFailed(str(e)) from None
                 probe("client.manual_flush.buffer_full_reflush")
-                await asyncio.shield(session.flush())
+                await session.flush()
         try:
             await asyncio.sleep(0)  # the callers woken in this turn apply theirs first
-            await asyncio.shield(session.flush())
+            await session.flush()
             return await future
         except asyncio.CancelledError:
             probe("client.manual_flush.caller_cancelled")

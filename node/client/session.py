@@ -365,8 +365,12 @@ class Session:
         o = self.options
         if self._sync:
             return await self._apply_now(key, op, loop)
-        t = (self.client.cached_tablet(self.table, key)
-             or await self.client._tablet_for(self.table, key, loop.time() + self.client.timeout))
+        t = self.client.cached_tablet(self.table, key)
+        if t is None:
+            t = await self.client._tablet_for(self.table, key, loop.time() + self.client.timeout)
+            if self._closed:  # closed while we looked: nothing would send what we buffer now
+                probe("client.session.apply_closed_while_locating")
+                raise OpFailed("session closed")
         size = len(_size(op))
         tablet_id = t.tablet_id
         buf = self._buffers.get(tablet_id)
@@ -447,11 +451,17 @@ class Session:
 
     async def flush(self) -> None:
         """Send every buffered op, one batch per tablet, and wait until every batch of this
-        session has its results (each op's future is done)."""
+        session has its results (each op's future is done). A caller that gives up on the
+        wait (wait_for, a cancelled close) leaves the batches running: each op still gets its
+        outcome."""
         for tablet_id in list(self._buffers):
             self._cut(tablet_id, "flush")
         while self._flushes:
-            await asyncio.gather(*list(self._flushes), return_exceptions=True)
+            # asyncio.wait, not gather: a caller that gives up on the flush (wait_for, a
+            # cancelled close) must not cancel the batches. A batch cancelled in flight was
+            # never answered, though the tablet may have applied it: its ops' futures never
+            # ended, and without row futures its rows were neither ok nor errors.
+            await asyncio.wait(list(self._flushes))
 
     async def close(self) -> None:
         """Flush, then refuse further applies."""
