@@ -680,6 +680,16 @@ class RaftCore:
                     self._become_follower(m.term, None)
             elif type(m) is VoteResponse and m.pre_vote and m.granted:
                 pass  # carries the term we would campaign in
+            elif (type(m) in (VoteResponse, AppendResponse, HeartbeatResponse)
+                  and self.role in (Role.FOLLOWER, Role.LEARNER) and self._in_lease()):
+                # A late answer to something we sent before (a pre-vote, or appends while we
+                # led). Taking its term would clear `lead` and with it the vote withholding
+                # (and a restart's, boot_withhold_ticks), no tick having passed: we would then
+                # grant a vote in that term while the leader's lease, resting on our
+                # acknowledgement, still runs. A follower needs no answer; the new term comes
+                # from its candidate (once the lease is out) or its leader.
+                probe("raft.step.stale_answer_dropped_in_lease")
+                return
             else:
                 probe("raft.leader.stepped_down_higher_term") if self.role == Role.LEADER else probe(
                     "raft.term.adopted_from_message")
