@@ -54,14 +54,18 @@ async def uninterrupted(step: Awaitable[T]) -> T:
         raise
 
 
-def prepare_install(paths: TabletPaths, session: CopySession, faults: Faults = NO_FAULTS) -> None:
+def prepare_install(paths: TabletPaths, session: CopySession, faults: Faults = NO_FAULTS,
+                    known: OpId | None = None) -> None:
     """Blocking: make room for a copy's files. From the first write on the superblock says
-    COPYING, so a failure or crash from here tombstones the replica."""
+    COPYING, so a failure or crash from here tombstones the replica. `known`: the last op a
+    deleted FAILED replica logged, as it knew while it ran (TabletManager._forget_failed);
+    the copy starts from it where its files prove less."""
     tablet_id, disk = paths.tablet_id, paths.disk
     sb = readable_superblock(paths)
     if sb is not None:
-        # A tombstone keeps its last OpId; a deleted FAILED replica's files (READY, a log that
-        # did not open) prove none, so the copy starts with it unknown: no votes (tombstone_vote)
+        # A tombstone keeps its last OpId, and so does a copy that did not open
+        # (complete_install); a deleted FAILED replica's own files (READY, a log that did not
+        # open) prove none, so the copy starts with it unknown: no votes (tombstone_vote)
         probe("copy.prepare.over_existing_files")
         sb = sb.with_state(DataState.COPYING)
     elif disk.exists(paths.superblock):
@@ -69,11 +73,23 @@ def prepare_install(paths: TabletPaths, session: CopySession, faults: Faults = N
         probe("copy.prepare.over_unreadable_superblock")
         sb = Superblock(tablet_id, session.table_name, session.partition, DataState.COPYING,
                         tombstone_last_opid=None)
-    else:
-        # no superblock: nothing was ever logged here (it is written before any WAL)
+    elif nothing_here(paths):
+        # no file of the tablet's at all: nothing was ever logged here
         probe("copy.prepare.new_replica")
         sb = Superblock(tablet_id, session.table_name, session.partition, DataState.COPYING,
                         tombstone_last_opid=OpId(0, 0))
+    else:
+        # the superblock is gone (lost at rest) while its metadata or log remain: the replica
+        # may have logged, and acknowledged, entries, so its last OpId is unknown (no votes)
+        probe("copy.prepare.superblock_lost")
+        sb = Superblock(tablet_id, session.table_name, session.partition, DataState.COPYING,
+                        tombstone_last_opid=None)
+    last = sb.tombstone_last_opid
+    if known is not None and (last is None or (known.term, known.index) > (last.term, last.index)):
+        # a replica that failed while it ran knew its last op in memory, at least what it
+        # acknowledged; its files, which may be damaged, are not trusted to say as much
+        probe("copy.prepare.forgotten_replicas_last_op")
+        sb = msgspec.structs.replace(sb, tombstone_last_opid=known)
     sb.save(paths.superblock, disk)
     merge_consensus_metadata(paths, session.term, session.committed_config, faults)
     _remove_data(paths)
@@ -108,17 +124,35 @@ class FileWriter:
             self.disk.close(self.fd)
 
 
-def complete_install(paths: TabletPaths, session: CopySession, source: str) -> None:
+def complete_install(paths: TabletPaths, session: CopySession, source: str,
+                     opened: bool = True) -> None:
     """Blocking: every file is written and synced; make their names durable, then say READY,
-    naming the `source` server."""
+    naming the `source` server. Files that did not open (`opened` False: the replica is FAILED
+    on them, kept for an operator) keep the last OpId the copy started from: they replaced
+    the log that OpId speaks of, and the next copy over them must still compare with it
+    (TabletManager._install)."""
     disk = paths.disk
     for directory in (paths.wal_dir, paths.snapshot_dir):
         disk.fsync_dir(directory)
     sb = Superblock.load(paths.superblock, disk)
     probe("copy.install.completed")
+    last = None
+    if not opened:
+        probe("copy.install.failed_open_keeps_last_op")
+        last = sb.tombstone_last_opid
     msgspec.structs.replace(sb.with_state(DataState.READY), table_name=session.table_name,
-                            partition=session.partition, copied_from=source
-                            ).save(paths.superblock, disk)
+                            partition=session.partition, copied_from=source,
+                            tombstone_last_opid=last).save(paths.superblock, disk)
+
+
+def nothing_here(paths: TabletPaths) -> bool:
+    """Blocking: no consensus metadata, WAL or snapshot of the tablet's here: a brand-new
+    replica, which never logged. A missing superblock alone proves nothing: it is written
+    before any WAL, but it can be lost at rest (a file system check, a stray rm) while the
+    rest of the replica stays."""
+    disk = paths.disk
+    return not disk.exists(paths.consensus_meta) and not any(
+        disk.isdir(d) and disk.listdir(d) for d in (paths.wal_dir, paths.snapshot_dir))
 
 
 def readable_superblock(paths: TabletPaths) -> Superblock | None:
@@ -160,7 +194,7 @@ def tombstone(paths: TabletPaths, last_logged: OpId | None) -> None:
 def recover_unfinished_copy(paths: TabletPaths, sb: Superblock) -> None:
     """Start-up found a COPYING superblock: the copy died part-way, so go back to a tombstone,
     with the last OpId the copy started from: (0, 0) for a brand-new replica, unknown (it never
-    votes) for a deleted FAILED replica's files."""
+    votes) for a deleted FAILED replica's files or a replica whose superblock was lost."""
     tombstone(paths, sb.tombstone_last_opid)
 
 
@@ -191,9 +225,9 @@ def tombstone_vote(paths: TabletPaths, uuid: str, requests: list[VoteRequest]
     reason) per request, None where Raft sends nothing (a real vote from an older term).
 
     A replica whose last OpId is unknown (a deleted FAILED replica's files, being copied over,
-    its superblock readable or not) refuses every vote, as Kudu refuses a tombstoned vote
-    without a recorded last OpId: it may have logged, and acknowledged, entries a candidate
-    lacks.
+    its superblock readable, damaged or lost) refuses every vote, as Kudu refuses a tombstoned
+    vote without a recorded last OpId: it may have logged, and acknowledged, entries a
+    candidate lacks.
 
     A replica whose consensus metadata does not read (a flipped bit on its disk) knows neither
     its term nor whether it voted in it: it sends nothing at all (an answer would have to

@@ -35,6 +35,7 @@ from node.tserver.copy import (
     UNREADABLE_CMETA,
     abandon_copy,
     complete_install,
+    nothing_here,
     prepare_install,
     readable_superblock,
     recover_unfinished_copy,
@@ -61,6 +62,7 @@ class TabletEntry:
     replica: Replica | None = None
     error: str | None = None
     copy: asyncio.Task | None = None  # COPYING: the task fetching it (a delete cancels it)
+    last: OpId | None = None  # FAILED as it was tombstoned: the last op it had logged
 
     @property
     def state(self) -> TabletState:
@@ -85,6 +87,9 @@ class TabletManager:
         # tablet -> loop time its replica last stopped serving (tombstoned, or found tombstoned
         # or copying at start-up): its votes are withheld for a vote lease from then
         self._quiet_since: dict[str, float] = {}
+        # tablet -> the last op a FAILED replica that ran had logged, kept when it is forgotten
+        # until a copy over its files records it (`_forget_failed`)
+        self._forgotten_last: dict[str, OpId] = {}
 
     def transition(self, tablet_id: str) -> asyncio.Lock:
         """The lock every change of `tablet_id`'s state holds; other tablets' are their own."""
@@ -258,8 +263,16 @@ class TabletManager:
         they are the evidence of why it failed, whether it failed at start-up (damaged files)
         or while it ran (a failed fsync, a safety check), and a tombstone would wipe them. It
         votes no more: a forgotten replica has no state to vote from, and a copy onto it later
-        waits a vote lease from its start (`begin_copy`)."""
+        waits a vote lease from its start (`begin_copy`). One that ran knew its last logged op
+        in memory, at least what it acknowledged: that is kept for the copy that replaces it
+        (`prepare_copy`), which must not install a log ending before it. Kept in memory: its
+        files, maybe damaged, prove nothing, and rewriting them would spoil the evidence (a
+        restart opens them again instead)."""
         probe("tablet.failed.forgotten")
+        known = OpId(*e.replica.last_logged()) if e.replica is not None else e.last
+        if known is not None:
+            probe("tablet.failed.last_op_remembered")
+            self._forgotten_last[e.tablet_id] = known
         if e.replica is not None:
             try:  # to its end: cancelled halfway, a stopped replica stayed listed FAILED
                 await uninterrupted(e.replica.stop())
@@ -293,7 +306,7 @@ class TabletManager:
             probe("tablet.tombstone.write_failed")
             cause = log_failure(self.log(e.tablet_id), "cannot write the tombstone", err)
             self.entries[e.tablet_id] = TabletEntry(e.tablet_id, e.table, TabletState.FAILED,
-                                                    error=cause)
+                                                    error=cause, last=last)
             raise RpcError(ErrorCode.ILLEGAL_STATE, f"tablet {e.tablet_id}: cannot write the "
                            f"tombstone ({cause}); the replica is FAILED here") from err
         self.entries[e.tablet_id] = TabletEntry(e.tablet_id, e.table, TabletState.TOMBSTONED)
@@ -417,10 +430,12 @@ class TabletManager:
 
     async def prepare_copy(self, tablet_id: str, session: CopySession) -> None:
         """Make room for a copy's files (node.tserver.copy.prepare_install): from here on a
-        failure leaves a tombstone."""
+        failure leaves a tombstone, with the last op a forgotten FAILED replica knew."""
         async with self.transition(tablet_id):
             await uninterrupted(asyncio.to_thread(prepare_install, self.paths(tablet_id), session,
-                                                  self.options.faults))
+                                                  self.options.faults,
+                                                  self._forgotten_last.get(tablet_id)))
+            self._forgotten_last.pop(tablet_id, None)  # the COPYING superblock says it now
 
     async def finish_copy(self, tablet_id: str, session: CopySession, source: str) -> Replica:
         """All files are in: mark the replica READY and start it. Its bootstrap (the snapshot,
@@ -447,8 +462,9 @@ class TabletManager:
                 probe("copy.install.open_failed")
                 if hasattr(r, "wal"):
                     r.wal.close()
-                await asyncio.to_thread(complete_install, paths, session, source)  # kept for
-                # an operator, as the replica's own files are when it fails
+                # kept for an operator, as the replica's own files are when it fails, and
+                # with the tombstone's last OpId for the copy that replaces them
+                await asyncio.to_thread(complete_install, paths, session, source, False)
                 self.entries[tablet_id] = TabletEntry(
                     tablet_id, session.table_name, TabletState.FAILED,
                     error=log_failure(self.log(tablet_id), "cannot open the copied replica", e))
@@ -510,16 +526,20 @@ class TabletManager:
 def _votes_held(paths: TabletPaths) -> tuple[ConsensusMetadata | None, str | None]:
     """Blocking: the tablet's consensus metadata here (None: there is none), or why the votes
     it held are lost: it does not read, or it is gone while a superblock says the replica had
-    logged (or does not read either). A brand-new replica has none and a superblock of last
-    OpId (0, 0) at most (a first copy that died before its metadata: it never voted); cmeta is
-    written before the superblock at creation, so nothing else leaves one without the other."""
+    logged (or does not read either), or while its WAL or a snapshot remains. A brand-new
+    replica has none and a superblock of last OpId (0, 0) at most (a first copy that died
+    before its metadata: it never voted); cmeta is written before the superblock at creation,
+    and before any log, so nothing else leaves one without the other."""
     if paths.disk.exists(paths.consensus_meta):
         try:
             return ConsensusMetadata.load(paths.consensus_meta, paths.disk), None
         except CorruptionError as err:
             return None, f"the consensus metadata here does not read ({err})"
     if not paths.disk.exists(paths.superblock):
-        return None, None
+        if nothing_here(paths):
+            return None, None
+        probe("copy.refused.log_without_metadata")
+        return None, "the consensus metadata here is gone while the replica's log remains"
     sb = readable_superblock(paths)
     if sb is None or sb.tombstone_last_opid != OpId(0, 0):
         return None, "the consensus metadata here is gone while the replica's superblock remains"

@@ -1,0 +1,240 @@
+"""A copy must never install a log that ends behind the last op the replica logged (and so may
+have acknowledged) before the copy: TabletManager._install compares the copy with the last OpId
+the COPYING superblock starts from, and a COPYING or TOMBSTONED replica votes from it. Three
+paths lost that OpId, so the copy was installed unchecked, or the replica voted as if it had
+logged nothing:
+
+- a copy whose files do not open leaves the replica FAILED under the READY superblock
+  complete_install wrote, and READY dropped the tombstone's last OpId; once the master deleted
+  (forgot) the FAILED replica, the next copy started from no OpId at all and installed a log
+  ending at (1, 5) after the replica had logged (1, 10);
+- a replica that failed while it ran (a failed fsync) knew its last op in memory, but deleting
+  it recorded that nowhere: the copy replacing it installed a log behind what it acknowledged;
+- a superblock lost at rest, while the consensus metadata and WAL remained, was taken for a
+  brand-new replica (no superblock: never logged), so the copy's COPYING superblock said
+  (0, 0) and the replica granted its vote to a candidate with an empty log.
+
+Real tablet servers on loopback, real files."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+
+import pytest
+from test_tombstone_votes import FakePeer, past_vote_lease
+from tserver_helpers import TABLET, create, sole_leader, start_server, wait_for, write_rows
+
+from node import durable, probes
+from node.consensus import VoteRequest
+from node.protocol import Ack, CopySession, DeleteTablet, StartTabletCopy
+from node.rpc import ErrorCode, RpcClient, RpcError
+from node.tablet.cmeta import ConsensusMetadata
+from node.tablet.superblock import DataState, KeyRange, OpId, Superblock
+from node.tserver.tablet_manager import TabletState
+
+
+async def _logged_then(dst, rows: int = 8):
+    """`dst`'s tablet, led alone, with `rows` rows written: its replica."""
+    await create(dst, [dst.me])
+    r = await sole_leader(dst)
+    await write_rows(dst, rows)
+    return r
+
+
+async def _source_behind(src, last: tuple[int, int]):
+    """`src`'s tablet, led alone, with 3 rows and a snapshot: a log ending before `last`."""
+    await create(src, [src.me])
+    r = await sole_leader(src)
+    await write_rows(src, 3)
+    await wait_for(lambda: r.snapshots.indexes() and not r._snapshotting, "a snapshot at the source")
+    assert r.last_logged() < last
+    return r
+
+
+async def _copy_refused_behind(dst, req: StartTabletCopy, last: tuple[int, int]) -> None:
+    """The copy is refused for ending behind `last`, and the tablet stays a tombstone of it."""
+    with pytest.raises(RpcError, match="behind the last op this replica logged") as e:
+        await dst.copy_service.on_start_tablet_copy(req)
+    assert e.value.code == ErrorCode.ILLEGAL_STATE, e.value
+    assert dst.tablets.state(TABLET) == TabletState.TOMBSTONED and dst.tablets.replica(TABLET) is None
+    sb = Superblock.load(dst.tablets.paths(TABLET).superblock)
+    assert sb.data_state == DataState.TOMBSTONED and sb.tombstone_last_opid == OpId(*last), sb
+
+
+def test_a_copy_whose_files_do_not_open_keeps_the_tombstones_last_opid_for_the_next_copy(tmp_path):
+    """A tombstone of (1, ~10) gets a copy of a snapshot damaged at rest at its source: FAILED
+    here, its files kept READY for an operator, still with the tombstone's last OpId. The
+    master deletes (forgets) the FAILED replica; the next copy, from a source whose log ends
+    behind that OpId, is refused as it is onto the tombstone itself."""
+
+    async def main():
+        dst = await start_server(tmp_path / "dst")
+        src = await start_server(tmp_path / "src", snapshot_interval_entries=3)
+        try:
+            await _logged_then(dst)
+            await dst.service.on_delete_tablet(DeleteTablet(TABLET))
+            paths = dst.tablets.paths(TABLET)
+            last = Superblock.load(paths.superblock).tombstone_last_opid
+            assert last is not None and last.index >= 9
+            r = await _source_behind(src, (last.term, last.index))
+            req = StartTabletCopy(TABLET, src.me, r.term, "")
+
+            snap = r.snapshots.path_for(r.snapshots.indexes()[-1])
+            good = snap.read_bytes()
+            bad = bytearray(good)
+            bad[durable.HEADER_SIZE + 2] ^= 0x10  # the payload, past the header the source checks
+            snap.write_bytes(bytes(bad))
+            with probes.expect("copy.install.open_failed", "copy.install.failed_open_keeps_last_op"):
+                with pytest.raises(RpcError, match="does not open"):
+                    await dst.copy_service.on_start_tablet_copy(req)
+            assert dst.tablets.state(TABLET) == TabletState.FAILED
+            sb = Superblock.load(paths.superblock)
+            assert sb.data_state == DataState.READY and sb.copied_from == src.me.uuid
+            assert sb.tombstone_last_opid == last, sb
+
+            snap.write_bytes(good)
+            assert not (await dst.service.on_delete_tablet(DeleteTablet(TABLET))).ok
+            assert dst.tablets.state(TABLET) is None  # forgotten, its files left
+            with probes.expect("copy.refused.behind_tombstone"):
+                await _copy_refused_behind(dst, req, (last.term, last.index))
+        finally:
+            await src.stop()
+            await dst.stop()
+
+    asyncio.run(main())
+
+
+def test_a_copy_over_a_forgotten_replica_that_failed_while_running_compares_with_its_last_op(
+        tmp_path):
+    """The replica logged (1, ~10) and then failed as it ran (an fsync's EIO); the master
+    deletes it (forgotten, its files left as they are). The copy replacing it, from a source
+    whose log ends behind what it logged, is refused, and the tombstone it leaves votes from
+    that last op; once the source has caught up, the copy installs."""
+
+    async def main():
+        dst = await start_server(tmp_path / "dst")
+        src = await start_server(tmp_path / "src", snapshot_interval_entries=3)
+        try:
+            rd = await _logged_then(dst)
+            logged = rd.last_logged()
+            rd.fail(OSError(errno.EIO, "Input/output error"))  # a failed fsync, as the WAL reports it
+            await wait_for(lambda: dst.tablets.state(TABLET) == TabletState.FAILED, "FAILED")
+            paths = dst.tablets.paths(TABLET)
+            with probes.expect("tablet.failed.forgotten", "tablet.failed.last_op_remembered"):
+                assert not (await dst.service.on_delete_tablet(DeleteTablet(TABLET))).ok
+            sb = Superblock.load(paths.superblock)  # the evidence is left as it was
+            assert sb.data_state == DataState.READY and sb.tombstone_last_opid is None
+
+            r = await _source_behind(src, logged)
+            req = StartTabletCopy(TABLET, src.me, r.term, "")
+            with probes.expect("copy.prepare.forgotten_replicas_last_op",
+                               "copy.refused.behind_tombstone"):
+                await _copy_refused_behind(dst, req, logged)
+
+            await write_rows(src, 10, prefix="more")
+            assert r.last_logged() > logged
+            await dst.copy_service.on_start_tablet_copy(req)
+            assert dst.tablets.state(TABLET) == TabletState.RUNNING
+            assert dst.replicas[TABLET].last_logged() == r.last_logged()
+        finally:
+            await src.stop()
+            await dst.stop()
+
+    asyncio.run(main())
+
+
+def test_a_replica_forgotten_after_its_tombstone_failed_keeps_its_last_op_for_the_copy(tmp_path):
+    """A running replica's superblock is lost (a stray rm): its delete cannot write the
+    tombstone, so it is FAILED, and a second delete forgets it. It had logged (1, ~10) and
+    said so as it failed: the copy replacing it, from a source behind that, is refused."""
+
+    async def main():
+        dst = await start_server(tmp_path / "dst")
+        src = await start_server(tmp_path / "src", snapshot_interval_entries=3)
+        try:
+            rd = await _logged_then(dst)
+            logged = rd.last_logged()
+            dst.tablets.paths(TABLET).superblock.unlink()
+            with pytest.raises(RpcError, match="cannot write the tombstone"):
+                await dst.rpc_client.call(dst.me.addr, "ts.delete_tablet", DeleteTablet(TABLET),
+                                          Ack, to_uuid=dst.me.uuid, timeout=10.0)
+            assert dst.tablets.state(TABLET) == TabletState.FAILED
+            with probes.expect("tablet.failed.last_op_remembered"):
+                assert not (await dst.service.on_delete_tablet(DeleteTablet(TABLET))).ok
+            r = await _source_behind(src, logged)
+            with probes.expect("copy.prepare.superblock_lost",
+                               "copy.prepare.forgotten_replicas_last_op",
+                               "copy.refused.behind_tombstone"):
+                await _copy_refused_behind(dst, StartTabletCopy(TABLET, src.me, r.term, ""), logged)
+        finally:
+            await src.stop()
+            await dst.stop()
+
+    asyncio.run(main())
+
+
+async def _restarted_without_superblock(root, lose_cmeta: bool = False):
+    """A server whose replica logged (1, 5), restarted after its superblock (and, `lose_cmeta`,
+    its consensus metadata) was lost at rest: the tablet is not open. (server, cmeta before)."""
+    ts = await start_server(root)
+    await _logged_then(ts, rows=3)
+    await ts.stop()
+    paths = ts.tablets.paths(TABLET)
+    cm = ConsensusMetadata.load(paths.consensus_meta)
+    paths.superblock.unlink()  # a file system check, a stray rm
+    if lose_cmeta:
+        paths.consensus_meta.unlink()
+    ts = await start_server(root)
+    assert ts.tablets.state(TABLET) is None
+    return ts, cm
+
+
+def test_a_copy_over_a_replica_whose_superblock_was_lost_never_votes_from_an_empty_log(tmp_path):
+    """Its consensus metadata reads, so the copy goes ahead, but with its last OpId unknown
+    (not (0, 0)): while it downloads it refuses a candidate with an empty log."""
+
+    async def main():
+        ts, cm = await _restarted_without_superblock(tmp_path / "a")
+        cand = FakePeer("cand")
+        rpc = RpcClient()
+        try:
+            await cand.start()
+            await ts.tablets.begin_copy(StartTabletCopy(TABLET, cand.peer, cm.current_term, ""))
+            session = CopySession("s", "tbl", KeyRange(), cm.current_term, cm.committed_config,
+                                  [], 60.0)
+            with probes.expect("copy.prepare.superblock_lost"):
+                await ts.tablets.prepare_copy(TABLET, session)
+            assert ts.tablets.state(TABLET) == TabletState.COPYING
+            sb = Superblock.load(ts.tablets.paths(TABLET).superblock)
+            assert sb.data_state == DataState.COPYING and sb.tombstone_last_opid is None, sb
+            await past_vote_lease(ts)
+            with probes.expect("tombstone.vote.refused_unknown_last_op"):
+                await cand.ask(rpc, ts, VoteRequest(cm.current_term + 1, cand.uuid, ts.uuid, 0, 0))
+                resp = await cand.answer(1)
+            assert not resp.granted, resp
+        finally:
+            await rpc.close()
+            await cand.server.stop()
+            await ts.stop()
+
+    asyncio.run(main())
+
+
+def test_a_copy_over_a_replica_whose_superblock_and_metadata_were_lost_is_refused(tmp_path):
+    """Its WAL remains, so it logged, and may have voted: merging into fresh consensus metadata
+    could vote twice in a term, as when the metadata alone is gone. Refused, for an operator."""
+
+    async def main():
+        ts, cm = await _restarted_without_superblock(tmp_path / "a", lose_cmeta=True)
+        try:
+            with probes.expect("copy.refused.log_without_metadata", "copy.refused.votes_lost"):
+                with pytest.raises(RpcError, match="votes it held are lost") as e:
+                    await ts.tablets.begin_copy(StartTabletCopy(TABLET, ts.me, cm.current_term, ""))
+            assert e.value.code == ErrorCode.ILLEGAL_STATE and "log remains" in str(e.value)
+            assert ts.tablets.state(TABLET) is None
+            assert not ts.tablets.paths(TABLET).consensus_meta.exists()
+        finally:
+            await ts.stop()
+
+    asyncio.run(main())
