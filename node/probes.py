@@ -50,6 +50,8 @@ CATALOG: dict[str, str] = {
         "a (pre-)vote was withheld: a leader was heard (or we restarted) within the vote lease",
     "raft.step.misaddressed":
         "a Raft message addressed to another replica arrived here and was dropped",
+    "raft.step.stale_answer_dropped_in_lease":
+        "a follower within its vote lease dropped a late higher-term answer: it keeps withholding",
     "raft.stale_leader.told_newer_term":
         "an append or heartbeat from a deposed leader's older term: it is told our term",
     "raft.leader.stepped_down_higher_term":
@@ -300,6 +302,8 @@ CATALOG: dict[str, str] = {
         "a replica could not be opened (corrupt or unreadable files): marked FAILED",
     "tablet.failed.forgotten":
         "a FAILED replica was deleted: forgotten, its files left for an operator",
+    "tablet.failed.last_op_remembered":
+        "a FAILED replica that ran was forgotten: its last logged OpId is kept for the next copy",
     "tablet.failed.stop_failed":
         "a FAILED replica being forgotten failed again as it stopped (its WAL close): forgotten anyway",
     "tablet.create.refused_tombstone":
@@ -342,6 +346,8 @@ CATALOG: dict[str, str] = {
     "copy.refused.votes_lost":
         "StartTabletCopy refused: the consensus metadata here does not read, or is gone while "
         "the replica's superblock remains (its votes are lost)",
+    "copy.refused.log_without_metadata":
+        "StartTabletCopy refused: consensus metadata and superblock gone, a WAL or snapshot left",
     "copy.refused.not_behind":
         "StartTabletCopy refused: the running replica can still be caught up (REPLICA_NOT_BEHIND)",
     "copy.over_failed_running_replica":
@@ -351,6 +357,10 @@ CATALOG: dict[str, str] = {
     "copy.prepare.over_existing_files":
         "a copy starts over existing files (a tombstone, or a forgotten replica's)",
     "copy.prepare.new_replica": "a copy starts onto a tablet that never had files here",
+    "copy.prepare.superblock_lost":
+        "a copy starts where the superblock is gone but metadata or log remain: last OpId unknown",
+    "copy.prepare.forgotten_replicas_last_op":
+        "a copy over a forgotten FAILED replica starts from the last OpId it knew while running",
     "copy.prepare.over_unreadable_superblock":
         "a copy starts over a forgotten replica's files whose superblock does not read",
     "copy.merge.cmeta_created": "a copy created consensus metadata where there was none",
@@ -361,6 +371,8 @@ CATALOG: dict[str, str] = {
     "copy.install.completed":
         "all copied files are in: the superblock says READY, naming the source",
     "copy.install.open_failed": "the copied files did not open: the replica is FAILED",
+    "copy.install.failed_open_keeps_last_op":
+        "copied files that did not open are kept READY with the last OpId the copy started from",
     "copy.refused.behind_tombstone":
         "the copied log ended behind the tombstone's last OpId: refused, it stays a tombstone",
     "copy.failed": "a tablet copy failed part-way (or was cancelled): it is abandoned",
@@ -419,6 +431,8 @@ CATALOG: dict[str, str] = {
         "a tablet server adopted a newer committed master list from a heartbeat",
     "tserver.masters.adopted_without_leader":
         "a tablet server adopted a master list from followers: no master it heartbeats leads",
+    "tserver.heartbeat.beat_failed":
+        "a heartbeat failed with an unexpected error (saving the peer book): the next one retries",
     # --- master: the catalog and its reconciler ---
     "master.bootstrap.join_existing":
         "a new master found its peers already have a catalog: it waits to be added",
@@ -463,6 +477,16 @@ CATALOG: dict[str, str] = {
         "the reconciler deletes a replica of a tablet whose record was deleted",
     "master.reconcile.delete_evicted_replica":
         "the reconciler deletes a replica the committed config left out (CAS guarded)",
+    "master.reconcile.round_failed":
+        "a reconcile round failed with an unexpected error (saving the peer book): the next retries",
+    "master.reconcile.creation_left_to_leader":
+        "a creation-config member lacks the tablet, which has had a leader: the leader copies it",
+    "master.leader.lower_term_taken":
+        "a lower-term leader report replaces a known leader that is not live or no longer leads",
+    "master.ts.hearing_resumed":
+        "a master hears a tablet server again after hearing none for three heartbeat periods",
+    "master.rereplication.own_deafness_not_counted":
+        "a member silent only while the master heard no server (cut off itself) is not replaced",
     "master.reconcile.recreate_replicas":
         "the reconciler re-creates replicas of a creation config never reported",
     "master.rereplication.replace_silent":

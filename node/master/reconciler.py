@@ -2,14 +2,17 @@
 follows each tablet's committed config as its leader reports it; a replica on a server silent for
 `follower_unavailable_considered_failed_sec`, or one that reports FAILED, is replaced, add before
 remove (3-4-3); replicas whose catalog record is deleted, or whose config left them out, are
-deleted (`_deletion` says which, and why a tablet the catalog never saw is left alone); and the
-replicas of a creation config that were never reported are created again. Runs every
-`catalog_manager_bg_task_wait_ms` on every master and does nothing unless this master leads."""
+deleted (`_deletion` says which, and why a tablet the catalog never saw is left alone); and,
+while a tablet has never reported a leader (Kudu's CREATING), its creation is sent again to the
+live members that do not report it. Runs every `catalog_manager_bg_task_wait_ms` on every
+master and does nothing unless this master leads."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -20,6 +23,12 @@ from node.protocol import Ack, DeleteTablet, ReplicaChange
 from node.rpc import RpcError
 
 log = logging.getLogger("node.master.server")
+
+# At most this many of a round's calls to tablet servers (deletions, creations) in flight at
+# once. Made one after another, each call to a server that stopped answering cost the round its
+# 5 s timeout, one per tablet, and everything else the round does waited behind them; all at
+# once, a round over thousands of tablets would open thousands of calls.
+ROUND_CALLS_IN_FLIGHT = 32
 
 
 
@@ -37,7 +46,8 @@ class Leader(Protocol):
 
     async def _mutate(self, micro_ops: list[list]) -> None: ...
 
-    async def _create_replicas(self, table: str, t: TabletRecord) -> None: ...
+    async def _create_replicas(self, table: str, t: TabletRecord,
+                               only: set[str] | None = None) -> None: ...
 
     async def on_change_replica(self, req: ReplicaChange) -> Any: ...
 
@@ -54,29 +64,48 @@ class Reconciler:
     async def run(self) -> None:
         """One round, on the leader master only (once its catalog replica has applied an entry
         of its term): follow committed config changes, replace failed replicas, delete what
-        the catalog no longer has, and create what was never reported."""
+        the catalog no longer has, and create again what a tablet that never had a leader
+        lacks."""
         r = self.m.tablets.replicas.get(CATALOG)
         if r is None or not r.leader_ready:
             return
         await self._follow_config_changes()
         await self._replace_failed_replicas()
         catalog = Catalog(r.state.data)
+        live = self.m.ts.live()
         reported: dict[str, set[str]] = {}
-        for ts in self.m.ts.live():
+        calls = []
+        for ts in live:
             for tid, rep in ts.tablets.items():
                 if rep.state in ("TOMBSTONED", "COPYING"):
                     continue
                 reported.setdefault(tid, set()).add(ts.peer.uuid)
                 delete = self._deletion(catalog, tid, ts.peer.uuid)
                 if delete is not None:
-                    await _quietly(self.m.rpc_client.call(ts.peer.addr, "ts.delete_tablet", delete,
-                                                        Ack, to_uuid=ts.peer.uuid, timeout=5.0))
+                    calls.append(functools.partial(
+                        self.m.rpc_client.call, ts.peer.addr, "ts.delete_tablet", delete, Ack,
+                        to_uuid=ts.peer.uuid, timeout=5.0))
+        await _bounded(calls)
+        live_uuids = {ts.peer.uuid for ts in live}
+        calls = []
         for t in catalog.tablets():
             # Replicas of the creation config are (re)created here; after a config change, the
             # leader brings new members in by tablet copy instead.
-            if t.config_index is None and t.member_uuids - reported.get(t.id, set()):
+            missing = t.member_uuids - reported.get(t.id, set())
+            if t.config_index is not None or not missing:
+                continue
+            if t.id in self.m.ts.leaders:
+                # Past Kudu's CREATING: the tablet has had a leader, which copies the tablet
+                # to a member that lacks it. Sent again, the creation only cost a call (its
+                # timeout, to a server that is away) for each such tablet, every round.
+                probe("master.reconcile.creation_left_to_leader")
+                continue
+            # only to live members: one not heard from would cost the call's timeout
+            if missing & live_uuids:
                 probe("master.reconcile.recreate_replicas")
-                await self.m._create_replicas(t.table, t)
+                calls.append(functools.partial(self.m._create_replicas, t.table, t,
+                                               missing & live_uuids))
+        await _bounded(calls)
 
     async def _replace_failed_replicas(self) -> None:
         """Re-replication, add before remove (Kudu's 3-4-3): a member whose tablet server has been
@@ -136,8 +165,12 @@ class Reconciler:
         if server is None:
             return False
         if self.m.ts.silent_for(uuid) > limit:
-            probe("master.rereplication.replace_silent")
-            return True
+            if self.m.ts.silence_heard(uuid) > limit:
+                probe("master.rereplication.replace_silent")
+                return True
+            # silent to this master because it heard no server for a while (cut off itself):
+            # it judges the server once it has been hearing the others again for `limit`
+            probe("master.rereplication.own_deafness_not_counted")
         report = server.tablets.get(tablet_id)
         if report is None or report.state != "FAILED":
             return False
@@ -211,3 +244,14 @@ async def _quietly(coro) -> None:
         await coro
     except RpcError as e:
         log.debug("%s", e)
+
+
+async def _bounded(calls: Sequence[Callable[[], Awaitable[Any]]]) -> None:
+    """Makes `calls` at most ROUND_CALLS_IN_FLIGHT at a time, each quietly (a failed call is
+    made again by a later round)."""
+    gate = asyncio.Semaphore(ROUND_CALLS_IN_FLIGHT)
+
+    async def one(call: Callable[[], Awaitable[Any]]) -> None:
+        async with gate:
+            await _quietly(call())
+    await asyncio.gather(*(one(c) for c in calls))

@@ -94,7 +94,10 @@ class Master(ServerBase):
     def __init__(self, opts: ServerOptions, *, unresponsive_after_s: float = 10.0):
         super().__init__(opts)
         self.reconcile_interval_s = opts.catalog_manager_bg_task_wait_ms / 1000
-        self.ts = TSManager(unresponsive_after_s, lambda: asyncio.get_running_loop().time())
+        # deaf after three heartbeat periods without any server's heartbeat: well below the
+        # silence that counts a server failed (follower_unavailable_considered_failed_sec)
+        self.ts = TSManager(unresponsive_after_s, lambda: asyncio.get_running_loop().time(),
+                            deaf_after_s=3 * opts.heartbeat_interval_ms / 1000)
         self.reconciler = Reconciler(self)
         self._catalog_lock = asyncio.Lock()
         self._session: tuple[int, int] | None = None  # (term, session id) of our catalog session
@@ -115,6 +118,13 @@ class Master(ServerBase):
                 await self.reconciler.run()
             except (ReplicaError, RpcError) as e:
                 log.debug("reconcile: %s", e)
+            except Exception:
+                # Nobody awaits this task: anything else leaving the loop (an OSError saving the
+                # peer book, a bug) would end it unread, and this master would go on answering
+                # DDL as leader but never reconcile again. The next round tries afresh (the
+                # peer book keeps in memory what it failed to save).
+                probe("master.reconcile.round_failed")
+                log.exception("reconcile round failed; trying again next round")
 
     async def _learn_master_addresses(self) -> None:
         """Every master must reach every member of the catalog's config to campaign, but only
@@ -382,12 +392,16 @@ class Master(ServerBase):
         except ReplicaError as e:
             raise replica_error(e) from None
 
-    async def _create_replicas(self, table: str, t: TabletRecord) -> None:
+    async def _create_replicas(self, table: str, t: TabletRecord,
+                               only: set[str] | None = None) -> None:
+        """Sends the creation to the tablet's servers, or to those of them in `only`; the
+        request names every peer either way (it carries the initial config)."""
         peers = [Peer(*p) for p in t.replicas]
         req = CreateTablet(t.id, table, HashBucket(*t.bucket), peers)
         await asyncio.gather(*(self.rpc_client.call(p.addr, "ts.create_tablet", req, Ack,
                                                     to_uuid=p.uuid, timeout=5.0)
-                               for p in peers), return_exceptions=True)
+                               for p in peers if only is None or p.uuid in only),
+                             return_exceptions=True)
 
     async def on_delete_table(self, req: DropTable) -> Ack:
         async with self._catalog_lock:

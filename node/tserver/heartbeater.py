@@ -38,7 +38,15 @@ class Heartbeater:
 
     async def run(self) -> None:
         while True:
-            await self.beat()
+            try:
+                await self.beat()
+            except Exception:
+                # Nobody awaits this task: an error leaving it (an OSError saving the peer book)
+                # would end it unread, and this server, healthy, would never heartbeat again:
+                # the masters would count it dead and replace every replica it holds. The next
+                # beat tries afresh (the peer book keeps in memory what it failed to save).
+                probe("tserver.heartbeat.beat_failed")
+                log.exception("heartbeat failed; trying again next period")
             await asyncio.sleep(self.period_s)
 
     async def beat(self) -> None:
