@@ -29,9 +29,10 @@ class Silences:
     def silent(self, host: str, tablet: str, r, now: float) -> str | None:
         """If `r`, the replica of `tablet` on `host`, leads and has sent its followers nothing
         for longer than their election timeout: what happened, in a line. A FAILED replica
-        (a failed fsync, damage found) has stopped for good and says so: its followers are
-        right to elect another."""
-        if r.role is not Role.LEADER or r.failed or not r.core.progress:
+        (a failed fsync, damage found) has stopped for good and says so, and a stopping one
+        (on its way to a tombstone, whose write a slow disk can hold for seconds) runs nothing
+        more: its followers are right to elect another."""
+        if r.role is not Role.LEADER or r.failed or r.stopping or not r.core.progress:
             return None
         term, since = self._spoke.get((host, tablet), (None, 0.0))
         if term != r.term:
