@@ -185,14 +185,20 @@ def test_a_failed_peer_book_save_does_not_silence_a_tablet_server(tmp_path):
         assert out["member_of"] == out["held"], out
 
 
+def _one_master_booted(tmp_path: Path, seed: int, tservers: int) -> tuple[StackSim, str]:
+    """A simulated cluster of one master and `tservers` tablet servers, every host booted;
+    the sim and the master's host."""
+    sim = StackSim(StackConfig(seed=seed, masters=1, tservers=tservers), tmp_path)
+    for h in sim.masters + sim.tservers:
+        sim._boot(h)
+    return sim, sim.masters[0]
+
+
 def test_an_unreachable_member_does_not_stall_the_round(tmp_path):
     """One master, three tablet servers; the master is cut off from the third. The round must
     not re-send nine tablets' creations to it (5 s each): a table dropped now has its replicas
     on the two others deleted within a few round periods (2 s)."""
-    sim = StackSim(StackConfig(seed=5, masters=1, tservers=3), tmp_path)
-    for h in sim.masters + sim.tservers:
-        sim._boot(h)
-    mhost = sim.masters[0]
+    sim, mhost = _one_master_booted(tmp_path, seed=5, tservers=3)
     t1, t2, t3 = sim.tservers
     out: dict = {}
 
@@ -251,10 +257,7 @@ def test_the_survivor_of_an_unsafe_recovery_is_taken_for_the_leader(tmp_path):
     others while they change leaders twice; then they are lost for good and the operator runs
     unsafe_change_config on the survivor, which leads in a term below the last one reported.
     The master must take it for the leader: locations name it and add-replica goes through."""
-    sim = StackSim(StackConfig(seed=4, masters=1, tservers=4), tmp_path)
-    for h in sim.masters + sim.tservers:
-        sim._boot(h)
-    mhost = sim.masters[0]
+    sim, mhost = _one_master_booted(tmp_path, seed=4, tservers=4)
     out: dict = {}
 
     async def scenario():
