@@ -79,8 +79,8 @@ def test_the_silence_watch_names_a_running_leader_quiet_past_the_election_timeou
     line = s.silent("h", "t", _Replica(), 11.6)
     assert line is not None and line.startswith("leader silent: tablet t on h (term 3)")
     # not a FAILED one (stopped for good), a stopping one (its tombstone's write held by a
-    # slow disk: seeds 109 and 112 of the seed-145 mix failed on it, the watch's false alarm),
-    # a follower, a lone voter, or a leader of a newer term that has not spoken yet
+    # slow disk: seeds failed on the watch's false alarm), a follower, a lone voter, or a
+    # leader of a newer term that has not spoken yet
     assert s.silent("h", "t", _Replica(failed="fsync: EIO"), 20.0) is None
     assert s.silent("h", "t", _Replica(stopping=True), 20.0) is None
     assert s.silent("h", "t", _Replica(role=Role.FOLLOWER), 20.0) is None
