@@ -259,6 +259,52 @@ def test_streams_arrive_in_order_despite_random_latency_and_a_slow_reader():
     loop.close()
 
 
+def test_a_delayed_flow_is_overtaken_by_the_other_connection_and_keeps_its_own_order():
+    """`delay_flow`: what CLIENT sends SERVER on the connection CLIENT opened is late, what it
+    sends on the connection SERVER opened is not, so a later send on the second overtakes an
+    earlier one on the first; each connection stays in order, and a heal ends the delay."""
+    loop, net = _sim(3, latency=(0.001, 0.002))
+    arrived: list[tuple[float, bytes]] = []
+
+    async def record(reader, writer):
+        while data := await reader.read(100):
+            arrived.append((loop.time(), data))
+
+    async def go():
+        await loop.spawn(SERVER, asyncio.start_server(record, SERVER, 9000))
+        await loop.spawn(CLIENT, asyncio.start_server(record, CLIENT, 9001))
+        _, own = await asyncio.open_connection(SERVER, 9000, local_addr=(CLIENT, 0))
+        peer = await loop.spawn(SERVER, asyncio.open_connection(CLIENT, 9001,
+                                                                 local_addr=(SERVER, 0)))
+        loop.spawn(SERVER, record(peer[0], peer[1]))  # SERVER reads what CLIENT answers
+        await asyncio.sleep(0.1)
+        reply = next(ep for pair in net._conns.values() for ep in pair
+                     if ep.host == CLIENT and ep.get_extra_info("sockname")[1] == 9001)
+        net.delay_flow(CLIENT, SERVER, CLIENT, 1.0)
+        assert net.flow_delayed(CLIENT, SERVER, CLIENT) == 1.0
+        assert net.flow_delayed(CLIENT, SERVER, SERVER) == 0.0
+        own.write(b"request")
+        await asyncio.sleep(0.1)
+        reply.write(b"answer")  # CLIENT answering on the connection SERVER opened
+        own.write(b"second")
+        await asyncio.sleep(2.0)
+        net.heal()
+        assert net.flow_delayed(CLIENT, SERVER, CLIENT) == 0.0
+        own.write(b"after")
+        arrived.append((loop.time(), b"<after written>"))
+        await asyncio.sleep(0.1)
+        own.close()
+        peer[1].close()
+
+    loop.run_until_complete(loop.spawn(CLIENT, go()))
+    order = [data for _, data in arrived]
+    assert order == [b"answer", b"request", b"second", b"<after written>", b"after"], arrived
+    at = {data: t for t, data in arrived}
+    assert at[b"request"] - 0.1 >= 1.0 and at[b"answer"] - 0.2 < 0.01
+    assert at[b"after"] - at[b"<after written>"] < 0.01  # healed: no longer late
+    loop.close()
+
+
 def _scenario(seed: int) -> list[tuple]:
     """Three clients calling one server with random delays, through a partition and a heal."""
     loop, net = _sim(seed, record=True)

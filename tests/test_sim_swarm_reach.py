@@ -26,6 +26,7 @@ from harness.sim.swarm import (
     NINTH_BUNDLES,
     SEVENTH_BUNDLES,
     SIXTH_BUNDLES,
+    TENTH_BUNDLES,
     UNPACED,
     _own_draw,
     bundle_of,
@@ -267,7 +268,7 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     LATER_BUNDLES (a third stream), and of those left about one in eleven one of
     LATEST_BUNDLES (a fourth), one in twenty-one one of FIFTH_BUNDLES (a fifth), of
     SIXTH_BUNDLES (a sixth), of SEVENTH_BUNDLES (a seventh), of EIGHTH_BUNDLES (an eighth)
-    and of NINTH_BUNDLES (a ninth);
+    and of NINTH_BUNDLES (a ninth) and TENTH_BUNDLES (a tenth);
     the rest keep their own draws,
     and a kind of BUNDLED only comes in a bundle."""
     from tests.test_sim_forge import FORGE
@@ -294,8 +295,11 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     assert set(eighth) == set(EIGHTH_BUNDLES) and 8 < sum(eighth.values()) < 40, eighth
     ninth = Counter(b for s in range(800) if (b := bundle_of(s)) in NINTH_BUNDLES)
     assert set(ninth) == set(NINTH_BUNDLES) and 8 < sum(ninth.values()) < 40, ninth
+    tenth = Counter(b for s in range(800) if (b := bundle_of(s)) in TENTH_BUNDLES)
+    assert set(tenth) == set(TENTH_BUNDLES) and 8 < sum(tenth.values()) < 40, tenth
     specs = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES, **FIFTH_BUNDLES,
-             **SIXTH_BUNDLES, **SEVENTH_BUNDLES, **EIGHTH_BUNDLES, **NINTH_BUNDLES}
+             **SIXTH_BUNDLES, **SEVENTH_BUNDLES, **EIGHTH_BUNDLES, **NINTH_BUNDLES,
+             **TENTH_BUNDLES}
     assert specs == ALL_BUNDLES
     for s in range(200):
         mix, bundle = swarm_mix(s), bundle_of(s)
@@ -490,6 +494,20 @@ def test_a_leader_whose_disk_dies_under_parked_writes_refuses_each_as_never_prop
     _valid_and_fired(StackConfig(seed=2, workload="register", seconds=20.0,
                                  mix=parse_mix(NINTH_BUNDLES["dying-queue"])),
                      tmp_path, "replica.wal.held_write_failed", "replica.inbox.refused_unrun")
+
+
+def test_an_answer_overtaking_a_vote_request_inside_a_lease_elects_no_second_leader(tmp_path):
+    """`late-answer` (TENTH_BUNDLES): R's refusal of F's pre-vote, carrying R's new term,
+    reaches F after F acknowledged its leader L's lease round, and R's own vote request, sent
+    before it on another connection, after that (harness.sim.stack_overtake). F drops the
+    late answer inside its lease (raft.step.stale_answer_dropped_in_lease) and withholds the
+    vote. On the code before (07ee8ee's parent) F took the refusal's term, and with it lost
+    its leader and its withholding, granted the vote, and this seed failed the lease check: R
+    led a newer term while L still served lease reads."""
+    _valid_and_fired(StackConfig(seed=14, workload="register", seconds=20.0,
+                                 mix=parse_mix(TENTH_BUNDLES["late-answer"])),
+                     tmp_path, "raft.step.stale_answer_dropped_in_lease",
+                     "raft.vote.withheld_in_lease")
 
 
 BUFFERS = ("restart:1,heal:1,crash:1;every=1-4;reads=linearizable;load=20x200;writes={};"

@@ -16,7 +16,9 @@ the RPC layer's drain waits. A receiver that stops reading, or a partition that 
 backs up to the writer. Without it the RPC layer's drains would never run under simulation.
 
 Not modelled: loss, duplication and reordering inside a connection (TCP hides them), bandwidth,
-one-way partitions, TLS, UDP, DNS.
+one-way partitions, TLS, UDP, DNS. Reordering *across* connections is (`delay_flow`): each
+connection may take a path of its own, as flows hashed onto the paths of a congested uplink do,
+so an answer on one connection can overtake a request sent earlier on another.
 
 Protocol callbacks run in the context of whoever opened the endpoint (the connecting task, or
 the task that started the server), so the tasks they start belong to that host's process; the
@@ -64,6 +66,8 @@ class SimNetwork:
         self._isolated: set[str] = set()
         self._cut: set[frozenset[str]] = set()  # single links cut (`cut`), both directions
         self._slow: dict[frozenset[str], float] = {}  # link -> extra one-way delay (`slow`)
+        # (src, dst, the host that opened the connection) -> extra one-way delay (`delay_flow`)
+        self._flows: dict[tuple[str, str, str], float] = {}
         self._free = frozenset(unpartitioned)
         self._stalled: list[_Pipe] = []
         self._whole = True  # no partition, isolation or cut link: every host reaches every other
@@ -106,6 +110,28 @@ class SimNetwork:
         else:
             self._slow.pop(frozenset((a, b)), None)
 
+    def delay_flow(self, src: str, dst: str, opener: str, seconds: float) -> None:
+        """Add `seconds` to every segment `src` sends to `dst` on connections that `opener`
+        opened (one of the two), now and on connections opened while this lasts; 0 ends it.
+        Each connection, one flow, takes a path of its own: flows hashed onto the paths of a
+        congested uplink, or tc's delay on `src`'s egress filtered by port. So what `src` sends
+        `dst` on one connection may overtake what it sent before on the other, while each
+        connection stays in order."""
+        key = (src, dst, opener)
+        if seconds > 0:
+            self._flows[key] = seconds
+        elif self._flows.pop(key, None) is None:
+            return
+        for pair in self._conns.values():
+            for ep in pair:
+                pipe = ep._out
+                if pipe is not None and (pipe.src, pipe.dst.host, pipe.opener) == key:
+                    pipe.extra = seconds if seconds > 0 else 0.0
+
+    def flow_delayed(self, src: str, dst: str, opener: str) -> float:
+        """The delay `delay_flow` added to that flow (0: none)."""
+        return self._flows.get((src, dst, opener), 0.0)
+
     def garble(self, src: str, dst: str, count: int,
                pick: Callable[[bytes], int | None] | None) -> None:
         """The next `count` data segments from `src` to `dst` for which `pick` names an offset
@@ -140,6 +166,8 @@ class SimNetwork:
         self._isolated.clear()
         self._cut.clear()
         self._slow.clear()
+        for key in list(self._flows):
+            self.delay_flow(*key, 0.0)
         self._topology_changed()
 
     def reachable(self, a: str, b: str) -> bool:
@@ -235,7 +263,8 @@ class SimNetwork:
         server = _Endpoint(self, (host, port), listener.context.copy())
         server._extra["peername"] = client.get_extra_info("sockname")
         client._peer, server._peer = server, client
-        client._out, server._out = _Pipe(self, client.host, server), _Pipe(self, host, client)
+        client._out = _Pipe(self, client.host, server, client.host)
+        server._out = _Pipe(self, host, client, client.host)
         self._conns[next(self._conn_ids)] = (client, server)
         self.stats["connections"] += 1
         server._out.send("synack")
@@ -300,12 +329,14 @@ class SimNetwork:
 class _Pipe:
     """One direction of a connection: segments leave in order and arrive in order."""
 
-    def __init__(self, net: SimNetwork, src: str, dst: _Endpoint):
-        self.net, self.src, self.dst = net, src, dst
+    def __init__(self, net: SimNetwork, src: str, dst: _Endpoint, opener: str):
+        self.net, self.src, self.dst, self.opener = net, src, dst, opener
         self.queue: deque[tuple[float, str, bytes]] = deque()
         self.timer: asyncio.TimerHandle | None = None
         self.stalled = False
         self.last_at = 0.0
+        # this flow's own path (`delay_flow`)
+        self.extra = net._flows.get((src, dst.host, opener), 0.0) if net._flows else 0.0
 
     def send(self, kind: str, payload: bytes = b"") -> None:
         self.queue.append((self._stamp(), kind, payload))
@@ -328,7 +359,8 @@ class _Pipe:
 
     def _stamp(self) -> float:
         self.last_at = max(self.last_at,
-                           self.net._loop.time() + self.net._delay(self.src, self.dst.host))
+                           self.net._loop.time() + self.net._delay(self.src, self.dst.host)
+                           + self.extra)
         return self.last_at
 
     def _arm(self) -> None:

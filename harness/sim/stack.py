@@ -49,6 +49,7 @@ from harness.sim import (
     stack_lose,
     stack_maintenance,
     stack_masters,
+    stack_overtake,
     stack_recopy,
     stack_reprovision,
     stack_tombstone_rot,
@@ -183,7 +184,7 @@ MODULE_FAULTS = {
     "lose": stack_lose.lose, "lose-snapshot": stack_lose.lose_snapshot,
     "change-retry": stack_change_retry.change_retry,
     "copy-behind": stack_copy_behind.copy_behind, "dying-disk": stack_dying_disk.dying_disk,
-    "tombstone-rot": stack_tombstone_rot.tombstone_rot,
+    "tombstone-rot": stack_tombstone_rot.tombstone_rot, "overtake": stack_overtake.overtake,
 }
 
 
@@ -218,6 +219,7 @@ class StackSim:
         self.disk_faults: dict[str, str] = {}  # host -> enospc | eio | slow, while it is on
         self.invariants = Invariants(self)  # what the checks remember of the live replicas
         self.faults = FaultChooser(self)  # which fault next, among those that apply now
+        self.send_hooks: list = []  # faults shown each Raft message queued (`_observe_sent`)
         # the masters fault's fourth master: not a master until added (its disk and uuid then)
         self.spare = master_hosts(config.masters + 1)[-1]
         self.spare_uuid: str | None = None
@@ -251,7 +253,7 @@ class StackSim:
             catalog_manager_bg_task_wait_ms=RECONCILE_MS,
             seed=self.rng.getrandbits(64), disk=self.disks[host], local_host=host,
             rpc_max_inflight_per_conn=self.cfg.mix.inflight or ServerOptions.rpc_max_inflight_per_conn,
-            observe_outgoing=functools.partial(self.invariants.observe_sent, host), **server,
+            observe_outgoing=functools.partial(_observe_sent, self, host), **server,
             **stack_copy_cut.copy_options(self.cfg.mix))
 
     def disk_defaults(self):
@@ -761,6 +763,15 @@ class StackSim:
                            dict(sorted(self.nemesis_counts.items())), self.events,
                            flips=flips, catalog_lag=self.invariants.catalog_lag,
                            mix=self.cfg.mix.as_json(), probes=hits)
+
+
+def _observe_sent(sim: StackSim, host: str, tablet: str, to_uuid: str, messages: list) -> None:
+    """Every Raft message a server queues (ServerOptions.observe_outgoing), before it is
+    written: the checks see it, then any fault watching for one (`StackSim.send_hooks`, e.g.
+    harness.sim.stack_overtake, which slows a flow as a vote request enters it)."""
+    sim.invariants.observe_sent(host, tablet, to_uuid, messages)
+    for hook in sim.send_hooks:
+        hook(host, tablet, to_uuid, messages)
 
 
 def _fresh_out_dir(out_dir: Path) -> None:

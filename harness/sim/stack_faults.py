@@ -14,6 +14,7 @@ from harness.sim import (
     stack_copy_delete,
     stack_lose,
     stack_maintenance,
+    stack_overtake,
     stack_recopy,
 )
 from harness.sim.stack_ddl import choose_ddl
@@ -175,6 +176,8 @@ class FaultChooser:
         if kind == "delay":
             return kind, [rng.choice(hosts), round(rng.uniform(*DELAY_S), 3),
                           round(rng.uniform(*DELAY_FOR_S), 3)]
+        if kind == "overtake":
+            return stack_overtake.choose(self, rng)
         if kind == "disk":
             return self._choose_disk(rng, impaired)
         if kind == "transfer":
