@@ -244,6 +244,19 @@ class FaultChooser:
                     out[tablet] = (host, r)
         return out
 
+    def pick_leader(self, rng: random.Random, leasing: bool = False):
+        """A test tablet with a live leader, drawn from `rng`; with `leasing`, one whose leader
+        serves lease reads now if any does. (tablet, leader's host, its replica), or None."""
+        leaders = self._test_tablets()
+        if leasing:
+            now = self.sim.loop.time()
+            leaders = {t: lr for t, lr in leaders.items()
+                       if lr[1].reads.serves_lease_reads(now)} or leaders
+        if not leaders:
+            return None
+        tablet = rng.choice(sorted(leaders))
+        return (tablet, *leaders[tablet])
+
     def other_voters(self, replica) -> list[str]:
         """The hosts of `replica`'s fellow voters in its config, sorted."""
         by_uuid = {getattr(self.sim.servers.get(h), "uuid", None): h for h in self.sim.tservers}
@@ -292,15 +305,10 @@ class FaultChooser:
         Value: [tablet, L, F, R, slow, cut_s, delay, after] (hosts; cut leaves R out, tombstone
         L and F; slow, delay and after are None but for copy-race, cut_s None for tombstone;
         delay None for lease-race; only after for tombstone-rot)."""
-        leaders = self._test_tablets()
-        if kind == "lease-race":
-            now = self.sim.loop.time()
-            leases = {t: lr for t, lr in leaders.items() if lr[1].reads.serves_lease_reads(now)}
-            leaders = leases or leaders
-        if not leaders:
+        picked = self.pick_leader(rng, leasing=kind == "lease-race")
+        if picked is None:
             return None, None
-        tablet = rng.choice(sorted(leaders))
-        host, r = leaders[tablet]
+        tablet, host, r = picked
         voters = self.other_voters(r)
         if len(voters) < 2:
             return None, None

@@ -43,15 +43,10 @@ def choose(chooser, rng: random.Random) -> tuple[str | None, object]:
     """A test tablet's leader L (one serving lease reads if any does) and two other voters F
     and R, all up. Value: [tablet, L, F, R, req_s, cut_s, more_s, pick]: `pick` places R's
     answers' delay within what the race allows when it comes (see `overtake`)."""
-    sim = chooser.sim
-    leaders = chooser._test_tablets()
-    now = sim.loop.time()
-    leasing = {t: lr for t, lr in leaders.items() if lr[1].reads.serves_lease_reads(now)}
-    leaders = leasing or leaders
-    if not leaders:
+    picked = chooser.pick_leader(rng, leasing=True)
+    if picked is None:
         return None, None
-    tablet = rng.choice(sorted(leaders))
-    host, replica = leaders[tablet]
+    tablet, host, replica = picked
     voters = [h for h in chooser.other_voters(replica) if h not in chooser._impaired()]
     if len(voters) < 2:
         return None, None
