@@ -501,9 +501,9 @@ def test_an_answer_overtaking_a_vote_request_inside_a_lease_elects_no_second_lea
     reaches F after F acknowledged its leader L's lease round, and R's own vote request, sent
     before it on another connection, after that (harness.sim.stack_overtake). F drops the
     late answer inside its lease (raft.step.stale_answer_dropped_in_lease) and withholds the
-    vote. On the code before (07ee8ee's parent) F took the refusal's term, and with it lost
-    its leader and its withholding, granted the vote, and this seed failed the lease check: R
-    led a newer term while L still served lease reads."""
+    vote. On the code before the fix (docs/decisions/late-answers-in-a-lease.md) F took the
+    refusal's term, and with it lost its leader and its withholding, granted the vote, and this
+    seed failed the lease check: R led a newer term while L still served lease reads."""
     _valid_and_fired(StackConfig(seed=14, workload="register", seconds=20.0,
                                  mix=parse_mix(TENTH_BUNDLES["late-answer"])),
                      tmp_path, "raft.step.stale_answer_dropped_in_lease",

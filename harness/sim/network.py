@@ -126,7 +126,7 @@ class SimNetwork:
             for ep in pair:
                 pipe = ep._out
                 if pipe is not None and (pipe.src, pipe.dst.host, pipe.opener) == key:
-                    pipe.extra = seconds if seconds > 0 else 0.0
+                    pipe.extra = max(seconds, 0.0)
 
     def flow_delayed(self, src: str, dst: str, opener: str) -> float:
         """The delay `delay_flow` added to that flow (0: none)."""
