@@ -406,13 +406,14 @@ def test_a_pid_reused_after_a_daemon_died_is_never_signalled_nor_taken_for_it(de
                                 check=False).stdout.strip()
 
     remotes["n3"].sh(f"echo {stranger} > {DATA}/tserver.pid")
+    alive = ("S", "R")  # sleeping, or still starting on a busy host; a pause shows T, a kill none
     try:
-        assert state() == "S"
+        assert state() in alive
         assert not db.running("n3", "tserver")
         db.pause("n3", "tserver")
-        assert state() == "S"
+        assert state() in alive
         db.kill("n3", "tserver")
-        assert state() == "S"
+        assert state() in alive
         assert db.process_states("n3", "tserver") == {"tserver": "gone"}
     finally:
         remotes["n3"].sh(f"kill -9 {stranger}; true")
