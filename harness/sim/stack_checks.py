@@ -21,7 +21,8 @@ there); each tablet's listed state the state of what it holds (no stopped replic
 RUNNING, no tablet COPYING with no copy under way); no replica coming back (restarted or
 copied) with a log ending behind its predecessor's; no file descriptor closed twice; the
 catalog agreeing with the committed configs; every tablet server heartbeating the
-committed masters; no replica or server failing on corrupt files where no fault touched them
+committed masters; no request left at the gate of a replica that no longer leads, stops or
+fails (harness.sim.stack_owed); no replica or server failing on corrupt files where no fault touched them
 (what crashes, kills, power losses and I/O errors leave must read back); and, on the history,
 commit-wait across tablets.
 """
@@ -32,6 +33,7 @@ import functools
 import json
 from pathlib import Path
 
+from harness.sim.stack_owed import Owed
 from harness.sim.stack_silence import Silences
 from node.consensus import AppendResponse, Role, VoteRequest, VoteResponse, quorum
 from node.master.catalog import CATALOG, Catalog
@@ -91,6 +93,7 @@ class Invariants:
         self._durable: dict[tuple[str, str], list] = {}
         self._hosts: dict[str, str] = {}  # server uuid -> its host, as seen while it ran
         self.silences = Silences()  # leaders that stopped sending (harness.sim.stack_silence)
+        self.owed = Owed()  # requests left at a gate (harness.sim.stack_owed)
 
     def crashed(self, host: str) -> None:
         """`host`'s process died: its restarted replicas re-learn their commit index."""
@@ -146,6 +149,8 @@ class Invariants:
                 self._check_term_and_vote(host, tablet, r)
                 _check_config_logged(host, tablet, r)
                 self._check_config_kept(host, tablet, r)
+                if (owed := self.owed.left_waiting(host, tablet, r, self.sim.loop.time())):
+                    raise StackViolation(owed)
                 if r.role is LEADER:
                     silent = self.silences.silent(host, tablet, r, self.sim.loop.time())
                     if silent is not None:

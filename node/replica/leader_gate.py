@@ -9,7 +9,9 @@ in the common case, where the no-op commits within a heartbeat.
 A waiter is owed an answer as soon as one is known, not only when the leader becomes ready:
 when it stops leading (a higher term, check-quorum), stops or fails, every waiter wakes and
 its caller's check refuses it (NOT_LEADER with a hint, or why). Left waiting, such a request
-ran into its RPC deadline and was reported as maybe applied, though it was never proposed."""
+ran into its RPC deadline and was reported as maybe applied, though it was never proposed.
+`waiting` counts the requests at the gate, so the whole-stack simulator can fail a seed on one
+left there by a replica that no longer leads (harness.sim.stack_owed)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ class LeaderGate:
     def __init__(self) -> None:
         self.term = -1  # the term in which we, as leader, applied our own entry
         self._open = asyncio.Event()
+        self.waiting = 0  # requests in wait() now
 
     def is_open(self) -> bool:
         return self._open.is_set()
@@ -45,10 +48,14 @@ class LeaderGate:
         """Until the gate opens; `check` raises (refusing the caller) whenever the replica can
         no longer serve, before the wait and at each wake."""
         check()
-        while not self._open.is_set():
-            await self._open.wait()
-            try:
-                check()
-            except Exception:
-                probe("replica.leader_gate.waiter_refused")
-                raise
+        self.waiting += 1
+        try:
+            while not self._open.is_set():
+                await self._open.wait()
+                try:
+                    check()
+                except Exception:
+                    probe("replica.leader_gate.waiter_refused")
+                    raise
+        finally:
+            self.waiting -= 1

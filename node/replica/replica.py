@@ -301,6 +301,7 @@ class Replica:
         again or concurrently; a caller cancelled meanwhile does not cut the stop short."""
         if self._stopping is None:
             self._stopping = asyncio.create_task(self._stop(), name=f"stop-{self.tablet_id}")
+            self.gate.lost()  # refused now, not once a slow disk's last save lets the stop end
         await asyncio.shield(self._stopping)
 
     async def _stop(self) -> None:
