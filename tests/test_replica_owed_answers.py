@@ -199,3 +199,28 @@ def test_requests_waiting_for_a_new_leader_are_refused_when_it_stops(tmp_path):
             await net.stop()
 
     asyncio.run(main())
+
+
+def test_requests_waiting_for_a_new_leader_are_refused_as_soon_as_it_starts_stopping(tmp_path):
+    """A stop waits for any save still running in a thread (a slow disk can hold one for
+    seconds); the gate's waiters are refused when the stop begins, not when it ends."""
+    async def main():
+        net = Unacknowledged(tmp_path)
+        net.start()
+        try:
+            leader, write, read = await waiting_at_a_new_leaders_gate(net)
+            save = asyncio.get_running_loop().create_future()  # a save still in its thread
+            leader._threads.add(save)
+            save.add_done_callback(leader._threads.discard)
+            stopping = asyncio.create_task(leader.stop())
+            try:
+                for error in await refused_at_once(write, read):
+                    assert "shutting down" in str(error)
+                assert not stopping.done()  # the stop still waits for the save
+            finally:
+                save.set_result(None)  # the save ends; so does the stop
+                await stopping
+        finally:
+            await net.stop()
+
+    asyncio.run(main())
