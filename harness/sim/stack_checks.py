@@ -21,7 +21,8 @@ there); each tablet's listed state the state of what it holds (no stopped replic
 RUNNING, no tablet COPYING with no copy under way); no replica coming back (restarted or
 copied) with a log ending behind its predecessor's; no file descriptor closed twice; the
 catalog agreeing with the committed configs; every tablet server heartbeating the
-committed masters; no request left at the gate of a replica that no longer leads, stops or
+committed masters; no server's background loop (heartbeats, reconciling, copies) ended
+while it ran; no request left at the gate of a replica that no longer leads, stops or
 fails (harness.sim.stack_owed); no replica or server failing on corrupt files where no fault touched them
 (what crashes, kills, power losses and I/O errors leave must read back); and, on the history,
 commit-wait across tablets.
@@ -126,6 +127,9 @@ class Invariants:
         for host, server in self.sim.servers.items():
             if getattr(server, "uuid", None) is not None:
                 self._hosts[server.uuid] = host
+            if (ended := getattr(server, "loop_ended", None)) is not None:
+                raise StackViolation(f"server loop ended: on {host}, {ended}, while the server "
+                                     "ran (node.server.base.ServerBase._keep)")
             failure = getattr(getattr(server, "server", None), "handler_failure", None)
             if failure is not None:
                 raise StackViolation(f"handler failed: an RPC handler on {host} raised an "

@@ -106,7 +106,7 @@ class Master(ServerBase):
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def _started(self) -> None:
-        self._tasks.append(asyncio.create_task(self._bootstrap_then_reconcile()))
+        self._keep(self._bootstrap_then_reconcile(), "reconcile")
 
     async def _bootstrap_then_reconcile(self) -> None:
         if self.tablets.get(CATALOG) is None:

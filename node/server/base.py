@@ -87,6 +87,28 @@ class ServerBase:
         self.rng = random.Random(opts.seed)
         self.data_dir = Path(opts.data_dir)
         self._tasks: list[asyncio.Task] = []
+        # the first background loop that ended while the server ran (`_keep`), and its event
+        self.loop_ended: str | None = None
+        self.loop_failed = asyncio.Event()
+
+    def _keep(self, coro, name: str) -> None:
+        """Run one of the server's background loops (copies, heartbeats, reconciling) until
+        stop(). Each handles its own errors; one that ends anyway (an error no guard caught)
+        would leave the server answering RPCs but never heartbeating or reconciling again, as
+        an OSError saving the peer book once did, seen by nothing but a log line. So it is
+        kept in `loop_ended`, and the daemon exits on it (node.server.daemon_cli): Kudu's
+        background threads crash their process on a failed check the same way."""
+        task = asyncio.create_task(coro, name=name)
+        task.add_done_callback(self._loop_done)
+        self._tasks.append(task)
+
+    def _loop_done(self, task: asyncio.Task) -> None:
+        if task.cancelled() or self.loop_ended is not None:
+            return
+        e = task.exception()
+        self.loop_ended = f"{task.get_name()} loop ended: {e!r}" if e else f"{task.get_name()} loop returned"
+        log.error("%s %s: %s", self.kind, getattr(self, "uuid", "?"), self.loop_ended, exc_info=e)
+        self.loop_failed.set()
 
     def _register(self, s: RpcServer) -> None:
         """Register the server's own services (the consensus service is registered already)."""
@@ -130,7 +152,7 @@ class ServerBase:
         self.http = StatusHttp(self.registry, self.status_dict)
         self.http_port = await self.http.start(self.opts.rpc_host, self.opts.http_port,
                                                webserver_tls(self.opts))
-        self._tasks.append(asyncio.create_task(self.copies.run()))
+        self._keep(self.copies.run(), "copy-trigger")
         self.copy_service.start()
         await self._started()
         sec = self.opts.security

@@ -399,6 +399,12 @@ async def _serve(opts, kind: str) -> int:
         loop.add_signal_handler(sig, stop.set)
     print(f"{kind} {server.uuid} ready on {server.me.host}:{server.me.port} "
           f"http {server.http_port}", flush=True)
-    await stop.wait()
+    waits = [asyncio.create_task(stop.wait()), asyncio.create_task(server.loop_failed.wait())]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for w in waits:
+        w.cancel()
     await server.stop()
+    if server.loop_ended is not None:  # serving on would be a server up but deaf (ServerBase._keep)
+        print(f"tessera {kind}: exiting: {server.loop_ended}", file=sys.stderr)
+        return 1
     return 0

@@ -4,8 +4,6 @@ and the heartbeater to the masters."""
 
 from __future__ import annotations
 
-import asyncio
-
 from node.rpc import RpcServer
 from node.server.base import ServerBase
 from node.tserver.heartbeater import Heartbeater
@@ -24,5 +22,5 @@ class TabletServer(ServerBase):
             self.heartbeater = Heartbeater(self.rpc_client, self.opts.masters,
                                            self.opts.heartbeat_interval_ms / 1000,
                                            self.server_status, self.http_port, self.book)
-            self._tasks.append(asyncio.create_task(self.heartbeater.run()))
+            self._keep(self.heartbeater.run(), "heartbeat")
 
