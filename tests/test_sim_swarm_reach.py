@@ -562,3 +562,29 @@ def test_every_bundle_names_declared_probes_it_aims_at_and_a_run_says_which_it_r
         "frame-split": {"seeds": 3, "workloads": {"register": {"seeds": 2, "reached": 1},
                                                   "list-append": {"seeds": 1, "reached": 0}},
                         "missed": False, "aims": {"client.batch.split_after_too_large": 1}}}
+
+
+PEER_BOOK_FAULTS = ("disk:4,reprovision:4,master-swap:2,heal:1;every=0.5-2;reads=linearizable;"
+                    "load=20x200;workload=register")
+
+
+def test_a_peer_book_save_failing_under_a_heartbeat_leaves_the_heartbeater_running(tmp_path):
+    """A tablet server's disk fails (EIO) while a reprovisioned server's new address reaches it
+    in the leader master's heartbeat answer: the peer book's save fails inside the heartbeat
+    (tserver.heartbeat.beat_failed), and the next beat tries again. Before the fix
+    (docs/decisions/re-replication.md) the heartbeater ended, unread, with the server up: this
+    seed then failed the server-loop check, as did 4 of this spec's first 40 seeds."""
+    _valid_and_fired(StackConfig(seed=2, workload="register", seconds=20.0,
+                                 mix=parse_mix(PEER_BOOK_FAULTS)),
+                     tmp_path, "tserver.heartbeat.beat_failed")
+
+
+def test_requests_at_a_deposed_leaders_gate_are_refused_before_the_next_check(tmp_path):
+    """Swarm seed 5 (cuts, delays, master swaps): a new leader loses its term with requests
+    waiting at its gate (replica.leader_gate.waiter_refused), and the answers-owed watch
+    (harness.sim.stack_owed) finds none left there. On the gate before the review's fix
+    (docs/decisions/answers-owed-at-stop.md) they waited out their deadlines, and this seed
+    failed the watch at 14.2 virtual s, as did 9 of the first 60 swarm seeds."""
+    mix = swarm_mix(5)
+    _valid_and_fired(StackConfig(seed=5, workload=workload_for(5, mix), seconds=20.0, mix=mix),
+                     tmp_path, "replica.leader_gate.waiter_refused")
