@@ -17,6 +17,7 @@ from harness.sim.swarm import (
     BUNDLED,
     BUNDLES,
     EIGHTH_BUNDLES,
+    ELEVENTH_BUNDLES,
     FIFTH_BUNDLES,
     LATE,
     LATE_BUNDLE_DRAW,
@@ -268,7 +269,7 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     LATER_BUNDLES (a third stream), and of those left about one in eleven one of
     LATEST_BUNDLES (a fourth), one in twenty-one one of FIFTH_BUNDLES (a fifth), of
     SIXTH_BUNDLES (a sixth), of SEVENTH_BUNDLES (a seventh), of EIGHTH_BUNDLES (an eighth)
-    and of NINTH_BUNDLES (a ninth) and TENTH_BUNDLES (a tenth);
+    and of NINTH_BUNDLES (a ninth), TENTH_BUNDLES (a tenth) and ELEVENTH_BUNDLES (an eleventh);
     the rest keep their own draws,
     and a kind of BUNDLED only comes in a bundle."""
     from tests.test_sim_forge import FORGE
@@ -297,9 +298,11 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     assert set(ninth) == set(NINTH_BUNDLES) and 8 < sum(ninth.values()) < 40, ninth
     tenth = Counter(b for s in range(800) if (b := bundle_of(s)) in TENTH_BUNDLES)
     assert set(tenth) == set(TENTH_BUNDLES) and 8 < sum(tenth.values()) < 40, tenth
+    eleventh = Counter(b for s in range(800) if (b := bundle_of(s)) in ELEVENTH_BUNDLES)
+    assert set(eleventh) == set(ELEVENTH_BUNDLES) and 5 < sum(eleventh.values()) < 40, eleventh
     specs = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES, **FIFTH_BUNDLES,
              **SIXTH_BUNDLES, **SEVENTH_BUNDLES, **EIGHTH_BUNDLES, **NINTH_BUNDLES,
-             **TENTH_BUNDLES}
+             **TENTH_BUNDLES, **ELEVENTH_BUNDLES}
     assert specs == ALL_BUNDLES
     for s in range(200):
         mix, bundle = swarm_mix(s), bundle_of(s)

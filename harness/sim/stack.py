@@ -176,6 +176,7 @@ def tserver_hosts(n: int) -> list[str]:
 # (the other timed ones are StackSim's methods).
 MODULE_FAULTS = {
     "masters": stack_masters.masters, "master-swap": stack_masters.master_swap,
+    "swap-book": stack_masters.swap_book,
     "unsafe": stack_unsafe.unsafe_change, "ddl": stack_ddl.ddl,
     "torn": stack_damage.torn_tail, "damage": stack_damage.damage,
     "copy-cut": stack_copy_cut.copy_cut, "copy-delete": stack_copy_delete.copy_delete,

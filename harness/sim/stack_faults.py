@@ -18,7 +18,7 @@ from harness.sim import (
     stack_recopy,
 )
 from harness.sim.stack_ddl import choose_ddl
-from harness.sim.stack_masters import SWAP_LINGER_S
+from harness.sim.stack_masters import BOOK_FAIL_S, SWAP_LINGER_S
 from harness.sim.stack_tombstone_rot import AFTER_S as TOMBSTONE_ROT_AFTER_S
 from harness.sim.stack_unsafe import choose_unsafe
 
@@ -156,6 +156,9 @@ class FaultChooser:
             return self._choose_reprovision(rng, impaired)
         if kind == "master-swap":
             return kind, [round(rng.uniform(*SWAP_LINGER_S), 3)]
+        if kind == "swap-book":
+            return kind, [round(rng.uniform(*SWAP_LINGER_S), 3),
+                          round(rng.uniform(*BOOK_FAIL_S), 3)]
         if kind == "unsafe":
             return choose_unsafe(self.sim, rng, impaired)
         if kind == "ddl":

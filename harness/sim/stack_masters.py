@@ -38,6 +38,13 @@ leave_master, which the CLI runs too):
   is stopped and its disk wiped, and its host is the spare: a later add brings it back as a
   new master (another uuid, an empty disk), as an operator re-imaging a machine does.
 
+- `swap-book` (a bundled kind, harness.sim.swarm.BUNDLED): `master-swap` while one follower
+  master's data-dir root fails its syncs (EIO), from before the spare is added until `fail_s`
+  after the swap. That follower learns the new master's address in its reconcile loop and saves
+  it in its peer book there (the root's only file the replicas do not write): the save fails
+  (master.reconcile.round_failed) and a later round saves it again. Before 590c382 the OSError
+  ended the loop, unread: a master that, once it led, never reconciled again.
+
 Tablet servers learn the masters from heartbeat replies and must follow the committed config
 (Invariants.check_master_lists). Each fault takes the StackSim it acts on.
 """
@@ -50,6 +57,7 @@ import random
 MASTER_PORT, TSERVER_PORT = 7051, 7050
 SKIPPED = object()  # a nemesis event that did not apply
 SWAP_LINGER_S = (0.5, 6.0)  # master-swap: from the removal to the removed master's stop
+BOOK_FAIL_S = (1.0, 4.0)  # swap-book: how long past the swap the follower's root syncs still fail
 STALE_ASK_EVERY_S = 0.5  # master-swap: the stale client's lookups at the removed master
 # remove-cut: a removed master, up and reachable from the leader master this long (several
 # election timeouts: it campaigns, the leader tells it), must report REMOVED; past GIVE_UP_S
@@ -338,3 +346,43 @@ async def master_swap(sim, value: list):
 def _error_name(e: BaseException) -> str:
     """How a call to a master ended without an answer: its RPC error code, or the exception."""
     return getattr(getattr(e, "code", None), "name", type(e).__name__)
+
+
+async def swap_book(sim, value: list):
+    """The `swap-book` fault (the module's docstring). `value`: [linger_s, fail_s] as drawn;
+    recorded as [the follower whose root failed, fail_s, what `master_swap` recorded], or with
+    "skipped: ..." where it did not apply."""
+    linger, fail_s = value
+    leader = leader_master(sim)
+    followers = sorted(h for h in sim.masters if h != leader and h in sim.servers
+                       and h not in sim.down)
+    if leader is None or not followers:
+        return ["skipped: no leader master with a follower up", fail_s]
+    host = followers[0]
+    failing = fail_root_syncs(sim, host)
+    try:
+        swapped = await master_swap(sim, [linger])
+        await asyncio.sleep(fail_s)
+    finally:
+        failing[0] = False
+    return [host, fail_s, swapped]
+
+
+def fail_root_syncs(sim, host: str) -> list[bool]:
+    """From now on `host`'s disk fails (EIO) the sync of its data dir's root: the peer book's
+    directory, and none the replicas write (their WALs and consensus metadata are in
+    subdirectories). Set the returned flag's [0] False to heal it. Only this disk incarnation:
+    a restarted server's disk syncs again."""
+    import errno
+    from pathlib import Path
+
+    disk, root = sim.disks[host], Path(sim.servers[host].data_dir)
+    real_fsync_dir = disk.fsync_dir
+    failing = [True]
+
+    def fsync_dir(path):
+        if failing[0] and Path(path) == root:
+            raise OSError(errno.EIO, "Input/output error")
+        return real_fsync_dir(path)
+    disk.fsync_dir = fsync_dir
+    return failing

@@ -31,7 +31,7 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
          "damage-file", "copy-cut", "master-swap", "unsafe", "ddl", "maintenance", "forge",
          "garble", "copy-shrink", "recopy", "copy-behind", "kill", "copy-delete", "lose",
          "ddl-retry", "change-retry", "tombstone-rot", "lose-snapshot", "dying-disk",
-         "overtake")
+         "overtake", "swap-book")
 # Kinds a seed draws only in a bundle (BUNDLES), never on their own: a kind added to the
 # optional ones or to LATE would change many recorded seeds' mixes. recopy: an operator's
 # `kudu remote_replica copy` over a running replica, or from a FAILED one
@@ -43,9 +43,10 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
 # (harness.sim.stack_lose). dying-disk: a leader's disk slow, then failing its syncs too, while
 # writes wait for room in its WAL's queue (harness.sim.stack_dying_disk). overtake: an answer
 # overtaking a request sent before it on another connection, around a lease
-# (harness.sim.stack_overtake).
+# (harness.sim.stack_overtake). swap-book: a master migration while a follower master's peer
+# book cannot be saved (harness.sim.stack_masters).
 BUNDLED = ("recopy", "copy-delete", "lose", "tombstone-rot", "lose-snapshot", "dying-disk",
-           "overtake")
+           "overtake", "swap-book")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
@@ -347,6 +348,13 @@ TENTH_BUNDLES = {
     "late-answer": "overtake:4,restart:1,heal:1;every=0.5-2;reads=lease;load=20x200;"
                    "read-share=0.99;workload=register",
 }
+# An eleventh stream: a master migration while a follower master cannot save its peer book, so
+# the save in its reconcile loop fails (master.reconcile.round_failed; docs/decisions/
+# re-replication.md). The loop that once ended on it fails a seed now (ServerBase._keep).
+ELEVENTH_BUNDLES = {
+    "swap-book": "swap-book:4,restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;"
+                 "workload=register",
+}
 # Each stream's name, its bundles and how many draws of none stand beside them, in the order a
 # seed takes them (`bundle_of`): a stream gives one of its bundles to about len(bundles) in
 # len(bundles) + nones of the seeds it is asked for.
@@ -354,7 +362,8 @@ _STREAMS = (("bundle", BUNDLES, 24), ("late-bundle", LATE_BUNDLES, 30),
             ("later-bundle", LATER_BUNDLES, 20), ("latest-bundle", LATEST_BUNDLES, 20),
             ("fifth-bundle", FIFTH_BUNDLES, 20), ("sixth-bundle", SIXTH_BUNDLES, 20),
             ("seventh-bundle", SEVENTH_BUNDLES, 20), ("eighth-bundle", EIGHTH_BUNDLES, 20),
-            ("ninth-bundle", NINTH_BUNDLES, 20), ("tenth-bundle", TENTH_BUNDLES, 20))
+            ("ninth-bundle", NINTH_BUNDLES, 20), ("tenth-bundle", TENTH_BUNDLES, 20),
+            ("eleventh-bundle", ELEVENTH_BUNDLES, 20))
 BUNDLE_STREAMS = tuple((name, (None,) * nones + tuple(bundles))
                        for name, bundles, nones in _STREAMS)
 BUNDLE_DRAW, LATE_BUNDLE_DRAW = BUNDLE_STREAMS[0][1], BUNDLE_STREAMS[1][1]
@@ -387,6 +396,7 @@ BUNDLE_AIMS = {
     "full-queue-behind": ("replica.wal.write_held",),
     "dying-queue": ("replica.inbox.refused_unrun",),
     "late-answer": ("raft.step.stale_answer_dropped_in_lease",),
+    "swap-book": ("master.reconcile.round_failed",),
 }
 
 
