@@ -25,14 +25,13 @@ Reconciler against a stand-in master."""
 from __future__ import annotations
 
 import asyncio
-import errno
 from pathlib import Path
 from types import SimpleNamespace
 
 from waiting import until_checked
 
 from harness.sim.stack import CLIENT_HOST, MASTER_PORT, StackConfig, StackSim
-from harness.sim.stack_masters import TSERVER_PORT, boot_spare, leader_master
+from harness.sim.stack_masters import TSERVER_PORT, boot_spare, fail_root_syncs, leader_master
 from node import probes
 from node.client import TesseraClient
 from node.master import reconciler as reconciler_module
@@ -68,22 +67,6 @@ def _client(hosts: list[str]) -> TesseraClient:
                          rpc=RpcClient(connect_timeout=1.0, local_host=CLIENT_HOST))
 
 
-def _fail_root_syncs(sim: StackSim, host: str) -> list[bool]:
-    """From now on `host`'s disk fails (EIO) the sync of its data dir's root: the peer book's
-    directory, and none the replicas write (their WALs and cmeta are in subdirectories). Set
-    the returned flag's [0] False to heal it."""
-    disk, root = sim.disks[host], Path(sim.servers[host].data_dir)
-    real_fsync_dir = disk.fsync_dir
-    failing = [True]
-
-    def fsync_dir(path):
-        if failing[0] and Path(path) == root:
-            raise OSError(errno.EIO, "Input/output error")
-        return real_fsync_dir(path)
-    disk.fsync_dir = fsync_dir
-    return failing
-
-
 def test_a_failed_peer_book_save_does_not_end_the_masters_reconcile_loop(tmp_path):
     """Three masters, three tablet servers, a fourth master added; a follower's disk fails
     directory syncs for 3 s while it saves the new master's address. Later handed the catalog's
@@ -110,7 +93,7 @@ def test_a_failed_peer_book_save_does_not_end_the_masters_reconcile_loop(tmp_pat
                                         f.replicas[CATALOG].core.active_config.members),
                             "the new master in the follower's config", 60, period=0.001)
         out["knew_already"] = f.book.get(info.uuid) is not None
-        failing = _fail_root_syncs(sim, follower)
+        failing = fail_root_syncs(sim, follower)
         await asyncio.sleep(3.0)
         failing[0] = False
         out["catalog_failed"] = f.replicas[CATALOG].failed
@@ -164,7 +147,7 @@ def test_a_failed_peer_book_save_does_not_silence_a_tablet_server(tmp_path):
         ts = sim.servers[first]
         await asyncio.sleep(3.0)
         out["held"] = sorted(ts.tablets.entries)
-        failing = _fail_root_syncs(sim, first)
+        failing = fail_root_syncs(sim, first)
         sim._boot(late)
         await asyncio.sleep(3.0)
         failing[0] = False

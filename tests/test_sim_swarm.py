@@ -766,8 +766,9 @@ def test_a_reprovisioned_host_comes_back_as_a_new_server_and_its_replicas_are_re
     """`reprovision` (a late kind): a tablet server's disk replaced by an empty one, so it starts
     at the same address with a new uuid. Peers and the masters still address the old uuid there
     and are refused (rpc.server.wrong_uuid); the masters replace the silent member, and no
-    config names the old uuid at the end. The seed stays valid."""
-    assert "reprovision" in LATE and 45 < sum("reprovision" in swarm_mix(s).kinds()
+    config names the old uuid at the end. The seed stays valid. (Drawn by more than 40 of 200
+    seeds: each bundle stream takes a few seeds' own draws.)"""
+    assert "reprovision" in LATE and 40 < sum("reprovision" in swarm_mix(s).kinds()
                                                for s in range(200)) < 140
     spec = "restart:2,heal:1,reprovision:4;every=1-4;reads=linearizable;load=10x100"
     assert parse_mix(spec).spec() == spec

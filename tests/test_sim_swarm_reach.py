@@ -591,3 +591,15 @@ def test_requests_at_a_deposed_leaders_gate_are_refused_before_the_next_check(tm
     mix = swarm_mix(5)
     _valid_and_fired(StackConfig(seed=5, workload=workload_for(5, mix), seconds=20.0, mix=mix),
                      tmp_path, "replica.leader_gate.waiter_refused")
+
+
+def test_a_master_migration_while_a_follower_cannot_save_its_peer_book_keeps_it_reconciling(
+        tmp_path):
+    """`swap-book` (ELEVENTH_BUNDLES): a master migration while a follower master's data-dir
+    root fails its syncs, so saving the new master's address in its reconcile loop fails
+    (master.reconcile.round_failed) and a later round tries again. Before the fix
+    (docs/decisions/re-replication.md) the loop ended there, and this seed failed the
+    server-loop check at 10.1 virtual s, as did 20 of the bundle's first 20 seeds."""
+    _valid_and_fired(StackConfig(seed=0, workload="register", seconds=15.0,
+                                 mix=parse_mix(ELEVENTH_BUNDLES["swap-book"])),
+                     tmp_path, "master.reconcile.round_failed")
