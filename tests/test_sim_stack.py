@@ -196,6 +196,7 @@ class _Replica:
         self._committed = [(*c, None)[:3] for c in committed]
         self.reads = SimpleNamespace(serves_lease_reads=lambda now: lease)
         self.options = ReplicaOptions()  # its timing (and cfg's): the silence check reads it
+        self.gate = SimpleNamespace(waiting=0)  # no request at its leader gate (stack_owed)
 
     def durable_vote(self):
         return self._vote
