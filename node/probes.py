@@ -438,6 +438,8 @@ CATALOG: dict[str, str] = {
         "a new master found its peers already have a catalog: it waits to be added",
     "master.bootstrap.member_awaits_copy":
         "a master with no catalog is listed in a config past the initial one: it awaits a copy",
+    "master.bootstrap.catalog_arrived_by_copy":
+        "an initial master, waiting for the others, was copied the catalog by one running it",
     "master.learn_addresses":
         "a master asks the others for the address of a catalog member it does not know",
     "master.info.member_address_unknown":

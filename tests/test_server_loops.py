@@ -39,3 +39,36 @@ def test_a_stopped_server_has_no_loop_ended(tmp_path):
         return server.loop_ended, server.loop_failed.is_set()
 
     assert asyncio.run(main()) == (None, False)
+
+
+def test_an_initial_master_copied_the_catalog_while_it_waited_goes_on_to_reconcile(
+        tmp_path, monkeypatch):
+    """While an initial master waited for the others, those already up formed the catalog with
+    it in it and copied it there: its own create is refused (ALREADY_EXISTS). A clean clone's
+    chaos run saw it: before, that error ended the master's reconcile loop unseen (a master
+    that, once it led, would never reconcile); with the loop kept, the daemon exited on it. Now
+    it takes the copied catalog and reconciles."""
+    from node import probes
+    from node.master.server import Master
+    from node.rpc import ErrorCode, RpcError
+    from node.tserver.tablet_manager import TabletManager
+
+    real_create = TabletManager.create
+
+    async def copied_meanwhile(self, tablet_id, *args, **kwargs):
+        if tablet_id == "sys.catalog":
+            raise RpcError(ErrorCode.ALREADY_EXISTS, "tablet sys.catalog is copying here")
+        return await real_create(self, tablet_id, *args, **kwargs)
+    monkeypatch.setattr(TabletManager, "create", copied_meanwhile)
+
+    async def main():
+        server = Master(ServerOptions(data_dir=tmp_path, rpc_port=0, http_port=0))
+        await server.start()
+        try:
+            await asyncio.sleep(1.5)  # the loop's first round has run
+            return server.loop_ended, server._tasks[-1].done()
+        finally:
+            await server.stop()
+
+    with probes.expect("master.bootstrap.catalog_arrived_by_copy"):
+        assert asyncio.run(main()) == (None, False)

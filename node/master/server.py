@@ -171,7 +171,17 @@ class Master(ServerBase):
         members = sorted(peers.values(), key=lambda p: p.uuid)
         await self.book.learn(members)
         config = RaftConfig(0, tuple(Member(p.uuid, MemberType.VOTER) for p in members))
-        await self.tablets.create(CATALOG, CATALOG, KeyRange(), config)
+        try:
+            await self.tablets.create(CATALOG, CATALOG, KeyRange(), config)
+        except RpcError as e:
+            # While we waited for the others, those already up formed the catalog with us in it
+            # and its leader copied it here: it is ours now (or is arriving), not ours to create.
+            # Before, this error ended the loop that reconciles, unseen (ServerBase._keep).
+            if e.code != ErrorCode.ALREADY_EXISTS:
+                raise
+            probe("master.bootstrap.catalog_arrived_by_copy")
+            log.info("catalog not created: %s (copied here by a master running it)", e)
+            return
         log.info("catalog created with masters %s", [p.uuid for p in members])
 
     def _joins_existing(self, info: MasterInfo, addr: tuple[str, int]) -> bool:
