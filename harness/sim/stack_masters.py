@@ -42,8 +42,9 @@ leave_master, which the CLI runs too):
   master's data-dir root fails its syncs (EIO), from before the spare is added until `fail_s`
   after the swap. That follower learns the new master's address in its reconcile loop and saves
   it in its peer book there (the root's only file the replicas do not write): the save fails
-  (master.reconcile.round_failed) and a later round saves it again. Before 590c382 the OSError
-  ended the loop, unread: a master that, once it led, never reconciled again.
+  (master.reconcile.round_failed) and a later round saves it again. Before the loop's guard
+  (docs/decisions/re-replication.md) the OSError ended it, unread: a master that, once it led,
+  never reconciled again.
 
 Tablet servers learn the masters from heartbeat replies and must follow the committed config
 (Invariants.check_master_lists). Each fault takes the StackSim it acts on.
