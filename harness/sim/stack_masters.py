@@ -53,7 +53,9 @@ Tablet servers learn the masters from heartbeat replies and must follow the comm
 from __future__ import annotations
 
 import asyncio
+import errno
 import random
+from pathlib import Path
 
 MASTER_PORT, TSERVER_PORT = 7051, 7050
 SKIPPED = object()  # a nemesis event that did not apply
@@ -374,9 +376,6 @@ def fail_root_syncs(sim, host: str) -> list[bool]:
     directory, and none the replicas write (their WALs and consensus metadata are in
     subdirectories). Set the returned flag's [0] False to heal it. Only this disk incarnation:
     a restarted server's disk syncs again."""
-    import errno
-    from pathlib import Path
-
     disk, root = sim.disks[host], Path(sim.servers[host].data_dir)
     real_fsync_dir = disk.fsync_dir
     failing = [True]
