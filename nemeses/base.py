@@ -16,6 +16,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from nemeses.redundancy import Redundancy
+
 TARGET_SPECS = ("one", "minority", "majority", "all")
 
 
@@ -52,6 +54,8 @@ class Context:
     # Whose clock the clock fault moves: "faketime" (each daemon's, through libfaketime: hosts
     # that share a kernel, such as netns hosts) or "kernel" (the host's own: VMs).
     clock_source: str = "faketime"
+    # whose turn it is to take a replica from a group, and what damage took for good
+    redundancy: Redundancy = field(default_factory=Redundancy)
 
     @property
     def names(self) -> list[str]:

@@ -30,7 +30,8 @@ an acknowledged append, which the list-append checker caught as incompatible ord
 The nemesis damages at most one replica of each group over a whole run (a tablet, or etcd's one
 cluster): a minority; and never one of a group that cannot spare it now
 (`Deployment.cannot_spare`: the membership fault shrank it to two voters, where one replica is
-a majority). Beyond that it would only show that a majority of failed disks loses data,
+a majority). It looks and damages in the faults' one turn to take a replica
+(nemeses.redundancy), so no removal lands between its look and its damage. Beyond that it would only show that a majority of failed disks loses data,
 which no replicated system survives. The completion records the damaged daemon's log length
 then, and a repair's the length before it, so the logs checker can tell the system's answer to
 the damage from what came before and after.
@@ -46,6 +47,7 @@ from harness.cluster import ClusterError
 from harness.control import Remote
 from nemeses import observe
 from nemeses.base import Nemesis, held_off
+from nemeses.redundancy import Redundancy
 from nemeses.registry import Package, register
 
 
@@ -194,8 +196,19 @@ class DiskCorruption(Nemesis):
     name: str = "disk"
     damaged: dict = field(default_factory=dict)  # group -> the one host whose replica was hit
     _unrepaired: list = field(default_factory=list)  # (host, done) for the heal's repair
+    redundancy: Redundancy = field(default_factory=Redundancy)  # shared by the run's faults
 
     def start(self, choice: dict) -> dict:
+        """Damage one file of a replica on the plan's host, in the faults' one turn to take
+        a replica (nemeses.redundancy): a removal that looked at the group before this
+        damage and committed after it would leave the group one live voter of two."""
+        with self.redundancy.taking(self.name) as other:
+            if other is not None:
+                return held_off(f"{other} is taking a replica from a group now",
+                                host=choice["host"])
+            return self._damage(choice)
+
+    def _damage(self, choice: dict) -> dict:
         layout = self.db.disk_layout()
         host = choice["host"]
         if holder := self.db.claim(host, layout.daemon, self.name):
@@ -232,6 +245,7 @@ class DiskCorruption(Nemesis):
                 self.db.give_back(host, layout.daemon, self.name)
         if "file" in done:
             self.damaged[done["group"]] = host
+            self.redundancy.lose(done["group"], self.name)
             self._unrepaired.append((host, done))
             done["observed"] = observed
         self.active = True
@@ -287,6 +301,7 @@ class DiskCorruption(Nemesis):
                     repaired.append({"host": host, **what, "log": done["log"],
                                      "log_line": log_line})
                     self.damaged.pop(done["group"], None)
+                    self.redundancy.mend(done["group"], self.name)
         finally:
             self._unrepaired = left + self._unrepaired
         self.active = bool(self._unrepaired)  # the heal's stop repairs what waited
@@ -364,6 +379,6 @@ def draw_disk(rng: random.Random, hosts: list[str]) -> dict:
 
 register(Package("disk", heal_rank=70, draw=draw_disk, needs=frozenset({"disk"}),
                  build=lambda ctx: DiskCorruption(
-    db=ctx.db, hosts=ctx.names, remotes=ctx.remotes)))
+    db=ctx.db, hosts=ctx.names, remotes=ctx.remotes, redundancy=ctx.redundancy)))
 register(Package("lose-unfsynced", heal_rank=80, draw=lambda rng, hosts: {}, lazyfs=True,
                  build=lambda ctx: LoseUnfsynced(db=ctx.db, hosts=ctx.names, remotes=ctx.remotes)))

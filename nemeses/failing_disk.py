@@ -53,9 +53,27 @@ class FailingDisk(Nemesis):
 
     def start(self, choice: dict) -> dict:
         """On a tablet leader's host (the plan's fallback host when none is known): a leader
-        syncs its log whenever a write comes, so its disk's failure is met at once."""
-        db = self.ctx.db
+        syncs its log whenever a write comes, so its disk's failure is met at once. Every
+        replica there fails until the restart, so it fires in the faults' one turn to take a
+        replica (nemeses.redundancy), and only on a host whose every group can spare one: a
+        group the membership fault shrank to two voters, or whose replica a disk fault
+        damaged, would keep no live majority meanwhile."""
         host, resolved = self.ctx.resolve_leader(choice["target"])
+        with self.ctx.redundancy.taking(self.name) as other:
+            if other is not None:
+                return held_off(f"{other} is taking a replica from a group now", host=host)
+            db = self.ctx.db
+            groups = db.groups_on(host)
+            short = (None if groups is None else
+                     groups & (db.cannot_spare() | self.ctx.redundancy.lost_by_others(self.name)))
+            if groups is None or short:
+                why = ("did not say which groups it holds" if groups is None else
+                       f"holds a replica of {', '.join(sorted(short))}, which cannot spare one now")
+                return held_off(f"{host} {why}", host=host)
+            return self._fail(host, resolved)
+
+    def _fail(self, host: str, resolved: str) -> dict:
+        db = self.ctx.db
         daemon = db.data_daemon
         holder = db.claim(host, daemon, self.name)
         if holder:

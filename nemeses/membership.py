@@ -15,6 +15,7 @@ from typing import Protocol
 
 from nemeses import observe
 from nemeses.base import Nemesis, held_off
+from nemeses.redundancy import Redundancy
 from nemeses.registry import Package, register
 
 # (group, member id, host): one member of one replication group, as a system names it
@@ -79,48 +80,59 @@ class Membership(Nemesis):
     # up to its next start: a removal added back at once is still a removal, a tombstone and a
     # copy, where a start never fired is nothing.
     fires_late: bool = True
+    redundancy: Redundancy = field(default_factory=Redundancy)  # shared by the run's faults
     _removed: list[Candidate] = field(default_factory=list)
 
     def start(self, choice: dict) -> dict:
         """Remove one member among those `removable` finds, looking for up to `patience`
-        (once, by default): other faults may be holding every group, and a system may refuse a removal that is unsafe only for
-        now (a voter restarted a moment ago has not answered its leader yet); after `patience`
-        it is held off (nemeses.base.held_off) and tried again up to its next start. The plan's
-        `pick` chooses among the candidates found then (a rule on live state)."""
+        (once, by default): other faults may be holding every group, and a system may refuse a
+        removal that is unsafe only for now (a voter restarted a moment ago has not answered
+        its leader yet); after `patience` it is held off (nemeses.base.held_off) and tried
+        again up to its next start. Each look and the removal after it are made in the
+        faults' one turn to take a replica (nemeses.redundancy). The plan's `pick` chooses
+        among the candidates found then (a rule on live state)."""
         members = self.db.membership()
         deadline = time.monotonic() + self.patience
-        refused = None
         while True:
-            # a member whose host another fault holds killed or paused is not this fault's
-            found = members.removable()
-            candidates = [c for c in found if not self.db.held_by(c[2])]
-            lacking = (members.why_none if not found else
-                       f"the hosts of {', '.join(sorted({c[2] for c in found}))} are held by "
-                       f"other faults")
-            if candidates:
-                member = candidates[choice["pick"] % len(candidates)]
-                self._removed.append(member)  # first: a removal that raised may still have
-                self.active = True            # applied, and adding back a member is done at once
-                try:
-                    done = members.remove(member, self.remove_timeout)
-                except Refused as e:
-                    self._removed.pop()
-                    self.active = bool(self._removed)
-                    refused = f"the system refused to remove {member[2]}'s member: {e}"
-                else:
-                    still = self._read_back(members, member)
-                    seen = observe.observation(None if still is None else not still,
-                                               in_config=still)
-                    return {"removed": member[2], "group": member[0], **done, "observed": seen}
+            with self.redundancy.taking(self.name) as other:
+                outcome = (self._remove_one(members, choice["pick"]) if other is None else
+                           f"{other} is taking a replica from a group now")
+            if isinstance(outcome, dict):
+                return outcome
             if time.monotonic() > deadline:
                 # Other faults' holds (a kill and a pause touch every group of three on five
                 # hosts) or a voter just restarted: held off, so the schedule tries again
                 # while the plan leaves this start time, and holds the other packages' next
                 # starts back meanwhile (quiet): with ten packages overlapping at random, a
                 # moment when every member of some group is up seldom comes by itself.
-                return held_off(refused or f"no group whose members can spare one now ({lacking})",
-                                quiet=True)
+                return held_off(outcome, quiet=True)
             time.sleep(1.0)
+
+    def _remove_one(self, members: Members, pick: int) -> dict | str:
+        """One look and, if it finds a candidate, its removal: what was done, or why nothing
+        was. A member whose host another fault holds killed or paused is not this fault's,
+        nor one of a group that a damage fault took a replica from for good."""
+        found = members.removable()
+        lost = self.redundancy.lost_by_others(self.name)
+        candidates = [c for c in found if not self.db.held_by(c[2]) and c[0] not in lost]
+        if not candidates:
+            if not found:
+                return f"no group whose members can spare one now ({members.why_none})"
+            return (f"no group whose members can spare one now (the hosts of "
+                    f"{', '.join(sorted({c[2] for c in found}))} are held by other faults, or "
+                    f"their groups lost a replica to one)")
+        member = candidates[pick % len(candidates)]
+        self._removed.append(member)  # first: a removal that raised may still have
+        self.active = True            # applied, and adding back a member is done at once
+        try:
+            done = members.remove(member, self.remove_timeout)
+        except Refused as e:
+            self._removed.pop()
+            self.active = bool(self._removed)
+            return f"the system refused to remove {member[2]}'s member: {e}"
+        still = self._read_back(members, member)
+        seen = observe.observation(None if still is None else not still, in_config=still)
+        return {"removed": member[2], "group": member[0], **done, "observed": seen}
 
     def _read_back(self, members: Members, member: Candidate) -> bool | None:
         """Whether the config still holds the removed member, asked until someone answers
@@ -145,4 +157,4 @@ class Membership(Nemesis):
 
 register(Package("membership", heal_rank=60, needs=frozenset({"membership"}),
                  draw=lambda rng, hosts: {"pick": rng.randrange(1 << 16)},
-                 build=lambda ctx: Membership(db=ctx.db)))
+                 build=lambda ctx: Membership(db=ctx.db, redundancy=ctx.redundancy)))

@@ -47,6 +47,14 @@ class DiskFaults(Protocol):
     def cannot_spare(self) -> set[str]: ...  # groups to leave alone; default: none
 
 
+class Fsync(Protocol):
+    """"fsync": a data daemon that syncs what it acknowledges, which a failing disk reaches
+    (nemeses.failing_disk fails every replica on its host until the restart)."""
+
+    def groups_on(self, host: str) -> set[str] | None: ...  # None: the host did not answer
+    def cannot_spare(self) -> set[str]: ...
+
+
 class Membership(Protocol):
     """"membership": members removed and added back (nemeses.membership.Members)."""
 
@@ -88,8 +96,9 @@ class Sessions(Protocol):
 
 
 # offer (nemeses.registry.OFFERS) -> the protocol a system offering it implements; the other
-# offers ("faketime") are properties of how the daemons run, with no methods behind them
-OFFERED: dict[str, type] = {"leaders": Leaders, "disk": DiskFaults, "membership": Membership,
+# offer ("faketime") is a property of how the daemons run, with no methods behind it
+OFFERED: dict[str, type] = {"leaders": Leaders, "disk": DiskFaults, "fsync": Fsync,
+                            "membership": Membership,
                             "tablets": Tablets, "masters": Masters, "admin": Admin,
                             "sessions": Sessions, "transfers": Transfers}
 

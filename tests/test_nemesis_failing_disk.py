@@ -34,6 +34,13 @@ class FakeDB(Holds):
 
     def __init__(self, state: str):
         self.held, self.state, self.started = {}, state, []
+        self.groups, self.shrunk = {"t1", "t2"}, set()  # n4's tablets; those down to two voters
+
+    def groups_on(self, host):
+        return self.groups
+
+    def cannot_spare(self):
+        return self.shrunk
 
     def _targets(self, host, daemon):
         return [daemon or "tserver"]
@@ -52,11 +59,13 @@ class FakeDB(Holds):
         self.killed = (host, daemon)
 
 
-def _start(monkeypatch, state: str, stats: list[dict] | None = None
-           ) -> tuple[FakeDB, Remote, dict, FailingDisk]:
+def _start(monkeypatch, state: str, stats: list[dict] | None = None, shrunk: frozenset = frozenset(),
+           ctx: Context | None = None) -> tuple[FakeDB, Remote, dict, FailingDisk]:
     monkeypatch.setattr(failing_disk, "FAIL_WAIT_S", 0.0)
     db, remote = FakeDB(state), Remote(stats)
-    fault = FailingDisk(ctx=Context(db=db, remotes={"n4": remote}))
+    db.shrunk = set(shrunk)
+    fault = FailingDisk(ctx=ctx or Context(db=db))
+    fault.ctx.db, fault.ctx.remotes = db, {"n4": remote}
     rule = {"fallback": ["n4"]}
     fault.ctx.leader = lambda r: None  # nobody known: the plan's host stands in
     return db, remote, fault.start({"target": rule}), fault
@@ -87,3 +96,30 @@ def test_a_failed_sync_whose_file_the_daemon_removed_still_counts_as_in_force(mo
     assert db.killed == ("n4", "tserver") and db.started == [("n4", "failing-disk")]
     assert done["dropped_bytes"] == 244 and done["observed"]["ok"] is True
     assert done["observed"]["held_in_cache"] == 0 and fault.active
+
+
+def test_a_host_holding_a_group_that_cannot_spare_a_replica_is_held_off_untouched(monkeypatch):
+    """The membership fault shrank t2 to two voters: failing n4's replica of it would leave one
+    live voter of two, a tablet that can elect no leader until an operator steps in (a nightly
+    run's membership add-back gave up on such a tablet: Stranded)."""
+    db, remote, done, fault = _start(monkeypatch, "S", shrunk=frozenset({"t2", "t9"}))
+    assert done["held_off"] and "n4 holds a replica of t2, which cannot spare one" in done["skipped"]
+    assert remote.commands == [] and not db.held and not fault.active
+
+
+def test_a_host_holding_a_group_a_disk_fault_damaged_is_held_off(monkeypatch):
+    ctx = Context(db=None)
+    ctx.redundancy.lose("t1", "disk")
+    _, remote, done, _ = _start(monkeypatch, "S", ctx=ctx)
+    assert done["held_off"] and "replica of t1" in done["skipped"] and remote.commands == []
+
+
+def test_while_another_fault_takes_a_replica_the_failing_disk_is_held_off(monkeypatch):
+    ctx = Context(db=None)
+    with ctx.redundancy.taking("membership") as other:
+        assert other is None
+        _, remote, done, _ = _start(monkeypatch, "S", ctx=ctx)
+    assert done["held_off"] and "membership is taking a replica" in done["skipped"]
+    assert remote.commands == []
+    _, remote, done, _ = _start(monkeypatch, "S", ctx=ctx)  # the turn is free again
+    assert "eio" in remote.commands

@@ -600,6 +600,16 @@ class TesseraDB(Deployment):
                 if t.state == "RUNNING" and (t.config != t.committed_config
                                              or sum(kind == "VOTER" for _, kind in t.config) < 3)}
 
+    def groups_on(self, host: str) -> set[str] | None:
+        """The tablets `host`'s tablet server holds a replica of (any state but a tombstone):
+        what a failing disk there fails. None when it does not answer."""
+        from node.protocol import ServerStatus
+
+        target = [h for h in self.hosts if h.name == host]
+        st = self.ask_each(target, "tserver", "ts.status", ServerStatus).get(host)
+        return None if st is None else {t.tablet_id for t in st.tablets
+                                        if t.state != "TOMBSTONED"}
+
     def log_files(self, host: str) -> list[str]:
         """Every daemon's log, a master's removed during the run included."""
         kinds = ["master"] if host in self._had_master else []

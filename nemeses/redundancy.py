@@ -1,0 +1,64 @@
+"""One fault at a time takes a replica out of the replication groups.
+
+Faults fire in threads of their own. Three of them take a replica away from a group: the
+membership fault removes a voter, the disk fault leaves one FAILED for the rest of the run
+(or until the system's repair), and the failing-disk fault fails every replica on its host
+until its restart. Each looks first that the group can spare one (three voters, every member
+running, no change in flight), but a look and the act that follows are seconds apart over SSH
+and RPC. Two faults that both looked before either acted each took one replica of the same
+group of three: a removal committed while the disk fault had its host down, the damaged
+replica came back FAILED, and the tablet kept one live voter of two. It could elect no
+leader until an operator stepped in, and the membership fault's add-back gave up on it
+(Stranded), as a nightly run showed: one fault undid what the other's check had promised.
+
+So a fault looks and acts while it holds the one `taking` turn. A fault that finds it held
+is held off (nemeses.base.held_off) and tried again, as one that finds its daemon held is.
+Holding the turn is short for the disk faults (a kill, a damage, a restart) and up to a
+removal's timeout for the membership fault. What a damage takes for good is written in
+`lost`, which the membership fault never picks from: a file lost under a running daemon
+fails its replica only when the daemon next reads it, and no look at the group sees it before.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Redundancy:
+    """Shared by a run's faults (nemeses.base.Context): whose turn it is, and what was lost."""
+
+    lost: dict[str, str] = field(default_factory=dict)  # group -> the fault that damaged it
+    holder: str | None = None  # the fault taking a replica now, for the held-off message
+    _turn: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @contextmanager
+    def taking(self, by: str) -> Iterator[str | None]:
+        """Look and act inside: yields None when it is `by`'s turn, or the fault whose turn it
+        is (then nothing is held, and `by` must do nothing). Never blocks: a removal holds the
+        turn for up to half a minute, and a start that waited that long would fire outside
+        its window."""
+        if not self._turn.acquire(blocking=False):
+            yield self.holder or "another fault"
+            return
+        self.holder = by
+        try:
+            yield None
+        finally:
+            self.holder = None
+            self._turn.release()
+
+    def lose(self, group: str, by: str) -> None:
+        """`by` damaged a replica of `group` for good: no other fault takes one from it."""
+        self.lost[group] = by
+
+    def mend(self, group: str, by: str) -> None:
+        """The system repaired what `by` damaged in `group` (etcd replaces the member)."""
+        if self.lost.get(group) == by:
+            del self.lost[group]
+
+    def lost_by_others(self, by: str) -> set[str]:
+        return {g for g, who in self.lost.items() if who != by}

@@ -1,0 +1,133 @@
+"""The faults that take a replica from a group take turns (nemeses.redundancy), against a fake
+deployment; the real race is in test_harness_e2e's `--nemesis all` run, which once failed on
+it: the membership fault removed a voter while the disk fault had another of the same tablet
+down for its damage, each having looked at the group before the other acted, and the tablet
+kept one live voter of two (the add-back gave up: Stranded)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from types import SimpleNamespace
+
+from harness.deployment import Holds
+from nemeses.base import Context
+from nemeses.disk import _DAMAGE, DiskCorruption, DiskLayout
+from nemeses.membership import Membership
+
+DAMAGE = {"file": "/d/t1/wal-000000001", "group": "t1", "mode": "bitflip", "offset": 7,
+          "before": 0, "after": 1}
+
+
+class Remote:
+    def run(self, args, check=True):
+        return SimpleNamespace(stdout=json.dumps(DAMAGE) if args[2] == _DAMAGE else "1",
+                               exit_status=0)
+
+    def sh(self, line, check=True):
+        return SimpleNamespace(stdout="0")
+
+
+class Members:
+    """Tablet t1 on n1..n3; a removal that can be held in the middle (`hold`)."""
+
+    def __init__(self):
+        self.members = {("t1", "u1", "n1"), ("t1", "u2", "n2"), ("t1", "u3", "n3")}
+        self.hold, self.inside = threading.Event(), threading.Event()
+        self.hold.set()
+        self.why_none, self.removed = "", []
+
+    def removable(self):
+        return sorted(self.members) if len(self.members) == 3 else []
+
+    def remove(self, member, timeout):
+        self.inside.set()
+        self.hold.wait(10)
+        self.members.discard(member)
+        self.removed.append(member[2])
+        return {}
+
+    def present(self, member):
+        return member in self.members
+
+    def add(self, member, timeout):
+        self.members.add(member)
+        return {}
+
+
+class FakeDB(Holds):
+    def __init__(self):
+        self.held, self.killed, self.members = {}, [], Members()
+
+    def _targets(self, host, daemon):
+        return ["tserver"]
+
+    def membership(self):
+        return self.members
+
+    def disk_layout(self):
+        return DiskLayout(daemon="tserver", root="/d", files=(("", "wal", "dir"),), modes=("bitflip",))
+
+    def cannot_spare(self):
+        return set()
+
+    def kill(self, host, daemon=None):
+        self.killed.append(host)
+
+    def start(self, host, daemon=None, by=""):
+        return {}
+
+    def damaged(self, host, done):
+        return {"group": done["group"], "state": "FAILED"}
+
+    def repair(self, host, done, by=""):
+        return {"replaced": host}
+
+
+def faults() -> tuple[FakeDB, Membership, DiskCorruption]:
+    db = FakeDB()
+    ctx = Context(db=db)
+    return (db, Membership(db=db, redundancy=ctx.redundancy),
+            DiskCorruption(db=db, hosts=["n1"], remotes={"n1": Remote()}, redundancy=ctx.redundancy))
+
+
+def test_a_damage_while_a_removal_is_under_way_is_held_off_and_touches_nothing():
+    db, membership, disk = faults()
+    db.members.hold.clear()
+    removal = threading.Thread(target=membership.start, args=({"pick": 1},))
+    removal.start()
+    assert db.members.inside.wait(10)
+    held = disk.start({"host": "n1", "damage_seed": 3})
+    assert held["held_off"] and "membership is taking a replica" in held["skipped"]
+    assert db.killed == [] and not db.held and not disk.damaged
+    db.members.hold.set()
+    removal.join(10)
+    assert db.members.removed == ["n2"]
+    done = disk.start({"host": "n1", "damage_seed": 3})  # the turn is free again
+    assert done["group"] == "t1" and db.killed == ["n1"]
+
+
+def test_a_removal_while_a_damage_is_under_way_is_held_off():
+    db, membership, disk = faults()
+    seen = {}
+
+    def damaged(host, done):  # the membership fault fires while the damage's answer is read
+        seen["removal"] = membership.start({"pick": 0})
+        return {"group": done["group"], "state": "FAILED"}
+
+    db.damaged = damaged
+    disk.start({"host": "n1", "damage_seed": 3})
+    assert seen["removal"]["held_off"] and "disk is taking a replica" in seen["removal"]["skipped"]
+    assert db.members.removed == []
+
+
+def test_a_group_a_damage_took_a_replica_from_is_never_shrunk_until_its_repair():
+    """A lost file fails its replica only when the daemon next reads it, so no look at the
+    group sees the loss: the damage's record is what keeps the removal away."""
+    db, membership, disk = faults()
+    disk.start({"host": "n1", "damage_seed": 3})
+    held = membership.start({"pick": 0})
+    assert held["held_off"] and "lost a replica to one" in held["skipped"]
+    assert db.members.removed == []
+    disk.stop()  # the system's repair mends the group (etcd replaces the member)
+    assert membership.start({"pick": 0})["removed"] == "n1"
