@@ -69,6 +69,11 @@ async def overtake(sim, value: list) -> list:
     sim._cut(leader, r, cut_s + more_s)
     uuid = {h: getattr(sim.servers.get(h), "uuid", None) for h in (f, r)}
     state: dict = {}  # "due": when R's vote request reaches F; "outcome"
+    slowed: dict = {}  # (src, dst, opener) -> the delay this fault gave that flow
+
+    def slow(opener: str, seconds: float) -> None:
+        sim.net.delay_flow(r, f, opener, seconds)
+        slowed[(r, f, opener)] = seconds
 
     def watch(host: str, tab: str, to_uuid: str, messages: list) -> None:
         if tab != tablet or "outcome" in state or not sim.net.is_cut(leader, f):
@@ -76,7 +81,7 @@ async def overtake(sim, value: list) -> list:
         votes = [m for m in messages if type(m) is VoteRequest]
         if host == r and to_uuid == uuid[f] and "due" not in state and any(
                 not m.pre_vote for m in votes):
-            sim.net.delay_flow(r, f, r, req_s)
+            slow(r, req_s)
             state["due"] = sim.loop.time() + req_s
         elif host == f and to_uuid == uuid[r] and "due" in state and any(
                 m.pre_vote for m in votes):
@@ -88,15 +93,18 @@ async def overtake(sim, value: list) -> list:
                 state["outcome"] = "late"
                 return
             ans_s = round(ANS_S[0] + pick * (room - ANS_S[0]), 3)
-            sim.net.delay_flow(r, f, f, ans_s)
+            slow(f, ans_s)
             sim.net.uncut(leader, f)
             state["outcome"] = ans_s
 
     def end() -> None:
         if watch in sim.send_hooks:
             sim.send_hooks.remove(watch)
-        for opener in (r, f):
-            sim.net.delay_flow(r, f, opener, 0.0)
+        # only the delays this fault gave, and only while they are still its own: another
+        # overtake on the same two hosts may have slowed a flow since, and ends it itself
+        for key, seconds in slowed.items():
+            if sim.net.flow_delayed(*key) == seconds:
+                sim.net.delay_flow(*key, 0.0)
 
     sim.send_hooks.append(watch)
     sim.loop.call_later(cut_s + more_s, end, context=SYSTEM)
