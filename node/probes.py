@@ -621,6 +621,16 @@ CATALOG: dict[str, str] = {
         "messages a consensus reply carried took the awaited way: the replica does not run",
 }
 
+# name -> what it means: a branch no correct run takes, a client or engine bug the moment it
+# is taken, whose only symptom is otherwise a caller waiting out its deadline (FoundationDB's
+# SevError trace event, which fails a simulation). Raised with `alarm`, counted with the probes
+# but never part of their coverage; the whole-stack simulator fails a seed that raised one.
+ALARMS: dict[str, str] = {
+    "client.session.batch_cancelled_in_flight":
+        "a session's batch was cancelled in flight: its ops get no outcome, though the tablet "
+        "may have applied them (a caller's cancellation reached it)",
+}
+
 _hits: Counter | None = None  # None: off
 _sink: IO[str] | None = None  # a daemon's --probes-file: each name on its first hit
 
@@ -633,6 +643,11 @@ def probe(name: str) -> None:
     if _sink is not None and name not in hits:
         _first(name)
     hits[name] += 1
+
+
+def alarm(name: str) -> None:
+    """Mark that the branch `name` of ALARMS was taken: a bug (nothing, when probes are off)."""
+    probe(name)
 
 
 def _first(name: str) -> None:
@@ -656,8 +671,13 @@ def disable() -> None:
 
 
 def hits() -> dict[str, int]:
-    """Probe name -> times hit since `enable` ({} when off)."""
-    return dict(_hits) if _hits is not None else {}
+    """Probe name -> times hit since `enable` ({} when off); alarms apart (`alarms`)."""
+    return {k: n for k, n in _hits.items() if k not in ALARMS} if _hits is not None else {}
+
+
+def alarms() -> dict[str, int]:
+    """Alarm name -> times raised since `enable` ({} when off, or none raised)."""
+    return {k: n for k, n in _hits.items() if k in ALARMS} if _hits is not None else {}
 
 
 @contextlib.contextmanager

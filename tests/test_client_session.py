@@ -906,6 +906,32 @@ def test_a_flush_its_caller_gives_up_on_still_counts_every_row_without_row_futur
     run(go())
 
 
+def test_a_batch_cancelled_in_flight_raises_the_alarm_and_a_flush_given_up_does_not():
+    """The alarm the whole-stack simulator fails a seed on (node.probes.ALARMS): a batch task
+    cancelled, as the flush's old `gather` cancelled every batch when its caller gave up."""
+    cancelled = "client.session.batch_cancelled_in_flight"
+
+    async def go():
+        rpc = Held()
+        session = client_of(rpc).new_session("t", background())
+        with probes.counting() as counted:
+            await session.apply("a", Write("a", 1))
+            await flush_given_up(session)
+            rpc.release.set()
+            await session.flush()
+            assert not counted[cancelled]
+            rpc.release.clear()
+            fut = await session.apply("b", Write("b", 1))
+            waiting = asyncio.ensure_future(session.flush())
+            await asyncio.sleep(0.05)
+            for batch in list(session._flushes):
+                batch.cancel()  # what gather did to them when its caller was cancelled
+            await asyncio.wait_for(waiting, 5)
+            assert counted[cancelled] == 1 and not fut.done()
+            assert probes.ALARMS[cancelled]
+    run(go())
+
+
 class SlowLocations(Tablets):
     """The master takes 0.1 s to answer for the table's locations."""
 

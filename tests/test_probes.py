@@ -17,27 +17,27 @@ from node import probes
 NODE = Path(__file__).resolve().parent.parent / "node"
 
 
-def _catalog_keys() -> list[str]:
+def _catalog_keys(literal: str = "CATALOG") -> list[str]:
     tree = ast.parse((NODE / "probes.py").read_text())
     for node in ast.walk(tree):
-        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "CATALOG":
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == literal:
             return [k.value for k in node.value.keys]
-    raise AssertionError("node/probes.py has no CATALOG literal")
+    raise AssertionError(f"node/probes.py has no {literal} literal")
 
 
-def _placed() -> Counter:
-    """probe("name") calls in node/, by name; a call whose argument is not a literal is an
-    error (the test could not tell what it places)."""
+def _placed(call: str = "probe") -> Counter:
+    """probe("name") (or alarm) calls in node/, by name; a call whose argument is not a
+    literal is an error (the test could not tell what it places)."""
     out: Counter = Counter()
     for path in NODE.rglob("*.py"):
         if path.name == "probes.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "probe"
-                    or isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "probe"):
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == call
+                    or isinstance(node, ast.Call) and getattr(node.func, "attr", None) == call):
                 arg = node.args[0] if node.args else None
                 assert isinstance(arg, ast.Constant) and isinstance(arg.value, str), \
-                    f"{path}:{node.lineno}: probe() takes a literal name"
+                    f"{path}:{node.lineno}: {call}() takes a literal name"
                 out[arg.value] += 1
     return out
 
@@ -52,6 +52,27 @@ def test_every_probe_is_declared_once_described_and_placed_once():
     assert set(keys) - set(placed) == set(), "declared but never placed"
     assert all(probes.CATALOG[k].strip() and "\n" not in probes.CATALOG[k] for k in keys)
     assert len(keys) >= 80, len(keys)
+
+
+def test_every_alarm_is_declared_once_apart_from_the_probes_and_raised_once():
+    keys = _catalog_keys("ALARMS")
+    assert keys and len(set(keys)) == len(keys) and not set(keys) & set(probes.CATALOG)
+    raised = _placed("alarm")
+    assert raised == Counter(dict.fromkeys(keys, 1)), raised
+
+
+def test_an_alarm_is_counted_apart_from_the_probes_coverage():
+    name, plain = next(iter(probes.ALARMS)), next(iter(probes.CATALOG))
+    probes.alarm(name)  # off: nothing
+    probes.enable()
+    try:
+        probes.alarm(name)
+        probes.probe(plain)
+        assert probes.alarms() == {name: 1} and probes.hits() == {plain: 1}
+        assert probes.summarize([probes.hits()])["declared"] == len(probes.CATALOG)
+    finally:
+        probes.disable()
+    assert probes.alarms() == {}
 
 
 def test_off_a_probe_counts_nothing_and_on_it_counts_and_names_its_first_hit():

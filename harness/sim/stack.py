@@ -736,6 +736,9 @@ class StackSim:
             if self.loop.unread_task_errors and self.violation is None:
                 self.violation = ("a task ended with an error no one read, a failure nothing "
                                   "but a log saw: " + "; ".join(self.loop.unread_task_errors[:3]))
+            if (raised := probes.alarms()) and self.violation is None:
+                self.violation = "alarm: " + "; ".join(
+                    f"{probes.ALARMS[name]} ({name}, {n}x)" for name, n in sorted(raised.items()))
         finally:
             hits = probes.hits()
             probes.disable()

@@ -51,7 +51,7 @@ import msgspec
 
 from node.client import faults
 from node.errors import OpFailed, OpUnknown, TesseraError
-from node.probes import probe
+from node.probes import alarm, probe
 from node.protocol import CLIENT_PROPAGATED, COMMIT_WAIT
 from node.tablet.ops import ROW_OP_TYPES, Append, Cas, Result, RowOp, Txn, Write
 from node.tablet.state import Limits
@@ -487,7 +487,12 @@ class Session:
         deadline = asyncio.get_running_loop().time() + self.client.timeout
         task = asyncio.create_task(self._send(buf, deadline), name=f"flush-{tablet_id}")
         self._flushes.add(task)
-        task.add_done_callback(self._flushes.discard)
+        task.add_done_callback(self._sent)
+
+    def _sent(self, task: asyncio.Task) -> None:
+        self._flushes.discard(task)
+        if task.cancelled():  # nothing of the session's cancels a batch: a caller's did
+            alarm("client.session.batch_cancelled_in_flight")
 
     async def _send(self, buf: _Buffer, deadline: float) -> None:
         tablet_id = buf.tablet.tablet_id
