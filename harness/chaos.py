@@ -232,7 +232,7 @@ def _judge(run_dir: Path, checker, schedule, cluster_checks: list[dict]) -> str:
     from reports.checkers.faults import check_faults
     from reports.checkers.logs import check_logs
     from reports.history import read_jsonl, write_edn
-    from reports.probes import run_probes
+    from reports.probes import check_alarms, run_probes
     from reports.spark.results import anomalies, failure_line
     from reports.spark.runs import read_record
 
@@ -241,7 +241,9 @@ def _judge(run_dir: Path, checker, schedule, cluster_checks: list[dict]) -> str:
     logs = _run_check("logs", lambda: check_logs(run_dir, ops))
     test = read_record(run_dir)
     faults = [check_faults(ops, list(test["nemesis"]))] if test.get("nemesis") else []
-    results = _results(ops, checker, test, schedule, extra=[*cluster_checks, logs, *faults])
+    alarms = _run_check("alarms", lambda: check_alarms(run_dir))
+    results = _results(ops, checker, test, schedule,
+                       extra=[*cluster_checks, logs, *faults, *([alarms] if alarms else [])])
     if (reached := run_probes(run_dir)) is not None:  # the Spark job keeps it (results.build)
         results["probes"] = reached
         say(probes.line(reached))

@@ -34,6 +34,25 @@ def run_probes(run_dir: Path) -> dict | None:
             "by_daemon": fired}
 
 
+def check_alarms(run_dir: Path) -> dict | None:
+    """A run-level check: the alarms (node.probes.ALARMS) the run's client or daemons raised,
+    each a bug the moment its branch is taken, whose only symptom in the history is a caller
+    waiting out its deadline, which every checker must accept. Invalid when any was raised;
+    None for a run without probe files (another system)."""
+    files = sorted(run_dir.glob("nodes/*/*.probes"))
+    client = run_dir / CLIENT_FILE
+    fired = {f"{f.parent.name}/{f.stem}": _names(f) for f in files}
+    if client.exists():
+        fired["client"] = _names(client)
+    if not files and not fired:
+        return None
+    errors = [{"type": "alarm", "where": where, "alarm": name,
+               "explanation": f"{where}: {probes.ALARMS[name]} ({name})"}
+              for where, names in sorted(fired.items()) for name in names if name in probes.ALARMS]
+    return {"checker": "alarms", "verdict": "invalid" if errors else "valid", "errors": errors,
+            "read": sorted(fired)}
+
+
 def _names(path: Path) -> list[str]:
     """The probe names a probes file holds, each once."""
     return sorted(set(path.read_text(errors="replace").split()))

@@ -135,6 +135,22 @@ def test_a_run_dirs_probe_files_are_summarized_per_daemon_and_across_the_store(t
     assert store["hit"] == 3 and store["runs_with_probes"] == 2
 
 
+def test_an_alarm_a_runs_client_raised_makes_the_run_invalid_and_is_no_probe(tmp_path):
+    from reports.probes import CLIENT_FILE, check_alarms, run_probes, write_client_probes
+
+    a, alarm = next(iter(probes.CATALOG)), next(iter(probes.ALARMS))
+    assert check_alarms(tmp_path) is None  # another system's run: nothing to read
+    (tmp_path / "nodes" / "n1").mkdir(parents=True)
+    (tmp_path / "nodes" / "n1" / "tserver.probes").write_text(f"{a}\n")
+    assert check_alarms(tmp_path)["verdict"] == "valid"
+    write_client_probes(tmp_path, {a: 1, alarm: 2})
+    assert (tmp_path / CLIENT_FILE).read_text().split() == sorted([a, alarm])
+    out = check_alarms(tmp_path)
+    assert out["verdict"] == "invalid" and [e["where"] for e in out["errors"]] == ["client"]
+    assert probes.ALARMS[alarm] in out["errors"][0]["explanation"]
+    assert run_probes(tmp_path)["hit"] == 1  # not a probe: no part of the coverage
+
+
 def test_probes_of_a_matrix_read_the_chaos_runs_its_summary_names(tmp_path, capsys):
     """`tessera probes --runs store/test-all/<time>`: a matrix keeps its chaos runs in the store
     beside it (store/<workload>/<time>), not under its own directory, and only its simulator

@@ -82,6 +82,7 @@ model state after each), the red bar is the op that cannot be placed. Hover a ba
 {{ res.recovered_count }} recovered (of {{ res.attempt_count }} attempted, {{ res.acknowledged_count }} acknowledged){% endif %}
 {% if res.checker == "convergence" %}{% if res.tablets is defined %}{{ res.tablets | length }} tablet(s){% else %}{{ (res.nodes or {}) | length }} node(s){% endif %} compared{% if res.unreachable %}; unreachable: {{ res.unreachable | join(", ") }}{% endif %}{% endif %}
 {% if res.checker == "faults" %}fault starts: {{ res.starts.verified }} seen in force, {{ res.starts.unverified }} not in force, {{ res.starts.failed }} failed, {{ res.starts.unchecked }} unchecked, {{ res.starts.skipped }} skipped{% endif %}
+{% if res.checker == "alarms" %}{{ res.errors | length }} alarm(s) raised, in the probe files of {{ (res.read or []) | length }} process(es){% endif %}
 {% if res.checker == "logs" %}{{ res.errors | length }} finding(s), {{ (res.expected or []) | length }} expected from injected damage,
 {{ (res.notes or []) | length }} note(s), {{ (res.watchdog_restarts or []) | length }} watchdog restart(s){% endif %}</td></tr>
 {% endfor %}</table>

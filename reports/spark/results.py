@@ -93,6 +93,7 @@ def run_checks(run: Run, ops: list[Op] | None) -> list[dict]:
     history's nemesis ops). Runs recorded before these checks existed lack them."""
     from reports.checkers.faults import check_faults
     from reports.checkers.logs import check_logs
+    from reports.probes import check_alarms
 
     out = []
     for name in ("convergence", "masters"):
@@ -108,6 +109,8 @@ def run_checks(run: Run, ops: list[Op] | None) -> list[dict]:
     configured = list(run.test().get("nemesis") or [])
     if ops is not None and configured:
         out.append(check_faults(ops, configured))
+    if (alarms := check_alarms(run.path)) is not None:
+        out.append(alarms)
     return out
 
 
