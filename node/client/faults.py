@@ -25,6 +25,9 @@ HELP = {
                 "seqs, so the tablet cannot tell it is a retry and may apply it twice",
     "reuse-slot": "a caller that gave up (cancelled) leaves its place in a batch to the next "
                   "caller, who is answered with the outcome of the op it gave up on",
+    "cancel-batches": "a flush its caller gives up on (wait_for, a cancelled close) cancels the "
+                      "session's batches in flight, so their ops never get an outcome though the "
+                      "tablet may have applied them",
     "drop-error": "a background session's flush drops a failed op's error (a row error, or "
                   "the batch's own failure) and answers the op as applied",
     "no-ddl-token": "create_table and delete_table send no token, so the retry of a create "
@@ -41,6 +44,7 @@ class ClientFaults:
     new_seqs: bool = False
     reuse_slot: bool = False
     drop_error: bool = False
+    cancel_batches: bool = False
     drop_propagated: bool = False
     no_ddl_token: bool = False
 

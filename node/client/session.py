@@ -457,6 +457,9 @@ class Session:
         for tablet_id in list(self._buffers):
             self._cut(tablet_id, "flush")
         while self._flushes:
+            if faults.FAULTS.cancel_batches:  # a deliberate bug (node.client.faults)
+                await asyncio.gather(*list(self._flushes), return_exceptions=True)
+                continue
             # asyncio.wait, not gather: a caller that gives up on the flush (wait_for, a
             # cancelled close) must not cancel the batches. A batch cancelled in flight was
             # never answered, though the tablet may have applied it: its ops' futures never
