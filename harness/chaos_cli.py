@@ -33,6 +33,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a workload parameter, e.g. ops_per_key=100; batch=N: ops per batch of "
                         "--writes session-background or session-manual (default 16); "
+                        "session_ops=N: with those, each node's shared session is closed and "
+                        "replaced after N writes through it (default 0: kept); "
                         "value_buffers=true (--db tessera, string values: value_sizes=wide or "
                         "zeros): the workers hand each value over in a bytearray they overwrite "
                         "as soon as the client has the op (repeatable)")

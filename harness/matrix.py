@@ -70,10 +70,12 @@ class Cell:
         time limit, so each package starts about twice even in a short run (10 s at most, 3 s at
         least: fast failure detection elects a leader in under a second)."""
         interval = min(10.0, max(3.0, round(time_limit / 4, 1)))
-        fields = {"nemesis_interval": interval, "writes": run_writes(base, seed),
+        writes = run_writes(base, seed)
+        fields = {"nemesis_interval": interval, "writes": writes,
                   "pacing": run_pacing(base, seed), "client": run_client(base, seed),
                   "external_consistency": run_external_consistency(base, seed),
                   "workload_options": {**run_values(base, self.workload, seed),
+                                       **run_session_ops(writes, seed),
                                        **base.workload_options},
                   **self.overrides}
         flags = {**run_flags(base, self.workload, seed), **base.flags, **fields.pop("flags", {})}
@@ -165,6 +167,25 @@ def run_values(base: TestSpec, workload: str, seed: int) -> dict[str, object]:
     import random
 
     return dict(random.Random(f"{seed}/values").choice(VALUE_DRAWS))
+
+
+# Writes through a shared session before the run's workers close it and open another
+# (Workload.session_ops), drawn per run of a batching session mode: a program that opens a
+# session per unit of work closes it while its other callers may still be applying. None: kept.
+SESSION_OPS = (None, 50, 200)
+
+
+def run_session_ops(writes: str, seed: int) -> dict[str, object]:
+    """The session renewal of the run with this seed ({"session_ops": N}, or {}), for a
+    batching session mode (only Tessera's client has them)."""
+    from workloads.base import SESSION_MODES
+
+    if writes not in SESSION_MODES:
+        return {}
+    import random
+
+    n = random.Random(f"{seed}/session-ops").choice(SESSION_OPS)
+    return {} if n is None else {"session_ops": n}
 
 
 def run_external_consistency(base: TestSpec, seed: int) -> str | None:

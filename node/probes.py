@@ -629,6 +629,9 @@ ALARMS: dict[str, str] = {
     "client.session.batch_cancelled_in_flight":
         "a session's batch was cancelled in flight: its ops get no outcome, though the tablet "
         "may have applied them (a caller's cancellation reached it)",
+    "client.session.op_buffered_after_close":
+        "an op was buffered in a session already closed: nothing will send it, and its caller "
+        "waits out its deadline",
 }
 
 _hits: Counter | None = None  # None: off

@@ -715,6 +715,34 @@ def test_session_mode_mixes_draw_small_batches_and_the_spec_carries_them():
         parse_mix("restart:1;batch=2")
 
 
+def test_session_mode_mixes_draw_renewals_and_a_renewed_seed_stays_valid(tmp_path, monkeypatch):
+    """Workload.session_ops in the swarm (RENEWS): a shared session closed and replaced every
+    N writes, while the other workers sharing it may be in the middle of an apply."""
+    from harness.systems.tessera import clients
+
+    mixes = [swarm_mix(s) for s in range(200)]
+    assert {m.renew for m in mixes} == {None, 20, 100}
+    assert all(m.writes in ("session-background", "session-manual") for m in mixes if m.renew)
+    with pytest.raises(ValueError, match="renew=5 renews a shared session"):
+        parse_mix("restart:1;writes=shared;renew=5")
+    spec = ("restart:1,heal:1;every=1-4;reads=linearizable;load=20x200;"
+            "writes=session-background;batch=4;renew=20;workload=register")
+    assert parse_mix(spec).spec() == spec
+    renewed = []
+    tick = clients.Renewals.tick
+
+    def counted(self, key):
+        before = self.renewed
+        tick(self, key)
+        renewed.append(self.renewed - before)
+
+    monkeypatch.setattr(clients.Renewals, "tick", counted)
+    result = StackSim(StackConfig(seed=0, workload="register", seconds=8.0, mix=parse_mix(spec)),
+                      tmp_path).run()
+    assert result.ok(), (result.violation, result.verdict)
+    assert sum(renewed) >= 5, sum(renewed)
+
+
 def test_a_quarter_of_the_mixes_bound_requests_in_flight_so_back_pressure_happens(tmp_path):
     """No seed's workers ever had 256 requests out on one connection; with 4 a server stops
     reading a connection and the client's calls wait for room, and the seed stays valid."""

@@ -57,6 +57,58 @@ def test_batched_threads_of_one_node_share_one_background_session():
                      "mean_ops_per_batch": 3.0, "cut_by": {"close": 2}}
 
 
+class FakeTable:
+    """A Table handle: its session, and writes that succeed at once."""
+
+    def __init__(self, table, bind, session):
+        self.session, self.bind = session, bind
+
+    async def write(self, key, value):
+        return 1
+
+    async def append(self, key, element):
+        return None
+
+    async def txn(self, ops):
+        return ops
+
+
+class TableMaker(FakeClient):
+    def table(self, table, names, bind=None, session=None):
+        return FakeTable(table, bind, session)
+
+
+def test_a_shared_session_is_closed_and_replaced_after_its_writes_for_every_handle_sharing_it():
+    """Workload.session_ops: the writer about to make the Nth write through a shared session
+    closes it (in the background) and every handle sharing it goes on with a new one."""
+    client = TableMaker()
+    workload = make("register", writes="session-manual", batch=4, session_ops=3)
+    clients, close = workload_clients(client, "test", {}, ["a", "b"], workload)
+
+    async def go():
+        workers = [clients(t) for t in range(4)]  # a, b, a, b
+        first = workers[0].table.session
+        for _ in range(2):
+            await workers[0].write("k", 1)
+            await workers[2].write("k", 1)
+        await asyncio.sleep(0)  # the close runs in the background
+        assert first.closed and workers[0].table.session is workers[2].table.session
+        assert workers[0].table.session is not first and not workers[1].table.session.closed
+        await workers[1].txn([["r", "k", None]])  # a read is no write: nothing renewed
+        return await close()
+
+    stats = asyncio.run(go())
+    assert len(client.sessions) == 3 and all(s.closed for s in client.sessions)
+    assert stats["sessions"] == 3 and stats["renewed"] == 1 and stats["cut_by"] == {"close": 3}
+
+
+def test_session_ops_takes_a_shared_batching_session():
+    with pytest.raises(ValueError, match="session_ops=5 renews a shared batching session"):
+        make("register", writes="session-sync", session_ops=5)
+    with pytest.raises(ValueError, match="number of writes"):
+        make("register", writes="session-manual", session_ops=-1)
+
+
 def test_unbatched_and_smart_clients_are_as_before():
     client = FakeClient()
     clients, _ = workload_clients(client, "test", {}, ["a", "b"], make("list-append"))

@@ -113,6 +113,10 @@ class Workload:
     # adapter does the handing over and reading back).
     value_buffers: bool = False
     batch_interval_ms: float = 50.0
+    # Session modes only: a node's shared session is closed and replaced by a new one after
+    # this many writes through it (0: kept for the run), as a program that opens a session
+    # per unit of work and closes it while its other callers may still be applying does.
+    session_ops: int = 0
     # Kudu's external consistency mode of Tessera's client for the workers' writes
     # (client-propagated, commit-wait; checked by harness.validate, since workloads know no
     # system); None: the client's default, client-propagated. `--external-consistency`.
@@ -126,6 +130,12 @@ class Workload:
         if self.batch and self.writes not in SESSION_MODES:
             raise ValueError(f"batch={self.batch} sizes a batching session's batches: it takes "
                              f"writes {' or '.join(SESSION_MODES)}, not {self.writes}")
+        if (not isinstance(self.session_ops, int) or isinstance(self.session_ops, bool)
+                or self.session_ops < 0):
+            raise ValueError(f"session_ops is a number of writes, not {self.session_ops!r}")
+        if self.session_ops and self.writes not in SESSION_MODES:
+            raise ValueError(f"session_ops={self.session_ops} renews a shared batching session: "
+                             f"it takes writes {' or '.join(SESSION_MODES)}, not {self.writes}")
         # A batch size the system's sessions cannot keep is the system's to refuse
         # (Deployment.check_workload), before any host is touched.
 

@@ -581,13 +581,22 @@ class StackSim:
         if self.cfg.workload == "register":
             share = self.cfg.mix.read_share
             return Register(writes=self._writes, batch=self.cfg.batch or self.cfg.mix.batch or 0,
+                            session_ops=self._session_ops,
                             value_sizes=self._value_sizes, value_buffers=self.cfg.mix.buffers,
                             value_max_bytes=frame_options(self.cfg.mix)[0] or MAX_FRAME,
                             value_seed=self.cfg.seed,
                             **({} if share is None else {"read_share": share}))
         if self.cfg.value_sizes != "small":
             raise ValueError(f"value sizes {self.cfg.value_sizes!r} are for the register workload")
-        return ListAppend(writes=self._writes, batch=self.cfg.batch or self.cfg.mix.batch or 0)
+        return ListAppend(writes=self._writes, batch=self.cfg.batch or self.cfg.mix.batch or 0,
+                          session_ops=self._session_ops)
+
+    @property
+    def _session_ops(self) -> int:
+        """The mix's renewal of shared sessions, for a session write mode (else none)."""
+        from workloads.base import SESSION_MODES
+
+        return (self.cfg.mix.renew or 0) if self._writes in SESSION_MODES else 0
 
     async def _client_main(self) -> list:
         from harness.recorder import Recorder

@@ -146,6 +146,11 @@ SESSIONS = (None, None, 3, 8)
 # fill 16, so no buffer was ever cut at its op count or found full; with 2 or 4 they are.
 # Its own draw; used by the session write modes only.
 BATCHES = (None, None, 2, 4)
+# Writes through a shared session before it is closed and replaced (None: kept for the run;
+# Workload.session_ops), as a program that opens a session per unit of work does: the other
+# workers sharing it may be in the middle of an apply then, which the session must refuse,
+# never buffer unsent (node.probes.ALARMS). Its own draw; the session write modes only.
+RENEWS = (None, None, 20, 100)
 # Requests a server reads from one connection before it stops reading it (None: the server's
 # 256; the client allows twice as many calls in flight on one). A seed's few dozen workers never
 # had 256 out, so no server ever applied back-pressure and no call waited for room. Its own draw.
@@ -439,6 +444,8 @@ class Mix:
     max_sessions: int | None = None
     # ops per batch of the session write modes (None: the workload's; BATCHES)
     batch: int | None = None
+    # writes through a shared session before it is closed and replaced (None: never; RENEWS)
+    renew: int | None = None
     # requests in flight per connection a server reads (None: the server's; INFLIGHT)
     inflight: int | None = None
     # the servers' RPC frame limit in MiB (None: the simulator's; FRAME_MB)
@@ -487,7 +494,7 @@ class Mix:
     def spec(self) -> str:
         """`kind:weight,...;every=LO-HI;reads=MODE[;load=CLIENTSxRATE][;read-share=F]
         [;clock=US][;writes=MODE][;values=wide][;snapshot=N][;fsync=MS][;sessions=N]
-        [;batch=N][;inflight=N][;frame=MIB][;results=N][;missed=N][;timeout=MS][;caller=MS]
+        [;batch=N][;renew=N][;inflight=N][;frame=MIB][;results=N][;missed=N][;timeout=MS][;caller=MS]
         [;wal-queue=KIB][;consistency=MODE][;unpaced][;buffers][;smart][;bursts]
         [;workload=NAME]`; writes only when not own, consistency only when not commit-wait."""
         lo, hi = self.fault_every_s
@@ -504,7 +511,8 @@ class Mix:
         if self.values is not None:
             parts.append(f"values={self.values}")
         counts = {"snapshot": self.snapshot_every, "fsync": self.fsync_ms,
-                  "sessions": self.max_sessions, "batch": self.batch, "inflight": self.inflight,
+                  "sessions": self.max_sessions, "batch": self.batch, "renew": self.renew,
+                  "inflight": self.inflight,
                   "frame": self.frame_mb, "results": self.max_results, "missed": self.missed,
                   "timeout": self.client_timeout_ms, "caller": self.caller_timeout_ms,
                   "wal-queue": self.wal_queue_kb}
@@ -525,7 +533,8 @@ class Mix:
                 "clock_error_us": self.clock_error_us, "writes": self.writes,
                 "values": self.values, "snapshot_every": self.snapshot_every,
                 "fsync_ms": self.fsync_ms, "max_sessions": self.max_sessions,
-                "batch": self.batch, "inflight": self.inflight, "frame_mb": self.frame_mb,
+                "batch": self.batch, "renew": self.renew, "inflight": self.inflight,
+                "frame_mb": self.frame_mb,
                 "unpaced": self.unpaced, "max_results": self.max_results,
                 "consistency": self.consistency, "missed": self.missed,
                 "client_timeout_ms": self.client_timeout_ms,
@@ -562,6 +571,7 @@ def swarm_mix(seed: int) -> Mix:
     weights += tuple((k, w) for k, ws in LATE.items() if (w := _own_draw(seed, k, ws)) is not None)
     max_sessions = _own_draw(seed, "sessions", SESSIONS)
     batch = _own_draw(seed, "batch", BATCHES)
+    renew = _own_draw(seed, "renew", RENEWS)
     inflight = _own_draw(seed, "inflight", INFLIGHT)
     frame_mb = _own_draw(seed, "frame", FRAME_MB)
     unpaced = _own_draw(seed, "unpaced", UNPACED) and _unpaceable(writes, values, frame_mb)
@@ -579,7 +589,8 @@ def swarm_mix(seed: int) -> Mix:
               read_share=read_share, clock_error_us=clock_error_us, writes=writes,
               values=None if values == "small" else values, snapshot_every=snapshot_every,
               fsync_ms=fsync_ms, max_sessions=max_sessions,
-              batch=batch if writes in SESSION_MODES else None, inflight=inflight,
+              batch=batch if writes in SESSION_MODES else None,
+              renew=renew if writes in SESSION_MODES else None, inflight=inflight,
               frame_mb=frame_mb, unpaced=unpaced, max_results=max_results,
               consistency=consistency, missed=missed, client_timeout_ms=client_timeout_ms,
               caller_timeout_ms=caller_timeout_ms, wal_queue_kb=wal_queue_kb, buffers=buffers,
@@ -626,6 +637,7 @@ def _own_draw(seed: int, name: str, choices: tuple):
 # A spec's whole-number fields, each >= 1, in the order of Mix's fields: what each counts
 _COUNTS = {"snapshot": "applied entries between snapshots", "fsync": "every disk's fsync latency in ms",
            "sessions": "the sessions a tablet keeps", "batch": "ops per batch of a session write mode",
+           "renew": "writes through a shared session before it is closed and replaced",
            "inflight": "requests in flight per connection",
            "frame": "the servers' RPC frame limit in MiB",
            "results": "the results a tablet keeps per session",
@@ -684,6 +696,9 @@ def parse_mix(spec: str) -> Mix:
     if batch is not None and writes not in SESSION_MODES:
         raise ValueError(f"batch={batch} sizes a session write mode's batches: it needs "
                          f"writes={' or writes='.join(SESSION_MODES)}")
+    if counts["renew"] is not None and writes not in SESSION_MODES:
+        raise ValueError(f"renew={counts['renew']} renews a shared session: it needs "
+                         f"writes={' or writes='.join(SESSION_MODES)}")
     unpaced = "unpaced" in opts
     if unpaced and (opts["unpaced"] or not _unpaceable(writes, values, counts["frame"])):
         raise ValueError("unpaced (no value) runs the workers of a session write mode, or shared "
@@ -720,7 +735,7 @@ def parse_mix(spec: str) -> Mix:
         raise ValueError(f"reads={reads!r}: linearizable or lease")
     return Mix(tuple(weights), (lo, hi), reads, "spec", concurrency, rate, read_share,
                clock_error_us, writes, None if values == "small" else values,
-               *list(counts.values())[:6], unpaced, counts["results"], consistency,
+               *list(counts.values())[:7], unpaced, counts["results"], consistency,
                counts["missed"], counts["timeout"], counts["caller"],
                wal_queue_kb=counts["wal-queue"], buffers=buffers, workload=workload, **flags)
 

@@ -398,6 +398,8 @@ class Session:
             if self._background:
                 buf.timer = loop.call_later(o.flush_interval_s, self._cut, tablet_id,
                                             "interval")
+        if self._closed:  # every wait above checks: nothing would send what we buffer now
+            alarm("client.session.op_buffered_after_close")
         buf.ops.append(op)
         future = None
         if self._futures:

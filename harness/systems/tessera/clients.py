@@ -46,10 +46,11 @@ class TableClient:
     client that sent the buffer as it was later, not as it was when handed the op, writes
     bytes no worker wrote, and the checker sees a value never written."""
 
-    __slots__ = ("buffers", "table")
+    __slots__ = ("buffers", "renew", "table")
 
-    def __init__(self, table, buffers: bool = False) -> None:
+    def __init__(self, table, buffers: bool = False, renew=None) -> None:
         self.table, self.buffers = table, buffers
+        self.renew = renew  # called before each write (Renewals.tick), or None
 
     @property
     def node(self) -> str | None:
@@ -70,12 +71,16 @@ class TableClient:
         return value
 
     async def write(self, key: str, value: Any) -> Any:
+        if self.renew is not None:
+            self.renew()
         if self.buffers and isinstance(value, str):
             buf = bytearray(value.encode())
             return await _outcome(reused(self.table.write(key, buf), buf))
         return await _outcome(self.table.write(key, value))
 
     async def cas(self, key: str, expected: Any, new: Any) -> bool:
+        if self.renew is not None:
+            self.renew()
         if self.buffers and isinstance(new, str):
             old = bytearray(expected.encode()) if isinstance(expected, str) else expected
             buf = bytearray(new.encode())
@@ -83,10 +88,53 @@ class TableClient:
         return await _outcome(self.table.cas(key, expected, new))
 
     async def append(self, key: str, element: Any) -> Any:
+        if self.renew is not None:
+            self.renew()
         return await _outcome(self.table.append(key, element))
 
     async def txn(self, ops: list[list]) -> list[list]:
+        if self.renew is not None and any(op[0] != "r" for op in ops):
+            self.renew()
         return await _outcome(self.table.txn(ops))
+
+
+class Renewals:
+    """The shared sessions' renewal (Workload.session_ops): after every `every` writes through
+    a shared session, the writer about to make the next one closes it and opens a new one for
+    every handle that shares it. The other writers may be in the middle of an apply on the old
+    one (looking up their tablet, waiting for a buffer), as a program's callers are when it
+    closes a session per unit of work: the session must refuse what it can no longer send,
+    never buffer it unsent (node.probes.ALARMS). The closes run in the background, each until
+    its flush ends, and `close` waits for them."""
+
+    def __init__(self, every: int, sessions: dict, open_session) -> None:
+        self.every, self.sessions, self.open_session = every, sessions, open_session
+        self.handles: dict = {}  # key -> the Table handles sharing its session
+        self.writes: Counter = Counter()
+        self.retired: list = []  # the sessions closed so far, for the run's batch counts
+        self.closing: set = set()
+        self.renewed = 0
+
+    def share(self, key, handle):
+        self.handles.setdefault(key, []).append(handle)
+        return handle
+
+    def tick(self, key) -> None:
+        self.writes[key] += 1
+        if self.writes[key] % self.every:
+            return
+        old = self.sessions[key]
+        self.sessions[key] = new = self.open_session(key)
+        for handle in self.handles[key]:
+            handle.session = new
+        self.retired.append(old)
+        self.renewed += 1
+        task = asyncio.ensure_future(old.close())
+        self.closing.add(task)
+        task.add_done_callback(self.closing.discard)
+
+    async def close(self) -> None:
+        await asyncio.gather(*list(self.closing), return_exceptions=True)
 
 
 async def reused(call: Awaitable[Any], *buffers: Any) -> Any:
@@ -186,24 +234,35 @@ def workload_clients(client, table: str, names: dict, binds: list[str] | None, w
     sessions: dict = {}  # (bind, mode[, thread with session-sync]) -> Session
     shared: dict = {}  # (bind, mode) -> Sessions, with writes=shared
 
+    def open_session(key):
+        bind, mode = key[0], key[1]
+        return client.new_session(table, dataclasses.replace(options, external_consistency=mode),
+                                  bind=bind)
+
+    renewals = (Renewals(workload.session_ops, sessions, open_session)
+                if workload.session_ops else None)
+
     def clients(thread: int):
-        return TableClient(handle(thread), workload.value_buffers)
+        key, table_handle = handle(thread)
+        renew = None if renewals is None else (lambda: renewals.tick(key))
+        return TableClient(table_handle, workload.value_buffers, renew)
 
     def handle(thread: int):
+        """(the session key, or None; the thread's Table handle)."""
         bind = binds[thread % len(binds)] if binds else None
         mode = thread_mode(workload, thread)
         if options is None:
             if workload.writes == "shared":
                 mine = shared.setdefault((bind, mode), Sessions(mode))
-                return client.table(table, names, bind=bind, sessions=mine)
+                return None, client.table(table, names, bind=bind, sessions=mine)
             if mode is None:
-                return client.table(table, names, bind=bind)
-            return client.table(table, names, bind=bind, sessions=Sessions(mode))
+                return None, client.table(table, names, bind=bind)
+            return None, client.table(table, names, bind=bind, sessions=Sessions(mode))
         key = (bind, mode, thread) if workload.writes == "session-sync" else (bind, mode)
         if key not in sessions:
-            sessions[key] = client.new_session(
-                table, dataclasses.replace(options, external_consistency=mode), bind=bind)
-        return client.table(table, names, bind=bind, session=sessions[key])
+            sessions[key] = open_session(key)
+        mine = client.table(table, names, bind=bind, session=sessions[key])
+        return key, (mine if renewals is None else renewals.share(key, mine))
 
     async def close() -> dict | None:
         """Flush what is still buffered (ops whose callers gave up are dropped, never sent);
@@ -211,6 +270,10 @@ def workload_clients(client, table: str, names: dict, binds: list[str] | None, w
         (with session-sync how many rows they applied ok), with
         `shared` how many requests carried the writes (None with `own`)."""
         await asyncio.gather(*(s.close() for s in sessions.values()), return_exceptions=True)
+        every = list(sessions.values())
+        if renewals is not None:
+            await renewals.close()
+            every += renewals.retired
         if shared:
             sent = sum((s.sent for s in shared.values()), Counter())
             requests, writes = sum(sent.values()), sum(n * k for n, k in sent.items())
@@ -223,11 +286,12 @@ def workload_clients(client, table: str, names: dict, binds: list[str] | None, w
         if workload.writes == "session-sync":  # nothing batched: what the sessions applied
             return {"mode": workload.writes, "sessions": len(sessions),
                     "rows_ok": sum(s.rows_ok for s in sessions.values())}
-        reasons = sum((s.flush_reasons for s in sessions.values()), Counter())
-        batches, ops = sum(reasons.values()), sum(s.ops_cut for s in sessions.values())
-        return {"mode": workload.writes, "sessions": len(sessions), "batches": batches, "ops": ops,
+        reasons = sum((s.flush_reasons for s in every), Counter())
+        batches, ops = sum(reasons.values()), sum(s.ops_cut for s in every)
+        return {"mode": workload.writes, "sessions": len(every), "batches": batches, "ops": ops,
                 "mean_ops_per_batch": round(ops / batches, 2) if batches else 0.0,
-                "cut_by": dict(reasons)}
+                "cut_by": dict(reasons),
+                **({"renewed": renewals.renewed} if renewals is not None else {})}
 
     return clients, close
 
