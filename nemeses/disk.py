@@ -218,7 +218,8 @@ class DiskCorruption(Nemesis):
             return held_off(f"{host}'s {layout.daemon} is held by {holder}", host=host)
         # A minority means a minority of the voters a group has now: one the membership
         # fault shrank to two cannot spare a replica.
-        spared = sorted({g for g, h in self.damaged.items() if h != host} | self.db.cannot_spare())
+        spared = sorted({g for g, h in self.damaged.items() if h != host} | self.db.cannot_spare()
+                        | self.redundancy.spared_for(self.name))
         mode = layout.mode(choice["damage_seed"])
         stop = mode != "lose"  # a file lost under the running daemon: no stop, no restart
         started = not stop

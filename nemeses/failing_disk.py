@@ -65,7 +65,7 @@ class FailingDisk(Nemesis):
             db = self.ctx.db
             groups = db.groups_on(host)
             short = (None if groups is None else
-                     groups & (db.cannot_spare() | self.ctx.redundancy.lost_by_others(self.name)))
+                     groups & (db.cannot_spare() | self.ctx.redundancy.spared_for(self.name)))
             if groups is None or short:
                 why = ("did not say which groups it holds" if groups is None else
                        f"holds a replica of {', '.join(sorted(short))}, which cannot spare one now")

@@ -88,17 +88,22 @@ class Membership(Nemesis):
         (once, by default): other faults may be holding every group, and a system may refuse a
         removal that is unsafe only for now (a voter restarted a moment ago has not answered
         its leader yet); after `patience` it is held off (nemeses.base.held_off) and tried
-        again up to its next start. Each look and the removal after it are made in the
-        faults' one turn to take a replica (nemeses.redundancy). The plan's `pick` chooses
-        among the candidates found then (a rule on live state)."""
+        again up to its next start. Each look is made in the faults' one turn to take a
+        replica, and the group it picks is reserved before the turn is let go
+        (nemeses.redundancy): no damage fault takes a replica of it until the member is back.
+        The plan's `pick` chooses among the candidates found then (a rule on live state)."""
         members = self.db.membership()
         deadline = time.monotonic() + self.patience
         while True:
             with self.redundancy.taking(self.name) as other:
-                outcome = (self._remove_one(members, choice["pick"]) if other is None else
-                           f"{other} is taking a replica from a group now")
-            if isinstance(outcome, dict):
-                return outcome
+                picked = (self._pick(members, choice["pick"]) if other is None else
+                          f"{other} is taking a replica from a group now")
+            if not isinstance(picked, str):
+                outcome = self._remove(members, picked)
+                if isinstance(outcome, dict):
+                    return outcome
+            else:
+                outcome = picked
             if time.monotonic() > deadline:
                 # Other faults' holds (a kill and a pause touch every group of three on five
                 # hosts) or a voter just restarted: held off, so the schedule tries again
@@ -108,13 +113,13 @@ class Membership(Nemesis):
                 return held_off(outcome, quiet=True)
             time.sleep(1.0)
 
-    def _remove_one(self, members: Members, pick: int) -> dict | str:
-        """One look and, if it finds a candidate, its removal: what was done, or why nothing
-        was. A member whose host another fault holds killed or paused is not this fault's,
-        nor one of a group that a damage fault took a replica from for good."""
+    def _pick(self, members: Members, pick: int) -> Candidate | str:
+        """One look: the member to remove, its group reserved, or why there is none. A member
+        whose host another fault holds killed or paused is not this fault's, nor one of a
+        group another fault took or is taking a replica from."""
         found = members.removable()
-        lost = self.redundancy.lost_by_others(self.name)
-        candidates = [c for c in found if not self.db.held_by(c[2]) and c[0] not in lost]
+        spared = self.redundancy.spared_for(self.name)
+        candidates = [c for c in found if not self.db.held_by(c[2]) and c[0] not in spared]
         if not candidates:
             if not found:
                 return f"no group whose members can spare one now ({members.why_none})"
@@ -122,6 +127,12 @@ class Membership(Nemesis):
                     f"{', '.join(sorted({c[2] for c in found}))} are held by other faults, or "
                     f"their groups lost a replica to one)")
         member = candidates[pick % len(candidates)]
+        self.redundancy.reserve(member[0], self.name)
+        return member
+
+    def _remove(self, members: Members, member: Candidate) -> dict | str:
+        """The removal of the member picked (its group reserved until it is back): what was
+        done, or why nothing was (its group no longer reserved then)."""
         self._removed.append(member)  # first: a removal that raised may still have
         self.active = True            # applied, and adding back a member is done at once
         try:
@@ -129,6 +140,7 @@ class Membership(Nemesis):
         except Refused as e:
             self._removed.pop()
             self.active = bool(self._removed)
+            self.redundancy.release(member[0], self.name)
             return f"the system refused to remove {member[2]}'s member: {e}"
         still = self._read_back(members, member)
         seen = observe.observation(None if still is None else not still, in_config=still)
@@ -150,6 +162,8 @@ class Membership(Nemesis):
             member = self._removed[0]
             done = members.add(member, self.add_timeout)  # raises after it: heal tries again
             self._removed.pop(0)
+            if all(m[0] != member[0] for m in self._removed):
+                self.redundancy.release(member[0], self.name)
             added.append({"added": member[2], "group": member[0], **done})
         self.active = False
         return {"added": added}

@@ -11,12 +11,16 @@ replica came back FAILED, and the tablet kept one live voter of two. It could el
 leader until an operator stepped in, and the membership fault's add-back gave up on it
 (Stranded), as a nightly run showed: one fault undid what the other's check had promised.
 
-So a fault looks and acts while it holds the one `taking` turn. A fault that finds it held
-is held off (nemeses.base.held_off) and tried again, as one that finds its daemon held is.
-Holding the turn is short for the disk faults (a kill, a damage, a restart) and up to a
-removal's timeout for the membership fault. What a damage takes for good is written in
-`lost`, which the membership fault never picks from: a file lost under a running daemon
-fails its replica only when the daemon next reads it, and no look at the group sees it before.
+So a fault looks, and acts or reserves, while it holds the one `taking` turn. A fault that
+finds the turn held is held off (nemeses.base.held_off) and tried again, as one that finds its
+daemon held is. The disk faults act in their turn (a kill, a damage, a restart: seconds). The
+membership fault only looks in it and reserves the group it picked (`reserved`): its removal,
+which may wait up to half a minute for a leader under other faults, runs after the turn, and
+the group stays reserved until the member is added back. Holding the turn through the removal
+kept the disk fault held off for its whole window in a short run. What a damage takes for good
+is written in `lost`. A file lost under a running daemon fails its replica only when the
+daemon next reads it, and no look at the group sees it before. Every fault leaves the lost
+and reserved groups of the others alone (`spared_for`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ class Redundancy:
     """Shared by a run's faults (nemeses.base.Context): whose turn it is, and what was lost."""
 
     lost: dict[str, str] = field(default_factory=dict)  # group -> the fault that damaged it
+    # group -> the fault that picked a replica of it in its turn and is taking it now (a
+    # removal, slow under other faults, runs outside the turn with its group reserved)
+    reserved: dict[str, str] = field(default_factory=dict)
     holder: str | None = None  # the fault taking a replica now, for the held-off message
     _turn: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -60,5 +67,17 @@ class Redundancy:
         if self.lost.get(group) == by:
             del self.lost[group]
 
-    def lost_by_others(self, by: str) -> set[str]:
-        return {g for g, who in self.lost.items() if who != by}
+    def reserve(self, group: str, by: str) -> None:
+        """`by` picked a replica of `group` in its turn and takes it after the turn: until
+        `release`, no other fault takes one from the group."""
+        self.reserved[group] = by
+
+    def release(self, group: str, by: str) -> None:
+        if self.reserved.get(group) == by:
+            del self.reserved[group]
+
+    def spared_for(self, by: str) -> set[str]:
+        """The groups another fault damaged for good or is taking a replica from: `by` must
+        leave them alone."""
+        return ({g for g, who in self.lost.items() if who != by}
+                | {g for g, who in self.reserved.items() if who != by})

@@ -20,7 +20,12 @@ DAMAGE = {"file": "/d/t1/wal-000000001", "group": "t1", "mode": "bitflip", "offs
 
 
 class Remote:
+    def __init__(self):
+        self.spared: list = []  # what each damage script was told to spare
+
     def run(self, args, check=True):
+        if args[2] == _DAMAGE:
+            self.spared.append(json.loads(args[4])["spared"])
         return SimpleNamespace(stdout=json.dumps(DAMAGE) if args[2] == _DAMAGE else "1",
                                exit_status=0)
 
@@ -35,9 +40,13 @@ class Members:
         self.members = {("t1", "u1", "n1"), ("t1", "u2", "n2"), ("t1", "u3", "n3")}
         self.hold, self.inside = threading.Event(), threading.Event()
         self.hold.set()
+        self.look, self.looking = threading.Event(), threading.Event()  # a look held likewise
+        self.look.set()
         self.why_none, self.removed = "", []
 
     def removable(self):
+        self.looking.set()
+        self.look.wait(10)
         return sorted(self.members) if len(self.members) == 3 else []
 
     def remove(self, member, timeout):
@@ -91,20 +100,38 @@ def faults() -> tuple[FakeDB, Membership, DiskCorruption]:
             DiskCorruption(db=db, hosts=["n1"], remotes={"n1": Remote()}, redundancy=ctx.redundancy))
 
 
-def test_a_damage_while_a_removal_is_under_way_is_held_off_and_touches_nothing():
+def test_a_damage_while_a_removal_looks_is_held_off_and_touches_nothing():
     db, membership, disk = faults()
+    db.members.look.clear()
+    removal = threading.Thread(target=membership.start, args=({"pick": 1},))
+    removal.start()
+    assert db.members.looking.wait(10)
+    held = disk.start({"host": "n1", "damage_seed": 3})
+    assert held["held_off"] and "membership is taking a replica" in held["skipped"]
+    assert db.killed == [] and not db.held and not disk.damaged
+    db.members.look.set()
+    removal.join(10)
+    assert db.members.removed == ["n2"]
+
+
+def test_a_damage_while_a_removal_is_under_way_spares_the_group_it_takes_until_it_is_back():
+    """The removal runs after the turn (it may wait half a minute for a leader), its group
+    reserved: a damage then goes on, told to spare that group."""
+    db, membership, disk = faults()
+    remote = disk.remotes["n1"]
     db.members.hold.clear()
     removal = threading.Thread(target=membership.start, args=({"pick": 1},))
     removal.start()
     assert db.members.inside.wait(10)
-    held = disk.start({"host": "n1", "damage_seed": 3})
-    assert held["held_off"] and "membership is taking a replica" in held["skipped"]
-    assert db.killed == [] and not db.held and not disk.damaged
+    disk.start({"host": "n1", "damage_seed": 3})
+    assert remote.spared == [["t1"]] and db.killed == ["n1"]
     db.members.hold.set()
     removal.join(10)
     assert db.members.removed == ["n2"]
-    done = disk.start({"host": "n1", "damage_seed": 3})  # the turn is free again
-    assert done["group"] == "t1" and db.killed == ["n1"]
+    disk.start({"host": "n1", "damage_seed": 4})  # still out of its group: still spared
+    membership.stop()  # added back
+    disk.start({"host": "n1", "damage_seed": 5})
+    assert remote.spared[1:] == [["t1"], []]
 
 
 def test_a_removal_while_a_damage_is_under_way_is_held_off():
