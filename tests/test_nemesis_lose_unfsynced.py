@@ -36,6 +36,12 @@ class FakeDb(Holds):
     def data_dir(self, daemon):
         return "/var/lib/tessera/tserver"
 
+    def groups_on(self, host):  # the failing disk's: every group it holds can spare one
+        return {"t1"}
+
+    def cannot_spare(self):
+        return set()
+
 
 class FakeRemote:
     """`cat` of the control file says how many bytes are unsynced; `echo lose` fails the
