@@ -329,8 +329,10 @@ async def _drive_workload(spec: TestSpec, workload, opts, db, ctx, run_dir: Path
             "rows ok, each apply sent alone")
         _update_outcome(run_dir, sessions=batches)
     elif batches is not None:
+        renewed = (f"; {batches['renewed']} closed and replaced under load"
+                   if "renewed" in batches else "")
         say(f"{batches['mode']} sessions sent {batches['ops']} ops in {batches['batches']} batches "
-            f"({batches['mean_ops_per_batch']} a batch; cut by {batches['cut_by']})")
+            f"({batches['mean_ops_per_batch']} a batch; cut by {batches['cut_by']}{renewed})")
         _update_outcome(run_dir, batches=batches)
     for t in tried:
         if t["outcome"] != "ok":

@@ -338,6 +338,9 @@ def _grouped_writes_run(env, tmp_path, options: list[str], concurrency: int, rat
 
 
 BUFFERED = {("register", "shared"), ("register", "session-manual")}
+# whose workers close and replace their node's shared session every 20 writes under load
+# (Workload.session_ops), while the node's other workers are mid-apply
+RENEWED = {("register", "session-background"), ("list-append", "session-manual")}
 
 
 @pytest.mark.parametrize("workload,writes", [
@@ -352,13 +355,18 @@ def test_every_write_mode_under_kills_and_partitions_stays_valid(env, tmp_path, 
     tests below; register with own handles: every nemesis test.) The shared handle and the
     manual session write zero-padded values handed over in buffers the workers overwrite at
     once (value_buffers), as an application reusing one buffer does: a client that sent the
-    buffer as it was later writes bytes no worker wrote. The client's own probes (it runs in
-    the harness's process) are collected with the daemons'."""
+    buffer as it was later writes bytes no worker wrote. Two close and replace their shared
+    sessions every 20 writes (RENEWED). The client's own probes (it runs in the harness's
+    process) are collected with the daemons'."""
     buffers = ["--workload-option", "value_sizes=zeros", "--workload-option",
                "value_buffers=true"] if (workload, writes) in BUFFERED else []
-    test, fired = _grouped_writes_run(env, tmp_path, ["--writes", writes, *buffers], 20,
-                                      0 if writes == "shared" else 200, 57, workload, 20)
+    renewed = ["--workload-option", "session_ops=20"] if (workload, writes) in RENEWED else []
+    test, fired = _grouped_writes_run(env, tmp_path, ["--writes", writes, *buffers, *renewed],
+                                      20, 0 if writes == "shared" else 200, 57, workload, 20)
     assert test["writes"] == writes
+    if renewed:  # every session renewed is counted; none raised an alarm (the run is valid)
+        assert test["batches"]["renewed"] >= 5, test["batches"]
+        assert test["batches"]["sessions"] >= test["batches"]["renewed"] + 1
     client = set(fired["by_daemon"].get("client", ()))
     if buffers:
         assert "client.op.value_copied" in client, sorted(client)
