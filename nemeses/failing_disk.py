@@ -63,13 +63,19 @@ class FailingDisk(Nemesis):
             if other is not None:
                 return held_off(f"{other} is taking a replica from a group now", host=host)
             db = self.ctx.db
-            groups = db.groups_on(host)
-            short = (None if groups is None else
-                     groups & (db.cannot_spare() | self.ctx.redundancy.spared_for(self.name)))
-            if groups is None or short:
-                why = ("did not say which groups it holds" if groups is None else
-                       f"holds a replica of {', '.join(sorted(short))}, which cannot spare one now")
-                return held_off(f"{host} {why}", host=host)
+            # Asked of the host only when some group cannot spare one: a host slowed by
+            # another fault (a packet delay) often does not answer within the call's second,
+            # and asked every time, that held the fault off for its whole window in every cell
+            # of a matrix.
+            at_risk = db.cannot_spare() | self.ctx.redundancy.spared_for(self.name)
+            groups = db.groups_on(host) if at_risk else set()
+            if groups is None:
+                return held_off(f"{host} did not say which groups it holds, and "
+                                f"{', '.join(sorted(at_risk))} cannot spare a replica now",
+                                host=host)
+            if short := groups & at_risk:
+                return held_off(f"{host} holds a replica of {', '.join(sorted(short))}, which "
+                                "cannot spare one now", host=host)
             return self._fail(host, resolved)
 
     def _fail(self, host: str, resolved: str) -> dict:

@@ -35,8 +35,10 @@ class FakeDB(Holds):
     def __init__(self, state: str):
         self.held, self.state, self.started = {}, state, []
         self.groups, self.shrunk = {"t1", "t2"}, set()  # n4's tablets; those down to two voters
+        self.asked = 0
 
     def groups_on(self, host):
+        self.asked += 1
         return self.groups
 
     def cannot_spare(self):
@@ -123,3 +125,23 @@ def test_while_another_fault_takes_a_replica_the_failing_disk_is_held_off(monkey
     assert remote.commands == []
     _, remote, done, _ = _start(monkeypatch, "S", ctx=ctx)  # the turn is free again
     assert "eio" in remote.commands
+
+
+def test_a_host_is_asked_its_groups_only_when_some_group_cannot_spare_one(monkeypatch):
+    """A host slowed by another fault (a packet delay) often misses the call's second: asked
+    every time, the fault was held off in every `all` cell of a matrix."""
+    db, remote, _, _ = _start(monkeypatch, "S")
+    assert db.asked == 0 and "eio" in remote.commands  # the disk failed: the fault fired
+    ctx = Context(db=None)
+    ctx.redundancy.reserve("t9", "membership")  # a group elsewhere: n4 is asked, and may fire
+    db, remote, _, _ = _start(monkeypatch, "S", ctx=ctx)
+    assert db.asked == 1 and "eio" in remote.commands
+
+
+def test_a_host_that_does_not_say_its_groups_while_one_cannot_spare_is_held_off(monkeypatch):
+    ctx = Context(db=None)
+    ctx.redundancy.reserve("t9", "membership")
+    monkeypatch.setattr(FakeDB, "groups_on", lambda self, host: None)
+    _, remote, done, _ = _start(monkeypatch, "S", ctx=ctx)
+    assert done["held_off"] and "n4 did not say which groups it holds, and t9" in done["skipped"]
+    assert remote.commands == []
