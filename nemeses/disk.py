@@ -230,6 +230,9 @@ class DiskCorruption(Nemesis):
             out = self.remotes[host].run(damage_args(layout, choice["damage_seed"], spared,
                                                      mode)).stdout
             done = json.loads(out.strip().splitlines()[-1])
+            if "file" in done:  # recorded, so the turn can go: the restart and answer need none
+                self.redundancy.lose(done["group"], self.name)
+            self.redundancy.let_go(self.name)
             observed = self._observe(host, done) if "file" in done else None
             if stop:
                 self.db.start(host, layout.daemon, by=self.name)
@@ -246,7 +249,6 @@ class DiskCorruption(Nemesis):
                 self.db.give_back(host, layout.daemon, self.name)
         if "file" in done:
             self.damaged[done["group"]] = host
-            self.redundancy.lose(done["group"], self.name)
             self._unrepaired.append((host, done))
             done["observed"] = observed
         self.active = True

@@ -13,7 +13,9 @@ leader until an operator stepped in, and the membership fault's add-back gave up
 
 So a fault looks, and acts or reserves, while it holds the one `taking` turn. A fault that
 finds the turn held is held off (nemeses.base.held_off) and tried again, as one that finds its
-daemon held is. The disk faults act in their turn (a kill, a damage, a restart: seconds). The
+daemon held is. The disk fault damages in its turn and lets it go once the damaged group is
+recorded (`let_go`), before its restart; the failing-disk fault keeps it through its act (its
+replicas run again only at its restart: seconds). The
 membership fault only looks in it and reserves the group it picked (`reserved`): its removal,
 which may wait up to half a minute for a leader under other faults, runs after the turn, and
 the group stays reserved until the member is added back. Holding the turn through the removal
@@ -55,6 +57,14 @@ class Redundancy:
         try:
             yield None
         finally:
+            self.let_go(by)
+
+    def let_go(self, by: str) -> None:
+        """End `by`'s turn before its block ends, once what it took is recorded (`lose`,
+        `reserve`): the rest of its act (a restart, reading the system's answer, seconds
+        more) needs no turn, and holding it kept the other faults off for most of a short
+        matrix cell. Nothing if the turn is not `by`'s."""
+        if self.holder == by:
             self.holder = None
             self._turn.release()
 

@@ -134,17 +134,26 @@ def test_a_damage_while_a_removal_is_under_way_spares_the_group_it_takes_until_i
     assert remote.spared[1:] == [["t1"], []]
 
 
-def test_a_removal_while_a_damage_is_under_way_is_held_off():
+def test_a_removal_while_a_damage_is_under_way_is_held_off_then_spares_its_group():
+    """While the damage script runs the turn is the disk fault's; once the damaged group is
+    recorded the turn goes (the restart and the answer take seconds), and the group is spared."""
     db, membership, disk = faults()
-    seen = {}
+    remote, seen = disk.remotes["n1"], {}
+    run = remote.run
 
-    def damaged(host, done):  # the membership fault fires while the damage's answer is read
-        seen["removal"] = membership.start({"pick": 0})
+    def damaging(args, check=True):  # the membership fault fires while the script runs
+        if args[2] == _DAMAGE:
+            seen["during"] = membership.start({"pick": 0})
+        return run(args, check)
+
+    def damaged(host, done):  # and again while the damage's answer is read
+        seen["after"] = membership.start({"pick": 0})
         return {"group": done["group"], "state": "FAILED"}
 
-    db.damaged = damaged
+    remote.run, db.damaged = damaging, damaged
     disk.start({"host": "n1", "damage_seed": 3})
-    assert seen["removal"]["held_off"] and "disk is taking a replica" in seen["removal"]["skipped"]
+    assert seen["during"]["held_off"] and "disk is taking a replica" in seen["during"]["skipped"]
+    assert seen["after"]["held_off"] and "lost a replica to one" in seen["after"]["skipped"]
     assert db.members.removed == []
 
 

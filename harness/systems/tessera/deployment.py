@@ -290,7 +290,7 @@ class TesseraDB(Deployment):
                                 f"{self.pid_file('master')}.start"])
 
     def ask_each(self, hosts: list[Host], daemon: str, method: str, reply: type,
-                 request: object = None) -> dict:
+                 request: object = None, timeout: float = 1.0) -> dict:
         """Call `method` (with `request`, by default none) on `daemon` of every host at once,
         from a harness thread (which has no event loop of its own): host name -> reply, for
         the hosts that answered. At once: a paused host costs its call's whole timeout, and
@@ -310,7 +310,7 @@ class TesseraDB(Deployment):
                 try:
                     return await rpc.call((h.address, port), method,
                                           Empty() if request is None else request, reply,
-                                          to_uuid="", timeout=1.0)
+                                          to_uuid="", timeout=timeout)
                 except RpcError:
                     return None
             try:
@@ -602,11 +602,12 @@ class TesseraDB(Deployment):
 
     def groups_on(self, host: str) -> set[str] | None:
         """The tablets `host`'s tablet server holds a replica of (any state but a tombstone):
-        what a failing disk there fails. None when it does not answer."""
+        what a failing disk there fails. None when it does not answer within 3 s (a second
+        was often too short under the packet fault's delays)."""
         from node.protocol import ServerStatus
 
         target = [h for h in self.hosts if h.name == host]
-        st = self.ask_each(target, "tserver", "ts.status", ServerStatus).get(host)
+        st = self.ask_each(target, "tserver", "ts.status", ServerStatus, timeout=3.0).get(host)
         return None if st is None else {t.tablet_id for t in st.tablets
                                         if t.state != "TOMBSTONED"}
 
