@@ -62,21 +62,36 @@ class FailingDisk(Nemesis):
         with self.ctx.redundancy.taking(self.name) as other:
             if other is not None:
                 return held_off(f"{other} is taking a replica from a group now", host=host)
-            db = self.ctx.db
-            # Asked of the host only when some group cannot spare one: a host slowed by
-            # another fault (a packet delay) often does not answer within the call's second,
-            # and asked every time, that held the fault off for its whole window in every cell
-            # of a matrix.
-            at_risk = db.cannot_spare() | self.ctx.redundancy.spared_for(self.name)
-            groups = db.groups_on(host) if at_risk else set()
-            if groups is None:
-                return held_off(f"{host} did not say which groups it holds, and "
-                                f"{', '.join(sorted(at_risk))} cannot spare a replica now",
-                                host=host)
-            if short := groups & at_risk:
-                return held_off(f"{host} holds a replica of {', '.join(sorted(short))}, which "
-                                "cannot spare one now", host=host)
+            # Asked of the hosts only when some group cannot spare one: a host slowed by
+            # another fault (a packet delay) often does not answer a status call at once, and
+            # asked every time, that held the fault off for its whole window in every cell.
+            at_risk = self.ctx.db.cannot_spare() | self.ctx.redundancy.spared_for(self.name)
+            if at_risk:
+                host, resolved, why = self._clear_host(host, resolved, at_risk)
+                if why:
+                    return held_off(why, host=host)
             return self._fail(host, resolved)
+
+    def _clear_host(self, host: str, resolved: str, at_risk: set[str]
+                    ) -> tuple[str, str, str | None]:
+        """The planned host if it holds no replica of a group `at_risk`; else another tablet
+        leader's host that holds none ("another-leader"), so the fault still fires on a
+        leader whose disk is met at once; or why there is none."""
+        db = self.ctx.db
+        why = []
+        for h in [host, *sorted(set(db.tablet_leaders().values()) - {host})]:
+            if db.held_by(h, db.data_daemon):
+                continue
+            groups = db.groups_on(h)
+            if groups is None:
+                why.append(f"{h} did not say which groups it holds")
+            elif short := groups & at_risk:
+                why.append(f"{h} holds a replica of {', '.join(sorted(short))}")
+            else:
+                return h, resolved if h == host else "another-leader", None
+        return host, resolved, (f"no tablet leader's host clear of the groups that cannot spare "
+                                f"a replica now ({', '.join(sorted(at_risk))}): "
+                                f"{'; '.join(why) or 'every one is held by another fault'}")
 
     def _fail(self, host: str, resolved: str) -> dict:
         db = self.ctx.db

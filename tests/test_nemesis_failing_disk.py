@@ -36,10 +36,14 @@ class FakeDB(Holds):
         self.held, self.state, self.started = {}, state, []
         self.groups, self.shrunk = {"t1", "t2"}, set()  # n4's tablets; those down to two voters
         self.asked = 0
+        self.leaders, self.elsewhere = {}, {}  # tablet -> leader's host; host -> its groups
 
     def groups_on(self, host):
         self.asked += 1
-        return self.groups
+        return self.groups if host == "n4" else self.elsewhere.get(host)
+
+    def tablet_leaders(self):
+        return self.leaders
 
     def cannot_spare(self):
         return self.shrunk
@@ -105,7 +109,8 @@ def test_a_host_holding_a_group_that_cannot_spare_a_replica_is_held_off_untouche
     live voter of two, a tablet that can elect no leader until an operator steps in (a nightly
     run's membership add-back gave up on such a tablet: Stranded)."""
     db, remote, done, fault = _start(monkeypatch, "S", shrunk=frozenset({"t2", "t9"}))
-    assert done["held_off"] and "n4 holds a replica of t2, which cannot spare one" in done["skipped"]
+    assert done["held_off"] and "n4 holds a replica of t2" in done["skipped"]
+    assert "cannot spare a replica now (t2, t9)" in done["skipped"]
     assert remote.commands == [] and not db.held and not fault.active
 
 
@@ -143,5 +148,19 @@ def test_a_host_that_does_not_say_its_groups_while_one_cannot_spare_is_held_off(
     ctx.redundancy.reserve("t9", "membership")
     monkeypatch.setattr(FakeDB, "groups_on", lambda self, host: None)
     _, remote, done, _ = _start(monkeypatch, "S", ctx=ctx)
-    assert done["held_off"] and "n4 did not say which groups it holds, and t9" in done["skipped"]
+    assert done["held_off"] and "n4 did not say which groups it holds" in done["skipped"]
     assert remote.commands == []
+
+
+def test_a_host_holding_a_group_that_cannot_spare_one_gives_way_to_another_leaders(monkeypatch):
+    """The plan's host holds a replica of a shrunk group: the fault fires on another tablet
+    leader's host that holds none, so it still meets a leader's disk at once."""
+    monkeypatch.setattr(failing_disk, "FAIL_WAIT_S", 0.0)
+    db, remote = FakeDB("S"), Remote()
+    db.shrunk, db.leaders = {"t2"}, {"t1": "n4", "t2": "n1", "t3": "n5"}
+    db.elsewhere = {"n1": {"t2", "t3"}, "n5": {"t1", "t3"}}
+    fault = FailingDisk(ctx=Context(db=db, remotes={"n5": remote}))
+    fault.ctx.leader = lambda r: "n4"
+    done = fault.start({"target": {"fallback": ["n4"]}})
+    assert done["host"] == "n5" and done["resolved"] == "another-leader"
+    assert "eio" in remote.commands
