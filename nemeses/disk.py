@@ -31,8 +31,9 @@ The nemesis damages at most one replica of each group over a whole run (a tablet
 cluster): a minority; and never one of a group that cannot spare it now
 (`Deployment.cannot_spare`: the membership fault shrank it to two voters, where one replica is
 a majority). It looks and damages in the faults' one turn to take a replica
-(nemeses.redundancy), so no removal lands between its look and its damage. Beyond that it would only show that a majority of failed disks loses data,
-which no replicated system survives. The completion records the damaged daemon's log length
+(nemeses.redundancy), so no removal lands between its look and its damage. Beyond that it
+would only show that a majority of failed disks loses data, which no replicated system
+survives. The completion records the damaged daemon's log length
 then, and a repair's the length before it, so the logs checker can tell the system's answer to
 the damage from what came before and after.
 """

@@ -64,6 +64,11 @@ class TableClient:
     def sent(self) -> dict | None:
         return self.table.sent
 
+    def _wrote(self) -> None:
+        """A write is about to go through the shared session: its renewal's count."""
+        if self.renew is not None:
+            self.renew()
+
     async def read(self, key: str) -> Any:
         value = await _outcome(self.table.read(key))
         if self.buffers and isinstance(value, bytes):
@@ -71,16 +76,14 @@ class TableClient:
         return value
 
     async def write(self, key: str, value: Any) -> Any:
-        if self.renew is not None:
-            self.renew()
+        self._wrote()
         if self.buffers and isinstance(value, str):
             buf = bytearray(value.encode())
             return await _outcome(reused(self.table.write(key, buf), buf))
         return await _outcome(self.table.write(key, value))
 
     async def cas(self, key: str, expected: Any, new: Any) -> bool:
-        if self.renew is not None:
-            self.renew()
+        self._wrote()
         if self.buffers and isinstance(new, str):
             old = bytearray(expected.encode()) if isinstance(expected, str) else expected
             buf = bytearray(new.encode())
@@ -88,13 +91,12 @@ class TableClient:
         return await _outcome(self.table.cas(key, expected, new))
 
     async def append(self, key: str, element: Any) -> Any:
-        if self.renew is not None:
-            self.renew()
+        self._wrote()
         return await _outcome(self.table.append(key, element))
 
     async def txn(self, ops: list[list]) -> list[list]:
-        if self.renew is not None and any(op[0] != "r" for op in ops):
-            self.renew()
+        if any(op[0] != "r" for op in ops):
+            self._wrote()
         return await _outcome(self.table.txn(ops))
 
 
