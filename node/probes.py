@@ -358,7 +358,11 @@ CATALOG: dict[str, str] = {
         "a copy starts over existing files (a tombstone, or a forgotten replica's)",
     "copy.prepare.new_replica": "a copy starts onto a tablet that never had files here",
     "copy.prepare.superblock_lost":
-        "a copy starts where the superblock is gone but metadata or log remain: last OpId unknown",
+        "a copy starts where the superblock is gone but metadata or log remain",
+    "copy.prepare.lost_superblocks_log_read":
+        "a copy over a lost superblock starts from the last OpId the replica's own log holds",
+    "copy.prepare.lost_superblocks_log_unreadable":
+        "a copy over a lost superblock whose log does not read: last OpId unknown (no votes)",
     "copy.prepare.forgotten_replicas_last_op":
         "a copy over a forgotten FAILED replica starts from the last OpId it knew while running",
     "copy.prepare.over_unreadable_superblock":

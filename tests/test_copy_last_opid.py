@@ -12,7 +12,8 @@ logged nothing:
   it recorded that nowhere: the copy replacing it installed a log behind what it acknowledged;
 - a superblock lost at rest, while the consensus metadata and WAL remained, was taken for a
   brand-new replica (no superblock: never logged), so the copy's COPYING superblock said
-  (0, 0) and the replica granted its vote to a candidate with an empty log.
+  (0, 0) and the replica granted its vote to a candidate with an empty log. Then, as unknown,
+  it let any copy install, one ending behind what the replica's own log held too.
 
 Real tablet servers on loopback, real files."""
 
@@ -163,8 +164,9 @@ def test_a_replica_forgotten_after_its_tombstone_failed_keeps_its_last_op_for_th
             with probes.expect("tablet.failed.last_op_remembered"):
                 assert not (await dst.service.on_delete_tablet(DeleteTablet(TABLET))).ok
             r = await _source_behind(src, logged)
+            # the replica's own log, still on its disk, says as much as it knew in memory
             with probes.expect("copy.prepare.superblock_lost",
-                               "copy.prepare.forgotten_replicas_last_op",
+                               "copy.prepare.lost_superblocks_log_read",
                                "copy.refused.behind_tombstone"):
                 await _copy_refused_behind(dst, StartTabletCopy(TABLET, src.me, r.term, ""), logged)
         finally:
@@ -174,11 +176,12 @@ def test_a_replica_forgotten_after_its_tombstone_failed_keeps_its_last_op_for_th
     asyncio.run(main())
 
 
-async def _restarted_without_superblock(root, lose_cmeta: bool = False):
-    """A server whose replica logged (1, 5), restarted after its superblock (and, `lose_cmeta`,
-    its consensus metadata) was lost at rest: the tablet is not open. (server, cmeta before)."""
+async def _restarted_without_superblock(root, lose_cmeta: bool = False, rows: int = 3):
+    """A server whose replica logged (1, `rows` + 2), restarted after its superblock (and,
+    `lose_cmeta`, its consensus metadata) was lost at rest: the tablet is not open. (server,
+    cmeta before)."""
     ts = await start_server(root)
-    await _logged_then(ts, rows=3)
+    await _logged_then(ts, rows=rows)
     await ts.stop()
     paths = ts.tablets.paths(TABLET)
     cm = ConsensusMetadata.load(paths.consensus_meta)
@@ -191,8 +194,8 @@ async def _restarted_without_superblock(root, lose_cmeta: bool = False):
 
 
 def test_a_copy_over_a_replica_whose_superblock_was_lost_never_votes_from_an_empty_log(tmp_path):
-    """Its consensus metadata reads, so the copy goes ahead, but with its last OpId unknown
-    (not (0, 0)): while it downloads it refuses a candidate with an empty log."""
+    """Its consensus metadata reads, so the copy goes ahead, from the last OpId its own log
+    holds (not (0, 0)): while it downloads it refuses a candidate with an empty log."""
 
     async def main():
         ts, cm = await _restarted_without_superblock(tmp_path / "a")
@@ -203,15 +206,16 @@ def test_a_copy_over_a_replica_whose_superblock_was_lost_never_votes_from_an_emp
             await ts.tablets.begin_copy(StartTabletCopy(TABLET, cand.peer, cm.current_term, ""))
             session = CopySession("s", "tbl", KeyRange(), cm.current_term, cm.committed_config,
                                   [], 60.0)
-            with probes.expect("copy.prepare.superblock_lost"):
+            with probes.expect("copy.prepare.superblock_lost",
+                               "copy.prepare.lost_superblocks_log_read"):
                 await ts.tablets.prepare_copy(TABLET, session)
             assert ts.tablets.state(TABLET) == TabletState.COPYING
             sb = Superblock.load(ts.tablets.paths(TABLET).superblock)
-            assert sb.data_state == DataState.COPYING and sb.tombstone_last_opid is None, sb
+            assert sb.data_state == DataState.COPYING, sb
+            assert sb.tombstone_last_opid is not None and sb.tombstone_last_opid.index >= 4, sb
             await past_vote_lease(ts)
-            with probes.expect("tombstone.vote.refused_unknown_last_op"):
-                await cand.ask(rpc, ts, VoteRequest(cm.current_term + 1, cand.uuid, ts.uuid, 0, 0))
-                resp = await cand.answer(1)
+            await cand.ask(rpc, ts, VoteRequest(cm.current_term + 1, cand.uuid, ts.uuid, 0, 0))
+            resp = await cand.answer(1)
             assert not resp.granted, resp
         finally:
             await rpc.close()
@@ -219,6 +223,66 @@ def test_a_copy_over_a_replica_whose_superblock_was_lost_never_votes_from_an_emp
             await ts.stop()
 
     asyncio.run(main())
+
+
+def test_a_copy_ending_behind_the_log_of_a_replica_whose_superblock_was_lost_is_refused(tmp_path):
+    """The replica logged (1, ~10), lost its superblock at rest and restarted without the
+    tablet; its leader, writing behind, copies it a log ending before that. The copy is
+    refused for ending behind what the replica's own log held, read before the copy removed
+    it. Before, the COPYING superblock's last OpId was unknown, the copy installed, and the
+    replica voted with a log missing entries it had acknowledged (the simulator's
+    superblock-behind fault: a log that regressed, then entries lost)."""
+
+    async def main():
+        ts, _ = await _restarted_without_superblock(tmp_path / "a", rows=8)
+        src = await start_server(tmp_path / "src", snapshot_interval_entries=3)
+        try:
+            logged = _logged_at_rest(ts)
+            assert logged[1] >= 9
+            r = await _source_behind(src, logged)
+            with probes.expect("copy.prepare.superblock_lost",
+                               "copy.prepare.lost_superblocks_log_read",
+                               "copy.refused.behind_tombstone"):
+                await _copy_refused_behind(ts, StartTabletCopy(TABLET, src.me, r.term, ""), logged)
+        finally:
+            await src.stop()
+            await ts.stop()
+
+    asyncio.run(main())
+
+
+def test_a_copy_over_a_lost_superblock_whose_log_does_not_read_starts_from_no_last_op(tmp_path):
+    """With its log damaged too, nothing says what the replica logged: the copy starts with
+    its last OpId unknown, and it votes for no one until the copy installs."""
+
+    async def main():
+        ts, cm = await _restarted_without_superblock(tmp_path / "a", rows=8)
+        try:
+            paths = ts.tablets.paths(TABLET)
+            segment = sorted(paths.wal_dir.iterdir())[0]
+            data = bytearray(segment.read_bytes())
+            data[:8] = bytes(8)  # the header's magic: no reader takes it for a segment
+            segment.write_bytes(bytes(data))
+            await ts.tablets.begin_copy(StartTabletCopy(TABLET, ts.me, cm.current_term, ""))
+            session = CopySession("s", "tbl", KeyRange(), cm.current_term, cm.committed_config,
+                                  [], 60.0)
+            with probes.expect("copy.prepare.superblock_lost",
+                               "copy.prepare.lost_superblocks_log_unreadable"):
+                await ts.tablets.prepare_copy(TABLET, session)
+            sb = Superblock.load(paths.superblock)
+            assert sb.data_state == DataState.COPYING and sb.tombstone_last_opid is None, sb
+        finally:
+            await ts.stop()
+
+    asyncio.run(main())
+
+
+def _logged_at_rest(ts) -> tuple[int, int]:
+    """(term, index) of the last entry in the tablet's WAL on `ts`'s disk."""
+    from node.wal.reader import read_log
+
+    last = read_log(str(ts.tablets.paths(TABLET).wal_dir), TABLET).entries[-1]
+    return last.term, last.index
 
 
 def test_a_copy_over_a_replica_whose_superblock_and_metadata_were_lost_is_refused(tmp_path):

@@ -88,9 +88,9 @@ def test_a_bundle_that_sizes_values_runs_the_register_on_every_seed_unless_the_r
     """Value sizes are the register's: list-append appends integers. A bundle of wide values
     drawn by an odd seed ran list-append under it, its load for nothing; so did four bundles
     whose aims their list-append seeds never reached (the ensemble's bundle report); the lease
-    bundle reads a register."""
+    bundle reads a register; the later ones keep the workload their fix was measured on."""
     register = {"frame-split", "batch-refused", "forge-snapshot", "manual-fill", "shared-results",
-                "late-answer", "swap-book"}
+                "late-answer", "swap-book", "superblock-behind"}
     for name, spec in ALL_BUNDLES.items():
         mix = parse_mix(spec)
         assert mix.workload == ("register" if name in register else None), name
@@ -766,7 +766,7 @@ def test_the_delay_fault_slows_one_hosts_links_for_a_while_and_leaves_others_alo
     sim.loop.run_until_complete(asyncio.sleep(2.5))
     assert sim.net.slowed(host, other) == 0.0  # over after its 2 s
     assert sim.net.slowed(host, sim.masters[0]) == 0.5  # not the other fault's
-    assert sum("delay" in swarm_mix(s).kinds() for s in range(200)) > 45  # bundles draw none
+    assert sum("delay" in swarm_mix(s).kinds() for s in range(200)) > 40  # bundles draw none
 
 
 def test_half_the_mixes_lower_the_servers_frame_limit_and_the_client_keeps_its_own(tmp_path):

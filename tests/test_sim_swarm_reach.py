@@ -28,6 +28,7 @@ from harness.sim.swarm import (
     SEVENTH_BUNDLES,
     SIXTH_BUNDLES,
     TENTH_BUNDLES,
+    TWELFTH_BUNDLES,
     UNPACED,
     _own_draw,
     bundle_of,
@@ -269,7 +270,8 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     LATER_BUNDLES (a third stream), and of those left about one in eleven one of
     LATEST_BUNDLES (a fourth), one in twenty-one one of FIFTH_BUNDLES (a fifth), of
     SIXTH_BUNDLES (a sixth), of SEVENTH_BUNDLES (a seventh), of EIGHTH_BUNDLES (an eighth)
-    and of NINTH_BUNDLES (a ninth), TENTH_BUNDLES (a tenth) and ELEVENTH_BUNDLES (an eleventh);
+    and of NINTH_BUNDLES (a ninth), TENTH_BUNDLES (a tenth), ELEVENTH_BUNDLES (an eleventh)
+    and TWELFTH_BUNDLES (a twelfth);
     the rest keep their own draws,
     and a kind of BUNDLED only comes in a bundle."""
     from tests.test_sim_forge import FORGE
@@ -300,9 +302,11 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     assert set(tenth) == set(TENTH_BUNDLES) and 8 < sum(tenth.values()) < 40, tenth
     eleventh = Counter(b for s in range(800) if (b := bundle_of(s)) in ELEVENTH_BUNDLES)
     assert set(eleventh) == set(ELEVENTH_BUNDLES) and 5 < sum(eleventh.values()) < 40, eleventh
+    twelfth = Counter(b for s in range(800) if (b := bundle_of(s)) in TWELFTH_BUNDLES)
+    assert set(twelfth) == set(TWELFTH_BUNDLES) and 5 < sum(twelfth.values()) < 40, twelfth
     specs = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES, **FIFTH_BUNDLES,
              **SIXTH_BUNDLES, **SEVENTH_BUNDLES, **EIGHTH_BUNDLES, **NINTH_BUNDLES,
-             **TENTH_BUNDLES, **ELEVENTH_BUNDLES}
+             **TENTH_BUNDLES, **ELEVENTH_BUNDLES, **TWELFTH_BUNDLES}
     assert specs == ALL_BUNDLES
     for s in range(200):
         mix, bundle = swarm_mix(s), bundle_of(s)
@@ -603,3 +607,17 @@ def test_a_master_migration_while_a_follower_cannot_save_its_peer_book_keeps_it_
     _valid_and_fired(StackConfig(seed=0, workload="register", seconds=15.0,
                                  mix=parse_mix(ELEVENTH_BUNDLES["swap-book"])),
                      tmp_path, "master.reconcile.round_failed")
+
+
+def test_a_copy_behind_the_log_of_a_follower_whose_superblock_was_lost_is_refused(tmp_path):
+    """`superblock-behind` (TWELFTH_BUNDLES): a follower loses its superblock at rest while its
+    leader writes behind on a slow disk; the leader copies the tablet to it from its synced
+    end, behind what the follower's own log, still on its disk, held. The copy must be refused
+    for it (copy.refused.behind_tombstone). Before the fix the copy's last OpId was unknown, it
+    installed, and this seed failed on a log that regressed at 6.1 virtual s, as did 9 of the
+    spec's first 12 seeds."""
+    result = _valid_and_fired(StackConfig(seed=2, workload="register", seconds=15.0,
+                                          mix=parse_mix(TWELFTH_BUNDLES["superblock-behind"])),
+                              tmp_path, "copy.prepare.lost_superblocks_log_read",
+                              "copy.refused.behind_tombstone")
+    assert result.nemesis.get("superblock-behind", 0) >= 1, result.nemesis

@@ -184,7 +184,8 @@ MODULE_FAULTS = {
     "garble": stack_forge.garble, "copy-shrink": stack_forge.copy_shrink,
     "lose": stack_lose.lose, "lose-snapshot": stack_lose.lose_snapshot,
     "change-retry": stack_change_retry.change_retry,
-    "copy-behind": stack_copy_behind.copy_behind, "dying-disk": stack_dying_disk.dying_disk,
+    "copy-behind": stack_copy_behind.copy_behind,
+    "superblock-behind": stack_copy_behind.superblock_behind, "dying-disk": stack_dying_disk.dying_disk,
     "tombstone-rot": stack_tombstone_rot.tombstone_rot, "overtake": stack_overtake.overtake,
 }
 

@@ -14,13 +14,21 @@ L keeps heartbeating while its writes run behind (any number of them, node.repli
 so it hears R's refusals and copies while its WAL still lags what R logged. Until writes behind
 could pile up, a busy L awaited its second write and sent nothing until its syncs ended; the
 quiet-copy-behind bundle (harness.sim.swarm), the fault on a light load, was the only way in.
+
+`superblock-behind` is the same race with R's superblock lost at rest instead of a tombstone:
+R loses power, its superblock's name goes (a file system check, a stray rm) while its
+consensus metadata and WAL stay, and it reboots without the tablet. L, told the tablet is not
+found, copies it to R from its synced WAL, behind what R logged and acknowledged. No tombstone
+keeps R's last OpId then: only R's own log, still on its disk, says it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from harness.sim.loop import SYSTEM
+from harness.sim.stack_checks import DATA_DIR
 from harness.sim.stack_masters import SKIPPED
 
 # How long the fault waits for L's write to run behind: on a quiet tablet the next write may be
@@ -31,13 +39,38 @@ WAIT_S = 4.0
 async def copy_behind(sim, value: list):
     """Slow L's disk, tombstone R once L writes behind, and `after` s past that crash L (its
     disk well again) and restart it, with F cut from L and R."""
+    return await _behind(sim, value, sim._tombstone)
+
+
+async def superblock_behind(sim, value: list):
+    """copy-behind with R's superblock lost across a power loss in place of its tombstone."""
+    return await _behind(sim, value, functools.partial(_lose_superblock, sim))
+
+
+async def _lose_superblock(sim, value: list):
+    """R loses power, its superblock of the tablet loses its name, and R reboots."""
+    from node.tablet.paths import TabletPaths
+
+    tablet, r = value[0], value[3]
+    if r in sim.down:
+        return SKIPPED
+    sim._crash(r)
+    path = TabletPaths(DATA_DIR, tablet).superblock
+    if sim.disks[r].exists(path):
+        sim.disks[r].lose_at_rest(path)
+    sim._boot(r)
+    return value[:8]
+
+
+async def _behind(sim, value: list, take_r):
+    """The race, R taken by `take_r` (a tombstone, a lost superblock) once L writes behind."""
     tablet, leader, f, r, slow, cut_s, _, after = value[:8]
     if leader in sim.disk_faults or leader in sim.down:
         return [*value[:8], "skipped: L's disk has a fault or L is down"]
     sim._set_disk_fault(leader, "slow", [leader, "slow", round(slow / 2, 6), slow])
     await asyncio.sleep(0.3)  # writes pile up behind L's sync: F and R commit them
     await until_writing_behind(sim, leader, tablet)
-    done = await sim._tombstone(value)
+    done = await take_r(value)
     if done is SKIPPED:
         sim._clear_disk_fault(leader)
         return [*value[:8], "skipped: R is down"]

@@ -208,7 +208,7 @@ class FaultChooser:
                           round(rng.uniform(*DYING_EIO_RATE), 3),
                           round(rng.uniform(*DYING_AFTER_S), 3)]
         if kind in ("cut", "tombstone", "copy-race", "lease-race", "fail-copy", "copy-behind",
-                    "tombstone-rot"):
+                    "superblock-behind", "tombstone-rot"):
             return self._choose_copy_fault(kind, rng)
         return kind, None  # heal, reset; membership and masters pick their target when they run
 
@@ -299,6 +299,8 @@ class FaultChooser:
           is cut from L and R for `cut_s` (harness.sim.stack_copy_behind). A copy that
           installed behind R's tombstone leaves the entries R acknowledged on F alone, and L
           and R elect a leader without them.
+        - superblock-behind: copy-behind with R's superblock lost across a power loss in place
+          of its tombstone: R's log, left on its disk, is all that says what R acknowledged.
         - tombstone-rot: R tombstoned in place, then a bit of its consensus metadata flipped
           across a power loss; `after` s later L crashes, so F campaigns, asking R too
           (harness.sim.stack_tombstone_rot).
@@ -324,7 +326,7 @@ class FaultChooser:
         if kind == "lease-race":
             return kind, [tablet, host, f, rr, round(rng.uniform(*LEASE_RACE_SLOW_FSYNC_S), 6),
                           cut_s, None, round(rng.uniform(*TOMBSTONE_AFTER_S), 3)]
-        if kind == "copy-behind":
+        if kind in ("copy-behind", "superblock-behind"):
             return kind, [tablet, host, f, rr, round(rng.uniform(*COPY_BEHIND_SLOW_FSYNC_S), 6),
                           round(rng.uniform(*COPY_BEHIND_CUT_S), 3), None,
                           round(rng.uniform(*COPY_BEHIND_AFTER_S), 3)]

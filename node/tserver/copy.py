@@ -27,7 +27,10 @@ from node.probes import probe
 from node.protocol import CopyFile, CopySession
 from node.tablet.cmeta import ConsensusMetadata
 from node.tablet.paths import TabletPaths
+from node.tablet.snapshot import SnapshotStore
 from node.tablet.superblock import DataState, OpId, Superblock
+from node.wal.errors import WalError
+from node.wal.reader import read_log
 from node.wal.segment import parse_segment_name
 
 T = TypeVar("T")
@@ -80,10 +83,13 @@ def prepare_install(paths: TabletPaths, session: CopySession, faults: Faults = N
                         tombstone_last_opid=OpId(0, 0))
     else:
         # the superblock is gone (lost at rest) while its metadata or log remain: the replica
-        # may have logged, and acknowledged, entries, so its last OpId is unknown (no votes)
+        # may have logged, and acknowledged, entries. Its own log says which, read before the
+        # copy removes it: the copy must not install behind it (TabletManager._install), or
+        # the replica votes for logs without them. A log that does not read proves nothing:
+        # the last OpId is unknown (no votes until the copy installs).
         probe("copy.prepare.superblock_lost")
         sb = Superblock(tablet_id, session.table_name, session.partition, DataState.COPYING,
-                        tombstone_last_opid=None)
+                        tombstone_last_opid=logged_at_rest(paths))
     last = sb.tombstone_last_opid
     if known is not None and (last is None or (known.term, known.index) > (last.term, last.index)):
         # a replica that failed while it ran knew its last op in memory, at least what it
@@ -153,6 +159,28 @@ def nothing_here(paths: TabletPaths) -> bool:
     disk = paths.disk
     return not disk.exists(paths.consensus_meta) and not any(
         disk.isdir(d) and disk.listdir(d) for d in (paths.wal_dir, paths.snapshot_dir))
+
+
+def logged_at_rest(paths: TabletPaths) -> OpId | None:
+    """Blocking: the last OpId a replica's own files say it logged, read without changing
+    them: its replayed WAL's last entry, or its newest snapshot's if later (a log collected up
+    to it); (0, 0) if neither holds one. None if they do not read (a torn tail is not
+    damage: the torn batch was never acknowledged)."""
+    disk = paths.disk
+    try:
+        snap = SnapshotStore(paths.snapshot_dir, paths.tablet_id, disk).load_latest()
+        entries = (read_log(str(paths.wal_dir), paths.tablet_id, disk).entries
+                   if disk.isdir(paths.wal_dir) else [])
+    except (CorruptionError, WalError, OSError):
+        probe("copy.prepare.lost_superblocks_log_unreadable")
+        return None
+    last = (0, 0)
+    if snap is not None:
+        last = (snap.last_applied_term, snap.last_applied_index)
+    if entries:
+        last = max(last, (entries[-1].term, entries[-1].index))
+    probe("copy.prepare.lost_superblocks_log_read")
+    return OpId(*last)
 
 
 def readable_superblock(paths: TabletPaths) -> Superblock | None:
