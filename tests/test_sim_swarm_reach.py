@@ -613,11 +613,12 @@ def test_a_copy_behind_the_log_of_a_follower_whose_superblock_was_lost_is_refuse
     """`superblock-behind` (TWELFTH_BUNDLES): a follower loses its superblock at rest while its
     leader writes behind on a slow disk; the leader copies the tablet to it from its synced
     end, behind what the follower's own log, still on its disk, held. The copy must be refused
-    for it (copy.refused.behind_tombstone). Before the fix the copy's last OpId was unknown, it
-    installed, and this seed failed on a log that regressed at 6.1 virtual s, as did 9 of the
-    spec's first 12 seeds."""
-    result = _valid_and_fired(StackConfig(seed=2, workload="register", seconds=15.0,
+    for it (copy.refused.behind_tombstone). Where the follower's consensus metadata went too,
+    every copy is refused (copy.refused.log_without_metadata). Before the fix the copy's last
+    OpId was unknown, it installed, and this seed failed on a log that regressed, as did 17
+    of the spec's first 40 seeds (30 virtual s each)."""
+    result = _valid_and_fired(StackConfig(seed=3, workload="register", seconds=15.0,
                                           mix=parse_mix(TWELFTH_BUNDLES["superblock-behind"])),
                               tmp_path, "copy.prepare.lost_superblocks_log_read",
-                              "copy.refused.behind_tombstone")
+                              "copy.refused.behind_tombstone", "copy.refused.log_without_metadata")
     assert result.nemesis.get("superblock-behind", 0) >= 1, result.nemesis

@@ -19,7 +19,9 @@ quiet-copy-behind bundle (harness.sim.swarm), the fault on a light load, was the
 R loses power, its superblock's name goes (a file system check, a stray rm) while its
 consensus metadata and WAL stay, and it reboots without the tablet. L, told the tablet is not
 found, copies it to R from its synced WAL, behind what R logged and acknowledged. No tombstone
-keeps R's last OpId then: only R's own log, still on its disk, says it.
+keeps R's last OpId then: only R's own log, still on its disk, says it. Half the time R's
+consensus metadata goes too, and every copy must be refused (copy.refused.log_without_metadata):
+R may have voted in a term its fresh metadata would not remember.
 """
 
 from __future__ import annotations
@@ -48,16 +50,23 @@ async def superblock_behind(sim, value: list):
 
 
 async def _lose_superblock(sim, value: list):
-    """R loses power, its superblock of the tablet loses its name, and R reboots."""
+    """R loses power, its superblock of the tablet loses its name (with `value[6]` "cmeta",
+    its consensus metadata too: the votes it cast are gone, and no copy may merge fresh
+    metadata over the log it left), and R reboots."""
     from node.tablet.paths import TabletPaths
 
     tablet, r = value[0], value[3]
     if r in sim.down:
         return SKIPPED
     sim._crash(r)
-    path = TabletPaths(DATA_DIR, tablet).superblock
-    if sim.disks[r].exists(path):
-        sim.disks[r].lose_at_rest(path)
+    paths = TabletPaths(DATA_DIR, tablet)
+    for path in (paths.superblock, *([paths.consensus_meta] if value[6] == "cmeta" else [])):
+        if sim.disks[r].exists(path):
+            sim.disks[r].lose_at_rest(path)
+    if value[6] == "cmeta":
+        # R is out of its tablet for good, refusing every copy: a damaged server, as a flip's,
+        # whose tablets a second fault may leave without a majority (the liveness check)
+        sim.flipped.add(r)
     sim._boot(r)
     return value[:8]
 

@@ -301,6 +301,7 @@ class FaultChooser:
           and R elect a leader without them.
         - superblock-behind: copy-behind with R's superblock lost across a power loss in place
           of its tombstone: R's log, left on its disk, is all that says what R acknowledged.
+          Its delay slot says what else R lost: None, or "cmeta" (its consensus metadata).
         - tombstone-rot: R tombstoned in place, then a bit of its consensus metadata flipped
           across a power loss; `after` s later L crashes, so F campaigns, asking R too
           (harness.sim.stack_tombstone_rot).
@@ -327,8 +328,11 @@ class FaultChooser:
             return kind, [tablet, host, f, rr, round(rng.uniform(*LEASE_RACE_SLOW_FSYNC_S), 6),
                           cut_s, None, round(rng.uniform(*TOMBSTONE_AFTER_S), 3)]
         if kind in ("copy-behind", "superblock-behind"):
+            lost = rng.choice((None, "cmeta")) if kind == "superblock-behind" else None
+            if lost and (rr in self.sim.flipped or self._damaged() >= MAX_FLIPS):
+                lost = None  # R's metadata lost is damage: within MAX_FLIPS, as the flips
             return kind, [tablet, host, f, rr, round(rng.uniform(*COPY_BEHIND_SLOW_FSYNC_S), 6),
-                          round(rng.uniform(*COPY_BEHIND_CUT_S), 3), None,
+                          round(rng.uniform(*COPY_BEHIND_CUT_S), 3), lost,
                           round(rng.uniform(*COPY_BEHIND_AFTER_S), 3)]
         if kind in ("fail-copy", "tombstone-rot") and (
                 rr in self.sim.flipped or self._damaged() >= MAX_FLIPS):
