@@ -90,7 +90,7 @@ def test_a_bundle_that_sizes_values_runs_the_register_on_every_seed_unless_the_r
     whose aims their list-append seeds never reached (the ensemble's bundle report); the lease
     bundle reads a register; the later ones keep the workload their fix was measured on."""
     register = {"frame-split", "batch-refused", "forge-snapshot", "manual-fill", "shared-results",
-                "late-answer", "swap-book", "superblock-behind"}
+                "late-answer", "swap-book", "superblock-behind", "config-race"}
     for name, spec in ALL_BUNDLES.items():
         mix = parse_mix(spec)
         assert mix.workload == ("register" if name in register else None), name
@@ -820,7 +820,7 @@ def test_a_disk_filled_just_past_its_files_fails_a_segments_preallocation_or_wri
     space counted, in a seed of small segments: the next segment cannot be preallocated, or a
     WAL write comes back short and the rest fails (ENOSPC): the log fails, the replica FAILs, and
     the masters replace it. No seed had reached either; the seed stays valid."""
-    assert "full" in LATE and 45 < sum("full" in swarm_mix(s).kinds() for s in range(200)) < 140
+    assert "full" in LATE and 40 < sum("full" in swarm_mix(s).kinds() for s in range(200)) < 140
     spec = "restart:2,heal:1,full:4;every=1-4;reads=linearizable;load=10x100"
     assert parse_mix(spec).spec() == spec
     _valid_and_fired(StackConfig(seed=2, workload="register", seconds=30.0, mix=parse_mix(spec)),

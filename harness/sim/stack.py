@@ -39,6 +39,7 @@ from pathlib import Path
 
 from harness.sim import (
     stack_change_retry,
+    stack_config_race,
     stack_copy_behind,
     stack_copy_cut,
     stack_copy_delete,
@@ -187,6 +188,7 @@ MODULE_FAULTS = {
     "copy-behind": stack_copy_behind.copy_behind,
     "superblock-behind": stack_copy_behind.superblock_behind, "dying-disk": stack_dying_disk.dying_disk,
     "tombstone-rot": stack_tombstone_rot.tombstone_rot, "overtake": stack_overtake.overtake,
+    "config-race": stack_config_race.config_race,
 }
 
 

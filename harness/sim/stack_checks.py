@@ -13,7 +13,8 @@ in silence), and no leader committing past what a majority holds durably (its ow
 synced prefix with its peers' answers: all seen on the messages replicas send); no message
 naming a term, and no vote, sent before the sender's consensus metadata holds them as a power
 loss would leave it (Raft's persist-before-answer, read from the simulated disk); a committed
-config's entry in the replica's log; one committed
+config's entry in the replica's log, and no older committed config in its consensus metadata
+than the one it counts as saved; one committed
 entry per index, with hybrid time increasing along the log; one state per applied index; one
 config per committed config index; no tombstone resurrected; damage a replica needs never run
 on (a flipped newest WAL batch cut as torn, a cut or lost segment taken for a log that ended
@@ -153,6 +154,7 @@ class Invariants:
                 self._check_term_and_vote(host, tablet, r)
                 _check_config_logged(host, tablet, r)
                 self._check_config_kept(host, tablet, r)
+                self._check_config_saved(host, tablet, r)
                 if (owed := self.owed.left_waiting(host, tablet, r, self.sim.loop.time())):
                     raise StackViolation(owed)
                 if r.role is LEADER:
@@ -535,6 +537,22 @@ class Invariants:
                                  f"runs with committed config {have} and a snapshot at {below}, "
                                  f"past config {need} the tablet committed")
 
+    def _check_config_saved(self, host: str, tablet: str, r) -> None:
+        """The committed config a replica's consensus metadata holds is no older than the one
+        the replica counts as saved (MetadataSaves.saved_config_index), which is what lets its
+        snapshots pass the config's entry. A save of an older config that ran after a newer
+        one's wrote over it (harness.sim.stack_config_race): a restart after such a snapshot
+        ran the older membership. Caught here when the file goes back, before a snapshot and a
+        restart show it (`_check_config_kept`)."""
+        saves, cmeta = getattr(r, "saves", None), getattr(r, "cmeta", None)
+        if saves is None or cmeta is None or r.failed or self._storage_faulted(host):
+            return
+        held = _config_index(cmeta.committed_config)
+        if held < saves.saved_config_index:
+            raise StackViolation(f"config saved: tablet {tablet} on {host} (replica {r.uuid}) "
+                                 f"holds committed config {held} in its consensus metadata, "
+                                 f"behind config {saves.saved_config_index} it counts as saved")
+
     def check_catalog(self, final: bool = False) -> None:
         """The catalog agrees with the tablets' committed configs: every tablet record of every
         master's catalog (its applied state: committed records only) names the members of the
@@ -708,6 +726,14 @@ def _check_entries(host: str, tablets) -> None:
         if stored == "COPYING" and (e.copy is None or e.copy.done()):
             raise StackViolation(f"tablet state: {tablet} on {host} is listed COPYING, but no "
                                  "copy is under way (a copy's cleanup ended halfway)")
+
+
+@functools.lru_cache(maxsize=256)
+def _config_index(blob: bytes) -> int:
+    """The index of the committed config a consensus metadata file holds (its encoding)."""
+    from node.consensus import decode_config
+
+    return decode_config(blob).opid_index
 
 
 def _replica(server, tablet: str):

@@ -10,6 +10,7 @@ import random
 
 from harness.sim import (
     stack_change_retry,
+    stack_config_race,
     stack_copy_cut,
     stack_copy_delete,
     stack_lose,
@@ -181,6 +182,8 @@ class FaultChooser:
                           round(rng.uniform(*DELAY_FOR_S), 3)]
         if kind == "overtake":
             return stack_overtake.choose(self, rng)
+        if kind == "config-race":
+            return stack_config_race.choose(self, rng)
         if kind == "disk":
             return self._choose_disk(rng, impaired)
         if kind == "transfer":

@@ -31,7 +31,7 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
          "damage-file", "copy-cut", "master-swap", "unsafe", "ddl", "maintenance", "forge",
          "garble", "copy-shrink", "recopy", "copy-behind", "kill", "copy-delete", "lose",
          "ddl-retry", "change-retry", "tombstone-rot", "lose-snapshot", "dying-disk",
-         "overtake", "swap-book", "superblock-behind")
+         "overtake", "swap-book", "superblock-behind", "config-race")
 # Kinds a seed draws only in a bundle (BUNDLES), never on their own: a kind added to the
 # optional ones or to LATE would change many recorded seeds' mixes. recopy: an operator's
 # `kudu remote_replica copy` over a running replica, or from a FAILED one
@@ -46,8 +46,10 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
 # (harness.sim.stack_overtake). swap-book: a master migration while a follower master's peer
 # book cannot be saved (harness.sim.stack_masters). superblock-behind: copy-behind with the
 # follower's superblock lost at rest in place of its tombstone (harness.sim.stack_copy_behind).
+# config-race: a follower's committed config saved behind its Ready while the next Ready's
+# awaited save (a new term) holds a newer one (harness.sim.stack_config_race).
 BUNDLED = ("recopy", "copy-delete", "lose", "tombstone-rot", "lose-snapshot", "dying-disk",
-           "overtake", "swap-book", "superblock-behind")
+           "overtake", "swap-book", "superblock-behind", "config-race")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
@@ -370,6 +372,18 @@ TWELFTH_BUNDLES = {
     "superblock-behind": "superblock-behind:4,restart:1,heal:1;every=1-4;reads=linearizable;"
                          "load=10x100;workload=register",
 }
+# A thirteenth stream: a follower's committed config saved behind its Ready while the next
+# Ready, a leadership transfer's new term with a newer committed config, saves both awaited
+# (harness.sim.stack_config_race). No mix of the existing kinds fired
+# replica.cmeta.older_config_not_saved; before the fix (node.replica.metadata_saves) the older
+# config went over the newer on disk (`config saved`, harness.sim.stack_checks), and once the
+# follower restarted past a snapshot it ran the older config (`config kept`): 18 of this spec's
+# first 20 seeds failed, the 18 that fire the probe now.
+# Snapshots every 200 entries, so the fault's own writes take one past the newer config's entry.
+THIRTEENTH_BUNDLES = {
+    "config-race": "config-race:4,restart:1,heal:1;every=1-4;reads=linearizable;load=10x100;"
+                   "workload=register;snapshot=200",
+}
 # Each stream's name, its bundles and how many draws of none stand beside them, in the order a
 # seed takes them (`bundle_of`): a stream gives one of its bundles to about len(bundles) in
 # len(bundles) + nones of the seeds it is asked for.
@@ -378,7 +392,8 @@ _STREAMS = (("bundle", BUNDLES, 24), ("late-bundle", LATE_BUNDLES, 30),
             ("fifth-bundle", FIFTH_BUNDLES, 20), ("sixth-bundle", SIXTH_BUNDLES, 20),
             ("seventh-bundle", SEVENTH_BUNDLES, 20), ("eighth-bundle", EIGHTH_BUNDLES, 20),
             ("ninth-bundle", NINTH_BUNDLES, 20), ("tenth-bundle", TENTH_BUNDLES, 20),
-            ("eleventh-bundle", ELEVENTH_BUNDLES, 20), ("twelfth-bundle", TWELFTH_BUNDLES, 20))
+            ("eleventh-bundle", ELEVENTH_BUNDLES, 20), ("twelfth-bundle", TWELFTH_BUNDLES, 20),
+            ("thirteenth-bundle", THIRTEENTH_BUNDLES, 20))
 BUNDLE_STREAMS = tuple((name, (None,) * nones + tuple(bundles))
                        for name, bundles, nones in _STREAMS)
 BUNDLE_DRAW, LATE_BUNDLE_DRAW = BUNDLE_STREAMS[0][1], BUNDLE_STREAMS[1][1]
@@ -413,6 +428,7 @@ BUNDLE_AIMS = {
     "late-answer": ("raft.step.stale_answer_dropped_in_lease",),
     "swap-book": ("master.reconcile.round_failed",),
     "superblock-behind": ("copy.prepare.lost_superblocks_log_read", "copy.refused.behind_tombstone"),
+    "config-race": ("replica.cmeta.older_config_not_saved",),
 }
 
 
