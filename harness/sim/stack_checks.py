@@ -154,7 +154,9 @@ class Invariants:
                 self._check_term_and_vote(host, tablet, r)
                 _check_config_logged(host, tablet, r)
                 self._check_config_kept(host, tablet, r)
-                self._check_config_saved(host, tablet, r)
+                went_back = _config_went_back(host, tablet, r)
+                if went_back and not self._storage_faulted(host):
+                    raise StackViolation(went_back)
                 if (owed := self.owed.left_waiting(host, tablet, r, self.sim.loop.time())):
                     raise StackViolation(owed)
                 if r.role is LEADER:
@@ -537,22 +539,6 @@ class Invariants:
                                  f"runs with committed config {have} and a snapshot at {below}, "
                                  f"past config {need} the tablet committed")
 
-    def _check_config_saved(self, host: str, tablet: str, r) -> None:
-        """The committed config a replica's consensus metadata holds is no older than the one
-        the replica counts as saved (MetadataSaves.saved_config_index), which is what lets its
-        snapshots pass the config's entry. A save of an older config that ran after a newer
-        one's wrote over it (harness.sim.stack_config_race): a restart after such a snapshot
-        ran the older membership. Caught here when the file goes back, before a snapshot and a
-        restart show it (`_check_config_kept`)."""
-        saves, cmeta = getattr(r, "saves", None), getattr(r, "cmeta", None)
-        if saves is None or cmeta is None or r.failed or self._storage_faulted(host):
-            return
-        held = _config_index(cmeta.committed_config)
-        if held < saves.saved_config_index:
-            raise StackViolation(f"config saved: tablet {tablet} on {host} (replica {r.uuid}) "
-                                 f"holds committed config {held} in its consensus metadata, "
-                                 f"behind config {saves.saved_config_index} it counts as saved")
-
     def check_catalog(self, final: bool = False) -> None:
         """The catalog agrees with the tablets' committed configs: every tablet record of every
         master's catalog (its applied state: committed records only) names the members of the
@@ -726,6 +712,25 @@ def _check_entries(host: str, tablets) -> None:
         if stored == "COPYING" and (e.copy is None or e.copy.done()):
             raise StackViolation(f"tablet state: {tablet} on {host} is listed COPYING, but no "
                                  "copy is under way (a copy's cleanup ended halfway)")
+
+
+def _config_went_back(host: str, tablet: str, r) -> str | None:
+    """Why the committed config a replica's consensus metadata holds is older than the one the
+    replica counts as saved (MetadataSaves.saved_config_index), which is what lets its
+    snapshots pass the config's entry; None if it is not. A save of an older config that ran
+    after a newer one's wrote over it (harness.sim.stack_config_race): a restart after such a
+    snapshot ran the older membership. Caught here when the file goes back, before a snapshot
+    and a restart show it (`Invariants._check_config_kept`); the caller excuses a disk damaged
+    on purpose."""
+    saves, cmeta = getattr(r, "saves", None), getattr(r, "cmeta", None)
+    if saves is None or cmeta is None or r.failed:
+        return None
+    held = _config_index(cmeta.committed_config)
+    if held >= saves.saved_config_index:
+        return None
+    return (f"config saved: tablet {tablet} on {host} (replica {r.uuid}) holds committed config "
+            f"{held} in its consensus metadata, behind config {saves.saved_config_index} it "
+            f"counts as saved")
 
 
 @functools.lru_cache(maxsize=256)
