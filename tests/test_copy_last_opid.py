@@ -63,6 +63,15 @@ async def _copy_refused_behind(dst, req: StartTabletCopy, last: tuple[int, int])
     assert sb.data_state == DataState.TOMBSTONED and sb.tombstone_last_opid == OpId(*last), sb
 
 
+async def _refused_from_its_own_log(dst, src, logged: tuple[int, int]) -> None:
+    """A copy from `src`, whose log ends behind `logged`, onto `dst`'s replica whose
+    superblock is gone: refused for ending behind what the replica's own log holds."""
+    r = await _source_behind(src, logged)
+    with probes.expect("copy.prepare.superblock_lost", "copy.prepare.lost_superblocks_log_read",
+                       "copy.refused.behind_tombstone"):
+        await _copy_refused_behind(dst, StartTabletCopy(TABLET, src.me, r.term, ""), logged)
+
+
 def test_a_copy_whose_files_do_not_open_keeps_the_tombstones_last_opid_for_the_next_copy(tmp_path):
     """A tombstone of (1, ~10) gets a copy of a snapshot damaged at rest at its source: FAILED
     here, its files kept READY for an operator, still with the tombstone's last OpId. The
@@ -163,12 +172,8 @@ def test_a_replica_forgotten_after_its_tombstone_failed_keeps_its_last_op_for_th
             assert dst.tablets.state(TABLET) == TabletState.FAILED
             with probes.expect("tablet.failed.last_op_remembered"):
                 assert not (await dst.service.on_delete_tablet(DeleteTablet(TABLET))).ok
-            r = await _source_behind(src, logged)
             # the replica's own log, still on its disk, says as much as it knew in memory
-            with probes.expect("copy.prepare.superblock_lost",
-                               "copy.prepare.lost_superblocks_log_read",
-                               "copy.refused.behind_tombstone"):
-                await _copy_refused_behind(dst, StartTabletCopy(TABLET, src.me, r.term, ""), logged)
+            await _refused_from_its_own_log(dst, src, logged)
         finally:
             await src.stop()
             await dst.stop()
@@ -193,6 +198,17 @@ async def _restarted_without_superblock(root, lose_cmeta: bool = False, rows: in
     return ts, cm
 
 
+async def _copy_prepared(ts, cm, source, read: str) -> Superblock:
+    """A copy from `source` begun and prepared over `ts`'s replica whose superblock was lost
+    (`cm`: its consensus metadata), firing `read` (whether its log read); the COPYING
+    superblock it left."""
+    await ts.tablets.begin_copy(StartTabletCopy(TABLET, source, cm.current_term, ""))
+    session = CopySession("s", "tbl", KeyRange(), cm.current_term, cm.committed_config, [], 60.0)
+    with probes.expect("copy.prepare.superblock_lost", read):
+        await ts.tablets.prepare_copy(TABLET, session)
+    return Superblock.load(ts.tablets.paths(TABLET).superblock)
+
+
 def test_a_copy_over_a_replica_whose_superblock_was_lost_never_votes_from_an_empty_log(tmp_path):
     """Its consensus metadata reads, so the copy goes ahead, from the last OpId its own log
     holds (not (0, 0)): while it downloads it refuses a candidate with an empty log."""
@@ -203,14 +219,8 @@ def test_a_copy_over_a_replica_whose_superblock_was_lost_never_votes_from_an_emp
         rpc = RpcClient()
         try:
             await cand.start()
-            await ts.tablets.begin_copy(StartTabletCopy(TABLET, cand.peer, cm.current_term, ""))
-            session = CopySession("s", "tbl", KeyRange(), cm.current_term, cm.committed_config,
-                                  [], 60.0)
-            with probes.expect("copy.prepare.superblock_lost",
-                               "copy.prepare.lost_superblocks_log_read"):
-                await ts.tablets.prepare_copy(TABLET, session)
+            sb = await _copy_prepared(ts, cm, cand.peer, "copy.prepare.lost_superblocks_log_read")
             assert ts.tablets.state(TABLET) == TabletState.COPYING
-            sb = Superblock.load(ts.tablets.paths(TABLET).superblock)
             assert sb.data_state == DataState.COPYING, sb
             assert sb.tombstone_last_opid is not None and sb.tombstone_last_opid.index >= 4, sb
             await past_vote_lease(ts)
@@ -239,11 +249,7 @@ def test_a_copy_ending_behind_the_log_of_a_replica_whose_superblock_was_lost_is_
         try:
             logged = _logged_at_rest(ts)
             assert logged[1] >= 9
-            r = await _source_behind(src, logged)
-            with probes.expect("copy.prepare.superblock_lost",
-                               "copy.prepare.lost_superblocks_log_read",
-                               "copy.refused.behind_tombstone"):
-                await _copy_refused_behind(ts, StartTabletCopy(TABLET, src.me, r.term, ""), logged)
+            await _refused_from_its_own_log(ts, src, logged)
         finally:
             await src.stop()
             await ts.stop()
@@ -263,13 +269,7 @@ def test_a_copy_over_a_lost_superblock_whose_log_does_not_read_starts_from_no_la
             data = bytearray(segment.read_bytes())
             data[:8] = bytes(8)  # the header's magic: no reader takes it for a segment
             segment.write_bytes(bytes(data))
-            await ts.tablets.begin_copy(StartTabletCopy(TABLET, ts.me, cm.current_term, ""))
-            session = CopySession("s", "tbl", KeyRange(), cm.current_term, cm.committed_config,
-                                  [], 60.0)
-            with probes.expect("copy.prepare.superblock_lost",
-                               "copy.prepare.lost_superblocks_log_unreadable"):
-                await ts.tablets.prepare_copy(TABLET, session)
-            sb = Superblock.load(paths.superblock)
+            sb = await _copy_prepared(ts, cm, ts.me, "copy.prepare.lost_superblocks_log_unreadable")
             assert sb.data_state == DataState.COPYING and sb.tombstone_last_opid is None, sb
         finally:
             await ts.stop()
