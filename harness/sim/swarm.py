@@ -577,9 +577,10 @@ CLASSIC = Mix((("crash", 2), ("power", 1), ("restart", 2), ("partition", 1), ("i
                ("disk", 1), ("transfer", 1)), (1.0, 4.0), "linearizable", "classic")
 
 
-def swarm_mix(seed: int) -> Mix:
+def swarm_mix(seed: int, bundled: bool = True) -> Mix:
     """Seed `seed`'s own mix. Its stream is `swarm/<seed>`, apart from the run's, so choosing
-    the mix never shifts the run's other random choices."""
+    the mix never shifts the run's other random choices. `bundled` False: its own draws even
+    where a bundle stream gives it a bundle (a test pinning what it ran before that stream)."""
     rng = random.Random(f"swarm/{seed}")
     optional = [k for k in KINDS if k not in ALWAYS and k not in LATE and k not in BUNDLED]
     on = rng.sample(optional, rng.choice(FEATURES))
@@ -622,7 +623,7 @@ def swarm_mix(seed: int) -> Mix:
               consistency=consistency, missed=missed, client_timeout_ms=client_timeout_ms,
               caller_timeout_ms=caller_timeout_ms, wal_queue_kb=wal_queue_kb, buffers=buffers,
               smart=smart)
-    bundle = bundle_of(seed)
+    bundle = bundle_of(seed) if bundled else None
     return mix if bundle is None else replace(
         parse_mix(ALL_BUNDLES[bundle]),
         name="swarm")
