@@ -19,6 +19,7 @@ from harness.sim.swarm import (
     EIGHTH_BUNDLES,
     ELEVENTH_BUNDLES,
     FIFTH_BUNDLES,
+    FOURTEENTH_BUNDLES,
     LATE,
     LATE_BUNDLE_DRAW,
     LATE_BUNDLES,
@@ -272,7 +273,8 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     LATEST_BUNDLES (a fourth), one in twenty-one one of FIFTH_BUNDLES (a fifth), of
     SIXTH_BUNDLES (a sixth), of SEVENTH_BUNDLES (a seventh), of EIGHTH_BUNDLES (an eighth)
     and of NINTH_BUNDLES (a ninth), TENTH_BUNDLES (a tenth), ELEVENTH_BUNDLES (an eleventh)
-    TWELFTH_BUNDLES (a twelfth) and THIRTEENTH_BUNDLES (a thirteenth);
+    TWELFTH_BUNDLES (a twelfth), THIRTEENTH_BUNDLES (a thirteenth) and FOURTEENTH_BUNDLES
+    (a fourteenth);
     the rest keep their own draws,
     and a kind of BUNDLED only comes in a bundle."""
     from tests.test_sim_forge import FORGE
@@ -291,26 +293,15 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     assert set(latest) == set(LATEST_BUNDLES) and 10 < sum(latest.values()) < 40, latest
     fifth = Counter(b for s in range(600) if (b := bundle_of(s)) in FIFTH_BUNDLES)
     assert set(fifth) == set(FIFTH_BUNDLES) and 8 < sum(fifth.values()) < 40, fifth
-    sixth = Counter(b for s in range(800) if (b := bundle_of(s)) in SIXTH_BUNDLES)
-    assert set(sixth) == set(SIXTH_BUNDLES) and 8 < sum(sixth.values()) < 40, sixth
-    seventh = Counter(b for s in range(800) if (b := bundle_of(s)) in SEVENTH_BUNDLES)
-    assert set(seventh) == set(SEVENTH_BUNDLES) and 8 < sum(seventh.values()) < 40, seventh
-    eighth = Counter(b for s in range(800) if (b := bundle_of(s)) in EIGHTH_BUNDLES)
-    assert set(eighth) == set(EIGHTH_BUNDLES) and 8 < sum(eighth.values()) < 40, eighth
-    ninth = Counter(b for s in range(800) if (b := bundle_of(s)) in NINTH_BUNDLES)
-    assert set(ninth) == set(NINTH_BUNDLES) and 8 < sum(ninth.values()) < 40, ninth
-    tenth = Counter(b for s in range(800) if (b := bundle_of(s)) in TENTH_BUNDLES)
-    assert set(tenth) == set(TENTH_BUNDLES) and 8 < sum(tenth.values()) < 40, tenth
-    eleventh = Counter(b for s in range(800) if (b := bundle_of(s)) in ELEVENTH_BUNDLES)
-    assert set(eleventh) == set(ELEVENTH_BUNDLES) and 5 < sum(eleventh.values()) < 40, eleventh
-    twelfth = Counter(b for s in range(800) if (b := bundle_of(s)) in TWELFTH_BUNDLES)
-    assert set(twelfth) == set(TWELFTH_BUNDLES) and 5 < sum(twelfth.values()) < 40, twelfth
-    thirteenth = Counter(b for s in range(800) if (b := bundle_of(s)) in THIRTEENTH_BUNDLES)
-    assert (set(thirteenth) == set(THIRTEENTH_BUNDLES)
-            and 5 < sum(thirteenth.values()) < 40), thirteenth
+    for stream, low in ((SIXTH_BUNDLES, 8), (SEVENTH_BUNDLES, 8), (EIGHTH_BUNDLES, 8),
+                        (NINTH_BUNDLES, 8), (TENTH_BUNDLES, 8), (ELEVENTH_BUNDLES, 5),
+                        (TWELFTH_BUNDLES, 5), (THIRTEENTH_BUNDLES, 5), (FOURTEENTH_BUNDLES, 5)):
+        drawn_here = Counter(b for s in range(800) if (b := bundle_of(s)) in stream)
+        assert set(drawn_here) == set(stream) and low < sum(drawn_here.values()) < 40, drawn_here
     specs = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES, **FIFTH_BUNDLES,
              **SIXTH_BUNDLES, **SEVENTH_BUNDLES, **EIGHTH_BUNDLES, **NINTH_BUNDLES,
-             **TENTH_BUNDLES, **ELEVENTH_BUNDLES, **TWELFTH_BUNDLES, **THIRTEENTH_BUNDLES}
+             **TENTH_BUNDLES, **ELEVENTH_BUNDLES, **TWELFTH_BUNDLES, **THIRTEENTH_BUNDLES,
+             **FOURTEENTH_BUNDLES}
     assert specs == ALL_BUNDLES
     for s in range(200):
         mix, bundle = swarm_mix(s), bundle_of(s)
@@ -641,3 +632,19 @@ def test_a_config_saved_behind_never_goes_back_over_a_newer_one_in_the_whole_sta
                                           mix=parse_mix(THIRTEENTH_BUNDLES["config-race"])),
                               tmp_path, "replica.cmeta.older_config_not_saved")
     assert result.nemesis.get("config-race", 0) >= 1, result.nemesis
+
+
+def test_a_copy_behind_what_a_forgotten_failed_replica_acknowledged_is_refused(tmp_path):
+    """`failed-behind` (FOURTEENTH_BUNDLES): a follower's replica FAILS on a moment's failing
+    syncs while its leader writes behind on a slow disk, and is deleted while FAILED
+    (forgotten, its files left); the leader copies the tablet to it from its synced end,
+    behind what the follower acknowledged before it failed. The copy starts from the last op
+    the forgotten replica knew (copy.prepare.forgotten_replicas_last_op) and is refused
+    (copy.refused.behind_tombstone). Before the fix a FAILED replica's files proved no last
+    OpId, the copy installed, and this seed failed on a log that regressed, as did 4 of the
+    spec's first 8 seeds (15 virtual s each)."""
+    result = _valid_and_fired(StackConfig(seed=3, workload="register", seconds=15.0,
+                                          mix=parse_mix(FOURTEENTH_BUNDLES["failed-behind"])),
+                              tmp_path, "copy.prepare.forgotten_replicas_last_op",
+                              "copy.refused.behind_tombstone")
+    assert result.nemesis.get("failed-behind", 0) >= 1, result.nemesis

@@ -186,7 +186,8 @@ MODULE_FAULTS = {
     "lose": stack_lose.lose, "lose-snapshot": stack_lose.lose_snapshot,
     "change-retry": stack_change_retry.change_retry,
     "copy-behind": stack_copy_behind.copy_behind,
-    "superblock-behind": stack_copy_behind.superblock_behind, "dying-disk": stack_dying_disk.dying_disk,
+    "superblock-behind": stack_copy_behind.superblock_behind,
+    "failed-behind": stack_copy_behind.failed_behind, "dying-disk": stack_dying_disk.dying_disk,
     "tombstone-rot": stack_tombstone_rot.tombstone_rot, "overtake": stack_overtake.overtake,
     "config-race": stack_config_race.config_race,
 }
@@ -462,9 +463,10 @@ class StackSim:
         _set_disk_faults(self.disks[host], mode, value)
         self.disk_faults[host] = mode
 
-    def _clear_disk_fault(self, host: str) -> str | None:
+    def _clear_disk_fault(self, host: str, reboot: bool = True) -> str | None:
         """The disk works again; a server whose disk failed is rebooted (its replicas may have
-        failed, loudly, and stay so until they are opened again). The fault's mode, if any."""
+        failed, loudly, and stay so until they are opened again), unless `reboot` is False (a
+        transient failure the server runs through). The fault's mode, if any."""
         mode = self.disk_faults.pop(host, None)
         if mode is None:
             return None
@@ -473,7 +475,7 @@ class StackSim:
         faults.quota_bytes, faults.fsync_eio_rate = defaults.quota_bytes, defaults.fsync_eio_rate
         faults.fsync_dir_eio_rate = defaults.fsync_dir_eio_rate
         faults.fsync_latency, faults.fill = defaults.fsync_latency, defaults.fill
-        if mode != "slow" and host not in self.down:
+        if reboot and mode != "slow" and host not in self.down:
             self._crash(host)
             self._boot(host)
         return mode

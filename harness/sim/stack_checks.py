@@ -329,15 +329,19 @@ class Invariants:
         logged, the last OpId it voted with meanwhile. A copy from a source whose WAL had not
         synced entries this replica had acknowledged (a leader writing behind) made it vote
         for logs without them, and with the leader's crash they were gone. Within one replica
-        the log may end earlier (a new leader truncates an uncommitted suffix); a replica that
-        failed, or a server with a new uuid (re-provisioned), starts over, as does one on a
-        disk damaged on purpose, which the damage checks judge and name."""
+        the log may end earlier (a new leader truncates an uncommitted suffix). A replica that
+        FAILED keeps the position it had while it ran: it acknowledged what it had synced, and
+        a copy over it, once it is deleted, must bring as much (a FAILED replica was once
+        excused, and a copy installed behind a forgotten one went unseen). A server with a new
+        uuid (re-provisioned) starts over, as does one on a disk damaged on purpose, which the
+        damage checks judge and name."""
         key = (host, tablet)
         sim = self.sim
-        if r.failed or host in sim.must_fail or (host in sim.flipped
-                                                 and host not in sim.flip_outcomes):
+        if host in sim.must_fail or (host in sim.flipped and host not in sim.flip_outcomes):
             self._positions.pop(key, None)
             return
+        if r.failed:
+            return  # the position it reached while it ran stands
         seen = self._positions.get(key)
         self._positions[key] = (r, r.uuid, logged)
         if seen is None or seen[0] is r or seen[1] != r.uuid:

@@ -22,6 +22,14 @@ found, copies it to R from its synced WAL, behind what R logged and acknowledged
 keeps R's last OpId then: only R's own log, still on its disk, says it. Half the time R's
 consensus metadata goes too, and every copy must be refused (copy.refused.log_without_metadata):
 R may have voted in a term its fresh metadata would not remember.
+
+`failed-behind` is the same race with R's replica FAILED while it runs and then deleted, in
+place of a tombstone: R's disk fails its syncs for a moment (a transient EIO; R is not
+rebooted), R's replica of the tablet fails on it (replica.failed.while_running), and a
+DeleteTablet without a config index, as an operator's or a failed disk's, forgets it and leaves
+its files (TabletManager._forget_failed). L, told the tablet is not found, copies it to R from
+its synced WAL, behind what R acknowledged before it failed. Only what R knew in memory when it
+was forgotten says that (copy.prepare.forgotten_replicas_last_op): its files prove no last OpId.
 """
 
 from __future__ import annotations
@@ -47,6 +55,29 @@ async def copy_behind(sim, value: list):
 async def superblock_behind(sim, value: list):
     """copy-behind with R's superblock lost across a power loss in place of its tombstone."""
     return await _behind(sim, value, functools.partial(_lose_superblock, sim))
+
+
+async def failed_behind(sim, value: list):
+    """copy-behind with R's replica failed while running and deleted in place of its tombstone."""
+    return await _behind(sim, value, functools.partial(_fail_and_forget, sim))
+
+
+async def _fail_and_forget(sim, value: list):
+    """R's disk fails every sync until R's replica of the tablet is FAILED (up to WAIT_S), then
+    works again without a reboot; the FAILED replica is deleted (forgotten, its files left)."""
+    tablet, r = value[0], value[3]
+    if r in sim.down or r in sim.disk_faults:
+        return SKIPPED
+    sim._set_disk_fault(r, "eio", [r, "eio", 1.0])
+    deadline, failed = sim.loop.time() + WAIT_S, False
+    while sim.loop.time() < deadline and not failed:
+        replica = getattr(sim.servers.get(r), "replicas", {}).get(tablet)
+        failed = replica is not None and bool(replica.failed)
+        await asyncio.sleep(0.01)
+    sim._clear_disk_fault(r, reboot=False)
+    if not failed:
+        return "skipped: R's replica did not fail"
+    return await sim._tombstone(value)
 
 
 async def _lose_superblock(sim, value: list):
@@ -80,9 +111,9 @@ async def _behind(sim, value: list, take_r):
     await asyncio.sleep(0.3)  # writes pile up behind L's sync: F and R commit them
     await until_writing_behind(sim, leader, tablet)
     done = await take_r(value)
-    if done is SKIPPED:
+    if done is SKIPPED or isinstance(done, str):
         sim._clear_disk_fault(leader)
-        return [*value[:8], "skipped: R is down"]
+        return [*value[:8], "skipped: R is down" if done is SKIPPED else done]
     await asyncio.sleep(after)
     sim._clear_disk_fault(leader)
     if leader not in sim.down:

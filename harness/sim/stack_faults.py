@@ -211,7 +211,7 @@ class FaultChooser:
                           round(rng.uniform(*DYING_EIO_RATE), 3),
                           round(rng.uniform(*DYING_AFTER_S), 3)]
         if kind in ("cut", "tombstone", "copy-race", "lease-race", "fail-copy", "copy-behind",
-                    "superblock-behind", "tombstone-rot"):
+                    "superblock-behind", "failed-behind", "tombstone-rot"):
             return self._choose_copy_fault(kind, rng)
         return kind, None  # heal, reset; membership and masters pick their target when they run
 
@@ -305,6 +305,9 @@ class FaultChooser:
         - superblock-behind: copy-behind with R's superblock lost across a power loss in place
           of its tombstone: R's log, left on its disk, is all that says what R acknowledged.
           Its delay slot says what else R lost: None, or "cmeta" (its consensus metadata).
+        - failed-behind: copy-behind with R's replica FAILED on a moment's failing syncs and
+          deleted in place of its tombstone: only what R knew in memory when it was forgotten
+          says what it acknowledged.
         - tombstone-rot: R tombstoned in place, then a bit of its consensus metadata flipped
           across a power loss; `after` s later L crashes, so F campaigns, asking R too
           (harness.sim.stack_tombstone_rot).
@@ -330,7 +333,7 @@ class FaultChooser:
         if kind == "lease-race":
             return kind, [tablet, host, f, rr, round(rng.uniform(*LEASE_RACE_SLOW_FSYNC_S), 6),
                           cut_s, None, round(rng.uniform(*TOMBSTONE_AFTER_S), 3)]
-        if kind in ("copy-behind", "superblock-behind"):
+        if kind in ("copy-behind", "superblock-behind", "failed-behind"):
             lost = rng.choice((None, "cmeta")) if kind == "superblock-behind" else None
             if lost and (rr in self.sim.flipped or self._damaged() >= MAX_FLIPS):
                 lost = None  # R's metadata lost is damage: within MAX_FLIPS, as the flips

@@ -31,7 +31,7 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
          "damage-file", "copy-cut", "master-swap", "unsafe", "ddl", "maintenance", "forge",
          "garble", "copy-shrink", "recopy", "copy-behind", "kill", "copy-delete", "lose",
          "ddl-retry", "change-retry", "tombstone-rot", "lose-snapshot", "dying-disk",
-         "overtake", "swap-book", "superblock-behind", "config-race")
+         "overtake", "swap-book", "superblock-behind", "config-race", "failed-behind")
 # Kinds a seed draws only in a bundle (BUNDLES), never on their own: a kind added to the
 # optional ones or to LATE would change many recorded seeds' mixes. recopy: an operator's
 # `kudu remote_replica copy` over a running replica, or from a FAILED one
@@ -47,9 +47,11 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
 # book cannot be saved (harness.sim.stack_masters). superblock-behind: copy-behind with the
 # follower's superblock lost at rest in place of its tombstone (harness.sim.stack_copy_behind).
 # config-race: a follower's committed config saved behind its Ready while the next Ready's
-# awaited save (a new term) holds a newer one (harness.sim.stack_config_race).
+# awaited save (a new term) holds a newer one (harness.sim.stack_config_race). failed-behind:
+# copy-behind with the follower FAILED on a moment's failing syncs and deleted in place of its
+# tombstone (harness.sim.stack_copy_behind).
 BUNDLED = ("recopy", "copy-delete", "lose", "tombstone-rot", "lose-snapshot", "dying-disk",
-           "overtake", "swap-book", "superblock-behind", "config-race")
+           "overtake", "swap-book", "superblock-behind", "config-race", "failed-behind")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
@@ -384,6 +386,15 @@ THIRTEENTH_BUNDLES = {
     "config-race": "config-race:4,restart:1,heal:1;every=1-4;reads=linearizable;load=10x100;"
                    "workload=register;snapshot=200",
 }
+# A fourteenth stream: copy-behind with the follower's replica FAILED while it ran and deleted
+# (forgotten, its files left) in place of its tombstone (harness.sim.stack_copy_behind). Only
+# what it knew in memory says what it acknowledged (copy.prepare.forgotten_replicas_last_op):
+# before that was kept, a copy from the leader's synced end installed behind it, and the
+# position check, which excused a replica that had FAILED, could not see it.
+FOURTEENTH_BUNDLES = {
+    "failed-behind": "failed-behind:4,restart:1,heal:1;every=1-4;reads=linearizable;"
+                     "load=10x100;workload=register",
+}
 # Each stream's name, its bundles and how many draws of none stand beside them, in the order a
 # seed takes them (`bundle_of`): a stream gives one of its bundles to about len(bundles) in
 # len(bundles) + nones of the seeds it is asked for.
@@ -393,7 +404,8 @@ _STREAMS = (("bundle", BUNDLES, 24), ("late-bundle", LATE_BUNDLES, 30),
             ("seventh-bundle", SEVENTH_BUNDLES, 20), ("eighth-bundle", EIGHTH_BUNDLES, 20),
             ("ninth-bundle", NINTH_BUNDLES, 20), ("tenth-bundle", TENTH_BUNDLES, 20),
             ("eleventh-bundle", ELEVENTH_BUNDLES, 20), ("twelfth-bundle", TWELFTH_BUNDLES, 20),
-            ("thirteenth-bundle", THIRTEENTH_BUNDLES, 20))
+            ("thirteenth-bundle", THIRTEENTH_BUNDLES, 20),
+            ("fourteenth-bundle", FOURTEENTH_BUNDLES, 20))
 BUNDLE_STREAMS = tuple((name, (None,) * nones + tuple(bundles))
                        for name, bundles, nones in _STREAMS)
 BUNDLE_DRAW, LATE_BUNDLE_DRAW = BUNDLE_STREAMS[0][1], BUNDLE_STREAMS[1][1]
@@ -429,6 +441,7 @@ BUNDLE_AIMS = {
     "swap-book": ("master.reconcile.round_failed",),
     "superblock-behind": ("copy.prepare.lost_superblocks_log_read", "copy.refused.behind_tombstone"),
     "config-race": ("replica.cmeta.older_config_not_saved",),
+    "failed-behind": ("copy.prepare.forgotten_replicas_last_op",),
 }
 
 
