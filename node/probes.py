@@ -377,6 +377,9 @@ CATALOG: dict[str, str] = {
     "copy.install.open_failed": "the copied files did not open: the replica is FAILED",
     "copy.install.failed_open_keeps_last_op":
         "copied files that did not open are kept READY with the last OpId the copy started from",
+    "copy.refused.last_op_unknown_voter":
+        "a copy onto a voter whose last op nothing says (superblock lost or damaged over a log "
+        "that does not read): refused, the replica FAILED for the masters to replace",
     "copy.refused.behind_tombstone":
         "the copied log ended behind the tombstone's last OpId: refused, it stays a tombstone",
     "copy.failed": "a tablet copy failed part-way (or was cancelled): it is abandoned",

@@ -257,9 +257,14 @@ def test_a_copy_ending_behind_the_log_of_a_replica_whose_superblock_was_lost_is_
     asyncio.run(main())
 
 
-def test_a_copy_over_a_lost_superblock_whose_log_does_not_read_starts_from_no_last_op(tmp_path):
-    """With its log damaged too, nothing says what the replica logged: the copy starts with
-    its last OpId unknown, and it votes for no one until the copy installs."""
+def test_a_copy_onto_a_voter_whose_superblock_is_lost_and_log_does_not_read_is_refused(tmp_path):
+    """With its log damaged too, nothing says what the replica logged and acknowledged: a copy
+    onto it while it is a voter is refused before anything is written, and the replica is
+    FAILED, its files kept, so the masters replace it. Before, the copy started with its last
+    OpId unknown and installed whatever it brought (the simulator's superblock-behind fault
+    with a flipped WAL bit: a log that regressed). A copy onto it as a non-voter (the masters
+    re-adding the server) starts from no last OpId and may install."""
+    from node.consensus.types import Member, MemberType, RaftConfig, encode_config
 
     async def main():
         ts, cm = await _restarted_without_superblock(tmp_path / "a", rows=8)
@@ -269,7 +274,24 @@ def test_a_copy_over_a_lost_superblock_whose_log_does_not_read_starts_from_no_la
             data = bytearray(segment.read_bytes())
             data[:8] = bytes(8)  # the header's magic: no reader takes it for a segment
             segment.write_bytes(bytes(data))
-            sb = await _copy_prepared(ts, cm, ts.me, "copy.prepare.lost_superblocks_log_unreadable")
+            await ts.tablets.begin_copy(StartTabletCopy(TABLET, ts.me, cm.current_term, ""))
+            voter = CopySession("s", "tbl", KeyRange(), cm.current_term, cm.committed_config, [],
+                                60.0)
+            with (probes.expect("copy.prepare.lost_superblocks_log_unreadable",
+                                "copy.refused.last_op_unknown_voter"),
+                  pytest.raises(RpcError, match="is a voter in the copied config") as e):
+                await ts.tablets.prepare_copy(TABLET, voter)
+            assert e.value.code == ErrorCode.ILLEGAL_STATE, e.value
+            assert ts.tablets.state(TABLET) == TabletState.FAILED
+            assert not paths.superblock.exists() and segment.read_bytes() == bytes(data)
+            await ts.tablets.delete(TABLET)  # the masters, once they replaced it
+            assert ts.tablets.state(TABLET) is None
+            learner = encode_config(RaftConfig(0, (Member(ts.uuid, MemberType.NON_VOTER),)))
+            await ts.tablets.begin_copy(StartTabletCopy(TABLET, ts.me, cm.current_term, ""))
+            session = CopySession("s", "tbl", KeyRange(), cm.current_term, learner, [], 60.0)
+            with probes.expect("copy.prepare.lost_superblocks_log_unreadable"):
+                await ts.tablets.prepare_copy(TABLET, session)
+            sb = Superblock.load(paths.superblock)
             assert sb.data_state == DataState.COPYING and sb.tombstone_last_opid is None, sb
         finally:
             await ts.stop()

@@ -178,13 +178,15 @@ class _Replica:
     """What the invariants read of a replica, settable."""
 
     def __init__(self, uuid, role="FOLLOWER", term=1, voted=None, committed=(), lease=False,
-                 logged=(0, 0), config_index=0):
+                 logged=(0, 0), config_index=0, voter=True):
         """`committed`: (index, term) or (index, term, hybrid timestamp) of committed entries;
         `lease`: whether, as a leader, it would serve a lease read now; `logged`: (term, index)
-        of the last op its log holds; `config_index`: its committed config's entry."""
+        of the last op its log holds; `config_index`: its committed config's entry; `voter`:
+        whether its committed config counts it a voter."""
         from node.consensus import Role
 
-        config = SimpleNamespace(opid_index=config_index, voters=lambda: [])
+        config = SimpleNamespace(opid_index=config_index, voters=lambda: [],
+                                 is_voter=lambda _: voter)
         self.core = SimpleNamespace(log=SimpleNamespace(
             stable=logged[1], handed=logged[1], offset=0, term_at=lambda index: logged[0],
             last_index=lambda: logged[1]),
@@ -362,7 +364,8 @@ def test_a_replica_coming_back_with_a_shorter_log_than_its_predecessor_is_a_viol
     """The log-position check: a replica object replaced on its server (a restart, a tablet
     copy) must not end its log behind the one before it had logged, by (term, index); a
     later term at a lower index is ahead. Within one replica the log may end earlier (a new
-    leader truncates an uncommitted suffix), and a failed replica or a new uuid starts over."""
+    leader truncates an uncommitted suffix). A FAILED replica keeps the position it reached
+    while it ran; a new uuid starts over, as does a non-voter on a disk damaged on purpose."""
     sim = StackSim(StackConfig(seed=1), tmp_path)
     check = sim.invariants._check_position
     check("h", "t", _Replica("u", logged=(2, 278)), (2, 278))
@@ -375,11 +378,25 @@ def test_a_replica_coming_back_with_a_shorter_log_than_its_predecessor_is_a_viol
     check("h", "t", shrunk, (2, 270))  # the same replica, truncated
     check("h", "t", _Replica("u", logged=(3, 271)), (3, 271))  # a later term is ahead
     failed = _Replica("u", logged=(3, 271))
-    failed.failed = "corrupt WAL"
+    failed.failed = "fsync failed"
     check("h", "t", failed, (3, 271))
-    check("h", "t", _Replica("u", logged=(1, 5)), (1, 5))  # after a failure: starts over
+    check("h", "t", failed, (3, 260))  # what a FAILED replica shows later is not its position
     check("h", "t", _Replica("v", logged=(0, 0)), (0, 0))  # re-provisioned: another uuid
     assert sim.invariants._unsafe == []
+    running = _Replica("v", logged=(3, 10))
+    check("h", "t", running, (3, 10))
+    running.failed = "fsync failed"
+    check("h", "t", running, (3, 10))
+    check("h", "t", _Replica("v", logged=(3, 9)), (3, 9))  # copied over it once deleted
+    assert "at (3, 9), behind the (3, 10)" in sim.invariants._unsafe[0], sim.invariants._unsafe
+    sim.invariants._unsafe.clear()
+    sim.flipped.add("h")  # damaged on purpose, no failure seen: a learner starts over ...
+    check("h", "t", _Replica("v", logged=(3, 2), voter=False), (3, 2))
+    check("h", "t", _Replica("v", logged=(3, 1), voter=False), (3, 1))
+    assert sim.invariants._unsafe == []
+    check("h", "t", _Replica("v", logged=(3, 8)), (3, 8))  # ... a voter is judged
+    check("h", "t", _Replica("v", logged=(3, 7)), (3, 7))
+    assert "behind the (3, 8)" in sim.invariants._unsafe[0], sim.invariants._unsafe
     sim.loop.close()
 
 

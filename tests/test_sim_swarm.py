@@ -502,7 +502,9 @@ def test_a_failed_voter_deleted_and_copied_does_not_vote_from_an_unknown_log(mon
     FAILs, R's replica is deleted while a voter, and L crashes while copying the tablet back.
     With R voting from an empty log while COPYING (what a FAILED replica's missing tombstone
     OpId read as), F wins without entries L and R committed, and the simulator sees another
-    entry at a committed index."""
+    entry at a committed index. A copy onto such a voter is now refused outright, R FAILED
+    for the masters to replace (copy.refused.last_op_unknown_voter); the run before takes
+    that refusal out too, so R is copied onto and votes from what its tombstone says."""
     import node.tserver.tablet_manager as manager
     from node.tablet.superblock import OpId, Superblock
 
@@ -512,8 +514,11 @@ def test_a_failed_voter_deleted_and_copied_does_not_vote_from_an_unknown_log(mon
     fixed = run(tmp_path / "fixed")
     assert fixed.ok(), (fixed.violation, fixed.verdict)
     assert [e for e in fixed.events if e[1] == "fail-copy" and len(e[2]) == 11]
-    assert fixed.probes.get("tombstone.vote.refused_unknown_last_op"), sorted(fixed.probes)
-    real = manager.tombstone_vote
+    assert fixed.probes.get("copy.refused.last_op_unknown_voter"), sorted(fixed.probes)
+    real, prepare = manager.tombstone_vote, manager.prepare_install
+    monkeypatch.setattr(manager, "prepare_install",  # no server is a voter: no refusal
+                        lambda paths, session, faults, known, uuid: prepare(paths, session,
+                                                                           faults, known, ""))
 
     def as_if_empty(paths, uuid, votes):  # before the fix: an unknown last op read as (0, 0)
         sb = Superblock.load(paths.superblock, paths.disk)

@@ -648,3 +648,17 @@ def test_a_copy_behind_what_a_forgotten_failed_replica_acknowledged_is_refused(t
                               tmp_path, "copy.prepare.forgotten_replicas_last_op",
                               "copy.refused.behind_tombstone")
     assert result.nemesis.get("failed-behind", 0) >= 1, result.nemesis
+
+
+def test_a_copy_onto_a_voter_whose_superblock_is_lost_and_log_damaged_is_refused(tmp_path):
+    """`superblock-behind` with a bit of the follower's newest WAL segment flipped as well
+    (its delay slot "wal"): its log does not read, so nothing says what it acknowledged. While
+    it is a voter a copy onto it is refused and it is FAILED, for the masters to replace
+    (copy.refused.last_op_unknown_voter). Before, the copy started from no last OpId and
+    installed behind what it had logged: this seed failed on a log that regressed, as did 12
+    of the spec's first 40 seeds (30 virtual s each), each one that reached the unreadable log."""
+    result = _valid_and_fired(StackConfig(seed=2, workload="register", seconds=15.0,
+                                          mix=parse_mix(TWELFTH_BUNDLES["superblock-behind"])),
+                              tmp_path, "copy.prepare.lost_superblocks_log_unreadable",
+                              "copy.refused.last_op_unknown_voter")
+    assert any(e[1] == "superblock-behind" and e[2][6] == "wal" for e in result.events)

@@ -331,13 +331,16 @@ class Invariants:
         for logs without them, and with the leader's crash they were gone. Within one replica
         the log may end earlier (a new leader truncates an uncommitted suffix). A replica that
         FAILED keeps the position it had while it ran: it acknowledged what it had synced, and
-        a copy over it, once it is deleted, must bring as much (a FAILED replica was once
-        excused, and a copy installed behind a forgotten one went unseen). A server with a new
-        uuid (re-provisioned) starts over, as does one on a disk damaged on purpose, which the
-        damage checks judge and name."""
+        a copy over it, once it is deleted, must bring as much (the check once forgot a
+        replica the moment it saw it FAILED, so a delete that came after a look went unjudged).
+        A server with a new uuid (re-provisioned) starts over, as does one on a disk damaged on
+        purpose, which the damage checks judge and name, unless it comes back a voter: damage
+        that took what a voter logged must make it fail loudly (and be replaced), never let it
+        vote with less."""
         key = (host, tablet)
         sim = self.sim
-        if host in sim.must_fail or (host in sim.flipped and host not in sim.flip_outcomes):
+        if host in sim.must_fail or (host in sim.flipped and host not in sim.flip_outcomes
+                                     and not r.core.committed_config.is_voter(r.uuid)):
             self._positions.pop(key, None)
             return
         if r.failed:

@@ -19,9 +19,12 @@ quiet-copy-behind bundle (harness.sim.swarm), the fault on a light load, was the
 R loses power, its superblock's name goes (a file system check, a stray rm) while its
 consensus metadata and WAL stay, and it reboots without the tablet. L, told the tablet is not
 found, copies it to R from its synced WAL, behind what R logged and acknowledged. No tombstone
-keeps R's last OpId then: only R's own log, still on its disk, says it. Half the time R's
-consensus metadata goes too, and every copy must be refused (copy.refused.log_without_metadata):
-R may have voted in a term its fresh metadata would not remember.
+keeps R's last OpId then: only R's own log, still on its disk, says it. A third of the time
+R's consensus metadata goes too, and every copy must be refused (copy.refused.log_without_metadata):
+R may have voted in a term its fresh metadata would not remember. Another third, a bit of R's
+newest WAL segment flips at rest too, so its log does not read
+(copy.prepare.lost_superblocks_log_unreadable): nothing says what R acknowledged, and while R
+is a voter no copy may install (copy.refused.last_op_unknown_voter).
 
 `failed-behind` is the same race with R's replica FAILED while it runs and then deleted, in
 place of a tombstone: R's disk fails its syncs for a moment (a transient EIO; R is not
@@ -37,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import functools
 
+from harness.sim import stack_damage
 from harness.sim.loop import SYSTEM
 from harness.sim.stack_checks import DATA_DIR
 from harness.sim.stack_masters import SKIPPED
@@ -83,13 +87,15 @@ async def _fail_and_forget(sim, value: list):
 async def _lose_superblock(sim, value: list):
     """R loses power, its superblock of the tablet loses its name (with `value[6]` "cmeta",
     its consensus metadata too: the votes it cast are gone, and no copy may merge fresh
-    metadata over the log it left), and R reboots."""
+    metadata over the log it left; with "wal", a bit of its newest WAL segment flips: its log
+    does not read), and R reboots."""
     from node.tablet.paths import TabletPaths
 
     tablet, r = value[0], value[3]
     if r in sim.down:
         return SKIPPED
     sim._crash(r)
+    flip = stack_damage.flip_wal_batch_at_rest(sim, r, tablet) if value[6] == "wal" else None
     paths = TabletPaths(DATA_DIR, tablet)
     for path in (paths.superblock, *([paths.consensus_meta] if value[6] == "cmeta" else [])):
         if sim.disks[r].exists(path):
@@ -99,7 +105,7 @@ async def _lose_superblock(sim, value: list):
         # whose tablets a second fault may leave without a majority (the liveness check)
         sim.flipped.add(r)
     sim._boot(r)
-    return value[:8]
+    return [*value[:8], *(flip or [])]
 
 
 async def _behind(sim, value: list, take_r):

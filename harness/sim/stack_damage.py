@@ -5,6 +5,7 @@ StackSim it acts on: its disks, servers and the power loss and boot it drives.""
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from harness.sim.stack_checks import DATA_DIR
 
@@ -91,16 +92,24 @@ async def torn_tail(sim, value: list) -> list:
 def flip_wal_batch(sim, host: str, tablet: str) -> list | None:
     """Power loss on `host`, one bit flipped in the data of an intact batch of `tablet`'s
     newest WAL segment there (not a stamp), and the reboot: the replica FAILs."""
+    return _flip_across_power_loss(sim, host, functools.partial(_first_batch, tablet))
+
+
+def flip_wal_batch_at_rest(sim, host: str, tablet: str) -> list | None:
+    """`flip_wal_batch` on a host already down, left down: [path, offset, 0], or None."""
+    return _flip_at_rest(sim, host, functools.partial(_first_batch, tablet))
+
+
+def _first_batch(tablet: str, disk) -> tuple[str, int] | None:
+    """Where the first batch's data of `tablet`'s newest WAL segment on `disk` starts (past
+    a stamp), or None."""
     from node.wal.segment import is_stamp
 
-    def first_batch(disk):
-        scan = newest_segment(disk, tablet)
-        if scan is None or not scan.records:
-            return None
-        start = scan.records[0].offset + 16  # the first batch's data
-        return scan.path, start + 1 if is_stamp(scan.header, start - 16, start) else start
-
-    return _flip_across_power_loss(sim, host, first_batch)
+    scan = newest_segment(disk, tablet)
+    if scan is None or not scan.records:
+        return None
+    start = scan.records[0].offset + 16  # the first batch's data
+    return scan.path, start + 1 if is_stamp(scan.header, start - 16, start) else start
 
 
 def flip_cmeta(sim, host: str, tablet: str) -> list | None:
@@ -123,14 +132,20 @@ def _flip_across_power_loss(sim, host: str, locate) -> list | None:
     """Power loss on `host`; bit 0 of the byte `locate(disk)` names, (path, offset), flipped
     at rest; the reboot. [path, offset, 0], or None (rebooted untouched) when it names none."""
     sim._crash(host)
-    disk = sim.disks[host]
-    found = locate(disk)
-    if found is not None:
-        path, offset = found
-        disk.flip_bit(path=path, at=(offset, 0))
-        sim.flipped.add(host)
+    flipped = _flip_at_rest(sim, host, locate)
     sim._boot(host)
-    return None if found is None else [path, offset, 0]
+    return flipped
+
+
+def _flip_at_rest(sim, host: str, locate) -> list | None:
+    """Bit 0 of the byte `locate(disk)` names flipped on `host`'s disk, its server down."""
+    found = locate(sim.disks[host])
+    if found is None:
+        return None
+    path, offset = found
+    sim.disks[host].flip_bit(path=path, at=(offset, 0))
+    sim.flipped.add(host)
+    return [path, offset, 0]
 
 
 def newest_segment(disk, tablet: str):

@@ -304,7 +304,8 @@ class FaultChooser:
           and R elect a leader without them.
         - superblock-behind: copy-behind with R's superblock lost across a power loss in place
           of its tombstone: R's log, left on its disk, is all that says what R acknowledged.
-          Its delay slot says what else R lost: None, or "cmeta" (its consensus metadata).
+          Its delay slot says what else R lost: None, "cmeta" (its consensus metadata) or
+          "wal" (a bit of its newest WAL segment flipped: its log does not read).
         - failed-behind: copy-behind with R's replica FAILED on a moment's failing syncs and
           deleted in place of its tombstone: only what R knew in memory when it was forgotten
           says what it acknowledged.
@@ -334,7 +335,7 @@ class FaultChooser:
             return kind, [tablet, host, f, rr, round(rng.uniform(*LEASE_RACE_SLOW_FSYNC_S), 6),
                           cut_s, None, round(rng.uniform(*TOMBSTONE_AFTER_S), 3)]
         if kind in ("copy-behind", "superblock-behind", "failed-behind"):
-            lost = rng.choice((None, "cmeta")) if kind == "superblock-behind" else None
+            lost = rng.choice((None, "cmeta", "wal")) if kind == "superblock-behind" else None
             if lost and (rr in self.sim.flipped or self._damaged() >= MAX_FLIPS):
                 lost = None  # R's metadata lost is damage: within MAX_FLIPS, as the flips
             return kind, [tablet, host, f, rr, round(rng.uniform(*COPY_BEHIND_SLOW_FSYNC_S), 6),

@@ -369,7 +369,10 @@ ELEVENTH_BUNDLES = {
 # tombstone (harness.sim.stack_copy_behind). Its own log is all that says what it acknowledged;
 # before the copy read it (copy.prepare.lost_superblocks_log_read), a copy from the leader's
 # synced end installed behind it: 17 of the first 40 seeds of this spec failed on a log that
-# regressed. Half its faults take R's consensus metadata too (copy.refused.log_without_metadata).
+# regressed. A third of its faults take R's consensus metadata too
+# (copy.refused.log_without_metadata), a third flip a bit of R's WAL so its log does not read:
+# a copy onto R while it is a voter is refused then, R FAILED for the masters to replace
+# (copy.refused.last_op_unknown_voter).
 TWELFTH_BUNDLES = {
     "superblock-behind": "superblock-behind:4,restart:1,heal:1;every=1-4;reads=linearizable;"
                          "load=10x100;workload=register",
@@ -439,7 +442,8 @@ BUNDLE_AIMS = {
     "dying-queue": ("replica.inbox.refused_unrun",),
     "late-answer": ("raft.step.stale_answer_dropped_in_lease",),
     "swap-book": ("master.reconcile.round_failed",),
-    "superblock-behind": ("copy.prepare.lost_superblocks_log_read", "copy.refused.behind_tombstone"),
+    "superblock-behind": ("copy.prepare.lost_superblocks_log_read", "copy.refused.behind_tombstone",
+                          "copy.refused.last_op_unknown_voter"),
     "config-race": ("replica.cmeta.older_config_not_saved",),
     "failed-behind": ("copy.prepare.forgotten_replicas_last_op",),
 }

@@ -20,6 +20,7 @@ import msgspec
 
 from node import durable
 from node.consensus import VoteRequest, VoteResponse
+from node.consensus.types import decode_config
 from node.disk import pwrite_all
 from node.errors import CorruptionError
 from node.faults import NO_FAULTS, Faults
@@ -57,12 +58,22 @@ async def uninterrupted(step: Awaitable[T]) -> T:
         raise
 
 
+class LastOpUnknown(Exception):
+    """A copy over files that may hold acknowledged entries, while nothing says which, onto a
+    voter: refused before anything is written (`prepare_install`)."""
+
+
 def prepare_install(paths: TabletPaths, session: CopySession, faults: Faults = NO_FAULTS,
-                    known: OpId | None = None) -> None:
+                    known: OpId | None = None, uuid: str = "") -> None:
     """Blocking: make room for a copy's files. From the first write on the superblock says
     COPYING, so a failure or crash from here tombstones the replica. `known`: the last op a
     deleted FAILED replica logged, as it knew while it ran (TabletManager._forget_failed);
-    the copy starts from it where its files prove less."""
+    the copy starts from it where its files prove less. With no last OpId known (a deleted
+    replica's damaged files, a lost superblock over a log that does not read) a copy could
+    install behind what this replica acknowledged and let it vote for logs without it; while
+    `uuid` (this server) is a voter in the copied committed config, that is refused
+    (LastOpUnknown) and nothing is written: the masters replace the replica, and a copy
+    onto it as a new, non-voting member may install."""
     tablet_id, disk = paths.tablet_id, paths.disk
     sb = readable_superblock(paths)
     if sb is not None:
@@ -96,6 +107,12 @@ def prepare_install(paths: TabletPaths, session: CopySession, faults: Faults = N
         # acknowledged; its files, which may be damaged, are not trusted to say as much
         probe("copy.prepare.forgotten_replicas_last_op")
         sb = msgspec.structs.replace(sb, tombstone_last_opid=known)
+    if sb.tombstone_last_opid is None and decode_config(session.committed_config).is_voter(uuid):
+        probe("copy.refused.last_op_unknown_voter")
+        raise LastOpUnknown(
+            f"tablet {tablet_id}: nothing here says what this replica logged (its superblock is "
+            "lost or damaged, or it failed on files that do not read), and it is a voter in "
+            "the copied config: a copy could end behind entries it acknowledged")
     sb.save(paths.superblock, disk)
     merge_consensus_metadata(paths, session.term, session.committed_config, faults)
     _remove_data(paths)

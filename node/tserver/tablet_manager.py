@@ -33,6 +33,7 @@ from node.tablet.paths import TabletPaths
 from node.tablet.superblock import DataState, OpId, Superblock
 from node.tserver.copy import (
     UNREADABLE_CMETA,
+    LastOpUnknown,
     abandon_copy,
     complete_install,
     nothing_here,
@@ -430,11 +431,21 @@ class TabletManager:
 
     async def prepare_copy(self, tablet_id: str, session: CopySession) -> None:
         """Make room for a copy's files (node.tserver.copy.prepare_install): from here on a
-        failure leaves a tombstone, with the last op a forgotten FAILED replica knew."""
+        failure leaves a tombstone, with the last op a forgotten FAILED replica knew. A voter
+        whose last op nothing says is refused and becomes FAILED, its files untouched: the
+        masters replace a FAILED replica (a tablet the server does not list is never
+        replaced, and the leader would copy to it forever)."""
         async with self.transition(tablet_id):
-            await uninterrupted(asyncio.to_thread(prepare_install, self.paths(tablet_id), session,
-                                                  self.options.faults,
-                                                  self._forgotten_last.get(tablet_id)))
+            try:
+                await uninterrupted(asyncio.to_thread(
+                    prepare_install, self.paths(tablet_id), session, self.options.faults,
+                    self._forgotten_last.get(tablet_id), self.uuid))
+            except LastOpUnknown as e:
+                self.entries[tablet_id] = TabletEntry(
+                    tablet_id, session.table_name, TabletState.FAILED,
+                    error=log_failure(self.log(tablet_id), "tablet copy refused", e))
+                raise RpcError(ErrorCode.ILLEGAL_STATE, f"{e}; the replica is FAILED here, "
+                               "its files kept, for the masters to replace") from e
             self._forgotten_last.pop(tablet_id, None)  # the COPYING superblock says it now
 
     async def finish_copy(self, tablet_id: str, session: CopySession, source: str) -> Replica:
