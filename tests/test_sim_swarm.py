@@ -245,7 +245,7 @@ def test_swarm_mixes_draw_read_mostly_loads_and_the_spec_carries_them():
         with pytest.raises(ValueError, match="read-share|clock"):
             parse_mix(bad)
     assert parse_mix("crash:1;clock=20000").clock_error_us == 20000
-    assert {swarm_mix(s).clock_error_us for s in range(100)} == {None, 20000}
+    assert {swarm_mix(s, bundled=False).clock_error_us for s in range(100)} == {None, 20000}
 
 
 def test_swarm_mixes_draw_how_the_workers_write_and_the_spec_carries_it():
@@ -661,7 +661,7 @@ def test_half_the_swarm_mixes_snapshot_often_and_the_spec_carries_it():
     """A seed of a virtual minute never reaches the engine's 20,000 entries between snapshots;
     half the swarm mixes snapshot every few hundred, so saved snapshots, collected logs and
     copies to lagging followers happen (the code probes showed none did)."""
-    mixes = [swarm_mix(s) for s in range(200)]
+    mixes = [swarm_mix(s, bundled=False) for s in range(200)]
     drawn = Counter(m.snapshot_every for m in mixes)
     assert set(drawn) == {None, 200, 1000} and 60 < drawn[None] < 140, drawn
     often = next(m for m in mixes if m.snapshot_every == 200)
@@ -673,7 +673,7 @@ def test_half_the_swarm_mixes_snapshot_often_and_the_spec_carries_it():
 def test_half_the_swarm_mixes_give_their_disks_an_fsync_latency_and_the_spec_carries_it():
     """A WAL group is durable only at the end of its sync: with syncs taking time a power loss
     can land inside one, which no seed of instantaneous syncs reaches."""
-    mixes = [swarm_mix(s) for s in range(200)]
+    mixes = [swarm_mix(s, bundled=False) for s in range(200)]
     drawn = Counter(m.fsync_ms for m in mixes)
     assert set(drawn) == {None, 1, 10} and 60 < drawn[None] < 140, drawn
     slow = next(m for m in mixes if m.fsync_ms == 10)
@@ -689,7 +689,7 @@ def test_a_quarter_of_the_swarm_mixes_keep_few_sessions_so_clients_lose_theirs(t
     """With three sessions a tablet evicts one its client still writes in: the client sees
     NO_SESSION and reopens (or says unknown after an uncertain attempt), and the seed stays
     valid. No seed with the engine's 1,024 sessions ever evicted one."""
-    mixes = [swarm_mix(s) for s in range(200)]
+    mixes = [swarm_mix(s, bundled=False) for s in range(200)]
     drawn = Counter(m.max_sessions for m in mixes)
     assert set(drawn) == {None, 3, 8} and 60 < drawn[None] < 160, drawn  # bundles draw none
     few = parse_mix("crash:2,restart:4,heal:1;every=1-4;sessions=3;load=20x200")
@@ -712,7 +712,7 @@ def _valid_and_fired(cfg: StackConfig, out, *names: str) -> None:
 def test_session_mode_mixes_draw_small_batches_and_the_spec_carries_them():
     """A node's few workers never fill the workload's 16-op batches: some session-mode mixes
     draw 2 or 4, so buffers are cut at their op count and found full."""
-    mixes = [swarm_mix(s) for s in range(200)]
+    mixes = [swarm_mix(s, bundled=False) for s in range(200)]
     assert {m.batch for m in mixes} == {None, 2, 4}
     assert all(m.writes in ("session-background", "session-manual") for m in mixes if m.batch)
     small = next(m for m in mixes if m.batch == 2)
@@ -726,7 +726,7 @@ def test_session_mode_mixes_draw_renewals_and_a_renewed_seed_stays_valid(tmp_pat
     N writes, while the other workers sharing it may be in the middle of an apply."""
     from harness.systems.tessera import clients
 
-    mixes = [swarm_mix(s) for s in range(200)]
+    mixes = [swarm_mix(s, bundled=False) for s in range(200)]
     assert {m.renew for m in mixes} == {None, 20, 100}
     assert all(m.writes in ("session-background", "session-manual") for m in mixes if m.renew)
     with pytest.raises(ValueError, match="renew=5 renews a shared session"):
@@ -752,7 +752,7 @@ def test_session_mode_mixes_draw_renewals_and_a_renewed_seed_stays_valid(tmp_pat
 def test_a_quarter_of_the_mixes_bound_requests_in_flight_so_back_pressure_happens(tmp_path):
     """No seed's workers ever had 256 requests out on one connection; with 4 a server stops
     reading a connection and the client's calls wait for room, and the seed stays valid."""
-    mixes = [swarm_mix(s) for s in range(200)]
+    mixes = [swarm_mix(s, bundled=False) for s in range(200)]
     drawn = Counter(m.inflight for m in mixes)
     assert set(drawn) == {None, 4} and 15 < drawn[4] < 80, drawn
     tight = parse_mix("restart:1,heal:1;every=1-4;load=20x200;writes=shared;inflight=4")
@@ -772,7 +772,7 @@ def test_the_delay_fault_slows_one_hosts_links_for_a_while_and_leaves_others_alo
     sim.loop.run_until_complete(asyncio.sleep(2.5))
     assert sim.net.slowed(host, other) == 0.0  # over after its 2 s
     assert sim.net.slowed(host, sim.masters[0]) == 0.5  # not the other fault's
-    assert sum("delay" in swarm_mix(s).kinds() for s in range(200)) > 40  # bundles draw none
+    assert sum("delay" in swarm_mix(s, bundled=False).kinds() for s in range(200)) > 40  # bundles draw none
 
 
 def test_half_the_mixes_lower_the_servers_frame_limit_and_the_client_keeps_its_own(tmp_path):
@@ -782,7 +782,7 @@ def test_half_the_mixes_lower_the_servers_frame_limit_and_the_client_keeps_its_o
     connection closed, one just under it refused before it is proposed: paths no seed had
     reached. The seed stays valid. Counted over the seeds that run no bundle: a bundle's spec
     names its own frame."""
-    mixes = [swarm_mix(s) for s in range(200) if bundle_of(s) is None]
+    mixes = [swarm_mix(s, bundled=False) for s in range(200) if bundle_of(s) is None]
     drawn = Counter(m.frame_mb for m in mixes)
     assert set(drawn) == {None, 1, 2} and 25 < drawn[None] < 70, drawn
     low = parse_mix("crash:2,restart:4,heal:1;every=1-4;reads=linearizable;load=10x100;"
@@ -802,7 +802,7 @@ def test_a_reprovisioned_host_comes_back_as_a_new_server_and_its_replicas_are_re
     and are refused (rpc.server.wrong_uuid); the masters replace the silent member, and no
     config names the old uuid at the end. The seed stays valid. (Drawn by more than 40 of 200
     seeds: each bundle stream takes a few seeds' own draws.)"""
-    assert "reprovision" in LATE and 40 < sum("reprovision" in swarm_mix(s).kinds()
+    assert "reprovision" in LATE and 40 < sum("reprovision" in swarm_mix(s, bundled=False).kinds()
                                                for s in range(200)) < 140
     spec = "restart:2,heal:1,reprovision:4;every=1-4;reads=linearizable;load=10x100"
     assert parse_mix(spec).spec() == spec
@@ -826,7 +826,7 @@ def test_a_disk_filled_just_past_its_files_fails_a_segments_preallocation_or_wri
     space counted, in a seed of small segments: the next segment cannot be preallocated, or a
     WAL write comes back short and the rest fails (ENOSPC): the log fails, the replica FAILs, and
     the masters replace it. No seed had reached either; the seed stays valid."""
-    assert "full" in LATE and 40 < sum("full" in swarm_mix(s).kinds() for s in range(200)) < 140
+    assert "full" in LATE and 40 < sum("full" in swarm_mix(s, bundled=False).kinds() for s in range(200)) < 140
     spec = "restart:2,heal:1,full:4;every=1-4;reads=linearizable;load=10x100"
     assert parse_mix(spec).spec() == spec
     _valid_and_fired(StackConfig(seed=2, workload="register", seconds=30.0, mix=parse_mix(spec)),
@@ -842,7 +842,7 @@ def test_a_copy_cut_mid_fetch_resumes_stalls_or_is_orphaned_and_the_copy_is_made
     stalls it past the receiver's limit, and the source's session, idle, expires; a crashed
     receiver's unfinished copy is tombstoned at its start-up. No seed had reached any of these
     (the copy's clocks were the wall clock's, and no fault landed inside a copy). Valid."""
-    assert "copy-cut" in LATE and 50 < sum("copy-cut" in swarm_mix(s).kinds()
+    assert "copy-cut" in LATE and 50 < sum("copy-cut" in swarm_mix(s, bundled=False).kinds()
                                            for s in range(200)) < 140
     spec = "restart:2,heal:1,copy-cut:4;every=1-4;reads=linearizable;load=10x100"
     assert parse_mix(spec).spec() == spec
@@ -878,7 +878,7 @@ def test_the_leader_master_removed_hands_over_and_refuses_once_removed(tmp_path)
     a client with the old master list asked there is refused (master.removed.refused). Its
     host is the spare after: stopped, wiped, not a master. No seed reached any of the three
     before; the seed stays valid and the servers heartbeat the committed masters."""
-    assert "master-swap" in LATE and 20 < sum("master-swap" in swarm_mix(s).kinds()
+    assert "master-swap" in LATE and 20 < sum("master-swap" in swarm_mix(s, bundled=False).kinds()
                                                for s in range(200)) < 80
     assert parse_mix(MASTER_SWAP).spec() == MASTER_SWAP + ";reads=linearizable"
     sim = StackSim(StackConfig(seed=6, workload="register", seconds=15.0,
@@ -904,7 +904,7 @@ def test_an_operators_unsafe_config_change_recovers_a_tablet_whose_majority_lost
     three replicas. The lost replicas were deleted before their servers ran again (tombstones),
     so the old config's majority never elects anyone; the survivor held every committed entry,
     so nothing acknowledged is lost: the seed is valid."""
-    assert "unsafe" in LATE and 20 < sum("unsafe" in swarm_mix(s).kinds() for s in range(200)) < 80
+    assert "unsafe" in LATE and 20 < sum("unsafe" in swarm_mix(s, bundled=False).kinds() for s in range(200)) < 80
     sim = StackSim(StackConfig(seed=0, workload="register", seconds=15.0, mix=parse_mix(UNSAFE)),
                    tmp_path)
     result = sim.run()
@@ -1003,7 +1003,7 @@ def test_tables_dropped_beside_the_workload_and_a_deposed_master_keeps_what_it_n
     from harness.sim.stack_masters import leader_master
     from node.master.catalog import CATALOG, Catalog
 
-    assert "ddl" in LATE and 20 < sum("ddl" in swarm_mix(s).kinds() for s in range(200)) < 80
+    assert "ddl" in LATE and 20 < sum("ddl" in swarm_mix(s, bundled=False).kinds() for s in range(200)) < 80
     sim = StackSim(StackConfig(seed=7, workload="register", seconds=15.0, mix=parse_mix(DDL)),
                    tmp_path)
     result = sim.run()
@@ -1045,7 +1045,7 @@ def _late_kind_alone(kind: str, tmp_path, seed: int = 3):
     is a late draw that about a quarter of the swarm seeds take. (config, sim, result)."""
     from harness.sim.stack import StackConfig, StackSim
 
-    assert 20 < sum(kind in swarm_mix(s).kinds() for s in range(200)) < 80
+    assert 20 < sum(kind in swarm_mix(s, bundled=False).kinds() for s in range(200)) < 80
     cfg = StackConfig(seed=seed, workload="register", seconds=15.0,
                       mix=parse_mix(f"{kind}:8,restart:1,heal:1;every=0.5-2"))
     sim = StackSim(cfg, tmp_path / "fixed")
@@ -1150,8 +1150,9 @@ def test_a_shared_smart_client_and_bursts_are_drawn_and_a_spec_carries_them():
     back and a value after either."""
     from harness.sim.swarm import ALL_BUNDLES, bundle_of
 
+    own = [swarm_mix(s, bundled=False) for s in range(200)]  # the seeds' own draws
+    assert 25 < sum(m.smart for m in own) < 70 and not any(m.bursts for m in own)
     mixes = [swarm_mix(s) for s in range(200)]
-    assert 25 < sum(m.smart for m in mixes) < 70 and not any(m.bursts for m in mixes)
     assert all(m == replace(parse_mix(ALL_BUNDLES[b]), name="swarm")
                for s, m in enumerate(mixes) if (b := bundle_of(s)))  # a bundle stays whole
     m = parse_mix("crash:1;load=10x100;writes=session-manual;smart;bursts")

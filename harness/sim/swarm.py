@@ -392,8 +392,10 @@ THIRTEENTH_BUNDLES = {
 # A fourteenth stream: copy-behind with the follower's replica FAILED while it ran and deleted
 # (forgotten, its files left) in place of its tombstone (harness.sim.stack_copy_behind). Only
 # what it knew in memory says what it acknowledged (copy.prepare.forgotten_replicas_last_op):
-# before that was kept, a copy from the leader's synced end installed behind it, and the
-# position check, which excused a replica that had FAILED, could not see it.
+# before that was kept, a copy from the leader's synced end installed behind it (34 of this
+# spec's first 40 seeds failed on a log that regressed). Twelve draws of none beside it, not
+# twenty: a stream is asked only by the seeds no earlier one gave a bundle, and with twenty
+# none of the first 200 seeds drew it.
 FOURTEENTH_BUNDLES = {
     "failed-behind": "failed-behind:4,restart:1,heal:1;every=1-4;reads=linearizable;"
                      "load=10x100;workload=register",
@@ -408,7 +410,7 @@ _STREAMS = (("bundle", BUNDLES, 24), ("late-bundle", LATE_BUNDLES, 30),
             ("ninth-bundle", NINTH_BUNDLES, 20), ("tenth-bundle", TENTH_BUNDLES, 20),
             ("eleventh-bundle", ELEVENTH_BUNDLES, 20), ("twelfth-bundle", TWELFTH_BUNDLES, 20),
             ("thirteenth-bundle", THIRTEENTH_BUNDLES, 20),
-            ("fourteenth-bundle", FOURTEENTH_BUNDLES, 20))
+            ("fourteenth-bundle", FOURTEENTH_BUNDLES, 12))
 BUNDLE_STREAMS = tuple((name, (None,) * nones + tuple(bundles))
                        for name, bundles, nones in _STREAMS)
 BUNDLE_DRAW, LATE_BUNDLE_DRAW = BUNDLE_STREAMS[0][1], BUNDLE_STREAMS[1][1]
