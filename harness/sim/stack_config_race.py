@@ -36,6 +36,7 @@ import asyncio
 import random
 
 from harness.sim.stack_checks import _replica
+from harness.sim.stack_watch import until
 
 SLOW_FSYNC_S = (6.0, 8.0)  # F's fsyncs, from half of it to it: C2's write outlasts the resend
 # F's answers to L late by this: past a heartbeat interval (0.5 s), within a vote lease (L's
@@ -95,15 +96,6 @@ def _queued(r, term: int, commit: int) -> bool:
     last = r.core.log.last_index()
     return any(type(m) is AppendEntries and m.term == term and m.commit >= commit
                and m.prev_index + len(m.entries) <= last for m in _inbox(r))
-
-
-async def _until(sim, done, seconds: float) -> bool:
-    deadline = sim.loop.time() + seconds
-    while not done():
-        if sim.loop.time() >= deadline:
-            return False
-        await asyncio.sleep(WATCH_S)
-    return True
 
 
 async def config_race(sim, value: list) -> list:
@@ -172,9 +164,9 @@ async def config_race(sim, value: list) -> list:
         sim.client.change_replica(tablet, "add", uuid[x]), WAIT_S))
     outcome = "raced"
     try:
-        if not await _until(sim, lambda: "c2" in state, WAIT_S):
+        if not await until(sim, lambda: "c2" in state, WAIT_S, WATCH_S):
             outcome = "no C2" if "c1" in state else "no C1"
-        elif not await _until(sim, lambda: "sent" in state, WAIT_S):
+        elif not await until(sim, lambda: "sent" in state, WAIT_S, WATCH_S):
             outcome = "C2 not sent to F"
         elif state["sent"] == "committed first":
             outcome = "C2 committed before F had it"
@@ -184,7 +176,7 @@ async def config_race(sim, value: list) -> list:
                 return rf is None or rf.core.log.stable >= state["c2"] or _queued(
                     rf, state["term"], state["c2"])
 
-            await _until(sim, resent, WAIT_S)
+            await until(sim, resent, WAIT_S, WATCH_S)
             # F's write has long been syncing: its disk well again, the saves after it are quick
             if sim.disk_faults.get(f) == "slow":
                 sim._clear_disk_fault(f)
@@ -208,7 +200,7 @@ async def config_race(sim, value: list) -> list:
                     seen["append"] = any(type(m) is AppendEntries for m in newer)
                     return False
 
-                await _until(sim, written, HOLD_S)
+                await until(sim, written, HOLD_S, WATCH_S)
                 if outcome == "raced" and not seen.get("vote"):
                     outcome = "the vote request came after F's write"
                 elif outcome == "raced" and seen.get("append"):

@@ -42,8 +42,9 @@ import functools
 
 from harness.sim import stack_damage
 from harness.sim.loop import SYSTEM
-from harness.sim.stack_checks import DATA_DIR
+from harness.sim.stack_checks import DATA_DIR, _replica
 from harness.sim.stack_masters import SKIPPED
+from harness.sim.stack_watch import until
 
 # How long the fault waits for L's write to run behind: on a quiet tablet the next write may be
 # a second or more away; on a busy one it is at once.
@@ -73,11 +74,10 @@ async def _fail_and_forget(sim, value: list):
     if r in sim.down or r in sim.disk_faults:
         return SKIPPED
     sim._set_disk_fault(r, "eio", [r, "eio", 1.0])
-    deadline, failed = sim.loop.time() + WAIT_S, False
-    while sim.loop.time() < deadline and not failed:
-        replica = getattr(sim.servers.get(r), "replicas", {}).get(tablet)
-        failed = replica is not None and bool(replica.failed)
-        await asyncio.sleep(0.01)
+    failed = await until(sim, lambda: getattr(_replica(sim.servers.get(r), tablet), "failed", None),
+                         WAIT_S)
+    if failed:
+        await asyncio.sleep(0.01)  # a step for the failure to settle before the disk heals
     sim._clear_disk_fault(r, reboot=False)
     if not failed:
         return "skipped: R's replica did not fail"
@@ -133,9 +133,8 @@ async def _behind(sim, value: list, take_r):
 async def until_writing_behind(sim, host: str, tablet: str) -> None:
     """Wait, up to WAIT_S, until `host`'s replica of `tablet` has a write of its own running
     behind: entries its followers hold that its WAL has not synced."""
-    deadline = sim.loop.time() + WAIT_S
-    while sim.loop.time() < deadline:
-        replica = getattr(sim.servers.get(host), "replicas", {}).get(tablet)
-        if replica is None or replica.writes.behind:
-            return
-        await asyncio.sleep(0.01)
+    def behind() -> bool:
+        replica = _replica(sim.servers.get(host), tablet)
+        return replica is None or replica.writes.behind
+
+    await until(sim, behind, WAIT_S)
