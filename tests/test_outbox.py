@@ -305,7 +305,10 @@ def test_a_lone_writers_messages_go_half_in_rpcs_and_half_in_their_replies(tmp_p
                 await write_rows(leader, 30)
                 rpcs = sum(s.server.stats["requests"] for s in servers) - before
             late = seen["rpc.outbox.held_reply_released_empty"]
-            assert len(batches) >= 4 * 30  # each write: an append to each, and its answer
+            # Each write (one at a time) needs an append to a follower and its answer. A slow
+            # follower's append and answer may ride with the next write's, so 4 a write is
+            # what an idle machine shows, not a floor.
+            assert len(batches) >= 2 * 30
             assert rpcs <= len(batches) / 2 + late + 3, (rpcs, len(batches), late)
             await wait_for(lambda: all(s.replicas[TABLET].state.data.get("k29") == 29
                                        for s in servers), "every replica to apply the last")
