@@ -13,6 +13,7 @@ what leaves the cluster as it was.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +89,10 @@ class Context:
 
 
 
+def _nothing() -> None:
+    pass
+
+
 def held_off(why: str, quiet: bool = False, **extra: Any) -> dict:
     """A start's answer when another fault holds what it needs (the daemon it would kill, the
     replicas it would race) and it did nothing: skipped, and worth another try while its hold
@@ -97,7 +102,7 @@ def held_off(why: str, quiet: bool = False, **extra: Any) -> dict:
     `quiet`: the start needs the other faults at rest all at once, not just one of them gone (a
     removal needs some group whose every member is up and answering). With many packages
     overlapping at random, such a moment seldom comes by itself, so the schedule holds the
-    other packages' next starts back while this one tries again."""
+    other packages' next starts back while this one tries again, up to its `settled()`."""
     return {"skipped": why, "held_off": True, **({"quiet": True} if quiet else {}), **extra}
 
 
@@ -110,6 +115,10 @@ class Nemesis:
     # through a copy): held off, it is tried again up to the package's next start, not only
     # its stop (nemeses.schedule).
     fires_late: bool = False
+    # Called from a start's thread once what it needed the other faults at rest for has been
+    # taken (a removal's group found and reserved), before the slow part: the schedule then
+    # lets the starts held back for it (quiet, `held_off`) go on. Set by nemeses.schedule.
+    settled: Callable[[], None] = field(default_factory=lambda: _nothing, repr=False)
 
     def start(self, choice: dict) -> dict:
         raise NotImplementedError

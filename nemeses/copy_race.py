@@ -45,6 +45,7 @@ class CopyRace(Nemesis):
             # so their next starts wait while the group settles (nemeses.base.held_off)
             return held_off(f"tablet {tablet} has no leader with two other voters that answer",
                             quiet=True)
+        self.settled()  # the group is found: the others' starts may go on
         i = choice["pick"] % len(others)
         follower, receiver = others[i], others[(i + 1) % len(others)]
         self.part.cut({leader: [follower], follower: [leader]})

@@ -99,6 +99,7 @@ class Membership(Nemesis):
                 picked = (self._pick(members, choice["pick"]) if other is None else
                           f"{other} is taking a replica from a group now")
             if not isinstance(picked, str):
+                self.settled()  # its group is reserved: the others' starts may go on
                 outcome = self._remove(members, picked)
                 if isinstance(outcome, dict):
                     return outcome

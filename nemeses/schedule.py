@@ -25,10 +25,14 @@ Some starts need every other fault at rest at once (`held_off(..., quiet=True)`:
 a group whose every member is up). Among ten packages overlapping at random that moment
 seldom comes, and under `--nemesis all` membership fired in one matrix cell of four or five.
 While such a start is held off, the other packages' next starts wait (their stops and heals do
-not), so no new hold begins while the ones in force end and the cluster settles; once it fires
-or its turn is over they go on, later by as much (`deferred_s` in their completion), and a start
-deferred past the workload's end is skipped like any late start. It cannot shorten a hold
-already in force, so in a short cell a removal may still find no group to spare.
+not), so no new hold begins while the ones in force end and the cluster settles. They go on
+once it has what it waited for (its `settled()`: a removal's group found and reserved, not the
+removal's slow commit and read-back, which under load kept every other start waiting past a
+short run's end), or its turn is over. They fire later by as much (`deferred_s` in their
+completion), and so do their stops, so each deferred hold keeps its length (its stop at the
+workload's end at the latest); a start deferred past the workload's end is skipped like any
+late start. It cannot shorten a hold already in force, so in a short cell a removal may still
+find no group to spare.
 """
 
 from __future__ import annotations
@@ -76,6 +80,8 @@ class Schedule:
         ran = {"at": round(self.clock.now() - (self._t0 or self.clock.now()), 3),
                "package": name, "action": action, **(deferred or {})}
         self.executed.append(ran)
+        loop = asyncio.get_running_loop()
+        n.settled = lambda: loop.call_soon_threadsafe(self._quiet.discard, name)
         try:
             call = {"start": lambda: n.start(choice), "stop": n.stop, "heal": n.heal}[action]
             # SSH and RPCs block: off the event loop
@@ -137,6 +143,7 @@ class Schedule:
             if self.nemeses[name].fires_late:
                 until[j] = t0 + self.plan.time_limit
         skipped: set[str] = set()  # packages whose last start came after the workload's end
+        shift: dict[str, float] = {}  # how long a package's start waited for another's quiet
 
         async def after(prev: asyncio.Task | None, s: Step, retry_until: float | None) -> None:
             if prev is not None:
@@ -144,6 +151,10 @@ class Schedule:
             if s.action == "stop" and s.package in skipped:
                 skipped.discard(s.package)  # nothing of its start to stop
                 return
+            if s.action == "stop" and (by := shift.pop(s.package, 0.0)):
+                # its start was deferred: the hold keeps its length, up to the workload's end
+                end = min(t0 + s.at + by, t0 + self.plan.time_limit)
+                await self.clock.sleep(max(0.0, end - self.clock.now()))
             deferred = await self._quiet_for(s.package) if s.action == "start" else None
             late = self.clock.now() - t0 - self.plan.time_limit
             if s.action == "start" and late >= 0:
@@ -152,6 +163,8 @@ class Schedule:
                     f"its turn came {late:.1f} s after the workload ended (planned at "
                     f"{s.at:g} s; an earlier step of the package ran long)"))
                 return
+            if deferred:
+                shift[s.package] = deferred["deferred_s"]
             await self._do(rec, s.package, s.action, s.choice, retry_until=retry_until,
                            deferred=deferred)
 
