@@ -507,6 +507,8 @@ CATALOG: dict[str, str] = {
     "master.rereplication.add_chosen": "re-replication adds a replacement on a spare live server",
     "master.rereplication.remove_chosen":
         "re-replication removes the failed member (enough healthy voters)",
+    "master.rereplication.excess_voter_removed":
+        "a healthy voter beyond the replication factor is removed (the replaced member came back)",
     "master.rereplication.maintenance_deferred":
         "re-replication left a failed or silent member alone: its tablet server is in maintenance",
     "master.rereplication.no_spare": "re-replication found no spare live server for a replacement",

@@ -358,3 +358,21 @@ def test_the_table_checksum_is_the_crc_of_the_rows_chained_one_by_one():
         for _, row in _rows(data):
             crc = crc32c(row, crc)
         assert table_checksum(data) == crc, n
+
+
+def test_a_tablet_with_voters_beyond_the_replication_factor_is_awaited_then_noted():
+    """The master removes a voter beyond the replication factor (a replaced member back before
+    its removal), so the rounds go on while one is there, and at the end it is a note. Without
+    a factor given (ksck), voter counts are not judged."""
+    four = ["u1", "u2", "u3", "u4"]
+    replies = {f"n{i}": ChecksumReport(f"u{i}", [msgspec.structs.replace(
+        t, members=four) for t in rep(f"u{i}", role="LEADER" if i == 1 else "FOLLOWER").tablets])
+        for i in range(1, 5)}
+    hosts = sorted(replies)
+    r = compare(replies, hosts, replication_factor=3)
+    assert r["verdict"] == "unknown" and "not yet removed: T" in r["reason"], r
+    r = compare(replies, hosts, final=True, replication_factor=3)
+    assert r["verdict"] == "valid" and [n["type"] for n in r["notes"]] == ["over-replicated"]
+    assert r["notes"][0]["voters"] == four
+    assert compare(replies, hosts, replication_factor=4)["verdict"] == "valid"
+    assert compare(replies, hosts)["verdict"] == "valid"

@@ -1,7 +1,7 @@
 """The leader master's background round (Kudu's CatalogManager background tasks): the catalog
 follows each tablet's committed config as its leader reports it; a replica on a server silent for
 `follower_unavailable_considered_failed_sec`, or one that reports FAILED, is replaced, add before
-remove (3-4-3); replicas whose catalog record is deleted, or whose config left them out, are
+remove (3-4-3), and a voter beyond the replication factor is removed; replicas whose catalog record is deleted, or whose config left them out, are
 deleted (`_deletion` says which, and why a tablet the catalog never saw is left alone); and,
 while a tablet has never reported a leader (Kudu's CREATING), its creation is sent again to the
 live members that do not report it. Runs every `catalog_manager_bg_task_wait_ms` on every
@@ -60,6 +60,13 @@ class Reconciler:
         # for an operator, and a copy over a damaged superblock or cmeta would fail at every
         # try, so such a server is never picked to hold a replacement (forgotten on a restart)
         self._failed_on: dict[str, set[str]] = {}
+        # tablet -> the members this master added a replacement for: once the replacement
+        # votes, each is removed even if it was heard again meanwhile (3-4-3 carried through)
+        self._replacing: dict[str, set[str]] = {}
+        # tablet -> (committed config index, when this master first saw it): an excess voter
+        # nobody here decided to replace is removed only once the config has stood for the
+        # silence limit, so an operator's move (add, then remove) is not raced
+        self._config_since: dict[str, tuple[int, float]] = {}
 
     async def run(self) -> None:
         """One round, on the leader master only (once its catalog replica has applied an entry
@@ -111,7 +118,8 @@ class Reconciler:
         """Re-replication, add before remove (Kudu's 3-4-3): a member whose tablet server has been
         silent for follower_unavailable_considered_failed_sec, or whose replica reports FAILED,
         gets a replacement on a live server outside the config; once that one is a voter, the
-        failed member is removed (and then deleted by `_deletion`). One change per tablet per
+        failed member is removed (and then deleted by `_deletion`); with none failed, a voter
+        beyond the replication factor is removed (`_excess_voter`). One change per tablet per
         round, only while its config is settled, guarded by the committed config it was decided
         from: a heartbeat may be older than the last change."""
         limit = self.m.opts.follower_unavailable_considered_failed_sec
@@ -123,30 +131,25 @@ class Reconciler:
             if record is None or leader is None or leader[1].config != leader[1].committed_config:
                 continue
             members = dict(leader[1].committed_config)  # uuid -> VOTER | NON_VOTER
+            if tid in self._replacing:  # a member once removed is replaced for good
+                self._replacing[tid] &= set(members)
             decided_from = leader[1].committed_config_index  # the change's guard
             failed = sorted(u for u in members if self._failed(tid, u, limit))
             if set(failed) & maintenance:  # Kudu's maintenance mode: the operator is on it
                 probe("master.rereplication.maintenance_deferred")
                 failed = [u for u in failed if u not in maintenance]
-            if not failed:
-                continue
-            healthy_voters = [u for u, kind in members.items() if kind == "VOTER" and u not in failed]
-            if "NON_VOTER" in members.values():
-                probe("master.rereplication.waits_for_promotion")
-                continue  # a replacement is catching up; the leader promotes it
-            if len(healthy_voters) >= record.replication_factor:
-                probe("master.rereplication.remove_chosen")
-                change = ReplicaChange(tid, "remove", failed[0], decided_from)
+            if failed:
+                change = self._replacement(tid, record, members, failed, live, maintenance)
+            elif (extra := self._excess_voter(tid, record.replication_factor, members,
+                                              leader[0].uuid, maintenance, decided_from,
+                                              limit)) is not None:
+                probe("master.rereplication.excess_voter_removed")
+                change = ReplicaChange(tid, "remove", extra)
             else:
-                spare = sorted((t for t in live if t.peer.uuid not in members
-                                and t.peer.uuid not in maintenance
-                                and t.peer.uuid not in self._failed_on.get(tid, ())),
-                               key=lambda t: (len(t.tablets), t.peer.uuid))
-                if not spare:
-                    probe("master.rereplication.no_spare")
-                    continue
-                probe("master.rereplication.add_chosen")
-                change = ReplicaChange(tid, "add", spare[0].peer.uuid, decided_from)
+                continue
+            if change is None:
+                continue
+            change = msgspec.structs.replace(change, cas_config_index=decided_from)
             try:
                 await self.m.on_change_replica(change)
                 log.info("re-replication: tablet %s: %s %s", tid, change.op, change.ts_uuid)
@@ -154,6 +157,56 @@ class Reconciler:
                 probe("master.rereplication.change_failed")
                 log.info("re-replication: tablet %s: %s %s failed: %s", tid, change.op,
                          change.ts_uuid, e)
+
+    def _replacement(self, tid: str, record: TabletRecord, members: dict[str, str],
+                     failed: list[str], live: list, maintenance: set[str]) -> ReplicaChange | None:
+        """The next step of replacing `failed` members, add before remove, or None for now."""
+        healthy_voters = [u for u, kind in members.items() if kind == "VOTER" and u not in failed]
+        if "NON_VOTER" in members.values():
+            probe("master.rereplication.waits_for_promotion")
+            return None  # a replacement is catching up; the leader promotes it
+        if len(healthy_voters) >= record.replication_factor:
+            probe("master.rereplication.remove_chosen")
+            return ReplicaChange(tid, "remove", failed[0])
+        spare = sorted((t for t in live if t.peer.uuid not in members
+                        and t.peer.uuid not in maintenance
+                        and t.peer.uuid not in self._failed_on.get(tid, ())),
+                       key=lambda t: (len(t.tablets), t.peer.uuid))
+        if not spare:
+            probe("master.rereplication.no_spare")
+            return None
+        probe("master.rereplication.add_chosen")
+        self._replacing.setdefault(tid, set()).update(failed)
+        return ReplicaChange(tid, "add", spare[0].peer.uuid)
+
+    def _excess_voter(self, tid: str, rf: int, members: dict[str, str], leader: str,
+                      maintenance: set[str], index: int, limit: float) -> str | None:
+        """A healthy voter beyond the replication factor to remove, or None. Add before remove
+        left one whenever the member being replaced was heard again before its removal (an
+        isolation past the silence limit; a master cut off from some servers, which judges
+        them from its own view): nothing counted failed, the removal never came, and the tablet
+        kept four voters for good. Kudu's master evicts an excess replica, healthy or not
+        (ShouldEvictReplica). The member this master was replacing goes first, at once; any
+        other excess (an operator's add-replica, a replacement a former leader master began)
+        only once the committed config has stood for `limit`, so an operator's move-replica
+        (add, then remove the source) is not raced: then a server not heard from, then the
+        most loaded. Never the leader, and nobody while a replacement is catching up or a
+        member's server is in maintenance (the operator is on it)."""
+        now = self.m.ts.now()
+        since = self._config_since.get(tid)
+        if since is None or since[0] != index:
+            since = self._config_since[tid] = (index, now)
+        voters = [u for u, kind in members.items() if kind == "VOTER" and u != leader]
+        if ("NON_VOTER" in members.values() or len(voters) + 1 <= rf
+                or set(members) & maintenance):
+            return None
+        replacing = sorted(self._replacing.get(tid, set()) & set(voters))
+        if replacing:
+            return replacing[0]
+        if now - since[1] < limit:
+            return None
+        live = {t.peer.uuid: len(t.tablets) for t in self.m.ts.live()}
+        return min(voters, key=lambda u: (u in live, -live.get(u, 0), u))
 
     def _failed(self, tablet_id: str, uuid: str, limit: float) -> bool:
         """A member to replace: its server silent for over `limit` seconds, or its replica

@@ -66,7 +66,8 @@ def _replica(t: TabletChecksum, uuid: str, note: str) -> dict:
     return out
 
 
-def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = False) -> dict:
+def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = False,
+            replication_factor: int | None = None) -> dict:
     """The convergence result for one round of replies (host -> report) from the `asked` hosts.
     Invalid if replicas at the same applied index differ; unknown if nobody answered, some live
     replica is behind the others, or a tablet has no leader; else valid. On the `final` round
@@ -86,7 +87,9 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
     member the master could have replaced (some server answered that holds no replica of the
     tablet) keeps the rounds going, since the master replaces such members at once; on the
     `final` round one still there is a note (`failed-replica-not-replaced`): an availability
-    gap, which the verdict does not count."""
+    gap, which the verdict does not count. So too a tablet with more committed voters than
+    `replication_factor` (when given): the master removes the excess, so the rounds go on,
+    and on the `final` round it is a note (`over-replicated`)."""
     uuid_of = {host: rep.uuid for host, rep in replies.items()}
     by_tablet: dict[str, dict[str, TabletChecksum]] = {}
     for host, rep in replies.items():
@@ -97,6 +100,7 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
     unanswered: list[str] = []  # leaderless tablets whose live majority is not known to be live
     unreachable = sorted(set(asked) - set(replies))
     repairing: list[str] = []  # tablets with a FAILED member and a server free to replace it
+    excess: list[str] = []  # tablets with more voters than the replication factor
     for tid in sorted(by_tablet):
         reps = by_tablet[tid]
         if all(t.state == "TOMBSTONED" for t in reps.values()):
@@ -126,6 +130,15 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
                                    f"though {', '.join(spares)} could hold a replacement: one "
                                    f"failure less from unavailable than its replication factor "
                                    f"says"})
+        voters = _voters(reps)
+        if replication_factor is not None and len(voters) > replication_factor:
+            excess.append(tid)
+            if final:
+                unavailable.append({
+                    "type": "over-replicated", "tablet": tid, "voters": sorted(voters),
+                    "explanation": f"tablet {tid} keeps {len(voters)} voters after the heal, "
+                                   f"more than its replication factor {replication_factor}: a "
+                                   f"replica's disk and a quorum's traffic more"})
         tablets.append({"tablet": tid, "applied_index": applied,
                         "replicas": {h: _replica(t, uuid_of[h], notes[h]) for h, t in sorted(reps.items())},
                         "missing": sorted(members - {uuid_of[h] for h in reps})})
@@ -211,6 +224,10 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
     if repairing and not final:  # the master replaces FAILED members: give it the time
         return {**result, "verdict": "unknown",
                 "reason": f"FAILED members not yet replaced: {', '.join(repairing)}"}
+    if excess and not final:  # and removes voters beyond the replication factor
+        return {**result, "verdict": "unknown",
+                "reason": f"voters beyond the replication factor not yet removed: "
+                          f"{', '.join(excess)}"}
     return {**result, "verdict": "valid"}
 
 
@@ -233,13 +250,14 @@ def first_differing_key(keys: dict[str, list[tuple[str, int]]]) -> str | None:
     return None
 
 
-def converge(ask: Ask, asked: list[str], timeout: float, interval: float = 0.5) -> dict:
+def converge(ask: Ask, asked: list[str], timeout: float, interval: float = 0.5,
+             replication_factor: int | None = None) -> dict:
     """Poll until the result is decided (valid or invalid) or `timeout` passes; then name the
     first differing key of each divergent tablet, from a second scan with row hashes."""
     deadline = time.monotonic() + timeout
     while True:
         final = time.monotonic() >= deadline
-        result = compare(ask(ChecksumScan()), asked, final)
+        result = compare(ask(ChecksumScan()), asked, final, replication_factor)
         if result["verdict"] != "unknown":
             break
         if final:
@@ -256,7 +274,7 @@ def converge(ask: Ask, asked: list[str], timeout: float, interval: float = 0.5) 
     return result
 
 
-def check_convergence(db, timeout: float = 30.0) -> dict:
+def check_convergence(db, timeout: float = 30.0, replication_factor: int | None = None) -> dict:
     """`db`: anything with `hosts` (each with `.name`) and `ask_each(hosts, daemon, method, reply,
     request)`, like the harness's TesseraDB or ksck's `Servers`. Asks for the replicas' checksums
     (`ts.checksum`) until the live replicas of each tablet agree on an applied index, then compares
@@ -266,4 +284,5 @@ def check_convergence(db, timeout: float = 30.0) -> dict:
     def ask(req):
         return db.ask_each(hosts, "tserver", "ts.checksum", ChecksumReport, req)
 
-    return converge(ask, [h.name for h in hosts], timeout)
+    return converge(ask, [h.name for h in hosts], timeout,
+                    replication_factor=replication_factor)

@@ -179,7 +179,7 @@ class TesseraDB(Deployment):
                                external_consistency=mode)
         self.log("waiting for the cluster to accept the test table")
         try:
-            locs = await accept_test_table(client, workload.tablets, min(3, len(self.hosts)))
+            locs = await accept_test_table(client, workload.tablets, self.replication_factor)
         except BaseException:
             await client.close()
             raise
@@ -193,11 +193,17 @@ class TesseraDB(Deployment):
 
         return clients, close, {t.partition.bucket: t.tablet_id for t in locs.tablets}
 
+    @property
+    def replication_factor(self) -> int:
+        """The test table's: 3, or every host on a smaller cluster."""
+        return min(3, len(self.hosts))
+
     def end_checks(self) -> list[tuple[str, object]]:
         from harness.systems.tessera.masters_check import check_masters
         from node.tools.convergence import check_convergence
 
-        return [("convergence", lambda: check_convergence(self)),
+        return [("convergence", lambda: check_convergence(
+                    self, replication_factor=self.replication_factor)),
                 ("masters", lambda: check_masters(self))]
 
     def add_master(self, host: str, timeout: float = 60.0) -> str:
