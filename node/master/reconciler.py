@@ -1,8 +1,9 @@
 """The leader master's background round (Kudu's CatalogManager background tasks): the catalog
 follows each tablet's committed config as its leader reports it; a replica on a server silent for
 `follower_unavailable_considered_failed_sec`, or one that reports FAILED, is replaced, add before
-remove (3-4-3), and a voter beyond the replication factor is removed; replicas whose catalog record is deleted, or whose config left them out, are
-deleted (`_deletion` says which, and why a tablet the catalog never saw is left alone); and,
+remove (3-4-3), and a voter beyond the replication factor is removed; replicas whose catalog
+record is deleted, or whose config left them out, are deleted (`_deletion` says which, and why
+a tablet the catalog never saw is left alone); and,
 while a tablet has never reported a leader (Kudu's CREATING), its creation is sent again to the
 live members that do not report it. Runs every `catalog_manager_bg_task_wait_ms` on every
 master and does nothing unless this master leads."""
@@ -139,17 +140,17 @@ class Reconciler:
                 probe("master.rereplication.maintenance_deferred")
                 failed = [u for u in failed if u not in maintenance]
             if failed:
-                change = self._replacement(tid, record, members, failed, live, maintenance)
+                change = self._replacement(tid, record, members, failed, live, maintenance,
+                                           decided_from)
             elif (extra := self._excess_voter(tid, record.replication_factor, members,
                                               leader[0].uuid, maintenance, decided_from,
                                               limit)) is not None:
                 probe("master.rereplication.excess_voter_removed")
-                change = ReplicaChange(tid, "remove", extra)
+                change = ReplicaChange(tid, "remove", extra, decided_from)
             else:
                 continue
             if change is None:
                 continue
-            change = msgspec.structs.replace(change, cas_config_index=decided_from)
             try:
                 await self.m.on_change_replica(change)
                 log.info("re-replication: tablet %s: %s %s", tid, change.op, change.ts_uuid)
@@ -159,15 +160,17 @@ class Reconciler:
                          change.ts_uuid, e)
 
     def _replacement(self, tid: str, record: TabletRecord, members: dict[str, str],
-                     failed: list[str], live: list, maintenance: set[str]) -> ReplicaChange | None:
-        """The next step of replacing `failed` members, add before remove, or None for now."""
+                     failed: list[str], live: list, maintenance: set[str],
+                     decided_from: int) -> ReplicaChange | None:
+        """The next step of replacing `failed` members, add before remove, guarded by the
+        committed config `decided_from`, or None for now."""
         healthy_voters = [u for u, kind in members.items() if kind == "VOTER" and u not in failed]
         if "NON_VOTER" in members.values():
             probe("master.rereplication.waits_for_promotion")
             return None  # a replacement is catching up; the leader promotes it
         if len(healthy_voters) >= record.replication_factor:
             probe("master.rereplication.remove_chosen")
-            return ReplicaChange(tid, "remove", failed[0])
+            return ReplicaChange(tid, "remove", failed[0], decided_from)
         spare = sorted((t for t in live if t.peer.uuid not in members
                         and t.peer.uuid not in maintenance
                         and t.peer.uuid not in self._failed_on.get(tid, ())),
@@ -177,7 +180,7 @@ class Reconciler:
             return None
         probe("master.rereplication.add_chosen")
         self._replacing.setdefault(tid, set()).update(failed)
-        return ReplicaChange(tid, "add", spare[0].peer.uuid)
+        return ReplicaChange(tid, "add", spare[0].peer.uuid, decided_from)
 
     def _excess_voter(self, tid: str, rf: int, members: dict[str, str], leader: str,
                       maintenance: set[str], index: int, limit: float) -> str | None:
