@@ -670,7 +670,7 @@ def test_a_replaced_member_back_before_its_removal_leaves_no_tablet_over_replica
     and the tablet has four healthy voters. The reconciler removes the excess voter
     (master.rereplication.excess_voter_removed), as Kudu evicts one. Before, the tablet kept
     four voters for good; the check that every tablet is back to its replication factor after
-    the heal (StackSim._check_replication) failed this seed, and 7 of the spec's first 10
+    the heal (harness.sim.stack_replication) failed this seed, and 7 of the spec's first 10
     (30 virtual s each)."""
     _valid_and_fired(StackConfig(seed=0, workload="register", seconds=30.0, mix=parse_mix(
         "isolate:4,restart:1,heal:1;every=2-6;reads=linearizable;load=10x100")),

@@ -65,6 +65,7 @@ from harness.sim.stack_faults import FaultChooser
 from harness.sim.stack_frame import frame_options
 from harness.sim.stack_masters import MASTER_PORT, TSERVER_PORT
 from harness.sim.stack_masters import SKIPPED as _SKIPPED
+from harness.sim.stack_replication import check_replication
 from harness.sim.swarm import CLASSIC, Mix, runs_unpaced
 from node import probes
 from node.faults import Faults
@@ -93,10 +94,7 @@ MAX_FRAME = 8 << 20
 SNAPSHOT_MB, RETAIN_MB = 32.0, 16.0
 # After the heal, every tablet of the test table must take a write within this (`_probe_liveness`)
 LIVENESS_S = 30.0
-# After the liveness writes, every tablet of the test table must be back to its replication
-# factor within this (`_check_replication`): a few reconcile rounds past the silence limit
-REPLICATED_S = 30.0
-REPLICATION_FACTOR = 3  # the test table's
+REPLICATION_FACTOR = 3  # the test table's (harness.sim.stack_replication checks it at the end)
 # The simulated disks are memory: past this many bytes on all of them together a seed stops,
 # unknown, rather than take its worker process (and with it the whole run) out of memory.
 DISK_BUDGET_BYTES = 6 << 30
@@ -688,37 +686,9 @@ class StackSim:
         if stuck and self.violation is None:
             self.violation = (f"liveness: {len(stuck)} tablet(s) took no write within "
                               f"{LIVENESS_S:g} s of the heal: {stuck}")
-        await self._check_replication({t.tablet_id for t in locs.tablets} - excused)
-
-    async def _check_replication(self, tablets: set[str]) -> None:
-        """Healed, every tablet of `tablets` comes back to REPLICATION_FACTOR voters in its
-        newest committed config within REPLICATED_S. The masters' repair adds before it removes
-        (3-4-3), and a replaced member that came back before its removal was never removed: the
-        tablet kept four voters for good, a copy's worth of disk and a quorum's worth of
-        traffic more (2 of 12 swarm seeds ended so), and no check saw it. A tablet short of
-        voters is the liveness probe's."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + REPLICATED_S
-        while over := self._over_replicated(tablets):
-            if loop.time() > deadline:
-                if self.violation is None:
-                    self.violation = (f"replication: {len(over)} tablet(s) kept more than "
-                                      f"{REPLICATION_FACTOR} voters {REPLICATED_S:g} s after the "
-                                      f"heal: {over}")
-                return
-            await asyncio.sleep(1.0)
-
-    def _over_replicated(self, tablets: set[str]) -> dict[str, list[str]]:
-        """Each of `tablets` whose newest committed config that a running replica holds has
-        more voters than REPLICATION_FACTOR: its voters."""
-        newest: dict[str, tuple[int, list[str]]] = {}
-        for server in self.servers.values():
-            for tid, r in getattr(server, "replicas", {}).items():
-                if tid in tablets and not r.failed:
-                    c = r.core.committed_config
-                    if c.opid_index >= newest.get(tid, (-1, []))[0]:
-                        newest[tid] = (c.opid_index, c.voters())
-        return {tid: sorted(v) for tid, (_, v) in newest.items() if len(v) > REPLICATION_FACTOR}
+        over = await check_replication(self.servers, {t.tablet_id for t in locs.tablets} - excused,
+                                       REPLICATION_FACTOR)
+        self.violation = self.violation or over
 
     async def _main(self):
         """The client's workload; None if an invariant stopped the run first or the client
