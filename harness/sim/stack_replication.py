@@ -3,9 +3,8 @@ tablet of the test table comes back to its replication factor.
 
 The masters' repair adds before it removes (3-4-3), and a replaced member that came back before
 its removal was never removed: the tablet kept four voters for good, a copy's worth of disk and
-a quorum's worth of traffic more (2 of 12 swarm seeds ended so, and 7 of 10 seeds of
-isolations), and no check saw it (docs/decisions/re-replication.md). A tablet short of voters
-is the liveness probe's."""
+a quorum's worth of traffic more, and no check saw it (docs/decisions/re-replication.md). A
+tablet short of voters is the liveness probe's."""
 
 from __future__ import annotations
 
