@@ -145,7 +145,7 @@ def compare(replies: dict[str, ChecksumReport], asked: list[str], final: bool = 
         if not any(t.role == "LEADER" for t in live.values()):
             states = ", ".join(f"{h} {t.state} {t.role or '-'}" for h, t in sorted(reps.items()))
             failed_uuids = {uuid_of[h] for h, t in reps.items() if t.state == "FAILED"}
-            voters, (pending, appended_by) = _voters(reps), _in_effect(reps)
+            pending, appended_by = _in_effect(reps)
             # A pending change whose own leader has since FAILED was appended before that
             # failure, when its voters answered (the safe-removal rule): the failure, not the
             # change, took its majority. One a live or unknown leader appended is judged below.
