@@ -498,6 +498,12 @@ CATALOG: dict[str, str] = {
         "a member silent only while the master heard no server (cut off itself) is not replaced",
     "master.reconcile.recreate_replicas":
         "the reconciler re-creates replicas of a creation config never reported",
+    "master.rereplication.silent_but_leader_hears":
+        "re-replication left a member whose server is silent to this master alone: its tablet's "
+        "leader hears it (a master cut off from some servers)",
+    "master.rereplication.leader_report_stale":
+        "re-replication skipped a tablet whose leader's server is silent past the limit: its "
+        "report is as old, and no change goes through that leader",
     "master.rereplication.replace_silent":
         "a member's tablet server was silent past the limit: it is to be replaced",
     "master.rereplication.replace_failed":

@@ -252,6 +252,10 @@ class TabletReport(msgspec.Struct, frozen=True):
     error: str | None = None
     committed_config: list[list] = []
     committed_config_index: int = -1
+    # A leader's only: how long each peer has been silent to it, in seconds (since it last
+    # answered, or since this leader began). The masters replace a replica for silence only if
+    # its leader does not hear it either (Kudu's leader-side peer health report).
+    peers_silent_s: dict[str, float] = {}
 
 
 class TServerState(msgspec.Struct, frozen=True):

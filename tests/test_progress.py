@@ -97,7 +97,7 @@ def test_a_rejection_keeps_needs_copy():
 def test_a_heartbeat_answer_frees_a_slot_held_since_a_heartbeat_interval_ago(state, sent_tick,
                                                                               want):
     pr = Progress(next=4, state=state, sent_tick=sent_tick)
-    pr.heartbeat_answered(sent_by=10)
+    pr.heartbeat_answered(sent_by=10, now=12)
     assert pr.state is want and pr.recent_active
 
 

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import msgspec
 
+from node import probes
 from node.master.catalog import Catalog, TabletRecord, write_tablet, write_tserver_state
 from node.master.reconciler import Reconciler
 from node.master.server import Master
@@ -41,23 +42,28 @@ class FakeMaster:
         self.requests.append(req)
 
 
-def _report(uuid: str, state: str, members: list[str], leader: str) -> TabletReport:
+def _report(uuid: str, state: str, members: list[str], leader: str,
+            leader_not_hearing: set[str] = frozenset()) -> TabletReport:
     config = [[u, "VOTER"] for u in members]
+    silent_s = {u: LIMIT_S + 1 if u in leader_not_hearing else 0.5 for u in members if u != uuid}
     return TabletReport(TABLET, "t", state, role="LEADER" if uuid == leader else "FOLLOWER",
                         term=2, leader=leader, config=config, committed_config=config,
-                        committed_config_index=1)
+                        committed_config_index=1,
+                        peers_silent_s=silent_s if uuid == leader else {})
 
 
 def _round(states: dict[str, str | None], members: list[str], leader: str = "a",
            reconciler: Reconciler | None = None, silent: set[str] = frozenset(),
-           maintenance: tuple[str, ...] = ()):
+           maintenance: tuple[str, ...] = (), leader_hears: set[str] = frozenset()):
     """One re-replication round: `states` is each server's state of the tablet (None: it has
-    no replica), `silent` the servers last heard from LIMIT_S + 1 seconds ago."""
+    no replica), `silent` the servers last heard from LIMIT_S + 1 seconds ago, by this master
+    and, unless in `leader_hears`, by the tablet's leader."""
     clock = [1000.0]
     ts = TSManager(unresponsive_after_s=2 * LIMIT_S, now=lambda: clock[0])
     for uuid, state in states.items():
         clock[0] = 1000.0 - (LIMIT_S + 1 if uuid in silent else 0)
-        tablets = [] if state is None else [_report(uuid, state, members, leader)]
+        tablets = [] if state is None else [
+            _report(uuid, state, members, leader, set(silent) - set(leader_hears))]
         ts.heard(ServerStatus(uuid, "127.0.0.1", 1, tablets))
     clock[0] = 1000.0
     master = FakeMaster(ts, members, maintenance)
@@ -84,6 +90,16 @@ def test_a_silent_server_is_still_replaced_as_before():
     changes, _ = _round({"a": "RUNNING", "b": "RUNNING", "c": "RUNNING", "d": None},
                         members=["a", "b", "c"], silent={"c"})
     assert changes == [("add", "d")]
+
+
+def test_a_server_silent_to_this_master_alone_is_not_replaced():
+    """A master cut off from some servers: c is silent to it, but the tablet's leader hears c.
+    Judged by the master's view alone, each tablet with a member there got a replacement and a
+    copy, and lost that member, while its leader heard every member throughout."""
+    with probes.expect("master.rereplication.silent_but_leader_hears"):
+        changes, _ = _round({"a": "RUNNING", "b": "RUNNING", "c": "RUNNING", "d": None},
+                            members=["a", "b", "c"], silent={"c"}, leader_hears={"c"})
+    assert changes == []
 
 
 def test_a_failed_or_silent_member_on_a_server_in_maintenance_is_left_alone():

@@ -88,10 +88,10 @@ def test_a_bundle_that_sizes_values_runs_the_register_on_every_seed_unless_the_r
     """Value sizes are the register's: list-append appends integers. A bundle of wide values
     drawn by an odd seed ran list-append under it, its load for nothing; so did four bundles
     whose aims their list-append seeds never reached (the ensemble's bundle report); the lease
-    bundle reads a register; the later ones keep the workload their fix was measured on."""
+    bundle reads a register; the later ones keep the workload their fix or finding was measured on."""
     register = {"frame-split", "batch-refused", "forge-snapshot", "manual-fill", "shared-results",
                 "late-answer", "swap-book", "superblock-behind", "config-race",
-                "failed-behind"}
+                "failed-behind", "master-cut"}
     for name, spec in ALL_BUNDLES.items():
         mix = parse_mix(spec)
         assert mix.workload == ("register" if name in register else None), name

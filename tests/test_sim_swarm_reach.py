@@ -18,6 +18,7 @@ from harness.sim.swarm import (
     BUNDLES,
     EIGHTH_BUNDLES,
     ELEVENTH_BUNDLES,
+    FIFTEENTH_BUNDLES,
     FIFTH_BUNDLES,
     FOURTEENTH_BUNDLES,
     LATE,
@@ -273,8 +274,8 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     LATEST_BUNDLES (a fourth), one in twenty-one one of FIFTH_BUNDLES (a fifth), of
     SIXTH_BUNDLES (a sixth), of SEVENTH_BUNDLES (a seventh), of EIGHTH_BUNDLES (an eighth)
     and of NINTH_BUNDLES (a ninth), TENTH_BUNDLES (a tenth), ELEVENTH_BUNDLES (an eleventh)
-    TWELFTH_BUNDLES (a twelfth), THIRTEENTH_BUNDLES (a thirteenth) and FOURTEENTH_BUNDLES
-    (a fourteenth);
+    TWELFTH_BUNDLES (a twelfth), THIRTEENTH_BUNDLES (a thirteenth), FOURTEENTH_BUNDLES
+    (a fourteenth) and FIFTEENTH_BUNDLES (a fifteenth);
     the rest keep their own draws,
     and a kind of BUNDLED only comes in a bundle."""
     from tests.test_sim_forge import FORGE
@@ -295,13 +296,14 @@ def test_about_one_seed_in_five_runs_a_recorded_mix_that_reaches_paths_only_knob
     assert set(fifth) == set(FIFTH_BUNDLES) and 8 < sum(fifth.values()) < 40, fifth
     for stream, low in ((SIXTH_BUNDLES, 8), (SEVENTH_BUNDLES, 8), (EIGHTH_BUNDLES, 8),
                         (NINTH_BUNDLES, 8), (TENTH_BUNDLES, 8), (ELEVENTH_BUNDLES, 5),
-                        (TWELFTH_BUNDLES, 5), (THIRTEENTH_BUNDLES, 5), (FOURTEENTH_BUNDLES, 5)):
+                        (TWELFTH_BUNDLES, 5), (THIRTEENTH_BUNDLES, 5), (FOURTEENTH_BUNDLES, 5),
+                        (FIFTEENTH_BUNDLES, 3)):
         drawn_here = Counter(b for s in range(800) if (b := bundle_of(s)) in stream)
         assert set(drawn_here) == set(stream) and low < sum(drawn_here.values()) < 40, drawn_here
     specs = {**BUNDLES, **LATE_BUNDLES, **LATER_BUNDLES, **LATEST_BUNDLES, **FIFTH_BUNDLES,
              **SIXTH_BUNDLES, **SEVENTH_BUNDLES, **EIGHTH_BUNDLES, **NINTH_BUNDLES,
              **TENTH_BUNDLES, **ELEVENTH_BUNDLES, **TWELFTH_BUNDLES, **THIRTEENTH_BUNDLES,
-             **FOURTEENTH_BUNDLES}
+             **FOURTEENTH_BUNDLES, **FIFTEENTH_BUNDLES}
     assert specs == ALL_BUNDLES
     for s in range(200):
         mix, bundle = swarm_mix(s), bundle_of(s)
@@ -670,8 +672,35 @@ def test_a_replaced_member_back_before_its_removal_leaves_no_tablet_over_replica
     and the tablet has four healthy voters. The reconciler removes the excess voter
     (master.rereplication.excess_voter_removed), as Kudu evicts one. Before, the tablet kept
     four voters for good; the check that every tablet is back to its replication factor after
-    the heal (harness.sim.stack_replication) failed this seed, and 7 of the spec's first 10
-    (30 virtual s each)."""
-    _valid_and_fired(StackConfig(seed=0, workload="register", seconds=30.0, mix=parse_mix(
+    the heal (harness.sim.stack_replication) failed this seed, and 5 of the spec's first 10
+    (30 virtual s each; 7 of 10 while silence was the master's view alone, seed 0 among them)."""
+    _valid_and_fired(StackConfig(seed=3, workload="register", seconds=30.0, mix=parse_mix(
         "isolate:4,restart:1,heal:1;every=2-6;reads=linearizable;load=10x100")),
         tmp_path, "master.rereplication.replace_silent", "master.rereplication.excess_voter_removed")
+
+
+def test_a_master_cut_off_from_some_servers_moves_no_data(tmp_path):
+    """`master-cut` (FIFTEENTH_BUNDLES): every master cut off from one or two tablet servers,
+    which still reach each other. The tablets' leaders hear every member, so no replica is
+    failed and no tablet may change members (harness.sim.stack_master_cut). Before, a master
+    judged silence by its own view alone: this seed failed, a tablet moved off a cut server
+    with a copy, as did 10 of the spec's first 10 seeds (30 virtual s each)."""
+    result = _valid_and_fired(StackConfig(seed=0, workload="register", seconds=15.0,
+                                          mix=parse_mix(FIFTEENTH_BUNDLES["master-cut"])),
+                              tmp_path, "master.rereplication.silent_but_leader_hears")
+    assert result.nemesis.get("master-cut", 0) >= 1, result.nemesis
+    assert not result.probes.get("copy.started"), result.probes
+
+
+def test_the_master_cut_check_judges_only_runs_of_master_cuts_alone():
+    """With any other fault a replacement may be due, so only a run whose kinds are the cuts,
+    restarts and heals is judged; there, a tablet past its first config is a violation."""
+    from harness.sim.stack_master_cut import moved_by_master_cut
+
+    configs = {"t-0": (0, ["a", "b", "c"]), "t-1": (7, ["a", "b", "d"])}
+    alone = ["master-cut", "restart", "heal"]
+    assert "t-1" in moved_by_master_cut(alone, configs)
+    assert "t-0" not in moved_by_master_cut(alone, configs)
+    assert moved_by_master_cut(alone, {"t-0": (0, ["a", "b", "c"])}) is None
+    assert moved_by_master_cut([*alone, "crash"], configs) is None
+    assert moved_by_master_cut(["isolate", "restart", "heal"], configs) is None

@@ -49,6 +49,7 @@ from harness.sim import (
     stack_forge,
     stack_lose,
     stack_maintenance,
+    stack_master_cut,
     stack_masters,
     stack_overtake,
     stack_recopy,
@@ -65,7 +66,7 @@ from harness.sim.stack_faults import FaultChooser
 from harness.sim.stack_frame import frame_options
 from harness.sim.stack_masters import MASTER_PORT, TSERVER_PORT
 from harness.sim.stack_masters import SKIPPED as _SKIPPED
-from harness.sim.stack_replication import check_replication
+from harness.sim.stack_replication import check_replication, newest_configs
 from harness.sim.swarm import CLASSIC, Mix, runs_unpaced
 from node import probes
 from node.faults import Faults
@@ -191,7 +192,7 @@ MODULE_FAULTS = {
     "superblock-behind": stack_copy_behind.superblock_behind,
     "failed-behind": stack_copy_behind.failed_behind, "dying-disk": stack_dying_disk.dying_disk,
     "tombstone-rot": stack_tombstone_rot.tombstone_rot, "overtake": stack_overtake.overtake,
-    "config-race": stack_config_race.config_race,
+    "config-race": stack_config_race.config_race, "master-cut": stack_master_cut.master_cut,
 }
 
 
@@ -686,9 +687,11 @@ class StackSim:
         if stuck and self.violation is None:
             self.violation = (f"liveness: {len(stuck)} tablet(s) took no write within "
                               f"{LIVENESS_S:g} s of the heal: {stuck}")
-        over = await check_replication(self.servers, {t.tablet_id for t in locs.tablets} - excused,
-                                       REPLICATION_FACTOR)
-        self.violation = self.violation or over
+        judged = {t.tablet_id for t in locs.tablets} - excused
+        over = await check_replication(self.servers, judged, REPLICATION_FACTOR)
+        moved = stack_master_cut.moved_by_master_cut(self.cfg.mix.kinds(),
+                                                     newest_configs(self.servers, judged))
+        self.violation = self.violation or over or moved
 
     async def _main(self):
         """The client's workload; None if an invariant stopped the run first or the client

@@ -15,6 +15,7 @@ from harness.sim import (
     stack_copy_delete,
     stack_lose,
     stack_maintenance,
+    stack_master_cut,
     stack_overtake,
     stack_recopy,
 )
@@ -184,6 +185,8 @@ class FaultChooser:
             return stack_overtake.choose(self, rng)
         if kind == "config-race":
             return stack_config_race.choose(self, rng)
+        if kind == "master-cut":
+            return stack_master_cut.choose(self, rng)
         if kind == "disk":
             return self._choose_disk(rng, impaired)
         if kind == "transfer":

@@ -29,13 +29,19 @@ async def check_replication(servers: dict, tablets: set[str], factor: int) -> st
 
 
 def over_replicated(servers: dict, tablets: set[str], factor: int) -> dict[str, list[str]]:
-    """Each of `tablets` whose newest committed config that a running replica on `servers`
-    (host -> server) holds has more voters than `factor`: its voters."""
+    """Each of `tablets` whose newest committed config has more voters than `factor`: its
+    voters."""
+    return {tid: v for tid, (_, v) in newest_configs(servers, tablets).items() if len(v) > factor}
+
+
+def newest_configs(servers: dict, tablets: set[str]) -> dict[str, tuple[int, list[str]]]:
+    """Each of `tablets` -> (opid index, voters) of the newest committed config that a running
+    replica on `servers` (host -> server) holds."""
     newest: dict[str, tuple[int, list[str]]] = {}
     for server in servers.values():
         for tid, r in getattr(server, "replicas", {}).items():
             if tid in tablets and not r.failed:
                 c = r.core.committed_config
                 if c.opid_index >= newest.get(tid, (-1, []))[0]:
-                    newest[tid] = (c.opid_index, c.voters())
-    return {tid: sorted(v) for tid, (_, v) in newest.items() if len(v) > factor}
+                    newest[tid] = (c.opid_index, sorted(c.voters()))
+    return newest

@@ -31,7 +31,8 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
          "damage-file", "copy-cut", "master-swap", "unsafe", "ddl", "maintenance", "forge",
          "garble", "copy-shrink", "recopy", "copy-behind", "kill", "copy-delete", "lose",
          "ddl-retry", "change-retry", "tombstone-rot", "lose-snapshot", "dying-disk",
-         "overtake", "swap-book", "superblock-behind", "config-race", "failed-behind")
+         "overtake", "swap-book", "superblock-behind", "config-race", "failed-behind",
+         "master-cut")
 # Kinds a seed draws only in a bundle (BUNDLES), never on their own: a kind added to the
 # optional ones or to LATE would change many recorded seeds' mixes. recopy: an operator's
 # `kudu remote_replica copy` over a running replica, or from a FAILED one
@@ -49,9 +50,11 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
 # config-race: a follower's committed config saved behind its Ready while the next Ready's
 # awaited save (a new term) holds a newer one (harness.sim.stack_config_race). failed-behind:
 # copy-behind with the follower FAILED on a moment's failing syncs and deleted in place of its
-# tombstone (harness.sim.stack_copy_behind).
+# tombstone (harness.sim.stack_copy_behind). master-cut: every master cut off from one or two
+# tablet servers that still reach the rest (harness.sim.stack_master_cut).
 BUNDLED = ("recopy", "copy-delete", "lose", "tombstone-rot", "lose-snapshot", "dying-disk",
-           "overtake", "swap-book", "superblock-behind", "config-race", "failed-behind")
+           "overtake", "swap-book", "superblock-behind", "config-race", "failed-behind",
+           "master-cut")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
@@ -400,6 +403,16 @@ FOURTEENTH_BUNDLES = {
     "failed-behind": "failed-behind:4,restart:1,heal:1;every=1-4;reads=linearizable;"
                      "load=10x100;workload=register",
 }
+# A fifteenth stream: every master cut off from one or two tablet servers, which still reach
+# each other (harness.sim.stack_master_cut). The masters judged a member silent by their own
+# view alone and moved each tablet off the cut servers, a copy each, while the tablets' leaders
+# heard every member; its check fails a run of these cuts alone in which any tablet changed
+# members. Twenty draws of none: with twelve it took 13 of the first 200 seeds, and the mixes
+# tests pin with them.
+FIFTEENTH_BUNDLES = {
+    "master-cut": "master-cut:4,restart:1,heal:1;every=2-6;reads=linearizable;load=10x100;"
+                  "workload=register",
+}
 # Each stream's name, its bundles and how many draws of none stand beside them, in the order a
 # seed takes them (`bundle_of`): a stream gives one of its bundles to about len(bundles) in
 # len(bundles) + nones of the seeds it is asked for.
@@ -410,7 +423,8 @@ _STREAMS = (("bundle", BUNDLES, 24), ("late-bundle", LATE_BUNDLES, 30),
             ("ninth-bundle", NINTH_BUNDLES, 20), ("tenth-bundle", TENTH_BUNDLES, 20),
             ("eleventh-bundle", ELEVENTH_BUNDLES, 20), ("twelfth-bundle", TWELFTH_BUNDLES, 20),
             ("thirteenth-bundle", THIRTEENTH_BUNDLES, 20),
-            ("fourteenth-bundle", FOURTEENTH_BUNDLES, 12))
+            ("fourteenth-bundle", FOURTEENTH_BUNDLES, 12),
+            ("fifteenth-bundle", FIFTEENTH_BUNDLES, 20))
 BUNDLE_STREAMS = tuple((name, (None,) * nones + tuple(bundles))
                        for name, bundles, nones in _STREAMS)
 BUNDLE_DRAW, LATE_BUNDLE_DRAW = BUNDLE_STREAMS[0][1], BUNDLE_STREAMS[1][1]
@@ -448,6 +462,7 @@ BUNDLE_AIMS = {
                           "copy.refused.last_op_unknown_voter"),
     "config-race": ("replica.cmeta.older_config_not_saved",),
     "failed-behind": ("copy.prepare.forgotten_replicas_last_op",),
+    "master-cut": ("master.rereplication.silent_but_leader_hears",),
 }
 
 

@@ -187,7 +187,8 @@ class RaftCore:
                 pr.removed_at = self.committed_config.opid_index
         for uuid in members:
             if uuid != self.id and uuid not in self.progress:
-                self.progress[uuid] = Progress(next=self.log.last_index() + 1)
+                self.progress[uuid] = Progress(next=self.log.last_index() + 1,
+                                               heard_tick=self.ticks)
 
     def _tell_if_removed(self, uuid: str) -> None:
         """A vote request from a member of neither of our configs: a removed member that never
@@ -198,6 +199,7 @@ class RaftCore:
             return
         probe("raft.leader.removed_member_campaigned")
         self.progress[uuid] = Progress(next=self.log.last_index() + 1, recent_active=True,
+                                       heard_tick=self.ticks,
                                        removed_at=self.committed_config.opid_index)
 
     # ---------------------------------------------------------------- timers
@@ -832,7 +834,7 @@ class RaftCore:
         pr = self.progress.get(m.from_uuid)
         if pr is None or self.role != Role.LEADER:
             return
-        pr.recent_active = True
+        pr.recent_active, pr.heard_tick = True, self.ticks
         if m.success:
             if pr.stale_ack(m.match_index):
                 return
@@ -872,7 +874,7 @@ class RaftCore:
         pr = self.progress.get(m.from_uuid)
         if pr is None or self.role != Role.LEADER:
             return
-        pr.heartbeat_answered(self.ticks - self.cfg.heartbeat_interval_ticks)
+        pr.heartbeat_answered(self.ticks - self.cfg.heartbeat_interval_ticks, self.ticks)
         pr.lease_ticks = m.lease_ticks
         if pr.removed_at and pr.told_of_removal(m.commit):
             probe("raft.leader.removed_member_told")
@@ -998,7 +1000,8 @@ class RaftCore:
             member = self.active_config.member(uuid) or self.committed_config.member(uuid)
             if member is None:  # removed, and still being told so
                 continue
-            peers[uuid] = PeerStatus(member.member_type, pr.match, pr.next, pr.needs_copy)
+            peers[uuid] = PeerStatus(member.member_type, pr.match, pr.next, pr.needs_copy,
+                                     self.ticks - pr.heard_tick)
         return Status(
             self.id, self.role, self.term, self.lead, self.commit, self.applied,
             self.log.last_index(), self.log.first_index(), self.active_config,

@@ -52,6 +52,10 @@ class Progress:
     commit_sent: int = 0
     # The leader's tick (RaftCore.ticks) when the append now IN_FLIGHT went out
     sent_tick: int = 0
+    # The leader's tick when the peer last answered, or when this leader began tracking it:
+    # how long it has been silent to its tablet's leader, which the leader reports and the
+    # master judges a replica's health by (Kudu's peer health report), not by its own view
+    heard_tick: int = 0
 
     def told_of_removal(self, peer_commit: int) -> bool:
         """A removed member is told enough once it has committed the config that removed it
@@ -113,13 +117,13 @@ class Progress:
             self.match = min(self.match, probe)
         self.next = max(min(self.next - 1, probe + 1), self.match + 1)
 
-    def heartbeat_answered(self, sent_by: int) -> None:
+    def heartbeat_answered(self, sent_by: int, now: int) -> None:
         """The peer answers heartbeats: an append out since tick `sent_by` or earlier (a
         heartbeat interval ago), or its answer, may have been lost: allow a retry. A younger one
         is most likely still being written by the peer (its answer waits for the WAL's sync),
         and heartbeats go out with every read round, many a tick under reads: each answer
         resending it sent the same entries again and again, which the peer then dropped."""
-        self.recent_active = True
+        self.recent_active, self.heard_tick = True, now
         if self.state is PeerState.IN_FLIGHT and self.sent_tick <= sent_by:
             self.state = PeerState.IDLE
 

@@ -248,6 +248,7 @@ class PeerStatus:
     match: int
     next: int
     needs_tablet_copy: bool  # its next entry is below our first retained index
+    silent_ticks: int = 0  # ticks since it last answered this leader (or since it led)
 
 
 @dataclass(frozen=True)

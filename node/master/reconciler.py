@@ -1,6 +1,7 @@
 """The leader master's background round (Kudu's CatalogManager background tasks): the catalog
-follows each tablet's committed config as its leader reports it; a replica on a server silent for
-`follower_unavailable_considered_failed_sec`, or one that reports FAILED, is replaced, add before
+follows each tablet's committed config as its leader reports it; a replica silent for
+`follower_unavailable_considered_failed_sec` to this master and to its tablet's leader alike,
+or one that reports FAILED, is replaced, add before
 remove (3-4-3), and a voter beyond the replication factor is removed; replicas whose catalog
 record is deleted, or whose config left them out, are deleted (`_deletion` says which, and why
 a tablet the catalog never saw is left alone); and,
@@ -20,7 +21,7 @@ import msgspec
 
 from node.master.catalog import CATALOG, Catalog, TabletRecord, write_tablet
 from node.probes import probe
-from node.protocol import Ack, DeleteTablet, ReplicaChange
+from node.protocol import Ack, DeleteTablet, ReplicaChange, TabletReport
 from node.rpc import RpcError
 
 log = logging.getLogger("node.master.server")
@@ -131,11 +132,16 @@ class Reconciler:
             record, leader = catalog.tablet(tid), self.m.ts.leader_report(tid)
             if record is None or leader is None or leader[1].config != leader[1].committed_config:
                 continue
+            if self.m.ts.silent_for(leader[0].uuid) > limit:
+                # its leader's report is as old: that leader is gone or cut off from this
+                # master, and no change can go through it; a newer leader will report
+                probe("master.rereplication.leader_report_stale")
+                continue
             members = dict(leader[1].committed_config)  # uuid -> VOTER | NON_VOTER
             if tid in self._replacing:  # a member once removed is replaced for good
                 self._replacing[tid] &= set(members)
             decided_from = leader[1].committed_config_index  # the change's guard
-            failed = sorted(u for u in members if self._failed(tid, u, limit))
+            failed = sorted(u for u in members if self._failed(tid, u, limit, leader[1]))
             if set(failed) & maintenance:  # Kudu's maintenance mode: the operator is on it
                 probe("master.rereplication.maintenance_deferred")
                 failed = [u for u in failed if u not in maintenance]
@@ -211,22 +217,32 @@ class Reconciler:
         live = {t.peer.uuid: len(t.tablets) for t in self.m.ts.live()}
         return min(voters, key=lambda u: (u in live, -live.get(u, 0), u))
 
-    def _failed(self, tablet_id: str, uuid: str, limit: float) -> bool:
-        """A member to replace: its server silent for over `limit` seconds, or its replica
-        reporting FAILED (damaged data or metadata it refused to serve, a disk error). A FAILED
-        replica never comes back by itself (it fails again at every start), so, as Kudu's
-        leader reports such a peer FAILED_UNRECOVERABLE and the master replaces it at once,
-        no silence is awaited."""
+    def _failed(self, tablet_id: str, uuid: str, limit: float, leader: TabletReport) -> bool:
+        """A member to replace: silent for over `limit` seconds both to this master and to its
+        tablet's leader (`leader`, its report), or its replica reporting FAILED (damaged data
+        or metadata it refused to serve, a disk error). A FAILED replica never comes back by
+        itself (it fails again at every start), so, as Kudu's leader reports such a peer
+        FAILED_UNRECOVERABLE and the master replaces it at once, no silence is awaited.
+
+        Silence needs both views. This master's alone moved the data of every server a
+        partial partition cut it off from onto the ones it heard, each tablet a copy, while
+        the tablets' leaders heard every member (Kudu judges by the leader's peer health
+        only). The leader's alone would count a member silent while a copy onto it runs (a
+        COPYING replica answers Raft with a refusal the leader's core never sees) and for
+        the silence limit after each election; this master hears that server throughout."""
         server = self.m.ts.servers.get(uuid)
         if server is None:
             return False
         if self.m.ts.silent_for(uuid) > limit:
-            if self.m.ts.silence_heard(uuid) > limit:
+            if self.m.ts.silence_heard(uuid) <= limit:
+                # silent to this master because it heard no server for a while (cut off
+                # itself): it judges the server once it has heard the others again for `limit`
+                probe("master.rereplication.own_deafness_not_counted")
+            elif leader.peers_silent_s.get(uuid, 0.0) <= limit:
+                probe("master.rereplication.silent_but_leader_hears")
+            else:
                 probe("master.rereplication.replace_silent")
                 return True
-            # silent to this master because it heard no server for a while (cut off itself):
-            # it judges the server once it has been hearing the others again for `limit`
-            probe("master.rereplication.own_deafness_not_counted")
         report = server.tablets.get(tablet_id)
         if report is None or report.state != "FAILED":
             return False

@@ -800,7 +800,8 @@ def _status(r: Replica) -> dict:
         "config": [[m.uuid, m.member_type.name] for m in s.active_config.members],
         "committed_config": [[m.uuid, m.member_type.name] for m in s.committed_config.members],
         "committed_config_index": s.committed_config.opid_index,
-        "peers": {u: {"match": p.match, "next": p.next, "needs_tablet_copy": p.needs_tablet_copy}
+        "peers": {u: {"match": p.match, "next": p.next, "needs_tablet_copy": p.needs_tablet_copy,
+                      "silent_s": round(p.silent_ticks * r.options.tick_ms / 1000, 3)}
                   for u, p in s.peers.items()},
         "failed": r.failed,
     }

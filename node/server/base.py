@@ -192,7 +192,9 @@ class ServerBase:
             s = e.replica.status()
             out.append(TabletReport(tid, e.table, state, s["role"], s["term"], s["leader"],
                                     s["commit"], s["applied"], s["config"], e.replica.failed,
-                                    s["committed_config"], s["committed_config_index"]))
+                                    s["committed_config"], s["committed_config_index"],
+                                    {u: p["silent_s"] for u, p in s["peers"].items()}
+                                    if s["role"] == "LEADER" else {}))
         return out
 
     def server_status(self) -> ServerStatus:
