@@ -356,3 +356,22 @@ def test_a_commit_sends_no_append_of_its_own_and_the_next_write_leaves_at_once()
         c.tick("n1")
     c.stabilize()
     assert c.core("n2").commit == c.core("n3").commit == c.core("n1").commit == 3
+
+
+def test_a_leader_reports_how_long_each_peer_has_been_silent_to_it():
+    """What the masters judge a member's silence by, beside their own view (a master cut off
+    from some servers moved their data when it judged alone): the leader's ticks since each
+    peer last answered, counted from its own start for a peer it never heard."""
+    c = elected()
+    c.partition(("n1", "n2"), ("n3",))
+    for _ in range(12):
+        c.tick("n1")
+        c.stabilize()
+    peers = c.core("n1").status().peers
+    assert peers["n3"].silent_ticks >= 12
+    assert peers["n2"].silent_ticks <= c.core("n1").cfg.heartbeat_interval_ticks
+    c.heal()
+    for _ in range(3):
+        c.tick("n1")
+        c.stabilize()
+    assert c.core("n1").status().peers["n3"].silent_ticks <= c.core("n1").cfg.heartbeat_interval_ticks
