@@ -203,6 +203,31 @@ def test_a_failing_disk_a_restart_on_its_cache_and_a_power_loss_leave_the_run_va
     assert any("failing-disk" in e["explanation"] for e in logs["expected"]), logs
 
 
+def test_a_master_cut_off_from_some_servers_moves_no_replica(env, tmp_path):
+    """master-cut on real processes and iptables: every master stops hearing the tablet servers
+    of one or two hosts without a master, for 10 s, twice the silence limit of fast failure
+    detection. The tablets' leaders hear every member throughout, so no replica may be replaced:
+    the masters must say so (master.rereplication.silent_but_leader_hears) and none may count a
+    member silent (replace_silent) or start a copy. Before the masters asked the leaders, they
+    replaced each replica on a cut server, a copy each."""
+    out = tessera("test", "--nemesis", "master-cut", "--time-limit", "30", "--nemesis-interval",
+                  "10", "--seed", "3", "--fast-failure-detection",
+                  "--store", str(tmp_path / "store"), env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = out.stdout.strip().splitlines()[-1]
+    results = json.load(open(os.path.join(run_dir, "results.json")))
+    schedule = json.load(open(os.path.join(run_dir, "schedule.json")))
+    starts = [s for s in schedule["executed"] if s["action"] == "start"]
+    assert starts and all(s["observed"]["ok"] for s in starts), starts
+    fired = results["probes"]["by_daemon"]
+    masters = {n for where, names in fired.items() if where.endswith("/master") for n in names}
+    assert "master.rereplication.silent_but_leader_hears" in masters, sorted(masters)
+    moved = {where: [n for n in names if n in ("master.rereplication.replace_silent",
+                                                "copy.started")]
+             for where, names in fired.items()}
+    assert not any(moved.values()), moved
+
+
 def test_nemesis_all_fires_every_fault_and_leaves_no_trace(env, tmp_path):
     out = tessera("test", "--nemesis", "all", "--time-limit", "20", "--nemesis-interval", "5",
                   "--seed", "11", "--store", str(tmp_path / "store"), env=env)
@@ -212,7 +237,7 @@ def test_nemesis_all_fires_every_fault_and_leaves_no_trace(env, tmp_path):
     assert out.returncode == (results["verdict"] != "valid"), results["verdict"]
     fired = results["nemesis"]["fired"]
     assert set(fired) == {"partition", "packet", "clock", "pause", "kill", "membership", "disk",
-                          "lose-unfsynced", "failing-disk", "session-intruder"}
+                          "lose-unfsynced", "failing-disk", "session-intruder", "master-cut"}
     # Membership may be declined each time, and rightly: with a replica of every tablet left
     # FAILED by the disk fault (the damage stays for the run) no removal keeps a live majority,
     # and the leader refuses one that races the damage (a skip, with its reason in the history).

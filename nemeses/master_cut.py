@@ -1,0 +1,91 @@
+"""Every master cut off from the tablet servers of one or two hosts that run no master: on each
+master's host, iptables drops what those hosts send to the master's RPC port. Those tablet
+servers still reach each other, the masters' hosts' tablet servers and the clients; only their
+heartbeats (and their tablets' reports) no longer reach the masters, as a firewall rule or a
+switch between racks makes it.
+
+What it reaches: the masters see those servers fall silent while they keep hearing the others,
+so the silence counts, and the tablets those servers lead report nothing. A master that judged
+a replica failed by its own view alone moved every tablet with a member there onto the servers
+it heard, a copy each, while the tablets' leaders heard every member
+(docs/decisions/re-replication.md; the simulator's `master-cut` fault is the same cut). Under
+`--fast-failure-detection` a cut of a few seconds is past the masters' silence limit.
+
+Each start is checked on the hosts: from every cut server, a TCP connect to every master's RPC
+port must fail. A system without masters (Deployment.offers has no "masters") is refused it.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from nemeses import observe
+from nemeses.base import Context, Nemesis
+from nemeses.net import _ensure_chain, _remove_chain
+from nemeses.registry import Package, register
+
+CHAIN = "TESSERA-MCUT"  # this package's own: no other package's heal lifts its cut
+
+
+def draw(rng: random.Random, hosts: list[str]) -> dict:
+    """Which of the hosts without a master (known when it fires), and how many: one or two."""
+    return {"pick": rng.randrange(1 << 16), "count": rng.choice((1, 2))}
+
+
+@dataclass
+class MasterCut(Nemesis):
+    ctx: Context = None
+    name: str = "master-cut"
+    _masters: list[str] = field(default_factory=list)
+    _cut: list[str] = field(default_factory=list)
+
+    def start(self, choice: dict) -> dict:
+        masters = [h.name for h in self.ctx.db.master_hosts]
+        others = [n for n in self.ctx.names if n not in masters]
+        if not others:
+            return {"skipped": "every host runs a master: no tablet server to cut off alone"}
+        first, count = choice["pick"] % len(others), min(choice["count"], len(others))
+        cut = sorted((others * 2)[first:first + count])
+        addr = {h.name: h.address for h in self.ctx.hosts}
+        port = str(self.ctx.db.RPC_PORTS["master"])
+        for m in masters:
+            r = self.ctx.remotes[m]
+            _ensure_chain(r, CHAIN)
+            for server in cut:
+                r.run(["iptables", "-w", "-A", CHAIN, "-s", addr[server], "-p", "tcp",
+                       "--dport", port, "-j", "DROP"])
+        self._masters, self._cut, self.active = masters, cut, True
+        return {"servers": cut, "masters": masters, "observed": self._observe(addr, int(port))}
+
+    def _observe(self, addr: dict[str, str], port: int) -> dict:
+        """From each cut server, a connect to each master's RPC port must fail: one that
+        connects is named, and one no look answered for leaves the start unchecked."""
+        masters = [addr[m] for m in self._masters]
+        seen = observe.each(self._cut, lambda s: observe.reachable(
+            self.ctx.remotes[s], masters, port))
+        name_of = {a: n for n, a in addr.items()}
+        connected = sorted([s, name_of[a]] for s, looks in seen.items()
+                           for a, is_open in looks.items() if is_open is True)
+        unanswered = sorted([s, name_of[a]] for s, looks in seen.items()
+                            for a, is_open in looks.items() if is_open is None)
+        ok = False if connected else None if unanswered else True
+        return observe.observation(ok, cut_pairs=len(masters) * len(self._cut),
+                                   connected=connected,
+                                   **({"unanswered": unanswered} if unanswered else {}))
+
+    def stop(self) -> dict:
+        for m in self._masters:
+            _remove_chain(self.ctx.remotes[m], CHAIN)
+        healed, self._masters, self._cut, self.active = self._cut, [], [], False
+        return {"healed": healed}
+
+    def heal(self) -> dict:
+        for h in self.ctx.hosts:  # every host: a harness crash may have left rules behind
+            _remove_chain(self.ctx.remotes[h.name], CHAIN)
+        self._masters, self._cut, self.active = [], [], False
+        return {"healed": self.ctx.names}
+
+
+register(Package("master-cut", heal_rank=11, draw=draw, min_hosts=4,
+                 needs=frozenset({"masters"}), build=lambda ctx: MasterCut(ctx=ctx)))
