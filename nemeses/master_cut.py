@@ -29,7 +29,8 @@ CHAIN = "TESSERA-MCUT"  # this package's own: no other package's heal lifts its 
 
 
 def draw(rng: random.Random, hosts: list[str]) -> dict:
-    """Which of the hosts without a master (known when it fires), and how many: one or two."""
+    """How many of the hosts without a master (known when it fires), one or two, and a pick
+    that breaks ties among them (MasterCut._choose)."""
     return {"pick": rng.randrange(1 << 16), "count": rng.choice((1, 2))}
 
 
@@ -45,8 +46,7 @@ class MasterCut(Nemesis):
         others = [n for n in self.ctx.names if n not in masters]
         if not others:
             return {"skipped": "every host runs a master: no tablet server to cut off alone"}
-        first, count = choice["pick"] % len(others), min(choice["count"], len(others))
-        cut = sorted((others * 2)[first:first + count])
+        cut, followed = self._choose(others, choice)
         addr = {h.name: h.address for h in self.ctx.hosts}
         port = str(self.ctx.db.RPC_PORTS["master"])
         for m in masters:
@@ -56,7 +56,27 @@ class MasterCut(Nemesis):
                 r.run(["iptables", "-w", "-A", CHAIN, "-s", addr[server], "-p", "tcp",
                        "--dport", port, "-j", "DROP"])
         self._masters, self._cut, self.active = masters, cut, True
-        return {"servers": cut, "masters": masters, "observed": self._observe(addr, int(port))}
+        return {"servers": cut, "masters": masters, "followed": followed,
+                "observed": self._observe(addr, int(port))}
+
+    def _choose(self, others: list[str], choice: dict) -> tuple[list[str], int]:
+        """The servers to cut off, and how many tablets they hold a replica of whose leader
+        the masters still hear (`followed`): only there can a master misjudge a member, since
+        a tablet led from a cut server reports nothing. At most all but one of `others`, so
+        that a server without a master still reports; the hosts holding the most such
+        replicas first (leaders gather on some hosts), the plan's pick breaking ties. 0
+        followed says the start could not reach a misjudgment, in its record."""
+        count = min(choice["count"], max(1, len(others) - 1))
+        leaders = self.ctx.db.tablet_leaders()  # tablet -> its leader's host
+        held = {h: self.ctx.db.groups_on(h) or set() for h in others}
+
+        def followed(cut: list[str]) -> int:
+            return sum(1 for h in cut for t in held[h] if leaders.get(t) not in (None, *cut))
+        first = choice["pick"] % len(others)
+        ranked = sorted(others, key=lambda h: (-followed([h]), (others.index(h) - first)
+                                               % len(others)))
+        cut = sorted(ranked[:count])
+        return cut, followed(cut)
 
     def _observe(self, addr: dict[str, str], port: int) -> dict:
         """From each cut server, a connect to each master's RPC port must fail: one that
@@ -88,4 +108,4 @@ class MasterCut(Nemesis):
 
 
 register(Package("master-cut", heal_rank=11, draw=draw, min_hosts=4,
-                 needs=frozenset({"masters"}), build=lambda ctx: MasterCut(ctx=ctx)))
+                 needs=frozenset({"masters", "leaders"}), build=lambda ctx: MasterCut(ctx=ctx)))
