@@ -20,9 +20,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from nemeses import observe
 from nemeses.base import Context, Nemesis
-from nemeses.net import _ensure_chain, _remove_chain
+from nemeses.net import _ensure_chain, _remove_chain, observe_cuts
 from nemeses.registry import Package, register
 
 CHAIN = "TESSERA-MCUT"  # this package's own: no other package's heal lifts its cut
@@ -79,20 +78,10 @@ class MasterCut(Nemesis):
         return cut, followed(cut)
 
     def _observe(self, addr: dict[str, str], port: int) -> dict:
-        """From each cut server, a connect to each master's RPC port must fail: one that
-        connects is named, and one no look answered for leaves the start unchecked."""
+        """From each cut server, a connect to each master's RPC port must fail."""
         masters = [addr[m] for m in self._masters]
-        seen = observe.each(self._cut, lambda s: observe.reachable(
-            self.ctx.remotes[s], masters, port))
-        name_of = {a: n for n, a in addr.items()}
-        connected = sorted([s, name_of[a]] for s, looks in seen.items()
-                           for a, is_open in looks.items() if is_open is True)
-        unanswered = sorted([s, name_of[a]] for s, looks in seen.items()
-                            for a, is_open in looks.items() if is_open is None)
-        ok = False if connected else None if unanswered else True
-        return observe.observation(ok, cut_pairs=len(masters) * len(self._cut),
-                                   connected=connected,
-                                   **({"unanswered": unanswered} if unanswered else {}))
+        return observe_cuts(self.ctx.remotes, {s: masters for s in self._cut},
+                            {a: n for n, a in addr.items()}, port)
 
     def stop(self) -> dict:
         for m in self._masters:

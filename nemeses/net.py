@@ -140,26 +140,14 @@ class Partition(Nemesis):
         self.active = True
 
     def observe_cut(self) -> dict:
-        """Each cut pair tried from its sender: a TCP connect to the receiver's sshd must fail.
-        Pairs that connected are named, and so are those no look answered for (the sender's
-        SSH channel was lost twice: observe.ask), which leave the cut unchecked, not
-        unverified; the check is of this package's cut alone."""
+        """Each cut pair tried from its sender: a TCP connect to the receiver's sshd must fail
+        (`observe_cuts`); the check is of this package's cut alone."""
         addr = {h.name: h.address for h in self.hosts}
-        name_of = {a: n for n, a in addr.items()}
         senders: dict[str, list[str]] = {}
         for receiver, srcs in self._cut.items():
             for src in srcs:
                 senders.setdefault(src, []).append(addr[receiver])
-
-        seen = observe.each(sorted(senders), lambda s: observe.reachable(self.remotes[s], senders[s]))
-        pairs = {state: sorted([s, name_of[a]] for s, probes in seen.items()
-                               for a, is_open in probes.items() if is_open is state)
-                 for state in (True, None)}
-        connected, unanswered = pairs[True], pairs[None]
-        ok = False if connected else None if unanswered else True
-        return observe.observation(ok, cut_pairs=sum(len(v) for v in senders.values()),
-                                   connected=connected,
-                                   **({"unanswered": unanswered} if unanswered else {}))
+        return observe_cuts(self.remotes, senders, {a: n for n, a in addr.items()})
 
     def stop(self) -> dict:
         for h in self.hosts:
@@ -169,6 +157,24 @@ class Partition(Nemesis):
 
     def heal(self) -> dict:
         return self.stop()  # always: a harness crash may have left rules behind
+
+
+def observe_cuts(remotes: dict[str, Remote], senders: dict[str, list[str]],
+                 name_of: dict[str, str], port: int = observe.PROBE_PORT) -> dict:
+    """A start's observation of cut links: from each sender (host name), a TCP connect to
+    each of its addresses on `port` must fail. Pairs that connected are named, and so are
+    those no look answered for (the sender's SSH channel was lost twice: observe.ask), which
+    leave the cut unchecked, not unverified. `name_of`: address -> host name."""
+    seen = observe.each(sorted(senders),
+                        lambda s: observe.reachable(remotes[s], senders[s], port))
+    pairs = {state: sorted([s, name_of[a]] for s, probes in seen.items()
+                           for a, is_open in probes.items() if is_open is state)
+             for state in (True, None)}
+    connected, unanswered = pairs[True], pairs[None]
+    ok = False if connected else None if unanswered else True
+    return observe.observation(ok, cut_pairs=sum(len(v) for v in senders.values()),
+                               connected=connected,
+                               **({"unanswered": unanswered} if unanswered else {}))
 
 
 @dataclass
