@@ -34,7 +34,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="a workload parameter, e.g. ops_per_key=100; batch=N: ops per batch of "
                         "--writes session-background or session-manual (default 16); "
                         "session_ops=N: with those, each node's shared session is closed and "
-                        "replaced after N writes through it (default 0: kept); "
+                        "replaced after N writes through it (default 0: kept), and "
+                        "fresh_clients=true opens each new session on a client of its own; "
                         "value_buffers=true (--db tessera, string values: value_sizes=wide or "
                         "zeros): the workers hand each value over in a bytearray they overwrite "
                         "as soon as the client has the op (repeatable)")

@@ -173,17 +173,27 @@ def run_values(base: TestSpec, workload: str, seed: int) -> dict[str, object]:
 # (Workload.session_ops), drawn per run of a batching session mode: a program that opens a
 # session per unit of work closes it while its other callers may still be applying. None: kept.
 SESSION_OPS = (None, 50, 200)
+# Writes per unit of work of a program that opens a client and a session for each unit
+# (Workload.fresh_clients), drawn per run of a batching session mode in a stream of its own:
+# the unit's new client knows no tablet's location, so its session's first applies wait for
+# a lookup while the next unit may close it. A count here replaces SESSION_OPS's. None: no
+# such program.
+FRESH_CLIENTS = (None, None, 1, 4)
 
 
 def run_session_ops(writes: str, seed: int) -> dict[str, object]:
-    """The session renewal of the run with this seed ({"session_ops": N}, or {}), for a
-    batching session mode (only Tessera's client has them)."""
+    """The session renewal of the run with this seed ({"session_ops": N}, with
+    "fresh_clients": True for a client per unit; or {}), for a batching session mode (only
+    Tessera's client has them)."""
     from workloads.base import SESSION_MODES
 
     if writes not in SESSION_MODES:
         return {}
     import random
 
+    unit = random.Random(f"{seed}/fresh-clients").choice(FRESH_CLIENTS)
+    if unit is not None:
+        return {"session_ops": unit, "fresh_clients": True}
     n = random.Random(f"{seed}/session-ops").choice(SESSION_OPS)
     return {} if n is None else {"session_ops": n}
 

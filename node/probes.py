@@ -645,8 +645,9 @@ ALARMS: dict[str, str] = {
         "a session's batch was cancelled in flight: its ops get no outcome, though the tablet "
         "may have applied them (a caller's cancellation reached it)",
     "client.session.op_buffered_after_close":
-        "an op was buffered in a session already closed: nothing will send it, and its caller "
-        "waits out its deadline",
+        "an op was buffered in a session already closed, whose close had returned saying "
+        "every op was flushed: a program that ends after the close loses it, and in "
+        "MANUAL_FLUSH nothing sends it unless someone flushes the closed session",
 }
 
 _hits: Counter | None = None  # None: off

@@ -46,6 +46,9 @@ def default_seed(seed: int, out, spec: str | None = None):
     # no checker of a history can see it (its ops are recorded as maybe applied): the alarm
     # the client raises when a batch is cancelled in flight fails the seed (node.probes.ALARMS)
     ("cancel-batches", 7, None, "client.session.batch_cancelled_in_flight"),
+    # a client per unit of work (swarm FRESH_CLIENTS): an apply looking up its tablet when
+    # the next unit closes its session; the session's own alarm fails the seed
+    ("buffer-after-close", 7, None, "client.session.op_buffered_after_close"),
 ])
 def test_each_client_fault_fails_a_default_seed_that_the_fixed_client_passes(
         tmp_path, monkeypatch, fault, seed, spec, anomaly):

@@ -370,9 +370,11 @@ def _grouped_writes_run(env, tmp_path, options: list[str], concurrency: int, rat
 
 
 BUFFERED = {("register", "shared"), ("register", "session-manual")}
-# whose workers close and replace their node's shared session every 20 writes under load
-# (Workload.session_ops), while the node's other workers are mid-apply
-RENEWED = {("register", "session-background"), ("list-append", "session-manual")}
+# whose workers close and replace their node's shared session under load (Workload.session_ops)
+# while the node's other workers are mid-apply: every 20 writes, or with a client and a session
+# per write (Workload.fresh_clients), as a program run once per unit of work
+RENEWED = {("register", "session-background"): ["session_ops=1", "fresh_clients=true"],
+           ("list-append", "session-manual"): ["session_ops=20"]}
 
 
 @pytest.mark.parametrize("workload,writes", [
@@ -388,11 +390,11 @@ def test_every_write_mode_under_kills_and_partitions_stays_valid(env, tmp_path, 
     manual session write zero-padded values handed over in buffers the workers overwrite at
     once (value_buffers), as an application reusing one buffer does: a client that sent the
     buffer as it was later writes bytes no worker wrote. Two close and replace their shared
-    sessions every 20 writes (RENEWED). The client's own probes (it runs in the harness's
+    sessions under load, one every 20 writes, one with a new client per write (RENEWED). The client's own probes (it runs in the harness's
     process) are collected with the daemons'."""
     buffers = ["--workload-option", "value_sizes=zeros", "--workload-option",
                "value_buffers=true"] if (workload, writes) in BUFFERED else []
-    renewed = ["--workload-option", "session_ops=20"] if (workload, writes) in RENEWED else []
+    renewed = [x for o in RENEWED.get((workload, writes), []) for x in ("--workload-option", o)]
     test, fired = _grouped_writes_run(env, tmp_path, ["--writes", writes, *buffers, *renewed],
                                       20, 0 if writes == "shared" else 200, 57, workload, 20)
     assert test["writes"] == writes
@@ -400,6 +402,9 @@ def test_every_write_mode_under_kills_and_partitions_stays_valid(env, tmp_path, 
         assert test["batches"]["renewed"] >= 5, test["batches"]
         assert test["batches"]["sessions"] >= test["batches"]["renewed"] + 1
     client = set(fired["by_daemon"].get("client", ()))
+    if "fresh_clients=true" in renewed:  # a new client's apply waited for its lookup while
+        # another worker's write closed the session: refused, never buffered unsent
+        assert "client.session.apply_closed_while_locating" in client, sorted(client)
     if buffers:
         assert "client.op.value_copied" in client, sorted(client)
     if writes == "shared":

@@ -486,7 +486,8 @@ def test_each_register_run_draws_its_values_and_whether_the_workers_reuse_their_
     runs = [register.spec(base, 30.0, seed) for seed in range(30)]
     assert [r.workload_options for r in runs] == [register.spec(base, 30.0, s).workload_options
                                                   for s in range(30)]
-    drawn = [{k: v for k, v in r.workload_options.items() if k != "session_ops"} for r in runs]
+    drawn = [{k: v for k, v in r.workload_options.items()
+              if k not in ("session_ops", "fresh_clients")} for r in runs]
     assert all(d in VALUE_DRAWS for d in drawn) and all(d in drawn for d in VALUE_DRAWS)
     for r in runs:
         check(msgspec.structs.replace(r, wheelhouse=None))
@@ -726,7 +727,7 @@ def test_each_batching_session_run_draws_whether_its_workers_renew_their_session
     still apply: the nightly matrix draws, per run of a batching session mode, whether its
     workers close and replace their shared session every N writes (Workload.session_ops);
     other write modes draw none, and every drawn run passes `tessera test`'s own checks."""
-    from harness.matrix import SESSION_OPS
+    from harness.matrix import FRESH_CLIENTS, SESSION_OPS
     from harness.validate import check
     from workloads.base import SESSION_MODES
 
@@ -735,8 +736,14 @@ def test_each_batching_session_run_draws_whether_its_workers_renew_their_session
     runs = [c.spec(base, 30.0, seed) for c in cells_from_args(args)
             if c.workload in ("register", "list-append") for seed in range(60)]
     batching = [r for r in runs if r.writes in SESSION_MODES]
-    assert {r.workload_options.get("session_ops") for r in batching} == set(SESSION_OPS)
-    assert all("session_ops" not in r.workload_options for r in runs if r not in batching)
+    fresh = [r for r in batching if r.workload_options.get("fresh_clients")]
+    assert {r.workload_options["session_ops"] for r in fresh} == set(FRESH_CLIENTS) - {None}
+    assert {r.workload_options.get("session_ops") for r in batching if r not in fresh} == set(
+        SESSION_OPS)
+    assert all("session_ops" not in r.workload_options and "fresh_clients" not in
+               r.workload_options for r in runs if r not in batching)
     for r in batching:
         check(msgspec.structs.replace(r, wheelhouse=None))
-        assert r.make_workload().session_ops == r.workload_options.get("session_ops", 0)
+        workload = r.make_workload()
+        assert workload.session_ops == r.workload_options.get("session_ops", 0)
+        assert workload.fresh_clients == (r in fresh)

@@ -727,7 +727,7 @@ def test_session_mode_mixes_draw_renewals_and_a_renewed_seed_stays_valid(tmp_pat
     from harness.systems.tessera import clients
 
     mixes = [swarm_mix(s, bundled=False) for s in range(200)]
-    assert {m.renew for m in mixes} == {None, 20, 100}
+    assert {m.renew for m in mixes} == {None, 1, 4, 20, 100}  # 1 and 4: FRESH_CLIENTS
     assert all(m.writes in ("session-background", "session-manual") for m in mixes if m.renew)
     with pytest.raises(ValueError, match="renew=5 renews a shared session"):
         parse_mix("restart:1;writes=shared;renew=5")

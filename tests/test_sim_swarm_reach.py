@@ -21,6 +21,7 @@ from harness.sim.swarm import (
     FIFTEENTH_BUNDLES,
     FIFTH_BUNDLES,
     FOURTEENTH_BUNDLES,
+    FRESH_CLIENTS,
     LATE,
     LATE_BUNDLE_DRAW,
     LATE_BUNDLES,
@@ -704,3 +705,30 @@ def test_the_master_cut_check_judges_only_runs_of_master_cuts_alone():
     assert moved_by_master_cut(alone, {"t-0": (0, ["a", "b", "c"])}) is None
     assert moved_by_master_cut([*alone, "crash"], configs) is None
     assert moved_by_master_cut(["isolate", "restart", "heal"], configs) is None
+
+
+def test_a_client_per_unit_of_work_has_its_session_closed_under_an_apply_still_locating(
+        tmp_path, monkeypatch):
+    """FRESH_CLIENTS: a program that opens a client and a session per unit of work (here one
+    write) and closes both after it. The unit's new client knows no tablet's location, so a
+    worker's apply waits for a lookup while another worker's write closes the session: the
+    session refuses the apply. Shared clients never reached that (their locations, once
+    known, stay known). With the client's buffer-after-close bug (node.client.faults: the
+    apply buffered after the close returned) the session's alarm fails the same seed."""
+    from node.client import faults
+
+    mixes = [swarm_mix(s, bundled=False) for s in range(200)]
+    fresh = [m for m in mixes if m.fresh_clients]
+    assert 4 <= len(fresh) <= 30 and {m.renew for m in fresh} == set(FRESH_CLIENTS) - {None}
+    assert all(m.writes in ("session-background", "session-manual") for m in fresh)
+    assert all(parse_mix(m.spec()).fresh_clients and "fresh-clients" in m.spec().split(";")
+               for m in fresh)
+    with pytest.raises(ValueError, match="fresh-clients .* needs renew=N"):
+        parse_mix("restart:1;writes=session-manual;fresh-clients")
+    spec = parse_mix("restart:1,heal:1;every=2-6;reads=linearizable;load=10x100;"
+                     "writes=session-background;renew=1;fresh-clients;workload=register")
+    cfg = StackConfig(seed=0, workload="register", seconds=4.0, mix=spec)
+    _valid_and_fired(cfg, tmp_path / "fixed", "client.session.apply_closed_while_locating")
+    monkeypatch.setattr(faults, "FAULTS", faults.parse("buffer-after-close"))
+    broken = StackSim(cfg, tmp_path / "broken").run()
+    assert "client.session.op_buffered_after_close" in (broken.violation or ""), broken.violation

@@ -58,12 +58,16 @@ def test_batched_threads_of_one_node_share_one_background_session():
 
 
 class FakeTable:
-    """A Table handle: its session, and writes that succeed at once."""
+    """A Table handle: its client and session, and writes that succeed at once (or once the
+    client's `gate` opens)."""
 
-    def __init__(self, table, bind, session):
-        self.session, self.bind = session, bind
+    def __init__(self, client, table, bind, session):
+        self.client, self.session, self.bind = client, session, bind
 
     async def write(self, key, value):
+        gate = getattr(self.client, "gate", None)
+        if gate is not None:
+            await gate.wait()
         return 1
 
     async def append(self, key, element):
@@ -75,7 +79,18 @@ class FakeTable:
 
 class TableMaker(FakeClient):
     def table(self, table, names, bind=None, session=None):
-        return FakeTable(table, bind, session)
+        return FakeTable(self, table, bind, session)
+
+
+class ClosingClient(TableMaker):
+    """A client that says when it was closed."""
+
+    def __init__(self):
+        super().__init__()
+        self.closed, self.gate = False, None
+
+    async def close(self):
+        self.closed = True
 
 
 def test_a_shared_session_is_closed_and_replaced_after_its_writes_for_every_handle_sharing_it():
@@ -100,6 +115,57 @@ def test_a_shared_session_is_closed_and_replaced_after_its_writes_for_every_hand
     stats = asyncio.run(go())
     assert len(client.sessions) == 3 and all(s.closed for s in client.sessions)
     assert stats["sessions"] == 3 and stats["renewed"] == 1 and stats["cut_by"] == {"close": 3}
+
+
+def test_with_fresh_clients_each_renewed_session_opens_on_a_new_client_closed_once_done_with():
+    """Workload.fresh_clients: a renewal makes a client for the new session and moves every
+    handle sharing the old one to both; the client made for a session is closed once that
+    session's close has ended and no op runs on it, and the run's own client is left to its
+    caller."""
+    made = []
+
+    def new_client():
+        made.append(ClosingClient())
+        return made[-1]
+
+    first = ClosingClient()
+    workload = make("register", writes="session-manual", session_ops=2, fresh_clients=True)
+    clients, close = workload_clients(first, "test", {}, ["a"], workload, new_client)
+
+    async def go():
+        w0, w1 = clients(0), clients(1)  # both bound to a: one shared session
+        await w0.write("k", 1)
+        await w1.write("k", 1)  # the second write: a new session, on a new client
+        await asyncio.sleep(0)  # the close runs in the background
+        assert len(made) == 1 and w0.table.client is w1.table.client is made[0]
+        assert made[0].sessions == [w0.table.session] and first.sessions[0].closed
+        made[0].gate = asyncio.Event()  # w1's next write holds made[0] open
+        slow = asyncio.ensure_future(w1.write("k", 1))
+        await asyncio.sleep(0)
+        await w0.write("k", 1)  # the fourth: made[0]'s session is retired
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert made[0].sessions[0].closed and not made[0].closed  # w1's write runs on it
+        made[0].gate.set()
+        await slow
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert made[0].closed and not made[1].closed
+        return await close()
+
+    stats = asyncio.run(go())
+    assert len(made) == 2 and made[1].closed and not first.closed
+    assert stats["renewed"] == 2 and stats["sessions"] == 3
+
+
+def test_fresh_clients_need_renewals_and_a_way_to_open_a_client():
+    with pytest.raises(ValueError, match="fresh_clients opens a client per renewed session"):
+        make("register", writes="session-manual", fresh_clients=True)
+    with pytest.raises(ValueError, match="true or false"):
+        make("register", writes="session-manual", session_ops=2, fresh_clients="yes")
+    workload = make("register", writes="session-manual", session_ops=2, fresh_clients=True)
+    with pytest.raises(ValueError, match="no way to open one"):
+        workload_clients(ClosingClient(), "test", {}, ["a"], workload)
 
 
 def test_session_ops_takes_a_shared_batching_session():

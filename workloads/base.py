@@ -117,6 +117,11 @@ class Workload:
     # this many writes through it (0: kept for the run), as a program that opens a session
     # per unit of work and closes it while its other callers may still be applying does.
     session_ops: int = 0
+    # With session_ops: each renewed session is opened on a client of its own, made at the
+    # renewal and closed once done with, as a program run once per unit of work opens a client
+    # and a session and closes both: the new client knows no tablet's location, so its
+    # session's first applies wait for a lookup while the other callers go on writing.
+    fresh_clients: bool = False
     # Kudu's external consistency mode of Tessera's client for the workers' writes
     # (client-propagated, commit-wait; checked by harness.validate, since workloads know no
     # system); None: the client's default, client-propagated. `--external-consistency`.
@@ -136,6 +141,11 @@ class Workload:
         if self.session_ops and self.writes not in SESSION_MODES:
             raise ValueError(f"session_ops={self.session_ops} renews a shared batching session: "
                              f"it takes writes {' or '.join(SESSION_MODES)}, not {self.writes}")
+        if not isinstance(self.fresh_clients, bool):
+            raise ValueError(f"fresh_clients is true or false, not {self.fresh_clients!r}")
+        if self.fresh_clients and not self.session_ops:
+            raise ValueError("fresh_clients opens a client per renewed session: it needs "
+                             "session_ops=N")
         # A batch size the system's sessions cannot keep is the system's to refuse
         # (Deployment.check_workload), before any host is touched.
 

@@ -590,6 +590,7 @@ class StackSim:
             share = self.cfg.mix.read_share
             return Register(writes=self._writes, batch=self.cfg.batch or self.cfg.mix.batch or 0,
                             session_ops=self._session_ops,
+                            fresh_clients=self._fresh_clients,
                             value_sizes=self._value_sizes, value_buffers=self.cfg.mix.buffers,
                             value_max_bytes=frame_options(self.cfg.mix)[0] or MAX_FRAME,
                             value_seed=self.cfg.seed,
@@ -597,7 +598,7 @@ class StackSim:
         if self.cfg.value_sizes != "small":
             raise ValueError(f"value sizes {self.cfg.value_sizes!r} are for the register workload")
         return ListAppend(writes=self._writes, batch=self.cfg.batch or self.cfg.mix.batch or 0,
-                          session_ops=self._session_ops)
+                          session_ops=self._session_ops, fresh_clients=self._fresh_clients)
 
     @property
     def _session_ops(self) -> int:
@@ -605,6 +606,11 @@ class StackSim:
         from workloads.base import SESSION_MODES
 
         return (self.cfg.mix.renew or 0) if self._writes in SESSION_MODES else 0
+
+    @property
+    def _fresh_clients(self) -> bool:
+        """Whether each renewed session opens on a client of its own (the mix's)."""
+        return bool(self._session_ops) and self.cfg.mix.fresh_clients
 
     async def _client_main(self) -> list:
         from harness.recorder import Recorder
@@ -620,12 +626,17 @@ class StackSim:
         workload = self._workload()
         workload.external_consistency = self.cfg.mix.consistency
         timeout = (self.cfg.mix.client_timeout_ms or 5000) / 1000
-        client = TesseraClient([(m, MASTER_PORT) for m in self.masters], timeout=timeout,
-                               rpc=RpcClient(connect_timeout=1.0, local_host=CLIENT_HOST,
-                                             max_frame=MAX_FRAME, **_client_inflight(self.cfg.mix)),
-                               rng=random.Random(self.rng.getrandbits(64)),
-                               external_consistency=client_mode(self.cfg.mix.consistency))
-        self.client = client
+
+        def new_client():
+            """The client process's TesseraClient, or one more (Workload.fresh_clients)."""
+            return TesseraClient([(m, MASTER_PORT) for m in self.masters], timeout=timeout,
+                                 rpc=RpcClient(connect_timeout=1.0, local_host=CLIENT_HOST,
+                                               max_frame=MAX_FRAME,
+                                               **_client_inflight(self.cfg.mix)),
+                                 rng=random.Random(self.rng.getrandbits(64)),
+                                 external_consistency=client_mode(self.cfg.mix.consistency))
+
+        self.client = client = new_client()
         await accept_test_table(client, workload.tablets, REPLICATION_FACTOR, timeout=120.0)
         names = {h: f"ts{i + 1}" for i, h in enumerate(self.tservers)}
         rec = Recorder(self.out_dir / "history.jsonl",  # read once closed: buffered
@@ -638,7 +649,8 @@ class StackSim:
                           op_timeout=(mix.caller_timeout_ms or 5000) / 1000, final_timeout=60.0,
                           bursts=mix.bursts)
         binds = None if mix.smart else self.tservers  # smart: one client for all, to leaders
-        clients, close_sessions = workload_clients(client, "test", names, binds, workload)
+        clients, close_sessions = workload_clients(client, "test", names, binds, workload,
+                                                   new_client)
         try:
             await run(workload, clients, rec, opts, nemesis=self._nemesis, heal=self._heal)
             await self._probe_liveness(client)

@@ -159,6 +159,14 @@ BATCHES = (None, None, 2, 4)
 # workers sharing it may be in the middle of an apply then, which the session must refuse,
 # never buffer unsent (node.probes.ALARMS). Its own draw; the session write modes only.
 RENEWS = (None, None, 20, 100)
+# Writes per unit of work of a program that opens a client and a session for each unit and
+# closes both after it (None: no such program; Workload.fresh_clients). The unit's new client
+# knows no tablet's location, so the first applies on its session wait for a lookup, and the
+# next unit's renewal may close the session under them: the session must refuse them
+# (client.session.apply_closed_while_locating), which a shared client never reached, its
+# locations once known staying known. A count here replaces RENEWS's. Its own draw; the
+# session write modes only.
+FRESH_CLIENTS = (None, None, None, 1, 4)
 # Requests a server reads from one connection before it stops reading it (None: the server's
 # 256; the client allows twice as many calls in flight on one). A seed's few dozen workers never
 # had 256 out, so no server ever applied back-pressure and no call waited for room. Its own draw.
@@ -539,6 +547,8 @@ class Mix:
     smart: bool = False
     # paced op starts in bursts (a spec option, not drawn: the note after SMART says why)
     bursts: bool = False
+    # each renewed session on a client of its own, made at the renewal (FRESH_CLIENTS)
+    fresh_clients: bool = False
     # the workload the mix's aim needs (None: the seed's parity picks; `workload_for`): a
     # bundle of wide values aims at the register's values, which list-append never writes,
     # and the session bundles reached their aims on register seeds only (`bundle_reach`)
@@ -557,7 +567,7 @@ class Mix:
         [;clock=US][;writes=MODE][;values=wide][;snapshot=N][;fsync=MS][;sessions=N]
         [;batch=N][;renew=N][;inflight=N][;frame=MIB][;results=N][;missed=N][;timeout=MS][;caller=MS]
         [;wal-queue=KIB][;consistency=MODE][;unpaced][;buffers][;smart][;bursts]
-        [;workload=NAME]`; writes only when not own, consistency only when not commit-wait."""
+        [;fresh-clients][;workload=NAME]`; writes only when not own, consistency only when not commit-wait."""
         lo, hi = self.fault_every_s
         parts = [",".join(f"{k}:{w}" for k, w in self.weights), f"every={lo:g}-{hi:g}",
                  f"reads={self.read_mode}"]
@@ -583,6 +593,8 @@ class Mix:
         if self.unpaced:
             parts.append("unpaced")
         parts += [flag for flag in ("buffers", "smart", "bursts") if getattr(self, flag)]
+        if self.fresh_clients:
+            parts.append("fresh-clients")
         if self.workload is not None:
             parts.append(f"workload={self.workload}")
         return ";".join(parts)
@@ -594,7 +606,8 @@ class Mix:
                 "clock_error_us": self.clock_error_us, "writes": self.writes,
                 "values": self.values, "snapshot_every": self.snapshot_every,
                 "fsync_ms": self.fsync_ms, "max_sessions": self.max_sessions,
-                "batch": self.batch, "renew": self.renew, "inflight": self.inflight,
+                "batch": self.batch, "renew": self.renew,
+                "fresh_clients": self.fresh_clients, "inflight": self.inflight,
                 "frame_mb": self.frame_mb,
                 "unpaced": self.unpaced, "max_results": self.max_results,
                 "consistency": self.consistency, "missed": self.missed,
@@ -634,6 +647,8 @@ def swarm_mix(seed: int, bundled: bool = True) -> Mix:
     max_sessions = _own_draw(seed, "sessions", SESSIONS)
     batch = _own_draw(seed, "batch", BATCHES)
     renew = _own_draw(seed, "renew", RENEWS)
+    unit = _own_draw(seed, "fresh-clients", FRESH_CLIENTS) if writes in SESSION_MODES else None
+    renew = renew if unit is None else unit
     inflight = _own_draw(seed, "inflight", INFLIGHT)
     frame_mb = _own_draw(seed, "frame", FRAME_MB)
     unpaced = _own_draw(seed, "unpaced", UNPACED) and _unpaceable(writes, values, frame_mb)
@@ -656,7 +671,7 @@ def swarm_mix(seed: int, bundled: bool = True) -> Mix:
               frame_mb=frame_mb, unpaced=unpaced, max_results=max_results,
               consistency=consistency, missed=missed, client_timeout_ms=client_timeout_ms,
               caller_timeout_ms=caller_timeout_ms, wal_queue_kb=wal_queue_kb, buffers=buffers,
-              smart=smart)
+              smart=smart, fresh_clients=unit is not None)
     bundle = bundle_of(seed) if bundled else None
     return mix if bundle is None else replace(
         parse_mix(ALL_BUNDLES[bundle]),
@@ -730,12 +745,12 @@ def parse_mix(spec: str) -> Mix:
         raise ValueError(f"client={opts['client']}: a mix names how the workers write as "
                          "writes=MODE now (client=coalesce is writes=shared)")
     unknown = set(opts) - {"every", "reads", "load", "read-share", "clock", "writes", "values",
-                           "unpaced", "buffers", "smart", "bursts", "consistency", "workload",
-                           *_COUNTS}
+                           "unpaced", "buffers", "smart", "bursts", "fresh-clients",
+                           "consistency", "workload", *_COUNTS}
     if unknown:
         raise ValueError(f"unknown mix field(s) {sorted(unknown)} (every, reads, load, read-share, "
                          f"clock, writes, values, {', '.join(_COUNTS)}, unpaced, buffers, "
-                         "smart, bursts, consistency, workload)")
+                         "smart, bursts, fresh-clients, consistency, workload)")
     workload = opts.get("workload")
     if workload not in (None, *WORKLOADS):
         raise ValueError(f"workload={workload!r}: {' or '.join(WORKLOADS)}")
@@ -769,6 +784,10 @@ def parse_mix(spec: str) -> Mix:
     if buffers and (opts["buffers"] or values not in BUFFERED_VALUES):
         raise ValueError("buffers (no value) hands string values over in reused buffers: it "
                          f"needs values={' or values='.join(BUFFERED_VALUES)}")
+    fresh = "fresh-clients" in opts
+    if fresh and (opts["fresh-clients"] or counts["renew"] is None):
+        raise ValueError("fresh-clients (no value) opens each renewed session on a client of "
+                         "its own: it needs renew=N")
     flags = {flag: flag in opts for flag in ("smart", "bursts")}
     if any(opts.get(flag) for flag in flags):
         raise ValueError("smart and bursts take no value")
@@ -799,7 +818,8 @@ def parse_mix(spec: str) -> Mix:
                clock_error_us, writes, None if values == "small" else values,
                *list(counts.values())[:7], unpaced, counts["results"], consistency,
                counts["missed"], counts["timeout"], counts["caller"],
-               wal_queue_kb=counts["wal-queue"], buffers=buffers, workload=workload, **flags)
+               wal_queue_kb=counts["wal-queue"], buffers=buffers, workload=workload,
+               fresh_clients=fresh, **flags)
 
 
 def aims_hit(bundle: str, probes: dict[str, int]) -> list[str]:

@@ -28,6 +28,9 @@ HELP = {
     "cancel-batches": "a flush its caller gives up on (wait_for, a cancelled close) cancels the "
                       "session's batches in flight, so their ops never get an outcome though the "
                       "tablet may have applied them",
+    "buffer-after-close": "an apply still looking up its tablet when its session is closed is "
+                          "buffered once the lookup ends, after close() has returned saying "
+                          "every op was flushed",
     "drop-error": "a background session's flush drops a failed op's error (a row error, or "
                   "the batch's own failure) and answers the op as applied",
     "no-ddl-token": "create_table and delete_table send no token, so the retry of a create "
@@ -45,6 +48,7 @@ class ClientFaults:
     reuse_slot: bool = False
     drop_error: bool = False
     cancel_batches: bool = False
+    buffer_after_close: bool = False
     drop_propagated: bool = False
     no_ddl_token: bool = False
 

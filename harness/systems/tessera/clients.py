@@ -10,6 +10,7 @@ This module is where Tessera's client meets them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from collections.abc import Awaitable
 from typing import Any
@@ -44,13 +45,18 @@ class TableClient:
     or a cas's values go as bytearrays, which are overwritten (`reused`) as soon as the op's
     first step has run, and reads turn the bytes back into the string the workload wrote. A
     client that sent the buffer as it was later, not as it was when handed the op, writes
-    bytes no worker wrote, and the checker sees a value never written."""
+    bytes no worker wrote, and the checker sees a value never written.
 
-    __slots__ = ("buffers", "renew", "table")
+    With `renewals` (Workload.session_ops) each write first counts toward its session's
+    renewal, and each op tells the renewals which TesseraClient it runs on while it runs, so
+    a client retired with its session is closed only once no op runs on it."""
 
-    def __init__(self, table, buffers: bool = False, renew=None) -> None:
+    __slots__ = ("buffers", "key", "renewals", "table")
+
+    def __init__(self, table, buffers: bool = False, renewals: Renewals | None = None,
+                 key=None) -> None:
         self.table, self.buffers = table, buffers
-        self.renew = renew  # called before each write (Renewals.tick), or None
+        self.renewals, self.key = renewals, key  # the session key its renewals count
 
     @property
     def node(self) -> str | None:
@@ -64,40 +70,43 @@ class TableClient:
     def sent(self) -> dict | None:
         return self.table.sent
 
-    def _wrote(self) -> None:
-        """A write is about to go through the shared session: its renewal's count."""
-        if self.renew is not None:
-            self.renew()
+    async def _run(self, call, write: bool) -> Any:
+        """`call(table)` on this worker's handle, its outcome as the workloads' (`_outcome`).
+        A write first counts toward its session's renewal (Renewals.tick), which may move the
+        handle to a new session, and a new client, before the op takes them."""
+        renewals = self.renewals
+        if renewals is None:
+            return await _outcome(call(self.table))
+        if write:
+            renewals.tick(self.key)
+        table = self.table
+        with renewals.running_on(table.client):
+            return await _outcome(call(table))
 
     async def read(self, key: str) -> Any:
-        value = await _outcome(self.table.read(key))
+        value = await self._run(lambda t: t.read(key), False)
         if self.buffers and isinstance(value, bytes):
             return value.decode("utf-8", "replace")
         return value
 
     async def write(self, key: str, value: Any) -> Any:
-        self._wrote()
         if self.buffers and isinstance(value, str):
             buf = bytearray(value.encode())
-            return await _outcome(reused(self.table.write(key, buf), buf))
-        return await _outcome(self.table.write(key, value))
+            return await self._run(lambda t: reused(t.write(key, buf), buf), True)
+        return await self._run(lambda t: t.write(key, value), True)
 
     async def cas(self, key: str, expected: Any, new: Any) -> bool:
-        self._wrote()
         if self.buffers and isinstance(new, str):
             old = bytearray(expected.encode()) if isinstance(expected, str) else expected
             buf = bytearray(new.encode())
-            return await _outcome(reused(self.table.cas(key, old, buf), buf, old))
-        return await _outcome(self.table.cas(key, expected, new))
+            return await self._run(lambda t: reused(t.cas(key, old, buf), buf, old), True)
+        return await self._run(lambda t: t.cas(key, expected, new), True)
 
     async def append(self, key: str, element: Any) -> Any:
-        self._wrote()
-        return await _outcome(self.table.append(key, element))
+        return await self._run(lambda t: t.append(key, element), True)
 
     async def txn(self, ops: list[list]) -> list[list]:
-        if any(op[0] != "r" for op in ops):
-            self._wrote()
-        return await _outcome(self.table.txn(ops))
+        return await self._run(lambda t: t.txn(ops), any(op[0] != "r" for op in ops))
 
 
 class Renewals:
@@ -107,15 +116,27 @@ class Renewals:
     one (looking up their tablet, waiting for a buffer), as a program's callers are when it
     closes a session per unit of work: the session must refuse what it can no longer send,
     never buffer it unsent (node.probes.ALARMS). The closes run in the background, each until
-    its flush ends, and `close` waits for them."""
+    its flush ends, and `close` waits for them.
 
-    def __init__(self, every: int, sessions: dict, open_session) -> None:
+    With `new_client` (Workload.fresh_clients) each new session opens on a TesseraClient of its
+    own, made then, as a program run once per unit of work opens one: it knows no table's
+    locations yet, so the first applies on the new session wait for a lookup, and a renewal
+    can close the session under them. A retired client is closed once its session's close has
+    ended and no op runs on it (`running_on`)."""
+
+    def __init__(self, every: int, sessions: dict, open_session, new_client=None) -> None:
         self.every, self.sessions, self.open_session = every, sessions, open_session
+        self.new_client = new_client
         self.handles: dict = {}  # key -> the Table handles sharing its session
         self.writes: Counter = Counter()
         self.retired: list = []  # the sessions closed so far, for the run's batch counts
         self.closing: set = set()
         self.renewed = 0
+        self.clients: list = []  # the clients this made, each closed once done with
+        self.current: dict = {}  # key -> the client made for its session now (none: the run's)
+        self.using: Counter = Counter()  # client -> ops running on it
+        self.done: set = set()  # made clients whose session has been closed
+        self.closed: set = set()  # made clients closed (or closing)
 
     def share(self, key, handle):
         self.handles.setdefault(key, []).append(handle)
@@ -125,18 +146,58 @@ class Renewals:
         self.writes[key] += 1
         if self.writes[key] % self.every:
             return
-        old = self.sessions[key]
-        self.sessions[key] = new = self.open_session(key)
+        old, old_client = self.sessions[key], self.current.get(key)
+        fresh = self.new_client() if self.new_client is not None else None
+        if fresh is not None:
+            self.clients.append(fresh)
+            self.current[key] = fresh
+        self.sessions[key] = new = self.open_session(key, fresh)
         for handle in self.handles[key]:
             handle.session = new
+            if fresh is not None:
+                handle.client = fresh
         self.retired.append(old)
         self.renewed += 1
-        task = asyncio.ensure_future(old.close())
+        self._background(self._retire(old, old_client))
+
+    @contextlib.contextmanager
+    def running_on(self, client):
+        """Around one op on `client`: it is not closed while the op runs."""
+        self.using[client] += 1
+        try:
+            yield
+        finally:
+            self.using[client] -= 1
+            if not self.using[client]:
+                del self.using[client]
+                self._close_if_done(client)
+
+    async def _retire(self, session, client) -> None:
+        """Close `session`; then `client`, made here for it (None: the run's own), once no op
+        runs on it."""
+        await session.close()
+        if client is not None:
+            self.done.add(client)
+            self._close_if_done(client)
+
+    def _close_if_done(self, client) -> None:
+        if client in self.done and client not in self.using:
+            self.done.discard(client)
+            self.closed.add(client)
+            self._background(client.close())
+
+    def _background(self, step) -> None:
+        task = asyncio.ensure_future(step)
         self.closing.add(task)
         task.add_done_callback(self.closing.discard)
 
     async def close(self) -> None:
-        await asyncio.gather(*list(self.closing), return_exceptions=True)
+        """Once the current sessions are closed: wait for the closes under way, then close
+        the clients made here that are still open (the current sessions')."""
+        while self.closing:
+            await asyncio.gather(*list(self.closing), return_exceptions=True)
+        await asyncio.gather(*(c.close() for c in self.clients if c not in self.closed),
+                             return_exceptions=True)
 
 
 async def reused(call: Awaitable[Any], *buffers: Any) -> Any:
@@ -214,7 +275,8 @@ def session_options(workload):
                           flush_interval_s=workload.batch_interval_ms / 1000)
 
 
-def workload_clients(client, table: str, names: dict, binds: list[str] | None, workload):
+def workload_clients(client, table: str, names: dict, binds: list[str] | None, workload,
+                     new_client=None):
     """(clients(thread) for harness.runner.run, an async close for after it). Node-bound
     (`binds`): thread t talks to binds[t mod n]; else any replica. How the threads' writes reach
     the client is `workload.writes` (workloads.base.WRITE_MODES): `own`, a handle each; `shared`,
@@ -236,18 +298,21 @@ def workload_clients(client, table: str, names: dict, binds: list[str] | None, w
     sessions: dict = {}  # (bind, mode[, thread with session-sync]) -> Session
     shared: dict = {}  # (bind, mode) -> Sessions, with writes=shared
 
-    def open_session(key):
+    def open_session(key, on=None):
         bind, mode = key[0], key[1]
-        return client.new_session(table, dataclasses.replace(options, external_consistency=mode),
-                                  bind=bind)
+        return (on or client).new_session(
+            table, dataclasses.replace(options, external_consistency=mode), bind=bind)
 
-    renewals = (Renewals(workload.session_ops, sessions, open_session)
+    if workload.fresh_clients and new_client is None:
+        raise ValueError("fresh_clients opens a client per renewed session: the system's "
+                         "deployment gives no way to open one")
+    renewals = (Renewals(workload.session_ops, sessions, open_session,
+                         new_client if workload.fresh_clients else None)
                 if workload.session_ops else None)
 
     def clients(thread: int):
         key, table_handle = handle(thread)
-        renew = None if renewals is None else (lambda: renewals.tick(key))
-        return TableClient(table_handle, workload.value_buffers, renew)
+        return TableClient(table_handle, workload.value_buffers, renewals, key)
 
     def handle(thread: int):
         """(the session key, or None; the thread's Table handle)."""

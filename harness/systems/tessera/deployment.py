@@ -165,7 +165,8 @@ class TesseraDB(Deployment):
     async def open_clients(self, workload, names: dict[str, str], binds: list[str] | None,
                            op_timeout: float):
         """The test table created and writable, then the workload's clients over one
-        TesseraClient (closed with them)."""
+        TesseraClient (closed with them; with Workload.fresh_clients, one more per renewed
+        session)."""
         from harness.systems.tessera.clients import (
             accept_test_table,
             client_mode,
@@ -174,16 +175,22 @@ class TesseraDB(Deployment):
         from node.client import TesseraClient
 
         mode = client_mode(workload.external_consistency)  # checked by harness.validate
-        client = TesseraClient(self.master_addrs, timeout=min(op_timeout, 10.0 * self.time_scale),
-                               tls=self.tls("client"), time_scale=self.time_scale,
-                               external_consistency=mode)
+
+        def new_client():
+            """The run's TesseraClient, or one more (Workload.fresh_clients)."""
+            return TesseraClient(self.master_addrs, timeout=min(op_timeout, 10.0 * self.time_scale),
+                                 tls=self.tls("client"), time_scale=self.time_scale,
+                                 external_consistency=mode)
+
+        client = new_client()
         self.log("waiting for the cluster to accept the test table")
         try:
             locs = await accept_test_table(client, workload.tablets, self.replication_factor)
         except BaseException:
             await client.close()
             raise
-        clients, close_sessions = workload_clients(client, "test", names, binds, workload)
+        clients, close_sessions = workload_clients(client, "test", names, binds, workload,
+                                                   new_client)
 
         async def close():
             try:
