@@ -506,6 +506,12 @@ CATALOG: dict[str, str] = {
         "report is as old, and no change goes through that leader",
     "master.rereplication.replace_silent":
         "a member's tablet server was silent past the limit: it is to be replaced",
+    "master.rereplication.replace_unreachable_from_leader":
+        "a member its tablet's leader has not heard past the limit, on a server this master "
+        "hears whose replica reports RUNNING (a cut between tablet servers): it is to be replaced",
+    "master.rereplication.unreachable_from_leader_not_running":
+        "a member its tablet's leader has not heard past the limit is left to the leader: its "
+        "server reports the replica COPYING, TOMBSTONED or not at all",
     "master.rereplication.replace_failed":
         "a member's replica reports FAILED: it is to be replaced at once",
     "master.rereplication.waits_for_promotion":

@@ -235,6 +235,31 @@ def test_a_master_cut_off_from_some_servers_moves_no_replica(env, tmp_path):
     assert "master.rereplication.silent_but_leader_hears" in masters, sorted(masters)
 
 
+def test_a_server_cut_off_from_the_other_servers_has_its_members_replaced(env, tmp_path):
+    """server-cut on real processes and iptables: one host's tablet server cut off from the
+    other hosts' for 12 s, over twice the silence limit of fast failure detection, the masters
+    still hearing it. The leaders elsewhere of its replicas stop hearing them, so the masters
+    must replace those members (master.rereplication.replace_unreachable_from_leader), a copy
+    each. Before, no member was replaced while the masters heard its server."""
+    out = tessera("test", "--nemesis", "server-cut", "--time-limit", "30", "--nemesis-interval",
+                  "12", "--seed", "3", "--fast-failure-detection",
+                  "--workload-option", "tablets=12",
+                  "--store", str(tmp_path / "store"), env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = out.stdout.strip().splitlines()[-1]
+    results = json.load(open(os.path.join(run_dir, "results.json")))
+    schedule = json.load(open(os.path.join(run_dir, "schedule.json")))
+    starts = [s for s in schedule["executed"] if s["action"] == "start"]
+    assert starts and all(s["observed"]["ok"] for s in starts), starts
+    ops = read_jsonl(os.path.join(run_dir, "history.jsonl"))
+    assert any(o.value["followed"] for o in ops if o.f == "start-server-cut" and o.value), starts
+    fired = results["probes"]["by_daemon"]
+    masters = {n for where, names in fired.items() if where.endswith("/master") for n in names}
+    assert "master.rereplication.replace_unreachable_from_leader" in masters, sorted(masters)
+    assert any("copy.started" in names for where, names in fired.items()
+               if where.endswith("/tserver")), fired
+
+
 def test_nemesis_all_fires_every_fault_and_leaves_no_trace(env, tmp_path):
     out = tessera("test", "--nemesis", "all", "--time-limit", "20", "--nemesis-interval", "5",
                   "--seed", "11", "--store", str(tmp_path / "store"), env=env)

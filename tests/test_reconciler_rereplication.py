@@ -54,16 +54,19 @@ def _report(uuid: str, state: str, members: list[str], leader: str,
 
 def _round(states: dict[str, str | None], members: list[str], leader: str = "a",
            reconciler: Reconciler | None = None, silent: set[str] = frozenset(),
-           maintenance: tuple[str, ...] = (), leader_hears: set[str] = frozenset()):
+           maintenance: tuple[str, ...] = (), leader_hears: set[str] = frozenset(),
+           unreachable: set[str] = frozenset()):
     """One re-replication round: `states` is each server's state of the tablet (None: it has
     no replica), `silent` the servers last heard from LIMIT_S + 1 seconds ago, by this master
-    and, unless in `leader_hears`, by the tablet's leader."""
+    and, unless in `leader_hears`, by the tablet's leader; `unreachable` those the leader last
+    heard that long ago while this master hears them."""
     clock = [1000.0]
     ts = TSManager(unresponsive_after_s=2 * LIMIT_S, now=lambda: clock[0])
     for uuid, state in states.items():
         clock[0] = 1000.0 - (LIMIT_S + 1 if uuid in silent else 0)
         tablets = [] if state is None else [
-            _report(uuid, state, members, leader, set(silent) - set(leader_hears))]
+            _report(uuid, state, members, leader,
+                    (set(silent) - set(leader_hears)) | set(unreachable))]
         ts.heard(ServerStatus(uuid, "127.0.0.1", 1, tablets))
     clock[0] = 1000.0
     master = FakeMaster(ts, members, maintenance)
@@ -100,6 +103,22 @@ def test_a_server_silent_to_this_master_alone_is_not_replaced():
         changes, _ = _round({"a": "RUNNING", "b": "RUNNING", "c": "RUNNING", "d": None},
                             members=["a", "b", "c"], silent={"c"}, leader_hears={"c"})
     assert changes == []
+
+
+def test_a_member_its_leader_cannot_reach_is_replaced_while_its_server_says_it_runs():
+    """A cut between tablet servers: this master hears c, but the tablet's leader has not heard
+    c past the limit. Kudu's leader reports such a peer failed and the master replaces it;
+    before, nothing did, and the tablet ran on two voters for as long as the cut lasted. A
+    copy onto c (COPYING: its refusals never reach the leader's core) is left to finish."""
+    with probes.expect("master.rereplication.replace_unreachable_from_leader"):
+        changes, _ = _round({"a": "RUNNING", "b": "RUNNING", "c": "RUNNING", "d": None},
+                            members=["a", "b", "c"], unreachable={"c"})
+    assert changes == [("add", "d")]
+    for state in ("COPYING", "TOMBSTONED", None):
+        with probes.expect("master.rereplication.unreachable_from_leader_not_running"):
+            changes, _ = _round({"a": "RUNNING", "b": "RUNNING", "c": state, "d": None},
+                                members=["a", "b", "c"], unreachable={"c"})
+        assert changes == [], state
 
 
 def test_a_failed_or_silent_member_on_a_server_in_maintenance_is_left_alone():

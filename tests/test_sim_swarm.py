@@ -91,7 +91,7 @@ def test_a_bundle_that_sizes_values_runs_the_register_on_every_seed_unless_the_r
     bundle reads a register; the later ones keep the workload their fix or finding was measured on."""
     register = {"frame-split", "batch-refused", "forge-snapshot", "manual-fill", "shared-results",
                 "late-answer", "swap-book", "superblock-behind", "config-race",
-                "failed-behind", "master-cut"}
+                "failed-behind", "master-cut", "server-cut"}
     for name, spec in ALL_BUNDLES.items():
         mix = parse_mix(spec)
         assert mix.workload == ("register" if name in register else None), name
@@ -254,14 +254,14 @@ def test_swarm_mixes_draw_how_the_workers_write_and_the_spec_carries_it():
     shared batching session, background or manual; the rest a handle each. One draw where the
     client (own or coalesce) was drawn before: seeds that drew coalesce then draw shared now
     unless that draw took more random bits (5, 8 and 11 among seeds 0-11; 11 runs a bundle of
-    LATEST_BUNDLES now)."""
+    LATEST_BUNDLES now, and 5 one of SIXTEENTH_BUNDLES: its own draws are still shared)."""
     mixes = [swarm_mix(s) for s in _unbundled(range(600))]
     counts = Counter(m.writes for m in mixes)
     assert set(counts) == {*WRITES, "session-sync"}, counts
     n = len(mixes)  # own in 3/8 (half, a quarter of it sync sessions), each other mode in a sixth
     assert 0.3 * n <= counts["own"] <= 0.5 * n, counts
     assert all(n / 10 <= counts[w] <= n / 4 for w in set(WRITES) - {"own"}), counts
-    assert [swarm_mix(s).writes for s in (5, 8)] == ["shared"] * 2
+    assert [swarm_mix(s, bundled=False).writes for s in (5, 8)] == ["shared"] * 2
     for writes in set(WRITES) - {"own"}:
         m = next(m for m in mixes if m.writes == writes)
         assert f";writes={writes}" in m.spec() and parse_mix(m.spec()).writes == writes

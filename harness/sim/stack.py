@@ -54,6 +54,7 @@ from harness.sim import (
     stack_overtake,
     stack_recopy,
     stack_reprovision,
+    stack_server_cut,
     stack_tombstone_rot,
     stack_unsafe,
 )
@@ -193,6 +194,7 @@ MODULE_FAULTS = {
     "failed-behind": stack_copy_behind.failed_behind, "dying-disk": stack_dying_disk.dying_disk,
     "tombstone-rot": stack_tombstone_rot.tombstone_rot, "overtake": stack_overtake.overtake,
     "config-race": stack_config_race.config_race, "master-cut": stack_master_cut.master_cut,
+    "server-cut": stack_server_cut.server_cut,
 }
 
 
@@ -590,7 +592,7 @@ class StackSim:
             share = self.cfg.mix.read_share
             return Register(writes=self._writes, batch=self.cfg.batch or self.cfg.mix.batch or 0,
                             session_ops=self._session_ops,
-                            fresh_clients=self._fresh_clients,
+                            fresh_clients=self.cfg.mix.fresh_clients and bool(self._session_ops),
                             value_sizes=self._value_sizes, value_buffers=self.cfg.mix.buffers,
                             value_max_bytes=frame_options(self.cfg.mix)[0] or MAX_FRAME,
                             value_seed=self.cfg.seed,
@@ -598,7 +600,8 @@ class StackSim:
         if self.cfg.value_sizes != "small":
             raise ValueError(f"value sizes {self.cfg.value_sizes!r} are for the register workload")
         return ListAppend(writes=self._writes, batch=self.cfg.batch or self.cfg.mix.batch or 0,
-                          session_ops=self._session_ops, fresh_clients=self._fresh_clients)
+                          session_ops=self._session_ops,
+                          fresh_clients=self.cfg.mix.fresh_clients and bool(self._session_ops))
 
     @property
     def _session_ops(self) -> int:
@@ -607,35 +610,17 @@ class StackSim:
 
         return (self.cfg.mix.renew or 0) if self._writes in SESSION_MODES else 0
 
-    @property
-    def _fresh_clients(self) -> bool:
-        """Whether each renewed session opens on a client of its own (the mix's)."""
-        return bool(self._session_ops) and self.cfg.mix.fresh_clients
-
     async def _client_main(self) -> list:
         from harness.recorder import Recorder
         from harness.runner import RunOptions, run
         from harness.systems.tessera.clients import (
             accept_test_table,
-            client_mode,
             workload_clients,
         )
-        from node.client import TesseraClient
-        from node.rpc import RpcClient
 
         workload = self._workload()
         workload.external_consistency = self.cfg.mix.consistency
-        timeout = (self.cfg.mix.client_timeout_ms or 5000) / 1000
-
-        def new_client():
-            """The client process's TesseraClient, or one more (Workload.fresh_clients)."""
-            return TesseraClient([(m, MASTER_PORT) for m in self.masters], timeout=timeout,
-                                 rpc=RpcClient(connect_timeout=1.0, local_host=CLIENT_HOST,
-                                               max_frame=MAX_FRAME,
-                                               **_client_inflight(self.cfg.mix)),
-                                 rng=random.Random(self.rng.getrandbits(64)),
-                                 external_consistency=client_mode(self.cfg.mix.consistency))
-
+        new_client = _client_factory(self.masters, self.cfg.mix, self.rng)
         self.client = client = new_client()
         await accept_test_table(client, workload.tablets, REPLICATION_FACTOR, timeout=120.0)
         names = {h: f"ts{i + 1}" for i, h in enumerate(self.tservers)}
@@ -810,6 +795,24 @@ def _observe_sent(sim: StackSim, host: str, tablet: str, to_uuid: str, messages:
     sim.invariants.observe_sent(host, tablet, to_uuid, messages)
     for hook in sim.send_hooks:
         hook(host, tablet, to_uuid, messages)
+
+
+def _client_factory(masters: list[str], mix, rng: random.Random):
+    """What makes the client process's TesseraClients: its first, and one more per renewed
+    session with the mix's fresh clients (Workload.fresh_clients), each seeded from `rng`."""
+    from harness.systems.tessera.clients import client_mode
+    from node.client import TesseraClient
+    from node.rpc import RpcClient
+
+    def new_client():
+        return TesseraClient([(m, MASTER_PORT) for m in masters],
+                             timeout=(mix.client_timeout_ms or 5000) / 1000,
+                             rpc=RpcClient(connect_timeout=1.0, local_host=CLIENT_HOST,
+                                           max_frame=MAX_FRAME, **_client_inflight(mix)),
+                             rng=random.Random(rng.getrandbits(64)),
+                             external_consistency=client_mode(mix.consistency))
+
+    return new_client
 
 
 def _fresh_out_dir(out_dir: Path) -> None:

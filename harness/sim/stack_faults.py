@@ -18,6 +18,7 @@ from harness.sim import (
     stack_master_cut,
     stack_overtake,
     stack_recopy,
+    stack_server_cut,
 )
 from harness.sim.stack_ddl import choose_ddl
 from harness.sim.stack_masters import BOOK_FAIL_S, SWAP_LINGER_S
@@ -187,6 +188,8 @@ class FaultChooser:
             return stack_config_race.choose(self, rng)
         if kind == "master-cut":
             return stack_master_cut.choose(self, rng)
+        if kind == "server-cut":
+            return stack_server_cut.choose(self, rng)
         if kind == "disk":
             return self._choose_disk(rng, impaired)
         if kind == "transfer":

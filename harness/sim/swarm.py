@@ -32,7 +32,7 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
          "garble", "copy-shrink", "recopy", "copy-behind", "kill", "copy-delete", "lose",
          "ddl-retry", "change-retry", "tombstone-rot", "lose-snapshot", "dying-disk",
          "overtake", "swap-book", "superblock-behind", "config-race", "failed-behind",
-         "master-cut")
+         "master-cut", "server-cut")
 # Kinds a seed draws only in a bundle (BUNDLES), never on their own: a kind added to the
 # optional ones or to LATE would change many recorded seeds' mixes. recopy: an operator's
 # `kudu remote_replica copy` over a running replica, or from a FAILED one
@@ -51,10 +51,12 @@ KINDS = ("crash", "power", "restart", "partition", "isolate", "heal", "reset", "
 # awaited save (a new term) holds a newer one (harness.sim.stack_config_race). failed-behind:
 # copy-behind with the follower FAILED on a moment's failing syncs and deleted in place of its
 # tombstone (harness.sim.stack_copy_behind). master-cut: every master cut off from one or two
-# tablet servers that still reach the rest (harness.sim.stack_master_cut).
+# tablet servers that still reach the rest (harness.sim.stack_master_cut). server-cut: one tablet
+# server cut off from the other tablet servers, the masters still hearing it
+# (harness.sim.stack_server_cut).
 BUNDLED = ("recopy", "copy-delete", "lose", "tombstone-rot", "lose-snapshot", "dying-disk",
            "overtake", "swap-book", "superblock-behind", "config-race", "failed-behind",
-           "master-cut")
+           "master-cut", "server-cut")
 # Always on in a swarm mix: a crashed server comes back and a partition heals, or a seed that
 # drew crashes and no restarts only ever runs degraded.
 ALWAYS = ("restart", "heal")
@@ -421,6 +423,15 @@ FIFTEENTH_BUNDLES = {
     "master-cut": "master-cut:4,restart:1,heal:1;every=2-6;reads=linearizable;load=10x100;"
                   "workload=register",
 }
+# A sixteenth stream: one tablet server cut off from the other tablet servers while the masters
+# hear it (harness.sim.stack_server_cut). Its members' leaders elsewhere cannot reach them, and
+# no member was replaced while the masters heard its server: each such tablet ran on two voters
+# for the whole cut. Its check fails a run of these cuts alone in which a tablet with a member
+# on a server cut for JUDGE_AFTER_S had no replacement under way.
+SIXTEENTH_BUNDLES = {
+    "server-cut": "server-cut:4,restart:1,heal:1;every=2-6;reads=linearizable;load=10x100;"
+                  "workload=register",
+}
 # Each stream's name, its bundles and how many draws of none stand beside them, in the order a
 # seed takes them (`bundle_of`): a stream gives one of its bundles to about len(bundles) in
 # len(bundles) + nones of the seeds it is asked for.
@@ -432,7 +443,8 @@ _STREAMS = (("bundle", BUNDLES, 24), ("late-bundle", LATE_BUNDLES, 30),
             ("eleventh-bundle", ELEVENTH_BUNDLES, 20), ("twelfth-bundle", TWELFTH_BUNDLES, 20),
             ("thirteenth-bundle", THIRTEENTH_BUNDLES, 20),
             ("fourteenth-bundle", FOURTEENTH_BUNDLES, 12),
-            ("fifteenth-bundle", FIFTEENTH_BUNDLES, 20))
+            ("fifteenth-bundle", FIFTEENTH_BUNDLES, 20),
+            ("sixteenth-bundle", SIXTEENTH_BUNDLES, 20))
 BUNDLE_STREAMS = tuple((name, (None,) * nones + tuple(bundles))
                        for name, bundles, nones in _STREAMS)
 BUNDLE_DRAW, LATE_BUNDLE_DRAW = BUNDLE_STREAMS[0][1], BUNDLE_STREAMS[1][1]
@@ -471,6 +483,7 @@ BUNDLE_AIMS = {
     "config-race": ("replica.cmeta.older_config_not_saved",),
     "failed-behind": ("copy.prepare.forgotten_replicas_last_op",),
     "master-cut": ("master.rereplication.silent_but_leader_hears",),
+    "server-cut": ("master.rereplication.replace_unreachable_from_leader",),
 }
 
 

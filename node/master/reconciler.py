@@ -1,7 +1,7 @@
 """The leader master's background round (Kudu's CatalogManager background tasks): the catalog
 follows each tablet's committed config as its leader reports it; a replica silent for
-`follower_unavailable_considered_failed_sec` to this master and to its tablet's leader alike,
-or one that reports FAILED, is replaced, add before
+`follower_unavailable_considered_failed_sec` to its tablet's leader, and to this master too
+unless its server reports it RUNNING, or one that reports FAILED, is replaced, add before
 remove (3-4-3), and a voter beyond the replication factor is removed; replicas whose catalog
 record is deleted, or whose config left them out, are deleted (`_deletion` says which, and why
 a tablet the catalog never saw is left alone); and,
@@ -218,32 +218,43 @@ class Reconciler:
         return min(voters, key=lambda u: (u in live, -live.get(u, 0), u))
 
     def _failed(self, tablet_id: str, uuid: str, limit: float, leader: TabletReport) -> bool:
-        """A member to replace: silent for over `limit` seconds both to this master and to its
-        tablet's leader (`leader`, its report), or its replica reporting FAILED (damaged data
-        or metadata it refused to serve, a disk error). A FAILED replica never comes back by
+        """A member to replace: silent for over `limit` seconds to its tablet's leader
+        (`leader`, its report) and either to this master too or, heard by this master, with
+        its replica reporting RUNNING; or its replica reporting FAILED (damaged data or
+        metadata it refused to serve, a disk error). A FAILED replica never comes back by
         itself (it fails again at every start), so, as Kudu's leader reports such a peer
         FAILED_UNRECOVERABLE and the master replaces it at once, no silence is awaited.
 
-        Silence needs both views. This master's alone moved the data of every server a
-        partial partition cut it off from onto the ones it heard, each tablet a copy, while
-        the tablets' leaders heard every member (Kudu judges by the leader's peer health
-        only). The leader's alone would count a member silent while a copy onto it runs (a
-        COPYING replica answers Raft with a refusal the leader's core never sees) and for
-        the silence limit after each election; this master hears that server throughout."""
+        The leader's view decides, as Kudu's leader-side peer health report does. This
+        master's alone moved the data of every server a partial partition cut it off from
+        onto the ones it heard, each tablet a copy, while the tablets' leaders heard every
+        member. But the leader's alone would count a member silent while a copy onto it runs
+        (a COPYING replica answers Raft with a refusal the leader's core never sees): a member
+        this master hears is replaced only while its server says the replica RUNS, so a
+        member cut off from its leader by a partition between tablet servers is replaced, and
+        a copy onto it is left to finish. A new leader counts its peers' silence from its own
+        start, so the limit after an election is waited out too."""
         server = self.m.ts.servers.get(uuid)
         if server is None:
             return False
+        leader_hears = leader.peers_silent_s.get(uuid, 0.0) <= limit
+        report = server.tablets.get(tablet_id)
         if self.m.ts.silent_for(uuid) > limit:
             if self.m.ts.silence_heard(uuid) <= limit:
                 # silent to this master because it heard no server for a while (cut off
                 # itself): it judges the server once it has heard the others again for `limit`
                 probe("master.rereplication.own_deafness_not_counted")
-            elif leader.peers_silent_s.get(uuid, 0.0) <= limit:
+            elif leader_hears:
                 probe("master.rereplication.silent_but_leader_hears")
             else:
                 probe("master.rereplication.replace_silent")
                 return True
-        report = server.tablets.get(tablet_id)
+        elif not leader_hears:
+            if report is not None and report.state == "RUNNING":
+                probe("master.rereplication.replace_unreachable_from_leader")
+                return True
+            if report is None or report.state != "FAILED":
+                probe("master.rereplication.unreachable_from_leader_not_running")
         if report is None or report.state != "FAILED":
             return False
         probe("master.rereplication.replace_failed")
