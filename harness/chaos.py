@@ -229,7 +229,7 @@ def _run_check(checker: str, call) -> dict:
 def _judge(run_dir: Path, checker, schedule, cluster_checks: list[dict]) -> str:
     """The history checked, with the run's other checks, into results.json; the verdict."""
     from harness.store import write_json
-    from reports.checkers.faults import check_faults
+    from reports.checkers.faults import check_fault_findings, check_faults
     from reports.checkers.logs import check_logs
     from reports.history import read_jsonl, write_edn
     from reports.probes import check_alarms, run_probes
@@ -241,6 +241,8 @@ def _judge(run_dir: Path, checker, schedule, cluster_checks: list[dict]) -> str:
     logs = _run_check("logs", lambda: check_logs(run_dir, ops))
     test = read_record(run_dir)
     faults = [check_faults(ops, list(test["nemesis"]))] if test.get("nemesis") else []
+    if faults and (found := check_fault_findings(ops)) is not None:
+        faults.append(found)
     alarms = _run_check("alarms", lambda: check_alarms(run_dir))
     results = _results(ops, checker, test, schedule,
                        extra=[*cluster_checks, logs, *faults, *([alarms] if alarms else [])])

@@ -15,19 +15,27 @@ each tablet with a member there ran on two voters for as long as the cut lasted.
 `--fast-failure-detection` a cut of ten seconds is twice the silence limit.
 
 Each start is checked on the hosts: a TCP connect from the cut host to every other host's
-tablet server port must fail, and from every other host to the cut host's.
+tablet server port must fail, and from every other host to the cut host's. A cut that lasted
+the silence limit and GRACE_S more is judged at its stop: every tablet that had a voter on the
+cut server when it began must have committed a newer config by then (a replacement under
+way). The tablets that did not are the stop's `found`, which makes the run invalid
+(reports.checkers.faults.check_fault_findings).
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from nemeses.base import Context, Nemesis
 from nemeses.net import _ensure_chain, _remove_chain, observe_cuts
 from nemeses.registry import Package, register
 
 CHAIN = "TESSERA-SCUT"  # this package's own: no other package's heal lifts its cut
+# Past the silence limit: an election (if the cut server led), the new leader's own count of
+# the limit, its report on a heartbeat, a reconcile round and the change's commit.
+GRACE_S = 10.0
 
 
 def draw(rng: random.Random, hosts: list[str]) -> dict:
@@ -40,6 +48,8 @@ class ServerCut(Nemesis):
     ctx: Context = None
     name: str = "server-cut"
     _cut: str | None = None
+    _began: float = 0.0
+    _before: dict = field(default_factory=dict)  # tablet -> committed config index at the start
 
     def start(self, choice: dict) -> dict:
         host, followed = self._choose(choice)
@@ -56,7 +66,10 @@ class ServerCut(Nemesis):
         for other in others:
             r.run(["iptables", "-w", "-A", CHAIN, "-s", addr[other], "-p", "tcp",
                    "--dport", port, "-j", "DROP"])
-        self._cut, self.active = host, True
+        self._cut, self.active, self._began = host, True, time.monotonic()
+        uuids, configs = self.ctx.db.committed_configs()
+        self._before = {t: index for t, (index, voters) in configs.items()
+                        if uuids.get(host) in voters}
         senders = {host: [addr[o] for o in others], **{o: [addr[host]] for o in others}}
         return {"server": host, "followed": followed,
                 "observed": observe_cuts(self.ctx.remotes, senders,
@@ -77,10 +90,29 @@ class ServerCut(Nemesis):
         return host, counts[host]
 
     def stop(self) -> dict:
+        judged = self._judge()
         for h in self.ctx.names:
             _remove_chain(self.ctx.remotes[h], CHAIN)
         healed, self._cut, self.active = self._cut, None, False
-        return {"healed": healed}
+        return {"healed": healed, **judged}
+
+    def _judge(self) -> dict:
+        """Before the cut is lifted: if it lasted the silence limit and GRACE_S, the tablets
+        that had a voter on the cut server and have committed no newer config since (`found`,
+        with `judged_after_s`); else only how long it lasted."""
+        if self._cut is None:  # the start failed: nothing was cut
+            return {}
+        lasted = round(time.monotonic() - self._began, 1)
+        limit = float(self.ctx.db.flags.get("follower_unavailable_considered_failed_sec", 300))
+        if lasted < limit + GRACE_S:
+            return {"lasted_s": lasted}
+        _, configs = self.ctx.db.committed_configs()
+        kept = sorted(t for t, index in self._before.items()
+                      if configs.get(t, (index,))[0] <= index)
+        found = [f"tablet {t} kept its voter on {self._cut}, cut off from the other tablet "
+                 f"servers for {lasted:g} s while the masters heard it, with no replacement "
+                 "under way" for t in kept]
+        return {"lasted_s": lasted, "judged_after_s": limit + GRACE_S, "found": found}
 
     def heal(self) -> dict:
         for h in self.ctx.names:  # every host: a harness crash may have left rules behind

@@ -237,12 +237,14 @@ def test_a_master_cut_off_from_some_servers_moves_no_replica(env, tmp_path):
 
 def test_a_server_cut_off_from_the_other_servers_has_its_members_replaced(env, tmp_path):
     """server-cut on real processes and iptables: one host's tablet server cut off from the
-    other hosts' for 12 s, over twice the silence limit of fast failure detection, the masters
+    other hosts' for 20 s, four times the silence limit of fast failure detection, the masters
     still hearing it. The leaders elsewhere of its replicas stop hearing them, so the masters
     must replace those members (master.rereplication.replace_unreachable_from_leader), a copy
-    each. Before, no member was replaced while the masters heard its server."""
+    each, and the cut, judged at its stop, finds no tablet that kept its voter there without a
+    replacement under way (reports.checkers.faults.check_fault_findings). Before, no member
+    was replaced while the masters heard its server, and the run was invalid on that."""
     out = tessera("test", "--nemesis", "server-cut", "--time-limit", "30", "--nemesis-interval",
-                  "12", "--seed", "3", "--fast-failure-detection",
+                  "20", "--seed", "3", "--fast-failure-detection",
                   "--workload-option", "tablets=12",
                   "--store", str(tmp_path / "store"), env=env)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -253,6 +255,8 @@ def test_a_server_cut_off_from_the_other_servers_has_its_members_replaced(env, t
     assert starts and all(s["observed"]["ok"] for s in starts), starts
     ops = read_jsonl(os.path.join(run_dir, "history.jsonl"))
     assert any(o.value["followed"] for o in ops if o.f == "start-server-cut" and o.value), starts
+    judged = [o.value for o in ops if o.f == "stop-server-cut" and o.value and "found" in o.value]
+    assert judged and not any(v["found"] for v in judged), judged
     fired = results["probes"]["by_daemon"]
     masters = {n for where, names in fired.items() if where.endswith("/master") for n in names}
     assert "master.rereplication.replace_unreachable_from_leader" in masters, sorted(masters)

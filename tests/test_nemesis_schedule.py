@@ -426,3 +426,27 @@ def test_a_quiet_start_lets_the_others_go_on_once_it_has_its_group(tmp_path):
                 if o.f == "start-membership" and o.value)
     assert done["saw_pause_start"] is True, done
     assert s.coverage["start-pause"] == 1 and s.coverage["deferred-starts"] == 1
+
+
+def test_what_a_fault_found_on_the_hosts_at_its_stop_makes_the_run_invalid():
+    """A stop's `found` (nemeses.server_cut: a member its leader could not reach, never
+    replaced) is a broken promise no history shows: one error each, the run invalid. A run
+    whose stops judged nothing has no such check (None), and one that judged and found
+    nothing passes it."""
+    from reports.checkers.faults import check_fault_findings
+    from reports.history import Op
+
+    def stop(i, value):
+        return [Op(i, "info", "nemesis", "stop-server-cut", None, 5 * 10**9),
+                Op(i + 1, "info", "nemesis", "stop-server-cut", value, 6 * 10**9)]
+
+    quiet = stop(0, {"healed": "n1", "lasted_s": 4.0})
+    assert check_fault_findings(quiet) is None
+    clean = stop(0, {"healed": "n1", "lasted_s": 16.0, "judged_after_s": 15.0, "found": []})
+    assert check_fault_findings(quiet + clean) == {
+        "checker": "fault-findings", "verdict": "valid", "judged": 1, "errors": []}
+    found = stop(2, {"healed": "n2", "lasted_s": 16.0, "found": ["tablet t-1 kept its voter"]})
+    r = check_fault_findings(clean + found)
+    assert r["verdict"] == "invalid" and r["judged"] == 2
+    assert r["errors"] == [{"type": "fault-finding", "fault": "server-cut",
+                            "explanation": "stop-server-cut at 6.0 s: tablet t-1 kept its voter"}]

@@ -83,6 +83,27 @@ def check_faults(ops: Iterable[Op], configured: list[str]) -> dict[str, Any]:
             "errors": errors, "notes": notes, "never_fired": never}
 
 
+def check_fault_findings(ops: Iterable[Op]) -> dict[str, Any] | None:
+    """What faults judged on the hosts when they stopped: a stop's `found`, each a promise the
+    system broke under that fault that no history shows (server-cut: a member its leader
+    could not reach, never replaced). None when no stop judged anything (a run-level check
+    that did not run is left out, not passed); else invalid with one error per finding."""
+    judged, errors = 0, []
+    for op in ops:
+        if (op.process != NEMESIS or not isinstance(op.f, str) or not op.f.startswith("stop-")
+                or not isinstance(op.value, dict) or "found" not in op.value):
+            continue
+        judged += 1
+        fault = op.f.split("-", 1)[1]
+        at = f"{op.f} at {op.time / 1e9:.1f} s" if op.time is not None else op.f
+        errors += [{"type": "fault-finding", "fault": fault, "explanation": f"{at}: {found}"}
+                   for found in op.value["found"]]
+    if not judged:
+        return None
+    return {"checker": "fault-findings", "verdict": "invalid" if errors else "valid",
+            "judged": judged, "errors": errors}
+
+
 def _start_outcome(value: object) -> str:
     """verified (seen in force), unverified (seen not in force), unchecked (the fault has no
     check on the hosts), skipped (it did nothing, and said so)."""

@@ -89,9 +89,10 @@ def nemesis_coverage(ops: list[Op], configured: list[str]) -> dict:
 def run_checks(run: Run, ops: list[Op] | None) -> list[dict]:
     """What the harness checked beyond the history, for the analysis: the replica convergence and
     the masters' agreement it recorded (the cluster is gone by now), the node logs checked again
-    from the run dir, and whether the faults were in force (reports.checkers.faults, from the
-    history's nemesis ops). Runs recorded before these checks existed lack them."""
-    from reports.checkers.faults import check_faults
+    from the run dir, and whether the faults were in force and what they found on the hosts
+    (reports.checkers.faults, from the history's nemesis ops). Runs recorded before these
+    checks existed lack them."""
+    from reports.checkers.faults import check_fault_findings, check_faults
     from reports.checkers.logs import check_logs
     from reports.probes import check_alarms
 
@@ -109,6 +110,8 @@ def run_checks(run: Run, ops: list[Op] | None) -> list[dict]:
     configured = list(run.test().get("nemesis") or [])
     if ops is not None and configured:
         out.append(check_faults(ops, configured))
+        if (found := check_fault_findings(ops)) is not None:
+            out.append(found)
     if (alarms := check_alarms(run.path)) is not None:
         out.append(alarms)
     return out

@@ -352,6 +352,22 @@ class TesseraDB(Deployment):
                     leaders[t.tablet_id], terms[t.tablet_id] = host, t.term
         return leaders
 
+    def committed_configs(self) -> tuple[dict[str, str], dict[str, tuple[int, list[str]]]]:
+        """(host -> its tablet server's uuid, tablet id -> (index, voters) of the newest
+        committed config a running replica reports), from every tablet server that answers."""
+        from node.protocol import ServerStatus
+
+        uuids: dict[str, str] = {}
+        newest: dict[str, tuple[int, list[str]]] = {}
+        for host, st in self.ask_each(self.hosts, "tserver", "ts.status", ServerStatus).items():
+            uuids[host] = st.uuid
+            for t in st.tablets:
+                if t.state == "RUNNING" and t.committed_config_index >= newest.get(
+                        t.tablet_id, (-1, []))[0]:
+                    newest[t.tablet_id] = (t.committed_config_index, sorted(
+                        u for u, kind in t.committed_config if kind == "VOTER"))
+        return uuids, newest
+
     INTRUDER_ROWS: ClassVar[int] = 128  # a session's result bound (Limits): one full window
     INTRUDER_S: ClassVar[float] = 15.0  # one start's attack, at most (a stalled leader waits)
     CLOCK_PUSH_US: ClassVar[int] = 2 * 3600 * 1_000_000  # past the servers' one-hour bound
