@@ -203,18 +203,17 @@ def test_a_failing_disk_a_restart_on_its_cache_and_a_power_loss_leave_the_run_va
     assert any("failing-disk" in e["explanation"] for e in logs["expected"]), logs
 
 
-def test_a_master_cut_off_from_some_servers_moves_no_replica(env, tmp_path):
-    """master-cut on real processes and iptables: every master stops hearing the tablet servers
-    of one or two hosts without a master, for 10 s, twice the silence limit of fast failure
-    detection. The tablets' leaders hear every member throughout, so no replica may be replaced:
-    the masters must say so (master.rereplication.silent_but_leader_hears) and none may count a
-    member silent (replace_silent) or start a copy. Before the masters asked the leaders, they
-    replaced each replica on a cut server, a copy each."""
-    # Twelve tablets, not the register's four: leaders gather on the hosts without a master,
-    # and with four tablets every replica there was once led from its own host, so no cut
-    # could reach a misjudgment (`followed` 0 on every start)
-    out = tessera("test", "--nemesis", "master-cut", "--time-limit", "30", "--nemesis-interval",
-                  "10", "--seed", "3", "--fast-failure-detection",
+def _cut_run(env, tmp_path, package: str, interval: int):
+    """A 30 s run of the cut `package` alone (seed 3, fast failure detection, `interval` s
+    cuts, twelve tablets), valid: every start seen in force on the hosts, and at least one cut
+    a server holding a replica led from another host (`followed`), where a misjudgment can
+    come. Its nemesis ops and the probes each daemon fired.
+
+    Twelve tablets, not the register's four: leaders gather on some hosts, and with four
+    tablets every replica on a cut host was once led from its own host (`followed` 0 on every
+    start)."""
+    out = tessera("test", "--nemesis", package, "--time-limit", "30", "--nemesis-interval",
+                  str(interval), "--seed", "3", "--fast-failure-detection",
                   "--workload-option", "tablets=12",
                   "--store", str(tmp_path / "store"), env=env)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -223,10 +222,20 @@ def test_a_master_cut_off_from_some_servers_moves_no_replica(env, tmp_path):
     schedule = json.load(open(os.path.join(run_dir, "schedule.json")))
     starts = [s for s in schedule["executed"] if s["action"] == "start"]
     assert starts and all(s["observed"]["ok"] for s in starts), starts
-    # a cut server held a replica whose leader the masters still heard: a misjudgment could come
-    ops = read_jsonl(os.path.join(run_dir, "history.jsonl"))
-    assert any(o.value["followed"] for o in ops if o.f == "start-master-cut" and o.value), starts
-    fired = results["probes"]["by_daemon"]
+    ops = [o for o in read_jsonl(os.path.join(run_dir, "history.jsonl"))
+           if o.f in (f"start-{package}", f"stop-{package}") and o.value]
+    assert any(o.value["followed"] for o in ops if o.f == f"start-{package}"), starts
+    return ops, results["probes"]["by_daemon"]
+
+
+def test_a_master_cut_off_from_some_servers_moves_no_replica(env, tmp_path):
+    """master-cut on real processes and iptables: every master stops hearing the tablet servers
+    of one or two hosts without a master, for 10 s, twice the silence limit of fast failure
+    detection. The tablets' leaders hear every member throughout, so no replica may be replaced:
+    the masters must say so (master.rereplication.silent_but_leader_hears) and none may count a
+    member silent (replace_silent) or start a copy. Before the masters asked the leaders, they
+    replaced each replica on a cut server, a copy each."""
+    _, fired = _cut_run(env, tmp_path, "master-cut", 10)
     moved = {where: [n for n in names if n in ("master.rereplication.replace_silent",
                                                 "copy.started")]
              for where, names in fired.items()}
@@ -243,21 +252,9 @@ def test_a_server_cut_off_from_the_other_servers_has_its_members_replaced(env, t
     each, and the cut, judged at its stop, finds no tablet that kept its voter there without a
     replacement under way (reports.checkers.faults.check_fault_findings). Before, no member
     was replaced while the masters heard its server, and the run was invalid on that."""
-    out = tessera("test", "--nemesis", "server-cut", "--time-limit", "30", "--nemesis-interval",
-                  "20", "--seed", "3", "--fast-failure-detection",
-                  "--workload-option", "tablets=12",
-                  "--store", str(tmp_path / "store"), env=env)
-    assert out.returncode == 0, out.stderr[-3000:]
-    run_dir = out.stdout.strip().splitlines()[-1]
-    results = json.load(open(os.path.join(run_dir, "results.json")))
-    schedule = json.load(open(os.path.join(run_dir, "schedule.json")))
-    starts = [s for s in schedule["executed"] if s["action"] == "start"]
-    assert starts and all(s["observed"]["ok"] for s in starts), starts
-    ops = read_jsonl(os.path.join(run_dir, "history.jsonl"))
-    assert any(o.value["followed"] for o in ops if o.f == "start-server-cut" and o.value), starts
-    judged = [o.value for o in ops if o.f == "stop-server-cut" and o.value and "found" in o.value]
+    ops, fired = _cut_run(env, tmp_path, "server-cut", 20)
+    judged = [o.value for o in ops if o.f == "stop-server-cut" and "found" in o.value]
     assert judged and not any(v["found"] for v in judged), judged
-    fired = results["probes"]["by_daemon"]
     masters = {n for where, names in fired.items() if where.endswith("/master") for n in names}
     assert "master.rereplication.replace_unreachable_from_leader" in masters, sorted(masters)
     assert any("copy.started" in names for where, names in fired.items()
