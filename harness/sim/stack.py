@@ -588,11 +588,12 @@ class StackSim:
         from workloads.list_append import ListAppend
         from workloads.register import Register
 
+        # the mix's client per unit of work, with the renewals that make its units
+        fresh = self.cfg.mix.fresh_clients and bool(self._session_ops)
         if self.cfg.workload == "register":
             share = self.cfg.mix.read_share
             return Register(writes=self._writes, batch=self.cfg.batch or self.cfg.mix.batch or 0,
-                            session_ops=self._session_ops,
-                            fresh_clients=self.cfg.mix.fresh_clients and bool(self._session_ops),
+                            session_ops=self._session_ops, fresh_clients=fresh,
                             value_sizes=self._value_sizes, value_buffers=self.cfg.mix.buffers,
                             value_max_bytes=frame_options(self.cfg.mix)[0] or MAX_FRAME,
                             value_seed=self.cfg.seed,
@@ -600,8 +601,7 @@ class StackSim:
         if self.cfg.value_sizes != "small":
             raise ValueError(f"value sizes {self.cfg.value_sizes!r} are for the register workload")
         return ListAppend(writes=self._writes, batch=self.cfg.batch or self.cfg.mix.batch or 0,
-                          session_ops=self._session_ops,
-                          fresh_clients=self.cfg.mix.fresh_clients and bool(self._session_ops))
+                          session_ops=self._session_ops, fresh_clients=fresh)
 
     @property
     def _session_ops(self) -> int:
